@@ -1,0 +1,41 @@
+"""onnx_lab: understand, optimize and debug ONNX models in notebooks, Python and the shell.
+
+Example:
+    >>> import onnx_lab
+    >>> lab = onnx_lab.open("sample:convnet")
+    >>> lab.summary()["num_nodes"]
+
+``import onnx_lab`` needs no display, no ``dot`` binary and no GPU: heavy modules
+(onnxruntime, graphviz, matplotlib, ipywidgets) are imported on use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any
+
+from onnx_lab import errors, samples
+from onnx_lab.errors import LabError
+from onnx_lab.lab import Lab
+from onnx_lab.lab import open_lab as open  # noqa: A001 - the public name is onnx_lab.open
+
+__version__ = "0.1.0"
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+# Public functions defined in modules that import heavy dependencies: loaded on first access.
+_LAZY: dict[str, str] = {
+    "compare": "onnx_lab.numerics.compare",
+    "diff": "onnx_lab.numerics.diff",
+    "merge": "onnx_lab.transforms.edit",
+    "profile": "onnx_lab.profiling.run",
+}
+
+__all__ = ["open", "Lab", "LabError", "errors", "samples", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'onnx_lab' has no attribute {name!r}")

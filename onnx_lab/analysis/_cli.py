@@ -1,0 +1,82 @@
+"""CLI subcommands of the model core: summary, tables, weights."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from onnx_lab.errors import SaveError
+
+SUMMARY_KEYS = ("ir_version", "opsets", "producer", "num_nodes", "num_nodes_main",
+                "num_initializers", "num_params", "inputs", "outputs", "dynamic_dims",
+                "op_counts", "subgraphs")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from onnx_lab.cli import add_dims_args, add_model_arg
+
+    p = sub.add_parser("summary", help="versions, sizes, inputs/outputs, op counts")
+    add_model_arg(p)
+    add_dims_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_summary)
+
+    p = sub.add_parser("tables", help="write nodes.csv, initializers.csv, tensors.csv")
+    add_model_arg(p)
+    add_dims_args(p)
+    p.add_argument("--out", required=True, help="output folder (created)")
+    p.set_defaults(func=_tables)
+
+    p = sub.add_parser("weights", help="statistics and outlier score per weight")
+    add_model_arg(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--top", type=int, default=None, help="only the N largest outlier scores")
+    p.set_defaults(func=_weights)
+
+
+def _summary(args) -> int:
+    from onnx_lab.cli import open_from_args, print_json
+
+    s = open_from_args(args).summary()
+    if args.json:
+        print_json({k: s[k] for k in SUMMARY_KEYS})
+        return 0
+    print(f"IR {s['ir_version']}, opsets {s['opsets']}, producer {s['producer'] or '-'}")
+    print(f"{s['num_nodes']} nodes ({s['num_nodes_main']} main graph, {s['subgraphs']} "
+          f"subgraphs), {s['num_initializers']} initializers, {s['num_params']:,} params")
+    for kind in ("inputs", "outputs"):
+        for x in s[kind]:
+            print(f"  {kind[:-1]:6} {x['name']}: {x['dtype']} {x['shape']}")
+    if s["dynamic_dims"]:
+        print("dynamic dims: " + ", ".join(f"{k} <- {v}" for k, v in s["dynamic_dims"].items()))
+    print("ops: " + ", ".join(f"{k}x{v}" for k, v in s["op_counts"].items()))
+    return 0
+
+
+def _tables(args) -> int:
+    from onnx_lab.cli import open_from_args
+
+    lab = open_from_args(args)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise SaveError(f"--out {str(out)!r} exists and is not a folder.",
+                        fix="Pass a folder path.")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, df in (("nodes", lab.nodes), ("initializers", lab.initializers),
+                     ("tensors", lab.tensors)):
+        df.to_csv(out / f"{name}.csv", index=False)
+        print(f"{out / (name + '.csv')}: {len(df)} rows")
+    return 0
+
+
+def _weights(args) -> int:
+    from onnx_lab.cli import open_from_args, print_json
+
+    df = open_from_args(args).weight_stats()
+    if args.top:
+        df = df.sort_values("outlier_score", ascending=False).head(args.top)
+    if args.json:
+        print_json(df.to_dict(orient="records"))
+    else:
+        print(df.to_string(index=False))
+    return 0

@@ -1,0 +1,129 @@
+"""One-glance summary of a model: versions, sizes, inputs/outputs, dynamic dims, op families."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from onnx_lab.analysis.tables import initializers_table, io_table
+from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import dynamic_dims
+
+__all__ = ["Summary", "summarize", "op_family", "OP_FAMILIES"]
+
+OP_FAMILIES: dict[str, set[str]] = {
+    "convolution": {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv"},
+    "normalization": {"BatchNormalization", "LayerNormalization", "InstanceNormalization",
+                      "GroupNormalization", "LpNormalization", "SkipLayerNormalization",
+                      "SimplifiedLayerNormalization", "RMSNormalization", "LRN",
+                      "MeanVarianceNormalization"},
+    "activation": {"Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Gelu", "FastGelu",
+                   "BiasGelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Softplus",
+                   "Softsign", "Mish", "Swish", "Softmax", "LogSoftmax", "Clip", "Erf", "QuickGelu"},
+    "pooling": {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool",
+                "GlobalLpPool", "MaxRoiPool", "RoiAlign", "MaxUnpool"},
+    "matmul/gemm": {"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "Einsum",
+                    "FusedMatMul", "MatMulNBits", "Attention", "MultiHeadAttention",
+                    "GroupQueryAttention", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"},
+    "shape ops": {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Split",
+                  "Slice", "Gather", "GatherElements", "GatherND", "Shape", "Size", "Expand",
+                  "Tile", "Pad", "Identity", "ConstantOfShape", "Range", "DepthToSpace",
+                  "SpaceToDepth", "Resize", "ScatterND", "ScatterElements"},
+    "control flow": {"If", "Loop", "Scan", "SequenceMap"},
+    "quantization": {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+                     "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
+                     "QLinearAdd", "QLinearMul", "DynamicQuantizeMatMul", "MatMulNBits"},
+}
+
+
+def op_family(op_type: str, domain: str) -> str:
+    """The family of an op (first match in OP_FAMILIES), 'custom domain' or 'other'."""
+    if domain not in ("", "ai.onnx") and op_type not in OP_FAMILIES["quantization"]:
+        return "custom domain"
+    for fam, ops in OP_FAMILIES.items():
+        if op_type in ops:
+            return fam
+    return "other"
+
+
+class Summary(Mapping[str, Any]):
+    """Dict-like summary with an HTML view. Keys:
+
+    ir_version, opsets ({domain: version}), producer ("name version"), num_nodes (all graphs),
+    num_nodes_main, num_initializers, num_params, param_bytes, inputs and outputs
+    ([{name, dtype, shape}]), dynamic_dims ({dim: [inputs]}), op_counts ({op: n}),
+    op_families ({family: n}), subgraphs (number of If/Loop/Scan bodies), external_data (bool).
+    """
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self._fields = fields
+
+    def __getitem__(self, key: str) -> Any:
+        return self._fields[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self._fields[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self._fields)
+
+    def __repr__(self) -> str:
+        f = self._fields
+        return (f"Summary({f['num_nodes']} nodes, {f['num_params']:,} params, "
+                f"opsets={f['opsets']}, inputs={[i['name'] for i in f['inputs']]})")
+
+    def _repr_html_(self) -> str:
+        from onnx_lab.render.tables import summary_html
+
+        return summary_html(self)
+
+
+def summarize(model: LabModel, dims: Mapping[str, int] | None = None,
+              shapes: Mapping[str, Sequence[int]] | None = None) -> Summary:
+    """Build the :class:`Summary` of ``model`` (no weight values are read)."""
+    m = model.ir
+    idx = model.index
+    ops = Counter()
+    fams = Counter()
+    for e in idx.entries.values():
+        key = e.node.op_type if e.node.domain in ("", "ai.onnx") \
+            else f"{e.node.domain}::{e.node.op_type}"
+        ops[key] += 1
+        fams[op_family(e.node.op_type, e.node.domain)] += 1
+    inits = initializers_table(model)
+
+    def io(which: str) -> list[dict[str, Any]]:
+        t = io_table(model, which, dims, shapes)
+        return [{"name": r.name, "dtype": r.dtype,
+                 "shape": list(r.shape) if r.shape is not None else None}
+                for r in t.itertuples()]
+
+    producer = " ".join(x for x in (m.producer_name, m.producer_version) if x)
+    return Summary({
+        "ir_version": m.ir_version,
+        "opsets": dict(m.opset_imports),
+        "producer": producer,
+        "num_nodes": len(idx),
+        "num_nodes_main": m.graph.num_nodes(),
+        "num_initializers": int((inits["source"] == "initializer").sum()),
+        "num_constant_tensors": int((inits["source"] == "constant").sum()),
+        "num_params": int(inits["numel"].sum()),
+        "param_bytes": int(inits["nbytes"].sum()),
+        "inputs": io("inputs"),
+        "outputs": io("outputs"),
+        "dynamic_dims": dynamic_dims(model),
+        "op_counts": dict(ops.most_common()),
+        "op_families": dict(fams.most_common()),
+        "subgraphs": len(idx.graphs) - 1,
+        "external_data": bool(inits["external"].any()),
+    })

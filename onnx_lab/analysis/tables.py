@@ -1,0 +1,190 @@
+"""The nodes, initializers and tensors tables (one row per entity, stable documented columns)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+import pandas as pd
+
+from onnx_lab.core.index import node_scope
+from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import dtype_name, shape_tuple
+
+__all__ = ["nodes_table", "initializers_table", "tensors_table", "io_table", "attribute_value",
+           "constant_tensors"]
+
+NODE_COLUMNS = ["node_id", "name", "op_type", "domain", "graph", "inputs", "outputs",
+                "attributes", "scope", "topo"]
+INITIALIZER_COLUMNS = ["name", "dtype", "shape", "numel", "nbytes", "external", "location",
+                       "consumers", "graph", "source", "constant_node"]
+TENSOR_COLUMNS = ["name", "dtype", "shape", "kind", "producer", "consumers", "dynamic", "graph"]
+IO_COLUMNS = ["name", "dtype", "shape", "dynamic"]
+
+
+def _frame(rows: list[tuple], columns: list[str], nullable: tuple[str, ...]) -> pd.DataFrame:
+    """Build a frame whose ``nullable`` columns keep None (object dtype) for missing values."""
+    df = pd.DataFrame(rows, columns=columns)
+    for col in nullable:
+        df[col] = pd.Series([r[columns.index(col)] for r in rows], dtype=object, index=df.index)
+    return df
+
+
+def tensor_summary(t: ir.TensorProtocol) -> str:
+    """``float32[64x3x7x7]``: a tensor attribute or weight summarized as dtype and shape."""
+    dims = "x".join(str(d) for d in shape_tuple(t.shape) or ())
+    return f"{dtype_name(t.dtype)}[{dims}]"
+
+
+def attribute_value(attr: ir.Attr) -> Any:
+    """A plain Python value for an attribute (tensors as dtype+shape, graphs as node counts)."""
+    if attr.is_ref():
+        return f"@{attr.ref_attr_name}"
+    t = attr.type
+    if t == ir.AttributeType.TENSOR:
+        return tensor_summary(attr.value)
+    if t == ir.AttributeType.TENSORS:
+        return [tensor_summary(x) for x in attr.value]
+    if t == ir.AttributeType.GRAPH:
+        return f"<graph: {sum(1 for _ in attr.value.all_nodes())} nodes>"
+    if t == ir.AttributeType.GRAPHS:
+        return [f"<graph: {sum(1 for _ in g.all_nodes())} nodes>" for g in attr.value]
+    if t in (ir.AttributeType.INTS, ir.AttributeType.FLOATS, ir.AttributeType.STRINGS):
+        return list(attr.value)
+    if t in (ir.AttributeType.TYPE_PROTO, ir.AttributeType.TYPE_PROTOS):
+        return str(attr.value)
+    return attr.value
+
+
+def nodes_table(model: LabModel) -> pd.DataFrame:
+    """One row per node, in all graphs, in whole-model topological order.
+
+    Columns:
+        node_id (str): unique, stable id (see :mod:`onnx_lab.core.index`).
+        name (str): the node's own name ('' when unnamed).
+        op_type (str), domain (str: '' for the default ONNX domain).
+        graph (str): '' for the main graph, else the body path such as 'If_0/then_branch'.
+        inputs, outputs (list[str]): tensor names ('' for omitted optional inputs).
+        attributes (dict): plain Python values; tensors as 'float32[64x3x7x7]', subgraphs
+            as '<graph: N nodes>'.
+        scope (str): name-scope prefix such as '/encoder/layer.3/attention' ('' if none).
+        topo (int): position in the whole-model order (bodies follow their owner node).
+    """
+    rows = []
+    for e in model.index.entries.values():
+        n = e.node
+        rows.append((e.node_id, n.name or "", n.op_type, n.domain or "", e.graph,
+                     [v.name if v is not None else "" for v in n.inputs],
+                     [v.name for v in n.outputs],
+                     {k: attribute_value(a) for k, a in n.attributes.items()},
+                     node_scope(n), e.topo))
+    return pd.DataFrame(rows, columns=NODE_COLUMNS)
+
+
+def constant_tensors(model: LabModel) -> list[tuple[str, ir.TensorProtocol, str, str]]:
+    """Tensors held in ``Constant`` nodes: (output name, tensor, node_id, graph)."""
+    out = []
+    for e in model.index.entries.values():
+        n = e.node
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            attr = n.attributes.get("value")
+            if attr is not None and attr.type == ir.AttributeType.TENSOR and n.outputs:
+                out.append((n.outputs[0].name, attr.value, e.node_id, e.graph))
+    return out
+
+
+def initializers_table(model: LabModel) -> pd.DataFrame:
+    """One row per weight: initializers of every graph, plus tensors held in Constant nodes.
+
+    Columns:
+        name (str), dtype (str), shape (tuple[int]), numel (int), nbytes (int).
+        external (bool): data lives in an external file; location (str|None): that file.
+        consumers (list[str]): node ids reading it.
+        graph (str): graph path where it is defined.
+        source (str): 'initializer' or 'constant' (a Constant node's value, as PaddlePaddle
+            exports keep weights); constant_node (str|None): the Constant node's id.
+    """
+    idx = model.index
+    rows = []
+    for path, g in idx.graphs.items():
+        for name, v in g.initializers.items():
+            t = v.const_value
+            if t is None:
+                continue
+            ext = isinstance(t, ir.ExternalTensor)
+            shape = tuple(shape_tuple(t.shape) or ())
+            rows.append((name, dtype_name(t.dtype), shape, int(np.prod(shape, dtype=np.int64)),
+                         int(t.nbytes), ext, t.location if ext else None,
+                         list(idx.consumers.get(name, [])), path, "initializer", None))
+    for name, t, nid, path in constant_tensors(model):
+        shape = tuple(shape_tuple(t.shape) or ())
+        rows.append((name, dtype_name(t.dtype), shape, int(np.prod(shape, dtype=np.int64)),
+                     int(t.nbytes), False, None, list(idx.consumers.get(name, [])), path,
+                     "constant", nid))
+    return _frame(rows, INITIALIZER_COLUMNS, ("location", "constant_node", "dtype"))
+
+
+def tensors_table(model: LabModel, dims: Mapping[str, int] | None = None,
+                  shapes: Mapping[str, Sequence[int]] | None = None) -> pd.DataFrame:
+    """One row per value (tensor) in every graph.
+
+    Columns:
+        name (str), dtype (str|None).
+        shape (tuple|None): after ONNX shape inference with data propagation (and the
+            dims/shapes given at open); symbolic dims as str, unknown dims as None, None when
+            the rank is unknown.
+        kind (str): 'input', 'output', 'initializer', 'constant' or 'intermediate'.
+        producer (str|None): node id producing it.
+        consumers (list[str]): node ids reading it.
+        dynamic (bool): rank or some dim is not a concrete int.
+        graph (str): graph path where it is defined.
+    """
+    idx = model.index
+    types = model.types(dims, shapes)
+    main = model.graph
+    inputs = {v.name for v in main.inputs}
+    outputs = {v.name for v in main.outputs}
+    constants = {name for name, *_ in constant_tensors(model)}
+    rows = []
+    for name, graph in idx.value_graph.items():
+        v = idx.values[name]
+        if v.is_initializer() or name in idx.graphs[graph].initializers:
+            kind = "initializer"
+        elif name in constants:
+            kind = "constant"
+        elif name in outputs and graph == "":
+            kind = "output"
+        elif name in inputs and graph == "":
+            kind = "input"
+        elif graph != "" and v.producer() is None:
+            kind = "input"  # body inputs (Loop iteration count, carried state)
+        else:
+            kind = "intermediate"
+        info = types.get(name)
+        shape = info.shape if info else None
+        rows.append((name, info.dtype if info else None, shape, kind, idx.producer.get(name),
+                     list(idx.consumers.get(name, [])),
+                     bool(info is None or info.dynamic), graph))
+    return _frame(rows, TENSOR_COLUMNS, ("producer", "dtype", "shape"))
+
+
+def io_table(model: LabModel, which: str, dims: Mapping[str, int] | None = None,
+             shapes: Mapping[str, Sequence[int]] | None = None) -> pd.DataFrame:
+    """Graph inputs (``which='inputs'``, initializers excluded) or outputs of the main graph.
+
+    Columns: name, dtype, shape (declared, with given dims/shapes applied), dynamic.
+    """
+    g = model.graph
+    values = [v for v in g.inputs if v.name not in g.initializers] if which == "inputs" \
+        else list(g.outputs)
+    types = model.types(dims, shapes)
+    rows = []
+    for v in values:
+        info = types.get(v.name)
+        shape = info.shape if info is not None else shape_tuple(v.shape)
+        dtype = info.dtype if info is not None else dtype_name(v.dtype)
+        rows.append((v.name, dtype, shape,
+                     shape is None or any(not isinstance(d, int) for d in shape)))
+    return _frame(rows, IO_COLUMNS, ("dtype", "shape"))

@@ -1,0 +1,100 @@
+"""Per-weight statistics and histograms, reading one tensor at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+from onnx_lab.analysis.tables import initializers_table
+from onnx_lab.core.model import LabModel
+from onnx_lab.errors import InputError, unknown_name
+
+__all__ = ["weight_stats", "weight_histogram", "weight_values"]
+
+STATS_COLUMNS = ["name", "dtype", "shape", "numel", "min", "max", "mean", "std", "abs_max",
+                 "zeros_frac", "nan_count", "inf_count", "outlier_score", "source"]
+
+
+def weight_values(model: LabModel, name: str) -> np.ndarray:
+    """The values of weight ``name`` (initializer or Constant node) as a numpy array.
+
+    External data is read (memory-mapped) only now.
+    """
+    idx = model.index
+    for g in idx.graphs.values():
+        v = g.initializers.get(name)
+        if v is not None and v.const_value is not None:
+            return v.const_value.numpy()
+    from onnx_lab.analysis.tables import constant_tensors
+
+    for out, t, _nid, _g in constant_tensors(model):
+        if out == name:
+            return t.numpy()
+    names = initializers_table(model)["name"].tolist()
+    raise unknown_name("weight", name, names, fix="See lab.initializers for the weight names.")
+
+
+def _stats(a: np.ndarray) -> tuple:
+    if a.dtype.kind not in "fiub" or a.size == 0:
+        return (None,) * 9
+    x = a.astype(np.float64, copy=False).ravel()
+    nan = int(np.isnan(x).sum())
+    inf = int(np.isinf(x).sum())
+    finite = x[np.isfinite(x)] if (nan or inf) else x
+    if finite.size == 0:
+        return (None, None, None, None, None, float((x == 0).mean()), nan, inf, None)
+    mn, mx = float(finite.min()), float(finite.max())
+    mean, std = float(finite.mean()), float(finite.std())
+    absmax = float(np.abs(finite).max())
+    # How many standard deviations the most extreme value lies from the mean: large values
+    # mark weights that will quantize badly or hint at a corrupted tensor.
+    outlier = float(max(abs(mx - mean), abs(mn - mean)) / std) if std > 0 else 0.0
+    return (mn, mx, mean, std, absmax, float((x == 0).mean()), nan, inf, outlier)
+
+
+def weight_stats(model: LabModel, names: Iterable[str] | None = None) -> pd.DataFrame:
+    """Statistics per weight (initializers and Constant tensors), one tensor in memory at a time.
+
+    Columns:
+        name, dtype, shape, numel; min, max, mean, std, abs_max (over finite values);
+        zeros_frac (fraction exactly 0); nan_count, inf_count;
+        outlier_score (max |x - mean| / std: 3-5 is normal for Gaussian-like weights, > 20
+        deserves a look); source ('initializer' or 'constant').
+        Non-numeric tensors (strings) have None statistics.
+
+    Example:
+        >>> lab.weight_stats().sort_values("outlier_score", ascending=False).head()
+    """
+    table = initializers_table(model)
+    if names is not None:
+        names = [names] if isinstance(names, str) else list(names)
+        known = set(table["name"])
+        for n in names:
+            if n not in known:
+                raise unknown_name("weight", n, known,
+                                   fix="See lab.initializers for the weight names.")
+        table = table[table["name"].isin(names)]
+    rows = []
+    for r in table.itertuples():
+        try:
+            values = weight_values(model, r.name)
+        except (OSError, ValueError) as e:
+            raise InputError(f"Cannot read the values of weight {r.name!r}: {e}.",
+                             fix="Check that its external data file is complete.") from e
+        rows.append((r.name, r.dtype, r.shape, r.numel, *_stats(values), r.source))
+        del values
+    return pd.DataFrame(rows, columns=STATS_COLUMNS)
+
+
+def weight_histogram(model: LabModel, name: str, bins: int = 100):
+    """A matplotlib Figure with the histogram of weight ``name`` (log count axis).
+
+    Example:
+        >>> fig = lab.weight_histogram("stem.conv.weight")
+    """
+    from onnx_lab.render.plots import histogram_figure
+
+    values = weight_values(model, name)
+    return histogram_figure(values, title=f"{name} {tuple(values.shape)}", bins=bins)

@@ -1,0 +1,200 @@
+"""Reading models from paths, bytes, ModelProto or onnx_ir.Model, with clear errors.
+
+External data is never read here: tensors stay :class:`onnx_ir.ExternalTensor` (memory-mapped on
+first use), so opening a multi-GB model costs the size of its graph, not its weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+from google.protobuf.message import DecodeError
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.errors import ExternalDataError, InputError, ModelLoadError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["load_model", "check_external_data"]
+
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def load_model(source: object) -> LabModel:
+    """Load ``source`` (path, bytes, ``onnx.ModelProto`` or ``onnx_ir.Model``) into a LabModel.
+
+    Raises:
+        ModelLoadError: the source is missing, empty, a directory, not an ONNX protobuf.
+        ExternalDataError: external data files are missing, truncated or escape the folder.
+    """
+    if isinstance(source, LabModel):
+        return source
+    if isinstance(source, ir.Model):
+        return LabModel(source)
+    if isinstance(source, onnx.ModelProto):
+        _check_proto(source, "the ModelProto")
+        return LabModel(ir.serde.deserialize_model(source))
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        proto = _parse_bytes(bytes(source), "the given bytes")
+        if _external_locations(proto):
+            raise ExternalDataError(
+                "The model bytes refer to external data files, which cannot be found without "
+                "the model's folder.",
+                fix="Pass the path of the .onnx file instead of its bytes.",
+            )
+        return LabModel(ir.serde.deserialize_model(proto))
+    if isinstance(source, (str, os.PathLike)):
+        return _load_path(Path(source))
+    raise InputError(
+        f"Cannot open an object of type {type(source).__name__}.",
+        fix="Pass a path, bytes, an onnx.ModelProto, an onnx_ir.Model or 'sample:NAME'.",
+    )
+
+
+def _load_path(path: Path) -> LabModel:
+    if not path.exists():
+        raise ModelLoadError(f"Model file {str(path)!r} does not exist.",
+                             fix="Check the path (relative paths start at the current folder "
+                             f"{os.getcwd()!r}).")
+    if path.is_dir():
+        onnx_files = sorted(p.name for p in path.glob("*.onnx"))[:5]
+        hint = f" It holds: {', '.join(onnx_files)}." if onnx_files else ""
+        raise ModelLoadError(f"{str(path)!r} is a directory, not a model file.{hint}",
+                             fix="Pass the path of the .onnx file inside it.")
+    size = path.stat().st_size
+    if size == 0:
+        raise ModelLoadError(f"Model file {str(path)!r} is empty (0 bytes).",
+                             fix="Re-export or re-download the model.")
+    with open(path, "rb") as f:
+        head = f.read(512)
+    _check_magic(head, repr(str(path)))
+    try:
+        proto = onnx.load_model(str(path), load_external_data=False)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ModelLoadError(
+            f"Model file {str(path)!r} ({size} bytes) is not a valid ONNX protobuf: it is "
+            "truncated or corrupted.",
+            fix="Re-export the model, or check that the copy/download completed.",
+        ) from e
+    _check_proto(proto, repr(str(path)))
+    check_external_data(proto, path.parent)
+    model = ir.serde.deserialize_model(proto)
+    ir.external_data.set_base_dir(model.graph, str(path.parent))
+    return LabModel(model, path=path)
+
+
+def _check_magic(head: bytes, what: str) -> None:
+    if head.startswith(_ZIP_MAGIC):
+        raise ModelLoadError(
+            f"{what} is a zip archive, not an ONNX model.",
+            fix="Unzip it first and open the .onnx file inside.",
+        )
+    sample = head[:256]
+    if sample and _looks_like_text(sample):
+        first = sample.decode("utf-8", "replace").strip().splitlines()[0][:60]
+        raise ModelLoadError(
+            f"{what} is a text file (it starts with {first!r}), not a binary ONNX model.",
+            fix="Open the binary .onnx file (a git-lfs pointer or an HTML error page is "
+            "a failed download).",
+        )
+
+
+def _looks_like_text(sample: bytes) -> bool:
+    # A serialized ModelProto starts with a field tag (0x08 = ir_version) followed by
+    # binary varints; text files are printable UTF-8 throughout.
+    try:
+        text = sample.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    printable = sum(ch.isprintable() or ch in "\r\n\t" for ch in text)
+    return printable / max(len(text), 1) > 0.97
+
+
+def _parse_bytes(data: bytes, what: str) -> onnx.ModelProto:
+    if not data:
+        raise ModelLoadError(f"{what} are empty.", fix="Pass the serialized model.")
+    _check_magic(data[:512], what)
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except DecodeError as e:
+        raise ModelLoadError(f"{what} are not a valid ONNX protobuf (truncated or corrupted).",
+                             fix="Serialize the model with model.SerializeToString().") from e
+    _check_proto(proto, what)
+    return proto
+
+
+def _check_proto(proto: onnx.ModelProto, what: str) -> None:
+    # protobuf parses many random byte strings without complaint: require what every
+    # ONNX writer emits.
+    if proto.ir_version <= 0 or not proto.HasField("graph") or not proto.opset_import:
+        raise ModelLoadError(
+            f"{what} parsed as protobuf but is not an ONNX model (no ir_version, graph or "
+            "opset_import).",
+            fix="Check that this is an .onnx model file and not another protobuf or data file.",
+        )
+
+
+def _iter_tensors(graph: onnx.GraphProto):
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR:
+                yield attr.t
+            elif attr.type == onnx.AttributeProto.GRAPH:
+                yield from _iter_tensors(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _iter_tensors(g)
+
+
+def _external_locations(proto: onnx.ModelProto) -> list[tuple[str, dict[str, str]]]:
+    out = []
+    for t in _iter_tensors(proto.graph):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in t.external_data}
+            out.append((t.name, info))
+    return out
+
+
+def check_external_data(proto: onnx.ModelProto, base_dir: Path) -> None:
+    """Check that every external data reference stays inside ``base_dir`` and exists.
+
+    Raises:
+        ExternalDataError: naming the tensor and the file.
+    """
+    base = base_dir.resolve()
+    sizes: dict[Path, int] = {}
+    for name, info in _external_locations(proto):
+        location = info.get("location", "")
+        if not location:
+            raise ExternalDataError(f"Tensor {name!r} is marked external but has no location.",
+                                    fix="Re-export the model with its external data.")
+        target = (base / location).resolve()
+        if os.path.isabs(location) or not target.is_relative_to(base):
+            raise ExternalDataError(
+                f"Tensor {name!r} points to external data {location!r} outside the model's "
+                f"folder {str(base)!r}; onnx_lab refuses to read it (a model file must not "
+                "read arbitrary files).",
+                fix="Move the data file next to the model and set a relative location.",
+            )
+        if target not in sizes:
+            if not target.is_file():
+                raise ExternalDataError(
+                    f"External data file {location!r} (needed by tensor {name!r}) is missing "
+                    f"from {str(base)!r}.",
+                    fix="Copy the data file next to the .onnx file; it must keep its name.",
+                )
+            sizes[target] = target.stat().st_size
+        offset = int(info.get("offset", 0) or 0)
+        length = info.get("length")
+        if length is not None and offset + int(length) > sizes[target]:
+            raise ExternalDataError(
+                f"External data file {location!r} is truncated: tensor {name!r} needs bytes "
+                f"{offset}..{offset + int(length)} but the file has {sizes[target]}.",
+                fix="Copy the complete data file again.",
+            )

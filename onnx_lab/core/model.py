@@ -1,0 +1,109 @@
+"""LabModel: one onnx_ir model plus where it came from, its index and its inferred types."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import onnx
+import onnx_ir as ir
+
+if TYPE_CHECKING:
+    from onnx_lab.core.index import ModelIndex
+    from onnx_lab.core.shapes import TensorInfo
+
+__all__ = ["LabModel"]
+
+
+class LabModel:
+    """An ONNX model held as :class:`onnx_ir.Model`, with a cached index and shape inference.
+
+    Every feature of onnx_lab reads models through this class. A LabModel is treated as
+    immutable once indexed: transforms work on :meth:`clone` and build a new LabModel, so
+    caches never go stale. Code that must mutate in place calls :meth:`invalidate`.
+
+    Attributes:
+        ir: the in-memory model.
+        path: the file it was opened from, or None.
+    """
+
+    def __init__(self, model: ir.Model, *, path: str | Path | None = None) -> None:
+        self.ir = model
+        self.path = Path(path) if path is not None else None
+        self._index: ModelIndex | None = None
+        self._types: dict[tuple, dict[str, TensorInfo]] = {}
+
+    # -- identity -------------------------------------------------------------------------
+    @property
+    def base_dir(self) -> Path | None:
+        """Folder that relative external data locations are resolved against."""
+        return self.path.parent if self.path is not None else None
+
+    @property
+    def graph(self) -> ir.Graph:
+        return self.ir.graph
+
+    def __repr__(self) -> str:
+        src = str(self.path) if self.path else "<memory>"
+        return f"LabModel({src}, {self.graph.num_nodes()} main-graph nodes)"
+
+    # -- caches ---------------------------------------------------------------------------
+    @property
+    def index(self) -> ModelIndex:
+        """The model index (stable node ids, producers, consumers, topological order)."""
+        if self._index is None:
+            from onnx_lab.core.index import ModelIndex
+
+            self._index = ModelIndex(self.ir)
+        return self._index
+
+    def invalidate(self) -> None:
+        """Drop cached index and types after an in-place change of :attr:`ir`."""
+        self._index = None
+        self._types.clear()
+
+    def types(self, dims: Mapping[str, int] | None = None,
+              shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, TensorInfo]:
+        """dtype and shape of every value, after ONNX shape inference (cached per dims/shapes).
+
+        Shape inference never raises here: when it fails, declared types are used.
+        """
+        key = (tuple(sorted((dims or {}).items())),
+               tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items())))
+        if key not in self._types:
+            from onnx_lab.core.shapes import infer_types
+
+            self._types[key] = infer_types(self, dims=dims, shapes=shapes)
+        return self._types[key]
+
+    # -- copies and serialization ---------------------------------------------------------
+    def clone(self) -> LabModel:
+        """A structural copy sharing (immutable) tensor data; the copy keeps :attr:`path`."""
+        return LabModel(self.ir.clone(), path=self.path)
+
+    def to_proto(self) -> onnx.ModelProto:
+        """Serialize to a ModelProto; external tensors stay references to their files."""
+        return ir.to_proto(self.ir)
+
+    def external_tensors(self) -> list[ir.ExternalTensor]:
+        """Initializer tensors whose data lives in external files."""
+        out = []
+        for g in self.ir.graphs():
+            for v in g.initializers.values():
+                if isinstance(v.const_value, ir.ExternalTensor):
+                    out.append(v.const_value)
+        return out
+
+    @property
+    def has_external_data(self) -> bool:
+        return bool(self.external_tensors())
+
+    def weights_nbytes(self) -> int:
+        """Bytes of all initializer data (without reading external files)."""
+        total = 0
+        for g in self.ir.graphs():
+            for v in g.initializers.values():
+                if v.const_value is not None:
+                    total += v.const_value.nbytes
+        return total

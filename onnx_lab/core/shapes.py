@@ -1,0 +1,277 @@
+"""Types and shapes of every value, by ONNX shape inference on a weight-free skeleton.
+
+Shape inference runs on a copy of the graph in which large tensors (initializers and Constant
+node values over ``_KEEP_BYTES``) are replaced by typed graph inputs. The skeleton holds no
+weights, so inference is fast, needs no external data, and works for models over 2 GB, while
+small constants (shape vectors, axes) stay so data propagation can compute Reshape targets.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import onnx
+import onnx_ir as ir
+
+from onnx_lab.errors import DimError, unknown_name
+
+if TYPE_CHECKING:
+    from onnx_lab.core.model import LabModel
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TensorInfo", "infer_types", "dtype_name", "shape_tuple", "validate_dims",
+           "dynamic_dims"]
+
+_KEEP_BYTES = 4096
+_DTYPE_NAMES = {ir.DataType.FLOAT: "float32", ir.DataType.DOUBLE: "float64"}
+
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """dtype name (``"float32"``) and shape (ints, symbolic names, None for unknown dims;
+    ``shape`` itself None when the rank is unknown)."""
+
+    dtype: str | None
+    shape: tuple[Dim, ...] | None
+
+    @property
+    def dynamic(self) -> bool:
+        """True when the rank or any dim is not a concrete int."""
+        return self.shape is None or any(not isinstance(d, int) for d in self.shape)
+
+    @property
+    def numel(self) -> int | None:
+        if self.dynamic:
+            return None
+        n = 1
+        for d in self.shape:  # type: ignore[union-attr]
+            n *= d  # type: ignore[operator]
+        return n
+
+
+def dtype_name(dtype: ir.DataType | int | None) -> str | None:
+    """``ir.DataType.FLOAT`` / ``1`` -> ``"float32"``; None stays None."""
+    if dtype is None:
+        return None
+    try:
+        dt = ir.DataType(dtype)
+    except ValueError:
+        return None
+    if dt == ir.DataType.UNDEFINED:
+        return None
+    return _DTYPE_NAMES.get(dt, dt.name.lower())
+
+
+def shape_tuple(shape: ir.Shape | None) -> tuple[Dim, ...] | None:
+    """``ir.Shape`` -> tuple of int / str / None."""
+    if shape is None:
+        return None
+    out: list[Dim] = []
+    for d in shape:
+        if isinstance(d, int):
+            out.append(d)
+        else:
+            out.append(d.value if getattr(d, "value", None) else None)
+    return tuple(out)
+
+
+def dynamic_dims(model: LabModel) -> dict[str, list[str]]:
+    """Symbolic dim name -> input names that use it (unnamed/-1/? dims as ``"?"``)."""
+    out: dict[str, list[str]] = {}
+    for v in model.graph.inputs:
+        if v.name in model.graph.initializers:
+            continue
+        for d in shape_tuple(v.shape) or ():
+            if isinstance(d, int) and d >= 0:
+                continue
+            key = d if isinstance(d, str) else "?"
+            out.setdefault(key, [])
+            if v.name not in out[key]:
+                out[key].append(v.name)
+    return out
+
+
+def validate_dims(model: LabModel, dims: Mapping[str, int] | None,
+                  shapes: Mapping[str, Sequence[int]] | None) -> None:
+    """Check that ``dims`` names exist and ``shapes`` name real inputs with the right rank.
+
+    Raises:
+        DimError: an unknown dim name, a non-positive value or a rank mismatch.
+        UnknownNameError: ``shapes`` names an input that does not exist.
+    """
+    known = dynamic_dims(model)
+    for name, value in (dims or {}).items():
+        if name not in known or name == "?":
+            named = sorted(k for k in known if k != "?")
+            raise DimError(
+                f"Unknown dim name {name!r}: the model's inputs have "
+                f"{'symbolic dims ' + ', '.join(map(repr, named)) if named else 'no named dims'}.",
+                fix="Use one of those names, or give whole shapes with shapes={input: [...]}."
+            )
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise DimError(f"Dim {name!r} must be a positive int, got {value!r}.",
+                           fix=f"Pass dims={{{name!r}: 1}} or another positive size.")
+    inputs = {v.name: v for v in model.graph.inputs if v.name not in model.graph.initializers}
+    for name, shape in (shapes or {}).items():
+        if name not in inputs:
+            raise unknown_name("input", name, inputs,
+                               fix=f"Model inputs are {sorted(inputs)}.")
+        declared = shape_tuple(inputs[name].shape)
+        shape = list(shape)
+        if declared is not None and len(declared) != len(shape):
+            raise DimError(
+                f"Shape {shape} for input {name!r} has rank {len(shape)}, but the model "
+                f"declares rank {len(declared)} ({list(declared)}).",
+                fix="Give one size per declared dim.")
+        for i, d in enumerate(shape):
+            if not isinstance(d, int) or d <= 0:
+                raise DimError(f"Shape {shape} for input {name!r}: dim {i} must be a positive "
+                               f"int, got {d!r}.", fix="Use concrete sizes such as [1, 3, 224, 224].")
+            if declared is not None and isinstance(declared[i], int) and declared[i] > 0 \
+                    and declared[i] != d:
+                raise DimError(
+                    f"Shape {shape} for input {name!r}: dim {i} is fixed to {declared[i]} in "
+                    f"the model, not {d}.", fix=f"Use {declared[i]} for dim {i}.")
+
+
+def _resolved_input_shape(v: ir.Value, dims: Mapping[str, int],
+                          shapes: Mapping[str, Sequence[int]]) -> list[Dim] | None:
+    if v.name in shapes:
+        return list(shapes[v.name])
+    declared = shape_tuple(v.shape)
+    if declared is None:
+        return None
+    return [dims.get(d, d) if isinstance(d, str) else d for d in declared]
+
+
+def _value_info(name: str, elem: int, shape: Sequence[Dim] | None) -> onnx.ValueInfoProto:
+    if shape is None:
+        return onnx.helper.make_tensor_value_info(name, elem, None)
+    dims = [d if (isinstance(d, str) or (isinstance(d, int) and d >= 0)) else None for d in shape]
+    return onnx.helper.make_tensor_value_info(name, elem, dims)
+
+
+def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: bool) -> None:
+    into.name = graph.name or "graph"
+    for v in graph.inputs:
+        if top and v.name not in graph.initializers and v.type is not None \
+                and isinstance(v.type, ir.TensorType):
+            into.input.append(_value_info(v.name, int(v.dtype or 0),
+                                          _resolved_input_shape(v, dims, shapes)))
+        else:
+            ir.serde.serialize_value_into(into.input.add(), v)
+    for name, v in graph.initializers.items():
+        t = v.const_value
+        if t is not None and t.nbytes <= _KEEP_BYTES:
+            try:
+                ir.serde.serialize_tensor_into(into.initializer.add(), t)
+                into.initializer[-1].name = name
+                continue
+            except Exception:  # noqa: BLE001 - unreadable data: fall back to a typed input
+                del into.initializer[-1]
+        if any(i.name == name for i in into.input):
+            continue
+        dtype = v.dtype or (t.dtype if t is not None else None)
+        shape = shape_tuple(v.shape or (t.shape if t is not None else None))
+        into.input.append(_value_info(name, int(dtype or 0), shape))
+    for node in graph:
+        value = node.attributes.get("value")
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and value is not None \
+                and value.type == ir.AttributeType.TENSOR and value.value.nbytes > _KEEP_BYTES:
+            t = value.value
+            into.input.append(_value_info(node.outputs[0].name, int(t.dtype),
+                                          shape_tuple(t.shape)))
+            continue
+        ir.serde.serialize_node_into(into.node.add(), node)
+    for v in graph.outputs:
+        out = into.output.add()
+        out.name = v.name
+        if v.type is not None:
+            ir.serde.serialize_value_into(out, v)
+
+
+def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
+                shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, TensorInfo]:
+    """Run shape inference (with data propagation) and return TensorInfo for every value.
+
+    Never raises because of the model: when inference fails, declared types are kept and a
+    warning is logged.
+    """
+    dims = dict(dims or {})
+    shapes = dict(shapes or {})
+    m = model.ir
+    skel = onnx.ModelProto(ir_version=max(m.ir_version, 4))
+    for domain, version in m.opset_imports.items():
+        skel.opset_import.add(domain=domain, version=version)
+    for f in m.functions.values():
+        ir.serde.serialize_function_into(skel.functions.add(), f)
+    result: dict[str, TensorInfo] = {}
+    try:
+        _skeleton_graph(m.graph, skel.graph, dims, shapes, top=True)
+        inferred = onnx.shape_inference.infer_shapes(skel, check_type=False, strict_mode=False,
+                                                     data_prop=True)
+        _collect(inferred.graph, result)
+    except Exception as e:  # noqa: BLE001 - inference must never make open() fail
+        logger.warning("ONNX shape inference failed (%s); using declared shapes only.", e)
+    # Declared types fill what inference did not produce (and bodies it could not enter).
+    for g in m.graphs():
+        values = list(g.inputs) + list(g.outputs) + list(g.initializers.values())
+        for node in g:
+            values.extend(node.outputs)
+        for v in values:
+            if not v.name:
+                continue
+            declared = TensorInfo(dtype_name(v.dtype), shape_tuple(v.shape))
+            if v.const_value is not None:
+                declared = TensorInfo(dtype_name(v.const_value.dtype),
+                                      shape_tuple(v.const_value.shape))
+            have = result.get(v.name)
+            if have is None or (have.shape is None and declared.shape is not None) \
+                    or (have.dtype is None and declared.dtype is not None):
+                result[v.name] = TensorInfo(have.dtype if have and have.dtype else declared.dtype,
+                                            have.shape if have and have.shape is not None
+                                            else declared.shape)
+    return result
+
+
+def _collect(graph: onnx.GraphProto, out: dict[str, TensorInfo]) -> None:
+    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+        info = _info_from_proto(vi)
+        if info is not None and (vi.name not in out or out[vi.name].shape is None):
+            out[vi.name] = info
+    for t in graph.initializer:
+        out.setdefault(t.name, TensorInfo(dtype_name(t.data_type), tuple(t.dims)))
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _collect(attr.g, out)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    _collect(g, out)
+            elif node.op_type == "Constant" and attr.type == onnx.AttributeProto.TENSOR \
+                    and node.output:
+                out.setdefault(node.output[0],
+                               TensorInfo(dtype_name(attr.t.data_type), tuple(attr.t.dims)))
+
+
+def _info_from_proto(vi: onnx.ValueInfoProto) -> TensorInfo | None:
+    if not vi.type.HasField("tensor_type"):
+        return None
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return TensorInfo(dtype_name(tt.elem_type), None)
+    dims: list[Dim] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return TensorInfo(dtype_name(tt.elem_type), tuple(dims))

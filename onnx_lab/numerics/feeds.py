@@ -1,0 +1,239 @@
+"""Seeded model inputs that respect dtypes and dims, and loading of user-given feeds.
+
+Example:
+    >>> from onnx_lab.numerics import make_feeds
+    >>> feeds = make_feeds(onnx_lab.open("sample:transformer_block"), dims={"batch": 1, "seq": 8})
+    >>> feeds["x"].shape
+    (1, 8, 32)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import dtype_name, shape_tuple, validate_dims
+from onnx_lab.errors import DimError, InputError
+
+__all__ = ["make_feeds", "as_feed_list", "input_specs", "resolve_input_shapes", "Feeds"]
+
+Feeds = dict[str, np.ndarray]
+
+_NP_DTYPES = {
+    "float32": np.float32, "float64": np.float64, "float16": np.float16,
+    "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16,
+    "int32": np.int32, "uint32": np.uint32, "int64": np.int64, "uint64": np.uint64,
+    "bool": np.bool_,
+}
+
+
+def _model_of(source: Any) -> tuple[LabModel, dict, dict]:
+    """(LabModel, dims, shapes) of a Lab or LabModel."""
+    from onnx_lab.lab import Lab
+
+    if isinstance(source, Lab):
+        return source.model, dict(source.dims), dict(source.shapes)
+    if isinstance(source, LabModel):
+        return source, {}, {}
+    from onnx_lab.lab import open_lab
+
+    lab = open_lab(source)
+    return lab.model, {}, {}
+
+
+def input_specs(model: LabModel) -> list[tuple[str, str | None, tuple | None]]:
+    """(name, dtype, declared shape) of each real graph input (initializers excluded)."""
+    g = model.graph
+    return [(v.name, dtype_name(v.dtype), shape_tuple(v.shape))
+            for v in g.inputs if v.name not in g.initializers]
+
+
+def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
+                         shapes: Mapping[str, Sequence[int]] | None = None
+                         ) -> dict[str, tuple[int, ...]]:
+    """Concrete shape of every input, or DimError listing every unresolved dim and the fix."""
+    dims = dict(dims or {})
+    shapes = dict(shapes or {})
+    validate_dims(model, dims, shapes)
+    out: dict[str, tuple[int, ...]] = {}
+    missing: list[str] = []
+    named: set[str] = set()
+    for name, _dtype, shape in input_specs(model):
+        if name in shapes:
+            out[name] = tuple(int(d) for d in shapes[name])
+            continue
+        if shape is None:
+            missing.append(f"input {name!r} has unknown rank")
+            continue
+        resolved = []
+        for i, d in enumerate(shape):
+            if isinstance(d, int) and d > 0:
+                resolved.append(d)
+            elif isinstance(d, int) and d == 0:
+                resolved.append(0)
+            elif isinstance(d, str) and d in dims:
+                resolved.append(int(dims[d]))
+            else:
+                if isinstance(d, str):
+                    named.add(d)
+                missing.append(f"input {name!r} dim {i} ({d!r})" if isinstance(d, str)
+                               else f"input {name!r} dim {i} (unnamed)")
+                resolved.append(-1)
+        out[name] = tuple(resolved)
+    if missing:
+        fixes = []
+        if named:
+            fixes.append("dims={" + ", ".join(f"{d!r}: 1" for d in sorted(named)) + "}")
+        unnamed = sorted({m.split("'")[1] for m in missing if "unnamed" in m or "rank" in m})
+        if unnamed:
+            fixes.append("shapes={" + ", ".join(f"{n!r}: [...]" for n in unnamed) + "}")
+        raise DimError(
+            f"Unresolved dims: {'; '.join(missing)}.",
+            fix=f"Pass {' and '.join(fixes)} (to open(), or to this call; "
+            "on the CLI --dims NAME=V / --shape INPUT:AxB).")
+    return out
+
+
+def _gather_vocab(model: LabModel, name: str) -> int | None:
+    """Rows of an embedding table the integer input indexes (Gather(table, input))."""
+    idx = model.index
+    for nid in idx.consumers.get(name, ()):
+        node = idx.node(nid)
+        if node.op_type == "Gather" and len(node.inputs) > 1 and node.inputs[1] is not None \
+                and node.inputs[1].name == name and node.inputs[0] is not None:
+            table = node.inputs[0]
+            shape = shape_tuple(table.shape) or (shape_tuple(table.const_value.shape)
+                                                 if table.const_value is not None else None)
+            axis = node.attributes.get("axis")
+            ax = axis.value if axis is not None else 0
+            if shape and isinstance(shape[ax], int):
+                return int(shape[ax])
+    return None
+
+
+def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
+               shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0, n: int = 1,
+               ranges: Mapping[str, tuple[float, float]] | None = None
+               ) -> Feeds | list[Feeds]:
+    """Seeded random inputs for a model.
+
+    Floats are standard normal (or uniform in ``ranges[name]``); integer inputs that index an
+    embedding (Gather) stay below its row count, inputs named ``*mask*`` are ones, ``*type*``
+    ids are zeros, other integers lie in [0, 10); bools are random; scalars are 0-d arrays.
+
+    Args:
+        source: a Lab, LabModel or anything ``onnx_lab.open`` takes (its dims/shapes apply).
+        dims, shapes: values for dynamic dims (merged over the Lab's).
+        seed: the random seed (same seed, same feeds).
+        n: number of samples; ``n == 1`` returns one dict, ``n > 1`` a list of dicts.
+        ranges: ``{input: (low, high)}`` uniform ranges.
+
+    Raises:
+        DimError: dims left unresolved, listing each and how to pass it.
+    """
+    model, d0, s0 = _model_of(source)
+    dims = {**d0, **(dims or {})}
+    shapes = {**s0, **(shapes or {})}
+    if not isinstance(n, int) or n < 1:
+        raise InputError(f"n must be a positive int, got {n!r}.", fix="Use n=1 or more.")
+    concrete = resolve_input_shapes(model, dims, shapes)
+    ranges = dict(ranges or {})
+    rng = np.random.default_rng(seed)
+    samples: list[Feeds] = []
+    for _ in range(n):
+        feeds: Feeds = {}
+        for name, dtype, _shape in input_specs(model):
+            shape = concrete[name]
+            np_dtype = _NP_DTYPES.get(dtype or "float32")
+            if np_dtype is None:
+                raise InputError(f"Input {name!r} has dtype {dtype}, which make_feeds cannot "
+                                 "generate.", fix="Pass feeds={...} with arrays you built.")
+            low_name = name.lower()
+            if name in ranges:
+                lo, hi = ranges[name]
+                if np.issubdtype(np_dtype, np.integer):
+                    arr = rng.integers(int(lo), int(hi), size=shape)
+                else:
+                    arr = rng.uniform(lo, hi, size=shape)
+            elif np_dtype is np.bool_:
+                arr = np.ones(shape, bool) if "mask" in low_name else rng.random(shape) < 0.5
+            elif np.issubdtype(np_dtype, np.integer):
+                if "mask" in low_name:
+                    arr = np.ones(shape)
+                elif "type" in low_name:
+                    arr = np.zeros(shape)
+                else:
+                    arr = rng.integers(0, _gather_vocab(model, name) or 10, size=shape)
+            else:
+                arr = rng.standard_normal(shape)
+            feeds[name] = np.asarray(arr).astype(np_dtype)
+        samples.append(feeds)
+    return samples[0] if n == 1 else samples
+
+
+def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
+                 shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0
+                 ) -> list[Feeds]:
+    """Normalize ``feeds`` (None, a dict, a list of dicts, or an ``.npz`` path) to a checked list.
+
+    None generates one seeded sample. Dicts are checked against the model's inputs: a missing
+    or unknown input, a wrong dtype kind or a shape that contradicts a fixed dim raises
+    InputError naming the input.
+    """
+    model, d0, s0 = _model_of(source)
+    if feeds is None:
+        return [make_feeds(model, {**d0, **(dims or {})}, {**s0, **(shapes or {})}, seed=seed)]
+    if isinstance(feeds, (str, Path)):
+        path = Path(feeds)
+        if not path.is_file():
+            raise InputError(f"Feeds file {str(path)!r} does not exist.",
+                             fix="Save inputs with numpy.savez(path, **{input_name: array}).")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                feeds = {k: z[k] for k in z.files}
+        except (OSError, ValueError) as e:
+            raise InputError(f"Cannot read feeds file {str(path)!r}: {e}.",
+                             fix="Write it with numpy.savez.") from e
+    items = [feeds] if isinstance(feeds, Mapping) else list(feeds)
+    specs = input_specs(model)
+    names = [s[0] for s in specs]
+    out = []
+    for i, f in enumerate(items):
+        if not isinstance(f, Mapping):
+            raise InputError(f"Feeds sample {i} is a {type(f).__name__}, not a dict.",
+                             fix="Pass {input_name: numpy array}.")
+        missing = [n for n in names if n not in f]
+        extra = [k for k in f if k not in names]
+        if missing or extra:
+            raise InputError(
+                f"Feeds do not match the model's inputs {names}: "
+                + "; ".join(x for x in (f"missing {missing}" if missing else "",
+                                        f"unknown {extra}" if extra else "") if x) + ".",
+                fix="Give exactly one array per model input.")
+        sample = {}
+        for name, dtype, shape in specs:
+            arr = np.asarray(f[name])
+            want = _NP_DTYPES.get(dtype or "")
+            if want is not None and arr.dtype != want:
+                if np.dtype(want).kind != arr.dtype.kind and not (
+                        np.dtype(want).kind in "iu" and arr.dtype.kind in "iu"):
+                    raise InputError(f"Feed {name!r} has dtype {arr.dtype}, the model expects "
+                                     f"{dtype}.", fix=f"Pass arr.astype('{dtype}').")
+                arr = arr.astype(want)
+            if shape is not None:
+                if arr.ndim != len(shape):
+                    raise InputError(f"Feed {name!r} has shape {list(arr.shape)} (rank "
+                                     f"{arr.ndim}); the model expects rank {len(shape)} "
+                                     f"{list(shape)}.", fix="Reshape the array.")
+                for ax, (a, d) in enumerate(zip(arr.shape, shape)):
+                    if isinstance(d, int) and d > 0 and a != d:
+                        raise InputError(f"Feed {name!r} has shape {list(arr.shape)}; dim {ax} "
+                                         f"must be {d}.", fix="Pass an array of the model's "
+                                         f"shape {list(shape)}.")
+            sample[name] = arr
+        out.append(sample)
+    return out

@@ -1,0 +1,1 @@
+"""onnx_lab.profiling."""

@@ -1,0 +1,79 @@
+"""HTML formatting of tables and summaries (on copies; the data stays untouched)."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["summary_html", "frame_html", "format_bytes"]
+
+
+def format_bytes(n: int | float | None) -> str:
+    """``1536`` -> ``'1.5 KB'``."""
+    if n is None:
+        return ""
+    n = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _shape(shape: Any) -> str:
+    if shape is None:
+        return "?"
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def frame_html(df: pd.DataFrame, *, max_rows: int = 50, page: int = 0,
+               caption: str | None = None) -> str:
+    """One page of a DataFrame as HTML (never a dump of thousands of rows)."""
+    total = len(df)
+    start = page * max_rows
+    view = df.iloc[start:start + max_rows].copy()
+    note = ""
+    if total > max_rows:
+        note = (f"<div style='color:#666;font-size:90%'>rows {start + 1}–"
+                f"{min(start + max_rows, total)} of {total}</div>")
+    cap = f"<div style='font-weight:bold'>{_e(caption)}</div>" if caption else ""
+    return cap + view.to_html(index=False, escape=True, border=0, classes="onnx-lab-table") + note
+
+
+def summary_html(summary: Mapping[str, Any]) -> str:
+    """HTML view of :class:`onnx_lab.analysis.summary.Summary`."""
+    s = summary
+    rows = [
+        ("IR version", s["ir_version"]),
+        ("Opsets", ", ".join(f"{d or 'ai.onnx'}: {v}" for d, v in s["opsets"].items())),
+        ("Producer", s["producer"] or "—"),
+        ("Nodes", f"{s['num_nodes']} ({s['num_nodes_main']} in the main graph, "
+                  f"{s['subgraphs']} subgraphs)"),
+        ("Weights", f"{s['num_initializers']} initializers, {s['num_constant_tensors']} "
+                    f"Constant tensors, {s['num_params']:,} params, "
+                    f"{format_bytes(s['param_bytes'])}"
+                    + (" (external data)" if s["external_data"] else "")),
+        ("Dynamic dims", ", ".join(f"{k} ← {', '.join(v)}" for k, v in s["dynamic_dims"].items())
+         or "none"),
+    ]
+    body = "".join(f"<tr><th style='text-align:left'>{_e(k)}</th><td>{_e(v)}</td></tr>"
+                   for k, v in rows)
+    io = "".join(
+        f"<tr><td>{kind}</td><td>{_e(x['name'])}</td><td>{_e(x['dtype'])}</td>"
+        f"<td>{_e(_shape(x['shape']))}</td></tr>"
+        for kind in ("input", "output") for x in s[kind + "s"])
+    ops = ", ".join(f"{_e(k)}×{v}" for k, v in list(s["op_counts"].items())[:20])
+    fams = ", ".join(f"{_e(k)}: {v}" for k, v in s["op_families"].items())
+    return (
+        "<div class='onnx-lab-summary'>"
+        f"<table>{body}</table>"
+        f"<table><tr><th>kind</th><th>name</th><th>dtype</th><th>shape</th></tr>{io}</table>"
+        f"<p><b>Op families:</b> {fams}</p><p><b>Ops:</b> {ops}</p></div>"
+    )
