@@ -1,0 +1,539 @@
+"""Pass infrastructure: matches, results with provenance, the rewrite context, the registry.
+
+Every transform is a :class:`LabPass`, an ``onnx_ir.passes.InPlacePass`` that works on a clone:
+``LabPass(...).run(model)`` clones the LabModel, stamps each node with its origin, lets the pass
+find its matches and rewrite the chosen ones through a :class:`Rewrite` context (which records
+which nodes each new node came from), and returns a :class:`PassResult` with the new model,
+before/after counts, provenance, removed ids, and a human reason when nothing was done.
+
+Provenance is written into node ``metadata_props["onnx_lab.origin"]`` (a JSON list of node ids
+of the original model), so it composes across steps and survives save/load; :func:`origins`
+reads it back. onnx_ir's own passes do not track provenance, which is why this layer exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import onnx_ir as ir
+import pandas as pd
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.errors import PassError, unknown_name
+
+__all__ = ["ORIGIN_KEY", "Param", "Match", "PassResult", "Rewrite", "LabPass", "register_pass",
+           "get_pass", "pass_names", "available", "origins", "node_origin", "stamp_origins"]
+
+ORIGIN_KEY = "onnx_lab.origin"
+
+
+# ---------------------------------------------------------------------------- data types
+@dataclass(frozen=True)
+class Param:
+    """A pass parameter: name, Python type, default and a one-line doc."""
+
+    name: str
+    type: type | tuple[type, ...]
+    default: Any
+    doc: str = ""
+
+
+@dataclass
+class Match:
+    """One place where a pass can apply.
+
+    Attributes:
+        match_id: stable within one model version, e.g. ``"fuse_conv_bn:/stem/conv/Conv"``.
+        pattern: the pattern name (``conv_bn``, ``conv_bn_relu``, ``dead_node`` ...).
+        pass_name: the registered pass that rewrites it.
+        node_ids: the nodes involved, anchor first.
+        anchor: the node the match is named after.
+        description: one human sentence.
+        saving_nodes, saving_bytes: expected reduction (bytes may be negative for folds).
+        data: pass-private details (not shown in tables).
+    """
+
+    match_id: str
+    pattern: str
+    pass_name: str
+    node_ids: list[str]
+    anchor: str
+    description: str
+    saving_nodes: int = 0
+    saving_bytes: int = 0
+    data: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class PassResult:
+    """What one pass did. Never a bare ``False``: ``reason`` says why nothing changed.
+
+    Attributes:
+        name, params: the pass and the parameters it ran with.
+        modified: whether the model changed.
+        nodes_before, nodes_after: node counts over all graphs.
+        provenance: new or changed node id -> node ids (in the step's input model) it came from.
+        removed: node ids of the input model that no longer exist.
+        reason: why nothing was done (when modified is False), else None.
+        seconds: time of the rewrite (verification not included).
+        notes: warnings (refused folds, ops only onnxruntime runs, unknown provenance...).
+        model: the resulting LabModel (the input itself when nothing changed).
+        matches: the match ids that were applied.
+        verification, verify_passed, max_abs_err, first_failure: filled by verification.
+    """
+
+    name: str
+    params: dict[str, Any]
+    modified: bool
+    nodes_before: int
+    nodes_after: int
+    provenance: dict[str, list[str]]
+    removed: list[str]
+    reason: str | None
+    seconds: float
+    notes: list[str]
+    model: LabModel
+    matches: list[str] = field(default_factory=list)
+    verification: pd.DataFrame | None = None
+    verify_passed: bool | None = None
+    max_abs_err: float | None = None
+    first_failure: str | None = None
+    verify_seconds: float | None = None
+
+    def __repr__(self) -> str:
+        status = (f"{self.nodes_before} -> {self.nodes_after} nodes" if self.modified
+                  else f"not modified: {self.reason}")
+        ver = ""
+        if self.verify_passed is not None:
+            ver = f", verify {'passed' if self.verify_passed else 'FAILED'}"
+            if self.max_abs_err is not None:
+                ver += f" (max_abs_err {self.max_abs_err:.3g})"
+        return f"PassResult({self.name}: {status}{ver}, {self.seconds:.3f}s)"
+
+    def summary(self) -> dict[str, Any]:
+        """The plain fields (for JSON and history rows)."""
+        return {"name": self.name, "params": self.params, "modified": self.modified,
+                "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
+                "reason": self.reason, "seconds": round(self.seconds, 6),
+                "verify_passed": self.verify_passed, "max_abs_err": self.max_abs_err,
+                "first_failure": self.first_failure, "notes": list(self.notes),
+                "matches": list(self.matches)}
+
+    def _repr_html_(self) -> str:
+        import html
+
+        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+                       f"<td>{html.escape(str(v))}</td></tr>"
+                       for k, v in self.summary().items() if v not in (None, [], {}))
+        return f"<table class='onnx-lab-pass'>{rows}</table>"
+
+
+# ---------------------------------------------------------------------------- provenance
+def node_origin(node: ir.Node, fallback: str) -> list[str]:
+    """Original node ids of ``node`` (its ``onnx_lab.origin`` stamp, else ``[fallback]``)."""
+    raw = node.metadata_props.get(ORIGIN_KEY)
+    if raw:
+        try:
+            value = json.loads(raw)
+            if isinstance(value, list):
+                return [str(v) for v in value]
+        except json.JSONDecodeError:
+            pass
+    return [fallback]
+
+
+def origins(model: LabModel) -> dict[str, list[str]]:
+    """For every node id of ``model``: the node ids of the original model it comes from.
+
+    Example:
+        >>> r = lab.apply("fuse_conv_bn")
+        >>> origins(lab.model)["/stem/conv/Conv"]
+        ['/stem/conv/Conv', '/stem/bn/BatchNormalization']
+    """
+    return {nid: node_origin(e.node, nid) for nid, e in model.index.entries.items()}
+
+
+def stamp_origins(model: LabModel) -> None:
+    """Write each node's origin into its metadata (in place; ids of ``model`` itself)."""
+    for nid, e in model.index.entries.items():
+        if ORIGIN_KEY not in e.node.metadata_props:
+            e.node.metadata_props[ORIGIN_KEY] = json.dumps([nid])
+
+
+# ---------------------------------------------------------------------------- rewriting
+class Rewrite:
+    """Editing helpers for a pass, recording provenance of every node it creates or changes.
+
+    Attributes:
+        model: the LabModel being rewritten (a clone; its index reflects the state before the
+            rewrite, so look nodes up by id before changing them).
+        notes: messages for the result.
+    """
+
+    def __init__(self, model: LabModel) -> None:
+        self.model = model
+        self.notes: list[str] = []
+        self._ids_before = {id(e.node): nid for nid, e in model.index.entries.items()}
+        self._records: dict[int, tuple[ir.Node, list[str], list[str]]] = {}
+        self._names: set[str] = set(model.index.values) | {
+            n for g in model.index.graphs.values() for n in g.initializers}
+        self.modified = False
+
+    # -- provenance ---------------------------------------------------------------------
+    def record(self, node: ir.Node, sources: Iterable[ir.Node]) -> None:
+        """Declare that ``node`` (new or changed) stands for ``sources`` (nodes of the input)."""
+        step_ids: list[str] = []
+        orig: list[str] = []
+        for s in sources:
+            sid = self._ids_before.get(id(s))
+            if sid is None and id(s) in self._records:  # a node created earlier in this pass
+                _, s_ids, s_orig = self._records[id(s)]
+                step_ids += [x for x in s_ids if x not in step_ids]
+                orig += [x for x in s_orig if x not in orig]
+                continue
+            if sid is None:
+                continue
+            if sid not in step_ids:
+                step_ids.append(sid)
+            orig += [x for x in node_origin(s, sid) if x not in orig]
+        self._records[id(node)] = (node, step_ids, orig)
+        node.metadata_props[ORIGIN_KEY] = json.dumps(orig)
+        self.modified = True
+
+    # -- names and values ---------------------------------------------------------------
+    def unique_name(self, base: str) -> str:
+        """A tensor/initializer name not used in the model yet."""
+        name, k = base, 1
+        while name in self._names:
+            name = f"{base}_{k}"
+            k += 1
+        self._names.add(name)
+        return name
+
+    def add_initializer(self, graph: ir.Graph, base_name: str, array: np.ndarray) -> ir.Value:
+        """Register a new initializer holding ``array`` in ``graph``."""
+        name = self.unique_name(base_name)
+        tensor = ir.tensor(np.ascontiguousarray(array), name=name)
+        value = ir.Value(name=name, shape=tensor.shape, type=ir.TensorType(tensor.dtype),
+                         const_value=tensor)
+        graph.register_initializer(value)
+        self.modified = True
+        return value
+
+    def const_array(self, value: ir.Value | None) -> np.ndarray | None:
+        """The constant value of ``value``: an initializer or a Constant node's output.
+
+        Weights held in Constant nodes (PaddlePaddle exports) count as constants.
+        """
+        if value is None:
+            return None
+        if value.const_value is not None and not value.is_graph_input():
+            return value.const_value.numpy()
+        prod = value.producer()
+        if prod is not None and prod.op_type == "Constant" and prod.domain in ("", "ai.onnx"):
+            t = ir.convenience.get_const_tensor(value)
+            return t.numpy() if t is not None else None
+        return None
+
+    # -- structural edits ---------------------------------------------------------------
+    def bypass(self, node: ir.Node, input_index: int = 0, output_index: int = 0) -> bool:
+        """Remove ``node`` by wiring its input ``input_index`` to every use of its output.
+
+        When the output is a graph output, the input value takes over the output's name (so
+        model outputs keep their names). Returns False (and changes nothing) when that is not
+        possible (the input is itself a graph input, initializer or output).
+        """
+        graph = node.graph
+        out = node.outputs[output_index]
+        src = node.inputs[input_index]
+        if src is None or graph is None:
+            return False
+        if out.is_graph_output():
+            if src.is_graph_input() or src.is_graph_output() or src.is_initializer() \
+                    or src.graph is not graph and src.producer() is None:
+                return False
+            name = out.name
+            out.replace_all_uses_with(src, replace_graph_outputs=True)
+            out.name = None
+            src.name = name
+        else:
+            out.replace_all_uses_with(src)
+        graph.remove(node, safe=True)
+        self.modified = True
+        return True
+
+    def remove(self, nodes: ir.Node | Iterable[ir.Node]) -> None:
+        """Remove nodes whose outputs are no longer used."""
+        nodes = [nodes] if isinstance(nodes, ir.Node) else list(nodes)
+        for n in nodes:
+            n.graph.remove(n, safe=True)
+        self.modified = True
+
+    def replace(self, old_nodes: Sequence[ir.Node], new_nodes: Sequence[ir.Node],
+                old_values: Sequence[ir.Value], new_values: Sequence[ir.Value]) -> None:
+        """Replace ``old_nodes`` by ``new_nodes`` (inserted at the first old node), rewiring
+        ``old_values`` to ``new_values`` (graph outputs keep their names) and recording that
+        every new node comes from all old nodes."""
+        graph = old_nodes[0].graph
+        for n in new_nodes:
+            self.record(n, old_nodes)
+        ir.convenience.replace_nodes_and_values(graph, old_nodes[0], list(old_nodes),
+                                                list(new_nodes), list(old_values),
+                                                list(new_values))
+        self.modified = True
+
+
+# ---------------------------------------------------------------------------- passes
+class LabPass(ir.passes.InPlacePass):
+    """Base of every onnx_lab transform.
+
+    Subclasses set ``name`` (via :func:`register_pass`), ``params`` and ``no_match_reason``
+    and implement :meth:`find` (the opportunities) and :meth:`rewrite` (apply chosen matches),
+    or override :meth:`transform` for whole-model tools (onnxsim, onnxruntime...).
+
+    Example:
+        >>> result = get_pass("eliminate_identity")().run(lab.model)
+        >>> result.modified, result.removed
+    """
+
+    name: ClassVar[str] = ""
+    params: ClassVar[tuple[Param, ...]] = ()
+    no_match_reason: ClassVar[str] = "nothing to do"
+    semantics_preserving: ClassVar[bool] = True
+
+    def __init__(self, matches: Sequence[str] | None = None, **params: Any) -> None:
+        super().__init__()
+        self.options = self._validate(params)
+        self.selected = list(matches) if matches is not None else None
+        self._rewrite: Rewrite | None = None
+        self._reason: str | None = None
+        self._applied: list[str] = []
+        self._work: LabModel | None = None
+
+    @classmethod
+    def _validate(cls, params: dict[str, Any]) -> dict[str, Any]:
+        known = {p.name: p for p in cls.params}
+        out = {p.name: p.default for p in cls.params}
+        for k, v in params.items():
+            if k not in known:
+                raise PassError(
+                    f"Pass {cls.name!r} has no parameter {k!r}.",
+                    fix=f"Its parameters: {', '.join(known) or 'none'}.")
+            p = known[k]
+            ok = isinstance(v, p.type) and not (isinstance(v, bool) and p.type in (int, float))
+            if isinstance(v, int) and not isinstance(v, bool) and p.type is float:
+                v, ok = float(v), True
+            if not ok and not (v is None and p.default is None):
+                tname = p.type.__name__ if isinstance(p.type, type) else \
+                    " or ".join(t.__name__ for t in p.type)
+                raise PassError(f"Parameter {k!r} of pass {cls.name!r} must be {tname}, got "
+                                f"{type(v).__name__} {v!r}.", fix=f"{p.doc or ''}".strip() or None)
+            out[k] = v
+        return out
+
+    # -- to implement -------------------------------------------------------------------
+    def find(self, model: LabModel) -> list[Match]:
+        """All matches of this pass in ``model`` (empty for whole-model tools)."""
+        return []
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        """Apply ``matches`` to ``model.ir`` in place through ``rw``."""
+        raise NotImplementedError
+
+    def transform(self, model: LabModel) -> LabModel | None:
+        """Whole-model tools override this: return a new LabModel (or None when unchanged),
+        setting provenance with :meth:`Rewrite.record` on it is not possible, so tools stamp
+        origins by node names (see transforms/tools.py)."""
+        return None
+
+    # -- onnx_ir interface ------------------------------------------------------------------
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        work = getattr(self, "_work", None)
+        lm = work if work is not None and work.ir is model else LabModel(model)
+        found = self.find(lm)
+        chosen = self._choose(found)
+        if not chosen:
+            self._reason = self.no_match_reason if not found else "no match selected"
+            return ir.passes.PassResult(model, modified=False)
+        rw = Rewrite(lm)
+        self.rewrite(lm, chosen, rw)
+        self._rewrite = rw
+        self._applied = [m.match_id for m in chosen]
+        if not rw.modified:
+            self._reason = "; ".join(rw.notes) or self.no_match_reason
+        return ir.passes.PassResult(model, modified=rw.modified)
+
+    def _choose(self, found: list[Match]) -> list[Match]:
+        if self.selected is None:
+            return found
+        by_id = {m.match_id: m for m in found}
+        out = []
+        for mid in self.selected:
+            if mid not in by_id:
+                raise unknown_name("match id", mid, by_id,
+                                   fix="See lab.patterns() for the current match ids.")
+            out.append(by_id[mid])
+        return out
+
+    # -- the LabModel interface ---------------------------------------------------------------
+    def run(self, model: LabModel) -> PassResult:
+        """Apply the pass to a clone of ``model`` and describe what happened."""
+        t0 = time.perf_counter()
+        before = model.index
+        tool_result = self.transform(model)
+        if tool_result is not None or type(self).transform is not LabPass.transform:
+            return self._tool_result(model, tool_result, t0)
+        work = LabModel(model.ir.clone(), path=model.path)
+        stamp_origins(work)
+        ids_before = {id(e.node): nid for nid, e in work.index.entries.items()}
+        self._work = work
+        try:
+            self.__call__(work.ir)
+        finally:
+            self._work = None
+        seconds = time.perf_counter() - t0
+        rw = self._rewrite
+        if rw is None or not rw.modified:
+            return PassResult(self.name, dict(self.options), False, len(before), len(before), {},
+                              [], self._reason or self.no_match_reason, seconds,
+                              rw.notes if rw else [], model, [])
+        new = LabModel(work.ir, path=model.path)
+        after = new.index
+        present = {id(e.node) for e in after.entries.values()}
+        removed = [nid for key, nid in ids_before.items() if key not in present]
+        provenance: dict[str, list[str]] = {}
+        notes = list(rw.notes)
+        for nid, e in after.entries.items():
+            key = id(e.node)
+            if key in rw._records:
+                provenance[nid] = rw._records[key][1]
+            elif key not in ids_before:
+                provenance[nid] = []
+                notes.append(f"provenance unknown for new node {nid}")
+        return PassResult(self.name, dict(self.options), True, len(before), len(after),
+                          provenance, removed, None, seconds, notes, new, self._applied)
+
+    def _tool_result(self, model: LabModel, new: LabModel | None, t0: float) -> PassResult:
+        seconds = time.perf_counter() - t0
+        n0 = len(model.index)
+        if new is None:
+            return PassResult(self.name, dict(self.options), False, n0, n0, {}, [],
+                              self._reason or self.no_match_reason, seconds, [], model, [])
+        notes = list(getattr(self, "_notes", []))
+        old_ids = set(model.index.entries)
+        after = new.index
+        provenance: dict[str, list[str]] = {}
+        kept: set[str] = set()
+        for nid, e in after.entries.items():
+            org = node_origin(e.node, "")
+            if org == [""]:
+                provenance[nid] = []
+                continue
+            if org == [nid] and nid in old_ids:
+                kept.add(nid)
+                continue
+            provenance[nid] = org
+        if any(v == [] for v in provenance.values()):
+            notes.append("provenance unknown for some nodes (the tool renamed them)")
+        removed = sorted(old_ids - kept - {x for v in provenance.values() for x in v})
+        return PassResult(self.name, dict(self.options), True, n0, len(after), provenance,
+                          removed, None, seconds, notes, new, [])
+
+
+# ---------------------------------------------------------------------------- registry
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    factory: Callable[..., LabPass]
+    summary: str
+    params: tuple[Param, ...]
+    kind: str
+
+
+_REGISTRY: dict[str, _Entry] = {}
+_LOADED = False
+
+
+def register_pass(name: str, *, kind: str = "graph") -> Callable[[type[LabPass]], type[LabPass]]:
+    """Class decorator: register a :class:`LabPass` under ``name``.
+
+    The registry records the name, the parameters and the first docstring line; the CLI,
+    widgets and docs read it.
+    """
+
+    def deco(cls: type[LabPass]) -> type[LabPass]:
+        cls.name = name
+        doc = (cls.__doc__ or "").strip().splitlines()
+        _REGISTRY[name] = _Entry(name, cls, doc[0] if doc else "", tuple(cls.params), kind)
+        return cls
+
+    return deco
+
+
+def _register_factory(name: str, factory: Callable[..., LabPass], summary: str,
+                      params: tuple[Param, ...] = (), kind: str = "tool") -> None:
+    """Register a pass built by a factory (e.g. one per onnxoptimizer pass)."""
+    _REGISTRY[name] = _Entry(name, factory, summary, params, kind)
+
+
+def _load_builtins() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    import importlib
+    import pkgutil
+
+    from onnx_lab.transforms import passes
+
+    for mod in pkgutil.iter_modules(passes.__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"onnx_lab.transforms.passes.{mod.name}")
+    try:
+        importlib.import_module("onnx_lab.transforms.tools")
+    except ModuleNotFoundError as e:
+        if e.name != "onnx_lab.transforms.tools":
+            raise
+
+
+def pass_names() -> list[str]:
+    """Names of all registered passes."""
+    _load_builtins()
+    return list(_REGISTRY)
+
+
+def get_pass(name: str, matches: Sequence[str] | None = None, **params: Any) -> LabPass:
+    """An instance of pass ``name`` with ``params`` (validated: PassError on bad ones)."""
+    _load_builtins()
+    if name not in _REGISTRY:
+        raise unknown_name("pass", name, _REGISTRY,
+                           fix="See onnx_lab.transforms.available() (or `onnx-lab passes`).")
+    return _REGISTRY[name].factory(matches=matches, **params)
+
+
+def available() -> pd.DataFrame:
+    """The registered passes.
+
+    Columns:
+        name (str), summary (str: first docstring line), parameters (dict name ->
+        'type = default: doc'), kind ('graph' for onnx_lab's own passes, 'tool' for wrappers
+        of onnxsim / onnxoptimizer / onnxruntime).
+    """
+    _load_builtins()
+    rows = []
+    for e in _REGISTRY.values():
+        params = {p.name: f"{getattr(p.type, '__name__', p.type)} = {p.default!r}"
+                  + (f": {p.doc}" if p.doc else "") for p in e.params}
+        rows.append((e.name, e.summary, params, e.kind))
+    return pd.DataFrame(rows, columns=["name", "summary", "parameters", "kind"])
+
+
+def replace_result(result: PassResult, **changes: Any) -> PassResult:
+    """A copy of ``result`` with fields changed."""
+    return dataclasses.replace(result, **changes)
