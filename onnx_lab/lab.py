@@ -191,3 +191,12 @@ class Lab:
     # ================================================================== profiling (issue 6)
 
     # ================================================================== widgets (issue 7)
+    def explore(self, **kwargs: Any):
+        """The Explorer widget on this Lab (Summary | Nodes | Initializers | Tensors | Graph).
+
+        Example:
+            >>> onnx_lab.open("sample:convnet").explore()
+        """
+        from onnx_lab.widgets.explorer import Explorer
+
+        return Explorer(self, **kwargs)

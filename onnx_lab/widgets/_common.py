@@ -1,0 +1,364 @@
+"""Shared pieces of the widgets: error boxes, the call guard, paged selectable tables, figures.
+
+Widgets are views (STYLE.md rule 1): every callback calls one public function through
+:meth:`View._call`, which catches :class:`~onnx_lab.errors.LabError` and shows it inside the
+widget instead of raising into the kernel log, and records the one-line Python equivalent.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import ipywidgets as w
+import pandas as pd
+
+from onnx_lab.errors import LabError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["View", "SelectableTable", "PagedTable", "error_html", "info_html", "code_html",
+           "figure_html", "rendering_html", "badge", "short"]
+
+_BOX = ("padding:6px 10px;border-radius:4px;margin:4px 0;font-size:13px;"
+        "font-family:var(--jp-ui-font-family, sans-serif)")
+
+
+def error_html(exc: BaseException) -> str:
+    """An HTML error box for ``exc`` (LabErrors show problem and fix; others their type)."""
+    if isinstance(exc, LabError):
+        title = type(exc).__name__
+        body = html.escape(exc.problem)
+        fix = f"<div><b>Fix:</b> {html.escape(exc.fix)}</div>" if exc.fix else ""
+    else:
+        title = f"Unexpected {type(exc).__name__} (please report it)"
+        body = html.escape(str(exc))
+        fix = ""
+    return (f"<div class='onnx-lab-error' style='{_BOX};background:#fdecea;"
+            f"border:1px solid #f5c2c0;color:#611a15'><b>{html.escape(title)}</b>: "
+            f"{body}{fix}</div>")
+
+
+def info_html(text: str, *, kind: str = "info") -> str:
+    """A small status line (``kind``: info, ok, busy, warn); ``text`` is escaped."""
+    colours = {"info": ("#eef4fb", "#1a3e6e"), "ok": ("#e8f5e9", "#1b5e20"),
+               "busy": ("#fff8e1", "#6d4c00"), "warn": ("#fff3e0", "#8a4b00")}
+    bg, fg = colours.get(kind, colours["info"])
+    return (f"<div class='onnx-lab-{kind}' style='{_BOX};background:{bg};color:{fg}'>"
+            f"{html.escape(text)}</div>")
+
+
+def code_html(code: str) -> str:
+    """The equivalent Python call, shown under a widget so every click is reproducible."""
+    if not code:
+        return ""
+    return ("<div style='font-size:12px;color:#555'>Python: <code class='onnx-lab-code' "
+            "style='background:#f6f8fa;padding:2px 4px'>" + html.escape(code) + "</code></div>")
+
+
+def badge(passed: bool | None) -> str:
+    """A pass/fail/unknown badge for verification results."""
+    if passed is None:
+        txt, bg = "not verified", "#9e9e9e"
+    elif passed:
+        txt, bg = "passed", "#2e7d32"
+    else:
+        txt, bg = "FAILED", "#c62828"
+    return (f"<span class='onnx-lab-badge' style='background:{bg};color:white;"
+            f"padding:1px 6px;border-radius:8px;font-size:11px'>{txt}</span>")
+
+
+def short(value: Any, limit: int = 48) -> str:
+    """A compact, escaped text for a table cell (lists joined, long text cut)."""
+    if isinstance(value, (list, tuple)):
+        text = ", ".join(str(v) for v in value)
+    elif value is None:
+        text = ""
+    elif isinstance(value, float):
+        text = f"{value:.4g}"
+    else:
+        text = str(value)
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return html.escape(text)
+
+
+def figure_html(fig: Any, *, width: int | None = None) -> str:
+    """A matplotlib Figure as an inline PNG ``<img>`` (works in any frontend, no JS)."""
+    if fig is None:
+        return ""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    style = f" style='max-width:{width}px'" if width else " style='max-width:100%'"
+    return f"<img class='onnx-lab-figure' src='data:image/png;base64,{data}'{style}/>"
+
+
+def rendering_html(rendering: Any) -> str:
+    """HTML of a :class:`~onnx_lab.render.Rendering` (SVG, or its fallback) plus its notes."""
+    if rendering is None:
+        return ""
+    body = rendering._repr_html_() if hasattr(rendering, "_repr_html_") else ""
+    notes = getattr(rendering, "notes", None) or []
+    extra = "".join(f"<li>{html.escape(str(n))}</li>" for n in notes)
+    note_html = f"<ul style='font-size:12px;color:#666'>{extra}</ul>" if extra else ""
+    return ("<div class='onnx-lab-graph' style='overflow:auto;max-height:720px'>"
+            + body + "</div>" + note_html)
+
+
+class View(w.VBox):
+    """Base of every onnx_lab widget: a VBox with a status line, a code line and a guard.
+
+    Attributes:
+        error: the last exception a callback caught (None after a successful call).
+    """
+
+    def __init__(self, children: Sequence[w.Widget] = (), **kwargs: Any) -> None:
+        self.status = w.HTML(value="", layout=w.Layout(width="100%"))
+        self.code = w.HTML(value="")
+        self.error: BaseException | None = None
+        super().__init__(children=[*children, self.status, self.code], **kwargs)
+        self.add_class("onnx-lab-widget")
+
+    def _set_children(self, children: Sequence[w.Widget]) -> None:
+        self.children = [*children, self.status, self.code]
+
+    def _busy(self, text: str) -> None:
+        self.status.value = info_html(text, kind="busy")
+
+    def _call(self, fn: Callable[..., Any], *args: Any, code: str | None = None,
+              busy: str | None = None, **kwargs: Any) -> Any:
+        """Run one public function; on error show it in the widget and return None.
+
+        LabErrors are the expected, user-facing failures. Anything else is a bug, but a
+        callback that raises only reaches the kernel log where nobody looks, so it is shown
+        in the widget too (and logged with its traceback).
+        """
+        self.status.value = info_html(busy, kind="busy") if busy else ""
+        self.error = None
+        try:
+            out = fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - shown in the widget, see docstring
+            self._show_error(e)
+            return None
+        if busy and self.error is None:
+            self.status.value = ""
+        if code is not None:
+            self.code.value = code_html(code)
+        return out
+
+    def _show_error(self, e: Exception) -> None:
+        if not isinstance(e, LabError):
+            log.error("widget callback failed", exc_info=e)
+        self.error = e
+        self.status.value = error_html(e)
+
+    def _guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Wrap an event handler so nothing it raises escapes into the kernel log.
+
+        Unlike :meth:`_call` it leaves the status line alone on success, so an error shown
+        by a :meth:`_call` inside the handler stays visible.
+        """
+
+        def handler(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - shown in the widget
+                self._show_error(e)
+                return None
+
+        return handler
+
+
+class PagedTable(w.VBox):
+    """A read-only paged view of a DataFrame (``frame_html``), with prev/next buttons."""
+
+    def __init__(self, df: pd.DataFrame | None = None, *, page_size: int = 25,
+                 caption: str | None = None) -> None:
+        self.page_size = page_size
+        self.caption = caption
+        self.page = 0
+        self.df = pd.DataFrame() if df is None else df
+        self.html = w.HTML()
+        self.prev = w.Button(description="◀", layout=w.Layout(width="40px"), tooltip="previous page")
+        self.next = w.Button(description="▶", layout=w.Layout(width="40px"), tooltip="next page")
+        self.pos = w.HTML()
+        self.prev.on_click(lambda _b: self.go(self.page - 1))
+        self.next.on_click(lambda _b: self.go(self.page + 1))
+        self.bar = w.HBox([self.prev, self.pos, self.next])
+        super().__init__([self.html, self.bar])
+        self._draw()
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-len(self.df) // self.page_size))
+
+    def set(self, df: pd.DataFrame, *, caption: str | None = None) -> None:
+        self.df = df
+        if caption is not None:
+            self.caption = caption
+        self.page = 0
+        self._draw()
+
+    def go(self, page: int) -> None:
+        self.page = min(max(0, page), self.pages - 1)
+        self._draw()
+
+    def _draw(self) -> None:
+        from onnx_lab.render.tables import frame_html
+
+        self.html.value = frame_html(self.df, max_rows=self.page_size, page=self.page,
+                                     caption=self.caption)
+        self.pos.value = f"&nbsp;page {self.page + 1}/{self.pages} ({len(self.df)} rows)&nbsp;"
+        self.bar.layout.display = None if self.pages > 1 else "none"
+
+
+class SelectableTable(w.VBox):
+    """A paged table whose rows on the current page have checkboxes.
+
+    Only one page of rows exists as widgets at a time (two widgets per row), so a 1,400-row
+    table opens as fast as a 25-row one. The selection (keys of ``key`` column) survives
+    paging and filtering.
+
+    Args:
+        key: the column that identifies a row (``node_id``, ``match_id``, ``name``).
+        columns: [(column, width px)] shown per row; cells are formatted with :func:`short`.
+        on_change: called with the sorted list of selected keys after every change.
+        formatters: optional {column: callable(value) -> html} for special cells.
+    """
+
+    def __init__(self, key: str, columns: Sequence[tuple[str, int]], *, page_size: int = 25,
+                 on_change: Callable[[list[Any]], None] | None = None,
+                 formatters: dict[str, Callable[[Any], str]] | None = None,
+                 single: bool = False) -> None:
+        self.key = key
+        self.columns = list(columns)
+        self.page_size = page_size
+        self.on_change = on_change
+        self.formatters = formatters or {}
+        self.single = single
+        self.df = pd.DataFrame(columns=[key])
+        self.page = 0
+        self.selected: list[Any] = []
+        self._boxes: list[tuple[Any, w.Checkbox]] = []
+        self._muted = False
+        self.header = w.HTML(self._row_html({c: c for c, _ in self.columns}, header=True))
+        self.rows = w.VBox()
+        self.prev = w.Button(description="◀", layout=w.Layout(width="40px"), tooltip="previous page")
+        self.next = w.Button(description="▶", layout=w.Layout(width="40px"), tooltip="next page")
+        self.pos = w.HTML()
+        self.clear = w.Button(description="clear selection", layout=w.Layout(width="130px"))
+        self.prev.on_click(lambda _b: self.go(self.page - 1))
+        self.next.on_click(lambda _b: self.go(self.page + 1))
+        self.clear.on_click(lambda _b: self.select([]))
+        self.bar = w.HBox([self.prev, self.pos, self.next, self.clear])
+        super().__init__([self.header, self.rows, self.bar])
+
+    # ---------------------------------------------------------------- data
+    @property
+    def pages(self) -> int:
+        return max(1, -(-len(self.df) // self.page_size))
+
+    def set(self, df: pd.DataFrame, *, keep_selection: bool = True) -> None:
+        """Show ``df`` (already filtered/sorted), from its first page."""
+        self.df = df
+        self.page = 0
+        if not keep_selection:
+            self.selected = []
+        self._draw()
+
+    def go(self, page: int) -> None:
+        self.page = min(max(0, page), self.pages - 1)
+        self._draw()
+
+    def select(self, keys: Iterable[Any]) -> None:
+        """Set the selection (keys of the ``key`` column) and notify ``on_change``."""
+        keys = list(dict.fromkeys(keys))
+        if self.single:
+            keys = keys[-1:]
+        self.selected = keys
+        self._sync_boxes()
+        if self.on_change is not None:
+            self.on_change(list(self.selected))
+
+    def page_keys(self) -> list[Any]:
+        """Keys of the rows on the current page."""
+        start = self.page * self.page_size
+        return list(self.df[self.key].iloc[start:start + self.page_size])
+
+    def checkbox(self, key: Any) -> w.Checkbox:
+        """The checkbox of row ``key`` on the current page (KeyError when not shown)."""
+        for k, cb in self._boxes:
+            if k == key:
+                return cb
+        raise KeyError(key)
+
+    # ---------------------------------------------------------------- drawing
+    def _cell(self, col: str, value: Any) -> str:
+        if col in self.formatters:
+            return self.formatters[col](value)
+        return short(value)
+
+    def _row_html(self, row: dict[str, Any], *, header: bool = False) -> str:
+        cells = []
+        for col, width in self.columns:
+            text = html.escape(str(row[col])) if header else self._cell(col, row.get(col))
+            weight = "font-weight:bold;" if header else ""
+            cells.append(f"<span style='display:inline-block;width:{width}px;{weight}"
+                         f"overflow:hidden;white-space:nowrap;text-overflow:ellipsis;"
+                         f"vertical-align:middle;padding-right:6px'>{text}</span>")
+        pad = "<span style='display:inline-block;width:30px'></span>" if header else ""
+        return (f"<div style='font-size:12px;white-space:nowrap;line-height:26px'>{pad}"
+                + "".join(cells) + "</div>")
+
+    def _draw(self) -> None:
+        start = self.page * self.page_size
+        page = self.df.iloc[start:start + self.page_size]
+        cols = [c for c, _ in self.columns]
+        boxes: list[tuple[Any, w.Checkbox]] = []
+        rows = []
+        chosen = set(self.selected)
+        for rec in page.to_dict("records"):
+            k = rec[self.key]
+            cb = w.Checkbox(value=k in chosen, indent=False, layout=w.Layout(width="26px"))
+            cb.observe(self._toggled(k), names="value")
+            boxes.append((k, cb))
+            rows.append(w.HBox([cb, w.HTML(self._row_html({c: rec.get(c) for c in cols}))],
+                               layout=w.Layout(align_items="center", height="28px")))
+        self._boxes = boxes
+        self.rows.children = rows
+        n = len(self.df)
+        shown = f"rows {start + 1}–{min(start + self.page_size, n)} of {n}" if n else "no rows"
+        self.pos.value = (f"&nbsp;{shown}, page {self.page + 1}/{self.pages}; "
+                          f"{len(self.selected)} selected&nbsp;")
+        self.prev.disabled = self.page == 0
+        self.next.disabled = self.page >= self.pages - 1
+
+    def _toggled(self, key: Any) -> Callable[[dict], None]:
+        def handler(change: dict) -> None:
+            if self._muted:
+                return
+            keys = [k for k in self.selected if k != key]
+            if change["new"]:
+                keys.append(key)
+            self.select(keys)
+
+        return handler
+
+    def _sync_boxes(self) -> None:
+        chosen = set(self.selected)
+        self._muted = True
+        try:
+            for k, cb in self._boxes:
+                cb.value = k in chosen
+        finally:
+            self._muted = False
+        n = len(self.df)
+        start = self.page * self.page_size
+        shown = f"rows {start + 1}–{min(start + self.page_size, n)} of {n}" if n else "no rows"
+        self.pos.value = (f"&nbsp;{shown}, page {self.page + 1}/{self.pages}; "
+                          f"{len(self.selected)} selected&nbsp;")

@@ -1,0 +1,371 @@
+"""Explorer: Summary | Nodes | Initializers | Tensors | Graph tabs over one Lab.
+
+A view only: the tables are ``lab.nodes`` / ``lab.initializers`` / ``lab.tensors`` /
+``lab.weight_stats()`` filtered with pandas, the graph is ``lab.render(...)``. Tabs fill on
+first view, and the graph never lays out the whole model: with no selection it shows the
+``collapse="auto"`` overview, otherwise the neighbourhood of the selected rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as w
+import pandas as pd
+
+from onnx_lab.widgets._common import (
+    SelectableTable,
+    View,
+    code_html,
+    figure_html,
+    rendering_html,
+)
+
+__all__ = ["Explorer"]
+
+TAB_NAMES = ["Summary", "Nodes", "Initializers", "Tensors", "Graph"]
+SUMMARY, NODES, INITS, TENSORS, GRAPH = range(5)
+
+
+def _scope_prefixes(scopes: pd.Series) -> list[str]:
+    """Every prefix of every name scope ('/a/b' -> '/a', '/a/b'), sorted."""
+    out: set[str] = set()
+    for s in scopes.unique():
+        if not s:
+            continue
+        parts = s.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            out.add("/" + "/".join(parts[:i]))
+    return sorted(out)
+
+
+def _graph_label(path: str) -> str:
+    return "main graph" if path == "" else path
+
+
+class Explorer(View):
+    """Browse a model: summary, filtered node/weight/tensor tables and graph neighbourhoods.
+
+    Args:
+        lab: a :class:`~onnx_lab.lab.Lab` (or anything ``onnx_lab.open`` takes).
+        page_size: rows per table page.
+
+    Attributes:
+        result: the object behind the visible tab: the Summary, the filtered nodes DataFrame,
+            the selected weight's stats row (or the weight table), the filtered tensors
+            DataFrame, or the graph Rendering.
+
+    Example:
+        >>> import onnx_lab
+        >>> lab = onnx_lab.open("sample:convnet")
+        >>> lab.explore()          # or onnx_lab.widgets.Explorer(lab)
+    """
+
+    def __init__(self, lab: Any, *, page_size: int = 25) -> None:
+        from onnx_lab.lab import as_lab
+
+        self.lab = as_lab(lab)
+        self.page_size = page_size
+        self._results: dict[int, Any] = {}
+        self._codes: dict[int, str] = {}
+        self._built: set[int] = set()
+        self._graph_dirty = True
+        self.tabs = w.Tab(children=[w.VBox() for _ in TAB_NAMES])
+        for i, name in enumerate(TAB_NAMES):
+            self.tabs.set_title(i, name)
+        super().__init__([self.tabs])
+        self._build_nodes_controls()
+        self._build_graph_controls()
+        self.tabs.observe(self._guard(self._on_tab), names="selected_index")
+        self._guard(self._show_tab)(SUMMARY)
+
+    # ------------------------------------------------------------------ public state
+    @property
+    def result(self) -> Any:
+        """The object behind what the visible tab shows (see class docstring)."""
+        return self._results.get(self.tabs.selected_index or 0)
+
+    @property
+    def selected_nodes(self) -> list[str]:
+        """Node ids ticked in the Nodes tab."""
+        return list(self.nodes_table.selected)
+
+    @property
+    def selected_tensors(self) -> list[str]:
+        """Tensor names ticked in the Tensors tab."""
+        return list(self.tensors_table.selected) if hasattr(self, "tensors_table") else []
+
+    def show_graph(self) -> None:
+        """Switch to the Graph tab (renders the current selection)."""
+        self.tabs.selected_index = GRAPH
+
+    # ------------------------------------------------------------------ tabs
+    def _on_tab(self, change: dict) -> None:
+        self._show_tab(change["new"])
+
+    def _show_tab(self, index: int | None) -> None:
+        index = index or 0
+        if index not in self._built:
+            self._built.add(index)
+            [self._build_summary, self._build_nodes, self._build_inits, self._build_tensors,
+             self._build_graph][index]()
+        if index == GRAPH and self._graph_dirty:
+            self._render_graph()
+        self.code.value = code_html(self._codes.get(index, ""))
+
+    def _set_result(self, index: int, result: Any, code: str) -> None:
+        self._results[index] = result
+        self._codes[index] = code
+        if (self.tabs.selected_index or 0) == index:
+            self.code.value = code_html(code)
+
+    # ------------------------------------------------------------------ Summary
+    def _build_summary(self) -> None:
+        s = self._call(self.lab.summary)
+        box = self.tabs.children[SUMMARY]
+        if s is None:
+            box.children = [w.HTML(self.status.value)]
+            return
+        box.children = [w.HTML(s._repr_html_())]
+        self._set_result(SUMMARY, s, "lab.summary()")
+
+    # ------------------------------------------------------------------ Nodes
+    def _build_nodes_controls(self) -> None:
+        self.op_filter = w.SelectMultiple(description="op types", rows=6,
+                                          layout=w.Layout(width="300px"))
+        self.name_filter = w.Text(description="name", placeholder="id, name or scope contains",
+                                  continuous_update=False, layout=w.Layout(width="300px"))
+        self.graph_filter = w.Dropdown(description="graph", layout=w.Layout(width="300px"))
+        self.show_button = w.Button(description="Show selected in Graph", icon="project-diagram",
+                                    layout=w.Layout(width="220px"))
+        self.nodes_table = SelectableTable(
+            "node_id", [("node_id", 170), ("op_type", 120), ("name", 170), ("scope", 170),
+                        ("graph", 110), ("inputs", 170), ("outputs", 150)],
+            page_size=self.page_size, on_change=self._guard(self._on_nodes_selected))
+        self.nodes_count = w.HTML()
+
+    def _build_nodes(self) -> None:
+        nodes = self._call(lambda: self.lab.nodes)
+        if nodes is None:
+            return
+        self._nodes = nodes
+        counts = nodes["op_type"].value_counts()
+        self.op_filter.options = [(f"{op} ({n})", op) for op, n in
+                                  sorted(counts.items(), key=lambda kv: kv[0])]
+        graphs = list(self.lab.index.graphs)
+        self.graph_filter.options = [("all graphs", None)] + [(_graph_label(g), g)
+                                                              for g in graphs]
+        for ctl in (self.op_filter, self.name_filter, self.graph_filter):
+            ctl.observe(self._guard(self._filter_nodes), names="value")
+        self.show_button.on_click(self._guard(lambda _b: self.show_graph()))
+        controls = w.HBox([self.op_filter, w.VBox([self.name_filter, self.graph_filter,
+                                                   self.show_button])])
+        self.tabs.children[NODES].children = [controls, self.nodes_count, self.nodes_table]
+        self._filter_nodes()
+
+    def _filter_nodes(self, _change: Any = None) -> None:
+        df = self._nodes
+        conds = []
+        ops = list(self.op_filter.value)
+        if ops:
+            df = df[df["op_type"].isin(ops)]
+            conds.append(f"lab.nodes.op_type.isin({ops!r})")
+        text = self.name_filter.value.strip()
+        if text:
+            hit = (df["node_id"].str.contains(text, case=False, regex=False)
+                   | df["name"].str.contains(text, case=False, regex=False)
+                   | df["scope"].str.contains(text, case=False, regex=False))
+            df = df[hit]
+            conds.append(f"lab.nodes.node_id.str.contains({text!r}, case=False, regex=False)")
+        graph = self.graph_filter.value
+        if graph is not None:
+            df = df[df["graph"] == graph]
+            conds.append(f"(lab.nodes.graph == {graph!r})")
+        self.nodes_table.set(df)
+        self.nodes_count.value = f"<small>{len(df)} of {len(self._nodes)} nodes</small>"
+        code = "lab.nodes" if not conds else "lab.nodes[" + " & ".join(
+            c if c.startswith("(") else f"({c})" for c in conds) + "]"
+        self._set_result(NODES, df, code)
+
+    def _on_nodes_selected(self, keys: list[str]) -> None:
+        self._graph_dirty = True
+        if (self.tabs.selected_index or 0) == GRAPH:
+            self._render_graph()
+
+    # ------------------------------------------------------------------ Initializers
+    def _build_inits(self) -> None:
+        table = self._call(lambda: self.lab.initializers)
+        if table is None:
+            return
+        self._inits = table
+        self.init_sort = w.Dropdown(
+            description="sort by",
+            options=[("size (nbytes)", "nbytes"), ("outlier score", "outlier_score"),
+                     ("name", "name")], value="nbytes")
+        self.init_filter = w.Text(description="name", placeholder="contains",
+                                  continuous_update=False)
+        self.inits_table = SelectableTable(
+            "name", [("name", 240), ("dtype", 70), ("shape", 130), ("nbytes", 90),
+                     ("outlier_score", 90), ("source", 80), ("consumers", 170)],
+            page_size=self.page_size, single=True,
+            formatters={"nbytes": _bytes_cell},
+            on_change=self._guard(self._on_weight_selected))
+        self.weight_stats_html = w.HTML()
+        self.weight_plot = w.HTML()
+        self.init_sort.observe(self._guard(self._sort_inits), names="value")
+        self.init_filter.observe(self._guard(self._sort_inits), names="value")
+        self.tabs.children[INITS].children = [
+            w.HBox([self.init_sort, self.init_filter]), self.inits_table,
+            self.weight_stats_html, self.weight_plot]
+        self._sort_inits()
+
+    def _sort_inits(self, _change: Any = None) -> None:
+        key = self.init_sort.value
+        df = self._inits
+        if key == "outlier_score":
+            # Reads every weight once (one at a time): only when asked for.
+            stats = self._call(self.lab.weight_stats, busy="Computing weight statistics…")
+            if stats is None:
+                return
+            df = stats.merge(self._inits[["name", "nbytes", "consumers"]], on="name",
+                             how="left")
+            df = df.sort_values("outlier_score", ascending=False, na_position="last")
+            code = 'lab.weight_stats().sort_values("outlier_score", ascending=False)'
+        elif key == "nbytes":
+            df = df.sort_values("nbytes", ascending=False, kind="stable")
+            code = 'lab.initializers.sort_values("nbytes", ascending=False)'
+        else:
+            df = df.sort_values("name", kind="stable")
+            code = 'lab.initializers.sort_values("name")'
+        text = self.init_filter.value.strip()
+        if text:
+            df = df[df["name"].str.contains(text, case=False, regex=False)]
+            code += f"  # name contains {text!r}"
+        self.inits_table.set(df)
+        self._set_result(INITS, df, code)
+
+    def _on_weight_selected(self, keys: list[str]) -> None:
+        if not keys:
+            self.weight_stats_html.value = ""
+            self.weight_plot.value = ""
+            return
+        name = keys[0]
+        stats = self._call(self.lab.weight_stats, [name])
+        if stats is None:
+            return
+        fig = self._call(self.lab.weight_histogram, name)
+        from onnx_lab.render.tables import frame_html
+
+        self.weight_stats_html.value = frame_html(stats, caption=f"weight {name}")
+        self.weight_plot.value = figure_html(fig)
+        self._set_result(INITS, stats, f"lab.weight_stats([{name!r}]); "
+                                       f"lab.weight_histogram({name!r})")
+
+    # ------------------------------------------------------------------ Tensors
+    def _build_tensors(self) -> None:
+        table = self._call(lambda: self.lab.tensors, busy="Inferring shapes…")
+        if table is None:
+            self.tabs.children[TENSORS].children = [w.HTML(self.status.value)]
+            return
+        self._tensors = table
+        kinds = sorted(table["kind"].unique())
+        self.tensor_kind = w.Dropdown(description="kind", options=[("all", None)] + [(k, k) for k in kinds])
+        self.tensor_filter = w.Text(description="name", placeholder="contains",
+                                    continuous_update=False)
+        self.tensors_table = SelectableTable(
+            "name", [("name", 240), ("dtype", 70), ("shape", 150), ("kind", 90),
+                     ("producer", 150), ("consumers", 200)],
+            page_size=self.page_size, on_change=self._guard(self._on_nodes_selected))
+        self.tensor_kind.observe(self._guard(self._filter_tensors), names="value")
+        self.tensor_filter.observe(self._guard(self._filter_tensors), names="value")
+        self.tabs.children[TENSORS].children = [
+            w.HBox([self.tensor_kind, self.tensor_filter]), self.tensors_table]
+        self._filter_tensors()
+
+    def _filter_tensors(self, _change: Any = None) -> None:
+        df = self._tensors
+        code = "lab.tensors"
+        if self.tensor_kind.value is not None:
+            df = df[df["kind"] == self.tensor_kind.value]
+            code = f"lab.tensors.query('kind == {self.tensor_kind.value!r}')"
+        text = self.tensor_filter.value.strip()
+        if text:
+            df = df[df["name"].str.contains(text, case=False, regex=False)]
+            code += f"  # name contains {text!r}"
+        self.tensors_table.set(df)
+        self._set_result(TENSORS, df, code)
+
+    # ------------------------------------------------------------------ Graph
+    def _build_graph_controls(self) -> None:
+        self.radius = w.IntSlider(description="radius", value=2, min=0, max=8,
+                                  continuous_update=False)
+        self.collapse = w.ToggleButton(description="collapse scopes", value=True,
+                                       tooltip="group nodes by name scope (collapse='auto')")
+        self.expand = w.Dropdown(description="expand", options=[("—", None)],
+                                 layout=w.Layout(width="320px"))
+        self.graph_html = w.HTML()
+        self.graph_info = w.HTML()
+
+    def _build_graph(self) -> None:
+        nodes = getattr(self, "_nodes", None)
+        if nodes is None:
+            nodes = self._call(lambda: self.lab.nodes)
+        if nodes is not None:
+            self.expand.options = [("—", None)] + [(s, s) for s in
+                                                   _scope_prefixes(nodes["scope"])]
+        for ctl in (self.radius, self.collapse, self.expand):
+            ctl.observe(self._guard(self._graph_control), names="value")
+        self.tabs.children[GRAPH].children = [
+            w.HBox([self.radius, self.collapse, self.expand]), self.graph_info, self.graph_html]
+
+    def _graph_control(self, _change: Any = None) -> None:
+        self._graph_dirty = True
+        if (self.tabs.selected_index or 0) == GRAPH:
+            self._render_graph()
+
+    def graph_call(self) -> tuple[dict[str, Any], str]:
+        """The keyword arguments of ``lab.render`` for the current controls, and its code."""
+        around = self.selected_nodes + self.selected_tensors
+        kwargs: dict[str, Any] = {}
+        if around:
+            kwargs["around"] = around
+            kwargs["radius"] = int(self.radius.value)
+            kwargs["highlight"] = list(self.selected_nodes)
+            if self.collapse.value:
+                kwargs["collapse"] = "auto"
+        else:
+            # No selection: the overview. Always collapsed, so no control lays out the
+            # whole graph of a large model.
+            kwargs["collapse"] = "auto"
+            graph = self.graph_filter.value
+            if graph:
+                kwargs["graph"] = graph
+        if self.expand.value and kwargs.get("collapse"):
+            kwargs["expand"] = self.expand.value
+        code = "lab.render(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
+        return kwargs, code
+
+    def _render_graph(self) -> None:
+        self._graph_dirty = False
+        if GRAPH not in self._built:
+            return
+        kwargs, code = self.graph_call()
+        n = len(kwargs.get("around", []))
+        self.graph_info.value = (f"<small>neighbourhood of {n} selected item(s)</small>" if n
+                                 else "<small>overview (collapsed by scope); tick rows in "
+                                      "Nodes or Tensors to see their neighbourhood</small>")
+        rendering = self._call(self.lab.render, busy="Laying out the graph…", **kwargs)
+        if rendering is None:
+            self.graph_html.value = ""
+            return
+        self.graph_html.value = rendering_html(rendering)
+        self._set_result(GRAPH, rendering, code)
+
+
+def _bytes_cell(value: Any) -> str:
+    from onnx_lab.render.tables import format_bytes
+
+    try:
+        return format_bytes(value)
+    except (TypeError, ValueError):
+        return ""
