@@ -1,0 +1,190 @@
+"""Map the nodes ORT ran (names in its optimized graph) back to the model's node ids.
+
+ORT keeps a node's name when it only rewrites it, names a fused node after its first member
+(Conv+BN+Relu -> FusedConv "/stem/conv/Conv"), appends the fusion to the name
+("/ln/Mul/LayerNormFusion/") or names layout nodes after the tensor they make
+("/stem/relu/Relu_output_0_nchwc"). When ORT also wrote its optimized graph, the members of a
+fused node are recovered from the tensors: walking back from the fused node's outputs through
+original tensors that no longer exist in the optimized graph. Nodes ORT inserted (layout
+reorders, memcpy) have no model node: ``mapped`` is False.
+
+No library maps ORT's runtime names back to a source model, hence this module.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import pandas as pd
+
+from onnx_lab.core.model import LabModel
+
+__all__ = ["map_ort_nodes", "INSERTED_OPS"]
+
+INSERTED_OPS = frozenset({"ReorderInput", "ReorderOutput", "MemcpyToHost", "MemcpyFromHost",
+                          "MemcpyToDevice", "MemcpyFromDevice"})
+_SUFFIXES = (re.compile(r"_token_\d+$"), re.compile(r"_nchwc$"),
+             re.compile(r"/[A-Za-z0-9]*Fusion[A-Za-z0-9_]*/?$"), re.compile(r"_fused$"),
+             re.compile(r"/$"))
+_MAX_COMPONENTS = 64
+
+
+def _stems(name: str) -> list[str]:
+    """``name`` and the names left after stripping ORT's suffixes one by one."""
+    out = [name]
+    cur = name
+    changed = True
+    while changed and cur:
+        changed = False
+        for rx in _SUFFIXES:
+            new = rx.sub("", cur)
+            if new != cur and new:
+                cur = new
+                out.append(cur)
+                changed = True
+    return out
+
+
+class _Optimized:
+    """What we need of ORT's optimized graph: node outputs/inputs by name, all tensor names."""
+
+    def __init__(self, proto) -> None:
+        self.outputs: dict[str, list[str]] = {}
+        self.tensors: set[str] = set()
+        self.node_names: set[str] = set()
+        graphs = [proto.graph]
+        while graphs:
+            g = graphs.pop()
+            self.tensors.update(v.name for v in g.input)
+            self.tensors.update(v.name for v in g.output)
+            self.tensors.update(t.name for t in g.initializer)
+            for n in g.node:
+                self.node_names.add(n.name)
+                self.outputs.setdefault(n.name, list(n.output))
+                self.tensors.update(x for x in n.output if x)
+                self.tensors.update(x for x in n.input if x)
+                for a in n.attribute:
+                    if a.HasField("g"):
+                        graphs.append(a.g)
+                    graphs.extend(a.graphs)
+
+
+def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
+                  opt_level: str = "all") -> pd.DataFrame:
+    """Map each executed ORT node to a model node id.
+
+    Args:
+        model: the model that was loaded into the session.
+        keys: unique (ort_name, node_index, op_type) rows from the trace.
+        optimized: ORT's optimized graph (``onnx.ModelProto``) or None.
+        opt_level: the session's level; at 'disable', unnamed nodes map by node_index.
+
+    Returns:
+        DataFrame(ort_name, node_index, node_id, mapped, components, how) where how is
+        'name' (same node), 'index' (main-graph position), 'renamed' (one model node under
+        another name), 'fused' (components lists the model nodes it covers), 'inserted' (ORT's
+        own node, e.g. a layout reorder) or 'unmapped'.
+    """
+    idx = model.index
+    by_name: dict[str, str] = {}
+    dup: set[str] = set()
+    for nid, e in idx.entries.items():
+        nm = e.node.name
+        if nm:
+            if nm in by_name:
+                dup.add(nm)
+            by_name[nm] = nid
+    for nm in dup:
+        by_name.pop(nm, None)
+    main_pos = {e.position: nid for nid, e in idx.entries.items() if e.graph == ""}
+    opt = _Optimized(optimized) if optimized is not None else None
+
+    keys = keys[["ort_name", "node_index", "op_type"]]
+    found = [_anchors(idx, by_name, main_pos, opt, n, i, op, opt_level)
+             for n, i, op in keys.itertuples(index=False, name=None)]
+    # Model nodes another ORT node stands for: a fused node's walk back stops there.
+    claimed = {a for _, anchors, _ in found for a in anchors}
+    rows = []
+    for (ort_name, node_index, op_type), (primary, anchors, how) in zip(
+            keys.itertuples(index=False, name=None), found):
+        comps: tuple[str, ...] = tuple(anchors)
+        if opt is not None and anchors:
+            comps = _components(idx, opt, ort_name, anchors, claimed - set(anchors))
+        if how == "name" and comps != (primary,):
+            how = "fused"
+        if primary is None and anchors:
+            # The member running the kernel's op (Conv for an NCHWc Conv or a FusedConv);
+            # else the node that made the output tensor.
+            op = op_type or ""
+            kin = {op, op.removeprefix("Fused")}
+            same = [c for c in comps if idx.entries[c].node.op_type in kin]
+            primary = same[0] if same else anchors[0]
+        if how == "fused" and comps == (primary,):
+            how = "renamed"
+        rows.append((ort_name, node_index, primary if primary is not None else ort_name,
+                     primary is not None, comps, how))
+    return pd.DataFrame(rows, columns=["ort_name", "node_index", "node_id", "mapped",
+                                       "components", "how"])
+
+
+def _anchors(idx, by_name, main_pos, opt, ort_name, node_index, op_type, opt_level):
+    """(primary node id or None, anchor node ids, how) of one ORT node."""
+    if op_type in INSERTED_OPS:
+        return None, [], "inserted"
+    direct = by_name.get(ort_name) or (ort_name if ort_name in idx.entries else None)
+    if direct is not None:
+        anchors = [direct]
+        if opt is not None:
+            anchors += [idx.producer[t] for t in opt.outputs.get(ort_name, ())
+                        if t in idx.producer and idx.producer[t] not in anchors]
+        return direct, anchors, "name"
+    if not ort_name and opt_level == "disable" and node_index is not None:
+        try:
+            pos = int(node_index)
+        except (TypeError, ValueError):
+            pos = -1
+        if pos in main_pos:
+            return main_pos[pos], [main_pos[pos]], "index"
+    # Fused/renamed: a stem that is a model node, or tensors the node produces.
+    primary = None
+    anchors: list[str] = []
+    for stem in _stems(ort_name)[1:]:
+        nid = by_name.get(stem) or (stem if stem in idx.entries else None)
+        if nid is not None:
+            primary = nid
+            anchors.append(nid)
+            break
+        if stem in idx.producer:
+            anchors.append(idx.producer[stem])
+            break
+    if opt is not None:
+        for t in opt.outputs.get(ort_name, ()):
+            if t in idx.producer and idx.producer[t] not in anchors:
+                anchors.append(idx.producer[t])
+    if not anchors:
+        return None, [], "unmapped"
+    return primary, anchors, "fused"
+
+
+def _components(idx, opt, ort_name: str, anchors: Iterable[str], stop: set[str]
+                ) -> tuple[str, ...]:
+    """Model nodes a fused ORT node covers, in topological order."""
+    seen: set[str] = set()
+    stack = list(anchors)
+    while stack and len(seen) < _MAX_COMPONENTS:
+        nid = stack.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        for inp in idx.entries[nid].node.inputs:
+            if inp is None or not inp.name or inp.name in opt.tensors:
+                continue
+            p = idx.producer.get(inp.name)
+            if p is None or p in seen or p in stop:
+                continue
+            pname = idx.entries[p].node.name
+            if pname and pname in opt.node_names and pname != ort_name:
+                continue  # that node still runs on its own
+            stack.append(p)
+    return tuple(sorted(seen, key=lambda n: idx.entries[n].topo))

@@ -1,0 +1,153 @@
+"""ORT's Chrome-trace profile JSON -> DataFrames (kernel calls, runs, session events).
+
+onnxruntime's profiler writes one JSON list of Chrome-trace events. The fields we read:
+``cat`` ("Session" or "Node"), ``name`` (node events end in ``_kernel_time``; session events
+are ``model_loading_*``, ``session_initialization``, ``model_run``), ``ts`` and ``dur`` in
+microseconds since the profiler started, and for kernels ``args.op_name``, ``args.provider``
+and ``args.node_index``. Parsing is one ``json.load`` plus column-wise list comprehensions and
+vectorized pandas (no per-event objects), so a BERT-base x 50 runs trace parses well under 1 s.
+
+Example:
+    >>> trace = parse_trace("onnxruntime_profile_2024.json", warmup=5)
+    >>> trace.kernels.groupby("op_type").dur_us.sum()
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from onnx_lab.errors import InputError
+
+__all__ = ["Trace", "parse_trace", "load_events"]
+
+_KERNEL_SUFFIX = "_kernel_time"
+_LOAD_EVENTS = ("model_loading_array", "model_loading_uri", "model_loading_from_saved_proto")
+
+
+@dataclass
+class Trace:
+    """A parsed profile.
+
+    Attributes:
+        kernels: one row per kernel call after the warm-up runs: ort_name (the node name in
+            ORT's optimized graph), op_type (the kernel's op), provider, node_index (ORT's
+            node index), run (0-based run index counted over all runs, warm-up included),
+            ts_us, dur_us.
+        runs: one row per ``model_run`` event: run, ts_us, dur_ms, warmup (bool).
+        session: one row per session-level event other than runs: event, ts_us, dur_ms.
+        warmup: number of runs dropped.
+        notes: anything unusual (no run events, fewer runs than warm-up...).
+    """
+
+    kernels: pd.DataFrame
+    runs: pd.DataFrame
+    session: pd.DataFrame
+    warmup: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def load_ms(self) -> float:
+        """Model loading time (ms) as ORT measured it (NaN if not recorded)."""
+        s = self.session
+        return float(s.loc[s.event.isin(_LOAD_EVENTS), "dur_ms"].sum()) if len(s) else float("nan")
+
+    @property
+    def init_ms(self) -> float:
+        """Session initialization time (ms): graph optimization, kernel creation."""
+        s = self.session
+        hit = s.loc[s.event == "session_initialization", "dur_ms"]
+        return float(hit.sum()) if len(hit) else float("nan")
+
+
+def load_events(source: str | Path | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The event list of a trace file (or the list itself)."""
+    if isinstance(source, list):
+        return source
+    path = Path(source)
+    try:
+        with open(path, "rb") as f:
+            data = json.load(f)
+    except FileNotFoundError as e:
+        raise InputError(f"Profile file {str(path)!r} does not exist.",
+                         fix="Pass the path ORT's end_profiling() returned.") from e
+    except (ValueError, OSError) as e:
+        raise InputError(f"Profile file {str(path)!r} is not a Chrome-trace JSON: {e}.",
+                         fix="Pass the JSON file onnxruntime's profiler wrote.") from e
+    if isinstance(data, dict):  # the Chrome-trace object form {"traceEvents": [...]}
+        data = data.get("traceEvents", [])
+    if not isinstance(data, list):
+        raise InputError(f"Profile file {str(path)!r} holds no event list.",
+                         fix="Pass the JSON file onnxruntime's profiler wrote.")
+    return data
+
+
+def parse_trace(source: str | Path | list[dict[str, Any]], *, warmup: int = 0) -> Trace:
+    """Parse an onnxruntime profile into DataFrames, dropping the first ``warmup`` runs.
+
+    Kernel calls are assigned to runs by timestamp (the ``model_run`` event that contains
+    them); calls before the first kept run (warm-up, tuning) are dropped.
+
+    Args:
+        source: the JSON path or the already loaded event list.
+        warmup: runs at the start to drop (their kernels include allocation and tuning).
+
+    Returns:
+        A :class:`Trace`.
+
+    Example:
+        >>> t = parse_trace(path, warmup=1)
+        >>> t.kernels.head()
+    """
+    if not isinstance(warmup, int) or warmup < 0:
+        raise InputError(f"warmup must be an int >= 0, got {warmup!r}.", fix="Use warmup=0 or more.")
+    events = load_events(source)
+    notes: list[str] = []
+    cats = np.array([e.get("cat") for e in events], dtype=object)
+    names = np.array([e.get("name", "") for e in events], dtype=object)
+    ts = np.array([e.get("ts", 0) for e in events], dtype=np.float64)
+    dur = np.array([e.get("dur", 0) for e in events], dtype=np.float64)
+
+    is_session = cats == "Session"
+    run_mask = is_session & (names == "model_run")
+    run_ts = ts[run_mask]
+    order = np.argsort(run_ts, kind="stable")
+    run_ts = run_ts[order]
+    run_dur = dur[run_mask][order]
+    runs = pd.DataFrame({"run": np.arange(len(run_ts)), "ts_us": run_ts,
+                         "dur_ms": run_dur / 1000.0, "warmup": np.arange(len(run_ts)) < warmup})
+    if len(run_ts) == 0:
+        notes.append("the trace has no model_run events: no warm-up could be dropped")
+    elif warmup >= len(run_ts):
+        notes.append(f"warm-up ({warmup}) covers all {len(run_ts)} runs in the trace")
+
+    other = is_session & ~run_mask
+    session = pd.DataFrame({"event": names[other].astype(str), "ts_us": ts[other],
+                            "dur_ms": dur[other] / 1000.0})
+
+    kmask = (cats == "Node") & np.fromiter((n.endswith(_KERNEL_SUFFIX) for n in names),
+                                           dtype=bool, count=len(names))
+    idx = np.flatnonzero(kmask)
+    args = [events[i].get("args") or {} for i in idx]
+    k_ts = ts[idx]
+    if len(run_ts):
+        run = np.searchsorted(run_ts, k_ts, side="right") - 1
+    else:
+        run = np.zeros(len(idx), dtype=np.int64)
+    kernels = pd.DataFrame({
+        "ort_name": [n[: -len(_KERNEL_SUFFIX)] for n in names[idx]],
+        "op_type": [a.get("op_name") for a in args],
+        "provider": [a.get("provider") for a in args],
+        "node_index": pd.array([a.get("node_index") for a in args], dtype="string"),
+        "run": run.astype(np.int64),
+        "ts_us": k_ts,
+        "dur_us": dur[idx],
+    })
+    if len(run_ts):
+        kernels = kernels.loc[kernels.run >= warmup].reset_index(drop=True)
+    return Trace(kernels=kernels, runs=runs, session=session, warmup=warmup, notes=notes)
