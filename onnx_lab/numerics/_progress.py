@@ -1,0 +1,64 @@
+"""Progress reporting: a callable(done, total, label) from the user, tqdm, or nothing.
+
+``progress=None`` means automatic: a tqdm bar (``tqdm.auto``: a widget bar in notebooks) when a
+human is watching (a terminal or a notebook kernel), nothing under pytest or in pipes.
+``progress=False`` silences it; a callable receives ``(done, total, label)``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+ProgressFn = Callable[[int, int, str], None]
+
+
+def _interactive() -> bool:
+    if "PYTEST_CURRENT_TEST" in os.environ:
+        return False
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is not None and type(shell).__name__ == "ZMQInteractiveShell":
+            return True
+    except ImportError:
+        pass
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+class Progress:
+    """Reports progress of ``total`` steps; use as a context manager."""
+
+    def __init__(self, progress: Any, total: int, label: str = "") -> None:
+        self.total = total
+        self.done = 0
+        self.label = label
+        self._fn: ProgressFn | None = progress if callable(progress) else None
+        self._bar = None
+        if progress is None and total > 1 and _interactive():
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, desc=label, leave=False)
+
+    def step(self, label: str | None = None, n: int = 1) -> None:
+        self.done += n
+        if label is not None:
+            self.label = label
+        if self._fn is not None:
+            self._fn(self.done, self.total, self.label)
+        if self._bar is not None:
+            self._bar.update(n)
+            if label:
+                self._bar.set_description(label, refresh=False)
+
+    def __enter__(self) -> Progress:
+        if self._fn is not None:
+            self._fn(0, self.total, self.label)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()

@@ -1,0 +1,283 @@
+"""Which candidate tensor holds the value of each reference tensor.
+
+Stages, each only for tensors the previous ones left unmatched:
+
+1. ``exact``: the same tensor name in the candidate (unless the candidate's provenance says
+   that name now holds a fused result, see 2).
+2. ``provenance``: the candidate node's ``onnx_lab.origin`` metadata lists the reference nodes
+   it replaced; its outputs align to the outputs of the topologically last of them (a
+   Conv+BN+Relu fused into one Conv aligns to the Relu output).
+3. ``structure``: a heuristic, flagged as such: a candidate node of the same op type reading the
+   aligned inputs (or carrying the same node name), or an Identity/Dropout removed in the
+   candidate (its output has the value of its input).
+
+Quantized candidates: when the aligned candidate tensor feeds a QuantizeLinear→DequantizeLinear
+pair, the DequantizeLinear output is used instead (match ``dequantize``) so the error includes
+that tensor's own quantization, layer by layer.
+
+Every reference tensor gets a row; unmatched ones carry the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+
+import pandas as pd
+
+from onnx_lab.core.model import LabModel
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["align", "ALIGN_COLUMNS", "origins_of", "SUBGRAPH_REASON"]
+
+ALIGN_COLUMNS = ["tensor", "node_id", "op_type", "graph", "depth", "is_output", "cand_tensor",
+                 "cand_node_id", "match", "reason"]
+
+SUBGRAPH_REASON = "inside a subgraph body: cannot be exposed"
+_PASS_THROUGH = {"Identity", "Dropout"}
+_ORIGIN_KEY = "onnx_lab.origin"
+
+
+def origins_of(model: LabModel) -> dict[str, list[str]]:
+    """{node id: original node ids} from ``onnx_lab.origin`` metadata (own id when absent)."""
+    try:
+        from onnx_lab.transforms.base import origins
+    except ImportError:  # transforms not installed: read the documented metadata key ourselves
+        out = {}
+        for nid, e in model.index.entries.items():
+            raw = e.node.metadata_props.get(_ORIGIN_KEY)
+            try:
+                val = json.loads(raw) if raw else None
+            except json.JSONDecodeError:
+                val = None
+            out[nid] = [str(v) for v in val] if isinstance(val, list) else [nid]
+        return out
+    return origins(model)
+
+
+def _capturable(model: LabModel) -> dict[str, str]:
+    """Main-graph node outputs of ``model``: {tensor: producer node id}."""
+    idx = model.index
+    return {name: nid for name, nid in idx.producer.items() if idx.entries[nid].graph == ""}
+
+
+def _dequantized(model: LabModel, tensor: str, capt: dict[str, str]) -> str | None:
+    """Output of DequantizeLinear(QuantizeLinear(tensor)) in ``model``, if there is one."""
+    idx = model.index
+    for q in idx.consumers.get(tensor, ()):
+        qn = idx.node(q)
+        if qn.op_type != "QuantizeLinear" or not qn.inputs or qn.inputs[0] is None \
+                or qn.inputs[0].name != tensor:
+            continue
+        for d in idx.consumers.get(qn.outputs[0].name, ()):
+            dn = idx.node(d)
+            if dn.op_type == "DequantizeLinear" and dn.outputs[0].name in capt:
+                return dn.outputs[0].name
+    return None
+
+
+def align(reference: LabModel | None, candidate: LabModel, *,
+          ref_tensors: Iterable[str] | None = None) -> pd.DataFrame:
+    """Align every reference tensor to a candidate tensor.
+
+    Args:
+        reference: the reference model, or None when the reference is a dict of arrays; then
+            ``ref_tensors`` lists its names, the candidate gives the structure, and only exact
+            names align.
+        candidate: the model compared against the reference.
+        ref_tensors: restrict the reference tensors (default: every node output of every graph).
+
+    Returns:
+        DataFrame, one row per reference tensor, in the reference's topological order:
+        tensor, node_id (its producer), op_type, graph (``""`` main graph), depth (topological
+        position), is_output (a graph output), cand_tensor (None when unmatched),
+        cand_node_id, match (``exact``, ``provenance``, ``dequantize``, ``structure`` or None),
+        reason (why there is no match, or what the structural guess rests on).
+
+    Example:
+        >>> a = align(onnx_lab.open("sample:convnet").model, fused.model)
+        >>> a.match.value_counts()
+    """
+    if reference is None:
+        return _align_dict(list(ref_tensors or ()), candidate)
+    ridx, cidx = reference.index, candidate.index
+    capt = _capturable(candidate)
+    rows: dict[str, dict] = {}
+    order: list[str] = []
+    ref_outputs = {v.name for v in reference.graph.outputs}
+    wanted = set(ref_tensors) if ref_tensors is not None else None
+    for nid, e in ridx.entries.items():
+        for v in e.node.outputs:
+            if not v.name or v.name in rows or (wanted is not None and v.name not in wanted):
+                continue
+            rows[v.name] = {"tensor": v.name, "node_id": nid, "op_type": e.node.op_type,
+                            "graph": e.graph, "depth": e.topo, "is_output": v.name in ref_outputs,
+                            "cand_tensor": None, "cand_node_id": None, "match": None,
+                            "reason": SUBGRAPH_REASON if e.graph else None}
+            order.append(v.name)
+
+    # Provenance: reference tensor -> candidate tensor, and fused intermediates.
+    prov: dict[str, str] = {}
+    fused_into: dict[str, str] = {}
+    last_of: dict[str, str] = {}  # candidate node id -> reference node id it stands for
+    for cnid, orig in origins_of(candidate).items():
+        ce = cidx.entries[cnid]
+        known = [o for o in orig if o in ridx.entries and ridx.entries[o].graph == ""]
+        if ce.graph or not known:
+            continue
+        last = max(known, key=lambda o: ridx.entries[o].topo)
+        last_of[cnid] = last
+        r_outs = [v.name for v in ridx.node(last).outputs]
+        for k, v in enumerate(ce.node.outputs):
+            if k < len(r_outs) and v.name and r_outs[k]:
+                prev = prov.get(r_outs[k])
+                if prev is None or cidx.entries[capt[prev]].topo < ce.topo:
+                    prov[r_outs[k]] = v.name
+        for o in known:
+            if o != last:
+                for v in ridx.node(o).outputs:
+                    fused_into.setdefault(v.name, cnid)
+
+    def _set(row: dict, cand: str, kind: str, reason: str | None = None) -> None:
+        row.update(cand_tensor=cand, cand_node_id=capt.get(cand), match=kind, reason=reason)
+
+    taken_nodes: set[str] = set()
+    for name in order:
+        row = rows[name]
+        if row["graph"]:
+            continue
+        if name in capt:
+            cnid = capt[name]
+            last = last_of.get(cnid)
+            # A name kept by a fused node holds the fused result, not this intermediate.
+            if not (name in fused_into and last is not None and last != row["node_id"]):
+                _set(row, name, "exact")
+                taken_nodes.add(cnid)
+                continue
+        if name in prov:
+            _set(row, prov[name], "provenance")
+            taken_nodes.add(capt[prov[name]])
+
+    # Structure, in topological order so chains of guesses propagate.
+    matched = {r["tensor"]: r["cand_tensor"] for r in rows.values() if r["cand_tensor"]}
+    for name in order:
+        row = rows[name]
+        if row["graph"] or row["cand_tensor"]:
+            continue
+        guess = _structural(reference, candidate, row, matched, capt, taken_nodes)
+        if guess is not None:
+            cand, why = guess
+            _set(row, cand, "structure", why)
+            matched[name] = cand
+            taken_nodes.add(capt[cand])
+
+    # Quantized candidates: compare against the dequantized value.
+    if any(e.node.op_type == "DequantizeLinear" for e in cidx.entries.values()):
+        for row in rows.values():
+            if row["cand_tensor"]:
+                dq = _dequantized(candidate, row["cand_tensor"], capt)
+                if dq is not None:
+                    row.update(cand_tensor=dq, cand_node_id=capt[dq], match="dequantize")
+
+    cand_inits = set(candidate.graph.initializers)
+    for name in order:
+        row = rows[name]
+        if row["cand_tensor"] or row["reason"]:
+            continue
+        if name in fused_into:
+            row["reason"] = (f"fused into candidate node {fused_into[name]!r} "
+                             "(an intermediate of the fusion)")
+        elif name in cand_inits:
+            row["reason"] = "folded into a constant (initializer) in the candidate"
+        elif name in cidx.producer:
+            row["reason"] = "candidate " + SUBGRAPH_REASON
+        else:
+            row["reason"] = (f"node {row['node_id']!r} ({row['op_type']}) has no counterpart in "
+                             "the candidate (removed or fused)")
+    return pd.DataFrame([rows[n] for n in order], columns=ALIGN_COLUMNS)
+
+
+def _structural(reference: LabModel, candidate: LabModel, row: dict, matched: dict[str, str],
+                capt: dict[str, str], taken: set[str]) -> tuple[str, str] | None:
+    """(candidate tensor, why) for a reference tensor no name or provenance explains."""
+    ridx, cidx = reference.index, candidate.index
+    node = ridx.node(row["node_id"])
+    k = next(i for i, v in enumerate(node.outputs) if v.name == row["tensor"])
+    cand_inputs = {v.name for v in candidate.graph.inputs}
+
+    def cand_of(name: str) -> str | None:
+        if name in matched:
+            return matched[name]
+        if name in cand_inputs:
+            return name
+        return None
+
+    if node.op_type in _PASS_THROUGH and k == 0 and node.inputs and node.inputs[0] is not None:
+        src = cand_of(node.inputs[0].name)
+        if src is not None and src in capt:
+            return src, f"structural guess: {node.op_type} removed in the candidate, same value " \
+                        "as its input"
+    # The same node name and op type, output renamed.
+    nid = row["node_id"]
+    if nid in cidx.entries and nid not in taken:
+        cn = cidx.node(nid)
+        if cn.op_type == node.op_type and cidx.entries[nid].graph == "" \
+                and k < len(cn.outputs) and cn.outputs[k].name in capt:
+            return cn.outputs[k].name, "structural guess: same node name and op type"
+    # A node of the same op type reading the aligned activations.
+    acts = [(i, v.name) for i, v in enumerate(node.inputs)
+            if v is not None and v.name and v.name not in reference.graph.initializers
+            and v.const_value is None]
+    if not acts:
+        return None
+    mapped: list[tuple[int, str]] = []
+    for i, name in acts:
+        c = cand_of(name)
+        if c is None:
+            return None
+        mapped.append((i, c))
+    cands: set[str] | None = None
+    for _i, c in mapped:
+        users = set(cidx.consumers.get(c, ()))
+        cands = users if cands is None else cands & users
+    hits = [c for c in (cands or ()) if c not in taken and cidx.node(c).op_type == node.op_type
+            and cidx.entries[c].graph == ""
+            and all(len(cidx.node(c).inputs) > i and cidx.node(c).inputs[i] is not None
+                    and cidx.node(c).inputs[i].name == m for i, m in mapped)]
+    if len(hits) != 1:
+        return None
+    cn = cidx.node(hits[0])
+    if k >= len(cn.outputs) or cn.outputs[k].name not in capt:
+        return None
+    return cn.outputs[k].name, f"structural guess: same op type ({node.op_type}) reading the " \
+                               "aligned inputs"
+
+
+def _align_dict(names: Sequence[str], candidate: LabModel) -> pd.DataFrame:
+    """Alignment of a dict reference: names only; depth and producers from the candidate."""
+    cidx = candidate.index
+    capt = _capturable(candidate)
+    outs = {v.name for v in candidate.graph.outputs}
+    rows = []
+    for name in names:
+        nid = cidx.producer.get(name)
+        e = cidx.entries.get(nid) if nid else None
+        row = {"tensor": name, "node_id": nid, "op_type": e.node.op_type if e else None,
+               "graph": e.graph if e else None, "depth": e.topo if e else None,
+               "is_output": name in outs, "cand_tensor": None, "cand_node_id": None,
+               "match": None, "reason": None}
+        if name in capt:
+            row.update(cand_tensor=name, cand_node_id=nid, match="exact")
+        elif e is not None:
+            row["reason"] = "candidate " + SUBGRAPH_REASON
+        elif name in {v.name for v in candidate.graph.inputs}:
+            row["reason"] = "a graph input of the candidate (the feeds): nothing to compare"
+        else:
+            row["reason"] = ("no tensor of this name in the candidate (a dict reference aligns "
+                             "by name only)")
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=ALIGN_COLUMNS)
+    key = df["depth"].fillna(1 << 30)
+    return df.iloc[key.argsort(kind="stable")].reset_index(drop=True)

@@ -1,0 +1,528 @@
+"""Layer-by-layer comparison of two models (or a model and captured arrays): where they diverge.
+
+Stages (STYLE rule 8): :func:`~onnx_lab.numerics.align.align` pairs tensors, the pairs are
+captured in chunks bounded by ``max_bytes`` — the reference's chunk first, then the candidate's
+same chunk, metrics accumulated, both dropped — and the result is a :class:`Comparison` holding
+DataFrames and views. Graph optimizations are disabled so no tensor is fused away.
+
+Example:
+    >>> import onnx_lab
+    >>> from onnx_lab.numerics import to_fp16
+    >>> ref = onnx_lab.open("sample:convnet")
+    >>> c = onnx_lab.compare(ref, to_fp16(ref))
+    >>> c.passed, c.first_divergence
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.errors import InputError, LabError, RuntimeLoadError, unknown_name
+from onnx_lab.lab import Lab, as_lab
+from onnx_lab.numerics._progress import Progress
+from onnx_lab.numerics.align import align
+from onnx_lab.numerics.capture import estimate_bytes, plan_chunks
+from onnx_lab.numerics.feeds import as_feed_list, input_specs
+from onnx_lab.numerics.metrics import METRIC_COLUMNS, MetricAccumulator
+from onnx_lab.numerics.session import make_session, resolve_providers
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["compare", "Comparison", "LAYER_COLUMNS", "OUTPUT_COLUMNS"]
+
+LAYER_COLUMNS = ["tensor", "node_id", "op_type", "depth", "cand_tensor", "cand_node_id", "match",
+                 *METRIC_COLUMNS]
+OUTPUT_COLUMNS = ["tensor", "cand_tensor", *METRIC_COLUMNS]
+
+
+# ---------------------------------------------------------------------------- inputs
+def _split_providers(providers: Any) -> tuple[list[str], list[str]]:
+    """(reference providers, candidate providers); a pair of lists compares two EPs."""
+    if isinstance(providers, (tuple, list)) and len(providers) == 2 and all(
+            isinstance(p, (list, tuple)) for p in providers):
+        return resolve_providers(providers[0]), resolve_providers(providers[1])
+    p = resolve_providers(providers)
+    return p, p
+
+
+def _check_inputs(ref: LabModel, cand: LabModel) -> None:
+    """InputError when the two models do not take the same inputs."""
+    rs = {n: (d, s) for n, d, s in input_specs(ref)}
+    cs = {n: (d, s) for n, d, s in input_specs(cand)}
+    if set(rs) != set(cs):
+        only_r = sorted(set(rs) - set(cs))
+        only_c = sorted(set(cs) - set(rs))
+        raise InputError(
+            f"The models' inputs differ in name: only in the reference {only_r}, only in the "
+            f"candidate {only_c}.",
+            fix="Rename the inputs so both models take the same names (lab.rename_tensor).")
+    for name, (d, s) in rs.items():
+        cd, cshape = cs[name]
+        if d != cd:
+            raise InputError(
+                f"Input {name!r} is {d} in the reference and {cd} in the candidate.",
+                fix="Give both models the same input dtypes (e.g. to_fp16(lab, "
+                "keep_io_types=True)).")
+        if s is not None and cshape is not None and len(s) != len(cshape):
+            raise InputError(
+                f"Input {name!r} has rank {len(s)} {list(s)} in the reference and rank "
+                f"{len(cshape)} {list(cshape)} in the candidate.",
+                fix="Compare models that take the same input shapes.")
+
+
+def _load(source: Any, what: str, dims, shapes) -> Lab:
+    try:
+        return as_lab(source, dims=dims, shapes=shapes)
+    except LabError as e:
+        raise type(e)(f"{what}: {e.problem}", fix=e.fix) from e
+
+
+# ---------------------------------------------------------------------------- compare
+def compare(reference: Any, candidate: Any, *, feeds: Any = None,
+            dims: Mapping[str, int] | None = None,
+            shapes: Mapping[str, Sequence[int]] | None = None, layerwise: bool = True,
+            atol: float = 1e-4, rtol: float = 1e-3, providers: Any = None,
+            max_bytes: int = 1 << 30, progress: Any = None) -> Comparison:
+    """Compare a candidate model against a reference, output by output and layer by layer.
+
+    Args:
+        reference: a Lab, path, ModelProto, ``"sample:NAME"``..., or a dict
+            ``{tensor name: array}`` captured elsewhere (e.g. PyTorch hooks); with a dict,
+            tensors align by name and ``feeds`` (or the dict's entries for the inputs) give
+            the inputs.
+        candidate: the model under test (same kinds, not a dict).
+        feeds: None (one seeded sample), a dict of arrays, a list of dicts (metrics
+            aggregate over samples) or an ``.npz`` path.
+        dims, shapes: values for symbolic dims / full input shapes.
+        layerwise: also compare every aligned intermediate tensor (else outputs only).
+        atol, rtol: an element passes when ``|cand - ref| <= atol + rtol·|ref|``.
+        providers: provider list for both, or a pair ``(ref_providers, cand_providers)`` to
+            compare execution providers.
+        max_bytes: bound on captured activations held at once (reference + candidate chunk).
+        progress: None (tqdm when interactive), False, or a callable(done, total, label).
+
+    Returns:
+        A :class:`Comparison`.
+
+    Raises:
+        InputError: the models' inputs differ in name, dtype or rank; bad feeds.
+        DimError: unresolved symbolic dims.
+        RuntimeLoadError: onnxruntime cannot load a model (names the op and domain).
+
+    Example:
+        >>> c = onnx_lab.compare("model.onnx", "model_fp16.onnx", dims={"batch": 1})
+        >>> c.first_divergence
+    """
+    if not (isinstance(atol, (int, float)) and atol >= 0 and isinstance(rtol, (int, float))
+            and rtol >= 0):
+        raise InputError(f"atol and rtol must be non-negative numbers, got {atol!r}, {rtol!r}.",
+                         fix="Use e.g. atol=1e-4, rtol=1e-3.")
+    if not isinstance(max_bytes, int) or max_bytes < 1:
+        raise InputError(f"max_bytes must be a positive int, got {max_bytes!r}.",
+                         fix="Use e.g. max_bytes=1 << 30.")
+    cand_lab = _load(candidate, "candidate", dims, shapes)
+    dims = {**cand_lab.dims, **(dims or {})}
+    shapes = {**cand_lab.shapes, **(shapes or {})}
+    ref_dict: dict[str, np.ndarray] | None = None
+    ref_lab: Lab | None = None
+    if isinstance(reference, Mapping):
+        ref_dict = {str(k): np.asarray(v) for k, v in reference.items()}
+        if feeds is None:
+            names = [n for n, _, _ in input_specs(cand_lab.model)]
+            if all(n in ref_dict for n in names):
+                feeds = {n: ref_dict[n] for n in names}
+            else:
+                raise InputError(
+                    "A dict reference needs the inputs it was computed from: pass feeds=... "
+                    f"or include {names} in the dict.",
+                    fix="compare(ref_dict, cand, feeds={input: array}).")
+    else:
+        ref_lab = _load(reference, "reference", dims, shapes)
+        _check_inputs(ref_lab.model, cand_lab.model)
+    ref_prov, cand_prov = _split_providers(providers)
+    feed_list = as_feed_list(feeds, cand_lab.model, dims, shapes)
+    if ref_lab is not None:
+        as_feed_list(feed_list, ref_lab.model, dims, shapes)  # the reference must accept them
+
+    cand_model = cand_lab.model
+    ref_model = ref_lab.model if ref_lab is not None else None
+    # -- alignment and the list of pairs
+    if ref_model is not None:
+        alignment = align(ref_model, cand_model) if layerwise else None
+        out_pairs = _output_pairs(ref_model, cand_model)
+    else:
+        alignment = align(None, cand_model, ref_tensors=ref_dict)
+        outs = [v.name for v in cand_model.graph.outputs]
+        out_pairs = [(n, n) for n in outs if n in ref_dict]
+    pairs: list[tuple[str, str]] = list(out_pairs)
+    if alignment is not None and (layerwise or ref_dict is not None):
+        seen = set(pairs)
+        for r, c in zip(alignment["tensor"], alignment["cand_tensor"]):
+            if c is not None and (r, c) not in seen:
+                seen.add((r, c))
+                pairs.append((r, c))
+    if ref_dict is not None:
+        pairs = [p for p in pairs if p[0] in ref_dict]
+    if alignment is None:
+        alignment = _outputs_alignment(ref_model, cand_model, out_pairs)
+
+    # -- chunked capture and metrics
+    shapes_in = {k: v.shape for k, v in feed_list[0].items()}
+    n_samples = len(feed_list)
+    c_sizes = estimate_bytes(cand_model, list({c for _, c in pairs}), shapes_in)
+    r_sizes = (estimate_bytes(ref_model, list({r for r, _ in pairs}), shapes_in)
+               if ref_model is not None else {r: 0 for r, _ in pairs})
+    # The reference chunk is held for every sample while the candidate runs one at a time.
+    sizes = {p: _size(r_sizes.get(p[0])) * n_samples + _size(c_sizes.get(p[1]))
+             for p in pairs}
+    chunks = plan_chunks(sizes, max_bytes) if pairs else []
+    accs = {p: MetricAccumulator(atol, rtol) for p in pairs}
+    out_set = set(out_pairs)
+    kept: dict[tuple[str, str], tuple[list, list]] = {p: ([], []) for p in out_pairs}
+    with Progress(progress, len(chunks), "compare") as bar:
+        for i, chunk in enumerate(chunks):
+            r_names = list(dict.fromkeys(r for r, _ in chunk))
+            c_names = list(dict.fromkeys(c for _, c in chunk))
+            if ref_model is not None:
+                ref_vals = _run_all(ref_model, feed_list, r_names, ref_prov, "reference")
+            else:
+                ref_vals = [{r: ref_dict[r] for r in r_names}]  # type: ignore[index]
+            sess = _session(cand_model, c_names, cand_prov, "candidate")
+            for s, f in enumerate(feed_list):
+                cand_vals = _run(sess, f, c_names, "candidate")
+                rv = ref_vals[min(s, len(ref_vals) - 1)]
+                for p in chunk:
+                    accs[p].add(rv[p[0]], cand_vals[p[1]])
+                    if p in out_set:
+                        kept[p][0].append(rv[p[0]])
+                        kept[p][1].append(cand_vals[p[1]])
+                del cand_vals
+            del sess, ref_vals
+            bar.step(f"compare: chunk {i + 1}/{len(chunks)}")
+
+    metrics = {p: a.result() for p, a in accs.items()}
+    outputs = pd.DataFrame([{"tensor": r, "cand_tensor": c, **metrics[(r, c)]}
+                            for r, c in out_pairs], columns=OUTPUT_COLUMNS)
+    layer_rows = []
+    if layerwise or ref_dict is not None:
+        for row in alignment.itertuples(index=False):
+            p = (row.tensor, row.cand_tensor)
+            if row.cand_tensor is None or p not in metrics:
+                continue
+            layer_rows.append({"tensor": row.tensor, "node_id": row.node_id,
+                               "op_type": row.op_type, "depth": row.depth,
+                               "cand_tensor": row.cand_tensor,
+                               "cand_node_id": row.cand_node_id, "match": row.match,
+                               **metrics[p]})
+    layers = pd.DataFrame(layer_rows, columns=LAYER_COLUMNS)
+    if len(outputs):
+        passed = bool(outputs["passed"].all())
+    else:
+        passed = bool(layers["passed"].all()) if len(layers) else True
+    graph_model = ref_model if ref_model is not None else cand_model
+    div = _first_divergence(graph_model, layers, outputs) if len(layers) else None
+    return Comparison(outputs=outputs, layers=layers, alignment=alignment, passed=passed,
+                      first_divergence=div, atol=float(atol), rtol=float(rtol),
+                      reference=ref_lab, candidate=cand_lab, feeds=feed_list,
+                      providers=(ref_prov, cand_prov), reference_values=ref_dict,
+                      output_values=kept)
+
+
+def _size(n: int | None) -> int:
+    return 1 << 20 if n is None else n
+
+
+def _output_pairs(ref: LabModel, cand: LabModel) -> list[tuple[str, str]]:
+    r_out = [v.name for v in ref.graph.outputs]
+    c_out = [v.name for v in cand.graph.outputs]
+    if set(r_out) <= set(c_out):
+        return [(n, n) for n in r_out]
+    if len(r_out) == len(c_out):
+        logger.info("output names differ; pairing outputs by position")
+        return list(zip(r_out, c_out))
+    common = [n for n in r_out if n in c_out]
+    if not common:
+        raise InputError(f"The models' outputs differ: reference {r_out}, candidate {c_out}.",
+                         fix="Compare models with the same outputs (lab.extract(outputs=...)).")
+    return [(n, n) for n in common]
+
+
+def _outputs_alignment(ref: LabModel | None, cand: LabModel,
+                       pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """The alignment table of an outputs-only comparison."""
+    from onnx_lab.numerics.align import ALIGN_COLUMNS
+
+    model = ref if ref is not None else cand
+    rows = []
+    for r, c in pairs:
+        nid = model.index.producer.get(r)
+        rows.append({"tensor": r, "node_id": nid,
+                     "op_type": model.index.node(nid).op_type if nid else None, "graph": "",
+                     "depth": model.index.entries[nid].topo if nid else None, "is_output": True,
+                     "cand_tensor": c, "cand_node_id": cand.index.producer.get(c),
+                     "match": "exact" if r == c else "position", "reason": None})
+    return pd.DataFrame(rows, columns=ALIGN_COLUMNS)
+
+
+def _session(model: LabModel, names: list[str], providers: list[str], what: str):
+    try:
+        return make_session(model, providers=providers, outputs=names)
+    except LabError as e:
+        raise type(e)(f"{what} model: {e.problem}", fix=e.fix) from e
+
+
+def _run(sess, feeds: Mapping[str, np.ndarray], names: list[str], what: str
+         ) -> dict[str, np.ndarray]:
+    try:
+        values = sess.run(names, dict(feeds))
+    except Exception as e:  # noqa: BLE001 - ORT raises several exception types
+        first = str(e).strip().splitlines()[0][:400] if str(e).strip() else type(e).__name__
+        raise RuntimeLoadError(f"onnxruntime failed to run the {what} model: {first}",
+                               fix="Check the feeds' shapes and dtypes against lab.inputs.") from e
+    return dict(zip(names, values))
+
+
+def _run_all(model: LabModel, feed_list: list, names: list[str], providers: list[str],
+             what: str) -> list[dict[str, np.ndarray]]:
+    sess = _session(model, names, providers, what)
+    return [_run(sess, f, names, what) for f in feed_list]
+
+
+def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFrame
+                      ) -> dict[str, Any] | None:
+    """The first failing tensor whose producer's inputs are all within tolerance.
+
+    Inputs that were not compared (fused away, no counterpart) stand for their own nearest
+    compared ancestors.
+    """
+    idx = model.index
+    status = dict(zip(layers["tensor"], layers["passed"].astype(bool)))
+    g = model.graph
+    memo: dict[str, bool] = {}
+
+    def ok(name: str, depth: int = 0) -> bool:
+        if name in status:
+            return status[name]
+        if name in memo:
+            return memo[name]
+        nid = idx.producer.get(name)
+        if nid is None or depth > 500:  # a graph input, initializer or outer value
+            return True
+        memo[name] = True  # cycle guard
+        res = all(ok(v.name, depth + 1) for v in idx.node(nid).inputs
+                  if v is not None and v.name)
+        memo[name] = res
+        return res
+
+    failing = layers.loc[~layers["passed"].astype(bool)]
+    for row in failing.itertuples(index=False):
+        nid = row.node_id
+        if nid is None or nid not in idx.entries:
+            continue
+        node = idx.node(nid)
+        ins = [v.name for v in node.inputs if v is not None and v.name
+               and v.name not in g.initializers and v.const_value is None]
+        if all(ok(n) for n in ins):
+            return {"tensor": row.tensor, "node_id": nid, "op_type": row.op_type,
+                    "max_abs": float(row.max_abs),
+                    "reaches_outputs": _reaches(model, nid, outputs)}
+    return None
+
+
+def _reaches(model: LabModel, node_id: str, outputs: pd.DataFrame) -> bool:
+    """Whether a failing graph output depends on ``node_id``."""
+    bad = set(outputs.loc[~outputs["passed"].astype(bool), "tensor"])
+    if not bad:
+        return False
+    idx = model.index
+    seen = {node_id}
+    stack = [node_id]
+    while stack:
+        nid = stack.pop()
+        if any(v.name in bad for v in idx.node(nid).outputs):
+            return True
+        for s in idx.successors(nid):
+            if s not in seen:
+                seen.add(s)
+                stack.append(s)
+    return False
+
+
+# ---------------------------------------------------------------------------- result
+class Comparison:
+    """The result of :func:`compare`.
+
+    Attributes:
+        outputs: one row per graph output — tensor, cand_tensor and the metric columns of
+            :data:`onnx_lab.numerics.metrics.METRIC_COLUMNS` (shape, cand_shape, dtype,
+            cand_dtype, max_abs, mean_abs, max_rel, cosine, sqnr_db, passed, n_fail, numel,
+            nan_ref, nan_cand, inf_ref, inf_cand, note).
+        layers: one row per compared tensor in the reference's topological order — tensor,
+            node_id, op_type, depth, cand_tensor, cand_node_id, match, and the metric columns.
+        alignment: every reference tensor with its match or the reason it has none (see
+            :func:`onnx_lab.numerics.align.align`).
+        passed: the final outputs are within tolerance.
+        first_divergence: None, or {tensor, node_id, op_type, max_abs, reaches_outputs}: the
+            first tensor out of tolerance whose producer's inputs are all within tolerance.
+        atol, rtol: the tolerances used.
+    """
+
+    def __init__(self, *, outputs: pd.DataFrame, layers: pd.DataFrame, alignment: pd.DataFrame,
+                 passed: bool, first_divergence: dict | None, atol: float, rtol: float,
+                 reference: Lab | None, candidate: Lab, feeds: list, providers: tuple,
+                 reference_values: dict | None, output_values: dict) -> None:
+        self.outputs = outputs
+        self.layers = layers
+        self.alignment = alignment
+        self.passed = passed
+        self.first_divergence = first_divergence
+        self.atol = atol
+        self.rtol = rtol
+        self.reference = reference
+        self.candidate = candidate
+        self.feeds = feeds
+        self.providers = providers
+        self._ref_values = reference_values
+        self._output_values = output_values
+
+    # -- data
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of ``onnx-lab compare --json``: passed, outputs, layers, first_divergence."""
+        def records(df: pd.DataFrame) -> list[dict]:
+            out = []
+            for rec in df.to_dict(orient="records"):
+                out.append({k: (None if isinstance(v, float) and math.isnan(v) else v)
+                            for k, v in rec.items()})
+            return out
+
+        return {"passed": self.passed, "atol": self.atol, "rtol": self.rtol,
+                "outputs": records(self.outputs), "layers": records(self.layers),
+                "first_divergence": self.first_divergence}
+
+    def _pair(self, tensor: str) -> tuple[str, str]:
+        for df in (self.outputs, self.layers):
+            for col in ("tensor", "cand_tensor"):
+                hit = df.loc[df[col] == tensor]
+                if len(hit):
+                    return hit["tensor"].iloc[0], hit["cand_tensor"].iloc[0]
+        raise unknown_name("compared tensor", tensor,
+                           list(self.layers["tensor"]) + list(self.outputs["tensor"]),
+                           fix="Use a tensor of comparison.layers (aligned tensors only).")
+
+    def values(self, tensor: str, sample: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(reference, candidate) arrays of one compared tensor for one sample (recaptured)."""
+        ref_name, cand_name = self._pair(tensor)
+        if not 0 <= sample < len(self.feeds):
+            raise InputError(f"sample {sample} does not exist ({len(self.feeds)} samples).",
+                             fix=f"Use 0..{len(self.feeds) - 1}.")
+        kept = self._output_values.get((ref_name, cand_name))
+        if kept is not None and len(kept[1]) > sample:
+            return kept[0][min(sample, len(kept[0]) - 1)], kept[1][sample]
+        feeds = self.feeds[sample]
+        if self.reference is not None:
+            sess = _session(self.reference.model, [ref_name], self.providers[0], "reference")
+            ref = _run(sess, feeds, [ref_name], "reference")[ref_name]
+        else:
+            ref = self._ref_values[ref_name]  # type: ignore[index]
+        sess = _session(self.candidate.model, [cand_name], self.providers[1], "candidate")
+        cand = _run(sess, feeds, [cand_name], "candidate")[cand_name]
+        return ref, cand
+
+    # -- views
+    def plot(self):
+        """Error per layer along depth (log scale), tolerance line, divergence marked."""
+        from onnx_lab.render.compare_plots import layer_error_figure
+
+        return layer_error_figure(self.layers, self.atol, self.first_divergence)
+
+    def hist(self, tensor: str, sample: int = 0, bins: int = 100):
+        """Histograms of reference and candidate values and of their difference."""
+        from onnx_lab.render.compare_plots import hist_figure
+
+        ref, cand = self.values(tensor, sample)
+        return hist_figure(ref, cand, tensor, bins=bins)
+
+    def scatter(self, tensor: str, sample: int = 0, max_points: int = 50_000):
+        """Candidate vs reference values of one tensor (subsampled), with the y = x line."""
+        from onnx_lab.render.compare_plots import scatter_figure
+
+        ref, cand = self.values(tensor, sample)
+        return scatter_figure(ref, cand, tensor, max_points=max_points)
+
+    def error_series(self, column: str = "max_abs") -> pd.Series:
+        """``column`` of :attr:`layers` keyed by the reference node id (for overlays)."""
+        df = self.layers.dropna(subset=["node_id"])
+        return pd.Series(df[column].to_numpy(), index=df["node_id"].to_numpy(),
+                         name=column).groupby(level=0).max()
+
+    def render(self, column: str = "max_abs", **kw: Any):
+        """The reference graph (the candidate's for a dict reference) coloured by error.
+
+        Centred on the first divergence when there is one; keywords go to
+        :func:`onnx_lab.render.render_model`.
+        """
+        from onnx_lab.render import render_model
+
+        lab = self.reference if self.reference is not None else self.candidate
+        div = self.first_divergence
+        if div is not None:
+            kw.setdefault("around", div["node_id"])
+            kw.setdefault("highlight", [div["node_id"]])
+        kw.setdefault("overlay_label", column)
+        return render_model(lab.model, overlay=self.error_series(column), **kw)
+
+    def summary_text(self) -> str:
+        """A few lines for terminals."""
+        n_fail = int((~self.layers["passed"].astype(bool)).sum()) if len(self.layers) else 0
+        lines = [f"{'PASSED' if self.passed else 'FAILED'} (atol={self.atol:g}, "
+                 f"rtol={self.rtol:g}): {len(self.outputs)} outputs, {len(self.layers)} layers "
+                 f"compared, {n_fail} out of tolerance"]
+        for r in self.outputs.itertuples(index=False):
+            lines.append(f"  output {r.tensor}: max_abs={r.max_abs:.3g} cosine={r.cosine:.6f} "
+                         f"{'ok' if r.passed else 'FAIL'}" + (f" ({r.note})" if r.note else ""))
+        d = self.first_divergence
+        if d is not None:
+            lines.append(f"first divergence: {d['tensor']} (node {d['node_id']}, {d['op_type']}),"
+                         f" max_abs={d['max_abs']:.3g}, "
+                         f"{'reaches' if d['reaches_outputs'] else 'does not reach'} the outputs")
+        else:
+            lines.append("no divergence")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<onnx_lab.Comparison {self.summary_text().splitlines()[0]}>"
+
+    def to_html(self, max_rows: int = 30) -> str:
+        """HTML report: verdict, divergence, outputs, the worst layers and the error plot."""
+        from onnx_lab.render.tables import frame_html
+
+        head = html.escape(self.summary_text()).replace("\n", "<br>")
+        colour = "#2a7" if self.passed else "#c33"
+        parts = [f"<div style='border-left:4px solid {colour};padding-left:6px'>{head}</div>",
+                 frame_html(self.outputs, caption="outputs")]
+        if len(self.layers):
+            worst = self.layers.sort_values("max_abs", ascending=False).head(max_rows)
+            parts.append(frame_html(worst, max_rows=max_rows,
+                                    caption="layers, largest max_abs first"))
+            try:
+                buf = io.StringIO()
+                self.plot().savefig(buf, format="svg")
+                parts.append(buf.getvalue())
+            except ImportError:  # matplotlib missing: the tables are the report
+                pass
+        unmatched = int(self.alignment["cand_tensor"].isna().sum())
+        parts.append(f"<div style='color:#666'>{unmatched} reference tensors not aligned "
+                     "(see .alignment)</div>")
+        return "<div class='onnx-lab-compare'>" + "".join(parts) + "</div>"
+
+    def _repr_html_(self) -> str:
+        return self.to_html()

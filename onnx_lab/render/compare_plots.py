@@ -1,0 +1,97 @@
+"""Figures of a layer-by-layer comparison (matplotlib, imported on use)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from onnx_lab.render.plots import _figure
+
+__all__ = ["layer_error_figure", "hist_figure", "scatter_figure"]
+
+
+def layer_error_figure(layers: pd.DataFrame, atol: float, divergence: dict[str, Any] | None,
+                       column: str = "max_abs"):
+    """``column`` per compared tensor along topological depth, log scale, tolerance line."""
+    fig = _figure(figsize=(8, 3.4))
+    ax = fig.add_subplot()
+    if not len(layers):
+        ax.text(0.5, 0.5, "no layers compared", ha="center", va="center")
+        return fig
+    x = np.arange(len(layers))
+    y = layers[column].astype(float).to_numpy()
+    finite = np.isfinite(y)
+    # Zeros and infinities cannot sit on a log axis: draw them at the plot's floor/ceiling.
+    pos = y[finite & (y > 0)]
+    floor = min(pos.min(), atol) / 10 if pos.size else atol / 100
+    ceil = max(pos.max(), atol) * 10 if pos.size else atol * 100
+    shown = np.where(np.isnan(y), np.nan, np.where(y <= 0, floor, np.where(np.isinf(y), ceil, y)))
+    passed = layers["passed"].astype(bool).to_numpy()
+    ax.plot(x, shown, color="#999", lw=0.8, zorder=1)
+    ax.scatter(x[passed], shown[passed], s=10, color="#4c78a8", label="within tolerance",
+               zorder=2)
+    ax.scatter(x[~passed], shown[~passed], s=14, color="#e45756", label="out of tolerance",
+               zorder=3)
+    if np.isinf(y).any():
+        ax.scatter(x[np.isinf(y)], shown[np.isinf(y)], marker="^", s=30, color="#b00",
+                   label="inf / nan mismatch", zorder=4)
+    ax.axhline(atol, color="#54a24b", ls="--", lw=1, label=f"atol {atol:g}")
+    if divergence is not None:
+        hit = np.flatnonzero(layers["tensor"].to_numpy() == divergence["tensor"])
+        if hit.size:
+            ax.axvline(hit[0], color="#e45756", lw=1, alpha=0.6)
+            ax.annotate(f"first divergence\n{divergence['op_type']} {divergence['node_id']}",
+                        (hit[0], shown[hit[0]]), xytext=(8, 8), textcoords="offset points",
+                        fontsize=8, color="#b00")
+    ax.set_yscale("log")
+    ax.set_xlabel("layer (topological order)")
+    ax.set_ylabel(column + (" (exact 0 at bottom)" if (y == 0).any() else ""))
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+def hist_figure(ref: np.ndarray, cand: np.ndarray, title: str, bins: int = 100):
+    """Value histograms of both sides and the histogram of ``cand - ref``."""
+    fig = _figure(figsize=(8, 3.2))
+    a1, a2 = fig.subplots(1, 2)
+    r = np.asarray(ref, dtype=np.float64).ravel()
+    c = np.asarray(cand, dtype=np.float64).ravel()
+    rf, cf = r[np.isfinite(r)], c[np.isfinite(c)]
+    lo = min(rf.min(initial=0), cf.min(initial=0))
+    hi = max(rf.max(initial=1), cf.max(initial=1))
+    edges = np.linspace(lo, hi if hi > lo else lo + 1, bins + 1)
+    a1.hist(rf, bins=edges, alpha=0.6, label="reference", color="#4c78a8", log=True)
+    a1.hist(cf, bins=edges, alpha=0.6, label="candidate", color="#f58518", log=True)
+    a1.set_title(f"values: {title}", fontsize=9)
+    a1.legend(fontsize=7)
+    if r.size == c.size:
+        d = c - r
+        d = d[np.isfinite(d)]
+        a2.hist(d, bins=bins, color="#e45756", log=True)
+    a2.set_title("candidate − reference", fontsize=9)
+    return fig
+
+
+def scatter_figure(ref: np.ndarray, cand: np.ndarray, title: str, max_points: int = 50_000):
+    """Candidate against reference values (a seeded subsample), with the y = x line."""
+    fig = _figure(figsize=(4.2, 4))
+    ax = fig.add_subplot()
+    r = np.asarray(ref, dtype=np.float64).ravel()
+    c = np.asarray(cand, dtype=np.float64).ravel()
+    if r.size != c.size:
+        ax.text(0.5, 0.5, f"sizes differ: {r.size} vs {c.size}", ha="center", va="center")
+        return fig
+    if r.size > max_points:
+        pick = np.random.default_rng(0).choice(r.size, max_points, replace=False)
+        r, c = r[pick], c[pick]
+    ok = np.isfinite(r) & np.isfinite(c)
+    ax.scatter(r[ok], c[ok], s=2, alpha=0.4, color="#4c78a8")
+    if ok.any():
+        lo, hi = float(min(r[ok].min(), c[ok].min())), float(max(r[ok].max(), c[ok].max()))
+        ax.plot([lo, hi], [lo, hi], color="#e45756", lw=1)
+    ax.set_xlabel("reference")
+    ax.set_ylabel("candidate")
+    ax.set_title(title, fontsize=9)
+    return fig
