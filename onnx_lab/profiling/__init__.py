@@ -1,1 +1,18 @@
-"""onnx_lab.profiling."""
+"""onnx_lab.profiling: per-operator profiles with onnxruntime, sweeps, trace parsing.
+
+``onnx_lab.profile`` is :func:`onnx_lab.profiling.run.profile`. Importing this package does not
+import onnxruntime (sessions are created inside the functions).
+
+Example:
+    >>> from onnx_lab.profiling import profile, levels, batch_sweep
+    >>> p = profile("sample:convnet", runs=10, warmup=2)
+"""
+
+from __future__ import annotations
+
+from onnx_lab.profiling.parse import Trace, parse_trace
+from onnx_lab.profiling.run import Profile, profile
+from onnx_lab.profiling.sweep import BatchSweep, batch_sweep, levels, thread_sweep
+
+__all__ = ["profile", "Profile", "levels", "batch_sweep", "thread_sweep", "BatchSweep",
+           "parse_trace", "Trace"]
