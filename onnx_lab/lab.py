@@ -181,12 +181,172 @@ class Lab:
         return f"<div><b>onnx_lab.Lab</b> — {src}</div>" + self.summary()._repr_html_()
 
     # ================================================================== render (issue 3)
+    def render(self, nodes: Any = None, **options: Any):
+        """Draw part of the model (uses the Lab's dims/shapes for edge shapes).
+
+        Same arguments as :func:`onnx_lab.render.view.render_model`: ``around``, ``radius``,
+        ``direction``, ``graph``, ``collapse``, ``expand``, ``max_nodes``,
+        ``show_initializers``, ``show_shapes``, ``overlay``, ``overlay_label``,
+        ``overlay_log``, ``highlight``, ``timeout``, ``title``.
+
+        Example:
+            >>> lab.render(lab.nodes.query("op_type == 'Conv'"), radius=1)
+            >>> lab.render(collapse="auto", expand="/layer.0")
+        """
+        from onnx_lab.render.view import render_model
+
+        options.setdefault("dims", self.dims or None)
+        options.setdefault("shapes", self.shapes or None)
+        return render_model(self._model, nodes, **options)
 
     # ================================================================== transforms (issue 4)
-    def _init_history(self) -> None:
-        """Start the version history (transforms)."""
+    def _init_history(self, result: Any = None) -> None:
+        """Start the version history (transforms): step 0 is the model as given."""
+        from onnx_lab.transforms.history import History
+
+        self._history = History(self._model, dims=self.dims, shapes=self.shapes, result=result)
+
+    def _show_version(self) -> None:
+        v = self._history.version
+        self._set_model(v.model)
+        self.dims = dict(v.dims)
+        self.shapes = {k: list(s) for k, s in v.shapes.items()}
+
+    def patterns(self) -> pd.DataFrame:
+        """Optimization opportunities of the current model, one row per match.
+
+        Columns: match_id, pattern, pass, node_ids, anchor, description, saving_nodes,
+        saving_bytes. Apply chosen rows with ``lab.apply(pass, matches=[match_id, ...])``.
+        """
+        from onnx_lab.transforms.patterns import find_patterns
+
+        return find_patterns(self._model)
+
+    def apply(self, pass_name: str, matches: Sequence[str] | str | None = None,
+              verify: bool | Mapping[str, Any] = True, **params: Any):
+        """Apply a pass (all matches or the chosen match ids) as a new verified version.
+
+        See :func:`onnx_lab.transforms.apply.apply`.
+
+        Example:
+            >>> r = lab.apply("fuse_conv_bn")
+            >>> r.verify_passed, lab.history.tail(1)
+        """
+        from onnx_lab.transforms.apply import apply
+
+        return apply(self, pass_name, matches, verify, **params)
+
+    def apply_preset(self, preset: str | Sequence[str] = "safe",
+                     verify: bool | Mapping[str, Any] = True) -> list:
+        """Apply every pass of a preset (``"safe"``) as verified steps; returns PassResults."""
+        from onnx_lab.transforms.apply import apply_preset
+
+        return apply_preset(self, preset, verify)
+
+    @property
+    def history(self) -> pd.DataFrame:
+        """One row per version: step, pass, params, modified, nodes_before, nodes_after,
+        verify_passed, max_abs_err, seconds, current."""
+        return self._history.table()
+
+    @property
+    def results(self) -> list:
+        """The PassResult of every step (None for step 0), with verification reports."""
+        return [v.result for v in self._history.versions]
+
+    def undo(self) -> None:
+        """Go back one version (InputError at step 0)."""
+        self._history.undo()
+        self._show_version()
+
+    def redo(self) -> None:
+        """Go forward one version after an undo."""
+        self._history.redo()
+        self._show_version()
+
+    def checkout(self, step: int) -> None:
+        """Show version ``step`` of ``lab.history`` (applying then drops later steps)."""
+        self._history.checkout(step)
+        self._show_version()
+
+    @property
+    def original(self) -> Lab:
+        """A new Lab of step 0 (the model as opened)."""
+        v = self._history.original
+        return Lab(v.model, dims=v.dims, shapes=v.shapes)
+
+    @property
+    def origins(self) -> dict[str, list[str]]:
+        """For every node of the current version: the node ids of the original it comes from
+        (``[]`` when a tool's rewrite could not be traced)."""
+        from onnx_lab.transforms.base import origins
+
+        return origins(self._model)
+
+    def save(self, path: str | Path, external_data: bool | str = "auto",
+             overwrite: bool = False) -> Path:
+        """Write the current version to ``path``; see :func:`onnx_lab.transforms.save.save`."""
+        from onnx_lab.transforms.save import save
+
+        return save(self, path, external_data=external_data, overwrite=overwrite)
+
+    def fix_dims(self, dims: Mapping[str, int], verify: bool | Mapping[str, Any] = True):
+        """Replace symbolic dims by values (``{"batch": 1}``) as a new verified version."""
+        return self.apply("fix_dims", verify=verify, dims=dict(dims))
+
+    def set_input_shape(self, name: str, shape: Sequence[int | str],
+                        verify: bool | Mapping[str, Any] = True):
+        """Set the declared shape of input ``name`` as a new version."""
+        return self.apply("set_input_shape", verify=verify, name=name, shape=list(shape))
+
+    def convert_opset(self, target: int, verify: bool | Mapping[str, Any] = True):
+        """Convert to opset ``target`` with onnx.version_converter as a new version."""
+        return self.apply("convert_opset", verify=verify, target=target)
+
+    def extract(self, inputs: Sequence[str] | None = None, outputs: Sequence[str] | None = None,
+                nodes: Sequence[str] | None = None, verify: bool | Mapping[str, Any] = True
+                ) -> Lab:
+        """A new Lab of a subgraph; see :func:`onnx_lab.transforms.extract.extract`."""
+        from onnx_lab.transforms.extract import extract
+
+        return extract(self, inputs=inputs, outputs=outputs, nodes=nodes, verify=verify)
+
+    def set_attribute(self, node_id: str, name: str, value: Any,
+                      verify: bool | Mapping[str, Any] = True):
+        """Set attribute ``name`` of a node (a new version; verification shows the effect)."""
+        return self.apply("set_attribute", verify=verify, node_id=node_id, name=name,
+                          value=value)
+
+    def remove_node(self, node_id: str, reconnect: bool = True,
+                    verify: bool | Mapping[str, Any] = True):
+        """Remove a node, wiring its first input to its users when ``reconnect``."""
+        return self.apply("remove_node", verify=verify, node_id=node_id, reconnect=reconnect)
+
+    def rename_tensor(self, old: str, new: str, verify: bool | Mapping[str, Any] = True):
+        """Rename a tensor everywhere (inputs, outputs, initializers, node edges)."""
+        return self.apply("rename_tensor", verify=verify, old=old, new=new)
 
     # ================================================================== numerics (issue 5)
+    def compare(self, other: Any, **kw: Any):
+        """Compare ``other`` (the candidate) against this model, layer by layer.
+
+        Keywords as :func:`onnx_lab.compare` (this Lab's dims/shapes apply).
+
+        Example:
+            >>> lab.compare(lab_fp16, atol=1e-2, rtol=1e-2).first_divergence
+        """
+        from onnx_lab.numerics.compare import compare
+
+        kw.setdefault("dims", self.dims)
+        kw.setdefault("shapes", self.shapes)
+        return compare(self, other, **kw)
+
+    def diff(self, other: Any):
+        """Nodes added, removed and changed from this model to ``other``
+        (:func:`onnx_lab.diff`)."""
+        from onnx_lab.numerics.diff import diff
+
+        return diff(self, other)
 
     # ================================================================== profiling (issue 6)
 
