@@ -125,7 +125,8 @@ def align(reference: LabModel | None, candidate: LabModel, *,
     for cnid, orig in origins_of(candidate).items():
         ce = cidx.entries[cnid]
         known = [o for o in orig if o in ridx.entries and ridx.entries[o].graph == ""]
-        if ce.graph or not known:
+        # Only recorded provenance counts; a bare node name is a structural hint at most.
+        if ce.graph or not known or _ORIGIN_KEY not in ce.node.metadata_props:
             continue
         last = max(known, key=lambda o: ridx.entries[o].topo)
         last_of[cnid] = last
@@ -156,7 +157,9 @@ def align(reference: LabModel | None, candidate: LabModel, *,
                 _set(row, name, "exact")
                 taken_nodes.add(cnid)
                 continue
-        if name in prov:
+        if name in prov and not (prov[name] in rows and prov[name] != name
+                                 and prov[name] in capt and rows[prov[name]]["graph"] == ""
+                                 and prov[name] in ridx.producer):
             _set(row, prov[name], "provenance")
             taken_nodes.add(capt[prov[name]])
 
@@ -220,11 +223,13 @@ def _structural(reference: LabModel, candidate: LabModel, row: dict, matched: di
             return src, f"structural guess: {node.op_type} removed in the candidate, same value " \
                         "as its input"
     # The same node name and op type, output renamed.
+    used = set(matched.values())
     nid = row["node_id"]
     if nid in cidx.entries and nid not in taken:
         cn = cidx.node(nid)
         if cn.op_type == node.op_type and cidx.entries[nid].graph == "" \
-                and k < len(cn.outputs) and cn.outputs[k].name in capt:
+                and k < len(cn.outputs) and cn.outputs[k].name in capt \
+                and cn.outputs[k].name not in used:
             return cn.outputs[k].name, "structural guess: same node name and op type"
     # A node of the same op type reading the aligned activations.
     acts = [(i, v.name) for i, v in enumerate(node.inputs)
@@ -249,7 +254,7 @@ def _structural(reference: LabModel, candidate: LabModel, row: dict, matched: di
     if len(hits) != 1:
         return None
     cn = cidx.node(hits[0])
-    if k >= len(cn.outputs) or cn.outputs[k].name not in capt:
+    if k >= len(cn.outputs) or cn.outputs[k].name not in capt or cn.outputs[k].name in used:
         return None
     return cn.outputs[k].name, f"structural guess: same op type ({node.op_type}) reading the " \
                                "aligned inputs"

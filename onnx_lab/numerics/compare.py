@@ -167,7 +167,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     if alignment is not None and (layerwise or ref_dict is not None):
         seen = set(pairs)
         for r, c in zip(alignment["tensor"], alignment["cand_tensor"]):
-            if c is not None and (r, c) not in seen:
+            if isinstance(c, str) and (r, c) not in seen:
                 seen.add((r, c))
                 pairs.append((r, c))
     if ref_dict is not None:
@@ -216,7 +216,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     if layerwise or ref_dict is not None:
         for row in alignment.itertuples(index=False):
             p = (row.tensor, row.cand_tensor)
-            if row.cand_tensor is None or p not in metrics:
+            if not isinstance(row.cand_tensor, str) or p not in metrics:
                 continue
             layer_rows.append({"tensor": row.tensor, "node_id": row.node_id,
                                "op_type": row.op_type, "depth": row.depth,
@@ -326,7 +326,7 @@ def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFra
     failing = layers.loc[~layers["passed"].astype(bool)]
     for row in failing.itertuples(index=False):
         nid = row.node_id
-        if nid is None or nid not in idx.entries:
+        if not isinstance(nid, str) or nid not in idx.entries:
             continue
         node = idx.node(nid)
         ins = [v.name for v in node.inputs if v is not None and v.name

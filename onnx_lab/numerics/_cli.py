@@ -1,0 +1,77 @@
+"""CLI subcommands of numerics: ``compare`` (a CI regression gate) and ``diff``.
+
+``onnx-lab compare`` exits 0 when the final outputs are within tolerance, 1 when not, 2 on
+errors (the CLI maps every LabError to exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from onnx_lab.cli import add_dims_args
+
+    p = sub.add_parser("compare", help="compare two models output by output and layer by layer "
+                       "(exit 0 within tolerance, 1 not, 2 error)")
+    p.add_argument("reference", help="reference model path or sample:NAME")
+    p.add_argument("candidate", help="candidate model path or sample:NAME")
+    p.add_argument("--feeds", help=".npz file of inputs (default: one seeded sample)")
+    add_dims_args(p)
+    p.add_argument("--layerwise", action="store_true",
+                   help="also compare every aligned intermediate tensor and report the first "
+                   "divergence")
+    p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (1e-4)")
+    p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (1e-3)")
+    p.add_argument("--max-bytes", type=int, default=1 << 30,
+                   help="bound on captured activations held at once (1 GiB)")
+    p.add_argument("--providers", help="providers for both, e.g. cpu or cuda,cpu")
+    p.add_argument("--json", action="store_true",
+                   help='print {"passed", "outputs", "layers", "first_divergence"}')
+    p.add_argument("--csv", metavar="OUT", help="write the layers (or outputs) table as CSV")
+    p.set_defaults(func=_compare)
+
+    p = sub.add_parser("diff", help="nodes added, removed and changed between two models")
+    p.add_argument("a", help="first model (path or sample:NAME)")
+    p.add_argument("b", help="second model")
+    p.add_argument("--json", action="store_true", help="print the table as JSON records")
+    p.set_defaults(func=_diff)
+
+
+def _compare(args) -> int:
+    from onnx_lab.cli import parse_dims, parse_shapes, print_json
+    from onnx_lab.errors import SaveError
+    from onnx_lab.numerics.compare import compare
+
+    c = compare(args.reference, args.candidate, feeds=args.feeds, dims=parse_dims(args.dims),
+                shapes=parse_shapes(args.shape), layerwise=args.layerwise, atol=args.atol,
+                rtol=args.rtol, providers=args.providers, max_bytes=args.max_bytes,
+                progress=False if args.json else None)
+    if args.csv:
+        table = c.layers if args.layerwise else c.outputs
+        try:
+            table.to_csv(args.csv, index=False)
+        except OSError as e:
+            raise SaveError(f"Cannot write --csv {args.csv!r}: {e.strerror}.",
+                            fix="Pass a writable file path.") from e
+    if args.json:
+        print_json(c.to_dict())
+    else:
+        print(c.summary_text())
+    return 0 if c.passed else 1
+
+
+def _diff(args) -> int:
+    from onnx_lab.cli import print_json
+    from onnx_lab.numerics.diff import diff
+
+    d = diff(args.a, args.b)
+    if args.json:
+        print_json({"counts": d.counts, "nodes": d.table.to_dict(orient="records")})
+        return 0
+    c = d.counts
+    print(f"{c['added']} added, {c['removed']} removed, {c['changed']} changed")
+    for r in d.table.itertuples(index=False):
+        nid = r.node_id_a if isinstance(r.node_id_a, str) else r.node_id_b
+        print(f"  {r.change:8} {r.op_type:20} {nid}: {r.details}")
+    return 0

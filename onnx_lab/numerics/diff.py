@@ -1,0 +1,307 @@
+"""Structural diff of two models: added, removed and changed nodes.
+
+Nodes are matched by node id (name), then by recorded provenance (``onnx_lab.origin``
+metadata: a fused node matches the original node of the same op type, the other originals are
+reported as removed, "fused into" it), then structurally (same op type reading the matched
+inputs). Matched nodes are compared: op type, attributes, inputs (through the matching, so a
+renamed tensor is not a change) and weight values.
+
+Example:
+    >>> d = onnx_lab.diff("model.onnx", "model_optimized.onnx")
+    >>> d.table.change.value_counts()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+import pandas as pd
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.lab import Lab, as_lab
+from onnx_lab.numerics.align import origins_of
+
+__all__ = ["diff", "Diff", "DIFF_COLUMNS", "DIFF_COLOURS"]
+
+DIFF_COLUMNS = ["change", "node_id_a", "node_id_b", "op_type", "op_type_b", "match",
+                "attributes", "inputs", "weights", "details"]
+DIFF_COLOURS = {"added": "green", "removed": "red", "changed": "orange"}
+_ORIGIN_KEY = "onnx_lab.origin"
+
+
+def _const_array(v: ir.Value | None) -> np.ndarray | None:
+    if v is None or v.const_value is None:
+        return None
+    return v.const_value.numpy()
+
+
+def _attr_key(attr: ir.Attr) -> Any:
+    """A comparable form of an attribute value."""
+    t = attr.type
+    if t == ir.AttributeType.TENSOR:
+        arr = attr.value.numpy()
+        return ("tensor", str(arr.dtype), arr.shape, hashlib.sha1(arr.tobytes()).hexdigest())
+    if t == ir.AttributeType.GRAPH:
+        return ("graph", tuple(n.op_type for n in attr.value))
+    if t == ir.AttributeType.GRAPHS:
+        return ("graphs", tuple(tuple(n.op_type for n in g) for g in attr.value))
+    if t == ir.AttributeType.TENSORS:
+        return ("tensors", tuple(hashlib.sha1(x.numpy().tobytes()).hexdigest()
+                                 for x in attr.value))
+    v = attr.value
+    return tuple(v) if isinstance(v, (list, tuple)) else v
+
+
+def _show(attr: ir.Attr | None) -> str:
+    if attr is None:
+        return "unset"
+    if attr.type in (ir.AttributeType.TENSOR, ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS,
+                     ir.AttributeType.TENSORS):
+        return f"<{attr.type.name.lower()}>"
+    v = attr.value
+    return str(list(v) if isinstance(v, (list, tuple)) else v)
+
+
+class _Matcher:
+    def __init__(self, a: LabModel, b: LabModel) -> None:
+        self.a, self.b = a, b
+        self.ai, self.bi = a.index, b.index
+        self.a2b: dict[str, str] = {}
+        self.kind: dict[str, str] = {}
+        self.fused_into: dict[str, str] = {}  # a node id -> b node id
+
+    def _pair(self, x: str, y: str, kind: str) -> None:
+        self.a2b[x] = y
+        self.kind[x] = kind
+
+    def run(self) -> None:
+        ai, bi = self.ai, self.bi
+        # 1. node id (name)
+        for nid in ai.entries:
+            if nid in bi.entries:
+                self._pair(nid, nid, "name")
+        taken = set(self.a2b.values())
+        # 2. provenance
+        for bid, orig in origins_of(self.b).items():
+            node = bi.node(bid)
+            if _ORIGIN_KEY not in node.metadata_props:
+                continue
+            known = [o for o in orig if o in ai.entries]
+            if bid not in taken:
+                same = [o for o in known if o not in self.a2b
+                        and ai.node(o).op_type == node.op_type]
+                if same:
+                    self._pair(same[0], bid, "provenance")
+                    taken.add(bid)
+            for o in known:
+                if o not in self.a2b:
+                    self.fused_into.setdefault(o, bid)
+        # 3. structure, in topological order so matches propagate
+        for nid, e in ai.entries.items():
+            if nid in self.a2b or nid in self.fused_into:
+                continue
+            hit = self._structural(e.node, taken)
+            if hit is not None:
+                self._pair(nid, hit, "structure")
+                taken.add(hit)
+
+    def map_tensor(self, name: str) -> str | None:
+        """The b tensor holding what a tensor ``name`` holds in a (None if unknown)."""
+        p = self.ai.producer.get(name)
+        if p is None:
+            return name if name in self.bi.values else None
+        q = self.a2b.get(p)
+        if q is None:
+            return None
+        outs = [v.name for v in self.ai.node(p).outputs]
+        k = outs.index(name)
+        b_outs = self.bi.node(q).outputs
+        return b_outs[k].name if k < len(b_outs) else None
+
+    def _structural(self, node: ir.Node, taken: set[str]) -> str | None:
+        acts = [(i, v.name) for i, v in enumerate(node.inputs)
+                if v is not None and v.name and v.const_value is None
+                and v.name not in self.a.graph.initializers]
+        if not acts:
+            return None
+        mapped = []
+        for i, name in acts:
+            m = self.map_tensor(name)
+            if m is None:
+                return None
+            mapped.append((i, m))
+        cands: set[str] | None = None
+        for _i, m in mapped:
+            users = set(self.bi.consumers.get(m, ()))
+            cands = users if cands is None else cands & users
+        hits = []
+        for c in cands or ():
+            cn = self.bi.node(c)
+            if c in taken or cn.op_type != node.op_type:
+                continue
+            if all(i < len(cn.inputs) and cn.inputs[i] is not None and cn.inputs[i].name == m
+                   for i, m in mapped):
+                hits.append(c)
+        return hits[0] if len(hits) == 1 else None
+
+
+def _compare_nodes(m: _Matcher, a_id: str, b_id: str) -> dict[str, Any] | None:
+    an, bn = m.ai.node(a_id), m.bi.node(b_id)
+    details: list[str] = []
+    attrs: list[str] = []
+    inputs: list[str] = []
+    weights: list[str] = []
+    if an.op_type != bn.op_type:
+        details.append(f"op {an.op_type} -> {bn.op_type}")
+    if a_id != b_id:
+        details.append(f"renamed {a_id!r} -> {b_id!r}")
+    for name in sorted(set(an.attributes) | set(bn.attributes)):
+        x, y = an.attributes.get(name), bn.attributes.get(name)
+        if x is None or y is None or _attr_key(x) != _attr_key(y):
+            attrs.append(name)
+            details.append(f"attribute {name}: {_show(x)} -> {_show(y)}")
+    n_in = max(len(an.inputs), len(bn.inputs))
+    for i in range(n_in):
+        x = an.inputs[i] if i < len(an.inputs) else None
+        y = bn.inputs[i] if i < len(bn.inputs) else None
+        xa, ya = _const_array(x), _const_array(y)
+        if xa is not None and ya is not None:
+            if xa.shape != ya.shape or xa.dtype != ya.dtype:
+                weights.append(y.name)
+                details.append(f"weight {y.name!r}: {xa.dtype}{list(xa.shape)} -> "
+                               f"{ya.dtype}{list(ya.shape)}")
+            elif not np.array_equal(xa, ya, equal_nan=xa.dtype.kind == "f"):
+                weights.append(y.name)
+                diff = float(np.max(np.abs(xa.astype(np.float64) - ya.astype(np.float64))))
+                details.append(f"weight {y.name!r} values changed (max_abs {diff:.3g})")
+            continue
+        xn = x.name if x is not None else ""
+        yn = y.name if y is not None else ""
+        if not xn and not yn:
+            continue
+        want = m.map_tensor(xn) if xn else ""
+        if want != yn:
+            inputs.append(str(i))
+            details.append(f"input {i}: {xn or '<none>'!r} -> {yn or '<none>'!r}")
+    fused = [o for o, b in m.fused_into.items() if b == b_id]
+    if fused:
+        details.append("fused from " + ", ".join(repr(o) for o in [a_id, *fused]))
+    if not details:
+        return None
+    return {"change": "changed", "node_id_a": a_id, "node_id_b": b_id, "op_type": an.op_type,
+            "op_type_b": bn.op_type, "match": m.kind[a_id], "attributes": attrs,
+            "inputs": inputs, "weights": weights, "details": "; ".join(details)}
+
+
+def diff(a: Any, b: Any) -> Diff:
+    """Nodes added, removed and changed from model ``a`` to model ``b``.
+
+    Args:
+        a, b: Labs, paths, ModelProtos, ``"sample:NAME"``...
+
+    Returns:
+        A :class:`Diff`; its ``.table`` has one row per differing node: change (``added``,
+        ``removed``, ``changed``), node_id_a, node_id_b, op_type (in a, else b), op_type_b,
+        match (``name``, ``provenance``, ``structure``; None for added/removed), attributes
+        (changed attribute names), inputs (changed input positions), weights (names of weight
+        inputs whose values, shape or dtype changed), details (a readable sentence).
+
+    Example:
+        >>> d = onnx_lab.diff("sample:convnet", lab_after_fusion)
+        >>> d.table[["change", "node_id_a", "details"]]
+    """
+    la, lb = as_lab(a), as_lab(b)
+    m = _Matcher(la.model, lb.model)
+    m.run()
+    rows: list[dict[str, Any]] = []
+    empty: dict[str, Any] = {"attributes": [], "inputs": [], "weights": []}
+    for nid, e in m.ai.entries.items():
+        if nid in m.a2b:
+            r = _compare_nodes(m, nid, m.a2b[nid])
+            if r is not None:
+                rows.append(r)
+        else:
+            into = m.fused_into.get(nid)
+            rows.append({"change": "removed", "node_id_a": nid, "node_id_b": None,
+                         "op_type": e.node.op_type, "op_type_b": None, "match": None, **empty,
+                         "details": f"fused into {into!r}" if into else "removed"})
+    matched_b = set(m.a2b.values())
+    for nid, e in m.bi.entries.items():
+        if nid not in matched_b:
+            rows.append({"change": "added", "node_id_a": None, "node_id_b": nid,
+                         "op_type": e.node.op_type, "op_type_b": e.node.op_type, "match": None,
+                         **{k: [] for k in empty}, "details": "added"})
+    return Diff(pd.DataFrame(rows, columns=DIFF_COLUMNS), la, lb, dict(m.a2b))
+
+
+class Diff:
+    """The result of :func:`diff`.
+
+    Attributes:
+        table: the DataFrame described in :func:`diff`.
+        a, b: the two Labs.
+        matches: {node id in a: node id in b} for every matched node.
+    """
+
+    def __init__(self, table: pd.DataFrame, a: Lab, b: Lab, matches: dict[str, str]) -> None:
+        self.table = table
+        self.a = a
+        self.b = b
+        self.matches = matches
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """{"added": n, "removed": n, "changed": n}."""
+        vc = self.table["change"].value_counts()
+        return {k: int(vc.get(k, 0)) for k in ("added", "removed", "changed")}
+
+    @property
+    def empty(self) -> bool:
+        """True when the models have no node differences."""
+        return len(self.table) == 0
+
+    def highlight(self, side: str = "b") -> dict[str, str]:
+        """{node id: colour} for the renderer: added green, removed red, changed orange."""
+        col = "node_id_b" if side == "b" else "node_id_a"
+        kinds = ("added", "changed") if side == "b" else ("removed", "changed")
+        df = self.table.loc[self.table["change"].isin(kinds)]
+        return {nid: DIFF_COLOURS[c] for nid, c in zip(df[col], df["change"])
+                if isinstance(nid, str)}
+
+    def render(self, side: str = "b", **kw: Any):
+        """Model ``b`` (or ``a`` with ``side="a"``) with the changes coloured.
+
+        Keywords go to :func:`onnx_lab.render.render_model`.
+        """
+        from onnx_lab.errors import InputError
+        from onnx_lab.render import render_model
+
+        if side not in ("a", "b"):
+            raise InputError(f"side must be 'a' or 'b', got {side!r}.", fix="Use side='a'.")
+        lab = self.b if side == "b" else self.a
+        kw.setdefault("highlight", self.highlight(side))
+        return render_model(lab.model, **kw)
+
+    def __repr__(self) -> str:
+        c = self.counts
+        return (f"<onnx_lab.Diff {c['added']} added, {c['removed']} removed, "
+                f"{c['changed']} changed>")
+
+    def to_html(self) -> str:
+        from onnx_lab.render.tables import frame_html
+
+        c = self.counts
+        head = (f"<b>{c['added']}</b> added, <b>{c['removed']}</b> removed, "
+                f"<b>{c['changed']}</b> changed nodes")
+        view = self.table.copy()
+        for col in ("attributes", "inputs", "weights"):
+            view[col] = view[col].map(lambda x: ", ".join(x))
+        return f"<div class='onnx-lab-diff'><div>{head}</div>{frame_html(view)}</div>" \
+            if len(view) else f"<div>{html.escape('no differences')}</div>"
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
