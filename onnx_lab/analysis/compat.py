@@ -1,0 +1,352 @@
+"""Compatibility report: what may keep a model from loading or running well somewhere.
+
+``check(model)`` returns one row per finding: the ONNX checker (full check), ops whose output
+shapes depend on values, custom and non-standard domains, opsets above what the installed
+onnxruntime supports, ops a provider cannot run (a real session load per provider), dynamic
+dims, external data files and their sizes, fp16/bf16 tensors, and the 2 GB protobuf limit.
+
+Example:
+    >>> findings = onnx_lab.open("model.onnx").check()
+    >>> findings.loc[findings.severity == "error"]
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+import pandas as pd
+
+from onnx_lab.core.model import LabModel
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["check", "FINDING_COLUMNS", "SEVERITIES", "ort_max_opsets"]
+
+FINDING_COLUMNS = ["severity", "code", "node_id", "message", "fix"]
+SEVERITIES = ("error", "warning", "info")
+
+_STANDARD_DOMAINS = {"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"}
+# Output shapes that depend on input values, whatever the inputs' shapes are.
+_VALUE_SHAPED = {
+    "NonZero": "the number of non-zero elements",
+    "Unique": "the number of unique values",
+    "NonMaxSuppression": "the number of boxes kept",
+    "Compress": "the number of true conditions",
+    "StringSplit": "the number of substrings",
+}
+# Output shapes that depend on the values of these inputs unless they are constants.
+_SHAPE_INPUTS = {"TopK": (1, "k"), "Reshape": (1, "shape"), "Expand": (1, "shape"),
+                 "Tile": (1, "repeats"), "ConstantOfShape": (0, "shape"), "Range": (1, "limit"),
+                 "Resize": (3, "sizes"), "Upsample": (1, "scales"), "OneHot": (1, "depth"),
+                 "Pad": (1, "pads"), "Slice": (1, "starts")}
+_PROTO_LIMIT = 2 * 1024**3
+_PROTO_WARN = int(1.6 * 1024**3)
+
+
+def ort_max_opsets() -> dict[str, int]:
+    """Highest opset per domain the installed onnxruntime registers (from its op schemas)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+    out: dict[str, int] = defaultdict(int)
+    for s in C.get_all_operator_schema():
+        out[s.domain] = max(out[s.domain], int(s.since_version))
+    out.setdefault("ai.onnx", out.get("", 0))
+    return dict(out)
+
+
+def _row(severity: str, code: str, node_id: str | None, message: str, fix: str) -> dict:
+    return {"severity": severity, "code": code, "node_id": node_id, "message": message,
+            "fix": fix}
+
+
+def _is_const(v) -> bool:
+    if v is None:
+        return True  # an omitted optional input
+    if v.const_value is not None:
+        return True
+    p = v.producer()
+    return p is not None and p.op_type == "Constant"
+
+
+def check(model: Any, *, providers: str | Sequence[str] | None = None,
+          load: bool = True) -> pd.DataFrame:
+    """Findings that affect whether and where the model runs.
+
+    Args:
+        model: a Lab, LabModel or anything ``onnx_lab.open`` takes.
+        providers: providers to test-load the model on (default: every installed one of CPU,
+            CUDA and TensorRT).
+        load: False skips the session loads (fast, static checks only).
+
+    Returns:
+        DataFrame(severity ('error', 'warning', 'info'), code, node_id (None for model-level
+        findings), message, fix), errors first. Codes: checker, value_dependent_shape,
+        custom_domain, opset_unsupported, provider_load, dynamic_dim, external_data,
+        external_data_missing, low_precision, proto_size, model_local_function.
+
+    Example:
+        >>> check("sample:convnet").code.tolist()
+    """
+    from onnx_lab.profiling.run import resolve_model
+
+    lm, _dims, _shapes = resolve_model(model)
+    rows: list[dict] = []
+    rows += _checker(lm)
+    rows += _value_shapes(lm)
+    rows += _domains(lm)
+    rows += _opsets(lm)
+    rows += _dynamic(lm)
+    rows += _external(lm)
+    rows += _precision(lm)
+    rows += _proto_size(lm)
+    if load:
+        rows += _loads(lm, providers)
+    df = pd.DataFrame(rows, columns=FINDING_COLUMNS)
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return df.sort_values("severity", key=lambda s: s.map(order), kind="stable").reset_index(
+        drop=True)
+
+
+def _checker(lm: LabModel) -> list[dict]:
+    import onnx
+
+    try:
+        proto = lm.to_proto()
+    except Exception as e:  # noqa: BLE001 - serialization problems are findings
+        return [_row("error", "checker", None, f"The model cannot be serialized: {e}",
+                     "Fix the graph (lab.nodes shows it) and save again.")]
+    if proto.ByteSize() >= _PROTO_LIMIT:
+        return [_row("info", "checker", None, "onnx.checker skipped: the model is over 2 GB in "
+                     "memory.", "Save it with external data and run onnx.checker on the file.")]
+    # The checker cannot see external files from a ModelProto; check structure only.
+    external = lm.has_external_data
+    try:
+        onnx.checker.check_model(proto, full_check=not external)
+    except onnx.checker.ValidationError as e:
+        text = str(e).strip()
+        first = text.splitlines()[0] if text else "validation failed"
+        m = re.search(r"node (?:name|with name)[:\s]+'?([^'\s)]+)", text)
+        return [_row("error", "checker", m.group(1) if m else None,
+                     f"onnx.checker: {first[:500]}",
+                     "Fix the node or attribute named; lab.nodes shows the graph.")]
+    except onnx.shape_inference.InferenceError as e:
+        text = str(e).strip().splitlines()[0] if str(e).strip() else "shape inference failed"
+        m = re.search(r"Node \(([^)]*)\)", text)
+        return [_row("error", "checker", m.group(1) if m else None,
+                     f"onnx.checker (strict shape inference): {text[:500]}",
+                     "Make the shapes consistent (lab.tensors shows the inferred ones).")]
+    return []
+
+
+def _value_shapes(lm: LabModel) -> list[dict]:
+    rows = []
+    for nid, e in lm.index.entries.items():
+        n = e.node
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        if n.op_type in _VALUE_SHAPED:
+            rows.append(_row("warning", "value_dependent_shape", nid,
+                             f"{n.op_type} output shape depends on {_VALUE_SHAPED[n.op_type]} "
+                             "(not known before running).",
+                             "Static-shape runtimes (TensorRT, CoreML, NPUs) need a fixed upper "
+                             "bound or a rewrite (mask instead of select)."))
+        elif n.op_type in _SHAPE_INPUTS:
+            i, what = _SHAPE_INPUTS[n.op_type]
+            v = n.inputs[i] if len(n.inputs) > i else None
+            if v is not None and not _is_const(v):
+                sev = "warning" if n.op_type == "TopK" else "info"
+                rows.append(_row(sev, "value_dependent_shape", nid,
+                                 f"{n.op_type} takes its {what} from a computed tensor "
+                                 f"{v.name!r}: the output shape depends on values.",
+                                 "Fold it to a constant (lab.apply('fold_constants') after "
+                                 "lab.fix_dims) if it only depends on shapes."))
+    return rows
+
+
+def _domains(lm: LabModel) -> list[dict]:
+    funcs = {(f.domain, f.name) for f in lm.ir.functions.values()}
+    seen: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for nid, e in lm.index.entries.items():
+        n = e.node
+        if n.domain not in _STANDARD_DOMAINS:
+            seen[(n.domain, n.op_type)].append(nid)
+    rows = []
+    for (domain, op), ids in seen.items():
+        count = f" ({len(ids)} nodes)" if len(ids) > 1 else ""
+        if (domain, op) in funcs:
+            rows.append(_row("info", "model_local_function", ids[0],
+                             f"{domain}::{op} is a function defined in the model{count}.",
+                             "Runtimes inline it; nothing to do unless a tool rejects "
+                             "functions (onnx.inliner.inline_local_functions)."))
+        elif domain.startswith("com.microsoft"):
+            rows.append(_row("warning", "custom_domain", ids[0],
+                             f"{domain}::{op} is an onnxruntime contrib op{count}: other "
+                             "runtimes cannot run it.",
+                             "Keep onnxruntime as the runtime, or export without ORT fusions "
+                             "(opt_level='basic' or the original export)."))
+        else:
+            rows.append(_row("warning", "custom_domain", ids[0],
+                             f"{domain}::{op} is a custom op{count}: it needs a custom op "
+                             "library in every runtime.",
+                             "Register the library (SessionOptions.register_custom_ops_library)"
+                             " or replace the op with standard ONNX ops."))
+    return rows
+
+
+def _opsets(lm: LabModel) -> list[dict]:
+    try:
+        maxes = ort_max_opsets()
+    except (ImportError, AttributeError) as e:  # an unusual onnxruntime build
+        logger.info("cannot read onnxruntime's opsets: %s", e)
+        return []
+    import onnxruntime as ort
+
+    rows = []
+    for domain, version in lm.ir.opset_imports.items():
+        key = domain or ""
+        if key not in maxes and key not in _STANDARD_DOMAINS:
+            continue
+        top = maxes.get(key, maxes.get("", 0))
+        if version > top:
+            rows.append(_row("error", "opset_unsupported", None,
+                             f"Opset {version} of domain {domain or 'ai.onnx'!r} is above what "
+                             f"onnxruntime {ort.__version__} supports ({top}).",
+                             f"Convert it down: lab.convert_opset({top}), or upgrade "
+                             "onnxruntime."))
+    return rows
+
+
+def _dynamic(lm: LabModel) -> list[dict]:
+    from onnx_lab.core.shapes import dynamic_dims
+
+    rows = []
+    for dim, inputs in dynamic_dims(lm).items():
+        name = "unnamed dims" if dim == "?" else f"dim {dim!r}"
+        example = f"{{'{dim}': 1}}" if dim != "?" else "{...}"
+        rows.append(_row("info", "dynamic_dim", None,
+                         f"Dynamic {name} in input(s) {', '.join(inputs)}.",
+                         f"Pass dims={example} / shapes= to analyse and run it; static-shape "
+                         f"runtimes need lab.fix_dims({example})."))
+    return rows
+
+
+def _external(lm: LabModel) -> list[dict]:
+    tensors = lm.external_tensors()
+    if not tensors:
+        return []
+    files: dict[str, list[ir.ExternalTensor]] = defaultdict(list)
+    for t in tensors:
+        files[t.location].append(t)
+    rows = []
+    for loc, ts in files.items():
+        base = Path(ts[0].base_dir) if ts[0].base_dir else (lm.base_dir or Path("."))
+        path = base / loc
+        need = max((t.offset or 0) + (t.length or t.nbytes) for t in ts)
+        total = sum(t.nbytes for t in ts)
+        if not path.is_file():
+            rows.append(_row("error", "external_data_missing", None,
+                             f"External data file {str(path)!r} ({len(ts)} tensors) is missing.",
+                             "Put the data file next to the model (same relative path) or "
+                             "re-save the model with its weights."))
+            continue
+        size = path.stat().st_size
+        if size < need:
+            rows.append(_row("error", "external_data_missing", None,
+                             f"External data file {str(path)!r} is {size:,} bytes; its tensors "
+                             f"need {need:,}.", "The file is truncated: copy it again."))
+        else:
+            rows.append(_row("info", "external_data", None,
+                             f"External data file {loc!r}: {len(ts)} tensors, {total:,} bytes "
+                             f"of weights (file {size:,} bytes).",
+                             "Ship the file with the model; keep the relative path."))
+    return rows
+
+
+def _precision(lm: LabModel) -> list[dict]:
+    counts: Counter[str] = Counter()
+    for g in lm.ir.graphs():
+        for v in g.initializers.values():
+            dt = v.dtype or (v.const_value.dtype if v.const_value is not None else None)
+            if dt in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+                counts[dt.name.lower()] += 1
+        for n in g:
+            for v in n.outputs:
+                if v.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+                    counts[v.dtype.name.lower()] += 1
+        for v in g.inputs:
+            if v.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+                counts[v.dtype.name.lower()] += 1
+    rows = []
+    if counts.get("float16"):
+        rows.append(_row("info", "low_precision", None,
+                         f"{counts['float16']} tensors are float16.",
+                         "float16 is fast on GPUs; on CPU many ops are missing or slow — "
+                         "compare with onnx_lab.compare before deploying."))
+    if counts.get("bfloat16"):
+        rows.append(_row("warning", "low_precision", None,
+                         f"{counts['bfloat16']} tensors are bfloat16.",
+                         "Few CPU kernels support bfloat16; check the provider loads below or "
+                         "convert to float32/float16."))
+    return rows
+
+
+def _proto_size(lm: LabModel) -> list[dict]:
+    inline = 0
+    for g in lm.ir.graphs():
+        for v in g.initializers.values():
+            t = v.const_value
+            if t is not None and not isinstance(t, ir.ExternalTensor):
+                inline += t.nbytes
+    if inline >= _PROTO_LIMIT:
+        return [_row("error", "proto_size", None,
+                     f"{inline:,} bytes of weights are stored inside the model: over protobuf's "
+                     "2 GB limit, it cannot be saved as one file.",
+                     "lab.save(path, external_data=True) writes the weights to a .data file.")]
+    if inline >= _PROTO_WARN:
+        return [_row("warning", "proto_size", None,
+                     f"{inline:,} bytes of weights are stored inside the model, close to "
+                     "protobuf's 2 GB limit.",
+                     "Save with external data (lab.save(path, external_data=True)) before it "
+                     "grows.")]
+    return []
+
+
+_NO_KERNEL = re.compile(r"implementation for (\w+)\((\d+)\) node with name '([^']*)'")
+_NO_OP = re.compile(r"([\w.]+):(\w+)\((-?\d+)\) is not a registered function/op")
+
+
+def _loads(lm: LabModel, providers) -> list[dict]:
+    from onnx_lab.errors import RuntimeLoadError
+    from onnx_lab.numerics.session import make_session, resolve_providers
+    from onnx_lab.profiling.run import _session_providers, default_providers
+
+    provs = default_providers()[0] if providers is None else resolve_providers(providers)
+    rows = []
+    for p in provs:
+        try:
+            make_session(lm, providers=_session_providers(p), opt_level="disable")
+        except RuntimeLoadError as e:
+            text = str(e.__cause__ or e)
+            m = _NO_KERNEL.search(text)
+            node_id = None
+            if m:
+                node_id = m.group(3) if m.group(3) in lm.index.entries else None
+                msg = (f"{p} has no kernel for {m.group(1)} (opset {m.group(2)}) at node "
+                       f"{m.group(3)!r}: the model does not load.")
+            elif (m2 := _NO_OP.search(text)) is not None:
+                domain, op = m2.group(1), m2.group(2)
+                node_id = next((nid for nid, en in lm.index.entries.items()
+                                if en.node.op_type == op and en.node.domain == domain), None)
+                msg = (f"{p} does not know the op {domain}::{op}: the model does not load.")
+            else:
+                msg = f"{p} cannot load the model: {e.problem}"
+            rows.append(_row("error", "provider_load", node_id, msg,
+                             "Replace or convert the op (lab.convert_opset, a decomposition), "
+                             "or use a provider/onnxruntime build that has it."))
+    return rows
