@@ -28,7 +28,8 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.errors import PassError, unknown_name
 
 __all__ = ["ORIGIN_KEY", "Param", "Match", "PassResult", "Rewrite", "LabPass", "register_pass",
-           "get_pass", "pass_names", "available", "origins", "node_origin", "stamp_origins"]
+           "get_pass", "pass_names", "available", "origins", "node_origin", "stamp_origins",
+           "const_array"]
 
 ORIGIN_KEY = "onnx_lab.origin"
 
@@ -166,6 +167,29 @@ def stamp_origins(model: LabModel) -> None:
             e.node.metadata_props[ORIGIN_KEY] = json.dumps([nid])
 
 
+# ---------------------------------------------------------------------------- constants
+def const_array(value: ir.Value | None) -> np.ndarray | None:
+    """The constant value of ``value``: an initializer or a Constant node's output, else None.
+
+    Weights held in Constant nodes (PaddlePaddle exports) count as constants. Initializers that
+    are also graph inputs can be overridden at run time, so they are not constants.
+    """
+    if value is None:
+        return None
+    if value.is_graph_input():
+        return None
+    if value.const_value is not None:
+        try:
+            return value.const_value.numpy()
+        except Exception:  # noqa: BLE001 - e.g. missing external data: not a usable constant
+            return None
+    prod = value.producer()
+    if prod is not None and prod.op_type == "Constant" and prod.domain in ("", "ai.onnx"):
+        t = ir.convenience.get_const_tensor(value)
+        return t.numpy() if t is not None else None
+    return None
+
+
 # ---------------------------------------------------------------------------- rewriting
 class Rewrite:
     """Editing helpers for a pass, recording provenance of every node it creates or changes.
@@ -216,9 +240,30 @@ class Rewrite:
         self._names.add(name)
         return name
 
-    def add_initializer(self, graph: ir.Graph, base_name: str, array: np.ndarray) -> ir.Value:
-        """Register a new initializer holding ``array`` in ``graph``."""
-        name = self.unique_name(base_name)
+    def unique_node_name(self, base: str) -> str:
+        """A node name not used in the model yet (so it becomes the node's id)."""
+        if not hasattr(self, "_node_names"):
+            self._node_names = {e.node.name for e in self.model.index.entries.values()
+                                if e.node.name} | set(self.model.index.entries)
+        name, k = base, 1
+        while name in self._node_names:
+            name = f"{base}_{k}"
+            k += 1
+        self._node_names.add(name)
+        return name
+
+    def add_initializer(self, graph: ir.Graph, base_name: str, array: np.ndarray, *,
+                        exact: bool = False) -> ir.Value:
+        """Register a new initializer holding ``array`` in ``graph``.
+
+        With ``exact=True`` the name is ``base_name`` itself (the caller has freed it, e.g. by
+        removing the node that produced a value of that name).
+        """
+        if exact:
+            name = base_name
+            self._names.add(name)
+        else:
+            name = self.unique_name(base_name)
         tensor = ir.tensor(np.ascontiguousarray(array), name=name)
         value = ir.Value(name=name, shape=tensor.shape, type=ir.TensorType(tensor.dtype),
                          const_value=tensor)
@@ -231,15 +276,60 @@ class Rewrite:
 
         Weights held in Constant nodes (PaddlePaddle exports) count as constants.
         """
-        if value is None:
-            return None
-        if value.const_value is not None and not value.is_graph_input():
-            return value.const_value.numpy()
+        return const_array(value)
+
+    def drop_if_unused(self, value: ir.Value | None) -> bool:
+        """Remove an initializer, or a Constant node, whose value nothing uses any more.
+
+        Graph inputs and outputs are kept. Returns True when something was removed.
+        """
+        if value is None or value.uses() or value.is_graph_output() or value.is_graph_input():
+            return False
+        if value.is_initializer():
+            graph = value.graph
+            if graph is not None and value.name in graph.initializers:
+                graph.initializers.pop(value.name)
+                self.modified = True
+                return True
+            return False
         prod = value.producer()
-        if prod is not None and prod.op_type == "Constant" and prod.domain in ("", "ai.onnx"):
-            t = ir.convenience.get_const_tensor(value)
-            return t.numpy() if t is not None else None
-        return None
+        if prod is not None and prod.op_type == "Constant" and prod.graph is not None \
+                and all(not o.uses() and not o.is_graph_output() for o in prod.outputs):
+            prod.graph.remove(prod, safe=True)
+            self.modified = True
+            return True
+        return False
+
+    def set_const_input(self, node: ir.Node, index: int, array: np.ndarray,
+                        base_name: str | None = None) -> ir.Value:
+        """Make input ``index`` of ``node`` the constant ``array``.
+
+        An initializer used only by ``node`` is updated in place (it keeps its name); otherwise
+        a new initializer is added next to the node and the old constant is dropped when
+        nothing else uses it. The input slot is appended when the node has fewer inputs.
+        """
+        graph = node.graph
+        old = node.inputs[index] if index < len(node.inputs) else None
+        array = np.ascontiguousarray(array)
+        if old is not None and old.is_initializer() and not old.is_graph_input() \
+                and not old.is_graph_output() and old.graph is graph \
+                and all(u.node is node for u in old.uses()) and len(old.uses()) == 1:
+            tensor = ir.tensor(array, name=old.name)
+            old.const_value = tensor
+            old.shape = tensor.shape
+            old.type = ir.TensorType(tensor.dtype)
+            self.modified = True
+            return old
+        name = base_name or (old.name if old is not None and old.name else
+                             f"{node.name or node.op_type}_in{index}")
+        new = self.add_initializer(graph, name, array)
+        if index < len(node.inputs):
+            node.replace_input_with(index, new)
+        else:
+            node.resize_inputs(index + 1)
+            node.replace_input_with(index, new)
+        self.drop_if_unused(old)
+        return new
 
     # -- structural edits ---------------------------------------------------------------
     def bypass(self, node: ir.Node, input_index: int = 0, output_index: int = 0) -> bool:
@@ -255,13 +345,20 @@ class Rewrite:
         if src is None or graph is None:
             return False
         if out.is_graph_output():
+            # Renaming a value of an enclosing graph from inside a body would break the
+            # outer graph; graph inputs/initializers/outputs must keep their own names.
             if src.is_graph_input() or src.is_graph_output() or src.is_initializer() \
-                    or src.graph is not graph and src.producer() is None:
+                    or src.graph is not graph:
                 return False
             name = out.name
             out.replace_all_uses_with(src, replace_graph_outputs=True)
             out.name = None
             src.name = name
+            # A graph output needs a type: keep the declared one.
+            if out.type is not None:
+                src.type = out.type
+            if out.shape is not None:
+                src.shape = out.shape
         else:
             out.replace_all_uses_with(src)
         graph.remove(node, safe=True)
@@ -271,19 +368,32 @@ class Rewrite:
     def remove(self, nodes: ir.Node | Iterable[ir.Node]) -> None:
         """Remove nodes whose outputs are no longer used."""
         nodes = [nodes] if isinstance(nodes, ir.Node) else list(nodes)
+        # Remove per graph as one set, so chains (a -> b, both unused outside) can go together.
+        by_graph: dict[int, tuple[ir.Graph, list[ir.Node]]] = {}
         for n in nodes:
-            n.graph.remove(n, safe=True)
+            if n.graph is None:
+                continue
+            by_graph.setdefault(id(n.graph), (n.graph, []))[1].append(n)
+        for graph, group in by_graph.values():
+            graph.remove(group, safe=True)
         self.modified = True
 
     def replace(self, old_nodes: Sequence[ir.Node], new_nodes: Sequence[ir.Node],
                 old_values: Sequence[ir.Value], new_values: Sequence[ir.Value]) -> None:
-        """Replace ``old_nodes`` by ``new_nodes`` (inserted at the first old node), rewiring
+        """Replace ``old_nodes`` by ``new_nodes`` (inserted after the last old node), rewiring
         ``old_values`` to ``new_values`` (graph outputs keep their names) and recording that
         every new node comes from all old nodes."""
         graph = old_nodes[0].graph
         for n in new_nodes:
             self.record(n, old_nodes)
-        ir.convenience.replace_nodes_and_values(graph, old_nodes[0], list(old_nodes),
+        # Insert after the last old node in graph order: the new nodes read the old nodes'
+        # inputs, which may be produced between the old nodes (e.g. a Constant bias).
+        olds = {id(n) for n in old_nodes}
+        last = old_nodes[-1]
+        for n in graph:
+            if id(n) in olds:
+                last = n
+        ir.convenience.replace_nodes_and_values(graph, last, list(old_nodes),
                                                 list(new_nodes), list(old_values),
                                                 list(new_values))
         self.modified = True
@@ -315,6 +425,19 @@ class LabPass(ir.passes.InPlacePass):
         self._reason: str | None = None
         self._applied: list[str] = []
         self._work: LabModel | None = None
+        self._skipped: list[str] = []
+
+    def skip(self, node_id: str, why: str) -> None:
+        """From :meth:`find`: note a candidate that is not a match and why (becomes the
+        result's reason when nothing matched, else a note)."""
+        msg = f"{node_id}: {why}"
+        if msg not in self._skipped:
+            self._skipped.append(msg)
+
+    @property
+    def skipped(self) -> list[str]:
+        """Candidates the last :meth:`find` rejected, with the reason."""
+        return list(self._skipped)
 
     @classmethod
     def _validate(cls, params: dict[str, Any]) -> dict[str, Any]:
@@ -356,17 +479,31 @@ class LabPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         work = getattr(self, "_work", None)
         lm = work if work is not None and work.ir is model else LabModel(model)
+        self._skipped = []
         found = self.find(lm)
         chosen = self._choose(found)
         if not chosen:
-            self._reason = self.no_match_reason if not found else "no match selected"
+            if found:
+                self._reason = "no match selected"
+            elif self._skipped:
+                self._reason = "; ".join(self._skipped)
+            else:
+                self._reason = self.no_match_reason
             return ir.passes.PassResult(model, modified=False)
         rw = Rewrite(lm)
+        rw.notes.extend(f"skipped {s}" for s in self._skipped)
         self.rewrite(lm, chosen, rw)
         self._rewrite = rw
         self._applied = [m.match_id for m in chosen]
         if not rw.modified:
             self._reason = "; ".join(rw.notes) or self.no_match_reason
+        else:
+            # Rewrites insert nodes next to what they replace; keep stored order topological
+            # (sort() is stable and covers the bodies too).
+            try:
+                model.graph.sort()
+            except ValueError:  # a cycle: an invalid model; leave it as it is
+                pass
         return ir.passes.PassResult(model, modified=rw.modified)
 
     def _choose(self, found: list[Match]) -> list[Match]:

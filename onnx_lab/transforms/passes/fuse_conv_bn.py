@@ -1,0 +1,141 @@
+"""fuse_conv_bn: fold an inference BatchNormalization into the Conv/ConvTranspose before it."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.transforms.base import LabPass, Match, Rewrite, const_array, register_pass
+from onnx_lab.transforms.passes._util import (
+    alive,
+    freed_bytes,
+    is_std,
+    match,
+    names_of,
+    sole_user,
+    users,
+    walk,
+)
+from onnx_lab.transforms.passes.eliminate_identity import bypass_blocker
+
+
+def bn_scale_shift(bn: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per-channel (s, t) with BN(x) = s·x + t: s = γ/√(σ²+ε), t = β − μ·s (float64)."""
+    parts = [const_array(v) if v is not None else None for v in bn.inputs[1:5]]
+    if len(parts) < 4 or any(p is None for p in parts):
+        return None
+    gamma, beta, mean, var = (np.asarray(p, dtype=np.float64).reshape(-1) for p in parts)
+    eps = bn.attributes.get_float("epsilon", 1e-5)
+    s = gamma / np.sqrt(var + eps)
+    return s, beta - mean * s
+
+
+def conv_out_channels(conv: ir.Node, w: np.ndarray) -> int:
+    if conv.op_type == "ConvTranspose":
+        return w.shape[1] * conv.attributes.get_int("group", 1)
+    return w.shape[0]
+
+
+def scale_weight(conv: ir.Node, w: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """W' with every output channel c multiplied by s[c].
+
+    Conv weights are [Cout, Cin/g, k...]: the output channel is axis 0. ConvTranspose weights
+    are [Cin, Cout/g, k...]: output channel c = group·(Cout/g) + j lives in axis 1 of the
+    group's slice, so the weight is viewed as [g, Cin/g, Cout/g, k...].
+    """
+    w64 = w.astype(np.float64)
+    k = w.ndim - 2
+    if conv.op_type == "ConvTranspose":
+        g = conv.attributes.get_int("group", 1)
+        cin, cout_g = w.shape[0], w.shape[1]
+        view = w64.reshape(g, cin // g, cout_g, *w.shape[2:])
+        out = view * s.reshape(g, 1, cout_g, *([1] * k))
+        return out.reshape(w.shape).astype(w.dtype)
+    return (w64 * s.reshape(-1, *([1] * (k + 1)))).astype(w.dtype)
+
+
+def conv_blocker(conv: ir.Node, reader: ir.Node, model: LabModel) -> str | None:
+    """Why ``conv`` cannot absorb its reader (shared output, non-constant weights...)."""
+    out = conv.outputs[0]
+    if out.is_graph_output():
+        return f"its output {out.name!r} is a graph output"
+    others = [u for u in users(out) if u is not reader]
+    if others:
+        return f"its output is also read by {names_of(model, others)}"
+    w = const_array(conv.inputs[1] if len(conv.inputs) > 1 else None)
+    if w is None:
+        return "its weight is not a constant"
+    if w.dtype.kind != "f":
+        return f"its weight is {w.dtype}, not floating point"
+    if len(conv.inputs) > 2 and conv.inputs[2] is not None and const_array(conv.inputs[2]) is None:
+        return "its bias is not a constant"
+    return None
+
+
+@register_pass("fuse_conv_bn")
+class FuseConvBN(LabPass):
+    """Fold BatchNormalization into the preceding Conv/ConvTranspose weights and bias."""
+
+    no_match_reason = "no BatchNormalization directly follows a Conv"
+
+    def find(self, model: LabModel) -> list[Match]:
+        out = []
+        for nid, bn in walk(model):
+            if not is_std(bn, "BatchNormalization"):
+                continue
+            x = bn.inputs[0]
+            conv = x.producer() if x is not None else None
+            if conv is None or not is_std(conv, ("Conv", "ConvTranspose")):
+                continue
+            cid = model.index.node_id(conv)
+            if bn.attributes.get_int("training_mode", 0):
+                self.skip(cid, f"{nid} runs in training mode")
+                continue
+            extra = [o for o in bn.outputs[1:] if o.uses() or o.is_graph_output()]
+            if extra:
+                self.skip(cid, f"{nid} has other outputs in use ({extra[0].name!r})")
+                continue
+            why = conv_blocker(conv, bn, model)
+            if why:
+                self.skip(cid, why)
+                continue
+            st = bn_scale_shift(bn)
+            if st is None:
+                self.skip(cid, f"the parameters of {nid} are not constants")
+                continue
+            w = const_array(conv.inputs[1])
+            if st[0].size != conv_out_channels(conv, w):
+                self.skip(cid, f"{nid} has {st[0].size} channels, {cid} has "
+                               f"{conv_out_channels(conv, w)}")
+                continue
+            relu = sole_user(bn.outputs[0])
+            saving = freed_bytes(bn.inputs[1:5], [bn])
+            if relu is not None and is_std(relu, "Relu"):
+                out.append(match(self.name, "conv_bn_relu", model, conv, [bn, relu],
+                                 f"{nid} folds into {cid}; the Relu after it stays", 1, saving))
+            else:
+                out.append(match(self.name, "conv_bn", model, conv, [bn],
+                                 f"{nid} folds into {cid}", 1, saving))
+        return out
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        for m in matches:
+            conv, bn = m.data["nodes"][:2]
+            if not alive(conv, bn) or bypass_blocker(bn):
+                continue
+            s, t = bn_scale_shift(bn)
+            w = rw.const_array(conv.inputs[1])
+            has_bias = len(conv.inputs) > 2 and conv.inputs[2] is not None
+            b = rw.const_array(conv.inputs[2]).astype(np.float64) if has_bias else 0.0
+            # y = s·(W*x + b) + t  =>  W' = s·W per output channel, b' = s·b + t
+            #                          (= (b − μ)·γ/√(σ²+ε) + β).
+            new_b = (s * b + t).astype(w.dtype)
+            rw.set_const_input(conv, 1, scale_weight(conv, w, s))
+            bias_name = None if has_bias else f"{conv.inputs[1].name}_bias"
+            rw.set_const_input(conv, 2, new_b, bias_name)
+            params = list(bn.inputs[1:5])
+            rw.bypass(bn)
+            for v in params:
+                rw.drop_if_unused(v)
+            rw.record(conv, [conv, bn])
