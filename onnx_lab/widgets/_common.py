@@ -165,6 +165,7 @@ class View(w.VBox):
         """
 
         def handler(*args: Any, **kwargs: Any) -> Any:
+            self.error = None
             try:
                 return fn(*args, **kwargs)
             except Exception as e:  # noqa: BLE001 - shown in the widget

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import ipywidgets as w
-import pandas as pd
 
 from onnx_lab.widgets._common import (
     SelectableTable,
@@ -25,18 +24,7 @@ __all__ = ["Explorer"]
 
 TAB_NAMES = ["Summary", "Nodes", "Initializers", "Tensors", "Graph"]
 SUMMARY, NODES, INITS, TENSORS, GRAPH = range(5)
-
-
-def _scope_prefixes(scopes: pd.Series) -> list[str]:
-    """Every prefix of every name scope ('/a/b' -> '/a', '/a/b'), sorted."""
-    out: set[str] = set()
-    for s in scopes.unique():
-        if not s:
-            continue
-        parts = s.strip("/").split("/")
-        for i in range(1, len(parts) + 1):
-            out.add("/" + "/".join(parts[:i]))
-    return sorted(out)
+ALL = "*"  # dropdown value for "no filter" (None would show an empty dropdown)
 
 
 def _graph_label(path: str) -> str:
@@ -70,6 +58,7 @@ class Explorer(View):
         self._codes: dict[int, str] = {}
         self._built: set[int] = set()
         self._graph_dirty = True
+        self._muted = False
         self.tabs = w.Tab(children=[w.VBox() for _ in TAB_NAMES])
         for i, name in enumerate(TAB_NAMES):
             self.tabs.set_title(i, name)
@@ -153,8 +142,9 @@ class Explorer(View):
         self.op_filter.options = [(f"{op} ({n})", op) for op, n in
                                   sorted(counts.items(), key=lambda kv: kv[0])]
         graphs = list(self.lab.index.graphs)
-        self.graph_filter.options = [("all graphs", None)] + [(_graph_label(g), g)
+        self.graph_filter.options = [("all graphs", ALL)] + [(_graph_label(g), g)
                                                               for g in graphs]
+        self.graph_filter.value = ALL
         for ctl in (self.op_filter, self.name_filter, self.graph_filter):
             ctl.observe(self._guard(self._filter_nodes), names="value")
         self.show_button.on_click(self._guard(lambda _b: self.show_graph()))
@@ -178,7 +168,7 @@ class Explorer(View):
             df = df[hit]
             conds.append(f"lab.nodes.node_id.str.contains({text!r}, case=False, regex=False)")
         graph = self.graph_filter.value
-        if graph is not None:
+        if graph not in (ALL, None):
             df = df[df["graph"] == graph]
             conds.append(f"(lab.nodes.graph == {graph!r})")
         self.nodes_table.set(df)
@@ -269,7 +259,7 @@ class Explorer(View):
             return
         self._tensors = table
         kinds = sorted(table["kind"].unique())
-        self.tensor_kind = w.Dropdown(description="kind", options=[("all", None)] + [(k, k) for k in kinds])
+        self.tensor_kind = w.Dropdown(description="kind", options=[("all", ALL)] + [(k, k) for k in kinds])
         self.tensor_filter = w.Text(description="name", placeholder="contains",
                                     continuous_update=False)
         self.tensors_table = SelectableTable(
@@ -285,7 +275,7 @@ class Explorer(View):
     def _filter_tensors(self, _change: Any = None) -> None:
         df = self._tensors
         code = "lab.tensors"
-        if self.tensor_kind.value is not None:
+        if self.tensor_kind.value != ALL:
             df = df[df["kind"] == self.tensor_kind.value]
             code = f"lab.tensors.query('kind == {self.tensor_kind.value!r}')"
         text = self.tensor_filter.value.strip()
@@ -301,24 +291,20 @@ class Explorer(View):
                                   continuous_update=False)
         self.collapse = w.ToggleButton(description="collapse scopes", value=True,
                                        tooltip="group nodes by name scope (collapse='auto')")
-        self.expand = w.Dropdown(description="expand", options=[("—", None)],
+        self.expand = w.Dropdown(description="expand", options=[("—", "")],
                                  layout=w.Layout(width="320px"))
         self.graph_html = w.HTML()
         self.graph_info = w.HTML()
 
     def _build_graph(self) -> None:
-        nodes = getattr(self, "_nodes", None)
-        if nodes is None:
-            nodes = self._call(lambda: self.lab.nodes)
-        if nodes is not None:
-            self.expand.options = [("—", None)] + [(s, s) for s in
-                                                   _scope_prefixes(nodes["scope"])]
         for ctl in (self.radius, self.collapse, self.expand):
             ctl.observe(self._guard(self._graph_control), names="value")
         self.tabs.children[GRAPH].children = [
             w.HBox([self.radius, self.collapse, self.expand]), self.graph_info, self.graph_html]
 
     def _graph_control(self, _change: Any = None) -> None:
+        if self._muted:
+            return
         self._graph_dirty = True
         if (self.tabs.selected_index or 0) == GRAPH:
             self._render_graph()
@@ -338,7 +324,7 @@ class Explorer(View):
             # whole graph of a large model.
             kwargs["collapse"] = "auto"
             graph = self.graph_filter.value
-            if graph:
+            if graph not in (ALL, "", None):
                 kwargs["graph"] = graph
         if self.expand.value and kwargs.get("collapse"):
             kwargs["expand"] = self.expand.value
@@ -360,6 +346,17 @@ class Explorer(View):
             return
         self.graph_html.value = rendering_html(rendering)
         self._set_result(GRAPH, rendering, code)
+        # The scopes one can open are the collapsed boxes of this view (plus the open one).
+        keys = sorted(getattr(rendering, "groups", {}) or {})
+        current = self.expand.value
+        if current and current not in keys:
+            keys = [current, *keys]
+        self._muted = True
+        try:
+            self.expand.options = [("—", "")] + [(k, k) for k in keys]
+            self.expand.value = current if current in keys else ""
+        finally:
+            self._muted = False
 
 
 def _bytes_cell(value: Any) -> str:

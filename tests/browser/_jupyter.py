@@ -1,0 +1,152 @@
+"""Run a real JupyterLab server and a headless Debian Chromium (Playwright) for browser tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-quic", "--no-first-run",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def require_chromium() -> None:
+    """Skip without Chromium, except in CI where a missing browser is a failure."""
+    if not os.access(CHROMIUM, os.X_OK):
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing in CI: run scripts/install-system-deps.sh "
+                        "chromium")
+        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("playwright for Python is not installed")
+
+
+def write_notebook(path: Path, cells: list[str]) -> Path:
+    """A minimal nbformat-4 notebook with the given code cells."""
+    nb = {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}",
+                   "metadata": {}, "outputs": [], "source": src} for i, src in enumerate(cells)],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                    "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(nb, indent=1))
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def jupyter_lab(root: Path, work: Path, *, timeout: float = 60) -> Iterator[str]:
+    """Start ``jupyter lab`` headless on a free localhost port (no token, no password).
+
+    Settings and workspaces live under ``work`` so nothing of the user's setup leaks in.
+    Yields the base URL; the server (its whole process group) is stopped on exit.
+    """
+    jupyter = Path(sys.executable).with_name("jupyter")
+    if not jupyter.exists():
+        pytest.fail(f"{jupyter} not found: install the dev extras (pip install -e '.[dev]')")
+    port = _free_port()
+    settings = work / "lab-settings"
+    # Keep the news/update toast away: it can cover the widget in screenshots.
+    notif = settings / "@jupyterlab" / "apputils-extension"
+    notif.mkdir(parents=True, exist_ok=True)
+    (notif / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    env = dict(os.environ)
+    env.update({
+        "JUPYTERLAB_SETTINGS_DIR": str(settings),
+        "JUPYTERLAB_WORKSPACES_DIR": str(work / "lab-workspaces"),
+        "JUPYTER_RUNTIME_DIR": str(work / "runtime"),
+        "MPLBACKEND": "Agg",
+    })
+    log = open(work / "jupyter.log", "wb")  # noqa: SIM115 - closed in finally
+    cmd = [str(jupyter), "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+           "--ServerApp.token=", "--ServerApp.password=", "--IdentityProvider.token=",
+           f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
+           "--LabApp.news_url=None", "--LabApp.extension_manager=readonly",
+           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")  # CI containers run as root
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                pytest.fail("jupyter lab exited:\n" + (work / "jupyter.log").read_text()[-3000:])
+            try:
+                with urllib.request.urlopen(url + "/api/status", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("jupyter lab did not start:\n"
+                            + (work / "jupyter.log").read_text()[-3000:])
+            time.sleep(0.5)
+        yield url
+    finally:
+        # The server and the kernels it started share the new session's process group.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+        log.close()
+
+
+@contextlib.contextmanager
+def chromium_page(profile: Path) -> Iterator[object]:
+    """A Playwright page in Debian's Chromium with a fresh user-data dir."""
+    from playwright.sync_api import sync_playwright
+
+    shutil.rmtree(profile, ignore_errors=True)
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000})
+        try:
+            page = ctx.pages[0] if ctx.pages else ctx.new_page()
+            yield page
+        finally:
+            ctx.close()
+
+
+def run_all_cells(page, url: str, notebook: str, *, timeout_ms: int = 90_000) -> None:
+    """Open ``notebook`` in JupyterLab and run all its cells from the Run menu."""
+    page.goto(f"{url}/lab/tree/{notebook}", timeout=timeout_ms)
+    page.wait_for_selector(".jp-Notebook", timeout=timeout_ms)
+    # Wait for the kernel to be connected before running.
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
+                           timeout=timeout_ms, state="attached")
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator("li.lm-Menu-item", has_text="Run All Cells").first.click()
