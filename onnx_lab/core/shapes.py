@@ -68,16 +68,26 @@ def dtype_name(dtype: ir.DataType | int | None) -> str | None:
     return _DTYPE_NAMES.get(dt, dt.name.lower())
 
 
+# dim_param spellings that mean "unknown" rather than a named symbol (PaddlePaddle writes "?").
+_UNKNOWN_PARAMS = frozenset({"", "?", "-1", "None", "none"})
+
+
 def shape_tuple(shape: ir.Shape | None) -> tuple[Dim, ...] | None:
-    """``ir.Shape`` -> tuple of int / str / None."""
+    """``ir.Shape`` -> tuple of int / str / None.
+
+    Named symbolic dims (``"batch"``, ``"floor(height/2)+1"``) stay strings; unknown dims
+    (no value, a negative value such as ``-1``, or a ``"?"`` dim_param) become None.
+    """
     if shape is None:
         return None
     out: list[Dim] = []
     for d in shape:
         if isinstance(d, int):
-            out.append(d)
+            out.append(d if d >= 0 else None)
         else:
-            out.append(d.value if getattr(d, "value", None) else None)
+            value = getattr(d, "value", None)
+            out.append(value if isinstance(value, str) and value not in _UNKNOWN_PARAMS
+                       else (value if isinstance(value, int) and value >= 0 else None))
     return tuple(out)
 
 
@@ -153,11 +163,13 @@ def _resolved_input_shape(v: ir.Value, dims: Mapping[str, int],
 def _value_info(name: str, elem: int, shape: Sequence[Dim] | None) -> onnx.ValueInfoProto:
     if shape is None:
         return onnx.helper.make_tensor_value_info(name, elem, None)
-    dims = [d if (isinstance(d, str) or (isinstance(d, int) and d >= 0)) else None for d in shape]
+    dims = [d if (isinstance(d, str) and d not in _UNKNOWN_PARAMS)
+            or (isinstance(d, int) and d >= 0) else None for d in shape]
     return onnx.helper.make_tensor_value_info(name, elem, dims)
 
 
-def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: bool) -> None:
+def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: bool,
+                    order: Sequence[ir.Node] | None = None) -> None:
     into.name = graph.name or "graph"
     for v in graph.inputs:
         if top and v.name not in graph.initializers and v.type is not None \
@@ -180,7 +192,10 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
         dtype = v.dtype or (t.dtype if t is not None else None)
         shape = shape_tuple(v.shape or (t.shape if t is not None else None))
         into.input.append(_value_info(name, int(dtype or 0), shape))
-    for node in graph:
+    outputs = {v.name for v in graph.outputs}
+    # Nodes go in topological order: ONNX inference walks the stored order and leaves
+    # everything after an out-of-order node untyped.
+    for node in (order if order is not None else graph):
         value = node.attributes.get("value")
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and value is not None \
                 and value.type == ir.AttributeType.TENSOR and value.value.nbytes > _KEEP_BYTES:
@@ -189,11 +204,20 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
                                           shape_tuple(t.shape)))
             continue
         ir.serde.serialize_node_into(into.node.add(), node)
+        # Declared types of intermediate values (value_info) go along: inference merges into
+        # them, so exporter-written dims such as "floor(height/2)+1" survive instead of
+        # becoming anonymous unk__N symbols.
+        for out in node.outputs:
+            if out.name and out.name not in outputs and isinstance(out.type, ir.TensorType):
+                into.value_info.append(_value_info(out.name, int(out.dtype or 0),
+                                                   shape_tuple(out.shape)))
     for v in graph.outputs:
-        out = into.output.add()
-        out.name = v.name
-        if v.type is not None:
-            ir.serde.serialize_value_into(out, v)
+        if isinstance(v.type, ir.TensorType):
+            into.output.append(_value_info(v.name, int(v.dtype or 0), shape_tuple(v.shape)))
+        elif v.type is not None:
+            ir.serde.serialize_value_into(into.output.add(), v)
+        else:
+            into.output.add().name = v.name
 
 
 def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
@@ -211,15 +235,10 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
         skel.opset_import.add(domain=domain, version=version)
     for f in m.functions.values():
         ir.serde.serialize_function_into(skel.functions.add(), f)
-    result: dict[str, TensorInfo] = {}
-    try:
-        _skeleton_graph(m.graph, skel.graph, dims, shapes, top=True)
-        inferred = onnx.shape_inference.infer_shapes(skel, check_type=False, strict_mode=False,
-                                                     data_prop=True)
-        _collect(inferred.graph, result)
-    except Exception as e:  # noqa: BLE001 - inference must never make open() fail
-        logger.warning("ONNX shape inference failed (%s); using declared shapes only.", e)
-    # Declared types fill what inference did not produce (and bodies it could not enter).
+    # Declared types (inputs, outputs, value_info, weights) of every graph, and the dim
+    # names the model itself uses.
+    declared: dict[str, TensorInfo] = {}
+    symbols: set[str] = set()
     for g in m.graphs():
         values = list(g.inputs) + list(g.outputs) + list(g.initializers.values())
         for node in g:
@@ -227,16 +246,36 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
         for v in values:
             if not v.name:
                 continue
-            declared = TensorInfo(dtype_name(v.dtype), shape_tuple(v.shape))
+            info = TensorInfo(dtype_name(v.dtype), shape_tuple(v.shape))
             if v.const_value is not None:
-                declared = TensorInfo(dtype_name(v.const_value.dtype),
-                                      shape_tuple(v.const_value.shape))
-            have = result.get(v.name)
-            if have is None or (have.shape is None and declared.shape is not None) \
-                    or (have.dtype is None and declared.dtype is not None):
-                result[v.name] = TensorInfo(have.dtype if have and have.dtype else declared.dtype,
-                                            have.shape if have and have.shape is not None
-                                            else declared.shape)
+                info = TensorInfo(dtype_name(v.const_value.dtype),
+                                  shape_tuple(v.const_value.shape))
+            declared.setdefault(v.name, info)
+            symbols.update(d for d in info.shape or () if isinstance(d, str))
+    result: dict[str, TensorInfo] = {}
+    try:
+        order = [model.index.node(nid) for nid in model.index.topo_order("")]
+        _skeleton_graph(m.graph, skel.graph, dims, shapes, top=True, order=order)
+        inferred = onnx.shape_inference.infer_shapes(skel, check_type=False, strict_mode=False,
+                                                     data_prop=True)
+        _collect(inferred.graph, result)
+    except Exception as e:  # noqa: BLE001 - inference must never make open() fail
+        logger.warning("ONNX shape inference failed (%s); using declared shapes only.", e)
+    # Symbols that inference invented (unk__0, ...) for dims it could not compute are unknown
+    # dims: shown as None, like any other unknown dim.
+    for name, info in result.items():
+        if info.shape is not None and any(isinstance(d, str) and d not in symbols
+                                          for d in info.shape):
+            result[name] = TensorInfo(info.dtype, tuple(
+                None if isinstance(d, str) and d not in symbols else d for d in info.shape))
+    # Declared types fill what inference did not produce (and bodies it could not enter).
+    for name, info in declared.items():
+        have = result.get(name)
+        if have is None or (have.shape is None and info.shape is not None) \
+                or (have.dtype is None and info.dtype is not None):
+            result[name] = TensorInfo(have.dtype if have and have.dtype else info.dtype,
+                                      have.shape if have and have.shape is not None
+                                      else info.shape)
     return result
 
 
@@ -269,8 +308,8 @@ def _info_from_proto(vi: onnx.ValueInfoProto) -> TensorInfo | None:
     dims: list[Dim] = []
     for d in tt.shape.dim:
         if d.HasField("dim_value"):
-            dims.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(int(d.dim_value) if d.dim_value >= 0 else None)
+        elif d.HasField("dim_param") and d.dim_param not in _UNKNOWN_PARAMS:
             dims.append(d.dim_param)
         else:
             dims.append(None)

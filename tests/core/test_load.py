@@ -1,0 +1,276 @@
+"""Opening models from every kind of source, and every kind of bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from models import fp16_model, save_external
+
+import onnx_lab
+from onnx_lab.core.load import load_model
+from onnx_lab.core.model import LabModel
+from onnx_lab.errors import (
+    DimError,
+    ExternalDataError,
+    InputError,
+    LabError,
+    ModelLoadError,
+    UnknownNameError,
+)
+
+
+def _write(path: Path, model: onnx.ModelProto) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(model, str(path))
+    return path
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    """File name -> sha256 of every file under ``folder``."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _touch_everything(lab: onnx_lab.Lab) -> None:
+    lab.nodes, lab.initializers, lab.tensors, lab.inputs, lab.outputs  # noqa: B018
+    lab.summary()._repr_html_()
+    lab.weight_stats()
+
+
+# --------------------------------------------------------------------------- sources
+def test_open_every_source_kind(tmp_path):
+    proto = fp16_model()
+    path = _write(tmp_path / "m.onnx", proto)
+    sources = [path, str(path), proto, proto.SerializeToString(),
+               bytearray(proto.SerializeToString()), ir.serde.deserialize_model(proto)]
+    for src in sources:
+        lab = onnx_lab.open(src)
+        assert lab.summary()["num_nodes"] == 7, type(src)
+    assert onnx_lab.open(path).path == path
+    assert onnx_lab.open(proto).path is None
+    # A Lab and a LabModel are accepted as they are.
+    lab = onnx_lab.open(path)
+    assert onnx_lab.open(lab).model is lab.model
+    assert load_model(lab.model) is lab.model
+
+
+def test_open_sample_names():
+    lab = onnx_lab.open("sample:convnet")
+    assert lab.path is not None and lab.path.suffix == ".onnx"
+    with pytest.raises(UnknownNameError, match="convnett.*convnet"):
+        onnx_lab.open("sample:convnett")
+
+
+def test_open_wrong_type():
+    with pytest.raises(InputError, match="int"):
+        onnx_lab.open(42)
+
+
+def test_lab_repr_names_the_file(tmp_path):
+    path = _write(tmp_path / "m.onnx", fp16_model())
+    lab = onnx_lab.open(path)
+    assert "m.onnx" in repr(lab) and "7 nodes" in repr(lab)
+    assert "m.onnx" in lab._repr_html_()
+    assert "LabModel(" in repr(lab.model)
+
+
+# --------------------------------------------------------------------------- bad files
+def test_missing_path(tmp_path):
+    with pytest.raises(ModelLoadError, match="nope.onnx.*does not exist"):
+        onnx_lab.open(tmp_path / "nope.onnx")
+
+
+def test_directory(tmp_path):
+    _write(tmp_path / "inside.onnx", fp16_model())
+    with pytest.raises(ModelLoadError, match="is a directory.*inside.onnx"):
+        onnx_lab.open(tmp_path)
+
+
+def test_empty_file(tmp_path):
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match="empty.onnx.*empty \\(0 bytes\\)"):
+        onnx_lab.open(tmp_path / "empty.onnx")
+
+
+def test_random_bytes(tmp_path):
+    p = tmp_path / "random.onnx"
+    p.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    with pytest.raises(ModelLoadError, match="random.onnx.*not a valid ONNX"):
+        onnx_lab.open(p)
+
+
+def test_protobuf_that_is_not_a_model(tmp_path):
+    # A valid protobuf of another message: parses, but has no graph/opset/ir_version.
+    p = tmp_path / "tensor.onnx"
+    p.write_bytes(onnx.numpy_helper.from_array(np.arange(50, dtype=np.float32),
+                                               "t").SerializeToString())
+    with pytest.raises(ModelLoadError, match="tensor.onnx|not an ONNX model|not a valid"):
+        onnx_lab.open(p)
+
+
+def test_truncated_protobuf(tmp_path):
+    data = onnx_lab.samples.build("convnet").SerializeToString()
+    p = tmp_path / "trunc.onnx"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelLoadError, match="trunc.onnx.*truncated or corrupted"):
+        onnx_lab.open(p)
+
+
+def test_zip_renamed(tmp_path):
+    p = tmp_path / "model.onnx"
+    with zipfile.ZipFile(p, "w") as z:
+        z.writestr("model.onnx", fp16_model().SerializeToString())
+    with pytest.raises(ModelLoadError, match="zip archive.*Unzip"):
+        onnx_lab.open(p)
+
+
+def test_text_file(tmp_path):
+    p = tmp_path / "lfs.onnx"
+    p.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 10\n")
+    with pytest.raises(ModelLoadError, match="text file.*git-lfs"):
+        onnx_lab.open(p)
+
+
+def test_bad_bytes():
+    with pytest.raises(ModelLoadError, match="empty"):
+        onnx_lab.open(b"")
+    with pytest.raises(ModelLoadError, match="not a valid ONNX"):
+        onnx_lab.open(onnx_lab.samples.build("convnet").SerializeToString()[:200])
+
+
+def test_proto_without_graph():
+    with pytest.raises(ModelLoadError, match="not an ONNX model"):
+        onnx_lab.open(onnx.ModelProto())
+
+
+# --------------------------------------------------------------------------- external data
+def test_external_data_not_read_at_open(tmp_path):
+    path = save_external(fp16_model(), tmp_path / "m.onnx")
+    lab = onnx_lab.open(path)
+    ext = lab.model.external_tensors()
+    assert len(ext) == 4 and lab.model.has_external_data
+    assert all(t.raw is None for t in ext)  # nothing mapped or read yet
+    lab.nodes, lab.initializers, lab.tensors, lab.summary()  # noqa: B018
+    assert all(t.raw is None for t in ext)
+    table = lab.initializers.set_index("name")
+    assert table.loc["fc.weight", "external"]
+    assert table.loc["fc.weight", "location"] == "m.onnx.data"
+    assert lab.summary()["external_data"] is True
+    # Values are read on use, and are right.
+    stats = lab.weight_stats("fc.bias").iloc[0]
+    want = onnx.numpy_helper.to_array(fp16_model().graph.initializer[3]).astype(np.float64)
+    assert stats["max"] == pytest.approx(want.max())
+
+
+def test_external_data_missing_file(tmp_path):
+    path = save_external(fp16_model(), tmp_path / "m.onnx", data_name="weights.bin")
+    (tmp_path / "weights.bin").unlink()
+    with pytest.raises(ExternalDataError, match="'weights.bin'.*conv.weight.*is missing"):
+        onnx_lab.open(path)
+
+
+def test_external_data_truncated(tmp_path):
+    path = save_external(fp16_model(), tmp_path / "m.onnx")
+    data = tmp_path / "m.onnx.data"
+    data.write_bytes(data.read_bytes()[:100])
+    with pytest.raises(ExternalDataError, match="m.onnx.data.*truncated"):
+        onnx_lab.open(path)
+
+
+def _external_model(location: str) -> onnx.ModelProto:
+    m = fp16_model()
+    t = m.graph.initializer[0]
+    t.ClearField("raw_data")
+    t.data_location = onnx.TensorProto.EXTERNAL
+    t.external_data.add(key="location", value=location)
+    return m
+
+
+@pytest.mark.parametrize("kind", ["relative", "absolute", "nested"])
+def test_external_data_escaping_folder_is_refused(tmp_path, kind):
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"\x00" * 4096)
+    location = {"relative": "../secret.bin", "absolute": str(secret),
+                "nested": "sub/../../secret.bin"}[kind]
+    path = _write(tmp_path / "model" / "m.onnx", _external_model(location))
+    with pytest.raises(ExternalDataError, match="conv.weight.*outside the model's folder"):
+        onnx_lab.open(path)
+
+
+def test_external_data_from_bytes_is_refused(tmp_path):
+    path = save_external(fp16_model(), tmp_path / "m.onnx")
+    with pytest.raises(ExternalDataError, match="Pass the path"):
+        onnx_lab.open(path.read_bytes())
+
+
+def test_external_data_without_location(tmp_path):
+    path = _write(tmp_path / "m.onnx", _external_model(""))
+    with pytest.raises(ExternalDataError, match="conv.weight.*no location"):
+        onnx_lab.open(path)
+
+
+# --------------------------------------------------------------------------- dims at open
+def test_unknown_dims_name():
+    with pytest.raises(DimError, match="'bacth'.*'batch'"):
+        onnx_lab.open(fp16_model(), dims={"bacth": 1})
+
+
+def test_bad_dim_value():
+    with pytest.raises(DimError, match="'batch' must be a positive int"):
+        onnx_lab.open(fp16_model(), dims={"batch": 0})
+
+
+def test_shapes_for_unknown_input():
+    with pytest.raises(UnknownNameError, match="input 'y'.*\\['x'\\]"):
+        onnx_lab.open(fp16_model(), shapes={"y": [1, 2, 4, 4]})
+
+
+def test_shapes_wrong_rank():
+    with pytest.raises(DimError, match="rank 3.*rank 4"):
+        onnx_lab.open(fp16_model(), shapes={"x": [1, 2, 4]})
+
+
+def test_shapes_conflicting_fixed_dim():
+    with pytest.raises(DimError, match="dim 1 is fixed to 2"):
+        onnx_lab.open(fp16_model(), shapes={"x": [1, 3, 4, 4]})
+
+
+def test_every_error_is_a_lab_error():
+    for cls in (ModelLoadError, ExternalDataError, DimError, UnknownNameError, InputError):
+        assert issubclass(cls, LabError)
+
+
+# --------------------------------------------------------------------------- never touch
+def test_open_writes_nothing_and_keeps_bytes(tmp_path):
+    path = save_external(fp16_model(), tmp_path / "m.onnx")
+    before = _snapshot(tmp_path)
+    mtime = os.stat(path).st_mtime_ns
+    _touch_everything(onnx_lab.open(path, dims={"batch": 2}))
+    assert _snapshot(tmp_path) == before
+    assert os.stat(path).st_mtime_ns == mtime
+
+
+def test_failed_open_writes_nothing(tmp_path):
+    path = save_external(fp16_model(), tmp_path / "m.onnx")
+    (tmp_path / "m.onnx.data").unlink()
+    before = _snapshot(tmp_path)
+    with pytest.raises(ExternalDataError):
+        onnx_lab.open(path)
+    assert _snapshot(tmp_path) == before
+
+
+def test_clone_is_independent():
+    lab = onnx_lab.open(fp16_model())
+    clone = lab.model.clone()
+    assert isinstance(clone, LabModel) and clone.ir is not lab.model.ir
+    clone.ir.graph.remove(next(iter(clone.ir.graph)), safe=False)
+    clone.invalidate()
+    assert len(clone.index) == 6 and len(lab.model.index) == 7
+    assert lab.model.to_proto().graph.node[0].op_type == "Cast"
