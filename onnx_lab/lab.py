@@ -349,6 +349,37 @@ class Lab:
         return diff(self, other)
 
     # ================================================================== profiling (issue 6)
+    def cost(self, dims: Mapping[str, int] | None = None,
+             shapes: Mapping[str, Sequence[int]] | None = None):
+        """FLOPs, MACs, params and bytes per node, totals, peak activation memory, roofline.
+
+        See :func:`onnx_lab.analysis.cost.cost`. Example:
+            >>> lab.cost().total["macs"]
+        """
+        from onnx_lab.analysis.cost import cost
+
+        return cost(self, dims=dims, shapes=shapes)
+
+    def check(self, **kw: Any) -> pd.DataFrame:
+        """Compatibility findings (severity, code, node_id, message, fix).
+
+        See :func:`onnx_lab.analysis.compat.check`. Example:
+            >>> lab.check().query("severity == 'error'")
+        """
+        from onnx_lab.analysis.compat import check
+
+        return check(self, **kw)
+
+    def profile(self, **kw: Any):
+        """Per-operator profile of the current model with onnxruntime.
+
+        See :func:`onnx_lab.profile` (runs, warmup, providers, opt_level...). Example:
+            >>> lab.profile(runs=20).ops.head()
+        """
+        from onnx_lab.profiling.run import profile
+
+        return profile(self, **kw)
+
 
     # ================================================================== widgets (issue 7)
     def explore(self, **kwargs: Any):
