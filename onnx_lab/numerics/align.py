@@ -147,20 +147,20 @@ def align(reference: LabModel | None, candidate: LabModel, *,
     taken_nodes: set[str] = set()
     for name in order:
         row = rows[name]
-        if row["graph"]:
+        if row["graph"] or name not in capt:
             continue
-        if name in capt:
-            cnid = capt[name]
-            last = last_of.get(cnid)
-            # A name kept by a fused node holds the fused result, not this intermediate.
-            if not (name in fused_into and last is not None and last != row["node_id"]):
-                _set(row, name, "exact")
-                taken_nodes.add(cnid)
-                continue
-        if name in prov and not (prov[name] in rows and prov[name] != name
-                                 and prov[name] in capt and rows[prov[name]]["graph"] == ""
-                                 and prov[name] in ridx.producer):
+        last = last_of.get(capt[name])
+        # A name kept by a fused node holds the fused result, not this intermediate.
+        if not (name in fused_into and last is not None and last != row["node_id"]):
+            _set(row, name, "exact")
+            taken_nodes.add(capt[name])
+    claimed = {r["cand_tensor"] for r in rows.values() if r["cand_tensor"]}
+    for name in order:
+        row = rows[name]
+        if not row["graph"] and not row["cand_tensor"] and name in prov \
+                and prov[name] not in claimed:
             _set(row, prov[name], "provenance")
+            claimed.add(prov[name])
             taken_nodes.add(capt[prov[name]])
 
     # Structure, in topological order so chains of guesses propagate.

@@ -273,11 +273,20 @@ def _outputs_alignment(ref: LabModel | None, cand: LabModel,
     return pd.DataFrame(rows, columns=ALIGN_COLUMNS)
 
 
+_ORT_DOMAINS = {"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc",
+                "com.microsoft.experimental", "ai.onnx.preview.training", "ai.onnx.training",
+                "com.ms.internal.nhwc"}
+
+
 def _session(model: LabModel, names: list[str], providers: list[str], what: str):
     try:
         return make_session(model, providers=providers, outputs=names)
     except LabError as e:
-        raise type(e)(f"{what} model: {e.problem}", fix=e.fix) from e
+        custom = [f"{e2.node.op_type} (domain {e2.node.domain!r}, node {nid!r})"
+                  for nid, e2 in model.index.entries.items()
+                  if e2.node.domain not in _ORT_DOMAINS]
+        hint = f" Ops of unknown domains: {', '.join(custom[:5])}." if custom else ""
+        raise type(e)(f"{what} model: {e.problem}.{hint}", fix=e.fix) from e
 
 
 def _run(sess, feeds: Mapping[str, np.ndarray], names: list[str], what: str

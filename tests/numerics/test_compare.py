@@ -1,0 +1,256 @@
+"""compare(): planted drift, identical models, fp16 overflow, fusion, int8, chunking, dicts."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pandas as pd
+import pytest
+from numerics_helpers import convnet, fuse_stem_bn, make_model, scaled_copy, vi
+from onnx import helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.numerics.capture import capture
+from onnx_lab.numerics.compare import LAYER_COLUMNS, OUTPUT_COLUMNS, compare
+
+
+def test_planted_drift_found_at_the_scaled_conv():
+    ref = convnet()
+    c = compare(ref, scaled_copy(ref, "block1.conv.weight", 1.5))
+    assert not c.passed
+    d = c.first_divergence
+    assert d["node_id"] == "/block1/conv/Conv"
+    assert d["tensor"] == "/block1/conv/Conv_output_0"
+    assert d["op_type"] == "Conv"
+    assert d["reaches_outputs"] is True
+    assert d["max_abs"] > 0.1
+    assert list(c.layers.columns) == LAYER_COLUMNS
+    assert list(c.outputs.columns) == OUTPUT_COLUMNS
+    # Everything before the scaled conv matches exactly.
+    before = c.layers.loc[c.layers["depth"] < c.layers.loc[
+        c.layers["tensor"] == d["tensor"], "depth"].iloc[0]]
+    assert len(before) > 3 and (before["max_abs"] == 0).all()
+
+
+def test_identical_models_pass_with_zero_error():
+    c = compare("sample:convnet", "sample:convnet")
+    assert c.passed and c.first_divergence is None
+    assert (c.layers["max_abs"] == 0).all()
+    assert (c.layers["cosine"] > 0.999999).all()
+    assert np.isinf(c.layers["sqnr_db"]).all()
+    assert len(c.layers) == 21 and (c.layers["match"] == "exact").all()
+    assert c.to_dict()["first_divergence"] is None
+
+
+def test_divergence_that_does_not_reach_the_outputs():
+    # Changing the dead branch's scale only drifts tensors no output depends on.
+    ref = convnet()
+    cand = onnx.ModelProto()
+    cand.CopyFrom(ref)
+    for t in cand.graph.initializer:
+        if t.name == "dead.scale":
+            t.CopyFrom(numpy_helper.from_array(np.array(3.0, np.float32), t.name))
+    c = compare(ref, cand)
+    assert c.passed
+    assert c.first_divergence["node_id"] == "/dead/Mul"
+    assert c.first_divergence["reaches_outputs"] is False
+
+
+def _overflow_model():
+    # h = x + 1 (fine), big = h @ W (|big| ~ 1e5 > 65504: overflows in fp16), y = big * 1e-3
+    w = np.full((8, 8), 3000.0, np.float32)
+    nodes = [helper.make_node("Add", ["x", "one"], ["h"], name="add"),
+             helper.make_node("MatMul", ["h", "W"], ["big"], name="big_matmul"),
+             helper.make_node("Mul", ["big", "small"], ["y"], name="scale")]
+    inits = [numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(w, "W"),
+             numpy_helper.from_array(np.array(1e-3, np.float32), "small")]
+    return make_model(nodes, [vi("x", [1, 8])], [vi("y", [1, 8])], inits)
+
+
+def test_fp16_overflow_diverges_at_that_layer():
+    from onnx_lab.numerics import to_fp16
+
+    lab = onnx_lab.open(_overflow_model())
+    half = to_fp16(lab)
+    feeds = {"x": np.full((1, 8), 4.0, np.float32)}  # big = 5 * 3000 * 8 = 120000
+    c = compare(lab, half, feeds=feeds, atol=1e-2, rtol=1e-2)
+    d = c.first_divergence
+    assert d["node_id"] == "big_matmul" and d["op_type"] == "MatMul"
+    assert d["max_abs"] == np.inf
+    # ORT's CPU EP runs the fp16 Mul in fp32 (its Cast pair is removed), so on CPU the output
+    # may stay finite; whether the overflow reaches the output is reported, not assumed.
+    assert d["reaches_outputs"] == (not c.passed)
+    row = c.layers.set_index("tensor").loc["big"]
+    assert row["inf_cand"] == 8 and row["inf_ref"] == 0
+    add = c.layers.set_index("tensor").loc["h"]
+    assert add["passed"] and add["cand_dtype"] == "float16" and "dtype differs" in add["note"]
+
+
+def test_fused_model_aligns_through_provenance():
+    ref = convnet()
+    for keep_name in (True, False):
+        fused = fuse_stem_bn(ref, keep_conv_name=keep_name)
+        c = compare(ref, fused)
+        a = c.alignment.set_index("tensor")
+        bn_out = a.loc["/stem/bn/BatchNormalization_output_0"]
+        assert bn_out["match"] == "provenance"
+        assert bn_out["cand_node_id"] == "/stem/conv/Conv"
+        conv_out = a.loc["/stem/conv/Conv_output_0"]
+        assert pd.isna(conv_out["cand_tensor"])
+        assert "fused into candidate node '/stem/conv/Conv'" in conv_out["reason"]
+        assert c.passed, c.summary_text()
+        assert c.first_divergence is None
+        row = c.layers.set_index("tensor").loc["/stem/bn/BatchNormalization_output_0"]
+        assert row["passed"] and row["max_abs"] < 1e-4
+
+
+def test_fusion_with_a_planted_error_is_localized_to_the_fused_node():
+    ref = convnet()
+    fused = fuse_stem_bn(ref, keep_conv_name=False)
+    bad = scaled_copy(fused, "stem.conv.weight", 1.1)
+    c = compare(ref, bad)
+    assert c.first_divergence["node_id"] == "/stem/bn/BatchNormalization"
+
+
+def test_int8_dynamic_aligns_per_layer():
+    from onnx_lab.numerics import to_int8_dynamic
+
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 8})
+    q = to_int8_dynamic(lab)
+    c = compare(lab, q, atol=1e-3, rtol=1e-2)
+    a = c.alignment
+    assert a["cand_tensor"].notna().all()
+    assert len(c.layers) == len(a)
+    # LayerNorm (before any quantized MatMul) is exact; the first MatMul introduces the drift.
+    ln = c.layers.loc[c.layers["tensor"].str.startswith("/layer.0/ln/")]
+    assert (ln["max_abs"] == 0).all()
+    assert c.first_divergence["op_type"] == "MatMul"
+    assert c.first_divergence["node_id"].startswith("/layer.0/attention/")
+    assert c.outputs["cosine"].iloc[0] > 0.99
+
+
+def test_int8_static_aligns_to_dequantize_outputs():
+    from onnx_lab.numerics import to_int8_static
+
+    lab = onnx_lab.open("sample:convnet")
+    q = to_int8_static(lab, n=2)
+    c = compare(lab, q, atol=0.1, rtol=0.1)
+    a = c.alignment.set_index("tensor")
+    row = a.loc["/block1/conv/Conv_output_0"]
+    assert row["match"] == "dequantize"
+    assert row["cand_tensor"].endswith("DequantizeLinear_Output")
+    assert (c.layers["match"] == "dequantize").sum() >= 10
+
+
+def test_tiny_max_bytes_gives_identical_metrics():
+    ref = convnet()
+    cand = scaled_copy(ref, "block2.conv.weight", 1.01)
+    feeds = onnx_lab.numerics.make_feeds(onnx_lab.open(ref), n=2)
+    big = compare(ref, cand, feeds=feeds)
+    calls = []
+    small = compare(ref, cand, feeds=feeds, max_bytes=1,
+                    progress=lambda done, total, label: calls.append((done, total)))
+    pd.testing.assert_frame_equal(big.layers, small.layers)
+    pd.testing.assert_frame_equal(big.outputs, small.outputs)
+    assert big.first_divergence == small.first_divergence
+    assert calls[-1][0] == calls[-1][1] == len(small.layers)  # one chunk per tensor
+
+
+def _masked_softmax_model():
+    mask = np.zeros((1, 4), np.float32)
+    mask[0, 2:] = -np.inf
+    nodes = [helper.make_node("Add", ["x", "mask"], ["scores"], name="add_mask"),
+             helper.make_node("Softmax", ["scores"], ["p"], name="softmax", axis=-1),
+             helper.make_node("Log", ["p"], ["logp"], name="log")]
+    inits = [numpy_helper.from_array(mask, "mask")]
+    return make_model(nodes, [vi("x", [1, 4])], [vi("logp", [1, 4])], inits)
+
+
+def test_inf_and_nan_on_both_sides_compare_sensibly():
+    m = _masked_softmax_model()
+    c = compare(m, m)
+    assert c.passed and c.first_divergence is None
+    scores = c.layers.set_index("tensor").loc["scores"]
+    assert scores["inf_ref"] == 2 and scores["inf_cand"] == 2 and scores["max_abs"] == 0
+    logp = c.layers.set_index("tensor").loc["logp"]  # log(0) = -inf on both sides
+    assert logp["inf_ref"] == 2 and logp["passed"]
+    # A finite "mask" in the candidate is a mismatch at the -inf positions; a very negative
+    # one (-1e4) still gives the same outputs (exp underflows to 0), a mild one (-10) does not.
+    for fill, reaches in ((-1e4, False), (-10.0, True)):
+        cand = onnx.ModelProto()
+        cand.CopyFrom(m)
+        finite = np.zeros((1, 4), np.float32)
+        finite[0, 2:] = fill
+        cand.graph.initializer[0].CopyFrom(numpy_helper.from_array(finite, "mask"))
+        c2 = compare(m, cand)
+        assert c2.passed is not reaches
+        assert c2.first_divergence["node_id"] == "add_mask"
+        assert c2.first_divergence["max_abs"] == np.inf
+        assert c2.first_divergence["reaches_outputs"] is reaches
+
+
+def test_reference_given_as_a_dict():
+    lab = onnx_lab.open("sample:convnet")
+    feeds = onnx_lab.numerics.make_feeds(lab, seed=3)
+    ref = {}
+    for chunk in capture(lab.model, feeds):
+        ref.update(chunk)
+    ref["not_a_tensor"] = np.zeros(3)
+    cand = scaled_copy(convnet(), "block2.conv.weight", 2.0)
+    c = compare({**ref, **feeds}, cand)  # inputs taken from the dict
+    assert c.first_divergence["node_id"] == "/block2/conv/Conv"
+    assert not c.passed
+    a = c.alignment.set_index("tensor")
+    assert "dict reference aligns by name only" in a.loc["not_a_tensor", "reason"]
+    assert c.reference is None
+    # Without inputs in the dict, feeds are required.
+    with pytest.raises(onnx_lab.errors.InputError, match="feeds"):
+        compare(ref, cand)
+    c2 = compare(ref, cand, feeds=feeds)
+    pd.testing.assert_frame_equal(c.layers, c2.layers)
+
+
+def test_outputs_only_and_several_samples():
+    ref = convnet()
+    cand = scaled_copy(ref, "head.fc.bias", 1.5)
+    feeds = onnx_lab.numerics.make_feeds(onnx_lab.open(ref), n=3)
+    c = compare(ref, cand, feeds=feeds, layerwise=False)
+    assert len(c.layers) == 0 and len(c.outputs) == 1
+    assert c.outputs["numel"].iloc[0] == 30  # 3 samples x 10 logits
+    assert not c.passed and c.first_divergence is None
+
+
+def test_views_plot_hist_scatter_html():
+    from matplotlib.figure import Figure
+
+    ref = convnet()
+    c = compare(ref, scaled_copy(ref, "block1.conv.weight", 1.5))
+    assert isinstance(c.plot(), Figure)
+    assert isinstance(c.hist("/block1/conv/Conv_output_0"), Figure)
+    assert isinstance(c.scatter("logits"), Figure)
+    r, k = c.values("/block2/relu/Relu_output_0")
+    assert r.shape == k.shape == (1, 16, 8, 8)
+    html = c.to_html()
+    assert "first divergence" in html and "<svg" in html
+    with pytest.raises(onnx_lab.errors.UnknownNameError, match="Close matches"):
+        c.hist("/block1/conv/Conv_output")
+
+
+def test_render_overlays_the_error():
+    pytest.importorskip("onnx_lab.render.graph", reason="renderer not merged yet")
+    ref = convnet()
+    c = compare(ref, scaled_copy(ref, "block1.conv.weight", 1.5))
+    r = c.render()
+    assert "/block1/conv/Conv" in r.nodes
+
+
+def test_lab_compare_and_provider_pair():
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 2, "seq": 4})
+    c = lab.compare(lab, providers=(["CPUExecutionProvider"], ["CPUExecutionProvider"]))
+    assert c.passed and c.layers["shape"].iloc[0][:2] == [2, 4]
+    with pytest.raises(onnx_lab.errors.ProviderError):
+        lab.compare(lab, providers="NoSuchExecutionProvider")
+    if "CUDAExecutionProvider" not in onnx_lab.numerics.session.available_providers():
+        with pytest.raises(onnx_lab.errors.ProviderError, match="not available"):
+            lab.compare(lab, providers=(["cpu"], ["cuda"]))
