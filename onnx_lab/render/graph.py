@@ -249,7 +249,9 @@ def _constant_text(t: ir.TensorProtocol) -> str:
             return f"[{text}]" if len(shape_tuple(t.shape) or ()) else text
         except Exception:  # noqa: BLE001 - unreadable data: fall back to the shape
             pass
-    return f"{_SHORT_DTYPES.get(dtype_name(t.dtype) or '', '')} {_dims(t.shape)}".strip()
+    dt = _SHORT_DTYPES.get(dtype_name(t.dtype) or "", "")
+    # float32 is the norm for weights: name the dtype only when it is something else.
+    return _dims(t.shape) if dt == "f32" else f"{_dims(t.shape)} {dt}".strip()
 
 
 _WEIGHT_NAMES = {
@@ -264,6 +266,8 @@ _WEIGHT_NAMES = {
 
 def _weight_line(op: str, pos: int, name: str, dims: str) -> str:
     tag = _WEIGHT_NAMES.get((op, pos))
+    if tag is None and "Constant" in name:
+        tag = "const"  # exporter-made names such as '/h.3/Constant_2_output_0' say nothing
     if tag is None:
         tail = re.split(r"[./:]", name)[-1] or name
         tag = tail if len(tail) <= 10 else tail[:9] + "…"
@@ -288,7 +292,9 @@ def op_label(index: ModelIndex, node_id: str, weights: list[tuple[int, str, str]
         lines.append(node_id if node.op_type in _CONTROL_FLOW else short)
     lines.extend(_attr_lines(node))
     if len(weights) > 2 and len({d for _, _, d in weights}) == 1:
-        lines.append(f"{len(weights)} weights {weights[0][2]}")
+        tags = "·".join(_weight_line(node.op_type, p, n, "").strip() for p, n, _ in weights)
+        lines.append(f"{tags if len(tags) <= 24 else f'{len(weights)} weights'} "
+                     f"{weights[0][2]}")
     else:
         lines.extend(_weight_line(node.op_type, pos, name, d) for pos, name, d in weights)
     if node.op_type in _CONTROL_FLOW and body_sizes is not None:
@@ -418,7 +424,9 @@ def build_view(model: LabModel, graph: str, selected: Iterable[str], *,
                     add_edge(key, me, t)
                 elif me == nid:
                     v = idx.values.get(t)
-                    weights.append((pos, t, _dims(v.shape if v is not None else None)))
+                    c = v.const_value if v is not None else None
+                    weights.append((pos, t, _constant_text(c) if c is not None else
+                                    _dims(v.shape if v is not None else None)))
                 continue
             if t in graph_inputs:
                 key = f"input:{t}"

@@ -1,0 +1,57 @@
+"""CLI subcommand ``onnx-lab render``: one call of :func:`onnx_lab.render.view.render_model`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from onnx_lab.cli import add_dims_args, add_model_arg
+
+    p = sub.add_parser(
+        "render", help="draw the graph (a neighbourhood, collapsed scopes) to SVG/PNG/PDF/DOT",
+        description="Draw part of a model. The suffix of -o picks the format (.svg, .png, "
+        ".pdf, .dot). Large models: use --collapse auto, --around, or --max-nodes.")
+    add_model_arg(p)
+    add_dims_args(p)
+    p.add_argument("-o", "--out", required=True, help="output file (.svg, .png, .pdf, .dot)")
+    p.add_argument("--nodes", action="append", metavar="ID",
+                   help="draw these node ids / tensor names (repeatable)")
+    p.add_argument("--around", action="append", metavar="ID",
+                   help="node id or tensor name whose neighbourhood is drawn (repeatable)")
+    p.add_argument("--radius", type=int, default=2, help="hops around --around (default 2)")
+    p.add_argument("--direction", default="both", choices=("both", "up", "down"))
+    p.add_argument("--collapse", default=None, metavar="auto|N",
+                   help="group nodes by name scope: 'auto' or a depth N")
+    p.add_argument("--expand", action="append", metavar="SCOPE",
+                   help="scope drawn open inside a collapsed view (repeatable)")
+    p.add_argument("--max-nodes", type=int, default=300, help="cap on drawn nodes (default 300)")
+    p.add_argument("--graph", default="", metavar="PATH",
+                   help="body to draw, e.g. If_0/then_branch (default: main graph)")
+    p.add_argument("--show-initializers", action="store_true",
+                   help="draw weights and Constant nodes as nodes")
+    p.add_argument("--no-shapes", action="store_true", help="no shapes on edges")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per layout attempt")
+    p.add_argument("--title", default=None)
+    p.set_defaults(func=_render)
+
+
+def _render(args) -> int:
+    from pathlib import Path
+
+    from onnx_lab.cli import open_from_args
+
+    lab = open_from_args(args)
+    out = Path(args.out)
+    r = lab.render(args.nodes, around=args.around, radius=args.radius,
+                   direction=args.direction, graph=args.graph, collapse=args.collapse,
+                   expand=args.expand, max_nodes=args.max_nodes,
+                   show_initializers=args.show_initializers, show_shapes=not args.no_shapes,
+                   timeout=args.timeout, title=args.title)
+    for note in r.notes:
+        print(f"note: {note}", file=sys.stderr)
+    r.save(out)
+    print(f"{out}: {len(r.nodes)} nodes, {len(r.groups)} boxes, {len(r.edges)} edges "
+          f"({r.seconds:.2f} s)")
+    return 0
