@@ -387,6 +387,18 @@ class Roofline:
     bandwidth: float
     unknown_nodes: int
 
+    _SUMMARY = ("total_ms", "compute_ms", "memory_ms", "peak_flops", "bandwidth",
+                "unknown_nodes")
+
+    def keys(self) -> tuple[str, ...]:
+        """Summary fields, so ``dict(roofline)`` gives the totals."""
+        return self._SUMMARY
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._SUMMARY:
+            raise KeyError(key)
+        return getattr(self, key)
+
     def __repr__(self) -> str:
         return (f"<Roofline >= {self.total_ms:.3f} ms (compute {self.compute_ms:.3f} ms, "
                 f"memory {self.memory_ms:.3f} ms; {self.unknown_nodes} nodes unknown)>")

@@ -59,13 +59,14 @@ def _profile(args) -> int:
     from onnx_lab.profiling.run import profile
     from onnx_lab.profiling.sweep import batch_sweep
 
+    sizes = _ints(args.batch_sweep, "--batch-sweep") if args.batch_sweep else None
     lab = open_from_args(args)
     prof = profile(lab, providers=args.providers, runs=args.runs, warmup=args.warmup,
                    feeds=args.feeds, threads=args.threads, opt_level=args.opt_level,
                    progress=None if not args.json else False)
     sweep = None
-    if args.batch_sweep:
-        sweep = batch_sweep(lab, _ints(args.batch_sweep, "--batch-sweep"), dim=args.dim,
+    if sizes:
+        sweep = batch_sweep(lab, sizes, dim=args.dim,
                             providers=args.providers.split(",")[0] if args.providers else None,
                             threads=args.threads, opt_level=args.opt_level,
                             progress=None if not args.json else False)

@@ -1,0 +1,75 @@
+"""onnx-lab profile / cost / check."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from onnx_lab.cli import main
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_profile_json(capsys):
+    d = _json(capsys, ["profile", "sample:convnet", "--runs", "2", "--warmup", "1", "--json",
+                       "--providers", "cpu", "--top", "4"])
+    assert set(d) == {"runs", "warmup", "opt_level", "latency", "session", "ops", "nodes", "notes"}
+    assert d["runs"] == 2 and d["warmup"] == 1 and len(d["nodes"]) == 4
+    assert set(d["latency"][0]) >= {"session", "mean_ms", "p50_ms", "p90_ms", "p99_ms"}
+    assert set(d["nodes"][0]) >= {"node_id", "provider", "op_type", "calls", "mean_ms",
+                                  "median_ms", "p90_ms", "share", "mapped", "components"}
+
+
+def test_profile_batch_sweep_and_feeds(capsys, tmp_path):
+    feeds = tmp_path / "x.npz"
+    np.savez(feeds, x=np.ones((1, 8, 32), np.float32))
+    d = _json(capsys, ["profile", "sample:transformer_block", "--dims", "batch=1,seq=8",
+                       "--runs", "1", "--warmup", "0", "--feeds", str(feeds),
+                       "--batch-sweep", "1,2", "--json"])
+    assert d["batch_sweep"]["dim"] == "batch"
+    assert [r["batch"] for r in d["batch_sweep"]["table"]] == [1, 2]
+
+
+def test_profile_text(capsys):
+    assert main(["profile", "sample:convnet", "--runs", "1", "--warmup", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "mean_ms" in out and "node_id" in out
+
+
+def test_cost_json(capsys):
+    d = _json(capsys, ["cost", "sample:transformer_block", "--dims", "batch=1", "--dims",
+                       "seq=8", "--json"])
+    assert list(d["total"])[:5] == ["flops", "macs", "params", "param_bytes",
+                                    "peak_activation_bytes"]
+    assert d["total"]["macs"] > 0 and len(d["nodes"]) == 36
+    assert set(d["nodes"][0]) >= {"node_id", "flops", "macs", "params", "known"}
+
+
+def test_cost_text(capsys):
+    assert main(["cost", "sample:convnet"]) == 0
+    assert "GMACs" in capsys.readouterr().out
+
+
+def test_check_json_and_text(capsys):
+    d = _json(capsys, ["check", "sample:transformer_block", "--json"])
+    assert {f["code"] for f in d["findings"]} == {"dynamic_dim"}
+    assert d["counts"] == {"info": 2}
+    assert main(["check", "sample:convnet", "--no-load"]) == 0
+    assert "no findings" in capsys.readouterr().out
+
+
+def test_cli_errors(capsys):
+    assert main(["profile", "sample:convnet", "--runs", "0"]) == 2
+    assert "runs must be a positive int" in capsys.readouterr().err
+    assert main(["profile", "sample:convnet", "--providers", "bogus"]) == 2
+    assert "Unknown execution provider" in capsys.readouterr().err
+    assert main(["profile", "sample:transformer_block", "--runs", "1"]) == 2
+    assert "Unresolved dims" in capsys.readouterr().err
+    assert main(["cost", "sample:transformer_block"]) == 2
+    assert main(["profile", "sample:transformer_block", "--dims", "seq=4", "--batch-sweep",
+                 "1,x"]) == 2
+    assert "--batch-sweep" in capsys.readouterr().err

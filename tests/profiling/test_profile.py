@@ -1,0 +1,211 @@
+"""profile(): real onnxruntime traces parsed, mapped back to model nodes, latency stats."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from models import control_flow_model
+from onnx import TensorProto, helper
+
+import onnx_lab
+from onnx_lab.errors import DimError, InputError, ProviderError
+from onnx_lab.numerics.feeds import make_feeds
+from onnx_lab.numerics.session import available_providers
+from onnx_lab.profiling import Profile, parse_trace, profile
+from onnx_lab.profiling._mapping import INSERTED_OPS
+
+
+@pytest.fixture(scope="module")
+def convnet():
+    return onnx_lab.open("sample:convnet")
+
+
+@pytest.fixture(scope="module")
+def prof_disable(convnet):
+    return profile(convnet, runs=3, warmup=1, opt_level="disable", providers="cpu")
+
+
+@pytest.fixture(scope="module")
+def prof_all(convnet):
+    return profile(convnet, runs=3, warmup=1, opt_level="all", providers="cpu")
+
+
+def test_disable_maps_every_model_node(convnet, prof_disable):
+    p = prof_disable
+    assert isinstance(p, Profile)
+    nodes = p.nodes
+    assert set(nodes.node_id) == set(convnet.index.entries)
+    assert nodes.mapped.all()
+    assert set(nodes.how) == {"name"}
+    assert (nodes.calls == 1).all()
+    assert (nodes.provider == "CPUExecutionProvider").all()
+    by_id = nodes.set_index("node_id")
+    for nid, e in convnet.index.entries.items():
+        assert by_id.loc[nid, "op_type"] == e.node.op_type
+        assert by_id.loc[nid, "components"] == (nid,)
+    assert math.isclose(nodes.share.sum(), 1.0, rel_tol=1e-9)
+    assert (nodes.median_ms <= nodes.p90_ms + 1e-12).all()
+    assert (nodes.total_ms > 0).all()
+
+
+def test_ops_table_and_shares(prof_disable, convnet):
+    ops = prof_disable.ops
+    assert math.isclose(ops.share.sum(), 1.0, rel_tol=1e-9)
+    assert ops.set_index("op_type").loc["Conv", "count"] == 3
+    assert ops["count"].sum() == len(convnet.index.entries)
+    assert list(ops.columns) == ["session", "provider", "op_type", "count", "calls", "total_ms",
+                                 "share", "mean_ms"]
+    assert np.allclose(ops.total_ms, ops.mean_ms * ops.calls)
+
+
+def test_warmup_runs_dropped_and_latency(prof_disable):
+    p = prof_disable
+    # Kernels of the warm-up run (index 0) are gone; the 3 timed runs remain.
+    assert sorted(p.kernels.run.unique()) == [1, 2, 3]
+    assert len(p.kernels) == 3 * len(p.nodes)
+    lat = p.latency
+    assert len(lat) == 4 and lat.warmup.tolist() == [True, False, False, False]
+    assert (lat.wall_ms > 0).all()
+    st = p.latency_stats.iloc[0]
+    assert st.runs == 3
+    assert st.min_ms <= st.p50_ms <= st.p90_ms <= st.p99_ms <= st.max_ms
+    assert math.isclose(st.mean_ms, lat.wall_ms[1:].mean())
+    # Kernel time fits inside ORT's run time, which fits inside the Python wall time.
+    assert st.kernel_ms <= st.ort_run_ms * 1.05 + 0.01
+    s = p.session.iloc[0]
+    assert s.load_ms > 0 and s.init_ms > 0 and s.create_ms >= s.init_ms
+    assert s.nodes_run == len(p.nodes)
+
+
+def test_all_level_fused_and_inserted_nodes(convnet, prof_all):
+    nodes = prof_all.nodes
+    assert len(nodes) < len(convnet.index.entries)  # ORT fused nodes away
+    fused = nodes.loc[nodes.how == "fused"]
+    assert len(fused) >= 3
+    covered = {c for comps in nodes.components for c in comps}
+    # Every Conv and BatchNormalization of the model ran inside some ORT node.
+    for nid, e in convnet.index.entries.items():
+        if e.node.op_type in ("Conv", "BatchNormalization"):
+            assert nid in covered, nid
+    for r in nodes.itertuples():
+        if r.mapped:
+            assert r.node_id in convnet.index.entries
+            assert r.node_id in r.components
+        else:
+            # Only nodes ORT inserted itself stay unmapped, under their ORT name.
+            assert r.op_type in INSERTED_OPS and r.how == "inserted"
+            assert r.node_id == r.ort_name and r.components == ()
+    # Fused Convs keep a Conv as their node id.
+    for r in fused.itertuples():
+        if r.op_type in ("Conv", "FusedConv"):
+            assert convnet.index.node(r.node_id).op_type == "Conv"
+    assert math.isclose(nodes.share.sum(), 1.0, rel_tol=1e-9)
+
+
+def test_transformer_layernorm_fusion_maps_components():
+    p = profile("sample:transformer_block", dims={"batch": 1, "seq": 8}, runs=2, warmup=1,
+                opt_level="extended", providers="cpu")
+    ln = p.nodes.loc[p.nodes.op_type == "LayerNormalization"]
+    assert len(ln) == 1
+    comps = ln.components.iloc[0]
+    lab = onnx_lab.open("sample:transformer_block")
+    ops = {lab.index.node(c).op_type for c in comps}
+    assert {"ReduceMean", "Sub", "Pow", "Sqrt", "Div"} <= ops
+    assert ln.node_id.iloc[0] in comps
+
+
+def _unnamed_model():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+             helper.make_node("Abs", ["b"], ["c"], name="abs"),
+             helper.make_node("Relu", ["c"], ["y"])]
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_unnamed_nodes_map_by_index():
+    lab = onnx_lab.open(_unnamed_model())
+    p = profile(lab, runs=2, warmup=0, opt_level="disable", providers="cpu")
+    assert p.nodes.mapped.all()
+    assert set(p.nodes.node_id) == set(lab.index.entries) == {"Relu_0", "Neg_1", "abs",
+                                                              "Relu_3"}
+
+
+def test_control_flow_bodies_profiled():
+    p = profile(control_flow_model(), runs=2, warmup=1, opt_level="disable", providers="cpu")
+    assert len(p.nodes) > 0
+    assert math.isclose(p.nodes.share.sum(), 1.0, rel_tol=1e-9)
+
+
+def test_feeds_list_progress_and_keep_trace(convnet):
+    feeds = make_feeds(convnet, n=2, seed=3)
+    calls = []
+    p = profile(convnet, runs=3, warmup=1, feeds=feeds, providers="cpu",
+                progress=lambda done, total, label: calls.append((done, total, label)),
+                keep_trace=True)
+    assert calls[-1][:2] == (4, 4) and calls[0][0] == 1
+    path = Path(p.trace_paths["CPUExecutionProvider"])
+    assert path.is_file()
+    t = parse_trace(path, warmup=1)
+    assert len(t.kernels) == len(p.kernels)
+    path.unlink()
+
+
+def test_default_providers_skip_missing_device_providers(convnet):
+    if "CUDAExecutionProvider" in available_providers():
+        pytest.skip("CUDA is installed here")
+    p = profile(convnet, runs=1, warmup=0)
+    assert list(p.latency_stats.session) == ["CPUExecutionProvider"]
+    assert any("CUDAExecutionProvider is not available" in n and "skipped" in n for n in p.notes)
+
+
+def test_cuda_requested_but_missing(convnet):
+    if "CUDAExecutionProvider" in available_providers():
+        pytest.skip("CUDA is installed here")
+    with pytest.raises(ProviderError, match="installed: .*CPUExecutionProvider"):
+        profile(convnet, providers="cuda", runs=1)
+
+
+@pytest.mark.parametrize("kw, err, match", [
+    ({"providers": "nosuch"}, ProviderError, "Unknown execution provider 'nosuch'"),
+    ({"runs": 0}, InputError, "runs must be a positive int"),
+    ({"runs": -3}, InputError, "runs must be a positive int"),
+    ({"runs": 2.5}, InputError, "runs must be a positive int"),
+    ({"warmup": -1}, InputError, "warmup must be an int >= 0"),
+    ({"opt_level": "max"}, InputError, "Unknown optimization level 'max'"),
+])
+def test_bad_input(convnet, kw, err, match):
+    with pytest.raises(err, match=match):
+        profile(convnet, **kw)
+
+
+def test_unresolved_dims():
+    with pytest.raises(DimError, match="dims=") as e:
+        profile("sample:transformer_block", runs=1, warmup=0)
+    assert "batch" in str(e.value) and "seq" in str(e.value)
+
+
+def test_lab_profile_uses_lab_dims_and_views():
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 2, "seq": 4})
+    p = lab.profile(runs=2, warmup=1, providers="cpu")
+    assert p.kernels.op_type.notna().all()
+    html = p._repr_html_()
+    assert "latency" in html and "top nodes" in html
+    fig = p.plot(top=5)
+    assert len(fig.axes) >= 3
+    d = p.to_dict(top=3)
+    assert set(d) >= {"runs", "warmup", "latency", "session", "ops", "nodes", "notes"}
+    assert len(d["nodes"]) == 3
+    ov = p.overlay()
+    assert ov.name == "time_ms" and set(ov.index) <= set(lab.index.entries)
+
+
+def test_render_overlay(prof_all, convnet):
+    r = prof_all.render()
+    assert r.dot and ("time_ms" in r.dot or r.svg)
+    ov = prof_all.overlay()
+    assert (ov > 0).all()

@@ -1,0 +1,83 @@
+"""levels(), batch_sweep() with the knee, thread_sweep()."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import onnx_lab
+from onnx_lab.errors import DimError, InputError
+from onnx_lab.profiling import batch_sweep, levels, thread_sweep
+from onnx_lab.profiling.sweep import find_knee
+
+
+def test_levels_table():
+    lab = onnx_lab.open("sample:convnet")
+    df = levels(lab, runs=2, warmup=1)
+    assert df.opt_level.tolist() == ["disable", "basic", "extended", "all"]
+    assert list(df.columns) == ["opt_level", "init_ms", "mean_ms", "p50_ms", "p90_ms", "std_ms",
+                                "nodes", "nodes_model", "speedup"]
+    assert df.nodes.iloc[0] == df.nodes_model.iloc[0] == lab.model.graph.num_nodes()
+    # basic removes Identity/Dropout and folds BN into Conv; extended fuses Conv+Relu.
+    assert df.nodes.iloc[1] < df.nodes.iloc[0]
+    assert df.nodes.iloc[2] <= df.nodes.iloc[1]
+    assert (df.init_ms > 0).all() and (df.mean_ms > 0).all()
+    assert df.speedup.iloc[0] == 1.0
+
+
+def test_batch_sweep_transformer():
+    s = batch_sweep("sample:transformer_block", (1, 2, 4), dims={"seq": 8}, runs=2, warmup=1)
+    t = s.table
+    assert t.batch.tolist() == [1, 2, 4]
+    assert (t.items_per_s > 0).all()
+    assert math.isclose(t.items_per_s.iloc[1], 2 / (t.latency_ms.iloc[1] / 1e3))
+    assert math.isnan(t.gain_per_doubling.iloc[0])
+    assert s.knee is None or s.knee in (1, 2)
+    assert s.dim == "batch"
+    fig = s.plot()
+    assert fig.axes
+    assert "knee" in s._repr_html_()
+
+
+def test_batch_sweep_lab_dims_override():
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 4})
+    s = batch_sweep(lab, (2, 4), runs=1, warmup=0)
+    assert s.table.batch.tolist() == [2, 4]
+
+
+def test_batch_sweep_needs_dynamic_batch():
+    with pytest.raises(DimError, match="no dynamic dim 'batch'") as e:
+        batch_sweep("sample:convnet", (1, 2))
+    assert "fix_dims" in str(e.value) and "shapes=" in str(e.value)
+    with pytest.raises(DimError, match="'batch', 'seq'"):
+        batch_sweep("sample:transformer_block", (1, 2), dim="N", dims={"seq": 4})
+
+
+def test_batch_sweep_other_dims_unresolved():
+    with pytest.raises(DimError, match="seq"):
+        batch_sweep("sample:transformer_block", (1, 2), runs=1)
+
+
+@pytest.mark.parametrize("sizes", [(), (0, 1), (4, 2), (1, 1.5)])
+def test_batch_sweep_bad_sizes(sizes):
+    with pytest.raises(InputError, match="batch_sizes"):
+        batch_sweep("sample:transformer_block", sizes, dims={"seq": 4})
+
+
+def test_find_knee():
+    # Throughput: x2.0, x1.5, x1.1 -> the knee is 4 (doubling 4 -> 8 gains < 1.2x).
+    knee, gains = find_knee([1, 2, 4, 8], [100, 200, 300, 330])
+    assert knee == 4
+    assert math.isnan(gains[0]) and gains[1:] == pytest.approx([2.0, 1.5, 1.1])
+    # A 4x step counts per doubling: 1.44x over two doublings is 1.2x each (not a knee).
+    knee, gains = find_knee([1, 4], [100, 144.01])
+    assert knee is None and gains[1] == pytest.approx(1.2, abs=1e-3)
+    assert find_knee([1, 2], [100, 100])[0] == 1
+
+
+def test_thread_sweep():
+    df = thread_sweep("sample:convnet", (1, 2), runs=2, warmup=1)
+    assert df.threads.tolist() == [1, 2] and df.speedup.iloc[0] == 1.0
+    with pytest.raises(InputError, match="threads"):
+        thread_sweep("sample:convnet", (0,))
