@@ -99,11 +99,13 @@ class Profiler(View):
         self.sweep_html = w.HTML()
         self.cost_html = w.HTML()
         self.cost_table = PagedTable(page_size=page_size, caption="cost per node")
+        self.roof_table = PagedTable(page_size=page_size, caption="roofline per node")
+        self.roofline: Any = None
         self.graph_html = w.HTML()
         self.tabs = w.Tab(children=[
             w.VBox([self.summary_html, self.plot_html]),
             self.ops_table, self.nodes_table, self.latency_html,
-            self.levels_html, self.sweep_html, w.VBox([self.cost_html, self.cost_table]),
+            self.levels_html, self.sweep_html, w.VBox([self.cost_html, self.roof_table, self.cost_table]),
             self.graph_html])
         for i, t in enumerate(["Overview", "Op types", "Top nodes", "Latency", "ORT levels",
                                "Batch sweep", "Cost", "Graph"]):
@@ -254,7 +256,6 @@ class Profiler(View):
 
     def run_cost(self) -> None:
         """``lab.cost()`` and ``cost.roofline(peak_flops, bandwidth)``."""
-        from onnx_lab.render.tables import frame_html
 
         cost = self._call(self.lab.cost, busy="Counting FLOPs and bytes…")
         if cost is None:
@@ -267,11 +268,12 @@ class Profiler(View):
                        f"<td>{html.escape(_num(v))}</td></tr>" for k, v in total.items())
         roof_html = ""
         if roof is not None:
-            roof_html = (frame_html(roof, caption="roofline") if hasattr(roof, "to_html")
-                         else "<table>" + "".join(
-                             f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
-                             f"<td>{html.escape(_num(v))}</td></tr>"
-                             for k, v in dict(roof).items()) + "</table>")
+            roof_html = "<b>Roofline lower bound</b><table>" + "".join(
+                f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
+                f"<td>{html.escape(_num(v))}</td></tr>" for k, v in dict(roof).items()
+            ) + "</table>"
+            self.roof_table.set(roof.nodes.sort_values("time_ms", ascending=False))
+        self.roofline = roof
         self.cost_html.value = f"<b>Totals</b><table>{rows}</table>{roof_html}"
         nodes = cost.nodes
         if "flops" in nodes:

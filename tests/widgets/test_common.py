@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import pandas as pd
+
+from onnx_lab.errors import DimError
+from onnx_lab.widgets._common import (
+    PagedTable,
+    SelectableTable,
+    View,
+    badge,
+    error_html,
+    figure_html,
+)
+
+
+def test_error_html_shows_problem_and_fix_escaped():
+    html = error_html(DimError("dim <batch> has no value.", fix="Pass dims={'batch': 1}."))
+    assert "DimError" in html and "&lt;batch&gt;" in html and "Fix:" in html
+
+
+def test_view_call_catches_lab_errors_and_unexpected_ones():
+    v = View()
+
+    def fail():
+        raise DimError("dim 'seq' has no value.", fix="Pass dims.")
+
+    assert v._call(fail) is None
+    assert isinstance(v.error, DimError) and "onnx-lab-error" in v.status.value
+    assert v._call(lambda: 1 / 0) is None
+    assert isinstance(v.error, ZeroDivisionError) and "Unexpected" in v.status.value
+    assert v._call(lambda: 42, code="lab.x()") == 42
+    assert v.error is None and v.status.value == "" and "lab.x()" in v.code.value
+    # A guarded handler never raises, and keeps an error shown by an inner call.
+    handler = v._guard(lambda: v._call(fail))
+    handler()
+    assert isinstance(v.error, DimError) and "DimError" in v.status.value
+
+
+def test_selectable_table_pages_and_keeps_selection():
+    df = pd.DataFrame({"k": [f"n{i}" for i in range(53)], "v": range(53)})
+    seen = []
+    t = SelectableTable("k", [("k", 80), ("v", 40)], page_size=20, on_change=seen.append)
+    t.set(df)
+    assert t.pages == 3 and len(t.rows.children) == 20
+    t.checkbox("n3").value = True
+    t.next.click()
+    assert t.page == 1 and t.page_keys()[0] == "n20" and len(t.rows.children) == 20
+    t.checkbox("n25").value = True
+    assert seen[-1] == ["n3", "n25"]
+    t.next.click()
+    assert len(t.rows.children) == 13 and t.next.disabled
+    t.prev.click()
+    t.prev.click()
+    assert t.checkbox("n3").value is True
+    t.clear.click()
+    assert t.selected == [] and t.checkbox("n3").value is False
+    single = SelectableTable("k", [("k", 80)], single=True)
+    single.set(df)
+    single.checkbox("n1").value = True
+    single.checkbox("n2").value = True
+    assert single.selected == ["n2"] and single.checkbox("n1").value is False
+
+
+def test_paged_table_never_dumps_all_rows():
+    df = pd.DataFrame({"a": range(1400)})
+    t = PagedTable(df, page_size=25)
+    assert t.html.value.count("<tr") <= 27 and "of 1400" in t.html.value
+    t.next.click()
+    assert "rows 26–50" in t.html.value
+
+
+def test_badge_and_figure():
+    assert "passed" in badge(True) and "FAILED" in badge(False) and "not verified" in badge(None)
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    fig.add_subplot().plot([1, 2])
+    assert figure_html(fig).startswith("<img") and figure_html(None) == ""

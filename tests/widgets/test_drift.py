@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import numpy as np
+
+import onnx_lab
+from onnx_lab.numerics import to_fp16
+from onnx_lab.widgets import DriftDebugger
+
+
+def test_drift_same_model_passes_on_every_sample(sample_lab, no_error):
+    d = DriftDebugger(sample_lab, sample_lab)
+    no_error(d)
+    d.run_button.click()
+    no_error(d)
+    c = d.result
+    assert c.passed and c.first_divergence is None
+    assert "PASSED" in d.verdict.value
+    assert d.layer == {} and "onnx_lab.compare(reference, candidate" in d.code.value
+
+
+def test_drift_fp16_opens_on_first_divergence(no_error):
+    ref = onnx_lab.open("sample:convnet")
+    d = DriftDebugger(ref, to_fp16(ref))
+    d.atol.value = 1e-6
+    d.rtol.value = 0.0
+    d.run_button.click()
+    no_error(d)
+    c = d.result
+    div = c.first_divergence
+    assert div is not None
+    assert d.layers.selected == [div["tensor"]] and d.layer["tensor"] == div["tensor"]
+    assert "first divergence" in d.layer_title.value
+    assert d.hist_html.value.startswith("<img") and d.scatter_html.value.startswith("<img")
+    assert d.layer["rendering"] is not None and div["node_id"] in d.layer["rendering"].nodes
+    assert d.plot_html.value.startswith("<img")
+    # Layers are listed largest error first.
+    shown = d.layers.df["max_abs"].dropna().tolist()
+    assert shown == sorted(shown, reverse=True)
+    # Picking another layer shows that one.
+    other = [t for t in d.layers.page_keys() if t != div["tensor"]][0]
+    d.layers.checkbox(other).value = True
+    no_error(d)
+    assert d.layer["tensor"] == other and d.layers.selected == [other]
+    d.layers.clear.click()
+    assert d.layer == {} and d.hist_html.value == ""
+    # Outputs only.
+    d.layerwise.value = False
+    d.run_button.click()
+    no_error(d)
+    assert "layerwise=False" in d.code.value
+
+
+def test_drift_npz_feeds_and_errors(tmp_path, no_error):
+    ref = onnx_lab.open("sample:convnet")
+    d = DriftDebugger(ref, ref)
+    d.feed_mode.value = "npz"
+    d.run_button.click()
+    assert "npz" in d.status.value and d.result is None
+    path = tmp_path / "inputs.npz"
+    np.savez(path, input=np.ones((1, 3, 32, 32), np.float32))
+    d.npz_path.value = str(path)
+    d.run_button.click()
+    no_error(d)
+    assert d.result.passed and "feeds=" in d.code.value
+    d.npz_path.value = str(tmp_path / "missing.npz")
+    d.run_button.click()
+    assert d.error is not None and "onnx-lab-error" in d.status.value
+    d.feed_mode.value = "random"
+    d.atol.value = -1.0
+    d.run_button.click()
+    assert type(d.error).__name__ == "InputError"
+
+
+def test_drift_unresolved_dims_show_in_widget():
+    tb = onnx_lab.open("sample:transformer_block")
+    d = DriftDebugger(tb, tb)
+    d.run_button.click()  # must not raise
+    assert type(d.error).__name__ == "DimError" and "batch" in d.status.value
+    ok = DriftDebugger(tb, tb, dims={"batch": 1, "seq": 4})
+    ok.run_button.click()
+    assert ok.error is None and ok.result.passed and "dims=" in ok.code.value

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import onnx_lab
+from onnx_lab.widgets import Profiler
+
+
+def test_profiler_every_button_on_every_sample(sample_lab, no_error):
+    p = Profiler(sample_lab, runs=2, warmup=0)
+    no_error(p)
+    assert [cb.description for cb in p.providers][0] == "CPUExecutionProvider"
+    assert "onnx_lab.profile(lab" in p.code.value
+    p.profile_button.click()
+    no_error(p)
+    prof = p.result
+    assert type(prof).__name__ == "Profile" and prof.runs == 2
+    assert p.plot_html.value.startswith("<img")
+    assert "<table" in p.ops_table.html.value and "<table" in p.nodes_table.html.value
+    assert "mean" in p.summary_html.value
+    p.render_button.click()
+    no_error(p)
+    assert type(p.result).__name__ == "Rendering" and p.tabs.selected_index == 7
+    p.levels_button.click()
+    no_error(p)
+    assert list(p.result["opt_level"]) == ["disable", "basic", "extended", "all"]
+    p.cost_button.click()
+    no_error(p)
+    assert type(p.result).__name__ == "Cost" and p.roofline.total_ms >= 0
+    assert "Roofline" in p.cost_html.value
+    p.sweep_sizes.value = "1,2"
+    p.sweep_button.click()
+    # A sample without a symbolic batch dim shows a DimError; one with it sweeps.
+    if p.error is None:
+        assert type(p.result).__name__ == "BatchSweep"
+    else:
+        assert type(p.error).__name__ == "DimError" and "onnx-lab-error" in p.status.value
+
+
+def test_profiler_batch_sweep_on_dynamic_batch(no_error):
+    lab = onnx_lab.open("sample:transformer_block", dims={"seq": 4})
+    p = Profiler(lab, runs=2, warmup=0)
+    assert p.sweep_dim.value == "batch"
+    p.sweep_sizes.value = "1,2"
+    p.sweep_button.click()
+    no_error(p)
+    assert list(p.result.table["batch"]) == [1, 2]
+    assert "knee" in p.sweep_html.value and "batch_sweep(lab, (1, 2)" in p.code.value
+
+
+def test_profiler_errors_show_in_widget():
+    lab = onnx_lab.open("sample:transformer_block")  # batch and seq unresolved
+    p = Profiler(lab, runs=2, warmup=0)
+    p.profile_button.click()
+    assert type(p.error).__name__ == "DimError" and "onnx-lab-error" in p.status.value
+    assert "batch" in p.status.value
+    p.render_button.click()  # nothing profiled yet: a hint, no exception
+    assert "Profile first" in p.status.value
+    conv = Profiler(onnx_lab.open("sample:convnet"), runs=2, warmup=0)
+    conv.sweep_button.click()  # fixed batch: DimError pointing to set_input_shape
+    assert type(conv.error).__name__ == "DimError"
+    conv.sweep_sizes.value = "1,x"
+    conv.sweep_button.click()
+    assert "comma-separated" in conv.status.value
+    conv.providers[0].value = False
+    conv.profile_button.click()
+    assert "at least one provider" in conv.status.value
+    conv.providers[0].value = True
+    conv.bandwidth.value = -1
+    conv.cost_button.click()
+    assert type(conv.error).__name__ == "InputError"
