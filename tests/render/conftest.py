@@ -60,3 +60,9 @@ def chain_model(n: int, *, scoped: bool = False, skip_every: int = 7,
 def big():
     """3,000 nodes without scopes."""
     return onnx_lab.open(chain_model(3000))
+
+
+@pytest.fixture(scope="session")
+def make_chain():
+    """The :func:`chain_model` builder (test modules are not a package)."""
+    return chain_model

@@ -1,0 +1,135 @@
+"""Collapsed views: scope depth, auto depth, expand, fallback grouping, caps and stubs."""
+
+from __future__ import annotations
+
+import onnx_lab
+from onnx_lab.render.collapse import _repeated_blocks
+
+
+def test_collapse_depth_boxes_and_labels(block):
+    r = block.render(collapse=2)
+    assert set(r.groups) == {"/layer.0/ln", "/layer.0/attention", "/layer.0/mlp",
+                             "/layer.0/residual"}
+    attn = [n for n in block.nodes.node_id if n.startswith("/layer.0/attention/")]
+    assert sorted(r.groups["/layer.0/attention"]) == sorted(attn)
+    box = r.view.nodes["scope:/layer.0/attention"]
+    assert box.title == "/layer.0/attention"
+    assert box.lines[0] == f"{len(attn)} nodes"
+    assert "MatMul×6" in box.lines[1] and "Add×4" in box.lines[1]
+    # Edges between boxes, inputs and outputs.
+    assert ("scope:/layer.0/ln", "scope:/layer.0/attention", "/layer.0/ln/Add_1_output_0") \
+        in r.edges
+    assert ("input:x", "scope:/layer.0/ln", "x") in r.edges
+    assert ("scope:/layer.0/residual", "output:y", "y") in r.edges
+    assert 'peripheries="2"' in r.dot
+    assert r.nodes == []
+    one = block.render(collapse=1)
+    assert list(one.groups) == ["/layer.0"]
+
+
+def test_collapse_auto_picks_deepest_fitting_depth(block):
+    live = len(block.nodes)
+    # Fits without boxes.
+    r = block.render(collapse="auto")
+    assert r.groups == {} and len(r.nodes) == live
+    r = block.render(collapse="auto", max_nodes=10)
+    assert len(r.nodes) + len(r.groups) == 10  # depth 3 gives exactly 10 units
+    assert any("depth 3" in n for n in r.notes)
+    r = block.render(collapse="auto", max_nodes=9)
+    assert any("depth 2" in n for n in r.notes)
+    assert len(r.nodes) + len(r.groups) == 4
+
+
+def test_expand_one_scope(block):
+    r = block.render(collapse=2, expand="/layer.0/attention")
+    assert "/layer.0/attention" not in r.groups
+    attn = [n for n in block.nodes.node_id if n.startswith("/layer.0/attention/")]
+    assert set(attn) <= set(r.nodes)
+    assert {"/layer.0/ln", "/layer.0/mlp"} <= set(r.groups)
+    # The expanded nodes sit in a frame of that scope, sub-scopes nested inside.
+    assert "/layer.0/attention" in r.view.clusters
+    assert r.view.nodes["/layer.0/attention/core/Softmax"].cluster == "/layer.0/attention/core"
+    assert r.view.clusters["/layer.0/attention/core"].parent == "/layer.0/attention"
+    # Without collapse=, expand implies auto; a scope without the leading slash is accepted.
+    r2 = block.render(expand="layer.0/mlp", max_nodes=12)
+    assert "/layer.0/mlp/act/Relu" in r2.nodes and r2.groups
+
+
+def test_unscoped_helpers_join_their_consumers_box():
+    import onnx
+    from onnx import helper
+
+    g = onnx.parser.parse_graph("""
+        g (float[4] x) => (float[4] y) {
+            w = Identity (x)
+            a = Relu (w)
+            b = Neg (a)
+            y = Abs (b)
+        }""")
+    g.node[1].name, g.node[2].name, g.node[3].name = "/s/a/Relu", "/s/a/Neg", "/t/Abs"
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    lab = onnx_lab.open(m)
+    r = lab.render(collapse=1)
+    assert sorted(r.groups["/s"]) == sorted(["Identity_0", "/s/a/Relu", "/s/a/Neg"])
+    assert r.nodes == ["/t/Abs"]
+
+
+def test_fallback_repeated_blocks_without_scopes(make_chain):
+    block = ("MatMul", "Add", "Relu", "Mul", "Softmax", "Neg")
+    ops = list(block) * 6
+    bounds, anchor = _repeated_blocks(ops)
+    assert anchor in block and len(bounds) >= 5
+    lab = onnx_lab.open(make_chain(60, block=("Relu", "Add", "Neg", "Softmax", "Abs", "Tanh")))
+    r = lab.render(collapse="auto", max_nodes=20)
+    assert r.groups and all(k.startswith("block") for k in r.groups)
+    assert any("repeated blocks" in n for n in r.notes)
+    assert sum(len(m) for m in r.groups.values()) + len(r.nodes) == 60
+    r2 = lab.render(collapse="auto", max_nodes=20, expand="block2")
+    assert "block2" not in r2.groups and set(r.groups["block2"]) <= set(r2.nodes)
+
+
+def test_fallback_topological_chunks(big):
+    r = big.render(collapse="auto")
+    assert r.groups and all(k.startswith("chunk") for k in r.groups)
+    assert len(r.groups) + len(r.nodes) <= 300
+    assert any("chunks" in n for n in r.notes)
+    first = r.view.nodes["scope:chunk1"]
+    assert first.title.startswith("nodes 1–")
+    assert r.svg is not None
+
+
+def test_cap_cuts_with_stubs(convnet):
+    r = convnet.render(max_nodes=5)
+    assert r.nodes == convnet.index.topo_order("")[:5]
+    assert any("cut: drawing 5 of 21 nodes" in n for n in r.notes)
+    stubs = [n for n in r.view.nodes.values() if n.kind == "stub"]
+    assert stubs and all(n.title.startswith("+") and n.title.endswith(" more") for n in stubs)
+    assert '"+1 more"' in r.dot
+
+
+def test_cap_applies_to_collapsed_units(block):
+    r = block.render(collapse=3, max_nodes=4)
+    assert len(r.nodes) + len(r.groups) <= 4
+    assert any(n.startswith("cut:") for n in r.notes)
+    assert any(n.kind == "stub" for n in r.view.nodes.values())
+
+
+def test_large_graph_stays_under_cap_and_timeout(big):
+    assert len(big.index) == 3000
+    r = big.render()
+    assert len(r.nodes) == 300
+    assert r.svg is not None
+    assert not any("exceeded" in n for n in r.notes)
+    assert any(n.startswith("cut: drawing 300 of 3000") for n in r.notes)
+    # A neighbourhood deep inside the graph.
+    r = big.render(around="n1500", radius=3)
+    assert "n1500" in r.nodes and len(r.nodes) <= 10 and r.svg is not None
+
+
+def test_scoped_large_graph_auto_collapse(make_chain):
+    lab = onnx_lab.open(make_chain(2000, scoped=True))
+    r = lab.render(collapse="auto")
+    assert len(r.groups) == 200 and r.nodes == []
+    assert r.svg is not None and not any("exceeded" in n for n in r.notes)
+    r = lab.render(collapse="auto", expand="/blk150")
+    assert {f"/blk150/op{i}" for i in range(1500, 1510)} <= set(r.nodes)
