@@ -528,6 +528,11 @@ class LabPass(ir.passes.InPlacePass):
             return self._tool_result(model, tool_result, t0)
         work = LabModel(model.ir.clone(), path=model.path)
         stamp_origins(work)
+        # Unnamed (or duplicate-named) nodes have position-derived ids, which shift when nodes
+        # before them go away; naming them by their id keeps every surviving node's id.
+        for nid, e in work.index.entries.items():
+            if e.node.name != nid:
+                e.node.name = nid
         ids_before = {id(e.node): nid for nid, e in work.index.entries.items()}
         self._work = work
         try:
@@ -632,11 +637,12 @@ def _load_builtins() -> None:
     for mod in pkgutil.iter_modules(passes.__path__):
         if not mod.name.startswith("_"):
             importlib.import_module(f"onnx_lab.transforms.passes.{mod.name}")
-    try:
-        importlib.import_module("onnx_lab.transforms.tools")
-    except ModuleNotFoundError as e:
-        if e.name != "onnx_lab.transforms.tools":
-            raise
+    for extra in ("tools", "shapes", "edit"):
+        try:
+            importlib.import_module(f"onnx_lab.transforms.{extra}")
+        except ModuleNotFoundError as e:
+            if e.name != f"onnx_lab.transforms.{extra}":
+                raise
 
 
 def pass_names() -> list[str]:

@@ -1,0 +1,206 @@
+"""Whole-model passes: a function turns the model into a new one, provenance is recovered.
+
+Tools such as onnxsim, onnxoptimizer, onnxruntime's offline optimizer and the opset converter
+rebuild the graph and do not say which new node replaced which old ones. Before calling the
+tool every node is tagged with its id (node metadata, kept by tools that copy NodeProtos);
+after it, each node is mapped back by that tag, else by its name, then extended with the old
+nodes that produced its output tensors and the removed nodes feeding them (a fused
+Conv+BatchNormalization+Relu keeps the Conv's name and the Relu's output name, so all three
+are found). Nodes that cannot be traced get an empty origin (unknown) and a note.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.errors import PassError
+from onnx_lab.transforms.base import ORIGIN_KEY, LabPass, PassResult, node_origin, stamp_origins
+
+__all__ = ["WholeModelPass", "trace_provenance", "STEP_KEY", "PROTO_LIMIT"]
+
+STEP_KEY = "onnx_lab.step_id"
+PROTO_LIMIT = 2_000_000_000
+
+
+def _signature(model: ir.Model) -> tuple:
+    g = model.graph
+    nodes = tuple((n.op_type, n.domain, tuple(v.name if v is not None else "" for v in n.inputs),
+                   tuple(v.name for v in n.outputs),
+                   tuple(sorted((k, str(a.value)[:200]) for k, a in n.attributes.items())))
+                  for n in g)
+    inits = tuple(sorted((k, tuple(v.shape or ()) if v.shape is not None else None)
+                         for k, v in g.initializers.items()))
+    io = (tuple((v.name, str(v.shape)) for v in g.inputs),
+          tuple((v.name, str(v.shape)) for v in g.outputs))
+    return nodes, inits, io, tuple(sorted(model.opset_imports.items()))
+
+
+def trace_provenance(before: LabModel, new: LabModel) -> tuple[dict[str, list[str]], list[str],
+                                                                 list[str]]:
+    """Map the nodes of ``new`` to ids of ``before`` and stamp their origins.
+
+    Returns:
+        (provenance {new id: before ids} for new or merged nodes, removed before ids, notes).
+    """
+    b_idx = before.index
+    by_name = {e.node.name: nid for nid, e in b_idx.entries.items()
+               if e.node.name and e.node.name == nid}
+    a_idx = new.index
+    direct: dict[str, list[str]] = {}
+    for nid, e in a_idx.entries.items():
+        tag = e.node.metadata_props.get(STEP_KEY)
+        if tag in b_idx.entries:
+            direct[nid] = [tag]
+        elif e.node.name and e.node.name in by_name:
+            direct[nid] = [by_name[e.node.name]]
+        else:
+            direct[nid] = []
+    kept = {ids[0] for ids in direct.values() if ids}
+    removed = [nid for nid in b_idx.entries if nid not in kept]
+    removed_set = set(removed)
+    provenance: dict[str, list[str]] = {}
+    notes: list[str] = []
+    unknown = 0
+    # Rewiring: where a kept node (or a model output) now reads tensor T instead of the old
+    # tensor S, T's producer absorbed S's removed producer (Conv+BN fused into the Conv keeps
+    # the Conv's output name, and the Relu after it now reads that name).
+    absorbed: dict[str, list[str]] = {}
+
+    def _absorb(old_name: str | None, new_name: str | None) -> None:
+        if not old_name or not new_name or old_name == new_name:
+            return
+        src = b_idx.producer.get(old_name)
+        dst = a_idx.producer.get(new_name)
+        if src in removed_set and dst is not None:
+            absorbed.setdefault(dst, []).append(src)
+
+    for nid, e in a_idx.entries.items():
+        if len(direct[nid]) != 1:
+            continue
+        old = b_idx.entries[direct[nid][0]].node
+        for bv, av in zip(old.inputs, e.node.inputs):
+            _absorb(bv.name if bv is not None else None, av.name if av is not None else None)
+    for bv, av in zip(before.graph.outputs, new.graph.outputs):
+        _absorb(bv.name, av.name)
+    seeds: dict[str, list[str]] = {}
+    for nid, e in a_idx.entries.items():
+        seeds[nid] = [b_idx.producer[v.name] for v in e.node.outputs
+                      if v.name in b_idx.producer and b_idx.producer[v.name] in removed_set]
+        seeds[nid] += absorbed.get(nid, [])
+    claimed: dict[str, str] = {}
+    for nid, ss in seeds.items():
+        for x in ss:
+            claimed.setdefault(x, nid)
+    for nid, e in a_idx.entries.items():
+        ids = list(direct[nid])
+        # Extend with the old producers of this node's outputs (or of the tensors it now
+        # stands for) and the removed nodes feeding them that no other new node claims:
+        # that is what a fusion folded into this node.
+        stack = list(seeds[nid])
+        seen = set(ids)
+        while stack:
+            cur = stack.pop()
+            if cur in seen:
+                continue
+            seen.add(cur)
+            ids.append(cur)
+            stack.extend(p for p in b_idx.predecessors(cur) if p in removed_set
+                         and p not in seen and claimed.get(p, nid) == nid)
+        origin: list[str] = []
+        for s in ids:
+            for o in node_origin(b_idx.entries[s].node, s):
+                if o not in origin:
+                    origin.append(o)
+        e.node.metadata_props[ORIGIN_KEY] = json.dumps(origin)
+        e.node.metadata_props.pop(STEP_KEY, None)
+        if not ids:
+            unknown += 1
+            provenance[nid] = []
+        elif ids != [nid]:
+            provenance[nid] = ids
+    if unknown:
+        notes.append(f"provenance unknown for {unknown} node(s) the tool created (origin [])")
+    return provenance, removed, notes
+
+
+class WholeModelPass(LabPass):
+    """Base of passes that rebuild the whole model (tools, opset conversion).
+
+    Subclasses implement :meth:`rebuild` (return a new ``ir.Model`` or None when the tool
+    declines) and may set ``self.notes`` entries.
+    """
+
+    #: True when the tool needs weights in memory (onnxsim, onnxoptimizer).
+    needs_weights: bool = True
+
+    def rebuild(self, model: LabModel) -> ir.Model | None:
+        raise NotImplementedError
+
+    def run(self, model: LabModel) -> PassResult:
+        t0 = time.perf_counter()
+        self.notes: list[str] = []
+        work = model.clone()
+        stamp_origins(work)
+        for nid, e in work.index.entries.items():
+            e.node.metadata_props[STEP_KEY] = nid
+        new_ir = self.rebuild(work)
+        n0 = len(model.index)
+        if new_ir is None or _signature(new_ir) == _signature(model.ir):
+            reason = self._reason or f"{self.name} left the model unchanged"
+            return PassResult(self.name, dict(self.options), False, n0, n0, {}, [], reason,
+                              time.perf_counter() - t0, list(self.notes), model, [])
+        new = LabModel(new_ir, path=model.path)
+        provenance, removed, notes = trace_provenance(work, new)
+        new.invalidate()
+        return PassResult(self.name, dict(self.options), True, n0, len(new.index), provenance,
+                          removed, None, time.perf_counter() - t0, self.notes + notes, new, [])
+
+    # -- helpers for subclasses ---------------------------------------------------------
+    def proto_with_weights(self, model: LabModel) -> onnx.ModelProto:
+        """The model as a ModelProto with every weight inside (tools read no external files)."""
+        nbytes = model.weights_nbytes()
+        if nbytes >= PROTO_LIMIT:
+            raise PassError(f"{self.name} needs the whole model in one protobuf, but its weights "
+                            f"take {nbytes / 1e9:.1f} GB (protobuf's limit is 2 GB).",
+                            fix="Use onnx_lab's own passes (lab.apply_preset('safe')), which "
+                            "keep external data where it lies.")
+        if model.has_external_data:
+            ir.external_data.load_to_model(model.ir)
+        return ir.to_proto(model.ir)
+
+    @staticmethod
+    def from_proto(proto: onnx.ModelProto, like: LabModel) -> ir.Model:
+        m = ir.serde.deserialize_model(proto)
+        if like.base_dir is not None:
+            ir.external_data.set_base_dir(m.graph, str(like.base_dir))
+        return m
+
+    def lab_input_shapes(self, model: LabModel) -> dict[str, list[int]]:
+        """Input shapes resolvable from the Lab's dims/shapes (inputs left dynamic omitted)."""
+        from onnx_lab.core.shapes import shape_tuple
+
+        dims: dict[str, Any] = getattr(self, "lab_dims", {}) or {}
+        shapes: dict[str, Any] = getattr(self, "lab_shapes", {}) or {}
+        out: dict[str, list[int]] = {}
+        g = model.graph
+        for v in g.inputs:
+            if v.name in g.initializers:
+                continue
+            if v.name in shapes:
+                out[v.name] = list(shapes[v.name])
+                continue
+            shp = shape_tuple(v.shape)
+            if shp is None:
+                continue
+            res = [d if isinstance(d, int) and d > 0 else dims.get(d) if isinstance(d, str)
+                   else None for d in shp]
+            if all(isinstance(d, int) for d in res) and any(
+                    not isinstance(d, int) for d in shp):
+                out[v.name] = res  # type: ignore[assignment]
+        return out

@@ -1,0 +1,214 @@
+"""Manual model surgery: set an attribute, remove a node, rename a tensor, merge two models.
+
+The first three are registered passes (kind ``edit``) applied through ``lab.apply``, so each
+is a verified version in history; edits that change semantics are allowed (the user meant
+it) and the verification report shows the difference.
+
+Example:
+    >>> lab.set_attribute("/head/fc/Gemm", "alpha", 2.0)   # report shows the outputs doubled
+    >>> lab.remove_node("/stem/identity/Identity")
+    >>> lab.rename_tensor("logits", "scores")
+    >>> both = onnx_lab.merge(encoder, decoder, io_map=[("hidden", "hidden")])
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.errors import InputError, PassError
+from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
+
+__all__ = ["SetAttribute", "RemoveNode", "RenameTensor", "merge"]
+
+
+def _node(model: LabModel, node_id: str) -> ir.Node:
+    return model.index.node(node_id)  # UnknownNameError with close matches
+
+
+@register_pass("set_attribute", kind="edit")
+class SetAttribute(LabPass):
+    """Set (or add) one attribute of a node."""
+
+    params = (Param("node_id", str, "", "the node"), Param("name", str, "", "attribute name"),
+              Param("value", object, None, "int, float, str, list, numpy array or tensor"))
+
+    def find(self, model: LabModel) -> list[Match]:
+        nid = self.options["node_id"]
+        _node(model, nid)
+        if not self.options["name"]:
+            raise PassError("set_attribute needs name=...", fix="Pass the attribute name.")
+        return [Match(f"set_attribute:{nid}", "set_attribute", self.name, [nid], nid,
+                      f"set {self.options['name']} of {nid}")]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        node = _node(model, self.options["node_id"])
+        name, value = self.options["name"], self.options["value"]
+        old = node.attributes.get(name)
+        try:
+            if old is not None and old.type == ir.AttributeType.FLOAT and isinstance(value, int):
+                value = float(value)
+            if old is not None and old.type == ir.AttributeType.FLOATS and \
+                    isinstance(value, (list, tuple)):
+                value = [float(x) for x in value]
+            attr = ir.convenience.convert_attribute(name, value)
+        except (TypeError, ValueError) as e:
+            raise PassError(f"Cannot use {value!r} as attribute {name!r}: {e}",
+                            fix="Pass an int, float, str, a list of one of them, or a numpy "
+                            "array.") from e
+        if old is not None and old.type != attr.type:
+            raise PassError(f"Attribute {name!r} of {self.options['node_id']} is "
+                            f"{old.type.name}, the new value is {attr.type.name}.",
+                            fix="Pass a value of the attribute's type.")
+        node.attributes[name] = attr
+        rw.record(node, [node])
+
+
+@register_pass("remove_node", kind="edit")
+class RemoveNode(LabPass):
+    """Remove a node; reconnect its first input to its users, or make its outputs inputs."""
+
+    params = (Param("node_id", str, "", "the node"),
+              Param("reconnect", bool, True, "wire input 0 to the users of output 0; "
+                    "False: the node's outputs become model inputs"))
+
+    def find(self, model: LabModel) -> list[Match]:
+        nid = self.options["node_id"]
+        _node(model, nid)
+        return [Match(f"remove_node:{nid}", "remove_node", self.name, [nid], nid,
+                      f"remove {nid}")]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        nid = self.options["node_id"]
+        node = _node(model, nid)
+        graph = node.graph
+        if self.options["reconnect"]:
+            used_other = [v.name for v in node.outputs[1:] if v.uses() or v.is_graph_output()]
+            if used_other:
+                raise PassError(f"Cannot reconnect around {nid}: its output(s) {used_other} "
+                                "besides the first are used.",
+                                fix="Use remove_node(..., reconnect=False) to turn them into "
+                                "model inputs.")
+            if not node.inputs or node.inputs[0] is None:
+                raise PassError(f"Cannot reconnect around {nid}: it has no first input.",
+                                fix="Use reconnect=False.")
+            if not rw.bypass(node):
+                raise PassError(f"Cannot reconnect around {nid}: its input "
+                                f"{node.inputs[0].name!r} is a model input, initializer or "
+                                "output that would have to take over the output's name.",
+                                fix="Use reconnect=False, or rename tensors first.")
+            return
+        for out in node.outputs:
+            if not (out.uses() or out.is_graph_output()):
+                continue
+            new = ir.Value(name=None, shape=out.shape, type=out.type)
+            name = out.name
+            out.replace_all_uses_with(new, replace_graph_outputs=True)
+            out.name = None
+            new.name = name
+            graph.inputs.append(new)
+        graph.remove(node, safe=True)
+        rw.modified = True
+
+
+@register_pass("rename_tensor", kind="edit")
+class RenameTensor(LabPass):
+    """Rename a tensor everywhere (edges, inputs, outputs, initializers)."""
+
+    params = (Param("old", str, "", "current name"), Param("new", str, "", "new name"))
+
+    def find(self, model: LabModel) -> list[Match]:
+        old, new = self.options["old"], self.options["new"]
+        model.index.value(old)  # UnknownNameError with close matches
+        if not new:
+            raise PassError("rename_tensor needs a non-empty new name.", fix="Pass new='...'.")
+        if new in model.index.values and new != old:
+            raise PassError(f"Cannot rename {old!r} to {new!r}: a tensor named {new!r} exists.",
+                            fix="Pick an unused name.")
+        if new == old:
+            return []
+        return [Match(f"rename_tensor:{old}", "rename_tensor", self.name, [], "",
+                      f"rename {old} -> {new}")]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        v = model.index.value(self.options["old"])
+        if v.const_value is not None:
+            # Clones share tensor objects and renaming a value renames its tensor: give this
+            # version its own (shallow) tensor copy so earlier versions keep their names.
+            t = copy.copy(v.const_value)
+            v.const_value = None
+            v.name = self.options["new"]
+            t.name = self.options["new"]
+            v.const_value = t
+        else:
+            v.name = self.options["new"]
+        rw.modified = True
+
+
+def _as_proto(x: Any) -> onnx.ModelProto:
+    from onnx_lab.lab import as_lab
+
+    lab = as_lab(x)
+    m = lab.model
+    if m.has_external_data:
+        clone = m.clone()
+        ir.external_data.load_to_model(clone.ir)
+        return ir.to_proto(clone.ir)
+    return m.to_proto()
+
+
+def merge(a: Any, b: Any, io_map: Sequence[tuple[str, str]], *, prefix1: str | None = None,
+          prefix2: str | None = None, inputs: Sequence[str] | None = None,
+          outputs: Sequence[str] | None = None):
+    """Connect two models into one with ``onnx.compose.merge_models``.
+
+    Args:
+        a, b: Labs, paths or anything ``onnx_lab.open`` takes.
+        io_map: pairs (output of ``a``, input of ``b``) to connect.
+        prefix1, prefix2: prefixes added to every name of ``a`` / ``b`` (to avoid clashes;
+            ``io_map`` names are given without them).
+        inputs, outputs: the merged model's inputs/outputs (default: all remaining).
+
+    Returns:
+        A new Lab of the merged model (weights in memory).
+
+    Raises:
+        InputError: clashing names, unknown io_map names, mismatched IR versions or opsets.
+
+    Example:
+        >>> both = onnx_lab.merge("enc.onnx", "dec.onnx", io_map=[("hidden", "hidden")])
+    """
+    from onnx_lab.lab import Lab
+
+    pa, pb = _as_proto(a), _as_proto(b)
+    pairs = [tuple(p) for p in io_map]
+    if not pairs or not all(len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):
+        raise InputError(f"io_map must be a list of (output of a, input of b) pairs, got "
+                         f"{io_map!r}.", fix="Pass io_map=[('a_out', 'b_in')].")
+    if prefix1 or prefix2:
+        if prefix1:
+            pa = onnx.compose.add_prefix(pa, prefix1)
+        if prefix2:
+            pb = onnx.compose.add_prefix(pb, prefix2)
+        pairs = [((prefix1 or "") + x, (prefix2 or "") + y) for x, y in pairs]
+    a_outs = {o.name for o in pa.graph.output}
+    b_ins = {i.name for i in pb.graph.input}
+    bad = [x for x, _ in pairs if x not in a_outs] + [y for _, y in pairs if y not in b_ins]
+    if bad:
+        raise InputError(f"io_map names {bad} are not outputs of a / inputs of b.",
+                         fix=f"Outputs of a: {sorted(a_outs)}; inputs of b: {sorted(b_ins)}.")
+    if pa.ir_version != pb.ir_version:
+        v = max(pa.ir_version, pb.ir_version)
+        pa.ir_version = pb.ir_version = v
+    try:
+        merged = onnx.compose.merge_models(pa, pb, io_map=pairs, inputs=inputs, outputs=outputs)
+    except (ValueError, RuntimeError, onnx.checker.ValidationError) as e:
+        raise InputError(f"onnx.compose.merge_models refused: {str(e).strip()[:300]}",
+                         fix="Use prefix1=/prefix2= for clashing names; both models need the "
+                         "same opset versions (lab.convert_opset).") from e
+    return Lab(LabModel(ir.serde.deserialize_model(merged)))

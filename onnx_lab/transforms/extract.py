@@ -1,0 +1,295 @@
+"""Cut a subgraph out of a model as a new, runnable, verified model.
+
+The boundary is given by tensor names (``inputs``/``outputs``) or computed from a set of node
+ids: inputs are the tensors the nodes consume but do not produce (weights stay initializers),
+outputs are the tensors they produce that are used outside or are model outputs.
+
+Built on ``onnx_ir.convenience.extract`` rather than ``onnx.utils.Extractor``: the Extractor
+runs shape inference over one whole protobuf (weights included), which fails past 2 GB and
+needs external data loaded; onnx_ir keeps external tensors as references to their files, so
+the subgraph of a multi-GB model costs its structure only. Cut tensors get their types from
+onnx_lab's weight-free shape inference.
+
+Example:
+    >>> sub = lab.extract(inputs=["/block1/relu/Relu_output_0"], outputs=["logits"])
+    >>> sub.history.loc[0, ["pass", "verify_passed"]]
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.errors import ExtractError, InputError, close_matches
+from onnx_lab.transforms.base import PassResult
+
+if TYPE_CHECKING:
+    from onnx_lab.lab import Lab
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["extract", "boundary"]
+
+
+def _check_names(model: LabModel, names: Sequence[str], what: str) -> list[str]:
+    if isinstance(names, str):
+        names = [names]
+    idx = model.index
+    out = []
+    for n in names:
+        if not isinstance(n, str) or n not in idx.values or idx.value_graph.get(n) != "":
+            near = close_matches(str(n), [k for k, g in idx.value_graph.items() if g == ""])
+            hint = f" Close matches: {', '.join(map(repr, near))}." if near else ""
+            raise ExtractError(f"Unknown {what} tensor {n!r} (main graph).{hint}",
+                               fix="Use tensor names from lab.tensors (main graph only).")
+        out.append(n)
+    return out
+
+
+def boundary(model: LabModel, nodes: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(inputs, outputs) of the subgraph made of ``nodes`` (main-graph node ids).
+
+    Inputs: tensors consumed (also inside bodies) but not produced by the nodes, weights
+    excluded. Outputs: tensors produced by the nodes that are used by other nodes or are
+    model outputs (when none are, the outputs of the last node).
+    """
+    idx = model.index
+    if isinstance(nodes, str):
+        nodes = [nodes]
+    inside: list[str] = []
+    for nid in nodes:
+        if nid not in idx.entries:
+            near = close_matches(str(nid), idx.entries)
+            hint = f" Close matches: {', '.join(map(repr, near))}." if near else ""
+            raise ExtractError(f"Unknown node id {nid!r}.{hint}",
+                               fix="Use node ids from lab.nodes.")
+        if idx.entries[nid].graph != "":
+            raise ExtractError(f"Node {nid!r} lies inside a subgraph ({idx.entries[nid].graph}).",
+                               fix="Extract main-graph nodes (the If/Loop/Scan owner whole).")
+        if nid not in inside:
+            inside.append(nid)
+    if not inside:
+        raise ExtractError("extract(nodes=[]) has no nodes.", fix="Pass node ids from lab.nodes.")
+    inside.sort(key=lambda n: idx.entries[n].topo)
+    inside_set = set(inside)
+    g = model.graph
+    produced: set[str] = set()
+    for nid in inside:
+        produced.update(v.name for v in idx.entries[nid].node.outputs if v.name)
+    inputs: list[str] = []
+    for nid in inside:
+        e = idx.entries[nid]
+        names = [v.name for v in e.node.inputs if v is not None and v.name] + e.implicit_inputs
+        for n in names:
+            if n in produced or n in inputs:
+                continue
+            v = idx.values.get(n)
+            if n in g.initializers or (v is not None and _is_constant(v)):
+                continue
+            inputs.append(n)
+    graph_outputs = {v.name for v in g.outputs}
+    outputs: list[str] = []
+    for nid in inside:
+        for v in idx.entries[nid].node.outputs:
+            if not v.name:
+                continue
+            users = idx.consumers.get(v.name, [])
+            if v.name in graph_outputs or any(u not in inside_set for u in users):
+                outputs.append(v.name)
+    if not outputs:
+        outputs = [v.name for v in idx.entries[inside[-1]].node.outputs if v.name]
+    return inputs, outputs
+
+
+def _is_constant(v: ir.Value) -> bool:
+    p = v.producer()
+    return p is not None and p.op_type == "Constant" and p.domain in ("", "ai.onnx") \
+        and not p.inputs
+
+
+def _reached_inputs(model: LabModel, inputs: list[str], outputs: list[str]) -> list[str]:
+    """Model inputs the outputs depend on when the walk stops at ``inputs``."""
+    idx = model.index
+    g = model.graph
+    graph_inputs = [v.name for v in g.inputs if v.name not in g.initializers]
+    stop = set(inputs)
+    seen: set[str] = set()
+    stack = list(outputs)
+    reached: set[str] = set()
+    while stack:
+        t = stack.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        if t in stop:
+            continue
+        if t in graph_inputs:
+            reached.add(t)
+            continue
+        nid = idx.producer.get(t)
+        if nid is None:
+            continue
+        e = idx.entries[nid]
+        stack.extend(v.name for v in e.node.inputs if v is not None and v.name)
+        stack.extend(e.implicit_inputs)
+    return [n for n in graph_inputs if n in reached]
+
+
+def extract(lab: Lab, inputs: Sequence[str] | None = None,
+            outputs: Sequence[str] | None = None, nodes: Sequence[str] | None = None,
+            verify: bool | Mapping[str, Any] = True) -> Lab:
+    """A new Lab holding the subgraph between ``inputs`` and ``outputs`` (or of ``nodes``).
+
+    Args:
+        inputs: tensor names that become the subgraph's inputs (default: the model inputs the
+            outputs depend on).
+        outputs: tensor names that become its outputs (default: the model outputs).
+        nodes: main-graph node ids; the boundary is computed (do not pass inputs/outputs).
+        verify: run the full model on seeded inputs (the Lab's dims/shapes), feed the captured
+            boundary tensors to the subgraph and compare its outputs (report in
+            ``sub.results[0].verification``; also ``sub.history`` step 0). A dict passes
+            options (feeds, atol, rtol, seed).
+
+    Returns:
+        A new Lab whose step 0 is the extracted model; its weights still lie in the source
+        files (external data is referenced, not copied), and it passed ``onnx.checker``.
+
+    Raises:
+        ExtractError: unknown tensors or node ids, or a boundary that does not cut the graph
+            (the outputs still depend on model inputs not listed in ``inputs``).
+
+    Example:
+        >>> sub = lab.extract(nodes=["/block1/conv/Conv", "/block1/bn/BatchNormalization"])
+        >>> sub.inputs, sub.outputs
+    """
+    from onnx_lab.lab import Lab
+    from onnx_lab.transforms.verify import _fit
+
+    t0 = time.perf_counter()
+    model = lab.model
+    if nodes is not None:
+        if inputs is not None or outputs is not None:
+            raise InputError("Pass either nodes=... or inputs=/outputs=, not both.",
+                             fix="With nodes, the boundary is computed from them.")
+        ins, outs = boundary(model, nodes)
+    else:
+        outs = _check_names(model, outputs, "output") if outputs is not None else \
+            [v.name for v in model.graph.outputs]
+        if not outs:
+            raise ExtractError("extract needs at least one output.", fix="Pass outputs=[...].")
+        if inputs is None:
+            ins = _reached_inputs(model, [], outs)
+        else:
+            ins = _check_names(model, inputs, "input")
+            missing = _reached_inputs(model, ins, outs)
+            missing = [m for m in missing if m not in ins]
+            if missing:
+                raise ExtractError(
+                    f"The boundary does not cut the graph: outputs {outs} still depend on "
+                    f"model input(s) {missing}, which are not among inputs {ins}.",
+                    fix=f"Add {missing} to inputs, or choose inputs that lie between the "
+                    "model inputs and the outputs.")
+    overlap = [n for n in outs if n in ins]
+    if overlap:
+        raise ExtractError(f"Tensors {overlap} are both inputs and outputs of the extraction.",
+                           fix="Pick outputs downstream of the inputs.")
+    try:
+        graph = ir.convenience.extract(model.graph, ins, outs)
+    except ValueError as e:
+        raise ExtractError(f"Cannot extract between {ins} and {outs}: {e}",
+                           fix="Check that the inputs separate the outputs from the rest of "
+                           "the graph.") from e
+    types = model.types()  # symbolic shapes: the subgraph keeps the model's dynamic dims
+    for v in list(graph.inputs) + list(graph.outputs):
+        info = types.get(v.name)
+        if info is None:
+            continue
+        if v.type is None and info.dtype is not None:
+            v.dtype = _ir_dtype(info.dtype)
+        if v.shape is None and info.shape is not None:
+            v.shape = ir.Shape([d if d is not None else None for d in info.shape])
+    new_ir = ir.Model(graph, ir_version=model.ir.ir_version, producer_name="onnx_lab.extract",
+                      opset_imports=dict(model.ir.opset_imports),
+                      functions=list(model.ir.functions.values()))
+    # Weights stay references to the source files: keep the source path as base folder.
+    sub_model = LabModel(new_ir, path=model.path)
+    _check(sub_model)
+    d, s = _fit(sub_model, lab.dims, lab.shapes)
+    params = {"inputs": list(ins), "outputs": list(outs)}
+    if nodes is not None:
+        params["nodes"] = list(nodes)
+    result = PassResult("extract", params, True, len(model.index), len(sub_model.index), {},
+                        [n for n in model.index.entries if n not in sub_model.index.entries],
+                        None, time.perf_counter() - t0, [], sub_model)
+    if verify is not False:
+        opts = {} if verify is True else dict(verify)
+        tv = time.perf_counter()
+        report = _verify_extract(lab, sub_model, ins, outs, **opts)
+        from onnx_lab.transforms.verify import fill_result
+
+        fill_result(result, report, time.perf_counter() - tv)
+    sub = Lab(sub_model, dims=d, shapes=s)
+    sub._init_history(result)
+    return sub
+
+
+def _ir_dtype(name: str) -> ir.DataType:
+    table = {"float32": ir.DataType.FLOAT, "float64": ir.DataType.DOUBLE}
+    return table.get(name) or ir.DataType[name.upper()]
+
+
+def _check(model: LabModel) -> None:
+    proto = model.to_proto()
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:
+        raise ExtractError(f"The extracted model does not pass onnx.checker: "
+                           f"{str(e).strip().splitlines()[0][:300]}",
+                           fix="Choose a boundary that cuts whole nodes (report this if it "
+                           "does).") from e
+
+
+def _verify_extract(lab: Lab, sub: LabModel, ins: list[str], outs: list[str], *,
+                    feeds: Any = None, atol: float | None = None, rtol: float | None = None,
+                    seed: int = 0, **_ignored: Any):
+    import pandas as pd
+
+    from onnx_lab.numerics.capture import run
+    from onnx_lab.numerics.feeds import as_feed_list
+    from onnx_lab.transforms.verify import REPORT_COLUMNS, _compare, _dtype_name, tolerance
+
+    full = lab.model
+    samples = as_feed_list(feeds, lab, lab.dims, lab.shapes, seed)
+    rows: dict[str, dict[str, Any]] = {}
+    graph_inputs = {v.name for v in full.graph.inputs}
+    for f in samples:
+        wanted = [n for n in ins if n not in graph_inputs] + outs
+        ref = run(full, f, outputs=list(dict.fromkeys(wanted)))
+        sub_feeds = {n: (f[n] if n in graph_inputs else ref[n]) for n in ins}
+        got = run(sub, sub_feeds)
+        for n in outs:
+            r, c = np.asarray(ref[n]), np.asarray(got[n])
+            dt = _dtype_name(r)
+            a, rt = tolerance(dt, atol, rtol)
+            mabs, mrel, ok, note = _compare(r, c, a, rt)
+            row = rows.setdefault(n, {"tensor": n, "node_id": sub.index.producer.get(n),
+                                      "match": "output", "dtype": dt, "max_abs": 0.0,
+                                      "max_rel": 0.0, "passed": True, "atol": a, "rtol": rt,
+                                      "ref_tensor": n, "ref_node_id": full.index.producer.get(n),
+                                      "shape": list(c.shape), "note": ""})
+            row.update(max_abs=max(row["max_abs"], mabs), max_rel=max(row["max_rel"], mrel),
+                       passed=row["passed"] and ok, note=row["note"] or note)
+    report = pd.DataFrame(list(rows.values()), columns=REPORT_COLUMNS)
+    failing = report.loc[~report["passed"], "tensor"]
+    report.attrs.update(passed=bool(len(failing) == 0),
+                        first_failure=str(failing.iloc[0]) if len(failing) else None,
+                        max_abs_err=float(report["max_abs"].max()) if len(report) else None,
+                        samples=len(samples))
+    return report

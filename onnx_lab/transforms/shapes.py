@@ -1,0 +1,151 @@
+"""Shape and version surgery: fix symbolic dims, set an input's shape, convert the opset.
+
+Each is a registered pass (kind ``edit``) so it goes through ``lab.apply``: a new version in
+history, verified against the previous one.
+
+Example:
+    >>> lab.fix_dims({"batch": 1})
+    >>> lab.set_input_shape("x", [1, 3, 224, 224])
+    >>> lab.convert_opset(17)
+"""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import dynamic_dims, shape_tuple
+from onnx_lab.errors import DimError, PassError, unknown_name
+from onnx_lab.transforms._whole import WholeModelPass
+from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
+
+__all__ = ["FixDims", "SetInputShape", "ConvertOpset"]
+
+
+def _replace_dims(shape: ir.Shape | None, dims: dict[str, int]) -> ir.Shape | None:
+    if shape is None:
+        return None
+    new = []
+    changed = False
+    for d in shape:
+        if not isinstance(d, int) and getattr(d, "value", None) in dims:
+            new.append(int(dims[d.value]))
+            changed = True
+        else:
+            new.append(d)
+    return ir.Shape(new) if changed else None
+
+
+@register_pass("fix_dims", kind="edit")
+class FixDims(LabPass):
+    """Replace symbolic dims by fixed sizes in inputs, outputs and value shapes."""
+
+    params = (Param("dims", dict, None, "{dim name: size}, e.g. {'batch': 1}"),)
+    no_match_reason = "no dims given"
+
+    def find(self, model: LabModel) -> list[Match]:
+        dims = self.options["dims"] or {}
+        known = dynamic_dims(model)
+        for name, value in dims.items():
+            if name not in known or name == "?":
+                named = sorted(k for k in known if k != "?")
+                raise DimError(f"Unknown dim name {name!r}: the model's inputs have "
+                               f"{'symbolic dims ' + ', '.join(map(repr, named)) if named else 'no named dims'}.",
+                               fix="Use one of those names; for unnamed dims use "
+                               "lab.set_input_shape(name, shape).")
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise DimError(f"Dim {name!r} must be a positive int, got {value!r}.",
+                               fix=f"Pass {{{name!r}: 1}}.")
+        if not dims:
+            return []
+        return [Match(f"fix_dims:{','.join(sorted(dims))}", "fix_dims", self.name, [], "",
+                      f"fix {', '.join(f'{k}={v}' for k, v in dims.items())}")]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        dims = dict(self.options["dims"])
+        for g in model.ir.graphs():
+            values = list(g.inputs) + list(g.outputs)
+            for node in g:
+                values.extend(node.outputs)
+            for v in values:
+                new = _replace_dims(v.shape, dims)
+                if new is not None:
+                    v.shape = new
+                    rw.modified = True
+
+
+@register_pass("set_input_shape", kind="edit")
+class SetInputShape(LabPass):
+    """Set the declared shape of one graph input (ints, or names for symbolic dims)."""
+
+    params = (Param("name", str, "", "the input"),
+              Param("shape", (list, tuple), None, "sizes, e.g. [1, 3, 224, 224] or ['batch', 3]"))
+
+    def find(self, model: LabModel) -> list[Match]:
+        g = model.graph
+        inputs = {v.name: v for v in g.inputs if v.name not in g.initializers}
+        name, shape = self.options["name"], self.options["shape"]
+        if name not in inputs:
+            raise unknown_name("input", name, inputs, fix=f"Model inputs: {sorted(inputs)}.")
+        if shape is None:
+            raise PassError("set_input_shape needs shape=[...].", fix="Pass e.g. [1, 3, 32, 32].")
+        declared = shape_tuple(inputs[name].shape)
+        for i, d in enumerate(shape):
+            if not (isinstance(d, str) and d) and not (isinstance(d, int) and d > 0
+                                                       and not isinstance(d, bool)):
+                raise DimError(f"Shape {list(shape)} for input {name!r}: dim {i} must be a "
+                               f"positive int or a dim name, got {d!r}.",
+                               fix="Use e.g. [1, 3, 224, 224] or ['batch', 3, 224, 224].")
+        if declared is not None:
+            if len(declared) != len(shape):
+                raise DimError(f"Input {name!r} has rank {len(declared)} ({list(declared)}); "
+                               f"the new shape {list(shape)} has rank {len(shape)}.",
+                               fix="Give one size per dim (changing the rank changes the model).")
+            for i, (old, new) in enumerate(zip(declared, shape)):
+                if isinstance(old, int) and old > 0 and new != old:
+                    raise DimError(f"Input {name!r}: dim {i} is fixed to {old}, not {new}.",
+                                   fix=f"Keep {old} for dim {i}.")
+        return [Match(f"set_input_shape:{name}", "set_input_shape", self.name, [], "",
+                      f"input {name} shape {list(shape)}")]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        g = model.graph
+        v = next(v for v in g.inputs if v.name == self.options["name"])
+        new = ir.Shape(list(self.options["shape"]))
+        if v.shape is not None and shape_tuple(v.shape) == shape_tuple(new):
+            rw.notes.append("the input already has this shape")
+            return
+        v.shape = new
+        rw.modified = True
+
+
+@register_pass("convert_opset", kind="edit")
+class ConvertOpset(WholeModelPass):
+    """Convert the model to another default-domain opset with onnx.version_converter."""
+
+    params = (Param("target", int, 0, "the opset version to convert to"),)
+
+    def rebuild(self, model: LabModel) -> ir.Model | None:
+        target = self.options["target"]
+        latest = onnx.defs.onnx_opset_version()
+        current = model.ir.opset_imports.get("", model.ir.opset_imports.get("ai.onnx"))
+        if not 1 <= target <= latest:
+            raise PassError(f"Opset {target} is not supported: this onnx ({onnx.__version__}) "
+                            f"knows opsets 1..{latest}.", fix=f"Pick a target in 1..{latest}.")
+        if current == target:
+            self._reason = f"the model already uses opset {target}"
+            return None
+        # The converter copies tensors through its own IR; weights stay external references.
+        proto = model.to_proto()
+        try:
+            out = onnx.version_converter.convert_version(proto, target)
+        except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError/ValueError
+            msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            raise PassError(f"onnx.version_converter cannot convert opset {current} -> "
+                            f"{target}: {msg}",
+                            fix="A missing adapter means an op changed between these opsets "
+                            "in a way the converter cannot rewrite; try a closer target or "
+                            "re-export the model at that opset.") from e
+        self.notes.append(f"opset {current} -> {target}")
+        return self.from_proto(out, model)

@@ -1,0 +1,437 @@
+"""Numerical verification of one model version against the previous one.
+
+Both models run in onnxruntime with graph optimizations disabled on the same seeded inputs;
+the final outputs and every intermediate tensor that survives the step are compared:
+
+- ``output``: the graph outputs (by name, else by position);
+- ``name``: a main-graph tensor with the same name in both models;
+- ``provenance``: the output of a new (fused) node against the output of the topologically
+  last node of the previous model it replaced (read from ``PassResult.provenance`` or the
+  ``onnx_lab.origin`` node metadata).
+
+Tensors are captured in chunks whose estimated size stays under ``max_bytes`` (both models'
+tensors of a chunk are held at once, then dropped). Tolerances are per dtype; an element
+passes when ``|cand - ref| <= atol + rtol * |ref|``; NaN/inf at the same place on both sides
+match. The report is a DataFrame; only tests turn it into assertions.
+
+Example:
+    >>> from onnx_lab.transforms.verify import verify
+    >>> report = verify(lab.original.model, lab.model, dims={"batch": 1})
+    >>> report.attrs["passed"], report.attrs["first_failure"]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import dynamic_dims
+from onnx_lab.errors import DimError, InputError, RuntimeLoadError
+from onnx_lab.transforms.base import node_origin
+
+if TYPE_CHECKING:
+    from onnx_lab.transforms.base import PassResult
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["verify", "tolerance", "REPORT_COLUMNS", "TOLERANCES", "fill_result"]
+
+REPORT_COLUMNS = ["tensor", "node_id", "match", "dtype", "max_abs", "max_rel", "passed",
+                  "atol", "rtol", "ref_tensor", "ref_node_id", "shape", "note"]
+
+#: Default (atol, rtol) per dtype name; integer and bool tensors compare exactly.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-7, 1e-6),
+    "float32": (1e-4, 1e-3),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (5e-2, 2e-2),
+}
+_FLOAT_FALLBACK = (1e-1, 1e-1)  # fp8 and other narrow floats
+_SLICE = 1 << 22  # elements compared at once (bounded float64 temporaries)
+
+
+def tolerance(dtype: str, atol: float | None = None, rtol: float | None = None
+              ) -> tuple[float, float]:
+    """(atol, rtol) for a dtype name; user values override the float defaults.
+
+    Integer and bool tensors always compare exactly (0, 0).
+    """
+    kind = _kind(dtype)
+    if kind != "f":
+        return 0.0, 0.0
+    a, r = TOLERANCES.get(dtype, _FLOAT_FALLBACK)
+    return (a if atol is None else float(atol)), (r if rtol is None else float(rtol))
+
+
+def _kind(dtype: str) -> str:
+    if dtype in TOLERANCES or dtype.startswith("float") or dtype.startswith("bfloat"):
+        return "f"
+    try:
+        return np.dtype(dtype).kind if np.dtype(dtype).kind != "c" else "f"
+    except TypeError:
+        return "f"
+
+
+# ---------------------------------------------------------------------------- alignment
+@dataclass
+class _Pair:
+    tensor: str          # name in the candidate (after)
+    ref: str             # name in the reference (before)
+    node_id: str | None  # producer in the candidate
+    ref_node_id: str | None
+    match: str           # 'output' | 'name' | 'provenance'
+    topo: int
+
+
+def _main_outputs(model: LabModel) -> list[tuple[str, str, int]]:
+    """(tensor, producer id, topo) of main-graph node outputs, topological order."""
+    idx = model.index
+    out = []
+    seen: set[str] = set()
+    for nid in idx.topo_order(""):
+        e = idx.entries[nid]
+        for v in e.node.outputs:
+            if v.name and v.name not in seen:
+                seen.add(v.name)
+                out.append((v.name, nid, e.topo))
+    return out
+
+
+def align(before: LabModel, after: LabModel, result: PassResult | None = None) -> list[_Pair]:
+    """Tensor pairs to compare (candidate topological order)."""
+    b_idx, a_idx = before.index, after.index
+    b_outs = [v.name for v in before.graph.outputs]
+    a_outs = [v.name for v in after.graph.outputs]
+    pairs: dict[str, _Pair] = {}
+    topo_of = {name: t for name, _nid, t in _main_outputs(after)}
+    for i, name in enumerate(a_outs):
+        ref = name if name in b_outs else (b_outs[i] if i < len(b_outs) else None)
+        if ref is None:
+            continue
+        pairs[name] = _Pair(name, ref, a_idx.producer.get(name), b_idx.producer.get(ref),
+                            "output", topo_of.get(name, -1))
+    b_main = {name: nid for name, nid, _t in _main_outputs(before)}
+    b_topo = {nid: b_idx.entries[nid].topo for nid in b_main.values()}
+    by_origin: dict[str, list[str]] = {}
+    for nid in b_main.values():
+        for o in node_origin(b_idx.entries[nid].node, nid):
+            by_origin.setdefault(o, []).append(nid)
+    b_origin = {nid: set(node_origin(b_idx.entries[nid].node, nid)) for nid in b_main.values()}
+    used_refs = {p.ref for p in pairs.values()}
+    prov = dict(result.provenance) if result is not None else {}
+    for name, nid, topo in _main_outputs(after):
+        if name in pairs:
+            continue
+        node = a_idx.entries[nid].node
+        # A tensor name means the same value only when its producer is unchanged: a fused
+        # node may keep its first part's output name while computing the last part's value.
+        changed = nid in prov or (nid in b_idx.entries and set(node_origin(node, nid))
+                                  != b_origin.get(nid, {nid}))
+        if name in b_main and not changed:
+            pairs[name] = _Pair(name, name, nid, b_main[name], "name", topo)
+            used_refs.add(name)
+            continue
+        # The node's sources in the previous model: the pass's provenance, else the
+        # before-nodes whose origins are all among this node's origins.
+        sources = [s for s in prov.get(nid, []) if s in b_idx.entries]
+        if not sources:
+            origin = set(node_origin(node, nid))
+            cands = {c for o in origin for c in by_origin.get(o, ())}
+            sources = [c for c in cands if b_origin[c] <= origin]
+        if not sources or (len(sources) > 1 and len(node.outputs) > 1):
+            continue  # a multi-output node made of several nodes: no output-to-output map
+        last = max(sources, key=lambda s: b_idx.entries[s].topo)
+        last_node = b_idx.entries[last].node
+        k = list(node.outputs).index(next(v for v in node.outputs if v.name == name))
+        if len(last_node.outputs) != len(node.outputs) and k > 0:
+            continue
+        ref_v = last_node.outputs[k] if k < len(last_node.outputs) else None
+        if ref_v is None or not ref_v.name or ref_v.name in used_refs:
+            continue
+        if b_topo.get(last) is None:
+            continue
+        pairs[name] = _Pair(name, ref_v.name, nid, last, "provenance", topo)
+        used_refs.add(ref_v.name)
+    return sorted(pairs.values(), key=lambda p: p.topo)
+
+
+# ---------------------------------------------------------------------------- feeds
+def _fit(model: LabModel, dims: Mapping[str, int] | None,
+         shapes: Mapping[str, Sequence[int]] | None) -> tuple[dict, dict]:
+    """The dims/shapes that apply to ``model`` (a fixed dim is no longer a dim)."""
+    known = dynamic_dims(model)
+    inputs = {v.name for v in model.graph.inputs if v.name not in model.graph.initializers}
+    return ({k: v for k, v in (dims or {}).items() if k in known},
+            {k: list(v) for k, v in (shapes or {}).items() if k in inputs})
+
+
+def _feeds(before: LabModel, after: LabModel, feeds: Any, dims, shapes, seed: int
+           ) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
+    """(reference feeds, candidate feeds) per sample."""
+    from onnx_lab.numerics.feeds import as_feed_list, input_specs
+
+    a_dims, a_shapes = _fit(after, dims, shapes)
+    b_dims, b_shapes = _fit(before, dims, shapes)
+    a_names = [s[0] for s in input_specs(after)]
+    b_names = [s[0] for s in input_specs(before)]
+    try:
+        if feeds is not None:
+            base = as_feed_list(feeds, before, b_dims, b_shapes, seed)
+        else:
+            # The candidate is usually the more constrained model (fix_dims), so generate
+            # for it and fill what only the reference needs from the reference.
+            base = as_feed_list(None, after, a_dims, a_shapes, seed)
+            if any(n not in base[0] for n in b_names):
+                extra = as_feed_list(None, before, b_dims, b_shapes, seed)[0]
+                base = [{**extra, **base[0]}]
+    except DimError as e:
+        raise DimError(e.problem, fix=(e.fix or "") + " Or skip verification with "
+                       "verify=False (--no-verify).") from e
+    out = []
+    for f in base:
+        ref = {n: f[n] for n in b_names if n in f}
+        cand = {n: f[n] for n in a_names if n in f}
+        missing = [n for n in a_names if n not in f]
+        if missing:
+            raise InputError(f"Feeds have no value for input(s) {missing} of the new model.",
+                             fix="Pass feeds for every input of both models.")
+        out.append((ref, cand))
+    return out
+
+
+def _fingerprint(feeds: Mapping[str, np.ndarray]) -> str:
+    h = hashlib.sha1()
+    for k in sorted(feeds):
+        a = np.ascontiguousarray(feeds[k])
+        h.update(k.encode())
+        h.update(str(a.dtype).encode())
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes()[:1 << 20])
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------- comparison
+def _compare(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float
+             ) -> tuple[float, float, bool, str]:
+    """(max_abs, max_rel, passed, note) of two arrays, in bounded slices."""
+    ref = np.asarray(ref)
+    cand = np.asarray(cand)
+    if ref.shape != cand.shape:
+        return math.inf, math.inf, False, f"shape {list(cand.shape)} != reference " \
+            f"{list(ref.shape)}"
+    if ref.dtype.kind in "OSU" or cand.dtype.kind in "OSU":
+        same = bool(np.array_equal(ref, cand))
+        return (0.0 if same else math.inf), (0.0 if same else math.inf), same, ""
+    r = ref.reshape(-1)
+    c = cand.reshape(-1)
+    max_abs = 0.0
+    max_rel = 0.0
+    passed = True
+    for s in range(0, r.size, _SLICE):
+        a = r[s:s + _SLICE].astype(np.float64)
+        b = c[s:s + _SLICE].astype(np.float64)
+        both_same = (a == b) | (np.isnan(a) & np.isnan(b))
+        diff = np.abs(b - a)
+        diff[both_same] = 0.0
+        diff[np.isnan(diff)] = np.inf
+        if diff.size:
+            max_abs = max(max_abs, float(diff.max()))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rel = np.where(diff == 0, 0.0, diff / np.maximum(np.abs(a), 1e-12))
+            max_rel = max(max_rel, float(np.nanmax(rel)))
+            ok = diff <= atol + rtol * np.abs(np.where(np.isfinite(a), a, 0.0))
+            passed = passed and bool(ok.all())
+    return max_abs, max_rel, passed, ""
+
+
+def _dtype_name(arr: np.ndarray) -> str:
+    return "bool" if arr.dtype == np.bool_ else str(arr.dtype)
+
+
+# ---------------------------------------------------------------------------- runs
+def _run(model: LabModel, feeds: dict[str, np.ndarray], names: list[str], providers,
+         cache: dict | None, key: str, extra: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """Values of ``names`` for one sample, reusing ``cache`` when it holds them."""
+    from onnx_lab.numerics.capture import run
+
+    if cache is not None:
+        entry = cache.get(id(model))
+        if entry is not None and entry[0] is model and key in entry[1]:
+            have = entry[1][key]
+            if all(n in have for n in names):
+                return {n: have[n] for n in names}
+    want = list(dict.fromkeys([*names, *extra]))
+    values = run(model, feeds, outputs=want, providers=providers)
+    if cache is not None:
+        slot = cache.setdefault(id(model), (model, {}))
+        if slot[0] is not model:  # a dead model's id was reused
+            slot = cache[id(model)] = (model, {})
+        slot[1].setdefault(key, {}).update(values)
+    return {n: values[n] for n in names}
+
+
+def _estimate(model: LabModel, names: Sequence[str], feeds: Mapping[str, np.ndarray]
+              ) -> dict[str, int | None]:
+    from onnx_lab.numerics.capture import estimate_bytes
+
+    shapes = {k: np.asarray(v).shape for k, v in feeds.items()}
+    return estimate_bytes(model, names, shapes)
+
+
+# ---------------------------------------------------------------------------- public
+def verify(before: LabModel, after: LabModel, result: PassResult | None = None, *,
+           feeds: Any = None, dims: Mapping[str, int] | None = None,
+           shapes: Mapping[str, Sequence[int]] | None = None, atol: float | None = None,
+           rtol: float | None = None, seed: int = 0, max_bytes: int = 1 << 30,
+           intermediates: bool = True, providers: Any = None,
+           cache: dict | None = None) -> pd.DataFrame:
+    """Compare ``after`` against ``before`` numerically; one row per compared tensor.
+
+    Args:
+        before, after: the reference and candidate LabModels (or Labs).
+        result: the PassResult that made ``after`` (its provenance aligns fused nodes).
+        feeds: None (seeded random inputs), a dict, a list of dicts or an ``.npz`` path.
+        dims, shapes: values for symbolic dims / full input shapes.
+        atol, rtol: override the float tolerances (defaults per dtype: float32 1e-4/1e-3,
+            float16 1e-2/1e-2, bfloat16 5e-2/2e-2, float64 1e-7/1e-6; ints and bools exact).
+        seed: seed of the generated inputs.
+        max_bytes: about how many bytes of captured tensors (both models) are held at once.
+        intermediates: also compare surviving intermediate tensors (default True).
+        providers: onnxruntime providers (default CPU).
+        cache: a dict shared across calls (e.g. the steps of a preset): captured values of a
+            model are reused when it is the reference of the next step.
+
+    Returns:
+        DataFrame with columns tensor (name in ``after``), node_id (its producer in
+        ``after``), match ('output' | 'name' | 'provenance'), dtype, max_abs, max_rel
+        (float, over all samples), passed (bool), atol, rtol (the tolerances used),
+        ref_tensor, ref_node_id (the compared tensor in ``before``), shape (list),
+        note (str: why a row failed without numbers). Rows are in the topological order of
+        ``after``. ``report.attrs`` holds ``passed`` (bool), ``first_failure`` (the first
+        failing tensor in topological order, or None), ``max_abs_err`` (largest max_abs over
+        the model outputs) and ``samples``.
+
+    Raises:
+        DimError: symbolic dims without a value (listing them and how to pass them).
+        InputError: bad feeds or tolerances (rtol must be in [0, 1)).
+        RuntimeLoadError: the reference model cannot run in onnxruntime.
+
+    Example:
+        >>> report = verify(before, after, dims={"batch": 1})
+        >>> report.loc[~report.passed, ["tensor", "max_abs"]]
+    """
+    from onnx_lab.lab import Lab
+
+    if isinstance(before, Lab):
+        before = before.model
+    if isinstance(after, Lab):
+        after = after.model
+    for label, v in (("atol", atol), ("rtol", rtol)):
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
+                              or not 0 <= v < (1 if label == "rtol" else math.inf)):
+            raise InputError(f"{label} must be a number in [0, {'1' if label == 'rtol' else 'inf'}"
+                             f"), got {v!r}.", fix="rtol=1 would accept any value; use e.g. "
+                             "atol=1e-3, rtol=1e-2.")
+    if not isinstance(max_bytes, int) or max_bytes <= 0:
+        raise InputError(f"max_bytes must be a positive int, got {max_bytes!r}.",
+                         fix="Pass e.g. max_bytes=1 << 30.")
+    pairs = align(before, after, result)
+    if not intermediates:
+        pairs = [p for p in pairs if p.match == "output"]
+    samples = _feeds(before, after, feeds, dims, shapes, seed)
+    stats: dict[str, dict[str, Any]] = {
+        p.tensor: {"max_abs": 0.0, "max_rel": 0.0, "passed": True, "dtype": None,
+                   "shape": None, "note": "", "atol": None, "rtol": None} for p in pairs}
+    sizes = _estimate(after, [p.tensor for p in pairs], samples[0][1]) if pairs else {}
+    # Both models' tensors of a chunk are alive at once.
+    chunks = _plan([p for p in pairs], sizes, max_bytes // 2)
+    single = len(chunks) <= 1
+    a_all = [n for n, _i, _t in _main_outputs(after)] if (cache is not None and single) else []
+    skipped: list[str] = []
+    for ref_feeds, cand_feeds in samples:
+        key = _fingerprint(ref_feeds) + _fingerprint(cand_feeds)
+        for chunk in chunks:
+            refs = _run(before, ref_feeds, list(dict.fromkeys(p.ref for p in chunk)),
+                        providers, cache if single else None, key)
+            try:
+                cands = _run(after, cand_feeds, [p.tensor for p in chunk], providers,
+                             cache if single else None, key, extra=a_all)
+            except RuntimeLoadError as e:
+                for p in chunk:
+                    s = stats[p.tensor]
+                    s.update(passed=False, max_abs=math.inf, max_rel=math.inf,
+                             note=f"the new model does not run: {e.problem}")
+                continue
+            for p in chunk:
+                s = stats[p.tensor]
+                r, c = np.asarray(refs[p.ref]), np.asarray(cands[p.tensor])
+                dt = _dtype_name(r)
+                a_tol, r_tol = tolerance(dt, atol, rtol)
+                if p.match != "output" and r.shape != c.shape:
+                    # A tool may keep a name on a reshaped tensor (2-D Gemm inside a 3-D
+                    # MatMul chain): compare the values when the sizes agree, else skip.
+                    if r.size != c.size:
+                        skipped.append(p.tensor)
+                        continue
+                    r = r.reshape(c.shape)
+                    s["note"] = s["note"] or f"reference shape {list(r.shape)} compared flat"
+                mabs, mrel, ok, note = _compare(r, c, a_tol, r_tol)
+                s.update(dtype=dt, shape=list(np.shape(c)), atol=a_tol, rtol=r_tol,
+                         max_abs=max(s["max_abs"], mabs), max_rel=max(s["max_rel"], mrel),
+                         passed=s["passed"] and ok, note=s["note"] or note)
+            del refs, cands
+    pairs = [p for p in pairs if p.tensor not in set(skipped)]
+    rows = [{"tensor": p.tensor, "node_id": p.node_id, "match": p.match,
+             "dtype": stats[p.tensor]["dtype"], "max_abs": stats[p.tensor]["max_abs"],
+             "max_rel": stats[p.tensor]["max_rel"], "passed": stats[p.tensor]["passed"],
+             "atol": stats[p.tensor]["atol"], "rtol": stats[p.tensor]["rtol"],
+             "ref_tensor": p.ref, "ref_node_id": p.ref_node_id,
+             "shape": stats[p.tensor]["shape"], "note": stats[p.tensor]["note"]}
+            for p in pairs]
+    report = pd.DataFrame(rows, columns=REPORT_COLUMNS)
+    failing = report.loc[~report["passed"].astype(bool), "tensor"] if len(report) else []
+    outs = report.loc[report["match"] == "output", "max_abs"] if len(report) else []
+    report.attrs["passed"] = bool(len(failing) == 0)
+    report.attrs["first_failure"] = str(failing.iloc[0]) if len(failing) else None
+    report.attrs["max_abs_err"] = float(max(outs)) if len(outs) else None
+    report.attrs["samples"] = len(samples)
+    report.attrs["skipped"] = sorted(set(skipped))
+    if not pairs:
+        report.attrs["note"] = "no tensor of the new model corresponds to one of the reference"
+    return report
+
+
+def _plan(pairs: list[_Pair], sizes: Mapping[str, int | None], max_bytes: int
+          ) -> list[list[_Pair]]:
+    from onnx_lab.numerics.capture import plan_chunks
+
+    if not pairs:
+        return []
+    by_name = {p.tensor: p for p in pairs}
+    return [[by_name[n] for n in chunk]
+            for chunk in plan_chunks({p.tensor: sizes.get(p.tensor) for p in pairs},
+                                     max(max_bytes, 1))]
+
+
+def fill_result(result: PassResult, report: pd.DataFrame, seconds: float) -> PassResult:
+    """Write a report's verdict into ``result`` (in place) and return it."""
+    result.verification = report
+    result.verify_passed = bool(report.attrs.get("passed", True))
+    result.max_abs_err = report.attrs.get("max_abs_err")
+    result.first_failure = report.attrs.get("first_failure")
+    result.verify_seconds = seconds
+    if not result.verify_passed:
+        row = report.loc[report["tensor"] == result.first_failure].iloc[0]
+        detail = row["note"] or f"max_abs {row['max_abs']:.3g} > atol {row['atol']:g} + " \
+            f"rtol {row['rtol']:g}·|ref|"
+        result.notes.append(f"verification failed first at tensor {result.first_failure!r} "
+                            f"(node {row['node_id']}): {detail}")
+    return result
