@@ -7,10 +7,14 @@ from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
 from onnx_lab.transforms.passes._util import alive, is_std, match, walk
 
 
-def bypass_blocker(node, out_index: int = 0, in_index: int = 0) -> str | None:
-    """Why ``node`` cannot be bypassed (graph output names must survive), or None."""
+def bypass_blocker(node, out_index: int = 0, in_index: int = 0, src=None) -> str | None:
+    """Why ``node`` cannot be bypassed (graph output names must survive), or None.
+
+    ``src`` is the value that would replace the output (default: input ``in_index``).
+    """
     out = node.outputs[out_index]
-    src = node.inputs[in_index] if in_index < len(node.inputs) else None
+    if src is None:
+        src = node.inputs[in_index] if in_index < len(node.inputs) else None
     if src is None:
         return "it has no data input"
     if not out.is_graph_output():

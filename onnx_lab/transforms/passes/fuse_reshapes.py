@@ -1,0 +1,150 @@
+"""fuse_reshapes: Reshape->Reshape chains become one Reshape; Squeeze/Unsqueeze chains cancel
+or merge."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
+from onnx_lab.transforms.passes._util import (
+    alive,
+    axes_of,
+    const_ints,
+    is_std,
+    match,
+    names_of,
+    rank,
+    static_shape,
+    users,
+    walk,
+)
+from onnx_lab.transforms.passes.eliminate_identity import bypass_blocker
+
+
+def merge_unsqueeze(a1: list[int], a2: list[int], r: int) -> list[int]:
+    """Axes of one Unsqueeze equal to Unsqueeze(a1) then Unsqueeze(a2) on a rank-r input."""
+    r1 = r + len(a1)
+    big = r1 + len(a2)
+    n1 = sorted(a % r1 for a in a1)
+    n2 = sorted(a % big for a in a2)
+    rest = [i for i in range(big) if i not in n2]  # where the intermediate dims land
+    return sorted(set(n2) | {rest[i] for i in n1})
+
+
+def merge_squeeze(s1: list[int], s2: list[int], r: int) -> list[int]:
+    """Axes of one Squeeze equal to Squeeze(s1) then Squeeze(s2) on a rank-r input."""
+    n1 = sorted(a % r for a in s1)
+    rest = [i for i in range(r) if i not in n1]  # input positions of the intermediate dims
+    n2 = [a % len(rest) for a in s2]
+    return sorted(set(n1) | {rest[j] for j in n2})
+
+
+def _chain(model: LabModel, first: ir.Node, second: ir.Node):
+    """(pattern, data) for a pair of shape ops, or a str reason, or None when unrelated."""
+    a, b = first.op_type, second.op_type
+    if a == "Reshape" and b == "Reshape":
+        target = const_ints(second.inputs[1])
+        final = static_shape(model, second.outputs[0])
+        if final is not None:
+            return "reshape_chain", {"shape": list(final)}
+        if target is not None and (0 not in target or second.attributes.get_int("allowzero", 0)):
+            return "reshape_chain", {"shape": None}
+        return "the final shape is not static and the second target copies dims (0)"
+    if {a, b} <= {"Squeeze", "Unsqueeze"}:
+        a1, a2 = axes_of(first), axes_of(second)
+        if not a1 or not a2:
+            return "the axes are not constants (or squeeze every 1-dim)"
+        r = rank(model, first.inputs[0])
+        if r is None:
+            return "the input rank is unknown"
+        if a == "Unsqueeze" and b == "Squeeze":
+            if sorted(x % (r + len(a1)) for x in a2) == sorted(x % (r + len(a1)) for x in a1):
+                return "squeeze_cancel", {}
+            return "the Squeeze removes other axes than the Unsqueeze added"
+        if a == "Squeeze" and b == "Unsqueeze":
+            if sorted(x % r for x in a2) == sorted(x % r for x in a1):
+                return "squeeze_cancel", {}
+            return "the Unsqueeze adds other axes than the Squeeze removed"
+        if a == "Unsqueeze":
+            return "unsqueeze_merge", {"axes": merge_unsqueeze(a1, a2, r)}
+        return "squeeze_merge", {"axes": merge_squeeze(a1, a2, r)}
+    return None
+
+
+_SHAPE_OPS = ("Reshape", "Squeeze", "Unsqueeze")
+
+
+@register_pass("fuse_reshapes")
+class FuseReshapes(LabPass):
+    """Merge Reshape->Reshape chains; cancel or merge Squeeze/Unsqueeze chains."""
+
+    no_match_reason = "no Reshape follows a Reshape, no Squeeze/Unsqueeze follows another"
+
+    def find(self, model: LabModel) -> list[Match]:
+        out = []
+        used: set[int] = set()
+        for nid, second in walk(model):
+            if not is_std(second, _SHAPE_OPS) or second.inputs[0] is None:
+                continue
+            x = second.inputs[0]
+            first = x.producer()
+            if first is None or not is_std(first, _SHAPE_OPS) or id(first) in used:
+                continue
+            fid = model.index.node_id(first)
+            res = _chain(model, first, second)
+            if res is None:
+                continue
+            if isinstance(res, str):
+                self.skip(fid, res)
+                continue
+            if x.is_graph_output():
+                self.skip(fid, f"its output {x.name!r} is a graph output")
+                continue
+            others = [u for u in users(x) if u is not second]
+            if others:
+                self.skip(fid, f"its output is also read by {names_of(model, others)}")
+                continue
+            pattern, data = res
+            if pattern == "squeeze_cancel":
+                why = bypass_blocker(second, src=first.inputs[0])
+                if why:
+                    self.skip(fid, why)
+                    continue
+                desc = f"{first.op_type} {fid} and {second.op_type} {nid} cancel"
+            else:
+                desc = f"{fid} then {nid} is one {second.op_type}"
+            out.append(match(self.name, pattern, model, first, [second], desc,
+                             2 if pattern == "squeeze_cancel" else 1, **data))
+            used.update((id(first), id(second)))
+        return out
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        for m in matches:
+            first, second = m.data["nodes"][:2]
+            if not alive(first, second):
+                continue
+            old_params = [v for v in first.inputs[1:] if v is not None]
+            second.replace_input_with(0, first.inputs[0])
+            if m.pattern == "squeeze_cancel":
+                if not rw.bypass(second):
+                    second.replace_input_with(0, first.outputs[0])
+                    continue
+                old_params += [v for v in second.inputs[1:] if v is not None]
+            elif m.pattern == "reshape_chain":
+                if m.data["shape"] is not None:
+                    rw.set_const_input(second, 1, np.array(m.data["shape"], dtype=np.int64),
+                                       f"{second.inputs[1].name or 'shape'}_fused")
+                rw.record(second, [first, second])
+            else:
+                axes = m.data["axes"]
+                if second.attributes.get("axes") is not None:
+                    second.attributes["axes"] = ir.AttrInt64s("axes", axes)
+                else:
+                    rw.set_const_input(second, 1, np.array(axes, dtype=np.int64),
+                                       f"{second.inputs[1].name or 'axes'}_fused")
+                rw.record(second, [first, second])
+            rw.remove(first)
+            for v in old_params:
+                rw.drop_if_unused(v)
