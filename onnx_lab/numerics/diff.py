@@ -127,7 +127,7 @@ class _Matcher:
                 if v is not None and v.name and v.const_value is None
                 and v.name not in self.a.graph.initializers]
         if not acts:
-            return None
+            return self._by_signature(node, taken)
         mapped = []
         for i, name in acts:
             m = self.map_tensor(name)
@@ -146,6 +146,24 @@ class _Matcher:
             if all(i < len(cn.inputs) and cn.inputs[i] is not None and cn.inputs[i].name == m
                    for i, m in mapped):
                 hits.append(c)
+        return hits[0] if len(hits) == 1 else None
+
+
+    def _signature(self, node: ir.Node) -> tuple:
+        ins = []
+        for v in node.inputs:
+            arr = _const_array(v)
+            ins.append(None if arr is None else
+                       (str(arr.dtype), arr.shape, hashlib.sha1(arr.tobytes()).hexdigest()))
+        attrs = tuple(sorted((k, _attr_key(a)) for k, a in node.attributes.items()))
+        return (node.op_type, tuple(ins), attrs)
+
+    def _by_signature(self, node: ir.Node, taken: set[str]) -> str | None:
+        """A node without activation inputs (Constant, a Reshape of weights): same op, same
+        constant inputs and attributes, unique among unmatched nodes."""
+        sig = self._signature(node)
+        hits = [c for c, e in self.bi.entries.items() if c not in taken
+                and e.node.op_type == node.op_type and self._signature(e.node) == sig]
         return hits[0] if len(hits) == 1 else None
 
 

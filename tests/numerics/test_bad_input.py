@@ -1,0 +1,53 @@
+"""Bad input to compare(): mismatched models, unloadable candidates, bad parameters."""
+
+from __future__ import annotations
+
+import pytest
+from numerics_helpers import make_model, vi
+from onnx import TensorProto, helper
+
+import onnx_lab
+from onnx_lab.errors import InputError, ModelLoadError, RuntimeLoadError
+
+
+def _neg(input_name="x", dtype=TensorProto.FLOAT, shape=(2, 3)):
+    return make_model([helper.make_node("Neg", [input_name], ["y"], name="neg")],
+                      [vi(input_name, list(shape), dtype)], [vi("y", list(shape), dtype)])
+
+
+def test_inputs_differ_in_name_dtype_rank():
+    with pytest.raises(InputError, match=r"differ in name.*\['x'\].*\['z'\]"):
+        onnx_lab.compare(_neg("x"), _neg("z"))
+    with pytest.raises(InputError, match="'x' is float32 in the reference and float64"):
+        onnx_lab.compare(_neg(), _neg(dtype=TensorProto.DOUBLE))
+    with pytest.raises(InputError, match="rank 2 .* rank 3"):
+        onnx_lab.compare(_neg(), _neg(shape=(1, 2, 3)))
+
+
+def test_candidate_onnxruntime_cannot_load_names_op_and_domain():
+    bad = make_model([helper.make_node("FancyOp", ["x"], ["y"], name="fancy",
+                                       domain="my.domain")],
+                     [vi("x", [2, 3])], [vi("y", [2, 3])],
+                     extra_opsets=[helper.make_opsetid("my.domain", 1)])
+    with pytest.raises(RuntimeLoadError, match="candidate model") as e:
+        onnx_lab.compare(_neg(), bad)
+    msg = str(e.value)
+    assert "FancyOp" in msg and "my.domain" in msg and "'fancy'" in msg
+
+
+def test_bad_parameters_and_sources(tmp_path):
+    with pytest.raises(InputError, match="atol"):
+        onnx_lab.compare(_neg(), _neg(), atol=-1)
+    with pytest.raises(InputError, match="max_bytes"):
+        onnx_lab.compare(_neg(), _neg(), max_bytes=0)
+    with pytest.raises(ModelLoadError, match="reference: Model file"):
+        onnx_lab.compare(str(tmp_path / "missing.onnx"), _neg())
+    with pytest.raises(ModelLoadError, match="candidate"):
+        onnx_lab.compare(_neg(), str(tmp_path / "missing.onnx"))
+
+
+def test_outputs_differ():
+    other = make_model([helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"])],
+                       [vi("x", [2, 3])], [vi("a", [2, 3]), vi("b", [2, 3])])
+    with pytest.raises(InputError, match="outputs differ"):
+        onnx_lab.compare(_neg(), other)

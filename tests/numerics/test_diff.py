@@ -1,0 +1,101 @@
+"""diff(): added, removed and changed nodes, provenance, structure, rendering."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+from numerics_helpers import convnet, fuse_stem_bn, scaled_copy
+from onnx import helper
+
+import onnx_lab
+from onnx_lab.numerics.diff import DIFF_COLUMNS, diff
+
+
+def _modified():
+    m = scaled_copy(convnet(), "block1.conv.weight", 2.0)
+    g = m.graph
+    for n in g.node:
+        if n.name == "/block1/pool/MaxPool":
+            for a in n.attribute:
+                if a.name == "kernel_shape":
+                    a.ints[:] = [3, 3]
+    ident = next(n for n in g.node if n.op_type == "Identity")
+    for n in g.node:
+        for i, x in enumerate(n.input):
+            if x == ident.output[0]:
+                n.input[i] = ident.input[0]
+    g.node.remove(ident)
+    for n in g.node:
+        if n.output[0] == "logits":
+            n.output[0] = "pre"
+    g.node.append(helper.make_node("Neg", ["pre"], ["logits"], name="neg"))
+    return m
+
+
+def test_identical_models_have_no_differences():
+    d = diff("sample:convnet", "sample:convnet")
+    assert d.empty and list(d.table.columns) == DIFF_COLUMNS
+    assert d.counts == {"added": 0, "removed": 0, "changed": 0}
+
+
+def test_added_removed_changed():
+    d = diff(convnet(), _modified())
+    t = d.table.set_index(d.table["node_id_a"].fillna(d.table["node_id_b"]))
+    assert d.counts == {"added": 1, "removed": 1, "changed": 3}
+    assert t.loc["/stem/identity/Identity", "change"] == "removed"
+    assert t.loc["neg", "change"] == "added"
+    conv = t.loc["/block1/conv/Conv"]
+    assert conv["weights"] == ["block1.conv.weight"] and "values changed" in conv["details"]
+    assert conv["inputs"] == ["0"]  # now reads the Relu output directly
+    pool = t.loc["/block1/pool/MaxPool"]
+    assert pool["attributes"] == ["kernel_shape"] and "[2, 2] -> [3, 3]" in pool["details"]
+    hl = d.highlight("b")
+    assert hl["neg"] == "green" and hl["/block1/pool/MaxPool"] == "orange"
+    assert d.highlight("a")["/stem/identity/Identity"] == "red"
+    assert "<table" in d.to_html()
+
+
+def test_fusion_matched_by_provenance():
+    ref = convnet()
+    fused = fuse_stem_bn(ref, keep_conv_name=False)
+    # Rename the fused node so only provenance can match it.
+    for n in fused.graph.node:
+        if n.name == "/stem/conv/Conv":
+            n.name = "fused_conv"
+    d = diff(ref, fused)
+    t = d.table.set_index(d.table["node_id_a"].fillna(d.table["node_id_b"]))
+    conv = t.loc["/stem/conv/Conv"]
+    assert conv["match"] == "provenance" and conv["node_id_b"] == "fused_conv"
+    assert "fused from" in conv["details"] and conv["weights"]
+    bn = t.loc["/stem/bn/BatchNormalization"]
+    assert bn["change"] == "removed" and "fused into 'fused_conv'" in bn["details"]
+    assert d.counts["added"] == 0
+
+
+def test_structure_matches_renamed_nodes():
+    m = onnx.ModelProto()
+    m.CopyFrom(convnet())
+    for n in m.graph.node:
+        n.name = ""  # ids become Op_position, mostly unlike the original names
+    d = diff(convnet(), m)
+    assert d.counts["added"] == 0 and d.counts["removed"] == 0
+    assert set(d.table["match"]) <= {"structure", "name"}
+    assert (d.table["details"].str.startswith("renamed")).all()
+
+
+def test_render_colours_changes():
+    d = diff(convnet(), _modified())
+    r = d.render()
+    assert "neg" in r.nodes
+    assert "orange" in r.dot
+
+
+def test_lab_diff_and_cli_json(capsys):
+    from onnx_lab.cli import main
+
+    lab = onnx_lab.open("sample:convnet")
+    assert lab.diff(lab).empty
+    assert main(["diff", "sample:convnet", "sample:convnet", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["counts"] == {"added": 0, "removed": 0, "changed": 0} and out["nodes"] == []

@@ -1,0 +1,85 @@
+"""make_feeds / as_feed_list: dtypes, Gather vocab, masks, scalars, npz, samples, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numerics_helpers import make_model, vi
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.errors import DimError, InputError
+from onnx_lab.numerics import as_feed_list, make_feeds
+
+
+def _embedding_model():
+    table = np.arange(50 * 4, dtype=np.float32).reshape(50, 4)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"], name="gather"),
+             helper.make_node("Cast", ["attention_mask"], ["m"], name="cast", to=1),
+             helper.make_node("Unsqueeze", ["m", "axes"], ["m3"], name="unsq"),
+             helper.make_node("Mul", ["emb", "m3"], ["e"], name="mul"),
+             helper.make_node("Mul", ["e", "temperature"], ["y"], name="scale")]
+    inits = [numpy_helper.from_array(table, "table"),
+             numpy_helper.from_array(np.array([-1], np.int64), "axes")]
+    return make_model(nodes,
+                      [vi("ids", ["batch", "seq"], TensorProto.INT64),
+                       vi("attention_mask", ["batch", "seq"], TensorProto.INT64),
+                       vi("temperature", [], TensorProto.FLOAT)],
+                      [vi("y", ["batch", "seq", 4])], inits)
+
+
+def test_make_feeds_respects_dtypes_vocab_masks_scalars():
+    lab = onnx_lab.open(_embedding_model(), dims={"batch": 2, "seq": 64})
+    f = make_feeds(lab)
+    assert f["ids"].dtype == np.int64 and f["ids"].shape == (2, 64)
+    assert f["ids"].min() >= 0 and f["ids"].max() < 50 and f["ids"].max() > 10
+    assert (f["attention_mask"] == 1).all()
+    assert f["temperature"].shape == () and f["temperature"].dtype == np.float32
+    assert np.array_equal(make_feeds(lab)["ids"], f["ids"])  # seeded
+    assert not np.array_equal(make_feeds(lab, seed=1)["ids"], f["ids"])
+    samples = make_feeds(lab, n=3)
+    assert isinstance(samples, list) and len(samples) == 3
+    assert not np.array_equal(samples[0]["ids"], samples[1]["ids"])
+    r = make_feeds(lab, ranges={"temperature": (2.0, 3.0)})
+    assert 2.0 <= float(r["temperature"]) <= 3.0
+    c = onnx_lab.compare(lab, lab, feeds=samples)
+    assert c.passed and c.outputs["numel"].iloc[0] == 3 * 2 * 64 * 4
+
+
+def test_unresolved_dims_name_each_dim_and_the_fix():
+    with pytest.raises(DimError, match=r"'batch'.*'seq'") as e:
+        make_feeds(onnx_lab.open(_embedding_model()))
+    assert "dims={" in str(e.value)
+    with pytest.raises(DimError, match="seq"):
+        onnx_lab.compare("sample:transformer_block", "sample:transformer_block",
+                         dims={"batch": 1})
+
+
+def test_npz_and_dict_feeds(tmp_path):
+    lab = onnx_lab.open("sample:convnet")
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    path = tmp_path / "feeds.npz"
+    np.savez(path, input=x)
+    (f,) = as_feed_list(str(path), lab)
+    assert np.array_equal(f["input"], x)
+    (g,) = as_feed_list({"input": x.astype(np.float64)}, lab)  # float64 -> float32
+    assert g["input"].dtype == np.float32
+    c = onnx_lab.compare(lab, lab, feeds=str(path))
+    assert c.passed and np.array_equal(c.feeds[0]["input"], x)
+    with pytest.raises(InputError, match="does not exist"):
+        as_feed_list(str(tmp_path / "nope.npz"), lab)
+
+
+def test_bad_feeds_name_the_input():
+    lab = onnx_lab.open("sample:convnet")
+    x = np.zeros((1, 3, 32, 32), np.float32)
+    with pytest.raises(InputError, match=r"missing \['input'\]"):
+        onnx_lab.compare(lab, lab, feeds={"other": x})
+    with pytest.raises(InputError, match="dim 2 must be 32"):
+        onnx_lab.compare(lab, lab, feeds={"input": np.zeros((1, 3, 16, 32), np.float32)})
+    with pytest.raises(InputError, match="rank"):
+        onnx_lab.compare(lab, lab, feeds={"input": np.zeros((3, 32, 32), np.float32)})
+    with pytest.raises(InputError, match="dtype"):
+        onnx_lab.compare(lab, lab, feeds={"input": np.zeros((1, 3, 32, 32), np.int64)})
+    with pytest.raises(InputError, match="not a dict"):
+        as_feed_list([x], lab)

@@ -1,0 +1,76 @@
+"""Metrics: exact values, non-finite handling, mismatches reported not raised, slicing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from onnx_lab.numerics import metrics
+from onnx_lab.numerics.metrics import METRIC_COLUMNS, MetricAccumulator, tensor_metrics
+
+
+def test_known_values():
+    r = np.array([1.0, -2.0, 4.0], np.float32)
+    c = np.array([1.5, -2.0, 4.0], np.float32)
+    m = tensor_metrics(r, c, atol=0.1, rtol=0.0)
+    assert list(m) == METRIC_COLUMNS
+    assert m["max_abs"] == 0.5 and math.isclose(m["mean_abs"], 0.5 / 3)
+    assert m["max_rel"] == 0.5 and m["n_fail"] == 1 and not m["passed"]
+    assert math.isclose(m["sqnr_db"], 10 * math.log10(21 / 0.25))
+    assert 0.99 < m["cosine"] < 1.0
+
+
+def test_identical_and_tolerance_edges():
+    x = np.linspace(-3, 3, 100).astype(np.float32)
+    m = tensor_metrics(x, x)
+    assert m["passed"] and m["max_abs"] == 0 and m["sqnr_db"] == math.inf and m["cosine"] == 1
+    m = tensor_metrics([0.0], [1e-4], atol=1e-4, rtol=0)
+    assert m["passed"]  # |err| <= atol counts as within tolerance
+    assert tensor_metrics(np.zeros(3), np.zeros(3))["cosine"] == 1.0
+
+
+def test_nonfinite_positions():
+    r = np.array([-np.inf, np.inf, np.nan, 1.0])
+    m = tensor_metrics(r, r.copy())
+    assert m["passed"] and m["max_abs"] == 0
+    assert (m["inf_ref"], m["nan_ref"], m["inf_cand"], m["nan_cand"]) == (2, 1, 2, 1)
+    m = tensor_metrics(r, np.array([-np.inf, -np.inf, np.nan, 1.0]))  # wrong sign of inf
+    assert not m["passed"] and m["n_fail"] == 1 and m["max_abs"] == math.inf
+    m = tensor_metrics(r, np.array([-np.inf, np.inf, 0.0, 1.0]))  # NaN on one side only
+    assert not m["passed"] and m["n_fail"] == 1
+    m = tensor_metrics([np.nan, np.nan], [np.nan, np.nan])  # nothing finite to compare
+    assert m["passed"] and math.isnan(m["mean_abs"])
+
+
+def test_shape_and_dtype_mismatches_are_reported():
+    m = tensor_metrics(np.zeros((2, 3)), np.zeros((3, 3)))
+    assert not m["passed"] and "shape mismatch" in m["note"] and math.isnan(m["max_abs"])
+    assert m["shape"] == [2, 3] and m["cand_shape"] == [3, 3]
+    m = tensor_metrics(np.ones((1, 6)), np.ones(6))
+    assert m["passed"] and "compared flattened" in m["note"]
+    m = tensor_metrics(np.ones(4, np.float32), np.ones(4, np.float16))
+    assert m["passed"] and "dtype differs" in m["note"] and m["cand_dtype"] == "float16"
+    m = tensor_metrics(np.array([1, 2], np.int64), np.array([1, 3], np.int64), atol=0, rtol=0)
+    assert m["max_abs"] == 1 and not m["passed"]
+    m = tensor_metrics(np.array(["a"]), np.array(["a"]))
+    assert not m["passed"] and "not numeric" in m["note"]
+
+
+def test_slices_and_samples_accumulate_exactly(monkeypatch):
+    rng = np.random.default_rng(0)
+    r = rng.standard_normal((3, 1000)).astype(np.float32)
+    c = (r + rng.standard_normal(r.shape) * 1e-3).astype(np.float32)
+    whole = tensor_metrics(r, c)
+    monkeypatch.setattr(metrics, "_SLICE", 7)
+    sliced = tensor_metrics(r, c)
+    for k in ("max_abs", "max_rel", "n_fail", "numel"):
+        assert whole[k] == sliced[k]
+    for k in ("mean_abs", "cosine", "sqnr_db"):
+        assert math.isclose(whole[k], sliced[k], rel_tol=1e-9)
+    acc = MetricAccumulator(1e-4, 1e-3)
+    for i in range(3):
+        acc.add(r[i], c[i])
+    per_sample = acc.result()
+    assert per_sample["max_abs"] == whole["max_abs"] and per_sample["numel"] == 3000
+    assert per_sample["shape"] == [1000]
