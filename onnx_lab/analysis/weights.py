@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+import onnx_ir as ir
 import pandas as pd
 
 from onnx_lab.analysis.tables import initializers_table
 from onnx_lab.core.model import LabModel
-from onnx_lab.errors import InputError, unknown_name
+from onnx_lab.errors import ExternalDataError, InputError, unknown_name
 
 __all__ = ["weight_stats", "weight_histogram", "weight_values"]
 
@@ -21,12 +22,16 @@ def weight_values(model: LabModel, name: str) -> np.ndarray:
     """The values of weight ``name`` (initializer or Constant node) as a numpy array.
 
     External data is read (memory-mapped) only now.
+
+    Raises:
+        UnknownNameError: no weight is called ``name``.
+        ExternalDataError: its external data file changed or vanished since open.
     """
     idx = model.index
     for g in idx.graphs.values():
         v = g.initializers.get(name)
         if v is not None and v.const_value is not None:
-            return v.const_value.numpy()
+            return _read(name, v.const_value)
     from onnx_lab.analysis.tables import constant_tensors
 
     for out, t, _nid, _g in constant_tensors(model):
@@ -36,7 +41,40 @@ def weight_values(model: LabModel, name: str) -> np.ndarray:
     raise unknown_name("weight", name, names, fix="See lab.initializers for the weight names.")
 
 
+def _weight_tensors(model: LabModel) -> dict[str, ir.TensorProtocol]:
+    """Weight name -> tensor (initializers of every graph, then Constant node values)."""
+    from onnx_lab.analysis.tables import constant_tensors
+
+    out: dict[str, ir.TensorProtocol] = {}
+    for g in model.index.graphs.values():
+        for name, v in g.initializers.items():
+            if v.const_value is not None:
+                out.setdefault(name, v.const_value)
+    for name, t, _nid, _g in constant_tensors(model):
+        out.setdefault(name, t)
+    return out
+
+
+def _read(name: str, tensor) -> np.ndarray:
+    try:
+        return tensor.numpy()
+    except (OSError, ValueError) as e:
+        if isinstance(tensor, ir.ExternalTensor):
+            raise ExternalDataError(
+                f"Cannot read weight {name!r} from external data file {tensor.location!r}: {e}.",
+                fix="The file changed or disappeared after the model was opened: restore it, "
+                "or open the model again.") from e
+        raise InputError(f"Cannot read the values of weight {name!r}: {e}.",
+                         fix="Check that the model file is complete.") from e
+
+
 def _stats(a: np.ndarray) -> tuple:
+    if a.dtype.kind == "V" and a.dtype.names is None:
+        # bfloat16 / float8 (ml_dtypes) convert to float; packed int4 and others do not.
+        try:
+            a = a.astype(np.float32)
+        except (TypeError, ValueError):
+            return (None,) * 9
     if a.dtype.kind not in "fiub" or a.size == 0:
         return (None,) * 9
     x = a.astype(np.float64, copy=False).ravel()
@@ -76,13 +114,10 @@ def weight_stats(model: LabModel, names: Iterable[str] | None = None) -> pd.Data
                 raise unknown_name("weight", n, known,
                                    fix="See lab.initializers for the weight names.")
         table = table[table["name"].isin(names)]
+    tensors = _weight_tensors(model)
     rows = []
     for r in table.itertuples():
-        try:
-            values = weight_values(model, r.name)
-        except (OSError, ValueError) as e:
-            raise InputError(f"Cannot read the values of weight {r.name!r}: {e}.",
-                             fix="Check that its external data file is complete.") from e
+        values = _read(r.name, tensors[r.name])
         rows.append((r.name, r.dtype, r.shape, r.numel, *_stats(values), r.source))
         del values
     return pd.DataFrame(rows, columns=STATS_COLUMNS)

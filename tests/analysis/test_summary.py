@@ -1,0 +1,102 @@
+"""lab.summary(): keys, values, op families, HTML."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+from models import control_flow_model, quantized
+
+import onnx_lab
+from onnx_lab.analysis.summary import OP_FAMILIES, Summary, op_family
+
+KEYS = ["ir_version", "opsets", "producer", "num_nodes", "num_nodes_main", "num_initializers",
+        "num_constant_tensors", "num_params", "param_bytes", "inputs", "outputs", "dynamic_dims",
+        "op_counts", "op_families", "subgraphs", "external_data"]
+
+
+def test_keys_and_values_convnet():
+    proto = onnx_lab.samples.build("convnet")
+    s = onnx_lab.open(proto).summary()
+    assert list(s) == KEYS
+    assert s["ir_version"] == 8 and s["opsets"] == {"": 17}
+    assert s["producer"] == "onnx_lab.samples 1"
+    assert s["num_nodes"] == s["num_nodes_main"] == len(proto.graph.node) == 21
+    assert s["num_initializers"] == len(proto.graph.initializer)
+    arrays = [onnx.numpy_helper.to_array(t) for t in proto.graph.initializer]
+    assert s["num_params"] == sum(a.size for a in arrays)
+    assert s["param_bytes"] == sum(a.nbytes for a in arrays)
+    assert s["inputs"] == [{"name": "input", "dtype": "float32", "shape": [1, 3, 32, 32]}]
+    assert s["outputs"] == [{"name": "logits", "dtype": "float32", "shape": [1, 10]}]
+    assert s["dynamic_dims"] == {} and s["subgraphs"] == 0 and s["external_data"] is False
+    assert s["op_counts"]["Conv"] == 3 and s["op_counts"]["Relu"] == 4
+    assert sum(s["op_counts"].values()) == 21
+    fams = s["op_families"]
+    assert fams["convolution"] == 3 and fams["normalization"] == 3
+    assert fams["pooling"] == 2 and fams["matmul/gemm"] == 1
+    assert fams["activation"] == 4
+    assert fams["shape ops"] == 5  # Identity, 2 Transpose, Flatten, Reshape
+    assert sum(fams.values()) == 21
+    # op_counts is sorted by count, most common first.
+    counts = list(s["op_counts"].values())
+    assert counts == sorted(counts, reverse=True)
+
+
+def test_counts_include_bodies():
+    s = onnx_lab.open(control_flow_model()).summary()
+    assert s["num_nodes"] == 14 and s["num_nodes_main"] == 6 and s["subgraphs"] == 6
+    assert s["op_families"]["control flow"] == 4  # If, Loop, inner If, Scan
+
+
+def test_dynamic_dims():
+    s = onnx_lab.open("sample:transformer_block").summary()
+    assert s["dynamic_dims"] == {"batch": ["x"], "seq": ["x"]}
+    assert s["inputs"][0]["shape"] == ["batch", "seq", 32]
+
+
+def test_custom_domains_in_op_counts():
+    s = onnx_lab.open(quantized()).summary()
+    assert "com.microsoft::Gelu" in s["op_counts"]
+    assert s["op_families"]["custom domain"] == 1
+
+
+def test_op_family():
+    assert op_family("Conv", "") == "convolution"
+    assert op_family("LayerNormalization", "ai.onnx") == "normalization"
+    assert op_family("Softmax", "") == "activation"
+    assert op_family("GlobalAveragePool", "") == "pooling"
+    assert op_family("Gemm", "") == "matmul/gemm"
+    assert op_family("Reshape", "") == "shape ops"
+    assert op_family("Loop", "") == "control flow"
+    assert op_family("QuantizeLinear", "") == "quantization"
+    assert op_family("DynamicQuantizeLinear", "") == "quantization"
+    # First family wins: a quantized MatMul counts as matmul/gemm, even in a custom domain.
+    assert op_family("MatMulNBits", "com.microsoft") == "matmul/gemm"
+    assert op_family("QLinearAdd", "com.microsoft") == "quantization"
+    assert op_family("FusedConv", "com.microsoft") == "custom domain"
+    assert op_family("Add", "") == "other"
+    assert set(OP_FAMILIES) == {"convolution", "normalization", "activation", "pooling",
+                                "matmul/gemm", "shape ops", "control flow", "quantization"}
+
+
+def test_summary_object():
+    s = onnx_lab.open("sample:convnet").summary()
+    assert isinstance(s, Summary) and len(s) == len(KEYS)
+    assert s.num_nodes == s["num_nodes"] and s.to_dict()["producer"] == s["producer"]
+    assert "21 nodes" in repr(s) and "'input'" in repr(s)
+    json.dumps(s.to_dict())  # plain Python values only
+    html = s._repr_html_()
+    assert "<table" in html and "Conv" in html and "logits" in html
+    assert "<table" in onnx_lab.open("sample:convnet")._repr_html_()
+
+
+def test_summary_reads_no_weights(tmp_path):
+    from models import save_external
+
+    path = save_external(onnx_lab.samples.build("convnet"), tmp_path / "m.onnx")
+    lab = onnx_lab.open(path)
+    s = lab.summary()
+    assert s["external_data"] is True and s["num_params"] > 4000
+    assert all(t.raw is None for t in lab.model.external_tensors())
+    # float32 weights plus one int64 shape vector of 2 values.
+    assert s["param_bytes"] == 4 * (s["num_params"] - 2) + 16
