@@ -124,10 +124,13 @@ def _checker(lm: LabModel) -> list[dict]:
     if proto.ByteSize() >= _PROTO_LIMIT:
         return [_row("info", "checker", None, "onnx.checker skipped: the model is over 2 GB in "
                      "memory.", "Save it with external data and run onnx.checker on the file.")]
-    # The checker cannot see external files from a ModelProto; check structure only.
-    external = lm.has_external_data
+    if lm.has_external_data:
+        # The checker resolves external files against the working directory, not the model's
+        # folder: check a copy where external weights are typed graph inputs (the files get
+        # their own checks below).
+        proto = _without_external(proto)
     try:
-        onnx.checker.check_model(proto, full_check=not external)
+        onnx.checker.check_model(proto, full_check=True)
     except onnx.checker.ValidationError as e:
         text = str(e).strip()
         first = text.splitlines()[0] if text else "validation failed"
@@ -142,6 +145,23 @@ def _checker(lm: LabModel) -> list[dict]:
                      f"onnx.checker (strict shape inference): {text[:500]}",
                      "Make the shapes consistent (lab.tensors shows the inferred ones).")]
     return []
+
+
+def _without_external(proto):
+    import onnx
+
+    keep, moved = [], []
+    for t in proto.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            moved.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            keep.append(t)
+    if proto.ir_version < 4:
+        return proto
+    del proto.graph.initializer[:]
+    proto.graph.initializer.extend(keep)
+    proto.graph.input.extend(moved)
+    return proto
 
 
 def _value_shapes(lm: LabModel) -> list[dict]:

@@ -1,0 +1,172 @@
+"""check(): compatibility findings from the checker, the graph and real session loads."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from models import fp16_model, save_external
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.analysis import compat
+from onnx_lab.analysis.compat import FINDING_COLUMNS, check, ort_max_opsets
+
+F = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17, extra=None, ir_version=None):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)] + [
+        helper.make_opsetid(d, v) for d, v in (extra or {}).items()])
+    if ir_version:
+        m.ir_version = ir_version
+    return m
+
+
+def _vi(name, shape, t=F):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def _codes(df):
+    return set(df.code)
+
+
+def test_clean_model_has_no_findings():
+    df = check("sample:convnet")
+    assert list(df.columns) == FINDING_COLUMNS
+    assert len(df) == 0
+    assert len(onnx_lab.open("sample:convnet").check(load=False)) == 0
+
+
+def test_value_dependent_shapes_and_custom_domains():
+    m = _model([helper.make_node("NonZero", ["x"], ["idx"]),
+                helper.make_node("Gelu", ["x"], ["g"], domain="com.microsoft"),
+                helper.make_node("Foo", ["x"], ["f"], domain="my.custom"),
+                helper.make_node("TopK", ["x", "k"], ["v", "i"]),
+                helper.make_node("TopK", ["x", "k2"], ["v2", "i2"])],
+               [_vi("x", [6]), _vi("k", [1], TensorProto.INT64)],
+               [_vi("idx", [1, None], TensorProto.INT64), _vi("g", [6]), _vi("f", [6]),
+                _vi("v", [None]), _vi("v2", [2])],
+               [numpy_helper.from_array(np.array([2], np.int64), "k2")],
+               extra={"com.microsoft": 1, "my.custom": 1})
+    df = check(m)
+    by = {(r.code, r.node_id): r for r in df.itertuples()}
+    assert by[("value_dependent_shape", "NonZero_0")].severity == "warning"
+    topk = by[("value_dependent_shape", "TopK_3")]
+    assert "'k'" in topk.message and topk.severity == "warning"
+    assert ("value_dependent_shape", "TopK_4") not in by  # constant k: static shape
+    gelu = by[("custom_domain", "Gelu_1")]
+    assert "contrib op" in gelu.message
+    foo = by[("custom_domain", "Foo_2")]
+    assert "custom op" in foo.message and "register_custom_ops_library" in foo.fix
+    # The real CPU session refuses the unknown op and names it.
+    load = df.loc[df.code == "provider_load"]
+    assert len(load) == 1 and load.node_id.iloc[0] == "Foo_2"
+    assert "my.custom::Foo" in load.message.iloc[0] and load.severity.iloc[0] == "error"
+    # Errors come first.
+    sev = df.severity.tolist()
+    assert sev == sorted(sev, key=["error", "warning", "info"].index)
+
+
+def test_opset_above_onnxruntime():
+    top = ort_max_opsets()[""]
+    assert top >= 17
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2])], [_vi("y", [2])],
+               opset=top + 1)
+    df = check(m, load=False)
+    row = df.loc[df.code == "opset_unsupported"].iloc[0]
+    assert row.severity == "error" and f"({top})" in row.message
+    assert f"convert_opset({top})" in row.fix
+
+
+def test_checker_error_names_the_problem():
+    m = _model([helper.make_node("Relu", ["x", "x"], ["y"], name="bad_relu")],
+               [_vi("x", [2])], [_vi("y", [2])])
+    df = check(m, load=False)
+    row = df.loc[df.code == "checker"].iloc[0]
+    assert row.severity == "error" and "onnx.checker" in row.message
+
+
+def test_dynamic_dims_info():
+    df = check("sample:transformer_block", load=False)
+    assert _codes(df) == {"dynamic_dim"}
+    assert set(df.severity) == {"info"}
+    msgs = " ".join(df.message)
+    assert "'batch'" in msgs and "'seq'" in msgs
+    assert any("fix_dims" in f for f in df.fix)
+
+
+def test_external_data_sizes_and_missing_file(tmp_path):
+    m = onnx_lab.samples.build("convnet")
+    path = save_external(m, tmp_path / "net.onnx", size_threshold=1024)
+    df = check(str(path))
+    ext = df.loc[df.code == "external_data"]
+    assert len(ext) == 1 and "net.onnx.data" in ext.message.iloc[0]
+    assert "tensors" in ext.message.iloc[0] and ext.severity.iloc[0] == "info"
+    assert not (df.severity == "error").any()
+    lab = onnx_lab.open(str(path))
+    # The data file vanishes after opening: an error naming the file, before any run.
+    (tmp_path / "net.onnx.data").unlink()
+    df = check(lab, load=False)
+    miss = df.loc[df.code == "external_data_missing"]
+    assert len(miss) == 1 and miss.severity.iloc[0] == "error"
+    assert "net.onnx.data" in miss.message.iloc[0]
+
+
+def test_truncated_external_data(tmp_path):
+    path = save_external(onnx_lab.samples.build("convnet"), tmp_path / "t.onnx",
+                         size_threshold=1024)
+    lab = onnx_lab.open(str(path))
+    data = tmp_path / "t.onnx.data"
+    data.write_bytes(data.read_bytes()[:100])
+    df = check(lab, load=False)
+    assert "truncated" in df.loc[df.code == "external_data_missing"].fix.iloc[0]
+
+
+def test_fp16_and_bf16():
+    df = check(fp16_model(), load=False)
+    row = df.loc[df.code == "low_precision"].iloc[0]
+    assert row.severity == "info" and "float16" in row.message
+    m = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16)],
+               [_vi("x", [2])], [_vi("y", [2], TensorProto.BFLOAT16)])
+    df = check(m, load=False)
+    row = df.loc[df.code == "low_precision"].iloc[0]
+    assert row.severity == "warning" and "bfloat16" in row.message
+
+
+def test_proto_size_thresholds(monkeypatch):
+    # The thresholds are constants; lowering them lets a small model cross them.
+    monkeypatch.setattr(compat, "_PROTO_WARN", 1000)
+    df = check("sample:convnet", load=False)
+    assert df.loc[df.code == "proto_size"].severity.tolist() == ["warning"]
+    monkeypatch.setattr(compat, "_PROTO_LIMIT", 2000)
+    df = check("sample:convnet", load=False)
+    row = df.loc[df.code == "proto_size"].iloc[0]
+    assert row.severity == "error" and "external_data" in row.fix
+
+
+def test_model_local_function_is_info():
+    f = helper.make_function("my.fn", "Double", ["a"], ["b"],
+                             [helper.make_node("Add", ["a", "a"], ["b"])],
+                             [helper.make_opsetid("", 17)])
+    m = _model([helper.make_node("Double", ["x"], ["y"], domain="my.fn")], [_vi("x", [2])],
+               [_vi("y", [2])], extra={"my.fn": 1})
+    m.functions.append(f)
+    df = check(m)
+    assert _codes(df) == {"model_local_function"}
+    assert df.severity.tolist() == ["info"]
+
+
+def test_unknown_provider_for_loads():
+    from onnx_lab.errors import ProviderError
+
+    with pytest.raises(ProviderError):
+        check("sample:convnet", providers="nosuch")
+
+
+def test_onnx_checker_is_real():
+    # A model onnx.checker accepts yields no checker finding.
+    m = onnx_lab.samples.build("transformer_block")
+    onnx.checker.check_model(m, full_check=True)
+    assert "checker" not in _codes(check(m, load=False))
