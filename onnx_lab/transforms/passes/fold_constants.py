@@ -1,0 +1,209 @@
+"""fold_constants: evaluate subgraphs that depend only on constants, store the results as
+initializers (guarded against folds that grow the model)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
+from onnx_lab.transforms.passes._util import freed_bytes, nbytes, walk
+
+logger = logging.getLogger(__name__)
+
+# Never folded: random outputs differ per run; Dropout may be random in training mode; bodies
+# (If/Loop/Scan) are left to the runtime.
+_NEVER = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+          "Multinomial", "Bernoulli", "Dropout", "Constant"}
+_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+             "int16": 2, "int8": 1, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
+             "bool": 1}
+
+
+def _fmt(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _has_body(node: ir.Node) -> bool:
+    return any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+               for a in node.attributes.values())
+
+
+def _is_const_source(v: ir.Value) -> bool:
+    if v.is_graph_input():
+        return False
+    if v.is_initializer() and v.const_value is not None:
+        return True
+    p = v.producer()
+    return p is not None and p.op_type == "Constant" and p.domain == ""
+
+
+def foldable_nodes(model: LabModel) -> dict[int, tuple[str, ir.Node]]:
+    """Main-graph nodes whose inputs are all constants (initializers, Constant nodes, or
+    outputs of other foldable nodes), keyed by id(node)."""
+    fold: dict[int, tuple[str, ir.Node]] = {}
+    const_out: set[int] = set()
+    for nid, node in walk(model, main_only=True):
+        if node.domain != "":
+            continue
+        if node.op_type == "Constant":
+            const_out.update(id(o) for o in node.outputs)
+            continue
+        ins = [v for v in node.inputs if v is not None]
+        if node.op_type in _NEVER or _has_body(node) or not ins:
+            continue
+        if all(id(v) in const_out or _is_const_source(v) for v in ins):
+            fold[id(node)] = (nid, node)
+            const_out.update(id(o) for o in node.outputs)
+    return fold
+
+
+@register_pass("fold_constants")
+class FoldConstants(LabPass):
+    """Evaluate subgraphs that depend only on initializers/Constant nodes into initializers."""
+
+    params = (Param("max_growth_bytes", int, 16 << 20,
+                    "refuse a fold that grows the model by more than this many bytes"),)
+    no_match_reason = "no node depends only on constants"
+
+    def find(self, model: LabModel) -> list[Match]:
+        fold = foldable_nodes(model)
+        types = None
+        out = []
+        for key, (nid, node) in fold.items():
+            frontier = [o for o in node.outputs
+                        if any(id(u.node) not in fold for u in o.uses())]
+            if any(o.is_graph_output() for o in node.outputs):
+                self.skip(nid, "its output is a graph output (kept as a node)")
+                continue
+            if not frontier:
+                continue  # only feeds other foldable nodes: part of their match
+            members = self._ancestors(node, fold)
+            if types is None:
+                types = model.types()
+            produced = 0
+            for o in frontier:
+                info = types.get(o.name or "")
+                n = info.numel if info is not None else None
+                produced = None if n is None or produced is None else \
+                    produced + n * _ITEMSIZE.get(info.dtype or "", 4)
+            consts = [v for m in members for v in m.inputs]
+            freed = freed_bytes(consts, members) + sum(
+                nbytes(o) for m in members if m.op_type == "Constant" for o in m.outputs)
+            saving = freed - produced if produced is not None else 0
+            ids = [nid] + [model.index.node_id(m) for m in members if m is not node]
+            limit = self.options["max_growth_bytes"]
+            desc = f"{node.op_type} {nid} depends only on constants ({len(members)} node(s))"
+            if produced is not None and -saving > limit:
+                desc += f"; folding would grow the model by {_fmt(-saving)}, over the limit"
+            out.append(Match(f"{self.name}:{nid}", "constant_subgraph", self.name, ids, nid,
+                             desc, len([m for m in members]), saving,
+                             {"nodes": members, "frontier": frontier, "freed": freed,
+                              "produced": produced}))
+        return out
+
+    @staticmethod
+    def _ancestors(node: ir.Node, fold: dict[int, tuple[str, ir.Node]]) -> list[ir.Node]:
+        """``node`` and the foldable/Constant nodes it depends on, in topological order."""
+        seen: dict[int, ir.Node] = {}
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen[id(n)] = n
+            for v in n.inputs:
+                p = v.producer() if v is not None else None
+                if p is not None and (id(p) in fold or p.op_type == "Constant"):
+                    stack.append(p)
+        order = {id(n): i for i, n in enumerate(node.graph)} if node.graph is not None else {}
+        return sorted(seen.values(), key=lambda n: order.get(id(n), 0))
+
+    def _evaluate(self, model: LabModel, nodes: list[ir.Node], outputs: list[ir.Value]
+                  ) -> list[np.ndarray]:
+        """Run the small subgraph with onnx's reference evaluator (no inputs, no types
+        needed, any standard op)."""
+        import onnx
+        from onnx.reference import ReferenceEvaluator
+
+        inits = {}
+        for n in nodes:
+            for v in n.inputs:
+                if v is not None and v.is_initializer() and v.name not in inits:
+                    inits[v.name] = ir.serde.serialize_tensor(v.const_value)
+                    inits[v.name].name = v.name
+        graph = onnx.helper.make_graph(
+            [ir.serde.serialize_node(n) for n in nodes], "fold", [],
+            [onnx.helper.make_empty_tensor_value_info(o.name) for o in outputs],
+            list(inits.values()))
+        opsets = [onnx.helper.make_opsetid(d, v) for d, v in model.ir.opset_imports.items()]
+        proto = onnx.helper.make_model(graph, opset_imports=opsets)
+        proto.ir_version = model.ir.ir_version
+        res = ReferenceEvaluator(proto).run(None, {})
+        return [np.asarray(r) if not isinstance(r, np.ndarray) else r for r in res]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        limit = self.options["max_growth_bytes"]
+        applied: list[ir.Node] = []
+        renames: list[tuple[ir.Value, str, ir.Node]] = []
+        for m in matches:
+            nodes, frontier = m.data["nodes"], m.data["frontier"]
+            if any(n.graph is None for n in nodes):
+                continue
+            produced = m.data["produced"]
+            if produced is not None and produced - m.data["freed"] > limit:
+                rw.notes.append(f"fold of {m.anchor} refused: it would grow the model by "
+                                f"{_fmt(produced - m.data['freed'])} (> max_growth_bytes="
+                                f"{limit})")
+                continue
+            try:
+                arrays = self._evaluate(model, nodes, frontier)
+            except Exception as e:  # noqa: BLE001 - any evaluator failure means "do not fold"
+                rw.notes.append(f"fold of {m.anchor} skipped: evaluation failed "
+                                f"({type(e).__name__}: {str(e).splitlines()[0][:200]})")
+                continue
+            if any(a.dtype == object for a in arrays):
+                rw.notes.append(f"fold of {m.anchor} skipped: it yields non-tensor values")
+                continue
+            growth = sum(a.nbytes for a in arrays) - m.data["freed"]
+            if growth > limit:
+                rw.notes.append(f"fold of {m.anchor} refused: it would grow the model by "
+                                f"{_fmt(growth)} (> max_growth_bytes={limit})")
+                continue
+            for o, arr in zip(frontier, arrays):
+                tmp = rw.add_initializer(model.ir.graph, f"{o.name}__folded", arr)
+                o.replace_all_uses_with(tmp)
+                renames.append((tmp, o.name, o.producer()))
+            applied.extend(n for n in nodes if all(n is not a for a in applied))
+        if not applied:
+            return
+        # Drop the evaluated nodes nothing reads any more (a shared ancestor may still feed a
+        # node that was not folded).
+        dead = {id(n): n for n in applied}
+        changed = True
+        while changed:
+            changed = False
+            for k, n in list(dead.items()):
+                if any(o.is_graph_output() or any(id(u.node) not in dead for u in o.uses())
+                       for o in n.outputs):
+                    del dead[k]
+                    changed = True
+        inputs = [v for n in dead.values() for v in n.inputs]
+        rw.remove(list(dead.values()))
+        for v in inputs:
+            rw.drop_if_unused(v)
+        for tmp, name, producer in renames:
+            if producer is not None and producer.graph is None:
+                # The producer is gone: the folded tensor takes over the original name.
+                old = next((o for o in producer.outputs if o.name == name), None)
+                if old is not None:
+                    old.name = None
+                tmp.name = name
+        rw.notes.append(f"{len(renames)} tensor(s) folded into initializers")

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _passkit import apply, assert_same_outputs, model_from_text, ops, rand, sample
+from onnx import helper, numpy_helper
+
+from onnx_lab.errors import PassError
+from onnx_lab.transforms.base import get_pass
+
+
+def test_convnet_reshape_of_initializer():
+    before = sample("convnet")
+    found = get_pass("fold_constants").find(before)
+    assert [(m.match_id, m.node_ids) for m in found] == [
+        ("fold_constants:/head/fc/Reshape", ["/head/fc/Reshape"])]
+    assert found[0].saving_bytes == 16  # the int64 shape vector goes, the weight stays
+    r = apply("fold_constants", before)
+    assert r.removed == ["/head/fc/Reshape"] and "Reshape" not in ops(r.model)
+    inits = r.model.ir.graph.initializers
+    assert "/head/fc/Reshape_output_0" in inits  # the folded tensor keeps its name
+    assert "head.fc.weight_flat" not in inits and "head.fc.weight_shape" not in inits
+    assert inits["/head/fc/Reshape_output_0"].const_value.shape.numpy() == (10, 16)
+    assert_same_outputs(before, r.model)
+
+
+def test_chain_with_constant_nodes_and_shared_ancestor():
+    c = helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(
+        np.arange(6, dtype=np.float32).reshape(2, 3), "k"))
+    text = """g (float[2,3] x) => (float[2,3] y, float[2,3] z) {
+        t = Transpose(k)
+        u = Transpose(t)
+        v = Mul(u, two)
+        y = Add(x, v)
+        z = Sub(x, u)
+    }"""
+    import onnx.parser
+
+    import onnx_lab
+    graph = onnx.parser.parse_graph(text)
+    graph.node.insert(0, c)
+    graph.initializer.append(numpy_helper.from_array(np.array(2.0, np.float32), "two"))
+    m = onnx_lab.open(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])).model
+    found = get_pass("fold_constants").find(m)
+    assert [f.anchor for f in found] == ["Transpose_2", "Mul_3"]
+    r = apply("fold_constants", m)
+    assert ops(r.model) == ["Add", "Sub"]
+    assert_same_outputs(m, r.model)
+
+
+def test_guard_refuses_growth():
+    text = """g (float[1024,256] x) => (float[1024,256] y) {
+        big = Expand(one, shape)
+        y = Add(x, big)
+    }"""
+    m = model_from_text(text, {"one": np.array([1.0], np.float32),
+                               "shape": np.array([1024, 256])})
+    r = apply("fold_constants", m, max_growth_bytes=100_000)
+    assert r.modified is False
+    assert "fold of Expand_0 refused: it would grow the model by 1024.0 KB" in r.reason
+    assert "max_growth_bytes=100000" in r.reason
+    # The default limit (16 MB) lets this 1 MB fold through.
+    r = apply("fold_constants", m)
+    assert r.modified and ops(r.model) == ["Add"]
+    assert_same_outputs(m, r.model)
+
+
+def test_random_and_custom_domain_never_folded():
+    text = """g (float[2,3] x) => (float[2,3] y) {
+        r = RandomNormalLike(k)
+        y = Add(x, r)
+    }"""
+    m = model_from_text(text, {"k": rand(2, 3)})
+    r = apply("fold_constants", m)
+    assert r.modified is False and r.reason == "no node depends only on constants"
+
+
+def test_graph_output_is_kept_and_bad_params():
+    text = """g (float[2,3] x) => (float[3,2] y, float[2,3] z) { y = Transpose(k)  z = Relu(x) }"""
+    m = model_from_text(text, {"k": rand(2, 3)})
+    r = apply("fold_constants", m)
+    assert r.modified is False
+    assert r.reason == "Transpose_0: its output is a graph output (kept as a node)"
+    with pytest.raises(PassError, match="must be int"):
+        get_pass("fold_constants", max_growth_bytes="16MB")
+    with pytest.raises(PassError, match="no parameter 'max_growth'"):
+        get_pass("fold_constants", max_growth=1)
+
+
+def test_selective():
+    text = """g (float[2,3] x) => (float[2,3] y) {
+        a = Neg(k1)  b = Abs(k2)  c = Add(x, a)  y = Mul(c, b) }"""
+    m = model_from_text(text, {"k1": rand(2, 3), "k2": rand(2, 3, seed=4)})
+    r = apply("fold_constants", m, matches=["fold_constants:Abs_1"])
+    assert ops(r.model) == ["Neg", "Add", "Mul"]
+    assert_same_outputs(m, r.model)
