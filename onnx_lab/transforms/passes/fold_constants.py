@@ -77,7 +77,7 @@ class FoldConstants(LabPass):
         fold = foldable_nodes(model)
         types = None
         out = []
-        for key, (nid, node) in fold.items():
+        for nid, node in fold.values():
             frontier = [o for o in node.outputs
                         if any(id(u.node) not in fold for u in o.uses())]
             if any(o.is_graph_output() for o in node.outputs):
@@ -104,7 +104,7 @@ class FoldConstants(LabPass):
             if produced is not None and -saving > limit:
                 desc += f"; folding would grow the model by {_fmt(-saving)}, over the limit"
             out.append(Match(f"{self.name}:{nid}", "constant_subgraph", self.name, ids, nid,
-                             desc, len([m for m in members]), saving,
+                             desc, len(members), saving,
                              {"nodes": members, "frontier": frontier, "freed": freed,
                               "produced": produced}))
         return out
