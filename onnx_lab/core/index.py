@@ -117,7 +117,8 @@ class ModelIndex:
                     self.producer.setdefault(out.name, nid)
                     self._define(out, path)
             for inp in node.inputs:
-                if inp is not None and inp.name:
+                # Mul(x, x) reads x twice but is one consumer.
+                if inp is not None and inp.name and nid not in self.consumers[inp.name][-1:]:
                     self.consumers[inp.name].append(nid)
             for attr in node.attributes.values():
                 for sub_name, sub in _subgraphs(attr):

@@ -190,11 +190,18 @@ def check_external_data(proto: onnx.ModelProto, base_dir: Path) -> None:
                     fix="Copy the data file next to the .onnx file; it must keep its name.",
                 )
             sizes[target] = target.stat().st_size
-        offset = int(info.get("offset", 0) or 0)
-        length = info.get("length")
-        if length is not None and offset + int(length) > sizes[target]:
+        try:
+            offset = int(info.get("offset", 0) or 0)
+            length = info.get("length")
+            end = offset + int(length) if length is not None else offset
+        except ValueError as e:
+            raise ExternalDataError(
+                f"Tensor {name!r} has a malformed external data offset/length "
+                f"({info.get('offset')!r}, {info.get('length')!r}).",
+                fix="Re-export the model with its external data.") from e
+        if end > sizes[target]:
             raise ExternalDataError(
                 f"External data file {location!r} is truncated: tensor {name!r} needs bytes "
-                f"{offset}..{offset + int(length)} but the file has {sizes[target]}.",
+                f"{offset}..{end} but the file has {sizes[target]}.",
                 fix="Copy the complete data file again.",
             )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import onnx
 import onnx_ir as ir
 
-from onnx_lab.errors import DimError, unknown_name
+from onnx_lab.errors import DimError, close_matches, unknown_name
 
 if TYPE_CHECKING:
     from onnx_lab.core.model import LabModel
@@ -119,9 +119,12 @@ def validate_dims(model: LabModel, dims: Mapping[str, int] | None,
     for name, value in (dims or {}).items():
         if name not in known or name == "?":
             named = sorted(k for k in known if k != "?")
+            near = close_matches(str(name), named, n=1)
+            hint = f" Did you mean {near[0]!r}?" if near else ""
             raise DimError(
                 f"Unknown dim name {name!r}: the model's inputs have "
-                f"{'symbolic dims ' + ', '.join(map(repr, named)) if named else 'no named dims'}.",
+                f"{'symbolic dims ' + ', '.join(map(repr, named)) if named else 'no named dims'}."
+                f"{hint}",
                 fix="Use one of those names, or give whole shapes with shapes={input: [...]}."
             )
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

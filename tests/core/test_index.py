@@ -172,3 +172,14 @@ def test_node_scope():
     dynamo = ir.Node("", "MatMul", [], name="node_matmul", metadata_props={
         "pkg.torch.onnx.name_scopes": "['', 'encoder', 'layer.3', 'matmul']"})
     assert node_scope(dynamo) == "/encoder/layer.3"
+
+
+def test_node_reading_a_tensor_twice_is_one_consumer():
+    g = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["y"], name="sq"),
+                           helper.make_node("Add", ["y", "x"], ["z"], name="add")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert lab.index.consumers["x"] == ["sq", "add"]
+    assert lab.tensors.set_index("name").loc["x", "consumers"] == ["sq", "add"]
+    assert lab.index.predecessors("add") == ["sq"]

@@ -218,7 +218,7 @@ def test_external_data_without_location(tmp_path):
 
 # --------------------------------------------------------------------------- dims at open
 def test_unknown_dims_name():
-    with pytest.raises(DimError, match="'bacth'.*'batch'"):
+    with pytest.raises(DimError, match="'bacth'.*Did you mean 'batch'"):
         onnx_lab.open(fp16_model(), dims={"bacth": 1})
 
 
@@ -274,3 +274,21 @@ def test_clone_is_independent():
     clone.invalidate()
     assert len(clone.index) == 6 and len(lab.model.index) == 7
     assert lab.model.to_proto().graph.node[0].op_type == "Cast"
+
+
+def test_external_data_offset_past_end_without_length(tmp_path):
+    (tmp_path / "w.bin").write_bytes(b"\x00" * 16)
+    m = _external_model("w.bin")
+    m.graph.initializer[0].external_data.add(key="offset", value="4096")
+    path = _write(tmp_path / "m.onnx", m)
+    with pytest.raises(ExternalDataError, match="'w.bin' is truncated.*conv.weight"):
+        onnx_lab.open(path)
+
+
+def test_external_data_malformed_offset(tmp_path):
+    (tmp_path / "w.bin").write_bytes(b"\x00" * 16)
+    m = _external_model("w.bin")
+    m.graph.initializer[0].external_data.add(key="offset", value="abc")
+    path = _write(tmp_path / "m.onnx", m)
+    with pytest.raises(ExternalDataError, match="conv.weight.*malformed"):
+        onnx_lab.open(path)

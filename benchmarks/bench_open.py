@@ -1,0 +1,115 @@
+"""Opening cost: ``onnx.load`` vs ``onnx_lab.open`` + the three tables (+ summary).
+
+Models (built once and cached by ``benchmarks/_models.py``):
+
+(a) ``bert_base``: BERT-base, 1,394 nodes, ~438 MB of weights embedded in the .onnx file.
+(b) ``big_external``: 48 MatMuls of 4096x4096 fp32, 3.2 GB of weights in an external data file.
+
+Each measurement runs in a fresh subprocess (imports done before the clock starts), ``--repeat``
+times; the table shows the median wall time and the peak RSS of the process (``ru_maxrss``,
+which includes the ~0.1 GB of imported libraries). ``onnx.load`` reads external data by default,
+so for (b) the reference is also shown with ``load_external_data=False`` (graph only).
+
+Targets (issue 2): (a) onnx_lab <= 1.5x onnx.load; (b) onnx_lab < 1 s and < 0.5 GB peak RSS.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_open.py                 # both models, 3 repeats
+    .venv/bin/python benchmarks/bench_open.py --models bert_base --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _child(kind: str, path: str) -> None:
+    """Run one measurement in this (fresh) process and print a JSON line."""
+    import resource
+    import time
+
+    import onnx
+
+    import onnx_lab  # noqa: F401 - imported before the clock starts
+
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    parts: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if kind == "onnx.load":
+        onnx.load(path)
+    elif kind == "onnx.load(no external)":
+        onnx.load(path, load_external_data=False)
+    else:
+        t = time.perf_counter()
+        lab = onnx_lab.open(path)
+        parts["open"] = time.perf_counter() - t
+        for name in ("nodes", "initializers", "tensors"):
+            t = time.perf_counter()
+            getattr(lab, name)
+            parts[name] = time.perf_counter() - t
+        t = time.perf_counter()
+        lab.summary()
+        parts["summary"] = time.perf_counter() - t
+    seconds = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    print(json.dumps({"seconds": seconds, "peak_rss_gb": rss * 1024 / 1e9,
+                      "import_rss_gb": rss0 * 1024 / 1e9, "parts": parts}))
+
+
+def _measure(kind: str, path: Path, repeat: int) -> dict:
+    runs = []
+    for _ in range(repeat):
+        out = subprocess.run([sys.executable, __file__, "--child", kind, str(path)],
+                             capture_output=True, text=True, check=True)
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    parts = {k: statistics.median(r["parts"][k] for r in runs) for k in runs[0]["parts"]}
+    return {"seconds": statistics.median(r["seconds"] for r in runs),
+            "peak_rss_gb": max(r["peak_rss_gb"] for r in runs),
+            "import_rss_gb": runs[0]["import_rss_gb"], "parts": parts}
+
+
+def _size_gb(path: Path) -> float:
+    size = path.stat().st_size
+    data = path.with_name(path.name + ".data")
+    return (size + (data.stat().st_size if data.exists() else 0)) / 1e9
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["bert_base", "big_external"])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--child", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(*args.child)
+        return
+
+    sys.path.insert(0, str(HERE))
+    import _models
+
+    print(f"{'model':14s} {'size':>8s}  {'measure':34s} {'time':>8s} {'peak RSS':>9s}  breakdown")
+    for name in args.models:
+        path = getattr(_models, name)()
+        kinds = ["onnx.load", "onnx_lab open+tables+summary"]
+        if name == "big_external":
+            kinds.insert(1, "onnx.load(no external)")
+        results = {k: _measure(k, path, args.repeat) for k in kinds}
+        for k, r in results.items():
+            parts = " ".join(f"{p}={v * 1000:.0f}ms" for p, v in r["parts"].items())
+            print(f"{name:14s} {_size_gb(path):7.2f}G  {k:34s} {r['seconds']:7.3f}s "
+                  f"{r['peak_rss_gb']:7.2f}GB  {parts}")
+        ref, lab = results["onnx.load"], results["onnx_lab open+tables+summary"]
+        print(f"{name:14s} ratio onnx_lab / onnx.load: time {lab['seconds'] / ref['seconds']:.2f}x, "
+              f"peak RSS {lab['peak_rss_gb'] / ref['peak_rss_gb']:.2f}x "
+              f"(imports alone: {lab['import_rss_gb']:.2f} GB)")
+
+
+if __name__ == "__main__":
+    main()
