@@ -153,6 +153,7 @@ def test_feeds_list_progress_and_keep_trace(convnet):
     t = parse_trace(path, warmup=1)
     assert len(t.kernels) == len(p.kernels)
     path.unlink()
+    path.parent.rmdir()
 
 
 def test_default_providers_skip_missing_device_providers(convnet):
