@@ -28,6 +28,7 @@ _SUFFIXES = (re.compile(r"_token_\d+$"), re.compile(r"_nchwc$"),
              re.compile(r"/[A-Za-z0-9]*Fusion[A-Za-z0-9_]*/?$"), re.compile(r"_fused$"),
              re.compile(r"/$"))
 _MAX_COMPONENTS = 64
+_PASS_THROUGH = frozenset({"Identity", "Dropout"})
 
 
 def _stems(name: str) -> list[str]:
@@ -187,4 +188,9 @@ def _components(idx, opt, ort_name: str, anchors: Iterable[str], stop: set[str]
             if pname and pname in opt.node_names and pname != ort_name:
                 continue  # that node still runs on its own
             stack.append(p)
-    return tuple(sorted(seen, key=lambda n: idx.entries[n].topo))
+    # Pass-through nodes ORT deleted (Identity, inference Dropout) did not run inside the
+    # fused kernel: walk through them, but do not count them as members.
+    anchors_set = set(anchors)
+    members = [n for n in seen if n in anchors_set or idx.entries[n].node.op_type
+               not in _PASS_THROUGH]
+    return tuple(sorted(members, key=lambda n: idx.entries[n].topo))

@@ -136,6 +136,32 @@ class Profile:
         s.name = "time_ms"
         return s
 
+    def coverage(self, session: str | None = None) -> pd.DataFrame:
+        """Where each model node went in ORT's graph.
+
+        Returns:
+            DataFrame, one row per model node: node_id, op_type, status ('ran': an ORT node
+            of its own, 'fused': part of another ORT node, 'removed': optimized away, e.g. an
+            Identity or a constant-folded node), ort_name (the ORT node that ran it), time_ms
+            (per run of that ORT node; shared by all members of a fusion).
+        """
+        df = self.nodes
+        if session is not None:
+            df = df.loc[df.session == session]
+        elif len(df):
+            df = df.loc[df.session == df.session.iloc[0]]
+        ran: dict[str, tuple[str, str, float]] = {}
+        for r in df.loc[df.mapped].itertuples():
+            for c in r.components or (r.node_id,):
+                status = "ran" if c == r.node_id else "fused"
+                if c not in ran or ran[c][0] == "fused":
+                    ran[c] = (status, r.ort_name, float(r.total_ms))
+        rows = []
+        for nid, e in self.model.index.entries.items():
+            status, ort_name, ms = ran.get(nid, ("removed", None, float("nan")))
+            rows.append((nid, e.node.op_type, status, ort_name, ms))
+        return pd.DataFrame(rows, columns=["node_id", "op_type", "status", "ort_name", "time_ms"])
+
     def plot(self, top: int = 15):
         """A matplotlib Figure: op-type share, the top-N nodes, the latency histogram."""
         from onnx_lab.render.profile_plots import profile_figure

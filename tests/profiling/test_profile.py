@@ -210,3 +210,17 @@ def test_render_overlay(prof_all, convnet):
     assert r.dot and ("time_ms" in r.dot or r.svg)
     ov = prof_all.overlay()
     assert (ov > 0).all()
+
+
+def test_coverage(convnet, prof_all, prof_disable):
+    cov = prof_disable.coverage()
+    assert len(cov) == len(convnet.index.entries) and set(cov.status) == {"ran"}
+    cov = prof_all.coverage().set_index("node_id")
+    assert cov.loc["/stem/identity/Identity", "status"] == "removed"
+    assert cov.loc["/head/dropout/Dropout", "status"] == "removed"
+    assert np.isnan(cov.loc["/head/dropout/Dropout", "time_ms"])
+    assert cov.loc["/stem/bn/BatchNormalization", "status"] == "fused"
+    assert cov.loc["/stem/conv/Conv", "status"] == "ran"
+    # Members of one fusion share the ORT node and its time.
+    assert cov.loc["/stem/bn/BatchNormalization", "ort_name"] == \
+        cov.loc["/stem/conv/Conv", "ort_name"]
