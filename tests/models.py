@@ -307,8 +307,8 @@ def reshape_computed_shape() -> onnx.ModelProto:
 
 
 def named_model() -> onnx.ModelProto:
-    """Four Relu nodes: two named ``dup``, one unnamed, one named ``Relu_2`` (an id a derived
-    id could collide with), plus a uniquely named ``last``."""
+    """Five Relu nodes named ``dup``, ``dup``, ``""``, ``Relu_1`` and ``last``: the second
+    ``dup`` would get the derived id ``Relu_1``, which another node uses as its name."""
     nodes = [
         helper.make_node("Relu", ["x"], ["a"], name="dup"),
         helper.make_node("Relu", ["a"], ["b"], name="dup"),

@@ -153,6 +153,14 @@ def validate_dims(model: LabModel, dims: Mapping[str, int] | None,
                     f"the model, not {d}.", fix=f"Use {declared[i]} for dim {i}.")
 
 
+def _with_dims(shape: tuple[Dim, ...] | None, dims: Mapping[str, int]
+               ) -> tuple[Dim, ...] | None:
+    """Declared shape with the user's dim values substituted for their names."""
+    if shape is None or not dims:
+        return shape
+    return tuple(dims.get(d, d) if isinstance(d, str) else d for d in shape)
+
+
 def _resolved_input_shape(v: ir.Value, dims: Mapping[str, int],
                           shapes: Mapping[str, Sequence[int]]) -> list[Dim] | None:
     if v.name in shapes:
@@ -213,10 +221,11 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
         for out in node.outputs:
             if out.name and out.name not in outputs and isinstance(out.type, ir.TensorType):
                 into.value_info.append(_value_info(out.name, int(out.dtype or 0),
-                                                   shape_tuple(out.shape)))
+                                                   _with_dims(shape_tuple(out.shape), dims)))
     for v in graph.outputs:
         if isinstance(v.type, ir.TensorType):
-            into.output.append(_value_info(v.name, int(v.dtype or 0), shape_tuple(v.shape)))
+            into.output.append(_value_info(v.name, int(v.dtype or 0),
+                                           _with_dims(shape_tuple(v.shape), dims)))
         elif v.type is not None:
             ir.serde.serialize_value_into(into.output.add(), v)
         else:
@@ -249,12 +258,13 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
         for v in values:
             if not v.name:
                 continue
-            info = TensorInfo(dtype_name(v.dtype), shape_tuple(v.shape))
+            raw = shape_tuple(v.shape)
+            symbols.update(d for d in raw or () if isinstance(d, str))
+            info = TensorInfo(dtype_name(v.dtype), _with_dims(raw, dims))
             if v.const_value is not None:
                 info = TensorInfo(dtype_name(v.const_value.dtype),
                                   shape_tuple(v.const_value.shape))
             declared.setdefault(v.name, info)
-            symbols.update(d for d in info.shape or () if isinstance(d, str))
     result: dict[str, TensorInfo] = {}
     try:
         order = [model.index.node(nid) for nid in model.index.topo_order("")]

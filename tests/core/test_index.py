@@ -5,6 +5,8 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from models import control_flow_model, named_model, unsorted_model
 from onnx import TensorProto, helper
 
@@ -183,3 +185,46 @@ def test_node_reading_a_tensor_twice_is_one_consumer():
     assert lab.index.consumers["x"] == ["sq", "add"]
     assert lab.tensors.set_index("name").loc["x", "consumers"] == ["sq", "add"]
     assert lab.index.predecessors("add") == ["sq"]
+
+
+# --------------------------------------------------------------------------- properties
+_NAMES = ["", "", "a", "a", "b", "Relu_0", "Relu_1", "Add_2", "n"]
+
+
+@st.composite
+def _random_dag(draw):
+    n = draw(st.integers(1, 18))
+    nodes = []
+    for i in range(n):
+        avail = ["x"] + [f"t{j}" for j in range(i)]
+        if draw(st.booleans()) and len(avail) > 1:
+            ins = [draw(st.sampled_from(avail)), draw(st.sampled_from(avail))]
+            op = "Add"
+        else:
+            ins, op = [draw(st.sampled_from(avail))], "Relu"
+        nodes.append(helper.make_node(op, ins, [f"t{i}"], name=draw(st.sampled_from(_NAMES))))
+    perm = draw(st.permutations(range(n)))
+    g = helper.make_graph([nodes[i] for i in perm], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info(f"t{n - 1}", TensorProto.FLOAT, [1])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(_random_dag())
+def test_index_properties(proto):
+    idx = ModelIndex(ir.serde.deserialize_model(proto))
+    names = [n.name for n in proto.graph.node]
+    assert len(idx) == len(names) == len(set(idx.entries))
+    for nid, e in idx.entries.items():
+        if e.node.name and names.count(e.node.name) == 1:
+            assert nid == e.node.name
+    order = idx.topo_order("")
+    for pos, nid in enumerate(order):
+        for inp in idx.node(nid).inputs:
+            if inp.name in idx.producer:
+                assert order.index(idx.producer[inp.name]) < pos
+        for c in idx.successors(nid):
+            assert nid in idx.predecessors(c)
+    again = ModelIndex(ir.serde.deserialize_model(ir.serde.serialize_model(idx.model)))
+    assert list(again.entries) == list(idx.entries)

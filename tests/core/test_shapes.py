@@ -172,3 +172,17 @@ def test_model_over_2gb_style_inference_uses_no_weights(tmp_path):
     assert _shapes(lab)["y"] == ("b", 256)
     assert all(t.raw is None for t in lab.model.external_tensors())
     assert onnx.load(str(path), load_external_data=False).graph.initializer[0].data_location == 1
+
+
+def test_dims_apply_to_declared_types_inference_cannot_reach():
+    g = helper.make_graph(
+        [helper.make_node("Gelu", ["x"], ["g"], domain="com.microsoft"),
+         helper.make_node("Relu", ["g"], ["y"])], "contrib",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("com.microsoft", 1)])
+    assert _shapes(onnx_lab.open(m))["y"] == ("batch", 4)
+    lab = onnx_lab.open(m, dims={"batch": 3})
+    assert _shapes(lab)["y"] == (3, 4)
+    assert lab.outputs.iloc[0]["shape"] == (3, 4) and not lab.outputs.iloc[0]["dynamic"]
