@@ -297,7 +297,7 @@ class Lab:
     def set_input_shape(self, name: str, shape: Sequence[int | str],
                         verify: bool | Mapping[str, Any] = True):
         """Set the declared shape of input ``name`` as a new version."""
-        return self.apply("set_input_shape", verify=verify, name=name, shape=list(shape))
+        return self.apply("set_input_shape", verify=verify, input=name, shape=list(shape))
 
     def convert_opset(self, target: int, verify: bool | Mapping[str, Any] = True):
         """Convert to opset ``target`` with onnx.version_converter as a new version."""
@@ -314,7 +314,7 @@ class Lab:
     def set_attribute(self, node_id: str, name: str, value: Any,
                       verify: bool | Mapping[str, Any] = True):
         """Set attribute ``name`` of a node (a new version; verification shows the effect)."""
-        return self.apply("set_attribute", verify=verify, node_id=node_id, name=name,
+        return self.apply("set_attribute", verify=verify, node_id=node_id, attribute=name,
                           value=value)
 
     def remove_node(self, node_id: str, reconnect: bool = True,

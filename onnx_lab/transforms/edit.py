@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,38 +34,56 @@ def _node(model: LabModel, node_id: str) -> ir.Node:
 class SetAttribute(LabPass):
     """Set (or add) one attribute of a node."""
 
-    params = (Param("node_id", str, "", "the node"), Param("name", str, "", "attribute name"),
+    params = (Param("node_id", str, "", "the node"), Param("attribute", str, "", "attribute name"),
               Param("value", object, None, "int, float, str, list, numpy array or tensor"))
 
     def find(self, model: LabModel) -> list[Match]:
         nid = self.options["node_id"]
         _node(model, nid)
-        if not self.options["name"]:
-            raise PassError("set_attribute needs name=...", fix="Pass the attribute name.")
+        if not self.options["attribute"]:
+            raise PassError("set_attribute needs attribute=...", fix="Pass the attribute name.")
         return [Match(f"set_attribute:{nid}", "set_attribute", self.name, [nid], nid,
-                      f"set {self.options['name']} of {nid}")]
+                      f"set {self.options['attribute']} of {nid}")]
 
     def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
         node = _node(model, self.options["node_id"])
-        name, value = self.options["name"], self.options["value"]
+        name, value = self.options["attribute"], self.options["value"]
         old = node.attributes.get(name)
+        want = old.type if old is not None else _schema_type(model, node, name)
         try:
-            if old is not None and old.type == ir.AttributeType.FLOAT and isinstance(value, int):
+            if want == ir.AttributeType.FLOAT and isinstance(value, int) \
+                    and not isinstance(value, bool):
                 value = float(value)
-            if old is not None and old.type == ir.AttributeType.FLOATS and \
-                    isinstance(value, (list, tuple)):
+            if want == ir.AttributeType.FLOATS and isinstance(value, (list, tuple)):
                 value = [float(x) for x in value]
             attr = ir.convenience.convert_attribute(name, value)
         except (TypeError, ValueError) as e:
             raise PassError(f"Cannot use {value!r} as attribute {name!r}: {e}",
                             fix="Pass an int, float, str, a list of one of them, or a numpy "
                             "array.") from e
-        if old is not None and old.type != attr.type:
+        if want is not None and want != attr.type:
             raise PassError(f"Attribute {name!r} of {self.options['node_id']} is "
-                            f"{old.type.name}, the new value is {attr.type.name}.",
+                            f"{want.name}, the new value is {attr.type.name}.",
                             fix="Pass a value of the attribute's type.")
         node.attributes[name] = attr
         rw.record(node, [node])
+
+
+def _schema_type(model: LabModel, node: ir.Node, name: str) -> ir.AttributeType | None:
+    """The attribute's type from the op schema (None for unknown ops or attributes)."""
+    opset = model.ir.opset_imports.get(node.domain or "", None)
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset or onnx.defs.onnx_opset_version(),
+                                      node.domain or "")
+    except onnx.defs.SchemaError:
+        return None
+    attr = schema.attributes.get(name)
+    if attr is None:
+        return None
+    try:
+        return ir.AttributeType(int(attr.type))
+    except ValueError:
+        return None
 
 
 @register_pass("remove_node", kind="edit")
@@ -103,10 +120,19 @@ class RemoveNode(LabPass):
                                 "output that would have to take over the output's name.",
                                 fix="Use reconnect=False, or rename tensors first.")
             return
+        from onnx_lab.transforms.extract import _ir_dtype
+
+        types = model.types()  # the new inputs need a declared type and shape
         for out in node.outputs:
             if not (out.uses() or out.is_graph_output()):
                 continue
-            new = ir.Value(name=None, shape=out.shape, type=out.type)
+            info = types.get(out.name)
+            shape, typ = out.shape, out.type
+            if shape is None and info is not None and info.shape is not None:
+                shape = ir.Shape(list(info.shape))
+            if typ is None and info is not None and info.dtype is not None:
+                typ = ir.TensorType(_ir_dtype(info.dtype))
+            new = ir.Value(name=None, shape=shape, type=typ)
             name = out.name
             out.replace_all_uses_with(new, replace_graph_outputs=True)
             out.name = None
@@ -140,11 +166,17 @@ class RenameTensor(LabPass):
         if v.const_value is not None:
             # Clones share tensor objects and renaming a value renames its tensor: give this
             # version its own (shallow) tensor copy so earlier versions keep their names.
-            t = copy.copy(v.const_value)
+            t = v.const_value
+            new = self.options["new"]
+            if isinstance(t, ir.ExternalTensor):
+                t2: ir.TensorProtocol = ir.ExternalTensor(
+                    t.location, t.offset, t.length, t.dtype, shape=t.shape, name=new,
+                    base_dir=t.base_dir)
+            else:  # a view of the same data, read on use
+                t2 = ir.LazyTensor(lambda t=t: t, t.dtype, t.shape, name=new)
             v.const_value = None
-            v.name = self.options["new"]
-            t.name = self.options["new"]
-            v.const_value = t
+            v.name = new
+            v.const_value = t2
         else:
             v.name = self.options["new"]
         rw.modified = True

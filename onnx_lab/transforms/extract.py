@@ -215,8 +215,8 @@ def extract(lab: Lab, inputs: Sequence[str] | None = None,
             v.dtype = _ir_dtype(info.dtype)
         if v.shape is None and info.shape is not None:
             v.shape = ir.Shape([d if d is not None else None for d in info.shape])
+    graph.opset_imports.update(model.ir.opset_imports)
     new_ir = ir.Model(graph, ir_version=model.ir.ir_version, producer_name="onnx_lab.extract",
-                      opset_imports=dict(model.ir.opset_imports),
                       functions=list(model.ir.functions.values()))
     # Weights stay references to the source files: keep the source path as base folder.
     sub_model = LabModel(new_ir, path=model.path)
@@ -247,6 +247,19 @@ def _ir_dtype(name: str) -> ir.DataType:
 
 def _check(model: LabModel) -> None:
     proto = model.to_proto()
+    # The checker resolves external data against the current folder; check the structure
+    # with external weights declared as typed inputs instead (their files were checked at
+    # open and are not copied).
+    ext = [t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    if ext:
+        names = {i.name for i in proto.graph.input}
+        keep = [t for t in proto.graph.initializer
+                if t.data_location != onnx.TensorProto.EXTERNAL]
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(keep)
+        proto.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type,
+                                                                    list(t.dims))
+                                 for t in ext if t.name not in names)
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:

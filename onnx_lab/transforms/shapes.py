@@ -79,13 +79,13 @@ class FixDims(LabPass):
 class SetInputShape(LabPass):
     """Set the declared shape of one graph input (ints, or names for symbolic dims)."""
 
-    params = (Param("name", str, "", "the input"),
+    params = (Param("input", str, "", "the input"),
               Param("shape", (list, tuple), None, "sizes, e.g. [1, 3, 224, 224] or ['batch', 3]"))
 
     def find(self, model: LabModel) -> list[Match]:
         g = model.graph
         inputs = {v.name: v for v in g.inputs if v.name not in g.initializers}
-        name, shape = self.options["name"], self.options["shape"]
+        name, shape = self.options["input"], self.options["shape"]
         if name not in inputs:
             raise unknown_name("input", name, inputs, fix=f"Model inputs: {sorted(inputs)}.")
         if shape is None:
@@ -111,7 +111,7 @@ class SetInputShape(LabPass):
 
     def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
         g = model.graph
-        v = next(v for v in g.inputs if v.name == self.options["name"])
+        v = next(v for v in g.inputs if v.name == self.options["input"])
         new = ir.Shape(list(self.options["shape"]))
         if v.shape is not None and shape_tuple(v.shape) == shape_tuple(new):
             rw.notes.append("the input already has this shape")

@@ -1,0 +1,159 @@
+"""CLI subcommands of transforms: passes, patterns, optimize, extract, fix-dims."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from onnx_lab.errors import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from onnx_lab.cli import add_dims_args, add_model_arg
+
+    p = sub.add_parser("passes", help="list the registered passes")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_passes)
+
+    p = sub.add_parser("patterns", help="optimization opportunities of a model")
+    add_model_arg(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_patterns)
+
+    p = sub.add_parser("optimize", help="apply a preset or passes, verify each step, save")
+    add_model_arg(p, "input")
+    p.add_argument("output", help="where to write the optimized model")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--preset", default=None, help="preset name (default: safe)")
+    group.add_argument("--passes", default=None, help="comma-separated pass names")
+    add_dims_args(p)
+    p.add_argument("--feeds", default=None, help=".npz file with one array per input")
+    p.add_argument("--no-verify", action="store_true", help="skip numerical verification")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_optimize)
+
+    p = sub.add_parser("extract", help="cut a subgraph into a new model")
+    add_model_arg(p, "input")
+    p.add_argument("output", help="where to write the subgraph")
+    p.add_argument("--inputs", default=None, help="comma-separated tensor names")
+    p.add_argument("--outputs", default=None, help="comma-separated tensor names")
+    p.add_argument("--nodes", default=None, help="comma-separated node ids (boundary computed)")
+    add_dims_args(p)
+    p.add_argument("--no-verify", action="store_true", help="skip numerical verification")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_extract)
+
+    p = sub.add_parser("fix-dims", help="replace symbolic dims by sizes (batch=1)")
+    add_model_arg(p, "input")
+    p.add_argument("output", help="where to write the model")
+    p.add_argument("dims", nargs="+", metavar="NAME=V", help="dim values, e.g. batch=1")
+    p.add_argument("--no-verify", action="store_true", help="skip numerical verification")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_fix_dims)
+
+
+def _split(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [x.strip() for x in value.split(",") if x.strip()]
+
+
+def _passes(args) -> int:
+    from onnx_lab.cli import print_json
+    from onnx_lab.transforms.base import available
+
+    df = available()
+    if args.json:
+        print_json(df.to_dict(orient="records"))
+        return 0
+    for row in df.itertuples(index=False):
+        params = ", ".join(row.parameters) if row.parameters else ""
+        print(f"{row.name:44} {row.kind:5} {row.summary}" + (f"  [{params}]" if params else ""))
+    return 0
+
+
+def _patterns(args) -> int:
+    from onnx_lab.cli import open_from_args, print_json
+
+    df = open_from_args(args).patterns()
+    if args.json:
+        print_json(df.to_dict(orient="records"))
+        return 0
+    if df.empty:
+        print("no optimization opportunities found")
+        return 0
+    for row in df.itertuples(index=False):
+        print(f"{row.match_id}: {row.description} (-{row.saving_nodes} nodes)")
+    return 0
+
+
+def _step_json(r) -> dict:
+    return {"name": r.name, "modified": r.modified, "nodes_before": r.nodes_before,
+            "nodes_after": r.nodes_after, "seconds": round(r.seconds, 4),
+            "verify_passed": r.verify_passed, "max_abs_err": r.max_abs_err,
+            "first_failure": r.first_failure, "reason": r.reason, "notes": list(r.notes)}
+
+
+def _report(args, results, lab, n0: int, out: str) -> int:
+    from onnx_lab.cli import print_json
+
+    failed = [r for r in results if r.verify_passed is False]
+    if args.json:
+        print_json({"passes": [_step_json(r) for r in results], "nodes_before": n0,
+                    "nodes_after": len(lab.index), "output": out,
+                    "verify_passed": None if all(r.verify_passed is None for r in results)
+                    else not failed})
+    else:
+        for r in results:
+            ver = "" if r.verify_passed is None else \
+                (" verified" if r.verify_passed else f" VERIFICATION FAILED at {r.first_failure}")
+            what = f"{r.nodes_before} -> {r.nodes_after} nodes" if r.modified else \
+                f"unchanged ({r.reason})"
+            print(f"{r.name}: {what}{ver}")
+        print(f"{n0} -> {len(lab.index)} nodes, written to {out}")
+    if failed:
+        print(f"onnx-lab: verification failed for {', '.join(r.name for r in failed)}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _verify_arg(args):
+    if args.no_verify:
+        return False
+    return {"feeds": args.feeds} if getattr(args, "feeds", None) else True
+
+
+def _optimize(args) -> int:
+    from onnx_lab.cli import open_from_args
+
+    lab = open_from_args(args, "input")
+    n0 = len(lab.index)
+    passes = _split(args.passes)
+    if passes is not None and not passes:
+        raise InputError("--passes is empty.", fix="Write --passes a,b,c (see onnx-lab passes).")
+    results = lab.apply_preset(passes if passes is not None else (args.preset or "safe"),
+                               verify=_verify_arg(args))
+    lab.save(args.output)
+    return _report(args, results, lab, n0, args.output)
+
+
+def _extract(args) -> int:
+    from onnx_lab.cli import open_from_args
+
+    lab = open_from_args(args, "input")
+    sub = lab.extract(inputs=_split(args.inputs), outputs=_split(args.outputs),
+                      nodes=_split(args.nodes), verify=not args.no_verify)
+    sub.save(args.output)
+    r = sub.results[0]
+    return _report(args, [r], sub, len(lab.index), args.output)
+
+
+def _fix_dims(args) -> int:
+    from onnx_lab.cli import open_from_args, parse_dims
+
+    lab = open_from_args(args, "input")
+    n0 = len(lab.index)
+    r = lab.fix_dims(parse_dims(args.dims), verify=not args.no_verify)
+    lab.save(args.output)
+    return _report(args, [r], lab, n0, args.output)

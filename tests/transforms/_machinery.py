@@ -1,0 +1,84 @@
+"""Test-local passes and models for the transforms machinery (history, verify, tools...)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.parser
+from onnx import helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.core.model import LabModel
+from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
+
+CHAIN = """
+chain (float[batch, 8] x) => (float[batch, 4] y) {
+    h1 = MatMul(x, W1)
+    i1 = Identity(h1)
+    r1 = Relu(i1)
+    i2 = Identity(r1)
+    h2 = MatMul(i2, W2)
+    y = Identity(h2)
+}
+"""
+
+
+def chain_proto() -> onnx.ModelProto:
+    """x -> MatMul -> Identity -> Relu -> Identity -> MatMul -> Identity -> y (batch dim)."""
+    rng = np.random.default_rng(0)
+    graph = onnx.parser.parse_graph(CHAIN)
+    graph.initializer.extend([
+        numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "W1"),
+        numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "W2")])
+    for i, node in enumerate(graph.node):
+        node.name = f"n{i}_{node.op_type}"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def chain_lab(**kw) -> onnx_lab.Lab:
+    return onnx_lab.open(chain_proto(), dims=kw.pop("dims", {"batch": 2}), **kw)
+
+
+@register_pass("test_drop_identity")
+class DropIdentity(LabPass):
+    """Test pass: remove Identity nodes, one match each."""
+
+    no_match_reason = "no Identity node"
+
+    def find(self, model: LabModel) -> list[Match]:
+        return [Match(f"test_drop_identity:{nid}", "identity", self.name, [nid], nid,
+                      f"remove {nid}", saving_nodes=1)
+                for nid in model.index.topo_order("")
+                if model.index.node(nid).op_type == "Identity"]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        for m in matches:
+            rw.bypass(model.index.node(m.anchor))
+
+
+@register_pass("test_perturb_weight")
+class PerturbWeight(LabPass):
+    """Test pass (deliberately wrong): add `delta` to the weight of one MatMul."""
+
+    params = (Param("node_id", str, "n4_MatMul", "the MatMul"),
+              Param("delta", float, 0.5, "added to every weight"))
+
+    def find(self, model: LabModel) -> list[Match]:
+        nid = self.options["node_id"]
+        return [Match(f"test_perturb_weight:{nid}", "perturb", self.name, [nid], nid, "bad")]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        node = model.index.node(self.options["node_id"])
+        w = rw.const_array(node.inputs[1])
+        new = rw.add_initializer(node.graph, "perturbed", w + self.options["delta"])
+        node.replace_input_with(1, new)
+        rw.record(node, [node])
+
+
+def save_external(proto: onnx.ModelProto, path) -> None:
+    """Write ``proto`` with every tensor in ``<name>.data`` next to it."""
+    onnx.save_model(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=path.name + ".data", size_threshold=1024)

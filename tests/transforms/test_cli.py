@@ -1,0 +1,119 @@
+"""CLI: passes, patterns, optimize (JSON keys, exit codes), extract, fix-dims."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from _machinery import chain_proto
+
+import onnx_lab
+from onnx_lab.cli import main
+from onnx_lab.samples import build
+
+STEP_KEYS = {"name", "modified", "nodes_before", "nodes_after", "seconds", "verify_passed",
+             "max_abs_err"}
+
+
+@pytest.fixture
+def convnet(tmp_path):
+    path = tmp_path / "convnet.onnx"
+    onnx.save(build("convnet"), str(path))
+    return path
+
+
+@pytest.fixture
+def chain(tmp_path):
+    path = tmp_path / "chain.onnx"
+    onnx.save(chain_proto(), str(path))
+    return path
+
+
+def _json(capsys):
+    return json.loads(capsys.readouterr().out)
+
+
+def test_passes_lists_the_registry(capsys):
+    assert main(["passes"]) == 0
+    out = capsys.readouterr().out
+    assert "onnxsim" in out and "ort:extended" in out and "onnxoptimizer:fuse_bn_into_conv" in out
+    assert main(["passes", "--json"]) == 0
+    rows = _json(capsys)
+    assert {"name", "summary", "parameters", "kind"} <= set(rows[0])
+
+
+def test_patterns_json(convnet, capsys):
+    assert main(["patterns", str(convnet), "--json"]) == 0
+    rows = _json(capsys)
+    assert rows and {"match_id", "pattern", "pass", "node_ids"} <= set(rows[0])
+
+
+def test_optimize_passes_json_and_output(convnet, tmp_path, capsys):
+    before = convnet.read_bytes()
+    out = tmp_path / "opt.onnx"
+    code = main(["optimize", str(convnet), str(out), "--passes",
+                 "fuse_conv_bn,eliminate_identity", "--json"])
+    assert code == 0
+    doc = _json(capsys)
+    assert {"passes", "nodes_before", "nodes_after"} <= set(doc)
+    assert [p["name"] for p in doc["passes"]] == ["fuse_conv_bn", "eliminate_identity"]
+    assert all(STEP_KEYS <= set(p) for p in doc["passes"])
+    assert all(p["verify_passed"] for p in doc["passes"])
+    assert doc["nodes_before"] == 21 and doc["nodes_after"] == 18
+    assert len(onnx_lab.open(out).index) == 18
+    assert convnet.read_bytes() == before
+
+
+def test_optimize_preset_text_output(convnet, tmp_path, capsys):
+    pytest.importorskip("onnx_lab.transforms.presets")
+    assert main(["optimize", str(convnet), str(tmp_path / "o.onnx"), "--preset", "safe"]) == 0
+    assert "nodes, written to" in capsys.readouterr().out
+
+
+def test_failed_verification_exits_1_and_still_writes(chain, tmp_path, capsys):
+    out = tmp_path / "bad.onnx"
+    code = main(["optimize", str(chain), str(out), "--passes", "test_perturb_weight",
+                 "--dims", "batch=2", "--json"])
+    assert code == 1
+    doc = _json(capsys)
+    assert doc["passes"][0]["verify_passed"] is False and doc["verify_passed"] is False
+    assert doc["passes"][0]["first_failure"] == "h2"
+    assert out.is_file()
+
+
+def test_no_verify_and_feeds(chain, tmp_path, capsys):
+    assert main(["optimize", str(chain), str(tmp_path / "a.onnx"), "--passes",
+                 "test_perturb_weight", "--no-verify", "--json"]) == 0
+    assert _json(capsys)["passes"][0]["verify_passed"] is None
+    feeds = tmp_path / "x.npz"
+    np.savez(feeds, x=np.ones((3, 8), np.float32))
+    assert main(["optimize", str(chain), str(tmp_path / "b.onnx"), "--passes",
+                 "test_drop_identity", "--feeds", str(feeds), "--json"]) == 0
+    assert _json(capsys)["passes"][0]["verify_passed"] is True
+
+
+def test_errors_exit_2(convnet, chain, tmp_path, capsys):
+    assert main(["optimize", str(convnet), str(tmp_path / "o.onnx"), "--passes", "nope"]) == 2
+    assert "Unknown pass 'nope'" in capsys.readouterr().err
+    # symbolic dims without values: the message says how to pass them
+    assert main(["optimize", str(chain), str(tmp_path / "o.onnx"), "--passes",
+                 "test_drop_identity"]) == 2
+    assert "--dims" in capsys.readouterr().err
+    assert main(["extract", str(convnet), str(tmp_path / "e.onnx"), "--outputs", "nope"]) == 2
+    assert main(["optimize", str(convnet), str(convnet), "--passes", "eliminate_identity"]) == 2
+    assert "overwrite" in capsys.readouterr().err
+
+
+def test_extract_and_fix_dims_commands(convnet, chain, tmp_path, capsys):
+    out = tmp_path / "sub.onnx"
+    assert main(["extract", str(convnet), str(out), "--inputs",
+                 "/block1/relu/Relu_output_0", "--outputs", "logits", "--json"]) == 0
+    doc = _json(capsys)
+    assert doc["passes"][0]["name"] == "extract" and doc["passes"][0]["verify_passed"]
+    assert list(onnx_lab.open(out).inputs.name) == ["/block1/relu/Relu_output_0"]
+    fixed = tmp_path / "fixed.onnx"
+    assert main(["fix-dims", str(chain), str(fixed), "batch=3", "--json"]) == 0
+    assert _json(capsys)["passes"][0]["verify_passed"]
+    assert onnx_lab.open(fixed).inputs.loc[0, "shape"] == (3, 8)

@@ -1,0 +1,148 @@
+"""Edits as verified history steps: attributes, node removal, renames, merge, shapes, opset."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from _machinery import chain_lab, chain_proto
+from onnx import helper
+
+import onnx_lab
+from onnx_lab.core.shapes import shape_tuple
+from onnx_lab.errors import DimError, InputError, PassError, UnknownNameError
+from onnx_lab.numerics.capture import run
+
+
+def test_set_attribute_is_a_step_whose_report_shows_the_change():
+    lab = onnx_lab.open("sample:convnet")
+    r = lab.set_attribute("/head/fc/Gemm", "alpha", 2)  # int coerced to the FLOAT attribute
+    node = lab.index.node("/head/fc/Gemm")
+    assert node.attributes["alpha"].value == 2.0
+    assert r.verify_passed is False and r.first_failure == "logits"
+    assert r.provenance == {"/head/fc/Gemm": ["/head/fc/Gemm"]}
+    assert "alpha" not in lab.original.index.node("/head/fc/Gemm").attributes \
+        or lab.original.index.node("/head/fc/Gemm").attributes["alpha"].value == 1.0
+    with pytest.raises(PassError, match="FLOAT"):
+        lab.set_attribute("/head/fc/Gemm", "alpha", "two")
+    with pytest.raises(UnknownNameError, match="Gemm"):
+        lab.set_attribute("/head/fc/Gem", "alpha", 1.0)
+
+
+def test_remove_node_reconnects_and_keeps_semantics():
+    lab = onnx_lab.open("sample:convnet")
+    r = lab.remove_node("/head/dropout/Dropout")
+    assert r.removed == ["/head/dropout/Dropout"] and r.verify_passed
+    assert "Dropout" not in set(lab.nodes.op_type)
+
+
+def test_remove_node_without_reconnect_turns_outputs_into_inputs():
+    lab = chain_lab()
+    r = lab.remove_node("n2_Relu", reconnect=False)
+    assert r.modified
+    assert set(lab.inputs.name) == {"x", "r1"}
+    # the dead branch feeding the Relu stays until eliminated; the model still runs
+    out = run(lab.model, {"x": np.ones((2, 8), np.float32), "r1": np.ones((2, 16), np.float32)})
+    assert out["y"].shape == (2, 4)
+
+
+def test_remove_node_refuses_a_reconnect_it_cannot_do():
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", 1, [2])],
+                          [helper.make_tensor_value_info("y", 1, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    lab = onnx_lab.open(m)
+    with pytest.raises(PassError, match="reconnect=False"):
+        lab.remove_node("relu")
+    assert len(lab.history) == 1
+
+
+def test_rename_tensor_everywhere_and_earlier_versions_keep_names():
+    lab = chain_lab()
+    lab.rename_tensor("W1", "first_weight")
+    lab.rename_tensor("y", "scores")
+    assert "first_weight" in lab.model.graph.initializers
+    assert list(lab.outputs.name) == ["scores"]
+    assert lab.history.loc[2, "verify_passed"]  # outputs are matched by position
+    assert "W1" in lab.original.model.graph.initializers
+    assert list(lab.original.outputs.name) == ["y"]
+    assert lab.original.model.graph.initializers["W1"].const_value.name == "W1"
+    with pytest.raises(PassError, match="exists"):
+        lab.rename_tensor("h1", "h2")
+    with pytest.raises(UnknownNameError):
+        lab.rename_tensor("nope", "x2")
+
+
+def test_fix_dims_then_verification():
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 8})
+    r = lab.fix_dims({"batch": 2})
+    assert r.modified and r.verify_passed
+    assert shape_tuple(lab.model.graph.inputs[0].shape) == (2, "seq", 32)
+    assert lab.dims == {"seq": 8}  # 'batch' is no longer a dim
+    assert r.verification.set_index("match").loc["output", "shape"] == [2, 8, 32]
+    lab.undo()
+    assert lab.dims == {"batch": 1, "seq": 8}
+    with pytest.raises(DimError, match="'batchsize'"):
+        lab.fix_dims({"batchsize": 1})
+    with pytest.raises(DimError, match="positive"):
+        lab.fix_dims({"batch": 0})
+
+
+def test_set_input_shape():
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 8})
+    r = lab.set_input_shape("x", [1, 8, 32])
+    assert r.verify_passed and lab.inputs.loc[0, "shape"] == (1, 8, 32)
+    with pytest.raises(DimError, match="fixed to 32"):
+        lab.set_input_shape("x", [1, 8, 16])
+    with pytest.raises(DimError, match="rank"):
+        lab.set_input_shape("x", [1, 8])
+    with pytest.raises(UnknownNameError, match="'x'"):
+        lab.set_input_shape("y", [1, 8, 32])
+
+
+def test_convert_opset_and_unsupported_targets():
+    lab = onnx_lab.open("sample:convnet")
+    r = lab.convert_opset(18)
+    assert r.modified and r.verify_passed
+    assert lab.model.ir.opset_imports[""] == 18
+    assert set(lab.origins) >= {"/stem/conv/Conv"}
+    r = lab.convert_opset(18)
+    assert r.modified is False and "already" in r.reason
+    with pytest.raises(PassError, match="not supported"):
+        lab.convert_opset(999)
+    with pytest.raises(PassError, match="must be int"):
+        lab.convert_opset("18")
+
+
+def test_convert_opset_missing_adapter_is_a_clear_error():
+    lab = onnx_lab.open("sample:convnet")
+    with pytest.raises(PassError, match="version_converter|adapter"):
+        lab.convert_opset(1)
+
+
+def _half(prefix: str) -> onnx.ModelProto:
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["h"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", 1, [2])],
+                          [helper.make_tensor_value_info("h", 1, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_merge_connects_two_models():
+    a, b = _half("a"), _half("b")
+    both = onnx_lab.merge(a, b, io_map=[("h", "x")], prefix1="a/", prefix2="b/")
+    assert list(both.inputs.name) == ["a/x"] and list(both.outputs.name) == ["b/h"]
+    out = run(both.model, {"a/x": np.array([-1.0, 2.0], np.float32)})
+    np.testing.assert_array_equal(out["b/h"], [0.0, 2.0])
+    with pytest.raises(InputError, match="io_map"):
+        onnx_lab.merge(a, b, io_map=[("nope", "x")])
+    with pytest.raises(InputError):
+        onnx_lab.merge(a, b, io_map=[("h", "x")])  # clashing names without prefixes
+
+
+def test_merge_is_exported_lazily():
+    from onnx_lab.transforms.edit import merge
+
+    assert onnx_lab.merge is merge
+    assert chain_proto() is not None

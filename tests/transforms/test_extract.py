@@ -1,0 +1,110 @@
+"""extract: boundaries by tensors or nodes, external data kept, checker, ORT, verification."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from _machinery import chain_lab, save_external
+
+import onnx_lab
+from onnx_lab.errors import ExtractError, InputError
+from onnx_lab.numerics.capture import run
+from onnx_lab.samples import build
+from onnx_lab.transforms.extract import boundary
+
+MID = "/block1/relu/Relu_output_0"
+
+
+def test_extract_between_tensors_is_verified():
+    lab = onnx_lab.open("sample:convnet")
+    sub = lab.extract(inputs=[MID], outputs=["logits"])
+    assert list(sub.inputs.name) == [MID] and list(sub.outputs.name) == ["logits"]
+    assert "/stem/conv/Conv" not in sub.index.entries
+    assert "/head/fc/Gemm" in sub.index.entries
+    h = sub.history
+    assert h.loc[0, "pass"] == "extract" and bool(h.loc[0, "verify_passed"])
+    assert h.loc[0, "nodes_before"] == len(lab.index)
+    assert sub.results[0].params == {"inputs": [MID], "outputs": ["logits"]}
+    assert sub.inputs.loc[0, "shape"] == (1, 16, 16, 16)
+    onnx.checker.check_model(sub.model.to_proto())
+    assert len(lab.index) == 21  # the source Lab is unchanged
+
+
+def test_extract_default_inputs_are_the_model_inputs_reached():
+    lab = onnx_lab.open("sample:convnet")
+    sub = lab.extract(outputs=["/block1/pool/MaxPool_output_0"])
+    assert list(sub.inputs.name) == ["input"]
+    assert "/head/fc/Gemm" not in sub.index.entries
+    assert sub.results[0].verify_passed
+
+
+def test_boundary_from_nodes():
+    lab = onnx_lab.open("sample:convnet")
+    nodes = ["/block1/conv/Conv", "/block1/bn/BatchNormalization", "/block1/relu/Relu"]
+    ins, outs = boundary(lab.model, nodes)
+    assert ins == ["/stem/identity/Identity_output_0"]  # weights stay initializers
+    assert outs == [MID]
+    sub = lab.extract(nodes=nodes)
+    assert sorted(sub.index.entries) == sorted(nodes)
+    assert sub.results[0].verify_passed
+    assert sub.results[0].params["nodes"] == nodes
+
+
+def test_boundary_outputs_include_tensors_used_outside():
+    lab = chain_lab()
+    ins, outs = boundary(lab.model, ["n0_MatMul", "n1_Identity"])
+    assert ins == ["x"] and outs == ["i1"]
+    ins, outs = boundary(lab.model, ["n4_MatMul", "n5_Identity"])
+    assert ins == ["i2"] and outs == ["y"]
+
+
+def test_extract_keeps_external_data_where_it_lies(tmp_path):
+    path = tmp_path / "convnet.onnx"
+    save_external(build("convnet"), path)
+    data = path.with_name("convnet.onnx.data")
+    before = path.read_bytes(), data.read_bytes()
+    lab = onnx_lab.open(path)
+    sub = lab.extract(inputs=[MID], outputs=["logits"])
+    assert sub.model.has_external_data  # references, not copies
+    assert sub.results[0].verify_passed
+    proto = sub.model.to_proto()
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
+    # runs in ORT on its own and equals the full model on the same tensor
+    feeds = {"input": np.random.default_rng(0).standard_normal((1, 3, 32, 32), np.float32)}
+    full = run(lab.model, feeds, outputs=[MID, "logits"])
+    got = run(sub.model, {MID: full[MID]})
+    np.testing.assert_allclose(got["logits"], full["logits"], atol=1e-5)
+    out = sub.save(tmp_path / "sub.onnx")
+    assert (tmp_path / "sub.onnx.data").is_file()  # the source had external data
+    again = onnx_lab.open(out)
+    np.testing.assert_allclose(run(again.model, {MID: full[MID]})["logits"], full["logits"],
+                               atol=1e-5)
+    assert (path.read_bytes(), data.read_bytes()) == before
+
+
+def test_unknown_tensor_is_an_extract_error_with_close_matches():
+    lab = onnx_lab.open("sample:convnet")
+    with pytest.raises(ExtractError, match="Close matches"):
+        lab.extract(inputs=["/block1/relu/Relu_output"], outputs=["logits"])
+    with pytest.raises(ExtractError, match="logit"):
+        lab.extract(outputs=["logit"])
+    with pytest.raises(ExtractError, match="Unknown node id"):
+        lab.extract(nodes=["/block1/conv/Conv", "nope"])
+
+
+def test_boundary_that_does_not_cut_the_graph():
+    lab = onnx_lab.open("sample:convnet")
+    # the pool output is upstream of the chosen input: the outputs still need 'input'
+    with pytest.raises(ExtractError, match="does not cut the graph") as e:
+        lab.extract(inputs=["/head/pool/GlobalAveragePool_output_0"],
+                    outputs=["/block1/pool/MaxPool_output_0"])
+    assert "'input'" in str(e.value)
+    with pytest.raises(ExtractError, match="both inputs and outputs"):
+        lab.extract(inputs=[MID], outputs=[MID])
+
+
+def test_nodes_and_tensors_together_are_refused():
+    lab = onnx_lab.open("sample:convnet")
+    with pytest.raises(InputError, match="either nodes"):
+        lab.extract(inputs=[MID], nodes=["/head/fc/Gemm"])

@@ -1,0 +1,94 @@
+"""save: never over the source unless asked, external data rules, the user's file untouched."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from _machinery import chain_proto, save_external
+
+import onnx_lab
+from onnx_lab.errors import SaveError
+from onnx_lab.numerics.capture import run
+from onnx_lab.samples import build
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    path = tmp_path / "convnet.onnx"
+    onnx.save(build("convnet"), str(path))
+    return path
+
+
+def test_apply_and_save_elsewhere_leave_the_source_bytes_unchanged(model_file, tmp_path):
+    before = model_file.read_bytes()
+    lab = onnx_lab.open(model_file)
+    lab.apply("fuse_conv_bn")
+    lab.apply("eliminate_identity")
+    out = lab.save(tmp_path / "out" / "opt.onnx")
+    assert out.is_file() and not (tmp_path / "out" / "opt.onnx.data").exists()
+    assert model_file.read_bytes() == before
+    again = onnx_lab.open(out)
+    assert len(again.index) == len(lab.index)
+    feeds = {"input": np.ones((1, 3, 32, 32), np.float32)}
+    np.testing.assert_allclose(run(again.model, feeds)["logits"],
+                               run(lab.original.model, feeds)["logits"], atol=1e-4)
+
+
+def test_saving_over_the_source_is_refused(model_file):
+    before = model_file.read_bytes()
+    lab = onnx_lab.open(model_file)
+    lab.apply("eliminate_identity")
+    with pytest.raises(SaveError, match="overwrite=True"):
+        lab.save(model_file)
+    with pytest.raises(SaveError, match="source"):
+        lab.save(str(model_file.parent / "." / model_file.name))
+    assert model_file.read_bytes() == before
+    lab.save(model_file, overwrite=True)
+    assert model_file.read_bytes() != before
+    assert len(onnx_lab.open(model_file).index) == len(lab.index)
+
+
+def test_save_to_a_folder_or_bad_option_is_refused(tmp_path):
+    lab = onnx_lab.open(chain_proto())
+    with pytest.raises(SaveError, match="folder"):
+        lab.save(tmp_path)
+    with pytest.raises(SaveError, match="external_data"):
+        lab.save(tmp_path / "m.onnx", external_data=3)
+    with pytest.raises(SaveError, match="file name"):
+        lab.save(tmp_path / "m.onnx", external_data="../elsewhere.data")
+
+
+def test_external_data_auto_follows_the_source(tmp_path):
+    src = tmp_path / "src" / "convnet.onnx"
+    src.parent.mkdir()
+    save_external(build("convnet"), src)
+    data = src.with_name("convnet.onnx.data")
+    snapshot = src.read_bytes(), data.read_bytes()
+    lab = onnx_lab.open(src)
+    lab.apply("fuse_conv_bn")
+    out = lab.save(tmp_path / "opt.onnx")
+    assert (tmp_path / "opt.onnx.data").is_file()
+    inline = lab.save(tmp_path / "inline.onnx", external_data=False)
+    assert not (tmp_path / "inline.onnx.data").exists()
+    named = lab.save(tmp_path / "named.onnx", external_data="weights.bin")
+    assert (tmp_path / "weights.bin").is_file()
+    feeds = {"input": np.ones((1, 3, 32, 32), np.float32)}
+    ref = run(lab.model, feeds)["logits"]
+    for p in (out, inline, named):
+        np.testing.assert_allclose(run(onnx_lab.open(p).model, feeds)["logits"], ref,
+                                   atol=1e-5)
+    assert (src.read_bytes(), data.read_bytes()) == snapshot
+
+
+def test_overwriting_the_source_keeps_its_data_file_readable(tmp_path):
+    src = tmp_path / "convnet.onnx"
+    save_external(build("convnet"), src)
+    lab = onnx_lab.open(src)
+    lab.apply("eliminate_identity")
+    lab.save(src, overwrite=True)
+    # the old data file is still read by the versions in memory, so a new one was written
+    assert (tmp_path / "convnet.onnx.data.1").is_file()
+    feeds = {"input": np.ones((1, 3, 32, 32), np.float32)}
+    np.testing.assert_allclose(run(onnx_lab.open(src).model, feeds)["logits"],
+                               run(lab.original.model, feeds)["logits"], atol=1e-5)

@@ -1,0 +1,143 @@
+"""Verification: report structure, tolerances, catching a wrong rewrite, dims, chunking."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from _machinery import chain_lab, chain_proto
+from onnx import helper
+
+import onnx_lab
+from onnx_lab.errors import DimError, InputError
+from onnx_lab.transforms.verify import REPORT_COLUMNS, tolerance, verify
+
+
+def test_wrong_rewrite_is_caught_and_first_failure_named():
+    lab = chain_lab()
+    r = lab.apply("test_perturb_weight", node_id="n4_MatMul", delta=0.5)
+    assert r.modified and r.verify_passed is False
+    assert r.first_failure == "h2"  # the perturbed MatMul's output, before the final Identity
+    assert r.max_abs_err > 0.1
+    rep = r.verification
+    assert list(rep.columns) == REPORT_COLUMNS
+    row = rep.set_index("tensor").loc["h2"]
+    assert row["match"] == "provenance" and row["node_id"] == "n4_MatMul"
+    assert row["max_abs"] > row["atol"] and not row["passed"]
+    # upstream tensors are untouched and pass
+    assert rep.set_index("tensor").loc[["h1", "r1"], "passed"].all()
+    assert any("verification failed first at tensor 'h2'" in n for n in r.notes)
+    assert lab.history.loc[1, "verify_passed"] == False  # noqa: E712 - a numpy bool
+    # the failing step is still a version (the user decides): undo returns to the original
+    lab.undo()
+    assert lab.history.loc[0, "current"]
+
+
+def test_wrong_rewrite_in_the_first_matmul_fails_first_there():
+    lab = chain_lab()
+    r = lab.apply("test_perturb_weight", node_id="n0_MatMul")
+    assert r.first_failure == "h1"
+    failing = r.verification.loc[~r.verification.passed, "tensor"].tolist()
+    assert failing[0] == "h1" and "y" in failing
+
+
+def test_report_of_a_correct_rewrite_has_names_provenance_and_outputs():
+    lab = onnx_lab.open("sample:convnet")
+    r = lab.apply("fuse_conv_bn")
+    rep = r.verification
+    assert r.verify_passed and rep.passed.all()
+    assert set(rep.match) == {"output", "name", "provenance"}
+    prov = rep.loc[rep.match == "provenance"].set_index("node_id")
+    # the fused conv's output is compared with the BatchNormalization output it replaces
+    assert prov.loc["/stem/conv/Conv", "ref_node_id"] == "/stem/bn/BatchNormalization"
+    assert (rep.dtype == "float32").all()
+    assert (rep.atol == 1e-4).all() and (rep.rtol == 1e-3).all()
+    assert rep.attrs["passed"] and rep.attrs["first_failure"] is None
+
+
+def test_tolerances_per_dtype():
+    assert tolerance("float32") == (1e-4, 1e-3)
+    assert tolerance("float16") == (1e-2, 1e-2)
+    a16, r16 = tolerance("bfloat16")
+    assert a16 > 1e-2 and r16 > 1e-2 and r16 < 1
+    assert tolerance("int64") == (0.0, 0.0) and tolerance("bool") == (0.0, 0.0)
+    assert tolerance("float32", atol=1e-2) == (1e-2, 1e-3)
+    assert tolerance("int32", atol=1.0) == (0.0, 0.0)  # ints stay exact
+
+
+def test_rtol_of_one_is_refused():
+    lab = chain_lab()
+    with pytest.raises(InputError, match="rtol"):
+        lab.apply("test_drop_identity", verify={"rtol": 1.0})
+    with pytest.raises(InputError, match="atol"):
+        lab.apply("test_drop_identity", verify={"atol": -1})
+
+
+def test_looser_tolerance_lets_a_small_error_pass():
+    lab = chain_lab()
+    r = lab.apply("test_perturb_weight", delta=1e-6, verify={"atol": 1e-3, "rtol": 1e-3})
+    assert r.verify_passed
+
+
+def test_symbolic_dims_without_values_raise_dimerror_with_the_fix():
+    lab = onnx_lab.open(chain_proto())  # batch is symbolic, no value
+    with pytest.raises(DimError, match="batch") as e:
+        lab.apply("test_drop_identity")
+    assert "dims={'batch': 1}" in str(e.value) and "verify=False" in str(e.value)
+    r = lab.apply("test_drop_identity", verify=False)
+    assert r.modified and r.verify_passed is None
+
+
+def test_user_feeds_and_several_samples():
+    lab = chain_lab()
+    feeds = [{"x": np.ones((3, 8), np.float32)}, {"x": np.zeros((3, 8), np.float32)}]
+    r = lab.apply("test_perturb_weight", verify={"feeds": feeds})
+    assert r.verification.attrs["samples"] == 2
+    assert r.verification.set_index("tensor").loc["y", "shape"] == [3, 4]
+
+
+def test_chunked_capture_gives_the_same_report():
+    lab = onnx_lab.open("sample:convnet")
+    r = lab.apply("fuse_conv_bn")
+    small = verify(lab.original.model, lab.model, r, max_bytes=20_000)
+    cols = ["tensor", "match", "passed"]
+    assert small[cols].equals(r.verification[cols])
+    np.testing.assert_allclose(small.max_abs, r.verification.max_abs)
+
+
+def test_integer_tensors_compare_exactly():
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["y"], name="add")], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.INT64, [4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.INT64, [4])],
+        [helper.make_tensor("one", onnx.TensorProto.INT64, [1], [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    m2 = onnx.ModelProto()
+    m2.CopyFrom(m)
+    m2.graph.initializer[0].int64_data[0] = 2
+    lab, lab2 = onnx_lab.open(m), onnx_lab.open(m2)
+    rep = verify(lab.model, lab2.model)
+    row = rep.iloc[0]
+    assert row["dtype"] == "int64" and row["atol"] == 0 and not row["passed"]
+    assert row["max_abs"] == 1.0
+
+
+def test_candidate_that_does_not_run_fails_verification():
+    lab = chain_lab()
+    bad = chain_proto()
+    bad.graph.node[0].op_type = "Add"  # [2,8] + [8,16] does not broadcast
+    rep = verify(lab.model, onnx_lab.open(bad, dims={"batch": 2}).model, dims={"batch": 2})
+    assert not rep.attrs["passed"] and rep.attrs["first_failure"] is not None
+    assert rep.note.str.contains("does not run").all()
+    assert math.isinf(rep.max_abs.iloc[0])
+
+
+def test_semantics_changing_edit_reports_the_difference():
+    lab = onnx_lab.open("sample:convnet")
+    r = lab.set_attribute("/head/fc/Gemm", "alpha", 2.0)
+    assert r.modified and r.verify_passed is False
+    assert r.first_failure == "logits"
+    assert lab.history.loc[1, "pass"] == "set_attribute"
