@@ -19,6 +19,7 @@ import html
 import io
 import logging
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ import pandas as pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import InputError, LabError, RuntimeLoadError, unknown_name
 from onnx_lab.lab import Lab, as_lab
+from onnx_lab.numerics._lazyload import open_lazy
 from onnx_lab.numerics._progress import Progress
 from onnx_lab.numerics.align import align
 from onnx_lab.numerics.capture import estimate_bytes, plan_chunks
@@ -81,6 +83,11 @@ def _check_inputs(ref: LabModel, cand: LabModel) -> None:
 
 def _load(source: Any, what: str, dims, shapes) -> Lab:
     try:
+        if isinstance(source, (str, os.PathLike)) and not str(source).startswith("sample:"):
+            # Large files: weights stay in the file (read by ORT from disk, by onnx_ir on use).
+            lazy = open_lazy(source)
+            if lazy is not None:
+                return Lab(lazy, dims=dims, shapes=shapes)
         return as_lab(source, dims=dims, shapes=shapes)
     except LabError as e:
         raise type(e)(f"{what}: {e.problem}", fix=e.fix) from e

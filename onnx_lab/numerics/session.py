@@ -171,6 +171,17 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
 
 def _serialize(model: LabModel, proto: onnx.ModelProto):
     """Bytes (or a temp file path) onnxruntime can load; temp folder to clean up or None."""
+    # upb's ByteSize() encodes the whole message, doubling the cost of serializing: skip it
+    # when the embedded weights are far below the limit (protobuf refuses > 2 GB itself).
+    embedded = sum(v.const_value.nbytes for g in model.ir.graphs()
+                   for v in g.initializers.values()
+                   if v.const_value is not None and not isinstance(v.const_value,
+                                                                   ir.ExternalTensor))
+    if embedded < _PROTO_LIMIT // 2:
+        try:
+            return proto.SerializeToString(), None
+        except ValueError:
+            pass
     if proto.ByteSize() < _PROTO_LIMIT:
         return proto.SerializeToString(), None
     tmp = tempfile.TemporaryDirectory(prefix="onnx_lab_rt_")
