@@ -69,6 +69,9 @@ class Summary(Mapping[str, Any]):
         return len(self._fields)
 
     def __getattr__(self, key: str) -> Any:
+        # Dunder/private lookups (copy, pickle) before __init__ ran must not recurse.
+        if key.startswith("_"):
+            raise AttributeError(key)
         try:
             return self._fields[key]
         except KeyError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import onnx
+import pytest
 from models import control_flow_model, quantized
 
 import onnx_lab
@@ -100,3 +101,14 @@ def test_summary_reads_no_weights(tmp_path):
     assert all(t.raw is None for t in lab.model.external_tensors())
     # float32 weights plus one int64 shape vector of 2 values.
     assert s["param_bytes"] == 4 * (s["num_params"] - 2) + 16
+
+
+def test_summary_copies_and_pickles():
+    import copy
+    import pickle
+
+    s = onnx_lab.open("sample:convnet").summary()
+    assert copy.deepcopy(s).to_dict() == s.to_dict()
+    assert pickle.loads(pickle.dumps(s))["num_nodes"] == 21
+    with pytest.raises(AttributeError):
+        s.not_a_key  # noqa: B018
