@@ -292,3 +292,28 @@ def test_external_data_malformed_offset(tmp_path):
     path = _write(tmp_path / "m.onnx", m)
     with pytest.raises(ExternalDataError, match="conv.weight.*malformed"):
         onnx_lab.open(path)
+
+
+def test_external_data_in_body_initializers(tmp_path, monkeypatch):
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.arange(64, dtype=np.float32), "body_w")
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "body_w"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", 1, [64])], [w])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", 1, [64])])
+    g = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)], "m",
+        [helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", 1, [64])],
+        [helper.make_tensor_value_info("y", 1, [64])])
+    path = save_external(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                         tmp_path / "m.onnx", data_name="w.bin")
+    monkeypatch.chdir(tmp_path.parent)  # relative locations resolve against the model folder
+    lab = onnx_lab.open(path)
+    r = lab.initializers.iloc[0]
+    assert (r["name"], r["external"], r["graph"]) == ("body_w", True, "If_0/then_branch")
+    assert lab.weight_stats().iloc[0]["max"] == 63.0
+    (tmp_path / "w.bin").unlink()
+    with pytest.raises(ExternalDataError, match="'w.bin'.*body_w"):
+        onnx_lab.open(path)
