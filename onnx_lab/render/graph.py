@@ -82,6 +82,7 @@ class DrawEdge:
     tensors: list[str]
     label: str = ""
     dashed: bool = False
+    backward: bool = False  # runs against the model's order: drawn reversed with dir=back
 
 
 @dataclass
@@ -476,6 +477,22 @@ def build_view(model: LabModel, graph: str, selected: Iterable[str], *,
         add_edge(me, key, "", dashed=True)
 
     edge_list = list(edges.values())
+    # Collapsed boxes can form cycles ('/h.3' -> '/h.3/ln_2' -> ... -> '/h.3'). Edges that run
+    # against the model's topological order are emitted reversed with dir=back, so ranks
+    # follow the model from inputs to outputs instead of dot breaking cycles arbitrarily
+    # (constraint=false would do the same but trips "lost edge" errors of dot 2.43 in clusters).
+    if groups:
+        # A box is placed by the median position of its members: adopted helpers (shape
+        # arithmetic computed early) must not pull a late layer to the top.
+        first: dict[str, float] = {}
+        for n in nodes.values():
+            if n.kind in ("op", "box"):
+                topo = sorted(idx.entries[m].topo for m in n.node_ids)
+                first[n.key] = topo[len(topo) // 2]
+        for e in edge_list:
+            a, b = first.get(e.src), first.get(e.dst)
+            if a is not None and b is not None and a > b:
+                e.backward = True
     for e in edge_list:
         real = [t for t in e.tensors if t]
         if not show_shapes or not real:
@@ -520,8 +537,10 @@ def _scope_parts(scope: str) -> list[str]:
 def _assign_clusters(view: GraphView, idx: ModelIndex, depth: int,
                      expanded: tuple[str, ...]) -> None:
     """Frame individually drawn ops by name scope (nested, at most ``depth`` levels)."""
-    ops = [n for n in view.nodes.values() if n.kind == "op"]
-    scopes = {n.key: _scope_parts(node_scope(idx.entries[n.node_ids[0]].node)) for n in ops}
+    # Boxes stay unframed: frames around boxes that feed each other across frames trip
+    # "lost edge" errors in dot 2.43.
+    scopes = {n.key: _scope_parts(node_scope(idx.entries[n.node_ids[0]].node))
+              for n in view.nodes.values() if n.kind == "op"}
     if not scopes:
         return
     # Levels shared by every drawn op would frame everything once more: skip them, unless the
