@@ -121,11 +121,12 @@ class View(w.VBox):
         self.status = w.HTML(value="", layout=w.Layout(width="100%"))
         self.code = w.HTML(value="")
         self.error: BaseException | None = None
-        super().__init__(children=[*children, self.status, self.code], **kwargs)
+        # Status first: in a long widget the result of a click must be seen without scrolling.
+        super().__init__(children=[self.status, *children, self.code], **kwargs)
         self.add_class("onnx-lab-widget")
 
     def _set_children(self, children: Sequence[w.Widget]) -> None:
-        self.children = [*children, self.status, self.code]
+        self.children = [self.status, *children, self.code]
 
     def _busy(self, text: str) -> None:
         self.status.value = info_html(text, kind="busy")
@@ -227,17 +228,20 @@ class SelectableTable(w.VBox):
 
     Args:
         key: the column that identifies a row (``node_id``, ``match_id``, ``name``).
-        columns: [(column, width px)] shown per row; cells are formatted with :func:`short`.
+        columns: [(column, width px[, header label])] shown per row; cells are formatted
+            with :func:`short`.
         on_change: called with the sorted list of selected keys after every change.
         formatters: optional {column: callable(value) -> html} for special cells.
     """
 
-    def __init__(self, key: str, columns: Sequence[tuple[str, int]], *, page_size: int = 25,
+    def __init__(self, key: str, columns: Sequence[tuple], *, page_size: int = 25,
                  on_change: Callable[[list[Any]], None] | None = None,
                  formatters: dict[str, Callable[[Any], str]] | None = None,
                  single: bool = False) -> None:
         self.key = key
-        self.columns = list(columns)
+        # (column, width) or (column, width, header label)
+        self.columns = [(c[0], c[1]) for c in columns]
+        self.labels = {c[0]: (c[2] if len(c) > 2 else c[0]) for c in columns}
         self.page_size = page_size
         self.on_change = on_change
         self.formatters = formatters or {}
@@ -247,7 +251,7 @@ class SelectableTable(w.VBox):
         self.selected: list[Any] = []
         self._boxes: list[tuple[Any, w.Checkbox]] = []
         self._muted = False
-        self.header = w.HTML(self._row_html({c: c for c, _ in self.columns}, header=True))
+        self.header = w.HTML(self._row_html(dict(self.labels), header=True))
         self.rows = w.VBox()
         self.prev = w.Button(description="◀", layout=w.Layout(width="40px"), tooltip="previous page")
         self.next = w.Button(description="▶", layout=w.Layout(width="40px"), tooltip="next page")

@@ -46,7 +46,7 @@ def write_notebook(path: Path, cells: list[str]) -> Path:
     nb = {
         "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}",
                    "metadata": {}, "outputs": [], "source": src} for i, src in enumerate(cells)],
-        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+        "metadata": {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
                                     "name": "python3"}},
         "nbformat": 4, "nbformat_minor": 5,
     }
@@ -145,8 +145,24 @@ def run_all_cells(page, url: str, notebook: str, *, timeout_ms: int = 90_000) ->
     """Open ``notebook`` in JupyterLab and run all its cells from the Run menu."""
     page.goto(f"{url}/lab/tree/{notebook}", timeout=timeout_ms)
     page.wait_for_selector(".jp-Notebook", timeout=timeout_ms)
-    # Wait for the kernel to be connected before running.
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                           timeout=timeout_ms, state="attached")
+    # JupyterLab may ask which kernel to start (the notebook names one it has not seen yet):
+    # accept the proposed one. Then wait until the kernel is connected and idle.
+    deadline = time.monotonic() + timeout_ms / 1000
+    accept = page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept")
+    idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+    settled = 0
+    while time.monotonic() < deadline:
+        if accept.count() and accept.first.is_visible():
+            accept.first.click()
+            settled = 0
+        elif idle.count():
+            settled += 1
+            if settled >= 3:  # idle for ~1.5 s with no dialog
+                break
+        else:
+            settled = 0
+        page.wait_for_timeout(500)
+    else:
+        pytest.fail("the kernel did not start in JupyterLab")
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator("li.lm-Menu-item", has_text="Run All Cells").first.click()
