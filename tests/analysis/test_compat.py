@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from models import fp16_model, save_external
+from models import fp16_model, reshape_computed_shape, save_external
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_lab
@@ -170,3 +170,14 @@ def test_onnx_checker_is_real():
     m = onnx_lab.samples.build("transformer_block")
     onnx.checker.check_model(m, full_check=True)
     assert "checker" not in _codes(check(m, load=False))
+
+
+def test_computed_reshape_targets():
+    # A target computed from shapes resolves once dims are concrete: no finding.
+    assert "value_dependent_shape" not in _codes(check(reshape_computed_shape(), load=False))
+    # A target read from a graph input depends on values.
+    m = _model([helper.make_node("Reshape", ["x", "s"], ["y"])],
+               [_vi("x", [6]), _vi("s", [2], TensorProto.INT64)], [_vi("y", None)])
+    df = check(m, load=False)
+    row = df.loc[df.code == "value_dependent_shape"].iloc[0]
+    assert row.node_id == "Reshape_0" and row.severity == "info" and "'s'" in row.message
