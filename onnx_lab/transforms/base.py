@@ -264,7 +264,7 @@ class Rewrite:
             self._names.add(name)
         else:
             name = self.unique_name(base_name)
-        tensor = ir.tensor(np.ascontiguousarray(array), name=name)
+        tensor = ir.tensor(np.asarray(array, order="C"), name=name)
         value = ir.Value(name=name, shape=tensor.shape, type=ir.TensorType(tensor.dtype),
                          const_value=tensor)
         graph.register_initializer(value)
@@ -310,7 +310,7 @@ class Rewrite:
         """
         graph = node.graph
         old = node.inputs[index] if index < len(node.inputs) else None
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")
         if old is not None and old.is_initializer() and not old.is_graph_input() \
                 and not old.is_graph_output() and old.graph is graph \
                 and all(u.node is node for u in old.uses()) and len(old.uses()) == 1:

@@ -94,3 +94,15 @@ def test_selective():
     r = apply("fold_constants", m, matches=["fold_constants:Abs_1"])
     assert ops(r.model) == ["Neg", "Add", "Mul"]
     assert_same_outputs(m, r.model)
+
+
+def test_scalar_results_stay_scalars():
+    text = """g (float[2,3] x) => (float[2,3] y) {
+        s = ReduceSum <keepdims=0> (k)
+        y = Mul(x, s)
+    }"""
+    m = model_from_text(text, {"k": rand(2, 3)})
+    r = apply("fold_constants", m)
+    assert ops(r.model) == ["Mul"]
+    assert r.model.ir.graph.initializers["s"].const_value.numpy().shape == ()
+    assert_same_outputs(m, r.model)

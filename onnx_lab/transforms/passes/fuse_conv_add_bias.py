@@ -48,8 +48,7 @@ class FuseConvAddBias(LabPass):
                 cid = model.index.node_id(conv)
                 arr = const_array(c)
                 if arr is None:
-                    self.skip(cid, f"{nid} adds {c.name!r}, not a constant")
-                    break
+                    continue  # e.g. a residual Add of two tensors: not a bias
                 why = conv_blocker(conv, add, model)
                 if why:
                     self.skip(cid, why)

@@ -36,8 +36,8 @@ class FuseMatMulAdd(LabPass):
             for side in (0, 1):
                 y, c = add.inputs[side], add.inputs[1 - side]
                 mm = y.producer() if y is not None else None
-                if mm is None or not is_std(mm, "MatMul"):
-                    continue
+                if mm is None or not is_std(mm, "MatMul") or const_array(c) is None:
+                    continue  # not a bias Add (e.g. a residual Add of two tensors)
                 mid = model.index.node_id(mm)
                 why = self._blocker(model, mm, add, c)
                 if why:
