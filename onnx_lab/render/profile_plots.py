@@ -72,6 +72,7 @@ def batch_sweep_figure(sweep: BatchSweep):
     ax = fig.add_subplot()
     ax.plot(t.batch, t.items_per_s, "o-", color=_BLUE, label="items/s")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(list(t.batch), [str(b) for b in t.batch])
     ax.set_xlabel(f"{sweep.dim}")
     ax.set_ylabel("items / s", color=_BLUE)
     ax2 = ax.twinx()
