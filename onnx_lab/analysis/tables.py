@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,28 @@ INITIALIZER_COLUMNS = ["name", "dtype", "shape", "numel", "nbytes", "external", 
                        "consumers", "graph", "source", "constant_node"]
 TENSOR_COLUMNS = ["name", "dtype", "shape", "kind", "producer", "consumers", "dynamic", "graph"]
 IO_COLUMNS = ["name", "dtype", "shape", "dynamic"]
+
+
+def _freeze(o: Any) -> Any:
+    if isinstance(o, Mapping):
+        return tuple(sorted((k, _freeze(v)) for k, v in o.items()))
+    if isinstance(o, (list, tuple)):
+        return tuple(_freeze(v) for v in o)
+    return o
+
+
+def _cached_frame(fn: Callable[..., pd.DataFrame]) -> Callable[..., pd.DataFrame]:
+    """Build a table once per model (and dims/shapes); every caller gets its own copy.
+
+    LabModels are immutable once indexed, so widgets and features that read ``lab.nodes``
+    many times pay for building it once.
+    """
+    @functools.wraps(fn)
+    def wrapper(model: LabModel, *args: Any, **kwargs: Any) -> pd.DataFrame:
+        key = ("table", fn.__name__, _freeze(args), _freeze(kwargs))
+        return model.cached(key, lambda: fn(model, *args, **kwargs)).copy()
+
+    return wrapper
 
 
 def _frame(rows: list[tuple], columns: list[str], nullable: tuple[str, ...]) -> pd.DataFrame:
@@ -58,6 +81,7 @@ def attribute_value(attr: ir.Attr) -> Any:
     return attr.value
 
 
+@_cached_frame
 def nodes_table(model: LabModel) -> pd.DataFrame:
     """One row per node, in all graphs, in whole-model topological order.
 
@@ -85,6 +109,10 @@ def nodes_table(model: LabModel) -> pd.DataFrame:
 
 def constant_tensors(model: LabModel) -> list[tuple[str, ir.TensorProtocol, str, str]]:
     """Tensors held in ``Constant`` nodes: (output name, tensor, node_id, graph)."""
+    return list(model.cached(("constant_tensors",), lambda: _constant_tensors(model)))
+
+
+def _constant_tensors(model: LabModel) -> list[tuple[str, ir.TensorProtocol, str, str]]:
     out = []
     for e in model.index.entries.values():
         n = e.node
@@ -95,6 +123,7 @@ def constant_tensors(model: LabModel) -> list[tuple[str, ir.TensorProtocol, str,
     return out
 
 
+@_cached_frame
 def initializers_table(model: LabModel) -> pd.DataFrame:
     """One row per weight: initializers of every graph, plus tensors held in Constant nodes.
 
@@ -126,6 +155,7 @@ def initializers_table(model: LabModel) -> pd.DataFrame:
     return _frame(rows, INITIALIZER_COLUMNS, ("location", "constant_node", "dtype"))
 
 
+@_cached_frame
 def tensors_table(model: LabModel, dims: Mapping[str, int] | None = None,
                   shapes: Mapping[str, Sequence[int]] | None = None) -> pd.DataFrame:
     """One row per value (tensor) in every graph.
@@ -170,6 +200,7 @@ def tensors_table(model: LabModel, dims: Mapping[str, int] | None = None,
     return _frame(rows, TENSOR_COLUMNS, ("producer", "dtype", "shape"))
 
 
+@_cached_frame
 def io_table(model: LabModel, which: str, dims: Mapping[str, int] | None = None,
              shapes: Mapping[str, Sequence[int]] | None = None) -> pd.DataFrame:
     """Graph inputs (``which='inputs'``, initializers excluded) or outputs of the main graph.

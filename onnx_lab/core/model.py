@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import onnx
 import onnx_ir as ir
@@ -33,6 +33,7 @@ class LabModel:
         self.path = Path(path) if path is not None else None
         self._index: ModelIndex | None = None
         self._types: dict[tuple, dict[str, TensorInfo]] = {}
+        self._cache: dict[tuple, Any] = {}
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -59,9 +60,19 @@ class LabModel:
         return self._index
 
     def invalidate(self) -> None:
-        """Drop cached index and types after an in-place change of :attr:`ir`."""
+        """Drop cached index, types and tables after an in-place change of :attr:`ir`."""
         self._index = None
         self._types.clear()
+        self._cache.clear()
+
+    def cached(self, key: tuple, build: Callable[[], Any]) -> Any:
+        """``build()`` once per ``key`` for this (immutable) model; cleared by invalidate().
+
+        Used for the tables: callers get copies, so the cached frame never changes.
+        """
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
 
     def types(self, dims: Mapping[str, int] | None = None,
               shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, TensorInfo]:

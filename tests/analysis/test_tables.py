@@ -180,3 +180,19 @@ def test_tables_are_fresh_copies():
     nodes.loc[0, "op_type"] = "Changed"
     assert lab.nodes.loc[0, "op_type"] == "Conv"
     assert onnx.checker.check_model(lab.model.to_proto()) is None
+
+
+def test_tables_cached_per_model_and_dropped_by_invalidate():
+    from onnx_lab.analysis.tables import nodes_table, tensors_table
+
+    lab = onnx_lab.open("sample:transformer_block")
+    model = lab.model.clone()
+    a, b = nodes_table(model), nodes_table(model)
+    assert a is not b and a.equals(b)
+    assert tensors_table(model, {"batch": 2}).set_index("name").loc["y", "shape"] == \
+        (2, "seq", 32)
+    assert tensors_table(model).set_index("name").loc["y", "shape"] == ("batch", "seq", 32)
+    model.ir.graph.remove(next(iter(model.ir.graph)), safe=False)
+    assert len(nodes_table(model)) == 36  # still the cached table until invalidated
+    model.invalidate()
+    assert len(nodes_table(model)) == 35
