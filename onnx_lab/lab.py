@@ -181,13 +181,16 @@ class Lab:
         return f"<div><b>onnx_lab.Lab</b> — {src}</div>" + self.summary()._repr_html_()
 
     # ================================================================== render (issue 3)
-    def render(self, nodes: Any = None, **options: Any):
-        """Draw part of the model (uses the Lab's dims/shapes for edge shapes).
+    def render(self, nodes: Any = None, *, around: Any = None, radius: int = 2,
+               direction: str = "both", graph: str = "", collapse: int | str | None = None,
+               expand: Any = None, max_nodes: int = 300, show_initializers: bool = False,
+               show_shapes: bool = True, overlay: Any = None, overlay_label: str | None = None,
+               overlay_log: bool | None = None, highlight: Any = None, timeout: float = 10,
+               title: str | None = None):
+        """Draw part of the model: nodes, a neighbourhood, collapsed scopes, overlays.
 
-        Same arguments as :func:`onnx_lab.render.view.render_model`: ``around``, ``radius``,
-        ``direction``, ``graph``, ``collapse``, ``expand``, ``max_nodes``,
-        ``show_initializers``, ``show_shapes``, ``overlay``, ``overlay_label``,
-        ``overlay_log``, ``highlight``, ``timeout``, ``title``.
+        See :func:`onnx_lab.render.view.render_model` (this passes the Lab's dims/shapes for
+        the shapes on edges). Returns a :class:`~onnx_lab.render.view.Rendering`.
 
         Example:
             >>> lab.render(lab.nodes.query("op_type == 'Conv'"), radius=1)
@@ -195,9 +198,12 @@ class Lab:
         """
         from onnx_lab.render.view import render_model
 
-        options.setdefault("dims", self.dims or None)
-        options.setdefault("shapes", self.shapes or None)
-        return render_model(self._model, nodes, **options)
+        return render_model(
+            self._model, nodes, around=around, radius=radius, direction=direction, graph=graph,
+            collapse=collapse, expand=expand, max_nodes=max_nodes,
+            show_initializers=show_initializers, show_shapes=show_shapes, overlay=overlay,
+            overlay_label=overlay_label, overlay_log=overlay_log, highlight=highlight,
+            timeout=timeout, title=title, dims=self.dims or None, shapes=self.shapes or None)
 
     # ================================================================== transforms (issue 4)
     def _init_history(self, result: Any = None) -> None:
