@@ -36,10 +36,11 @@ POLY = str(Path(PY).with_name("polygraphy"))
 WORK = HERE / "_models" / "bench_compare"
 
 
-def measure(cmd: list[str], **kw) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS bytes of the process tree, exit code)."""
+def measure(cmd: list[str], show: bool = False, **kw) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS bytes of the process tree, exit code); ``show`` prints stdout."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+    out = tempfile.TemporaryFile() if show else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, **kw)
     ps = psutil.Process(proc.pid)
     peak = 0
     while proc.poll() is None:
@@ -54,6 +55,11 @@ def measure(cmd: list[str], **kw) -> tuple[float, int, int]:
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode not in (0, 1):
         print(f"  ! {' '.join(cmd[:4])}... exited {proc.returncode}: {err.strip()[-400:]}")
+    if show:
+        out.seek(0)
+        for line in out.read().decode(errors="replace").strip().splitlines():
+            print("    " + line)
+        out.close()
     return wall, peak, proc.returncode
 
 
@@ -135,14 +141,15 @@ import onnx_lab
 ref = onnx_lab.open({str(path)!r})
 cand = onnx_lab.open({str(path)!r})
 try:
-    cand.apply("eliminate_identity", verify=False)
+    r = cand.apply("eliminate_identity", verify=False)
+    print("pass eliminate_identity: modified", r.modified, r.reason or "")
 except Exception as e:  # transforms missing or pass unknown: compare the re-opened copy
-    print("no pass applied:", type(e).__name__)
+    print("no pass applied:", type(e).__name__, e)
 c = onnx_lab.compare(ref, cand, dims={{"batch": 1}})
 print(c.summary_text())
 """
     print(f"\n== big external-data model: {path.name}, weights {gb(weights)}")
-    wall, peak, code = measure([PY, "-c", script], cwd=ROOT)
+    wall, peak, code = measure([PY, "-c", script], show=True, cwd=ROOT)
     print(f"  onnx_lab   : {wall:6.1f} s, peak RSS {gb(peak)} = {peak / weights:.2f}x weights "
           f"(target < 2x), exit {code}")
     return {"model": "big_external", "lab_s": wall, "lab_rss": peak, "weights": weights}
