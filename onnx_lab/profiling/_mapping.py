@@ -14,6 +14,7 @@ No library maps ORT's runtime names back to a source model, hence this module.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Iterable
 
 import pandas as pd
@@ -99,6 +100,13 @@ def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
     for nm in dup:
         by_name.pop(nm, None)
     main_pos = {e.position: nid for nid, e in idx.entries.items() if e.graph == ""}
+    # ORT names unnamed nodes "{op_type}_{position}" within their graph (bodies included);
+    # use that where it points at exactly one unnamed model node.
+    local: dict[str, list[str]] = defaultdict(list)
+    for nid, e in idx.entries.items():
+        if not e.node.name:
+            local[f"{e.node.op_type}_{e.position}"].append(nid)
+    main_pos = {**{("local", k): v[0] for k, v in local.items() if len(v) == 1}, **main_pos}
     opt = _Optimized(optimized) if optimized is not None else None
 
     keys = keys[["ort_name", "node_index", "op_type"]]
@@ -140,6 +148,10 @@ def _anchors(idx, by_name, main_pos, opt, ort_name, node_index, op_type, opt_lev
             anchors += [idx.producer[t] for t in opt.outputs.get(ort_name, ())
                         if t in idx.producer and idx.producer[t] not in anchors]
         return direct, anchors, "name"
+    if ("local", ort_name) in main_pos and not by_name.get(ort_name):
+        nid = main_pos[("local", ort_name)]
+        if idx.entries[nid].node.op_type == op_type or opt_level == "disable":
+            return nid, [nid], "index"
     if not ort_name and opt_level == "disable" and node_index is not None:
         try:
             pos = int(node_index)

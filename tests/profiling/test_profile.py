@@ -141,6 +141,19 @@ def test_control_flow_bodies_profiled():
     assert math.isclose(p.nodes.share.sum(), 1.0, rel_tol=1e-9)
 
 
+@pytest.mark.parametrize("level", ["disable", "all"])
+def test_loop_body_nodes_mapped_with_calls_per_run(level):
+    lab = onnx_lab.open("sample:control_flow")
+    p = profile(lab, runs=2, warmup=1, opt_level=level, providers="cpu")
+    nodes = p.nodes.set_index("node_id")
+    assert p.nodes.mapped.all()
+    # Unnamed body nodes map through ORT's "{op}_{position}" names to their graph path ids.
+    assert nodes.loc["Loop_3/body/Identity_0", "how"] == "index"
+    assert nodes.loc["Loop_3/body/Identity_0", "calls"] == 3  # once per loop iteration
+    assert nodes.loc["Loop_3", "calls"] == 1
+    assert set(p.nodes.node_id) <= set(lab.index.entries)
+
+
 def test_feeds_list_progress_and_keep_trace(convnet):
     feeds = make_feeds(convnet, n=2, seed=3)
     calls = []
