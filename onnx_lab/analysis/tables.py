@@ -165,7 +165,8 @@ def tensors_table(model: LabModel, dims: Mapping[str, int] | None = None,
         shape (tuple|None): after ONNX shape inference with data propagation (and the
             dims/shapes given at open); symbolic dims as str, unknown dims as None, None when
             the rank is unknown.
-        kind (str): 'input', 'output', 'initializer', 'constant' or 'intermediate'.
+        kind (str): 'input', 'output', 'initializer', 'constant' or 'intermediate'
+            ('missing' for a value some node reads but nothing defines: an invalid model).
         producer (str|None): node id producing it.
         consumers (list[str]): node ids reading it.
         dynamic (bool): rank or some dim is not a concrete int.
@@ -180,7 +181,9 @@ def tensors_table(model: LabModel, dims: Mapping[str, int] | None = None,
     rows = []
     for name, graph in idx.value_graph.items():
         v = idx.values[name]
-        if v.is_initializer() or name in idx.graphs[graph].initializers:
+        if name in idx.undefined:
+            kind = "missing"
+        elif v.is_initializer() or name in idx.graphs[graph].initializers:
             kind = "initializer"
         elif name in constants:
             kind = "constant"

@@ -63,6 +63,7 @@ class ModelIndex:
         consumers: tensor name -> node_ids that read it (body nodes reading outer values too).
         values: tensor name -> ir.Value (first definition; names are SSA in valid models).
         value_graph: tensor name -> graph path where it is defined.
+        undefined: names read by some node but defined nowhere (only in invalid models).
     """
 
     def __init__(self, model: ir.Model) -> None:
@@ -79,6 +80,16 @@ class ModelIndex:
         self._taken: set[str] = set(self._unique_names)
         self._walk(model.graph, "")
         self.consumers = dict(self.consumers)
+        # Values read by nodes but defined nowhere (invalid models, e.g. a dangling input
+        # left by manual surgery): indexed anyway so every node input has a row.
+        self.undefined: set[str] = set()
+        for name, users in self.consumers.items():
+            if name not in self.values:
+                entry = self.entries[users[0]]
+                value = next(v for v in entry.node.inputs if v is not None and v.name == name)
+                self.values[name] = value
+                self.value_graph[name] = entry.graph
+                self.undefined.add(name)
 
     # -- building -------------------------------------------------------------------------
     def _make_id(self, node: ir.Node, graph: str, position: int) -> str:

@@ -196,3 +196,14 @@ def test_tables_cached_per_model_and_dropped_by_invalidate():
     assert len(nodes_table(model)) == 36  # still the cached table until invalidated
     model.invalidate()
     assert len(nodes_table(model)) == 35
+
+
+def test_dangling_input_is_a_missing_tensor():
+    g = helper.make_graph([helper.make_node("Add", ["x", "nowhere"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    t = lab.tensors.set_index("name")
+    assert t.loc["nowhere", "kind"] == "missing" and t.loc["nowhere", "consumers"] == ["add"]
+    assert lab.index.undefined == {"nowhere"}
+    assert lab.summary()["num_nodes"] == 1
