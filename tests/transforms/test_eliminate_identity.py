@@ -52,3 +52,14 @@ def test_inside_bodies():
     for c in (True, False):
         feeds = {"c": np.array(c), "x": np.array([1.0, -2.0], dtype=np.float32)}
         np.testing.assert_array_equal(run(m, feeds)["y"], run(r.model, feeds)["y"])
+
+
+def test_selective():
+    text = """g (float[2] x) => (float[2] y) {
+        a = Identity(x)  b = Relu(a)  c = Identity(b)  y = Neg(c) }"""
+    m = model_from_text(text)
+    r = apply("eliminate_identity", m, matches=["eliminate_identity:Identity_2"])
+    assert r.removed == ["Identity_2"] and ops(r.model) == ["Identity", "Relu", "Neg"]
+    assert_same_outputs(m, r.model)
+    r = apply("eliminate_identity", m, matches=[])
+    assert r.modified is False and r.reason == "no match selected"

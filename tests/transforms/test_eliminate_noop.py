@@ -57,3 +57,14 @@ def test_symbolic_reshape_noop_and_output_name():
     r = apply("eliminate_noop", m)
     assert ops(r.model) == ["Relu"] and r.model.ir.graph.outputs[0].name == "y"
     assert_same_outputs(m, r.model, dims={"N": 2})
+
+
+def test_selective():
+    text = """g (float[2,3] x) => (float[2,3] y) {
+        a = Transpose <perm=[0,1]> (x)  b = Relu(a)  c = Cast <to=1> (b)  y = Neg(c) }"""
+    m = model_from_text(text)
+    found = get_pass("eliminate_noop").find(m)
+    assert [f.match_id for f in found] == ["eliminate_noop:Transpose_0", "eliminate_noop:Cast_2"]
+    r = apply("eliminate_noop", m, matches=["eliminate_noop:Cast_2"])
+    assert ops(r.model) == ["Transpose", "Relu", "Neg"]
+    assert_same_outputs(m, r.model)

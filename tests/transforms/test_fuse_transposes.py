@@ -49,3 +49,18 @@ def test_input_to_output_pair_and_no_match():
     assert r.reason == "no Transpose directly follows another Transpose"
     with pytest.raises(UnknownNameError):
         apply("fuse_transposes", m, matches=["fuse_transposes:Transpose_0"])
+
+
+def test_selective():
+    text = """g (float[2,3,4] x) => (float[2,3,4] y) {
+        a = Transpose <perm=[1,0,2]> (x)  b = Transpose <perm=[1,0,2]> (a)  c = Relu(b)
+        d = Transpose <perm=[2,1,0]> (c)  e = Transpose <perm=[0,2,1]> (d)
+        y = Transpose <perm=[2,0,1]> (e) }"""
+    m = model_from_text(text)
+    r = apply("fuse_transposes", m, matches=["fuse_transposes:Transpose_3"])
+    assert ops(r.model) == ["Transpose", "Transpose", "Relu", "Transpose", "Transpose"]
+    assert r.provenance == {"Transpose_4": ["Transpose_3", "Transpose_4"]}
+    assert_same_outputs(m, r.model)
+    r = apply("fuse_transposes", m)
+    assert ops(r.model) == ["Relu", "Transpose", "Transpose"]
+    assert_same_outputs(m, r.model)
