@@ -494,6 +494,8 @@ class Comparison:
             kw.setdefault("around", div["node_id"])
             kw.setdefault("highlight", [div["node_id"]])
         kw.setdefault("overlay_label", column)
+        kw.setdefault("dims", lab.dims)
+        kw.setdefault("shapes", lab.shapes)
         return render_model(lab.model, overlay=self.error_series(column), **kw)
 
     def summary_text(self) -> str:

@@ -31,6 +31,7 @@ DIFF_COLUMNS = ["change", "node_id_a", "node_id_b", "op_type", "op_type_b", "mat
                 "attributes", "inputs", "weights", "details"]
 DIFF_COLOURS = {"added": "green", "removed": "red", "changed": "orange"}
 _ORIGIN_KEY = "onnx_lab.origin"
+_PASS_THROUGH = {"Identity", "Dropout"}
 
 
 def _const_array(v: ir.Value | None) -> np.ndarray | None:
@@ -109,16 +110,20 @@ class _Matcher:
                 self._pair(nid, hit, "structure")
                 taken.add(hit)
 
-    def map_tensor(self, name: str) -> str | None:
+    def map_tensor(self, name: str, depth: int = 0) -> str | None:
         """The b tensor holding what a tensor ``name`` holds in a (None if unknown)."""
         p = self.ai.producer.get(name)
         if p is None:
             return name if name in self.bi.values else None
-        q = self.a2b.get(p)
-        if q is None:
-            return None
-        outs = [v.name for v in self.ai.node(p).outputs]
+        node = self.ai.node(p)
+        outs = [v.name for v in node.outputs]
         k = outs.index(name)
+        q = self.a2b.get(p) or self.fused_into.get(p)
+        if q is None:
+            if node.op_type in _PASS_THROUGH and k == 0 and node.inputs \
+                    and node.inputs[0] is not None and depth < 64:
+                return self.map_tensor(node.inputs[0].name, depth + 1)  # removed Identity
+            return None
         b_outs = self.bi.node(q).outputs
         return b_outs[k].name if k < len(b_outs) else None
 
@@ -202,7 +207,7 @@ def _compare_nodes(m: _Matcher, a_id: str, b_id: str) -> dict[str, Any] | None:
         if not xn and not yn:
             continue
         want = m.map_tensor(xn) if xn else ""
-        if want != yn:
+        if want != yn and xn != yn:
             inputs.append(str(i))
             details.append(f"input {i}: {xn or '<none>'!r} -> {yn or '<none>'!r}")
     fused = [o for o, b in m.fused_into.items() if b == b_id]

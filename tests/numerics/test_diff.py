@@ -42,12 +42,13 @@ def test_identical_models_have_no_differences():
 def test_added_removed_changed():
     d = diff(convnet(), _modified())
     t = d.table.set_index(d.table["node_id_a"].fillna(d.table["node_id_b"]))
-    assert d.counts == {"added": 1, "removed": 1, "changed": 3}
+    assert d.counts == {"added": 1, "removed": 1, "changed": 2}
     assert t.loc["/stem/identity/Identity", "change"] == "removed"
     assert t.loc["neg", "change"] == "added"
     conv = t.loc["/block1/conv/Conv"]
     assert conv["weights"] == ["block1.conv.weight"] and "values changed" in conv["details"]
-    assert conv["inputs"] == ["0"]  # now reads the Relu output directly
+    assert conv["inputs"] == []  # reads the Relu output directly: the removed Identity's value
+    assert "/dead/Mul" not in t.index  # same: not a change
     pool = t.loc["/block1/pool/MaxPool"]
     assert pool["attributes"] == ["kernel_shape"] and "[2, 2] -> [3, 3]" in pool["details"]
     hl = d.highlight("b")
@@ -99,3 +100,25 @@ def test_lab_diff_and_cli_json(capsys):
     assert main(["diff", "sample:convnet", "sample:convnet", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["counts"] == {"added": 0, "removed": 0, "changed": 0} and out["nodes"] == []
+
+
+def test_diff_after_real_transforms():
+    import pytest
+
+    from onnx_lab.errors import LabError
+
+    orig = onnx_lab.open("sample:convnet")
+    lab = onnx_lab.open("sample:convnet")
+    try:
+        lab.apply("fuse_conv_bn", verify=False)
+    except (AttributeError, LabError) as e:
+        pytest.skip(f"transforms not available: {e}")
+    d = diff(orig, lab)
+    t = d.table.set_index("node_id_a")
+    assert t.loc["/stem/bn/BatchNormalization", "details"] == "fused into '/stem/conv/Conv'"
+    assert "fused from" in t.loc["/stem/conv/Conv", "details"]
+    assert "/stem/relu/Relu" not in t.index  # its input is the fused value: unchanged
+    c = onnx_lab.compare(orig, lab)
+    assert c.passed and c.first_divergence is None
+    a = c.alignment.set_index("tensor")
+    assert a.loc["/stem/bn/BatchNormalization_output_0", "match"] == "provenance"
