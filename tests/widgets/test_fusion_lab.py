@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import onnx
+
+import onnx_lab
+from onnx_lab.widgets import FusionLab
+
+
+def test_fusion_lab_every_sample_select_preview_apply_undo(sample_lab, no_error, tmp_path):
+    f = FusionLab(sample_lab)
+    no_error(f)
+    pats = sample_lab.patterns()
+    assert list(f.patterns["match_id"]) == list(pats["match_id"])
+    assert f.result.equals(pats) and "lab.patterns()" in f.code.value
+    assert "<tr class='onnx-lab-history-row' data-step='0'" in f.history_html.value
+    assert f.undo_button.disabled and f.redo_button.disabled
+    n0 = len(sample_lab.index)
+    # Nothing ticked: a hint, nothing applied.
+    f.apply_button.click()
+    assert len(sample_lab.history) == 1
+    if len(pats):
+        _select_preview_apply_undo(f, sample_lab, pats, n0, no_error)
+    f.safe_button.click()
+    no_error(f)
+    assert isinstance(f.result, list) and all(x.verify_passed is not False for x in f.result)
+    out = tmp_path / "optimized.onnx"
+    f.save_path.value = str(out)
+    f.save_button.click()
+    no_error(f)
+    onnx.checker.check_model(str(out))
+    assert len(onnx.load(str(out)).graph.node) == sample_lab.model.graph.num_nodes()
+
+
+def test_fusion_lab_pattern_filter_explanation_and_tools(no_error):
+    lab = onnx_lab.open("sample:convnet")
+    f = FusionLab(lab)
+    patterns = [v for _, v in f.pattern_filter.options if v != "*"]
+    conv_bn = next(p for p in patterns if p.startswith("conv_bn"))
+    f.pattern_filter.value = conv_bn
+    assert set(f.matches.df["pattern"]) == {conv_bn}
+    mid = f.matches.page_keys()[0]
+    f.matches.checkbox(mid).value = True
+    text = "".join(o["data"]["text/markdown"] for o in f.explanation.outputs)
+    assert "BatchNormalization" in text and "γ" in text  # the folding math
+    f.pattern_filter.value = "*"
+    assert f.selected == [mid]  # the selection survives filtering
+    f.apply_button.click()
+    no_error(f)
+    assert f.result.name == "fuse_conv_bn" and f.result.matches == [mid]
+    f.ort_level.value = "ort:extended"
+    f.ort_button.click()
+    no_error(f)
+    assert f.result.name == "ort:extended" and "lab.apply(&#x27;ort:extended&#x27;)" in f.code.value
+    f.onnxsim_button.click()
+    no_error(f)
+    assert f.result.name == "onnxsim"
+    hist = lab.history
+    assert list(hist["pass"]) == ["original", "fuse_conv_bn", "ort:extended", "onnxsim"]
+
+
+def test_fusion_lab_errors_show_in_widget(tmp_path):
+    lab = onnx_lab.open("sample:transformer_block")  # dims unresolved: verification needs them
+    f = FusionLab(lab)
+    assert f.error is None
+    f.ort_button.click()  # verification needs dims: must not raise
+    assert type(f.error).__name__ == "DimError" and "onnx-lab-error" in f.status.value
+    assert "batch" in f.status.value and len(lab.history) == 1
+    f.redo_button.click()  # nothing to redo: InputError in the widget
+    assert type(f.error).__name__ == "InputError"
+    f.save_button.click()
+    assert "file name" in f.status.value
+    conv = onnx_lab.open("sample:convnet")
+    fc = FusionLab(conv)
+    fc.save_path.value = str(conv.path)  # the source file: refused without overwrite
+    fc.save_button.click()
+    assert type(fc.error).__name__ == "SaveError"
+    fc.step.max = 5
+    fc.step.value = 5
+    fc.checkout_button.click()
+    assert type(fc.error).__name__ == "InputError"
+
+
+def _select_preview_apply_undo(f, sample_lab, pats, n0, no_error):
+    f.select_all.click()
+    assert f.selected == list(pats["match_id"])
+    f.preview_button.click()
+    no_error(f)
+    prev = f.result
+    assert prev["result"].modified and prev["before"].svg is not None or prev["before"].dot
+    assert len(sample_lab.history) == 1  # preview leaves the history alone
+    f.matches.clear.click()
+    first = pats["match_id"].iloc[0]
+    f.matches.checkbox(first).value = True
+    f.apply_button.click()
+    no_error(f)
+    r = f.result
+    assert r.modified and r.verify_passed is True
+    assert len(sample_lab.index) == r.nodes_after < n0
+    assert "data-step='1'" in f.history_html.value and ">passed<" in f.history_html.value
+    assert f"lab.apply({r.name!r}, matches=[{first!r}])".replace("'", "&#x27;") in f.code.value
+    assert f.selected == [] and first not in set(f.patterns["match_id"])
+    f.undo_button.click()
+    no_error(f)
+    assert len(sample_lab.index) == n0 and f.undo_button.disabled
+    f.redo_button.click()
+    no_error(f)
+    assert len(sample_lab.index) == r.nodes_after
+    f.step.value = 0
+    f.checkout_button.click()
+    no_error(f)
+    assert len(sample_lab.index) == n0 and "lab.checkout(0)" in f.code.value
