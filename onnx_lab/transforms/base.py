@@ -526,6 +526,13 @@ class LabPass(ir.passes.InPlacePass):
         tool_result = self.transform(model)
         if tool_result is not None or type(self).transform is not LabPass.transform:
             return self._tool_result(model, tool_result, t0)
+        self._skipped = []
+        if self.selected is None and not self.find(model):
+            # Nothing to do: answer without cloning (most passes of a preset are no-ops on a
+            # given model, and a clone of a large graph costs more than find()).
+            reason = "; ".join(self._skipped) or self._reason or self.no_match_reason
+            return PassResult(self.name, dict(self.options), False, len(before), len(before),
+                              {}, [], reason, time.perf_counter() - t0, [], model, [])
         work = LabModel(model.ir.clone(), path=model.path)
         stamp_origins(work)
         # Unnamed (or duplicate-named) nodes have position-derived ids, which shift when nodes

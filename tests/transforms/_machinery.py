@@ -42,7 +42,7 @@ def chain_lab(**kw) -> onnx_lab.Lab:
     return onnx_lab.open(chain_proto(), dims=kw.pop("dims", {"batch": 2}), **kw)
 
 
-@register_pass("test_drop_identity")
+@register_pass("test_drop_identity", kind="test")
 class DropIdentity(LabPass):
     """Test pass: remove Identity nodes, one match each."""
 
@@ -59,7 +59,7 @@ class DropIdentity(LabPass):
             rw.bypass(model.index.node(m.anchor))
 
 
-@register_pass("test_perturb_weight")
+@register_pass("test_perturb_weight", kind="test")
 class PerturbWeight(LabPass):
     """Test pass (deliberately wrong): add `delta` to the weight of one MatMul."""
 
