@@ -106,3 +106,24 @@ def test_scalar_results_stay_scalars():
     assert ops(r.model) == ["Mul"]
     assert r.model.ir.graph.initializers["s"].const_value.numpy().shape == ()
     assert_same_outputs(m, r.model)
+
+
+def test_guard_is_cumulative_and_identity_copies_are_left():
+    text = """g (float[256,256] x) => (float[256,256] y) {
+        a = Expand(one, shape)
+        b = Expand(two, shape)
+        c = Add(x, a)
+        y = Add(c, b)
+    }"""
+    m = model_from_text(text, {"one": np.array([1.0], np.float32),
+                               "two": np.array([2.0], np.float32),
+                               "shape": np.array([256, 256])})
+    r = apply("fold_constants", m, max_growth_bytes=300_000)  # one 256 KB fold fits, not two
+    assert r.modified and ops(r.model) == ["Expand", "Add", "Add"]
+    assert any("after 256.0 KB from earlier folds" in n for n in r.notes)
+    assert_same_outputs(m, r.model)
+    text = """g (float[3] x) => (float[3] y) { w2 = Identity(w)  a = Add(x, w)  y = Mul(a, w2) }"""
+    r = apply("fold_constants", model_from_text(text, {"w": rand(3)}))
+    assert r.modified is False
+    assert r.reason == ("Identity_0: it only copies the constant 'w' (eliminate_identity "
+                        "removes it without duplicating data)")

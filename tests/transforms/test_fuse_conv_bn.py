@@ -158,3 +158,23 @@ def test_origins_compose_over_two_passes():
     assert r2.provenance["/block2/conv/Conv"] == ["/block2/conv/Conv",
                                                   "/block2/bn/BatchNormalization"]
     assert_same_outputs(before, r2.model)
+
+
+def test_bn_with_two_readers_folds_and_training_bn_is_skipped():
+    text = """g (float[1,2,5,5] x) => (float[1,3,5,5] y, float[1,3,5,5] z) {
+        c = Conv <pads=[1,1,1,1]> (x, w)
+        h = BatchNormalization (c, bn_g, bn_b, bn_m, bn_v)
+        y = Relu(h)
+        z = Sigmoid(h)
+    }"""
+    m = model_from_text(text, {"w": rand(3, 2, 3, 3), **_bn_inits(3)})
+    r = apply("fuse_conv_bn", m)
+    assert ops(r.model) == ["Conv", "Relu", "Sigmoid"]
+    assert_same_outputs(m, r.model)
+    text = """g (float[1,2,5,5] x) => (float[1,3,5,5] y, float[3] rm, float[3] rv) {
+        c = Conv <pads=[1,1,1,1]> (x, w)
+        y, rm, rv = BatchNormalization <training_mode=1> (c, bn_g, bn_b, bn_m, bn_v)
+    }"""
+    r = apply("fuse_conv_bn", model_from_text(text, {"w": rand(3, 2, 3, 3), **_bn_inits(3)}))
+    assert r.modified is False
+    assert r.reason == "Conv_0: BatchNormalization_1 runs in training mode"

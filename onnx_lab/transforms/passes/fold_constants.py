@@ -86,6 +86,12 @@ class FoldConstants(LabPass):
             if not frontier:
                 continue  # only feeds other foldable nodes: part of their match
             members = self._ancestors(node, fold)
+            if all(m.op_type in ("Identity", "Constant") for m in members):
+                # Folding would copy the constant (exporters share weights through Identity);
+                # eliminate_identity removes the node without duplicating data.
+                self.skip(nid, f"it only copies the constant {node.inputs[0].name!r} "
+                               "(eliminate_identity removes it without duplicating data)")
+                continue
             if types is None:
                 types = model.types()
             produced = 0
@@ -149,8 +155,16 @@ class FoldConstants(LabPass):
         res = ReferenceEvaluator(proto).run(None, {})
         return [np.asarray(r) if not isinstance(r, np.ndarray) else r for r in res]
 
+    @staticmethod
+    def _refusal(anchor: str, growth: int, grown: int, limit: int) -> str:
+        before = f" after {_fmt(grown)} from earlier folds" if grown > 0 else ""
+        return (f"fold of {anchor} refused: it would grow the model by {_fmt(growth)}{before} "
+                f"(> max_growth_bytes={limit})")
+
     def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        # The limit bounds the growth of the whole step, not of each fold alone.
         limit = self.options["max_growth_bytes"]
+        grown = 0
         applied: list[ir.Node] = []
         renames: list[tuple[ir.Value, str, ir.Node]] = []
         for m in matches:
@@ -158,10 +172,9 @@ class FoldConstants(LabPass):
             if any(n.graph is None for n in nodes):
                 continue
             produced = m.data["produced"]
-            if produced is not None and produced - m.data["freed"] > limit:
-                rw.notes.append(f"fold of {m.anchor} refused: it would grow the model by "
-                                f"{_fmt(produced - m.data['freed'])} (> max_growth_bytes="
-                                f"{limit})")
+            if produced is not None and grown + produced - m.data["freed"] > limit:
+                rw.notes.append(self._refusal(m.anchor, produced - m.data["freed"], grown,
+                                              limit))
                 continue
             try:
                 arrays = self._evaluate(model, nodes, frontier)
@@ -173,10 +186,10 @@ class FoldConstants(LabPass):
                 rw.notes.append(f"fold of {m.anchor} skipped: it yields non-tensor values")
                 continue
             growth = sum(a.nbytes for a in arrays) - m.data["freed"]
-            if growth > limit:
-                rw.notes.append(f"fold of {m.anchor} refused: it would grow the model by "
-                                f"{_fmt(growth)} (> max_growth_bytes={limit})")
+            if grown + growth > limit:
+                rw.notes.append(self._refusal(m.anchor, growth, grown, limit))
                 continue
+            grown += growth
             for o, arr in zip(frontier, arrays):
                 tmp = rw.add_initializer(model.ir.graph, f"{o.name}__folded", arr)
                 o.replace_all_uses_with(tmp)
