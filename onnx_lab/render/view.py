@@ -411,8 +411,10 @@ def render_model(model: LabModel, nodes: Any = None, *, around: str | Iterable[s
         plan = _collapse.plan_collapse(model, graph, order_topo, collapse, max_nodes, expand,
                                        fold_constants=fold)
         notes.extend(plan.notes)
-        order = _cut_units(order_topo, plan, live, max_nodes, notes)
+        order = _cut_units(order_topo, order, plan, live, max_nodes, notes)
     selected = sorted(order, key=pos.__getitem__)
+    if not selected:
+        notes.append("nothing to draw: the selection is empty.")
 
     types = model.types(dims, shapes) if show_shapes else {}
     view = build_view(model, graph, selected, groups=plan.groups, types=types,
@@ -437,13 +439,14 @@ def render_model(model: LabModel, nodes: Any = None, *, around: str | Iterable[s
                      seconds=time.perf_counter() - t0)
 
 
-def _cut_units(order: list[str], plan: _collapse.CollapsePlan, live, max_nodes: int,
-               notes: list[str]) -> list[str]:
-    """Keep the first ``max_nodes`` drawn units (boxes count once) in topological order."""
+def _cut_units(order: list[str], priority: list[str], plan: _collapse.CollapsePlan, live,
+               max_nodes: int, notes: list[str]) -> list[str]:
+    """Keep the first ``max_nodes`` drawn units (boxes count once) in ``priority`` order
+    (hop distance for neighbourhoods, else topological)."""
     box_of = {m: k for k, g in plan.groups.items() for m in g.members}
     units: list[str] = []
     seen: set[str] = set()
-    for n in live(order):
+    for n in live(priority):
         u = box_of.get(n, n)
         if u not in seen:
             seen.add(u)
