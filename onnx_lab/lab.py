@@ -193,7 +193,7 @@ class Lab:
         the shapes on edges). Returns a :class:`~onnx_lab.render.view.Rendering`.
 
         Example:
-            >>> lab.render(lab.nodes.query("op_type == 'Conv'"), radius=1)
+            >>> lab.render(lab.nodes.query("op_type == 'Conv'"))
             >>> lab.render(collapse="auto", expand="/layer.0")
         """
         from onnx_lab.render.view import render_model
