@@ -77,19 +77,31 @@ def _stats(a: np.ndarray) -> tuple:
             return (None,) * 9
     if a.dtype.kind not in "fiub" or a.size == 0:
         return (None,) * 9
-    x = a.astype(np.float64, copy=False).ravel()
-    nan = int(np.isnan(x).sum())
-    inf = int(np.isinf(x).sum())
-    finite = x[np.isfinite(x)] if (nan or inf) else x
+    x = a.reshape(-1)
+    if x.dtype == np.bool_:
+        x = x.view(np.uint8)
+    nan = inf = 0
+    finite = x
+    if x.dtype.kind == "f":
+        ok = np.isfinite(x)
+        bad = x.size - int(np.count_nonzero(ok))
+        if bad:
+            nan = int(np.count_nonzero(np.isnan(x)))
+            inf = bad - nan
+            finite = x[ok]
+        del ok
+    zeros = float(np.count_nonzero(x == 0) / x.size)
     if finite.size == 0:
-        return (None, None, None, None, None, float((x == 0).mean()), nan, inf, None)
+        return (None, None, None, None, None, zeros, nan, inf, None)
+    # Work in the weight's own dtype and accumulate in float64: no float64 copy of a
+    # multi-GB tensor, one tensor's temporaries at a time.
     mn, mx = float(finite.min()), float(finite.max())
-    mean, std = float(finite.mean()), float(finite.std())
-    absmax = float(np.abs(finite).max())
+    mean = float(finite.mean(dtype=np.float64))
+    std = float(finite.std(dtype=np.float64))
     # How many standard deviations the most extreme value lies from the mean: large values
     # mark weights that will quantize badly or hint at a corrupted tensor.
-    outlier = float(max(abs(mx - mean), abs(mn - mean)) / std) if std > 0 else 0.0
-    return (mn, mx, mean, std, absmax, float((x == 0).mean()), nan, inf, outlier)
+    outlier = float(max(mx - mean, mean - mn) / std) if std > 0 else 0.0
+    return (mn, mx, mean, std, max(abs(mn), abs(mx)), zeros, nan, inf, outlier)
 
 
 def weight_stats(model: LabModel, names: Iterable[str] | None = None) -> pd.DataFrame:
@@ -117,9 +129,15 @@ def weight_stats(model: LabModel, names: Iterable[str] | None = None) -> pd.Data
     tensors = _weight_tensors(model)
     rows = []
     for r in table.itertuples():
-        values = _read(r.name, tensors[r.name])
+        t = tensors[r.name]
+        # External weights this call maps are unmapped again after their statistics, so
+        # peak memory stays at one weight even for multi-GB models.
+        unmap = isinstance(t, ir.ExternalTensor) and t.raw is None
+        values = _read(r.name, t)
         rows.append((r.name, r.dtype, r.shape, r.numel, *_stats(values), r.source))
         del values
+        if unmap:
+            t.release()
     return pd.DataFrame(rows, columns=STATS_COLUMNS)
 
 

@@ -119,3 +119,22 @@ def test_external_weights_read_lazily_and_errors_name_the_file(tmp_path):
     (tmp_path / "m.onnx.data").unlink()
     with pytest.raises(ExternalDataError, match="'stem.conv.weight'.*'m.onnx.data'"):
         gone.weight_stats()
+
+
+def test_weight_stats_unmaps_what_it_mapped(tmp_path):
+    path = save_external(onnx_lab.samples.build("convnet"), tmp_path / "m.onnx")
+    lab = onnx_lab.open(path)
+    held = weight_values(lab.model, "head.fc.bias")  # mapped by the caller: stays mapped
+    stats = lab.weight_stats()
+    assert len(stats) == 21
+    mapped = {t.name for t in lab.model.external_tensors() if t.raw is not None}
+    assert mapped == {"head.fc.bias"}
+    assert held.shape == (10,)
+
+
+def test_bool_and_int_weights():
+    r = onnx_lab.open(_model_with(b=np.array([True, False, True, True]))).weight_stats().iloc[0]
+    assert r["mean"] == 0.75 and r["zeros_frac"] == 0.25 and r["max"] == 1
+    r = onnx_lab.open(_model_with(i=np.array([-5, 0, 5, 10], np.int64))).weight_stats().iloc[0]
+    assert (r["min"], r["max"], r["abs_max"]) == (-5, 10, 10)
+    assert r["mean"] == 2.5 and r["std"] == pytest.approx(np.std([-5, 0, 5, 10]))
