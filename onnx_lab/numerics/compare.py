@@ -195,7 +195,8 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     accs = {p: MetricAccumulator(atol, rtol) for p in pairs}
     out_set = set(out_pairs)
     kept: dict[tuple[str, str], tuple[list, list]] = {p: ([], []) for p in out_pairs}
-    with Progress(progress, len(chunks), "compare") as bar:
+    # Two steps per chunk (reference, then candidate) so even one chunk shows progress.
+    with Progress(progress, 2 * len(chunks), "compare") as bar:
         for i, chunk in enumerate(chunks):
             r_names = list(dict.fromkeys(r for r, _ in chunk))
             c_names = list(dict.fromkeys(c for _, c in chunk))
@@ -203,6 +204,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
                 ref_vals = _run_all(ref_model, feed_list, r_names, ref_prov, "reference")
             else:
                 ref_vals = [{r: ref_dict[r] for r in r_names}]  # type: ignore[index]
+            bar.step(f"compare: reference, chunk {i + 1}/{len(chunks)}")
             sess = _session(cand_model, c_names, cand_prov, "candidate")
             for s, f in enumerate(feed_list):
                 cand_vals = _run(sess, f, c_names, "candidate")
@@ -214,7 +216,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
                         kept[p][1].append(cand_vals[p[1]])
                 del cand_vals
             del sess, ref_vals
-            bar.step(f"compare: chunk {i + 1}/{len(chunks)}")
+            bar.step(f"compare: candidate, chunk {i + 1}/{len(chunks)}")
 
     metrics = {p: a.result() for p, a in accs.items()}
     outputs = pd.DataFrame([{"tensor": r, "cand_tensor": c, **metrics[(r, c)]}

@@ -154,7 +154,8 @@ def test_tiny_max_bytes_gives_identical_metrics():
     pd.testing.assert_frame_equal(big.layers, small.layers)
     pd.testing.assert_frame_equal(big.outputs, small.outputs)
     assert big.first_divergence == small.first_divergence
-    assert calls[-1][0] == calls[-1][1] == len(small.layers)  # one chunk per tensor
+    assert calls[-1][0] == calls[-1][1] == 2 * len(small.layers)  # a chunk per tensor, 2 steps
+    assert calls[0] == (0, calls[-1][1])
 
 
 def _masked_softmax_model():
