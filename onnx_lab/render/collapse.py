@@ -175,8 +175,13 @@ def plan_collapse(model: LabModel, graph: str, ids: Sequence[str], collapse: int
             return plan
         if collapse == "auto":
             depth = None
-            # Deepest depth that fits, counting expanded scopes as their members.
-            for d in range(max_depth, 0, -1):
+            # Deepest depth that fits, counting expanded scopes as their members. With expand,
+            # no deeper than the expanded scope: it opens among boxes of its own level
+            # (expand='/h.3' shows /h.0 ... /h.23 as boxes and /h.3 open).
+            top = max_depth
+            if exp:
+                top = min(max_depth, min(len(scope_parts(e)) for e in exp))
+            for d in range(top, 0, -1):
                 n, _ = _units(scopes, d)
                 if exp:
                     n += sum(1 for p in scopes.values()
