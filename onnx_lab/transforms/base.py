@@ -268,6 +268,9 @@ class Rewrite:
         value = ir.Value(name=name, shape=tensor.shape, type=ir.TensorType(tensor.dtype),
                          const_value=tensor)
         graph.register_initializer(value)
+        if (self.model.ir.ir_version or 0) < 4:
+            # IR < 4 requires every initializer to be listed as a graph input too.
+            graph.inputs.append(value)
         self.modified = True
         return value
 

@@ -28,3 +28,21 @@ def test_constants_to_initializers():
     assert_same_outputs(m, r.model)
     r2 = apply("constants_to_initializers", r.model)
     assert r2.modified is False and r2.reason == "no Constant node in the main graph"
+
+
+def test_ir3_models_list_new_initializers_as_inputs():
+    import onnx
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["k"], name="const_k",
+                          value=numpy_helper.from_array(rand(3), "k")),
+         helper.make_node("Mul", ["x", "k"], ["y"], name="mul")],
+        "g", [helper.make_tensor_value_info("x", 1, [3])],
+        [helper.make_tensor_value_info("y", 1, [3])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    proto.ir_version = 3
+    m = onnx_lab.open(proto).model
+    r = apply("constants_to_initializers", m)
+    out = r.model.to_proto()
+    onnx.checker.check_model(out)  # IR 3: every initializer must be a graph input
+    assert [i.name for i in out.graph.input] == ["x", "k"]
+    assert_same_outputs(m, r.model)
