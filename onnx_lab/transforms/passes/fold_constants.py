@@ -106,7 +106,9 @@ class FoldConstants(LabPass):
             saving = freed - produced if produced is not None else 0
             ids = [nid] + [model.index.node_id(m) for m in members if m is not node]
             limit = self.options["max_growth_bytes"]
-            desc = f"{node.op_type} {nid} depends only on constants ({len(members)} node(s))"
+            desc = (f"{node.op_type} {nid} depends only on constants"
+                    + (f" ({len(members)} nodes)" if len(members) > 1 else "")
+                    + ": its result becomes an initializer")
             if produced is not None and -saving > limit:
                 desc += f"; folding would grow the model by {_fmt(-saving)}, over the limit"
             out.append(Match(f"{self.name}:{nid}", "constant_subgraph", self.name, ids, nid,
