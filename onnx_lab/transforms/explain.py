@@ -97,8 +97,10 @@ Example: sample:convnet stores its head weight flat and reshapes it at run time:
 `Reshape(weight_flat[160], [10, 16])` becomes the initializer `[10, 16]` itself.
 
 **The guard.** Folding can *grow* a model: `Expand(1.0, [4096, 4096])` is 4 bytes before and
-64 MB after. A fold whose results are larger than what it frees by more than
-`max_growth_bytes` (default 16 MB) is refused, and the result's notes say so.
+64 MB after. Folds are applied while the step's total growth (bytes produced minus bytes freed)
+stays within `max_growth_bytes` (default 16 MB); the others are refused, and the result's notes
+say so. An Identity of a constant is left to `eliminate_identity`: folding it would copy the
+weight.
 
 **Never folded.** Random ops (RandomNormal, RandomUniform, Bernoulli, Multinomial…), Dropout,
 nodes with bodies (If/Loop/Scan), and ops in non-default domains — their values are not
