@@ -46,8 +46,16 @@ def node_scope(node: ir.Node) -> str:
     scopes = node.metadata_props.get("pkg.torch.onnx.name_scopes")
     if scopes:
         parts = [p.strip(" '\"") for p in scopes.strip("[]").split(",") if p.strip(" '\"")]
-        if len(parts) > 1:
-            return "/" + "/".join(parts[:-1])
+        # Dynamo lists each module level by its qualified name ('layer.0',
+        # 'layer.0.attention', 'layer.0.attention.key') and the op last; keep each level's
+        # own name so scopes read like TorchScript's ('/layer.0/attention/key').
+        local, parent = [], ""
+        for part in parts[:-1]:
+            local.append(part[len(parent) + 1:] if parent and part.startswith(parent + ".")
+                         else part)
+            parent = part
+        if local:
+            return "/" + "/".join(local)
     return ""
 
 

@@ -174,6 +174,14 @@ def test_node_scope():
     dynamo = ir.Node("", "MatMul", [], name="node_matmul", metadata_props={
         "pkg.torch.onnx.name_scopes": "['', 'encoder', 'layer.3', 'matmul']"})
     assert node_scope(dynamo) == "/encoder/layer.3"
+    # Dynamo writes qualified names per module level.
+    nested = ir.Node("", "MatMul", [], name="node_linear_1", metadata_props={
+        "pkg.torch.onnx.name_scopes":
+            "['', 'layer.0', 'layer.0.attention', 'layer.0.attention.key', 'linear_1']"})
+    assert node_scope(nested) == "/layer.0/attention/key"
+    top = ir.Node("", "Add", [], name="node_add", metadata_props={
+        "pkg.torch.onnx.name_scopes": "['', 'add_20']"})
+    assert node_scope(top) == ""
 
 
 def test_node_reading_a_tensor_twice_is_one_consumer():
