@@ -178,3 +178,25 @@ def test_bn_with_two_readers_folds_and_training_bn_is_skipped():
     r = apply("fuse_conv_bn", model_from_text(text, {"w": rand(3, 2, 3, 3), **_bn_inits(3)}))
     assert r.modified is False
     assert r.reason == "Conv_0: BatchNormalization_1 runs in training mode"
+
+
+def test_inside_an_if_body_with_outer_weights():
+    text = """g (bool c, float[1,2,5,5] x) => (float[1,3,5,5] y) {
+        y = If (c) <then_branch = t () => (float[1,3,5,5] a) {
+                        h = Conv <pads=[1,1,1,1]> (x, w)
+                        a = BatchNormalization (h, bn_g, bn_b, bn_m, bn_v) },
+                    else_branch = e () => (float[1,3,5,5] b) {
+                        b = Conv <pads=[1,1,1,1]> (x, w) }>
+    }"""
+    m = model_from_text(text, {"w": rand(3, 2, 3, 3), **_bn_inits(3)})
+    r = apply("fuse_conv_bn", m)
+    assert r.removed == ["If_0/then_branch/BatchNormalization_1"]
+    # w is still read by the else-branch Conv, so the then-branch Conv got its own copy.
+    assert "w" in r.model.ir.graph.initializers
+    import numpy as np
+
+    from onnx_lab.numerics.capture import run
+    for c in (True, False):
+        feeds = {"c": np.array(c), "x": rand(1, 2, 5, 5, seed=11)}
+        np.testing.assert_allclose(run(r.model, feeds)["y"], run(m, feeds)["y"], atol=1e-5,
+                                   rtol=1e-4)
