@@ -162,6 +162,10 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
 
     cand_model = cand_lab.model
     ref_model = ref_lab.model if ref_lab is not None else None
+    # session.runtime_proto caches a full ModelProto (a copy of the weights) on the model;
+    # drop the caches this call creates so a Lab does not carry one after the comparison.
+    uncached = [m for m in (ref_model, cand_model)
+                if m is not None and getattr(m, "_runtime_proto", None) is None]
     # -- alignment and the list of pairs
     if ref_model is not None:
         alignment = align(ref_model, cand_model) if layerwise else None
@@ -195,29 +199,32 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     accs = {p: MetricAccumulator(atol, rtol) for p in pairs}
     out_set = set(out_pairs)
     kept: dict[tuple[str, str], tuple[list, list]] = {p: ([], []) for p in out_pairs}
-    # Two steps per chunk (reference, then candidate) so even one chunk shows progress.
-    with Progress(progress, 2 * len(chunks), "compare") as bar:
-        for i, chunk in enumerate(chunks):
-            r_names = list(dict.fromkeys(r for r, _ in chunk))
-            c_names = list(dict.fromkeys(c for _, c in chunk))
-            if ref_model is not None:
-                ref_vals = _run_all(ref_model, feed_list, r_names, ref_prov, "reference")
-            else:
-                ref_vals = [{r: ref_dict[r] for r in r_names}]  # type: ignore[index]
-            bar.step(f"compare: reference, chunk {i + 1}/{len(chunks)}")
-            sess = _session(cand_model, c_names, cand_prov, "candidate")
-            for s, f in enumerate(feed_list):
-                cand_vals = _run(sess, f, c_names, "candidate")
-                rv = ref_vals[min(s, len(ref_vals) - 1)]
-                for p in chunk:
-                    accs[p].add(rv[p[0]], cand_vals[p[1]])
-                    if p in out_set:
-                        kept[p][0].append(rv[p[0]])
-                        kept[p][1].append(cand_vals[p[1]])
-                del cand_vals
-            del sess, ref_vals
-            bar.step(f"compare: candidate, chunk {i + 1}/{len(chunks)}")
-
+    try:
+        # Two steps per chunk (reference, then candidate) so even one chunk shows progress.
+        with Progress(progress, 2 * len(chunks), "compare") as bar:
+            for i, chunk in enumerate(chunks):
+                r_names = list(dict.fromkeys(r for r, _ in chunk))
+                c_names = list(dict.fromkeys(c for _, c in chunk))
+                if ref_model is not None:
+                    ref_vals = _run_all(ref_model, feed_list, r_names, ref_prov, "reference")
+                else:
+                    ref_vals = [{r: ref_dict[r] for r in r_names}]  # type: ignore[index]
+                bar.step(f"compare: reference, chunk {i + 1}/{len(chunks)}")
+                sess = _session(cand_model, c_names, cand_prov, "candidate")
+                for s, f in enumerate(feed_list):
+                    cand_vals = _run(sess, f, c_names, "candidate")
+                    rv = ref_vals[min(s, len(ref_vals) - 1)]
+                    for p in chunk:
+                        accs[p].add(rv[p[0]], cand_vals[p[1]])
+                        if p in out_set:
+                            kept[p][0].append(rv[p[0]])
+                            kept[p][1].append(cand_vals[p[1]])
+                    del cand_vals
+                del sess, ref_vals
+                bar.step(f"compare: candidate, chunk {i + 1}/{len(chunks)}")
+    finally:
+        for m in uncached:
+            m.__dict__.pop("_runtime_proto", None)
     metrics = {p: a.result() for p, a in accs.items()}
     outputs = pd.DataFrame([{"tensor": r, "cand_tensor": c, **metrics[(r, c)]}
                             for r, c in out_pairs], columns=OUTPUT_COLUMNS)
@@ -313,6 +320,16 @@ def _run_all(model: LabModel, feed_list: list, names: list[str], providers: list
              what: str) -> list[dict[str, np.ndarray]]:
     sess = _session(model, names, providers, what)
     return [_run(sess, f, names, what) for f in feed_list]
+
+
+def _run_once(model: LabModel, feeds, name: str, providers: list[str], what: str) -> np.ndarray:
+    """One tensor of one run, without leaving a runtime-proto cache on the model."""
+    cached = getattr(model, "_runtime_proto", None) is not None
+    try:
+        return _run(_session(model, [name], providers, what), feeds, [name], what)[name]
+    finally:
+        if not cached:
+            model.__dict__.pop("_runtime_proto", None)
 
 
 def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFrame
@@ -447,12 +464,11 @@ class Comparison:
             return kept[0][min(sample, len(kept[0]) - 1)], kept[1][sample]
         feeds = self.feeds[sample]
         if self.reference is not None:
-            sess = _session(self.reference.model, [ref_name], self.providers[0], "reference")
-            ref = _run(sess, feeds, [ref_name], "reference")[ref_name]
+            ref = _run_once(self.reference.model, feeds, ref_name, self.providers[0],
+                            "reference")
         else:
             ref = self._ref_values[ref_name]  # type: ignore[index]
-        sess = _session(self.candidate.model, [cand_name], self.providers[1], "candidate")
-        cand = _run(sess, feeds, [cand_name], "candidate")[cand_name]
+        cand = _run_once(self.candidate.model, feeds, cand_name, self.providers[1], "candidate")
         return ref, cand
 
     # -- views
