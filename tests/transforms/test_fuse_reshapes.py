@@ -78,3 +78,29 @@ def test_no_match_and_mismatch():
     r = apply("fuse_reshapes", m)
     assert r.modified is False
     assert r.reason == "Unsqueeze_0: the Squeeze removes other axes than the Unsqueeze added"
+
+
+def test_merge_properties():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.data())
+    def check(data):
+        r = data.draw(st.integers(1, 4))
+        k1 = data.draw(st.integers(1, 2))
+        k2 = data.draw(st.integers(1, 2))
+        a1 = data.draw(st.lists(st.integers(-(r + k1), r + k1 - 1), min_size=k1, max_size=k1,
+                                unique_by=lambda a: a % (r + k1)))
+        a2 = data.draw(st.lists(st.integers(-(r + k1 + k2), r + k1 + k2 - 1), min_size=k2,
+                                max_size=k2, unique_by=lambda a: a % (r + k1 + k2)))
+        x = np.zeros(tuple(range(2, 2 + r)))
+        two = np.expand_dims(np.expand_dims(x, tuple(a1)), tuple(a2))
+        assert np.expand_dims(x, tuple(merge_unsqueeze(a1, a2, r))).shape == two.shape
+        # Squeeze: undo the two Unsqueezes in the other order.
+        s1, s2 = a2, a1
+        y = two
+        assert np.squeeze(np.squeeze(y, tuple(s1)), tuple(s2)).shape == x.shape
+        assert np.squeeze(y, tuple(merge_squeeze(s1, s2, y.ndim))).shape == x.shape
+
+    check()

@@ -64,3 +64,20 @@ def test_selective():
     r = apply("fuse_transposes", m)
     assert ops(r.model) == ["Relu", "Transpose", "Transpose"]
     assert_same_outputs(m, r.model)
+
+
+def test_compose_property():
+    import numpy as np
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.integers(1, 5).flatmap(lambda r: st.tuples(st.permutations(range(r)),
+                                                         st.permutations(range(r)))))
+    def check(perms):
+        p1, p2 = perms
+        x = np.arange(int(np.prod(range(2, 2 + len(p1))))).reshape(tuple(range(2, 2 + len(p1))))
+        np.testing.assert_array_equal(np.transpose(np.transpose(x, p1), p2),
+                                      np.transpose(x, compose(list(p1), list(p2))))
+
+    check()
