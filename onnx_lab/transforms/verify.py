@@ -227,6 +227,8 @@ def _compare(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float
     if ref.shape != cand.shape:
         return math.inf, math.inf, False, f"shape {list(cand.shape)} != reference " \
             f"{list(ref.shape)}"
+    if ref.dtype == cand.dtype and np.array_equal(ref, cand):
+        return 0.0, 0.0, True, ""  # the common case of a step: bit-identical values
     if ref.dtype.kind in "OSU" or cand.dtype.kind in "OSU":
         same = bool(np.array_equal(ref, cand))
         return (0.0 if same else math.inf), (0.0 if same else math.inf), same, ""
@@ -260,7 +262,7 @@ def _dtype_name(arr: np.ndarray) -> str:
 def _run(model: LabModel, feeds: dict[str, np.ndarray], names: list[str], providers,
          cache: dict | None, key: str, extra: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Values of ``names`` for one sample, reusing ``cache`` when it holds them."""
-    from onnx_lab.numerics.capture import run
+    from onnx_lab.transforms._runner import run
 
     if cache is not None:
         entry = cache.get(id(model))
@@ -269,7 +271,7 @@ def _run(model: LabModel, feeds: dict[str, np.ndarray], names: list[str], provid
             if all(n in have for n in names):
                 return {n: have[n] for n in names}
     want = list(dict.fromkeys([*names, *extra]))
-    values = run(model, feeds, outputs=want, providers=providers)
+    values = run(model, feeds, want, providers=providers)
     if cache is not None:
         slot = cache.setdefault(id(model), (model, {}))
         if slot[0] is not model:  # a dead model's id was reused

@@ -1,0 +1,132 @@
+"""Run model versions for verification with their weights handed to onnxruntime in memory.
+
+``numerics.session.make_session`` serializes the whole model, weights included, for every
+session: for BERT-base (435 MB) that is ~2 s of protobuf work per session before onnxruntime
+parses it all again. Verification builds one session per model version, and the versions of
+one Lab share almost all their weight tensors, so here the graph is serialized with each large
+initializer as an external placeholder and the weights are given to onnxruntime with
+``SessionOptions.add_external_initializers`` as OrtValues over numpy arrays, made once per
+tensor object and shared by every version that holds it. Anything this path cannot express
+falls back to ``numerics.capture.run``.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["run"]
+
+_INLINE_BYTES = 1024  # small tensors (shape vectors, axes) stay in the graph
+_PLACEHOLDER = "__onnx_lab_in_memory__"
+_NUMPY_OK = {np.dtype(t) for t in ("float32", "float64", "float16", "int8", "uint8", "int16",
+                                   "uint16", "int32", "uint32", "int64", "uint64", "bool")}
+_ARRAYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tensor -> (array, OrtValue)
+
+
+def _ortvalue(tensor: Any):
+    import onnxruntime as ort
+
+    hit = _ARRAYS.get(tensor)
+    if hit is None:
+        arr = np.ascontiguousarray(tensor.numpy())
+        if arr.dtype not in _NUMPY_OK:
+            return None
+        hit = (arr, ort.OrtValue.ortvalue_from_numpy(arr))
+        _ARRAYS[tensor] = hit
+    return hit[1]
+
+
+def _prepare(model: LabModel) -> tuple[onnx.ModelProto, list[str], list[Any], str | None]:
+    cached = getattr(model, "_verify_runtime", None)
+    if cached is not None:
+        return cached
+    clone = model.ir.clone()  # shares tensors; only the clone's values are re-pointed
+    names: list[str] = []
+    values: list[Any] = []
+    folders: set[str] = set()
+    for name, v in clone.graph.initializers.items():
+        t = v.const_value
+        if t is None:
+            continue
+        if t.nbytes <= _INLINE_BYTES:
+            # onnxruntime's shape inference reads small constants (Reshape targets) from the
+            # graph itself, before injected initializers exist: keep them inline.
+            if isinstance(t, ir.ExternalTensor):
+                v.const_value = ir.Tensor(np.array(t.numpy()), name=name)
+            continue
+        if isinstance(t, ir.ExternalTensor):
+            # onnxruntime reads (maps) these files itself, as in make_session.
+            folders.add(str(t.base_dir))
+            continue
+        ov = _ortvalue(t)
+        if ov is None:
+            continue
+        v.const_value = ir.ExternalTensor(_PLACEHOLDER, 0, t.nbytes, t.dtype, shape=t.shape,
+                                          name=name)
+        names.append(name)
+        values.append(ov)
+    if len(folders) > 1:
+        raise ValueError(f"external data in several folders {sorted(folders)}")
+    proto = ir.to_proto(clone)
+    cached = (proto, names, values, next(iter(folders), None))
+    model._verify_runtime = cached  # type: ignore[attr-defined] - LabModels are immutable
+    return cached
+
+
+def _fast(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[str],
+          providers: Any) -> dict[str, np.ndarray]:
+    import onnxruntime as ort
+
+    from onnx_lab.numerics.session import resolve_providers
+
+    for g in model.ir.graphs():
+        if g is not model.graph and any(isinstance(v.const_value, ir.ExternalTensor)
+                                        for v in g.initializers.values()):
+            raise ValueError("external tensors inside subgraphs")  # make_session reads them
+    proto, names, values, folder = _prepare(model)
+    kept = list(proto.graph.output)
+    try:
+        del proto.graph.output[:]
+        for n in outputs:
+            proto.graph.output.add().name = n
+        data = proto.SerializeToString()
+    finally:
+        del proto.graph.output[:]
+        proto.graph.output.extend(kept)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # Each session runs once: pre-packing every MatMul weight (MLAS) would cost more than the
+    # run itself (BERT-base: ~1 s of a 1.3 s session start).
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    if names:
+        so.add_external_initializers(names, values)
+    if folder:
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                    folder)
+    sess = ort.InferenceSession(data, so, providers=resolve_providers(providers))
+    got = sess.run(list(outputs), dict(feeds))
+    return dict(zip(outputs, got))
+
+
+def run(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[str],
+        providers: Any = None) -> dict[str, np.ndarray]:
+    """Values of ``outputs`` for one sample (graph optimizations disabled)."""
+    try:
+        return _fast(model, feeds, outputs, providers)
+    except Exception as e:  # noqa: BLE001 - any failure: the reference path decides and explains
+        logger.debug("in-memory weights path failed (%s); using make_session", e)
+    from onnx_lab.numerics.capture import run as capture_run
+
+    return capture_run(model, feeds, outputs=list(outputs), providers=providers)
