@@ -68,13 +68,19 @@ def _q(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+def _h(text: str) -> str:
+    """Text for an HTML-like label. Brackets become character references: dot 2.43's label
+    lexer rejects some of them (a lone ']' inside <FONT>)."""
+    return html.escape(text).replace("[", "&#91;").replace("]", "&#93;").replace("\n", " ")
+
+
 def _html_label(title: str, lines: list[str], value_text: str | None, bold: bool = True) -> str:
-    parts = [f"<B>{html.escape(title)}</B>" if bold else html.escape(title)]
+    parts = [f"<B>{_h(title)}</B>" if bold else _h(title)]
     for ln in lines:
         if ln:
-            parts.append(f'<FONT POINT-SIZE="8">{html.escape(ln)}</FONT>')
+            parts.append(f'<FONT POINT-SIZE="8">{_h(ln)}</FONT>')
     if value_text:
-        parts.append(f'<FONT POINT-SIZE="9"><B>{html.escape(value_text)}</B></FONT>')
+        parts.append(f'<FONT POINT-SIZE="9"><B>{_h(value_text)}</B></FONT>')
     return "<" + "<BR/>".join(parts) + ">"
 
 
@@ -123,11 +129,16 @@ XLABELS_FROM = 80
 
 def to_dot(view: GraphView, *, rankdir: str = "TB") -> str:
     """DOT source of a view: clusters as nested subgraphs, HTML-like labels, a legend."""
-    label_attr = "xlabel" if len(view.nodes) >= XLABELS_FROM else "label"
+    # An expanded scope (a frame among boxes) needs newrank, or dot ranks the frame on its own
+    # and may float it above its producers. newrank with edge labels is slow (4-5 s for 80
+    # elements), with xlabels it is not.
+    mixed = bool(view.clusters) and any(n.kind == "box" for n in view.nodes.values())
+    label_attr = "xlabel" if mixed or len(view.nodes) >= XLABELS_FROM else "label"
     out = [
         "digraph onnx_lab {",
         f'  graph [rankdir={rankdir}, fontname="Helvetica", fontsize=11, nodesep=0.25, '
-        'ranksep=0.3, bgcolor="white", labelloc=t, labeljust=l, newrank=true];',
+        'ranksep=0.3, bgcolor="white", labelloc=t, labeljust=l'
+        + (", newrank=true];" if mixed else "];"),
         '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10, '
         'color="#5b6b7f", fillcolor="#f3f3f3", margin="0.08,0.03", height=0.3];',
         '  edge [fontname="Helvetica", fontsize=8, color="#7a7a7a", fontcolor="#555555", '

@@ -287,3 +287,17 @@ def test_render_model_function_matches_lab(block):
     b = block.render(around="/layer.0/mlp/act/Relu", radius=1)
     assert a.nodes == b.nodes and a.dot == b.dot
     assert re.search(r"Rendering main graph: \d+ nodes", repr(a))
+
+
+def test_names_with_dot_and_html_special_characters():
+    from onnx import TensorProto, helper
+
+    n1 = helper.make_node("Relu", ["x"], ['a"b'], name='we"ird\\ <name> & co')
+    n2 = helper.make_node("Neg", ['a"b'], ["y"], name="line\nbreak/]")
+    g = helper.make_graph([n1, n2], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    r = lab.render()
+    assert r.svg is not None and not r.notes
+    assert (n1.name, n2.name, 'a"b') in r.edges
