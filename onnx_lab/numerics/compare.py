@@ -296,7 +296,7 @@ _ORT_DOMAINS = {"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nch
 
 def _session(model: LabModel, names: list[str], providers: list[str], what: str):
     try:
-        return make_session(model, providers=providers, outputs=names)
+        return make_session(model, providers=providers, outputs=names, arena=False)
     except LabError as e:
         custom = [f"{e2.node.op_type} (domain {e2.node.domain!r}, node {nid!r})"
                   for nid, e2 in model.index.entries.items()

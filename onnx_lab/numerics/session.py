@@ -100,7 +100,8 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
                  outputs: Sequence[str] | None = None, threads: int | None = None,
                  profile: bool = False, profile_prefix: str | None = None,
                  optimized_model_path: str | None = None,
-                 provider_options: Sequence[dict[str, Any]] | None = None):
+                 provider_options: Sequence[dict[str, Any]] | None = None,
+                 arena: bool = True):
     """Create an ``onnxruntime.InferenceSession`` for ``model``.
 
     Args:
@@ -112,6 +113,8 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
         threads: intra-op threads (None: onnxruntime's default).
         profile, profile_prefix: enable ORT's profiler.
         optimized_model_path: write ORT's optimized graph there.
+        arena: use ORT's CPU memory arena (False for one-off runs exposing many outputs: the
+            arena grows in large steps and keeps its memory until the session is released).
 
     Raises:
         RuntimeLoadError: onnxruntime cannot load the model (names the op and domain).
@@ -132,6 +135,8 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
     }[opt_level]
     if threads is not None:
         so.intra_op_num_threads = int(threads)
+    if not arena:
+        so.enable_cpu_mem_arena = False
     if profile:
         so.enable_profiling = True
         if profile_prefix:
