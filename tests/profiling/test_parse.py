@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,40 @@ def test_bad_files(tmp_path):
         parse_trace(num)
     with pytest.raises(InputError, match="warmup"):
         parse_trace(_events(1), warmup=-1)
+
+
+def test_fast_reader_matches_json_on_a_real_trace(tmp_path):
+    from onnx_lab.profiling import profile
+    from onnx_lab.profiling.parse import _fast_columns, _json_columns, load_events
+
+    p = profile("sample:convnet", runs=2, warmup=1, providers="cpu", keep_trace=True)
+    path = Path(p.trace_paths["CPUExecutionProvider"])
+    fast = _fast_columns(path.read_bytes())
+    assert fast is not None  # ORT's own layout takes the fast path
+    ref = _json_columns(load_events(path))
+    for key in ref:
+        assert list(fast[key]) == list(ref[key]), key
+    path.unlink()
+    path.parent.rmdir()
+
+
+def test_other_layouts_fall_back_to_json(tmp_path):
+    from onnx_lab.profiling.parse import _fast_columns
+
+    ev = _events(2)
+    # Keys in another order (a re-saved trace): not ORT's layout, read with json.
+    shuffled = [{k: e[k] for k in sorted(e)} for e in ev]
+    p = tmp_path / "resaved.json"
+    p.write_text(json.dumps(shuffled))
+    assert _fast_columns(p.read_bytes()) is None
+    t = parse_trace(p, warmup=1)
+    assert len(t.kernels) == 2 and set(t.kernels.op_type) == {"Conv", "Relu"}
+    # ORT's order with escaped quotes in a node name.
+    ev[4]["name"] = 'we\\"ird_kernel_time'
+    p2 = tmp_path / "escaped.json"
+    ort = [{"cat": e["cat"], "pid": 1, "tid": 1, "dur": e["dur"], "ts": e["ts"], "ph": "X",
+            "name": e["name"], "args": e["args"]} for e in ev]
+    p2.write_text("[\n" + ",\n".join(json.dumps(e) for e in ort) + "\n]\n")
+    assert _fast_columns(p2.read_bytes()) is not None
+    t = parse_trace(p2, warmup=0)
+    assert 'we\\"ird' in set(t.kernels.ort_name)
