@@ -85,8 +85,27 @@ def runtime_proto(model: LabModel) -> onnx.ModelProto:
     cached = getattr(model, "_runtime_proto", None)
     if cached is None:
         cached = model.to_proto()
+        if model.base_dir is not None:
+            _inline_small_external(cached, str(model.base_dir))
         model._runtime_proto = cached  # type: ignore[attr-defined]
     return cached
+
+
+_INLINE_BYTES = 4096
+
+
+def _inline_small_external(proto: onnx.ModelProto, base_dir: str) -> None:
+    """Embed tiny external tensors (shape vectors, axes): ORT's shape inference cannot read
+    external data of a model given as bytes ("Cannot parse data from external tensors")."""
+    from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
+
+    for t in proto.graph.initializer:
+        if uses_external_data(t):
+            info = {e.key: e.value for e in t.external_data}
+            if int(info.get("length", _INLINE_BYTES)) < _INLINE_BYTES:
+                load_external_data_for_tensor(t, base_dir)
+                t.data_location = onnx.TensorProto.DEFAULT
+                del t.external_data[:]
 
 
 def _value_info(name: str) -> onnx.ValueInfoProto:

@@ -42,3 +42,18 @@ def test_compare_of_paths_is_the_same_lazily(tmp_path, monkeypatch):
     assert lazy.first_divergence == eager.first_divergence
     r, c = lazy.values("/block1/conv/Conv_output_0")
     assert r.shape == (1, 16, 16, 16) and not np.array_equal(r, c)
+
+
+def test_external_data_models_compare(tmp_path, monkeypatch):
+    ref = tmp_path / "ext" / "ref.onnx"
+    ref.parent.mkdir()
+    onnx.save(convnet(), ref, save_as_external_data=True, location="ref.onnx.data",
+              size_threshold=0)
+    cand = tmp_path / "cand.onnx"
+    onnx.save(scaled_copy(convnet(), "block2.conv.weight", 1.2), cand)
+    for lazy in (False, True):
+        if lazy:
+            monkeypatch.setattr(_lazyload, "MIN_FILE_BYTES", 0)
+        c = onnx_lab.compare(str(ref), str(cand))
+        assert c.reference.model.has_external_data
+        assert c.first_divergence["node_id"] == "/block2/conv/Conv"

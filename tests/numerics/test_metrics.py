@@ -74,3 +74,24 @@ def test_slices_and_samples_accumulate_exactly(monkeypatch):
     per_sample = acc.result()
     assert per_sample["max_abs"] == whole["max_abs"] and per_sample["numel"] == 3000
     assert per_sample["shape"] == [1000]
+
+
+def test_properties_of_random_arrays():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from hypothesis.extra.numpy import arrays
+
+    floats = st.floats(allow_nan=True, allow_infinity=True, width=32)
+
+    @settings(max_examples=60, deadline=None)
+    @given(arrays(np.float32, st.integers(1, 40), elements=floats))
+    def check(x):
+        same = tensor_metrics(x, x.copy())
+        assert same["passed"] and same["n_fail"] == 0 and same["max_abs"] == 0
+        assert same["nan_ref"] == int(np.isnan(x).sum())
+        y = x.copy()
+        y[0] = np.nan if not np.isnan(x[0]) else 1.0
+        changed = tensor_metrics(x, y)
+        assert not changed["passed"] and changed["max_abs"] == math.inf
+
+    check()
