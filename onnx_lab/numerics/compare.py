@@ -175,7 +175,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
         outs = [v.name for v in cand_model.graph.outputs]
         out_pairs = [(n, n) for n in outs if n in ref_dict]
     pairs: list[tuple[str, str]] = list(out_pairs)
-    if alignment is not None and (layerwise or ref_dict is not None):
+    if alignment is not None and layerwise:
         seen = set(pairs)
         for r, c in zip(alignment["tensor"], alignment["cand_tensor"]):
             if isinstance(c, str) and (r, c) not in seen:
@@ -229,7 +229,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     outputs = pd.DataFrame([{"tensor": r, "cand_tensor": c, **metrics[(r, c)]}
                             for r, c in out_pairs], columns=OUTPUT_COLUMNS)
     layer_rows = []
-    if layerwise or ref_dict is not None:
+    if layerwise:
         for row in alignment.itertuples(index=False):
             p = (row.tensor, row.cand_tensor)
             if not isinstance(row.cand_tensor, str) or p not in metrics:
