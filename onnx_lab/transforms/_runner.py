@@ -51,34 +51,42 @@ def _prepare(model: LabModel) -> tuple[onnx.ModelProto, list[str], list[Any], st
     cached = getattr(model, "_verify_runtime", None)
     if cached is not None:
         return cached
-    clone = model.ir.clone()  # shares tensors; only the clone's values are re-pointed
     names: list[str] = []
     values: list[Any] = []
     folders: set[str] = set()
-    for name, v in clone.graph.initializers.items():
-        t = v.const_value
-        if t is None:
-            continue
-        if t.nbytes <= _INLINE_BYTES:
-            # onnxruntime's shape inference reads small constants (Reshape targets) from the
-            # graph itself, before injected initializers exist: keep them inline.
+    swapped: list[tuple[ir.Value, Any]] = []
+    # Serialize the model itself with placeholders swapped in (restored below) rather than a
+    # clone: cloning a 1,400-node graph costs more than the swap.
+    try:
+        for name, v in model.graph.initializers.items():
+            t = v.const_value
+            if t is None:
+                continue
+            if t.nbytes <= _INLINE_BYTES:
+                # onnxruntime's shape inference reads small constants (Reshape targets) from
+                # the graph itself, before injected initializers exist: keep them inline.
+                if isinstance(t, ir.ExternalTensor):
+                    swapped.append((v, t))
+                    v.const_value = ir.Tensor(np.array(t.numpy()), name=name)
+                continue
             if isinstance(t, ir.ExternalTensor):
-                v.const_value = ir.Tensor(np.array(t.numpy()), name=name)
-            continue
-        if isinstance(t, ir.ExternalTensor):
-            # onnxruntime reads (maps) these files itself, as in make_session.
-            folders.add(str(t.base_dir))
-            continue
-        ov = _ortvalue(t)
-        if ov is None:
-            continue
-        v.const_value = ir.ExternalTensor(_PLACEHOLDER, 0, t.nbytes, t.dtype, shape=t.shape,
-                                          name=name)
-        names.append(name)
-        values.append(ov)
-    if len(folders) > 1:
-        raise ValueError(f"external data in several folders {sorted(folders)}")
-    proto = ir.to_proto(clone)
+                # onnxruntime reads (maps) these files itself, as in make_session.
+                folders.add(str(t.base_dir))
+                continue
+            ov = _ortvalue(t)
+            if ov is None:
+                continue
+            swapped.append((v, t))
+            v.const_value = ir.ExternalTensor(_PLACEHOLDER, 0, t.nbytes, t.dtype,
+                                              shape=t.shape, name=name)
+            names.append(name)
+            values.append(ov)
+        if len(folders) > 1:
+            raise ValueError(f"external data in several folders {sorted(folders)}")
+        proto = ir.to_proto(model.ir)
+    finally:
+        for v, t in swapped:
+            v.const_value = t
     cached = (proto, names, values, next(iter(folders), None))
     model._verify_runtime = cached  # type: ignore[attr-defined] - LabModels are immutable
     return cached

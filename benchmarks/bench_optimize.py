@@ -1,0 +1,141 @@
+"""Optimizing BERT-base: onnx_lab's preset ``safe`` (every step verified) vs onnxslim and onnxsim.
+
+Each tool runs in its own process (load, optimize, save to a temporary folder), so time and
+peak memory are measured the same way for all; peak RSS is sampled every 20 ms (psutil).
+
+- onnx_lab: ``onnx_lab.open(path, dims=...)``, ``lab.apply_preset("safe")`` (each modifying
+  step verified: final outputs and every surviving intermediate tensor, ORT with graph
+  optimizations off), ``lab.save(out)``; once at ``sequence=128`` and once at ``sequence=32``
+  (the dims only set the size of the verification inputs), and once with ``verify=False``;
+- onnxslim: ``onnxslim.slim(path)`` then ``onnx.save``;
+- onnxsim: ``onnx.load``, ``onnxsim.simplify`` (no check runs, its default), ``onnx.save``.
+
+Run: ``.venv/bin/python benchmarks/bench_optimize.py [--repeat N]`` (the best of N runs per tool
+is reported; the machine may be shared).
+Target: onnx_lab (verified) wall time <= 0.5x onnxslim's. Prints node counts after each tool.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+PY = sys.executable
+
+
+def _worker(tool: str, src: str, out: str, seq: int) -> None:
+    """Run one tool in this process and print a JSON line with its phases."""
+    t0 = time.perf_counter()
+    phases: dict = {}
+    if tool.startswith("onnx_lab"):
+        import onnx_lab
+
+        lab = onnx_lab.open(src, dims={"batch": 1, "sequence": seq})
+        n0 = len(lab.index)
+        phases["load_s"] = time.perf_counter() - t0
+        t = time.perf_counter()
+        results = lab.apply_preset("safe", verify=tool != "onnx_lab_noverify")
+        phases["optimize_s"] = time.perf_counter() - t
+        phases["verify_s"] = sum(r.verify_seconds or 0 for r in results)
+        phases["verified_steps"] = sum(r.verify_passed is not None for r in results)
+        phases["verify_passed"] = all(r.verify_passed is not False for r in results)
+        t = time.perf_counter()
+        lab.save(out)
+        phases["save_s"] = time.perf_counter() - t
+        n1 = len(lab.index)
+    else:
+        import onnx
+
+        if tool == "onnxslim":
+            import onnxslim
+
+            n0 = len(onnx.load(src, load_external_data=False).graph.node)
+            t = time.perf_counter()
+            model = onnxslim.slim(src)
+            phases["optimize_s"] = time.perf_counter() - t
+        else:
+            import onnxsim
+
+            model = onnx.load(src)
+            n0 = len(model.graph.node)
+            phases["load_s"] = time.perf_counter() - t0
+            t = time.perf_counter()
+            model, _ = onnxsim.simplify(model)
+            phases["optimize_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        onnx.save(model, out)
+        phases["save_s"] = time.perf_counter() - t
+        n1 = len(model.graph.node)
+    phases.update(nodes_before=n0, nodes_after=n1, total_s=time.perf_counter() - t0)
+    print(json.dumps(phases))
+
+
+def measure(cmd: list[str]) -> tuple[float, int, dict]:
+    """(wall seconds, peak RSS bytes, the worker's JSON) of one subprocess."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ps = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            peak = max(peak, ps.memory_info().rss + sum(
+                c.memory_info().rss for c in ps.children(recursive=True)))
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+    wall = time.perf_counter() - t0
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        print(f"  ! {' '.join(cmd[2:4])} exited {proc.returncode}: {err.decode()[-600:]}")
+        return wall, peak, {}
+    return wall, peak, json.loads(out.decode().strip().splitlines()[-1])
+
+
+def main(repeat: int = 1) -> None:
+    from _models import bert_base
+
+    src = str(bert_base())
+    runs = [("onnx_lab", 128), ("onnx_lab", 32), ("onnx_lab_noverify", 128),
+            ("onnxslim", 0), ("onnxsim", 0)]
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench_optimize_") as tmp:
+        for tool, seq in runs:
+            out = str(Path(tmp) / f"{tool}_{seq}.onnx")
+            best = None
+            for _ in range(repeat):
+                got = measure([PY, __file__, "--worker", tool, src, out, str(seq)])
+                if best is None or got[0] < best[0]:
+                    best = got
+            wall, peak, info = best
+            label = f"{tool}" + (f" (sequence={seq})" if tool.startswith("onnx_lab") else "")
+            results[label] = (wall, peak, info)
+            extra = ""
+            if "verify_s" in info and info.get("verified_steps"):
+                extra = (f", verification {info['verify_s']:.1f} s over "
+                         f"{info['verified_steps']} steps, "
+                         f"{'all passed' if info['verify_passed'] else 'FAILED'}")
+            print(f"{label:34} wall {wall:6.1f} s  peak {peak / 2**30:4.2f} GiB  nodes "
+                  f"{info.get('nodes_before', '?')} -> {info.get('nodes_after', '?')}  "
+                  f"(load {info.get('load_s', 0):.1f} s, optimize "
+                  f"{info.get('optimize_s', 0):.1f} s, save {info.get('save_s', 0):.1f} s"
+                  f"{extra})", flush=True)
+    slim = results.get("onnxslim", (None,))[0]
+    if slim:
+        for label, (wall, _peak, _info) in results.items():
+            if label.startswith("onnx_lab"):
+                print(f"ratio {label} / onnxslim: {wall / slim:.2f}x (target <= 0.5x)")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        _worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    else:
+        main(int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 1)
