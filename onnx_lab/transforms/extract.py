@@ -215,6 +215,11 @@ def extract(lab: Lab, inputs: Sequence[str] | None = None,
             v.dtype = _ir_dtype(info.dtype)
         if v.shape is None and info.shape is not None:
             v.shape = ir.Shape([d if d is not None else None for d in info.shape])
+    if (model.ir.ir_version or 0) < 4:
+        # IR < 4 requires every initializer to be listed as a graph input too (old exports,
+        # e.g. onnx-caffe2); the extractor drops them from the inputs.
+        listed = {v.name for v in graph.inputs}
+        graph.inputs.extend(v for v in graph.initializers.values() if v.name not in listed)
     graph.opset_imports.update(model.ir.opset_imports)
     new_ir = ir.Model(graph, ir_version=model.ir.ir_version, producer_name="onnx_lab.extract",
                       functions=list(model.ir.functions.values()))

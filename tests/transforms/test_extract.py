@@ -108,3 +108,27 @@ def test_nodes_and_tensors_together_are_refused():
     lab = onnx_lab.open("sample:convnet")
     with pytest.raises(InputError, match="either nodes"):
         lab.extract(inputs=[MID], nodes=["/head/fc/Gemm"])
+
+
+def test_extract_of_an_ir3_model_lists_initializers_as_inputs():
+    # IR < 4 (onnx-caffe2 exports): every initializer must also be a graph input.
+    g = onnx.helper.make_graph(
+        [onnx.helper.make_node("ConstantOfShape", ["w_shape"], ["w"],
+                               value=onnx.helper.make_tensor("v", 1, [1], [0.5])),
+         onnx.helper.make_node("Mul", ["x", "w"], ["y"]),
+         onnx.helper.make_node("Relu", ["y"], ["z"])],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3]),
+         onnx.helper.make_tensor_value_info("w_shape", onnx.TensorProto.INT64, [2])],
+        [onnx.helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [2, 3])],
+        [onnx.numpy_helper.from_array(np.array([2, 3], np.int64), "w_shape")])
+    m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 9)])
+    m.ir_version = 3
+    lab = onnx_lab.open(m)
+    sub = lab.extract(nodes=[lab.nodes.node_id[0], lab.nodes.node_id[1]])
+    proto = sub.model.to_proto()
+    assert proto.ir_version == 3
+    assert "w_shape" in {i.name for i in proto.graph.input}
+    onnx.checker.check_model(proto)
+    assert list(sub.inputs.name) == ["x"]  # the initializer is not a user input
+    assert sub.results[0].verify_passed
