@@ -104,12 +104,17 @@ def _check_magic(head: bytes, what: str) -> None:
 
 
 def _looks_like_text(sample: bytes) -> bool:
-    # A serialized ModelProto starts with a field tag (0x08 = ir_version) followed by
-    # binary varints; text files are printable UTF-8 throughout.
+    # A serialized ModelProto starts with the tag of ir_version (0x08), which no text file
+    # does; after it come names that are mostly printable, so the ratio test alone could
+    # take a model with long node names for text.
+    if sample[:1] == b"\x08":
+        return False
     try:
         text = sample.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
+    except UnicodeDecodeError as e:
+        if e.start < len(sample) - 3:  # not just a character cut at the sample's end
+            return False
+        text = sample[:e.start].decode("utf-8")
     printable = sum(ch.isprintable() or ch in "\r\n\t" for ch in text)
     return printable / max(len(text), 1) > 0.97
 

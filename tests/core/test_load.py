@@ -317,3 +317,25 @@ def test_external_data_in_body_initializers(tmp_path, monkeypatch):
     (tmp_path / "w.bin").unlink()
     with pytest.raises(ExternalDataError, match="'w.bin'.*body_w"):
         onnx_lab.open(path)
+
+
+def test_model_with_long_printable_names_is_not_text(tmp_path):
+    from onnx import helper
+
+    long = "StatefulPartitionedCall/functional_1/very_long_layer_name_" * 4
+    nodes = [helper.make_node("Relu", [f"{long}{i}" if i else "x"], [f"{long}{i + 1}"],
+                              name=f"{long}node{i}") for i in range(6)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [2])],
+                          [helper.make_tensor_value_info(f"{long}6", 1, [2])])
+    # Long printable header fields fill the first 256 bytes with >97 % printable ASCII.
+    m = helper.make_model(g, producer_name="a" * 120, producer_version="b" * 120,
+                          domain="c" * 60)
+    path = _write(tmp_path / "long.onnx", m)
+    assert len(onnx_lab.open(path).nodes) == 6
+
+
+def test_utf8_text_cut_mid_character(tmp_path):
+    p = tmp_path / "page.onnx"
+    p.write_bytes(("<html>" + "é" * 400 + "</html>").encode())
+    with pytest.raises(ModelLoadError, match="text file"):
+        onnx_lab.open(p)
