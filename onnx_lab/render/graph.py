@@ -454,7 +454,7 @@ def build_view(model: LabModel, graph: str, selected: Iterable[str], *,
                 if owner not in sel_set:
                     hidden_down.setdefault(me, set()).add(owner)
 
-    # Keep edge insertion order but fill labels now that all tensors are known.
+    # Graph outputs produced by drawn nodes.
     for name in (v.name for v in g.outputs if v.name):
         p = idx.producer.get(name)
         if p is None or p not in sel_set or idx.entries[p].graph != graph or \

@@ -344,8 +344,8 @@ def render_model(model: LabModel, nodes: Any = None, *, around: str | Iterable[s
         >>> r.nodes[:3], r.notes
     """
     t0 = time.perf_counter()
-    if hasattr(model, "model") and not hasattr(model, "index"):
-        model = model.model  # a Lab passed by mistake: use its current model
+    if not hasattr(model, "types") and hasattr(model, "model"):
+        model = model.model  # a Lab passed instead of a LabModel: use its current model
     _check_args(radius, direction, max_nodes, timeout)
     collapse = _collapse.check_collapse(collapse)
     idx = model.index

@@ -301,3 +301,7 @@ def test_names_with_dot_and_html_special_characters():
     r = lab.render()
     assert r.svg is not None and not r.notes
     assert (n1.name, n2.name, 'a"b') in r.edges
+
+
+def test_render_model_accepts_a_lab(convnet):
+    assert render_model(convnet, around="/dead/Mul", radius=0).nodes == ["/dead/Mul"]
