@@ -333,18 +333,22 @@ class Lab:
         return self.apply("rename_tensor", verify=verify, old=old, new=new)
 
     # ================================================================== numerics (issue 5)
-    def compare(self, other: Any, **kw: Any):
-        """Compare ``other`` (the candidate) against this model, layer by layer.
+    def compare(self, other: Any = None, **kw: Any):
+        """Compare ``other`` (the candidate) against this model, layer by layer; without
+        ``other``, compare the current version against the original (``lab.original``).
 
         Keywords as :func:`onnx_lab.compare` (this Lab's dims/shapes apply).
 
         Example:
             >>> lab.compare(lab_fp16, atol=1e-2, rtol=1e-2).first_divergence
+            >>> lab.apply("fuse_conv_bn"); lab.compare().passed
         """
         from onnx_lab.numerics.compare import compare
 
         kw.setdefault("dims", self.dims)
         kw.setdefault("shapes", self.shapes)
+        if other is None:
+            return compare(self.original, self, **kw)
         return compare(self, other, **kw)
 
     def diff(self, other: Any):

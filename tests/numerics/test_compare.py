@@ -258,3 +258,18 @@ def test_lab_compare_and_provider_pair():
     else:  # a GPU build: CPU vs CUDA agree within float32 kernel differences
         c = lab.compare(lab, providers=(["cpu"], ["cuda"]), atol=1e-3, rtol=1e-3)
         assert c.passed and c.providers[1] == ["CUDAExecutionProvider"]
+
+
+def test_lab_compare_against_its_original():
+    lab = onnx_lab.open("sample:convnet")
+    c = lab.compare()  # nothing applied: the original against itself
+    assert c.passed and (c.layers["max_abs"] == 0).all()
+    try:
+        lab.apply("fuse_conv_bn", verify=False)
+    except (AttributeError, onnx_lab.LabError) as e:
+        pytest.skip(f"transforms not available: {e}")
+    c = lab.compare()
+    assert c.passed
+    a = c.alignment.set_index("tensor")
+    for bn in ("/stem/bn/BatchNormalization_output_0", "/block1/bn/BatchNormalization_output_0"):
+        assert a.loc[bn, "match"] == "provenance"
