@@ -445,7 +445,12 @@ def build_view(model: LabModel, graph: str, selected: Iterable[str], *,
                 add_edge(key, me, t, dashed=True)
         if me == nid:
             title, lines = op_label(idx, nid, weights, body_sizes)
-            nodes[nid] = DrawNode(nid, "op", title, lines, [nid], node.op_type, tooltip=nid)
+            tip = nid
+            if body_sizes is not None and node.op_type in _CONTROL_FLOW:
+                prefix = nid if not graph or nid.startswith(graph + "/") else f"{graph}/{nid}"
+                bodies = [p for p in body_sizes if p.rsplit("/", 1)[0] == prefix]
+                tip += "".join(f"\ngraph={p!r}" for p in bodies)
+            nodes[nid] = DrawNode(nid, "op", title, lines, [nid], node.op_type, tooltip=tip)
         for out in node.outputs:
             for c in idx.consumers.get(out.name, ()):
                 owner = owner_in_graph(idx, c, graph)

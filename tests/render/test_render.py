@@ -146,6 +146,8 @@ def test_control_flow_labels_show_body_sizes(control_flow):
     lines = r.view.nodes["If_2"].lines
     assert "then_branch: 1 node" in lines and "else_branch: 2 nodes" in lines
     assert "body: 4 nodes" in r.view.nodes["Loop_3"].lines
+    # The tooltip tells how to draw a body.
+    assert "graph='If_2/then_branch'" in r.view.nodes["If_2"].tooltip
     # Outer values read by bodies are edges into the owner.
     assert ("input:x", "If_2", "x") in r.edges
     assert ("If_2", "Loop_3", "branch_out") in r.edges
