@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -77,6 +78,12 @@ def jupyter_lab(root: Path, work: Path, *, timeout: float = 60) -> Iterator[str]
     notif.mkdir(parents=True, exist_ok=True)
     (notif / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    # Keep every cell in the DOM (no virtual scrolling), so off-screen outputs can be checked.
+    tracker = settings / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True, exist_ok=True)
+    # Start the notebook's kernel without asking (no "Select Kernel" dialog).
+    (tracker / "tracker.jupyterlab-settings").write_text(
+        json.dumps({"windowingMode": "none", "autoStartDefaultKernel": True}))
     env = dict(os.environ)
     env.update({
         "JUPYTERLAB_SETTINGS_DIR": str(settings),
@@ -143,13 +150,16 @@ def chromium_page(profile: Path) -> Iterator[object]:
 
 def run_all_cells(page, url: str, notebook: str, *, timeout_ms: int = 90_000) -> None:
     """Open ``notebook`` in JupyterLab and run all its cells from the Run menu."""
-    page.goto(f"{url}/lab/tree/{notebook}", timeout=timeout_ms)
+    # ?reset: a fresh workspace with only this notebook open (no tabs restored).
+    page.goto(f"{url}/lab/tree/{notebook}?reset", timeout=timeout_ms)
     page.wait_for_selector(".jp-Notebook", timeout=timeout_ms)
     # JupyterLab may ask which kernel to start (the notebook names one it has not seen yet):
     # accept the proposed one. Then wait until the kernel is connected and idle.
     deadline = time.monotonic() + timeout_ms / 1000
     accept = page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept")
-    idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+    # The indicator of the visible notebook (other open notebooks have their own, hidden).
+    panel = page.locator(".jp-NotebookPanel").filter(visible=True).first
+    idle = panel.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
     settled = 0
     while time.monotonic() < deadline:
         if accept.count() and accept.first.is_visible():
@@ -164,5 +174,14 @@ def run_all_cells(page, url: str, notebook: str, *, timeout_ms: int = 90_000) ->
         page.wait_for_timeout(500)
     else:
         pytest.fail("the kernel did not start in JupyterLab")
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator("li.lm-Menu-item", has_text="Run All Cells").first.click()
+    # A Run All sent while the kernel is still connecting can be dropped: check that the first
+    # cell starts (its prompt shows [*] or [1]) and ask again if it did not.
+    prompt = panel.locator(".jp-Cell .jp-InputPrompt").first
+    for _attempt in range(4):
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator("li.lm-Menu-item", has_text="Run All Cells").first.click()
+        for _ in range(20):
+            if re.search(r"\[(\*|\d+)\]", prompt.inner_text()):
+                return
+            page.wait_for_timeout(500)
+    pytest.fail("JupyterLab did not start running the cells")
