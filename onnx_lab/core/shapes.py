@@ -13,9 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._fold import fold_shape_values
 from onnx_lab.errors import DimError, close_matches, unknown_name
 
 if TYPE_CHECKING:
@@ -180,7 +182,8 @@ def _value_info(name: str, elem: int, shape: Sequence[Dim] | None) -> onnx.Value
 
 
 def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: bool,
-                    order: Sequence[ir.Node] | None = None) -> None:
+                    order: Sequence[ir.Node] | None = None,
+                    folded: Mapping[str, np.ndarray] | None = None) -> None:
     into.name = graph.name or "graph"
     for v in graph.inputs:
         if top and v.name not in graph.initializers and v.type is not None \
@@ -189,6 +192,7 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
                                           _resolved_input_shape(v, dims, shapes)))
         else:
             ir.serde.serialize_value_into(into.input.add(), v)
+    declared_inputs = {i.name for i in into.input}
     for name, v in graph.initializers.items():
         t = v.const_value
         if t is not None and t.nbytes <= _KEEP_BYTES:
@@ -198,7 +202,7 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
                 continue
             except Exception:  # noqa: BLE001 - unreadable data: fall back to a typed input
                 del into.initializer[-1]
-        if any(i.name == name for i in into.input):
+        if name in declared_inputs:
             continue
         dtype = v.dtype or (t.dtype if t is not None else None)
         shape = shape_tuple(v.shape or (t.shape if t is not None else None))
@@ -206,7 +210,14 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
     outputs = {v.name for v in graph.outputs}
     # Nodes go in topological order: ONNX inference walks the stored order and leaves
     # everything after an out-of-order node untyped.
+    folded = folded or {}
     for node in (order if order is not None else graph):
+        outs = [o.name for o in node.outputs if o.name]
+        if outs and all(o in folded for o in outs):
+            # Values computed by core._fold replace the node that makes them.
+            for o in outs:
+                into.initializer.append(onnx.numpy_helper.from_array(folded[o], o))
+            continue
         value = node.attributes.get("value")
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and value is not None \
                 and value.type == ir.AttributeType.TENSOR and value.value.nbytes > _KEEP_BYTES:
@@ -266,12 +277,36 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
                                   shape_tuple(v.const_value.shape))
             declared.setdefault(v.name, info)
     result: dict[str, TensorInfo] = {}
+    order = [model.index.node(nid) for nid in model.index.topo_order("")]
+
+    def infer(folded: Mapping[str, np.ndarray] | None) -> dict[str, TensorInfo]:
+        out: dict[str, TensorInfo] = {}
+        skeleton = onnx.ModelProto()
+        skeleton.CopyFrom(skel)
+        _skeleton_graph(m.graph, skeleton.graph, dims, shapes, top=True, order=order,
+                        folded=folded)
+        inferred = onnx.shape_inference.infer_shapes(skeleton, check_type=False,
+                                                     strict_mode=False, data_prop=True)
+        _collect(inferred.graph, out)
+        return out
+
     try:
-        order = [model.index.node(nid) for nid in model.index.topo_order("")]
-        _skeleton_graph(m.graph, skel.graph, dims, shapes, top=True, order=order)
-        inferred = onnx.shape_inference.infer_shapes(skel, check_type=False, strict_mode=False,
-                                                     data_prop=True)
-        _collect(inferred.graph, result)
+        result = infer(None)
+        # With every input shape concrete, evaluate the small shape computations ONNX does
+        # not propagate (Range of Shape(x)...) and infer again; a few rounds at most.
+        folded: dict[str, np.ndarray] = {}
+        inputs = [v.name for v in m.graph.inputs if v.name not in m.graph.initializers]
+        for _ in range(3):
+            if not all(name in result and not result[name].dynamic for name in inputs) \
+                    or not any(info.dynamic for info in result.values()):
+                break
+            more = fold_shape_values(model, result)
+            if not more.keys() - folded.keys():
+                break
+            folded.update(more)
+            again = infer(folded)
+            result.update({k: v for k, v in again.items()
+                           if not v.dynamic or k not in result or result[k].shape is None})
     except Exception as e:  # noqa: BLE001 - inference must never make open() fail
         logger.warning("ONNX shape inference failed (%s); using declared shapes only.", e)
     # Symbols that inference invented (unk__0, ...) for dims it could not compute are unknown

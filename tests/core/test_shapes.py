@@ -186,3 +186,47 @@ def test_dims_apply_to_declared_types_inference_cannot_reach():
     lab = onnx_lab.open(m, dims={"batch": 3})
     assert _shapes(lab)["y"] == (3, 4)
     assert lab.outputs.iloc[0]["shape"] == (3, 4) and not lab.outputs.iloc[0]["dynamic"]
+
+
+def _position_ids_model() -> onnx.ModelProto:
+    """ids [batch, seq] -> Shape -> Gather(1) -> Range(0, seq, 1) -> Unsqueeze -> Gather(table),
+    the position-embedding pattern of every transformer export."""
+    table = numpy_helper.from_array(np.arange(64 * 4, dtype=np.float32).reshape(64, 4), "table")
+    nodes = [
+        helper.make_node("Shape", ["ids"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["seq_len"], axis=0),
+        helper.make_node("Range", ["zero", "seq_len", "one"], ["positions"]),
+        helper.make_node("Unsqueeze", ["positions", "axes0"], ["pos_ids"]),
+        helper.make_node("Gather", ["table", "pos_ids"], ["pos_emb"], axis=0),
+        helper.make_node("Relu", ["pos_emb"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes, "positions",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [table, numpy_helper.from_array(np.array(0, np.int64), "zero"),
+         numpy_helper.from_array(np.array(1, np.int64), "one"),
+         numpy_helper.from_array(np.array([0], np.int64), "axes0")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_range_of_shape_is_resolved_when_dims_are_given():
+    s = _shapes(onnx_lab.open(_position_ids_model()))
+    assert s["positions"] == (None,) and s["y"] == (1, None, 4)
+    lab = onnx_lab.open(_position_ids_model(), dims={"batch": 2, "seq": 7})
+    s = _shapes(lab)
+    assert s["positions"] == (7,) and s["pos_ids"] == (1, 7) and s["y"] == (1, 7, 4)
+    assert not lab.tensors["dynamic"].any()
+    # Ranges longer than the folding limit still work: only their scalar inputs are folded.
+    assert _shapes(onnx_lab.open(_position_ids_model(), dims={"batch": 1, "seq": 9000}))["y"] \
+        == (1, 9000, 4)
+
+
+def test_folding_gives_same_shapes_as_running_the_model():
+    import onnxruntime as ort
+
+    model = _position_ids_model()
+    lab = onnx_lab.open(model, dims={"batch": 3, "seq": 5})
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (y,) = sess.run(None, {"ids": np.zeros((3, 5), np.int64)})
+    assert _shapes(lab)["y"] == y.shape

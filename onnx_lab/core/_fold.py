@@ -1,0 +1,146 @@
+"""Evaluate the small shape-computing subgraphs that ONNX data propagation does not cover.
+
+ONNX shape inference propagates values only through a few ops (Shape, Gather, Concat, Slice,
+arithmetic...); a ``Range`` whose limit comes from ``Shape(x)`` (position ids in every
+transformer export) stays of unknown length even when every input dim is given. When the input
+shapes are concrete, those values are plain small integer tensors: we evaluate just the nodes
+that feed the first still-unknown shapes, with onnx's reference evaluator, and hand the results
+back to inference as constants. Written here because onnxsim and the ORT optimizer need the
+weights and rewrite the model, while this touches only tensors of a few elements.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+if TYPE_CHECKING:
+    from onnx_lab.core.model import LabModel
+    from onnx_lab.core.shapes import TensorInfo
+
+logger = logging.getLogger(__name__)
+
+MAX_ELEMENTS = 4096  # shape vectors and index ranges, never activations or weights
+
+_FOLDABLE = frozenset({
+    "Shape", "Size", "Constant", "Identity", "Gather", "Unsqueeze", "Squeeze", "Concat",
+    "Slice", "Cast", "Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Floor", "Ceil", "Sqrt",
+    "Range", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or",
+    "Where", "Min", "Max", "ConstantOfShape", "Reshape", "Expand", "ReduceProd", "ReduceSum",
+    "ReduceMax", "ReduceMin", "Tile", "Flatten", "Transpose",
+})
+
+
+def _static(types: Mapping[str, TensorInfo], name: str) -> bool:
+    info = types.get(name)
+    return info is not None and not info.dynamic
+
+
+def _small(types: Mapping[str, TensorInfo], name: str) -> bool:
+    info = types.get(name)
+    return info is not None and info.numel is not None and info.numel <= MAX_ELEMENTS
+
+
+def _foldable(node: ir.Node) -> bool:
+    return (node.domain in ("", "ai.onnx") and node.op_type in _FOLDABLE
+            and not any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+                        for a in node.attributes.values()))
+
+
+def fold_shape_values(model: LabModel, types: Mapping[str, TensorInfo]
+                      ) -> dict[str, np.ndarray]:
+    """Values of the small tensors that feed the main graph's first unknown shapes.
+
+    Returns ``{tensor name: array}`` for node outputs that could be evaluated (empty when
+    nothing is unknown or nothing can be computed). Never reads external data.
+    """
+    idx = model.index
+    order = idx.topo_order("")
+    known: dict[str, np.ndarray] = {}
+    for name, v in model.graph.initializers.items():
+        t = v.const_value
+        if t is not None and not isinstance(t, ir.ExternalTensor) and t.size <= MAX_ELEMENTS:
+            known[name] = t.numpy()
+
+    # Frontier: nodes whose inputs all have static types but some output does not.
+    wanted: list[str] = []
+    for nid in order:
+        node = idx.entries[nid].node
+        outs = [o.name for o in node.outputs if o.name]
+        ins = [i.name for i in node.inputs if i is not None and i.name]
+        if outs and any(not _static(types, o) for o in outs) \
+                and all(_static(types, i) for i in ins):
+            wanted.extend(i for i in ins if _small(types, i) and i not in known)
+    if not wanted:
+        return {}
+
+    # Walk back from the values the frontier needs, through foldable nodes only.
+    nodes: set[str] = set()
+    stack = list(wanted)
+    while stack:
+        name = stack.pop()
+        pid = idx.producer.get(name)
+        if name in known or pid is None or pid in nodes or idx.entries[pid].graph != "":
+            continue
+        node = idx.entries[pid].node
+        if not _foldable(node) or not all(_small(types, o.name) or not _static(types, o.name)
+                                          for o in node.outputs if o.name):
+            continue
+        nodes.add(pid)
+        if node.op_type not in ("Shape", "Size"):  # those need only their input's type
+            stack.extend(i.name for i in node.inputs if i is not None and i.name)
+
+    opset = model.ir.opset_imports.get("", model.ir.opset_imports.get("ai.onnx", 17))
+    folded: dict[str, np.ndarray] = {}
+    for nid in order:
+        if nid not in nodes:
+            continue
+        node = idx.entries[nid].node
+        try:
+            values = _evaluate(node, known, types, opset)
+        except Exception as e:  # noqa: BLE001 - any failure just leaves that shape unknown
+            logger.debug("cannot fold %s (%s): %s", nid, node.op_type, e)
+            continue
+        for name, value in (values or {}).items():
+            value = np.asarray(value)
+            if value.size <= MAX_ELEMENTS:
+                known[name] = folded[name] = value
+    return folded
+
+
+def _evaluate(node: ir.Node, known: Mapping[str, np.ndarray],
+              types: Mapping[str, TensorInfo], opset: int) -> dict[str, np.ndarray] | None:
+    if node.op_type in ("Shape", "Size"):
+        info = types.get(node.inputs[0].name) if node.inputs and node.inputs[0] else None
+        if info is None or info.dynamic:
+            return None
+        shape = list(info.shape)  # type: ignore[arg-type]
+        out = node.outputs[0].name
+        if node.op_type == "Size":
+            return {out: np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)}
+        start = node.attributes.get_int("start", 0)
+        end = node.attributes.get_int("end", len(shape))
+        return {out: np.array(shape[start:end], dtype=np.int64)}
+    feeds: dict[str, np.ndarray] = {}
+    for inp in node.inputs:
+        if inp is None or not inp.name:
+            continue
+        if inp.name not in known:
+            return None
+        feeds[inp.name] = known[inp.name]
+    from onnx.reference import ReferenceEvaluator
+
+    proto = ir.serde.serialize_node(node)
+    outs = [o for o in proto.output if o]
+    graph = onnx.helper.make_graph(
+        [proto], "fold",
+        [onnx.helper.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype),
+                                            v.shape) for k, v in feeds.items()],
+        [onnx.helper.make_empty_tensor_value_info(o) for o in outs])
+    m = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    return dict(zip(outs, ReferenceEvaluator(m).run(None, feeds)))
