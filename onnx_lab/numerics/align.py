@@ -58,9 +58,17 @@ def origins_of(model: LabModel) -> dict[str, list[str]]:
 
 
 def _capturable(model: LabModel) -> dict[str, str]:
-    """Main-graph node outputs of ``model``: {tensor: producer node id}."""
+    """Main-graph node outputs of ``model``: {tensor: producer node id}.
+
+    Tensors in onnxruntime's NCHWc blocked layout (``ort:all``) are left out: same shape as
+    the NCHW tensor they stand for, different element order.
+    """
+    from onnx_lab.core._layout import blocked_layout_tensors
+
     idx = model.index
-    return {name: nid for name, nid in idx.producer.items() if idx.entries[nid].graph == ""}
+    blocked = blocked_layout_tensors(model)
+    return {name: nid for name, nid in idx.producer.items()
+            if idx.entries[nid].graph == "" and name not in blocked}
 
 
 def _dequantized(model: LabModel, tensor: str, capt: dict[str, str]) -> str | None:
@@ -122,6 +130,7 @@ def align(reference: LabModel | None, candidate: LabModel, *,
     prov: dict[str, str] = {}
     fused_into: dict[str, str] = {}
     last_of: dict[str, str] = {}  # candidate node id -> reference node id it stands for
+    blocked_as: dict[str, str] = {}  # reference tensor -> its NCHWc-layout candidate tensor
     for cnid, orig in origins_of(candidate).items():
         ce = cidx.entries[cnid]
         known = [o for o in orig if o in ridx.entries and ridx.entries[o].graph == ""]
@@ -132,7 +141,9 @@ def align(reference: LabModel | None, candidate: LabModel, *,
         last_of[cnid] = last
         r_outs = [v.name for v in ridx.node(last).outputs]
         for k, v in enumerate(ce.node.outputs):
-            if k < len(r_outs) and v.name and r_outs[k]:
+            if k < len(r_outs) and v.name and r_outs[k] and v.name not in capt:
+                blocked_as.setdefault(r_outs[k], v.name)
+            if k < len(r_outs) and v.name in capt and r_outs[k]:
                 prev = prov.get(r_outs[k])
                 if prev is None or cidx.entries[capt[prev]].topo < ce.topo:
                     prov[r_outs[k]] = v.name
@@ -194,6 +205,11 @@ def align(reference: LabModel | None, candidate: LabModel, *,
                              "(an intermediate of the fusion)")
         elif name in cand_inits:
             row["reason"] = "folded into a constant (initializer) in the candidate"
+        elif name in blocked_as or (name in cidx.producer
+                                    and cidx.entries[cidx.producer[name]].graph == ""):
+            row["reason"] = (f"held in onnxruntime's NCHWc blocked layout in the candidate "
+                             f"({blocked_as.get(name, name)!r}, another element order): "
+                             "not compared")
         elif name in cidx.producer:
             row["reason"] = "candidate " + SUBGRAPH_REASON
         else:

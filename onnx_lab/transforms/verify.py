@@ -92,10 +92,16 @@ class _Pair:
 
 
 def _main_outputs(model: LabModel) -> list[tuple[str, str, int]]:
-    """(tensor, producer id, topo) of main-graph node outputs, topological order."""
+    """(tensor, producer id, topo) of main-graph node outputs, topological order.
+
+    Tensors in onnxruntime's NCHWc blocked layout (``ort:all``) are left out: their element
+    order differs from the NCHW tensors they stand for.
+    """
+    from onnx_lab.core._layout import blocked_layout_tensors
+
     idx = model.index
     out = []
-    seen: set[str] = set()
+    seen: set[str] = blocked_layout_tensors(model)
     for nid in idx.topo_order(""):
         e = idx.entries[nid]
         for v in e.node.outputs:
