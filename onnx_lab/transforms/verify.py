@@ -286,6 +286,20 @@ def _run(model: LabModel, feeds: dict[str, np.ndarray], names: list[str], provid
     return {n: values[n] for n in names}
 
 
+def _cached_sizes(before: LabModel, pairs: list[_Pair], sample: tuple[dict, dict],
+                  cache: dict | None) -> dict[str, int | None] | None:
+    """Sizes from the reference's captured values (a preset's previous step), else None."""
+    if cache is None or not pairs:
+        return None
+    entry = cache.get(id(before))
+    if entry is None or entry[0] is not before:
+        return None
+    have = entry[1].get(_fingerprint(sample[0]) + _fingerprint(sample[1]))
+    if have is None or any(p.ref not in have for p in pairs):
+        return None
+    return {p.tensor: int(np.asarray(have[p.ref]).nbytes) for p in pairs}
+
+
 def _estimate(model: LabModel, names: Sequence[str], feeds: Mapping[str, np.ndarray]
               ) -> dict[str, int | None]:
     from onnx_lab.numerics.capture import estimate_bytes
@@ -358,7 +372,9 @@ def verify(before: LabModel, after: LabModel, result: PassResult | None = None, 
     stats: dict[str, dict[str, Any]] = {
         p.tensor: {"max_abs": 0.0, "max_rel": 0.0, "passed": True, "dtype": None,
                    "shape": None, "note": "", "atol": None, "rtol": None} for p in pairs}
-    sizes = _estimate(after, [p.tensor for p in pairs], samples[0][1]) if pairs else {}
+    sizes = _cached_sizes(before, pairs, samples[0], cache)
+    if sizes is None:
+        sizes = _estimate(after, [p.tensor for p in pairs], samples[0][1]) if pairs else {}
     # Both models' tensors of a chunk are alive at once.
     chunks = _plan([p for p in pairs], sizes, max_bytes // 2)
     single = len(chunks) <= 1
