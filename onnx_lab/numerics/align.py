@@ -176,15 +176,17 @@ def align(reference: LabModel | None, candidate: LabModel, *,
 
     # Structure, in topological order so chains of guesses propagate.
     matched = {r["tensor"]: r["cand_tensor"] for r in rows.values() if r["cand_tensor"]}
+    used = set(matched.values())
     for name in order:
         row = rows[name]
         if row["graph"] or row["cand_tensor"]:
             continue
-        guess = _structural(reference, candidate, row, matched, capt, taken_nodes)
+        guess = _structural(reference, candidate, row, matched, capt, taken_nodes, used)
         if guess is not None:
             cand, why = guess
             _set(row, cand, "structure", why)
             matched[name] = cand
+            used.add(cand)
             taken_nodes.add(capt[cand])
 
     # Quantized candidates: compare against the dequantized value.
@@ -219,8 +221,13 @@ def align(reference: LabModel | None, candidate: LabModel, *,
 
 
 def _structural(reference: LabModel, candidate: LabModel, row: dict, matched: dict[str, str],
-                capt: dict[str, str], taken: set[str]) -> tuple[str, str] | None:
-    """(candidate tensor, why) for a reference tensor no name or provenance explains."""
+                capt: dict[str, str], taken: set[str], used: set[str]
+                ) -> tuple[str, str] | None:
+    """(candidate tensor, why) for a reference tensor no name or provenance explains.
+
+    ``used``: candidate tensors already aligned (never reused, except for removed
+    pass-through nodes whose value is their input's).
+    """
     ridx, cidx = reference.index, candidate.index
     node = ridx.node(row["node_id"])
     k = next(i for i, v in enumerate(node.outputs) if v.name == row["tensor"])
@@ -233,47 +240,45 @@ def _structural(reference: LabModel, candidate: LabModel, row: dict, matched: di
             return name
         return None
 
+    def output_k(cnid: str) -> str | None:
+        outs = cidx.node(cnid).outputs
+        name = outs[k].name if k < len(outs) else None
+        return name if name in capt and name not in used else None
+
     if node.op_type in _PASS_THROUGH and k == 0 and node.inputs and node.inputs[0] is not None:
         src = cand_of(node.inputs[0].name)
         if src is not None and src in capt:
             return src, f"structural guess: {node.op_type} removed in the candidate, same value " \
                         "as its input"
-    # The same node name and op type, output renamed.
-    used = set(matched.values())
-    nid = row["node_id"]
-    if nid in cidx.entries and nid not in taken:
-        cn = cidx.node(nid)
-        if cn.op_type == node.op_type and cidx.entries[nid].graph == "" \
-                and k < len(cn.outputs) and cn.outputs[k].name in capt \
-                and cn.outputs[k].name not in used:
-            return cn.outputs[k].name, "structural guess: same node name and op type"
-    # A node of the same op type reading the aligned activations.
+    # A node of the same op type reading the aligned activations (the strongest evidence).
     acts = [(i, v.name) for i, v in enumerate(node.inputs)
             if v is not None and v.name and v.name not in reference.graph.initializers
             and v.const_value is None]
-    if not acts:
-        return None
-    mapped: list[tuple[int, str]] = []
+    mapped: list[tuple[int, str]] | None = []
     for i, name in acts:
         c = cand_of(name)
         if c is None:
-            return None
+            mapped = None
+            break
         mapped.append((i, c))
-    cands: set[str] | None = None
-    for _i, c in mapped:
-        users = set(cidx.consumers.get(c, ()))
-        cands = users if cands is None else cands & users
-    hits = [c for c in (cands or ()) if c not in taken and cidx.node(c).op_type == node.op_type
-            and cidx.entries[c].graph == ""
-            and all(len(cidx.node(c).inputs) > i and cidx.node(c).inputs[i] is not None
-                    and cidx.node(c).inputs[i].name == m for i, m in mapped)]
-    if len(hits) != 1:
-        return None
-    cn = cidx.node(hits[0])
-    if k >= len(cn.outputs) or cn.outputs[k].name not in capt or cn.outputs[k].name in used:
-        return None
-    return cn.outputs[k].name, f"structural guess: same op type ({node.op_type}) reading the " \
-                               "aligned inputs"
+    if acts and mapped:
+        cands: set[str] | None = None
+        for _i, c in mapped:
+            users = set(cidx.consumers.get(c, ()))
+            cands = users if cands is None else cands & users
+        hits = [c for c in (cands or ()) if c not in taken
+                and cidx.node(c).op_type == node.op_type and cidx.entries[c].graph == ""
+                and all(len(cidx.node(c).inputs) > i and cidx.node(c).inputs[i] is not None
+                        and cidx.node(c).inputs[i].name == m for i, m in mapped)]
+        if len(hits) == 1 and output_k(hits[0]) is not None:
+            return output_k(hits[0]), f"structural guess: same op type ({node.op_type}) " \
+                                      "reading the aligned inputs"
+    # The same node name and op type, output renamed.
+    nid = row["node_id"]
+    if nid in cidx.entries and nid not in taken and cidx.entries[nid].graph == "" \
+            and cidx.node(nid).op_type == node.op_type and output_k(nid) is not None:
+        return output_k(nid), "structural guess: same node name and op type"
+    return None
 
 
 def _align_dict(names: Sequence[str], candidate: LabModel) -> pd.DataFrame:

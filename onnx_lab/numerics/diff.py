@@ -35,9 +35,15 @@ _PASS_THROUGH = {"Identity", "Dropout"}
 
 
 def _const_array(v: ir.Value | None) -> np.ndarray | None:
-    if v is None or v.const_value is None:
+    """The value of an initializer or of a Constant node's output, else None."""
+    if v is None:
         return None
-    return v.const_value.numpy()
+    if v.const_value is not None:
+        return v.const_value.numpy()
+    node = v.producer()
+    if node is not None and node.op_type == "Constant" and "value" in node.attributes:
+        return node.attributes["value"].value.numpy()
+    return None
 
 
 def _attr_key(attr: ir.Attr) -> Any:
@@ -74,6 +80,8 @@ class _Matcher:
         self.a2b: dict[str, str] = {}
         self.kind: dict[str, str] = {}
         self.fused_into: dict[str, str] = {}  # a node id -> b node id
+        self._by_op: dict[str, list[str]] | None = None
+        self._sig_cache: dict[str, tuple] = {}
 
     def _pair(self, x: str, y: str, kind: str) -> None:
         self.a2b[x] = y
@@ -166,9 +174,19 @@ class _Matcher:
     def _by_signature(self, node: ir.Node, taken: set[str]) -> str | None:
         """A node without activation inputs (Constant, a Reshape of weights): same op, same
         constant inputs and attributes, unique among unmatched nodes."""
+        if self._by_op is None:
+            self._by_op = {}
+            for c, e in self.bi.entries.items():
+                self._by_op.setdefault(e.node.op_type, []).append(c)
         sig = self._signature(node)
-        hits = [c for c, e in self.bi.entries.items() if c not in taken
-                and e.node.op_type == node.op_type and self._signature(e.node) == sig]
+        hits = []
+        for c in self._by_op.get(node.op_type, ()):
+            if c in taken:
+                continue
+            if c not in self._sig_cache:  # hashing weights is the cost: once per node
+                self._sig_cache[c] = self._signature(self.bi.node(c))
+            if self._sig_cache[c] == sig:
+                hits.append(c)
         return hits[0] if len(hits) == 1 else None
 
 
@@ -209,7 +227,9 @@ def _compare_nodes(m: _Matcher, a_id: str, b_id: str) -> dict[str, Any] | None:
         want = m.map_tensor(xn) if xn else ""
         if want != yn and xn != yn:
             inputs.append(str(i))
-            details.append(f"input {i}: {xn or '<none>'!r} -> {yn or '<none>'!r}")
+            kind = " (now a constant)" if ya is not None else (
+                " (was a constant)" if xa is not None else "")
+            details.append(f"input {i}: {xn or '<none>'!r} -> {yn or '<none>'!r}{kind}")
     fused = [o for o, b in m.fused_into.items() if b == b_id]
     if fused:
         details.append("fused from " + ", ".join(repr(o) for o in [a_id, *fused]))

@@ -122,3 +122,26 @@ def test_diff_after_real_transforms():
     assert c.passed and c.first_divergence is None
     a = c.alignment.set_index("tensor")
     assert a.loc["/stem/bn/BatchNormalization_output_0", "match"] == "provenance"
+
+
+def test_constant_node_folded_into_an_initializer_is_not_a_change_of_its_consumer():
+    import numpy as np
+    from numerics_helpers import make_model, vi
+    from onnx import numpy_helper
+
+    shape = np.array([3, 2], np.int64)
+    a = make_model([helper.make_node("Constant", [], ["s"], name="const",
+                                     value=numpy_helper.from_array(shape)),
+                    helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")],
+                   [vi("x", [2, 3])], [vi("y", [3, 2])])
+    b = make_model([helper.make_node("Reshape", ["x", "shape_init"], ["y"], name="reshape")],
+                   [vi("x", [2, 3])], [vi("y", [3, 2])],
+                   [numpy_helper.from_array(shape, "shape_init")])
+    d = diff(a, b)
+    assert d.counts == {"added": 0, "removed": 1, "changed": 0}
+    c = diff(a, make_model([helper.make_node("Reshape", ["x", "s2"], ["y"], name="reshape")],
+                           [vi("x", [2, 3])], [vi("y", [3, 2])],
+                           [numpy_helper.from_array(np.array([1, 6], np.int64), "s2")]))
+    row = c.table.set_index("node_id_a").loc["reshape"]
+    assert row["weights"] == ["s2"] and "values changed" in row["details"]
+    assert onnx_lab.diff is diff
