@@ -99,15 +99,12 @@ def figure_html(fig: Any, *, width: int | None = None) -> str:
 
 
 def rendering_html(rendering: Any) -> str:
-    """HTML of a :class:`~onnx_lab.render.Rendering` (SVG, or its fallback) plus its notes."""
+    """HTML of a :class:`~onnx_lab.render.Rendering` (its SVG or fallback, with its notes)."""
     if rendering is None:
         return ""
-    body = rendering._repr_html_() if hasattr(rendering, "_repr_html_") else ""
-    notes = getattr(rendering, "notes", None) or []
-    extra = "".join(f"<li>{html.escape(str(n))}</li>" for n in notes)
-    note_html = f"<ul style='font-size:12px;color:#666'>{extra}</ul>" if extra else ""
-    return ("<div class='onnx-lab-graph' style='overflow:auto;max-height:720px'>"
-            + body + "</div>" + note_html)
+    body = rendering._repr_html_() if hasattr(rendering, "_repr_html_") else html.escape(
+        str(rendering))
+    return "<div class='onnx-lab-graph' style='overflow:auto;max-height:720px'>" + body + "</div>"
 
 
 class View(w.VBox):
@@ -289,6 +286,12 @@ class SelectableTable(w.VBox):
         self._sync_boxes()
         if self.on_change is not None:
             self.on_change(list(self.selected))
+
+    def show(self, key: Any) -> None:
+        """Go to the page that holds row ``key`` (no-op when it is filtered out)."""
+        keys = list(self.df[self.key])
+        if key in keys:
+            self.go(keys.index(key) // self.page_size)
 
     def page_keys(self) -> list[Any]:
         """Keys of the rows on the current page."""

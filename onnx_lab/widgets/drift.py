@@ -21,6 +21,7 @@ from onnx_lab.widgets._common import (
     figure_html,
     info_html,
     rendering_html,
+    short,
 )
 
 __all__ = ["DriftDebugger"]
@@ -81,9 +82,10 @@ class DriftDebugger(View):
         self.plot_html = w.HTML()
         self.layers = SelectableTable(
             "tensor", [("tensor", 230), ("node_id", 200), ("op_type", 100), ("match", 80),
-                       ("max_abs", 80), ("max_rel", 80), ("cosine", 80), ("passed", 60)],
+                       ("max_abs", 80), ("max_rel", 80), ("cosine", 80), ("passed", 70)],
             page_size=page_size, single=True, on_change=self._guard(self._on_layer),
-            formatters={"passed": lambda v: "✔" if v else "<b style='color:#c62828'>✘</b>"})
+            formatters={"passed": lambda v: "✔" if v else "<b style='color:#c62828'>✘</b>",
+                        "tensor": self._tensor_cell})
         self.layer_title = w.HTML()
         self.hist_html = w.HTML(layout=w.Layout(width="50%"))
         self.scatter_html = w.HTML(layout=w.Layout(width="50%"))
@@ -127,6 +129,13 @@ class DriftDebugger(View):
         args = ", ".join(f"{k}={v!r}" for k, v in self._kwargs().items())
         return f"c = onnx_lab.compare(reference, candidate, {args})"
 
+    def _tensor_cell(self, value: Any) -> str:
+        d = self.result.first_divergence if self.result is not None else None
+        text = short(value, 40)
+        if d is not None and value == d["tensor"]:
+            return f"<b style='color:#c62828' title='first divergence'>⚑ {text}</b>"
+        return text
+
     def _progress(self, done: int, total: int, label: str) -> None:
         self.progress.max = max(1, int(total))
         self.progress.value = min(int(done), self.progress.max)
@@ -161,7 +170,8 @@ class DriftDebugger(View):
         layers = c.layers.sort_values("max_abs", ascending=False, na_position="last")
         self.layers.set(layers, keep_selection=False)
         if d is not None:
-            # Open on the layer that introduced the drift.
+            # Open on the layer that introduced the drift, on the page that lists it.
+            self.layers.show(d["tensor"])
             self.layers.select([d["tensor"]])
         else:
             self._on_layer([])

@@ -86,7 +86,8 @@ class Profiler(View):
                                      layout=w.Layout(width="160px"))
         self.cost_button = w.Button(description="Cost / roofline", icon="calculator")
         self.render_button = w.Button(description="Latency on graph", icon="project-diagram",
-                                      tooltip="Profile.render(): time per node as a colour")
+                                      tooltip="Profile.render(): time per node as a colour",
+                                      layout=w.Layout(width="170px"))
         self.progress = w.IntProgress(value=0, min=0, max=1,
                                       layout=w.Layout(width="260px", visibility="hidden"))
         # Outputs
