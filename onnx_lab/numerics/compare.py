@@ -157,6 +157,9 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
         _check_inputs(ref_lab.model, cand_lab.model)
     ref_prov, cand_prov = _split_providers(providers)
     feed_list = as_feed_list(feeds, cand_lab.model, dims, shapes)
+    if ref_dict is not None and len(feed_list) != 1:
+        raise InputError(f"A dict reference holds one sample, but {len(feed_list)} feed samples "
+                         "were given.", fix="Pass the one sample the dict was computed from.")
     if ref_lab is not None:
         as_feed_list(feed_list, ref_lab.model, dims, shapes)  # the reference must accept them
 

@@ -210,6 +210,8 @@ def test_reference_given_as_a_dict():
         compare(ref, cand)
     c2 = compare(ref, cand, feeds=feeds)
     pd.testing.assert_frame_equal(c.layers, c2.layers)
+    with pytest.raises(onnx_lab.errors.InputError, match="one sample"):
+        compare(ref, cand, feeds=[feeds, feeds])
 
 
 def test_outputs_only_and_several_samples():
