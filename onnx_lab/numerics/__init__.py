@@ -1,8 +1,9 @@
 """onnx_lab.numerics: feeds, sessions, chunked capture, alignment, metrics, comparison, diff.
 
-Heavy modules (onnxruntime) are imported on first use of the names below. The functions
-``compare`` and ``diff`` live in the submodules of the same names: call them as
-``onnx_lab.compare`` / ``onnx_lab.diff`` (``onnx_lab.numerics.compare`` is the module).
+Heavy modules (onnxruntime) are imported on first use of the names below. Functions that share
+their submodule's name are not re-exported here (the submodule would shadow them): use
+``onnx_lab.compare`` / ``onnx_lab.diff``, ``onnx_lab.numerics.align.align`` and
+``onnx_lab.numerics.capture.capture``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ _LAZY: dict[str, str] = {
     "as_feed_list": "onnx_lab.numerics.feeds",
     "make_session": "onnx_lab.numerics.session",
     "run": "onnx_lab.numerics.capture",
-    "capture": "onnx_lab.numerics.capture",
-    "align": "onnx_lab.numerics.align",
     "tensor_metrics": "onnx_lab.numerics.metrics",
     "Comparison": "onnx_lab.numerics.compare",
     "Diff": "onnx_lab.numerics.diff",
