@@ -178,3 +178,22 @@ def test_nchwc_blocked_tensors_are_not_compared_after_ort_all():
     assert c.layers["passed"].all()
     reasons = c.alignment.set_index("tensor")["reason"]
     assert "blocked layout" in reasons["c1"]
+
+
+def test_in_memory_runner_matches_make_session(tmp_path):
+    from onnx_lab.numerics.capture import capturable_tensors, run
+    from onnx_lab.numerics.feeds import make_feeds
+    from onnx_lab.samples import build
+    from onnx_lab.transforms import _runner
+
+    path = tmp_path / "tiny_external.onnx"
+    proto = build("convnet")
+    onnx.save_model(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="w.data", size_threshold=0)  # even shape vectors external
+    for lab in (onnx_lab.open("sample:convnet"), onnx_lab.open(path)):
+        feeds = make_feeds(lab)
+        names = capturable_tensors(lab.model)
+        fast = _runner._fast(lab.model, feeds, names, None)  # no fallback
+        ref = run(onnx_lab.open("sample:convnet").model, feeds, outputs=names)
+        for n in names:
+            np.testing.assert_array_equal(fast[n], ref[n], err_msg=n)
