@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 __all__ = ["LabModel"]
 
 
+IR_VERSION_META = "onnx_lab.ir_version"  # key in ir.Graph.meta of a LabModel's main graph
+
+
 class LabModel:
     """An ONNX model held as :class:`onnx_ir.Model`, with a cached index and shape inference.
 
@@ -31,6 +34,9 @@ class LabModel:
     def __init__(self, model: ir.Model, *, path: str | Path | None = None) -> None:
         self.ir = model
         self.path = Path(path) if path is not None else None
+        # Values only know their graph; what an initializer listed as a graph input means
+        # depends on the IR version (see transforms.base.overridable), so the graph carries it.
+        model.graph.meta[IR_VERSION_META] = model.ir_version
         self._index: ModelIndex | None = None
         self._types: dict[tuple, dict[str, TensorInfo]] = {}
         self._cache: dict[tuple, Any] = {}

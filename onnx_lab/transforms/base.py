@@ -24,7 +24,7 @@ import numpy as np
 import onnx_ir as ir
 import pandas as pd
 
-from onnx_lab.core.model import LabModel
+from onnx_lab.core.model import IR_VERSION_META, LabModel
 from onnx_lab.errors import PassError, unknown_name
 
 __all__ = ["ORIGIN_KEY", "Param", "Match", "PassResult", "Rewrite", "LabPass", "register_pass",
@@ -168,15 +168,31 @@ def stamp_origins(model: LabModel) -> None:
 
 
 # ---------------------------------------------------------------------------- constants
+def overridable(value: ir.Value) -> bool:
+    """Whether a user may feed ``value`` at run time (a graph input, initializer or not).
+
+    IR < 4 required every initializer to be listed as a graph input too (onnx-caffe2 and other
+    old exports list hundreds), and onnxruntime treats those as constants; from IR 4 on an
+    initializer listed as an input is a default the user can override.
+    """
+    if not value.is_graph_input():
+        return False
+    if value.is_initializer() and value.graph is not None:
+        version = value.graph.meta.get(IR_VERSION_META)
+        if version is not None and version < 4:
+            return False
+    return True
+
+
 def const_array(value: ir.Value | None) -> np.ndarray | None:
     """The constant value of ``value``: an initializer or a Constant node's output, else None.
 
     Weights held in Constant nodes (PaddlePaddle exports) count as constants. Initializers that
-    are also graph inputs can be overridden at run time, so they are not constants.
+    are also graph inputs can be overridden at run time (IR >= 4), so they are not constants.
     """
     if value is None:
         return None
-    if value.is_graph_input():
+    if overridable(value):
         return None
     if value.const_value is not None:
         try:
@@ -284,13 +300,16 @@ class Rewrite:
     def drop_if_unused(self, value: ir.Value | None) -> bool:
         """Remove an initializer, or a Constant node, whose value nothing uses any more.
 
-        Graph inputs and outputs are kept. Returns True when something was removed.
+        Graph inputs (but IR < 4 initializers, listed as inputs by rule) and outputs are kept.
+        Returns True when something was removed.
         """
-        if value is None or value.uses() or value.is_graph_output() or value.is_graph_input():
+        if value is None or value.uses() or value.is_graph_output() or overridable(value):
             return False
         if value.is_initializer():
             graph = value.graph
             if graph is not None and value.name in graph.initializers:
+                if value.is_graph_input():  # IR < 4: the initializer's required input entry
+                    graph.inputs.remove(value)
                 graph.initializers.pop(value.name)
                 self.modified = True
                 return True

@@ -127,3 +127,59 @@ def test_guard_is_cumulative_and_identity_copies_are_left():
     assert r.modified is False
     assert r.reason == ("Identity_0: it only copies the constant 'w' (eliminate_identity "
                         "removes it without duplicating data)")
+
+
+def _caffe2_style(ir_version: int):
+    """Weights made by ConstantOfShape from shape initializers listed as graph inputs (the
+    onnx-caffe2 exports shipped with onnx), Conv + BatchNormalization on top."""
+    import onnx
+
+    def init(name, arr):
+        return numpy_helper.from_array(np.asarray(arr), name)
+    fill = helper.make_tensor("v", onnx.TensorProto.FLOAT, [1], [0.1])
+    nodes = [helper.make_node("ConstantOfShape", ["w_shape"], ["w"], value=fill),
+             helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "var"], ["y"],
+                              name="bn")]
+    inits = [init("w_shape", np.array([4, 3, 1, 1], np.int64)),
+             init("s", np.full(4, 2.0, np.float32)), init("b", np.full(4, 0.5, np.float32)),
+             init("m", np.full(4, 0.1, np.float32)), init("var", np.full(4, 4.0, np.float32))]
+    ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 4, 4])]
+    ins += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits]
+    g = helper.make_graph(nodes, "g", ins,
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 4, 4])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    m.ir_version = ir_version
+    return m
+
+
+def test_ir3_initializers_listed_as_inputs_are_constants():
+    # IR < 4 requires initializers to be graph inputs; onnxruntime treats them as constants.
+    # Treating them as overridable left every caffe2 export of onnx's model zoo unoptimized.
+    import onnx
+
+    import onnx_lab
+
+    lab = onnx_lab.open(_caffe2_style(3))
+    assert set(lab.patterns()["pass"]) == {"fold_constants"}
+    results = lab.apply_preset("safe")
+    done = {r.name for r in results if r.modified}
+    assert {"fold_constants", "fuse_conv_bn"} <= done
+    assert all(r.verify_passed for r in results if r.modified)
+    assert list(lab.nodes.op_type) == ["Conv"]
+    proto = lab.model.to_proto()
+    assert proto.ir_version == 3
+    onnx.checker.check_model(proto)  # every initializer is still listed as an input
+    names = {i.name for i in proto.graph.input}
+    assert {t.name for t in proto.graph.initializer} <= names
+    assert "w_shape" not in names and "s" not in names  # folded away with their input entries
+
+
+def test_ir4_initializers_listed_as_inputs_stay_overridable():
+    import onnx_lab
+
+    lab = onnx_lab.open(_caffe2_style(7))
+    assert lab.patterns().empty
+    r = lab.apply("fold_constants")
+    assert not r.modified

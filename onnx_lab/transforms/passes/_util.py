@@ -8,7 +8,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import Match, const_array
+from onnx_lab.transforms.base import Match, const_array, overridable
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 
@@ -133,7 +133,7 @@ def freed_bytes(values: Sequence[ir.Value | None], dropped: Sequence[ir.Node]) -
     seen: set[int] = set()
     total = 0
     for v in values:
-        if v is None or id(v) in seen or v.is_graph_output() or v.is_graph_input():
+        if v is None or id(v) in seen or v.is_graph_output() or overridable(v):
             continue
         seen.add(id(v))
         if all(id(u.node) in drop for u in v.uses()):

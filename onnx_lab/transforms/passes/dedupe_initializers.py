@@ -7,7 +7,7 @@ import hashlib
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
+from onnx_lab.transforms.base import LabPass, Match, Rewrite, overridable, register_pass
 from onnx_lab.transforms.passes._util import users
 
 
@@ -16,7 +16,7 @@ def _groups(model: LabModel) -> list[list[ir.Value]]:
     by_meta: dict[tuple, list[ir.Value]] = {}
     for v in model.ir.graph.initializers.values():
         t = v.const_value
-        if t is None or v.is_graph_input() or v.is_graph_output():
+        if t is None or overridable(v) or v.is_graph_output():
             continue
         by_meta.setdefault((t.dtype, tuple(t.shape.numpy()), t.nbytes), []).append(v)
     out: list[list[ir.Value]] = []

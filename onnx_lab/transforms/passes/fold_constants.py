@@ -9,7 +9,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
+from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, overridable, register_pass
 from onnx_lab.transforms.passes._util import freed_bytes, nbytes, walk
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def _has_body(node: ir.Node) -> bool:
 
 
 def _is_const_source(v: ir.Value) -> bool:
-    if v.is_graph_input():
+    if overridable(v):
         return False
     if v.is_initializer() and v.const_value is not None:
         return True

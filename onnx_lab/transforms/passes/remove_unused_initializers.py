@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
+from onnx_lab.transforms.base import LabPass, Match, Rewrite, overridable, register_pass
 
 
 def _unused(model: LabModel):
     for path, graph in model.index.graphs.items():
         for name, v in list(graph.initializers.items()):
-            if v.uses() or v.is_graph_output() or v.is_graph_input():
+            if v.uses() or v.is_graph_output() or overridable(v):
                 continue
             yield path, graph, name, v
 
