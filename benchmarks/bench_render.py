@@ -14,6 +14,7 @@ ratio anchor / worst view.
 
     .venv/bin/python benchmarks/bench_render.py            # both models
     .venv/bin/python benchmarks/bench_render.py gpt2       # one
+    .venv/bin/python benchmarks/bench_render.py scaling    # graph-model build, 5k-80k nodes
 """
 
 from __future__ import annotations
@@ -145,13 +146,52 @@ def bench(name: str, path: Path) -> float:
     return worst[2]
 
 
+def scaling() -> None:
+    """The graph model is linear in nodes + edges: build_view + to_dot of whole generated
+    graphs (no dot run) at 5k, 20k and 80k nodes."""
+    from onnx import TensorProto, helper
+
+    import onnx_lab
+    from onnx_lab.render import dot
+    from onnx_lab.render.graph import build_view
+
+    print("\n== graph model build (no layout), generated chains with residual Adds")
+    for n in (5_000, 20_000, 80_000):
+        nodes, x, skip = [], "x", "x"
+        for i in range(n):
+            if i % 7 == 6:
+                nodes.append(helper.make_node("Add", [x, skip], [f"t{i}"], name=f"/b{i // 50}/a{i}"))
+                skip = f"t{i}"
+            else:
+                nodes.append(helper.make_node("Relu", [x], [f"t{i}"], name=f"/b{i // 50}/r{i}"))
+            x = f"t{i}"
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                          [1])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1])])
+        lab = onnx_lab.open(helper.make_model(g))
+        ids = lab.index.topo_order("")
+        types = lab.model.types()
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            dot.to_dot(build_view(lab.model, "", ids, types=types))
+            times.append(time.perf_counter() - t)
+        best = min(times)
+        print(f"  {n:6} nodes: {best:.3f} s ({best / n * 1e6:.1f} µs per node)")
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["scaling"]:
+        scaling()
+        return 0
     which = argv or ["gpt2", "bert"]
     paths = _paths(which)
     if not paths:
+        scaling()
         return 0
     worst = max(bench(name, p) for name, p in paths.items())
     print(f"\nworst view over all models: {worst:.3f} s (target {TARGET_S:g} s)")
+    scaling()
     return 0
 
 
