@@ -118,7 +118,7 @@ class ColorScale:
 
     def _t(self, v: float) -> float:
         if self.vmax == self.vmin:
-            return 1.0
+            return 0.0  # all values equal (e.g. every error 0): nothing stands out
         if self.log:
             v = max(v, self.vmin)
             return (math.log10(v) - math.log10(self.vmin)) / (math.log10(self.vmax)

@@ -307,3 +307,11 @@ def test_names_with_dot_and_html_special_characters():
 
 def test_render_model_accepts_a_lab(convnet):
     assert render_model(convnet, around="/dead/Mul", radius=0).nodes == ["/dead/Mul"]
+
+
+def test_overlay_of_equal_values_is_not_alarming(convnet):
+    ov = pd.Series({"/stem/conv/Conv": 0.0, "/dead/Mul": 0.0}, name="max_abs")
+    r = convnet.render(overlay=ov)
+    fill = make_scale([0.0, 0.0]).color(0.0)
+    assert fill == make_scale([0.0, 1.0]).color(0.0)  # the bottom of the map
+    assert f'fillcolor="{fill}"' in node_stmt(r.dot, "/dead/Mul")
