@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from onnx_lab.errors import InputError, PassError, unknown_name
+from onnx_lab.errors import InputError, PassError, RuntimeLoadError, unknown_name
 from onnx_lab.transforms.base import PassResult, get_pass
 from onnx_lab.transforms.verify import fill_result
 from onnx_lab.transforms.verify import verify as _verify
@@ -62,7 +62,7 @@ def run_pass(lab: Lab, pass_name: str, matches: Sequence[str] | str | None = Non
 
 def apply(lab: Lab, pass_name: str, matches: Sequence[str] | str | None = None,
           verify: bool | Mapping[str, Any] = True, *, _cache: dict | None = None,
-          **params: Any) -> PassResult:
+          _record_noop: bool = True, **params: Any) -> PassResult:
     """Apply a pass to all matches, or only to the chosen match ids, as a new version.
 
     The pass runs on a clone (the user's file and the previous versions stay as they were).
@@ -97,12 +97,18 @@ def apply(lab: Lab, pass_name: str, matches: Sequence[str] | str | None = None,
     shapes = {k: list(v) for k, v in lab.shapes.items()}
     if result.modified and opts is not None:
         t0 = time.perf_counter()
-        report = _verify(before, result.model, result, dims=lab.dims,
-                                     shapes=lab.shapes, cache=_cache, **opts)
+        try:
+            report = _verify(before, result.model, result, dims=lab.dims, shapes=lab.shapes,
+                             cache=_cache, **opts)
+        except RuntimeLoadError as e:  # the reference itself does not run
+            raise RuntimeLoadError(f"Cannot verify {pass_name}: {e.problem}",
+                                   fix=(e.fix or "") + " Or apply with verify=False "
+                                   "(--no-verify).") from e
         fill_result(result, report, time.perf_counter() - t0)
         if not result.verify_passed:
             logger.warning("%s: verification failed at %s", pass_name, result.first_failure)
-    _push(lab, result, dims, shapes)
+    if result.modified or _record_noop:
+        _push(lab, result, dims, shapes)
     return result
 
 
@@ -122,7 +128,9 @@ def apply_preset(lab: Lab, preset: str | Sequence[str] = "safe",
     """Apply the passes of a preset in order, each as its own verified step.
 
     Verification reuses the captured tensors of each step as the reference of the next, so
-    the model runs about once per step.
+    the model runs about once per modifying step. Only passes that changed the model become
+    history steps; the returned list holds every pass's result (with the reason when it did
+    nothing).
 
     Args:
         preset: a preset name (``"safe"``) or a list of pass names.
@@ -134,7 +142,7 @@ def apply_preset(lab: Lab, preset: str | Sequence[str] = "safe",
     cache: dict = {}
     results = []
     for name in names:
-        results.append(apply(lab, name, None, verify, _cache=cache))
+        results.append(apply(lab, name, None, verify, _cache=cache, _record_noop=False))
     return results
 
 

@@ -153,3 +153,20 @@ def test_provenance_composes_over_three_steps_and_survives_save(tmp_path):
     again = onnx_lab.open(path)
     assert origins(again.model) == org
     assert again.origins == org
+
+
+def test_preset_records_only_the_passes_that_changed_the_model():
+    lab = chain_lab()
+    results = lab.apply_preset(["test_drop_identity", "test_drop_identity",
+                                "test_perturb_weight"])
+    assert [r.modified for r in results] == [True, False, True]
+    assert results[1].reason == "no Identity node"
+    assert list(lab.history["pass"]) == ["original", "test_drop_identity",
+                                          "test_perturb_weight"]
+    assert results[0].verify_passed and results[2].verify_passed is False
+    lab.undo()
+    assert lab.history.loc[1, "current"]
+    with pytest.raises(UnknownNameError, match="preset"):
+        lab.apply_preset("fast")
+    with pytest.raises(PassError, match="non-empty"):
+        lab.apply_preset([])

@@ -197,3 +197,18 @@ def test_in_memory_runner_matches_make_session(tmp_path):
         ref = run(onnx_lab.open("sample:convnet").model, feeds, outputs=names)
         for n in names:
             np.testing.assert_array_equal(fast[n], ref[n], err_msg=n)
+
+
+def test_reference_that_onnxruntime_cannot_run_says_how_to_skip_verification():
+    from onnx_lab.errors import RuntimeLoadError
+
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["t"], name="id"),
+         helper.make_node("Foo", ["t"], ["y"], name="foo", domain="my.ops")], "g",
+        [helper.make_tensor_value_info("x", 1, [2])], [helper.make_tensor_value_info("y", 1, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("my.ops", 1)])
+    lab = onnx_lab.open(m)
+    with pytest.raises(RuntimeLoadError, match="verify=False"):
+        lab.apply("test_drop_identity")
+    assert lab.apply("test_drop_identity", verify=False).modified
