@@ -93,6 +93,9 @@ def trace_provenance(before: LabModel, new: LabModel) -> tuple[dict[str, list[st
         seeds[nid] = [b_idx.producer[v.name] for v in e.node.outputs
                       if v.name in b_idx.producer and b_idx.producer[v.name] in removed_set]
         seeds[nid] += absorbed.get(nid, [])
+        part = _name_part(e.node.name, by_name) if not direct[nid] else None
+        if part is not None and part in removed_set and part not in seeds[nid]:
+            seeds[nid].append(part)  # ORT's "/ln/Mul/LayerNormFusion/" names its first part
     claimed: dict[str, str] = {}
     for nid, ss in seeds.items():
         for x in ss:
@@ -127,6 +130,18 @@ def trace_provenance(before: LabModel, new: LabModel) -> tuple[dict[str, list[st
     if unknown:
         notes.append(f"provenance unknown for {unknown} node(s) the tool created (origin [])")
     return provenance, removed, notes
+
+
+def _name_part(name: str | None, by_name: dict[str, str]) -> str | None:
+    """The old node a fused node's name is built on (longest '/'-prefix that is a name)."""
+    if not name or "/" not in name.strip("/"):
+        return None
+    parts = name.rstrip("/").split("/")
+    for k in range(len(parts) - 1, 0, -1):
+        hit = by_name.get("/".join(parts[:k]))
+        if hit is not None:
+            return hit
+    return None
 
 
 class WholeModelPass(LabPass):

@@ -103,3 +103,18 @@ def test_tools_on_a_model_with_external_data(tmp_path):
         assert r.modified and r.verify_passed, name
     assert lab.original.model.has_external_data  # step 0 still reads the file
     assert (path.read_bytes(), (tmp_path / "convnet.onnx.data").read_bytes()) == before
+
+
+def test_ort_fusions_of_a_transformer_block_are_traced():
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 8})
+    r = lab.apply("ort:extended")
+    assert r.verify_passed
+    ln = [k for k in r.provenance if "LayerNormFusion" in k]
+    assert ln and {"/layer.0/ln/ReduceMean", "/layer.0/ln/Sqrt", "/layer.0/ln/Add_1"} <= \
+        set(lab.origins[ln[0]])
+    scale = [k for k in r.provenance if "MatMulScaleFusion" in k]
+    assert scale and set(lab.origins[scale[0]]) == {"/layer.0/attention/core/MatMul",
+                                                     "/layer.0/attention/core/Div"}
+    # the fused LayerNorm output is compared with the last node it replaced
+    rep = r.verification.set_index("node_id")
+    assert rep.loc[ln[0], "match"] in ("name", "provenance")
