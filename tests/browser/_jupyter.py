@@ -158,7 +158,7 @@ def run_all_cells(page, url: str, notebook: str, *, timeout_ms: int = 90_000) ->
     deadline = time.monotonic() + timeout_ms / 1000
     accept = page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept")
     # The indicator of the visible notebook (other open notebooks have their own, hidden).
-    panel = page.locator(".jp-NotebookPanel").filter(visible=True).first
+    panel = page.locator(".jp-NotebookPanel:visible").first
     idle = panel.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
     settled = 0
     while time.monotonic() < deadline:
