@@ -59,6 +59,13 @@ def _read(name: str, tensor) -> np.ndarray:
     try:
         return tensor.numpy()
     except (OSError, ValueError) as e:
+        if isinstance(tensor, ir.ExternalTensor) and "hard link" in str(e):
+            raise ExternalDataError(
+                f"Cannot read weight {name!r}: its external data file {tensor.location!r} has "
+                "several hard links, which onnx_ir refuses to read (a hard link can expose a "
+                "file from outside the model's folder).",
+                fix="Replace the link by a copy (cp, not ln) so the file has a single link.",
+            ) from e
         if isinstance(tensor, ir.ExternalTensor):
             raise ExternalDataError(
                 f"Cannot read weight {name!r} from external data file {tensor.location!r}: {e}.",

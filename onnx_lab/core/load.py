@@ -180,12 +180,23 @@ def check_external_data(proto: onnx.ModelProto, base_dir: Path) -> None:
             raise ExternalDataError(f"Tensor {name!r} is marked external but has no location.",
                                     fix="Re-export the model with its external data.")
         target = (base / location).resolve()
-        if os.path.isabs(location) or not target.is_relative_to(base):
+        normalized = os.path.normpath(location)
+        if os.path.isabs(location) or normalized == ".." or normalized.startswith(".." + os.sep):
             raise ExternalDataError(
                 f"Tensor {name!r} points to external data {location!r} outside the model's "
                 f"folder {str(base)!r}; onnx_lab refuses to read it (a model file must not "
                 "read arbitrary files).",
                 fix="Move the data file next to the model and set a relative location.",
+            )
+        if not target.is_relative_to(base):
+            # The location is inside the folder but a symbolic link leads out of it (the
+            # Hugging Face cache keeps blobs elsewhere); onnx and onnx_ir refuse those too.
+            raise ExternalDataError(
+                f"External data file {location!r} (tensor {name!r}) is a symbolic link to "
+                f"{str(target)!r}, outside the model's folder {str(base)!r}; onnx_lab, like "
+                "onnx and onnx_ir, does not follow links out of the folder.",
+                fix="Copy the model and its data into one folder as real files (cp -L, or "
+                "huggingface_hub.snapshot_download(..., local_dir=DIR)).",
             )
         if target not in sizes:
             if not target.is_file():

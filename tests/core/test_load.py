@@ -339,3 +339,38 @@ def test_utf8_text_cut_mid_character(tmp_path):
     p.write_bytes(("<html>" + "é" * 400 + "</html>").encode())
     with pytest.raises(ModelLoadError, match="text file"):
         onnx_lab.open(p)
+
+
+def test_symlink_out_of_the_folder_is_refused_with_a_clear_fix(tmp_path):
+    # The Hugging Face cache layout: snapshots/<rev>/ holds links into blobs/.
+    path = save_external(fp16_model(), tmp_path / "export" / "m.onnx")
+    blobs, snap = tmp_path / "blobs", tmp_path / "snapshots" / "rev"
+    blobs.mkdir()
+    snap.mkdir(parents=True)
+    (path.parent / "m.onnx.data").rename(blobs / "sha2")
+    path.rename(blobs / "sha1")
+    (snap / "m.onnx").symlink_to(blobs / "sha1")
+    (snap / "m.onnx.data").symlink_to(blobs / "sha2")
+    with pytest.raises(ExternalDataError, match="symbolic link.*cp -L"):
+        onnx_lab.open(snap / "m.onnx")
+
+
+def test_symlink_inside_the_folder_is_followed(tmp_path):
+    path = save_external(fp16_model(), tmp_path / "m.onnx", data_name="real.bin")
+    m = onnx.load(str(path), load_external_data=False)
+    for t in m.graph.initializer:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = "link.bin"
+    (tmp_path / "link.bin").symlink_to(tmp_path / "real.bin")
+    linked = _write(tmp_path / "linked.onnx", m)
+    assert len(onnx_lab.open(linked).weight_stats()) == 4
+
+
+def test_hard_linked_data_names_the_problem(tmp_path):
+    path = save_external(fp16_model(), tmp_path / "m.onnx")
+    os.link(tmp_path / "m.onnx.data", tmp_path / "second_name.data")
+    lab = onnx_lab.open(path)  # structure needs no weights
+    assert len(lab.nodes) == 7
+    with pytest.raises(ExternalDataError, match="hard links.*cp, not ln"):
+        lab.weight_stats()
