@@ -14,6 +14,11 @@ def test_extractor_on_every_sample_by_nodes(sample_lab, no_error, tmp_path):
     x.save_button.click()
     assert "Extract a subgraph first" in x.status.value
     x.mode.value = "nodes"
+    assert x.tensor_box.layout.display == "none" and x.node_box.layout.display is None
+    op = sample_lab.nodes["op_type"].iloc[0]
+    x.node_filter.value = op
+    assert set(x.nodes.df["op_type"]) >= {op} and len(x.nodes.df) <= len(sample_lab.nodes)
+    x.node_filter.value = ""
     main = sample_lab.nodes.query("graph == ''")["node_id"].tolist()
     pick = main[:2]
     for nid in pick:

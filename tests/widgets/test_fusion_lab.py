@@ -109,3 +109,25 @@ def _select_preview_apply_undo(f, sample_lab, pats, n0, no_error):
     f.checkout_button.click()
     no_error(f)
     assert len(sample_lab.index) == n0 and "lab.checkout(0)" in f.code.value
+
+
+def test_fusion_lab_without_verification_and_overwrite(tmp_path, no_error):
+    src = tmp_path / "model.onnx"
+    src.write_bytes(onnx_lab.samples.path("convnet").read_bytes())
+    lab = onnx_lab.open(src)
+    f = FusionLab(lab)
+    f.verify.value = False
+    f.select([m for m in f.patterns["match_id"] if m.startswith("eliminate_identity")])
+    f.apply_button.click()
+    no_error(f)
+    assert f.result.verify_passed is None and "verify=False" in f.code.value
+    assert ">not verified<" in f.history_html.value
+    f.save_path.value = str(src)
+    f.save_button.click()  # the source file: refused unless overwrite is ticked
+    assert type(f.error).__name__ == "SaveError"
+    assert len(onnx.load(str(src)).graph.node) == 21
+    f.overwrite.value = True
+    f.save_button.click()
+    no_error(f)
+    assert "overwrite=True" in f.code.value
+    assert len(onnx.load(str(src)).graph.node) == lab.model.graph.num_nodes() == 20

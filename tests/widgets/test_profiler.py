@@ -35,6 +35,22 @@ def test_profiler_every_button_on_every_sample(sample_lab, no_error):
         assert type(p.error).__name__ == "DimError" and "onnx-lab-error" in p.status.value
 
 
+def test_profiler_controls_reach_the_call(no_error):
+    p = Profiler(onnx_lab.open("sample:convnet"))
+    p.runs.value = 3
+    p.warmup.value = 1
+    p.opt_level.value = "disable"
+    p.profile_button.click()
+    no_error(p)
+    assert p.result.runs == 3 and p.result.warmup == 1 and p.result.opt_level == "disable"
+    assert "runs=3, warmup=1, opt_level=&#x27;disable&#x27;" in p.code.value
+    p.peak_tflops.value = 2.0
+    p.bandwidth.value = 100.0
+    p.cost_button.click()
+    no_error(p)
+    assert p.roofline.peak_flops == 2e12 and p.roofline.bandwidth == 100e9
+
+
 def test_profiler_batch_sweep_on_dynamic_batch(no_error):
     lab = onnx_lab.open("sample:transformer_block", dims={"seq": 4})
     p = Profiler(lab, runs=2, warmup=0)
