@@ -42,14 +42,19 @@ def _summary(args) -> int:
         print_json({k: s[k] for k in SUMMARY_KEYS})
         return 0
     print(f"IR {s['ir_version']}, opsets {s['opsets']}, producer {s['producer'] or '-'}")
+    consts = f" + {s['num_constant_tensors']} Constant tensors" \
+        if s["num_constant_tensors"] else ""
     print(f"{s['num_nodes']} nodes ({s['num_nodes_main']} main graph, {s['subgraphs']} "
-          f"subgraphs), {s['num_initializers']} initializers, {s['num_params']:,} params")
+          f"subgraphs), {s['num_initializers']} initializers{consts}, {s['num_params']:,} "
+          f"params ({s['param_bytes'] / 1e6:,.1f} MB"
+          f"{', external data' if s['external_data'] else ''})")
     for kind in ("inputs", "outputs"):
         for x in s[kind]:
             print(f"  {kind[:-1]:6} {x['name']}: {x['dtype']} {x['shape']}")
     if s["dynamic_dims"]:
         print("dynamic dims: " + ", ".join(f"{k} <- {v}" for k, v in s["dynamic_dims"].items()))
-    print("ops: " + ", ".join(f"{k}x{v}" for k, v in s["op_counts"].items()))
+    print("op families: " + ", ".join(f"{k} {v}" for k, v in s["op_families"].items()))
+    print("ops: " + ", ".join(f"{k} {v}" for k, v in s["op_counts"].items()))
     return 0
 
 

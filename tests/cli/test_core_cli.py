@@ -68,7 +68,8 @@ def test_summary_json_keys(capsys):
 def test_summary_text(capsys):
     code, out, _ = _run(capsys, "summary", "sample:convnet")
     assert code == 0
-    assert "21 nodes" in out and "input" in out and "Conv" in out
+    assert "21 nodes" in out and "input" in out and "Conv 3" in out
+    assert "op families: " in out and "convolution 3" in out and "MB" in out
 
 
 def test_summary_with_shape(tmp_path, capsys):
