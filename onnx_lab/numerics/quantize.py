@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -110,8 +111,17 @@ def _quantize(lab: Lab, fn, **kw) -> Lab:
         try:
             fn(str(src), str(dst), **kw)
         except Exception as e:  # noqa: BLE001 - the quantizer raises assorted errors
-            raise PassError(f"quantization failed: {str(e).strip()[:400]}",
-                            fix="Exclude the failing nodes (nodes_to_exclude=[...]).") from e
+            msg = str(e).strip()
+            computed = re.search(r"Expected (\S+) to be an initializer", msg)
+            if computed:
+                # Old exports compute weights with nodes (ConstantOfShape...): the quantizer
+                # only reads initializers.
+                fix = (f"Weight {computed.group(1)!r} is computed by a node, not stored: fold "
+                       "constants first (lab.apply('fold_constants') or "
+                       "lab.apply_preset('safe')), then quantize the result.")
+            else:
+                fix = "Exclude the failing nodes (nodes_to_exclude=[...])."
+            raise PassError(f"quantization failed: {msg[:400]}", fix=fix) from e
         return _lab_from(onnx.load(str(dst)), lab)
 
 

@@ -37,3 +37,26 @@ def test_int8_dynamic_excludes_nodes():
     assert (q.nodes["op_type"] == "MatMulInteger").sum() == 5
     with pytest.raises(UnknownNameError):
         to_int8_dynamic(lab, nodes_to_exclude=["nope"])
+
+
+def test_int8_of_computed_weights_says_to_fold_first():
+    # onnx-caffe2 exports compute every weight with ConstantOfShape; ORT's quantizer wants
+    # initializers. The fix must point at folding, not at excluding nodes.
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    fill = helper.make_tensor("v", TensorProto.FLOAT, [1], [0.1])
+    g = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["w_shape"], ["w"], value=fill),
+         helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(np.array([4, 3, 1, 1], np.int64), "w_shape"),
+         numpy_helper.from_array(np.zeros(4, np.float32), "b")])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    with pytest.raises(onnx_lab.errors.PassError, match="fold_constants") as e:
+        to_int8_dynamic(lab)
+    assert "'w'" in e.value.fix
+    lab.apply("fold_constants")
+    q = to_int8_dynamic(lab)
+    assert "ConvInteger" in set(q.nodes.op_type)
