@@ -304,8 +304,8 @@ class FusionLab(View):
                            highlight=new_ids, title="after")
         if after is None:
             return
-        self.before_html.value = "<b>before</b>" + rendering_html(before)
-        self.after_html.value = "<b>after</b>" + rendering_html(after)
+        self.before_html.value = rendering_html(before)
+        self.after_html.value = rendering_html(after)
         self.details.selected_index = 1
         self.result = {"result": res, "before": before, "after": after}
         self.code.value = code_html(
