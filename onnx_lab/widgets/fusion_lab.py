@@ -15,6 +15,7 @@ import ipywidgets as w
 import pandas as pd
 
 from onnx_lab.widgets._common import (
+    PagedTable,
     SelectableTable,
     View,
     badge,
@@ -143,6 +144,7 @@ class FusionLab(View):
         self.before_html = w.HTML(layout=w.Layout(width="50%"))
         self.after_html = w.HTML(layout=w.Layout(width="50%"))
         self.preview_box = w.HBox([self.before_html, self.after_html])
+        self.verification = PagedTable(page_size=15)
 
         for button, fn in [(self.select_all, self._select_all), (self.preview_button, self.preview),
                            (self.apply_button, self.apply), (self.undo_button, self.undo),
@@ -153,9 +155,10 @@ class FusionLab(View):
             button.on_click(self._clicked(fn))
         self.pattern_filter.observe(self._guard(self._filter), names="value")
 
-        acc = w.Accordion(children=[self.explanation, self.preview_box])
+        acc = w.Accordion(children=[self.explanation, self.preview_box, self.verification])
         acc.set_title(0, "Explanation of the selected pattern")
         acc.set_title(1, "Preview (before | after)")
+        acc.set_title(2, "Verification of the last step (failures first)")
         acc.selected_index = 0
         self.details = acc
         super().__init__([
@@ -274,8 +277,23 @@ class FusionLab(View):
             else:
                 msgs.append(f"{r.name}: nothing changed ({r.reason})")
         failed = any(r is not None and r.verify_passed is False for r in results)
+        self._show_verification(results)
         if msgs and self.error is None:
             self.status.value = info_html("; ".join(msgs), kind="warn" if failed else "ok")
+
+    def _show_verification(self, results: list[Any]) -> None:
+        """The verification report of the last verified step (``result.verification``)."""
+        last = next((r for r in reversed(results) if r is not None
+                     and getattr(r, "verification", None) is not None), None)
+        if last is None:
+            return
+        report = last.verification
+        if "passed" in report:
+            report = report.sort_values("passed", kind="stable")
+        self.verification.set(report, caption=f"{last.name}: {len(report)} tensors compared, "
+                                              f"max_abs_err {last.max_abs_err}")
+        if last.verify_passed is False:
+            self.details.selected_index = 2
 
     # ------------------------------------------------------------------ actions
     def preview(self) -> None:

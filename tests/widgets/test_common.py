@@ -76,3 +76,18 @@ def test_badge_and_figure():
     fig = Figure()
     fig.add_subplot().plot([1, 2])
     assert figure_html(fig).startswith("<img") and figure_html(None) == ""
+
+
+def test_history_html_badges_and_current_step():
+    from onnx_lab.widgets.fusion_lab import history_html
+
+    hist = pd.DataFrame({
+        "step": [0, 1, 2], "pass": ["original", "fuse_conv_bn", "my_edit"],
+        "params": [{}, {}, {"k": 1}], "modified": [False, True, True],
+        "nodes_before": [21, 21, 20], "nodes_after": [21, 20, 20],
+        "verify_passed": [None, True, False], "max_abs_err": [None, 2e-7, 0.5],
+        "seconds": [0.0, 0.1, 0.2], "current": [False, False, True]})
+    out = history_html(hist)
+    assert out.count("onnx-lab-history-row") == 3
+    assert ">passed<" in out and ">FAILED<" in out and "◀ current" in out
+    assert "data-step='2' style='background" in out and "data-before='21' data-after='20'" in out

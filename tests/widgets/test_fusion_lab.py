@@ -97,6 +97,7 @@ def _select_preview_apply_undo(f, sample_lab, pats, n0, no_error):
     assert r.modified and r.verify_passed is True
     assert len(sample_lab.index) == r.nodes_after < n0
     assert "data-step='1'" in f.history_html.value and ">passed<" in f.history_html.value
+    assert "tensors compared" in f.verification.html.value  # the step's verification report
     assert f"lab.apply({r.name!r}, matches=[{first!r}])".replace("'", "&#x27;") in f.code.value
     assert f.selected == [] and first not in set(f.patterns["match_id"])
     f.undo_button.click()
