@@ -8,6 +8,7 @@ first view, and the graph never lays out the whole model: with no selection it s
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import ipywidgets as w
@@ -18,6 +19,7 @@ from onnx_lab.widgets._common import (
     code_html,
     figure_html,
     rendering_html,
+    short,
 )
 
 __all__ = ["Explorer"]
@@ -132,6 +134,7 @@ class Explorer(View):
                         ("graph", 110), ("inputs", 170), ("outputs", 150)],
             page_size=self.page_size, on_change=self._guard(self._on_nodes_selected))
         self.nodes_count = w.HTML()
+        self.node_details = w.HTML()
 
     def _build_nodes(self) -> None:
         nodes = self._call(lambda: self.lab.nodes)
@@ -150,7 +153,8 @@ class Explorer(View):
         self.show_button.on_click(self._guard(lambda _b: self.show_graph()))
         controls = w.HBox([self.op_filter, w.VBox([self.name_filter, self.graph_filter,
                                                    self.show_button])])
-        self.tabs.children[NODES].children = [controls, self.nodes_count, self.nodes_table]
+        self.tabs.children[NODES].children = [controls, self.nodes_count, self.nodes_table,
+                                              self.node_details]
         self._filter_nodes()
 
     def _filter_nodes(self, _change: Any = None) -> None:
@@ -178,9 +182,32 @@ class Explorer(View):
         self._set_result(NODES, df, code)
 
     def _on_nodes_selected(self, keys: list[str]) -> None:
+        self._show_node_details()
         self._graph_dirty = True
         if (self.tabs.selected_index or 0) == GRAPH:
             self._render_graph()
+
+    def _show_node_details(self) -> None:
+        """Attributes, inputs and outputs of the last ticked node (a row of ``lab.nodes``)."""
+        nodes = getattr(self, "_nodes", None)
+        keys = self.selected_nodes
+        if nodes is None or not keys:
+            self.node_details.value = ""
+            return
+        row = nodes.loc[nodes["node_id"] == keys[-1]]
+        if not len(row):
+            return
+        r = row.iloc[0]
+        attrs = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{short(v, 120)}</td></tr>"
+                        for k, v in r["attributes"].items()) or "<tr><td>none</td></tr>"
+        ios = "".join(f"<tr><td>{kind}</td><td>{short(v, 400)}</td></tr>"
+                      for kind, v in (("inputs", r["inputs"]), ("outputs", r["outputs"])))
+        where = html.escape(f"graph {r['graph']!r}, scope {r['scope']!r}, topo {r['topo']}")
+        self.node_details.value = (
+            f"<div class='onnx-lab-node-details'><b>{html.escape(r['node_id'])}</b> "
+            f"({html.escape(r['op_type'])}{', ' + html.escape(r['domain']) if r['domain'] else ''})"
+            f" — {where}<table><tr><th colspan=2 style='text-align:left'>attributes</th></tr>"
+            f"{attrs}{ios}</table></div>")
 
     # ------------------------------------------------------------------ Initializers
     def _build_inits(self) -> None:

@@ -40,6 +40,7 @@ def test_nodes_filters_selection_and_graph(no_error):
     assert len(e.result) == len(lab.nodes)
     e.nodes_table.checkbox("/stem/bn/BatchNormalization").value = True
     assert e.selected_nodes == ["/stem/bn/BatchNormalization"]
+    assert "epsilon" in e.node_details.value and "stem.bn.running_var" in e.node_details.value
     e.show_button.click()
     assert e.tabs.selected_index == 4
     no_error(e)
