@@ -118,6 +118,8 @@ def _fast(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[st
     # Each session runs once: pre-packing every MatMul weight (MLAS) would cost more than the
     # run itself (BERT-base: ~1 s of a 1.3 s session start).
     so.add_session_config_entry("session.disable_prepacking", "1")
+    # Short one-shot runs: spinning worker threads only steal cores from the caller.
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if names:
         so.add_external_initializers(names, values)
     if folder:
