@@ -15,6 +15,7 @@ def test_drift_same_model_passes_on_every_sample(sample_lab, no_error):
     c = d.result
     assert c.passed and c.first_divergence is None
     assert "PASSED" in d.verdict.value
+    assert d.progress.value == d.progress.max >= 1  # compare reported its progress
     assert d.layer == {} and "onnx_lab.compare(reference, candidate" in d.code.value
 
 

@@ -43,6 +43,7 @@ def test_profiler_controls_reach_the_call(no_error):
     p.profile_button.click()
     no_error(p)
     assert p.result.runs == 3 and p.result.warmup == 1 and p.result.opt_level == "disable"
+    assert p.progress.value == p.progress.max == 4  # 1 warm-up + 3 runs, reported live
     assert "runs=3, warmup=1, opt_level=&#x27;disable&#x27;" in p.code.value
     p.peak_tflops.value = 2.0
     p.bandwidth.value = 100.0
