@@ -192,6 +192,12 @@ class WholeModelPass(LabPass):
     @staticmethod
     def from_proto(proto: onnx.ModelProto, like: LabModel) -> ir.Model:
         m = ir.serde.deserialize_model(proto)
+        if (m.ir_version or 0) < 4:
+            # IR < 4 requires initializers to be listed as graph inputs; onnxruntime keeps the
+            # IR version but not that rule for the weights it creates (Conv+BN fusions).
+            listed = {v.name for v in m.graph.inputs}
+            m.graph.inputs.extend(v for v in m.graph.initializers.values()
+                                  if v.name not in listed)
         if like.base_dir is not None:
             ir.external_data.set_base_dir(m.graph, str(like.base_dir))
         return m
