@@ -122,9 +122,6 @@ class View(w.VBox):
         super().__init__(children=[self.status, *children, self.code], **kwargs)
         self.add_class("onnx-lab-widget")
 
-    def _set_children(self, children: Sequence[w.Widget]) -> None:
-        self.children = [self.status, *children, self.code]
-
     def _busy(self, text: str) -> None:
         self.status.value = info_html(text, kind="busy")
 
