@@ -122,3 +122,15 @@ def test_explorer_accepts_a_source_string(no_error):
         v for _, v in e.graph_filter.options] else e.graph_filter.options[-1][1]
     no_error(e)
     assert len(e.result) >= 1 and e.result["graph"].nunique() == 1
+
+
+def test_graph_tab_draws_the_filtered_body(no_error):
+    lab = onnx_lab.open("sample:control_flow")
+    e = Explorer(lab)
+    e.tabs.selected_index = 1
+    body = next(v for _, v in e.graph_filter.options if v not in ("*", ""))
+    e.graph_filter.value = body
+    e.show_graph()
+    no_error(e)
+    assert e.result.graph == body and f"graph=&#x27;{body}&#x27;" in e.code.value
+    assert set(e.result.nodes) <= set(lab.nodes.query("graph == @body")["node_id"])
