@@ -192,6 +192,15 @@ class WholeModelPass(LabPass):
     @staticmethod
     def from_proto(proto: onnx.ModelProto, like: LabModel) -> ir.Model:
         m = ir.serde.deserialize_model(proto)
+        if (like.ir.ir_version or 0) < 4:
+            # IR < 4 lists every initializer as a graph input too. Tools that fold or fuse
+            # weights away leave those entries behind as inputs that nothing reads, which would
+            # then look like inputs to feed: they never were, drop them.
+            weights = set(like.graph.initializers)
+            for v in list(m.graph.inputs):
+                if v.name in weights and v.name not in m.graph.initializers and not v.uses() \
+                        and not v.is_graph_output():
+                    m.graph.inputs.remove(v)
         if (m.ir_version or 0) < 4:
             # IR < 4 requires initializers to be listed as graph inputs; onnxruntime keeps the
             # IR version but not that rule for the weights it creates (Conv+BN fusions).

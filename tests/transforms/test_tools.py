@@ -146,4 +146,8 @@ def test_ort_result_of_an_ir3_model_stays_valid_for_the_next_tool():
     proto = lab.model.to_proto()
     assert proto.ir_version == 3
     onnx.checker.check_model(proto)
+    # The entries of the folded weights are not left behind as inputs to feed.
+    assert list(lab.inputs.name) == ["x"]
+    assert {i.name for i in proto.graph.input} == {"x"} | {t.name for t in proto.graph.initializer}
     assert lab.apply("onnxsim").verify_passed is not False
+    assert list(lab.inputs.name) == ["x"]
