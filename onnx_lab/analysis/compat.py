@@ -87,8 +87,9 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
     Returns:
         DataFrame(severity ('error', 'warning', 'info'), code, node_id (None for model-level
         findings), message, fix), errors first. Codes: checker, value_dependent_shape,
-        custom_domain, opset_unsupported, provider_load, dynamic_dim, external_data,
-        external_data_missing, low_precision, proto_size, model_local_function.
+        custom_domain, opset_unsupported, provider_load, dynamic_dim, initializer_input,
+        external_data, external_data_missing, low_precision, proto_size,
+        model_local_function.
 
     Example:
         >>> check("sample:convnet").code.tolist()
@@ -102,6 +103,7 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
     rows += _domains(lm)
     rows += _opsets(lm)
     rows += _dynamic(lm)
+    rows += _initializer_inputs(lm)
     rows += _external(lm)
     rows += _precision(lm)
     rows += _proto_size(lm)
@@ -265,6 +267,26 @@ def _dynamic(lm: LabModel) -> list[dict]:
                          f"Pass dims={example} / shapes= to analyse and run it; static-shape "
                          f"runtimes need lab.fix_dims({example})."))
     return rows
+
+
+def _initializer_inputs(lm: LabModel) -> list[dict]:
+    # From IR 4 on, an initializer also listed as a graph input is a default the caller may
+    # override, so neither onnx_lab's passes nor onnxruntime fold or fuse what reads it
+    # (IR < 4 required the listing, and those count as constants).
+    if (lm.ir.ir_version or 0) < 4:
+        return []
+    graph = lm.graph
+    names = [v.name for v in graph.inputs if v.name in graph.initializers]
+    if not names:
+        return []
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return [_row("warning", "initializer_input", None,
+                 f"{len(names)} initializer(s) are also graph inputs ({shown}): they can be "
+                 "overridden at run time, so optimizers (onnx_lab's passes, onnxruntime) do not "
+                 "fold or fuse the nodes that read them.",
+                 "Re-export without them as inputs (torch.onnx.export(..., "
+                 "keep_initializers_as_inputs=False)), or remove them from the graph inputs "
+                 "(onnxruntime's tools/python/remove_initializer_from_input.py).")]
 
 
 def _external(lm: LabModel) -> list[dict]:

@@ -181,3 +181,19 @@ def test_computed_reshape_targets():
     df = check(m, load=False)
     row = df.loc[df.code == "value_dependent_shape"].iloc[0]
     assert row.node_id == "Reshape_0" and row.severity == "info" and "'s'" in row.message
+
+
+@pytest.mark.parametrize("ir_version", [3, 8])
+def test_initializers_listed_as_inputs(ir_version):
+    w = numpy_helper.from_array(np.ones((2, 2), np.float32), "w")
+    m = _model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+               [_vi("x", [2, 2]), _vi("w", [2, 2])], [_vi("y", [2, 2])], [w], opset=13,
+               ir_version=ir_version)
+    df = check(m, load=False)
+    rows = df[df.code == "initializer_input"]
+    if ir_version < 4:  # required by IR 3, and constants there: nothing to report
+        assert rows.empty
+    else:
+        assert len(rows) == 1 and rows.iloc[0]["severity"] == "warning"
+        assert "1 initializer(s)" in rows.iloc[0]["message"] and "(w)" in rows.iloc[0]["message"]
+        assert "keep_initializers_as_inputs" in rows.iloc[0]["fix"]
