@@ -331,6 +331,16 @@ def _pool(c: _Ctx):
     return float(_numel(y) * _prod(ks)), 0.0
 
 
+@_register("LRN")
+def _lrn(c: _Ctx):
+    y = c.outs[0]
+    size = c.attr("size")
+    if y is None or not size:
+        return None
+    # Per output: `size` squares summed (2*size - 1), then scale, add bias, pow and divide.
+    return float(_numel(y) * (2 * int(size) + 3)), 0.0
+
+
 @_register("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
 def _global_pool(c: _Ctx):
     x = c.ins[0]

@@ -275,3 +275,11 @@ def test_views_and_itemsize():
     assert set(d) == {"total", "nodes", "notes"} and len(d["nodes"]) == 21
     assert itemsize("float32") == 4 and itemsize("bfloat16") == 2 and itemsize("int4") == 0.5
     assert itemsize(None) is None
+
+
+def test_lrn_is_counted():
+    # AlexNet/GoogLeNet-era exports (onnx's light bvlc_alexnet, inception_v1) use LRN.
+    m = _model([helper.make_node("LRN", ["x"], ["y"], size=5, alpha=1e-4, beta=0.75)],
+               {"x": [1, 8, 4, 4]}, {"y": [1, 8, 4, 4]})
+    row = _one(m)
+    assert row["known"] and row["flops"] == 128 * (2 * 5 + 3) and row["macs"] == 0
