@@ -212,3 +212,23 @@ def test_reference_that_onnxruntime_cannot_run_says_how_to_skip_verification():
     with pytest.raises(RuntimeLoadError, match="verify=False"):
         lab.apply("test_drop_identity")
     assert lab.apply("test_drop_identity", verify=False).modified
+
+
+def test_preset_reuses_each_steps_captures_as_the_next_reference(monkeypatch):
+    from onnx_lab.transforms import _runner
+
+    calls = []
+    real = _runner.run
+
+    def counting(model, feeds, outputs, providers=None):
+        calls.append(model)
+        return real(model, feeds, outputs, providers)
+
+    monkeypatch.setattr(_runner, "run", counting)
+    lab = onnx_lab.open("sample:convnet")
+    results = lab.apply_preset(["eliminate_identity", "eliminate_dropout", "fuse_conv_bn"])
+    assert [r.modified for r in results] == [True, True, True]
+    assert all(r.verify_passed for r in results)
+    # the original once, then each new version once
+    assert len(calls) == 4
+    assert calls[0] is lab.original.model and calls[-1] is lab.model
