@@ -89,6 +89,7 @@ def test_fp16():
 @pytest.fixture(scope="module")
 def torch_exports(tmp_path_factory):
     pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")  # torch.onnx's exporters need it
     folder = tmp_path_factory.mktemp("torch_exports")
     return {"torchscript": torchscript_export(folder), "dynamo": dynamo_export(folder)}
 
