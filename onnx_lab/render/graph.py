@@ -360,6 +360,15 @@ def build_view(model: LabModel, graph: str, selected: Iterable[str], *,
     # Constant nodes (selected or not) are summarized inside their consumers, like weights.
     fold = not show_initializers
     folded: set[str] = set()
+
+    def absorbed(nid: str) -> bool:
+        # A Constant goes inside a drawn consumer; with none drawn (the user selected the
+        # Constant itself) it is drawn as a node, or the view would be silently empty.
+        node = idx.entries[nid].node
+        if not (fold and is_folded_constant(node)):
+            return False
+        return any(owner_in_graph(idx, c, graph) in sel_set - {nid}
+                   for out in node.outputs for c in idx.consumers.get(out.name, ()))
     # Body sizes for If/Loop labels: one pass over the (cheap) entry list per view that needs it.
     body_sizes: dict[str, int] | None = None
     if any(idx.entries[n].node.op_type in _CONTROL_FLOW for n in sel):
@@ -392,7 +401,7 @@ def build_view(model: LabModel, graph: str, selected: Iterable[str], *,
                                         tooltip=grp.name)
 
     for nid in sel:
-        if fold and is_folded_constant(idx.entries[nid].node):
+        if absorbed(nid):
             continue
         e = idx.entries[nid]
         node = e.node
@@ -462,8 +471,7 @@ def build_view(model: LabModel, graph: str, selected: Iterable[str], *,
     # Graph outputs produced by drawn nodes.
     for name in (v.name for v in g.outputs if v.name):
         p = idx.producer.get(name)
-        if p is None or p not in sel_set or idx.entries[p].graph != graph or \
-                (fold and is_folded_constant(idx.entries[p].node)):
+        if p is None or p not in sel_set or idx.entries[p].graph != graph or absorbed(p):
             continue
         key = f"output:{name}"
         nodes[key] = DrawNode(key, "output", name, [shape_text(types.get(name))],

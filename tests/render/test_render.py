@@ -315,3 +315,22 @@ def test_overlay_of_equal_values_is_not_alarming(convnet):
     fill = make_scale([0.0, 0.0]).color(0.0)
     assert fill == make_scale([0.0, 1.0]).color(0.0)  # the bottom of the map
     assert f'fillcolor="{fill}"' in node_stmt(r.dot, "/dead/Mul")
+
+
+def test_a_constant_selected_alone_is_drawn():
+    # Explorer: ticking a Constant row and "Show selected in Graph" drew an empty graph.
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    k = numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "k")
+    g = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=k, name="const"),
+         helper.make_node("Add", ["x", "c"], ["y"], name="add")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    alone = lab.render(nodes=["const"])
+    assert alone.nodes == ["const"]
+    assert not any("drawn inside" in n for n in alone.notes)
+    both = lab.render(nodes=["const", "add"])  # with its consumer: inside the Add's label
+    assert both.nodes == ["add"] and any("drawn inside" in n for n in both.notes)
