@@ -354,19 +354,31 @@ class Rewrite:
         return new
 
     # -- structural edits ---------------------------------------------------------------
-    def bypass(self, node: ir.Node, input_index: int = 0, output_index: int = 0) -> bool:
+    def bypass(self, node: ir.Node, input_index: int = 0, output_index: int = 0, *,
+               keep_name: bool = False) -> bool:
         """Remove ``node`` by wiring its input ``input_index`` to every use of its output.
 
         When the output is a graph output, the input value takes over the output's name (so
         model outputs keep their names). Returns False (and changes nothing) when that is not
         possible (the input is itself a graph input, initializer or output).
+
+        ``keep_name=True`` is for fusions, where the node producing the input now computes
+        what ``node`` computed (a Conv with the BatchNormalization folded in): the input value
+        then takes the removed output's name whenever it is a node output of this graph, so a
+        tensor name keeps meaning the same values across versions.
         """
         graph = node.graph
         out = node.outputs[output_index]
         src = node.inputs[input_index]
         if src is None or graph is None:
             return False
-        if out.is_graph_output():
+        if keep_name and not out.is_graph_output() and src.producer() is not None \
+                and src.graph is graph and not src.is_graph_output():
+            name = out.name
+            out.replace_all_uses_with(src)
+            out.name = None
+            src.name = name
+        elif out.is_graph_output():
             # Renaming a value of an enclosing graph from inside a body would break the
             # outer graph; graph inputs/initializers/outputs must keep their own names.
             if src.is_graph_input() or src.is_graph_output() or src.is_initializer() \

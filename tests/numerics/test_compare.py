@@ -273,5 +273,11 @@ def test_lab_compare_against_its_original():
     c = lab.compare()
     assert c.passed
     a = c.alignment.set_index("tensor")
-    for bn in ("/stem/bn/BatchNormalization_output_0", "/block1/bn/BatchNormalization_output_0"):
-        assert a.loc[bn, "match"] == "provenance"
+    # The fused Conv carries the BatchNormalization's output name (the value it now computes);
+    # the Conv's own pre-BN output no longer exists and is listed with the reason.
+    for scope in ("/stem", "/block1"):
+        bn = f"{scope}/bn/BatchNormalization_output_0"
+        assert a.loc[bn, "match"] == "exact"
+        assert a.loc[bn, "cand_node_id"] == f"{scope}/conv/Conv"
+        conv = f"{scope}/conv/Conv_output_0"
+        assert "fused into" in a.loc[conv, "reason"]

@@ -82,6 +82,6 @@ class FuseConvAddBias(LabPass):
             b = rw.const_array(conv.inputs[2]) if has_bias else np.zeros_like(vec)
             rw.set_const_input(conv, 2, (b.astype(np.float64) + vec).astype(w.dtype),
                                None if has_bias else f"{conv.inputs[1].name}_bias")
-            if rw.bypass(add, input_index=side):
+            if rw.bypass(add, input_index=side, keep_name=True):
                 rw.drop_if_unused(c)
                 rw.record(conv, [conv, add])

@@ -135,7 +135,7 @@ class FuseConvBN(LabPass):
             bias_name = None if has_bias else f"{conv.inputs[1].name}_bias"
             rw.set_const_input(conv, 2, new_b, bias_name)
             params = list(bn.inputs[1:5])
-            rw.bypass(bn)
+            rw.bypass(bn, keep_name=True)
             for v in params:
                 rw.drop_if_unused(v)
             rw.record(conv, [conv, bn])
