@@ -183,3 +183,19 @@ def test_ir4_initializers_listed_as_inputs_stay_overridable():
     assert lab.patterns().empty
     r = lab.apply("fold_constants")
     assert not r.modified
+
+
+def test_fold_with_external_data(tmp_path):
+    """Weights stored as external data fold too (the evaluator gets their values)."""
+    import onnx
+
+    import onnx_lab
+    from onnx_lab import samples
+
+    onnx.save(samples.build("convnet"), tmp_path / "m.onnx", save_as_external_data=True,
+              location="m.data", size_threshold=0)
+    before = onnx_lab.open(tmp_path / "m.onnx").model
+    r = apply("fold_constants", before)
+    assert r.modified, r.reason
+    assert r.removed == ["/head/fc/Reshape"]
+    assert_same_outputs(before, r.model)

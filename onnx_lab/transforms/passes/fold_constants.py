@@ -145,8 +145,9 @@ class FoldConstants(LabPass):
         for n in nodes:
             for v in n.inputs:
                 if v is not None and v.is_initializer() and v.name not in inits:
-                    inits[v.name] = ir.serde.serialize_tensor(v.const_value)
-                    inits[v.name].name = v.name
+                    # From the values, not serialize_tensor: external tensors would stay
+                    # references to files the evaluator cannot resolve.
+                    inits[v.name] = onnx.numpy_helper.from_array(v.const_value.numpy(), v.name)
         graph = onnx.helper.make_graph(
             [ir.serde.serialize_node(n) for n in nodes], "fold", [],
             [onnx.helper.make_empty_tensor_value_info(o.name) for o in outputs],
