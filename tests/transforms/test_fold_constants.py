@@ -198,4 +198,9 @@ def test_fold_with_external_data(tmp_path):
     r = apply("fold_constants", before)
     assert r.modified, r.reason
     assert r.removed == ["/head/fc/Reshape"]
-    assert_same_outputs(before, r.model)
+    from onnx_lab.numerics.capture import run
+    from onnx_lab.numerics.feeds import make_feeds
+
+    feeds = make_feeds(before)
+    np.testing.assert_allclose(run(r.model, feeds)["logits"], run(before, feeds)["logits"],
+                               atol=1e-5, rtol=1e-5)
