@@ -70,11 +70,16 @@ class Lab:
     Attributes:
         dims: symbolic dim values given at open (used for shapes, feeds, cost, profiling).
         shapes: full input shapes given at open.
+        derived_from: for a Lab built from another one (e.g. by ``extract``), what it was
+            derived from; its ``path`` is then the file of that model (where external weights
+            are read from), not a file holding this model.
     """
 
     def __init__(self, model: LabModel, *, dims: Mapping[str, int] | None = None,
-                 shapes: Mapping[str, Sequence[int]] | None = None) -> None:
+                 shapes: Mapping[str, Sequence[int]] | None = None,
+                 derived_from: str | None = None) -> None:
         validate_dims(model, dims, shapes)
+        self.derived_from = derived_from
         self._model = model
         self._original = model
         self.dims: dict[str, int] = dict(dims or {})
@@ -171,13 +176,17 @@ class Lab:
         return weight_histogram(self._model, name, bins=bins)
 
     # ------------------------------------------------------------------ display
+    def _source(self) -> str:
+        if self.derived_from:
+            return self.derived_from
+        return str(self.path) if self.path else "in-memory model"
+
     def __repr__(self) -> str:
-        src = str(self.path) if self.path else "<memory>"
-        return (f"<onnx_lab.Lab {src}: {len(self.index)} nodes, "
+        return (f"<onnx_lab.Lab {self._source()}: {len(self.index)} nodes, "
                 f"{self._model.graph.num_nodes()} in the main graph>")
 
     def _repr_html_(self) -> str:
-        src = html.escape(str(self.path) if self.path else "in-memory model")
+        src = html.escape(self._source())
         return f"<div><b>onnx_lab.Lab</b> — {src}</div>" + self.summary()._repr_html_()
 
     # ================================================================== render (issue 3)

@@ -240,7 +240,10 @@ def extract(lab: Lab, inputs: Sequence[str] | None = None,
         from onnx_lab.transforms.verify import fill_result
 
         fill_result(result, report, time.perf_counter() - tv)
-    sub = Lab(sub_model, dims=d, shapes=s)
+    src = str(lab.path) if lab.path else "an in-memory model"
+    sub = Lab(sub_model, dims=d, shapes=s,
+              derived_from=f"subgraph extracted from {src} ({len(ins)} inputs, "
+              f"{len(outs)} outputs)")
     sub._init_history(result)
     return sub
 

@@ -49,6 +49,9 @@ def test_boundary_from_nodes():
     assert sorted(sub.index.entries) == sorted(nodes)
     assert sub.results[0].verify_passed
     assert sub.results[0].params["nodes"] == nodes
+    # It says where it comes from rather than posing as the source file.
+    assert sub.derived_from.startswith("subgraph extracted from ")
+    assert "subgraph extracted from" in repr(sub) and "subgraph extracted" in sub._repr_html_()
 
 
 def test_boundary_outputs_include_tensors_used_outside():
