@@ -95,16 +95,21 @@ def _main_outputs(model: LabModel) -> list[tuple[str, str, int]]:
     """(tensor, producer id, topo) of main-graph node outputs, topological order.
 
     Tensors in onnxruntime's NCHWc blocked layout (``ort:all``) are left out: their element
-    order differs from the NCHW tensors they stand for.
+    order differs from the NCHW tensors they stand for. So are outputs nothing reads (an
+    inference Dropout's mask, whose dtype and values opsets define differently): they cannot
+    change the model's results.
     """
     from onnx_lab.core._layout import blocked_layout_tensors
 
     idx = model.index
     out = []
     seen: set[str] = blocked_layout_tensors(model)
+    graph_outputs = {v.name for v in model.graph.outputs}
     for nid in idx.topo_order(""):
         e = idx.entries[nid]
         for v in e.node.outputs:
+            if not idx.consumers.get(v.name) and v.name not in graph_outputs:
+                continue
             if v.name and v.name not in seen:
                 seen.add(v.name)
                 out.append((v.name, nid, e.topo))
