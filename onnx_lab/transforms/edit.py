@@ -20,7 +20,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.errors import InputError, PassError
+from onnx_lab.errors import InputError, PassError, unknown_name
 from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
 
 __all__ = ["SetAttribute", "RemoveNode", "RenameTensor", "merge"]
@@ -42,6 +42,15 @@ class SetAttribute(LabPass):
         _node(model, nid)
         if not self.options["attribute"]:
             raise PassError("set_attribute needs attribute=...", fix="Pass the attribute name.")
+        node = _node(model, nid)
+        name = self.options["attribute"]
+        known = _schema_attributes(model, node)
+        if known is not None and name not in known and name not in node.attributes:
+            # A typo ("stridez") would only surface as onnxruntime refusing the new model.
+            raise unknown_name(f"attribute of {node.op_type}", name, sorted(known),
+                               fix=f"{node.op_type} (opset "
+                               f"{model.ir.opset_imports.get(node.domain or '', '?')}) has "
+                               f"attributes {sorted(known)}.")
         return [Match(f"set_attribute:{nid}", "set_attribute", self.name, [nid], nid,
                       f"set {self.options['attribute']} of {nid}")]
 
@@ -69,13 +78,25 @@ class SetAttribute(LabPass):
         rw.record(node, [node])
 
 
-def _schema_type(model: LabModel, node: ir.Node, name: str) -> ir.AttributeType | None:
-    """The attribute's type from the op schema (None for unknown ops or attributes)."""
+def _schema(model: LabModel, node: ir.Node):
     opset = model.ir.opset_imports.get(node.domain or "", None)
     try:
-        schema = onnx.defs.get_schema(node.op_type, opset or onnx.defs.onnx_opset_version(),
-                                      node.domain or "")
+        return onnx.defs.get_schema(node.op_type, opset or onnx.defs.onnx_opset_version(),
+                                    node.domain or "")
     except onnx.defs.SchemaError:
+        return None
+
+
+def _schema_attributes(model: LabModel, node: ir.Node) -> set[str] | None:
+    """Attribute names the op schema defines (None for ops without a schema: custom ops)."""
+    schema = _schema(model, node)
+    return set(schema.attributes) if schema is not None else None
+
+
+def _schema_type(model: LabModel, node: ir.Node, name: str) -> ir.AttributeType | None:
+    """The attribute's type from the op schema (None for unknown ops or attributes)."""
+    schema = _schema(model, node)
+    if schema is None:
         return None
     attr = schema.attributes.get(name)
     if attr is None:

@@ -29,6 +29,15 @@ def test_set_attribute_is_a_step_whose_report_shows_the_change():
         lab.set_attribute("/head/fc/Gem", "alpha", 1.0)
 
 
+def test_set_attribute_the_op_does_not_define():
+    # A typo used to become a version onnxruntime refuses to load ("verify FAILED, inf").
+    lab = onnx_lab.open("sample:convnet")
+    with pytest.raises(UnknownNameError, match="'strides'") as e:
+        lab.set_attribute("/stem/conv/Conv", "stridez", [2, 2])
+    assert "kernel_shape" in e.value.fix
+    assert len(lab.history) == 1
+
+
 def test_remove_node_reconnects_and_keeps_semantics():
     lab = onnx_lab.open("sample:convnet")
     r = lab.remove_node("/head/dropout/Dropout")
