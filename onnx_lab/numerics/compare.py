@@ -411,6 +411,8 @@ class Comparison:
         passed: the final outputs are within tolerance.
         first_divergence: None, or {tensor, node_id, op_type, max_abs, reaches_outputs}: the
             first tensor out of tolerance whose producer's inputs are all within tolerance.
+        first_nonfinite: None, or {tensor, node_id, op_type, nan_cand, inf_cand}: the first
+            tensor where the candidate holds NaN/inf the reference does not (property).
         atol, rtol: the tolerances used.
     """
 
@@ -519,6 +521,32 @@ class Comparison:
         kw.setdefault("shapes", lab.shapes)
         return render_model(lab.model, overlay=self.error_series(column), **kw)
 
+    @property
+    def first_nonfinite(self) -> dict[str, Any] | None:
+        """The first compared tensor (topological order) where the candidate holds more NaN or
+        inf values than the reference: where an fp16 overflow starts.
+
+        With tight tolerances ``first_divergence`` names the first rounding difference, many
+        layers before the overflow that turns the outputs into NaN; this names the overflow.
+
+        Returns:
+            None, or {tensor, node_id, op_type, nan_cand, inf_cand}.
+
+        Example:
+            >>> onnx_lab.compare(lab, onnx_lab.numerics.to_fp16(lab)).first_nonfinite
+        """
+        df = self.layers
+        if not len(df):
+            return None
+        cand = df["nan_cand"].fillna(0) + df["inf_cand"].fillna(0)
+        ref = df["nan_ref"].fillna(0) + df["inf_ref"].fillna(0)
+        hit = df.loc[cand > ref]
+        if not len(hit):
+            return None
+        row = hit.iloc[0]
+        return {"tensor": row["tensor"], "node_id": row["node_id"], "op_type": row["op_type"],
+                "nan_cand": int(row["nan_cand"]), "inf_cand": int(row["inf_cand"])}
+
     def summary_text(self) -> str:
         """A few lines for terminals."""
         n_fail = int((~self.layers["passed"].astype(bool)).sum()) if len(self.layers) else 0
@@ -535,6 +563,11 @@ class Comparison:
                          f"{'reaches' if d['reaches_outputs'] else 'does not reach'} the outputs")
         else:
             lines.append("no divergence")
+        f = self.first_nonfinite
+        if f is not None:
+            lines.append(f"first non-finite values: {f['tensor']} (node {f['node_id']}, "
+                         f"{f['op_type']}), {f['inf_cand']} inf and {f['nan_cand']} NaN in the "
+                         "candidate only")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -281,3 +281,21 @@ def test_lab_compare_against_its_original():
         assert a.loc[bn, "cand_node_id"] == f"{scope}/conv/Conv"
         conv = f"{scope}/conv/Conv_output_0"
         assert "fused into" in a.loc[conv, "reason"]
+
+
+def test_first_nonfinite_names_the_fp16_overflow():
+    # light bvlc_alexnet in fp16: first_divergence is rounding at conv 3, the NaN outputs
+    # start at an overflowing Conv two layers later; the summary names both.
+    c300 = numpy_helper.from_array(np.array(300.0, np.float32), "c300")
+    m = make_model([helper.make_node("Mul", ["x", "c300"], ["a"], name="scale1"),
+                    helper.make_node("Mul", ["a", "c300"], ["b"], name="scale2"),
+                    helper.make_node("Softmax", ["b"], ["y"], name="softmax")],
+                   [vi("x", [2, 64])], [vi("y", [2, 64])], [c300])
+    lab = onnx_lab.open(m)
+    half = onnx_lab.numerics.to_fp16(lab)
+    c = compare(lab, half, feeds={"x": np.full((2, 64), 3.0, np.float32)})
+    f = c.first_nonfinite
+    assert f is not None and f["tensor"] == "b" and f["node_id"] == "scale2"
+    assert f["inf_cand"] == 128 and f["nan_cand"] == 0
+    assert "first non-finite values: b" in c.summary_text()
+    assert compare(lab, lab).first_nonfinite is None
