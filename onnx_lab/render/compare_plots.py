@@ -47,6 +47,9 @@ def layer_error_figure(layers: pd.DataFrame, atol: float, divergence: dict[str, 
                         fontsize=8, color="#b00")
     ax.set_yscale("log")
     ax.set_xlabel("layer (topological order)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole positions
     ax.set_ylabel(column + (" (exact 0 at bottom)" if (y == 0).any() else ""))
     ax.legend(fontsize=7, loc="upper left")
     return fig
