@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
@@ -20,19 +21,57 @@ def _groups(model: LabModel) -> list[list[ir.Value]]:
             continue
         by_meta.setdefault((t.dtype, tuple(t.shape.numpy()), t.nbytes), []).append(v)
     out: list[list[ir.Value]] = []
-    for vals in by_meta.values():
-        if len(vals) < 2:
+    for same_meta in by_meta.values():
+        if len(same_meta) < 2:
             continue
-        # Hash only where dtype/shape/size already agree (most weights are unique by shape).
-        by_hash: dict[str, list[ir.Value]] = {}
-        for v in vals:
-            try:
-                digest = hashlib.sha256(v.const_value.tobytes()).hexdigest()
-            except Exception:  # noqa: BLE001 - unreadable external data: leave it alone
-                continue
-            by_hash.setdefault(digest, []).append(v)
-        out.extend(g for g in by_hash.values() if len(g) > 1)
+        # Read in full only where dtype/shape/size and a sample of the values agree: most
+        # weights differ by shape or in their first values (reading and hashing 48 distinct
+        # 64 MB external weights took 3.7 s and mapped 3 GB).
+        by_probe: dict[bytes | None, list[ir.Value]] = {}
+        for v in same_meta:
+            by_probe.setdefault(_probe(v.const_value), []).append(v)
+        for vals in by_probe.values():
+            if len(vals) > 1:
+                out.extend(_same_bytes(vals))
     return out
+
+
+def _probe(t: ir.TensorProtocol) -> bytes | None:
+    """A few KB sampled across the tensor (None when it cannot be sampled)."""
+    # External data is a memory map: each sampled page costs a read-ahead, so few samples,
+    # and a map this call opened is closed again (as weight_stats does).
+    unmap = isinstance(t, ir.ExternalTensor) and t.raw is None
+    try:
+        probe: bytes | None = _sample(t.numpy())
+    except Exception:  # noqa: BLE001 - strings, packed 4-bit types...: hash them in full
+        probe = None
+    if unmap:
+        t.release()  # no view of the map survives _sample
+    return probe
+
+
+def _sample(array: np.ndarray) -> bytes:
+    a = np.asarray(array).reshape(-1)
+    step = max(1, a.size // 16)
+    return b"".join(np.ascontiguousarray(p).view(np.uint8).tobytes()
+                    for p in (a[:256], a[::step][:16], a[-256:]))
+
+
+def _same_bytes(vals: list[ir.Value]) -> list[list[ir.Value]]:
+    """Groups (2+) of ``vals`` whose bytes are identical."""
+    by_hash: dict[str, list[ir.Value]] = {}
+    for v in vals:
+        t = v.const_value
+        unmap = isinstance(t, ir.ExternalTensor) and t.raw is None
+        try:
+            digest = hashlib.sha256(t.tobytes()).hexdigest()
+        except Exception:  # noqa: BLE001 - unreadable external data: leave it alone
+            continue
+        finally:
+            if unmap and t.raw is not None:
+                t.release()
+        by_hash.setdefault(digest, []).append(v)
+    return [g for g in by_hash.values() if len(g) > 1]
 
 
 @register_pass("dedupe_initializers")
