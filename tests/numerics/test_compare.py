@@ -234,6 +234,10 @@ def test_views_plot_hist_scatter_html():
     assert isinstance(c.scatter("logits"), Figure)
     r, k = c.values("/block2/relu/Relu_output_0")
     assert r.shape == k.shape == (1, 16, 8, 8)
+    # hist then scatter of one layer (a drift debugger click) share one capture.
+    again = c.values("/block2/relu/Relu_output_0")
+    assert again[0] is r and again[1] is k
+    assert c.values("/block1/conv/Conv_output_0")[0] is not r
     html = c.to_html()
     assert "first divergence" in html and "<svg" in html
     with pytest.raises(onnx_lab.errors.UnknownNameError, match="Close matches"):
