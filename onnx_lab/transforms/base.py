@@ -113,8 +113,11 @@ class PassResult:
         ver = ""
         if self.verify_passed is not None:
             ver = f", verify {'passed' if self.verify_passed else 'FAILED'}"
+            if not self.verify_passed and self.first_failure:
+                ver += f" first at {self.first_failure!r}"
             if self.max_abs_err is not None:
-                ver += f" (max_abs_err {self.max_abs_err:.3g})"
+                # Over the outputs only: an intermediate can fail while the outputs agree.
+                ver += f" (outputs max_abs_err {self.max_abs_err:.3g})"
         return f"PassResult({self.name}: {status}{ver}, {self.seconds:.3f}s)"
 
     def summary(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ def test_wrong_rewrite_is_caught_and_first_failure_named():
     r = lab.apply("test_perturb_weight", node_id="n4_MatMul", delta=0.5)
     assert r.modified and r.verify_passed is False
     assert r.first_failure == "h2"  # the perturbed MatMul's output, before the final Identity
+    assert "verify FAILED first at 'h2' (outputs max_abs_err" in repr(r)
     assert r.max_abs_err > 0.1
     rep = r.verification
     assert list(rep.columns) == REPORT_COLUMNS
