@@ -82,8 +82,14 @@ def _patterns(args) -> int:
     if df.empty:
         print("no optimization opportunities found")
         return 0
+    from onnx_lab.render.tables import format_bytes
+
     for row in df.itertuples(index=False):
-        print(f"{row.match_id}: {row.description} (-{row.saving_nodes} nodes)")
+        saving = [f"-{row.saving_nodes} nodes"] if row.saving_nodes else []
+        if row.saving_bytes:
+            saving.append(f"-{format_bytes(row.saving_bytes)}")
+        print(f"{row.match_id}: {row.description}"
+              + (f" ({', '.join(saving)})" if saving else ""))
     return 0
 
 

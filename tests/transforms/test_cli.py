@@ -50,6 +50,14 @@ def test_patterns_json(convnet, capsys):
     assert rows and {"match_id", "pattern", "pass", "node_ids"} <= set(rows[0])
 
 
+def test_patterns_text_shows_savings(convnet, capsys):
+    assert main(["patterns", str(convnet)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    fold = next(x for x in lines if x.startswith("fold_constants:"))
+    assert fold.endswith("(-1 nodes, -16 B)")  # the Reshape and its int64 shape vector
+    assert not any("-0 nodes" in x for x in lines)
+
+
 def test_optimize_passes_json_and_output(convnet, tmp_path, capsys):
     before = convnet.read_bytes()
     out = tmp_path / "opt.onnx"
