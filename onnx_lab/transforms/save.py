@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+import onnx
 import onnx_ir as ir
 
 from onnx_lab.errors import SaveError
@@ -114,5 +116,97 @@ def save(lab: Lab, path: str | os.PathLike, *, external_data: bool | str = "auto
         if model.has_external_data:
             m = model.clone().ir
             ir.external_data.load_to_model(m)
-        ir.save(m, target)
+        if target.suffix != ".onnx" or not _write_streamed(m, target):
+            ir.save(m, target)
     return target
+
+
+# ---------------------------------------------------------------------------- one-file writer
+# ir.save / onnx.save copy every weight into a ModelProto, then serialize that message into
+# one more buffer before writing: for BERT-base (435 MB) ~1.1 s of copies before the 0.4 s
+# write. Neither library can write a message part by part, so the large initializers are
+# written here as protobuf fields next to the (small) serialized rest of the model: the file
+# is a valid ModelProto that parses to the same message ir.save writes (fields of a message
+# may come in any order and a repeated field's entries are concatenated in order).
+_STREAM_MIN_BYTES = 1 << 16
+_PLAIN = {ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.INT8,
+          ir.DataType.UINT8, ir.DataType.INT16, ir.DataType.UINT16, ir.DataType.INT32,
+          ir.DataType.UINT32, ir.DataType.INT64, ir.DataType.UINT64, ir.DataType.BOOL}
+_GRAPH_FIELD, _INITIALIZER_FIELD, _RAW_DATA_FIELD = 7, 5, 9
+
+
+def _key(field: int) -> bytes:
+    return bytes([(field << 3) | 2])  # length-delimited; fields < 16 fit one byte
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _raw(t: ir.TensorProtocol) -> bytes | memoryview:
+    """The tensor's bytes in ONNX raw_data layout, without a copy where numpy holds them."""
+    if isinstance(t, ir.Tensor) and t.dtype in _PLAIN:
+        arr = t.numpy()
+        if (isinstance(arr, np.ndarray) and arr.flags.c_contiguous
+                and arr.dtype.byteorder in "=<|" and arr.nbytes == t.nbytes):
+            return memoryview(arr.reshape(-1).view(np.uint8))
+    return t.tobytes()
+
+
+def _write_streamed(m: ir.Model, target: Path) -> bool:
+    """Write ``m`` (no external data) to ``target``; False when nothing is worth streaming."""
+    big: dict[str, tuple[ir.Value, ir.TensorProtocol]] = {}
+    for name, v in m.graph.initializers.items():
+        t = v.const_value
+        if (t is not None and not isinstance(t, (ir.ExternalTensor, ir.StringTensor))
+                and t.nbytes >= _STREAM_MIN_BYTES):
+            big[name] = (v, t)
+    if not big:
+        return False
+    try:
+        # Serialize with placeholders (no data) in place of the large tensors; restored below.
+        for name, (v, t) in big.items():
+            v.const_value = ir.ExternalTensor(
+                "-", 0, t.nbytes, t.dtype, shape=t.shape, name=name,
+                doc_string=t.doc_string, metadata_props=dict(t.metadata_props))
+        proto = ir.to_proto(m)
+    finally:
+        for v, t in big.values():
+            v.const_value = t
+    inits = list(proto.graph.initializer)
+    del proto.graph.initializer[:]
+    entries: list[list[bytes | memoryview]] = []
+    for tp in inits:
+        if tp.name in big and tp.data_location == onnx.TensorProto.EXTERNAL:
+            del tp.external_data[:]
+            tp.ClearField("data_location")
+            data = _raw(big[tp.name][1])
+            head = tp.SerializeToString()
+            n = len(data) if isinstance(data, bytes) else data.nbytes
+            raw_key = _key(_RAW_DATA_FIELD) + _varint(n)
+            body = len(head) + len(raw_key) + n
+            entries.append([_key(_INITIALIZER_FIELD) + _varint(body) + head + raw_key, data])
+        else:
+            body_bytes = tp.SerializeToString()
+            entries.append([_key(_INITIALIZER_FIELD) + _varint(len(body_bytes)) + body_bytes])
+    graph_rest = proto.graph.SerializeToString()
+    proto.ClearField("graph")
+    top = proto.SerializeToString()
+    graph_len = len(graph_rest) + sum(
+        len(p) if isinstance(p, bytes) else p.nbytes for e in entries for p in e)
+    with open(target, "wb") as f:
+        f.write(top)
+        f.write(_key(_GRAPH_FIELD) + _varint(graph_len))
+        f.write(graph_rest)
+        for e in entries:
+            for p in e:
+                f.write(p)
+    return True

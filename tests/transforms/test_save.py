@@ -92,3 +92,35 @@ def test_overwriting_the_source_keeps_its_data_file_readable(tmp_path):
     feeds = {"input": np.ones((1, 3, 32, 32), np.float32)}
     np.testing.assert_allclose(run(onnx_lab.open(src).model, feeds)["logits"],
                                run(lab.original.model, feeds)["logits"], atol=1e-5)
+
+
+def test_one_file_save_streams_large_weights_to_the_same_message_as_ir_save(tmp_path):
+    # Large initializers (>= 64 KiB) are written field by field; the file must parse to
+    # exactly what onnx_ir writes, with doc strings, small and int weights kept.
+    import onnx_ir as ir
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 128)).astype(np.float32)
+    idx = np.arange(40_000, dtype=np.int64)
+    wt = numpy_helper.from_array(w, "w")
+    wt.doc_string = "big weight"
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]),
+         helper.make_node("Add", ["y", "b"], ["z"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 256])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 128])],
+        [wt, numpy_helper.from_array(np.ones(128, np.float32), "b"),
+         numpy_helper.from_array(idx, "unused_idx")])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph), str(src))
+    lab = onnx_lab.open(src)
+    out = lab.save(tmp_path / "out.onnx")
+    ir.save(lab.model.ir, tmp_path / "ref.onnx")
+    got, ref = onnx.load(str(out)), onnx.load(str(tmp_path / "ref.onnx"))
+    assert got == ref
+    assert [t.name for t in got.graph.initializer] == ["w", "b", "unused_idx"]
+    np.testing.assert_array_equal(numpy_helper.to_array(got.graph.initializer[2]), idx)
+    x = np.ones((2, 256), np.float32)
+    np.testing.assert_allclose(run(onnx_lab.open(out).model, {"x": x})["z"], x @ w + 1,
+                               rtol=1e-5)
