@@ -15,7 +15,9 @@ Quantized candidates: when the aligned candidate tensor feeds a QuantizeLinearâ†
 pair, the DequantizeLinear output is used instead (match ``dequantize``) so the error includes
 that tensor's own quantization, layer by layer.
 
-Every reference tensor gets a row; unmatched ones carry the reason.
+Every reference tensor gets a row; unmatched ones carry the reason. Optional outputs that
+nothing reads (a Dropout's mask) are not aligned: opsets define their dtype and values
+differently.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ ALIGN_COLUMNS = ["tensor", "node_id", "op_type", "graph", "depth", "is_output", 
                  "cand_node_id", "match", "reason"]
 
 SUBGRAPH_REASON = "inside a subgraph body: cannot be exposed"
+UNREAD_REASON = ("an optional output nothing reads (a Dropout mask...): its dtype and values "
+                 "may differ across opsets and runtimes; not compared")
 _PASS_THROUGH = {"Identity", "Dropout"}
 _ORIGIN_KEY = "onnx_lab.origin"
 
@@ -116,14 +120,20 @@ def align(reference: LabModel | None, candidate: LabModel, *,
     order: list[str] = []
     ref_outputs = {v.name for v in reference.graph.outputs}
     wanted = set(ref_tensors) if ref_tensors is not None else None
+    unread: set[str] = set()
     for nid, e in ridx.entries.items():
-        for v in e.node.outputs:
+        for k, v in enumerate(e.node.outputs):
             if not v.name or v.name in rows or (wanted is not None and v.name not in wanted):
                 continue
+            reason = SUBGRAPH_REASON if e.graph else None
+            if k > 0 and not e.graph and not ridx.consumers.get(v.name) \
+                    and v.name not in ref_outputs:
+                unread.add(v.name)
+                reason = UNREAD_REASON
             rows[v.name] = {"tensor": v.name, "node_id": nid, "op_type": e.node.op_type,
                             "graph": e.graph, "depth": e.topo, "is_output": v.name in ref_outputs,
                             "cand_tensor": None, "cand_node_id": None, "match": None,
-                            "reason": SUBGRAPH_REASON if e.graph else None}
+                            "reason": reason}
             order.append(v.name)
 
     # Provenance: reference tensor -> candidate tensor, and fused intermediates.
@@ -158,7 +168,7 @@ def align(reference: LabModel | None, candidate: LabModel, *,
     taken_nodes: set[str] = set()
     for name in order:
         row = rows[name]
-        if row["graph"] or name not in capt:
+        if row["graph"] or name not in capt or name in unread:
             continue
         last = last_of.get(capt[name])
         # A name kept by a fused node holds the fused result, not this intermediate.
@@ -169,7 +179,7 @@ def align(reference: LabModel | None, candidate: LabModel, *,
     for name in order:
         row = rows[name]
         if not row["graph"] and not row["cand_tensor"] and name in prov \
-                and prov[name] not in claimed:
+                and prov[name] not in claimed and name not in unread:
             _set(row, prov[name], "provenance")
             claimed.add(prov[name])
             taken_nodes.add(capt[prov[name]])
@@ -179,7 +189,7 @@ def align(reference: LabModel | None, candidate: LabModel, *,
     used = set(matched.values())
     for name in order:
         row = rows[name]
-        if row["graph"] or row["cand_tensor"]:
+        if row["graph"] or row["cand_tensor"] or name in unread:
             continue
         guess = _structural(reference, candidate, row, matched, capt, taken_nodes, used)
         if guess is not None:

@@ -79,3 +79,20 @@ def test_removed_node_without_counterpart():
         cand.graph.node.remove(n)
     a = align(onnx_lab.open(ref).model, onnx_lab.open(cand).model).set_index("tensor")
     assert "has no counterpart" in a.loc["/dead/Mul_output_0", "reason"]
+
+
+def test_unread_optional_outputs_are_not_compared():
+    # opset 9 Dropout's mask is float, bool from opset 10: comparing light squeezenet with its
+    # opset-17 conversion named the mask as the first divergence.
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Dropout", ["r"], ["d", "mask"], name="drop", ratio=0.5),
+             helper.make_node("Relu", ["d"], ["y"], name="out")]
+    m9 = helper.make_model(helper.make_graph(nodes, "g", [vi("x", [2, 3])], [vi("y", [2, 3])]),
+                           opset_imports=[helper.make_opsetid("", 9)])
+    lab = onnx_lab.open(m9)
+    lab.convert_opset(13)
+    c = onnx_lab.compare(lab.original, lab)
+    assert c.passed and c.first_divergence is None
+    a = c.alignment.set_index("tensor")
+    assert pd.isna(a.loc["mask", "cand_tensor"]) and "nothing reads" in a.loc["mask", "reason"]
+    assert a.loc["d", "match"] == "exact"
