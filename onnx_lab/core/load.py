@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
+from onnx_lab.core._wire import split_raw_data
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import ExternalDataError, InputError, ModelLoadError
 
@@ -72,8 +75,14 @@ def _load_path(path: Path) -> LabModel:
     with open(path, "rb") as f:
         head = f.read(512)
     _check_magic(head, repr(str(path)))
+    data = path.read_bytes()
     try:
-        proto = onnx.load_model(str(path), load_external_data=False)
+        stripped, spans = split_raw_data(data, _VIEW_MIN_BYTES)
+    except (ValueError, IndexError):  # not well-formed: protobuf below says so
+        stripped, spans = data, []
+    try:
+        proto = onnx.ModelProto()
+        proto.ParseFromString(stripped)
     except (DecodeError, RuntimeError, ValueError) as e:
         raise ModelLoadError(
             f"Model file {str(path)!r} ({size} bytes) is not a valid ONNX protobuf: it is "
@@ -82,9 +91,52 @@ def _load_path(path: Path) -> LabModel:
         ) from e
     _check_proto(proto, repr(str(path)))
     check_external_data(proto, path.parent)
+    views = _weight_views(proto, data, spans)
     model = ir.serde.deserialize_model(proto)
+    for name, arr in views.items():
+        v = model.graph.initializers[name]
+        old = v.const_value
+        v.const_value = ir.Tensor(arr, dtype=old.dtype, name=name, doc_string=old.doc_string,
+                                  metadata_props=dict(old.metadata_props))
     ir.external_data.set_base_dir(model.graph, str(path.parent))
     return LabModel(model, path=path)
+
+
+_VIEW_MIN_BYTES = 1 << 16
+_VIEW_DTYPES = {onnx.TensorProto.FLOAT: "<f4", onnx.TensorProto.DOUBLE: "<f8",
+                onnx.TensorProto.FLOAT16: "<f2", onnx.TensorProto.INT8: "i1",
+                onnx.TensorProto.UINT8: "u1", onnx.TensorProto.INT16: "<i2",
+                onnx.TensorProto.UINT16: "<u2", onnx.TensorProto.INT32: "<i4",
+                onnx.TensorProto.UINT32: "<u4", onnx.TensorProto.INT64: "<i8",
+                onnx.TensorProto.UINT64: "<u8", onnx.TensorProto.BOOL: "?"}
+
+
+def _weight_views(proto: onnx.ModelProto, data: bytes, spans: list[tuple[int, int, int]]
+                  ) -> dict[str, np.ndarray]:
+    """Read-only numpy views of ``data`` for the initializers whose raw_data was stripped.
+
+    The file's bytes are read once and the weights stay in them (parsing with protobuf
+    copies them into the message and every later numpy or onnxruntime use copies them
+    again: ~1 s for a 435 MB model). A tensor these views cannot express exactly gets its
+    raw_data back and stays a protobuf tensor.
+    """
+    views: dict[str, np.ndarray] = {}
+    inits = proto.graph.initializer
+    counts = Counter(t.name for t in inits)
+    for k, offset, length in spans:
+        t = inits[k]
+        dtype = _VIEW_DTYPES.get(t.data_type)
+        shape = tuple(t.dims)
+        ok = (dtype is not None and t.name and counts[t.name] == 1
+              and not t.HasField("segment")
+              and t.data_location != onnx.TensorProto.EXTERNAL
+              and int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize == length)
+        if ok:
+            views[t.name] = np.frombuffer(data, dtype=dtype, count=length // np.dtype(dtype)
+                                          .itemsize, offset=offset).reshape(shape)
+        else:
+            t.raw_data = data[offset:offset + length]
+    return views
 
 
 def _check_magic(head: bytes, what: str) -> None:

@@ -374,3 +374,42 @@ def test_hard_linked_data_names_the_problem(tmp_path):
     assert len(lab.nodes) == 7
     with pytest.raises(ExternalDataError, match="hard links.*cp, not ln"):
         lab.weight_stats()
+
+
+def test_large_weights_become_views_of_the_file_with_the_same_values(tmp_path):
+    # Initializers >= 64 KiB of plain dtypes are read as numpy views of the file's bytes
+    # (no protobuf copy); others (small, bfloat16, duplicated names) stay protobuf tensors.
+    # Every value and the serialized model must equal what onnx.load reads.
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    big_f = rng.standard_normal((64, 300)).astype(np.float32)
+    big_i = np.arange(20_000, dtype=np.int64).reshape(100, 200)
+    big_h = rng.standard_normal((40_000,)).astype(np.float16)
+    big_b = rng.random(70_000) > 0.5
+    bf16 = helper.make_tensor("bf16", TensorProto.BFLOAT16, [40_000],
+                              rng.integers(0, 2**16, 40_000, dtype=np.uint16).tobytes(),
+                              raw=True)
+    inits = [numpy_helper.from_array(big_f, "f"), numpy_helper.from_array(big_i, "i"),
+             numpy_helper.from_array(big_h, "h"), numpy_helper.from_array(big_b, "b"),
+             numpy_helper.from_array(np.ones(3, np.float32), "small"), bf16]
+    inits[0].doc_string = "weight"
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "small"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], inits)
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    lab = onnx_lab.open(path)
+    g = lab.model.ir.graph
+    ref = onnx.load(str(path))
+    for tp in ref.graph.initializer:
+        got = g.initializers[tp.name].const_value
+        if tp.name != "bf16":
+            np.testing.assert_array_equal(got.numpy(), numpy_helper.to_array(tp))
+        assert got.tobytes() == tp.raw_data
+    assert isinstance(g.initializers["f"].const_value, ir.Tensor)
+    assert not g.initializers["f"].const_value.numpy().flags.writeable
+    assert lab.model.to_proto() == ir.to_proto(ir.serde.deserialize_model(ref))
+    out = lab.save(tmp_path / "copy.onnx")
+    assert list(onnx.load(str(out)).graph.initializer) == list(ref.graph.initializer)

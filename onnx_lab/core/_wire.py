@@ -1,0 +1,113 @@
+"""Reading a serialized ModelProto without copying its large weights into protobuf.
+
+Parsing a 435 MB model with protobuf copies every initializer's ``raw_data`` into the
+message, and each later use (numpy, onnxruntime, saving) copies it again. Neither onnx nor
+onnx_ir can parse a model while leaving the weights in the caller's buffer, so this module
+walks the protobuf wire format of the three messages on the way to the weights
+(ModelProto.graph -> GraphProto.initializer -> TensorProto.raw_data), returns the model
+bytes without the large ``raw_data`` fields (a few MB, parsed by protobuf as usual) and
+where each stripped field lies, so the weights become numpy views of the file's bytes.
+"""
+
+from __future__ import annotations
+
+__all__ = ["split_raw_data"]
+
+_MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
+_VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def encode_varint(n: int) -> bytes:
+    """Protobuf varint encoding of a non-negative int."""
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if not n:
+            out.append(b)
+            return bytes(out)
+        out.append(b | 0x80)
+
+
+def _fields(buf: bytes, start: int, end: int):
+    """(field number, wire type, field start, payload start, field end) of one message."""
+    pos = start
+    while pos < end:
+        key, p = _varint(buf, pos)
+        wire = key & 7
+        if wire == _VARINT:
+            _, q = _varint(buf, p)
+        elif wire == _FIXED64:
+            q = p + 8
+        elif wire == _FIXED32:
+            q = p + 4
+        elif wire == _LEN:
+            n, p = _varint(buf, p)
+            q = p + n
+        else:  # groups: not used by ONNX
+            raise ValueError(f"unsupported wire type {wire}")
+        if q > end:
+            raise ValueError("field runs past its message")
+        yield key >> 3, wire, pos, p, q
+        pos = q
+
+
+def _len_field(field: int, body: bytes) -> bytes:
+    return bytes([(field << 3) | _LEN]) + encode_varint(len(body)) + body
+
+
+def split_raw_data(buf: bytes, min_bytes: int) -> tuple[bytes, list[tuple[int, int, int]]]:
+    """Strip main-graph initializers' ``raw_data`` of at least ``min_bytes`` from a model.
+
+    Returns:
+        (the model bytes without those fields, [(initializer position in
+        ``graph.initializer``, offset of its data in ``buf``, length)]). When nothing is
+        stripped the bytes are ``buf`` itself.
+
+    Raises:
+        ValueError: ``buf`` is not well-formed protobuf (the caller lets protobuf explain).
+    """
+    spans: list[tuple[int, int, int]] = []
+    model: list[bytes] = []
+    k = 0  # position in graph.initializer (several graph fields would be merged)
+    for field, wire, s, p, q in _fields(buf, 0, len(buf)):
+        if field != _MODEL_GRAPH or wire != _LEN:
+            model.append(buf[s:q])
+            continue
+        graph: list[bytes] = []
+        for f2, w2, s2, p2, q2 in _fields(buf, p, q):
+            if f2 != _GRAPH_INITIALIZER or w2 != _LEN:
+                graph.append(buf[s2:q2])
+                continue
+            raw = None
+            if q2 - p2 >= min_bytes:
+                kept: list[bytes] = []
+                for f3, w3, s3, p3, q3 in _fields(buf, p2, q2):
+                    if f3 == _TENSOR_RAW_DATA and w3 == _LEN and q3 - p3 >= min_bytes \
+                            and raw is None:
+                        raw = (k, p3, q3 - p3)
+                    else:
+                        kept.append(buf[s3:q3])
+            if raw is None:
+                graph.append(buf[s2:q2])
+            else:
+                spans.append(raw)
+                graph.append(_len_field(_GRAPH_INITIALIZER, b"".join(kept)))
+            k += 1
+        model.append(_len_field(_MODEL_GRAPH, b"".join(graph)))
+    if not spans:
+        return buf, []
+    return b"".join(model), spans
