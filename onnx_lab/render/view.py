@@ -513,7 +513,19 @@ def _apply_highlight(view: GraphView, idx: ModelIndex, highlight, notes: list[st
     for name, c in items:
         for nid in _resolve_name(idx, name, "highlight"):
             colour[nid] = c
-    shown: set[str] = set()
+    drawn = {m for n in view.nodes.values() if n.kind in ("op", "box") for m in n.node_ids}
+    # A highlighted Constant drawn inside its consumers' labels outlines those consumers.
+    inside: set[str] = set()
+    for nid, c in list(colour.items()):
+        e = idx.entries.get(nid)
+        if nid in drawn or e is None or not is_folded_constant(e.node):
+            continue
+        users = [u for v in e.node.outputs for u in idx.consumers.get(v.name, ()) if u in drawn]
+        for u in users:
+            colour.setdefault(u, c)
+        if users:
+            inside.add(nid)
+    shown: set[str] = set(inside)
     for n in view.nodes.values():
         if n.kind not in ("op", "box"):
             continue

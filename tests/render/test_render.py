@@ -334,3 +334,24 @@ def test_a_constant_selected_alone_is_drawn():
     assert not any("drawn inside" in n for n in alone.notes)
     both = lab.render(nodes=["const", "add"])  # with its consumer: inside the Add's label
     assert both.nodes == ["add"] and any("drawn inside" in n for n in both.notes)
+
+
+def test_highlighting_a_constant_outlines_the_node_drawn_around_it():
+    # The note used to say the Constant was "outside this view" while its value was drawn
+    # inside the consumer's label.
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    k = numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "k")
+    g = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=k, name="const"),
+         helper.make_node("Add", ["x", "c"], ["y"], name="add")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    r = lab.render(around="const", radius=1, highlight=["const"])
+    assert r.nodes == ["add"]
+    assert not any(n.startswith("highlight:") for n in r.notes)
+    assert dot_backend.HIGHLIGHT_COLOR in node_stmt(r.dot, "add")
+    plain = lab.render(around="const", radius=1)
+    assert dot_backend.HIGHLIGHT_COLOR not in node_stmt(plain.dot, "add")
