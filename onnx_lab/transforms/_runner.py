@@ -3,11 +3,13 @@
 ``numerics.session.make_session`` serializes the whole model, weights included, for every
 session: for BERT-base (435 MB) that is ~2 s of protobuf work per session before onnxruntime
 parses it all again. Verification builds one session per model version, and the versions of
-one Lab share almost all their weight tensors, so here the graph is serialized with each large
-initializer as an external placeholder and the weights are given to onnxruntime with
-``SessionOptions.add_external_initializers`` as OrtValues over numpy arrays, made once per
-tensor object and shared by every version that holds it. Anything this path cannot express
-falls back to ``numerics.capture.run``.
+one Lab share almost all their weight tensors, so here the graph is serialized without its
+large initializers, which become graph inputs fed with numpy arrays at run time (made once
+per tensor object and shared by every version that holds it). onnxruntime reads input
+arrays where they are; initializers given with ``add_external_initializers`` or in the
+graph are copied into the session at creation (~0.25 s per BERT-base session). Graph
+optimizations are off, so an input and an initializer run the same kernels. Anything this
+path cannot express falls back to ``numerics.capture.run``.
 """
 
 from __future__ import annotations
@@ -31,20 +33,18 @@ _INLINE_BYTES = 1024  # small tensors (shape vectors, axes) stay in the graph
 _PLACEHOLDER = "__onnx_lab_in_memory__"
 _NUMPY_OK = {np.dtype(t) for t in ("float32", "float64", "float16", "int8", "uint8", "int16",
                                    "uint16", "int32", "uint32", "int64", "uint64", "bool")}
-_ARRAYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tensor -> (array, OrtValue)
+_ARRAYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tensor -> array
 
 
-def _ortvalue(tensor: Any):
-    import onnxruntime as ort
-
-    hit = _ARRAYS.get(tensor)
-    if hit is None:
+def _array(tensor: Any) -> np.ndarray | None:
+    """The tensor as a contiguous numpy array (cached: protobuf tensors copy on .numpy())."""
+    arr = _ARRAYS.get(tensor)
+    if arr is None:
         arr = np.ascontiguousarray(tensor.numpy())
         if arr.dtype not in _NUMPY_OK:
             return None
-        hit = (arr, ort.OrtValue.ortvalue_from_numpy(arr))
-        _ARRAYS[tensor] = hit
-    return hit[1]
+        _ARRAYS[tensor] = arr
+    return arr
 
 
 def _prepare(model: LabModel) -> tuple[onnx.ModelProto, list[str], list[Any], str | None]:
@@ -73,20 +73,31 @@ def _prepare(model: LabModel) -> tuple[onnx.ModelProto, list[str], list[Any], st
                 # onnxruntime reads (maps) these files itself, as in make_session.
                 folders.add(str(t.base_dir))
                 continue
-            ov = _ortvalue(t)
-            if ov is None:
+            arr = _array(t)
+            if arr is None:
                 continue
             swapped.append((v, t))
             v.const_value = ir.ExternalTensor(_PLACEHOLDER, 0, t.nbytes, t.dtype,
                                               shape=t.shape, name=name)
             names.append(name)
-            values.append(ov)
+            values.append(arr)
         if len(folders) > 1:
             raise ValueError(f"external data in several folders {sorted(folders)}")
         proto = ir.to_proto(model.ir)
     finally:
         for v, t in swapped:
             v.const_value = t
+    # The placeholders become graph inputs of their dtype and shape (an initializer that is
+    # already an input, as IR < 4 allows, keeps its entry).
+    fed = set(names)
+    inputs = {i.name for i in proto.graph.input}
+    kept = [t for t in proto.graph.initializer if t.name not in fed]
+    for t in proto.graph.initializer:
+        if t.name in fed and t.name not in inputs:
+            proto.graph.input.append(onnx.helper.make_tensor_value_info(
+                t.name, t.data_type, list(t.dims)))
+    del proto.graph.initializer[:]
+    proto.graph.initializer.extend(kept)
     cached = (proto, names, values, next(iter(folders), None))
     model._verify_runtime = cached  # type: ignore[attr-defined] - LabModels are immutable
     return cached
@@ -120,13 +131,11 @@ def _fast(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[st
     so.add_session_config_entry("session.disable_prepacking", "1")
     # Short one-shot runs: spinning worker threads only steal cores from the caller.
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if names:
-        so.add_external_initializers(names, values)
     if folder:
         so.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                     folder)
     sess = ort.InferenceSession(data, so, providers=resolve_providers(providers))
-    got = sess.run(list(outputs), dict(feeds))
+    got = sess.run(list(outputs), {**dict(zip(names, values)), **feeds})
     return dict(zip(outputs, got))
 
 

@@ -249,3 +249,37 @@ def test_outputs_nothing_reads_are_not_compared():
     assert r.modified and r.verify_passed, r.verification
     assert "mask" not in set(r.verification["tensor"])
     assert {"r", "d", "y"} <= set(r.verification["tensor"])
+
+
+@pytest.mark.parametrize("ir_version", [3, 8])
+def test_runner_feeds_large_weights_as_inputs_with_make_sessions_values(ir_version):
+    # Large initializers are fed as graph inputs (no copy into the session); small ones
+    # (shape vectors) stay in the graph; an IR-3 initializer already listed as an input
+    # keeps its single entry. Values must equal a make_session run bit for bit.
+    from onnx import numpy_helper
+
+    from onnx_lab.numerics.capture import run
+    from onnx_lab.transforms import _runner
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+         helper.make_node("Reshape", ["h", "shape"], ["y"], name="rs")], "g",
+        [helper.make_tensor_value_info("x", 1, [4, 64])]
+        + ([helper.make_tensor_value_info("w", 1, [64, 32])] if ir_version < 4 else []),
+        [helper.make_tensor_value_info("y", 1, [2, 64])],
+        [numpy_helper.from_array(w, "w"),
+         numpy_helper.from_array(np.array([2, 64], np.int64), "shape")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = ir_version
+    lab = onnx_lab.open(m)
+    proto, names, _values, _folder = _runner._prepare(lab.model)
+    assert names == ["w"]
+    assert [t.name for t in proto.graph.initializer] == ["shape"]
+    assert [i.name for i in proto.graph.input].count("w") == 1
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    fast = _runner._fast(lab.model, {"x": x}, ["h", "y"], None)  # no fallback
+    ref = run(lab.model, {"x": x}, outputs=["h", "y"])
+    for n in ("h", "y"):
+        np.testing.assert_array_equal(fast[n], ref[n])
