@@ -61,8 +61,15 @@ def _profile(args) -> int:
 
     sizes = _ints(args.batch_sweep, "--batch-sweep") if args.batch_sweep else None
     lab = open_from_args(args)
+    dims = None
+    if sizes and args.dim not in lab.dims and args.feeds is None:
+        from onnx_lab.core.shapes import dynamic_dims
+
+        # The swept dim needs no --dims: the profile runs at the first swept size.
+        if args.dim in dynamic_dims(lab.model):
+            dims = {args.dim: sizes[0]}
     prof = profile(lab, providers=args.providers, runs=args.runs, warmup=args.warmup,
-                   feeds=args.feeds, threads=args.threads, opt_level=args.opt_level,
+                   feeds=args.feeds, dims=dims, threads=args.threads, opt_level=args.opt_level,
                    progress=None if not args.json else False)
     sweep = None
     if sizes:

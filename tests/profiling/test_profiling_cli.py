@@ -62,6 +62,12 @@ def test_check_json_and_text(capsys):
     assert "no findings" in capsys.readouterr().out
 
 
+def test_batch_sweep_needs_no_value_for_the_swept_dim(capsys):
+    d = _json(capsys, ["profile", "sample:transformer_block", "--dims", "seq=8", "--runs", "1",
+                       "--warmup", "0", "--batch-sweep", "2,4", "--json"])
+    assert [r["batch"] for r in d["batch_sweep"]["table"]] == [2, 4]
+
+
 def test_cli_errors(capsys):
     assert main(["profile", "sample:convnet", "--runs", "0"]) == 2
     assert "runs must be a positive int" in capsys.readouterr().err
