@@ -60,14 +60,16 @@ def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
     shapes = dict(shapes or {})
     validate_dims(model, dims, shapes)
     out: dict[str, tuple[int, ...]] = {}
-    missing: list[str] = []
-    named: set[str] = set()
+    missing: list[str] = []  # unnamed dims and unknown ranks
+    unnamed: set[str] = set()  # their inputs
+    named: dict[str, list[str]] = {}  # symbolic dim -> "input[axis]" uses
     for name, _dtype, shape in input_specs(model):
         if name in shapes:
             out[name] = tuple(int(d) for d in shapes[name])
             continue
         if shape is None:
             missing.append(f"input {name!r} has unknown rank")
+            unnamed.add(name)
             continue
         resolved = []
         for i, d in enumerate(shape):
@@ -79,20 +81,23 @@ def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
                 resolved.append(int(dims[d]))
             else:
                 if isinstance(d, str):
-                    named.add(d)
-                missing.append(f"input {name!r} dim {i} ({d!r})" if isinstance(d, str)
-                               else f"input {name!r} dim {i} (unnamed)")
+                    named.setdefault(d, []).append(f"{name}[{i}]")
+                else:
+                    missing.append(f"input {name!r} dim {i} (unnamed)")
+                    unnamed.add(name)
                 resolved.append(-1)
         out[name] = tuple(resolved)
-    if missing:
+    if missing or named:
+        # One entry per symbolic dim with the inputs using it (BERT listed 'batch' and
+        # 'sequence' once per input: six entries for two values to give).
+        problems = [f"{d!r} (used by {', '.join(uses)})" for d, uses in named.items()] + missing
         fixes = []
         if named:
             fixes.append("dims={" + ", ".join(f"{d!r}: 1" for d in sorted(named)) + "}")
-        unnamed = sorted({m.split("'")[1] for m in missing if "unnamed" in m or "rank" in m})
         if unnamed:
-            fixes.append("shapes={" + ", ".join(f"{n!r}: [...]" for n in unnamed) + "}")
+            fixes.append("shapes={" + ", ".join(f"{n!r}: [...]" for n in sorted(unnamed)) + "}")
         raise DimError(
-            f"Unresolved dims: {'; '.join(missing)}.",
+            f"Unresolved dims: {'; '.join(problems)}.",
             fix=f"Pass {' and '.join(fixes)} (to open(), or to this call; "
             "on the CLI --dims NAME=V / --shape INPUT:AxB).")
     return out

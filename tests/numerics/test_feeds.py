@@ -83,3 +83,19 @@ def test_bad_feeds_name_the_input():
         onnx_lab.compare(lab, lab, feeds={"input": np.zeros((1, 3, 32, 32), np.int64)})
     with pytest.raises(InputError, match="not a dict"):
         as_feed_list([x], lab)
+
+
+def test_unresolved_dims_are_listed_once_per_dim():
+    g = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Relu", ["c"], ["r"])],
+        "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", "seq"]),
+              helper.make_tensor_value_info("b", TensorProto.FLOAT, ["batch", "seq"]),
+              helper.make_tensor_value_info("c", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, ["batch", "seq"]),
+         helper.make_tensor_value_info("r", TensorProto.FLOAT, [None, 4])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(DimError) as e:
+        make_feeds(lab)
+    assert e.value.problem == ("Unresolved dims: 'batch' (used by a[0], b[0]); 'seq' (used by "
+                               "a[1], b[1]); input 'c' dim 0 (unnamed).")
+    assert "dims={'batch': 1, 'seq': 1} and shapes={'c': [...]}" in e.value.fix
