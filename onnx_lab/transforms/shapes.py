@@ -148,4 +148,16 @@ class ConvertOpset(WholeModelPass):
                             "in a way the converter cannot rewrite; try a closer target or "
                             "re-export the model at that opset.") from e
         self.notes.append(f"opset {current} -> {target}")
+        # The converter keeps the IR version; opset 17 in an IR 3 file is out of spec.
+        need = onnx.helper.find_min_ir_version_for(list(out.opset_import), ignore_unknown=True)
+        if out.ir_version < need:
+            if out.ir_version < 4:
+                # IR < 4 listed every initializer as a graph input (constants there); from
+                # IR 4 on such an entry makes it an overridable input: drop the entries.
+                inits = {t.name for t in out.graph.initializer}
+                keep = [i for i in out.graph.input if i.name not in inits]
+                del out.graph.input[:]
+                out.graph.input.extend(keep)
+            self.notes.append(f"IR version {out.ir_version} -> {need} (opset {target} needs it)")
+            out.ir_version = need
         return self.from_proto(out, model)
