@@ -213,12 +213,18 @@ def plan_collapse(model: LabModel, graph: str, ids: Sequence[str], collapse: int
         plan.notes.append(f"collapsed by name scope to depth {depth}: {len(plan.groups)} boxes.")
         return plan
 
-    # No usable scopes: repeated blocks, else topological chunks.
-    ops = [idx.entries[n].node.op_type for n in live]
-    blocks = _repeated_blocks(ops)
+    # No usable scopes: repeated blocks, else topological chunks. Blocks are found among the
+    # nodes that depend on the inputs; weight-making nodes join the block of their first user.
+    live, dynamic = _constants_next_to_users(model, graph, live)
+    dpos = [i for i, n in enumerate(live) if n in dynamic]
+    blocks = _repeated_blocks([idx.entries[live[i]].node.op_type for i in dpos])
     if blocks is not None:
         plan.mode = "blocks"
-        bounds, anchor = blocks
+        dbounds, anchor = blocks
+
+        def start(k: int) -> int:  # constants placed before dynamic node k belong to its block
+            return 0 if k == 0 else dpos[k - 1] + 1
+        bounds = [(start(a), start(b) if b < len(dpos) else len(live)) for a, b in dbounds]
         names = []
         for i, (a, b) in enumerate(bounds):
             names.append((f"block{i + 1}", f"block {i + 1} ({anchor}…)", live[a:b]))
@@ -242,6 +248,57 @@ def plan_collapse(model: LabModel, graph: str, ids: Sequence[str], collapse: int
         plan.groups[key] = Group(key, name, m)
     plan.expanded = exp
     return plan
+
+
+def _constants_next_to_users(model: LabModel, graph: str, ids: Sequence[str]
+                              ) -> tuple[list[str], set[str]]:
+    """``ids`` with nodes that depend on no graph input moved just before their first user,
+    and the set of the nodes that do depend on one.
+
+    Topological order puts weight-making nodes first (onnx-caffe2 exports compute every weight
+    with ConstantOfShape): cut into blocks, the first block held 858 of DenseNet's 1746 nodes
+    with edges to every other block (3 s in dot). Next to their users they group with them.
+    """
+    idx = model.index
+    g = idx.graph(graph)
+    inputs = {v.name for v in g.inputs if v.name and v.name not in g.initializers}
+    id_set = set(ids)
+    dynamic: set[str] = set()
+    for nid in ids:
+        e = idx.entries[nid]
+        names = [v.name for v in e.node.inputs if v is not None and v.name]
+        names += list(e.implicit_inputs)
+        for t in names:
+            p = idx.producer.get(t)
+            if t in inputs or p in dynamic or (p is None and t not in g.initializers):
+                dynamic.add(nid)
+                break
+            if p is not None and p not in id_set and owner_in_graph(idx, p, graph) is None:
+                dynamic.add(nid)  # a value of an enclosing graph
+                break
+    if not dynamic or len(dynamic) == len(ids):
+        return list(ids), set(ids)
+    order: list[str] = []
+    placed: set[str] = set()
+    for nid in ids:
+        if nid not in dynamic:
+            continue
+        # Constant producers first (depth-first, iterative: chains can be long).
+        stack = [(nid, False)]
+        while stack:
+            n, ready = stack.pop()
+            if n in placed:
+                continue
+            if ready:
+                placed.add(n)
+                order.append(n)
+                continue
+            stack.append((n, True))
+            for p in reversed(idx.predecessors(n)):
+                if p in id_set and p not in dynamic and p not in placed:
+                    stack.append((p, False))
+    order.extend(n for n in ids if n not in placed)  # constants no dynamic node reads
+    return order, dynamic
 
 
 def _repeated_blocks(ops: Sequence[str], min_repeats: int = 3

@@ -88,6 +88,34 @@ def test_fallback_repeated_blocks_without_scopes(make_chain):
     assert "block2" not in r2.groups and set(r.groups["block2"]) <= set(r2.nodes)
 
 
+def test_weight_making_nodes_join_the_block_of_their_user():
+    # onnx-caffe2 exports compute every weight with ConstantOfShape, all first in topological
+    # order: the first block held half of DenseNet with edges to every other block (3 s).
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    fill = helper.make_tensor("v", TensorProto.FLOAT, [1], [0.1])
+    nodes, inits, prev = [], [], "x"
+    for i in range(6):
+        inits.append(numpy_helper.from_array(np.array([4, 4, 1, 1], np.int64), f"s{i}"))
+        nodes.append(helper.make_node("ConstantOfShape", [f"s{i}"], [f"w{i}"], value=fill))
+    for i in range(6):
+        nodes += [helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
+                  helper.make_node("Sigmoid", [f"r{i}"], [f"g{i}"]),
+                  helper.make_node("Neg", [f"g{i}"], [f"n{i}"])]
+        prev = f"n{i}"
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info(prev, 1, [1, 4, 8, 8])], inits)
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    r = lab.render(collapse="auto", max_nodes=20)
+    assert any("repeated blocks" in n for n in r.notes)
+    ops = {k: sorted(lab.index.node(m).op_type for m in members)
+           for k, members in r.groups.items()}
+    assert len(ops) == 6
+    assert all(v == ["ConstantOfShape", "Conv", "Neg", "Relu", "Sigmoid"] for v in ops.values())
+
+
 def test_fallback_topological_chunks(big):
     r = big.render(collapse="auto")
     assert r.groups and all(k.startswith("chunk") for k in r.groups)
