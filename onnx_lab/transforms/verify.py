@@ -99,6 +99,11 @@ def _main_outputs(model: LabModel) -> list[tuple[str, str, int]]:
     inference Dropout's mask, whose dtype and values opsets define differently): they cannot
     change the model's results.
     """
+    # Called several times per step for each model (align, then the capture list).
+    return model.cached(("verify_main_outputs",), lambda: _scan_main_outputs(model))
+
+
+def _scan_main_outputs(model: LabModel) -> list[tuple[str, str, int]]:
     from onnx_lab.core._layout import blocked_layout_tensors
 
     idx = model.index
