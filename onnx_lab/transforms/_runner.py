@@ -27,7 +27,7 @@ from onnx_lab.core.model import LabModel
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["run"]
+__all__ = ["run", "quick_sizes"]
 
 _INLINE_BYTES = 1024  # small tensors (shape vectors, axes) stay in the graph
 _PLACEHOLDER = "__onnx_lab_in_memory__"
@@ -101,6 +101,48 @@ def _prepare(model: LabModel) -> tuple[onnx.ModelProto, list[str], list[Any], st
     cached = (proto, names, values, next(iter(folders), None))
     model._verify_runtime = cached  # type: ignore[attr-defined] - LabModels are immutable
     return cached
+
+
+def quick_sizes(model: LabModel, names: Sequence[str],
+                input_shapes: Mapping[str, Sequence[int]]) -> dict[str, int | None] | None:
+    """Bytes of ``names`` from ONNX shape inference (with data propagation) on the graph
+    prepared for running (weights stripped, so it is small); None when inference fails.
+
+    The full estimate (``LabModel.types``: a skeleton graph, inference, then folding shape
+    computations) costs ~0.2 s on BERT-base; this ~0.04 s and knows all but its Range
+    outputs. Unknown sizes are None.
+    """
+    try:
+        proto = _prepare(model)[0]
+        p = onnx.ModelProto()
+        p.CopyFrom(proto)
+        for i in p.graph.input:
+            shape = input_shapes.get(i.name)
+            if shape is None:
+                continue
+            dims = i.type.tensor_type.shape.dim
+            if len(dims) != len(shape):
+                return None
+            for d, n in zip(dims, shape):
+                d.Clear()
+                d.dim_value = int(n)
+        del p.graph.value_info[:]  # declared symbolic shapes would stay symbolic
+        inferred = onnx.shape_inference.infer_shapes(p, data_prop=True)
+    except Exception as e:  # noqa: BLE001 - any failure: the caller's full estimate
+        logger.debug("quick shape inference failed (%s)", e)
+        return None
+    known: dict[str, int] = {}
+    for vi in [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]:
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape") or not all(d.HasField("dim_value") for d in tt.shape.dim):
+            continue
+        try:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).itemsize
+        except (KeyError, TypeError, ValueError):
+            continue
+        known[vi.name] = int(np.prod([d.dim_value for d in tt.shape.dim], dtype=np.int64)
+                             ) * itemsize
+    return {n: known.get(n) for n in names}
 
 
 def _fast(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[str],

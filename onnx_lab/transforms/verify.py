@@ -313,8 +313,14 @@ def _cached_sizes(before: LabModel, pairs: list[_Pair], sample: tuple[dict, dict
 def _estimate(model: LabModel, names: Sequence[str], feeds: Mapping[str, np.ndarray]
               ) -> dict[str, int | None]:
     from onnx_lab.numerics.capture import estimate_bytes
+    from onnx_lab.transforms._runner import quick_sizes
 
     shapes = {k: np.asarray(v).shape for k, v in feeds.items()}
+    quick = quick_sizes(model, names, shapes)
+    # A few unknown sizes (a Range of computed length) are planned as the largest known
+    # one, as plan_chunks does for the full estimate's unknowns; more: the full estimate.
+    if quick is not None and sum(v is None for v in quick.values()) <= len(names) // 100:
+        return quick
     return estimate_bytes(model, names, shapes)
 
 

@@ -283,3 +283,22 @@ def test_runner_feeds_large_weights_as_inputs_with_make_sessions_values(ir_versi
     ref = run(lab.model, {"x": x}, outputs=["h", "y"])
     for n in ("h", "y"):
         np.testing.assert_array_equal(fast[n], ref[n])
+
+
+def test_quick_sizes_agree_with_the_full_estimate():
+    # The chunk plan's sizes come from shape inference on the graph prepared for running;
+    # where it knows a size it must be the full estimate's.
+    from onnx_lab.numerics.capture import capturable_tensors, estimate_bytes
+    from onnx_lab.transforms._runner import quick_sizes
+
+    lab = onnx_lab.open("sample:transformer_block")
+    shapes = {n: s for n, s in
+              ((i.name, [2 if not isinstance(d, int) else d for d in i.shape])
+               for i in lab.model.graph.inputs)}
+    names = capturable_tensors(lab.model)
+    quick = quick_sizes(lab.model, names, shapes)
+    full = estimate_bytes(lab.model, names, shapes)
+    known = [n for n in names if quick[n] is not None]
+    assert len(known) >= len(names) * 0.9
+    assert {n: quick[n] for n in known} == {n: full[n] for n in known}
+    assert quick_sizes(lab.model, names, {lab.model.graph.inputs[0].name: [1]}) is None
