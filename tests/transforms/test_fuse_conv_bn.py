@@ -63,6 +63,17 @@ def test_no_match_reason():
     assert r.model is m
 
 
+def test_weights_listed_as_inputs_are_named_in_the_reason():
+    # torch.onnx.export(keep_initializers_as_inputs=True): "its weight is not a constant" read
+    # as a contradiction for a weight stored in the file.
+    text = """g (float[1,3,4,4] x, float[2,3,1,1] w) => (float[1,2,4,4] y) {
+        c = Conv(x, w)  y = BatchNormalization(c, bn_g, bn_b, bn_m, bn_v) }"""
+    m = model_from_text(text, {"w": rand(2, 3, 1, 1), **_bn_inits(2)})
+    r = apply("fuse_conv_bn", m)
+    assert r.modified is False
+    assert "its weight 'w' is also a graph input" in r.reason and "initializer_input" in r.reason
+
+
 def test_conv_output_used_elsewhere_is_skipped():
     text = """g (float[1,2,5,5] x) => (float[1,3,5,5] y, float[1,3,5,5] z) {
         c = Conv <pads=[1,1,1,1]> (x, w)

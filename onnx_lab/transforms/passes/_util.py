@@ -168,3 +168,16 @@ def perm_of(model: LabModel, node: ir.Node) -> list[int] | None:
 
 def as_float(arr: np.ndarray) -> np.ndarray:
     return arr.astype(np.float64)
+
+
+def not_constant(value: ir.Value | None, what: str) -> str:
+    """Why ``value`` (``what``: "its weight") is not a constant, as a skip reason.
+
+    Initializers also listed as graph inputs (``keep_initializers_as_inputs=True`` exports)
+    look like weights but may be overridden: say so, or the reason reads as a contradiction.
+    """
+    name = f" {value.name!r}" if value is not None and value.name else ""
+    if value is not None and value.is_initializer() and overridable(value):
+        return (f"{what}{name} is also a graph input, which callers may override "
+                "(see lab.check(), code initializer_input)")
+    return f"{what}{name} is not a constant"

@@ -13,6 +13,7 @@ from onnx_lab.transforms.passes._util import (
     is_std,
     match,
     names_of,
+    not_constant,
     sole_user,
     users,
     walk,
@@ -65,11 +66,11 @@ def conv_blocker(conv: ir.Node, reader: ir.Node, model: LabModel) -> str | None:
         return f"its output is also read by {names_of(model, others)}"
     w = const_array(conv.inputs[1] if len(conv.inputs) > 1 else None)
     if w is None:
-        return "its weight is not a constant"
+        return not_constant(conv.inputs[1] if len(conv.inputs) > 1 else None, "its weight")
     if w.dtype.kind != "f":
         return f"its weight is {w.dtype}, not floating point"
     if len(conv.inputs) > 2 and conv.inputs[2] is not None and const_array(conv.inputs[2]) is None:
-        return "its bias is not a constant"
+        return not_constant(conv.inputs[2], "its bias")
     return None
 
 
@@ -102,7 +103,9 @@ class FuseConvBN(LabPass):
                 continue
             st = bn_scale_shift(bn)
             if st is None:
-                self.skip(cid, f"the parameters of {nid} are not constants")
+                bad = next((v for v in bn.inputs[1:5] if v is not None and const_array(v) is None),
+                           None)
+                self.skip(cid, not_constant(bad, f"a parameter of {nid}"))
                 continue
             w = const_array(conv.inputs[1])
             if st[0].size != conv_out_channels(conv, w):

@@ -12,6 +12,7 @@ from onnx_lab.transforms.passes._util import (
     is_std,
     match,
     names_of,
+    not_constant,
     rank,
     users,
     walk,
@@ -58,7 +59,7 @@ class FuseMatMulAdd(LabPass):
             return f"its output is also read by {names_of(model, others)}"
         w = const_array(mm.inputs[1])
         if w is None:
-            return "its weight (input B) is not a constant"
+            return not_constant(mm.inputs[1], "its weight (input B)")
         if w.ndim != 2:
             return f"its weight is {w.ndim}-D; Gemm takes a 2-D B"
         r = rank(model, mm.inputs[0])
@@ -72,7 +73,7 @@ class FuseMatMulAdd(LabPass):
             return f"dtype {dtype(model, mm.inputs[0])} is not supported by Gemm"
         b = const_array(c)
         if b is None:
-            return f"the Add's other input {c.name!r} is not a constant"
+            return not_constant(c, "the Add's other input")
         n = w.shape[1]
         if not (b.ndim == 0 or (b.ndim == 1 and b.shape[0] in (1, n))
                 or (b.ndim == 2 and b.shape[0] == 1 and b.shape[1] in (1, n))):
