@@ -284,9 +284,8 @@ def _initializer_inputs(lm: LabModel) -> list[dict]:
                  f"{len(names)} initializer(s) are also graph inputs ({shown}): they can be "
                  "overridden at run time, so optimizers (onnx_lab's passes, onnxruntime) do not "
                  "fold or fuse the nodes that read them.",
-                 "Re-export without them as inputs (torch.onnx.export(..., "
-                 "keep_initializers_as_inputs=False)), or remove them from the graph inputs "
-                 "(onnxruntime's tools/python/remove_initializer_from_input.py).")]
+                 "lab.apply('remove_initializer_inputs') makes them plain weights (or "
+                 "re-export with torch.onnx.export(..., keep_initializers_as_inputs=False)).")]
 
 
 def _external(lm: LabModel) -> list[dict]:

@@ -27,6 +27,7 @@ PATTERN_PASS: dict[str, str] = {
     "squeeze_cancel": "fuse_reshapes", "squeeze_merge": "fuse_reshapes",
     "unsqueeze_merge": "fuse_reshapes", "duplicate_initializer": "dedupe_initializers",
     "unused_initializer": "remove_unused_initializers",
+    "initializer_input": "remove_initializer_inputs",
     "constant_node": "constants_to_initializers",
 }
 
@@ -165,6 +166,15 @@ first one and the copies are removed. Tied embeddings exported twice are the typ
 
 Initializers no node reads (often left behind by other rewrites) are removed. Initializers that
 are also graph inputs or outputs are kept: they are part of the model's interface.""",
+    "remove_initializer_inputs": r"""### Initializers listed as inputs (`remove_initializer_inputs`)
+
+From IR version 4 on, an initializer that is also listed among the graph inputs is only a
+default value: a caller may feed another tensor under that name. `torch.onnx.export(...,
+keep_initializers_as_inputs=True)` exports every weight this way, and then no optimizer
+(onnx_lab's passes, onnxruntime's constant folding and fusions) may treat the weights as
+constants. Removing the input entries makes them plain weights. The values do not change; the
+interface does (those names can no longer be fed), so the pass is not in the `safe` preset.
+IR < 4 required the listing and treated the initializers as constants: nothing to do there.""",
     "constants_to_initializers": r"""### Constant nodes → initializers (`constants_to_initializers`)
 
 A Constant node holds a tensor in an attribute; an initializer holds the same tensor in the

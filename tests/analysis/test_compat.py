@@ -196,4 +196,4 @@ def test_initializers_listed_as_inputs(ir_version):
     else:
         assert len(rows) == 1 and rows.iloc[0]["severity"] == "warning"
         assert "1 initializer(s)" in rows.iloc[0]["message"] and "(w)" in rows.iloc[0]["message"]
-        assert "keep_initializers_as_inputs" in rows.iloc[0]["fix"]
+        assert "remove_initializer_inputs" in rows.iloc[0]["fix"]

@@ -15,7 +15,8 @@ from onnx_lab.transforms.presets import PRESETS
 GRAPH_PASSES = ["fuse_conv_bn", "fuse_conv_add_bias", "fuse_matmul_add", "fold_constants",
                 "eliminate_dead_nodes", "eliminate_identity", "eliminate_dropout",
                 "fuse_transposes", "eliminate_noop", "fuse_reshapes", "dedupe_initializers",
-                "remove_unused_initializers", "constants_to_initializers"]
+                "remove_unused_initializers", "constants_to_initializers",
+                "remove_initializer_inputs"]
 DIMS = {"convnet": None, "transformer_block": {"batch": 2, "seq": 5}, "control_flow": None}
 
 
