@@ -173,9 +173,6 @@ def _fast(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[st
     so.add_session_config_entry("session.disable_prepacking", "1")
     # Short one-shot runs: spinning worker threads only steal cores from the caller.
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    # One run with every tensor an output: an arena would grow in large steps and keep its
-    # memory until the session goes (as make_session(arena=False) explains).
-    so.enable_cpu_mem_arena = False
     if folder:
         so.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                     folder)
