@@ -37,13 +37,30 @@ def _worker(tool: str, src: str, out: str, seq: int) -> None:
     phases: dict = {}
     if tool.startswith("onnx_lab"):
         import onnx_lab
+        from onnx_lab.transforms import _runner
 
+        phases["import_s"] = time.perf_counter() - t0
+        # Time inside the model runs of verification (session creation and run), for the
+        # breakdown; the wrapper only measures.
+        runs = {"s": 0.0, "n": 0}
+        real_run = _runner.run
+
+        def timed_run(*args, **kwargs):
+            t1 = time.perf_counter()
+            try:
+                return real_run(*args, **kwargs)
+            finally:
+                runs["s"] += time.perf_counter() - t1
+                runs["n"] += 1
+
+        _runner.run = timed_run
         lab = onnx_lab.open(src, dims={"batch": 1, "sequence": seq})
         n0 = len(lab.index)
         phases["load_s"] = time.perf_counter() - t0
         t = time.perf_counter()
         results = lab.apply_preset("safe", verify=tool != "onnx_lab_noverify")
         phases["optimize_s"] = time.perf_counter() - t
+        phases["runs_s"], phases["runs"] = runs["s"], runs["n"]
         phases["verify_s"] = sum(r.verify_seconds or 0 for r in results)
         phases["verified_steps"] = sum(r.verify_passed is not None for r in results)
         phases["verify_passed"] = all(r.verify_passed is not False for r in results)
@@ -118,13 +135,18 @@ def main(repeat: int = 1) -> None:
     for label, (wall, peak, info) in results.items():
         extra = ""
         if info.get("verified_steps"):
-            extra = (f", verification {info['verify_s']:.1f} s over "
-                     f"{info['verified_steps']} steps, "
+            extra = (f", verification {info['verify_s']:.2f} s over "
+                     f"{info['verified_steps']} steps ({info['runs']} model runs "
+                     f"{info['runs_s']:.2f} s), "
                      f"{'all passed' if info['verify_passed'] else 'FAILED'}")
+        if "import_s" in info:
+            extra += (f"; import {info['import_s']:.2f} s, passes "
+                      f"{info['optimize_s'] - info.get('verify_s', 0):.2f} s, process start "
+                      f"and exit {wall - info['total_s']:.2f} s")
         print(f"{label:34} wall {wall:6.1f} s  peak {peak / 2**30:4.2f} GiB  nodes "
               f"{info.get('nodes_before', '?')} -> {info.get('nodes_after', '?')}  "
-              f"(load {info.get('load_s', 0):.1f} s, optimize "
-              f"{info.get('optimize_s', 0):.1f} s, save {info.get('save_s', 0):.1f} s"
+              f"(load {info.get('load_s', 0):.2f} s, optimize "
+              f"{info.get('optimize_s', 0):.2f} s, save {info.get('save_s', 0):.2f} s"
               f"{extra})", flush=True)
     slim = results.get("onnxslim", (None,))[0]
     if slim:
