@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._wire import encode_varint as _varint
 from onnx_lab.errors import SaveError
 
 if TYPE_CHECKING:
@@ -137,18 +138,6 @@ _GRAPH_FIELD, _INITIALIZER_FIELD, _RAW_DATA_FIELD = 7, 5, 9
 
 def _key(field: int) -> bytes:
     return bytes([(field << 3) | 2])  # length-delimited; fields < 16 fit one byte
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def _raw(t: ir.TensorProtocol) -> bytes | memoryview:
