@@ -105,6 +105,11 @@ def apply(lab: Lab, pass_name: str, matches: Sequence[str] | str | None = None,
                                    fix=(e.fix or "") + " Or apply with verify=False "
                                    "(--no-verify).") from e
         fill_result(result, report, time.perf_counter() - t0)
+        if _cache is not None:
+            # Only the new version can be the next step's reference: drop older captures
+            # (BERT-base at sequence 128: 320 MB per version).
+            for k in [k for k, v in _cache.items() if v[0] is not result.model]:
+                del _cache[k]
         if not result.verify_passed:
             logger.warning("%s: verification failed at %s", pass_name, result.first_failure)
     if result.modified or _record_noop:
