@@ -81,28 +81,29 @@ def split_raw_data(buf: bytes, min_bytes: int) -> tuple[bytes, list[tuple[int, i
         ValueError: ``buf`` is not well-formed protobuf (the caller lets protobuf explain).
     """
     spans: list[tuple[int, int, int]] = []
-    model: list[bytes] = []
+    mv = memoryview(buf)  # pieces are views: Constant-node weights are copied once, by join
+    model: list[bytes | memoryview] = []
     k = 0  # position in graph.initializer (several graph fields would be merged)
     for field, wire, s, p, q in _fields(buf, 0, len(buf)):
         if field != _MODEL_GRAPH or wire != _LEN:
-            model.append(buf[s:q])
+            model.append(mv[s:q])
             continue
-        graph: list[bytes] = []
+        graph: list[bytes | memoryview] = []
         for f2, w2, s2, p2, q2 in _fields(buf, p, q):
             if f2 != _GRAPH_INITIALIZER or w2 != _LEN:
-                graph.append(buf[s2:q2])
+                graph.append(mv[s2:q2])
                 continue
             raw = None
             if q2 - p2 >= min_bytes:
-                kept: list[bytes] = []
+                kept: list[bytes | memoryview] = []
                 for f3, w3, s3, p3, q3 in _fields(buf, p2, q2):
                     if f3 == _TENSOR_RAW_DATA and w3 == _LEN and q3 - p3 >= min_bytes \
                             and raw is None:
                         raw = (k, p3, q3 - p3)
                     else:
-                        kept.append(buf[s3:q3])
+                        kept.append(mv[s3:q3])
             if raw is None:
-                graph.append(buf[s2:q2])
+                graph.append(mv[s2:q2])
             else:
                 spans.append(raw)
                 graph.append(_len_field(_GRAPH_INITIALIZER, b"".join(kept)))
