@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["TensorInfo", "infer_types", "dtype_name", "shape_tuple", "validate_dims",
-           "dynamic_dims"]
+           "dynamic_dims", "named_shapes"]
 
 _KEEP_BYTES = 4096
 _DTYPE_NAMES = {ir.DataType.FLOAT: "float32", ir.DataType.DOUBLE: "float64"}
@@ -362,3 +362,83 @@ def _info_from_proto(vi: onnx.ValueInfoProto) -> TensorInfo | None:
         else:
             dims.append(None)
     return TensorInfo(dtype_name(tt.elem_type), tuple(dims))
+
+
+# Probe sizes for named_shapes: distinct primes, so a probed size factors back into the
+# input dims it is made of; chosen away from the usual fixed sizes (powers of two, 3, 12...).
+_PROBE_PRIMES = (211, 223, 227, 229, 233, 239, 241, 251, 257, 263, 269, 271, 277, 281, 283)
+
+
+def _factor_name(size: int, probes: Mapping[str, int]) -> str | None:
+    """``211*223`` -> ``"batch_x_sequence"`` when those are the probes of batch, sequence."""
+    parts: list[str] = []
+    for name, p in sorted(probes.items(), key=lambda kv: kv[1]):
+        while size % p == 0:
+            parts.append(name)
+            size //= p
+    if not parts:
+        return None
+    if size != 1:
+        parts.append(str(size))
+    return "_x_".join(parts)
+
+
+def named_shapes(model: LabModel, tensors: Sequence[str],
+                 shapes: Mapping[str, Sequence[int]] | None = None
+                 ) -> dict[str, tuple[Dim, ...] | None]:
+    """Shapes of ``tensors`` with every dynamic dim named, for cutting a model at them.
+
+    ONNX inference names a dim only when it flows straight from an input; a dim computed
+    through Shape/Range/Reshape comes back unnamed. This runs inference once more with a
+    distinct prime size per input dim name (``dims`` probe) and names each unnamed dim by
+    the input dims its probed size factors into: the original name (``"sequence"``), a product
+    (``"batch_x_sequence"``), else a fresh ``"<tensor>_dim<axis>"``. A name that comes from
+    the same probed size is reused across tensors, so equal dims stay equal.
+
+    Args:
+        tensors: value names (main graph).
+        shapes: whole input shapes given for inputs with unnamed dims (kept in the probe).
+
+    Example:
+        >>> named_shapes(lab.model, ["/attn/Reshape_output_0"])
+        {'/attn/Reshape_output_0': ('batch', 'sequence', 12, 64)}
+    """
+    symbolic = model.types()
+    names = sorted(k for k in dynamic_dims(model) if k != "?")
+    primes = list(_PROBE_PRIMES)
+    while len(primes) < len(names):  # more dim names than listed primes: continue the list
+        n = primes[-1] + 2
+        while any(n % p == 0 for p in range(3, int(n ** 0.5) + 1, 2)):
+            n += 2
+        primes.append(n)
+    probes = dict(zip(names, primes, strict=False))
+    # Without unnamed input dims, a probed size made of no probe is a fixed size.
+    all_named = "?" not in dynamic_dims(model)
+    need = any(info is not None and info.shape is not None and any(d is None for d in info.shape)
+               for info in (symbolic.get(t) for t in tensors))
+    probed = model.types(dims=probes, shapes=shapes) if need and probes else {}
+    fresh: dict[int, str] = {}
+    out: dict[str, tuple[Dim, ...] | None] = {}
+    for t in tensors:
+        info = symbolic.get(t)
+        if info is None or info.shape is None:
+            out[t] = None if info is None else info.shape
+            continue
+        p = probed.get(t)
+        dims: list[Dim] = []
+        for axis, d in enumerate(info.shape):
+            if d is not None:
+                dims.append(d)
+                continue
+            size = p.shape[axis] if p is not None and p.shape is not None \
+                and len(p.shape) == len(info.shape) else None
+            name = _factor_name(size, probes) if isinstance(size, int) and size > 0 else None
+            if name is None and all_named and isinstance(size, int) and size > 0:
+                dims.append(size)
+                continue
+            if name is None:
+                key = size if isinstance(size, int) and size > 0 else -len(fresh) - 1
+                name = fresh.setdefault(key, f"{t.strip('/').replace('/', '_')}_dim{axis}")
+            dims.append(name)
+        out[t] = tuple(dims)
+    return out

@@ -27,6 +27,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import named_shapes, shape_tuple
 from onnx_lab.errors import ExtractError, InputError, close_matches
 from onnx_lab.transforms.base import PassResult
 
@@ -206,15 +207,24 @@ def extract(lab: Lab, inputs: Sequence[str] | None = None,
         raise ExtractError(f"Cannot extract between {ins} and {outs}: {e}",
                            fix="Check that the inputs separate the outputs from the rest of "
                            "the graph.") from e
-    types = model.types()  # symbolic shapes: the subgraph keeps the model's dynamic dims
-    for v in list(graph.inputs) + list(graph.outputs):
+    # Symbolic shapes: the subgraph keeps the model's dynamic dims, named even where ONNX
+    # inference loses the name (dims computed through Shape/Range/Reshape), so that
+    # dims={...} still resolves the saved subgraph.
+    types = model.types()
+    boundary_values = list(graph.inputs) + list(graph.outputs)
+    named = named_shapes(model, [v.name for v in boundary_values], lab.shapes)
+    for v in boundary_values:
         info = types.get(v.name)
         if info is None:
             continue
         if v.type is None and info.dtype is not None:
             v.dtype = _ir_dtype(info.dtype)
-        if v.shape is None and info.shape is not None:
-            v.shape = ir.Shape([d if d is not None else None for d in info.shape])
+        shape = named.get(v.name)
+        have = shape_tuple(v.shape)
+        if shape is not None and (have is None or (len(have) == len(shape) and any(
+                d is None for d in have))):
+            v.shape = ir.Shape([h if h is not None else d
+                                for h, d in zip(have or shape, shape, strict=True)])
     if (model.ir.ir_version or 0) < 4:
         # IR < 4 requires every initializer to be listed as a graph input too (old exports,
         # e.g. onnx-caffe2); the extractor drops them from the inputs.
@@ -227,6 +237,7 @@ def extract(lab: Lab, inputs: Sequence[str] | None = None,
     sub_model = LabModel(new_ir, path=model.path)
     _check(sub_model)
     d, s = _fit(sub_model, lab.dims, lab.shapes)
+    d.update(_new_dim_values(model, sub_model, d, lab.dims, lab.shapes))
     params = {"inputs": list(ins), "outputs": list(outs)}
     if nodes is not None:
         params["nodes"] = list(nodes)
@@ -246,6 +257,25 @@ def extract(lab: Lab, inputs: Sequence[str] | None = None,
               f"{len(outs)} outputs)")
     sub._init_history(result)
     return sub
+
+
+def _new_dim_values(model: LabModel, sub: LabModel, known: Mapping[str, int],
+                    dims: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None
+                    ) -> dict[str, int]:
+    """Sizes of the dims named at the cut (``batch_x_sequence``...) under the Lab's dims."""
+    if not dims and not shapes:
+        return {}
+    concrete = model.types(dims, shapes)
+    out: dict[str, int] = {}
+    for v in sub.graph.inputs:
+        have = concrete.get(v.name)
+        shape = shape_tuple(v.shape)
+        if have is None or have.shape is None or shape is None or len(shape) != len(have.shape):
+            continue
+        for d, size in zip(shape, have.shape, strict=True):
+            if isinstance(d, str) and d not in known and isinstance(size, int) and size > 0:
+                out.setdefault(d, size)
+    return out
 
 
 def _ir_dtype(name: str) -> ir.DataType:

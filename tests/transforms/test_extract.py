@@ -135,3 +135,59 @@ def test_extract_of_an_ir3_model_lists_initializers_as_inputs():
     onnx.checker.check_model(proto)
     assert list(sub.inputs.name) == ["x"]  # the initializer is not a user input
     assert sub.results[0].verify_passed
+
+
+def _range_model() -> onnx.ModelProto:
+    """x[batch, seq]; y = 2 * Range(seq) and xf = Reshape(x, [-1]): dims ONNX cannot name."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    nodes = [h.make_node("Shape", ["x"], ["s"], name="shape"),
+             h.make_node("Gather", ["s", "one"], ["seq"], axis=0, name="gather"),
+             h.make_node("Range", ["zero", "seq", "one"], ["pos"], name="range"),
+             h.make_node("Cast", ["pos"], ["posf"], to=T.FLOAT, name="cast"),
+             h.make_node("Mul", ["posf", "two"], ["y"], name="mul"),
+             h.make_node("Reshape", ["x", "flat"], ["xf"], name="flat"),
+             h.make_node("Relu", ["y"], ["r"], name="relu"),
+             h.make_node("Add", ["r", "x"], ["out"], name="add"),
+             h.make_node("ReduceSum", ["xf"], ["total"], keepdims=1, name="sum")]
+    inits = [nh.from_array(np.array(1, np.int64), "one"),
+             nh.from_array(np.array(0, np.int64), "zero"),
+             nh.from_array(np.array(2.0, np.float32), "two"),
+             nh.from_array(np.array([-1], np.int64), "flat")]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["batch", "seq"])],
+                     [h.make_tensor_value_info("out", T.FLOAT, None),
+                      h.make_tensor_value_info("total", T.FLOAT, None)], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_extract_names_dims_computed_through_shape_and_range(tmp_path):
+    lab = onnx_lab.open(_range_model(), dims={"batch": 2, "seq": 5})
+    assert lab.model.types()["y"].shape == (None,)  # ONNX inference leaves it unnamed
+    sub = lab.extract(nodes=["relu", "add"])
+    p = tmp_path / "sub.onnx"
+    sub.save(p)
+    saved = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+             for i in onnx.load(p).graph.input}
+    assert saved == {"y": ["seq"], "x": ["batch", "seq"]}  # the original names
+    again = onnx_lab.open(p, dims={"batch": 2, "seq": 5})
+    x = np.ones((2, 5), np.float32)
+    got = run(again.model, {"y": np.arange(5, dtype=np.float32) * 2, "x": x})["out"]
+    np.testing.assert_allclose(got, x + np.arange(5) * 2)
+    assert onnx_lab.profile(again, runs=1) is not None  # no DimError asking for shapes=
+
+
+def test_extract_names_product_and_fresh_dims():
+    lab = onnx_lab.open(_range_model(), dims={"batch": 2, "seq": 5})
+    sub = lab.extract(nodes=["sum"])
+    assert sub.model.graph.inputs[0].shape[0].value == "batch_x_seq"
+    assert sub.dims == {"batch_x_seq": 10} and sub.inputs.loc[0, "shape"] == (10,)
+    # Without input dim names (shapes= only), the cut still gets a named dim, never -1.
+    m = _range_model()
+    for d in m.graph.input[0].type.tensor_type.shape.dim:
+        d.Clear()
+    lab = onnx_lab.open(m, shapes={"x": [2, 5]})
+    sub = lab.extract(nodes=["relu", "add"], verify=False)
+    name = sub.model.graph.inputs[0].shape[0].value
+    assert isinstance(name, str) and name and sub.dims[name] == 5
