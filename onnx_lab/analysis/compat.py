@@ -116,36 +116,99 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
 
 
 def _checker(lm: LabModel) -> list[dict]:
+    """onnx.checker (full check) on a weight-free skeleton plus a per-tensor check.
+
+    Serializing the whole model for the checker costs seconds on BERT-base and fails past
+    2 GB; the graph structure, node attributes, small constants and strict shape inference
+    are all checked on the skeleton (weights as typed inputs), and each weight on its own.
+    """
     import onnx
 
+    from onnx_lab.core.shapes import _skeleton_graph
+
+    m = lm.ir
     try:
-        proto = lm.to_proto()
+        proto = onnx.ModelProto(ir_version=m.ir_version, producer_name=m.producer_name or "",
+                                producer_version=m.producer_version or "",
+                                domain=m.domain or "", model_version=m.model_version or 0)
+        for domain, version in m.opset_imports.items():
+            proto.opset_import.add(domain=domain, version=version)
+        for f in m.functions.values():
+            ir.serde.serialize_function_into(proto.functions.add(), f)
+        # Stored node order (not topological): the checker reports an unsorted graph.
+        _skeleton_graph(m.graph, proto.graph, {}, {}, top=True)
     except Exception as e:  # noqa: BLE001 - serialization problems are findings
         return [_row("error", "checker", None, f"The model cannot be serialized: {e}",
                      "Fix the graph (lab.nodes shows it) and save again.")]
-    if proto.ByteSize() >= _PROTO_LIMIT:
-        return [_row("info", "checker", None, "onnx.checker skipped: the model is over 2 GB in "
-                     "memory.", "Save it with external data and run onnx.checker on the file.")]
-    if lm.has_external_data:
-        # The checker resolves external files against the working directory, not the model's
-        # folder: check a copy where external weights are typed graph inputs (the files get
-        # their own checks below).
-        proto = _without_external(proto)
+    rows = _tensor_checks(lm)
+    if (m.ir_version or 0) < 4:
+        listed = {v.name for v in m.graph.inputs}
+        missing = [n for n in m.graph.initializers if n not in listed]
+        if missing:
+            rows.append(_row("error", "checker", None,
+                             f"onnx.checker: initializer {missing[0]!r} is not a graph input "
+                             f"(required before IR version 4; {len(missing)} such).",
+                             "List the initializers as graph inputs, or raise ir_version."))
+    # The checker resolves external files against the working directory, not the model's
+    # folder: small external tensors kept in the skeleton become typed inputs too (the files
+    # get their own checks below).
+    proto = _without_external(proto)
     try:
         onnx.checker.check_model(proto, full_check=True)
     except onnx.checker.ValidationError as e:
         text = str(e).strip()
         first = text.splitlines()[0] if text else "validation failed"
-        m = re.search(r"node (?:name|with name)[:\s]+'?([^'\s)]+)", text)
-        return [_row("error", "checker", m.group(1) if m else None,
-                     f"onnx.checker: {first[:500]}",
-                     "Fix the node or attribute named; lab.nodes shows the graph.")]
+        m2 = re.search(r"node (?:name|with name)[:\s]+'?([^'\s)]+)", text)
+        return rows + [_row("error", "checker", m2.group(1) if m2 else None,
+                            f"onnx.checker: {first[:500]}",
+                            "Fix the node or attribute named; lab.nodes shows the graph.")]
     except onnx.shape_inference.InferenceError as e:
         text = str(e).strip().splitlines()[0] if str(e).strip() else "shape inference failed"
-        m = re.search(r"Node \(([^)]*)\)", text)
-        return [_row("error", "checker", m.group(1) if m else None,
-                     f"onnx.checker (strict shape inference): {text[:500]}",
-                     "Make the shapes consistent (lab.tensors shows the inferred ones).")]
+        m2 = re.search(r"Node \(([^)]*)\)", text)
+        return rows + [_row("error", "checker", m2.group(1) if m2 else None,
+                            f"onnx.checker (strict shape inference): {text[:500]}",
+                            "Make the shapes consistent (lab.tensors shows the inferred ones).")]
+    return rows
+
+
+def _weights(lm: LabModel):
+    """(owner, tensor) for every initializer and Constant-node tensor of every graph."""
+    for g in lm.ir.graphs():
+        for name, v in g.initializers.items():
+            if v.const_value is not None:
+                yield name, v.const_value
+        for n in g:
+            a = n.attributes.get("value")
+            if n.op_type == "Constant" and a is not None and a.type == ir.AttributeType.TENSOR:
+                yield n.name or (n.outputs[0].name if n.outputs else "Constant"), a.value
+
+
+def _tensor_checks(lm: LabModel) -> list[dict]:
+    """What onnx.checker checks per tensor (a known dtype, data that matches the dims),
+    without serializing the weights: protobuf-backed tensors go through
+    onnx.checker.check_tensor; array-backed ones compare their element count."""
+    import numpy as np
+    import onnx
+
+    for name, t in _weights(lm):
+        problem = None
+        if isinstance(t, ir.ExternalTensor):
+            continue  # checked against its file in _external
+        if t.dtype == ir.DataType.UNDEFINED:
+            problem = "has no data type"
+        elif any(not isinstance(d, int) or d < 0 for d in t.shape):
+            problem = f"has invalid dims {list(t.shape)}"
+        elif isinstance(t.raw, onnx.TensorProto):
+            try:
+                onnx.checker.check_tensor(t.raw)
+            except onnx.checker.ValidationError as e:
+                problem = str(e).strip().splitlines()[0][:300]
+        elif isinstance(t.raw, np.ndarray) and t.raw.size != t.size:
+            problem = f"holds {t.raw.size} values for dims {list(t.shape)}"
+        if problem:
+            return [_row("error", "checker", None, f"onnx.checker: tensor {name!r} {problem}.",
+                         "Re-export the model, or replace the tensor "
+                         "(lab.initializers shows it).")]
     return []
 
 
@@ -374,31 +437,45 @@ _NO_OP = re.compile(r"([\w.]+):(\w+)\((-?\d+)\) is not a registered function/op"
 
 
 def _loads(lm: LabModel, providers) -> list[dict]:
-    from onnx_lab.errors import RuntimeLoadError
-    from onnx_lab.numerics.session import make_session, resolve_providers
-    from onnx_lab.profiling.run import _session_providers, default_providers
+    from onnx_lab.numerics.session import resolve_providers
+    from onnx_lab.profiling.run import default_providers
 
     provs = default_providers()[0] if providers is None else resolve_providers(providers)
+    # A session load costs about as much as a run's setup (~2 s on BERT-base): its outcome is
+    # kept per provider on the (immutable) LabModel, so a Lab version is loaded once.
+    cache: dict[str, list[dict]] = lm.__dict__.setdefault("_compat_loads", {})
     rows = []
     for p in provs:
-        try:
-            make_session(lm, providers=_session_providers(p), opt_level="disable")
-        except RuntimeLoadError as e:
-            text = str(e.__cause__ or e)
-            m = _NO_KERNEL.search(text)
-            node_id = None
-            if m:
-                node_id = m.group(3) if m.group(3) in lm.index.entries else None
-                msg = (f"{p} has no kernel for {m.group(1)} (opset {m.group(2)}) at node "
-                       f"{m.group(3)!r}: the model does not load.")
-            elif (m2 := _NO_OP.search(text)) is not None:
-                domain, op = m2.group(1), m2.group(2)
-                node_id = next((nid for nid, en in lm.index.entries.items()
-                                if en.node.op_type == op and en.node.domain == domain), None)
-                msg = (f"{p} does not know the op {domain}::{op}: the model does not load.")
-            else:
-                msg = f"{p} cannot load the model: {e.problem}"
-            rows.append(_row("error", "provider_load", node_id, msg,
-                             "Replace or convert the op (lab.convert_opset, a decomposition), "
-                             "or use a provider/onnxruntime build that has it."))
+        if p not in cache:
+            cache[p] = _load_rows(lm, p)
+        rows += [dict(r) for r in cache[p]]
+    return rows
+
+
+def _load_rows(lm: LabModel, p: str) -> list[dict]:
+    from onnx_lab.errors import RuntimeLoadError
+    from onnx_lab.numerics.session import make_session
+    from onnx_lab.profiling.run import _session_providers
+
+    rows = []
+    try:
+        make_session(lm, providers=_session_providers(p), opt_level="disable")
+    except RuntimeLoadError as e:
+        text = str(e.__cause__ or e)
+        m = _NO_KERNEL.search(text)
+        node_id = None
+        if m:
+            node_id = m.group(3) if m.group(3) in lm.index.entries else None
+            msg = (f"{p} has no kernel for {m.group(1)} (opset {m.group(2)}) at node "
+                   f"{m.group(3)!r}: the model does not load.")
+        elif (m2 := _NO_OP.search(text)) is not None:
+            domain, op = m2.group(1), m2.group(2)
+            node_id = next((nid for nid, en in lm.index.entries.items()
+                            if en.node.op_type == op and en.node.domain == domain), None)
+            msg = (f"{p} does not know the op {domain}::{op}: the model does not load.")
+        else:
+            msg = f"{p} cannot load the model: {e.problem}"
+        rows.append(_row("error", "provider_load", node_id, msg,
+                         "Replace or convert the op (lab.convert_opset, a decomposition), "
+                         "or use a provider/onnxruntime build that has it."))
     return rows

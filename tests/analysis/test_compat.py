@@ -197,3 +197,44 @@ def test_initializers_listed_as_inputs(ir_version):
         assert len(rows) == 1 and rows.iloc[0]["severity"] == "warning"
         assert "1 initializer(s)" in rows.iloc[0]["message"] and "(w)" in rows.iloc[0]["message"]
         assert "remove_initializer_inputs" in rows.iloc[0]["fix"]
+
+
+def _weighted(nodes, w=None):
+    """x[4, 2000] @ W (a 32 KB weight: above the skeleton's inline limit)."""
+    w = np.ones((2000, 4), np.float32) if w is None else w
+    return _model(nodes, [_vi("x", [4, 2000])], [_vi("y", [4, 4])],
+                  [w if isinstance(w, TensorProto) else numpy_helper.from_array(w, "W")])
+
+
+def test_checker_runs_on_a_weight_free_skeleton_and_still_checks_weights():
+    ok = _weighted([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")])
+    assert "checker" not in _codes(check(ok, load=False))
+    # Node problems are found with the weight left out of the checked proto...
+    bad = _weighted([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm", bogus=1)])
+    assert (check(bad, load=False).code == "checker").any()
+    # ...strict shape inference still sees the weight's dims (2000x4 against x[4, 3])...
+    bad = _weighted([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+                    np.ones((3, 4), np.float32))
+    bad.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 2000
+    row = check(bad, load=False).loc[lambda d: d.code == "checker"]
+    assert len(row) == 1 and "strict shape inference" in row.iloc[0].message
+    # ...and each weight is checked on its own (data that does not match its dims).
+    t = numpy_helper.from_array(np.ones((2000, 4), np.float32), "W")
+    t.raw_data = t.raw_data[:-8]
+    bad = _weighted([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], t)
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_tensor(t)
+    rows = check(bad, load=False).loc[lambda d: d.code == "checker"]
+    assert len(rows) >= 1 and "'W'" in " ".join(rows.message)
+
+
+def test_session_loads_are_cached_per_model_version():
+    lab = onnx_lab.open("sample:convnet")
+    assert len(lab.check()) == 0
+    assert list(lab.model.__dict__["_compat_loads"]) == ["CPUExecutionProvider"]
+    m = _model([helper.make_node("Foo", ["x"], ["y"], domain="my.ops")], [_vi("x", [2])],
+               [_vi("y", [2])], extra={"my.ops": 1})
+    lab = onnx_lab.open(m)
+    first = lab.check().loc[lambda d: d.code == "provider_load"]
+    again = lab.check().loc[lambda d: d.code == "provider_load"]
+    assert len(first) == 1 and first.equals(again)
