@@ -20,7 +20,7 @@ system-deps:
 	@sh scripts/install-system-deps.sh graphviz || true
 
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks/01_explore.ipynb
+	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/01_explore.ipynb
 
 test: setup
 	@sh scripts/install-system-deps.sh chromium || echo "chromium missing: the browser test will skip"
