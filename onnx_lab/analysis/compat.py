@@ -89,7 +89,7 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
         findings), message, fix), errors first. Codes: checker, value_dependent_shape,
         custom_domain, opset_unsupported, provider_load, dynamic_dim, initializer_input,
         external_data, external_data_missing, low_precision, proto_size,
-        model_local_function.
+        model_local_function, runtime_constants.
 
     Example:
         >>> check("sample:convnet").code.tolist()
@@ -106,6 +106,7 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
     rows += _initializer_inputs(lm)
     rows += _external(lm)
     rows += _precision(lm)
+    rows += _runtime_constants(lm)
     rows += _proto_size(lm)
     if load:
         rows += _loads(lm, providers)
@@ -409,6 +410,25 @@ def _precision(lm: LabModel) -> list[dict]:
                          "Few CPU kernels support bfloat16; check the provider loads below or "
                          "convert to float32/float16."))
     return rows
+
+
+def _runtime_constants(lm: LabModel) -> list[dict]:
+    from onnx_lab.analysis.summary import constant_computed
+
+    found = constant_computed(lm)
+    if not found:
+        return []
+    from onnx_lab.render.tables import format_bytes
+
+    total = sum(t["nbytes"] for t in found)
+    ops = Counter(t["op_type"] for t in found)
+    shown = ", ".join(f"{op}×{n}" for op, n in ops.most_common(4))
+    return [_row("warning", "runtime_constants", found[0]["node_id"],
+                 f"{len(found)} tensors ({format_bytes(total)}, {total:,} bytes) are computed "
+                 f"from constants only, at every run ({shown}); onnxruntime does not fold all "
+                 "of them (never ConstantOfShape), which can make the model several times "
+                 "slower, and they are not counted as weights.",
+                 "lab.apply('fold_constants') stores them as initializers.")]
 
 
 def _proto_size(lm: LabModel) -> list[dict]:

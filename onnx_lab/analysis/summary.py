@@ -10,7 +10,10 @@ from onnx_lab.analysis.tables import initializers_table, io_table
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dynamic_dims
 
-__all__ = ["Summary", "summarize", "op_family", "OP_FAMILIES"]
+__all__ = ["Summary", "summarize", "op_family", "OP_FAMILIES", "constant_computed"]
+
+# Computed constants at most this large are shape vectors and axes, not weights.
+_CONSTANT_MIN_BYTES = 4096
 
 OP_FAMILIES: dict[str, set[str]] = {
     "convolution": {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv"},
@@ -47,13 +50,55 @@ def op_family(op_type: str, domain: str) -> str:
     return "other"
 
 
+def constant_computed(model: LabModel) -> list[dict[str, Any]]:
+    """Tensors over 4 KB that the main graph computes from constants only (weights built
+    at run time, e.g. with ConstantOfShape), which ``lab.apply("fold_constants")`` turns into
+    initializers.
+
+    onnxruntime does not fold every such subgraph (never ConstantOfShape): the model then
+    rebuilds them at every run, and its initializers understate its weights.
+
+    Returns:
+        One dict per tensor: tensor, node_id (its producer), op_type, nbytes; largest first.
+
+    Example:
+        >>> sum(t["nbytes"] for t in constant_computed(lab.model))
+    """
+    from onnx_lab.transforms.passes.fold_constants import _ITEMSIZE, foldable_nodes
+
+    fold = foldable_nodes(model)
+    if not fold:
+        return []
+    types = model.types()
+    out = []
+    for nid, node in fold.values():
+        if node.op_type == "Identity":
+            continue  # a copy of a weight that is already counted
+        for o in node.outputs:
+            if not o.name or not (o.is_graph_output()
+                                  or any(id(u.node) not in fold for u in o.uses())):
+                continue
+            info = types.get(o.name)
+            n = info.numel if info is not None else None
+            if n is None:
+                continue
+            size = n * _ITEMSIZE.get(info.dtype or "", 4)
+            if size > _CONSTANT_MIN_BYTES:
+                out.append({"tensor": o.name, "node_id": nid, "op_type": node.op_type,
+                            "nbytes": size})
+    return sorted(out, key=lambda r: -r["nbytes"])
+
+
 class Summary(Mapping[str, Any]):
     """Dict-like summary with an HTML view. Keys:
 
     ir_version, opsets ({domain: version}), producer ("name version"), num_nodes (all graphs),
     num_nodes_main, num_initializers, num_params, param_bytes, inputs and outputs
     ([{name, dtype, shape}]), dynamic_dims ({dim: [inputs]}), op_counts ({op: n}),
-    op_families ({family: n}), subgraphs (number of If/Loop/Scan bodies), external_data (bool).
+    op_families ({family: n}), subgraphs (number of If/Loop/Scan bodies), external_data (bool),
+    constant_computed_tensors and constant_computed_bytes (tensors over 4 KB computed from
+    constants only at run time, not counted in num_params/param_bytes; see
+    :func:`constant_computed`).
     """
 
     def __init__(self, fields: dict[str, Any]) -> None:
@@ -82,7 +127,9 @@ class Summary(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         f = self._fields
-        return (f"Summary({f['num_nodes']} nodes, {f['num_params']:,} params, "
+        extra = (f" + {f['constant_computed_bytes']:,} bytes computed from constants"
+                 if f.get("constant_computed_bytes") else "")
+        return (f"Summary({f['num_nodes']} nodes, {f['num_params']:,} params{extra}, "
                 f"opsets={f['opsets']}, inputs={[i['name'] for i in f['inputs']]})")
 
     def _repr_html_(self) -> str:
@@ -112,6 +159,7 @@ def summarize(model: LabModel, dims: Mapping[str, int] | None = None,
                 for r in t.itertuples()]
 
     producer = " ".join(x for x in (m.producer_name, m.producer_version) if x)
+    computed = constant_computed(model)
     return Summary({
         "ir_version": m.ir_version,
         "opsets": dict(m.opset_imports),
@@ -129,4 +177,6 @@ def summarize(model: LabModel, dims: Mapping[str, int] | None = None,
         "op_families": dict(fams.most_common()),
         "subgraphs": len(idx.graphs) - 1,
         "external_data": bool(inits["external"].any()),
+        "constant_computed_tensors": len(computed),
+        "constant_computed_bytes": int(sum(t["nbytes"] for t in computed)),
     })

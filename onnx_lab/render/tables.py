@@ -59,7 +59,11 @@ def summary_html(summary: Mapping[str, Any]) -> str:
         ("Weights", f"{s['num_initializers']} initializers, {s['num_constant_tensors']} "
                     f"Constant tensors, {s['num_params']:,} params, "
                     f"{format_bytes(s['param_bytes'])}"
-                    + (" (external data)" if s["external_data"] else "")),
+                    + (" (external data)" if s["external_data"] else "")
+                    + (f"; plus {s['constant_computed_tensors']} tensors "
+                       f"({format_bytes(s['constant_computed_bytes'])}) computed from "
+                       "constants at run time (lab.apply('fold_constants') stores them)"
+                       if s.get("constant_computed_bytes") else "")),
         ("Dynamic dims", ", ".join(f"{k} ← {', '.join(v)}" for k, v in s["dynamic_dims"].items())
          or "none"),
     ]

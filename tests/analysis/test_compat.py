@@ -238,3 +238,19 @@ def test_session_loads_are_cached_per_model_version():
     first = lab.check().loc[lambda d: d.code == "provider_load"]
     again = lab.check().loc[lambda d: d.code == "provider_load"]
     assert len(first) == 1 and first.equals(again)
+
+
+def test_runtime_constants_warning_names_bytes_and_fold():
+    w = helper.make_node("ConstantOfShape", ["wshape"], ["W"], name="make_w",
+                         value=numpy_helper.from_array(np.array([0.5], np.float32)))
+    m = _model([w, helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+               [_vi("x", [2, 64])], [_vi("y", [2, 64])],
+               [numpy_helper.from_array(np.array([64, 64], np.int64), "wshape")])
+    lab = onnx_lab.open(m)
+    rows = lab.check(load=False).loc[lambda d: d.code == "runtime_constants"]
+    assert len(rows) == 1
+    row = rows.iloc[0]
+    assert row.severity == "warning" and row.node_id == "make_w"
+    assert "16,384 bytes" in row.message and "fold_constants" in row.fix
+    assert lab.apply("fold_constants").modified
+    assert "runtime_constants" not in _codes(lab.check(load=False))

@@ -13,7 +13,8 @@ from onnx_lab.analysis.summary import OP_FAMILIES, Summary, op_family
 
 KEYS = ["ir_version", "opsets", "producer", "num_nodes", "num_nodes_main", "num_initializers",
         "num_constant_tensors", "num_params", "param_bytes", "inputs", "outputs", "dynamic_dims",
-        "op_counts", "op_families", "subgraphs", "external_data"]
+        "op_counts", "op_families", "subgraphs", "external_data", "constant_computed_tensors",
+        "constant_computed_bytes"]
 
 
 def test_keys_and_values_convnet():
@@ -112,3 +113,41 @@ def test_summary_copies_and_pickles():
     assert pickle.loads(pickle.dumps(s))["num_nodes"] == 21
     with pytest.raises(AttributeError):
         s.not_a_key  # noqa: B018
+
+
+def _runtime_weight_model() -> onnx.ModelProto:
+    """y = x @ W where W (64x64 float, 16 KB) is built with ConstantOfShape at run time, plus a
+    small computed shape vector (not a weight)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("ConstantOfShape", ["wshape"], ["W"], name="make_w",
+                              value=numpy_helper.from_array(np.array([0.5], np.float32))),
+             helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
+             helper.make_node("Add", ["two", "two"], ["four"], name="small"),
+             helper.make_node("Reshape", ["h", "four"], ["y"], name="reshape")]
+    inits = [numpy_helper.from_array(np.array([64, 64], np.int64), "wshape"),
+             numpy_helper.from_array(np.array([1, 1, 16], np.int64), "two")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [2, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_summary_counts_tensors_computed_from_constants():
+    from onnx_lab.analysis.summary import constant_computed
+
+    lab = onnx_lab.open(_runtime_weight_model())
+    assert constant_computed(lab.model) == [{"tensor": "W", "node_id": "make_w",
+                                             "op_type": "ConstantOfShape", "nbytes": 16384}]
+    s = lab.summary()
+    assert s.constant_computed_tensors == 1 and s.constant_computed_bytes == 16384
+    assert s.param_bytes < 100  # the initializers are only the two shape vectors
+    assert "computed from constants" in s._repr_html_() and "16,384 bytes" in repr(s)
+    json.dumps(s.to_dict())
+    # Folded into an initializer, it is an ordinary weight.
+    lab.apply("fold_constants")
+    folded = lab.summary()
+    assert folded.constant_computed_bytes == 0 and folded.param_bytes >= 16384
+    plain = onnx_lab.open("sample:convnet").summary()
+    assert plain.constant_computed_tensors == 0 and "computed from" not in plain._repr_html_()
