@@ -81,3 +81,19 @@ def test_thread_sweep():
     assert df.threads.tolist() == [1, 2] and df.speedup.iloc[0] == 1.0
     with pytest.raises(InputError, match="threads"):
         thread_sweep("sample:convnet", (0,))
+
+
+@pytest.mark.parametrize("sample", ["sample:convnet", "sample:control_flow"])
+def test_levels_node_counts_match_ort_optimized_graph(sample, tmp_path):
+    # The count comes from the timed session's one profiled run (or, with subgraphs, from a
+    # written optimized model): it must equal the main-graph nodes ORT writes out.
+    import onnx
+
+    from onnx_lab.numerics.session import make_session
+
+    lab = onnx_lab.open(sample)
+    df = levels(lab, runs=1, warmup=0, progress=False)
+    for level, nodes in zip(df.opt_level, df.nodes, strict=True):
+        path = tmp_path / f"{level}.onnx"
+        make_session(lab.model, opt_level=level, optimized_model_path=str(path))
+        assert nodes == len(onnx.load(str(path), load_external_data=False).graph.node), level
