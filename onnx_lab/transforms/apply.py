@@ -9,9 +9,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from onnx_lab.errors import InputError, PassError, RuntimeLoadError, unknown_name
@@ -28,6 +30,25 @@ __all__ = ["apply", "apply_preset", "run_pass", "VERIFY_OPTIONS"]
 
 #: Keys accepted in ``verify={...}``.
 VERIFY_OPTIONS = ("feeds", "atol", "rtol", "seed", "max_bytes", "intermediates", "providers")
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Pause the cycle collector for one step or preset (restored after, also on errors).
+
+    A step allocates tens of thousands of graph objects (a clone, its index, capture tables),
+    which triggers full collections over every tracked object of the process (~170,000 with
+    onnx_ir, sympy and pandas imported): 0.07 s of BERT-base's ``safe`` preset, for no garbage
+    (old versions stay referenced by the history; tensors are freed by reference counting).
+    Cycles made meanwhile are collected at the next collection after the step.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _verify_options(verify_arg: bool | Mapping[str, Any]) -> dict[str, Any] | None:
@@ -90,6 +111,14 @@ def apply(lab: Lab, pass_name: str, matches: Sequence[str] | str | None = None,
     Example:
         >>> r = lab.apply("fuse_conv_bn", matches=["fuse_conv_bn:/stem/conv/Conv"])
     """
+    with _cyclic_gc_paused():
+        return _apply(lab, pass_name, matches, verify, _cache=_cache,
+                      _record_noop=_record_noop, **params)
+
+
+def _apply(lab: Lab, pass_name: str, matches: Sequence[str] | str | None,
+           verify: bool | Mapping[str, Any], *, _cache: dict | None,
+           _record_noop: bool, **params: Any) -> PassResult:
     opts = _verify_options(verify)
     before = lab.model
     result = run_pass(lab, pass_name, matches, **params)
@@ -146,8 +175,9 @@ def apply_preset(lab: Lab, preset: str | Sequence[str] = "safe",
     names = _preset_passes(preset)
     cache: dict = {}
     results = []
-    for name in names:
-        results.append(apply(lab, name, None, verify, _cache=cache, _record_noop=False))
+    with _cyclic_gc_paused():
+        for name in names:
+            results.append(apply(lab, name, None, verify, _cache=cache, _record_noop=False))
     return results
 
 

@@ -170,3 +170,21 @@ def test_preset_records_only_the_passes_that_changed_the_model():
         lab.apply_preset("fast")
     with pytest.raises(PassError, match="non-empty"):
         lab.apply_preset([])
+
+
+def test_apply_restores_the_cycle_collector():
+    import gc
+
+    lab = chain_lab()
+    assert gc.isenabled()
+    lab.apply_preset(["test_drop_identity"])
+    assert gc.isenabled()
+    with pytest.raises(UnknownNameError):
+        lab.apply("no_such_pass")
+    assert gc.isenabled()
+    gc.disable()
+    try:  # a caller's disabled collector stays disabled
+        lab.apply_preset(["test_drop_identity"])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
