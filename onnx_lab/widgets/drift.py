@@ -26,6 +26,9 @@ from onnx_lab.widgets._common import (
 
 __all__ = ["DriftDebugger"]
 
+# Points in the widget's scatter plot (a seeded subsample of the tensor).
+SCATTER_POINTS = 20_000
+
 
 class DriftDebugger(View):
     """Compare a candidate model with a reference layer by layer and find the first divergence.
@@ -59,6 +62,8 @@ class DriftDebugger(View):
         self.shapes = dict(shapes or {})
         self.result: Any = None
         self.layer: dict[str, Any] = {}
+        # Per-tensor views of the current result: ticking a layer again shows them at once.
+        self._shown: dict[str, dict[str, Any]] = {}
         provs = available_providers()
         self.feed_mode = w.ToggleButtons(options=[("random (seeded)", "random"),
                                                   (".npz file", "npz")], value="random")
@@ -160,6 +165,7 @@ class DriftDebugger(View):
         if c is None:
             return
         self.result = c
+        self._shown = {}
         self.code.value = code_html(self._code())
         d = c.first_divergence
         colour = "#2e7d32" if c.passed else "#c62828"
@@ -193,16 +199,35 @@ class DriftDebugger(View):
                                                if node_id else "")
             + (" <span style='background:#c62828;color:white;padding:1px 6px;"
                "border-radius:8px'>first divergence</span>" if first else ""))
+        shown = self._shown.get(tensor)
+        if shown is None:
+            shown = self._layer_views(c, tensor, node_id)
+            if shown["hist"] is not None:  # failures are not kept: a retry may succeed
+                self._shown[tensor] = shown
+        self.hist_html.value = shown["hist_html"]
+        self.scatter_html.value = shown["scatter_html"]
+        self.graph_html.value = shown["graph_html"]
+        rendering = shown["rendering"]
+        self.layer = {"tensor": tensor, "hist": shown["hist"], "scatter": shown["scatter"],
+                      "rendering": rendering}
+        self.code.value = code_html(
+            self._code() + f"; c.hist({tensor!r}); c.scatter({tensor!r}, "
+            f"max_points={SCATTER_POINTS})"
+            + (f"; c.render(around={node_id!r}, radius=2, highlight=[{node_id!r}])"
+               if rendering is not None else ""))
+
+    def _layer_views(self, c: Any, tensor: str, node_id: Any) -> dict[str, Any]:
+        """Histogram, scatter and graph neighbourhood of one layer, with their HTML.
+
+        Both figures use one capture (``Comparison.values`` keeps the last pair) and the
+        scatter a smaller seeded subsample than the default, which is plenty at widget size.
+        """
         hist = self._call(c.hist, tensor, busy=f"Capturing {tensor}…")
-        scatter = self._call(c.scatter, tensor) if hist is not None else None
-        self.hist_html.value = figure_html(hist)
-        self.scatter_html.value = figure_html(scatter)
+        scatter = self._call(c.scatter, tensor, max_points=SCATTER_POINTS) \
+            if hist is not None else None
         rendering = None
         if node_id is not None and isinstance(node_id, str):
             rendering = self._call(c.render, around=node_id, radius=2, highlight=[node_id])
-        self.graph_html.value = rendering_html(rendering)
-        self.layer = {"tensor": tensor, "hist": hist, "scatter": scatter, "rendering": rendering}
-        self.code.value = code_html(
-            self._code() + f"; c.hist({tensor!r}); c.scatter({tensor!r})"
-            + (f"; c.render(around={node_id!r}, radius=2, highlight=[{node_id!r}])"
-               if rendering is not None else ""))
+        return {"hist": hist, "scatter": scatter, "rendering": rendering,
+                "hist_html": figure_html(hist), "scatter_html": figure_html(scatter),
+                "graph_html": rendering_html(rendering)}

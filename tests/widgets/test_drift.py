@@ -83,3 +83,43 @@ def test_drift_unresolved_dims_show_in_widget():
     ok = DriftDebugger(tb, tb, dims={"batch": 1, "seq": 4})
     ok.run_button.click()
     assert ok.error is None and ok.result.passed and "dims=" in ok.code.value
+
+
+def test_drift_layer_views_share_one_capture_and_are_kept(no_error):
+    from onnx_lab.widgets.drift import SCATTER_POINTS
+
+    ref = onnx_lab.open("sample:convnet")
+    d = DriftDebugger(ref, to_fp16(ref))
+    d.atol.value = 1e-6
+    d.run_button.click()
+    no_error(d)
+    c = d.result
+    first = d.layer["tensor"]
+    # One capture for both figures of a layer (the comparison kept that pair)...
+    assert c._last_values[0][:2] == c._pair(first)
+    views = dict(d._shown[first])
+    assert views["hist_html"] == d.hist_html.value and views["scatter_html"].startswith("<img")
+    # ...the scatter is a subsample, the histograms one step artist per side...
+    big = np.random.default_rng(1).standard_normal(3 * SCATTER_POINTS)
+    from onnx_lab.render.compare_plots import hist_figure, scatter_figure
+
+    sc = scatter_figure(big, big + 1e-3, "t", max_points=SCATTER_POINTS)
+    assert len(sc.axes[0].lines[0].get_xdata()) == SCATTER_POINTS
+    h = hist_figure(big, big + 1e-3, "t")
+    assert [p.get_label() for p in h.axes[0].patches] == ["reference", "candidate"]
+    assert len(h.axes[1].patches) == 1 and h.axes[0].get_yscale() == "log"
+    # ...and going back to a layer shows its views again without capturing or drawing.
+    outputs = set(c.outputs["tensor"])  # kept by compare: never recaptured
+    other = [t for t in d.layers.page_keys() if t != first and t not in outputs][0]
+    d.layers.checkbox(other).value = True
+    no_error(d)
+    assert c._last_values[0][:2] == c._pair(other) and set(d._shown) == {first, other}
+    d.layers.checkbox(first).value = True
+    no_error(d)
+    assert c._last_values[0][:2] == c._pair(other)  # no recapture
+    assert d.hist_html.value == views["hist_html"] and d.layer["hist"] is views["hist"]
+    assert f"max_points={SCATTER_POINTS}" in d.code.value
+    # A new run starts from fresh views.
+    d.run_button.click()
+    no_error(d)
+    assert set(d._shown) == {d.layer["tensor"]}
