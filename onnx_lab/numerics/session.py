@@ -158,8 +158,10 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
         so.enable_cpu_mem_arena = False
     if profile:
         so.enable_profiling = True
-        if profile_prefix:
-            so.profile_file_prefix = profile_prefix
+        # ORT writes its trace next to the current folder by default: never litter the
+        # user's working directory.
+        so.profile_file_prefix = profile_prefix or os.path.join(
+            tempfile.gettempdir(), "onnx_lab_ort_profile")
     if optimized_model_path:
         so.optimized_model_filepath = str(optimized_model_path)
 
