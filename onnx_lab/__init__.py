@@ -15,7 +15,7 @@ import importlib
 import logging
 from typing import Any
 
-from onnx_lab import _exit, errors, samples  # noqa: F401 - _exit registers the exit hook
+from onnx_lab import errors, samples
 from onnx_lab.errors import LabError
 from onnx_lab.lab import Lab
 from onnx_lab.lab import open_lab as open  # noqa: A001 - the public name is onnx_lab.open

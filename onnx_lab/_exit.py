@@ -1,4 +1,7 @@
-"""A faster interpreter exit for processes that imported onnx_lab.
+"""A faster interpreter exit for the ``onnx-lab`` command.
+
+Installed only by the CLI, which owns its process: a library must not change how the
+interpreter of a user's script or notebook kernel exits.
 
 At exit CPython runs full garbage collections while it tears the modules down. With onnx_lab
 imported (onnx_ir pulls in sympy, plus pandas, onnx, and a loaded model's graph) that means
@@ -43,4 +46,12 @@ def _freeze_at_exit() -> None:
     gc.freeze()
 
 
-atexit.register(_freeze_at_exit)
+_INSTALLED = False
+
+
+def install() -> None:
+    """Register the exit hook (once); called by :func:`onnx_lab.cli.main`."""
+    global _INSTALLED
+    if not _INSTALLED:
+        atexit.register(_freeze_at_exit)
+        _INSTALLED = True

@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``onnx-lab`` console script; returns the exit code."""
+    from onnx_lab import _exit
+
+    _exit.install()  # this process is ours: skip the slow collector passes at exit
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
