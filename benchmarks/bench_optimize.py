@@ -7,6 +7,9 @@ peak memory are measured the same way for all; peak RSS is sampled every 20 ms (
   step verified: final outputs and every surviving intermediate tensor, ORT with graph
   optimizations off), ``lab.save(out)``; once at ``sequence=128`` and once at ``sequence=32``
   (the dims only set the size of the verification inputs), and once with ``verify=False``;
+- onnx_lab_cli: the same ``safe`` preset, verified, at ``sequence=128``, through the command
+  ``onnx-lab optimize SRC OUT --dims batch=1 --dims sequence=128`` (``onnx_lab.cli.main`` in
+  the worker process; the CLI, owning its process, skips the collector passes at exit);
 - onnxslim: ``onnxslim.slim(path)`` then ``onnx.save``;
 - onnxsim: ``onnx.load``, ``onnxsim.simplify`` (no check runs, its default), ``onnx.save``.
 
@@ -35,7 +38,27 @@ def _worker(tool: str, src: str, out: str, seq: int) -> None:
     """Run one tool in this process and print a JSON line with its phases."""
     t0 = time.perf_counter()
     phases: dict = {}
-    if tool.startswith("onnx_lab"):
+    if tool == "onnx_lab_cli":
+        # The command a shell user runs (``onnx-lab optimize``), in this process: the CLI
+        # owns its process and installs the exit hook of onnx_lab/_exit.py.
+        import contextlib
+        import io
+
+        from onnx_lab import cli
+
+        phases["import_s"] = time.perf_counter() - t0
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            code = cli.main(["optimize", src, out, "--dims", "batch=1", "--dims",
+                             f"sequence={seq}", "--json"])
+        if code != 0:
+            raise SystemExit(code)
+        report = json.loads(printed.getvalue())
+        n0, n1 = report["nodes_before"], report["nodes_after"]
+        phases["verified_steps"] = sum(p["verify_passed"] is not None
+                                       for p in report["passes"])
+        phases["verify_passed"] = report["verify_passed"] is not False
+    elif tool.startswith("onnx_lab"):
         import onnx_lab
         from onnx_lab.transforms import _runner
 
@@ -120,8 +143,8 @@ def main(repeat: int = 1) -> None:
     from _models import bert_base
 
     src = str(bert_base())
-    runs = [("onnx_lab", 128), ("onnx_lab", 32), ("onnx_lab_noverify", 128),
-            ("onnxslim", 0), ("onnxsim", 0)]
+    runs = [("onnx_lab", 128), ("onnx_lab_cli", 128), ("onnx_lab", 32),
+            ("onnx_lab_noverify", 128), ("onnxslim", 0), ("onnxsim", 0)]
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench_optimize_") as tmp:
         # Round-robin over the tools so each samples the same machine load; keep the best.
@@ -134,6 +157,14 @@ def main(repeat: int = 1) -> None:
                     results[label] = got
     for label, (wall, peak, info) in results.items():
         extra = ""
+        if "load_s" not in info and "import_s" in info:  # the CLI: its own report only
+            print(f"{label:34} wall {wall:6.1f} s  peak {peak / 2**30:4.2f} GiB  nodes "
+                  f"{info['nodes_before']} -> {info['nodes_after']}  (import "
+                  f"{info['import_s']:.2f} s, command {info['total_s'] - info['import_s']:.2f}"
+                  f" s, {info['verified_steps']} verified steps "
+                  f"{'all passed' if info['verify_passed'] else 'FAILED'}; process start and "
+                  f"exit {wall - info['total_s']:.2f} s)", flush=True)
+            continue
         if info.get("verified_steps"):
             extra = (f", verification {info['verify_s']:.2f} s over "
                      f"{info['verified_steps']} steps ({info['runs']} model runs "
