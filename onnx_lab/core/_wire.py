@@ -11,13 +11,13 @@ where each stripped field lies, so the weights become numpy views of the file's 
 
 from __future__ import annotations
 
-__all__ = ["split_raw_data"]
+__all__ = ["split_raw_data", "read_varint", "encode_varint", "iter_fields", "len_field"]
 
 _MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         b = buf[pos]
@@ -42,20 +42,20 @@ def encode_varint(n: int) -> bytes:
         out.append(b | 0x80)
 
 
-def _fields(buf: bytes, start: int, end: int):
+def iter_fields(buf: bytes, start: int, end: int):
     """(field number, wire type, field start, payload start, field end) of one message."""
     pos = start
     while pos < end:
-        key, p = _varint(buf, pos)
+        key, p = read_varint(buf, pos)
         wire = key & 7
         if wire == _VARINT:
-            _, q = _varint(buf, p)
+            _, q = read_varint(buf, p)
         elif wire == _FIXED64:
             q = p + 8
         elif wire == _FIXED32:
             q = p + 4
         elif wire == _LEN:
-            n, p = _varint(buf, p)
+            n, p = read_varint(buf, p)
             q = p + n
         else:  # groups: not used by ONNX
             raise ValueError(f"unsupported wire type {wire}")
@@ -65,8 +65,9 @@ def _fields(buf: bytes, start: int, end: int):
         pos = q
 
 
-def _len_field(field: int, body: bytes) -> bytes:
-    return bytes([(field << 3) | _LEN]) + encode_varint(len(body)) + body
+def len_field(field: int, body: bytes) -> bytes:
+    """A length-delimited field (key, length, payload) in wire format."""
+    return encode_varint((field << 3) | _LEN) + encode_varint(len(body)) + body
 
 
 def split_raw_data(buf: bytes, min_bytes: int) -> tuple[bytes, list[tuple[int, int, int]]]:
@@ -84,19 +85,19 @@ def split_raw_data(buf: bytes, min_bytes: int) -> tuple[bytes, list[tuple[int, i
     mv = memoryview(buf)  # pieces are views: Constant-node weights are copied once, by join
     model: list[bytes | memoryview] = []
     k = 0  # position in graph.initializer (several graph fields would be merged)
-    for field, wire, s, p, q in _fields(buf, 0, len(buf)):
+    for field, wire, s, p, q in iter_fields(buf, 0, len(buf)):
         if field != _MODEL_GRAPH or wire != _LEN:
             model.append(mv[s:q])
             continue
         graph: list[bytes | memoryview] = []
-        for f2, w2, s2, p2, q2 in _fields(buf, p, q):
+        for f2, w2, s2, p2, q2 in iter_fields(buf, p, q):
             if f2 != _GRAPH_INITIALIZER or w2 != _LEN:
                 graph.append(mv[s2:q2])
                 continue
             raw = None
             if q2 - p2 >= min_bytes:
                 kept: list[bytes | memoryview] = []
-                for f3, w3, s3, p3, q3 in _fields(buf, p2, q2):
+                for f3, w3, s3, p3, q3 in iter_fields(buf, p2, q2):
                     if f3 == _TENSOR_RAW_DATA and w3 == _LEN and q3 - p3 >= min_bytes \
                             and raw is None:
                         raw = (k, p3, q3 - p3)
@@ -106,9 +107,9 @@ def split_raw_data(buf: bytes, min_bytes: int) -> tuple[bytes, list[tuple[int, i
                 graph.append(mv[s2:q2])
             else:
                 spans.append(raw)
-                graph.append(_len_field(_GRAPH_INITIALIZER, b"".join(kept)))
+                graph.append(len_field(_GRAPH_INITIALIZER, b"".join(kept)))
             k += 1
-        model.append(_len_field(_MODEL_GRAPH, b"".join(graph)))
+        model.append(len_field(_MODEL_GRAPH, b"".join(graph)))
     if not spans:
         return buf, []
     return b"".join(model), spans

@@ -17,6 +17,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._wire import encode_varint, iter_fields, len_field
 from onnx_lab.core.model import LabModel
 
 logger = logging.getLogger(__name__)
@@ -33,64 +34,14 @@ _TENSOR_EXTERNAL_DATA = 13
 _TENSOR_DATA_LOCATION = 14
 
 
-def _varint(buf, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _enc_varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _fields(buf, start: int, end: int):
-    """Yield (field number, wire type, field start, value start, value end) in [start, end)."""
-    pos = start
-    while pos < end:
-        fstart = pos
-        key, pos = _varint(buf, pos)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            _, vend = _varint(buf, pos)
-            vstart = pos
-        elif wt == 1:
-            vstart, vend = pos, pos + 8
-        elif wt == 2:
-            n, vstart = _varint(buf, pos)
-            vend = vstart + n
-        elif wt == 5:
-            vstart, vend = pos, pos + 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wt}")
-        yield num, wt, fstart, vstart, vend
-        pos = vend
-
-
-def _len_field(num: int, payload: bytes) -> bytes:
-    return _enc_varint((num << 3) | 2) + _enc_varint(len(payload)) + payload
-
-
 def _entry(key: str, value: str) -> bytes:
-    return _len_field(1, key.encode()) + _len_field(2, value.encode())
+    return len_field(1, key.encode()) + len_field(2, value.encode())
 
 
 def _tensor(buf, start: int, end: int, location: str) -> bytes:
     """A TensorProto's bytes with a large raw_data replaced by a reference into the file."""
     raw = None
-    for num, wt, _fs, vs, ve in _fields(buf, start, end):
+    for num, wt, _fs, vs, ve in iter_fields(buf, start, end):
         if num == _TENSOR_RAW_DATA and wt == 2:
             raw = (vs, ve)
         elif num in (_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION):
@@ -98,13 +49,13 @@ def _tensor(buf, start: int, end: int, location: str) -> bytes:
     if raw is None or raw[1] - raw[0] < _MIN_EXTERNAL:
         return bytes(buf[start:end])
     out = bytearray()
-    for num, _wt, fs, _vs, ve in _fields(buf, start, end):
+    for num, _wt, fs, _vs, ve in iter_fields(buf, start, end):
         if num != _TENSOR_RAW_DATA:
             out += buf[fs:ve]
     for key, value in (("location", location), ("offset", str(raw[0])),
                        ("length", str(raw[1] - raw[0]))):
-        out += _len_field(_TENSOR_EXTERNAL_DATA, _entry(key, value))
-    out += _enc_varint(_TENSOR_DATA_LOCATION << 3) + _enc_varint(1)  # EXTERNAL
+        out += len_field(_TENSOR_EXTERNAL_DATA, _entry(key, value))
+    out += encode_varint(_TENSOR_DATA_LOCATION << 3) + encode_varint(1)  # EXTERNAL
     return bytes(out)
 
 
@@ -112,17 +63,17 @@ def skeleton_bytes(path: Path) -> bytes:
     """The model at ``path`` serialized with its large embedded weights as references into it."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         out = bytearray()
-        for num, wt, fs, vs, ve in _fields(buf, 0, len(buf)):
+        for num, wt, fs, vs, ve in iter_fields(buf, 0, len(buf)):
             if num != _MODEL_GRAPH or wt != 2:
                 out += buf[fs:ve]
                 continue
             graph = bytearray()
-            for gnum, gwt, gfs, gvs, gve in _fields(buf, vs, ve):
+            for gnum, gwt, gfs, gvs, gve in iter_fields(buf, vs, ve):
                 if gnum == _GRAPH_INITIALIZER and gwt == 2:
-                    graph += _len_field(_GRAPH_INITIALIZER, _tensor(buf, gvs, gve, path.name))
+                    graph += len_field(_GRAPH_INITIALIZER, _tensor(buf, gvs, gve, path.name))
                 else:
                     graph += buf[gfs:gve]
-            out += _len_field(_MODEL_GRAPH, bytes(graph))
+            out += len_field(_MODEL_GRAPH, bytes(graph))
         return bytes(out)
 
 
