@@ -432,7 +432,7 @@ def _runtime_constants(lm: LabModel) -> list[dict]:
     found = constant_computed(lm)
     if not found:
         return []
-    from onnx_lab.render.tables import format_bytes
+    from onnx_lab.core.units import format_bytes
 
     total = sum(t["nbytes"] for t in found)
     ops = Counter(t["op_type"] for t in found)

@@ -28,6 +28,7 @@ import pandas as pd
 
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import TensorInfo
+from onnx_lab.core.units import itemsize
 from onnx_lab.errors import InputError
 
 __all__ = ["cost", "Cost", "Roofline", "NODE_COLUMNS", "itemsize"]
@@ -70,21 +71,6 @@ _NORM = {"LayerNormalization": 8.0, "SimplifiedLayerNormalization": 5.0,
          "LpNormalization": 3.0, "MeanVarianceNormalization": 6.0,
          "BatchNormalization": 2.0}  # inference: folded into scale and shift
 _SOFTMAX = {"Softmax": 5.0, "LogSoftmax": 5.0, "Hardmax": 1.0}
-
-
-def itemsize(dtype: str | None) -> float | None:
-    """Bytes per element of a dtype name (``"float32"`` -> 4, ``"int4"`` -> 0.5)."""
-    if dtype is None:
-        return None
-    special = {"bfloat16": 2, "float8e4m3fn": 1, "float8e4m3fnuz": 1, "float8e5m2": 1,
-               "float8e5m2fnuz": 1, "float8e8m0": 1, "int4": 0.5, "uint4": 0.5, "float4e2m1": 0.5,
-               "int2": 0.25, "uint2": 0.25, "complex64": 8, "complex128": 16}
-    if dtype in special:
-        return special[dtype]
-    try:
-        return float(np.dtype(dtype).itemsize)
-    except TypeError:
-        return None
 
 
 def _prod(xs) -> int:

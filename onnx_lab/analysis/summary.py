@@ -64,7 +64,8 @@ def constant_computed(model: LabModel) -> list[dict[str, Any]]:
     Example:
         >>> sum(t["nbytes"] for t in constant_computed(lab.model))
     """
-    from onnx_lab.transforms.passes.fold_constants import _ITEMSIZE, foldable_nodes
+    from onnx_lab.core.units import itemsize
+    from onnx_lab.transforms.passes.fold_constants import foldable_nodes
 
     fold = foldable_nodes(model)
     if not fold:
@@ -82,7 +83,7 @@ def constant_computed(model: LabModel) -> list[dict[str, Any]]:
             n = info.numel if info is not None else None
             if n is None:
                 continue
-            size = n * _ITEMSIZE.get(info.dtype or "", 4)
+            size = int(n * (itemsize(info.dtype) or 4))
             if size > _CONSTANT_MIN_BYTES:
                 out.append({"tensor": o.name, "node_id": nid, "op_type": node.op_type,
                             "nbytes": size})

@@ -14,16 +14,13 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.units import itemsize
 from onnx_lab.errors import RuntimeLoadError
 from onnx_lab.numerics.session import make_session
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["run", "capture", "capturable_tensors", "estimate_bytes", "plan_chunks"]
-
-_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8,
-             "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "uint16": 2, "uint32": 4,
-             "uint64": 8, "bool": 1}
 
 
 def run(model: LabModel, feeds: Mapping[str, np.ndarray], *, outputs: Sequence[str] | None = None,
@@ -65,7 +62,7 @@ def estimate_bytes(model: LabModel, names: Sequence[str],
     for n in names:
         info = types.get(n)
         numel = info.numel if info is not None else None
-        out[n] = numel * _ITEMSIZE.get(info.dtype or "", 4) if numel is not None else None
+        out[n] = int(numel * (itemsize(info.dtype) or 4)) if numel is not None else None
     return out
 
 

@@ -8,19 +8,9 @@ from typing import Any
 
 import pandas as pd
 
+from onnx_lab.core.units import format_bytes
+
 __all__ = ["summary_html", "frame_html", "format_bytes"]
-
-
-def format_bytes(n: int | float | None) -> str:
-    """``1536`` -> ``'1.5 KB'``."""
-    if n is None:
-        return ""
-    n = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
 
 
 def _e(x: Any) -> str:

@@ -9,6 +9,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.units import format_bytes, itemsize
 from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, overridable, register_pass
 from onnx_lab.transforms.passes._util import freed_bytes, nbytes, walk
 
@@ -18,17 +19,6 @@ logger = logging.getLogger(__name__)
 # (If/Loop/Scan) are left to the runtime.
 _NEVER = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
           "Multinomial", "Bernoulli", "Dropout", "Constant"}
-_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
-             "int16": 2, "int8": 1, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
-             "bool": 1}
-
-
-def _fmt(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _has_body(node: ir.Node) -> bool:
@@ -99,7 +89,7 @@ class FoldConstants(LabPass):
                 info = types.get(o.name or "")
                 n = info.numel if info is not None else None
                 produced = None if n is None or produced is None else \
-                    produced + n * _ITEMSIZE.get(info.dtype or "", 4)
+                    produced + int(n * (itemsize(info.dtype) or 4))
             consts = [v for m in members for v in m.inputs]
             freed = freed_bytes(consts, members) + sum(
                 nbytes(o) for m in members if m.op_type == "Constant" for o in m.outputs)
@@ -110,7 +100,7 @@ class FoldConstants(LabPass):
                     + (f" ({len(members)} nodes)" if len(members) > 1 else "")
                     + ": its result becomes an initializer")
             if produced is not None and -saving > limit:
-                desc += f"; folding would grow the model by {_fmt(-saving)}, over the limit"
+                desc += f"; folding would grow the model by {format_bytes(-saving)}, over the limit"
             out.append(Match(f"{self.name}:{nid}", "constant_subgraph", self.name, ids, nid,
                              desc, len(members), saving,
                              {"nodes": members, "frontier": frontier, "freed": freed,
@@ -160,8 +150,8 @@ class FoldConstants(LabPass):
 
     @staticmethod
     def _refusal(anchor: str, growth: int, grown: int, limit: int) -> str:
-        before = f" after {_fmt(grown)} from earlier folds" if grown > 0 else ""
-        return (f"fold of {anchor} refused: it would grow the model by {_fmt(growth)}{before} "
+        before = f" after {format_bytes(grown)} from earlier folds" if grown > 0 else ""
+        return (f"fold of {anchor} refused: it would grow the model by {format_bytes(growth)}{before} "
                 f"(> max_growth_bytes={limit})")
 
     def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
