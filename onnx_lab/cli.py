@@ -74,11 +74,15 @@ def add_dims_args(p: argparse.ArgumentParser) -> None:
 
 
 def open_from_args(args: argparse.Namespace, attr: str = "model"):
-    """``onnx_lab.open`` of the MODEL argument with --dims/--shape applied."""
+    """``onnx_lab.open`` of the MODEL argument with --dims/--shape applied.
+
+    The file is memory-mapped (``mmap=True``): a command's process is short-lived, and
+    its saves replace files atomically.
+    """
     from onnx_lab.lab import open_lab
 
     return open_lab(getattr(args, attr), dims=parse_dims(getattr(args, "dims", None)),
-                    shapes=parse_shapes(getattr(args, "shape", None)))
+                    shapes=parse_shapes(getattr(args, "shape", None)), mmap=True)
 
 
 def _default(o: Any) -> Any:

@@ -11,8 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
+from onnx_lab._pandas import pd
 from onnx_lab.core.load import load_model
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import validate_dims
@@ -27,7 +26,7 @@ __all__ = ["Lab", "open_lab", "as_lab"]
 
 
 def open_lab(source: Any, *, dims: Mapping[str, int] | None = None,
-             shapes: Mapping[str, Sequence[int]] | None = None) -> Lab:
+             shapes: Mapping[str, Sequence[int]] | None = None, mmap: bool = False) -> Lab:
     """Open a model for exploration, optimization and debugging.
 
     Args:
@@ -37,6 +36,10 @@ def open_lab(source: Any, *, dims: Mapping[str, int] | None = None,
         dims: values for symbolic dims, e.g. ``{"batch": 1}``.
         shapes: full shapes for inputs whose dims are unnamed, ``-1`` or ``?``,
             e.g. ``{"x": [1, 3, 48, 192]}``.
+        mmap: map a model file into memory instead of reading it (faster, and the weights
+            are not held twice), for scripts and commands: the file must not be rewritten
+            by another program while the Lab is in use, or the process crashes on the next
+            weight access. ``lab.save`` over the source is safe either way.
 
     Raises:
         ModelLoadError, ExternalDataError, DimError, UnknownNameError.
@@ -52,7 +55,7 @@ def open_lab(source: Any, *, dims: Mapping[str, int] | None = None,
         from onnx_lab import samples
 
         source = samples.path(source.split(":", 1)[1])
-    model = load_model(source)
+    model = load_model(source, mmap=mmap)
     return Lab(model, dims=dims, shapes=shapes)
 
 

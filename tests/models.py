@@ -278,6 +278,20 @@ def symbolic_expr_model() -> onnx.ModelProto:
 
 
 # --------------------------------------------------------------------------- structure cases
+def big_weight_model(seed: int = 1) -> onnx.ModelProto:
+    """``x -> Identity -> MatMul(w) -> Add(b) -> z`` with ``w`` of 256 KiB (weights of
+    64 KiB and more become views of the file at open)."""
+    w = _rng(seed).standard_normal((256, 256)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["x1"], name="id"),
+         helper.make_node("MatMul", ["x1", "w"], ["y"], name="mm"),
+         helper.make_node("Add", ["y", "b"], ["z"], name="add")],
+        "big_weight", [helper.make_tensor_value_info("x", F, [2, 256])],
+        [helper.make_tensor_value_info("z", F, [2, 256])],
+        [_init("w", w), _init("b", np.ones(256, np.float32))])
+    return _model(graph)
+
+
 def unsorted_model() -> onnx.ModelProto:
     """``x -> A(Relu) -> B(Neg) -> C(Add with x) -> y`` stored as C, B, A (reverse order)."""
     nodes = [

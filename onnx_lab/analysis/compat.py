@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import onnx_ir as ir
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 
 logger = logging.getLogger(__name__)

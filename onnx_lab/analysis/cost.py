@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import TensorInfo
 from onnx_lab.core.units import itemsize

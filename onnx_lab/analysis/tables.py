@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.core.index import node_scope
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dtype_name, shape_tuple

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import numpy as np
 import onnx_ir as ir
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.analysis.tables import initializers_table
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import ExternalDataError, InputError, unknown_name

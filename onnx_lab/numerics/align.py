@@ -26,8 +26,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 
-import pandas as pd
-
+from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 
 logger = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import InputError, LabError, RuntimeLoadError, unknown_name
 from onnx_lab.lab import Lab, as_lab

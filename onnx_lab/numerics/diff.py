@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.lab import Lab, as_lab
 from onnx_lab.numerics.align import origins_of

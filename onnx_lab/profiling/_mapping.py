@@ -17,8 +17,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 
-import pandas as pd
-
+from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 
 __all__ = ["map_ort_nodes", "INSERTED_OPS"]

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.errors import InputError
 
 __all__ = ["Trace", "parse_trace", "load_events", "load_columns"]

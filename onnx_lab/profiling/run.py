@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
 from onnx_lab.profiling._progress import Reporter

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.errors import DimError, InputError
 from onnx_lab.profiling._progress import Reporter
 from onnx_lab.profiling.run import _check_counts, resolve_model

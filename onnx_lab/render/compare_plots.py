@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.render.plots import _figure
 
 __all__ = ["layer_error_figure", "hist_figure", "scatter_figure"]

@@ -6,8 +6,7 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-import pandas as pd
-
+from onnx_lab._pandas import pd
 from onnx_lab.core.units import format_bytes
 
 __all__ = ["summary_html", "frame_html", "format_bytes"]

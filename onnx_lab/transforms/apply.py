@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from onnx_lab.errors import InputError, PassError, RuntimeLoadError, unknown_name
 from onnx_lab.transforms.base import PassResult, get_pass
 from onnx_lab.transforms.verify import fill_result
-from onnx_lab.transforms.verify import verify as _verify
+from onnx_lab.transforms.verify import report_of as _verify
 
 if TYPE_CHECKING:
     from onnx_lab.lab import Lab

@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 import onnx_ir as ir
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.core.model import IR_VERSION_META, LabModel
 from onnx_lab.errors import PassError, unknown_name
 
@@ -101,11 +101,30 @@ class PassResult:
     notes: list[str]
     model: LabModel
     matches: list[str] = field(default_factory=list)
-    verification: pd.DataFrame | None = None
+    # The verification report: a DataFrame, or verify.Report until first read (see below).
+    _verification: Any = field(default=None, repr=False)
     verify_passed: bool | None = None
     max_abs_err: float | None = None
     first_failure: str | None = None
     verify_seconds: float | None = None
+
+    @property
+    def verification(self) -> pd.DataFrame | None:
+        """The verification report (see ``transforms.verify.verify``), None if not verified.
+
+        Kept as rows until first read, so a run that only needs the verdict builds no
+        DataFrame (and does not import pandas).
+        """
+        from onnx_lab.transforms.verify import Report
+
+        v = self._verification
+        if isinstance(v, Report):
+            v = self._verification = v.frame()
+        return v
+
+    @verification.setter
+    def verification(self, report: Any) -> None:
+        self._verification = report
 
     def __repr__(self) -> str:
         status = (f"{self.nodes_before} -> {self.nodes_after} nodes" if self.modified

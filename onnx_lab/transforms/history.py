@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
+from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import InputError
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import logging
 
-import pandas as pd
-
+from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.transforms.base import _REGISTRY, Match, get_pass, pass_names
 

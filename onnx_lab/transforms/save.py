@@ -3,7 +3,9 @@
 Node provenance (``onnx_lab.origin`` metadata) is saved with the nodes, so ``origins``
 survive save/load. External data: ``"auto"`` writes weights to ``<file>.data`` when the model
 was opened with external data or would pass protobuf's 2 GB limit; a data file the model still
-reads from is never overwritten (a new name is chosen), so earlier versions stay valid.
+reads from is never overwritten (a new name is chosen), so earlier versions stay valid. The
+.onnx file is written to a temporary name and then renamed over the target, so a failed save
+leaves the old file intact and saving over a memory-mapped source is safe.
 
 Example:
     >>> lab.apply_preset("safe")
@@ -12,8 +14,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -103,23 +107,45 @@ def save(lab: Lab, path: str | os.PathLike, *, external_data: bool | str = "auto
         raise SaveError(f"The model's weights take {size / 1e9:.2f} GB; one .onnx file is "
                         "limited to 2 GB.", fix="Pass external_data=True.")
     target.parent.mkdir(parents=True, exist_ok=True)
-    if use_external:
-        reading = _read_files(lab)
-        base, k = data_name, 1
-        while (target.parent / data_name).resolve() in reading:
-            data_name = f"{base}.{k}"
-            k += 1
-        if data_name != base:
-            logger.info("%s is read by the model; writing weights to %s", base, data_name)
-        ir.save(model.ir, target, external_data=data_name)
-    else:
-        m = model.ir
-        if model.has_external_data:
-            m = model.clone().ir
-            ir.external_data.load_to_model(m)
-        if target.suffix != ".onnx" or not _write_streamed(m, target):
-            ir.save(m, target)
+    with _replacing(target) as tmp:
+        if use_external:
+            reading = _read_files(lab)
+            base, k = data_name, 1
+            while (target.parent / data_name).resolve() in reading:
+                data_name = f"{base}.{k}"
+                k += 1
+            if data_name != base:
+                logger.info("%s is read by the model; writing weights to %s", base, data_name)
+            ir.save(model.ir, tmp, external_data=data_name)
+        else:
+            m = model.ir
+            if model.has_external_data:
+                m = model.clone().ir
+                ir.external_data.load_to_model(m)
+            if target.suffix != ".onnx" or not _write_streamed(m, tmp):
+                ir.save(m, tmp)
     return target
+
+
+@contextlib.contextmanager
+def _replacing(target: Path) -> Iterator[Path]:
+    """A temporary path in ``target``'s folder that replaces ``target`` when the block ends.
+
+    The old file is never truncated: a model opened with ``mmap=True`` (the command line)
+    keeps reading its weights from the old file while the new one is written, and a failed
+    or interrupted save leaves the old file as it was. A symbolic link is followed (the file
+    it points to is replaced); the old file's permissions are kept.
+    """
+    final = target.resolve() if target.is_symlink() else target
+    tmp = final.with_name(f".{final.stem}.{os.getpid()}.tmp{final.suffix}")
+    try:
+        yield tmp
+        if final.exists():
+            os.chmod(tmp, final.stat().st_mode & 0o7777)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 # ---------------------------------------------------------------------------- one-file writer

@@ -12,7 +12,8 @@ the final outputs and every intermediate tensor that survives the step are compa
 Tensors are captured in chunks whose estimated size stays under ``max_bytes`` (both models'
 tensors of a chunk are held at once, then dropped). Tolerances are per dtype; an element
 passes when ``|cand - ref| <= atol + rtol * |ref|``; NaN/inf at the same place on both sides
-match. The report is a DataFrame; only tests turn it into assertions.
+match. The report is a DataFrame (built when first read after ``apply``: see
+:class:`Report`); only tests turn it into assertions.
 
 Example:
     >>> from onnx_lab.transforms.verify import verify
@@ -30,8 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dynamic_dims
 from onnx_lab.errors import DimError, InputError, RuntimeLoadError
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["verify", "tolerance", "REPORT_COLUMNS", "TOLERANCES", "fill_result"]
+__all__ = ["verify", "report_of", "Report", "tolerance", "REPORT_COLUMNS", "TOLERANCES", "fill_result"]
 
 REPORT_COLUMNS = ["tensor", "node_id", "match", "dtype", "max_abs", "max_rel", "passed",
                   "atol", "rtol", "ref_tensor", "ref_node_id", "shape", "note"]
@@ -366,6 +367,39 @@ def verify(before: LabModel, after: LabModel, result: PassResult | None = None, 
         >>> report = verify(before, after, dims={"batch": 1})
         >>> report.loc[~report.passed, ["tensor", "max_abs"]]
     """
+    return report_of(before, after, result, feeds=feeds, dims=dims, shapes=shapes,
+                     atol=atol, rtol=rtol, seed=seed, max_bytes=max_bytes,
+                     intermediates=intermediates, providers=providers, cache=cache).frame()
+
+
+@dataclass
+class Report:
+    """A verification report before it becomes a DataFrame (see :func:`verify`).
+
+    ``apply`` keeps this in ``PassResult.verification`` and builds the DataFrame when it is
+    first read, so commands that only need the verdict (``onnx-lab optimize``) never import
+    pandas.
+    """
+
+    rows: list[dict[str, Any]]
+    attrs: dict[str, Any]
+
+    def row(self, tensor: str | None) -> dict[str, Any] | None:
+        return next((r for r in self.rows if r["tensor"] == tensor), None)
+
+    def frame(self) -> pd.DataFrame:
+        df = pd.DataFrame(self.rows, columns=REPORT_COLUMNS)
+        df.attrs.update(self.attrs)
+        return df
+
+
+def report_of(before: LabModel, after: LabModel, result: PassResult | None = None, *,
+              feeds: Any = None, dims: Mapping[str, int] | None = None,
+              shapes: Mapping[str, Sequence[int]] | None = None, atol: float | None = None,
+              rtol: float | None = None, seed: int = 0, max_bytes: int = 1 << 30,
+              intermediates: bool = True, providers: Any = None,
+              cache: dict | None = None) -> Report:
+    """:func:`verify` without the DataFrame: its rows and attrs."""
     from onnx_lab.lab import Lab
 
     if isinstance(before, Lab):
@@ -436,17 +470,15 @@ def verify(before: LabModel, after: LabModel, result: PassResult | None = None, 
              "ref_tensor": p.ref, "ref_node_id": p.ref_node_id,
              "shape": stats[p.tensor]["shape"], "note": stats[p.tensor]["note"]}
             for p in pairs]
-    report = pd.DataFrame(rows, columns=REPORT_COLUMNS)
-    failing = report.loc[~report["passed"].astype(bool), "tensor"] if len(report) else []
-    outs = report.loc[report["match"] == "output", "max_abs"] if len(report) else []
-    report.attrs["passed"] = bool(len(failing) == 0)
-    report.attrs["first_failure"] = str(failing.iloc[0]) if len(failing) else None
-    report.attrs["max_abs_err"] = float(max(outs)) if len(outs) else None
-    report.attrs["samples"] = len(samples)
-    report.attrs["skipped"] = sorted(set(skipped))
+    failing = [r["tensor"] for r in rows if not r["passed"]]
+    outs = [r["max_abs"] for r in rows if r["match"] == "output"]
+    attrs: dict[str, Any] = {
+        "passed": not failing, "first_failure": str(failing[0]) if failing else None,
+        "max_abs_err": float(max(outs)) if outs else None, "samples": len(samples),
+        "skipped": sorted(set(skipped))}
     if not pairs:
-        report.attrs["note"] = "no tensor of the new model corresponds to one of the reference"
-    return report
+        attrs["note"] = "no tensor of the new model corresponds to one of the reference"
+    return Report(rows, attrs)
 
 
 def _plan(pairs: list[_Pair], sizes: Mapping[str, int | None], max_bytes: int
@@ -461,7 +493,8 @@ def _plan(pairs: list[_Pair], sizes: Mapping[str, int | None], max_bytes: int
                                      max(max_bytes, 1))]
 
 
-def fill_result(result: PassResult, report: pd.DataFrame, seconds: float) -> PassResult:
+def fill_result(result: PassResult, report: pd.DataFrame | Report, seconds: float
+                ) -> PassResult:
     """Write a report's verdict into ``result`` (in place) and return it."""
     result.verification = report
     result.verify_passed = bool(report.attrs.get("passed", True))
@@ -469,7 +502,10 @@ def fill_result(result: PassResult, report: pd.DataFrame, seconds: float) -> Pas
     result.first_failure = report.attrs.get("first_failure")
     result.verify_seconds = seconds
     if not result.verify_passed:
-        row = report.loc[report["tensor"] == result.first_failure].iloc[0]
+        if isinstance(report, Report):
+            row = report.row(result.first_failure)
+        else:
+            row = report.loc[report["tensor"] == result.first_failure].iloc[0]
         detail = row["note"] or f"max_abs {row['max_abs']:.3g} > atol {row['atol']:g} + " \
             f"rtol {row['rtol']:g}·|ref|"
         result.notes.append(f"verification failed first at tensor {result.first_failure!r} "

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import ipywidgets as w
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.errors import LabError
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ import html
 from typing import Any
 
 import ipywidgets as w
-import pandas as pd
 
+from onnx_lab._pandas import pd
 from onnx_lab.widgets._common import (
     SelectableTable,
     View,

@@ -22,3 +22,26 @@ def test_core_features_import_nothing_heavy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout.splitlines()
     assert out == ["[]", "[]"]
+
+
+def test_import_and_optimize_command_do_not_import_pandas(tmp_path):
+    # pandas (~0.2 s to import) loads when a table is built, not with onnx_lab, and
+    # `onnx-lab optimize` builds none: its verification reports stay rows.
+    src = tmp_path / "convnet.onnx"
+    code = (
+        "import sys, contextlib, io, onnx, onnx_lab\n"
+        "from onnx_lab.cli import main\n"
+        "print('pandas' in sys.modules)\n"
+        f"onnx.save(onnx_lab.samples.build('convnet'), {str(src)!r})\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    code = main(['optimize', {str(src)!r}, {str(tmp_path / 'out.onnx')!r}, '--json'])\n"
+        "print(code, 'pandas' in sys.modules)\n"
+        f"lab = onnx_lab.open({str(src)!r})\n"
+        "r = lab.apply('fuse_conv_bn')\n"
+        "print(r.verify_passed, 'pandas' in sys.modules)\n"
+        "print(type(r.verification).__name__, r.verification.attrs['passed'],\n"
+        "      'pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.splitlines()
+    assert out == ["False", "0 False", "True False", "DataFrame True True"]

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from models import fp16_model, save_external
+from models import big_weight_model, fp16_model, save_external
 
 import onnx_lab
 from onnx_lab.core.load import load_model
@@ -413,3 +413,41 @@ def test_large_weights_become_views_of_the_file_with_the_same_values(tmp_path):
     assert lab.model.to_proto() == ir.to_proto(ir.serde.deserialize_model(ref))
     out = lab.save(tmp_path / "copy.onnx")
     assert list(onnx.load(str(out)).graph.initializer) == list(ref.graph.initializer)
+
+
+# --------------------------------------------------------------------------- mmap=True
+def test_mmap_open_maps_the_file_and_reads_the_same_model(tmp_path):
+    import mmap
+
+    p = tmp_path / "big.onnx"
+    proto = big_weight_model()
+    onnx.save(proto, str(p))
+    w = onnx.numpy_helper.to_array(proto.graph.initializer[0])
+    read, mapped = onnx_lab.open(p), onnx_lab.open(p, mmap=True)
+    assert len(read.index) == len(mapped.index) == 3
+    for name in ("w", "b"):
+        np.testing.assert_array_equal(mapped.model.graph.initializers[name].const_value.numpy(),
+                                      read.model.graph.initializers[name].const_value.numpy())
+    arr = mapped.model.graph.initializers["w"].const_value.numpy()
+    np.testing.assert_array_equal(arr, w)
+    assert not arr.flags.writeable
+    base = arr
+    while getattr(base, "base", None) is not None:
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    assert isinstance(base, mmap.mmap)  # a view of the mapped file, not a copy
+    _touch_everything(mapped)
+    r = mapped.apply("eliminate_identity")
+    assert r.modified and r.verify_passed
+
+
+@pytest.mark.parametrize("damage", ["truncated", "random", "empty"])
+def test_mmap_open_reports_bad_files_like_reading(tmp_path, damage):
+    p = tmp_path / f"{damage}.onnx"
+    data = onnx_lab.samples.build("convnet").SerializeToString()
+    p.write_bytes({"truncated": data[: len(data) // 2],
+                   "random": np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8)
+                   .tobytes(), "empty": b""}[damage])
+    with pytest.raises(ModelLoadError, match=f"{damage}.onnx"):
+        onnx_lab.open(p, mmap=True)

@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 import pytest
 from _machinery import chain_proto, save_external
+from models import big_weight_model
 
 import onnx_lab
 from onnx_lab.errors import SaveError
@@ -124,3 +125,61 @@ def test_one_file_save_streams_large_weights_to_the_same_message_as_ir_save(tmp_
     x = np.ones((2, 256), np.float32)
     np.testing.assert_allclose(run(onnx_lab.open(out).model, {"x": x})["z"], x @ w + 1,
                                rtol=1e-5)
+
+
+def _big_model(path):
+    proto = big_weight_model(seed=2)
+    onnx.save(proto, str(path))
+    return onnx.numpy_helper.to_array(proto.graph.initializer[0])
+
+
+def test_saving_over_a_memory_mapped_source_replaces_it_safely(tmp_path):
+    # The weights of a Lab opened with mmap=True are views of the file: the save must not
+    # truncate it under them (the process would crash), but write a new file and rename it.
+    src = tmp_path / "m.onnx"
+    w = _big_model(src)
+    lab = onnx_lab.open(src, mmap=True)
+    lab.apply("eliminate_identity")
+    lab.save(src, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]  # no temporary left
+    x = np.ones((2, 256), np.float32)
+    # the versions in memory still read the old file's weights...
+    np.testing.assert_allclose(run(lab.original.model, {"x": x})["z"], x @ w + 1, rtol=1e-5)
+    # ...and the new file holds the new version
+    again = onnx_lab.open(src, mmap=True)
+    assert [n.op_type for n in again.model.graph] == ["MatMul", "Add"]
+    np.testing.assert_allclose(run(again.model, {"x": x})["z"], x @ w + 1, rtol=1e-5)
+
+
+def test_a_failed_save_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    from onnx_lab.transforms import save as save_mod
+
+    src = tmp_path / "m.onnx"
+    _big_model(src)
+    target = tmp_path / "out.onnx"
+    target.write_bytes(b"previous contents")
+
+    def broken(m, path):
+        path.write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(save_mod, "_write_streamed", broken)
+    lab = onnx_lab.open(src)
+    with pytest.raises(OSError, match="disk full"):
+        lab.save(target)
+    assert target.read_bytes() == b"previous contents"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "out.onnx"]
+
+
+def test_save_through_a_symlink_replaces_the_linked_file_and_keeps_its_mode(tmp_path):
+    src = tmp_path / "m.onnx"
+    _big_model(src)
+    real = tmp_path / "real.onnx"
+    real.write_bytes(b"old")
+    real.chmod(0o640)
+    link = tmp_path / "link.onnx"
+    link.symlink_to(real)
+    onnx_lab.open(src).save(link)
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert (real.stat().st_mode & 0o777) == 0o640
+    assert len(onnx.load(str(real)).graph.node) == 3
