@@ -1,15 +1,15 @@
-"""Run model versions for verification with their weights handed to onnxruntime in memory.
+"""Run model versions for verification with their weights fed as graph inputs.
 
-``numerics.session.make_session`` serializes the whole model, weights included, for every
-session: for BERT-base (435 MB) that is ~2 s of protobuf work per session before onnxruntime
-parses it all again. Verification builds one session per model version, and the versions of
-one Lab share almost all their weight tensors, so here the graph is serialized without its
-large initializers, which become graph inputs fed with numpy arrays at run time (made once
-per tensor object and shared by every version that holds it). onnxruntime reads input
-arrays where they are; initializers given with ``add_external_initializers`` or in the
-graph are copied into the session at creation (~0.25 s per BERT-base session). Graph
-optimizations are off, so an input and an initializer run the same kernels. Anything this
-path cannot express falls back to ``numerics.capture.run``.
+``numerics.session.make_session`` hands the large weights to onnxruntime as initializers
+(``add_external_initializers``): onnxruntime then pre-packs or copies them at session creation
+(~0.1 s per BERT-base session even with pre-packing off). Verification builds one session per
+model version and runs it once, and the versions of one Lab share almost all their weight
+tensors, so here the same weight-less graph (``numerics.session.weightless_proto``) turns its
+large initializers into graph inputs fed with numpy arrays at run time (made once per tensor
+object and shared by every version that holds it): onnxruntime reads input arrays where they
+are (session creation ~0.02 s). Graph optimizations are off, so an input and an initializer
+run the same kernels. Anything this path cannot express falls back to
+``numerics.capture.run``.
 """
 
 from __future__ import annotations
@@ -24,24 +24,23 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.numerics.session import weight_array, weightless_proto
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["run", "quick_sizes"]
 
 _INLINE_BYTES = 1024  # small tensors (shape vectors, axes) stay in the graph
-_PLACEHOLDER = "__onnx_lab_in_memory__"
-_NUMPY_OK = {np.dtype(t) for t in ("float32", "float64", "float16", "int8", "uint8", "int16",
-                                   "uint16", "int32", "uint32", "int64", "uint64", "bool")}
 _ARRAYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tensor -> array
 
 
 def _array(tensor: Any) -> np.ndarray | None:
-    """The tensor as a contiguous numpy array (cached: protobuf tensors copy on .numpy())."""
+    """:func:`weight_array`, cached per tensor (protobuf tensors copy on ``.numpy()``, and the
+    versions of a Lab share most of their tensors)."""
     arr = _ARRAYS.get(tensor)
     if arr is None:
-        arr = np.ascontiguousarray(tensor.numpy())
-        if arr.dtype not in _NUMPY_OK:
+        arr = weight_array(tensor)
+        if arr is None:
             return None
         _ARRAYS[tensor] = arr
     return arr
@@ -51,42 +50,9 @@ def _prepare(model: LabModel) -> tuple[onnx.ModelProto, list[str], list[Any], st
     cached = getattr(model, "_verify_runtime", None)
     if cached is not None:
         return cached
-    names: list[str] = []
-    values: list[Any] = []
-    folders: set[str] = set()
-    swapped: list[tuple[ir.Value, Any]] = []
-    # Serialize the model itself with placeholders swapped in (restored below) rather than a
-    # clone: cloning a 1,400-node graph costs more than the swap.
-    try:
-        for name, v in model.graph.initializers.items():
-            t = v.const_value
-            if t is None:
-                continue
-            if t.nbytes <= _INLINE_BYTES:
-                # onnxruntime's shape inference reads small constants (Reshape targets) from
-                # the graph itself, before injected initializers exist: keep them inline.
-                if isinstance(t, ir.ExternalTensor):
-                    swapped.append((v, t))
-                    v.const_value = ir.Tensor(np.array(t.numpy()), name=name)
-                continue
-            if isinstance(t, ir.ExternalTensor):
-                # onnxruntime reads (maps) these files itself, as in make_session.
-                folders.add(str(t.base_dir))
-                continue
-            arr = _array(t)
-            if arr is None:
-                continue
-            swapped.append((v, t))
-            v.const_value = ir.ExternalTensor(_PLACEHOLDER, 0, t.nbytes, t.dtype,
-                                              shape=t.shape, name=name)
-            names.append(name)
-            values.append(arr)
-        if len(folders) > 1:
-            raise ValueError(f"external data in several folders {sorted(folders)}")
-        proto = ir.to_proto(model.ir)
-    finally:
-        for v, t in swapped:
-            v.const_value = t
+    # onnxruntime's shape inference reads small constants (Reshape targets) from the graph
+    # itself, before inputs have values: they stay inline.
+    proto, names, values, folder = weightless_proto(model, _INLINE_BYTES, array=_array)
     # The placeholders become graph inputs of their dtype and shape (an initializer that is
     # already an input, as IR < 4 allows, keeps its entry).
     fed = set(names)
@@ -98,7 +64,7 @@ def _prepare(model: LabModel) -> tuple[onnx.ModelProto, list[str], list[Any], st
                 t.name, t.data_type, list(t.dims)))
     del proto.graph.initializer[:]
     proto.graph.initializer.extend(kept)
-    cached = (proto, names, values, next(iter(folders), None))
+    cached = (proto, names, values, folder)
     model._verify_runtime = cached  # type: ignore[attr-defined] - LabModels are immutable
     return cached
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import onnx_ir as ir
 import pytest
+from models import save_external
 
 import onnx_lab
 from onnx_lab.errors import InputError, ProviderError
@@ -36,3 +39,94 @@ def test_provider_names():
         resolve_providers(["gpux"])
     with pytest.raises(InputError, match="Unknown optimization level"):
         make_session(onnx_lab.open("sample:convnet").model, opt_level="max")
+
+
+# ------------------------------------------------------------ weights handed over in memory
+def _weights_everywhere() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Large weights used in the main graph (``w``), only inside an If branch (``wi``), in
+    bfloat16 (``wb``, which numpy cannot hand to onnxruntime) and not at all (``unused``)."""
+    import ml_dtypes
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((256, 256)).astype(np.float32)
+    wi = rng.standard_normal((256, 256)).astype(np.float32)
+    wb = (rng.standard_normal((16, 256)) * 0.1).astype(ml_dtypes.bfloat16)
+    then = helper.make_graph([helper.make_node("MatMul", ["z", "wi"], ["o_then"])], "then",
+                             [], [helper.make_tensor_value_info("o_then", TensorProto.FLOAT,
+                                                                [2, 256])])
+    other = helper.make_graph([helper.make_node("Identity", ["z"], ["o_else"])], "else", [],
+                              [helper.make_tensor_value_info("o_else", TensorProto.FLOAT,
+                                                             [2, 256])])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+         helper.make_node("Cast", ["wb"], ["wf"], to=TensorProto.FLOAT, name="cast"),
+         helper.make_node("ReduceSum", ["wf", "axes"], ["bias"], keepdims=0, name="sum"),
+         helper.make_node("Add", ["y", "bias"], ["z"], name="add"),
+         helper.make_node("If", ["c"], ["out"], then_branch=then, else_branch=other,
+                          name="if")],
+        "weights_everywhere",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 256]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 256])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(wi, "wi"),
+         numpy_helper.from_array(wb, "wb"), numpy_helper.from_array(np.array([0], np.int64),
+                                                                   "axes"),
+         numpy_helper.from_array(np.zeros((128, 128), np.float32), "unused")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model, {"w": w, "wi": wi, "wb": wb.astype(np.float32)}
+
+
+@pytest.mark.parametrize("source", ["file", "proto"])
+def test_weights_go_to_onnxruntime_in_memory_with_the_same_results(tmp_path, source):
+    proto, arr = _weights_everywhere()
+    if source == "file":
+        onnx.save(proto, str(tmp_path / "m.onnx"))
+        lab = onnx_lab.open(tmp_path / "m.onnx")
+    else:
+        lab = onnx_lab.open(proto)
+    x = np.random.default_rng(0).standard_normal((2, 256)).astype(np.float32)
+    z = x @ arr["w"] + arr["wb"].sum(axis=0)
+    for level in ("disable", "all"):
+        sess = make_session(lab.model, opt_level=level)
+        for c, expected in ((True, z @ arr["wi"]), (False, z)):
+            got = sess.run(None, {"x": x, "c": np.array(c)})[0]
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
+    # The two float32 weights went over as OrtValues, not inside the serialized graph;
+    # bfloat16 and the unused tensor stayed in it.
+    light, names, folder = lab.model._light_graph
+    assert sorted(names) == ["w", "wi"] and folder is None
+    assert len(light.SerializeToString()) < 100_000 < proto.ByteSize()
+
+
+def test_external_data_files_and_in_memory_weights_in_one_session(tmp_path):
+    # Weights in a data file stay there (onnxruntime maps them); the weights a pass made
+    # in memory are handed over: both in one session.
+    path = save_external(onnx_lab.samples.build("convnet"), tmp_path / "convnet.onnx",
+                         size_threshold=1024)
+    lab = onnx_lab.open(path)
+    assert lab.model.has_external_data
+    r = lab.apply("fuse_conv_bn")
+    assert r.modified and r.verify_passed
+    feeds = make_feeds(lab)
+    import onnxruntime as ort
+
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = make_session(lab.model).run(None, feeds)
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-4, atol=1e-4)
+    _light, names, folder = lab.model._light_graph
+    assert names and folder == str(tmp_path)
+    assert all(not isinstance(lab.model.graph.initializers[n].const_value, ir.ExternalTensor)
+               for n in names)
+
+
+def test_ort_offline_levels_write_the_handed_over_weights(tmp_path):
+    proto, arr = _weights_everywhere()
+    onnx.save(proto, str(tmp_path / "m.onnx"))
+    lab = onnx_lab.open(tmp_path / "m.onnx")
+    r = lab.apply("ort:basic")
+    assert r.verify_passed
+    inits = lab.model.graph.initializers
+    np.testing.assert_array_equal(inits["w"].const_value.numpy(), arr["w"])
