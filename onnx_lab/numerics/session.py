@@ -244,28 +244,50 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
     if opt_level not in OPT_LEVELS:
         raise InputError(f"Unknown optimization level {opt_level!r}.",
                          fix=f"Use one of {', '.join(OPT_LEVELS)}.")
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = {
-        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    }[opt_level]
-    if threads is not None:
-        so.intra_op_num_threads = int(threads)
-    if not arena:
-        so.enable_cpu_mem_arena = False
-    if profile:
-        so.enable_profiling = True
-        # ORT writes its trace next to the current folder by default: never litter the
-        # user's working directory.
-        so.profile_file_prefix = profile_prefix or os.path.join(
-            tempfile.gettempdir(), "onnx_lab_ort_profile")
-    if optimized_model_path:
-        so.optimized_model_filepath = str(optimized_model_path)
+
+    def _options() -> Any:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.graph_optimization_level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[opt_level]
+        if threads is not None:
+            so.intra_op_num_threads = int(threads)
+        if not arena:
+            so.enable_cpu_mem_arena = False
+        if profile:
+            so.enable_profiling = True
+            # ORT writes its trace next to the current folder by default: never litter the
+            # user's working directory.
+            so.profile_file_prefix = profile_prefix or os.path.join(
+                tempfile.gettempdir(), "onnx_lab_ort_profile")
+        if optimized_model_path:
+            so.optimized_model_filepath = str(optimized_model_path)
+        return so
 
     light = _light_session_data(model, provs, outputs, extra_outputs)
+    if light is not None and set(provs) != {"CPUExecutionProvider"}:
+        # Providers other than CPU take in-memory initializers like it in onnxruntime's
+        # design, but only the CPU one is tested here: if the light session fails, the
+        # whole model decides (and explains).
+        try:
+            return _create(model, _options(), provs, provider_options, outputs,
+                           extra_outputs, light)
+        except RuntimeLoadError as e:
+            logger.debug("in-memory weights on %s failed (%s); passing the whole model",
+                         provs, e.problem)
+            light = None
+    return _create(model, _options(), provs, provider_options, outputs, extra_outputs, light)
+
+
+def _create(model: LabModel, so: Any, provs: list[str], provider_options: Any,
+            outputs: Sequence[str] | None, extra_outputs: Sequence[str],
+            light: tuple[bytes, list[str], str | None] | None):
+    import onnxruntime as ort
+
     weights: list[Any] = []
     if light is not None:
         data, names, folder = light
@@ -331,6 +353,8 @@ def _light_session_data(model: LabModel, providers: Sequence[str],
     except ValueError as e:  # several data folders, or still over 2 GB (Constant weights)
         logger.debug("whole model for onnxruntime: %s", e)
         return None
+    if folder is None and model.base_dir is not None:
+        folder = str(model.base_dir)  # external tensors of subgraphs or Constant nodes
     return data, names, folder
 
 

@@ -130,3 +130,12 @@ def test_ort_offline_levels_write_the_handed_over_weights(tmp_path):
     assert r.verify_passed
     inits = lab.model.graph.initializers
     np.testing.assert_array_equal(inits["w"].const_value.numpy(), arr["w"])
+
+
+def test_providers_that_compile_the_graph_get_the_whole_model():
+    from onnx_lab.numerics.session import _light_session_data
+
+    lab = onnx_lab.open(_weights_everywhere()[0])
+    assert _light_session_data(lab.model, ["CPUExecutionProvider"], None, ()) is not None
+    assert _light_session_data(lab.model, ["TensorrtExecutionProvider",
+                                           "CPUExecutionProvider"], None, ()) is None
