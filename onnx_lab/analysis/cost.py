@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import onnx_ir as ir
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
@@ -33,8 +34,8 @@ from onnx_lab.errors import InputError
 
 __all__ = ["cost", "Cost", "Roofline", "NODE_COLUMNS", "itemsize"]
 
-NODE_COLUMNS = ["node_id", "graph", "op_type", "domain", "flops", "macs", "params", "param_bytes",
-                "input_bytes", "output_bytes", "intensity", "known", "note"]
+NODE_COLUMNS = ["node_id", "graph", "op_type", "domain", "calls", "flops", "macs", "params",
+                "param_bytes", "input_bytes", "output_bytes", "intensity", "known", "note"]
 
 Shape = tuple[int, ...]
 
@@ -46,7 +47,7 @@ EyeLike NonZero Compress ReverseSequence Trilu Optional OptionalGetElement Optio
 SequenceAt SequenceConstruct SequenceEmpty SequenceInsert SequenceLength SplitToSequence
 ConcatFromSequence Unique TopK MaxUnpool ArgMax ArgMin BitShift Col2Im CenterCropPad Mod StringConcat
 """.split())
-# Control flow: the body nodes are rows of their own (counted once, trip counts unknown).
+# Control flow: the body nodes are rows of their own, with the times they run (see _calls).
 _CONTROL_OPS = frozenset({"If", "Loop", "Scan"})
 # FLOPs per output element of element-wise ops (one per arithmetic op; transcendental and
 # composite functions by a rough operation count).
@@ -405,14 +406,17 @@ class Cost:
     """Result of :func:`cost`.
 
     Attributes:
-        nodes: one row per node (all graphs): node_id, graph, op_type, domain, flops, macs,
-            params (elements of weight inputs), param_bytes, input_bytes, output_bytes,
-            intensity (flops per byte moved), known (False: flops/macs are NaN), note.
+        nodes: one row per node (all graphs): node_id, graph, op_type, domain, calls (times
+            the node runs per model run: 1 in the main graph, × a Loop's constant trip count
+            or a Scan's static length inside their bodies), flops, macs, input_bytes,
+            output_bytes (per model run: per call × calls), params (elements of weight
+            inputs), param_bytes, intensity (flops per byte moved), known (False: flops/macs
+            are NaN), note.
         memory: per main-graph node in topological order: node_id, live_bytes (activations
             alive while it runs).
         total: flops, macs, params, param_bytes (unique weights), activation_bytes (all node
             outputs), peak_activation_bytes, peak_node, nodes, unknown_nodes, unknown_ops.
-        notes: caveats (unknown sizes, control-flow bodies counted once).
+        notes: caveats (unknown sizes, trip counts used or unknown, If branches).
     """
 
     nodes: pd.DataFrame
@@ -494,6 +498,95 @@ def _is_param(v) -> bool:
     return p is not None and p.op_type == "Constant" and p.domain in ("", "ai.onnx")
 
 
+def _const_int(v) -> int | None:
+    """The value of a scalar integer constant (initializer or Constant output), else None."""
+    if v is None:
+        return None
+    t = v.const_value
+    if t is None:
+        p = v.producer()
+        if p is None or p.op_type != "Constant" or p.domain not in ("", "ai.onnx") \
+                or "value" not in p.attributes:
+            return None
+        t = p.attributes["value"].value
+    try:
+        a = np.asarray(t.numpy())
+    except Exception:  # noqa: BLE001 - unreadable constant: unknown
+        return None
+    if a.size != 1 or a.dtype.kind not in "iu":
+        return None
+    return int(a.reshape(-1)[0])
+
+
+def _calls(lm: LabModel, types: dict[str, TensorInfo]
+           ) -> tuple[dict[int, float], dict[int, str], list[str]]:
+    """How many times each node runs per model run, by ``id`` of its ir.Node.
+
+    Main graph: 1. Loop body: × the trip count when it is a constant (an upper bound: the
+    condition may stop the loop earlier); Scan body: × the length of the first scan input's
+    scanned axis when static; If branches: 1 each (only one runs). A body whose count is
+    unknown is counted once per run of its owner, with a note. Returns (calls, notes by
+    node, model-level notes).
+    """
+    calls: dict[int, float] = {}
+    body_notes: dict[int, str] = {}
+    notes: list[str] = []
+    ids = {id(e.node): nid for nid, e in lm.index.entries.items()}
+
+    def walk(graph, factor: float, note: str) -> None:
+        for node in graph:
+            calls[id(node)] = factor
+            if note:
+                body_notes[id(node)] = note
+            subs = [a.value for a in node.attributes.values() if a.type == ir.AttributeType.GRAPH]
+            if not subs:
+                continue
+            f, n = factor, note
+            nid = ids.get(id(node), node.name)
+            if node.op_type == "Loop":
+                m = _const_int(node.inputs[0] if node.inputs else None)
+                if m is None:
+                    n = f"trip count of Loop {nid!r} unknown: counted once per run of it"
+                    notes.append(f"Loop {nid!r}: trip count not a constant, its body is counted "
+                                 "once per run")
+                else:
+                    f = factor * max(m, 0)
+                    notes.append(f"Loop {nid!r}: body counted {m} times per run (its constant "
+                                 "trip count; an upper bound, the condition may stop it earlier)")
+            elif node.op_type == "Scan":
+                length = _scan_length(node, types)
+                if length is None:
+                    n = f"length of Scan {nid!r} unknown: counted once per run of it"
+                    notes.append(f"Scan {nid!r}: sequence length unknown, its body is counted "
+                                 "once per run")
+                else:
+                    f = factor * length
+            for sg in subs:
+                walk(sg, f, n)
+
+    walk(lm.graph, 1.0, "")
+    if any(n.op_type == "If" for g in lm.ir.graphs() for n in g):
+        notes.append("both branches of each If are counted (only one runs): an upper bound")
+    return calls, body_notes, notes
+
+
+def _scan_length(node, types: dict[str, TensorInfo]) -> int | None:
+    """Iterations of a Scan (opset >= 9): the scanned axis of its first scan input."""
+    n_scan = node.attributes.get("num_scan_inputs")
+    if n_scan is None:
+        return None
+    body = node.attributes.get("body")
+    n_state = len(body.value.inputs) - n_scan.value if body is not None else None
+    if n_state is None or n_state < 0 or n_state >= len(node.inputs):
+        return None
+    axes = node.attributes.get("scan_input_axes")
+    axis = int(axes.value[0]) if axes is not None and len(axes.value) else 0
+    shape = _concrete(types, node.inputs[n_state])
+    if shape is None or not -len(shape) <= axis < len(shape):
+        return None
+    return int(shape[axis])
+
+
 def cost(model: Any, dims: Mapping[str, int] | None = None,
          shapes: Mapping[str, Sequence[int]] | None = None) -> Cost:
     """Per-node FLOPs, MACs, parameters and bytes; totals and peak activation memory.
@@ -523,14 +616,16 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
     rows = []
     notes: list[str] = []
     param_seen: dict[str, tuple[int, float]] = {}
+    calls_of, body_notes, call_notes = _calls(lm, types)
     for nid, e in idx.entries.items():
         node = e.node
         c = _Ctx(node, types)
         op = node.op_type
         note = ""
+        calls = calls_of.get(id(node), 1.0)
         if op in _CONTROL_OPS:
             res: tuple[float, float] | None = (0.0, 0.0)
-            note = "body nodes are counted as their own rows, once (trip counts unknown)"
+            note = "its body nodes are rows of their own"
         else:
             counter = _COUNTERS.get(op)
             try:
@@ -560,16 +655,19 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
                                                else None) or 0)
         flops, macs = res if res is not None else (np.nan, np.nan)
         moved = ibytes + obytes
-        rows.append((nid, e.graph, op, node.domain, flops, macs, int(params), int(pbytes),
-                     int(ibytes), int(obytes), flops / moved if moved and res else np.nan,
-                     res is not None, note))
+        intensity = flops / moved if moved and res else np.nan
+        if id(node) in body_notes:
+            note = "; ".join(x for x in (note, body_notes[id(node)]) if x)
+        rows.append((nid, e.graph, op, node.domain, calls, flops * calls, macs * calls,
+                     int(params), int(pbytes), int(ibytes * calls), int(obytes * calls),
+                     intensity, res is not None, note))
     nodes = pd.DataFrame(rows, columns=NODE_COLUMNS)
-    nodes = nodes.astype({"flops": "float64", "macs": "float64", "known": "bool"})
+    nodes = nodes.astype({"calls": "float64", "flops": "float64", "macs": "float64",
+                          "known": "bool"})
     memory, peak, peak_node, missing = _liveness(lm, types)
     if missing:
         notes.append(f"{missing} activations of unknown size are left out of the peak memory")
-    if any(e.graph for e in idx.entries.values()):
-        notes.append("nodes inside If/Loop/Scan bodies are counted once each")
+    notes += call_notes
     unknown = nodes.loc[~nodes.known]
     if len(unknown):
         notes.append(f"{len(unknown)} nodes have unknown cost (NaN): "

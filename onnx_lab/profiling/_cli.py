@@ -121,6 +121,8 @@ def _cost(args) -> int:
           f"({t['param_bytes']:,} bytes), peak activations {t['peak_activation_bytes']:,} bytes "
           f"at {t['peak_node']}, {t['unknown_nodes']} nodes of unknown cost")
     cols = ["node_id", "op_type", "flops", "macs", "params", "output_bytes", "intensity", "known"]
+    if (c.nodes["calls"] != 1).any():  # bodies of loops: show how often each node runs
+        cols.insert(2, "calls")
     print(c.nodes.sort_values("flops", ascending=False)[cols].head(args.top).to_string(
         index=False))
     for n in c.notes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -247,7 +248,8 @@ def test_samples_and_dims():
     c2 = onnx_lab.open("sample:transformer_block", dims={"batch": 2, "seq": 8}).cost()
     assert c2.total["macs"] == 2 * c1.total["macs"]
     c3 = cost("sample:control_flow")
-    assert any("bodies" in n for n in c3.notes)
+    assert any("Loop 'Loop_3': body counted 3 times" in n for n in c3.notes)
+    assert any("both branches of each If" in n for n in c3.notes)
 
 
 def test_roofline():
@@ -283,3 +285,101 @@ def test_lrn_is_counted():
                {"x": [1, 8, 4, 4]}, {"y": [1, 8, 4, 4]})
     row = _one(m)
     assert row["known"] and row["flops"] == 128 * (2 * 5 + 3) and row["macs"] == 0
+
+
+# ------------------------------------------------------------------ control-flow trip counts
+def _loop_body(p: str = "", inner_loop: onnx.NodeProto | None = None) -> onnx.GraphProto:
+    """Loop body: state [4, 8] @ W [8, 8] (W from the outer scope), names prefixed with
+    ``p``; optionally a nested loop on the result."""
+    nodes = [helper.make_node("Identity", [f"{p}cond_in"], [f"{p}cond_out"]),
+             helper.make_node("MatMul", [f"{p}state", "W"], [f"{p}mm"], name=f"{p}body_mm")]
+    last = f"{p}mm"
+    if inner_loop is not None:
+        nodes.append(inner_loop)
+        last = inner_loop.output[0]
+    nodes.append(helper.make_node("Identity", [last], [f"{p}state_out"]))
+    return helper.make_graph(
+        nodes, f"{p}body",
+        [helper.make_tensor_value_info(f"{p}i", TensorProto.INT64, []),
+         helper.make_tensor_value_info(f"{p}cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info(f"{p}state", F, [4, 8])],
+        [helper.make_tensor_value_info(f"{p}cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info(f"{p}state_out", F, [4, 8])])
+
+
+def _loop_model(trip: int | None, nested: int | None = None) -> onnx.ModelProto:
+    inner = None
+    if nested is not None:
+        inner = helper.make_node("Loop", ["M_in", "", "mm"], ["inner_out"],
+                                 body=_loop_body("inner_"), name="inner_loop")
+    inits = [numpy_helper.from_array(np.ones((8, 8), np.float32), "W"),
+             numpy_helper.from_array(np.array(True), "cond")]
+    inputs = [helper.make_tensor_value_info("x", F, [4, 8])]
+    if trip is None:
+        inputs.append(helper.make_tensor_value_info("M", TensorProto.INT64, []))
+    else:
+        inits.append(numpy_helper.from_array(np.array(trip, np.int64), "M"))
+    if nested is not None:
+        inits.append(numpy_helper.from_array(np.array(nested, np.int64), "M_in"))
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["M", "cond", "x"], ["y"], body=_loop_body("", inner),
+                          name="outer_loop")],
+        "loops", inputs, [helper.make_tensor_value_info("y", F, [4, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_loop_bodies_count_their_constant_trip_count():
+    per_iter = 4 * 8 * 8
+    c = cost(_loop_model(5))
+    row = c.nodes.set_index("node_id").loc["body_mm"]
+    assert row.calls == 5 and row.macs == 5 * per_iter and row.flops == 2 * 5 * per_iter
+    assert row.output_bytes == 5 * 4 * 8 * 4
+    assert c.total["macs"] == 5 * per_iter
+    assert any("'outer_loop': body counted 5 times" in n and "upper bound" in n
+               for n in c.notes)
+    # nested: the inner body runs 5 x 3 times
+    c = cost(_loop_model(5, nested=3))
+    rows = c.nodes.set_index("node_id")
+    assert rows.loc["body_mm"].calls == 5 and rows.loc["inner_body_mm"].calls == 15
+    assert c.total["macs"] == (5 + 15) * per_iter
+    # the outputs a real run gives agree with the counted number of iterations
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(_loop_model(5).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    y = sess.run(None, {"x": np.ones((4, 8), np.float32)})[0]
+    assert y[0, 0] == 8.0 ** 5
+
+
+def test_loop_with_a_runtime_trip_count_is_counted_once_and_says_so():
+    c = cost(_loop_model(None))
+    row = c.nodes.set_index("node_id").loc["body_mm"]
+    assert row.calls == 1 and row.macs == 4 * 8 * 8
+    assert "trip count of Loop 'outer_loop' unknown" in row.note
+    assert any("'outer_loop': trip count not a constant" in n for n in c.notes)
+
+
+def test_scan_body_counts_the_sequence_length():
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["x_t", "W"], ["h"], name="scan_mm"),
+         helper.make_node("Add", ["acc", "h"], ["acc_out"], name="scan_add"),
+         helper.make_node("Identity", ["h"], ["h_out"])],
+        "scan_body",
+        [helper.make_tensor_value_info("acc", F, [1, 8]),
+         helper.make_tensor_value_info("x_t", F, [1, 8])],
+        [helper.make_tensor_value_info("acc_out", F, [1, 8]),
+         helper.make_tensor_value_info("h_out", F, [1, 8])])
+    g = helper.make_graph(
+        [helper.make_node("Scan", ["acc0", "xs"], ["acc", "hs"], body=body, num_scan_inputs=1,
+                          name="scan")],
+        "scan", [helper.make_tensor_value_info("acc0", F, [1, 8]),
+                 helper.make_tensor_value_info("xs", F, [7, 1, 8])],
+        [helper.make_tensor_value_info("acc", F, [1, 8]),
+         helper.make_tensor_value_info("hs", F, [7, 1, 8])],
+        [numpy_helper.from_array(np.ones((8, 8), np.float32), "W")])
+    c = cost(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    rows = c.nodes.set_index("node_id")
+    assert rows.loc["scan_mm"].calls == 7 and rows.loc["scan_mm"].macs == 7 * 64
+    assert rows.loc["scan_add"].flops == 7 * 8
