@@ -9,7 +9,7 @@ import onnx_ir as ir
 
 from onnx_lab._pandas import pd
 from onnx_lab.analysis.tables import initializers_table
-from onnx_lab.core.model import LabModel
+from onnx_lab.core.model import LabModel, mapped_briefly
 from onnx_lab.errors import ExternalDataError, InputError, unknown_name
 
 __all__ = ["weight_stats", "weight_histogram", "weight_values"]
@@ -139,12 +139,10 @@ def weight_stats(model: LabModel, names: Iterable[str] | None = None) -> pd.Data
         t = tensors[r.name]
         # External weights this call maps are unmapped again after their statistics, so
         # peak memory stays at one weight even for multi-GB models.
-        unmap = isinstance(t, ir.ExternalTensor) and t.raw is None
-        values = _read(r.name, t)
-        rows.append((r.name, r.dtype, r.shape, r.numel, *_stats(values), r.source))
-        del values
-        if unmap:
-            t.release()
+        with mapped_briefly(t):
+            values = _read(r.name, t)
+            rows.append((r.name, r.dtype, r.shape, r.numel, *_stats(values), r.source))
+            del values
     return pd.DataFrame(rows, columns=STATS_COLUMNS)
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
     from onnx_lab.core.index import ModelIndex
     from onnx_lab.core.shapes import TensorInfo
 
-__all__ = ["LabModel"]
+__all__ = ["LabModel", "mapped_briefly"]
 
 
 IR_VERSION_META = "onnx_lab.ir_version"  # key in ir.Graph.meta of a LabModel's main graph
@@ -124,3 +125,21 @@ class LabModel:
                 if v.const_value is not None:
                     total += v.const_value.nbytes
         return total
+
+
+@contextlib.contextmanager
+def mapped_briefly(tensor: Any) -> Iterator[Any]:
+    """Use ``tensor``'s data inside the block; a file map the block opens is closed after it.
+
+    ``onnx_ir.ExternalTensor`` maps its whole data file on first use and keeps the map, and
+    every map's touched pages count in the process's memory again: reading many external
+    weights one by one (statistics, hashing, inlining shape vectors) would keep them all.
+    A map that was open before the block stays open. No view of the data may outlive the
+    block.
+    """
+    unmap = isinstance(tensor, ir.ExternalTensor) and tensor.raw is None
+    try:
+        yield tensor
+    finally:
+        if unmap and tensor.raw is not None:
+            tensor.release()

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnx_lab.core.model import LabModel
+from onnx_lab.core.model import LabModel, mapped_briefly
 from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
 
 logger = logging.getLogger(__name__)
@@ -108,13 +108,14 @@ def weight_array(tensor: Any) -> np.ndarray | None:
 
 
 def weightless_proto(model: LabModel, inline_bytes: int,
-                     array: Callable[[Any], np.ndarray | None] = weight_array
+                     array: Callable[[Any], np.ndarray | None] | None = weight_array
                      ) -> tuple[onnx.ModelProto, list[str], list[np.ndarray], str | None]:
     """The model as a ModelProto without its large in-memory main-graph weights.
 
-    Used initializers of more than ``inline_bytes`` that ``array`` can express become
-    external tensors at the location :data:`PLACEHOLDER` (their names and arrays are
-    returned, in the same order); unused ones stay in the graph; smaller external-data
+    Used initializers of more than ``inline_bytes`` that ``array`` can express (it returns
+    None for the others) become external tensors at the location :data:`PLACEHOLDER`
+    (their names and arrays are returned, in the same order; with ``array=None`` the dtype
+    alone decides and no arrays are made); unused ones stay in the graph; smaller external-data
     tensors are embedded (onnxruntime's shape inference reads shape vectors and axes from
     the graph itself); larger ones keep their files, whose folder is returned. The model's
     tensors are swapped for placeholders while it is serialized (under a lock, restored
@@ -137,7 +138,8 @@ def weightless_proto(model: LabModel, inline_bytes: int,
 _SWAP_LOCK = threading.RLock()
 
 
-def _weightless(model: LabModel, inline_bytes: int, array: Callable[[Any], np.ndarray | None],
+def _weightless(model: LabModel, inline_bytes: int,
+                array: Callable[[Any], np.ndarray | None] | None,
                 names: list[str], values: list[np.ndarray], folders: set[str],
                 swapped: list[tuple[ir.Value, Any]]
                 ) -> tuple[onnx.ModelProto, list[str], list[np.ndarray], str | None]:
@@ -149,12 +151,10 @@ def _weightless(model: LabModel, inline_bytes: int, array: Callable[[Any], np.nd
             if t.nbytes <= inline_bytes:
                 if isinstance(t, ir.ExternalTensor):
                     swapped.append((v, t))
-                    mapped = t.raw is not None
-                    v.const_value = ir.Tensor(np.array(t.numpy()), name=name)
-                    if not mapped:
-                        # each ExternalTensor maps its whole file: do not keep one map per
-                        # shape vector (ResNet-50 compared: +40 MB resident)
-                        t.release()
+                    # not one whole-file map kept per shape vector (ResNet-50 compared:
+                    # +40 MB resident)
+                    with mapped_briefly(t):
+                        v.const_value = ir.Tensor(np.array(t.numpy()), name=name)
                 continue
             if isinstance(t, ir.ExternalTensor):
                 folders.add(str(t.base_dir))
@@ -162,14 +162,18 @@ def _weightless(model: LabModel, inline_bytes: int, array: Callable[[Any], np.nd
             if not v.uses() and not v.is_graph_output() and not v.is_graph_input():
                 # onnxruntime drops unused initializers before it looks for the handed ones
                 continue
-            arr = array(t)
-            if arr is None:
-                continue
+            if array is None:
+                if not _numpy_dtype(t):
+                    continue
+            else:
+                arr = array(t)
+                if arr is None:
+                    continue
+                values.append(arr)
             swapped.append((v, t))
             v.const_value = ir.ExternalTensor(PLACEHOLDER, 0, t.nbytes, t.dtype,
                                               shape=t.shape, name=name)
             names.append(name)
-            values.append(arr)
         if len(folders) > 1:
             raise ValueError(f"external data in several folders {sorted(folders)}")
         proto = ir.to_proto(model.ir)
@@ -184,20 +188,18 @@ def _light_graph(model: LabModel) -> tuple[onnx.ModelProto, list[str], str | Non
     arrays (a few MB for BERT-base)."""
     cached = getattr(model, "_light_graph", None)
     if cached is None:
-        proto, names, _values, folder = weightless_proto(model, _INLINE_BYTES,
-                                                         array=_probe_array)
+        proto, names, _none, folder = weightless_proto(model, _INLINE_BYTES, array=None)
         cached = (proto, names, folder)
         model._light_graph = cached  # type: ignore[attr-defined]
     return cached
 
 
-def _probe_array(tensor: Any) -> np.ndarray | None:
-    """Whether :func:`weight_array` will express ``tensor``, without copying it."""
+def _numpy_dtype(tensor: Any) -> bool:
+    """Whether :func:`weight_array` will express ``tensor`` (without reading it)."""
     try:
-        ok = tensor.dtype.numpy() in _NUMPY_OK
+        return tensor.dtype.numpy() in _NUMPY_OK
     except (AttributeError, TypeError, ValueError):
-        ok = False
-    return np.empty(0) if ok else None
+        return False
 
 
 def runtime_proto(model: LabModel) -> onnx.ModelProto:

@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 import onnx_ir as ir
 
-from onnx_lab.core.model import LabModel
+from onnx_lab.core.model import LabModel, mapped_briefly
 from onnx_lab.transforms.base import LabPass, Match, Rewrite, overridable, register_pass
 from onnx_lab.transforms.passes._util import users
 
@@ -40,14 +40,11 @@ def _probe(t: ir.TensorProtocol) -> bytes | None:
     """A few KB sampled across the tensor (None when it cannot be sampled)."""
     # External data is a memory map: each sampled page costs a read-ahead, so few samples,
     # and a map this call opened is closed again (as weight_stats does).
-    unmap = isinstance(t, ir.ExternalTensor) and t.raw is None
-    try:
-        probe: bytes | None = _sample(t.numpy())
-    except Exception:  # noqa: BLE001 - strings, packed 4-bit types...: hash them in full
-        probe = None
-    if unmap:
-        t.release()  # no view of the map survives _sample
-    return probe
+    with mapped_briefly(t):  # no view of the map survives _sample
+        try:
+            return _sample(t.numpy())
+        except Exception:  # noqa: BLE001 - strings, packed 4-bit types...: hash them in full
+            return None
 
 
 def _sample(array: np.ndarray) -> bytes:
@@ -62,14 +59,11 @@ def _same_bytes(vals: list[ir.Value]) -> list[list[ir.Value]]:
     by_hash: dict[str, list[ir.Value]] = {}
     for v in vals:
         t = v.const_value
-        unmap = isinstance(t, ir.ExternalTensor) and t.raw is None
-        try:
-            digest = hashlib.sha256(t.tobytes()).hexdigest()
-        except Exception:  # noqa: BLE001 - unreadable external data: leave it alone
-            continue
-        finally:
-            if unmap and t.raw is not None:
-                t.release()
+        with mapped_briefly(t):
+            try:
+                digest = hashlib.sha256(t.tobytes()).hexdigest()
+            except Exception:  # noqa: BLE001 - unreadable external data: leave it alone
+                continue
         by_hash.setdefault(digest, []).append(v)
     return [g for g in by_hash.values() if len(g) > 1]
 
