@@ -502,18 +502,12 @@ def _const_int(v) -> int | None:
     """The value of a scalar integer constant (initializer or Constant output), else None."""
     if v is None:
         return None
-    t = v.const_value
-    if t is None:
-        p = v.producer()
-        if p is None or p.op_type != "Constant" or p.domain not in ("", "ai.onnx") \
-                or "value" not in p.attributes:
-            return None
-        t = p.attributes["value"].value
     try:
-        a = np.asarray(t.numpy())
+        t = ir.convenience.get_const_tensor(v)
+        a = np.asarray(t.numpy()) if t is not None else None
     except Exception:  # noqa: BLE001 - unreadable constant: unknown
         return None
-    if a.size != 1 or a.dtype.kind not in "iu":
+    if a is None or a.size != 1 or a.dtype.kind not in "iu":
         return None
     return int(a.reshape(-1)[0])
 
@@ -573,11 +567,12 @@ def _calls(lm: LabModel, types: dict[str, TensorInfo]
 def _scan_length(node, types: dict[str, TensorInfo]) -> int | None:
     """Iterations of a Scan (opset >= 9): the scanned axis of its first scan input."""
     n_scan = node.attributes.get("num_scan_inputs")
-    if n_scan is None:
-        return None
     body = node.attributes.get("body")
-    n_state = len(body.value.inputs) - n_scan.value if body is not None else None
-    if n_state is None or n_state < 0 or n_state >= len(node.inputs):
+    # Opset 8's Scan takes sequence_lens first and scans axis 1 per batch item: unknown here.
+    if n_scan is None or body is None or len(body.value.inputs) != len(node.inputs):
+        return None
+    n_state = len(node.inputs) - n_scan.value
+    if not 0 <= n_state < len(node.inputs):
         return None
     axes = node.attributes.get("scan_input_axes")
     axis = int(axes.value[0]) if axes is not None and len(axes.value) else 0

@@ -89,7 +89,8 @@ def resolve_providers(providers: str | Sequence[str] | None) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- light graphs
-PLACEHOLDER = "__onnx_lab_in_memory__"  # external-data location of weights handed over in memory
+#: The external-data location of weights handed to onnxruntime in memory.
+PLACEHOLDER = "__onnx_lab_in_memory__"
 _NUMPY_OK = {np.dtype(t) for t in ("float32", "float64", "float16", "int8", "uint8", "int16",
                                    "uint16", "int32", "uint32", "int64", "uint64", "bool")}
 # Providers that take initializers from the session like the CPU provider does; the others

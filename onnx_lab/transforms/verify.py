@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["verify", "report_of", "Report", "tolerance", "REPORT_COLUMNS", "TOLERANCES", "fill_result"]
+__all__ = ["verify", "report_of", "Report", "tolerance", "REPORT_COLUMNS", "TOLERANCES",
+           "fill_result"]
 
 REPORT_COLUMNS = ["tensor", "node_id", "match", "dtype", "max_abs", "max_rel", "passed",
                   "atol", "rtol", "ref_tensor", "ref_node_id", "shape", "note"]

@@ -383,3 +383,13 @@ def test_scan_body_counts_the_sequence_length():
     rows = c.nodes.set_index("node_id")
     assert rows.loc["scan_mm"].calls == 7 and rows.loc["scan_mm"].macs == 7 * 64
     assert rows.loc["scan_add"].flops == 7 * 8
+
+
+def test_loop_trip_count_from_a_constant_node():
+    m = _loop_model(4)
+    (trip,) = [t for t in m.graph.initializer if t.name == "M"]
+    m.graph.initializer.remove(trip)
+    m.graph.node.insert(0, helper.make_node("Constant", [], ["M"], value_int=4, name="trip"))
+    onnx.checker.check_model(m)
+    row = cost(m).nodes.set_index("node_id").loc["body_mm"]
+    assert row.calls == 4 and row.macs == 4 * 4 * 8 * 8
