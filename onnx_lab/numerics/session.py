@@ -93,6 +93,8 @@ def resolve_providers(providers: str | Sequence[str] | None) -> list[str]:
 PLACEHOLDER = "__onnx_lab_in_memory__"
 _NUMPY_OK = {np.dtype(t) for t in ("float32", "float64", "float16", "int8", "uint8", "int16",
                                    "uint16", "int32", "uint32", "int64", "uint64", "bool")}
+# Guards the temporary changes to a model (placeholders) and to cached protos (outputs).
+_SWAP_LOCK = threading.RLock()
 # Providers that take initializers from the session like the CPU provider does; the others
 # (TensorRT, OpenVINO, ...) compile the graph themselves and get the whole model.
 _LIGHT_PROVIDERS = {"CPUExecutionProvider", "CUDAExecutionProvider", "ROCMExecutionProvider"}
@@ -132,55 +134,43 @@ def weightless_proto(model: LabModel, inline_bytes: int,
     # Serialize the model itself with placeholders swapped in (restored below) rather than a
     # clone: cloning a 1,400-node graph costs more than the swap.
     with _SWAP_LOCK:
-        return _weightless(model, inline_bytes, array, names, values, folders, swapped)
-
-
-# Guards the temporary changes to a model (placeholders) and to cached protos (outputs).
-_SWAP_LOCK = threading.RLock()
-
-
-def _weightless(model: LabModel, inline_bytes: int,
-                array: Callable[[Any], np.ndarray | None] | None,
-                names: list[str], values: list[np.ndarray], folders: set[str],
-                swapped: list[tuple[ir.Value, Any]]
-                ) -> tuple[onnx.ModelProto, list[str], list[np.ndarray], str | None]:
-    try:
-        for name, v in model.graph.initializers.items():
-            t = v.const_value
-            if t is None:
-                continue
-            if t.nbytes <= inline_bytes:
+        try:
+            for name, v in model.graph.initializers.items():
+                t = v.const_value
+                if t is None:
+                    continue
+                if t.nbytes <= inline_bytes:
+                    if isinstance(t, ir.ExternalTensor):
+                        swapped.append((v, t))
+                        # not one whole-file map kept per shape vector (ResNet-50 compared:
+                        # +40 MB resident)
+                        with mapped_briefly(t):
+                            v.const_value = ir.Tensor(np.array(t.numpy()), name=name)
+                    continue
                 if isinstance(t, ir.ExternalTensor):
-                    swapped.append((v, t))
-                    # not one whole-file map kept per shape vector (ResNet-50 compared:
-                    # +40 MB resident)
-                    with mapped_briefly(t):
-                        v.const_value = ir.Tensor(np.array(t.numpy()), name=name)
-                continue
-            if isinstance(t, ir.ExternalTensor):
-                folders.add(str(t.base_dir))
-                continue
-            if not v.uses() and not v.is_graph_output() and not v.is_graph_input():
-                # onnxruntime drops unused initializers before it looks for the handed ones
-                continue
-            if array is None:
-                if not _numpy_dtype(t):
+                    folders.add(str(t.base_dir))
                     continue
-            else:
-                arr = array(t)
-                if arr is None:
+                if not v.uses() and not v.is_graph_output() and not v.is_graph_input():
+                    # onnxruntime drops unused initializers before it looks for handed ones
                     continue
-                values.append(arr)
-            swapped.append((v, t))
-            v.const_value = ir.ExternalTensor(PLACEHOLDER, 0, t.nbytes, t.dtype,
-                                              shape=t.shape, name=name)
-            names.append(name)
-        if len(folders) > 1:
-            raise ValueError(f"external data in several folders {sorted(folders)}")
-        proto = ir.to_proto(model.ir)
-    finally:
-        for v, t in swapped:
-            v.const_value = t
+                if array is None:
+                    if not _numpy_dtype(t):
+                        continue
+                else:
+                    arr = array(t)
+                    if arr is None:
+                        continue
+                    values.append(arr)
+                swapped.append((v, t))
+                v.const_value = ir.ExternalTensor(PLACEHOLDER, 0, t.nbytes, t.dtype,
+                                                  shape=t.shape, name=name)
+                names.append(name)
+            if len(folders) > 1:
+                raise ValueError(f"external data in several folders {sorted(folders)}")
+            proto = ir.to_proto(model.ir)
+        finally:
+            for v, t in swapped:
+                v.const_value = t
     return proto, names, values, next(iter(folders), None)
 
 
