@@ -38,6 +38,25 @@ def chain_proto() -> onnx.ModelProto:
     return model
 
 
+def ir3_conv_bn_proto() -> onnx.ModelProto:
+    """Conv + BatchNormalization at IR 3 / opset 9, its weights also listed as graph inputs
+    (as IR < 4 requires)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(a, n) for n, a in [
+        ("w", rng.standard_normal((4, 3, 1, 1)).astype(np.float32)),
+        ("s", np.full(4, 2.0, np.float32)), ("b", np.full(4, 0.5, np.float32)),
+        ("m", np.full(4, 0.1, np.float32)), ("v", np.full(4, 4.0, np.float32))]]
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+         helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"], name="bn")],
+        "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 4, 4])]
+        + [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 4, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    m.ir_version = 3
+    return m
+
+
 def chain_lab(**kw) -> onnx_lab.Lab:
     return onnx_lab.open(chain_proto(), dims=kw.pop("dims", {"batch": 2}), **kw)
 

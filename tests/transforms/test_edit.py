@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from _machinery import chain_lab, chain_proto
+from _machinery import chain_lab, chain_proto, ir3_conv_bn_proto
 from onnx import helper
 
 import onnx_lab
@@ -126,21 +126,7 @@ def test_convert_opset_and_unsupported_targets():
 def test_convert_opset_of_an_ir3_model_raises_the_ir_version_and_keeps_weights_constant():
     # onnx.version_converter kept IR 3 with opset 17 (out of spec). From IR 4 on, weights left
     # listed as inputs would become overridable inputs that no pass folds or fuses.
-    from onnx import numpy_helper
-
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(a, n) for n, a in [
-        ("w", rng.standard_normal((4, 3, 1, 1)).astype(np.float32)),
-        ("s", np.full(4, 2.0, np.float32)), ("b", np.full(4, 0.5, np.float32)),
-        ("m", np.full(4, 0.1, np.float32)), ("v", np.full(4, 4.0, np.float32))]]
-    g = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
-         helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"], name="bn")],
-        "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 4, 4])]
-        + [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 4, 4])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
-    m.ir_version = 3
+    m = ir3_conv_bn_proto()
     lab = onnx_lab.open(m)
     r = lab.convert_opset(17)
     assert r.verify_passed and any("IR version 3 -> 8" in n for n in r.notes)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import onnxoptimizer
 import pytest
-from _machinery import save_external
-from onnx import helper, numpy_helper
+from _machinery import ir3_conv_bn_proto, save_external
 
 import onnx_lab
 from onnx_lab.errors import PassError
@@ -126,19 +124,7 @@ def test_ort_fusions_of_a_transformer_block_are_traced():
 def test_ort_result_of_an_ir3_model_stays_valid_for_the_next_tool():
     # onnxruntime keeps IR 3 but does not list the weights it creates as graph inputs; the
     # next tool (onnxsim) and the checker refused the result.
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(a, n) for n, a in [
-        ("w", rng.standard_normal((4, 3, 1, 1)).astype(np.float32)),
-        ("s", np.full(4, 2.0, np.float32)), ("b", np.full(4, 0.5, np.float32)),
-        ("m", np.full(4, 0.1, np.float32)), ("v", np.full(4, 4.0, np.float32))]]
-    g = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
-         helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"], name="bn")],
-        "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 4, 4])]
-        + [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 4, 4])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
-    m.ir_version = 3
+    m = ir3_conv_bn_proto()
     lab = onnx_lab.open(m)
     r = lab.apply("ort:basic")
     assert r.modified and r.verify_passed
