@@ -317,8 +317,8 @@ def test_overlay_of_equal_values_is_not_alarming(convnet):
     assert f'fillcolor="{fill}"' in node_stmt(r.dot, "/dead/Mul")
 
 
-def test_a_constant_selected_alone_is_drawn():
-    # Explorer: ticking a Constant row and "Show selected in Graph" drew an empty graph.
+def _constant_add_lab() -> onnx_lab.Lab:
+    """``y = x + c`` with ``c`` from a Constant node."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
@@ -329,6 +329,12 @@ def test_a_constant_selected_alone_is_drawn():
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
     lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    return lab
+
+
+def test_a_constant_selected_alone_is_drawn():
+    # Explorer: ticking a Constant row and "Show selected in Graph" drew an empty graph.
+    lab = _constant_add_lab()
     alone = lab.render(nodes=["const"])
     assert alone.nodes == ["const"]
     assert not any("drawn inside" in n for n in alone.notes)
@@ -339,16 +345,7 @@ def test_a_constant_selected_alone_is_drawn():
 def test_highlighting_a_constant_outlines_the_node_drawn_around_it():
     # The note used to say the Constant was "outside this view" while its value was drawn
     # inside the consumer's label.
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
-    k = numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "k")
-    g = helper.make_graph(
-        [helper.make_node("Constant", [], ["c"], value=k, name="const"),
-         helper.make_node("Add", ["x", "c"], ["y"], name="add")],
-        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    lab = _constant_add_lab()
     r = lab.render(around="const", radius=1, highlight=["const"])
     assert r.nodes == ["add"]
     assert not any(n.startswith("highlight:") for n in r.notes)
