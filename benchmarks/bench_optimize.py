@@ -63,7 +63,7 @@ def _worker(tool: str, src: str, out: str, seq: int) -> None:
         phases["verify_passed"] = report["verify_passed"] is not False
     elif tool.startswith("onnx_lab"):
         import onnx_lab
-        from onnx_lab.transforms import _runner
+        from onnx_lab.runtime import _runner
 
         phases["import_s"] = time.perf_counter() - t0
         # Time inside the model runs of verification (session creation and run), for the

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _models  # noqa: E402
 
 import onnx_lab  # noqa: E402
-from onnx_lab.numerics.feeds import make_feeds  # noqa: E402
-from onnx_lab.numerics.session import make_session  # noqa: E402
+from onnx_lab.runtime.feeds import make_feeds  # noqa: E402
+from onnx_lab.runtime.session import make_session  # noqa: E402
 
 
 def bare_loop(lab, runs: int, warmup: int, threads) -> tuple[float, float]:

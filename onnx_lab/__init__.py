@@ -17,7 +17,7 @@ from typing import Any
 
 from onnx_lab import errors, samples
 from onnx_lab.errors import LabError
-from onnx_lab.lab import Lab
+from onnx_lab.lab import Lab, merge, to_fp16, to_int8_dynamic, to_int8_static
 from onnx_lab.lab import open_lab as open  # noqa: A001 - the public name is onnx_lab.open
 
 __version__ = "0.1.0"
@@ -28,11 +28,11 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 _LAZY: dict[str, str] = {
     "compare": "onnx_lab.numerics.compare",
     "diff": "onnx_lab.numerics.diff",
-    "merge": "onnx_lab.transforms.edit",
     "profile": "onnx_lab.profiling.run",
 }
 
-__all__ = ["open", "Lab", "LabError", "errors", "samples", *_LAZY]
+__all__ = ["open", "Lab", "LabError", "errors", "samples", "merge", "to_fp16",
+           "to_int8_dynamic", "to_int8_static", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,20 +1,25 @@
-"""Lab: the object a user holds — the current model version plus every feature as a method.
+"""Lab: the object a user holds — a history of model versions plus every feature as a method.
 
-A facade only: each method calls one function of ``core``, ``analysis``, ``transforms``,
-``numerics``, ``profiling`` or ``render`` on :attr:`Lab.model`.
+A façade only: each method calls one function of ``core``, ``analysis``, ``transforms``,
+``numerics``, ``profiling``, ``render`` or :mod:`onnx_lab.steps` on the current version. The
+lower layers take and return models; this module wraps what they return in Labs
+(``open``, ``merge``, ``to_fp16``...).
 """
 
 from __future__ import annotations
 
 import html
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from onnx_lab import steps
 from onnx_lab._pandas import pd
-from onnx_lab.core.load import load_model
+from onnx_lab.core.history import History
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import validate_dims
+from onnx_lab.core.source import load_source, resolve
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -22,7 +27,7 @@ if TYPE_CHECKING:
     from onnx_lab.analysis.summary import Summary
     from onnx_lab.core.index import ModelIndex
 
-__all__ = ["Lab", "open_lab", "as_lab"]
+__all__ = ["Lab", "open_lab", "as_lab", "merge", "to_fp16", "to_int8_dynamic", "to_int8_static"]
 
 
 def open_lab(source: Any, *, dims: Mapping[str, int] | None = None,
@@ -49,14 +54,7 @@ def open_lab(source: Any, *, dims: Mapping[str, int] | None = None,
         >>> lab = onnx_lab.open("sample:convnet")
         >>> lab.nodes.op_type.value_counts().head(3)
     """
-    if isinstance(source, Lab):
-        source = source.model
-    if isinstance(source, str) and source.startswith("sample:"):
-        from onnx_lab import samples
-
-        source = samples.path(source.split(":", 1)[1])
-    model = load_model(source, mmap=mmap)
-    return Lab(model, dims=dims, shapes=shapes)
+    return Lab(load_source(source, mmap=mmap), dims=dims, shapes=shapes)
 
 
 def as_lab(source: Any, *, dims: Mapping[str, int] | None = None,
@@ -67,52 +65,141 @@ def as_lab(source: Any, *, dims: Mapping[str, int] | None = None,
     return open_lab(source, dims=dims, shapes=shapes)
 
 
-class Lab:
-    """A model opened with :func:`onnx_lab.open`.
+def merge(a: Any, b: Any, io_map: Sequence[tuple[str, str]], *, prefix1: str | None = None,
+          prefix2: str | None = None, inputs: Sequence[str] | None = None,
+          outputs: Sequence[str] | None = None) -> Lab:
+    """A new Lab of two models connected into one; see
+    :func:`onnx_lab.transforms.edit.merge_models` for the arguments.
 
-    Attributes:
-        dims: symbolic dim values given at open (used for shapes, feeds, cost, profiling).
-        shapes: full input shapes given at open.
-        derived_from: for a Lab built from another one (e.g. by ``extract``), what it was
-            derived from; its ``path`` is then the file of that model (where external weights
-            are read from), not a file holding this model.
+    Example:
+        >>> both = onnx_lab.merge("enc.onnx", "dec.onnx", io_map=[("hidden", "hidden")])
+    """
+    from onnx_lab.transforms.edit import merge_models
+
+    return Lab(merge_models(a, b, io_map, prefix1=prefix1, prefix2=prefix2, inputs=inputs,
+                            outputs=outputs))
+
+
+def _converted(source: Any, model: LabModel, what: str) -> Lab:
+    """A Lab of ``model``, converted from ``source``: same dims/shapes, and it remembers the
+    source's file (``save`` never overwrites it without ``overwrite=True``)."""
+    _, dims, shapes = resolve(source)
+    path = source.path if isinstance(source, Lab) else getattr(model, "path", None)
+    if path is None and isinstance(source, (str, os.PathLike)) \
+            and not str(source).startswith("sample:"):
+        path = Path(source)
+    name = str(path) if path is not None else "an in-memory model"
+    return Lab(History(model, dims=dims, shapes=shapes, derived_from=f"{what} of {name}",
+                       source_path=path))
+
+
+def to_fp16(source: Any, keep_io_types: bool = True,
+            block_list: Sequence[str] | None = None) -> Lab:
+    """A float16 copy of a model as a new Lab; see
+    :func:`onnx_lab.numerics.quantize.fp16_model`.
+
+    Example:
+        >>> half = onnx_lab.to_fp16(onnx_lab.open("sample:convnet"), block_list=["Softmax"])
+    """
+    from onnx_lab.numerics.quantize import fp16_model
+
+    return _converted(source, fp16_model(source, keep_io_types, block_list), "fp16 conversion")
+
+
+def to_int8_dynamic(source: Any, nodes_to_exclude: Sequence[str] | None = None) -> Lab:
+    """Dynamic int8 quantization as a new Lab; see
+    :func:`onnx_lab.numerics.quantize.int8_dynamic_model`.
+
+    Example:
+        >>> q = onnx_lab.to_int8_dynamic(onnx_lab.open("sample:transformer_block"))
+    """
+    from onnx_lab.numerics.quantize import int8_dynamic_model
+
+    return _converted(source, int8_dynamic_model(source, nodes_to_exclude),
+                      "dynamic int8 quantization")
+
+
+def to_int8_static(source: Any, feeds: Any = None, n: int = 8,
+                   nodes_to_exclude: Sequence[str] | None = None) -> Lab:
+    """Static (QDQ) int8 quantization as a new Lab; see
+    :func:`onnx_lab.numerics.quantize.int8_static_model`.
+
+    Example:
+        >>> q = onnx_lab.to_int8_static(onnx_lab.open("sample:convnet"), n=4)
+    """
+    from onnx_lab.numerics.quantize import int8_static_model
+
+    return _converted(source, int8_static_model(source, feeds, n, nodes_to_exclude),
+                      "static int8 quantization")
+
+
+class Lab:
+    """A model opened with :func:`onnx_lab.open`: a history of versions, the current one shown.
+
+    ``Lab(model, dims=..., shapes=...)`` starts a history at ``model``; ``Lab(history)`` shows
+    an existing :class:`~onnx_lab.core.history.History`.
     """
 
-    def __init__(self, model: LabModel, *, dims: Mapping[str, int] | None = None,
+    def __init__(self, model: LabModel | History, *, dims: Mapping[str, int] | None = None,
                  shapes: Mapping[str, Sequence[int]] | None = None,
                  derived_from: str | None = None) -> None:
-        validate_dims(model, dims, shapes)
-        self.derived_from = derived_from
-        self._model = model
-        self._original = model
-        self.dims: dict[str, int] = dict(dims or {})
-        self.shapes: dict[str, list[int]] = {k: list(v) for k, v in (shapes or {}).items()}
-        self._init_history()
+        if isinstance(model, History):
+            validate_dims(model.model, model.dims, model.shapes)
+            self._history = model
+        else:
+            validate_dims(model, dims, shapes)
+            self._history = History(model, dims=dims, shapes=shapes, derived_from=derived_from)
 
     # ------------------------------------------------------------------ model and index
     @property
+    def versions(self) -> History:
+        """The :class:`~onnx_lab.core.history.History` behind ``lab.history`` (read-only use:
+        change it through apply/undo/redo/checkout)."""
+        return self._history
+
+    @property
     def model(self) -> LabModel:
         """The current model version (changes with apply/undo/redo/checkout)."""
-        return self._model
+        return self._history.model
+
+    @property
+    def dims(self) -> dict[str, int]:
+        """Symbolic dim values of the current version (used for shapes, feeds, cost, profiling)."""
+        return self._history.dims
+
+    @dims.setter
+    def dims(self, dims: Mapping[str, int]) -> None:
+        self._history.dims = dims
+
+    @property
+    def shapes(self) -> dict[str, list[int]]:
+        """Full input shapes of the current version."""
+        return self._history.shapes
+
+    @shapes.setter
+    def shapes(self, shapes: Mapping[str, Sequence[int]]) -> None:
+        self._history.shapes = shapes
+
+    @property
+    def derived_from(self) -> str | None:
+        """For a Lab built from another one (e.g. by ``extract``), what it was derived from;
+        its ``path`` is then the file of that model (where external weights are read from)."""
+        return self._history.derived_from
 
     @property
     def ir(self) -> ir.Model:
         """The current model as ``onnx_ir.Model`` (treat as read-only; use lab.apply to edit)."""
-        return self._model.ir
+        return self.model.ir
 
     @property
     def index(self) -> ModelIndex:
         """The index of the current version: node ids, producers, consumers, topo order."""
-        return self._model.index
+        return self.model.index
 
     @property
     def path(self) -> Path | None:
         """The file the model was opened from (never modified by onnx_lab)."""
-        return self._original.path
-
-    def _set_model(self, model: LabModel) -> None:
-        """Make ``model`` the current version (used by transforms' history)."""
-        self._model = model
+        return self._history.path
 
     # ------------------------------------------------------------------ tables
     @property
@@ -120,7 +207,7 @@ class Lab:
         """One row per node (all graphs). See :func:`onnx_lab.analysis.tables.nodes_table`."""
         from onnx_lab.analysis.tables import nodes_table
 
-        return nodes_table(self._model)
+        return nodes_table(self.model)
 
     @property
     def initializers(self) -> pd.DataFrame:
@@ -129,7 +216,7 @@ class Lab:
         See :func:`onnx_lab.analysis.tables.initializers_table`."""
         from onnx_lab.analysis.tables import initializers_table
 
-        return initializers_table(self._model)
+        return initializers_table(self.model)
 
     @property
     def tensors(self) -> pd.DataFrame:
@@ -138,21 +225,21 @@ class Lab:
         See :func:`onnx_lab.analysis.tables.tensors_table`."""
         from onnx_lab.analysis.tables import tensors_table
 
-        return tensors_table(self._model, self.dims, self.shapes)
+        return tensors_table(self.model, self.dims, self.shapes)
 
     @property
     def inputs(self) -> pd.DataFrame:
         """Graph inputs (initializers excluded): name, dtype, shape, dynamic."""
         from onnx_lab.analysis.tables import io_table
 
-        return io_table(self._model, "inputs", self.dims, self.shapes)
+        return io_table(self.model, "inputs", self.dims, self.shapes)
 
     @property
     def outputs(self) -> pd.DataFrame:
         """Graph outputs: name, dtype, shape, dynamic."""
         from onnx_lab.analysis.tables import io_table
 
-        return io_table(self._model, "outputs", self.dims, self.shapes)
+        return io_table(self.model, "outputs", self.dims, self.shapes)
 
     def summary(self) -> Summary:
         """Versions, sizes, inputs/outputs, dynamic dims, op counts and families.
@@ -162,7 +249,7 @@ class Lab:
         """
         from onnx_lab.analysis.summary import summarize
 
-        return summarize(self._model, self.dims, self.shapes)
+        return summarize(self.model, self.dims, self.shapes)
 
     def weight_stats(self, names: str | Iterable[str] | None = None) -> pd.DataFrame:
         """Statistics and an outlier score per weight, read lazily.
@@ -170,13 +257,13 @@ class Lab:
         See :func:`onnx_lab.analysis.weights.weight_stats`."""
         from onnx_lab.analysis.weights import weight_stats
 
-        return weight_stats(self._model, names)
+        return weight_stats(self.model, names)
 
     def weight_histogram(self, name: str, bins: int = 100):
         """A matplotlib Figure with the histogram of weight ``name``."""
         from onnx_lab.analysis.weights import weight_histogram
 
-        return weight_histogram(self._model, name, bins=bins)
+        return weight_histogram(self.model, name, bins=bins)
 
     # ------------------------------------------------------------------ display
     def _source(self) -> str:
@@ -186,13 +273,13 @@ class Lab:
 
     def __repr__(self) -> str:
         return (f"<onnx_lab.Lab {self._source()}: {len(self.index)} nodes, "
-                f"{self._model.graph.num_nodes()} in the main graph>")
+                f"{self.model.graph.num_nodes()} in the main graph>")
 
     def _repr_html_(self) -> str:
         src = html.escape(self._source())
         return f"<div><b>onnx_lab.Lab</b> — {src}</div>" + self.summary()._repr_html_()
 
-    # ================================================================== render (issue 3)
+    # ================================================================== graph views
     def render(self, nodes: Any = None, *, around: Any = None, radius: int = 2,
                direction: str = "both", graph: str = "", collapse: int | str | None = None,
                expand: Any = None, max_nodes: int = 300, show_initializers: bool = False,
@@ -211,25 +298,13 @@ class Lab:
         from onnx_lab.render.view import render_model
 
         return render_model(
-            self._model, nodes, around=around, radius=radius, direction=direction, graph=graph,
+            self.model, nodes, around=around, radius=radius, direction=direction, graph=graph,
             collapse=collapse, expand=expand, max_nodes=max_nodes,
             show_initializers=show_initializers, show_shapes=show_shapes, overlay=overlay,
             overlay_label=overlay_label, overlay_log=overlay_log, highlight=highlight,
             timeout=timeout, title=title, dims=self.dims or None, shapes=self.shapes or None)
 
-    # ================================================================== transforms (issue 4)
-    def _init_history(self, result: Any = None) -> None:
-        """Start the version history (transforms): step 0 is the model as given."""
-        from onnx_lab.transforms.history import History
-
-        self._history = History(self._model, dims=self.dims, shapes=self.shapes, result=result)
-
-    def _show_version(self) -> None:
-        v = self._history.version
-        self._set_model(v.model)
-        self.dims = dict(v.dims)
-        self.shapes = {k: list(s) for k, s in v.shapes.items()}
-
+    # ================================================================== versions and passes
     def patterns(self) -> pd.DataFrame:
         """Optimization opportunities of the current model, one row per match.
 
@@ -238,28 +313,24 @@ class Lab:
         """
         from onnx_lab.transforms.patterns import find_patterns
 
-        return find_patterns(self._model)
+        return find_patterns(self.model)
 
     def apply(self, pass_name: str, matches: Sequence[str] | str | None = None,
               verify: bool | Mapping[str, Any] = True, **params: Any):
         """Apply a pass (all matches or the chosen match ids) as a new verified version.
 
-        See :func:`onnx_lab.transforms.apply.apply`.
+        See :func:`onnx_lab.steps.apply`.
 
         Example:
             >>> r = lab.apply("fuse_conv_bn")
             >>> r.verify_passed, lab.history.tail(1)
         """
-        from onnx_lab.transforms.apply import apply
-
-        return apply(self, pass_name, matches, verify, **params)
+        return steps.apply(self._history, pass_name, matches, verify, **params)
 
     def apply_preset(self, preset: str | Sequence[str] = "safe",
                      verify: bool | Mapping[str, Any] = True) -> list:
         """Apply every pass of a preset (``"safe"``) as verified steps; returns PassResults."""
-        from onnx_lab.transforms.apply import apply_preset
-
-        return apply_preset(self, preset, verify)
+        return steps.apply_preset(self._history, preset, verify)
 
     @property
     def history(self) -> pd.DataFrame:
@@ -275,38 +346,37 @@ class Lab:
     def undo(self) -> None:
         """Go back one version (InputError at step 0)."""
         self._history.undo()
-        self._show_version()
 
     def redo(self) -> None:
         """Go forward one version after an undo."""
         self._history.redo()
-        self._show_version()
 
     def checkout(self, step: int) -> None:
         """Show version ``step`` of ``lab.history`` (applying then drops later steps)."""
         self._history.checkout(step)
-        self._show_version()
 
     @property
     def original(self) -> Lab:
         """A new Lab of step 0 (the model as opened)."""
         v = self._history.original
-        return Lab(v.model, dims=v.dims, shapes=v.shapes)
+        return Lab(History(v.model, dims=v.dims, shapes=v.shapes,
+                           derived_from=self._history.derived_from,
+                           source_path=self._history.source_path))
 
     @property
     def origins(self) -> dict[str, list[str]]:
         """For every node of the current version: the node ids of the original it comes from
         (``[]`` when a tool's rewrite could not be traced)."""
-        from onnx_lab.transforms.base import origins
+        from onnx_lab.core.provenance import origins
 
-        return origins(self._model)
+        return origins(self.model)
 
     def save(self, path: str | Path, external_data: bool | str = "auto",
              overwrite: bool = False) -> Path:
-        """Write the current version to ``path``; see :func:`onnx_lab.transforms.save.save`."""
-        from onnx_lab.transforms.save import save
+        """Write the current version to ``path``; see :func:`onnx_lab.core.save.save`."""
+        from onnx_lab.core.save import save
 
-        return save(self, path, external_data=external_data, overwrite=overwrite)
+        return save(self._history, path, external_data=external_data, overwrite=overwrite)
 
     def fix_dims(self, dims: Mapping[str, int], verify: bool | Mapping[str, Any] = True):
         """Replace symbolic dims by values (``{"batch": 1}``) as a new verified version."""
@@ -324,10 +394,10 @@ class Lab:
     def extract(self, inputs: Sequence[str] | None = None, outputs: Sequence[str] | None = None,
                 nodes: Sequence[str] | None = None, verify: bool | Mapping[str, Any] = True
                 ) -> Lab:
-        """A new Lab of a subgraph; see :func:`onnx_lab.transforms.extract.extract`."""
-        from onnx_lab.transforms.extract import extract
-
-        return extract(self, inputs=inputs, outputs=outputs, nodes=nodes, verify=verify)
+        """A new Lab of a subgraph, verified against this model; see
+        :func:`onnx_lab.transforms.extract.extract_model` and :func:`onnx_lab.steps.extract`."""
+        return Lab(steps.extract(self._history, inputs=inputs, outputs=outputs, nodes=nodes,
+                                 verify=verify))
 
     def set_attribute(self, node_id: str, name: str, value: Any,
                       verify: bool | Mapping[str, Any] = True):
@@ -344,7 +414,7 @@ class Lab:
         """Rename a tensor everywhere (inputs, outputs, initializers, node edges)."""
         return self.apply("rename_tensor", verify=verify, old=old, new=new)
 
-    # ================================================================== numerics (issue 5)
+    # ================================================================== comparison
     def compare(self, other: Any = None, **kw: Any):
         """Compare ``other`` (the candidate) against this model, layer by layer; without
         ``other``, compare the current version against the original (``lab.original``).
@@ -360,7 +430,7 @@ class Lab:
         kw.setdefault("dims", self.dims)
         kw.setdefault("shapes", self.shapes)
         if other is None:
-            return compare(self.original, self, **kw)
+            return compare(self._history.original, self, **kw)
         return compare(self, other, **kw)
 
     def diff(self, other: Any):
@@ -370,7 +440,7 @@ class Lab:
 
         return diff(self, other)
 
-    # ================================================================== profiling (issue 6)
+    # ================================================================== cost and profiling
     def cost(self, dims: Mapping[str, int] | None = None,
              shapes: Mapping[str, Sequence[int]] | None = None):
         """FLOPs, MACs, params and bytes per node, totals, peak activation memory, roofline.
@@ -402,8 +472,7 @@ class Lab:
 
         return profile(self, **kw)
 
-
-    # ================================================================== widgets (issue 7)
+    # ================================================================== widgets
     def explore(self, **kwargs: Any):
         """The Explorer widget on this Lab (Summary | Nodes | Initializers | Tensors | Graph).
 

@@ -84,7 +84,7 @@ def test_explore_optimize_debug(name, tmp_path):
     c = onnx_lab.compare(lab.original, lab)
     assert c.passed and c.first_divergence is None
     assert c.layers["passed"].all()
-    half = onnx_lab.numerics.to_fp16(lab)
+    half = onnx_lab.to_fp16(lab)
     c16 = onnx_lab.compare(lab, half)
     fd = c16.first_divergence
     if fd is not None:  # fp16 rounding: named at a node of the compared model

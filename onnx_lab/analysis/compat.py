@@ -23,6 +23,8 @@ import onnx_ir as ir
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.source import resolve
+from onnx_lab.runtime.session import default_providers, fallback_chain
 
 logger = logging.getLogger(__name__)
 
@@ -94,9 +96,8 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
     Example:
         >>> check("sample:convnet").code.tolist()
     """
-    from onnx_lab.profiling.run import resolve_model
 
-    lm, dims, shapes = resolve_model(model)
+    lm, dims, shapes = resolve(model)
     rows: list[dict] = []
     rows += _checker(lm)
     rows += _value_shapes(lm, dims, shapes)
@@ -471,8 +472,7 @@ _NO_OP = re.compile(r"([\w.]+):(\w+)\((-?\d+)\) is not a registered function/op"
 
 
 def _loads(lm: LabModel, providers) -> list[dict]:
-    from onnx_lab.numerics.session import resolve_providers
-    from onnx_lab.profiling.run import default_providers
+    from onnx_lab.runtime.session import resolve_providers
 
     provs = default_providers()[0] if providers is None else resolve_providers(providers)
     # A session load costs about as much as a run's setup (~2 s on BERT-base): its outcome is
@@ -488,8 +488,7 @@ def _loads(lm: LabModel, providers) -> list[dict]:
 
 def _load_rows(lm: LabModel, p: str) -> list[dict]:
     from onnx_lab.errors import RuntimeLoadError
-    from onnx_lab.numerics.session import make_session
-    from onnx_lab.profiling.run import _session_providers
+    from onnx_lab.runtime.session import make_session
 
     rows = []
     # Whether a provider has a kernel for every node does not depend on the weights' values:
@@ -499,12 +498,12 @@ def _load_rows(lm: LabModel, p: str) -> list[dict]:
     # constant weight only costs the full load).
     try:
         skeleton = LabModel(ir.serde.deserialize_model(_skeleton(lm)))
-        make_session(skeleton, providers=_session_providers(p), opt_level="disable")
+        make_session(skeleton, providers=fallback_chain(p), opt_level="disable")
         return rows
     except Exception as e:  # noqa: BLE001 - any failure: decided by the full load below
         logger.debug("skeleton load on %s failed (%s); loading the model itself", p, e)
     try:
-        make_session(lm, providers=_session_providers(p), opt_level="disable")
+        make_session(lm, providers=fallback_chain(p), opt_level="disable")
     except RuntimeLoadError as e:
         text = str(e.__cause__ or e)
         m = _NO_KERNEL.search(text)

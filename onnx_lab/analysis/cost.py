@@ -29,6 +29,7 @@ import onnx_ir as ir
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import TensorInfo
+from onnx_lab.core.source import resolve
 from onnx_lab.core.units import itemsize
 from onnx_lab.errors import InputError
 
@@ -601,10 +602,9 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
         >>> c = cost("sample:transformer_block", dims={"batch": 1, "seq": 16})
         >>> c.total["flops"]
     """
-    from onnx_lab.numerics.feeds import resolve_input_shapes
-    from onnx_lab.profiling.run import resolve_model
+    from onnx_lab.runtime.feeds import resolve_input_shapes
 
-    lm, dims, shapes = resolve_model(model, dims, shapes)
+    lm, dims, shapes = resolve(model, dims, shapes)
     resolve_input_shapes(lm, dims, shapes)  # DimError naming every unresolved dim
     types = lm.types(dims, shapes)
     idx = lm.index

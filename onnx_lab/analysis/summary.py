@@ -65,7 +65,7 @@ def constant_computed(model: LabModel) -> list[dict[str, Any]]:
         >>> sum(t["nbytes"] for t in constant_computed(lab.model))
     """
     from onnx_lab.core.units import itemsize
-    from onnx_lab.transforms.passes.fold_constants import foldable_nodes
+    from onnx_lab.core.values import foldable_nodes
 
     fold = foldable_nodes(model)
     if not fold:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["TensorInfo", "infer_types", "dtype_name", "shape_tuple", "validate_dims",
-           "dynamic_dims", "named_shapes"]
+           "dynamic_dims", "named_shapes", "fit_dims"]
 
 _KEEP_BYTES = 4096
 _DTYPE_NAMES = {ir.DataType.FLOAT: "float32", ir.DataType.DOUBLE: "float64"}
@@ -153,6 +153,15 @@ def validate_dims(model: LabModel, dims: Mapping[str, int] | None,
                 raise DimError(
                     f"Shape {shape} for input {name!r}: dim {i} is fixed to {declared[i]} in "
                     f"the model, not {d}.", fix=f"Use {declared[i]} for dim {i}.")
+
+
+def fit_dims(model: LabModel, dims: Mapping[str, int] | None,
+         shapes: Mapping[str, Sequence[int]] | None) -> tuple[dict, dict]:
+    """The dims/shapes that apply to ``model`` (a fixed dim is no longer a dim)."""
+    known = dynamic_dims(model)
+    inputs = {v.name for v in model.graph.inputs if v.name not in model.graph.initializers}
+    return ({k: v for k, v in (dims or {}).items() if k in known},
+            {k: list(v) for k, v in (shapes or {}).items() if k in inputs})
 
 
 def _with_dims(shape: tuple[Dim, ...] | None, dims: Mapping[str, int]

@@ -1,9 +1,12 @@
-"""onnx_lab.numerics: feeds, sessions, chunked capture, alignment, metrics, comparison, diff.
+"""onnx_lab.numerics: alignment, metrics, comparison, verification, diff, fp16/int8 candidates.
+
+Feeds, sessions and capture live in :mod:`onnx_lab.runtime`; ``onnx_lab.to_fp16`` and the int8
+functions wrap the candidates made here in Labs.
 
 Heavy modules (onnxruntime) are imported on first use of the names below. Functions that share
 their submodule's name are not re-exported here (the submodule would shadow them): use
 ``onnx_lab.compare`` / ``onnx_lab.diff``, ``onnx_lab.numerics.align.align`` and
-``onnx_lab.numerics.capture.capture``.
+``onnx_lab.runtime.capture.capture``.
 """
 
 from __future__ import annotations
@@ -12,16 +15,14 @@ import importlib
 from typing import Any
 
 _LAZY: dict[str, str] = {
-    "make_feeds": "onnx_lab.numerics.feeds",
-    "as_feed_list": "onnx_lab.numerics.feeds",
-    "make_session": "onnx_lab.numerics.session",
-    "run": "onnx_lab.numerics.capture",
+    "make_feeds": "onnx_lab.runtime.feeds",
+    "as_feed_list": "onnx_lab.runtime.feeds",
     "tensor_metrics": "onnx_lab.numerics.metrics",
     "Comparison": "onnx_lab.numerics.compare",
     "Diff": "onnx_lab.numerics.diff",
-    "to_fp16": "onnx_lab.numerics.quantize",
-    "to_int8_dynamic": "onnx_lab.numerics.quantize",
-    "to_int8_static": "onnx_lab.numerics.quantize",
+    "fp16_model": "onnx_lab.numerics.quantize",
+    "int8_dynamic_model": "onnx_lab.numerics.quantize",
+    "int8_static_model": "onnx_lab.numerics.quantize",
 }
 
 __all__ = list(_LAZY)

@@ -22,12 +22,12 @@ differently.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.provenance import ORIGIN_KEY, origins
 
 logger = logging.getLogger(__name__)
 
@@ -40,23 +40,10 @@ SUBGRAPH_REASON = "inside a subgraph body: cannot be exposed"
 UNREAD_REASON = ("an optional output nothing reads (a Dropout mask...): its dtype and values "
                  "may differ across opsets and runtimes; not compared")
 _PASS_THROUGH = {"Identity", "Dropout"}
-_ORIGIN_KEY = "onnx_lab.origin"
 
 
 def origins_of(model: LabModel) -> dict[str, list[str]]:
     """{node id: original node ids} from ``onnx_lab.origin`` metadata (own id when absent)."""
-    try:
-        from onnx_lab.transforms.base import origins
-    except ImportError:  # transforms not installed: read the documented metadata key ourselves
-        out = {}
-        for nid, e in model.index.entries.items():
-            raw = e.node.metadata_props.get(_ORIGIN_KEY)
-            try:
-                val = json.loads(raw) if raw else None
-            except json.JSONDecodeError:
-                val = None
-            out[nid] = [str(v) for v in val] if isinstance(val, list) else [nid]
-        return out
     return origins(model)
 
 
@@ -144,7 +131,7 @@ def align(reference: LabModel | None, candidate: LabModel, *,
         ce = cidx.entries[cnid]
         known = [o for o in orig if o in ridx.entries and ridx.entries[o].graph == ""]
         # Only recorded provenance counts; a bare node name is a structural hint at most.
-        if ce.graph or not known or _ORIGIN_KEY not in ce.node.metadata_props:
+        if ce.graph or not known or ORIGIN_KEY not in ce.node.metadata_props:
             continue
         last = max(known, key=lambda o: ridx.entries[o].topo)
         last_of[cnid] = last

@@ -7,7 +7,7 @@ DataFrames and views. Graph optimizations are disabled so no tensor is fused awa
 
 Example:
     >>> import onnx_lab
-    >>> from onnx_lab.numerics import to_fp16
+    >>> from onnx_lab import to_fp16
     >>> ref = onnx_lab.open("sample:convnet")
     >>> c = onnx_lab.compare(ref, to_fp16(ref))
     >>> c.passed, c.first_divergence
@@ -19,23 +19,21 @@ import html
 import io
 import logging
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from onnx_lab._pandas import pd
+from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.source import Resolved, resolve
 from onnx_lab.errors import InputError, LabError, RuntimeLoadError, unknown_name
-from onnx_lab.lab import Lab, as_lab
-from onnx_lab.numerics._lazyload import open_lazy
-from onnx_lab.numerics._progress import Progress
 from onnx_lab.numerics.align import align
-from onnx_lab.numerics.capture import estimate_bytes, plan_chunks
-from onnx_lab.numerics.feeds import as_feed_list, input_specs
 from onnx_lab.numerics.metrics import METRIC_COLUMNS, MetricAccumulator
-from onnx_lab.numerics.session import make_session, resolve_providers
+from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
+from onnx_lab.runtime.feeds import as_feed_list, input_specs
+from onnx_lab.runtime.session import make_session, resolve_providers
 
 logger = logging.getLogger(__name__)
 
@@ -81,14 +79,10 @@ def _check_inputs(ref: LabModel, cand: LabModel) -> None:
                 fix="Compare models that take the same input shapes.")
 
 
-def _load(source: Any, what: str, dims, shapes) -> Lab:
+def _load(source: Any, what: str, dims, shapes) -> Resolved:
     try:
-        if isinstance(source, (str, os.PathLike)) and not str(source).startswith("sample:"):
-            # Large files: weights stay in the file (read by ORT from disk, by onnx_ir on use).
-            lazy = open_lazy(source)
-            if lazy is not None:
-                return Lab(lazy, dims=dims, shapes=shapes)
-        return as_lab(source, dims=dims, shapes=shapes)
+        # Large files: weights stay in the file (read by ORT from disk, by onnx_ir on use).
+        return resolve(source, dims, shapes, lazy=True, validate=True)
     except LabError as e:
         raise type(e)(f"{what}: {e.problem}", fix=e.fix) from e
 
@@ -140,7 +134,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     dims = {**cand_lab.dims, **(dims or {})}
     shapes = {**cand_lab.shapes, **(shapes or {})}
     ref_dict: dict[str, np.ndarray] | None = None
-    ref_lab: Lab | None = None
+    ref_lab: Resolved | None = None
     if isinstance(reference, Mapping):
         ref_dict = {str(k): np.asarray(v) for k, v in reference.items()}
         if feeds is None:
@@ -418,7 +412,8 @@ class Comparison:
 
     def __init__(self, *, outputs: pd.DataFrame, layers: pd.DataFrame, alignment: pd.DataFrame,
                  passed: bool, first_divergence: dict | None, atol: float, rtol: float,
-                 reference: Lab | None, candidate: Lab, feeds: list, providers: tuple,
+                 reference: Resolved | None, candidate: Resolved, feeds: list,
+                 providers: tuple,
                  reference_values: dict | None, output_values: dict) -> None:
         self.outputs = outputs
         self.layers = layers
@@ -540,7 +535,7 @@ class Comparison:
             None, or {tensor, node_id, op_type, nan_cand, inf_cand}.
 
         Example:
-            >>> onnx_lab.compare(lab, onnx_lab.numerics.to_fp16(lab)).first_nonfinite
+            >>> onnx_lab.compare(lab, onnx_lab.to_fp16(lab)).first_nonfinite
         """
         df = self.layers
         if not len(df):

@@ -22,7 +22,8 @@ import onnx_ir as ir
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
-from onnx_lab.lab import Lab, as_lab
+from onnx_lab.core.source import Resolved, resolve
+from onnx_lab.core.values import const_array
 from onnx_lab.numerics.align import origins_of
 
 __all__ = ["diff", "Diff", "DIFF_COLUMNS", "DIFF_COLOURS"]
@@ -32,18 +33,6 @@ DIFF_COLUMNS = ["change", "node_id_a", "node_id_b", "op_type", "op_type_b", "mat
 DIFF_COLOURS = {"added": "green", "removed": "red", "changed": "orange"}
 _ORIGIN_KEY = "onnx_lab.origin"
 _PASS_THROUGH = {"Identity", "Dropout"}
-
-
-def _const_array(v: ir.Value | None) -> np.ndarray | None:
-    """The value of an initializer or of a Constant node's output, else None."""
-    if v is None:
-        return None
-    if v.const_value is not None:
-        return v.const_value.numpy()
-    node = v.producer()
-    if node is not None and node.op_type == "Constant" and "value" in node.attributes:
-        return node.attributes["value"].value.numpy()
-    return None
 
 
 def _attr_key(attr: ir.Attr) -> Any:
@@ -165,7 +154,7 @@ class _Matcher:
     def _signature(self, node: ir.Node) -> tuple:
         ins = []
         for v in node.inputs:
-            arr = _const_array(v)
+            arr = const_array(v, stored=True)
             ins.append(None if arr is None else
                        (str(arr.dtype), arr.shape, hashlib.sha1(arr.tobytes()).hexdigest()))
         attrs = tuple(sorted((k, _attr_key(a)) for k, a in node.attributes.items()))
@@ -209,7 +198,7 @@ def _compare_nodes(m: _Matcher, a_id: str, b_id: str) -> dict[str, Any] | None:
     for i in range(n_in):
         x = an.inputs[i] if i < len(an.inputs) else None
         y = bn.inputs[i] if i < len(bn.inputs) else None
-        xa, ya = _const_array(x), _const_array(y)
+        xa, ya = const_array(x, stored=True), const_array(y, stored=True)
         if xa is not None and ya is not None:
             if xa.shape != ya.shape or xa.dtype != ya.dtype:
                 weights.append(y.name)
@@ -257,7 +246,7 @@ def diff(a: Any, b: Any) -> Diff:
         >>> d = onnx_lab.diff("sample:convnet", lab_after_fusion)
         >>> d.table[["change", "node_id_a", "details"]]
     """
-    la, lb = as_lab(a), as_lab(b)
+    la, lb = resolve(a), resolve(b)
     m = _Matcher(la.model, lb.model)
     m.run()
     rows: list[dict[str, Any]] = []
@@ -286,11 +275,11 @@ class Diff:
 
     Attributes:
         table: the DataFrame described in :func:`diff`.
-        a, b: the two Labs.
+        a, b: the two models (``.model``, ``.dims``, ``.shapes``).
         matches: {node id in a: node id in b} for every matched node.
     """
 
-    def __init__(self, table: pd.DataFrame, a: Lab, b: Lab, matches: dict[str, str]) -> None:
+    def __init__(self, table: pd.DataFrame, a: Resolved, b: Resolved, matches: dict[str, str]) -> None:
         self.table = table
         self.a = a
         self.b = b

@@ -24,12 +24,13 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.source import resolve
 from onnx_lab.errors import InputError, PassError
-from onnx_lab.lab import Lab, as_lab
+from onnx_lab.runtime.feeds import as_feed_list, make_feeds
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["to_fp16", "to_int8_dynamic", "to_int8_static"]
+__all__ = ["fp16_model", "int8_dynamic_model", "int8_static_model"]
 
 _PROTO_LIMIT = 2_000_000_000
 
@@ -42,8 +43,8 @@ def _full_proto(model: LabModel) -> onnx.ModelProto:
     return proto
 
 
-def _lab_from(proto: onnx.ModelProto, like: Lab) -> Lab:
-    return Lab(LabModel(ir.serde.deserialize_model(proto)), dims=like.dims, shapes=like.shapes)
+def _model_from(proto: onnx.ModelProto) -> LabModel:
+    return LabModel(ir.serde.deserialize_model(proto))
 
 
 def _save(proto: onnx.ModelProto, path: Path) -> None:
@@ -53,11 +54,11 @@ def _save(proto: onnx.ModelProto, path: Path) -> None:
         onnx.save(proto, str(path))
 
 
-def _node_names(lab: Lab, ids: Iterable[str] | None, what: str) -> list[str]:
+def _node_names(model: LabModel, ids: Iterable[str] | None, what: str) -> list[str]:
     """ONNX node names of node ids (ids are names when names are unique)."""
     out = []
     for nid in ids or ():
-        node = lab.index.node(nid)  # UnknownNameError with close matches
+        node = model.index.node(nid)  # UnknownNameError with close matches
         if not node.name:
             raise InputError(f"{what}: node {nid!r} has no name, which the quantizer needs.",
                              fix="Give the node a name, or exclude by op type.")
@@ -65,34 +66,35 @@ def _node_names(lab: Lab, ids: Iterable[str] | None, what: str) -> list[str]:
     return out
 
 
-def to_fp16(lab: Any, keep_io_types: bool = True, block_list: Sequence[str] | None = None
-            ) -> Lab:
-    """A float16 copy of the model (onnxruntime.transformers.float16).
+def fp16_model(source: Any, keep_io_types: bool = True,
+               block_list: Sequence[str] | None = None) -> LabModel:
+    """A float16 copy of the model (onnxruntime.transformers.float16); ``onnx_lab.to_fp16``
+    wraps it in a Lab.
 
     Args:
-        lab: a Lab or anything ``onnx_lab.open`` takes.
+        source: a Lab, LabModel or anything ``onnx_lab.open`` takes.
         keep_io_types: keep float32 inputs/outputs (Casts inserted), so the fp16 model takes the
             same feeds as the original.
         block_list: op types (``"Softmax"``) and/or node ids kept in float32.
 
     Example:
-        >>> half = to_fp16(onnx_lab.open("sample:convnet"), block_list=["Softmax"])
+        >>> half = fp16_model("sample:convnet", block_list=["Softmax"])
     """
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
-    lab = as_lab(lab)
-    ops = {e.node.op_type for e in lab.index.entries.values()}
+    model = resolve(source)[0]
+    ops = {e.node.op_type for e in model.index.entries.values()}
     op_block, node_block = [], []
     for item in block_list or ():
-        if item in lab.index.entries:
-            node_block.extend(_node_names(lab, [item], "to_fp16 block_list"))
+        if item in model.index.entries:
+            node_block.extend(_node_names(model, [item], "to_fp16 block_list"))
         elif item in ops:
             op_block.append(item)
         else:
             from onnx_lab.errors import unknown_name
 
-            raise unknown_name("node id or op type", item, list(lab.index.entries) + sorted(ops))
-    proto = _full_proto(lab.model)
+            raise unknown_name("node id or op type", item, list(model.index.entries) + sorted(ops))
+    proto = _full_proto(model)
     try:
         half = convert_float_to_float16(
             proto, keep_io_types=keep_io_types, disable_shape_infer=False,
@@ -101,13 +103,13 @@ def to_fp16(lab: Any, keep_io_types: bool = True, block_list: Sequence[str] | No
     except Exception as e:  # noqa: BLE001 - the converter raises assorted errors
         raise PassError(f"fp16 conversion failed: {e}",
                         fix="Add the failing op types to block_list.") from e
-    return _lab_from(half, lab)
+    return _model_from(half)
 
 
-def _quantize(lab: Lab, fn, **kw) -> Lab:
+def _quantize(model: LabModel, fn, **kw) -> LabModel:
     with tempfile.TemporaryDirectory(prefix="onnx_lab_q_") as tmp:
         src, dst = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
-        _save(_full_proto(lab.model), src)
+        _save(_full_proto(model), src)
         try:
             fn(str(src), str(dst), **kw)
         except Exception as e:  # noqa: BLE001 - the quantizer raises assorted errors
@@ -122,50 +124,51 @@ def _quantize(lab: Lab, fn, **kw) -> Lab:
             else:
                 fix = "Exclude the failing nodes (nodes_to_exclude=[...])."
             raise PassError(f"quantization failed: {msg[:400]}", fix=fix) from e
-        return _lab_from(onnx.load(str(dst)), lab)
+        return _model_from(onnx.load(str(dst)))
 
 
-def to_int8_dynamic(lab: Any, nodes_to_exclude: Sequence[str] | None = None) -> Lab:
-    """Dynamic int8 quantization (weights int8, activations quantized at run time).
+def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = None) -> LabModel:
+    """Dynamic int8 quantization (weights int8, activations quantized at run time);
+    ``onnx_lab.to_int8_dynamic`` wraps it in a Lab.
 
     Args:
-        lab: a Lab or anything ``onnx_lab.open`` takes.
+        source: a Lab, LabModel or anything ``onnx_lab.open`` takes.
         nodes_to_exclude: node ids kept in float.
 
     Example:
-        >>> q = to_int8_dynamic(onnx_lab.open("sample:transformer_block"))
+        >>> q = int8_dynamic_model("sample:transformer_block")
     """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    lab = as_lab(lab)
-    return _quantize(lab, quantize_dynamic, weight_type=QuantType.QInt8,
-                     nodes_to_exclude=_node_names(lab, nodes_to_exclude, "nodes_to_exclude"))
+    model = resolve(source)[0]
+    return _quantize(model, quantize_dynamic, weight_type=QuantType.QInt8,
+                     nodes_to_exclude=_node_names(model, nodes_to_exclude, "nodes_to_exclude"))
 
 
-def to_int8_static(lab: Any, feeds: Any = None, n: int = 8,
-                   nodes_to_exclude: Sequence[str] | None = None) -> Lab:
-    """Static int8 quantization in QDQ format, calibrated on ``feeds`` (or ``n`` seeded samples).
+def int8_static_model(source: Any, feeds: Any = None, n: int = 8,
+                      nodes_to_exclude: Sequence[str] | None = None) -> LabModel:
+    """Static int8 quantization in QDQ format, calibrated on ``feeds`` (or ``n`` seeded
+    samples); ``onnx_lab.to_int8_static`` wraps it in a Lab.
 
     Args:
-        lab: a Lab or anything ``onnx_lab.open`` takes.
+        source: a Lab, LabModel or anything ``onnx_lab.open`` takes (its dims and shapes
+            shape the generated samples).
         feeds: calibration inputs (dict, list of dicts or ``.npz``); default ``n`` seeded
-            samples from :func:`~onnx_lab.numerics.feeds.make_feeds`.
+            samples from :func:`~onnx_lab.runtime.feeds.make_feeds`.
         n: number of generated calibration samples.
         nodes_to_exclude: node ids kept in float.
 
     Example:
-        >>> q = to_int8_static(onnx_lab.open("sample:convnet"), n=4)
+        >>> q = int8_static_model("sample:convnet", n=4)
     """
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
-    from onnx_lab.numerics.feeds import as_feed_list, make_feeds
-
-    lab = as_lab(lab)
+    model, dims, shapes = resolve(source)
     if feeds is None:
-        samples = make_feeds(lab, n=n)
+        samples = make_feeds(model, dims, shapes, n=n)
         samples = samples if isinstance(samples, list) else [samples]
     else:
-        samples = as_feed_list(feeds, lab)
+        samples = as_feed_list(feeds, model, dims, shapes)
 
     class _Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -174,6 +177,6 @@ def to_int8_static(lab: Any, feeds: Any = None, n: int = 8,
         def get_next(self):
             return next(self._it, None)
 
-    return _quantize(lab, quantize_static, calibration_data_reader=_Reader(),
+    return _quantize(model, quantize_static, calibration_data_reader=_Reader(),
                      quant_format=QuantFormat.QDQ,
-                     nodes_to_exclude=_node_names(lab, nodes_to_exclude, "nodes_to_exclude"))
+                     nodes_to_exclude=_node_names(model, nodes_to_exclude, "nodes_to_exclude"))

@@ -21,16 +21,17 @@ import numpy as np
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.source import resolve
 from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
 from onnx_lab.profiling._progress import Reporter
 from onnx_lab.profiling.parse import Trace, parse_trace
+from onnx_lab.runtime.session import default_providers, fallback_chain
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["profile", "Profile", "resolve_model", "default_providers", "PROFILED_PROVIDERS"]
+__all__ = ["profile", "Profile"]
 
 # Providers profiled by default, when this onnxruntime build has them.
-PROFILED_PROVIDERS = ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
 
 NODE_COLUMNS = ["session", "node_id", "provider", "op_type", "calls", "mean_ms", "median_ms",
                 "p90_ms", "total_ms", "share", "mapped", "ort_name", "components", "how"]
@@ -40,44 +41,6 @@ STATS_COLUMNS = ["session", "runs", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "mi
                  "std_ms", "kernel_ms", "ort_run_ms"]
 SESSION_COLUMNS = ["session", "providers", "opt_level", "load_ms", "init_ms", "create_ms",
                    "nodes_run"]
-
-
-def resolve_model(model: Any, dims: Mapping[str, int] | None = None,
-                  shapes: Mapping[str, Sequence[int]] | None = None
-                  ) -> tuple[LabModel, dict[str, int], dict[str, list[int]]]:
-    """(LabModel, dims, shapes) of a Lab, LabModel or anything ``onnx_lab.open`` takes;
-    the given dims/shapes are merged over the Lab's."""
-    from onnx_lab.lab import Lab, open_lab
-
-    if isinstance(model, Lab):
-        base_dims, base_shapes, lm = dict(model.dims), dict(model.shapes), model.model
-    elif isinstance(model, LabModel):
-        base_dims, base_shapes, lm = {}, {}, model
-    else:
-        lab = open_lab(model)
-        base_dims, base_shapes, lm = {}, {}, lab.model
-    return lm, {**base_dims, **(dims or {})}, {**base_shapes,
-                                                **{k: list(v) for k, v in (shapes or {}).items()}}
-
-
-def default_providers() -> tuple[list[str], list[str]]:
-    """(providers to profile by default, notes on the skipped ones)."""
-    from onnx_lab.numerics.session import available_providers
-
-    avail = available_providers()
-    use = [p for p in PROFILED_PROVIDERS if p in avail]
-    notes = [f"{p} is not available in this onnxruntime build (installed: {', '.join(avail)}); "
-             "skipped" for p in PROFILED_PROVIDERS if p not in avail]
-    return use, notes
-
-
-def _session_providers(p: str) -> list[str]:
-    # Fall back to CPU for ops a device provider cannot run; the trace says who ran each node.
-    if p == "TensorrtExecutionProvider":
-        return [p, "CUDAExecutionProvider", "CPUExecutionProvider"]
-    if p == "CPUExecutionProvider":
-        return [p]
-    return [p, "CPUExecutionProvider"]
 
 
 def _check_counts(runs: Any, warmup: Any) -> None:
@@ -245,14 +208,14 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None, runs: i
         >>> p = onnx_lab.profile("sample:convnet", runs=10, warmup=2)
         >>> p.nodes[["node_id", "op_type", "total_ms", "share"]].head()
     """
-    from onnx_lab.numerics.feeds import as_feed_list
-    from onnx_lab.numerics.session import OPT_LEVELS, resolve_providers
+    from onnx_lab.runtime.feeds import as_feed_list
+    from onnx_lab.runtime.session import OPT_LEVELS, resolve_providers
 
     _check_counts(runs, warmup)
     if opt_level not in OPT_LEVELS:
         raise InputError(f"Unknown optimization level {opt_level!r}.",
                          fix=f"Use one of {', '.join(OPT_LEVELS)}.")
-    lm, dims, shapes = resolve_model(model, dims, shapes)
+    lm, dims, shapes = resolve(model, dims, shapes)
     notes: list[str] = []
     if providers is None:
         provs, skipped = default_providers()
@@ -292,7 +255,7 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None, runs: i
 
 def _profile_one(lm: LabModel, provider: str, runs: int, warmup: int, feed_list, threads,
                  opt_level: str, tmp: Path, map_fused: bool, reporter: Reporter) -> dict:
-    from onnx_lab.numerics.session import make_session
+    from onnx_lab.runtime.session import make_session
 
     short = provider.replace("ExecutionProvider", "").lower()
     # Compiled providers (TensorRT) cannot serialize their optimized graph.
@@ -300,7 +263,7 @@ def _profile_one(lm: LabModel, provider: str, runs: int, warmup: int, feed_list,
                  and provider != "TensorrtExecutionProvider")
     opt_path = tmp / f"{short}_optimized.onnx" if write_opt else None
     t0 = time.perf_counter()
-    sess = make_session(lm, providers=_session_providers(provider), opt_level=opt_level,
+    sess = make_session(lm, providers=fallback_chain(provider), opt_level=opt_level,
                         threads=threads, profile=True, profile_prefix=str(tmp / f"ort_{short}"),
                         optimized_model_path=str(opt_path) if opt_path else None)
     create_ms = (time.perf_counter() - t0) * 1e3

@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 
 from onnx_lab._pandas import pd
+from onnx_lab.core.source import resolve
 from onnx_lab.errors import DimError, InputError
 from onnx_lab.profiling._progress import Reporter
-from onnx_lab.profiling.run import _check_counts, resolve_model
+from onnx_lab.profiling.run import _check_counts
 
 __all__ = ["levels", "batch_sweep", "thread_sweep", "BatchSweep", "KNEE_GAIN"]
 
@@ -74,11 +75,11 @@ def levels(model: Any, *, runs: int = 20, warmup: int = 3, feeds: Any = None,
     Example:
         >>> levels("sample:convnet", runs=10)[["opt_level", "nodes", "mean_ms"]]
     """
-    from onnx_lab.numerics.feeds import as_feed_list
-    from onnx_lab.numerics.session import OPT_LEVELS, make_session
+    from onnx_lab.runtime.feeds import as_feed_list
+    from onnx_lab.runtime.session import OPT_LEVELS, make_session
 
     _check_counts(runs, warmup)
-    lm, dims, shapes = resolve_model(model, dims, shapes)
+    lm, dims, shapes = resolve(model, dims, shapes)
     feed = as_feed_list(feeds, lm, dims, shapes)[0]
     rows = []
     nested = any(g != "" for g in lm.index.graphs)
@@ -128,7 +129,7 @@ def _written_node_count(lm, level: str, providers, threads, tmp: Path) -> int:
     """Main-graph nodes of ORT's optimized graph, written by a second session."""
     import onnx
 
-    from onnx_lab.numerics.session import make_session
+    from onnx_lab.runtime.session import make_session
 
     path = tmp / f"{level}.onnx"
     make_session(lm, providers=providers, opt_level=level, threads=threads,
@@ -213,8 +214,8 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
         >>> s.table[["batch", "items_per_s"]]
     """
     from onnx_lab.core.shapes import dynamic_dims
-    from onnx_lab.numerics.feeds import make_feeds
-    from onnx_lab.numerics.session import make_session
+    from onnx_lab.runtime.feeds import make_feeds
+    from onnx_lab.runtime.session import make_session
 
     _check_counts(runs, warmup)
     sizes = list(batch_sizes)
@@ -222,7 +223,7 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                         for b in sizes) or sorted(set(sizes)) != sizes:
         raise InputError(f"batch_sizes must be increasing positive ints, got {sizes!r}.",
                          fix="Use e.g. (1, 2, 4, 8, 16, 32).")
-    lm, dims, shapes = resolve_model(model, dims, shapes)
+    lm, dims, shapes = resolve(model, dims, shapes)
     dyn = dynamic_dims(lm)
     if dim not in dyn or dim == "?":
         named = sorted(d for d in dyn if d != "?")
@@ -274,8 +275,8 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int = 
     Example:
         >>> thread_sweep("sample:convnet", (1, 2), runs=10)
     """
-    from onnx_lab.numerics.feeds import as_feed_list
-    from onnx_lab.numerics.session import make_session
+    from onnx_lab.runtime.feeds import as_feed_list
+    from onnx_lab.runtime.session import make_session
 
     _check_counts(runs, warmup)
     counts = list(threads)
@@ -283,7 +284,7 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int = 
                          for t in counts):
         raise InputError(f"threads must be positive ints, got {counts!r}.",
                          fix="Use e.g. (1, 2, 4).")
-    lm, dims, shapes = resolve_model(model, dims, shapes)
+    lm, dims, shapes = resolve(model, dims, shapes)
     feed = as_feed_list(feeds, lm, dims, shapes)[0]
     rows = []
     reporter = Reporter(progress, len(counts) * (runs + warmup), "thread sweep")

@@ -18,64 +18,12 @@ Example:
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING
+from onnx_lab.core.samples import build, cache_dir, names, path
+from onnx_lab.lab import Lab, open_lab
 
-import onnx
-
-from onnx_lab.errors import unknown_name
-from onnx_lab.samples._builders import build_control_flow, build_convnet, build_transformer_block
-
-if TYPE_CHECKING:
-    from onnx_lab.lab import Lab
-
-__all__ = ["names", "build", "path", "load"]
-
-_BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
-    "convnet": build_convnet,
-    "transformer_block": build_transformer_block,
-    "control_flow": build_control_flow,
-}
-
-
-def names() -> list[str]:
-    """Names of the embedded sample models."""
-    return list(_BUILDERS)
-
-
-def build(name: str) -> onnx.ModelProto:
-    """Build sample ``name`` as a fresh ModelProto (deterministic, seeded)."""
-    if name not in _BUILDERS:
-        raise unknown_name("sample", name, _BUILDERS, fix=f"Samples: {', '.join(_BUILDERS)}.")
-    return _BUILDERS[name]()
-
-
-def cache_dir() -> Path:
-    """Folder where sample files are written (``$ONNX_LAB_CACHE`` or ``~/.cache/onnx_lab``)."""
-    root = os.environ.get("ONNX_LAB_CACHE") or Path.home() / ".cache" / "onnx_lab"
-    return Path(root) / "samples"
-
-
-def path(name: str) -> Path:
-    """Path of sample ``name`` as an .onnx file, written (atomically) on first use."""
-    data = build(name).SerializeToString()
-    folder = cache_dir()
-    target = folder / f"{name}.onnx"
-    if target.is_file() and target.read_bytes() == data:
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, target)
-    return target
+__all__ = ["names", "build", "path", "load", "cache_dir"]
 
 
 def load(name: str) -> Lab:
     """Open sample ``name`` as a :class:`~onnx_lab.lab.Lab`."""
-    from onnx_lab.lab import open_lab
-
     return open_lab(path(name))

@@ -13,7 +13,6 @@ reads it back. onnx_ir's own passes do not track provenance, which is why this l
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -24,15 +23,14 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab._pandas import pd
-from onnx_lab.core.model import IR_VERSION_META, LabModel
+from onnx_lab.core.model import LabModel
+from onnx_lab.core.provenance import ORIGIN_KEY, node_origin, origins, stamp_origins
+from onnx_lab.core.values import const_array, overridable
 from onnx_lab.errors import PassError, unknown_name
 
 __all__ = ["ORIGIN_KEY", "Param", "Match", "PassResult", "Rewrite", "LabPass", "register_pass",
            "get_pass", "pass_names", "available", "origins", "node_origin", "stamp_origins",
            "const_array"]
-
-ORIGIN_KEY = "onnx_lab.origin"
-
 
 # ---------------------------------------------------------------------------- data types
 @dataclass(frozen=True)
@@ -101,7 +99,7 @@ class PassResult:
     notes: list[str]
     model: LabModel
     matches: list[str] = field(default_factory=list)
-    # The verification report: a DataFrame, or verify.Report until first read (see below).
+    # The verification report: a DataFrame, or numerics.verify.Report until first read.
     _verification: Any = field(default=None, repr=False)
     verify_passed: bool | None = None
     max_abs_err: float | None = None
@@ -115,10 +113,8 @@ class PassResult:
         Kept as rows until first read, so a run that only needs the verdict builds no
         DataFrame (and does not import pandas).
         """
-        from onnx_lab.transforms.verify import Report
-
         v = self._verification
-        if isinstance(v, Report):
+        if hasattr(v, "frame"):  # numerics.verify.Report
             v = self._verification = v.frame()
         return v
 
@@ -155,77 +151,6 @@ class PassResult:
                        f"<td>{html.escape(str(v))}</td></tr>"
                        for k, v in self.summary().items() if v not in (None, [], {}))
         return f"<table class='onnx-lab-pass'>{rows}</table>"
-
-
-# ---------------------------------------------------------------------------- provenance
-def node_origin(node: ir.Node, fallback: str) -> list[str]:
-    """Original node ids of ``node`` (its ``onnx_lab.origin`` stamp, else ``[fallback]``)."""
-    raw = node.metadata_props.get(ORIGIN_KEY)
-    if raw:
-        try:
-            value = json.loads(raw)
-            if isinstance(value, list):
-                return [str(v) for v in value]
-        except json.JSONDecodeError:
-            pass
-    return [fallback]
-
-
-def origins(model: LabModel) -> dict[str, list[str]]:
-    """For every node id of ``model``: the node ids of the original model it comes from.
-
-    Example:
-        >>> r = lab.apply("fuse_conv_bn")
-        >>> origins(lab.model)["/stem/conv/Conv"]
-        ['/stem/conv/Conv', '/stem/bn/BatchNormalization']
-    """
-    return {nid: node_origin(e.node, nid) for nid, e in model.index.entries.items()}
-
-
-def stamp_origins(model: LabModel) -> None:
-    """Write each node's origin into its metadata (in place; ids of ``model`` itself)."""
-    for nid, e in model.index.entries.items():
-        if ORIGIN_KEY not in e.node.metadata_props:
-            e.node.metadata_props[ORIGIN_KEY] = json.dumps([nid])
-
-
-# ---------------------------------------------------------------------------- constants
-def overridable(value: ir.Value) -> bool:
-    """Whether a user may feed ``value`` at run time (a graph input, initializer or not).
-
-    IR < 4 required every initializer to be listed as a graph input too (onnx-caffe2 and other
-    old exports list hundreds), and onnxruntime treats those as constants; from IR 4 on an
-    initializer listed as an input is a default the user can override.
-    """
-    if not value.is_graph_input():
-        return False
-    if value.is_initializer() and value.graph is not None:
-        version = value.graph.meta.get(IR_VERSION_META)
-        if version is not None and version < 4:
-            return False
-    return True
-
-
-def const_array(value: ir.Value | None) -> np.ndarray | None:
-    """The constant value of ``value``: an initializer or a Constant node's output, else None.
-
-    Weights held in Constant nodes (PaddlePaddle exports) count as constants. Initializers that
-    are also graph inputs can be overridden at run time (IR >= 4), so they are not constants.
-    """
-    if value is None:
-        return None
-    if overridable(value):
-        return None
-    if value.const_value is not None:
-        try:
-            return value.const_value.numpy()
-        except Exception:  # noqa: BLE001 - e.g. missing external data: not a usable constant
-            return None
-    prod = value.producer()
-    if prod is not None and prod.op_type == "Constant" and prod.domain in ("", "ai.onnx"):
-        t = ir.convenience.get_const_tensor(value)
-        return t.numpy() if t is not None else None
-    return None
 
 
 # ---------------------------------------------------------------------------- rewriting
@@ -738,8 +663,3 @@ def available() -> pd.DataFrame:
                   + (f": {p.doc}" if p.doc else "") for p in e.params}
         rows.append((e.name, e.summary, params, e.kind))
     return pd.DataFrame(rows, columns=["name", "summary", "parameters", "kind"])
-
-
-def replace_result(result: PassResult, **changes: Any) -> PassResult:
-    """A copy of ``result`` with fields changed."""
-    return dataclasses.replace(result, **changes)

@@ -20,10 +20,11 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.source import load_source
 from onnx_lab.errors import InputError, PassError, unknown_name
 from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
 
-__all__ = ["SetAttribute", "RemoveNode", "RenameTensor", "merge"]
+__all__ = ["SetAttribute", "RemoveNode", "RenameTensor", "merge_models"]
 
 
 def _node(model: LabModel, node_id: str) -> ir.Node:
@@ -204,10 +205,7 @@ class RenameTensor(LabPass):
 
 
 def _as_proto(x: Any) -> onnx.ModelProto:
-    from onnx_lab.lab import as_lab
-
-    lab = as_lab(x)
-    m = lab.model
+    m = load_source(x)
     if m.has_external_data:
         clone = m.clone()
         ir.external_data.load_to_model(clone.ir)
@@ -215,10 +213,11 @@ def _as_proto(x: Any) -> onnx.ModelProto:
     return m.to_proto()
 
 
-def merge(a: Any, b: Any, io_map: Sequence[tuple[str, str]], *, prefix1: str | None = None,
+def merge_models(a: Any, b: Any, io_map: Sequence[tuple[str, str]], *, prefix1: str | None = None,
           prefix2: str | None = None, inputs: Sequence[str] | None = None,
           outputs: Sequence[str] | None = None):
-    """Connect two models into one with ``onnx.compose.merge_models``.
+    """Connect two models into one with ``onnx.compose.merge_models`` (``onnx_lab.merge``
+    wraps the result in a Lab).
 
     Args:
         a, b: Labs, paths or anything ``onnx_lab.open`` takes.
@@ -228,7 +227,7 @@ def merge(a: Any, b: Any, io_map: Sequence[tuple[str, str]], *, prefix1: str | N
         inputs, outputs: the merged model's inputs/outputs (default: all remaining).
 
     Returns:
-        A new Lab of the merged model (weights in memory).
+        The merged LabModel (weights in memory).
 
     Raises:
         InputError: clashing names, unknown io_map names, mismatched IR versions or opsets.
@@ -236,8 +235,6 @@ def merge(a: Any, b: Any, io_map: Sequence[tuple[str, str]], *, prefix1: str | N
     Example:
         >>> both = onnx_lab.merge("enc.onnx", "dec.onnx", io_map=[("hidden", "hidden")])
     """
-    from onnx_lab.lab import Lab
-
     pa, pb = _as_proto(a), _as_proto(b)
     pairs = [tuple(p) for p in io_map]
     if not pairs or not all(len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):
@@ -264,4 +261,4 @@ def merge(a: Any, b: Any, io_map: Sequence[tuple[str, str]], *, prefix1: str | N
         raise InputError(f"onnx.compose.merge_models refused: {str(e).strip()[:300]}",
                          fix="Use prefix1=/prefix2= for clashing names; both models need the "
                          "same opset versions (lab.convert_opset).") from e
-    return Lab(LabModel(ir.serde.deserialize_model(merged)))
+    return LabModel(ir.serde.deserialize_model(merged))

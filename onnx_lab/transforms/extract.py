@@ -20,23 +20,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import named_shapes, shape_tuple
+from onnx_lab.core.shapes import fit_dims, named_shapes, shape_tuple
+from onnx_lab.core.subgraph import reached_inputs
 from onnx_lab.errors import ExtractError, InputError, close_matches
 from onnx_lab.transforms.base import PassResult
 
-if TYPE_CHECKING:
-    from onnx_lab.lab import Lab
-
 logger = logging.getLogger(__name__)
 
-__all__ = ["extract", "boundary"]
+__all__ = ["extract_model", "boundary"]
 
 
 def _check_names(model: LabModel, names: Sequence[str], what: str) -> list[str]:
@@ -115,52 +111,28 @@ def _is_constant(v: ir.Value) -> bool:
         and not p.inputs
 
 
-def _reached_inputs(model: LabModel, inputs: list[str], outputs: list[str]) -> list[str]:
-    """Model inputs the outputs depend on when the walk stops at ``inputs``."""
-    idx = model.index
-    g = model.graph
-    graph_inputs = [v.name for v in g.inputs if v.name not in g.initializers]
-    stop = set(inputs)
-    seen: set[str] = set()
-    stack = list(outputs)
-    reached: set[str] = set()
-    while stack:
-        t = stack.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        if t in stop:
-            continue
-        if t in graph_inputs:
-            reached.add(t)
-            continue
-        nid = idx.producer.get(t)
-        if nid is None:
-            continue
-        e = idx.entries[nid]
-        stack.extend(v.name for v in e.node.inputs if v is not None and v.name)
-        stack.extend(e.implicit_inputs)
-    return [n for n in graph_inputs if n in reached]
+def extract_model(model: LabModel, inputs: Sequence[str] | None = None,
+                  outputs: Sequence[str] | None = None, nodes: Sequence[str] | None = None, *,
+                  dims: Mapping[str, int] | None = None,
+                  shapes: Mapping[str, Sequence[int]] | None = None
+                  ) -> tuple[PassResult, dict[str, int], dict[str, list[int]]]:
+    """The subgraph between ``inputs`` and ``outputs`` (or of ``nodes``) as a new model.
 
-
-def extract(lab: Lab, inputs: Sequence[str] | None = None,
-            outputs: Sequence[str] | None = None, nodes: Sequence[str] | None = None,
-            verify: bool | Mapping[str, Any] = True) -> Lab:
-    """A new Lab holding the subgraph between ``inputs`` and ``outputs`` (or of ``nodes``).
+    ``lab.extract`` (through :func:`onnx_lab.steps.extract`) wraps it in a new Lab and
+    verifies it.
 
     Args:
         inputs: tensor names that become the subgraph's inputs (default: the model inputs the
             outputs depend on).
         outputs: tensor names that become its outputs (default: the model outputs).
         nodes: main-graph node ids; the boundary is computed (do not pass inputs/outputs).
-        verify: run the full model on seeded inputs (the Lab's dims/shapes), feed the captured
-            boundary tensors to the subgraph and compare its outputs (report in
-            ``sub.results[0].verification``; also ``sub.history`` step 0). A dict passes
-            options (feeds, atol, rtol, seed).
+        dims, shapes: the model's dim values and input shapes (they name the cut's dims).
 
     Returns:
-        A new Lab whose step 0 is the extracted model; its weights still lie in the source
-        files (external data is referenced, not copied), and it passed ``onnx.checker``.
+        (result, dims, shapes): a PassResult named ``extract`` whose ``model`` is the
+        subgraph (its weights still lie in the source files: external data is referenced,
+        not copied; it passed ``onnx.checker``; ``params`` holds the inputs and outputs),
+        and the dims and shapes that apply to it.
 
     Raises:
         ExtractError: unknown tensors or node ids, or a boundary that does not cut the graph
@@ -170,11 +142,7 @@ def extract(lab: Lab, inputs: Sequence[str] | None = None,
         >>> sub = lab.extract(nodes=["/block1/conv/Conv", "/block1/bn/BatchNormalization"])
         >>> sub.inputs, sub.outputs
     """
-    from onnx_lab.lab import Lab
-    from onnx_lab.transforms.verify import _fit
-
     t0 = time.perf_counter()
-    model = lab.model
     if nodes is not None:
         if inputs is not None or outputs is not None:
             raise InputError("Pass either nodes=... or inputs=/outputs=, not both.",
@@ -186,10 +154,10 @@ def extract(lab: Lab, inputs: Sequence[str] | None = None,
         if not outs:
             raise ExtractError("extract needs at least one output.", fix="Pass outputs=[...].")
         if inputs is None:
-            ins = _reached_inputs(model, [], outs)
+            ins = reached_inputs(model, [], outs)
         else:
             ins = _check_names(model, inputs, "input")
-            missing = _reached_inputs(model, ins, outs)
+            missing = reached_inputs(model, ins, outs)
             missing = [m for m in missing if m not in ins]
             if missing:
                 raise ExtractError(
@@ -212,7 +180,7 @@ def extract(lab: Lab, inputs: Sequence[str] | None = None,
     # dims={...} still resolves the saved subgraph.
     types = model.types()
     boundary_values = list(graph.inputs) + list(graph.outputs)
-    named = named_shapes(model, [v.name for v in boundary_values], lab.shapes)
+    named = named_shapes(model, [v.name for v in boundary_values], shapes)
     for v in boundary_values:
         info = types.get(v.name)
         if info is None:
@@ -236,27 +204,15 @@ def extract(lab: Lab, inputs: Sequence[str] | None = None,
     # Weights stay references to the source files: keep the source path as base folder.
     sub_model = LabModel(new_ir, path=model.path)
     _check(sub_model)
-    d, s = _fit(sub_model, lab.dims, lab.shapes)
-    d.update(_new_dim_values(model, sub_model, d, lab.dims, lab.shapes))
+    d, s = fit_dims(sub_model, dims, shapes)
+    d.update(_new_dim_values(model, sub_model, d, dims or {}, shapes or {}))
     params = {"inputs": list(ins), "outputs": list(outs)}
     if nodes is not None:
         params["nodes"] = list(nodes)
     result = PassResult("extract", params, True, len(model.index), len(sub_model.index), {},
                         [n for n in model.index.entries if n not in sub_model.index.entries],
                         None, time.perf_counter() - t0, [], sub_model)
-    if verify is not False:
-        opts = {} if verify is True else dict(verify)
-        tv = time.perf_counter()
-        report = _verify_extract(lab, sub_model, ins, outs, **opts)
-        from onnx_lab.transforms.verify import fill_result
-
-        fill_result(result, report, time.perf_counter() - tv)
-    src = str(lab.path) if lab.path else "an in-memory model"
-    sub = Lab(sub_model, dims=d, shapes=s,
-              derived_from=f"subgraph extracted from {src} ({len(ins)} inputs, "
-              f"{len(outs)} outputs)")
-    sub._init_history(result)
-    return sub
+    return result, d, s
 
 
 def _new_dim_values(model: LabModel, sub: LabModel, known: Mapping[str, int],
@@ -307,56 +263,3 @@ def _check(model: LabModel) -> None:
                            "does).") from e
 
 
-def _upstream(model: LabModel, tensors: list[str]) -> LabModel:
-    """The part of ``model`` that computes ``tensors`` (so a reference run of a subgraph near
-    the inputs of a multi-GB model maps only the weights it needs); the model on failure."""
-    try:
-        ins = _reached_inputs(model, [], tensors)
-        graph = ir.convenience.extract(model.graph, ins, tensors)
-        graph.opset_imports.update(model.ir.opset_imports)
-        return LabModel(ir.Model(graph, ir_version=model.ir.ir_version,
-                                 functions=list(model.ir.functions.values())), path=model.path)
-    except ValueError:
-        return model
-
-
-def _verify_extract(lab: Lab, sub: LabModel, ins: list[str], outs: list[str], *,
-                    feeds: Any = None, atol: float | None = None, rtol: float | None = None,
-                    seed: int = 0, **_ignored: Any):
-    import pandas as pd
-
-    from onnx_lab.numerics.capture import run
-    from onnx_lab.numerics.feeds import as_feed_list
-    from onnx_lab.transforms.verify import REPORT_COLUMNS, _compare, _dtype_name, tolerance
-
-    full = lab.model
-    samples = as_feed_list(feeds, lab, lab.dims, lab.shapes, seed)
-    rows: dict[str, dict[str, Any]] = {}
-    graph_inputs = {v.name for v in full.graph.inputs}
-    wanted = list(dict.fromkeys([n for n in ins if n not in graph_inputs] + outs))
-    reference = _upstream(full, wanted)
-    for f in samples:
-        ref = run(reference, {k: v for k, v in f.items()
-                              if k in {i.name for i in reference.graph.inputs}},
-                  outputs=wanted)
-        sub_feeds = {n: (f[n] if n in graph_inputs else ref[n]) for n in ins}
-        got = run(sub, sub_feeds)
-        for n in outs:
-            r, c = np.asarray(ref[n]), np.asarray(got[n])
-            dt = _dtype_name(r)
-            a, rt = tolerance(dt, atol, rtol)
-            mabs, mrel, ok, note = _compare(r, c, a, rt)
-            row = rows.setdefault(n, {"tensor": n, "node_id": sub.index.producer.get(n),
-                                      "match": "output", "dtype": dt, "max_abs": 0.0,
-                                      "max_rel": 0.0, "passed": True, "atol": a, "rtol": rt,
-                                      "ref_tensor": n, "ref_node_id": full.index.producer.get(n),
-                                      "shape": list(c.shape), "note": ""})
-            row.update(max_abs=max(row["max_abs"], mabs), max_rel=max(row["max_rel"], mrel),
-                       passed=row["passed"] and ok, note=row["note"] or note)
-    report = pd.DataFrame(list(rows.values()), columns=REPORT_COLUMNS)
-    failing = report.loc[~report["passed"], "tensor"]
-    report.attrs.update(passed=bool(len(failing) == 0),
-                        first_failure=str(failing.iloc[0]) if len(failing) else None,
-                        max_abs_err=float(report["max_abs"].max()) if len(report) else None,
-                        samples=len(samples))
-    return report

@@ -94,7 +94,7 @@ class OrtPass(WholeModelPass):
     needs_weights = False
 
     def rebuild(self, model: LabModel) -> ir.Model | None:
-        from onnx_lab.numerics.session import make_session
+        from onnx_lab.runtime.session import make_session
 
         if model.weights_nbytes() >= PROTO_LIMIT:
             raise PassError(f"ort:{self.level} writes the optimized model as one protobuf, "

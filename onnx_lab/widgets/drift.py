@@ -45,7 +45,7 @@ class DriftDebugger(View):
 
     Example:
         >>> import onnx_lab
-        >>> from onnx_lab.numerics import to_fp16
+        >>> from onnx_lab import to_fp16
         >>> from onnx_lab.widgets import DriftDebugger
         >>> ref = onnx_lab.open("sample:convnet")
         >>> DriftDebugger(ref, to_fp16(ref))
@@ -54,7 +54,7 @@ class DriftDebugger(View):
     def __init__(self, reference: Any, candidate: Any, *,
                  dims: Mapping[str, int] | None = None,
                  shapes: Mapping[str, Sequence[int]] | None = None, page_size: int = 15) -> None:
-        from onnx_lab.numerics.session import available_providers
+        from onnx_lab.runtime.session import available_providers
 
         self.reference = reference
         self.candidate = candidate

@@ -54,7 +54,7 @@ class Profiler(View):
     def __init__(self, lab: Any, *, runs: int = 20, warmup: int = 3,
                  page_size: int = 15) -> None:
         from onnx_lab.lab import as_lab
-        from onnx_lab.numerics.session import available_providers
+        from onnx_lab.runtime.session import available_providers
 
         self.lab = as_lab(lab)
         self.result: Any = None

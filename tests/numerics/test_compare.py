@@ -10,7 +10,7 @@ from numerics_helpers import convnet, fuse_stem_bn, make_model, scaled_copy, vi
 from onnx import helper, numpy_helper
 
 import onnx_lab
-from onnx_lab.numerics.capture import capture
+from onnx_lab.runtime.capture import capture
 from onnx_lab.numerics.compare import LAYER_COLUMNS, OUTPUT_COLUMNS, compare
 
 
@@ -69,7 +69,7 @@ def _overflow_model():
 
 
 def test_fp16_overflow_diverges_at_that_layer():
-    from onnx_lab.numerics import to_fp16
+    from onnx_lab import to_fp16
 
     lab = onnx_lab.open(_overflow_model())
     half = to_fp16(lab)
@@ -114,7 +114,7 @@ def test_fusion_with_a_planted_error_is_localized_to_the_fused_node():
 
 
 def test_int8_dynamic_aligns_per_layer():
-    from onnx_lab.numerics import to_int8_dynamic
+    from onnx_lab import to_int8_dynamic
 
     lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 8})
     q = to_int8_dynamic(lab)
@@ -131,7 +131,7 @@ def test_int8_dynamic_aligns_per_layer():
 
 
 def test_int8_static_aligns_to_dequantize_outputs():
-    from onnx_lab.numerics import to_int8_static
+    from onnx_lab import to_int8_static
 
     lab = onnx_lab.open("sample:convnet")
     q = to_int8_static(lab, n=2)
@@ -258,7 +258,7 @@ def test_lab_compare_and_provider_pair():
     assert c.passed and c.layers["shape"].iloc[0][:2] == [2, 4]
     with pytest.raises(onnx_lab.errors.ProviderError):
         lab.compare(lab, providers="NoSuchExecutionProvider")
-    if "CUDAExecutionProvider" not in onnx_lab.numerics.session.available_providers():
+    if "CUDAExecutionProvider" not in onnx_lab.runtime.session.available_providers():
         with pytest.raises(onnx_lab.errors.ProviderError, match="not available"):
             lab.compare(lab, providers=(["cpu"], ["cuda"]))
     else:  # a GPU build: CPU vs CUDA agree within float32 kernel differences
@@ -296,7 +296,7 @@ def test_first_nonfinite_names_the_fp16_overflow():
                     helper.make_node("Softmax", ["b"], ["y"], name="softmax")],
                    [vi("x", [2, 64])], [vi("y", [2, 64])], [c300])
     lab = onnx_lab.open(m)
-    half = onnx_lab.numerics.to_fp16(lab)
+    half = onnx_lab.to_fp16(lab)
     c = compare(lab, half, feeds={"x": np.full((2, 64), 3.0, np.float32)})
     f = c.first_nonfinite
     assert f is not None and f["tensor"] == "b" and f["node_id"] == "scale2"

@@ -6,7 +6,7 @@ import pytest
 
 import onnx_lab
 from onnx_lab.errors import UnknownNameError
-from onnx_lab.numerics import to_fp16, to_int8_dynamic
+from onnx_lab import to_fp16, to_int8_dynamic
 
 
 def test_fp16_keeps_io_types_and_block_list():

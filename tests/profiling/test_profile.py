@@ -12,8 +12,8 @@ from onnx import TensorProto, helper
 
 import onnx_lab
 from onnx_lab.errors import DimError, InputError, ProviderError
-from onnx_lab.numerics.feeds import make_feeds
-from onnx_lab.numerics.session import available_providers
+from onnx_lab.runtime.feeds import make_feeds
+from onnx_lab.runtime.session import available_providers
 from onnx_lab.profiling import Profile, parse_trace, profile
 from onnx_lab.profiling._mapping import INSERTED_OPS
 

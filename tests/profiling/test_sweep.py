@@ -89,7 +89,7 @@ def test_levels_node_counts_match_ort_optimized_graph(sample, tmp_path):
     # written optimized model): it must equal the main-graph nodes ORT writes out.
     import onnx
 
-    from onnx_lab.numerics.session import make_session
+    from onnx_lab.runtime.session import make_session
 
     lab = onnx_lab.open(sample)
     df = levels(lab, runs=1, warmup=0, progress=False)

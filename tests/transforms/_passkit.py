@@ -9,8 +9,8 @@ from onnx import helper, numpy_helper
 
 import onnx_lab
 from onnx_lab.core.model import LabModel
-from onnx_lab.numerics.capture import run
-from onnx_lab.numerics.feeds import make_feeds
+from onnx_lab.runtime.capture import run
+from onnx_lab.runtime.feeds import make_feeds
 from onnx_lab.transforms.base import PassResult, get_pass
 
 

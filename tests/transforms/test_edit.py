@@ -11,7 +11,7 @@ from onnx import helper
 import onnx_lab
 from onnx_lab.core.shapes import shape_tuple
 from onnx_lab.errors import DimError, InputError, PassError, UnknownNameError
-from onnx_lab.numerics.capture import run
+from onnx_lab.runtime.capture import run
 
 
 def test_set_attribute_is_a_step_whose_report_shows_the_change():
@@ -164,8 +164,9 @@ def test_merge_connects_two_models():
         onnx_lab.merge(a, b, io_map=[("h", "x")])  # clashing names without prefixes
 
 
-def test_merge_is_exported_lazily():
-    from onnx_lab.transforms.edit import merge
+def test_merge_is_exported():
+    # The façade wraps transforms.edit.merge_models (which returns a LabModel) in a Lab.
+    from onnx_lab.lab import merge
 
     assert onnx_lab.merge is merge
     assert chain_proto() is not None

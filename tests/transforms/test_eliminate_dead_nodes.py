@@ -51,7 +51,7 @@ def test_dead_nodes_inside_bodies_and_outer_reads():
     # Neg u is dead; Sigmoid is read by the live then-body; Exp inside the body is dead.
     assert sorted(r.removed) == ["If_2/then_branch/Exp_0", "Neg_1"]
     for c in (True, False):
-        from onnx_lab.numerics.capture import run
+        from onnx_lab.runtime.capture import run
         feeds = {"c": np.array(c), "x": np.array([1.0, -2.0], dtype=np.float32)}
         np.testing.assert_array_equal(run(m, feeds)["y"], run(r.model, feeds)["y"])
 

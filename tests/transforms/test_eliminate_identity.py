@@ -48,7 +48,7 @@ def test_inside_bodies():
     assert any("else_branch" in s for s in r.notes)
     import numpy as np
 
-    from onnx_lab.numerics.capture import run
+    from onnx_lab.runtime.capture import run
     for c in (True, False):
         feeds = {"c": np.array(c), "x": np.array([1.0, -2.0], dtype=np.float32)}
         np.testing.assert_array_equal(run(m, feeds)["y"], run(r.model, feeds)["y"])

@@ -9,7 +9,7 @@ from _machinery import chain_lab, save_external
 
 import onnx_lab
 from onnx_lab.errors import ExtractError, InputError
-from onnx_lab.numerics.capture import run
+from onnx_lab.runtime.capture import run
 from onnx_lab.samples import build
 from onnx_lab.transforms.extract import boundary
 

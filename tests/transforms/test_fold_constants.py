@@ -198,8 +198,8 @@ def test_fold_with_external_data(tmp_path):
     r = apply("fold_constants", before)
     assert r.modified, r.reason
     assert r.removed == ["/head/fc/Reshape"]
-    from onnx_lab.numerics.capture import run
-    from onnx_lab.numerics.feeds import make_feeds
+    from onnx_lab.runtime.capture import run
+    from onnx_lab.runtime.feeds import make_feeds
 
     feeds = make_feeds(before)
     np.testing.assert_allclose(run(r.model, feeds)["logits"], run(before, feeds)["logits"],

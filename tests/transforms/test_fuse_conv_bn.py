@@ -206,7 +206,7 @@ def test_inside_an_if_body_with_outer_weights():
     assert "w" in r.model.ir.graph.initializers
     import numpy as np
 
-    from onnx_lab.numerics.capture import run
+    from onnx_lab.runtime.capture import run
     for c in (True, False):
         feeds = {"c": np.array(c), "x": rand(1, 2, 5, 5, seed=11)}
         np.testing.assert_allclose(run(r.model, feeds)["y"], run(m, feeds)["y"], atol=1e-5,

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 
 import onnx_lab
-from onnx_lab.numerics import to_fp16
+from onnx_lab import to_fp16
 from onnx_lab.widgets import DriftDebugger
 
 

@@ -10,50 +10,11 @@ import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.units import format_bytes, itemsize
-from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, overridable, register_pass
-from onnx_lab.transforms.passes._util import freed_bytes, nbytes, walk
+from onnx_lab.core.values import foldable_nodes
+from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
+from onnx_lab.transforms.passes._util import freed_bytes, nbytes
 
 logger = logging.getLogger(__name__)
-
-# Never folded: random outputs differ per run; Dropout may be random in training mode; bodies
-# (If/Loop/Scan) are left to the runtime.
-_NEVER = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
-          "Multinomial", "Bernoulli", "Dropout", "Constant"}
-
-
-def _has_body(node: ir.Node) -> bool:
-    return any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
-               for a in node.attributes.values())
-
-
-def _is_const_source(v: ir.Value) -> bool:
-    if overridable(v):
-        return False
-    if v.is_initializer() and v.const_value is not None:
-        return True
-    p = v.producer()
-    return p is not None and p.op_type == "Constant" and p.domain == ""
-
-
-def foldable_nodes(model: LabModel) -> dict[int, tuple[str, ir.Node]]:
-    """Main-graph nodes whose inputs are all constants (initializers, Constant nodes, or
-    outputs of other foldable nodes), keyed by id(node)."""
-    fold: dict[int, tuple[str, ir.Node]] = {}
-    const_out: set[int] = set()
-    for nid, node in walk(model, main_only=True):
-        if node.domain != "":
-            continue
-        if node.op_type == "Constant":
-            const_out.update(id(o) for o in node.outputs)
-            continue
-        ins = [v for v in node.inputs if v is not None]
-        if node.op_type in _NEVER or _has_body(node) or not ins:
-            continue
-        if all(id(v) in const_out or _is_const_source(v) for v in ins):
-            fold[id(node)] = (nid, node)
-            const_out.update(id(o) for o in node.outputs)
-    return fold
-
 
 @register_pass("fold_constants")
 class FoldConstants(LabPass):

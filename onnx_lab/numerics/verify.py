@@ -16,7 +16,7 @@ match. The report is a DataFrame (built when first read after ``apply``: see
 :class:`Report`); only tests turn it into assertions.
 
 Example:
-    >>> from onnx_lab.transforms.verify import verify
+    >>> from onnx_lab.numerics.verify import verify
     >>> report = verify(lab.original.model, lab.model, dims={"batch": 1})
     >>> report.attrs["passed"], report.attrs["first_failure"]
 """
@@ -28,23 +28,28 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import dynamic_dims
+from onnx_lab.core.provenance import node_origin
+from onnx_lab.core.shapes import fit_dims
+from onnx_lab.core.source import load_source
+from onnx_lab.core.subgraph import upstream_model
 from onnx_lab.errors import DimError, InputError, RuntimeLoadError
-from onnx_lab.transforms.base import node_origin
+from onnx_lab.runtime.capture import run as capture_run
+from onnx_lab.runtime.feeds import as_feed_list, input_specs
 
-if TYPE_CHECKING:
-    from onnx_lab.transforms.base import PassResult
+# The step's transforms.base.PassResult: read (provenance) and filled (verify_passed...) by
+# duck typing, since numerics does not import transforms.
+PassResult = Any
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["verify", "report_of", "Report", "tolerance", "REPORT_COLUMNS", "TOLERANCES",
-           "fill_result"]
+           "fill_result", "verify_extract"]
 
 REPORT_COLUMNS = ["tensor", "node_id", "match", "dtype", "max_abs", "max_rel", "passed",
                   "atol", "rtol", "ref_tensor", "ref_node_id", "shape", "note"]
@@ -182,22 +187,12 @@ def align(before: LabModel, after: LabModel, result: PassResult | None = None) -
 
 
 # ---------------------------------------------------------------------------- feeds
-def _fit(model: LabModel, dims: Mapping[str, int] | None,
-         shapes: Mapping[str, Sequence[int]] | None) -> tuple[dict, dict]:
-    """The dims/shapes that apply to ``model`` (a fixed dim is no longer a dim)."""
-    known = dynamic_dims(model)
-    inputs = {v.name for v in model.graph.inputs if v.name not in model.graph.initializers}
-    return ({k: v for k, v in (dims or {}).items() if k in known},
-            {k: list(v) for k, v in (shapes or {}).items() if k in inputs})
-
-
 def _feeds(before: LabModel, after: LabModel, feeds: Any, dims, shapes, seed: int
            ) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
     """(reference feeds, candidate feeds) per sample."""
-    from onnx_lab.numerics.feeds import as_feed_list, input_specs
 
-    a_dims, a_shapes = _fit(after, dims, shapes)
-    b_dims, b_shapes = _fit(before, dims, shapes)
+    a_dims, a_shapes = fit_dims(after, dims, shapes)
+    b_dims, b_shapes = fit_dims(before, dims, shapes)
     a_names = [s[0] for s in input_specs(after)]
     b_names = [s[0] for s in input_specs(before)]
     try:
@@ -280,7 +275,7 @@ def _dtype_name(arr: np.ndarray) -> str:
 def _run(model: LabModel, feeds: dict[str, np.ndarray], names: list[str], providers,
          cache: dict | None, key: str, extra: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Values of ``names`` for one sample, reusing ``cache`` when it holds them."""
-    from onnx_lab.transforms._runner import run
+    from onnx_lab.runtime._runner import run
 
     if cache is not None:
         entry = cache.get(id(model))
@@ -314,8 +309,8 @@ def _cached_sizes(before: LabModel, pairs: list[_Pair], sample: tuple[dict, dict
 
 def _estimate(model: LabModel, names: Sequence[str], feeds: Mapping[str, np.ndarray]
               ) -> dict[str, int | None]:
-    from onnx_lab.numerics.capture import estimate_bytes
-    from onnx_lab.transforms._runner import quick_sizes
+    from onnx_lab.runtime._runner import quick_sizes
+    from onnx_lab.runtime.capture import estimate_bytes
 
     shapes = {k: np.asarray(v).shape for k, v in feeds.items()}
     quick = quick_sizes(model, names, shapes)
@@ -401,12 +396,7 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
               intermediates: bool = True, providers: Any = None,
               cache: dict | None = None) -> Report:
     """:func:`verify` without the DataFrame: its rows and attrs."""
-    from onnx_lab.lab import Lab
-
-    if isinstance(before, Lab):
-        before = before.model
-    if isinstance(after, Lab):
-        after = after.model
+    before, after = load_source(before), load_source(after)
     for label, v in (("atol", atol), ("rtol", rtol)):
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
                               or not 0 <= v < (1 if label == "rtol" else math.inf)):
@@ -484,7 +474,7 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
 
 def _plan(pairs: list[_Pair], sizes: Mapping[str, int | None], max_bytes: int
           ) -> list[list[_Pair]]:
-    from onnx_lab.numerics.capture import plan_chunks
+    from onnx_lab.runtime.capture import plan_chunks
 
     if not pairs:
         return []
@@ -512,3 +502,43 @@ def fill_result(result: PassResult, report: pd.DataFrame | Report, seconds: floa
         result.notes.append(f"verification failed first at tensor {result.first_failure!r} "
                             f"(node {row['node_id']}): {detail}")
     return result
+
+
+def verify_extract(full: LabModel, sub: LabModel, ins: list[str], outs: list[str], *,
+                   dims: Mapping[str, int] | None = None,
+                   shapes: Mapping[str, Sequence[int]] | None = None, feeds: Any = None,
+                   atol: float | None = None, rtol: float | None = None, seed: int = 0,
+                   **_ignored: Any) -> pd.DataFrame:
+    """Verification of an extracted subgraph: the full model runs on seeded inputs (``dims``,
+    ``shapes``), its boundary tensors are fed to ``sub`` and ``sub``'s outputs compared with
+    the full model's (one report row per output, as :func:`verify`)."""
+    samples = as_feed_list(feeds, full, dims, shapes, seed)
+    rows: dict[str, dict[str, Any]] = {}
+    graph_inputs = {v.name for v in full.graph.inputs}
+    wanted = list(dict.fromkeys([n for n in ins if n not in graph_inputs] + outs))
+    reference = upstream_model(full, wanted)
+    for f in samples:
+        ref = capture_run(reference, {k: v for k, v in f.items()
+                              if k in {i.name for i in reference.graph.inputs}},
+                  outputs=wanted)
+        sub_feeds = {n: (f[n] if n in graph_inputs else ref[n]) for n in ins}
+        got = capture_run(sub, sub_feeds)
+        for n in outs:
+            r, c = np.asarray(ref[n]), np.asarray(got[n])
+            dt = _dtype_name(r)
+            a, rt = tolerance(dt, atol, rtol)
+            mabs, mrel, ok, note = _compare(r, c, a, rt)
+            row = rows.setdefault(n, {"tensor": n, "node_id": sub.index.producer.get(n),
+                                      "match": "output", "dtype": dt, "max_abs": 0.0,
+                                      "max_rel": 0.0, "passed": True, "atol": a, "rtol": rt,
+                                      "ref_tensor": n, "ref_node_id": full.index.producer.get(n),
+                                      "shape": list(c.shape), "note": ""})
+            row.update(max_abs=max(row["max_abs"], mabs), max_rel=max(row["max_rel"], mrel),
+                       passed=row["passed"] and ok, note=row["note"] or note)
+    report = pd.DataFrame(list(rows.values()), columns=REPORT_COLUMNS)
+    failing = report.loc[~report["passed"], "tensor"]
+    report.attrs.update(passed=bool(len(failing) == 0),
+                        first_failure=str(failing.iloc[0]) if len(failing) else None,
+                        max_abs_err=float(report["max_abs"].max()) if len(report) else None,
+                        samples=len(samples))
+    return report

@@ -10,7 +10,7 @@ from models import big_weight_model
 
 import onnx_lab
 from onnx_lab.errors import SaveError
-from onnx_lab.numerics.capture import run
+from onnx_lab.runtime.capture import run
 from onnx_lab.samples import build
 
 
@@ -152,7 +152,7 @@ def test_saving_over_a_memory_mapped_source_replaces_it_safely(tmp_path):
 
 
 def test_a_failed_save_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
-    from onnx_lab.transforms import save as save_mod
+    from onnx_lab.core import save as save_mod
 
     src = tmp_path / "m.onnx"
     _big_model(src)

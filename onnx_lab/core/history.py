@@ -1,6 +1,8 @@
-"""Model versions of a Lab: step 0 is the original, every apply/edit adds a step.
+"""Model versions: step 0 is the model as opened, every apply/edit adds a step.
 
-A :class:`History` is a list of :class:`Version` objects and a pointer to the current one.
+A :class:`History` owns the current model with its dims and shapes: a list of
+:class:`Version` objects and a pointer to the current one. The façade (``Lab``) holds one and
+reads its model from it; steps (``onnx_lab.steps``) push onto it and ``core.save`` reads it.
 ``undo``/``redo``/``checkout`` move the pointer; applying after an undo drops the versions
 after the pointer (the redo tail), as editors do. Versions share unchanged tensors (LabModels
 are immutable once indexed), so keeping them costs the graph structure, not the weights.
@@ -14,15 +16,18 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import InputError
 
-if TYPE_CHECKING:
-    from onnx_lab.transforms.base import PassResult
+# A version's result is a transforms.base.PassResult (or None for step 0); core does not
+# import transforms, so it is typed by what History reads of it.
+PassResult = Any
 
 __all__ = ["Version", "History", "HISTORY_COLUMNS"]
 
@@ -62,14 +67,63 @@ class Version:
 
 
 class History:
-    """Versions of a model and the current pointer."""
+    """Versions of a model and the current pointer.
 
-    def __init__(self, model: LabModel, *, dims: dict[str, int] | None = None,
-                 shapes: dict[str, list[int]] | None = None,
-                 result: PassResult | None = None) -> None:
+    Attributes:
+        versions: every version, step 0 first.
+        current: the step the history shows.
+        derived_from: for a history that does not start from a file (an extracted subgraph,
+            a converted model), a sentence saying what it was derived from.
+        source_path: the file the first model of the chain was opened from (also for derived
+            histories), which ``save`` never overwrites without ``overwrite=True``.
+    """
+
+    def __init__(self, model: LabModel, *, dims: Mapping[str, int] | None = None,
+                 shapes: Mapping[str, Sequence[int]] | None = None,
+                 result: PassResult | None = None, derived_from: str | None = None,
+                 source_path: Path | None = None) -> None:
         self.versions: list[Version] = [Version(0, model, result, dict(dims or {}),
                                                 {k: list(v) for k, v in (shapes or {}).items()})]
         self.current = 0
+        self.derived_from = derived_from
+        self.source_path = source_path if source_path is not None else model.path
+
+    # -- the current version ---------------------------------------------------------------
+    @property
+    def model(self) -> LabModel:
+        """The current version's model."""
+        return self.version.model
+
+    @property
+    def dims(self) -> dict[str, int]:
+        """Dim values valid for the current version."""
+        return self.version.dims
+
+    @dims.setter
+    def dims(self, dims: Mapping[str, int]) -> None:
+        self.version.dims = dict(dims)
+
+    @property
+    def shapes(self) -> dict[str, list[int]]:
+        """Input shapes valid for the current version."""
+        return self.version.shapes
+
+    @shapes.setter
+    def shapes(self, shapes: Mapping[str, Sequence[int]]) -> None:
+        self.version.shapes = {k: list(v) for k, v in shapes.items()}
+
+    @property
+    def path(self) -> Path | None:
+        """The file step 0 was opened from (where external weights are read from)."""
+        return self.original.model.path
+
+    def files_read(self) -> set[Path]:
+        """External data files any version reads from (a save must not replace them)."""
+        files: set[Path] = set()
+        for v in self.versions:
+            for t in v.model.external_tensors():
+                files.add((Path(t.base_dir) / t.location).resolve())
+        return files
 
     # -- reading -------------------------------------------------------------------------
     @property
@@ -100,9 +154,9 @@ class History:
         return len(self.versions)
 
     # -- moving --------------------------------------------------------------------------
-    def push(self, result: PassResult, *, dims: dict[str, int], shapes: dict[str, list[int]]
-             ) -> Version:
-        """Add a version after the current one, dropping any redo tail."""
+    def push(self, result: PassResult, *, dims: Mapping[str, int],
+             shapes: Mapping[str, Sequence[int]]) -> Version:
+        """Add ``result.model`` as a version after the current one, dropping any redo tail."""
         del self.versions[self.current + 1:]
         v = Version(len(self.versions), result.model, result, dict(dims),
                     {k: list(s) for k, s in shapes.items()})

@@ -17,6 +17,7 @@ import numpy as np
 
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dtype_name, shape_tuple, validate_dims
+from onnx_lab.core.source import resolve
 from onnx_lab.errors import DimError, InputError
 
 __all__ = ["make_feeds", "as_feed_list", "input_specs", "resolve_input_shapes", "Feeds"]
@@ -29,20 +30,6 @@ _NP_DTYPES = {
     "int32": np.int32, "uint32": np.uint32, "int64": np.int64, "uint64": np.uint64,
     "bool": np.bool_,
 }
-
-
-def _model_of(source: Any) -> tuple[LabModel, dict, dict]:
-    """(LabModel, dims, shapes) of a Lab or LabModel."""
-    from onnx_lab.lab import Lab
-
-    if isinstance(source, Lab):
-        return source.model, dict(source.dims), dict(source.shapes)
-    if isinstance(source, LabModel):
-        return source, {}, {}
-    from onnx_lab.lab import open_lab
-
-    lab = open_lab(source)
-    return lab.model, {}, {}
 
 
 def input_specs(model: LabModel) -> list[tuple[str, str | None, tuple | None]]:
@@ -140,9 +127,7 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
     Raises:
         DimError: dims left unresolved, listing each and how to pass it.
     """
-    model, d0, s0 = _model_of(source)
-    dims = {**d0, **(dims or {})}
-    shapes = {**s0, **(shapes or {})}
+    model, dims, shapes = resolve(source, dims, shapes)
     if not isinstance(n, int) or n < 1:
         raise InputError(f"n must be a positive int, got {n!r}.", fix="Use n=1 or more.")
     concrete = resolve_input_shapes(model, dims, shapes)
@@ -189,9 +174,9 @@ def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
     or unknown input, a wrong dtype kind or a shape that contradicts a fixed dim raises
     InputError naming the input.
     """
-    model, d0, s0 = _model_of(source)
+    model, dims, shapes = resolve(source, dims, shapes)
     if feeds is None:
-        return [make_feeds(model, {**d0, **(dims or {})}, {**s0, **(shapes or {})}, seed=seed)]
+        return [make_feeds(model, dims, shapes, seed=seed)]
     if isinstance(feeds, (str, Path)):
         path = Path(feeds)
         if not path.is_file():

@@ -12,7 +12,7 @@ from onnx import helper
 
 import onnx_lab
 from onnx_lab.errors import DimError, InputError
-from onnx_lab.transforms.verify import REPORT_COLUMNS, tolerance, verify
+from onnx_lab.numerics.verify import REPORT_COLUMNS, tolerance, verify
 
 
 def test_wrong_rewrite_is_caught_and_first_failure_named():
@@ -182,10 +182,10 @@ def test_nchwc_blocked_tensors_are_not_compared_after_ort_all():
 
 
 def test_in_memory_runner_matches_make_session(tmp_path):
-    from onnx_lab.numerics.capture import capturable_tensors, run
-    from onnx_lab.numerics.feeds import make_feeds
+    from onnx_lab.runtime.capture import capturable_tensors, run
+    from onnx_lab.runtime.feeds import make_feeds
     from onnx_lab.samples import build
-    from onnx_lab.transforms import _runner
+    from onnx_lab.runtime import _runner
 
     path = tmp_path / "tiny_external.onnx"
     proto = build("convnet")
@@ -216,7 +216,7 @@ def test_reference_that_onnxruntime_cannot_run_says_how_to_skip_verification():
 
 
 def test_preset_reuses_each_steps_captures_as_the_next_reference(monkeypatch):
-    from onnx_lab.transforms import _runner
+    from onnx_lab.runtime import _runner
 
     calls = []
     real = _runner.run
@@ -258,8 +258,8 @@ def test_runner_feeds_large_weights_as_inputs_with_make_sessions_values(ir_versi
     # keeps its single entry. Values must equal a make_session run bit for bit.
     from onnx import numpy_helper
 
-    from onnx_lab.numerics.capture import run
-    from onnx_lab.transforms import _runner
+    from onnx_lab.runtime.capture import run
+    from onnx_lab.runtime import _runner
 
     rng = np.random.default_rng(0)
     w = rng.standard_normal((64, 32)).astype(np.float32)
@@ -288,8 +288,8 @@ def test_runner_feeds_large_weights_as_inputs_with_make_sessions_values(ir_versi
 def test_quick_sizes_agree_with_the_full_estimate():
     # The chunk plan's sizes come from shape inference on the graph prepared for running;
     # where it knows a size it must be the full estimate's.
-    from onnx_lab.numerics.capture import capturable_tensors, estimate_bytes
-    from onnx_lab.transforms._runner import quick_sizes
+    from onnx_lab.runtime.capture import capturable_tensors, estimate_bytes
+    from onnx_lab.runtime._runner import quick_sizes
 
     lab = onnx_lab.open("sample:transformer_block")
     shapes = {n: s for n, s in

@@ -30,7 +30,8 @@ from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["available_providers", "resolve_providers", "make_session", "OPT_LEVELS",
+__all__ = ["available_providers", "default_providers", "fallback_chain", "PROFILED_PROVIDERS",
+           "resolve_providers", "make_session", "OPT_LEVELS",
            "runtime_proto", "weightless_proto", "weight_array", "PLACEHOLDER"]
 
 OPT_LEVELS = ("disable", "basic", "extended", "all")
@@ -43,6 +44,9 @@ KNOWN_PROVIDERS = (
     "QNNExecutionProvider", "XnnpackExecutionProvider", "AzureExecutionProvider",
     "WebGpuExecutionProvider", "NvTensorRTRTXExecutionProvider", "VitisAIExecutionProvider",
 )
+
+
+PROFILED_PROVIDERS = ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
 
 
 def available_providers() -> list[str]:
@@ -403,3 +407,22 @@ def _explain_ort_error(e: Exception) -> str:
     if len(first) > 400:
         first = first[:400] + "…"
     return f"onnxruntime cannot load or run the model: {first}"
+
+
+def default_providers() -> tuple[list[str], list[str]]:
+    """(providers to profile by default, notes on the skipped ones)."""
+    avail = available_providers()
+    use = [p for p in PROFILED_PROVIDERS if p in avail]
+    notes = [f"{p} is not available in this onnxruntime build (installed: {', '.join(avail)}); "
+             "skipped" for p in PROFILED_PROVIDERS if p not in avail]
+    return use, notes
+
+
+def fallback_chain(p: str) -> list[str]:
+    """The providers of a session that profiles or test-loads on ``p``: CPU runs the ops a
+    device provider cannot (the trace says who ran each node)."""
+    if p == "TensorrtExecutionProvider":
+        return [p, "CUDAExecutionProvider", "CPUExecutionProvider"]
+    if p == "CPUExecutionProvider":
+        return [p]
+    return [p, "CPUExecutionProvider"]

@@ -24,7 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.numerics.session import weight_array, weightless_proto
+from onnx_lab.runtime.session import weight_array, weightless_proto
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def _fast(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[st
           providers: Any) -> dict[str, np.ndarray]:
     import onnxruntime as ort
 
-    from onnx_lab.numerics.session import resolve_providers
+    from onnx_lab.runtime.session import resolve_providers
 
     for g in model.ir.graphs():
         if g is not model.graph and any(isinstance(v.const_value, ir.ExternalTensor)
@@ -158,6 +158,6 @@ def run(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[str]
         return _fast(model, feeds, outputs, providers)
     except Exception as e:  # noqa: BLE001 - any failure: the reference path decides and explains
         logger.debug("in-memory weights path failed (%s); using make_session", e)
-    from onnx_lab.numerics.capture import run as capture_run
+    from onnx_lab.runtime.capture import run as capture_run
 
     return capture_run(model, feeds, outputs=list(outputs), providers=providers)

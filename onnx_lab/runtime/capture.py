@@ -16,7 +16,7 @@ import numpy as np
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.units import itemsize
 from onnx_lab.errors import RuntimeLoadError
-from onnx_lab.numerics.session import make_session
+from onnx_lab.runtime.session import make_session
 
 logger = logging.getLogger(__name__)
 

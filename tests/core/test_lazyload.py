@@ -8,8 +8,8 @@ import pandas as pd
 from numerics_helpers import convnet, scaled_copy
 
 import onnx_lab
-from onnx_lab.numerics import _lazyload
-from onnx_lab.numerics._lazyload import open_lazy
+from onnx_lab.core import _lazyload
+from onnx_lab.core._lazyload import open_lazy
 
 
 def test_lazy_model_reads_weights_from_the_file(tmp_path, monkeypatch):

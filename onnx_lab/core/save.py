@@ -1,4 +1,4 @@
-"""Saving a Lab's current version, never over the user's source file unless asked.
+"""Saving a history's current version, never over the user's source file unless asked.
 
 Node provenance (``onnx_lab.origin`` metadata) is saved with the nodes, so ``origins``
 survive save/load. External data: ``"auto"`` writes weights to ``<file>.data`` when the model
@@ -19,17 +19,14 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
 from onnx_lab.core._wire import encode_varint as _varint
+from onnx_lab.core.history import History
 from onnx_lab.errors import SaveError
-
-if TYPE_CHECKING:
-    from onnx_lab.lab import Lab
 
 logger = logging.getLogger(__name__)
 
@@ -46,18 +43,9 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-def _read_files(lab: Lab) -> set[Path]:
-    """External data files any version of the Lab reads from."""
-    files: set[Path] = set()
-    for v in lab._history.versions:
-        for t in v.model.external_tensors():
-            files.add((Path(t.base_dir) / t.location).resolve())
-    return files
-
-
-def save(lab: Lab, path: str | os.PathLike, *, external_data: bool | str = "auto",
+def save(history: History, path: str | os.PathLike, *, external_data: bool | str = "auto",
          overwrite: bool = False) -> Path:
-    """Write the Lab's current version to ``path``.
+    """Write the history's current version to ``path`` (``Lab.save`` calls this).
 
     Args:
         path: the .onnx file to write (its folder is created).
@@ -74,13 +62,13 @@ def save(lab: Lab, path: str | os.PathLike, *, external_data: bool | str = "auto
             the model is too large for one file.
 
     Example:
-        >>> lab.save("out/model.onnx", external_data=True)
+        >>> lab.save("out/model.onnx", external_data=True)   # calls save(lab.history, ...)
     """
     target = Path(path)
     if target.is_dir():
         raise SaveError(f"{str(target)!r} is a folder.", fix="Pass a file path such as "
                         f"{str(target / 'model.onnx')!r}.")
-    source = lab.path
+    source = history.source_path
     if source is not None and not overwrite and (
             _same(target, source) or target.resolve() == Path(source).resolve()):
         raise SaveError(f"Refusing to overwrite the source model {str(source)!r}.",
@@ -88,10 +76,10 @@ def save(lab: Lab, path: str | os.PathLike, *, external_data: bool | str = "auto
     if not isinstance(external_data, (bool, str)):
         raise SaveError(f"external_data must be 'auto', True, False or a file name, got "
                         f"{external_data!r}.", fix="Pass external_data=True.")
-    model = lab.model
+    model = history.model
     size = model.weights_nbytes()
     if external_data == "auto":
-        use_external = lab._history.original.model.has_external_data or \
+        use_external = history.original.model.has_external_data or \
             size + _GRAPH_MARGIN >= _LIMIT
         data_name = f"{target.name}.data"
     elif external_data is True:
@@ -109,7 +97,7 @@ def save(lab: Lab, path: str | os.PathLike, *, external_data: bool | str = "auto
     target.parent.mkdir(parents=True, exist_ok=True)
     with _replacing(target) as tmp:
         if use_external:
-            reading = _read_files(lab)
+            reading = history.files_read()
             base, k = data_name, 1
             while (target.parent / data_name).resolve() in reading:
                 data_name = f"{base}.{k}"

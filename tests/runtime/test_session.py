@@ -10,8 +10,8 @@ from models import save_external
 
 import onnx_lab
 from onnx_lab.errors import InputError, ProviderError
-from onnx_lab.numerics.feeds import make_feeds
-from onnx_lab.numerics.session import make_session, resolve_providers
+from onnx_lab.runtime.feeds import make_feeds
+from onnx_lab.runtime.session import make_session, resolve_providers
 
 
 def test_profiling_trace_never_lands_in_the_working_folder(tmp_path, monkeypatch):
@@ -133,7 +133,7 @@ def test_ort_offline_levels_write_the_handed_over_weights(tmp_path):
 
 
 def test_providers_that_compile_the_graph_get_the_whole_model():
-    from onnx_lab.numerics.session import _light_session_data
+    from onnx_lab.runtime.session import _light_session_data
 
     lab = onnx_lab.open(_weights_everywhere()[0])
     assert _light_session_data(lab.model, ["CPUExecutionProvider"], None, ()) is not None

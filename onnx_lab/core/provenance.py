@@ -1,0 +1,57 @@
+"""Provenance: which nodes of the original model each node of a later version comes from.
+
+Every transform stamps its new or changed nodes with ``metadata_props["onnx_lab.origin"]``, a
+JSON list of node ids of the model as opened. The key composes across steps and survives
+save/load, so every layer (alignment in numerics, the graph views in render, the history in the
+façade) reads origins through this module. onnx_ir's own passes do not track provenance,
+which is why it exists.
+
+Example:
+    >>> from onnx_lab.core.provenance import origins
+    >>> lab.apply("fuse_conv_bn")
+    >>> origins(lab.model)["/stem/conv/Conv"]
+    ['/stem/conv/Conv', '/stem/bn/BatchNormalization']
+"""
+
+from __future__ import annotations
+
+import json
+
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+
+__all__ = ["ORIGIN_KEY", "node_origin", "origins", "stamp_origins"]
+
+ORIGIN_KEY = "onnx_lab.origin"
+
+
+def node_origin(node: ir.Node, fallback: str) -> list[str]:
+    """Original node ids of ``node`` (its ``onnx_lab.origin`` stamp, else ``[fallback]``)."""
+    raw = node.metadata_props.get(ORIGIN_KEY)
+    if raw:
+        try:
+            value = json.loads(raw)
+            if isinstance(value, list):
+                return [str(v) for v in value]
+        except json.JSONDecodeError:
+            pass
+    return [fallback]
+
+
+def origins(model: LabModel) -> dict[str, list[str]]:
+    """For every node id of ``model``: the node ids of the original model it comes from.
+
+    Example:
+        >>> r = lab.apply("fuse_conv_bn")
+        >>> origins(lab.model)["/stem/conv/Conv"]
+        ['/stem/conv/Conv', '/stem/bn/BatchNormalization']
+    """
+    return {nid: node_origin(e.node, nid) for nid, e in model.index.entries.items()}
+
+
+def stamp_origins(model: LabModel) -> None:
+    """Write each node's origin into its metadata (in place; ids of ``model`` itself)."""
+    for nid, e in model.index.entries.items():
+        if ORIGIN_KEY not in e.node.metadata_props:
+            e.node.metadata_props[ORIGIN_KEY] = json.dumps([nid])

@@ -1,0 +1,53 @@
+"""The part of a model between tensors: which inputs an output depends on, and the model
+that computes only some tensors (so a reference run near the inputs of a multi-GB model maps
+only the weights it needs). Used by extraction and by verification.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+
+__all__ = ["reached_inputs", "upstream_model"]
+
+
+def reached_inputs(model: LabModel, inputs: list[str], outputs: list[str]) -> list[str]:
+    """Model inputs the outputs depend on when the walk stops at ``inputs``."""
+    idx = model.index
+    g = model.graph
+    graph_inputs = [v.name for v in g.inputs if v.name not in g.initializers]
+    stop = set(inputs)
+    seen: set[str] = set()
+    stack = list(outputs)
+    reached: set[str] = set()
+    while stack:
+        t = stack.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        if t in stop:
+            continue
+        if t in graph_inputs:
+            reached.add(t)
+            continue
+        nid = idx.producer.get(t)
+        if nid is None:
+            continue
+        e = idx.entries[nid]
+        stack.extend(v.name for v in e.node.inputs if v is not None and v.name)
+        stack.extend(e.implicit_inputs)
+    return [n for n in graph_inputs if n in reached]
+
+
+def upstream_model(model: LabModel, tensors: list[str]) -> LabModel:
+    """The part of ``model`` that computes ``tensors`` (so a reference run of a subgraph near
+    the inputs of a multi-GB model maps only the weights it needs); the model on failure."""
+    try:
+        ins = reached_inputs(model, [], tensors)
+        graph = ir.convenience.extract(model.graph, ins, tensors)
+        graph.opset_imports.update(model.ir.opset_imports)
+        return LabModel(ir.Model(graph, ir_version=model.ir.ir_version,
+                                 functions=list(model.ir.functions.values())), path=model.path)
+    except ValueError:
+        return model

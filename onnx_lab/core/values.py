@@ -1,0 +1,112 @@
+"""Constant values: the one answer to "is this value a constant, and what is it?".
+
+A value is a constant when it is an initializer or the output of a standard ``Constant`` node
+(PaddlePaddle and other exporters keep weights in Constant nodes), unless the user may feed it
+at run time (:func:`overridable`). Every layer asks here: passes, the cost model, the
+compatibility checks, extraction, the graph diff and the constant-subgraph summary.
+
+Example:
+    >>> from onnx_lab.core.values import const_array, is_constant
+    >>> w = lab.index.node("/stem/conv/Conv").inputs[1]
+    >>> is_constant(w), const_array(w).shape
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_lab.core.model import IR_VERSION_META, LabModel
+
+__all__ = ["overridable", "constant_producer", "is_constant", "const_array", "foldable_nodes"]
+
+_STANDARD = ("", "ai.onnx")
+
+# Never folded: random outputs differ per run; Dropout may be random in training mode; bodies
+# (If/Loop/Scan) are left to the runtime.
+_NEVER_FOLDED = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                 "Multinomial", "Bernoulli", "Dropout", "Constant"}
+
+
+def overridable(value: ir.Value) -> bool:
+    """Whether a user may feed ``value`` at run time (a graph input, initializer or not).
+
+    IR < 4 required every initializer to be listed as a graph input too (onnx-caffe2 and other
+    old exports list hundreds), and onnxruntime treats those as constants; from IR 4 on an
+    initializer listed as an input is a default the user can override.
+    """
+    if not value.is_graph_input():
+        return False
+    if value.is_initializer() and value.graph is not None:
+        version = value.graph.meta.get(IR_VERSION_META)
+        if version is not None and version < 4:
+            return False
+    return True
+
+
+def constant_producer(value: ir.Value | None) -> ir.Node | None:
+    """The standard ``Constant`` node that produces ``value``, else None."""
+    prod = value.producer() if value is not None else None
+    if prod is not None and prod.op_type == "Constant" and prod.domain in _STANDARD:
+        return prod
+    return None
+
+
+def is_constant(value: ir.Value | None, *, stored: bool = False) -> bool:
+    """Whether ``value`` is an initializer (with data) or a Constant node's output.
+
+    Args:
+        stored: also count initializers the user may override at run time (they hold a
+            stored value: weights for the cost model, data for the graph diff).
+    """
+    if value is None or (not stored and overridable(value)):
+        return False
+    if value.const_value is not None:
+        return True
+    return constant_producer(value) is not None
+
+
+def const_array(value: ir.Value | None, *, stored: bool = False) -> np.ndarray | None:
+    """The constant value of ``value`` (see :func:`is_constant`), else None.
+
+    None also when the data cannot be read (e.g. a missing external data file): such a value is
+    not a usable constant.
+    """
+    if value is None or (not stored and overridable(value)):
+        return None
+    if value.const_value is not None:
+        try:
+            return value.const_value.numpy()
+        except Exception:  # noqa: BLE001 - e.g. missing external data: not a usable constant
+            return None
+    if constant_producer(value) is not None:
+        t = ir.convenience.get_const_tensor(value)
+        return t.numpy() if t is not None else None
+    return None
+
+
+def _has_body(node: ir.Node) -> bool:
+    return any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+               for a in node.attributes.values())
+
+
+def foldable_nodes(model: LabModel) -> dict[int, tuple[str, ir.Node]]:
+    """Main-graph nodes whose inputs are all constants (initializers, Constant nodes, or
+    outputs of other foldable nodes), keyed by id(node), in topological order."""
+    fold: dict[int, tuple[str, ir.Node]] = {}
+    const_out: set[int] = set()
+    idx = model.index
+    for nid in idx.topo_order(""):
+        node = idx.entries[nid].node
+        if node.domain != "":
+            continue
+        if node.op_type == "Constant":
+            const_out.update(id(o) for o in node.outputs)
+            continue
+        ins = [v for v in node.inputs if v is not None]
+        if node.op_type in _NEVER_FOLDED or _has_body(node) or not ins:
+            continue
+        if all(id(v) in const_out or is_constant(v) for v in ins):
+            fold[id(node)] = (nid, node)
+            const_out.update(id(o) for o in node.outputs)
+    return fold
