@@ -24,6 +24,7 @@ import onnx_ir as ir
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
+from onnx_lab.core.values import is_constant
 from onnx_lab.runtime.session import default_providers, fallback_chain
 
 logger = logging.getLogger(__name__)
@@ -65,15 +66,6 @@ def ort_max_opsets() -> dict[str, int]:
 def _row(severity: str, code: str, node_id: str | None, message: str, fix: str) -> dict:
     return {"severity": severity, "code": code, "node_id": node_id, "message": message,
             "fix": fix}
-
-
-def _is_const(v) -> bool:
-    if v is None:
-        return True  # an omitted optional input
-    if v.const_value is not None:
-        return True
-    p = v.producer()
-    return p is not None and p.op_type == "Constant"
 
 
 def check(model: Any, *, providers: str | Sequence[str] | None = None,
@@ -271,7 +263,7 @@ def _value_shapes(lm: LabModel, dims: dict, shapes: dict) -> list[dict]:
             # [batch, seq, 12, 64] in transformer exports) are not a problem.
             inferred = out is not None and out.shape is not None and all(
                 d is not None for d in out.shape)
-            if v is not None and not _is_const(v) and (n.op_type == "TopK" or not inferred):
+            if v is not None and not is_constant(v) and (n.op_type == "TopK" or not inferred):
                 sev = "warning" if n.op_type == "TopK" else "info"
                 rows.append(_row(sev, "value_dependent_shape", nid,
                                  f"{n.op_type} takes its {what} from a computed tensor "

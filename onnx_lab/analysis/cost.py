@@ -31,6 +31,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import TensorInfo
 from onnx_lab.core.source import resolve
 from onnx_lab.core.units import itemsize
+from onnx_lab.core.values import is_constant
 from onnx_lab.errors import InputError
 
 __all__ = ["cost", "Cost", "Roofline", "NODE_COLUMNS", "itemsize"]
@@ -490,15 +491,6 @@ class Cost:
             f"<ul>{notes}</ul>" if notes else "") + "</div>"
 
 
-def _is_param(v) -> bool:
-    if v is None:
-        return False
-    if v.const_value is not None:
-        return True
-    p = v.producer()
-    return p is not None and p.op_type == "Constant" and p.domain in ("", "ai.onnx")
-
-
 def _const_int(v) -> int | None:
     """The value of a scalar integer constant (initializer or Constant output), else None."""
     if v is None:
@@ -640,7 +632,7 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
             size = itemsize(types[v.name].dtype if v.name in types else None) or 0
             n = _prod(s)
             ibytes += n * size
-            if _is_param(v):
+            if is_constant(v, stored=True):
                 params += n
                 pbytes += n * size
                 param_seen[v.name] = (n, n * size)
@@ -733,7 +725,7 @@ def _liveness(lm: LabModel, types: dict[str, TensorInfo]) -> tuple[pd.DataFrame,
     for i, nid in enumerate(order):
         node = idx.entries[nid].node
         for o in node.outputs:
-            if not o.name or _is_param(o):
+            if not o.name or is_constant(o, stored=True):
                 continue
             size[o.name] = nbytes(o.name)
             live += size[o.name]

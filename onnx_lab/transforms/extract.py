@@ -27,6 +27,7 @@ import onnx_ir as ir
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import fit_dims, named_shapes, shape_tuple
 from onnx_lab.core.subgraph import reached_inputs
+from onnx_lab.core.values import constant_producer
 from onnx_lab.errors import ExtractError, InputError, close_matches
 from onnx_lab.transforms.base import PassResult
 
@@ -88,7 +89,7 @@ def boundary(model: LabModel, nodes: Sequence[str]) -> tuple[list[str], list[str
             if n in produced or n in inputs:
                 continue
             v = idx.values.get(n)
-            if n in g.initializers or (v is not None and _is_constant(v)):
+            if n in g.initializers or constant_producer(v) is not None:
                 continue
             inputs.append(n)
     graph_outputs = {v.name for v in g.outputs}
@@ -103,12 +104,6 @@ def boundary(model: LabModel, nodes: Sequence[str]) -> tuple[list[str], list[str
     if not outputs:
         outputs = [v.name for v in idx.entries[inside[-1]].node.outputs if v.name]
     return inputs, outputs
-
-
-def _is_constant(v: ir.Value) -> bool:
-    p = v.producer()
-    return p is not None and p.op_type == "Constant" and p.domain in ("", "ai.onnx") \
-        and not p.inputs
 
 
 def extract_model(model: LabModel, inputs: Sequence[str] | None = None,
