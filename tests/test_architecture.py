@@ -1,0 +1,112 @@
+"""The layer order of ../shared/STYLE.md and docs/architecture.md, checked on every import.
+
+core ← runtime ← (analysis | transforms | numerics | profiling) ← render ← (façade | widgets |
+cli). Every ``import`` statement in onnx_lab/ is read from the source (function bodies and
+``if TYPE_CHECKING`` blocks included: a lazy import hides an arrow, it does not remove it). An
+import may point to its own layer's package or below, never above, and the four middle
+packages never import each other.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "onnx_lab"
+
+# Layer rank of each top-level part of onnx_lab. Parts of one rank may import each other
+# only where the rank says so (SIBLINGS_MAY_IMPORT).
+LAYERS: dict[str, int] = {
+    "errors": 0, "_pandas": 0, "_progress": 0, "_exit": 0, "_display": 0, "core": 0,
+    "runtime": 1,
+    "analysis": 2, "transforms": 2, "numerics": 2, "profiling": 2,
+    "render": 3,
+    "lab": 4, "steps": 4, "samples": 4, "widgets": 4, "cli": 4, "__init__": 4,
+}
+SIBLINGS_MAY_IMPORT = {0: True, 1: True, 2: False, 3: True, 4: True}
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _module_name(path: Path, root: Path) -> tuple[str, str]:
+    """(module name, package used to resolve relative imports)."""
+    rel = path.relative_to(root.parent).with_suffix("")
+    name = ".".join(rel.parts)
+    if name.endswith(".__init__"):
+        name = name[: -len(".__init__")]
+        return name, name
+    return name, name.rsplit(".", 1)[0]
+
+
+def _imports(path: Path, root: Path) -> list[tuple[int, str]]:
+    name, package = _module_name(path, root)
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod == "onnx_lab":  # from onnx_lab import x: x is the part
+                out += [(node.lineno, f"onnx_lab.{a.name}") for a in node.names]
+            else:
+                out.append((node.lineno, mod))
+    return [(line, m) for line, m in out if m == "onnx_lab" or m.startswith("onnx_lab.")]
+
+
+def violations(root: Path = PACKAGE) -> list[str]:
+    """Every import in ``root`` that points against the layer order."""
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        name, _ = _module_name(path, root)
+        src = _part(name)
+        for line, target in _imports(path, root):
+            dst = _part(target)
+            if dst == src:
+                continue
+            if src not in LAYERS or dst not in LAYERS:
+                bad.append(f"{path.relative_to(root.parent)}:{line} {target}: "
+                           f"'{src if src not in LAYERS else dst}' has no layer in LAYERS")
+                continue
+            rs, rd = LAYERS[src], LAYERS[dst]
+            if rd > rs or (rd == rs and not SIBLINGS_MAY_IMPORT[rs]):
+                bad.append(f"{path.relative_to(root.parent)}:{line} imports {target} "
+                           f"({src} is layer {rs}, {dst} is layer {rd})")
+    return bad
+
+
+def test_no_import_points_against_the_layer_order():
+    bad = violations()
+    assert not bad, "imports against the layer order:\n" + "\n".join(bad)
+
+
+def test_every_part_of_the_package_has_a_layer():
+    parts = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+             if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))}
+    assert parts <= set(LAYERS), f"parts without a layer: {sorted(parts - set(LAYERS))}"
+
+
+@pytest.mark.parametrize("source, ok", [
+    ("from onnx_lab.core.model import LabModel\n", True),
+    ("def f():\n    from onnx_lab.lab import Lab\n", False),            # lazy, still upward
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+     "    from onnx_lab.render import view\n", False),                   # type-only, upward
+    ("from onnx_lab.transforms import base\n", False),                  # sideways
+    ("from .. import lab\n", False),                                     # relative, upward
+])
+def test_the_check_catches_what_it_must(tmp_path, source, ok):
+    pkg = tmp_path / "onnx_lab"
+    (pkg / "numerics").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "numerics" / "__init__.py").write_text("")
+    (pkg / "numerics" / "probe.py").write_text(source)
+    assert (violations(pkg) == []) is ok
