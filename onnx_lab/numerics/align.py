@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.provenance import ORIGIN_KEY, origins
+from onnx_lab.core.provenance import ORIGIN_KEY, node_origin, origins
 
 logger = logging.getLogger(__name__)
 
@@ -303,3 +305,108 @@ def _align_dict(names: Sequence[str], candidate: LabModel) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=ALIGN_COLUMNS)
     key = df["depth"].fillna(1 << 30)
     return df.iloc[key.argsort(kind="stable")].reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------- versions
+@dataclass
+class VersionPair:
+    """A tensor of a new version and the one it is compared with in the previous version."""
+
+    tensor: str          # name in the candidate (after)
+    ref: str             # name in the reference (before)
+    node_id: str | None  # producer in the candidate
+    ref_node_id: str | None
+    match: str           # 'output' | 'name' | 'provenance'
+    topo: int
+
+
+def version_tensors(model: LabModel) -> list[tuple[str, str, int]]:
+    """(tensor, producer id, topo) of main-graph node outputs, topological order.
+
+    Tensors in onnxruntime's NCHWc blocked layout (``ort:all``) are left out: their element
+    order differs from the NCHW tensors they stand for. So are outputs nothing reads (an
+    inference Dropout's mask, whose dtype and values opsets define differently): they cannot
+    change the model's results.
+    """
+    # Called several times per step for each model (align, then the capture list).
+    return model.cached(("verify_main_outputs",), lambda: _scanversion_tensors(model))
+
+
+def _scanversion_tensors(model: LabModel) -> list[tuple[str, str, int]]:
+    from onnx_lab.core._layout import blocked_layout_tensors
+
+    idx = model.index
+    out = []
+    seen: set[str] = blocked_layout_tensors(model)
+    graph_outputs = {v.name for v in model.graph.outputs}
+    for nid in idx.topo_order(""):
+        e = idx.entries[nid]
+        for v in e.node.outputs:
+            if not idx.consumers.get(v.name) and v.name not in graph_outputs:
+                continue
+            if v.name and v.name not in seen:
+                seen.add(v.name)
+                out.append((v.name, nid, e.topo))
+    return out
+
+
+def align_versions(before: LabModel, after: LabModel, result: Any = None) -> list[VersionPair]:
+    """Tensor pairs to compare between two versions of one model (``after``'s topological
+    order): graph outputs, unchanged producers by name, and fused nodes through the step's
+    provenance (``result.provenance``: new node id -> ids in ``before``) or the
+    ``onnx_lab.origin`` stamps. Unlike :func:`align`, which pairs any two models, this knows
+    which producers the step changed, so a kept name on a changed node is not a match."""
+    b_idx, a_idx = before.index, after.index
+    b_outs = [v.name for v in before.graph.outputs]
+    a_outs = [v.name for v in after.graph.outputs]
+    pairs: dict[str, VersionPair] = {}
+    topo_of = {name: t for name, _nid, t in version_tensors(after)}
+    for i, name in enumerate(a_outs):
+        ref = name if name in b_outs else (b_outs[i] if i < len(b_outs) else None)
+        if ref is None:
+            continue
+        pairs[name] = VersionPair(name, ref, a_idx.producer.get(name), b_idx.producer.get(ref),
+                            "output", topo_of.get(name, -1))
+    b_main = {name: nid for name, nid, _t in version_tensors(before)}
+    b_topo = {nid: b_idx.entries[nid].topo for nid in b_main.values()}
+    by_origin: dict[str, list[str]] = {}
+    for nid in b_main.values():
+        for o in node_origin(b_idx.entries[nid].node, nid):
+            by_origin.setdefault(o, []).append(nid)
+    b_origin = {nid: set(node_origin(b_idx.entries[nid].node, nid)) for nid in b_main.values()}
+    used_refs = {p.ref for p in pairs.values()}
+    prov = dict(result.provenance) if result is not None else {}
+    for name, nid, topo in version_tensors(after):
+        if name in pairs:
+            continue
+        node = a_idx.entries[nid].node
+        # A tensor name means the same value only when its producer is unchanged: a fused
+        # node may keep its first part's output name while computing the last part's value.
+        changed = nid in prov or (nid in b_idx.entries and set(node_origin(node, nid))
+                                  != b_origin.get(nid, {nid}))
+        if name in b_main and not changed:
+            pairs[name] = VersionPair(name, name, nid, b_main[name], "name", topo)
+            used_refs.add(name)
+            continue
+        # The node's sources in the previous model: the pass's provenance, else the
+        # before-nodes whose origins are all among this node's origins.
+        sources = [s for s in prov.get(nid, []) if s in b_idx.entries]
+        if not sources:
+            origin = set(node_origin(node, nid))
+            cands = {c for o in origin for c in by_origin.get(o, ())}
+            sources = [c for c in cands if b_origin[c] <= origin]
+        if not sources or (len(sources) > 1 and len(node.outputs) > 1):
+            continue  # a multi-output node made of several nodes: no output-to-output map
+        last = max(sources, key=lambda s: b_idx.entries[s].topo)
+        last_node = b_idx.entries[last].node
+        k = list(node.outputs).index(next(v for v in node.outputs if v.name == name))
+        if len(last_node.outputs) != len(node.outputs) and k > 0:
+            continue
+        ref_v = last_node.outputs[k] if k < len(last_node.outputs) else None
+        if ref_v is None or not ref_v.name or ref_v.name in used_refs:
+            continue
+        if b_topo.get(last) is None:
+            continue
+        pairs[name] = VersionPair(name, ref_v.name, nid, last, "provenance", topo)
+        used_refs.add(ref_v.name)
+    return sorted(pairs.values(), key=lambda p: p.topo)

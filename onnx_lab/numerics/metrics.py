@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MetricAccumulator", "tensor_metrics", "METRIC_COLUMNS"]
+__all__ = ["MetricAccumulator", "tensor_metrics", "METRIC_COLUMNS", "TOLERANCES", "tolerance"]
 
 # Elements converted to float64 at a time (8 MB per temporary).
 _SLICE = 1 << 20
@@ -31,6 +31,38 @@ _SLICE = 1 << 20
 METRIC_COLUMNS = ["shape", "cand_shape", "dtype", "cand_dtype", "max_abs", "mean_abs",
                   "max_rel", "cosine", "sqnr_db", "passed", "n_fail", "numel", "nan_ref",
                   "nan_cand", "inf_ref", "inf_cand", "note"]
+
+
+#: Default (atol, rtol) per dtype name; integer and bool tensors compare exactly.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-7, 1e-6),
+    "float32": (1e-4, 1e-3),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (5e-2, 2e-2),
+}
+_FLOAT_FALLBACK = (1e-1, 1e-1)  # fp8 and other narrow floats
+
+
+def tolerance(dtype: str, atol: float | None = None, rtol: float | None = None
+              ) -> tuple[float, float]:
+    """(atol, rtol) for a dtype name; user values override the float defaults.
+
+    Integer and bool tensors always compare exactly (0, 0).
+    """
+    kind = _kind(dtype)
+    if kind != "f":
+        return 0.0, 0.0
+    a, r = TOLERANCES.get(dtype, _FLOAT_FALLBACK)
+    return (a if atol is None else float(atol)), (r if rtol is None else float(rtol))
+
+
+def _kind(dtype: str) -> str:
+    if dtype in TOLERANCES or dtype.startswith("float") or dtype.startswith("bfloat"):
+        return "f"
+    try:
+        return np.dtype(dtype).kind if np.dtype(dtype).kind != "c" else "f"
+    except TypeError:
+        return "f"
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
@@ -43,11 +75,15 @@ class MetricAccumulator:
 
     Args:
         atol, rtol: an element passes when ``|cand - ref| <= atol + rtol * |ref|``.
+        statistics: also accumulate mean_abs, cosine and SQNR (False: only max_abs, max_rel
+            and the failing count, what a pass/fail verdict needs; cosine and sqnr_db are
+            then NaN and mean_abs too).
     """
 
-    def __init__(self, atol: float, rtol: float) -> None:
+    def __init__(self, atol: float, rtol: float, *, statistics: bool = True) -> None:
         self.atol = float(atol)
         self.rtol = float(rtol)
+        self.statistics = statistics
         self.shape: tuple | None = None
         self.cand_shape: tuple | None = None
         self.dtype: str | None = None
@@ -102,6 +138,9 @@ class MetricAccumulator:
         self.numel += r.size
         if r.dtype == c.dtype and r.dtype.kind == "f" and np.array_equal(r, c):
             # Identical slices (the common case when comparing optimized graphs): one pass.
+            if not self.statistics and not np.isnan(r).any():
+                self.n_finite += r.size  # infinities equal on both sides match
+                return
             if np.isfinite(r).all():
                 r64 = r.astype(np.float64)
                 sq = float(_dot(r64, r64))
@@ -112,26 +151,33 @@ class MetricAccumulator:
                 return
         r = r.astype(np.float64)
         c = c.astype(np.float64)
-        sum_r2 = float(_dot(r, r))
-        sum_c2 = float(_dot(c, c))
-        # NaN/inf anywhere make these sums non-finite (float64 sums of float32 squares cannot
-        # overflow), so the per-element masks below are only built when needed.
-        if not (math.isfinite(sum_r2) and math.isfinite(sum_c2)):
+        if self.statistics:
+            sum_r2 = float(_dot(r, r))
+            sum_c2 = float(_dot(c, c))
+            # NaN/inf anywhere make these sums non-finite (float64 sums of float32 squares
+            # cannot overflow), so the per-element masks below are only built when needed.
+            finite = math.isfinite(sum_r2) and math.isfinite(sum_c2)
+        else:
+            sum_r2 = sum_c2 = 0.0
+            finite = bool(np.isfinite(r).all() and np.isfinite(c).all())
+        if not finite:
             r, c = self._nonfinite(r, c)
             if r.size == 0:
                 return
-            sum_r2 = float(_dot(r, r))
-            sum_c2 = float(_dot(c, c))
+            if self.statistics:
+                sum_r2 = float(_dot(r, r))
+                sum_c2 = float(_dot(c, c))
         err = c - r
         np.abs(err, out=err)
         absr = np.abs(r)
         self.n_finite += r.size
         self.max_abs = max(self.max_abs, float(err.max()))
-        self.sum_abs += float(err.sum())
-        self.sum_e2 += float(_dot(err, err))
-        self.dot += float(_dot(r, c))
-        self.sum_r2 += sum_r2
-        self.sum_c2 += sum_c2
+        if self.statistics:
+            self.sum_abs += float(err.sum())
+            self.sum_e2 += float(_dot(err, err))
+            self.dot += float(_dot(r, c))
+            self.sum_r2 += sum_r2
+            self.sum_c2 += sum_c2
         tol = absr * self.rtol
         tol += self.atol
         self.n_fail += int(np.count_nonzero(err > tol))
@@ -163,7 +209,7 @@ class MetricAccumulator:
         """The metrics as a dict with the keys of :data:`METRIC_COLUMNS`."""
         ok = self.comparable and self.shape is not None
         nan = math.nan
-        if ok and self.n_finite:
+        if ok and self.n_finite and self.statistics:
             mean_abs = self.sum_abs / self.n_finite
             denom = math.sqrt(self.sum_r2 * self.sum_c2)
             cosine = self.dot / denom if denom > 0 else (1.0 if self.sum_e2 == 0 else 0.0)
@@ -196,8 +242,8 @@ class MetricAccumulator:
         }
 
 
-def tensor_metrics(ref: Any, cand: Any, atol: float = 1e-4, rtol: float = 1e-3
-                   ) -> dict[str, Any]:
+def tensor_metrics(ref: Any, cand: Any, atol: float = 1e-4, rtol: float = 1e-3, *,
+                   statistics: bool = True) -> dict[str, Any]:
     """Metrics of one pair of arrays (see :data:`METRIC_COLUMNS`); mismatches noted, not raised.
 
     Keys: shape, cand_shape, dtype, cand_dtype, max_abs, mean_abs, max_rel (over nonzero
@@ -209,6 +255,6 @@ def tensor_metrics(ref: Any, cand: Any, atol: float = 1e-4, rtol: float = 1e-3
         >>> tensor_metrics([1.0, -np.inf], [1.0, -np.inf])["passed"]
         True
     """
-    acc = MetricAccumulator(atol, rtol)
+    acc = MetricAccumulator(atol, rtol, statistics=statistics)
     acc.add(ref, cand)
     return acc.result()

@@ -34,11 +34,12 @@ import numpy as np
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.provenance import node_origin
 from onnx_lab.core.shapes import fit_dims
 from onnx_lab.core.source import load_source
 from onnx_lab.core.subgraph import upstream_model
 from onnx_lab.errors import DimError, InputError, RuntimeLoadError
+from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
+from onnx_lab.numerics.metrics import TOLERANCES, tensor_metrics, tolerance
 from onnx_lab.runtime.capture import run as capture_run
 from onnx_lab.runtime.feeds import as_feed_list, input_specs
 
@@ -53,138 +54,6 @@ __all__ = ["verify", "report_of", "Report", "tolerance", "REPORT_COLUMNS", "TOLE
 
 REPORT_COLUMNS = ["tensor", "node_id", "match", "dtype", "max_abs", "max_rel", "passed",
                   "atol", "rtol", "ref_tensor", "ref_node_id", "shape", "note"]
-
-#: Default (atol, rtol) per dtype name; integer and bool tensors compare exactly.
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-7, 1e-6),
-    "float32": (1e-4, 1e-3),
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (5e-2, 2e-2),
-}
-_FLOAT_FALLBACK = (1e-1, 1e-1)  # fp8 and other narrow floats
-_SLICE = 1 << 22  # elements compared at once (bounded float64 temporaries)
-
-
-def tolerance(dtype: str, atol: float | None = None, rtol: float | None = None
-              ) -> tuple[float, float]:
-    """(atol, rtol) for a dtype name; user values override the float defaults.
-
-    Integer and bool tensors always compare exactly (0, 0).
-    """
-    kind = _kind(dtype)
-    if kind != "f":
-        return 0.0, 0.0
-    a, r = TOLERANCES.get(dtype, _FLOAT_FALLBACK)
-    return (a if atol is None else float(atol)), (r if rtol is None else float(rtol))
-
-
-def _kind(dtype: str) -> str:
-    if dtype in TOLERANCES or dtype.startswith("float") or dtype.startswith("bfloat"):
-        return "f"
-    try:
-        return np.dtype(dtype).kind if np.dtype(dtype).kind != "c" else "f"
-    except TypeError:
-        return "f"
-
-
-# ---------------------------------------------------------------------------- alignment
-@dataclass
-class _Pair:
-    tensor: str          # name in the candidate (after)
-    ref: str             # name in the reference (before)
-    node_id: str | None  # producer in the candidate
-    ref_node_id: str | None
-    match: str           # 'output' | 'name' | 'provenance'
-    topo: int
-
-
-def _main_outputs(model: LabModel) -> list[tuple[str, str, int]]:
-    """(tensor, producer id, topo) of main-graph node outputs, topological order.
-
-    Tensors in onnxruntime's NCHWc blocked layout (``ort:all``) are left out: their element
-    order differs from the NCHW tensors they stand for. So are outputs nothing reads (an
-    inference Dropout's mask, whose dtype and values opsets define differently): they cannot
-    change the model's results.
-    """
-    # Called several times per step for each model (align, then the capture list).
-    return model.cached(("verify_main_outputs",), lambda: _scan_main_outputs(model))
-
-
-def _scan_main_outputs(model: LabModel) -> list[tuple[str, str, int]]:
-    from onnx_lab.core._layout import blocked_layout_tensors
-
-    idx = model.index
-    out = []
-    seen: set[str] = blocked_layout_tensors(model)
-    graph_outputs = {v.name for v in model.graph.outputs}
-    for nid in idx.topo_order(""):
-        e = idx.entries[nid]
-        for v in e.node.outputs:
-            if not idx.consumers.get(v.name) and v.name not in graph_outputs:
-                continue
-            if v.name and v.name not in seen:
-                seen.add(v.name)
-                out.append((v.name, nid, e.topo))
-    return out
-
-
-def align(before: LabModel, after: LabModel, result: PassResult | None = None) -> list[_Pair]:
-    """Tensor pairs to compare (candidate topological order)."""
-    b_idx, a_idx = before.index, after.index
-    b_outs = [v.name for v in before.graph.outputs]
-    a_outs = [v.name for v in after.graph.outputs]
-    pairs: dict[str, _Pair] = {}
-    topo_of = {name: t for name, _nid, t in _main_outputs(after)}
-    for i, name in enumerate(a_outs):
-        ref = name if name in b_outs else (b_outs[i] if i < len(b_outs) else None)
-        if ref is None:
-            continue
-        pairs[name] = _Pair(name, ref, a_idx.producer.get(name), b_idx.producer.get(ref),
-                            "output", topo_of.get(name, -1))
-    b_main = {name: nid for name, nid, _t in _main_outputs(before)}
-    b_topo = {nid: b_idx.entries[nid].topo for nid in b_main.values()}
-    by_origin: dict[str, list[str]] = {}
-    for nid in b_main.values():
-        for o in node_origin(b_idx.entries[nid].node, nid):
-            by_origin.setdefault(o, []).append(nid)
-    b_origin = {nid: set(node_origin(b_idx.entries[nid].node, nid)) for nid in b_main.values()}
-    used_refs = {p.ref for p in pairs.values()}
-    prov = dict(result.provenance) if result is not None else {}
-    for name, nid, topo in _main_outputs(after):
-        if name in pairs:
-            continue
-        node = a_idx.entries[nid].node
-        # A tensor name means the same value only when its producer is unchanged: a fused
-        # node may keep its first part's output name while computing the last part's value.
-        changed = nid in prov or (nid in b_idx.entries and set(node_origin(node, nid))
-                                  != b_origin.get(nid, {nid}))
-        if name in b_main and not changed:
-            pairs[name] = _Pair(name, name, nid, b_main[name], "name", topo)
-            used_refs.add(name)
-            continue
-        # The node's sources in the previous model: the pass's provenance, else the
-        # before-nodes whose origins are all among this node's origins.
-        sources = [s for s in prov.get(nid, []) if s in b_idx.entries]
-        if not sources:
-            origin = set(node_origin(node, nid))
-            cands = {c for o in origin for c in by_origin.get(o, ())}
-            sources = [c for c in cands if b_origin[c] <= origin]
-        if not sources or (len(sources) > 1 and len(node.outputs) > 1):
-            continue  # a multi-output node made of several nodes: no output-to-output map
-        last = max(sources, key=lambda s: b_idx.entries[s].topo)
-        last_node = b_idx.entries[last].node
-        k = list(node.outputs).index(next(v for v in node.outputs if v.name == name))
-        if len(last_node.outputs) != len(node.outputs) and k > 0:
-            continue
-        ref_v = last_node.outputs[k] if k < len(last_node.outputs) else None
-        if ref_v is None or not ref_v.name or ref_v.name in used_refs:
-            continue
-        if b_topo.get(last) is None:
-            continue
-        pairs[name] = _Pair(name, ref_v.name, nid, last, "provenance", topo)
-        used_refs.add(ref_v.name)
-    return sorted(pairs.values(), key=lambda p: p.topo)
-
 
 # ---------------------------------------------------------------------------- feeds
 def _feeds(before: LabModel, after: LabModel, feeds: Any, dims, shapes, seed: int
@@ -234,37 +103,17 @@ def _fingerprint(feeds: Mapping[str, np.ndarray]) -> str:
 # ---------------------------------------------------------------------------- comparison
 def _compare(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float
              ) -> tuple[float, float, bool, str]:
-    """(max_abs, max_rel, passed, note) of two arrays, in bounded slices."""
-    ref = np.asarray(ref)
-    cand = np.asarray(cand)
+    """(max_abs, max_rel, passed, note) of two arrays, by numerics' one element comparator."""
+    ref, cand = np.asarray(ref), np.asarray(cand)
     if ref.shape != cand.shape:
         return math.inf, math.inf, False, f"shape {list(cand.shape)} != reference " \
             f"{list(ref.shape)}"
     if ref.dtype == cand.dtype and np.array_equal(ref, cand):
         return 0.0, 0.0, True, ""  # the common case of a step: bit-identical values
     if ref.dtype.kind in "OSU" or cand.dtype.kind in "OSU":
-        same = bool(np.array_equal(ref, cand))
-        return (0.0 if same else math.inf), (0.0 if same else math.inf), same, ""
-    r = ref.reshape(-1)
-    c = cand.reshape(-1)
-    max_abs = 0.0
-    max_rel = 0.0
-    passed = True
-    for s in range(0, r.size, _SLICE):
-        a = r[s:s + _SLICE].astype(np.float64)
-        b = c[s:s + _SLICE].astype(np.float64)
-        both_same = (a == b) | (np.isnan(a) & np.isnan(b))
-        diff = np.abs(b - a)
-        diff[both_same] = 0.0
-        diff[np.isnan(diff)] = np.inf
-        if diff.size:
-            max_abs = max(max_abs, float(diff.max()))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rel = np.where(diff == 0, 0.0, diff / np.maximum(np.abs(a), 1e-12))
-            max_rel = max(max_rel, float(np.nanmax(rel)))
-            ok = diff <= atol + rtol * np.abs(np.where(np.isfinite(a), a, 0.0))
-            passed = passed and bool(ok.all())
-    return max_abs, max_rel, passed, ""
+        return math.inf, math.inf, False, ""  # strings that differ
+    m = tensor_metrics(ref, cand, atol, rtol, statistics=False)
+    return m["max_abs"], m["max_rel"], m["passed"], ""
 
 
 def _dtype_name(arr: np.ndarray) -> str:
@@ -293,7 +142,7 @@ def _run(model: LabModel, feeds: dict[str, np.ndarray], names: list[str], provid
     return {n: values[n] for n in names}
 
 
-def _cached_sizes(before: LabModel, pairs: list[_Pair], sample: tuple[dict, dict],
+def _cached_sizes(before: LabModel, pairs: list[VersionPair], sample: tuple[dict, dict],
                   cache: dict | None) -> dict[str, int | None] | None:
     """Sizes from the reference's captured values (a preset's previous step), else None."""
     if cache is None or not pairs:
@@ -406,7 +255,7 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
     if not isinstance(max_bytes, int) or max_bytes <= 0:
         raise InputError(f"max_bytes must be a positive int, got {max_bytes!r}.",
                          fix="Pass e.g. max_bytes=1 << 30.")
-    pairs = align(before, after, result)
+    pairs = align_versions(before, after, result)
     if not intermediates:
         pairs = [p for p in pairs if p.match == "output"]
     samples = _feeds(before, after, feeds, dims, shapes, seed)
@@ -419,7 +268,7 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
     # Both models' tensors of a chunk are alive at once.
     chunks = _plan([p for p in pairs], sizes, max_bytes // 2)
     single = len(chunks) <= 1
-    a_all = [n for n, _i, _t in _main_outputs(after)] if (cache is not None and single) else []
+    a_all = [n for n, _i, _t in version_tensors(after)] if (cache is not None and single) else []
     skipped: list[str] = []
     for ref_feeds, cand_feeds in samples:
         key = _fingerprint(ref_feeds) + _fingerprint(cand_feeds)
@@ -472,8 +321,8 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
     return Report(rows, attrs)
 
 
-def _plan(pairs: list[_Pair], sizes: Mapping[str, int | None], max_bytes: int
-          ) -> list[list[_Pair]]:
+def _plan(pairs: list[VersionPair], sizes: Mapping[str, int | None], max_bytes: int
+          ) -> list[list[VersionPair]]:
     from onnx_lab.runtime.capture import plan_chunks
 
     if not pairs:
