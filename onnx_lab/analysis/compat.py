@@ -195,9 +195,10 @@ def _tensor_checks(lm: LabModel) -> list[dict]:
 def _skeleton(lm: LabModel):
     """The model without its weights (those over 4 KB become typed graph inputs), cached on
     the (immutable) LabModel; shared by the checker and the provider loads."""
-    cached = lm.__dict__.get("_compat_skeleton")
-    if cached is not None:
-        return cached
+    return lm.cached(("compat", "skeleton"), lambda: _build_skeleton(lm))
+
+
+def _build_skeleton(lm: LabModel):
     import onnx
 
     from onnx_lab.core.shapes import _skeleton_graph
@@ -215,9 +216,7 @@ def _skeleton(lm: LabModel):
     # The checker resolves external files against the working directory, not the model's
     # folder: small external tensors kept in the skeleton become typed inputs too (the files
     # get their own checks).
-    proto = _without_external(proto)
-    lm.__dict__["_compat_skeleton"] = proto
-    return proto
+    return _without_external(proto)
 
 
 def _without_external(proto):
@@ -469,7 +468,7 @@ def _loads(lm: LabModel, providers) -> list[dict]:
     provs = default_providers()[0] if providers is None else resolve_providers(providers)
     # A session load costs about as much as a run's setup (~2 s on BERT-base): its outcome is
     # kept per provider on the (immutable) LabModel, so a Lab version is loaded once.
-    cache: dict[str, list[dict]] = lm.__dict__.setdefault("_compat_loads", {})
+    cache: dict[str, list[dict]] = lm.cached(("compat", "loads"), dict)
     rows = []
     for p in provs:
         if p not in cache:

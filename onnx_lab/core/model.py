@@ -75,11 +75,21 @@ class LabModel:
     def cached(self, key: tuple, build: Callable[[], Any]) -> Any:
         """``build()`` once per ``key`` for this (immutable) model; cleared by invalidate().
 
-        Used for the tables: callers get copies, so the cached frame never changes.
+        Every cache on a model goes through here (tables, the runtime's weightless graphs,
+        the compatibility skeleton...), so :meth:`invalidate` clears them all. Callers treat
+        the value as read-only (tables hand out copies).
         """
         if key not in self._cache:
             self._cache[key] = build()
         return self._cache[key]
+
+    def is_cached(self, key: tuple) -> bool:
+        """Whether :meth:`cached` holds ``key``."""
+        return key in self._cache
+
+    def forget(self, key: tuple) -> None:
+        """Drop one cached entry (a large one a caller made for a single use)."""
+        self._cache.pop(key, None)
 
     def types(self, dims: Mapping[str, int] | None = None,
               shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, TensorInfo]:

@@ -47,9 +47,10 @@ def _array(tensor: Any) -> np.ndarray | None:
 
 
 def _prepare(model: LabModel) -> tuple[onnx.ModelProto, list[str], list[Any], str | None]:
-    cached = getattr(model, "_verify_runtime", None)
-    if cached is not None:
-        return cached
+    return model.cached(("runtime", "runner_graph"), lambda: _build(model))
+
+
+def _build(model: LabModel) -> tuple[onnx.ModelProto, list[str], list[Any], str | None]:
     # onnxruntime's shape inference reads small constants (Reshape targets) from the graph
     # itself, before inputs have values: they stay inline.
     proto, names, values, folder = weightless_proto(model, _INLINE_BYTES, array=_array)
@@ -64,9 +65,7 @@ def _prepare(model: LabModel) -> tuple[onnx.ModelProto, list[str], list[Any], st
                 t.name, t.data_type, list(t.dims)))
     del proto.graph.initializer[:]
     proto.graph.initializer.extend(kept)
-    cached = (proto, names, values, folder)
-    model._verify_runtime = cached  # type: ignore[attr-defined] - LabModels are immutable
-    return cached
+    return proto, names, values, folder
 
 
 def quick_sizes(model: LabModel, names: Sequence[str],

@@ -181,12 +181,11 @@ def weightless_proto(model: LabModel, inline_bytes: int,
 def _light_graph(model: LabModel) -> tuple[onnx.ModelProto, list[str], str | None]:
     """:func:`weightless_proto` for sessions, cached on the (immutable) LabModel without the
     arrays (a few MB for BERT-base)."""
-    cached = getattr(model, "_light_graph", None)
-    if cached is None:
+    def build() -> tuple[onnx.ModelProto, list[str], str | None]:
         proto, names, _none, folder = weightless_proto(model, _INLINE_BYTES, array=None)
-        cached = (proto, names, folder)
-        model._light_graph = cached  # type: ignore[attr-defined]
-    return cached
+        return proto, names, folder
+
+    return model.cached(("runtime", "light_graph"), build)
 
 
 def _numpy_dtype(tensor: Any) -> bool:
@@ -198,17 +197,19 @@ def _numpy_dtype(tensor: Any) -> bool:
 
 
 def runtime_proto(model: LabModel) -> onnx.ModelProto:
-    """The model as a ModelProto for onnxruntime, cached on the (immutable) LabModel."""
-    cached = getattr(model, "_runtime_proto", None)
-    if cached is None:
-        cached = model.to_proto()
+    """The model as a ModelProto for onnxruntime, cached on the (immutable) LabModel under
+    :data:`RUNTIME_PROTO_KEY` (a copy of the weights: callers that run once forget it)."""
+    def build() -> onnx.ModelProto:
+        proto = model.to_proto()
         if model.base_dir is not None:
-            _inline_small_external(cached, str(model.base_dir))
-        model._runtime_proto = cached  # type: ignore[attr-defined]
-    return cached
+            _inline_small_external(proto, str(model.base_dir))
+        return proto
+
+    return model.cached(RUNTIME_PROTO_KEY, build)
 
 
 _INLINE_BYTES = 4096
+RUNTIME_PROTO_KEY = ("runtime", "runtime_proto")
 
 
 def _inline_small_external(proto: onnx.ModelProto, base_dir: str) -> None:

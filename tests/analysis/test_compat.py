@@ -231,17 +231,17 @@ def test_checker_runs_on_a_weight_free_skeleton_and_still_checks_weights():
 def test_session_loads_are_cached_per_model_version():
     lab = onnx_lab.open(_weighted([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")]))
     assert len(lab.check()) == 0
-    assert list(lab.model.__dict__["_compat_loads"]) == ["CPUExecutionProvider"]
+    assert list(lab.model.cached(("compat", "loads"), None)) == ["CPUExecutionProvider"]
     # It loaded the weight-free skeleton: the model itself was never serialized for ORT.
-    assert "_compat_skeleton" in lab.model.__dict__
-    assert "_light_graph" not in lab.model.__dict__
-    assert getattr(lab.model, "_runtime_proto", None) is None
+    assert lab.model.is_cached(("compat", "skeleton"))
+    assert not lab.model.is_cached(("runtime", "light_graph"))
+    assert not lab.model.is_cached(("runtime", "runtime_proto"))
     m = _model([helper.make_node("Foo", ["x"], ["y"], domain="my.ops")], [_vi("x", [2])],
                [_vi("y", [2])], extra={"my.ops": 1})
     lab = onnx_lab.open(m)
     first = lab.check().loc[lambda d: d.code == "provider_load"]
     # A failing skeleton load is confirmed on the model itself before it is reported.
-    assert "_light_graph" in lab.model.__dict__
+    assert lab.model.is_cached(("runtime", "light_graph"))
     again = lab.check().loc[lambda d: d.code == "provider_load"]
     assert len(first) == 1 and first.equals(again)
 

@@ -96,7 +96,7 @@ def test_weights_go_to_onnxruntime_in_memory_with_the_same_results(tmp_path, sou
             np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
     # The two float32 weights went over as OrtValues, not inside the serialized graph;
     # bfloat16 and the unused tensor stayed in it.
-    light, names, folder = lab.model._light_graph
+    light, names, folder = lab.model.cached(("runtime", "light_graph"), None)
     assert sorted(names) == ["w", "wi"] and folder is None
     assert len(light.SerializeToString()) < 100_000 < proto.ByteSize()
 
@@ -116,7 +116,7 @@ def test_external_data_files_and_in_memory_weights_in_one_session(tmp_path):
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
     got = make_session(lab.model).run(None, feeds)
     np.testing.assert_allclose(got[0], ref[0], rtol=1e-4, atol=1e-4)
-    _light, names, folder = lab.model._light_graph
+    _light, names, folder = lab.model.cached(("runtime", "light_graph"), None)
     assert names and folder == str(tmp_path)
     assert all(not isinstance(lab.model.graph.initializers[n].const_value, ir.ExternalTensor)
                for n in names)
