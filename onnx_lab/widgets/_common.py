@@ -122,9 +122,6 @@ class View(w.VBox):
         super().__init__(children=[self.status, *children, self.code], **kwargs)
         self.add_class("onnx-lab-widget")
 
-    def _busy(self, text: str) -> None:
-        self.status.value = info_html(text, kind="busy")
-
     def _call(self, fn: Callable[..., Any], *args: Any, code: str | None = None,
               busy: str | None = None, **kwargs: Any) -> Any:
         """Run one public function; on error show it in the widget and return None.

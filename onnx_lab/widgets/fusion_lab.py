@@ -68,10 +68,8 @@ def _bytes(value: Any) -> str:
 
 def _explain(pattern: str) -> str | None:
     """Markdown explanation from the transforms package (None when it has none)."""
-    try:
-        from onnx_lab.transforms import explain
-    except ImportError:
-        return None
+    from onnx_lab.transforms.explain import explain
+
     return explain(pattern)
 
 

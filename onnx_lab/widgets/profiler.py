@@ -23,8 +23,6 @@ from onnx_lab.widgets._common import (
 
 __all__ = ["Profiler"]
 
-_PROFILED = ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
-
 
 def _parse_sizes(text: str) -> list[int] | None:
     try:
@@ -54,12 +52,12 @@ class Profiler(View):
     def __init__(self, lab: Any, *, runs: int = 20, warmup: int = 3,
                  page_size: int = 15) -> None:
         from onnx_lab.lab import as_lab
-        from onnx_lab.runtime.session import available_providers
+        from onnx_lab.runtime.session import PROFILED_PROVIDERS, available_providers
 
         self.lab = as_lab(lab)
         self.result: Any = None
         self.profile_result: Any = None
-        avail = [p for p in _PROFILED if p in available_providers()]
+        avail = [p for p in PROFILED_PROVIDERS if p in available_providers()]
         self.providers = [w.Checkbox(value=p == "CPUExecutionProvider", description=p,
                                      indent=False, layout=w.Layout(width="260px"))
                           for p in avail]
@@ -134,12 +132,9 @@ class Profiler(View):
         return lambda _b: guarded()
 
     def _dynamic_dims(self) -> list[str]:
-        try:
-            from onnx_lab.core.shapes import dynamic_dims
+        from onnx_lab.core.shapes import dynamic_dims
 
-            return [d for d in dynamic_dims(self.lab.model) if d not in self.lab.dims]
-        except (ImportError, ValueError, KeyError):
-            return []
+        return [d for d in dynamic_dims(self.lab.model) if d not in self.lab.dims]
 
     @property
     def selected_providers(self) -> list[str]:
