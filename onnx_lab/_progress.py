@@ -1,8 +1,10 @@
-"""Progress reporting: a callable(done, total, label) from the user, tqdm, or nothing.
+"""Progress reporting for every long loop (compare's chunks, profiling runs, sweeps): a
+callable(done, total, label) from the user, tqdm, or nothing.
 
 ``progress=None`` means automatic: a tqdm bar (``tqdm.auto``: a widget bar in notebooks) when a
-human is watching (a terminal or a notebook kernel), nothing under pytest or in pipes.
-``progress=False`` silences it; a callable receives ``(done, total, label)``.
+human is watching (a terminal or a notebook kernel) and the loop has at least ``min_steps``
+steps, nothing under pytest or in pipes. ``progress=False`` silences it; a callable receives
+``(done, total, label)``.
 """
 
 from __future__ import annotations
@@ -30,15 +32,20 @@ def _interactive() -> bool:
 
 
 class Progress:
-    """Reports progress of ``total`` steps; use as a context manager."""
+    """Reports progress of ``total`` steps; use as a context manager (or call :meth:`close`).
 
-    def __init__(self, progress: Any, total: int, label: str = "") -> None:
+    Args:
+        min_steps: below this many steps no automatic bar is drawn (noise for short loops).
+    """
+
+    def __init__(self, progress: Any, total: int, label: str = "", *, min_steps: int = 2
+                 ) -> None:
         self.total = total
         self.done = 0
         self.label = label
         self._fn: ProgressFn | None = progress if callable(progress) else None
         self._bar = None
-        if progress is None and total > 1 and _interactive():
+        if progress is None and total >= min_steps and _interactive():
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=total, desc=label, leave=False)
@@ -59,6 +66,15 @@ class Progress:
             self._fn(0, self.total, self.label)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def update(self, n: int = 1) -> None:
+        """Advance by ``n`` steps without changing the label."""
+        self.step(None, n)
+
+    def close(self) -> None:
+        """Close the bar (idempotent)."""
         if self._bar is not None:
             self._bar.close()
+            self._bar = None
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
