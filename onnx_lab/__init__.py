@@ -19,6 +19,7 @@ from onnx_lab import errors, samples
 from onnx_lab.errors import LabError
 from onnx_lab.lab import Lab, merge, to_fp16, to_int8_dynamic, to_int8_static
 from onnx_lab.lab import open_lab as open  # noqa: A001 - the public name is onnx_lab.open
+from onnx_lab.render import results as _views  # noqa: F401 - registers result views (_display)
 
 __version__ = "0.1.0"
 

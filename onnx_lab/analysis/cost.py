@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import TensorInfo
@@ -476,19 +477,7 @@ class Cost:
                 f"{t['unknown_nodes']} unknown nodes>")
 
     def _repr_html_(self) -> str:
-        import html
-
-        from onnx_lab.render.tables import format_bytes, frame_html
-
-        t = self.total
-        head = (f"<div><b>Cost</b>: {t['flops'] / 1e9:.3f} GFLOPs, {t['macs'] / 1e9:.3f} GMACs, "
-                f"{t['params']:,} params ({format_bytes(t['param_bytes'])}), peak activations "
-                f"{format_bytes(t['peak_activation_bytes'])} at {html.escape(str(t['peak_node']))}"
-                f", {t['unknown_nodes']} unknown nodes")
-        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
-        top = self.nodes.sort_values("flops", ascending=False).head(15)
-        return head + frame_html(top, caption="top nodes by FLOPs") + (
-            f"<ul>{notes}</ul>" if notes else "") + "</div>"
+        return _display.draw(self, "html")
 
 
 def _const_int(v) -> int | None:

@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from onnx_lab import _display
 from onnx_lab.analysis.tables import initializers_table, io_table
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dynamic_dims
@@ -134,9 +135,7 @@ class Summary(Mapping[str, Any]):
                 f"opsets={f['opsets']}, inputs={[i['name'] for i in f['inputs']]})")
 
     def _repr_html_(self) -> str:
-        from onnx_lab.render.tables import summary_html
-
-        return summary_html(self)
+        return _display.draw(self, "html")
 
 
 def summarize(model: LabModel, dims: Mapping[str, int] | None = None,

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import numpy as np
 import onnx_ir as ir
 
+from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab.analysis.tables import initializers_table
 from onnx_lab.core.model import LabModel, mapped_briefly
@@ -152,7 +153,6 @@ def weight_histogram(model: LabModel, name: str, bins: int = 100):
     Example:
         >>> fig = lab.weight_histogram("stem.conv.weight")
     """
-    from onnx_lab.render.plots import histogram_figure
-
     values = weight_values(model, name)
-    return histogram_figure(values, title=f"{name} {tuple(values.shape)}", bins=bins)
+    # Drawn by onnx_lab.render (the "histogram" view of an array), through _display.
+    return _display.draw(values, "histogram", title=f"{name} {tuple(values.shape)}", bins=bins)

@@ -15,8 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import html
-import io
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -24,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
@@ -33,7 +32,7 @@ from onnx_lab.numerics.align import align
 from onnx_lab.numerics.metrics import METRIC_COLUMNS, MetricAccumulator
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.feeds import as_feed_list, input_specs
-from onnx_lab.runtime.session import make_session, resolve_providers
+from onnx_lab.runtime.session import RUNTIME_PROTO_KEY, make_session, resolve_providers
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +161,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     # session.runtime_proto caches a full ModelProto (a copy of the weights) on the model;
     # drop the caches this call creates so a Lab does not carry one after the comparison.
     uncached = [m for m in (ref_model, cand_model)
-                if m is not None and getattr(m, "_runtime_proto", None) is None]
+                if m is not None and not m.is_cached(RUNTIME_PROTO_KEY)]
     # -- alignment and the list of pairs
     if ref_model is not None:
         alignment = align(ref_model, cand_model) if layerwise else None
@@ -221,7 +220,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
                 bar.step(f"compare: candidate, chunk {i + 1}/{len(chunks)}")
     finally:
         for m in uncached:
-            m.__dict__.pop("_runtime_proto", None)
+            m.forget(RUNTIME_PROTO_KEY)
     metrics = {p: a.result() for p, a in accs.items()}
     outputs = pd.DataFrame([{"tensor": r, "cand_tensor": c, **metrics[(r, c)]}
                             for r, c in out_pairs], columns=OUTPUT_COLUMNS)
@@ -321,12 +320,12 @@ def _run_all(model: LabModel, feed_list: list, names: list[str], providers: list
 
 def _run_once(model: LabModel, feeds, name: str, providers: list[str], what: str) -> np.ndarray:
     """One tensor of one run, without leaving a runtime-proto cache on the model."""
-    cached = getattr(model, "_runtime_proto", None) is not None
+    cached = model.is_cached(RUNTIME_PROTO_KEY)
     try:
         return _run(_session(model, [name], providers, what), feeds, [name], what)[name]
     finally:
         if not cached:
-            model.__dict__.pop("_runtime_proto", None)
+            model.forget(RUNTIME_PROTO_KEY)
 
 
 def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFrame
@@ -478,26 +477,18 @@ class Comparison:
         self._last_values = (key, (ref, cand))
         return ref, cand
 
-    # -- views
+    # -- views (drawn by onnx_lab.render.results, reached through onnx_lab._display)
     def plot(self):
         """Error per layer along depth (log scale), tolerance line, divergence marked."""
-        from onnx_lab.render.compare_plots import layer_error_figure
-
-        return layer_error_figure(self.layers, self.atol, self.first_divergence)
+        return _display.draw(self, "plot")
 
     def hist(self, tensor: str, sample: int = 0, bins: int = 100):
         """Histograms of reference and candidate values and of their difference."""
-        from onnx_lab.render.compare_plots import hist_figure
-
-        ref, cand = self.values(tensor, sample)
-        return hist_figure(ref, cand, tensor, bins=bins)
+        return _display.draw(self, "hist", tensor, sample, bins=bins)
 
     def scatter(self, tensor: str, sample: int = 0, max_points: int = 50_000):
         """Candidate vs reference values of one tensor (subsampled), with the y = x line."""
-        from onnx_lab.render.compare_plots import scatter_figure
-
-        ref, cand = self.values(tensor, sample)
-        return scatter_figure(ref, cand, tensor, max_points=max_points)
+        return _display.draw(self, "scatter", tensor, sample, max_points=max_points)
 
     def error_series(self, column: str = "max_abs") -> pd.Series:
         """``column`` of :attr:`layers` keyed by the reference node id (for overlays)."""
@@ -511,17 +502,7 @@ class Comparison:
         Centred on the first divergence when there is one; keywords go to
         :func:`onnx_lab.render.render_model`.
         """
-        from onnx_lab.render import render_model
-
-        lab = self.reference if self.reference is not None else self.candidate
-        div = self.first_divergence
-        if div is not None:
-            kw.setdefault("around", div["node_id"])
-            kw.setdefault("highlight", [div["node_id"]])
-        kw.setdefault("overlay_label", column)
-        kw.setdefault("dims", lab.dims)
-        kw.setdefault("shapes", lab.shapes)
-        return render_model(lab.model, overlay=self.error_series(column), **kw)
+        return _display.draw(self, "render", column, **kw)
 
     @property
     def first_nonfinite(self) -> dict[str, Any] | None:
@@ -577,26 +558,7 @@ class Comparison:
 
     def to_html(self, max_rows: int = 30) -> str:
         """HTML report: verdict, divergence, outputs, the worst layers and the error plot."""
-        from onnx_lab.render.tables import frame_html
-
-        head = html.escape(self.summary_text()).replace("\n", "<br>")
-        colour = "#2a7" if self.passed else "#c33"
-        parts = [f"<div style='border-left:4px solid {colour};padding-left:6px'>{head}</div>",
-                 frame_html(self.outputs, caption="outputs")]
-        if len(self.layers):
-            worst = self.layers.sort_values("max_abs", ascending=False).head(max_rows)
-            parts.append(frame_html(worst, max_rows=max_rows,
-                                    caption="layers, largest max_abs first"))
-            try:
-                buf = io.StringIO()
-                self.plot().savefig(buf, format="svg")
-                parts.append(buf.getvalue())
-            except ImportError:  # matplotlib missing: the tables are the report
-                pass
-        unmatched = int(self.alignment["cand_tensor"].isna().sum())
-        parts.append(f"<div style='color:#666'>{unmatched} reference tensors not aligned "
-                     "(see .alignment)</div>")
-        return "<div class='onnx-lab-compare'>" + "".join(parts) + "</div>"
+        return _display.draw(self, "html", max_rows=max_rows)
 
     def _repr_html_(self) -> str:
         return self.to_html()

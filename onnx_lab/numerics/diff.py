@@ -14,12 +14,12 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import html
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
+from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import Resolved, resolve
@@ -279,7 +279,8 @@ class Diff:
         matches: {node id in a: node id in b} for every matched node.
     """
 
-    def __init__(self, table: pd.DataFrame, a: Resolved, b: Resolved, matches: dict[str, str]) -> None:
+    def __init__(self, table: pd.DataFrame, a: Resolved, b: Resolved,
+                 matches: dict[str, str]) -> None:
         self.table = table
         self.a = a
         self.b = b
@@ -309,14 +310,7 @@ class Diff:
 
         Keywords go to :func:`onnx_lab.render.render_model`.
         """
-        from onnx_lab.errors import InputError
-        from onnx_lab.render import render_model
-
-        if side not in ("a", "b"):
-            raise InputError(f"side must be 'a' or 'b', got {side!r}.", fix="Use side='a'.")
-        lab = self.b if side == "b" else self.a
-        kw.setdefault("highlight", self.highlight(side))
-        return render_model(lab.model, **kw)
+        return _display.draw(self, "render", side, **kw)
 
     def __repr__(self) -> str:
         c = self.counts
@@ -324,16 +318,8 @@ class Diff:
                 f"{c['changed']} changed>")
 
     def to_html(self) -> str:
-        from onnx_lab.render.tables import frame_html
-
-        c = self.counts
-        head = (f"<b>{c['added']}</b> added, <b>{c['removed']}</b> removed, "
-                f"<b>{c['changed']}</b> changed nodes")
-        view = self.table.copy()
-        for col in ("attributes", "inputs", "weights"):
-            view[col] = view[col].map(lambda x: ", ".join(x))
-        return f"<div class='onnx-lab-diff'><div>{head}</div>{frame_html(view)}</div>" \
-            if len(view) else f"<div>{html.escape('no differences')}</div>"
+        """Counts of added, removed and changed nodes, and the diff table."""
+        return _display.draw(self, "html")
 
     def _repr_html_(self) -> str:
         return self.to_html()

@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from onnx_lab import _display
 from onnx_lab._pandas import pd
+from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
-from onnx_lab.profiling._progress import Reporter
 from onnx_lab.profiling.parse import Trace, parse_trace
 from onnx_lab.runtime.session import default_providers, fallback_chain
 
@@ -127,16 +128,11 @@ class Profile:
 
     def plot(self, top: int = 15):
         """A matplotlib Figure: op-type share, the top-N nodes, the latency histogram."""
-        from onnx_lab.render.profile_plots import profile_figure
-
-        return profile_figure(self, top=top)
+        return _display.draw(self, "plot", top=top)
 
     def render(self, session: str | None = None, **kw: Any):
         """The graph with each node coloured by its time (``render_model(overlay=...)``)."""
-        from onnx_lab.render import render_model
-
-        kw.setdefault("overlay_label", "time_ms")
-        return render_model(self.model, overlay=self.overlay(session), **kw)
+        return _display.draw(self, "render", session, **kw)
 
     def to_dict(self, top: int = 20) -> dict[str, Any]:
         """JSON-friendly summary (used by the CLI)."""
@@ -157,16 +153,7 @@ class Profile:
         return f"<Profile {self.runs} runs ({'; '.join(parts)})>"
 
     def _repr_html_(self) -> str:
-        from onnx_lab.render.tables import frame_html
-
-        top = self.nodes.sort_values("total_ms", ascending=False).head(10)
-        notes = "".join(f"<li>{n}</li>" for n in self.notes)
-        return ("<div><b>onnx_lab Profile</b> — "
-                f"{self.runs} runs after {self.warmup} warm-up, opt_level={self.opt_level}"
-                + frame_html(self.latency_stats, caption="latency")
-                + frame_html(self.ops.head(15), caption="op types")
-                + frame_html(top.drop(columns=["components"]), caption="top nodes")
-                + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
+        return _display.draw(self, "html")
 
 
 def profile(model: Any, *, providers: str | Sequence[str] | None = None, runs: int = 50,
@@ -229,7 +216,7 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None, runs: i
     tmp = tempfile.TemporaryDirectory(prefix="onnx_lab_prof_")
     results = []
     trace_paths: dict[str, str] = {}
-    reporter = Reporter(progress, len(provs) * (int(runs) + int(warmup)), "profiling")
+    reporter = Progress(progress, len(provs) * (int(runs) + int(warmup)), "profiling", min_steps=20)
     try:
         for p in provs:
             try:
@@ -254,7 +241,7 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None, runs: i
 
 
 def _profile_one(lm: LabModel, provider: str, runs: int, warmup: int, feed_list, threads,
-                 opt_level: str, tmp: Path, map_fused: bool, reporter: Reporter) -> dict:
+                 opt_level: str, tmp: Path, map_fused: bool, reporter: Progress) -> dict:
     from onnx_lab.runtime.session import make_session
 
     short = provider.replace("ExecutionProvider", "").lower()

@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from onnx_lab import _display
 from onnx_lab._pandas import pd
+from onnx_lab._progress import Progress
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import DimError, InputError
-from onnx_lab.profiling._progress import Reporter
 from onnx_lab.profiling.run import _check_counts
 
 __all__ = ["levels", "batch_sweep", "thread_sweep", "BatchSweep", "KNEE_GAIN"]
@@ -31,7 +32,7 @@ __all__ = ["levels", "batch_sweep", "thread_sweep", "BatchSweep", "KNEE_GAIN"]
 KNEE_GAIN = 1.2
 
 
-def _time_runs(sess, feed: dict, runs: int, warmup: int, reporter: Reporter) -> np.ndarray:
+def _time_runs(sess, feed: dict, runs: int, warmup: int, reporter: Progress) -> np.ndarray:
     """Wall ms of ``runs`` timed runs after ``warmup`` untimed ones."""
     run = sess.run
     for _ in range(warmup):
@@ -83,7 +84,7 @@ def levels(model: Any, *, runs: int = 20, warmup: int = 3, feeds: Any = None,
     feed = as_feed_list(feeds, lm, dims, shapes)[0]
     rows = []
     nested = any(g != "" for g in lm.index.graphs)
-    reporter = Reporter(progress, len(OPT_LEVELS) * (runs + warmup), "levels")
+    reporter = Progress(progress, len(OPT_LEVELS) * (runs + warmup), "levels", min_steps=20)
     try:
         with tempfile.TemporaryDirectory(prefix="onnx_lab_levels_") as tmp:
             for level in OPT_LEVELS:
@@ -158,15 +159,10 @@ class BatchSweep:
 
     def plot(self):
         """Latency and throughput against batch size, the knee marked."""
-        from onnx_lab.render.profile_plots import batch_sweep_figure
-
-        return batch_sweep_figure(self)
+        return _display.draw(self, "plot")
 
     def _repr_html_(self) -> str:
-        from onnx_lab.render.tables import frame_html
-
-        return (f"<div><b>Batch sweep</b> over {self.dim!r}, knee: {self.knee}"
-                + frame_html(self.table) + "</div>")
+        return _display.draw(self, "html")
 
 
 def find_knee(batches: Sequence[int], items_per_s: Sequence[float],
@@ -236,7 +232,7 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
             "dims={...} or shapes={...}.")
     rows, notes = [], []
     sess = make_session(lm, providers=providers, opt_level=opt_level, threads=threads)
-    reporter = Reporter(progress, len(sizes) * (runs + warmup), "batch sweep")
+    reporter = Progress(progress, len(sizes) * (runs + warmup), "batch sweep", min_steps=20)
     try:
         for b in sizes:
             feed = make_feeds(lm, {**dims, dim: int(b)}, shapes)
@@ -287,7 +283,7 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int = 
     lm, dims, shapes = resolve(model, dims, shapes)
     feed = as_feed_list(feeds, lm, dims, shapes)[0]
     rows = []
-    reporter = Reporter(progress, len(counts) * (runs + warmup), "thread sweep")
+    reporter = Progress(progress, len(counts) * (runs + warmup), "thread sweep", min_steps=20)
     try:
         for t in counts:
             sess = make_session(lm, providers=providers, opt_level=opt_level, threads=int(t))
