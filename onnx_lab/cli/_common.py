@@ -1,32 +1,25 @@
-"""``onnx-lab``: every subcommand is a call of one public function.
+"""Helpers every area of the CLI shares: arguments, parsing, opening the model, JSON.
 
-Each area registers its subcommands from its own ``_cli.py`` module (``register(subparsers)``),
-so the CLI grows with the package without one file knowing every feature. Errors: one line on
-stderr and exit code 2.
+They live here rather than in ``onnx_lab/cli/__init__.py`` so that the area modules import them
+at module level without a cycle (``__init__`` imports the areas to build the parser);
+``onnx_lab.cli`` re-exports them.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import logging
-import sys
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from onnx_lab.errors import InputError, LabError
+import numpy as np
 
-__all__ = ["main", "build_parser", "add_model_arg", "add_dims_args", "open_from_args",
-           "parse_dims", "parse_shapes", "print_json"]
+from onnx_lab.errors import InputError
+from onnx_lab.lab import Lab, open_lab
 
-_AREAS = (
-    "onnx_lab.analysis._cli",
-    "onnx_lab.render._cli",
-    "onnx_lab.transforms._cli",
-    "onnx_lab.numerics._cli",
-    "onnx_lab.profiling._cli",
-)
+__all__ = ["add_model_arg", "add_dims_args", "open_from_args", "parse_dims", "parse_shapes",
+           "print_json"]
 
 
 def parse_dims(items: Sequence[str] | None) -> dict[str, int]:
@@ -63,31 +56,29 @@ def parse_shapes(items: Sequence[str] | None) -> dict[str, list[int]]:
 
 def add_model_arg(p: argparse.ArgumentParser, name: str = "model",
                   help: str = "model path or sample:NAME") -> None:
+    """Add the positional MODEL argument (a path or ``sample:NAME``)."""
     p.add_argument(name, help=help)
 
 
 def add_dims_args(p: argparse.ArgumentParser) -> None:
+    """Add ``--dims NAME=V`` and ``--shape INPUT:AxBxC`` (both repeatable)."""
     p.add_argument("--dims", action="append", metavar="NAME=V",
                    help="value of a symbolic dim (repeatable)")
     p.add_argument("--shape", action="append", metavar="INPUT:AxBxC",
                    help="full shape of an input (repeatable)")
 
 
-def open_from_args(args: argparse.Namespace, attr: str = "model"):
+def open_from_args(args: argparse.Namespace, attr: str = "model") -> Lab:
     """``onnx_lab.open`` of the MODEL argument with --dims/--shape applied.
 
     The file is memory-mapped (``mmap=True``): a command's process is short-lived, and
     its saves replace files atomically.
     """
-    from onnx_lab.lab import open_lab
-
     return open_lab(getattr(args, attr), dims=parse_dims(getattr(args, "dims", None)),
                     shapes=parse_shapes(getattr(args, "shape", None)), mmap=True)
 
 
 def _default(o: Any) -> Any:
-    import numpy as np
-
     if isinstance(o, np.generic):
         return o.item()
     if isinstance(o, np.ndarray):
@@ -105,8 +96,6 @@ def print_json(obj: Any) -> None:
 
 
 def _clean(o: Any) -> Any:
-    import math
-
     if isinstance(o, float) and not math.isfinite(o):
         return None if math.isnan(o) else ("inf" if o > 0 else "-inf")
     if isinstance(o, dict):
@@ -114,46 +103,3 @@ def _clean(o: Any) -> Any:
     if isinstance(o, (list, tuple)):
         return [_clean(v) for v in o]
     return o
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="onnx-lab",
-        description="Understand, optimize and debug ONNX models. MODEL is a path or sample:NAME "
-        "(samples: convnet, transformer_block, control_flow).")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    for module in _AREAS:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name != module:
-                raise
-            continue
-        mod.register(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``onnx-lab`` console script; returns the exit code."""
-    from onnx_lab import _exit
-
-    _exit.install()  # this process is ours: skip the slow collector passes at exit
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    try:
-        code = args.func(args)
-    except LabError as e:
-        print(f"onnx-lab: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("onnx-lab: interrupted", file=sys.stderr)
-        return 130
-    return int(code or 0)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from typing import Any
 
+from onnx_lab.cli._common import (
+    add_dims_args,
+    add_model_arg,
+    open_from_args,
+    parse_dims,
+    print_json,
+)
 from onnx_lab.errors import InputError
+from onnx_lab.lab import Lab
+from onnx_lab.render.tables import format_bytes
+from onnx_lab.transforms.base import available
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from onnx_lab.cli import add_dims_args, add_model_arg
-
+    """Add ``passes``, ``patterns``, ``optimize``, ``extract`` and ``fix-dims``."""
     p = sub.add_parser("passes", help="list the registered passes")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_passes)
@@ -58,10 +69,7 @@ def _split(value: str | None) -> list[str] | None:
     return [x.strip() for x in value.split(",") if x.strip()]
 
 
-def _passes(args) -> int:
-    from onnx_lab.cli import print_json
-    from onnx_lab.transforms.base import available
-
+def _passes(args: argparse.Namespace) -> int:
     df = available()
     if args.json:
         print_json(df.to_dict(orient="records"))
@@ -72,9 +80,7 @@ def _passes(args) -> int:
     return 0
 
 
-def _patterns(args) -> int:
-    from onnx_lab.cli import open_from_args, print_json
-
+def _patterns(args: argparse.Namespace) -> int:
     df = open_from_args(args).patterns()
     if args.json:
         print_json(df.to_dict(orient="records"))
@@ -82,8 +88,6 @@ def _patterns(args) -> int:
     if df.empty:
         print("no optimization opportunities found")
         return 0
-    from onnx_lab.render.tables import format_bytes
-
     for row in df.itertuples(index=False):
         saving = [f"-{row.saving_nodes} nodes"] if row.saving_nodes else []
         if row.saving_bytes:
@@ -93,16 +97,16 @@ def _patterns(args) -> int:
     return 0
 
 
-def _step_json(r) -> dict:
+def _step_json(r: Any) -> dict[str, Any]:
     return {"name": r.name, "modified": r.modified, "nodes_before": r.nodes_before,
             "nodes_after": r.nodes_after, "seconds": round(r.seconds, 4),
             "verify_passed": r.verify_passed, "max_abs_err": r.max_abs_err,
             "first_failure": r.first_failure, "reason": r.reason, "notes": list(r.notes)}
 
 
-def _report(args, results, lab, n0: int, out: str) -> int:
-    from onnx_lab.cli import print_json
-
+def _report(args: argparse.Namespace, results: Sequence[Any], lab: Lab, n0: int,
+            out: str) -> int:
+    """Print the steps (text or JSON); exit code 1 when a step failed verification."""
     failed = [r for r in results if r.verify_passed is False]
     if args.json:
         print_json({"passes": [_step_json(r) for r in results], "nodes_before": n0,
@@ -124,15 +128,13 @@ def _report(args, results, lab, n0: int, out: str) -> int:
     return 0
 
 
-def _verify_arg(args):
+def _verify_arg(args: argparse.Namespace) -> bool | dict[str, Any]:
     if args.no_verify:
         return False
     return {"feeds": args.feeds} if getattr(args, "feeds", None) else True
 
 
-def _optimize(args) -> int:
-    from onnx_lab.cli import open_from_args
-
+def _optimize(args: argparse.Namespace) -> int:
     lab = open_from_args(args, "input")
     n0 = len(lab.index)
     passes = _split(args.passes)
@@ -144,9 +146,7 @@ def _optimize(args) -> int:
     return _report(args, results, lab, n0, args.output)
 
 
-def _extract(args) -> int:
-    from onnx_lab.cli import open_from_args
-
+def _extract(args: argparse.Namespace) -> int:
     lab = open_from_args(args, "input")
     sub = lab.extract(inputs=_split(args.inputs), outputs=_split(args.outputs),
                       nodes=_split(args.nodes), verify=not args.no_verify)
@@ -155,9 +155,7 @@ def _extract(args) -> int:
     return _report(args, [r], sub, len(lab.index), args.output)
 
 
-def _fix_dims(args) -> int:
-    from onnx_lab.cli import open_from_args, parse_dims
-
+def _fix_dims(args: argparse.Namespace) -> int:
     lab = open_from_args(args, "input")
     n0 = len(lab.index)
     r = lab.fix_dims(parse_dims(args.dims), verify=not args.no_verify)

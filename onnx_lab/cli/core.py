@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args, print_json
 from onnx_lab.errors import SaveError
 
 SUMMARY_KEYS = ("ir_version", "opsets", "producer", "num_nodes", "num_nodes_main",
@@ -13,8 +14,7 @@ SUMMARY_KEYS = ("ir_version", "opsets", "producer", "num_nodes", "num_nodes_main
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from onnx_lab.cli import add_dims_args, add_model_arg
-
+    """Add ``summary``, ``tables`` and ``weights`` to the ``onnx-lab`` subparsers."""
     p = sub.add_parser("summary", help="versions, sizes, inputs/outputs, op counts")
     add_model_arg(p)
     add_dims_args(p)
@@ -34,9 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_weights)
 
 
-def _summary(args) -> int:
-    from onnx_lab.cli import open_from_args, print_json
-
+def _summary(args: argparse.Namespace) -> int:
     s = open_from_args(args).summary()
     if args.json:
         print_json({k: s[k] for k in SUMMARY_KEYS})
@@ -58,9 +56,7 @@ def _summary(args) -> int:
     return 0
 
 
-def _tables(args) -> int:
-    from onnx_lab.cli import open_from_args
-
+def _tables(args: argparse.Namespace) -> int:
     lab = open_from_args(args)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -74,9 +70,7 @@ def _tables(args) -> int:
     return 0
 
 
-def _weights(args) -> int:
-    from onnx_lab.cli import open_from_args, print_json
-
+def _weights(args: argparse.Namespace) -> int:
     df = open_from_args(args).weight_stats()
     if args.top:
         df = df.sort_values("outlier_score", ascending=False).head(args.top)

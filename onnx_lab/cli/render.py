@@ -1,14 +1,16 @@
-"""CLI subcommand ``onnx-lab render``: one call of :func:`onnx_lab.render.view.render_model`."""
+"""CLI subcommand ``onnx-lab render``: one call of :meth:`onnx_lab.Lab.render`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from onnx_lab.cli import add_dims_args, add_model_arg
-
+    """Add ``render`` to the ``onnx-lab`` subparsers."""
     p = sub.add_parser(
         "render", help="draw the graph (a neighbourhood, collapsed scopes) to SVG/PNG/PDF/DOT",
         description="Draw part of a model. The suffix of -o picks the format (.svg, .png, "
@@ -37,11 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_render)
 
 
-def _render(args) -> int:
-    from pathlib import Path
-
-    from onnx_lab.cli import open_from_args
-
+def _render(args: argparse.Namespace) -> int:
     lab = open_from_args(args)
     out = Path(args.out)
     r = lab.render(args.nodes, around=args.around, radius=args.radius,

@@ -1,0 +1,66 @@
+"""CLI subcommands of analysis: ``cost`` (:meth:`onnx_lab.Lab.cost`) and ``check``
+(:meth:`onnx_lab.Lab.check`).
+
+``onnx-lab check --strict`` exits 1 when there are errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args, print_json
+
+COST_TOTAL_KEYS = ("flops", "macs", "params", "param_bytes", "peak_activation_bytes")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``cost`` and ``check`` to the ``onnx-lab`` subparsers."""
+    p = sub.add_parser("cost", help="FLOPs, MACs, params, peak activation memory per node")
+    add_model_arg(p)
+    add_dims_args(p)
+    p.add_argument("--top", type=int, default=15, help="nodes to print")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cost)
+
+    p = sub.add_parser("check", help="compatibility findings (checker, ops, opsets, providers)")
+    add_model_arg(p)
+    p.add_argument("--no-load", action="store_true", help="skip the onnxruntime session loads")
+    p.add_argument("--strict", action="store_true", help="exit 1 when there are errors")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_check)
+
+
+def _cost(args: argparse.Namespace) -> int:
+    c = open_from_args(args).cost()
+    if args.json:
+        d = c.to_dict()
+        d["total"] = {**{k: c.total[k] for k in COST_TOTAL_KEYS},
+                      **{k: v for k, v in c.total.items() if k not in COST_TOTAL_KEYS}}
+        print_json(d)
+        return 0
+    t = c.total
+    print(f"{t['flops'] / 1e9:.4f} GFLOPs, {t['macs'] / 1e9:.4f} GMACs, {t['params']:,} params "
+          f"({t['param_bytes']:,} bytes), peak activations {t['peak_activation_bytes']:,} bytes "
+          f"at {t['peak_node']}, {t['unknown_nodes']} nodes of unknown cost")
+    cols = ["node_id", "op_type", "flops", "macs", "params", "output_bytes", "intensity", "known"]
+    if (c.nodes["calls"] != 1).any():  # bodies of loops: show how often each node runs
+        cols.insert(2, "calls")
+    print(c.nodes.sort_values("flops", ascending=False)[cols].head(args.top).to_string(
+        index=False))
+    for n in c.notes:
+        print(f"note: {n}")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    df = open_from_args(args).check(load=not args.no_load)
+    if args.json:
+        print_json({"findings": df.to_dict(orient="records"),
+                    "counts": df.severity.value_counts().to_dict()})
+    elif not len(df):
+        print("no findings")
+    else:
+        for r in df.itertuples():
+            where = f" [{r.node_id}]" if r.node_id else ""
+            print(f"{r.severity:7} {r.code}{where}: {r.message}\n        fix: {r.fix}")
+    return 1 if args.strict and (df.severity == "error").any() else 0
