@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from google.protobuf.message import DecodeError
 
 from onnx_lab.core._wire import split_raw_data
 from onnx_lab.core.model import LabModel
-from onnx_lab.errors import ExternalDataError, InputError, ModelLoadError
+from onnx_lab.errors import ExternalDataError, InputError, LabError, ModelLoadError
 
 logger = logging.getLogger(__name__)
 
@@ -69,15 +70,57 @@ def load_model(source: object, *, mmap: bool = False) -> LabModel:
     )
 
 
-def _read(path: Path, use_mmap: bool) -> bytes | mmap.mmap:
-    """The file's bytes, or a read-only map of them."""
-    if use_mmap:
+def _map(path: Path) -> mmap.mmap | None:
+    """A read-only map of the file, or None where the file system cannot map it."""
+    try:
+        with open(path, "rb") as f:
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as e:
+        logger.debug("cannot map %s (%s); reading it", path, e)
+        return None
+
+
+class _Reader(threading.Thread):
+    """Reads a whole file into a private buffer in the background.
+
+    ``open`` without ``mmap`` must own its weights (a file rewritten later must not change or
+    crash the Lab), so the file is read once; the read releases the GIL, so it overlaps the
+    parsing and the graph deserialization the opening thread does meanwhile (BERT-base: the
+    ~0.1 s read hides behind ~0.15 s of deserialization).
+    """
+
+    def __init__(self, path: Path, size: int) -> None:
+        super().__init__(name="onnx_lab-read", daemon=True)
+        self.path, self.size = path, size
+        # np.empty, not bytearray(size): no zero-filling of pages the read overwrites anyway
+        # (a bytearray of BERT-base's 435 MB costs 0.3 s of memset, holding the GIL).
+        self.buf = np.empty(size, dtype=np.uint8)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
         try:
-            with open(path, "rb") as f:
-                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError) as e:  # a file system without mmap: read it
-            logger.debug("cannot map %s (%s); reading it", path, e)
-    return path.read_bytes()
+            view = memoryview(self.buf)
+            with open(self.path, "rb", buffering=0) as f:
+                pos = 0
+                while pos < self.size:
+                    n = f.readinto(view[pos:])
+                    if not n:
+                        raise ModelLoadError(
+                            f"Model file {str(self.path)!r} shrank while it was read "
+                            f"({pos} of {self.size} bytes).",
+                            fix="Open it again once the program writing it has finished.")
+                    pos += n
+        except BaseException as e:  # noqa: BLE001 - re-raised by the opening thread
+            self.error = e
+
+    def result(self) -> np.ndarray:
+        self.join()
+        if isinstance(self.error, LabError):
+            raise self.error
+        if self.error is not None:
+            raise ModelLoadError(f"Cannot read model file {str(self.path)!r}: {self.error}",
+                                 fix="Check the file's permissions and the disk.") from self.error
+        return self.buf
 
 
 def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
@@ -97,27 +140,39 @@ def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
     with open(path, "rb") as f:
         head = f.read(512)
     _check_magic(head, repr(str(path)))
-    data = _read(path, use_mmap)
+    mapped = _map(path)
+    data: bytes | mmap.mmap | np.ndarray = mapped if mapped is not None else path.read_bytes()
     try:
         stripped, spans = split_raw_data(data, _VIEW_MIN_BYTES)
     except (ValueError, IndexError):  # not well-formed: protobuf below says so
         stripped, spans = data, []
     if not isinstance(stripped, bytes):  # nothing stripped from a map: protobuf wants bytes
         stripped = bytes(stripped)
+    # Without mmap=True the weights are read into memory the process owns, in the background
+    # while the graph is parsed; the map above only served to find them (headers, no data).
+    reader = _Reader(path, size) if (spans and mapped is not None and not use_mmap) else None
+    if reader is not None:
+        reader.start()
     try:
-        proto = onnx.ModelProto()
-        proto.ParseFromString(stripped)
-    except (DecodeError, RuntimeError, ValueError) as e:
-        raise ModelLoadError(
-            f"Model file {str(path)!r} ({size} bytes) is not a valid ONNX protobuf: it is "
-            "truncated or corrupted.",
-            fix="Re-export the model, or check that the copy/download completed.",
-        ) from e
-    _check_proto(proto, repr(str(path)))
-    check_external_data(proto, path.parent)
-    views = _weight_views(proto, data, spans)
-    model = ir.serde.deserialize_model(proto)
-    for name, arr in views.items():
+        try:
+            proto = onnx.ModelProto()
+            proto.ParseFromString(stripped)
+        except (DecodeError, RuntimeError, ValueError) as e:
+            raise ModelLoadError(
+                f"Model file {str(path)!r} ({size} bytes) is not a valid ONNX protobuf: it is "
+                "truncated or corrupted.",
+                fix="Re-export the model, or check that the copy/download completed.",
+            ) from e
+        _check_proto(proto, repr(str(path)))
+        check_external_data(proto, path.parent)
+        viewable = _viewable(proto, spans, data)
+        model = ir.serde.deserialize_model(proto)
+    finally:
+        if reader is not None:
+            data = reader.result()  # joined on errors too: no thread outlives the call
+    if mapped is not None and data is not mapped:
+        _close(mapped)
+    for name, arr in _weight_views(viewable, data).items():
         v = model.graph.initializers[name]
         old = v.const_value
         v.const_value = ir.Tensor(arr, dtype=old.dtype, name=name, doc_string=old.doc_string,
@@ -135,16 +190,16 @@ _VIEW_DTYPES = {onnx.TensorProto.FLOAT: "<f4", onnx.TensorProto.DOUBLE: "<f8",
                 onnx.TensorProto.UINT64: "<u8", onnx.TensorProto.BOOL: "?"}
 
 
-def _weight_views(proto: onnx.ModelProto, data: bytes, spans: list[tuple[int, int, int]]
-                  ) -> dict[str, np.ndarray]:
-    """Read-only numpy views of ``data`` for the initializers whose raw_data was stripped.
+def _viewable(proto: onnx.ModelProto, spans: list[tuple[int, int, int]], data
+              ) -> list[tuple[str, str, tuple[int, ...], int, int]]:
+    """The stripped initializers numpy can express exactly: (name, dtype, shape, offset,
+    length) each. The others get their raw_data back from ``data`` and stay protobuf tensors.
 
     The file's bytes are read once and the weights stay in them (parsing with protobuf
     copies them into the message and every later numpy or onnxruntime use copies them
-    again: ~1 s for a 435 MB model). A tensor these views cannot express exactly gets its
-    raw_data back and stays a protobuf tensor.
+    again: ~1 s for a 435 MB model).
     """
-    views: dict[str, np.ndarray] = {}
+    out = []
     inits = proto.graph.initializer
     counts = Counter(t.name for t in inits)
     for k, offset, length in spans:
@@ -156,11 +211,30 @@ def _weight_views(proto: onnx.ModelProto, data: bytes, spans: list[tuple[int, in
               and t.data_location != onnx.TensorProto.EXTERNAL
               and int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize == length)
         if ok:
-            views[t.name] = np.frombuffer(data, dtype=dtype, count=length // np.dtype(dtype)
-                                          .itemsize, offset=offset).reshape(shape)
+            out.append((t.name, dtype, shape, offset, length))
         else:
-            t.raw_data = data[offset:offset + length]
+            t.raw_data = bytes(data[offset:offset + length])
+    return out
+
+
+def _weight_views(viewable: list[tuple[str, str, tuple[int, ...], int, int]], data
+                  ) -> dict[str, np.ndarray]:
+    """Read-only numpy views of ``data`` (the file's bytes, read or mapped) for ``viewable``."""
+    views: dict[str, np.ndarray] = {}
+    for name, dtype, shape, offset, length in viewable:
+        arr = np.frombuffer(data, dtype=dtype, count=length // np.dtype(dtype).itemsize,
+                            offset=offset).reshape(shape)
+        arr.flags.writeable = False  # views of the read buffer would be writable: weights not
+        views[name] = arr
     return views
+
+
+def _close(mapped: mmap.mmap) -> None:
+    """Close a map no view points into any more (one that still has views stays open)."""
+    try:
+        mapped.close()
+    except BufferError:
+        pass
 
 
 def _check_magic(head: bytes, what: str) -> None:
