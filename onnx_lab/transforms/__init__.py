@@ -16,13 +16,6 @@ from onnx_lab.transforms.base import (
     origins,
     register_pass,
 )
+from onnx_lab.transforms.explain import explain  # the function (shadows its module)
 
-__all__ = ["available", "get_pass", "register_pass", "origins", "PassResult", "Match"]
-
-try:  # the teaching texts live in their own module (bound here so the name is the function)
-    from onnx_lab.transforms.explain import explain  # noqa: F401 - re-exported
-except ModuleNotFoundError as _e:  # pragma: no cover - until explain.py lands
-    if _e.name != "onnx_lab.transforms.explain":
-        raise
-else:
-    __all__.append("explain")
+__all__ = ["available", "get_pass", "register_pass", "origins", "PassResult", "Match", "explain"]

@@ -29,8 +29,7 @@ from onnx_lab.core.values import const_array, overridable
 from onnx_lab.errors import PassError, unknown_name
 
 __all__ = ["ORIGIN_KEY", "Param", "Match", "PassResult", "Rewrite", "LabPass", "register_pass",
-           "get_pass", "pass_names", "available", "origins", "node_origin", "stamp_origins",
-           "const_array"]
+           "get_pass", "pass_names", "available", "origins", "node_origin", "stamp_origins"]
 
 # ---------------------------------------------------------------------------- data types
 @dataclass(frozen=True)
@@ -154,6 +153,16 @@ class PassResult:
 
 
 # ---------------------------------------------------------------------------- rewriting
+def _fresh(base: str, taken: set[str]) -> str:
+    """``base``, else ``base_1``, ``base_2``... whichever is not in ``taken`` (then taken)."""
+    name, k = base, 1
+    while name in taken:
+        name = f"{base}_{k}"
+        k += 1
+    taken.add(name)
+    return name
+
+
 class Rewrite:
     """Editing helpers for a pass, recording provenance of every node it creates or changes.
 
@@ -196,24 +205,14 @@ class Rewrite:
     # -- names and values ---------------------------------------------------------------
     def unique_name(self, base: str) -> str:
         """A tensor/initializer name not used in the model yet."""
-        name, k = base, 1
-        while name in self._names:
-            name = f"{base}_{k}"
-            k += 1
-        self._names.add(name)
-        return name
+        return _fresh(base, self._names)
 
     def unique_node_name(self, base: str) -> str:
         """A node name not used in the model yet (so it becomes the node's id)."""
         if not hasattr(self, "_node_names"):
             self._node_names = {e.node.name for e in self.model.index.entries.values()
                                 if e.node.name} | set(self.model.index.entries)
-        name, k = base, 1
-        while name in self._node_names:
-            name = f"{base}_{k}"
-            k += 1
-        self._node_names.add(name)
-        return name
+        return _fresh(base, self._node_names)
 
     def add_initializer(self, graph: ir.Graph, base_name: str, array: np.ndarray, *,
                         exact: bool = False) -> ir.Value:
@@ -237,12 +236,8 @@ class Rewrite:
         self.modified = True
         return value
 
-    def const_array(self, value: ir.Value | None) -> np.ndarray | None:
-        """The constant value of ``value``: an initializer or a Constant node's output.
-
-        Weights held in Constant nodes (PaddlePaddle exports) count as constants.
-        """
-        return const_array(value)
+    # core.values.const_array, for passes that reach it through the context (tests' passes).
+    const_array = staticmethod(const_array)
 
     def drop_if_unused(self, value: ir.Value | None) -> bool:
         """Remove an initializer, or a Constant node, whose value nothing uses any more.
@@ -385,8 +380,9 @@ class LabPass(ir.passes.InPlacePass):
     """Base of every onnx_lab transform.
 
     Subclasses set ``name`` (via :func:`register_pass`), ``params`` and ``no_match_reason``
-    and implement :meth:`find` (the opportunities) and :meth:`rewrite` (apply chosen matches),
-    or override :meth:`transform` for whole-model tools (onnxsim, onnxruntime...).
+    and implement :meth:`find` (the opportunities) and :meth:`rewrite` (apply chosen matches).
+    Node passes declare a pattern instead (``transforms.matcher.PatternPass``); whole-model
+    tools (onnxsim, onnxruntime...) override :meth:`run` (``transforms._whole.WholeModelPass``).
 
     Example:
         >>> result = get_pass("eliminate_identity")().run(lab.model)
@@ -450,12 +446,6 @@ class LabPass(ir.passes.InPlacePass):
         """Apply ``matches`` to ``model.ir`` in place through ``rw``."""
         raise NotImplementedError
 
-    def transform(self, model: LabModel) -> LabModel | None:
-        """Whole-model tools override this: return a new LabModel (or None when unchanged),
-        setting provenance with :meth:`Rewrite.record` on it is not possible, so tools stamp
-        origins by node names (see transforms/tools.py)."""
-        return None
-
     # -- onnx_ir interface ------------------------------------------------------------------
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         work = getattr(self, "_work", None)
@@ -504,9 +494,6 @@ class LabPass(ir.passes.InPlacePass):
         """Apply the pass to a clone of ``model`` and describe what happened."""
         t0 = time.perf_counter()
         before = model.index
-        tool_result = self.transform(model)
-        if tool_result is not None or type(self).transform is not LabPass.transform:
-            return self._tool_result(model, tool_result, t0)
         self._skipped = []
         if self.selected is None and not self.find(model):
             # Nothing to do: answer without cloning (most passes of a preset are no-ops on a
@@ -548,32 +535,6 @@ class LabPass(ir.passes.InPlacePass):
                 notes.append(f"provenance unknown for new node {nid}")
         return PassResult(self.name, dict(self.options), True, len(before), len(after),
                           provenance, removed, None, seconds, notes, new, self._applied)
-
-    def _tool_result(self, model: LabModel, new: LabModel | None, t0: float) -> PassResult:
-        seconds = time.perf_counter() - t0
-        n0 = len(model.index)
-        if new is None:
-            return PassResult(self.name, dict(self.options), False, n0, n0, {}, [],
-                              self._reason or self.no_match_reason, seconds, [], model, [])
-        notes = list(getattr(self, "_notes", []))
-        old_ids = set(model.index.entries)
-        after = new.index
-        provenance: dict[str, list[str]] = {}
-        kept: set[str] = set()
-        for nid, e in after.entries.items():
-            org = node_origin(e.node, "")
-            if org == [""]:
-                provenance[nid] = []
-                continue
-            if org == [nid] and nid in old_ids:
-                kept.add(nid)
-                continue
-            provenance[nid] = org
-        if any(v == [] for v in provenance.values()):
-            notes.append("provenance unknown for some nodes (the tool renamed them)")
-        removed = sorted(old_ids - kept - {x for v in provenance.values() for x in v})
-        return PassResult(self.name, dict(self.options), True, n0, len(after), provenance,
-                          removed, None, seconds, notes, new, [])
 
 
 # ---------------------------------------------------------------------------- registry
@@ -626,11 +587,7 @@ def _load_builtins() -> None:
         if not mod.name.startswith("_"):
             importlib.import_module(f"onnx_lab.transforms.passes.{mod.name}")
     for extra in ("tools", "shapes", "edit"):
-        try:
-            importlib.import_module(f"onnx_lab.transforms.{extra}")
-        except ModuleNotFoundError as e:
-            if e.name != f"onnx_lab.transforms.{extra}":
-                raise
+        importlib.import_module(f"onnx_lab.transforms.{extra}")
 
 
 def pass_names() -> list[str]:

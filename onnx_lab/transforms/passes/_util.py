@@ -2,43 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import Match, const_array, overridable
-
-STANDARD_DOMAINS = ("", "ai.onnx")
-
-
-def walk(model: LabModel, main_only: bool = False) -> Iterator[tuple[str, ir.Node]]:
-    """(node_id, node) in whole-model topological order (bodies follow their owner)."""
-    for nid, e in model.index.entries.items():
-        if main_only and e.graph != "":
-            continue
-        yield nid, e.node
+from onnx_lab.core.shapes import TensorInfo, dtype_name
+from onnx_lab.core.values import const_array, overridable
+from onnx_lab.transforms.matcher import Binding, users
 
 
-def is_std(node: ir.Node, op_type: str | Sequence[str] | None = None) -> bool:
-    """Node in the default ONNX domain (and of one of ``op_type``)."""
-    if node.domain not in STANDARD_DOMAINS:
-        return False
-    if op_type is None:
-        return True
-    return node.op_type == op_type if isinstance(op_type, str) else node.op_type in op_type
-
-
-def users(value: ir.Value | None) -> list[ir.Node]:
-    """Distinct nodes reading ``value`` (body nodes reading an outer value included)."""
-    if value is None:
-        return []
-    out: list[ir.Node] = []
-    for u in value.uses():
-        if all(u.node is not n for n in out):
-            out.append(u.node)
-    return out
+def constant_other(b: Binding) -> np.ndarray | None:
+    """The root's other input as a constant (``Pattern.where`` of bias Adds: an Add of two
+    tensors, such as a residual, is no bias Add)."""
+    return const_array(b.other)
 
 
 def sole_user(value: ir.Value | None) -> ir.Node | None:
@@ -49,12 +27,9 @@ def sole_user(value: ir.Value | None) -> ir.Node | None:
     return us[0] if len(us) == 1 else None
 
 
-def nid(model: LabModel, node: ir.Node) -> str:
-    return model.index.node_id(node)
-
-
-def names_of(model: LabModel, nodes: Sequence[ir.Node]) -> str:
-    return ", ".join(nid(model, n) for n in nodes)
+def _inferred(model: LabModel, value: ir.Value) -> TensorInfo | None:
+    """What shape inference knows of ``value`` (when its declaration says nothing)."""
+    return model.types().get(value.name or "")
 
 
 def static_shape(model: LabModel, value: ir.Value | None) -> tuple[int, ...] | None:
@@ -64,13 +39,12 @@ def static_shape(model: LabModel, value: ir.Value | None) -> tuple[int, ...] | N
     arr = const_array(value)
     if arr is not None:
         return tuple(arr.shape)
-    shape = value.shape
-    if shape is not None and all(isinstance(d, int) for d in shape):
-        return tuple(int(d) for d in shape)
-    info = model.types().get(value.name or "")
-    if info is not None and info.shape is not None and not info.dynamic:
-        return tuple(int(d) for d in info.shape)  # type: ignore[arg-type]
-    return None
+    if value.shape is not None and all(isinstance(d, int) for d in value.shape):
+        return tuple(int(d) for d in value.shape)
+    info = _inferred(model, value)
+    if info is None or info.shape is None or info.dynamic:
+        return None
+    return tuple(int(d) for d in info.shape)  # type: ignore[arg-type]
 
 
 def rank(model: LabModel, value: ir.Value | None) -> int | None:
@@ -82,10 +56,8 @@ def rank(model: LabModel, value: ir.Value | None) -> int | None:
     arr = const_array(value)
     if arr is not None:
         return arr.ndim
-    info = model.types().get(value.name or "")
-    if info is not None and info.shape is not None:
-        return len(info.shape)
-    return None
+    info = _inferred(model, value)
+    return len(info.shape) if info is not None and info.shape is not None else None
 
 
 def dtype(model: LabModel, value: ir.Value | None) -> str | None:
@@ -93,10 +65,8 @@ def dtype(model: LabModel, value: ir.Value | None) -> str | None:
     if value is None:
         return None
     if value.dtype is not None:
-        from onnx_lab.core.shapes import dtype_name
-
         return dtype_name(value.dtype)
-    info = model.types().get(value.name or "")
+    info = _inferred(model, value)
     return info.dtype if info is not None else None
 
 
@@ -141,22 +111,6 @@ def freed_bytes(values: Sequence[ir.Value | None], dropped: Sequence[ir.Node]) -
     return total
 
 
-def match(pass_name: str, pattern: str, model: LabModel, anchor: ir.Node,
-          others: Sequence[ir.Node], description: str, saving_nodes: int, saving_bytes: int = 0,
-          **data) -> Match:
-    """A Match anchored on ``anchor`` with the id ``"{pass_name}:{anchor id}"``."""
-    aid = nid(model, anchor)
-    ids = [aid] + [nid(model, n) for n in others if n is not anchor]
-    return Match(f"{pass_name}:{aid}", pattern, pass_name, ids, aid, description, saving_nodes,
-                 int(saving_bytes), dict(data, nodes=[anchor, *others]))
-
-
-def alive(*nodes: ir.Node) -> bool:
-    """All nodes still belong to a graph (an earlier match in the same pass may have removed
-    them)."""
-    return all(n.graph is not None for n in nodes)
-
-
 def perm_of(model: LabModel, node: ir.Node) -> list[int] | None:
     """The ``perm`` of a Transpose (the default reverses the axes; needs the rank)."""
     attr = node.attributes.get("perm")
@@ -164,10 +118,6 @@ def perm_of(model: LabModel, node: ir.Node) -> list[int] | None:
         return list(attr.as_ints())
     r = rank(model, node.inputs[0])
     return list(range(r))[::-1] if r is not None else None
-
-
-def as_float(arr: np.ndarray) -> np.ndarray:
-    return arr.astype(np.float64)
 
 
 def not_constant(value: ir.Value | None, what: str) -> str:

@@ -4,47 +4,37 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
-from onnx_lab.transforms.passes._util import alive, is_std, match, walk
+from onnx_lab.transforms.base import Match, Rewrite, register_pass
+from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass
 
 
 @register_pass("constants_to_initializers")
-class ConstantsToInitializers(LabPass):
+class ConstantsToInitializers(PatternPass):
     """Turn Constant nodes of the main graph into initializers of the same name."""
 
     no_match_reason = "no Constant node in the main graph"
+    pattern = Pattern("constant_node", "Constant", main_only=True)
 
-    def find(self, model: LabModel) -> list[Match]:
-        out = []
-        for nid, node in walk(model, main_only=True):
-            if not is_std(node, "Constant"):
-                continue
-            v = node.outputs[0]
-            if v.is_graph_output():
-                self.skip(nid, f"its output {v.name!r} is a graph output")
-                continue
-            if "sparse_value" in node.attributes:
-                self.skip(nid, "it holds a sparse tensor")
-                continue
-            t = ir.convenience.get_const_tensor(v)
-            if t is None:
-                self.skip(nid, "its value cannot be read")
-                continue
-            out.append(match(self.name, "constant_node", model, node, [],
-                             f"Constant {nid} becomes initializer {v.name!r}", 1))
-        return out
+    def check(self, b: Binding) -> str | None:
+        v = b.root.outputs[0]
+        if v.is_graph_output():
+            return f"its output {v.name!r} is a graph output"
+        if "sparse_value" in b.root.attributes:
+            return "it holds a sparse tensor"
+        if ir.convenience.get_const_tensor(v) is None:
+            return "its value cannot be read"
+        return None
 
-    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
-        for m in matches:
-            node = m.data["nodes"][0]
-            if not alive(node):
-                continue
-            v = node.outputs[0]
-            arr = ir.convenience.get_const_tensor(v).numpy()
-            name = v.name
-            tmp = rw.add_initializer(node.graph, f"{name}__init", arr)
-            v.replace_all_uses_with(tmp)
-            rw.remove(node)
-            v.name = None
-            tmp.name = name  # onnx_ir renames the initializer entry too
+    def describe(self, b: Binding) -> Found:
+        return Found(f"Constant {b.root_id} becomes initializer {b.root.outputs[0].name!r}")
+
+    def apply(self, m: Match, nodes: list[ir.Node], rw: Rewrite) -> None:
+        node = nodes[0]
+        v = node.outputs[0]
+        arr = ir.convenience.get_const_tensor(v).numpy()
+        name = v.name
+        tmp = rw.add_initializer(node.graph, f"{name}__init", arr)
+        v.replace_all_uses_with(tmp)
+        rw.remove(node)
+        v.name = None
+        tmp.name = name  # onnx_ir renames the initializer entry too

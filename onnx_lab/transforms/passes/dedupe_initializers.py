@@ -8,8 +8,9 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel, mapped_briefly
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, overridable, register_pass
-from onnx_lab.transforms.passes._util import users
+from onnx_lab.core.values import overridable
+from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
+from onnx_lab.transforms.matcher import users
 
 
 def _groups(model: LabModel) -> list[list[ir.Value]]:

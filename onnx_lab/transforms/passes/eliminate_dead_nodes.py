@@ -6,7 +6,8 @@ import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
 from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
-from onnx_lab.transforms.passes._util import STANDARD_DOMAINS, freed_bytes, walk
+from onnx_lab.transforms.matcher import STANDARD_DOMAINS, walk
+from onnx_lab.transforms.passes._util import freed_bytes
 
 # Standard ONNX ops have no side effects, so an unused result can go; custom-domain ops might
 # (I/O, state), so they are kept.

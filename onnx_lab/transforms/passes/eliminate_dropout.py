@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, const_array, register_pass
-from onnx_lab.transforms.passes._util import alive, is_std, match, walk
-from onnx_lab.transforms.passes.eliminate_identity import bypass_blocker
+import onnx_ir as ir
+
+from onnx_lab.core.values import const_array
+from onnx_lab.transforms.base import register_pass
+from onnx_lab.transforms.matcher import Binding, Found, Pattern
+from onnx_lab.transforms.passes.eliminate_identity import BypassPass, bypass_blocker
 
 
-def _blocker(node) -> str | None:
+def _blocker(node: ir.Node) -> str | None:
+    """Why the Dropout ``node`` is not the identity at inference (or cannot go), or None."""
     if len(node.inputs) > 2 and node.inputs[2] is not None:
         mode = const_array(node.inputs[2])
         if mode is None:
@@ -23,30 +26,14 @@ def _blocker(node) -> str | None:
 
 
 @register_pass("eliminate_dropout")
-class EliminateDropout(LabPass):
+class EliminateDropout(BypassPass):
     """Remove inference-time Dropout (training_mode absent or false, mask unused)."""
 
     no_match_reason = "no Dropout node"
+    pattern = Pattern("dropout", "Dropout")
 
-    def find(self, model: LabModel) -> list[Match]:
-        out = []
-        for nid, node in walk(model):
-            if not is_std(node, "Dropout"):
-                continue
-            why = _blocker(node)
-            if why:
-                self.skip(nid, why)
-                continue
-            out.append(match(self.name, "dropout", model, node, [],
-                             f"Dropout {nid} is the identity at inference", 1))
-        return out
+    def blocker(self, node: ir.Node, data_input: int) -> str | None:
+        return _blocker(node)
 
-    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
-        for m in matches:
-            node = m.data["nodes"][0]
-            if not alive(node) or _blocker(node) is not None:
-                continue
-            extra = [v for v in node.inputs[1:] if v is not None]
-            if rw.bypass(node):
-                for v in extra:
-                    rw.drop_if_unused(v)
+    def describe(self, b: Binding) -> Found:
+        return Found(f"Dropout {b.root_id} is the identity at inference")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
-from onnx_lab.transforms.passes._util import alive, is_std, match, walk
+import onnx_ir as ir
+
+from onnx_lab.transforms.base import Match, Rewrite, register_pass
+from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass
 
 
-def bypass_blocker(node, out_index: int = 0, in_index: int = 0, src=None) -> str | None:
+def bypass_blocker(node: ir.Node, out_index: int = 0, in_index: int = 0,
+                   src: ir.Value | None = None) -> str | None:
     """Why ``node`` cannot be bypassed (graph output names must survive), or None.
 
     ``src`` is the value that would replace the output (default: input ``in_index``).
@@ -32,27 +34,39 @@ def bypass_blocker(node, out_index: int = 0, in_index: int = 0, src=None) -> str
     return None
 
 
+class BypassPass(PatternPass):
+    """A single-node pattern whose node goes: its data input replaces its output, and the
+    constants only it read (Dropout's ratio, a Reshape's shape) go too."""
+
+    def blocker(self, node: ir.Node, data_input: int) -> str | None:
+        """Why ``node`` cannot be removed, or None (graph output names must survive)."""
+        return bypass_blocker(node, 0, data_input)
+
+    def data_input(self, b: Binding) -> int:
+        """The input that replaces the output (a pass where it is not 0 keeps it in the
+        match's ``data["input"]`` for :meth:`apply`)."""
+        return 0
+
+    def check(self, b: Binding) -> str | None:
+        return self.blocker(b.root, self.data_input(b))
+
+    def apply(self, m: Match, nodes: list[ir.Node], rw: Rewrite) -> None:
+        node, i = nodes[0], m.data.get("input", 0)
+        # An earlier bypass may have made the data input a graph input: check again.
+        if self.blocker(node, i) is not None:
+            return
+        rest = [v for k, v in enumerate(node.inputs) if k != i and v is not None]
+        if rw.bypass(node, input_index=i):
+            for v in rest:
+                rw.drop_if_unused(v)
+
+
 @register_pass("eliminate_identity")
-class EliminateIdentity(LabPass):
+class EliminateIdentity(BypassPass):
     """Remove Identity nodes (their readers read the Identity's input directly)."""
 
     no_match_reason = "no Identity node"
+    pattern = Pattern("identity", "Identity")
 
-    def find(self, model: LabModel) -> list[Match]:
-        out = []
-        for nid, node in walk(model):
-            if not is_std(node, "Identity"):
-                continue
-            why = bypass_blocker(node)
-            if why:
-                self.skip(nid, why)
-                continue
-            out.append(match(self.name, "identity", model, node, [],
-                             f"Identity {nid} only copies {node.inputs[0].name!r}", 1))
-        return out
-
-    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
-        for m in matches:
-            node = m.data["nodes"][0]
-            if alive(node) and bypass_blocker(node) is None:
-                rw.bypass(node)
+    def describe(self, b: Binding) -> Found:
+        return Found(f"Identity {b.root_id} only copies {b.root.inputs[0].name!r}")

@@ -6,18 +6,12 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, const_array, register_pass
-from onnx_lab.transforms.passes._util import (
-    alive,
-    const_ints,
-    is_std,
-    match,
-    perm_of,
-    rank,
-    static_shape,
-    walk,
-)
-from onnx_lab.transforms.passes.eliminate_identity import bypass_blocker
+from onnx_lab.core.shapes import dtype_name
+from onnx_lab.core.values import const_array
+from onnx_lab.transforms.base import register_pass
+from onnx_lab.transforms.matcher import Binding, Found, Pattern
+from onnx_lab.transforms.passes._util import const_ints, perm_of, rank, static_shape
+from onnx_lab.transforms.passes.eliminate_identity import BypassPass
 
 # Slice ends at or past this take everything whatever the dim (exporters write INT64_MAX or
 # INT32_MAX for "to the end").
@@ -31,8 +25,6 @@ def _same_dtype(model: LabModel, node: ir.Node) -> bool:
         return False
     dt = x.dtype
     if dt is None:
-        from onnx_lab.core.shapes import dtype_name
-
         info = model.types().get(x.name or "")
         return info is not None and info.dtype is not None and info.dtype == dtype_name(to)
     return int(dt) == int(to)
@@ -168,36 +160,24 @@ _WHAT = {"noop_transpose": "has the identity perm", "noop_reshape": "reshapes to
          "noop_arith": "multiplies/divides by 1 or adds/subtracts 0"}
 
 
+def _noop_fit(b: Binding) -> tuple[str, int] | None:
+    """``Pattern.where``: (pattern, data input) of a single-output node that is a no-op."""
+    node = b.root
+    if len(node.outputs) != 1 or not node.inputs:
+        return None
+    return noop_input(b.model, node)
+
+
 @register_pass("eliminate_noop")
-class EliminateNoop(LabPass):
+class EliminateNoop(BypassPass):
     """Remove no-op Transpose/Reshape/Cast/Slice/Pad/Concat/Expand and x*1, x+0."""
 
     no_match_reason = "no node returns its input unchanged"
+    pattern = Pattern("noop", None, where=_noop_fit)  # the name comes from noop_input
 
-    def find(self, model: LabModel) -> list[Match]:
-        out = []
-        for nid, node in walk(model):
-            if not is_std(node) or len(node.outputs) != 1 or not node.inputs:
-                continue
-            found = noop_input(model, node)
-            if found is None:
-                continue
-            pattern, i = found
-            why = bypass_blocker(node, 0, i)
-            if why:
-                self.skip(nid, why)
-                continue
-            out.append(match(self.name, pattern, model, node, [],
-                             f"{node.op_type} {nid} {_WHAT[pattern]}", 1, input=i))
-        return out
+    def data_input(self, b: Binding) -> int:
+        return b.fit[1]
 
-    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
-        for m in matches:
-            node = m.data["nodes"][0]
-            if not alive(node):
-                continue
-            i = m.data["input"]
-            rest = [v for k, v in enumerate(node.inputs) if k != i and v is not None]
-            if rw.bypass(node, input_index=i):
-                for v in rest:
-                    rw.drop_if_unused(v)
+    def describe(self, b: Binding) -> Found:
+        pattern, i = b.fit
+        return Found(f"{b.root.op_type} {b.root_id} {_WHAT[pattern]}", pattern, data={"input": i})

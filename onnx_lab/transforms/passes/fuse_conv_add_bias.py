@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx_ir as ir
 
-from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, const_array, register_pass
-from onnx_lab.transforms.passes._util import alive, freed_bytes, is_std, match, walk
+from onnx_lab.core.values import const_array
+from onnx_lab.transforms.base import Match, Rewrite, register_pass
+from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass
+from onnx_lab.transforms.passes._util import constant_other, freed_bytes
 from onnx_lab.transforms.passes.eliminate_identity import bypass_blocker
 from onnx_lab.transforms.passes.fuse_conv_bn import conv_blocker, conv_out_channels
 
@@ -30,58 +32,42 @@ def per_channel(c: np.ndarray, channels: int, out_rank: int) -> np.ndarray | Non
 
 
 @register_pass("fuse_conv_add_bias")
-class FuseConvAddBias(LabPass):
+class FuseConvAddBias(PatternPass):
     """Fold an Add of a per-channel constant after a Conv into the Conv's bias."""
 
     no_match_reason = "no Add of a per-channel constant directly follows a Conv"
+    pattern = Pattern("conv_add_bias", "Add", producer=("Conv", "ConvTranspose"), inputs=(0, 1),
+                      arity=2, where=constant_other)
 
-    def find(self, model: LabModel) -> list[Match]:
-        out = []
-        for nid, add in walk(model):
-            if not is_std(add, "Add") or len(add.inputs) != 2:
-                continue
-            for side in (0, 1):
-                x, c = add.inputs[side], add.inputs[1 - side]
-                conv = x.producer() if x is not None else None
-                if conv is None or not is_std(conv, ("Conv", "ConvTranspose")):
-                    continue
-                cid = model.index.node_id(conv)
-                arr = const_array(c)
-                if arr is None:
-                    continue  # e.g. a residual Add of two tensors: not a bias
-                why = conv_blocker(conv, add, model)
-                if why:
-                    self.skip(cid, why)
-                    break
-                w = const_array(conv.inputs[1])
-                vec = per_channel(arr, conv_out_channels(conv, w), w.ndim)
-                if vec is None:
-                    self.skip(cid, f"{nid} adds a constant of shape {list(arr.shape)}, not one "
-                                   f"value per channel (use [1, C, 1, 1])")
-                    break
-                out.append(match(self.name, "conv_add_bias", model, conv, [add],
-                                 f"{nid} adds a per-channel constant: it becomes the bias of "
-                                 f"{cid}", 1, freed_bytes([c], [add]),
-                                 side=side))
-                break
-        return out
+    def check(self, b: Binding) -> str | None:
+        conv, arr = b.producer, b.fit
+        why = conv_blocker(conv, b.root, b.model)
+        if why:
+            return why
+        w = const_array(conv.inputs[1])
+        if per_channel(arr, conv_out_channels(conv, w), w.ndim) is None:
+            return (f"{b.root_id} adds a constant of shape {list(arr.shape)}, not one value per "
+                    f"channel (use [1, C, 1, 1])")
+        return None
 
-    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
-        for m in matches:
-            conv, add = m.data["nodes"][:2]
-            if not alive(conv, add):
-                continue
-            side = m.data["side"]
-            if bypass_blocker(add, 0, side):
-                continue
-            c = add.inputs[1 - side]
-            w = rw.const_array(conv.inputs[1])
-            vec = per_channel(rw.const_array(c), conv_out_channels(conv, w), w.ndim)
-            has_bias = len(conv.inputs) > 2 and conv.inputs[2] is not None
-            # Conv(x) + c = W*x + (b + c): the constant joins the bias.
-            b = rw.const_array(conv.inputs[2]) if has_bias else np.zeros_like(vec)
-            rw.set_const_input(conv, 2, (b.astype(np.float64) + vec).astype(w.dtype),
-                               None if has_bias else f"{conv.inputs[1].name}_bias")
-            if rw.bypass(add, input_index=side, keep_name=True):
-                rw.drop_if_unused(c)
-                rw.record(conv, [conv, add])
+    def describe(self, b: Binding) -> Found:
+        return Found(f"{b.root_id} adds a per-channel constant: it becomes the bias of "
+                     f"{b.producer_id}", saving_bytes=freed_bytes([b.other], [b.root]),
+                     data={"side": b.input})
+
+    def apply(self, m: Match, nodes: list[ir.Node], rw: Rewrite) -> None:
+        conv, add = nodes[:2]
+        side = m.data["side"]
+        if bypass_blocker(add, 0, side):
+            return
+        c = add.inputs[1 - side]
+        w = const_array(conv.inputs[1])
+        vec = per_channel(const_array(c), conv_out_channels(conv, w), w.ndim)
+        has_bias = len(conv.inputs) > 2 and conv.inputs[2] is not None
+        # Conv(x) + c = W*x + (b + c): the constant joins the bias.
+        b = const_array(conv.inputs[2]) if has_bias else np.zeros_like(vec)
+        rw.set_const_input(conv, 2, (b.astype(np.float64) + vec).astype(w.dtype),
+                           None if has_bias else f"{conv.inputs[1].name}_bias")
+        if rw.bypass(add, input_index=side, keep_name=True):
+            rw.drop_if_unused(c)
+            rw.record(conv, [conv, add])

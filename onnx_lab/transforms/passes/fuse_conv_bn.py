@@ -6,18 +6,10 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, const_array, register_pass
-from onnx_lab.transforms.passes._util import (
-    alive,
-    freed_bytes,
-    is_std,
-    match,
-    names_of,
-    not_constant,
-    sole_user,
-    users,
-    walk,
-)
+from onnx_lab.core.values import const_array
+from onnx_lab.transforms.base import Match, Rewrite, register_pass
+from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass, is_std, sole_reader
+from onnx_lab.transforms.passes._util import freed_bytes, not_constant, sole_user
 from onnx_lab.transforms.passes.eliminate_identity import bypass_blocker
 
 
@@ -33,6 +25,7 @@ def bn_scale_shift(bn: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def conv_out_channels(conv: ir.Node, w: np.ndarray) -> int:
+    """Output channels of ``conv`` given its weight ``w``."""
     if conv.op_type == "ConvTranspose":
         return w.shape[1] * conv.attributes.get_int("group", 1)
     return w.shape[0]
@@ -58,12 +51,9 @@ def scale_weight(conv: ir.Node, w: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 def conv_blocker(conv: ir.Node, reader: ir.Node, model: LabModel) -> str | None:
     """Why ``conv`` cannot absorb its reader (shared output, non-constant weights...)."""
-    out = conv.outputs[0]
-    if out.is_graph_output():
-        return f"its output {out.name!r} is a graph output"
-    others = [u for u in users(out) if u is not reader]
-    if others:
-        return f"its output is also read by {names_of(model, others)}"
+    why = sole_reader(model, conv.outputs[0], reader)
+    if why:
+        return why
     w = const_array(conv.inputs[1] if len(conv.inputs) > 1 else None)
     if w is None:
         return not_constant(conv.inputs[1] if len(conv.inputs) > 1 else None, "its weight")
@@ -75,70 +65,57 @@ def conv_blocker(conv: ir.Node, reader: ir.Node, model: LabModel) -> str | None:
 
 
 @register_pass("fuse_conv_bn")
-class FuseConvBN(LabPass):
+class FuseConvBN(PatternPass):
     """Fold BatchNormalization into the preceding Conv/ConvTranspose weights and bias."""
 
     no_match_reason = "no BatchNormalization directly follows a Conv"
+    pattern = Pattern("conv_bn", "BatchNormalization", producer=("Conv", "ConvTranspose"))
 
-    def find(self, model: LabModel) -> list[Match]:
-        out = []
-        for nid, bn in walk(model):
-            if not is_std(bn, "BatchNormalization"):
-                continue
-            x = bn.inputs[0]
-            conv = x.producer() if x is not None else None
-            if conv is None or not is_std(conv, ("Conv", "ConvTranspose")):
-                continue
-            cid = model.index.node_id(conv)
-            if bn.attributes.get_int("training_mode", 0):
-                self.skip(cid, f"{nid} runs in training mode")
-                continue
-            extra = [o for o in bn.outputs[1:] if o.uses() or o.is_graph_output()]
-            if extra:
-                self.skip(cid, f"{nid} has other outputs in use ({extra[0].name!r})")
-                continue
-            why = conv_blocker(conv, bn, model)
-            if why:
-                self.skip(cid, why)
-                continue
-            st = bn_scale_shift(bn)
-            if st is None:
-                bad = next((v for v in bn.inputs[1:5] if v is not None and const_array(v) is None),
-                           None)
-                self.skip(cid, not_constant(bad, f"a parameter of {nid}"))
-                continue
-            w = const_array(conv.inputs[1])
-            if st[0].size != conv_out_channels(conv, w):
-                self.skip(cid, f"{nid} has {st[0].size} channels, {cid} has "
-                               f"{conv_out_channels(conv, w)}")
-                continue
-            relu = sole_user(bn.outputs[0])
-            saving = freed_bytes(bn.inputs[1:5], [bn])
-            if relu is not None and is_std(relu, "Relu"):
-                out.append(match(self.name, "conv_bn_relu", model, conv, [bn, relu],
-                                 f"{nid} folds into {cid}; the Relu after it stays", 1, saving))
-            else:
-                out.append(match(self.name, "conv_bn", model, conv, [bn],
-                                 f"{nid} folds into {cid}", 1, saving))
-        return out
+    def check(self, b: Binding) -> str | None:
+        bn, conv, nid = b.root, b.producer, b.root_id
+        if bn.attributes.get_int("training_mode", 0):
+            return f"{nid} runs in training mode"
+        extra = [o for o in bn.outputs[1:] if o.uses() or o.is_graph_output()]
+        if extra:
+            return f"{nid} has other outputs in use ({extra[0].name!r})"
+        why = conv_blocker(conv, bn, b.model)
+        if why:
+            return why
+        st = bn_scale_shift(bn)
+        if st is None:
+            bad = next((v for v in bn.inputs[1:5] if v is not None and const_array(v) is None),
+                       None)
+            return not_constant(bad, f"a parameter of {nid}")
+        channels = conv_out_channels(conv, const_array(conv.inputs[1]))
+        if st[0].size != channels:
+            return f"{nid} has {st[0].size} channels, {b.producer_id} has {channels}"
+        return None
 
-    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
-        for m in matches:
-            conv, bn = m.data["nodes"][:2]
-            if not alive(conv, bn) or bypass_blocker(bn):
-                continue
-            s, t = bn_scale_shift(bn)
-            w = rw.const_array(conv.inputs[1])
-            has_bias = len(conv.inputs) > 2 and conv.inputs[2] is not None
-            b = rw.const_array(conv.inputs[2]).astype(np.float64) if has_bias else 0.0
-            # y = s·(W*x + b) + t  =>  W' = s·W per output channel, b' = s·b + t
-            #                          (= (b − μ)·γ/√(σ²+ε) + β).
-            new_b = (s * b + t).astype(w.dtype)
-            rw.set_const_input(conv, 1, scale_weight(conv, w, s))
-            bias_name = None if has_bias else f"{conv.inputs[1].name}_bias"
-            rw.set_const_input(conv, 2, new_b, bias_name)
-            params = list(bn.inputs[1:5])
-            rw.bypass(bn, keep_name=True)
-            for v in params:
-                rw.drop_if_unused(v)
-            rw.record(conv, [conv, bn])
+    def describe(self, b: Binding) -> Found:
+        bn, nid, cid = b.root, b.root_id, b.producer_id
+        relu = sole_user(bn.outputs[0])
+        saving = freed_bytes(bn.inputs[1:5], [bn])
+        if relu is not None and is_std(relu, "Relu"):
+            return Found(f"{nid} folds into {cid}; the Relu after it stays", "conv_bn_relu",
+                         saving_bytes=saving, extra=[relu])
+        return Found(f"{nid} folds into {cid}", saving_bytes=saving)
+
+    def apply(self, m: Match, nodes: list[ir.Node], rw: Rewrite) -> None:
+        conv, bn = nodes[:2]
+        if bypass_blocker(bn):
+            return
+        s, t = bn_scale_shift(bn)
+        w = const_array(conv.inputs[1])
+        has_bias = len(conv.inputs) > 2 and conv.inputs[2] is not None
+        b = const_array(conv.inputs[2]).astype(np.float64) if has_bias else 0.0
+        # y = s·(W*x + b) + t  =>  W' = s·W per output channel, b' = s·b + t
+        #                          (= (b − μ)·γ/√(σ²+ε) + β).
+        new_b = (s * b + t).astype(w.dtype)
+        rw.set_const_input(conv, 1, scale_weight(conv, w, s))
+        bias_name = None if has_bias else f"{conv.inputs[1].name}_bias"
+        rw.set_const_input(conv, 2, new_b, bias_name)
+        params = list(bn.inputs[1:5])
+        rw.bypass(bn, keep_name=True)
+        for v in params:
+            rw.drop_if_unused(v)
+        rw.record(conv, [conv, bn])

@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, const_array, register_pass
-from onnx_lab.transforms.passes._util import (
-    alive,
-    dtype,
-    is_std,
-    match,
-    names_of,
-    not_constant,
-    rank,
-    users,
-    walk,
-)
+from onnx_lab.core.values import const_array
+from onnx_lab.transforms.base import Match, Rewrite, register_pass
+from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass, sole_reader
+from onnx_lab.transforms.passes._util import constant_other, dtype, not_constant, rank
 
 # Gemm is defined for these element types (opset 11+ adds the integer ones, but ORT's CPU
 # kernel only has floating-point ones).
@@ -24,39 +15,18 @@ _GEMM_TYPES = ("float32", "float64", "float16", "bfloat16")
 
 
 @register_pass("fuse_matmul_add")
-class FuseMatMulAdd(LabPass):
+class FuseMatMulAdd(PatternPass):
     """Replace MatMul (2-D input, constant weight) + Add (constant bias) by one Gemm."""
 
     no_match_reason = "no Add of a constant bias directly follows a MatMul"
+    pattern = Pattern("matmul_add", "Add", producer="MatMul", inputs=(0, 1), arity=2,
+                      where=constant_other)
 
-    def find(self, model: LabModel) -> list[Match]:
-        out = []
-        for nid, add in walk(model):
-            if not is_std(add, "Add") or len(add.inputs) != 2:
-                continue
-            for side in (0, 1):
-                y, c = add.inputs[side], add.inputs[1 - side]
-                mm = y.producer() if y is not None else None
-                if mm is None or not is_std(mm, "MatMul") or const_array(c) is None:
-                    continue  # not a bias Add (e.g. a residual Add of two tensors)
-                mid = model.index.node_id(mm)
-                why = self._blocker(model, mm, add, c)
-                if why:
-                    self.skip(mid, why)
-                    break
-                out.append(match(self.name, "matmul_add", model, mm, [add],
-                                 f"{mid} + {nid} become one Gemm", 1, side=side))
-                break
-        return out
-
-    @staticmethod
-    def _blocker(model: LabModel, mm: ir.Node, add: ir.Node, c: ir.Value) -> str | None:
-        y = mm.outputs[0]
-        if y.is_graph_output():
-            return f"its output {y.name!r} is a graph output"
-        others = [u for u in users(y) if u is not add]
-        if others:
-            return f"its output is also read by {names_of(model, others)}"
+    def check(self, b: Binding) -> str | None:
+        model, mm = b.model, b.producer
+        why = sole_reader(model, mm.outputs[0], b.root)
+        if why:
+            return why
         w = const_array(mm.inputs[1])
         if w is None:
             return not_constant(mm.inputs[1], "its weight (input B)")
@@ -71,25 +41,22 @@ class FuseMatMulAdd(LabPass):
             return f"its input A is {r}-D; Gemm takes 2-D inputs"
         if dtype(model, mm.inputs[0]) not in _GEMM_TYPES:
             return f"dtype {dtype(model, mm.inputs[0])} is not supported by Gemm"
-        b = const_array(c)
-        if b is None:
-            return not_constant(c, "the Add's other input")
-        n = w.shape[1]
-        if not (b.ndim == 0 or (b.ndim == 1 and b.shape[0] in (1, n))
-                or (b.ndim == 2 and b.shape[0] == 1 and b.shape[1] in (1, n))):
-            return f"the bias has shape {list(b.shape)}; Gemm needs [{n}] or [1, {n}]"
+        bias, n = b.fit, w.shape[1]  # the constant Pattern.where found
+        if not (bias.ndim == 0 or (bias.ndim == 1 and bias.shape[0] in (1, n))
+                or (bias.ndim == 2 and bias.shape[0] == 1 and bias.shape[1] in (1, n))):
+            return f"the bias has shape {list(bias.shape)}; Gemm needs [{n}] or [1, {n}]"
         return None
 
-    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
-        for m in matches:
-            mm, add = m.data["nodes"][:2]
-            if not alive(mm, add):
-                continue
-            c = add.inputs[1 - m.data["side"]]
-            base = mm.name or ""
-            k = base.rfind("MatMul")
-            name = rw.unique_node_name(base[:k] + "Gemm" + base[k + 6:] if k >= 0 else
-                                       f"{base}_gemm" if base else "Gemm")
-            # Y = A·B + C with alpha = beta = 1: exactly MatMul then Add.
-            gemm = ir.node("Gemm", [mm.inputs[0], mm.inputs[1], c], name=name)
-            rw.replace([mm, add], [gemm], [add.outputs[0]], [gemm.outputs[0]])
+    def describe(self, b: Binding) -> Found:
+        return Found(f"{b.producer_id} + {b.root_id} become one Gemm", data={"side": b.input})
+
+    def apply(self, m: Match, nodes: list[ir.Node], rw: Rewrite) -> None:
+        mm, add = nodes[:2]
+        c = add.inputs[1 - m.data["side"]]
+        base = mm.name or ""
+        k = base.rfind("MatMul")
+        name = rw.unique_node_name(base[:k] + "Gemm" + base[k + 6:] if k >= 0 else
+                                   f"{base}_gemm" if base else "Gemm")
+        # Y = A·B + C with alpha = beta = 1: exactly MatMul then Add.
+        gemm = ir.node("Gemm", [mm.inputs[0], mm.inputs[1], c], name=name)
+        rw.replace([mm, add], [gemm], [add.outputs[0]], [gemm.outputs[0]])

@@ -3,23 +3,15 @@ or merge."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
-from onnx_lab.transforms.passes._util import (
-    alive,
-    axes_of,
-    const_ints,
-    is_std,
-    match,
-    names_of,
-    rank,
-    static_shape,
-    users,
-    walk,
-)
+from onnx_lab.transforms.base import Match, Rewrite, register_pass
+from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass, sole_reader
+from onnx_lab.transforms.passes._util import axes_of, const_ints, rank, static_shape
 from onnx_lab.transforms.passes.eliminate_identity import bypass_blocker
 
 
@@ -41,7 +33,8 @@ def merge_squeeze(s1: list[int], s2: list[int], r: int) -> list[int]:
     return sorted(set(n1) | {rest[j] for j in n2})
 
 
-def _chain(model: LabModel, first: ir.Node, second: ir.Node):
+def _chain(model: LabModel, first: ir.Node, second: ir.Node
+           ) -> tuple[str, dict[str, Any]] | str | None:
     """(pattern, data) for a pair of shape ops, or a str reason, or None when unrelated."""
     a, b = first.op_type, second.op_type
     if a == "Reshape" and b == "Reshape":
@@ -77,74 +70,53 @@ _SHAPE_OPS = ("Reshape", "Squeeze", "Unsqueeze")
 
 
 @register_pass("fuse_reshapes")
-class FuseReshapes(LabPass):
+class FuseReshapes(PatternPass):
     """Merge Reshape->Reshape chains; cancel or merge Squeeze/Unsqueeze chains."""
 
     no_match_reason = "no Reshape follows a Reshape, no Squeeze/Unsqueeze follows another"
+    pattern = Pattern("reshape_chain", _SHAPE_OPS, producer=_SHAPE_OPS, disjoint=True,
+                      where=lambda b: _chain(b.model, b.producer, b.root))
 
-    def find(self, model: LabModel) -> list[Match]:
-        out = []
-        used: set[int] = set()
-        for nid, second in walk(model):
-            if not is_std(second, _SHAPE_OPS) or second.inputs[0] is None:
-                continue
-            x = second.inputs[0]
-            first = x.producer()
-            if first is None or not is_std(first, _SHAPE_OPS) or id(first) in used:
-                continue
-            fid = model.index.node_id(first)
-            res = _chain(model, first, second)
-            if res is None:
-                continue
-            if isinstance(res, str):
-                self.skip(fid, res)
-                continue
-            if x.is_graph_output():
-                self.skip(fid, f"its output {x.name!r} is a graph output")
-                continue
-            others = [u for u in users(x) if u is not second]
-            if others:
-                self.skip(fid, f"its output is also read by {names_of(model, others)}")
-                continue
-            pattern, data = res
-            if pattern == "squeeze_cancel":
-                why = bypass_blocker(second, src=first.inputs[0])
-                if why:
-                    self.skip(fid, why)
-                    continue
-                desc = f"{first.op_type} {fid} and {second.op_type} {nid} cancel"
-            else:
-                desc = f"{fid} then {nid} is one {second.op_type}"
-            out.append(match(self.name, pattern, model, first, [second], desc,
-                             2 if pattern == "squeeze_cancel" else 1, **data))
-            used.update((id(first), id(second)))
-        return out
+    def check(self, b: Binding) -> str | None:
+        if isinstance(b.fit, str):
+            return b.fit
+        why = sole_reader(b.model, b.value, b.root)
+        if why:
+            return why
+        if b.fit[0] == "squeeze_cancel":
+            return bypass_blocker(b.root, src=b.producer.inputs[0])
+        return None
 
-    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
-        for m in matches:
-            first, second = m.data["nodes"][:2]
-            if not alive(first, second):
-                continue
-            old_params = [v for v in first.inputs[1:] if v is not None]
-            second.replace_input_with(0, first.inputs[0])
-            if m.pattern == "squeeze_cancel":
-                if not rw.bypass(second):
-                    second.replace_input_with(0, first.outputs[0])
-                    continue
-                old_params += [v for v in second.inputs[1:] if v is not None]
-            elif m.pattern == "reshape_chain":
-                if m.data["shape"] is not None:
-                    rw.set_const_input(second, 1, np.array(m.data["shape"], dtype=np.int64),
-                                       f"{second.inputs[1].name or 'shape'}_fused")
-                rw.record(second, [first, second])
+    def describe(self, b: Binding) -> Found:
+        (pattern, data), first, second = b.fit, b.producer, b.root
+        if pattern == "squeeze_cancel":
+            return Found(f"{first.op_type} {b.producer_id} and {second.op_type} {b.root_id} "
+                         "cancel", pattern, 2, data=data)
+        return Found(f"{b.producer_id} then {b.root_id} is one {second.op_type}", pattern,
+                     data=data)
+
+    def apply(self, m: Match, nodes: list[ir.Node], rw: Rewrite) -> None:
+        first, second = nodes[:2]
+        old_params = [v for v in first.inputs[1:] if v is not None]
+        second.replace_input_with(0, first.inputs[0])
+        if m.pattern == "squeeze_cancel":
+            if not rw.bypass(second):
+                second.replace_input_with(0, first.outputs[0])
+                return
+            old_params += [v for v in second.inputs[1:] if v is not None]
+        elif m.pattern == "reshape_chain":
+            if m.data["shape"] is not None:
+                rw.set_const_input(second, 1, np.array(m.data["shape"], dtype=np.int64),
+                                   f"{second.inputs[1].name or 'shape'}_fused")
+            rw.record(second, [first, second])
+        else:
+            axes = m.data["axes"]
+            if second.attributes.get("axes") is not None:
+                second.attributes["axes"] = ir.AttrInt64s("axes", axes)
             else:
-                axes = m.data["axes"]
-                if second.attributes.get("axes") is not None:
-                    second.attributes["axes"] = ir.AttrInt64s("axes", axes)
-                else:
-                    rw.set_const_input(second, 1, np.array(axes, dtype=np.int64),
-                                       f"{second.inputs[1].name or 'axes'}_fused")
-                rw.record(second, [first, second])
-            rw.remove(first)
-            for v in old_params:
-                rw.drop_if_unused(v)
+                rw.set_const_input(second, 1, np.array(axes, dtype=np.int64),
+                                   f"{second.inputs[1].name or 'axes'}_fused")
+            rw.record(second, [first, second])
+        rw.remove(first)
+        for v in old_params:
+            rw.drop_if_unused(v)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
-from onnx_lab.transforms.passes._util import alive, is_std, match, names_of, perm_of, users, walk
+from onnx_lab.transforms.base import Match, Rewrite, register_pass
+from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass, sole_reader
+from onnx_lab.transforms.passes._util import perm_of
 from onnx_lab.transforms.passes.eliminate_identity import bypass_blocker
 
 
@@ -15,61 +15,44 @@ def compose(p1: list[int], p2: list[int]) -> list[int]:
     return [p1[i] for i in p2]
 
 
+def _perms(b: Binding) -> tuple[list[int] | None, list[int] | None]:
+    """The perms of the first and the second Transpose."""
+    return perm_of(b.model, b.producer), perm_of(b.model, b.root)
+
+
 @register_pass("fuse_transposes")
-class FuseTransposes(LabPass):
+class FuseTransposes(PatternPass):
     """Remove Transpose pairs that cancel and merge pairs that compose into one Transpose."""
 
     no_match_reason = "no Transpose directly follows another Transpose"
+    pattern = Pattern("transpose_merge", "Transpose", producer="Transpose", disjoint=True)
 
-    def find(self, model: LabModel) -> list[Match]:
-        out = []
-        used: set[int] = set()
-        for nid, t2 in walk(model):
-            if not is_std(t2, "Transpose"):
-                continue
-            x = t2.inputs[0]
-            t1 = x.producer() if x is not None else None
-            if t1 is None or not is_std(t1, "Transpose") or id(t1) in used:
-                continue
-            fid = model.index.node_id(t1)
-            if x.is_graph_output():
-                self.skip(fid, f"its output {x.name!r} is a graph output")
-                continue
-            others = [u for u in users(x) if u is not t2]
-            if others:
-                self.skip(fid, f"its output is also read by {names_of(model, others)}")
-                continue
-            p1, p2 = perm_of(model, t1), perm_of(model, t2)
-            if p1 is None or p2 is None:
-                self.skip(fid, "the rank is unknown and a perm is implicit")
-                continue
-            p = compose(p1, p2)
-            if p == sorted(p):
-                why = bypass_blocker(t2, src=t1.inputs[0])
-                if why:
-                    self.skip(fid, why)
-                    continue
-                out.append(match(self.name, "transpose_cancel", model, t1, [t2],
-                                 f"{fid} ({p1}) and {nid} ({p2}) cancel", 2, perm=p))
-            else:
-                out.append(match(self.name, "transpose_merge", model, t1, [t2],
-                                 f"{fid} ({p1}) then {nid} ({p2}) is one Transpose {p}", 1,
-                                 perm=p))
-            used.update((id(t1), id(t2)))
-        return out
+    def check(self, b: Binding) -> str | None:
+        why = sole_reader(b.model, b.value, b.root)
+        if why:
+            return why
+        p1, p2 = _perms(b)
+        if p1 is None or p2 is None:
+            return "the rank is unknown and a perm is implicit"
+        p = compose(p1, p2)
+        return bypass_blocker(b.root, src=b.producer.inputs[0]) if p == sorted(p) else None
 
-    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
-        for m in matches:
-            t1, t2 = m.data["nodes"][:2]
-            if not alive(t1, t2):
-                continue
-            src = t1.inputs[0]
-            t2.replace_input_with(0, src)
-            if m.pattern == "transpose_cancel":
-                if not rw.bypass(t2):
-                    t2.replace_input_with(0, t1.outputs[0])  # undo: keep the pair
-                    continue
-            else:
-                t2.attributes["perm"] = ir.AttrInt64s("perm", m.data["perm"])
-                rw.record(t2, [t1, t2])
-            rw.remove(t1)
+    def describe(self, b: Binding) -> Found:
+        (p1, p2), fid, nid = _perms(b), b.producer_id, b.root_id
+        p = compose(p1, p2)
+        if p == sorted(p):
+            return Found(f"{fid} ({p1}) and {nid} ({p2}) cancel", "transpose_cancel", 2,
+                         data={"perm": p})
+        return Found(f"{fid} ({p1}) then {nid} ({p2}) is one Transpose {p}", data={"perm": p})
+
+    def apply(self, m: Match, nodes: list[ir.Node], rw: Rewrite) -> None:
+        t1, t2 = nodes[:2]
+        t2.replace_input_with(0, t1.inputs[0])
+        if m.pattern == "transpose_cancel":
+            if not rw.bypass(t2):
+                t2.replace_input_with(0, t1.outputs[0])  # undo: keep the pair
+                return
+        else:
+            t2.attributes["perm"] = ir.AttrInt64s("perm", m.data["perm"])
+            rw.record(t2, [t1, t2])
+        rw.remove(t1)

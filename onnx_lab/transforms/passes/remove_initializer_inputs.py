@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, overridable, register_pass
-from onnx_lab.transforms.passes._util import users
+from onnx_lab.core.values import overridable
+from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
+from onnx_lab.transforms.matcher import users
 
 
 @register_pass("remove_initializer_inputs")

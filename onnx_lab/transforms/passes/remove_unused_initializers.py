@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, overridable, register_pass
+from onnx_lab.core.values import overridable
+from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
 
 
 def _unused(model: LabModel):
