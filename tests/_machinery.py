@@ -9,6 +9,7 @@ from onnx import helper, numpy_helper
 
 import onnx_lab
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.values import const_array
 from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
 
 CHAIN = """
@@ -91,7 +92,7 @@ class PerturbWeight(LabPass):
 
     def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
         node = model.index.node(self.options["node_id"])
-        w = rw.const_array(node.inputs[1])
+        w = const_array(node.inputs[1])
         new = rw.add_initializer(node.graph, "perturbed", w + self.options["delta"])
         node.replace_input_with(1, new)
         rw.record(node, [node])

@@ -25,7 +25,7 @@ import onnx_ir as ir
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.provenance import ORIGIN_KEY, node_origin, origins, stamp_origins
-from onnx_lab.core.values import const_array, overridable
+from onnx_lab.core.values import overridable
 from onnx_lab.errors import PassError, unknown_name
 
 __all__ = ["ORIGIN_KEY", "Param", "Match", "PassResult", "Rewrite", "LabPass", "register_pass",
@@ -235,9 +235,6 @@ class Rewrite:
             graph.inputs.append(value)
         self.modified = True
         return value
-
-    # core.values.const_array, for passes that reach it through the context (tests' passes).
-    const_array = staticmethod(const_array)
 
     def drop_if_unused(self, value: ir.Value | None) -> bool:
         """Remove an initializer, or a Constant node, whose value nothing uses any more.

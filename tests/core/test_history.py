@@ -8,9 +8,9 @@ import pytest
 from _machinery import chain_lab
 
 import onnx_lab
+from onnx_lab.core.history import HISTORY_COLUMNS
 from onnx_lab.errors import InputError, PassError, UnknownNameError
 from onnx_lab.transforms import origins
-from onnx_lab.core.history import HISTORY_COLUMNS
 
 IDS = ["test_drop_identity:n1_Identity", "test_drop_identity:n3_Identity",
        "test_drop_identity:n5_Identity"]

@@ -10,8 +10,8 @@ from numerics_helpers import convnet, fuse_stem_bn, make_model, scaled_copy, vi
 from onnx import helper, numpy_helper
 
 import onnx_lab
-from onnx_lab.runtime.capture import capture
 from onnx_lab.numerics.compare import LAYER_COLUMNS, OUTPUT_COLUMNS, compare
+from onnx_lab.runtime.capture import capture
 
 
 def test_planted_drift_found_at_the_scaled_conv():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import onnx_lab
-from onnx_lab.errors import UnknownNameError
 from onnx_lab import to_fp16, to_int8_dynamic
+from onnx_lab.errors import UnknownNameError
 
 
 def test_fp16_keeps_io_types_and_block_list():

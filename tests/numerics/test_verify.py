@@ -182,10 +182,10 @@ def test_nchwc_blocked_tensors_are_not_compared_after_ort_all():
 
 
 def test_in_memory_runner_matches_make_session(tmp_path):
+    from onnx_lab.runtime import _runner
     from onnx_lab.runtime.capture import capturable_tensors, run
     from onnx_lab.runtime.feeds import make_feeds
     from onnx_lab.samples import build
-    from onnx_lab.runtime import _runner
 
     path = tmp_path / "tiny_external.onnx"
     proto = build("convnet")
@@ -258,8 +258,8 @@ def test_runner_feeds_large_weights_as_inputs_with_make_sessions_values(ir_versi
     # keeps its single entry. Values must equal a make_session run bit for bit.
     from onnx import numpy_helper
 
-    from onnx_lab.runtime.capture import run
     from onnx_lab.runtime import _runner
+    from onnx_lab.runtime.capture import run
 
     rng = np.random.default_rng(0)
     w = rng.standard_normal((64, 32)).astype(np.float32)
@@ -288,8 +288,8 @@ def test_runner_feeds_large_weights_as_inputs_with_make_sessions_values(ir_versi
 def test_quick_sizes_agree_with_the_full_estimate():
     # The chunk plan's sizes come from shape inference on the graph prepared for running;
     # where it knows a size it must be the full estimate's.
-    from onnx_lab.runtime.capture import capturable_tensors, estimate_bytes
     from onnx_lab.runtime._runner import quick_sizes
+    from onnx_lab.runtime.capture import capturable_tensors, estimate_bytes
 
     lab = onnx_lab.open("sample:transformer_block")
     shapes = {n: s for n, s in

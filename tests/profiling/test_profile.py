@@ -12,10 +12,10 @@ from onnx import TensorProto, helper
 
 import onnx_lab
 from onnx_lab.errors import DimError, InputError, ProviderError
-from onnx_lab.runtime.feeds import make_feeds
-from onnx_lab.runtime.session import available_providers
 from onnx_lab.profiling import Profile, parse_trace, profile
 from onnx_lab.profiling._mapping import INSERTED_OPS
+from onnx_lab.runtime.feeds import make_feeds
+from onnx_lab.runtime.session import available_providers
 
 
 @pytest.fixture(scope="module")
