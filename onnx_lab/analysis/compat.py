@@ -25,11 +25,16 @@ from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.core.values import is_constant
-from onnx_lab.runtime.session import default_providers, fallback_chain
+from onnx_lab.runtime.session import (
+    default_providers,
+    fallback_chain,
+    ort_max_opsets,
+    ort_version,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["check", "FINDING_COLUMNS", "SEVERITIES", "ort_max_opsets"]
+__all__ = ["check", "FINDING_COLUMNS", "SEVERITIES"]
 
 FINDING_COLUMNS = ["severity", "code", "node_id", "message", "fix"]
 SEVERITIES = ("error", "warning", "info")
@@ -50,17 +55,6 @@ _SHAPE_INPUTS = {"TopK": (1, "k"), "Reshape": (1, "shape"), "Expand": (1, "shape
                  "Pad": (1, "pads"), "Slice": (1, "starts")}
 _PROTO_LIMIT = 2 * 1024**3
 _PROTO_WARN = int(1.6 * 1024**3)
-
-
-def ort_max_opsets() -> dict[str, int]:
-    """Highest opset per domain the installed onnxruntime registers (from its op schemas)."""
-    from onnxruntime.capi import onnxruntime_pybind11_state as C
-
-    out: dict[str, int] = defaultdict(int)
-    for s in C.get_all_operator_schema():
-        out[s.domain] = max(out[s.domain], int(s.since_version))
-    out.setdefault("ai.onnx", out.get("", 0))
-    return dict(out)
 
 
 def _row(severity: str, code: str, node_id: str | None, message: str, fix: str) -> dict:
@@ -308,7 +302,6 @@ def _opsets(lm: LabModel) -> list[dict]:
     except (ImportError, AttributeError) as e:  # an unusual onnxruntime build
         logger.info("cannot read onnxruntime's opsets: %s", e)
         return []
-    import onnxruntime as ort
 
     rows = []
     for domain, version in lm.ir.opset_imports.items():
@@ -319,7 +312,7 @@ def _opsets(lm: LabModel) -> list[dict]:
         if version > top:
             rows.append(_row("error", "opset_unsupported", None,
                              f"Opset {version} of domain {domain or 'ai.onnx'!r} is above what "
-                             f"onnxruntime {ort.__version__} supports ({top}).",
+                             f"onnxruntime {ort_version()} supports ({top}).",
                              f"Convert it down: lab.convert_opset({top}), or upgrade "
                              "onnxruntime."))
     return rows

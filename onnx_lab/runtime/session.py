@@ -18,6 +18,7 @@ import logging
 import os
 import tempfile
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,7 +32,7 @@ from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
 logger = logging.getLogger(__name__)
 
 __all__ = ["available_providers", "default_providers", "fallback_chain", "PROFILED_PROVIDERS",
-           "resolve_providers", "make_session", "OPT_LEVELS",
+           "resolve_providers", "make_session", "OPT_LEVELS", "ort_max_opsets", "ort_version",
            "runtime_proto", "weightless_proto", "weight_array", "PLACEHOLDER"]
 
 OPT_LEVELS = ("disable", "basic", "extended", "all")
@@ -427,3 +428,21 @@ def fallback_chain(p: str) -> list[str]:
     if p == "CPUExecutionProvider":
         return [p]
     return [p, "CPUExecutionProvider"]
+
+
+def ort_max_opsets() -> dict[str, int]:
+    """Highest opset per domain the installed onnxruntime registers (from its op schemas)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+    out: dict[str, int] = defaultdict(int)
+    for s in C.get_all_operator_schema():
+        out[s.domain] = max(out[s.domain], int(s.since_version))
+    out.setdefault("ai.onnx", out.get("", 0))
+    return dict(out)
+
+
+def ort_version() -> str:
+    """The installed onnxruntime's version string."""
+    import onnxruntime as ort
+
+    return ort.__version__

@@ -10,7 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx_lab
 from onnx_lab.analysis import compat
-from onnx_lab.analysis.compat import FINDING_COLUMNS, check, ort_max_opsets
+from onnx_lab.analysis.compat import FINDING_COLUMNS, check
+from onnx_lab.runtime.session import ort_max_opsets
 
 F = TensorProto.FLOAT
 
