@@ -51,6 +51,10 @@ def scope_parts(scope: str) -> tuple[str, ...]:
     return tuple(p for p in scope.split("/") if p)
 
 
+# Unscoped views up to this many nodes are never grouped by collapse="auto".
+SMALL_VIEW = 40
+
+
 def check_collapse(collapse) -> int | str | None:
     """Validate ``collapse``: None, ``"auto"`` or a depth >= 1 (``"2"`` accepted)."""
     if collapse is None or collapse == "auto":
@@ -213,6 +217,10 @@ def plan_collapse(model: LabModel, graph: str, ids: Sequence[str], collapse: int
         plan.notes.append(f"collapsed by name scope to depth {depth}: {len(plan.groups)} boxes.")
         return plan
 
+    # A handful of nodes reads best as it is: never chunk them into "nodes 1-2" boxes.
+    if collapse == "auto" and expand is None and len(live) <= min(SMALL_VIEW, max_nodes):
+        plan.notes.append(f"collapse='auto': {len(live)} nodes, drawn without boxes.")
+        return plan
     # No usable scopes: repeated blocks, else topological chunks. Blocks are found among the
     # nodes that depend on the inputs; weight-making nodes join the block of their first user.
     live, dynamic = _constants_next_to_users(model, graph, live)

@@ -117,6 +117,10 @@ def _node_stmt(n: DrawNode) -> str:
         attrs["penwidth"] = "3"
     if n.tooltip:
         attrs["tooltip"] = n.tooltip
+    # The SVG <g> of each element carries its key and kind: the graph canvas maps clicks,
+    # search hits and focus requests to node ids through them.
+    attrs["id"] = "n:" + n.key
+    attrs["class"] = f"onnx-{n.kind}"
     body = ", ".join([f"{k}={v}" for k, v in raw.items()] +
                      [f"{k}={_q(v)}" for k, v in attrs.items()])
     return f"{_q(n.key)} [{body}];"
@@ -182,6 +186,12 @@ def to_dot(view: GraphView, *, rankdir: str = "TB") -> str:
     if view.legend is not None:
         out.append(f'  "legend:" [shape=plaintext, style="", margin=0, '
                    f"label={view.legend.legend_label()}];")
+    if getattr(view, "aliases", None):
+        rows = "".join(f'<TR><TD ALIGN="LEFT"><B>{_h(a)}</B></TD><TD ALIGN="LEFT">{_h(x)}</TD></TR>'
+                       for a, x in view.aliases.items())
+        out.append('  "aliases:" [shape=plaintext, style="", margin=0, fontsize=8, '
+                   'label=<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0">'
+                   f'<TR><TD COLSPAN="2" ALIGN="LEFT"><B>dims</B></TD></TR>{rows}</TABLE>>];')
     out.append("}")
     return "\n".join(out) + "\n"
 

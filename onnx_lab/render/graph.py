@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from onnx_lab.core.shapes import TensorInfo
 
 __all__ = ["DrawNode", "DrawEdge", "Cluster", "GraphView", "Group", "build_view", "op_label",
+           "alias_dims",
            "shape_text", "owner_in_graph", "is_folded_constant"]
 
 _SHORT_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
@@ -114,6 +115,7 @@ class GraphView:
     notes: list[str] = field(default_factory=list)
     title: str | None = None
     legend: object | None = None  # overlays.ColorScale when an overlay is drawn
+    aliases: dict[str, str] = field(default_factory=dict)  # short name -> long symbolic dim
 
     def op_node_ids(self) -> list[str]:
         """Model node ids drawn on their own (not inside a box)."""
@@ -130,6 +132,58 @@ def shape_text(info: TensorInfo | None) -> str:
         return dt
     dims = "×".join("?" if d is None else str(d) for d in info.shape)
     return f"{dims or 'scalar'} {dt}".strip()
+
+
+# Symbolic dims longer than this (``floor(floor(height/2 - 1/2)/2)+1``) are drawn as aliases
+# (``h1``...) with a legend: spelled out they take over the edge labels and widen the layout.
+ALIAS_FROM = 10
+
+
+def _alias_stem(expr: str) -> str:
+    """``'floor(height/2)+1'`` -> ``'h'`` (first letter of the first name in it), else ``'d'``."""
+    m = re.search(r"[A-Za-z_][A-Za-z_0-9]*", expr.replace("floor", "").replace("ceil", ""))
+    return (m.group(0)[0] if m else "d").lower()
+
+
+def alias_dims(view: GraphView, *, longer_than: int = ALIAS_FROM) -> dict[str, str]:
+    """Replace long symbolic dims in the edge labels and input/output lines of ``view``.
+
+    The same expression always gets the same alias in one view (``h1``, ``h2``, ``w1``...,
+    numbered in order of appearance); ``view.aliases`` maps alias -> expression (the legend).
+
+    Example:
+        >>> alias_dims(view)
+        {'h1': 'floor(height/2 - 1/2)+1', 'w1': 'floor(width/2 - 1/2)+1'}
+    """
+    aliases: dict[str, str] = {}
+    by_expr: dict[str, str] = {}
+    counts: Counter[str] = Counter()
+
+    def short(text: str) -> str:
+        if not text or "×" not in text and len(text) <= longer_than:
+            return text
+        dims, sep, dt = text.rpartition(" ")
+        if not sep:
+            dims, dt = text, ""
+        parts = []
+        for d in dims.split("×"):
+            if len(d) > longer_than and not d.isdigit():
+                if d not in by_expr:
+                    stem = _alias_stem(d)
+                    counts[stem] += 1
+                    by_expr[d] = f"{stem}{counts[stem]}"
+                    aliases[by_expr[d]] = d
+                d = by_expr[d]
+            parts.append(d)
+        return "×".join(parts) + (f" {dt}" if dt else "")
+
+    for e in view.edges:
+        e.label = short(e.label)
+    for n in view.nodes.values():
+        if n.kind in ("input", "output", "outer"):
+            n.lines = [short(x) for x in n.lines]
+    view.aliases.update(aliases)
+    return aliases
 
 
 def _dims(shape) -> str:
@@ -516,6 +570,7 @@ def build_view(model: LabModel, graph: str, selected: Iterable[str], *,
             e.label = f"{len(real)} tensors"
 
     view = GraphView(graph, nodes, edge_list, {})
+    alias_dims(view)
     if clusters:
         _assign_clusters(view, idx, cluster_depth, tuple(expanded))
     if folded:

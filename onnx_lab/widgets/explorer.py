@@ -18,7 +18,6 @@ from onnx_lab.widgets._common import (
     View,
     code_html,
     figure_html,
-    rendering_html,
     short,
 )
 
@@ -51,8 +50,10 @@ class Explorer(View):
         >>> lab.explore()          # or onnx_lab.widgets.Explorer(lab)
     """
 
-    def __init__(self, lab: Any, *, page_size: int = 25) -> None:
+    def __init__(self, lab: Any, *, page_size: int = 25, tab: str | int = 0,
+                 height: int = 560) -> None:
         from onnx_lab.lab import as_lab
+        from onnx_lab.widgets._links import selection
 
         self.lab = as_lab(lab)
         self.page_size = page_size
@@ -61,6 +62,8 @@ class Explorer(View):
         self._built: set[int] = set()
         self._graph_dirty = True
         self._muted = False
+        self._body = ""  # graph path opened by a double click on an If/Loop/Scan node
+        self._height = height
         self.tabs = w.Tab(children=[w.VBox() for _ in TAB_NAMES])
         for i, name in enumerate(TAB_NAMES):
             self.tabs.set_title(i, name)
@@ -68,7 +71,13 @@ class Explorer(View):
         self._build_nodes_controls()
         self._build_graph_controls()
         self.tabs.observe(self._guard(self._on_tab), names="selected_index")
-        self._guard(self._show_tab)(SUMMARY)
+        self.link = selection(self.lab)
+        self.link.subscribe(self, self._guard(self.reveal))
+        first = TAB_NAMES.index(tab) if isinstance(tab, str) else int(tab)
+        if first:
+            self.tabs.selected_index = first
+        else:
+            self._guard(self._show_tab)(SUMMARY)
 
     # ------------------------------------------------------------------ public state
     @property
@@ -89,6 +98,20 @@ class Explorer(View):
     def show_graph(self) -> None:
         """Switch to the Graph tab (renders the current selection)."""
         self.tabs.selected_index = GRAPH
+
+    def reveal(self, name: str) -> str | None:
+        """Centre, select and highlight ``name`` (node id or tensor name) in the Graph tab's
+        canvas (a node inside a collapsed box: the box). Widgets on the same Lab call this
+        through the shared selection. Returns the drawn key, or None when not drawn."""
+        if (self.tabs.selected_index or 0) != GRAPH:
+            self.show_graph()
+        key = self.canvas.focus(name)
+        if key is None and self._body:
+            # The node lies outside the body shown: back to the main overview.
+            self._body = ""
+            self._render_graph()
+            key = self.canvas.focus(name)
+        return key
 
     # ------------------------------------------------------------------ tabs
     def _on_tab(self, change: dict) -> None:
@@ -320,14 +343,36 @@ class Explorer(View):
                                        tooltip="group nodes by name scope (collapse='auto')")
         self.expand = w.Dropdown(description="expand", options=[("—", "")],
                                  layout=w.Layout(width="320px"))
-        self.graph_html = w.HTML()
+        from onnx_lab.widgets.canvas import GraphCanvas
+
+        self.canvas = GraphCanvas(self.lab, height=self._height)
+        self.canvas.on_expand = self._guard(self._expand_from_canvas)
+        self.canvas.on_open = self._guard(self._open_body)
+        self.canvas.on_select(self._guard(self._canvas_selected))
         self.graph_info = w.HTML()
 
     def _build_graph(self) -> None:
         for ctl in (self.radius, self.collapse, self.expand):
             ctl.observe(self._guard(self._graph_control), names="value")
         self.tabs.children[GRAPH].children = [
-            w.HBox([self.radius, self.collapse, self.expand]), self.graph_info, self.graph_html]
+            w.HBox([self.radius, self.collapse, self.expand]), self.graph_info, self.canvas]
+
+    def _expand_from_canvas(self, key: str) -> None:
+        if key in [v for _, v in self.expand.options]:
+            self.expand.value = key
+
+    def _open_body(self, graph: str) -> None:
+        self._body = graph
+        self._muted = True
+        try:
+            self.expand.value = ""
+        finally:
+            self._muted = False
+        self._render_graph()
+
+    def _canvas_selected(self, key: str) -> None:
+        if key in self.lab.index.entries:
+            self.link.select(key, source=self)
 
     def _graph_control(self, _change: Any = None) -> None:
         if self._muted:
@@ -350,10 +395,10 @@ class Explorer(View):
             # No selection: the overview. Always collapsed, so no control lays out the
             # whole graph of a large model.
             kwargs["collapse"] = "auto"
-            graph = self.graph_filter.value
+            graph = self._body or self.graph_filter.value
             if graph not in (ALL, "", None):
                 kwargs["graph"] = graph
-        if self.expand.value and kwargs.get("collapse"):
+        if self.expand.value and kwargs.get("collapse") and not self._body:
             kwargs["expand"] = self.expand.value
         code = "lab.render(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
         return kwargs, code
@@ -369,9 +414,12 @@ class Explorer(View):
                                       "Nodes or Tensors to see their neighbourhood</small>")
         rendering = self._call(self.lab.render, busy="Laying out the graph…", **kwargs)
         if rendering is None:
-            self.graph_html.value = ""
+            self.canvas.show(None)
             return
-        self.graph_html.value = rendering_html(rendering)
+        self.canvas.show(rendering, title=code)
+        if self.selected_nodes:
+            self.canvas.highlight = [k for k in (self.canvas.key_for(n)
+                                                 for n in self.selected_nodes) if k]
         self._set_result(GRAPH, rendering, code)
         # The scopes one can open are the collapsed boxes of this view (plus the open one).
         keys = sorted(getattr(rendering, "groups", {}) or {})

@@ -1,0 +1,276 @@
+"""What the graph canvas shows for one clicked node: ``node_details`` (data) and its HTML.
+
+The side panel of :class:`onnx_lab.widgets.canvas.GraphCanvas` calls these two public
+functions; the same facts are one line of Python away::
+
+    d = onnx_lab.render.details.node_details(lab.model, "/stem/conv/Conv", dims=lab.dims)
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from onnx_lab.analysis.tables import attribute_value
+from onnx_lab.analysis.weights import weight_stats
+from onnx_lab.core.index import node_scope
+from onnx_lab.core.provenance import node_origin
+from onnx_lab.core.values import is_constant
+from onnx_lab.errors import unknown_name
+from onnx_lab.render.graph import shape_text
+from onnx_lab.render.overlays import format_value
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from onnx_lab.core.model import LabModel
+
+__all__ = ["node_details", "node_details_html", "group_details_html", "canvas_items", "drawn_key",
+           "canvas_legend_html"]
+
+_STAT_COLS = ("min", "max", "mean", "std", "abs_max", "zeros_frac", "outlier_score")
+
+
+def _as_model(model: Any) -> Any:
+    """A Lab passed instead of a LabModel: its current model."""
+    if not hasattr(model, "types") and hasattr(model, "model"):
+        return model.model
+    return model
+
+
+def _tensor_row(model: LabModel, types: Mapping[str, Any], name: str) -> dict[str, Any]:
+    info = types.get(name)
+    idx = model.index
+    if name in model.graph.initializers:
+        kind = "weight"
+    elif name in {v.name for v in model.graph.inputs}:
+        kind = "input"
+    elif name in {v.name for v in model.graph.outputs}:
+        kind = "output"
+    elif name in idx.producer and is_constant_value(model, name):
+        kind = "constant"
+    else:
+        kind = "activation"
+    shape = None if info is None or info.shape is None else list(info.shape)
+    return {"name": name, "kind": kind, "dtype": None if info is None else info.dtype,
+            "shape": shape, "text": shape_text(info)}
+
+
+def is_constant_value(model: LabModel, name: str) -> bool:
+    """True when ``name`` is produced by a Constant-like node (drawn inside its consumer)."""
+    v = model.index.values.get(name)
+    try:
+        return bool(v is not None and is_constant(v))
+    except Exception:  # noqa: BLE001 - an exotic value is simply "not constant" here
+        return False
+
+
+def node_details(model: Any, node_id: str, *, dims: Mapping[str, int] | None = None,
+                 shapes: Mapping[str, Sequence[int]] | None = None,
+                 overlay: pd.Series | Mapping[str, float] | None = None,
+                 overlay_label: str | None = None) -> dict[str, Any]:
+    """Everything the canvas side panel shows about one node, as plain data.
+
+    Args:
+        model: a LabModel (or a Lab: its current model).
+        node_id: the node's id (``lab.nodes.node_id``).
+        dims, shapes: resolve symbolic dims for the tensor shapes.
+        overlay: the values drawn on the graph (error, time, FLOPs) keyed by node id or
+            tensor name; the node's own value (or the max over its outputs) is reported.
+
+    Returns:
+        dict with ``node_id, op_type, domain, name, graph, scope, attributes`` ({name:
+        value}), ``inputs`` / ``outputs`` (lists of {name, kind, dtype, shape, text}),
+        ``weights`` (records of :func:`onnx_lab.analysis.weights.weight_stats` for its
+        initializer/constant inputs), ``origins`` (original node ids it was fused from),
+        ``bodies`` (graph paths of its If/Loop/Scan bodies), ``overlay`` ({label, value, text}
+        or None).
+
+    Raises:
+        UnknownNameError: ``node_id`` is not a node of the model.
+
+    Example:
+        >>> node_details(lab.model, "/stem/conv/Conv")["inputs"][1]["shape"]
+        [16, 3, 3, 3]
+    """
+    model = _as_model(model)
+    idx = model.index
+    if node_id not in idx.entries:
+        raise unknown_name("node id", node_id, list(idx.entries),
+                           fix="Use ids from lab.nodes.node_id.")
+    entry = idx.entries[node_id]
+    node = entry.node
+    types = model.types(dims, shapes)
+    ins = [v.name for v in node.inputs if v is not None]
+    outs = [v.name for v in node.outputs if v is not None]
+    attrs = {k: attribute_value(a) for k, a in node.attributes.items()}
+    weight_names = [n for n in ins if n in model.graph.initializers
+                    or is_constant_value(model, n)]
+    weights: list[dict[str, Any]] = []
+    if weight_names:
+        try:
+            df = weight_stats(model, weight_names)
+            weights = df.to_dict("records")
+        except Exception:  # noqa: BLE001 - stats are extra; the panel still shows the rest
+            weights = []
+    # Body paths are "<owner>/<attr>", the owner being the id, prefixed by the graph path
+    # unless the id already carries it (as core/index.py names them).
+    path = entry.graph
+    owner = node_id if (not path or node_id.startswith(path + "/")) else f"{path}/{node_id}"
+    bodies = [p for p in idx.graphs if p.startswith(owner + "/")
+              and "/" not in p[len(owner) + 1:]]
+    ov = None
+    if overlay is not None:
+        vals = [overlay.get(k) for k in [node_id, *outs] if k in overlay]
+        vals = [float(v) for v in vals if v is not None]
+        if vals:
+            v = max(vals, key=lambda x: (not math.isnan(x), abs(x)))
+            label = overlay_label or getattr(overlay, "name", None) or "value"
+            ov = {"label": str(label), "value": v, "text": format_value(v)}
+    return {
+        "node_id": node_id, "op_type": node.op_type, "domain": node.domain or "",
+        "name": node.name or "", "graph": entry.graph, "scope": node_scope(node),
+        "attributes": attrs,
+        "inputs": [_tensor_row(model, types, n) for n in ins],
+        "outputs": [_tensor_row(model, types, n) for n in outs],
+        "weights": weights,
+        "origins": [o for o in node_origin(node, node_id)],
+        "bodies": bodies,
+        "overlay": ov,
+    }
+
+
+def _esc(x: Any, limit: int = 160) -> str:
+    text = str(x)
+    if isinstance(x, float):
+        text = f"{x:.4g}"
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return html.escape(text)
+
+
+def node_details_html(d: Mapping[str, Any]) -> str:
+    """The side-panel HTML of :func:`node_details` (tables; body links carry ``data-body``)."""
+    head = (f"<div class='olc-title'><b>{_esc(d['op_type'])}</b>"
+            f"{' (' + _esc(d['domain']) + ')' if d['domain'] else ''}</div>"
+            f"<div class='olc-id' data-node-id='{html.escape(d['node_id'], quote=True)}'>"
+            f"{_esc(d['node_id'])}</div>")
+    parts = [head]
+    if d.get("overlay"):
+        o = d["overlay"]
+        parts.append(f"<div class='olc-overlay'>{_esc(o['label'])}: <b>{_esc(o['text'])}</b>"
+                     "</div>")
+    where = [f"graph {d['graph'] or 'main'}"] + ([f"scope {d['scope']}"] if d["scope"] else [])
+    parts.append(f"<div class='olc-where'>{_esc(' · '.join(where))}</div>")
+    if d["attributes"]:
+        rows = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>"
+                       for k, v in d["attributes"].items())
+        parts.append(f"<table class='olc-attrs'><tr><th colspan=2>attributes</th></tr>{rows}"
+                     "</table>")
+    for label, key in (("inputs", "inputs"), ("outputs", "outputs")):
+        rows = "".join(
+            f"<tr><td title='{html.escape(t['name'], quote=True)}'>{_esc(t['name'], 48)}</td>"
+            f"<td>{_esc(t['text'] or '?')}</td><td>{_esc(t['kind'])}</td></tr>"
+            for t in d[key])
+        if rows:
+            parts.append(f"<table class='olc-{key}'><tr><th colspan=3>{label}</th></tr>{rows}"
+                         "</table>")
+    if d["weights"]:
+        rows = "".join(
+            f"<tr><td>{_esc(w['name'], 40)}</td><td>{_esc(w.get('shape'))}</td>"
+            + "".join(f"<td>{_esc(w.get(c))}</td>" for c in _STAT_COLS) + "</tr>"
+            for w in d["weights"])
+        hdr = "".join(f"<th>{c}</th>" for c in ("weight", "shape", *_STAT_COLS))
+        parts.append(f"<div class='olc-scroll'><table class='olc-weights'><tr>{hdr}</tr>"
+                     f"{rows}</table></div>")
+    if d["origins"] and d["origins"] != [d["node_id"]]:
+        parts.append("<div class='olc-origins'>fused from: "
+                     + ", ".join(_esc(o) for o in d["origins"]) + "</div>")
+    for b in d["bodies"]:
+        parts.append(f"<button class='olc-body' data-body='{html.escape(b, quote=True)}'>"
+                     f"open {_esc(b.rsplit('/', 1)[-1])}</button>")
+    return "<div class='olc-details'>" + "".join(parts) + "</div>"
+
+
+def group_details_html(key: str, members: Sequence[str], op_types: Sequence[str]) -> str:
+    """Side-panel HTML of a collapsed box: its scope, member count and top op types."""
+    from collections import Counter
+
+    top = ", ".join(f"{op} ×{n}" for op, n in Counter(op_types).most_common(6))
+    return (f"<div class='olc-details'><div class='olc-title'><b>{_esc(key)}</b></div>"
+            f"<div class='olc-where'>{len(members)} nodes: {_esc(top)}</div>"
+            "<div class='olc-where'>click the box on the graph to expand it</div></div>")
+
+
+# ----------------------------------------------------------------------------- canvas data
+def canvas_items(rendering: Any, model: Any) -> dict[str, str]:
+    """Search text per drawn element of ``rendering``: its key, label, node ids, names, op
+    types and the tensors it produces (lower case), for the canvas search box.
+
+    A collapsed box lists all its members, so searching a node hidden in a box finds the box.
+    """
+    model = _as_model(model)
+    idx = model.index
+    out: dict[str, str] = {}
+    for n in rendering.view.nodes.values():
+        words = [n.key, n.title, *n.lines]
+        for nid in n.node_ids:
+            e = idx.entries.get(nid)
+            if e is None:
+                continue
+            words.append(nid)
+            words.append(e.node.op_type)
+            if e.node.name and e.node.name != nid:
+                words.append(e.node.name)
+            words.extend(v.name for v in e.node.outputs if v is not None and v.name)
+        out[n.key] = " ".join(w for w in words if w).lower()
+    return out
+
+
+def drawn_key(rendering: Any, model: Any, name: str) -> str | None:
+    """The drawn element of ``rendering`` that shows ``name`` (a drawn key, a node id, or a
+    tensor name: its producer, else its first consumer), or None when it is not in the view.
+    A node inside a collapsed box maps to the box (``scope:<key>``)."""
+    if rendering is None:
+        return None
+    nodes = rendering.view.nodes
+    if name in nodes:
+        return name
+    model = _as_model(model)
+    idx = model.index
+    cands = [name]
+    if name not in idx.entries:
+        if name in idx.producer:
+            cands = [idx.producer[name]]
+        elif name in idx.consumers:
+            cands = list(idx.consumers[name])
+        for k in (f"input:{name}", f"output:{name}"):
+            if k in nodes and not cands:
+                return k
+    for nid in cands:
+        if nid in nodes:
+            return nid
+        for n in nodes.values():
+            if n.kind == "box" and nid in n.node_ids:
+                return n.key
+    for k in (f"input:{name}", f"output:{name}"):
+        if k in nodes:
+            return k
+    return None
+
+
+def canvas_legend_html(rendering: Any) -> str:
+    """The legend above the canvas: aliases of long symbolic dims, and the view's notes."""
+    if rendering is None:
+        return ""
+    parts = []
+    aliases = getattr(rendering.view, "aliases", {}) or {}
+    if aliases:
+        parts.append("<span class='olc-aliases'><b>dims:</b> " + "; ".join(
+            f"<b>{_esc(a)}</b> = {_esc(x)}" for a, x in aliases.items()) + "</span>")
+    if rendering.notes:
+        parts.append("<span class='olc-notes'>" + " · ".join(_esc(n, 300) for n in
+                                                             rendering.notes) + "</span>")
+    return "<br/>".join(parts)

@@ -1,0 +1,256 @@
+"""GraphCanvas: the one interactive graph view of every widget (anywidget, JS in the package).
+
+graphviz lays the graph out (``lab.render(...)``); the canvas shows that SVG with fit-to-view
+on open, zoom (wheel, +/- buttons and keys), pan (drag), a minimap when the graph is larger
+than the view, and a search box that centres and highlights an element by node id, name, op
+type or tensor name. A click selects an element and shows its details in a side panel
+(``onnx_lab.render.details.node_details``); a click on a collapsed box asks the owner to
+expand it; a double click (or the panel's *open* buttons) opens an If/Loop/Scan body.
+
+Everything the JavaScript does is state Python can read and set::
+
+    canvas.selected           # drawn key of the selected element ('' when none)
+    canvas.focus("node_id")   # centre, select and highlight (a tensor name: its producer)
+    canvas.view               # {'x', 'y', 'k'} pan/zoom after the last change in the page
+    canvas.fit(); canvas.zoom(2.0)
+
+The JavaScript (``static/canvas.js``, a plain ES module) ships inside the package: no CDN,
+no build step, and a saved notebook carries it in the widget state, so it works offline.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets as t
+
+__all__ = ["GraphCanvas"]
+
+_STATIC = Path(__file__).with_name("static")
+
+
+class GraphCanvas(anywidget.AnyWidget):
+    """An interactive graphviz SVG: fit, zoom, pan, minimap, search, click for details.
+
+    Args:
+        model: the Lab (or LabModel) the renderings are of (for search and details).
+        height: height of the view in px.
+
+    Attributes (traitlets, synced with the page):
+        svg: the SVG shown.
+        selected: drawn key of the selected element (a node id for an op).
+        highlight: drawn keys outlined as hits.
+        view: ``{"x", "y", "k"}`` pan and zoom (setting it moves the view).
+        details_html: the side panel's HTML for ``selected``.
+        legend_html: aliases of long symbolic dims and the view's notes.
+
+    Example:
+        >>> c = GraphCanvas(lab)
+        >>> c.show(lab.render(collapse="auto"))
+        >>> c.focus("/stem/conv/Conv"); c.selected
+        '/stem/conv/Conv'
+    """
+
+    _esm = _STATIC / "canvas.js"
+    _css = _STATIC / "canvas.css"
+
+    svg = t.Unicode("").tag(sync=True)
+    fallback = t.Unicode("").tag(sync=True)
+    items = t.Dict().tag(sync=True)
+    selected = t.Unicode("").tag(sync=True)
+    highlight = t.List(t.Unicode()).tag(sync=True)
+    view = t.Dict().tag(sync=True)
+    keep_view = t.Bool(False).tag(sync=True)
+    details_html = t.Unicode("").tag(sync=True)
+    legend_html = t.Unicode("").tag(sync=True)
+    title = t.Unicode("").tag(sync=True)
+    height = t.Int(560).tag(sync=True)
+    _focus = t.Dict().tag(sync=True)
+    _fit = t.Int(0).tag(sync=True)
+
+    def __init__(self, model: Any = None, *, height: int = 560, **kwargs: Any) -> None:
+        super().__init__(height=height, **kwargs)
+        self.model_source = model
+        self.rendering: Any = None
+        self.overlay: Any = None
+        self.overlay_label: str | None = None
+        self.on_expand: Callable[[str], None] | None = None
+        self.on_open: Callable[[str], None] | None = None
+        self._select_callbacks: list[Callable[[str], None]] = []
+        self.error: BaseException | None = None
+        self.add_class("onnx-lab-canvas")
+        self.on_msg(self._on_msg)
+        self.observe(self._on_selected, names="selected")
+
+    # ------------------------------------------------------------------ content
+    def show(self, rendering: Any, *, model: Any = None, overlay: Any = None,
+             overlay_label: str | None = None, title: str | None = None,
+             keep_selection: bool = True) -> None:
+        """Show a :class:`~onnx_lab.render.Rendering` (fit to view); ``None`` clears.
+
+        ``overlay`` (the Series drawn on the graph) is reported in the details panel.
+        """
+        from onnx_lab.render.details import canvas_items, canvas_legend_html
+
+        if model is not None:
+            self.model_source = model
+        self.rendering = rendering
+        self.overlay, self.overlay_label = overlay, overlay_label
+        if rendering is None:
+            self.items, self.svg, self.fallback, self.legend_html = {}, "", "", ""
+            self.selected, self.details_html = "", ""
+            return
+        keep = self.selected if keep_selection and self.selected in rendering.view.nodes else ""
+        with self.hold_sync():
+            self.items = canvas_items(rendering, self._model()) if self._model() else {}
+            self.legend_html = canvas_legend_html(rendering)
+            self.title = title or ""
+            self.highlight = []
+            self.fallback = "" if rendering.svg else "no SVG: " + "; ".join(rendering.notes[-1:])
+            self.svg = rendering.svg or ""
+            if self.selected != keep:
+                self.selected = keep
+            else:
+                self._refresh_details()
+
+    def _model(self) -> Any:
+        m = self.model_source
+        if m is not None and not hasattr(m, "types") and hasattr(m, "model"):
+            m = m.model
+        return m
+
+    # ------------------------------------------------------------------ view state
+    def key_for(self, name: str) -> str | None:
+        """The drawn element showing ``name`` (node id, tensor name or drawn key), or None."""
+        from onnx_lab.render.details import drawn_key
+
+        return drawn_key(self.rendering, self._model(), name) if self.rendering else None
+
+    def focus(self, name: str) -> str | None:
+        """Centre, select and highlight ``name`` (node id, tensor name or drawn key).
+
+        A node inside a collapsed box focuses the box. Returns the drawn key, or None when
+        ``name`` is not in the current view (nothing changes then).
+        """
+        key = self.key_for(name)
+        if key is None:
+            return None
+        self.selected = key
+        self._focus = {"key": key, "seq": int(self._focus.get("seq", 0)) + 1}
+        return key
+
+    def fit(self) -> None:
+        """Fit the whole drawing into the view (as on open)."""
+        self._fit += 1
+
+    def zoom(self, factor: float) -> None:
+        """Zoom about the centre of the view by ``factor`` (>1 zooms in)."""
+        v = dict(self.view or {})
+        k = float(v.get("k", 1.0))
+        w, h = float(v.get("width", 800)), float(v.get("height", self.height))
+        nk = min(8.0, max(0.02, k * factor))
+        f = nk / k
+        x, y = float(v.get("x", 0.0)), float(v.get("y", 0.0))
+        v.update(k=nk, x=w / 2 - (w / 2 - x) * f, y=h / 2 - (h / 2 - y) * f)
+        self.view = v
+
+    def search(self, text: str) -> list[str]:
+        """Drawn keys whose search text contains ``text`` (what the search box finds),
+        exact key matches first."""
+        q = text.strip().lower()
+        if not q:
+            return []
+        exact = [k for k in self.items if k.lower() == q]
+        return exact + [k for k, s in self.items.items() if q in s and k not in exact]
+
+    def click(self, key: str) -> None:
+        """Do what a click on element ``key`` does in the page: select it; a collapsed box
+        is expanded (``on_expand``)."""
+        self.selected = key
+        if key.startswith("scope:") and self.on_expand is not None:
+            self.on_expand(key.split(":", 1)[1])
+
+    def on_select(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(drawn_key)`` whenever the selection changes."""
+        self._select_callbacks.append(callback)
+
+    # ------------------------------------------------------------------ events
+    def _on_msg(self, _widget: Any, content: dict, _buffers: Any) -> None:
+        kind = content.get("type")
+        try:
+            if kind == "expand":
+                self.click(str(content.get("key", "")))
+            elif kind == "open":
+                self._open_key(str(content.get("key", "")))
+            elif kind == "open_body":
+                if self.on_open is not None:
+                    self.on_open(str(content.get("graph", "")))
+            elif kind == "focus":
+                self.focus(str(content.get("key", "")))
+        except Exception as e:  # noqa: BLE001 - shown in the panel, never in the kernel log
+            self.error = e
+            self.details_html = _error_panel(e)
+
+    def _open_key(self, key: str) -> None:
+        if key.startswith("scope:"):
+            self.click(key)
+            return
+        m = self._model()
+        if m is None or self.on_open is None or key not in m.index.entries:
+            return
+        from onnx_lab.render.details import node_details
+
+        bodies = node_details(m, key)["bodies"]
+        if bodies:
+            self.on_open(bodies[0])
+
+    def _on_selected(self, change: dict) -> None:
+        self._refresh_details()
+        for cb in list(self._select_callbacks):
+            try:
+                cb(change["new"])
+            except Exception as e:  # noqa: BLE001 - a listener must not break the canvas
+                self.error = e
+
+    def _refresh_details(self) -> None:
+        """The side panel for ``selected``: node details, a box's members, or a tensor."""
+        key = self.selected
+        m = self._model()
+        if not key or self.rendering is None or m is None:
+            self.details_html = ""
+            return
+        from onnx_lab.render.details import group_details_html, node_details, node_details_html
+
+        self.error = None
+        try:
+            node = self.rendering.view.nodes.get(key)
+            if key in m.index.entries:
+                d = node_details(m, key, dims=getattr(self.model_source, "dims", None),
+                                 shapes=getattr(self.model_source, "shapes", None),
+                                 overlay=self.overlay, overlay_label=self.overlay_label)
+                self.details_html = node_details_html(d)
+            elif node is not None and node.kind == "box":
+                ops = [m.index.entries[n].node.op_type for n in node.node_ids
+                       if n in m.index.entries]
+                self.details_html = group_details_html(key.split(":", 1)[1], node.node_ids, ops)
+            elif node is not None:
+                lines = "".join(f"<div class='olc-where'>{html.escape(x)}</div>"
+                                for x in node.lines if x)
+                self.details_html = (f"<div class='olc-details'><div class='olc-title'><b>"
+                                     f"{html.escape(node.title)}</b></div><div class='olc-id'>"
+                                     f"{html.escape(node.kind)}</div>{lines}</div>")
+            else:
+                self.details_html = ""
+        except Exception as e:  # noqa: BLE001 - shown in the panel
+            self.error = e
+            self.details_html = _error_panel(e)
+
+
+def _error_panel(e: BaseException) -> str:
+    from onnx_lab.widgets._common import error_html
+
+    return error_html(e)
