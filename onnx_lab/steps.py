@@ -32,7 +32,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["apply", "apply_preset", "extract", "VERIFY_OPTIONS"]
 
 #: Keys accepted in ``verify={...}``.
-VERIFY_OPTIONS = ("feeds", "atol", "rtol", "seed", "max_bytes", "intermediates", "providers")
+VERIFY_OPTIONS = ("feeds", "atol", "rtol", "seed", "max_bytes", "intermediates", "providers",
+                  "preset")
 
 
 @contextlib.contextmanager

@@ -21,15 +21,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import onnx_ir as ir
 
 from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import Resolved, resolve
+from onnx_lab.core.values import const_array, is_constant
 from onnx_lab.errors import InputError, LabError, RuntimeLoadError, unknown_name
 from onnx_lab.numerics.align import align
-from onnx_lab.numerics.metrics import METRIC_COLUMNS, MetricAccumulator
+from onnx_lab.numerics.confirm import confirm_divergence
+from onnx_lab.numerics.metrics import (
+    METRIC_COLUMNS,
+    MetricAccumulator,
+    get_preset,
+    rule_for,
+    tensor_metrics,
+)
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.feeds import as_feed_list, input_specs
 from onnx_lab.runtime.session import RUNTIME_PROTO_KEY, make_session, resolve_providers
@@ -39,8 +48,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["compare", "Comparison", "LAYER_COLUMNS", "OUTPUT_COLUMNS"]
 
 LAYER_COLUMNS = ["tensor", "node_id", "op_type", "depth", "cand_tensor", "cand_node_id", "match",
-                 *METRIC_COLUMNS]
-OUTPUT_COLUMNS = ["tensor", "cand_tensor", *METRIC_COLUMNS]
+                 *METRIC_COLUMNS, "preset"]
+OUTPUT_COLUMNS = ["tensor", "cand_tensor", *METRIC_COLUMNS, "preset"]
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -90,8 +99,9 @@ def _load(source: Any, what: str, dims, shapes) -> Resolved:
 def compare(reference: Any, candidate: Any, *, feeds: Any = None,
             dims: Mapping[str, int] | None = None,
             shapes: Mapping[str, Sequence[int]] | None = None, layerwise: bool = True,
-            atol: float = 1e-4, rtol: float = 1e-3, providers: Any = None,
-            max_bytes: int = 1 << 30, progress: Any = None) -> Comparison:
+            atol: float | None = None, rtol: float | None = None, preset: str | None = None,
+            providers: Any = None, max_bytes: int = 1 << 30, progress: Any = None,
+            confirm: bool = False) -> Comparison:
     """Compare a candidate model against a reference, output by output and layer by layer.
 
     Args:
@@ -104,11 +114,20 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
             aggregate over samples) or an ``.npz`` path.
         dims, shapes: values for symbolic dims / full input shapes.
         layerwise: also compare every aligned intermediate tensor (else outputs only).
-        atol, rtol: an element passes when ``|cand - ref| <= atol + rtol·|ref|``.
+        preset: the tolerance preset of :data:`onnx_lab.numerics.metrics.PRESETS` (``fp32``,
+            ``fp16``, ``bf16``, ``int8``, ``exact``...). None: ``fp16``/``bf16`` when the
+            candidate computes in that type, else each tensor's dtype picks its own. Outputs
+            are judged element-wise (``|cand - ref| <= atol + rtol·|ref|``), intermediates
+            against their own scale (``max|err| <= atol + rtol·max|ref|``); the ``rule`` and
+            ``preset`` columns say which judged each tensor.
+        atol, rtol: the preset's numbers replaced by yours (both rules).
         providers: provider list for both, or a pair ``(ref_providers, cand_providers)`` to
             compare execution providers.
         max_bytes: bound on captured activations held at once (reference + candidate chunk).
         progress: None (tqdm when interactive), False, or a callable(done, total, label).
+        confirm: feed the reference's activations into the candidate's first divergent node
+            and measure its local error (``first_divergence["confirmed"]``): whether the node
+            computes differently or only receives different inputs.
 
     Returns:
         A :class:`Comparison`.
@@ -122,10 +141,12 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
         >>> c = onnx_lab.compare("model.onnx", "model_fp16.onnx", dims={"batch": 1})
         >>> c.first_divergence
     """
-    if not (isinstance(atol, (int, float)) and atol >= 0 and isinstance(rtol, (int, float))
-            and rtol >= 0):
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)
+               for v in (atol, rtol)):
         raise InputError(f"atol and rtol must be non-negative numbers, got {atol!r}, {rtol!r}.",
                          fix="Use e.g. atol=1e-4, rtol=1e-3.")
+    if preset is not None:
+        get_preset(preset)  # UnknownNameError listing the presets
     if not isinstance(max_bytes, int) or max_bytes < 1:
         raise InputError(f"max_bytes must be a positive int, got {max_bytes!r}.",
                          fix="Use e.g. max_bytes=1 << 30.")
@@ -192,8 +213,18 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     sizes = {p: _size(r_sizes.get(p[0])) * n_samples + _size(c_sizes.get(p[1]))
              for p in pairs}
     chunks = plan_chunks(sizes, max_bytes) if pairs else []
-    accs = {p: MetricAccumulator(atol, rtol) for p in pairs}
     out_set = set(out_pairs)
+    preset = preset or _computing_preset(cand_model)
+    accs: dict[tuple[str, str], MetricAccumulator] = {}
+    presets: dict[tuple[str, str], str] = {}
+
+    def acc_of(p: tuple[str, str], ref_value: Any) -> MetricAccumulator:
+        if p not in accs:
+            presets[p], rule = rule_for(_dtype_name(ref_value), output=p in out_set,
+                                        preset=preset, atol=atol, rtol=rtol)
+            accs[p] = MetricAccumulator(rule=rule)
+        return accs[p]
+
     kept: dict[tuple[str, str], tuple[list, list]] = {p: ([], []) for p in out_pairs}
     try:
         # Two steps per chunk (reference, then candidate) so even one chunk shows progress.
@@ -211,7 +242,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
                     cand_vals = _run(sess, f, c_names, "candidate")
                     rv = ref_vals[min(s, len(ref_vals) - 1)]
                     for p in chunk:
-                        accs[p].add(rv[p[0]], cand_vals[p[1]])
+                        acc_of(p, rv[p[0]]).add(rv[p[0]], cand_vals[p[1]])
                         if p in out_set:
                             kept[p][0].append(rv[p[0]])
                             kept[p][1].append(cand_vals[p[1]])
@@ -221,9 +252,9 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     finally:
         for m in uncached:
             m.forget(RUNTIME_PROTO_KEY)
-    metrics = {p: a.result() for p, a in accs.items()}
+    metrics = {p: {**a.result(), "preset": presets[p]} for p, a in accs.items()}
     outputs = pd.DataFrame([{"tensor": r, "cand_tensor": c, **metrics[(r, c)]}
-                            for r, c in out_pairs], columns=OUTPUT_COLUMNS)
+                            for r, c in out_pairs if (r, c) in metrics], columns=OUTPUT_COLUMNS)
     layer_rows = []
     if layerwise:
         for row in alignment.itertuples(index=False):
@@ -242,11 +273,18 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
         passed = bool(layers["passed"].all()) if len(layers) else True
     graph_model = ref_model if ref_model is not None else cand_model
     div = _first_divergence(graph_model, layers, outputs) if len(layers) else None
-    return Comparison(outputs=outputs, layers=layers, alignment=alignment, passed=passed,
-                      first_divergence=div, atol=float(atol), rtol=float(rtol),
+    if div is not None:
+        _blame(div, graph_model, cand_model, layers, ref_dict)
+    main_name, main_rule = rule_for("float32", output=True, preset=preset, atol=atol, rtol=rtol)
+    result = Comparison(outputs=outputs, layers=layers, alignment=alignment, passed=passed,
+                      first_divergence=div, atol=main_rule.atol, rtol=main_rule.rtol,
+                      preset=preset or "by dtype",
                       reference=ref_lab, candidate=cand_lab, feeds=feed_list,
                       providers=(ref_prov, cand_prov), reference_values=ref_dict,
                       output_values=kept)
+    if confirm and div is not None and ref_model is not None:
+        div.update(confirm_divergence(result))
+    return result
 
 
 def _size(n: int | None) -> int:
@@ -365,7 +403,114 @@ def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFra
         if all(ok(n) for n in ins):
             return {"tensor": row.tensor, "node_id": nid, "op_type": row.op_type,
                     "max_abs": float(row.max_abs),
-                    "reaches_outputs": _reaches(model, nid, outputs)}
+                    "reaches_outputs": _reaches(model, nid, outputs),
+                    "cand_node_id": row.cand_node_id if isinstance(row.cand_node_id, str)
+                    else None}
+    return None
+
+
+def _dtype_name(arr: Any) -> str:
+    a = np.asarray(arr)
+    return "bool" if a.dtype == np.bool_ else str(a.dtype)
+
+
+def _computing_preset(model: LabModel) -> str | None:
+    """``fp16``/``bf16`` when ``model`` computes in that type (weights or values), else None
+    (each tensor is then judged by the preset of its own dtype)."""
+    found = set()
+    for g in model.ir.graphs():
+        for v in g.initializers.values():
+            if v.dtype is not None:
+                found.add(v.dtype)
+        for n in g:
+            for v in n.outputs:
+                if v.dtype is not None:
+                    found.add(v.dtype)
+    if ir.DataType.FLOAT16 in found:
+        return "fp16"
+    if ir.DataType.BFLOAT16 in found:
+        return "bf16"
+    return None
+
+
+def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.DataFrame,
+           ref_dict: Mapping[str, Any] | None) -> None:
+    """Name the node a user should look at, and why (in place on ``div``).
+
+    A divergence that starts at a Constant node is a weight that differs: it is reported on
+    the node that consumes it (``Conv /c2: its input W differs``), with the constant named.
+    A node whose own constant inputs differ between the models is blamed for its weights; one
+    whose data inputs were all compared and agree computes differently; one with an input
+    that could not be compared may only receive different inputs (``compare(confirm=True)``
+    tells them apart).
+    """
+    idx = model.index
+    rows = layers.set_index("tensor", drop=False)
+    nid = div["node_id"]
+    node = idx.node(nid)
+    div.setdefault("cand_node_id", _cand_node(rows, div["tensor"]))
+    if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        users = sorted(idx.consumers.get(div["tensor"], ()), key=lambda u: idx.entries[u].topo)
+        if users:
+            user = users[0]
+            out = next((v.name for v in idx.node(user).outputs if v.name), None)
+            div.update(constant=nid, constant_tensor=div["tensor"],
+                       constant_max_abs=div["max_abs"], node_id=user,
+                       op_type=idx.node(user).op_type, cause="weights",
+                       cand_node_id=_cand_node(rows, out) if out else None)
+            if out in rows.index:
+                div.update(tensor=out, max_abs=float(rows.loc[out, "max_abs"]))
+            div["message"] = (f"{div['op_type']} {user}: its input {div['constant_tensor']!r} "
+                              f"(Constant {nid}) differs, max_abs {div['constant_max_abs']:.3g}")
+            return
+    if ref_dict is None:
+        differing = _differing_weights(node, cand, div.get("cand_node_id"))
+        if differing is not None:
+            name, err = differing
+            div.update(cause="weights", constant=name, constant_tensor=name,
+                       constant_max_abs=err,
+                       message=f"{node.op_type} {nid}: its weight {name!r} differs, "
+                       f"max_abs {err:.3g}")
+            return
+    data = [v.name for v in node.inputs if v is not None and v.name
+            and not is_constant(v, stored=True)]
+    compared = all(n in rows.index for n in data)
+    div["cause"] = "computation" if compared else "inputs"
+    div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
+                      f"output differs (max_abs {div['max_abs']:.3g})" if compared else
+                      f"{node.op_type} {nid}: its output differs; an input of it has no "
+                      "counterpart to compare, so it may only receive different inputs "
+                      "(compare(..., confirm=True) checks)")
+
+
+def _cand_node(rows: pd.DataFrame, tensor: str | None) -> str | None:
+    if tensor is None or tensor not in rows.index:
+        return None
+    v = rows.loc[tensor, "cand_node_id"]
+    return v if isinstance(v, str) else None
+
+
+def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None
+                       ) -> tuple[str, float] | None:
+    """(name, max_abs) of the first constant input of ``node`` whose value differs from the
+    same input of its counterpart in ``cand`` beyond the scale-aware rule of its dtype."""
+    if not cand_node_id or cand_node_id not in cand.index.entries:
+        return None
+    other = cand.index.node(cand_node_id)
+    if other.op_type != node.op_type or len(other.inputs) != len(node.inputs):
+        return None
+    for a, b in zip(node.inputs, other.inputs):
+        if a is None or b is None:
+            continue
+        x, y = const_array(a, stored=True), const_array(b, stored=True)
+        if x is None or y is None or x.shape != y.shape or x.dtype != y.dtype:
+            continue
+        if x.dtype.kind not in "fiub":
+            continue
+        _name, rule = rule_for(_dtype_name(x), output=False)
+        m = tensor_metrics(x, y, rule=rule, statistics=False)
+        if not m["passed"]:
+            return a.name or "", float(m["max_abs"])
     return None
 
 
@@ -402,15 +547,24 @@ class Comparison:
         alignment: every reference tensor with its match or the reason it has none (see
             :func:`onnx_lab.numerics.align.align`).
         passed: the final outputs are within tolerance.
-        first_divergence: None, or {tensor, node_id, op_type, max_abs, reaches_outputs}: the
-            first tensor out of tolerance whose producer's inputs are all within tolerance.
+        first_divergence: None, or {tensor, node_id, op_type, max_abs, reaches_outputs,
+            cand_node_id, cause, message}: the first tensor out of tolerance whose producer's
+            inputs are all within tolerance. ``cause`` is ``weights`` (a weight differs: a
+            Constant node's divergence is reported on the node that consumes it, with
+            ``constant``, ``constant_tensor`` and ``constant_max_abs``), ``computation`` (its
+            inputs agree, its output does not) or ``inputs`` (an input has no counterpart, so
+            it may only receive different inputs). With ``compare(confirm=True)``:
+            ``confirmed``, ``local_max_abs``, ``local_passed`` and ``confirm_note`` (see
+            :func:`onnx_lab.numerics.confirm.local_check`).
         first_nonfinite: None, or {tensor, node_id, op_type, nan_cand, inf_cand}: the first
             tensor where the candidate holds NaN/inf the reference does not (property).
-        atol, rtol: the tolerances used.
+        atol, rtol: the numbers of the float32 output rule used (the preset's or yours).
+        preset: the tolerance preset (``"by dtype"`` when each tensor's dtype chose).
     """
 
     def __init__(self, *, outputs: pd.DataFrame, layers: pd.DataFrame, alignment: pd.DataFrame,
                  passed: bool, first_divergence: dict | None, atol: float, rtol: float,
+                 preset: str = "by dtype",
                  reference: Resolved | None, candidate: Resolved, feeds: list,
                  providers: tuple,
                  reference_values: dict | None, output_values: dict) -> None:
@@ -421,6 +575,7 @@ class Comparison:
         self.first_divergence = first_divergence
         self.atol = atol
         self.rtol = rtol
+        self.preset = preset
         self.reference = reference
         self.candidate = candidate
         self.feeds = feeds
@@ -442,6 +597,7 @@ class Comparison:
             return out
 
         return {"passed": self.passed, "atol": self.atol, "rtol": self.rtol,
+                "preset": self.preset,
                 "outputs": records(self.outputs), "layers": records(self.layers),
                 "first_divergence": self.first_divergence}
 
@@ -533,9 +689,10 @@ class Comparison:
     def summary_text(self) -> str:
         """A few lines for terminals."""
         n_fail = int((~self.layers["passed"].astype(bool)).sum()) if len(self.layers) else 0
-        lines = [f"{'PASSED' if self.passed else 'FAILED'} (atol={self.atol:g}, "
-                 f"rtol={self.rtol:g}): {len(self.outputs)} outputs, {len(self.layers)} layers "
-                 f"compared, {n_fail} out of tolerance"]
+        lines = [f"{'PASSED' if self.passed else 'FAILED'} (preset {self.preset}, "
+                 f"atol={self.atol:g}, rtol={self.rtol:g}; outputs element-wise, intermediates "
+                 f"against their own scale): {len(self.outputs)} outputs, {len(self.layers)} "
+                 f"layers compared, {n_fail} out of tolerance"]
         for r in self.outputs.itertuples(index=False):
             lines.append(f"  output {r.tensor}: max_abs={r.max_abs:.3g} cosine={r.cosine:.6f} "
                          f"{'ok' if r.passed else 'FAIL'}" + (f" ({r.note})" if r.note else ""))
@@ -543,7 +700,12 @@ class Comparison:
         if d is not None:
             lines.append(f"first divergence: {d['tensor']} (node {d['node_id']}, {d['op_type']}),"
                          f" max_abs={d['max_abs']:.3g}, "
-                         f"{'reaches' if d['reaches_outputs'] else 'does not reach'} the outputs")
+                         f"{'reaches' if d['reaches_outputs'] else 'does not reach'} the outputs"
+                         f"; cause: {d.get('cause', '?')}")
+            if d.get("message"):
+                lines.append(f"  {d['message']}")
+            if d.get("confirm_note"):
+                lines.append(f"  {d['confirm_note']}")
         else:
             lines.append("no divergence")
         f = self.first_nonfinite

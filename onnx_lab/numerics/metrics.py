@@ -19,41 +19,137 @@ Example:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MetricAccumulator", "tensor_metrics", "METRIC_COLUMNS", "TOLERANCES", "tolerance"]
+from onnx_lab.errors import unknown_name
+
+__all__ = ["MetricAccumulator", "tensor_metrics", "METRIC_COLUMNS", "TOLERANCES", "tolerance",
+           "Rule", "Preset", "PRESETS", "rule_for", "get_preset", "preset_for_dtype"]
 
 # Elements converted to float64 at a time (8 MB per temporary).
 _SLICE = 1 << 20
 
 METRIC_COLUMNS = ["shape", "cand_shape", "dtype", "cand_dtype", "max_abs", "mean_abs",
                   "max_rel", "cosine", "sqnr_db", "passed", "n_fail", "numel", "nan_ref",
-                  "nan_cand", "inf_ref", "inf_cand", "note"]
+                  "nan_cand", "inf_ref", "inf_cand", "note", "max_ref", "rule"]
 
 
-#: Default (atol, rtol) per dtype name; integer and bool tensors compare exactly.
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-7, 1e-6),
-    "float32": (1e-4, 1e-3),
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (5e-2, 2e-2),
+# ---------------------------------------------------------------------------- tolerances
+@dataclass(frozen=True)
+class Rule:
+    """How one tensor is judged.
+
+    Kinds:
+        ``elementwise``: every element within ``atol + rtol·|ref|`` (outputs: what a user of
+            the model sees, checked strictly).
+        ``scaled``: the largest error within ``atol + rtol·max|ref|``, the tensor's own scale
+            (intermediates: an element near zero whose summands were large differs by the
+            rounding of those summands, which an element-wise test calls a failure).
+        ``sqnr``: signal-to-quantization-noise ratio ``10·log10(Σref²/Σerr²)`` of at least
+            ``min_sqnr_db`` (int8, where every element moves by design).
+
+    Any NaN or infinity on one side only fails every rule.
+    """
+
+    kind: str
+    atol: float = 0.0
+    rtol: float = 0.0
+    min_sqnr_db: float | None = None
+
+    def describe(self) -> str:
+        """The rule as a short formula (shown in reports)."""
+        if self.kind == "elementwise":
+            return f"|err| <= {self.atol:g} + {self.rtol:g}*|ref| per element"
+        if self.kind == "scaled":
+            return f"max|err| <= {self.atol:g} + {self.rtol:g}*max|ref|"
+        return f"sqnr >= {self.min_sqnr_db:g} dB"
+
+    def with_tolerances(self, atol: float | None, rtol: float | None) -> Rule:
+        """The rule with the user's atol/rtol in place of the preset's (sqnr unchanged)."""
+        if self.kind == "sqnr" or (atol is None and rtol is None):
+            return self
+        return Rule(self.kind, self.atol if atol is None else float(atol),
+                    self.rtol if rtol is None else float(rtol), self.min_sqnr_db)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The two rules of one purpose: ``outputs`` (strict) and ``intermediates``."""
+
+    name: str
+    outputs: Rule
+    intermediates: Rule
+    summary: str
+
+
+def _float_preset(name: str, atol: float, rtol: float, what: str) -> Preset:
+    return Preset(name, Rule("elementwise", atol, rtol), Rule("scaled", atol, rtol), what)
+
+
+#: The one tolerance table: verification, compare, the drift debugger and the CLI read it.
+PRESETS: dict[str, Preset] = {
+    "exact": Preset("exact", Rule("elementwise"), Rule("elementwise"),
+                    "bit-for-bit: integer and bool tensors, rewrites that must not change a bit"),
+    "fp64": _float_preset("fp64", 1e-7, 1e-6, "float64 models"),
+    "fp32": _float_preset("fp32", 1e-4, 1e-3, "float32 models and rewrites of them"),
+    "fp16": _float_preset("fp16", 1e-2, 1e-2, "models that compute in float16"),
+    "bf16": _float_preset("bf16", 5e-2, 2e-2, "models that compute in bfloat16"),
+    "fp8": _float_preset("fp8", 1e-1, 1e-1, "float8 and other narrow floats"),
+    "int8": Preset("int8", Rule("sqnr", min_sqnr_db=20.0), Rule("sqnr", min_sqnr_db=15.0),
+                   "int8-quantized candidates against their float reference"),
 }
-_FLOAT_FALLBACK = (1e-1, 1e-1)  # fp8 and other narrow floats
+
+_DTYPE_PRESET = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+#: Default (atol, rtol) per dtype name (the output rule of its preset).
+TOLERANCES: dict[str, tuple[float, float]] = {
+    dt: (PRESETS[p].outputs.atol, PRESETS[p].outputs.rtol) for dt, p in _DTYPE_PRESET.items()}
+
+
+def preset_for_dtype(dtype: str) -> str:
+    """The preset that judges a tensor of ``dtype`` by default (ints and bools: exact)."""
+    if _kind(dtype) != "f":
+        return "exact"
+    return _DTYPE_PRESET.get(dtype, "fp8")
+
+
+def get_preset(name: str) -> Preset:
+    """The preset ``name`` (UnknownNameError listing them otherwise)."""
+    if name not in PRESETS:
+        raise unknown_name("tolerance preset", name, PRESETS,
+                           fix=f"Presets: {', '.join(PRESETS)}.")
+    return PRESETS[name]
+
+
+def rule_for(dtype: str, *, output: bool, preset: str | None = None,
+             atol: float | None = None, rtol: float | None = None) -> tuple[str, Rule]:
+    """(preset name, rule) that judges a tensor.
+
+    Args:
+        dtype: the reference tensor's dtype name; integer and bool tensors always compare
+            exactly, whatever the preset.
+        output: a graph output (strict rule) or an intermediate tensor (scale-aware rule).
+        preset: the preset (None: the one of ``dtype``).
+        atol, rtol: the user's numbers in place of the preset's.
+    """
+    if _kind(dtype) != "f":
+        return "exact", PRESETS["exact"].outputs
+    name = preset or preset_for_dtype(dtype)
+    p = get_preset(name)
+    return name, (p.outputs if output else p.intermediates).with_tolerances(atol, rtol)
 
 
 def tolerance(dtype: str, atol: float | None = None, rtol: float | None = None
               ) -> tuple[float, float]:
-    """(atol, rtol) for a dtype name; user values override the float defaults.
+    """(atol, rtol) of the output rule for a dtype name; user values override the defaults.
 
     Integer and bool tensors always compare exactly (0, 0).
     """
-    kind = _kind(dtype)
-    if kind != "f":
-        return 0.0, 0.0
-    a, r = TOLERANCES.get(dtype, _FLOAT_FALLBACK)
-    return (a if atol is None else float(atol)), (r if rtol is None else float(rtol))
+    _, rule = rule_for(dtype, output=True, atol=atol, rtol=rtol)
+    return rule.atol, rule.rtol
 
 
 def _kind(dtype: str) -> str:
@@ -74,16 +170,22 @@ class MetricAccumulator:
     """Running metrics of one (reference, candidate) tensor pair over slices and samples.
 
     Args:
-        atol, rtol: an element passes when ``|cand - ref| <= atol + rtol * |ref|``.
+        atol, rtol: an element passes when ``|cand - ref| <= atol + rtol * |ref|`` (the
+            ``elementwise`` rule; ``n_fail`` always counts such elements).
         statistics: also accumulate mean_abs, cosine and SQNR (False: only max_abs, max_rel
             and the failing count, what a pass/fail verdict needs; cosine and sqnr_db are
-            then NaN and mean_abs too).
+            then NaN and mean_abs too). The ``sqnr`` rule needs them.
+        rule: the :class:`Rule` that decides ``passed`` (its atol/rtol replace the
+            arguments); default the elementwise rule of ``atol``/``rtol``.
     """
 
-    def __init__(self, atol: float, rtol: float, *, statistics: bool = True) -> None:
-        self.atol = float(atol)
-        self.rtol = float(rtol)
-        self.statistics = statistics
+    def __init__(self, atol: float = 0.0, rtol: float = 0.0, *, statistics: bool = True,
+                 rule: Rule | None = None) -> None:
+        self.rule = rule if rule is not None else Rule("elementwise", float(atol), float(rtol))
+        self.atol = float(self.rule.atol)
+        self.rtol = float(self.rule.rtol)
+        self.statistics = statistics or self.rule.kind == "sqnr"
+        self.max_ref = 0.0
         self.shape: tuple | None = None
         self.cand_shape: tuple | None = None
         self.dtype: str | None = None
@@ -140,9 +242,14 @@ class MetricAccumulator:
             # Identical slices (the common case when comparing optimized graphs): one pass.
             if not self.statistics and not np.isnan(r).any():
                 self.n_finite += r.size  # infinities equal on both sides match
+                finite = r[np.isfinite(r)] if r.size else r
+                if finite.size:
+                    self.max_ref = max(self.max_ref, float(np.abs(finite).max()))
                 return
             if np.isfinite(r).all():
                 r64 = r.astype(np.float64)
+                if r64.size:
+                    self.max_ref = max(self.max_ref, float(np.abs(r64).max()))
                 sq = float(_dot(r64, r64))
                 self.n_finite += r.size
                 self.dot += sq
@@ -171,6 +278,7 @@ class MetricAccumulator:
         np.abs(err, out=err)
         absr = np.abs(r)
         self.n_finite += r.size
+        self.max_ref = max(self.max_ref, float(absr.max()))
         self.max_abs = max(self.max_abs, float(err.max()))
         if self.statistics:
             self.sum_abs += float(err.sum())
@@ -209,6 +317,7 @@ class MetricAccumulator:
         """The metrics as a dict with the keys of :data:`METRIC_COLUMNS`."""
         ok = self.comparable and self.shape is not None
         nan = math.nan
+        sqnr = nan
         if ok and self.n_finite and self.statistics:
             mean_abs = self.sum_abs / self.n_finite
             denom = math.sqrt(self.sum_r2 * self.sum_c2)
@@ -231,7 +340,7 @@ class MetricAccumulator:
             "max_rel": self.max_rel if ok else nan,
             "cosine": cosine,
             "sqnr_db": sqnr,
-            "passed": bool(ok and self.n_fail == 0),
+            "passed": bool(ok and self._passes(sqnr)),
             "n_fail": self.n_fail if ok else None,
             "numel": self.numel,
             "nan_ref": self.nan_ref,
@@ -239,22 +348,37 @@ class MetricAccumulator:
             "inf_ref": self.inf_ref,
             "inf_cand": self.inf_cand,
             "note": "; ".join(self.notes),
+            "max_ref": self.max_ref if ok else nan,
+            "rule": self.rule.describe(),
         }
+
+    def _passes(self, sqnr: float) -> bool:
+        """The verdict of :attr:`rule` (non-finite mismatches fail every rule)."""
+        kind = self.rule.kind
+        if kind == "elementwise":
+            return self.n_fail == 0
+        if math.isinf(self.max_abs):  # NaN/inf on one side only
+            return False
+        if kind == "scaled":
+            return self.max_abs <= self.atol + self.rtol * self.max_ref
+        # sqnr: identical tensors have an infinite ratio; an all-zero reference none.
+        return self.n_finite == 0 or (not math.isnan(sqnr) and sqnr >= self.rule.min_sqnr_db)
 
 
 def tensor_metrics(ref: Any, cand: Any, atol: float = 1e-4, rtol: float = 1e-3, *,
-                   statistics: bool = True) -> dict[str, Any]:
+                   statistics: bool = True, rule: Rule | None = None) -> dict[str, Any]:
     """Metrics of one pair of arrays (see :data:`METRIC_COLUMNS`); mismatches noted, not raised.
 
     Keys: shape, cand_shape, dtype, cand_dtype, max_abs, mean_abs, max_rel (over nonzero
-    reference elements), cosine, sqnr_db (10·log10(Σref² / Σerr²), inf when equal), passed,
-    n_fail (elements outside ``atol + rtol·|ref|``), numel, nan_ref, nan_cand, inf_ref,
-    inf_cand, note (shape/dtype differences).
+    reference elements), cosine, sqnr_db (10·log10(Σref² / Σerr²), inf when equal), passed
+    (by ``rule``, default element-wise), n_fail (elements outside ``atol + rtol·|ref|``),
+    numel, nan_ref, nan_cand, inf_ref, inf_cand, note (shape/dtype differences), max_ref
+    (max |ref| over finite elements), rule (the rule as a formula).
 
     Example:
         >>> tensor_metrics([1.0, -np.inf], [1.0, -np.inf])["passed"]
         True
     """
-    acc = MetricAccumulator(atol, rtol, statistics=statistics)
+    acc = MetricAccumulator(atol, rtol, statistics=statistics, rule=rule)
     acc.add(ref, cand)
     return acc.result()

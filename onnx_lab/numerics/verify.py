@@ -39,7 +39,14 @@ from onnx_lab.core.source import load_source
 from onnx_lab.core.subgraph import upstream_model
 from onnx_lab.errors import DimError, InputError, RuntimeLoadError
 from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
-from onnx_lab.numerics.metrics import TOLERANCES, tensor_metrics, tolerance
+from onnx_lab.numerics.metrics import (
+    TOLERANCES,
+    Rule,
+    get_preset,
+    rule_for,
+    tensor_metrics,
+    tolerance,
+)
 from onnx_lab.runtime.capture import run as capture_run
 from onnx_lab.runtime.feeds import as_feed_list, input_specs
 
@@ -53,7 +60,7 @@ __all__ = ["verify", "report_of", "Report", "tolerance", "REPORT_COLUMNS", "TOLE
            "fill_result", "verify_extract"]
 
 REPORT_COLUMNS = ["tensor", "node_id", "match", "dtype", "max_abs", "max_rel", "passed",
-                  "atol", "rtol", "ref_tensor", "ref_node_id", "shape", "note"]
+                  "atol", "rtol", "ref_tensor", "ref_node_id", "shape", "note", "preset", "rule"]
 
 # ---------------------------------------------------------------------------- feeds
 def _feeds(before: LabModel, after: LabModel, feeds: Any, dims, shapes, seed: int
@@ -101,9 +108,9 @@ def _fingerprint(feeds: Mapping[str, np.ndarray]) -> str:
 
 
 # ---------------------------------------------------------------------------- comparison
-def _compare(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float
-             ) -> tuple[float, float, bool, str]:
-    """(max_abs, max_rel, passed, note) of two arrays, by numerics' one element comparator."""
+def _compare(ref: np.ndarray, cand: np.ndarray, rule: Rule) -> tuple[float, float, bool, str]:
+    """(max_abs, max_rel, passed, note) of two arrays, by numerics' one comparator and
+    ``rule``."""
     ref, cand = np.asarray(ref), np.asarray(cand)
     if ref.shape != cand.shape:
         return math.inf, math.inf, False, f"shape {list(cand.shape)} != reference " \
@@ -112,7 +119,7 @@ def _compare(ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float
         return 0.0, 0.0, True, ""  # the common case of a step: bit-identical values
     if ref.dtype.kind in "OSU" or cand.dtype.kind in "OSU":
         return math.inf, math.inf, False, ""  # strings that differ
-    m = tensor_metrics(ref, cand, atol, rtol, statistics=False)
+    m = tensor_metrics(ref, cand, rule=rule, statistics=False)
     return m["max_abs"], m["max_rel"], m["passed"], ""
 
 
@@ -176,7 +183,7 @@ def verify(before: LabModel, after: LabModel, result: PassResult | None = None, 
            shapes: Mapping[str, Sequence[int]] | None = None, atol: float | None = None,
            rtol: float | None = None, seed: int = 0, max_bytes: int = 1 << 30,
            intermediates: bool = True, providers: Any = None,
-           cache: dict | None = None) -> pd.DataFrame:
+           cache: dict | None = None, preset: str | None = None) -> pd.DataFrame:
     """Compare ``after`` against ``before`` numerically; one row per compared tensor.
 
     Args:
@@ -184,21 +191,27 @@ def verify(before: LabModel, after: LabModel, result: PassResult | None = None, 
         result: the PassResult that made ``after`` (its provenance aligns fused nodes).
         feeds: None (seeded random inputs), a dict, a list of dicts or an ``.npz`` path.
         dims, shapes: values for symbolic dims / full input shapes.
-        atol, rtol: override the float tolerances (defaults per dtype: float32 1e-4/1e-3,
+        atol, rtol: override the preset's numbers (defaults per dtype: float32 1e-4/1e-3,
             float16 1e-2/1e-2, bfloat16 5e-2/2e-2, float64 1e-7/1e-6; ints and bools exact).
+            Outputs are judged element-wise (``|err| <= atol + rtol·|ref|``), intermediate
+            tensors against their own scale (``max|err| <= atol + rtol·max|ref|``): rounding
+            of reordered float sums moves elements near zero by the size of their summands.
         seed: seed of the generated inputs.
         max_bytes: about how many bytes of captured tensors (both models) are held at once.
         intermediates: also compare surviving intermediate tensors (default True).
         providers: onnxruntime providers (default CPU).
         cache: a dict shared across calls (e.g. the steps of a preset): captured values of a
             model are reused when it is the reference of the next step.
+        preset: a tolerance preset of :data:`onnx_lab.numerics.metrics.PRESETS` (None: each
+            tensor's dtype picks its own; ``exact`` for rewrites that must not change a bit).
 
     Returns:
         DataFrame with columns tensor (name in ``after``), node_id (its producer in
         ``after``), match ('output' | 'name' | 'provenance'), dtype, max_abs, max_rel
         (float, over all samples), passed (bool), atol, rtol (the tolerances used),
         ref_tensor, ref_node_id (the compared tensor in ``before``), shape (list),
-        note (str: why a row failed without numbers). Rows are in the topological order of
+        note (str: why a row failed without numbers), preset and rule (which preset and
+        which rule judged the tensor, as a formula). Rows are in the topological order of
         ``after``. ``report.attrs`` holds ``passed`` (bool), ``first_failure`` (the first
         failing tensor in topological order, or None), ``max_abs_err`` (largest max_abs over
         the model outputs) and ``samples``.
@@ -214,7 +227,8 @@ def verify(before: LabModel, after: LabModel, result: PassResult | None = None, 
     """
     return report_of(before, after, result, feeds=feeds, dims=dims, shapes=shapes,
                      atol=atol, rtol=rtol, seed=seed, max_bytes=max_bytes,
-                     intermediates=intermediates, providers=providers, cache=cache).frame()
+                     intermediates=intermediates, providers=providers, cache=cache,
+                     preset=preset).frame()
 
 
 @dataclass
@@ -243,7 +257,7 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
               shapes: Mapping[str, Sequence[int]] | None = None, atol: float | None = None,
               rtol: float | None = None, seed: int = 0, max_bytes: int = 1 << 30,
               intermediates: bool = True, providers: Any = None,
-              cache: dict | None = None) -> Report:
+              cache: dict | None = None, preset: str | None = None) -> Report:
     """:func:`verify` without the DataFrame: its rows and attrs."""
     before, after = load_source(before), load_source(after)
     for label, v in (("atol", atol), ("rtol", rtol)):
@@ -252,6 +266,8 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
             raise InputError(f"{label} must be a number in [0, {'1' if label == 'rtol' else 'inf'}"
                              f"), got {v!r}.", fix="rtol=1 would accept any value; use e.g. "
                              "atol=1e-3, rtol=1e-2.")
+    if preset is not None:
+        get_preset(preset)  # UnknownNameError listing the presets
     if not isinstance(max_bytes, int) or max_bytes <= 0:
         raise InputError(f"max_bytes must be a positive int, got {max_bytes!r}.",
                          fix="Pass e.g. max_bytes=1 << 30.")
@@ -261,7 +277,8 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
     samples = _feeds(before, after, feeds, dims, shapes, seed)
     stats: dict[str, dict[str, Any]] = {
         p.tensor: {"max_abs": 0.0, "max_rel": 0.0, "passed": True, "dtype": None,
-                   "shape": None, "note": "", "atol": None, "rtol": None} for p in pairs}
+                   "shape": None, "note": "", "atol": None, "rtol": None, "preset": None,
+                   "rule": None} for p in pairs}
     sizes = _cached_sizes(before, pairs, samples[0], cache)
     if sizes is None:
         sizes = _estimate(after, [p.tensor for p in pairs], samples[0][1]) if pairs else {}
@@ -288,7 +305,8 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                 s = stats[p.tensor]
                 r, c = np.asarray(refs[p.ref]), np.asarray(cands[p.tensor])
                 dt = _dtype_name(r)
-                a_tol, r_tol = tolerance(dt, atol, rtol)
+                pname, rule = rule_for(dt, output=p.match == "output", preset=preset,
+                                       atol=atol, rtol=rtol)
                 if p.match != "output" and r.shape != c.shape:
                     # A tool may keep a name on a reshaped tensor (2-D Gemm inside a 3-D
                     # MatMul chain): compare the values when the sizes agree, else skip.
@@ -297,8 +315,9 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                         continue
                     r = r.reshape(c.shape)
                     s["note"] = s["note"] or f"reference shape {list(r.shape)} compared flat"
-                mabs, mrel, ok, note = _compare(r, c, a_tol, r_tol)
-                s.update(dtype=dt, shape=list(np.shape(c)), atol=a_tol, rtol=r_tol,
+                mabs, mrel, ok, note = _compare(r, c, rule)
+                s.update(dtype=dt, shape=list(np.shape(c)), atol=rule.atol, rtol=rule.rtol,
+                         preset=pname, rule=rule.describe(),
                          max_abs=max(s["max_abs"], mabs), max_rel=max(s["max_rel"], mrel),
                          passed=s["passed"] and ok, note=s["note"] or note)
             del refs, cands
@@ -308,7 +327,8 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
              "max_rel": stats[p.tensor]["max_rel"], "passed": stats[p.tensor]["passed"],
              "atol": stats[p.tensor]["atol"], "rtol": stats[p.tensor]["rtol"],
              "ref_tensor": p.ref, "ref_node_id": p.ref_node_id,
-             "shape": stats[p.tensor]["shape"], "note": stats[p.tensor]["note"]}
+             "shape": stats[p.tensor]["shape"], "note": stats[p.tensor]["note"],
+             "preset": stats[p.tensor]["preset"], "rule": stats[p.tensor]["rule"]}
             for p in pairs]
     failing = [r["tensor"] for r in rows if not r["passed"]]
     outs = [r["max_abs"] for r in rows if r["match"] == "output"]
@@ -346,8 +366,8 @@ def fill_result(result: PassResult, report: pd.DataFrame | Report, seconds: floa
             row = report.row(result.first_failure)
         else:
             row = report.loc[report["tensor"] == result.first_failure].iloc[0]
-        detail = row["note"] or f"max_abs {row['max_abs']:.3g} > atol {row['atol']:g} + " \
-            f"rtol {row['rtol']:g}·|ref|"
+        detail = row["note"] or f"max_abs {row['max_abs']:.3g} outside the {row['preset']} " \
+            f"rule {row['rule']}"
         result.notes.append(f"verification failed first at tensor {result.first_failure!r} "
                             f"(node {row['node_id']}): {detail}")
     return result
@@ -357,7 +377,7 @@ def verify_extract(full: LabModel, sub: LabModel, ins: list[str], outs: list[str
                    dims: Mapping[str, int] | None = None,
                    shapes: Mapping[str, Sequence[int]] | None = None, feeds: Any = None,
                    atol: float | None = None, rtol: float | None = None, seed: int = 0,
-                   **_ignored: Any) -> pd.DataFrame:
+                   preset: str | None = None, **_ignored: Any) -> pd.DataFrame:
     """Verification of an extracted subgraph: the full model runs on seeded inputs (``dims``,
     ``shapes``), its boundary tensors are fed to ``sub`` and ``sub``'s outputs compared with
     the full model's (one report row per output, as :func:`verify`)."""
@@ -375,13 +395,15 @@ def verify_extract(full: LabModel, sub: LabModel, ins: list[str], outs: list[str
         for n in outs:
             r, c = np.asarray(ref[n]), np.asarray(got[n])
             dt = _dtype_name(r)
-            a, rt = tolerance(dt, atol, rtol)
-            mabs, mrel, ok, note = _compare(r, c, a, rt)
+            pname, rule = rule_for(dt, output=True, preset=preset, atol=atol, rtol=rtol)
+            mabs, mrel, ok, note = _compare(r, c, rule)
             row = rows.setdefault(n, {"tensor": n, "node_id": sub.index.producer.get(n),
                                       "match": "output", "dtype": dt, "max_abs": 0.0,
-                                      "max_rel": 0.0, "passed": True, "atol": a, "rtol": rt,
-                                      "ref_tensor": n, "ref_node_id": full.index.producer.get(n),
-                                      "shape": list(c.shape), "note": ""})
+                                      "max_rel": 0.0, "passed": True, "atol": rule.atol,
+                                      "rtol": rule.rtol, "ref_tensor": n,
+                                      "ref_node_id": full.index.producer.get(n),
+                                      "shape": list(c.shape), "note": "", "preset": pname,
+                                      "rule": rule.describe()})
             row.update(max_abs=max(row["max_abs"], mabs), max_rel=max(row["max_rel"], mrel),
                        passed=row["passed"] and ok, note=row["note"] or note)
     report = pd.DataFrame(list(rows.values()), columns=REPORT_COLUMNS)

@@ -1,0 +1,189 @@
+"""Confirming a culprit the way a person does by hand: feed the reference's activations into
+the candidate's suspect node and look at its local error.
+
+A divergence found by :func:`~onnx_lab.numerics.compare.compare` is the first tensor out of
+tolerance whose inputs agree. "Agree" is within a tolerance, and inputs with no counterpart
+stand for their compared ancestors, so the suspect can still be a node that only *receives*
+slightly different inputs and amplifies them (a Softmax, a division). :func:`local_check` cuts
+the candidate's node out (with its weights), runs it in onnxruntime on the reference's values of
+its inputs and compares its outputs with the reference's: a local error out of tolerance means
+the node computes differently; a local error within it means the difference comes in through
+its inputs.
+
+Example:
+    >>> c = onnx_lab.compare(ref, cand, confirm=True)
+    >>> c.first_divergence["confirmed"], c.first_divergence["local_max_abs"]
+    >>> check = local_check(c)          # the cut model, its feeds, expected and got
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.core.values import is_constant
+from onnx_lab.errors import InputError
+from onnx_lab.numerics.metrics import Rule, rule_for, tensor_metrics
+from onnx_lab.runtime.capture import run as capture_run
+from onnx_lab.runtime.feeds import input_specs
+
+__all__ = ["LocalCheck", "local_check", "confirm_divergence"]
+
+_NP = {"float32": np.float32, "float16": np.float16, "float64": np.float64,
+       "int64": np.int64, "int32": np.int32, "int8": np.int8, "uint8": np.uint8,
+       "bool": np.bool_}
+
+
+@dataclass
+class LocalCheck:
+    """The candidate's suspect node run on the reference's activations.
+
+    Attributes:
+        node_id: the node in the candidate; ref_node_id: its counterpart in the reference.
+        model: the candidate's node alone (its weights and Constant inputs included), whose
+            inputs are the node's data inputs.
+        feeds: the reference's values of those inputs (cast to the candidate's input dtypes).
+        expected: the reference's values of the node's outputs, by the candidate's names.
+        got: what the candidate's node computes from ``feeds``.
+        metrics: per output, :func:`~onnx_lab.numerics.metrics.tensor_metrics` of got vs
+            expected under ``rules``.
+        rules: per output, the rule that judged it; preset: the preset it came from.
+        passed: every output within its rule (the node computes like the reference).
+    """
+
+    node_id: str
+    ref_node_id: str | None
+    model: LabModel
+    feeds: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray]
+    got: dict[str, np.ndarray]
+    metrics: dict[str, dict[str, Any]]
+    rules: dict[str, Rule] = field(default_factory=dict)
+    preset: str = "by dtype"
+
+    @property
+    def passed(self) -> bool:
+        return all(m["passed"] for m in self.metrics.values())
+
+    @property
+    def max_abs(self) -> float:
+        return max((float(m["max_abs"]) for m in self.metrics.values()), default=0.0)
+
+
+def _counterparts(comparison: Any) -> dict[str, str]:
+    """{candidate tensor: reference tensor} from the comparison's alignment."""
+    al = comparison.alignment
+    out = {}
+    for r, c in zip(al["tensor"], al["cand_tensor"]):
+        if isinstance(c, str) and isinstance(r, str):
+            out.setdefault(c, r)
+    for r, c in zip(comparison.outputs["tensor"], comparison.outputs["cand_tensor"]):
+        out.setdefault(c, r)
+    return out
+
+
+def local_check(comparison: Any, divergence: dict[str, Any] | None = None, *,
+                sample: int = 0) -> LocalCheck:
+    """Run the candidate's node of ``divergence`` (default: the first divergence) on the
+    reference's activations of its inputs, and compare its outputs with the reference's.
+
+    Args:
+        comparison: a :class:`~onnx_lab.numerics.compare.Comparison` of two models (not of a
+            dict reference: the reference's activations are recaptured).
+        divergence: a ``first_divergence``-like dict (needs ``cand_node_id`` or ``node_id``).
+        sample: which feed sample to use.
+
+    Raises:
+        InputError: nothing to check (no divergence, a dict reference, a node without a
+            counterpart, a node inside an If/Loop body, inputs without counterparts).
+    """
+    div = divergence if divergence is not None else comparison.first_divergence
+    if div is None:
+        raise InputError("The comparison has no divergence to check.",
+                         fix="Pass divergence={'cand_node_id': ...} for a node of your choice.")
+    if comparison.reference is None:
+        raise InputError("A comparison against a dict of arrays cannot be checked locally: "
+                         "the reference's activations are not available.",
+                         fix="Compare against the reference model instead.")
+    cand: LabModel = comparison.candidate.model
+    ref: LabModel = comparison.reference.model
+    nid = div.get("cand_node_id") or div.get("node_id")
+    if not isinstance(nid, str) or nid not in cand.index.entries:
+        raise InputError(f"Node {nid!r} of the divergence has no counterpart in the candidate.",
+                         fix="Check comparison.alignment for the node's tensors.")
+    entry = cand.index.entries[nid]
+    if entry.graph:
+        raise InputError(f"Node {nid!r} lies inside the body {entry.graph!r}: only main-graph "
+                         "nodes can be cut out.", fix="Check the node that owns the body.")
+    node = entry.node
+    pairs = _counterparts(comparison)
+    graph_inputs = {v.name for v in cand.graph.inputs}
+    data = [v.name for v in node.inputs if v is not None and v.name
+            and not is_constant(v, stored=True)]
+    missing = [n for n in data if n not in pairs and n not in graph_inputs]
+    if missing:
+        raise InputError(f"Input(s) {missing} of {nid!r} have no counterpart in the reference, "
+                         "so the reference's values cannot be fed.",
+                         fix="Check a node whose inputs were compared (comparison.layers).")
+    outs = [v.name for v in node.outputs if v.name and v.name in pairs]
+    if not outs:
+        raise InputError(f"No output of {nid!r} has a counterpart in the reference.",
+                         fix="Check comparison.alignment.")
+    feeds_all = comparison.feeds[sample]
+    want = list(dict.fromkeys([pairs[n] for n in data if n not in graph_inputs]
+                              + [pairs[o] for o in outs]))
+    ref_vals = capture_run(ref, {k: v for k, v in feeds_all.items()
+                                 if k in {i.name for i in ref.graph.inputs}}, outputs=want)
+    graph = ir.convenience.extract(cand.graph, data, outs)
+    graph.opset_imports.update(cand.ir.opset_imports)
+    sub = LabModel(ir.Model(graph, ir_version=cand.ir.ir_version,
+                            functions=list(cand.ir.functions.values())), path=cand.path)
+    dtypes = {name: dt for name, dt, _shape in input_specs(sub)}
+    feeds: dict[str, np.ndarray] = {}
+    for n in data:
+        value = feeds_all[n] if n in graph_inputs else ref_vals[pairs[n]]
+        want_dt = _NP.get(dtypes.get(n) or "")
+        feeds[n] = np.asarray(value).astype(want_dt) if want_dt is not None else value
+    got = capture_run(sub, feeds, outputs=outs)
+    preset = getattr(comparison, "preset", "by dtype")
+    outputs = set(comparison.outputs["cand_tensor"])
+    metrics: dict[str, dict[str, Any]] = {}
+    rules: dict[str, Rule] = {}
+    expected = {o: np.asarray(ref_vals[pairs[o]]) for o in outs}
+    for o in outs:
+        exp = expected[o]
+        dt = "bool" if exp.dtype == np.bool_ else str(exp.dtype)
+        _name, rules[o] = rule_for(dt, output=o in outputs,
+                                   preset=None if preset == "by dtype" else preset)
+        metrics[o] = tensor_metrics(exp, np.asarray(got[o]), rule=rules[o])
+    return LocalCheck(nid, div.get("node_id"), sub, feeds, expected,
+                      {o: np.asarray(got[o]) for o in outs}, metrics, rules, preset)
+
+
+def confirm_divergence(comparison: Any) -> dict[str, Any]:
+    """The keys :func:`compare` adds to ``first_divergence`` with ``confirm=True``:
+    confirmed (the node computes differently), local_max_abs, local_passed, confirm_note, and
+    ``cause`` updated from what the check showed (a weight difference stays ``weights``)."""
+    div = comparison.first_divergence
+    try:
+        check = local_check(comparison)
+    except InputError as e:
+        return {"confirmed": None, "local_max_abs": math.nan, "local_passed": None,
+                "confirm_note": f"not confirmed: {e.problem}"}
+    computes = not check.passed
+    cause = div.get("cause")
+    if cause != "weights":
+        cause = "computation" if computes else "inputs"
+    rule = next(iter(check.rules.values())).describe()
+    note = (f"confirmed: on the reference's inputs, {check.node_id} still differs "
+            f"(local max_abs {check.max_abs:.3g}; {rule}): it computes differently"
+            if computes else
+            f"not confirmed: on the reference's inputs, {check.node_id} agrees (local max_abs "
+            f"{check.max_abs:.3g}; {rule}): the difference comes in through its inputs")
+    return {"confirmed": computes, "local_max_abs": check.max_abs,
+            "local_passed": check.passed, "cause": cause, "confirm_note": note}
