@@ -80,13 +80,55 @@ def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
         problems = [f"{d!r} (used by {', '.join(uses)})" for d, uses in named.items()] + missing
         fixes = []
         if named:
-            fixes.append("dims={" + ", ".join(f"{d!r}: 1" for d in sorted(named)) + "}")
+            # 1 is a fine batch or sequence length, but not an image size: a detector run at
+            # 1x1 says nothing. Spatial sizes come from the model (metadata) or the user.
+            typical = _typical_dims(model)
+            fixes.append("dims={" + ", ".join(
+                f"{d!r}: {typical.get(d, '...' if _is_spatial(d) else 1)}"
+                for d in sorted(named)) + "}")
         if unnamed:
             fixes.append("shapes={" + ", ".join(f"{n!r}: [...]" for n in sorted(unnamed)) + "}")
-        raise DimError(
+        asked = [d for d in sorted(named) if d not in _typical_dims(model) and _is_spatial(d)]
+        ask = (f" Choose the size of {', '.join(map(repr, asked))} the model is meant to run "
+               "at." if asked else "")
+        err = DimError(
             f"Unresolved dims: {'; '.join(problems)}.",
             fix=f"Pass {' and '.join(fixes)} (to open(), or to this call; "
-            "on the CLI --dims NAME=V / --shape INPUT:AxB).")
+            f"on the CLI --dims NAME=V / --shape INPUT:AxB).{ask}")
+        err.dims = sorted(named)  # the widgets' run-context bar focuses these fields
+        raise err
+    return out
+
+
+def _is_spatial(dim: str) -> bool:
+    d = dim.lower()
+    return any(k in d for k in ("height", "width", "img", "image", "size")) or d in (
+        "h", "w", "x", "y")
+
+
+def _typical_dims(model: LabModel) -> dict[str, int]:
+    """Dim values the model itself states: ``imgsz`` metadata (Ultralytics exports:
+    ``[640, 640]``) for dims named like height/width."""
+    import json
+
+    props = dict(getattr(model.ir, "metadata_props", {}) or {})
+    raw = props.get("imgsz")
+    out: dict[str, int] = {}
+    if raw:
+        try:
+            hw = json.loads(raw)
+        except ValueError:
+            return out
+        if isinstance(hw, int):
+            hw = [hw, hw]
+        if isinstance(hw, list) and len(hw) == 2:
+            for v in model.graph.inputs:
+                for d in (v.shape or ()):
+                    name = str(d)
+                    if "height" in name.lower() or name.lower() == "h":
+                        out[name] = int(hw[0])
+                    elif "width" in name.lower() or name.lower() == "w":
+                        out[name] = int(hw[1])
     return out
 
 

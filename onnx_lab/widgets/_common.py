@@ -148,6 +148,20 @@ class View(w.VBox):
             log.error("widget callback failed", exc_info=e)
         self.error = e
         self.status.value = error_html(e)
+        # A missing dim inside a widget with a run-context bar: point at the bar's field
+        # instead of asking the user to copy code.
+        context = getattr(self, "context", None)
+        from onnx_lab.errors import DimError
+
+        if context is not None and isinstance(e, DimError):
+            from onnx_lab.widgets._context import missing_dims
+
+            names = [n for n in missing_dims(e) if n in context.dim_fields]
+            if names:
+                context.focus_dims(names)
+                self.status.value = info_html(
+                    f"Set {', '.join(names)} in the run-context bar below, then run again.",
+                    kind="warn") + error_html(e)
 
     def _guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Wrap an event handler so nothing it raises escapes into the kernel log.

@@ -210,6 +210,13 @@ class DriftDebugger(View):
         rendering = shown["rendering"]
         self.layer = {"tensor": tensor, "hist": shown["hist"], "scatter": shown["scatter"],
                       "rendering": rendering}
+        if isinstance(node_id, str):
+            # Linked selection: an Explorer (or other widget) on the same Lab centres it.
+            from onnx_lab.widgets._links import selection
+
+            sides = {id(x): x for x in (self.candidate, self.reference) if hasattr(x, "index")}
+            for side in sides.values():
+                selection(side).select(node_id, source=self)
         self.code.value = code_html(
             self._code() + f"; c.hist({tensor!r}); c.scatter({tensor!r}, "
             f"max_points={SCATTER_POINTS})"

@@ -54,9 +54,12 @@ class Profiler(View):
         from onnx_lab.lab import as_lab
         from onnx_lab.runtime.session import PROFILED_PROVIDERS, available_providers
 
+        from onnx_lab.widgets._context import RunContext
+
         self.lab = as_lab(lab)
         self.result: Any = None
         self.profile_result: Any = None
+        self.context = RunContext(self.lab, feeds=False)
         avail = [p for p in PROFILED_PROVIDERS if p in available_providers()]
         self.providers = [w.Checkbox(value=p == "CPUExecutionProvider", description=p,
                                      indent=False, layout=w.Layout(width="260px"))
@@ -115,6 +118,7 @@ class Profiler(View):
                       (self.render_button, self.render_latency)]:
             b.on_click(self._clicked(fn))
         super().__init__([
+            self.context,
             w.HBox([w.HTML("<b>providers</b>&nbsp;"), *self.providers]),
             w.HBox([self.runs, self.warmup, self.opt_level]),
             w.HBox([self.profile_button, self.render_button, self.levels_button,
@@ -149,7 +153,8 @@ class Profiler(View):
 
     def _profile_code(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self._profile_kwargs().items())
-        return f"p = onnx_lab.profile(lab, {args})"
+        ctx = self.context.code() if hasattr(self, "context") else ""
+        return (ctx + "; " if ctx else "") + f"p = onnx_lab.profile(lab, {args})"
 
     def _progress(self, done: int, total: int, label: str) -> None:
         self.progress.max = max(1, int(total))
@@ -157,6 +162,8 @@ class Profiler(View):
         self.progress.description = str(label)[:12]
 
     def _run(self, fn, *args, busy: str, **kwargs):
+        if self._call(self.context.apply) is None and self.error is not None:
+            return None
         self.progress.layout.visibility = "visible"
         self.progress.value = 0
         try:

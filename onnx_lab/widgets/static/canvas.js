@@ -62,11 +62,18 @@ function render({ model, el: root }) {
     }
   }
 
-  function fit() {
+  // Fit the whole drawing; on open, a long strip (BERT: 24 layers in a column) whose whole
+  // fit would be unreadable shows its top at a readable scale instead (the minimap shows all).
+  const READABLE = 0.3;
+  function fit(whole = true) {
     const pw = port.clientWidth, ph = port.clientHeight;
     if (!svg || !pw || !ph) return false;
-    const k = Math.min(pw / W, ph / H, 1.5) * 0.96;
-    v = { k, x: (pw - W * k) / 2, y: Math.max(4, (ph - H * k) / 2) };
+    let k = Math.min(pw / W, ph / H, 1.5) * 0.96;
+    let top = false;
+    if (!whole && k < READABLE) { k = Math.min(pw / W * 0.96, 0.6); top = k > READABLE * 0.9; }
+    if (!top) k = Math.min(pw / W, ph / H, 1.5) * 0.96;
+    v = { k, x: (pw - W * k) / 2, y: top ? 8 : Math.max(4, (ph - H * k) / 2) };
+    root.dataset.fit = top ? "top" : "whole";
     apply();
     return true;
   }
@@ -149,7 +156,7 @@ function render({ model, el: root }) {
     userMoved = false;
     const view = model.get("view") || {};
     if (view.k && model.get("keep_view")) { v = { x: view.x, y: view.y, k: view.k }; apply(false); }
-    else if (!fit()) requestAnimationFrame(() => fit());
+    else if (!fit(false)) requestAnimationFrame(() => fit(false));
     mark("olc-selected", [model.get("selected")]);
     mark("olc-hit", model.get("highlight") || []);
     root.dataset.rendered = String((+root.dataset.rendered || 0) + 1);
@@ -264,7 +271,7 @@ function render({ model, el: root }) {
     if (n) model.send({ type: "focus", key: n.getAttribute("data-focus") });
   });
 
-  const ro = new ResizeObserver(() => { if (!userMoved) fit(); else drawMini(); });
+  const ro = new ResizeObserver(() => { if (!userMoved) fit(false); else drawMini(); });
   ro.observe(port);
 
   // ---- model changes
