@@ -59,6 +59,24 @@ def main() -> None:
         _t(f"Explorer: expand {groups[len(groups) // 2]}",
            lambda: setattr(e.expand, "value", groups[len(groups) // 2]), rows)
     assert e.error is None, e.error
+    # The graph canvas, kernel side (the browser side is in tests/browser: the JS applies
+    # fit/zoom/pan/search synchronously on the event; a click waits for these details).
+    e.expand.value = ""
+    c = e.canvas
+    mm = [k for k in c.items if "matmul" in c.items[k]]
+    _t("Canvas: focus a node (search/linked selection, kernel side)",
+       lambda: c.focus(mm[len(mm) // 2]), rows)
+    op = next(n for n in lab.nodes.node_id if lab.index.entries[n].node.op_type == "MatMul")
+    _t("Canvas: click a MatMul → node_details (attributes, shapes, weight stats)",
+       lambda: c.show(lab.render(around=[op], radius=2)) or setattr(c, "selected", op), rows)
+    assert c.error is None and "MatMul" in c.details_html, c.error
+    boxes = [k for k in c.items if k.startswith("scope:")]
+    e.nodes_table.select([])
+    e._render_graph()
+    boxes = [k for k in e.canvas.items if k.startswith("scope:")]
+    if boxes:
+        _t(f"Canvas: click a collapsed box → expand ({boxes[len(boxes) // 2]})",
+           lambda: c.click(boxes[len(boxes) // 2]), rows)
     _t("Explorer: Initializers sorted by outlier score (reads all weights)",
        lambda: (setattr(e.tabs, "selected_index", 2),
                 setattr(e.init_sort, "value", "outlier_score")), [])
@@ -71,7 +89,7 @@ def main() -> None:
         assert f.error is None, f.error
     _t("Extractor: open", lambda: Extractor(lab), rows)
     _t("DriftDebugger: open", lambda: DriftDebugger(lab, lab), rows)
-    _t("Profiler: open", lambda: Profiler(lab), rows)
+    _t("Profiler: open (with the run-context bar)", lambda: Profiler(lab), rows)
     worst = max(rows, key=lambda r: r[1])
     print(f"\nworst interactive figure: {worst[0]}: {worst[1]:.3f} s (target <= 2 s)")
 
