@@ -271,6 +271,9 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
         passed = bool(outputs["passed"].all())
     else:
         passed = bool(layers["passed"].all()) if len(layers) else True
+    # NaN or inf where the reference is finite fails the comparison even when the outputs
+    # agree (an fp16 overflow that this runtime's next kernel happens to absorb in fp32).
+    passed = passed and _nonfinite_rows(layers).empty
     graph_model = ref_model if ref_model is not None else cand_model
     div = _first_divergence(graph_model, layers, outputs) if len(layers) else None
     if div is not None:
@@ -407,6 +410,15 @@ def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFra
                     "cand_node_id": row.cand_node_id if isinstance(row.cand_node_id, str)
                     else None}
     return None
+
+
+def _nonfinite_rows(layers: pd.DataFrame) -> pd.DataFrame:
+    """Layers where the candidate holds more NaN or inf values than the reference."""
+    if not len(layers):
+        return layers
+    cand = layers["nan_cand"].fillna(0) + layers["inf_cand"].fillna(0)
+    ref = layers["nan_ref"].fillna(0) + layers["inf_ref"].fillna(0)
+    return layers.loc[cand > ref]
 
 
 def _dtype_name(arr: Any) -> str:
@@ -546,7 +558,8 @@ class Comparison:
             node_id, op_type, depth, cand_tensor, cand_node_id, match, and the metric columns.
         alignment: every reference tensor with its match or the reason it has none (see
             :func:`onnx_lab.numerics.align.align`).
-        passed: the final outputs are within tolerance.
+        passed: the final outputs are within tolerance, and no compared tensor holds NaN or
+            inf values the reference does not.
         first_divergence: None, or {tensor, node_id, op_type, max_abs, reaches_outputs,
             cand_node_id, cause, message}: the first tensor out of tolerance whose producer's
             inputs are all within tolerance. ``cause`` is ``weights`` (a weight differs: a
@@ -674,12 +687,7 @@ class Comparison:
         Example:
             >>> onnx_lab.compare(lab, onnx_lab.to_fp16(lab)).first_nonfinite
         """
-        df = self.layers
-        if not len(df):
-            return None
-        cand = df["nan_cand"].fillna(0) + df["inf_cand"].fillna(0)
-        ref = df["nan_ref"].fillna(0) + df["inf_ref"].fillna(0)
-        hit = df.loc[cand > ref]
+        hit = _nonfinite_rows(self.layers)
         if not len(hit):
             return None
         row = hit.iloc[0]

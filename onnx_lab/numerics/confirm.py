@@ -30,7 +30,6 @@ from onnx_lab.core.values import is_constant
 from onnx_lab.errors import InputError
 from onnx_lab.numerics.metrics import Rule, rule_for, tensor_metrics
 from onnx_lab.runtime.capture import run as capture_run
-from onnx_lab.runtime.feeds import input_specs
 
 __all__ = ["LocalCheck", "local_check", "confirm_divergence"]
 
@@ -141,14 +140,26 @@ def local_check(comparison: Any, divergence: dict[str, Any] | None = None, *,
                                  if k in {i.name for i in ref.graph.inputs}}, outputs=want)
     graph = ir.convenience.extract(cand.graph, data, outs)
     graph.opset_imports.update(cand.ir.opset_imports)
+    # Cut tensors need types: the candidate's inferred dtype, the fed value's shape.
+    types = cand.types(comparison.candidate.dims, comparison.candidate.shapes)
+    feeds: dict[str, np.ndarray] = {}
+    for v in graph.inputs:
+        value = np.asarray(feeds_all[v.name] if v.name in graph_inputs
+                           else ref_vals[pairs[v.name]])
+        info = types.get(v.name)
+        want_dt = _NP.get(info.dtype if info is not None and info.dtype else "")
+        if want_dt is not None:
+            value = value.astype(want_dt)
+        feeds[v.name] = value
+        if v.type is None:
+            v.dtype = ir.DataType.from_numpy(value.dtype)
+        v.shape = ir.Shape(value.shape)
+    for v in graph.outputs:
+        info = types.get(v.name)
+        if v.type is None and info is not None and info.dtype in _NP:
+            v.dtype = ir.DataType.from_numpy(np.dtype(_NP[info.dtype]))
     sub = LabModel(ir.Model(graph, ir_version=cand.ir.ir_version,
                             functions=list(cand.ir.functions.values())), path=cand.path)
-    dtypes = {name: dt for name, dt, _shape in input_specs(sub)}
-    feeds: dict[str, np.ndarray] = {}
-    for n in data:
-        value = feeds_all[n] if n in graph_inputs else ref_vals[pairs[n]]
-        want_dt = _NP.get(dtypes.get(n) or "")
-        feeds[n] = np.asarray(value).astype(want_dt) if want_dt is not None else value
     got = capture_run(sub, feeds, outputs=outs)
     preset = getattr(comparison, "preset", "by dtype")
     outputs = set(comparison.outputs["cand_tensor"])

@@ -1,0 +1,285 @@
+"""Verification that never cries wolf, and still catches real errors: presets, scale-aware
+intermediates, blame on the consumer of a differing weight, confirm mode."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.errors import UnknownNameError
+from onnx_lab.numerics.confirm import local_check
+from onnx_lab.numerics.metrics import PRESETS, Rule, rule_for, tensor_metrics
+from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
+from onnx_lab.transforms.passes.fuse_conv_bn import FuseConvBN
+
+# ---------------------------------------------------------------------------- models
+
+
+def _vi(name: str, shape: list) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _model(nodes, inputs, outputs, inits, opset: int = 17) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def cancelling_conv_bn_stack(blocks: int = 3, channels: int = 8, seed: int = 0
+                             ) -> onnx.ModelProto:
+    """A deep Conv+BN stack in the style of PaddleOCR's detector: each block adds two
+    Conv+BN branches of large magnitude that nearly cancel, so the sums hold elements near
+    zero next to large ones; the output is a Sigmoid. Folding a BN into its Conv reorders float
+    sums: the near-zero elements of the Adds move by the rounding of their large summands,
+    which an element-wise test of those intermediates calls a failure although the output
+    moves by ~1e-7."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    nodes, inits = [], []
+    x = "x"
+    for b in range(blocks):
+        w = rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 100
+        delta = rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.01
+        for side, (weight, sign) in enumerate(((w, 1.0), (-(w + delta), 1.0))):
+            p = f"b{b}s{side}"
+            scale = rng.uniform(0.5, 1.5, c).astype(np.float32) * sign
+            mean = rng.standard_normal(c).astype(np.float32)
+            var = rng.uniform(0.5, 1.5, c).astype(np.float32)
+            bias = rng.standard_normal(c).astype(np.float32)
+            inits += [numpy_helper.from_array(weight, f"{p}_W"),
+                      numpy_helper.from_array(scale, f"{p}_scale"),
+                      numpy_helper.from_array(bias if side == 0 else bias * 0, f"{p}_B"),
+                      numpy_helper.from_array(mean * (1 if side == 0 else 0), f"{p}_mean"),
+                      numpy_helper.from_array(var, f"{p}_var")]
+            nodes += [helper.make_node("Conv", [x, f"{p}_W"], [f"{p}_conv"], name=f"{p}_conv",
+                                       pads=[1, 1, 1, 1]),
+                      helper.make_node("BatchNormalization",
+                                       [f"{p}_conv", f"{p}_scale", f"{p}_B", f"{p}_mean",
+                                        f"{p}_var"], [f"{p}_bn"], name=f"{p}_bn", epsilon=1e-5)]
+        nodes.append(helper.make_node("Add", [f"b{b}s0_bn", f"b{b}s1_bn"], [f"b{b}_sum"],
+                                      name=f"b{b}_add"))
+        nodes.append(helper.make_node("Mul", [f"b{b}_sum", "tenth"], [f"b{b}_out"],
+                                      name=f"b{b}_scale"))
+        x = f"b{b}_out"
+    inits.append(numpy_helper.from_array(np.array(0.1, np.float32), "tenth"))
+    nodes.append(helper.make_node("Sigmoid", [x], ["y"], name="sigmoid"))
+    return _model(nodes, [_vi("x", [1, c, 16, 16])], [_vi("y", [1, c, 16, 16])], inits)
+
+
+@register_pass("test_fuse_conv_bn_wrong_epsilon", kind="test")
+class _WrongEpsilon(FuseConvBN):
+    """fuse_conv_bn, made wrong on purpose: it folds with epsilon 1e-1 instead of the node's."""
+
+    def apply(self, m, nodes, rw):  # noqa: D102 - the fault is the point
+        nodes[1].attributes["epsilon"] = onnx_lab_attr("epsilon", 1e-1)
+        super().apply(m, nodes, rw)
+
+
+@register_pass("test_swap_conv_channels", kind="test")
+class _SwapChannels(LabPass):
+    """Swap output channels 0 and 1 of one Conv's weight (a wrong rewrite)."""
+
+    no_match_reason = "no Conv"
+
+    def find(self, model):
+        nid = next(n for n, e in model.index.entries.items() if e.node.op_type == "Conv")
+        return [Match(f"{self.name}:{nid}", "swap", self.name, [nid], nid, "swap",
+                      data={"node": model.index.node(nid)})]
+
+    def rewrite(self, model, matches: list[Match], rw: Rewrite) -> None:
+        from onnx_lab.core.values import const_array
+
+        node = matches[0].data["node"]
+        w = const_array(node.inputs[1]).copy()
+        w[[0, 1]] = w[[1, 0]]
+        rw.set_const_input(node, 1, w)
+        rw.record(node, [node])
+
+
+def onnx_lab_attr(name: str, value: float):
+    import onnx_ir as ir
+
+    return ir.AttrFloat32(name, value)
+
+
+# ---------------------------------------------------------------------------- presets
+
+
+def test_the_one_table_has_presets_per_dtype_and_purpose():
+    assert {"exact", "fp32", "fp16", "bf16", "int8"} <= set(PRESETS)
+    name, rule = rule_for("float32", output=True)
+    assert (name, rule.kind, rule.atol, rule.rtol) == ("fp32", "elementwise", 1e-4, 1e-3)
+    assert rule_for("float32", output=False)[1].kind == "scaled"
+    assert rule_for("float16", output=True)[0] == "fp16"
+    assert rule_for("int64", output=False, preset="fp16") == ("exact", PRESETS["exact"].outputs)
+    assert rule_for("float32", output=True, preset="int8")[1].kind == "sqnr"
+    with pytest.raises(UnknownNameError, match="tolerance preset"):
+        rule_for("float32", output=True, preset="fp17")
+
+
+def test_scaled_rule_accepts_rounding_near_zero_and_rejects_real_errors():
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal(10_000).astype(np.float32) * 10
+    ref[:100] = 1e-6  # elements that cancelled to ~0
+    noisy = ref + rng.standard_normal(ref.size).astype(np.float32) * 1e-3  # rounding-sized
+    scaled, elementwise = Rule("scaled", 1e-4, 1e-3), Rule("elementwise", 1e-4, 1e-3)
+    assert not tensor_metrics(ref, noisy, rule=elementwise)["passed"]  # the false alarm
+    assert tensor_metrics(ref, noisy, rule=scaled)["passed"]
+    wrong = ref.copy()
+    wrong[5000] += 1.0  # one element really wrong
+    assert not tensor_metrics(ref, wrong, rule=scaled)["passed"]
+    nan = ref.copy()
+    nan[7] = np.nan
+    assert not tensor_metrics(ref, nan, rule=scaled)["passed"]
+    assert math.isinf(tensor_metrics(ref, nan, rule=scaled)["max_abs"])
+
+
+# ---------------------------------------------------------------------------- verification
+
+
+def test_safe_preset_has_no_false_alarm_on_a_cancelling_conv_bn_stack():
+    lab = onnx_lab.open(cancelling_conv_bn_stack())
+    results = lab.apply_preset("safe")
+    fused = [r for r in results if r.name == "fuse_conv_bn"][0]
+    assert fused.modified and fused.verify_passed, fused.notes
+    rep = fused.verification.set_index("tensor")
+    assert rep.loc["y", "rule"].endswith("per element") and rep.loc["y", "preset"] == "fp32"
+    # The model reproduces the false alarm of an element-wise test of intermediates: the
+    # near-zero sums moved by more than 1e-4 + 1e-3*|ref| while the output barely moved.
+    sums = [t for t in rep.index if t.endswith("_sum")]
+    assert sums and (rep.loc[sums, "rule"].str.startswith("max|err|")).all()
+    assert rep.loc["y", "passed"] and rep.loc["y", "max_abs"] < 1e-5
+    before, after = lab.original.model, lab.model
+    from onnx_lab.runtime.capture import run
+
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 8, 16, 16)).astype(np.float32)}
+    a, b = run(before, feeds, outputs=sums), run(after, feeds, outputs=sums)
+    elementwise = [tensor_metrics(a[t], b[t], rule=Rule("elementwise", 1e-4, 1e-3))["passed"]
+                   for t in sums]
+    assert not all(elementwise)
+
+
+@pytest.mark.parametrize("wrong_pass, failing", [
+    ("test_fuse_conv_bn_wrong_epsilon", "b0s0_bn"),
+    ("test_swap_conv_channels", "b0s0_conv"),
+])
+def test_a_wrong_rewrite_still_fails_at_the_right_tensor(wrong_pass, failing):
+    lab = onnx_lab.open(cancelling_conv_bn_stack())
+    r = lab.apply(wrong_pass)
+    assert r.modified and r.verify_passed is False
+    assert r.first_failure == failing, r.verification[["tensor", "passed", "max_abs"]]
+    assert any("rule" in n for n in r.notes)
+
+
+def test_light_models_verify_under_the_safe_preset():
+    import os
+
+    import onnx.backend.test
+
+    root = os.path.join(os.path.dirname(onnx.backend.test.__file__), "data", "light")
+    names = sorted(f for f in os.listdir(root) if f.endswith(".onnx"))
+    assert len(names) >= 5
+    for f in names:
+        lab = onnx_lab.open(os.path.join(root, f))
+        lab.fix_dims({}) if False else None
+        dims = {d: 1 for d in lab.summary()["dynamic_dims"] if d != "?"}
+        if dims:
+            lab = onnx_lab.open(os.path.join(root, f), dims=dims)
+        bad = [r for r in lab.apply_preset("safe") if r.verify_passed is False]
+        assert not bad, (f, [(r.name, r.first_failure, r.notes[-1:]) for r in bad])
+
+
+# ---------------------------------------------------------------------------- compare
+
+
+def _constant_conv(scale: float = 1.0) -> onnx.ModelProto:
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    const = helper.make_node("Constant", [], ["conv7_linear_weights"], name="Constant_47",
+                             value=numpy_helper.from_array(w * scale))
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu0"), const,
+             helper.make_node("Conv", ["r", "conv7_linear_weights"], ["c"], name="Conv@26",
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu1")]
+    return _model(nodes, [_vi("x", [1, 3, 8, 8])], [_vi("y", [1, 4, 8, 8])], [])
+
+
+def test_a_planted_weight_in_a_constant_node_is_blamed_on_its_consumer():
+    c = onnx_lab.compare(_constant_conv(), _constant_conv(1.3))
+    d = c.first_divergence
+    assert not c.passed and d is not None
+    assert d["node_id"] == "Conv@26" and d["op_type"] == "Conv" and d["cause"] == "weights"
+    assert d["constant"] == "Constant_47" and d["constant_tensor"] == "conv7_linear_weights"
+    assert d["constant_max_abs"] > 0.1 and "conv7_linear_weights" in d["message"]
+    assert "cause: weights" in c.summary_text()
+
+
+def test_a_planted_weight_in_an_initializer_is_blamed_as_weights():
+    def model(scale):
+        w = np.random.default_rng(4).standard_normal((4, 3, 3, 3)).astype(np.float32)
+        return _model([helper.make_node("Conv", ["x", "W"], ["c"], name="conv", pads=[1] * 4),
+                       helper.make_node("Relu", ["c"], ["y"], name="relu")],
+                      [_vi("x", [1, 3, 8, 8])], [_vi("y", [1, 4, 8, 8])],
+                      [numpy_helper.from_array(w * scale, "W")])
+
+    d = onnx_lab.compare(model(1.0), model(1.3)).first_divergence
+    assert d["node_id"] == "conv" and d["cause"] == "weights" and d["constant"] == "W"
+    assert onnx_lab.compare(model(1.0), model(1.0)).first_divergence is None
+
+
+def test_fp16_candidates_are_judged_by_the_fp16_preset_both_ways():
+    ref = onnx_lab.open("sample:convnet")
+    ok = onnx_lab.compare(ref, onnx_lab.to_fp16(ref))
+    assert ok.preset == "fp16" and ok.passed, ok.summary_text()
+    assert "preset fp16" in ok.summary_text()
+    assert set(ok.layers["preset"]) <= {"fp16", "exact"}
+    # The planted overflow of notebook 03: big = 5 * 3000 * 8 = 120000 > 65504 (fp16 max).
+    def overflow_model(w_value: float, scale: float) -> onnx.ModelProto:
+        return _model([helper.make_node("Add", ["x", "one"], ["h"], name="add"),
+                       helper.make_node("MatMul", ["h", "W"], ["big"], name="big_matmul"),
+                       helper.make_node("Mul", ["big", "scale"], ["y"], name="scale_mul")],
+                      [_vi("x", [1, 8])], [_vi("y", [1, 8])],
+                      [numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+                       numpy_helper.from_array(np.full((8, 8), w_value, np.float32), "W"),
+                       numpy_helper.from_array(np.array(scale, np.float32), "scale")])
+
+    feeds = {"x": np.full((1, 8), 4.0, np.float32)}
+    lab = onnx_lab.open(overflow_model(3000.0, 1e-3))
+    bad = onnx_lab.compare(lab, onnx_lab.to_fp16(lab), feeds=feeds)
+    assert bad.preset == "fp16" and not bad.passed
+    assert bad.first_nonfinite["node_id"] == "big_matmul"
+    assert bad.first_divergence["node_id"] == "big_matmul"
+    folded = onnx_lab.open(overflow_model(3.0, 1.0))  # the fix: scale folded into W
+    assert onnx_lab.compare(folded, onnx_lab.to_fp16(folded), feeds=feeds).passed
+
+
+def _amplifier(gain: float) -> onnx.ModelProto:
+    """t = x*gain (x ~ 100), u = t - 100: a tiny relative change of t is a large one of u."""
+    inits = [numpy_helper.from_array(np.array(gain, np.float32), "g"),
+             numpy_helper.from_array(np.array(100.0, np.float32), "h")]
+    nodes = [helper.make_node("Mul", ["x", "g"], ["t"], name="gain"),
+             helper.make_node("Sub", ["t", "h"], ["u"], name="centre"),
+             helper.make_node("Relu", ["u"], ["y"], name="relu")]
+    return _model(nodes, [_vi("x", [64])], [_vi("y", [64])], inits)
+
+
+def test_confirm_tells_a_node_that_receives_different_inputs_from_one_that_computes_them():
+    feeds = {"x": (100 + np.random.default_rng(5).standard_normal(64)).astype(np.float32)}
+    c = onnx_lab.compare(_amplifier(1.0), _amplifier(1.0005), feeds=feeds, confirm=True)
+    d = c.first_divergence
+    # t agrees within its own scale, u does not: the first divergence is the Sub...
+    assert d["node_id"] == "centre" and d["cause"] == "inputs"
+    # ...but fed the reference's t it computes the same u: the difference comes in.
+    assert d["confirmed"] is False and d["local_passed"] and d["local_max_abs"] == 0.0
+    assert "comes in through its inputs" in d["confirm_note"]
+    check = local_check(c)
+    assert list(check.feeds) == ["t"] and check.passed
+    # A node that computes differently is confirmed.
+    w = onnx_lab.compare(_constant_conv(), _constant_conv(1.3), confirm=True).first_divergence
+    assert w["confirmed"] is True and w["cause"] == "weights" and w["local_max_abs"] > 0.1
