@@ -17,7 +17,7 @@ from typing import Any
 
 from onnx_lab import errors, samples
 from onnx_lab.errors import LabError
-from onnx_lab.lab import Lab, merge, to_fp16, to_int8_dynamic, to_int8_static
+from onnx_lab.lab import Lab, merge, repro, to_fp16, to_int8_dynamic, to_int8_static
 from onnx_lab.lab import open_lab as open  # noqa: A001 - the public name is onnx_lab.open
 from onnx_lab.render import results as _views  # noqa: F401 - registers result views (_display)
 
@@ -32,7 +32,7 @@ _LAZY: dict[str, str] = {
     "profile": "onnx_lab.profiling.run",
 }
 
-__all__ = ["open", "Lab", "LabError", "errors", "samples", "merge", "to_fp16",
+__all__ = ["open", "Lab", "LabError", "errors", "samples", "merge", "repro", "to_fp16",
            "to_int8_dynamic", "to_int8_static", *_LAZY]
 
 

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from onnx_lab.analysis.summary import Summary
     from onnx_lab.core.index import ModelIndex
 
-__all__ = ["Lab", "open_lab", "as_lab", "merge", "to_fp16", "to_int8_dynamic", "to_int8_static"]
+__all__ = ["Lab", "open_lab", "as_lab", "merge", "to_fp16", "to_int8_dynamic", "to_int8_static",
+           "repro"]
 
 
 def open_lab(source: Any, *, dims: Mapping[str, int] | None = None,
@@ -78,6 +79,22 @@ def merge(a: Any, b: Any, io_map: Sequence[tuple[str, str]], *, prefix1: str | N
 
     return Lab(merge_models(a, b, io_map, prefix1=prefix1, prefix2=prefix2, inputs=inputs,
                             outputs=outputs))
+
+
+def repro(comparison: Any, folder: str | Path, divergence: dict[str, Any] | None = None, *,
+          overwrite: bool = False):
+    """Write a minimal repro of a comparison's first divergence (or ``divergence``) into
+    ``folder``: the candidate's node alone, the reference's activations, the expected outputs
+    and a script that shows the difference with onnxruntime alone. See
+    :func:`onnx_lab.numerics.repro.write_repro`.
+
+    Example:
+        >>> c = onnx_lab.compare("model.onnx", "model.opt.onnx")
+        >>> onnx_lab.repro(c, "repro/")         # then: python repro/repro.py
+    """
+    from onnx_lab.numerics.repro import write_repro
+
+    return write_repro(comparison, folder, divergence, overwrite=overwrite)
 
 
 def _converted(source: Any, model: LabModel, what: str) -> Lab:
@@ -432,6 +449,17 @@ class Lab:
         if other is None:
             return compare(self._history.original, self, **kw)
         return compare(self, other, **kw)
+
+    def repro(self, comparison: Any, folder: str | Path,
+              divergence: dict[str, Any] | None = None, *, overwrite: bool = False):
+        """Write a minimal repro of ``comparison``'s first divergence (or ``divergence``)
+        into ``folder`` (:func:`onnx_lab.repro`).
+
+        Example:
+            >>> c = lab.compare(candidate)
+            >>> lab.repro(c, "repro/")
+        """
+        return repro(comparison, folder, divergence, overwrite=overwrite)
 
     def diff(self, other: Any):
         """Nodes added, removed and changed from this model to ``other``

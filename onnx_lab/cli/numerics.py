@@ -1,4 +1,4 @@
-"""CLI subcommands of numerics: ``compare`` (a CI regression gate) and ``diff``.
+"""CLI subcommands of numerics: ``compare`` (a CI regression gate), ``repro`` and ``diff``.
 
 ``onnx-lab compare`` exits 0 when the final outputs are within tolerance, 1 when not, 2 on
 errors (the CLI maps every LabError to exit code 2).
@@ -13,7 +13,7 @@ from onnx_lab.errors import SaveError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``compare`` and ``diff`` to the ``onnx-lab`` subparsers."""
+    """Add ``compare``, ``repro`` and ``diff`` to the ``onnx-lab`` subparsers."""
     p = sub.add_parser("compare", help="compare two models output by output and layer by layer "
                        "(exit 0 within tolerance, 1 not, 2 error)")
     p.add_argument("reference", help="reference model path or sample:NAME")
@@ -23,15 +23,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layerwise", action="store_true",
                    help="also compare every aligned intermediate tensor and report the first "
                    "divergence")
-    p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (1e-4)")
-    p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (1e-3)")
+    _add_tolerance_args(p)
     p.add_argument("--max-bytes", type=int, default=1 << 30,
                    help="bound on captured activations held at once (1 GiB)")
+    p.add_argument("--confirm", action="store_true",
+                   help="run the candidate's first divergent node on the reference's "
+                   "activations: does it compute differently or receive different inputs?")
     p.add_argument("--providers", help="providers for both, e.g. cpu or cuda,cpu")
     p.add_argument("--json", action="store_true",
                    help='print {"passed", "outputs", "layers", "first_divergence"}')
     p.add_argument("--csv", metavar="OUT", help="write the layers (or outputs) table as CSV")
     p.set_defaults(func=_compare)
+
+    p = sub.add_parser("repro", help="write a minimal repro of the first divergence: the "
+                       "candidate's node, the reference's activations as inputs, a script")
+    p.add_argument("reference", help="reference model path or sample:NAME")
+    p.add_argument("candidate", help="candidate model path or sample:NAME")
+    p.add_argument("out", help="a new or empty folder for node.onnx, inputs.npz, "
+                   "expected.npz, names.json and repro.py")
+    p.add_argument("--feeds", help=".npz file of inputs (default: one seeded sample)")
+    add_dims_args(p)
+    _add_tolerance_args(p)
+    p.set_defaults(func=_repro)
 
     p = sub.add_parser("diff", help="nodes added, removed and changed between two models")
     p.add_argument("a", help="first model (path or sample:NAME)")
@@ -44,9 +57,10 @@ def _compare(args: argparse.Namespace) -> int:
     from onnx_lab.numerics.compare import compare  # on use: ~10 ms other commands need not pay
 
     c = compare(args.reference, args.candidate, feeds=args.feeds, dims=parse_dims(args.dims),
-                shapes=parse_shapes(args.shape), layerwise=args.layerwise, atol=args.atol,
-                rtol=args.rtol, providers=args.providers, max_bytes=args.max_bytes,
-                progress=False if args.json else None)
+                shapes=parse_shapes(args.shape), layerwise=args.layerwise or args.confirm,
+                atol=args.atol, rtol=args.rtol, preset=args.preset, providers=args.providers,
+                max_bytes=args.max_bytes, progress=False if args.json else None,
+                confirm=args.confirm)
     if args.csv:
         table = c.layers if args.layerwise else c.outputs
         try:
@@ -59,6 +73,32 @@ def _compare(args: argparse.Namespace) -> int:
     else:
         print(c.summary_text())
     return 0 if c.passed else 1
+
+
+def _add_tolerance_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", help="tolerance preset: exact, fp32, fp16, bf16, int8... "
+                   "(default: fp16/bf16 for candidates computing in them, else by dtype)")
+    p.add_argument("--atol", type=float, default=None,
+                   help="absolute tolerance in place of the preset's (fp32: 1e-4)")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="relative tolerance in place of the preset's (fp32: 1e-3)")
+
+
+def _repro(args: argparse.Namespace) -> int:
+    from onnx_lab.errors import InputError
+    from onnx_lab.numerics.compare import compare  # on use: ~10 ms other commands need not pay
+
+    c = compare(args.reference, args.candidate, feeds=args.feeds, dims=parse_dims(args.dims),
+                shapes=parse_shapes(args.shape), atol=args.atol, rtol=args.rtol,
+                preset=args.preset, progress=False)
+    if c.first_divergence is None:
+        raise InputError("The models agree layer by layer: there is no divergence to "
+                         "reproduce.", fix="Check the tolerances (--preset, --atol, --rtol).")
+    r = c.repro(args.out)
+    print(c.summary_text())
+    print(f"wrote {r.folder}: node.onnx, inputs.npz, expected.npz, names.json, repro.py "
+          f"(local max_abs {r.check.max_abs:.3g}); run: python {r.script}")
+    return 0
 
 
 def _diff(args: argparse.Namespace) -> int:

@@ -673,6 +673,14 @@ class Comparison:
         """
         return _display.draw(self, "render", column, **kw)
 
+    def repro(self, folder: Any, divergence: dict[str, Any] | None = None, *,
+              overwrite: bool = False):
+        """Write a minimal repro of the first divergence (or ``divergence``) into ``folder``:
+        see :func:`onnx_lab.numerics.repro.write_repro`."""
+        from onnx_lab.numerics.repro import write_repro
+
+        return write_repro(self, folder, divergence, overwrite=overwrite)
+
     @property
     def first_nonfinite(self) -> dict[str, Any] | None:
         """The first compared tensor (topological order) where the candidate holds more NaN or

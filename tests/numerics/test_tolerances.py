@@ -283,3 +283,53 @@ def test_confirm_tells_a_node_that_receives_different_inputs_from_one_that_compu
     # A node that computes differently is confirmed.
     w = onnx_lab.compare(_constant_conv(), _constant_conv(1.3), confirm=True).first_divergence
     assert w["confirmed"] is True and w["cause"] == "weights" and w["local_max_abs"] > 0.1
+
+
+# ---------------------------------------------------------------------------- repro
+
+
+def test_repro_runs_on_its_own_in_a_fresh_process(tmp_path):
+    import subprocess
+    import sys
+
+    c = onnx_lab.compare(_constant_conv(), _constant_conv(1.3))
+    r = onnx_lab.repro(c, tmp_path / "repro")
+    assert {p.name for p in (tmp_path / "repro").iterdir()} == {
+        "node.onnx", "inputs.npz", "expected.npz", "names.json", "repro.py"}
+    assert len(r.script.read_text().splitlines()) <= 20
+    node = onnx.load(r.model)
+    # The node alone, with the Constant node that holds its weight.
+    assert [n.op_type for n in node.graph.node] == ["Constant", "Conv"]
+    out = subprocess.run([sys.executable, str(r.script)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120, check=True).stdout
+    line = out.strip().splitlines()[0]
+    assert line.startswith("c: max_abs ")
+    assert math.isclose(float(line.split()[2].rstrip(",")), r.check.max_abs, rel_tol=1e-5)
+    assert r.check.max_abs > 0.1
+    with pytest.raises(onnx_lab.errors.SaveError, match="not empty"):
+        onnx_lab.repro(c, tmp_path / "repro")
+    with pytest.raises(onnx_lab.errors.InputError, match="no divergence"):
+        onnx_lab.repro(onnx_lab.compare(_constant_conv(), _constant_conv()), tmp_path / "x")
+
+
+def test_repro_and_compare_commands(tmp_path):
+    import contextlib
+    import io
+
+    from onnx_lab.cli import main
+
+    ref, cand = tmp_path / "ref.onnx", tmp_path / "cand.onnx"
+    onnx.save(_constant_conv(), ref)
+    onnx.save(_constant_conv(1.3), cand)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["repro", str(ref), str(cand), str(tmp_path / "r")]) == 0
+    assert "cause: weights" in buf.getvalue() and (tmp_path / "r" / "repro.py").exists()
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["compare", str(ref), str(cand), "--confirm", "--preset", "fp32"]) == 1
+    assert "confirmed:" in buf.getvalue() and "preset fp32" in buf.getvalue()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["repro", str(ref), str(ref), str(tmp_path / "s")]) == 2
+    assert "no divergence" in err.getvalue()

@@ -1,0 +1,106 @@
+"""A minimal repro of a divergence: the candidate's node alone, the reference's activations as
+its inputs, the reference's outputs, and a short script that shows the difference with
+onnxruntime alone — what one attaches to an issue of onnxruntime or of the exporter.
+
+Example:
+    >>> c = onnx_lab.compare("model.onnx", "model.opt.onnx")
+    >>> r = c.repro("repro/")            # or onnx_lab.repro(c, "repro/")
+    >>> print(open(r.script).read())     # python repro/repro.py prints the difference
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnx_lab.core.history import History
+from onnx_lab.core.save import save
+from onnx_lab.errors import SaveError
+from onnx_lab.numerics.confirm import LocalCheck, local_check
+
+__all__ = ["Repro", "write_repro"]
+
+_SCRIPT = '''"""Repro: node {node!r} of the candidate model, fed the reference model's activations,
+differs from the reference's outputs (tolerance: {rule}). Run: python repro.py"""
+import json, os
+import numpy as np
+import onnxruntime as ort
+here = os.path.dirname(os.path.abspath(__file__))
+names = json.load(open(os.path.join(here, "names.json")))
+inputs, expected = (np.load(os.path.join(here, f)) for f in ("inputs.npz", "expected.npz"))
+so = ort.SessionOptions()
+so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+sess = ort.InferenceSession(os.path.join(here, "node.onnx"), so, providers=["CPUExecutionProvider"])
+got = sess.run(names["outputs"], {{n: inputs[f"arr_{{i}}"] for i, n in enumerate(names["inputs"])}})
+for i, (name, g) in enumerate(zip(names["outputs"], got)):
+    want = expected[f"arr_{{i}}"].astype(np.float64)
+    err = np.abs(g.astype(np.float64) - want)
+    print(f"{{name}}: max_abs {{err.max():.6g}}, max |expected| {{np.abs(want).max():.6g}}")
+'''
+
+
+@dataclass
+class Repro:
+    """The files of a repro and the check they reproduce.
+
+    Attributes:
+        folder: where they were written; model (node.onnx), inputs (inputs.npz),
+            expected (expected.npz), names (names.json), script (repro.py): their paths.
+        check: the :class:`~onnx_lab.numerics.confirm.LocalCheck` the files reproduce.
+    """
+
+    folder: Path
+    model: Path
+    inputs: Path
+    expected: Path
+    names: Path
+    script: Path
+    check: LocalCheck
+
+    def __repr__(self) -> str:
+        return (f"<onnx_lab.Repro {self.folder}: node {self.check.node_id}, local max_abs "
+                f"{self.check.max_abs:.3g}; run python {self.script}>")
+
+
+def write_repro(comparison: Any, folder: str | os.PathLike,
+                divergence: dict[str, Any] | None = None, *, overwrite: bool = False
+                ) -> Repro:
+    """Cut the candidate's node of ``divergence`` (default: the first divergence) and write
+    a repro into ``folder``: node.onnx (weights inside), inputs.npz (the reference's values of
+    its inputs), expected.npz (the reference's outputs), names.json and repro.py.
+
+    Args:
+        comparison: a Comparison of two models (see :func:`~onnx_lab.numerics.confirm.local_check`).
+        folder: a new or empty folder (created).
+        divergence: another divergence-like dict than the first one.
+        overwrite: allow a folder that already holds files.
+
+    Raises:
+        InputError: nothing to cut (see local_check). SaveError: the folder is a file or not
+            empty.
+    """
+    check = local_check(comparison, divergence)
+    out = Path(folder)
+    if out.exists() and not out.is_dir():
+        raise SaveError(f"{str(out)!r} is a file, not a folder.", fix="Pass a folder path.")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise SaveError(f"Folder {str(out)!r} is not empty.",
+                        fix="Pass a new folder, or overwrite=True.")
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {k: out / f for k, f in (("model", "node.onnx"), ("inputs", "inputs.npz"),
+                                      ("expected", "expected.npz"), ("names", "names.json"),
+                                      ("script", "repro.py"))}
+    save(History(check.model), paths["model"], external_data=False, overwrite=True)
+    inputs = list(check.feeds)
+    outputs = list(check.expected)
+    np.savez(paths["inputs"], *[check.feeds[n] for n in inputs])
+    np.savez(paths["expected"], *[check.expected[n] for n in outputs])
+    paths["names"].write_text(json.dumps({"inputs": inputs, "outputs": outputs}, indent=1))
+    rule = next(iter(check.rules.values())).describe() if check.rules else ""
+    paths["script"].write_text(_SCRIPT.format(node=check.node_id, rule=rule))
+    return Repro(out, check=check, **paths)
