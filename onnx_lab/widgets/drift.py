@@ -69,8 +69,20 @@ class DriftDebugger(View):
                                                   (".npz file", "npz")], value="random")
         self.npz_path = w.Text(placeholder="inputs.npz", description="npz",
                                layout=w.Layout(width="320px"))
+        from onnx_lab.numerics.metrics import PRESETS
+
+        # The preset judges outputs element-wise and intermediates against their own scale;
+        # typing a tolerance replaces the preset's numbers (the box ticks itself).
+        self.preset = w.Dropdown(options=[("auto (by dtype; fp16 candidates: fp16)", "auto")]
+                                 + [(f"{k}: {p.summary}", k) for k, p in PRESETS.items()],
+                                 value="auto", description="preset",
+                                 layout=w.Layout(width="420px"))
+        self.custom_tolerances = w.Checkbox(value=False, description="my tolerances:",
+                                            indent=False, layout=w.Layout(width="120px"))
         self.atol = w.FloatText(value=1e-4, description="atol", layout=w.Layout(width="180px"))
         self.rtol = w.FloatText(value=1e-3, description="rtol", layout=w.Layout(width="180px"))
+        self.confirm = w.Checkbox(value=False, description="confirm the culprit on the "
+                                  "reference's inputs", indent=False)
         self.layerwise = w.Checkbox(value=True, description="layer by layer", indent=False)
         self.ref_provider = w.Dropdown(options=provs, value="CPUExecutionProvider"
                                        if "CPUExecutionProvider" in provs else provs[0],
@@ -96,11 +108,14 @@ class DriftDebugger(View):
         self.scatter_html = w.HTML(layout=w.Layout(width="50%"))
         self.graph_html = w.HTML()
         self.run_button.on_click(lambda _b: self._guard(self.run)())
+        for box in (self.atol, self.rtol):
+            box.observe(lambda _c: setattr(self.custom_tolerances, "value", True), names="value")
         self.feed_mode.observe(self._guard(self._mode), names="value")
         self._mode()
         super().__init__([
             w.HBox([self.feed_mode, self.npz_path]),
-            w.HBox([self.atol, self.rtol, self.layerwise]),
+            w.HBox([self.preset, self.custom_tolerances, self.atol, self.rtol]),
+            w.HBox([self.layerwise, self.confirm]),
             w.HBox([self.ref_provider, self.cand_provider]),
             w.HBox([self.run_button, self.progress, self.progress_label]),
             self.verdict, self.plot_html,
@@ -115,7 +130,13 @@ class DriftDebugger(View):
         self.npz_path.layout.display = None if self.feed_mode.value == "npz" else "none"
 
     def _kwargs(self) -> dict[str, Any]:
-        kw: dict[str, Any] = {"atol": float(self.atol.value), "rtol": float(self.rtol.value)}
+        kw: dict[str, Any] = {}
+        if self.preset.value != "auto":
+            kw["preset"] = self.preset.value
+        if self.custom_tolerances.value:
+            kw.update(atol=float(self.atol.value), rtol=float(self.rtol.value))
+        if self.confirm.value:
+            kw["confirm"] = True
         if self.feed_mode.value == "npz":
             kw["feeds"] = self.npz_path.value.strip()
         if not self.layerwise.value:

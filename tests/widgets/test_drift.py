@@ -126,3 +126,22 @@ def test_drift_layer_views_share_one_capture_and_are_kept(no_error):
     d.run_button.click()
     no_error(d)
     assert set(d._shown) == {d.layer["tensor"]}
+
+
+def test_drift_preset_and_confirm_controls(no_error):
+    ref = onnx_lab.open("sample:convnet")
+    d = DriftDebugger(ref, to_fp16(ref))
+    assert d.preset.value == "auto" and not d.custom_tolerances.value
+    d.run_button.click()
+    no_error(d)
+    assert d.result.preset == "fp16" and "atol=" not in d.code.value  # the preset's numbers
+    d.preset.value = "fp32"
+    d.confirm.value = True
+    d.run_button.click()
+    no_error(d)
+    assert d.result.preset == "fp32" and "preset='fp32'" in d._code()
+    assert "confirm=True" in d.code.value
+    div = d.result.first_divergence
+    assert div is not None and "confirmed" in div and "cause" in div
+    d.atol.value = 0.5  # typing a tolerance ticks "my tolerances"
+    assert d.custom_tolerances.value and "atol=0.5" in d._code()
