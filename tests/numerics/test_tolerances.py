@@ -333,3 +333,20 @@ def test_repro_and_compare_commands(tmp_path):
     with contextlib.redirect_stderr(err):
         assert main(["repro", str(ref), str(ref), str(tmp_path / "s")]) == 2
     assert "no divergence" in err.getvalue()
+
+
+def test_int8_preset_judges_by_sqnr_both_ways():
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 8})
+    q = onnx_lab.to_int8_dynamic(lab)
+    ok = onnx_lab.compare(lab, q, preset="int8")
+    assert ok.passed, ok.summary_text()
+    assert (ok.outputs["rule"] == "sqnr >= 20 dB").all() and ok.outputs["sqnr_db"].min() >= 20
+    assert not onnx_lab.compare(lab, q, preset="exact").passed
+    # A candidate whose output is noise fails the int8 preset too.
+    noisy = _model([helper.make_node("Add", ["x", "n"], ["y"], name="noise")],
+                   [_vi("x", [64])], [_vi("y", [64])],
+                   [numpy_helper.from_array(np.full(64, 0.5, np.float32), "n")])
+    clean = _model([helper.make_node("Identity", ["x"], ["y"], name="id")],
+                   [_vi("x", [64])], [_vi("y", [64])], [])
+    feeds = {"x": np.random.default_rng(2).standard_normal(64).astype(np.float32)}
+    assert not onnx_lab.compare(clean, noisy, feeds=feeds, preset="int8").passed
