@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_lab import steps
+from onnx_lab import culprit, steps
 from onnx_lab._pandas import pd
 from onnx_lab.core.history import History
 from onnx_lab.core.model import LabModel
@@ -333,16 +333,34 @@ class Lab:
         return find_patterns(self.model)
 
     def apply(self, pass_name: str, matches: Sequence[str] | str | None = None,
-              verify: bool | Mapping[str, Any] = True, **params: Any):
+              verify: bool | Mapping[str, Any] = True, *, find_culprit: bool = False,
+              **params: Any):
         """Apply a pass (all matches or the chosen match ids) as a new verified version.
 
-        See :func:`onnx_lab.steps.apply`.
+        See :func:`onnx_lab.steps.apply`. ``find_culprit=True`` (tool steps: onnxslim,
+        onnxsim, onnxoptimizer, ort:*) also bisects the tool's switches on the verdict and
+        sets ``r.culprit`` (see :func:`onnx_lab.culprit.apply`).
 
         Example:
             >>> r = lab.apply("fuse_conv_bn")
             >>> r.verify_passed, lab.history.tail(1)
         """
+        if find_culprit:
+            return culprit.apply(self._history, pass_name, matches, verify, **params)
         return steps.apply(self._history, pass_name, matches, verify, **params)
+
+    def find_culprit(self, tool: str, verify: bool | Mapping[str, Any] = True,
+                     **params: Any) -> culprit.Culprit:
+        """The switch of a whole-model tool that makes its step fail verification.
+
+        Bisects over the tool's own switches in at most ⌈log₂P⌉+2 verification runs; the
+        history is not changed. See :func:`onnx_lab.culprit.find_culprit`.
+
+        Example:
+            >>> c = lab.find_culprit("onnxslim")
+            >>> c.culprit, c.fix, c.table()
+        """
+        return culprit.find_culprit(self._history, tool, verify=verify, **params)
 
     def apply_preset(self, preset: str | Sequence[str] = "safe",
                      verify: bool | Mapping[str, Any] = True) -> list:

@@ -1,8 +1,10 @@
-"""CLI subcommands of transforms: passes, patterns, optimize, extract, fix-dims."""
+"""CLI subcommands of transforms: passes, patterns, optimize (presets, passes, or one tool with
+its culprit finder), extract, fix-dims."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -14,6 +16,7 @@ from onnx_lab.cli._common import (
     parse_dims,
     print_json,
 )
+from onnx_lab.culprit import skip_params
 from onnx_lab.errors import InputError
 from onnx_lab.lab import Lab
 from onnx_lab.render.tables import format_bytes
@@ -37,6 +40,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--preset", default=None, help="preset name (default: safe)")
     group.add_argument("--passes", default=None, help="comma-separated pass names")
+    group.add_argument("--tool", default=None,
+                       help="one whole-model tool step (onnxslim, onnxsim, onnxoptimizer, "
+                       "ort:basic, ort:extended, ort:all)")
+    p.add_argument("--skip", default=None,
+                   help="with --tool: comma-separated switches of the tool to leave out "
+                   "(onnxslim patterns, onnxoptimizer passes, onnxruntime optimizers)")
+    p.add_argument("--find-culprit", action="store_true",
+                   help="with --tool: bisect the tool's switches on the verdict and name the "
+                   "one that breaks verification")
     add_dims_args(p)
     p.add_argument("--feeds", default=None, help=".npz file with one array per input")
     p.add_argument("--no-verify", action="store_true", help="skip numerical verification")
@@ -108,11 +120,15 @@ def _report(args: argparse.Namespace, results: Sequence[Any], lab: Lab, n0: int,
             out: str) -> int:
     """Print the steps (text or JSON); exit code 1 when a step failed verification."""
     failed = [r for r in results if r.verify_passed is False]
+    found = [r.culprit for r in results if getattr(r, "culprit", None) is not None]
     if args.json:
-        print_json({"passes": [_step_json(r) for r in results], "nodes_before": n0,
-                    "nodes_after": len(lab.index), "output": out,
-                    "verify_passed": None if all(r.verify_passed is None for r in results)
-                    else not failed})
+        doc = {"passes": [_step_json(r) for r in results], "nodes_before": n0,
+               "nodes_after": len(lab.index), "output": out,
+               "verify_passed": None if all(r.verify_passed is None for r in results)
+               else not failed}
+        if getattr(args, "find_culprit", False):
+            doc["culprit"] = found[0].summary() if found else None
+        print_json(doc)
     else:
         for r in results:
             ver = "" if r.verify_passed is None else \
@@ -120,6 +136,12 @@ def _report(args: argparse.Namespace, results: Sequence[Any], lab: Lab, n0: int,
             what = f"{r.nodes_before} -> {r.nodes_after} nodes" if r.modified else \
                 f"unchanged ({r.reason})"
             print(f"{r.name}: {what}{ver}")
+        for c in found:
+            print(f"{c.message} ({c.verification_runs} verification runs, at most {c.bound} "
+                  f"for {len(c.switches)} switches)")
+            if c.cli_fix:
+                paths = f"{shlex.quote(str(args.input))} {shlex.quote(str(out))}"
+                print(f"fix: {c.cli_fix.replace('IN OUT', paths, 1)}")
         print(f"{n0} -> {len(lab.index)} nodes, written to {out}")
     if failed:
         print(f"onnx-lab: verification failed for {', '.join(r.name for r in failed)}",
@@ -135,8 +157,18 @@ def _verify_arg(args: argparse.Namespace) -> bool | dict[str, Any]:
 
 
 def _optimize(args: argparse.Namespace) -> int:
+    if (args.skip or args.find_culprit) and not args.tool:
+        raise InputError(f"{'--skip' if args.skip else '--find-culprit'} needs --tool.",
+                         fix="Name the tool step, e.g. --tool onnxslim.")
     lab = open_from_args(args, "input")
     n0 = len(lab.index)
+    if args.tool:
+        skip = _split(args.skip)
+        params = skip_params(args.tool, skip) if skip else {}
+        results = [lab.apply(args.tool, verify=_verify_arg(args),
+                             find_culprit=args.find_culprit, **params)]
+        lab.save(args.output)
+        return _report(args, results, lab, n0, args.output)
     passes = _split(args.passes)
     if passes is not None and not passes:
         raise InputError("--passes is empty.", fix="Write --passes a,b,c (see onnx-lab passes).")

@@ -239,7 +239,8 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
                  profile: bool = False, profile_prefix: str | None = None,
                  optimized_model_path: str | None = None,
                  provider_options: Sequence[dict[str, Any]] | None = None,
-                 arena: bool = True):
+                 arena: bool = True, disabled_optimizers: Sequence[str] = (),
+                 log_severity: int = 3):
     """Create an ``onnxruntime.InferenceSession`` for ``model``.
 
     Args:
@@ -253,6 +254,10 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
         optimized_model_path: write ORT's optimized graph there.
         arena: use ORT's CPU memory arena (False for one-off runs exposing many outputs: the
             arena grows in large steps and keeps its memory until the session is released).
+        disabled_optimizers: names of onnxruntime graph transformers or rewrite rules to turn
+            off (``ConvBNFusion``...); onnxruntime ignores names it does not know.
+        log_severity: onnxruntime's log level for this session (1 logs which transformers
+            changed the graph, see :mod:`onnx_lab.runtime.optimizers`).
 
     Raises:
         RuntimeLoadError: onnxruntime cannot load the model (names the op and domain).
@@ -266,7 +271,7 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
 
     def _options() -> Any:
         so = ort.SessionOptions()
-        so.log_severity_level = 3
+        so.log_severity_level = int(log_severity)
         so.graph_optimization_level = {
             "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -294,17 +299,19 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
         # whole model decides (and explains).
         try:
             return _create(model, _options(), provs, provider_options, outputs,
-                           extra_outputs, light)
+                           extra_outputs, light, disabled_optimizers)
         except RuntimeLoadError as e:
             logger.debug("in-memory weights on %s failed (%s); passing the whole model",
                          provs, e.problem)
             light = None
-    return _create(model, _options(), provs, provider_options, outputs, extra_outputs, light)
+    return _create(model, _options(), provs, provider_options, outputs, extra_outputs, light,
+                   disabled_optimizers)
 
 
 def _create(model: LabModel, so: Any, provs: list[str], provider_options: Any,
             outputs: Sequence[str] | None, extra_outputs: Sequence[str],
-            light: tuple[bytes, list[str], str | None] | None):
+            light: tuple[bytes, list[str], str | None] | None,
+            disabled_optimizers: Sequence[str] = ()):
     import onnxruntime as ort
 
     weights: list[Any] = []
@@ -328,7 +335,8 @@ def _create(model: LabModel, so: Any, provs: list[str], provider_options: Any,
     try:
         sess = ort.InferenceSession(data, so, providers=provs,
                                     provider_options=list(provider_options)
-                                    if provider_options else None)
+                                    if provider_options else None,
+                                    disabled_optimizers=set(disabled_optimizers) or None)
     except Exception as e:  # noqa: BLE001 - ORT raises several exception types
         raise RuntimeLoadError(_explain_ort_error(e),
                                fix="Check lab.check() for unsupported ops and domains; "

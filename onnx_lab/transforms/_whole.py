@@ -7,14 +7,23 @@ after it, each node is mapped back by that tag, else by its name, then extended 
 nodes that produced its output tensors and the removed nodes feeding them (a fused
 Conv+BatchNormalization+Relu keeps the Conv's name and the Relu's output name, so all three
 are found). Nodes that cannot be traced get an empty origin (unknown) and a note.
+
+A tool may also name its own **switches**: the rewrites it can be told to leave out
+(onnxslim's fusion patterns, onnxoptimizer's passes, onnxruntime's optimizers). A
+:class:`Switch` says which parameter turns it off; :meth:`WholeModelPass.switches` lists them
+for a model and :meth:`WholeModelPass.params_without` gives the parameters of a run without
+some of them. ``onnx_lab.culprit`` bisects over them when a tool's step fails verification.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -22,10 +31,27 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.errors import PassError
 from onnx_lab.transforms.base import ORIGIN_KEY, LabPass, PassResult, node_origin, stamp_origins
 
-__all__ = ["WholeModelPass", "trace_provenance", "STEP_KEY", "PROTO_LIMIT"]
+__all__ = ["WholeModelPass", "Switch", "trace_provenance", "STEP_KEY", "PROTO_LIMIT"]
 
 STEP_KEY = "onnx_lab.step_id"
 PROTO_LIMIT = 2_000_000_000
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One rewrite a whole-model tool can be told to leave out.
+
+    Attributes:
+        name: the tool's own name for it (``FusionGelu``, ``fuse_bn_into_conv``,
+            ``ConvBNFusion``).
+        param: the pass parameter that turns it off (``skip_fusion_patterns``).
+        value: None when ``param`` is a list the name is added to; else the value that turns
+            it off (``skip_constant_folding=True``).
+    """
+
+    name: str
+    param: str
+    value: Any = None
 
 
 def _signature(model: ir.Model) -> tuple:
@@ -39,6 +65,23 @@ def _signature(model: ir.Model) -> tuple:
     io = (tuple((v.name, str(v.shape)) for v in g.inputs),
           tuple((v.name, str(v.shape)) for v in g.outputs))
     return nodes, inits, io, tuple(sorted(model.opset_imports.items()))
+
+
+def _same_weights(a: ir.Model, b: ir.Model) -> bool:
+    """Whether the main-graph initializers of ``a`` and ``b`` hold the same values.
+
+    Only asked when the structures match: a tool that changed nothing but a weight (a wrong
+    constant fold) has still changed the model, and its result must be verified.
+    """
+    ib = b.graph.initializers
+    for name, v in a.graph.initializers.items():
+        w = ib.get(name)
+        if w is None or (v.const_value is None) != (w.const_value is None):
+            return False
+        if v.const_value is not None and not np.array_equal(v.const_value.numpy(),
+                                                            w.const_value.numpy()):
+            return False
+    return True
 
 
 def trace_provenance(before: LabModel, new: LabModel) -> tuple[dict[str, list[str]], list[str],
@@ -153,9 +196,53 @@ class WholeModelPass(LabPass):
 
     #: True when the tool needs weights in memory (onnxsim, onnxoptimizer).
     needs_weights: bool = True
+    #: The parameters that turn the tool's switches off (empty: the tool has none).
+    switch_params: ClassVar[tuple[str, ...]] = ()
+    #: Where the names of :meth:`switches` come from (one line, for users and docs).
+    switch_source: ClassVar[str] = ""
 
     def rebuild(self, model: LabModel) -> ir.Model | None:
         raise NotImplementedError
+
+    def switches(self, model: LabModel) -> list[Switch]:
+        """The rewrites this run would apply that can be turned off, in the tool's order.
+
+        Those the pass's parameters already turn off are left out. Empty for tools without
+        switches.
+        """
+        return []
+
+    def switch_named(self, name: str) -> Switch:
+        """The switch called ``name``, placed by the tool's own registry (no model needed).
+
+        Raises:
+            PassError: the tool has no switches, or none of that name.
+        """
+        if len(self.switch_params) != 1:
+            raise PassError(f"{self.name} has no switches to turn off by name.",
+                            fix="Pass its parameters instead (see onnx_lab.transforms."
+                            "available()).")
+        return Switch(name, self.switch_params[0])
+
+    def params_without(self, switches: Sequence[Switch]) -> dict[str, Any]:
+        """This pass's parameters with ``switches`` turned off as well.
+
+        Example:
+            >>> p.params_without([Switch("FusionGelu", "skip_fusion_patterns")])
+            {'skip_fusion_patterns': ['FusionGelu'], ...}
+        """
+        out = dict(self.options)
+        for sw in switches:
+            if sw.value is not None:
+                out[sw.param] = sw.value
+            else:
+                have = list(out.get(sw.param) or [])
+                out[sw.param] = have + ([sw.name] if sw.name not in have else [])
+        return out
+
+    def _off(self, param: str) -> set[str]:
+        """Names the list parameter ``param`` already turns off."""
+        return set(self.options.get(param) or [])
 
     def run(self, model: LabModel) -> PassResult:
         t0 = time.perf_counter()
@@ -166,7 +253,8 @@ class WholeModelPass(LabPass):
             e.node.metadata_props[STEP_KEY] = nid
         new_ir = self.rebuild(work)
         n0 = len(model.index)
-        if new_ir is None or _signature(new_ir) == _signature(model.ir):
+        if new_ir is None or (_signature(new_ir) == _signature(model.ir)
+                              and _same_weights(new_ir, model.ir)):
             reason = self._reason or f"{self.name} left the model unchanged"
             return PassResult(self.name, dict(self.options), False, n0, n0, {}, [], reason,
                               time.perf_counter() - t0, list(self.notes), model, [])

@@ -1,16 +1,32 @@
-"""Passes wrapping other tools: onnxsim, onnxoptimizer (one pass per optimizer pass) and
-onnxruntime's offline graph optimization (``ort:basic``, ``ort:extended``, ``ort:all``).
+"""Passes wrapping other tools: onnxsim, onnxslim, onnxoptimizer (its default pass list as one
+step, and one step per optimizer pass) and onnxruntime's offline graph optimization
+(``ort:basic``, ``ort:extended``, ``ort:all``).
 
 They return the same :class:`~onnx_lab.transforms.base.PassResult` as onnx_lab's own passes;
 provenance is recovered by node tags and names (see ``_whole.py``), else marked unknown.
-Models with external data are read into memory for onnxsim/onnxoptimizer (which only take
-a whole protobuf; over 2 GB they refuse with a PassError); onnxruntime reads the weights where
-they lie.
+Models with external data are read into memory for onnxsim/onnxslim/onnxoptimizer (which only
+take a whole protobuf; over 2 GB they refuse with a PassError); onnxruntime reads the weights
+where they lie.
+
+Each multi-rewrite tool names its switches (``WholeModelPass.switches``), the rewrites it can
+be told to leave out, for ``onnx_lab.culprit``:
+
+- ``onnxslim``: its registered fusion/elimination patterns (``skip_fusion_patterns``; read from
+  onnxslim's registry, so patterns added with ``onnxslim.register_fusion_pattern`` count) and
+  its optimizations other than ``graph_fusion`` (``skip_optimizations``);
+- ``onnxoptimizer``: the passes of the run (``skip_passes``);
+- ``onnxsim``: the optimizer passes onnxsim runs by default (``skipped_optimizers``; the list
+  ``onnxsim --list-default-optimizers`` prints) and constant folding
+  (``skip_constant_folding``);
+- ``ort:*``: the graph transformers onnxruntime's log says modified this model, the rule-based
+  ones replaced by the rules that act on it (``disabled_optimizers``, see
+  :mod:`onnx_lab.runtime.optimizers`).
 
 Example:
     >>> lab.apply("onnxsim")
+    >>> lab.apply("onnxslim", skip_fusion_patterns=["FusionGelu"])
     >>> lab.apply("onnxoptimizer:fuse_bn_into_conv")
-    >>> r = lab.apply("ort:extended"); r.notes   # mentions com.microsoft ops
+    >>> r = lab.apply("ort:extended", disabled_optimizers=["ConvBNFusion"]); r.notes
 """
 
 from __future__ import annotations
@@ -18,18 +34,30 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from typing import Any
 
 import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.errors import PassError
-from onnx_lab.transforms._whole import PROTO_LIMIT, WholeModelPass
+from onnx_lab.errors import PassError, close_matches
+from onnx_lab.transforms._whole import PROTO_LIMIT, Switch, WholeModelPass
 from onnx_lab.transforms.base import Param, _register_factory
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OnnxsimPass", "OnnxoptimizerPass", "OrtPass", "optimizer_passes"]
+__all__ = ["OnnxsimPass", "OnnxslimPass", "OnnxoptimizerPass", "OnnxoptimizerListPass",
+           "OrtPass", "optimizer_passes"]
+
+
+def _check_names(tool: str, what: str, given: Any, known: list[str]) -> None:
+    """PassError naming a switch name the tool does not know (the tools ignore them)."""
+    bad = [n for n in (given or []) if n not in known]
+    if bad:
+        near = close_matches(str(bad[0]), known)
+        raise PassError(f"{tool} has no {what} {bad[0]!r}"
+                        + (f" (close: {', '.join(near)})" if near else "") + ".",
+                        fix=f"Known: {', '.join(known)}.")
 
 _STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 
@@ -44,6 +72,23 @@ class OnnxsimPass(WholeModelPass):
         Param("skipped_optimizers", (list, tuple), None, "onnxoptimizer passes to skip"),
     )
     no_match_reason = "onnxsim found nothing to simplify"
+    switch_params = ("skipped_optimizers", "skip_constant_folding")
+    switch_source = ("the optimizer passes onnxsim runs by default (onnxsim "
+                     "--list-default-optimizers) and its constant folding")
+
+    def switches(self, model: LabModel) -> list[Switch]:
+        off = self._off("skipped_optimizers") | (
+            {"fuse_bn_into_conv"} if self.options["skip_fuse_bn"] else set())
+        out = [Switch(n, "skipped_optimizers") for n in onnxsim_optimizers() if n not in off]
+        if not self.options["skip_constant_folding"]:
+            out.append(Switch("constant_folding", "skip_constant_folding", True))
+        return out
+
+    def switch_named(self, name: str) -> Switch:
+        if name == "constant_folding":
+            return Switch(name, "skip_constant_folding", True)
+        _check_names("onnxsim", "default optimizer", [name], onnxsim_optimizers())
+        return Switch(name, "skipped_optimizers")
 
     def rebuild(self, model: LabModel) -> ir.Model | None:
         import onnxsim
@@ -87,23 +132,183 @@ class OnnxoptimizerPass(WholeModelPass):
         return self.from_proto(out, model)
 
 
+class OnnxoptimizerListPass(WholeModelPass):
+    """onnxoptimizer.optimize with a list of passes (default: its fuse-and-elimination set)."""
+
+    params = (
+        Param("passes", (list, tuple), None, "onnxoptimizer passes to run (default: "
+              "onnxoptimizer.get_fuse_and_elimination_passes())"),
+        Param("skip_passes", (list, tuple), None, "passes of that list to leave out"),
+        Param("fixed_point", bool, False, "repeat until nothing changes"),
+    )
+    no_match_reason = "onnxoptimizer found nothing to optimize"
+    switch_params = ("skip_passes",)
+    switch_source = "the onnxoptimizer passes of the run (passes=, default its " \
+                    "fuse-and-elimination set)"
+
+    def pass_list(self) -> list[str]:
+        """The passes this run applies, in order (PassError on unknown names)."""
+        import onnxoptimizer
+
+        known = list(onnxoptimizer.get_available_passes())
+        passes = list(self.options["passes"] or onnxoptimizer.get_fuse_and_elimination_passes())
+        _check_names("onnxoptimizer", "pass", passes, known)
+        _check_names("onnxoptimizer", "pass in this run", self.options["skip_passes"], passes)
+        off = self._off("skip_passes")
+        return [p for p in passes if p not in off]
+
+    def switches(self, model: LabModel) -> list[Switch]:
+        return [Switch(n, "skip_passes") for n in self.pass_list()]
+
+    def switch_named(self, name: str) -> Switch:
+        _check_names("onnxoptimizer", "pass in this run", [name], self.pass_list())
+        return Switch(name, "skip_passes")
+
+    def rebuild(self, model: LabModel) -> ir.Model | None:
+        import onnxoptimizer
+
+        passes = self.pass_list()
+        if not passes:
+            self._reason = "every onnxoptimizer pass of the list is skipped"
+            return None
+        proto = self.proto_with_weights(model)
+        try:
+            out = onnxoptimizer.optimize(proto, passes, fixed_point=self.options["fixed_point"])
+        except Exception as e:  # noqa: BLE001 - onnxoptimizer raises from C++
+            raise PassError(f"onnxoptimizer failed: {str(e).strip().splitlines()[0][:300]}",
+                            fix="Leave the failing pass out (skip_passes=[...]) or use "
+                            "onnx_lab's own passes.") from e
+        return self.from_proto(out, model)
+
+
+def _slim_registry() -> tuple[dict[str, list], list[str]]:
+    """onnxslim's fusion patterns {name: matchers} and its optimization names."""
+    from onnxslim.core.optimization import OptimizationSettings
+    from onnxslim.core.pattern.registry import DEFAULT_FUSION_PATTERNS
+
+    return dict(DEFAULT_FUSION_PATTERNS), list(OptimizationSettings.keys())
+
+
+class OnnxslimPass(WholeModelPass):
+    """onnxslim.slim: constant folding, fusion and elimination patterns, dead-node removal."""
+
+    params = (
+        Param("skip_fusion_patterns", (list, tuple), None, "onnxslim patterns to leave out "
+              "(e.g. FusionGelu)"),
+        Param("skip_optimizations", (list, tuple), None, "onnxslim optimizations to leave out "
+              "(constant_folding, graph_fusion, dead_node_elimination, "
+              "subexpression_elimination, weight_tying)"),
+        Param("no_shape_infer", bool, False, "do not run shape inference"),
+    )
+    no_match_reason = "onnxslim found nothing to slim"
+    switch_params = ("skip_fusion_patterns", "skip_optimizations")
+    switch_source = ("onnxslim's registered patterns that apply to the model's opset "
+                     "(skip_fusion_patterns) and its optimizations but graph_fusion "
+                     "(skip_optimizations)")
+
+    def _checked(self) -> tuple[dict[str, list], list[str]]:
+        patterns, optimizations = _slim_registry()
+        _check_names("onnxslim", "fusion pattern", self.options["skip_fusion_patterns"],
+                     list(patterns))
+        _check_names("onnxslim", "optimization", self.options["skip_optimizations"],
+                     optimizations)
+        return patterns, optimizations
+
+    def switches(self, model: LabModel) -> list[Switch]:
+        patterns, optimizations = self._checked()
+        off_p, off_o = self._off("skip_fusion_patterns"), self._off("skip_optimizations")
+        opset = model.ir.opset_imports.get("", model.ir.opset_imports.get("ai.onnx", 1))
+        out = []
+        if "graph_fusion" not in off_o:
+            out += [Switch(n, "skip_fusion_patterns") for n, matchers in patterns.items()
+                    if n not in off_p and any(m.applies_to(opset) for m in matchers)]
+        out += [Switch(n, "skip_optimizations") for n in optimizations
+                if n != "graph_fusion" and n not in off_o]
+        return out
+
+    def switch_named(self, name: str) -> Switch:
+        patterns, optimizations = self._checked()
+        if name in optimizations:
+            return Switch(name, "skip_optimizations")
+        _check_names("onnxslim", "pattern or optimization", [name],
+                     list(patterns) + optimizations)
+        return Switch(name, "skip_fusion_patterns")
+
+    def rebuild(self, model: LabModel) -> ir.Model | None:
+        import onnxslim
+
+        self._checked()
+        proto = self.proto_with_weights(model)
+        shapes = self.lab_input_shapes(model)
+        o = self.options
+        try:
+            out = onnxslim.slim(
+                proto, skip_fusion_patterns=list(o["skip_fusion_patterns"] or []) or None,
+                skip_optimizations=list(o["skip_optimizations"] or []) or None,
+                no_shape_infer=o["no_shape_infer"],
+                input_shapes=[f"{k}:{','.join(str(d) for d in v)}" for k, v in shapes.items()]
+                or None)
+        except Exception as e:  # noqa: BLE001 - onnxslim raises whatever its passes raise
+            raise PassError(f"onnxslim failed: {str(e).strip().splitlines()[0][:300]}",
+                            fix="Leave the failing pattern out (skip_fusion_patterns=[...]), "
+                            "give input shapes (dims= at open), or use onnx_lab's own "
+                            "passes.") from e
+        if out is None:
+            raise PassError("onnxslim returned no model.", fix="Run onnxslim on the file to "
+                            "see its message, or use onnx_lab's own passes.")
+        if shapes:
+            self.notes.append(f"onnxslim ran with input shapes {shapes}")
+        return self.from_proto(out, model)
+
+
 class OrtPass(WholeModelPass):
     """onnxruntime offline graph optimization (the model onnxruntime would run)."""
 
+    params = (Param("disabled_optimizers", (list, tuple), None, "onnxruntime optimizers or "
+                    "rewrite rules to turn off (e.g. ConvBNFusion)"),)
     level = "basic"
     needs_weights = False
+    switch_params = ("disabled_optimizers",)
+    switch_source = ("the graph transformers onnxruntime's log reports as having modified "
+                     "this model, each rule-based one replaced by those of its rewrite rules "
+                     "whose removal alone changes the optimized graph")
 
-    def rebuild(self, model: LabModel) -> ir.Model | None:
-        from onnx_lab.runtime.session import make_session
+    def switches(self, model: LabModel) -> list[Switch]:
+        from onnx_lab.runtime.optimizers import effective_rules, optimize
 
+        off = self._off("disabled_optimizers")
+        self._check_size(model)
+        with tempfile.TemporaryDirectory(prefix="onnx_lab_ort_") as tmp:
+            fired = optimize(model, self.level, os.path.join(tmp, "optimized.onnx"),
+                             disabled=sorted(off), trace=True)
+        names: list[str] = []
+        rules: list[str] | None = None
+        for n in fired:
+            if n.endswith("_RuleBasedTransformer"):
+                if rules is None:
+                    rules = effective_rules(model, self.level, disabled=sorted(off))
+                    names += rules
+                if not rules:  # none of the known rules: the transformer as a whole
+                    names.append(n)
+            else:
+                names.append(n)
+        return [Switch(n, "disabled_optimizers") for n in dict.fromkeys(names) if n not in off]
+
+    def _check_size(self, model: LabModel) -> None:
         if model.weights_nbytes() >= PROTO_LIMIT:
             raise PassError(f"ort:{self.level} writes the optimized model as one protobuf, "
                             "which cannot hold over 2 GB of weights.",
                             fix="Use onnx_lab's own passes, or onnxruntime's "
                             "session.optimized_model_external_initializers_file_name option.")
+
+    def rebuild(self, model: LabModel) -> ir.Model | None:
+        from onnx_lab.runtime.optimizers import optimize
+
+        self._check_size(model)
         with tempfile.TemporaryDirectory(prefix="onnx_lab_ort_") as tmp:
             target = os.path.join(tmp, "optimized.onnx")
-            make_session(model, opt_level=self.level, optimized_model_path=target)
+            optimize(model, self.level, target,
+                     disabled=list(self.options["disabled_optimizers"] or []))
             proto = onnx.load_model(target)
         new = self.from_proto(proto, model)
         domains = sorted({n.domain for g in new.graphs() for n in g
@@ -115,6 +320,22 @@ class OrtPass(WholeModelPass):
             self.notes.append("ort:all applies layout optimizations specific to this machine's "
                               "CPU; save ort:extended for portable models")
         return new
+
+
+def onnxsim_optimizers() -> list[str]:
+    """The optimizer passes onnxsim runs by default (``onnxsim --list-default-optimizers``).
+
+    Read from onnxsim's extension when it exposes the list (``_list_optimizers``), else
+    onnxoptimizer's fuse-and-elimination set, which is what onnxsim's C++ core runs.
+    """
+    try:
+        from onnxsim import onnx_simplifier
+
+        return list(onnx_simplifier.C._list_optimizers())
+    except (ImportError, AttributeError):
+        import onnxoptimizer
+
+        return list(onnxoptimizer.get_fuse_and_elimination_passes())
 
 
 def optimizer_passes() -> list[str]:
@@ -130,6 +351,8 @@ def _register() -> None:
     from onnx_lab.transforms.base import register_pass
 
     register_pass("onnxsim", kind="tool")(OnnxsimPass)
+    register_pass("onnxslim", kind="tool")(OnnxslimPass)
+    register_pass("onnxoptimizer", kind="tool")(OnnxoptimizerListPass)
     for level in ("basic", "extended", "all"):
         cls = type(f"Ort{level.title()}Pass", (OrtPass,),
                    {"level": level, "__doc__": f"onnxruntime offline optimization at level "

@@ -11,6 +11,7 @@ import onnx_lab
 from onnx_lab.errors import PassError
 from onnx_lab.samples import build
 from onnx_lab.transforms import available
+from onnx_lab.transforms.base import get_pass
 
 STEM = {"/stem/conv/Conv", "/stem/bn/BatchNormalization"}
 
@@ -137,3 +138,112 @@ def test_ort_result_of_an_ir3_model_stays_valid_for_the_next_tool():
     assert {i.name for i in proto.graph.input} == {"x"} | {t.name for t in proto.graph.initializer}
     assert lab.apply("onnxsim").verify_passed is not False
     assert list(lab.inputs.name) == ["x"]
+
+
+def test_onnxslim_is_a_verified_and_traced_tool_step():
+    df = available().set_index("name")
+    assert df.loc["onnxslim", "kind"] == "tool" and df.loc["onnxoptimizer", "kind"] == "tool"
+    assert "skip_fusion_patterns" in df.loc["onnxslim", "parameters"]
+    lab = onnx_lab.open("sample:convnet")
+    r = lab.apply("onnxslim")
+    assert r.modified and r.nodes_after < r.nodes_before
+    assert r.verify_passed, r.verification.loc[~r.verification.passed]
+    assert "BatchNormalization" not in set(lab.nodes.op_type)
+    fused = [k for k, v in lab.origins.items() if "/stem/bn/BatchNormalization" in v]
+    assert len(fused) == 1 and set(lab.origins[fused[0]]) == STEM
+    assert lab.history.iloc[-1]["pass"] == "onnxslim"
+
+
+def test_onnxslim_switches_and_params():
+    lab = onnx_lab.open("sample:convnet")
+    r = lab.apply("onnxslim", skip_fusion_patterns=["FusionConvBN"])
+    assert r.verify_passed and "BatchNormalization" in set(lab.nodes.op_type)
+    with pytest.raises(PassError, match="FusionConvBN"):  # a close match is named
+        lab.apply("onnxslim", skip_fusion_patterns=["FusionConvBM"])
+    with pytest.raises(PassError, match="optimization 'folding'"):
+        lab.apply("onnxslim", skip_optimizations=["folding"])
+    p = get_pass("onnxslim", skip_optimizations=["weight_tying"])
+    names = [s.name for s in p.switches(lab.model)]
+    assert "FusionConvBN" in names and "constant_folding" in names
+    assert "weight_tying" not in names and "graph_fusion" not in names
+    assert p.params_without([p.switch_named("FusionConvBN"),
+                             p.switch_named("constant_folding")]) == {"skip_fusion_patterns": ["FusionConvBN"],
+                                  "skip_optimizations": ["weight_tying", "constant_folding"],
+                                  "no_shape_infer": False}
+    # graph_fusion off: no pattern is a switch any more
+    names = [s.name for s in get_pass("onnxslim", skip_optimizations=["graph_fusion"])
+             .switches(lab.model)]
+    assert not any(n.startswith(("Fusion", "Elimination")) for n in names)
+
+
+def test_onnxslim_fixes_input_shapes_from_the_lab_dims():
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 8})
+    r = lab.apply("onnxslim")
+    assert r.verify_passed
+    assert any("input shapes" in n for n in r.notes)
+    assert lab.inputs.loc[0, "shape"] == (1, 8, 32)
+
+
+def test_onnxoptimizer_pass_list_step():
+    lab = onnx_lab.open("sample:convnet")
+    p = get_pass("onnxoptimizer")
+    assert [s.name for s in p.switches(lab.model)] == \
+        onnxoptimizer.get_fuse_and_elimination_passes()
+    r = lab.apply("onnxoptimizer", passes=["fuse_bn_into_conv", "eliminate_identity"],
+                  skip_passes=["eliminate_identity"])
+    assert r.modified and r.verify_passed
+    assert "Identity" in set(lab.nodes.op_type)
+    bns = [(v.nodes.op_type == "BatchNormalization").sum() for v in (lab.original, lab)]
+    assert bns == [3, 1]  # block2's BatchNormalization follows an Add, not the Conv
+    with pytest.raises(PassError, match="no pass 'fuse_bn'"):
+        lab.apply("onnxoptimizer", passes=["fuse_bn"])
+    with pytest.raises(PassError, match="no pass in this run 'eliminate_identity'"):
+        lab.apply("onnxoptimizer", passes=["fuse_bn_into_conv"], skip_passes=["eliminate_identity"])
+    r = lab.apply("onnxoptimizer", passes=["eliminate_identity"],
+                  skip_passes=["eliminate_identity"])
+    assert r.modified is False and "skipped" in r.reason
+
+
+def test_onnxsim_switches_are_its_default_optimizers_and_constant_folding():
+    lab = onnx_lab.open("sample:convnet")
+    p = get_pass("onnxsim", skip_fuse_bn=True, skipped_optimizers=["eliminate_identity"])
+    names = [s.name for s in p.switches(lab.model)]
+    assert "fuse_consecutive_transposes" in names and names[-1] == "constant_folding"
+    assert "fuse_bn_into_conv" not in names and "eliminate_identity" not in names
+    assert p.params_without([p.switch_named("constant_folding"), p.switch_named("nop")])[
+        "skip_constant_folding"] is True
+    with pytest.raises(PassError, match="default optimizer 'fuse_everything'"):
+        p.switch_named("fuse_everything")
+
+
+def test_ort_disabled_optimizers_and_switches():
+    lab = onnx_lab.open("sample:convnet")
+    r = lab.apply("ort:basic", disabled_optimizers=["ConvBNFusion"])
+    assert r.modified and r.verify_passed and r.params["disabled_optimizers"] == ["ConvBNFusion"]
+    assert "BatchNormalization" in set(lab.nodes.op_type)
+    lab.undo()
+    # Switches: what onnxruntime's log says changed this model, rule-based transformers split
+    # into the rules that act; those already disabled are not switches.
+    p = get_pass("ort:basic", disabled_optimizers=["EliminateDropout"])
+    names = [s.name for s in p.switches(lab.model)]
+    assert {"ConvBNFusion", "ConvAddFusion", "EliminateIdentity", "ConstantFolding"} <= set(names)
+    assert "EliminateDropout" not in names and not any("RuleBased" in n for n in names)
+
+
+def test_a_tool_that_changes_only_a_weight_is_a_verified_change():
+    # A wrong constant fold keeps the structure; the step must still be seen and verified.
+    from onnx_lab.transforms._whole import WholeModelPass
+
+    class Scale(WholeModelPass):
+        """Test tool: scale the first initializer by 1.3."""
+
+        def rebuild(self, model):
+            proto = model.to_proto()
+            t = proto.graph.initializer[0]
+            t.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(t) * 1.3, t.name))
+            return self.from_proto(proto, model)
+
+    Scale.name = "test_scale"
+    lab = onnx_lab.open("sample:convnet")
+    r = Scale().run(lab.model)
+    assert r.modified and r.nodes_after == r.nodes_before

@@ -1,0 +1,127 @@
+"""onnxruntime's offline graph optimization, and which of its optimizers changed a model.
+
+``optimize(model, level, path)`` writes the graph onnxruntime would run (optionally with some
+optimizers turned off through ``disabled_optimizers``). ``optimize(..., trace=True)`` also
+returns the names of the graph transformers that modified the model, read from onnxruntime's
+own log ("GraphTransformer ConvActivationFusion modified: 1" at severity INFO): onnxruntime
+has no API that lists its optimizers, and its log names exactly the ones that acted on this
+model, under the names ``disabled_optimizers`` accepts.
+
+The rewrite rules inside the rule-based transformers (``Level1_RuleBasedTransformer``:
+``ConvBNFusion``, ``EliminateIdentity``...) are not logged one by one.
+:func:`effective_rules` finds the ones that act on a model: a rule counts when turning it off
+alone changes the optimized graph. The candidates are the rule names of onnxruntime's
+``GenerateRewriteRules`` (onnxruntime/core/optimizer/graph_transformer_utils.cc), listed in
+:data:`RULE_CANDIDATES`; onnxruntime silently ignores a name it does not know, so a name this
+list gets wrong (or that a later onnxruntime renames) is never reported, never invented.
+
+Example:
+    >>> from onnx_lab.runtime.optimizers import optimize
+    >>> names = optimize(lab.model, "extended", "/tmp/opt.onnx", trace=True)
+    >>> names   # ['Level1_RuleBasedTransformer', 'ConstantFolding', 'ConvActivationFusion']
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+
+import onnx
+
+from onnx_lab.core.model import LabModel
+
+__all__ = ["optimize", "effective_rules", "RULE_CANDIDATES"]
+
+#: Rewrite rules of onnxruntime's rule-based transformers (graph_transformer_utils.cc,
+#: GenerateRewriteRules, levels 1 and 2), by the name ``disabled_optimizers`` takes.
+RULE_CANDIDATES = (
+    "EliminateIdentity", "EliminateSlice", "UnsqueezeElimination", "EliminateDropout",
+    "ExpandElimination", "CastElimination", "CastChainElimination", "PreShapeNodeElimination",
+    "NoopElimination", "DivMulFusion", "FuseReluClip", "GemmSumFusion", "GemmTransposeFusion",
+    "NotWhereFusion", "ConvAddFusion", "ConvMulFusion", "ConvBNFusion", "ClipQuantRewrite",
+    "ReluQuantRewrite", "LabelEncoderFusion", "ConvAddActivationFusion",
+)
+
+_MODIFIED = re.compile(r"GraphTransformer (\S+) modified: 1")
+_ORT_LINE = re.compile(r"^\S+ \S+ \[[VIWEF]:onnxruntime:")
+_FD_LOCK = threading.Lock()
+
+
+def _stderr_captured(fn: Callable[[], object]) -> tuple[object, str]:
+    """Run ``fn`` with file descriptor 2 redirected; returns (its result, what was written).
+
+    onnxruntime logs through its C++ default sink (stderr) and offers Python no log callback.
+    Lines that are not onnxruntime's (another thread's output) are written back to stderr.
+    """
+    with _FD_LOCK, tempfile.TemporaryFile() as f:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        try:
+            out = fn()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        text = f.read().decode("utf-8", errors="replace")
+    other = "".join(line for line in text.splitlines(keepends=True) if not _ORT_LINE.match(line)
+                    and "onnxruntime" not in line)
+    if other.strip():
+        sys.stderr.write(other)
+    return out, text
+
+
+def optimize(model: LabModel, level: str, path: str, *, disabled: Sequence[str] = (),
+             trace: bool = False) -> list[str]:
+    """Write onnxruntime's optimized graph of ``model`` at ``level`` to ``path``.
+
+    Args:
+        level: 'basic', 'extended' or 'all'.
+        disabled: optimizer or rule names to turn off (``disabled_optimizers``).
+        trace: read onnxruntime's log for the transformers that modified the graph.
+
+    Returns:
+        The names of the transformers that modified the graph, in the order they first did
+        (empty unless ``trace``).
+
+    Raises:
+        RuntimeLoadError: onnxruntime cannot load the model.
+    """
+    from onnx_lab.runtime.session import make_session
+
+    def _make() -> object:
+        return make_session(model, opt_level=level, optimized_model_path=path,
+                            disabled_optimizers=tuple(disabled), log_severity=1 if trace else 3)
+
+    if not trace:
+        _make()
+        return []
+    _, text = _stderr_captured(_make)
+    return list(dict.fromkeys(_MODIFIED.findall(text)))
+
+
+def _structure(proto: onnx.ModelProto) -> tuple:
+    g = proto.graph
+    return (tuple((n.op_type, n.domain, tuple(n.input), tuple(n.output)) for n in g.node),
+            tuple(sorted(t.name for t in g.initializer)))
+
+
+def effective_rules(model: LabModel, level: str, disabled: Sequence[str] = (),
+                    candidates: Sequence[str] = RULE_CANDIDATES) -> list[str]:
+    """The rewrite rules whose removal alone changes onnxruntime's optimized graph.
+
+    One optimization per candidate (no model run); ``disabled`` stays off throughout.
+    """
+    with tempfile.TemporaryDirectory(prefix="onnx_lab_ort_rules_") as tmp:
+        def _graph(extra: Sequence[str]) -> tuple:
+            target = os.path.join(tmp, "optimized.onnx")
+            optimize(model, level, target, disabled=[*disabled, *extra])
+            return _structure(onnx.load_model(target, load_external_data=False))
+
+        base = _graph(())
+        return [r for r in candidates if r not in disabled and _graph([r]) != base]
