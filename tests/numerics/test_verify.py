@@ -302,3 +302,18 @@ def test_quick_sizes_agree_with_the_full_estimate():
     assert len(known) >= len(names) * 0.9
     assert {n: quick[n] for n in known} == {n: full[n] for n in known}
     assert quick_sizes(lab.model, names, {lab.model.graph.inputs[0].name: [1]}) is None
+
+
+def test_same_order_reshapes_are_compared_transposed_layouts_are_not():
+    from onnx_lab.numerics.verify import _same_order
+
+    assert _same_order((6, 4), (2, 3, 4))          # [B*S, H] vs [B, S, H]
+    assert _same_order((1, 8, 1, 1), (8,))          # unit dims
+    assert not _same_order((1, 8, 4, 4), (1, 4, 4, 8))  # NCHW vs NHWC: same size, other order
+    assert not _same_order((6, 4), (5, 4))
+
+
+def test_onnxoptimizer_transpose_fusion_has_no_false_alarm():
+    lab = onnx_lab.open("sample:convnet")
+    r = lab.apply("onnxoptimizer", passes=["fuse_consecutive_transposes"])
+    assert r.modified and r.verify_passed, r.notes
