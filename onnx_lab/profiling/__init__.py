@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from onnx_lab.profiling.parse import Trace, parse_trace
 from onnx_lab.profiling.run import Profile, profile
-from onnx_lab.profiling.sweep import BatchSweep, batch_sweep, levels, thread_sweep
+from onnx_lab.profiling.stats import Difference, compare_samples, summarize
+from onnx_lab.profiling.sweep import BatchSweep, batch_sweep, compare_models, levels, thread_sweep
 
 __all__ = ["profile", "Profile", "levels", "batch_sweep", "thread_sweep", "BatchSweep",
+           "compare_models", "compare_samples", "summarize", "Difference",
            "parse_trace", "Trace"]

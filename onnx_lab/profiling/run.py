@@ -25,7 +25,15 @@ from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
+from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled, measure
 from onnx_lab.profiling.parse import Trace, parse_trace
+from onnx_lab.profiling.stats import (
+    STABLE_REL_CI,
+    Difference,
+    busy_note,
+    compare_samples,
+    summarize,
+)
 from onnx_lab.runtime.session import default_providers, fallback_chain
 
 logger = logging.getLogger(__name__)
@@ -39,7 +47,10 @@ NODE_COLUMNS = ["session", "node_id", "provider", "op_type", "calls", "mean_ms",
 OP_COLUMNS = ["session", "provider", "op_type", "count", "calls", "total_ms", "share", "mean_ms"]
 LATENCY_COLUMNS = ["session", "run", "wall_ms", "warmup"]
 STATS_COLUMNS = ["session", "runs", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms",
-                 "std_ms", "kernel_ms", "ort_run_ms"]
+                 "std_ms", "kernel_ms", "ort_run_ms", "p10_ms", "ci_low_ms", "ci_high_ms",
+                 "rel_ci", "spread", "profiled_runs", "latency_from", "stopped"]
+MEMORY_COLUMNS = ["session", "rss_before_bytes", "peak_rss_bytes", "session_peak_bytes",
+                  "predicted_activation_bytes"]
 SESSION_COLUMNS = ["session", "providers", "opt_level", "load_ms", "init_ms", "create_ms",
                    "nodes_run"]
 
@@ -67,9 +78,18 @@ class Profile:
         ops: per session, provider and op_type: count (nodes), calls (per run), total_ms (per
             run), share, mean_ms (per call).
         latency: per run: session, run, wall_ms (Python ``perf_counter`` around
-            ``session.run``), warmup (bool).
-        latency_stats: per session: runs, mean_ms, p50_ms, p90_ms, p99_ms, min_ms, max_ms,
-            std_ms, kernel_ms (sum of kernel time per run), ort_run_ms (ORT's run time).
+            ``session.run``), warmup (bool), profiled (bool: run under ORT's profiler).
+        latency_stats: per session: runs (those the statistics come from: the unprofiled
+            runs, or the profiled ones when none ran without the profiler), mean_ms, p50_ms,
+            p90_ms, p99_ms, min_ms, max_ms, std_ms, kernel_ms (sum of kernel time per
+            profiled run), ort_run_ms (ORT's run time), p10_ms, ci_low_ms, ci_high_ms (95%
+            interval of the median), rel_ci (its half width / the median), spread ((p90 -
+            p10) / p50), profiled_runs, latency_from ('unprofiled' or 'profiled'), stopped
+            (why the runs stopped: 'runs', 'stable', 'budget', 'max_runs', 'cancelled').
+        memory: per session: rss_before_bytes (process RSS before the session), peak_rss_bytes
+            (process peak during session creation and the runs), session_peak_bytes (the
+            difference: what the session and its runs added at their peak),
+            predicted_activation_bytes (the cost model's peak, filled by ``Lab.profile``).
         session: per session: providers, opt_level, load_ms and init_ms (ORT's Session
             events), create_ms (wall time of creating the session), nodes_run.
         kernels: every kept kernel call (session, ort_name, op_type, provider, run, dur_us...).
@@ -88,6 +108,40 @@ class Profile:
     opt_level: str
     notes: list[str] = field(default_factory=list)
     trace_paths: dict[str, str] = field(default_factory=dict)
+    memory: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=MEMORY_COLUMNS))
+    profiled_runs: int = 0
+    budget_s: float | None = None
+    cancelled: bool = False
+
+    def samples(self, session: str | None = None) -> np.ndarray:
+        """Wall ms of the runs behind ``latency_stats`` for one session (default the first)."""
+        st = self.latency_stats.set_index("session")
+        session = session or st.index[0]
+        lat = self.latency.loc[(self.latency.session == session) & ~self.latency.warmup]
+        if st.loc[session, "latency_from"] == "unprofiled":
+            lat = lat.loc[~lat.profiled]
+        return lat.wall_ms.to_numpy()
+
+    def compare(self, a: str, b: str) -> Difference:
+        """Whether session ``b`` takes longer or less than ``a`` beyond the noise.
+
+        The sessions ran one after the other: a load change in between shows as a difference
+        (interleaved runs, :func:`onnx_lab.profiling.compare_models`, avoid that).
+        """
+        return compare_samples(self.samples(a), self.samples(b), labels=(a, b))
+
+    def differences(self) -> pd.DataFrame:
+        """Every session against the first: session, vs, ratio, ratio_low, ratio_high,
+        p_value, different, verdict (in words)."""
+        sess = list(self.latency_stats.session)
+        rows = []
+        for s in sess[1:]:
+            d = self.compare(sess[0], s)
+            rows.append({"session": s, "vs": sess[0], "ratio": d.ratio,
+                         "ratio_low": d.ratio_low, "ratio_high": d.ratio_high,
+                         "p_value": d.p_value, "different": d.different, "verdict": d.text})
+        return pd.DataFrame(rows, columns=["session", "vs", "ratio", "ratio_low", "ratio_high",
+                                           "p_value", "different", "verdict"])
 
     def overlay(self, session: str | None = None) -> pd.Series:
         """Per-run time_ms of each mapped model node (fused nodes on their primary node)."""
@@ -138,8 +192,11 @@ class Profile:
         """JSON-friendly summary (used by the CLI)."""
         return {
             "runs": self.runs, "warmup": self.warmup, "opt_level": self.opt_level,
+            "profiled_runs": self.profiled_runs, "budget_s": self.budget_s,
+            "cancelled": self.cancelled,
             "latency": self.latency_stats.to_dict(orient="records"),
             "session": self.session.to_dict(orient="records"),
+            "memory": self.memory.to_dict(orient="records"),
             "ops": self.ops.to_dict(orient="records"),
             "nodes": self.nodes.drop(columns=["components"]).assign(
                 components=self.nodes.components.map(list)).head(top).to_dict(orient="records")
@@ -148,7 +205,8 @@ class Profile:
         }
 
     def __repr__(self) -> str:
-        parts = [f"{r.session}: mean {r.mean_ms:.3f} ms, p90 {r.p90_ms:.3f} ms"
+        parts = [f"{r.session}: median {r.p50_ms:.3f} ms [{r.ci_low_ms:.3f}-{r.ci_high_ms:.3f}],"
+                 f" p10-p90 {r.p10_ms:.3f}-{r.p90_ms:.3f} ms"
                  for r in self.latency_stats.itertuples()]
         return f"<Profile {self.runs} runs ({'; '.join(parts)})>"
 
@@ -156,23 +214,39 @@ class Profile:
         return _display.draw(self, "html")
 
 
-def profile(model: Any, *, providers: str | Sequence[str] | None = None, runs: int = 50,
-            warmup: int = 5, feeds: Any = None, dims: Mapping[str, int] | None = None,
+#: Default time budget of :func:`profile` (all sessions together), in seconds.
+PROFILE_BUDGET_S = 6.0
+#: Profiled runs (the per-operator shares) at most; the other runs go unprofiled.
+PROFILE_RUNS = 10
+
+
+def profile(model: Any, *, providers: str | Sequence[str] | None = None,
+            runs: int | None = None, warmup: int = 5, budget_s: float | None = None,
+            profile_runs: int | None = None, feeds: Any = None,
+            dims: Mapping[str, int] | None = None,
             shapes: Mapping[str, Sequence[int]] | None = None, threads: int | None = None,
             opt_level: str = "all", progress: Any = None, map_fused: bool = True,
-            keep_trace: bool = False) -> Profile:
-    """Profile a model per operator with onnxruntime's profiler.
+            keep_trace: bool = False, cancel: Any = None,
+            rel_ci: float = STABLE_REL_CI) -> Profile:
+    """Profile a model per operator with onnxruntime's profiler, and time it honestly.
 
-    Each provider gets its own session (device providers fall back to CPU for ops they cannot
-    run). The first ``warmup`` runs are run and dropped; ``runs`` more are timed both by ORT
-    (per kernel) and by ``time.perf_counter`` around each ``session.run`` (wall latency).
+    Each provider (or backend) gets its own session. The first ``warmup`` runs are dropped;
+    then a few runs go through ORT's profiler (``profile_runs``: the per-operator shares),
+    the profiler is ended, and the remaining runs of the same session time the latency without
+    it. ``p.latency_stats`` says how many of each (``profiled_runs``, ``runs``).
 
     Args:
         model: a Lab, LabModel, path, bytes, ModelProto or ``"sample:NAME"``.
-        providers: names such as ``"cpu"``, ``["CUDAExecutionProvider"]``; None profiles every
-            installed one of CPU, CUDA and TensorRT (the missing ones are noted and skipped,
-            as are device providers that cannot load the model).
-        runs: timed runs (>= 1). warmup: runs dropped first (>= 0).
+        providers: names such as ``"cpu"``, ``["CUDAExecutionProvider"]``, and ``"openvino"``
+            / ``"openvino:CPU"`` (the OpenVINO runtime, with the optional extra installed;
+            timings only); None profiles every installed one of CPU, CUDA and TensorRT.
+        runs: timed runs per session, profiled ones included (fixed, for reproducible
+            scripts). None (default): runs until the median is stable (the 95% interval of
+            the median within ``rel_ci`` of it) or ``budget_s`` is spent.
+        warmup: runs dropped first (>= 0).
+        budget_s: seconds for the whole call (default :data:`PROFILE_BUDGET_S` when ``runs``
+            is None), shared by the sessions; session creation counts.
+        profile_runs: runs recorded by ORT's profiler (default ``min(runs, 10)``).
         feeds: None (seeded random inputs), a dict, a list of dicts (cycled) or an ``.npz``.
         dims, shapes: values for dynamic dims (merged over a Lab's).
         threads: intra-op threads (None: ORT's default).
@@ -181,6 +255,9 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None, runs: i
         map_fused: also let ORT write its optimized graph so fused nodes map to all the model
             nodes they cover (small cost at session creation).
         keep_trace: keep ORT's JSON files (paths in ``trace_paths``).
+        cancel: a ``threading.Event`` (or callable): when set, the runs stop and what was
+            measured is returned (``p.cancelled`` True, a note says so).
+        rel_ci: the stability target of adaptive runs.
 
     Returns:
         A :class:`Profile`.
@@ -194,11 +271,16 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None, runs: i
     Example:
         >>> p = onnx_lab.profile("sample:convnet", runs=10, warmup=2)
         >>> p.nodes[["node_id", "op_type", "total_ms", "share"]].head()
+        >>> onnx_lab.profile("sample:convnet", budget_s=3).latency_stats  # adaptive
     """
     from onnx_lab.runtime.feeds import as_feed_list
+    from onnx_lab.runtime.openvino import is_openvino
     from onnx_lab.runtime.session import OPT_LEVELS, resolve_providers
 
-    _check_counts(runs, warmup)
+    _check_counts(1 if runs is None else runs, warmup)
+    if budget_s is not None and (not isinstance(budget_s, (int, float)) or budget_s <= 0):
+        raise InputError(f"budget_s must be a positive number of seconds, got {budget_s!r}.",
+                         fix="Use e.g. budget_s=5.")
     if opt_level not in OPT_LEVELS:
         raise InputError(f"Unknown optimization level {opt_level!r}.",
                          fix=f"Use one of {', '.join(OPT_LEVELS)}.")
@@ -209,26 +291,50 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None, runs: i
         notes.extend(skipped)
         explicit = False
     else:
-        provs = resolve_providers(providers)
+        names = [p.strip() for p in providers.split(",")] if isinstance(providers, str) \
+            else list(providers)
+        provs = []
+        for n in names:
+            if is_openvino(n):
+                provs.append(_openvino_name(n))
+            else:
+                provs.extend(p for p in resolve_providers([n]) if p not in provs)
         explicit = True
     feed_list = as_feed_list(feeds, lm, dims, shapes)
+    if runs is None and budget_s is None:
+        budget_s = PROFILE_BUDGET_S
+    n_prof = min(int(runs), PROFILE_RUNS) if profile_runs is None and runs is not None \
+        else PROFILE_RUNS if profile_runs is None else int(profile_runs)
+    if runs is not None:
+        n_prof = min(n_prof, int(runs))
+    if n_prof < 1:
+        raise InputError(f"profile_runs must be >= 1, got {profile_runs!r}.",
+                         fix="Use profile_runs=5 or more (the per-operator shares).")
 
     tmp = tempfile.TemporaryDirectory(prefix="onnx_lab_prof_")
     results = []
     trace_paths: dict[str, str] = {}
-    reporter = Progress(progress, len(provs) * (int(runs) + int(warmup)), "profiling", min_steps=20)
+    budget = Budget(budget_s, len(provs))
+    reporter = Progress(progress, len(provs) * (int(runs) + int(warmup)) if runs is not None
+                        else 100 * len(provs), "profiling", min_steps=20)
     try:
         for p in provs:
+            if results and cancelled(cancel):
+                notes.append(f"{p}: not run (cancelled)")
+                continue
             try:
-                res = _profile_one(lm, p, int(runs), int(warmup), feed_list, threads, opt_level,
-                                   Path(tmp.name), map_fused, reporter)
+                res = _profile_one(lm, p, runs, n_prof, int(warmup), feed_list, threads,
+                                   opt_level, Path(tmp.name), map_fused, reporter, budget,
+                                   cancel, rel_ci)
             except RuntimeLoadError as e:
                 if explicit or p == "CPUExecutionProvider":
                     raise
                 notes.append(f"{p} cannot load the model ({e.problem}); skipped")
+                budget.next()
                 continue
+            budget.next()
             results.append(res)
-            if keep_trace:
+            if keep_trace and res["trace"]:
                 keep = Path(tempfile.mkdtemp(prefix="onnx_lab_trace_")) / Path(res["trace"]).name
                 Path(res["trace"]).replace(keep)
                 trace_paths[p] = str(keep)
@@ -237,50 +343,137 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None, runs: i
         tmp.cleanup()
     if not results:
         raise ProviderError("No provider could profile the model.", fix="; ".join(notes))
-    return _assemble(lm, results, int(runs), int(warmup), opt_level, notes, trace_paths)
+    prof = _assemble(lm, results, int(runs) if runs is not None else
+                     max(len(r["wall_ms"]) - int(warmup) for r in results),
+                     int(warmup), opt_level, notes, trace_paths)
+    prof.budget_s = budget_s
+    prof.cancelled = any(r["stopped"] == "cancelled" for r in results) or cancelled(cancel)
+    if prof.cancelled:
+        prof.notes.append("cancelled: the tables hold the runs measured before the cancel")
+    return prof
 
 
-def _profile_one(lm: LabModel, provider: str, runs: int, warmup: int, feed_list, threads,
-                 opt_level: str, tmp: Path, map_fused: bool, reporter: Progress) -> dict:
+def _openvino_name(name: str) -> str:
+    from onnx_lab.runtime.openvino import BACKEND_PREFIX, openvino_device
+
+    return f"{BACKEND_PREFIX}:{openvino_device(name)}"
+
+
+class _Ticker:
+    """Progress of one session: counts in fixed mode, elapsed budget share (0-100) else."""
+
+    def __init__(self, reporter: Progress, share: float | None, fixed: bool, label: str):
+        self.reporter, self.share, self.fixed = reporter, share, fixed
+        self.t0 = time.perf_counter()
+        self.sent = 0
+        reporter.label = label
+
+    def __call__(self) -> None:
+        if self.fixed:
+            self.reporter.update()
+            return
+        pct = min(99, int(100 * (time.perf_counter() - self.t0) / self.share)) \
+            if self.share else 99
+        if pct > self.sent:
+            self.reporter.update(pct - self.sent)
+            self.sent = pct
+
+    def finish(self) -> None:
+        if not self.fixed and self.sent < 100:
+            self.reporter.update(100 - self.sent)
+            self.sent = 100
+
+
+def open_session(lm: LabModel, backend: str, *, opt_level: str = "all",
+                 threads: int | None = None, profile: bool = False,
+                 profile_prefix: str | None = None, optimized_model_path: str | None = None,
+                 shapes: Mapping[str, Sequence[int]] | None = None):
+    """An ORT session with the fallback chain of ``backend``, or an OpenVINO session."""
+    from onnx_lab.runtime.openvino import OpenVINOSession, is_openvino, openvino_device
     from onnx_lab.runtime.session import make_session
 
-    short = provider.replace("ExecutionProvider", "").lower()
+    if is_openvino(backend):
+        return OpenVINOSession(lm, device=openvino_device(backend), threads=threads,
+                               shapes=shapes)
+    config = None
+    if optimized_model_path:
+        # Weights in a side file: the graph alone is read back (writing them into the
+        # protobuf and parsing it again cost ~0.3 s on ResNet-50).
+        config = {"session.optimized_model_external_initializers_file_name":
+                  Path(optimized_model_path).name + ".data",
+                  "session.optimized_model_external_initializers_min_size_in_bytes": "1024"}
+    return make_session(lm, providers=fallback_chain(backend), opt_level=opt_level,
+                        threads=threads, profile=profile, profile_prefix=profile_prefix,
+                        optimized_model_path=optimized_model_path, config_entries=config)
+
+
+def _profile_one(lm: LabModel, provider: str, runs: int | None, n_prof: int, warmup: int,
+                 feed_list, threads, opt_level: str, tmp: Path, map_fused: bool,
+                 reporter: Progress, budget: Budget, cancel: Any, rel_ci: float) -> dict:
+    from onnx_lab.runtime.openvino import is_openvino
+
+    ov = is_openvino(provider)
+    short = provider.replace("ExecutionProvider", "").replace(":", "_").lower()
     # Compiled providers (TensorRT) cannot serialize their optimized graph.
-    write_opt = (map_fused and opt_level != "disable"
+    write_opt = (map_fused and opt_level != "disable" and not ov
                  and provider != "TensorrtExecutionProvider")
     opt_path = tmp / f"{short}_optimized.onnx" if write_opt else None
-    t0 = time.perf_counter()
-    sess = make_session(lm, providers=fallback_chain(provider), opt_level=opt_level,
-                        threads=threads, profile=True, profile_prefix=str(tmp / f"ort_{short}"),
+    share = budget.share()
+    t_start = time.perf_counter()
+    mem = MemoryWatch()
+    sess = open_session(lm, provider, opt_level=opt_level, threads=threads, profile=not ov,
+                        profile_prefix=str(tmp / f"ort_{short}"),
                         optimized_model_path=str(opt_path) if opt_path else None)
-    create_ms = (time.perf_counter() - t0) * 1e3
+    create_ms = (time.perf_counter() - t_start) * 1e3
+    ticker = _Ticker(reporter, share, runs is not None, f"profiling {short}")
     n = len(feed_list)
-    wall = np.empty(warmup + runs)
+    state = {"i": 0}
     run = sess.run
-    perf = time.perf_counter
+
+    def one() -> None:
+        run(None, feed_list[state["i"] % n])
+        state["i"] += 1
+
+    trace_file = None
     try:
-        for i in range(warmup + runs):
-            f = feed_list[i % n]
-            t = perf()
-            run(None, f)
-            wall[i] = perf() - t
-            reporter.update()
+        warm, _ = measure(one, runs=warmup, cancel=cancel, tick=ticker)
+        if ov:
+            prof_ms = np.empty(0)
+            n_prof = 0
+        else:
+            prof_ms, why = measure(one, runs=n_prof if runs is None else min(n_prof, runs),
+                                   cancel=cancel, tick=ticker)
+            trace_file = sess.end_profiling()
+            n_prof = len(prof_ms)
+        left = None if share is None else share - (time.perf_counter() - t_start)
+        if runs is not None:
+            rest, why = measure(one, runs=max(runs - n_prof, 0), cancel=cancel, tick=ticker,
+                                budget_s=left)
+        elif cancelled(cancel):
+            rest, why = np.empty(0), "cancelled"
+        else:
+            rest, why = measure(one, budget_s=max(left or 0.0, 0.0), cancel=cancel,
+                                tick=ticker, rel_ci=rel_ci)
     except Exception as e:  # noqa: BLE001 - ORT raises several exception types
-        sess.end_profiling()
-        raise RuntimeLoadError(f"onnxruntime failed running the model on {provider}: "
-                               f"{str(e).splitlines()[0][:300]}",
+        if trace_file is None and not ov:
+            sess.end_profiling()
+        raise RuntimeLoadError(f"{'OpenVINO' if ov else 'onnxruntime'} failed running the model "
+                               f"on {provider}: {str(e).splitlines()[0][:300]}",
                                fix="Check the feeds (dtype/shape) and lab.check().") from e
-    trace_file = sess.end_profiling()
+    ticker.finish()
+    memory = mem.stop()
     optimized = None
     if opt_path is not None and opt_path.exists():
         import onnx
 
         # Structure only: weights are not needed to follow tensor names.
         optimized = onnx.load(str(opt_path), load_external_data=False)
+    wall = np.concatenate([warm, prof_ms, rest])
+    parsed = parse_trace(trace_file, warmup=len(warm)) if trace_file else None
     return {"provider": provider, "providers": sess.get_providers(), "create_ms": create_ms,
-            "wall_ms": wall * 1e3, "trace": trace_file, "parsed": parse_trace(trace_file,
-                                                                              warmup=warmup),
-            "optimized": optimized}
+            "wall_ms": wall, "warmup": len(warm), "profiled": n_prof, "trace": trace_file,
+            "parsed": parsed, "optimized": optimized, "stopped": why, "memory": memory,
+            "spent_s": time.perf_counter() - t_start}
 
 
 def _assemble(lm: LabModel, results: list[dict], runs: int, warmup: int, opt_level: str,
@@ -288,45 +481,72 @@ def _assemble(lm: LabModel, results: list[dict], runs: int, warmup: int, opt_lev
     from onnx_lab.profiling._mapping import map_ort_nodes
 
     node_frames, op_frames, lat_frames, stat_rows, sess_rows, kern_frames = [], [], [], [], [], []
+    mem_rows = []
     for res in results:
         p = res["provider"]
-        trace: Trace = res["parsed"]
-        notes.extend(f"{p}: {n}" for n in trace.notes)
-        k = trace.kernels.assign(session=p)
-        kept_runs = max(int((~trace.runs.warmup).sum()), 1) if len(trace.runs) else runs
-        keys = k[["ort_name", "node_index", "op_type"]].drop_duplicates(
-            ["ort_name", "node_index"])
-        mapping = map_ort_nodes(lm, keys, res["optimized"], opt_level)
-        nodes = _node_table(k, mapping, kept_runs, p)
-        node_frames.append(nodes)
-        op_frames.append(_op_table(nodes, k, kept_runs, p))
+        trace: Trace | None = res["parsed"]
         wall = res["wall_ms"]
-        lat_frames.append(pd.DataFrame({"session": p, "run": np.arange(len(wall)),
-                                        "wall_ms": wall, "warmup": np.arange(len(wall)) < warmup}))
-        timed = wall[warmup:]
-        ort_runs = trace.runs.loc[~trace.runs.warmup, "dur_ms"]
+        n_warm = res.get("warmup", warmup)
+        n_prof = res.get("profiled", len(wall) - n_warm)
+        if trace is not None:
+            notes.extend(f"{p}: {n}" for n in trace.notes)
+            k = trace.kernels.assign(session=p)
+            kept_runs = max(int((~trace.runs.warmup).sum()), 1) if len(trace.runs) \
+                else max(n_prof, 1)
+            keys = k[["ort_name", "node_index", "op_type"]].drop_duplicates(
+                ["ort_name", "node_index"])
+            mapping = map_ort_nodes(lm, keys, res["optimized"], opt_level)
+            nodes = _node_table(k, mapping, kept_runs, p)
+            node_frames.append(nodes)
+            op_frames.append(_op_table(nodes, k, kept_runs, p))
+            kern_frames.append(k)
+            ort_runs = trace.runs.loc[~trace.runs.warmup, "dur_ms"]
+            kernel_ms = float(nodes.total_ms.sum())
+        else:
+            nodes = pd.DataFrame(columns=NODE_COLUMNS)
+            ort_runs = pd.Series(dtype=float)
+            kernel_ms = float("nan")
+        idx = np.arange(len(wall))
+        lat_frames.append(pd.DataFrame({"session": p, "run": idx, "wall_ms": wall,
+                                        "warmup": idx < n_warm,
+                                        "profiled": (idx >= n_warm) & (idx < n_warm + n_prof)}))
+        unprof = wall[n_warm + n_prof:]
+        timed = unprof if len(unprof) else wall[n_warm:]
+        st = summarize(timed)
         stat_rows.append({
-            "session": p, "runs": len(timed), "mean_ms": float(timed.mean()),
-            "p50_ms": float(np.percentile(timed, 50)), "p90_ms": float(np.percentile(timed, 90)),
-            "p99_ms": float(np.percentile(timed, 99)), "min_ms": float(timed.min()),
-            "max_ms": float(timed.max()), "std_ms": float(timed.std()),
-            "kernel_ms": float(nodes.total_ms.sum()),
-            "ort_run_ms": float(ort_runs.mean()) if len(ort_runs) else float("nan")})
+            "session": p, **{c: st[c] for c in ("runs", "mean_ms", "p50_ms", "p90_ms",
+                                                "p99_ms", "min_ms", "max_ms", "std_ms")},
+            "kernel_ms": kernel_ms,
+            "ort_run_ms": float(ort_runs.mean()) if len(ort_runs) else float("nan"),
+            "p10_ms": st["p10_ms"], "ci_low_ms": st["ci_low_ms"],
+            "ci_high_ms": st["ci_high_ms"], "rel_ci": st["rel_ci"], "spread": st["spread"],
+            "profiled_runs": int(n_prof), "latency_from": "unprofiled" if len(unprof)
+            else "profiled", "stopped": res.get("stopped", "runs")})
+        busy = busy_note(timed, p)
+        if busy and busy not in notes:
+            notes.append(busy)
         sess_rows.append({"session": p, "providers": list(res["providers"]),
-                          "opt_level": opt_level, "load_ms": trace.load_ms,
-                          "init_ms": trace.init_ms, "create_ms": res["create_ms"],
-                          "nodes_run": len(nodes)})
-        kern_frames.append(k)
-    return Profile(
+                          "opt_level": opt_level if trace is not None else "openvino",
+                          "load_ms": trace.load_ms if trace is not None else float("nan"),
+                          "init_ms": trace.init_ms if trace is not None else float("nan"),
+                          "create_ms": res["create_ms"], "nodes_run": len(nodes)})
+        m = res.get("memory") or {}
+        mem_rows.append({"session": p, **{c: m.get(c, float("nan")) for c in MEMORY_COLUMNS[1:4]},
+                         "predicted_activation_bytes": float("nan")})
+    prof = Profile(
         model=lm,
         nodes=pd.concat(node_frames, ignore_index=True) if node_frames else
         pd.DataFrame(columns=NODE_COLUMNS),
-        ops=pd.concat(op_frames, ignore_index=True),
+        ops=pd.concat(op_frames, ignore_index=True) if op_frames else
+        pd.DataFrame(columns=OP_COLUMNS),
         latency=pd.concat(lat_frames, ignore_index=True),
         latency_stats=pd.DataFrame(stat_rows, columns=STATS_COLUMNS),
         session=pd.DataFrame(sess_rows, columns=SESSION_COLUMNS),
-        kernels=pd.concat(kern_frames, ignore_index=True),
+        kernels=pd.concat(kern_frames, ignore_index=True) if kern_frames else pd.DataFrame(),
         runs=runs, warmup=warmup, opt_level=opt_level, notes=notes, trace_paths=trace_paths)
+    prof.memory = pd.DataFrame(mem_rows, columns=MEMORY_COLUMNS)
+    prof.profiled_runs = max((int(r.get("profiled", 0)) for r in results), default=0)
+    return prof
 
 
 def _node_table(k: pd.DataFrame, mapping: pd.DataFrame, kept_runs: int, session: str

@@ -24,54 +24,102 @@ from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import DimError, InputError
-from onnx_lab.profiling.run import _check_counts
+from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled, measure
+from onnx_lab.profiling.run import _check_counts, open_session
+from onnx_lab.profiling.stats import STABLE_REL_CI, busy_note, compare_samples, summarize
 
-__all__ = ["levels", "batch_sweep", "thread_sweep", "BatchSweep", "KNEE_GAIN"]
+__all__ = ["levels", "batch_sweep", "thread_sweep", "compare_models", "BatchSweep",
+           "KNEE_GAIN", "LEVELS_BUDGET_S", "BATCH_BUDGET_S", "THREADS_BUDGET_S"]
 
 # Doubling the batch must raise throughput by at least this factor to be worth it.
 KNEE_GAIN = 1.2
+#: Default time budgets (seconds, session creation included) when ``runs`` is None: each
+#: keeps a Profiler widget action under ~10 s on a 2-core machine.
+LEVELS_BUDGET_S = 6.0
+BATCH_BUDGET_S = 6.0
+THREADS_BUDGET_S = 5.0
+#: Warm-up runs of adaptive points (fixed runs use ``warmup``).
+_AUTO_WARMUP = 2
+
+STAT_COLUMNS = ["runs", "mean_ms", "p10_ms", "p50_ms", "p90_ms", "std_ms", "ci_low_ms",
+                "ci_high_ms", "rel_ci"]
 
 
-def _time_runs(sess, feed: dict, runs: int, warmup: int, reporter: Progress) -> np.ndarray:
-    """Wall ms of ``runs`` timed runs after ``warmup`` untimed ones."""
+def _check_budget(runs: Any, warmup: Any, budget_s: Any) -> None:
+    _check_counts(1 if runs is None else runs, warmup)
+    if budget_s is not None and (not isinstance(budget_s, (int, float)) or budget_s <= 0):
+        raise InputError(f"budget_s must be a positive number of seconds, got {budget_s!r}.",
+                         fix="Use e.g. budget_s=5.")
+
+
+def _time_point(sess, feed: dict, runs: int | None, warmup: int, budget: Budget,
+                reporter: Progress, cancel: Any, rel_ci: float, t_point: float | None = None
+                ) -> tuple[np.ndarray, str]:
+    """Wall ms of one sweep point: ``runs`` fixed runs, or until stable / its budget share."""
     run = sess.run
-    for _ in range(warmup):
+
+    def one() -> None:
         run(None, feed)
-        reporter.update()
-    out = np.empty(runs)
-    perf = time.perf_counter
-    for i in range(runs):
-        t = perf()
-        run(None, feed)
-        out[i] = (perf() - t) * 1e3
-        reporter.update()
-    return out
+
+    if runs is not None:
+        return measure(one, runs=runs, warmup=warmup, cancel=cancel, tick=reporter.update)
+    share = budget.share() or 0.0
+    if t_point is not None:  # time already spent on this point (its session creation)
+        share = max(share - (time.perf_counter() - t_point), 0.0)
+    ms, why = measure(one, warmup=min(warmup, _AUTO_WARMUP), budget_s=share, cancel=cancel,
+                      rel_ci=rel_ci)
+    reporter.update()
+    return ms, why
 
 
 def _stats(ms: np.ndarray) -> dict[str, float]:
-    return {"mean_ms": float(ms.mean()), "p50_ms": float(np.percentile(ms, 50)),
-            "p90_ms": float(np.percentile(ms, 90)), "std_ms": float(ms.std())}
+    st = summarize(ms)
+    return {c: st[c] for c in STAT_COLUMNS}
 
 
-def levels(model: Any, *, runs: int = 20, warmup: int = 3, feeds: Any = None,
+def _busy(samples: list[np.ndarray], label: str) -> list[str]:
+    """One busy-machine warning for a sweep (the most spread point decides)."""
+    for ms in sorted(samples, key=lambda m: -summarize(m)["spread"] if len(m) else 0):
+        note = busy_note(ms, label)
+        return [note] if note else []
+    return []
+
+
+def _verdicts(samples: list[np.ndarray], labels: list[str]) -> list[str]:
+    """Each point against the first, in words ('' for the first)."""
+    out = [""]
+    for s, lab in zip(samples[1:], labels[1:], strict=True):
+        out.append(compare_samples(samples[0], s, labels=(labels[0], lab)).text
+                   if len(s) and len(samples[0]) else "")
+    return out
+
+
+def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any = None,
            dims: Mapping[str, int] | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
            providers: str | Sequence[str] | None = None, threads: int | None = None,
-           progress: Any = None) -> pd.DataFrame:
+           progress: Any = None, budget_s: float | None = None, cancel: Any = None,
+           rel_ci: float = STABLE_REL_CI) -> pd.DataFrame:
     """Session init time, latency and node count at each ORT optimization level.
 
     Args:
         model: a Lab, LabModel, path or ``"sample:NAME"``.
-        runs, warmup: timed and untimed runs per level.
+        runs, warmup: timed and untimed runs per level (fixed). ``runs=None`` (default): each
+            level runs until its median is stable or its share of ``budget_s`` is spent.
         feeds, dims, shapes: inputs as for :func:`onnx_lab.profile`.
         providers: one provider (default CPU).
         threads: intra-op threads.
         progress: None (bar in terminals), False, or ``callable(done, total, label)``.
+        budget_s: seconds for the whole call (default :data:`LEVELS_BUDGET_S` when ``runs``
+            is None).
+        cancel: a ``threading.Event``: the levels measured so far are returned.
 
     Returns:
         DataFrame, one row per level (disable, basic, extended, all): opt_level, init_ms (wall
         time of creating the session), mean_ms, p50_ms, p90_ms, std_ms, nodes (in ORT's
-        optimized graph, main graph), nodes_model (main graph of the model), speedup (mean_ms
-        of 'disable' / mean_ms).
+        optimized graph, main graph), nodes_model (main graph of the model), speedup (p50_ms
+        of 'disable' / p50_ms), runs, p10_ms, ci_low_ms, ci_high_ms, rel_ci, verdict (against
+        'disable', in words: whether the difference exceeds the noise). ``df.attrs['notes']``:
+        a busy-machine warning, a cancel.
 
     Example:
         >>> levels("sample:convnet", runs=10)[["opt_level", "nodes", "mean_ms"]]
@@ -79,15 +127,22 @@ def levels(model: Any, *, runs: int = 20, warmup: int = 3, feeds: Any = None,
     from onnx_lab.runtime.feeds import as_feed_list
     from onnx_lab.runtime.session import OPT_LEVELS, make_session
 
-    _check_counts(runs, warmup)
+    _check_budget(runs, warmup, budget_s)
+    if runs is None and budget_s is None:
+        budget_s = LEVELS_BUDGET_S
     lm, dims, shapes = resolve(model, dims, shapes)
     feed = as_feed_list(feeds, lm, dims, shapes)[0]
-    rows = []
+    rows, samples, notes = [], [], []
     nested = any(g != "" for g in lm.index.graphs)
-    reporter = Progress(progress, len(OPT_LEVELS) * (runs + warmup), "levels", min_steps=20)
+    budget = Budget(budget_s, len(OPT_LEVELS))
+    reporter = Progress(progress, len(OPT_LEVELS) * ((runs + warmup) if runs is not None else 1),
+                        "levels", min_steps=20 if runs is not None else 1)
     try:
         with tempfile.TemporaryDirectory(prefix="onnx_lab_levels_") as tmp:
             for level in OPT_LEVELS:
+                if rows and cancelled(cancel):
+                    notes.append(f"cancelled before level {level!r}")
+                    break
                 # One session per level: created with the profiler on (as cheap as without)
                 # so that one profiled run lists the kernels of ORT's optimized graph, then
                 # the profiler is ended before the timed runs. Writing the optimized model
@@ -104,13 +159,26 @@ def levels(model: Any, *, runs: int = 20, warmup: int = 3, feeds: Any = None,
                 else:
                     sess.run(None, feed)
                     nodes = _traced_node_count(sess.end_profiling())
-                ms = _time_runs(sess, feed, runs, warmup, reporter)
+                ms, _why = _time_point(sess, feed, runs, warmup, budget, reporter, cancel,
+                                       rel_ci, t_point=t0)
+                budget.next()
+                del sess
+                samples.append(ms)
                 rows.append({"opt_level": level, "init_ms": init_ms, **_stats(ms),
                              "nodes": nodes, "nodes_model": lm.graph.num_nodes()})
     finally:
         reporter.close()
     df = pd.DataFrame(rows)
-    return df.assign(speedup=df.mean_ms.iloc[0] / df.mean_ms)
+    df = df[["opt_level", "init_ms", "mean_ms", "p50_ms", "p90_ms", "std_ms", "nodes",
+             "nodes_model", "runs", "p10_ms", "ci_low_ms", "ci_high_ms", "rel_ci"]]
+    df = df.assign(speedup=df.p50_ms.iloc[0] / df.p50_ms,
+                   verdict=_verdicts(samples, [f"level {lv}" for lv in df.opt_level]))
+    df = df[["opt_level", "init_ms", "mean_ms", "p50_ms", "p90_ms", "std_ms", "nodes",
+             "nodes_model", "speedup", "runs", "p10_ms", "ci_low_ms", "ci_high_ms", "rel_ci",
+             "verdict"]]
+    notes.extend(_busy(samples, "levels"))
+    df.attrs["notes"] = notes
+    return df
 
 
 def _traced_node_count(trace_file: str) -> int:
@@ -143,19 +211,36 @@ class BatchSweep:
     """Result of :func:`batch_sweep`.
 
     Attributes:
-        table: one row per batch size: batch, latency_ms (median of the runs), mean_ms,
-            p90_ms, std_ms, items_per_s (batch / latency_ms), gain_per_doubling (throughput
-            ratio to the previous batch, per doubling of the batch).
+        table: one row per batch size (and backend): batch, latency_ms (median of the
+            runs), mean_ms, p90_ms, std_ms, items_per_s (batch / latency_ms),
+            gain_per_doubling (throughput ratio to the previous batch, per doubling of the
+            batch), backend, runs, p10_ms, ci_low_ms, ci_high_ms (95% interval of the
+            median), rel_ci, items_per_s_low, items_per_s_high (throughput at the interval's
+            ends), gain_beyond_noise (whether the latency per item differs from the previous
+            batch's beyond the noise), peak_rss_bytes (process peak during this batch's
+            runs), rss_growth_bytes (that peak minus the process before the session),
+            predicted_activation_bytes (the cost model's peak; filled by ``Lab.batch_sweep``).
         knee: the first batch where doubling gains less than ``KNEE_GAIN`` (1.2x) throughput,
-            or None when every step still gains.
+            or None when every step still gains (the first backend's; ``knees`` per backend).
         dim: the dim that was swept.
-        notes: why a batch was skipped (out of memory, failure).
+        notes: why a batch was skipped (out of memory, failure, past the knee, cancelled),
+            busy-machine warnings.
+        knees: backend -> knee.
+        cancelled: the sweep was cancelled (the table holds the batches measured before).
+        elapsed_s: wall time of the sweep.
     """
 
     table: pd.DataFrame
     knee: int | None
     dim: str
     notes: list[str] = field(default_factory=list)
+    knees: dict[str, int | None] = field(default_factory=dict)
+    cancelled: bool = False
+    elapsed_s: float = 0.0
+
+    def backend(self, name: str) -> pd.DataFrame:
+        """The rows of one backend."""
+        return self.table.loc[self.table.backend == name].reset_index(drop=True)
 
     def plot(self):
         """Latency and throughput against batch size, the knee marked."""
@@ -181,23 +266,35 @@ def find_knee(batches: Sequence[int], items_per_s: Sequence[float],
 
 
 def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *,
-                dim: str = "batch", runs: int = 20, warmup: int = 3,
+                dim: str = "batch", runs: int | None = None, warmup: int = 3,
                 dims: Mapping[str, int] | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None,
                 providers: str | Sequence[str] | None = None, threads: int | None = None,
-                opt_level: str = "all", progress: Any = None) -> BatchSweep:
+                opt_level: str = "all", progress: Any = None, budget_s: float | None = None,
+                stop_at_knee: bool | None = None, cancel: Any = None,
+                rel_ci: float = STABLE_REL_CI) -> BatchSweep:
     """Latency and throughput for each batch size, and the knee of the throughput curve.
 
-    One session (the model keeps its dynamic batch dim) runs seeded inputs of each size.
+    One session per backend (the model keeps its dynamic batch dim) runs seeded inputs of
+    each size.
 
     Args:
         model: a Lab, LabModel, path or ``"sample:NAME"`` with a symbolic dim ``dim``.
         batch_sizes: increasing positive sizes.
         dim: the symbolic dim to sweep (``"batch"``, ``"N"``...).
-        runs, warmup: timed and untimed runs per size.
+        runs, warmup: timed and untimed runs per size (fixed). ``runs=None`` (default): each
+            size runs until its median is stable or its share of ``budget_s`` is spent.
         dims, shapes: values of the other dynamic dims.
-        providers, threads, opt_level: session settings (default CPU, ORT threads, 'all').
+        providers: one ORT provider (default CPU), or several backends side by side, e.g.
+            ``["cpu", "openvino"]`` (the OpenVINO runtime, optional extra).
+        threads, opt_level: session settings (default ORT threads, 'all').
         progress: None (bar in terminals), False, or ``callable(done, total, label)``.
+        budget_s: seconds for the whole sweep (default :data:`BATCH_BUDGET_S` per backend
+            when ``runs`` is None); session creation counts.
+        stop_at_knee: stop a backend's sweep once throughput stopped rising (the knee is
+            found; larger sizes would only confirm it). Default: True in budget mode, False
+            with fixed ``runs``.
+        cancel: a ``threading.Event``: the sizes measured so far are returned.
 
     Raises:
         DimError: the model has no dynamic dim ``dim`` (fix its other dims with ``dims``/
@@ -211,9 +308,9 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
     """
     from onnx_lab.core.shapes import dynamic_dims
     from onnx_lab.runtime.feeds import make_feeds
-    from onnx_lab.runtime.session import make_session
 
-    _check_counts(runs, warmup)
+    t_start = time.perf_counter()
+    _check_budget(runs, warmup, budget_s)
     sizes = list(batch_sizes)
     if not sizes or any(not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b <= 0
                         for b in sizes) or sorted(set(sizes)) != sizes:
@@ -230,43 +327,135 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                  "Make the batch dim symbolic first (lab.set_input_shape(input, ['batch', ...]) "
                  "or lab.fix_dims for the other dims)") + "; give the other dims with "
             "dims={...} or shapes={...}.")
-    rows, notes = [], []
-    sess = make_session(lm, providers=providers, opt_level=opt_level, threads=threads)
-    reporter = Progress(progress, len(sizes) * (runs + warmup), "batch sweep", min_steps=20)
+    backends = _backends(providers)
+    if stop_at_knee is None:
+        stop_at_knee = runs is None
+    if runs is None and budget_s is None:
+        budget_s = BATCH_BUDGET_S * len(backends)
+    feeds = {}
+    for b in sizes:  # checked before any session: a DimError for the other dims comes first
+        feeds[b] = make_feeds(lm, {**dims, dim: int(b)}, shapes)
+    rows, notes, knees = [], [], {}
+    reporter = Progress(progress, len(backends) * len(sizes) * (
+        (runs + warmup) if runs is not None else 1), "batch sweep",
+        min_steps=20 if runs is not None else 1)
+    is_cancelled = False
     try:
-        for b in sizes:
-            feed = make_feeds(lm, {**dims, dim: int(b)}, shapes)
-            try:
-                ms = _time_runs(sess, feed, runs, warmup, reporter)
-            except Exception as e:  # noqa: BLE001 - ORT raises several types (OOM, shape)
-                notes.append(f"batch {b} failed: {str(e).splitlines()[0][:200]}")
-                break
-            st = _stats(ms)
-            # The median resists the outliers other processes cause; the mean is kept too.
-            rows.append({"batch": int(b), "latency_ms": st["p50_ms"], "mean_ms": st["mean_ms"],
-                         "p90_ms": st["p90_ms"], "std_ms": st["std_ms"],
-                         "items_per_s": b / (st["p50_ms"] / 1e3)})
+        for bi, backend in enumerate(backends):
+            if cancelled(cancel):
+                is_cancelled = True
+                notes.append(f"{backend}: not run (cancelled)")
+                continue
+            # Each backend gets an equal share of what is left.
+            budget = Budget(None if budget_s is None else
+                            (budget_s - (time.perf_counter() - t_start)) / (len(backends) - bi),
+                            len(sizes))
+            t0 = time.perf_counter()
+            watch = MemoryWatch()
+            rss0 = watch.rss_before
+            sess = open_session(lm, backend, opt_level=opt_level, threads=threads)
+            b_rows, samples = [], []
+            for b in sizes:
+                if b_rows and cancelled(cancel):
+                    is_cancelled = True
+                    notes.append(f"{backend}: cancelled before batch {b}")
+                    break
+                watch = MemoryWatch() if b_rows else watch
+                try:
+                    ms, _why = _time_point(sess, feeds[b], runs, warmup, budget, reporter,
+                                           cancel, rel_ci, t_point=t0 if not b_rows else None)
+                except Exception as e:  # noqa: BLE001 - ORT raises several types (OOM, shape)
+                    notes.append(f"{backend}: batch {b} failed: {str(e).splitlines()[0][:200]}")
+                    break
+                budget.next()
+                if not len(ms):
+                    break
+                mem = watch.stop()
+                st = _stats(ms)
+                samples.append(ms / b)  # latency per item: what a gain is about
+                b_rows.append({"batch": int(b), "latency_ms": st["p50_ms"],
+                               "mean_ms": st["mean_ms"], "p90_ms": st["p90_ms"],
+                               "std_ms": st["std_ms"], "items_per_s": b / (st["p50_ms"] / 1e3),
+                               "backend": backend, "runs": st["runs"],
+                               "p10_ms": st["p10_ms"], "ci_low_ms": st["ci_low_ms"],
+                               "ci_high_ms": st["ci_high_ms"], "rel_ci": st["rel_ci"],
+                               "items_per_s_low": b / (st["ci_high_ms"] / 1e3),
+                               "items_per_s_high": b / (st["ci_low_ms"] / 1e3),
+                               "peak_rss_bytes": mem["peak_rss_bytes"],
+                               "rss_growth_bytes": mem["peak_rss_bytes"] - rss0,
+                               "predicted_activation_bytes": float("nan")})
+                knee, _g = find_knee([r["batch"] for r in b_rows],
+                                     [r["items_per_s"] for r in b_rows])
+                if stop_at_knee and knee is not None and b != sizes[-1]:
+                    skipped = [x for x in sizes if x > b]
+                    notes.append(f"{backend}: stopped past the knee ({knee}); "
+                                 f"not run: {skipped}")
+                    break
+            del sess
+            table_b = pd.DataFrame(b_rows) if b_rows else pd.DataFrame(columns=_SWEEP_COLUMNS)
+            knee, gains = find_knee(table_b.batch.tolist(), table_b.items_per_s.tolist())
+            beyond = [None] + [compare_samples(samples[i - 1], samples[i]).different
+                               for i in range(1, len(samples))]
+            table_b = table_b.assign(gain_per_doubling=gains if len(table_b) else [],
+                                     gain_beyond_noise=beyond if len(table_b) else [])
+            name = table_b.backend.iloc[0] if len(table_b) else backend
+            knees[name] = knee
+            if knee is None and len(table_b) and not is_cancelled:
+                notes.append(f"{name}: throughput still grows >= {KNEE_GAIN}x per doubling at "
+                             f"batch {int(table_b.batch.iloc[-1])}: try larger batches")
+            notes.extend(_busy(samples, name))
+            rows.append(table_b)
     finally:
         reporter.close()
-    table = pd.DataFrame(rows, columns=["batch", "latency_ms", "mean_ms", "p90_ms", "std_ms",
-                                        "items_per_s"])
-    knee, gains = find_knee(table.batch.tolist(), table.items_per_s.tolist())
-    table = table.assign(gain_per_doubling=gains if len(table) else [])
-    if knee is None and len(table):
-        notes.append(f"throughput still grows >= {KNEE_GAIN}x per doubling at batch "
-                     f"{int(table.batch.iloc[-1])}: try larger batches")
-    return BatchSweep(table=table, knee=knee, dim=dim, notes=notes)
+    table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=_SWEEP_COLUMNS)
+    table = table[_SWEEP_COLUMNS]
+    first = next(iter(knees.values()), None)
+    return BatchSweep(table=table, knee=first, dim=dim, notes=notes, knees=knees,
+                      cancelled=is_cancelled or cancelled(cancel),
+                      elapsed_s=time.perf_counter() - t_start)
 
 
-def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int = 20,
+_SWEEP_COLUMNS = ["batch", "latency_ms", "mean_ms", "p90_ms", "std_ms", "items_per_s",
+                  "gain_per_doubling", "backend", "runs", "p10_ms", "ci_low_ms", "ci_high_ms",
+                  "rel_ci", "items_per_s_low", "items_per_s_high", "gain_beyond_noise",
+                  "peak_rss_bytes", "rss_growth_bytes", "predicted_activation_bytes"]
+
+
+def _backends(providers: Any) -> list[str]:
+    """ORT providers and OpenVINO backends, validated (default CPU)."""
+    from onnx_lab.runtime.openvino import BACKEND_PREFIX, is_openvino, openvino_device
+    from onnx_lab.runtime.session import resolve_providers
+
+    if providers is None:
+        return ["CPUExecutionProvider"]
+    names = [p.strip() for p in providers.split(",")] if isinstance(providers, str) \
+        else list(providers)
+    out: list[str] = []
+    for n in names:
+        full = ([f"{BACKEND_PREFIX}:{openvino_device(n)}"] if is_openvino(n)
+                else resolve_providers([n]))
+        out.extend(f for f in full if f not in out)
+    return out
+
+
+def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int | None = None,
                  warmup: int = 3, feeds: Any = None, dims: Mapping[str, int] | None = None,
                  shapes: Mapping[str, Sequence[int]] | None = None,
                  providers: str | Sequence[str] | None = None, opt_level: str = "all",
-                 progress: Any = None) -> pd.DataFrame:
+                 progress: Any = None, budget_s: float | None = None, cancel: Any = None,
+                 rel_ci: float = STABLE_REL_CI) -> pd.DataFrame:
     """Latency per intra-op thread count.
 
+    Args:
+        runs, warmup: fixed runs per count; ``runs=None`` (default): until the median is
+            stable or the count's share of ``budget_s`` (default :data:`THREADS_BUDGET_S`)
+            is spent.
+        cancel: a ``threading.Event``: the counts measured so far are returned.
+
     Returns:
-        DataFrame(threads, mean_ms, p50_ms, p90_ms, std_ms, speedup (vs the first row)).
+        DataFrame(threads, mean_ms, p50_ms, p90_ms, std_ms, speedup (p50 of the first row /
+        p50), runs, p10_ms, ci_low_ms, ci_high_ms, rel_ci, verdict (against the first row,
+        in words)); ``df.attrs['notes']``.
 
     Example:
         >>> thread_sweep("sample:convnet", (1, 2), runs=10)
@@ -274,22 +463,94 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int = 
     from onnx_lab.runtime.feeds import as_feed_list
     from onnx_lab.runtime.session import make_session
 
-    _check_counts(runs, warmup)
+    _check_budget(runs, warmup, budget_s)
     counts = list(threads)
     if not counts or any(not isinstance(t, (int, np.integer)) or isinstance(t, bool) or t <= 0
                          for t in counts):
         raise InputError(f"threads must be positive ints, got {counts!r}.",
                          fix="Use e.g. (1, 2, 4).")
+    if runs is None and budget_s is None:
+        budget_s = THREADS_BUDGET_S
     lm, dims, shapes = resolve(model, dims, shapes)
     feed = as_feed_list(feeds, lm, dims, shapes)[0]
-    rows = []
-    reporter = Progress(progress, len(counts) * (runs + warmup), "thread sweep", min_steps=20)
+    rows, samples, notes = [], [], []
+    budget = Budget(budget_s, len(counts))
+    reporter = Progress(progress, len(counts) * ((runs + warmup) if runs is not None else 1),
+                        "thread sweep", min_steps=20 if runs is not None else 1)
     try:
         for t in counts:
+            if rows and cancelled(cancel):
+                notes.append(f"cancelled before threads={t}")
+                break
+            t0 = time.perf_counter()
             sess = make_session(lm, providers=providers, opt_level=opt_level, threads=int(t))
-            rows.append({"threads": int(t), **_stats(_time_runs(sess, feed, runs, warmup,
-                                                                reporter))})
+            ms, _why = _time_point(sess, feed, runs, warmup, budget, reporter, cancel, rel_ci,
+                                   t_point=t0)
+            budget.next()
+            del sess
+            samples.append(ms)
+            rows.append({"threads": int(t), **_stats(ms)})
     finally:
         reporter.close()
     df = pd.DataFrame(rows)
-    return df.assign(speedup=df.mean_ms.iloc[0] / df.mean_ms)
+    df = df.assign(speedup=df.p50_ms.iloc[0] / df.p50_ms,
+                   verdict=_verdicts(samples, [f"{t} threads" for t in df.threads]))
+    df = df[["threads", "mean_ms", "p50_ms", "p90_ms", "std_ms", "speedup", "runs", "p10_ms",
+             "ci_low_ms", "ci_high_ms", "rel_ci", "verdict"]]
+    notes.extend(_busy(samples, "thread sweep"))
+    df.attrs["notes"] = notes
+    return df
+
+
+def compare_models(a: Any, b: Any, *, runs: int | None = None, warmup: int = 3,
+                   budget_s: float = 4.0, feeds: Any = None,
+                   dims: Mapping[str, int] | None = None,
+                   shapes: Mapping[str, Sequence[int]] | None = None,
+                   providers: str | Sequence[str] | None = None, opt_level: str = "all",
+                   threads: int | None = None, labels: tuple[str, str] = ("A", "B"),
+                   cancel: Any = None):
+    """Is model ``b`` faster or slower than ``a`` beyond the noise?
+
+    Both sessions run interleaved (a, b, a, b...), so a change of load on the machine hits
+    both alike, until both medians are stable or ``budget_s`` is spent (or ``runs`` each).
+    The feeds are made for ``a`` (both models must take the same inputs).
+
+    Returns:
+        A :class:`~onnx_lab.profiling.stats.Difference` (``.text``: the verdict in words,
+        e.g. "no difference beyond noise between A and B (...)").
+
+    Example:
+        >>> compare_models("sample:convnet", "sample:convnet").different
+        False
+    """
+    from onnx_lab.profiling.stats import stable
+    from onnx_lab.runtime.feeds import as_feed_list
+    from onnx_lab.runtime.session import make_session
+
+    _check_budget(runs, warmup, budget_s)
+    la, dims_a, shapes_a = resolve(a, dims, shapes)
+    lb, _, _ = resolve(b, dims, shapes)
+    feed = as_feed_list(feeds, la, dims_a, shapes_a)[0]
+    sa = make_session(la, providers=providers, opt_level=opt_level, threads=threads)
+    sb = make_session(lb, providers=providers, opt_level=opt_level, threads=threads)
+    for _ in range(warmup):
+        sa.run(None, feed)
+        sb.run(None, feed)
+    xa, xb = [], []
+    perf = time.perf_counter
+    t_start = perf()
+    limit = runs if runs is not None else 2000
+    while len(xa) < limit:
+        if xa and cancelled(cancel):
+            break
+        for sess, out in ((sa, xa), (sb, xb)):
+            t = perf()
+            sess.run(None, feed)
+            out.append((perf() - t) * 1e3)
+        if runs is None:
+            if perf() - t_start >= budget_s and len(xa) >= 3:
+                break
+            if len(xa) >= 20 and len(xa) % 5 == 0 and stable(np.array(xa)) \
+                    and stable(np.array(xb)):
+                break
+    return compare_samples(np.array(xa), np.array(xb), labels=labels)

@@ -19,7 +19,7 @@ import os
 import tempfile
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -240,7 +240,7 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
                  optimized_model_path: str | None = None,
                  provider_options: Sequence[dict[str, Any]] | None = None,
                  arena: bool = True, disabled_optimizers: Sequence[str] = (),
-                 log_severity: int = 3):
+                 log_severity: int = 3, config_entries: Mapping[str, str] | None = None):
     """Create an ``onnxruntime.InferenceSession`` for ``model``.
 
     Args:
@@ -258,6 +258,9 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
             off (``ConvBNFusion``...); onnxruntime ignores names it does not know.
         log_severity: onnxruntime's log level for this session (1 logs which transformers
             changed the graph, see :mod:`onnx_lab.runtime.optimizers`).
+        config_entries: extra onnxruntime session config entries (profiling writes its
+            optimized graph with the weights in a side file:
+            ``session.optimized_model_external_initializers_file_name``).
 
     Raises:
         RuntimeLoadError: onnxruntime cannot load the model (names the op and domain).
@@ -290,6 +293,8 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
                 tempfile.gettempdir(), "onnx_lab_ort_profile")
         if optimized_model_path:
             so.optimized_model_filepath = str(optimized_model_path)
+        for k, v in (config_entries or {}).items():
+            so.add_session_config_entry(str(k), str(v))
         return so
 
     light = _light_session_data(model, provs, outputs, extra_outputs)

@@ -16,8 +16,10 @@ def test_levels_table():
     lab = onnx_lab.open("sample:convnet")
     df = levels(lab, runs=2, warmup=1)
     assert df.opt_level.tolist() == ["disable", "basic", "extended", "all"]
+    # Issue 17 adds the spread, the interval of the median and a verdict after the old columns.
     assert list(df.columns) == ["opt_level", "init_ms", "mean_ms", "p50_ms", "p90_ms", "std_ms",
-                                "nodes", "nodes_model", "speedup"]
+                                "nodes", "nodes_model", "speedup", "runs", "p10_ms",
+                                "ci_low_ms", "ci_high_ms", "rel_ci", "verdict"]
     assert df.nodes.iloc[0] == df.nodes_model.iloc[0] == lab.model.graph.num_nodes()
     # basic removes Identity/Dropout and folds BN into Conv; extended fuses Conv+Relu.
     assert df.nodes.iloc[1] < df.nodes.iloc[0]

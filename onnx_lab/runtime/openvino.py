@@ -1,0 +1,132 @@
+"""OpenVINO as a second runtime beside onnxruntime (optional: ``pip install 'onnx-lab[openvino]'``).
+
+:class:`OpenVINOSession` looks like an ``onnxruntime.InferenceSession`` to the timing loops
+(``run(None, feeds) -> list of arrays``, ``get_providers()``), so profiling and sweeps time
+both runtimes with the same code. OpenVINO reads the ONNX model itself (its own frontend) from
+a temporary file and compiles it for a device (``CPU`` here).
+
+Example:
+    >>> from onnx_lab.runtime.openvino import openvino_available, OpenVINOSession
+    >>> if openvino_available():
+    ...     s = OpenVINOSession(lab.model, device="CPU")
+    ...     outs = s.run(None, feeds)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.errors import ProviderError, RuntimeLoadError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["openvino_available", "OpenVINOSession", "INSTALL_HINT", "is_openvino",
+           "openvino_device", "BACKEND_PREFIX"]
+
+INSTALL_HINT = ("OpenVINO is not installed: pip install 'onnx-lab[openvino]' (or pip install "
+                "openvino) to time it beside onnxruntime")
+#: Session names of OpenVINO backends: ``"OpenVINO:CPU"``.
+BACKEND_PREFIX = "OpenVINO"
+
+
+def openvino_available() -> bool:
+    """Whether the ``openvino`` package can be imported (checked without importing it)."""
+    return importlib.util.find_spec("openvino") is not None
+
+
+def is_openvino(name: str) -> bool:
+    """Whether a backend name means the OpenVINO runtime (``"openvino"``, ``"openvino:CPU"``,
+    ``"OpenVINO:GPU"``), not onnxruntime's OpenVINO execution provider."""
+    return isinstance(name, str) and name.strip().lower().split(":")[0] == "openvino"
+
+
+def openvino_device(name: str) -> str:
+    """The device of an OpenVINO backend name (``CPU`` when none is given)."""
+    parts = name.strip().split(":", 1)
+    return parts[1].upper() if len(parts) > 1 and parts[1] else "CPU"
+
+
+class OpenVINOSession:
+    """A compiled OpenVINO model with the ``run``/``get_providers`` of an ORT session.
+
+    Args:
+        model: the LabModel (written to a temporary ONNX file for OpenVINO's reader).
+        device: an OpenVINO device (``CPU``, ``GPU``...).
+        threads: inference threads (None: OpenVINO's default).
+        shapes: input name -> shape with ints for fixed dims and -1 for dims left dynamic
+            (None: the model's own, dynamic dims staying dynamic).
+        hint: OpenVINO's performance hint, ``LATENCY`` (one request at a time, as timed here)
+            or ``THROUGHPUT``.
+
+    Raises:
+        ProviderError: openvino is not installed, or the device does not exist.
+        RuntimeLoadError: OpenVINO cannot read or compile the model.
+    """
+
+    def __init__(self, model: LabModel, *, device: str = "CPU", threads: int | None = None,
+                 shapes: Mapping[str, Sequence[int]] | None = None,
+                 hint: str = "LATENCY") -> None:
+        if not openvino_available():
+            raise ProviderError("The OpenVINO backend needs the openvino package.",
+                                fix="pip install 'onnx-lab[openvino]'")
+        import openvino as ov
+
+        from onnx_lab.runtime.session import runtime_proto
+
+        core = ov.Core()
+        if device not in core.available_devices and device not in ("AUTO", "HETERO"):
+            raise ProviderError(f"OpenVINO has no device {device!r} here "
+                                f"(available: {', '.join(core.available_devices)}).",
+                                fix="Use 'openvino:CPU' or one of the available devices.")
+        self.device = device
+        tmp = tempfile.TemporaryDirectory(prefix="onnx_lab_ov_")
+        try:
+            path = os.path.join(tmp.name, "model.onnx")
+            proto = runtime_proto(model)
+            with open(path, "wb") as f:
+                f.write(proto.SerializeToString())
+            try:
+                ov_model = core.read_model(path)
+                if shapes:
+                    ov_model.reshape({k: ov.PartialShape([int(d) for d in v])
+                                      for k, v in shapes.items()})
+                config: dict[str, Any] = {"PERFORMANCE_HINT": hint}
+                if threads is not None:
+                    config["INFERENCE_NUM_THREADS"] = int(threads)
+                self._compiled = core.compile_model(ov_model, device, config)
+            except Exception as e:  # noqa: BLE001 - OpenVINO raises RuntimeError and others
+                first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+                raise RuntimeLoadError(f"OpenVINO cannot read or compile the model: {first}",
+                                       fix="Check lab.check(); ops of custom domains "
+                                       "(com.microsoft) do not run in OpenVINO.") from e
+        finally:
+            tmp.cleanup()
+        self._request = self._compiled.create_infer_request()
+        self._inputs = [p.get_any_name() for p in self._compiled.inputs]
+        self._outputs = [p.get_any_name() for p in self._compiled.outputs]
+        self.version = ov.get_version()
+
+    def get_providers(self) -> list[str]:
+        """``['OpenVINO:CPU']`` (the name profiling tables use)."""
+        return [f"{BACKEND_PREFIX}:{self.device}"]
+
+    def get_outputs_names(self) -> list[str]:
+        return list(self._outputs)
+
+    def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, np.ndarray]
+            ) -> list[np.ndarray]:
+        """Outputs in the model's order (``output_names`` picks some), as numpy arrays."""
+        res = self._request.infer({k: v for k, v in feeds.items() if k in self._inputs})
+        arrays = [np.asarray(res[i]) for i in range(len(self._outputs))]
+        if output_names is None:
+            return arrays
+        by_name = dict(zip(self._outputs, arrays, strict=True))
+        return [by_name[n] for n in output_names]
