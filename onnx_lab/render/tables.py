@@ -9,7 +9,7 @@ from typing import Any
 from onnx_lab._pandas import pd
 from onnx_lab.core.units import format_bytes
 
-__all__ = ["summary_html", "frame_html", "format_bytes"]
+__all__ = ["summary_html", "frame_html", "format_bytes", "changes_frame"]
 
 
 def _e(x: Any) -> str:
@@ -70,3 +70,38 @@ def summary_html(summary: Mapping[str, Any]) -> str:
         f"<table><tr><th>kind</th><th>name</th><th>dtype</th><th>shape</th></tr>{io}</table>"
         f"<p><b>Op families:</b> {fams}</p><p><b>Ops:</b> {ops}</p></div>"
     )
+
+
+def changes_frame(result: Any, before: Any = None) -> pd.DataFrame:
+    """What one pass result changed, one row per node: for display of a step.
+
+    Columns: ``node_id``, ``change`` ('fused' when made from several nodes, 'rewritten' from
+    one, 'new' from none known, 'removed'), ``op_type`` (of the new node; of the removed one
+    when ``before``, the step's input LabModel, is given), ``from`` (the node ids it came from).
+    Reads ``result.provenance`` and ``result.removed`` (whole-model tools such as onnxsim and
+    the ORT levels fill them too).
+    """
+    rows: list[dict[str, Any]] = []
+    after = getattr(result, "model", None)
+    entries = getattr(getattr(after, "index", None), "entries", {}) or {}
+    old = getattr(getattr(before, "index", None), "entries", {}) or {}
+    prov = dict(getattr(result, "provenance", None) or {})
+    for nid, src in prov.items():
+        src = list(src or [])
+        if src == [nid]:
+            continue  # an attribute changed in place: listed as rewritten below only if fused
+        kind = "fused" if len(src) > 1 else "rewritten" if src else "new"
+        e = entries.get(nid)
+        rows.append({"node_id": nid, "change": kind,
+                     "op_type": e.node.op_type if e is not None else "", "from": src})
+    made_from = {s for src in prov.values() for s in (src or [])}
+    for nid in getattr(result, "removed", None) or []:
+        if nid in made_from:
+            continue  # shown as the source of a fused/rewritten node
+        e = old.get(nid)
+        rows.append({"node_id": nid, "change": "removed",
+                     "op_type": e.node.op_type if e is not None else "", "from": []})
+    df = pd.DataFrame(rows, columns=["node_id", "change", "op_type", "from"])
+    order = {"fused": 0, "rewritten": 1, "new": 2, "removed": 3}
+    return df.sort_values("change", key=lambda s: s.map(order), kind="stable").reset_index(
+        drop=True)

@@ -119,8 +119,47 @@ class View(w.VBox):
         self.code = w.HTML(value="")
         self.error: BaseException | None = None
         # Status first: in a long widget the result of a click must be seen without scrolling.
+        kwargs.setdefault("layout", w.Layout(max_width="100%", overflow="auto"))
         super().__init__(children=[self.status, *children, self.code], **kwargs)
         self.add_class("onnx-lab-widget")
+
+    # ------------------------------------------------------------------ snapshot
+    def snapshot_html(self) -> str:
+        """The widget's current view as static HTML (its tables, SVG and figures).
+
+        What a notebook shows without a kernel: :meth:`_repr_mimebundle_` puts it next to the
+        widget view as ``text/html`` (frontends with no widget manager, untrusted notebooks,
+        nbconvert); JupyterLab with *Save Widget State Automatically* (``make lab`` turns it
+        on) restores the widget itself from the notebook's widget state.
+        """
+        parts = [snapshot_of(c) for c in self.children]
+        name = html.escape(type(self).__name__)
+        return (f"<div class='onnx-lab-snapshot' style='max-width:100%;overflow:auto'>"
+                f"<div style='font-size:11px;color:#777'>{name}: static snapshot (re-run the "
+                f"cell for the live widget)</div>" + "".join(p for p in parts if p) + "</div>")
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is None:
+            return None
+        try:
+            bundle["text/html"] = self.snapshot_html()
+        except Exception:  # noqa: BLE001 - a snapshot must never stop the widget showing
+            log.exception("snapshot of %s failed", type(self).__name__)
+        return bundle
+
+    def _clear_results(self) -> None:
+        """Blank the panels that show the last result (an error replaces the last result).
+
+        Subclasses list those panels in ``_result_panels``.
+        """
+        for panel in getattr(self, "_result_panels", ()):
+            if isinstance(panel, w.HTML):
+                panel.value = ""
+            elif hasattr(panel, "show"):  # a GraphCanvas
+                panel.show(None)
+            elif hasattr(panel, "set"):  # PagedTable
+                panel.set(pd.DataFrame(), caption="")
 
     def _call(self, fn: Callable[..., Any], *args: Any, code: str | None = None,
               busy: str | None = None, **kwargs: Any) -> Any:
@@ -148,6 +187,7 @@ class View(w.VBox):
             log.error("widget callback failed", exc_info=e)
         self.error = e
         self.status.value = error_html(e)
+        self._clear_results()
         # A missing dim inside a widget with a run-context bar: point at the bar's field
         # instead of asking the user to copy code.
         context = getattr(self, "context", None)
@@ -179,6 +219,39 @@ class View(w.VBox):
                 return None
 
         return handler
+
+
+def snapshot_of(widget: Any) -> str:
+    """Static HTML of one widget subtree (hidden parts, inputs and buttons left out)."""
+    layout = getattr(widget, "layout", None)
+    if layout is not None and getattr(layout, "display", None) == "none":
+        return ""
+    svg = getattr(widget, "svg", None)
+    if isinstance(svg, str):  # the graph canvas: its SVG, scrollable
+        if not svg:
+            return ""
+        title = html.escape(getattr(widget, "title", "") or "")
+        return (f"<div class='onnx-lab-snapshot-graph' style='max-width:100%;max-height:"
+                f"600px;overflow:auto;border:1px solid #e0e0e0'>"
+                f"{'<div style=font-size:11px>' + title + '</div>' if title else ''}"
+                f"{svg[svg.find('<svg'):] if '<svg' in svg else svg}</div>")
+    if isinstance(widget, w.HTML):
+        return widget.value
+    if isinstance(widget, w.Tab) or isinstance(widget, w.Accordion):
+        i = widget.selected_index
+        kids = widget.children
+        if i is None or not 0 <= i < len(kids):
+            return ""
+        title = widget.get_title(i) if hasattr(widget, "get_title") else ""
+        return (f"<div><b>{html.escape(title or '')}</b></div>" if title else "") + \
+            snapshot_of(kids[i])
+    if isinstance(widget, w.Box):
+        inner = "".join(snapshot_of(c) for c in widget.children)
+        if not inner:
+            return ""
+        flow = "display:flex;flex-wrap:wrap;gap:4px" if isinstance(widget, w.HBox) else ""
+        return f"<div style='{flow}'>{inner}</div>"
+    return ""
 
 
 class PagedTable(w.VBox):

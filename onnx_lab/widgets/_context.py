@@ -15,7 +15,7 @@ from typing import Any
 
 import ipywidgets as w
 
-__all__ = ["RunContext", "missing_dims"]
+__all__ = ["RunContext", "missing_dims", "image_feeds"]
 
 _USED_BY = re.compile(r"'([^']+)' \(used by")
 
@@ -35,6 +35,10 @@ class RunContext(w.VBox):
         lab: the Lab whose dims/shapes the bar edits.
         verify: show a *verify* checkbox with this initial value (None: no checkbox).
         feeds: show the feeds controls.
+        write: :meth:`apply` writes dims/shapes to the Lab (False: the widget passes
+            ``context.dims`` / ``context.shapes`` to its call, as the DriftDebugger does for
+            ``compare(..., dims=...)``).
+        dims, shapes: initial values (default: the Lab's).
 
     Attributes:
         dim_fields: {dim name: Text}; empty means unresolved.
@@ -42,15 +46,22 @@ class RunContext(w.VBox):
         feed_mode, seed, feed_path, verify: the controls.
     """
 
-    def __init__(self, lab: Any, *, verify: bool | None = None, feeds: bool = True) -> None:
+    def __init__(self, lab: Any, *, verify: bool | None = None, feeds: bool = True,
+                 write: bool = True, dims: dict[str, int] | None = None,
+                 shapes: dict[str, Any] | None = None, seeded: bool = True) -> None:
         from onnx_lab.core.shapes import dynamic_dims, shape_tuple
 
         self.lab = lab
+        self.write = write
+        self.seeded = seeded
         model = lab.model
+        start_dims = {**dict(getattr(lab, "dims", None) or {}), **dict(dims or {})}
+        start_shapes = {**dict(getattr(lab, "shapes", None) or {}), **dict(shapes or {})}
+        self._start_dims, self._start_shapes = start_dims, start_shapes
         names = [d for d in dynamic_dims(model) if d != "?"]
         self.dim_fields: dict[str, w.Text] = {}
         for d in names:
-            val = lab.dims.get(d)
+            val = start_dims.get(d)
             f = w.Text(value="" if val is None else str(val), placeholder=d,
                        description=d, layout=w.Layout(width="190px"),
                        style={"description_width": "initial"})
@@ -62,7 +73,7 @@ class RunContext(w.VBox):
         for v in model.graph.inputs:
             if v.name in inits:
                 continue
-            shape = lab.shapes.get(v.name) or shape_tuple(v.shape) or ()
+            shape = start_shapes.get(v.name) or shape_tuple(v.shape) or ()
             text = ", ".join("?" if s is None else str(s) for s in shape)
             f = w.Text(value=text, description=v.name, layout=w.Layout(width="300px"),
                        style={"description_width": "initial"})
@@ -93,12 +104,19 @@ class RunContext(w.VBox):
         if extra:
             rows.append(w.HBox(extra, layout=w.Layout(flex_flow="row wrap")))
         rows.append(self.message)
+        self.feed_mode.observe(lambda _c: self._feed_controls(), names="value")
+        self._feed_controls()
         super().__init__(rows, layout=w.Layout(border="1px solid #e0e0e0", padding="2px 4px",
                                                margin="2px 0", max_width="100%"))
         self.add_class("onnx-lab-context")
         self.missing: list[str] = []
 
     # ------------------------------------------------------------------ values
+    def _feed_controls(self) -> None:
+        random = self.feed_mode.value == "random"
+        self.seed.layout.display = None if random and self.seeded else "none"
+        self.feed_path.layout.display = "none" if random else None
+
     @property
     def dims(self) -> dict[str, int]:
         """The dims typed in (fields that are empty or not integers are left out)."""
@@ -133,18 +151,23 @@ class RunContext(w.VBox):
         Raises:
             DimError: a value does not fit the model (shown by the widget).
         """
+        for f in self.dim_fields.values():
+            f.remove_class("onnx-lab-missing")
+        self.missing = []
+        self.message.value = ""
+        if not self.write:
+            return
+        self.lab.dims  # noqa: B018 - a Lab without dims fails here, not half-way
         dims, shapes = {**self.lab.dims, **self.dims}, {**self.lab.shapes, **self.shapes}
         if dims != self.lab.dims:
             self.lab.dims = dims
         if shapes != self.lab.shapes:
             self.lab.shapes = shapes
-        for f in self.dim_fields.values():
-            f.remove_class("onnx-lab-missing")
-        self.missing = []
-        self.message.value = ""
 
     def code(self) -> str:
         """The Python equivalent of :meth:`apply` ('' when nothing was typed)."""
+        if not self.write:
+            return ""
         parts = []
         if self.dims:
             parts.append(f"lab.dims = {{**lab.dims, **{self.dims!r}}}")
@@ -153,40 +176,80 @@ class RunContext(w.VBox):
         return "; ".join(parts)
 
     def feeds(self) -> dict[str, Any] | str | None:
-        """The feeds chosen: None (random, seeded), an .npz path, or arrays from an image."""
-        mode, path = self.feed_mode.value, self.feed_path.value.strip()
-        if mode == "random" or not path:
-            return None
-        if mode == "npz":
-            return path
-        return self._image_feeds(path)
+        """The feeds chosen: None (random, seeded), an .npz path, or arrays from an image.
 
-    def _image_feeds(self, path: str) -> dict[str, Any]:
-        import numpy as np
-        from PIL import Image
-
+        Raises:
+            InputError: the .npz/image mode without a path, or an image that cannot be fed.
+        """
         from onnx_lab.errors import InputError
 
-        img_inputs = {n: f for n, f in self.shape_fields.items()}
-        if not img_inputs:
+        mode, path = self.feed_mode.value, self.feed_path.value.strip()
+        if mode == "random":
+            return None
+        if not path:
+            raise InputError(f"Feeds from {'an .npz' if mode == 'npz' else 'an image'} file "
+                             "need a path.", fix="Type the file's path in the bar's *path* "
+                             "box, or choose random (seeded) feeds.")
+        if mode == "npz":
+            return path
+        name, shape = self._image_input()
+        return image_feeds(path, name, shape)
+
+    def _image_input(self) -> tuple[str, list[int]]:
+        from onnx_lab.errors import InputError
+
+        if not self.shape_fields:
             raise InputError("The model has no input to feed an image to.")
-        name = next(iter(img_inputs))
-        shape = self.lab.shapes.get(name)
+        name = next(iter(self.shape_fields))
+        shape = self.shapes.get(name) or self._start_shapes.get(name)
         if shape is None:
+            known = {**self._start_dims, **self.dims}
             parts = [p.strip() for p in self.shape_fields[name].value.split(",")]
-            shape = [int(p) if p.isdigit() else self.lab.dims.get(p) for p in parts]
-        if len(shape) != 4 or any(s is None for s in shape):
-            raise InputError(f"Input {name!r} has shape {shape}: an image needs a resolved "
-                             "N×C×H×W shape.", fix="Set its dims (height, width) in the bar.")
-        try:
-            img = Image.open(path).convert("RGB" if shape[1] == 3 else "L")
-        except OSError as e:
-            raise InputError(f"Cannot read image {path!r}: {e}.",
-                             fix="Pick a .jpg/.png file that exists.") from e
-        img = img.resize((int(shape[3]), int(shape[2])))
-        a = np.asarray(img, dtype=np.float32) / 255.0
-        a = a.reshape(shape[2], shape[3], -1).transpose(2, 0, 1)[None]
-        return {name: np.repeat(a, int(shape[0]), axis=0)}
+            shape = [int(p) if p.isdigit() else known.get(p) for p in parts]
+        return name, list(shape)
+
+    def seed_value(self) -> int | None:
+        """The seed of random feeds (None when it is the default 0 or feeds come from a file)."""
+        if self.feed_mode.value != "random" or int(self.seed.value) == 0:
+            return None
+        return int(self.seed.value)
+
+    def feeds_code(self) -> str | None:
+        """Python for :meth:`feeds` (None for random feeds)."""
+        mode, path = self.feed_mode.value, self.feed_path.value.strip()
+        if mode == "random":
+            return None
+        if mode == "npz":
+            return repr(path)
+        name, shape = self._image_input()
+        return f"image_feeds({path!r}, {name!r}, {shape!r})"
+
+    def verify_arg(self) -> bool | dict[str, Any]:
+        """``verify=`` for a call: False when unticked, else True or ``{'feeds'/'seed': ...}``."""
+        if not self.verify.value:
+            return False
+        opts: dict[str, Any] = {}
+        feeds = self.feeds()
+        if feeds is not None:
+            opts["feeds"] = feeds
+        seed = self.seed_value()
+        if seed is not None:
+            opts["seed"] = seed
+        return opts or True
+
+    def verify_code(self) -> str:
+        """``verify=...`` as Python ('' for the default ``verify=True``)."""
+        if not self.verify.value:
+            return "verify=False"
+        opts = []
+        fc = self.feeds_code()
+        if fc is not None:
+            opts.append(f"'feeds': {fc}")
+        seed = self.seed_value()
+        if seed is not None:
+            opts.append(f"'seed': {seed}")
+        return "verify={" + ", ".join(opts) + "}" if opts else ""
+
 
     # ------------------------------------------------------------------ errors
     def focus_dims(self, names: Iterable[str]) -> None:
@@ -203,3 +266,33 @@ class RunContext(w.VBox):
             self.message.value = ("<div class='onnx-lab-warn' style='color:#8a4b00'>Set "
                                   + ", ".join(f"<b>{n}</b>" for n in names)
                                   + " here, then run again.</div>")
+
+
+def image_feeds(path: str, name: str, shape: Any) -> dict[str, Any]:
+    """``{name: array}`` from an image file resized to ``shape`` (N×C×H×W, values in [0, 1]).
+
+    Example:
+        >>> image_feeds("cat.jpg", "images", [1, 3, 640, 640])["images"].shape
+        (1, 3, 640, 640)
+    """
+    import numpy as np
+
+    from onnx_lab.errors import InputError
+
+    shape = list(shape)
+    if len(shape) != 4 or any(s is None for s in shape):
+        raise InputError(f"Input {name!r} has shape {shape}: an image needs a resolved "
+                         "N×C×H×W shape.", fix="Set its dims (height, width) in the bar.")
+    try:
+        from PIL import Image
+    except ImportError as e:  # pragma: no cover - Pillow comes with matplotlib
+        raise InputError("Reading an image needs Pillow.", fix="pip install pillow") from e
+    try:
+        img = Image.open(path).convert("RGB" if int(shape[1]) == 3 else "L")
+    except OSError as e:
+        raise InputError(f"Cannot read image {path!r}: {e}.",
+                         fix="Pick a .jpg/.png file that exists.") from e
+    img = img.resize((int(shape[3]), int(shape[2])))
+    a = np.asarray(img, dtype=np.float32) / 255.0
+    a = a.reshape(int(shape[2]), int(shape[3]), -1).transpose(2, 0, 1)[None]
+    return {name: np.repeat(a, int(shape[0]), axis=0)}

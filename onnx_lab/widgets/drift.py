@@ -20,7 +20,6 @@ from onnx_lab.widgets._common import (
     code_html,
     figure_html,
     info_html,
-    rendering_html,
     short,
 )
 
@@ -65,10 +64,18 @@ class DriftDebugger(View):
         # Per-tensor views of the current result: ticking a layer again shows them at once.
         self._shown: dict[str, dict[str, Any]] = {}
         provs = available_providers()
-        self.feed_mode = w.ToggleButtons(options=[("random (seeded)", "random"),
-                                                  (".npz file", "npz")], value="random")
-        self.npz_path = w.Text(placeholder="inputs.npz", description="npz",
-                               layout=w.Layout(width="320px"))
+        from onnx_lab.widgets._context import RunContext
+        from onnx_lab.widgets.canvas import GraphCanvas
+
+        # The run-context bar of the candidate (dims, shapes, feeds). It does not write to
+        # either Lab: its values go to compare(dims=..., shapes=..., feeds=...).
+        side = candidate if hasattr(candidate, "model") else reference
+        self.context = RunContext(side, write=False, dims=self.dims, shapes=self.shapes,
+                                  seeded=False) if hasattr(side, "model") else None
+        self.feed_mode = self.context.feed_mode if self.context else w.Dropdown(
+            options=[("random (seeded)", "random"), (".npz file", "npz")], value="random")
+        self.npz_path = self.context.feed_path if self.context else w.Text(
+            placeholder="inputs.npz", description="path")
         from onnx_lab.numerics.metrics import PRESETS
 
         # The preset judges outputs element-wise and intermediates against their own scale;
@@ -104,32 +111,44 @@ class DriftDebugger(View):
             formatters={"passed": lambda v: "✔" if v else "<b style='color:#c62828'>✘</b>",
                         "tensor": self._tensor_cell})
         self.layer_title = w.HTML()
-        self.hist_html = w.HTML(layout=w.Layout(width="50%"))
-        self.scatter_html = w.HTML(layout=w.Layout(width="50%"))
-        self.graph_html = w.HTML()
+        self.hist_html = w.HTML(layout=w.Layout(width="60%", min_width="360px"))
+        self.scatter_html = w.HTML(layout=w.Layout(width="38%", min_width="260px"))
+        self.canvas = GraphCanvas(side if hasattr(side, "model") else None, height=420)
+        self.show_constants = w.Checkbox(value=False, indent=False, description="show Constant "
+                                         "layers", layout=w.Layout(width="200px"))
+        self.order = w.Dropdown(options=[("largest error first", "error"),
+                                         ("topological order", "topology")], value="error",
+                                description="order", layout=w.Layout(width="280px"))
+        self.layers_title = w.HTML()
         self.run_button.on_click(lambda _b: self._guard(self.run)())
         for box in (self.atol, self.rtol):
             box.observe(lambda _c: setattr(self.custom_tolerances, "value", True), names="value")
-        self.feed_mode.observe(self._guard(self._mode), names="value")
-        self._mode()
+        self.show_constants.observe(self._guard(self._show_layers), names="value")
+        self.order.observe(self._guard(self._show_layers), names="value")
+        wrap = w.Layout(flex_flow="row wrap")
         super().__init__([
-            w.HBox([self.feed_mode, self.npz_path]),
-            w.HBox([self.preset, self.custom_tolerances, self.atol, self.rtol]),
-            w.HBox([self.layerwise, self.confirm]),
-            w.HBox([self.ref_provider, self.cand_provider]),
-            w.HBox([self.run_button, self.progress, self.progress_label]),
+            *([self.context] if self.context else [w.HBox([self.feed_mode, self.npz_path])]),
+            w.HBox([self.preset, self.custom_tolerances, self.atol, self.rtol], layout=wrap),
+            w.HBox([self.layerwise, self.confirm], layout=wrap),
+            w.HBox([self.ref_provider, self.cand_provider], layout=wrap),
+            w.HBox([self.run_button, self.progress, self.progress_label], layout=wrap),
             self.verdict, self.plot_html,
-            w.HTML("<b>Layers, largest error first</b> (tick one to inspect it)"), self.layers,
-            self.layer_title, w.HBox([self.hist_html, self.scatter_html]), self.graph_html,
+            w.HBox([self.layers_title, self.order, self.show_constants], layout=wrap),
+            self.layers, self.layer_title,
+            w.HBox([self.hist_html, self.scatter_html], layout=wrap), self.canvas,
         ])
         self.add_class("onnx-lab-drift")
+        self._result_panels = (self.verdict, self.plot_html, self.layer_title, self.hist_html,
+                               self.scatter_html, self.canvas)
+        from onnx_lab.widgets._links import selection
+
+        for lab in {id(x): x for x in (candidate, reference) if hasattr(x, "index")}.values():
+            selection(lab).subscribe(self, self._guard(self.canvas.focus))
         self.code.value = code_html(self._code())
 
     # ------------------------------------------------------------------ helpers
-    def _mode(self, _change: Any = None) -> None:
-        self.npz_path.layout.display = None if self.feed_mode.value == "npz" else "none"
-
-    def _kwargs(self) -> dict[str, Any]:
+    def _kwargs(self, *, code: bool = False) -> dict[str, Any]:
+        """compare()'s keywords from the controls (``code``: feeds as their Python text)."""
         kw: dict[str, Any] = {}
         if self.preset.value != "auto":
             kw["preset"] = self.preset.value
@@ -137,7 +156,16 @@ class DriftDebugger(View):
             kw.update(atol=float(self.atol.value), rtol=float(self.rtol.value))
         if self.confirm.value:
             kw["confirm"] = True
-        if self.feed_mode.value == "npz":
+        if self.context is not None:
+            if self.feed_mode.value != "random":
+                if code:
+                    try:
+                        kw["feeds"] = _Code(self.context.feeds_code())
+                    except Exception:  # noqa: BLE001 - the call itself reports it
+                        kw["feeds"] = _Code("...")
+                else:
+                    kw["feeds"] = self.context.feeds()
+        elif self.feed_mode.value == "npz":
             kw["feeds"] = self.npz_path.value.strip()
         if not self.layerwise.value:
             kw["layerwise"] = False
@@ -145,15 +173,19 @@ class DriftDebugger(View):
             kw["providers"] = ([self.ref_provider.value], [self.cand_provider.value])
         elif self.ref_provider.value != "CPUExecutionProvider":
             kw["providers"] = [self.ref_provider.value]
-        if self.dims:
-            kw["dims"] = self.dims
-        if self.shapes:
-            kw["shapes"] = self.shapes
+        dims = {**self.dims, **(self.context.dims if self.context else {})}
+        shapes = {**self.shapes, **(self.context.shapes if self.context else {})}
+        if dims:
+            kw["dims"] = dims
+        if shapes:
+            kw["shapes"] = shapes
         return kw
 
     def _code(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self._kwargs().items())
-        return f"c = onnx_lab.compare(reference, candidate, {args})"
+        args = ", ".join(f"{k}={v!r}" for k, v in self._kwargs(code=True).items())
+        pre = "from onnx_lab.widgets._context import image_feeds; " if "image_feeds(" in args \
+            else ""
+        return f"{pre}c = onnx_lab.compare(reference, candidate, {args})"
 
     def _tensor_cell(self, value: Any) -> str:
         d = self.result.first_divergence if self.result is not None else None
@@ -172,11 +204,13 @@ class DriftDebugger(View):
         """``onnx_lab.compare(reference, candidate, ...)`` with the controls' values."""
         import onnx_lab
 
-        kw = self._kwargs()
-        if kw.get("feeds") == "":
+        if self.context is not None:
+            self.context.apply()  # clears the bar's missing-dim marks
+        elif self.feed_mode.value == "npz" and not self.npz_path.value.strip():
             self.status.value = info_html("Type the path of an .npz file with the inputs.",
                                           kind="warn")
             return
+        kw = self._kwargs()
         self.progress.layout.visibility = "visible"
         self.progress.value = 0
         c = self._call(onnx_lab.compare, self.reference, self.candidate, progress=self._progress,
@@ -193,9 +227,7 @@ class DriftDebugger(View):
         text = html.escape(c.summary_text()).replace("\n", "<br>")
         self.verdict.value = (f"<div class='onnx-lab-verdict' style='border-left:4px solid "
                               f"{colour};padding-left:8px'>{text}</div>")
-        self.plot_html.value = figure_html(c.plot()) if len(c.layers) else ""
-        layers = c.layers.sort_values("max_abs", ascending=False, na_position="last")
-        self.layers.set(layers, keep_selection=False)
+        self._show_layers()
         if d is not None:
             # Open on the layer that introduced the drift, on the page that lists it.
             self.layers.show(d["tensor"])
@@ -203,12 +235,45 @@ class DriftDebugger(View):
         else:
             self._on_layer([])
 
+    def shown_layers(self) -> Any:
+        """``c.layers`` as the table lists them: Constant layers dropped unless *show Constant
+        layers* is ticked, by error or in topological order (compare's row order)."""
+        c = self.result
+        layers = c.layers
+        if not self.show_constants.value and len(layers):
+            layers = layers[layers["op_type"] != "Constant"]
+        if self.order.value == "error":
+            layers = layers.sort_values("max_abs", ascending=False, na_position="last",
+                                        kind="stable")
+        return layers
+
+    def _show_layers(self, _change: Any = None) -> None:
+        c = self.result
+        if c is None:
+            return
+        from onnx_lab.render.compare_plots import layer_error_figure
+
+        layers = self.shown_layers()
+        n_const = int((c.layers["op_type"] == "Constant").sum()) if len(c.layers) else 0
+        self.show_constants.description = f"show Constant layers ({n_const})"
+        # The plot follows the table's filter, always along topological order.
+        topo = layers.sort_index() if self.order.value == "error" else layers
+        self.plot_html.value = figure_html(layer_error_figure(topo, c.atol, c.first_divergence)) \
+            if len(topo) else ""
+        keep = [t for t in self.layers.selected if t in set(layers["tensor"])]
+        self.layers.set(layers, keep_selection=False)
+        self.layers.selected = keep
+        self.layers._sync_boxes()
+        self.layers_title.value = ("<b>Layers, " + ("largest error first" if self.order.value
+                                                    == "error" else "in topological order")
+                                   + "</b> (tick one to inspect it)&nbsp;")
+
     def _on_layer(self, keys: list[str]) -> None:
         c = self.result
         if c is None or not keys:
             self.layer = {}
             self.layer_title.value = self.hist_html.value = self.scatter_html.value = ""
-            self.graph_html.value = ""
+            self.canvas.show(None)
             return
         tensor = keys[0]
         row = c.layers.loc[c.layers["tensor"] == tensor]
@@ -227,8 +292,15 @@ class DriftDebugger(View):
                 self._shown[tensor] = shown
         self.hist_html.value = shown["hist_html"]
         self.scatter_html.value = shown["scatter_html"]
-        self.graph_html.value = shown["graph_html"]
         rendering = shown["rendering"]
+        if rendering is not None:
+            errors = c.layers.dropna(subset=["node_id"]).groupby("node_id")["max_abs"].max()
+            self.canvas.show(rendering, overlay=errors, overlay_label="max_abs",
+                             title=f"{tensor}: error on the graph")
+            if isinstance(node_id, str):
+                self.canvas.focus(node_id)
+        else:
+            self.canvas.show(None)
         self.layer = {"tensor": tensor, "hist": shown["hist"], "scatter": shown["scatter"],
                       "rendering": rendering}
         if isinstance(node_id, str):
@@ -257,5 +329,11 @@ class DriftDebugger(View):
         if node_id is not None and isinstance(node_id, str):
             rendering = self._call(c.render, around=node_id, radius=2, highlight=[node_id])
         return {"hist": hist, "scatter": scatter, "rendering": rendering,
-                "hist_html": figure_html(hist), "scatter_html": figure_html(scatter),
-                "graph_html": rendering_html(rendering)}
+                "hist_html": figure_html(hist), "scatter_html": figure_html(scatter)}
+
+
+class _Code(str):
+    """Text shown as is in the code line (``repr`` without quotes)."""
+
+    def __repr__(self) -> str:
+        return str(self)

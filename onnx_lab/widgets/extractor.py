@@ -19,10 +19,12 @@ from onnx_lab.widgets._common import (
     badge,
     code_html,
     info_html,
-    rendering_html,
 )
 
-__all__ = ["Extractor"]
+__all__ = ["Extractor", "INSIDE", "OUTSIDE"]
+
+#: Outline colours of the preview: nodes inside the cut, and their neighbours outside it.
+INSIDE, OUTSIDE = "#2e7d32", "#9e9e9e"
 
 
 def _names(text: str) -> list[str]:
@@ -77,7 +79,14 @@ class Extractor(View):
                                 layout=w.Layout(width="360px"))
         self.save_button = w.Button(description="Save", icon="save")
         self.info = w.HTML()
-        self.graph_html = w.HTML()
+        from onnx_lab.widgets._context import RunContext
+        from onnx_lab.widgets.canvas import GraphCanvas
+
+        # Dims/shapes for the cut's shapes and its verification; verify can be turned off.
+        self.context = RunContext(self.lab, verify=True)
+        self.verify = self.context.verify
+        self.canvas = GraphCanvas(self.lab, height=460)
+        self.legend = w.HTML()
         self.tensor_box = w.VBox([w.HBox([self.tensor_pick, self.add_input, self.add_output]),
                                   self.inputs, self.outputs])
         self.node_box = w.VBox([self.node_filter, self.nodes])
@@ -88,20 +97,33 @@ class Extractor(View):
         self.save_button.on_click(self._clicked(self.save))
         self.mode.observe(self._guard(self._mode), names="value")
         self.node_filter.observe(self._guard(self._filter), names="value")
+        self.nodes.on_change = self._guard(self._ticked)
+        wrap = w.Layout(flex_flow="row wrap")
         super().__init__([
-            self.mode, self.tensor_box, self.node_box,
-            w.HBox([self.preview_button, self.extract_button]),
-            w.HBox([self.save_path, self.save_button]),
-            self.info, self.graph_html,
+            self.mode, self.tensor_box, self.node_box, self.context,
+            w.HBox([self.preview_button, self.extract_button], layout=wrap),
+            w.HBox([self.save_path, self.save_button], layout=wrap),
+            self.info, self.legend, self.canvas,
         ])
         self.add_class("onnx-lab-extractor")
+        self._result_panels = (self.info, self.legend, self.canvas)
         self._nodes_df: pd.DataFrame | None = None
+        from onnx_lab.widgets._links import selection
+
+        self.link = selection(self.lab)
+        self.link.subscribe(self, self._guard(self.canvas.focus))
         self._mode()
 
     # ------------------------------------------------------------------ helpers
     def _clicked(self, fn):
         guarded = self._guard(fn)
         return lambda _b: guarded()
+
+    def _ticked(self, keys: list[str]) -> None:
+        """Linked selection: the last ticked node is selected in the other widgets."""
+        if keys and keys[-1] in self.lab.index.entries:
+            self.link.select(keys[-1], source=self)
+            self.canvas.focus(keys[-1])
 
     def _tensor_names(self) -> list[str]:
         # Main-graph values only: a boundary inside an If/Loop body cannot be cut.
@@ -160,36 +182,86 @@ class Extractor(View):
             return True
         return False
 
+    def _start(self) -> None:
+        """A new action: the last result (or error) goes, the bar's dims go to the Lab."""
+        self.info.value = self.legend.value = ""
+        self.canvas.show(None)
+        self.context.apply()
+
+    def _kw_code(self, kw: dict[str, Any]) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in kw.items())
+
+    @staticmethod
+    def counts_text(lab: Any) -> str:
+        """'12 compute nodes + 3 Constant nodes' for a Lab (main graph and bodies)."""
+        ops = lab.nodes["op_type"]
+        n_const = int((ops == "Constant").sum())
+        return (f"<b>{len(ops) - n_const}</b> compute node{'s' if len(ops) - n_const != 1 else ''}"
+                f" + <b>{n_const}</b> Constant node{'s' if n_const != 1 else ''}")
+
     # ------------------------------------------------------------------ actions
     def preview(self) -> None:
-        """Render the selection in the full model (nodes, or around the boundary tensors)."""
+        """Draw the cut in the full model: what is inside (green) and its neighbours outside.
+
+        What is inside comes from ``lab.extract(..., verify=False)`` (the same cut Extract
+        makes); the drawing is ``lab.render(around=inside, radius=1, highlight={...})``.
+        """
         kw = self.extract_kwargs()
         if self._empty(kw):
             return
-        if "nodes" in kw:
-            args = {"nodes": kw["nodes"], "highlight": kw["nodes"]}
-        else:
-            around = kw.get("inputs", []) + kw.get("outputs", [])
-            args = {"around": around, "radius": 1}
-        r = self._call(self.lab.render, busy="Laying out…", **args)
+        self._start()
+        sub = self._call(self.lab.extract, busy="Finding the cut…", verify=False, **kw)
+        if sub is None:
+            return
+        entries = self.lab.index.entries
+        inside = [n for n in sub.nodes["node_id"] if n in entries]
+        args: dict[str, Any] = {"around": inside, "radius": 1}
+        if len(inside) > 150:
+            args["collapse"] = "auto"
+        r0 = self._call(self.lab.render, busy="Laying out…", **args)
+        if r0 is None:
+            return
+        chosen = set(inside)
+        outside = [n for n in r0.nodes if n not in chosen]
+        marks = {**{n: INSIDE for n in inside}, **{n: OUTSIDE for n in outside}}
+        args["highlight"] = marks
+        r = self._call(self.lab.render, **args)
         if r is None:
             return
-        self.graph_html.value = rendering_html(r)
+        self.canvas.show(r, model=self.lab, title="preview of the cut")
+        self.legend.value = (
+            f"<div class='onnx-lab-cut-legend' style='font-size:12px'>"
+            f"<span style='border:2px solid {INSIDE};padding:0 4px'>inside the cut</span> "
+            f"{self.counts_text(sub)}; "
+            f"<span style='border:2px solid {OUTSIDE};padding:0 4px'>outside</span> "
+            f"{len(outside)} neighbouring node{'s' if len(outside) != 1 else ''} drawn; "
+            f"inputs: {html.escape(', '.join(sub.inputs['name']))}; outputs: "
+            f"{html.escape(', '.join(sub.outputs['name']))}</div>")
         self.result = r
-        self.code.value = code_html("lab.render(" + ", ".join(f"{k}={v!r}"
-                                                              for k, v in args.items()) + ")")
+        self.preview_cut = {"inside": inside, "outside": outside, "sub": sub}
+        self.code.value = code_html(
+            f"sub = lab.extract({self._kw_code(kw)}, verify=False); inside = list(sub.nodes."
+            f"node_id); lab.render(around=inside, radius=1, highlight={{...}})")
 
     def extract(self) -> None:
         """``lab.extract(...)``: the subgraph as a new, verified Lab."""
         kw = self.extract_kwargs()
         if self._empty(kw):
             return
-        sub = self._call(self.lab.extract, busy="Extracting and verifying…", **kw)
+        self._start()
+        verify, vcode = self.context.verify_arg(), self.context.verify_code()
+        sub = self._call(self.lab.extract, busy="Extracting" + (" and verifying…" if verify
+                                                                 is not False else "…"),
+                         verify=verify, **kw)
         if sub is None:
             return
         self.sub = sub
         self.result = sub
-        code = "sub = lab.extract(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"
+        bar = self.context.code()
+        code = ((bar + "; ") if bar else "") + "sub = lab.extract(" + self._kw_code(kw) + (
+            f", {vcode}" if vcode else "") + ")"
+        if "image_feeds(" in code:
+            code = "from onnx_lab.widgets._context import image_feeds; " + code
         ins = ", ".join(html.escape(n) for n in sub.inputs["name"])
         outs = ", ".join(html.escape(n) for n in sub.outputs["name"])
         verified = None
@@ -198,10 +270,11 @@ class Extractor(View):
             v = hist["verify_passed"].iloc[0]
             verified = None if v is None or pd.isna(v) else bool(v)
         self.info.value = (f"<div class='onnx-lab-extracted'><b>{len(sub.index)}</b> nodes "
-                           f"extracted {badge(verified)}<br>inputs: {ins}<br>outputs: {outs}"
-                           "</div>")
+                           f"extracted ({self.counts_text(sub)}) {badge(verified)}<br>inputs: "
+                           f"{ins}<br>outputs: {outs}</div>")
         r = self._call(sub.render, collapse="auto")
-        self.graph_html.value = rendering_html(r)
+        if r is not None:
+            self.canvas.show(r, model=sub, title="extracted subgraph")
         self.code.value = code_html(code + '; sub.render(collapse="auto")')
 
     def save(self) -> None:

@@ -21,13 +21,33 @@ from onnx_lab.widgets._common import (
     badge,
     code_html,
     info_html,
-    rendering_html,
     short,
 )
 
 __all__ = ["FusionLab"]
 
 ALL = "*"
+
+
+def sort_matches(patterns: pd.DataFrame) -> pd.DataFrame:
+    """Matches in the order FusionLab lists them: real fusions first, then by saving.
+
+    A fusion is a ``fuse_*`` pass; among the rest, rows that save no bytes (``constant_node``,
+    identities, dropouts: bookkeeping a preset does anyway) are *housekeeping* and go last.
+    Within each group: most nodes saved, then most bytes saved. Adds a bool column
+    ``housekeeping``.
+    """
+    if not len(patterns):
+        return patterns.assign(housekeeping=pd.Series(dtype=bool))
+    fusion = patterns["pass"].astype(str).str.startswith("fuse_")
+    saves = pd.to_numeric(patterns["saving_bytes"], errors="coerce").fillna(0)
+    house = ~fusion & (saves <= 0)
+    df = patterns.assign(housekeeping=house, _group=(~fusion).astype(int) + house.astype(int),
+                         _nodes=-pd.to_numeric(patterns["saving_nodes"],
+                                               errors="coerce").fillna(0),
+                         _bytes=-saves)
+    df = df.sort_values(["_group", "_nodes", "_bytes"], kind="stable")
+    return df.drop(columns=["_group", "_nodes", "_bytes"]).reset_index(drop=True)
 
 
 def history_html(history: pd.DataFrame) -> str:
@@ -114,8 +134,15 @@ class FusionLab(View):
         self.apply_button = w.Button(description="Apply", icon="check", button_style="primary",
                                      tooltip="apply the selected matches, then verify")
         self.apply_button.add_class("onnx-lab-apply")
-        self.verify = w.Checkbox(value=True, description="verify", indent=False,
-                                 layout=w.Layout(width="80px"))
+        from onnx_lab.widgets._context import RunContext
+        from onnx_lab.widgets.canvas import GraphCanvas
+
+        # The run-context bar: dims/shapes for verification, its feeds, and verify on/off.
+        self.context = RunContext(self.lab, verify=True)
+        self.verify = self.context.verify
+        self.show_housekeeping = w.Checkbox(value=False, indent=False,
+                                            description="show housekeeping rows",
+                                            layout=w.Layout(width="260px"))
         self.undo_button = w.Button(description="Undo", icon="undo")
         self.redo_button = w.Button(description="Redo", icon="redo")
         self.safe_button = w.Button(description="safe preset", icon="magic",
@@ -139,10 +166,17 @@ class FusionLab(View):
         self.history_html = w.HTML()
         self.history_html.add_class("onnx-lab-history-box")
         self.explanation = w.Output(layout=w.Layout(border="1px solid #ddd", padding="4px"))
-        self.before_html = w.HTML(layout=w.Layout(width="50%"))
-        self.after_html = w.HTML(layout=w.Layout(width="50%"))
-        self.preview_box = w.HBox([self.before_html, self.after_html])
+        self.before_canvas = GraphCanvas(self.lab, height=380)
+        self.after_canvas = GraphCanvas(None, height=380)
+        self.preview_box = w.HBox(
+            [w.VBox([w.HTML("<b>before</b>"), self.before_canvas],
+                    layout=w.Layout(width="50%", min_width="300px")),
+             w.VBox([w.HTML("<b>after</b>"), self.after_canvas],
+                    layout=w.Layout(width="50%", min_width="300px"))],
+            layout=w.Layout(flex_flow="row wrap", width="100%"))
         self.verification = PagedTable(page_size=15)
+        self.changes = PagedTable(page_size=15)
+        self._preview_model: Any = None
 
         for button, fn in [(self.select_all, self._select_all), (self.preview_button, self.preview),
                            (self.apply_button, self.apply), (self.undo_button, self.undo),
@@ -152,26 +186,39 @@ class FusionLab(View):
                            (self.checkout_button, self.checkout), (self.save_button, self.save)]:
             button.on_click(self._clicked(fn))
         self.pattern_filter.observe(self._guard(self._filter), names="value")
+        self.show_housekeeping.observe(self._guard(self._filter), names="value")
+        self.step.observe(self._guard(self._step_picked), names="value")
+        self._drawing_history = False
 
-        acc = w.Accordion(children=[self.explanation, self.preview_box, self.verification])
+        acc = w.Accordion(children=[self.explanation, self.preview_box, self.verification,
+                                    self.changes])
         acc.set_title(0, "Explanation of the selected pattern")
         acc.set_title(1, "Preview (before | after)")
         acc.set_title(2, "Verification of the last step (failures first)")
+        acc.set_title(3, "Nodes the last step fused, rewrote or removed")
         acc.selected_index = 0
         self.details = acc
+        wrap = w.Layout(flex_flow="row wrap")
         super().__init__([
             self.summary_html,
-            w.HBox([self.pattern_filter, self.select_all]),
+            w.HBox([self.pattern_filter, self.show_housekeeping, self.select_all], layout=wrap),
             self.matches,
-            w.HBox([self.preview_button, self.apply_button, self.verify, self.undo_button,
-                    self.redo_button]),
+            self.context,
+            w.HBox([self.preview_button, self.apply_button, self.undo_button,
+                    self.redo_button], layout=wrap),
             w.HBox([self.safe_button, self.onnxsim_button, self.ort_level, self.ort_button,
-                    self.step, self.checkout_button]),
-            w.HBox([self.save_path, self.overwrite, self.save_button]),
+                    self.step, self.checkout_button], layout=wrap),
+            w.HBox([self.save_path, self.overwrite, self.save_button], layout=wrap),
             w.HTML("<b>History</b>"), self.history_html,
             acc,
         ])
         self.add_class("onnx-lab-fusion-lab")
+        self._result_panels = (self.before_canvas, self.after_canvas, self.verification,
+                               self.changes)
+        from onnx_lab.widgets._links import selection
+
+        self.link = selection(self.lab)
+        self.link.subscribe(self, self._guard(self.reveal))
         self._guard(self.refresh)()
 
     # ------------------------------------------------------------------ helpers
@@ -188,12 +235,25 @@ class FusionLab(View):
         """Tick these match ids (as clicking their checkboxes does)."""
         self.matches.select(match_ids)
 
+    def reveal(self, node_id: str) -> str | None:
+        """Centre ``node_id`` in the preview canvases where it is drawn (linked selection)."""
+        key = self.before_canvas.focus(node_id)
+        after = self.after_canvas.focus(node_id)
+        return key or after
+
+    def _clear_preview(self) -> None:
+        self.before_canvas.show(None)
+        self.after_canvas.show(None)
+        self._preview_model = None
+
     def refresh(self) -> None:
         """Re-read patterns and history from the Lab (after changes made in code)."""
+        if self._preview_model is not None and self._preview_model is not self.lab.model:
+            self._clear_preview()  # a preview of another model version would mislead
         pats = self._call(self.lab.patterns, busy="Finding patterns…")
         if pats is None:
             return
-        self.patterns = pats
+        self.patterns = sort_matches(pats)
         counts = pats["pattern"].value_counts()
         current = self.pattern_filter.value
         opts = [("all", ALL)] + [(f"{p} ({n})", p) for p, n in sorted(counts.items())]
@@ -211,6 +271,10 @@ class FusionLab(View):
         df = self.patterns
         if len(df) and self.pattern_filter.value != ALL:
             df = df[df["pattern"] == self.pattern_filter.value]
+        n_house = int(df["housekeeping"].sum()) if len(df) else 0
+        self.show_housekeeping.description = f"show housekeeping rows ({n_house})"
+        if len(df) and not self.show_housekeeping.value:
+            df = df[~df["housekeeping"]]
         self.matches.set(df)
         self._on_select(self.matches.selected)
 
@@ -222,17 +286,44 @@ class FusionLab(View):
         self.history_html.value = history_html(hist)
         current = int(hist.loc[hist["current"], "step"].iloc[0]) if "current" in hist else \
             int(hist["step"].iloc[-1])
-        self.step.max = int(hist["step"].max())
-        self.step.value = current
+        self._drawing_history = True
+        try:
+            self.step.max = int(hist["step"].max())
+            self.step.value = current
+        finally:
+            self._drawing_history = False
         self.undo_button.disabled = current == 0
         self.redo_button.disabled = current >= int(hist["step"].max())
         n = len(self.lab.index)
         self.summary_html.value = (f"<b>{n}</b> nodes now; <b>{len(self.patterns)}</b> "
                                    f"opportunities found (step {current} of the history)")
 
+    def _step_picked(self, change: dict) -> None:
+        """A step typed in the step box: select the nodes it made in the other widgets."""
+        if self._drawing_history:
+            return
+        results = self.lab.results
+        step = int(change["new"])
+        r = results[step] if 0 <= step < len(results) else None
+        if r is None:
+            return
+        entries = self.lab.index.entries
+        made = [n for n in (getattr(r, "provenance", None) or {}) if n in entries]
+        if made:
+            self.link.select(made[0], source=self)
+
     def _on_select(self, keys: list[str]) -> None:
         self.apply_button.disabled = not keys
         self.preview_button.disabled = not keys
+        if keys:
+            # Linked selection: the last ticked match's anchor node in the other widgets.
+            row = self.patterns[self.patterns["match_id"] == keys[-1]]
+            if len(row):
+                nodes = [row["anchor"].iloc[0], *row["node_ids"].iloc[0]]
+                node = next((n for n in nodes if n in self.lab.index.entries), None)
+                if node is not None:
+                    self.link.select(node, source=self)
+                    self.before_canvas.focus(node)
         sel = self.patterns[self.patterns["match_id"].isin(keys)] if keys else self.patterns
         patterns = list(dict.fromkeys(sel["pattern"])) if len(sel) else []
         # Assigning outputs (rather than clear_output) also works outside a kernel (tests).
@@ -256,8 +347,20 @@ class FusionLab(View):
             out.setdefault(pname, []).append(mid)
         return list(out.items())
 
+    def _verify(self) -> tuple[Any, str]:
+        """``verify=`` from the bar (written to the Lab first) and its code ('' default)."""
+        self.context.apply()
+        return self.context.verify_arg(), self.context.verify_code()
+
+    def _with_bar(self, code: str) -> str:
+        bar = self.context.code()
+        imports = "from onnx_lab.widgets._context import image_feeds; " \
+            if "image_feeds(" in code else ""
+        return imports + (bar + "; " if bar else "") + code
+
     def _done(self, result: Any, code: str) -> None:
         self.result = result
+        code = self._with_bar(code)
         self.code.value = code_html(code)
         self.matches.selected = []
         self.refresh()
@@ -276,6 +379,7 @@ class FusionLab(View):
                 msgs.append(f"{r.name}: nothing changed ({r.reason})")
         failed = any(r is not None and r.verify_passed is False for r in results)
         self._show_verification(results)
+        self._show_changes(results)
         if msgs and self.error is None:
             self.status.value = info_html("; ".join(msgs), kind="warn" if failed else "ok")
 
@@ -292,6 +396,27 @@ class FusionLab(View):
                                               f"max_abs_err {last.max_abs_err}")
         if last.verify_passed is False:
             self.details.selected_index = 2
+
+    def _show_changes(self, results: list[Any]) -> None:
+        """Which nodes the step(s) fused, rewrote or removed (``result.provenance/removed``)."""
+        from onnx_lab.render.tables import changes_frame
+
+        frames, names = [], []
+        for r in results:
+            if r is None or not getattr(r, "modified", False):
+                continue
+            df = changes_frame(r)
+            frames.append(df.assign(step=r.name))
+            names.append(r.name)
+        if not frames:
+            self.changes.set(pd.DataFrame(), caption="")
+            return
+        df = pd.concat(frames, ignore_index=True)
+        counts = df["change"].value_counts()
+        text = ", ".join(f"{int(counts[k])} {k}" for k in ("fused", "rewritten", "new", "removed")
+                         if k in counts)
+        self.changes.set(df, caption=f"{' + '.join(names)}: {text} "
+                                     "(lab.results[-1].provenance, .removed)")
 
     # ------------------------------------------------------------------ actions
     def preview(self) -> None:
@@ -316,12 +441,15 @@ class FusionLab(View):
             return
         new_ids = [k for k, v in res.provenance.items() if set(v) & set(node_ids)]
         keep = [n for n in before.nodes if n in res.model.index.entries]
+        # The Lab's dims/shapes: the after view keeps the input shapes on its edges.
         after = self._call(render_model, res.model, nodes=keep + new_ids,
-                           highlight=new_ids, title="after")
+                           highlight=new_ids, title="after", dims=self.lab.dims or None,
+                           shapes=self.lab.shapes or None)
         if after is None:
             return
-        self.before_html.value = rendering_html(before)
-        self.after_html.value = rendering_html(after)
+        self.before_canvas.show(before, model=self.lab, title="before")
+        self.after_canvas.show(after, model=res.model, title="after")
+        self._preview_model = self.lab.model
         self.details.selected_index = 1
         self.result = {"result": res, "before": before, "after": after}
         self.code.value = code_html(
@@ -348,37 +476,43 @@ class FusionLab(View):
                 ids = [m for m in ids if m in set(pats["match_id"])]
                 if not ids:
                     continue
-            r = self._call(self.lab.apply, pass_name, matches=ids, verify=self.verify.value,
-                           busy=f"Applying {pass_name} to {len(ids)} match(es) and verifying…")
+            verify, vcode = self._verify()
+            r = self._call(self.lab.apply, pass_name, matches=ids, verify=verify,
+                           busy=f"Applying {pass_name} to {len(ids)} match(es)"
+                                + (" and verifying…" if verify is not False else "…"))
             if r is None:
                 break
             results.append(r)
             codes.append(f"lab.apply({pass_name!r}, matches={ids!r}"
-                         + ("" if self.verify.value else ", verify=False") + ")")
+                         + (f", {vcode}" if vcode else "") + ")")
         if results:
             self._done(results[0] if len(results) == 1 else results, "; ".join(codes))
 
     def apply_safe(self) -> None:
         """``lab.apply_preset("safe")``."""
-        rs = self._call(self.lab.apply_preset, "safe", verify=self.verify.value,
+        verify, vcode = self._verify()
+        rs = self._call(self.lab.apply_preset, "safe", verify=verify,
                         busy="Applying the safe preset with verification…")
         if rs is not None:
-            self._done(list(rs), 'lab.apply_preset("safe")')
+            self._done(list(rs), 'lab.apply_preset("safe"' + (f", {vcode}" if vcode else "")
+                       + ")")
 
     def apply_onnxsim(self) -> None:
         """``lab.apply("onnxsim")``."""
-        r = self._call(self.lab.apply, "onnxsim", verify=self.verify.value,
+        verify, vcode = self._verify()
+        r = self._call(self.lab.apply, "onnxsim", verify=verify,
                        busy="Running onnxsim and verifying…")
         if r is not None:
-            self._done(r, 'lab.apply("onnxsim")')
+            self._done(r, 'lab.apply("onnxsim"' + (f", {vcode}" if vcode else "") + ")")
 
     def apply_ort(self) -> None:
         """``lab.apply("ort:<level>")`` for the chosen level."""
         level = self.ort_level.value
-        r = self._call(self.lab.apply, level, verify=self.verify.value,
+        verify, vcode = self._verify()
+        r = self._call(self.lab.apply, level, verify=verify,
                        busy=f"Running onnxruntime {level} and verifying…")
         if r is not None:
-            self._done(r, f"lab.apply({level!r})")
+            self._done(r, f"lab.apply({level!r}" + (f", {vcode}" if vcode else "") + ")")
 
     def undo(self) -> None:
         """``lab.undo()``."""

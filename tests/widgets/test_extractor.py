@@ -25,8 +25,9 @@ def test_extractor_on_every_sample_by_nodes(sample_lab, no_error, tmp_path):
         x.nodes.checkbox(nid).value = True
     x.preview_button.click()
     no_error(x)
-    assert x.result.nodes == [n for n in x.result.nodes if n in pick] and set(pick) <= set(
-        x.result.nodes)
+    # Issue 12: the preview marks the cut inside the model (its neighbours drawn outside it).
+    assert set(pick) <= set(x.result.nodes) and set(x.preview_cut["inside"]) == set(pick)
+    assert set(x.result.nodes) - set(pick) == set(x.preview_cut["outside"])
     x.extract_button.click()
     no_error(x)
     sub = x.result
