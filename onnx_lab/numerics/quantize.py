@@ -20,9 +20,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import InputError, PassError
@@ -30,7 +32,11 @@ from onnx_lab.runtime.feeds import as_feed_list, make_feeds
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["fp16_model", "int8_dynamic_model", "int8_static_model"]
+__all__ = ["fp16_model", "int8_dynamic_model", "int8_static_model", "Calibration",
+           "calibrate_int8", "calibration_samples", "RANGE_COLUMNS"]
+
+#: Columns of :attr:`Calibration.ranges`.
+RANGE_COLUMNS = ["tensor", "lowest", "highest", "abs_max", "node_id", "op_type"]
 
 _PROTO_LIMIT = 2_000_000_000
 
@@ -146,7 +152,8 @@ def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = Non
 
 
 def int8_static_model(source: Any, feeds: Any = None, n: int = 8,
-                      nodes_to_exclude: Sequence[str] | None = None) -> LabModel:
+                      nodes_to_exclude: Sequence[str] | None = None,
+                      calibration: Calibration | None = None) -> LabModel:
     """Static int8 quantization in QDQ format, calibrated on ``feeds`` (or ``n`` seeded
     samples); ``onnx_lab.to_int8_static`` wraps it in a Lab.
 
@@ -157,26 +164,178 @@ def int8_static_model(source: Any, feeds: Any = None, n: int = 8,
             samples from :func:`~onnx_lab.runtime.feeds.make_feeds`.
         n: number of generated calibration samples.
         nodes_to_exclude: node ids kept in float.
+        calibration: ranges from :func:`calibrate_int8` (then ``feeds``/``n`` are not used and
+            no calibration runs: one conversion, no inference).
 
     Example:
         >>> q = int8_static_model("sample:convnet", n=4)
+        >>> cal = calibrate_int8("sample:convnet", n=4)           # once
+        >>> q2 = int8_static_model("sample:convnet", nodes_to_exclude=["/head/fc/Gemm"],
+        ...                        calibration=cal)               # no recalibration
     """
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    model = resolve(source)[0]
+    if calibration is None:
+        calibration = calibrate_int8(source, feeds, n)
+    return _quantize_with(model, calibration,
+                          _node_names(model, nodes_to_exclude, "nodes_to_exclude"))
 
+
+# ---------------------------------------------------------------------------- calibration
+class Calibration:
+    """Activation ranges of one static-int8 calibration, reusable for any exclusion set.
+
+    onnxruntime >= 1.22's ``quantize_static(calibration_cache_path=...)`` skips calibration when
+    the JSON cache file exists; we keep that JSON in memory (``payload``) and write it to a
+    temporary file for each conversion, so retrying an exclusion set costs one conversion.
+
+    Attributes:
+        payload: the JSON dict ``onnxruntime.quantization.calibrate.save_tensors_data`` wrote.
+        method: the calibration method name (``MinMax``).
+        samples: number of calibration samples.
+        seconds: time of the calibration run.
+    """
+
+    def __init__(self, payload: dict, method: str, samples: int, seconds: float,
+                 model: LabModel | None = None) -> None:
+        self.payload = payload
+        self.method = method
+        self.samples = samples
+        self.seconds = seconds
+        self._model = model
+
+    def range_of(self, tensor: str) -> tuple[float, float] | None:
+        """(lowest, highest) calibrated for ``tensor``, None when not calibrated."""
+        d = self.payload.get("data", {}).get(tensor)
+        if not d:
+            return None
+        lo, hi = d.get("lowest"), d.get("highest")
+        if lo is None or hi is None:
+            return None
+        return float(np.asarray(_json_array(lo)).min()), float(np.asarray(_json_array(hi)).max())
+
+    @property
+    def ranges(self) -> pd.DataFrame:
+        """One row per calibrated tensor.
+
+        Columns: tensor, lowest, highest (float: calibrated range), abs_max (float),
+        node_id (producer, None for graph inputs), op_type (producer's op type).
+        """
+        rows = []
+        idx = self._model.index if self._model is not None else None
+        for name in self.payload.get("data", {}):
+            r = self.range_of(name)
+            if r is None:
+                continue
+            nid = idx.producer.get(name) if idx is not None else None
+            rows.append({"tensor": name, "lowest": r[0], "highest": r[1],
+                         "abs_max": max(abs(r[0]), abs(r[1])), "node_id": nid,
+                         "op_type": idx.node(nid).op_type if nid else None})
+        return pd.DataFrame(rows, columns=RANGE_COLUMNS)
+
+    def __repr__(self) -> str:
+        return (f"Calibration({self.method}, {len(self.payload.get('data', {}))} tensors, "
+                f"{self.samples} samples, {self.seconds:.2f} s)")
+
+
+def _json_array(v: Any) -> Any:
+    # CalibrationCacheEncoder writes numpy arrays as {"__ndarray__": ..., "dtype": ...} or lists.
+    if isinstance(v, dict):
+        for key in ("data", "__ndarray__", "values"):
+            if key in v:
+                return v[key]
+    return v
+
+
+def calibration_samples(source: Any, feeds: Any = None, n: int = 8) -> list[dict]:
+    """Calibration inputs: ``feeds`` (dict, list of dicts, an ``.npz`` file or a folder of
+    ``.npz`` files) or ``n`` seeded random samples."""
     model, dims, shapes = resolve(source)
     if feeds is None:
         samples = make_feeds(model, dims, shapes, n=n)
-        samples = samples if isinstance(samples, list) else [samples]
-    else:
-        samples = as_feed_list(feeds, model, dims, shapes)
+        return samples if isinstance(samples, list) else [samples]
+    if isinstance(feeds, (str, Path)) and Path(feeds).is_dir():
+        files = sorted(Path(feeds).glob("*.npz"))
+        if not files:
+            raise InputError(f"Calibration folder {str(feeds)!r} holds no .npz file.",
+                             fix="Put one .npz per sample (arrays named like the inputs) there.")
+        out: list[dict] = []
+        for f in files:
+            out.extend(as_feed_list(str(f), model, dims, shapes))
+        return out
+    return as_feed_list(feeds, model, dims, shapes)
 
-    class _Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self._it = iter(samples)
 
-        def get_next(self):
-            return next(self._it, None)
+def calibrate_int8(source: Any, feeds: Any = None, n: int = 8,
+                   method: str = "MinMax") -> Calibration:
+    """Run static-int8 calibration once; the ranges are cached on the model.
 
-    return _quantize(model, quantize_static, calibration_data_reader=_Reader(),
-                     quant_format=QuantFormat.QDQ,
-                     nodes_to_exclude=_node_names(model, nodes_to_exclude, "nodes_to_exclude"))
+    The same model and the same samples (by content) return the cached :class:`Calibration`
+    (``LabModel.cached``), so every later conversion reuses it.
+
+    Example:
+        >>> cal = calibrate_int8("sample:convnet", n=4)
+        >>> cal.ranges.sort_values("abs_max").tail()
+    """
+    import hashlib
+    import json
+    import time
+
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        quantize_static,
+    )
+
+    model = resolve(source)[0]
+    samples = calibration_samples(source, feeds, n)
+    if not hasattr(CalibrationMethod, method):
+        raise InputError(f"Unknown calibration method {method!r}.",
+                         fix="Use one of " + ", ".join(m.name for m in CalibrationMethod) + ".")
+    h = hashlib.sha1()
+    for s in samples:
+        for k in sorted(s):
+            a = np.ascontiguousarray(s[k])
+            h.update(k.encode() + str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
+
+    def build() -> Calibration:
+        class _Reader(CalibrationDataReader):
+            def __init__(self) -> None:
+                self._it = iter(samples)
+
+            def get_next(self):
+                return next(self._it, None)
+
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="onnx_lab_cal_") as tmp:
+            src, dst = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
+            cache = Path(tmp) / "ranges.json"
+            _save(_full_proto(model), src)
+            try:
+                quantize_static(str(src), str(dst), calibration_data_reader=_Reader(),
+                                quant_format=QuantFormat.QDQ,
+                                calibrate_method=getattr(CalibrationMethod, method),
+                                calibration_cache_path=str(cache))
+            except Exception as e:  # noqa: BLE001 - the quantizer raises assorted errors
+                raise PassError(f"int8 calibration failed: {str(e).strip()[:400]}",
+                                fix="Check the calibration feeds against lab.inputs.") from e
+            payload = json.loads(cache.read_text())
+        return Calibration(payload, method, len(samples), time.perf_counter() - t0, model)
+
+    return model.cached(("onnx_lab.int8_calibration", method, h.hexdigest()), build)
+
+
+def _quantize_with(model: LabModel, calibration: Calibration, exclude: Sequence[str]
+                   ) -> LabModel:
+    """A QDQ model of ``model`` with cached ranges: the quantizer runs, calibration does not."""
+    import json
+
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
+
+    with tempfile.TemporaryDirectory(prefix="onnx_lab_q_") as tmp:
+        cache = Path(tmp) / "ranges.json"
+        cache.write_text(json.dumps(calibration.payload))
+        return _quantize(model, quantize_static, calibration_data_reader=None,
+                         quant_format=QuantFormat.QDQ,
+                         calibrate_method=getattr(CalibrationMethod, calibration.method),
+                         calibration_cache_path=str(cache), nodes_to_exclude=list(exclude))

@@ -1,0 +1,1064 @@
+"""The precision doctor: which nodes must stay in higher precision, found automatically.
+
+``find_precision`` answers "which layers must stay in float32 (or out of int8) so the outputs
+meet my tolerance?" in four stages:
+
+1. **One reference run, one layerwise capture.** The fp32 model and the fully converted
+   candidate run once over the feeds, tensor by tensor in memory-bounded chunks (the capture of
+   :func:`onnx_lab.compare`); the reference outputs are kept for every later trial.
+2. **Sensitivity.** Each node's *local* error (its output's error beyond the worst error of its
+   inputs, relative to the tensor's own scale; noise energy for int8), flags for fp16 overflow
+   (a reference value beyond 65504 in or out) and non-finite values; for int8 the activation
+   range statistics (outlier ratio, saturation against the calibrated range). The top few
+   nodes are re-checked exactly: a trial with that node alone kept.
+3. **Bisect** over the ranked list: the shortest prefix whose conversion meets the tolerance.
+4. **Prune** greedily: drop kept nodes (least sensitive first) while the tolerance still holds.
+
+Each trial is one conversion and one run of the outputs; int8 trials reuse one calibration
+(:func:`onnx_lab.numerics.quantize.calibrate_int8`). Every trial is a row of
+:attr:`PrecisionPlan.trials` and :meth:`PrecisionPlan.reproduce` rebuilds it.
+
+Targets: ``fp16`` (onnxruntime.transformers.float16, Casts at kept-node borders), ``int8``
+(static QDQ, kept = ``nodes_to_exclude``) and ``bf16``, *emulated*: onnxruntime's CPU kernels
+have no bfloat16 arithmetic, so weights of converted nodes are rounded to bfloat16 and each
+converted node's float outputs round-trip through a bfloat16 Cast.
+
+Example:
+    >>> from onnx_lab.numerics.precision import find_precision
+    >>> plan = find_precision("model.onnx", "fp16", atol=1e-3, rtol=1e-2)
+    >>> plan.kept, plan.trials
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnx_lab import _display
+from onnx_lab._pandas import pd
+from onnx_lab._progress import Progress
+from onnx_lab.core.index import node_scope
+from onnx_lab.core.model import LabModel
+from onnx_lab.core.source import resolve
+from onnx_lab.errors import InputError, LabError, unknown_name
+from onnx_lab.numerics.metrics import get_preset
+from onnx_lab.numerics.quantize import (
+    Calibration,
+    _full_proto,
+    _quantize_with,
+    calibrate_int8,
+)
+from onnx_lab.runtime.capture import capturable_tensors, estimate_bytes, plan_chunks
+from onnx_lab.runtime.feeds import as_feed_list
+from onnx_lab.runtime.session import make_session
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["find_precision", "sensitivity", "PrecisionPlan", "Tolerance", "TARGETS",
+           "METRICS", "TRIAL_COLUMNS", "SENSITIVITY_COLUMNS", "OUTPUT_COLUMNS",
+           "PrecisionCancelled"]
+
+TARGETS = ("fp16", "bf16", "int8")
+METRICS = ("elementwise", "max_abs", "sqnr", "cosine")
+FP16_MAX = 65504.0
+
+#: Columns of :attr:`PrecisionPlan.trials`.
+TRIAL_COLUMNS = ["trial", "phase", "kept", "n_kept", "score", "max_abs", "sqnr_db", "cosine",
+                 "passed", "seconds", "note"]
+#: Columns of the sensitivity table (``by="node"``).
+SENSITIVITY_COLUMNS = ["rank", "node_id", "op_type", "graph", "scope", "est_drop", "rel_err",
+                       "overflow", "nonfinite", "score_alone", "drop", "tensor", "ref_abs_max",
+                       "outlier_ratio", "cal_min", "cal_max", "saturation"]
+#: Columns of :attr:`PrecisionPlan.outputs` (before = everything converted, after = the plan).
+OUTPUT_COLUMNS = ["tensor", "max_abs_before", "max_abs_after", "sqnr_db_before",
+                  "sqnr_db_after", "score_before", "score_after", "passed_before",
+                  "passed_after"]
+
+
+class PrecisionCancelled(LabError):
+    """The search was cancelled before any plan met the tolerance."""
+
+
+# ---------------------------------------------------------------------------- tolerance
+@dataclass(frozen=True)
+class Tolerance:
+    """How the outputs are judged; ``score`` <= 1 passes (lower is better).
+
+    Metrics:
+        ``elementwise``: every element within ``atol + rtol·|ref|``; score = the worst
+            ``|err| / (atol + rtol·|ref|)``.
+        ``max_abs``: score = ``max|err| / threshold``.
+        ``sqnr``: SQNR of at least ``threshold`` dB; score = noise energy / allowed noise
+            energy (``10^((threshold - sqnr)/10)``).
+        ``cosine``: cosine similarity of at least ``threshold``; score = ``(1-cos)/(1-threshold)``.
+    A NaN or infinity on one side only scores ``inf``.
+    """
+
+    metric: str
+    atol: float = 0.0
+    rtol: float = 0.0
+    threshold: float | None = None
+
+    def describe(self) -> str:
+        if self.metric == "elementwise":
+            return f"|err| <= {self.atol:g} + {self.rtol:g}*|ref| per element"
+        if self.metric == "max_abs":
+            return f"max|err| <= {self.threshold:g}"
+        if self.metric == "sqnr":
+            return f"sqnr >= {self.threshold:g} dB"
+        return f"cosine >= {self.threshold:g}"
+
+    def judge(self, refs: Sequence[np.ndarray], cands: Sequence[np.ndarray]) -> dict[str, Any]:
+        """Metrics of one output over samples: score, max_abs, sqnr_db, cosine, passed."""
+        max_abs = ratio = 0.0
+        s_rr = s_ee = s_rc = s_cc = 0.0
+        bad = False
+        for r, c in zip(refs, cands):
+            r = np.asarray(r, dtype=np.float64).reshape(-1)
+            c = np.asarray(c, dtype=np.float64).reshape(-1)
+            if r.shape != c.shape:
+                bad = True
+                continue
+            fr, fc = np.isfinite(r), np.isfinite(c)
+            same_nf = (~fr & ~fc) & ((np.isnan(r) & np.isnan(c)) | (r == c))
+            if np.any(~(fr & fc) & ~same_nf):
+                bad = True
+            both = fr & fc
+            r, c = r[both], c[both]
+            if not r.size:
+                continue
+            err = np.abs(c - r)
+            max_abs = max(max_abs, float(err.max()))
+            if self.metric == "elementwise":
+                tol = self.atol + self.rtol * np.abs(r)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    q = np.where(err == 0, 0.0, err / tol)
+                ratio = max(ratio, float(q.max()))
+            s_rr += float(np.einsum("i,i->", r, r))
+            s_ee += float(np.einsum("i,i->", err, err))
+            s_rc += float(np.einsum("i,i->", r, c))
+            s_cc += float(np.einsum("i,i->", c, c))
+        sqnr = math.inf if s_ee == 0 else (10 * math.log10(s_rr / s_ee) if s_rr > 0 else -math.inf)
+        denom = math.sqrt(s_rr * s_cc)
+        cosine = s_rc / denom if denom > 0 else (1.0 if s_ee == 0 else 0.0)
+        if bad:
+            score = math.inf
+        elif self.metric == "elementwise":
+            score = ratio
+        elif self.metric == "max_abs":
+            score = max_abs / self.threshold if self.threshold else (0.0 if max_abs == 0
+                                                                    else math.inf)
+        elif self.metric == "sqnr":
+            score = 0.0 if math.isinf(sqnr) and sqnr > 0 else (
+                math.inf if not math.isfinite(sqnr) else 10 ** ((self.threshold - sqnr) / 10))
+        else:
+            score = (1 - cosine) / (1 - self.threshold) if self.threshold < 1 else (
+                0.0 if cosine >= 1 else math.inf)
+        if bad:
+            max_abs = math.inf
+        return {"score": float(score), "max_abs": max_abs, "sqnr_db": sqnr, "cosine": cosine,
+                "passed": bool(score <= 1.0)}
+
+
+def make_tolerance(target: str, metric: str | None = None, tolerance: Any = None,
+                   atol: float | None = None, rtol: float | None = None) -> Tolerance:
+    """The :class:`Tolerance` of a search: the target's preset unless told otherwise.
+
+    ``tolerance`` is a preset name (``"fp16"``), a number (the threshold of ``metric``), a pair
+    ``(atol, rtol)`` or a dict ``{"atol": .., "rtol": ..}``.
+    """
+    for v in (atol, rtol):
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
+            raise InputError(f"atol and rtol must be non-negative numbers, got {atol!r}, {rtol!r}.",
+                             fix="Use e.g. atol=1e-3, rtol=1e-2.")
+    if metric is not None and metric not in METRICS:
+        raise unknown_name("precision metric", metric, METRICS,
+                           fix=f"Metrics: {', '.join(METRICS)}.")
+    preset = get_preset("int8" if target == "int8" else target)
+    if isinstance(tolerance, str):
+        preset = get_preset(tolerance)
+        tolerance = None
+    if isinstance(tolerance, Mapping):
+        atol = tolerance.get("atol", atol)
+        rtol = tolerance.get("rtol", rtol)
+        tolerance = None
+    elif isinstance(tolerance, (tuple, list)) and len(tolerance) == 2:
+        atol, rtol = tolerance
+        tolerance = None
+    if metric is None:
+        if atol is not None or rtol is not None or preset.outputs.kind != "sqnr":
+            metric = "elementwise"
+        else:
+            metric = "sqnr"
+    if metric == "elementwise":
+        base = preset.outputs if preset.outputs.kind != "sqnr" else get_preset("fp32").outputs
+        return Tolerance("elementwise", float(base.atol if atol is None else atol),
+                         float(base.rtol if rtol is None else rtol))
+    if tolerance is None:
+        if metric == "sqnr":
+            tolerance = preset.outputs.min_sqnr_db if preset.outputs.kind == "sqnr" else 30.0
+        elif metric == "cosine":
+            tolerance = 0.999
+        else:
+            tolerance = atol if atol is not None else preset.outputs.atol
+    if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool):
+        raise InputError(f"tolerance for metric {metric!r} must be a number, got {tolerance!r}.",
+                         fix="E.g. metric='sqnr', tolerance=25 (dB), or metric='cosine', "
+                         "tolerance=0.999.")
+    return Tolerance(metric, threshold=float(tolerance))
+
+
+# ---------------------------------------------------------------------------- converters
+def _graphs(g: onnx.GraphProto):
+    yield g
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for sg in a.graphs:
+                    yield from _graphs(sg)
+
+
+def _named(model: LabModel) -> LabModel:
+    """A copy whose node names are the node ids (the converters select nodes by name, and
+    ids are names when names are unique, so the ids of the copy are those of ``model``)."""
+    copy = LabModel(ir.serde.deserialize_model(_full_proto(model)))
+    changed = False
+    for nid, e in copy.index.entries.items():
+        if e.node.name != nid:
+            e.node.name = nid
+            changed = True
+    if changed:
+        copy.invalidate()
+    return copy
+
+
+_FLOAT_NAMES = ("float32", "float16", "bfloat16", "float64", "FLOAT", "FLOAT16", "BFLOAT16",
+                "DOUBLE")
+
+
+def _is_float(v: ir.Value | None) -> bool:
+    return v is not None and v.dtype in (ir.DataType.FLOAT, ir.DataType.FLOAT16,
+                                         ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
+
+
+class _Converter:
+    """Builds the candidate for a kept set; one per search (shared preparation)."""
+
+    def __init__(self, model: LabModel, target: str, calibration: Calibration | None) -> None:
+        self.target = target
+        self.named = _named(model)
+        self.calibration = calibration
+        self._proto: onnx.ModelProto | None = None
+        if target == "fp16":
+            from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
+
+            self.blocked_ops = set(DEFAULT_OP_BLOCK_LIST)
+        elif target == "int8":
+            from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+            self.quant_ops = set(QDQRegistry) | set(QLinearOpsRegistry)
+        else:
+            self.blocked_ops = set()
+
+    def candidates(self) -> list[str]:
+        """Node ids the conversion changes (those a plan can keep)."""
+        out = []
+        types = self.named.types() if self.target != "int8" else {}
+        for nid, e in self.named.index.entries.items():
+            n = e.node
+            if self.target == "int8":
+                if n.op_type in self.quant_ops and n.domain in ("", "ai.onnx"):
+                    out.append(nid)
+                continue
+            if n.op_type in self.blocked_ops or n.domain not in ("", "ai.onnx"):
+                continue
+            if n.op_type in ("If", "Loop", "Scan"):  # their bodies' nodes are candidates
+                continue
+            names = [v.name for v in list(n.inputs) + list(n.outputs) if v is not None and v.name]
+            dts = [getattr(types.get(name), "dtype", None) for name in names]
+            if n.op_type == "Constant" or any(d is None or d in _FLOAT_NAMES for d in dts):
+                out.append(nid)
+        return out
+
+    def proto(self) -> onnx.ModelProto:
+        if self._proto is None:
+            p = _full_proto(self.named)
+            if self.target == "fp16" and p.ByteSize() < 2_000_000_000:
+                try:
+                    p = onnx.shape_inference.infer_shapes(p)
+                except Exception:  # noqa: BLE001 - the converter infers again below
+                    logger.info("shape inference failed; the fp16 converter infers per trial")
+            self._proto = p
+        return self._proto
+
+    def convert(self, kept: Sequence[str]) -> LabModel:
+        if self.target == "int8":
+            assert self.calibration is not None
+            return _quantize_with(self.named, self.calibration, list(kept))
+        base = onnx.ModelProto()
+        base.CopyFrom(self.proto())
+        if self.target == "fp16":
+            from onnxruntime.transformers.float16 import convert_float_to_float16
+
+            try:
+                out = convert_float_to_float16(
+                    base, keep_io_types=True, disable_shape_infer=len(base.graph.value_info) > 0,
+                    op_block_list=sorted(self.blocked_ops), node_block_list=list(kept) or None)
+            except Exception as e:  # noqa: BLE001 - the converter raises assorted errors
+                from onnx_lab.errors import PassError
+
+                raise PassError(f"fp16 conversion failed: {e}",
+                                fix="Keep the failing node in float32 (find_precision(..., "
+                                "keep=[node_id])).") from e
+            _drop_fp16_roundtrips(out)
+        else:
+            out = _bf16_emulate(base, set(kept), set(self.candidates()))
+        return LabModel(ir.serde.deserialize_model(out))
+
+
+def _drop_fp16_roundtrips(proto: onnx.ModelProto) -> None:
+    """Remove ``Cast(float16)→Cast(float)`` round trips between two float32 nodes.
+
+    onnxruntime's converter types every intermediate tensor float16 and wraps each blocked
+    node in Casts, so two adjacent kept nodes still exchange their tensor in float16 (an
+    overflow between them stays an overflow). The float32 reader gets the float32 value.
+    """
+    FLOAT16, FLOAT = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+
+    def to(n: onnx.NodeProto) -> int | None:
+        return next((a.i for a in n.attribute if a.name == "to"), None)
+
+    graphs = list(_graphs(proto.graph))
+    users: dict[str, list[tuple[onnx.GraphProto, onnx.NodeProto]]] = {}
+    for g in graphs:
+        for n in g.node:
+            for name in n.input:
+                users.setdefault(name, []).append((g, n))
+    outputs = {o.name for g in graphs for o in g.output}
+    drop: set[int] = set()
+    for g in graphs:
+        for a in g.node:
+            if a.op_type != "Cast" or to(a) != FLOAT16 or not a.input or not a.output:
+                continue
+            x, t = a.input[0], a.output[0]
+            rest = 0
+            for _, b in users.get(t, []):
+                if b.op_type == "Cast" and to(b) == FLOAT and id(b) not in drop:
+                    u = b.output[0]
+                    if u in outputs:  # keep the output's name: an Identity of the float value
+                        b.op_type = "Identity"
+                        del b.attribute[:]
+                        b.input[0] = x
+                        continue
+                    for _, c in users.get(u, []):
+                        for i, name in enumerate(c.input):
+                            if name == u:
+                                c.input[i] = x
+                    users.setdefault(x, []).extend(users.get(u, []))
+                    drop.add(id(b))
+                else:
+                    rest += 1
+            if rest == 0 and t not in outputs:
+                drop.add(id(a))
+    for g in graphs:
+        keep = [n for n in g.node if id(n) not in drop]
+        if len(keep) != len(g.node):
+            del g.node[:]
+            g.node.extend(keep)
+
+
+def _bf16_round(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), as float32."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    r = np.where(np.isfinite(a), r, u)
+    return r.view(np.float32).reshape(a.shape)
+
+
+def _bf16_emulate(proto: onnx.ModelProto, kept: set[str], candidates: set[str]
+                  ) -> onnx.ModelProto:
+    """bf16 emulation: converted nodes' float weights rounded, their float outputs rounded by
+    a Cast(bfloat16)→Cast(float) pair (the tensor keeps its name)."""
+    from onnx import helper, numpy_helper
+
+    types: dict[str, int] = {}
+    for g in _graphs(proto.graph):
+        for vi in list(g.value_info) + list(g.output) + list(g.input):
+            types[vi.name] = vi.type.tensor_type.elem_type
+    for g in _graphs(proto.graph):
+        inits = {t.name: t for t in g.initializer}
+        rounded: dict[str, str] = {}
+        new_nodes = []
+        for n in g.node:
+            convert = n.name in candidates and n.name not in kept
+            if convert:
+                for i, name in enumerate(n.input):
+                    t = inits.get(name)
+                    if t is None or t.data_type != onnx.TensorProto.FLOAT:
+                        continue
+                    if name not in rounded:
+                        rname = f"{name}__bf16"
+                        arr = _bf16_round(numpy_helper.to_array(t))
+                        g.initializer.append(numpy_helper.from_array(arr, rname))
+                        rounded[name] = rname
+                    n.input[i] = rounded[name]
+            new_nodes.append(n)
+            if not convert:
+                continue
+            for i, name in enumerate(n.output):
+                if not name or types.get(name) != onnx.TensorProto.FLOAT:
+                    continue
+                raw = f"{name}__fp32"
+                n.output[i] = raw
+                new_nodes.append(helper.make_node("Cast", [raw], [f"{name}__bf16"],
+                                                  name=f"{n.name}/bf16_cast_{i}",
+                                                  to=onnx.TensorProto.BFLOAT16))
+                new_nodes.append(helper.make_node("Cast", [f"{name}__bf16"], [name],
+                                                  name=f"{n.name}/fp32_cast_{i}",
+                                                  to=onnx.TensorProto.FLOAT))
+        del g.node[:]
+        g.node.extend(new_nodes)
+    return proto
+
+
+# ---------------------------------------------------------------------------- running
+def _run_outputs(model: LabModel, feed_list: list[dict], names: list[str]) -> list[dict]:
+    sess = make_session(model, outputs=names, arena=False)
+    out = []
+    for f in feed_list:
+        try:
+            vals = sess.run(names, dict(f))
+        except Exception as e:  # noqa: BLE001 - ORT raises several exception types
+            from onnx_lab.errors import RuntimeLoadError
+
+            raise RuntimeLoadError(f"onnxruntime failed to run the candidate: "
+                                   f"{str(e).strip().splitlines()[0][:300]}",
+                                   fix="Keep the failing node in higher precision.") from e
+        out.append(dict(zip(names, vals)))
+    return out
+
+
+@dataclass
+class _Search:
+    """State shared by the trials of one search."""
+
+    model: LabModel
+    target: str
+    tol: Tolerance
+    feed_list: list[dict]
+    conv: _Converter
+    out_names: list[str]
+    ref_outputs: list[dict] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)
+    outputs_of: dict[tuple, dict] = field(default_factory=dict)
+    models: dict[tuple, LabModel] = field(default_factory=dict)
+    should_stop: Callable[[], bool] | None = None
+    bar: Progress | None = None
+    # fp16: node id -> the tensor beyond float16's range it produces or reads; a plan that
+    # converts such a node stores the tensor in float16 (inf), whatever this runtime's CPU
+    # kernels absorb (they may compute in float32 between two fp16 nodes).
+    required: dict[str, str] = field(default_factory=dict)
+
+    def stopped(self) -> bool:
+        return bool(self.should_stop is not None and self.should_stop())
+
+    def trial(self, kept: Sequence[str], phase: str, model: LabModel | None = None,
+              keep_model: bool = False) -> dict:
+        key = tuple(sorted(kept))
+        t0 = time.perf_counter()
+        if model is None:
+            model = self.conv.convert(key)
+        cand = _run_outputs(model, self.feed_list, self.out_names)
+        per_out = {}
+        for name in self.out_names:
+            per_out[name] = self.tol.judge([r[name] for r in self.ref_outputs],
+                                           [c[name] for c in cand])
+        missing = [nid for nid in self.required if nid not in key]
+        note = ""
+        if missing:
+            note = (f"fp16 overflow: {self.required[missing[0]]!r} (beyond 65504) would be "
+                    f"stored in float16 by {missing[0]!r}"
+                    + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+        row = {"trial": len(self.rows), "phase": phase, "kept": list(key),
+               "n_kept": len(key),
+               "score": math.inf if missing else max(m["score"] for m in per_out.values()),
+               "max_abs": max(m["max_abs"] for m in per_out.values()),
+               "sqnr_db": min(m["sqnr_db"] for m in per_out.values()),
+               "cosine": min(m["cosine"] for m in per_out.values()),
+               "passed": all(m["passed"] for m in per_out.values()) and not missing,
+               "seconds": time.perf_counter() - t0, "note": note}
+        self.rows.append(row)
+        self.outputs_of[key] = per_out
+        if keep_model or row["passed"]:
+            self.models[key] = model
+        if self.bar is not None:
+            self.bar.step(f"{phase}: {len(key)} kept, score {row['score']:.3g}")
+        return row
+
+
+def _layerwise(ref: LabModel, cand: LabModel, feed_list: list[dict], target: str,
+               max_bytes: int) -> tuple[dict[str, dict], list[dict]]:
+    """Per reference tensor: error stats of the candidate (and the reference's own stats);
+    plus the reference outputs. One run of each model per chunk."""
+    ref_names = [n for n in capturable_tensors(ref)]
+    cand_set = set(capturable_tensors(cand))
+    pairs: list[tuple[str, str]] = []
+    for n in ref_names:
+        v = ref.index.values.get(n)
+        if v is not None and v.dtype is not None and not _is_float(v):
+            continue
+        dq = f"{n}_DequantizeLinear_Output"
+        c = dq if dq in cand_set else (n if n in cand_set else None)
+        if c is not None:
+            pairs.append((n, c))
+    out_names = [v.name for v in ref.graph.outputs]
+    shapes_in = {k: np.asarray(v).shape for k, v in feed_list[0].items()}
+    sizes = estimate_bytes(ref, [p[0] for p in pairs], shapes_in)
+    sizes = {p: (sizes.get(p[0]) or (1 << 20)) * (len(feed_list) + 1) for p in pairs}
+    stats: dict[str, dict] = {}
+    ref_out: list[dict] = [{} for _ in feed_list]
+    for chunk in plan_chunks(sizes, max_bytes) if pairs else []:
+        r_names = list(dict.fromkeys([p[0] for p in chunk]))
+        c_names = list(dict.fromkeys([p[1] for p in chunk]))
+        rv = _run_outputs(ref, feed_list, r_names)
+        cv = _run_outputs(cand, feed_list, c_names)
+        for r, c in chunk:
+            st = {"max_abs": 0.0, "max_ref": 0.0, "s_rr": 0.0, "s_ee": 0.0, "numel": 0,
+                  "nf_ref": 0, "nf_cand": 0, "values": None}
+            for s in range(len(feed_list)):
+                a = np.asarray(rv[s][r], dtype=np.float64).reshape(-1)
+                b = np.asarray(cv[s][c], dtype=np.float64).reshape(-1)
+                if a.shape != b.shape:
+                    continue
+                fa, fb = np.isfinite(a), np.isfinite(b)
+                st["nf_ref"] += int((~fa).sum())
+                st["nf_cand"] += int((~fb).sum())
+                if fa.any():
+                    st["max_ref"] = max(st["max_ref"], float(np.abs(a[fa]).max()))
+                both = fa & fb
+                a2, b2 = a[both], b[both]
+                if a2.size:
+                    err = np.abs(b2 - a2)
+                    st["max_abs"] = max(st["max_abs"], float(err.max()))
+                    st["s_rr"] += float(np.einsum("i,i->", a2, a2))
+                    st["s_ee"] += float(np.einsum("i,i->", err, err))
+                    st["numel"] += int(a2.size)
+                if target == "int8" and a2.size:
+                    # Quantiles for the outlier ratio (a sample of at most 1M values).
+                    st["values"] = a2 if st["values"] is None else np.concatenate(
+                        [st["values"], a2])[: 1 << 20]
+            if st["values"] is not None and st["values"].size:
+                # int8: noise against the bulk of the signal (|ref| clipped at its 99th
+                # percentile), so an outlier that stretches the range cannot hide the
+                # resolution it costs every other value.
+                a = np.abs(st["values"])
+                p99 = float(np.quantile(a, 0.99))
+                st["p99"] = p99
+                st["s_rr_bulk"] = float(np.mean(np.minimum(a, p99) ** 2)) * st["numel"]
+            stats[r] = st
+        for s in range(len(feed_list)):
+            for n in out_names:
+                if n in rv[s]:
+                    ref_out[s][n] = rv[s][n]
+        del rv, cv
+    missing = [n for n in out_names if n not in ref_out[0]]
+    if missing:
+        extra = _run_outputs(ref, feed_list, missing)
+        for s in range(len(feed_list)):
+            ref_out[s].update(extra[s])
+    return stats, ref_out
+
+
+def _rel(st: dict | None, target: str) -> float:
+    if st is None:
+        return 0.0
+    if st["nf_cand"] > st["nf_ref"]:
+        return math.inf
+    if target == "int8":
+        bulk = st.get("s_rr_bulk", st["s_rr"])
+        return st["s_ee"] / bulk if bulk > 0 else (0.0 if st["s_ee"] == 0 else math.inf)
+    return st["max_abs"] / st["max_ref"] if st["max_ref"] > 0 else (
+        0.0 if st["max_abs"] == 0 else math.inf)
+
+
+def _estimate(model: LabModel, candidates: list[str], stats: dict[str, dict], target: str,
+              calibration: Calibration | None) -> pd.DataFrame:
+    """The estimated sensitivity of every candidate (no exact columns yet)."""
+    idx = model.index
+    rows = []
+    owner_est: dict[str, float] = {}
+    for nid in candidates:
+        e = idx.entries[nid]
+        node = e.node
+        outs = [v.name for v in node.outputs if v is not None and v.name in stats]
+        ins = [v.name for v in node.inputs if v is not None and v.name in stats]
+        rel_out = max((_rel(stats[n], target) for n in outs), default=0.0)
+        rel_in = max((_rel(stats[n], target) for n in ins), default=0.0)
+        nonfinite = any(stats[n]["nf_cand"] > stats[n]["nf_ref"] for n in outs) and not any(
+            stats[n]["nf_cand"] > stats[n]["nf_ref"] for n in ins)
+        overflow = target == "fp16" and any(stats[n]["max_ref"] > FP16_MAX for n in outs + ins)
+        if math.isinf(rel_out) and math.isinf(rel_in):
+            est = 0.0
+        else:
+            est = max(0.0, rel_out - rel_in)
+        if overflow or nonfinite:
+            est = math.inf
+        tensor = outs[0] if outs else None
+        row = {"node_id": nid, "op_type": node.op_type, "graph": e.graph,
+               "scope": node_scope(node), "est_drop": est, "rel_err": rel_out,
+               "overflow": overflow, "nonfinite": nonfinite, "score_alone": math.nan,
+               "drop": math.nan, "tensor": tensor, "ref_abs_max": math.nan,
+               "outlier_ratio": math.nan, "cal_min": math.nan, "cal_max": math.nan,
+               "saturation": math.nan, "_topo": e.topo}
+        if tensor is not None:
+            st = stats[tensor]
+            row["ref_abs_max"] = st["max_ref"]
+            vals = st.get("values")
+            if vals is not None and vals.size:
+                a = np.abs(vals)
+                p = st.get("p99", float(np.quantile(a, 0.99)))
+                row["outlier_ratio"] = float(a.max() / p) if p > 0 else (
+                    0.0 if a.max() == 0 else math.inf)
+                if calibration is not None:
+                    rng = calibration.range_of(tensor)
+                    if rng is not None:
+                        row["cal_min"], row["cal_max"] = rng
+                        row["saturation"] = float(((vals < rng[0]) | (vals > rng[1])).mean())
+        if not e.graph:
+            owner_est[nid] = est
+        rows.append(row)
+    # Body nodes cannot be captured: they take the estimate of their outermost owner.
+    for row in rows:
+        if row["graph"] and row["est_drop"] == 0.0:
+            graph, owner = row["graph"], None
+            while graph:  # graph paths are "{owner node id}/{attribute}", nested ones chain
+                owner = graph.rsplit("/", 1)[0]
+                graph = idx.entries[owner].graph if owner in idx.entries else ""
+            owner_node = idx.entries.get(owner) if owner else None
+            if owner_node is not None:
+                outs = [v.name for v in owner_node.node.outputs if v is not None
+                        and v.name in stats]
+                row["est_drop"] = max((_rel(stats[n], target) for n in outs), default=0.0)
+                row["rel_err"] = row["est_drop"]
+    df = pd.DataFrame(rows)
+    return df
+
+
+def _rank(df: pd.DataFrame, target: str) -> pd.DataFrame:
+    if not len(df):
+        return pd.DataFrame(columns=SENSITIVITY_COLUMNS)
+    key = df["est_drop"].astype(float)
+    if target == "int8":
+        # Outliers make per-tensor quantization coarse: break ties (and near-ties) with it.
+        key = key + 1e-6 * df["outlier_ratio"].fillna(0.0).astype(float)
+    df = df.assign(_key=key).sort_values(["_key", "_topo"], ascending=[False, True],
+                                         kind="stable")
+    # The exactly re-checked rows (top few) are ordered among themselves by measured drop.
+    checked = df["drop"].notna()
+    if checked.any():
+        # Measured drops reorder the re-checked rows; drops within 5% of the fully converted
+        # score are noise and keep the estimated order.
+        top = df.loc[checked]
+        base = float((top["score_alone"] + top["drop"]).max())
+        big = top["drop"].astype(float) > 0.05 * abs(base) if math.isfinite(base) else (
+            top["drop"].astype(float) > 0)
+        top = top.assign(_big=big, _d=top["drop"].where(big, 0.0))
+        top = top.sort_values(["_big", "_d", "_key"], ascending=False, kind="stable")
+        df = pd.concat([top.drop(columns=["_big", "_d"]), df.loc[~checked]])
+    df = df.drop(columns=["_key", "_topo"]).reset_index(drop=True)
+    df.insert(0, "rank", range(1, len(df) + 1))
+    return df[SENSITIVITY_COLUMNS]
+
+
+def _group(df: pd.DataFrame, by: str) -> pd.DataFrame:
+    if by == "node":
+        return df
+    if by not in ("op_type", "scope"):
+        raise unknown_name("sensitivity grouping", by, ["node", "op_type", "scope"],
+                           fix="by='node', by='op_type' or by='scope'.")
+    g = df.groupby(by, sort=False, dropna=False)
+    out = g.agg(n_nodes=("node_id", "size"), est_drop=("est_drop", "sum"),
+                max_est_drop=("est_drop", "max"), overflow=("overflow", "any"),
+                nonfinite=("nonfinite", "any"), outlier_ratio=("outlier_ratio", "max"),
+                best_rank=("rank", "min"), node_ids=("node_id", list)).reset_index()
+    out = out.sort_values(["est_drop", "best_rank"], ascending=[False, True], kind="stable")
+    out = out.reset_index(drop=True)
+    out.insert(0, "rank", range(1, len(out) + 1))
+    return out
+
+
+# ---------------------------------------------------------------------------- the plan
+@dataclass
+class PrecisionPlan:
+    """The result of :func:`find_precision`.
+
+    Attributes:
+        target: ``fp16``, ``bf16`` or ``int8``.
+        kept: node ids kept in higher precision (int8: excluded from quantization), most
+            sensitive first.
+        passed: whether the plan meets the tolerance (False only when cancelled).
+        model: the converted model with ``kept`` in higher precision (a LabModel).
+        trials: one row per trial (:data:`TRIAL_COLUMNS`): trial, phase (``full``,
+            ``recheck``, ``all_kept``, ``guess``, ``bisect``, ``prune``), kept (node ids),
+            n_kept, score (<= 1 passes), max_abs, sqnr_db, cosine (worst output), passed,
+            seconds (conversion + run).
+        sensitivity: the ranked nodes (:data:`SENSITIVITY_COLUMNS`).
+        outputs: per output, error with everything converted and with the plan
+            (:data:`OUTPUT_COLUMNS`).
+        tolerance: the :class:`Tolerance` the outputs were judged by.
+        n_candidates: nodes the conversion changes (what a plan can keep).
+        calibration: int8 only, the reused :class:`~onnx_lab.numerics.quantize.Calibration`.
+        seconds: wall time of the search.
+        cancelled: the search stopped early (the best plan found so far is returned).
+    """
+
+    target: str
+    kept: list[str]
+    passed: bool
+    model: LabModel
+    trials: pd.DataFrame
+    sensitivity: pd.DataFrame
+    outputs: pd.DataFrame
+    tolerance: Tolerance
+    n_candidates: int
+    seconds: float
+    calibration: Calibration | None = None
+    cancelled: bool = False
+    feeds: list = field(default_factory=list, repr=False)
+    source: LabModel | None = field(default=None, repr=False)
+    required: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def excluded(self) -> list[str]:
+        """``kept`` under its int8 name (nodes excluded from quantization)."""
+        return self.kept
+
+    def reproduce(self, trial: int) -> tuple[LabModel, dict[str, Any]]:
+        """Rebuild trial ``trial`` from its row: (model, {score, passed, max_abs...}).
+
+        Example:
+            >>> model, m = plan.reproduce(3); m["score"] == plan.trials.loc[3, "score"]
+        """
+        if not 0 <= trial < len(self.trials):
+            raise InputError(f"No trial {trial}: the table has trials 0..{len(self.trials) - 1}.",
+                             fix="Pick a number from plan.trials['trial'].")
+        kept = list(self.trials.loc[trial, "kept"])
+        conv = _Converter(self.source, self.target, self.calibration)
+        model = conv.convert(kept)
+        ref = _run_outputs(self.source, self.feeds, [v.name for v in self.source.graph.outputs])
+        cand = _run_outputs(model, self.feeds, list(ref[0]))
+        per = [self.tolerance.judge([r[n] for r in ref], [c[n] for c in cand]) for n in ref[0]]
+        missing = [nid for nid in self.required if nid not in kept]
+        return model, {"score": math.inf if missing else max(m["score"] for m in per),
+                       "max_abs": max(m["max_abs"] for m in per),
+                       "passed": all(m["passed"] for m in per) and not missing}
+
+    def summary_text(self) -> str:
+        verdict = "meets" if self.passed else "does NOT meet"
+        what = "excluded from int8" if self.target == "int8" else "kept in float32"
+        return (f"{self.target}: {len(self.kept)} of {self.n_candidates} nodes {what}; the plan "
+                f"{verdict} {self.tolerance.describe()} ({len(self.trials)} trials, "
+                f"{self.seconds:.1f} s){' [cancelled]' if self.cancelled else ''}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: target, kept, passed, tolerance, trials, outputs, seconds."""
+        def clean(v: Any) -> Any:
+            if isinstance(v, float) and not math.isfinite(v):
+                return str(v)
+            if isinstance(v, (np.floating, np.integer, np.bool_)):
+                return clean(v.item())
+            if isinstance(v, (list, tuple)):
+                return [clean(x) for x in v]
+            return v
+
+        def records(df: pd.DataFrame) -> list[dict]:
+            return [{k: clean(v) for k, v in r.items()} for r in df.to_dict("records")]
+
+        return {"target": self.target, "kept": list(self.kept), "passed": self.passed,
+                "n_candidates": self.n_candidates, "tolerance": self.tolerance.describe(),
+                "seconds": round(self.seconds, 3), "cancelled": self.cancelled,
+                "trials": records(self.trials), "outputs": records(self.outputs)}
+
+    def __repr__(self) -> str:
+        return f"PrecisionPlan({self.summary_text()})"
+
+    def plot(self, top: int = 20):
+        """Ranked bar chart of the sensitivity, kept nodes marked (a matplotlib figure)."""
+        return _display.draw(self, "plot", top=top)
+
+    def render(self, **kw: Any):
+        """The graph coloured by sensitivity, kept nodes highlighted."""
+        return _display.draw(self, "render", **kw)
+
+    def _repr_html_(self) -> str:
+        return _display.draw(self, "html")
+
+
+def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibration: int,
+             dims, shapes) -> tuple[LabModel, list[dict], _Converter]:
+    if target not in TARGETS:
+        raise unknown_name("precision target", target, TARGETS,
+                           fix=f"Targets: {', '.join(TARGETS)}.")
+    model, rdims, rshapes = resolve(source)
+    dims = {**rdims, **(dims or {})}
+    shapes = {**rshapes, **(shapes or {})}
+    feed_list = as_feed_list(feeds, model, dims, shapes)
+    cal = None
+    if target == "int8":
+        if isinstance(calibration, Calibration):
+            cal = calibration
+        else:
+            cal = calibrate_int8(model, calibration if calibration is not None else
+                                 (feeds if feeds is not None else None), n_calibration)
+    conv = _Converter(model, target, cal)
+    return model, feed_list, conv
+
+
+def sensitivity(source: Any, target: str = "fp16", feeds: Any = None, *, by: str = "node",
+                recheck: int = 5, calibration: Any = None, n_calibration: int = 8,
+                metric: str | None = None, tolerance: Any = None, atol: float | None = None,
+                rtol: float | None = None, dims: Mapping[str, int] | None = None,
+                shapes: Mapping[str, Sequence[int]] | None = None, max_bytes: int = 1 << 30,
+                progress: Any = None) -> pd.DataFrame:
+    """Rank nodes by how much the output error drops when that node alone stays in the
+    higher precision.
+
+    The estimate (``est_drop``) comes from one layerwise capture of the reference and the fully
+    converted model: the error a node adds beyond the worst error of its inputs, relative to
+    its tensor's scale (int8: noise energy over signal energy); ``inf`` for an fp16 overflow
+    (a reference value beyond 65504 in or out: ``overflow``) or NaN/inf the node creates
+    (``nonfinite``). The top ``recheck`` rows are checked exactly: ``score_alone`` is the
+    output score (<= 1 passes) with that node (group) alone kept, ``drop`` the fall from the
+    fully converted score; they are ordered by ``drop``. Body nodes (If/Loop/Scan), which
+    cannot be captured, take their owner's output error.
+
+    Columns (``by="node"``): rank, node_id, op_type, graph, scope, est_drop, rel_err (the
+    node's output error), overflow, nonfinite, score_alone, drop, tensor (its first output),
+    ref_abs_max, and for int8: outlier_ratio (max|x| / 99th percentile of |x|), cal_min,
+    cal_max (calibrated range), saturation (fraction of reference values outside it).
+    ``by="op_type"``/``"scope"``: rank, the key, n_nodes, est_drop (sum), max_est_drop,
+    overflow, nonfinite, outlier_ratio, best_rank, node_ids, score_alone, drop.
+
+    Example:
+        >>> sensitivity("sample:convnet", "int8").head(3)
+    """
+    t_all = time.perf_counter()
+    model, feed_list, conv = _prepare(source, target, feeds, calibration, n_calibration,
+                                      dims, shapes)
+    tol = make_tolerance(target, metric, tolerance, atol, rtol)
+    cands = conv.candidates()
+    if not cands:
+        raise InputError(f"The model has no node that {target} conversion changes (no float "
+                         "computation).", fix="Pass a model that computes in float32.")
+    s = _Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs])
+    with Progress(progress, 2 + recheck, f"sensitivity {target}") as bar:
+        s.bar = bar
+        df, _ = _sensitivity(s, cands, recheck, max_bytes)
+    if by != "node":
+        grouped = _group(df, by)
+        if recheck:
+            grouped["score_alone"] = math.nan
+            grouped["drop"] = math.nan
+            base = s.rows[0]["score"]
+            for i in range(min(recheck, len(grouped))):
+                row = s.trial(grouped.loc[i, "node_ids"], f"recheck {by}")
+                grouped.loc[i, "score_alone"] = row["score"]
+                grouped.loc[i, "drop"] = _drop(base, row["score"])
+        df = grouped
+    df.attrs["trials"] = pd.DataFrame(s.rows, columns=TRIAL_COLUMNS)
+    df.attrs["seconds"] = time.perf_counter() - t_all
+    return df
+
+
+def _drop(base: float, alone: float) -> float:
+    if math.isinf(base) and math.isinf(alone):
+        return 0.0
+    return float(base - alone)
+
+
+def _sensitivity(s: _Search, cands: list[str], recheck: int, max_bytes: int
+                 ) -> tuple[pd.DataFrame, LabModel]:
+    """Layerwise capture + estimate + exact re-check; fills s.ref_outputs and trial 0."""
+    full = s.conv.convert(())
+    stats, ref_out = _layerwise(s.model, full, s.feed_list, s.target, max_bytes)
+    s.ref_outputs = ref_out
+    if s.bar is not None:
+        s.bar.step("layerwise capture")
+    if s.target == "fp16":
+        cset = set(cands)
+        idx = s.model.index
+        for t, st in stats.items():
+            if st["max_ref"] > FP16_MAX:
+                for nid in [idx.producer.get(t), *idx.consumers.get(t, [])]:
+                    if nid in cset:
+                        s.required.setdefault(nid, t)
+    s.trial((), "full", model=full, keep_model=True)
+    df = _estimate(s.model, cands, stats, s.target, s.conv.calibration)
+    df = _rank(df, s.target)
+    base = s.rows[0]["score"]
+    if recheck and not s.rows[0]["passed"]:
+        df = df.assign(_topo=0)
+        for i in range(min(recheck, len(df))):
+            if s.stopped():
+                break
+            row = s.trial([df.loc[i, "node_id"]], "recheck")
+            df.loc[i, "score_alone"] = row["score"]
+            df.loc[i, "drop"] = _drop(base, row["score"])
+        df = _rank(df.drop(columns=["rank"]), s.target)
+    return df, full
+
+
+def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
+                   metric: str | None = None, tolerance: Any = None, atol: float | None = None,
+                   rtol: float | None = None, calibration: Any = None, n_calibration: int = 8,
+                   recheck: int = 5, max_trials: int = 48, dims: Mapping[str, int] | None = None,
+                   shapes: Mapping[str, Sequence[int]] | None = None, max_bytes: int = 1 << 30,
+                   progress: Any = None, should_stop: Callable[[], bool] | None = None
+                   ) -> PrecisionPlan:
+    """The smallest set of nodes to keep in higher precision so the outputs meet a tolerance.
+
+    Args:
+        source: a Lab, path, ModelProto, ``"sample:NAME"``... (the float32 reference).
+        target: ``"fp16"``, ``"bf16"`` (emulated, see the module doc) or ``"int8"`` (static
+            QDQ; kept nodes are excluded from quantization).
+        feeds: the inputs the outputs are judged on (dict, list of dicts, ``.npz``; None: one
+            seeded sample).
+        metric, tolerance, atol, rtol: how outputs are judged (:func:`make_tolerance`). Default:
+            the target's preset (fp16/bf16: element-wise atol/rtol; int8: SQNR >= 20 dB);
+            ``atol``/``rtol`` switch to element-wise with those numbers.
+        calibration: int8 calibration data (feeds, an ``.npz`` file or folder) or a
+            :class:`~onnx_lab.numerics.quantize.Calibration`; None: ``feeds`` when given,
+            else ``n_calibration`` seeded samples. Calibration runs once and is cached.
+        recheck: how many top-ranked nodes are re-checked exactly.
+        max_trials: bound on the number of trials of the pruning stage.
+        max_bytes: bound on captured activations held at once.
+        progress: None (tqdm when interactive), False, or a callable(done, total, label).
+        should_stop: called between trials; True stops the search and returns the best plan
+            found so far (``cancelled=True``); PrecisionCancelled when none passed yet.
+
+    Returns:
+        A :class:`PrecisionPlan`.
+
+    Raises:
+        UnknownNameError: unknown target or metric. InputError: no float node; a tolerance
+        that the model misses even with every node kept (the fix names the error reached).
+
+    Example:
+        >>> plan = find_precision("sample:convnet", "fp16", atol=1e-3, rtol=1e-2)
+        >>> plan.kept, plan.trials[["phase", "n_kept", "score", "passed"]]
+    """
+    t_all = time.perf_counter()
+    model, feed_list, conv = _prepare(source, target, feeds, calibration, n_calibration,
+                                      dims, shapes)
+    tol = make_tolerance(target, metric, tolerance, atol, rtol)
+    cands = conv.candidates()
+    if not cands:
+        raise InputError(f"The model has no node that {target} conversion changes (no float "
+                         "computation to keep or convert).",
+                         fix="Pass a float32 model; an already converted model has nothing "
+                         "left to search.")
+    s = _Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs],
+                should_stop=should_stop)
+    n = len(cands)
+    est_total = 3 + recheck + max(1, math.ceil(math.log2(n + 1))) + min(max_trials, 16)
+    with Progress(progress, est_total, f"find_precision {target}") as bar:
+        s.bar = bar
+        sens, _ = _sensitivity(s, cands, recheck, max_bytes)
+        ranked = list(sens["node_id"])
+        best: tuple[str, ...] | None = None
+        if s.rows[0]["passed"]:
+            best = ()
+        else:
+            singles = [r for r in s.rows if r["phase"] == "recheck" and r["passed"]]
+            if singles:
+                best = tuple(min(singles, key=lambda r: r["score"])["kept"])
+        if best is None and not s.stopped():
+            flagged = int(np.isinf(sens["est_drop"].astype(float)).sum())
+            best = _bisect(s, ranked, flagged)
+        if best is None:
+            raise PrecisionCancelled("The search was cancelled before any plan met "
+                                     f"{tol.describe()}.", fix="Run it again to the end.")
+        if len(best) > 1 and not s.stopped():
+            best = _prune(s, ranked, list(best), max_trials)
+        bar.total = bar.done
+    kept = [nid for nid in ranked if nid in set(best)]
+    key = tuple(sorted(best))
+    final = s.models.get(key) or conv.convert(key)
+    before, after = s.outputs_of[()], s.outputs_of[key]
+    outputs = pd.DataFrame([{
+        "tensor": name, "max_abs_before": before[name]["max_abs"],
+        "max_abs_after": after[name]["max_abs"], "sqnr_db_before": before[name]["sqnr_db"],
+        "sqnr_db_after": after[name]["sqnr_db"], "score_before": before[name]["score"],
+        "score_after": after[name]["score"], "passed_before": before[name]["passed"],
+        "passed_after": after[name]["passed"]} for name in s.out_names], columns=OUTPUT_COLUMNS)
+    passed = all(after[n]["passed"] for n in s.out_names)
+    sens = sens.assign(kept=sens["node_id"].isin(set(kept)))
+    return PrecisionPlan(target=target, kept=kept, passed=passed, model=final,
+                         trials=pd.DataFrame(s.rows, columns=TRIAL_COLUMNS), sensitivity=sens,
+                         outputs=outputs, tolerance=tol, n_candidates=n,
+                         seconds=time.perf_counter() - t_all, calibration=conv.calibration,
+                         cancelled=s.stopped(), feeds=feed_list, source=model,
+                         required=dict(s.required))
+
+
+def _bisect(s: _Search, ranked: list[str], flagged: int = 0) -> tuple[str, ...] | None:
+    """Shortest passing prefix of ``ranked`` (assumes keeping more never hurts)."""
+    n = len(ranked)
+    top = s.trial(ranked, "all_kept")
+    if not top["passed"]:
+        raise InputError(
+            f"The tolerance ({s.tol.describe()}) is missed even with all {n} nodes kept in "
+            f"the higher precision (score {top['score']:.3g}, max_abs {top['max_abs']:.3g}): "
+            "the reference itself does not reproduce within it.",
+            fix=f"Loosen the tolerance (e.g. atol >= {max(top['max_abs'], 1e-12) * 2:.2g}) "
+            "or check that the feeds give finite outputs.")
+    lo, hi = 0, n  # prefix lo fails, prefix hi passes
+    # A first guess: the nodes flagged with certain trouble (overflow / non-finite).
+    guess = flagged if 0 < flagged < n else 0
+    if guess and not s.stopped():
+        row = s.trial(ranked[:guess], "guess")
+        if row["passed"]:
+            hi = guess
+        else:
+            lo = guess
+    while hi - lo > 1 and not s.stopped():
+        mid = (lo + hi) // 2
+        row = s.trial(ranked[:mid], "bisect")
+        if row["passed"]:
+            hi = mid
+        else:
+            lo = mid
+    return tuple(ranked[:hi])
+
+
+def _prune(s: _Search, ranked: list[str], kept: list[str], max_trials: int) -> tuple[str, ...]:
+    """Drop kept nodes while the tolerance holds: chunks first when the set is large, then
+    one at a time, least sensitive first, within ``max_trials`` trials."""
+    order = {nid: i for i, nid in enumerate(ranked)}
+    kept = sorted(kept, key=order.__getitem__)
+    budget = max_trials
+    size = len(kept) // 2 if len(kept) > max(8, max_trials // 2) else 1
+    while size >= 1 and budget > 0 and not s.stopped():
+        i = len(kept)
+        while i > 0 and budget > 0 and not s.stopped():
+            start = max(0, i - size)
+            trial_set = kept[:start] + kept[i:]
+            if not trial_set and s.rows[0]["passed"] is False:
+                i = start
+                continue
+            budget -= 1
+            if s.trial(trial_set, "prune")["passed"]:
+                kept = trial_set
+            i = start
+        size //= 2
+    return tuple(kept)
