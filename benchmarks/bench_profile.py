@@ -1,15 +1,20 @@
 """Profiling and cost-model benchmarks (prints figures; asserts nothing).
 
-1. Overhead: ``onnx_lab.profile(resnet50, runs=50, warmup=5)`` total wall time against a bare
+1. Overhead: ``onnx_lab.profile(model, runs=50, warmup=5)`` total wall time against a bare
    onnxruntime loop doing the same work (session creation at the same level + 55 runs), run
-   alternately; target <= 1.2x.
+   alternately, on ResNet-50 and BERT-base (batch 1, sequence 128); target <= 1.1x.
+4. Budgets: on a YOLO-like detector built here (dynamic batch, 320x320), the batch sweep, the
+   ORT levels and the thread sweep with their default budgets against full sweeps with fixed
+   runs (20 + 3 warm-up): same knee / same fastest level / same best thread count, in <= 0.3x
+   the time.
 2. Parsing: the trace of BERT-base (batch 1, sequence 128) x 50 runs through ``parse_trace``;
    target < 1 s. The mapping/aggregation step is timed too.
 3. Cost: ResNet-50 total MACs from ``lab.cost()`` against onnxsim 0.8's
    ``onnxsim.model_info.ModelInfo(model).macs`` (the count ``onnxsim`` prints in its table);
    target within 5%.
 
-    .venv/bin/python benchmarks/bench_profile.py [--runs 50] [--repeat 2] [--skip-bert]
+    .venv/bin/python benchmarks/bench_profile.py [--runs 50] [--repeat 3] [--skip-bert]
+        [--only overhead,parse,cost,budgets]
 """
 
 from __future__ import annotations
@@ -55,8 +60,9 @@ def profiled(lab, runs: int, warmup: int, threads) -> tuple[float, float]:
     return time.perf_counter() - t0, float(p.latency_stats.p50_ms.iloc[0])
 
 
-def bench_overhead(runs: int, repeat: int, threads) -> None:
-    lab = onnx_lab.open(str(_models.resnet50()))
+def bench_overhead(runs: int, repeat: int, threads, name: str = "ResNet-50") -> None:
+    lab = (onnx_lab.open(str(_models.resnet50())) if name == "ResNet-50" else
+           onnx_lab.open(str(_models.bert_base()), dims={"batch": 1, "sequence": 128}))
     # One untimed pass of each warms the OS file cache and the allocator.
     bare_loop(lab, 1, 0, threads)
     profiled(lab, 1, 0, threads)
@@ -66,11 +72,11 @@ def bench_overhead(runs: int, repeat: int, threads) -> None:
         prof.append(profiled(lab, runs, 5, threads))
     bs = [b[0] for b in bare]
     ps = [p[0] for p in prof]
-    print(f"[overhead] ResNet-50, {runs} runs + 5 warm-up, CPU, threads={threads}, {repeat} "
+    print(f"[overhead] {name}, {runs} runs + 5 warm-up, CPU, threads={threads}, {repeat} "
           f"alternating repeats: bare ORT loop {', '.join(f'{x:.2f}' for x in bs)} s; "
           f"onnx_lab.profile {', '.join(f'{x:.2f}' for x in ps)} s -> ratio of the best "
           f"{min(ps) / min(bs):.3f}x, of the medians "
-          f"{statistics.median(ps) / statistics.median(bs):.3f}x (target <= 1.2x); median run "
+          f"{statistics.median(ps) / statistics.median(bs):.3f}x (target <= 1.1x); median run "
           f"{statistics.median(p[1] for p in prof):.1f} ms profiled vs "
           f"{statistics.median(b[1] for b in bare):.1f} ms bare")
 
@@ -125,17 +131,166 @@ def bench_cost() -> None:
           f"unknown nodes {c.total['unknown_nodes']}")
 
 
+def detector(width: int = 16):
+    """A YOLOv8n-like detector (SiLU convs, C2f blocks, SPPF, an upsampling neck, three heads)
+    with a dynamic batch: images[batch, 3, height, width]."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    count = [0]
+
+    def name(op):
+        count[0] += 1
+        return f"/{op}_{count[0]}"
+
+    def init(a):
+        n = f"w{len(inits)}"
+        inits.append(onnx.numpy_helper.from_array(a.astype(np.float32), n))
+        return n
+
+    def node(op, ins, **attrs):
+        n = name(op)
+        nodes.append(helper.make_node(op, ins, [n + "_out"], name=n, **attrs))
+        return n + "_out"
+
+    def conv(x, cin, cout, k=3, s=1):
+        w = init(rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k))
+        y = node("Conv", [x, w, init(np.zeros(cout))], kernel_shape=[k, k], strides=[s, s],
+                 pads=[k // 2] * 4)
+        return node("Mul", [y, node("Sigmoid", [y])])
+
+    def c2f(x, cin, cout, n):
+        h = cout // 2
+        y = conv(x, cin, cout, 1)
+        a = name("Split")
+        nodes.append(helper.make_node("Split", [y, _split(h)], [a + "_0", a + "_1"], name=a,
+                                      axis=1))
+        parts, cur = [a + "_0", a + "_1"], a + "_1"
+        for _ in range(n):
+            t = conv(conv(cur, h, h), h, h)
+            cur = node("Add", [cur, t])
+            parts.append(cur)
+        return conv(node("Concat", parts, axis=1), h * (2 + n), cout, 1)
+
+    split_inits = {}
+
+    def _split(h):
+        if h not in split_inits:
+            n = f"split{h}"
+            inits.append(onnx.numpy_helper.from_array(np.array([h, h], np.int64), n))
+            split_inits[h] = n
+        return split_inits[h]
+
+    c = [width, 2 * width, 4 * width, 8 * width, 16 * width]
+    x = conv("images", 3, c[0], s=2)
+    feats = []
+    for i in range(1, 5):
+        x = conv(x, c[i - 1], c[i], s=2)
+        x = c2f(x, c[i], c[i], 1 if i in (1, 4) else 2)
+        feats.append(x)
+    y = conv(x, c[4], c[4] // 2, 1)
+    pools = [y]
+    for _ in range(3):
+        y = node("MaxPool", [y], kernel_shape=[5, 5], pads=[2, 2, 2, 2])
+        pools.append(y)
+    p5 = conv(node("Concat", pools, axis=1), c[4] * 2, c[4], 1)
+    scales = init(np.array([1, 1, 2, 2]))
+    u = node("Resize", [p5, "", scales], mode="nearest")
+    p4 = c2f(node("Concat", [u, feats[2]], axis=1), c[4] + c[3], c[3], 1)
+    u = node("Resize", [p4, "", scales], mode="nearest")
+    p3 = c2f(node("Concat", [u, feats[1]], axis=1), c[3] + c[2], c[2], 1)
+    n4 = c2f(node("Concat", [conv(p3, c[2], c[2], s=2), p4], axis=1), c[2] + c[3], c[3], 1)
+    n5 = c2f(node("Concat", [conv(n4, c[3], c[3], s=2), p5], axis=1), c[3] + c[4], c[4], 1)
+    shape = onnx.numpy_helper.from_array(np.array([0, 84, -1], np.int64), "head_shape")
+    inits.append(shape)
+    outs = []
+    for f, ch in ((p3, c[2]), (n4, c[3]), (n5, c[4])):
+        box = conv(conv(f, ch, 64), 64, 64)
+        box = node("Conv", [box, init(rng.standard_normal((64, 64, 1, 1)) * 0.1)],
+                   kernel_shape=[1, 1])
+        cls = conv(conv(f, ch, 80), 80, 80)
+        cls = node("Conv", [cls, init(rng.standard_normal((20, 80, 1, 1)) * 0.1)],
+                   kernel_shape=[1, 1])
+        outs.append(node("Reshape", [node("Concat", [box, cls], axis=1), "head_shape"]))
+    out = node("Sigmoid", [node("Concat", outs, axis=2)])
+    nodes.append(helper.make_node("Identity", [out], ["output0"], name="/out/Identity"))
+    g = helper.make_graph(nodes, "detector", [helper.make_tensor_value_info(
+        "images", TensorProto.FLOAT, ["batch", 3, "height", "width"])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", 84, None])],
+        inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def bench_budgets(sizes=(1, 2, 4, 8, 16), runs: int = 20) -> None:
+    from onnx_lab.profiling import batch_sweep, levels, thread_sweep
+
+    lab = onnx_lab.open(detector(), dims={"height": 320, "width": 320})
+    lab1 = onnx_lab.open(detector(), dims={"batch": 1, "height": 320, "width": 320})
+    print(f"[budgets] YOLO-like detector {lab.model.graph.num_nodes()} nodes, 320x320, "
+          f"GFLOPs/image {lab.cost(dims={'batch': 1}).total['flops'] / 1e9:.2f}")
+    batch_sweep(lab, (1,), runs=2, warmup=1, progress=False)  # warm caches
+    t0 = time.perf_counter()
+    full = batch_sweep(lab, sizes, runs=runs, warmup=3, progress=False)
+    t_full = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    auto = batch_sweep(lab, sizes, progress=False)
+    t_auto = time.perf_counter() - t0
+    print(f"[budgets] batch sweep {sizes}: full (runs={runs}) {t_full:.1f} s knee {full.knee} "
+          f"(items/s {', '.join(f'{x:.0f}' for x in full.table.items_per_s)}); default budget "
+          f"{t_auto:.1f} s knee {auto.knee} (batches {auto.table.batch.tolist()}, runs "
+          f"{auto.table.runs.tolist()}, items/s "
+          f"{', '.join(f'{x:.0f}' for x in auto.table.items_per_s)}) -> time ratio "
+          f"{t_auto / t_full:.2f} (target <= 0.3), same knee: {full.knee == auto.knee}")
+    t0 = time.perf_counter()
+    lf = levels(lab1, runs=runs, warmup=3, progress=False)
+    t_lf = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    la = levels(lab1, progress=False)
+    t_la = time.perf_counter() - t0
+    best_f = lf.opt_level[lf.p50_ms.idxmin()]
+    best_a = la.opt_level[la.p50_ms.idxmin()]
+    print(f"[budgets] levels: full {t_lf:.1f} s p50 {', '.join(f'{x:.1f}' for x in lf.p50_ms)} "
+          f"ms (fastest {best_f}); default budget {t_la:.1f} s p50 "
+          f"{', '.join(f'{x:.1f}' for x in la.p50_ms)} ms, runs {la.runs.tolist()} (fastest "
+          f"{best_a}); nodes {lf.nodes.tolist()} vs {la.nodes.tolist()} -> time ratio "
+          f"{t_la / t_lf:.2f}; verdicts: {[v.split(' (')[0] for v in la.verdict[1:]]}")
+    t0 = time.perf_counter()
+    tf = thread_sweep(lab1, (1, 2), runs=runs, warmup=3, progress=False)
+    t_tf = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ta = thread_sweep(lab1, (1, 2), progress=False)
+    t_ta = time.perf_counter() - t0
+    print(f"[budgets] thread sweep (1, 2): full {t_tf:.1f} s p50 "
+          f"{', '.join(f'{x:.1f}' for x in tf.p50_ms)} ms (best {tf.threads[tf.p50_ms.idxmin()]})"
+          f"; default budget {t_ta:.1f} s p50 {', '.join(f'{x:.1f}' for x in ta.p50_ms)} ms, "
+          f"runs {ta.runs.tolist()} (best {ta.threads[ta.p50_ms.idxmin()]}) -> time ratio "
+          f"{t_ta / t_tf:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--skip-bert", action="store_true")
+    ap.add_argument("--only", default="overhead,parse,cost,budgets")
     args = ap.parse_args()
-    bench_cost()
-    bench_overhead(args.runs, args.repeat, args.threads)
-    if not args.skip_bert:
+    only = set(args.only.split(","))
+    if "cost" in only:
+        bench_cost()
+    if "overhead" in only:
+        bench_overhead(args.runs, args.repeat, args.threads)
+        if not args.skip_bert:
+            bench_overhead(args.runs, args.repeat, args.threads, "BERT-base")
+    if "parse" in only and not args.skip_bert:
         bench_parse(args.runs)
+    if "budgets" in only:
+        bench_budgets()
 
 
 if __name__ == "__main__":

@@ -516,7 +516,52 @@ class Lab:
         """
         from onnx_lab.profiling.run import profile
 
-        return profile(self, **kw)
+        p = profile(self, **kw)
+        peak = self._predicted_peak(kw.get("dims"), kw.get("shapes"))
+        if len(p.memory):
+            p.memory = p.memory.assign(predicted_activation_bytes=peak)
+        return p
+
+    def batch_sweep(self, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), **kw: Any):
+        """Latency and throughput per batch size, the knee, and the measured process peak
+        beside the cost model's predicted activation peak per batch.
+
+        See :func:`onnx_lab.profiling.batch_sweep` (dim, runs, budget_s, providers...).
+        Example:
+            >>> lab.batch_sweep((1, 2, 4, 8)).table[["batch", "items_per_s",
+            ...                                      "predicted_activation_bytes"]]
+        """
+        from onnx_lab.profiling.sweep import batch_sweep
+
+        s = batch_sweep(self, batch_sizes, **kw)
+        dim = kw.get("dim", "batch")
+        if len(s.table):
+            peaks = {int(b): self._predicted_peak({**(kw.get("dims") or {}), dim: int(b)},
+                                                  kw.get("shapes"))
+                     for b in s.table.batch.unique()}
+            s.table = s.table.assign(predicted_activation_bytes=s.table.batch.map(peaks))
+        return s
+
+    def compare_backends(self, backends: Sequence[str] | None = None, **kw: Any):
+        """onnxruntime CPU and OpenVINO CPU (CUDA/TensorRT where present) side by side:
+        latency with its spread, throughput at the knee, outputs against onnxruntime CPU.
+
+        See :func:`onnx_lab.backends.compare_backends`. Example:
+            >>> lab.compare_backends(["cpu", "openvino"], batch_sizes=(1, 2, 4, 8)).table
+        """
+        from onnx_lab.backends import compare_backends
+
+        return compare_backends(self, backends, **kw)
+
+    def _predicted_peak(self, dims: Mapping[str, int] | None,
+                        shapes: Mapping[str, Sequence[int]] | None) -> float:
+        """The cost model's peak activation bytes (NaN where it cannot count)."""
+        from onnx_lab.errors import LabError
+
+        try:
+            return float(self.cost(dims=dims, shapes=shapes).total["peak_activation_bytes"])
+        except LabError:
+            return float("nan")
 
     # ================================================================== widgets
     def explore(self, **kwargs: Any):

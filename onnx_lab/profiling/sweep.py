@@ -72,6 +72,46 @@ def _time_point(sess, feed: dict, runs: int | None, warmup: int, budget: Budget,
     return ms, why
 
 
+def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
+                 budget_s: float | None, t_start: float, reporter: Progress, cancel: Any,
+                 rel_ci: float) -> list[np.ndarray]:
+    """Wall ms of each session, run round-robin (a, b, c, a, b, c...): a change of load on
+    the machine hits every session alike instead of the one that happened to run then.
+    Fixed ``runs`` each, or until every median is stable or ``budget_s`` (counted from
+    ``t_start``) is spent."""
+    from onnx_lab.profiling.stats import stable
+
+    for _ in range(warmup if runs is not None else min(warmup, _AUTO_WARMUP)):
+        for sess in sessions:
+            sess.run(None, feed)
+            if runs is not None:
+                reporter.update()
+    out: list[list[float]] = [[] for _ in sessions]
+    perf = time.perf_counter
+    limit = runs if runs is not None else 2000
+    done = [False] * len(sessions)
+    while len(out[0]) < limit:
+        if out[0] and cancelled(cancel):
+            break
+        for i, sess in enumerate(sessions):
+            t = perf()
+            sess.run(None, feed)
+            out[i].append((perf() - t) * 1e3)
+            if runs is not None:
+                reporter.update()
+        if runs is None:
+            n = len(out[0])
+            if budget_s is not None and perf() - t_start >= budget_s and n >= 3:
+                break
+            if n >= 10 and n % 5 == 0:
+                done = [stable(np.array(x), rel_ci) for x in out]
+                if all(done):
+                    break
+    if runs is None:
+        reporter.update(len(sessions))
+    return [np.array(x) for x in out]
+
+
 def _stats(ms: np.ndarray) -> dict[str, float]:
     st = summarize(ms)
     return {c: st[c] for c in STAT_COLUMNS}
@@ -134,11 +174,12 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
     feed = as_feed_list(feeds, lm, dims, shapes)[0]
     rows, samples, notes = [], [], []
     nested = any(g != "" for g in lm.index.graphs)
-    budget = Budget(budget_s, len(OPT_LEVELS))
     reporter = Progress(progress, len(OPT_LEVELS) * ((runs + warmup) if runs is not None else 1),
                         "levels", min_steps=20 if runs is not None else 1)
     try:
         with tempfile.TemporaryDirectory(prefix="onnx_lab_levels_") as tmp:
+            t_start = time.perf_counter()
+            sessions = []
             for level in OPT_LEVELS:
                 if rows and cancelled(cancel):
                     notes.append(f"cancelled before level {level!r}")
@@ -159,13 +200,15 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
                 else:
                     sess.run(None, feed)
                     nodes = _traced_node_count(sess.end_profiling())
-                ms, _why = _time_point(sess, feed, runs, warmup, budget, reporter, cancel,
-                                       rel_ci, t_point=t0)
-                budget.next()
-                del sess
-                samples.append(ms)
-                rows.append({"opt_level": level, "init_ms": init_ms, **_stats(ms),
-                             "nodes": nodes, "nodes_model": lm.graph.num_nodes()})
+                sessions.append(sess)
+                rows.append({"opt_level": level, "init_ms": init_ms, "nodes": nodes,
+                             "nodes_model": lm.graph.num_nodes()})
+            # The levels run interleaved, so a load change hits them alike.
+            samples = _interleaved(sessions, feed, runs, warmup, budget_s, t_start, reporter,
+                                   cancel, rel_ci)
+            del sessions
+            for row, ms in zip(rows, samples, strict=True):
+                row.update(_stats(ms))
     finally:
         reporter.close()
     df = pd.DataFrame(rows)
@@ -473,23 +516,17 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int | 
         budget_s = THREADS_BUDGET_S
     lm, dims, shapes = resolve(model, dims, shapes)
     feed = as_feed_list(feeds, lm, dims, shapes)[0]
-    rows, samples, notes = [], [], []
-    budget = Budget(budget_s, len(counts))
+    notes: list[str] = []
     reporter = Progress(progress, len(counts) * ((runs + warmup) if runs is not None else 1),
                         "thread sweep", min_steps=20 if runs is not None else 1)
     try:
-        for t in counts:
-            if rows and cancelled(cancel):
-                notes.append(f"cancelled before threads={t}")
-                break
-            t0 = time.perf_counter()
-            sess = make_session(lm, providers=providers, opt_level=opt_level, threads=int(t))
-            ms, _why = _time_point(sess, feed, runs, warmup, budget, reporter, cancel, rel_ci,
-                                   t_point=t0)
-            budget.next()
-            del sess
-            samples.append(ms)
-            rows.append({"threads": int(t), **_stats(ms)})
+        t_start = time.perf_counter()
+        sessions = [make_session(lm, providers=providers, opt_level=opt_level, threads=int(t))
+                    for t in counts]
+        samples = _interleaved(sessions, feed, runs, warmup, budget_s, t_start, reporter,
+                               cancel, rel_ci)
+        del sessions
+        rows = [{"threads": int(t), **_stats(ms)} for t, ms in zip(counts, samples, strict=True)]
     finally:
         reporter.close()
     df = pd.DataFrame(rows)

@@ -1,0 +1,229 @@
+"""Which runtime is fastest here, and does it compute the same? onnxruntime's providers and
+OpenVINO (optional extra) side by side: latency with its spread, throughput at the batch knee,
+and each backend's outputs compared against onnxruntime CPU with the tolerance presets.
+
+A layer-4 module: it joins profiling (timings) and numerics (the comparison), which do not
+import each other.
+
+Example:
+    >>> import onnx_lab
+    >>> r = onnx_lab.compare_backends("resnet50.onnx", batch_sizes=(1, 2, 4, 8))
+    >>> r.table[["backend", "median_ms", "p10_ms", "p90_ms", "items_per_s_at_knee",
+    ...          "outputs_agree"]]
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from onnx_lab._pandas import pd
+from onnx_lab.core.source import resolve
+from onnx_lab.errors import ProviderError
+
+__all__ = ["compare_backends", "BackendReport", "BACKEND_COLUMNS"]
+
+BACKEND_COLUMNS = ["backend", "median_ms", "p10_ms", "p90_ms", "ci_low_ms", "ci_high_ms",
+                   "runs", "vs_reference", "knee", "knee_found", "items_per_s_at_knee",
+                   "items_per_s_low", "items_per_s_high", "outputs_agree", "max_abs",
+                   "preset", "rule", "peak_rss_bytes"]
+
+REFERENCE = "CPUExecutionProvider"
+
+
+@dataclass
+class BackendReport:
+    """Result of :func:`compare_backends`.
+
+    Attributes:
+        table: one row per backend: backend, median_ms, p10_ms, p90_ms, ci_low_ms,
+            ci_high_ms (95% interval of the median), runs, vs_reference (the latency
+            against onnxruntime CPU, in words: beyond the noise or not), knee (batch where
+            throughput stops rising, else the largest batch measured; NaN without a sweep),
+            knee_found (False: throughput still rose at the largest batch), items_per_s_at_knee (and its
+            interval: items_per_s_low/high), outputs_agree (every output within the preset's
+            output rule against onnxruntime CPU), max_abs (largest element difference),
+            preset, rule, peak_rss_bytes (process peak during that backend's profile).
+        outputs: per backend and output: backend, output, passed, max_abs, max_rel, cosine,
+            rule.
+        profile: the :class:`~onnx_lab.profiling.run.Profile` of the backends.
+        sweep: the :class:`~onnx_lab.profiling.sweep.BatchSweep` (None without batch sizes).
+        notes: skipped backends (with how to add them), busy-machine warnings.
+    """
+
+    table: pd.DataFrame
+    outputs: pd.DataFrame
+    profile: Any
+    sweep: Any = None
+    notes: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def _repr_html_(self) -> str:
+        from onnx_lab.render.tables import frame_html
+
+        notes = "".join(f"<li>{n}</li>" for n in self.notes)
+        return ("<div><b>Backends</b>" + frame_html(self.table)
+                + frame_html(self.outputs, caption="outputs against onnxruntime CPU")
+                + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
+
+
+def _default_backends(notes: list[str]) -> list[str]:
+    from onnx_lab.runtime.openvino import INSTALL_HINT, openvino_available
+    from onnx_lab.runtime.session import available_providers
+
+    avail = available_providers()
+    out = [REFERENCE]
+    if openvino_available():
+        out.append("openvino:CPU")
+    else:
+        notes.append(INSTALL_HINT)
+    for p in ("CUDAExecutionProvider", "TensorrtExecutionProvider"):
+        if p in avail:
+            out.append(p)
+        else:
+            notes.append(f"{p.replace('ExecutionProvider', '')}: not in this onnxruntime build "
+                         "(needs a GPU and onnxruntime-gpu); skipped")
+    return out
+
+
+def compare_backends(model: Any, backends: Sequence[str] | None = None, *,
+                     batch_sizes: Sequence[int] | None = None, dim: str = "batch",
+                     budget_s: float | None = None, preset: str | None = None,
+                     feeds: Any = None, dims: Mapping[str, int] | None = None,
+                     shapes: Mapping[str, Sequence[int]] | None = None,
+                     threads: int | None = None, progress: Any = None,
+                     cancel: Any = None) -> BackendReport:
+    """onnxruntime CPU, OpenVINO CPU (and CUDA/TensorRT where present) side by side.
+
+    Times each backend (:func:`onnx_lab.profile`, budget mode), sweeps the batch when
+    ``batch_sizes`` are given (the knee and the throughput there, per backend), and compares
+    each backend's outputs on the same seeded inputs with onnxruntime CPU (graph
+    optimizations off: the reference of verification) under the tolerance preset.
+
+    Args:
+        model: a Lab, LabModel, path or ``"sample:NAME"``.
+        backends: e.g. ``["cpu", "openvino"]``; None: onnxruntime CPU plus every installed
+            one of OpenVINO, CUDA and TensorRT (the missing ones noted with how to add them).
+        batch_sizes, dim: the batch sweep (needs a symbolic ``dim``).
+        budget_s: seconds for the timings (default: the profile's 6 s plus the sweep's 6 s per
+            backend).
+        preset: tolerance preset for the outputs (None: by dtype, ``fp32`` for float32).
+        feeds, dims, shapes, threads: as for :func:`onnx_lab.profile`.
+        cancel: a ``threading.Event``.
+
+    Raises:
+        ProviderError: a named backend is not installed (OpenVINO: how to add it).
+
+    Example:
+        >>> r = compare_backends("sample:convnet", ["cpu", "openvino"])
+        >>> r.table[["backend", "median_ms", "outputs_agree"]]
+    """
+    from onnx_lab.numerics.metrics import rule_for, tensor_metrics
+    from onnx_lab.profiling.run import open_session, profile
+    from onnx_lab.profiling.sweep import batch_sweep
+    from onnx_lab.runtime.feeds import as_feed_list
+    from onnx_lab.runtime.openvino import INSTALL_HINT, is_openvino, openvino_available
+    from onnx_lab.runtime.session import make_session
+
+    t0 = time.perf_counter()
+    notes: list[str] = []
+    if backends is None:
+        names = _default_backends(notes)
+    else:
+        names = list(backends)
+        if any(is_openvino(b) for b in names) and not openvino_available():
+            raise ProviderError("OpenVINO was asked for but is not installed.",
+                                fix="pip install 'onnx-lab[openvino]'")
+    lm, dims_r, shapes_r = resolve(model, dims, shapes)
+    sweep_dims = dict(dims_r)
+    if batch_sizes and dim not in sweep_dims:
+        dims_r = {**dims_r, dim: int(batch_sizes[0])}
+    prof = profile(lm, providers=names, dims=dims_r, shapes=shapes_r, feeds=feeds,
+                   threads=threads, budget_s=budget_s, progress=progress, cancel=cancel,
+                   map_fused=False)
+    notes.extend(n for n in prof.notes if n not in notes)
+    sweep = None
+    if batch_sizes:
+        sweep = batch_sweep(lm, tuple(batch_sizes), dim=dim, dims=sweep_dims, shapes=shapes_r,
+                            providers=names, threads=threads, progress=progress,
+                            budget_s=None if budget_s is None else budget_s,
+                            cancel=cancel)
+        notes.extend(n for n in sweep.notes if n not in notes)
+    # Outputs: every backend on the same seeded sample, against ORT CPU without optimizations.
+    feed = as_feed_list(feeds, lm, dims_r, shapes_r)[0]
+    ref_sess = make_session(lm)
+    out_names = [o.name for o in ref_sess.get_outputs()]
+    ref = dict(zip(out_names, ref_sess.run(None, feed), strict=True))
+    del ref_sess
+    out_rows = []
+    sessions = list(prof.latency_stats.session)
+    for s in sessions:
+        if s == REFERENCE:
+            continue
+        sess = open_session(lm, s, opt_level="all", threads=threads)
+        got = sess.run(None, feed)
+        names_b = sess.get_outputs_names() if hasattr(sess, "get_outputs_names") else \
+            [o.name for o in sess.get_outputs()]
+        by_name = dict(zip(names_b, got, strict=True))
+        for o in out_names:
+            r = ref[o]
+            pname, rule = rule_for(str(np.asarray(r).dtype), output=True, preset=preset)
+            c = by_name.get(o)
+            if c is None:
+                out_rows.append({"backend": s, "output": o, "passed": False,
+                                 "max_abs": float("nan"), "max_rel": float("nan"),
+                                 "cosine": float("nan"), "preset": pname,
+                                 "rule": rule.describe(), "note": "output missing"})
+                continue
+            m = tensor_metrics(r, c, rule=rule)
+            out_rows.append({"backend": s, "output": o, "passed": bool(m["passed"]),
+                             "max_abs": m["max_abs"], "max_rel": m["max_rel"],
+                             "cosine": m["cosine"], "preset": pname, "rule": m["rule"],
+                             "note": m["note"]})
+        del sess
+    outputs = pd.DataFrame(out_rows, columns=["backend", "output", "passed", "max_abs",
+                                              "max_rel", "cosine", "preset", "rule", "note"])
+    rows = []
+    st = prof.latency_stats.set_index("session")
+    mem = prof.memory.set_index("session")
+    for s in sessions:
+        r = st.loc[s]
+        vs = "reference" if s == REFERENCE else (
+            prof.compare(REFERENCE, s).text if REFERENCE in sessions else "")
+        knee = items = lo = hi = float("nan")
+        found = None
+        if sweep is not None and len(sweep.table):
+            tb = sweep.backend(s)
+            k = sweep.knees.get(s)
+            if len(tb):
+                at = tb.loc[tb.batch == k] if k is not None else tb.iloc[[-1]]
+                if len(at):
+                    found = k is not None
+                    knee = float(at.batch.iloc[0])
+                    items = float(at.items_per_s.iloc[0])
+                    lo = float(at.items_per_s_low.iloc[0])
+                    hi = float(at.items_per_s_high.iloc[0])
+        o = outputs.loc[outputs.backend == s]
+        rows.append({"backend": s, "median_ms": r.p50_ms, "p10_ms": r.p10_ms,
+                     "p90_ms": r.p90_ms, "ci_low_ms": r.ci_low_ms, "ci_high_ms": r.ci_high_ms,
+                     "runs": int(r.runs), "vs_reference": vs, "knee": knee, "knee_found": found,
+                     "items_per_s_at_knee": items, "items_per_s_low": lo,
+                     "items_per_s_high": hi,
+                     "outputs_agree": True if s == REFERENCE else bool(o.passed.all())
+                     if len(o) else None,
+                     "max_abs": 0.0 if s == REFERENCE else float(o.max_abs.max())
+                     if len(o) else float("nan"),
+                     "preset": o.preset.iloc[0] if len(o) else preset or "",
+                     "rule": o.rule.iloc[0] if len(o) else "",
+                     "peak_rss_bytes": float(mem.loc[s, "peak_rss_bytes"])
+                     if s in mem.index else float("nan")})
+    if not any(is_openvino(s) for s in sessions) and not openvino_available() \
+            and INSTALL_HINT not in notes:
+        notes.append(INSTALL_HINT)
+    return BackendReport(table=pd.DataFrame(rows, columns=BACKEND_COLUMNS), outputs=outputs,
+                         profile=prof, sweep=sweep, notes=notes,
+                         elapsed_s=time.perf_counter() - t0)
