@@ -29,7 +29,7 @@ from onnx_lab.transforms.extract import extract_model
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["apply", "apply_preset", "extract", "VERIFY_OPTIONS"]
+__all__ = ["apply", "apply_preset", "extract", "find_precision", "VERIFY_OPTIONS"]
 
 #: Keys accepted in ``verify={...}``.
 VERIFY_OPTIONS = ("feeds", "atol", "rtol", "seed", "max_bytes", "intermediates", "providers",
@@ -175,3 +175,49 @@ def extract(history: History, inputs: Sequence[str] | None = None,
     return History(result.model, dims=sub_dims, shapes=sub_shapes, result=result,
                    derived_from=f"subgraph extracted from {src} ({len(ins)} inputs, "
                    f"{len(outs)} outputs)", source_path=history.source_path)
+
+
+def find_precision(history: History, target: str = "fp16", feeds: Any = None,
+                   verify: bool | Mapping[str, Any] = True, **kw: Any):
+    """Search which nodes to keep in higher precision and push the converted model as a step.
+
+    Runs :func:`onnx_lab.numerics.precision.find_precision` on the current version, then
+    verifies the converted model against it like any step (outputs only, on the search's
+    feeds, with the target's preset and the search's atol/rtol) and pushes it on the history
+    (pass ``precision:<target>``, params ``kept``). Returns the
+    :class:`~onnx_lab.numerics.precision.PrecisionPlan`, with ``plan.result`` the PassResult.
+
+    Example:
+        >>> plan = steps.find_precision(lab.versions, "fp16", atol=1e-3, rtol=1e-2)
+    """
+    from onnx_lab.numerics.precision import find_precision as search
+
+    opts = verify_options(verify)
+    with _cyclic_gc_paused():
+        before, dims, shapes = history.model, dict(history.dims), dict(history.shapes)
+        kw.setdefault("dims", dims)
+        kw.setdefault("shapes", shapes)
+        plan = search(history, target, feeds, **kw)
+        n_before, n_after = len(before.index), len(plan.model.index)
+        result = PassResult(
+            name=f"precision:{target}",
+            params={"target": target, "kept": list(plan.kept),
+                    "tolerance": plan.tolerance.describe()},
+            modified=True, nodes_before=n_before, nodes_after=n_after, provenance={},
+            removed=[], reason=None, seconds=plan.seconds,
+            notes=[plan.summary_text()], model=plan.model)
+        if opts is not None:
+            opts = dict(opts)
+            opts.setdefault("feeds", plan.feeds)
+            opts.setdefault("intermediates", False)
+            opts.setdefault("preset", target)
+            if plan.tolerance.metric == "elementwise":
+                opts.setdefault("atol", plan.tolerance.atol)
+                opts.setdefault("rtol", plan.tolerance.rtol)
+            t0 = time.perf_counter()
+            report = report_of(before, plan.model, result, dims=dims, shapes=shapes, **opts)
+            fill_result(result, report, time.perf_counter() - t0)
+        new_dims, new_shapes = fit_dims(result.model, dims, shapes)
+        history.push(result, dims=new_dims, shapes=new_shapes)
+        plan.result = result
+        return plan

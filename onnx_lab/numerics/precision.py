@@ -432,8 +432,9 @@ def _bf16_emulate(proto: onnx.ModelProto, kept: set[str], candidates: set[str]
 
 
 # ---------------------------------------------------------------------------- running
-def _run_outputs(model: LabModel, feed_list: list[dict], names: list[str]) -> list[dict]:
-    sess = make_session(model, outputs=names, arena=False)
+def _run_outputs(model: LabModel, feed_list: list[dict], names: list[str],
+                 opt_level: str = "disable") -> list[dict]:
+    sess = make_session(model, outputs=names, arena=False, opt_level=opt_level)
     out = []
     for f in feed_list:
         try:
@@ -737,6 +738,8 @@ class PrecisionPlan:
     feeds: list = field(default_factory=list, repr=False)
     source: LabModel | None = field(default=None, repr=False)
     required: dict[str, str] = field(default_factory=dict, repr=False)
+    #: The history step's PassResult when the plan was pushed (``lab.find_precision``).
+    result: Any = field(default=None, repr=False)
 
     @property
     def excluded(self) -> list[str]:
@@ -812,6 +815,17 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
     model, rdims, rshapes = resolve(source)
     dims = {**rdims, **(dims or {})}
     shapes = {**rshapes, **(shapes or {})}
+    done = [nid for nid, e in model.index.entries.items()
+            if e.node.op_type in ("QuantizeLinear", "DynamicQuantizeLinear")
+            or (e.node.op_type == "Cast" and any(
+                a.name == "to" and a.value in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16, 10, 16)
+                for a in e.node.attributes.values()))]
+    if done:
+        raise InputError(
+            f"The model is already converted (node {done[0]!r} casts to a narrow type or "
+            "quantizes): a precision search starts from the float32 model.",
+            fix="Search on the original: lab.checkout(0) (or the step before the conversion), "
+            "or pass lab.original.")
     feed_list = as_feed_list(feeds, model, dims, shapes)
     cal = None
     if target == "int8":
@@ -880,6 +894,21 @@ def sensitivity(source: Any, target: str = "fp16", feeds: Any = None, *, by: str
     return df
 
 
+def _check_reachable(s: _Search) -> None:
+    """InputError when the float32 model itself misses the tolerance once onnxruntime
+    optimizes it (fusions reorder float arithmetic): no precision plan can do better."""
+    opt = _run_outputs(s.model, s.feed_list, s.out_names, opt_level="all")
+    per = [s.tol.judge([r[n] for r in s.ref_outputs], [o[n] for o in opt]) for n in s.out_names]
+    worst = max(per, key=lambda m: m["score"])
+    if not worst["passed"]:
+        raise InputError(
+            f"The float32 model itself misses the tolerance ({s.tol.describe()}): run with "
+            f"onnxruntime's optimizations it differs from its unoptimized run by max_abs "
+            f"{worst['max_abs']:.3g} (score {worst['score']:.3g}); no precision plan can meet "
+            "it.", fix=f"Loosen the tolerance (e.g. atol >= {max(worst['max_abs'], 1e-7) * 10:.2g}"
+            ", rtol >= 1e-4), or use metric='sqnr'/'cosine'.")
+
+
 def _drop(base: float, alone: float) -> float:
     if math.isinf(base) and math.isinf(alone):
         return 0.0
@@ -903,6 +932,8 @@ def _sensitivity(s: _Search, cands: list[str], recheck: int, max_bytes: int
                     if nid in cset:
                         s.required.setdefault(nid, t)
     s.trial((), "full", model=full, keep_model=True)
+    if not s.rows[0]["passed"]:
+        _check_reachable(s)
     df = _estimate(s.model, cands, stats, s.target, s.conv.calibration)
     df = _rank(df, s.target)
     base = s.rows[0]["score"]

@@ -112,7 +112,27 @@ def fp16_model(source: Any, keep_io_types: bool = True,
     return _model_from(half)
 
 
+class _NoPreprocessAdvice(logging.Filter):
+    """Drops onnxruntime.quantization's "consider pre-processing" root warning, printed on
+    every call (a retried exclusion set would print it once per trial)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-process" not in record.getMessage()
+
+
+_ADVICE_FILTER = _NoPreprocessAdvice()
+
+
 def _quantize(model: LabModel, fn, **kw) -> LabModel:
+    root = logging.getLogger()
+    root.addFilter(_ADVICE_FILTER)
+    try:
+        return _quantize_files(model, fn, **kw)
+    finally:
+        root.removeFilter(_ADVICE_FILTER)
+
+
+def _quantize_files(model: LabModel, fn, **kw) -> LabModel:
     with tempfile.TemporaryDirectory(prefix="onnx_lab_q_") as tmp:
         src, dst = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
         _save(_full_proto(model), src)
@@ -311,6 +331,7 @@ def calibrate_int8(source: Any, feeds: Any = None, n: int = 8,
             src, dst = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
             cache = Path(tmp) / "ranges.json"
             _save(_full_proto(model), src)
+            logging.getLogger().addFilter(_ADVICE_FILTER)
             try:
                 quantize_static(str(src), str(dst), calibration_data_reader=_Reader(),
                                 quant_format=QuantFormat.QDQ,
@@ -319,6 +340,8 @@ def calibrate_int8(source: Any, feeds: Any = None, n: int = 8,
             except Exception as e:  # noqa: BLE001 - the quantizer raises assorted errors
                 raise PassError(f"int8 calibration failed: {str(e).strip()[:400]}",
                                 fix="Check the calibration feeds against lab.inputs.") from e
+            finally:
+                logging.getLogger().removeFilter(_ADVICE_FILTER)
             payload = json.loads(cache.read_text())
         return Calibration(payload, method, len(samples), time.perf_counter() - t0, model)
 

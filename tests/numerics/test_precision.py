@@ -1,0 +1,205 @@
+"""The precision doctor: a real sensitive node is found and kept, a healthy model keeps nothing,
+int8 retries reuse one calibration, bad arguments name the fix."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.errors import InputError, UnknownNameError
+from onnx_lab.numerics.precision import TRIAL_COLUMNS, find_precision, sensitivity
+from onnx_lab.runtime.capture import run
+
+def rms_overflow(in_if=False, hidden=64):
+    """x -> MatMul (values ~ +-500) -> RMSNorm from primitives (Pow overflows fp16) -> MatMul."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, hidden)) * 120).astype(np.float32), "w_up"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+             numpy_helper.from_array(np.array([1, 1, hidden], np.int64), "groups"),
+             numpy_helper.from_array(np.array([1, hidden], np.int64), "one_h"),
+             numpy_helper.from_array((rng.standard_normal((hidden, 8)) * 0.3).astype(np.float32), "w_out")]
+    def norm(p, src):
+        return [helper.make_node("Pow", [src, "two"], [f"{p}sq"], name=f"{p}/Pow"),
+                helper.make_node("Reshape", [f"{p}sq", "groups"], [f"{p}sqg"], name=f"{p}/Reshape"),
+                helper.make_node("ReduceMean", [f"{p}sqg"], [f"{p}msg"], name=f"{p}/ReduceMean", axes=[-1], keepdims=0),
+                helper.make_node("Expand", [f"{p}msg", "one_h"], [f"{p}ms"], name=f"{p}/Expand"),
+                helper.make_node("Add", [f"{p}ms", "eps"], [f"{p}mse"], name=f"{p}/Add"),
+                helper.make_node("Sqrt", [f"{p}mse"], [f"{p}rms"], name=f"{p}/Sqrt"),
+                helper.make_node("Div", [src, f"{p}rms"], [f"{p}out"], name=f"{p}/Div")]
+    nodes = [helper.make_node("MatMul", ["x", "w_up"], ["h"], name="/up/MatMul")]
+    if in_if:
+        inits.append(numpy_helper.from_array(np.array(True), "use_norm"))
+        then_g = helper.make_graph(norm("/norm", "h"), "then", [], [helper.make_tensor_value_info("/normout", TP.FLOAT, [1, hidden])])
+        else_g = helper.make_graph([helper.make_node("Tanh", ["h"], ["t"], name="/else/Tanh")], "else", [], [helper.make_tensor_value_info("t", TP.FLOAT, [1, hidden])])
+        nodes.append(helper.make_node("If", ["use_norm"], ["n"], name="/branch/If", then_branch=then_g, else_branch=else_g))
+    else:
+        nodes += norm("/norm", "h")
+        nodes.append(helper.make_node("Identity", ["/normout"], ["n"], name="/norm/Identity"))
+    nodes.append(helper.make_node("MatMul", ["n", "w_out"], ["y"], name="/head/MatMul"))
+    g = helper.make_graph(nodes, "rms_overflow", [helper.make_tensor_value_info("x", TP.FLOAT, [1, 16])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [1, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+def outlier_convnet(planted=("/conv2/Conv", "/conv4/Conv"), outlier=300.0, ch=128):
+    rng = np.random.default_rng(1)
+    inits, nodes = [], []
+    cin = 3
+    ws = []
+    for i in range(1, 6):
+        cout = ch
+        w = (rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2 / (cin * 9))).astype(np.float32)
+        b = (rng.standard_normal(cout) * 0.1).astype(np.float32)
+        ws.append([w, b])
+        cin = cout
+    x = "x"
+    for i in range(1, 6):
+        name = f"/conv{i}/Conv"
+        w, b = ws[i - 1]
+        if name in planted:
+            b[0] = outlier  # one channel far outside the others' range...
+            if i < 5:
+                ws[i][0][:, 0] = 0.0  # ...that the next layer ignores
+    for i in range(1, 6):
+        w, b = ws[i - 1]
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
+        nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], name=f"/conv{i}/Conv", pads=[1, 1, 1, 1]))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"/conv{i}/Relu"))
+        x = f"r{i}"
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="/head/GlobalAveragePool"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="/head/Flatten"))
+    inits += [numpy_helper.from_array((rng.standard_normal((4, ch)) * 0.3).astype(np.float32), "wf"),
+              numpy_helper.from_array(np.zeros(4, np.float32), "bf")]
+    nodes.append(helper.make_node("Gemm", ["flat", "wf", "bf"], ["logits"], name="/head/Gemm", transB=1))
+    g = helper.make_graph(nodes, "outliers", [helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("logits", TP.FLOAT, [1, 4])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+NORM_NODES = {"/norm/Pow", "/norm/Reshape", "/norm/ReduceMean", "/norm/Expand", "/norm/Add"}
+
+
+def _independent(model, feeds, name="y"):
+    return run(model, feeds)[name]
+
+
+def test_fp16_overflow_is_found_and_kept():
+    lab = onnx_lab.open(rms_overflow())
+    plan = lab.find_precision("fp16", atol=1e-3, rtol=1e-2, progress=False)
+    assert plan.passed and NORM_NODES <= set(plan.kept)
+    assert set(plan.kept) <= set(lab.original.index.entries)  # every entry is a node id
+    assert len(plan.kept) < plan.n_candidates
+    # The overflowing tensors are flagged in the sensitivity and ranked first.
+    top = plan.sensitivity.head(len(NORM_NODES))
+    assert set(top["node_id"]) == NORM_NODES and top["overflow"].all()
+    # The full conversion fails (overflow noted), the plan's step is verified and pushed.
+    full = plan.trials.iloc[0]
+    assert full["phase"] == "full" and not full["passed"] and "overflow" in full["note"]
+    assert list(plan.trials.columns) == TRIAL_COLUMNS
+    assert lab.history.iloc[-1]["pass"] == "precision:fp16"
+    assert plan.result.verify_passed
+    # An independent run of the written model meets the tolerance.
+    feeds = plan.feeds[0]
+    ref = _independent(lab.original.model, feeds)
+    got = _independent(plan.model, feeds)
+    assert np.all(np.abs(got - ref) <= 1e-3 + 1e-2 * np.abs(ref))
+    # Every trial is reproducible from its row.
+    for i in (0, len(plan.trials) - 1):
+        _, m = plan.reproduce(i)
+        assert m["passed"] == plan.trials.loc[i, "passed"]
+        assert m["score"] == pytest.approx(plan.trials.loc[i, "score"], rel=1e-6)
+
+
+def test_healthy_model_keeps_nothing():
+    for name, dims in (("convnet", {}), ("transformer_block", {"batch": 1, "seq": 8})):
+        plan = find_precision(onnx_lab.open(f"sample:{name}", dims=dims), "fp16",
+                              atol=1e-2, rtol=1e-2, progress=False)
+        assert plan.passed and plan.kept == [], name
+        assert len(plan.trials) == 1  # one conversion, one run: nothing to search
+
+
+def test_if_bodies_are_candidates():
+    lab = onnx_lab.open(rms_overflow(in_if=True))
+    sens = lab.sensitivity("bf16", progress=False, recheck=0)
+    body = sens.loc[sens["graph"] != ""]
+    assert {"/norm/Pow", "/else/Tanh"} <= set(body["node_id"])
+    # bf16 (emulated) with a tight tolerance: the plan may keep body nodes, all are node ids.
+    plan = find_precision(lab, "bf16", atol=1e-4, rtol=1e-4, progress=False)
+    assert plan.passed and set(plan.kept) <= set(lab.index.entries)
+
+
+def test_int8_finds_two_planted_outliers_with_one_calibration(monkeypatch):
+    import onnxruntime.quantization as q
+
+    calls = {"calibrate": 0, "convert": 0}
+    real = q.quantize_static
+
+    def counting(*a, **kw):
+        calls["calibrate" if kw.get("calibration_data_reader") is not None else "convert"] += 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(q, "quantize_static", counting)
+    lab = onnx_lab.open(outlier_convnet())
+    plan = find_precision(lab, "int8", metric="sqnr", tolerance=30, progress=False)
+    planted = {"/conv2/Relu", "/conv4/Relu"}  # the nodes whose int8 outputs carry the outliers
+    assert planted <= set(plan.sensitivity.head(3)["node_id"])
+    assert planted <= set(plan.excluded) and plan.passed
+    assert not plan.trials.iloc[0]["passed"]  # fully quantized misses 30 dB
+    assert calls["calibrate"] == 1 and calls["convert"] == len(plan.trials)  # one per trial
+    ranges = plan.calibration.ranges
+    assert {"tensor", "lowest", "highest"} <= set(ranges.columns)
+    r2 = ranges.set_index("tensor").loc["r2"]
+    assert r2["highest"] > 100  # the outlier channel stretches the calibrated range
+    sens = plan.sensitivity.set_index("node_id")
+    assert sens.loc["/conv2/Relu", "outlier_ratio"] > 20 > sens.loc["/conv3/Relu",
+                                                                    "outlier_ratio"]
+
+
+def test_int8_healthy_keeps_nothing():
+    plan = find_precision(onnx_lab.open(outlier_convnet(planted=())), "int8", progress=False)
+    assert plan.passed and plan.excluded == []
+
+
+def test_bad_arguments_name_the_fix():
+    lab = onnx_lab.open("sample:convnet")
+    with pytest.raises(UnknownNameError, match="fp8x"):
+        find_precision(lab, "fp8x")
+    with pytest.raises(UnknownNameError):
+        find_precision(lab, "fp16", metric="psnr")
+    # A zero tolerance: the float32 model optimized by onnxruntime already misses it.
+    with pytest.raises(InputError, match="float32 model itself") as e:
+        find_precision(lab, "fp16", atol=0.0, rtol=0.0, progress=False,
+                       feeds=None, recheck=0)
+    assert "Loosen" in e.value.fix
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["c"], name="add")], "ints",
+                          [helper.make_tensor_value_info("a", TP.INT64, [2])],
+                          [helper.make_tensor_value_info("c", TP.INT64, [2])],
+                          [numpy_helper.from_array(np.array([1, 2], np.int64), "b")])
+    ints = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(InputError, match="no node") as e:
+        find_precision(ints, "fp16")
+    assert e.value.fix
+    with pytest.raises(InputError, match="already converted"):
+        find_precision(onnx_lab.to_fp16(lab), "fp16")
+
+
+def test_cancel_returns_best_so_far_or_raises():
+    from onnx_lab.numerics.precision import PrecisionCancelled
+
+    with pytest.raises(PrecisionCancelled):
+        find_precision(onnx_lab.open(rms_overflow()), "fp16", atol=1e-3, rtol=1e-2,
+                       progress=False, should_stop=lambda: True)
+
+
+def test_sensitivity_groups():
+    df = sensitivity(onnx_lab.open(rms_overflow()), "fp16", by="op_type", progress=False,
+                     recheck=2)
+    assert df.loc[0, "op_type"] in {"Pow", "Reshape", "ReduceMean", "Expand", "Add"}
+    assert math.isinf(df.loc[0, "est_drop"])
+    assert df["score_alone"].notna().sum() == 2
