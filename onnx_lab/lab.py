@@ -362,6 +362,35 @@ class Lab:
         """
         return culprit.find_culprit(self._history, tool, verify=verify, **params)
 
+    def find_precision(self, target: str = "fp16", feeds: Any = None,
+                       verify: bool | Mapping[str, Any] = True, **kw: Any):
+        """The fewest nodes to keep in higher precision so the outputs meet a tolerance; the
+        converted model becomes a new verified version.
+
+        Keywords as :func:`onnx_lab.numerics.precision.find_precision` (metric, tolerance,
+        atol, rtol, calibration, recheck, max_trials, progress, should_stop). See
+        :func:`onnx_lab.steps.find_precision`.
+
+        Example:
+            >>> plan = lab.find_precision("fp16", atol=1e-3, rtol=1e-2)
+            >>> plan.kept, plan.trials, lab.history.tail(1)
+        """
+        return steps.find_precision(self._history, target, feeds, verify, **kw)
+
+    def sensitivity(self, target: str = "fp16", feeds: Any = None, by: str = "node",
+                    **kw: Any) -> pd.DataFrame:
+        """Nodes ranked by how much the output error drops when each alone stays in the higher
+        precision (:func:`onnx_lab.numerics.precision.sensitivity`).
+
+        Example:
+            >>> lab.sensitivity("int8", by="op_type").head()
+        """
+        from onnx_lab.numerics.precision import sensitivity
+
+        kw.setdefault("dims", self.dims)
+        kw.setdefault("shapes", self.shapes)
+        return sensitivity(self, target, feeds, by=by, **kw)
+
     def apply_preset(self, preset: str | Sequence[str] = "safe",
                      verify: bool | Mapping[str, Any] = True) -> list:
         """Apply every pass of a preset (``"safe"``) as verified steps; returns PassResults."""
