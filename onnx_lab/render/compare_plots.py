@@ -42,16 +42,24 @@ def layer_error_figure(layers: pd.DataFrame, atol: float, divergence: dict[str, 
         hit = np.flatnonzero(layers["tensor"].to_numpy() == divergence["tensor"])
         if hit.size:
             ax.axvline(hit[0], color="#e45756", lw=1, alpha=0.6)
+            # Label on the side of the line with room (a label past the right edge is cut).
+            right = hit[0] > 0.6 * max(1, len(layers) - 1)
             ax.annotate(f"first divergence\n{divergence['op_type']} {divergence['node_id']}",
-                        (hit[0], shown[hit[0]]), xytext=(8, 8), textcoords="offset points",
-                        fontsize=8, color="#b00")
+                        (hit[0], shown[hit[0]]), xytext=(-8 if right else 8, 8),
+                        textcoords="offset points", ha="right" if right else "left",
+                        fontsize=9, color="#b00",
+                        bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none",
+                              "alpha": 0.8})
     ax.set_yscale("log")
     ax.set_xlabel("layer (topological order)")
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole positions
     ax.set_ylabel(column + (" (exact 0 at bottom)" if (y == 0).any() else ""))
-    ax.legend(fontsize=7, loc="upper left")
+    # Above the axes, never over the points or the first-divergence label.
+    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.01), ncol=4,
+              frameon=False, borderaxespad=0.0, handletextpad=0.3, columnspacing=1.0)
+    ax.tick_params(labelsize=9)
     return fig
 
 
@@ -78,8 +86,8 @@ def hist_figure(ref: np.ndarray, cand: np.ndarray, title: str, bins: int = 100):
     Counts come from ``np.histogram`` and are drawn as one filled step artist per histogram
     (``ax.hist`` draws one patch per bar: 300 artists to lay out and rasterize).
     """
-    fig = _figure(figsize=(8, 3.2))
-    _fixed_layout(fig, left=0.07, right=0.98, bottom=0.1, top=0.9, wspace=0.22)
+    fig = _figure(figsize=(8, 3.4))
+    _fixed_layout(fig, left=0.08, right=0.98, bottom=0.16, top=0.88, wspace=0.25)
     a1, a2 = fig.subplots(1, 2)
     r = np.asarray(ref, dtype=np.float64).ravel()
     c = np.asarray(cand, dtype=np.float64).ravel()
@@ -91,8 +99,11 @@ def hist_figure(ref: np.ndarray, cand: np.ndarray, title: str, bins: int = 100):
         counts, _ = np.histogram(values, bins=edges)
         a1.stairs(counts, edges, fill=True, alpha=0.6, label=label, color=colour)
     _log_counts(a1)
-    a1.set_title(f"values: {title}", fontsize=9)
-    a1.legend(fontsize=7)
+    short = title if len(title) <= 40 else "…" + title[-39:]
+    a1.set_title(f"values: {short}", fontsize=10)
+    a1.set_xlabel("value", fontsize=9)
+    a1.set_ylabel("count (log)", fontsize=9)
+    a1.legend(fontsize=8, frameon=False)
     if r.size == c.size:
         d = c - r
         d = d[np.isfinite(d)]
@@ -100,7 +111,11 @@ def hist_figure(ref: np.ndarray, cand: np.ndarray, title: str, bins: int = 100):
             counts, dedges = np.histogram(d, bins=bins)
             a2.stairs(counts, dedges, fill=True, color="#e45756")
             _log_counts(a2)
-    a2.set_title("candidate − reference", fontsize=9)
+    a2.set_title("candidate − reference", fontsize=10)
+    a2.set_xlabel("difference", fontsize=9)
+    for ax in (a1, a2):
+        ax.tick_params(labelsize=9)
+        ax.xaxis.get_major_formatter().set_powerlimits((-3, 4))
     return fig
 
 
