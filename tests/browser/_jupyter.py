@@ -81,6 +81,11 @@ def jupyter_lab(root: Path, work: Path, *, timeout: float = 60) -> Iterator[str]
     # Keep every cell in the DOM (no virtual scrolling), so off-screen outputs can be checked.
     tracker = settings / "@jupyterlab" / "notebook-extension"
     tracker.mkdir(parents=True, exist_ok=True)
+    # Save widget state with the notebook, as `make lab` sets it: a saved notebook then shows
+    # each widget's last view without a kernel.
+    wm = settings / "@jupyter-widgets" / "jupyterlab-manager"
+    wm.mkdir(parents=True, exist_ok=True)
+    (wm / "plugin.jupyterlab-settings").write_text(json.dumps({"saveState": True}))
     # Start the notebook's kernel without asking (no "Select Kernel" dialog).
     (tracker / "tracker.jupyterlab-settings").write_text(
         json.dumps({"windowingMode": "none", "autoStartDefaultKernel": True}))
@@ -132,7 +137,8 @@ def jupyter_lab(root: Path, work: Path, *, timeout: float = 60) -> Iterator[str]
 
 
 @contextlib.contextmanager
-def chromium_page(profile: Path) -> Iterator[object]:
+def chromium_page(profile: Path, *, width: int = 1400,
+                  height: int = 1000) -> Iterator[object]:
     """A Playwright page in Debian's Chromium with a fresh user-data dir."""
     from playwright.sync_api import sync_playwright
 
@@ -140,7 +146,7 @@ def chromium_page(profile: Path) -> Iterator[object]:
     with sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
             str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 1000})
+            viewport={"width": width, "height": height})
         try:
             page = ctx.pages[0] if ctx.pages else ctx.new_page()
             yield page
