@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from onnx_lab import _exit
-from onnx_lab.cli import analysis, core, numerics, profiling, render, transforms
+from onnx_lab.cli import analysis, core, numerics, precision, profiling, render, transforms
 from onnx_lab.cli._common import (
     add_dims_args,
     add_model_arg,
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for area in _AREAS:
         area.register(sub)
+    precision.register(sub)  # onnx_lab/cli/precision.py: the precision doctor
     return parser
 
 

@@ -64,7 +64,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["find_precision", "sensitivity", "PrecisionPlan", "Tolerance", "TARGETS",
            "METRICS", "TRIAL_COLUMNS", "SENSITIVITY_COLUMNS", "OUTPUT_COLUMNS",
-           "PrecisionCancelled"]
+           "PrecisionCancelled", "ToleranceUnreachable"]
 
 TARGETS = ("fp16", "bf16", "int8")
 METRICS = ("elementwise", "max_abs", "sqnr", "cosine")
@@ -85,6 +85,11 @@ OUTPUT_COLUMNS = ["tensor", "max_abs_before", "max_abs_after", "sqnr_db_before",
 
 class PrecisionCancelled(LabError):
     """The search was cancelled before any plan met the tolerance."""
+
+
+class ToleranceUnreachable(InputError):
+    """No plan can meet the tolerance: the float32 model itself (optimized by onnxruntime, or
+    with every node kept) misses it."""
 
 
 # ---------------------------------------------------------------------------- tolerance
@@ -901,7 +906,7 @@ def _check_reachable(s: _Search) -> None:
     per = [s.tol.judge([r[n] for r in s.ref_outputs], [o[n] for o in opt]) for n in s.out_names]
     worst = max(per, key=lambda m: m["score"])
     if not worst["passed"]:
-        raise InputError(
+        raise ToleranceUnreachable(
             f"The float32 model itself misses the tolerance ({s.tol.describe()}): run with "
             f"onnxruntime's optimizations it differs from its unoptimized run by max_abs "
             f"{worst['max_abs']:.3g} (score {worst['score']:.3g}); no precision plan can meet "
@@ -915,10 +920,11 @@ def _drop(base: float, alone: float) -> float:
     return float(base - alone)
 
 
-def _sensitivity(s: _Search, cands: list[str], recheck: int, max_bytes: int
-                 ) -> tuple[pd.DataFrame, LabModel]:
+def _sensitivity(s: _Search, cands: list[str], recheck: int, max_bytes: int,
+                 full: LabModel | None = None) -> tuple[pd.DataFrame, LabModel]:
     """Layerwise capture + estimate + exact re-check; fills s.ref_outputs and trial 0."""
-    full = s.conv.convert(())
+    if full is None:
+        full = s.conv.convert(())
     stats, ref_out = _layerwise(s.model, full, s.feed_list, s.target, max_bytes)
     s.ref_outputs = ref_out
     if s.bar is not None:
@@ -1004,7 +1010,20 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
     est_total = 3 + recheck + max(1, math.ceil(math.log2(n + 1))) + min(max_trials, 16)
     with Progress(progress, est_total, f"find_precision {target}") as bar:
         s.bar = bar
-        sens, _ = _sensitivity(s, cands, recheck, max_bytes)
+        sens = None
+        if target != "fp16":
+            # Quick exit: when the full conversion already passes, no capture is needed (fp16
+            # always captures: an overflow may hide behind kernels that compute in float32).
+            s.ref_outputs = _run_outputs(model, feed_list, s.out_names)
+            first = s.trial((), "full", keep_model=True)
+            if first["passed"]:
+                sens = _rank(_estimate(model, cands, {}, target, conv.calibration), target)
+            else:
+                s.rows.clear()
+                if s.bar is not None:
+                    s.bar.done -= 1
+        if sens is None:
+            sens, _ = _sensitivity(s, cands, recheck, max_bytes, s.models.get(()))
         ranked = list(sens["node_id"])
         best: tuple[str, ...] | None = None
         if s.rows[0]["passed"]:
@@ -1047,7 +1066,7 @@ def _bisect(s: _Search, ranked: list[str], flagged: int = 0) -> tuple[str, ...] 
     n = len(ranked)
     top = s.trial(ranked, "all_kept")
     if not top["passed"]:
-        raise InputError(
+        raise ToleranceUnreachable(
             f"The tolerance ({s.tol.describe()}) is missed even with all {n} nodes kept in "
             f"the higher precision (score {top['score']:.3g}, max_abs {top['max_abs']:.3g}): "
             "the reference itself does not reproduce within it.",

@@ -192,3 +192,10 @@ for _type, _kind, _fn in (
 ):
     register(_type, _kind, _fn)
 del _type, _kind, _fn
+
+# The precision doctor's plan (render/precision_plots.py: bar chart, graph overlay, report).
+from onnx_lab.render.precision_plots import VIEWS as _PRECISION_VIEWS  # noqa: E402
+
+for _kind, _fn in _PRECISION_VIEWS:
+    register("onnx_lab.numerics.precision.PrecisionPlan", _kind, _fn)
+del _kind, _fn

@@ -203,3 +203,31 @@ def test_sensitivity_groups():
     assert df.loc[0, "op_type"] in {"Pow", "Reshape", "ReduceMean", "Expand", "Add"}
     assert math.isinf(df.loc[0, "est_drop"])
     assert df["score_alone"].notna().sum() == 2
+
+
+def test_cli_precision_json_and_exit_codes(tmp_path, capsys):
+    import json
+
+    from onnx_lab.cli import main
+
+    src = tmp_path / "rms.onnx"
+    onnx.save(rms_overflow(), str(src))
+    out = tmp_path / "rms.fp16.onnx"
+    code = main(["precision", str(src), "--target", "fp16", "--atol", "1e-3", "--rtol", "1e-2",
+                 "--out", str(out), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["passed"] and NORM_NODES <= set(data["kept"])
+    assert out.is_file()
+    # A tolerance no plan can meet: exit 1 with the fix; bad target: exit 2.
+    assert main(["precision", "sample:convnet", "--atol", "0", "--rtol", "0"]) == 1
+    assert "Loosen" in capsys.readouterr().out
+    assert main(["precision", "sample:convnet", "--target", "fp9"]) == 2
+
+
+def test_plan_views():
+    plan = find_precision(onnx_lab.open(rms_overflow()), "fp16", atol=1e-3, rtol=1e-2,
+                          progress=False)
+    fig = plan.plot(top=5)
+    assert len(fig.axes[0].patches) == 5
+    assert "kept" in plan._repr_html_()
+    assert plan.render() is not None

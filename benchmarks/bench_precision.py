@@ -1,0 +1,331 @@
+"""Precision doctor benchmark: find_precision("fp16") on ResNet-50, BERT-base, a YOLO-like
+detector and a model with If bodies, side by side with onnxconverter-common's
+``auto_convert_mixed_precision``; int8 on ResNet-50 with a planted activation outlier.
+
+Every written model is checked in an independent onnxruntime session (default options, the
+way a deployment loads it) against the float32 model's outputs on the same feeds.
+
+Run: ``.venv/bin/python benchmarks/bench_precision.py [--skip-bert] [--only NAME]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import onnx_lab  # noqa: E402
+from onnx_lab.numerics.precision import find_precision  # noqa: E402
+
+ATOL, RTOL = 1e-3, 1e-2
+
+
+def _ort_outputs(model_or_path, feeds):
+    import onnxruntime as ort
+
+    data = model_or_path if isinstance(model_or_path, str) else model_or_path.SerializeToString()
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _meets(ref, got) -> tuple[bool, float]:
+    worst, ok = 0.0, True
+    for r, g in zip(ref, got):
+        r64, g64 = np.asarray(r, np.float64), np.asarray(g, np.float64)
+        err = np.abs(g64 - r64)
+        ok &= bool(np.all(err <= ATOL + RTOL * np.abs(r64)))
+        worst = max(worst, float(err.max()) if err.size else 0.0)
+    return ok, worst
+
+
+def _sqnr(ref, got) -> float:
+    r = np.concatenate([np.asarray(a, np.float64).ravel() for a in ref])
+    g = np.concatenate([np.asarray(a, np.float64).ravel() for a in got])
+    e = float(((g - r) ** 2).sum())
+    return float("inf") if e == 0 else 10 * np.log10(float((r ** 2).sum()) / e)
+
+
+# ---------------------------------------------------------------------------- models
+def if_model() -> onnx.ModelProto:
+    """Two conv branches under an If (the taken one overflows fp16 in an RMS norm)."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(np.array(True), "use_a"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-6, np.float32), "eps")]
+
+    def w(name, *shape, scale=1.0):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal(shape) * scale / np.sqrt(np.prod(shape[1:]))).astype(np.float32),
+            name))
+        return name
+
+    def branch(p, gain):
+        nodes = [helper.make_node("Conv", ["x", w(f"{p}w1", 32, 3, 3, 3, scale=gain)], [f"{p}c1"],
+                                  name=f"/{p}/conv1/Conv", pads=[1] * 4),
+                 helper.make_node("Relu", [f"{p}c1"], [f"{p}r1"], name=f"/{p}/relu1/Relu"),
+                 helper.make_node("Pow", [f"{p}r1", "two"], [f"{p}sq"], name=f"/{p}/norm/Pow"),
+                 helper.make_node("ReduceMean", [f"{p}sq"], [f"{p}ms"], name=f"/{p}/norm/ReduceMean",
+                                  axes=[1], keepdims=1),
+                 helper.make_node("Add", [f"{p}ms", "eps"], [f"{p}mse"], name=f"/{p}/norm/Add"),
+                 helper.make_node("Sqrt", [f"{p}mse"], [f"{p}rms"], name=f"/{p}/norm/Sqrt"),
+                 helper.make_node("Div", [f"{p}r1", f"{p}rms"], [f"{p}n"], name=f"/{p}/norm/Div"),
+                 helper.make_node("Conv", [f"{p}n", w(f"{p}w2", 16, 32, 3, 3)], [f"{p}out"],
+                                  name=f"/{p}/conv2/Conv", pads=[1] * 4)]
+        return helper.make_graph(nodes, p, [], [helper.make_tensor_value_info(
+            f"{p}out", TensorProto.FLOAT, [1, 16, 32, 32])])
+
+    nodes = [helper.make_node("If", ["use_a"], ["feat"], name="/branch/If",
+                              then_branch=branch("a", 2000.0), else_branch=branch("b", 1.0)),
+             helper.make_node("GlobalAveragePool", ["feat"], ["gap"], name="/head/gap"),
+             helper.make_node("Flatten", ["gap"], ["flat"], name="/head/Flatten"),
+             helper.make_node("Gemm", ["flat", w("wf", 10, 16), ], ["logits"], name="/head/Gemm",
+                              transB=1)]
+    g = helper.make_graph(nodes, "if_model",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def overflow_mlp(hidden: int = 256) -> onnx.ModelProto:
+    """An MLP with an RMS norm built from primitives whose Pow overflows fp16 (no If)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((64, hidden)) * 60).astype(np.float32),
+                                     "w_up"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+             numpy_helper.from_array(np.array([1, 1, hidden], np.int64), "g"),
+             numpy_helper.from_array(np.array([1, hidden], np.int64), "s")]
+    nodes = [helper.make_node("MatMul", ["x", "w_up"], ["h"], name="/up/MatMul")]
+    cur = "h"
+    for i in range(4):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [cur, f"w{i}"], [f"m{i}"], name=f"/l{i}/MatMul"))
+        nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"t{i}"], name=f"/l{i}/Tanh"))
+        cur = f"t{i}"
+    nodes += [helper.make_node("Pow", ["h", "two"], ["sq"], name="/norm/Pow"),
+              helper.make_node("Reshape", ["sq", "g"], ["sqg"], name="/norm/Reshape"),
+              helper.make_node("ReduceMean", ["sqg"], ["ms"], name="/norm/ReduceMean", axes=[-1],
+                               keepdims=0),
+              helper.make_node("Expand", ["ms", "s"], ["mse0"], name="/norm/Expand"),
+              helper.make_node("Add", ["mse0", "eps"], ["mse"], name="/norm/Add"),
+              helper.make_node("Sqrt", ["mse"], ["rms"], name="/norm/Sqrt"),
+              helper.make_node("Div", [cur, "rms"], ["y0"], name="/norm/Div"),
+              helper.make_node("Mul", ["y0", "rms"], ["y"], name="/out/Mul")]
+    g = helper.make_graph(nodes, "overflow_mlp",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, hidden])],
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def cancellation_mlp(layers: int = 40, hidden: int = 256) -> onnx.ModelProto:
+    """A deep tanh MLP with one catastrophic cancellation, ``(h + 2048) - 2048``: float16's
+    step at 2048 is 2, so that pair must stay in float32 and nothing else needs to."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(np.array(2048.0, np.float32), "big")]
+    nodes, cur = [], "x"
+    for i in range(layers):
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [cur, f"w{i}"], [f"m{i}"], name=f"/l{i}/MatMul"))
+        nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"t{i}"], name=f"/l{i}/Tanh"))
+        cur = f"t{i}"
+        if i == layers // 2:
+            nodes.append(helper.make_node("Add", [cur, "big"], ["shifted"], name="/shift/Add"))
+            nodes.append(helper.make_node("Sub", ["shifted", "big"], ["back"], name="/shift/Sub"))
+            cur = "back"
+    g = helper.make_graph(nodes, "cancellation_mlp",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, hidden])],
+                          [helper.make_tensor_value_info(cur, TensorProto.FLOAT, [1, hidden])],
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def plant_outlier(model: onnx.ModelProto, conv_name: str, value: float = 200.0):
+    """Channel 0 of ``conv_name``'s bias set to ``value`` and ignored by the next conv: an
+    activation outlier that stretches the int8 range of the Relu after it."""
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    conv = next(n for n in g.node if n.name == conv_name)
+    bias = numpy_helper.to_array(inits[conv.input[2]]).copy()
+    bias[0] = value
+    inits[conv.input[2]].CopyFrom(numpy_helper.from_array(bias, conv.input[2]))
+    relu = next(n for n in g.node if n.input and n.input[0] == conv.output[0])
+    nxt = next(n for n in g.node if n.op_type == "Conv" and n.input[0] == relu.output[0])
+    wt = numpy_helper.to_array(inits[nxt.input[1]]).copy()
+    wt[:, 0] = 0.0
+    inits[nxt.input[1]].CopyFrom(numpy_helper.from_array(wt, nxt.input[1]))
+    return relu.name
+
+
+# ---------------------------------------------------------------------------- fp16
+def bench_fp16(name: str, model, feeds: dict, *, theirs: bool = True, **kw) -> dict:
+    lab = onnx_lab.open(model)
+    t0 = time.perf_counter()
+    plan = find_precision(lab, "fp16", feeds=feeds, atol=ATOL, rtol=RTOL, progress=False, **kw)
+    ours_s = time.perf_counter() - t0
+    proto = onnx_lab.Lab(plan.model).model.to_proto()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "m.fp16.onnx")
+        onnx.save(proto, path)
+        ref = _ort_outputs(lab.model.to_proto(), feeds)
+        ok, worst = _meets(ref, _ort_outputs(path, feeds))
+    body = sum(1 for k in plan.kept if lab.index.entries[k].graph)
+    row = {"model": name, "ours_kept": len(plan.kept), "candidates": plan.n_candidates,
+           "ours_s": ours_s, "trials": len(plan.trials), "independent_ok": ok,
+           "max_abs": worst, "kept_in_bodies": body}
+    print(f"[fp16] {name}: onnx_lab keeps {len(plan.kept)}/{plan.n_candidates} nodes in fp32 "
+          f"({body} inside If bodies), {len(plan.trials)} trials, {ours_s:.1f} s; independent "
+          f"ORT run meets atol {ATOL} rtol {RTOL}: {ok} (max_abs {worst:.3g})", flush=True)
+    if theirs:
+        row.update(bench_theirs(name, model, feeds))
+    return row
+
+
+def bench_theirs(name: str, model, feeds: dict) -> dict:
+    from onnxconverter_common.auto_mixed_precision import auto_convert_mixed_precision
+
+    proto = onnx_lab.open(model).model.to_proto() if not isinstance(model, onnx.ModelProto) \
+        else model
+    t0 = time.perf_counter()
+    try:
+        out = auto_convert_mixed_precision(proto, feeds, rtol=RTOL, atol=ATOL,
+                                           keep_io_types=True)
+    except Exception as e:  # noqa: BLE001 - we report whatever it raises
+        s = time.perf_counter() - t0
+        msg = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        print(f"[fp16] {name}: auto_convert_mixed_precision FAILED after {s:.1f} s: "
+              f"{type(e).__name__}: {msg}", flush=True)
+        return {"theirs_s": s, "theirs_kept": None, "theirs_error": msg}
+    s = time.perf_counter() - t0
+    kept = _fp32_nodes(out)
+    try:
+        ok, worst = _meets(_ort_outputs(proto, feeds), _ort_outputs(out, feeds))
+    except Exception as e:  # noqa: BLE001
+        ok, worst = False, float("nan")
+        print(f"  its model does not run: {str(e)[:120]}")
+    print(f"[fp16] {name}: auto_convert_mixed_precision keeps {kept} nodes in fp32, {s:.1f} s; "
+          f"independent run meets the tolerance: {ok} (max_abs {worst:.3g})", flush=True)
+    return {"theirs_s": s, "theirs_kept": kept, "theirs_ok": ok}
+
+
+def _fp32_nodes(model: onnx.ModelProto) -> int:
+    """Non-Cast nodes of every graph whose outputs are float32 (value_info after inference)."""
+    m = onnx.shape_inference.infer_shapes(model)
+    types = {}
+    stack = [m.graph]
+    graphs = []
+    while stack:
+        g = stack.pop()
+        graphs.append(g)
+        for vi in list(g.value_info) + list(g.output) + list(g.input):
+            types[vi.name] = vi.type.tensor_type.elem_type
+        for n in g.node:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    stack.append(a.g)
+    return sum(1 for g in graphs for n in g.node if n.op_type not in ("Cast", "If")
+               and any(types.get(o) == TensorProto.FLOAT for o in n.output))
+
+
+# ---------------------------------------------------------------------------- int8
+def bench_int8_resnet(path: str) -> None:
+    from onnx_lab.runtime.feeds import make_feeds
+
+    model = onnx.load(path)
+    convs = [n.name for n in model.graph.node if n.op_type == "Conv" and len(n.input) == 3]
+    target = next(c for c in convs if "layer3" in c and c.endswith("conv2/Conv"))
+    planted = onnx.ModelProto()
+    planted.CopyFrom(model)
+    relu = plant_outlier(planted, target)
+    healthy = onnx_lab.open(model)
+    lab = onnx_lab.open(planted)
+    feeds = make_feeds(lab, n=4, seed=1)
+    calib = make_feeds(lab, n=8, seed=2)
+    # The tolerance: 2 dB under what the healthy model reaches fully quantized.
+    h = find_precision(healthy, "int8", feeds=feeds, calibration=calib, metric="sqnr",
+                       tolerance=0.0, progress=False, recheck=0)
+    healthy_db = float(h.trials.iloc[0]["sqnr_db"])
+    tol_db = round(healthy_db - 2.0, 1)
+    t0 = time.perf_counter()
+    plan = find_precision(lab, "int8", feeds=feeds, calibration=calib, metric="sqnr",
+                          tolerance=tol_db, progress=False, max_trials=12)
+    s = time.perf_counter() - t0
+    top3 = list(plan.sensitivity.head(3)["node_id"])
+    full_db = float(plan.trials.iloc[0]["sqnr_db"])
+    ref = _ort_outputs(planted, feeds[0])
+    got = _ort_outputs(onnx_lab.Lab(plan.model).model.to_proto(), feeds[0])
+    print(f"[int8] ResNet-50, outlier planted after {target} (its Relu {relu!r}): healthy full "
+          f"int8 {healthy_db:.1f} dB -> tolerance sqnr >= {tol_db} dB; planted full int8 "
+          f"{full_db:.1f} dB (passed {bool(plan.trials.iloc[0]['passed'])}); plan excludes "
+          f"{plan.excluded} -> {plan.outputs['sqnr_db_after'].min():.1f} dB (passed "
+          f"{plan.passed}); independent run {_sqnr(ref, got):.1f} dB on sample 0; top 3 of the "
+          f"sensitivity {top3}; planted in top 3: {relu in top3 or target in top3}, in the "
+          f"exclusion set: {relu in plan.excluded or target in plan.excluded}; {len(plan.trials)} "
+          f"trials, calibration {plan.calibration.seconds:.1f} s once, {s:.1f} s in all",
+          flush=True)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--skip-bert", action="store_true")
+    ap.add_argument("--only", default=None)
+    args = ap.parse_args(argv)
+    from _models import bert_base, resnet50
+    from bench_profile import detector
+
+    from onnx_lab.runtime.feeds import make_feeds
+
+    rows = []
+
+    def want(n):
+        return args.only is None or args.only == n
+
+    if want("cancellation"):
+        m = cancellation_mlp()
+        rows.append(bench_fp16("cancellation MLP", m, make_feeds(onnx_lab.open(m), seed=1)))
+    if want("overflow_mlp"):
+        m = overflow_mlp()
+        rows.append(bench_fp16("overflow MLP", m, make_feeds(onnx_lab.open(m), seed=1)))
+    if want("if_model"):
+        m = if_model()
+        rows.append(bench_fp16("If bodies", m, make_feeds(onnx_lab.open(m), seed=1)))
+    if want("transformer_block"):
+        lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 16})
+        m = lab.model.to_proto()
+        rows.append(bench_fp16("transformer block", m, make_feeds(lab, seed=1)))
+    if want("resnet50"):
+        p = str(resnet50())
+        rows.append(bench_fp16("ResNet-50", p, make_feeds(onnx_lab.open(p), seed=1)))
+    if want("detector"):
+        m = detector()
+        lab = onnx_lab.open(m, dims={"batch": 1, "height": 320, "width": 320})
+        rows.append(bench_fp16("YOLO-like detector", lab.model.to_proto(),
+                               make_feeds(lab, seed=1)))
+    if want("bert") and not args.skip_bert:
+        p = str(bert_base())
+        lab = onnx_lab.open(p, dims={"batch": 1, "sequence": 32})
+        rows.append(bench_fp16("BERT-base", p, make_feeds(lab, seed=1), theirs=True,
+                               dims=lab.dims))
+    if want("int8"):
+        bench_int8_resnet(str(resnet50()))
+    for r in rows:
+        if r.get("theirs_kept") is not None:
+            print(f"[side by side] {r['model']}: kept {r['ours_kept']} vs {r['theirs_kept']}, "
+                  f"time {r['ours_s']:.2f} s vs {r['theirs_s']:.2f} s "
+                  f"({r['ours_s'] / max(r['theirs_s'], 1e-9):.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
