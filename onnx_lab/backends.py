@@ -81,12 +81,12 @@ def _default_backends(notes: list[str]) -> list[str]:
         out.append("openvino:CPU")
     else:
         notes.append(INSTALL_HINT)
-    for p in ("CUDAExecutionProvider", "TensorrtExecutionProvider"):
+    for p, label in (("CUDAExecutionProvider", "CUDA"), ("TensorrtExecutionProvider", "TensorRT")):
         if p in avail:
             out.append(p)
         else:
-            notes.append(f"{p.replace('ExecutionProvider', '')}: not in this onnxruntime build "
-                         "(needs a GPU and onnxruntime-gpu); skipped")
+            notes.append(f"{label}: not in this onnxruntime build (needs a GPU and "
+                         "onnxruntime-gpu); skipped")
     return out
 
 

@@ -12,7 +12,10 @@ if TYPE_CHECKING:
     from onnx_lab.profiling.run import Profile
     from onnx_lab.profiling.sweep import BatchSweep
 
-__all__ = ["profile_figure", "batch_sweep_figure", "levels_figure"]
+__all__ = ["profile_figure", "batch_sweep_figure", "levels_figure", "roofline_figure"]
+
+# Figures are shown at 90 dpi in widgets: 9 pt is 11 px, the smallest label drawn.
+_SMALL = 9
 
 _BLUE = "#4c78a8"
 _ORANGE = "#f58518"
@@ -40,17 +43,17 @@ def profile_figure(profile: Profile, *, top: int = 15, session: str | None = Non
     fig = _figure(figsize=(13, max(3.2, 0.28 * max(len(nodes), len(ops)) + 1.2)))
     a1, a2, a3 = fig.subplots(1, 3, width_ratios=[1, 1.4, 1])
     a1.barh(range(len(ops))[::-1], ops.share * 100, color=_BLUE)
-    a1.set_yticks(range(len(ops))[::-1], ops.op_type, fontsize=8)
+    a1.set_yticks(range(len(ops))[::-1], ops.op_type, fontsize=_SMALL)
     a1.set_xlabel("% of kernel time")
-    a1.set_title("op types", fontsize=9)
+    a1.set_title("op types", fontsize=10)
 
     colors = [_BLUE if m else _GREY for m in nodes.mapped]
     a2.barh(range(len(nodes))[::-1], nodes.total_ms, color=colors)
     a2.set_yticks(range(len(nodes))[::-1],
                   [_short(f"{n} ({o})") for n, o in zip(nodes.node_id, nodes.op_type)],
-                  fontsize=7)
+                  fontsize=_SMALL)
     a2.set_xlabel("ms per run")
-    a2.set_title(f"top {len(nodes)} nodes (grey: not a model node)", fontsize=9)
+    a2.set_title(f"top {len(nodes)} nodes (grey: not a model node)", fontsize=10)
 
     x = lat.wall_ms.to_numpy()
     if len(x):
@@ -58,31 +61,81 @@ def profile_figure(profile: Profile, *, top: int = 15, session: str | None = Non
         for q, style in ((50, "-"), (90, "--"), (99, ":")):
             a3.axvline(np.percentile(x, q), color=_ORANGE, linestyle=style,
                        label=f"p{q} {np.percentile(x, q):.3g} ms")
-        a3.legend(fontsize=7)
+        a3.legend(fontsize=_SMALL)
     a3.set_xlabel("wall ms per run")
     a3.set_title(f"latency, {len(x)} runs ({(session or '').replace('ExecutionProvider', '')})",
-                 fontsize=9)
+                 fontsize=10)
     return fig
 
 
 def batch_sweep_figure(sweep: BatchSweep):
-    """Latency and throughput against batch size (log2 x axis), the knee marked."""
+    """Throughput (with the interval of its median) and latency against batch size (log2 x
+    axis), one line per backend, the knee marked. Both y axes start at zero: a 7% gain must
+    not look like a cliff."""
     t = sweep.table
-    fig = _figure(figsize=(6.5, 3.4))
+    fig = _figure(figsize=(7.5, 3.6))
     ax = fig.add_subplot()
-    ax.plot(t.batch, t.items_per_s, "o-", color=_BLUE, label="items/s")
+    ax2 = ax.twinx()
+    backends = list(dict.fromkeys(t.backend)) if "backend" in t and len(t) else [None]
+    colors = [_BLUE, "#54a24b", "#b279a2", "#e45756"]
+    for i, b in enumerate(backends):
+        tb = t if b is None else t.loc[t.backend == b]
+        c = colors[i % len(colors)]
+        name = "" if len(backends) == 1 else f" {str(b).replace('ExecutionProvider', '')}"
+        ax.plot(tb.batch, tb.items_per_s, "o-", color=c, label=f"items/s{name}")
+        if "items_per_s_low" in tb:
+            ax.fill_between(tb.batch, tb.items_per_s_low, tb.items_per_s_high, color=c,
+                            alpha=0.2, linewidth=0)
+        ax2.plot(tb.batch, tb.latency_ms, "s--", color=_ORANGE if i == 0 else c, alpha=0.8,
+                 label=f"latency{name}")
     ax.set_xscale("log", base=2)
-    ax.set_xticks(list(t.batch), [str(b) for b in t.batch])
+    if len(t):
+        ticks = sorted(set(int(b) for b in t.batch))
+        ax.set_xticks(ticks, [str(b) for b in ticks])
     ax.set_xlabel(f"{sweep.dim}")
     ax.set_ylabel("items / s", color=_BLUE)
-    ax2 = ax.twinx()
-    ax2.plot(t.batch, t.latency_ms, "s--", color=_ORANGE, label="latency")
-    ax2.set_ylabel("latency ms", color=_ORANGE)
+    ax2.set_ylabel("latency ms (median)", color=_ORANGE)
+    ax.set_ylim(bottom=0)
+    ax2.set_ylim(bottom=0)
     if sweep.knee is not None:
         ax.axvline(sweep.knee, color=_GREY, linestyle=":")
-        ax.annotate(f"knee {sweep.knee}", (sweep.knee, ax.get_ylim()[1]), fontsize=8,
+        ax.annotate(f"knee {sweep.knee}", (sweep.knee, ax.get_ylim()[1]), fontsize=_SMALL,
                     ha="left", va="top")
-    ax.set_title("batch sweep", fontsize=9)
+    if len(backends) > 1:
+        ax.legend(fontsize=_SMALL, loc="lower right")
+    ax.set_title("batch sweep (band: 95% interval of the median)", fontsize=10)
+    return fig
+
+
+def roofline_figure(cost, roof):
+    """The roofline: attainable FLOP/s against arithmetic intensity (FLOPs per byte), the
+    device's two roofs, and each known node at its intensity and roofline bound."""
+    fig = _figure(figsize=(6.5, 3.8))
+    ax = fig.add_subplot()
+    n = roof.nodes
+    n = n.loc[(n.flops > 0) & (n.bytes > 0)] if len(n) else n
+    ridge = roof.peak_flops / roof.bandwidth
+    if len(n):
+        x = (n.flops / n.bytes).to_numpy(dtype=float)
+        lo, hi = max(min(x.min(), ridge) / 4, 1e-3), max(x.max(), ridge) * 4
+    else:
+        lo, hi = ridge / 100, ridge * 100
+    xs = np.geomspace(lo, hi, 200)
+    ax.plot(xs, np.minimum(roof.peak_flops, xs * roof.bandwidth) / 1e9, color=_GREY)
+    ax.annotate(f"ridge {ridge:.3g} FLOP/B", (ridge, roof.peak_flops / 1e9), fontsize=_SMALL,
+                ha="left", va="bottom")
+    if len(n):
+        attain = np.minimum(roof.peak_flops, x * roof.bandwidth) / 1e9
+        mem = n.bound.to_numpy() == "memory"
+        ax.scatter(x[mem], attain[mem], s=14, color=_ORANGE, label="memory-bound nodes")
+        ax.scatter(x[~mem], attain[~mem], s=14, color=_BLUE, label="compute-bound nodes")
+        ax.legend(fontsize=_SMALL, loc="lower right")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs / byte)")
+    ax.set_ylabel("attainable GFLOP/s")
+    ax.set_title(f"roofline: {roof.peak_flops / 1e12:.3g} TFLOP/s, "
+                 f"{roof.bandwidth / 1e9:.3g} GB/s", fontsize=10)
     return fig
 
 
@@ -91,10 +144,16 @@ def levels_figure(table):
     fig = _figure(figsize=(6.5, 3.2))
     ax = fig.add_subplot()
     x = np.arange(len(table))
-    ax.bar(x, table.mean_ms, color=_BLUE)
+    med = table.p50_ms if "p50_ms" in table else table.mean_ms
+    if "ci_low_ms" in table:
+        err = np.vstack([med - table.ci_low_ms, table.ci_high_ms - med])
+        ax.bar(x, med, color=_BLUE, yerr=err, capsize=4)
+    else:
+        ax.bar(x, med, color=_BLUE)
     ax.set_xticks(x, table.opt_level)
-    ax.set_ylabel("mean ms")
-    for xi, (ms, n) in enumerate(zip(table.mean_ms, table.nodes)):
-        ax.annotate(f"{n} nodes", (xi, ms), ha="center", va="bottom", fontsize=8)
-    ax.set_title("ORT optimization levels", fontsize=9)
+    ax.set_ylabel("median ms (95% interval)")
+    ax.set_ylim(bottom=0)
+    for xi, (ms, n) in enumerate(zip(med, table.nodes)):
+        ax.annotate(f"{n} nodes", (xi, ms), ha="center", va="bottom", fontsize=_SMALL)
+    ax.set_title("ORT optimization levels", fontsize=10)
     return fig

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["comparison_plot", "comparison_hist", "comparison_scatter", "comparison_render",
            "comparison_html", "diff_render", "diff_html", "profile_render", "profile_html",
-           "batch_sweep_html", "cost_html", "array_histogram"]
+           "batch_sweep_html", "cost_html", "array_histogram", "profile_summary_html",
+           "cost_totals_html"]
 
 
 # ---------------------------------------------------------------------------- Comparison
@@ -132,19 +133,97 @@ def profile_render(p: Profile, session: str | None = None, **kw: Any):
 def profile_html(p: Profile) -> str:
     """Run settings, latency, op types, the ten slowest nodes and the notes."""
     top = p.nodes.sort_values("total_ms", ascending=False).head(10)
-    notes = "".join(f"<li>{n}</li>" for n in p.notes)
     return ("<div><b>onnx_lab Profile</b> — "
-            f"{p.runs} runs after {p.warmup} warm-up, opt_level={p.opt_level}"
+            f"{p.warmup} warm-up, then {p.profiled_runs} profiled runs and the latency runs, "
+            f"opt_level={p.opt_level}<br>" + profile_summary_html(p)
             + frame_html(p.latency_stats, caption="latency")
             + frame_html(p.ops.head(15), caption="op types")
-            + frame_html(top.drop(columns=["components"]), caption="top nodes")
-            + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
+            + frame_html(top.drop(columns=["components"]), caption="top nodes") + "</div>")
+
+
+def profile_summary_html(p: Profile) -> str:
+    """Per session: the median with its 95% interval, p10-p90, how many runs were profiled and
+    how many timed without the profiler, memory, comparisons and notes (in words)."""
+    lines = []
+    mem = p.memory.set_index("session") if len(p.memory) else None
+    for r in p.latency_stats.itertuples():
+        line = (f"<b>{html.escape(str(r.session))}</b>: median {r.p50_ms:.3f} ms "
+                f"(95% CI {r.ci_low_ms:.3f}-{r.ci_high_ms:.3f}), p10-p90 {r.p10_ms:.3f}-"
+                f"{r.p90_ms:.3f} ms; {r.profiled_runs} profiled runs for the operator shares, "
+                f"{r.runs} {html.escape(str(r.latency_from))} runs for the latency "
+                f"(stopped: {html.escape(str(r.stopped))})")
+        if mem is not None and r.session in mem.index:
+            m = mem.loc[r.session]
+            line += (f"; process peak {format_bytes(m.peak_rss_bytes)} (+"
+                     f"{format_bytes(m.session_peak_bytes)} for the session), predicted "
+                     f"activations {format_bytes(m.predicted_activation_bytes)}")
+        lines.append(line)
+    diffs = p.differences() if len(p.latency_stats) > 1 else None
+    verdicts = "".join(f"<li>{html.escape(v)}</li>" for v in diffs.verdict) \
+        if diffs is not None else ""
+    notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in p.notes)
+    return ("<b>Latency</b><br>" + "<br>".join(lines)
+            + (f"<ul>{verdicts}</ul>" if verdicts else "")
+            + (f"<ul>{notes}</ul>" if notes else ""))
 
 
 def batch_sweep_html(s: BatchSweep) -> str:
-    """The swept dim, the knee and the table."""
-    return (f"<div><b>Batch sweep</b> over {s.dim!r}, knee: {s.knee}"
-            + frame_html(s.table) + "</div>")
+    """The swept dim, the knee per backend, the table (throughput with its interval, memory
+    measured and predicted) and the notes."""
+    knees = ", ".join(f"{html.escape(str(b))}: {k}" for b, k in s.knees.items()) \
+        if len(s.knees) > 1 else str(s.knee)
+    cols = [c for c in ("backend", "batch", "latency_ms", "p10_ms", "p90_ms", "items_per_s",
+                        "items_per_s_low", "items_per_s_high", "gain_per_doubling",
+                        "gain_beyond_noise", "runs", "peak_rss_bytes",
+                        "predicted_activation_bytes") if c in s.table]
+    view = s.table[cols].copy()
+    for c in ("peak_rss_bytes", "predicted_activation_bytes"):
+        if c in view:
+            view[c] = view[c].map(format_bytes)
+    notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in s.notes)
+    return (f"<div><b>Batch sweep</b> over {s.dim!r}, knee: {knees}"
+            + (" <i>(cancelled: partial)</i>" if s.cancelled else "")
+            + f", {s.elapsed_s:.1f} s" + frame_html(view)
+            + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
+
+
+def _si(v: float, unit: str = "") -> str:
+    """1234567 -> '1.23 M' (k, M, G, T)."""
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if v != v:
+        return "n/a"
+    for div, pre in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:.3g} {pre}{unit}"
+    return f"{v:.3g} {unit}".rstrip()
+
+
+def cost_totals_html(c: Cost, roof: Any = None) -> str:
+    """The Cost tab's totals with units (k/M/G, MB, ms) and the roofline's bounds."""
+    t = c.total
+    fmt = {"flops": lambda v: _si(v, "FLOPs"), "macs": lambda v: _si(v, "MACs"),
+           "params": _si, "param_bytes": format_bytes, "activation_bytes": format_bytes,
+           "peak_activation_bytes": format_bytes, "nodes": _si, "unknown_nodes": _si}
+
+    def row(k: str, v: Any) -> str:
+        text = fmt[k](v) if k in fmt else ", ".join(map(str, v)) if isinstance(v, (list, tuple)) \
+            else str(v)
+        return (f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+                f"<td>{html.escape(text)}</td></tr>")
+
+    out = "<b>Totals</b><table>" + "".join(row(k, v) for k, v in t.items()) + "</table>"
+    if roof is not None:
+        rf = {"total_ms": f"{roof.total_ms:.3g} ms", "compute_ms": f"{roof.compute_ms:.3g} ms",
+              "memory_ms": f"{roof.memory_ms:.3g} ms",
+              "peak_flops": _si(roof.peak_flops, "FLOP/s"),
+              "bandwidth": _si(roof.bandwidth, "B/s"), "unknown_nodes": str(roof.unknown_nodes)}
+        out += ("<b>Roofline lower bound</b><table>" + "".join(
+            f"<tr><th style='text-align:left'>{k}</th><td>{html.escape(v)}</td></tr>"
+            for k, v in rf.items()) + "</table>")
+    return out
 
 
 # ---------------------------------------------------------------------------- analysis

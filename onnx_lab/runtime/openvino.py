@@ -116,7 +116,11 @@ class OpenVINOSession:
             tmp.cleanup()
         self._request = self._compiled.create_infer_request()
         self._inputs = [p.get_any_name() for p in self._compiled.inputs]
-        self._outputs = [p.get_any_name() for p in self._compiled.outputs]
+        # A port has several tensor names (an output behind an Identity keeps both): use the
+        # model's own output name where the port carries it.
+        declared = [o.name for o in model.graph.outputs]
+        self._outputs = [next((n for n in declared if n in p.get_names()), p.get_any_name())
+                         for p in self._compiled.outputs]
         self.version = ov.get_version()
 
     def get_providers(self) -> list[str]:

@@ -1,13 +1,18 @@
 """Profiler: where does the time go? A view over ``onnx_lab.profile`` and friends.
 
-Profile calls ``onnx_lab.profile(lab, providers=..., runs=..., warmup=..., opt_level=...)``;
-Levels calls ``onnx_lab.profiling.levels``; Batch sweep calls
-``onnx_lab.profiling.batch_sweep``; Cost calls ``lab.cost()`` and ``Cost.roofline(...)``.
+Profile calls ``lab.profile(providers=..., runs=... | budget_s=..., warmup=..., opt_level=...)``;
+Levels calls ``onnx_lab.profiling.levels``; Batch sweep calls ``lab.batch_sweep``; Cost calls
+``lab.cost()`` and ``Cost.roofline(...)``.
+
+Long actions (Profile, ORT levels, Batch sweep) run in a background thread inside a notebook
+kernel: the progress bar moves, Cancel stops them at the next run, and what was measured
+before the cancel is shown.
 """
 
 from __future__ import annotations
 
 import html
+import threading
 from typing import Any
 
 import ipywidgets as w
@@ -36,7 +41,12 @@ class Profiler(View):
 
     Args:
         lab: a :class:`~onnx_lab.lab.Lab` (or anything ``onnx_lab.open`` takes).
-        runs, warmup: defaults of the run count boxes.
+        runs: fixed runs per point; None (0 in the box): run until the median is stable or
+            the time budget is spent.
+        warmup: default of the warm-up box.
+        budget_s: the time budget of one action (default 8 s: each action stays under ~10 s).
+        background: run long actions in a thread (cancellable; default: inside a notebook
+            kernel only). :meth:`wait` joins the running action.
 
     Attributes:
         result: the object behind the last action: a Profile, the levels DataFrame, a
@@ -49,23 +59,37 @@ class Profiler(View):
         >>> Profiler(onnx_lab.open("sample:convnet"))
     """
 
-    def __init__(self, lab: Any, *, runs: int = 20, warmup: int = 3,
-                 page_size: int = 15) -> None:
+    def __init__(self, lab: Any, *, runs: int | None = None, warmup: int = 3,
+                 budget_s: float = 8.0, page_size: int = 15,
+                 background: bool | None = None) -> None:
         from onnx_lab.lab import as_lab
+        from onnx_lab.runtime.openvino import INSTALL_HINT, openvino_available
         from onnx_lab.runtime.session import PROFILED_PROVIDERS, available_providers
-
         from onnx_lab.widgets._context import RunContext
 
         self.lab = as_lab(lab)
         self.result: Any = None
         self.profile_result: Any = None
         self.context = RunContext(self.lab, feeds=False)
+        self.background = _in_kernel() if background is None else bool(background)
+        self._thread: threading.Thread | None = None
+        self._cancel = threading.Event()
         avail = [p for p in PROFILED_PROVIDERS if p in available_providers()]
+        if openvino_available():
+            avail.append("OpenVINO:CPU")
         self.providers = [w.Checkbox(value=p == "CPUExecutionProvider", description=p,
-                                     indent=False, layout=w.Layout(width="260px"))
+                                     indent=False, layout=w.Layout(width="220px"))
                           for p in avail]
-        self.runs = w.BoundedIntText(value=runs, min=1, max=100000, description="runs",
-                                     layout=w.Layout(width="160px"))
+        self.backend_note = w.HTML("" if openvino_available() else
+                                   f"<span style='color:#666;font-size:12px'>"
+                                   f"{html.escape(INSTALL_HINT)}</span>")
+        self.runs = w.BoundedIntText(value=int(runs or 0), min=0, max=100000,
+                                     description="runs",
+                                     tooltip="0: until the median is stable or the budget is "
+                                     "spent", layout=w.Layout(width="160px"))
+        self.budget = w.BoundedFloatText(value=float(budget_s), min=0.5, max=3600.0, step=1.0,
+                                         description="budget s",
+                                         layout=w.Layout(width="170px"))
         self.warmup = w.BoundedIntText(value=warmup, min=0, max=10000, description="warm-up",
                                        layout=w.Layout(width="160px"))
         self.opt_level = w.Dropdown(options=["disable", "basic", "extended", "all"], value="all",
@@ -80,6 +104,7 @@ class Profiler(View):
         self.sweep_sizes = w.Text(value="1,2,4,8", description="sizes",
                                   layout=w.Layout(width="220px"))
         self.sweep_button = w.Button(description="Batch sweep", icon="line-chart")
+        self._long_buttons = [self.profile_button, self.levels_button, self.sweep_button]
         self.peak_tflops = w.FloatText(value=1.0, description="peak TFLOP/s",
                                        style={"description_width": "initial"},
                                        layout=w.Layout(width="180px"))
@@ -91,6 +116,9 @@ class Profiler(View):
                                       layout=w.Layout(width="170px"))
         self.progress = w.IntProgress(value=0, min=0, max=1,
                                       layout=w.Layout(width="260px", visibility="hidden"))
+        self.cancel_button = w.Button(description="Cancel", icon="stop", disabled=True,
+                                      button_style="warning", layout=w.Layout(width="100px"))
+        self.cancel_button.on_click(lambda _b: self.cancel())
         # Outputs
         self.summary_html = w.HTML()
         self.plot_html = w.HTML()
@@ -112,17 +140,21 @@ class Profiler(View):
         for i, t in enumerate(["Overview", "Op types", "Top nodes", "Latency", "ORT levels",
                                "Batch sweep", "Cost", "Graph"]):
             self.tabs.set_title(i, t)
-        for b, fn in [(self.profile_button, self.run_profile),
-                      (self.levels_button, self.run_levels),
-                      (self.sweep_button, self.run_sweep), (self.cost_button, self.run_cost),
+        for b, fn in [(self.cost_button, self.run_cost),
                       (self.render_button, self.render_latency)]:
             b.on_click(self._clicked(fn))
+        for b, fn in [(self.profile_button, self.run_profile),
+                      (self.levels_button, self.run_levels),
+                      (self.sweep_button, self.run_sweep)]:
+            b.on_click(lambda _b, fn=fn: self._long(fn))
         super().__init__([
             self.context,
-            w.HBox([w.HTML("<b>providers</b>&nbsp;"), *self.providers]),
-            w.HBox([self.runs, self.warmup, self.opt_level]),
+            w.HBox([w.HTML("<b>providers</b>&nbsp;"), *self.providers, self.backend_note],
+                   layout=w.Layout(flex_flow="row wrap")),
+            w.HBox([self.runs, self.budget, self.warmup, self.opt_level],
+                   layout=w.Layout(flex_flow="row wrap")),
             w.HBox([self.profile_button, self.render_button, self.levels_button,
-                    self.progress]),
+                    self.progress, self.cancel_button], layout=w.Layout(flex_flow="row wrap")),
             w.HBox([self.sweep_dim, self.sweep_sizes, self.sweep_button]),
             w.HBox([self.peak_tflops, self.bandwidth, self.cost_button]),
             self.tabs,
@@ -142,11 +174,17 @@ class Profiler(View):
 
     @property
     def selected_providers(self) -> list[str]:
+        """The ticked providers (OpenVINO:CPU is the OpenVINO runtime)."""
         return [cb.description for cb in self.providers if cb.value]
 
+    def _timing_kwargs(self) -> dict[str, Any]:
+        """runs=N (fixed) or budget_s=S (until stable), and warmup."""
+        if int(self.runs.value) > 0:
+            return {"runs": int(self.runs.value), "warmup": int(self.warmup.value)}
+        return {"budget_s": float(self.budget.value), "warmup": int(self.warmup.value)}
+
     def _profile_kwargs(self) -> dict[str, Any]:
-        kw: dict[str, Any] = {"providers": self.selected_providers,
-                              "runs": int(self.runs.value), "warmup": int(self.warmup.value)}
+        kw: dict[str, Any] = {"providers": self.selected_providers, **self._timing_kwargs()}
         if self.opt_level.value != "all":
             kw["opt_level"] = self.opt_level.value
         return kw
@@ -154,7 +192,7 @@ class Profiler(View):
     def _profile_code(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self._profile_kwargs().items())
         ctx = self.context.code() if hasattr(self, "context") else ""
-        return (ctx + "; " if ctx else "") + f"p = onnx_lab.profile(lab, {args})"
+        return (ctx + "; " if ctx else "") + f"p = lab.profile({args})"
 
     def _progress(self, done: int, total: int, label: str) -> None:
         self.progress.max = max(1, int(total))
@@ -167,38 +205,82 @@ class Profiler(View):
         self.progress.layout.visibility = "visible"
         self.progress.value = 0
         try:
-            return self._call(fn, *args, busy=busy, **kwargs)
+            return self._call(fn, *args, busy=busy, cancel=self._cancel, **kwargs)
         finally:
             self.progress.layout.visibility = "hidden"
+
+    # ------------------------------------------------------------------ long actions
+    @property
+    def running(self) -> bool:
+        """Whether a long action is running in the background."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def cancel(self) -> None:
+        """Stop the running action at its next run; its partial results are shown."""
+        if self.running or not self.cancel_button.disabled:
+            self._cancel.set()
+            self.status.value = info_html("Cancelling: stopping at the next run…", kind="busy")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the running action (True when none is left running)."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout)
+        return not self.running
+
+    def _long(self, fn) -> None:
+        """Run ``fn`` (an action) with Cancel enabled: in a thread inside a kernel."""
+        if self.running:
+            self.status.value = info_html("An action is running: wait or cancel it.",
+                                          kind="warn")
+            return
+        self._cancel.clear()
+        for b in self._long_buttons:
+            b.disabled = True
+        self.cancel_button.disabled = False
+
+        def body() -> None:
+            try:
+                self._guard(fn)()
+            finally:
+                for b in self._long_buttons:
+                    b.disabled = False
+                self.cancel_button.disabled = True
+
+        if self.background:
+            self._thread = threading.Thread(target=body, name="onnx-lab-profiler", daemon=True)
+            self._thread.start()
+        else:
+            body()
 
     # ------------------------------------------------------------------ actions
     def run_profile(self) -> None:
         """``onnx_lab.profile(lab, ...)``: op-type share, top nodes, latency."""
-        import onnx_lab
 
         kw = self._profile_kwargs()
         if not kw["providers"]:
             self.status.value = info_html("Tick at least one provider.", kind="warn")
             return
-        p = self._run(onnx_lab.profile, self.lab, progress=self._progress,
-                      busy=f"Profiling {kw['runs']} runs…", **kw)
+        what = (f"{kw['runs']} runs" if "runs" in kw else
+                f"until stable, at most {kw['budget_s']:g} s")
+        p = self._run(self.lab.profile, progress=self._progress,
+                      busy=f"Profiling ({what})…", **kw)
         if p is None:
             return
+        from onnx_lab.render.results import profile_summary_html
         from onnx_lab.render.tables import frame_html
 
         self.profile_result = p
         self.result = p
         stats = p.latency_stats
-        lines = [f"{r.session}: mean {r.mean_ms:.3f} ms, p50 {r.p50_ms:.3f}, "
-                 f"p90 {r.p90_ms:.3f}, p99 {r.p99_ms:.3f}" for r in stats.itertuples()]
-        notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in p.notes)
-        self.summary_html.value = ("<b>Latency</b><br>" + "<br>".join(map(html.escape, lines))
-                                   + (f"<ul>{notes}</ul>" if notes else ""))
+        self.summary_html.value = profile_summary_html(p)
         self.plot_html.value = figure_html(p.plot())
         self.ops_table.set(p.ops.sort_values("total_ms", ascending=False))
         self.nodes_table.set(p.nodes.drop(columns=["components"], errors="ignore")
                              .sort_values("total_ms", ascending=False))
         self.latency_html.value = (frame_html(stats, caption="latency per session")
+                                   + frame_html(p.memory, caption="memory: measured process "
+                                                "peak beside the cost model's activations")
                                    + frame_html(p.session, caption="session"))
         self.tabs.selected_index = 0
         self.code.value = code_html(self._profile_code() + "; p.plot()")
@@ -221,41 +303,49 @@ class Profiler(View):
         from onnx_lab.profiling import levels
         from onnx_lab.render.tables import frame_html
 
-        runs, warmup = int(self.runs.value), int(self.warmup.value)
-        df = self._run(levels, self.lab, runs=runs, warmup=warmup, progress=self._progress,
-                       busy="Timing each ORT optimization level…")
+        kw = self._timing_kwargs()
+        df = self._run(levels, self.lab, progress=self._progress,
+                       busy="Timing each ORT optimization level (interleaved)…", **kw)
         if df is None:
             return
-        self.levels_html.value = frame_html(df, caption="ORT optimization levels")
+        from onnx_lab.render.profile_plots import levels_figure
+
+        notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in df.attrs.get("notes", []))
+        verdicts = "".join(f"<li>{html.escape(v)}</li>" for v in df.verdict if v)
+        self.levels_html.value = (frame_html(df.drop(columns=["verdict"]),
+                                             caption="ORT optimization levels")
+                                  + figure_html(levels_figure(df))
+                                  + (f"<ul>{verdicts}</ul>" if verdicts else "")
+                                  + (f"<ul>{notes}</ul>" if notes else ""))
         self.result = df
         self.tabs.selected_index = 4
-        self.code.value = code_html(
-            f"onnx_lab.profiling.levels(lab, runs={runs}, warmup={warmup})")
+        args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
+        self.code.value = code_html(f"onnx_lab.profiling.levels(lab, {args})")
 
     def run_sweep(self) -> None:
         """``onnx_lab.profiling.batch_sweep(lab, sizes, dim=...)``."""
-        from onnx_lab.profiling import batch_sweep
-        from onnx_lab.render.tables import frame_html
 
         sizes = _parse_sizes(self.sweep_sizes.value)
         if not sizes:
             self.status.value = info_html("Sizes must be comma-separated ints, e.g. 1,2,4,8.",
                                           kind="warn")
             return
-        runs, warmup = int(self.runs.value), int(self.warmup.value)
+        kw = self._timing_kwargs()
+        provs = self.selected_providers or ["CPUExecutionProvider"]
+        if provs != ["CPUExecutionProvider"]:
+            kw["providers"] = provs
         dim = self.sweep_dim.value
-        s = self._run(batch_sweep, self.lab, tuple(sizes), dim=dim, runs=runs, warmup=warmup,
-                      progress=self._progress, busy=f"Sweeping {dim} over {sizes}…")
+        s = self._run(self.lab.batch_sweep, tuple(sizes), dim=dim, progress=self._progress,
+                      busy=f"Sweeping {dim} over {sizes}…", **kw)
         if s is None:
             return
-        notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in s.notes)
-        self.sweep_html.value = (f"<b>knee:</b> {s.knee}" + frame_html(s.table)
-                                 + figure_html(s.plot())
-                                 + (f"<ul>{notes}</ul>" if notes else ""))
+        from onnx_lab.render.results import batch_sweep_html
+
+        self.sweep_html.value = batch_sweep_html(s) + figure_html(s.plot())
         self.result = s
         self.tabs.selected_index = 5
-        self.code.value = code_html(f"onnx_lab.profiling.batch_sweep(lab, {tuple(sizes)!r}, "
-                                    f"dim={dim!r}, runs={runs}, warmup={warmup})")
+        args = "".join(f", {k}={v!r}" for k, v in kw.items())
+        self.code.value = code_html(f"lab.batch_sweep({tuple(sizes)!r}, dim={dim!r}{args})")
 
     def run_cost(self) -> None:
         """``lab.cost()`` and ``cost.roofline(peak_flops, bandwidth)``."""
@@ -266,18 +356,15 @@ class Profiler(View):
         peak = float(self.peak_tflops.value) * 1e12
         bw = float(self.bandwidth.value) * 1e9
         roof = self._call(cost.roofline, peak, bw)
-        total = cost.total
-        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
-                       f"<td>{html.escape(_num(v))}</td></tr>" for k, v in total.items())
-        roof_html = ""
+        from onnx_lab.render.profile_plots import roofline_figure
+        from onnx_lab.render.results import cost_totals_html
+
+        fig = ""
         if roof is not None:
-            roof_html = "<b>Roofline lower bound</b><table>" + "".join(
-                f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
-                f"<td>{html.escape(_num(v))}</td></tr>" for k, v in dict(roof).items()
-            ) + "</table>"
             self.roof_table.set(roof.nodes.sort_values("time_ms", ascending=False))
+            fig = figure_html(roofline_figure(cost, roof))
         self.roofline = roof
-        self.cost_html.value = f"<b>Totals</b><table>{rows}</table>{roof_html}"
+        self.cost_html.value = cost_totals_html(cost, roof) + fig
         nodes = cost.nodes
         if "flops" in nodes:
             nodes = nodes.sort_values("flops", ascending=False, na_position="last")
@@ -287,9 +374,12 @@ class Profiler(View):
         self.code.value = code_html(f"cost = lab.cost(); cost.roofline({peak:.3g}, {bw:.3g})")
 
 
-def _num(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:,.4g}"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,}"
-    return str(v)
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+

@@ -8,7 +8,7 @@ def test_profiler_every_button_on_every_sample(sample_lab, no_error):
     p = Profiler(sample_lab, runs=2, warmup=0)
     no_error(p)
     assert [cb.description for cb in p.providers][0] == "CPUExecutionProvider"
-    assert "onnx_lab.profile(lab" in p.code.value
+    assert "lab.profile(" in p.code.value  # the façade: it adds the predicted activation peak
     p.profile_button.click()
     no_error(p)
     prof = p.result
@@ -60,7 +60,7 @@ def test_profiler_batch_sweep_on_dynamic_batch(no_error):
     p.sweep_button.click()
     no_error(p)
     assert list(p.result.table["batch"]) == [1, 2]
-    assert "knee" in p.sweep_html.value and "batch_sweep(lab, (1, 2)" in p.code.value
+    assert "knee" in p.sweep_html.value and "lab.batch_sweep((1, 2)" in p.code.value
 
 
 def test_profiler_errors_show_in_widget():
@@ -84,3 +84,67 @@ def test_profiler_errors_show_in_widget():
     conv.bandwidth.value = -1
     conv.cost_button.click()
     assert type(conv.error).__name__ == "InputError"
+
+
+def _mlp_lab(layers: int = 6, width: int = 256, **dims):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "profiling"))
+    from test_budget import mlp
+
+    return onnx_lab.open(mlp(layers, width), dims=dims or None)
+
+
+def test_profiler_cancel_keeps_partial_results(no_error):
+    import time
+
+    lab = _mlp_lab(batch=64)
+    p = Profiler(lab, runs=100000, warmup=1, background=True)
+    p.profile_button.click()
+    assert p.running and not p.cancel_button.disabled and p.profile_button.disabled
+    deadline = time.time() + 20
+    while p.progress.value < 30 and time.time() < deadline:
+        time.sleep(0.02)
+    p.cancel_button.click()
+    assert p.wait(30)
+    no_error(p)
+    prof = p.result
+    assert prof.cancelled and 0 < len(prof.latency) < 100001
+    assert "cancelled" in p.summary_html.value and "<table" in p.ops_table.html.value
+    assert p.cancel_button.disabled and not p.profile_button.disabled
+    # the sweep too: partial table shown, marked as such
+    p.runs.value = 2000
+    p.sweep_sizes.value = "1,2,4,8,16,32"
+    p.sweep_button.click()
+    while p.progress.value < 5 and time.time() < deadline + 20:
+        time.sleep(0.02)
+    p.cancel()
+    assert p.wait(30)
+    no_error(p)
+    assert p.result.cancelled and len(p.result.table) < 6
+    assert "cancelled" in p.sweep_html.value
+
+
+def test_profiler_budget_mode_and_cost_tab(no_error):
+    from onnx_lab.runtime.openvino import openvino_available
+
+    lab = _mlp_lab(3, 64, batch=4)
+    p = Profiler(lab, budget_s=2.0)
+    assert p.runs.value == 0 and "budget_s=2.0" in p.code.value
+    names = [cb.description for cb in p.providers]
+    assert ("OpenVINO:CPU" in names) == openvino_available()
+    assert openvino_available() or "onnx-lab[openvino]" in p.backend_note.value
+    p.profile_button.click()
+    no_error(p)
+    st = p.result.latency_stats.iloc[0]
+    assert st.profiled_runs == 10 and st.latency_from == "unprofiled"
+    assert "95% CI" in p.summary_html.value and "profiled runs" in p.summary_html.value
+    assert "predicted" in p.summary_html.value
+    p.levels_button.click()
+    no_error(p)
+    assert "beyond noise" in p.levels_html.value and "<img" in p.levels_html.value
+    p.cost_button.click()
+    no_error(p)
+    v = p.cost_html.value
+    assert "FLOPs" in v and " ms<" in v and "B/s" in v and "<img" in v  # units + roofline

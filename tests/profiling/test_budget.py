@@ -1,0 +1,194 @@
+"""Issue 17: time budgets, honest statistics, noise-aware comparisons, memory, cancel, OpenVINO."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnx_lab
+from onnx_lab.profiling import (
+    batch_sweep,
+    compare_models,
+    compare_samples,
+    levels,
+    profile,
+    summarize,
+    thread_sweep,
+)
+from onnx_lab.profiling.stats import busy_note, mann_whitney_p, median_ci
+from onnx_lab.runtime.openvino import openvino_available
+
+
+def mlp(layers: int, width: int = 192, seed: int = 0) -> onnx.ModelProto:
+    """x[batch, width] through ``layers`` MatMul+Relu: twice the layers, twice the work."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, x = [], [], "x"
+    for i in range(layers):
+        w = f"w{i}"
+        inits.append(onnx.numpy_helper.from_array(
+            (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32), w))
+        nodes.append(helper.make_node("MatMul", [x, w], [f"m{i}"], name=f"mm{i}"))
+        nodes.append(helper.make_node("Relu", [f"m{i}"], [f"r{i}"], name=f"relu{i}"))
+        x = f"r{i}"
+    nodes.append(helper.make_node("Identity", [x], ["y"], name="out"))
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+# ---------------------------------------------------------------------------- statistics
+def test_summarize_and_median_interval():
+    x = np.random.default_rng(0).normal(10.0, 0.5, 200)
+    s = summarize(x)
+    assert s["runs"] == 200
+    assert s["p10_ms"] < s["ci_low_ms"] <= s["p50_ms"] <= s["ci_high_ms"] < s["p90_ms"]
+    assert 0 < s["rel_ci"] < 0.02 and s["spread"] > 0
+    assert median_ci([1.0, 2.0, 3.0]) == (1.0, 3.0)  # too few runs: the whole range
+    assert summarize([])["runs"] == 0
+
+
+def test_compare_samples_in_words():
+    rng = np.random.default_rng(1)
+    a = rng.normal(10, 0.4, 60)
+    same = compare_samples(a, rng.normal(10, 0.4, 60))
+    assert not same.different and "no difference beyond noise" in same.text
+    slow = compare_samples(a, rng.normal(20, 0.8, 60), labels=("fast", "slow"))
+    assert slow.different and slow.ratio == pytest.approx(2, rel=0.05)
+    assert slow.text.startswith("slow takes 1.9") and "beyond noise" in slow.text
+    # significant but tiny (2%): still called noise
+    tiny = compare_samples(a, a * 1.02)
+    assert not tiny.different and "under 5%" in tiny.text
+    assert mann_whitney_p(a, a) == pytest.approx(1.0)
+
+
+def test_busy_note():
+    assert busy_note([10.0] * 20, load=0.1) is None
+    note = busy_note(list(np.linspace(5, 20, 20)), "cpu", load=3.0)
+    assert "busy" in note and "load average 3.0" in note
+
+
+def test_identical_models_no_difference_and_2x_slower_differs():
+    a, b = mlp(6), mlp(6)
+    same = compare_models(a, b, dims={"batch": 32}, budget_s=3.0, threads=1)
+    assert not same.different, same.text
+    assert "no difference beyond noise" in same.text
+    slow = compare_models(mlp(6), mlp(12), dims={"batch": 32}, budget_s=3.0, threads=1,
+                          labels=("6 layers", "12 layers"))
+    assert slow.different, slow.text
+    assert 1.5 < slow.ratio < 2.7 and "beyond noise" in slow.text
+
+
+# ---------------------------------------------------------------------------- budgets
+def test_profile_budget_profiles_few_runs_and_times_the_rest():
+    lab = onnx_lab.open(mlp(4), dims={"batch": 8})
+    p = lab.profile(providers="cpu", budget_s=2.0, progress=False)
+    st = p.latency_stats.iloc[0]
+    assert st.profiled_runs == 10 and st.latency_from == "unprofiled"
+    assert st.stopped in ("stable", "budget") and st.runs >= 10
+    assert st.p10_ms <= st.ci_low_ms <= st.p50_ms <= st.ci_high_ms <= st.p90_ms
+    lat = p.latency.loc[p.latency.session == "CPUExecutionProvider"]
+    assert int(lat.profiled.sum()) == 10 and int((~lat.profiled & ~lat.warmup).sum()) == st.runs
+    # the kernels come from the profiled runs only
+    assert sorted(p.kernels.run.unique()) == list(range(5, 15))
+    m = p.memory.iloc[0]
+    assert m.peak_rss_bytes >= m.rss_before_bytes > 0 or np.isnan(m.peak_rss_bytes)
+    assert m.predicted_activation_bytes == lab.cost(dims={"batch": 8}).total[
+        "peak_activation_bytes"]
+    assert "profiled runs" in p._repr_html_()
+
+
+def test_fixed_runs_still_exact():
+    p = profile(onnx_lab.open(mlp(2), dims={"batch": 2}), runs=25, warmup=2, providers="cpu")
+    st = p.latency_stats.iloc[0]
+    assert p.runs == 25 and st.profiled_runs == 10 and st.runs == 15 and st.stopped == "runs"
+    p = profile(onnx_lab.open(mlp(2), dims={"batch": 2}), runs=4, warmup=0, providers="cpu",
+                profile_runs=4)
+    assert p.latency_stats.iloc[0].latency_from == "profiled"
+
+
+def test_profile_cancel_returns_partial():
+    ev = threading.Event()
+
+    def progress(done, total, label):
+        if done >= 8:
+            ev.set()
+
+    p = profile(onnx_lab.open(mlp(2), dims={"batch": 2}), runs=200, warmup=2, providers="cpu",
+                progress=progress, cancel=ev)
+    assert p.cancelled and any("cancelled" in n for n in p.notes)
+    assert len(p.latency) < 202 and len(p.nodes) > 0
+
+
+def test_batch_sweep_budget_stops_past_the_knee_and_measures_memory():
+    lab = onnx_lab.open(mlp(4, width=256))
+    s = lab.batch_sweep((1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), budget_s=4.0,
+                        progress=False)
+    t = s.table
+    assert {"ci_low_ms", "ci_high_ms", "items_per_s_low", "gain_beyond_noise",
+            "peak_rss_bytes", "predicted_activation_bytes"} <= set(t.columns)
+    if s.knee is not None and s.knee < 512:
+        assert t.batch.max() < 1024 and any("stopped past the knee" in n for n in s.notes)
+    assert (t.predicted_activation_bytes.diff().dropna() > 0).all()  # grows with the batch
+    assert s.elapsed_s < 10
+    fig = s.plot()
+    assert all(a.get_ylim()[0] == 0 for a in fig.axes)  # axes start at zero
+
+
+def test_batch_sweep_cancel():
+    ev = threading.Event()
+    ev.set()
+    s = batch_sweep(onnx_lab.open(mlp(2)), (1, 2, 4), runs=3, warmup=0, cancel=ev)
+    assert s.cancelled and len(s.table) <= 1
+
+
+def test_levels_and_threads_budget():
+    lab = onnx_lab.open(mlp(3), dims={"batch": 4})
+    df = levels(lab, budget_s=2.0, progress=False)
+    assert df.opt_level.tolist() == ["disable", "basic", "extended", "all"]
+    assert (df.runs >= 3).all() and df.verdict.iloc[0] == ""
+    assert all(("beyond noise" in v) for v in df.verdict.iloc[1:])
+    th = thread_sweep(lab, (1, 2), budget_s=1.5, progress=False)
+    assert th.threads.tolist() == [1, 2] and (th.runs >= 3).all()
+    with pytest.raises(onnx_lab.errors.InputError, match="budget_s"):
+        levels(lab, budget_s=0)
+
+
+# ---------------------------------------------------------------------------- OpenVINO
+@pytest.mark.skipif(not openvino_available(), reason="openvino (optional extra) not installed")
+def test_openvino_beside_ort():
+    lab = onnx_lab.open(mlp(4), dims={"batch": 4})
+    p = profile(lab, providers=["cpu", "openvino"], budget_s=3.0, progress=False)
+    assert p.latency_stats.session.tolist() == ["CPUExecutionProvider", "OpenVINO:CPU"]
+    ov = p.latency_stats.iloc[1]
+    assert ov.profiled_runs == 0 and ov.runs >= 3
+    assert set(p.nodes.session) == {"CPUExecutionProvider"}
+    assert len(p.differences()) == 1
+    r = lab.compare_backends(["cpu", "openvino"], batch_sizes=(1, 2, 4), budget_s=3.0,
+                             dims={}, progress=False)
+    t = r.table.set_index("backend")
+    assert list(t.index) == ["CPUExecutionProvider", "OpenVINO:CPU"]
+    assert bool(t.loc["OpenVINO:CPU", "outputs_agree"]) and t.loc["OpenVINO:CPU", "preset"] == "fp32"
+    assert (t.items_per_s_at_knee > 0).all() and (t.p10_ms <= t.p90_ms).all()
+    assert "beyond noise" in t.loc["OpenVINO:CPU", "vs_reference"]
+    assert set(r.sweep.table.backend) == set(t.index)
+
+
+def test_openvino_missing_says_how_to_add(monkeypatch):
+    import onnx_lab.runtime.openvino as ovm
+    from onnx_lab.backends import compare_backends
+    from onnx_lab.errors import ProviderError
+
+    monkeypatch.setattr(ovm, "openvino_available", lambda: False)
+    with pytest.raises(ProviderError, match="onnx-lab\\[openvino\\]"):
+        compare_backends(mlp(2), ["cpu", "openvino"], dims={"batch": 1})
+    r = compare_backends(mlp(2), None, dims={"batch": 1}, budget_s=1.0, progress=False)
+    assert any("pip install 'onnx-lab[openvino]'" in n for n in r.notes)
+    assert r.table.backend.tolist()[0] == "CPUExecutionProvider"
+    assert any("TensorRT" in n for n in r.notes)  # skipped cleanly without a GPU
