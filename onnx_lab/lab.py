@@ -322,12 +322,23 @@ class Lab:
             timeout=timeout, title=title, dims=self.dims or None, shapes=self.shapes or None)
 
     # ================================================================== versions and passes
-    def patterns(self) -> pd.DataFrame:
+    def patterns(self, near_misses: bool = False) -> pd.DataFrame:
         """Optimization opportunities of the current model, one row per match.
 
         Columns: match_id, pattern, pass, node_ids, anchor, description, saving_nodes,
         saving_bytes. Apply chosen rows with ``lab.apply(pass, matches=[match_id, ...])``.
+
+        ``near_misses=True`` lists instead the candidates that almost matched, with the check
+        that failed: onnx_lab's own patterns ("Conv → BatchNormalization: ... is not a
+        constant") and the attention / LayerNorm / Erf-Gelu subgraphs left unfused (see
+        :func:`onnx_lab.transforms.near_miss.near_misses`; columns source, fusion, anchor,
+        node_ids, reason, description, log). Render one with
+        ``lab.render(nodes=row.node_ids)``.
         """
+        if near_misses:
+            from onnx_lab.transforms.near_miss import near_misses as _near
+
+            return _near(self.model)
         from onnx_lab.transforms.patterns import find_patterns
 
         return find_patterns(self.model)

@@ -162,6 +162,91 @@ def build_transformer_block() -> onnx.ModelProto:
     )
 
 
+def _bert_attention(b: _Builder, h: str, mask: str, scope: str, d: int, heads: int) -> str:
+    """BERT self-attention as exporters write it: Q/K/V Linear → Reshape [0, 0, heads, dh] →
+    Transpose, scores / sqrt(dh) + mask → Softmax → · V → Transpose → Reshape → output Linear."""
+    dh = d // heads
+    split = b.init(f"{scope}.split_heads", np.array([0, 0, heads, dh], dtype=np.int64))
+    merge = b.init(f"{scope}.merge_heads", np.array([0, 0, d], dtype=np.int64))
+    qkv = {}
+    for part in ("query", "key", "value"):
+        y = _linear(b, h, f"{scope}/{part}", d, d)
+        p = f"/{scope}/{part}"
+        y = b.node("Reshape", [y, split], f"{p}/Reshape", [f"{p}/Reshape_output_0"])
+        perm = [0, 2, 3, 1] if part == "key" else [0, 2, 1, 3]
+        qkv[part] = b.node("Transpose", [y], f"{p}/Transpose", [f"{p}/Transpose_output_0"],
+                           perm=perm)
+    p = f"/{scope}/core"
+    s = b.node("MatMul", [qkv["query"], qkv["key"]], f"{p}/MatMul", [f"{p}/MatMul_output_0"])
+    scale = b.init(f"{scope}.scale", np.array(dh ** 0.5, dtype=np.float32))
+    s = b.node("Div", [s, scale], f"{p}/Div", [f"{p}/Div_output_0"])
+    s = b.node("Add", [s, mask], f"{p}/Add", [f"{p}/Add_output_0"])
+    a = b.node("Softmax", [s], f"{p}/Softmax", [f"{p}/Softmax_output_0"], axis=-1)
+    c = b.node("MatMul", [a, qkv["value"]], f"{p}/MatMul_1", [f"{p}/MatMul_1_output_0"])
+    c = b.node("Transpose", [c], f"{p}/Transpose", [f"{p}/Transpose_output_0"], perm=[0, 2, 1, 3])
+    c = b.node("Reshape", [c, merge], f"{p}/Reshape", [f"{p}/Reshape_output_0"])
+    return _linear(b, c, f"{scope}/output", d, d)
+
+
+def _erf_gelu(b: _Builder, x: str, scope: str) -> str:
+    """Exact Gelu from primitives: 0.5 · x · (1 + erf(x / sqrt(2)))."""
+    p = f"/{scope}"
+    sqrt2 = b.init(f"{scope}.sqrt2", np.array(np.sqrt(2.0), dtype=np.float32))
+    one = b.init(f"{scope}.one", np.array(1.0, dtype=np.float32))
+    half = b.init(f"{scope}.half", np.array(0.5, dtype=np.float32))
+    y = b.node("Div", [x, sqrt2], f"{p}/Div", [f"{p}/Div_output_0"])
+    y = b.node("Erf", [y], f"{p}/Erf", [f"{p}/Erf_output_0"])
+    y = b.node("Add", [y, one], f"{p}/Add", [f"{p}/Add_output_0"])
+    y = b.node("Mul", [x, y], f"{p}/Mul", [f"{p}/Mul_output_0"])
+    return b.node("Mul", [y, half], f"{p}/Mul_1", [f"{p}/Mul_1_output_0"])
+
+
+def build_bert_block(extra_mask_cast: bool = False) -> onnx.ModelProto:
+    """A BERT encoder layer as the TorchScript exporter writes it, small (hidden 32, 4 heads).
+
+    ``x`` [batch, seq, 32] → LayerNorm (primitive ops, like an embedding LayerNorm) → self-
+    attention with the additive mask ``(1 - mask[:, None, None, :]) * -10000`` → output Linear
+    + residual → LayerNorm → Linear → exact Gelu (Erf) → Linear + residual → LayerNorm → ``y``.
+    onnxruntime's transformer optimizer (model_type="bert") fuses it into LayerNormalization,
+    Attention, BiasGelu and SkipLayerNormalization. ``extra_mask_cast=True`` puts a second
+    Cast in the mask path, between the two Unsqueezes (a near-miss of the Attention fusion,
+    made on purpose).
+    """
+    d, heads, ffn = 32, 4, 64
+    b = _Builder(seed=2)
+    h = _layer_norm(b, "x", "embeddings/ln", d)
+    ax1 = b.init("mask.axes1", np.array([1], dtype=np.int64))
+    ax2 = b.init("mask.axes2", np.array([2], dtype=np.int64))
+    m = b.node("Unsqueeze", ["attention_mask", ax1], "/mask/Unsqueeze", ["/mask/Unsqueeze_output_0"])
+    if extra_mask_cast:  # a Cast between the two Unsqueezes: the fusion's mask path breaks
+        m = b.node("Cast", [m], "/mask/Cast_1", ["/mask/Cast_1_output_0"], to=TensorProto.FLOAT)
+    m = b.node("Unsqueeze", [m, ax2], "/mask/Unsqueeze_1", ["/mask/Unsqueeze_1_output_0"])
+    m = b.node("Cast", [m], "/mask/Cast", ["/mask/Cast_output_0"], to=TensorProto.FLOAT)
+    one = b.init("mask.one", np.array(1.0, dtype=np.float32))
+    big = b.init("mask.neg", np.array(-10000.0, dtype=np.float32))
+    m = b.node("Sub", [one, m], "/mask/Sub", ["/mask/Sub_output_0"])
+    m = b.node("Mul", [m, big], "/mask/Mul", ["/mask/Mul_output_0"])
+    o = _bert_attention(b, h, m, "layer.0/attention", d, heads)
+    x1 = b.node("Add", [o, h], "/layer.0/attention/residual/Add",
+                ["/layer.0/attention/residual/Add_output_0"])
+    x1 = _layer_norm(b, x1, "layer.0/attention/ln", d)
+    f = _linear(b, x1, "layer.0/intermediate", d, ffn)
+    f = _erf_gelu(b, f, "layer.0/intermediate/gelu")
+    f = _linear(b, f, "layer.0/output", ffn, d)
+    x2 = b.node("Add", [f, x1], "/layer.0/output/residual/Add",
+                ["/layer.0/output/residual/Add_output_0"])
+    _ln_out = _layer_norm(b, x2, "layer.0/output/ln", d)
+    b.node("Identity", [_ln_out], "/output/Identity", ["y"])
+    return b.model(
+        "bert_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", d]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", d])],
+        "One BERT encoder layer (attention with mask, LayerNorms and Erf Gelu from primitive "
+        "ops) that onnxruntime's transformer optimizer fuses.",
+    )
+
+
 def build_control_flow() -> onnx.ModelProto:
     b = _Builder(seed=2)
     fl = TensorProto.FLOAT

@@ -13,7 +13,12 @@ from pathlib import Path
 
 import onnx
 
-from onnx_lab.core._sample_models import build_control_flow, build_convnet, build_transformer_block
+from onnx_lab.core._sample_models import (
+    build_bert_block,
+    build_control_flow,
+    build_convnet,
+    build_transformer_block,
+)
 from onnx_lab.errors import unknown_name
 
 __all__ = ["names", "build", "path", "cache_dir"]
@@ -21,6 +26,7 @@ _BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "convnet": build_convnet,
     "transformer_block": build_transformer_block,
     "control_flow": build_control_flow,
+    "bert_block": build_bert_block,
 }
 
 

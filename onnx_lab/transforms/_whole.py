@@ -84,9 +84,13 @@ def _same_weights(a: ir.Model, b: ir.Model) -> bool:
     return True
 
 
-def trace_provenance(before: LabModel, new: LabModel) -> tuple[dict[str, list[str]], list[str],
-                                                                 list[str]]:
+def trace_provenance(before: LabModel, new: LabModel, *, fused_ops: bool = False
+                     ) -> tuple[dict[str, list[str]], list[str], list[str]]:
     """Map the nodes of ``new`` to ids of ``before`` and stamp their origins.
+
+    ``fused_ops=True`` (transformer fusion steps) also traces fused nodes that write new
+    output names through the weights they took over, and gives helper nodes a fusion created
+    (Casts of its inputs) the origin of the fused node they feed.
 
     Returns:
         (provenance {new id: before ids} for new or merged nodes, removed before ids, notes).
@@ -127,6 +131,8 @@ def trace_provenance(before: LabModel, new: LabModel) -> tuple[dict[str, list[st
         if len(direct[nid]) != 1:
             continue
         old = b_idx.entries[direct[nid][0]].node
+        if fused_ops and old.op_type != e.node.op_type:
+            continue  # a fused node carrying one old node's tag: its inputs are not that node's
         for bv, av in zip(old.inputs, e.node.inputs):
             _absorb(bv.name if bv is not None else None, av.name if av is not None else None)
     for bv, av in zip(before.graph.outputs, new.graph.outputs):
@@ -136,9 +142,30 @@ def trace_provenance(before: LabModel, new: LabModel) -> tuple[dict[str, list[st
         seeds[nid] = [b_idx.producer[v.name] for v in e.node.outputs
                       if v.name in b_idx.producer and b_idx.producer[v.name] in removed_set]
         seeds[nid] += absorbed.get(nid, [])
+        if fused_ops and direct[nid] and \
+                b_idx.entries[direct[nid][0]].node.op_type != e.node.op_type:
+            # A fused node that kept the name or tags of one node it replaced (onnxscript's
+            # rewriter): what fed that node and went away is part of the fusion too.
+            seeds[nid] += [p for p in b_idx.predecessors(direct[nid][0]) if p in removed_set]
         part = _name_part(e.node.name, by_name) if not direct[nid] else None
         if part is not None and part in removed_set and part not in seeds[nid]:
             seeds[nid].append(part)  # ORT's "/ln/Mul/LayerNormFusion/" names its first part
+    # A fused node that writes new output names (EmbedLayerNormalization) has no seed from
+    # its outputs: seed it with the removed nodes that read the weights it took over (an
+    # initializer or Constant output read by it now and by a removed node before).
+    for nid, e in a_idx.entries.items():
+        if not fused_ops or direct[nid] or seeds[nid]:
+            continue
+        for v in e.node.inputs:
+            if v is None or not v.name or v.name not in b_idx.values:
+                continue
+            old_v = b_idx.values[v.name]
+            p = b_idx.producer.get(v.name)
+            if not (old_v.is_initializer() or (p is not None
+                                               and b_idx.entries[p].node.op_type == "Constant")):
+                continue
+            seeds[nid] += [c for c in b_idx.consumers.get(v.name, [])
+                           if c in removed_set and c not in seeds[nid]]
     claimed: dict[str, str] = {}
     for nid, ss in seeds.items():
         for x in ss:
@@ -170,9 +197,47 @@ def trace_provenance(before: LabModel, new: LabModel) -> tuple[dict[str, list[st
             provenance[nid] = []
         elif ids != [nid]:
             provenance[nid] = ids
+    helpers = 0
+    while fused_ops:  # a Cast feeding a ReduceSum feeding the Attention: repeat
+        more = _helper_origins(a_idx, provenance)
+        helpers += more
+        if not more:
+            break
+    unknown -= helpers
+    if helpers:
+        notes.append(f"{helpers} helper node(s) the tool created for a fusion (a Cast of an "
+                     "input it feeds) take the origin of the fused node they feed")
     if unknown:
         notes.append(f"provenance unknown for {unknown} node(s) the tool created (origin [])")
     return provenance, removed, notes
+
+
+def _helper_origins(a_idx: Any, provenance: dict[str, list[str]]) -> int:
+    """Give untraced single-output nodes whose output only traced nodes of one kind read the
+    origin of those readers (onnxruntime's fusions add Casts of the int64 inputs for
+    EmbedLayerNormalization). Returns how many were given one."""
+    done = 0
+    for nid in list(provenance):
+        if provenance[nid]:
+            continue
+        node = a_idx.entries[nid].node
+        if len(node.outputs) != 1 or node.outputs[0].is_graph_output():
+            continue
+        readers = a_idx.consumers.get(node.outputs[0].name, [])
+        origin: list[str] = []
+        for r in readers:
+            rn = a_idx.entries[r].node
+            got = json.loads(rn.metadata_props.get(ORIGIN_KEY, "[]"))
+            if not got or r not in provenance:
+                origin = []
+                break
+            origin += [o for o in got if o not in origin]
+        if not readers or not origin:
+            continue
+        node.metadata_props[ORIGIN_KEY] = json.dumps(origin)
+        provenance[nid] = [x for r in readers for x in provenance[r] if x]
+        done += 1
+    return done
 
 
 def _name_part(name: str | None, by_name: dict[str, str]) -> str | None:
@@ -200,6 +265,8 @@ class WholeModelPass(LabPass):
     switch_params: ClassVar[tuple[str, ...]] = ()
     #: Where the names of :meth:`switches` come from (one line, for users and docs).
     switch_source: ClassVar[str] = ""
+    #: Trace fused ops that write new output names (see :func:`trace_provenance`).
+    fused_ops: ClassVar[bool] = False
 
     def rebuild(self, model: LabModel) -> ir.Model | None:
         raise NotImplementedError
@@ -259,7 +326,7 @@ class WholeModelPass(LabPass):
             return PassResult(self.name, dict(self.options), False, n0, n0, {}, [], reason,
                               time.perf_counter() - t0, list(self.notes), model, [])
         new = LabModel(new_ir, path=model.path)
-        provenance, removed, notes = trace_provenance(work, new)
+        provenance, removed, notes = trace_provenance(work, new, fused_ops=self.fused_ops)
         new.invalidate()
         return PassResult(self.name, dict(self.options), True, n0, len(new.index), provenance,
                           removed, None, time.perf_counter() - t0, self.notes + notes, new, [])

@@ -226,6 +226,8 @@ class PatternPass(LabPass):
         p = self.pattern
         out: list[Match] = []
         used: set[int] = set()
+        #: (head id, bound node ids, reason) of the candidates :meth:`check` rejected.
+        self.near_misses: list[tuple[str, list[str], str]] = []
         for nid, node in walk(model, p.main_only):
             b = self._bind(model, nid, node, used)
             if b is None:
@@ -233,6 +235,9 @@ class PatternPass(LabPass):
             why = self.check(b)
             if why:
                 self.skip(b.head_id, why)
+                # Kept with the bound nodes for lab.patterns(near_misses=True).
+                self.near_misses.append((b.head_id, [b.head_id] + [
+                    model.index.node_id(n) for n in b.nodes[1:]], why))
                 continue
             found = self.describe(b)
             nodes = [*b.nodes, *found.extra]

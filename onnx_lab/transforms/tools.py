@@ -364,6 +364,10 @@ def _register() -> None:
         cls.name = f"onnxoptimizer:{name}"
         _register_factory(f"onnxoptimizer:{name}", cls, f"onnxoptimizer pass {name}",
                           OnnxoptimizerPass.params, kind="tool")
+    # Transformer fusions (ort_transformers, onnxscript_rewrite) live in their own module.
+    from onnx_lab.transforms import transformers
+
+    transformers._register()
 
 
 _register()

@@ -1,0 +1,206 @@
+"""Transformer fusions as verified, traced tool steps (ort_transformers, onnxscript_rewrite)
+and near-misses: why a fusion did not happen."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.core._sample_models import build_bert_block
+from onnx_lab.errors import PassError
+from onnx_lab.transforms import available
+
+DIMS = {"batch": 2, "seq": 8}
+FUSED = ("Attention", "SkipLayerNormalization", "EmbedLayerNormalization", "BiasGelu",
+         "FastGelu", "Gelu", "LayerNormalization")
+
+
+def _ort_stats(proto_or_path) -> dict[str, int]:
+    """onnxruntime's own optimize_model(..., model_type='bert', opt_level=0) counts."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    opt = optimize_model(proto_or_path, model_type="bert", opt_level=0)
+    return {k: int(v) for k, v in opt.get_fused_operator_statistics().items() if v}
+
+
+def _traced_share(lab) -> float:
+    o = lab.origins
+    return sum(1 for v in o.values() if v) / len(o)
+
+
+def test_registered_as_tool_steps():
+    df = available().set_index("name")
+    assert df.loc["ort_transformers", "kind"] == "tool"
+    assert "model_type" in df.loc["ort_transformers", "parameters"]
+    assert df.loc["onnxscript_rewrite", "kind"] == "tool"
+    assert "onnxslim" in df.index
+
+
+def test_bert_block_fuses_like_onnxruntime_verifies_and_traces():
+    lab = onnx_lab.open("sample:bert_block", dims=DIMS)
+    r = lab.apply("ort_transformers", model_type="bert")
+    assert r.verify_passed, r.verification.loc[~r.verification.passed]
+    want = _ort_stats(build_bert_block())
+    assert r.fusions == want
+    assert want == {"Attention": 1, "SkipLayerNormalization": 2, "LayerNormalization": 1,
+                    "BiasGelu": 1}
+    ops = Counter(lab.nodes.op_type)
+    for op in FUSED:
+        assert ops.get(op, 0) == want.get(op, 0), op
+    assert any(n.startswith("fused: ") and "Attention 1" in n for n in r.notes)
+    assert "num_heads=4, hidden_size=32 read from the model" in r.notes
+    assert _traced_share(lab) == 1.0
+    att = lab.nodes.loc[lab.nodes.op_type == "Attention", "node_id"].iloc[0]
+    origin = set(lab.origins[att])
+    assert {"/layer.0/attention/core/Softmax", "/layer.0/attention/query/MatMul",
+            "/layer.0/attention/key/Add", "/layer.0/attention/value/Reshape",
+            "/mask/Sub"} <= origin
+    assert r.near_misses.empty
+
+
+def test_bad_model_type_and_switch_names_are_pass_errors():
+    lab = onnx_lab.open("sample:bert_block", dims=DIMS)
+    with pytest.raises(PassError, match="model_type 'bret'"):
+        lab.apply("ort_transformers", model_type="bret")
+    with pytest.raises(PassError, match="enable_atention"):
+        lab.apply("ort_transformers", disable=["atention"])
+    r = lab.apply("ort_transformers", disable=["attention"])
+    assert "Attention" not in r.fusions and r.verify_passed
+
+
+def test_extra_cast_in_the_mask_path_is_a_named_near_miss():
+    lab = onnx_lab.open(build_bert_block(extra_mask_cast=True), dims=DIMS)
+    r = lab.apply("ort_transformers", model_type="bert")
+    assert r.verify_passed
+    assert "Attention" not in r.fusions
+    assert r.fusions == _ort_stats(build_bert_block(extra_mask_cast=True))
+    nm = r.near_misses
+    assert list(nm.fusion) == ["Attention"]
+    row = nm.iloc[0]
+    assert row.anchor == "/layer.0/attention/core/Softmax"
+    assert "unexpected Cast (/mask/Cast_1)" in row.reason
+    assert "fuse_attention: failed to match mask path" in row.log
+    assert "/mask/Cast_1" in row.node_ids and "/layer.0/attention/query/MatMul" in row.node_ids
+    # also from the Lab, without running the optimizer
+    df = onnx_lab.open(build_bert_block(extra_mask_cast=True), dims=DIMS).patterns(
+        near_misses=True)
+    assert df.loc[df.fusion == "Attention", "reason"].str.contains("unexpected Cast").all()
+    # the subgraph renders
+    svg = lab.render(nodes=list(row.node_ids))
+    assert svg is not None
+
+
+def _conv_bn_scale_from_input() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    inits = [w] + [numpy_helper.from_array(a.astype(np.float32), n) for n, a in
+                   (("bias", np.zeros(4)), ("mean", np.full(4, 0.1)), ("var", np.ones(4)))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="/conv/Conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"],
+                              ["y"], name="/bn/BatchNormalization")]
+    g = helper.make_graph(nodes, "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+        helper.make_tensor_value_info("scale", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_conv_bn_with_a_non_constant_scale_is_a_near_miss_of_fuse_conv_bn():
+    lab = onnx_lab.open(_conv_bn_scale_from_input())
+    assert "fuse_conv_bn" not in set(lab.patterns()["pass"])
+    df = lab.patterns(near_misses=True)
+    row = df.loc[df.source == "fuse_conv_bn"].iloc[0]
+    assert row.fusion == "conv_bn"
+    assert row.node_ids == ["/conv/Conv", "/bn/BatchNormalization"]
+    assert "'scale' is not a constant" in row.reason
+    assert row.description.startswith("Conv → BatchNormalization: ")
+
+
+def test_onnxscript_rewrite_step():
+    pytest.importorskip("onnxscript")
+    lab = onnx_lab.open("sample:bert_block", dims=DIMS)
+    r = lab.apply("onnxscript_rewrite")
+    assert r.modified and r.verify_passed
+    assert r.fusions.get("mha2", 0) + r.fusions.get("mha1", 0) >= 1
+    assert "MultiHeadAttention" in set(lab.nodes.op_type)
+    mha = lab.nodes.loc[lab.nodes.op_type == "MultiHeadAttention", "node_id"].iloc[0]
+    assert "/layer.0/attention/core/Softmax" in lab.origins[mha]
+
+
+# ---------------------------------------------------------------------------- BERT-base
+def _bert_dynamo() -> Path:
+    """BERT-base exported with torch's current (dynamo) exporter, cached next to the
+    benchmark models."""
+    torch = pytest.importorskip("torch")
+    root = Path(__file__).resolve().parents[2] / "benchmarks"
+    sys.path.insert(0, str(root))
+    try:
+        from _models import MODELS_DIR, _bert_module
+    finally:
+        sys.path.remove(str(root))
+    path = MODELS_DIR / "bert_base_dynamo_v1.onnx"
+    if path.exists():
+        return path
+    MODELS_DIR.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    m = _bert_module().eval()
+    ids = torch.randint(0, 30522, (2, 16))
+    tt = torch.zeros(2, 16, dtype=torch.int64)
+    am = torch.ones(2, 16, dtype=torch.int64)
+    b, s = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    tmp = path.with_name(path.name + ".tmp")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, (ids, tt, am), str(tmp), dynamo=True, external_data=False,
+                          input_names=["input_ids", "token_type_ids", "attention_mask"],
+                          output_names=["last_hidden_state", "pooler_output"],
+                          dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}, {0: b, 1: s}),
+                          verbose=False)
+    tmp.replace(path)
+    return path
+
+
+def test_bert_base_current_exporter_counts_trace_and_attention_near_misses():
+    path = _bert_dynamo()
+    lab = onnx_lab.open(path, dims={"batch": 1, "sequence": 16})
+    r = lab.apply("ort_transformers", model_type="bert")
+    assert r.verify_passed, r.first_failure
+    want = _ort_stats(str(path))
+    assert r.fusions == want
+    ops = Counter(lab.nodes.op_type)
+    for op in FUSED:
+        assert ops.get(op, 0) == want.get(op, 0), op
+    assert want.get("SkipLayerNormalization") == 24 and want.get("BiasGelu") == 12
+    assert want.get("Attention", 0) == 0
+    assert _traced_share(lab) >= 0.99
+    att = r.near_misses.loc[r.near_misses.fusion == "Attention"]
+    assert len(att) == 12
+    assert att.reason.str.startswith("mask path: one Unsqueeze").all()
+    assert att.log.map(lambda log: "fuse_attention: failed to match mask path" in log).all()
+
+
+def test_bert_base_torchscript_export_fuses_attention_with_origins():
+    pytest.importorskip("torch")
+    root = Path(__file__).resolve().parents[2] / "benchmarks"
+    sys.path.insert(0, str(root))
+    try:
+        from _models import bert_base
+    finally:
+        sys.path.remove(str(root))
+    path = bert_base()
+    lab = onnx_lab.open(path, dims={"batch": 1, "sequence": 16})
+    r = lab.apply("ort_transformers", model_type="bert", verify=False)
+    want = _ort_stats(str(path))
+    assert r.fusions == want and want["Attention"] == 12
+    assert _traced_share(lab) >= 0.99
+    origin = lab.origins["Attention_0"]
+    assert {"/layer.0/attention/Softmax", "/layer.0/attention/query/MatMul"} <= set(origin)
+    assert not any(o.startswith("/norm/") for o in origin)  # the embedding LayerNorm's own
