@@ -5,6 +5,7 @@
 - :class:`Extractor`: cut a subgraph by boundary tensors or nodes, verify, save.
 - :class:`DriftDebugger`: layer-by-layer comparison of two models.
 - :class:`Profiler`: per-operator profiling, batch sweep, optimization levels, cost.
+- :class:`PrecisionDoctor`: which nodes to keep in fp32 / out of int8, found by a search.
 
 Every widget has ``.result`` (the object behind what it shows) and shows the equivalent
 Python call. Imported lazily so ``import onnx_lab.widgets`` stays light.
@@ -21,6 +22,7 @@ _LAZY = {
     "Extractor": "onnx_lab.widgets.extractor",
     "DriftDebugger": "onnx_lab.widgets.drift",
     "Profiler": "onnx_lab.widgets.profiler",
+    "PrecisionDoctor": "onnx_lab.widgets.precision",
 }
 
 __all__ = list(_LAZY)

@@ -1,0 +1,159 @@
+"""PrecisionDoctor: which nodes to keep in fp32 (or out of int8), found by a search.
+
+A view over ``lab.find_precision`` (:func:`onnx_lab.steps.find_precision`): pick the target,
+tolerance and feeds, run (in a background thread, with progress and cancel), see the ranked
+sensitivity (``plan.plot()``), the before/after error per output (``plan.outputs``), the kept
+nodes highlighted on the graph canvas (``plan.render()``), and save the converted model.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from typing import Any
+
+import ipywidgets as w
+
+from onnx_lab.widgets._common import View, code_html, figure_html, info_html
+
+__all__ = ["PrecisionDoctor"]
+
+
+class PrecisionDoctor(View):
+    """Search the fewest nodes to keep in higher precision so the outputs meet a tolerance.
+
+    Args:
+        lab: the Lab (its current version is the float32 reference; the plan becomes a new
+            version of its history).
+        background: run the search in a thread (the notebook stays responsive and Cancel
+            works); False runs it in the callback (tests, scripts).
+
+    Attributes:
+        result: the :class:`~onnx_lab.numerics.precision.PrecisionPlan` of the last run.
+
+    Example:
+        >>> from onnx_lab.widgets import PrecisionDoctor
+        >>> PrecisionDoctor(onnx_lab.open("model.onnx"))
+    """
+
+    def __init__(self, lab: Any, *, background: bool = True) -> None:
+        from onnx_lab.widgets.canvas import GraphCanvas
+
+        self.lab = lab
+        self.background = background
+        self.result: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.target = w.Dropdown(options=["fp16", "bf16", "int8"], value="fp16",
+                                 description="target", layout=w.Layout(width="180px"))
+        self.atol = w.FloatText(value=1e-3, description="atol", layout=w.Layout(width="170px"))
+        self.rtol = w.FloatText(value=1e-2, description="rtol", layout=w.Layout(width="170px"))
+        self.metric = w.Dropdown(options=[("element-wise atol/rtol", "elementwise"),
+                                          ("SQNR (dB)", "sqnr"), ("cosine", "cosine")],
+                                 value="elementwise", description="metric",
+                                 layout=w.Layout(width="260px"))
+        self.threshold = w.FloatText(value=20.0, description="min", layout=w.Layout(
+            width="150px"))
+        self.feeds = w.Text(placeholder="inputs.npz (empty: one seeded sample)",
+                            description="feeds", layout=w.Layout(width="360px"))
+        self.run_button = w.Button(description="Find", icon="search", button_style="primary")
+        self.cancel_button = w.Button(description="Cancel", icon="stop", disabled=True)
+        self.progress = w.IntProgress(value=0, min=0, max=1, layout=w.Layout(width="260px"))
+        self.progress_label = w.HTML()
+        self.verdict = w.HTML()
+        self.chart = w.HTML()
+        self.outputs_html = w.HTML()
+        self.canvas = GraphCanvas(lab, height=380)
+        self.save_path = w.Text(placeholder="model.fp16.onnx", description="save as",
+                                layout=w.Layout(width="320px"))
+        self.save_button = w.Button(description="Save", icon="save", disabled=True)
+        self._result_panels = (self.verdict, self.chart, self.outputs_html)
+        self.run_button.on_click(lambda _b: self._guard(self.run)())
+        self.cancel_button.on_click(lambda _b: self.cancel())
+        self.save_button.on_click(lambda _b: self._guard(self.save)())
+        wrap = w.Layout(flex_flow="row wrap")
+        super().__init__([
+            w.HBox([self.target, self.metric, self.atol, self.rtol, self.threshold],
+                   layout=wrap),
+            w.HBox([self.feeds, self.run_button, self.cancel_button, self.progress,
+                    self.progress_label], layout=wrap),
+            self.verdict, self.chart, self.outputs_html, self.canvas,
+            w.HBox([self.save_path, self.save_button], layout=wrap),
+        ])
+        self.add_class("onnx-lab-precision")
+
+    # ------------------------------------------------------------------ actions
+    def _kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"feeds": self.feeds.value.strip() or None}
+        if self.metric.value == "elementwise":
+            kw.update(atol=float(self.atol.value), rtol=float(self.rtol.value))
+        else:
+            kw.update(metric=self.metric.value, tolerance=float(self.threshold.value))
+        return kw
+
+    def code_for(self) -> str:
+        """The one line of Python this run is."""
+        args = ", ".join(f"{k}={v!r}" for k, v in self._kwargs().items() if v is not None)
+        return f"plan = lab.find_precision({self.target.value!r}, {args})"
+
+    def run(self) -> None:
+        """Start the search (in a thread unless ``background=False``)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self.run_button.disabled, self.cancel_button.disabled = True, False
+        self.progress.value = 0
+        if self.background:
+            self._thread = threading.Thread(target=self._search, daemon=True)
+            self._thread.start()
+        else:
+            self._search()
+
+    def cancel(self) -> None:
+        """Stop after the current trial; the best plan so far is kept (if one passed)."""
+        self._stop.set()
+        self.progress_label.value = "cancelling after this trial..."
+
+    def _on_progress(self, done: int, total: int, label: str) -> None:
+        self.progress.max = max(total, 1)
+        self.progress.value = min(done, self.progress.max)
+        self.progress_label.value = html.escape(label)
+
+    def _search(self) -> None:
+        try:
+            plan = self._call(self.lab.find_precision, self.target.value,
+                              progress=self._on_progress, should_stop=self._stop.is_set,
+                              busy="searching...", code=self.code_for(), **self._kwargs())
+            if plan is not None:
+                self.show(plan)
+        finally:
+            self.run_button.disabled, self.cancel_button.disabled = False, True
+
+    def show(self, plan: Any) -> None:
+        """Show a PrecisionPlan: verdict, sensitivity chart, outputs, kept nodes on the graph."""
+        from onnx_lab.render.tables import frame_html
+
+        self.result = plan
+        kind = "ok" if plan.passed else "warn"
+        self.verdict.value = info_html(plan.summary_text(), kind=kind) + (
+            f"<div>kept: {html.escape(', '.join(plan.kept)) or 'none'}</div>")
+        self.chart.value = figure_html(plan.plot(top=20))
+        self.outputs_html.value = frame_html(plan.outputs, caption="error per output: "
+                                             "everything converted (before) vs the plan (after)")
+        try:
+            self.canvas.show(plan.render(), model=plan.source, title="kept nodes highlighted")
+        except Exception:  # noqa: BLE001 - a graph that cannot be drawn leaves the rest shown
+            self.canvas.show(None)
+        self.save_button.disabled = False
+
+    def save(self) -> None:
+        """Save the converted model (the Lab's current version) to the path box."""
+        path = self.save_path.value.strip()
+        if not path:
+            from onnx_lab.errors import InputError
+
+            raise InputError("No path to save to.", fix="Type a file name in 'save as'.")
+        self._call(self.lab.save, path, code=f"lab.save({path!r})")
+        if self.error is None:
+            self.status.value = info_html(f"saved {path}", kind="ok")
+            self.code.value = code_html(f"lab.save({path!r})")

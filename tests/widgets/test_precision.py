@@ -1,0 +1,42 @@
+"""PrecisionDoctor headless: a run shows the plan, kept nodes, the chart; errors stay inside."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import onnx_lab
+
+# The model builders of tests/numerics/test_precision.py (same file name: load it by path).
+_spec = importlib.util.spec_from_file_location(
+    "_numerics_test_precision", Path(__file__).resolve().parents[1] / "numerics" /
+    "test_precision.py")
+_models = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_models)
+NORM_NODES, rms_overflow = _models.NORM_NODES, _models.rms_overflow
+
+
+def test_precision_widget_runs_and_saves(tmp_path):
+    from onnx_lab.widgets import PrecisionDoctor
+
+    lab = onnx_lab.open(rms_overflow())
+    wdg = PrecisionDoctor(lab, background=False)
+    wdg.run()
+    plan = wdg.result
+    assert plan is not None and plan.passed and NORM_NODES <= set(plan.kept)
+    assert "kept" in wdg.verdict.value and "<img" in wdg.chart.value
+    assert "score_after" in wdg.outputs_html.value
+    assert "find_precision(" in wdg.code.value and wdg.code_for().startswith("plan = lab")
+    wdg.save_path.value = str(tmp_path / "m.fp16.onnx")
+    wdg.save()
+    assert (tmp_path / "m.fp16.onnx").is_file()
+
+
+def test_precision_widget_shows_errors():
+    from onnx_lab.widgets import PrecisionDoctor
+
+    wdg = PrecisionDoctor(onnx_lab.open("sample:convnet"), background=False)
+    wdg.atol.value, wdg.rtol.value = 0.0, 0.0
+    wdg.run()
+    assert wdg.result is None and "Loosen" in wdg.status.value
+    assert not wdg.run_button.disabled
