@@ -150,7 +150,9 @@ class FusionLab(View):
         self.onnxsim_button = w.Button(description="onnxsim", tooltip='lab.apply("onnxsim")')
         self.ort_level = w.Dropdown(options=[("ORT basic", "ort:basic"),
                                              ("ORT extended", "ort:extended"),
-                                             ("ORT all", "ort:all")], value="ort:basic",
+                                             ("ORT all", "ort:all"),
+                                             ("ORT transformer fusions (bert)",
+                                              "ort_transformers")], value="ort:basic",
                                     layout=w.Layout(width="140px"))
         self.ort_button = w.Button(description="apply ORT level",
                                    tooltip="onnxruntime offline optimization at that level")
@@ -176,6 +178,9 @@ class FusionLab(View):
             layout=w.Layout(flex_flow="row wrap", width="100%"))
         self.verification = PagedTable(page_size=15)
         self.changes = PagedTable(page_size=15)
+        # Near-misses of the last fusion step (result.near_misses), or lab.patterns(
+        # near_misses=True): the fusions that did not happen, and the condition that failed.
+        self.near_misses = PagedTable(page_size=10)
         self._preview_model: Any = None
 
         for button, fn in [(self.select_all, self._select_all), (self.preview_button, self.preview),
@@ -191,7 +196,8 @@ class FusionLab(View):
         self._drawing_history = False
 
         acc = w.Accordion(children=[self.explanation, self.preview_box, self.verification,
-                                    self.changes])
+                                    self.changes, self.near_misses])
+        acc.set_title(4, "Not fused, because")
         acc.set_title(0, "Explanation of the selected pattern")
         acc.set_title(1, "Preview (before | after)")
         acc.set_title(2, "Verification of the last step (failures first)")
@@ -380,6 +386,7 @@ class FusionLab(View):
         failed = any(r is not None and r.verify_passed is False for r in results)
         self._show_verification(results)
         self._show_changes(results)
+        self._show_near_misses(results)
         if msgs and self.error is None:
             self.status.value = info_html("; ".join(msgs), kind="warn" if failed else "ok")
 
@@ -415,8 +422,29 @@ class FusionLab(View):
         counts = df["change"].value_counts()
         text = ", ".join(f"{int(counts[k])} {k}" for k in ("fused", "rewritten", "new", "removed")
                          if k in counts)
+        # Tool steps' fusions beside ours, grouped by fusion type (the fused node's op type).
+        fused = df.loc[df["change"] == "fused"]
+        if not fused.empty:
+            by_op = fused["op_type"].value_counts()
+            text += " — by type: " + ", ".join(f"{k} {int(v)}" for k, v in by_op.items())
+            df = pd.concat([fused.sort_values("op_type", kind="stable"),
+                            df.loc[df["change"] != "fused"]], ignore_index=True)
         self.changes.set(df, caption=f"{' + '.join(names)}: {text} "
                                      "(lab.results[-1].provenance, .removed)")
+
+    def _show_near_misses(self, results: list[Any]) -> None:
+        """``result.near_misses`` of the last fusion step (attention/LayerNorm/Gelu left
+        unfused and why); render one with ``lab.render(nodes=row.node_ids)``."""
+        frames = [r.near_misses for r in results if r is not None
+                  and getattr(r, "near_misses", None) is not None and len(r.near_misses)]
+        if not frames:
+            self.near_misses.set(pd.DataFrame(), caption="")
+            return
+        df = pd.concat(frames, ignore_index=True)
+        self.near_misses.set(df[["fusion", "anchor", "reason", "node_ids", "log"]],
+                             caption=f"{len(df)} not fused (lab.results[-1].near_misses; "
+                                     "lab.patterns(near_misses=True) for onnx_lab's own)")
+        self.details.selected_index = 4
 
     # ------------------------------------------------------------------ actions
     def preview(self) -> None:
