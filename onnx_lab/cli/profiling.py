@@ -15,8 +15,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_arg(p)
     add_dims_args(p)
     p.add_argument("--providers", default=None,
-                   help="comma-separated providers (cpu,cuda,...); default: all installed")
-    p.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")
+                   help="comma-separated providers (cpu,cuda,...) or openvino (the OpenVINO "
+                   "runtime, optional extra); default: all installed ORT providers")
+    p.add_argument("--runs", type=int, default=None,
+                   help="fixed timed runs (default: until the median is stable or --budget "
+                   "is spent)")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="time budget of the profile (and of the batch sweep) when --runs is "
+                   "not given (default 6 s each)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     p.add_argument("--feeds", default=None, help=".npz file with one array per input")
     p.add_argument("--opt-level", default="all", help="disable, basic, extended, all")
@@ -50,26 +56,31 @@ def _profile(args: argparse.Namespace) -> int:
         # The swept dim needs no --dims: the profile runs at the first swept size.
         if args.dim in dynamic_dims(lab.model):
             dims = {args.dim: sizes[0]}
-    prof = lab.profile(providers=args.providers, runs=args.runs, warmup=args.warmup,
+    prof = lab.profile(providers=args.providers, runs=args.runs, budget_s=args.budget,
+                       warmup=args.warmup,
                        feeds=args.feeds, dims=dims, threads=args.threads,
                        opt_level=args.opt_level, progress=None if not args.json else False)
     sweep = None
     if sizes:
-        sweep = batch_sweep(lab, sizes, dim=args.dim,
+        sweep = batch_sweep(lab, sizes, dim=args.dim, runs=args.runs, budget_s=args.budget,
                             providers=args.providers.split(",")[0] if args.providers else None,
                             threads=args.threads, opt_level=args.opt_level,
                             progress=None if not args.json else False)
     if args.json:
         out = prof.to_dict(top=args.top)
         if sweep is not None:
-            out["batch_sweep"] = {"dim": sweep.dim, "knee": sweep.knee,
+            out["batch_sweep"] = {"dim": sweep.dim, "knee": sweep.knee, "knees": sweep.knees,
                                   "table": sweep.table.to_dict(orient="records"),
                                   "notes": sweep.notes}
         print_json(out)
         return 0
     with pd.option_context("display.width", 160, "display.max_columns", 20,
                            "display.max_colwidth", 50):
-        print(prof.latency_stats.to_string(index=False))
+        cols = ["session", "runs", "profiled_runs", "p10_ms", "p50_ms", "ci_low_ms",
+                "ci_high_ms", "p90_ms", "mean_ms", "stopped"]
+        print(prof.latency_stats[cols].to_string(index=False))
+        print()
+        print(prof.memory.to_string(index=False))
         print()
         print(prof.session.to_string(index=False))
         print()
