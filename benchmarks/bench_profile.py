@@ -272,13 +272,30 @@ def bench_budgets(sizes=(1, 2, 4, 8, 16), runs: int = 20) -> None:
           f"{t_ta / t_tf:.2f}")
 
 
+def bench_widget() -> None:
+    """The Profiler widget's long actions with their defaults on the detector (headless)."""
+    from onnx_lab.widgets import Profiler
+
+    lab = onnx_lab.open(detector(), dims={"batch": 1, "height": 320, "width": 320})
+    w = Profiler(lab, background=False)
+    out = []
+    for name, button in (("Profile", w.profile_button), ("ORT levels", w.levels_button),
+                         ("Batch sweep", w.sweep_button)):
+        t0 = time.perf_counter()
+        button.click()
+        out.append(f"{name} {time.perf_counter() - t0:.1f} s"
+                   + (f" (error {type(w.error).__name__})" if w.error else ""))
+    print(f"[widget] Profiler defaults (budget {w.budget.value:g} s) on the detector, "
+          f"headless: {'; '.join(out)} (target <= 10 s each)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--skip-bert", action="store_true")
-    ap.add_argument("--only", default="overhead,parse,cost,budgets")
+    ap.add_argument("--only", default="overhead,parse,cost,budgets,widget")
     args = ap.parse_args()
     only = set(args.only.split(","))
     if "cost" in only:
@@ -291,6 +308,8 @@ def main() -> None:
         bench_parse(args.runs)
     if "budgets" in only:
         bench_budgets()
+    if "widget" in only:
+        bench_widget()
 
 
 if __name__ == "__main__":

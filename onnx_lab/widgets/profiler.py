@@ -44,7 +44,8 @@ class Profiler(View):
         runs: fixed runs per point; None (0 in the box): run until the median is stable or
             the time budget is spent.
         warmup: default of the warm-up box.
-        budget_s: the time budget of one action (default 8 s: each action stays under ~10 s).
+        budget_s: the time budget of one action (default 6 s: with session creation, the
+            trace and the tables each action stays under ~10 s on a 2-core machine).
         background: run long actions in a thread (cancellable; default: inside a notebook
             kernel only). :meth:`wait` joins the running action.
 
@@ -60,7 +61,7 @@ class Profiler(View):
     """
 
     def __init__(self, lab: Any, *, runs: int | None = None, warmup: int = 3,
-                 budget_s: float = 8.0, page_size: int = 15,
+                 budget_s: float = 6.0, page_size: int = 15,
                  background: bool | None = None) -> None:
         from onnx_lab.lab import as_lab
         from onnx_lab.runtime.openvino import INSTALL_HINT, openvino_available
