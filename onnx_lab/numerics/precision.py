@@ -474,6 +474,7 @@ class _Search:
     # converts such a node stores the tensor in float16 (inf), whatever this runtime's CPU
     # kernels absorb (they may compute in float32 between two fp16 nodes).
     required: dict[str, str] = field(default_factory=dict)
+    _pinned: set = field(default_factory=set)
 
     def stopped(self) -> bool:
         return bool(self.should_stop is not None and self.should_stop())
@@ -505,8 +506,16 @@ class _Search:
                "seconds": time.perf_counter() - t0, "note": note}
         self.rows.append(row)
         self.outputs_of[key] = per_out
-        if keep_model or row["passed"]:
+        if keep_model:
             self.models[key] = model
+        elif row["passed"]:
+            # The plan is always the last passing trial: keep only that model (a BERT-base
+            # fp16 copy is ~220 MB), plus the ones asked for (the full conversion).
+            for k in [k for k in self.models if k not in self._pinned]:
+                del self.models[k]
+            self.models[key] = model
+        if keep_model:
+            self._pinned.add(key)
         if self.bar is not None:
             self.bar.step(f"{phase}: {len(key)} kept, score {row['score']:.3g}")
         return row
