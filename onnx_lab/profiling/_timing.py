@@ -63,17 +63,21 @@ def measure(run: Callable[[], Any], *, runs: int | None = None, warmup: int = 0,
             tick: Callable[[], None] | None = None) -> tuple[np.ndarray, str]:
     """Wall ms of timed calls of ``run`` after ``warmup`` untimed ones.
 
-    With ``runs``: exactly that many (unless cancelled). Without: until the 95% interval of
-    the median is within ``rel_ci`` of it (after ``min_runs``), ``budget_s`` is spent
-    (warm-up included), or ``max_runs``.
+    With ``runs``: that many (unless cancelled, or ``budget_s`` is given and spent: then it is
+    an upper bound). Without: until the 95% interval of the median is within ``rel_ci`` of it
+    (after ``min_runs``), ``budget_s`` is spent (warm-up included), or ``max_runs``. A spent
+    budget also cuts the warm-up short (after one run): on a model whose single run takes
+    seconds the budget, not the counts, decides.
 
     Returns:
         (milliseconds, why it stopped: 'runs', 'stable', 'budget', 'max_runs', 'cancelled').
     """
     t_start = time.perf_counter()
-    for _ in range(warmup):
+    for i in range(warmup):
         if cancelled(cancel):
             return np.empty(0), "cancelled"
+        if i and budget_s is not None and time.perf_counter() - t_start >= budget_s / 2:
+            break
         run()
         if tick is not None:
             tick()
@@ -94,10 +98,11 @@ def measure(run: Callable[[], Any], *, runs: int | None = None, warmup: int = 0,
         n += 1
         if tick is not None:
             tick()
+        if budget_s is not None and t1 - t_start >= budget_s and (
+                runs is not None or n >= min(3, limit)):
+            why = "budget"
+            break
         if runs is None:
-            if budget_s is not None and t1 - t_start >= budget_s and n >= min(3, limit):
-                why = "budget"
-                break
             # The interval check sorts the sample: every few runs once there are many.
             if n >= min_runs and n % check_every == 0:
                 if stable(out[:n], rel_ci, min_runs):

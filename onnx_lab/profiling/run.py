@@ -436,13 +436,20 @@ def _profile_one(lm: LabModel, provider: str, runs: int | None, n_prof: int, war
 
     trace_file = None
     try:
-        warm, _ = measure(one, runs=warmup, cancel=cancel, tick=ticker)
+        # In budget mode the warm-up and the profiled runs get at most a fifth and a third of
+        # the session's share (a model whose run takes a second must not spend it all there).
+        spent = time.perf_counter() - t_start
+        warm, _ = measure(one, runs=warmup, cancel=cancel, tick=ticker,
+                          budget_s=None if share is None else max(share / 5 - spent, 0.0))
         if ov:
             prof_ms = np.empty(0)
             n_prof = 0
         else:
+            spent = time.perf_counter() - t_start
             prof_ms, why = measure(one, runs=n_prof if runs is None else min(n_prof, runs),
-                                   cancel=cancel, tick=ticker)
+                                   cancel=cancel, tick=ticker,
+                                   budget_s=None if share is None or runs is not None
+                                   else max(share / 3 - spent, 0.0))
             trace_file = sess.end_profiling()
             n_prof = len(prof_ms)
         left = None if share is None else share - (time.perf_counter() - t_start)

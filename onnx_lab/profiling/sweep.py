@@ -403,6 +403,10 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                     is_cancelled = True
                     notes.append(f"{backend}: cancelled before batch {b}")
                     break
+                if b_rows and runs is None and budget.spent():
+                    notes.append(f"{backend}: budget spent before batch {b}; not run: "
+                                 f"{[x for x in sizes if x >= b]} (raise budget_s)")
+                    break
                 watch = MemoryWatch() if b_rows else watch
                 try:
                     ms, _why = _time_point(sess, feeds[b], runs, warmup, budget, reporter,
