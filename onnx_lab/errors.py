@@ -14,6 +14,7 @@ __all__ = [
     "LabError",
     "ModelLoadError",
     "ExternalDataError",
+    "TensorDataError",
     "UnknownNameError",
     "DimError",
     "InputError",
@@ -46,6 +47,11 @@ class ModelLoadError(LabError):
 
 class ExternalDataError(ModelLoadError):
     """External data of a model is missing, truncated or points outside the model's folder."""
+
+
+class TensorDataError(ModelLoadError):
+    """A tensor's stored data does not match its dims and data type, so its values cannot be
+    read (the model opens; tables, summary and ``check()`` show the tensor)."""
 
 
 class UnknownNameError(LabError, KeyError):

@@ -32,7 +32,8 @@ __all__ = ["Lab", "open_lab", "as_lab", "merge", "to_fp16", "to_int8_dynamic", "
 
 
 def open_lab(source: Any, *, dims: Mapping[str, int] | None = None,
-             shapes: Mapping[str, Sequence[int]] | None = None, mmap: bool = False) -> Lab:
+             shapes: Mapping[str, Sequence[int]] | None = None, mmap: bool = False,
+             base_dir: str | os.PathLike | None = None) -> Lab:
     """Open a model for exploration, optimization and debugging.
 
     Args:
@@ -46,6 +47,10 @@ def open_lab(source: Any, *, dims: Mapping[str, int] | None = None,
             are not held twice), for scripts and commands: the file must not be rewritten
             by another program while the Lab is in use, or the process crashes on the next
             weight access. ``lab.save`` over the source is safe either way.
+        base_dir: for bytes, a ModelProto or an onnx_ir.Model that refer to external data:
+            the folder their data files lie in (a path reads them from its own folder).
+            Without it such an in-memory model is refused rather than read from the
+            current folder.
 
     Raises:
         ModelLoadError, ExternalDataError, DimError, UnknownNameError.
@@ -55,7 +60,7 @@ def open_lab(source: Any, *, dims: Mapping[str, int] | None = None,
         >>> lab = onnx_lab.open("sample:convnet")
         >>> lab.nodes.op_type.value_counts().head(3)
     """
-    return Lab(load_source(source, mmap=mmap), dims=dims, shapes=shapes)
+    return Lab(load_source(source, mmap=mmap, base_dir=base_dir), dims=dims, shapes=shapes)
 
 
 def as_lab(source: Any, *, dims: Mapping[str, int] | None = None,

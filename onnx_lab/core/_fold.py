@@ -12,12 +12,15 @@ weights and rewrite the model, while this touches only tensors of a few elements
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 import onnx_ir as ir
+
+from onnx_lab.core._validate import UnreadableTensor
 
 if TYPE_CHECKING:
     from onnx_lab.core.model import LabModel
@@ -64,7 +67,9 @@ def fold_shape_values(model: LabModel, types: Mapping[str, TensorInfo]
     known: dict[str, np.ndarray] = {}
     for name, v in model.graph.initializers.items():
         t = v.const_value
-        if t is not None and not isinstance(t, ir.ExternalTensor) and t.size <= MAX_ELEMENTS:
+        # An UnreadableTensor's dims disagree with its data: never a source of values.
+        if t is not None and not isinstance(t, (ir.ExternalTensor, UnreadableTensor)) \
+                and t.size <= MAX_ELEMENTS:
             known[name] = t.numpy()
 
     # Frontier: nodes whose inputs all have static types but some output does not.
@@ -113,6 +118,47 @@ def fold_shape_values(model: LabModel, types: Mapping[str, TensorInfo]
     return folded
 
 
+_BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Mod", "Equal", "Less", "Greater",
+                        "LessOrEqual", "GreaterOrEqual", "And", "Or", "Where", "Min", "Max"})
+
+
+def _output_elements(node: ir.Node, inputs: list[np.ndarray | None]) -> int | None:
+    """An upper bound of the elements ``node`` outputs, from its input values, before it is
+    evaluated; None when it cannot be bounded (the node is then not evaluated)."""
+    op = node.op_type
+    arrays = [a for a in inputs if a is not None]
+    try:
+        if op == "ConstantOfShape":
+            dims = [int(x) for x in np.asarray(inputs[0]).reshape(-1)]
+            return math.prod(dims) if all(d >= 0 for d in dims) else None
+        if op == "Expand":
+            dims = tuple(int(x) for x in np.asarray(inputs[1]).reshape(-1))
+            if any(d < 0 for d in dims):
+                return None
+            return math.prod(np.broadcast_shapes(np.shape(inputs[0]), dims))
+        if op == "Tile":
+            reps = [int(x) for x in np.asarray(inputs[1]).reshape(-1)]
+            if any(r < 0 for r in reps) or len(reps) != np.ndim(inputs[0]):
+                return None
+            return math.prod(d * r for d, r in zip(np.shape(inputs[0]), reps))
+        if op == "Range":
+            start, limit, delta = (float(np.asarray(a).reshape(-1)[0]) for a in inputs[:3])
+            if not delta or not all(math.isfinite(x) for x in (start, limit, delta)):
+                return None
+            return max(0, math.ceil((limit - start) / delta))
+        if op in _BROADCAST:
+            return math.prod(np.broadcast_shapes(*(np.shape(a) for a in arrays)))
+        if op == "Gather":
+            shape = np.shape(inputs[0])
+            axis = node.attributes.get_int("axis", 0) % max(len(shape), 1)
+            return int(np.size(inputs[1])) * math.prod(shape[:axis] + shape[axis + 1:])
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return None
+    # The other foldable ops (shape manipulations, reductions, Concat...) output at most what
+    # their inputs hold.
+    return sum(int(np.size(a)) for a in arrays)
+
+
 def _evaluate(node: ir.Node, known: Mapping[str, np.ndarray],
               types: Mapping[str, TensorInfo], opset: int) -> dict[str, np.ndarray] | None:
     if node.op_type in ("Shape", "Size"):
@@ -133,6 +179,12 @@ def _evaluate(node: ir.Node, known: Mapping[str, np.ndarray],
         if inp.name not in known:
             return None
         feeds[inp.name] = known[inp.name]
+    size = _output_elements(node, [feeds[i.name] if i is not None and i.name else None
+                                   for i in node.inputs])
+    if size is None or size > MAX_ELEMENTS:
+        # A few small integers can ask for billions of elements (ConstantOfShape([2**31]),
+        # Expand, Tile, Range, broadcasting): never evaluated.
+        return None
     from onnx.reference import ReferenceEvaluator
 
     proto = ir.serde.serialize_node(node)

@@ -15,10 +15,10 @@ import mmap
 from pathlib import Path
 
 import onnx
-import onnx_ir as ir
 
 from onnx_lab.core._wire import encode_varint, iter_fields, len_field
 from onnx_lab.core.model import LabModel
+from onnx_lab.errors import LabError
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,8 @@ def skeleton_bytes(path: Path) -> bytes:
 def open_lazy(path: str | Path) -> LabModel | None:
     """A LabModel of ``path`` whose large weights are read from the file on use, or None when
     the ordinary loader should be used (small file, or anything unexpected)."""
+    from onnx_lab.core.load import build_model  # load imports onnx_lab's loaders: on use
+
     p = Path(path)
     try:
         if not p.is_file() or p.stat().st_size < MIN_FILE_BYTES:
@@ -88,6 +90,13 @@ def open_lazy(path: str | Path) -> LabModel | None:
     except Exception as e:  # noqa: BLE001 - any surprise: fall back to the normal loader
         logger.info("lazy open of %s failed (%s); loading normally", p, e)
         return None
-    model = ir.serde.deserialize_model(proto)
-    ir.external_data.set_base_dir(model.graph, str(p.parent))
+    try:
+        # The same checks as every other source: names, types, tensors, and each reference
+        # (those into the .onnx file itself included) against the model's folder.
+        model = build_model(proto, repr(str(p)), p.parent.resolve())
+    except LabError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any surprise: the normal loader explains it
+        logger.info("lazy open of %s failed (%s); loading normally", p, e)
+        return None
     return LabModel(model, path=p)

@@ -11,7 +11,8 @@ where each stripped field lies, so the weights become numpy views of the file's 
 
 from __future__ import annotations
 
-__all__ = ["split_raw_data", "read_varint", "encode_varint", "iter_fields", "len_field"]
+__all__ = ["split_raw_data", "read_varint", "encode_varint", "iter_fields", "len_field",
+           "nesting_depth", "external_locations"]
 
 _MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
@@ -113,3 +114,61 @@ def split_raw_data(buf: bytes, min_bytes: int) -> tuple[bytes, list[tuple[int, i
     if not spans:
         return buf, []
     return b"".join(model), spans
+
+
+# Message fields on the way from a model to its nested graphs: ModelProto.graph,
+# GraphProto.node, NodeProto.attribute, AttributeProto.g / .graphs.
+_NESTING = {"model": {7: "graph"}, "graph": {1: "node"}, "node": {5: "attribute"},
+            "attribute": {6: "graph", 11: "graph"}}
+
+
+def nesting_depth(buf, limit: int) -> int | None:
+    """How many messages deep ``buf``'s graphs nest (model = 1, its graph = 2, a node = 3,
+    an attribute = 4, a body = 5...), counted up to ``limit``; None when ``buf`` is not
+    well-formed enough to walk.
+
+    protobuf refuses messages nested past its recursion limit (100) with the same error as
+    damaged bytes; this tells the two apart. Iterative: the nesting may be arbitrarily deep.
+    """
+    deepest = 0
+    stack = [(0, len(buf), "model", 1)]
+    try:
+        while stack:
+            start, end, kind, depth = stack.pop()
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            fields = _NESTING[kind]
+            for field, wire, _s, p, q in iter_fields(buf, start, end):
+                if wire == _LEN and field in fields:
+                    stack.append((p, q, fields[field], depth + 1))
+    except (ValueError, IndexError):
+        return deepest or None
+    return deepest
+
+
+_TENSOR_EXTERNAL_DATA = 13
+
+
+def external_locations(buf) -> list[str]:
+    """The ``location`` of every external data entry of the main graph's initializers, read
+    from the wire without parsing the model (weights are skipped, not copied); [] when
+    ``buf`` is not well-formed."""
+    out: list[str] = []
+    try:
+        for field, wire, _s, p, q in iter_fields(buf, 0, len(buf)):
+            if field != _MODEL_GRAPH or wire != _LEN:
+                continue
+            for f2, w2, _s2, p2, q2 in iter_fields(buf, p, q):
+                if f2 != _GRAPH_INITIALIZER or w2 != _LEN:
+                    continue
+                for f3, w3, _s3, p3, q3 in iter_fields(buf, p2, q2):
+                    if f3 != _TENSOR_EXTERNAL_DATA or w3 != _LEN:
+                        continue
+                    entry = {f4: bytes(buf[p4:q4]) for f4, w4, _s4, p4, q4
+                             in iter_fields(buf, p3, q3) if w4 == _LEN}
+                    if entry.get(1) == b"location" and 2 in entry:
+                        out.append(entry[2].decode("utf-8", "replace"))
+    except (ValueError, IndexError):
+        return out
+    return out

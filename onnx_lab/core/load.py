@@ -7,6 +7,7 @@ first use), so opening a multi-GB model costs the size of its graph, not its wei
 from __future__ import annotations
 
 import logging
+import math
 import mmap
 import os
 import threading
@@ -18,19 +19,32 @@ import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
-from onnx_lab.core._wire import split_raw_data
+from onnx_lab.core._validate import (
+    check_ir_names,
+    check_structure,
+    expected_nbytes,
+    ir_tensors,
+    mark_unreadable,
+    remark_unreadable,
+)
+from onnx_lab.core._wire import nesting_depth, split_raw_data
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import ExternalDataError, InputError, LabError, ModelLoadError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["load_model", "check_external_data"]
+__all__ = ["load_model", "check_external_data", "build_model"]
 
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
-def load_model(source: object, *, mmap: bool = False) -> LabModel:
+def load_model(source: object, *, mmap: bool = False,
+               base_dir: str | os.PathLike | None = None) -> LabModel:
     """Load ``source`` (path, bytes, ``onnx.ModelProto`` or ``onnx_ir.Model``) into a LabModel.
+
+    Every source kind goes through the same checks (``core._validate``: names, types,
+    attributes, writers, tensors; :func:`check_external_data`: external references), so no
+    source reads a file outside its folder and none leaks a non-LabError later.
 
     Args:
         mmap: for a path, map the file into memory instead of reading it: the weights stay
@@ -41,33 +55,116 @@ def load_model(source: object, *, mmap: bool = False) -> LabModel:
             replaces files atomically, so saving over the source is safe; another program
             writing the file is not. The ``onnx-lab`` command maps; the Python API reads by
             default.
+        base_dir: for an in-memory source (bytes, ``ModelProto``, ``onnx_ir.Model``), the
+            folder its external data files lie in. Without it, bytes and protos that refer
+            to external data are refused (their location would be resolved against the
+            current folder); an ``onnx_ir.Model`` may carry the folder it was loaded from
+            (``ir.load`` records it). A path's external data is always read from the path's
+            own folder.
 
     Raises:
-        ModelLoadError: the source is missing, empty, a directory, not an ONNX protobuf.
-        ExternalDataError: external data files are missing, truncated or escape the folder.
+        ModelLoadError: the source is missing, empty, a directory, not an ONNX protobuf, or
+            its graph is malformed (names that are not UTF-8, unknown types, two writers of
+            one tensor...).
+        ExternalDataError: external data files are missing, truncated, escape the folder, or
+            an in-memory source refers to them without ``base_dir``.
+        InputError: an object onnx_lab cannot open, or ``base_dir`` with a path.
     """
     if isinstance(source, LabModel):
         return source
+    base = _base_dir(base_dir)
     if isinstance(source, ir.Model):
-        return LabModel(source)
+        return _from_ir(source, base)
     if isinstance(source, onnx.ModelProto):
-        _check_proto(source, "the ModelProto")
-        return LabModel(ir.serde.deserialize_model(source))
+        return LabModel(build_model(source, "the ModelProto", base))
     if isinstance(source, (bytes, bytearray, memoryview)):
         proto = _parse_bytes(bytes(source), "the given bytes")
-        if _external_locations(proto):
-            raise ExternalDataError(
-                "The model bytes refer to external data files, which cannot be found without "
-                "the model's folder.",
-                fix="Pass the path of the .onnx file instead of its bytes.",
-            )
-        return LabModel(ir.serde.deserialize_model(proto))
+        return LabModel(build_model(proto, "the given bytes", base))
     if isinstance(source, (str, os.PathLike)):
+        if base is not None and base != Path(source).parent.resolve():
+            raise InputError(
+                f"base_dir={str(base_dir)!r} was given with the path {str(source)!r}: a model "
+                "file's external data is always read from the file's own folder.",
+                fix="Drop base_dir, or move the data files next to the model.")
         return _load_path(Path(source), mmap)
     raise InputError(
         f"Cannot open an object of type {type(source).__name__}.",
         fix="Pass a path, bytes, an onnx.ModelProto, an onnx_ir.Model or 'sample:NAME'.",
     )
+
+
+def _base_dir(base_dir: str | os.PathLike | None) -> Path | None:
+    if base_dir is None:
+        return None
+    if not isinstance(base_dir, (str, os.PathLike)):
+        raise InputError(f"base_dir must be a folder path, got {type(base_dir).__name__}.",
+                         fix="Pass base_dir='path/to/folder'.")
+    base = Path(base_dir)
+    if not base.is_dir():
+        raise ExternalDataError(f"base_dir {str(base_dir)!r} is not a folder.",
+                                fix="Pass the folder that holds the model's data files.")
+    return base.resolve()
+
+
+def build_model(proto: onnx.ModelProto, what: str, base: Path | None,
+                skip: frozenset[int] | set[int] = frozenset()) -> ir.Model:
+    """The onnx_ir model of a parsed ``proto``, after every check: what ONNX requires of the
+    message, the graph structure (``core._validate``) and its external references, resolved
+    against ``base`` (None: an in-memory source without a folder, where references are
+    refused). Tensors whose data disagrees with their dims become ``UnreadableTensor``.
+
+    Args:
+        skip: positions in the main graph's initializers whose raw_data the caller took out
+            of the message (checked by the caller).
+    """
+    _check_proto(proto, what)
+    bad = check_structure(proto, what, skip=skip)
+    check_external_data(proto, base, what=what)
+    model = _deserialize(proto, what)
+    mark_unreadable(model, bad)
+    if base is not None:
+        ir.external_data.set_base_dir(model.graph, str(base))
+    return model
+
+
+def _deserialize(proto: onnx.ModelProto, what: str) -> ir.Model:
+    try:
+        return ir.serde.deserialize_model(proto)
+    except LabError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever onnx_ir refuses is a malformed model
+        cause: BaseException = e
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        raise ModelLoadError(
+            f"{what} cannot be read as an ONNX graph: {type(cause).__name__}: "
+            f"{str(cause)[:300]}",
+            fix="Re-export the model; onnx.checker.check_model(model) names what is wrong.",
+        ) from e
+
+
+def _from_ir(model: ir.Model, base: Path | None) -> LabModel:
+    """Check an ``onnx_ir.Model`` built in memory: names, tensors, external references."""
+    what = "the onnx_ir model"
+    check_ir_names(model, what)
+    sizes: dict[Path, int] = {}
+    for desc, t in ir_tensors(model):
+        if any(d < 0 for d in t.shape):
+            raise ModelLoadError(f"{what[:1].upper() + what[1:]}: {desc} has negative dims "
+                                 f"{list(t.shape)}.", fix="Tensor dims are sizes, never "
+                                 "negative.")
+    remark_unreadable(model)
+    for desc, t in ir_tensors(model):
+        if not isinstance(t, ir.ExternalTensor):
+            continue
+        folder = base if base is not None else (Path(t.base_dir).resolve() if t.base_dir
+                                                else None)
+        _check_reference(t.name or desc, t.location, t.offset, t.length, int(t.dtype),
+                         list(t.shape.numpy()) if t.shape.is_static() else None, folder,
+                         sizes, what)
+    if base is not None:
+        ir.external_data.set_base_dir(model.graph, str(base))
+    return LabModel(model)
 
 
 def _map(path: Path) -> mmap.mmap | None:
@@ -153,26 +250,30 @@ def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
     reader = _Reader(path, size) if (spans and mapped is not None and not use_mmap) else None
     if reader is not None:
         reader.start()
+    failed = True
     try:
         try:
             proto = onnx.ModelProto()
             proto.ParseFromString(stripped)
         except (DecodeError, RuntimeError, ValueError) as e:
-            raise ModelLoadError(
-                f"Model file {str(path)!r} ({size} bytes) is not a valid ONNX protobuf: it is "
-                "truncated or corrupted.",
-                fix="Re-export the model, or check that the copy/download completed.",
-            ) from e
-        _check_proto(proto, repr(str(path)))
-        check_external_data(proto, path.parent)
+            raise _not_protobuf(f"Model file {str(path)!r} ({size} bytes)", data) from e
+        what = repr(str(path))
+        _check_proto(proto, what)
         viewable = _viewable(proto, spans, data)
-        model = ir.serde.deserialize_model(proto)
+        model = build_model(proto, what, path.parent.resolve(),
+                            skip={k for k, *_ in viewable})
+        failed = False
     finally:
         if reader is not None:
-            data = reader.result()  # joined on errors too: no thread outlives the call
+            # joined on errors too: no thread outlives the call; an error of the parse
+            # above is the one the user sees
+            if failed:
+                reader.join()
+            else:
+                data = reader.result()
     if mapped is not None and data is not mapped:
         _close(mapped)
-    for name, arr in _weight_views(viewable, data).items():
+    for _, name, arr in _weight_views(viewable, data):
         v = model.graph.initializers[name]
         old = v.const_value
         v.const_value = ir.Tensor(arr, dtype=old.dtype, name=name, doc_string=old.doc_string,
@@ -181,6 +282,23 @@ def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
     return LabModel(model, path=path)
 
 
+def _not_protobuf(what: str, data) -> ModelLoadError:
+    """The error for bytes protobuf cannot parse: nesting past protobuf's limit, or damage."""
+    depth = nesting_depth(data, _PROTOBUF_DEPTH + 1)
+    if depth is not None and depth > _PROTOBUF_DEPTH:
+        return ModelLoadError(
+            f"{what} nests its subgraphs (If/Loop/Scan bodies) more than {_PROTOBUF_DEPTH} "
+            "messages deep, past protobuf's recursion limit, so it cannot be parsed.",
+            fix="Flatten the nested control flow (e.g. with onnxsim or by re-exporting "
+            "with fewer nested conditionals).")
+    return ModelLoadError(
+        f"{what} is not a valid ONNX protobuf: it is truncated or corrupted.",
+        fix="Re-export the model, or check that the copy/download completed (bytes: "
+        "serialize with model.SerializeToString()).")
+
+
+# protobuf's default recursion limit for parsing nested messages
+_PROTOBUF_DEPTH = 100
 _VIEW_MIN_BYTES = 1 << 16
 _VIEW_DTYPES = {onnx.TensorProto.FLOAT: "<f4", onnx.TensorProto.DOUBLE: "<f8",
                 onnx.TensorProto.FLOAT16: "<f2", onnx.TensorProto.INT8: "i1",
@@ -191,9 +309,10 @@ _VIEW_DTYPES = {onnx.TensorProto.FLOAT: "<f4", onnx.TensorProto.DOUBLE: "<f8",
 
 
 def _viewable(proto: onnx.ModelProto, spans: list[tuple[int, int, int]], data
-              ) -> list[tuple[str, str, tuple[int, ...], int, int]]:
-    """The stripped initializers numpy can express exactly: (name, dtype, shape, offset,
-    length) each. The others get their raw_data back from ``data`` and stay protobuf tensors.
+              ) -> list[tuple[int, str, str, tuple[int, ...], int, int]]:
+    """The stripped initializers numpy can express exactly: (position, name, dtype, shape,
+    offset, length) each. The others get their raw_data back from ``data`` and stay protobuf
+    tensors (checked against their dims like any other).
 
     The file's bytes are read once and the weights stay in them (parsing with protobuf
     copies them into the message and every later numpy or onnxruntime use copies them
@@ -206,26 +325,32 @@ def _viewable(proto: onnx.ModelProto, spans: list[tuple[int, int, int]], data
         t = inits[k]
         dtype = _VIEW_DTYPES.get(t.data_type)
         shape = tuple(t.dims)
-        ok = (dtype is not None and t.name and counts[t.name] == 1
-              and not t.HasField("segment")
+        # math.prod, not numpy's: dims of 2**62 must not wrap around to a matching length
+        ok = (dtype is not None and type(t.name) is str and t.name and counts[t.name] == 1
+              and not t.HasField("segment") and all(d >= 0 for d in shape)
               and t.data_location != onnx.TensorProto.EXTERNAL
-              and int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize == length)
+              and not any(len(getattr(t, f)) for f in _TYPED_FIELDS)
+              and math.prod(shape) * np.dtype(dtype).itemsize == length)
         if ok:
-            out.append((t.name, dtype, shape, offset, length))
+            out.append((k, t.name, dtype, shape, offset, length))
         else:
             t.raw_data = bytes(data[offset:offset + length])
     return out
 
 
-def _weight_views(viewable: list[tuple[str, str, tuple[int, ...], int, int]], data
-                  ) -> dict[str, np.ndarray]:
+_TYPED_FIELDS = ("float_data", "int32_data", "int64_data", "double_data", "uint64_data",
+                 "string_data")
+
+
+def _weight_views(viewable: list[tuple[int, str, str, tuple[int, ...], int, int]], data
+                  ) -> list[tuple[int, str, np.ndarray]]:
     """Read-only numpy views of ``data`` (the file's bytes, read or mapped) for ``viewable``."""
-    views: dict[str, np.ndarray] = {}
-    for name, dtype, shape, offset, length in viewable:
+    views = []
+    for k, name, dtype, shape, offset, length in viewable:
         arr = np.frombuffer(data, dtype=dtype, count=length // np.dtype(dtype).itemsize,
                             offset=offset).reshape(shape)
         arr.flags.writeable = False  # views of the read buffer would be writable: weights not
-        views[name] = arr
+        views.append((k, name, arr))
     return views
 
 
@@ -245,9 +370,10 @@ def _check_magic(head: bytes, what: str) -> None:
         )
     sample = head[:256]
     if sample and _looks_like_text(sample):
-        first = sample.decode("utf-8", "replace").strip().splitlines()[0][:60]
+        lines = sample.decode("utf-8", "replace").strip().splitlines()
+        start = f"it starts with {lines[0][:60]!r}" if lines else "it holds only whitespace"
         raise ModelLoadError(
-            f"{what} is a text file (it starts with {first!r}), not a binary ONNX model.",
+            f"{what} is a text file ({start}), not a binary ONNX model.",
             fix="Open the binary .onnx file (a git-lfs pointer or an HTML error page is "
             "a failed download).",
         )
@@ -276,9 +402,8 @@ def _parse_bytes(data: bytes, what: str) -> onnx.ModelProto:
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)
-    except DecodeError as e:
-        raise ModelLoadError(f"{what} are not a valid ONNX protobuf (truncated or corrupted).",
-                             fix="Serialize the model with model.SerializeToString().") from e
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise _not_protobuf(what[:1].upper() + what[1:], data) from e
     _check_proto(proto, what)
     return proto
 
@@ -295,11 +420,15 @@ def _check_proto(proto: onnx.ModelProto, what: str) -> None:
 
 
 def _iter_tensors(graph: onnx.GraphProto):
+    """Every TensorProto of ``graph`` and its bodies: initializers, TENSOR and TENSORS
+    attributes (sparse tensors are refused before this runs)."""
     yield from graph.initializer
     for node in graph.node:
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.TENSOR:
                 yield attr.t
+            elif attr.type == onnx.AttributeProto.TENSORS:
+                yield from attr.tensors
             elif attr.type == onnx.AttributeProto.GRAPH:
                 yield from _iter_tensors(attr.g)
             elif attr.type == onnx.AttributeProto.GRAPHS:
@@ -307,67 +436,134 @@ def _iter_tensors(graph: onnx.GraphProto):
                     yield from _iter_tensors(g)
 
 
-def _external_locations(proto: onnx.ModelProto) -> list[tuple[str, dict[str, str]]]:
-    out = []
+def _external_tensors(proto: onnx.ModelProto):
     for t in _iter_tensors(proto.graph):
         if t.data_location == onnx.TensorProto.EXTERNAL:
-            info = {e.key: e.value for e in t.external_data}
-            out.append((t.name, info))
-    return out
+            yield t
+    for f in proto.functions:
+        for node in f.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.TENSOR \
+                        and attr.t.data_location == onnx.TensorProto.EXTERNAL:
+                    yield attr.t
 
 
-def check_external_data(proto: onnx.ModelProto, base_dir: Path) -> None:
-    """Check that every external data reference stays inside ``base_dir`` and exists.
+def check_external_data(proto: onnx.ModelProto, base_dir: Path | None, *,
+                        what: str = "the model") -> None:
+    """Check every external data reference of ``proto`` against ``base_dir``.
+
+    A reference must name a location (no NUL byte, not absolute, no ``..``, no link out of
+    the folder) of a regular file inside ``base_dir`` that holds the tensor's bytes at a
+    well-formed, non-negative offset, with a length that matches the tensor's dims. With
+    ``base_dir=None`` (an in-memory source whose folder nobody named) any reference is
+    refused: it would be resolved against the current folder.
 
     Raises:
         ExternalDataError: naming the tensor and the file.
     """
-    base = base_dir.resolve()
+    base = base_dir.resolve() if base_dir is not None else None
     sizes: dict[Path, int] = {}
-    for name, info in _external_locations(proto):
-        location = info.get("location", "")
-        if not location:
-            raise ExternalDataError(f"Tensor {name!r} is marked external but has no location.",
-                                    fix="Re-export the model with its external data.")
-        target = (base / location).resolve()
-        normalized = os.path.normpath(location)
-        if os.path.isabs(location) or normalized == ".." or normalized.startswith(".." + os.sep):
-            raise ExternalDataError(
-                f"Tensor {name!r} points to external data {location!r} outside the model's "
-                f"folder {str(base)!r}; onnx_lab refuses to read it (a model file must not "
-                "read arbitrary files).",
-                fix="Move the data file next to the model and set a relative location.",
-            )
-        if not target.is_relative_to(base):
-            # The location is inside the folder but a symbolic link leads out of it (the
-            # Hugging Face cache keeps blobs elsewhere); onnx and onnx_ir refuse those too.
-            raise ExternalDataError(
-                f"External data file {location!r} (tensor {name!r}) is a symbolic link to "
-                f"{str(target)!r}, outside the model's folder {str(base)!r}; onnx_lab, like "
-                "onnx and onnx_ir, does not follow links out of the folder.",
-                fix="Copy the model and its data into one folder as real files (cp -L, or "
-                "huggingface_hub.snapshot_download(..., local_dir=DIR)).",
-            )
-        if target not in sizes:
-            if not target.is_file():
+    for t in _external_tensors(proto):
+        info: dict[str, str] = {}
+        for e in t.external_data:  # the last entry of a key wins, as in onnx and onnx_ir
+            if type(e.key) is not str or type(e.value) is not str:
                 raise ExternalDataError(
-                    f"External data file {location!r} (needed by tensor {name!r}) is missing "
-                    f"from {str(base)!r}.",
-                    fix="Copy the data file next to the .onnx file; it must keep its name.",
-                )
-            sizes[target] = target.stat().st_size
+                    f"Tensor {t.name!r} has external data entries that are not valid UTF-8.",
+                    fix="Re-export the model with its external data.")
+            info[e.key] = e.value
+        _check_reference(t.name, info.get("location"), info.get("offset"),
+                         info.get("length"), t.data_type, list(t.dims), base, sizes, what)
+
+
+def _check_reference(name: str, location: str | None, offset: str | int | None,
+                     length: str | int | None, dtype: int, dims: list[int] | None,
+                     base: Path | None, sizes: dict[Path, int], what: str) -> None:
+    """One external reference (see :func:`check_external_data`); ``sizes`` caches file
+    sizes across the references of a model."""
+    if not location:
+        raise ExternalDataError(f"Tensor {name!r} is marked external but has no location.",
+                                fix="Re-export the model with its external data.")
+    if "\x00" in location:
+        raise ExternalDataError(
+            f"Tensor {name!r} has an external data location with a NUL byte "
+            f"({location[:80]!r}), which no file name can hold.",
+            fix="Re-export the model with its external data.")
+    if base is None:
+        raise ExternalDataError(
+            f"{what[:1].upper() + what[1:]} refers to the external data file {location!r} "
+            f"(tensor {name!r}), which cannot be found without the model's folder.",
+            fix="Pass the path of the .onnx file instead of its bytes, or name the folder "
+            "of its data files with base_dir=.")
+    normalized = os.path.normpath(location)
+    if os.path.isabs(location) or normalized == ".." or normalized.startswith(".." + os.sep):
+        raise ExternalDataError(
+            f"Tensor {name!r} points to external data {location!r} outside the model's "
+            f"folder {str(base)!r}; onnx_lab refuses to read it (a model file must not "
+            "read arbitrary files).",
+            fix="Move the data file next to the model and set a relative location.",
+        )
+    try:
+        target = (base / location).resolve()
+    except (OSError, RuntimeError, ValueError) as e:  # too long, a loop of links...
+        raise ExternalDataError(
+            f"External data location {location[:80]!r} (tensor {name!r}) cannot be resolved "
+            f"in {str(base)!r}: {e}.", fix="Re-export the model with its external data.") from e
+    if not target.is_relative_to(base):
+        # The location is inside the folder but a symbolic link leads out of it (the
+        # Hugging Face cache keeps blobs elsewhere); onnx and onnx_ir refuse those too.
+        raise ExternalDataError(
+            f"External data file {location!r} (tensor {name!r}) is a symbolic link to "
+            f"{str(target)!r}, outside the model's folder {str(base)!r}; onnx_lab, like "
+            "onnx and onnx_ir, does not follow links out of the folder.",
+            fix="Copy the model and its data into one folder as real files (cp -L, or "
+            "huggingface_hub.snapshot_download(..., local_dir=DIR)).",
+        )
+    if target not in sizes:
         try:
-            offset = int(info.get("offset", 0) or 0)
-            length = info.get("length")
-            end = offset + int(length) if length is not None else offset
-        except ValueError as e:
+            regular = target.is_file()
+            size = target.stat().st_size if regular else 0
+        except OSError:
+            regular, size = False, 0
+        if not regular:
+            kind = "a folder, not a file" if target.is_dir() else "missing"
             raise ExternalDataError(
-                f"Tensor {name!r} has a malformed external data offset/length "
-                f"({info.get('offset')!r}, {info.get('length')!r}).",
-                fix="Re-export the model with its external data.") from e
-        if end > sizes[target]:
-            raise ExternalDataError(
-                f"External data file {location!r} is truncated: tensor {name!r} needs bytes "
-                f"{offset}..{end} but the file has {sizes[target]}.",
-                fix="Copy the complete data file again.",
+                f"External data file {location!r} (needed by tensor {name!r}) is {kind} "
+                f"in {str(base)!r}." if kind != "missing" else
+                f"External data file {location!r} (needed by tensor {name!r}) is missing "
+                f"from {str(base)!r}.",
+                fix="Copy the data file next to the .onnx file; it must keep its name.",
             )
+        sizes[target] = size
+    start, n = _int_entry(offset, "offset", name, 0), _int_entry(length, "length", name, None)
+    if dtype in (0, onnx.TensorProto.STRING) or dims is None or any(d < 0 for d in dims):
+        raise ExternalDataError(
+            f"Tensor {name!r} is external data of type {dtype} with dims {dims}: no data "
+            "file can hold it.", fix="Re-export the model with its external data.")
+    want = expected_nbytes(dtype, math.prod(dims))
+    if n is not None and n != want:
+        raise ExternalDataError(
+            f"Tensor {name!r} declares dims {dims} ({want:,} bytes) but its external data "
+            f"length is {n:,} bytes.", fix="Re-export the model with its external data.")
+    end = start + want
+    if end > sizes[target]:
+        raise ExternalDataError(
+            f"External data file {location!r} is truncated: tensor {name!r} needs bytes "
+            f"{start}..{end} but the file has {sizes[target]}.",
+            fix="Copy the complete data file again.",
+        )
+
+
+def _int_entry(value: str | int | None, key: str, name: str, default: int | None
+               ) -> int | None:
+    """A non-negative integer ``offset``/``length`` entry (None: absent)."""
+    if value is None:
+        return default
+    try:
+        n = value if isinstance(value, int) else int(value.strip(), 10)
+    except ValueError:
+        n = -1
+    if isinstance(n, bool) or n < 0:
+        raise ExternalDataError(
+            f"Tensor {name!r} has a malformed external data {key} {value!r} (not a "
+            "non-negative integer).", fix="Re-export the model with its external data.")
+    return n

@@ -107,8 +107,17 @@ class LabModel:
 
     # -- copies and serialization ---------------------------------------------------------
     def clone(self) -> LabModel:
-        """A structural copy sharing (immutable) tensor data; the copy keeps :attr:`path`."""
-        return LabModel(self.ir.clone(), path=self.path)
+        """A structural copy sharing (immutable) tensor data; the copy keeps :attr:`path`.
+
+        onnx_ir's cloner refuses a graph in which a node reads a value nothing defines (an
+        invalid model that onnx_lab still opens, showing the value as ``missing``); such a
+        model is copied through serialization instead (weights copied, references kept).
+        """
+        try:
+            copy = self.ir.clone()
+        except Exception:  # noqa: BLE001 - the cloner's RuntimeError wraps a ValueError
+            copy = _round_trip(self.ir)
+        return LabModel(copy, path=self.path)
 
     def to_proto(self) -> onnx.ModelProto:
         """Serialize to a ModelProto; external tensors stay references to their files."""
@@ -135,6 +144,20 @@ class LabModel:
                 if v.const_value is not None:
                     total += v.const_value.nbytes
         return total
+
+
+def _round_trip(model: ir.Model) -> ir.Model:
+    """A copy of ``model`` through its ModelProto, with the same external data folders and
+    the same unreadable tensors."""
+    from onnx_lab.core._validate import remark_unreadable
+
+    copy = ir.serde.deserialize_model(ir.serde.serialize_model(model))
+    folders = {t.base_dir for g in model.graphs() for v in g.initializers.values()
+               if isinstance((t := v.const_value), ir.ExternalTensor)}
+    if len(folders) == 1:
+        ir.external_data.set_base_dir(copy.graph, folders.pop())
+    remark_unreadable(copy)
+    return copy
 
 
 @contextlib.contextmanager

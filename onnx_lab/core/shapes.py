@@ -18,6 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core._fold import fold_shape_values
+from onnx_lab.core._validate import UnreadableTensor
 from onnx_lab.errors import DimError, close_matches, unknown_name
 
 if TYPE_CHECKING:
@@ -204,6 +205,12 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
     declared_inputs = {i.name for i in into.input}
     for name, v in graph.initializers.items():
         t = v.const_value
+        if isinstance(t, UnreadableTensor):
+            # Its dims disagree with its data: inference gets its type, never those dims
+            # (a 152-byte model declaring [2**31] must not size anything).
+            if name not in declared_inputs:
+                into.input.append(_value_info(name, int(t.dtype), None))
+            continue
         if t is not None and t.nbytes <= _KEEP_BYTES:
             try:
                 ir.serde.serialize_tensor_into(into.initializer.add(), t)
@@ -229,10 +236,13 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
             continue
         value = node.attributes.get("value")
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and value is not None \
-                and value.type == ir.AttributeType.TENSOR and value.value.nbytes > _KEEP_BYTES:
+                and value.type == ir.AttributeType.TENSOR and node.outputs \
+                and (value.value.nbytes > _KEEP_BYTES or isinstance(value.value,
+                                                                    UnreadableTensor)):
             t = value.value
-            into.input.append(_value_info(node.outputs[0].name, int(t.dtype),
-                                          shape_tuple(t.shape)))
+            into.input.append(_value_info(
+                node.outputs[0].name, int(t.dtype),
+                None if isinstance(t, UnreadableTensor) else shape_tuple(t.shape)))
             continue
         ir.serde.serialize_node_into(into.node.add(), node)
         # Declared types of intermediate values (value_info) go along: inference merges into
@@ -294,8 +304,9 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
         skeleton.CopyFrom(skel)
         _skeleton_graph(m.graph, skeleton.graph, dims, shapes, top=True, order=order,
                         folded=folded)
-        inferred = onnx.shape_inference.infer_shapes(skeleton, check_type=False,
-                                                     strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(
+            skeleton, check_type=False, strict_mode=False,
+            data_prop=_largest_dim(skeleton.graph) <= _MAX_PROPAGATED_DIM)
         _collect(inferred.graph, out)
         return out
 
@@ -334,6 +345,33 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
                                       have.shape if have and have.shape is not None
                                       else info.shape)
     return result
+
+
+# ONNX data propagation stores the values of 1-D tensors as shape dims (~150 bytes each) and
+# materializes e.g. ConstantOfShape([n]) for any n: a 100-byte model declaring a dim of 2**31
+# made it allocate 8 GB. Above this dim size, inference runs without data propagation.
+_MAX_PROPAGATED_DIM = 1 << 20
+
+
+def _largest_dim(graph: onnx.GraphProto) -> int:
+    """The largest concrete dim declared anywhere in ``graph`` and its bodies."""
+    largest = 0
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for vi in (*g.input, *g.value_info, *g.output):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_value") and d.dim_value > largest:
+                    largest = d.dim_value
+        for t in g.initializer:
+            largest = max(largest, *t.dims, 0)
+        for n in g.node:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    stack.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    stack.extend(a.graphs)
+    return largest
 
 
 def _collect(graph: onnx.GraphProto, out: dict[str, TensorInfo]) -> None:

@@ -32,12 +32,15 @@ class Resolved(NamedTuple):
     shapes: dict[str, list[int]]
 
 
-def load_source(source: Any, *, mmap: bool = False, lazy: bool = False) -> LabModel:
+def load_source(source: Any, *, mmap: bool = False, lazy: bool = False,
+                base_dir: str | os.PathLike | None = None) -> LabModel:
     """The LabModel of ``source`` (without dims): see :func:`resolve` for the accepted forms.
 
     Args:
         mmap: map a model file instead of reading it (see :func:`~onnx_lab.core.load.load_model`).
         lazy: for a large file, leave the weights in the file and read them on use (compare).
+        base_dir: the folder external data files of an in-memory source (bytes, ModelProto,
+            onnx_ir.Model) lie in; without it such a source may not refer to any.
     """
     model = getattr(source, "model", None)
     if isinstance(model, LabModel):
@@ -46,13 +49,13 @@ def load_source(source: Any, *, mmap: bool = False, lazy: bool = False) -> LabMo
         from onnx_lab.core import samples  # builds models with onnx helpers: loaded on use
 
         source = samples.path(source.split(":", 1)[1])
-    elif lazy and isinstance(source, (str, os.PathLike)):
+    elif lazy and base_dir is None and isinstance(source, (str, os.PathLike)):
         from onnx_lab.core._lazyload import open_lazy
 
         opened = open_lazy(source)
         if opened is not None:
             return opened
-    return load_model(source, mmap=mmap)
+    return load_model(source, mmap=mmap, base_dir=base_dir)
 
 
 def resolve(source: Any, dims: Mapping[str, int] | None = None,

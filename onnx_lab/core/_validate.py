@@ -1,0 +1,574 @@
+"""What a parsed ModelProto must satisfy before onnx_ir builds a model from it.
+
+protobuf parses almost anything, and onnx_ir builds a model from whatever it is given: names
+that are not UTF-8 come back as ``bytes``, an undefined attribute type or a tensor whose dims
+disagree with its data only fails later, deep inside a table, a session or a save, as a
+TypeError or an AssertionError. This walk runs once at open over the graph structure (never
+over weight bytes: a few ms for BERT-base's 1,394 nodes) and turns each such cause into a
+:class:`~onnx_lab.errors.ModelLoadError` that names the thing and the fix.
+
+Two kinds of findings:
+
+- **structural** problems make the model unreadable as a graph (names that are not UTF-8, an
+  unknown tensor data type, attribute types that are undefined or contradict the ONNX schema,
+  two nodes writing one tensor, sparse tensors, map types): ``check_structure`` raises.
+- **data** problems concern one tensor's bytes (dims that disagree with the data, data in a
+  field its data type does not use, no data at all): the model still opens (tables, summary,
+  ``check()``, which reports them), the tensor is kept as written (a save writes it back
+  unchanged) but becomes an :class:`UnreadableTensor`, whose values raise
+  :class:`~onnx_lab.errors.TensorDataError`. Nothing ever allocates from the declared dims of
+  such a tensor, and shape inference sees it without a shape.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+
+import onnx
+import onnx_ir as ir
+
+from onnx_lab.errors import ModelLoadError, TensorDataError
+
+__all__ = ["check_structure", "mark_unreadable", "tensor_problem", "expected_nbytes",
+           "UnreadableTensor", "unreadable", "remark_unreadable", "check_ir_names",
+           "ir_tensors"]
+
+_A = onnx.AttributeProto
+_DTYPES = frozenset(int(d) for d in ir.DataType)
+_ATTR_TYPES = frozenset(range(1, 15))  # FLOAT .. TYPE_PROTOS; 0 is UNDEFINED
+_ATTR_NAMES = {v: k for k, v in _A.AttributeType.items()}
+_SPARSE_ATTRS = frozenset({_A.SPARSE_TENSOR, _A.SPARSE_TENSORS})
+_DATA_FIELDS = ("int32_data", "int64_data", "uint64_data", "float_data", "double_data",
+                "string_data")
+# Which typed field may hold which data types (as onnx_ir reads them), and how many entries
+# one element takes (two for complex numbers).
+_D = ir.DataType
+_FIELD_DTYPES = {
+    "int32_data": {_D.BFLOAT16, _D.BOOL, _D.FLOAT16, _D.FLOAT4E2M1, _D.FLOAT8E4M3FN,
+                   _D.FLOAT8E4M3FNUZ, _D.FLOAT8E5M2, _D.FLOAT8E5M2FNUZ, _D.FLOAT8E8M0,
+                   _D.INT16, _D.INT32, _D.INT2, _D.INT4, _D.INT8, _D.UINT16, _D.UINT2,
+                   _D.UINT4, _D.UINT8, _D.FLOAT6E2M3, _D.FLOAT6E3M2},
+    "int64_data": {_D.INT64},
+    "uint64_data": {_D.UINT32, _D.UINT64},
+    "float_data": {_D.FLOAT, _D.COMPLEX64},
+    "double_data": {_D.DOUBLE, _D.COMPLEX128},
+    "string_data": {_D.STRING},
+}
+_REEXPORT = "Re-export the model, or replace the tensor (lab.initializers shows it)."
+
+
+def _dtype_label(dtype: int) -> str:
+    try:
+        return ir.DataType(dtype).name
+    except ValueError:
+        return str(dtype)
+
+
+def expected_nbytes(dtype: int, numel: int) -> int:
+    """Bytes ``numel`` elements of ``dtype`` take in ``raw_data`` / an external file
+    (sub-byte types packed, as ONNX stores them)."""
+    bits = ir.DataType(dtype).bitwidth
+    return (numel * bits + 7) // 8
+
+
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _field_count(dtype: ir.DataType, field: str, numel: int) -> int:
+    if field == "int32_data":
+        bits = dtype.bitwidth
+        per = 2 if bits == 4 else 4 if bits == 2 else 1
+        return -(-numel // per)
+    if dtype in (_D.COMPLEX64, _D.COMPLEX128):
+        return 2 * numel
+    return numel
+
+
+def tensor_problem(t: onnx.TensorProto, stored: int | None = None) -> str | None:
+    """Why ``t``'s data cannot be read as its dims and data type say, or None.
+
+    Args:
+        stored: the length of a ``raw_data`` that the loader took out of the message (the
+            weights it keeps as views of the file).
+
+    Only the lengths of the data fields are compared: no data is read.
+    """
+    dims = list(t.dims)
+    if any(d < 0 for d in dims):
+        return f"has negative dims {dims}"
+    dtype = ir.DataType(t.data_type)
+    numel = _numel(dims)
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        return None  # checked against its file (core.load.check_external_data)
+    present = [f for f in _DATA_FIELDS if len(getattr(t, f))]
+    has_raw = stored is not None or t.HasField("raw_data")
+    if has_raw:
+        present.insert(0, "raw_data")
+    if len(present) > 1:
+        return f"holds data in several fields ({', '.join(present)})"
+    if dtype == _D.UNDEFINED:
+        return "has no data type (data_type 0)"
+    label = dtype.name
+    if not present:
+        if numel:
+            return (f"declares dims {dims} ({numel:,} {label} elements) but holds no data")
+        return None
+    field = present[0]
+    if field == "raw_data":
+        if dtype == _D.STRING:
+            return "is a STRING tensor with raw_data (strings go in string_data)"
+        have = stored if stored is not None else len(t.raw_data)
+        want = expected_nbytes(t.data_type, numel)
+        if have != want:
+            return (f"declares dims {dims} as {label} ({want:,} bytes) but holds {have:,} "
+                    "bytes")
+        return None
+    if dtype not in _FIELD_DTYPES[field]:
+        return f"is {label} but holds its data in {field}"
+    want = _field_count(dtype, field, numel)
+    have = len(getattr(t, field))
+    if have != want:
+        return (f"declares dims {dims} as {label} ({want:,} values in {field}) but holds "
+                f"{have:,}")
+    return None
+
+
+# ------------------------------------------------------------------------- unreadable tensors
+class UnreadableTensor(ir.serde.TensorProtoTensor):
+    """A tensor kept as its ONNX message, whose data cannot be read as its dims say.
+
+    Its name, data type and dims are shown as written (tables, summary, ``check()``, which
+    reports the problem); a save writes the message back unchanged; reading its values raises
+    :class:`~onnx_lab.errors.TensorDataError`. Nothing is allocated from its declared dims.
+    """
+
+    __slots__ = ("problem",)
+
+    def __init__(self, proto: onnx.TensorProto, problem: str) -> None:
+        super().__init__(proto)
+        self.problem = problem
+
+    def _error(self) -> TensorDataError:
+        return TensorDataError(f"Tensor {self.name!r} {self.problem}: its values cannot be "
+                               "read.", fix=_REEXPORT)
+
+    def numpy(self):  # noqa: D102 - see the class
+        raise self._error()
+
+    def tobytes(self) -> bytes:  # noqa: D102
+        raise self._error()
+
+    def __array__(self, dtype=None, copy=None):  # noqa: D105
+        raise self._error()
+
+    def __dlpack__(self, *, stream=None):  # noqa: D105
+        raise self._error()
+
+    @property
+    def nbytes(self) -> int:
+        """Declared bytes (0 for a tensor without a data type); nothing is read."""
+        if self.dtype in (_D.UNDEFINED, _D.STRING):
+            return 0
+        return expected_nbytes(int(self.dtype), _numel(self._proto.dims))
+
+    def __repr__(self) -> str:
+        return (f"UnreadableTensor<{self.dtype.name},{list(self._proto.dims)}>"
+                f"(name={self.name!r}, problem={self.problem!r})")
+
+
+@dataclass(frozen=True)
+class _Bad:
+    """Where a tensor with a data problem lies: a path of (node index, attribute name, graph
+    index) steps to its graph, then an initializer name or (node index, attribute, index)."""
+
+    graph: tuple[tuple[int, str, int], ...]
+    initializer: str | None
+    node: int | None
+    attribute: str | None
+    index: int | None
+    problem: str
+
+
+def mark_unreadable(model: ir.Model, bad: list[_Bad]) -> None:
+    """Replace the tensors ``check_structure`` found unreadable by :class:`UnreadableTensor`."""
+    for b in bad:
+        g = model.graph
+        for node_i, attr, k in b.graph:
+            a = g.node(node_i).attributes[attr]
+            g = a.value if a.type == ir.AttributeType.GRAPH else a.value[k]
+        if b.initializer is not None:
+            v = g.initializers.get(b.initializer)
+            if v is not None and v.const_value is not None:
+                v.const_value = unreadable(v.const_value, b.problem)
+            continue
+        node = g.node(b.node)
+        a = node.attributes[b.attribute]
+        if a.type == ir.AttributeType.TENSOR:
+            node.attributes[b.attribute] = ir.AttrTensor(
+                b.attribute, unreadable(a.value, b.problem), doc_string=a.doc_string)
+        elif a.type == ir.AttributeType.TENSORS:
+            ts = list(a.value)
+            ts[b.index] = unreadable(ts[b.index], b.problem)
+            node.attributes[b.attribute] = ir.AttrTensors(b.attribute, ts,
+                                                          doc_string=a.doc_string)
+
+
+def remark_unreadable(model: ir.Model) -> None:
+    """Make every tensor of ``model`` whose data disagrees with its dims an
+    :class:`UnreadableTensor` (for a model onnx_ir built from a message, a copy or a user's
+    in-memory model; the loader finds them while it checks the structure)."""
+    for g in model.graphs():
+        for v in g.initializers.values():
+            t = v.const_value
+            if isinstance(t, ir.serde.TensorProtoTensor) and not isinstance(t, UnreadableTensor):
+                problem = tensor_problem(t.raw)
+                if problem:
+                    v.const_value = unreadable(t, problem)
+        for node in g:
+            for key, a in list(node.attributes.items()):
+                t = a.value if a.type == ir.AttributeType.TENSOR else None
+                if isinstance(t, ir.serde.TensorProtoTensor) \
+                        and not isinstance(t, UnreadableTensor):
+                    problem = tensor_problem(t.raw)
+                    if problem:
+                        node.attributes[key] = ir.AttrTensor(key, unreadable(t, problem),
+                                                             doc_string=a.doc_string)
+
+
+def unreadable(t: ir.TensorProtocol, problem: str) -> UnreadableTensor:
+    """``t`` (a tensor onnx_ir built from a message) as an :class:`UnreadableTensor`."""
+    if isinstance(t, UnreadableTensor):
+        return t
+    proto = t.raw if isinstance(t, ir.serde.TensorProtoTensor) else ir.serde.serialize_tensor(t)
+    return UnreadableTensor(proto, problem)
+
+
+# ------------------------------------------------------------------------- the structure walk
+def _not_text(value: object) -> bool:
+    return type(value) is not str
+
+
+def _bad_text(what: str, where: str, value: bytes) -> ModelLoadError:
+    return ModelLoadError(
+        f"{what}: {where} is not valid UTF-8 ({bytes(value)[:40]!r}); ONNX strings must be "
+        "UTF-8.", fix="Re-export the model, or fix the name with onnx (the file is damaged or "
+        "was written by a broken exporter).")
+
+
+@functools.cache
+def _schema_attrs(op_type: str, domain: str, version: int) -> dict[str, int] | None:
+    try:
+        schema = onnx.defs.get_schema(op_type, version, domain)
+    except Exception:  # noqa: BLE001 - unknown op or opset: nothing to compare with
+        return None
+    return {name: int(a.type.value) for name, a in schema.attributes.items()}
+
+
+class _Walk:
+    def __init__(self, proto: onnx.ModelProto, what: str, skip: Collection[int]) -> None:
+        self.what = what[:1].upper() + what[1:]
+        self.skip = skip
+        self.bad: list[_Bad] = []
+        self.opsets: dict[str, int] = {}
+        for op in proto.opset_import:
+            if _not_text(op.domain):
+                raise _bad_text(what, "an opset_import domain", op.domain)
+            self.opsets[op.domain] = op.version
+        default = self.opsets.get("", self.opsets.get("ai.onnx"))
+        self.opsets[""] = self.opsets["ai.onnx"] = default if default is not None else 0
+        self.functions = {(f.domain, f.name) for f in proto.functions}
+        self.in_function = False
+
+    def text(self, value: object, where: str) -> None:
+        if _not_text(value):
+            raise _bad_text(self.what, where, value)  # type: ignore[arg-type]
+
+    def type_proto(self, tp: onnx.TypeProto, where: str) -> None:
+        kind = tp.WhichOneof("value")
+        if kind == "tensor_type" or kind == "sparse_tensor_type":
+            tt = getattr(tp, kind)
+            if tt.elem_type not in _DTYPES:
+                raise ModelLoadError(
+                    f"{self.what}: {where} has the unknown element type {tt.elem_type}.",
+                    fix="Re-export the model (known types: FLOAT=1 ... FLOAT6E3M2=28).")
+            for d in tt.shape.dim:
+                if d.WhichOneof("value") == "dim_param":
+                    self.text(d.dim_param, f"a dim name of {where}")
+        elif kind == "map_type":
+            raise ModelLoadError(
+                f"{self.what}: {where} is a map (ONNX-ML); onnx_lab reads tensors, sequences "
+                "and optionals only.",
+                fix="Convert or remove the map-typed values (e.g. a ZipMap node and its "
+                "output) before opening the model.")
+        elif kind in ("sequence_type", "optional_type"):
+            inner = getattr(tp, kind)
+            if inner.HasField("elem_type"):
+                self.type_proto(inner.elem_type, where)
+
+    def props(self, entries, where: str) -> None:
+        for p in entries:
+            self.text(p.key, f"a metadata_props key of {where}")
+            self.text(p.value, f"metadata_props {p.key!r} of {where}")
+
+    def value_info(self, vi: onnx.ValueInfoProto, role: str, graph: str) -> None:
+        self.text(vi.name, f"the name of a {role} of graph {graph!r}")
+        self.text(vi.doc_string, f"the doc_string of {role} {vi.name!r} of graph {graph!r}")
+        if len(vi.metadata_props):
+            self.props(vi.metadata_props, f"{role} {vi.name!r}")
+        self.type_proto(vi.type, f"{role} {vi.name!r} of graph {graph!r}")
+
+    def tensor(self, t: onnx.TensorProto, where: str, stored: int | None = None
+               ) -> str | None:
+        self.text(t.name, f"the name of {where}")
+        self.text(t.doc_string, f"the doc_string of {where}")
+        if len(t.metadata_props):
+            self.props(t.metadata_props, where)
+        if t.data_type not in _DTYPES:
+            raise ModelLoadError(
+                f"{self.what}: {where} {t.name!r} has the unknown data type {t.data_type}.",
+                fix="Re-export the model (known types: FLOAT=1 ... FLOAT6E3M2=28).")
+        if any(d < 0 for d in t.dims):
+            raise ModelLoadError(
+                f"{self.what}: {where} {t.name!r} has negative dims {list(t.dims)}.",
+                fix="Re-export the model: tensor dims are sizes, never negative.")
+        if t.data_location == onnx.TensorProto.EXTERNAL and t.data_type in (0, _D.STRING):
+            raise ModelLoadError(
+                f"{self.what}: {where} {t.name!r} is external data of type "
+                f"{_dtype_label(t.data_type)}, which cannot be stored in a data file.",
+                fix="Re-export the model.")
+        return tensor_problem(t, stored)
+
+    def found(self, bad: _Bad) -> None:
+        if self.in_function:  # function bodies are not located: refuse instead
+            raise ModelLoadError(f"{self.what}: a tensor in a function body {bad.problem}.",
+                                 fix=_REEXPORT)
+        self.bad.append(bad)
+
+    def graph(self, g: onnx.GraphProto, path: tuple[tuple[int, str, int], ...],
+              outer: str) -> None:
+        name = g.name
+        self.text(name, f"the name of a graph in {outer}")
+        label = name or outer
+        self.text(g.doc_string, f"the doc_string of graph {label!r}")
+        if len(g.metadata_props):
+            self.props(g.metadata_props, f"graph {label!r}")
+        if len(g.sparse_initializer):
+            raise ModelLoadError(
+                f"{self.what}: graph {label!r} has {len(g.sparse_initializer)} sparse "
+                "initializer(s), which onnx_lab (and onnx_ir) cannot read.",
+                fix="Store them as dense initializers (onnx.numpy_helper) before opening.")
+        for vi in g.input:
+            self.value_info(vi, "input", label)
+        for vi in g.output:
+            self.value_info(vi, "output", label)
+        for vi in g.value_info:
+            self.value_info(vi, "value_info entry", label)
+        defined = {vi.name for vi in g.input}
+        for k, t in enumerate(g.initializer):
+            if not path and not self.in_function and k in self.skip:
+                # a weight the loader keeps as a view of the file: its dtype and length
+                # were checked against its dims there
+                self.text(t.name, f"the name of initializer {k} of graph {label!r}")
+                self.text(t.doc_string, f"the doc_string of initializer {t.name!r}")
+                if len(t.metadata_props):
+                    self.props(t.metadata_props, f"initializer {t.name!r}")
+            else:
+                problem = self.tensor(t, f"initializer of graph {label!r}")
+                if problem:
+                    self.found(_Bad(path, t.name, None, None, None, problem))
+            defined.add(t.name)
+        for i, node in enumerate(g.node):
+            self.node(node, i, path, label, defined)
+
+    def node(self, node: onnx.NodeProto, i: int, path: tuple[tuple[int, str, int], ...],
+             graph: str, defined: set[str]) -> None:
+        where = f"node {i} of {graph}"
+        for field in ("name", "op_type", "domain", "doc_string"):
+            self.text(getattr(node, field), f"the {field} of {where}")
+        op = f"{node.op_type} node {node.name!r}" if node.name else f"{node.op_type} node {i}"
+        where = f"{op} of {graph}"
+        if len(node.metadata_props):
+            self.props(node.metadata_props, where)
+        for s in node.input:
+            self.text(s, f"an input name of {where}")
+        for s in node.output:
+            self.text(s, f"an output name of {where}")
+            if not s:
+                continue
+            if s in defined:
+                raise ModelLoadError(
+                    f"{self.what}: tensor {s!r} has two writers in {graph} ({where} writes a "
+                    "tensor that a graph input, an initializer or another node already "
+                    "defines).",
+                    fix="Rename one of the outputs: every tensor of an ONNX graph is written "
+                    "once.")
+            defined.add(s)
+        schema = None
+        if not self.in_function and node.domain in ("", "ai.onnx") \
+                and (node.domain, node.op_type) not in self.functions:
+            version = self.opsets.get("")
+            schema = _schema_attrs(node.op_type, "", version) if version and version > 0 \
+                else None
+        for a in node.attribute:
+            self.attribute(a, node, i, path, where, schema)
+
+    def attribute(self, a: onnx.AttributeProto, node: onnx.NodeProto, i: int,
+                  path: tuple[tuple[int, str, int], ...], where: str,
+                  schema: dict[str, int] | None) -> None:
+        self.text(a.name, f"an attribute name of {where}")
+        self.text(a.ref_attr_name, f"the ref_attr_name of an attribute of {where}")
+        self.text(a.doc_string, f"the doc_string of attribute {a.name!r} of {where}")
+        at = f"attribute {a.name!r} of {where}"
+        if a.ref_attr_name:
+            return  # a reference to a function attribute: typed by the call
+        if a.type not in _ATTR_TYPES:
+            kind = "no type (UNDEFINED)" if a.type == 0 else f"the unknown type {a.type}"
+            raise ModelLoadError(f"{self.what}: {at} has {kind}.",
+                                 fix="Re-export the model, or set the attribute's type.")
+        if a.type in _SPARSE_ATTRS:
+            raise ModelLoadError(
+                f"{self.what}: {at} holds a sparse tensor, which onnx_lab (and onnx_ir) "
+                "cannot read.",
+                fix="Use a dense tensor (Constant 'value') instead.")
+        if schema is not None and a.name in schema and schema[a.name] != a.type:
+            raise ModelLoadError(
+                f"{self.what}: {at} is {_ATTR_NAMES.get(a.type, a.type)}, but ONNX "
+                f"{node.op_type} (opset {self.opsets['']}) takes "
+                f"{_ATTR_NAMES.get(schema[a.name], schema[a.name])}.",
+                fix=f"Re-export the model, or give {a.name!r} the type the operator takes.")
+        if a.type == _A.GRAPH:
+            if not a.HasField("g"):
+                raise ModelLoadError(f"{self.what}: {at} is a GRAPH attribute without a graph.",
+                                     fix="Re-export the model.")
+            self.graph(a.g, (*path, (i, a.name, 0)), at)
+        elif a.type == _A.GRAPHS:
+            for k, sub in enumerate(a.graphs):
+                self.graph(sub, (*path, (i, a.name, k)), at)
+        elif a.type == _A.TENSOR:
+            if not a.HasField("t"):
+                raise ModelLoadError(f"{self.what}: {at} is a TENSOR attribute without a "
+                                     "tensor.", fix="Re-export the model.")
+            problem = self.tensor(a.t, f"the tensor of {at}")
+            if problem:
+                self.found(_Bad(path, None, i, a.name, None, problem))
+        elif a.type == _A.TENSORS:
+            for k, t in enumerate(a.tensors):
+                problem = self.tensor(t, f"tensor {k} of {at}")
+                if problem:
+                    self.found(_Bad(path, None, i, a.name, k, problem))
+        elif a.type == _A.TYPE_PROTO:
+            self.type_proto(a.tp, at)
+        elif a.type == _A.TYPE_PROTOS:
+            for tp in a.type_protos:
+                self.type_proto(tp, at)
+
+    def function(self, f: onnx.FunctionProto) -> None:
+        for field in ("name", "domain", "doc_string"):
+            self.text(getattr(f, field), f"the {field} of a function")
+        where = f"function {f.domain}::{f.name}"
+        for s in (*f.input, *f.output, *f.attribute):
+            self.text(s, f"an input, output or attribute name of {where}")
+        for op in f.opset_import:
+            self.text(op.domain, f"an opset domain of {where}")
+        defined = set(f.input)
+        self.in_function = True
+        try:
+            for i, node in enumerate(f.node):
+                self.node(node, i, (), where, defined)
+        finally:
+            self.in_function = False
+        missing = [o for o in f.output if o not in defined]
+        if missing:
+            raise ModelLoadError(f"{self.what}: {where} returns {missing[0]!r}, which no node "
+                                 "of the function computes.", fix="Re-export the model.")
+
+
+def check_structure(proto: onnx.ModelProto, what: str, *, skip: Collection[int] = ()
+                    ) -> list[_Bad]:
+    """Check ``proto``'s structure (see the module docstring) before onnx_ir reads it.
+
+    Args:
+        what: how the source is named in messages (``"'model.onnx'"``, ``"the given bytes"``).
+        skip: positions in the main graph's ``initializer`` list whose ``raw_data`` the loader
+            took out (weights kept as views of the file, checked against their dims there).
+
+    Returns:
+        The tensors with data problems, for :func:`mark_unreadable` once the model is built.
+
+    Raises:
+        ModelLoadError: naming the first structural problem and the fix.
+    """
+    walk = _Walk(proto, what, skip)
+    for field in ("producer_name", "producer_version", "domain", "doc_string"):
+        walk.text(getattr(proto, field), f"the model's {field}")
+    walk.props(proto.metadata_props, "the model")
+    for f in proto.functions:
+        walk.function(f)
+    walk.graph(proto.graph, (), "the main graph")
+    return walk.bad
+
+
+# ------------------------------------------------------------------------- in-memory models
+def _ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
+    for g in model.graphs():
+        for name, v in g.initializers.items():
+            if v.const_value is not None:
+                yield f"initializer {name!r}", v.const_value
+        for node in g:
+            for a in node.attributes.values():
+                if a.type == ir.AttributeType.TENSOR:
+                    yield f"the tensor of attribute {a.name!r} of node {node.name!r}", a.value
+                elif a.type == ir.AttributeType.TENSORS:
+                    for t in a.value:
+                        yield f"a tensor of attribute {a.name!r} of node {node.name!r}", t
+
+
+def check_ir_names(model: ir.Model, what: str) -> None:
+    """The text checks of :func:`check_structure` for a model built in memory (an
+    ``onnx_ir.Model`` deserialized from a damaged proto carries ``bytes`` names)."""
+    what = what[:1].upper() + what[1:]
+
+    def text(value: object, where: str) -> None:
+        if value is not None and _not_text(value):
+            raise _bad_text(what, where, value)  # type: ignore[arg-type]
+
+    def props(owner: object, where: str) -> None:
+        for k, v in (getattr(owner, "metadata_props", None) or {}).items():
+            text(k, f"a metadata_props key of {where}")
+            text(v, f"metadata_props {k!r} of {where}")
+
+    for field in ("producer_name", "producer_version", "domain", "doc_string"):
+        text(getattr(model, field), f"the model's {field}")
+    props(model, "the model")
+    for domain in model.opset_imports:
+        text(domain, "an opset_import domain")
+    for g in model.graphs():
+        text(g.name, "a graph name")
+        text(g.doc_string, f"the doc_string of graph {g.name!r}")
+        props(g, f"graph {g.name!r}")
+        for v in (*g.inputs, *g.outputs, *g.initializers.values()):
+            text(v.name, f"a value name in graph {g.name!r}")
+            props(v, f"value {v.name!r}")
+        for node in g:
+            for field in ("name", "op_type", "domain", "doc_string"):
+                text(getattr(node, field), f"the {field} of a node in graph {g.name!r}")
+            props(node, f"node {node.name!r}")
+            for o in node.outputs:
+                text(o.name, f"an output name of node {node.name!r}")
+            for a in node.attributes.values():
+                text(a.name, f"an attribute name of node {node.name!r}")
+                text(a.doc_string, f"the doc_string of attribute {a.name!r}")
+    for f in model.functions.values():
+        for field in ("name", "domain", "doc_string"):
+            text(getattr(f, field), f"the {field} of a function")
+
+
+def ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
+    """(description, tensor) of every initializer and attribute tensor of every graph."""
+    return _ir_tensors(model)
