@@ -20,6 +20,7 @@ __all__ = [
     "InputError",
     "PassError",
     "SaveError",
+    "WriteError",
     "ExtractError",
     "RuntimeLoadError",
     "ProviderError",
@@ -75,6 +76,12 @@ class PassError(LabError):
 
 class SaveError(LabError):
     """Saving would overwrite the source model or cannot be done as asked."""
+
+
+class WriteError(SaveError, OSError):
+    """The file system refused a write (no space, read-only, a parent that is a file...).
+
+    Also an ``OSError``, so code that handles failed writes keeps working."""
 
 
 class ExtractError(LabError):

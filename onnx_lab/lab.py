@@ -82,8 +82,29 @@ def merge(a: Any, b: Any, io_map: Sequence[tuple[str, str]], *, prefix1: str | N
     """
     from onnx_lab.transforms.edit import merge_models
 
-    return Lab(merge_models(a, b, io_map, prefix1=prefix1, prefix2=prefix2, inputs=inputs,
-                            outputs=outputs))
+    model = merge_models(a, b, io_map, prefix1=prefix1, prefix2=prefix2, inputs=inputs,
+                         outputs=outputs)
+    # The merged Lab remembers both files: a save never replaces either without asking.
+    pa, pb = _source_paths(a), _source_paths(b)
+    names = " and ".join(str(p[0]) if p else "an in-memory model" for p in (pa, pb))
+    paths = pa + pb
+    return Lab(History(model, derived_from=f"merge of {names}",
+                       source_path=paths[0] if paths else None, protected=paths[1:]))
+
+
+def _source_paths(source: Any) -> list[Path]:
+    """The files ``source`` (a Lab, a History, a LabModel, a path) was opened from: its own
+    source first, then the files it was derived from."""
+    history = source._history if isinstance(source, Lab) else \
+        source if isinstance(source, History) else None
+    if history is not None:
+        first = [history.source_path] if history.source_path is not None else []
+        return first + [p for p in history.protected if p not in first]
+    if isinstance(source, LabModel):
+        return [source.path] if source.path is not None else []
+    if isinstance(source, (str, os.PathLike)) and not str(source).startswith("sample:"):
+        return [Path(source)]
+    return []
 
 
 def repro(comparison: Any, folder: str | Path, divergence: dict[str, Any] | None = None, *,
@@ -106,13 +127,13 @@ def _converted(source: Any, model: LabModel, what: str) -> Lab:
     """A Lab of ``model``, converted from ``source``: same dims/shapes, and it remembers the
     source's file (``save`` never overwrites it without ``overwrite=True``)."""
     _, dims, shapes = resolve(source)
-    path = source.path if isinstance(source, Lab) else getattr(model, "path", None)
-    if path is None and isinstance(source, (str, os.PathLike)) \
-            and not str(source).startswith("sample:"):
-        path = Path(source)
+    paths = _source_paths(source)
+    if not paths and getattr(model, "path", None) is not None:
+        paths = [model.path]
+    path = paths[0] if paths else None
     name = str(path) if path is not None else "an in-memory model"
     return Lab(History(model, dims=dims, shapes=shapes, derived_from=f"{what} of {name}",
-                       source_path=path))
+                       source_path=path, protected=paths[1:]))
 
 
 def to_fp16(source: Any, keep_io_types: bool = True,
@@ -441,7 +462,8 @@ class Lab:
         v = self._history.original
         return Lab(History(v.model, dims=v.dims, shapes=v.shapes,
                            derived_from=self._history.derived_from,
-                           source_path=self._history.source_path))
+                           source_path=self._history.source_path,
+                           protected=self._history.protected))
 
     @property
     def origins(self) -> dict[str, list[str]]:

@@ -76,17 +76,20 @@ class History:
             a converted model), a sentence saying what it was derived from.
         source_path: the file the first model of the chain was opened from (also for derived
             histories), which ``save`` never overwrites without ``overwrite=True``.
+        protected: other files a derived history came from (the second model of a merge),
+            which ``save`` never replaces.
     """
 
     def __init__(self, model: LabModel, *, dims: Mapping[str, int] | None = None,
                  shapes: Mapping[str, Sequence[int]] | None = None,
                  result: PassResult | None = None, derived_from: str | None = None,
-                 source_path: Path | None = None) -> None:
+                 source_path: Path | None = None, protected: Sequence[Path] = ()) -> None:
         self.versions: list[Version] = [Version(0, model, result, dict(dims or {}),
                                                 {k: list(v) for k, v in (shapes or {}).items()})]
         self.current = 0
         self.derived_from = derived_from
         self.source_path = source_path if source_path is not None else model.path
+        self.protected: list[Path] = [Path(p) for p in protected]
 
     # -- the current version ---------------------------------------------------------------
     @property

@@ -1,11 +1,23 @@
-"""Saving a history's current version, never over the user's source file unless asked.
+"""Saving a history's current version, never over a file the model reads unless asked.
 
 Node provenance (``onnx_lab.origin`` metadata) is saved with the nodes, so ``origins``
 survive save/load. External data: ``"auto"`` writes weights to ``<file>.data`` when the model
-was opened with external data or would pass protobuf's 2 GB limit; a data file the model still
-reads from is never overwritten (a new name is chosen), so earlier versions stay valid. The
-.onnx file is written to a temporary name and then renamed over the target, so a failed save
-leaves the old file intact and saving over a memory-mapped source is safe.
+was opened with external data or would pass protobuf's 2 GB limit.
+
+What a save guarantees:
+
+- **Atomic.** The model (and its data file) are written to temporary names in the target
+  folder, unique per process and thread; only when both are complete are they renamed over
+  the targets, the data file first and the model last, under a per-target lock so two threads
+  saving to one path leave one consistent pair. Any failure (no space, a read-only folder, an
+  error while serializing, Ctrl-C) removes the temporaries and leaves the old files as they
+  were; temporaries of a killed process are removed by the next save to the same target.
+- **Never over what the model reads.** The file the first version was opened from is replaced
+  only with ``overwrite=True``; the data files any version reads (and the files of the models
+  a derived Lab came from) are never replaced: an automatic data file name moves aside
+  (``.data.1``), an explicit one is refused.
+- **Errors are LabErrors.** An ``OSError`` becomes a :class:`~onnx_lab.errors.WriteError`
+  (a SaveError that is also an OSError) naming the path and the cause.
 
 Example:
     >>> lab.apply_preset("safe")
@@ -15,8 +27,12 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import re
+import secrets
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,23 +40,36 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._validate import UnreadableTensor
 from onnx_lab.core._wire import encode_varint as _varint
 from onnx_lab.core.history import History
-from onnx_lab.errors import SaveError
+from onnx_lab.errors import LabError, SaveError, WriteError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["save"]
+__all__ = ["save", "protected_files", "write_error"]
 
 _LIMIT = 2_000_000_000
 _GRAPH_MARGIN = 64 << 20  # room for the graph itself next to the weights
 
 
-def _same(a: Path, b: Path) -> bool:
-    try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:
-        return False
+def _real(p: str | os.PathLike) -> Path:
+    """``p`` with links and ``..`` resolved (what a write to it would replace)."""
+    return Path(os.path.realpath(p))
+
+
+def protected_files(history: History) -> dict[Path, str]:
+    """Files a save must not replace, with what each is: the source (replaceable with
+    ``overwrite=True``), the files of the models a derived Lab came from, and the external
+    data files any version reads."""
+    out: dict[Path, str] = {}
+    for f in history.files_read():
+        out[_real(f)] = "a data file the model reads its weights from"
+    for f in getattr(history, "protected", ()):
+        out.setdefault(_real(f), "a model this Lab was derived from")
+    if history.source_path is not None:
+        out[_real(history.source_path)] = "source"
+    return out
 
 
 def save(history: History, path: str | os.PathLike, *, external_data: bool | str = "auto",
@@ -58,26 +87,42 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
         The path written.
 
     Raises:
-        SaveError: the path is the source file (without ``overwrite=True``), a folder, or
-            the model is too large for one file.
+        SaveError: the path is the source file (without ``overwrite=True``), a data file the
+            model reads, a file a derived Lab came from, a folder, or the model is too large
+            for one file.
+        WriteError: the file system refused a write (the message names the path and the
+            cause: no space left, read-only, a parent that is a file...).
 
     Example:
         >>> lab.save("out/model.onnx", external_data=True)   # calls save(lab.history, ...)
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise SaveError(f"path must be a file path, got {type(path).__name__}.",
+                        fix="Pass e.g. 'model.opt.onnx'.")
     target = Path(path)
-    if target.is_dir():
+    try:
+        is_dir = target.is_dir()
+    except OSError as e:
+        raise write_error(target, e) from e
+    if is_dir:
         raise SaveError(f"{str(target)!r} is a folder.", fix="Pass a file path such as "
                         f"{str(target / 'model.onnx')!r}.")
+    protected = protected_files(history)
+    kind = protected.get(_real(target))
     source = history.source_path
-    if source is not None and not overwrite and (
-            _same(target, source) or target.resolve() == Path(source).resolve()):
+    if kind == "source" and not overwrite:
         raise SaveError(f"Refusing to overwrite the source model {str(source)!r}.",
                         fix="Save to another path, or pass overwrite=True.")
+    if kind is not None and kind != "source":
+        raise SaveError(f"Refusing to write {str(target)!r}: it is {kind}, and replacing it "
+                        "would break the open model (and overwrite=True does not change that).",
+                        fix="Save to another path.")
     if not isinstance(external_data, (bool, str)):
         raise SaveError(f"external_data must be 'auto', True, False or a file name, got "
                         f"{external_data!r}.", fix="Pass external_data=True.")
     model = history.model
     size = model.weights_nbytes()
+    explicit = isinstance(external_data, str) and external_data != "auto"
     if external_data == "auto":
         use_external = history.original.model.has_external_data or \
             size + _GRAPH_MARGIN >= _LIMIT
@@ -87,32 +132,204 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
     elif external_data is False:
         use_external, data_name = False, ""
     else:
-        if os.path.isabs(external_data) or Path(external_data).name != external_data:
+        if (os.path.isabs(external_data) or Path(external_data).name != external_data
+                or external_data in (".", "..") or "\x00" in external_data):
             raise SaveError(f"external_data {external_data!r} must be a file name in the "
                             "model's folder.", fix="Pass e.g. 'model.onnx.data'.")
         use_external, data_name = True, external_data
     if not use_external and size + _GRAPH_MARGIN >= _LIMIT:
         raise SaveError(f"The model's weights take {size / 1e9:.2f} GB; one .onnx file is "
                         "limited to 2 GB.", fix="Pass external_data=True.")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _replacing(target) as tmp:
-        if use_external:
-            reading = history.files_read()
-            base, k = data_name, 1
-            while (target.parent / data_name).resolve() in reading:
-                data_name = f"{base}.{k}"
-                k += 1
-            if data_name != base:
-                logger.info("%s is read by the model; writing weights to %s", base, data_name)
-            ir.save(model.ir, tmp, external_data=data_name)
-        else:
-            m = model.ir
-            if model.has_external_data:
-                m = model.clone().ir
-                ir.external_data.load_to_model(m)
-            if target.suffix != ".onnx" or not _write_streamed(m, tmp):
-                ir.save(m, tmp)
+    folder = target.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(target, e) from e
+    if use_external:
+        base, k = data_name, 1
+        while _real(folder / data_name) in protected or _real(folder / data_name) == \
+                _real(target):
+            if explicit:
+                what = protected.get(_real(folder / data_name), "the model file itself")
+                raise SaveError(f"Refusing to write external data to {data_name!r}: it is "
+                                f"{what}.", fix="Pass another external_data file name.")
+            data_name = f"{base}.{k}"
+            k += 1
+        if data_name != base:
+            logger.info("%s is read by the model; writing weights to %s", base, data_name)
+    try:
+        with _target_lock(_real(target)):
+            _sweep(target)
+            if use_external:
+                _save_pair(model.ir, target, data_name)
+            else:
+                with _replacing(target) as tmp:
+                    m = model.ir
+                    if model.has_external_data:
+                        m = model.clone().ir
+                        ir.external_data.load_to_model(m)
+                    if target.suffix != ".onnx" or not _write_streamed(m, tmp):
+                        _write_proto(_serialize(m, target), tmp)
+    except LabError:
+        raise
+    except OSError as e:
+        raise write_error(target, e) from e
     return target
+
+
+# ---------------------------------------------------------------------------- atomic writes
+_LOCKS: dict[Path, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def _target_lock(target: Path) -> Iterator[None]:
+    """One save at a time per target in this process: two threads saving to one path each
+    write their own temporaries, and the renames of one pair never interleave with the
+    other's (which would leave one's model next to the other's data)."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.setdefault(target, threading.Lock())
+    with lock:
+        yield
+
+
+def _token() -> str:
+    """Unique per process, thread and call: temporaries of concurrent saves never collide."""
+    return f"{os.getpid()}-{threading.get_ident()}-{secrets.token_hex(4)}"
+
+
+def _tmp_name(name: str, token: str, suffix: str = "") -> str:
+    return f".{name}.{token}.tmp{suffix}"
+
+
+_TMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-\d+-[0-9a-f]{8}\.tmp")
+
+
+def _sweep(target: Path) -> None:
+    """Remove temporaries a killed process left next to ``target`` (their pid is gone)."""
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return
+    for entry in entries:
+        m = _TMP.match(entry.name)
+        if m is None or not m.group("name").startswith(target.name):
+            continue
+        pid = int(m.group("pid"))
+        if pid == os.getpid() or _alive(pid):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_dir(follow_symlinks=False):
+                for sub in os.scandir(entry.path):
+                    os.unlink(sub.path)
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+            logger.info("removed %s, left by a save that was killed", entry.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+_REASONS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+            errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+            errno.EPERM: "operation not permitted",
+            errno.ENOTDIR: "a parent of the path is a file, not a folder",
+            errno.EISDIR: "the path is a folder", errno.EEXIST: "a parent of the path is a file",
+            errno.ENAMETOOLONG: "the file name is too long",
+            errno.EFBIG: "the file is too large for the file system"}
+
+
+def write_error(target: Path, e: OSError) -> WriteError:
+    """``e`` (a failed write of ``target``) as a WriteError naming the path and the cause."""
+    reason = _REASONS.get(e.errno or -1) or e.strerror or str(e) or type(e).__name__
+    where = f" ({e.filename})" if e.filename and str(e.filename) != str(target) else ""
+    return WriteError(f"Cannot write {str(target)!r}: {reason}{where}.",
+                      fix="Free space or pick a writable folder; the old file, if any, is "
+                      "unchanged.")
+
+
+def _serialize(m: ir.Model, target: Path) -> onnx.ModelProto:
+    try:
+        return ir.to_proto(m)
+    except LabError:
+        raise
+    except Exception as e:  # noqa: BLE001 - what onnx_ir cannot write is a SaveError
+        cause: BaseException = e
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        raise SaveError(f"Cannot write {str(target)!r}: the model cannot be serialized "
+                        f"({type(cause).__name__}: {str(cause)[:200]}).",
+                        fix="lab.check() names what is malformed.") from e
+
+
+def _write_proto(proto: onnx.ModelProto, path: Path) -> None:
+    try:
+        data = proto.SerializeToString()
+    except ValueError as e:  # over 2 GB, or a value protobuf cannot encode
+        raise SaveError(f"Cannot write {str(path)!r}: {e}.",
+                        fix="Pass external_data=True.") from e
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _save_pair(m: ir.Model, target: Path, data_name: str) -> None:
+    """Write ``m`` to ``target`` with its initializers in ``data_name`` (same folder): both
+    to temporaries first, then the data renamed, then the model."""
+    final = _real(target) if target.is_symlink() else target
+    folder = final.parent
+    token = _token()
+    data_tmp = _tmp_name(data_name, token)
+    model_tmp = folder / _tmp_name(final.name, token, final.suffix)
+    values = [v for g in m.graphs() for v in g.initializers.values()]
+    tensors = [v.const_value for v in values]
+    try:
+        try:
+            # onnx_ir writes the data (to the temporary name) and points the tensors at it
+            ir.external_data.unload_from_model(m, folder, data_tmp)
+            proto = _serialize(m, target)
+        finally:
+            for v, t in zip(values, tensors, strict=True):  # the version stays as it was
+                v.const_value = t
+        _relocate(proto, data_tmp, data_name)
+        _write_proto(proto, model_tmp)
+        data_final = folder / data_name
+        if final.exists():
+            os.chmod(model_tmp, final.stat().st_mode & 0o7777)
+        if (folder / data_tmp).exists():
+            os.replace(folder / data_tmp, data_final)
+        os.replace(model_tmp, final)  # last: the new model never points at missing data
+    except BaseException:
+        for p in (model_tmp, folder / data_tmp):
+            with contextlib.suppress(OSError):
+                p.unlink()
+        raise
+
+
+def _relocate(proto: onnx.ModelProto, old: str, new: str) -> None:
+    """Point every external reference to ``old`` at ``new`` (bodies included)."""
+    def graphs(g: onnx.GraphProto):
+        yield g
+        for n in g.node:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    yield from graphs(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for sub in a.graphs:
+                        yield from graphs(sub)
+
+    for g in graphs(proto.graph):
+        for t in g.initializer:
+            for e in t.external_data:
+                if e.key == "location" and e.value == old:
+                    e.value = new
 
 
 @contextlib.contextmanager
@@ -122,10 +339,11 @@ def _replacing(target: Path) -> Iterator[Path]:
     The old file is never truncated: a model opened with ``mmap=True`` (the command line)
     keeps reading its weights from the old file while the new one is written, and a failed
     or interrupted save leaves the old file as it was. A symbolic link is followed (the file
-    it points to is replaced); the old file's permissions are kept.
+    it points to is replaced); the old file's permissions are kept. The temporary name is
+    unique per process and thread.
     """
-    final = target.resolve() if target.is_symlink() else target
-    tmp = final.with_name(f".{final.stem}.{os.getpid()}.tmp{final.suffix}")
+    final = _real(target) if target.is_symlink() else target
+    tmp = final.with_name(_tmp_name(final.name, _token(), final.suffix))
     try:
         yield tmp
         if final.exists():
@@ -169,7 +387,9 @@ def _write_streamed(m: ir.Model, target: Path) -> bool:
     big: dict[str, tuple[ir.Value, ir.TensorProtocol]] = {}
     for name, v in m.graph.initializers.items():
         t = v.const_value
-        if (t is not None and not isinstance(t, (ir.ExternalTensor, ir.StringTensor))
+        # An UnreadableTensor stays the message it was read as (written back unchanged).
+        if (t is not None and not isinstance(t, (ir.ExternalTensor, ir.StringTensor,
+                                                 UnreadableTensor))
                 and t.nbytes >= _STREAM_MIN_BYTES):
             big[name] = (v, t)
     if not big:
@@ -180,7 +400,7 @@ def _write_streamed(m: ir.Model, target: Path) -> bool:
             v.const_value = ir.ExternalTensor(
                 "-", 0, t.nbytes, t.dtype, shape=t.shape, name=name,
                 doc_string=t.doc_string, metadata_props=dict(t.metadata_props))
-        proto = ir.to_proto(m)
+        proto = _serialize(m, target)
     finally:
         for v, t in big.values():
             v.const_value = t
