@@ -3,8 +3,9 @@
 One module per area registers its subcommands (``register(subparsers)``): ``core`` (summary,
 tables, weights), ``render``, ``transforms`` (passes, patterns, optimize, extract, fix-dims),
 ``numerics`` (compare, diff), ``profiling`` (profile) and ``analysis`` (cost, check). The
-shared helpers live in ``_common`` and are re-exported here. Errors: one line on stderr and exit
-code 2.
+shared helpers live in ``_common`` and are re-exported here. Errors: every user error (a
+LabError, a usage error argparse finds, a numeric option out of range) is one line on stderr
+(``onnx-lab: error: ...``) and exit code 2; ``--help`` prints the usual help and exits 0.
 
 Start-up matters (``onnx-lab optimize`` on BERT-base takes about two seconds): the area modules
 import only what ``import onnx_lab`` already loaded, and each command imports the modules only it
@@ -17,18 +18,21 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from onnx_lab import _exit
 from onnx_lab.cli import analysis, core, numerics, precision, profiling, render, transforms
 from onnx_lab.cli._common import (
     add_dims_args,
     add_model_arg,
+    check_numbers,
     open_from_args,
     parse_dims,
     parse_shapes,
     print_json,
+    refuse_outputs,
 )
-from onnx_lab.errors import LabError
+from onnx_lab.errors import InputError, LabError
 
 __all__ = ["main", "build_parser", "add_model_arg", "add_dims_args", "open_from_args",
            "parse_dims", "parse_shapes", "print_json"]
@@ -37,9 +41,18 @@ __all__ = ["main", "build_parser", "add_model_arg", "add_dims_args", "open_from_
 _AREAS = (core, render, transforms, numerics, profiling, analysis)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors raised as an InputError instead of a usage block on stderr
+    and ``sys.exit(2)``: ``main`` prints them as one line like every other error. Subcommand
+    parsers are made of the same class (argparse uses the parent's type)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InputError(f"{self.prog}: {message}.", fix=f"See {self.prog} --help.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``onnx-lab`` argument parser with every area's subcommands."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="onnx-lab",
         description="Understand, optimize and debug ONNX models. MODEL is a path or sample:NAME "
         "(samples: convnet, transformer_block, control_flow).")
@@ -60,10 +73,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     _exit.install()  # this process is ours: skip the slow collector passes at exit
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+        check_numbers(args)
+    except LabError as e:
+        print(f"onnx-lab: error: {e}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
+        refuse_outputs(args)
         code = args.func(args)
     except LabError as e:
         print(f"onnx-lab: error: {e}", file=sys.stderr)

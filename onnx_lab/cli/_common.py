@@ -10,16 +10,116 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Sequence
+import mmap
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from onnx_lab.errors import InputError
+from onnx_lab.core.save import write_error as _write_error
+from onnx_lab.errors import InputError, SaveError, WriteError
 from onnx_lab.lab import Lab, open_lab
 
 __all__ = ["add_model_arg", "add_dims_args", "open_from_args", "parse_dims", "parse_shapes",
-           "print_json"]
+           "print_json", "check_numbers", "input_files", "refuse_outputs", "write_error"]
+
+# Numeric options of every command, by argparse destination: (smallest value, whether the
+# smallest is excluded, what to write). None (not given) is always fine.
+_NUMBERS: dict[str, tuple[float, bool, str]] = {
+    "top": (1, False, "a positive int"), "runs": (1, False, "a positive int"),
+    "threads": (1, False, "a positive int"), "max_nodes": (1, False, "a positive int"),
+    "max_bytes": (1, False, "a positive int"), "warmup": (0, False, "an int >= 0"),
+    "radius": (0, False, "an int >= 0"), "timeout": (0, True, "a number of seconds > 0"),
+    "atol": (0, False, "a finite number >= 0"), "rtol": (0, False, "a finite number >= 0"),
+}
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Refuse numeric options out of range (``--top -3``, ``--threads -2``, ``--atol nan``).
+
+    Raises:
+        InputError: naming the option, the value and what it must be.
+    """
+    for dest, (low, strict, want) in _NUMBERS.items():
+        value = getattr(args, dest, None)
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        bad = not math.isfinite(value) or value < low or (strict and value == low)
+        if bad:
+            flag = "--" + dest.replace("_", "-")
+            raise InputError(f"{flag} {value!r}: {dest.replace('_', ' ')} must be {want}.",
+                             fix=f"See onnx-lab {getattr(args, 'command', '')} --help.")
+
+
+# Options that name files a command writes, and the options naming what it reads; a folder
+# output (``tables --out``) lists the files written into it. Commands that write models
+# (optimize, extract, fix-dims) also go through Lab.save's guard.
+_OUTPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "compare": (("csv",), ("reference", "candidate", "feeds"), ()),
+    "render": (("out",), ("model",), ()),
+    "tables": (("out",), ("model",), ("nodes.csv", "initializers.csv", "tensors.csv")),
+    # the model and its data files are guarded by Lab.save itself (SaveError, "overwrite")
+    "optimize": (("output",), ("feeds",), ()),
+}
+
+
+def input_files(paths: Iterable[str | os.PathLike | None]) -> dict[Path, str]:
+    """The files a command reads, resolved, with what each is: the given paths (``sample:``
+    names skipped) and the external data files their models refer to."""
+    from onnx_lab.core._wire import external_locations
+
+    out: dict[Path, str] = {}
+    for p in paths:
+        if p is None or str(p).startswith("sample:"):
+            continue
+        real = Path(os.path.realpath(p))
+        out.setdefault(real, f"the input {str(p)!r}")
+        if real.is_file() and real.suffix != ".npz":
+            try:  # mapped: the walk touches the graph's headers, not the weights
+                with open(real, "rb") as f, mmap.mmap(f.fileno(), 0,
+                                                      access=mmap.ACCESS_READ) as buf:
+                    locations = external_locations(buf)
+            except (OSError, ValueError):
+                continue
+            for loc in locations:
+                data = Path(os.path.realpath(real.parent / loc))
+                out.setdefault(data, f"the data file {loc!r} of the input {str(p)!r}")
+    return out
+
+
+def refuse_outputs(args: argparse.Namespace) -> None:
+    """Refuse an output option that resolves to a file the command reads (``compare a.onnx
+    b.onnx --csv a.onnx``, ``render m.onnx -o m.onnx``, ``tables`` over a data file).
+
+    Raises:
+        SaveError: naming the option, the path and the input it would destroy.
+    """
+    rule = _OUTPUTS.get(getattr(args, "command", ""))
+    if rule is None:
+        return
+    outs, ins, inside = rule
+    targets = [(dest, getattr(args, dest, None)) for dest in outs]
+    targets = [(d, v) for d, v in targets if v]
+    if not targets:
+        return
+    inputs = input_files(getattr(args, dest, None) for dest in ins)
+    for dest, value in targets:
+        flag = "-o" if dest == "out" and args.command == "render" else \
+            "--" + dest if args.command in ("compare", "tables") else dest.upper()
+        paths = [Path(value)] + [Path(value) / name for name in inside]
+        for path in paths:
+            what = inputs.get(Path(os.path.realpath(path)))
+            if what is not None:
+                raise SaveError(f"{flag} {str(path)!r} is {what}, which this command reads: "
+                                "writing it would destroy the input.",
+                                fix="Write to another path.")
+
+
+def write_error(path: str | os.PathLike, e: OSError) -> WriteError:
+    """An OSError of a write as one line naming the path and the cause."""
+    return _write_error(Path(path), e)
 
 
 def parse_dims(items: Sequence[str] | None) -> dict[str, int]:

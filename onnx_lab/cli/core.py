@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args, print_json
+from onnx_lab.cli._common import (
+    add_dims_args,
+    add_model_arg,
+    open_from_args,
+    print_json,
+    write_error,
+)
 from onnx_lab.errors import SaveError
 
 SUMMARY_KEYS = ("ir_version", "opsets", "producer", "num_nodes", "num_nodes_main",
@@ -62,11 +68,14 @@ def _tables(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise SaveError(f"--out {str(out)!r} exists and is not a folder.",
                         fix="Pass a folder path.")
-    out.mkdir(parents=True, exist_ok=True)
-    for name, df in (("nodes", lab.nodes), ("initializers", lab.initializers),
-                     ("tensors", lab.tensors)):
-        df.to_csv(out / f"{name}.csv", index=False)
-        print(f"{out / (name + '.csv')}: {len(df)} rows")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, df in (("nodes", lab.nodes), ("initializers", lab.initializers),
+                         ("tensors", lab.tensors)):
+            df.to_csv(out / f"{name}.csv", index=False)
+            print(f"{out / (name + '.csv')}: {len(df)} rows")
+    except OSError as e:  # a read-only folder, a parent that is a file, a full disk
+        raise write_error(out, e) from e
     return 0
 
 

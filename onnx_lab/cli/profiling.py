@@ -37,10 +37,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _ints(text: str, flag: str) -> list[int]:
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise InputError(f"{flag} {text!r} is not a comma-separated list of integers.",
                          fix=f"Write {flag} 1,2,4,8.") from None
+    if not values or any(v < 1 for v in values):
+        raise InputError(f"{flag} {text!r}: every size must be a positive integer.",
+                         fix=f"Write {flag} 1,2,4,8.")
+    return values
 
 
 def _profile(args: argparse.Namespace) -> int:
