@@ -138,8 +138,7 @@ def _checker(lm: LabModel) -> list[dict]:
                             "Fix the node or attribute named; lab.nodes shows the graph.")]
     except onnx.shape_inference.InferenceError as e:
         text = str(e).strip().splitlines()[0] if str(e).strip() else "shape inference failed"
-        m2 = re.search(r"Node \(([^)]*)\)", text)
-        return rows + [_row("error", "checker", m2.group(1) if m2 else None,
+        return rows + [_row("error", "checker", _inference_node(text),
                             f"onnx.checker (strict shape inference): {text[:500]}",
                             "Make the shapes consistent (lab.tensors shows the inferred ones).")]
     return rows
@@ -452,7 +451,39 @@ def _proto_size(lm: LabModel) -> list[dict]:
 
 
 _NO_KERNEL = re.compile(r"implementation for (\w+)\((\d+)\) node with name '([^']*)'")
-_NO_OP = re.compile(r"([\w.]+):(\w+)\((-?\d+)\) is not a registered function/op")
+_NO_OP_TAIL = ") is not a registered function/op"
+
+
+def _inference_node(text: str) -> str | None:
+    """The node an ONNX inference error names (``... Node (name) ...``), found with str.find:
+    onnxruntime and onnx repeat tensor and node names, which a model controls, so no regex
+    with an unbounded repeat runs over this text (``Node \\(([^)]*)\\)`` is quadratic in a
+    name full of ``Node (``)."""
+    i = text.find("Node (")
+    j = text.find(")", i + 6) if i >= 0 else -1
+    return text[i + 6:j] if j >= 0 else None
+
+
+def _unregistered_op(text: str) -> tuple[str, str, str] | None:
+    """(domain, op, version) of onnxruntime's ``dom.ain:Op(7) is not a registered
+    function/op``, parsed backwards from the fixed tail in linear time. (The regex this
+    replaces, ``([\\w.]+):(\\w+)\\((-?\\d+)\\) is not...``, retried every start position in a
+    long name: 27 s for a 64k-character tensor name.)"""
+    end = text.find(_NO_OP_TAIL)
+    if end < 0:
+        return None
+    head, paren, version = text[:end].rpartition("(")
+    digits = version[1:] if version.startswith("-") else version
+    if not paren or not digits.isdigit() or not digits.isascii():
+        return None
+    rest, colon, op = head.rpartition(":")
+    if not colon or not op or not all(c.isalnum() or c == "_" for c in op):
+        return None
+    i = len(rest)
+    while i > 0 and (rest[i - 1].isalnum() or rest[i - 1] in "._"):
+        i -= 1
+    domain = rest[i:]
+    return (domain, op, version) if domain else None
 
 
 def _loads(lm: LabModel, providers) -> list[dict]:
@@ -496,8 +527,8 @@ def _load_rows(lm: LabModel, p: str) -> list[dict]:
             node_id = m.group(3) if m.group(3) in lm.index.entries else None
             msg = (f"{p} has no kernel for {m.group(1)} (opset {m.group(2)}) at node "
                    f"{m.group(3)!r}: the model does not load.")
-        elif (m2 := _NO_OP.search(text)) is not None:
-            domain, op = m2.group(1), m2.group(2)
+        elif (found := _unregistered_op(text)) is not None:
+            domain, op = found[0], found[1]
             node_id = next((nid for nid, en in lm.index.entries.items()
                             if en.node.op_type == op and en.node.domain == domain), None)
             msg = (f"{p} does not know the op {domain}::{op}: the model does not load.")
