@@ -32,7 +32,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import TensorInfo
 from onnx_lab.core.source import resolve
 from onnx_lab.core.units import itemsize
-from onnx_lab.core.values import is_constant
+from onnx_lab.core.values import constant_tensor, is_constant
 from onnx_lab.errors import InputError
 
 __all__ = ["cost", "Cost", "Roofline", "NODE_COLUMNS", "itemsize"]
@@ -485,7 +485,7 @@ def _const_int(v) -> int | None:
     if v is None:
         return None
     try:
-        t = ir.convenience.get_const_tensor(v)
+        t = constant_tensor(v)  # get_const_tensor would rename tensors other versions share
         a = np.asarray(t.numpy()) if t is not None else None
     except Exception:  # noqa: BLE001 - unreadable constant: unknown
         return None

@@ -18,7 +18,8 @@ import onnx_ir as ir
 
 from onnx_lab.core.model import IR_VERSION_META, LabModel
 
-__all__ = ["overridable", "constant_producer", "is_constant", "const_array", "foldable_nodes"]
+__all__ = ["overridable", "constant_producer", "is_constant", "const_array", "constant_tensor",
+           "foldable_nodes"]
 
 _STANDARD = ("", "ai.onnx")
 
@@ -80,8 +81,43 @@ def const_array(value: ir.Value | None, *, stored: bool = False) -> np.ndarray |
         except Exception:  # noqa: BLE001 - e.g. missing external data: not a usable constant
             return None
     if constant_producer(value) is not None:
-        t = ir.convenience.get_const_tensor(value)
-        return t.numpy() if t is not None else None
+        t = constant_tensor(value)
+        try:
+            return t.numpy() if t is not None else None
+        except Exception:  # noqa: BLE001 - an unreadable tensor: not a usable constant
+            return None
+    return None
+
+
+_SCALAR_ATTRS = {"value_float": np.float32, "value_floats": np.float32,
+                 "value_int": np.int64, "value_ints": np.int64}
+
+
+def constant_tensor(value: ir.Value | None) -> ir.TensorProtocol | None:
+    """The tensor an initializer or a Constant node holds for ``value``, read without changing
+    anything.
+
+    ``onnx_ir.convenience.get_const_tensor`` names the Constant's tensor after the value and
+    updates the value's shape and type: on a model that shares its tensors with earlier
+    versions (a History) that would change those versions too. This reads the same data and
+    writes nothing; a tensor built from ``value_floats``/``value_ints`` is a new one.
+    """
+    if value is None:
+        return None
+    if value.const_value is not None:
+        return value.const_value
+    node = constant_producer(value)
+    if node is None or len(node.attributes) != 1:
+        return None
+    name, attr = next(iter(node.attributes.items()))
+    if attr.is_ref():
+        return None
+    if name == "value" and attr.type == ir.AttributeType.TENSOR:
+        return attr.value
+    if name in _SCALAR_ATTRS:
+        return ir.Tensor(np.array(attr.value, dtype=_SCALAR_ATTRS[name]), name=value.name)
+    if name in ("value_string", "value_strings"):
+        return ir.StringTensor(np.array(attr.value, dtype=np.bytes_), name=value.name)
     return None
 
 

@@ -1,9 +1,18 @@
-"""constants_to_initializers: Constant nodes become initializers of the same name."""
+"""constants_to_initializers: Constant nodes become initializers of the same name.
+
+The Constant's tensor is read with :func:`onnx_lab.core.values.constant_tensor`, which changes
+nothing: the pass runs on a clone that shares its tensors with the version before it, and
+``onnx_ir.convenience.get_const_tensor`` would name that shared tensor (changing the earlier
+version's bytes). The initializer gets a copy of the data under the value's name.
+"""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
+from onnx_lab.core.values import constant_tensor
+from onnx_lab.errors import LabError
 from onnx_lab.transforms.base import Match, Rewrite, register_pass
 from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass
 
@@ -21,8 +30,13 @@ class ConstantsToInitializers(PatternPass):
             return f"its output {v.name!r} is a graph output"
         if "sparse_value" in b.root.attributes:
             return "it holds a sparse tensor"
-        if ir.convenience.get_const_tensor(v) is None:
+        t = constant_tensor(v)
+        if t is None:
             return "its value cannot be read"
+        try:
+            t.numpy()
+        except LabError as e:  # data that disagrees with its dims, a missing data file
+            return f"its value cannot be read ({e.problem})"
         return None
 
     def describe(self, b: Binding) -> Found:
@@ -31,7 +45,7 @@ class ConstantsToInitializers(PatternPass):
     def apply(self, m: Match, nodes: list[ir.Node], rw: Rewrite) -> None:
         node = nodes[0]
         v = node.outputs[0]
-        arr = ir.convenience.get_const_tensor(v).numpy()
+        arr = np.array(constant_tensor(v).numpy())  # a copy: nothing shared is touched
         name = v.name
         tmp = rw.add_initializer(node.graph, f"{name}__init", arr)
         v.replace_all_uses_with(tmp)
