@@ -284,8 +284,6 @@ class OrtTransformersPass(_FusionStep):
     )
     needs_weights = True
     no_match_reason = "onnxruntime's transformer optimizer fused nothing"
-    switch_params = ("disable",)
-    switch_source = "the optimizer's FusionOptions switches (enable_*) that are on"
 
     def _options(self) -> Any:
         from onnxruntime.transformers.fusion_options import FusionOptions
@@ -301,13 +299,6 @@ class OrtTransformersPass(_FusionStep):
             setattr(opts, f"enable_{name}", False)
         opts.use_multi_head_attention = self.options["use_multi_head_attention"]
         return opts
-
-    def switches(self, model: LabModel) -> list:
-        from onnx_lab.transforms._whole import Switch
-
-        opts = self._options()
-        return [Switch(k[len("enable_"):], "disable") for k, v in vars(opts).items()
-                if k.startswith("enable_") and v is True]
 
     def rebuild(self, model: LabModel) -> ir.Model | None:
         mt = self.options["model_type"]

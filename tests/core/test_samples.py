@@ -13,7 +13,7 @@ from onnx_lab.errors import UnknownNameError
 
 
 def test_names():
-    assert samples.names() == ["convnet", "transformer_block", "control_flow"]
+    assert samples.names() == ["convnet", "transformer_block", "control_flow", "bert_block"]
 
 
 @pytest.mark.parametrize("name", ["convnet", "transformer_block", "control_flow"])
