@@ -94,6 +94,22 @@ def stable(ms: np.ndarray, rel_ci: float = STABLE_REL_CI, min_runs: int = 10) ->
     return med > 0 and (hi - lo) / 2 / med <= rel_ci
 
 
+def decided(a: np.ndarray, b: np.ndarray, min_effect: float = MIN_EFFECT) -> bool:
+    """Whether more runs could still change the verdict between ``a`` and ``b``: False while
+    the (conservative) interval of the ratio of medians, from the two medians' 95% intervals,
+    straddles a ``min_effect`` boundary. Decided means b is clearly slower, clearly faster,
+    or clearly within +-``min_effect`` of a (an equivalence test)."""
+    if len(a) < 10 or len(b) < 10:
+        return False
+    la, ha = median_ci(a)
+    lb, hb = median_ci(b)
+    if la <= 0 or ha <= 0:
+        return False
+    lo, hi = lb / ha, hb / la
+    return lo > 1 + min_effect or hi < 1 - min_effect or (
+        lo >= 1 - min_effect and hi <= 1 + min_effect)
+
+
 @dataclass(frozen=True)
 class Difference:
     """Whether two timing samples differ beyond the noise (:func:`compare_samples`).

@@ -35,9 +35,9 @@ __all__ = ["levels", "batch_sweep", "thread_sweep", "compare_models", "BatchSwee
 KNEE_GAIN = 1.2
 #: Default time budgets (seconds, session creation included) when ``runs`` is None: each
 #: keeps a Profiler widget action under ~10 s on a 2-core machine.
-LEVELS_BUDGET_S = 6.0
+LEVELS_BUDGET_S = 4.0
 BATCH_BUDGET_S = 6.0
-THREADS_BUDGET_S = 5.0
+THREADS_BUDGET_S = 3.0
 #: Warm-up runs of adaptive points (fixed runs use ``warmup``).
 _AUTO_WARMUP = 2
 
@@ -79,7 +79,7 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
     the machine hits every session alike instead of the one that happened to run then.
     Fixed ``runs`` each, or until every median is stable or ``budget_s`` (counted from
     ``t_start``) is spent."""
-    from onnx_lab.profiling.stats import stable
+    from onnx_lab.profiling.stats import decided, stable
 
     for _ in range(warmup if runs is not None else min(warmup, _AUTO_WARMUP)):
         for sess in sessions:
@@ -89,7 +89,6 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
     out: list[list[float]] = [[] for _ in sessions]
     perf = time.perf_counter
     limit = runs if runs is not None else 2000
-    done = [False] * len(sessions)
     while len(out[0]) < limit:
         if out[0] and cancelled(cancel):
             break
@@ -104,8 +103,12 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
             if budget_s is not None and perf() - t_start >= budget_s and n >= 3:
                 break
             if n >= 10 and n % 5 == 0:
-                done = [stable(np.array(x), rel_ci) for x in out]
-                if all(done):
+                arrays = [np.array(x) for x in out]
+                # Stop once every median is stable, or once every verdict against the first
+                # point is settled (clearly slower, faster or within 5%): more runs would not
+                # change what the table says.
+                if all(stable(x, rel_ci) for x in arrays) or all(
+                        decided(arrays[0], x) for x in arrays[1:]):
                     break
     if runs is None:
         reporter.update(len(sessions))

@@ -192,3 +192,14 @@ def test_openvino_missing_says_how_to_add(monkeypatch):
     assert any("pip install 'onnx-lab[openvino]'" in n for n in r.notes)
     assert r.table.backend.tolist()[0] == "CPUExecutionProvider"
     assert any("TensorRT" in n for n in r.notes)  # skipped cleanly without a GPU
+
+
+def test_decided_is_an_equivalence_test():
+    from onnx_lab.profiling.stats import decided
+
+    rng = np.random.default_rng(3)
+    a = rng.normal(10, 0.1, 40)
+    assert decided(a, rng.normal(10, 0.1, 40))        # clearly within 5%
+    assert decided(a, rng.normal(20, 0.2, 40))        # clearly slower
+    assert not decided(a, rng.normal(10.5, 2.0, 40))  # could still go either way
+    assert not decided(a[:5], a[:5])                  # too few runs
