@@ -1,0 +1,61 @@
+"""FusionLab applies onnxruntime's transformer fusions in a real JupyterLab (headless Chromium)
+and shows where each fused Attention came from.
+
+The notebook shows ``FusionLab(lab)`` on ``sample:bert_block`` (a BERT encoder block the
+optimizer recognises); the test picks "ORT transformer fusions (bert)", clicks the button, waits
+for a verified history step, opens the panel of fused nodes and checks that an Attention row
+lists the Softmax and MatMuls it replaced. The screenshot is saved under ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from _jupyter import (
+    ARTIFACTS,
+    chromium_page,
+    jupyter_lab,
+    require_chromium,
+    run_all_cells,
+    write_notebook,
+)
+
+pytestmark = pytest.mark.browser
+
+CELLS = [
+    "import onnx_lab\nfrom onnx_lab.widgets import FusionLab\n"
+    "lab = onnx_lab.open('sample:bert_block', dims={'batch': 1, 'seq': 8})",
+    "fl = FusionLab(lab)\nfl",
+]
+
+
+def test_fusion_lab_applies_transformer_fusions_and_shows_attention_origins(tmp_path):
+    require_chromium()
+    root = tmp_path / "root"
+    root.mkdir()
+    write_notebook(root / "transformers.ipynb", CELLS)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with jupyter_lab(root, tmp_path) as url, chromium_page(tmp_path / "profile") as page:
+        try:
+            run_all_cells(page, url, "transformers.ipynb")
+            widget = page.locator(".onnx-lab-fusion-lab")
+            widget.wait_for(timeout=90_000)
+            level = widget.locator("select").filter(
+                has=page.locator("option", has_text="ORT transformer fusions"))
+            level.select_option(label="ORT transformer fusions (bert)")
+            widget.locator("button", has_text="apply ORT level").click()
+            step1 = page.locator(".onnx-lab-history tr.onnx-lab-history-row[data-step='1']")
+            step1.wait_for(timeout=120_000)
+            assert "ort_transformers" in step1.inner_text()
+            assert step1.locator(".onnx-lab-badge").inner_text().strip() == "passed"
+            assert page.locator(".onnx-lab-error").count() == 0
+            widget.get_by_text("Nodes the last step fused", exact=False).first.click()
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.onnx-lab-fusion-lab table tr')]"
+                ".some(tr => tr.innerText.includes('Attention') && "
+                "tr.innerText.includes('Softmax'))", timeout=30_000)
+            rows = [t for t in widget.locator("table tr").all_inner_texts()
+                    if "Attention" in t and "fused" in t]
+            assert rows and "Softmax" in rows[0] and "MatMul" in rows[0]
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "fusion_lab_transformers_browser.png"),
+                            full_page=True)
