@@ -35,7 +35,7 @@ __all__ = ["levels", "batch_sweep", "thread_sweep", "compare_models", "BatchSwee
 KNEE_GAIN = 1.2
 #: Default time budgets (seconds, session creation included) when ``runs`` is None: each
 #: keeps a Profiler widget action under ~10 s on a 2-core machine.
-LEVELS_BUDGET_S = 4.0
+LEVELS_BUDGET_S = 6.0
 BATCH_BUDGET_S = 6.0
 THREADS_BUDGET_S = 3.0
 #: Warm-up runs of adaptive points (fixed runs use ``warmup``).
