@@ -32,7 +32,7 @@ import onnx_ir as ir
 from onnx_lab.errors import ModelLoadError, TensorDataError
 
 __all__ = ["check_structure", "mark_unreadable", "tensor_problem", "expected_nbytes",
-           "UnreadableTensor", "unreadable", "remark_unreadable", "check_ir_names",
+           "UnreadableTensor", "unreadable", "KeptInline", "kept_inline", "remark_unreadable", "check_ir_model",
            "ir_tensors"]
 
 _A = onnx.AttributeProto
@@ -40,6 +40,7 @@ _DTYPES = frozenset(int(d) for d in ir.DataType)
 _ATTR_TYPES = frozenset(range(1, 15))  # FLOAT .. TYPE_PROTOS; 0 is UNDEFINED
 _ATTR_NAMES = {v: k for k, v in _A.AttributeType.items()}
 _SPARSE_ATTRS = frozenset({_A.SPARSE_TENSOR, _A.SPARSE_TENSORS})
+_PLAIN_ATTRS = frozenset({_A.FLOAT, _A.INT, _A.STRING, _A.FLOATS, _A.INTS, _A.STRINGS})
 _DATA_FIELDS = ("int32_data", "int64_data", "uint64_data", "float_data", "double_data",
                 "string_data")
 # Which typed field may hold which data types (as onnx_ir reads them), and how many entries
@@ -219,6 +220,25 @@ def mark_unreadable(model: ir.Model, bad: list[_Bad]) -> None:
                                                           doc_string=a.doc_string)
 
 
+class KeptInline(ir.serde.TensorProtoTensor):
+    """A tensor that must stay inside the .onnx file when the others go to a data file (a
+    STRING tensor, which data files cannot hold; an :class:`UnreadableTensor`, written back
+    as read). It serializes as its message and reports 0 bytes, so onnx_ir's external-data
+    writer (which externalizes every tensor over a size) leaves it where it is."""
+
+    __slots__ = ()
+
+    @property
+    def nbytes(self) -> int:
+        return 0
+
+
+def kept_inline(t: ir.TensorProtocol) -> KeptInline:
+    """``t`` as a :class:`KeptInline` (same message)."""
+    proto = t.raw if isinstance(t, ir.serde.TensorProtoTensor) else ir.serde.serialize_tensor(t)
+    return KeptInline(proto)
+
+
 def remark_unreadable(model: ir.Model) -> None:
     """Make every tensor of ``model`` whose data disagrees with its dims an
     :class:`UnreadableTensor` (for a model onnx_ir built from a message, a copy or a user's
@@ -281,7 +301,11 @@ class _Walk:
                 raise _bad_text(what, "an opset_import domain", op.domain)
             self.opsets[op.domain] = op.version
         default = self.opsets.get("", self.opsets.get("ai.onnx"))
-        self.opsets[""] = self.opsets["ai.onnx"] = default if default is not None else 0
+        # Without a (valid) default opset the newest schemas judge attribute types: they
+        # rarely change between versions, and the passes read them all the same.
+        if default is None or default <= 0:
+            default = onnx.defs.onnx_opset_version()
+        self.opsets[""] = self.opsets["ai.onnx"] = default
         self.functions = {(f.domain, f.name) for f in proto.functions}
         self.in_function = False
 
@@ -388,45 +412,59 @@ class _Walk:
 
     def node(self, node: onnx.NodeProto, i: int, path: tuple[tuple[int, str, int], ...],
              graph: str, defined: set[str]) -> None:
-        where = f"node {i} of {graph}"
-        for field in ("name", "op_type", "domain", "doc_string"):
-            self.text(getattr(node, field), f"the {field} of {where}")
-        op = f"{node.op_type} node {node.name!r}" if node.name else f"{node.op_type} node {i}"
-        where = f"{op} of {graph}"
+        # The fast path of every check is one C call (str.join raises TypeError on a bytes
+        # name); messages are built only on failure. BERT-base: ~10 ms for 1,394 nodes.
+        name, op_type = node.name, node.op_type
+        ins, outs = list(node.input), list(node.output)
+        try:
+            "".join((name, op_type, node.domain, node.doc_string, *ins, *outs))
+        except TypeError:
+            where = f"node {i} of {graph}"
+            for field in ("name", "op_type", "domain", "doc_string"):
+                self.text(getattr(node, field), f"the {field} of {where}")
+            for s in ins:
+                self.text(s, f"an input name of {where}")
+            for s in outs:
+                self.text(s, f"an output name of {where}")
         if len(node.metadata_props):
-            self.props(node.metadata_props, where)
-        for s in node.input:
-            self.text(s, f"an input name of {where}")
-        for s in node.output:
-            self.text(s, f"an output name of {where}")
-            if not s:
-                continue
-            if s in defined:
+            self.props(node.metadata_props, self.where(node, i, graph))
+        for s in outs:
+            if s in defined and s:
                 raise ModelLoadError(
-                    f"{self.what}: tensor {s!r} has two writers in {graph} ({where} writes a "
-                    "tensor that a graph input, an initializer or another node already "
-                    "defines).",
+                    f"{self.what}: tensor {s!r} has two writers in {graph} "
+                    f"({self.where(node, i, graph)} writes a tensor that a graph input, an "
+                    "initializer or another node already defines).",
                     fix="Rename one of the outputs: every tensor of an ONNX graph is written "
                     "once.")
             defined.add(s)
         schema = None
         if not self.in_function and node.domain in ("", "ai.onnx") \
-                and (node.domain, node.op_type) not in self.functions:
-            version = self.opsets.get("")
-            schema = _schema_attrs(node.op_type, "", version) if version and version > 0 \
-                else None
+                and (node.domain, op_type) not in self.functions:
+            schema = _schema_attrs(op_type, "", self.opsets[""])
         for a in node.attribute:
-            self.attribute(a, node, i, path, where, schema)
+            self.attribute(a, node, i, path, graph, schema)
+
+    @staticmethod
+    def where(node: onnx.NodeProto, i: int, graph: str) -> str:
+        op = f"{node.op_type} node {node.name!r}" if node.name else f"{node.op_type} node {i}"
+        return f"{op} of {graph}"
 
     def attribute(self, a: onnx.AttributeProto, node: onnx.NodeProto, i: int,
-                  path: tuple[tuple[int, str, int], ...], where: str,
+                  path: tuple[tuple[int, str, int], ...], graph: str,
                   schema: dict[str, int] | None) -> None:
-        self.text(a.name, f"an attribute name of {where}")
-        self.text(a.ref_attr_name, f"the ref_attr_name of an attribute of {where}")
-        self.text(a.doc_string, f"the doc_string of attribute {a.name!r} of {where}")
-        at = f"attribute {a.name!r} of {where}"
+        kind = a.type
+        try:
+            "".join((a.name, a.ref_attr_name, a.doc_string))
+        except TypeError:
+            where = self.where(node, i, graph)
+            self.text(a.name, f"an attribute name of {where}")
+            self.text(a.ref_attr_name, f"the ref_attr_name of an attribute of {where}")
+            self.text(a.doc_string, f"the doc_string of attribute {a.name!r} of {where}")
         if a.ref_attr_name:
             return  # a reference to a function attribute: typed by the call
+        if kind in _PLAIN_ATTRS and (schema is None or schema.get(a.name, kind) == kind):
+            return  # numbers and strings: nothing more to check
+        at = f"attribute {a.name!r} of {self.where(node, i, graph)}"
         if a.type not in _ATTR_TYPES:
             kind = "no type (UNDEFINED)" if a.type == 0 else f"the unknown type {a.type}"
             raise ModelLoadError(f"{self.what}: {at} has {kind}.",
@@ -529,10 +567,15 @@ def _ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
                         yield f"a tensor of attribute {a.name!r} of node {node.name!r}", t
 
 
-def check_ir_names(model: ir.Model, what: str) -> None:
-    """The text checks of :func:`check_structure` for a model built in memory (an
-    ``onnx_ir.Model`` deserialized from a damaged proto carries ``bytes`` names)."""
+def check_ir_model(model: ir.Model, what: str) -> None:
+    """The checks of :func:`check_structure` that apply to a model built in memory: text
+    (an ``onnx_ir.Model`` deserialized from a damaged proto carries ``bytes`` names) and
+    attribute types (undefined, or contradicting the ONNX schema of a standard op)."""
     what = what[:1].upper() + what[1:]
+    version = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    if version is None or version <= 0:
+        version = onnx.defs.onnx_opset_version()
+    functions = set(model.functions)
 
     def text(value: object, where: str) -> None:
         if value is not None and _not_text(value):
@@ -561,9 +604,23 @@ def check_ir_names(model: ir.Model, what: str) -> None:
             props(node, f"node {node.name!r}")
             for o in node.outputs:
                 text(o.name, f"an output name of node {node.name!r}")
+            standard = node.domain in ("", "ai.onnx") \
+                and (node.domain, node.op_type, "") not in functions
+            schema = _schema_attrs(node.op_type, "", version) if standard else None
             for a in node.attributes.values():
                 text(a.name, f"an attribute name of node {node.name!r}")
                 text(a.doc_string, f"the doc_string of attribute {a.name!r}")
+                at = f"attribute {a.name!r} of {node.op_type} node {node.name!r}"
+                if a.is_ref():
+                    continue
+                if a.type == ir.AttributeType.UNDEFINED:
+                    raise ModelLoadError(f"{what}: {at} has no type (UNDEFINED).",
+                                         fix="Set the attribute's type.")
+                if schema is not None and a.name in schema and schema[a.name] != int(a.type):
+                    raise ModelLoadError(
+                        f"{what}: {at} is {a.type.name}, but ONNX {node.op_type} (opset "
+                        f"{version}) takes {_ATTR_NAMES.get(schema[a.name])}.",
+                        fix=f"Give {a.name!r} the type the operator takes.")
     for f in model.functions.values():
         for field in ("name", "domain", "doc_string"):
             text(getattr(f, field), f"the {field} of a function")

@@ -20,7 +20,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnx_lab.core._validate import (
-    check_ir_names,
+    check_ir_model,
     check_structure,
     expected_nbytes,
     ir_tensors,
@@ -146,7 +146,7 @@ def _deserialize(proto: onnx.ModelProto, what: str) -> ir.Model:
 def _from_ir(model: ir.Model, base: Path | None) -> LabModel:
     """Check an ``onnx_ir.Model`` built in memory: names, tensors, external references."""
     what = "the onnx_ir model"
-    check_ir_names(model, what)
+    check_ir_model(model, what)
     sizes: dict[Path, int] = {}
     for desc, t in ir_tensors(model):
         if any(d < 0 for d in t.shape):

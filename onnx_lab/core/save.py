@@ -40,7 +40,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnx_lab.core._validate import UnreadableTensor
+from onnx_lab.core._validate import UnreadableTensor, kept_inline
 from onnx_lab.core._wire import encode_varint as _varint
 from onnx_lab.core.history import History
 from onnx_lab.errors import LabError, SaveError, WriteError
@@ -292,6 +292,9 @@ def _save_pair(m: ir.Model, target: Path, data_name: str) -> None:
     tensors = [v.const_value for v in values]
     try:
         try:
+            for v, t in zip(values, tensors, strict=True):
+                if isinstance(t, (ir.StringTensor, UnreadableTensor)):
+                    v.const_value = kept_inline(t)  # restored below with the others
             # onnx_ir writes the data (to the temporary name) and points the tensors at it
             ir.external_data.unload_from_model(m, folder, data_tmp)
             proto = _serialize(m, target)
