@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test setup system-deps lint bench clean
+.PHONY: lab test setup system-deps lint bench fuzz clean
 
 setup: $(STAMP) system-deps
 
@@ -43,6 +43,12 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check onnx_lab tests benchmarks
+
+# 10,000 hostile models, CLI calls and histories, each in its own process (20 s, 2 GiB):
+# every case must end in a result or a LabError. CASES=, JOBS=, SEED= override.
+fuzz: setup
+	$(PY) tests/fuzz/fuzz.py --cases $(or $(CASES),10000) --jobs $(or $(JOBS),2) \
+	  $(if $(SEED),--seed $(SEED)) --out test-artifacts/fuzz
 
 bench: setup
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done

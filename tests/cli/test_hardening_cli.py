@@ -1,0 +1,168 @@
+"""Issue 14, finding 6 (and the CLI side of 3): every user error of ``onnx-lab`` is one line on
+stderr with exit code 2, numeric options are checked, outputs never replace inputs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from models import big_weight_model, save_external
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_lab.cli import main
+
+EXE = Path(sys.executable).with_name("onnx-lab")
+
+
+def _run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("onnx-lab: error: "), err
+    assert "Traceback" not in err and "usage:" not in err
+    return lines[0]
+
+
+@pytest.fixture
+def model(tmp_path) -> Path:
+    p = tmp_path / "m.onnx"
+    onnx.save(big_weight_model(seed=7), str(p))
+    return p
+
+
+@pytest.fixture
+def damaged(tmp_path) -> Path:
+    """A model whose node name is not UTF-8 (a TypeError in every command before)."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="\x01NAME\x01")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    p = tmp_path / "bad.onnx"
+    p.write_bytes(m.SerializeToString().replace(b"\x01NAME\x01", b"\xff\xfe\x80\x80\x80\x80"))
+    return p
+
+
+# --------------------------------------------------------------------------- argparse
+@pytest.mark.parametrize("argv", [
+    [], ["bogus"], ["summary"], ["summary", "x.onnx", "--unknown"], ["weights", "m", "--top", "x"],
+    ["profile", "m", "--runs", "1.5"], ["render", "m"], ["compare", "a"],
+    ["optimize", "a", "b", "--preset", "x", "--passes", "y"],
+])
+def test_usage_errors_are_one_line_exit_2(capsys, argv):
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and out == ""
+    _one_line(err)
+
+
+def test_help_is_unchanged(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["summary", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: onnx-lab summary") and "--json" in out
+
+
+def test_console_script_usage_error_is_one_line():
+    if not EXE.exists():
+        pytest.skip(f"console script {EXE} is not installed")
+    p = subprocess.run([str(EXE), "weights"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == ""
+    line = _one_line(p.stderr)
+    assert "required: model" in line
+
+
+# --------------------------------------------------------------------------- numbers
+@pytest.mark.parametrize("argv,flag", [
+    (["weights", "{m}", "--top", "-3"], "--top"),
+    (["profile", "{m}", "--threads", "-2"], "--threads"),
+    (["profile", "{m}", "--warmup", "-1"], "--warmup"),
+    (["profile", "{m}", "--batch-sweep", "1,-2"], "--batch-sweep"),
+    (["cost", "{m}", "--top", "0"], "--top"),
+    (["render", "{m}", "-o", "g.dot", "--max-nodes", "-1"], "--max-nodes"),
+    (["render", "{m}", "-o", "g.dot", "--timeout", "nan"], "--timeout"),
+    (["compare", "{m}", "{m}", "--atol", "-1e-3"], "--atol"),
+    (["compare", "{m}", "{m}", "--rtol", "inf"], "--rtol"),
+    (["compare", "{m}", "{m}", "--max-bytes", "0"], "--max-bytes"),
+])
+def test_numeric_options_out_of_range_are_refused(capsys, model, argv, flag):
+    code, out, err = _run(capsys, *[a.replace("{m}", str(model)) for a in argv])
+    assert code == 2
+    assert flag in _one_line(err)
+
+
+# --------------------------------------------------------------------------- damaged input
+@pytest.mark.parametrize("argv", [
+    ["summary", "{b}"], ["tables", "{b}", "--out", "{t}/t"], ["weights", "{b}"],
+    ["render", "{b}", "-o", "{t}/g.dot"], ["patterns", "{b}"],
+    ["optimize", "{b}", "{t}/o.onnx", "--no-verify"],
+    ["extract", "{b}", "{t}/e.onnx", "--outputs", "y", "--no-verify"],
+    ["fix-dims", "{b}", "{t}/f.onnx", "n=1", "--no-verify"],
+    ["compare", "{b}", "{b}"], ["diff", "{b}", "{b}"], ["profile", "{b}", "--runs", "1"],
+    ["cost", "{b}"], ["check", "{b}"],
+])
+def test_every_model_command_refuses_a_damaged_model_in_one_line(capsys, damaged, tmp_path,
+                                                                  argv):
+    code, out, err = _run(capsys, *[a.replace("{b}", str(damaged)).replace("{t}", str(tmp_path))
+                                    for a in argv])
+    assert code == 2
+    assert "not valid UTF-8" in _one_line(err)
+
+
+# --------------------------------------------------------------------------- failed writes
+@pytest.mark.parametrize("argv", [
+    ["tables", "{m}", "--out", "{f}/t"],
+    ["optimize", "{m}", "{f}/o.onnx", "--passes", "eliminate_identity", "--no-verify"],
+    ["extract", "{m}", "{f}/e.onnx", "--outputs", "y", "--no-verify"],
+    ["fix-dims", "sample:transformer_block", "{f}/f.onnx", "batch=1", "--no-verify"],
+])
+def test_a_failed_write_is_one_line(capsys, model, tmp_path, argv):
+    blocker = tmp_path / "afile"
+    blocker.write_bytes(b"x")  # a parent path that is a file
+    code, out, err = _run(capsys, *[a.replace("{m}", str(model)).replace("{f}", str(blocker))
+                                    for a in argv])
+    assert code == 2
+    assert "afile" in _one_line(err)
+
+
+# --------------------------------------------------------------------------- inputs kept
+def test_compare_csv_over_an_input_is_refused(capsys, model, tmp_path):
+    before = model.read_bytes()
+    other = tmp_path / "c.onnx"
+    other.write_bytes(before)
+    for target in (model, other):
+        code, _, err = _run(capsys, "compare", str(model), str(other), "--csv", str(target))
+        assert code == 2 and "destroy the input" in _one_line(err)
+    assert model.read_bytes() == before and other.read_bytes() == before
+
+
+def test_render_over_its_model_is_refused(capsys, model):
+    before = model.read_bytes()
+    code, _, err = _run(capsys, "render", str(model), "-o", str(model))
+    assert code == 2 and "destroy the input" in _one_line(err)
+    assert model.read_bytes() == before
+
+
+def test_tables_never_write_over_a_data_file_of_the_model(capsys, tmp_path):
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                          [numpy_helper.from_array(np.ones(4, np.float32), "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = save_external(m, tmp_path / "m.onnx", data_name="nodes.csv")
+    data = (tmp_path / "nodes.csv").read_bytes()
+    code, _, err = _run(capsys, "tables", str(path), "--out", str(tmp_path))
+    assert code == 2 and "nodes.csv" in _one_line(err)
+    assert (tmp_path / "nodes.csv").read_bytes() == data
+    # tables into the model's folder are fine when no file is an input
+    plain = tmp_path / "plain" / "p.onnx"
+    plain.parent.mkdir()
+    onnx.save(m, str(plain))
+    assert _run(capsys, "tables", str(plain), "--out", str(plain.parent))[0] == 0

@@ -1,0 +1,516 @@
+"""Issue 14: one regression test per finding of the hardening report (the CLI's, finding 6, are
+in tests/cli/test_hardening_cli.py; the fuzz harness in tests/fuzz)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from models import big_weight_model, control_flow_model, save_external
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.core import save as save_mod
+from onnx_lab.errors import (
+    ExternalDataError,
+    InputError,
+    LabError,
+    ModelLoadError,
+    SaveError,
+    TensorDataError,
+    WriteError,
+)
+
+F = TensorProto.FLOAT
+vi = helper.make_tensor_value_info
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17, value_info=()) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits), value_info=list(value_info))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _add_model() -> onnx.ModelProto:
+    """y = relu(x) + w, w = [1, 1] (an initializer)."""
+    return _model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                   helper.make_node("Add", ["r", "w"], ["y"], name="add")],
+                  [vi("x", F, [2])], [vi("y", F, [2])],
+                  [numpy_helper.from_array(np.ones(2, np.float32), "w")])
+
+
+def _every_operation(lab: onnx_lab.Lab, out: Path) -> list[str]:
+    """Open's eight operations; returns the LabErrors they raised (any other exception
+    fails the test)."""
+    errors = []
+    ops = {"nodes": lambda: lab.nodes, "initializers": lambda: lab.initializers,
+           "tensors": lambda: lab.tensors, "summary": lambda: lab.summary().to_dict(),
+           "check": lambda: lab.check(), "cost": lambda: lab.cost(),
+           "render": lambda: lab.render().dot, "weights": lambda: lab.weight_stats(),
+           "save": lambda: lab.save(out / "saved.onnx", external_data=False)}
+    for name, op in ops.items():
+        try:
+            op()
+        except LabError as e:
+            errors.append(f"{name}: {type(e).__name__}")
+    return errors
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ============================================================ 1. external data of every source
+def _escaping(location: str) -> onnx.ModelProto:
+    m = _add_model()
+    t = m.graph.initializer[0]
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    t.external_data.add(key="location", value=location)
+    t.external_data.add(key="length", value="8")
+    return m
+
+
+@pytest.mark.parametrize("kind", ["proto", "bytes", "ir"])
+@pytest.mark.parametrize("where", ["relative", "absolute"])
+def test_in_memory_sources_never_read_outside_a_folder(tmp_path, monkeypatch, kind, where):
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(np.full(2, 1234.5, np.float32).tobytes())
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)  # "../secret.bin" from here is the secret
+    m = _escaping("../secret.bin" if where == "relative" else str(secret))
+    source = {"proto": m, "bytes": m.SerializeToString(),
+              "ir": ir.serde.deserialize_model(m)}[kind]
+    # Without a folder nothing is resolved against the current folder...
+    with pytest.raises(ExternalDataError, match="'w'"):
+        onnx_lab.open(source)
+    # ...and naming a folder does not let a reference leave it.
+    source = {"proto": m, "bytes": m.SerializeToString(),
+              "ir": ir.serde.deserialize_model(m)}[kind]
+    with pytest.raises(ExternalDataError, match="outside the model's folder"):
+        onnx_lab.open(source, base_dir=work)
+
+
+@pytest.mark.parametrize("kind", ["proto", "bytes", "ir"])
+def test_in_memory_sources_read_their_data_from_the_named_folder(tmp_path, kind):
+    path = save_external(_add_model(), tmp_path / "m.onnx")
+    proto = onnx.load(str(path), load_external_data=False)
+    source = {"proto": proto, "bytes": proto.SerializeToString(),
+              "ir": ir.serde.deserialize_model(proto)}[kind]
+    lab = onnx_lab.open(source, base_dir=tmp_path)
+    assert lab.weight_stats().loc[0, "max"] == 1.0
+    out = lab.save(tmp_path / "one.onnx", external_data=False)
+    assert not onnx_lab.open(out).model.has_external_data
+
+
+def test_an_ir_model_keeps_the_folder_onnx_ir_loaded_it_from(tmp_path, monkeypatch):
+    path = save_external(_add_model(), tmp_path / "m.onnx")
+    monkeypatch.chdir("/")
+    lab = onnx_lab.open(ir.load(path))  # ir.load records the folder: that is the base
+    assert lab.weight_stats().loc[0, "max"] == 1.0
+
+
+def test_base_dir_with_a_path_or_not_a_folder_is_refused(tmp_path):
+    path = save_external(_add_model(), tmp_path / "m.onnx")
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(InputError, match="base_dir"):
+        onnx_lab.open(path, base_dir=tmp_path / "elsewhere")
+    assert onnx_lab.open(path, base_dir=tmp_path).path == path
+    with pytest.raises(ExternalDataError, match="not a folder"):
+        onnx_lab.open(_add_model(), base_dir=tmp_path / "nope")
+
+
+def test_save_of_an_in_memory_model_never_embeds_an_outside_file(tmp_path, monkeypatch):
+    (tmp_path / "secret.bin").write_bytes(b"SECRET!!")
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    with pytest.raises(ExternalDataError):
+        onnx_lab.open(_escaping("../secret.bin")).save(tmp_path / "o.onnx",
+                                                        external_data=False)
+    assert not (tmp_path / "o.onnx").exists()
+
+
+# ============================================================ 2. atomic saves of model + data
+def _external_lab(tmp_path: Path) -> onnx_lab.Lab:
+    src = save_external(big_weight_model(seed=3), tmp_path / "src" / "m.onnx")
+    return onnx_lab.open(src)
+
+
+def test_a_save_that_fails_after_the_data_leaves_the_old_pair(tmp_path, monkeypatch):
+    """The disk fills after the data file is written, before the model is: the old model
+    must still load its old weights (it loaded the new ones before), no temporary stays."""
+    lab = _external_lab(tmp_path)
+    out = tmp_path / "out" / "o.onnx"
+    lab.save(out)  # the old pair
+    before = _digest(out.parent)
+    lab.apply("eliminate_identity", verify=False)
+
+    def full(proto, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(save_mod, "_write_proto", full)
+    with pytest.raises(WriteError, match="o.onnx.*no space left") as e:
+        lab.save(out)
+    assert isinstance(e.value, SaveError) and isinstance(e.value, OSError)
+    assert _digest(out.parent) == before  # nothing replaced, no temporary left
+    monkeypatch.undo()
+    assert len(onnx_lab.open(out).index) == 3  # the old graph, its own weights
+
+
+def test_a_save_that_fails_while_writing_the_data_leaves_the_old_pair(tmp_path, monkeypatch):
+    lab = _external_lab(tmp_path)
+    out = tmp_path / "out" / "o.onnx"
+    lab.save(out)
+    before = _digest(out.parent)
+
+    def broken(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ir.external_data, "unload_from_model", broken)
+    with pytest.raises(WriteError, match="no space left"):
+        lab.save(out)
+    assert _digest(out.parent) == before
+
+
+def test_two_threads_saving_to_one_path_both_succeed_and_leave_one_pair(tmp_path):
+    lab = _external_lab(tmp_path)
+    other = onnx_lab.open(lab.path)
+    other.apply("eliminate_identity", verify=False)
+    out = tmp_path / "out" / "o.onnx"
+    errors: list[BaseException] = []
+
+    def save(which):
+        try:
+            for _ in range(5):
+                which.save(out)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=save, args=(x,)) for x in (lab, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    again = onnx_lab.open(out)
+    assert len(again.index) in (2, 3)
+    assert again.weight_stats().shape[0] == 2
+    assert sorted(p.name for p in out.parent.iterdir()) == ["o.onnx", "o.onnx.data"]
+
+
+def test_temporaries_of_a_killed_save_are_removed_by_the_next(tmp_path):
+    lab = _external_lab(tmp_path)
+    out = tmp_path / "out" / "o.onnx"
+    out.parent.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    stale = [out.parent / f".o.onnx.{dead}-1-0123abcd.tmp.onnx",
+             out.parent / f".o.onnx.data.{dead}-1-0123abcd.tmp"]
+    for p in stale:
+        p.write_bytes(b"partial")
+    mine = out.parent / f".o.onnx.{os.getpid()}-1-0123abcd.tmp.onnx"  # alive: kept
+    mine.write_bytes(b"in progress")
+    lab.save(out)
+    assert not any(p.exists() for p in stale) and mine.exists()
+
+
+def test_a_failed_write_names_the_path_and_the_cause(tmp_path):
+    lab = onnx_lab.open(_add_model())
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"x")
+    with pytest.raises(WriteError, match="file/o.onnx"):
+        lab.save(blocker / "o.onnx")
+    # the folder of the output is a file: the message says so, as a SaveError
+    with pytest.raises(SaveError):
+        lab.save(blocker / "sub" / "o.onnx")
+
+
+# ============================================================ 3. overwrites of sources
+@pytest.fixture
+def src(tmp_path) -> Path:
+    p = tmp_path / "m.onnx"
+    onnx.save(big_weight_model(seed=5), str(p))
+    return p
+
+
+@pytest.mark.parametrize("convert", ["to_fp16", "to_int8_dynamic"])
+@pytest.mark.parametrize("given", ["lab", "path"])
+def test_a_converted_lab_never_overwrites_its_source(src, convert, given):
+    before = src.read_bytes()
+    source = onnx_lab.open(src) if given == "lab" else str(src)
+    derived = getattr(onnx_lab, convert)(source)
+    with pytest.raises(SaveError, match="overwrite=True"):
+        derived.save(src)
+    assert src.read_bytes() == before
+    derived.save(src, overwrite=True)  # asked for explicitly
+    assert src.read_bytes() != before
+
+
+def test_a_save_never_replaces_the_data_file_the_model_reads(tmp_path):
+    path = save_external(big_weight_model(seed=6), tmp_path / "model.onnx")
+    data = tmp_path / "model.onnx.data"
+    before = data.read_bytes()
+    lab = onnx_lab.open(path)
+    for overwrite in (False, True):
+        with pytest.raises(SaveError, match="data file the model reads"):
+            lab.save(tmp_path / "model.onnx.data", overwrite=overwrite)
+    # nor through an explicit external data name
+    with pytest.raises(SaveError, match="external data to 'model.onnx.data'"):
+        lab.save(tmp_path / "other.onnx", external_data="model.onnx.data")
+    assert data.read_bytes() == before
+    assert onnx_lab.open(path).weight_stats().shape[0] == 2
+
+
+def test_a_merged_lab_never_overwrites_either_model(tmp_path):
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(_model([helper.make_node("Relu", ["x"], ["h"])], [vi("x", F, [2])],
+                     [vi("h", F, [2])]), str(a))
+    onnx.save(_model([helper.make_node("Neg", ["h"], ["y"])], [vi("h", F, [2])],
+                     [vi("y", F, [2])]), str(b))
+    merged = onnx_lab.merge(str(a), onnx_lab.open(b), io_map=[("h", "h")])
+    for target in (a, b):
+        with pytest.raises(SaveError):
+            merged.save(target)
+    merged.save(tmp_path / "ab.onnx")
+
+
+# ============================================================ 4. resource guards
+def test_a_tensor_declaring_2_31_elements_never_sizes_anything(tmp_path):
+    m = _add_model()
+    m.graph.initializer[0].dims[0] = 2**31  # 8 stored bytes
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    assert path.stat().st_size < 200
+    code = f"""
+import json, resource, onnx_lab
+from onnx_lab.errors import TensorDataError
+lab = onnx_lab.open({str(path)!r}, dims={{}})
+s = lab.summary().to_dict(); lab.tensors; lab.check(); lab.cost()
+try:
+    lab.weight_stats(); raised = None
+except TensorDataError as e:
+    raised = str(e)
+print(json.dumps({{"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "raised": raised}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["rss"] < 1 << 30  # it reached 7.9 GB
+    assert "declares dims [2147483648]" in r["raised"] and "holds 8 bytes" in r["raised"]
+
+
+def test_shape_folding_never_evaluates_a_huge_constant_of_shape():
+    # A declared [2**31] input: Shape -> ConstantOfShape would be 8 GB if evaluated.
+    m = _model([helper.make_node("Shape", ["x"], ["s"]),
+                helper.make_node("ConstantOfShape", ["s"], ["c"]),
+                helper.make_node("Add", ["c", "x"], ["y"])],
+               [vi("x", F, ["n"])], [vi("y", F, None)])
+    lab = onnx_lab.open(m, dims={"n": 2**31})
+    t0 = time.perf_counter()
+    assert lab.tensors.set_index("name").loc["y", "shape"] is not None
+    assert time.perf_counter() - t0 < 30
+
+
+def test_the_unregistered_op_message_is_parsed_in_linear_time():
+    from onnx_lab.analysis.compat import _inference_node, _unregistered_op
+
+    long = "w" * 200_000
+    t0 = time.perf_counter()
+    assert _unregistered_op(long + " is not a registered function/op") is None
+    assert _unregistered_op(f"{long} my.ops:Foo(1) is not a registered function/op") == \
+        ("my.ops", "Foo", "1")
+    assert _inference_node("Node (" * 40_000) is None
+    assert time.perf_counter() - t0 < 1.0  # the regex took 27 s at 64k, > 300 s at 200k
+
+
+def test_check_of_a_model_with_a_200k_character_name_is_quick():
+    name = "t" * 200_000
+    m = _model([helper.make_node("Foo", ["x"], [name], domain="my.ops"),
+                helper.make_node("Relu", [name], ["y"])], [vi("x", F, [2])],
+               [vi("y", F, [2])])
+    m.opset_import.add(domain="my.ops", version=1)
+    t0 = time.perf_counter()
+    df = onnx_lab.open(m).check()
+    assert time.perf_counter() - t0 < 20
+    assert (df.code == "provider_load").any()
+
+
+# ============================================================ 5. every cause is a LabError
+def _bad_utf8(m: onnx.ModelProto, where: str) -> bytes:
+    """``m`` serialized with the placeholder name replaced by invalid UTF-8 of its length."""
+    return m.SerializeToString().replace(b"\x01PLACEHOLDER\x01", b"\xff\xfe\xc3\x28" + b"\x80" * 9)
+
+
+def _placeholder_in(where: str) -> onnx.ModelProto:
+    m = _add_model()
+    ph = "\x01PLACEHOLDER\x01"
+    if where == "node":
+        m.graph.node[0].name = ph
+    elif where == "tensor":
+        m.graph.node[0].output[0] = ph
+        m.graph.node[1].input[0] = ph
+    elif where == "op_type":
+        m.graph.node[0].op_type = ph
+    elif where == "producer":
+        m.producer_name = ph
+    elif where == "metadata":
+        m.metadata_props.add(key=ph, value="v")
+    return m
+
+
+def _cause(name: str) -> tuple[bytes, type[LabError] | None]:
+    """(model bytes, the LabError open raises or None when it opens) for one cause."""
+    m = _add_model()
+    w = m.graph.initializer[0]
+    if name.startswith("utf8-"):
+        return _bad_utf8(_placeholder_in(name[5:]), name), ModelLoadError
+    if name == "dtype-0":
+        w.data_type = 0
+        return m.SerializeToString(), None  # opens; its values raise TensorDataError
+    if name == "dtype-unknown":
+        w.data_type = 99
+        return m.SerializeToString(), ModelLoadError
+    if name == "attribute-type-0":
+        m.graph.node[0].attribute.add(name="alpha", type=0)
+        return m.SerializeToString(), ModelLoadError
+    if name == "two-writers":
+        m.graph.node[1].output[0] = "r"
+        return m.SerializeToString(), ModelLoadError
+    if name == "dims-disagree":
+        w.dims[0] = 100000
+        return m.SerializeToString(), None
+    if name == "float-in-int64_data":
+        w.ClearField("raw_data")
+        w.int64_data.extend([1, 2])
+        return m.SerializeToString(), None
+    if name == "sparse-initializer":
+        m.graph.sparse_initializer.append(helper.make_sparse_tensor(
+            numpy_helper.from_array(np.ones(1, np.float32), "sp"),
+            numpy_helper.from_array(np.array([0], np.int64), "spi"), [2]))
+        return m.SerializeToString(), ModelLoadError
+    if name == "sparse-constant":
+        m.graph.node.insert(0, helper.make_node("Constant", [], ["c"], sparse_value=(
+            helper.make_sparse_tensor(numpy_helper.from_array(np.ones(1, np.float32), "v"),
+                                      numpy_helper.from_array(np.array([0], np.int64), "i"),
+                                      [2]))))
+        return m.SerializeToString(), ModelLoadError
+    if name == "map-input":
+        m.graph.input.append(helper.make_value_info("mp", helper.make_map_type_proto(
+            TensorProto.INT64, helper.make_tensor_type_proto(F, [2]))))
+        return m.SerializeToString(), ModelLoadError
+    if name == "optional-input":
+        m.graph.input.append(helper.make_value_info("opt", helper.make_optional_type_proto(
+            helper.make_tensor_type_proto(F, [2]))))
+        return m.SerializeToString(), None
+    if name == "scan-attribute-type":
+        cf = control_flow_model()
+        scan = next(n for n in cf.graph.node if n.op_type == "Scan")
+        a = next(a for a in scan.attribute if a.name == "num_scan_inputs")
+        a.type, a.f = onnx.AttributeProto.FLOAT, 1.0
+        return cf.SerializeToString(), ModelLoadError
+    if name == "newline-file":
+        return b"\n", ModelLoadError
+    if name == "nested-past-protobuf":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+        from fuzz_cases import nested_if_bytes
+
+        return nested_if_bytes(40), ModelLoadError
+    raise AssertionError(name)
+
+
+CAUSES = ["utf8-node", "utf8-tensor", "utf8-op_type", "utf8-producer", "utf8-metadata",
+          "dtype-0", "dtype-unknown", "attribute-type-0", "two-writers", "dims-disagree",
+          "float-in-int64_data", "sparse-initializer", "sparse-constant", "map-input",
+          "optional-input", "scan-attribute-type", "newline-file", "nested-past-protobuf"]
+
+
+@pytest.mark.parametrize("cause", CAUSES)
+@pytest.mark.parametrize("source", ["path", "bytes"])
+def test_every_cause_is_a_named_lab_error(tmp_path, cause, source):
+    data, refused = _cause(cause)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    src = path if source == "path" else data
+    if refused is not None:
+        with pytest.raises(refused) as e:
+            onnx_lab.open(src)
+        assert type(e.value) is not LabError and e.value.fix
+        if cause == "nested-past-protobuf":
+            assert "recursion limit" in str(e.value)
+        if cause.startswith("utf8-"):
+            assert "not valid UTF-8" in str(e.value)
+        return
+    lab = onnx_lab.open(src)
+    errors = _every_operation(lab, tmp_path)
+    if cause in ("dtype-0", "dims-disagree", "float-in-int64_data"):
+        assert "weights: TensorDataError" in errors
+        found = lab.check(load=False)
+        assert (found.code == "checker").any()  # check() reports the tensor
+
+
+@pytest.mark.parametrize("edit", ["offset-negative", "offset-empty", "no-location", "nul"])
+def test_malformed_external_references_are_refused(tmp_path, edit):
+    path = save_external(_add_model(), tmp_path / "m.onnx")
+    m = onnx.load(str(path), load_external_data=False)
+    entries = {e.key: e.value for e in m.graph.initializer[0].external_data}
+    if edit == "offset-negative":
+        entries["offset"] = "-4"
+    elif edit == "offset-empty":
+        entries["offset"] = ""
+    elif edit == "no-location":
+        del entries["location"]
+    del m.graph.initializer[0].external_data[:]
+    for k, v in entries.items():
+        m.graph.initializer[0].external_data.add(key=k, value=v)
+    data = m.SerializeToString()
+    if edit == "nul":  # protobuf's Python API refuses a NUL in a str; the wire does not
+        data = data.replace(b"m.onnx.data", b"m.onnx\x00data")
+    path.write_bytes(data)
+    with pytest.raises(ExternalDataError, match="'w'"):
+        onnx_lab.open(path)
+
+
+def test_dims_that_disagree_are_a_check_finding_and_a_tensor_data_error():
+    m = _add_model()
+    m.graph.initializer[0].dims[0] = 100000
+    lab = onnx_lab.open(m)
+    rows = lab.check(load=False).loc[lambda d: d.code == "checker"]
+    assert len(rows) and "'w'" in " ".join(rows.message)
+    with pytest.raises(TensorDataError, match="'w' declares dims \\[100000\\]"):
+        lab.weight_stats()
+    # a save writes the tensor back as it was
+    again = onnx.load_from_string(lab.model.to_proto().SerializeToString())
+    assert list(again.graph.initializer[0].dims) == [100000]
+
+
+# ============================================================ 7. history versions immutable
+def test_constants_to_initializers_leaves_step_0_byte_identical():
+    m = _model([helper.make_node("Constant", [], ["c"], name="const",
+                                 value=numpy_helper.from_array(np.full(2, 0.5, np.float32))),
+                helper.make_node("Add", ["x", "c"], ["y"], name="add")],
+               [vi("x", F, [2])], [vi("y", F, [2])])
+    lab = onnx_lab.open(m)
+    opened = ir.to_proto(lab.model.ir).SerializeToString(deterministic=True)
+    r = lab.apply("constants_to_initializers", verify=False)
+    assert r.modified and "c" in lab.model.graph.initializers
+    lab.cost()  # analysing a version changes nothing either
+    lab.undo()
+    lab.cost()
+    assert ir.to_proto(lab.model.ir).SerializeToString(deterministic=True) == opened
+    assert ir.to_proto(lab.versions.versions[0].model.ir).SerializeToString(
+        deterministic=True) == opened
