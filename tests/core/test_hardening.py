@@ -185,17 +185,20 @@ def test_a_save_that_fails_while_writing_the_data_leaves_the_old_pair(tmp_path, 
     assert _digest(out.parent) == before
 
 
-def test_two_threads_saving_to_one_path_both_succeed_and_leave_one_pair(tmp_path):
-    lab = _external_lab(tmp_path)
-    other = onnx_lab.open(lab.path)
+@pytest.mark.parametrize("external", [True, False])
+def test_two_threads_saving_to_one_path_both_succeed_and_leave_one_pair(tmp_path, external):
+    lab = _external_lab(tmp_path) if external else onnx_lab.open(big_weight_model(seed=3))
+    other = onnx_lab.Lab(lab.model.clone())
     other.apply("eliminate_identity", verify=False)
     out = tmp_path / "out" / "o.onnx"
     errors: list[BaseException] = []
+    start = threading.Barrier(2)
 
     def save(which):
+        start.wait()
         try:
-            for _ in range(5):
-                which.save(out)
+            for _ in range(20):
+                which.save(out, external_data=external)
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -204,11 +207,12 @@ def test_two_threads_saving_to_one_path_both_succeed_and_leave_one_pair(tmp_path
         t.start()
     for t in threads:
         t.join()
-    assert not errors
+    assert not errors, errors  # with one temporary name per process, one thread failed
     again = onnx_lab.open(out)
     assert len(again.index) in (2, 3)
     assert again.weight_stats().shape[0] == 2
-    assert sorted(p.name for p in out.parent.iterdir()) == ["o.onnx", "o.onnx.data"]
+    expected = ["o.onnx", "o.onnx.data"] if external else ["o.onnx"]
+    assert sorted(p.name for p in out.parent.iterdir()) == expected
 
 
 def test_temporaries_of_a_killed_save_are_removed_by_the_next(tmp_path):
@@ -314,16 +318,31 @@ print(json.dumps({{"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1
     assert "declares dims [2147483648]" in r["raised"] and "holds 8 bytes" in r["raised"]
 
 
-def test_shape_folding_never_evaluates_a_huge_constant_of_shape():
-    # A declared [2**31] input: Shape -> ConstantOfShape would be 8 GB if evaluated.
-    m = _model([helper.make_node("Shape", ["x"], ["s"]),
-                helper.make_node("ConstantOfShape", ["s"], ["c"]),
-                helper.make_node("Add", ["c", "x"], ["y"])],
-               [vi("x", F, ["n"])], [vi("y", F, None)])
-    lab = onnx_lab.open(m, dims={"n": 2**31})
-    t0 = time.perf_counter()
-    assert lab.tensors.set_index("name").loc["y", "shape"] is not None
-    assert time.perf_counter() - t0 < 30
+def test_shape_inference_never_materializes_a_huge_declared_dim():
+    # Shape -> ConstantOfShape -> Add of an input declared [2**31]: onnx's data propagation
+    # materialized the 2**31 values (std::bad_alloc, or 8 GB), and so would folding.
+    code = """
+import json, resource, onnx, onnx_lab
+from onnx import helper, TensorProto
+vi = helper.make_tensor_value_info
+g = helper.make_graph([helper.make_node("Shape", ["x"], ["s"]),
+                       helper.make_node("ConstantOfShape", ["s"], ["c"]),
+                       helper.make_node("Add", ["c", "c"], ["y"])], "g",
+                      [vi("x", TensorProto.FLOAT, ["n"])], [vi("y", TensorProto.FLOAT, None)])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+for dims in ({}, {"n": 2**31}):
+    lab = onnx_lab.open(m, dims=dims)
+    lab.tensors, lab.summary()
+    if dims:
+        lab.cost()
+m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2**31
+onnx_lab.open(m).tensors
+print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) < 1 << 30
 
 
 def test_the_unregistered_op_message_is_parsed_in_linear_time():
@@ -338,16 +357,16 @@ def test_the_unregistered_op_message_is_parsed_in_linear_time():
     assert time.perf_counter() - t0 < 1.0  # the regex took 27 s at 64k, > 300 s at 200k
 
 
-def test_check_of_a_model_with_a_200k_character_name_is_quick():
-    name = "t" * 200_000
-    m = _model([helper.make_node("Foo", ["x"], [name], domain="my.ops"),
-                helper.make_node("Relu", [name], ["y"])], [vi("x", F, [2])],
-               [vi("y", F, [2])])
-    m.opset_import.add(domain="my.ops", version=1)
+def test_check_of_a_model_with_a_64k_character_name_is_quick():
+    # onnxruntime's type error names the node; the regex that looked for an unregistered op
+    # in that text took 27 s at 64k characters (3.8 s at 20k).
+    m = _model([helper.make_node("Add", ["x", "i"], ["y"], name="n" * 65536)],
+               [vi("x", F, [2]), vi("i", TensorProto.INT64, [2])], [vi("y", F, [2])])
+    lab = onnx_lab.open(m)
     t0 = time.perf_counter()
-    df = onnx_lab.open(m).check()
-    assert time.perf_counter() - t0 < 20
-    assert (df.code == "provider_load").any()
+    df = lab.check()
+    assert time.perf_counter() - t0 < 5
+    assert set(df.code) == {"checker", "provider_load"}
 
 
 # ============================================================ 5. every cause is a LabError
