@@ -110,6 +110,7 @@ class DriftDebugger(View):
             page_size=page_size, single=True, on_change=self._guard(self._on_layer),
             formatters={"passed": lambda v: "✔" if v else "<b style='color:#c62828'>✘</b>",
                         "tensor": self._tensor_cell})
+        self.layers.add_class("onnx-lab-layers")
         self.layer_title = w.HTML()
         self.hist_html = w.HTML(layout=w.Layout(width="60%", min_width="360px"))
         self.scatter_html = w.HTML(layout=w.Layout(width="38%", min_width="260px"))
