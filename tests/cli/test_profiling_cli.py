@@ -17,7 +17,9 @@ def _json(capsys, argv):
 def test_profile_json(capsys):
     d = _json(capsys, ["profile", "sample:convnet", "--runs", "2", "--warmup", "1", "--json",
                        "--providers", "cpu", "--top", "4"])
-    assert set(d) == {"runs", "warmup", "opt_level", "latency", "session", "ops", "nodes", "notes"}
+    # Issue 17 adds profiled_runs, budget_s, cancelled and the memory table.
+    assert set(d) == {"runs", "warmup", "opt_level", "latency", "session", "ops", "nodes", "notes",
+                      "profiled_runs", "budget_s", "cancelled", "memory"}
     assert d["runs"] == 2 and d["warmup"] == 1 and len(d["nodes"]) == 4
     assert set(d["latency"][0]) >= {"session", "mean_ms", "p50_ms", "p90_ms", "p99_ms"}
     assert set(d["nodes"][0]) >= {"node_id", "provider", "op_type", "calls", "mean_ms",
