@@ -103,7 +103,9 @@ class GraphCanvas(anywidget.AnyWidget):
         if rendering is None:
             self.items, self.svg, self.fallback, self.legend_html = {}, "", "", ""
             self.selected, self.details_html = "", ""
+            self.layout.display = "none"  # an empty box says nothing: hide it until shown
             return
+        self.layout.display = None
         keep = self.selected if keep_selection and self.selected in rendering.view.nodes else ""
         with self.hold_sync():
             self.items = canvas_items(rendering, self._model()) if self._model() else {}

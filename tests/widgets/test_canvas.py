@@ -86,3 +86,15 @@ def test_linked_selection_drift_tick_centres_explorer():
     d.layers.select([tensor])
     assert e.canvas.selected == e.canvas.key_for(node)
     assert selection(lab).node == node
+
+
+def test_an_empty_canvas_is_hidden_until_it_shows_a_graph():
+    import onnx_lab
+    from onnx_lab.widgets.canvas import GraphCanvas
+
+    lab = onnx_lab.open("sample:convnet")
+    c = GraphCanvas(lab)
+    c.show(None)
+    assert c.layout.display == "none" and c.svg == ""
+    c.show(lab.render(around="/stem/conv/Conv", radius=1))
+    assert c.layout.display is None and c.svg
