@@ -28,7 +28,7 @@ from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import Resolved, resolve
-from onnx_lab.core.values import const_array, is_constant
+from onnx_lab.core.values import const_array, constant_producer, foldable_nodes, is_constant
 from onnx_lab.errors import InputError, LabError, RuntimeLoadError, unknown_name
 from onnx_lab.numerics.align import align
 from onnx_lab.numerics.confirm import confirm_divergence
@@ -369,16 +369,35 @@ def _run_once(model: LabModel, feeds, name: str, providers: list[str], what: str
             model.forget(RUNTIME_PROTO_KEY)
 
 
+def _weight_makers(model: LabModel) -> set[str]:
+    """Main-graph nodes that compute weights: Constant nodes and nodes whose inputs are all
+    constants (a ConstantOfShape or a Reshape of an initializer: old exports make weights so)."""
+    makers = {nid for nid, _node in foldable_nodes(model).values()}
+    makers |= {nid for nid, e in model.index.entries.items()
+               if e.graph == "" and constant_producer(e.node.outputs[0] if e.node.outputs
+                                                      else None) is not None}
+    return makers
+
+
+def _data_inputs(node: ir.Node, idx: Any, makers: set[str]) -> list[str]:
+    """The inputs of ``node`` that carry data, not weights."""
+    return [v.name for v in node.inputs if v is not None and v.name
+            and not is_constant(v, stored=True) and idx.producer.get(v.name) not in makers]
+
+
 def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFrame
                       ) -> dict[str, Any] | None:
-    """The first failing tensor whose producer's inputs are all within tolerance.
+    """The first failing tensor of a node that computes on data and whose data inputs are all
+    within tolerance.
 
-    Inputs that were not compared (fused away, no counterpart) stand for their own nearest
-    compared ancestors.
+    Weights computed by nodes (Constant, ConstantOfShape over constants...) come first in
+    topological order but are not where data diverges: a differing weight is reported on the
+    node that consumes it (see :func:`_blame`). Inputs that were not compared (fused away, no
+    counterpart) stand for their own nearest compared ancestors.
     """
     idx = model.index
     status = dict(zip(layers["tensor"], layers["passed"].astype(bool)))
-    g = model.graph
+    makers = _weight_makers(model)
     memo: dict[str, bool] = {}
 
     def ok(name: str, depth: int = 0) -> bool:
@@ -390,20 +409,16 @@ def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFra
         if nid is None or depth > 500:  # a graph input, initializer or outer value
             return True
         memo[name] = True  # cycle guard
-        res = all(ok(v.name, depth + 1) for v in idx.node(nid).inputs
-                  if v is not None and v.name)
+        res = all(ok(n, depth + 1) for n in _data_inputs(idx.node(nid), idx, makers))
         memo[name] = res
         return res
 
     failing = layers.loc[~layers["passed"].astype(bool)]
     for row in failing.itertuples(index=False):
         nid = row.node_id
-        if not isinstance(nid, str) or nid not in idx.entries:
+        if not isinstance(nid, str) or nid not in idx.entries or nid in makers:
             continue
-        node = idx.node(nid)
-        ins = [v.name for v in node.inputs if v is not None and v.name
-               and v.name not in g.initializers and v.const_value is None]
-        if all(ok(n) for n in ins):
+        if all(ok(n) for n in _data_inputs(idx.node(nid), idx, makers)):
             return {"tensor": row.tensor, "node_id": nid, "op_type": row.op_type,
                     "max_abs": float(row.max_abs),
                     "reaches_outputs": _reaches(model, nid, outputs),
@@ -447,33 +462,28 @@ def _computing_preset(model: LabModel) -> str | None:
 
 def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.DataFrame,
            ref_dict: Mapping[str, Any] | None) -> None:
-    """Name the node a user should look at, and why (in place on ``div``).
+    """Say why the divergent node differs, and name what to look at (in place on ``div``).
 
-    A divergence that starts at a Constant node is a weight that differs: it is reported on
-    the node that consumes it (``Conv /c2: its input W differs``), with the constant named.
-    A node whose own constant inputs differ between the models is blamed for its weights; one
-    whose data inputs were all compared and agree computes differently; one with an input
-    that could not be compared may only receive different inputs (``compare(confirm=True)``
-    tells them apart).
+    ``weights``: one of its weight inputs differs — a tensor made by a Constant (or another
+    weight-making) node whose comparison failed, or an initializer whose values differ from
+    its counterpart's; the weight is named (``constant``, ``constant_tensor``,
+    ``constant_max_abs``). ``computation``: its data inputs were all compared and agree.
+    ``inputs``: a data input has no counterpart, so it may only receive different inputs
+    (``compare(confirm=True)`` tells them apart).
     """
     idx = model.index
     rows = layers.set_index("tensor", drop=False)
     nid = div["node_id"]
     node = idx.node(nid)
-    div.setdefault("cand_node_id", _cand_node(rows, div["tensor"]))
-    if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-        users = sorted(idx.consumers.get(div["tensor"], ()), key=lambda u: idx.entries[u].topo)
-        if users:
-            user = users[0]
-            out = next((v.name for v in idx.node(user).outputs if v.name), None)
-            div.update(constant=nid, constant_tensor=div["tensor"],
-                       constant_max_abs=div["max_abs"], node_id=user,
-                       op_type=idx.node(user).op_type, cause="weights",
-                       cand_node_id=_cand_node(rows, out) if out else None)
-            if out in rows.index:
-                div.update(tensor=out, max_abs=float(rows.loc[out, "max_abs"]))
-            div["message"] = (f"{div['op_type']} {user}: its input {div['constant_tensor']!r} "
-                              f"(Constant {nid}) differs, max_abs {div['constant_max_abs']:.3g}")
+    makers = _weight_makers(model)
+    for v in node.inputs:
+        maker = idx.producer.get(v.name) if v is not None and v.name else None
+        if maker in makers and v.name in rows.index and not bool(rows.loc[v.name, "passed"]):
+            err = float(rows.loc[v.name, "max_abs"])
+            div.update(cause="weights", constant=maker, constant_tensor=v.name,
+                       constant_max_abs=err,
+                       message=f"{node.op_type} {nid}: its input {v.name!r} "
+                       f"({idx.node(maker).op_type} {maker}) differs, max_abs {err:.3g}")
             return
     if ref_dict is None:
         differing = _differing_weights(node, cand, div.get("cand_node_id"))
@@ -484,9 +494,7 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
                        message=f"{node.op_type} {nid}: its weight {name!r} differs, "
                        f"max_abs {err:.3g}")
             return
-    data = [v.name for v in node.inputs if v is not None and v.name
-            and not is_constant(v, stored=True)]
-    compared = all(n in rows.index for n in data)
+    compared = all(n in rows.index for n in _data_inputs(node, idx, makers))
     div["cause"] = "computation" if compared else "inputs"
     div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
                       f"output differs (max_abs {div['max_abs']:.3g})" if compared else

@@ -350,3 +350,18 @@ def test_int8_preset_judges_by_sqnr_both_ways():
                    [_vi("x", [64])], [_vi("y", [64])], [])
     feeds = {"x": np.random.default_rng(2).standard_normal(64).astype(np.float32)}
     assert not onnx_lab.compare(clean, noisy, feeds=feeds, preset="int8").passed
+
+
+def test_weights_computed_by_nodes_are_blamed_on_the_first_consumer():
+    # onnx's light squeezenet computes every weight with ConstantOfShape: those nodes come
+    # first in topological order, but the divergence is the first Conv, for its weight.
+    import os
+
+    import onnx.backend.test
+
+    path = os.path.join(os.path.dirname(onnx.backend.test.__file__), "data", "light",
+                        "light_squeezenet.onnx")
+    lab = onnx_lab.open(path)
+    d = onnx_lab.compare(lab, onnx_lab.to_fp16(lab), preset="exact").first_divergence
+    assert d["node_id"] == "n0" and d["op_type"] == "Conv" and d["cause"] == "weights"
+    assert d["constant_tensor"] == "conv1_w_0" and d["constant"].startswith("ConstantOfShape")
