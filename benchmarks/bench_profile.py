@@ -272,6 +272,35 @@ def bench_budgets(sizes=(1, 2, 4, 8, 16), runs: int = 20) -> None:
           f"{t_ta / t_tf:.2f}")
 
 
+def bench_backends() -> None:
+    """ResNet-50: onnxruntime CPU and OpenVINO CPU side by side in one call."""
+    from onnx_lab.runtime.openvino import INSTALL_HINT, openvino_available
+
+    if not openvino_available():
+        print(f"[backends] skipped: {INSTALL_HINT}")
+        return
+    import onnx
+
+    # The export fixes the batch at 1: make it symbolic for the sweep (inputs, outputs, and
+    # no stale value_info), dims={"batch": 1} for the profile.
+    m = onnx.load(str(_models.resnet50()))
+    for v in list(m.graph.input) + list(m.graph.output):
+        v.type.tensor_type.shape.dim[0].dim_param = "batch"
+    del m.graph.value_info[:]
+    lab = onnx_lab.open(m)
+    t0 = time.perf_counter()
+    r = lab.compare_backends(["cpu", "openvino"], batch_sizes=(1, 2, 4, 8), progress=False)
+    el = time.perf_counter() - t0
+    rows = [f"{b.backend}: median {b.median_ms:.1f} ms (95% CI {b.ci_low_ms:.1f}-"
+            f"{b.ci_high_ms:.1f}, p10-p90 {b.p10_ms:.1f}-{b.p90_ms:.1f}, {b.runs} runs), knee "
+            f"{b.knee} ({'found' if b.knee_found else 'still rising'}), "
+            f"{b.items_per_s_at_knee:.1f} items/s there, outputs agree {b.outputs_agree} "
+            f"(max |err| {b.max_abs:.2g}, preset {b.preset or '-'})"
+            for b in r.table.itertuples()]
+    print(f"[backends] ResNet-50, compare_backends in {el:.1f} s: " + "; ".join(rows)
+          + f"; {r.table.vs_reference.iloc[1]}")
+
+
 def bench_widget() -> None:
     """The Profiler widget's long actions with their defaults on the detector (headless)."""
     from onnx_lab.widgets import Profiler
@@ -295,7 +324,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--skip-bert", action="store_true")
-    ap.add_argument("--only", default="overhead,parse,cost,budgets,widget")
+    ap.add_argument("--only", default="overhead,parse,cost,budgets,widget,backends")
     args = ap.parse_args()
     only = set(args.only.split(","))
     if "cost" in only:
@@ -310,6 +339,8 @@ def main() -> None:
         bench_budgets()
     if "widget" in only:
         bench_widget()
+    if "backends" in only:
+        bench_backends()
 
 
 if __name__ == "__main__":
