@@ -83,6 +83,7 @@ class GraphCanvas(anywidget.AnyWidget):
         self._select_callbacks: list[Callable[[str], None]] = []
         self.error: BaseException | None = None
         self.add_class("onnx-lab-canvas")
+        self.layout.display = "none"  # hidden until show() gives it a graph
         self.on_msg(self._on_msg)
         self.observe(self._on_selected, names="selected")
 
