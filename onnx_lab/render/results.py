@@ -149,7 +149,8 @@ def profile_summary_html(p: Profile) -> str:
     for r in p.latency_stats.itertuples():
         line = (f"<b>{html.escape(str(r.session))}</b>: median (p50) {r.p50_ms:.3f} ms "
                 f"(95% CI {r.ci_low_ms:.3f}-{r.ci_high_ms:.3f}), p10-p90 {r.p10_ms:.3f}-"
-                f"{r.p90_ms:.3f} ms; {r.profiled_runs} profiled runs for the operator shares, "
+                f"{r.p90_ms:.3f} ms, mean {r.mean_ms:.3f} ms; {r.profiled_runs} profiled "
+                f"runs for the operator shares, "
                 f"{r.runs} {html.escape(str(r.latency_from))} runs for the latency "
                 f"(stopped: {html.escape(str(r.stopped))})")
         if mem is not None and r.session in mem.index:

@@ -19,14 +19,24 @@ import ipywidgets as w
 
 from onnx_lab.widgets._common import (
     PagedTable,
+    SelectableTable,
     View,
     code_html,
     figure_html,
     info_html,
-    rendering_html,
 )
 
 __all__ = ["Profiler"]
+
+
+def _slow_frame(times: Any, entries: Any) -> Any:
+    """node_id, op_type, time_ms of the slowest nodes (for the tickable list)."""
+    from onnx_lab._pandas import pd
+
+    return pd.DataFrame({"node_id": list(times.index),
+                         "op_type": [entries[n].node.op_type if n in entries else ""
+                                     for n in times.index],
+                         "time_ms": [round(float(v), 3) for v in times.to_numpy()]})
 
 
 def _parse_sizes(text: str) -> list[int] | None:
@@ -132,12 +142,27 @@ class Profiler(View):
         self.cost_table = PagedTable(page_size=page_size, caption="cost per node")
         self.roof_table = PagedTable(page_size=page_size, caption="roofline per node")
         self.roofline: Any = None
-        self.graph_html = w.HTML()
+        from onnx_lab.widgets._links import selection
+        from onnx_lab.widgets.canvas import GraphCanvas
+
+        # Latency on the graph: the canvas, and the slowest nodes to tick (a tick centres the
+        # node here and in every widget on the same Lab).
+        self.canvas = GraphCanvas(self.lab, height=520)
+        self.slow_nodes = SelectableTable(
+            "node_id", [("node_id", 260), ("op_type", 120), ("time_ms", 90)],
+            page_size=10, single=True, on_change=self._guard(self._on_slow_node))
+        self.slow_nodes.add_class("onnx-lab-slow-nodes")
+        self.link = selection(self.lab)
+        self.link.subscribe(self, self._guard(self.canvas.focus))
+        self.canvas.on_select(self._guard(lambda nid: self.link.select(nid, source=self)))
+        self.graph_box = w.VBox([
+            w.HTML("<b>Slowest nodes</b> (tick one to centre it here and in other widgets on "
+                   "this Lab)"), self.slow_nodes, self.canvas])
         self.tabs = w.Tab(children=[
             w.VBox([self.summary_html, self.plot_html]),
             self.ops_table, self.nodes_table, self.latency_html,
             self.levels_html, self.sweep_html, w.VBox([self.cost_html, self.roof_table, self.cost_table]),
-            self.graph_html])
+            self.graph_box])
         for i, t in enumerate(["Overview", "Op types", "Top nodes", "Latency", "ORT levels",
                                "Batch sweep", "Cost", "Graph"]):
             self.tabs.set_title(i, t)
@@ -164,6 +189,12 @@ class Profiler(View):
         self.code.value = code_html(self._profile_code())
 
     # ------------------------------------------------------------------ helpers
+    def _on_slow_node(self, keys: list[str]) -> None:
+        """A ticked slow node: centred in this canvas and selected in linked widgets."""
+        if keys:
+            self.canvas.focus(keys[0])
+            self.link.select(keys[0], source=self)
+
     def _clicked(self, fn):
         guarded = self._guard(fn)
         return lambda _b: guarded()
@@ -294,7 +325,12 @@ class Profiler(View):
         r = self._call(self.profile_result.render, collapse="auto", busy="Laying out…")
         if r is None:
             return
-        self.graph_html.value = rendering_html(r)
+        times = self.profile_result.overlay()
+        self.canvas.show(r, overlay=times, overlay_label="time_ms",
+                         title="time per node (ms per run)")
+        nodes = self.lab.index.entries
+        slow = times.sort_values(ascending=False).head(30)
+        self.slow_nodes.set(_slow_frame(slow, nodes), keep_selection=False)
         self.result = r
         self.tabs.selected_index = 7
         self.code.value = code_html(self._profile_code() + '; p.render(collapse="auto")')

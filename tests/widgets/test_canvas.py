@@ -98,3 +98,22 @@ def test_an_empty_canvas_is_hidden_until_it_shows_a_graph():
     assert c.layout.display == "none" and c.svg == ""
     c.show(lab.render(around="/stem/conv/Conv", radius=1))
     assert c.layout.display is None and c.svg
+
+
+def test_profiler_latency_on_the_canvas_and_a_slow_node_tick_centres_explorer():
+    from onnx_lab.widgets import Profiler
+
+    lab = onnx_lab.open("sample:convnet")
+    e = Explorer(lab, tab="Graph")
+    p = Profiler(lab, runs=3, warmup=1, background=False)
+    p.run_profile()
+    p.render_latency()
+    assert p.error is None and p.canvas.svg and p.canvas.overlay_label == "time_ms"
+    slow = p.slow_nodes.df
+    assert len(slow) and list(slow.columns) == ["node_id", "op_type", "time_ms"]
+    assert slow["time_ms"].is_monotonic_decreasing
+    node = slow["node_id"].iloc[0]
+    p.slow_nodes.select([node])
+    assert selection(lab).node == node
+    assert e.canvas.selected == e.canvas.key_for(node)
+    assert p.canvas.selected == p.canvas.key_for(node)
