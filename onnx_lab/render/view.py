@@ -486,6 +486,7 @@ def _apply_overlay(view: GraphView, idx: ModelIndex, overlay, label: str | None,
     scale = make_scale(list(values.values()), log=log, label=label)
     if scale is None and values:
         notes.append("overlay: no finite value; NaN/Inf nodes are marked.")
+    above = 0
     for n in view.nodes.values():
         if n.kind not in ("op", "box"):
             continue
@@ -497,11 +498,19 @@ def _apply_overlay(view: GraphView, idx: ModelIndex, overlay, label: str | None,
         v = vals[0] if n.kind == "op" else aggregate(vals, label)
         n.value = v
         n.value_text = f"{label} {format_value(v)}"
+        if scale is not None and math.isfinite(v) and v > scale.vmax:
+            # A collapsed block's sum (times) can pass the largest node value the scale is
+            # made of: it gets the top colour, and says so.
+            n.value_text += " ▲ above the scale"
+            above += 1
         fill = scale.color(v) if scale is not None else "#c51b8a"
         n.fill = fill
         n.font_color = scale.font_for(fill) if scale is not None else "white"
     if scale is not None:
         view.legend = scale
+    if above:
+        notes.append(f"overlay: {above} collapsed block(s) sum above the colour scale's max "
+                     f"({format_value(scale.vmax)}): drawn in its top colour, marked ▲.")
 
 
 def _apply_highlight(view: GraphView, idx: ModelIndex, highlight, notes: list[str]) -> None:

@@ -352,3 +352,19 @@ def test_highlighting_a_constant_outlines_the_node_drawn_around_it():
     assert dot_backend.HIGHLIGHT_COLOR in node_stmt(r.dot, "add")
     plain = lab.render(around="const", radius=1)
     assert dot_backend.HIGHLIGHT_COLOR not in node_stmt(plain.dot, "add")
+
+
+def test_collapsed_block_times_above_the_colour_scale_are_marked():
+    import pandas as pd
+
+    import onnx_lab
+
+    lab = onnx_lab.open("sample:convnet")
+    times = pd.Series({n: 1.0 for n in lab.nodes.node_id}, name="time_ms")
+    r = lab.render(collapse=1, overlay=times)
+    boxes = [n for n in r.view.nodes.values() if n.kind == "box"]
+    assert boxes and all("above the scale" in n.value_text for n in boxes)
+    assert any("above the colour scale" in note for note in r.notes)
+    errors = pd.Series({n: 1.0 for n in lab.nodes.node_id}, name="max_abs")  # max, not sum
+    r = lab.render(collapse=1, overlay=errors)
+    assert not any("above the scale" in (n.value_text or "") for n in r.view.nodes.values())
