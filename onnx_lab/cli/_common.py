@@ -31,9 +31,14 @@ _NUMBERS: dict[str, tuple[float, bool, str]] = {
     "top": (1, False, "a positive int"), "runs": (1, False, "a positive int"),
     "threads": (1, False, "a positive int"), "max_nodes": (1, False, "a positive int"),
     "max_bytes": (1, False, "a positive int"), "warmup": (0, False, "an int >= 0"),
-    "radius": (0, False, "an int >= 0"), "timeout": (0, True, "a number of seconds > 0"),
+    "radius": (0, False, "an int >= 0"),
+    "timeout": (0, True, "a number of seconds > 0 and at most a day (86400)"),
     "atol": (0, False, "a finite number >= 0"), "rtol": (0, False, "a finite number >= 0"),
 }
+
+
+# Upper bounds where the standard library refuses more (a thread's timeout past ~292 years).
+_HIGHEST = {"timeout": 86400}
 
 
 def check_numbers(args: argparse.Namespace) -> None:
@@ -46,7 +51,8 @@ def check_numbers(args: argparse.Namespace) -> None:
         value = getattr(args, dest, None)
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        bad = not math.isfinite(value) or value < low or (strict and value == low)
+        bad = not math.isfinite(value) or value < low or (strict and value == low) \
+            or value > _HIGHEST.get(dest, math.inf)
         if bad:
             flag = "--" + dest.replace("_", "-")
             raise InputError(f"{flag} {value!r}: {dest.replace('_', ' ')} must be {want}.",

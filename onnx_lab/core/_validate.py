@@ -26,6 +26,7 @@ import functools
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -103,6 +104,8 @@ def tensor_problem(t: onnx.TensorProto, stored: int | None = None) -> str | None
     dims = list(t.dims)
     if any(d < 0 for d in dims):
         return f"has negative dims {dims}"
+    if t.data_type not in _DTYPES:
+        return f"has the unknown data type {t.data_type}"
     dtype = ir.DataType(t.data_type)
     numel = _numel(dims)
     if t.data_location == onnx.TensorProto.EXTERNAL:
@@ -245,20 +248,28 @@ def remark_unreadable(model: ir.Model) -> None:
     in-memory model; the loader finds them while it checks the structure)."""
     for g in model.graphs():
         for v in g.initializers.values():
-            t = v.const_value
-            if isinstance(t, ir.serde.TensorProtoTensor) and not isinstance(t, UnreadableTensor):
-                problem = tensor_problem(t.raw)
-                if problem:
-                    v.const_value = unreadable(t, problem)
+            problem = _ir_problem(v.const_value)
+            if problem:
+                v.const_value = unreadable(v.const_value, problem)
         for node in g:
             for key, a in list(node.attributes.items()):
-                t = a.value if a.type == ir.AttributeType.TENSOR else None
-                if isinstance(t, ir.serde.TensorProtoTensor) \
-                        and not isinstance(t, UnreadableTensor):
-                    problem = tensor_problem(t.raw)
-                    if problem:
-                        node.attributes[key] = ir.AttrTensor(key, unreadable(t, problem),
-                                                             doc_string=a.doc_string)
+                if a.type != ir.AttributeType.TENSOR:
+                    continue
+                problem = _ir_problem(a.value)
+                if problem:
+                    node.attributes[key] = ir.AttrTensor(key, unreadable(a.value, problem),
+                                                         doc_string=a.doc_string)
+
+
+def _ir_problem(t: ir.TensorProtocol | None) -> str | None:
+    """:func:`tensor_problem` for a tensor onnx_ir built: from a message, or strings."""
+    if isinstance(t, UnreadableTensor):
+        return None
+    if isinstance(t, ir.serde.TensorProtoTensor):
+        return tensor_problem(t.raw)
+    if isinstance(t, ir.StringTensor) and np.size(t.raw) != _numel(t.shape):
+        return f"declares dims {list(t.shape)} as STRING but holds {np.size(t.raw)} strings"
+    return None
 
 
 def unreadable(t: ir.TensorProtocol, problem: str) -> UnreadableTensor:
@@ -283,11 +294,32 @@ def _bad_text(what: str, where: str, value: bytes) -> ModelLoadError:
 
 @functools.cache
 def _schema_attrs(op_type: str, domain: str, version: int) -> dict[str, int] | None:
+    """Attribute name -> AttributeProto type the ONNX schema of the op gives it, plus the
+    op's input and output counts under ``_COUNTS`` (None: no schema)."""
     try:
         schema = onnx.defs.get_schema(op_type, version, domain)
     except Exception:  # noqa: BLE001 - unknown op or opset: nothing to compare with
         return None
-    return {name: int(a.type.value) for name, a in schema.attributes.items()}
+    out: dict = {name: int(a.type.value) for name, a in schema.attributes.items()}
+    out[_COUNTS] = (schema.min_input, schema.max_input, schema.min_output, schema.max_output)
+    return out
+
+
+_COUNTS = ("counts",)  # a key no attribute name can be
+
+
+def _counts_problem(schema: dict | None, op_type: str, n_in: int, n_out: int) -> str | None:
+    """Why a standard op with ``n_in`` inputs and ``n_out`` outputs lacks some its schema
+    requires (every reader of the graph may index them). Extra inputs or outputs are left
+    to ``check()``, which reports them."""
+    if schema is None:
+        return None
+    lo_in, _, lo_out, _ = schema[_COUNTS]
+    if n_in < lo_in:
+        return f"has {n_in} inputs; ONNX {op_type} needs at least {lo_in}"
+    if n_out < lo_out:
+        return f"has {n_out} outputs; ONNX {op_type} makes at least {lo_out}"
+    return None
 
 
 class _Walk:
@@ -441,6 +473,10 @@ class _Walk:
         if not self.in_function and node.domain in ("", "ai.onnx") \
                 and (node.domain, op_type) not in self.functions:
             schema = _schema_attrs(op_type, "", self.opsets[""])
+            problem = _counts_problem(schema, op_type, len(ins), len(outs))
+            if problem:
+                raise ModelLoadError(f"{self.what}: {self.where(node, i, graph)} {problem}.",
+                                     fix="Re-export the model (the node is malformed).")
         for a in node.attribute:
             self.attribute(a, node, i, path, graph, schema)
 
@@ -604,9 +640,18 @@ def check_ir_model(model: ir.Model, what: str) -> None:
             props(node, f"node {node.name!r}")
             for o in node.outputs:
                 text(o.name, f"an output name of node {node.name!r}")
+            for v in node.inputs:  # values nothing defines are in no graph's lists
+                if v is not None:
+                    text(v.name, f"an input name of node {node.name!r}")
             standard = node.domain in ("", "ai.onnx") \
                 and (node.domain, node.op_type, "") not in functions
             schema = _schema_attrs(node.op_type, "", version) if standard else None
+            problem = _counts_problem(schema, node.op_type, len(node.inputs),
+                                      len(node.outputs))
+            if problem:
+                raise ModelLoadError(f"{what}: {node.op_type} node {node.name!r} {problem}.",
+                                     fix="Rebuild the node with the inputs and outputs its "
+                                     "operator takes.")
             for a in node.attributes.values():
                 text(a.name, f"an attribute name of node {node.name!r}")
                 text(a.doc_string, f"the doc_string of attribute {a.name!r}")

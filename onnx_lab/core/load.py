@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["load_model", "check_external_data", "build_model"]
 
 _ZIP_MAGIC = b"PK\x03\x04"
+_KNOWN_DTYPES = frozenset(int(d) for d in ir.DataType)
 
 
 def load_model(source: object, *, mmap: bool = False,
@@ -149,6 +150,11 @@ def _from_ir(model: ir.Model, base: Path | None) -> LabModel:
     check_ir_model(model, what)
     sizes: dict[Path, int] = {}
     for desc, t in ir_tensors(model):
+        raw = t.raw if isinstance(t, ir.serde.TensorProtoTensor) else None
+        if raw is not None and raw.data_type not in _KNOWN_DTYPES:
+            raise ModelLoadError(f"{what[:1].upper() + what[1:]}: {desc} has the unknown data "
+                                 f"type {raw.data_type}.", fix="Known types: FLOAT=1 ... "
+                                 "FLOAT6E3M2=28.")
         if any(d < 0 for d in t.shape):
             raise ModelLoadError(f"{what[:1].upper() + what[1:]}: {desc} has negative dims "
                                  f"{list(t.shape)}.", fix="Tensor dims are sizes, never "

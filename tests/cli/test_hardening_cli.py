@@ -88,6 +88,7 @@ def test_console_script_usage_error_is_one_line():
     (["cost", "{m}", "--top", "0"], "--top"),
     (["render", "{m}", "-o", "g.dot", "--max-nodes", "-1"], "--max-nodes"),
     (["render", "{m}", "-o", "g.dot", "--timeout", "nan"], "--timeout"),
+    (["render", "{m}", "-o", "g.dot", "--timeout", "1e9"], "--timeout"),  # an OverflowError
     (["compare", "{m}", "{m}", "--atol", "-1e-3"], "--atol"),
     (["compare", "{m}", "{m}", "--rtol", "inf"], "--rtol"),
     (["compare", "{m}", "{m}", "--max-bytes", "0"], "--max-bytes"),

@@ -442,6 +442,9 @@ def _cause(name: str) -> tuple[bytes, type[LabError] | None]:
         a = next(a for a in scan.attribute if a.name == "num_scan_inputs")
         a.type, a.f = onnx.AttributeProto.FLOAT, 1.0
         return cf.SerializeToString(), ModelLoadError
+    if name == "node-without-outputs":  # found by make fuzz: an IndexError in a pass
+        del m.graph.node[0].output[:]
+        return m.SerializeToString(), ModelLoadError
     if name == "newline-file":
         return b"\n", ModelLoadError
     if name == "nested-past-protobuf":
@@ -455,7 +458,8 @@ def _cause(name: str) -> tuple[bytes, type[LabError] | None]:
 CAUSES = ["utf8-node", "utf8-tensor", "utf8-op_type", "utf8-producer", "utf8-metadata",
           "dtype-0", "dtype-unknown", "attribute-type-0", "two-writers", "dims-disagree",
           "float-in-int64_data", "sparse-initializer", "sparse-constant", "map-input",
-          "optional-input", "scan-attribute-type", "newline-file", "nested-past-protobuf"]
+          "optional-input", "scan-attribute-type", "node-without-outputs", "newline-file",
+          "nested-past-protobuf"]
 
 
 @pytest.mark.parametrize("cause", CAUSES)
@@ -515,6 +519,24 @@ def test_dims_that_disagree_are_a_check_finding_and_a_tensor_data_error():
     # a save writes the tensor back as it was
     again = onnx.load_from_string(lab.model.to_proto().SerializeToString())
     assert list(again.graph.initializer[0].dims) == [100000]
+
+
+def test_an_onnx_ir_model_is_checked_like_a_file():
+    # found by make fuzz: onnx_ir builds models from damaged protos without complaint
+    strings = TensorProto(name="s", data_type=TensorProto.STRING, dims=[4, 4],
+                          string_data=[b"a"])  # 16 declared, 1 stored
+    m = _model([helper.make_node("Constant", [], ["s"], value=strings),
+                helper.make_node("Identity", ["s"], ["y"])],
+               [], [helper.make_value_info("y", helper.make_tensor_type_proto(
+                   TensorProto.STRING, None))])
+    lab = onnx_lab.open(ir.serde.deserialize_model(m))
+    with pytest.raises(TensorDataError, match="as STRING but holds 1 strings"):
+        lab.weight_stats()
+    m = _add_model()
+    m.graph.node[0].attribute.append(helper.make_attribute("alpha", "x"))  # not in Relu
+    m.graph.node.append(helper.make_node("LeakyRelu", ["y"], ["z"], alpha=[1.0, 2.0]))
+    with pytest.raises(ModelLoadError, match="'alpha'.*FLOATS.*takes FLOAT"):
+        onnx_lab.open(ir.serde.deserialize_model(m))
 
 
 # ============================================================ 7. history versions immutable

@@ -253,6 +253,22 @@ def _selftest(what: str) -> None:
         np.ones(8 << 30, dtype=np.uint8)
 
 
+# Positions of the model arguments of each command (argv[0] is the command).
+_INPUT_ARGS = {"compare": (1, 2), "diff": (1, 2)}
+
+
+def _cli_reads_model(case: dict[str, Any]) -> bool:
+    """Whether the CLI case's command reads the model folder's files (a model argument or
+    --feeds names one)."""
+    argv = [a for a in case["argv"] if a not in ("-v", "--verbose")]
+    if not argv:
+        return False
+    positions = _INPUT_ARGS.get(argv[0], (1,))
+    named = [argv[k] for k in positions if k < len(argv)]
+    named += [argv[k + 1] for k, a in enumerate(argv[:-1]) if a == "--feeds"]
+    return any(a.startswith("{d}/model") for a in named)
+
+
 def run_case(case: dict[str, Any], d: Path) -> dict[str, Any]:
     """Run ``case`` in folder ``d`` (the current folder is ``d/model``); returns the report."""
     from onnx_lab.errors import LabError
@@ -304,6 +320,8 @@ def run_case(case: dict[str, Any], d: Path) -> dict[str, Any]:
     elif (where := _outputs_hold_secret(d / "out")) is not None:
         report = {"outcome": "violation", "detail": f"secret bytes written to {where}",
                   "previous": report}
+    elif case["kind"] == "cli" and not _cli_reads_model(case):
+        pass  # the command's inputs are elsewhere (sample:NAME): model/ may be an output
     elif _snapshot(d / "model") != inputs:
         changed = {k for k, v in _snapshot(d / "model").items() if inputs.get(k) != v}
         changed |= set(inputs) - set(_snapshot(d / "model"))

@@ -50,7 +50,7 @@ def test_fuzz_cases_end_in_a_result_or_a_lab_error(worker):
         assert set(seen) == set(FAMILIES), seen
 
 
-def test_worker_reports_a_crash_a_timeout_and_memory(worker, tmp_path):
+def test_worker_reports_a_crash_a_timeout_and_memory():
     """The harness itself: a case that kills its process, one that hangs and one that
     allocates past the limit end as crash, timeout and memory, not as passes."""
     fast = Worker(time_limit=2.0, memory_limit=512 << 20)
