@@ -11,7 +11,9 @@ Two kinds of findings:
 
 - **structural** problems make the model unreadable as a graph (names that are not UTF-8, an
   unknown tensor data type, attribute types that are undefined or contradict the ONNX schema,
-  two nodes writing one tensor, sparse tensors, map types): ``check_structure`` raises.
+  a standard node with fewer inputs or outputs than its schema requires, two nodes writing one
+  tensor, sparse tensors, map types): ``check_structure`` raises (``check_ir_model`` for an
+  ``onnx_ir.Model`` built in memory).
 - **data** problems concern one tensor's bytes (dims that disagree with the data, data in a
   field its data type does not use, no data at all): the model still opens (tables, summary,
   ``check()``, which reports them), the tensor is kept as written (a save writes it back
@@ -32,9 +34,9 @@ import onnx_ir as ir
 
 from onnx_lab.errors import ModelLoadError, TensorDataError
 
-__all__ = ["check_structure", "mark_unreadable", "tensor_problem", "expected_nbytes",
-           "UnreadableTensor", "unreadable", "KeptInline", "kept_inline", "remark_unreadable", "check_ir_model",
-           "ir_tensors"]
+__all__ = ["check_structure", "check_ir_model", "mark_unreadable", "remark_unreadable",
+           "tensor_problem", "expected_nbytes", "UnreadableTensor", "unreadable", "KeptInline",
+           "kept_inline", "ir_tensors"]
 
 _A = onnx.AttributeProto
 _DTYPES = frozenset(int(d) for d in ir.DataType)
@@ -379,8 +381,7 @@ class _Walk:
             self.props(vi.metadata_props, f"{role} {vi.name!r}")
         self.type_proto(vi.type, f"{role} {vi.name!r} of graph {graph!r}")
 
-    def tensor(self, t: onnx.TensorProto, where: str, stored: int | None = None
-               ) -> str | None:
+    def tensor(self, t: onnx.TensorProto, where: str) -> str | None:
         self.text(t.name, f"the name of {where}")
         self.text(t.doc_string, f"the doc_string of {where}")
         if len(t.metadata_props):
@@ -398,7 +399,7 @@ class _Walk:
                 f"{self.what}: {where} {t.name!r} is external data of type "
                 f"{_dtype_label(t.data_type)}, which cannot be stored in a data file.",
                 fix="Re-export the model.")
-        return tensor_problem(t, stored)
+        return tensor_problem(t)
 
     def found(self, bad: _Bad) -> None:
         if self.in_function:  # function bodies are not located: refuse instead
@@ -605,8 +606,9 @@ def _ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
 
 def check_ir_model(model: ir.Model, what: str) -> None:
     """The checks of :func:`check_structure` that apply to a model built in memory: text
-    (an ``onnx_ir.Model`` deserialized from a damaged proto carries ``bytes`` names) and
-    attribute types (undefined, or contradicting the ONNX schema of a standard op)."""
+    (an ``onnx_ir.Model`` deserialized from a damaged proto carries ``bytes`` names, dim
+    names, doc strings and metadata) and attribute types (undefined, or contradicting the
+    ONNX schema of a standard op), and the input/output counts the schemas require."""
     what = what[:1].upper() + what[1:]
     version = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
     if version is None or version <= 0:
@@ -622,6 +624,46 @@ def check_ir_model(model: ir.Model, what: str) -> None:
             text(k, f"a metadata_props key of {where}")
             text(v, f"metadata_props {k!r} of {where}")
 
+    def value(v: ir.Value, where: str) -> None:
+        text(v.name, where)
+        props(v, f"value {v.name!r}")
+        text(getattr(v, "doc_string", None), f"the doc_string of value {v.name!r}")
+        for d in v.shape or ():
+            if not isinstance(d, int):
+                text(getattr(d, "value", None), f"a dim name of value {v.name!r}")
+
+    def node_checks(node: ir.Node, where: str, standard_ops: bool) -> None:
+        for field in ("name", "op_type", "domain", "doc_string"):
+            text(getattr(node, field), f"the {field} of a node in {where}")
+        props(node, f"node {node.name!r}")
+        for o in node.outputs:
+            value(o, f"an output name of node {node.name!r}")
+        for v in node.inputs:  # values nothing defines are in no graph's lists
+            if v is not None:
+                text(v.name, f"an input name of node {node.name!r}")
+        standard = standard_ops and node.domain in ("", "ai.onnx") \
+            and (node.domain, node.op_type, "") not in functions
+        schema = _schema_attrs(node.op_type, "", version) if standard else None
+        problem = _counts_problem(schema, node.op_type, len(node.inputs), len(node.outputs))
+        if problem:
+            raise ModelLoadError(f"{what}: {node.op_type} node {node.name!r} {problem}.",
+                                 fix="Rebuild the node with the inputs and outputs its "
+                                 "operator takes.")
+        for a in node.attributes.values():
+            text(a.name, f"an attribute name of node {node.name!r}")
+            text(a.doc_string, f"the doc_string of attribute {a.name!r}")
+            at = f"attribute {a.name!r} of {node.op_type} node {node.name!r}"
+            if a.is_ref():
+                continue
+            if a.type == ir.AttributeType.UNDEFINED:
+                raise ModelLoadError(f"{what}: {at} has no type (UNDEFINED).",
+                                     fix="Set the attribute's type.")
+            if schema is not None and a.name in schema and schema[a.name] != int(a.type):
+                raise ModelLoadError(
+                    f"{what}: {at} is {a.type.name}, but ONNX {node.op_type} (opset "
+                    f"{version}) takes {_ATTR_NAMES.get(schema[a.name])}.",
+                    fix=f"Give {a.name!r} the type the operator takes.")
+
     for field in ("producer_name", "producer_version", "domain", "doc_string"):
         text(getattr(model, field), f"the model's {field}")
     props(model, "the model")
@@ -632,43 +674,22 @@ def check_ir_model(model: ir.Model, what: str) -> None:
         text(g.doc_string, f"the doc_string of graph {g.name!r}")
         props(g, f"graph {g.name!r}")
         for v in (*g.inputs, *g.outputs, *g.initializers.values()):
-            text(v.name, f"a value name in graph {g.name!r}")
-            props(v, f"value {v.name!r}")
+            value(v, f"a value name in graph {g.name!r}")
         for node in g:
-            for field in ("name", "op_type", "domain", "doc_string"):
-                text(getattr(node, field), f"the {field} of a node in graph {g.name!r}")
-            props(node, f"node {node.name!r}")
-            for o in node.outputs:
-                text(o.name, f"an output name of node {node.name!r}")
-            for v in node.inputs:  # values nothing defines are in no graph's lists
-                if v is not None:
-                    text(v.name, f"an input name of node {node.name!r}")
-            standard = node.domain in ("", "ai.onnx") \
-                and (node.domain, node.op_type, "") not in functions
-            schema = _schema_attrs(node.op_type, "", version) if standard else None
-            problem = _counts_problem(schema, node.op_type, len(node.inputs),
-                                      len(node.outputs))
-            if problem:
-                raise ModelLoadError(f"{what}: {node.op_type} node {node.name!r} {problem}.",
-                                     fix="Rebuild the node with the inputs and outputs its "
-                                     "operator takes.")
-            for a in node.attributes.values():
-                text(a.name, f"an attribute name of node {node.name!r}")
-                text(a.doc_string, f"the doc_string of attribute {a.name!r}")
-                at = f"attribute {a.name!r} of {node.op_type} node {node.name!r}"
-                if a.is_ref():
-                    continue
-                if a.type == ir.AttributeType.UNDEFINED:
-                    raise ModelLoadError(f"{what}: {at} has no type (UNDEFINED).",
-                                         fix="Set the attribute's type.")
-                if schema is not None and a.name in schema and schema[a.name] != int(a.type):
-                    raise ModelLoadError(
-                        f"{what}: {at} is {a.type.name}, but ONNX {node.op_type} (opset "
-                        f"{version}) takes {_ATTR_NAMES.get(schema[a.name])}.",
-                        fix=f"Give {a.name!r} the type the operator takes.")
+            node_checks(node, f"graph {g.name!r}", True)
+    for desc, t in _ir_tensors(model):
+        text(t.name, f"the tensor name of {desc}")
+        text(t.doc_string, f"the doc_string of {desc}")
+        props(t, desc)
+        if isinstance(t, ir.ExternalTensor):
+            text(t.location, f"the external data location of {desc}")
     for f in model.functions.values():
         for field in ("name", "domain", "doc_string"):
             text(getattr(f, field), f"the {field} of a function")
+        for v in f.inputs:
+            value(v, f"an input name of function {f.name!r}")
+        for node in f:
+            node_checks(node, f"function {f.name!r}", False)
 
 
 def ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
