@@ -18,8 +18,9 @@ Two kinds of findings:
   field its data type does not use, no data at all): the model still opens (tables, summary,
   ``check()``, which reports them), the tensor is kept as written (a save writes it back
   unchanged) but becomes an :class:`UnreadableTensor`, whose values raise
-  :class:`~onnx_lab.errors.TensorDataError`. Nothing ever allocates from the declared dims of
-  such a tensor, and shape inference sees it without a shape.
+  :class:`~onnx_lab.errors.TensorDataError` and whose ``nbytes`` are the bytes it holds.
+  Nothing ever allocates from the declared dims of such a tensor, and shape inference sees it
+  without a shape.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ _FIELD_DTYPES = {
     "double_data": {_D.DOUBLE, _D.COMPLEX128},
     "string_data": {_D.STRING},
 }
+_FIELD_BYTES = {"int32_data": 4, "float_data": 4, "int64_data": 8, "uint64_data": 8,
+                "double_data": 8}
 _REEXPORT = "Re-export the model, or replace the tensor (lab.initializers shows it)."
 
 
@@ -178,10 +181,14 @@ class UnreadableTensor(ir.serde.TensorProtoTensor):
 
     @property
     def nbytes(self) -> int:
-        """Declared bytes (0 for a tensor without a data type); nothing is read."""
-        if self.dtype in (_D.UNDEFINED, _D.STRING):
-            return 0
-        return expected_nbytes(int(self.dtype), _numel(self._proto.dims))
+        """The bytes the message holds, not what its dims declare (a 152-byte model may
+        declare 8 GB): sizes, savings and summaries follow what is stored."""
+        t = self._proto
+        if t.HasField("raw_data"):
+            return len(t.raw_data)
+        if len(t.string_data):
+            return sum(len(x) for x in t.string_data)
+        return sum(len(getattr(t, f)) * size for f, size in _FIELD_BYTES.items())
 
     def __repr__(self) -> str:
         return (f"UnreadableTensor<{self.dtype.name},{list(self._proto.dims)}>"
