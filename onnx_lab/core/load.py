@@ -189,34 +189,32 @@ class _Reader(threading.Thread):
     ``open`` without ``mmap`` must own its weights (a file rewritten later must not change or
     crash the Lab), so the file is read once; the read releases the GIL, so it overlaps the
     parsing and the graph deserialization the opening thread does meanwhile (BERT-base: the
-    ~0.1 s read hides behind ~0.15 s of deserialization).
+    read hides behind most of the ~0.15 s of deserialization).
     """
 
     def __init__(self, path: Path, size: int) -> None:
         super().__init__(name="onnx_lab-read", daemon=True)
         self.path, self.size = path, size
-        # np.empty, not bytearray(size): no zero-filling of pages the read overwrites anyway
-        # (a bytearray of BERT-base's 435 MB costs 0.3 s of memset, holding the GIL).
-        self.buf = np.empty(size, dtype=np.uint8)
+        self.buf: bytes = b""
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        # One read() into a new bytes object: the read releases the GIL and its buffer is
+        # plain malloc memory. (A numpy buffer of this size asks the kernel for huge pages,
+        # whose compaction stalls made BERT-base's read take 0.14-1.3 s instead of ~0.3 s;
+        # a bytearray would be zero-filled first, holding the GIL.)
         try:
-            view = memoryview(self.buf)
             with open(self.path, "rb", buffering=0) as f:
-                pos = 0
-                while pos < self.size:
-                    n = f.readinto(view[pos:])
-                    if not n:
-                        raise ModelLoadError(
-                            f"Model file {str(self.path)!r} shrank while it was read "
-                            f"({pos} of {self.size} bytes).",
-                            fix="Open it again once the program writing it has finished.")
-                    pos += n
+                self.buf = f.read()
+            if len(self.buf) != self.size:
+                raise ModelLoadError(
+                    f"Model file {str(self.path)!r} changed size while it was read "
+                    f"({len(self.buf)} of {self.size} bytes).",
+                    fix="Open it again once the program writing it has finished.")
         except BaseException as e:  # noqa: BLE001 - re-raised by the opening thread
             self.error = e
 
-    def result(self) -> np.ndarray:
+    def result(self) -> bytes:
         self.join()
         if isinstance(self.error, LabError):
             raise self.error
@@ -244,7 +242,7 @@ def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
         head = f.read(512)
     _check_magic(head, repr(str(path)))
     mapped = _map(path)
-    data: bytes | mmap.mmap | np.ndarray = mapped if mapped is not None else path.read_bytes()
+    data: bytes | mmap.mmap = mapped if mapped is not None else path.read_bytes()
     try:
         stripped, spans = split_raw_data(data, _VIEW_MIN_BYTES)
     except (ValueError, IndexError):  # not well-formed: protobuf below says so
@@ -355,7 +353,7 @@ def _weight_views(viewable: list[tuple[int, str, str, tuple[int, ...], int, int]
     for k, name, dtype, shape, offset, length in viewable:
         arr = np.frombuffer(data, dtype=dtype, count=length // np.dtype(dtype).itemsize,
                             offset=offset).reshape(shape)
-        arr.flags.writeable = False  # views of the read buffer would be writable: weights not
+        arr.flags.writeable = False  # weights are read-only, whatever buffer they view
         views.append((k, name, arr))
     return views
 
