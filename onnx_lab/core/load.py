@@ -266,6 +266,10 @@ def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
         viewable = _viewable(proto, spans, data)
         model = build_model(proto, what, path.parent.resolve(),
                             skip={k for k, *_ in viewable})
+        lab_model = LabModel(model, path=path)
+        if reader is not None:
+            # Every feature reads the index: build it while the weights are still being read.
+            lab_model.index  # noqa: B018 - the property builds and caches it
         failed = False
     finally:
         if reader is not None:
@@ -283,7 +287,7 @@ def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
         v.const_value = ir.Tensor(arr, dtype=old.dtype, name=name, doc_string=old.doc_string,
                                   metadata_props=dict(old.metadata_props))
     ir.external_data.set_base_dir(model.graph, str(path.parent))
-    return LabModel(model, path=path)
+    return lab_model
 
 
 def _not_protobuf(what: str, data) -> ModelLoadError:
