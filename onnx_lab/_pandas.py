@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["pd"]
+__all__ = ["pd", "prefetch"]
+
+
+def prefetch() -> None:
+    """Import pandas now: for a caller that would otherwise sit idle (``open`` waiting for a
+    large model's weights to be read in the background), so the first table does not pay it."""
+    import pandas  # noqa: F401 - the import is the point
 
 
 class _Pandas:

@@ -19,6 +19,7 @@ import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
+from onnx_lab._pandas import prefetch
 from onnx_lab.core._validate import (
     check_ir_model,
     check_structure,
@@ -270,6 +271,11 @@ def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
         if reader is not None:
             # Every feature reads the index: build it while the weights are still being read.
             lab_model.index  # noqa: B018 - the property builds and caches it
+            if reader.is_alive():
+                # Still reading (the read releases the GIL): the first table's pandas import
+                # costs nothing now. Small models (no background read) and mmap=True (the
+                # command line) never import it here.
+                prefetch()
         failed = False
     finally:
         if reader is not None:
