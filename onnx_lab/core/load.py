@@ -20,6 +20,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnx_lab._pandas import prefetch
+from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import (
     check_ir_model,
     check_structure,
@@ -436,18 +437,14 @@ def _check_proto(proto: onnx.ModelProto, what: str) -> None:
 def _iter_tensors(graph: onnx.GraphProto):
     """Every TensorProto of ``graph`` and its bodies: initializers, TENSOR and TENSORS
     attributes (sparse tensors are refused before this runs)."""
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR:
-                yield attr.t
-            elif attr.type == onnx.AttributeProto.TENSORS:
-                yield from attr.tensors
-            elif attr.type == onnx.AttributeProto.GRAPH:
-                yield from _iter_tensors(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _iter_tensors(g)
+    for g in graph_protos(graph):
+        yield from g.initializer
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.TENSOR:
+                    yield attr.t
+                elif attr.type == onnx.AttributeProto.TENSORS:
+                    yield from attr.tensors
 
 
 def _external_tensors(proto: onnx.ModelProto):

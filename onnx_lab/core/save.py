@@ -40,6 +40,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import UnreadableTensor, kept_inline
 from onnx_lab.core._wire import encode_varint as _varint
 from onnx_lab.core.history import History
@@ -318,17 +319,7 @@ def _save_pair(m: ir.Model, target: Path, data_name: str) -> None:
 
 def _relocate(proto: onnx.ModelProto, old: str, new: str) -> None:
     """Point every external reference to ``old`` at ``new`` (bodies included)."""
-    def graphs(g: onnx.GraphProto):
-        yield g
-        for n in g.node:
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    yield from graphs(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    for sub in a.graphs:
-                        yield from graphs(sub)
-
-    for g in graphs(proto.graph):
+    for g in graph_protos(proto.graph):
         for t in g.initializer:
             for e in t.external_data:
                 if e.key == "location" and e.value == old:

@@ -18,6 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core._fold import fold_shape_values
+from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import UnreadableTensor
 from onnx_lab.errors import DimError, close_matches, unknown_name
 
@@ -356,21 +357,13 @@ _MAX_PROPAGATED_DIM = 1 << 20
 def _largest_dim(graph: onnx.GraphProto) -> int:
     """The largest concrete dim declared anywhere in ``graph`` and its bodies."""
     largest = 0
-    stack = [graph]
-    while stack:
-        g = stack.pop()
+    for g in graph_protos(graph):
         for vi in (*g.input, *g.value_info, *g.output):
             for d in vi.type.tensor_type.shape.dim:
                 if d.HasField("dim_value") and d.dim_value > largest:
                     largest = d.dim_value
         for t in g.initializer:
             largest = max(largest, *t.dims, 0)
-        for n in g.node:
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    stack.append(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    stack.extend(a.graphs)
     return largest
 
 

@@ -45,6 +45,7 @@ import onnx_ir as ir
 from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
+from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.index import node_scope
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
@@ -222,17 +223,6 @@ def make_tolerance(target: str, metric: str | None = None, tolerance: Any = None
 
 
 # ---------------------------------------------------------------------------- converters
-def _graphs(g: onnx.GraphProto):
-    yield g
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for sg in a.graphs:
-                    yield from _graphs(sg)
-
-
 def _named(model: LabModel) -> LabModel:
     """A copy whose node names are the node ids (the converters select nodes by name, and
     ids are names when names are unique, so the ids of the copy are those of ``model``)."""
@@ -343,7 +333,7 @@ def _drop_fp16_roundtrips(proto: onnx.ModelProto) -> None:
     def to(n: onnx.NodeProto) -> int | None:
         return next((a.i for a in n.attribute if a.name == "to"), None)
 
-    graphs = list(_graphs(proto.graph))
+    graphs = list(graph_protos(proto.graph))
     users: dict[str, list[tuple[onnx.GraphProto, onnx.NodeProto]]] = {}
     for g in graphs:
         for n in g.node:
@@ -397,10 +387,10 @@ def _bf16_emulate(proto: onnx.ModelProto, kept: set[str], candidates: set[str]
     from onnx import helper, numpy_helper
 
     types: dict[str, int] = {}
-    for g in _graphs(proto.graph):
+    for g in graph_protos(proto.graph):
         for vi in list(g.value_info) + list(g.output) + list(g.input):
             types[vi.name] = vi.type.tensor_type.elem_type
-    for g in _graphs(proto.graph):
+    for g in graph_protos(proto.graph):
         inits = {t.name: t for t in g.initializer}
         rounded: dict[str, str] = {}
         new_nodes = []
