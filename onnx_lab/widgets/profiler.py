@@ -110,12 +110,19 @@ class Profiler(View):
         self.levels_button = w.Button(description="Compare ORT levels", icon="list",
                                       layout=w.Layout(width="180px"))
         dyn = self._dynamic_dims()
-        self.sweep_dim = w.Dropdown(options=dyn or ["batch"], value=(dyn or ["batch"])[0],
+        # Any named dynamic dim can be swept (the others keep the Lab's values); the dims
+        # the Lab leaves open come first. A model without one has nothing to sweep.
+        self.sweep_dim = w.Dropdown(options=dyn, value=dyn[0] if dyn else None,
                                     description="dim", layout=w.Layout(width="180px"))
         self.sweep_sizes = w.Text(value="1,2,4,8", description="sizes",
                                   layout=w.Layout(width="220px"))
         self.sweep_button = w.Button(description="Batch sweep", icon="line-chart")
-        self._long_buttons = [self.profile_button, self.levels_button, self.sweep_button]
+        self._long_buttons = [self.profile_button, self.levels_button]
+        if dyn:
+            self._long_buttons.append(self.sweep_button)
+        else:
+            self.sweep_button.disabled = True
+            self.sweep_button.tooltip = "the model has no named dynamic dim to sweep"
         self.peak_tflops = w.FloatText(value=1.0, description="peak TFLOP/s",
                                        style={"description_width": "initial"},
                                        layout=w.Layout(width="180px"))
@@ -202,7 +209,8 @@ class Profiler(View):
     def _dynamic_dims(self) -> list[str]:
         from onnx_lab.core.shapes import dynamic_dims
 
-        return [d for d in dynamic_dims(self.lab.model) if d not in self.lab.dims]
+        named = [d for d in dynamic_dims(self.lab.model) if d != "?"]
+        return sorted(named, key=lambda d: d in self.lab.dims)
 
     @property
     def selected_providers(self) -> list[str]:

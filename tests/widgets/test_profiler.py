@@ -148,3 +148,15 @@ def test_profiler_budget_mode_and_cost_tab(no_error):
     no_error(p)
     v = p.cost_html.value
     assert "FLOPs" in v and " ms<" in v and "B/s" in v and "<img" in v  # units + roofline
+
+
+def test_batch_sweep_offers_the_model_dims_only():
+    import onnx_lab
+    from onnx_lab.widgets import Profiler
+
+    fixed = Profiler(onnx_lab.open("sample:convnet"), background=False)
+    assert list(fixed.sweep_dim.options) == [] and fixed.sweep_button.disabled
+    block = Profiler(onnx_lab.open("sample:transformer_block", dims={"seq": 8}),
+                     background=False)
+    assert list(block.sweep_dim.options) == ["batch", "seq"]  # the open dim first
+    assert block.sweep_dim.value == "batch" and not block.sweep_button.disabled

@@ -1,0 +1,106 @@
+"""The Profiler's long actions in a real JupyterLab (headless Chromium) on a YOLO-like detector
+at 320x320: Profile, ORT levels and a Batch sweep finish with their default time budgets; a Profile of
+200,000 fixed runs is cancelled from the browser and keeps its partial results. The seconds each action took, from
+the click to the result in the page, are written to ``test-artifacts/profiler_browser.json``
+(timings are figures, not assertions; ``benchmarks/bench_profile.py`` measures them)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from _jupyter import (
+    ARTIFACTS,
+    chromium_page,
+    jupyter_lab,
+    require_chromium,
+    run_all_cells,
+    write_notebook,
+)
+
+pytestmark = pytest.mark.browser
+
+CELLS = [
+    "import onnx, onnx_lab, _models\nfrom onnx_lab.widgets import Profiler\n"
+    "onnx.save(_models.detector(), 'det.onnx')\n"
+    "lab = onnx_lab.open('det.onnx', dims={'height': 320, 'width': 320})",
+    "prof = Profiler(lab)\nprof",
+]
+
+
+def _wait_text(page, text: str, timeout_ms: int) -> None:
+    page.wait_for_function(
+        "t => [...document.querySelectorAll('.onnx-lab-profiler')]"
+        ".some(e => e.innerText.includes(t))", arg=text, timeout=timeout_ms)
+
+
+def test_profiler_actions_finish_or_cancel_in_jupyterlab(tmp_path):
+    require_chromium()
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(Path(__file__).with_name("_models.py"), root / "_models.py")
+    write_notebook(root / "profiler.ipynb", CELLS)
+    ARTIFACTS.mkdir(exist_ok=True)
+    seconds: dict[str, float] = {}
+    with jupyter_lab(root, tmp_path) as url, chromium_page(tmp_path / "profile") as page:
+        try:
+            run_all_cells(page, url, "profiler.ipynb")
+            prof = page.locator(".onnx-lab-profiler")
+            prof.wait_for(timeout=120_000)
+
+            t0 = time.perf_counter()
+            prof.locator("button", has_text="Profile").first.click()
+            _wait_text(page, "p50", 120_000)
+            seconds["profile"] = time.perf_counter() - t0
+            page.wait_for_function(  # the buttons come back when the action is over
+                "() => !document.querySelector('.onnx-lab-profiler button.mod-warning:enabled')"
+                " || document.querySelector('.onnx-lab-profiler button.mod-warning').disabled",
+                timeout=60_000)
+
+            t0 = time.perf_counter()
+            prof.locator("button", has_text="Compare ORT levels").first.click()
+            page.get_by_role("tab", name="ORT levels").wait_for(timeout=10_000)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.onnx-lab-profiler table')]"
+                ".some(t => t.innerText.includes('extended'))", timeout=120_000)
+            seconds["ort_levels"] = time.perf_counter() - t0
+            cancel = prof.locator("button", has_text="Cancel").first
+            page.wait_for_function("b => b.disabled", arg=cancel.element_handle(),
+                                   timeout=60_000)
+
+            # A Batch sweep over the height (the detector has no batch dim) stops by itself
+            # past its knee.
+            prof.locator("select").filter(
+                has=page.locator("option", has_text="height")).first.select_option("height")
+            sizes = prof.locator(".widget-text", has_text="sizes").locator("input")
+            sizes.fill("64,128,192,256,320,384,448,512")
+            sizes.press("Enter")
+            t0 = time.perf_counter()
+            prof.locator("button", has_text="Batch sweep").first.click()
+            _wait_text(page, "knee", 120_000)
+            seconds["batch_sweep"] = time.perf_counter() - t0
+            page.wait_for_function("b => b.disabled", arg=cancel.element_handle(),
+                                   timeout=60_000)
+
+            # A Profile of 200,000 fixed runs only ends when Cancel is clicked in the page.
+            runs = prof.locator(".widget-inline-hbox", has_text="runs").locator("input").first
+            runs.fill("200000")
+            runs.press("Enter")
+            t0 = time.perf_counter()
+            prof.locator("button", has_text="Profile").first.click()
+            page.wait_for_function("b => !b.disabled", arg=cancel.element_handle(),
+                                   timeout=30_000)
+            page.wait_for_timeout(1500)
+            cancel.click()
+            page.wait_for_function("b => b.disabled", arg=cancel.element_handle(),
+                                   timeout=60_000)
+            seconds["profile_cancelled"] = time.perf_counter() - t0
+            text = prof.inner_text().lower()
+            assert "cancel" in text
+            assert prof.locator(".onnx-lab-error").count() == 0
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "profiler_browser.png"), full_page=True)
+            (ARTIFACTS / "profiler_browser.json").write_text(json.dumps(seconds, indent=1))
