@@ -16,6 +16,7 @@ from onnx_lab.errors import InputError, UnknownNameError
 from onnx_lab.numerics.precision import TRIAL_COLUMNS, find_precision, sensitivity
 from onnx_lab.runtime.capture import run
 
+
 def rms_overflow(in_if=False, hidden=64):
     """x -> MatMul (values ~ +-500) -> RMSNorm from primitives (Pow overflows fp16) -> MatMul."""
     rng = np.random.default_rng(0)
@@ -52,7 +53,7 @@ def outlier_convnet(planted=("/conv2/Conv", "/conv4/Conv"), outlier=300.0, ch=12
     inits, nodes = [], []
     cin = 3
     ws = []
-    for i in range(1, 6):
+    for _ in range(1, 6):
         cout = ch
         w = (rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2 / (cin * 9))).astype(np.float32)
         b = (rng.standard_normal(cout) * 0.1).astype(np.float32)
