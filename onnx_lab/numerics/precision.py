@@ -842,6 +842,24 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
     return model, feed_list, conv
 
 
+def _start(source: Any, target: str, feeds: Any, calibration: Any, n_calibration: int,
+           dims: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None,
+           metric: str | None, tolerance: Any, atol: float | None, rtol: float | None,
+           should_stop: Callable[[], bool] | None = None) -> tuple[_Search, list[str]]:
+    """The search over ``source``'s candidate nodes (sensitivity and find_precision)."""
+    model, feed_list, conv = _prepare(source, target, feeds, calibration, n_calibration,
+                                      dims, shapes)
+    tol = make_tolerance(target, metric, tolerance, atol, rtol)
+    cands = conv.candidates()
+    if not cands:
+        raise InputError(f"The model has no node that {target} conversion changes (no float "
+                         "computation to keep or convert).",
+                         fix="Pass a float32 model; an already converted model has nothing "
+                         "left to search.")
+    return _Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs],
+                   should_stop=should_stop), cands
+
+
 def sensitivity(source: Any, target: str = "fp16", feeds: Any = None, *, by: str = "node",
                 recheck: int = 5, calibration: Any = None, n_calibration: int = 8,
                 metric: str | None = None, tolerance: Any = None, atol: float | None = None,
@@ -871,14 +889,8 @@ def sensitivity(source: Any, target: str = "fp16", feeds: Any = None, *, by: str
         >>> sensitivity("sample:convnet", "int8").head(3)
     """
     t_all = time.perf_counter()
-    model, feed_list, conv = _prepare(source, target, feeds, calibration, n_calibration,
-                                      dims, shapes)
-    tol = make_tolerance(target, metric, tolerance, atol, rtol)
-    cands = conv.candidates()
-    if not cands:
-        raise InputError(f"The model has no node that {target} conversion changes (no float "
-                         "computation).", fix="Pass a model that computes in float32.")
-    s = _Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs])
+    s, cands = _start(source, target, feeds, calibration, n_calibration, dims, shapes, metric,
+                      tolerance, atol, rtol)
     with Progress(progress, 2 + recheck, f"sensitivity {target}") as bar:
         s.bar = bar
         df, _ = _sensitivity(s, cands, recheck, max_bytes)
@@ -994,17 +1006,9 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
         >>> plan.kept, plan.trials[["phase", "n_kept", "score", "passed"]]
     """
     t_all = time.perf_counter()
-    model, feed_list, conv = _prepare(source, target, feeds, calibration, n_calibration,
-                                      dims, shapes)
-    tol = make_tolerance(target, metric, tolerance, atol, rtol)
-    cands = conv.candidates()
-    if not cands:
-        raise InputError(f"The model has no node that {target} conversion changes (no float "
-                         "computation to keep or convert).",
-                         fix="Pass a float32 model; an already converted model has nothing "
-                         "left to search.")
-    s = _Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs],
-                should_stop=should_stop)
+    s, cands = _start(source, target, feeds, calibration, n_calibration, dims, shapes, metric,
+                      tolerance, atol, rtol, should_stop)
+    model, feed_list, conv, tol = s.model, s.feed_list, s.conv, s.tol
     n = len(cands)
     est_total = 3 + recheck + max(1, math.ceil(math.log2(n + 1))) + min(max_trials, 16)
     with Progress(progress, est_total, f"find_precision {target}") as bar:
