@@ -364,7 +364,6 @@ def _weight_views(viewable: list[tuple[int, str, str, tuple[int, ...], int, int]
     for k, name, dtype, shape, offset, length in viewable:
         arr = np.frombuffer(data, dtype=dtype, count=length // np.dtype(dtype).itemsize,
                             offset=offset).reshape(shape)
-        arr.flags.writeable = False  # weights are read-only, whatever buffer they view
         views.append((k, name, arr))
     return views
 
