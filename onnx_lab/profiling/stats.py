@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["summarize", "median_ci", "compare_samples", "Difference", "busy_note",
+__all__ = ["summarize", "median_ci", "compare_samples", "clearly_slower", "Difference", "busy_note",
            "load_per_core", "STABLE_REL_CI", "MIN_EFFECT", "BUSY_SPREAD", "BUSY_LOAD"]
 
 #: A point is stable once the 95% interval of its median is within +-2% of the median.
@@ -108,6 +108,19 @@ def decided(a: np.ndarray, b: np.ndarray, min_effect: float = MIN_EFFECT) -> boo
     lo, hi = lb / ha, hb / la
     return lo > 1 + min_effect or hi < 1 - min_effect or (
         lo >= 1 - min_effect and hi <= 1 + min_effect)
+
+
+def clearly_slower(best: np.ndarray, b: np.ndarray, min_runs: int = 5) -> bool:
+    """Whether ``b`` is clearly slower than ``best``: the 95% intervals of the two medians do
+    not overlap (with fewer than 6 runs the interval is (min, max): every run of ``b`` took
+    longer than every run of ``best``, which chance gives with p = 1/252 for 5 runs each).
+
+    A sweep uses it to retire a point from the race for the fastest: once it cannot be the
+    fastest, more runs of it would not change the answer.
+    """
+    if len(best) < min_runs or len(b) < min_runs:
+        return False
+    return median_ci(b)[0] > median_ci(best)[1]
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,8 @@ BATCH_BUDGET_S = 6.0
 THREADS_BUDGET_S = 3.0
 #: Warm-up runs of adaptive points (fixed runs use ``warmup``).
 _AUTO_WARMUP = 2
+#: Rounds of an adaptive race (levels, thread counts) before a clearly slower point leaves it.
+RACE_MIN_RUNS = 5
 
 STAT_COLUMNS = ["runs", "mean_ms", "p10_ms", "p50_ms", "p90_ms", "std_ms", "ci_low_ms",
                 "ci_high_ms", "rel_ci"]
@@ -74,45 +76,69 @@ def _time_point(sess, feed: dict, runs: int | None, warmup: int, budget: Budget,
 
 def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
                  budget_s: float | None, t_start: float, reporter: Progress, cancel: Any,
-                 rel_ci: float) -> list[np.ndarray]:
+                 rel_ci: float, labels: Sequence[str] | None = None
+                 ) -> tuple[list[np.ndarray], list[str]]:
     """Wall ms of each session, run round-robin (a, b, c, a, b, c...): a change of load on
     the machine hits every session alike instead of the one that happened to run then.
-    Fixed ``runs`` each, or until every median is stable or ``budget_s`` (counted from
-    ``t_start``) is spent."""
-    from onnx_lab.profiling.stats import decided, stable
 
+    Fixed ``runs``: that many rounds. Adaptive (``runs=None``): a race for the fastest. After
+    :data:`RACE_MIN_RUNS` rounds, a session whose median is clearly slower than the fastest
+    one's (their 95% intervals do not overlap) leaves the rotation: more runs of it would not
+    change which is fastest. The race ends when one session is left, when every session left
+    is stable or decided against the fastest (within 5% of it, or clearly apart), or when
+    ``budget_s`` (counted from ``t_start``) is spent.
+
+    Returns:
+        (samples per session, notes naming the sessions that left the race and why).
+    """
+    from onnx_lab.profiling.stats import clearly_slower, decided, stable
+
+    labels = list(labels) if labels is not None else [str(i) for i in range(len(sessions))]
     for _ in range(warmup if runs is not None else min(warmup, _AUTO_WARMUP)):
         for sess in sessions:
             sess.run(None, feed)
             if runs is not None:
                 reporter.update()
     out: list[list[float]] = [[] for _ in sessions]
+    active = list(range(len(sessions)))
+    notes: list[str] = []
     perf = time.perf_counter
     limit = runs if runs is not None else 2000
-    while len(out[0]) < limit:
-        if out[0] and cancelled(cancel):
+    rounds = 0
+    while rounds < limit:
+        if rounds and cancelled(cancel):
             break
-        for i, sess in enumerate(sessions):
+        for i in active:
             t = perf()
-            sess.run(None, feed)
+            sessions[i].run(None, feed)
             out[i].append((perf() - t) * 1e3)
             if runs is not None:
                 reporter.update()
-        if runs is None:
-            n = len(out[0])
-            if budget_s is not None and perf() - t_start >= budget_s and n >= 3:
+        rounds += 1
+        if runs is not None:
+            continue
+        if budget_s is not None and perf() - t_start >= budget_s and rounds >= 3:
+            break
+        if rounds >= RACE_MIN_RUNS and len(active) > 1:
+            arrays = {i: np.array(out[i]) for i in active}
+            best = min(active, key=lambda i: float(np.median(arrays[i])))
+            for i in [i for i in active if i != best]:
+                if clearly_slower(arrays[best], arrays[i]):
+                    active.remove(i)
+                    notes.append(f"{labels[i]} left the race after {len(out[i])} runs: "
+                                 f"clearly slower than {labels[best]} (median "
+                                 f"{np.median(arrays[i]):.2f} vs {np.median(arrays[best]):.2f} ms)")
+            if len(active) > 1 and rounds >= 10 and rounds % 5 == 0 and (
+                    all(stable(arrays[i], rel_ci) for i in active)
+                    or all(decided(arrays[best], arrays[i]) for i in active if i != best)):
                 break
-            if n >= 10 and n % 5 == 0:
-                arrays = [np.array(x) for x in out]
-                # Stop once every median is stable, or once every verdict against the first
-                # point is settled (clearly slower, faster or within 5%): more runs would not
-                # change what the table says.
-                if all(stable(x, rel_ci) for x in arrays) or all(
-                        decided(arrays[0], x) for x in arrays[1:]):
-                    break
+        if len(active) == 1 and len(sessions) > 1:
+            break
+        if len(sessions) == 1 and rounds >= 10 and stable(np.array(out[0]), rel_ci):
+            break
     if runs is None:
         reporter.update(len(sessions))
-    return [np.array(x) for x in out]
+    return [np.array(x) for x in out], notes
 
 
 def _stats(ms: np.ndarray) -> dict[str, float]:
@@ -146,8 +172,10 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
 
     Args:
         model: a Lab, LabModel, path or ``"sample:NAME"``.
-        runs, warmup: timed and untimed runs per level (fixed). ``runs=None`` (default): each
-            level runs until its median is stable or its share of ``budget_s`` is spent.
+        runs, warmup: timed and untimed runs per level (fixed). ``runs=None`` (default): the
+            levels race, interleaved, for the fastest: a level clearly slower than the fastest
+            leaves after 5 runs (a note says so), the others run until they are stable or
+            settled against the fastest, or ``budget_s`` is spent.
         feeds, dims, shapes: inputs as for :func:`onnx_lab.profile`.
         providers: one provider (default CPU).
         threads: intra-op threads.
@@ -207,8 +235,10 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
                 rows.append({"opt_level": level, "init_ms": init_ms, "nodes": nodes,
                              "nodes_model": lm.graph.num_nodes()})
             # The levels run interleaved, so a load change hits them alike.
-            samples = _interleaved(sessions, feed, runs, warmup, budget_s, t_start, reporter,
-                                   cancel, rel_ci)
+            samples, raced = _interleaved(sessions, feed, runs, warmup, budget_s, t_start,
+                                          reporter, cancel, rel_ci,
+                                          [f"level {r['opt_level']}" for r in rows])
+            notes.extend(raced)
             del sessions
             for row, ms in zip(rows, samples, strict=True):
                 row.update(_stats(ms))
@@ -497,9 +527,9 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int | 
     """Latency per intra-op thread count.
 
     Args:
-        runs, warmup: fixed runs per count; ``runs=None`` (default): until the median is
-            stable or the count's share of ``budget_s`` (default :data:`THREADS_BUDGET_S`)
-            is spent.
+        runs, warmup: fixed runs per count; ``runs=None`` (default): the counts race,
+            interleaved, for the fastest (as in :func:`levels`) until one is left, the rest
+            are stable or settled, or ``budget_s`` (default :data:`THREADS_BUDGET_S`) is spent.
         cancel: a ``threading.Event``: the counts measured so far are returned.
 
     Returns:
@@ -530,8 +560,9 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int | 
         t_start = time.perf_counter()
         sessions = [make_session(lm, providers=providers, opt_level=opt_level, threads=int(t))
                     for t in counts]
-        samples = _interleaved(sessions, feed, runs, warmup, budget_s, t_start, reporter,
-                               cancel, rel_ci)
+        samples, raced = _interleaved(sessions, feed, runs, warmup, budget_s, t_start,
+                                      reporter, cancel, rel_ci, [f"{t} threads" for t in counts])
+        notes.extend(raced)
         del sessions
         rows = [{"threads": int(t), **_stats(ms)} for t, ms in zip(counts, samples, strict=True)]
     finally:

@@ -160,6 +160,42 @@ def test_levels_and_threads_budget():
         levels(lab, budget_s=0)
 
 
+def test_race_retires_a_clearly_slower_point_and_stops():
+    """The adaptive sweeps race for the fastest: a point 4x slower leaves after a few rounds
+    with a note, and with one point left the race ends long before the budget."""
+    import time
+
+    from onnx_lab._progress import Progress
+    from onnx_lab.profiling.stats import clearly_slower
+    from onnx_lab.profiling.sweep import RACE_MIN_RUNS, _interleaved
+    from onnx_lab.runtime.session import make_session
+
+    fast = make_session(onnx_lab.open(mlp(2)).model, threads=1)
+    slow = make_session(onnx_lab.open(mlp(8)).model, threads=1)
+    feed = {"x": np.ones((64, 192), np.float32)}
+    t0 = time.perf_counter()
+    (a, b), notes = _interleaved([fast, slow], feed, None, 1, 30.0, t0, Progress(False, 1, ""),
+                                 None, 0.02, ["fast", "slow"])
+    assert time.perf_counter() - t0 < 10  # far from the 30 s budget
+    assert RACE_MIN_RUNS <= len(b) < 40 and len(a) == len(b)
+    assert clearly_slower(a, b) and not clearly_slower(b, a)
+    assert len(notes) == 1 and notes[0].startswith("slow left the race after")
+    # fixed runs never race
+    (a, b), notes = _interleaved([fast, slow], feed, 7, 0, None, t0, Progress(False, 14, ""),
+                                 None, 0.02, ["fast", "slow"])
+    assert len(a) == len(b) == 7 and notes == []
+
+
+def test_clearly_slower_needs_runs_and_separation():
+    from onnx_lab.profiling.stats import clearly_slower
+
+    rng = np.random.default_rng(5)
+    a = rng.normal(10, 0.2, 30)
+    assert clearly_slower(a, rng.normal(12, 0.2, 30)) and not clearly_slower(a, a + 0.01)
+    assert not clearly_slower(a[:4], a[:4] * 2)  # too few runs to retire anything
+    assert clearly_slower(a[:5], np.full(5, 11.0)) == (a[:5].max() < 11.0)
+
+
 # ---------------------------------------------------------------------------- OpenVINO
 @pytest.mark.skipif(not openvino_available(), reason="openvino (optional extra) not installed")
 def test_openvino_beside_ort():
