@@ -226,6 +226,23 @@ def detector(width: int = 16):
     return m
 
 
+def _samples(df, key: str) -> dict:
+    """Each row's runs, rebuilt from its percentiles (the sweeps return statistics only):
+    enough for the verdict below, which compares medians and their intervals."""
+    return {k: (lo, p50, hi) for k, lo, p50, hi in
+            zip(df[key], df.ci_low_ms, df.p50_ms, df.ci_high_ms, strict=True)}
+
+
+def _consistent(full: dict, best_full, best_auto) -> bool:
+    """The budgeted sweep's answer agrees with the full sweep's when it names the same point,
+    or a point the full sweep itself cannot tell apart from its fastest (their 95% intervals
+    of the median overlap): a tie within the noise has no single right answer."""
+    if best_full == best_auto:
+        return True
+    lo_a = full[best_auto][0]
+    return lo_a <= full[best_full][2]
+
+
 def bench_budgets(sizes=(1, 2, 4, 8, 16), runs: int = 20) -> None:
     from onnx_lab.profiling import batch_sweep, levels, thread_sweep
 
@@ -249,6 +266,7 @@ def bench_budgets(sizes=(1, 2, 4, 8, 16), runs: int = 20) -> None:
     t0 = time.perf_counter()
     lf = levels(lab1, runs=runs, warmup=3, progress=False)
     t_lf = time.perf_counter() - t0
+    lf_samples = _samples(lf, "opt_level")
     t0 = time.perf_counter()
     la = levels(lab1, progress=False)
     t_la = time.perf_counter() - t0
@@ -258,18 +276,21 @@ def bench_budgets(sizes=(1, 2, 4, 8, 16), runs: int = 20) -> None:
           f"ms (fastest {best_f}); default budget {t_la:.1f} s p50 "
           f"{', '.join(f'{x:.1f}' for x in la.p50_ms)} ms, runs {la.runs.tolist()} (fastest "
           f"{best_a}); nodes {lf.nodes.tolist()} vs {la.nodes.tolist()} -> time ratio "
-          f"{t_la / t_lf:.2f}; verdicts: {[v.split(' (')[0] for v in la.verdict[1:]]}")
+          f"{t_la / t_lf:.2f} (target <= 0.3); same fastest: {best_f == best_a}, consistent: "
+          f"{_consistent(lf_samples, best_f, best_a)}; notes: {la.attrs['notes']}")
     t0 = time.perf_counter()
     tf = thread_sweep(lab1, (1, 2), runs=runs, warmup=3, progress=False)
     t_tf = time.perf_counter() - t0
     t0 = time.perf_counter()
     ta = thread_sweep(lab1, (1, 2), progress=False)
     t_ta = time.perf_counter() - t0
+    bf, ba = int(tf.threads[tf.p50_ms.idxmin()]), int(ta.threads[ta.p50_ms.idxmin()])
     print(f"[budgets] thread sweep (1, 2): full {t_tf:.1f} s p50 "
-          f"{', '.join(f'{x:.1f}' for x in tf.p50_ms)} ms (best {tf.threads[tf.p50_ms.idxmin()]})"
+          f"{', '.join(f'{x:.1f}' for x in tf.p50_ms)} ms (best {bf})"
           f"; default budget {t_ta:.1f} s p50 {', '.join(f'{x:.1f}' for x in ta.p50_ms)} ms, "
-          f"runs {ta.runs.tolist()} (best {ta.threads[ta.p50_ms.idxmin()]}) -> time ratio "
-          f"{t_ta / t_tf:.2f}")
+          f"runs {ta.runs.tolist()} (best {ba}) -> time ratio {t_ta / t_tf:.2f} (target <= 0.3);"
+          f" same best: {bf == ba}, consistent: {_consistent(_samples(tf, 'threads'), bf, ba)}; "
+          f"notes: {ta.attrs['notes']}")
 
 
 def bench_backends() -> None:

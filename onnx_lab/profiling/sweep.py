@@ -40,6 +40,15 @@ BATCH_BUDGET_S = 6.0
 THREADS_BUDGET_S = 3.0
 #: Warm-up runs of adaptive points (fixed runs use ``warmup``).
 _AUTO_WARMUP = 2
+#: Session config of the sessions that run interleaved (levels, thread_sweep, compare_models):
+#: onnxruntime's worker threads spin after each run waiting for more work, so with spinning on,
+#: an idle session's threads keep the cores busy while the next session runs. Measured on the
+#: 2-core machine with the YOLO-like detector (benchmarks/bench_profile.py): four levels
+#: interleaved ran 2-3x slower with spinning on (medians 46/42/47/30 ms, p10-p90 spread up to
+#: 120%) than with it off (18.0/17.9/17.2/14.1 ms, within 1 ms), and switching sessions in
+#: blocks of 5 runs did not cure it. Off, every point pays the same small wake-up cost, so the
+#: points stay comparable with each other.
+NO_SPIN = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
 #: Rounds of an adaptive race (levels, thread counts) before a clearly slower point leaves it.
 RACE_MIN_RUNS = 5
 
@@ -76,7 +85,7 @@ def _time_point(sess, feed: dict, runs: int | None, warmup: int, budget: Budget,
 
 def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
                  budget_s: float | None, t_start: float, reporter: Progress, cancel: Any,
-                 rel_ci: float, labels: Sequence[str] | None = None
+                 rel_ci: float, labels: Sequence[str] | None = None, warmed: int = 0
                  ) -> tuple[list[np.ndarray], list[str]]:
     """Wall ms of each session, run round-robin (a, b, c, a, b, c...): a change of load on
     the machine hits every session alike instead of the one that happened to run then.
@@ -88,13 +97,15 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
     is stable or decided against the fastest (within 5% of it, or clearly apart), or when
     ``budget_s`` (counted from ``t_start``) is spent.
 
+    ``warmed``: untimed runs each session already had (counted against an adaptive warm-up).
+
     Returns:
         (samples per session, notes naming the sessions that left the race and why).
     """
     from onnx_lab.profiling.stats import clearly_slower, decided, stable
 
     labels = list(labels) if labels is not None else [str(i) for i in range(len(sessions))]
-    for _ in range(warmup if runs is not None else min(warmup, _AUTO_WARMUP)):
+    for _ in range(warmup if runs is not None else max(min(warmup, _AUTO_WARMUP) - warmed, 0)):
         for sess in sessions:
             sess.run(None, feed)
             if runs is not None:
@@ -223,7 +234,7 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
                 # does not tell apart from the main graph's.
                 t0 = time.perf_counter()
                 sess = make_session(lm, providers=providers, opt_level=level, threads=threads,
-                                    profile=not nested,
+                                    profile=not nested, config_entries=NO_SPIN,
                                     profile_prefix=str(Path(tmp) / f"levels_{level}"))
                 init_ms = (time.perf_counter() - t0) * 1e3
                 if nested:
@@ -237,7 +248,8 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
             # The levels run interleaved, so a load change hits them alike.
             samples, raced = _interleaved(sessions, feed, runs, warmup, budget_s, t_start,
                                           reporter, cancel, rel_ci,
-                                          [f"level {r['opt_level']}" for r in rows])
+                                          [f"level {r['opt_level']}" for r in rows],
+                                          warmed=0 if nested else 1)
             notes.extend(raced)
             del sessions
             for row, ms in zip(rows, samples, strict=True):
@@ -558,8 +570,8 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int | 
                         "thread sweep", min_steps=20 if runs is not None else 1)
     try:
         t_start = time.perf_counter()
-        sessions = [make_session(lm, providers=providers, opt_level=opt_level, threads=int(t))
-                    for t in counts]
+        sessions = [make_session(lm, providers=providers, opt_level=opt_level, threads=int(t),
+                                 config_entries=NO_SPIN) for t in counts]
         samples, raced = _interleaved(sessions, feed, runs, warmup, budget_s, t_start,
                                       reporter, cancel, rel_ci, [f"{t} threads" for t in counts])
         notes.extend(raced)
@@ -606,8 +618,10 @@ def compare_models(a: Any, b: Any, *, runs: int | None = None, warmup: int = 3,
     la, dims_a, shapes_a = resolve(a, dims, shapes)
     lb, _, _ = resolve(b, dims, shapes)
     feed = as_feed_list(feeds, la, dims_a, shapes_a)[0]
-    sa = make_session(la, providers=providers, opt_level=opt_level, threads=threads)
-    sb = make_session(lb, providers=providers, opt_level=opt_level, threads=threads)
+    sa = make_session(la, providers=providers, opt_level=opt_level, threads=threads,
+                      config_entries=NO_SPIN)
+    sb = make_session(lb, providers=providers, opt_level=opt_level, threads=threads,
+                      config_entries=NO_SPIN)
     for _ in range(warmup):
         sa.run(None, feed)
         sb.run(None, feed)
