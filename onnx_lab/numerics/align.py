@@ -405,8 +405,31 @@ def align_versions(before: LabModel, after: LabModel, result: Any = None) -> lis
         ref_v = last_node.outputs[k] if k < len(last_node.outputs) else None
         if ref_v is None or not ref_v.name or ref_v.name in used_refs:
             continue
-        if b_topo.get(last) is None:
+        if b_topo.get(last) is None or _split(last_node, node, a_idx):
             continue
         pairs[name] = VersionPair(name, ref_v.name, nid, last, "provenance", topo)
         used_refs.add(ref_v.name)
     return sorted(pairs.values(), key=lambda p: p.topo)
+
+
+def _split(ref: Any, node: Any, a_idx: Any) -> bool:
+    """Whether ``ref``'s weights went partly to ``node`` and partly to a node next to it.
+
+    onnxruntime's GPT-2 fusion turns a Gemm into MatMul(x, W) and hands the bias to the
+    fused op that reads the MatMul (FastGelu, SkipLayerNormalization): neither holds the
+    Gemm's value, so neither is compared with it.
+    """
+    mine = {v.name for v in node.inputs if v is not None}
+    outs = {v.name for v in node.outputs}
+    for w in ref.inputs:
+        if w is None or not w.name or w.name in mine:
+            continue
+        if not (w.is_initializer() or (w.producer() is not None
+                                        and w.producer().op_type == "Constant")):
+            continue
+        for reader in a_idx.consumers.get(w.name, ()):
+            rn = a_idx.entries[reader].node  # reads the node's output, or writes its input
+            if any(v is not None and v.name in outs for v in rn.inputs) or \
+                    any(v.name in mine for v in rn.outputs):
+                return True
+    return False
