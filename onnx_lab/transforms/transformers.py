@@ -46,7 +46,7 @@ from onnx_lab.transforms.base import Param, PassResult
 logger = logging.getLogger(__name__)
 
 __all__ = ["OrtTransformersPass", "OnnxscriptRewritePass", "FusionCall", "infer_heads",
-           "MODEL_TYPES", "FUSED_OPS"]
+           "missing_kernels", "MODEL_TYPES", "FUSED_OPS"]
 
 #: The model types offered (onnxruntime's optimizer knows more; these are the encoder/decoder
 #: families whose fusions run at opt_level 0 on CPU).
@@ -220,6 +220,14 @@ def infer_heads(model: LabModel) -> tuple[int, int]:
                 target = np.concatenate([np.ravel(parts[-2]), np.ravel(parts[-1])])
             elif parts and parts[-1] is not None and parts[-1].size == 2:
                 target = np.ravel(parts[-1])
+            elif len(parts) >= 3 and parts[-2] is not None and parts[-2].size == 1 and hidden \
+                    and any(u.node.op_type == "Transpose" for u in n.outputs[0].uses()):
+                # GPT-2's split_heads: view(*x.size()[:-1], n_head, x.size(-1) // n_head),
+                # a constant head count before a computed head size, then a permute.
+                h = int(np.ravel(parts[-2])[0])
+                if h > 1 and hidden % h == 0:
+                    heads = h
+                    break
         if target is None or target.size < 2:
             continue
         h, d = int(target[-2]), int(target[-1])
@@ -234,7 +242,10 @@ def infer_heads(model: LabModel) -> tuple[int, int]:
                 continue
             p = n.inputs[0].producer()
             while p is not None and p.op_type in ("Add", "Where"):
-                p = p.inputs[0].producer() if p.inputs[0] is not None else None
+                # Add(scores, mask) reads the scores first; Where(mask, scores, fill) second.
+                k = 1 if p.op_type == "Where" else 0
+                p = p.inputs[k].producer() if len(p.inputs) > k and p.inputs[k] is not None \
+                    else None
             if p is not None and p.op_type in ("Div", "Mul"):
                 c = _const(p.inputs[1])
                 if c is not None and c.size == 1 and float(c) > 0:
@@ -243,6 +254,36 @@ def infer_heads(model: LabModel) -> tuple[int, int]:
                         heads = hidden // dh
                         break
     return heads, hidden
+
+
+def missing_kernels(proto: Any) -> dict[str, int]:
+    """``{op type: count}`` of the com.microsoft ops in ``proto`` (a ModelProto) that no
+    execution provider of the installed onnxruntime implements.
+
+    The transformer optimizer writes ops some builds cannot run: T5's RelativePositionBias,
+    Stable Diffusion's GroupNorm, NhwcConv, BiasSplitGelu have CUDA kernels only. We ask
+    onnxruntime's own kernel registry rather than keep a list (it changes between releases);
+    empty when the registry cannot be read, and verification then reports what fails.
+
+    Example:
+        >>> missing_kernels(onnx.load("t5_fused.onnx"))  # CPU build
+        {'RelativePositionBias': 1}
+    """
+    import onnxruntime
+
+    try:
+        from onnxruntime.capi import _pybind_state
+
+        defs = _pybind_state.get_all_opkernel_def()
+    except (ImportError, AttributeError, RuntimeError):  # a build without the registry call
+        return {}
+    avail = set(onnxruntime.get_available_providers())
+    have = {d.op_name for d in defs if d.domain == "com.microsoft" and d.provider in avail}
+    out: dict[str, int] = {}
+    for n in proto.graph.node:
+        if n.domain == "com.microsoft" and n.op_type not in have:
+            out[n.op_type] = out.get(n.op_type, 0) + 1
+    return out
 
 
 # ---------------------------------------------------------------------------- passes
@@ -262,7 +303,8 @@ class _FusionStep(WholeModelPass):
         from onnx_lab.transforms.near_miss import transformer_near_misses
 
         result.near_misses = transformer_near_misses(  # type: ignore[attr-defined]
-            result.model, self.calls, source=self.name)
+            result.model, self.calls, source=self.name,
+            model_type=self.options.get("model_type"))
         if not result.modified and not result.near_misses.empty:
             result.reason = (f"{result.reason}; {len(result.near_misses)} near-miss(es): "
                              f"{result.near_misses.description.iloc[0]}")
@@ -281,6 +323,9 @@ class OrtTransformersPass(_FusionStep):
               "gelu, layer_norm, bias_skip_layer_norm, gelu_approximation...)"),
         Param("use_multi_head_attention", bool, False, "fuse MultiHeadAttention instead of "
               "Attention"),
+        Param("allow_missing_kernels", bool, False, "keep a result with fused ops this "
+              "onnxruntime has no kernel for (T5's RelativePositionBias is CUDA-only): to save "
+              "it for another machine; it cannot be verified here"),
     )
     needs_weights = True
     no_match_reason = "onnxruntime's transformer optimizer fused nothing"
@@ -313,9 +358,21 @@ class OrtTransformersPass(_FusionStep):
         if not heads or not hidden:
             h, d = infer_heads(model)
             heads, hidden = heads or h, hidden or d
-            self.notes.append(f"num_heads={heads}, hidden_size={hidden} read from the model"
-                              if heads and hidden else "num_heads/hidden_size could not be "
-                              "read from the model: give num_heads= and hidden_size=")
+            if heads and hidden:
+                self.notes.append(f"num_heads={heads}, hidden_size={hidden} read from the model")
+            else:
+                # The optimizer asserts both or neither; with neither its fusions read the
+                # heads from the graph where they can (BERT, CLIP, T5), else they stay unfused.
+                self.notes.append(f"num_heads/hidden_size could not be read from the model "
+                                  f"(got {heads or '?'}/{hidden or '?'}): the optimizer detects "
+                                  "them per fusion; give num_heads= and hidden_size= if an "
+                                  "Attention is missing")
+                heads = hidden = 0
+        if heads and hidden % heads:
+            raise PassError(f"ort_transformers: hidden_size {hidden} is not a multiple of "
+                            f"num_heads {heads}.",
+                            fix="Give num_heads= and hidden_size= of the model's attention "
+                            "(hidden_size = num_heads * head_size).")
         opts = self._options()
         proto = self.proto_with_weights(model)
         try:
@@ -330,6 +387,22 @@ class OrtTransformersPass(_FusionStep):
         self.calls = calls
         stats = opt.get_fused_operator_statistics()
         self.fusions = {k: int(v) for k, v in stats.items() if v}
+        missing = missing_kernels(opt.model)
+        if missing:
+            import onnxruntime
+
+            what = ", ".join(f"{op} ({n})" for op, n in missing.items())
+            providers = ", ".join(onnxruntime.get_available_providers())
+            if not self.options["allow_missing_kernels"]:
+                raise PassError(
+                    f"ort_transformers model_type={mt!r} fused {what}, which onnxruntime "
+                    f"{onnxruntime.__version__} has no kernel for on its providers here "
+                    f"({providers}): the result would not run on this machine.",
+                    fix="Run the step where onnxruntime-gpu provides the kernel (CUDA), or "
+                    "pass allow_missing_kernels=True, verify=False to keep the fused model for "
+                    "such a machine (save it; it cannot be verified here).")
+            self.notes.append(f"{what}: no kernel in onnxruntime {onnxruntime.__version__} "
+                              f"here ({providers}); the result does not run on this machine")
         return self.from_proto(opt.model, model)
 
 
