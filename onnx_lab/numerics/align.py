@@ -402,6 +402,10 @@ def align_versions(before: LabModel, after: LabModel, result: Any = None) -> lis
         k = list(node.outputs).index(next(v for v in node.outputs if v.name == name))
         if len(last_node.outputs) != len(node.outputs) and k > 0:
             continue
+        if len(node.outputs) > len(last_node.outputs) and node.op_type != last_node.op_type:
+            continue  # a fused op with more outputs (SkipLayerNormalization) than its source
+        if _reshape_target(name, a_idx):
+            continue  # a rewritten Reshape target may say 0 or -1 for a dim it computed before
         ref_v = last_node.outputs[k] if k < len(last_node.outputs) else None
         if ref_v is None or not ref_v.name or ref_v.name in used_refs:
             continue
@@ -433,3 +437,16 @@ def _split(ref: Any, node: Any, a_idx: Any) -> bool:
                     any(v.name in mine for v in rn.outputs):
                 return True
     return False
+
+
+def _reshape_target(name: str, a_idx: Any) -> bool:
+    """Whether ``name`` is read only as the shape input of Reshape nodes (onnxruntime's
+    FusionReshape writes a Constant with 0 for "copy this dim" where a Concat computed it: the
+    same reshape, another tensor; the Reshape's output is compared instead)."""
+    readers = a_idx.consumers.get(name, ())
+    for r in readers:
+        n = a_idx.entries[r].node
+        if n.op_type != "Reshape" or any(v is not None and v.name == name
+                                         for v in n.inputs[:1]):
+            return False
+    return bool(readers)
