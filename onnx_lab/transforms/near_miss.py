@@ -599,9 +599,10 @@ def transformer_near_misses(model: LabModel, calls: Sequence[Any] = (),
                 if why.startswith(_LAYOUT):
                     continue  # not BERT-shaped: another family's attention, or no attention
             else:
-                last = next((m for m in reversed(log) if m.startswith("fuse")), None)
-                why = (f"onnxruntime's {model_type} attention fusion did not match here"
-                       + (f": {last}" if last else " (it logged nothing for this Softmax)"))
+                said = list(dict.fromkeys(m for m in log if m.startswith("fuse")))
+                why = (f"onnxruntime's {model_type} attention fusions did not match here"
+                       + (f": {'; '.join(said)}" if said else
+                          " (they logged nothing for this Softmax)"))
         rows.append(NearMiss(source, fusion, nid, ids(nodes), why,
                              f"{fusion} not fused at {nid}: {why}", log, kind="tool"))
     return _frame(rows)
