@@ -150,8 +150,13 @@ def test_int8_finds_two_planted_outliers_with_one_calibration(monkeypatch):
     plan = find_precision(lab, "int8", metric="sqnr", tolerance=30, progress=False)
     planted = {"/conv2/Relu", "/conv4/Relu"}  # the nodes whose int8 outputs carry the outliers
     assert planted <= set(plan.sensitivity.head(3)["node_id"])
-    assert planted <= set(plan.excluded) and plan.passed
     assert not plan.trials.iloc[0]["passed"]  # fully quantized misses 30 dB
+    # Excluded: nodes around an outlier tensor (its producer or a reader: QDQ quantizes a
+    # tensor for both), few of them, and each one necessary.
+    around = {"/conv2/Conv", "/conv2/Relu", "/conv3/Conv", "/conv4/Conv", "/conv4/Relu",
+              "/conv5/Conv"}
+    assert plan.passed and set(plan.excluded) <= around and len(plan.excluded) <= 3
+    _assert_each_necessary(plan)
     assert calls["calibrate"] == 1 and calls["convert"] == len(plan.trials)  # one per trial
     ranges = plan.calibration.ranges
     assert {"tensor", "lowest", "highest"} <= set(ranges.columns)
@@ -160,6 +165,127 @@ def test_int8_finds_two_planted_outliers_with_one_calibration(monkeypatch):
     sens = plan.sensitivity.set_index("node_id")
     assert sens.loc["/conv2/Relu", "outlier_ratio"] > 20 > sens.loc["/conv3/Relu",
                                                                     "outlier_ratio"]
+
+
+def weight_outlier_convnet(planted=(3, 6), layers=8, ch=32, outlier=40.0):
+    """Conv+Relu x ``layers``; in each planted conv one weight is ``outlier`` (~500x the
+    others) on an input channel that is always zero: float32 is unchanged, but the conv's
+    per-tensor int8 weight scale leaves its other weights a few levels. Exactly the planted
+    convs must stay out of int8 (no activation outlier: nothing else is hurt)."""
+    rng = np.random.default_rng(7)
+    ws, cin = [], 3
+    for _ in range(layers):
+        ws.append([(rng.standard_normal((ch, cin, 3, 3)) * np.sqrt(2 / (cin * 9))).astype(np.float32),
+                   (rng.standard_normal(ch) * 0.1).astype(np.float32)])
+        cin = ch
+    for i in planted:
+        ws[i - 2][0][0] = 0.0  # channel 0 of the previous conv: always zero
+        ws[i - 2][1][0] = 0.0
+        ws[i - 1][0][0, 0, 0, 0] = outlier
+    inits, nodes, x = [], [], "x"
+    for i, (w, b) in enumerate(ws, 1):
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
+        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], name=f"/conv{i}/Conv", pads=[1] * 4),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"/conv{i}/Relu")]
+        x = f"r{i}"
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["gap"], name="/head/GlobalAveragePool"),
+              helper.make_node("Flatten", ["gap"], ["flat"], name="/head/Flatten"),
+              helper.make_node("Gemm", ["flat", "wf", "bf"], ["logits"], name="/head/Gemm", transB=1)]
+    inits += [numpy_helper.from_array((rng.standard_normal((4, ch)) * 0.3).astype(np.float32), "wf"),
+              numpy_helper.from_array(np.zeros(4, np.float32), "bf")]
+    g = helper.make_graph(nodes, "weight_outliers", [helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("logits", TP.FLOAT, [1, 4])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _assert_each_necessary(plan):
+    """Without any one kept node the plan fails: a failing trial keeps a superset of the
+    rest (by the search's assumption that keeping more never hurts)."""
+    failed = [set(k) for k, ok in zip(plan.trials["kept"], plan.trials["passed"]) if not ok]
+    for nid in plan.kept:
+        rest = set(plan.kept) - {nid}
+        assert any(rest <= f for f in failed), f"{nid} was not shown necessary"
+
+
+def test_int8_exclusion_set_is_the_planted_nodes():
+    from onnx_lab.runtime.feeds import make_feeds
+
+    healthy = onnx_lab.open(weight_outlier_convnet(planted=()))
+    lab = onnx_lab.open(weight_outlier_convnet())
+    feeds = make_feeds(lab, n=2, seed=1)
+    # The tolerance: 2 dB under what the healthy model reaches fully quantized.
+    h = find_precision(healthy, "int8", feeds=feeds, metric="sqnr", tolerance=0.0,
+                       progress=False, recheck=0)
+    tol_db = float(h.trials.iloc[0]["sqnr_db"]) - 2.0
+    plan = find_precision(lab, "int8", feeds=feeds, metric="sqnr", tolerance=tol_db,
+                          progress=False)
+    planted = {"/conv3/Conv", "/conv6/Conv"}
+    assert not plan.trials.iloc[0]["passed"]
+    assert plan.passed and planted <= set(plan.excluded) and len(plan.excluded) <= 3
+    assert plan.outputs["sqnr_db_after"].min() >= tol_db
+    _assert_each_necessary(plan)
+    assert set(plan.trials["phase"]) >= {"full", "bisect", "prune"}
+    # Every prune trial is a row that reproduces.
+    last = int(plan.trials.index[-1])
+    _, m = plan.reproduce(last)
+    assert m["passed"] == plan.trials.loc[last, "passed"]
+
+
+def test_fp16_weights_convert_like_onnxruntime():
+    from onnxruntime.transformers.float16 import convert_np_to_float16
+
+    from onnx_lab.numerics.precision import _to_fp16
+
+    rng = np.random.default_rng(0)
+    edge = np.array([0.0, -0.0, 1e-9, -1e-9, 5.96e-08, -5.96e-08, 6e-8, 3e-8, 65504.0, 65519.0,
+                     65520.0, 1e6, -1e6, np.inf, -np.inf, np.nan, 1.0, -2.5], np.float32)
+    a = np.concatenate([edge, (rng.standard_normal(10_000) * 10.0 ** rng.integers(-9, 6, 10_000))
+                        .astype(np.float32)])
+    ours, theirs = _to_fp16(a), convert_np_to_float16(a)
+    assert ours.dtype == theirs.dtype == np.float16
+    assert np.array_equal(ours.view(np.uint16), theirs.view(np.uint16))
+
+
+def test_fp16_kept_node_sharing_a_weight_and_external_data(tmp_path):
+    """A kept MatMul reads the weight its converted neighbour reads (the converter casts it
+    up for the kept one): the weight-free conversion puts the right arrays back; a model
+    whose weights live in an external file takes the whole-model path."""
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((64, 64)) / 8).astype(np.float32)  # 16 KB: stubbed
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["a"], name="mm_a"),
+         helper.make_node("MatMul", ["a", "w"], ["b"], name="mm_b"),
+         helper.make_node("Tanh", ["b"], ["y"], name="tanh")], "shared",
+        [helper.make_tensor_value_info("x", TP.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, [4, 64])], [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    from onnx_lab.numerics.precision import _Converter
+
+    x = {"x": rng.standard_normal((4, 64)).astype(np.float32)}
+    ref = run(onnx_lab.open(model).model, x)["y"]
+    for source in (model, None):
+        if source is None:
+            path = tmp_path / "ext.onnx"
+            copy = onnx.ModelProto()
+            copy.CopyFrom(model)
+            onnx.save(copy, str(path), save_as_external_data=True, size_threshold=0,
+                      location="ext.data")
+            source = str(path)
+        lab = onnx_lab.open(source)
+        conv = _Converter(lab.model, "fp16", None)
+        assert (conv.light() is None) == isinstance(source, str)
+        for kept in ((), ("mm_b",), ("mm_a", "mm_b", "tanh")):
+            got = run(conv.convert(kept), x)["y"]
+            assert np.allclose(got, ref, atol=2e-2, rtol=1e-2), kept
+        half = conv.convert(("mm_b",))
+        types = {v.name: v.const_value.dtype for v in half.graph.initializers.values()}
+        assert types["w"] == onnx_lab_dtype("FLOAT16")
+
+
+def onnx_lab_dtype(name):
+    import onnx_ir as ir
+
+    return getattr(ir.DataType, name)
 
 
 def test_int8_healthy_keeps_nothing():
