@@ -136,6 +136,11 @@ def capture_fusion_log(depth: int = 7) -> Iterator[list[FusionCall]]:
         self.fuse = fuse
         try:
             return orig_apply(self)
+        except Exception as e:
+            # Which fusion class raised: the step's error names it and the switch to turn off.
+            if not hasattr(e, "onnx_lab_fusion"):
+                e.onnx_lab_fusion = type(self).__name__  # type: ignore[attr-defined]
+            raise
         finally:
             del self.fuse
 
@@ -254,6 +259,21 @@ def infer_heads(model: LabModel) -> tuple[int, int]:
                         heads = hidden // dh
                         break
     return heads, hidden
+
+
+#: The FusionOptions switch (without ``enable_``) that turns a fusion class off.
+_SWITCHES = (("Skip", "skip_layer_norm"), ("BiasGelu", "bias_gelu"), ("Embed", "embed_layer_norm"),
+             ("LayerNorm", "layer_norm"), ("Gelu", "gelu"), ("Rotary", "rotary_embeddings"),
+             ("Attention", "attention"))
+
+
+def _switch_of(fusion_class: str | None) -> str | None:
+    """``FusionSimplifiedLayerNormalization`` -> ``layer_norm`` (None when unknown)."""
+    if not fusion_class:
+        return None
+    if "BiasSkip" in fusion_class:
+        return "bias_skip_layer_norm"
+    return next((sw for key, sw in _SWITCHES if key in fusion_class), None)
 
 
 def missing_kernels(proto: Any) -> dict[str, int]:
@@ -380,10 +400,17 @@ class OrtTransformersPass(_FusionStep):
                 opt = optimize_model(proto, model_type=mt, num_heads=heads, hidden_size=hidden,
                                      optimization_options=opts, opt_level=0, use_gpu=False)
         except Exception as e:  # noqa: BLE001 - the optimizer raises whatever its fusions raise
-            raise PassError(f"onnxruntime's transformer optimizer failed: "
-                            f"{str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__}",
-                            fix="Try another model_type, give num_heads=/hidden_size=, or turn "
-                            "the failing fusion off (disable=[...]).") from e
+            where = getattr(e, "onnx_lab_fusion", None)
+            switch = _switch_of(where)
+            text = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            raise PassError(
+                "onnxruntime's transformer optimizer failed"
+                + (f" in {where}" if where else "") + f": {type(e).__name__}"
+                + (f": {text}" if text else ""),
+                fix=(f"Turn that fusion off: disable=[{switch!r}]; or try another model_type, "
+                     "or give num_heads=/hidden_size=." if switch else
+                     "Try another model_type, give num_heads=/hidden_size=, or turn the "
+                     "failing fusion off (disable=[...]).")) from e
         self.calls = calls
         stats = opt.get_fused_operator_statistics()
         self.fusions = {k: int(v) for k, v in stats.items() if v}

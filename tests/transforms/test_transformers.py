@@ -197,7 +197,12 @@ def test_bert_base_torchscript_export_fuses_attention_with_origins():
         sys.path.remove(str(root))
     path = bert_base()
     lab = onnx_lab.open(path, dims={"batch": 1, "sequence": 16})
-    r = lab.apply("ort_transformers", model_type="bert", verify=False)
+    # Everything onnxruntime fuses here is no near-miss beforehand (the LayerNorm weights
+    # reach their Mul through Identity nodes; Shape nodes read the attention's Transpose).
+    before = lab.patterns(near_misses=True)
+    assert (before.kind == "tool").sum() == 0, before.loc[before.kind == "tool", "reason"]
+    r = lab.apply("ort_transformers", model_type="bert")
+    assert r.verify_passed, r.first_failure
     want = _ort_stats(str(path))
     assert r.fusions == want and want["Attention"] == 12
     assert _traced_share(lab) >= 0.99
