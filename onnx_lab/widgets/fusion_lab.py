@@ -2,8 +2,10 @@
 
 A view over ``lab.patterns()``, ``lab.apply(...)``, ``lab.apply_preset("safe")``,
 ``lab.history``, ``lab.undo()/redo()/checkout()``, ``lab.save(...)``,
-``onnx_lab.transforms.get_pass(...).run(...)`` (preview without touching the history) and
-``onnx_lab.transforms.explain(pattern)`` (the teaching text with the math).
+``onnx_lab.transforms.get_pass(...).run(...)`` (preview without touching the history),
+``onnx_lab.transforms.explain(pattern)`` (the teaching text with the math) and
+``onnx_lab.transforms.near_miss.near_misses(lab.model, step=...)`` (the "Not fused, because"
+panel: onnx_lab's own patterns and the transformer fusions that almost applied).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from onnx_lab.widgets._common import (
 __all__ = ["FusionLab"]
 
 ALL = "*"
+TRANSFORMERS = "ort_transformers"
+NOT_FUSED = "Not fused, because"
+#: The model types the ORT dropdown offers (each tested on a model of its family).
+TRANSFORMER_TYPES = ("bert", "gpt2", "vit", "clip", "t5")
 
 
 def sort_matches(patterns: pd.DataFrame) -> pd.DataFrame:
@@ -148,12 +154,11 @@ class FusionLab(View):
         self.safe_button = w.Button(description="safe preset", icon="magic",
                                     tooltip='lab.apply_preset("safe")')
         self.onnxsim_button = w.Button(description="onnxsim", tooltip='lab.apply("onnxsim")')
-        self.ort_level = w.Dropdown(options=[("ORT basic", "ort:basic"),
-                                             ("ORT extended", "ort:extended"),
-                                             ("ORT all", "ort:all"),
-                                             ("ORT transformer fusions (bert)",
-                                              "ort_transformers")], value="ort:basic",
-                                    layout=w.Layout(width="140px"))
+        self.ort_level = w.Dropdown(
+            options=[("ORT basic", "ort:basic"), ("ORT extended", "ort:extended"),
+                     ("ORT all", "ort:all")]
+            + [(f"ORT transformer fusions ({mt})", f"{TRANSFORMERS}:{mt}")
+               for mt in TRANSFORMER_TYPES], value="ort:basic", layout=w.Layout(width="140px"))
         self.ort_button = w.Button(description="apply ORT level",
                                    tooltip="onnxruntime offline optimization at that level")
         self.step = w.BoundedIntText(value=0, min=0, max=0, description="step",
@@ -178,9 +183,12 @@ class FusionLab(View):
             layout=w.Layout(flex_flow="row wrap", width="100%"))
         self.verification = PagedTable(page_size=15)
         self.changes = PagedTable(page_size=15)
-        # Near-misses of the last fusion step (result.near_misses), or lab.patterns(
-        # near_misses=True): the fusions that did not happen, and the condition that failed.
+        # The fusions that did not happen and the condition that failed: onnx_lab's own
+        # patterns and the transformer subgraphs, with the last fusion step's own rows
+        # (onnxruntime's log) where it ran on the current version. Re-read on every refresh.
         self.near_misses = PagedTable(page_size=10)
+        self.near_miss_rows = pd.DataFrame()
+        self._fusion_step: Any = None
         self._preview_model: Any = None
 
         for button, fn in [(self.select_all, self._select_all), (self.preview_button, self.preview),
@@ -197,7 +205,7 @@ class FusionLab(View):
 
         acc = w.Accordion(children=[self.explanation, self.preview_box, self.verification,
                                     self.changes, self.near_misses])
-        acc.set_title(4, "Not fused, because")
+        acc.set_title(4, NOT_FUSED)
         acc.set_title(0, "Explanation of the selected pattern")
         acc.set_title(1, "Preview (before | after)")
         acc.set_title(2, "Verification of the last step (failures first)")
@@ -269,6 +277,7 @@ class FusionLab(View):
         self.matches.selected = [m for m in self.matches.selected if m in known]
         self._filter()
         self._draw_history()
+        self._show_near_misses()
         if self.result is None:
             self.result = pats
             self.code.value = code_html("lab.patterns()")
@@ -366,12 +375,16 @@ class FusionLab(View):
 
     def _done(self, result: Any, code: str) -> None:
         self.result = result
+        results = result if isinstance(result, list) else [result]
+        # The last transformer fusion step: its near-misses (walked for its model type, with
+        # onnxruntime's log) stand in for the structural ones while its version is current.
+        self._fusion_step = next((r for r in reversed(results) if isinstance(
+            getattr(r, "near_misses", None), pd.DataFrame)), self._fusion_step)
         code = self._with_bar(code)
         self.code.value = code_html(code)
         self.matches.selected = []
         self.refresh()
         self.code.value = code_html(code)
-        results = result if isinstance(result, list) else [result]
         msgs = []
         for r in results:
             if r is None:
@@ -386,7 +399,10 @@ class FusionLab(View):
         failed = any(r is not None and r.verify_passed is False for r in results)
         self._show_verification(results)
         self._show_changes(results)
-        self._show_near_misses(results)
+        step = next((r for r in reversed(results)
+                     if isinstance(getattr(r, "near_misses", None), pd.DataFrame)), None)
+        if step is not None and len(step.near_misses) and not failed:
+            self.details.selected_index = 4  # the step left something unfused: say why
         if msgs and self.error is None:
             self.status.value = info_html("; ".join(msgs), kind="warn" if failed else "ok")
 
@@ -432,19 +448,37 @@ class FusionLab(View):
         self.changes.set(df, caption=f"{' + '.join(names)}: {text} "
                                      "(lab.results[-1].provenance, .removed)")
 
-    def _show_near_misses(self, results: list[Any]) -> None:
-        """``result.near_misses`` of the last fusion step (attention/LayerNorm/Gelu left
-        unfused and why); render one with ``lab.render(nodes=row.node_ids)``."""
-        frames = [r.near_misses for r in results if r is not None
-                  and getattr(r, "near_misses", None) is not None and len(r.near_misses)]
-        if not frames:
-            self.near_misses.set(pd.DataFrame(), caption="")
+    def _show_near_misses(self) -> None:
+        """The "Not fused, because" panel: ``near_misses(lab.model, step=...)``, one row per
+        fusion that almost applied, onnx_lab's own patterns (kind ``pattern``: "Conv →
+        BatchNormalization: ... is not a constant") beside the transformer fusions (kind
+        ``tool``, source ``ort_transformers``); render one with
+        ``lab.render(nodes=row.node_ids)``."""
+        from onnx_lab.transforms.near_miss import near_misses
+
+        step = self._fusion_step
+        current = step is not None and getattr(step, "model", None) is self.lab.model
+        df = self._call(near_misses, self.lab.model, step=step if current else None)
+        if df is None:
             return
-        df = pd.concat(frames, ignore_index=True)
-        self.near_misses.set(df[["fusion", "anchor", "reason", "node_ids", "log"]],
-                             caption=f"{len(df)} not fused (lab.results[-1].near_misses; "
-                                     "lab.patterns(near_misses=True) for onnx_lab's own)")
-        self.details.selected_index = 4
+        self.near_miss_rows = df
+        self.details.set_title(4, f"{NOT_FUSED} ({len(df)})" if len(df) else NOT_FUSED)
+        if not len(df):
+            self.near_misses.set(df, caption="Nothing almost fused: no near-misses in this "
+                                             "version.")
+            return
+        counts = df["kind"].value_counts()
+        at = next((i for i, r in enumerate(self.lab.results) if r is step), None) \
+            if current else None
+        where = (f"onnx_lab.transforms.near_miss.near_misses(lab.model, step=lab.results[{at}])"
+                 if at is not None else "lab.patterns(near_misses=True)")
+        # The transformer rows first: a model has few, and they are why a step fused less.
+        shown = df.sort_values("kind", key=lambda k: k != "tool", kind="stable")
+        self.near_misses.set(
+            shown[["kind", "source", "fusion", "anchor", "reason", "node_ids", "log"]],
+            caption=(f"{len(df)} not fused: {int(counts.get('pattern', 0))} of onnx_lab's "
+                     f"patterns (kind pattern), {int(counts.get('tool', 0))} transformer "
+                     f"fusion(s) (kind tool; source: the step that would fuse them) — {where}"))
 
     # ------------------------------------------------------------------ actions
     def preview(self) -> None:
@@ -534,13 +568,19 @@ class FusionLab(View):
             self._done(r, 'lab.apply("onnxsim"' + (f", {vcode}" if vcode else "") + ")")
 
     def apply_ort(self) -> None:
-        """``lab.apply("ort:<level>")`` for the chosen level."""
+        """``lab.apply("ort:<level>")`` for the chosen level, or
+        ``lab.apply("ort_transformers", model_type=...)``."""
         level = self.ort_level.value
+        name, _, model_type = level.partition(":") if level.startswith(TRANSFORMERS) \
+            else (level, "", "")
+        params = {"model_type": model_type} if model_type else {}
         verify, vcode = self._verify()
-        r = self._call(self.lab.apply, level, verify=verify,
+        r = self._call(self.lab.apply, name, verify=verify, **params,
                        busy=f"Running onnxruntime {level} and verifying…")
         if r is not None:
-            self._done(r, f"lab.apply({level!r}" + (f", {vcode}" if vcode else "") + ")")
+            args = [repr(name)] + [f"model_type={model_type!r}"] * bool(model_type) \
+                + [vcode] * bool(vcode)
+            self._done(r, f"lab.apply({', '.join(args)})")
 
     def undo(self) -> None:
         """``lab.undo()``."""

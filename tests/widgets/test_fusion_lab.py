@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import numpy as np
 import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 import onnx_lab
+from onnx_lab.core._sample_models import build_bert_block
 from onnx_lab.widgets import FusionLab
 
 
@@ -134,3 +137,82 @@ def test_fusion_lab_without_verification_and_overwrite(tmp_path, no_error):
     no_error(f)
     assert "overwrite=True" in f.code.value
     assert len(onnx.load(str(src)).graph.node) == lab.model.graph.num_nodes() == 20
+
+
+# ---------------------------------------------------------------------------- not fused
+def _conv_bn_scale_from_input() -> onnx.ModelProto:
+    """Conv → BatchNormalization whose scale is a graph input: fuse_conv_bn's near-miss."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")]
+    inits += [numpy_helper.from_array(a.astype(np.float32), n) for n, a in
+              (("bias", np.zeros(4)), ("mean", np.full(4, 0.1)), ("var", np.ones(4)))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="/conv/Conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"],
+                              ["y"], name="/bn/BatchNormalization")]
+    g = helper.make_graph(nodes, "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+        helper.make_tensor_value_info("scale", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_not_fused_panel_lists_our_patterns_near_misses_when_the_widget_opens(no_error):
+    lab = onnx_lab.open(_conv_bn_scale_from_input())
+    f = FusionLab(lab)
+    no_error(f)
+    assert "fuse_conv_bn" not in set(f.patterns["pass"])  # not an opportunity...
+    df = f.near_miss_rows  # ...but a near-miss, with the check that rejected it
+    assert df.equals(lab.patterns(near_misses=True))
+    assert list(df.kind) == ["pattern"]
+    row = df.iloc[0]
+    assert (row.source, row.fusion, row.anchor) == ("fuse_conv_bn", "conv_bn", "/conv/Conv")
+    assert row.node_ids == ["/conv/Conv", "/bn/BatchNormalization"]
+    assert "'scale' is not a constant" in row.reason
+    assert f.details.get_title(4) == "Not fused, because (1)"
+    shown = f.near_misses.html.value
+    assert "<td>pattern</td>" in shown and "<td>fuse_conv_bn</td>" in shown
+    assert "is not a constant" in shown and "lab.patterns(near_misses=True)" in shown
+    # A model with nothing almost fused says so.
+    g = FusionLab(onnx_lab.open("sample:convnet"))
+    assert g.near_miss_rows.empty and g.details.get_title(4) == "Not fused, because"
+    assert "no near-misses" in g.near_misses.html.value
+
+
+def test_not_fused_panel_puts_the_tool_steps_near_misses_next_to_ours(no_error):
+    # A BERT block whose attention mask path has an extra Cast: onnxruntime fuses everything
+    # else; our fuse_matmul_add rejects the 3-D MatMuls.
+    lab = onnx_lab.open(build_bert_block(extra_mask_cast=True), dims={"batch": 2, "seq": 8})
+    f = FusionLab(lab)
+    no_error(f)
+    df = f.near_miss_rows
+    assert set(df.kind) == {"pattern", "tool"}
+    assert set(df.loc[df.kind == "pattern", "source"]) == {"fuse_matmul_add"}
+    tool = df.loc[df.kind == "tool"]
+    assert list(tool.fusion) == ["Attention"] and list(tool.source) == ["ort_transformers"]
+    assert "unexpected Cast (/mask/Cast_1)" in tool.reason.iloc[0]
+    assert tool.log.iloc[0] == []  # nothing ran yet
+    # The tool rows come first in the table: they are few and explain a step's result.
+    shown = f.near_misses.html.value
+    assert shown.index("<td>tool</td>") < shown.index("<td>pattern</td>")
+
+    labels = dict((v, k) for k, v in f.ort_level.options)
+    assert labels["ort_transformers:gpt2"] == "ORT transformer fusions (gpt2)"
+    f.ort_level.value = "ort_transformers:bert"
+    f.ort_button.click()
+    no_error(f)
+    assert f.result.name == "ort_transformers" and f.result.verify_passed
+    assert "model_type=&#x27;bert&#x27;" in f.code.value
+    df = f.near_miss_rows
+    tool = df.loc[df.kind == "tool"]
+    assert list(tool.anchor) == ["/layer.0/attention/core/Softmax"]
+    # Now the step's own row: onnxruntime's log for that place.
+    assert "fuse_attention: failed to match mask path" in tool.log.iloc[0]
+    assert tool.reason.iloc[0] == f.result.near_misses.reason.iloc[0]
+    assert (df.kind == "pattern").sum() == 3  # the attention's MatMul+Adds were fused away
+    assert f.details.selected_index == 4 and f.details.get_title(4) == "Not fused, because (4)"
+    assert "near_misses(lab.model, step=lab.results[1])" in f.near_misses.html.value
+    # Undo: the first version again, whose rows are the structural ones.
+    f.undo_button.click()
+    no_error(f)
+    assert f.near_miss_rows.equals(lab.patterns(near_misses=True))
+    assert len(f.near_miss_rows) == 7
