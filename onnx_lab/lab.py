@@ -357,8 +357,8 @@ class Lab:
         ``near_misses=True`` lists instead the candidates that almost matched, with the check
         that failed: onnx_lab's own patterns ("Conv → BatchNormalization: ... is not a
         constant") and the attention / LayerNorm / Erf-Gelu subgraphs left unfused (see
-        :func:`onnx_lab.transforms.near_miss.near_misses`; columns source, fusion, anchor,
-        node_ids, reason, description, log). Render one with
+        :func:`onnx_lab.transforms.near_miss.near_misses`; columns kind (pattern / tool),
+        source, fusion, anchor, node_ids, reason, description, log). Render one with
         ``lab.render(nodes=row.node_ids)``.
         """
         if near_misses:
