@@ -1,7 +1,7 @@
 """The precision doctor: which nodes must stay in higher precision, found automatically.
 
 ``find_precision`` answers "which layers must stay in float32 (or out of int8) so the outputs
-meet my tolerance?" in four stages:
+meet my tolerance?" in five stages:
 
 1. **One reference run, then the full conversion.** The fp32 model runs once over the feeds
    (fp16: every tensor captured in memory-bounded chunks, for values beyond 65504); its
@@ -17,6 +17,8 @@ meet my tolerance?" in four stages:
    readers): prefixes of doubling length, then a bisection, for the shortest passing prefix.
 4. **Prune** by group testing: a minimal subset of that prefix (no node can be dropped alone),
    each necessary node found by bisecting the rest, the unneeded ones dropped in chunks.
+5. **Confirm** the plan as a deployment runs it (onnxruntime's optimizations on both sides);
+   when it only just passed without them and misses with them, the next smallest passing set.
 
 Each trial is one conversion and one run of the outputs; int8 trials reuse one calibration
 (:func:`onnx_lab.numerics.quantize.calibrate_int8`); fp16 trials convert a weight-free graph
@@ -596,6 +598,8 @@ class _Search:
     _pinned: set = field(default_factory=set)
     _passed: dict[tuple, bool] = field(default_factory=dict)
     _failed: list[frozenset] = field(default_factory=list)
+    # The reference run with onnxruntime's optimizations (the confirmation's reference).
+    ref_optimized: list[dict] | None = None
 
     def stopped(self) -> bool:
         return bool(self.should_stop is not None and self.should_stop())
@@ -622,18 +626,25 @@ class _Search:
         return bool(self.trial(kept, phase)["passed"])
 
     def trial(self, kept: Sequence[str], phase: str, model: LabModel | None = None,
-              keep_model: bool = False) -> dict:
+              keep_model: bool = False, optimized: bool = False) -> dict:
+        """Convert with ``kept`` kept, run, judge: one row. ``optimized``: both sides run with
+        onnxruntime's graph optimizations (phase ``confirm``; recorded apart from the search's
+        memory of passing and failing sets)."""
         key = tuple(sorted(kept))
         t0 = time.perf_counter()
         if model is None:
-            model = self.conv.convert(key)
-        cand = _run_outputs(model, self.feed_list, self.out_names)
+            model = self.models.get(key) or self.conv.convert(key)
+        if optimized and self.ref_optimized is None:
+            self.ref_optimized = _run_outputs(self.model, self.feed_list, self.out_names,
+                                              opt_level="all")
+        ref = self.ref_optimized if optimized else self.ref_outputs
+        cand = _run_outputs(model, self.feed_list, self.out_names,
+                            opt_level="all" if optimized else "disable")
         per_out = {}
         for name in self.out_names:
-            per_out[name] = self.tol.judge([r[name] for r in self.ref_outputs],
-                                           [c[name] for c in cand])
+            per_out[name] = self.tol.judge([r[name] for r in ref], [c[name] for c in cand])
         missing = [nid for nid in self.required if nid not in key]
-        note = ""
+        note = "both sides run with onnxruntime's optimizations" if optimized else ""
         if missing:
             note = (f"fp16 overflow: {self.required[missing[0]]!r} (beyond 65504) would be "
                     f"stored in float16 by {missing[0]!r}"
@@ -647,6 +658,10 @@ class _Search:
                "passed": all(m["passed"] for m in per_out.values()) and not missing,
                "seconds": time.perf_counter() - t0, "note": note}
         self.rows.append(row)
+        if self.bar is not None:
+            self.bar.step(f"{phase}: {len(key)} kept, score {row['score']:.3g}")
+        if optimized:
+            return row
         self.outputs_of[key] = per_out
         self._passed[key] = row["passed"]
         if not row["passed"]:
@@ -661,8 +676,6 @@ class _Search:
             self.models[key] = model
         if keep_model:
             self._pinned.add(key)
-        if self.bar is not None:
-            self.bar.step(f"{phase}: {len(key)} kept, score {row['score']:.3g}")
         return row
 
 
@@ -914,9 +927,10 @@ class PrecisionPlan:
         passed: whether the plan meets the tolerance (False only when cancelled).
         model: the converted model with ``kept`` in higher precision (a LabModel).
         trials: one row per trial (:data:`TRIAL_COLUMNS`): trial, phase (``full``,
-            ``recheck``, ``all_kept``, ``guess``, ``bisect``, ``prune``), kept (node ids),
-            n_kept, score (<= 1 passes), max_abs, sqnr_db, cosine (worst output), passed,
-            seconds (conversion + run).
+            ``recheck``, ``all_kept``, ``guess``, ``bisect``, ``prune``, ``confirm``: judged
+            with onnxruntime's optimizations on both sides), kept (node ids), n_kept, score
+            (<= 1 passes), max_abs, sqnr_db, cosine (worst output), passed, seconds
+            (conversion + run).
         sensitivity: the ranked nodes (:data:`SENSITIVITY_COLUMNS`).
         outputs: per output, error with everything converted and with the plan
             (:data:`OUTPUT_COLUMNS`).
@@ -942,6 +956,9 @@ class PrecisionPlan:
     feeds: list = field(default_factory=list, repr=False)
     source: LabModel | None = field(default=None, repr=False)
     required: dict[str, str] = field(default_factory=dict, repr=False)
+    #: Whether the plan also meets the tolerance with onnxruntime's optimizations on both
+    #: sides (a ``confirm`` trial); None when no search was needed (nothing to confirm).
+    confirmed: bool | None = None
     #: The history step's PassResult when the plan was pushed (``lab.find_precision``).
     result: Any = field(default=None, repr=False)
 
@@ -960,10 +977,12 @@ class PrecisionPlan:
             raise InputError(f"No trial {trial}: the table has trials 0..{len(self.trials) - 1}.",
                              fix="Pick a number from plan.trials['trial'].")
         kept = list(self.trials.loc[trial, "kept"])
+        level = "all" if self.trials.loc[trial, "phase"] == "confirm" else "disable"
         conv = _Converter(self.source, self.target, self.calibration)
         model = conv.convert(kept)
-        ref = _run_outputs(self.source, self.feeds, [v.name for v in self.source.graph.outputs])
-        cand = _run_outputs(model, self.feeds, list(ref[0]))
+        ref = _run_outputs(self.source, self.feeds, [v.name for v in self.source.graph.outputs],
+                           opt_level=level)
+        cand = _run_outputs(model, self.feeds, list(ref[0]), opt_level=level)
         per = [self.tolerance.judge([r[n] for r in ref], [c[n] for c in cand]) for n in ref[0]]
         missing = [nid for nid in self.required if nid not in kept]
         return model, {"score": math.inf if missing else max(m["score"] for m in per),
@@ -973,12 +992,16 @@ class PrecisionPlan:
     def summary_text(self) -> str:
         verdict = "meets" if self.passed else "does NOT meet"
         what = "excluded from int8" if self.target == "int8" else "kept in float32"
+        deployed = "" if self.confirmed is None else (
+            ", also with onnxruntime's optimizations" if self.confirmed else
+            ", but NOT with onnxruntime's optimizations")
         return (f"{self.target}: {len(self.kept)} of {self.n_candidates} nodes {what}; the plan "
-                f"{verdict} {self.tolerance.describe()} ({len(self.trials)} trials, "
+                f"{verdict} {self.tolerance.describe()}{deployed} ({len(self.trials)} trials, "
                 f"{self.seconds:.1f} s){' [cancelled]' if self.cancelled else ''}")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: target, kept, passed, tolerance, trials, outputs, seconds."""
+        """JSON-ready: target, kept, passed, confirmed, tolerance, trials, outputs,
+        seconds."""
         def clean(v: Any) -> Any:
             if isinstance(v, float) and not math.isfinite(v):
                 return str(v)
@@ -992,6 +1015,7 @@ class PrecisionPlan:
             return [{k: clean(v) for k, v in r.items()} for r in df.to_dict("records")]
 
         return {"target": self.target, "kept": list(self.kept), "passed": self.passed,
+                "confirmed": self.confirmed,
                 "n_candidates": self.n_candidates, "tolerance": self.tolerance.describe(),
                 "seconds": round(self.seconds, 3), "cancelled": self.cancelled,
                 "trials": records(self.trials), "outputs": records(self.outputs)}
@@ -1114,6 +1138,7 @@ def _check_reachable(s: _Search) -> None:
     """InputError when the float32 model itself misses the tolerance once onnxruntime
     optimizes it (fusions reorder float arithmetic): no precision plan can do better."""
     opt = _run_outputs(s.model, s.feed_list, s.out_names, opt_level="all")
+    s.ref_optimized = opt
     per = [s.tol.judge([r[n] for r in s.ref_outputs], [o[n] for o in opt]) for n in s.out_names]
     worst = max(per, key=lambda m: m["score"])
     if not worst["passed"]:
@@ -1179,8 +1204,8 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
                    rtol: float | None = None, calibration: Any = None, n_calibration: int = 8,
                    recheck: int = 5, max_trials: int = 48, dims: Mapping[str, int] | None = None,
                    shapes: Mapping[str, Sequence[int]] | None = None, max_bytes: int = 1 << 30,
-                   progress: Any = None, should_stop: Callable[[], bool] | None = None
-                   ) -> PrecisionPlan:
+                   progress: Any = None, should_stop: Callable[[], bool] | None = None,
+                   confirm: bool = True) -> PrecisionPlan:
     """The smallest set of nodes to keep in higher precision so the outputs meet a tolerance.
 
     Args:
@@ -1202,6 +1227,10 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
         progress: None (tqdm when interactive), False, or a callable(done, total, label).
         should_stop: called between trials; True stops the search and returns the best plan
             found so far (``cancelled=True``); PrecisionCancelled when none passed yet.
+        confirm: after a search, judge the plan once more with onnxruntime's graph
+            optimizations on both sides, as a default session deploys it (``confirm`` trials;
+            see :attr:`PrecisionPlan.confirmed`). False for runtimes that run the graph as
+            written (TensorRT honours QDQ placement).
 
     Returns:
         A :class:`PrecisionPlan`.
@@ -1257,6 +1286,9 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
             # The bisection's last node is necessary when the prefix without it failed.
             needed = [best[-1]] if s.known(best[:-1]) is False else []
             best = _prune(s, order, list(best), max_trials, needed)
+        confirmed = None
+        if confirm and not s.rows[0]["passed"] and not s.stopped():
+            best, confirmed = _confirm(s, best)
         bar.total = bar.done
     kept = [nid for nid in ranked if nid in set(best)]
     key = tuple(sorted(best))
@@ -1275,7 +1307,30 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
                          outputs=outputs, tolerance=tol, n_candidates=n,
                          seconds=time.perf_counter() - t_all, calibration=conv.calibration,
                          cancelled=s.stopped(), feeds=feed_list, source=model,
-                         required=dict(s.required))
+                         required=dict(s.required), confirmed=confirmed)
+
+
+def _confirm(s: _Search, best: tuple[str, ...], tries: int = 4
+             ) -> tuple[tuple[str, ...], bool]:
+    """The plan judged once more as a deployment runs it: both sides with onnxruntime's
+    graph optimizations (fusions reorder float arithmetic; QDQ pairs become int8 kernels). A
+    plan that only just passed without them can miss with them (BERT-base fp16, whose full
+    conversion misses by 4%, is at the noise of the fusions). When it misses, the next
+    smallest passing sets of the search are confirmed, ``tries`` in all; the first that holds
+    is the plan. Returns (plan, whether it held)."""
+    best = tuple(sorted(best))
+    others = {}
+    for r in s.rows:
+        key = tuple(r["kept"])
+        if r["passed"] and r["phase"] != "confirm" and len(key) > len(best):
+            others.setdefault(key, r["score"])
+    order = [best] + sorted(others, key=lambda k: (len(k), others[k]))
+    for key in order[:tries]:
+        if s.stopped():
+            break
+        if s.trial(key, "confirm", optimized=True)["passed"]:
+            return key, True
+    return best, False
 
 
 def _search_order(model: LabModel, ranked: list[str]) -> list[str]:

@@ -157,7 +157,8 @@ def test_int8_finds_two_planted_outliers_with_one_calibration(monkeypatch):
               "/conv5/Conv"}
     assert plan.passed and set(plan.excluded) <= around and len(plan.excluded) <= 3
     _assert_each_necessary(plan)
-    assert calls["calibrate"] == 1 and calls["convert"] == len(plan.trials)  # one per trial
+    # One calibration; at most one conversion per trial (a confirmation reuses the plan's).
+    assert calls["calibrate"] == 1 and calls["convert"] <= len(plan.trials)
     ranges = plan.calibration.ranges
     assert {"tensor", "lowest", "highest"} <= set(ranges.columns)
     r2 = ranges.set_index("tensor").loc["r2"]
@@ -213,22 +214,37 @@ def test_int8_exclusion_set_is_the_planted_nodes():
     healthy = onnx_lab.open(weight_outlier_convnet(planted=()))
     lab = onnx_lab.open(weight_outlier_convnet())
     feeds = make_feeds(lab, n=2, seed=1)
-    # The tolerance: 2 dB under what the healthy model reaches fully quantized.
+    # The tolerance: 3 dB under what the healthy model reaches fully quantized.
     h = find_precision(healthy, "int8", feeds=feeds, metric="sqnr", tolerance=0.0,
                        progress=False, recheck=0)
-    tol_db = float(h.trials.iloc[0]["sqnr_db"]) - 2.0
+    tol_db = float(h.trials.iloc[0]["sqnr_db"]) - 3.0
+    # The graph as written (QDQ placement honoured, as TensorRT runs it): no confirmation.
     plan = find_precision(lab, "int8", feeds=feeds, metric="sqnr", tolerance=tol_db,
-                          progress=False)
+                          progress=False, confirm=False)
     planted = {"/conv3/Conv", "/conv6/Conv"}
     assert not plan.trials.iloc[0]["passed"]
     assert plan.passed and planted <= set(plan.excluded) and len(plan.excluded) <= 3
     assert plan.outputs["sqnr_db_after"].min() >= tol_db
     _assert_each_necessary(plan)
     assert set(plan.trials["phase"]) >= {"full", "bisect", "prune"}
+    assert plan.confirmed is None and "confirm" not in set(plan.trials["phase"])
     # Every prune trial is a row that reproduces.
     last = int(plan.trials.index[-1])
     _, m = plan.reproduce(last)
     assert m["passed"] == plan.trials.loc[last, "passed"]
+    # As a default onnxruntime session runs it, the excluded convs are quantized anyway (its
+    # WeightBiasQuantization transformer quantizes the float weights of a Conv fed by a
+    # DequantizeLinear): the confirmation misses and a larger passing set of the search is
+    # confirmed instead. Confirm rows reproduce with the optimizations.
+    deployed = find_precision(lab, "int8", feeds=feeds, metric="sqnr", tolerance=tol_db,
+                              progress=False)
+    rows = deployed.trials[deployed.trials["phase"] == "confirm"]
+    assert len(rows) >= 1 and set(rows.iloc[0]["kept"]) == set(plan.excluded)
+    assert not rows.iloc[0]["passed"]
+    if deployed.confirmed:
+        assert set(deployed.excluded) == set(rows.iloc[-1]["kept"]) and rows.iloc[-1]["passed"]
+    _, m = deployed.reproduce(int(rows.index[0]))
+    assert m["passed"] == rows.iloc[0]["passed"]
 
 
 def test_fp16_weights_convert_like_onnxruntime():
