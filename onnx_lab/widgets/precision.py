@@ -18,6 +18,10 @@ from onnx_lab.widgets._common import View, code_html, figure_html, info_html
 
 __all__ = ["PrecisionDoctor"]
 
+#: Outline of the kept nodes on the graph: green stands out from the sensitivity colours
+#: (yellow to dark red), where the render's default red outline vanished on the top ranks.
+KEPT_OUTLINE = "#1a9e3f"
+
 
 class PrecisionDoctor(View):
     """Search the fewest nodes to keep in higher precision so the outputs meet a tolerance.
@@ -63,11 +67,13 @@ class PrecisionDoctor(View):
         self.verdict = w.HTML()
         self.chart = w.HTML()
         self.outputs_html = w.HTML()
-        self.canvas = GraphCanvas(lab, height=380)
+        self.canvas = GraphCanvas(lab, height=480)
         self.save_path = w.Text(placeholder="model.fp16.onnx", description="save as",
                                 layout=w.Layout(width="320px"))
         self.save_button = w.Button(description="Save", icon="save", disabled=True)
         self._result_panels = (self.verdict, self.chart, self.outputs_html)
+        self.metric.observe(lambda _c: self._metric_fields(), names="value")
+        self._metric_fields()
         self.run_button.on_click(lambda _b: self._guard(self.run)())
         self.cancel_button.on_click(lambda _b: self.cancel())
         self.save_button.on_click(lambda _b: self._guard(self.save)())
@@ -81,6 +87,15 @@ class PrecisionDoctor(View):
             w.HBox([self.save_path, self.save_button], layout=wrap),
         ])
         self.add_class("onnx-lab-precision")
+
+    def _metric_fields(self) -> None:
+        """atol/rtol for the element-wise metric, the threshold for the others."""
+        elementwise = self.metric.value == "elementwise"
+        for box in (self.atol, self.rtol):
+            box.layout.display = None if elementwise else "none"
+        self.threshold.layout.display = "none" if elementwise else None
+        self.threshold.description = {"sqnr": "min dB", "cosine": "min cos"}.get(
+            self.metric.value, "min")
 
     # ------------------------------------------------------------------ actions
     def _kwargs(self) -> dict[str, Any]:
@@ -126,6 +141,10 @@ class PrecisionDoctor(View):
                               busy="searching...", code=self.code_for(), **self._kwargs())
             if plan is not None:
                 self.show(plan)
+                # The bar's total was an estimate: a finished search fills it.
+                self.progress.value = self.progress.max
+                self.progress_label.value = html.escape(
+                    f"done: {len(plan.trials)} trials, {plan.seconds:.1f} s")
         finally:
             self.run_button.disabled, self.cancel_button.disabled = False, True
 
@@ -135,16 +154,36 @@ class PrecisionDoctor(View):
 
         self.result = plan
         kind = "ok" if plan.passed else "warn"
-        self.verdict.value = info_html(plan.summary_text(), kind=kind) + (
+        full = plan.trials.iloc[0]
+        why = ""
+        if not full["passed"]:  # why everything converted fails (an fp16 overflow...)
+            why = full["note"] or f"score {full['score']:.3g} > 1"
+            why = f"<div>everything converted fails: {html.escape(why)}</div>"
+        self.verdict.value = info_html(plan.summary_text(), kind=kind) + why + (
             f"<div>kept: {html.escape(', '.join(plan.kept)) or 'none'}</div>")
         self.chart.value = figure_html(plan.plot(top=20))
         self.outputs_html.value = frame_html(plan.outputs, caption="error per output: "
                                              "everything converted (before) vs the plan (after)")
+        self._show_graph(plan)
+        self.save_button.disabled = False
+
+    def _show_graph(self, plan: Any) -> None:
+        """The graph coloured by sensitivity around every kept node (one hop, so each is
+        drawn at a readable scale; the whole graph when nothing is kept), the kept nodes
+        outlined on the canvas."""
+        if plan.kept:
+            kw: dict[str, Any] = {"around": list(plan.kept), "radius": 1}
+        else:
+            kw = {"around": None, "collapse": None if len(plan.source.index) <= 120 else "auto"}
+        noun = "excluded from int8" if plan.target == "int8" else "kept in float32"
+        kw["highlight"] = {nid: KEPT_OUTLINE for nid in plan.kept}
         try:
-            self.canvas.show(plan.render(), model=plan.source, title="kept nodes highlighted")
+            self.canvas.show(plan.render(**kw), model=plan.source,
+                             title=f"{len(plan.kept)} nodes {noun}: outlined in green")
         except Exception:  # noqa: BLE001 - a graph that cannot be drawn leaves the rest shown
             self.canvas.show(None)
-        self.save_button.disabled = False
+            return
+        self.canvas.highlight = sorted({k for k in map(self.canvas.key_for, plan.kept) if k})
 
     def save(self) -> None:
         """Save the converted model (the Lab's current version) to the path box."""

@@ -25,7 +25,18 @@ def test_precision_widget_runs_and_saves(tmp_path):
     plan = wdg.result
     assert plan is not None and plan.passed and NORM_NODES <= set(plan.kept)
     assert "kept" in wdg.verdict.value and "<img" in wdg.chart.value
+    # Why everything converted fails: the overflow, which the CPU run alone would not show.
+    assert "everything converted fails: fp16 overflow" in wdg.verdict.value
+    assert not plan.outputs["passed_before"].any() and plan.outputs["passed_after"].all()
     assert "score_after" in wdg.outputs_html.value
+    # Every kept node is drawn and outlined on the canvas.
+    assert not any("outside this view" in n for n in wdg.canvas.rendering.notes)
+    assert set(plan.kept) <= set(wdg.canvas.highlight)
+    # The tolerance fields follow the metric.
+    assert wdg.threshold.layout.display == "none" and wdg.atol.layout.display is None
+    wdg.metric.value = "sqnr"
+    assert wdg.atol.layout.display == "none" and wdg.threshold.layout.display is None
+    assert "metric='sqnr'" in wdg.code_for()
     assert "find_precision(" in wdg.code.value and wdg.code_for().startswith("plan = lab")
     wdg.save_path.value = str(tmp_path / "m.fp16.onnx")
     wdg.save()
