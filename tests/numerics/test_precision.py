@@ -262,6 +262,15 @@ def test_fp16_weights_convert_like_onnxruntime():
     assert np.array_equal(ours.view(np.uint16), theirs.view(np.uint16))
 
 
+def test_reference_stats_count_non_finite_values():
+    from onnx_lab.numerics.precision import _ref_stats
+
+    st = _ref_stats([np.array([1.0, np.inf, -3.0, np.nan], np.float32),
+                     np.array([[70000.0, -2.0]], np.float32)])
+    assert st["nf_ref"] == st["nf_cand"] == 2 and st["numel"] == 4
+    assert st["max_ref"] == 70000.0 and st["max_abs"] == 0.0
+
+
 def test_fp16_kept_node_sharing_a_weight_and_external_data(tmp_path):
     """A kept MatMul reads the weight its converted neighbour reads (the converter casts it
     up for the kept one): the weight-free conversion puts the right arrays back; a model
