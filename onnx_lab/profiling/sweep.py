@@ -49,6 +49,10 @@ _AUTO_WARMUP = 2
 #: blocks of 5 runs did not cure it. Off, every point pays the same small wake-up cost, so the
 #: points stay comparable with each other.
 NO_SPIN = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
+#: Warm-up rounds of an adaptive race: one run absorbs a session's first-run allocations;
+#: the race's medians and its conservative retirement test (every run of the slower point
+#: above every run of the faster) are not moved by one slow run after it.
+_RACE_WARMUP = 1
 #: Rounds of an adaptive race (levels, thread counts) before a clearly slower point leaves it.
 RACE_MIN_RUNS = 5
 
@@ -105,7 +109,7 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
     from onnx_lab.profiling.stats import clearly_slower, decided, stable
 
     labels = list(labels) if labels is not None else [str(i) for i in range(len(sessions))]
-    for _ in range(warmup if runs is not None else max(min(warmup, _AUTO_WARMUP) - warmed, 0)):
+    for _ in range(warmup if runs is not None else max(min(warmup, _RACE_WARMUP) - warmed, 0)):
         for sess in sessions:
             sess.run(None, feed)
             if runs is not None:
