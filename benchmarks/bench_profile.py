@@ -67,13 +67,20 @@ def bench_overhead(runs: int, repeat: int, threads, name: str = "ResNet-50") -> 
     bare_loop(lab, 1, 0, threads)
     profiled(lab, 1, 0, threads)
     bare, prof = [], []
-    for _ in range(repeat):  # alternate, so load from other processes hits both alike
-        bare.append(bare_loop(lab, runs, 5, threads))
-        prof.append(profiled(lab, runs, 5, threads))
+    for i in range(repeat):
+        # Alternate, so load from other processes hits both alike, in ABBA order: whichever
+        # runs right after the other (its freed memory, a state of the machine that lasts a
+        # few seconds) is not always the same side.
+        if i % 2 == 0:
+            bare.append(bare_loop(lab, runs, 5, threads))
+            prof.append(profiled(lab, runs, 5, threads))
+        else:
+            prof.append(profiled(lab, runs, 5, threads))
+            bare.append(bare_loop(lab, runs, 5, threads))
     bs = [b[0] for b in bare]
     ps = [p[0] for p in prof]
     print(f"[overhead] {name}, {runs} runs + 5 warm-up, CPU, threads={threads}, {repeat} "
-          f"alternating repeats: bare ORT loop {', '.join(f'{x:.2f}' for x in bs)} s; "
+          f"alternating repeats (ABBA): bare ORT loop {', '.join(f'{x:.2f}' for x in bs)} s; "
           f"onnx_lab.profile {', '.join(f'{x:.2f}' for x in ps)} s -> ratio of the best "
           f"{min(ps) / min(bs):.3f}x, of the medians "
           f"{statistics.median(ps) / statistics.median(bs):.3f}x (target <= 1.1x); median run "
