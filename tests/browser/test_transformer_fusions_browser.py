@@ -4,10 +4,14 @@ and shows where each fused Attention came from.
 The notebook shows ``FusionLab(lab)`` on ``sample:bert_block`` (a BERT encoder block the
 optimizer recognises); the test picks "ORT transformer fusions (bert)", clicks the button, waits
 for a verified history step, opens the panel of fused nodes and checks that an Attention row
-lists the Softmax and MatMuls it replaced. The screenshot is saved under ``test-artifacts/``.
+lists the Softmax and MatMuls it replaced. A second test plants an extra Cast in the mask path
+and checks that the "Not fused, because" panel names it. Screenshots are saved under
+``test-artifacts/``.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 from _jupyter import (
@@ -58,4 +62,48 @@ def test_fusion_lab_applies_transformer_fusions_and_shows_attention_origins(tmp_
             assert rows and "Softmax" in rows[0] and "MatMul" in rows[0]
         finally:
             page.screenshot(path=str(ARTIFACTS / "fusion_lab_transformers_browser.png"),
+                            full_page=True)
+
+
+NEAR_MISS_CELLS = [
+    "import onnx_lab\nfrom onnx_lab.core._sample_models import build_bert_block\n"
+    "from onnx_lab.widgets import FusionLab\n"
+    "lab = onnx_lab.open(build_bert_block(extra_mask_cast=True), dims={'batch': 1, 'seq': 8})",
+    "fl = FusionLab(lab)\nfl",
+]
+
+
+def test_fusion_lab_says_why_an_attention_was_not_fused(tmp_path):
+    """A second Cast planted in the mask path: after the transformer step the "Not fused,
+    because" panel names the Cast and carries onnxruntime's own log line."""
+    require_chromium()
+    root = tmp_path / "root"
+    root.mkdir()
+    write_notebook(root / "near_miss.ipynb", NEAR_MISS_CELLS)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with jupyter_lab(root, tmp_path) as url, chromium_page(tmp_path / "profile") as page:
+        try:
+            run_all_cells(page, url, "near_miss.ipynb")
+            widget = page.locator(".onnx-lab-fusion-lab")
+            widget.wait_for(timeout=90_000)
+            level = widget.locator("select").filter(
+                has=page.locator("option", has_text="ORT transformer fusions"))
+            level.select_option(label="ORT transformer fusions (bert)")
+            widget.locator("button", has_text="apply ORT level").click()
+            step1 = page.locator(".onnx-lab-history tr.onnx-lab-history-row[data-step='1']")
+            step1.wait_for(timeout=120_000)
+            assert step1.locator(".onnx-lab-badge").inner_text().strip() == "passed"
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.onnx-lab-fusion-lab table tr')]"
+                ".some(tr => tr.innerText.includes('unexpected Cast'))", timeout=30_000)
+            rows = [t for t in widget.locator("table tr").all_inner_texts()
+                    if "unexpected Cast" in t]
+            assert "Attention" in rows[0] and "/mask/Cast_1" in rows[0]
+            assert "failed to match mask path" in widget.inner_text()
+            assert page.locator(".onnx-lab-error").count() == 0
+        finally:
+            with contextlib.suppress(Exception):  # show the panel, whatever failed above
+                widget.locator("tr", has_text="unexpected Cast").first.evaluate(
+                    "e => e.scrollIntoView({block: 'center'})")
+            page.screenshot(path=str(ARTIFACTS / "fusion_lab_near_miss_browser.png"),
                             full_page=True)
