@@ -357,6 +357,11 @@ def main(argv=None) -> None:
                     help="fp16: runs per side, the fastest quoted")
     ap.add_argument("--max-trials", type=int, default=48, help="int8: the pruning's budget")
     args = ap.parse_args(argv)
+    import warnings
+
+    # onnxconverter-common warns once per small weight it rounds ("the float32 number ... will
+    # be truncated"): thousands of lines on BERT-base.
+    warnings.filterwarnings("ignore", message="the float32 number", category=UserWarning)
     global REPEAT
     REPEAT = max(1, args.repeat)
     if args.only != "int8":
