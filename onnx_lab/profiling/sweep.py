@@ -577,7 +577,7 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int | 
         sessions = [make_session(lm, providers=providers, opt_level=opt_level, threads=int(t),
                                  config_entries=NO_SPIN) for t in counts]
         samples, raced = _interleaved(sessions, feed, runs, warmup, budget_s, t_start,
-                                      reporter, cancel, rel_ci, [f"{t} threads" for t in counts])
+                                      reporter, cancel, rel_ci, [_threads(t) for t in counts])
         notes.extend(raced)
         del sessions
         rows = [{"threads": int(t), **_stats(ms)} for t, ms in zip(counts, samples, strict=True)]
@@ -585,12 +585,16 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int | 
         reporter.close()
     df = pd.DataFrame(rows)
     df = df.assign(speedup=df.p50_ms.iloc[0] / df.p50_ms,
-                   verdict=_verdicts(samples, [f"{t} threads" for t in df.threads]))
+                   verdict=_verdicts(samples, [_threads(t) for t in df.threads]))
     df = df[["threads", "mean_ms", "p50_ms", "p90_ms", "std_ms", "speedup", "runs", "p10_ms",
              "ci_low_ms", "ci_high_ms", "rel_ci", "verdict"]]
     notes.extend(_busy(samples, "thread sweep"))
     df.attrs["notes"] = notes
     return df
+
+
+def _threads(t: int) -> str:
+    return f"{int(t)} thread" + ("" if int(t) == 1 else "s")
 
 
 def compare_models(a: Any, b: Any, *, runs: int | None = None, warmup: int = 3,
