@@ -22,6 +22,8 @@ torch exporters, which write into a folder and return the path (call
 - :func:`reshape_computed_shape`: a Reshape whose target shape is computed (Shape, Gather,
   Concat), so only data propagation finds the output shape.
 - :func:`named_model`: nodes with duplicate and empty names.
+- :func:`conv_bn_scale_from_input`: Conv → BatchNormalization whose scale is a graph input
+  (fuse_conv_bn's near-miss: the scale is not a constant).
 - :func:`torchscript_export`, :func:`dynamo_export`: tiny torch models exported for real
   (dynamo: weights saved as external data, value_info present).
 - :func:`save_external`: save a ModelProto with its tensors in one external data file.
@@ -343,6 +345,22 @@ ALL_STYLES = {
 
 
 # --------------------------------------------------------------------------- files
+def conv_bn_scale_from_input() -> onnx.ModelProto:
+    """Conv → BatchNormalization whose ``scale`` is a graph input, not a constant."""
+    rng = _rng(0)
+    inits = [_init("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32))]
+    inits += [_init(n, a.astype(np.float32)) for n, a in
+              (("bias", np.zeros(4)), ("mean", np.full(4, 0.1)), ("var", np.ones(4)))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="/conv/Conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"],
+                              ["y"], name="/bn/BatchNormalization")]
+    g = helper.make_graph(nodes, "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+        helper.make_tensor_value_info("scale", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    return _model(g)
+
+
 def save_external(model: onnx.ModelProto, path: str | Path, data_name: str | None = None,
                   size_threshold: int = 0) -> Path:
     """Save ``model`` to ``path`` with tensors over ``size_threshold`` bytes in one data file

@@ -32,6 +32,24 @@ CELLS = [
 ]
 
 
+def _apply_bert_fusions(page, url: str, notebook: str):
+    """Run the notebook, pick "ORT transformer fusions (bert)" in its FusionLab, apply it and
+    wait for a verified step 1; returns the widget's locator."""
+    run_all_cells(page, url, notebook)
+    widget = page.locator(".onnx-lab-fusion-lab")
+    widget.wait_for(timeout=90_000)
+    level = widget.locator("select").filter(
+        has=page.locator("option", has_text="ORT transformer fusions"))
+    level.select_option(label="ORT transformer fusions (bert)")
+    widget.locator("button", has_text="apply ORT level").click()
+    step1 = page.locator(".onnx-lab-history tr.onnx-lab-history-row[data-step='1']")
+    step1.wait_for(timeout=120_000)
+    assert "ort_transformers" in step1.inner_text()
+    assert step1.locator(".onnx-lab-badge").inner_text().strip() == "passed"
+    assert page.locator(".onnx-lab-error").count() == 0
+    return widget
+
+
 def test_fusion_lab_applies_transformer_fusions_and_shows_attention_origins(tmp_path):
     require_chromium()
     root = tmp_path / "root"
@@ -40,18 +58,7 @@ def test_fusion_lab_applies_transformer_fusions_and_shows_attention_origins(tmp_
     ARTIFACTS.mkdir(exist_ok=True)
     with jupyter_lab(root, tmp_path) as url, chromium_page(tmp_path / "profile") as page:
         try:
-            run_all_cells(page, url, "transformers.ipynb")
-            widget = page.locator(".onnx-lab-fusion-lab")
-            widget.wait_for(timeout=90_000)
-            level = widget.locator("select").filter(
-                has=page.locator("option", has_text="ORT transformer fusions"))
-            level.select_option(label="ORT transformer fusions (bert)")
-            widget.locator("button", has_text="apply ORT level").click()
-            step1 = page.locator(".onnx-lab-history tr.onnx-lab-history-row[data-step='1']")
-            step1.wait_for(timeout=120_000)
-            assert "ort_transformers" in step1.inner_text()
-            assert step1.locator(".onnx-lab-badge").inner_text().strip() == "passed"
-            assert page.locator(".onnx-lab-error").count() == 0
+            widget = _apply_bert_fusions(page, url, "transformers.ipynb")
             widget.get_by_text("Nodes the last step fused", exact=False).first.click()
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.onnx-lab-fusion-lab table tr')]"
@@ -83,16 +90,7 @@ def test_fusion_lab_says_why_an_attention_was_not_fused(tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     with jupyter_lab(root, tmp_path) as url, chromium_page(tmp_path / "profile") as page:
         try:
-            run_all_cells(page, url, "near_miss.ipynb")
-            widget = page.locator(".onnx-lab-fusion-lab")
-            widget.wait_for(timeout=90_000)
-            level = widget.locator("select").filter(
-                has=page.locator("option", has_text="ORT transformer fusions"))
-            level.select_option(label="ORT transformer fusions (bert)")
-            widget.locator("button", has_text="apply ORT level").click()
-            step1 = page.locator(".onnx-lab-history tr.onnx-lab-history-row[data-step='1']")
-            step1.wait_for(timeout=120_000)
-            assert step1.locator(".onnx-lab-badge").inner_text().strip() == "passed"
+            widget = _apply_bert_fusions(page, url, "near_miss.ipynb")
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.onnx-lab-fusion-lab table tr')]"
                 ".some(tr => tr.innerText.includes('unexpected Cast'))", timeout=30_000)

@@ -8,10 +8,8 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from models import conv_bn_scale_from_input
 
 import onnx_lab
 from onnx_lab.core._sample_models import build_bert_block
@@ -98,23 +96,10 @@ def test_extra_cast_in_the_mask_path_is_a_named_near_miss():
     assert svg is not None
 
 
-def _conv_bn_scale_from_input() -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
-    inits = [w] + [numpy_helper.from_array(a.astype(np.float32), n) for n, a in
-                   (("bias", np.zeros(4)), ("mean", np.full(4, 0.1)), ("var", np.ones(4)))]
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="/conv/Conv", pads=[1, 1, 1, 1]),
-             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"],
-                              ["y"], name="/bn/BatchNormalization")]
-    g = helper.make_graph(nodes, "g", [
-        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
-        helper.make_tensor_value_info("scale", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def test_conv_bn_with_a_non_constant_scale_is_a_near_miss_of_fuse_conv_bn():
-    lab = onnx_lab.open(_conv_bn_scale_from_input())
+    lab = onnx_lab.open(conv_bn_scale_from_input())
     assert "fuse_conv_bn" not in set(lab.patterns()["pass"])
     df = lab.patterns(near_misses=True)
     row = df.loc[df.source == "fuse_conv_bn"].iloc[0]

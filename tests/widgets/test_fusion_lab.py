@@ -1,8 +1,7 @@
 from __future__ import annotations
 
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from models import conv_bn_scale_from_input
 
 import onnx_lab
 from onnx_lab.core._sample_models import build_bert_block
@@ -140,24 +139,10 @@ def test_fusion_lab_without_verification_and_overwrite(tmp_path, no_error):
 
 
 # ---------------------------------------------------------------------------- not fused
-def _conv_bn_scale_from_input() -> onnx.ModelProto:
-    """Conv → BatchNormalization whose scale is a graph input: fuse_conv_bn's near-miss."""
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")]
-    inits += [numpy_helper.from_array(a.astype(np.float32), n) for n, a in
-              (("bias", np.zeros(4)), ("mean", np.full(4, 0.1)), ("var", np.ones(4)))]
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="/conv/Conv", pads=[1, 1, 1, 1]),
-             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"],
-                              ["y"], name="/bn/BatchNormalization")]
-    g = helper.make_graph(nodes, "g", [
-        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
-        helper.make_tensor_value_info("scale", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def test_not_fused_panel_lists_our_patterns_near_misses_when_the_widget_opens(no_error):
-    lab = onnx_lab.open(_conv_bn_scale_from_input())
+    lab = onnx_lab.open(conv_bn_scale_from_input())
     f = FusionLab(lab)
     no_error(f)
     assert "fuse_conv_bn" not in set(f.patterns["pass"])  # not an opportunity...
