@@ -35,7 +35,7 @@ def test_import_and_optimize_command_do_not_import_pandas(tmp_path):
         f"onnx.save(onnx_lab.samples.build('convnet'), {str(src)!r})\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    code = main(['optimize', {str(src)!r}, {str(tmp_path / 'out.onnx')!r}, '--json'])\n"
-        "print(code, 'pandas' in sys.modules)\n"
+        "print(code, 'pandas' in sys.modules, 'onnxscript' in sys.modules)\n"
         f"lab = onnx_lab.open({str(src)!r})\n"
         "r = lab.apply('fuse_conv_bn')\n"
         "print(r.verify_passed, 'pandas' in sys.modules)\n"
@@ -44,4 +44,5 @@ def test_import_and_optimize_command_do_not_import_pandas(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout.splitlines()
-    assert out == ["False", "0 False", "True False", "DataFrame True True"]
+    # onnxscript (~0.1 s) is imported by its own step only, not by looking passes up.
+    assert out == ["False", "0 False False", "True False", "DataFrame True True"]
