@@ -60,6 +60,7 @@ from onnx_lab.errors import InputError, LabError, unknown_name
 from onnx_lab.numerics.metrics import get_preset
 from onnx_lab.numerics.quantize import (
     Calibration,
+    SavedSource,
     _full_proto,
     _quantize_with,
     calibrate_int8,
@@ -303,6 +304,8 @@ class _Converter:
         # each weight converted once (name -> float16 array).
         self._light: tuple[onnx.ModelProto, dict[str, list[int]]] | None | bool = None
         self._half: dict[str, np.ndarray] = {}
+        # int8: the named model saved once for every trial's quantization.
+        self._saved: SavedSource | None = None
         if target == "fp16":
             from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
 
@@ -313,6 +316,12 @@ class _Converter:
             self.quant_ops = set(QDQRegistry) | set(QLinearOpsRegistry)
         else:
             self.blocked_ops = set()
+
+    def close(self) -> None:
+        """Remove the int8 trials' saved source (also done when the converter is collected)."""
+        if self._saved is not None:
+            self._saved.close()
+            self._saved = None
 
     @property
     def named(self) -> LabModel:
@@ -398,7 +407,9 @@ class _Converter:
     def convert(self, kept: Sequence[str]) -> LabModel:
         if self.target == "int8":
             assert self.calibration is not None
-            return _quantize_with(self.named, self.calibration, list(kept))
+            if self._saved is None:
+                self._saved = SavedSource(self.named)
+            return _quantize_with(self.named, self.calibration, list(kept), self._saved)
         light = self.light() if self.target == "fp16" else None
         base = onnx.ModelProto()
         base.CopyFrom(light[0] if light is not None else self.proto())
@@ -987,6 +998,7 @@ class PrecisionPlan:
         level = "all" if self.trials.loc[trial, "phase"] == "confirm" else "disable"
         conv = _Converter(self.source, self.target, self.calibration)
         model = conv.convert(kept)
+        conv.close()
         ref = _run_outputs(self.source, self.feeds, [v.name for v in self.source.graph.outputs],
                            opt_level=level)
         cand = _run_outputs(model, self.feeds, list(ref[0]), opt_level=level)
@@ -1136,6 +1148,7 @@ def sensitivity(source: Any, target: str = "fp16", feeds: Any = None, *, by: str
                 grouped.loc[i, "score_alone"] = row["score"]
                 grouped.loc[i, "drop"] = _drop(base, row["score"])
         df = grouped
+    s.conv.close()
     df.attrs["trials"] = pd.DataFrame(s.rows, columns=TRIAL_COLUMNS)
     df.attrs["seconds"] = time.perf_counter() - t_all
     return df
@@ -1300,6 +1313,7 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
     kept = [nid for nid in ranked if nid in set(best)]
     key = tuple(sorted(best))
     final = s.models.get(key) or conv.convert(key)
+    conv.close()
     before, after = s.outputs_of[()], s.outputs_of[key]
     # The fp16 overflow constraint fails a side whatever this CPU run measured (its kernels
     # may compute in float32 where a GPU stores the inf): the outputs table says so too.
