@@ -318,6 +318,26 @@ def test_int8_healthy_keeps_nothing():
     assert plan.passed and plan.excluded == []
 
 
+def test_int8_trials_share_one_saved_source_and_leave_no_file(monkeypatch, tmp_path):
+    import tempfile
+
+    import onnx_lab.numerics.quantize as q
+
+    saved = []
+    real = q.SavedSource.__init__
+
+    def counting(self, model):
+        saved.append(1)
+        real(self, model)
+
+    monkeypatch.setattr(q.SavedSource, "__init__", counting)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    plan = find_precision(onnx_lab.open(outlier_convnet()), "int8", metric="sqnr",
+                          tolerance=30, progress=False)
+    assert len(plan.trials) > 3 and len(saved) == 1  # one save for every trial
+    assert list(tmp_path.iterdir()) == []  # removed at the end of the search
+
+
 def test_bad_arguments_name_the_fix():
     lab = onnx_lab.open("sample:convnet")
     with pytest.raises(UnknownNameError, match="fp8x"):
