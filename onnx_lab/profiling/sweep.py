@@ -50,8 +50,8 @@ _AUTO_WARMUP = 2
 #: points stay comparable with each other.
 NO_SPIN = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
 #: Warm-up rounds of an adaptive race: one run absorbs a session's first-run allocations;
-#: the race's medians and its conservative retirement test (every run of the slower point
-#: above every run of the faster) are not moved by one slow run after it.
+#: the race's medians and its conservative retirement test (after 5 runs: every run of the
+#: slower point 5% above every run of the faster) are not moved by one slow run after it.
 _RACE_WARMUP = 1
 #: Rounds of an adaptive race (levels, thread counts) before a clearly slower point leaves it.
 RACE_MIN_RUNS = 5
@@ -96,8 +96,9 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
 
     Fixed ``runs``: that many rounds. Adaptive (``runs=None``): a race for the fastest. After
     :data:`RACE_MIN_RUNS` rounds, a session whose median is clearly slower than the fastest
-    one's (their 95% intervals do not overlap) leaves the rotation: more runs of it would not
-    change which is fastest. The race ends when one session is left, when every session left
+    one's (its 95% interval lies more than 5% above the fastest's:
+    :func:`~onnx_lab.profiling.stats.clearly_slower`) leaves the rotation: more runs of it
+    would not change which is fastest. The race ends when one session is left, when every session left
     is stable or decided against the fastest (within 5% of it, or clearly apart), or when
     ``budget_s`` (counted from ``t_start``) is spent.
 
