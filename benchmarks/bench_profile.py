@@ -234,8 +234,8 @@ def detector(width: int = 16):
 
 
 def _samples(df, key: str) -> dict:
-    """Each row's runs, rebuilt from its percentiles (the sweeps return statistics only):
-    enough for the verdict below, which compares medians and their intervals."""
+    """Each row's (95% interval low, median, interval high) by its key (the sweeps return
+    statistics, not the runs): what the verdict below compares."""
     return {k: (lo, p50, hi) for k, lo, p50, hi in
             zip(df[key], df.ci_low_ms, df.p50_ms, df.ci_high_ms, strict=True)}
 
