@@ -378,8 +378,10 @@ class FusionLab(View):
         results = result if isinstance(result, list) else [result]
         # The last transformer fusion step: its near-misses (walked for its model type, with
         # onnxruntime's log) stand in for the structural ones while its version is current.
-        self._fusion_step = next((r for r in reversed(results) if isinstance(
-            getattr(r, "near_misses", None), pd.DataFrame)), self._fusion_step)
+        step = next((r for r in reversed(results)
+                     if isinstance(getattr(r, "near_misses", None), pd.DataFrame)), None)
+        if step is not None:
+            self._fusion_step = step
         code = self._with_bar(code)
         self.code.value = code_html(code)
         self.matches.selected = []
@@ -399,8 +401,6 @@ class FusionLab(View):
         failed = any(r is not None and r.verify_passed is False for r in results)
         self._show_verification(results)
         self._show_changes(results)
-        step = next((r for r in reversed(results)
-                     if isinstance(getattr(r, "near_misses", None), pd.DataFrame)), None)
         if step is not None and len(step.near_misses) and not failed:
             self.details.selected_index = 4  # the step left something unfused: say why
         if msgs and self.error is None:
