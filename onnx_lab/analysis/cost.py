@@ -153,7 +153,7 @@ def _conv_transpose(c: _Ctx):
     return 2.0 * macs + bias, float(macs)
 
 
-@_register("Gemm")
+@_register("Gemm", "FusedGemm")
 def _gemm(c: _Ctx):
     a, b = c.ins[0], c.ins[1]
     if not c.need(a, b) or len(a) != 2 or len(b) != 2:
@@ -191,6 +191,12 @@ def _matmul(c: _Ctx):
             return None
         macs = _numel(a) // a[-1] * n * k
         return 2.0 * macs, float(macs)
+    if c.node.op_type == "FusedMatMul" and (c.attr("transA", 0) or c.attr("transB", 0)):
+        # op(A)·op(B) with the last two dims of A and/or B swapped.
+        a = a[:-2] + (a[-1], a[-2]) if a is not None and len(a) > 1 and c.attr("transA", 0) \
+            else a
+        b = b[:-2] + (b[-1], b[-2]) if b is not None and len(b) > 1 and c.attr("transB", 0) \
+            else b
     if a is not None and b is not None:
         dims = _matmul_dims(a, b)
         if dims is None:
@@ -348,6 +354,16 @@ def _resize(c: _Ctx):
         return 0.0, 0.0
     taps = (4 if mode == "cubic" else 2) ** axes
     return float(_numel(y) * (2 * taps - 1)), 0.0
+
+
+@_register("EmbedLayerNormalization")
+def _embed_layer_norm(c: _Ctx):
+    # Gathers move data; per output element: the word + position (+ segment, input 4) sum,
+    # then a LayerNorm.
+    y = c.outs[0] if c.outs else None
+    seg = c.node.inputs[4] if len(c.node.inputs) > 4 else None
+    adds = 2.0 if seg is not None and seg.name else 1.0
+    return (float(_numel(y) * (adds + _NORM["LayerNormalization"])), 0.0) if y else None
 
 
 def _generic(c: _Ctx) -> tuple[float, float] | None:

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core import _contrib_shapes
 from onnx_lab.core._fold import fold_shape_values
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import UnreadableTensor
@@ -305,9 +306,18 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
         skeleton.CopyFrom(skel)
         _skeleton_graph(m.graph, skeleton.graph, dims, shapes, top=True, order=order,
                         folded=folded)
+        data_prop = _largest_dim(skeleton.graph) <= _MAX_PROPAGATED_DIM
         inferred = onnx.shape_inference.infer_shapes(
-            skeleton, check_type=False, strict_mode=False,
-            data_prop=_largest_dim(skeleton.graph) <= _MAX_PROPAGATED_DIM)
+            skeleton, check_type=False, strict_mode=False, data_prop=data_prop)
+        # onnxruntime's fused ops (FusedConv, Attention...) have no ONNX schema: type their
+        # outputs and what follows them, then let inference run again over those types for
+        # its data propagation (Shape -> Reshape targets), a few rounds at most.
+        for _ in range(3):
+            if not _contrib_shapes.needs_completion(inferred.graph, m.opset_imports) or \
+                    not _contrib_shapes.complete(inferred.graph, m.opset_imports):
+                break
+            inferred = onnx.shape_inference.infer_shapes(
+                inferred, check_type=False, strict_mode=False, data_prop=data_prop)
         _collect(inferred.graph, out)
         return out
 

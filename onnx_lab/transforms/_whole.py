@@ -212,6 +212,24 @@ def trace_provenance(before: LabModel, new: LabModel, *, fused_ops: bool = False
     return provenance, removed, notes
 
 
+def _import_used_domains(m: ir.Model) -> None:
+    """Import (version 1) every operator domain a node uses but the model does not import.
+
+    onnxruntime's transformer optimizer adds its ``com.microsoft`` import only when it saves
+    to a file (``OnnxModel.save``); the in-memory model it hands back lacks it. Without the
+    import the model is invalid ONNX and shape inference stops at the first fused node,
+    leaving every tensor of the graph untyped.
+    """
+    have = set(m.opset_imports)
+    if have & {"", "ai.onnx"}:
+        have |= {"", "ai.onnx"}  # two spellings of the standard domain
+    for g in m.graphs():
+        for node in g:
+            if node.domain not in have:
+                m.opset_imports[node.domain] = 1
+                have.add(node.domain)
+
+
 def _helper_origins(a_idx: Any, provenance: dict[str, list[str]]) -> int:
     """Give untraced single-output nodes whose output only traced nodes of one kind read the
     origin of those readers (onnxruntime's fusions add Casts of the int64 inputs for
@@ -347,6 +365,7 @@ class WholeModelPass(LabPass):
     @staticmethod
     def from_proto(proto: onnx.ModelProto, like: LabModel) -> ir.Model:
         m = ir.serde.deserialize_model(proto)
+        _import_used_domains(m)
         if (like.ir.ir_version or 0) < 4:
             # IR < 4 lists every initializer as a graph input too. Tools that fold or fuse
             # weights away leave those entries behind as inputs that nothing reads, which would

@@ -110,11 +110,21 @@ def test_large_constants_are_left_out_of_the_skeleton():
     assert _shapes(lab)["w"] == (64, 32)
 
 
-def test_contrib_op_stops_inference_without_failing():
+def test_contrib_op_is_typed_by_its_rule_and_an_unknown_one_stays_untyped():
     s = _shapes(onnx_lab.open(quantized()))
     assert s["conv_out"] == (1, 4, 6, 6)
-    assert s["act"] is None  # com.microsoft::Gelu: ONNX cannot infer it
-    assert s["y"] == (1, 10)  # the declared output type fills in
+    assert s["act"] == (1, 4, 6, 6)  # com.microsoft::Gelu: ONNX cannot, its rule can
+    assert s["y"] == (1, 10)
+    # An op nobody has a rule for is never guessed, and stops nothing else.
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]),
+         helper.make_node("NoSuchOp", ["r"], ["u"], domain="com.microsoft"),
+         helper.make_node("Relu", ["u"], ["y"])], "unknown_op",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    s = _shapes(onnx_lab.open(helper.make_model(g, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])))
+    assert s["r"] == (2, 3) and s["u"] is None and s["y"] is None
 
 
 def test_inference_failure_never_fails_open():

@@ -1,0 +1,367 @@
+"""Shapes through onnxruntime's fused operators (``com.microsoft``), which ONNX does not know.
+
+ONNX shape inference has no schema for ``FusedConv``, ``Attention``,
+``SkipLayerNormalization``, ``BiasGelu``... — the ops onnxruntime's optimizers write — so it
+leaves their outputs untyped, and with them everything downstream: after ``ort:extended`` a
+ResNet-50 had 88 of 198 tensors without a shape and a cost of "0 GFLOPs, 88 unknown nodes".
+
+:func:`complete` fills the gap after inference ran: it walks the graph in order and types each
+still-untyped output whose inputs are typed, by a rule for the fused ops (their output shapes
+follow from their inputs as onnxruntime's contrib op schemas define them) and by ONNX's own
+per-node inference for the standard ops behind them. Ops without a rule stay untyped (never
+guessed). The rules were checked against the shapes onnxruntime produces
+(tests/core/test_contrib_shapes.py runs the fused models and compares).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+import onnx
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["complete", "needs_completion", "CONTRIB_DOMAIN", "RULES"]
+
+CONTRIB_DOMAIN = "com.microsoft"
+
+Dim = int | str | None
+#: (elem type, dims or None for unknown rank)
+Typed = tuple[int, list[Dim] | None]
+
+
+def _named(d: onnx.TensorShapeProto.Dimension) -> bool:
+    """A dim with a value or a real name (``unk__3`` is ONNX inference's "unknown")."""
+    return d.HasField("dim_value") or (d.HasField("dim_param") and bool(d.dim_param)
+                                       and not d.dim_param.startswith("unk__"))
+
+
+def _typed(tp: onnx.TypeProto | None) -> Typed | None:
+    if tp is None or not tp.HasField("tensor_type"):
+        return None
+    tt = tp.tensor_type
+    if not tt.HasField("shape"):
+        return (tt.elem_type, None)
+    dims: list[Dim] = []
+    for d in tt.shape.dim:
+        dims.append(None if not _named(d) else int(d.dim_value) if d.HasField("dim_value")
+                    else d.dim_param)
+    return (tt.elem_type, dims)
+
+
+def _type_proto(elem: int, dims: Sequence[Dim] | None) -> onnx.TypeProto:
+    return onnx.helper.make_tensor_type_proto(
+        elem, None if dims is None else [d if isinstance(d, (int, str)) else None for d in dims])
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def _div(d: Dim, k: int) -> Dim:
+    return d // k if isinstance(d, int) and k and d % k == 0 else None
+
+
+def _mul(d: Dim, k: int) -> Dim:
+    return d * k if isinstance(d, int) else None
+
+
+# ------------------------------------------------------------------------------- rules
+# A rule gets the node and the types of its inputs (None where absent or untyped) and returns
+# the types of its outputs (None for an output it cannot type), or None to give up.
+Rule = Callable[[onnx.NodeProto, list[Typed | None]], list[Typed | None] | None]
+
+
+def _like_input0(node, ins):
+    """Elementwise (Gelu, FastGelu, BiasGelu, QuickGelu, RotaryEmbedding...): out = in0."""
+    return [ins[0]] if ins and ins[0] is not None else None
+
+
+def _layer_norm(node, ins):
+    """SkipLayerNormalization / SkipSimplifiedLayerNormalization / (Simplified)LayerNorm:
+    output, then mean / inv_std_var ([..., 1], float), then the input+skip sum."""
+    x = ins[0] if ins else None
+    if x is None or x[1] is None:
+        return None
+    stat = (onnx.TensorProto.FLOAT, list(x[1][:-1]) + [1])
+    if node.op_type.startswith("Skip"):
+        return [x, stat, stat, x]
+    if node.op_type == "SimplifiedLayerNormalization":
+        return [x, stat]
+    return [x, stat, stat]
+
+
+def _attention(node, ins):
+    """Attention: input [B, S, H_in], weights [H_in, 3·H] (qkv_hidden_sizes: the value's
+    width is its last entry) -> [B, S, H_v]."""
+    x, w = (ins + [None, None])[:2]
+    if x is None or x[1] is None or len(x[1]) != 3 or w is None or w[1] is None \
+            or len(w[1]) != 2:
+        return None
+    sizes = _attr(node, "qkv_hidden_sizes")
+    hv = int(sizes[2]) if sizes else _div(w[1][1], 3)
+    return [(x[0], [x[1][0], x[1][1], hv])]
+
+
+def _mha(node, ins):
+    """MultiHeadAttention: query [B, S, D] -> [B, S, D_v] (D_v from a [B, L, D_v] value or
+    a [B, N, L, H] one, else D); packed [B, S, N, 3, H] query -> [B, S, N·H]."""
+    q = ins[0] if ins else None
+    if q is None or q[1] is None:
+        return None
+    v = ins[2] if len(ins) > 2 else None
+    heads = _attr(node, "num_heads")
+    if len(q[1]) == 5:
+        n, h = q[1][2], q[1][4]
+        return [(q[0], [q[1][0], q[1][1], n * h if isinstance(n, int) and isinstance(h, int)
+                        else None])]
+    if len(q[1]) != 3:
+        return None
+    dv: Dim = q[1][2]
+    if v is not None and v[1] is not None:
+        if len(v[1]) == 3:
+            dv = v[1][2]
+        elif len(v[1]) == 4 and heads:
+            dv = _mul(v[1][3], int(heads))
+        else:
+            return None
+    return [(q[0], [q[1][0], q[1][1], dv])]
+
+
+def _gqa(node, ins):
+    """GroupQueryAttention: query [B, S, D] -> [B, S, num_heads·head_size] (head_size =
+    D / num_heads, or D / (num_heads + 2·kv_num_heads) when Q, K, V come packed)."""
+    q = ins[0] if ins else None
+    heads, kv = _attr(node, "num_heads"), _attr(node, "kv_num_heads")
+    if q is None or q[1] is None or len(q[1]) != 3 or not heads:
+        return None
+    packed = len(ins) < 2 or ins[1] is None
+    if packed and not kv:
+        return None
+    head = _div(q[1][2], int(heads) + (2 * int(kv) if packed else 0))
+    return [(q[0], [q[1][0], q[1][1], _mul(head, int(heads))])]
+
+
+def _embed_layer_norm(node, ins):
+    """EmbedLayerNormalization: input_ids [B, S], word_embedding [V, H] -> output [B, S, H],
+    mask_index [B] (int32), embedding_sum [B, S, H]."""
+    ids = ins[0] if ins else None
+    word = ins[2] if len(ins) > 2 else None
+    if ids is None or ids[1] is None or len(ids[1]) != 2 or word is None \
+            or word[1] is None or len(word[1]) != 2:
+        return None
+    out = (word[0], [ids[1][0], ids[1][1], word[1][1]])
+    return [out, (onnx.TensorProto.INT32, [ids[1][0]]), out]
+
+
+def _matmul_nbits(node, ins):
+    """MatMulNBits: A [..., K] -> [..., N] (attribute N)."""
+    a, n = (ins[0] if ins else None), _attr(node, "N")
+    if a is None or a[1] is None or not n:
+        return None
+    return [(a[0], list(a[1][:-1]) + [int(n)])]
+
+
+def _as_standard(op_type: str, drop: Sequence[str] = (), n_inputs: int | None = None,
+                 elem: int | None = None) -> Rule:
+    """A fused op whose shape is that of a standard op (FusedConv is a Conv with an
+    activation, FusedGemm a Gemm, DynamicQuantizeMatMul a MatMul): ONNX's own inference of
+    that op on the node without its extra attributes and inputs."""
+
+    def rule(node, ins):
+        std = onnx.NodeProto()
+        std.CopyFrom(node)
+        std.op_type, std.domain = op_type, ""
+        keep = [a for a in std.attribute if a.name not in drop]
+        del std.attribute[:]
+        std.attribute.extend(keep)
+        if n_inputs is not None:
+            del std.input[n_inputs:]
+        # The stand-in's inputs typed alike (ONNX's MatMul would reject int8 weights beside
+        # float activations, which these ops take).
+        same = [None if t is None else (elem or t[0], t[1]) for t in ins[:len(std.input)]]
+        out = _standard(std, same)
+        if out is None:
+            return None
+        if elem is not None:
+            out = [None if t is None else (elem, t[1]) for t in out]
+        return out + [None] * (len(node.output) - len(out))
+
+    return rule
+
+
+def _fused_matmul(node, ins):
+    """FusedMatMul: alpha·op(A)·op(B), transA/transB on the last two dims."""
+    if _attr(node, "transBatchA", 0) or _attr(node, "transBatchB", 0):
+        return None
+    a, b = (ins + [None, None])[:2]
+    if a is None or b is None or a[1] is None or b[1] is None:
+        return None
+
+    def t(x: Typed, flag: str) -> Typed:
+        if not _attr(node, flag, 0) or len(x[1]) < 2:  # type: ignore[arg-type]
+            return x
+        d = list(x[1])  # type: ignore[arg-type]
+        d[-1], d[-2] = d[-2], d[-1]
+        return (x[0], d)
+
+    std = onnx.helper.make_node("MatMul", list(node.input[:2]), list(node.output[:1]))
+    return _standard(std, [t(a, "transA"), t(b, "transB")])
+
+
+_ACTIVATION = ("activation", "activation_params", "activation_alpha", "activation_beta",
+               "activation_gamma")
+
+#: Output-type rules of onnxruntime's fused ops (domain ``com.microsoft``).
+RULES: dict[str, Rule] = {
+    **dict.fromkeys(("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "RotaryEmbedding"),
+                    _like_input0),
+    **dict.fromkeys(("SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
+                     "LayerNormalization", "SimplifiedLayerNormalization"), _layer_norm),
+    "Attention": _attention,
+    "MultiHeadAttention": _mha,
+    "GroupQueryAttention": _gqa,
+    "EmbedLayerNormalization": _embed_layer_norm,
+    "MatMulNBits": _matmul_nbits,
+    "FusedConv": _as_standard("Conv", _ACTIVATION, n_inputs=3),
+    "FusedGemm": _as_standard("Gemm", _ACTIVATION),
+    "FusedMatMul": _fused_matmul,
+    "DynamicQuantizeMatMul": _as_standard("MatMul", n_inputs=2, elem=onnx.TensorProto.FLOAT),
+    "MatMulIntegerToFloat": _as_standard("MatMul", n_inputs=2, elem=onnx.TensorProto.FLOAT),
+}
+
+# ------------------------------------------------------------------------------- the walk
+_OPSET = 17  # standard schemas for the rules' stand-in ops (Conv, Gemm, MatMul)
+
+
+def _standard(node: onnx.NodeProto, ins: Sequence[Typed | None],
+              opset: int = _OPSET, data: Mapping[str, onnx.TensorProto] | None = None
+              ) -> list[Typed | None] | None:
+    """ONNX's inference of one standard node from its inputs' types (None when it fails)."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
+    except Exception:  # noqa: BLE001 - no such op at that opset
+        return None
+    types = {}
+    for name, t in zip(node.input, ins):
+        if name:
+            if t is None:
+                return None
+            types[name] = _type_proto(*t)
+    try:
+        out = onnx.shape_inference.infer_node_outputs(
+            schema, node, types, {k: v for k, v in (data or {}).items() if k in types})
+    except Exception:  # noqa: BLE001 - inference rejects the node: leave it untyped
+        return None
+    return [_typed(out.get(o)) if o else None for o in node.output]
+
+
+def _complete_type(t: onnx.TypeProto | None) -> bool:
+    """Typed with every dim known (a value or a name)."""
+    if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+        return False
+    return all(_named(d) for d in t.tensor_type.shape.dim)
+
+
+def _merge(old: Typed | None, new: Typed) -> Typed | None:
+    """``old`` with the dims it lacks taken from ``new``; None when that adds nothing or
+    the two disagree (a declared type is kept then)."""
+    if new[1] is None:
+        return None
+    if old is None or old[1] is None:
+        return (old[0] if old and old[0] else new[0], list(new[1]))
+    if len(old[1]) != len(new[1]):
+        return None
+    dims: list[Dim] = []
+    better = False
+    for a, b in zip(old[1], new[1]):
+        if isinstance(a, int) and isinstance(b, int) and a != b:
+            return None
+        if a is None and b is not None:
+            better = True
+            dims.append(b)
+        else:
+            dims.append(a)
+    return (old[0] or new[0], dims) if better else None
+
+
+def _unknown_to_onnx(node: onnx.NodeProto, opset: int) -> bool:
+    """A fused op ONNX has no schema for: onnxruntime's domain, or a standard-domain op its
+    optimizer writes below the opset that defines it (LayerNormalization at opset 14)."""
+    if node.domain == CONTRIB_DOMAIN:
+        return True
+    return node.domain in ("", "ai.onnx") and node.op_type in RULES and \
+        not onnx.defs.has(node.op_type, opset, "")
+
+
+def _opset(opsets: Mapping[str, int]) -> int:
+    return int(opsets.get("", opsets.get("ai.onnx", _OPSET)) or _OPSET)
+
+
+def needs_completion(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> bool:
+    """Whether ``graph`` has a fused op (:func:`_unknown_to_onnx`) with an output
+    inference left untyped."""
+    opset = _opset(opsets)
+    typed = {vi.name for vi in (*graph.value_info, *graph.output) if _complete_type(vi.type)}
+    return any(n.op_type in RULES and _unknown_to_onnx(n, opset)
+               and any(o and o not in typed for o in n.output) for n in graph.node)
+
+
+def complete(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> int:
+    """Type, in ``graph`` (top level) and in node order, the outputs inference left untyped
+    or with unknown dims: fused ops by :data:`RULES`, standard ops by ONNX's per-node
+    inference. A declared dim is never changed, only unknown ones filled. Writes into
+    ``graph.value_info`` (or the graph output's entry); returns how many outputs gained."""
+    opset = _opset(opsets)
+    types: dict[str, onnx.TypeProto] = {}
+    entries: dict[str, onnx.ValueInfoProto] = {}
+    for vi in (*graph.input, *graph.value_info, *graph.output):
+        if vi.type.HasField("tensor_type"):
+            types[vi.name] = vi.type
+    for vi in (*graph.value_info, *graph.output):
+        entries.setdefault(vi.name, vi)
+    data: dict[str, onnx.TensorProto] = {}
+    for t in graph.initializer:
+        types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
+        data[t.name] = t
+    added = 0
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output and node.domain in ("", "ai.onnx"):
+            value = _attr(node, "value")
+            if isinstance(value, onnx.TensorProto):
+                data[node.output[0]] = value
+        todo = [o for o in node.output if o and not _complete_type(types.get(o))]
+        if not todo:
+            continue
+        ins = [_typed(types.get(i)) if i else None for i in node.input]
+        if _unknown_to_onnx(node, opset):
+            rule = RULES.get(node.op_type)
+            try:
+                outs = rule(node, ins) if rule is not None else None
+            except Exception:  # noqa: BLE001 - a malformed node: leave it untyped
+                logger.debug("no shape for %s %s", node.op_type, node.name, exc_info=True)
+                outs = None
+        elif node.domain in ("", "ai.onnx") and not any(
+                a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                for a in node.attribute):
+            outs = _standard(node, ins, opset, data)
+        else:
+            outs = None
+        for name, t in zip(node.output, outs or ()):
+            if name not in todo or t is None:
+                continue
+            merged = _merge(_typed(types.get(name)), t)
+            if merged is None:
+                continue
+            entry = entries.get(name)
+            if entry is None:
+                entry = entries[name] = graph.value_info.add()
+                entry.name = name
+            entry.type.CopyFrom(_type_proto(*merged))
+            types[name] = entry.type
+            added += 1
+    return added
