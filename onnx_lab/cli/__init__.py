@@ -32,6 +32,7 @@ from onnx_lab.cli._common import (
     print_json,
     refuse_outputs,
 )
+from onnx_lab.core import samples
 from onnx_lab.errors import InputError, LabError
 
 __all__ = ["main", "build_parser", "add_model_arg", "add_dims_args", "open_from_args",
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="onnx-lab",
         description="Understand, optimize and debug ONNX models. MODEL is a path or sample:NAME "
-        "(samples: convnet, transformer_block, control_flow).")
+        f"(samples: {', '.join(samples.names())}).")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -72,6 +72,10 @@ def test_busy_note():
     assert busy_note([10.0] * 20, load=0.1) is None
     note = busy_note(list(np.linspace(5, 20, 20)), "cpu", load=3.0)
     assert "busy" in note and "load average 3.0" in note
+    # The same relative spread: a sign of load at 10 ms, jitter at 0.05 ms (no false alarm).
+    spread = np.linspace(0.7, 1.3, 20)
+    assert "spread by" in busy_note(list(10 * spread), load=0.1)
+    assert busy_note(list(0.05 * spread), load=0.1) is None
 
 
 def test_identical_models_no_difference_and_2x_slower_differs():
