@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import onnx
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
@@ -152,6 +153,31 @@ def chromium_page(profile: Path, *, width: int = 1400,
             yield page
         finally:
             ctx.close()
+
+
+@contextlib.contextmanager
+def lab_in_browser(work: Path, notebooks: dict[str, list[str]], *, models: bool = False,
+                   files: dict[str, object] | None = None, width: int = 1400,
+                   height: int = 1000) -> Iterator[tuple[str, object]]:
+    """(base url, page): JupyterLab serving a fresh ``work/root`` folder, in headless Chromium.
+
+    The folder holds ``notebooks`` (name -> code cells), with ``models`` the browser tests'
+    ``_models.py``, and ``files`` (name -> ModelProto, saved as ONNX). Skips (fails in CI)
+    without Chromium; screenshots go to :data:`ARTIFACTS`.
+    """
+    require_chromium()
+    root = work / "root"
+    root.mkdir()
+    if models:
+        shutil.copy(Path(__file__).with_name("_models.py"), root / "_models.py")
+    for name, proto in (files or {}).items():
+        onnx.save(proto, str(root / name))
+    for name, cells in notebooks.items():
+        write_notebook(root / name, cells)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with jupyter_lab(root, work) as url, \
+            chromium_page(work / "profile", width=width, height=height) as page:
+        yield url, page
 
 
 def run_all_cells(page, url: str, notebook: str, *, timeout_ms: int = 90_000) -> None:

@@ -11,17 +11,12 @@ Lab. Screenshots go to ``test-artifacts/``.
 from __future__ import annotations
 
 import io
-import shutil
-from pathlib import Path
 
 import pytest
 from _jupyter import (
     ARTIFACTS,
-    chromium_page,
-    jupyter_lab,
-    require_chromium,
+    lab_in_browser,
     run_all_cells,
-    write_notebook,
 )
 
 pytestmark = pytest.mark.browser
@@ -40,14 +35,8 @@ CELLS = [
 
 @pytest.fixture(scope="module")
 def canvas_page(tmp_path_factory):
-    require_chromium()
     work = tmp_path_factory.mktemp("jupyterlab")
-    root = work / "root"
-    root.mkdir()
-    shutil.copy(Path(__file__).with_name("_models.py"), root / "_models.py")
-    write_notebook(root / "canvas.ipynb", CELLS)
-    ARTIFACTS.mkdir(exist_ok=True)
-    with jupyter_lab(root, work) as url, chromium_page(work / "profile") as page:
+    with lab_in_browser(work, {"canvas.ipynb": CELLS}, models=True) as (url, page):
         run_all_cells(page, url, "canvas.ipynb")
         cells = page.locator(".jp-Notebook .jp-Cell")
         # The DriftDebugger is the last widget: when it shows, every cell has run.

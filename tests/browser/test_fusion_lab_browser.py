@@ -13,11 +13,8 @@ import re
 import pytest
 from _jupyter import (
     ARTIFACTS,
-    chromium_page,
-    jupyter_lab,
-    require_chromium,
+    lab_in_browser,
     run_all_cells,
-    write_notebook,
 )
 
 pytestmark = pytest.mark.browser
@@ -39,14 +36,9 @@ DISPLAY_CELLS = [
 @pytest.fixture(scope="module")
 def lab_page(tmp_path_factory):
     """(base url, Playwright page) of a JupyterLab serving a temporary folder of notebooks."""
-    require_chromium()
     work = tmp_path_factory.mktemp("jupyterlab")
-    root = work / "root"
-    root.mkdir()
-    write_notebook(root / "fusion_lab.ipynb", FUSION_CELLS)
-    write_notebook(root / "displays.ipynb", DISPLAY_CELLS)
-    ARTIFACTS.mkdir(exist_ok=True)
-    with jupyter_lab(root, work) as url, chromium_page(work / "profile") as page:
+    with lab_in_browser(work, {"fusion_lab.ipynb": FUSION_CELLS,
+                               "displays.ipynb": DISPLAY_CELLS}) as (url, page):
         yield url, page
 
 

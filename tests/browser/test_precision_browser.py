@@ -19,11 +19,8 @@ import onnx
 import pytest
 from _jupyter import (
     ARTIFACTS,
-    chromium_page,
-    jupyter_lab,
-    require_chromium,
+    lab_in_browser,
     run_all_cells,
-    write_notebook,
 )
 
 from onnx_lab.widgets.precision import KEPT_OUTLINE
@@ -48,16 +45,10 @@ def _rms_overflow() -> onnx.ModelProto:
 
 
 def test_precision_doctor_fp16_search_in_jupyterlab(tmp_path):
-    require_chromium()
-    root = tmp_path / "root"
-    root.mkdir()
-    onnx.save(_rms_overflow(), str(root / "rms_overflow.onnx"))
-    write_notebook(root / "precision.ipynb", CELLS)
-    ARTIFACTS.mkdir(exist_ok=True)
     seconds: dict[str, float] = {}
     # A tall window: the whole widget (controls, verdict, chart, table, graph) in one shot.
-    with jupyter_lab(root, tmp_path) as url, \
-            chromium_page(tmp_path / "profile", height=2100) as page:
+    with lab_in_browser(tmp_path, {"precision.ipynb": CELLS},
+                        files={"rms_overflow.onnx": _rms_overflow()}, height=2100) as (url, page):
         try:
             run_all_cells(page, url, "precision.ipynb")
             doc = page.locator(".onnx-lab-precision")

@@ -7,18 +7,13 @@ the click to the result in the page, are written to ``test-artifacts/profiler_br
 from __future__ import annotations
 
 import json
-import shutil
 import time
-from pathlib import Path
 
 import pytest
 from _jupyter import (
     ARTIFACTS,
-    chromium_page,
-    jupyter_lab,
-    require_chromium,
+    lab_in_browser,
     run_all_cells,
-    write_notebook,
 )
 
 pytestmark = pytest.mark.browser
@@ -38,14 +33,8 @@ def _wait_text(page, text: str, timeout_ms: int) -> None:
 
 
 def test_profiler_actions_finish_or_cancel_in_jupyterlab(tmp_path):
-    require_chromium()
-    root = tmp_path / "root"
-    root.mkdir()
-    shutil.copy(Path(__file__).with_name("_models.py"), root / "_models.py")
-    write_notebook(root / "profiler.ipynb", CELLS)
-    ARTIFACTS.mkdir(exist_ok=True)
     seconds: dict[str, float] = {}
-    with jupyter_lab(root, tmp_path) as url, chromium_page(tmp_path / "profile") as page:
+    with lab_in_browser(tmp_path, {"profiler.ipynb": CELLS}, models=True) as (url, page):
         try:
             run_all_cells(page, url, "profiler.ipynb")
             prof = page.locator(".onnx-lab-profiler")

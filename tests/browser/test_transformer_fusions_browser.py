@@ -16,11 +16,8 @@ import contextlib
 import pytest
 from _jupyter import (
     ARTIFACTS,
-    chromium_page,
-    jupyter_lab,
-    require_chromium,
+    lab_in_browser,
     run_all_cells,
-    write_notebook,
 )
 
 pytestmark = pytest.mark.browser
@@ -51,12 +48,7 @@ def _apply_bert_fusions(page, url: str, notebook: str):
 
 
 def test_fusion_lab_applies_transformer_fusions_and_shows_attention_origins(tmp_path):
-    require_chromium()
-    root = tmp_path / "root"
-    root.mkdir()
-    write_notebook(root / "transformers.ipynb", CELLS)
-    ARTIFACTS.mkdir(exist_ok=True)
-    with jupyter_lab(root, tmp_path) as url, chromium_page(tmp_path / "profile") as page:
+    with lab_in_browser(tmp_path, {"transformers.ipynb": CELLS}) as (url, page):
         try:
             widget = _apply_bert_fusions(page, url, "transformers.ipynb")
             widget.get_by_text("Nodes the last step fused", exact=False).first.click()
@@ -83,12 +75,7 @@ NEAR_MISS_CELLS = [
 def test_fusion_lab_says_why_an_attention_was_not_fused(tmp_path):
     """A second Cast planted in the mask path: after the transformer step the "Not fused,
     because" panel names the Cast and carries onnxruntime's own log line."""
-    require_chromium()
-    root = tmp_path / "root"
-    root.mkdir()
-    write_notebook(root / "near_miss.ipynb", NEAR_MISS_CELLS)
-    ARTIFACTS.mkdir(exist_ok=True)
-    with jupyter_lab(root, tmp_path) as url, chromium_page(tmp_path / "profile") as page:
+    with lab_in_browser(tmp_path, {"near_miss.ipynb": NEAR_MISS_CELLS}) as (url, page):
         try:
             widget = _apply_bert_fusions(page, url, "near_miss.ipynb")
             page.wait_for_function(

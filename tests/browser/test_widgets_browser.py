@@ -9,17 +9,11 @@ displaying widget: model not found". Screenshots go to ``test-artifacts/``.
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 from _jupyter import (
     ARTIFACTS,
-    chromium_page,
-    jupyter_lab,
-    require_chromium,
+    lab_in_browser,
     run_all_cells,
-    write_notebook,
 )
 
 pytestmark = pytest.mark.browser
@@ -66,14 +60,8 @@ def _overflows(page) -> list[str]:
 
 
 def test_widgets_fit_1280_and_survive_restart(tmp_path_factory):
-    require_chromium()
     work = tmp_path_factory.mktemp("jupyterlab-widgets")
-    root = work / "root"
-    root.mkdir()
-    shutil.copy(Path(__file__).with_name("_models.py"), root / "_models.py")
-    write_notebook(root / "widgets.ipynb", CELLS)
-    ARTIFACTS.mkdir(exist_ok=True)
-    with jupyter_lab(root, work) as url, chromium_page(work / "profile", width=1280) as page:
+    with lab_in_browser(work, {"widgets.ipynb": CELLS}, models=True, width=1280) as (url, page):
         try:
             run_all_cells(page, url, "widgets.ipynb")
             cells = page.locator(".jp-Notebook .jp-Cell")
