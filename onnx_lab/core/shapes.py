@@ -324,10 +324,10 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
     try:
         result = infer(None)
         # With every input shape concrete, evaluate the small shape computations ONNX does
-        # not propagate (Range of Shape(x)...) and infer again; a few rounds at most.
+        # not propagate (Range of Shape(x)...) and infer again, while that finds more.
         folded: dict[str, np.ndarray] = {}
         inputs = [v.name for v in m.graph.inputs if v.name not in m.graph.initializers]
-        for _ in range(3):
+        for _ in range(_FOLD_ROUNDS):
             if not all(name in result and not result[name].dynamic for name in inputs) \
                     or not any(info.dynamic for info in result.values()):
                 break
@@ -362,6 +362,11 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
 # materializes e.g. ConstantOfShape([n]) for any n: a 100-byte model declaring a dim of 2**31
 # made it allocate 8 GB. Above this dim size, inference runs without data propagation.
 _MAX_PROPAGATED_DIM = 1 << 20
+# Rounds of folding: each one evaluates the shape computations at the first still-unknown
+# shapes and infers again, so a graph needs one round per reshape computed from an earlier
+# computed shape (PP-OCRv4's recognizer, a Paddle export: 6). Rounds stop as soon as nothing
+# new folds; this bounds the worst case (one inference of the weight-free graph a round).
+_FOLD_ROUNDS = 10
 
 
 def _largest_dim(graph: onnx.GraphProto) -> int:

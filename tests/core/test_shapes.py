@@ -240,3 +240,26 @@ def test_folding_gives_same_shapes_as_running_the_model():
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (y,) = sess.run(None, {"ids": np.zeros((3, 5), np.int64)})
     assert _shapes(lab)["y"] == y.shape
+
+
+def _reshape_chain_model(links: int) -> onnx.ModelProto:
+    """x [n] -> ``links`` times: Reshape(prev, ReduceProd(Shape(prev))) -> Relu: each target
+    is computed from the previous Reshape's shape, through ReduceProd, which ONNX does not
+    propagate (one fold round a link)."""
+    nodes, prev = [], "x"
+    for i in range(links):
+        nodes += [helper.make_node("Shape", [prev], [f"s{i}"]),
+                  helper.make_node("ReduceProd", [f"s{i}"], [f"p{i}"], keepdims=1),
+                  helper.make_node("Reshape", [prev, f"p{i}"], [f"r{i}"]),
+                  helper.make_node("Relu", [f"r{i}"], [f"a{i}"])]
+        prev = f"a{i}"
+    g = helper.make_graph(
+        nodes, "reshape_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_folding_runs_as_many_rounds_as_a_chain_needs():
+    # Six computed shapes in a row (PP-OCRv4's recognizer, a Paddle export, needs six rounds).
+    s = _shapes(onnx_lab.open(_reshape_chain_model(6), dims={"n": 5}))
+    assert all(s[f"r{i}"] == (5,) for i in range(6))
