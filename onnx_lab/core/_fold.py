@@ -7,6 +7,10 @@ shapes are concrete, those values are plain small integer tensors: we evaluate j
 that feed the first still-unknown shapes, with onnx's reference evaluator, and hand the results
 back to inference as constants. Written here because onnxsim and the ORT optimizer need the
 weights and rewrite the model, while this touches only tensors of a few elements.
+
+The main graph and the branches of ``If`` nodes are folded (a branch runs once, with the outer
+values of that run: Silero VAD pads its STFT input inside one); never a ``Loop`` or ``Scan``
+body, whose values change from one iteration to the next.
 """
 
 from __future__ import annotations
@@ -55,15 +59,53 @@ def _foldable(node: ir.Node) -> bool:
                         for a in node.attributes.values()))
 
 
+def once_graphs(model: LabModel) -> set[str]:
+    """Paths of the graphs that run at most once per model run: the main graph and the
+    branches of ``If`` nodes in them (a Loop or Scan body, and what it holds, runs per
+    iteration)."""
+    idx = model.index
+    path_of = {id(g): p for p, g in idx.graphs.items()}
+    out = {""}
+    for e in idx.entries.values():  # owners come before their bodies
+        if e.graph in out and e.node.op_type == "If" and e.node.domain in ("", "ai.onnx"):
+            for attr in e.node.attributes.values():
+                if attr.type == ir.AttributeType.GRAPH and id(attr.value) in path_of:
+                    out.add(path_of[id(attr.value)])
+    return out
+
+
+def fold_into_bodies(node: onnx.NodeProto, folded: Mapping[str, np.ndarray]) -> None:
+    """In the bodies of ``node`` (a serialized If), replace every node whose outputs were
+    all folded by Constant nodes holding those values (recursively)."""
+    for attr in node.attribute:
+        bodies = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else \
+            list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []
+        for body in bodies:
+            nodes: list[onnx.NodeProto] = []
+            for n in body.node:
+                outs = [o for o in n.output if o]
+                if outs and all(o in folded for o in outs):
+                    nodes.extend(onnx.helper.make_node(
+                        "Constant", [], [o], value=onnx.numpy_helper.from_array(
+                            np.asarray(folded[o]), o)) for o in outs)
+                else:
+                    fold_into_bodies(n, folded)
+                    nodes.append(n)
+            del body.node[:]
+            body.node.extend(nodes)
+
+
 def fold_shape_values(model: LabModel, types: Mapping[str, TensorInfo]
                       ) -> dict[str, np.ndarray]:
-    """Values of the small tensors that feed the main graph's first unknown shapes.
+    """Values of the small tensors that feed the first unknown shapes of the main graph and
+    its If branches (:func:`once_graphs`).
 
     Returns ``{tensor name: array}`` for node outputs that could be evaluated (empty when
     nothing is unknown or nothing can be computed). Never reads external data.
     """
     idx = model.index
-    order = idx.topo_order("")
+    graphs = once_graphs(model)
+    order = [nid for nid in idx.topo_order(None) if idx.entries[nid].graph in graphs]
     known: dict[str, np.ndarray] = {}
     for name, v in model.graph.initializers.items():
         t = v.const_value
@@ -90,7 +132,7 @@ def fold_shape_values(model: LabModel, types: Mapping[str, TensorInfo]
     while stack:
         name = stack.pop()
         pid = idx.producer.get(name)
-        if name in known or pid is None or pid in nodes or idx.entries[pid].graph != "":
+        if name in known or pid is None or pid in nodes or idx.entries[pid].graph not in graphs:
             continue
         node = idx.entries[pid].node
         if not _foldable(node) or not all(_small(types, o.name) or not _static(types, o.name)

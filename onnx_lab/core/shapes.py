@@ -18,7 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core import _contrib_shapes
-from onnx_lab.core._fold import fold_shape_values
+from onnx_lab.core._fold import fold_into_bodies, fold_shape_values
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import UnreadableTensor
 from onnx_lab.errors import DimError, close_matches, unknown_name
@@ -246,7 +246,10 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
                 node.outputs[0].name, int(t.dtype),
                 None if isinstance(t, UnreadableTensor) else shape_tuple(t.shape)))
             continue
-        ir.serde.serialize_node_into(into.node.add(), node)
+        proto = into.node.add()
+        ir.serde.serialize_node_into(proto, node)
+        if folded and node.op_type == "If":
+            fold_into_bodies(proto, folded)
         # Declared types of intermediate values (value_info) go along: inference merges into
         # them, so exporter-written dims such as "floor(height/2)+1" survive instead of
         # becoming anonymous unk__N symbols.

@@ -263,3 +263,52 @@ def test_folding_runs_as_many_rounds_as_a_chain_needs():
     # Six computed shapes in a row (PP-OCRv4's recognizer, a Paddle export, needs six rounds).
     s = _shapes(onnx_lab.open(_reshape_chain_model(6), dims={"n": 5}))
     assert all(s[f"r{i}"] == (5,) for i in range(6))
+
+
+def _pad_in_if_model() -> onnx.ModelProto:
+    """x [1, n] -> If(flag): each branch pads x to 64 columns with pads computed from
+    Shape(x) (64 - n, through ReduceProd, which ONNX does not propagate): Silero VAD pads its
+    STFT input so, inside an If."""
+    def branch(tag: str, mode: str) -> onnx.GraphProto:
+        return helper.make_graph([
+            helper.make_node("Shape", ["x"], [f"{tag}_s"], start=1),
+            helper.make_node("ReduceProd", [f"{tag}_s"], [f"{tag}_n"], keepdims=1),
+            helper.make_node("Sub", ["sixty_four", f"{tag}_n"], [f"{tag}_right"]),
+            helper.make_node("Concat", ["zeros3", f"{tag}_right"], [f"{tag}_pads"], axis=0),
+            helper.make_node("Pad", ["x", f"{tag}_pads"], [f"{tag}_out"], mode=mode)],
+            tag, [], [helper.make_tensor_value_info(f"{tag}_out", TensorProto.FLOAT, None)])
+
+    g = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["padded"], then_branch=branch("then", "constant"),
+                          else_branch=branch("else", "edge")),
+         helper.make_node("Relu", ["padded"], ["y"])], "pad_in_if",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"]),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([64], np.int64), "sixty_four"),
+         numpy_helper.from_array(np.zeros(3, np.int64), "zeros3")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shape_computations_inside_if_branches_are_folded():
+    import onnxruntime as ort
+
+    model = _pad_in_if_model()
+    dynamic = _shapes(onnx_lab.open(model))["then_out"]
+    assert dynamic is None or None in dynamic  # n unknown: nothing to fold
+    s = _shapes(onnx_lab.open(model, dims={"n": 40}))
+    assert s["then_out"] == s["else_out"] == s["y"] == (1, 64)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (y,) = sess.run(None, {"x": np.ones((1, 40), np.float32), "flag": np.array(True)})
+    assert y.shape == (1, 64)
+
+
+def test_only_graphs_that_run_once_are_folded():
+    from onnx_lab.core._fold import once_graphs
+
+    lab = onnx_lab.open("sample:control_flow")
+    assert set(lab.model.index.graphs) == {
+        "", "If_2/then_branch", "If_2/else_branch", "Loop_3/body",
+        "Loop_3/body/inner_if/then_branch", "Loop_3/body/inner_if/else_branch"}
+    # A Loop body (and the If inside it) runs per iteration: its values are never folded.
+    assert once_graphs(lab.model) == {"", "If_2/then_branch", "If_2/else_branch"}
