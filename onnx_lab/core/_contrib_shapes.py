@@ -9,7 +9,8 @@ ResNet-50 had 88 of 198 tensors without a shape and a cost of "0 GFLOPs, 88 unkn
 still-untyped output whose inputs are typed, by a rule for the fused ops (their output shapes
 follow from their inputs as onnxruntime's contrib op schemas define them) and by ONNX's own
 per-node inference for the standard ops behind them. Ops without a rule stay untyped (never
-guessed). The rules were checked against the shapes onnxruntime produces
+guessed). One standard op gets a fallback too: a Reshape whose target ONNX could not evaluate
+keeps the rank its target's length gives (:func:`_reshape_rank`). The rules were checked against the shapes onnxruntime produces
 (tests/core/test_contrib_shapes.py runs the fused models and compares).
 """
 
@@ -302,13 +303,48 @@ def _opset(opsets: Mapping[str, int]) -> int:
     return int(opsets.get("", opsets.get("ai.onnx", _OPSET)) or _OPSET)
 
 
+def _reshape_rank(node: onnx.NodeProto, ins: list[Typed | None]) -> list[Typed | None] | None:
+    """Reshape: the output's rank is the target's length, whatever its values. Before
+    opset 14, ONNX's Reshape inference gives up on the whole shape when the target is
+    computed (PP-OCRv4's recognizer, a Paddle export at opset 12: ``[batch, 120, -1]`` from
+    ``Shape``), leaving everything after it untyped."""
+    data = ins[0] if ins else None
+    target = ins[1] if len(ins) > 1 else None
+    if data is None or target is None or target[1] is None or len(target[1]) != 1 \
+            or not isinstance(target[1][0], int):
+        return None
+    return [(data[0], [None] * target[1][0])]
+
+
+def _rankless_reshapes(graph: onnx.GraphProto) -> bool:
+    """Whether some Reshape's output has no rank though its target's length is known."""
+    shaped = {vi.name: vi.type for vi in (*graph.input, *graph.value_info, *graph.output)}
+    for t in graph.initializer:
+        shaped[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
+    for n in graph.node:
+        if n.op_type == "Reshape" and n.domain in ("", "ai.onnx") and len(n.input) > 1 \
+                and not _known(shaped.get(n.output[0])):
+            target = _typed(shaped.get(n.input[1]))
+            if target is not None and target[1] is not None and len(target[1]) == 1 \
+                    and isinstance(target[1][0], int):
+                return True
+    return False
+
+
+def _known(t: onnx.TypeProto | None) -> bool:
+    """Typed with a rank."""
+    return t is not None and t.HasField("tensor_type") and t.tensor_type.HasField("shape")
+
+
 def needs_completion(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> bool:
     """Whether ``graph`` has a fused op (:func:`_unknown_to_onnx`) with an output
-    inference left untyped."""
+    inference left untyped, or a Reshape inference left without a rank
+    (:func:`_reshape_rank`)."""
     opset = _opset(opsets)
     typed = {vi.name for vi in (*graph.value_info, *graph.output) if _complete_type(vi.type)}
     return any(n.op_type in RULES and _unknown_to_onnx(n, opset)
-               and any(o and o not in typed for o in n.output) for n in graph.node)
+               and any(o and o not in typed for o in n.output) for n in graph.node) \
+        or _rankless_reshapes(graph)
 
 
 def complete(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> int:
@@ -349,6 +385,8 @@ def complete(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> int:
                 a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                 for a in node.attribute):
             outs = _standard(node, ins, opset, data)
+            if node.op_type == "Reshape" and (not outs or outs[0] is None or outs[0][1] is None):
+                outs = _reshape_rank(node, ins)
         else:
             outs = None
         for name, t in zip(node.output, outs or ()):

@@ -171,3 +171,33 @@ def test_cost_after_onnxruntime_fusions_counts_the_fused_ops():
     assert after.total["macs"] == pytest.approx(before.total["macs"], rel=1e-6)
     bert = _fused_bert_block().cost()
     assert bert.total["unknown_nodes"] == 0
+
+
+def _paddle_flatten() -> onnx.ModelProto:
+    """x [b, 120, h, w] -> Reshape(x, Concat(Shape(x)[0:2], [-1])) -> Transpose at opset 12:
+    the flatten of PP-OCRv4's recognizer (a Paddle export), whose output ONNX's Reshape-5
+    inference leaves without even a rank (opset 14's gives [b, 120, ?])."""
+    g = helper.make_graph([
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Slice", ["s", "zero", "two"], ["s2"]),
+        helper.make_node("Concat", ["s2", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("Transpose", ["flat"], ["y"], perm=[0, 2, 1])], "flatten",
+        [helper.make_tensor_value_info("x", F, ["b", 120, "h", "w"])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+         numpy_helper.from_array(np.array([2], np.int64), "two"),
+         numpy_helper.from_array(np.array([-1], np.int64), "minus_one")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)])
+
+
+def test_a_reshape_onnx_gives_up_on_keeps_its_rank():
+    types = onnx_lab.open(_paddle_flatten()).model.types()
+    assert types["flat"].shape is not None and len(types["flat"].shape) == 3
+    assert types["y"].shape is not None and len(types["y"].shape) == 3
+    # With every dim given, the target folds to values and the shapes come out whole.
+    lab = onnx_lab.open(_paddle_flatten(), dims={"b": 2, "h": 4, "w": 5})
+    got = next(capture(lab.model, make_feeds(lab), ["flat", "y"]))
+    types = lab.model.types(dims={"b": 2, "h": 4, "w": 5})
+    assert types["flat"].shape == got["flat"].shape == (2, 120, 20)
+    assert types["y"].shape == got["y"].shape == (2, 20, 120)
