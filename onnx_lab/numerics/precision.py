@@ -1080,7 +1080,8 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
             cal = calibration
         else:
             cal = calibrate_int8(model, calibration if calibration is not None else
-                                 (feeds if feeds is not None else None), n_calibration)
+                                 (feeds if feeds is not None else None), n_calibration,
+                                 dims=dims, shapes=shapes)
     conv = _Converter(model, target, cal)
     return model, feed_list, conv
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -271,10 +271,15 @@ def _json_array(v: Any) -> Any:
     return v
 
 
-def calibration_samples(source: Any, feeds: Any = None, n: int = 8) -> list[dict]:
+def calibration_samples(source: Any, feeds: Any = None, n: int = 8, *,
+                        dims: Mapping[str, int] | None = None,
+                        shapes: Mapping[str, Sequence[int]] | None = None) -> list[dict]:
     """Calibration inputs: ``feeds`` (dict, list of dicts, an ``.npz`` file or a folder of
-    ``.npz`` files) or ``n`` seeded random samples."""
-    model, dims, shapes = resolve(source)
+    ``.npz`` files) or ``n`` seeded random samples. ``dims``/``shapes`` are merged over the
+    source's own (a Lab's)."""
+    model, rdims, rshapes = resolve(source)
+    dims = {**rdims, **(dims or {})}
+    shapes = {**rshapes, **(shapes or {})}
     if feeds is None:
         samples = make_feeds(model, dims, shapes, n=n)
         return samples if isinstance(samples, list) else [samples]
@@ -291,8 +296,12 @@ def calibration_samples(source: Any, feeds: Any = None, n: int = 8) -> list[dict
 
 
 def calibrate_int8(source: Any, feeds: Any = None, n: int = 8,
-                   method: str = "MinMax") -> Calibration:
+                   method: str = "MinMax", *, dims: Mapping[str, int] | None = None,
+                   shapes: Mapping[str, Sequence[int]] | None = None) -> Calibration:
     """Run static-int8 calibration once; the ranges are cached on the model.
+
+    ``dims``/``shapes`` size the seeded samples of a model with dynamic inputs (merged over
+    a Lab's own).
 
     The same model and the same samples (by content) return the cached :class:`Calibration`
     (``LabModel.cached``), so every later conversion reuses it.
@@ -313,7 +322,7 @@ def calibrate_int8(source: Any, feeds: Any = None, n: int = 8,
     )
 
     model = resolve(source)[0]
-    samples = calibration_samples(source, feeds, n)
+    samples = calibration_samples(source, feeds, n, dims=dims, shapes=shapes)
     if not hasattr(CalibrationMethod, method):
         raise InputError(f"Unknown calibration method {method!r}.",
                          fix="Use one of " + ", ".join(m.name for m in CalibrationMethod) + ".")

@@ -396,6 +396,20 @@ def test_cli_precision_json_and_exit_codes(tmp_path, capsys):
     assert main(["precision", "sample:convnet", "--target", "fp9"]) == 2
 
 
+def test_int8_search_on_dynamic_inputs_calibrates_with_the_given_shapes(capsys):
+    """A model with dynamic inputs and no feeds: the seeded calibration samples take the
+    Lab's dims / the CLI's --shape (they were sized without them: an 'Unresolved dims'
+    error on PP-OCRv4's detector with --shape x:1x3x320x320)."""
+    from onnx_lab.cli import main
+
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 2, "seq": 8})
+    plan = find_precision(lab, "int8", progress=False)
+    assert plan.calibration.samples == 8 and plan.passed
+    code = main(["precision", "sample:transformer_block", "--target", "int8", "--shape",
+                 "x:2x8x32", "--json"])
+    assert code == 0, capsys.readouterr()
+
+
 def test_plan_views():
     plan = find_precision(onnx_lab.open(rms_overflow()), "fp16", atol=1e-3, rtol=1e-2,
                           progress=False)
