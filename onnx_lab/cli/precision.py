@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-trials", type=int, default=48, help="bound on pruning trials")
     p.add_argument("--out", help="write the converted model here")
     p.add_argument("--json", action="store_true",
-                   help='print {"kept", "passed", "target", "tolerance", "trials", "outputs"}')
+                   help='print {"kept", "passed", "target", "tolerance", "notes", "trials", '
+                   '"outputs"}')
     p.set_defaults(func=_precision)
 
 
@@ -60,6 +61,8 @@ def _precision(args: argparse.Namespace) -> int:
         print_json(plan.to_dict())
     else:
         print(plan.summary_text())
+        for note in plan.notes:
+            print(f"note: {note}")
         for nid in plan.kept:
             print(f"  keep {nid}")
         if args.out:

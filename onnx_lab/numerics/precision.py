@@ -977,6 +977,8 @@ class PrecisionPlan:
     #: Whether the plan also meets the tolerance with onnxruntime's optimizations on both
     #: sides (a ``confirm`` trial); None when no search was needed (nothing to confirm).
     confirmed: bool | None = None
+    #: Caveats about the inputs the plan was judged on (:func:`_weak_reference_notes`).
+    notes: list[str] = field(default_factory=list)
     #: The history step's PassResult when the plan was pushed (``lab.find_precision``).
     result: Any = field(default=None, repr=False)
 
@@ -1019,7 +1021,7 @@ class PrecisionPlan:
                 f"{self.seconds:.1f} s){' [cancelled]' if self.cancelled else ''}")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: target, kept, passed, confirmed, tolerance, trials, outputs,
+        """JSON-ready: target, kept, passed, confirmed, notes, tolerance, trials, outputs,
         seconds."""
         def clean(v: Any) -> Any:
             if isinstance(v, float) and not math.isfinite(v):
@@ -1034,7 +1036,7 @@ class PrecisionPlan:
             return [{k: clean(v) for k, v in r.items()} for r in df.to_dict("records")]
 
         return {"target": self.target, "kept": list(self.kept), "passed": self.passed,
-                "confirmed": self.confirmed,
+                "confirmed": self.confirmed, "notes": list(self.notes),
                 "n_candidates": self.n_candidates, "tolerance": self.tolerance.describe(),
                 "seconds": round(self.seconds, 3), "cancelled": self.cancelled,
                 "trials": records(self.trials), "outputs": records(self.outputs)}
@@ -1335,7 +1337,41 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
                          outputs=outputs, tolerance=tol, n_candidates=n,
                          seconds=time.perf_counter() - t_all, calibration=conv.calibration,
                          cancelled=s.stopped(), feeds=feed_list, source=model,
-                         required=dict(s.required), confirmed=confirmed)
+                         required=dict(s.required), confirmed=confirmed,
+                         notes=_weak_reference_notes(s.ref_outputs, s.out_names, tol))
+
+
+#: An output whose reference values span less than this (times max(1, its magnitude)) on the
+#: judged inputs "barely varies": a relative metric judges rounding noise there.
+WEAK_RANGE = 1e-3
+
+
+def _weak_reference_notes(ref_outputs: list[dict], out_names: Sequence[str],
+                          tol: Tolerance) -> list[str]:
+    """A note per output that barely varies on the judged inputs, when the metric is relative
+    (sqnr, cosine).
+
+    PP-OCRv4's text detector on seeded random images outputs a probability map of ~0
+    everywhere (at most 5.9e-05): int8 rounds it to 0, its SQNR is 0 dB, and the search
+    kept 289 of 296 nodes out of int8 — a verdict on noise, which real images would not give.
+    """
+    if tol.metric not in ("sqnr", "cosine"):
+        return []
+    notes = []
+    for name in out_names:
+        arrays = [np.asarray(r[name]) for r in ref_outputs if name in r]
+        arrays = [a[np.isfinite(a)] for a in arrays if a.dtype.kind == "f" and a.size]
+        arrays = [a for a in arrays if a.size]
+        if not arrays:
+            continue
+        lo, hi = min(float(a.min()) for a in arrays), max(float(a.max()) for a in arrays)
+        if hi - lo <= WEAK_RANGE * max(1.0, abs(lo), abs(hi)):
+            notes.append(
+                f"output {name!r} barely varies on these inputs (from {lo:.3g} to {hi:.3g}): "
+                f"{tol.metric} there judges rounding noise, not the model (a plan may keep far "
+                "more nodes than real inputs need, or pass what they would fail); judge on "
+                "representative inputs (feeds=..., an .npz of real samples)")
+    return notes
 
 
 def _confirm(s: _Search, best: tuple[str, ...], tries: int = 4

@@ -95,7 +95,9 @@ def plan_html(plan: PrecisionPlan, max_rows: int = 15) -> str:
     """Verdict, kept nodes, per-output before/after error, the trials and the top ranks."""
     colour = "#2a7" if plan.passed else "#c33"
     kept = ", ".join(html.escape(k) for k in plan.kept[:30]) or "none"
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in plan.notes)
     parts = [f'<div style="color:{colour}"><b>{html.escape(plan.summary_text())}</b></div>',
+             f'<ul style="color:#a60">{notes}</ul>' if notes else "",
              f"<div>kept: {kept}</div>", "<h4>outputs</h4>", frame_html(plan.outputs),
              "<h4>trials</h4>", frame_html(plan.trials.head(max_rows)),
              "<h4>sensitivity</h4>",

@@ -159,6 +159,7 @@ class PrecisionDoctor(View):
         if not full["passed"]:  # why everything converted fails (an fp16 overflow...)
             why = full["note"] or f"score {full['score']:.3g} > 1"
             why = f"<div>everything converted fails: {html.escape(why)}</div>"
+        why += "".join(f"<div>note: {html.escape(n)}</div>" for n in plan.notes)
         self.verdict.value = info_html(plan.summary_text(), kind=kind) + why + (
             f"<div>kept: {html.escape(', '.join(plan.kept)) or 'none'}</div>")
         self.chart.value = figure_html(plan.plot(top=20))

@@ -410,6 +410,29 @@ def test_int8_search_on_dynamic_inputs_calibrates_with_the_given_shapes(capsys):
     assert code == 0, capsys.readouterr()
 
 
+def test_an_output_that_barely_varies_gets_a_note_not_a_silent_verdict():
+    """PP-OCRv4's detector on random images outputs ~0 everywhere: SQNR there judges rounding
+    noise. A sigmoid far in its tail (values ~1e-13) stands for it."""
+    w = numpy_helper.from_array(np.full((8, 8), 0.01, np.float32), "w")
+    shift = numpy_helper.from_array(np.array(-30.0, np.float32), "shift")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]),
+         helper.make_node("Add", ["h", "shift"], ["logit"]),
+         helper.make_node("Sigmoid", ["logit"], ["prob"])], "tail",
+        [helper.make_tensor_value_info("x", TP.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("prob", TP.FLOAT, None)], [w, shift])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    plan = find_precision(onnx_lab.open(model), "int8", metric="sqnr", tolerance=20,
+                          progress=False)
+    assert len(plan.notes) == 1 and "'prob' barely varies" in plan.notes[0]
+    assert "feeds=" in plan.notes[0] and plan.to_dict()["notes"] == plan.notes
+    assert "barely varies" in plan._repr_html_()
+    # Element-wise tolerances judge such an output by atol: no note.
+    assert not find_precision(onnx_lab.open(model), "fp16", progress=False).notes
+    healthy = find_precision(onnx_lab.open(outlier_convnet(planted=())), "int8", progress=False)
+    assert healthy.notes == []
+
+
 def test_plan_views():
     plan = find_precision(onnx_lab.open(rms_overflow()), "fp16", atol=1e-3, rtol=1e-2,
                           progress=False)
