@@ -365,6 +365,7 @@ def complete(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> int:
         types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
         data[t.name] = t
     added = 0
+    gained: set[str] = set()  # outputs this walk typed
     for node in graph.node:
         if node.op_type == "Constant" and node.output and node.domain in ("", "ai.onnx"):
             value = _attr(node, "value")
@@ -381,9 +382,12 @@ def complete(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> int:
             except Exception:  # noqa: BLE001 - a malformed node: leave it untyped
                 logger.debug("no shape for %s %s", node.op_type, node.name, exc_info=True)
                 outs = None
-        elif node.domain in ("", "ai.onnx") and not any(
+        elif node.domain in ("", "ai.onnx") and (
+                node.op_type == "Reshape" or any(i in gained for i in node.input)) and not any(
                 a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                 for a in node.attribute):
+            # Only where this walk typed an input (or a Reshape ONNX gave up on): inference
+            # already did the rest, and a node costs ~50 us here.
             outs = _standard(node, ins, opset, data)
             if node.op_type == "Reshape" and (not outs or outs[0] is None or outs[0][1] is None):
                 outs = _reshape_rank(node, ins)
@@ -401,5 +405,6 @@ def complete(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> int:
                 entry.name = name
             entry.type.CopyFrom(_type_proto(*merged))
             types[name] = entry.type
+            gained.add(name)
             added += 1
     return added
