@@ -256,6 +256,8 @@ class MetricAccumulator:
                 self.sum_r2 += sq
                 self.sum_c2 += sq
                 return
+        if not self.statistics and r.dtype == c.dtype == np.float32 and self._add_f32(r, c):
+            return
         r = r.astype(np.float64)
         c = c.astype(np.float64)
         if self.statistics:
@@ -292,6 +294,52 @@ class MetricAccumulator:
         # Relative error over nonzero reference elements (reuses the tol buffer).
         rel = np.divide(err, absr, out=np.zeros_like(err), where=absr > 0)
         self.max_rel = max(self.max_rel, float(rel.max()))
+
+    def _add_f32(self, r: np.ndarray, c: np.ndarray) -> bool:
+        """The verdict fields of a finite float32 slice, computed in float32 (4-6x faster
+        than float64 on 1M elements: verification of a 640x640 detector spent half its
+        time here) with the same results: the failing count, max_abs and max_ref exactly as
+        float64 gives them, max_rel to float32 rounding.
+
+        ``|c - r|`` in float32 is exact where c and r are within a factor 2 (Sterbenz) and
+        otherwise off by at most 2**-24 relative, the tolerance by a few ulps: an element
+        is decided in float32 only when its error is more than 1e-6 relative away from its
+        tolerance; the others, and the candidates for the maximum, are recomputed in
+        float64 (so is max_rel when it overflows float32). False (nothing added) when the
+        slice holds NaN or inf."""
+        if not (np.isfinite(r).all() and np.isfinite(c).all()):
+            return False
+        err = c - r
+        np.abs(err, out=err)
+        absr = np.abs(r)
+        tol = absr * np.float32(self.rtol)
+        tol += np.float32(self.atol)
+        fail = err > tol * np.float32(1 + 1e-6)
+        near = (err >= tol * np.float32(1 - 1e-6)) & ~fail
+        near |= tol < np.float32(1e-30)  # subnormal products lose their relative precision
+        n_fail = int(np.count_nonzero(fail))
+        if near.any():
+            i = np.flatnonzero(near)
+            r64, c64 = r[i].astype(np.float64), c[i].astype(np.float64)
+            n_fail += int(np.count_nonzero(np.abs(c64 - r64) > self.atol + self.rtol *
+                                           np.abs(r64)))
+        self.n_fail += n_fail
+        self.n_finite += r.size
+        if r.size:
+            self.max_ref = max(self.max_ref, float(absr.max()))
+            top = float(err.max())
+            i = np.flatnonzero(err >= np.float32(top * (1 - 1e-6)))
+            self.max_abs = max(self.max_abs, float(np.abs(
+                c[i].astype(np.float64) - r[i].astype(np.float64)).max()))
+            with np.errstate(over="ignore"):  # beyond float32 next to a tiny reference
+                rel = np.divide(err, absr, out=np.zeros_like(err), where=absr > 0)
+            top = float(rel.max())
+            if not math.isfinite(top):
+                nz = absr > 0
+                top = float((np.abs(c[nz].astype(np.float64) - r[nz].astype(np.float64))
+                             / absr[nz].astype(np.float64)).max())
+            self.max_rel = max(self.max_rel, top)
+        return True
 
     def _nonfinite(self, r: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Count NaN/inf, score mismatched non-finite positions; return the finite pairs."""

@@ -95,3 +95,34 @@ def test_properties_of_random_arrays():
         assert not changed["passed"] and changed["max_abs"] == math.inf
 
     check()
+
+
+def test_float32_verdicts_equal_the_float64_ones_at_the_tolerance_edge():
+    """Verdict fields of float32 pairs are computed in float32 (fast); they must equal the
+    float64 path's, also for elements whose error sits on the tolerance itself."""
+    from onnx_lab.numerics.metrics import Rule
+
+    rng = np.random.default_rng(7)
+    atol, rtol = 1e-4, 1e-3
+    for scale in (1e-30, 1e-3, 1.0, 1e3, 1e30):
+        r = (rng.normal(0, scale, 50_000)).astype(np.float32)
+        tol = atol + rtol * np.abs(r.astype(np.float64))
+        # A third just inside, a third on, a third just outside the tolerance (in float64,
+        # then rounded to float32: every side of the edge), plus zeros and tiny values.
+        side = rng.choice([-1e-7, 0.0, 1e-7], r.size)
+        c = (r.astype(np.float64) + np.sign(rng.normal(size=r.size)) * tol * (1 + side))
+        c = c.astype(np.float32)
+        r[:100] = 0.0
+        r[100:200] = np.float32(1e-40)
+        for rule in (Rule("elementwise", atol, rtol), Rule("scaled", atol, rtol)):
+            fast = tensor_metrics(r, c, rule=rule, statistics=False)
+            exact = tensor_metrics(r.astype(np.float64), c.astype(np.float64), rule=rule,
+                                   statistics=False)
+            for key in ("n_fail", "passed", "max_abs", "max_ref", "numel"):
+                assert fast[key] == exact[key], (scale, rule.kind, key)
+            assert math.isclose(fast["max_rel"], exact["max_rel"], rel_tol=1e-6)
+            assert 0 < fast["n_fail"] < r.size  # the edge really was crossed both ways
+    # NaN/inf slices take the float64 path: same fields as before.
+    bad = tensor_metrics(np.array([1.0, np.nan], np.float32), np.array([1.0, 2.0], np.float32),
+                         statistics=False)
+    assert bad["n_fail"] == 1 and not bad["passed"]
