@@ -13,7 +13,8 @@ _spec = importlib.util.spec_from_file_location(
     "test_precision.py")
 _models = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_models)
-NORM_NODES, rms_overflow = _models.NORM_NODES, _models.rms_overflow
+NORM_NODES, rms_overflow, sigmoid_tail = (_models.NORM_NODES, _models.rms_overflow,
+                                          _models.sigmoid_tail)
 
 
 def test_precision_widget_runs_and_saves(tmp_path):
@@ -51,3 +52,13 @@ def test_precision_widget_shows_errors():
     wdg.run()
     assert wdg.result is None and "Loosen" in wdg.status.value
     assert not wdg.run_button.disabled
+
+
+def test_precision_widget_shows_the_plans_notes():
+    from onnx_lab.widgets import PrecisionDoctor
+
+    wdg = PrecisionDoctor(onnx_lab.open(sigmoid_tail()), background=False)
+    wdg.target.value, wdg.metric.value, wdg.threshold.value = "int8", "sqnr", 20.0
+    wdg.run()
+    assert wdg.result is not None and wdg.result.notes
+    assert "note: output &#x27;prob&#x27; barely varies" in wdg.verdict.value
