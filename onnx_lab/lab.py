@@ -428,6 +428,26 @@ class Lab:
         kw.setdefault("shapes", self.shapes)
         return sensitivity(self, target, feeds, by=by, **kw)
 
+    def to_fp16(self, keep_io_types: bool = True,
+                block_list: Sequence[str] | None = None) -> Lab:
+        """A float16 copy of the current version as a new Lab (``onnx_lab.to_fp16(lab)``).
+
+        Example:
+            >>> half = lab.to_fp16(block_list=["Softmax"])
+        """
+        return to_fp16(self, keep_io_types, block_list)
+
+    def to_int8_dynamic(self, nodes_to_exclude: Sequence[str] | None = None) -> Lab:
+        """Dynamic int8 quantization of the current version as a new Lab
+        (``onnx_lab.to_int8_dynamic(lab)``)."""
+        return to_int8_dynamic(self, nodes_to_exclude)
+
+    def to_int8_static(self, feeds: Any = None, n: int = 8,
+                       nodes_to_exclude: Sequence[str] | None = None) -> Lab:
+        """Static (QDQ) int8 quantization of the current version as a new Lab
+        (``onnx_lab.to_int8_static(lab)``)."""
+        return to_int8_static(self, feeds, n, nodes_to_exclude)
+
     def apply_preset(self, preset: str | Sequence[str] = "safe",
                      verify: bool | Mapping[str, Any] = True) -> list:
         """Apply every pass of a preset (``"safe"``) as verified steps; returns PassResults."""

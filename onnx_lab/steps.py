@@ -6,7 +6,7 @@ optimize`` all go through these functions, with the Lab's :class:`~onnx_lab.core
 
 Example:
     >>> from onnx_lab import steps
-    >>> r = steps.apply(lab.history_object, "fuse_conv_bn")   # what lab.apply does
+    >>> r = steps.apply(lab.versions, "fuse_conv_bn")   # what lab.apply does
     >>> r.verify_passed, r.first_failure
 """
 

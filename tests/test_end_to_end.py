@@ -85,6 +85,8 @@ def test_explore_optimize_debug(name, tmp_path):
     assert c.passed and c.first_divergence is None
     assert c.layers["passed"].all()
     half = onnx_lab.to_fp16(lab)
+    # the method form users wrote before the function existed: the same conversion
+    assert half.model.to_proto().graph == lab.to_fp16().model.to_proto().graph
     c16 = onnx_lab.compare(lab, half)
     fd = c16.first_divergence
     if fd is not None:  # fp16 rounding: named at a node of the compared model

@@ -503,13 +503,6 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
                       "(compare(..., confirm=True) checks)")
 
 
-def _cand_node(rows: pd.DataFrame, tensor: str | None) -> str | None:
-    if tensor is None or tensor not in rows.index:
-        return None
-    v = rows.loc[tensor, "cand_node_id"]
-    return v if isinstance(v, str) else None
-
-
 def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None
                        ) -> tuple[str, float] | None:
     """(name, max_abs) of the first constant input of ``node`` whose value differs from the

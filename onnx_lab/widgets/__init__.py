@@ -1,4 +1,5 @@
-"""Jupyter widgets: thin views over the public API (ipywidgets 8, no custom JavaScript).
+"""Jupyter widgets: thin views over the public API (ipywidgets 8; the one graph canvas is an
+anywidget whose JavaScript and CSS ship in ``widgets/static/``, no CDN).
 
 - :class:`Explorer` (``lab.explore()``): summary, node/weight/tensor tables, graph views.
 - :class:`FusionLab`: pattern matches, preview, apply with verification, history, undo/redo.
