@@ -63,12 +63,9 @@ class BackendReport:
     elapsed_s: float = 0.0
 
     def _repr_html_(self) -> str:
-        from onnx_lab.render.tables import frame_html
+        from onnx_lab.render.results import backend_report_html
 
-        notes = "".join(f"<li>{n}</li>" for n in self.notes)
-        return ("<div><b>Backends</b>" + frame_html(self.table)
-                + frame_html(self.outputs, caption="outputs against onnxruntime CPU")
-                + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
+        return backend_report_html(self.table, self.outputs, self.notes)
 
 
 def _default_backends(notes: list[str]) -> list[str]:

@@ -28,6 +28,7 @@ from onnx_lab.render.tables import format_bytes, frame_html, summary_html
 
 if TYPE_CHECKING:
     import numpy as np
+    import pandas as pd
 
     from onnx_lab.analysis.cost import Cost
     from onnx_lab.numerics.compare import Comparison
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["comparison_plot", "comparison_hist", "comparison_scatter", "comparison_render",
            "comparison_html", "diff_render", "diff_html", "profile_render", "profile_html",
            "batch_sweep_html", "cost_html", "array_histogram", "profile_summary_html",
-           "cost_totals_html"]
+           "cost_totals_html", "pass_result_html", "backend_report_html"]
 
 
 # ---------------------------------------------------------------------------- Comparison
@@ -241,6 +242,23 @@ def cost_html(c: Cost) -> str:
         f"<ul>{notes}</ul>" if notes else "") + "</div>"
 
 
+def pass_result_html(r: Any) -> str:
+    """A PassResult's plain fields as a two-column table (``r.summary()``, empty ones left out)."""
+    rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+                   f"<td>{html.escape(str(v))}</td></tr>"
+                   for k, v in r.summary().items() if v not in (None, [], {}))
+    return f"<table class='onnx-lab-pass'>{rows}</table>"
+
+
+def backend_report_html(table: pd.DataFrame, outputs: pd.DataFrame, notes: list[str]) -> str:
+    """``compare_backends``' report: the timing table, the outputs against onnxruntime CPU and
+    the notes (skipped backends, busy-machine warnings)."""
+    items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    return ("<div><b>Backends</b>" + frame_html(table)
+            + frame_html(outputs, caption="outputs against onnxruntime CPU")
+            + (f"<ul>{items}</ul>" if items else "") + "</div>")
+
+
 def array_histogram(values: np.ndarray, *, title: str = "", bins: int = 100):
     """Histogram of an array's values (log count axis): ``weight_histogram``'s figure."""
     return histogram_figure(values, title=title, bins=bins)
@@ -269,6 +287,7 @@ for _type, _kind, _fn in (
         ("onnx_lab.analysis.cost.Cost", "html", cost_html),
         ("onnx_lab.analysis.summary.Summary", "html", summary_html),
         ("numpy.ndarray", "histogram", array_histogram),
+        ("onnx_lab.transforms.base.PassResult", "html", pass_result_html),
 ):
     register(_type, _kind, _fn)
 del _type, _kind, _fn

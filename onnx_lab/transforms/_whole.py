@@ -29,7 +29,14 @@ import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import PassError
-from onnx_lab.transforms.base import ORIGIN_KEY, LabPass, PassResult, node_origin, stamp_origins
+from onnx_lab.transforms.base import (
+    ORIGIN_KEY,
+    LabPass,
+    PassContext,
+    PassResult,
+    node_origin,
+    stamp_origins,
+)
 
 __all__ = ["WholeModelPass", "Switch", "trace_provenance", "STEP_KEY", "PROTO_LIMIT"]
 
@@ -329,7 +336,8 @@ class WholeModelPass(LabPass):
         """Names the list parameter ``param`` already turns off."""
         return set(self.options.get(param) or [])
 
-    def run(self, model: LabModel) -> PassResult:
+    def run(self, model: LabModel, context: PassContext | None = None) -> PassResult:
+        self.context = context or PassContext()
         t0 = time.perf_counter()
         self.notes: list[str] = []
         work = model.clone()
@@ -389,8 +397,7 @@ class WholeModelPass(LabPass):
         """Input shapes resolvable from the Lab's dims/shapes (inputs left dynamic omitted)."""
         from onnx_lab.core.shapes import shape_tuple
 
-        dims: dict[str, Any] = getattr(self, "lab_dims", {}) or {}
-        shapes: dict[str, Any] = getattr(self, "lab_shapes", {}) or {}
+        dims, shapes = self.context.dims, self.context.shapes
         out: dict[str, list[int]] = {}
         g = model.graph
         for v in g.inputs:

@@ -16,7 +16,7 @@ from typing import Any
 
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import InputError, PassError, unknown_name
-from onnx_lab.transforms.base import PassResult, get_pass
+from onnx_lab.transforms.base import PassContext, PassResult, get_pass
 from onnx_lab.transforms.presets import PRESETS
 
 __all__ = ["run_pass", "preset_passes"]
@@ -41,9 +41,9 @@ def run_pass(model: LabModel, pass_name: str, matches: Sequence[str] | str | Non
         raise InputError(f"matches must be match ids (str), got {matches!r}.",
                          fix="Pass ids from lab.patterns().match_id.")
     p = get_pass(pass_name, matches=matches, **params)
-    p.lab_dims = dict(model_dims or {})  # type: ignore[attr-defined]
-    p.lab_shapes = {k: list(v) for k, v in (model_shapes or {}).items()}  # type: ignore[attr-defined]
-    return p.run(model)
+    context = PassContext(dict(model_dims or {}),
+                          {k: list(v) for k, v in (model_shapes or {}).items()})
+    return p.run(model, context)
 
 
 def preset_passes(preset: str | Sequence[str]) -> list[str]:

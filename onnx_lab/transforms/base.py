@@ -15,20 +15,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 import onnx_ir as ir
 
+from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.provenance import ORIGIN_KEY, node_origin, origins, stamp_origins
 from onnx_lab.core.values import overridable
 from onnx_lab.errors import PassError, unknown_name
 
-__all__ = ["ORIGIN_KEY", "Param", "Match", "PassResult", "Rewrite", "LabPass", "register_pass",
+__all__ = ["ORIGIN_KEY", "Param", "Match", "PassContext", "PassResult", "Rewrite", "LabPass", "register_pass",
            "get_pass", "pass_names", "available", "origins", "node_origin", "stamp_origins"]
 
 # ---------------------------------------------------------------------------- data types
@@ -144,12 +145,7 @@ class PassResult:
                 "matches": list(self.matches)}
 
     def _repr_html_(self) -> str:
-        import html
-
-        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-                       f"<td>{html.escape(str(v))}</td></tr>"
-                       for k, v in self.summary().items() if v not in (None, [], {}))
-        return f"<table class='onnx-lab-pass'>{rows}</table>"
+        return _display.draw(self, "html")
 
 
 # ---------------------------------------------------------------------------- rewriting
@@ -373,6 +369,18 @@ class Rewrite:
 
 
 # ---------------------------------------------------------------------------- passes
+@dataclass(frozen=True)
+class PassContext:
+    """What a pass may know of the Lab beside the model: its dim values and input shapes.
+
+    Whole-model tools (onnxsim, onnxslim) fix their input shapes from it; node passes ignore
+    it. ``run_pass`` builds it from the History's dims and shapes.
+    """
+
+    dims: Mapping[str, int] = field(default_factory=dict)
+    shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
+
+
 class LabPass(ir.passes.InPlacePass):
     """Base of every onnx_lab transform.
 
@@ -400,6 +408,7 @@ class LabPass(ir.passes.InPlacePass):
         self._applied: list[str] = []
         self._work: LabModel | None = None
         self._skipped: list[str] = []
+        self.context = PassContext()
 
     def skip(self, node_id: str, why: str) -> None:
         """From :meth:`find`: note a candidate that is not a match and why (becomes the
@@ -487,8 +496,10 @@ class LabPass(ir.passes.InPlacePass):
         return out
 
     # -- the LabModel interface ---------------------------------------------------------------
-    def run(self, model: LabModel) -> PassResult:
-        """Apply the pass to a clone of ``model`` and describe what happened."""
+    def run(self, model: LabModel, context: PassContext | None = None) -> PassResult:
+        """Apply the pass to a clone of ``model`` and describe what happened (``context``:
+        the Lab's dims and shapes, read by whole-model tools)."""
+        self.context = context or PassContext()
         t0 = time.perf_counter()
         before = model.index
         self._skipped = []

@@ -12,6 +12,13 @@ Two sources, one table (:data:`COLUMNS`):
   the first condition that fails, with onnxruntime's own debug log for that place when the
   optimizer ran (:func:`onnx_lab.transforms.transformers.capture_fusion_log`).
 
+The transformer walks (``_path`` and the ``_attention``/``_layer_norm``/``_gelu`` checks) are
+not written as :class:`~onnx_lab.transforms.matcher.Pattern` on purpose: a Pattern binds a
+root and its producer and is what onnx_lab's own passes rewrite, while these walks mirror
+onnxruntime's fusion classes step by step (which parent, which input index, which condition
+first), so that "not fused, because" names the same condition onnxruntime's code stops at.
+They only read the graph; nothing here rewrites it.
+
 Example:
     >>> lab.patterns(near_misses=True)[["source", "fusion", "anchor", "reason"]]
     >>> from onnx_lab.transforms.near_miss import transformer_near_misses

@@ -41,7 +41,7 @@ import onnx_ir as ir
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import PassError, close_matches
 from onnx_lab.transforms._whole import WholeModelPass
-from onnx_lab.transforms.base import Param, PassResult
+from onnx_lab.transforms.base import Param, PassContext, PassResult
 
 logger = logging.getLogger(__name__)
 
@@ -312,10 +312,10 @@ class _FusionStep(WholeModelPass):
 
     fused_ops = True
 
-    def run(self, model: LabModel) -> PassResult:
+    def run(self, model: LabModel, context: PassContext | None = None) -> PassResult:
         self.fusions: dict[str, int] = {}
         self.calls: list[FusionCall] = []
-        result = super().run(model)
+        result = super().run(model, context)
         result.fusions = dict(self.fusions)  # type: ignore[attr-defined]
         if self.fusions:
             result.notes.insert(0, "fused: " + ", ".join(f"{k} {v}"

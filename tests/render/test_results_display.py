@@ -95,6 +95,18 @@ def test_profile_and_batch_sweep_views(convnet):
     assert s._repr_html_().startswith("<div><b>Batch sweep</b> over 'N', knee: 2")
 
 
+def test_pass_results_and_backend_reports_are_drawn_by_render():
+    lab = onnx_lab.open("sample:convnet")
+    r = lab.apply("fuse_conv_bn")
+    html = r._repr_html_()
+    assert html == results.pass_result_html(r)
+    assert "<th style='text-align:left'>name</th><td>fuse_conv_bn</td>" in html
+    table = pd.DataFrame({"backend": ["cpu"], "median_ms": [1.5]})
+    out = results.backend_report_html(table, table.iloc[:0], ["openvino <not installed>"])
+    assert "<b>Backends</b>" in out and "1.5" in out
+    assert "openvino &lt;not installed&gt;" in out  # notes are text, escaped
+
+
 def test_analysis_views(convnet):
     assert "<b>Cost</b>" in convnet.cost()._repr_html_()
     summary = convnet.summary()

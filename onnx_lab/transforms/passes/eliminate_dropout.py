@@ -7,7 +7,7 @@ import onnx_ir as ir
 from onnx_lab.core.values import const_array
 from onnx_lab.transforms.base import register_pass
 from onnx_lab.transforms.matcher import Binding, Found, Pattern
-from onnx_lab.transforms.passes.eliminate_identity import BypassPass, bypass_blocker
+from onnx_lab.transforms.passes._shared import BypassPass, bypass_blocker
 
 
 def _blocker(node: ir.Node) -> str | None:

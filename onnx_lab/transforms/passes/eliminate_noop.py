@@ -10,8 +10,8 @@ from onnx_lab.core.shapes import dtype_name
 from onnx_lab.core.values import const_array
 from onnx_lab.transforms.base import register_pass
 from onnx_lab.transforms.matcher import Binding, Found, Pattern
+from onnx_lab.transforms.passes._shared import BypassPass
 from onnx_lab.transforms.passes._util import const_ints, perm_of, rank, static_shape
-from onnx_lab.transforms.passes.eliminate_identity import BypassPass
 
 # Slice ends at or past this take everything whatever the dim (exporters write INT64_MAX or
 # INT32_MAX for "to the end").

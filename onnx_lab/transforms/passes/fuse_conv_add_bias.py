@@ -8,9 +8,8 @@ import onnx_ir as ir
 from onnx_lab.core.values import const_array
 from onnx_lab.transforms.base import Match, Rewrite, register_pass
 from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass
+from onnx_lab.transforms.passes._shared import bypass_blocker, conv_blocker, conv_out_channels
 from onnx_lab.transforms.passes._util import constant_other, freed_bytes
-from onnx_lab.transforms.passes.eliminate_identity import bypass_blocker
-from onnx_lab.transforms.passes.fuse_conv_bn import conv_blocker, conv_out_channels
 
 
 def per_channel(c: np.ndarray, channels: int, out_rank: int) -> np.ndarray | None:

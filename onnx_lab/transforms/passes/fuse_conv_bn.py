@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import const_array
 from onnx_lab.transforms.base import Match, Rewrite, register_pass
-from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass, is_std, sole_reader
+from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass, is_std
+from onnx_lab.transforms.passes._shared import bypass_blocker, conv_blocker, conv_out_channels
 from onnx_lab.transforms.passes._util import freed_bytes, not_constant, sole_user
-from onnx_lab.transforms.passes.eliminate_identity import bypass_blocker
 
 
 def bn_scale_shift(bn: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
@@ -22,13 +21,6 @@ def bn_scale_shift(bn: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
     eps = bn.attributes.get_float("epsilon", 1e-5)
     s = gamma / np.sqrt(var + eps)
     return s, beta - mean * s
-
-
-def conv_out_channels(conv: ir.Node, w: np.ndarray) -> int:
-    """Output channels of ``conv`` given its weight ``w``."""
-    if conv.op_type == "ConvTranspose":
-        return w.shape[1] * conv.attributes.get_int("group", 1)
-    return w.shape[0]
 
 
 def scale_weight(conv: ir.Node, w: np.ndarray, s: np.ndarray) -> np.ndarray:
@@ -47,21 +39,6 @@ def scale_weight(conv: ir.Node, w: np.ndarray, s: np.ndarray) -> np.ndarray:
         out = view * s.reshape(g, 1, cout_g, *([1] * k))
         return out.reshape(w.shape).astype(w.dtype)
     return (w64 * s.reshape(-1, *([1] * (k + 1)))).astype(w.dtype)
-
-
-def conv_blocker(conv: ir.Node, reader: ir.Node, model: LabModel) -> str | None:
-    """Why ``conv`` cannot absorb its reader (shared output, non-constant weights...)."""
-    why = sole_reader(model, conv.outputs[0], reader)
-    if why:
-        return why
-    w = const_array(conv.inputs[1] if len(conv.inputs) > 1 else None)
-    if w is None:
-        return not_constant(conv.inputs[1] if len(conv.inputs) > 1 else None, "its weight")
-    if w.dtype.kind != "f":
-        return f"its weight is {w.dtype}, not floating point"
-    if len(conv.inputs) > 2 and conv.inputs[2] is not None and const_array(conv.inputs[2]) is None:
-        return not_constant(conv.inputs[2], "its bias")
-    return None
 
 
 @register_pass("fuse_conv_bn")

@@ -11,8 +11,8 @@ import onnx_ir as ir
 from onnx_lab.core.model import LabModel
 from onnx_lab.transforms.base import Match, Rewrite, register_pass
 from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass, sole_reader
+from onnx_lab.transforms.passes._shared import bypass_blocker
 from onnx_lab.transforms.passes._util import axes_of, const_ints, rank, static_shape
-from onnx_lab.transforms.passes.eliminate_identity import bypass_blocker
 
 
 def merge_unsqueeze(a1: list[int], a2: list[int], r: int) -> list[int]:

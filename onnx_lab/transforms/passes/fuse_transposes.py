@@ -6,8 +6,8 @@ import onnx_ir as ir
 
 from onnx_lab.transforms.base import Match, Rewrite, register_pass
 from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass, sole_reader
+from onnx_lab.transforms.passes._shared import bypass_blocker
 from onnx_lab.transforms.passes._util import perm_of
-from onnx_lab.transforms.passes.eliminate_identity import bypass_blocker
 
 
 def compose(p1: list[int], p2: list[int]) -> list[int]:
