@@ -124,7 +124,7 @@ def compare_backends(model: Any, backends: Sequence[str] | None = None, *,
     from onnx_lab.profiling.sweep import batch_sweep
     from onnx_lab.runtime.feeds import as_feed_list
     from onnx_lab.runtime.openvino import INSTALL_HINT, is_openvino, openvino_available
-    from onnx_lab.runtime.session import make_session
+    from onnx_lab.runtime.session import make_session, run_session
 
     t0 = time.perf_counter()
     notes: list[str] = []
@@ -154,7 +154,7 @@ def compare_backends(model: Any, backends: Sequence[str] | None = None, *,
     feed = as_feed_list(feeds, lm, dims_r, shapes_r)[0]
     ref_sess = make_session(lm)
     out_names = [o.name for o in ref_sess.get_outputs()]
-    ref = dict(zip(out_names, ref_sess.run(None, feed), strict=True))
+    ref = run_session(ref_sess, feed, out_names, what="the model on onnxruntime CPU")
     del ref_sess
     out_rows = []
     sessions = list(prof.latency_stats.session)
@@ -162,10 +162,7 @@ def compare_backends(model: Any, backends: Sequence[str] | None = None, *,
         if s == REFERENCE:
             continue
         sess = open_session(lm, s, opt_level="all", threads=threads)
-        got = sess.run(None, feed)
-        names_b = sess.get_outputs_names() if hasattr(sess, "get_outputs_names") else \
-            [o.name for o in sess.get_outputs()]
-        by_name = dict(zip(names_b, got, strict=True))
+        by_name = run_session(sess, feed, what=f"the model on {s}")
         for o in out_names:
             r = ref[o]
             pname, rule = rule_for(str(np.asarray(r).dtype), output=True, preset=preset)

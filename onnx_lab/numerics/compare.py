@@ -29,7 +29,7 @@ from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import Resolved, resolve
 from onnx_lab.core.values import const_array, constant_producer, foldable_nodes, is_constant
-from onnx_lab.errors import InputError, LabError, RuntimeLoadError, unknown_name
+from onnx_lab.errors import InputError, LabError, unknown_name
 from onnx_lab.numerics.align import align
 from onnx_lab.numerics.confirm import confirm_divergence
 from onnx_lab.numerics.metrics import (
@@ -41,7 +41,12 @@ from onnx_lab.numerics.metrics import (
 )
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.feeds import as_feed_list, input_specs
-from onnx_lab.runtime.session import RUNTIME_PROTO_KEY, make_session, resolve_providers
+from onnx_lab.runtime.session import (
+    RUNTIME_PROTO_KEY,
+    make_session,
+    resolve_providers,
+    run_session,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -344,13 +349,7 @@ def _session(model: LabModel, names: list[str], providers: list[str], what: str)
 
 def _run(sess, feeds: Mapping[str, np.ndarray], names: list[str], what: str
          ) -> dict[str, np.ndarray]:
-    try:
-        values = sess.run(names, dict(feeds))
-    except Exception as e:  # noqa: BLE001 - ORT raises several exception types
-        first = str(e).strip().splitlines()[0][:400] if str(e).strip() else type(e).__name__
-        raise RuntimeLoadError(f"onnxruntime failed to run the {what} model: {first}",
-                               fix="Check the feeds' shapes and dtypes against lab.inputs.") from e
-    return dict(zip(names, values))
+    return run_session(sess, feeds, names, what=f"the {what} model")
 
 
 def _run_all(model: LabModel, feed_list: list, names: list[str], providers: list[str],

@@ -15,8 +15,7 @@ import numpy as np
 
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.units import itemsize
-from onnx_lab.errors import RuntimeLoadError
-from onnx_lab.runtime.session import make_session
+from onnx_lab.runtime.session import make_session, run_session
 
 logger = logging.getLogger(__name__)
 
@@ -27,14 +26,7 @@ def run(model: LabModel, feeds: Mapping[str, np.ndarray], *, outputs: Sequence[s
         providers=None, opt_level: str = "disable") -> dict[str, np.ndarray]:
     """Run ``model`` once; return {output name: array} (graph outputs unless ``outputs``)."""
     sess = make_session(model, providers=providers, opt_level=opt_level, outputs=outputs)
-    names = [o.name for o in sess.get_outputs()]
-    try:
-        values = sess.run(names, dict(feeds))
-    except Exception as e:  # noqa: BLE001 - ORT raises several exception types
-        raise RuntimeLoadError(f"onnxruntime failed to run the model: "
-                               f"{str(e).strip().splitlines()[0][:400]}",
-                               fix="Check the feeds' shapes and dtypes against lab.inputs.") from e
-    return dict(zip(names, values))
+    return run_session(sess, feeds)
 
 
 def capturable_tensors(model: LabModel) -> list[str]:

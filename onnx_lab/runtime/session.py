@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["available_providers", "default_providers", "fallback_chain", "PROFILED_PROVIDERS",
            "resolve_providers", "make_session", "OPT_LEVELS", "ort_max_opsets", "ort_version",
-           "runtime_proto", "weightless_proto", "weight_array", "PLACEHOLDER"]
+           "runtime_proto", "weightless_proto", "weight_array", "PLACEHOLDER", "run_session"]
 
 OPT_LEVELS = ("disable", "basic", "extended", "all")
 _PROTO_LIMIT = 2_000_000_000
@@ -414,6 +414,34 @@ def _serialize(model: LabModel, proto: onnx.ModelProto):
         ir.external_data.set_base_dir(m.graph, str(model.base_dir))
     ir.save(m, path, external_data="model.onnx.data")
     return path, tmp
+
+
+_FEEDS_FIX = "Check the feeds' shapes and dtypes against lab.inputs."
+
+
+def run_session(sess: Any, feeds: Mapping[str, Any], names: Sequence[str] | None = None, *,
+                what: str = "the model", fix: str = _FEEDS_FIX) -> dict[str, Any]:
+    """One run of ``sess`` (onnxruntime's, or the OpenVINO session-like object) as
+    {output name: array}; every runtime failure becomes a :class:`RuntimeLoadError` naming
+    ``what`` ran and the first line of onnxruntime's message.
+
+    The one checked runner: compare, precision, verification and backends run sessions through
+    it; profiling's timing loops call ``sess.run`` directly after a first checked run.
+
+    Example:
+        >>> out = run_session(make_session(lab.model), feeds, what="the candidate")
+    """
+    if names is None:
+        names = (sess.get_outputs_names() if hasattr(sess, "get_outputs_names")
+                 else [o.name for o in sess.get_outputs()])
+    names = list(names)
+    try:
+        values = sess.run(names, dict(feeds))
+    except Exception as e:  # noqa: BLE001 - ORT raises several exception types
+        text = str(e).strip()
+        first = text.splitlines()[0][:400] if text else type(e).__name__
+        raise RuntimeLoadError(f"onnxruntime failed to run {what}: {first}", fix=fix) from e
+    return dict(zip(names, values, strict=True))
 
 
 def _explain_ort_error(e: Exception) -> str:

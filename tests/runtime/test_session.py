@@ -139,3 +139,19 @@ def test_providers_that_compile_the_graph_get_the_whole_model():
     assert _light_session_data(lab.model, ["CPUExecutionProvider"], None, ()) is not None
     assert _light_session_data(lab.model, ["TensorrtExecutionProvider",
                                            "CPUExecutionProvider"], None, ()) is None
+
+
+def test_run_session_returns_named_outputs_and_translates_runtime_failures():
+    from onnx_lab.errors import RuntimeLoadError
+    from onnx_lab.runtime.session import run_session
+
+    lab = onnx_lab.open("sample:convnet")
+    sess = make_session(lab.model)
+    feeds = make_feeds(lab.model, dims=lab.dims)
+    out = run_session(sess, feeds)
+    assert list(out) == [o.name for o in sess.get_outputs()]
+    assert all(isinstance(v, np.ndarray) for v in out.values())
+    bad = {k: v[..., :1] for k, v in feeds.items()}  # a spatial size the convs cannot take
+    with pytest.raises(RuntimeLoadError, match="onnxruntime failed to run the candidate: ") as e:
+        run_session(sess, bad, what="the candidate", fix="Keep the node in fp32.")
+    assert e.value.fix == "Keep the node in fp32."
