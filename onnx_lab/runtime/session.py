@@ -33,7 +33,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["available_providers", "default_providers", "fallback_chain", "PROFILED_PROVIDERS",
            "resolve_providers", "make_session", "OPT_LEVELS", "ort_max_opsets", "ort_version",
-           "runtime_proto", "weightless_proto", "weight_array", "PLACEHOLDER", "run_session"]
+           "runtime_proto", "weightless_proto", "weight_array", "PLACEHOLDER", "run_session",
+           "implemented_ops"]
 
 OPT_LEVELS = ("disable", "basic", "extended", "all")
 _PROTO_LIMIT = 2_000_000_000
@@ -480,6 +481,22 @@ def ort_max_opsets() -> dict[str, int]:
         out[s.domain] = max(out[s.domain], int(s.since_version))
     out.setdefault("ai.onnx", out.get("", 0))
     return dict(out)
+
+
+def implemented_ops(domain: str = "com.microsoft") -> set[str] | None:
+    """Op types of ``domain`` that some available execution provider of the installed
+    onnxruntime has a kernel for (its own kernel registry, not a list kept here); None when
+    this build cannot list its kernels."""
+    import onnxruntime
+
+    try:
+        from onnxruntime.capi import _pybind_state
+
+        defs = _pybind_state.get_all_opkernel_def()
+    except (ImportError, AttributeError, RuntimeError):  # a build without the registry call
+        return None
+    avail = set(onnxruntime.get_available_providers())
+    return {d.op_name for d in defs if d.domain == domain and d.provider in avail}
 
 
 def ort_version() -> str:

@@ -40,6 +40,7 @@ import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import PassError, close_matches
+from onnx_lab.runtime.session import implemented_ops
 from onnx_lab.transforms._whole import WholeModelPass
 from onnx_lab.transforms.base import Param, PassContext, PassResult
 
@@ -289,16 +290,9 @@ def missing_kernels(proto: Any) -> dict[str, int]:
         >>> missing_kernels(onnx.load("t5_fused.onnx"))  # CPU build
         {'RelativePositionBias': 1}
     """
-    import onnxruntime
-
-    try:
-        from onnxruntime.capi import _pybind_state
-
-        defs = _pybind_state.get_all_opkernel_def()
-    except (ImportError, AttributeError, RuntimeError):  # a build without the registry call
+    have = implemented_ops("com.microsoft")
+    if have is None:
         return {}
-    avail = set(onnxruntime.get_available_providers())
-    have = {d.op_name for d in defs if d.domain == "com.microsoft" and d.provider in avail}
     out: dict[str, int] = {}
     for n in proto.graph.node:
         if n.domain == "com.microsoft" and n.op_type not in have:
