@@ -279,3 +279,13 @@ from onnx_lab.render.precision_plots import VIEWS as _PRECISION_VIEWS  # noqa: E
 for _kind, _fn in _PRECISION_VIEWS:
     register("onnx_lab.numerics.precision.PrecisionPlan", _kind, _fn)
 del _kind, _fn
+
+# LLM results (render/llm_plots.py): the next-token comparison and the weight-only plan.
+from onnx_lab.render.llm_plots import LLM_VIEWS as _LLM_VIEWS  # noqa: E402
+from onnx_lab.render.llm_plots import PLAN_VIEWS as _INT4_VIEWS  # noqa: E402
+
+for _kind, _fn in _LLM_VIEWS:
+    register("onnx_lab.numerics.llm.LLMComparison", _kind, _fn)
+for _kind, _fn in _INT4_VIEWS:
+    register("onnx_lab.numerics.weight_only.WeightOnlyPlan", _kind, _fn)
+del _kind, _fn
