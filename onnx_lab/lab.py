@@ -406,7 +406,10 @@ class Lab:
 
         Keywords as :func:`onnx_lab.numerics.precision.find_precision` (metric, tolerance,
         atol, rtol, calibration, recheck, max_trials, progress, should_stop). See
-        :func:`onnx_lab.steps.find_precision`.
+        :func:`onnx_lab.steps.find_precision`. ``target="int4"`` (a decoder LLM):
+        weight-only MatMulNBits and the MatMuls to keep in 8 bits or float, with the keywords
+        of :func:`onnx_lab.numerics.weight_only.find_weight_only` (min_top1, max_kl,
+        block_size, accuracy_level, keep, tokens...).
 
         Example:
             >>> plan = lab.find_precision("fp16", atol=1e-3, rtol=1e-2)

@@ -192,6 +192,8 @@ def find_precision(history: History, target: str = "fp16", feeds: Any = None,
     """
     from onnx_lab.numerics.precision import find_precision as search
 
+    if target == "int4":  # weight-only (MatMulNBits) plans take LLM keywords (min_top1...)
+        from onnx_lab.numerics.weight_only import find_weight_only as search
     opts = verify_options(verify)
     with _cyclic_gc_paused():
         before, dims, shapes = history.model, dict(history.dims), dict(history.shapes)
@@ -211,7 +213,7 @@ def find_precision(history: History, target: str = "fp16", feeds: Any = None,
             opts.setdefault("feeds", plan.feeds)
             opts.setdefault("intermediates", False)
             opts.setdefault("preset", target)
-            if plan.tolerance.metric == "elementwise":
+            if getattr(plan.tolerance, "metric", None) == "elementwise":
                 opts.setdefault("atol", plan.tolerance.atol)
                 opts.setdefault("rtol", plan.tolerance.rtol)
             t0 = time.perf_counter()
