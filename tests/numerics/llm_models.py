@@ -156,10 +156,7 @@ def w_i64(inits: list, name: str, value) -> str:
 def int4(model: onnx.ModelProto, *, block_size: int = 32, exclude=(),
          accuracy_level: int | None = None) -> onnx.ModelProto:
     """``model`` with its MatMuls quantized to 4 bits by onnxruntime's MatMulNBits quantizer."""
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    from onnx_lab.numerics.weight_only import quantize_weight_only
 
-    q = MatMulNBitsQuantizer(onnx.ModelProto.FromString(model.SerializeToString()),
-                             block_size=block_size, is_symmetric=True,
-                             accuracy_level=accuracy_level, nodes_to_exclude=list(exclude))
-    q.process()
-    return q.model.model
+    return quantize_weight_only(model, block_size=block_size, exclude=exclude,
+                                accuracy_level=accuracy_level)
