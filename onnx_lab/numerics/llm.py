@@ -16,11 +16,11 @@ predicts the same tokens, and where the precision goes. :func:`compare_llm` answ
    rules) and a **ranking** (:func:`sqnr_losses`): each node's *local* SQNR, the noise it adds
    beyond what its inputs bring, lowest first: the quantized MatMuls that lose most.
 
-Inputs and outputs are found by name, in both builders' layouts: onnxruntime-genai
-(``input_ids``, ``attention_mask``, ``past_key_values.N.key`` -> ``present.N.key``, ``logits``)
-and optimum/torch exports (the same plus ``position_ids``; ``past_key_values.N.key/value`` or
-``past.N`` -> ``present.N``). The reference's continuation comes from :func:`greedy_decode`,
-the one decode loop of this module (it feeds ``present.*`` back as ``past_key_values.*``).
+Inputs and outputs are found by :func:`onnx_lab.core.llm.decoder_io`, in both builders'
+layouts: onnxruntime-genai (``input_ids``, ``attention_mask``, ``past_key_values.N.key`` ->
+``present.N.key``, ``logits``) and optimum/torch exports (the same plus ``position_ids``). The
+reference's continuation comes from :func:`greedy_decode`, the one decode loop of this module
+(it feeds ``present.*`` back as ``past_key_values.*``).
 
 Example:
     >>> import onnx_lab
@@ -43,10 +43,11 @@ import numpy as np
 from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
+from onnx_lab.core.llm import decoder_io as core_decoder_io
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import Resolved
 from onnx_lab.core.values import is_constant
-from onnx_lab.errors import DimError, InputError, LabError
+from onnx_lab.errors import InputError, LabError
 from onnx_lab.numerics.compare import (
     Comparison,
     _computing_preset,
@@ -59,6 +60,7 @@ from onnx_lab.numerics.compare import (
 from onnx_lab.numerics.metrics import (
     NEXT_TOKEN,
     NEXT_TOKEN_COLUMNS,
+    TIE_MARGIN,
     NextToken,
     get_preset,
     next_token_metrics,
@@ -80,138 +82,112 @@ LOSS_COLUMNS = ["rank", "node_id", "op_type", "cand_op_type", "layer", "tensor",
 
 
 # ---------------------------------------------------------------------------- decoder I/O
-_PAST = re.compile(r"^(past_key_values|past_key_value|past)([._]|$)")
-_PRESENT = re.compile(r"^(present_key_values|present)([._]|$)")
 _LAYER = re.compile(r"(?:layers?|blocks?|\.h|/h|decoder\.layers)[._/](\d+)(?:[._/]|$)")
 
 
 @dataclass(frozen=True)
 class DecoderIO:
-    """The roles of a decoder's inputs and outputs.
+    """The roles a comparison needs: the KV-cache pairing of :func:`onnx_lab.core.llm.decoder_io`
+    (None for a decoder without cache) plus the token input and the logits output.
 
     Attributes:
-        tokens: the token-id input (``input_ids``).
-        mask: the attention mask input (None when the model has none).
-        positions: the position-id input (optimum exports; None for genai models).
-        logits: the logits output ``[batch, sequence, vocab]``.
-        past: (cache input, cache output) pairs, ``past_key_values.N.key`` ->
-            ``present.N.key``; empty for a model without KV cache.
+        cache: the core :class:`~onnx_lab.core.llm.DecoderIO` (None: no KV cache).
+        tokens: the token-id input. logits: the logits output ``[batch, sequence, vocab]``.
+        mask, positions: the attention-mask and position-id inputs (None when absent).
         extra: other inputs and the value they get (``num_logits_to_keep``: 0, all).
     """
 
+    cache: Any
     tokens: str
-    mask: str | None
-    positions: str | None
     logits: str
-    past: tuple[tuple[str, str], ...] = ()
+    mask: str | None = None
+    positions: str | None = None
     extra: tuple[tuple[str, int], ...] = ()
 
-
-def _cache_key(name: str, pattern: re.Pattern) -> str | None:
-    m = pattern.match(name)
-    return name[m.end():] if m else None
+    @property
+    def past(self) -> list[tuple[str, str]]:
+        """(cache input, cache output) pairs."""
+        return [] if self.cache is None else [(s.past, s.present) for s in self.cache.cache]
 
 
 def decoder_io(model: LabModel) -> DecoderIO:
-    """Find the token, mask, position, logits and cache tensors of a decoder LLM.
+    """The token, mask, position, logits and cache tensors of a decoder LLM.
 
     Raises:
-        InputError: no token-id input or no logits output (not a decoder LLM), cache inputs
-            and outputs that cannot be paired (both named), an input of unknown role.
+        InputError: no token-id input or no logits output (not a decoder LLM), an input of
+            unknown role. CacheError: cache inputs and outputs that cannot be paired (named).
 
     Example:
         >>> decoder_io(lab.model).past[0]
         ('past_key_values.0.key', 'present.0.key')
     """
-    specs = input_specs(model)
-    names = [n for n, _, _ in specs]
+    core = core_decoder_io(model)
+    names = [n for n, _, _ in input_specs(model)]
     outs = [v.name for v in model.graph.outputs]
-    tokens = next((n for n in names if n in ("input_ids", "input_ids_0", "tokens")), None)
-    if tokens is None:
-        ints = [n for n, d, s in specs if d in ("int64", "int32") and s is not None
-                and len(s) == 2 and "mask" not in n and "position" not in n]
-        tokens = ints[0] if len(ints) == 1 else None
-    logits = "logits" if "logits" in outs else next(
-        (o for o in outs if not _cache_key(o, _PRESENT)), None)
+    if core is not None:
+        tokens, logits = core.input_ids, core.logits
+        mask, positions, others = core.attention_mask, core.position_ids, core.other_inputs
+    else:
+        low = {n.lower(): n for n in names}
+        tokens = next((low[k] for k in ("input_ids", "tokens", "ids") if k in low), None)
+        logits = "logits" if "logits" in outs else (outs[0] if outs else None)
+        mask = low.get("attention_mask")
+        positions = low.get("position_ids")
+        others = tuple(n for n in names if n not in (tokens, mask, positions))
     if tokens is None or logits is None:
         raise InputError(
             f"Not a decoder LLM: no token-id input and logits output found (inputs {names}, "
             f"outputs {outs}).", fix="compare_llm needs a model taking input_ids and "
             "returning logits; use onnx_lab.compare for other models.")
-    mask = next((n for n in names if "attention_mask" in n), None)
-    positions = next((n for n in names if "position_ids" in n), None)
-    past_in = {k: n for n in names if (k := _cache_key(n, _PAST)) is not None}
-    present = {k: o for o in outs if (k := _cache_key(o, _PRESENT)) is not None}
-    if set(past_in) != set(present):
-        lone_in = sorted(past_in[k] for k in set(past_in) - set(present))
-        lone_out = sorted(present[k] for k in set(present) - set(past_in))
-        raise InputError(
-            f"The cache inputs and outputs cannot be paired: inputs without an output "
-            f"{lone_in}, outputs without an input {lone_out}.",
-            fix="Pass a decoder whose past_key_values.N.* inputs each have a present.N.* "
-            "output of the same suffix (the genai and optimum layouts).")
-    used = {tokens, mask, positions, *past_in.values()}
-    extra, unknown = [], []
-    for n in names:
-        if n in used:
-            continue
-        if "logits_to_keep" in n:
-            extra.append((n, 0))
-        else:
-            unknown.append(n)
+    extra = tuple((n, 0) for n in others if "logits_to_keep" in n)
+    unknown = [n for n in others if "logits_to_keep" not in n]
     if unknown:
         raise InputError(f"Decoder input(s) {unknown} have no known role (token ids, "
                          "attention mask, position ids, KV cache).",
                          fix="Extract a model with the standard decoder inputs, or compare it "
                          "with onnx_lab.compare(feeds=...).")
-    past = tuple((past_in[k], present[k]) for k in sorted(past_in, key=_natural))
-    return DecoderIO(tokens, mask, positions, logits, past, tuple(extra))
+    return DecoderIO(core, tokens, logits, mask, positions, extra)
 
 
-def _natural(key: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", key)]
-
-
-def _dtype(specs: Mapping[str, tuple], name: str, default: Any) -> np.dtype:
-    d = specs[name][0]
-    return np.dtype({"int32": np.int32, "int64": np.int64, "float16": np.float16,
-                     "float32": np.float32, "float64": np.float64}.get(d or "", default))
-
-
-def _empty_cache(model: LabModel, io: DecoderIO, dims: Mapping[str, int]
-                 ) -> dict[str, np.ndarray]:
-    """Zero-length cache arrays (batch 1, past length 0) for every cache input."""
-    specs = {n: (d, s) for n, d, s in input_specs(model)}
-    out_shapes = {v.name: v.shape for v in model.graph.outputs}
-    batch_dim = (specs[io.tokens][1] or [None])[0]
-    feeds = {}
-    for name, present in io.past:
-        dtype, shape = specs[name]
-        if shape is None:
-            raise DimError(f"Cache input {name!r} has no declared shape.",
-                           fix="Give it one (e.g. [batch, heads, past_sequence_length, "
-                           "head_size]).")
-        pshape = out_shapes.get(present)
-        full = []
-        for ax, d in enumerate(shape):
-            if ax == len(shape) - 2:
-                full.append(0)  # the past sequence length: an empty cache
-            elif isinstance(d, int) and d > 0:
-                full.append(d)
-            elif d == batch_dim or (ax == 0 and len(shape) == 4):
-                full.append(1)
-            elif isinstance(d, str) and d in dims:
-                full.append(int(dims[d]))
-            else:
-                other = pshape[ax] if pshape is not None and ax < len(pshape) else None
-                if isinstance(other, int) and other > 0:
-                    full.append(other)
+def _cache_dims(model: LabModel, io: DecoderIO, dims: Mapping[str, int]) -> dict[str, int]:
+    """``dims`` plus the sizes of symbolic cache dims the graph fixes: the head size a
+    GroupQueryAttention/MultiHeadAttention reading the cache implies (query width / heads)."""
+    out = dict(dims)
+    if io.cache is None:
+        return out
+    idx = model.index
+    for slot in io.cache.cache:
+        if slot.shape is None:
+            continue
+        wanted = [d for ax, d in enumerate(slot.shape) if isinstance(d, str)
+                  and ax not in (0, slot.past_axis) and d not in out]
+        if not wanted:
+            continue
+        for nid in idx.consumers.get(slot.past, []):
+            node = idx.node(nid)
+            heads = next((a.value for a in node.attributes.values() if a.name == "num_heads"),
+                         None)
+            kv = next((a.value for a in node.attributes.values() if a.name == "kv_num_heads"),
+                      heads)
+            q = node.inputs[0] if node.inputs else None
+            width = q.shape[len(q.shape) - 1] if q is not None and q.shape is not None and \
+                len(q.shape) else None
+            if not isinstance(width, int):
+                prod = idx.producer.get(q.name) if q is not None else None
+                pn = idx.node(prod) if prod else None
+                w = pn.inputs[1] if pn is not None and len(pn.inputs) > 1 else None
+                if pn is not None and pn.op_type == "MatMulNBits":  # N: the output width
+                    width = next((a.value for a in pn.attributes.values() if a.name == "N"),
+                                 None)
                 else:
-                    raise DimError(f"Dim {d!r} of cache input {name!r} has no value.",
-                                   fix=f"Pass dims={{{str(d)!r}: <its size>}} (the number of "
-                                   "KV heads or the head size).")
-        feeds[name] = np.zeros(full, dtype=_dtype(specs, name, np.float32))
-    return feeds
+                    width = w.shape[1] if w is not None and w.shape is not None and \
+                        len(w.shape) == 2 and isinstance(w.shape[1], int) else None
+            packed = len(node.inputs) > 1 and node.inputs[1] is None
+            if isinstance(width, int) and heads:
+                head = width // (heads + 2 * kv) if packed else width // heads
+                out[wanted[-1]] = int(head)  # [batch, heads, past, head_size]
+                break
+    return out
 
 
 def prefill_feeds(model: LabModel, tokens: Sequence[int], *, io: DecoderIO | None = None,
@@ -224,16 +200,24 @@ def prefill_feeds(model: LabModel, tokens: Sequence[int], *, io: DecoderIO | Non
     io = io or decoder_io(model)
     specs = {n: (d, s) for n, d, s in input_specs(model)}
     ids = np.asarray(tokens, dtype=np.int64).reshape(1, -1)
+    extra = {n: np.asarray(v, dtype=_dtype(specs, n, np.int64)) for n, v in io.extra}
+    if io.cache is not None:
+        past = io.cache.empty_cache(1, _cache_dims(model, io, dims or {}))
+        return io.cache.step_feeds(ids, past, past_length=0, extra=extra)
     feeds: dict[str, np.ndarray] = {io.tokens: ids.astype(_dtype(specs, io.tokens, np.int64))}
     if io.mask:
         feeds[io.mask] = np.ones(ids.shape, dtype=_dtype(specs, io.mask, np.int64))
     if io.positions:
         feeds[io.positions] = np.arange(ids.shape[1], dtype=_dtype(
             specs, io.positions, np.int64)).reshape(1, -1)
-    for name, value in io.extra:
-        feeds[name] = np.asarray(value, dtype=_dtype(specs, name, np.int64))
-    feeds.update(_empty_cache(model, io, dims or {}))
+    feeds.update(extra)
     return feeds
+
+
+def _dtype(specs: Mapping[str, tuple], name: str, default: Any) -> np.dtype:
+    d = specs[name][0]
+    return np.dtype({"int32": np.int32, "int64": np.int64, "float16": np.float16,
+                     "float32": np.float32, "float64": np.float64}.get(d or "", default))
 
 
 # ---------------------------------------------------------------------------- decode loop
@@ -290,19 +274,10 @@ def greedy_decode(model: LabModel, prompt: Sequence[int], new_tokens: int, *,
         tokens.append(int(np.argmax(vals[io.logits][0, -1])))
         if len(tokens) - len(prompt) >= new_tokens:
             break
-        if io.past:
-            n = len(tokens)
-            feeds = {io.tokens: np.asarray([[tokens[-1]]], dtype=feeds[io.tokens].dtype)}
-            if io.mask:
-                feeds[io.mask] = np.ones((1, n), dtype=_mask_dtype(model, io))
-            if io.positions:
-                feeds[io.positions] = np.asarray([[n - 1]], dtype=np.int64).astype(
-                    _dtype({k: (d, s) for k, d, s in input_specs(model)}, io.positions,
-                           np.int64))
-            for name, value in io.extra:
-                feeds[name] = np.asarray(value, dtype=np.int64)
-            for past, present in io.past:
-                feeds[past] = vals[present]
+        if io.cache is not None:
+            feeds = io.cache.step_feeds(np.asarray([[tokens[-1]]]), io.cache.next_past(vals),
+                                        past_length=len(tokens) - 1, extra=dict(
+                                            (n, np.asarray(v)) for n, v in io.extra))
         else:
             feeds = prefill_feeds(model, tokens, io=io, dims=dims)
         vals = _generate_run(sess, feeds, names, len(tokens))
@@ -310,10 +285,6 @@ def greedy_decode(model: LabModel, prompt: Sequence[int], new_tokens: int, *,
     decode = (time.perf_counter() - t1) / max(steps, 1)
     return Decode(tokens, len(prompt), prefill * 1e3, decode * 1e3,
                   1.0 / decode if steps and decode > 0 else math.nan)
-
-
-def _mask_dtype(model: LabModel, io: DecoderIO) -> np.dtype:
-    return _dtype({k: (d, s) for k, d, s in input_specs(model)}, io.mask, np.int64)
 
 
 def _generate_run(sess: Any, feeds: Mapping[str, np.ndarray], names: list[str], length: int
@@ -593,7 +564,10 @@ def _summary(positions: pd.DataFrame, target: NextToken) -> dict[str, Any]:
     nll_r = positions["nll_ref"].astype(float)
     nll_c = positions["nll_cand"].astype(float)
     kl = positions["kl"].astype(float)
-    top1 = float(positions["agree"].astype(bool).mean()) if len(positions) else math.nan
+    agree = positions["agree"].astype(bool)
+    top1 = float(agree.mean()) if len(positions) else math.nan
+    decisive = positions["margin"].astype(float) >= TIE_MARGIN
+    top1_dec = float(agree[decisive].mean()) if decisive.any() else 1.0
     kl_mean = float(kl.mean()) if len(kl) else math.nan
     gen = positions.loc[positions["generated"].astype(bool)]
     return {
@@ -606,7 +580,9 @@ def _summary(positions: pd.DataFrame, target: NextToken) -> dict[str, Any]:
         "perplexity_cand": float(np.exp(nll_c.mean())) if nll_c.notna().any() else math.nan,
         "top1_agreement_generated": float(gen["agree"].astype(bool).mean()) if len(gen)
         else math.nan,
-        "score": target.score(top1, kl_mean),
+        "decisive_positions": int(decisive.sum()),
+        "top1_agreement_decisive": top1_dec,
+        "score": target.score(top1_dec, kl_mean),
         "min_top1": target.min_top1,
         "max_kl": target.max_kl,
     }
@@ -624,7 +600,9 @@ class LLMComparison:
             target (the next token; -1 at the end), ref_top1, cand_top1, agree,
             top5_overlap, kl (nats), nll_ref, nll_cand, ref_prob, generated (the position
             predicts a token the reference generated).
-        metrics: positions, top1_agreement, top5_overlap, kl_mean, kl_max, perplexity_ref,
+        metrics: positions, top1_agreement (all positions), decisive_positions,
+            top1_agreement_decisive (where the reference's top-1 leads by TIE_MARGIN nats:
+            what the target judges), top5_overlap, kl_mean, kl_max, perplexity_ref,
             perplexity_cand (both on the same tokens), top1_agreement_generated, score
             (<= 1 meets the targets), min_top1, max_kl, reference_tokens_per_s (generated
             sequences).
@@ -704,7 +682,8 @@ class LLMComparison:
         m = self.metrics
         lines = [f"{'PASSED' if self.passed else 'FAILED'} (preset {self.preset}: "
                  f"{self.target.describe()}) over {m['positions']} positions: top-1 agreement "
-                 f"{m['top1_agreement']:.3f}, top-5 overlap {m['top5_overlap']:.3f}, KL mean "
+                 f"{m['top1_agreement_decisive']:.3f} on {m['decisive_positions']} decisive "
+                 f"positions ({m['top1_agreement']:.3f} on all), top-5 overlap {m['top5_overlap']:.3f}, KL mean "
                  f"{m['kl_mean']:.4g} (max {m['kl_max']:.3g}), perplexity reference "
                  f"{m['perplexity_ref']:.4g} / candidate {m['perplexity_cand']:.4g}"]
         c = self.comparison

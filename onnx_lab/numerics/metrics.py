@@ -28,7 +28,8 @@ from onnx_lab.errors import unknown_name
 
 __all__ = ["MetricAccumulator", "tensor_metrics", "METRIC_COLUMNS", "TOLERANCES", "tolerance",
            "Rule", "Preset", "PRESETS", "rule_for", "get_preset", "preset_for_dtype",
-           "NextToken", "NEXT_TOKEN", "next_token_metrics", "NEXT_TOKEN_COLUMNS"]
+           "NextToken", "NEXT_TOKEN", "next_token_metrics", "NEXT_TOKEN_COLUMNS",
+           "TIE_MARGIN"]
 
 # Elements converted to float64 at a time (8 MB per temporary).
 _SLICE = 1 << 20
@@ -120,7 +121,8 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 class NextToken:
     """How an LLM's next-token predictions are judged (:func:`onnx_lab.compare_llm`).
 
-    ``min_top1``: the fraction of positions where both sides pick the same most likely
+    ``min_top1``: the fraction of decisive positions (the reference's top-1 ahead of its
+    runner-up by :data:`TIE_MARGIN` nats or more) where both sides pick the same most likely
     token; ``max_kl``: the mean KL divergence KL(reference || candidate) of the next-token
     distributions, in nats.
     """
@@ -153,7 +155,12 @@ NEXT_TOKEN: dict[str, NextToken] = {
 
 #: Columns of the per-position table of :func:`next_token_metrics`.
 NEXT_TOKEN_COLUMNS = ["position", "target", "ref_top1", "cand_top1", "agree", "top5_overlap",
-                      "kl", "nll_ref", "nll_cand", "ref_prob"]
+                      "kl", "nll_ref", "nll_cand", "ref_prob", "margin"]
+
+#: Log-probability margin (nats) below which the reference's top two tokens are a tie: a flip
+#: between them is rounding, not a different prediction (random-weight and undertrained models
+#: predict near-uniform distributions where int4 flips ties while KL stays ~1e-4).
+TIE_MARGIN = 0.05
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:
@@ -176,8 +183,9 @@ def next_token_metrics(ref_logits: Any, cand_logits: Any, targets: Any = None
         Arrays keyed by :data:`NEXT_TOKEN_COLUMNS`: position, target, ref_top1, cand_top1,
         agree (same top-1), top5_overlap (shared tokens among both top-5, / 5), kl
         (KL(ref || cand) in nats), nll_ref, nll_cand (negative log-likelihood of the target),
-        ref_prob (the reference's probability of its own top-1). Non-finite candidate logits
-        give kl = inf.
+        ref_prob (the reference's probability of its own top-1), margin (the reference's
+        log-probability of its top-1 minus its runner-up: below :data:`TIE_MARGIN` a tie).
+        Non-finite candidate logits give kl = inf.
 
     Example:
         >>> m = next_token_metrics(ref, cand, tokens[1:] + [-1]); m["agree"].mean()
@@ -204,9 +212,10 @@ def next_token_metrics(ref_logits: Any, cand_logits: Any, targets: Any = None
     nll_r = np.where(known, -lr[rows, ti], np.nan)
     nll_c = np.where(known, -lc[rows, ti], np.nan)
     r1, c1 = r.argmax(-1), np.nan_to_num(c, nan=-np.inf).argmax(-1)
+    two = np.sort(lr, axis=-1)[:, -2:] if vocab > 1 else np.zeros((n, 2))
     return {"position": rows, "target": t, "ref_top1": r1, "cand_top1": c1, "agree": r1 == c1,
             "top5_overlap": overlap, "kl": kl, "nll_ref": nll_r, "nll_cand": nll_c,
-            "ref_prob": np.exp(lr[rows, r1])}
+            "ref_prob": np.exp(lr[rows, r1]), "margin": two[:, 1] - two[:, 0]}
 
 
 def preset_for_dtype(dtype: str) -> str:

@@ -60,7 +60,7 @@ from onnx_lab.numerics.llm import (
     prefill_feeds,
     sqnr_losses,
 )
-from onnx_lab.numerics.metrics import NEXT_TOKEN, NextToken, next_token_metrics
+from onnx_lab.numerics.metrics import NEXT_TOKEN, TIE_MARGIN, NextToken, next_token_metrics
 from onnx_lab.runtime.session import make_session, resolve_providers
 
 logger = logging.getLogger(__name__)
@@ -215,7 +215,9 @@ class _Search:
         cand = _logits(model, self.io, self.tokens, sess, self.dims)
         del sess
         m = next_token_metrics(self.ref_logits, cand, [*self.tokens[1:], -1])
-        top1, kl = float(np.mean(m["agree"])), float(np.mean(m["kl"]))
+        decisive = m["margin"] >= TIE_MARGIN  # flips between tied tokens are not judged
+        top1 = float(np.mean(m["agree"][decisive])) if decisive.any() else 1.0
+        kl = float(np.mean(m["kl"]))
         speed = _speed(model, self.io, self.prompt, self.decode_tokens, self.providers,
                        self.dims)
         kept = [*int8, *floats]
@@ -511,7 +513,8 @@ class WeightOnlyPlan:
         model: the quantized model (a LabModel).
         trials: one row per trial (:data:`TRIAL_COLUMNS`): trial, phase (``full``: all
             int4; ``float``: the float model, for speed and size; ``all_int8``/``all_float``,
-            ``bisect``, ``prune``, ``plan``), kept, n_kept, level, top1_agreement,
+            ``bisect``, ``prune``, ``plan``), kept, n_kept, level, top1_agreement (on the
+            decisive positions, see :data:`~onnx_lab.numerics.metrics.TIE_MARGIN`),
             top5_overlap, kl_mean (nats), score (<= 1 meets the target), passed,
             tokens_per_s, decode_ms (greedy decode with the KV cache), size_mb (weights),
             seconds, note.
