@@ -30,6 +30,7 @@ _LAZY: dict[str, str] = {
     "compare": "onnx_lab.numerics.compare",
     "diff": "onnx_lab.numerics.diff",
     "profile": "onnx_lab.profiling.run",
+    "profile_generation": "onnx_lab.profiling.generate",
 }
 
 __all__ = ["open", "Lab", "LabError", "errors", "samples", "merge", "repro", "to_fp16",
