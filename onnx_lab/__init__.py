@@ -31,6 +31,7 @@ _LAZY: dict[str, str] = {
     "compare_llm": "onnx_lab.numerics.llm",
     "diff": "onnx_lab.numerics.diff",
     "profile": "onnx_lab.profiling.run",
+    "profile_generation": "onnx_lab.profiling.generate",
 }
 
 __all__ = ["open", "Lab", "LabError", "errors", "samples", "merge", "repro", "to_fp16",

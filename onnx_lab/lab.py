@@ -592,6 +592,19 @@ class Lab:
             p.memory = p.memory.assign(predicted_activation_bytes=peak)
         return p
 
+    def profile_generation(self, **kw: Any):
+        """Prefill and decode of a decoder LLM timed in a real greedy generation loop (the
+        KV cache fed back), with the per-operator share of each phase and the memory.
+
+        See :func:`onnx_lab.profile_generation` (prompt, new_tokens, runs, budget_s...).
+        Example:
+            >>> g = lab.profile_generation(prompt=32, new_tokens=16)
+            >>> g.prefill_ms, g.decode_ms_per_token, g.tokens_per_s
+        """
+        from onnx_lab.profiling.generate import profile_generation
+
+        return profile_generation(self, **kw)
+
     def batch_sweep(self, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), **kw: Any):
         """Latency and throughput per batch size, the knee, and the measured process peak
         beside the cost model's predicted activation peak per batch.

@@ -23,7 +23,7 @@ from onnx_lab._display import register
 from onnx_lab.errors import InputError
 from onnx_lab.render.compare_plots import hist_figure, layer_error_figure, scatter_figure
 from onnx_lab.render.plots import histogram_figure
-from onnx_lab.render.profile_plots import batch_sweep_figure, profile_figure
+from onnx_lab.render.profile_plots import batch_sweep_figure, generation_figure, profile_figure
 from onnx_lab.render.tables import format_bytes, frame_html, summary_html
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["comparison_plot", "comparison_hist", "comparison_scatter", "comparison_render",
            "comparison_html", "diff_render", "diff_html", "profile_render", "profile_html",
            "batch_sweep_html", "cost_html", "array_histogram", "profile_summary_html",
-           "cost_totals_html"]
+           "cost_totals_html", "generation_summary_html", "generation_html"]
 
 
 # ---------------------------------------------------------------------------- Comparison
@@ -168,6 +168,48 @@ def profile_summary_html(p: Profile) -> str:
             + (f"<ul>{notes}</ul>" if notes else ""))
 
 
+def generation_summary_html(g: Any) -> str:
+    """Per session: prefill and decode medians with their 95% intervals, tokens/s, how many
+    generations were profiled and timed, memory beside the KV cache, and the notes."""
+    lines = []
+    st = g.latency_stats.set_index(["session", "phase"])
+    mem = g.memory.set_index("session") if len(g.memory) else None
+    for sess in dict.fromkeys(g.latency_stats.session):
+        pre, dec = st.loc[(sess, "prefill")], st.loc[(sess, "decode")]
+        line = (f"<b>{html.escape(str(sess))}</b>: <b>prefill</b> of {g.prompt_tokens} tokens "
+                f"median {pre.p50_ms:.3f} ms (95% CI {pre.ci_low_ms:.3f}-{pre.ci_high_ms:.3f}), "
+                f"{_si(pre.tokens_per_s)} tokens/s; <b>decode</b> median {dec.p50_ms:.3f} "
+                f"ms/token (95% CI {dec.ci_low_ms:.3f}-{dec.ci_high_ms:.3f}), "
+                f"{dec.tokens_per_s:.1f} tokens/s ({dec.tokens_per_s_low:.1f}-"
+                f"{dec.tokens_per_s_high:.1f}) over {g.new_tokens} new tokens; "
+                f"{int(dec.profiled_generations)} profiled generations for the operator shares, "
+                f"{int(dec.generations)} {html.escape(str(dec.latency_from))} for the latency "
+                f"(stopped: {html.escape(str(dec.stopped))})")
+        if mem is not None and sess in mem.index:
+            m = mem.loc[sess]
+            line += (f"; process peak {format_bytes(m.peak_rss_bytes)} (+"
+                     f"{format_bytes(m.session_peak_bytes)} for the session), weights "
+                     f"{format_bytes(m.weights_bytes)}, KV cache at {int(m.context)} tokens "
+                     f"{format_bytes(m.kv_cache_bytes)} measured, "
+                     f"{format_bytes(m.predicted_kv_cache_bytes)} predicted")
+        lines.append(line)
+    notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in g.notes)
+    return ("<b>Generation</b><br>" + "<br>".join(lines)
+            + (f"<ul>{notes}</ul>" if notes else ""))
+
+
+def generation_html(g: Any) -> str:
+    """Settings, the summary, latency per phase, the top op types of each phase, memory."""
+    ops = g.ops.groupby(["session", "phase"], sort=False).head(8) if len(g.ops) else g.ops
+    return ("<div><b>onnx_lab GenerationProfile</b> — "
+            f"prompt {g.prompt_tokens} tokens, {g.new_tokens} new tokens, batch {g.batch}, "
+            f"{g.warmup} warm-up generations, opt_level={g.opt_level}, "
+            f"io_binding={g.io_binding}<br>" + generation_summary_html(g)
+            + frame_html(g.latency_stats, caption="latency per phase")
+            + frame_html(ops, caption="op types per phase")
+            + frame_html(g.memory, caption="memory") + "</div>")
+
+
 def batch_sweep_html(s: BatchSweep) -> str:
     """The swept dim, the knee per backend, the table (throughput with its interval, memory
     measured and predicted) and the notes."""
@@ -252,6 +294,7 @@ _COMPARISON = "onnx_lab.numerics.compare.Comparison"
 _DIFF = "onnx_lab.numerics.diff.Diff"
 _PROFILE = "onnx_lab.profiling.run.Profile"
 _SWEEP = "onnx_lab.profiling.sweep.BatchSweep"
+_GENERATION = "onnx_lab.profiling.generate.GenerationProfile"
 
 for _type, _kind, _fn in (
         (_COMPARISON, "plot", comparison_plot),
@@ -265,6 +308,8 @@ for _type, _kind, _fn in (
         (_PROFILE, "render", profile_render),
         (_PROFILE, "html", profile_html),
         (_SWEEP, "plot", batch_sweep_figure),
+        (_GENERATION, "plot", generation_figure),
+        (_GENERATION, "html", generation_html),
         (_SWEEP, "html", batch_sweep_html),
         ("onnx_lab.analysis.cost.Cost", "html", cost_html),
         ("onnx_lab.analysis.summary.Summary", "html", summary_html),
