@@ -66,7 +66,8 @@ from onnx_lab.runtime.session import make_session, resolve_providers
 logger = logging.getLogger(__name__)
 
 __all__ = ["find_weight_only", "WeightOnlyPlan", "WeightOnlyTolerance", "WEIGHT_ONLY_TARGETS",
-           "TRIAL_COLUMNS", "COST_COLUMNS", "RANK_COLUMNS", "quantize_weight_only"]
+           "TRIAL_COLUMNS", "COST_COLUMNS", "RANK_COLUMNS", "quantize_weight_only", "Speed",
+           "SpeedFn"]
 
 WEIGHT_ONLY_TARGETS = ("int4",)
 #: Columns of :attr:`WeightOnlyPlan.trials`.
@@ -191,6 +192,7 @@ class _Search:
     dims: dict[str, int]
     bar: Progress | None = None
     should_stop: Callable[[], bool] | None = None
+    speed_fn: SpeedFn | None = None
     rows: list[dict] = field(default_factory=list)
     models: dict[tuple, LabModel] = field(default_factory=dict)
     results: dict[tuple, dict] = field(default_factory=dict)
@@ -219,7 +221,7 @@ class _Search:
         top1 = float(np.mean(m["agree"][decisive])) if decisive.any() else 1.0
         kl = float(np.mean(m["kl"]))
         speed = _speed(model, self.io, self.prompt, self.decode_tokens, self.providers,
-                       self.dims)
+                       self.dims, self.speed_fn)
         kept = [*int8, *floats]
         row = {"trial": len(self.rows), "phase": phase, "kept": list(kept),
                "n_kept": len(kept), "level": "float" if floats else ("int8" if int8 else ""),
@@ -237,15 +239,33 @@ class _Search:
         return row
 
 
+@dataclass
+class Speed:
+    """A trial's decode speed: tokens/s and ms per decode step."""
+
+    tokens_per_s: float
+    decode_ms: float
+
+
+#: ``speed(model, prompt_ids, new_tokens, providers) -> Speed``: how a trial's decode speed is
+#: measured. ``lab.find_precision("int4")`` passes onnx_lab's generation profiler
+#: (``profile_generation``, profiling/ cannot be imported from numerics/); the default times
+#: :func:`~onnx_lab.numerics.llm.greedy_decode`.
+SpeedFn = Callable[[LabModel, list, int, list], Speed]
+
+
 def _speed(model: LabModel, io: Any, prompt: list[int], n: int, providers: list[str],
-           dims: Mapping[str, int]):
-    """Decode speed of ``model`` on ``prompt`` (the greedy loop of numerics/llm.py, with
-    onnxruntime's optimizations as deployed); a warm-up loop first."""
+           dims: Mapping[str, int], fn: SpeedFn | None = None) -> Speed:
+    """Decode speed of ``model`` on ``prompt`` (``fn``, else the greedy loop of
+    numerics/llm.py with onnxruntime's optimizations as deployed, a warm-up loop first)."""
+    if fn is not None:
+        return fn(model, list(prompt), n, providers)
     sess = make_session(model, providers=providers, opt_level="all")
     greedy_decode(model, prompt, 2, io=io, dims=dims, session=sess)
     # The faster of two loops: timings on a busy machine only ever err on the slow side.
     runs = [greedy_decode(model, prompt, n, io=io, dims=dims, session=sess) for _ in range(2)]
-    return min(runs, key=lambda d: d.decode_ms)
+    best = min(runs, key=lambda d: d.decode_ms)
+    return Speed(best.tokens_per_s, best.decode_ms)
 
 
 def _passing(s: _Search, order: list[str], level: str) -> list[str] | None:
@@ -314,7 +334,8 @@ def find_weight_only(source: Any, target: str = "int4", tokens: Any = None, *,
                      decode_tokens: int = 16, seed: int = 0, max_trials: int = 32,
                      dims: Mapping[str, int] | None = None, providers: Any = None,
                      max_bytes: int = 1 << 30, progress: Any = None,
-                     should_stop: Callable[[], bool] | None = None, **_ignored: Any
+                     should_stop: Callable[[], bool] | None = None,
+                     speed: SpeedFn | None = None, **_ignored: Any
                      ) -> WeightOnlyPlan:
     """The fewest MatMuls to keep out of 4 bits so a decoder's next tokens meet a target.
 
@@ -338,6 +359,8 @@ def find_weight_only(source: Any, target: str = "int4", tokens: Any = None, *,
         max_bytes: bound on captured activations held at once (the ranking's capture).
         progress, should_stop: a callable(done, total, label); a callable returning True to
             stop after the current trial (the best plan so far is returned).
+        speed: how each trial's decode speed is measured (:data:`SpeedFn`); the Lab passes
+            the generation profiler.
 
     Returns:
         A :class:`WeightOnlyPlan`.
@@ -404,9 +427,9 @@ def find_weight_only(source: Any, target: str = "int4", tokens: Any = None, *,
         del sess
         bar.step("float model: the sequence and its logits")
         s = _Search(model, _named_proto(model), io, seq, prompt, ref_logits, tol, opts,
-                    decode_tokens, prov, rdims, bar, should_stop)
+                    decode_tokens, prov, rdims, bar, should_stop, speed)
         full = s.trial([], [], "full")
-        float_speed = _speed(model, io, prompt, decode_tokens, prov, rdims)
+        float_speed = _speed(model, io, prompt, decode_tokens, prov, rdims, speed)
         s.rows.append({"trial": len(s.rows), "phase": "float", "kept": list(cands),
                        "n_kept": len(cands), "level": "float", "top1_agreement": 1.0,
                        "top5_overlap": 1.0, "kl_mean": 0.0, "score": 0.0, "passed": True,
