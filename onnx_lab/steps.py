@@ -177,14 +177,16 @@ def extract(history: History, inputs: Sequence[str] | None = None,
                    f"{len(outs)} outputs)", source_path=history.source_path)
 
 
-def _generation_speed(model: Any, prompt: list, new_tokens: int, providers: list):
+def _generation_speed(model: Any, prompt: list, new_tokens: int, providers: list,
+                      dims: Mapping[str, int]):
     """A weight-only trial's decode speed by the generation profiler (2 timed generations
     after a warm-up, no ORT trace)."""
     from onnx_lab.numerics.weight_only import Speed
     from onnx_lab.profiling.generate import profile_generation
 
     g = profile_generation(model, prompt=prompt, new_tokens=new_tokens, runs=2, warmup=1,
-                           profile_runs=0, providers=providers, progress=False)
+                           profile_runs=0, providers=providers, dims=dict(dims),
+                           progress=False)
     return Speed(float(g.tokens_per_s), float(g.decode_ms_per_token))
 
 

@@ -52,6 +52,7 @@ from onnx_lab.core.values import const_array
 from onnx_lab.errors import InputError, LabError
 from onnx_lab.numerics.compare import WEIGHT_ONLY_OPS, _session, compare
 from onnx_lab.numerics.llm import (
+    _cache_dims,
     _logits,
     _vocab,
     decoder_io,
@@ -247,11 +248,11 @@ class Speed:
     decode_ms: float
 
 
-#: ``speed(model, prompt_ids, new_tokens, providers) -> Speed``: how a trial's decode speed is
+#: ``speed(model, prompt_ids, new_tokens, providers, dims) -> Speed``: how a trial's decode speed is
 #: measured. ``lab.find_precision("int4")`` passes onnx_lab's generation profiler
 #: (``profile_generation``, profiling/ cannot be imported from numerics/); the default times
 #: :func:`~onnx_lab.numerics.llm.greedy_decode`.
-SpeedFn = Callable[[LabModel, list, int, list], Speed]
+SpeedFn = Callable[[LabModel, list, int, list, dict], Speed]
 
 
 def _speed(model: LabModel, io: Any, prompt: list[int], n: int, providers: list[str],
@@ -259,7 +260,7 @@ def _speed(model: LabModel, io: Any, prompt: list[int], n: int, providers: list[
     """Decode speed of ``model`` on ``prompt`` (``fn``, else the greedy loop of
     numerics/llm.py with onnxruntime's optimizations as deployed, a warm-up loop first)."""
     if fn is not None:
-        return fn(model, list(prompt), n, providers)
+        return fn(model, list(prompt), n, providers, _cache_dims(model, io, dims))
     sess = make_session(model, providers=providers, opt_level="all")
     greedy_decode(model, prompt, 2, io=io, dims=dims, session=sess)
     # The faster of two loops: timings on a busy machine only ever err on the slow side.
