@@ -46,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true",
                    help='print {"passed", "outputs", "layers", "first_divergence"} (--llm: '
                    '{"passed", "metrics", "positions", "losses", "layerwise"...})')
-    p.add_argument("--csv", metavar="OUT", help="write the layers (or outputs) table as CSV")
+    p.add_argument("--csv", metavar="OUT", help="write the layers (or outputs) table as CSV "
+                   "(--llm: the nodes ranked by local SQNR)")
     p.set_defaults(func=_compare)
 
     p = sub.add_parser("repro", help="write a minimal repro of the first divergence: the "
@@ -79,17 +80,20 @@ def _compare(args: argparse.Namespace) -> int:
                 max_bytes=args.max_bytes, progress=False if args.json else None,
                 confirm=args.confirm)
     if args.csv:
-        table = c.layers if args.layerwise else c.outputs
-        try:
-            table.to_csv(args.csv, index=False)
-        except OSError as e:
-            raise SaveError(f"Cannot write --csv {args.csv!r}: {e.strerror}.",
-                            fix="Pass a writable file path.") from e
+        _write_csv(c.layers if args.layerwise else c.outputs, args.csv)
     if args.json:
         print_json(c.to_dict())
     else:
         print(c.summary_text())
     return 0 if c.passed else 1
+
+
+def _write_csv(table, path: str) -> None:
+    try:
+        table.to_csv(path, index=False)
+    except OSError as e:
+        raise SaveError(f"Cannot write --csv {path!r}: {e.strerror}.",
+                        fix="Pass a writable file path.") from e
 
 
 def _compare_llm(args: argparse.Namespace) -> int:
@@ -108,11 +112,7 @@ def _compare_llm(args: argparse.Namespace) -> int:
                     max_kl=args.max_kl, dims=parse_dims(args.dims), providers=args.providers,
                     max_bytes=args.max_bytes, progress=False if args.json else None)
     if args.csv:
-        try:
-            c.losses.to_csv(args.csv, index=False)
-        except OSError as e:
-            raise SaveError(f"Cannot write --csv {args.csv!r}: {e.strerror}.",
-                            fix="Pass a writable file path.") from e
+        _write_csv(c.losses, args.csv)
     if args.json:
         print_json(c.to_dict())
     else:
