@@ -38,50 +38,56 @@ def _short(name: str, n: int = 44) -> str:
 
 def loss_figure(losses: pd.DataFrame, positions: pd.DataFrame | None = None, *, top: int = 8,
                 min_db: float | None = None, kept: Any = (), title: str = ""):
-    """Local SQNR (dB) of each node in topological order, quantized nodes in blue, the
-    ``top`` worst named; a second panel with KL per position when ``positions`` is given.
+    """Local SQNR (dB) of each node in topological order (quantized nodes in blue, exact ones
+    drawn at 60 dB), the ``top`` worst as named bars, and KL per position when ``positions``
+    is given.
 
     Args:
         losses: :func:`onnx_lab.numerics.llm.sqnr_losses` rows.
         min_db: a rule's threshold, drawn as a dashed line.
         kept: node ids drawn in green (a plan's kept nodes).
     """
-    panels = 2 if positions is not None and len(positions) else 1
-    fig = _figure(figsize=(8, 3.0 * panels + 0.4))
-    ax = fig.add_subplot(panels, 1, 1)
-    df = losses.copy()
-    if "topo" not in df.columns:
-        df["topo"] = range(len(df))
+    kw = positions is not None and len(positions)
+    worst = losses.loc[losses["local_sqnr_db"].astype(float) < _CAP_DB].sort_values(
+        "local_sqnr_db", kind="stable").head(top)
+    heights = [2.6, 0.25 * max(len(worst), 3) + 0.7] + ([2.4] if kw else [])
+    fig = _figure(figsize=(8, sum(heights) + 0.6))
+    axes = fig.subplots(len(heights), 1, gridspec_kw={"height_ratios": heights})
+    ax, bars = axes[0], axes[1]
     kept = set(kept)
-    ordered = df.sort_values("depth" if "depth" in df.columns else "topo", kind="stable")
-    ordered = ordered.reset_index(drop=True)
+    df = losses.copy()
+    order = "depth" if "depth" in df.columns else None
+    ordered = (df.sort_values(order, kind="stable") if order else df).reset_index(drop=True)
     ys = [min(float(v), _CAP_DB) if not math.isnan(float(v)) else _CAP_DB
           for v in ordered["local_sqnr_db"]]
-    colours = ["#1a9e3f" if n in kept else ("#48a" if q else "#bbb")
-               for n, q in zip(ordered["node_id"], ordered["quantized"].astype(bool))]
-    ax.scatter(range(len(ys)), ys, c=colours, s=14)
+
+    def colour(nid: str, quantized: bool) -> str:
+        return "#1a9e3f" if nid in kept else ("#48a" if quantized else "#bbb")
+
+    ax.scatter(range(len(ys)), ys, s=14, c=[colour(n, bool(q)) for n, q in zip(
+        ordered["node_id"], ordered["quantized"])])
     if min_db is not None:
-        ax.axhline(min_db, ls="--", c="#c33", lw=1)
+        for a in (ax, bars):
+            a.axvline(min_db, ls="--", c="#c33", lw=1) if a is bars else \
+                a.axhline(min_db, ls="--", c="#c33", lw=1)
         ax.text(0, min_db, f" rule {min_db:g} dB", va="bottom", fontsize=7, color="#c33")
-    worst = df.sort_values("local_sqnr_db", kind="stable").head(top)
-    pos = {n: i for i, n in enumerate(ordered["node_id"])}
-    for r in worst.itertuples(index=False):
-        if not math.isfinite(float(r.local_sqnr_db)):
-            continue
-        ax.annotate(_short(str(r.node_id)), (pos[r.node_id], float(r.local_sqnr_db)),
-                    fontsize=6, xytext=(4, -3), textcoords="offset points", color="#a22")
     ax.set_ylabel("local SQNR (dB)")
-    ax.set_xlabel("node (topological order); blue: quantized, grey: float"
+    ax.set_xlabel("node (topological order); blue: quantized, grey: float, exact at 60"
                   + (", green: kept" if kept else ""))
     ax.set_title(title or "precision lost per node (lower is worse)", fontsize=9)
-    if panels == 2:
-        ax2 = fig.add_subplot(2, 1, 2)
+    names = [_short(str(n), 56) for n in worst["node_id"]][::-1]
+    vals = [float(v) for v in worst["local_sqnr_db"]][::-1]
+    bars.barh(range(len(vals)), vals, color=[colour(n, bool(q)) for n, q in zip(
+        worst["node_id"][::-1], worst["quantized"][::-1])])
+    bars.set_yticks(range(len(vals)), names, fontsize=7)
+    bars.set_xlabel(f"local SQNR (dB) of the {len(vals)} nodes that lose most")
+    if kw:
+        ax2 = axes[2]
         for s, g in positions.groupby("sample"):
-            ax2.plot(g["position"], g["kl"].astype(float).clip(lower=1e-8), lw=1,
-                     label=f"sample {s}")
-            bad = g.loc[~g["agree"].astype(bool)]
-            ax2.scatter(bad["position"], bad["kl"].astype(float).clip(lower=1e-8), c="#c33",
-                        s=12, zorder=3)
+            kl = g["kl"].astype(float).clip(lower=1e-6)
+            ax2.plot(g["position"], kl, lw=1, label=f"sample {s}")
+            bad = ~g["agree"].astype(bool)
+            ax2.scatter(g["position"][bad], kl[bad], c="#c33", s=12, zorder=3)
         ax2.set_yscale("log")
         ax2.set_xlabel("position (red: top-1 differs)")
         ax2.set_ylabel("KL(ref || cand), nats")
@@ -95,16 +101,20 @@ def _svg(fig: Any) -> str:
 
 
 # ---------------------------------------------------------------------------- comparison
+def _with_depth(losses: pd.DataFrame, comparison: Any) -> pd.DataFrame:
+    """``losses`` with each tensor's topological depth from the layerwise comparison."""
+    if comparison is None or not len(losses):
+        return losses
+    depth = dict(zip(comparison.layers["tensor"], comparison.layers["depth"]))
+    return losses.assign(depth=losses["tensor"].map(depth))
+
+
 def llm_comparison_plot(c: LLMComparison, top: int = 8):
     """The comparison's ranking and KL per position."""
     from onnx_lab.numerics.metrics import get_preset
 
     rule = get_preset(c.preset).intermediates
-    losses = c.losses
-    if c.comparison is not None and len(losses):
-        depth = dict(zip(c.comparison.layers["tensor"], c.comparison.layers["depth"]))
-        losses = losses.assign(depth=losses["tensor"].map(depth))
-    return loss_figure(losses, c.positions, top=top,
+    return loss_figure(_with_depth(c.losses, c.comparison), c.positions, top=top,
                        min_db=rule.min_sqnr_db if rule.kind == "sqnr" else None,
                        title=f"{c.preset}: local SQNR per node, the {top} worst named")
 
@@ -147,13 +157,13 @@ def plan_figure(trials: pd.DataFrame, target_top1: float | None = None,
     ax.set_ylabel("top-1 agreement")
     ax.legend(fontsize=7)
     ax2 = fig.add_subplot(1, 2, 2)
-    ax2.scatter(trials["size_mb"], trials["kl_mean"].astype(float).clip(lower=1e-8),
+    ax2.scatter(trials["size_mb"], trials["kl_mean"].astype(float).clip(lower=1e-5),
                 c=["#2a7" if p else "#c33" for p in ok], s=22)
     if target_kl is not None:
         ax2.axhline(target_kl, ls="--", c="#888", lw=1)
     ax2.set_yscale("log")
     ax2.set_xlabel("weights (MB)")
-    ax2.set_ylabel("mean KL (nats)")
+    ax2.set_ylabel("mean KL (nats; the float model at 1e-5)")
     fig.suptitle("trials: accuracy beside speed and size", fontsize=9)
     return fig
 
@@ -163,8 +173,9 @@ def int4_plan_plot(plan: WeightOnlyPlan, top: int = 8, kind: str = "ranking"):
     ``"trials"``: accuracy beside tokens/s and size per trial."""
     if kind == "trials":
         return plan_figure(plan.trials, plan.tolerance.min_top1, plan.tolerance.max_kl)
-    return loss_figure(plan.sensitivity, None, top=top, kept=plan.kept,
-                       title=f"int4: local SQNR per node, {len(plan.kept)} kept")
+    return loss_figure(_with_depth(plan.sensitivity, plan.comparison), None, top=top,
+                       kept=plan.kept, title=f"int4: local SQNR per MatMul, {len(plan.kept)} "
+                       "kept")
 
 
 def int4_plan_render(plan: WeightOnlyPlan, **kw: Any):
