@@ -163,7 +163,7 @@ def _cache_dims(model: LabModel, io: DecoderIO, dims: Mapping[str, int]) -> dict
                   and ax not in (0, slot.past_axis) and d not in out]
         if not wanted:
             continue
-        for nid in idx.consumers.get(slot.past, []):
+        for nid in _readers(idx, slot.past):
             node = idx.node(nid)
             heads = next((a.value for a in node.attributes.values() if a.name == "num_heads"),
                          None)
@@ -187,6 +187,19 @@ def _cache_dims(model: LabModel, io: DecoderIO, dims: Mapping[str, int]) -> dict
                 head = width // (heads + 2 * kv) if packed else width // heads
                 out[wanted[-1]] = int(head)  # [batch, heads, past, head_size]
                 break
+    return out
+
+
+def _readers(idx: Any, name: str, depth: int = 4) -> list[str]:
+    """The nodes reading ``name``, through Casts and Identities (an fp16 model with float32
+    inputs casts its cache before the attention)."""
+    out = []
+    for nid in idx.consumers.get(name, []):
+        node = idx.node(nid)
+        if node.op_type in ("Cast", "Identity") and depth > 0 and node.outputs:
+            out += _readers(idx, node.outputs[0].name, depth - 1)
+        else:
+            out.append(nid)
     return out
 
 
@@ -352,8 +365,9 @@ def sqnr_losses(layers: pd.DataFrame, model: LabModel, cand: LabModel | None = N
         One row per compared node output, lowest ``local_sqnr_db`` first
         (:data:`LOSS_COLUMNS`): rank, node_id, op_type, cand_op_type, layer (decoder-layer
         number from the name, or None), tensor, sqnr_db, sqnr_in_db (of the summed input
-        noise; inf: exact inputs), local_sqnr_db (inf: no noise added), quantized (the
-        candidate's node is a weight-only quantized op), passed.
+        noise; inf: exact inputs), local_sqnr_db (inf: no noise added; NaN, ranked last:
+        an input of the node has no counterpart to compare), quantized (the candidate's node
+        is a weight-only quantized op), passed.
 
     Example:
         >>> sqnr_losses(c.layers, ref_lab.model).head(3)
@@ -376,6 +390,10 @@ def sqnr_losses(layers: pd.DataFrame, model: LabModel, cand: LabModel | None = N
             continue
         added = noise_out - noise_in
         local = math.inf if added <= 0 else -10 * math.log10(added)
+        # An input computed by the graph but not compared (no counterpart): what the node
+        # adds cannot be told from what it receives; it is not ranked.
+        if any(n not in sq and idx.producer.get(n) is not None for n in ins):
+            local = math.nan
         cand_op = None
         if cand is not None and isinstance(r.cand_node_id, str) \
                 and r.cand_node_id in cand.index.entries:

@@ -202,3 +202,17 @@ def test_precision_doctor_int4(planted):
     w.run_button.click()
     assert w.error is None and w.result.kept[0] in PLANTED
     assert "what each kept node costs" in w.outputs_html.value
+
+
+def test_fp32_fp16_int4_versions(healthy):
+    """fp32 -> fp16 (float32 I/O: Casts before the attention) and fp16 -> int4 compare; nodes
+    whose inputs have no counterpart (the fp16 model's output Casts) are not ranked."""
+    ref, cand = healthy
+    half = onnx_lab.to_fp16(onnx_lab.open(ref), keep_io_types=True)
+    c = compare_llm(ref, half, new_tokens=8, progress=False)
+    assert c.preset == "fp16" and c.passed and c.metrics["kl_mean"] < 1e-4
+    c = compare_llm(half, cand, new_tokens=8, progress=False)
+    assert c.preset == "int4" and c.passed
+    casts = c.losses.loc[c.losses["node_id"].str.startswith("graph_output_cast")]
+    assert len(casts) and casts["local_sqnr_db"].isna().all()
+    assert c.losses["quantized"].head(3).any()
