@@ -19,7 +19,9 @@ the float model, :class:`~onnx_lab.numerics.metrics.NextToken`):
    MatMul in 8 bits misses, kept nodes stay float. **Prune**: a kept node whose removal still
    meets the target is dropped.
 
-Every trial (a row of :attr:`WeightOnlyPlan.trials`) reports its accuracy beside its decode
+The quantizer runs twice per search (every MatMul in 4 bits, every MatMul in 8 bits); each
+trial's model is assembled from those parts and the float weights. Every trial (a row of
+:attr:`WeightOnlyPlan.trials`) reports its accuracy beside its decode
 speed (tokens/s of a greedy loop with the KV cache, onnxruntime's optimizations on) and its
 weight size; :attr:`WeightOnlyPlan.costs` says what each kept node costs in bytes and, from the
 measured difference in ms/token apportioned by bytes (decode reads every weight once per
@@ -131,6 +133,58 @@ def quantize_weight_only(proto: onnx.ModelProto, *, bits: int = 4, block_size: i
     return out
 
 
+class _Parts:
+    """Each candidate MatMul quantized once in 4 bits and once in 8 bits (two runs of
+    onnxruntime's quantizer over the whole model); a trial's model is assembled from them
+    instead of quantizing again: on a real LLM the quantizer's pass, not the trial's run,
+    would otherwise dominate the search. The test suite checks an assembled model against
+    the quantizer run with the same ``nodes_to_exclude``, output for output."""
+
+    def __init__(self, proto: onnx.ModelProto, opts: Mapping[str, Any]) -> None:
+        self.float = proto
+        self.q4 = quantize_weight_only(proto, **opts)
+        self.q8 = quantize_weight_only(proto, bits=8, **opts)
+        self.inits = {k: {t.name: t for t in p.graph.initializer}
+                      for k, p in (("float", proto), ("q4", self.q4), ("q8", self.q8))}
+        self.nodes = {k: {n.name: n for n in p.graph.node}
+                      for k, p in (("float", proto), ("q8", self.q8))}
+        self.shell = onnx.ModelProto()  # q4's opsets, inputs and outputs, no nodes or weights
+        self.shell.ir_version = self.q4.ir_version
+        self.shell.opset_import.extend(self.q4.opset_import)
+        self.shell.producer_name = self.q4.producer_name
+        g = self.shell.graph
+        g.name = self.q4.graph.name
+        g.input.extend(self.q4.graph.input)
+        g.output.extend(self.q4.graph.output)
+        g.value_info.extend(self.q4.graph.value_info)
+
+    def assemble(self, int8: set[str], floats: set[str]) -> onnx.ModelProto:
+        if not (int8 or floats):
+            return self.q4
+        out = onnx.ModelProto()
+        out.CopyFrom(self.shell)
+        nodes, source = [], {}
+        for n in self.q4.graph.node:
+            base = n.name[:-3] if n.name.endswith("_Q4") else None
+            if base in floats and base in self.nodes["float"]:
+                n = self.nodes["float"][base]
+                source[id(n)] = "float"
+            elif base in int8 and base + "_Q8" in self.nodes["q8"]:
+                n = self.nodes["q8"][base + "_Q8"]
+                source[id(n)] = "q8"
+            nodes.append(n)
+        out.graph.node.extend(nodes)
+        seen: set[str] = set()
+        for n in nodes:
+            pool = self.inits[source.get(id(n), "q4")]
+            for name in n.input:
+                t = pool.get(name) or self.inits["q4"].get(name)
+                if t is not None and name not in seen:
+                    seen.add(name)
+                    out.graph.initializer.append(t)
+        return out
+
+
 def _named_proto(model: LabModel) -> onnx.ModelProto:
     """The full model with each main-graph node named by its node id (the quantizer selects
     nodes by name; ids are the names when names are unique)."""
@@ -194,6 +248,7 @@ class _Search:
     bar: Progress | None = None
     should_stop: Callable[[], bool] | None = None
     speed_fn: SpeedFn | None = None
+    parts: _Parts | None = None
     rows: list[dict] = field(default_factory=list)
     models: dict[tuple, LabModel] = field(default_factory=dict)
     results: dict[tuple, dict] = field(default_factory=dict)
@@ -204,7 +259,9 @@ class _Search:
     def build(self, int8: Sequence[str], floats: Sequence[str]) -> LabModel:
         key = (tuple(sorted(int8)), tuple(sorted(floats)))
         if key not in self.models:
-            proto = quantize_weight_only(self.proto, exclude=floats, int8=int8, **self.opts)
+            if self.parts is None:  # every MatMul quantized once in 4 and once in 8 bits
+                self.parts = _Parts(self.proto, self.opts)
+            proto = self.parts.assemble(set(int8), set(floats))
             self.models[key] = LabModel(ir.serde.deserialize_model(proto))
         return self.models[key]
 

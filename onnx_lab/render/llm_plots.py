@@ -163,7 +163,7 @@ def plan_figure(trials: pd.DataFrame, target_top1: float | None = None,
         ax2.axhline(target_kl, ls="--", c="#888", lw=1)
     ax2.set_yscale("log")
     ax2.set_xlabel("weights (MB)")
-    ax2.set_ylabel("mean KL (nats; the float model at 1e-5)")
+    ax2.set_ylabel("mean KL (nats)")
     fig.suptitle("trials: accuracy beside speed and size", fontsize=9)
     return fig
 

@@ -216,3 +216,26 @@ def test_fp32_fp16_int4_versions(healthy):
     casts = c.losses.loc[c.losses["node_id"].str.startswith("graph_output_cast")]
     assert len(casts) and casts["local_sqnr_db"].isna().all()
     assert c.losses["quantized"].head(3).any()
+
+
+def test_assembled_trials_match_the_quantizer(planted):
+    """A trial assembled from the 4- and 8-bit parts computes what onnxruntime's quantizer
+    run with the same exclusions gives."""
+    from onnx_lab.numerics.llm import prefill_feeds
+    from onnx_lab.numerics.weight_only import _named_proto, _Parts, quantize_weight_only
+    from onnx_lab.runtime.capture import run
+
+    model = onnx_lab.open(planted[0]).model
+    proto = _named_proto(model)
+    opts = {"block_size": 32, "accuracy_level": None, "is_symmetric": True}
+    parts = _Parts(proto, opts)
+    feeds = prefill_feeds(model, list(range(3, 15)))
+    for int8, floats in (({PLANTED[0]}, set()), ({PLANTED[0]}, {PLANTED[1], "/lm_head/MatMul"}),
+                         (set(), set())):
+        a = onnx_lab.open(parts.assemble(int8, floats)).model
+        b = onnx_lab.open(quantize_weight_only(proto, exclude=sorted(floats), int8=sorted(int8),
+                                               **opts)).model
+        ops = sorted(e.node.op_type for e in a.index.entries.values())
+        assert ops == sorted(e.node.op_type for e in b.index.entries.values())
+        ya, yb = run(a, feeds, outputs=["logits"]), run(b, feeds, outputs=["logits"])
+        np.testing.assert_array_equal(ya["logits"], yb["logits"])
