@@ -127,7 +127,9 @@ def quantize_weight_only(proto: onnx.ModelProto, *, bits: int = 4, block_size: i
                              "MatMul weights are constant 2-D initializers.") from e
         return q.model.model
 
-    out = run(onnx.ModelProto.FromString(proto.SerializeToString()), bits, keep)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)  # not SerializeToString: protobuf refuses that past 2 GB
+    out = run(copy, bits, keep)
     if int8:
         out = run(out, 8, set(exclude))
     return out
@@ -188,7 +190,9 @@ class _Parts:
 def _named_proto(model: LabModel) -> onnx.ModelProto:
     """The full model with each main-graph node named by its node id (the quantizer selects
     nodes by name; ids are the names when names are unique)."""
-    proto = ir.serde.serialize_model(model.ir)
+    proto = model.to_proto()
+    if model.has_external_data and model.base_dir is not None:  # the quantizer reads arrays
+        onnx.load_external_data_for_model(proto, str(model.base_dir))
     ids = {id(e.node): nid for nid, e in model.index.entries.items() if e.graph == ""}
     for node, p in zip(model.graph, proto.graph.node):
         nid = ids.get(id(node))
