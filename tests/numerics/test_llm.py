@@ -239,3 +239,15 @@ def test_assembled_trials_match_the_quantizer(planted):
         assert ops == sorted(e.node.op_type for e in b.index.entries.values())
         ya, yb = run(a, feeds, outputs=["logits"]), run(b, feeds, outputs=["logits"])
         np.testing.assert_array_equal(ya["logits"], yb["logits"])
+
+
+def test_genai_builder_fp32_vs_int4(genai_model):
+    """The issue's case: onnxruntime-genai's builder, fp32 vs int4 (MatMulNBits, block 32,
+    accuracy level 4). The fp32 preset called nearly every layer out of tolerance; the int4
+    preset and the next-token metrics find a healthy model."""
+    fp32, q4 = genai_model("fp32"), genai_model("int4")
+    c = compare_llm(fp32, q4, new_tokens=16, progress=False)
+    assert c.passed and c.preset == "int4", c.summary_text()
+    assert c.comparison is not None and c.comparison.passed
+    assert c.comparison.layers["passed"].all()
+    assert c.losses["quantized"].sum() >= 20
