@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["CacheSlot", "DecoderIO", "decoder_io", "require_decoder_io", "cache_key",
-           "genai_config"]
+           "genai_config", "max_context"]
 
 #: Graph-input names of the non-cache roles, in order of preference (lower-cased).
 _ROLE_NAMES = {
@@ -420,3 +420,35 @@ def genai_config(model: LabModel) -> dict | None:
         return {**cfg, "_path": str(path)}
 
     return model.cached(("genai_config",), read)
+
+
+def max_context(model: LabModel) -> tuple[int, str] | None:
+    """The longest sequence (past + new tokens) the decoder can run, and where that comes from:
+    ``model.context_length`` of genai_config.json, else the rows of the rotary cos/sin cache
+    its attention reads (positions past them have no rotation). None when neither says.
+
+    Example:
+        >>> max_context(load_source("sample:tiny_llm"))
+        (128, "cos_cache of GroupQueryAttention '/model/layers.0/attn/GroupQueryAttention' (128 positions)")
+    """
+    cfg = genai_config(model)
+    length = ((cfg or {}).get("model") or {}).get("context_length")
+    if isinstance(length, int) and length > 0:
+        return length, f"{cfg['_path']}: model.context_length"
+    best: tuple[int, str] | None = None
+    for node in model.graph:
+        slot = {"GroupQueryAttention": 7, "RotaryEmbedding": 2}.get(node.op_type)
+        if node.op_type == "RotaryEmbedding" and node.domain in ("", "ai.onnx"):
+            slot = 1
+        if slot is None or len(node.inputs) <= slot or node.inputs[slot] is None:
+            continue
+        if node.op_type == "GroupQueryAttention" and not (
+                node.attributes.get("do_rotary") and node.attributes["do_rotary"].value):
+            continue
+        cos = node.inputs[slot].const_value
+        if cos is None or len(cos.shape) != 2:
+            continue
+        rows = int(cos.shape[0])
+        if best is None or rows < best[0]:
+            best = (rows, f"cos_cache of {node.op_type} {node.name!r} ({rows} positions)")
+    return best
