@@ -35,7 +35,7 @@ from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
-from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
+from onnx_lab.errors import CacheError, InputError, ProviderError, RuntimeLoadError
 from onnx_lab.profiling._kv import CacheLayout, cache_layout
 from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled
 from onnx_lab.profiling.parse import parse_trace
@@ -251,11 +251,11 @@ def _check_context(layout: CacheLayout, prompt: int, new_tokens: int) -> None:
         return
     why = "; ".join(layout.max_context_from)
     if prompt > mx:
-        raise InputError(
+        raise CacheError(
             f"The prompt of {prompt} tokens is longer than the model's maximum context of "
             f"{mx} tokens ({why}).", fix=f"Use a prompt of at most {mx} tokens.")
     if prompt + new_tokens > mx:
-        raise InputError(
+        raise CacheError(
             f"A prompt of {prompt} tokens and {new_tokens} new tokens need a context of "
             f"{prompt + new_tokens}, longer than the model's maximum of {mx} tokens ({why}).",
             fix=f"Use at most {mx - prompt} new tokens after this prompt.")
