@@ -110,7 +110,7 @@ class GenerationProfile:
             creation and the generations), session_peak_bytes (peak - before), weights_bytes
             (the model's initializers), kv_cache_bytes (the present tensors after the last
             step, measured), predicted_kv_cache_bytes (from the cache's declared shapes at
-            the final context). context (P + N).
+            the final context), context (P + N).
         session: per session: providers, opt_level, io_binding, load_ms, init_ms, create_ms,
             nodes_run.
         tokens: the ids the last complete generation produced, shape (batch, N + 1) (the
