@@ -22,6 +22,8 @@ Example:
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +37,10 @@ from onnx_lab.errors import CacheError
 if TYPE_CHECKING:
     from onnx_lab.core.model import LabModel
 
-__all__ = ["CacheSlot", "DecoderIO", "decoder_io", "require_decoder_io", "cache_key"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["CacheSlot", "DecoderIO", "decoder_io", "require_decoder_io", "cache_key",
+           "genai_config"]
 
 #: Graph-input names of the non-cache roles, in order of preference (lower-cased).
 _ROLE_NAMES = {
@@ -387,3 +392,31 @@ def _growing_axis(past: tuple[Dim, ...] | None, present: tuple[Dim, ...] | None)
 
 def _most_common(names: list[str]) -> str | None:
     return max(set(names), key=names.count) if names else None
+
+
+def genai_config(model: LabModel) -> dict | None:
+    """onnxruntime-genai's ``genai_config.json`` beside the model file, parsed (its path under
+    ``"_path"``); None when there is none or it cannot be read (logged). Cached on the model.
+
+    Its ``model.decoder`` holds ``head_size``, ``num_key_value_heads``, ``num_hidden_layers``,
+    and ``model.context_length`` the longest sequence the model was built for.
+    """
+    def read() -> dict | None:
+        if model.path is None:
+            return None
+        path = model.path.parent / "genai_config.json"
+        if not path.is_file():
+            return None
+        try:
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            logger.warning("Cannot read %s (%s); dims are not taken from it.", path, e)
+            return None
+        if not isinstance(cfg, dict):
+            return None
+        decoder = (cfg.get("model") or {}).get("decoder") or {}
+        if decoder.get("filename") not in (None, model.path.name):
+            return None  # the config of another file in the folder (a vision encoder...)
+        return {**cfg, "_path": str(path)}
+
+    return model.cached(("genai_config",), read)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from onnx_lab.core.derived import with_derived
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dtype_name, shape_tuple, validate_dims
 from onnx_lab.core.source import resolve
@@ -42,10 +43,14 @@ def input_specs(model: LabModel) -> list[tuple[str, str | None, tuple | None]]:
 def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
                          shapes: Mapping[str, Sequence[int]] | None = None
                          ) -> dict[str, tuple[int, ...]]:
-    """Concrete shape of every input, or DimError listing every unresolved dim and the fix."""
-    dims = dict(dims or {})
+    """Concrete shape of every input, or DimError listing every unresolved dim and the fix.
+
+    Dims the model determines (``kv_cache_dim`` from its attention, a total length from the
+    past and new lengths: :func:`onnx_lab.core.derived.derived_dims`) need not be given.
+    """
     shapes = dict(shapes or {})
     validate_dims(model, dims, shapes)
+    dims = with_derived(model, dims)
     out: dict[str, tuple[int, ...]] = {}
     missing: list[str] = []  # unnamed dims and unknown ranks
     unnamed: set[str] = set()  # their inputs
