@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import _models  # noqa: E402
 
 import onnx_lab  # noqa: E402
+from onnx_lab.core.derived import with_derived  # noqa: E402
 from onnx_lab.core.llm import require_decoder_io  # noqa: E402
 from onnx_lab.runtime.session import make_session  # noqa: E402
 
@@ -51,7 +52,7 @@ class BareLoop:
         self.sess = make_session(lab.model, opt_level="all")
         io = require_decoder_io(lab.model)
         self.io, self.prompt, self.new = io, prompt, new
-        self.empty = io.empty_cache(batch=1, dims=dims)
+        self.empty = io.empty_cache(batch=1, dims=with_derived(lab.model, dims))
         self.outs = [o.name for o in self.sess.get_outputs()]
         self.li = self.outs.index(io.logits)
         self.pi = [(s.past, self.outs.index(s.present)) for s in io.cache]
@@ -142,11 +143,11 @@ def main() -> None:
     a = ap.parse_args()
     only = set(a.only.split(","))
     if "tiny" in only:
-        bench("sample:tiny_llm (genai layout, 2 layers)", "sample:tiny_llm",
-              {"kv_cache_dim": 16}, a.prompt, a.new, a.runs, a.repeat)
+        bench("sample:tiny_llm (genai layout, 2 layers)", "sample:tiny_llm", {}, a.prompt,
+              a.new, a.runs, a.repeat)
     if "genai" in only:
-        bench("onnxruntime-genai builder, tiny Llama (4 layers)", genai_model(),
-              {"kv_cache_dim": 16}, a.prompt, a.new, a.runs, a.repeat)
+        bench("onnxruntime-genai builder, tiny Llama (4 layers)", genai_model(), {},
+              a.prompt, a.new, a.runs, a.repeat)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnx_lab.core.llm import require_decoder_io
+from onnx_lab.core.derived import with_derived
+from onnx_lab.core.llm import genai_config, require_decoder_io
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dtype_name, shape_tuple
 from onnx_lab.errors import CacheError, DimError
@@ -88,9 +88,10 @@ def cache_layout(model: LabModel, dims: Mapping[str, int] | None = None) -> Cach
     Raises:
         CacheError: no cache, cache tensors that cannot be paired (named), a pair whose
             dtype or rank differ, an input the loop cannot feed, no logits output.
-        DimError: a cache dim other than batch and length that is symbolic and not in ``dims``.
+        DimError: a cache dim other than batch and length that is symbolic, not in ``dims`` and
+            not determined by the model (:mod:`onnx_lab.core.derived`).
     """
-    dims = dict(dims or {})
+    dims = with_derived(model, dims)  # the head size and KV heads the graph fixes
     io = require_decoder_io(model)
     g = model.graph
     values = {v.name: v for v in g.inputs} | {v.name: v for v in g.outputs}
@@ -198,15 +199,10 @@ def _max_context(model: LabModel, roles: Mapping[str, str]) -> tuple[int | None,
     found = [(rows, f"{name!r} has {rows} rows ({what} {nids[0]!r}"
                     + (f" and {len(nids) - 1} more" if len(nids) > 1 else "") + ")")
              for name, (rows, what, nids) in tables.items()]
-    if model.path is not None:
-        cfg = model.path.parent / "genai_config.json"
-        if cfg.is_file():
-            try:
-                ctx = json.loads(cfg.read_text()).get("model", {}).get("context_length")
-            except (OSError, ValueError, AttributeError):
-                ctx = None
-            if isinstance(ctx, int) and ctx > 0:
-                found.append((ctx, f"context_length {ctx} in {str(cfg)!r}"))
+    cfg = genai_config(model)
+    ctx = (cfg.get("model") or {}).get("context_length") if cfg else None
+    if isinstance(ctx, int) and ctx > 0:
+        found.append((ctx, f"context_length {ctx} in {cfg['_path']!r}"))
     if not found:
         return None, []
     best = min(r for r, _ in found)

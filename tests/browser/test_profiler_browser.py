@@ -99,7 +99,7 @@ def test_profiler_actions_finish_or_cancel_in_jupyterlab(tmp_path):
 
 GEN_CELLS = [
     "import onnx_lab\nfrom onnx_lab.widgets import Profiler\n"
-    "llm = onnx_lab.open('sample:tiny_llm', dims={'kv_cache_dim': 16})",
+    "llm = onnx_lab.open('sample:tiny_llm')",
     "gen = Profiler(llm)\ngen",
 ]
 

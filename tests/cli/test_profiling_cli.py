@@ -84,7 +84,7 @@ def test_cli_errors(capsys):
 
 
 def test_profile_generate_json(capsys):
-    d = _json(capsys, ["profile", "sample:tiny_llm", "--dims", "kv_cache_dim=16", "--generate",
+    d = _json(capsys, ["profile", "sample:tiny_llm", "--generate",
                        "4", "--prompt", "6", "--runs", "2", "--json", "--providers", "cpu"])
     assert d["prompt_tokens"] == 6 and d["new_tokens"] == 4 and d["runs"] == 2
     assert [r["phase"] for r in d["latency"]] == ["prefill", "decode"]
@@ -98,7 +98,7 @@ def test_profile_generate_json(capsys):
 
 
 def test_profile_generate_text_and_token_ids(capsys):
-    assert main(["profile", "sample:tiny_llm", "--dims", "kv_cache_dim=16", "--generate", "3",
+    assert main(["profile", "sample:tiny_llm", "--generate", "3",
                  "--prompt", "5,6,7", "--runs", "1", "--profile-runs", "0"]) == 0
     out = capsys.readouterr().out
     assert "prefill" in out and "decode" in out and "tokens_per_s" in out
@@ -106,7 +106,7 @@ def test_profile_generate_text_and_token_ids(capsys):
 
 
 def test_profile_generate_bad_input(capsys):
-    assert main(["profile", "sample:tiny_llm", "--dims", "kv_cache_dim=16", "--generate", "8",
+    assert main(["profile", "sample:tiny_llm", "--generate", "8",
                  "--prompt", "125", "--runs", "1"]) == 2
     err = capsys.readouterr().err
     assert "cos_cache" in err and "at most 3 new tokens" in err

@@ -252,14 +252,23 @@ def test_mismatched_pair_and_model_without_cache():
         profile_generation("sample:convnet", prompt=4, new_tokens=2, runs=1)
 
 
-def test_symbolic_head_dim_needs_a_value():
+def test_symbolic_head_dims_derived_or_asked_for():
+    # GroupQueryAttention fixes the head size: derived, nothing to pass
     m = gqa_decoder()
     for v in list(m.graph.input)[2:]:
         v.type.tensor_type.shape.dim[3].dim_param = "head_size"
-    with pytest.raises(DimError, match=r"'head_size'.*past_key_values.0.key"):
+    g = profile_generation(m, prompt=4, new_tokens=2, runs=1, warmup=0, profile_runs=0,
+                           providers="cpu", progress=False)
+    assert g.tokens.shape == (1, 3) and g.layout.past_shapes["past_key_values.0.key"] == (
+        -1, 2, 0, 16)
+    # the unfused export's cache feeds only Concats: the heads cannot be read off the graph
+    m = unfused_decoder()
+    for v in list(m.graph.input)[3:]:
+        v.type.tensor_type.shape.dim[1].dim_param = "num_heads"
+    with pytest.raises(DimError, match=r"'num_heads'.*past_key_values.0.key"):
         profile_generation(m, prompt=4, new_tokens=2, runs=1, providers="cpu")
     g = profile_generation(m, prompt=4, new_tokens=2, runs=1, warmup=0, profile_runs=0,
-                           providers="cpu", dims={"head_size": 16}, progress=False)
+                           providers="cpu", dims={"num_heads": 2}, progress=False)
     assert g.tokens.shape == (1, 3)
 
 

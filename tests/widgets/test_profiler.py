@@ -163,7 +163,7 @@ def test_batch_sweep_offers_the_model_dims_only():
 
 
 def test_profiler_generation_shows_both_phases(no_error):
-    lab = onnx_lab.open("sample:tiny_llm", dims={"kv_cache_dim": 16})
+    lab = onnx_lab.open("sample:tiny_llm")  # the head size is derived
     p = Profiler(lab, runs=2, warmup=0)
     assert not p.generate_button.disabled
     p.gen_prompt.value = 6
