@@ -19,6 +19,7 @@ process, on ``sample:tiny_llm`` and on a Llama built by onnxruntime-genai's mode
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -126,8 +127,11 @@ def bench(name: str, source, dims: dict, P: int, N: int, runs: int, repeat: int)
                 call_o.append(s)
     mb, mo = statistics.median(loop_b), statistics.median(loop_o)
     print(f"{name}: prompt {P}, {N} new tokens, {runs} generations x {repeat} repeats (ABBA)")
+    qb, qo = np.percentile(loop_b, 25), np.percentile(loop_o, 25)
     print(f"  loop: median generation {mo:.2f} ms in profile_generation vs {mb:.2f} ms bare "
-          f"-> {mo / mb:.3f}x (target <= 1.1x); decode ~{mo / (N + 1):.3f} ms/step")
+          f"-> {mo / mb:.3f}x (target <= 1.1x); p25 {qo / qb:.3f}x, best "
+          f"{min(loop_o) / min(loop_b):.3f}x; ~{mo / (N + 1):.3f} ms/step; load average "
+          f"{os.getloadavg()[0]:.1f}")
     cb, co = statistics.median(call_b), statistics.median(call_o)
     print(f"  call: profile_generation {co:.2f} s (2 profiled generations, trace, tables) vs "
           f"bare {cb:.2f} s -> {co / cb:.2f}x")
