@@ -275,6 +275,7 @@ class _Loop:
         dt = {k: np.dtype(v) for k, v in layout.input_dtypes.items()}
         self.outs = [o.name for o in sess.get_outputs()]
         self.li = self.outs.index(layout.logits)
+        self.logits_name = layout.logits
         self.pi = [(p, self.outs.index(o)) for p, o in layout.pairs]
         self.io_binding = io_binding
         provider = sess.get_providers()[0]
@@ -355,7 +356,8 @@ class _Loop:
                     else:
                         io.bind_ortvalue_input(k, v)
                 for o in outs:
-                    io.bind_output(o, self.device)
+                    # The cache stays on the device; the logits come to the host for argmax.
+                    io.bind_output(o, "cpu" if o == self.logits_name else self.device)
                 self.sess.run_with_iobinding(io)
                 res = io.get_outputs()
                 logits = res[self.li].numpy()
