@@ -114,3 +114,9 @@ def test_profile_generate_bad_input(capsys):
     assert "no KV-cache inputs" in capsys.readouterr().err
     assert main(["profile", "sample:tiny_llm", "--generate", "4", "--prompt", "x"]) == 2
     assert "--prompt" in capsys.readouterr().err
+
+
+def test_profile_runs_flag_reaches_profile(capsys):
+    d = _json(capsys, ["profile", "sample:convnet", "--runs", "5", "--profile-runs", "3",
+                       "--warmup", "0", "--json", "--providers", "cpu"])
+    assert d["profiled_runs"] == 3 and d["runs"] == 5
