@@ -35,7 +35,7 @@ from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
-from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
+from onnx_lab.errors import CacheError, InputError, ProviderError, RuntimeLoadError
 from onnx_lab.profiling._kv import CacheLayout, cache_layout
 from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled
 from onnx_lab.profiling.parse import parse_trace
@@ -110,7 +110,7 @@ class GenerationProfile:
             creation and the generations), session_peak_bytes (peak - before), weights_bytes
             (the model's initializers), kv_cache_bytes (the present tensors after the last
             step, measured), predicted_kv_cache_bytes (from the cache's declared shapes at
-            the final context; the façade uses the cost model's), context (P + N).
+            the final context), context (P + N).
         session: per session: providers, opt_level, io_binding, load_ms, init_ms, create_ms,
             nodes_run.
         tokens: the ids the last complete generation produced, shape (batch, N + 1) (the
@@ -251,11 +251,11 @@ def _check_context(layout: CacheLayout, prompt: int, new_tokens: int) -> None:
         return
     why = "; ".join(layout.max_context_from)
     if prompt > mx:
-        raise InputError(
+        raise CacheError(
             f"The prompt of {prompt} tokens is longer than the model's maximum context of "
             f"{mx} tokens ({why}).", fix=f"Use a prompt of at most {mx} tokens.")
     if prompt + new_tokens > mx:
-        raise InputError(
+        raise CacheError(
             f"A prompt of {prompt} tokens and {new_tokens} new tokens need a context of "
             f"{prompt + new_tokens}, longer than the model's maximum of {mx} tokens ({why}).",
             fix=f"Use at most {mx - prompt} new tokens after this prompt.")
@@ -275,6 +275,7 @@ class _Loop:
         dt = {k: np.dtype(v) for k, v in layout.input_dtypes.items()}
         self.outs = [o.name for o in sess.get_outputs()]
         self.li = self.outs.index(layout.logits)
+        self.logits_name = layout.logits
         self.pi = [(p, self.outs.index(o)) for p, o in layout.pairs]
         self.io_binding = io_binding
         provider = sess.get_providers()[0]
@@ -355,7 +356,8 @@ class _Loop:
                     else:
                         io.bind_ortvalue_input(k, v)
                 for o in outs:
-                    io.bind_output(o, self.device)
+                    # The cache stays on the device; the logits come to the host for argmax.
+                    io.bind_output(o, "cpu" if o == self.logits_name else self.device)
                 self.sess.run_with_iobinding(io)
                 res = io.get_outputs()
                 logits = res[self.li].numpy()

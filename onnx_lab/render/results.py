@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 __all__ = ["comparison_plot", "comparison_hist", "comparison_scatter", "comparison_render",
            "comparison_html", "diff_render", "diff_html", "profile_render", "profile_html",
            "batch_sweep_html", "cost_html", "array_histogram", "profile_summary_html",
-           "cost_totals_html", "generation_summary_html", "generation_html"]
+           "cost_totals_html", "generation_summary_html", "generation_html",
+           "generation_tables_html"]
 
 
 # ---------------------------------------------------------------------------- Comparison
@@ -198,16 +199,35 @@ def generation_summary_html(g: Any) -> str:
             + (f"<ul>{notes}</ul>" if notes else ""))
 
 
+def generation_tables_html(g: Any) -> str:
+    """Prefill and decode statistics (ms to 3 decimals, tokens/s to 1) and the memory table
+    (bytes with units), formatted on copies for display."""
+    cols = ["session", "phase", "tokens", "runs", "p50_ms", "ci_low_ms", "ci_high_ms", "p10_ms",
+            "p90_ms", "tokens_per_s", "tokens_per_s_low", "tokens_per_s_high", "generations",
+            "stopped"]
+    st = g.latency_stats[cols].copy()
+    for c in ("p50_ms", "ci_low_ms", "ci_high_ms", "p10_ms", "p90_ms"):
+        st[c] = st[c].map(lambda v: f"{v:.3f}")
+    for c in ("tokens_per_s", "tokens_per_s_low", "tokens_per_s_high"):
+        st[c] = st[c].map(lambda v: f"{v:.1f}")
+    mem = g.memory.copy()
+    for c in ("rss_before_bytes", "peak_rss_bytes", "session_peak_bytes", "weights_bytes",
+              "kv_cache_bytes", "predicted_kv_cache_bytes"):
+        mem[c] = mem[c].map(format_bytes)
+    return (frame_html(st, caption="prefill and decode")
+            + frame_html(mem, caption="memory: measured process peak beside the weights and "
+                         "the KV cache"))
+
+
 def generation_html(g: Any) -> str:
-    """Settings, the summary, latency per phase, the top op types of each phase, memory."""
+    """Settings, the summary, latency per phase, memory and the top op types of each phase."""
     ops = g.ops.groupby(["session", "phase"], sort=False).head(8) if len(g.ops) else g.ops
     return ("<div><b>onnx_lab GenerationProfile</b> — "
             f"prompt {g.prompt_tokens} tokens, {g.new_tokens} new tokens, batch {g.batch}, "
             f"{g.warmup} warm-up generations, opt_level={g.opt_level}, "
             f"io_binding={g.io_binding}<br>" + generation_summary_html(g)
-            + frame_html(g.latency_stats, caption="latency per phase")
-            + frame_html(ops, caption="op types per phase")
-            + frame_html(g.memory, caption="memory") + "</div>")
+            + generation_tables_html(g) + frame_html(ops, caption="op types per phase")
+            + "</div>")
 
 
 def batch_sweep_html(s: BatchSweep) -> str:

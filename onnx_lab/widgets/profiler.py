@@ -441,17 +441,10 @@ class Profiler(View):
                       busy=f"Generating: prefill of {P} tokens, {N} decode steps…", **kw)
         if g is None:
             return
-        from onnx_lab.render.results import generation_summary_html
-        from onnx_lab.render.tables import frame_html
+        from onnx_lab.render.results import generation_summary_html, generation_tables_html
 
         self.result = g
-        cols = ["session", "phase", "tokens", "runs", "p50_ms", "ci_low_ms", "ci_high_ms",
-                "p10_ms", "p90_ms", "tokens_per_s", "tokens_per_s_low", "tokens_per_s_high",
-                "generations", "stopped"]
-        self.gen_html.value = (generation_summary_html(g)
-                               + frame_html(g.latency_stats[cols], caption="prefill and decode")
-                               + frame_html(g.memory, caption="memory: measured process peak "
-                                            "beside the weights and the KV cache"))
+        self.gen_html.value = generation_summary_html(g) + generation_tables_html(g)
         self.gen_plot.value = figure_html(g.plot())
         self.gen_ops.set(g.ops)
         self.tabs.selected_index = 8
