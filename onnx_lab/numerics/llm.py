@@ -43,6 +43,7 @@ import numpy as np
 from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
+from onnx_lab.core.derived import with_derived
 from onnx_lab.core.llm import decoder_io as core_decoder_io
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import Resolved
@@ -150,57 +151,8 @@ def decoder_io(model: LabModel) -> DecoderIO:
 
 
 def _cache_dims(model: LabModel, io: DecoderIO, dims: Mapping[str, int]) -> dict[str, int]:
-    """``dims`` plus the sizes of symbolic cache dims the graph fixes: the head size a
-    GroupQueryAttention/MultiHeadAttention reading the cache implies (query width / heads)."""
-    out = dict(dims)
-    if io.cache is None:
-        return out
-    idx = model.index
-    for slot in io.cache.cache:
-        if slot.shape is None:
-            continue
-        wanted = [d for ax, d in enumerate(slot.shape) if isinstance(d, str)
-                  and ax not in (0, slot.past_axis) and d not in out]
-        if not wanted:
-            continue
-        for nid in _readers(idx, slot.past):
-            node = idx.node(nid)
-            heads = next((a.value for a in node.attributes.values() if a.name == "num_heads"),
-                         None)
-            kv = next((a.value for a in node.attributes.values() if a.name == "kv_num_heads"),
-                      heads)
-            q = node.inputs[0] if node.inputs else None
-            width = q.shape[len(q.shape) - 1] if q is not None and q.shape is not None and \
-                len(q.shape) else None
-            if not isinstance(width, int):
-                prod = idx.producer.get(q.name) if q is not None else None
-                pn = idx.node(prod) if prod else None
-                w = pn.inputs[1] if pn is not None and len(pn.inputs) > 1 else None
-                if pn is not None and pn.op_type == "MatMulNBits":  # N: the output width
-                    width = next((a.value for a in pn.attributes.values() if a.name == "N"),
-                                 None)
-                else:
-                    width = w.shape[1] if w is not None and w.shape is not None and \
-                        len(w.shape) == 2 and isinstance(w.shape[1], int) else None
-            packed = len(node.inputs) > 1 and node.inputs[1] is None
-            if isinstance(width, int) and heads:
-                head = width // (heads + 2 * kv) if packed else width // heads
-                out[wanted[-1]] = int(head)  # [batch, heads, past, head_size]
-                break
-    return out
-
-
-def _readers(idx: Any, name: str, depth: int = 4) -> list[str]:
-    """The nodes reading ``name``, through Casts and Identities (an fp16 model with float32
-    inputs casts its cache before the attention)."""
-    out = []
-    for nid in idx.consumers.get(name, []):
-        node = idx.node(nid)
-        if node.op_type in ("Cast", "Identity") and depth > 0 and node.outputs:
-            out += _readers(idx, node.outputs[0].name, depth - 1)
-        else:
-            out.append(nid)
-    return out
+    """``dims`` plus the dims the graph fixes (the head size, KV heads: core/derived.py)."""
+    return with_derived(model, dims)
 
 
 def prefill_feeds(model: LabModel, tokens: Sequence[int], *, io: DecoderIO | None = None,
@@ -507,8 +459,12 @@ def compare_llm(reference: Any, candidate: Any, tokens: Any = None, *,
         get_preset(preset)
     ref = _load(reference, "reference", dims, None)
     cand = _load(candidate, "candidate", dims, None)
-    rdims = {**ref.dims, **(dims or {})}
-    cdims = {**cand.dims, **(dims or {})}
+    # Two versions of one model share their cache dims: what the graph of either fixes (an
+    # fp16 model with float32 inputs casts its cache before the attention, where the head
+    # size is read) serves both.
+    shared = {**with_derived(cand.model, {}), **with_derived(ref.model, {})}
+    rdims = {**shared, **ref.dims, **(dims or {})}
+    cdims = {**shared, **cand.dims, **(dims or {})}
     io_r, io_c = decoder_io(ref.model), decoder_io(cand.model)
     preset = preset or weight_only_preset(cand.model, ref.model) or _computing_preset(
         cand.model) or "fp32"
