@@ -480,7 +480,12 @@ def find_weight_only(source: Any, target: str = "int4", tokens: Any = None, *,
             seq = greedy_decode(model, prompt, new_tokens, io=io, dims=rdims,
                                 session=sess).tokens
         else:
-            seq = [int(t) for t in np.asarray(tokens).reshape(-1)]
+            arr = np.asarray(tokens) if not isinstance(tokens, (str, bytes)) else np.asarray([])
+            if arr.dtype.kind not in "iu" or (arr < 0).any():
+                raise InputError(f"tokens must be token ids (non-negative ints), got "
+                                 f"{tokens!r:.60}.", fix="Pass tokens=[id, id, ...], or "
+                                 "None for a prompt the float model continues.")
+            seq = [int(t) for t in arr.reshape(-1)]
             if len(seq) < 2:
                 raise InputError("tokens must hold at least 2 ids.", fix="Pass a longer "
                                  "sequence, or tokens=None for a generated one.")

@@ -173,6 +173,8 @@ def test_int4_plan_on_a_healthy_model_keeps_nothing(healthy):
         find_weight_only(int4(ref), "int4")
     with pytest.raises(InputError, match="block_size"):
         find_weight_only(ref, "int4", block_size=24)
+    with pytest.raises(InputError, match="token ids"):
+        find_weight_only(ref, "int4", "inputs.npz")
 
 
 def test_cli_compare_llm_and_precision(planted, tmp_path):
