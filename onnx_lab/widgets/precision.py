@@ -106,6 +106,7 @@ class PrecisionDoctor(View):
         self.feeds.layout.display = "none" if int4 else None
         for box in (self.min_top1, self.max_kl):
             box.layout.display = None if int4 else "none"
+        self.save_path.placeholder = f"model.{self.target.value}.onnx"
         self.threshold.description = {"sqnr": "min dB", "cosine": "min cos"}.get(
             self.metric.value, "min")
 
