@@ -12,12 +12,15 @@ comparison feed ``present.*`` back as ``past_key_values.*`` through :meth:`Decod
 and build each step's feeds with :meth:`DecoderIO.step_feeds`.
 
 Example:
+    >>> from onnx_lab.core.derived import with_derived
     >>> from onnx_lab.core.llm import decoder_io
     >>> from onnx_lab.core.source import load_source
-    >>> io = decoder_io(load_source("sample:tiny_llm"))
+    >>> model = load_source("sample:tiny_llm")
+    >>> io = decoder_io(model)
     >>> io.num_layers, io.cache[0].past, io.cache[0].present
     (2, 'past_key_values.0.key', 'present.0.key')
-    >>> feeds = io.step_feeds(np.array([[5, 6, 7]]), io.empty_cache(batch=1, dims={"kv_cache_dim": 16}))
+    >>> past = io.empty_cache(batch=1, dims=with_derived(model, {}))  # kv_cache_dim: 16
+    >>> feeds = io.step_feeds(np.array([[5, 6, 7]]), past)
 """
 
 from __future__ import annotations
@@ -143,8 +146,9 @@ class DecoderIO:
 
         Args:
             batch: the batch size.
-            dims: sizes of the other symbolic dims of the cache (heads, head size), e.g.
-                the derived dims of :func:`onnx_lab.core.derived.derive_dims`.
+            dims: sizes of the other symbolic dims of the cache (heads, head size): pass
+                ``onnx_lab.core.derived.with_derived(model, lab.dims)``, which adds the ones
+                the model determines (genai's ``kv_cache_dim``).
 
         Raises:
             CacheError: a cache dim has no size in ``dims``.
