@@ -956,8 +956,7 @@ def _nbits_note(c: _Ctx, pbytes: float) -> str:
     bits, block = c.attr("bits", 4), c.attr("block_size")
     if not k or not n:
         return ""
-    return (f"{bits}-bit weights, blocks of {block}: {int(pbytes):,} B for {k * n:,} weights "
-            f"({8 * pbytes / (k * n):.2f} bits each with scales)")
+    return f"{bits}-bit, block {block}: {8 * pbytes / (k * n):.2f} bits/weight with scales"
 
 
 def _liveness(lm: LabModel, types: dict[str, TensorInfo]) -> tuple[pd.DataFrame, int, str | None,

@@ -314,7 +314,8 @@ def generation_cost_html(g: Any) -> str:
     shown = t.assign(**{c: t[c].map(lambda v, u=u: _si(v, u)) for c, u in (
         ("flops", "FLOPs"), ("macs", "MACs"), ("flops_per_token", "FLOPs"))},
         **{c: t[c].map(lambda v: "—" if v is None or v != v else format_bytes(v))
-           for c in ("param_bytes", "activation_bytes", "kv_cache_bytes", "bytes_moved")})
+           for c in ("param_bytes", "activation_bytes", "kv_cache_bytes", "bytes_moved")},
+        intensity=t.intensity.map(lambda v: f"{v:.3g}"))
     return (f"<div><b>Generation cost</b>: prefill of {g.prompt} tokens, decode at context "
             f"{g.context}; KV cache {format_bytes(g.kv_cache_bytes)} "
             f"({format_bytes(g.kv_bytes_per_token)}/token)"

@@ -145,7 +145,7 @@ def test_matmul_nbits_weight_bytes_and_block_scales(bits):
     packed = n * (k // 32) * (32 * bits // 8)
     scales = n * (k // 32) * 4
     assert b.total["param_bytes"] == packed + scales == k * n * bits // 8 + k * n // 8
-    assert f"{bits}-bit weights, blocks of 32" in r["note"]
+    assert r["note"] == f"{bits}-bit, block 32: {bits + 1:.2f} bits/weight with scales"
     # And onnxruntime agrees about what is stored: the initializers' own sizes.
     stored = sum(numpy_helper.to_array(t).nbytes for t in q.graph.initializer)
     assert stored == b.total["param_bytes"]
