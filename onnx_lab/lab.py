@@ -565,6 +565,27 @@ class Lab:
 
         return cost(self, dims=dims, shapes=shapes)
 
+    def generation_cost(self, prompt: int, context: int | None = None, *, batch: int = 1):
+        """A KV-cache decoder's static cost: a prefill of ``prompt`` tokens and one decode step
+        at ``context``, with the KV cache's bytes.
+
+        See :func:`onnx_lab.analysis.cost.generation_cost`. Example:
+            >>> lab.generation_cost(prompt=32, context=128).table()
+        """
+        from onnx_lab.analysis.cost import generation_cost
+
+        return generation_cost(self, prompt, context, batch=batch)
+
+    def kv_cache_bytes(self, context: int, *, batch: int = 1) -> int:
+        """Bytes of the decoder's KV cache holding ``context`` tokens (all layers, K and V).
+
+        See :func:`onnx_lab.analysis.cost.kv_cache_bytes`. Example:
+            >>> lab.kv_cache_bytes(4096)
+        """
+        from onnx_lab.analysis.cost import kv_cache_bytes
+
+        return kv_cache_bytes(self, context, batch=batch)
+
     def check(self, **kw: Any) -> pd.DataFrame:
         """Compatibility findings (severity, code, node_id, message, fix).
 

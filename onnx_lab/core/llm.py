@@ -12,12 +12,15 @@ comparison feed ``present.*`` back as ``past_key_values.*`` through :meth:`Decod
 and build each step's feeds with :meth:`DecoderIO.step_feeds`.
 
 Example:
+    >>> from onnx_lab.core.derived import with_derived
     >>> from onnx_lab.core.llm import decoder_io
     >>> from onnx_lab.core.source import load_source
-    >>> io = decoder_io(load_source("sample:tiny_llm"))
+    >>> model = load_source("sample:tiny_llm")
+    >>> io = decoder_io(model)
     >>> io.num_layers, io.cache[0].past, io.cache[0].present
     (2, 'past_key_values.0.key', 'present.0.key')
-    >>> feeds = io.step_feeds(np.array([[5, 6, 7]]), io.empty_cache(batch=1, dims={"kv_cache_dim": 16}))
+    >>> past = io.empty_cache(batch=1, dims=with_derived(model, {}))  # kv_cache_dim: 16
+    >>> feeds = io.step_feeds(np.array([[5, 6, 7]]), past)
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["CacheSlot", "DecoderIO", "decoder_io", "require_decoder_io", "cache_key",
-           "genai_config"]
+           "genai_config", "max_context"]
 
 #: Graph-input names of the non-cache roles, in order of preference (lower-cased).
 _ROLE_NAMES = {
@@ -48,6 +51,7 @@ _ROLE_NAMES = {
     "attention_mask": ("attention_mask", "mask", "attn_mask"),
     "position_ids": ("position_ids", "positions"),
     "cache_position": ("cache_position",),
+    "inputs_embeds": ("inputs_embeds", "input_embeds", "inputs_embeddings"),
 }
 _KINDS = {"key": "key", "k": "key", "keys": "key", "value": "value", "v": "value",
           "values": "value"}
@@ -83,8 +87,9 @@ class DecoderIO:
 
     Attributes:
         cache: one :class:`CacheSlot` per past/present pair, by layer then key, value.
-        input_ids, attention_mask, position_ids, cache_position: the graph inputs with
-            those roles, None where the model has none.
+        input_ids, attention_mask, position_ids, cache_position, inputs_embeds: the graph
+            inputs with those roles, None where the model has none (a decoder fed
+            embeddings has ``inputs_embeds`` [batch, new tokens, hidden] instead of ids).
         logits: the output with the next-token scores (``logits``, else the first output
             that is not a cache tensor).
         other_inputs: graph inputs with none of these roles (the caller must feed them).
@@ -100,6 +105,7 @@ class DecoderIO:
     attention_mask: str | None
     position_ids: str | None
     cache_position: str | None
+    inputs_embeds: str | None
     logits: str | None
     other_inputs: tuple[str, ...]
     batch_dim: str | None
@@ -140,8 +146,9 @@ class DecoderIO:
 
         Args:
             batch: the batch size.
-            dims: sizes of the other symbolic dims of the cache (heads, head size), e.g.
-                the derived dims of :func:`onnx_lab.core.derived.derive_dims`.
+            dims: sizes of the other symbolic dims of the cache (heads, head size): pass
+                ``onnx_lab.core.derived.with_derived(model, lab.dims)``, which adds the ones
+                the model determines (genai's ``kv_cache_dim``).
 
         Raises:
             CacheError: a cache dim has no size in ``dims``.
@@ -350,6 +357,10 @@ def _decoder_io(model: LabModel) -> DecoderIO | None:
         (v.name for v in outputs if v.name not in {s.present for s in slots}), None)
     ids_shape = next((shape_tuple(v.shape) for v in inputs if v.name == roles["input_ids"]),
                      None)
+    if ids_shape is None:  # a decoder fed embeddings [batch, new tokens, hidden]
+        emb = next((shape_tuple(v.shape) for v in inputs if v.name == roles["inputs_embeds"]),
+                   None)
+        ids_shape = emb[:2] if emb is not None and len(emb) == 3 else None
     batch_dim = seq_dim = None
     if ids_shape is not None and len(ids_shape) == 2:
         batch_dim = ids_shape[0] if isinstance(ids_shape[0], str) else None
@@ -368,6 +379,7 @@ def _decoder_io(model: LabModel) -> DecoderIO | None:
     return DecoderIO(
         cache=tuple(slots), input_ids=roles["input_ids"], attention_mask=roles["attention_mask"],
         position_ids=roles["position_ids"], cache_position=roles["cache_position"],
+        inputs_embeds=roles["inputs_embeds"],
         logits=logits, other_inputs=tuple(n for n in in_names if n not in known),
         batch_dim=batch_dim, sequence_dim=seq_dim, past_dim=_most_common(dims_seen["past"]),
         total_dim=total_dim, naming=naming,
@@ -420,3 +432,35 @@ def genai_config(model: LabModel) -> dict | None:
         return {**cfg, "_path": str(path)}
 
     return model.cached(("genai_config",), read)
+
+
+def max_context(model: LabModel) -> tuple[int, str] | None:
+    """The longest sequence (past + new tokens) the decoder can run, and where that comes from:
+    ``model.context_length`` of genai_config.json, else the rows of the rotary cos/sin cache
+    its attention reads (positions past them have no rotation). None when neither says.
+
+    Example:
+        >>> max_context(load_source("sample:tiny_llm"))
+        (128, "cos_cache of GroupQueryAttention '/model/layers.0/attn/GroupQueryAttention' (128 positions)")
+    """
+    cfg = genai_config(model)
+    length = ((cfg or {}).get("model") or {}).get("context_length")
+    if isinstance(length, int) and length > 0:
+        return length, f"{cfg['_path']}: model.context_length"
+    best: tuple[int, str] | None = None
+    for node in model.graph:
+        slot = {"GroupQueryAttention": 7, "RotaryEmbedding": 2}.get(node.op_type)
+        if node.op_type == "RotaryEmbedding" and node.domain in ("", "ai.onnx"):
+            slot = 1
+        if slot is None or len(node.inputs) <= slot or node.inputs[slot] is None:
+            continue
+        if node.op_type == "GroupQueryAttention" and not (
+                node.attributes.get("do_rotary") and node.attributes["do_rotary"].value):
+            continue
+        cos = node.inputs[slot].const_value
+        if cos is None or len(cos.shape) != 2:
+            continue
+        rows = int(cos.shape[0])
+        if best is None or rows < best[0]:
+            best = (rows, f"cos_cache of {node.op_type} {node.name!r} ({rows} positions)")
+    return best

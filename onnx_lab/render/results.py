@@ -269,7 +269,8 @@ def cost_totals_html(c: Cost, roof: Any = None) -> str:
     t = c.total
     fmt = {"flops": lambda v: _si(v, "FLOPs"), "macs": lambda v: _si(v, "MACs"),
            "params": _si, "param_bytes": format_bytes, "activation_bytes": format_bytes,
-           "peak_activation_bytes": format_bytes, "nodes": _si, "unknown_nodes": _si}
+           "peak_activation_bytes": format_bytes, "nodes": _si, "unknown_nodes": _si,
+           "kv_cache_bytes": lambda v: "—" if v is None else format_bytes(v)}
 
     def row(k: str, v: Any) -> str:
         text = fmt[k](v) if k in fmt else ", ".join(map(str, v)) if isinstance(v, (list, tuple)) \
@@ -297,10 +298,28 @@ def cost_html(c: Cost) -> str:
             f"{t['params']:,} params ({format_bytes(t['param_bytes'])}), peak activations "
             f"{format_bytes(t['peak_activation_bytes'])} at {html.escape(str(t['peak_node']))}"
             f", {t['unknown_nodes']} unknown nodes")
+    kv = getattr(c, "kv_cache", None)
+    if kv:
+        head += (f"; KV cache {format_bytes(kv['bytes'])} for {kv['context']} tokens "
+                 f"({format_bytes(kv['bytes_per_token'] or 0)}/token, {kv['layers']} layers)")
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in c.notes)
     top = c.nodes.sort_values("flops", ascending=False).head(15)
     return head + frame_html(top, caption="top nodes by FLOPs") + (
         f"<ul>{notes}</ul>" if notes else "") + "</div>"
+
+
+def generation_cost_html(g: Any) -> str:
+    """A GenerationCost: one row per phase (prefill, decode) with units."""
+    t = g.table()
+    shown = t.assign(**{c: t[c].map(lambda v, u=u: _si(v, u)) for c, u in (
+        ("flops", "FLOPs"), ("macs", "MACs"), ("flops_per_token", "FLOPs"))},
+        **{c: t[c].map(lambda v: "—" if v is None or v != v else format_bytes(v))
+           for c in ("param_bytes", "activation_bytes", "kv_cache_bytes", "bytes_moved")},
+        intensity=t.intensity.map(lambda v: f"{v:.3g}"))
+    return (f"<div><b>Generation cost</b>: prefill of {g.prompt} tokens, decode at context "
+            f"{g.context}; KV cache {format_bytes(g.kv_cache_bytes)} "
+            f"({format_bytes(g.kv_bytes_per_token)}/token)"
+            + frame_html(shown, caption="per phase") + "</div>")
 
 
 def array_histogram(values: np.ndarray, *, title: str = "", bins: int = 100):
@@ -332,6 +351,7 @@ for _type, _kind, _fn in (
         (_GENERATION, "html", generation_html),
         (_SWEEP, "html", batch_sweep_html),
         ("onnx_lab.analysis.cost.Cost", "html", cost_html),
+        ("onnx_lab.analysis.cost.GenerationCost", "html", generation_cost_html),
         ("onnx_lab.analysis.summary.Summary", "html", summary_html),
         ("numpy.ndarray", "histogram", array_histogram),
 ):

@@ -172,3 +172,52 @@ def test_genai_built_model_opens_feeds_runs_and_costs(genai_model, precision):
     assert feeds["past_key_values.3.value"].shape == (1, 2, 0, 16)
     assert _run(lab, feeds)["logits"].shape == (1, 8, 512)
     assert lab.cost().total["flops"] > 0
+
+
+def test_group_query_attention_with_separate_key_and_value(tmp_path):
+    """Q, K and V as three inputs (a decoder fed embeddings): the head size is the key's
+    width / kv_num_heads, the total length past + new; onnxruntime runs with those sizes."""
+    fl = TensorProto.FLOAT
+    rng = np.random.default_rng(0)
+    nh, kvh, head, d = 4, 2, 8, 32
+
+    def w(name, n):
+        return helper.make_tensor(name, fl, [d, n], rng.standard_normal(d * n).astype(np.float32))
+
+    ones = helper.make_node("Constant", [], ["one"], value=helper.make_tensor(
+        "one", TensorProto.INT64, [1], [1]))
+    nodes = [ones,
+             helper.make_node("MatMul", ["inputs_embeds", "wq"], ["q"]),
+             helper.make_node("MatMul", ["inputs_embeds", "wk"], ["k"]),
+             helper.make_node("MatMul", ["inputs_embeds", "wv"], ["v"]),
+             helper.make_node("ReduceSum", ["mask", "one"], ["len"], keepdims=0),
+             helper.make_node("Sub", ["len", "one"], ["len1"]),
+             helper.make_node("Cast", ["len1"], ["seqlens"], to=TensorProto.INT32),
+             helper.make_node("Shape", ["mask"], ["mshape"], start=1, end=2),
+             helper.make_node("Squeeze", ["mshape"], ["tot64"]),
+             helper.make_node("Cast", ["tot64"], ["total"], to=TensorProto.INT32),
+             helper.make_node("GroupQueryAttention", ["q", "k", "v", "past_key_values.0.key", "past_key_values.0.value", "seqlens",
+                                                      "total"],
+                              ["y", "present.0.key", "present.0.value"], domain="com.microsoft", num_heads=nh,
+                              kv_num_heads=kvh, name="gqa")]
+    cache = ["batch", "kv_heads", "past", "head"]
+    graph = helper.make_graph(
+        nodes, "gqa",
+        [helper.make_tensor_value_info("inputs_embeds", fl, ["batch", "seq", d]),
+         helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "total_len"]),
+         helper.make_tensor_value_info("past_key_values.0.key", fl, cache),
+         helper.make_tensor_value_info("past_key_values.0.value", fl, cache)],
+        [helper.make_tensor_value_info("y", fl, ["batch", "seq", nh * head]),
+         helper.make_tensor_value_info("present.0.key", fl, ["batch", "kv_heads", "total_len", "head"]),
+         helper.make_tensor_value_info("present.0.value", fl, ["batch", "kv_heads", "total_len", "head"])],
+        [w("wq", nh * head), w("wk", kvh * head), w("wv", kvh * head)])
+    path = tmp_path / "gqa.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("com.microsoft", 1)]),
+              path)
+    d_ = derived_dims(load_model(path))
+    assert (d_["kv_heads"].value, d_["head"].value) == (kvh, head)
+    assert "key width 16 / 2 kv heads" in d_["head"].source
+    lab = onnx_lab.open(path, dims={"batch": 1, "seq": 3, "past": 4})
+    out = _run(lab, make_feeds(lab))
+    assert out["present.0.key"].shape == (1, kvh, 7, head)
