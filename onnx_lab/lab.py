@@ -615,16 +615,24 @@ class Lab:
 
     def profile_generation(self, **kw: Any):
         """Prefill and decode of a decoder LLM timed in a real greedy generation loop (the
-        KV cache fed back), with the per-operator share of each phase and the memory.
+        KV cache fed back), with the per-operator share of each phase and the memory (its
+        ``predicted_kv_cache_bytes`` from the cost model, :meth:`kv_cache_bytes`).
 
         See :func:`onnx_lab.profile_generation` (prompt, new_tokens, runs, budget_s...).
         Example:
             >>> g = lab.profile_generation(prompt=32, new_tokens=16)
             >>> g.prefill_ms, g.decode_ms_per_token, g.tokens_per_s
         """
+        from onnx_lab.analysis.cost import kv_cache_bytes
         from onnx_lab.profiling.generate import profile_generation
 
-        return profile_generation(self, **kw)
+        g = profile_generation(self, **kw)
+        if len(g.memory):
+            # The cost model's KV cache at the final context (P + N).
+            ctx = int(g.memory.context.iloc[0])
+            g.memory = g.memory.assign(predicted_kv_cache_bytes=kv_cache_bytes(
+                self, ctx, batch=g.batch, dims=kw.get("dims")))
+        return g
 
     def batch_sweep(self, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), **kw: Any):
         """Latency and throughput per batch size, the knee, and the measured process peak

@@ -109,8 +109,9 @@ class GenerationProfile:
         memory: per session: rss_before_bytes, peak_rss_bytes (process peak during session
             creation and the generations), session_peak_bytes (peak - before), weights_bytes
             (the model's initializers), kv_cache_bytes (the present tensors after the last
-            step, measured), predicted_kv_cache_bytes (from the cache's declared shapes at
-            the final context), context (P + N).
+            step, measured), predicted_kv_cache_bytes (from the cache's shapes at the final
+            context; ``Lab.profile_generation`` puts the cost model's figure there), context
+            (P + N).
         session: per session: providers, opt_level, io_binding, load_ms, init_ms, create_ms,
             nodes_run.
         tokens: the ids the last complete generation produced, shape (batch, N + 1) (the

@@ -152,7 +152,9 @@ def test_lab_facade_random_prompt_and_batch(tmp_path, gqa):
                                profile_runs=0, providers="cpu", progress=False)
     assert g.prompt_ids.shape == (2, 5) and g.tokens.shape == (2, 4)
     assert (g.prompt_ids < 64).all()  # below the vocabulary (the logits' last dim)
-    assert g.memory.kv_cache_bytes.iloc[0] == 2 * 8 * (2 * 2 * 2 * 16 * 4)
+    # measured == the cost model's prediction (the façade's) at context 5 + 3
+    assert g.memory.kv_cache_bytes.iloc[0] == 2 * 8 * (2 * 2 * 2 * 16 * 4) \
+        == g.memory.predicted_kv_cache_bytes.iloc[0] == lab.kv_cache_bytes(8, batch=2)
     assert len(g.ops) == 0 and any("profile_runs=0" in n for n in g.notes)
     assert g.stats("decode").tokens_per_s == pytest.approx(2e3 / g.decode_ms_per_token)
     assert onnx_lab.profile_generation is profile_generation
