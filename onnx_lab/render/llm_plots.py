@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from onnx_lab.numerics.llm import LLMComparison
     from onnx_lab.numerics.weight_only import WeightOnlyPlan
 
-__all__ = ["loss_figure", "llm_comparison_plot", "llm_comparison_html", "plan_figure",
+__all__ = ["sqnr_layers_figure", "loss_figure", "llm_comparison_plot", "llm_comparison_html", "plan_figure",
            "int4_plan_plot", "int4_plan_render", "int4_plan_html", "LLM_VIEWS", "PLAN_VIEWS"]
 
 _CAP_DB = 60.0  # exact tensors (infinite SQNR) drawn at the top of the axis
@@ -91,6 +91,38 @@ def loss_figure(losses: pd.DataFrame, positions: pd.DataFrame | None = None, *, 
         ax2.set_yscale("log")
         ax2.set_xlabel("position (red: top-1 differs)")
         ax2.set_ylabel("KL(ref || cand), nats")
+    return fig
+
+
+def sqnr_layers_figure(layers: pd.DataFrame, min_db: float, divergence: dict | None = None):
+    """SQNR (dB) per compared tensor along topological depth, the rule's threshold dashed, the
+    first divergence marked: the view of a comparison judged by an SQNR preset (int8, int4),
+    where every tensor moves and max_abs against an atol says nothing."""
+    fig = _figure(figsize=(8, 3.4))
+    ax = fig.add_subplot()
+    if not len(layers):
+        ax.text(0.5, 0.5, "no layers compared", ha="center", va="center")
+        return fig
+    y = [min(float(v), _CAP_DB) for v in layers["sqnr_db"].astype(float)]
+    ok = layers["passed"].astype(bool).tolist()
+    xs = range(len(y))
+    ax.plot(list(xs), y, color="#999", lw=0.8, zorder=1)
+    ax.scatter([x for x, o in zip(xs, ok) if o], [v for v, o in zip(y, ok) if o], s=10,
+               color="#4c78a8", label="within tolerance", zorder=2)
+    ax.scatter([x for x, o in zip(xs, ok) if not o], [v for v, o in zip(y, ok) if not o], s=14,
+               color="#e45756", label="out of tolerance", zorder=3)
+    ax.axhline(min_db, color="#54a24b", ls="--", lw=1, label=f"intermediates >= {min_db:g} dB")
+    if divergence is not None:
+        hit = [i for i, t in enumerate(layers["tensor"]) if t == divergence["tensor"]]
+        if hit:
+            ax.axvline(hit[0], color="#e45756", lw=1, alpha=0.6)
+            right = hit[0] > 0.6 * max(1, len(y) - 1)  # label on the side with room
+            ax.annotate(f"first divergence\n{divergence['node_id']}", (hit[0], y[hit[0]]),
+                        xytext=(-6 if right else 6, 6), textcoords="offset points",
+                        ha="right" if right else "left", fontsize=8, color="#b00")
+    ax.set_xlabel("layer (topological order)")
+    ax.set_ylabel(f"SQNR (dB; exact at {_CAP_DB:g})")
+    ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.01), ncol=3, frameon=False)
     return fig
 
 

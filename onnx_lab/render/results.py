@@ -44,7 +44,14 @@ __all__ = ["comparison_plot", "comparison_hist", "comparison_scatter", "comparis
 
 # ---------------------------------------------------------------------------- Comparison
 def comparison_plot(c: Comparison):
-    """Error per layer along depth (log scale), tolerance line, divergence marked."""
+    """Error per layer along depth (log scale), tolerance line, divergence marked; SQNR per
+    layer against the rule's threshold under an SQNR preset (int8, int4)."""
+    from onnx_lab.numerics.metrics import PRESETS
+    from onnx_lab.render.llm_plots import sqnr_layers_figure
+
+    rule = PRESETS[c.preset].intermediates if c.preset in PRESETS else None
+    if rule is not None and rule.kind == "sqnr":
+        return sqnr_layers_figure(c.layers, rule.min_sqnr_db, c.first_divergence)
     return layer_error_figure(c.layers, c.atol, c.first_divergence)
 
 

@@ -253,3 +253,17 @@ def test_genai_builder_fp32_vs_int4(genai_model):
     assert c.comparison is not None and c.comparison.passed
     assert c.comparison.layers["passed"].all()
     assert c.losses["quantized"].sum() >= 20
+
+
+def test_comparison_plot_under_the_int4_preset(planted):
+    """compare(fp32, int4).plot() shows SQNR per layer against the int4 rule, not max_abs
+    against an atol."""
+    from onnx_lab.numerics.llm import prefill_feeds
+
+    ref, cand = planted
+    feeds = prefill_feeds(onnx_lab.open(ref).model, list(range(3, 20)))
+    c = onnx_lab.compare(ref, cand, feeds=feeds, progress=False)
+    assert c.first_divergence["node_id"] in PLANTED
+    ax = c.plot().axes[0]
+    assert ax.get_ylabel().startswith("SQNR") and "intermediates >= 6 dB" in [
+        t.get_text() for t in ax.get_legend().get_texts()]
