@@ -28,8 +28,10 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 # Public functions defined in modules that import heavy dependencies: loaded on first access.
 _LAZY: dict[str, str] = {
     "compare": "onnx_lab.numerics.compare",
+    "compare_llm": "onnx_lab.numerics.llm",
     "diff": "onnx_lab.numerics.diff",
     "profile": "onnx_lab.profiling.run",
+    "profile_generation": "onnx_lab.profiling.generate",
 }
 
 __all__ = ["open", "Lab", "LabError", "errors", "samples", "merge", "repro", "to_fp16",

@@ -23,6 +23,7 @@ __all__ = [
     "WriteError",
     "ExtractError",
     "RuntimeLoadError",
+    "CacheError",
     "ProviderError",
     "RenderError",
     "close_matches",
@@ -68,6 +69,11 @@ class DimError(LabError):
 
 class InputError(LabError):
     """Feeds or parameters passed by the user do not fit the model or the function."""
+
+
+class CacheError(InputError):
+    """A decoder's KV-cache inputs and outputs cannot be paired (``past_key_values.*`` with
+    ``present.*``), or a generation does not fit the model (a prompt longer than its context)."""
 
 
 class PassError(LabError):

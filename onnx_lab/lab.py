@@ -406,7 +406,10 @@ class Lab:
 
         Keywords as :func:`onnx_lab.numerics.precision.find_precision` (metric, tolerance,
         atol, rtol, calibration, recheck, max_trials, progress, should_stop). See
-        :func:`onnx_lab.steps.find_precision`.
+        :func:`onnx_lab.steps.find_precision`. ``target="int4"`` (a decoder LLM):
+        weight-only MatMulNBits and the MatMuls to keep in 8 bits or float, with the keywords
+        of :func:`onnx_lab.numerics.weight_only.find_weight_only` (min_top1, max_kl,
+        block_size, accuracy_level, keep, tokens...).
 
         Example:
             >>> plan = lab.find_precision("fp16", atol=1e-3, rtol=1e-2)
@@ -585,6 +588,27 @@ class Lab:
 
         return cost(self, dims=dims, shapes=shapes)
 
+    def generation_cost(self, prompt: int, context: int | None = None, *, batch: int = 1):
+        """A KV-cache decoder's static cost: a prefill of ``prompt`` tokens and one decode step
+        at ``context``, with the KV cache's bytes.
+
+        See :func:`onnx_lab.analysis.cost.generation_cost`. Example:
+            >>> lab.generation_cost(prompt=32, context=128).table()
+        """
+        from onnx_lab.analysis.cost import generation_cost
+
+        return generation_cost(self, prompt, context, batch=batch)
+
+    def kv_cache_bytes(self, context: int, *, batch: int = 1) -> int:
+        """Bytes of the decoder's KV cache holding ``context`` tokens (all layers, K and V).
+
+        See :func:`onnx_lab.analysis.cost.kv_cache_bytes`. Example:
+            >>> lab.kv_cache_bytes(4096)
+        """
+        from onnx_lab.analysis.cost import kv_cache_bytes
+
+        return kv_cache_bytes(self, context, batch=batch)
+
     def check(self, **kw: Any) -> pd.DataFrame:
         """Compatibility findings (severity, code, node_id, message, fix).
 
@@ -608,6 +632,27 @@ class Lab:
         if len(p.memory):
             p.memory = p.memory.assign(predicted_activation_bytes=peak)
         return p
+
+    def profile_generation(self, **kw: Any):
+        """Prefill and decode of a decoder LLM timed in a real greedy generation loop (the
+        KV cache fed back), with the per-operator share of each phase and the memory (its
+        ``predicted_kv_cache_bytes`` from the cost model, :meth:`kv_cache_bytes`).
+
+        See :func:`onnx_lab.profile_generation` (prompt, new_tokens, runs, budget_s...).
+        Example:
+            >>> g = lab.profile_generation(prompt=32, new_tokens=16)
+            >>> g.prefill_ms, g.decode_ms_per_token, g.tokens_per_s
+        """
+        from onnx_lab.analysis.cost import kv_cache_bytes
+        from onnx_lab.profiling.generate import profile_generation
+
+        g = profile_generation(self, **kw)
+        if len(g.memory):
+            # The cost model's KV cache at the final context (P + N).
+            ctx = int(g.memory.context.iloc[0])
+            g.memory = g.memory.assign(predicted_kv_cache_bytes=kv_cache_bytes(
+                self, ctx, batch=g.batch, dims=kw.get("dims")))
+        return g
 
     def batch_sweep(self, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), **kw: Any):
         """Latency and throughput per batch size, the knee, and the measured process peak

@@ -177,6 +177,19 @@ def extract(history: History, inputs: Sequence[str] | None = None,
                    f"{len(outs)} outputs)", source_path=history.source_path)
 
 
+def _generation_speed(model: Any, prompt: list, new_tokens: int, providers: list,
+                      dims: Mapping[str, int]):
+    """A weight-only trial's decode speed by the generation profiler (2 timed generations
+    after a warm-up, no ORT trace)."""
+    from onnx_lab.numerics.weight_only import Speed
+    from onnx_lab.profiling.generate import profile_generation
+
+    g = profile_generation(model, prompt=prompt, new_tokens=new_tokens, runs=2, warmup=1,
+                           profile_runs=0, providers=providers, dims=dict(dims),
+                           progress=False)
+    return Speed(float(g.tokens_per_s), float(g.decode_ms_per_token))
+
+
 def find_precision(history: History, target: str = "fp16", feeds: Any = None,
                    verify: bool | Mapping[str, Any] = True, **kw: Any):
     """Search which nodes to keep in higher precision and push the converted model as a step.
@@ -192,6 +205,10 @@ def find_precision(history: History, target: str = "fp16", feeds: Any = None,
     """
     from onnx_lab.numerics.precision import find_precision as search
 
+    if target == "int4":  # weight-only (MatMulNBits) plans take LLM keywords (min_top1...)
+        from onnx_lab.numerics.weight_only import find_weight_only as search
+
+        kw.setdefault("speed", _generation_speed)
     opts = verify_options(verify)
     with _cyclic_gc_paused():
         before, dims, shapes = history.model, dict(history.dims), dict(history.shapes)
@@ -211,7 +228,7 @@ def find_precision(history: History, target: str = "fp16", feeds: Any = None,
             opts.setdefault("feeds", plan.feeds)
             opts.setdefault("intermediates", False)
             opts.setdefault("preset", target)
-            if plan.tolerance.metric == "elementwise":
+            if getattr(plan.tolerance, "metric", None) == "elementwise":
                 opts.setdefault("atol", plan.tolerance.atol)
                 opts.setdefault("rtol", plan.tolerance.rtol)
             t0 = time.perf_counter()

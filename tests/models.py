@@ -27,6 +27,8 @@ torch exporters, which write into a folder and return the path (call
 - :func:`torchscript_export`, :func:`dynamo_export`: tiny torch models exported for real
   (dynamo: weights saved as external data, value_info present).
 - :func:`save_external`: save a ModelProto with its tensors in one external data file.
+- :func:`genai_build`: a random-weight tiny Llama built by onnxruntime-genai's model builder
+  (fp32 or int4), as deployed decoder LLMs are (``genai_model`` fixture in conftest).
 """
 
 from __future__ import annotations
@@ -427,3 +429,47 @@ def dynamo_export(folder: str | Path) -> Path:
                                     input_names=["x"], output_names=["y"], verbose=False)
     program.save(str(path), external_data=True)
     return path
+
+
+# --------------------------------------------------------------------------- LLM builders
+def genai_build(folder: str | Path, precision: str = "fp32") -> Path:
+    """Build a random-weight tiny Llama (4 layers, hidden 64, 4 heads, 2 KV heads, vocab 512,
+    context 256) with onnxruntime-genai's model builder (``-p fp32|int4 -e cpu``) from a local
+    folder (config, safetensors and a locally trained tokenizer: nothing from a hub). Returns
+    the ``model.onnx`` path; ``genai_config.json`` lies beside it. Needs ``onnxruntime_genai``,
+    ``transformers`` and ``torch`` (call ``pytest.importorskip`` first). The builder runs in a
+    subprocess (it imports torch and transformers)."""
+    import subprocess
+    import sys
+
+    folder = Path(folder)
+    hf = folder / "hf_tiny_llama"
+    if not (hf / "config.json").exists():
+        subprocess.run([sys.executable, "-c", _HF_TINY_LLAMA, str(hf)], check=True,
+                       capture_output=True)
+    out = folder / f"genai_{precision}"
+    if not (out / "model.onnx").exists():
+        subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
+                        "-o", str(out), "-p", precision, "-e", "cpu", "-c",
+                        str(folder / "genai_cache")], check=True, capture_output=True)
+    return out / "model.onnx"
+
+
+_HF_TINY_LLAMA = """
+import sys, torch, transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+torch.manual_seed(0)
+cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128,
+    num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+    max_position_embeddings=256, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+transformers.LlamaForCausalLM(cfg).eval().save_pretrained(sys.argv[1])
+tok = Tokenizer(models.BPE(unk_token="<unk>"))
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+text = [f"the quick brown fox {i} jumps over the lazy dog {i * 7 % 13}" for i in range(500)]
+tok.train_from_iterator(text, trainers.BpeTrainer(
+    vocab_size=512, special_tokens=["<unk>", "<s>", "</s>"],
+    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                     unk_token="<unk>").save_pretrained(sys.argv[1])
+"""

@@ -29,6 +29,7 @@ from onnx_lab.runtime.session import (
     default_providers,
     fallback_chain,
     ort_max_opsets,
+    ort_registered_ops,
     ort_version,
 )
 
@@ -77,7 +78,9 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
         findings), message, fix), errors first. Codes: checker, value_dependent_shape,
         custom_domain, opset_unsupported, provider_load, dynamic_dim, initializer_input,
         external_data, external_data_missing, low_precision, proto_size,
-        model_local_function, runtime_constants.
+        model_local_function, runtime_constants, onnxruntime_op (a default-domain op ONNX
+        does not define and onnxruntime registers: a warning, onnxruntime only),
+        stale_value_info (an intermediate's declared shape differs from the inferred one).
 
     Example:
         >>> check("sample:convnet").code.tolist()
@@ -127,21 +130,110 @@ def _checker(lm: LabModel) -> list[dict]:
                              f"onnx.checker: initializer {missing[0]!r} is not a graph input "
                              f"(required before IR version 4; {len(missing)} such).",
                              "List the initializers as graph inputs, or raise ir_version."))
+    checked = _ort_ops_set_aside(proto, lm)
+    stale: list[str] = []
+    for _ in range(_STALE_RETRIES):
+        try:
+            onnx.checker.check_model(checked, full_check=True)
+        except onnx.checker.ValidationError as e:
+            text = str(e).strip()
+            first = text.splitlines()[0] if text else "validation failed"
+            m2 = re.search(r"node (?:name|with name)[:\s]+'?([^'\s)]+)", text)
+            return rows + _stale_rows(stale) + [_row(
+                "error", "checker", m2.group(1) if m2 else None, f"onnx.checker: {first[:500]}",
+                "Fix the node or attribute named; lab.nodes shows the graph.")]
+        except onnx.shape_inference.InferenceError as e:
+            text = str(e).strip().splitlines()[0] if str(e).strip() else "shape inference failed"
+            node = _inference_node(text)
+            dropped = _drop_stale_value_info(checked, node) if "existing shape" in text else []
+            if dropped:
+                stale += dropped
+                continue
+            return rows + _stale_rows(stale) + [_row(
+                "error", "checker", node, f"onnx.checker (strict shape inference): {text[:500]}",
+                "Make the shapes consistent (lab.tensors shows the inferred ones).")]
+        break
+    return rows + _stale_rows(stale)
+
+
+# A stale declared shape of an intermediate tensor is dropped from the checker's copy and the
+# check runs again, this many times at most (each finds the next one).
+_STALE_RETRIES = 20
+
+
+def _drop_stale_value_info(proto, node_name: str | None) -> list[str]:
+    """Remove (from the checker's copy) the value_info of ``node_name``'s outputs when they
+    are intermediate tensors; their names. onnxruntime does not hold a model to a declared
+    intermediate shape (it keeps the inferred one), so such a mismatch is a warning."""
+    if not node_name:
+        return []
+    node = next((n for n in proto.graph.node if n.name == node_name), None)
+    if node is None:
+        return []
+    outputs = {o.name for o in proto.graph.output}
+    names = [o for o in node.output if o and o not in outputs]
+    keep = [v for v in proto.graph.value_info if v.name not in names]
+    if len(keep) == len(proto.graph.value_info):
+        return []
+    del proto.graph.value_info[:]
+    proto.graph.value_info.extend(keep)
+    return names
+
+
+def _stale_rows(names: list[str]) -> list[dict]:
+    if not names:
+        return []
+    shown = ", ".join(repr(n) for n in names[:5]) + (" ..." if len(names) > 5 else "")
+    return [_row("warning", "stale_value_info", None,
+                 f"The declared shape (value_info) of {len(names)} intermediate tensor(s) "
+                 f"differs from the inferred one: {shown}. onnxruntime keeps the inferred "
+                 "shape and runs the model; tools that trust value_info may not.",
+                 "Re-export, or drop the stale value_info (lab.tensors shows the inferred "
+                 "shapes).")]
+
+
+# The domain the checker's copy of the model puts onnxruntime's default-domain ops in: ONNX
+# has no schema for them (the checker would stop at the first), onnxruntime runs them.
+_SET_ASIDE = "onnx_lab.onnxruntime_registered"
+
+
+def _ort_only_ops(lm: LabModel) -> dict[str, list[str]]:
+    """{op: node ids} of default-domain ops ONNX does not define and onnxruntime registers
+    (``SimplifiedLayerNormalization``, which onnxruntime-genai's builder writes)."""
+    import onnx
+
     try:
-        onnx.checker.check_model(proto, full_check=True)
-    except onnx.checker.ValidationError as e:
-        text = str(e).strip()
-        first = text.splitlines()[0] if text else "validation failed"
-        m2 = re.search(r"node (?:name|with name)[:\s]+'?([^'\s)]+)", text)
-        return rows + [_row("error", "checker", m2.group(1) if m2 else None,
-                            f"onnx.checker: {first[:500]}",
-                            "Fix the node or attribute named; lab.nodes shows the graph.")]
-    except onnx.shape_inference.InferenceError as e:
-        text = str(e).strip().splitlines()[0] if str(e).strip() else "shape inference failed"
-        return rows + [_row("error", "checker", _inference_node(text),
-                            f"onnx.checker (strict shape inference): {text[:500]}",
-                            "Make the shapes consistent (lab.tensors shows the inferred ones).")]
-    return rows
+        registered = ort_registered_ops()
+    except (ImportError, AttributeError) as e:  # an unusual onnxruntime build
+        logger.info("cannot read onnxruntime's op schemas: %s", e)
+        return {}
+    out: dict[str, list[str]] = defaultdict(list)
+    for nid, e in lm.index.entries.items():
+        n = e.node
+        if n.domain in ("", "ai.onnx") and ("", n.op_type) in registered \
+                and not onnx.defs.has(n.op_type, ""):
+            out[n.op_type].append(nid)
+    return dict(out)
+
+
+def _ort_ops_set_aside(proto, lm: LabModel):
+    """``proto`` (not modified) with onnxruntime's own default-domain ops moved to a domain of
+    their own, so the checker checks everything else instead of stopping at them."""
+    import onnx
+
+    ops = set(_ort_only_ops(lm))
+    if not ops:
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    from onnx_lab.core._proto import graph_protos
+
+    for g in graph_protos(copy.graph):
+        for n in g.node:
+            if n.domain in ("", "ai.onnx") and n.op_type in ops:
+                n.domain = _SET_ASIDE
+    copy.opset_import.add(domain=_SET_ASIDE, version=1)
+    return copy
 
 
 def _weights(lm: LabModel):
@@ -267,12 +359,23 @@ def _value_shapes(lm: LabModel, dims: dict, shapes: dict) -> list[dict]:
 
 def _domains(lm: LabModel) -> list[dict]:
     funcs = {(f.domain, f.name) for f in lm.ir.functions.values()}
+    rows = []
+    for op, ids in _ort_only_ops(lm).items():
+        count = f" ({len(ids)} nodes)" if len(ids) > 1 else ""
+        rows.append(_row("warning", "onnxruntime_op", ids[0],
+                         f"{op} is not an ONNX op; onnxruntime registers it in the default "
+                         f"domain{count}: onnxruntime only.",
+                         "Keep onnxruntime as the runtime; for another one, re-export with "
+                         "standard ops (e.g. RMSNorm as Pow/ReduceMean/Sqrt/Div/Mul)."))
+    try:
+        registered = ort_registered_ops()
+    except (ImportError, AttributeError):
+        registered = {}
     seen: dict[tuple[str, str], list[str]] = defaultdict(list)
     for nid, e in lm.index.entries.items():
         n = e.node
         if n.domain not in _STANDARD_DOMAINS:
             seen[(n.domain, n.op_type)].append(nid)
-    rows = []
     for (domain, op), ids in seen.items():
         count = f" ({len(ids)} nodes)" if len(ids) > 1 else ""
         if (domain, op) in funcs:
@@ -280,12 +383,19 @@ def _domains(lm: LabModel) -> list[dict]:
                              f"{domain}::{op} is a function defined in the model{count}.",
                              "Runtimes inline it; nothing to do unless a tool rejects "
                              "functions (onnx.inliner.inline_local_functions)."))
-        elif domain.startswith("com.microsoft"):
+        elif domain.startswith("com.microsoft") and (not registered
+                                                     or (domain, op) in registered):
             rows.append(_row("warning", "custom_domain", ids[0],
-                             f"{domain}::{op} is an onnxruntime contrib op{count}: other "
-                             "runtimes cannot run it.",
+                             f"{domain}::{op} is an onnxruntime contrib op{count}: onnxruntime "
+                             "only (other runtimes cannot run it).",
                              "Keep onnxruntime as the runtime, or export without ORT fusions "
                              "(opt_level='basic' or the original export)."))
+        elif domain.startswith("com.microsoft"):
+            rows.append(_row("warning", "custom_domain", ids[0],
+                             f"{domain}::{op}{count} is in onnxruntime's domain, but onnxruntime "
+                             f"{ort_version()} registers no such op.",
+                             "Check the op name, or use the onnxruntime version (or build) the "
+                             "model was made for."))
         else:
             rows.append(_row("warning", "custom_domain", ids[0],
                              f"{domain}::{op} is a custom op{count}: it needs a custom op "
@@ -318,12 +428,29 @@ def _opsets(lm: LabModel) -> list[dict]:
 
 
 def _dynamic(lm: LabModel) -> list[dict]:
+    from onnx_lab.core.derived import derived_dims, length_sums
     from onnx_lab.core.shapes import dynamic_dims
 
+    derived = derived_dims(lm)
+    sums = length_sums(lm)
     rows = []
     for dim, inputs in dynamic_dims(lm).items():
         name = "unnamed dims" if dim == "?" else f"dim {dim!r}"
         example = f"{{'{dim}': 1}}" if dim != "?" else "{...}"
+        if dim in derived:
+            d = derived[dim]
+            rows.append(_row("info", "dynamic_dim", None,
+                             f"Dynamic {name} in input(s) {', '.join(inputs)}: the model "
+                             f"determines it ({d.value}, {d.source}).",
+                             f"Nothing to pass (it is filled in); static-shape runtimes need "
+                             f"lab.fix_dims({{'{dim}': {d.value}}})."))
+            continue
+        if dim in sums:
+            rows.append(_row("info", "dynamic_dim", None,
+                             f"Dynamic {name} in input(s) {', '.join(inputs)}: {sums[dim]}, "
+                             "filled in once those are given.",
+                             "Pass the past and new lengths (0 past tokens for a prefill)."))
+            continue
         rows.append(_row("info", "dynamic_dim", None,
                          f"Dynamic {name} in input(s) {', '.join(inputs)}.",
                          f"Pass dims={example} / shapes= to analyse and run it; static-shape "
@@ -461,7 +588,12 @@ def _inference_node(text: str) -> str | None:
     name full of ``Node (``)."""
     i = text.find("Node (")
     j = text.find(")", i + 6) if i >= 0 else -1
-    return text[i + 6:j] if j >= 0 else None
+    if j >= 0:
+        return text[i + 6:j]
+    # "(op_type:Constant, node name: /model/constants/[1]): ..." (a name may hold brackets)
+    i = text.find("node name: ")
+    j = text.find("): ", i + 11) if i >= 0 else -1
+    return text[i + 11:j] if j >= 0 else None
 
 
 def _unregistered_op(text: str) -> tuple[str, str, str] | None:

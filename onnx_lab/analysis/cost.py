@@ -28,14 +28,17 @@ import onnx_ir as ir
 
 from onnx_lab import _display
 from onnx_lab._pandas import pd
+from onnx_lab.core.derived import with_derived
+from onnx_lab.core.llm import decoder_io, max_context, require_decoder_io
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import TensorInfo
 from onnx_lab.core.source import resolve
 from onnx_lab.core.units import itemsize
 from onnx_lab.core.values import constant_tensor, is_constant
-from onnx_lab.errors import InputError
+from onnx_lab.errors import CacheError, InputError
 
-__all__ = ["cost", "Cost", "Roofline", "NODE_COLUMNS", "itemsize"]
+__all__ = ["cost", "Cost", "Roofline", "NODE_COLUMNS", "itemsize", "kv_cache_bytes",
+           "generation_cost", "GenerationCost", "PHASE_COLUMNS"]
 
 NODE_COLUMNS = ["node_id", "graph", "op_type", "domain", "calls", "flops", "macs", "params",
                 "param_bytes", "input_bytes", "output_bytes", "intensity", "known", "note"]
@@ -190,7 +193,8 @@ def _matmul(c: _Ctx):
         if a is None or n is None or k is None:
             return None
         macs = _numel(a) // a[-1] * n * k
-        return 2.0 * macs, float(macs)
+        # + dequantization: one multiply (by the block's scale) per weight and run
+        return 2.0 * macs + float(n * k), float(macs)
     if c.node.op_type == "FusedMatMul" and (c.attr("transA", 0) or c.attr("transB", 0)):
         # op(A)·op(B) with the last two dims of A and/or B swapped.
         a = a[:-2] + (a[-1], a[-2]) if a is not None and len(a) > 1 and c.attr("transA", 0) \
@@ -262,39 +266,96 @@ def _attention(c: _Ctx):
         sizes = c.attr("qkv_hidden_sizes")
         hq, hk, hv = (list(sizes) if sizes else [w[1] // 3] * 3)
         proj = b * s * din * w[1]
-        flops, macs = _attention_core(b, nh, s, s, hq // nh, hv // nh)
+        past = c.ins[4] if len(c.ins) > 4 else None  # [2, B, heads, past, head_size]
+        total = s + (past[3] if past is not None and len(past) == 5 else 0)
+        flops, macs = _attention_core(b, nh, s, total, hq // nh, hv // nh)
         return flops + 2.0 * proj + b * s * w[1], macs + proj
     q = c.ins[0]
     k = c.ins[1] if len(c.ins) > 1 else None
     v = c.ins[2] if len(c.ins) > 2 else None
     if not c.need(q, k, v):
         return None
+    past = c.ins[4] if len(c.ins) > 4 else None  # past_key [B, kv_heads, past, head]
+    extra = past[-2] if past is not None and len(past) == 4 else 0
     if len(q) == 4 and len(k) == 4 and len(v) == 4:
-        return _attention_core(q[0], q[1], q[2], k[2], q[3], v[3])
+        return _attention_core(q[0], q[1], q[2], k[2] + extra, q[3], v[3])
     if len(q) == 3 and len(k) == 3 and len(v) == 3:
         qh, kvh = c.attr("q_num_heads", 0), c.attr("kv_num_heads", 0)
         if not qh or not kvh:
             return None
-        return _attention_core(q[0], qh, q[1], k[1], q[2] // qh, v[2] // kvh)
+        return _attention_core(q[0], qh, q[1], k[1] + extra, q[2] // qh, v[2] // kvh)
     return None
 
 
-@_register("MultiHeadAttention", "GroupQueryAttention")
+@_register("MultiHeadAttention")
 def _mha(c: _Ctx):
+    """query [B, S, D] (or packed [B, S, heads, 3, H]); key/value [B, L, D] new tokens, or
+    [B, heads, L, H] already projected (cross-attention); past_key (input 6) [B, heads, P, H]
+    adds P cached keys to every query's context."""
     q = c.ins[0]
     k = c.ins[1] if len(c.ins) > 1 else None
     v = c.ins[2] if len(c.ins) > 2 else None
     nh = c.attr("num_heads")
     if q is None or not nh:
         return None
+    past = c.ins[6] if len(c.ins) > 6 else None
+    cached = past[2] if past is not None and len(past) == 4 else 0
     if len(q) == 3 and k is not None and len(k) == 3:
         hv = v[2] if v is not None and len(v) == 3 else q[2]
-        return _attention_core(q[0], nh, q[1], k[1], q[2] // nh, hv // nh)
+        return _attention_core(q[0], nh, q[1], k[1] + cached, q[2] // nh, hv // nh)
     if len(q) == 3 and k is not None and len(k) == 4:  # key [B, heads, L, head_size]
         return _attention_core(q[0], nh, q[1], k[2], q[2] // nh, k[3])
     if len(q) == 5:  # packed QKV [B, S, heads, 3, head_size]
-        return _attention_core(q[0], nh, q[1], q[1], q[4], q[4])
+        return _attention_core(q[0], nh, q[1], q[1] + cached, q[4], q[4])
     return None
+
+
+@_register("GroupQueryAttention")
+def _gqa(c: _Ctx):
+    """GroupQueryAttention of a decoder step: S new tokens attend to the P cached ones and
+    themselves (a window of ``local_window_size`` at most), every query head against its
+    shared KV head. The query is [B, S, num_heads·H], or Q, K and V packed in one
+    [B, S, (num_heads + 2·kv_num_heads)·H] (genai's layout); ``do_rotary`` adds the rotary
+    embedding of Q and K. The cache read is in input_bytes (past_key/past_value, inputs 3-4)."""
+    q = c.ins[0]
+    nh, kvh = c.attr("num_heads"), c.attr("kv_num_heads")
+    if q is None or len(q) != 3 or not nh or not kvh:
+        return None
+    b, s, width = q
+    packed = len(c.node.inputs) < 2 or c.node.inputs[1] is None
+    head = width // (nh + 2 * kvh) if packed else width // nh
+    past = c.ins[3] if len(c.ins) > 3 else None
+    present = c.outs[1] if len(c.outs) > 1 else None
+    if present is not None and len(present) == 4:
+        total = present[2]
+    else:
+        total = s + (past[2] if past is not None and len(past) == 4 else 0)
+    window = c.attr("local_window_size", -1)
+    keys = min(total, int(window)) if window and window > 0 else total
+    flops, macs = _attention_core(b, nh, s, keys, head, head)
+    if c.attr("do_rotary", 0):
+        flops += _ROTARY_FLOPS * b * s * (nh + kvh) * head
+    return flops, macs
+
+
+# Rotary embedding per rotated element: x·cos + rotate(x)·sin (two multiplies and an add).
+_ROTARY_FLOPS = 3.0
+
+
+@_register("RotaryEmbedding")
+def _rotary(c: _Ctx):
+    """com.microsoft and ONNX (opset 23) RotaryEmbedding: input [B, S, D] or [B, heads, S, H];
+    the first ``rotary_embedding_dim`` of each head (all of it by default) are rotated."""
+    x = c.ins[0]
+    if x is None:
+        return None
+    cos = c.ins[2] if c.node.domain == "com.microsoft" and len(c.ins) > 2 else \
+        (c.ins[1] if len(c.ins) > 1 else None)
+    rot = c.attr("rotary_embedding_dim", 0) or (2 * cos[-1] if cos else 0)
+    heads = c.attr("num_heads", 0)
+    head = x[-1] if len(x) == 4 else (x[-1] // heads if heads else rot or x[-1])
+    share = min(1.0, rot / head) if rot and head else 1.0
+    return _ROTARY_FLOPS * _numel(x) * share, 0.0
 
 
 def _rnn(gates: int, elementwise: float):
@@ -436,12 +497,18 @@ class Cost:
         total: flops, macs, params, param_bytes (unique weights), activation_bytes (all node
             outputs), peak_activation_bytes, peak_node, nodes, unknown_nodes, unknown_ops.
         notes: caveats (unknown sizes, trip counts used or unknown, If branches).
+        kv_cache: for a decoder with a KV cache (``past_key_values.*`` in, ``present.*``
+            out), the cache this run returns: context (tokens it holds: past + new), bytes
+            (all layers' keys and values), bytes_per_token, layers; None for other models.
+            ``total["kv_cache_bytes"]`` repeats its bytes. :func:`kv_cache_bytes` gives it for
+            any context.
     """
 
     nodes: pd.DataFrame
     memory: pd.DataFrame
     total: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    kv_cache: dict[str, Any] | None = None
 
     def by_op(self) -> pd.DataFrame:
         """Per op type: count, flops, macs, params, share of flops."""
@@ -631,16 +698,19 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
                 note = ("shapes unknown" if known_op else
                         f"no cost formula for {node.domain + '::' if node.domain else ''}{op}")
         params = pbytes = ibytes = obytes = 0.0
-        for v, s in zip(node.inputs, c.ins):
+        for i, (v, s) in enumerate(zip(node.inputs, c.ins)):
             if v is None or s is None:
                 continue
             size = itemsize(types[v.name].dtype if v.name in types else None) or 0
             n = _prod(s)
             ibytes += n * size
             if is_constant(v, stored=True):
-                params += n
+                weights = _weights_held(node, i, n)
+                params += weights
                 pbytes += n * size
-                param_seen[v.name] = (n, n * size)
+                param_seen[v.name] = (weights, n * size)
+        if op == "MatMulNBits" and res is not None:
+            note = _nbits_note(c, pbytes)
         for v, s in zip(node.outputs, c.outs):
             if v is not None and s is not None:
                 obytes += _prod(s) * (itemsize(types[v.name].dtype if v.name in types
@@ -664,6 +734,7 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
     if len(unknown):
         notes.append(f"{len(unknown)} nodes have unknown cost (NaN): "
                      + ", ".join(sorted(set(unknown.op_type))[:10]))
+    kv = _kv_cache_of_run(lm, types, notes)
     total = {
         "flops": float(nodes.flops.sum()), "macs": float(nodes.macs.sum()),
         "params": int(sum(n for n, _ in param_seen.values())),
@@ -672,8 +743,220 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
         "peak_activation_bytes": int(peak), "peak_node": peak_node,
         "nodes": len(nodes), "unknown_nodes": int(len(unknown)),
         "unknown_ops": sorted(set(unknown.op_type)),
+        "kv_cache_bytes": kv["bytes"] if kv else None,
     }
-    return Cost(nodes=nodes, memory=memory, total=total, notes=notes)
+    return Cost(nodes=nodes, memory=memory, total=total, notes=notes, kv_cache=kv)
+
+
+def _kv_cache_of_run(lm: LabModel, types: dict[str, TensorInfo], notes: list[str]
+                     ) -> dict[str, Any] | None:
+    """The present.* outputs of a decoder's run: context, bytes, bytes per token, layers."""
+    try:
+        io = decoder_io(lm)
+    except CacheError as e:
+        notes.append(f"KV cache not sized: {e.problem}")
+        return None
+    if io is None:
+        return None
+    total, context = 0, None
+    for slot in io.cache:
+        info = types.get(slot.present)
+        size = itemsize(info.dtype) if info is not None else None
+        if info is None or info.dynamic or size is None:
+            notes.append(f"KV cache not sized: the shape of {slot.present!r} is unknown")
+            return None
+        total += _prod(info.shape) * size
+        if slot.past_axis is not None:
+            context = info.shape[slot.past_axis]
+    return {"context": context, "bytes": int(total),
+            "bytes_per_token": total / context if context else None, "layers": io.num_layers}
+
+
+def kv_cache_bytes(model: Any, context: int, *, batch: int = 1,
+                   dims: Mapping[str, int] | None = None) -> int:
+    """Bytes of a decoder's whole KV cache (every layer's keys and values) holding
+    ``context`` tokens per sequence, in the cache's own dtype.
+
+    Heads and head size come from the model's declared cache shape, the dims it determines
+    (``kv_cache_dim``: :mod:`onnx_lab.core.derived`) or ``dims``.
+
+    Args:
+        model: a Lab, LabModel or anything ``onnx_lab.open`` takes.
+        context: tokens in the cache (past + new), ``>= 0``.
+        batch: sequences.
+        dims: sizes of other symbolic cache dims.
+
+    Raises:
+        CacheError: the model has no KV cache, or its caches cannot be paired.
+        DimError: a cache dim has no size.
+
+    Example:
+        >>> kv_cache_bytes("sample:tiny_llm", 128)  # 2 layers x K,V x 2 heads x 128 x 16 x 4 B
+        65536
+    """
+    from onnx_lab.errors import DimError
+
+    for name, v in (("context", context), ("batch", batch)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+            raise InputError(f"{name} must be an int >= 0, got {v!r}.",
+                             fix=f"Pass {name}=1 or another count of tokens/sequences.")
+    lm, given, _ = resolve(model, dims)
+    io = require_decoder_io(lm)
+    sizes = with_derived(lm, given)
+    total = 0
+    for slot in io.cache:
+        if slot.shape is None:
+            raise DimError(f"Cache input {slot.past!r} declares no shape.",
+                           fix="Give it one (lab.set_input_shape) to size the cache.")
+        n = 1
+        for axis, d in enumerate(slot.shape):
+            if axis == slot.past_axis:
+                n *= int(context)
+            elif isinstance(d, int):
+                n *= d
+            elif d == io.batch_dim:
+                n *= int(batch)
+            elif isinstance(d, str) and d in sizes:
+                n *= int(sizes[d])
+            else:
+                raise DimError(f"Cache input {slot.past!r} {list(slot.shape)}: dim {axis} "
+                               f"({d!r}) has no size.", fix=f"Pass dims={{{d!r}: ...}}.")
+        total += n * (itemsize(slot.dtype) or 4)
+    return int(total)
+
+
+PHASE_COLUMNS = ["phase", "batch", "new_tokens", "context", "flops", "macs", "flops_per_token",
+                 "param_bytes", "activation_bytes", "kv_cache_bytes", "bytes_moved",
+                 "intensity", "unknown_nodes"]
+
+
+@dataclass
+class GenerationCost:
+    """Result of :func:`generation_cost`: the static cost of a prefill and of one decode step.
+
+    Attributes:
+        prefill: the :class:`Cost` of the prompt's run (``prompt`` new tokens, empty cache).
+        decode: the :class:`Cost` of one decode step at ``context`` (one new token attending
+            to ``context`` tokens: ``context - 1`` cached).
+        prompt, context, batch: what was asked.
+        kv_cache_bytes: the cache after the decode step (``context`` tokens).
+        kv_bytes_per_token: what each token adds to the cache (all layers, K and V).
+    """
+
+    prefill: Cost
+    decode: Cost
+    prompt: int
+    context: int
+    batch: int
+    kv_cache_bytes: int
+    kv_bytes_per_token: float
+
+    def table(self) -> pd.DataFrame:
+        """One row per phase (``prefill``, ``decode``). Columns: phase, batch, new_tokens,
+        context (tokens attended after the step), flops, macs, flops_per_token, param_bytes
+        (weights read), activation_bytes (node outputs), kv_cache_bytes (the cache the step
+        returns), bytes_moved (every node's inputs and outputs: weights, cache and
+        activations), intensity (flops / bytes_moved), unknown_nodes."""
+        rows = []
+        for phase, c, new, ctx in (("prefill", self.prefill, self.prompt, self.prompt),
+                                   ("decode", self.decode, 1, self.context)):
+            t = c.total
+            moved = float(c.nodes.input_bytes.sum() + c.nodes.output_bytes.sum())
+            rows.append((phase, self.batch, new, ctx, t["flops"], t["macs"],
+                         t["flops"] / (new * self.batch) if new else np.nan,
+                         t["param_bytes"], t["activation_bytes"], t["kv_cache_bytes"], moved,
+                         t["flops"] / moved if moved else np.nan, t["unknown_nodes"]))
+        return pd.DataFrame(rows, columns=PHASE_COLUMNS)
+
+    def __repr__(self) -> str:
+        p, d = self.prefill.total, self.decode.total
+        return (f"<GenerationCost prefill {self.prompt} tokens: {p['flops'] / 1e9:.3f} GFLOPs; "
+                f"decode at context {self.context}: {d['flops'] / 1e6:.3f} MFLOPs/token; "
+                f"KV cache {self.kv_cache_bytes:,} B ({self.kv_bytes_per_token:,.0f} B/token)>")
+
+    def _repr_html_(self) -> str:
+        return _display.draw(self, "html")
+
+
+def generation_cost(model: Any, prompt: int, context: int | None = None, *, batch: int = 1,
+                    dims: Mapping[str, int] | None = None) -> GenerationCost:
+    """The static cost of generating with a KV-cache decoder: a prefill of ``prompt`` tokens
+    (empty cache) and one decode step at ``context`` (one new token, ``context - 1`` cached).
+
+    The dims of each phase are set from the decoder's own dim names (batch, new tokens, past
+    length; the total length and head size are derived), so this is ``cost(model, dims=...)``
+    twice with the right dims.
+
+    Args:
+        model: a Lab, LabModel or anything ``onnx_lab.open`` takes.
+        prompt: tokens of the prompt, ``>= 1``.
+        context: tokens the decode step attends to (default ``prompt + 1``: the first token
+            generated after the prompt).
+        batch: sequences.
+        dims: values for other symbolic dims.
+
+    Raises:
+        CacheError: the model has no KV cache, its caches cannot be paired, or ``context``
+            exceeds the longest sequence the model can run (genai_config.json's context_length
+            or its rotary cache).
+
+    Example:
+        >>> g = generation_cost("sample:tiny_llm", prompt=32, context=128)
+        >>> g.table()[["phase", "flops", "kv_cache_bytes"]]
+    """
+    from onnx_lab.errors import DimError
+
+    context = prompt + 1 if context is None else context
+    for name, v, low in (("prompt", prompt, 1), ("context", context, 1), ("batch", batch, 1)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
+            raise InputError(f"{name} must be an int >= {low}, got {v!r}.",
+                             fix=f"Pass {name}=1 or more.")
+    lm, given, shapes = resolve(model, dims)
+    io = require_decoder_io(lm)
+    longest = max_context(lm)
+    for what, n in (("prompt", prompt), ("context", context)):
+        if longest is not None and n > longest[0]:
+            raise CacheError(f"A {what} of {n} tokens is longer than the model's maximum of "
+                             f"{longest[0]} ({longest[1]}).",
+                             fix=f"Use at most {longest[0]} tokens.")
+    missing = [label for label, d in (("new tokens", io.sequence_dim),
+                                      ("past length", io.past_dim)) if d is None]
+    if missing:
+        raise DimError(f"The decoder's {' and '.join(missing)} dim is not symbolic: its phases "
+                       "cannot be set.", fix="Use cost(model, dims=...) with the shapes it has.")
+    base = dict(given)
+    if io.batch_dim:
+        base[io.batch_dim] = batch
+    prefill = cost(lm, {**base, io.sequence_dim: prompt, io.past_dim: 0}, shapes)
+    decode = cost(lm, {**base, io.sequence_dim: 1, io.past_dim: context - 1}, shapes)
+    kv = kv_cache_bytes(lm, context, batch=batch, dims=given)
+    return GenerationCost(prefill=prefill, decode=decode, prompt=int(prompt),
+                          context=int(context), batch=int(batch), kv_cache_bytes=kv,
+                          kv_bytes_per_token=kv / context)
+
+
+def _weights_held(node, i: int, n: int) -> int:
+    """Parameters input ``i`` of ``node`` holds, given its ``n`` stored elements.
+
+    MatMulNBits stores K·N weights packed (two 4-bit ones per byte) in input 1 and block
+    scales, zero points and a group index (inputs 2-4) beside them: the parameters are the
+    K·N weights (as many as the float MatMul had), the bytes are every stored byte.
+    """
+    if node.op_type == "MatMulNBits" and node.domain == "com.microsoft":
+        if i == 1:
+            k, nn = node.attributes.get("K"), node.attributes.get("N")
+            return int(k.value) * int(nn.value) if k is not None and nn is not None else n
+        if i in (2, 3, 4):
+            return 0
+    return n
+
+
+def _nbits_note(c: _Ctx, pbytes: float) -> str:
+    k, n = c.attr("K"), c.attr("N")
+    bits, block = c.attr("bits", 4), c.attr("block_size")
+    if not k or not n:
+        return ""
+    return f"{bits}-bit, block {block}: {8 * pbytes / (k * n):.2f} bits/weight with scales"
 
 
 def _liveness(lm: LabModel, types: dict[str, TensorInfo]) -> tuple[pd.DataFrame, int, str | None,

@@ -8,6 +8,7 @@ from typing import Any
 
 from onnx_lab import _display
 from onnx_lab.analysis.tables import initializers_table, io_table
+from onnx_lab.core.derived import derived_dims
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dynamic_dims
 
@@ -96,7 +97,9 @@ class Summary(Mapping[str, Any]):
 
     ir_version, opsets ({domain: version}), producer ("name version"), num_nodes (all graphs),
     num_nodes_main, num_initializers, num_params, param_bytes, inputs and outputs
-    ([{name, dtype, shape}]), dynamic_dims ({dim: [inputs]}), op_counts ({op: n}),
+    ([{name, dtype, shape}]), dynamic_dims ({dim: [inputs]}), derived_dims ({dim: {value,
+    kind, source}}: the dims the model determines and the Lab's dims do not give, filled in
+    everywhere; see :mod:`onnx_lab.core.derived`), op_counts ({op: n}),
     op_families ({family: n}), subgraphs (number of If/Loop/Scan bodies), external_data (bool),
     constant_computed_tensors and constant_computed_bytes (tensors over 4 KB computed from
     constants only at run time, not counted in num_params/param_bytes; see
@@ -179,4 +182,5 @@ def summarize(model: LabModel, dims: Mapping[str, int] | None = None,
         "external_data": bool(inits["external"].any()),
         "constant_computed_tensors": len(computed),
         "constant_computed_bytes": int(sum(t["nbytes"] for t in computed)),
+        "derived_dims": {n: d.to_dict() for n, d in derived_dims(model, dims).items()},
     })

@@ -42,6 +42,10 @@ def _cost(args: argparse.Namespace) -> int:
     print(f"{t['flops'] / 1e9:.4f} GFLOPs, {t['macs'] / 1e9:.4f} GMACs, {t['params']:,} params "
           f"({t['param_bytes']:,} bytes), peak activations {t['peak_activation_bytes']:,} bytes "
           f"at {t['peak_node']}, {t['unknown_nodes']} nodes of unknown cost")
+    if c.kv_cache:
+        kv = c.kv_cache
+        print(f"KV cache: {kv['bytes']:,} bytes for {kv['context']} tokens "
+              f"({kv['bytes_per_token']:,.0f} bytes/token, {kv['layers']} layers)")
     cols = ["node_id", "op_type", "flops", "macs", "params", "output_bytes", "intensity", "known"]
     if (c.nodes["calls"] != 1).any():  # bodies of loops: show how often each node runs
         cols.insert(2, "calls")

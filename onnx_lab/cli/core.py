@@ -57,6 +57,8 @@ def _summary(args: argparse.Namespace) -> int:
             print(f"  {kind[:-1]:6} {x['name']}: {x['dtype']} {x['shape']}")
     if s["dynamic_dims"]:
         print("dynamic dims: " + ", ".join(f"{k} <- {v}" for k, v in s["dynamic_dims"].items()))
+    for k, d in s.get("derived_dims", {}).items():
+        print(f"derived dim: {k} = {d['value']} ({d['source']})")
     print("op families: " + ", ".join(f"{k} {v}" for k, v in s["op_families"].items()))
     print("ops: " + ", ".join(f"{k} {v}" for k, v in s["op_counts"].items()))
     return 0

@@ -30,9 +30,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run the candidate's first divergent node on the reference's "
                    "activations: does it compute differently or receive different inputs?")
     p.add_argument("--providers", help="providers for both, e.g. cpu or cuda,cpu")
+    p.add_argument("--llm", action="store_true",
+                   help="decoder LLMs: next-token metrics on a teacher-forced sequence (top-1 "
+                   "agreement, top-5 overlap, KL, perplexity of both) and the nodes that lose "
+                   "most SQNR; exit 0 when the next-token targets are met")
+    p.add_argument("--tokens", help="--llm: comma-separated token ids to score on (default: "
+                   "a seeded prompt continued greedily by the reference)")
+    p.add_argument("--new-tokens", type=int, default=24,
+                   help="--llm: tokens the reference generates after the prompt (24)")
+    p.add_argument("--prompt-length", type=int, default=8, help="--llm: prompt length (8)")
+    p.add_argument("--min-top1", type=float, default=None,
+                   help="--llm: top-1 agreement target (default: the preset's, int4 0.85)")
+    p.add_argument("--max-kl", type=float, default=None,
+                   help="--llm: mean KL target in nats (default: the preset's, int4 0.1)")
     p.add_argument("--json", action="store_true",
-                   help='print {"passed", "outputs", "layers", "first_divergence"}')
-    p.add_argument("--csv", metavar="OUT", help="write the layers (or outputs) table as CSV")
+                   help='print {"passed", "outputs", "layers", "first_divergence"} (--llm: '
+                   '{"passed", "metrics", "positions", "losses", "layerwise"...})')
+    p.add_argument("--csv", metavar="OUT", help="write the layers (or outputs) table as CSV "
+                   "(--llm: the nodes ranked by local SQNR)")
     p.set_defaults(func=_compare)
 
     p = sub.add_parser("repro", help="write a minimal repro of the first divergence: the "
@@ -56,18 +71,48 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _compare(args: argparse.Namespace) -> int:
     from onnx_lab.numerics.compare import compare  # on use: ~10 ms other commands need not pay
 
+    if args.llm:
+        return _compare_llm(args)
+
     c = compare(args.reference, args.candidate, feeds=args.feeds, dims=parse_dims(args.dims),
                 shapes=parse_shapes(args.shape), layerwise=args.layerwise or args.confirm,
                 atol=args.atol, rtol=args.rtol, preset=args.preset, providers=args.providers,
                 max_bytes=args.max_bytes, progress=False if args.json else None,
                 confirm=args.confirm)
     if args.csv:
-        table = c.layers if args.layerwise else c.outputs
+        _write_csv(c.layers if args.layerwise else c.outputs, args.csv)
+    if args.json:
+        print_json(c.to_dict())
+    else:
+        print(c.summary_text())
+    return 0 if c.passed else 1
+
+
+def _write_csv(table, path: str) -> None:
+    try:
+        table.to_csv(path, index=False)
+    except OSError as e:
+        raise SaveError(f"Cannot write --csv {path!r}: {e.strerror}.",
+                        fix="Pass a writable file path.") from e
+
+
+def _compare_llm(args: argparse.Namespace) -> int:
+    from onnx_lab.errors import InputError
+    from onnx_lab.numerics.llm import compare_llm
+
+    tokens = None
+    if args.tokens:
         try:
-            table.to_csv(args.csv, index=False)
-        except OSError as e:
-            raise SaveError(f"Cannot write --csv {args.csv!r}: {e.strerror}.",
-                            fix="Pass a writable file path.") from e
+            tokens = [int(t) for t in args.tokens.replace(" ", "").split(",") if t]
+        except ValueError as e:
+            raise InputError(f"--tokens must be comma-separated ids, got {args.tokens!r}.",
+                             fix="E.g. --tokens 1,15043,29892,590") from e
+    c = compare_llm(args.reference, args.candidate, tokens, prompt_length=args.prompt_length,
+                    new_tokens=args.new_tokens, preset=args.preset, min_top1=args.min_top1,
+                    max_kl=args.max_kl, dims=parse_dims(args.dims), providers=args.providers,
+                    max_bytes=args.max_bytes, progress=False if args.json else None)
+    if args.csv:
+        _write_csv(c.losses, args.csv)
     if args.json:
         print_json(c.to_dict())
     else:
@@ -76,8 +121,9 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _add_tolerance_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", help="tolerance preset: exact, fp32, fp16, bf16, int8... "
-                   "(default: fp16/bf16 for candidates computing in them, else by dtype)")
+    p.add_argument("--preset", help="tolerance preset: exact, fp32, fp16, bf16, int8, int4... "
+                   "(default: int4 when a side has MatMulNBits, fp16/bf16 for candidates "
+                   "computing in them, else by dtype)")
     p.add_argument("--atol", type=float, default=None,
                    help="absolute tolerance in place of the preset's (fp32: 1e-4)")
     p.add_argument("--rtol", type=float, default=None,

@@ -17,7 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("precision", help="find the fewest nodes to keep in fp32 (or out of "
                        "int8) so the outputs meet a tolerance (exit 0 met, 1 not, 2 error)")
     add_model_arg(p)
-    p.add_argument("--target", default="fp16", help="fp16, bf16 (emulated) or int8 (static QDQ)")
+    p.add_argument("--target", default="fp16", help="fp16, bf16 (emulated), int8 (static QDQ) "
+                   "or int4 (decoder LLMs: weight-only MatMulNBits, MatMuls kept in int8 or "
+                   "float to meet --min-top1/--max-kl)")
     p.add_argument("--feeds", help=".npz file of inputs the outputs are judged on")
     p.add_argument("--calibration", help="int8: .npz file or folder of .npz calibration samples "
                    "(default: --feeds, else 8 seeded samples)")
@@ -29,6 +31,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tolerance", type=float, default=None,
                    help="threshold of --metric (sqnr: dB, cosine: minimum similarity)")
     p.add_argument("--max-trials", type=int, default=48, help="bound on pruning trials")
+    p.add_argument("--min-top1", type=float, default=None,
+                   help="int4: top-1 agreement target against the float model (0.85)")
+    p.add_argument("--max-kl", type=float, default=None,
+                   help="int4: mean KL target in nats (0.1)")
+    p.add_argument("--block-size", type=int, default=32, help="int4: quantizer block (32)")
+    p.add_argument("--accuracy-level", type=int, default=None,
+                   help="int4: MatMulNBits accuracy_level (4: int8 activations on CPU)")
+    p.add_argument("--keep", default="auto", help="int4: kept MatMuls in int8, float or auto")
     p.add_argument("--out", help="write the converted model here")
     p.add_argument("--json", action="store_true",
                    help='print {"kept", "passed", "target", "tolerance", "notes", "trials", '
@@ -45,10 +55,18 @@ def _precision(args: argparse.Namespace) -> int:
                          fix="Use e.g. --max-trials 48.")
     lab = open_from_args(args)
     try:
-        plan = lab.find_precision(args.target, args.feeds, metric=args.metric,
-                                  tolerance=args.tolerance, atol=args.atol, rtol=args.rtol,
-                                  calibration=args.calibration, max_trials=args.max_trials,
-                                  progress=False if args.json else None)
+        if args.target == "int4":
+            plan = lab.find_precision("int4", min_top1=args.min_top1, max_kl=args.max_kl,
+                                      block_size=args.block_size, keep=args.keep,
+                                      accuracy_level=args.accuracy_level,
+                                      max_trials=args.max_trials,
+                                      progress=False if args.json else None)
+        else:
+            plan = lab.find_precision(args.target, args.feeds, metric=args.metric,
+                                      tolerance=args.tolerance, atol=args.atol,
+                                      rtol=args.rtol, calibration=args.calibration,
+                                      max_trials=args.max_trials,
+                                      progress=False if args.json else None)
     except (PrecisionCancelled, ToleranceUnreachable) as e:  # no plan meets it: exit 1
         if args.json:
             print_json({"kept": None, "passed": False, "error": e.problem, "fix": e.fix})
@@ -63,8 +81,14 @@ def _precision(args: argparse.Namespace) -> int:
         print(plan.summary_text())
         for note in plan.notes:
             print(f"note: {note}")
-        for nid in plan.kept:
-            print(f"  keep {nid}")
+        costs = getattr(plan, "costs", None)  # int4: what each kept node costs
+        for i, nid in enumerate(plan.kept):
+            extra = ""
+            if costs is not None and i < len(costs):
+                r = costs.iloc[i]
+                extra = (f" in {r['level']}: +{int(r['extra_bytes'])} bytes, "
+                         f"{r['extra_ms_per_token']:+.3g} ms/token")
+            print(f"  keep {nid}{extra}")
         if args.out:
             print(f"wrote {args.out}")
     return 0 if plan.passed else 1

@@ -23,13 +23,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="time budget of the profile (and of the batch sweep) when --runs is "
                    "not given (default 6 s each)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed runs first (default 5; with --generate: generations, default 1)")
     p.add_argument("--feeds", default=None, help=".npz file with one array per input")
     p.add_argument("--opt-level", default="all", help="disable, basic, extended, all")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads")
     p.add_argument("--batch-sweep", default=None, metavar="1,2,4",
                    help="also sweep these batch sizes")
     p.add_argument("--dim", default="batch", help="dim the batch sweep changes")
+    p.add_argument("--generate", type=int, default=None, metavar="N",
+                   help="profile greedy generation of a decoder LLM instead: the prefill of "
+                   "--prompt tokens and N decode steps, the KV cache fed back")
+    p.add_argument("--prompt", default="16", metavar="P",
+                   help="with --generate: prompt length (random ids), or comma-separated "
+                   "token ids (default 16)")
+    p.add_argument("--profile-runs", type=int, default=None, metavar="K",
+                   help="runs (generations with --generate) under ORT's profiler for the "
+                   "operator shares; 0 skips it (generation only)")
     p.add_argument("--top", type=int, default=15, help="nodes to print")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_profile)
@@ -53,6 +63,8 @@ def _profile(args: argparse.Namespace) -> int:
 
     from onnx_lab.profiling.sweep import batch_sweep
 
+    if args.generate is not None:
+        return _generate(args)
     sizes = _ints(args.batch_sweep, "--batch-sweep") if args.batch_sweep else None
     lab = open_from_args(args)
     dims = None
@@ -61,7 +73,8 @@ def _profile(args: argparse.Namespace) -> int:
         if args.dim in dynamic_dims(lab.model):
             dims = {args.dim: sizes[0]}
     prof = lab.profile(providers=args.providers, runs=args.runs, budget_s=args.budget,
-                       warmup=args.warmup,
+                       warmup=5 if args.warmup is None else args.warmup,
+                       profile_runs=args.profile_runs,
                        feeds=args.feeds, dims=dims, threads=args.threads,
                        opt_level=args.opt_level, progress=None if not args.json else False)
     sweep = None
@@ -98,5 +111,53 @@ def _profile(args: argparse.Namespace) -> int:
             print(sweep.table.to_string(index=False))
             print(f"knee: {sweep.knee}")
     for n in prof.notes + (sweep.notes if sweep else []):
+        print(f"note: {n}")
+    return 0
+
+
+def _prompt(text: str) -> int | list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--prompt {text!r} is neither a token count nor comma-separated "
+                         "token ids.", fix="Write --prompt 32 or --prompt 1,15043,3186.") from None
+    if not values:
+        raise InputError("--prompt is empty.", fix="Write --prompt 32.")
+    return values[0] if len(values) == 1 and "," not in text else values
+
+
+def _generate(args: argparse.Namespace) -> int:
+    """``onnx-lab profile MODEL --generate N --prompt P``: :meth:`Lab.profile_generation`."""
+    import pandas as pd
+
+    if args.batch_sweep:
+        raise InputError("--generate and --batch-sweep cannot be combined.",
+                         fix="Run them as two commands.")
+    lab = open_from_args(args)
+    g = lab.profile_generation(prompt=_prompt(args.prompt), new_tokens=args.generate,
+                               providers=args.providers, runs=args.runs, budget_s=args.budget,
+                               warmup=1 if args.warmup is None else args.warmup,
+                               profile_runs=args.profile_runs, threads=args.threads,
+                               opt_level=args.opt_level, progress=None if not args.json
+                               else False)
+    if args.json:
+        print_json(g.to_dict(top=args.top))
+        return 0
+    with pd.option_context("display.width", 160, "display.max_columns", 20,
+                           "display.max_colwidth", 50):
+        cols = ["session", "phase", "tokens", "runs", "p10_ms", "p50_ms", "ci_low_ms",
+                "ci_high_ms", "p90_ms", "tokens_per_s", "generations", "stopped"]
+        print(g.latency_stats[cols].to_string(index=False))
+        print()
+        print(g.memory.to_string(index=False))
+        for phase in ("prefill", "decode"):
+            ops = g.ops.loc[g.ops.phase == phase]
+            if len(ops):
+                print()
+                print(f"{phase}: op types per run")
+                print(ops.drop(columns=["phase"]).head(args.top).to_string(index=False))
+    print()
+    print(f"tokens: {g.tokens[0].tolist()}")
+    for n in g.notes:
         print(f"note: {n}")
     return 0

@@ -144,7 +144,15 @@ def _gqa(node, ins):
     if packed and not kv:
         return None
     head = _div(q[1][2], int(heads) + (2 * int(kv) if packed else 0))
-    return [(q[0], [q[1][0], q[1][1], _mul(head, int(heads))])]
+    out: list[Typed | None] = [(q[0], [q[1][0], q[1][1], _mul(head, int(heads))])]
+    # present_key / present_value [B, kv_num_heads, past + new, head_size] (a separate past
+    # buffer; with a shared one the length is the buffer's, which the declared type gives).
+    past = ins[3] if len(ins) > 3 else None
+    if kv and past is not None and past[1] is not None and len(past[1]) == 4:
+        p, s = past[1][2], q[1][1]
+        total = p + s if isinstance(p, int) and isinstance(s, int) else None
+        out += [(past[0], [q[1][0], int(kv), total, head])] * 2
+    return out
 
 
 def _embed_layer_norm(node, ins):

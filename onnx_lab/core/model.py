@@ -95,8 +95,13 @@ class LabModel:
               shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, TensorInfo]:
         """dtype and shape of every value, after ONNX shape inference (cached per dims/shapes).
 
-        Shape inference never raises here: when it fails, declared types are used.
+        Shape inference never raises here: when it fails, declared types are used. Dims the
+        model determines (:mod:`onnx_lab.core.derived`: a head size, a total length) fill in
+        those ``dims`` does not give.
         """
+        from onnx_lab.core.derived import with_derived
+
+        dims = with_derived(self, dims)
         key = (tuple(sorted((dims or {}).items())),
                tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items())))
         if key not in self._types:

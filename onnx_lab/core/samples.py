@@ -13,6 +13,7 @@ from pathlib import Path
 
 import onnx
 
+from onnx_lab.core._sample_llm import build_tiny_llm, build_tiny_llm_int4
 from onnx_lab.core._sample_models import (
     build_bert_block,
     build_control_flow,
@@ -27,6 +28,8 @@ _BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "transformer_block": build_transformer_block,
     "control_flow": build_control_flow,
     "bert_block": build_bert_block,
+    "tiny_llm": build_tiny_llm,
+    "tiny_llm_int4": build_tiny_llm_int4,
 }
 
 

@@ -132,9 +132,11 @@ def validate_dims(model: LabModel, dims: Mapping[str, int] | None,
                 f"{hint}",
                 fix="Use one of those names, or give whole shapes with shapes={input: [...]}."
             )
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise DimError(f"Dim {name!r} must be a positive int, got {value!r}.",
-                           fix=f"Pass dims={{{name!r}: 1}} or another positive size.")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise DimError(f"Dim {name!r} must be an int >= 0, got {value!r}.",
+                           fix=f"Pass dims={{{name!r}: 1}} or another size (0 for an empty "
+                               "KV cache).")
+    _check_derived(model, dims or {})
     inputs = {v.name: v for v in model.graph.inputs if v.name not in model.graph.initializers}
     for name, shape in (shapes or {}).items():
         if name not in inputs:
@@ -148,14 +150,27 @@ def validate_dims(model: LabModel, dims: Mapping[str, int] | None,
                 f"declares rank {len(declared)} ({list(declared)}).",
                 fix="Give one size per declared dim.")
         for i, d in enumerate(shape):
-            if not isinstance(d, int) or d <= 0:
-                raise DimError(f"Shape {shape} for input {name!r}: dim {i} must be a positive "
-                               f"int, got {d!r}.", fix="Use concrete sizes such as [1, 3, 224, 224].")
+            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+                raise DimError(f"Shape {shape} for input {name!r}: dim {i} must be an int "
+                               f">= 0, got {d!r}.", fix="Use concrete sizes such as [1, 3, 224, 224].")
             if declared is not None and isinstance(declared[i], int) and declared[i] > 0 \
                     and declared[i] != d:
                 raise DimError(
                     f"Shape {shape} for input {name!r}: dim {i} is fixed to {declared[i]} in "
                     f"the model, not {d}.", fix=f"Use {declared[i]} for dim {i}.")
+
+
+def _check_derived(model: LabModel, dims: Mapping[str, int]) -> None:
+    """A given dim that contradicts what the graph fixes (a head size) fails now, by name,
+    rather than later inside onnxruntime."""
+    from onnx_lab.core.derived import derived_dims
+
+    fixed = {n: d for n, d in derived_dims(model).items() if d.kind == "graph"}
+    for name, value in dims.items():
+        d = fixed.get(name)
+        if d is not None and value != d.value:
+            raise DimError(f"Dim {name!r} is {d.value} in this model ({d.source}), not {value}.",
+                           fix=f"Leave {name!r} out (it is filled in) or pass {d.value}.")
 
 
 def fit_dims(model: LabModel, dims: Mapping[str, int] | None,

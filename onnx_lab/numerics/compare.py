@@ -34,6 +34,7 @@ from onnx_lab.numerics.align import align
 from onnx_lab.numerics.confirm import confirm_divergence
 from onnx_lab.numerics.metrics import (
     METRIC_COLUMNS,
+    PRESETS,
     MetricAccumulator,
     get_preset,
     rule_for,
@@ -120,7 +121,8 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
         dims, shapes: values for symbolic dims / full input shapes.
         layerwise: also compare every aligned intermediate tensor (else outputs only).
         preset: the tolerance preset of :data:`onnx_lab.numerics.metrics.PRESETS` (``fp32``,
-            ``fp16``, ``bf16``, ``int8``, ``exact``...). None: ``fp16``/``bf16`` when the
+            ``fp16``, ``bf16``, ``int8``, ``int4``, ``exact``...). None: ``int4`` when a side
+            holds weight-only quantized ops (MatMulNBits), ``fp16``/``bf16`` when the
             candidate computes in that type, else each tensor's dtype picks its own. Outputs
             are judged element-wise (``|cand - ref| <= atol + rtol·|ref|``), intermediates
             against their own scale (``max|err| <= atol + rtol·max|ref|``); the ``rule`` and
@@ -219,7 +221,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
              for p in pairs}
     chunks = plan_chunks(sizes, max_bytes) if pairs else []
     out_set = set(out_pairs)
-    preset = preset or _computing_preset(cand_model)
+    preset = preset or weight_only_preset(cand_model, ref_model) or _computing_preset(cand_model)
     accs: dict[tuple[str, str], MetricAccumulator] = {}
     presets: dict[tuple[str, str], str] = {}
 
@@ -438,6 +440,21 @@ def _nonfinite_rows(layers: pd.DataFrame) -> pd.DataFrame:
 def _dtype_name(arr: Any) -> str:
     a = np.asarray(arr)
     return "bool" if a.dtype == np.bool_ else str(a.dtype)
+
+
+#: Weight-only quantized ops (onnxruntime contrib): a model holding one is judged as int4.
+WEIGHT_ONLY_OPS = ("MatMulNBits", "GatherBlockQuantized")
+
+
+def weight_only_preset(*models: LabModel | None) -> str | None:
+    """``int4`` when one of ``models`` holds weight-only quantized ops (MatMulNBits,
+    GatherBlockQuantized: its inputs and outputs stay float, so the dtype would pick the
+    fp32 preset and call every quantized layer out of tolerance), else None."""
+    for m in models:
+        if m is not None and any(e.node.op_type in WEIGHT_ONLY_OPS
+                                 for e in m.index.entries.values()):
+            return "int4"
+    return None
 
 
 def _computing_preset(model: LabModel) -> str | None:
@@ -705,10 +722,14 @@ class Comparison:
     def summary_text(self) -> str:
         """A few lines for terminals."""
         n_fail = int((~self.layers["passed"].astype(bool)).sum()) if len(self.layers) else 0
-        lines = [f"{'PASSED' if self.passed else 'FAILED'} (preset {self.preset}, "
+        p = PRESETS.get(self.preset)
+        rules = (f"outputs {p.outputs.describe()}, intermediates {p.intermediates.describe()}"
+                 if p is not None and p.outputs.kind == "sqnr" else
                  f"atol={self.atol:g}, rtol={self.rtol:g}; outputs element-wise, intermediates "
-                 f"against their own scale): {len(self.outputs)} outputs, {len(self.layers)} "
-                 f"layers compared, {n_fail} out of tolerance"]
+                 "against their own scale")
+        lines = [f"{'PASSED' if self.passed else 'FAILED'} (preset {self.preset}, {rules}): "
+                 f"{len(self.outputs)} outputs, {len(self.layers)} layers compared, {n_fail} "
+                 "out of tolerance"]
         for r in self.outputs.itertuples(index=False):
             lines.append(f"  output {r.tensor}: max_abs={r.max_abs:.3g} cosine={r.cosine:.6f} "
                          f"{'ok' if r.passed else 'FAIL'}" + (f" ({r.note})" if r.note else ""))

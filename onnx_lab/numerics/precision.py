@@ -1266,6 +1266,12 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
         >>> plan = find_precision("sample:convnet", "fp16", atol=1e-3, rtol=1e-2)
         >>> plan.kept, plan.trials[["phase", "n_kept", "score", "passed"]]
     """
+    if target == "int4":  # weight-only LLM quantization: its own search (numerics/weight_only)
+        from onnx_lab.numerics.weight_only import find_weight_only
+
+        return find_weight_only(source, target, feeds, tolerance=tolerance, dims=dims,
+                                max_trials=max_trials, max_bytes=max_bytes, progress=progress,
+                                should_stop=should_stop)
     t_all = time.perf_counter()
     s, cands = _start(source, target, feeds, calibration, n_calibration, dims, shapes, metric,
                       tolerance, atol, rtol, should_stop)

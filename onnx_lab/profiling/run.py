@@ -311,21 +311,49 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None,
         raise InputError(f"profile_runs must be >= 1, got {profile_runs!r}.",
                          fix="Use profile_runs=5 or more (the per-operator shares).")
 
-    tmp = tempfile.TemporaryDirectory(prefix="onnx_lab_prof_")
-    results = []
-    trace_paths: dict[str, str] = {}
     budget = Budget(budget_s, len(provs))
     reporter = Progress(progress, len(provs) * (int(runs) + int(warmup)) if runs is not None
                         else 100 * len(provs), "profiling", min_steps=20)
+    results, trace_paths = run_sessions(
+        provs, lambda p, tmp: _profile_one(lm, p, runs, n_prof, int(warmup), feed_list,
+                                           threads, opt_level, tmp, map_fused, reporter,
+                                           budget, cancel, rel_ci),
+        budget=budget, reporter=reporter, cancel=cancel, explicit=explicit, notes=notes,
+        keep_trace=keep_trace)
+    if not results:
+        raise ProviderError("No provider could profile the model.", fix="; ".join(notes))
+    prof = _assemble(lm, results, int(runs) if runs is not None else
+                     max(len(r["wall_ms"]) - int(warmup) for r in results),
+                     int(warmup), opt_level, notes, trace_paths)
+    prof.budget_s = budget_s
+    prof.cancelled = any(r["stopped"] == "cancelled" for r in results) or cancelled(cancel)
+    if prof.cancelled:
+        prof.notes.append("cancelled: the tables hold the runs measured before the cancel")
+    return prof
+
+
+def run_sessions(provs: Sequence[str], one: Any, *, budget: Budget, reporter: Progress,
+                 cancel: Any, explicit: bool, notes: list[str], keep_trace: bool
+                 ) -> tuple[list[dict], dict[str, str]]:
+    """``one(provider, folder)`` for each provider in a temporary folder, in budget order.
+
+    A provider that cannot load the model is skipped with a note unless it was asked for
+    explicitly (or is the CPU); once cancelled, the rest are noted as not run. With
+    ``keep_trace`` each result's ``trace`` file is moved out of the folder first.
+
+    Returns:
+        (the results, provider -> kept trace path).
+    """
+    tmp = tempfile.TemporaryDirectory(prefix="onnx_lab_prof_")
+    results: list[dict] = []
+    trace_paths: dict[str, str] = {}
     try:
         for p in provs:
             if results and cancelled(cancel):
                 notes.append(f"{p}: not run (cancelled)")
                 continue
             try:
-                res = _profile_one(lm, p, runs, n_prof, int(warmup), feed_list, threads,
-                                   opt_level, Path(tmp.name), map_fused, reporter, budget,
-                                   cancel, rel_ci)
+                res = one(p, Path(tmp.name))
             except RuntimeLoadError as e:
                 if explicit or p == "CPUExecutionProvider":
                     raise
@@ -341,16 +369,7 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None,
     finally:
         reporter.close()
         tmp.cleanup()
-    if not results:
-        raise ProviderError("No provider could profile the model.", fix="; ".join(notes))
-    prof = _assemble(lm, results, int(runs) if runs is not None else
-                     max(len(r["wall_ms"]) - int(warmup) for r in results),
-                     int(warmup), opt_level, notes, trace_paths)
-    prof.budget_s = budget_s
-    prof.cancelled = any(r["stopped"] == "cancelled" for r in results) or cancelled(cancel)
-    if prof.cancelled:
-        prof.notes.append("cancelled: the tables hold the runs measured before the cancel")
-    return prof
+    return results, trace_paths
 
 
 def _openvino_name(name: str) -> str:

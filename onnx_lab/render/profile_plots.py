@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     from onnx_lab.profiling.run import Profile
     from onnx_lab.profiling.sweep import BatchSweep
 
-__all__ = ["profile_figure", "batch_sweep_figure", "levels_figure", "roofline_figure"]
+__all__ = ["profile_figure", "batch_sweep_figure", "levels_figure", "roofline_figure",
+           "generation_figure"]
 
 # Figures are shown at 90 dpi in widgets: 9 pt is 11 px, the smallest label drawn.
 _SMALL = 9
@@ -156,4 +157,63 @@ def levels_figure(table):
     for xi, (ms, n) in enumerate(zip(med, table.nodes)):
         ax.annotate(f"{n} nodes", (xi, ms), ha="center", va="bottom", fontsize=_SMALL)
     ax.set_title("ORT optimization levels", fontsize=10)
+    return fig
+
+
+def generation_figure(g, *, session: str | None = None, top: int = 10):
+    """Two panels of a :class:`~onnx_lab.profiling.generate.GenerationProfile`: the share of
+    kernel time per op type in prefill and in decode side by side, and the decode step
+    latency along the generation (median over the timed generations, p10-p90 band) with the
+    KV cache growing on the right axis."""
+    sessions = list(dict.fromkeys(g.latency_stats.session))
+    session = session or (sessions[0] if sessions else None)
+    ops = g.ops.loc[g.ops.session == session] if len(g.ops) else g.ops
+    fig = _figure(figsize=(12.5, 3.8))
+    a1, a2 = fig.subplots(1, 2, width_ratios=[1, 1.25])
+    if len(ops):
+        share = ops.pivot_table(index="op_type", columns="phase", values="share",
+                                aggfunc="sum", fill_value=0.0)
+        for ph in ("prefill", "decode"):
+            if ph not in share:
+                share[ph] = 0.0
+        share = share.loc[share.max(axis=1).sort_values(ascending=False).index[:top]]
+        y = np.arange(len(share))[::-1]
+        a1.barh(y + 0.2, share.prefill * 100, height=0.4, color=_ORANGE, label="prefill")
+        a1.barh(y - 0.2, share.decode * 100, height=0.4, color=_BLUE, label="decode")
+        a1.set_yticks(y, share.index, fontsize=_SMALL)
+        a1.legend(fontsize=_SMALL, loc="lower right")
+    else:
+        a1.text(0.5, 0.5, "no profiled generation\n(profile_runs=0)", ha="center",
+                va="center", transform=a1.transAxes, fontsize=_SMALL)
+        a1.set_yticks([])
+    a1.set_xlabel("% of the phase's kernel time")
+    a1.set_title("op types per phase", fontsize=10)
+
+    s = g.steps
+    s = s.loc[(s.session == session) & ~s.warmup & (s.phase == "decode")]
+    st = g.latency_stats.set_index(["session", "phase"])
+    if len(s) and (session, "decode") in st.index:
+        if st.loc[(session, "decode"), "latency_from"] == "unprofiled":
+            s = s.loc[~s.profiled]
+        by = s.groupby("context").wall_ms
+        ctx = np.asarray(by.median().index, dtype=float)
+        a2.plot(ctx, by.median().to_numpy(), color=_BLUE, label="decode step (median)")
+        a2.fill_between(ctx, by.quantile(0.1).to_numpy(), by.quantile(0.9).to_numpy(),
+                        color=_BLUE, alpha=0.2, linewidth=0, label="p10-p90")
+        # A few disturbed steps (other load) must not flatten the curve: the axis stops at
+        # twice the slowest step of the typical ones (the 90th percentile of the medians).
+        a2.set_ylim(0, max(2 * float(np.percentile(by.median().to_numpy(), 90)), 1e-6))
+        kv = s.groupby("context").kv_cache_bytes.first()
+        unit, div = ("MiB", 2**20) if kv.max() >= 2**20 else ("KiB", 2**10)
+        a3 = a2.twinx()
+        a3.plot(np.asarray(kv.index, dtype=float), kv.to_numpy() / div, color=_GREY,
+                linestyle="--", label="KV cache")
+        a3.set_ylabel(f"KV cache {unit} (dashed)", color=_GREY)
+        a3.set_ylim(bottom=0)
+        a2.legend(fontsize=_SMALL, loc="lower left")
+        pre, dec = st.loc[(session, "prefill")], st.loc[(session, "decode")]
+        a2.set_title(f"prefill {pre.p50_ms:.3g} ms ({g.prompt_tokens} tokens); decode "
+                     f"{dec.p50_ms:.3g} ms/token, {dec.tokens_per_s:.4g} tokens/s", fontsize=10)
+    a2.set_xlabel("context (tokens in the cache)")
+    a2.set_ylabel("ms per decode step")
     return fig

@@ -23,7 +23,7 @@ from onnx_lab._display import register
 from onnx_lab.errors import InputError
 from onnx_lab.render.compare_plots import hist_figure, layer_error_figure, scatter_figure
 from onnx_lab.render.plots import histogram_figure
-from onnx_lab.render.profile_plots import batch_sweep_figure, profile_figure
+from onnx_lab.render.profile_plots import batch_sweep_figure, generation_figure, profile_figure
 from onnx_lab.render.tables import format_bytes, frame_html, summary_html
 
 if TYPE_CHECKING:
@@ -39,12 +39,20 @@ if TYPE_CHECKING:
 __all__ = ["comparison_plot", "comparison_hist", "comparison_scatter", "comparison_render",
            "comparison_html", "diff_render", "diff_html", "profile_render", "profile_html",
            "batch_sweep_html", "cost_html", "array_histogram", "profile_summary_html",
-           "cost_totals_html", "pass_result_html", "backend_report_html"]
+           "cost_totals_html", "pass_result_html", "backend_report_html",
+           "generation_summary_html", "generation_html", "generation_tables_html"]
 
 
 # ---------------------------------------------------------------------------- Comparison
 def comparison_plot(c: Comparison):
-    """Error per layer along depth (log scale), tolerance line, divergence marked."""
+    """Error per layer along depth (log scale), tolerance line, divergence marked; SQNR per
+    layer against the rule's threshold under an SQNR preset (int8, int4)."""
+    from onnx_lab.numerics.metrics import PRESETS
+    from onnx_lab.render.llm_plots import sqnr_layers_figure
+
+    rule = PRESETS[c.preset].intermediates if c.preset in PRESETS else None
+    if rule is not None and rule.kind == "sqnr":
+        return sqnr_layers_figure(c.layers, rule.min_sqnr_db, c.first_divergence)
     return layer_error_figure(c.layers, c.atol, c.first_divergence)
 
 
@@ -169,6 +177,67 @@ def profile_summary_html(p: Profile) -> str:
             + (f"<ul>{notes}</ul>" if notes else ""))
 
 
+def generation_summary_html(g: Any) -> str:
+    """Per session: prefill and decode medians with their 95% intervals, tokens/s, how many
+    generations were profiled and timed, memory beside the KV cache, and the notes."""
+    lines = []
+    st = g.latency_stats.set_index(["session", "phase"])
+    mem = g.memory.set_index("session") if len(g.memory) else None
+    for sess in dict.fromkeys(g.latency_stats.session):
+        pre, dec = st.loc[(sess, "prefill")], st.loc[(sess, "decode")]
+        line = (f"<b>{html.escape(str(sess))}</b>: <b>prefill</b> of {g.prompt_tokens} tokens "
+                f"median {pre.p50_ms:.3f} ms (95% CI {pre.ci_low_ms:.3f}-{pre.ci_high_ms:.3f}), "
+                f"{_si(pre.tokens_per_s)} tokens/s; <b>decode</b> median {dec.p50_ms:.3f} "
+                f"ms/token (95% CI {dec.ci_low_ms:.3f}-{dec.ci_high_ms:.3f}), "
+                f"{dec.tokens_per_s:.1f} tokens/s ({dec.tokens_per_s_low:.1f}-"
+                f"{dec.tokens_per_s_high:.1f}) over {g.new_tokens} new tokens; "
+                f"{int(dec.profiled_generations)} profiled generations for the operator shares, "
+                f"{int(dec.generations)} {html.escape(str(dec.latency_from))} for the latency "
+                f"(stopped: {html.escape(str(dec.stopped))})")
+        if mem is not None and sess in mem.index:
+            m = mem.loc[sess]
+            line += (f"; process peak {format_bytes(m.peak_rss_bytes)} (+"
+                     f"{format_bytes(m.session_peak_bytes)} for the session), weights "
+                     f"{format_bytes(m.weights_bytes)}, KV cache at {int(m.context)} tokens "
+                     f"{format_bytes(m.kv_cache_bytes)} measured, "
+                     f"{format_bytes(m.predicted_kv_cache_bytes)} predicted")
+        lines.append(line)
+    notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in g.notes)
+    return ("<b>Generation</b><br>" + "<br>".join(lines)
+            + (f"<ul>{notes}</ul>" if notes else ""))
+
+
+def generation_tables_html(g: Any) -> str:
+    """Prefill and decode statistics (ms to 3 decimals, tokens/s to 1) and the memory table
+    (bytes with units), formatted on copies for display."""
+    cols = ["session", "phase", "tokens", "runs", "p50_ms", "ci_low_ms", "ci_high_ms", "p10_ms",
+            "p90_ms", "tokens_per_s", "tokens_per_s_low", "tokens_per_s_high", "generations",
+            "stopped"]
+    st = g.latency_stats[cols].copy()
+    for c in ("p50_ms", "ci_low_ms", "ci_high_ms", "p10_ms", "p90_ms"):
+        st[c] = st[c].map(lambda v: f"{v:.3f}")
+    for c in ("tokens_per_s", "tokens_per_s_low", "tokens_per_s_high"):
+        st[c] = st[c].map(lambda v: f"{v:.1f}")
+    mem = g.memory.copy()
+    for c in ("rss_before_bytes", "peak_rss_bytes", "session_peak_bytes", "weights_bytes",
+              "kv_cache_bytes", "predicted_kv_cache_bytes"):
+        mem[c] = mem[c].map(format_bytes)
+    return (frame_html(st, caption="prefill and decode")
+            + frame_html(mem, caption="memory: measured process peak beside the weights and "
+                         "the KV cache"))
+
+
+def generation_html(g: Any) -> str:
+    """Settings, the summary, latency per phase, memory and the top op types of each phase."""
+    ops = g.ops.groupby(["session", "phase"], sort=False).head(8) if len(g.ops) else g.ops
+    return ("<div><b>onnx_lab GenerationProfile</b> — "
+            f"prompt {g.prompt_tokens} tokens, {g.new_tokens} new tokens, batch {g.batch}, "
+            f"{g.warmup} warm-up generations, opt_level={g.opt_level}, "
+            f"io_binding={g.io_binding}<br>" + generation_summary_html(g)
+            + generation_tables_html(g) + frame_html(ops, caption="op types per phase")
+            + "</div>")
+
+
 def batch_sweep_html(s: BatchSweep) -> str:
     """The swept dim, the knee per backend, the table (throughput with its interval, memory
     measured and predicted) and the notes."""
@@ -208,7 +277,8 @@ def cost_totals_html(c: Cost, roof: Any = None) -> str:
     t = c.total
     fmt = {"flops": lambda v: _si(v, "FLOPs"), "macs": lambda v: _si(v, "MACs"),
            "params": _si, "param_bytes": format_bytes, "activation_bytes": format_bytes,
-           "peak_activation_bytes": format_bytes, "nodes": _si, "unknown_nodes": _si}
+           "peak_activation_bytes": format_bytes, "nodes": _si, "unknown_nodes": _si,
+           "kv_cache_bytes": lambda v: "—" if v is None else format_bytes(v)}
 
     def row(k: str, v: Any) -> str:
         text = fmt[k](v) if k in fmt else ", ".join(map(str, v)) if isinstance(v, (list, tuple)) \
@@ -236,6 +306,10 @@ def cost_html(c: Cost) -> str:
             f"{t['params']:,} params ({format_bytes(t['param_bytes'])}), peak activations "
             f"{format_bytes(t['peak_activation_bytes'])} at {html.escape(str(t['peak_node']))}"
             f", {t['unknown_nodes']} unknown nodes")
+    kv = getattr(c, "kv_cache", None)
+    if kv:
+        head += (f"; KV cache {format_bytes(kv['bytes'])} for {kv['context']} tokens "
+                 f"({format_bytes(kv['bytes_per_token'] or 0)}/token, {kv['layers']} layers)")
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in c.notes)
     top = c.nodes.sort_values("flops", ascending=False).head(15)
     return head + frame_html(top, caption="top nodes by FLOPs") + (
@@ -259,6 +333,20 @@ def backend_report_html(table: pd.DataFrame, outputs: pd.DataFrame, notes: list[
             + (f"<ul>{items}</ul>" if items else "") + "</div>")
 
 
+def generation_cost_html(g: Any) -> str:
+    """A GenerationCost: one row per phase (prefill, decode) with units."""
+    t = g.table()
+    shown = t.assign(**{c: t[c].map(lambda v, u=u: _si(v, u)) for c, u in (
+        ("flops", "FLOPs"), ("macs", "MACs"), ("flops_per_token", "FLOPs"))},
+        **{c: t[c].map(lambda v: "—" if v is None or v != v else format_bytes(v))
+           for c in ("param_bytes", "activation_bytes", "kv_cache_bytes", "bytes_moved")},
+        intensity=t.intensity.map(lambda v: f"{v:.3g}"))
+    return (f"<div><b>Generation cost</b>: prefill of {g.prompt} tokens, decode at context "
+            f"{g.context}; KV cache {format_bytes(g.kv_cache_bytes)} "
+            f"({format_bytes(g.kv_bytes_per_token)}/token)"
+            + frame_html(shown, caption="per phase") + "</div>")
+
+
 def array_histogram(values: np.ndarray, *, title: str = "", bins: int = 100):
     """Histogram of an array's values (log count axis): ``weight_histogram``'s figure."""
     return histogram_figure(values, title=title, bins=bins)
@@ -270,6 +358,7 @@ _COMPARISON = "onnx_lab.numerics.compare.Comparison"
 _DIFF = "onnx_lab.numerics.diff.Diff"
 _PROFILE = "onnx_lab.profiling.run.Profile"
 _SWEEP = "onnx_lab.profiling.sweep.BatchSweep"
+_GENERATION = "onnx_lab.profiling.generate.GenerationProfile"
 
 for _type, _kind, _fn in (
         (_COMPARISON, "plot", comparison_plot),
@@ -283,8 +372,11 @@ for _type, _kind, _fn in (
         (_PROFILE, "render", profile_render),
         (_PROFILE, "html", profile_html),
         (_SWEEP, "plot", batch_sweep_figure),
+        (_GENERATION, "plot", generation_figure),
+        (_GENERATION, "html", generation_html),
         (_SWEEP, "html", batch_sweep_html),
         ("onnx_lab.analysis.cost.Cost", "html", cost_html),
+        ("onnx_lab.analysis.cost.GenerationCost", "html", generation_cost_html),
         ("onnx_lab.analysis.summary.Summary", "html", summary_html),
         ("numpy.ndarray", "histogram", array_histogram),
         ("onnx_lab.transforms.base.PassResult", "html", pass_result_html),
@@ -297,4 +389,14 @@ from onnx_lab.render.precision_plots import VIEWS as _PRECISION_VIEWS  # noqa: E
 
 for _kind, _fn in _PRECISION_VIEWS:
     register("onnx_lab.numerics.precision.PrecisionPlan", _kind, _fn)
+del _kind, _fn
+
+# LLM results (render/llm_plots.py): the next-token comparison and the weight-only plan.
+from onnx_lab.render.llm_plots import LLM_VIEWS as _LLM_VIEWS  # noqa: E402
+from onnx_lab.render.llm_plots import PLAN_VIEWS as _INT4_VIEWS  # noqa: E402
+
+for _kind, _fn in _LLM_VIEWS:
+    register("onnx_lab.numerics.llm.LLMComparison", _kind, _fn)
+for _kind, _fn in _INT4_VIEWS:
+    register("onnx_lab.numerics.weight_only.WeightOnlyPlan", _kind, _fn)
 del _kind, _fn

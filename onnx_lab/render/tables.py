@@ -56,6 +56,9 @@ def summary_html(summary: Mapping[str, Any]) -> str:
         ("Dynamic dims", ", ".join(f"{k} ← {', '.join(v)}" for k, v in s["dynamic_dims"].items())
          or "none"),
     ]
+    if s.get("derived_dims"):
+        rows.append(("Derived dims", "; ".join(
+            f"{k} = {d['value']} ({d['source']})" for k, d in s["derived_dims"].items())))
     body = "".join(f"<tr><th style='text-align:left'>{_e(k)}</th><td>{_e(v)}</td></tr>"
                    for k, v in rows)
     io = "".join(

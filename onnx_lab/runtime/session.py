@@ -14,6 +14,7 @@ folder with external data.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import tempfile
@@ -33,8 +34,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["available_providers", "default_providers", "fallback_chain", "PROFILED_PROVIDERS",
            "resolve_providers", "make_session", "OPT_LEVELS", "ort_max_opsets", "ort_version",
-           "runtime_proto", "weightless_proto", "weight_array", "PLACEHOLDER", "run_session",
-           "implemented_ops"]
+           "ort_registered_ops", "runtime_proto", "weightless_proto", "weight_array",
+           "PLACEHOLDER", "run_session", "implemented_ops"]
 
 OPT_LEVELS = ("disable", "basic", "extended", "all")
 _PROTO_LIMIT = 2_000_000_000
@@ -497,6 +498,25 @@ def implemented_ops(domain: str = "com.microsoft") -> set[str] | None:
         return None
     avail = set(onnxruntime.get_available_providers())
     return {d.op_name for d in defs if d.domain == domain and d.provider in avail}
+
+
+def ort_registered_ops() -> dict[tuple[str, str], int]:
+    """``{(domain, op): first opset}`` of every op schema the installed onnxruntime registers
+    (ONNX's ops, its contrib ops in ``com.microsoft``, and the few it registers in the default
+    domain that ONNX does not define, such as ``SimplifiedLayerNormalization``). Read once
+    from onnxruntime's own schema list."""
+    return dict(_ort_registered_ops())
+
+
+@functools.lru_cache(maxsize=1)
+def _ort_registered_ops() -> tuple[tuple[tuple[str, str], int], ...]:
+    from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+    out: dict[tuple[str, str], int] = {}
+    for s in C.get_all_operator_schema():
+        key = ("" if s.domain == "ai.onnx" else s.domain, s.name)
+        out[key] = min(out.get(key, int(s.since_version)), int(s.since_version))
+    return tuple(out.items())
 
 
 def ort_version() -> str:

@@ -54,9 +54,9 @@ class FixDims(LabPass):
                                f"{'symbolic dims ' + ', '.join(map(repr, named)) if named else 'no named dims'}.",
                                fix="Use one of those names; for unnamed dims use "
                                "lab.set_input_shape(name, shape).")
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise DimError(f"Dim {name!r} must be a positive int, got {value!r}.",
-                               fix=f"Pass {{{name!r}: 1}}.")
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise DimError(f"Dim {name!r} must be an int >= 0, got {value!r}.",
+                               fix=f"Pass {{{name!r}: 1}} (0 for an empty KV cache).")
         if not dims:
             return []
         return [Match(f"fix_dims:{','.join(sorted(dims))}", "fix_dims", self.name, [], "",
@@ -92,10 +92,10 @@ class SetInputShape(LabPass):
             raise PassError("set_input_shape needs shape=[...].", fix="Pass e.g. [1, 3, 32, 32].")
         declared = shape_tuple(inputs[name].shape)
         for i, d in enumerate(shape):
-            if not (isinstance(d, str) and d) and not (isinstance(d, int) and d > 0
+            if not (isinstance(d, str) and d) and not (isinstance(d, int) and d >= 0
                                                        and not isinstance(d, bool)):
-                raise DimError(f"Shape {list(shape)} for input {name!r}: dim {i} must be a "
-                               f"positive int or a dim name, got {d!r}.",
+                raise DimError(f"Shape {list(shape)} for input {name!r}: dim {i} must be an "
+                               f"int >= 0 or a dim name, got {d!r}.",
                                fix="Use e.g. [1, 3, 224, 224] or ['batch', 3, 224, 224].")
         if declared is not None:
             if len(declared) != len(shape):

@@ -20,6 +20,17 @@ __all__ = ["RunContext", "missing_dims", "image_feeds"]
 _USED_BY = re.compile(r"'([^']+)' \(used by")
 
 
+def _derived_hints(model: Any, names: list[str]) -> dict[str, tuple[str, str]]:
+    """{dim: (placeholder, tooltip)} for the dims the model determines."""
+    from onnx_lab.core.derived import derived_dims, length_sums
+
+    out = {n: (f"{d.value} (derived)", d.source) for n, d in derived_dims(model).items()}
+    for n, total in length_sums(model).items():  # derived once both lengths are given
+        if n in names:
+            out[n] = (total, f"{total} (the cache grows by the new tokens)")
+    return out
+
+
 def missing_dims(exc: BaseException) -> list[str]:
     """The dim names a DimError is about (its ``dims`` attribute, else named in its text)."""
     names = getattr(exc, "dims", None)
@@ -59,12 +70,18 @@ class RunContext(w.VBox):
         start_shapes = {**dict(getattr(lab, "shapes", None) or {}), **dict(shapes or {})}
         self._start_dims, self._start_shapes = start_dims, start_shapes
         names = [d for d in dynamic_dims(model) if d != "?"]
+        # Dims the model determines (a head size; a total length from past + new) are shown
+        # as placeholders: left empty, they are filled in; typed, the typed value wins.
+        derived = _derived_hints(model, names)
         self.dim_fields: dict[str, w.Text] = {}
         for d in names:
             val = start_dims.get(d)
-            f = w.Text(value="" if val is None else str(val), placeholder=d,
+            hint, source = derived.get(d, (d, ""))
+            f = w.Text(value="" if val is None else str(val), placeholder=hint,
                        description=d, layout=w.Layout(width="190px"),
-                       style={"description_width": "initial"})
+                       style={"description_width": "initial"}, tooltip=source or None)
+            if source:
+                f.add_class("onnx-lab-dim-derived")
             f.add_class("onnx-lab-dim")
             f.add_class(f"onnx-lab-dim-{re.sub(r'[^A-Za-z0-9_-]', '_', d)}")
             self.dim_fields[d] = f
@@ -123,7 +140,7 @@ class RunContext(w.VBox):
         out = {}
         for d, f in self.dim_fields.items():
             t = f.value.strip()
-            if t.isdigit() and int(t) > 0:
+            if re.fullmatch(r"-?\d+", t):  # 0 is an empty KV cache; a negative one fails apply()
                 out[d] = int(t)
         return out
 

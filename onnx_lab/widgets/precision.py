@@ -48,8 +48,13 @@ class PrecisionDoctor(View):
         self.result: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.target = w.Dropdown(options=["fp16", "bf16", "int8"], value="fp16",
+        self.target = w.Dropdown(options=["fp16", "bf16", "int8", "int4"], value="fp16",
                                  description="target", layout=w.Layout(width="180px"))
+        # int4 (decoder LLMs): next-token targets in place of the element-wise tolerance.
+        self.min_top1 = w.FloatText(value=0.85, description="min top-1",
+                                    layout=w.Layout(width="170px"))
+        self.max_kl = w.FloatText(value=0.1, description="max KL", layout=w.Layout(
+            width="170px"))
         self.atol = w.FloatText(value=1e-3, description="atol", layout=w.Layout(width="170px"))
         self.rtol = w.FloatText(value=1e-2, description="rtol", layout=w.Layout(width="170px"))
         self.metric = w.Dropdown(options=[("element-wise atol/rtol", "elementwise"),
@@ -73,14 +78,15 @@ class PrecisionDoctor(View):
         self.save_button = w.Button(description="Save", icon="save", disabled=True)
         self._result_panels = (self.verdict, self.chart, self.outputs_html)
         self.metric.observe(lambda _c: self._metric_fields(), names="value")
+        self.target.observe(lambda _c: self._metric_fields(), names="value")
         self._metric_fields()
         self.run_button.on_click(lambda _b: self._guard(self.run)())
         self.cancel_button.on_click(lambda _b: self.cancel())
         self.save_button.on_click(lambda _b: self._guard(self.save)())
         wrap = w.Layout(flex_flow="row wrap")
         super().__init__([
-            w.HBox([self.target, self.metric, self.atol, self.rtol, self.threshold],
-                   layout=wrap),
+            w.HBox([self.target, self.metric, self.atol, self.rtol, self.threshold,
+                    self.min_top1, self.max_kl], layout=wrap),
             w.HBox([self.feeds, self.run_button, self.cancel_button, self.progress,
                     self.progress_label], layout=wrap),
             self.verdict, self.chart, self.outputs_html, self.canvas,
@@ -89,16 +95,25 @@ class PrecisionDoctor(View):
         self.add_class("onnx-lab-precision")
 
     def _metric_fields(self) -> None:
-        """atol/rtol for the element-wise metric, the threshold for the others."""
+        """atol/rtol for the element-wise metric, the threshold for the others; int4: the
+        next-token targets (top-1 agreement, KL) only."""
+        int4 = self.target.value == "int4"
         elementwise = self.metric.value == "elementwise"
         for box in (self.atol, self.rtol):
-            box.layout.display = None if elementwise else "none"
-        self.threshold.layout.display = "none" if elementwise else None
+            box.layout.display = None if elementwise and not int4 else "none"
+        self.threshold.layout.display = "none" if elementwise or int4 else None
+        self.metric.layout.display = "none" if int4 else None
+        self.feeds.layout.display = "none" if int4 else None
+        for box in (self.min_top1, self.max_kl):
+            box.layout.display = None if int4 else "none"
+        self.save_path.placeholder = f"model.{self.target.value}.onnx"
         self.threshold.description = {"sqnr": "min dB", "cosine": "min cos"}.get(
             self.metric.value, "min")
 
     # ------------------------------------------------------------------ actions
     def _kwargs(self) -> dict[str, Any]:
+        if self.target.value == "int4":
+            return {"min_top1": float(self.min_top1.value), "max_kl": float(self.max_kl.value)}
         kw: dict[str, Any] = {"feeds": self.feeds.value.strip() or None}
         if self.metric.value == "elementwise":
             kw.update(atol=float(self.atol.value), rtol=float(self.rtol.value))
@@ -165,6 +180,11 @@ class PrecisionDoctor(View):
         self.chart.value = figure_html(plan.plot(top=20))
         self.outputs_html.value = frame_html(plan.outputs, caption="error per output: "
                                              "everything converted (before) vs the plan (after)")
+        if plan.target == "int4":  # accuracy beside speed per trial, and each kept node's cost
+            self.chart.value += figure_html(plan.plot(kind="trials"))
+            self.outputs_html.value += frame_html(
+                plan.trials.drop(columns=["kept"]), caption="trials: accuracy beside decode "
+                "speed and size") + frame_html(plan.costs, caption="what each kept node costs")
         self._show_graph(plan)
         self.save_button.disabled = False
 
@@ -176,7 +196,8 @@ class PrecisionDoctor(View):
             kw: dict[str, Any] = {"around": list(plan.kept), "radius": 1}
         else:
             kw = {"around": None, "collapse": None if len(plan.source.index) <= 120 else "auto"}
-        noun = "excluded from int8" if plan.target == "int8" else "kept in float32"
+        noun = {"int8": "excluded from int8", "int4": "kept out of int4"}.get(
+            plan.target, "kept in float32")
         kw["highlight"] = {nid: KEPT_OUTLINE for nid in plan.kept}
         try:
             self.canvas.show(plan.render(**kw), model=plan.source,

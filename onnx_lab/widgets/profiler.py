@@ -2,7 +2,9 @@
 
 Profile calls ``lab.profile(providers=..., runs=... | budget_s=..., warmup=..., opt_level=...)``;
 Levels calls ``onnx_lab.profiling.levels``; Batch sweep calls ``lab.batch_sweep``; Cost calls
-``lab.cost()`` and ``Cost.roofline(...)``.
+``lab.cost()`` and ``Cost.roofline(...)``; Profile generation (decoder LLMs with a KV cache)
+calls ``lab.profile_generation(prompt=..., new_tokens=...)`` and shows prefill and decode side
+by side.
 
 Long actions (Profile, ORT levels, Batch sweep) run in a background thread inside a notebook
 kernel: the progress bar moves, Cancel stops them at the next run, and what was measured
@@ -117,7 +119,24 @@ class Profiler(View):
         self.sweep_sizes = w.Text(value="1,2,4,8", description="sizes",
                                   layout=w.Layout(width="220px"))
         self.sweep_button = w.Button(description="Batch sweep", icon="line-chart")
+        self.gen_prompt = w.BoundedIntText(value=16, min=1, max=1_000_000,
+                                           description="prompt",
+                                           tooltip="prompt tokens (the prefill)",
+                                           layout=w.Layout(width="160px"))
+        self.gen_tokens = w.BoundedIntText(value=32, min=1, max=1_000_000,
+                                           description="new tokens",
+                                           style={"description_width": "initial"},
+                                           tooltip="decode steps after the prefill",
+                                           layout=w.Layout(width="160px"))
+        self.generate_button = w.Button(description="Profile generation", icon="comments",
+                                        layout=w.Layout(width="170px"))
         self._long_buttons = [self.profile_button, self.levels_button]
+        why_not = self._why_no_generation()
+        if why_not is None:
+            self._long_buttons.append(self.generate_button)
+        else:
+            self.generate_button.disabled = True
+            self.generate_button.tooltip = why_not
         if dyn:
             self._long_buttons.append(self.sweep_button)
         else:
@@ -145,6 +164,9 @@ class Profiler(View):
         self.latency_html = w.HTML()
         self.levels_html = w.HTML()
         self.sweep_html = w.HTML()
+        self.gen_html = w.HTML()
+        self.gen_plot = w.HTML()
+        self.gen_ops = PagedTable(page_size=page_size, caption="op types per phase")
         self.cost_html = w.HTML()
         self.cost_table = PagedTable(page_size=page_size, caption="cost per node")
         self.roof_table = PagedTable(page_size=page_size, caption="roofline per node")
@@ -169,16 +191,17 @@ class Profiler(View):
             w.VBox([self.summary_html, self.plot_html]),
             self.ops_table, self.nodes_table, self.latency_html,
             self.levels_html, self.sweep_html, w.VBox([self.cost_html, self.roof_table, self.cost_table]),
-            self.graph_box])
+            self.graph_box, w.VBox([self.gen_html, self.gen_plot, self.gen_ops])])
         for i, t in enumerate(["Overview", "Op types", "Top nodes", "Latency", "ORT levels",
-                               "Batch sweep", "Cost", "Graph"]):
+                               "Batch sweep", "Cost", "Graph", "Generation"]):
             self.tabs.set_title(i, t)
         for b, fn in [(self.cost_button, self.run_cost),
                       (self.render_button, self.render_latency)]:
             b.on_click(self._clicked(fn))
         for b, fn in [(self.profile_button, self.run_profile),
                       (self.levels_button, self.run_levels),
-                      (self.sweep_button, self.run_sweep)]:
+                      (self.sweep_button, self.run_sweep),
+                      (self.generate_button, self.run_generation)]:
             b.on_click(lambda _b, fn=fn: self._long(fn))
         super().__init__([
             self.context,
@@ -189,6 +212,7 @@ class Profiler(View):
             w.HBox([self.profile_button, self.render_button, self.levels_button,
                     self.progress, self.cancel_button], layout=w.Layout(flex_flow="row wrap")),
             w.HBox([self.sweep_dim, self.sweep_sizes, self.sweep_button]),
+            w.HBox([self.gen_prompt, self.gen_tokens, self.generate_button]),
             w.HBox([self.peak_tflops, self.bandwidth, self.cost_button]),
             self.tabs,
         ])
@@ -205,6 +229,17 @@ class Profiler(View):
     def _clicked(self, fn):
         guarded = self._guard(fn)
         return lambda _b: guarded()
+
+    def _why_no_generation(self) -> str | None:
+        """None when the model has a KV cache the generation loop can feed, else why not."""
+        from onnx_lab.errors import LabError
+        from onnx_lab.profiling.generate import cache_layout
+
+        try:
+            cache_layout(self.lab.model, self.lab.dims)
+        except LabError as e:
+            return str(e)
+        return None
 
     def _dynamic_dims(self) -> list[str]:
         from onnx_lab.core.shapes import dynamic_dims
@@ -391,6 +426,31 @@ class Profiler(View):
         self.tabs.selected_index = 5
         args = "".join(f", {k}={v!r}" for k, v in kw.items())
         self.code.value = code_html(f"lab.batch_sweep({tuple(sizes)!r}, dim={dim!r}{args})")
+
+    def run_generation(self) -> None:
+        """``lab.profile_generation(prompt=P, new_tokens=N, ...)``: prefill and decode."""
+        kw = self._profile_kwargs()
+        if not kw["providers"]:
+            self.status.value = info_html("Tick at least one provider.", kind="warn")
+            return
+        if "warmup" in kw:
+            kw["warmup"] = min(int(kw["warmup"]), 1)
+        P, N = int(self.gen_prompt.value), int(self.gen_tokens.value)
+        g = self._run(self.lab.profile_generation, prompt=P, new_tokens=N,
+                      progress=self._progress,
+                      busy=f"Generating: prefill of {P} tokens, {N} decode steps…", **kw)
+        if g is None:
+            return
+        from onnx_lab.render.results import generation_summary_html, generation_tables_html
+
+        self.result = g
+        self.gen_html.value = generation_summary_html(g) + generation_tables_html(g)
+        self.gen_plot.value = figure_html(g.plot())
+        self.gen_ops.set(g.ops)
+        self.tabs.selected_index = 8
+        args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
+        self.code.value = code_html(f"g = lab.profile_generation(prompt={P}, new_tokens={N}, "
+                                    f"{args}); g.plot()")
 
     def run_cost(self) -> None:
         """``lab.cost()`` and ``cost.roofline(peak_flops, bandwidth)``."""

@@ -261,3 +261,72 @@ def test_runtime_constants_warning_names_bytes_and_fold():
     assert "16,384 bytes" in row.message and "fold_constants" in row.fix
     assert lab.apply("fold_constants").modified
     assert "runtime_constants" not in _codes(lab.check(load=False))
+
+
+# --------------------------------------------------------------------------- decoder LLMs
+def _rms(domain: str = "", op: str = "SimplifiedLayerNormalization", bogus: bool = False):
+    """x -> Relu -> r -> an RMSNorm op -> Relu -> y; ``bogus`` puts an attribute ONNX
+    rejects on the last Relu."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node(op, ["r", "g"], ["n"], name="norm", domain=domain, epsilon=1e-5),
+             helper.make_node("Relu", ["n"], ["y"], name="relu2",
+                              **({"bogus": 1} if bogus else {}))]
+    extra = {domain: 1} if domain else None
+    return _model(nodes, [_vi("x", [2, 8])], [_vi("y", [2, 8])],
+                  [numpy_helper.from_array(np.ones(8, np.float32), "g")], opset=22, extra=extra)
+
+
+def test_onnxruntimes_default_domain_ops_are_a_warning_not_an_error():
+    df = check(_rms())
+    assert not (df.severity == "error").any(), df.message.tolist()
+    row = df.loc[df.code == "onnxruntime_op"].iloc[0]
+    assert row.severity == "warning" and "SimplifiedLayerNormalization" in row.message
+    assert "onnxruntime only" in row.message and row.node_id == "norm"
+    # The rest of the model is still checked: a bad attribute after the op is an error.
+    df = check(_rms(bogus=True), load=False)
+    assert (df.loc[df.code == "checker", "severity"] == "error").all()
+    assert (df.code == "checker").any()
+    # A default-domain op neither ONNX nor onnxruntime knows stays an error.
+    df = check(_rms(op="MadeUpNorm"), load=False)
+    assert (df.loc[df.code == "checker", "severity"] == "error").any()
+    assert "onnxruntime_op" not in _codes(df)
+
+
+def test_contrib_ops_onnxruntime_registers_and_one_it_does_not():
+    df = check(_rms("com.microsoft", "SkipSimplifiedLayerNormalization"), load=False)
+    row = df.loc[df.code == "custom_domain"].iloc[0]
+    assert row.severity == "warning" and "onnxruntime only" in row.message
+    df = check(_rms("com.microsoft", "NoSuchFusedOp"), load=False)
+    row = df.loc[df.code == "custom_domain"].iloc[0]
+    assert "registers no such op" in row.message
+
+
+def test_stale_value_info_of_an_intermediate_is_a_warning():
+    """onnxruntime-genai's builder declares a Constant's [1] output as a scalar: onnxruntime
+    runs the model, strict shape inference refuses it."""
+    m = _rms()
+    m.graph.value_info.append(_vi("r", [3]))  # wrong rank for [2, 8]
+    df = check(m)
+    assert not (df.severity == "error").any(), df.message.tolist()
+    row = df.loc[df.code == "stale_value_info"].iloc[0]
+    assert row.severity == "warning" and "'r'" in row.message
+    # A graph output's declared shape is not stale value_info: still an error.
+    m = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [_vi("x", [2, 8])],
+               [_vi("y", [3])])
+    df = check(m, load=False)
+    assert "stale_value_info" not in _codes(df)
+    assert (df.loc[df.code == "checker", "severity"] == "error").any()
+
+
+@pytest.mark.parametrize("source", ["sample:tiny_llm", "sample:tiny_llm_int4"])
+def test_decoder_llm_samples_check_clean(source):
+    df = check(source)
+    assert not (df.severity == "error").any(), df.message.tolist()
+    assert {"onnxruntime_op", "custom_domain"} <= _codes(df)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+def test_genai_built_model_checks_without_errors(genai_model, precision):
+    df = check(genai_model(precision))
+    assert not (df.severity == "error").any(), df.message.tolist()
+    assert "onnxruntime_op" in _codes(df)

@@ -14,7 +14,7 @@ from onnx_lab.analysis.summary import OP_FAMILIES, Summary, op_family
 KEYS = ["ir_version", "opsets", "producer", "num_nodes", "num_nodes_main", "num_initializers",
         "num_constant_tensors", "num_params", "param_bytes", "inputs", "outputs", "dynamic_dims",
         "op_counts", "op_families", "subgraphs", "external_data", "constant_computed_tensors",
-        "constant_computed_bytes"]
+        "constant_computed_bytes", "derived_dims"]
 
 
 def test_keys_and_values_convnet():

@@ -1,6 +1,8 @@
 """The Profiler's long actions in a real JupyterLab (headless Chromium) on a YOLO-like detector
 at 320x320: Profile, ORT levels and a Batch sweep finish with their default time budgets; a Profile of
-200,000 fixed runs is cancelled from the browser and keeps its partial results. The seconds each action took, from
+200,000 fixed runs is cancelled from the browser and keeps its partial results. On a decoder
+LLM (``sample:tiny_llm``), Profile generation fills the Generation tab with prefill and decode
+(screenshot ``test-artifacts/profiler_generation_browser.png``). The seconds each action took, from
 the click to the result in the page, are written to ``test-artifacts/profiler_browser.json``
 (timings are figures, not assertions; ``benchmarks/bench_profile.py`` measures them)."""
 
@@ -93,3 +95,37 @@ def test_profiler_actions_finish_or_cancel_in_jupyterlab(tmp_path):
         finally:
             page.screenshot(path=str(ARTIFACTS / "profiler_browser.png"), full_page=True)
             (ARTIFACTS / "profiler_browser.json").write_text(json.dumps(seconds, indent=1))
+
+
+GEN_CELLS = [
+    "import onnx_lab\nfrom onnx_lab.widgets import Profiler\n"
+    "llm = onnx_lab.open('sample:tiny_llm')",
+    "gen = Profiler(llm)\ngen",
+]
+
+
+def test_profiler_generation_shows_prefill_and_decode(tmp_path):
+    seconds: dict[str, float] = {}
+    with lab_in_browser(tmp_path, {"generation.ipynb": GEN_CELLS}) as (url, page):
+        try:
+            run_all_cells(page, url, "generation.ipynb")
+            gen = page.locator(".onnx-lab-profiler")
+            gen.wait_for(timeout=120_000)
+            t0 = time.perf_counter()
+            gen.locator("button", has_text="Profile generation").first.click()
+            page.wait_for_function(
+                "() => { const g = document.querySelector('.onnx-lab-profiler');"
+                " return g && g.innerText.includes('tokens/s') && g.querySelector('img'); }",
+                timeout=120_000)
+            seconds["generation"] = time.perf_counter() - t0
+            page.get_by_role("tab", name="Generation", exact=True).wait_for(timeout=10_000)
+            text = gen.inner_text()
+            assert "prefill" in text and "decode" in text and "tokens/s" in text
+            assert "lab.profile_generation(prompt=16, new_tokens=32" in text
+            assert gen.locator(".onnx-lab-error").count() == 0
+            gen.locator("img").first.scroll_into_view_if_needed()
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "profiler_generation_browser.png"),
+                            full_page=True)
+            (ARTIFACTS / "profiler_generation_browser.json").write_text(
+                json.dumps(seconds, indent=1))

@@ -151,3 +151,17 @@ def test_bad_file_kinds(tmp_path, capsys):
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
     code, _, err = _run(capsys, "summary", str(tmp_path))
     assert code == 2 and "directory" in err
+
+
+def test_summary_and_cost_of_a_decoder_with_an_empty_cache(capsys):
+    dims = "batch_size=1,sequence_length=4,past_sequence_length=0"
+    code, out, _ = _run(capsys, "summary", "sample:tiny_llm", "--dims", dims)
+    assert code == 0
+    assert "derived dim: kv_cache_dim = 16 (GroupQueryAttention" in out
+    assert "derived dim: total_sequence_length = 4" in out
+    code, out, _ = _run(capsys, "cost", "sample:tiny_llm", "--dims", dims)
+    assert code == 0 and "0 nodes of unknown cost" in out
+    assert "KV cache: 2,048 bytes for 4 tokens (512 bytes/token, 2 layers)" in out
+    code, _, err = _run(capsys, "cost", "sample:tiny_llm", "--dims",
+                        "batch_size=1,sequence_length=4,past_sequence_length=-1")
+    assert code == 2 and "'past_sequence_length' must be an int >= 0, got -1" in err

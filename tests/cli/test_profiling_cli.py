@@ -81,3 +81,42 @@ def test_cli_errors(capsys):
     assert main(["profile", "sample:transformer_block", "--dims", "seq=4", "--batch-sweep",
                  "1,x"]) == 2
     assert "--batch-sweep" in capsys.readouterr().err
+
+
+def test_profile_generate_json(capsys):
+    d = _json(capsys, ["profile", "sample:tiny_llm", "--generate",
+                       "4", "--prompt", "6", "--runs", "2", "--json", "--providers", "cpu"])
+    assert d["prompt_tokens"] == 6 and d["new_tokens"] == 4 and d["runs"] == 2
+    assert [r["phase"] for r in d["latency"]] == ["prefill", "decode"]
+    # runs=2: both generations under the profiler (the default takes up to 2), 4 steps each
+    assert d["latency"][1]["tokens_per_s"] > 0 and d["latency"][1]["runs"] == 8
+    assert d["latency"][1]["latency_from"] == "profiled"
+    assert {r["phase"] for r in d["ops"]} == {"prefill", "decode"}
+    assert d["memory"][0]["kv_cache_bytes"] == d["memory"][0]["predicted_kv_cache_bytes"] > 0
+    assert len(d["tokens"][0]) == 5
+    assert d["cache"]["pairs"][0] == ["past_key_values.0.key", "present.0.key"]
+
+
+def test_profile_generate_text_and_token_ids(capsys):
+    assert main(["profile", "sample:tiny_llm", "--generate", "3",
+                 "--prompt", "5,6,7", "--runs", "1", "--profile-runs", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "prefill" in out and "decode" in out and "tokens_per_s" in out
+    assert "tokens: [" in out and "kv_cache_bytes" in out
+
+
+def test_profile_generate_bad_input(capsys):
+    assert main(["profile", "sample:tiny_llm", "--generate", "8",
+                 "--prompt", "125", "--runs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "cos_cache" in err and "at most 3 new tokens" in err
+    assert main(["profile", "sample:convnet", "--generate", "4"]) == 2
+    assert "no KV-cache inputs" in capsys.readouterr().err
+    assert main(["profile", "sample:tiny_llm", "--generate", "4", "--prompt", "x"]) == 2
+    assert "--prompt" in capsys.readouterr().err
+
+
+def test_profile_runs_flag_reaches_profile(capsys):
+    d = _json(capsys, ["profile", "sample:convnet", "--runs", "5", "--profile-runs", "3",
+                       "--warmup", "0", "--json", "--providers", "cpu"])
+    assert d["profiled_runs"] == 3 and d["runs"] == 5

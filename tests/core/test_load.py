@@ -223,8 +223,11 @@ def test_unknown_dims_name():
 
 
 def test_bad_dim_value():
-    with pytest.raises(DimError, match="'batch' must be a positive int"):
-        onnx_lab.open(fp16_model(), dims={"batch": 0})
+    with pytest.raises(DimError, match="'batch' must be an int >= 0, got -1"):
+        onnx_lab.open(fp16_model(), dims={"batch": -1})
+    with pytest.raises(DimError, match="'batch' must be an int >= 0, got 1.5"):
+        onnx_lab.open(fp16_model(), dims={"batch": 1.5})
+    assert onnx_lab.open(fp16_model(), dims={"batch": 0}).dims == {"batch": 0}
 
 
 def test_shapes_for_unknown_input():

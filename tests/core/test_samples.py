@@ -13,7 +13,8 @@ from onnx_lab.errors import UnknownNameError
 
 
 def test_names():
-    assert samples.names() == ["convnet", "transformer_block", "control_flow", "bert_block"]
+    assert samples.names() == ["convnet", "transformer_block", "control_flow", "bert_block",
+                               "tiny_llm", "tiny_llm_int4"]
 
 
 @pytest.mark.parametrize("name", ["convnet", "transformer_block", "control_flow"])

@@ -117,3 +117,24 @@ def test_profiler_latency_on_the_canvas_and_a_slow_node_tick_centres_explorer():
     assert selection(lab).node == node
     assert e.canvas.selected == e.canvas.key_for(node)
     assert p.canvas.selected == p.canvas.key_for(node)
+
+
+def test_dims_bar_of_a_decoder_llm_empty_cache_and_derived_dims():
+    """The run-context bar shows the dims the model determines as placeholders (left empty,
+    they are filled in), takes 0 for an empty KV cache and refuses a negative length."""
+    lab = onnx_lab.open("sample:tiny_llm")
+    p = Profiler(lab, runs=1, warmup=0)
+    bar = p.context
+    head = bar.dim_fields["kv_cache_dim"]
+    assert head.value == "" and head.placeholder == "16 (derived)"
+    assert "GroupQueryAttention" in head.tooltip
+    assert "onnx-lab-dim-derived" in head._dom_classes
+    total = bar.dim_fields["total_sequence_length"]
+    assert total.placeholder == "past_sequence_length + sequence_length"
+    bar.set_dims({"batch_size": 1, "sequence_length": 8, "past_sequence_length": -1})
+    p.run_profile()
+    assert type(p.error).__name__ == "DimError" and ">= 0, got -1" in str(p.error)
+    bar.set_dims({"past_sequence_length": 0})
+    p.run_profile()
+    assert p.error is None and p.profile_result is not None
+    assert lab.dims == {"batch_size": 1, "sequence_length": 8, "past_sequence_length": 0}

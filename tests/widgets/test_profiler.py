@@ -160,3 +160,27 @@ def test_batch_sweep_offers_the_model_dims_only():
                      background=False)
     assert list(block.sweep_dim.options) == ["batch", "seq"]  # the open dim first
     assert block.sweep_dim.value == "batch" and not block.sweep_button.disabled
+
+
+def test_profiler_generation_shows_both_phases(no_error):
+    lab = onnx_lab.open("sample:tiny_llm")  # the head size is derived
+    p = Profiler(lab, runs=2, warmup=0)
+    assert not p.generate_button.disabled
+    p.gen_prompt.value = 6
+    p.gen_tokens.value = 4
+    p.generate_button.click()
+    no_error(p)
+    g = p.result
+    assert type(g).__name__ == "GenerationProfile" and g.prompt_tokens == 6
+    assert g.new_tokens == 4 and g.runs == 2
+    assert p.tabs.selected_index == 8 and p.tabs.get_title(8) == "Generation"
+    assert "prefill" in p.gen_html.value and "decode" in p.gen_html.value
+    assert "tokens/s" in p.gen_html.value and p.gen_plot.value.startswith("<img")
+    assert "<table" in p.gen_ops.html.value
+    assert "lab.profile_generation(prompt=6, new_tokens=4" in p.code.value
+
+
+def test_profiler_generation_disabled_without_a_cache():
+    p = Profiler(onnx_lab.open("sample:convnet"))
+    assert p.generate_button.disabled
+    assert "no KV-cache inputs" in p.generate_button.tooltip

@@ -1,0 +1,241 @@
+"""Cost rules of decoder LLMs against hand counts: GroupQueryAttention, MultiHeadAttention and
+Attention with a KV cache, RotaryEmbedding, (Skip)SimplifiedLayerNormalization, MatMulNBits
+(int4/int8 weight bytes and block scales); KV-cache bytes and the prefill/decode phases."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.analysis.cost import PHASE_COLUMNS, cost, generation_cost, kv_cache_bytes
+from onnx_lab.errors import CacheError, InputError
+
+F = TensorProto.FLOAT
+MS = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+
+
+def _model(nodes, inputs: dict, outputs: dict, inits: dict | None = None, int_inputs=()):
+    rng = np.random.default_rng(0)
+    init = [numpy_helper.from_array(np.asarray(v) if not isinstance(v, (list, tuple))
+                                    else rng.standard_normal(v).astype(np.float32), n)
+            for n, v in (inits or {}).items()]
+    vi = [helper.make_tensor_value_info(n, TensorProto.INT32 if n in int_inputs else F, s)
+          for n, s in inputs.items()]
+    graph = helper.make_graph(nodes, "g", vi,
+                              [helper.make_tensor_value_info(n, F, s) for n, s in outputs.items()],
+                              init)
+    return helper.make_model(graph, opset_imports=MS)
+
+
+def _row(c, op):
+    return c.nodes.loc[c.nodes.op_type == op].iloc[0].to_dict()
+
+
+def _gqa(b, s, past, nh=4, kvh=2, head=16, rotary=True, window=-1):
+    """Packed QKV [b, s, (nh + 2·kvh)·head] with a cache of ``past`` tokens."""
+    width = (nh + 2 * kvh) * head
+    cache = [b, kvh, past, head]
+    ins = ["qkv", "", "", "pk", "pv", "seqlens", "total"]
+    inits = {}
+    if rotary:
+        ins += ["cos", "sin"]
+        inits = {"cos": [64, head // 2], "sin": [64, head // 2]}
+    node = helper.make_node("GroupQueryAttention", ins, ["y", "present_k", "present_v"],
+                            domain="com.microsoft", num_heads=nh, kv_num_heads=kvh,
+                            do_rotary=int(rotary), local_window_size=window, name="gqa")
+    return _model([node], {"qkv": [b, s, width], "pk": cache, "pv": cache, "seqlens": [b],
+                           "total": []},
+                  {"y": [b, s, nh * head]}, inits, int_inputs=("seqlens", "total"))
+
+
+@pytest.mark.parametrize("b, s, past", [(1, 16, 0), (1, 1, 15), (2, 1, 99)])
+def test_group_query_attention_prefill_and_decode(b, s, past):
+    r = _row(cost(_gqa(b, s, past)), "GroupQueryAttention")
+    nh, kvh, head, total = 4, 2, 16, past + s
+    macs = b * nh * s * total * (head + head)  # QK^T and PV, every query head
+    assert r["known"] and r["macs"] == macs
+    rotary = 3 * b * s * (nh + kvh) * head
+    assert r["flops"] == 2 * macs + 6 * b * nh * s * total + rotary
+    # The cache read is part of the bytes moved: past K and V, fp32.
+    assert r["input_bytes"] >= 2 * b * kvh * past * head * 4
+
+
+def test_group_query_attention_local_window_and_without_rotary():
+    full = _row(cost(_gqa(1, 1, 99, rotary=False)), "GroupQueryAttention")
+    window = _row(cost(_gqa(1, 1, 99, rotary=False, window=32)), "GroupQueryAttention")
+    assert full["macs"] == 4 * 100 * 32 and window["macs"] == 4 * 32 * 32
+    assert full["flops"] == 2 * full["macs"] + 6 * 4 * 100
+
+
+def test_multi_head_attention_with_a_cache():
+    cache = [2, 4, 7, 8]
+    m = _model([helper.make_node("MultiHeadAttention", ["q", "k", "v", "", "", "", "pk", "pv"],
+                                 ["y", "prk", "prv"], domain="com.microsoft", num_heads=4)],
+               {"q": [2, 3, 32], "k": [2, 3, 32], "v": [2, 3, 32], "pk": cache, "pv": cache},
+               {"y": [2, 3, 32]})
+    assert _row(cost(m), "MultiHeadAttention")["macs"] == 2 * 4 * 3 * (7 + 3) * (8 + 8)
+
+
+def test_com_microsoft_attention_with_past_and_onnx_attention_with_past_key():
+    m = _model([helper.make_node("Attention", ["x", "w", "b", "", "past"], ["y", "present"],
+                                 domain="com.microsoft", num_heads=2)],
+               {"x": [2, 3, 8], "past": [2, 2, 2, 5, 4]}, {"y": [2, 3, 8]},
+               {"w": [8, 24], "b": [24]})
+    assert _row(cost(m), "Attention")["macs"] == 2 * 3 * 8 * 24 + 2 * 2 * 3 * (5 + 3) * (4 + 4)
+    g = helper.make_graph(
+        [helper.make_node("Attention", ["q", "k", "v", "", "pk", "pv"], ["y", "prk", "prv"])],
+        "g", [helper.make_tensor_value_info(n, F, s) for n, s in
+              (("q", [1, 2, 3, 4]), ("k", [1, 2, 3, 4]), ("v", [1, 2, 3, 4]),
+               ("pk", [1, 2, 6, 4]), ("pv", [1, 2, 6, 4]))],
+        [helper.make_tensor_value_info("y", F, [1, 2, 3, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    assert _row(cost(m), "Attention")["macs"] == 1 * 2 * 3 * (6 + 3) * (4 + 4)
+
+
+@pytest.mark.parametrize("rot_dim, share", [(0, 1.0), (8, 0.5)])
+def test_rotary_embedding(rot_dim, share):
+    m = _model([helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"],
+                                 domain="com.microsoft", num_heads=2,
+                                 rotary_embedding_dim=rot_dim)],
+               {"x": [1, 5, 32], "pos": [1, 5]}, {"y": [1, 5, 32]},
+               {"cos": [64, 8], "sin": [64, 8]}, int_inputs=("pos",))
+    r = _row(cost(m), "RotaryEmbedding")
+    assert r["known"] and r["flops"] == 3 * 1 * 5 * 32 * share and r["macs"] == 0
+
+
+def test_simplified_layer_norms():
+    m = _model([helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["n"],
+                                 epsilon=1e-5),
+                helper.make_node("SkipSimplifiedLayerNormalization", ["n", "x", "g"],
+                                 ["y", "", "", "sum"], domain="com.microsoft", epsilon=1e-5)],
+               {"x": [2, 3, 8]}, {"y": [2, 3, 8], "sum": [2, 3, 8]}, {"g": [8]})
+    c = cost(m)
+    assert _row(c, "SimplifiedLayerNormalization")["flops"] == 5 * 48
+    assert _row(c, "SkipSimplifiedLayerNormalization")["flops"] == 6 * 48
+    assert c.nodes.known.all()
+
+
+def _quantized(bits: int, k: int = 64, n: int = 128):
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    fp = _model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                {"x": [1, 5, k]}, {"y": [1, 5, n]}, {"w": [k, n]})
+    copy = onnx.ModelProto()
+    copy.CopyFrom(fp)  # the quantizer rewrites the proto it is given
+    q = MatMulNBitsQuantizer(copy, bits=bits, block_size=32, is_symmetric=True)
+    q.process()
+    return fp, q.model.model
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_matmul_nbits_weight_bytes_and_block_scales(bits):
+    k, n = 64, 128
+    fp, q = _quantized(bits, k, n)
+    assert [x.op_type for x in q.graph.node] == ["MatMulNBits"]
+    a, b = cost(fp), cost(q)
+    r = _row(b, "MatMulNBits")
+    assert r["macs"] == 5 * k * n == _row(a, "MatMul")["macs"]
+    assert r["flops"] == 2 * 5 * k * n + k * n  # + one dequantizing multiply per weight
+    # Same parameters as the float MatMul; bytes: packed weights + one fp32 scale per block.
+    assert b.total["params"] == a.total["params"] == k * n
+    packed = n * (k // 32) * (32 * bits // 8)
+    scales = n * (k // 32) * 4
+    assert b.total["param_bytes"] == packed + scales == k * n * bits // 8 + k * n // 8
+    assert r["note"] == f"{bits}-bit, block 32: {bits + 1:.2f} bits/weight with scales"
+    # And onnxruntime agrees about what is stored: the initializers' own sizes.
+    stored = sum(numpy_helper.to_array(t).nbytes for t in q.graph.initializer)
+    assert stored == b.total["param_bytes"]
+
+
+# --------------------------------------------------------------------------- KV cache, phases
+def test_kv_cache_bytes_of_the_sample_and_what_onnxruntime_returns():
+    # 2 layers x (K, V) x 2 KV heads x context x head 16 x 4 bytes
+    assert kv_cache_bytes("sample:tiny_llm", 128) == 2 * 2 * 2 * 128 * 16 * 4 == 65536
+    assert kv_cache_bytes("sample:tiny_llm", 10, batch=3) == 3 * 2 * 2 * 2 * 10 * 16 * 4
+    assert kv_cache_bytes("sample:tiny_llm", 0) == 0
+    lab = onnx_lab.open("sample:tiny_llm")
+    assert lab.kv_cache_bytes(128) == 65536
+    sess = ort.InferenceSession(str(lab.path), providers=["CPUExecutionProvider"])
+    ids = np.arange(20, dtype=np.int64)[None]
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids),
+             **{f"past_key_values.{i}.{k}": np.zeros((1, 2, 0, 16), np.float32)
+                for i in range(2) for k in ("key", "value")}}
+    outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
+    returned = sum(v.nbytes for name, v in outs.items() if name.startswith("present"))
+    assert returned == kv_cache_bytes(lab, 20)
+    c = onnx_lab.open("sample:tiny_llm", dims={"batch_size": 1, "sequence_length": 20,
+                                               "past_sequence_length": 0}).cost()
+    assert c.kv_cache == {"context": 20, "bytes": returned, "bytes_per_token": returned / 20,
+                          "layers": 2}
+    assert c.total["kv_cache_bytes"] == returned
+    assert "KV cache" in c._repr_html_()
+
+
+def test_kv_cache_bad_input():
+    with pytest.raises(CacheError, match="no KV-cache inputs"):
+        kv_cache_bytes("sample:convnet", 8)
+    with pytest.raises(InputError, match="context must be an int >= 0, got -1"):
+        kv_cache_bytes("sample:tiny_llm", -1)
+    assert cost("sample:convnet").kv_cache is None
+
+
+def test_generation_cost_phases():
+    g = generation_cost("sample:tiny_llm", prompt=32, context=100)
+    t = g.table()
+    assert list(t.columns) == PHASE_COLUMNS and list(t.phase) == ["prefill", "decode"]
+    pre, dec = t.iloc[0], t.iloc[1]
+    assert (pre.new_tokens, pre.context, dec.new_tokens, dec.context) == (32, 32, 1, 100)
+    assert pre.unknown_nodes == dec.unknown_nodes == 0
+    assert pre.kv_cache_bytes == kv_cache_bytes("sample:tiny_llm", 32)
+    assert dec.kv_cache_bytes == g.kv_cache_bytes == kv_cache_bytes("sample:tiny_llm", 100)
+    assert g.kv_bytes_per_token == 512
+    # Prefill is compute-bound work per weight byte, decode is not.
+    assert pre.intensity > 5 * dec.intensity
+    # The decode step's attention grows with the context, its MatMuls do not.
+    def attn(context):
+        d = generation_cost("sample:tiny_llm", prompt=4, context=context).decode.nodes
+        return d.loc[d.op_type == "GroupQueryAttention", "macs"].sum(), \
+            d.loc[d.op_type == "MatMul", "macs"].sum()
+    (a1, m1), (a2, m2) = attn(50), attn(100)
+    assert a2 == 2 * a1 and m1 == m2
+    assert generation_cost("sample:tiny_llm", prompt=8).context == 9
+    assert "Generation cost" in g._repr_html_()
+
+
+def test_generation_cost_bad_input():
+    with pytest.raises(CacheError, match="prompt of 200 tokens is longer than the model's "
+                                         "maximum of 128 \\(cos_cache"):
+        generation_cost("sample:tiny_llm", prompt=200)
+    with pytest.raises(CacheError, match="context of 129 tokens"):
+        generation_cost("sample:tiny_llm", prompt=8, context=129)
+    with pytest.raises(InputError, match="prompt must be an int >= 1"):
+        generation_cost("sample:tiny_llm", prompt=0)
+    with pytest.raises(CacheError, match="no KV-cache inputs"):
+        generation_cost("sample:transformer_block", prompt=8)
+
+
+def test_int4_sample_costs_like_fp32_in_macs_with_5_32_of_the_weight_bytes():
+    a = generation_cost("sample:tiny_llm", prompt=16)
+    b = generation_cost("sample:tiny_llm_int4", prompt=16)
+    assert a.decode.total["macs"] == b.decode.total["macs"]
+    assert a.decode.total["params"] == b.decode.total["params"]
+    # MatMul weights in 4 bits + a 32-bit scale per block of 32: 5 bits instead of 32 (the
+    # embedding stays fp32 in both).
+    mm = a.decode.nodes.loc[a.decode.nodes.op_type == "MatMul", "param_bytes"].sum()
+    nb = b.decode.nodes.loc[b.decode.nodes.op_type == "MatMulNBits", "param_bytes"].sum()
+    assert nb == mm * 5 // 32
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+def test_genai_built_model_is_fully_costed(genai_model, precision):
+    g = generation_cost(genai_model(precision), prompt=16, context=64)
+    assert (g.table().unknown_nodes == 0).all()
+    assert g.kv_cache_bytes == 4 * 2 * 2 * 64 * 16 * 4  # 4 layers, K and V, 2 heads, head 16
+    ops = set(g.decode.nodes.op_type)
+    assert {"GroupQueryAttention", "SkipSimplifiedLayerNormalization",
+            "SimplifiedLayerNormalization"} <= ops
+    assert ("MatMulNBits" in ops) == (precision == "int4")

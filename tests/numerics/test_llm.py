@@ -1,0 +1,269 @@
+"""LLM comparison and the weight-only int4 plan, both ways: a healthy int4 decoder raises no
+alarm; a MatMul whose 4-bit blocks a planted outlier row ruins is ranked first and kept."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import onnx_lab
+from onnx_lab.errors import InputError
+from onnx_lab.numerics.llm import (
+    LOSS_COLUMNS,
+    POSITION_COLUMNS,
+    compare_llm,
+    decoder_io,
+    greedy_decode,
+    layer_of,
+)
+from onnx_lab.numerics.metrics import NEXT_TOKEN, next_token_metrics
+from onnx_lab.numerics.weight_only import TRIAL_COLUMNS, find_weight_only
+
+sys.path.insert(0, str(Path(__file__).parent))
+from llm_models import int4, plant_outlier, tiny_llm  # noqa: E402
+
+PLANTED = ("/model/layers.1/mlp/gate_proj/MatMul", "/model/layers.1/mlp/up_proj/MatMul")
+EXE = Path(sys.executable).parent / "onnx-lab"
+
+
+@pytest.fixture(scope="module")
+def healthy():
+    m = tiny_llm()
+    return m, int4(m)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    m = plant_outlier(tiny_llm())
+    return m, int4(m)
+
+
+def test_next_token_metrics_by_hand():
+    ref = np.log(np.array([[0.7, 0.2, 0.1], [0.5, 0.3, 0.2]]))
+    cand = np.log(np.array([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1]]))
+    m = next_token_metrics(ref, cand, [1, -1])
+    assert list(m["agree"]) == [True, False]
+    kl0 = 0.7 * math.log(0.7 / 0.6) + 0.2 * math.log(0.2 / 0.3)
+    assert m["kl"][0] == pytest.approx(kl0, rel=1e-9)
+    assert m["nll_ref"][0] == pytest.approx(-math.log(0.2))
+    assert math.isnan(m["nll_ref"][1])
+    same = next_token_metrics(ref, ref)
+    assert np.all(same["kl"] < 1e-12) and same["agree"].all()
+
+
+def test_compare_picks_the_int4_preset(healthy):
+    """compare(fp32, int4) judges by the int4 preset: a healthy model has no failing layer
+    (the fp32 preset called nearly every layer out of tolerance)."""
+    ref, cand = healthy
+    io = decoder_io(onnx_lab.open(ref).model)
+    from onnx_lab.numerics.llm import prefill_feeds
+
+    feeds = prefill_feeds(onnx_lab.open(ref).model, list(range(1, 17)), io=io)
+    c = onnx_lab.compare(ref, cand, feeds=feeds, progress=False)
+    assert c.preset == "int4"
+    assert c.passed and c.layers["passed"].all() and c.first_divergence is None
+    strict = onnx_lab.compare(ref, cand, feeds=feeds, preset="fp32", progress=False)
+    assert (~strict.layers["passed"]).sum() > len(strict.layers) // 2
+
+
+def test_healthy_int4_raises_no_alarm(healthy):
+    ref, cand = healthy
+    c = compare_llm(ref, cand, progress=False)
+    assert c.passed, c.summary_text()
+    assert c.preset == "int4" and c.comparison is not None and c.comparison.passed
+    assert list(c.positions.columns) == POSITION_COLUMNS
+    assert list(c.losses.columns) == LOSS_COLUMNS
+    # Every quantized MatMul loses about what 4 bits cost, none collapses.
+    q = c.losses.loc[c.losses["quantized"]]
+    assert len(q) == 11 and q["local_sqnr_db"].min() > 15
+    assert c.metrics["perplexity_cand"] / c.metrics["perplexity_ref"] < 1.2
+    d = json.loads(json.dumps(c.to_dict()))
+    assert d["passed"] and d["metrics"]["top1_agreement"] > 0.8
+
+
+def test_fp32_against_itself_is_exact(healthy):
+    ref, _ = healthy
+    c = compare_llm(ref, ref, new_tokens=8, progress=False)
+    assert c.passed and c.preset == "fp32"
+    assert c.metrics["top1_agreement"] == 1.0 and c.metrics["kl_max"] < 1e-9
+
+
+def test_planted_outlier_is_ranked_first(planted):
+    ref, cand = planted
+    c = compare_llm(ref, cand, progress=False)
+    assert not c.passed  # KL beyond the int4 target
+    assert set(c.losses["node_id"].head(2)) == set(PLANTED)
+    assert c.losses["local_sqnr_db"].iloc[0] < 8 < c.losses["local_sqnr_db"].iloc[2]
+    assert c.comparison.first_divergence["node_id"] in PLANTED
+    by = c.by_layer()
+    assert by.loc[by["min_local_sqnr_db"].idxmin(), "layer"] == 1
+    assert c.plot() is not None and "loses most" in c.summary_text()
+
+
+def test_given_tokens_and_bad_input(healthy):
+    ref, cand = healthy
+    c = compare_llm(ref, cand, tokens=[[1, 2, 3, 4, 5], [9, 8, 7, 6]], layerwise=False,
+                    progress=False)
+    assert len(c.positions) == 9 and c.comparison is None and c.prompt_length == 0
+    with pytest.raises(InputError, match="tokens"):
+        compare_llm(ref, cand, tokens=[1])
+    with pytest.raises(InputError, match="min_top1"):
+        compare_llm(ref, cand, min_top1=1.5)
+    plain = onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["x"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])]))
+    with pytest.raises(InputError, match="decoder"):
+        compare_llm(plain, plain)
+
+
+def test_greedy_decode_feeds_the_cache_back(healthy):
+    """The cached loop generates what rerunning the whole sequence without cache predicts."""
+    ref, _ = healthy
+    model = onnx_lab.open(ref).model
+    d = greedy_decode(model, [3, 1, 4, 1, 5], 6, opt_level="disable")
+    assert len(d.tokens) == 11 and d.tokens_per_s > 0
+    from onnx_lab.numerics.llm import _cache_dims, _logits
+    from onnx_lab.runtime.session import make_session
+
+    io = decoder_io(model)
+    assert _cache_dims(model, io, {}) == {"kv_cache_dim": 16}  # head size from the GQA
+    logits = _logits(model, io, d.tokens, make_session(model), {})
+    assert list(logits[4:-1].argmax(-1)) == d.tokens[5:]
+
+
+def test_layer_of():
+    assert layer_of("/model/layers.12/mlp/MatMul") == 12
+    assert layer_of("transformer.h.3.attn") == 3
+    assert layer_of("/lm_head/MatMul") is None
+
+
+def test_int4_plan_keeps_the_planted_layer(planted):
+    ref, _ = planted
+    lab = onnx_lab.open(ref)
+    plan = lab.find_precision("int4", min_top1=0.85, max_kl=0.05, progress=False)
+    assert plan.passed and set(plan.kept) == set(PLANTED)
+    assert list(plan.trials.columns) == TRIAL_COLUMNS
+    full = plan.trials.iloc[0]
+    assert full["phase"] == "full" and not full["passed"]
+    assert (plan.trials["tokens_per_s"] > 0).all() and (plan.trials["size_mb"] > 0).all()
+    assert plan.sensitivity["node_id"].iloc[0] in PLANTED
+    # The kept node costs its int8 bytes over its int4 bytes.
+    cost = plan.costs.iloc[0]
+    assert cost["level"] == "int8" and cost["kept_bytes"] > cost["int4_bytes"] > 0
+    ops = {e.node.op_type for e in plan.model.index.entries.values()}
+    assert "MatMulNBits" in ops
+    assert lab.history["pass"].iloc[-1] == "precision:int4"
+    assert plan.plot() is not None and plan.plot(kind="trials") is not None
+
+
+def test_int4_plan_on_a_healthy_model_keeps_nothing(healthy):
+    ref, _ = healthy
+    plan = find_weight_only(ref, "int4", progress=False)
+    assert plan.passed and plan.kept == [] and len(plan.trials) == 2
+    assert plan.tolerance.min_top1 == NEXT_TOKEN["int4"].min_top1
+    with pytest.raises(InputError, match="already weight-only"):
+        find_weight_only(int4(ref), "int4")
+    with pytest.raises(InputError, match="block_size"):
+        find_weight_only(ref, "int4", block_size=24)
+    with pytest.raises(InputError, match="token ids"):
+        find_weight_only(ref, "int4", "inputs.npz")
+
+
+def test_cli_compare_llm_and_precision(planted, tmp_path):
+    ref, cand = planted
+    onnx.save(ref, tmp_path / "fp32.onnx")
+    onnx.save(cand, tmp_path / "int4.onnx")
+    p = subprocess.run([str(EXE), "compare", str(tmp_path / "fp32.onnx"),
+                        str(tmp_path / "int4.onnx"), "--llm", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stderr
+    d = json.loads(p.stdout)
+    assert d["losses"][0]["node_id"] in PLANTED and not d["passed"]
+    p = subprocess.run([str(EXE), "precision", str(tmp_path / "fp32.onnx"), "--target", "int4",
+                        "--min-top1", "0.85", "--max-kl", "0.05"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "keep /model/layers.1/mlp/" in p.stdout and "bytes" in p.stdout
+
+
+def test_precision_doctor_int4(planted):
+    from onnx_lab.widgets import PrecisionDoctor
+
+    w = PrecisionDoctor(onnx_lab.open(planted[0]), background=False)
+    w.target.value = "int4"
+    assert w.min_top1.layout.display is None and w.atol.layout.display == "none"
+    assert w.code_for().startswith("plan = lab.find_precision('int4', min_top1=")
+    w.run_button.click()
+    assert w.error is None and w.result.kept[0] in PLANTED
+    assert "what each kept node costs" in w.outputs_html.value
+
+
+def test_fp32_fp16_int4_versions(healthy):
+    """fp32 -> fp16 (float32 I/O: Casts before the attention) and fp16 -> int4 compare; nodes
+    whose inputs have no counterpart (the fp16 model's output Casts) are not ranked."""
+    ref, cand = healthy
+    half = onnx_lab.to_fp16(onnx_lab.open(ref), keep_io_types=True)
+    c = compare_llm(ref, half, new_tokens=8, progress=False)
+    assert c.preset == "fp16" and c.passed and c.metrics["kl_mean"] < 1e-4
+    c = compare_llm(half, cand, new_tokens=8, progress=False)
+    assert c.preset == "int4" and c.passed
+    casts = c.losses.loc[c.losses["node_id"].str.startswith("graph_output_cast")]
+    assert len(casts) and casts["local_sqnr_db"].isna().all()
+    assert c.losses["quantized"].head(3).any()
+
+
+def test_assembled_trials_match_the_quantizer(planted):
+    """A trial assembled from the 4- and 8-bit parts computes what onnxruntime's quantizer
+    run with the same exclusions gives."""
+    from onnx_lab.numerics.llm import prefill_feeds
+    from onnx_lab.numerics.weight_only import _named_proto, _Parts, quantize_weight_only
+    from onnx_lab.runtime.capture import run
+
+    model = onnx_lab.open(planted[0]).model
+    proto = _named_proto(model)
+    opts = {"block_size": 32, "accuracy_level": None, "is_symmetric": True}
+    parts = _Parts(proto, opts)
+    feeds = prefill_feeds(model, list(range(3, 15)))
+    for int8, floats in (({PLANTED[0]}, set()), ({PLANTED[0]}, {PLANTED[1], "/lm_head/MatMul"}),
+                         (set(), set())):
+        a = onnx_lab.open(parts.assemble(int8, floats)).model
+        b = onnx_lab.open(quantize_weight_only(proto, exclude=sorted(floats), int8=sorted(int8),
+                                               **opts)).model
+        ops = sorted(e.node.op_type for e in a.index.entries.values())
+        assert ops == sorted(e.node.op_type for e in b.index.entries.values())
+        ya, yb = run(a, feeds, outputs=["logits"]), run(b, feeds, outputs=["logits"])
+        np.testing.assert_array_equal(ya["logits"], yb["logits"])
+
+
+def test_genai_builder_fp32_vs_int4(genai_model):
+    """The issue's case: onnxruntime-genai's builder, fp32 vs int4 (MatMulNBits, block 32,
+    accuracy level 4). The fp32 preset called nearly every layer out of tolerance; the int4
+    preset and the next-token metrics find a healthy model."""
+    fp32, q4 = genai_model("fp32"), genai_model("int4")
+    c = compare_llm(fp32, q4, new_tokens=16, progress=False)
+    assert c.passed and c.preset == "int4", c.summary_text()
+    assert c.comparison is not None and c.comparison.passed
+    assert c.comparison.layers["passed"].all()
+    assert c.losses["quantized"].sum() >= 20
+
+
+def test_comparison_plot_under_the_int4_preset(planted):
+    """compare(fp32, int4).plot() shows SQNR per layer against the int4 rule, not max_abs
+    against an atol."""
+    from onnx_lab.numerics.llm import prefill_feeds
+
+    ref, cand = planted
+    feeds = prefill_feeds(onnx_lab.open(ref).model, list(range(3, 20)))
+    c = onnx_lab.compare(ref, cand, feeds=feeds, progress=False)
+    assert c.first_divergence["node_id"] in PLANTED
+    ax = c.plot().axes[0]
+    assert ax.get_ylabel().startswith("SQNR") and "intermediates >= 6 dB" in [
+        t.get_text() for t in ax.get_legend().get_texts()]
