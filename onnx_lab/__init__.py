@@ -30,6 +30,8 @@ _LAZY: dict[str, str] = {
     "compare": "onnx_lab.numerics.compare",
     "diff": "onnx_lab.numerics.diff",
     "profile": "onnx_lab.profiling.run",
+    "write_report": "onnx_lab.render.report",
+    "write_diff_report": "onnx_lab.render.report",
 }
 
 __all__ = ["open", "Lab", "LabError", "errors", "samples", "merge", "repro", "to_fp16",
