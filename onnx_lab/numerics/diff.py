@@ -74,6 +74,8 @@ class _Matcher:
         self.fused_into: dict[str, str] = {}  # a node id -> b node id
         self._by_op: dict[str, list[str]] | None = None
         self.fused_from: dict[str, list[str]] = {}
+        self.fused_in_a: dict[str, list[str]] = {}  # a node id -> b node ids it replaced
+        self.unfused: dict[str, str] = {}  # b node id -> the a node that replaced it
         self.types_a: dict[str, Any] = {}
         self.types_b: dict[str, Any] = {}
         self._sig_cache: dict[str, tuple] = {}
@@ -107,10 +109,31 @@ class _Matcher:
             for o in known:
                 if o not in self.a2b:
                     self.fused_into.setdefault(o, bid)
+        # 1b. the other direction (a is the later version: a report of the current model
+        # against the file it came from): a stamped node of a names nodes of b it replaced.
+        for aid, orig in origins_of(self.a).items():
+            node = ai.node(aid)
+            if aid in self.a2b or aid in self.fused_into \
+                    or _ORIGIN_KEY not in node.metadata_props:
+                continue
+            known = [o for o in orig if o in bi.entries and o not in taken]
+            if len(known) < 2 and (not known or known == [aid]):
+                continue
+            same = [o for o in known if bi.node(o).op_type == node.op_type]
+            if aid in same:
+                same.remove(aid)
+                same.insert(0, aid)
+            if same:
+                self._pair(aid, same[0], "provenance")
+                taken.add(same[0])
+            self.fused_in_a[aid] = known
+            for o in known:
+                if o not in taken:
+                    self.unfused.setdefault(o, aid)
         # 2. node id (name)
         for nid in ai.entries:
             if nid in bi.entries and nid not in self.a2b and nid not in taken \
-                    and nid not in self.fused_into:
+                    and nid not in self.fused_into and nid not in self.unfused:
                 self._pair(nid, nid, "name")
                 taken.add(nid)
         # 3. structure, in topological order so matches propagate
@@ -253,6 +276,7 @@ def _compare_nodes(m: _Matcher, a_id: str, b_id: str) -> dict[str, Any] | None:
             outputs.append(str(i))
             details.append(f"output {i}: {tx} -> {ty}")
     fused = [o for o, b in m.fused_into.items() if b == b_id]
+    fused += [o for o in m.fused_in_a.get(a_id, []) if o != b_id]
     if fused:
         details.append("fused from " + ", ".join(repr(o) for o in [a_id, *fused]))
     if len(details) == len(outputs):
@@ -275,9 +299,10 @@ def diff(a: Any, b: Any) -> Diff:
         match (``provenance``, ``name``, ``structure``; None for added/removed), attributes
         (changed attribute names), inputs (changed input positions), outputs (output positions
         whose inferred dtype or shape changed), weights (names of weight inputs whose values,
-        shape or dtype changed), related (node ids on the other side across a fusion: the
-        originals of a fused node, the fused node a removed node went into), details (a
-        readable sentence).
+        shape or dtype changed), related (the other nodes of a fusion: for an added fused
+        node, the nodes of a it replaced; for a removed node, the node of b it went into; for
+        a changed fused node, the other originals; when a is the later version, the nodes of
+        b its fused node replaced), details (a readable sentence).
 
     Example:
         >>> d = onnx_lab.diff("sample:convnet", lab_after_fusion)
@@ -300,6 +325,9 @@ def diff(a: Any, b: Any) -> Diff:
                 rows.append(r)
         else:
             into = m.fused_into.get(nid)
+            group = [b for b, orig in m.fused_from.items() if nid in orig]
+            if len(group) > 1:  # fused into a group: name the one that stands for it
+                into = max(group, key=lambda b: _affinity(m.a, nid, m.b, b))
             rows.append({"change": "removed", "node_id_a": nid, "node_id_b": None,
                          "op_type": e.node.op_type, "op_type_b": None, "match": None,
                          **empty(), "related": [into] if into else [],
@@ -308,13 +336,16 @@ def diff(a: Any, b: Any) -> Diff:
     for nid, e in m.bi.entries.items():
         if nid not in matched_b:
             orig = m.fused_from.get(nid, [])
+            into = m.unfused.get(nid)
+            details = ("fused from " + ", ".join(repr(o) for o in orig) if orig else
+                       f"fused into {into!r} in a" if into else "added")
             rows.append({"change": "added", "node_id_a": None, "node_id_b": nid,
                          "op_type": e.node.op_type, "op_type_b": e.node.op_type, "match": None,
-                         **empty(), "related": list(orig),
-                         "details": ("fused from " + ", ".join(repr(o) for o in orig))
-                         if orig else "added"})
+                         **empty(), "related": list(orig) or ([into] if into else []),
+                         "details": details})
     out = Diff(pd.DataFrame(rows, columns=DIFF_COLUMNS), la, lb, dict(m.a2b),
                {k: list(v) for k, v in m.fused_from.items()})
+    out.fused_in_a = {k: list(v) for k, v in m.fused_in_a.items()}
     out.match_kinds = dict(m.kind)
     return out
 
@@ -327,6 +358,16 @@ def _types(r: Resolved) -> dict[str, Any]:
         return r.model.types(r.dims, r.shapes)
     except LabError:
         return {}
+
+
+def _affinity(model: LabModel, nid: str, other: LabModel, oid: str) -> int:
+    """How strongly node ``oid`` of ``other`` stands for node ``nid`` of ``model``: same op
+    type, tensors both read or write (by name), weights it carries."""
+    a, b = model.index.entries[nid].node, other.index.entries[oid].node
+    names = {v.name for v in (*a.inputs, *a.outputs) if v is not None and v.name}
+    shared = sum(1 for v in (*b.inputs, *b.outputs) if v is not None and v.name in names)
+    weights = sum(1 for v in b.inputs if v is not None and v.name in other.graph.initializers)
+    return 100 * (a.op_type == b.op_type) + 10 * shared + weights
 
 
 class Diff:
@@ -348,6 +389,8 @@ class Diff:
         self.b = b
         self.matches = matches
         self.fused_from = fused_from or {}
+        #: {node id in a: node ids in b it replaced} when ``a`` is the later version.
+        self.fused_in_a: dict[str, list[str]] = {}
         #: {node id in a: how it was matched ('provenance', 'name', 'structure')}.
         self.match_kinds: dict[str, str] = {}
 
@@ -375,6 +418,18 @@ class Diff:
         for y, xs in self.fused_from.items():
             for x in xs:
                 link(x, y)
+        for x, ys in self.fused_in_a.items():
+            for y in ys:
+                link(x, y)
+        # One original can go into a group of new nodes (onnxruntime's attention fusion adds
+        # a Cast and a ReduceSum for the mask next to the Attention): the counterpart that
+        # shares a tensor with it, then the one that carries weights, comes first.
+        for mine, theirs, table in ((self.a.model, self.b.model, a2b),
+                                    (self.b.model, self.a.model, b2a)):
+            for k, peers in table.items():
+                if len(peers) > 1:
+                    table[k] = sorted(peers, key=lambda p, k=k, m=mine, o=theirs:
+                                      -_affinity(m, k, o, p))
         return a2b, b2a
 
     def op_counts(self) -> pd.DataFrame:

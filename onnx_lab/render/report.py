@@ -106,8 +106,10 @@ def _element_details_html(rendering: Any, model: Any, key: str) -> str:
 
 
 def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
-                   max_nodes: int = 300, max_views: int = 300, budget_s: float = 120.0,
-                   timeout: float = 10.0, extra_details: Mapping[str, str] | None = None
+                   max_nodes: int = 300, overview_nodes: int = 60, max_views: int = 300,
+                   budget_s: float = 120.0,
+                   timeout: float = 10.0, extra_details: Mapping[str, str] | None = None,
+                   extra_views: Mapping[str, tuple[str, Sequence[str]]] | None = None
                    ) -> dict[str, Any]:
     """Everything the static canvas needs for one model: pre-drawn views and side panels.
 
@@ -121,7 +123,12 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
         highlight: {node id: colour} outlined in every view that shows the node (a box
             holding one is outlined too).
         max_nodes: drawn elements per view.
+        overview_nodes: drawn elements of the overview: a coarse first view (a 313-node
+            detector as its 20 top scopes rather than 92 small boxes) that reads at a
+            glance; its boxes open into views of up to ``max_nodes``.
         extra_details: HTML appended to a node's panel, by node id (the diff's section).
+        extra_views: more views, {view key: (label, node ids)}, drawn after the others
+            (the diff draws the nodes a fused node replaced together).
 
     Returns:
         dict with ``views`` ({view key: {svg, items, legend, label, parent, kind,
@@ -160,7 +167,8 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
         vh = {k: c for k, c in hl.items() if k in idx.entries and (
             members is None or k in members) and (members is not None
                                                   or idx.entries[k].graph == graph)}
-        rendering = render_model(model, collapse="auto", max_nodes=max_nodes, timeout=timeout,
+        cap = overview_nodes if view_key == "" else max_nodes
+        rendering = render_model(model, collapse="auto", max_nodes=cap, timeout=timeout,
                                  dims=dims, shapes=shapes, highlight=vh or None, **kw)
         views[view_key] = {
             "svg": rendering.svg or "", "label": label, "parent": parent, "kind": kind,
@@ -215,6 +223,18 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
                 draw(f"graph:{g}", g, None, "body", graph=g)
             except LabError as e:
                 notes.append(f"body {g!r} not drawn: {e}")
+    for vk, (label, ids) in (extra_views or {}).items():
+        if len(views) >= max_views + len(extra_views or {}) or \
+                time.perf_counter() - t0 > budget_s:
+            break
+        ids = [n for n in ids if n in idx.entries]
+        graphs = {idx.entries[n].graph for n in ids}
+        if not ids or len(graphs) != 1:
+            continue
+        try:
+            draw(vk, label, "", "extra", nodes=ids, graph=graphs.pop())
+        except LabError as e:
+            notes.append(f"view {label!r} not drawn: {e}")
     if skipped:
         notes.append(f"{skipped} boxes/bodies were not pre-drawn (max_views={max_views}, "
                      f"budget {budget_s:g} s); their panels list their members.")
@@ -653,12 +673,18 @@ def _shape_rows(model: Any, nid: str, types: Mapping[str, Any], other: Any, oid:
 def _diff_data(d: Any, *, max_nodes: int, max_views: int, budget_s: float,
                timeout: float) -> dict[str, Any]:
     a2b, b2a = d.links()
+
+    def fusions(links: Mapping[str, list[str]], other: str) -> dict[str, tuple[str, list]]:
+        # The nodes one fused node replaced, drawn together on the other side.
+        return {f"fused:{k}": (f"replaced by {k} ({other})", v) for k, v in links.items()
+                if len(v) > 1}
+
     pa = canvas_payload(d.a, highlight=d.highlight("a"), max_nodes=max_nodes,
                         max_views=max_views, budget_s=budget_s / 2, timeout=timeout,
-                        extra_details=diff_panels(d, "a"))
+                        extra_details=diff_panels(d, "a"), extra_views=fusions(b2a, "B"))
     pb = canvas_payload(d.b, highlight=d.highlight("b"), max_nodes=max_nodes,
                         max_views=max_views, budget_s=budget_s / 2, timeout=timeout,
-                        extra_details=diff_panels(d, "b"))
+                        extra_details=diff_panels(d, "b"), extra_views=fusions(a2b, "A"))
     return {"a": pa, "b": pb, "a2b": a2b, "b2a": b2a}
 
 

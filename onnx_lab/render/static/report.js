@@ -66,6 +66,7 @@
         model.update("details_html", detailsFor(v));
         if (host.onSelect) host.onSelect(v);
       } else if (k === "view") {
+        if (performance.now() > host.quietUntil && !host.justLoaded) host.moved = true;
         // A move the host made (focus, a followed selection) is not the user's: not synced.
         if (host.onPan && performance.now() > host.quietUntil) host.onPan(v);
         host.lastView = v;
@@ -111,6 +112,7 @@
       if (!v) return false;
       host.current = key;
       host.justLoaded = true;
+      host.moved = false;
       state.items = v.items || {};
       state.fallback = v.fallback || "";
       state.highlight = [];
@@ -121,9 +123,29 @@
       model.update("details_html", "");
       model.update("svg", v.svg || "");
       drawCrumbs();
+      requestAnimationFrame(readable);
       return true;
     }
+
+    // A report is read, not explored first: when the whole drawing only fits at a scale
+    // whose labels cannot be read, open on its top at a readable scale (the minimap and the
+    // fit button show the whole).
+    const READABLE = 0.8;  // node titles about 9 px on screen
+    function readable() {
+      const root = holder, port = holder.querySelector(".olc-port");
+      const svg = holder.querySelector(".olc-stage svg");
+      if (!root || !port || !svg || !port.clientWidth) return;
+      const k0 = parseFloat(root.dataset.k || "1");
+      if (k0 >= READABLE || root.dataset.fit === "readable" || host.moved) return;
+      const W = parseFloat(svg.getAttribute("width")) || 1;
+      const k = Math.min(1.0, Math.max(READABLE, (port.clientWidth / W) * 0.96));
+      const x = W * k < port.clientWidth ? (port.clientWidth - W * k) / 2 : 8;
+      host.quietUntil = performance.now() + 600;
+      model.update("view", { x, y: 8, k });
+      root.dataset.fit = "readable";
+    }
     host.show = show;
+    host.readable = readable;
 
     // The drawn key showing node id / tensor / drawn key `name` in the current view (a box
     // holding it), or null.
@@ -159,6 +181,9 @@
     };
 
     window.OnnxLabCanvas.render({ model, el: holder });
+    // canvas.js refits on a resize of its view (the page growing a scrollbar): read again.
+    const port = holder.querySelector(".olc-port");
+    if (port) new ResizeObserver(() => requestAnimationFrame(readable)).observe(port);
     show("");
     return host;
   }
@@ -252,11 +277,15 @@
       busy = true;
       try {
         if (!peers.length) { dst.outline([]); return; }
-        // Stay in the other side's view when it shows every counterpart (as nodes or boxes).
-        if (!peers.every((p) => dst.keyIn(p) !== null)) {
-          const w = dst.payload.where[peers[0]];
-          if (w) dst.show(w[0]);
+        // Go to the view that draws the most counterparts as themselves (the current one
+        // unless another draws more: boxes of an overview hide them).
+        const own = (vk) => peers.filter((p) => ((dst.payload.views[vk] || {}).items || {})[p] !== undefined).length;
+        const w = dst.payload.where[peers[0]];
+        let best = dst.current;
+        for (const vk of ["fused:" + key, w ? w[0] : null]) {
+          if (vk !== null && dst.payload.views[vk] && own(vk) > own(best)) best = vk;
         }
+        if (best !== dst.current) dst.show(best);
         dst.focus(peers[0], true);
         dst.outline(peers);
       } finally { busy = false; }
