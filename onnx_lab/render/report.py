@@ -238,10 +238,18 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
     if skipped:
         notes.append(f"{skipped} boxes/bodies were not pre-drawn (max_views={max_views}, "
                      f"budget {budget_s:g} s); their panels list their members.")
-    # Side panels of every node drawn on its own (search and focus land on these).
+    # Side panels of every node drawn on its own (search and focus land on these); the
+    # weights' statistics once for all (one pass over the weights, not one per node).
+    from onnx_lab.analysis.weights import weight_stats
+
+    try:
+        stats = {r["name"]: r for r in weight_stats(model).to_dict("records")}
+    except LabError as e:
+        stats = None
+        notes.append(f"weight statistics left out of the side panels: {e}")
     for nid in where:
         try:
-            d = node_details(model, nid, dims=dims, shapes=shapes)
+            d = node_details(model, nid, dims=dims, shapes=shapes, stats=stats)
             details[nid] = node_details_html(d) + extra.get(nid, "")
         except LabError as e:
             details[nid] = f"<div class='olc-details'>{html.escape(str(e))}</div>"
