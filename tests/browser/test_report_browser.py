@@ -32,9 +32,8 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"
 def offline_page(width: int = 1400, height: int = 1000):
     """A Chromium page that can load file: URLs only; ``page.blocked`` lists the rest."""
     require_chromium()
-    from playwright.sync_api import sync_playwright
-
     from _jupyter import CHROMIUM
+    from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)

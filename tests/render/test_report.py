@@ -15,9 +15,8 @@ import re
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
-
 from numerics_helpers import convnet, fuse_stem_bn
+from onnx import TensorProto, helper
 
 import onnx_lab
 from onnx_lab.cli import main
