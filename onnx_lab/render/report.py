@@ -400,7 +400,20 @@ def _profile_html(r: Resolved, profile: Any) -> str:
         kw.setdefault("dims", r.dims)
         kw.setdefault("shapes", r.shapes)
         p = run_profile(r.model, **kw)
+        if len(p.memory) and "predicted_activation_bytes" not in p.memory.columns:
+            p.memory = p.memory.assign(predicted_activation_bytes=_predicted_peak(
+                r, kw["dims"], kw["shapes"]))
     return profile_html(p)
+
+
+def _predicted_peak(r: Resolved, dims: Any, shapes: Any) -> float:
+    """The cost model's peak activation bytes beside the measured peak (NaN: unknown)."""
+    from onnx_lab.analysis.cost import cost
+
+    try:
+        return float(cost(r.model, dims=dims, shapes=shapes).total["peak_activation_bytes"])
+    except LabError:
+        return float("nan")
 
 
 def _comparison_html(r: Resolved, other: Any, compare_kw: Mapping[str, Any]) -> str:

@@ -204,3 +204,19 @@ def test_unwritable_path_is_a_save_error(tmp_path):
 
     with pytest.raises(SaveError, match="Cannot write"):
         write_report("sample:convnet", tmp_path / "missing" / "r.html", tables=False)
+
+
+def test_bodies_are_views_of_their_own():
+    p = canvas_payload("sample:control_flow")
+    bodies = [k for k in p["views"] if k.startswith("graph:")]
+    assert "graph:If_2/then_branch" in bodies and "graph:Loop_3/body" in bodies
+    assert all(p["views"][k]["svg"] for k in bodies)
+    # The If node's panel offers its bodies (the page opens the matching view).
+    assert "data-body='If_2/then_branch'" in p["details"]["If_2"]
+
+
+def test_precision_plan_section():
+    text = report_html("sample:convnet", precision="fp16", tables=False, graph=False)
+    section = text.split("<section id='precision'", 1)[1].split("</section>", 1)[0]
+    assert "could not be built" not in section
+    assert "fp16:" in section and "nodes kept in float32" in section
