@@ -200,6 +200,13 @@ def test_diff_links_attention_to_its_originals(bert_diff):
             page.wait_for_function(
                 "() => document.querySelector('[data-canvas=\"diff:b\"]').dataset.selected"
                 " === 'Attention_0'")
+            # Zoom on the left: the right follows by the same factor.
+            page.wait_for_timeout(800)  # the page's own centring is not mirrored
+            k_right = float(right.locator(".olc-root").evaluate("e => e.dataset.k"))
+            left.locator(".olc-zoom-in").click()
+            page.wait_for_function(
+                f"() => Math.abs(+document.querySelector('[data-canvas=\"diff:b\"] "
+                f".olc-root').dataset.k - {k_right * 1.25}) < 1e-3", timeout=5_000)
             assert page.blocked == [] and page.errors == []
         finally:
             right.scroll_into_view_if_needed()

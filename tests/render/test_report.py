@@ -220,3 +220,12 @@ def test_precision_plan_section():
     section = text.split("<section id='precision'", 1)[1].split("</section>", 1)[0]
     assert "could not be built" not in section
     assert "fp16:" in section and "nodes kept in float32" in section
+
+
+def test_without_graphviz_the_report_still_has_everything_else(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `dot` on PATH
+    out = write_report("sample:convnet", tmp_path / "nodot.html")
+    data = payload(out.read_text(encoding="utf-8"))
+    view = data["canvases"]["main"]["views"][""]
+    assert view["svg"] == "" and view["fallback"].startswith("no drawing:")
+    assert len(data["tables"]["nodes"]["rows"]) == 21
