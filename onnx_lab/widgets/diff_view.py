@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import ipywidgets as w
@@ -48,6 +49,9 @@ class DiffView(View):
         self._panels: dict[str, dict[str, str]] = {"a": {}, "b": {}}
         self._busy = False
         self._last_view: dict[str, dict] = {"a": {}, "b": {}}
+        # Moves the page makes itself (centring a selection) arrive ~200 ms later as view
+        # changes: they are not the user's and are not mirrored.
+        self._quiet_until: dict[str, float] = {"a": 0.0, "b": 0.0}
         self.sync_view = w.Checkbox(value=True, description="sync pan and zoom", indent=False)
         self.counts = w.HTML()
         self.left = GraphCanvas(height=height)
@@ -125,6 +129,8 @@ class DiffView(View):
         if self._busy:
             return
         peers = self.links[0 if side == "a" else 1].get(key, [])
+        quiet = time.monotonic() + 1.0
+        self._quiet_until = {"a": quiet, "b": quiet}
         self._busy = True
         try:
             keys = [k for k in (dst.key_for(p) for p in peers) if k]
@@ -143,7 +149,8 @@ class DiffView(View):
     def _pan(self, side: str, view: dict) -> None:
         """Move the other canvas by the screen transform this one just made."""
         prev, self._last_view[side] = self._last_view[side], dict(view or {})
-        if self._busy or not self.sync_view.value or not prev.get("k") or not view.get("k"):
+        if self._busy or not self.sync_view.value or not prev.get("k") or not view.get("k") \
+                or time.monotonic() < self._quiet_until[side]:
             return
         other = "b" if side == "a" else "a"
         dst = self.right if side == "a" else self.left

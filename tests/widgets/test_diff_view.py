@@ -91,3 +91,14 @@ def test_bad_input_is_shown_in_the_widget(tmp_path):
     assert isinstance(dv.error, LabError)
     assert "onnx-lab-error" in dv.status.value
     assert dv.result is None
+
+
+def test_centring_a_selection_is_not_mirrored(bert_pair):
+    dv = DiffView(*bert_pair)
+    dv.left.view = {"x": 0.0, "y": 0.0, "k": 1.0}
+    dv.right.view = {"x": 10.0, "y": 20.0, "k": 0.5}
+    dv.select("b", "Attention_0")
+    # The page reports the left canvas's centring on the Attention's originals...
+    dv.left.view = {"x": -400.0, "y": -300.0, "k": 1.2}
+    # ...which must not throw the right side (showing the Attention) away.
+    assert dv.right.view["x"] == pytest.approx(10.0) and dv.right.view["k"] == 0.5
