@@ -712,8 +712,6 @@ def _diff_data(d: Any, *, max_nodes: int, max_views: int, budget_s: float,
 def _diff_body(page: _Page, data: dict[str, Any], d: Any, name: str, *, max_nodes: int,
                max_views: int, budget_s: float, timeout: float, label_a: str,
                label_b: str) -> str:
-    from onnx_lab.render.results import diff_html  # noqa: F401 - registered views
-
     c = d.counts
     dd = _diff_data(d, max_nodes=max_nodes, max_views=max_views, budget_s=budget_s,
                     timeout=timeout)

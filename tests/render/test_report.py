@@ -223,7 +223,10 @@ def test_precision_plan_section():
 
 
 def test_without_graphviz_the_report_still_has_everything_else(tmp_path, monkeypatch):
+    from onnx_lab.render import dot
+
     monkeypatch.setenv("PATH", str(tmp_path))  # no `dot` on PATH
+    dot.clear_cache()  # earlier tests laid the same views out
     out = write_report("sample:convnet", tmp_path / "nodot.html")
     data = payload(out.read_text(encoding="utf-8"))
     view = data["canvases"]["main"]["views"][""]
