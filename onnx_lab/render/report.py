@@ -16,7 +16,7 @@ see ``benchmarks/bench_report.py``). A section that fails (a profile of a model 
 cannot run) becomes a note in its place; the file is always written.
 
 Example:
-    >>> from onnx_lab.render.report import write_report
+    >>> from onnx_lab.render.report import write_diff_report, write_report
     >>> write_report("model.onnx", "model.html", profile=True)
     >>> write_diff_report("model.onnx", "model_fused.onnx", "diff.html")
 """
@@ -499,9 +499,8 @@ def report_html(source: Any, *, title: str | None = None, graph: bool = True,
     """The report of one model as one self-contained HTML document (see :func:`write_report`).
 
     Example:
-        >>> text = report_html("sample:convnet")
-        >>> "<script" in text and "http" not in text.split("<body", 1)[1][:0]
-        True
+        >>> text = report_html("sample:convnet", profile=True)
+        >>> Path("convnet.html").write_text(text, encoding="utf-8")
     """
     r = resolve(source, dims, shapes)
     page = _Page()
