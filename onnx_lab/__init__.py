@@ -32,6 +32,8 @@ _LAZY: dict[str, str] = {
     "diff": "onnx_lab.numerics.diff",
     "profile": "onnx_lab.profiling.run",
     "profile_generation": "onnx_lab.profiling.generate",
+    "write_report": "onnx_lab.render.report",
+    "write_diff_report": "onnx_lab.render.report",
 }
 
 __all__ = ["open", "Lab", "LabError", "errors", "samples", "merge", "repro", "to_fp16",

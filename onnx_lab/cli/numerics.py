@@ -7,6 +7,7 @@ errors (the CLI maps every LabError to exit code 2).
 from __future__ import annotations
 
 import argparse
+import sys
 
 from onnx_lab.cli._common import add_dims_args, parse_dims, parse_shapes, print_json
 from onnx_lab.errors import SaveError
@@ -65,6 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("a", help="first model (path or sample:NAME)")
     p.add_argument("b", help="second model")
     p.add_argument("--json", action="store_true", help="print the table as JSON records")
+    p.add_argument("--html", metavar="OUT", default=None,
+                   help="also write a side-by-side diff page (one self-contained HTML file)")
     p.set_defaults(func=_diff)
 
 
@@ -151,6 +154,11 @@ def _diff(args: argparse.Namespace) -> int:
     from onnx_lab.numerics.diff import diff  # on use: ~10 ms other commands need not pay
 
     d = diff(args.a, args.b)
+    if args.html:
+        from onnx_lab.render.report import write_diff_report
+
+        out = write_diff_report(d, None, args.html)
+        print(f"{out}: side-by-side diff", file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print_json({"counts": d.counts, "nodes": d.table.to_dict(orient="records")})
         return 0

@@ -1,4 +1,5 @@
-"""CLI subcommand ``onnx-lab render``: one call of :meth:`onnx_lab.Lab.render`."""
+"""CLI subcommands ``onnx-lab render`` (one call of :meth:`onnx_lab.Lab.render`) and
+``onnx-lab report`` (one call of :func:`onnx_lab.render.report.write_report`)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--title", default=None)
     p.set_defaults(func=_render)
 
+    p = sub.add_parser(
+        "report", help="one self-contained HTML report (graph, tables, findings, cost...)",
+        description="Write one HTML file that opens from disk with nothing running: the "
+        "interactive graph, summary, sortable node/initializer/tensor tables, check findings "
+        "and cost; with --profile, --against and --precision more sections. A section that "
+        "fails is a note in the report.")
+    add_model_arg(p)
+    add_dims_args(p)
+    p.add_argument("-o", "--out", required=True, help="the .html file to write")
+    p.add_argument("--title", default=None, help="title of the report (default: file name)")
+    p.add_argument("--profile", action="store_true",
+                   help="profile the model with onnxruntime (a section with per-op times)")
+    p.add_argument("--runs", type=int, default=20, help="profiled runs for --profile (20)")
+    p.add_argument("--against", metavar="OTHER", default=None,
+                   help="another version: a numerical comparison and a side-by-side diff")
+    p.add_argument("--precision", metavar="TARGET", default=None,
+                   choices=("fp16", "bf16", "int8"),
+                   help="search a precision plan (fp16, bf16, int8) and include it")
+    p.add_argument("--no-tables", action="store_true", help="leave out the big tables")
+    p.add_argument("--max-nodes", type=int, default=300,
+                   help="drawn elements per graph view (default 300)")
+    p.add_argument("--max-views", type=int, default=300,
+                   help="pre-drawn views (overview, boxes, bodies; default 300)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per layout attempt")
+    p.set_defaults(func=_report)
+
 
 def _render(args: argparse.Namespace) -> int:
     lab = open_from_args(args)
@@ -52,4 +79,17 @@ def _render(args: argparse.Namespace) -> int:
     r.save(out)
     print(f"{out}: {len(r.nodes)} nodes, {len(r.groups)} boxes, {len(r.edges)} edges "
           f"({r.seconds:.2f} s)")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from onnx_lab.render.report import write_report  # on use: other commands need not pay
+
+    lab = open_from_args(args)
+    out = write_report(lab, args.out, title=args.title,
+                       profile={"runs": args.runs} if args.profile else False,
+                       against=args.against, precision=args.precision,
+                       tables=not args.no_tables, max_nodes=args.max_nodes,
+                       max_views=args.max_views, timeout=args.timeout)
+    print(f"{out}: {out.stat().st_size / 1e6:.2f} MB")
     return 0

@@ -1,10 +1,12 @@
 """Structural diff of two models: added, removed and changed nodes.
 
-Nodes are matched by node id (name), then by recorded provenance (``onnx_lab.origin``
-metadata: a fused node matches the original node of the same op type, the other originals are
-reported as removed, "fused into" it), then structurally (same op type reading the matched
-inputs). Matched nodes are compared: op type, attributes, inputs (through the matching, so a
-renamed tensor is not a change) and weight values.
+Nodes are matched by recorded provenance first (``onnx_lab.origin`` metadata: a fused node
+matches the original node of the same op type, the other originals are reported as removed,
+"fused into" it; a fused node of a new op type, such as onnxruntime's Attention, is added and
+linked to every node it replaced), then by node id (name), then structurally (same op type
+reading the matched inputs). Matched nodes are compared: op type, attributes, inputs (through
+the matching, so a renamed tensor is not a change), output shapes and dtypes, and weight
+values. The ``related`` column carries the links across a fusion both ways.
 
 Example:
     >>> d = onnx_lab.diff("model.onnx", "model_optimized.onnx")
@@ -26,10 +28,11 @@ from onnx_lab.core.source import Resolved, resolve
 from onnx_lab.core.values import const_array
 from onnx_lab.numerics.align import origins_of
 
-__all__ = ["diff", "Diff", "DIFF_COLUMNS", "DIFF_COLOURS"]
+__all__ = ["diff", "Diff", "DIFF_COLUMNS", "DIFF_COLOURS", "OP_COUNT_COLUMNS"]
 
 DIFF_COLUMNS = ["change", "node_id_a", "node_id_b", "op_type", "op_type_b", "match",
-                "attributes", "inputs", "weights", "details"]
+                "attributes", "inputs", "outputs", "weights", "related", "details"]
+OP_COUNT_COLUMNS = ["op_type", "count_a", "count_b", "delta", "added", "removed", "changed"]
 DIFF_COLOURS = {"added": "green", "removed": "red", "changed": "orange"}
 _ORIGIN_KEY = "onnx_lab.origin"
 _PASS_THROUGH = {"Identity", "Dropout"}
@@ -70,6 +73,11 @@ class _Matcher:
         self.kind: dict[str, str] = {}
         self.fused_into: dict[str, str] = {}  # a node id -> b node id
         self._by_op: dict[str, list[str]] | None = None
+        self.fused_from: dict[str, list[str]] = {}
+        self.fused_in_a: dict[str, list[str]] = {}  # a node id -> b node ids it replaced
+        self.unfused: dict[str, str] = {}  # b node id -> the a node that replaced it
+        self.types_a: dict[str, Any] = {}
+        self.types_b: dict[str, Any] = {}
         self._sig_cache: dict[str, tuple] = {}
 
     def _pair(self, x: str, y: str, kind: str) -> None:
@@ -78,26 +86,56 @@ class _Matcher:
 
     def run(self) -> None:
         ai, bi = self.ai, self.bi
-        # 1. node id (name)
-        for nid in ai.entries:
-            if nid in bi.entries:
-                self._pair(nid, nid, "name")
-        taken = set(self.a2b.values())
-        # 2. provenance
+        taken: set[str] = set()
+        # 1. provenance: a stamped node of b names the nodes of a it was made from. A fused
+        # node pairs with the original of its own op type (Conv+BN -> Conv); the others are
+        # "fused into" it. A node whose origin is only itself pairs by name.
+        self.fused_from: dict[str, list[str]] = {}  # b node id -> a node ids it replaced
         for bid, orig in origins_of(self.b).items():
             node = bi.node(bid)
             if _ORIGIN_KEY not in node.metadata_props:
                 continue
             known = [o for o in orig if o in ai.entries]
-            if bid not in taken:
-                same = [o for o in known if o not in self.a2b
-                        and ai.node(o).op_type == node.op_type]
-                if same:
-                    self._pair(same[0], bid, "provenance")
-                    taken.add(bid)
+            same = [o for o in known if o not in self.a2b and ai.node(o).op_type == node.op_type]
+            if bid in same:  # its own id first: a kept node, or a fusion that kept the name
+                same.remove(bid)
+                same.insert(0, bid)
+            if same:
+                kind = "name" if known == [bid] else "provenance"
+                self._pair(same[0], bid, kind)
+                taken.add(bid)
+            if len(known) > 1 or (known and not same):
+                self.fused_from[bid] = known
             for o in known:
                 if o not in self.a2b:
                     self.fused_into.setdefault(o, bid)
+        # 1b. the other direction (a is the later version: a report of the current model
+        # against the file it came from): a stamped node of a names nodes of b it replaced.
+        for aid, orig in origins_of(self.a).items():
+            node = ai.node(aid)
+            if aid in self.a2b or aid in self.fused_into \
+                    or _ORIGIN_KEY not in node.metadata_props:
+                continue
+            known = [o for o in orig if o in bi.entries and o not in taken]
+            if len(known) < 2 and (not known or known == [aid]):
+                continue
+            same = [o for o in known if bi.node(o).op_type == node.op_type]
+            if aid in same:
+                same.remove(aid)
+                same.insert(0, aid)
+            if same:
+                self._pair(aid, same[0], "provenance")
+                taken.add(same[0])
+            self.fused_in_a[aid] = known
+            for o in known:
+                if o not in taken:
+                    self.unfused.setdefault(o, aid)
+        # 2. node id (name)
+        for nid in ai.entries:
+            if nid in bi.entries and nid not in self.a2b and nid not in taken \
+                    and nid not in self.fused_into and nid not in self.unfused:
+                self._pair(nid, nid, "name")
+                taken.add(nid)
         # 3. structure, in topological order so matches propagate
         for nid, e in ai.entries.items():
             if nid in self.a2b or nid in self.fused_into:
@@ -106,6 +144,16 @@ class _Matcher:
             if hit is not None:
                 self._pair(nid, hit, "structure")
                 taken.add(hit)
+
+    @staticmethod
+    def type_text(types: dict[str, Any], name: str) -> str | None:
+        """``float32[1,8,768]`` for a value with a known type, else None."""
+        info = types.get(name)
+        if info is None or getattr(info, "dtype", None) is None:
+            return None
+        shape = getattr(info, "shape", None)
+        return f"{info.dtype}" + ("[?]" if shape is None else
+                                  "[" + ",".join(str(d) for d in shape) + "]")
 
     def map_tensor(self, name: str, depth: int = 0) -> str | None:
         """The b tensor holding what a tensor ``name`` holds in a (None if unknown)."""
@@ -219,14 +267,24 @@ def _compare_nodes(m: _Matcher, a_id: str, b_id: str) -> dict[str, Any] | None:
             kind = " (now a constant)" if ya is not None else (
                 " (was a constant)" if xa is not None else "")
             details.append(f"input {i}: {xn or '<none>'!r} -> {yn or '<none>'!r}{kind}")
+    # Output types follow from upstream changes: reported for a node that changed, never a
+    # change on their own (a changed pooling size would mark everything after it).
+    outputs: list[str] = []
+    for i, (x, y) in enumerate(zip(an.outputs, bn.outputs)):
+        tx, ty = m.type_text(m.types_a, x.name), m.type_text(m.types_b, y.name)
+        if tx is not None and ty is not None and tx != ty:
+            outputs.append(str(i))
+            details.append(f"output {i}: {tx} -> {ty}")
     fused = [o for o, b in m.fused_into.items() if b == b_id]
+    fused += [o for o in m.fused_in_a.get(a_id, []) if o != b_id]
     if fused:
         details.append("fused from " + ", ".join(repr(o) for o in [a_id, *fused]))
-    if not details:
+    if len(details) == len(outputs):
         return None
     return {"change": "changed", "node_id_a": a_id, "node_id_b": b_id, "op_type": an.op_type,
             "op_type_b": bn.op_type, "match": m.kind[a_id], "attributes": attrs,
-            "inputs": inputs, "weights": weights, "details": "; ".join(details)}
+            "inputs": inputs, "outputs": outputs, "weights": weights, "related": fused,
+            "details": "; ".join(details)}
 
 
 def diff(a: Any, b: Any) -> Diff:
@@ -238,9 +296,13 @@ def diff(a: Any, b: Any) -> Diff:
     Returns:
         A :class:`Diff`; its ``.table`` has one row per differing node: change (``added``,
         ``removed``, ``changed``), node_id_a, node_id_b, op_type (in a, else b), op_type_b,
-        match (``name``, ``provenance``, ``structure``; None for added/removed), attributes
-        (changed attribute names), inputs (changed input positions), weights (names of weight
-        inputs whose values, shape or dtype changed), details (a readable sentence).
+        match (``provenance``, ``name``, ``structure``; None for added/removed), attributes
+        (changed attribute names), inputs (changed input positions), outputs (output positions
+        whose inferred dtype or shape changed), weights (names of weight inputs whose values,
+        shape or dtype changed), related (the other nodes of a fusion: for an added fused
+        node, the nodes of a it replaced; for a removed node, the node of b it went into; for
+        a changed fused node, the other originals; when a is the later version, the nodes of
+        b its fused node replaced), details (a readable sentence).
 
     Example:
         >>> d = onnx_lab.diff("sample:convnet", lab_after_fusion)
@@ -248,9 +310,14 @@ def diff(a: Any, b: Any) -> Diff:
     """
     la, lb = resolve(a), resolve(b)
     m = _Matcher(la.model, lb.model)
+    m.types_a = _types(la)
+    m.types_b = _types(lb)
     m.run()
     rows: list[dict[str, Any]] = []
-    empty: dict[str, Any] = {"attributes": [], "inputs": [], "weights": []}
+
+    def empty() -> dict[str, Any]:
+        return {"attributes": [], "inputs": [], "outputs": [], "weights": []}
+
     for nid, e in m.ai.entries.items():
         if nid in m.a2b:
             r = _compare_nodes(m, nid, m.a2b[nid])
@@ -258,16 +325,49 @@ def diff(a: Any, b: Any) -> Diff:
                 rows.append(r)
         else:
             into = m.fused_into.get(nid)
+            group = [b for b, orig in m.fused_from.items() if nid in orig]
+            if len(group) > 1:  # fused into a group: name the one that stands for it
+                into = max(group, key=lambda b: _affinity(m.a, nid, m.b, b))
             rows.append({"change": "removed", "node_id_a": nid, "node_id_b": None,
-                         "op_type": e.node.op_type, "op_type_b": None, "match": None, **empty,
+                         "op_type": e.node.op_type, "op_type_b": None, "match": None,
+                         **empty(), "related": [into] if into else [],
                          "details": f"fused into {into!r}" if into else "removed"})
     matched_b = set(m.a2b.values())
     for nid, e in m.bi.entries.items():
         if nid not in matched_b:
+            orig = m.fused_from.get(nid, [])
+            into = m.unfused.get(nid)
+            details = ("fused from " + ", ".join(repr(o) for o in orig) if orig else
+                       f"fused into {into!r} in a" if into else "added")
             rows.append({"change": "added", "node_id_a": None, "node_id_b": nid,
                          "op_type": e.node.op_type, "op_type_b": e.node.op_type, "match": None,
-                         **{k: [] for k in empty}, "details": "added"})
-    return Diff(pd.DataFrame(rows, columns=DIFF_COLUMNS), la, lb, dict(m.a2b))
+                         **empty(), "related": list(orig) or ([into] if into else []),
+                         "details": details})
+    out = Diff(pd.DataFrame(rows, columns=DIFF_COLUMNS), la, lb, dict(m.a2b),
+               {k: list(v) for k, v in m.fused_from.items()})
+    out.fused_in_a = {k: list(v) for k, v in m.fused_in_a.items()}
+    out.match_kinds = dict(m.kind)
+    return out
+
+
+def _types(r: Resolved) -> dict[str, Any]:
+    """Inferred value types of one side ({} when inference cannot run: shapes are extra)."""
+    from onnx_lab.errors import LabError
+
+    try:
+        return r.model.types(r.dims, r.shapes)
+    except LabError:
+        return {}
+
+
+def _affinity(model: LabModel, nid: str, other: LabModel, oid: str) -> int:
+    """How strongly node ``oid`` of ``other`` stands for node ``nid`` of ``model``: same op
+    type, tensors both read or write (by name), weights it carries."""
+    a, b = model.index.entries[nid].node, other.index.entries[oid].node
+    names = {v.name for v in (*a.inputs, *a.outputs) if v is not None and v.name}
+    shared = sum(1 for v in (*b.inputs, *b.outputs) if v is not None and v.name in names)
+    weights = sum(1 for v in b.inputs if v is not None and v.name in other.graph.initializers)
+    return 100 * (a.op_type == b.op_type) + 10 * shared + weights
 
 
 class Diff:
@@ -277,14 +377,84 @@ class Diff:
         table: the DataFrame described in :func:`diff`.
         a, b: the two models (``.model``, ``.dims``, ``.shapes``).
         matches: {node id in a: node id in b} for every matched node.
+        fused_from: {node id in b: node ids in a it replaced} for fused nodes (provenance).
+        match_kinds: {node id in a: 'provenance', 'name' or 'structure'}.
     """
 
     def __init__(self, table: pd.DataFrame, a: Resolved, b: Resolved,
-                 matches: dict[str, str]) -> None:
+                 matches: dict[str, str], fused_from: dict[str, list[str]] | None = None
+                 ) -> None:
         self.table = table
         self.a = a
         self.b = b
         self.matches = matches
+        self.fused_from = fused_from or {}
+        #: {node id in a: node ids in b it replaced} when ``a`` is the later version.
+        self.fused_in_a: dict[str, list[str]] = {}
+        #: {node id in a: how it was matched ('provenance', 'name', 'structure')}.
+        self.match_kinds: dict[str, str] = {}
+
+    def links(self) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """Counterparts across the two models: ({a node id: b node ids}, {b node id: a node
+        ids}). A matched pair links one to one; a node fused into another links to it, and a
+        fused node links to every node it replaced (an Attention to its MatMuls, Softmax...).
+
+        Example:
+            >>> a2b, b2a = onnx_lab.diff(before, after).links()
+            >>> b2a["Attention_0"]
+            ['/attn/MatMul', '/attn/Softmax', ...]
+        """
+        a2b: dict[str, list[str]] = {}
+        b2a: dict[str, list[str]] = {}
+
+        def link(x: str, y: str) -> None:
+            if y not in a2b.setdefault(x, []):
+                a2b[x].append(y)
+            if x not in b2a.setdefault(y, []):
+                b2a[y].append(x)
+
+        for x, y in self.matches.items():
+            link(x, y)
+        for y, xs in self.fused_from.items():
+            for x in xs:
+                link(x, y)
+        for x, ys in self.fused_in_a.items():
+            for y in ys:
+                link(x, y)
+        # One original can go into a group of new nodes (onnxruntime's attention fusion adds
+        # a Cast and a ReduceSum for the mask next to the Attention): the counterpart that
+        # shares a tensor with it, then the one that carries weights, comes first.
+        for mine, theirs, table in ((self.a.model, self.b.model, a2b),
+                                    (self.b.model, self.a.model, b2a)):
+            for k, peers in table.items():
+                if len(peers) > 1:
+                    table[k] = sorted(peers, key=lambda p, k=k, m=mine, o=theirs:
+                                      -_affinity(m, k, o, p))
+        return a2b, b2a
+
+    def op_counts(self) -> pd.DataFrame:
+        """Per op type: count_a, count_b, delta (b - a), and the added, removed and changed
+        nodes of that type (a node's type in ``a``, for added nodes in ``b``); the op types
+        that changed first.
+
+        Example:
+            >>> onnx_lab.diff(before, after).op_counts().head()
+        """
+        from collections import Counter
+
+        ca = Counter(e.node.op_type for e in self.a.model.index.entries.values())
+        cb = Counter(e.node.op_type for e in self.b.model.index.entries.values())
+        rows = []
+        t = self.table
+        for op in sorted(set(ca) | set(cb)):
+            sel = t.loc[t["op_type"] == op, "change"].value_counts()
+            rows.append({"op_type": op, "count_a": ca.get(op, 0), "count_b": cb.get(op, 0),
+                         "delta": cb.get(op, 0) - ca.get(op, 0),
+                         **{k: int(sel.get(k, 0)) for k in ("added", "removed", "changed")}})
+        df = pd.DataFrame(rows, columns=OP_COUNT_COLUMNS)
+        moved = (df["delta"] != 0) | (df[["added", "removed", "changed"]].sum(axis=1) > 0)
+        return df.assign(_m=moved).sort_values(["_m", "op_type"], ascending=[False, True]) \
+            .drop(columns="_m").reset_index(drop=True)
 
     @property
     def counts(self) -> dict[str, int]:

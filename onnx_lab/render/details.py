@@ -70,7 +70,8 @@ def is_constant_value(model: LabModel, name: str) -> bool:
 def node_details(model: Any, node_id: str, *, dims: Mapping[str, int] | None = None,
                  shapes: Mapping[str, Sequence[int]] | None = None,
                  overlay: pd.Series | Mapping[str, float] | None = None,
-                 overlay_label: str | None = None) -> dict[str, Any]:
+                 overlay_label: str | None = None,
+                 stats: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Everything the canvas side panel shows about one node, as plain data.
 
     Args:
@@ -79,6 +80,8 @@ def node_details(model: Any, node_id: str, *, dims: Mapping[str, int] | None = N
         dims, shapes: resolve symbolic dims for the tensor shapes.
         overlay: the values drawn on the graph (error, time, FLOPs) keyed by node id or
             tensor name; the node's own value (or the max over its outputs) is reported.
+        stats: {weight name: its record of ``weight_stats(model)``}, computed once by a
+            caller asking for many nodes (the HTML report); None computes the node's own.
 
     Returns:
         dict with ``node_id, op_type, domain, name, graph, scope, attributes`` ({name:
@@ -109,7 +112,9 @@ def node_details(model: Any, node_id: str, *, dims: Mapping[str, int] | None = N
     weight_names = [n for n in ins if n in model.graph.initializers
                     or is_constant_value(model, n)]
     weights: list[dict[str, Any]] = []
-    if weight_names:
+    if weight_names and stats is not None:
+        weights = [dict(stats[n]) for n in weight_names if n in stats]
+    elif weight_names:
         try:
             df = weight_stats(model, weight_names)
             weights = df.to_dict("records")

@@ -126,8 +126,9 @@ def diff_html(d: Diff) -> str:
     head = (f"<b>{c['added']}</b> added, <b>{c['removed']}</b> removed, "
             f"<b>{c['changed']}</b> changed nodes")
     view = d.table.copy()
-    for col in ("attributes", "inputs", "weights"):
-        view[col] = view[col].map(lambda x: ", ".join(x))
+    for col in ("attributes", "inputs", "outputs", "weights", "related"):
+        if col in view.columns:
+            view[col] = view[col].map(lambda x: ", ".join(x))
     return f"<div class='onnx-lab-diff'><div>{head}</div>{frame_html(view)}</div>" \
         if len(view) else f"<div>{html.escape('no differences')}</div>"
 

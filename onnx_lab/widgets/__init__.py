@@ -7,6 +7,7 @@ anywidget whose JavaScript and CSS ship in ``widgets/static/``, no CDN).
 - :class:`DriftDebugger`: layer-by-layer comparison of two models.
 - :class:`Profiler`: per-operator profiling, batch sweep, optimization levels, cost.
 - :class:`PrecisionDoctor`: which nodes to keep in fp32 / out of int8, found by a search.
+- :class:`DiffView`: two versions side by side, synced, fused nodes linked to their originals.
 
 Every widget has ``.result`` (the object behind what it shows) and shows the equivalent
 Python call. Imported lazily so ``import onnx_lab.widgets`` stays light.
@@ -24,6 +25,7 @@ _LAZY = {
     "DriftDebugger": "onnx_lab.widgets.drift",
     "Profiler": "onnx_lab.widgets.profiler",
     "PrecisionDoctor": "onnx_lab.widgets.precision",
+    "DiffView": "onnx_lab.widgets.diff_view",
 }
 
 __all__ = list(_LAZY)

@@ -228,13 +228,8 @@ def snapshot_of(widget: Any) -> str:
         return ""
     svg = getattr(widget, "svg", None)
     if isinstance(svg, str):  # the graph canvas: its SVG, scrollable
-        if not svg:
-            return ""
-        title = html.escape(getattr(widget, "title", "") or "")
-        return (f"<div class='onnx-lab-snapshot-graph' style='max-width:100%;max-height:"
-                f"600px;overflow:auto;border:1px solid #e0e0e0'>"
-                f"{'<div style=font-size:11px>' + title + '</div>' if title else ''}"
-                f"{svg[svg.find('<svg'):] if '<svg' in svg else svg}</div>")
+        return graph_snapshot(svg, getattr(widget, "title", "") or "",
+                              getattr(widget, "details_html", "") or "")
     if isinstance(widget, w.HTML):
         return widget.value
     if isinstance(widget, w.Tab) or isinstance(widget, w.Accordion):
@@ -252,6 +247,19 @@ def snapshot_of(widget: Any) -> str:
         flow = "display:flex;flex-wrap:wrap;gap:4px" if isinstance(widget, w.HBox) else ""
         return f"<div style='{flow}'>{inner}</div>"
     return ""
+
+
+def graph_snapshot(svg: str, title: str = "", details: str = "") -> str:
+    """Static HTML of a graph canvas: its SVG (scrollable) and the selected node's panel."""
+    if not svg:
+        return ""
+    title = html.escape(title)
+    panel = (f"<div class='onnx-lab-snapshot-details' style='font-size:11px;border:1px solid "
+             f"#e0e0e0;padding:2px 6px;margin-top:2px'>{details}</div>" if details else "")
+    return (f"<div class='onnx-lab-snapshot-graph' style='max-width:100%;max-height:"
+            f"600px;overflow:auto;border:1px solid #e0e0e0'>"
+            f"{'<div style=font-size:11px>' + title + '</div>' if title else ''}"
+            f"{svg[svg.find('<svg'):] if '<svg' in svg else svg}</div>{panel}")
 
 
 class PagedTable(w.VBox):

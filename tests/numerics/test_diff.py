@@ -145,3 +145,37 @@ def test_constant_node_folded_into_an_initializer_is_not_a_change_of_its_consume
     row = c.table.set_index("node_id_a").loc["reshape"]
     assert row["weights"] == ["s2"] and "values changed" in row["details"]
     assert onnx_lab.diff is diff
+
+
+def test_links_op_counts_and_the_reverse_direction():
+    ref = convnet()
+    fused = fuse_stem_bn(ref, keep_conv_name=False)
+    for n in fused.graph.node:
+        if n.op_type == "Conv" and "stem" in n.name:
+            n.name = "fused_conv"
+    d = diff(ref, fused)
+    a2b, b2a = d.links()
+    assert sorted(b2a["fused_conv"]) == ["/stem/bn/BatchNormalization", "/stem/conv/Conv"]
+    assert a2b["/stem/bn/BatchNormalization"] == ["fused_conv"]
+    assert a2b["/block1/conv/Conv"] == ["/block1/conv/Conv"]  # unchanged: one to one
+    ops = d.op_counts().set_index("op_type")
+    assert ops.loc["BatchNormalization", "delta"] == -1
+    assert ops.loc["BatchNormalization", "removed"] == 1
+    assert ops.loc["Conv", "delta"] == 0 and ops.loc["Conv", "changed"] == 1
+    assert ops.index[0] in ("BatchNormalization", "Conv")  # what moved comes first
+    # The other way round (a is the later version): its stamps still link the fusion.
+    r = diff(fused, ref)
+    t = r.table.set_index(r.table["node_id_a"].fillna(r.table["node_id_b"]))
+    assert t.loc["fused_conv", "match"] == "provenance"
+    assert t.loc["/stem/bn/BatchNormalization", "change"] == "added"
+    assert t.loc["/stem/bn/BatchNormalization", "related"] == ["fused_conv"]
+    assert r.links()[1]["/stem/bn/BatchNormalization"] == ["fused_conv"]
+
+
+def test_output_types_reported_only_for_changed_nodes():
+    d = diff(convnet(), _modified())
+    t = d.table.set_index(d.table["node_id_a"].fillna(d.table["node_id_b"]))
+    pool = t.loc["/block1/pool/MaxPool"]
+    assert pool["outputs"] == ["0"] and "output 0:" in pool["details"]
+    # Nodes after the pool see other shapes but did not change: no row for them.
+    assert "/block2/conv/Conv" not in t.index

@@ -1,0 +1,790 @@
+"""One self-contained HTML file per model, and a side-by-side diff of two versions.
+
+A report is what a pull request, a CI artifact or a message to a colleague can carry: one
+file, every script and style inlined, no network request, opened from disk with nothing
+running. It holds the interactive graph canvas (the widgets' own ``canvas.js``, driven by a
+small static host in ``render/static/report.js`` instead of a kernel), the summary,
+sortable node / initializer / tensor tables, the check findings and the cost; on request
+the history with each step's verification, a profile, a comparison against another model
+(numbers and the structural diff side by side) and a precision plan.
+
+Collapsed scopes cannot call back into Python, so every box is drawn ahead of time as a
+view of its own (its members, boxed again when they do not fit): a click on a box opens that
+view, a breadcrumb leads back. Views, side-panel details and tables travel as one gzip'd
+JSON payload that the page inflates with the browser's ``DecompressionStream`` (BERT-base:
+see ``benchmarks/bench_report.py``). A section that fails (a profile of a model onnxruntime
+cannot run) becomes a note in its place; the file is always written.
+
+Example:
+    >>> from onnx_lab.render.report import write_diff_report, write_report
+    >>> write_report("model.onnx", "model.html", profile=True)
+    >>> write_diff_report("model.onnx", "model_fused.onnx", "diff.html")
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import gzip
+import html
+import json
+import logging
+import math
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from onnx_lab.core.history import History
+from onnx_lab.core.source import Resolved, resolve
+from onnx_lab.errors import LabError, SaveError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["write_report", "report_html", "write_diff_report", "diff_report_html",
+           "canvas_payload", "diff_panels", "REPORT_SECTIONS"]
+
+#: The sections of a report, in page order (keywords of :func:`write_report` turn them on).
+REPORT_SECTIONS = ("summary", "graph", "check", "cost", "nodes", "initializers", "tensors",
+                   "history", "profile", "comparison", "diff", "precision")
+
+_HERE = Path(__file__).resolve().parent
+_CANVAS_JS = _HERE.parent / "widgets" / "static" / "canvas.js"
+_CANVAS_CSS = _HERE.parent / "widgets" / "static" / "canvas.css"
+_REPORT_JS = _HERE / "static" / "report.js"
+_REPORT_CSS = _HERE / "static" / "report.css"
+_MAX_TABLE_ROWS = 20_000
+
+
+# ----------------------------------------------------------------------------- assets
+def _canvas_script() -> str:
+    """``canvas.js`` (an ES module for anywidget) as a classic script defining
+    ``window.OnnxLabCanvas``: an inline module could not be reached from file:// pages."""
+    src = _CANVAS_JS.read_text(encoding="utf-8")
+    tail = "export default { render };"
+    if tail not in src:  # the widget's module changed shape: say so instead of a blank page
+        raise LabError(f"{_CANVAS_JS} no longer ends with {tail!r}; the report cannot inline it.",
+                       fix="Keep `export default { render };` as the module's export.")
+    body = src.replace(tail, "window.OnnxLabCanvas = { render };")
+    return "(function () {\n" + body + "\n})();"
+
+
+def _script(text: str) -> str:
+    # "</script" inside a script would end it early; "<\/" is the same string to JS.
+    return "<script>" + text.replace("</script", "<\\/script") + "</script>"
+
+
+def _payload(data: Any) -> str:
+    raw = json.dumps(data, separators=(",", ":"), default=_json_default).encode("utf-8")
+    return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii")
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+# ----------------------------------------------------------------------------- canvas data
+def _element_details_html(rendering: Any, model: Any, key: str) -> str:
+    """Side panel of a drawn element that is not a node: a box, an input, a weight, a stub."""
+    from onnx_lab.render.details import group_details_html
+
+    node = rendering.view.nodes.get(key)
+    if node is None:
+        return ""
+    if node.kind == "box":
+        ops = [model.index.entries[n].node.op_type for n in node.node_ids
+               if n in model.index.entries]
+        return group_details_html(key.split(":", 1)[1], node.node_ids, ops)
+    lines = "".join(f"<div class='olc-where'>{html.escape(x)}</div>" for x in node.lines if x)
+    return (f"<div class='olc-details'><div class='olc-title'><b>{html.escape(node.title)}</b>"
+            f"</div><div class='olc-id'>{html.escape(node.kind)}</div>{lines}</div>")
+
+
+def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
+                   max_nodes: int = 300, overview_nodes: int = 60, max_views: int = 300,
+                   budget_s: float = 120.0,
+                   timeout: float = 10.0, extra_details: Mapping[str, str] | None = None,
+                   extra_views: Mapping[str, tuple[str, Sequence[str]]] | None = None
+                   ) -> dict[str, Any]:
+    """Everything the static canvas needs for one model: pre-drawn views and side panels.
+
+    The overview is ``render_model(collapse="auto")``; every collapsed box becomes a view of
+    its members (collapsed again when they do not fit), breadth first, and every If/Loop/Scan
+    body a view of its own, until ``max_views`` views or ``budget_s`` seconds; a box left
+    undrawn says so in its panel.
+
+    Args:
+        source: a Lab, path, LabModel... (:func:`onnx_lab.core.source.resolve`).
+        highlight: {node id: colour} outlined in every view that shows the node (a box
+            holding one is outlined too).
+        max_nodes: drawn elements per view.
+        overview_nodes: drawn elements of the overview: a coarse first view (a 313-node
+            detector as its 20 top scopes rather than 92 small boxes) that reads at a
+            glance; its boxes open into views of up to ``max_nodes``.
+        extra_details: HTML appended to a node's panel, by node id (the diff's section).
+        extra_views: more views, {view key: (label, node ids)}, drawn after the others
+            (the diff draws the nodes a fused node replaced together).
+
+    Returns:
+        dict with ``views`` ({view key: {svg, items, legend, label, parent, kind,
+        notes}}; ``""`` is the overview, a scope or group key a box's view, ``graph:<path>``
+        a body), ``details`` ({node id or drawn key: panel HTML}), ``where`` ({node id:
+        [view key, drawn key]} where the node is drawn as itself), ``notes``.
+
+    Example:
+        >>> p = canvas_payload("sample:transformer_block")
+        >>> sorted(p["views"])[:3]
+    """
+    from onnx_lab.render.details import (
+        canvas_items,
+        canvas_legend_html,
+        node_details,
+        node_details_html,
+    )
+    from onnx_lab.render.view import render_model
+
+    r = resolve(source)
+    model, dims, shapes = r.model, r.dims, r.shapes
+    idx = model.index
+    t0 = time.perf_counter()
+    views: dict[str, dict[str, Any]] = {}
+    details: dict[str, str] = {}
+    where: dict[str, list[str]] = {}
+    notes: list[str] = []
+    box_of_view: dict[str, dict[str, str]] = {}  # view -> {drawn box key: child view key}
+    hl = dict(highlight or {})
+    extra = dict(extra_details or {})
+
+    def draw(view_key: str, label: str, parent: str | None, kind: str, **kw: Any) -> None:
+        ids = kw.get("nodes")
+        members = set(ids) if ids is not None else None
+        graph = kw.get("graph", "")
+        vh = {k: c for k, c in hl.items() if k in idx.entries and (
+            members is None or k in members) and (members is not None
+                                                  or idx.entries[k].graph == graph)}
+        cap = overview_nodes if view_key == "" else max_nodes
+        rendering = render_model(model, collapse="auto", max_nodes=cap, timeout=timeout,
+                                 dims=dims, shapes=shapes, highlight=vh or None, **kw)
+        views[view_key] = {
+            "svg": rendering.svg or "", "label": label, "parent": parent, "kind": kind,
+            "items": canvas_items(rendering, model),
+            "legend": canvas_legend_html(rendering),
+            "fallback": "" if rendering.svg else (
+                "no drawing: " + "; ".join(rendering.notes[-1:])),
+            "notes": list(rendering.notes)}
+        boxes: dict[str, str] = {}
+        for key, n in rendering.view.nodes.items():
+            if n.kind == "op" and n.node_ids:
+                nid = n.node_ids[0]
+                where.setdefault(nid, [view_key, key])
+            elif n.kind == "box":
+                boxes[key] = key.split(":", 1)[1] if view_key == "" else \
+                    f"{view_key}|{key.split(':', 1)[1]}"
+                details.setdefault(boxes[key], _element_details_html(rendering, model, key))
+            elif key not in details:
+                details[key] = _element_details_html(rendering, model, key)
+        box_of_view[view_key] = boxes
+        views[view_key]["boxes"] = boxes
+        views[view_key]["members"] = {k: list(rendering.view.nodes[k].node_ids)
+                                      for k in boxes}
+
+    draw("", "overview", None, "overview")
+    n_main = len(idx.topo_order(""))
+    if views[""]["boxes"]:
+        notes.append(f"{n_main} nodes in the main graph: drawn as a collapsed overview; click "
+                     "a box to open it (the breadcrumb leads back).")
+    queue: deque[tuple[str, str, list[str]]] = deque()
+    for key, child in views[""]["boxes"].items():
+        queue.append((child, key.split(":", 1)[1], views[""]["members"][key]))
+    bodies = [g for g in idx.graphs if g]
+    skipped = 0
+    while queue or bodies:
+        if len(views) >= max_views or time.perf_counter() - t0 > budget_s:
+            skipped = len(queue) + len(bodies)
+            break
+        if queue:
+            child, label, members = queue.popleft()
+            parent = child.rsplit("|", 1)[0] if "|" in child else ""
+            try:
+                draw(child, label, parent, "box", nodes=members)
+            except LabError as e:
+                notes.append(f"box {label!r} not drawn: {e}")
+                continue
+            for key, grand in views[child]["boxes"].items():
+                queue.append((grand, key.split(":", 1)[1], views[child]["members"][key]))
+        else:
+            g = bodies.pop(0)
+            try:
+                draw(f"graph:{g}", g, None, "body", graph=g)
+            except LabError as e:
+                notes.append(f"body {g!r} not drawn: {e}")
+    for vk, (label, ids) in (extra_views or {}).items():
+        if len(views) >= max_views + len(extra_views or {}) or \
+                time.perf_counter() - t0 > budget_s:
+            break
+        ids = [n for n in ids if n in idx.entries]
+        graphs = {idx.entries[n].graph for n in ids}
+        if not ids or len(graphs) != 1:
+            continue
+        try:
+            draw(vk, label, "", "extra", nodes=ids, graph=graphs.pop())
+        except LabError as e:
+            notes.append(f"view {label!r} not drawn: {e}")
+    if skipped:
+        notes.append(f"{skipped} boxes/bodies were not pre-drawn (max_views={max_views}, "
+                     f"budget {budget_s:g} s); their panels list their members.")
+    # Side panels of every node drawn on its own (search and focus land on these); the
+    # weights' statistics once for all (one pass over the weights, not one per node).
+    from onnx_lab.analysis.weights import weight_stats
+
+    try:
+        stats = {r["name"]: r for r in weight_stats(model).to_dict("records")}
+    except LabError as e:
+        stats = None
+        notes.append(f"weight statistics left out of the side panels: {e}")
+    for nid in where:
+        try:
+            d = node_details(model, nid, dims=dims, shapes=shapes, stats=stats)
+            details[nid] = node_details_html(d) + extra.get(nid, "")
+        except LabError as e:
+            details[nid] = f"<div class='olc-details'>{html.escape(str(e))}</div>"
+    for v in views.values():
+        v.pop("members", None)
+    return {"views": views, "details": details, "where": where, "notes": notes,
+            "seconds": time.perf_counter() - t0}
+
+
+# ----------------------------------------------------------------------------- tables
+def _cell(v: Any) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, float):
+        return None if math.isnan(v) else (v if math.isfinite(v) else str(v))
+    if isinstance(v, (bool, int, str)):
+        return v
+    if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
+        return _cell(v.item())
+    if isinstance(v, (list, tuple)):
+        return ", ".join(str(x) for x in v)
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={x}" for k, x in v.items())
+    try:
+        import pandas as pd
+
+        if pd.isna(v):
+            return None
+    except (TypeError, ValueError):
+        pass
+    return str(v)
+
+
+def _table(df: Any, *, key: str | None = None, limit: int = _MAX_TABLE_ROWS) -> dict[str, Any]:
+    """A DataFrame as {columns, rows, total, key}: what report.js sorts and filters."""
+    total = len(df)
+    view = df.iloc[:limit]
+    rows = [[_cell(x) for x in r] for r in view.itertuples(index=False, name=None)]
+    return {"columns": [str(c) for c in df.columns], "rows": rows, "total": total,
+            "key": key}
+
+
+# ----------------------------------------------------------------------------- sections
+class _Page:
+    """Collects sections; a failing builder leaves a note in its section instead."""
+
+    def __init__(self) -> None:
+        self.sections: list[tuple[str, str, str]] = []  # (id, title, html)
+        self.tables: dict[str, Any] = {}
+        self.notes: list[str] = []
+
+    def add(self, sid: str, title: str, build: Callable[[], str]) -> None:
+        t = time.perf_counter()
+        try:
+            body = build()
+        except Exception as e:  # noqa: BLE001 - a section's failure is a note, never no file
+            if not isinstance(e, LabError):
+                logger.exception("report section %s failed", sid)
+            fix = getattr(e, "fix", None)
+            body = (f"<div class='olr-note olr-failed'><b>{html.escape(title)} could not be "
+                    f"built:</b> {html.escape(str(e) or type(e).__name__)}"
+                    + (f"<br>{html.escape(fix)}" if fix and fix not in str(e) else "")
+                    + "</div>")
+            self.notes.append(f"{title}: {e}")
+        logger.debug("report section %s: %.2f s", sid, time.perf_counter() - t)
+        self.sections.append((sid, title, body))
+
+    def table(self, name: str, df: Any, *, key: str | None = None, caption: str = "") -> str:
+        self.tables[name] = _table(df, key=key)
+        more = ""
+        if len(df) > _MAX_TABLE_ROWS:
+            more = (f"<div class='olr-note'>first {_MAX_TABLE_ROWS:,} of {len(df):,} rows "
+                    "(the library's DataFrame has them all).</div>")
+        cap = f"<div class='olr-caption'>{html.escape(caption)}</div>" if caption else ""
+        return f"{cap}<div class='olr-table' data-table='{html.escape(name)}'></div>{more}"
+
+
+def _history_of(source: Any) -> History | None:
+    if isinstance(source, History):
+        return source
+    h = getattr(source, "versions", None)
+    return h if isinstance(h, History) else None
+
+
+def _history_html(page: _Page, hist: History) -> str:
+    df = hist.table()
+    parts = [page.table("history", df, caption=f"{len(df)} versions (step 0: as opened)")]
+    for v in hist.versions[1:]:
+        r = v.result
+        if r is None:
+            continue
+        verdict = ("not verified" if r.verify_passed is None else
+                   "verification passed" if r.verify_passed else "verification FAILED")
+        head = (f"step {v.step}: {html.escape(str(r.name))} — {verdict}"
+                + (f", max_abs {r.max_abs_err:.3g}" if r.max_abs_err is not None else ""))
+        body = ""
+        ver = r.verification
+        if ver is not None and len(ver):
+            name = f"verification_{v.step}"
+            body = page.table(name, ver)
+        if r.first_failure:
+            body += f"<div class='olr-note'>first failure: {html.escape(r.first_failure)}</div>"
+        if r.notes:
+            body += "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in r.notes) + "</ul>"
+        if not r.modified and r.reason:
+            body += f"<div class='olr-note'>not modified: {html.escape(r.reason)}</div>"
+        parts.append(f"<details class='olr-step' data-step='{v.step}'><summary>{head}"
+                     f"</summary>{body or '<i>no verification report</i>'}</details>")
+    return "".join(parts)
+
+
+def _cost_html(page: _Page, r: Resolved) -> str:
+    from onnx_lab.analysis.cost import cost
+    from onnx_lab.render.results import cost_totals_html
+
+    c = cost(r.model, dims=r.dims, shapes=r.shapes)
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in c.notes)
+    top = c.nodes.sort_values("flops", ascending=False)
+    by_op = c.by_op().reset_index()
+    return (cost_totals_html(c) + (f"<ul class='olr-notes'>{notes}</ul>" if notes else "")
+            + page.table("cost_by_op", by_op, caption="per op type")
+            + page.table("cost_nodes", top, key="node_id", caption="per node (most FLOPs "
+                         "first; click a row to find it on the graph)"))
+
+
+def _check_html(page: _Page, r: Resolved) -> str:
+    from onnx_lab.analysis.compat import check
+
+    df = check(r)
+    if not len(df):
+        return "<div class='olr-ok'>no findings</div>"
+    counts = df["severity"].value_counts()
+    head = ", ".join(f"{int(n)} {html.escape(str(s))}" for s, n in counts.items())
+    return f"<div>{head}</div>" + page.table("check", df, key="node_id")
+
+
+def _profile_html(r: Resolved, profile: Any) -> str:
+    from onnx_lab.profiling.run import Profile
+    from onnx_lab.profiling.run import profile as run_profile
+    from onnx_lab.render.results import profile_html
+
+    if isinstance(profile, Profile):
+        p = profile
+    else:
+        kw = dict(profile) if isinstance(profile, Mapping) else {}
+        kw.setdefault("runs", 20)
+        kw.setdefault("warmup", 3)
+        kw.setdefault("dims", r.dims)
+        kw.setdefault("shapes", r.shapes)
+        p = run_profile(r.model, **kw)
+        if len(p.memory) and "predicted_activation_bytes" not in p.memory.columns:
+            p.memory = p.memory.assign(predicted_activation_bytes=_predicted_peak(
+                r, kw["dims"], kw["shapes"]))
+    return profile_html(p)
+
+
+def _predicted_peak(r: Resolved, dims: Any, shapes: Any) -> float:
+    """The cost model's peak activation bytes beside the measured peak (NaN: unknown)."""
+    from onnx_lab.analysis.cost import cost
+
+    try:
+        return float(cost(r.model, dims=dims, shapes=shapes).total["peak_activation_bytes"])
+    except LabError:
+        return float("nan")
+
+
+def _comparison_html(r: Resolved, other: Any, compare_kw: Mapping[str, Any]) -> str:
+    from onnx_lab.numerics.compare import compare
+    from onnx_lab.render.results import comparison_html
+
+    kw = dict(compare_kw)
+    kw.setdefault("dims", r.dims)
+    kw.setdefault("shapes", r.shapes)
+    return comparison_html(compare(r, other, **kw))
+
+
+def _precision_html(r: Resolved, precision: Any) -> str:
+    from onnx_lab import _display
+
+    if isinstance(precision, str):
+        from onnx_lab.numerics.precision import find_precision
+
+        precision = find_precision(r.model, precision, dims=r.dims, shapes=r.shapes)
+    return _display.draw(precision, "html")
+
+
+def _title_of(r: Resolved, title: str | None, source: Any) -> str:
+    if title:
+        return title
+    path = r.model.path or getattr(source, "path", None)
+    return Path(path).name if path else (r.model.ir.graph.name or "model")
+
+
+# ----------------------------------------------------------------------------- pages
+def _page_html(title: str, subtitle: str, sections: Sequence[tuple[str, str, str]],
+               data: Mapping[str, Any], notes: Sequence[str]) -> str:
+    nav = " · ".join(f"<a href='#{sid}'>{html.escape(t)}</a>" for sid, t, _ in sections)
+    body = "".join(f"<section id='{sid}' class='olr-section'><h2>{html.escape(t)}</h2>"
+                   f"{b}</section>" for sid, t, b in sections)
+    note_html = ("<div class='olr-notes-top'>" + "".join(
+        f"<div class='olr-note'>{html.escape(n)}</div>" for n in notes) + "</div>"
+        if notes else "")
+    css = _CANVAS_CSS.read_text(encoding="utf-8") + "\n" + _REPORT_CSS.read_text(
+        encoding="utf-8")
+    # No external URL anywhere: scripts, styles and data are inline; a strict CSP says so.
+    csp = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+           "img-src data:; font-src data:")
+    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+            f"<meta http-equiv='Content-Security-Policy' content=\"{csp}\">"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<meta name='generator' content='onnx_lab'><title>{html.escape(title)}</title>"
+            f"<style>{css}</style></head><body class='olr-body'>"
+            f"<header class='olr-header'><h1>{html.escape(title)}</h1>"
+            f"<div class='olr-sub'>{subtitle}</div><nav class='olr-nav'>{nav}</nav></header>"
+            f"{note_html}<main>{body}</main>"
+            f"<script type='application/octet-stream' id='olr-data'>{_payload(data)}</script>"
+            + _script(_canvas_script()) + _script(_REPORT_JS.read_text(encoding="utf-8"))
+            + "</body></html>")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("onnx_lab")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def _subtitle(r: Resolved, source: Any, extra: str = "") -> str:
+    path = r.model.path or getattr(source, "path", None)
+    when = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    dims = ", ".join(f"{k}={v}" for k, v in r.dims.items())
+    parts = [html.escape(str(path)) if path else "in-memory model",
+             f"{len(r.model.index)} nodes"] + ([f"dims {html.escape(dims)}"] if dims else []) \
+        + [f"onnx_lab {_version()}", when]
+    return " · ".join(parts) + extra
+
+
+def report_html(source: Any, *, title: str | None = None, graph: bool = True,
+                tables: bool = True, check: bool = True, cost: bool = True,
+                history: bool | None = None, profile: Any = False, against: Any = None,
+                compare: Mapping[str, Any] | None = None, precision: Any = None,
+                dims: Mapping[str, int] | None = None,
+                shapes: Mapping[str, Sequence[int]] | None = None, max_nodes: int = 300,
+                max_views: int = 300, budget_s: float = 120.0, timeout: float = 10.0) -> str:
+    """The report of one model as one self-contained HTML document (see :func:`write_report`).
+
+    Example:
+        >>> text = report_html("sample:convnet", profile=True)
+        >>> Path("convnet.html").write_text(text, encoding="utf-8")
+    """
+    r = resolve(source, dims, shapes)
+    page = _Page()
+    data: dict[str, Any] = {"canvases": {}, "tables": page.tables}
+    page.add("summary", "Summary", lambda: _summary_html(r))
+    if graph:
+        def build_graph() -> str:
+            p = canvas_payload(r, max_nodes=max_nodes, max_views=max_views, budget_s=budget_s,
+                               timeout=timeout)
+            data["canvases"]["main"] = p
+            notes = "".join(f"<div class='olr-note'>{html.escape(n)}</div>" for n in p["notes"])
+            return notes + "<div class='olr-canvas' data-canvas='main'></div>"
+        page.add("graph", "Graph", build_graph)
+    if check:
+        page.add("check", "Check findings", lambda: _check_html(page, r))
+    if cost:
+        page.add("cost", "Cost", lambda: _cost_html(page, r))
+    if tables:
+        from onnx_lab.analysis.tables import initializers_table, nodes_table, tensors_table
+
+        page.add("nodes", "Nodes", lambda: page.table("nodes", nodes_table(r.model),
+                                                      key="node_id"))
+        page.add("initializers", "Initializers",
+                 lambda: page.table("initializers", initializers_table(r.model)))
+        page.add("tensors", "Tensors", lambda: page.table(
+            "tensors", tensors_table(r.model, r.dims, r.shapes)))
+    hist = _history_of(source)
+    if history or (history is None and hist is not None and len(hist) > 1):
+        page.add("history", "History", lambda: _history_html(page, hist) if hist is not None
+                 else _no_history())
+    if profile is not False and profile is not None:
+        page.add("profile", "Profile", lambda: _profile_html(r, profile))
+    if against is not None:
+        page.add("comparison", "Comparison", lambda: _comparison_html(r, against,
+                                                                      compare or {}))
+        page.add("diff", "Diff", lambda: _diff_section(page, data, r, against,
+                                                       max_nodes=max_nodes,
+                                                       max_views=max_views,
+                                                       budget_s=budget_s, timeout=timeout))
+    if precision is not None:
+        page.add("precision", "Precision plan", lambda: _precision_html(r, precision))
+    return _page_html(_title_of(r, title, source), _subtitle(r, source), page.sections, data,
+                      page.notes)
+
+
+def _no_history() -> str:
+    raise LabError("no history: the report was given a model, not a Lab.",
+                   fix="Pass the Lab (lab.report(path)) to include its steps.")
+
+
+def _summary_html(r: Resolved) -> str:
+    from onnx_lab.analysis.summary import summarize
+    from onnx_lab.render.tables import summary_html
+
+    return summary_html(summarize(r.model, r.dims, r.shapes))
+
+
+def write_report(source: Any, path: str | Path, **sections: Any) -> Path:
+    """Write the report of ``source`` to ``path``: one HTML file that opens from disk.
+
+    Args:
+        source: a Lab (its current version, and its history), a path, a LabModel...
+        path: the ``.html`` file to write (its folder must exist).
+        **sections: title; graph, tables, check, cost (default True); history (None: when
+            the Lab has steps); profile (True, a dict of :func:`onnx_lab.profile` keywords,
+            or a Profile); against (another model: a comparison and a side-by-side diff);
+            compare (keywords of :func:`onnx_lab.compare`); precision (``"fp16"``... to run
+            :func:`~onnx_lab.numerics.precision.find_precision`, or a PrecisionPlan); dims,
+            shapes; max_nodes (per view), max_views, budget_s (pre-drawing), timeout.
+
+    Returns:
+        The path written. A section that fails is a note in the report, never a missing file.
+
+    Raises:
+        SaveError: the file cannot be written.
+        LabError: ``source`` cannot be opened.
+
+    Example:
+        >>> write_report(lab, "report.html", profile=True, against="model_fp16.onnx")
+    """
+    text = report_html(source, **sections)
+    return _write(path, text)
+
+
+def _write(path: str | Path, text: str) -> Path:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as e:
+        raise SaveError(f"Cannot write {str(path)!r}: {e.strerror or e}.",
+                        fix="Pick a writable path whose folder exists.") from e
+    return path
+
+
+# ----------------------------------------------------------------------------- diff
+_CHANGE_COLOURS = {"added": "#2da44e", "removed": "#cf222e", "changed": "#d97706",
+                   "unchanged": "#8c959f"}
+
+
+def diff_panels(d: Any, side: str, *, buttons: bool = True) -> dict[str, str]:
+    """The diff part of each node's side panel, by node id of side ``"a"`` or ``"b"``:
+    the change, how it was matched, the attribute/input/weight/shape differences, the
+    counterparts on the other side (buttons with ``data-olr-side``/``data-olr-node`` when
+    ``buttons``) and, for a one-to-one match, both outputs' dtypes and shapes.
+
+    Example:
+        >>> panels = diff_panels(onnx_lab.diff(before, after), "b")
+        >>> panels["Attention_0"]  # lists the MatMuls, Softmax... it replaced
+    """
+    links = d.links()[0 if side == "a" else 1]
+    t = d.table
+    col = "node_id_a" if side == "a" else "node_id_b"
+    other = "b" if side == "a" else "a"
+    rows = {row[col]: row for row in t.to_dict("records") if isinstance(row[col], str)}
+    other_model = (d.b if side == "a" else d.a).model
+    this = (d.a if side == "a" else d.b)
+    types = _safe_types(this)
+    other_types = _safe_types(d.b if side == "a" else d.a)
+    pairs = d.matches if side == "a" else {y: x for x, y in d.matches.items()}
+    out: dict[str, str] = {}
+    ids = set(rows) | set(links)
+    for nid in ids:
+        row = rows.get(nid)
+        change = row["change"] if row else "unchanged"
+        peers = links.get(nid, [])
+        parts = [f"<div class='olr-diff-panel olr-change-{change}' style='border-left:4px "
+                 f"solid {_CHANGE_COLOURS.get(change, '#8c959f')};padding:2px 6px;"
+                 f"margin-top:6px'><div><b>{change}</b>"
+                 + (f" · matched by {html.escape(row['match'])}"
+                    if row and isinstance(row["match"], str) else "") + "</div>"]
+        if row and row["details"] and row["details"] not in (change,):
+            parts.append("<ul class='olr-diff-details'>" + "".join(
+                f"<li>{html.escape(x)}</li>" for x in str(row["details"]).split("; ")) + "</ul>")
+        if peers:
+            label = ("replaced" if len(peers) > 1 and side == "b" else
+                     "fused into" if change == "removed" else "in " + other.upper())
+            tag = "button" if buttons else "span"
+            items = "".join(
+                f"<{tag} class='olr-peer' data-olr-side='{other}' data-olr-node="
+                f"'{html.escape(p, quote=True)}'>{html.escape(_op_of(other_model, p))} "
+                f"{html.escape(p)}</{tag}> " for p in peers)
+            parts.append(f"<div class='olr-peers'>{label}: {items}</div>")
+            if pairs.get(nid) == peers[0]:  # one-to-one: output types side by side
+                parts.append(_shape_rows(this.model, nid, types, other_model, peers[0],
+                                         other_types, side))
+        parts.append("</div>")
+        out[nid] = "".join(parts)
+    return out
+
+
+def _op_of(model: Any, nid: str) -> str:
+    e = model.index.entries.get(nid)
+    return e.node.op_type if e is not None else "?"
+
+
+def _safe_types(r: Resolved) -> dict[str, Any]:
+    try:
+        return r.model.types(r.dims, r.shapes)
+    except LabError:
+        return {}
+
+
+def _type_text(types: Mapping[str, Any], name: str) -> str:
+    from onnx_lab.render.graph import shape_text
+
+    return shape_text(types.get(name)) or "?"
+
+
+def _shape_rows(model: Any, nid: str, types: Mapping[str, Any], other: Any, oid: str,
+                other_types: Mapping[str, Any], side: str) -> str:
+    """Output dtypes and shapes of a node and its counterpart, side by side."""
+    a = model.index.entries.get(nid)
+    b = other.index.entries.get(oid)
+    if a is None or b is None:
+        return ""
+    rows = []
+    for i, (x, y) in enumerate(zip(a.node.outputs, b.node.outputs)):
+        tx, ty = _type_text(types, x.name), _type_text(other_types, y.name)
+        if side == "b":
+            tx, ty = ty, tx
+        mark = "" if tx == ty else " class='olr-differs'"
+        rows.append(f"<tr{mark}><td>output {i}</td><td>{html.escape(tx)}</td>"
+                    f"<td>{html.escape(ty)}</td></tr>")
+    return ("<table class='olr-shapes'><tr><th></th><th>A</th><th>B</th></tr>"
+            + "".join(rows) + "</table>") if rows else ""
+
+
+def _diff_data(d: Any, *, max_nodes: int, max_views: int, budget_s: float,
+               timeout: float) -> dict[str, Any]:
+    a2b, b2a = d.links()
+
+    def fusions(links: Mapping[str, list[str]], other: str) -> dict[str, tuple[str, list]]:
+        # The nodes one fused node replaced, drawn together on the other side.
+        return {f"fused:{k}": (f"replaced by {k} ({other})", v) for k, v in links.items()
+                if len(v) > 1}
+
+    pa = canvas_payload(d.a, highlight=d.highlight("a"), max_nodes=max_nodes,
+                        max_views=max_views, budget_s=budget_s / 2, timeout=timeout,
+                        extra_details=diff_panels(d, "a"), extra_views=fusions(b2a, "B"))
+    pb = canvas_payload(d.b, highlight=d.highlight("b"), max_nodes=max_nodes,
+                        max_views=max_views, budget_s=budget_s / 2, timeout=timeout,
+                        extra_details=diff_panels(d, "b"), extra_views=fusions(a2b, "A"))
+    return {"a": pa, "b": pb, "a2b": a2b, "b2a": b2a}
+
+
+def _diff_body(page: _Page, data: dict[str, Any], d: Any, name: str, *, max_nodes: int,
+               max_views: int, budget_s: float, timeout: float, label_a: str,
+               label_b: str) -> str:
+    c = d.counts
+    dd = _diff_data(d, max_nodes=max_nodes, max_views=max_views, budget_s=budget_s,
+                    timeout=timeout)
+    data.setdefault("diffs", {})[name] = dd
+    head = (f"<div class='olr-diff-counts'><span class='olr-chip olr-added'>{c['added']} "
+            f"added</span> <span class='olr-chip olr-removed'>{c['removed']} removed</span> "
+            f"<span class='olr-chip olr-changed'>{c['changed']} changed</span> "
+            f"· {len(d.matches)} matched ({_match_counts(d)})</div>")
+    table = d.table.copy()
+    notes = "".join(f"<div class='olr-note'>{html.escape(n)}</div>"
+                    for n in dd["a"]["notes"] + dd["b"]["notes"])
+    return (head + notes
+            + f"<div class='olr-diff' data-diff='{name}'>"
+            f"<div class='olr-diff-side'><div class='olr-side-label'>A · {html.escape(label_a)}"
+            f"</div><div class='olr-canvas' data-canvas='{name}:a'></div></div>"
+            f"<div class='olr-diff-side'><div class='olr-side-label'>B · {html.escape(label_b)}"
+            f"</div><div class='olr-canvas' data-canvas='{name}:b'></div></div></div>"
+            + page.table(f"{name}_ops", d.op_counts(), caption="op types")
+            + page.table(f"{name}_nodes", table, caption="nodes that differ"))
+
+
+def _match_counts(d: Any) -> str:
+    """How the matched nodes were paired: ``12 by provenance, 80 by name``."""
+    kinds = Counter(d.match_kinds.values()) if hasattr(d, "match_kinds") else Counter()
+    return ", ".join(f"{n} by {k}" for k, n in kinds.most_common()) or "by name and structure"
+
+
+def _diff_section(page: _Page, data: dict[str, Any], r: Resolved, other: Any, **kw: Any) -> str:
+    from onnx_lab.numerics.diff import diff
+
+    d = diff(r, other)
+    return _diff_body(page, data, d, "diff", label_a=_label(r, "this model"),
+                      label_b=_label(other, "against"), **kw)
+
+
+def _label(source: Any, default: str) -> str:
+    path = getattr(getattr(source, "model", None), "path", None) or getattr(source, "path",
+                                                                          None)
+    if path:
+        return Path(path).name
+    return source if isinstance(source, str) else default
+
+
+def diff_report_html(a: Any, b: Any, *, title: str | None = None, max_nodes: int = 300,
+                     max_views: int = 300, budget_s: float = 120.0,
+                     timeout: float = 10.0) -> str:
+    """The side-by-side diff of two models as one self-contained HTML document.
+
+    Two canvases with synced pan, zoom and selection: a click on a node selects its
+    counterpart on the other side (a fused node highlights every node it replaced); added
+    (green), removed (red) and changed (orange) nodes are outlined; the side panel shows
+    the change, the match, attribute, shape and weight differences; below, counts per op type
+    and the table of differing nodes. ``a`` and ``b`` may be Labs, paths, Diffs' sides...
+    """
+    from onnx_lab.numerics.diff import Diff, diff
+
+    d = a if isinstance(a, Diff) else diff(a, b)
+    page = _Page()
+    data: dict[str, Any] = {"canvases": {}, "tables": page.tables}
+    la, lb = _label(d.a if isinstance(a, Diff) else a, "A"), _label(
+        d.b if isinstance(a, Diff) else b, "B")
+    page.add("diff", "Diff", lambda: _diff_body(page, data, d, "diff", max_nodes=max_nodes,
+                                                max_views=max_views, budget_s=budget_s,
+                                                timeout=timeout, label_a=la, label_b=lb))
+    t = title or f"{la} → {lb}"
+    return _page_html(t, _subtitle(d.a, a, f" · against {html.escape(lb)}"), page.sections,
+                      data, page.notes)
+
+
+def write_diff_report(a: Any, b: Any, path: str | Path, **kw: Any) -> Path:
+    """Write :func:`diff_report_html` of ``a`` and ``b`` to ``path``.
+
+    Example:
+        >>> write_diff_report("bert.onnx", "bert_fused.onnx", "diff.html")
+    """
+    return _write(path, diff_report_html(a, b, **kw))
+

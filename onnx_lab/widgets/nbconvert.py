@@ -1,0 +1,137 @@
+"""Saved notebooks as reports: every onnx_lab widget exported as the static HTML of its last view.
+
+Each widget's display carries a static ``text/html`` snapshot next to the widget view
+(:meth:`onnx_lab.widgets._common.View._repr_mimebundle_`), which ``jupyter nbconvert --to
+html`` uses when the notebook was saved without widget state. A notebook saved *with* widget
+state (``nbconvert --execute``, or JupyterLab's *Save Widget State Automatically*) makes
+nbconvert prefer the widget view instead, which needs the widget manager from a CDN and is
+blank offline; and the display-time snapshot is the widget's first view, not its last.
+
+:class:`LastViews` fixes both: it rebuilds each onnx_lab widget's view from the widget state
+saved in the notebook (its last state: the graph shown, the selected node's panel, the tab
+open, the tables) and leaves that static HTML as the output, with no script::
+
+    jupyter nbconvert --to html --HTMLExporter.preprocessors=onnx_lab.widgets.nbconvert.LastViews nb.ipynb
+
+or in Python :func:`export_html`. Other libraries' widgets are left as they are.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from nbconvert.preprocessors import Preprocessor
+
+from onnx_lab.widgets._common import graph_snapshot
+
+__all__ = ["LastViews", "last_view_html", "export_html"]
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+_OURS = ("onnx-lab-widget", "onnx-lab-canvas")
+
+
+def _ref(value: Any) -> str | None:
+    if isinstance(value, str) and value.startswith("IPY_MODEL_"):
+        return value[len("IPY_MODEL_"):]
+    return None
+
+
+def _view(state: dict[str, Any], model_id: str, depth: int = 0) -> str:
+    """Static HTML of one saved widget model and its children (hidden parts left out)."""
+    entry = state.get(model_id)
+    if entry is None or depth > 64:
+        return ""
+    s = entry.get("state", {})
+    layout = state.get(_ref(s.get("layout")) or "", {}).get("state", {})
+    if layout.get("display") == "none":
+        return ""
+    name = entry.get("model_name", "")
+    if isinstance(s.get("svg"), str):  # the graph canvas
+        return graph_snapshot(s["svg"], s.get("title") or "", s.get("details_html") or "")
+    if name in ("HTMLModel", "HTMLMathModel"):
+        return s.get("value") or ""
+    kids = [_ref(c) for c in s.get("children", []) or []]
+    kids = [k for k in kids if k]
+    if name in ("TabModel", "AccordionModel", "StackModel"):
+        i = s.get("selected_index")
+        if i is None or not 0 <= i < len(kids):
+            return ""
+        titles = s.get("titles") or []
+        title = titles[i] if i < len(titles) else ""
+        return ((f"<div><b>{html.escape(str(title))}</b></div>" if title else "")
+                + _view(state, kids[i], depth + 1))
+    if kids:
+        inner = "".join(_view(state, k, depth + 1) for k in kids)
+        if not inner:
+            return ""
+        flow = "display:flex;flex-wrap:wrap;gap:4px" if name == "HBoxModel" else ""
+        return f"<div style='{flow}'>{inner}</div>"
+    return ""
+
+
+def last_view_html(state: dict[str, Any], model_id: str) -> str | None:
+    """The static HTML of the onnx_lab widget ``model_id`` from a notebook's saved widget
+    state, or None when that model is not an onnx_lab widget (or not in the state)."""
+    entry = state.get(model_id)
+    if entry is None:
+        return None
+    classes = entry.get("state", {}).get("_dom_classes", []) or []
+    if not any(c in classes for c in _OURS):
+        return None
+    kind = "GraphCanvas" if "onnx-lab-canvas" in classes else next(
+        (c[len("onnx-lab-"):] for c in classes
+         if c.startswith("onnx-lab-") and c not in _OURS), "widget")
+    return (f"<div class='onnx-lab-snapshot onnx-lab-last-view' style='max-width:100%;"
+            f"overflow:auto'><div style='font-size:11px;color:#777'>onnx_lab "
+            f"{html.escape(kind)}: last view saved with the notebook</div>"
+            + _view(state, model_id) + "</div>")
+
+
+class LastViews(Preprocessor):
+    """nbconvert preprocessor: onnx_lab widget outputs become the static HTML of their last
+    view, rebuilt from the notebook's saved widget state (see the module docstring)."""
+
+    def preprocess(self, nb: Any, resources: Any) -> tuple[Any, Any]:
+        widgets = (nb.metadata.get("widgets") or {}).get(WIDGET_STATE) or {}
+        state = widgets.get("state") or {}
+        for cell in nb.cells:
+            for out in cell.get("outputs", []) or []:
+                data = out.get("data") or {}
+                view = data.get(WIDGET_VIEW)
+                if not view:
+                    continue
+                page = last_view_html(state, view.get("model_id", "")) if state else None
+                if page is not None:
+                    data["text/html"] = page
+                if "text/html" in data and (page is not None or _is_ours(data)):
+                    # The static view is what is shown: no widget manager, no CDN needed.
+                    del data[WIDGET_VIEW]
+        return nb, resources
+
+
+def _is_ours(data: dict[str, Any]) -> bool:
+    return "onnx-lab-snapshot" in str(data.get("text/html", ""))
+
+
+def export_html(notebook: str | Path, out: str | Path | None = None) -> Path:
+    """``jupyter nbconvert --to html`` with :class:`LastViews`: one HTML file per notebook
+    whose onnx_lab widgets show their last views without a kernel or a network.
+
+    Example:
+        >>> export_html("analysis.ipynb")  # writes analysis.html next to it
+    """
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    notebook = Path(notebook)
+    out = Path(out) if out is not None else notebook.with_suffix(".html")
+    nb = nbformat.read(str(notebook), as_version=4)
+    exporter = HTMLExporter()
+    exporter.register_preprocessor(LastViews, enabled=True)
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {
+        "name": notebook.stem, "path": str(notebook.parent)}})
+    out.write_text(body, encoding="utf-8")
+    return out

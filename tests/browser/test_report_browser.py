@@ -1,0 +1,213 @@
+"""The HTML report and the diff page in headless Chromium, opened from file:// with the network
+off (every request that is not file:, data: or blob: is aborted and recorded; host names do
+not resolve).
+
+- The report of the YOLOv8-like detector (313 nodes, ``_models.detector``): it starts, makes
+  no network request, opens on a collapsed overview whose labels are legible (screen height
+  of the node titles), search centres a node, a click on a node shows its attributes, a click
+  on a box opens the box's view and the breadcrumb leads back, a table sorts.
+- The diff page of ``sample:bert_block`` before and after ``ort_transformers``: a click on
+  the fused Attention outlines, on the left, the MatMuls and the Softmax it replaced.
+
+Screenshots go to ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from _jupyter import ARTIFACTS, require_chromium
+from _models import detector
+
+import onnx_lab
+
+pytestmark = pytest.mark.browser
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost"]
+
+
+@contextlib.contextmanager
+def offline_page(width: int = 1400, height: int = 1000):
+    """A Chromium page that can load file: URLs only; ``page.blocked`` lists the rest."""
+    require_chromium()
+    from _jupyter import CHROMIUM
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            blocked: list[str] = []
+            errors: list[str] = []
+
+            def route(r):
+                url = r.request.url
+                if url.startswith(("file:", "data:", "blob:")):
+                    r.continue_()
+                else:
+                    blocked.append(url)
+                    r.abort()
+
+            page.route("**/*", route)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.blocked, page.errors = blocked, errors
+            yield page
+        finally:
+            browser.close()
+
+
+def _open(page, path):
+    page.goto(path.as_uri())
+    page.wait_for_function("document.body.dataset.ready", timeout=30_000)
+    assert page.evaluate("document.body.dataset.ready") == "1", page.errors
+    assert page.blocked == [] and page.errors == []
+
+
+def _label_heights(page, canvas) -> list[float]:
+    """Screen heights (px) of the node titles visible inside the canvas's view."""
+    return canvas.evaluate("""root => {
+        const port = root.querySelector('.olc-port').getBoundingClientRect();
+        const out = [];
+        root.querySelectorAll('.olc-stage g.node text').forEach(t => {
+            const r = t.getBoundingClientRect();
+            if (r.top >= port.top && r.bottom <= port.bottom && r.left >= port.left
+                && r.right <= port.right && t.textContent.trim()) out.push(r.height);
+        });
+        return out;
+    }""")
+
+
+@pytest.fixture(scope="module")
+def detector_report(tmp_path_factory):
+    lab = onnx_lab.open(detector(), dims={"height": 64, "width": 64})
+    return lab.report(tmp_path_factory.mktemp("report") / "detector.html")
+
+
+def test_report_opens_offline_and_responds(detector_report):
+    with offline_page() as page:
+        try:
+            _open(page, detector_report)
+            canvas = page.locator("[data-canvas='main'] .olc-root")
+            canvas.scroll_into_view_if_needed()
+            # Legible on open: the overview's boxes and their titles at a readable size.
+            heights = _label_heights(page, canvas)
+            assert len(heights) >= 10, heights
+            # Titles about 9 px, detail lines about 7 px (the canvas at 100% shows 11 and 9).
+            assert max(heights) >= 8.5 and sorted(heights)[len(heights) // 2] >= 7.0, heights
+            page.screenshot(path=str(ARTIFACTS / "report_overview.png"))
+
+            # Search centres the node (here inside a box: the box holding it).
+            search = canvas.locator(".olc-search")
+            search.fill("/model.22/Concat")
+            search.press("Enter")
+            page.wait_for_function(
+                "() => document.querySelector('[data-canvas=main] .olc-root').dataset.selected")
+            key = canvas.evaluate("r => r.dataset.selected")
+            assert key
+            centre = canvas.evaluate("""(r) => {
+                const g = [...r.querySelectorAll('.olc-stage g.node')]
+                    .find(n => n.id === 'n:' + r.dataset.selected);
+                const a = g.getBoundingClientRect(), p = r.querySelector('.olc-port')
+                    .getBoundingClientRect();
+                return [(a.left + a.width / 2 - p.left) / p.width,
+                        (a.top + a.height / 2 - p.top) / p.height];
+            }""")
+            assert abs(centre[0] - 0.5) < 0.1 and abs(centre[1] - 0.5) < 0.1, centre
+
+            # A click on the box search found opens its view; a click on a node there shows
+            # its attributes.
+            assert key.startswith("scope:/model.22"), key
+            canvas.locator(f".olc-stage g.node[id='n:{key}']").click()
+            host = page.locator("[data-canvas='main']")
+            page.wait_for_function(
+                "() => document.querySelector('[data-canvas=main]').dataset.view !== ''")
+            assert host.locator(".olr-crumbs a", has_text="overview").count() == 1
+            conv = canvas.locator(".olc-stage g.node[id^='n:/'][id$='/conv/Conv']").first
+            conv.click()
+            panel = canvas.locator(".olc-panel")
+            panel.wait_for(state="visible")
+            text = panel.inner_text()
+            assert "Conv" in text and "attributes" in text and "kernel_shape" in text
+            heights = _label_heights(page, canvas)
+            assert heights and max(heights) >= 8.0
+            page.screenshot(path=str(ARTIFACTS / "report_node_panel.png"))
+            host.locator(".olr-crumbs a", has_text="overview").click()
+            page.wait_for_function(
+                "() => document.querySelector('[data-canvas=main]').dataset.view === ''")
+
+            # A row of the nodes table finds its node on the graph.
+            table = page.locator(".olr-table[data-table='nodes']")
+            column = """t => {
+                const i = [...t.querySelectorAll('th')].findIndex(h => h.textContent
+                    .startsWith('op_type'));
+                return [...t.querySelectorAll('tr.olr-link')].map(r => r.cells[i].textContent);
+            }"""
+            header = table.locator("th").filter(has_text="op_type").first
+            header.click()
+            up = table.evaluate(column)
+            assert up == sorted(up) and len(set(up)) > 1, up
+            header.click()
+            down = table.evaluate(column)
+            assert down == sorted(down, reverse=True) and down[0] > up[0], down
+            table.locator("tr.olr-link").first.click()
+            page.wait_for_function(
+                "() => document.querySelector('[data-canvas=main] .olc-root').dataset.selected")
+            assert page.blocked == [] and page.errors == []
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "report_browser.png"), full_page=False)
+
+
+@pytest.fixture(scope="module")
+def bert_diff(tmp_path_factory):
+    from onnx_lab.render.report import write_diff_report
+
+    lab = onnx_lab.open("sample:bert_block", dims={"batch": 1, "seq": 8})
+    r = lab.apply("ort_transformers", model_type="bert")
+    assert r.verify_passed
+    return write_diff_report(lab.original, lab,
+                             tmp_path_factory.mktemp("diff") / "bert_diff.html")
+
+
+def test_diff_links_attention_to_its_originals(bert_diff):
+    with offline_page() as page:
+        try:
+            _open(page, bert_diff)
+            left = page.locator("[data-canvas='diff:a']")
+            right = page.locator("[data-canvas='diff:b']")
+            right.scroll_into_view_if_needed()
+            attention = right.locator(".olc-stage g.node[id='n:Attention_0']")
+            attention.scroll_into_view_if_needed()
+            attention.click()
+            page.wait_for_function(
+                "() => (document.querySelector('[data-canvas=\"diff:a\"]').dataset.outlined"
+                " || '').length > 0")
+            outlined = left.evaluate("e => e.dataset.outlined").split(" ")
+            assert "/layer.0/attention/core/Softmax" in outlined
+            assert sum("MatMul" in k for k in outlined) >= 4  # Q, K, V and the scores
+            # They are outlined on the drawing and the left panel shows a selected original.
+            assert left.locator("g.node.olc-hit").count() >= 5
+            panel = right.locator(".olc-panel").inner_text()
+            assert "Attention" in panel and "added" in panel and "replaced" in panel
+            left_panel = left.locator(".olc-panel").inner_text()
+            assert "removed" in left_panel and "Attention_0" in left_panel
+            # The other way: the query's MatMul, found by the left search box, selects the
+            # Attention on the right.
+            search = left.locator(".olc-search")
+            search.fill("/layer.0/attention/query/MatMul")
+            search.press("Enter")
+            page.wait_for_function(
+                "() => document.querySelector('[data-canvas=\"diff:b\"]').dataset.selected"
+                " === 'Attention_0'")
+            # Zoom on the left: the right follows by the same factor.
+            page.wait_for_timeout(800)  # the page's own centring is not mirrored
+            k_right = float(right.locator(".olc-root").evaluate("e => e.dataset.k"))
+            left.locator(".olc-zoom-in").click()
+            page.wait_for_function(
+                f"() => Math.abs(+document.querySelector('[data-canvas=\"diff:b\"] "
+                f".olc-root').dataset.k - {k_right * 1.25}) < 1e-3", timeout=5_000)
+            assert page.blocked == [] and page.errors == []
+        finally:
+            right.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "report_diff_browser.png"), full_page=False)
