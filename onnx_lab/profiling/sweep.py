@@ -149,9 +149,6 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
             break
         if rounds and deadline is not None and perf() + sum(out[i][-1] for i in active) / 1e3 \
                 + _tail_s(len(sessions), rounds) > deadline:
-            if rounds < MIN_POINT_RUNS:
-                notes.append(f"only {rounds} round(s) fit in the {budget_s:g} s budget "
-                             "(raise budget_s for medians with intervals)")
             break
         for i in active:
             t = perf()
@@ -183,6 +180,9 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
             break
     if runs is None:
         reporter.update(len(sessions))
+        if rounds < MIN_POINT_RUNS and not cancelled(cancel):
+            notes.append(f"only {rounds} round(s) fit in the {budget_s:g} s budget "
+                         "(raise budget_s for medians with intervals)")
     return [np.array(x) for x in out], notes
 
 
