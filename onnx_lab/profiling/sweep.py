@@ -621,12 +621,14 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                                      gain_beyond_noise=beyond if len(table_b) else [])
             name = table_b.backend.iloc[0] if len(table_b) else backend
             knees[name] = knee
-            if knee is None and len(table_b) > 1 and not is_cancelled:
+            if knee is None and len(table_b) and not is_cancelled:
                 last = int(table_b.batch.iloc[-1])
-                notes.append(f"{name}: throughput still grows >= {KNEE_GAIN}x per doubling at "
-                             f"batch {last}" + (", the largest that fit in the budget: no knee "
-                                                "found (raise budget_s)" if stopped_for_budget
-                                                else ": try larger batches"))
+                if stopped_for_budget:
+                    notes.append(f"{name}: no knee found: batch {last} is the largest that fit "
+                                 "in the budget (raise budget_s)")
+                elif len(table_b) > 1:
+                    notes.append(f"{name}: throughput still grows >= {KNEE_GAIN}x per doubling "
+                                 f"at batch {last}: try larger batches")
             notes.extend(_busy(samples, name))
             rows.append(table_b)
     finally:
