@@ -120,8 +120,9 @@ def measure(run: Callable[[], Any], *, runs: int | None = None, warmup: int = 0,
 
     ``budget_s`` is this loop's share (soft: at least :data:`MIN_POINT_RUNS` timed runs in
     adaptive mode); ``deadline`` (a ``time.perf_counter()`` time) is the caller's hard end:
-    no run is started that the previous run's duration says would end past it, except the
-    first warm-up and the first timed run (nothing is known of a run before one ran).
+    no run is started that the previous run's duration says would end past it (a warm-up
+    run not even once the deadline has passed), except the first timed run: nothing is known
+    of a run before one ran, and the caller gets one measurement.
 
     Returns:
         (milliseconds, why it stopped: 'runs', 'stable', 'budget' (the share or the
@@ -137,8 +138,7 @@ def measure(run: Callable[[], Any], *, runs: int | None = None, warmup: int = 0,
     for i in range(warmup):
         if cancelled(cancel):
             return np.empty(0), "cancelled"
-        if i and (budget_s is not None and perf() - t_start >= budget_s / 2
-                  or past_deadline()):
+        if past_deadline() or i and budget_s is not None and perf() - t_start >= budget_s / 2:
             break
         t = perf()
         run()

@@ -561,11 +561,13 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                     # sizes left: the larger ones cost more per run.
                     budget.points = budget.done + _sizes_that_fit(budget, sizes[i:], prev)
                 elif adaptive and budget.spent():
+                    # Nothing is known of a run before one ran: the first size still gets a
+                    # warm-up and one timed run, so the call returns a measurement.
                     notes.append(f"{backend}: the budget ({budget_s:g} s) was spent before "
-                                 f"batch {b} (creating the session took {create_s:.2f} s); "
-                                 f"not run: {sizes} (raise budget_s)")
+                                 f"batch {b} ({time.perf_counter() - t_start:.2f} s since the "
+                                 f"call, creating the session took {create_s:.2f} s): batch {b} "
+                                 f"runs once; not run: {sizes[1:]} (raise budget_s)")
                     stopped_for_budget = True
-                    break
                 t_point = time.perf_counter()
                 watch = MemoryWatch() if b_rows else watch
                 if b not in feeds:
@@ -586,7 +588,12 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                 mem = watch.stop()
                 st = _stats(ms)
                 t_pred = time.perf_counter()
-                predicted = float(predict(int(b))) if predict is not None else float("nan")
+                predicted = float("nan")
+                if predict is not None and not (adaptive and budget.spent()):
+                    predicted = float(predict(int(b)))
+                elif predict is not None:
+                    notes.append(f"{backend}: batch {b}: no time left in the budget for the "
+                                 "cost model's prediction (predicted_activation_bytes NaN)")
                 prev = (int(b), PointCost(fixed_s=time.perf_counter() - t_pred,
                                           scaled_s=feed_s, first_ms=first_ms,
                                           run_ms=st["p50_ms"]))
@@ -607,6 +614,8 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                                "predicted_activation_bytes": predicted})
                 knee, _g = find_knee([r["batch"] for r in b_rows],
                                      [r["items_per_s"] for r in b_rows])
+                if stopped_for_budget:
+                    break
                 if stop_at_knee and knee is not None and b != sizes[-1]:
                     skipped = [x for x in sizes if x > b]
                     notes.append(f"{backend}: stopped past the knee ({knee}); "

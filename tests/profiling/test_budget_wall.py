@@ -46,10 +46,11 @@ def test_measure_starts_no_run_past_the_deadline():
     t = time.perf_counter()
     ms, why = measure(nap, budget_s=60.0, deadline=t + 0.05, min_runs=1000)
     assert why == "budget" and 1 <= len(ms) < 5
-    # the first timed run always happens, even with the deadline already past
-    ms, why = measure(nap, warmup=3, budget_s=60.0, deadline=time.perf_counter() - 1,
-                      min_runs=1000)
-    assert len(ms) == 1 and why == "budget"
+    # the first timed run always happens, even with the deadline already past (no warm-up)
+    calls = []
+    ms, why = measure(lambda: calls.append(1), warmup=3, budget_s=60.0,
+                      deadline=time.perf_counter() - 1, min_runs=1000)
+    assert len(ms) == 1 and len(calls) == 1 and why == "budget"
 
 
 # ---------------------------------------------------------------------------- batch sweep
@@ -93,10 +94,14 @@ def test_batch_sweep_does_not_start_a_size_that_cannot_fit():
 
 
 def test_batch_sweep_budget_counts_session_creation():
+    """Creating the session spends the budget: batch 1 still runs once (the call returns a
+    measurement), nothing else runs, and the notes say why."""
     s = batch_sweep(onnx_lab.open(mlp(2)), (1, 2, 4), budget_s=SPENT, progress=False)
-    assert len(s.table) == 0 and s.knee is None and s.sessions == 1
+    assert s.table.batch.tolist() == [1] and s.table.runs.tolist() == [1]
+    assert s.knee is None and s.sessions == 1
     assert any("spent before batch 1" in n and "creating the session took" in n
-               for n in s.notes)
+               and "not run: [2, 4]" in n for n in s.notes)
+    assert any("no knee found: batch 1 is the largest that fit" in n for n in s.notes)
 
 
 def test_batch_sweep_predictions_run_inside_the_sweep_for_measured_sizes_only():
@@ -113,7 +118,10 @@ def test_batch_sweep_predictions_run_inside_the_sweep_for_measured_sizes_only():
     calls.clear()
     s = batch_sweep(onnx_lab.open(mlp(2)), (1, 2, 4), budget_s=SPENT, predict=predict,
                     progress=False)
-    assert calls == [] and len(s.table) == 0
+    # no time left for the prediction of the one size run: skipped, and said
+    assert calls == [] and s.table.batch.tolist() == [1]
+    assert np.isnan(s.table.predicted_activation_bytes.iloc[0])
+    assert any("no time left in the budget for the cost model" in n for n in s.notes)
     # Lab.batch_sweep passes the cost model's peak the same way
     lab = onnx_lab.open(mlp(2))
     t = lab.batch_sweep((1, 2), runs=2, warmup=0, progress=False).table
