@@ -89,20 +89,24 @@ class PointCost:
     ``fixed_s``: time that does not grow with the point's size (a cost-model prediction, a
     session's creation); ``scaled_s``: time that grows with it (making its feeds);
     ``first_ms``: its first (warm-up) run, which at a new input shape also allocates;
-    ``run_ms``: the median of its timed runs.
+    ``run_ms``: the median of its timed runs; ``paired_ms``: what the next point runs of this
+    one beside each of its own timed runs (a batch sweep times each size interleaved with the
+    previous one: this point's ``run_ms``, unscaled).
     """
 
     fixed_s: float = 0.0
     scaled_s: float = 0.0
     first_ms: float = 0.0
     run_ms: float = 0.0
+    paired_ms: float = 0.0
 
     def estimate(self, scale: float = 1.0, timed: int = 3) -> float:
         """Seconds a point ``scale`` times this one's size needs for its warm-up run and
         ``timed`` timed runs. Run time is taken as proportional to the size: an upper bound
         wherever a larger size still gains throughput (below the knee), and the cost itself
         above it."""
-        return self.fixed_s + scale * (self.scaled_s + (self.first_ms + timed * self.run_ms) / 1e3)
+        return (self.fixed_s + scale * (self.scaled_s + (self.first_ms + timed * self.run_ms) / 1e3)
+                + timed * self.paired_ms / 1e3)
 
 
 def measure(run: Callable[[], Any], *, runs: int | None = None, warmup: int = 0,

@@ -75,14 +75,20 @@ def _check_budget(runs: Any, warmup: Any, budget_s: Any) -> None:
 
 
 def _time_point(sess, feed: dict, runs: int | None, warmup: int, budget: Budget,
-                reporter: Progress, cancel: Any, rel_ci: float, t_point: float
-                ) -> tuple[np.ndarray, str, float]:
+                reporter: Progress, cancel: Any, rel_ci: float, t_point: float,
+                prev_feed: dict | None = None
+                ) -> tuple[np.ndarray, str, float, np.ndarray | None]:
     """Wall ms of one sweep point: ``runs`` fixed runs, or until stable / its budget share
     (what is left of it after the time already spent on this point since ``t_point``: its
     feeds, the session's creation for the first point), never past the budget's deadline.
 
+    Adaptive with ``prev_feed`` (the previous size's inputs, same session): each timed run
+    of ``feed`` follows one of ``prev_feed``, so a change of load on the machine hits both
+    sizes alike and their ratio (the gain that decides the knee) does not move with it.
+
     Returns:
-        (timed ms, why they stopped, ms of the first warm-up run: 0 without warm-up).
+        (timed ms, why they stopped, ms of the first warm-up run (0 without warm-up), the
+        previous size's interleaved ms or None).
     """
     run = sess.run
 
@@ -91,7 +97,7 @@ def _time_point(sess, feed: dict, runs: int | None, warmup: int, budget: Budget,
 
     if runs is not None:
         ms, why = measure(one, runs=runs, warmup=warmup, cancel=cancel, tick=reporter.update)
-        return ms, why, 0.0
+        return ms, why, 0.0, None
     # The first warm-up run is timed here: at a new input shape it also allocates, and the
     # next point's cost is estimated from it.
     n_warm = min(warmup, _AUTO_WARMUP)
@@ -101,10 +107,30 @@ def _time_point(sess, feed: dict, runs: int | None, warmup: int, budget: Budget,
         one()
         first_ms = (time.perf_counter() - t) * 1e3
     share = max((budget.share() or 0.0) - (time.perf_counter() - t_point), 0.0)
-    ms, why = measure(one, warmup=max(n_warm - 1, 0), budget_s=share, cancel=cancel,
+    if prev_feed is None:
+        ms, why = measure(one, warmup=max(n_warm - 1, 0), budget_s=share, cancel=cancel,
+                          rel_ci=rel_ci, deadline=budget.deadline)
+        reporter.update()
+        return ms, why, first_ms, None
+    cur: list[float] = []
+    pre: list[float] = []
+    perf = time.perf_counter
+
+    def pair() -> None:
+        t = perf()
+        run(None, prev_feed)
+        t1 = perf()
+        run(None, feed)
+        pre.append(t1 - t)
+        cur.append(perf() - t1)
+
+    # measure times the pairs: its stability test, share and deadline apply to a round
+    ms, why = measure(pair, warmup=max(n_warm - 1, 0), budget_s=share, cancel=cancel,
                       rel_ci=rel_ci, deadline=budget.deadline)
     reporter.update()
-    return ms, why, first_ms
+    n = len(ms)  # the warm-up pairs come first in the lists
+    return (np.array(cur[len(cur) - n:]) * 1e3, why, first_ms,
+            np.array(pre[len(pre) - n:]) * 1e3)
 
 
 def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
@@ -380,10 +406,12 @@ class BatchSweep:
         table: one row per batch size (and backend): batch, latency_ms (median of the
             runs), mean_ms, p90_ms, std_ms, items_per_s (batch / latency_ms),
             gain_per_doubling (throughput ratio to the previous batch, per doubling of the
-            batch), backend, runs, p10_ms, ci_low_ms, ci_high_ms (95% interval of the
+            batch; in budget mode from this size's runs interleaved with runs of the previous
+            size in the same session, so that a change of load between the sizes does not
+            move it), backend, runs, p10_ms, ci_low_ms, ci_high_ms (95% interval of the
             median), rel_ci, items_per_s_low, items_per_s_high (throughput at the interval's
             ends), gain_beyond_noise (whether the latency per item differs from the previous
-            batch's beyond the noise), peak_rss_bytes (process peak during this batch's
+            batch's beyond the noise; interleaved runs in budget mode), peak_rss_bytes (process peak during this batch's
             runs), rss_growth_bytes (that peak minus the process before the session),
             predicted_activation_bytes (the cost model's peak; filled by ``Lab.batch_sweep``).
         knee: the first batch where doubling gains less than ``KNEE_GAIN`` (1.2x) throughput,
@@ -543,6 +571,9 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
             n_sessions += 1
             create_s = time.perf_counter() - t0
             b_rows, samples = [], []
+            # per size: (per-item ms of the previous size, of this one) from their
+            # interleaved runs (adaptive), or None
+            steps: list[tuple[np.ndarray, np.ndarray] | None] = []
             prev: tuple[int, PointCost] | None = None
             stopped_for_budget = False
             for i, b in enumerate(sizes):
@@ -573,15 +604,19 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                 if b not in feeds:
                     feeds[b] = make_feeds(lm, {**dims, dim: int(b)}, shapes)
                 feed_s = time.perf_counter() - t_point
+                prev_feed = feeds.get(b_rows[-1]["batch"]) if adaptive and b_rows else None
                 try:
-                    ms, _why, first_ms = _time_point(
+                    ms, _why, first_ms, ms_prev = _time_point(
                         sess, feeds[b], runs, warmup, budget, reporter, cancel, rel_ci,
-                        t_point=t0 if not b_rows else t_point)
+                        t_point=t0 if not b_rows else t_point, prev_feed=prev_feed)
                 except Exception as e:  # noqa: BLE001 - ORT raises several types (OOM, shape)
                     notes.append(f"{backend}: batch {b} failed: {str(e).splitlines()[0][:200]}")
                     break
                 finally:
-                    feeds.pop(b, None)  # a large batch's inputs are not kept
+                    # a large batch's inputs are not kept; the previous size's are, for the
+                    # next size's interleaved runs
+                    for old in [x for x in feeds if x < b]:
+                        del feeds[old]
                 budget.next()
                 if not len(ms):
                     break
@@ -596,7 +631,10 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                                  "cost model's prediction (predicted_activation_bytes NaN)")
                 prev = (int(b), PointCost(fixed_s=time.perf_counter() - t_pred,
                                           scaled_s=feed_s, first_ms=first_ms,
-                                          run_ms=st["p50_ms"]))
+                                          run_ms=st["p50_ms"],
+                                          paired_ms=st["p50_ms"] if adaptive else 0.0))
+                steps.append(None if ms_prev is None or not len(ms_prev)
+                             else (ms_prev / b_rows[-1]["batch"], ms / b))
                 if adaptive and st["runs"] < MIN_POINT_RUNS:
                     notes.append(f"{backend}: batch {b}: only {st['runs']} timed run(s) fit in "
                                  f"the budget (raise budget_s for a median with an interval)")
@@ -612,8 +650,7 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                                "peak_rss_bytes": mem["peak_rss_bytes"],
                                "rss_growth_bytes": mem["peak_rss_bytes"] - rss0,
                                "predicted_activation_bytes": predicted})
-                knee, _g = find_knee([r["batch"] for r in b_rows],
-                                     [r["items_per_s"] for r in b_rows])
+                knee, _g = _knee(b_rows, steps)
                 if stopped_for_budget:
                     break
                 if stop_at_knee and knee is not None and b != sizes[-1]:
@@ -623,9 +660,9 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                     break
             del sess
             table_b = pd.DataFrame(b_rows) if b_rows else pd.DataFrame(columns=_SWEEP_COLUMNS)
-            knee, gains = find_knee(table_b.batch.tolist(), table_b.items_per_s.tolist())
-            beyond = [None] + [compare_samples(samples[i - 1], samples[i]).different
-                               for i in range(1, len(samples))]
+            knee, gains = _knee(b_rows, steps)
+            beyond = [None] + [compare_samples(*(steps[i] or (samples[i - 1], samples[i])))
+                               .different for i in range(1, len(samples))]
             table_b = table_b.assign(gain_per_doubling=gains if len(table_b) else [],
                                      gain_beyond_noise=beyond if len(table_b) else [])
             name = table_b.backend.iloc[0] if len(table_b) else backend
@@ -649,6 +686,30 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                       cancelled=is_cancelled or cancelled(cancel),
                       elapsed_s=time.perf_counter() - t_start, sessions=n_sessions,
                       budget_s=budget_s if adaptive else None)
+
+
+def _knee(rows: Sequence[dict], steps: Sequence[tuple[np.ndarray, np.ndarray] | None]
+          ) -> tuple[int | None, list[float]]:
+    """(knee, gain per doubling of each size): :func:`find_knee` on the rows' throughput, or,
+    for a size timed interleaved with the previous one, on the throughput ratio of those
+    interleaved runs (the medians of their per-item ms)."""
+    batches = [r["batch"] for r in rows]
+    if not any(st is not None for st in steps):
+        return find_knee(batches, [r["items_per_s"] for r in rows])
+    gains = [float("nan")]
+    knee = None
+    for i in range(1, len(rows)):
+        st = steps[i]
+        if st is None:
+            ratio = rows[i]["items_per_s"] / rows[i - 1]["items_per_s"]
+        else:
+            ratio = float(np.median(st[0]) / np.median(st[1]))
+        doublings = math.log2(batches[i] / batches[i - 1])
+        g = ratio ** (1.0 / doublings) if ratio > 0 else float("nan")
+        gains.append(g)
+        if knee is None and g == g and g < KNEE_GAIN:
+            knee = int(batches[i - 1])
+    return knee, gains
 
 
 def _sizes_that_fit(budget: Budget, rest: Sequence[int], prev: tuple[int, PointCost] | None

@@ -163,3 +163,41 @@ def test_widget_shows_a_sweep_cut_short_by_the_budget():
     # why it ended (a size that could not fit, or the knee) is in the notes the widget shows
     assert any("not started" in n or "stopped past the knee" in n for n in s.notes)
     assert all(html.escape(n) in p.sweep_html.value for n in s.notes)
+
+
+# ---------------------------------------------------------------------------- the knee
+def test_sizes_are_timed_interleaved_with_the_previous_size():
+    from onnx_lab._progress import Progress
+    from onnx_lab.profiling.sweep import _time_point
+    from onnx_lab.runtime.session import make_session
+
+    sess = make_session(onnx_lab.open(mlp(2)).model, threads=1)
+    small, big = (np.ones((b, 192), np.float32) for b in (4, 64))
+    budget = Budget(30.0, 2)
+    ms, why, first_ms, ms_prev = _time_point(sess, {"x": big}, None, 3, budget,
+                                             Progress(False, 1, ""), None, 0.02,
+                                             time.perf_counter(), prev_feed={"x": small})
+    assert len(ms) == len(ms_prev) >= MIN_POINT_RUNS and first_ms > 0
+    assert why in ("stable", "budget")
+    # fixed runs are not paired
+    ms, why, _f, ms_prev = _time_point(sess, {"x": big}, 4, 0, budget, Progress(False, 4, ""),
+                                       None, 0.02, time.perf_counter(), prev_feed={"x": small})
+    assert len(ms) == 4 and ms_prev is None and why == "runs"
+    # the next size's cost estimate counts the previous size's run in every round
+    c = PointCost(run_ms=10.0, paired_ms=10.0)
+    assert c.estimate(2.0, 3) == pytest.approx(2 * 0.03 + 0.03)
+
+
+def test_knee_from_interleaved_runs_not_from_points_measured_apart():
+    """The rows say batch 2 doubled the throughput (batch 1 ran while the machine was busy);
+    the runs of batch 1 interleaved with batch 2 say it gained nothing: the knee is 1."""
+    from onnx_lab.profiling.sweep import _knee, find_knee
+
+    rows = [{"batch": 1, "items_per_s": 50.0}, {"batch": 2, "items_per_s": 100.0},
+            {"batch": 4, "items_per_s": 105.0}]
+    assert find_knee([1, 2, 4], [50.0, 100.0, 105.0])[0] == 2
+    steps = [None, (np.full(9, 10.0), np.full(9, 10.0)), (np.full(9, 10.0), np.full(9, 9.5))]
+    knee, gains = _knee(rows, steps)
+    assert knee == 1 and gains[1] == pytest.approx(1.0) and gains[2] == pytest.approx(10 / 9.5)
+    apart, expected = _knee(rows, [None, None, None]), find_knee([1, 2, 4], [50.0, 100.0, 105.0])
+    assert apart[0] == expected[0] == 2 and apart[1][1:] == expected[1][1:]
