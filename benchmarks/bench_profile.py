@@ -393,8 +393,11 @@ def bench_real(repeat: int = 2, full_runs: int = 10, only: str = "") -> None:
                   f"{auto.table.runs.tolist()}, sessions {auto.sessions}, knee {auto.knee}; "
                   f"{'; '.join(why_end) or 'all sizes'}); full sweep runs={full_runs} "
                   f"{t_full:.1f} s knee {full.knee} (items/s "
-                  f"{', '.join(f'{x:.1f}' for x in full.table.items_per_s)}) -> same knee "
-                  f"{auto.knee == full.knee}, consistent {_knee_consistent(full, auto.knee)}")
+                  f"{', '.join(f'{x:.1f}' for x in full.table.items_per_s)}) -> "
+                  + ("knee not reached in the budget (the sweep says so)"
+                     if auto.knee is None and any("no knee found" in n for n in auto.notes)
+                     else f"same knee {auto.knee == full.knee}, consistent "
+                     f"{_knee_consistent(full, auto.knee)}"))
             print(f"[real] {name} #{r + 1}: levels {t_la:.1f} s / {LEVELS_BUDGET_S:g} s -> "
                   f"{t_la / LEVELS_BUDGET_S:.2f}x (levels {la.opt_level.tolist()}, runs "
                   f"{la.runs.tolist()}, fastest {best_a}); full runs={full_runs} {t_lf:.1f} s "

@@ -104,7 +104,7 @@ def test_batch_sweep_budget_counts_session_creation():
     assert any("no knee found: batch 1 is the largest that fit" in n for n in s.notes)
 
 
-def test_batch_sweep_predictions_run_inside_the_sweep_for_measured_sizes_only():
+def test_batch_sweep_predictions_run_inside_the_sweep_for_started_sizes_only():
     calls = []
 
     def predict(b):
@@ -118,7 +118,7 @@ def test_batch_sweep_predictions_run_inside_the_sweep_for_measured_sizes_only():
     calls.clear()
     s = batch_sweep(onnx_lab.open(mlp(2)), (1, 2, 4), budget_s=SPENT, predict=predict,
                     progress=False)
-    # no time left for the prediction of the one size run: skipped, and said
+    # no time left for the prediction of the one size run (the session spent it): skipped
     assert calls == [] and s.table.batch.tolist() == [1]
     assert np.isnan(s.table.predicted_activation_bytes.iloc[0])
     assert any("no time left in the budget for the cost model" in n for n in s.notes)
