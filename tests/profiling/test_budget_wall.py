@@ -201,3 +201,12 @@ def test_knee_from_interleaved_runs_not_from_points_measured_apart():
     assert knee == 1 and gains[1] == pytest.approx(1.0) and gains[2] == pytest.approx(10 / 9.5)
     apart, expected = _knee(rows, [None, None, None]), find_knee([1, 2, 4], [50.0, 100.0, 105.0])
     assert apart[0] == expected[0] == 2 and apart[1][1:] == expected[1][1:]
+
+
+def test_lab_profile_counts_its_prediction_in_the_budget_it_reports():
+    lab = onnx_lab.open(mlp(2), dims={"batch": 4})
+    p = lab.profile(providers="cpu", budget_s=2.0, progress=False)
+    assert p.budget_s == 2.0  # the budget asked for, though the profile got what was left
+    assert p.memory.predicted_activation_bytes.iloc[0] > 0
+    with pytest.raises(onnx_lab.errors.InputError, match="budget_s"):
+        lab.profile(providers="cpu", budget_s=0)
