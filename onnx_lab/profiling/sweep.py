@@ -744,7 +744,7 @@ def _wont_fit(budget: Budget, b: int, prev: tuple[int, PointCost] | None, budget
     if budget.fits(est):
         return ""
     return (f"its warm-up and {MIN_POINT_RUNS} runs need ~{est:.2f} s (runs of ~"
-            f"{cost.run_ms * b / pb:.0f} ms, scaled from batch {pb}) and {left:.2f} s of the "
+            f"{cost.run_ms * b / pb:.3g} ms, scaled from batch {pb}) and {left:.2f} s of the "
             f"{budget_s:g} s budget are left")
 
 
