@@ -417,8 +417,9 @@ class BatchSweep:
         knee: the first batch where doubling gains less than ``KNEE_GAIN`` (1.2x) throughput,
             or None when every step still gains (the first backend's; ``knees`` per backend).
         dim: the dim that was swept.
-        notes: why a batch was skipped (out of memory, failure, past the knee, cancelled),
-            busy-machine warnings.
+        notes: why a batch was skipped (out of memory, failure, past the knee, not started
+            because its estimated cost did not fit in the budget left, cancelled), a knee not
+            reached within the budget, busy-machine warnings.
         knees: backend -> knee.
         cancelled: the sweep was cancelled (the table holds the batches measured before).
         elapsed_s: wall time of the sweep, from the call to the result.
