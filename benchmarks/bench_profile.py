@@ -7,6 +7,11 @@
    ORT levels and the thread sweep with their default budgets against full sweeps with fixed
    runs (20 + 3 warm-up): same knee / same fastest level / same best thread count, in <= 0.3x
    the time.
+5. Real exports (``--only real``): an ultralytics YOLOv8n (320x320, ``_yolo.py``) and the
+   PP-OCRv4 det/rec models of the rapidocr wheel (``bench_wheels.fetch()``): each default
+   (``lab.batch_sweep``, ``levels``, ``thread_sweep``, ``profile``) timed from the call to the
+   result against its budget (target <= 1.1x), the batch sweep's knee against a full fixed-run
+   sweep's and the fastest level against a fixed-run ``levels``.
 2. Parsing: the trace of BERT-base (batch 1, sequence 128) x 50 runs through ``parse_trace``;
    target < 1 s. The mapping/aggregation step is timed too.
 3. Cost: ResNet-50 total MACs from ``lab.cost()`` against onnxsim 0.8's
@@ -14,12 +19,14 @@
    target within 5%.
 
     .venv/bin/python benchmarks/bench_profile.py [--runs 50] [--repeat 3] [--skip-bert]
-        [--only overhead,parse,cost,budgets]
+        [--only overhead,parse,cost,budgets,real] [--real-models yolo,det,rec]
+        [--real-repeat 2] [--real-runs 10]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -300,6 +307,107 @@ def bench_budgets(sizes=(1, 2, 4, 8, 16), runs: int = 20) -> None:
           f"notes: {ta.attrs['notes']}")
 
 
+def real_models(only: str = "") -> list[tuple[str, object, str, tuple[int, ...]]]:
+    """(name, lab, swept dim, sizes of the full sweep) of real exports, as a user opens them:
+    an ultralytics YOLOv8n at 320x320 (``_yolo.yolov8n()``: dims batch/height/width) and the
+    PP-OCRv4 text detector (at 320x320) and recognizer (48x320) from the rapidocr wheel
+    (``bench_wheels.fetch()``; their dims are Paddle's ``p2o.DynamicDimension.N``, and the
+    recognizer's height is an unnamed dim, named here with ``set_input_shape``)."""
+    import _yolo
+    import bench_wheels
+
+    want = set(only.split(",")) if only else {"yolo", "det", "rec"}
+    d0, d1, d2 = (f"p2o.DynamicDimension.{i}" for i in range(3))
+    out = []
+    if "yolo" in want:
+        out.append(("YOLOv8n 320", onnx_lab.open(str(_yolo.yolov8n()), dims={
+            "batch": 1, "height": 320, "width": 320}), "batch", (1, 2, 4, 8, 16, 32)))
+    paths = bench_wheels.fetch() if want & {"det", "rec"} else {}
+    if "det" in want:
+        out.append(("PP-OCRv4 det 320", onnx_lab.open(str(paths["det"]), dims={
+            d0: 1, d1: 320, d2: 320}), d0, (1, 2, 4, 8)))
+    if "rec" in want:
+        rec = onnx_lab.open(str(paths["rec"]), dims={d0: 1, d1: 320})
+        rec.set_input_shape("x", [d0, 3, 48, d1])
+        out.append(("PP-OCRv4 rec 48x320", rec, d0, (1, 2, 4, 8, 16)))
+    return out
+
+
+def _knee_consistent(full, knee_auto) -> bool:
+    """The budgeted knee agrees with the full sweep's when it is the same, or when the full
+    sweep's own step that separates them is within its noise (the interval of that doubling's
+    gain, from the throughput intervals, straddles KNEE_GAIN)."""
+    from onnx_lab.profiling.sweep import KNEE_GAIN
+
+    if knee_auto == full.knee:
+        return True
+    t = full.table.reset_index(drop=True)
+    for k in (knee_auto, full.knee):
+        if k is None or k not in set(t.batch) or t.batch.iloc[-1] == k:
+            continue
+        i = int(t.index[t.batch == k][0])
+        steps = math.log2(t.batch.iloc[i + 1] / t.batch.iloc[i])
+        lo = (t.items_per_s_low.iloc[i + 1] / t.items_per_s_high.iloc[i]) ** (1 / steps)
+        hi = (t.items_per_s_high.iloc[i + 1] / t.items_per_s_low.iloc[i]) ** (1 / steps)
+        if lo <= KNEE_GAIN <= hi:
+            return True
+    return False
+
+
+def bench_real(repeat: int = 2, full_runs: int = 10, only: str = "") -> None:
+    """Default budgets on real exports: wall time from the call to the result against the
+    budget (target <= 1.1x), and the answers against full fixed-run sweeps (batch sweep with
+    every size, levels with ``full_runs`` runs each)."""
+    from onnx_lab.profiling import levels, thread_sweep
+    from onnx_lab.profiling.run import PROFILE_BUDGET_S
+    from onnx_lab.profiling.sweep import BATCH_BUDGET_S, LEVELS_BUDGET_S, THREADS_BUDGET_S
+
+    for name, lab, dim, sizes in real_models(only):
+        for r in range(repeat):
+            # The defaults first: in the first repeat the first calls of a fresh process (a
+            # user's first cell) pay onnxruntime's and pandas' imports inside the budget.
+            t0 = time.perf_counter()
+            auto = lab.batch_sweep(dim=dim, progress=False)
+            t_auto = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            la = levels(lab, progress=False)
+            t_la = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            ta = thread_sweep(lab, progress=False)
+            t_ta = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            pa = onnx_lab.profile(lab, providers="cpu", progress=False)
+            t_pa = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            full = lab.batch_sweep(sizes, dim=dim, runs=full_runs, warmup=2, progress=False)
+            t_full = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            lf = levels(lab, runs=full_runs, warmup=2, progress=False)
+            t_lf = time.perf_counter() - t0
+            best_f = lf.opt_level[lf.p50_ms.idxmin()]
+            best_a = la.opt_level[la.p50_ms.idxmin()]
+            why_end = [n.split(": ", 1)[1][:60] for n in auto.notes
+                       if "not started" in n or "past the knee" in n]
+            print(f"[real] {name} #{r + 1}: batch_sweep {t_auto:.1f} s / {BATCH_BUDGET_S:g} s "
+                  f"-> {t_auto / BATCH_BUDGET_S:.2f}x (batches {auto.table.batch.tolist()}, runs "
+                  f"{auto.table.runs.tolist()}, sessions {auto.sessions}, knee {auto.knee}; "
+                  f"{'; '.join(why_end) or 'all sizes'}); full sweep runs={full_runs} "
+                  f"{t_full:.1f} s knee {full.knee} (items/s "
+                  f"{', '.join(f'{x:.1f}' for x in full.table.items_per_s)}) -> "
+                  + ("knee not reached in the budget (the sweep says so)"
+                     if auto.knee is None and any("no knee found" in n for n in auto.notes)
+                     else f"same knee {auto.knee == full.knee}, consistent "
+                     f"{_knee_consistent(full, auto.knee)}"))
+            print(f"[real] {name} #{r + 1}: levels {t_la:.1f} s / {LEVELS_BUDGET_S:g} s -> "
+                  f"{t_la / LEVELS_BUDGET_S:.2f}x (levels {la.opt_level.tolist()}, runs "
+                  f"{la.runs.tolist()}, fastest {best_a}); full runs={full_runs} {t_lf:.1f} s "
+                  f"fastest {best_f} -> same {best_a == best_f}, consistent "
+                  f"{_consistent(_samples(lf, 'opt_level'), best_f, best_a)}; thread_sweep "
+                  f"{t_ta:.1f} s / {THREADS_BUDGET_S:g} s -> {t_ta / THREADS_BUDGET_S:.2f}x "
+                  f"(runs {ta.runs.tolist()}); profile {t_pa:.1f} s / {PROFILE_BUDGET_S:g} s -> "
+                  f"{t_pa / PROFILE_BUDGET_S:.2f}x ({int(pa.latency_stats.runs.iloc[0])} runs)")
+
+
 def bench_backends() -> None:
     """ResNet-50: onnxruntime CPU and OpenVINO CPU side by side in one call."""
     from onnx_lab.runtime.openvino import INSTALL_HINT, openvino_available
@@ -352,7 +460,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--skip-bert", action="store_true")
-    ap.add_argument("--only", default="overhead,parse,cost,budgets,widget,backends")
+    ap.add_argument("--real-repeat", type=int, default=2)
+    ap.add_argument("--real-runs", type=int, default=10)
+    ap.add_argument("--real-models", default="", help="yolo,det,rec (default all)")
+    ap.add_argument("--only", default="overhead,parse,cost,budgets,real,widget,backends")
     args = ap.parse_args()
     only = set(args.only.split(","))
     if "cost" in only:
@@ -365,6 +476,8 @@ def main() -> None:
         bench_parse(args.runs)
     if "budgets" in only:
         bench_budgets()
+    if "real" in only:
+        bench_real(args.real_repeat, args.real_runs, args.real_models)
     if "widget" in only:
         bench_widget()
     if "backends" in only:

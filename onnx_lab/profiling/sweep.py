@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,11 +20,18 @@ from typing import Any
 import numpy as np
 
 from onnx_lab import _display
-from onnx_lab._pandas import pd
+from onnx_lab._pandas import pd, prefetch
 from onnx_lab._progress import Progress
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import DimError, InputError
-from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled, measure
+from onnx_lab.profiling._timing import (
+    MIN_POINT_RUNS,
+    Budget,
+    MemoryWatch,
+    PointCost,
+    cancelled,
+    measure,
+)
 from onnx_lab.profiling.run import _check_counts, open_session
 from onnx_lab.profiling.stats import STABLE_REL_CI, busy_note, compare_samples, summarize
 
@@ -68,23 +75,62 @@ def _check_budget(runs: Any, warmup: Any, budget_s: Any) -> None:
 
 
 def _time_point(sess, feed: dict, runs: int | None, warmup: int, budget: Budget,
-                reporter: Progress, cancel: Any, rel_ci: float, t_point: float | None = None
-                ) -> tuple[np.ndarray, str]:
-    """Wall ms of one sweep point: ``runs`` fixed runs, or until stable / its budget share."""
+                reporter: Progress, cancel: Any, rel_ci: float, t_point: float,
+                prev_feed: dict | None = None
+                ) -> tuple[np.ndarray, str, float, np.ndarray | None]:
+    """Wall ms of one sweep point: ``runs`` fixed runs, or until stable / its budget share
+    (what is left of it after the time already spent on this point since ``t_point``: its
+    feeds, the session's creation for the first point), never past the budget's deadline.
+
+    Adaptive with ``prev_feed`` (the previous size's inputs, same session): each timed run
+    of ``feed`` follows one of ``prev_feed``, so a change of load on the machine hits both
+    sizes alike and their ratio (the gain that decides the knee) does not move with it.
+
+    Returns:
+        (timed ms, why they stopped, ms of the first warm-up run (0 without warm-up), the
+        previous size's interleaved ms or None).
+    """
     run = sess.run
 
     def one() -> None:
         run(None, feed)
 
     if runs is not None:
-        return measure(one, runs=runs, warmup=warmup, cancel=cancel, tick=reporter.update)
-    share = budget.share() or 0.0
-    if t_point is not None:  # time already spent on this point (its session creation)
-        share = max(share - (time.perf_counter() - t_point), 0.0)
-    ms, why = measure(one, warmup=min(warmup, _AUTO_WARMUP), budget_s=share, cancel=cancel,
-                      rel_ci=rel_ci)
+        ms, why = measure(one, runs=runs, warmup=warmup, cancel=cancel, tick=reporter.update)
+        return ms, why, 0.0, None
+    # The first warm-up run is timed here: at a new input shape it also allocates, and the
+    # next point's cost is estimated from it.
+    n_warm = min(warmup, _AUTO_WARMUP)
+    first_ms = 0.0
+    if n_warm:
+        t = time.perf_counter()
+        one()
+        first_ms = (time.perf_counter() - t) * 1e3
+    share = max((budget.share() or 0.0) - (time.perf_counter() - t_point), 0.0)
+    if prev_feed is None:
+        ms, why = measure(one, warmup=max(n_warm - 1, 0), budget_s=share, cancel=cancel,
+                          rel_ci=rel_ci, deadline=budget.deadline)
+        reporter.update()
+        return ms, why, first_ms, None
+    cur: list[float] = []
+    pre: list[float] = []
+    perf = time.perf_counter
+
+    def pair() -> None:
+        t = perf()
+        run(None, prev_feed)
+        t1 = perf()
+        run(None, feed)
+        pre.append(t1 - t)
+        cur.append(perf() - t1)
+
+    # measure times the pairs: its stability test, share and deadline apply to a round
+    ms, why = measure(pair, warmup=max(n_warm - 1, 0), budget_s=share, cancel=cancel,
+                      rel_ci=rel_ci, deadline=budget.deadline)
     reporter.update()
-    return ms, why
+    n = len(ms)  # the warm-up pairs come first in the lists
+    return (np.array(cur[len(cur) - n:]) * 1e3, why, first_ms,
+            np.array(pre[len(pre) - n:]) * 1e3)
 
 
 def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
@@ -99,8 +145,10 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
     one's (its 95% interval lies more than 5% above the fastest's:
     :func:`~onnx_lab.profiling.stats.clearly_slower`) leaves the rotation: more runs of it
     would not change which is fastest. The race ends when one session is left, when every session left
-    is stable or decided against the fastest (within 5% of it, or clearly apart), or when
-    ``budget_s`` (counted from ``t_start``) is spent.
+    is stable or decided against the fastest (within 5% of it, or clearly apart), or before
+    a round that the previous round's run times say would end past ``budget_s`` (counted
+    from ``t_start``, the call); after at least one round (a note says when fewer than
+    :data:`~onnx_lab.profiling._timing.MIN_POINT_RUNS` fit).
 
     ``warmed``: untimed runs each session already had (counted against an adaptive warm-up).
 
@@ -120,9 +168,13 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
     notes: list[str] = []
     perf = time.perf_counter
     limit = runs if runs is not None else 2000
+    deadline = t_start + budget_s if budget_s is not None and runs is None else None
     rounds = 0
     while rounds < limit:
         if rounds and cancelled(cancel):
+            break
+        if rounds and deadline is not None and perf() + sum(out[i][-1] for i in active) / 1e3 \
+                + _tail_s(len(sessions), rounds) > deadline:
             break
         for i in active:
             t = perf()
@@ -133,7 +185,7 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
         rounds += 1
         if runs is not None:
             continue
-        if budget_s is not None and perf() - t_start >= budget_s and rounds >= 3:
+        if budget_s is not None and perf() - t_start >= budget_s:
             break
         if rounds >= RACE_MIN_RUNS and len(active) > 1:
             arrays = {i: np.array(out[i]) for i in active}
@@ -154,7 +206,17 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
             break
     if runs is None:
         reporter.update(len(sessions))
+        if rounds < MIN_POINT_RUNS and not cancelled(cancel):
+            notes.append(f"only {rounds} round(s) fit in the {budget_s:g} s budget "
+                         "(raise budget_s for medians with intervals)")
     return [np.array(x) for x in out], notes
+
+
+def _tail_s(points: int, runs: int) -> float:
+    """Seconds the verdicts after a sweep's runs take (each point against the first, with a
+    bootstrap of the ratio of medians: ~0.05 s at 50 runs each, ~0.45 s at 2000 on the 2-core
+    machine), reserved within the budget."""
+    return (points - 1) * (0.03 + 2.2e-4 * runs)
 
 
 def _stats(ms: np.ndarray) -> dict[str, float]:
@@ -196,8 +258,11 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
         providers: one provider (default CPU).
         threads: intra-op threads.
         progress: None (bar in terminals), False, or ``callable(done, total, label)``.
-        budget_s: seconds for the whole call (default :data:`LEVELS_BUDGET_S` when ``runs``
-            is None).
+        budget_s: seconds from the call to the result (default :data:`LEVELS_BUDGET_S` when
+            ``runs`` is None): session creation, the traced run and every run count. The
+            sessions of 'disable' and 'all' are created first; a level whose session and
+            first race rounds are estimated not to fit (from the sessions before it) is left
+            out with a note.
         cancel: a ``threading.Event``: the levels measured so far are returned.
 
     Returns:
@@ -206,7 +271,8 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
         optimized graph, main graph), nodes_model (main graph of the model), speedup (p50_ms
         of 'disable' / p50_ms), runs, p10_ms, ci_low_ms, ci_high_ms, rel_ci, verdict (against
         'disable', in words: whether the difference exceeds the noise). ``df.attrs['notes']``:
-        a busy-machine warning, a cancel.
+        levels left out for the budget, levels that left the race, a busy-machine warning, a
+        cancel.
 
     Example:
         >>> levels("sample:convnet", runs=10)[["opt_level", "nodes", "mean_ms"]]
@@ -214,23 +280,35 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
     from onnx_lab.runtime.feeds import as_feed_list
     from onnx_lab.runtime.session import OPT_LEVELS, make_session
 
+    t_start = time.perf_counter()
     _check_budget(runs, warmup, budget_s)
     if runs is None and budget_s is None:
         budget_s = LEVELS_BUDGET_S
+    prefetch()  # the tables' pandas import counts against the budget too: now, not after
     lm, dims, shapes = resolve(model, dims, shapes)
     feed = as_feed_list(feeds, lm, dims, shapes)[0]
     rows, samples, notes = [], [], []
     nested = any(g != "" for g in lm.index.graphs)
     reporter = Progress(progress, len(OPT_LEVELS) * ((runs + warmup) if runs is not None else 1),
                         "levels", min_steps=20 if runs is not None else 1)
+    budget = Budget(budget_s if runs is None else None, len(OPT_LEVELS), start=t_start)
+    # In budget mode the baseline and the default level are created first: when the budget
+    # cannot hold four sessions, the levels left out are the in-between ones.
+    order = OPT_LEVELS if runs is not None else ("disable", "all", "extended", "basic")
     try:
         with tempfile.TemporaryDirectory(prefix="onnx_lab_levels_") as tmp:
-            t_start = time.perf_counter()
             sessions = []
-            for level in OPT_LEVELS:
+            create_s: list[float] = []
+            for k, level in enumerate(order):
                 if rows and cancelled(cancel):
                     notes.append(f"cancelled before level {level!r}")
                     break
+                if rows and runs is None:
+                    why_not = _level_wont_fit(budget, create_s, rows)
+                    if why_not:
+                        notes.append(f"levels {', '.join(order[k:])} not created: {why_not} "
+                                     "(raise budget_s)")
+                        break
                 # One session per level: created with the profiler on (as cheap as without)
                 # so that one profiled run lists the kernels of ORT's optimized graph, then
                 # the profiler is ended before the timed runs. Writing the optimized model
@@ -244,12 +322,16 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
                 init_ms = (time.perf_counter() - t0) * 1e3
                 if nested:
                     nodes = _written_node_count(lm, level, providers, threads, Path(tmp))
+                    first_ms = float("nan")
                 else:
+                    t1 = time.perf_counter()
                     sess.run(None, feed)
+                    first_ms = (time.perf_counter() - t1) * 1e3
                     nodes = _traced_node_count(sess.end_profiling())
+                create_s.append(time.perf_counter() - t0 - (0 if nested else first_ms / 1e3))
                 sessions.append(sess)
                 rows.append({"opt_level": level, "init_ms": init_ms, "nodes": nodes,
-                             "nodes_model": lm.graph.num_nodes()})
+                             "nodes_model": lm.graph.num_nodes(), "_first_ms": first_ms})
             # The levels run interleaved, so a load change hits them alike.
             samples, raced = _interleaved(sessions, feed, runs, warmup, budget_s, t_start,
                                           reporter, cancel, rel_ci,
@@ -261,6 +343,9 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
                 row.update(_stats(ms))
     finally:
         reporter.close()
+    rank = {lv: i for i, lv in enumerate(OPT_LEVELS)}
+    keep = sorted(range(len(rows)), key=lambda i: rank[rows[i]["opt_level"]])
+    rows, samples = [rows[i] for i in keep], [samples[i] for i in keep]
     df = pd.DataFrame(rows)
     df = df[["opt_level", "init_ms", "mean_ms", "p50_ms", "p90_ms", "std_ms", "nodes",
              "nodes_model", "runs", "p10_ms", "ci_low_ms", "ci_high_ms", "rel_ci"]]
@@ -272,6 +357,20 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
     notes.extend(_busy(samples, "levels"))
     df.attrs["notes"] = notes
     return df
+
+
+def _level_wont_fit(budget: Budget, create_s: Sequence[float], rows: Sequence[dict]) -> str:
+    """Why one more level's session cannot be added in what is left of ``budget`` ('' when
+    it can): its creation and first run (the slowest seen so far) and the race's first
+    :data:`MIN_POINT_RUNS` rounds with it (every session's first run, the slowest again)."""
+    runs = [r["_first_ms"] / 1e3 for r in rows if r["_first_ms"] == r["_first_ms"]]
+    run_s = max(runs, default=0.0)
+    est = max(create_s) + run_s + MIN_POINT_RUNS * (sum(runs) + run_s)
+    if budget.fits(est):
+        return ""
+    return (f"a session ({max(create_s):.2f} s to create) and {MIN_POINT_RUNS} interleaved "
+            f"rounds with it need ~{est:.2f} s and {budget.left():.2f} s of the "
+            f"{budget.total_s:g} s budget are left")
 
 
 def _traced_node_count(trace_file: str) -> int:
@@ -307,20 +406,25 @@ class BatchSweep:
         table: one row per batch size (and backend): batch, latency_ms (median of the
             runs), mean_ms, p90_ms, std_ms, items_per_s (batch / latency_ms),
             gain_per_doubling (throughput ratio to the previous batch, per doubling of the
-            batch), backend, runs, p10_ms, ci_low_ms, ci_high_ms (95% interval of the
+            batch; in budget mode from this size's runs interleaved with runs of the previous
+            size in the same session, so that a change of load between the sizes does not
+            move it), backend, runs, p10_ms, ci_low_ms, ci_high_ms (95% interval of the
             median), rel_ci, items_per_s_low, items_per_s_high (throughput at the interval's
             ends), gain_beyond_noise (whether the latency per item differs from the previous
-            batch's beyond the noise), peak_rss_bytes (process peak during this batch's
+            batch's beyond the noise; interleaved runs in budget mode), peak_rss_bytes (process peak during this batch's
             runs), rss_growth_bytes (that peak minus the process before the session),
             predicted_activation_bytes (the cost model's peak; filled by ``Lab.batch_sweep``).
         knee: the first batch where doubling gains less than ``KNEE_GAIN`` (1.2x) throughput,
             or None when every step still gains (the first backend's; ``knees`` per backend).
         dim: the dim that was swept.
-        notes: why a batch was skipped (out of memory, failure, past the knee, cancelled),
-            busy-machine warnings.
+        notes: why a batch was skipped (out of memory, failure, past the knee, not started
+            because its estimated cost did not fit in the budget left, cancelled), a knee not
+            reached within the budget, busy-machine warnings.
         knees: backend -> knee.
         cancelled: the sweep was cancelled (the table holds the batches measured before).
-        elapsed_s: wall time of the sweep.
+        elapsed_s: wall time of the sweep, from the call to the result.
+        sessions: sessions created (one per backend, reused across batch sizes).
+        budget_s: the time budget (None with fixed runs).
     """
 
     table: pd.DataFrame
@@ -330,6 +434,8 @@ class BatchSweep:
     knees: dict[str, int | None] = field(default_factory=dict)
     cancelled: bool = False
     elapsed_s: float = 0.0
+    sessions: int = 0
+    budget_s: float | None = None
 
     def backend(self, name: str) -> pd.DataFrame:
         """The rows of one backend."""
@@ -365,11 +471,13 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                 providers: str | Sequence[str] | None = None, threads: int | None = None,
                 opt_level: str = "all", progress: Any = None, budget_s: float | None = None,
                 stop_at_knee: bool | None = None, cancel: Any = None,
-                rel_ci: float = STABLE_REL_CI) -> BatchSweep:
+                rel_ci: float = STABLE_REL_CI,
+                predict: Callable[[int], float] | None = None) -> BatchSweep:
     """Latency and throughput for each batch size, and the knee of the throughput curve.
 
     One session per backend (the model keeps its dynamic batch dim) runs seeded inputs of
-    each size.
+    each size, smallest first: 1, 2, 4... while each doubling still gains throughput, and in
+    budget mode the sweep stops past the knee (larger sizes cannot move it).
 
     Args:
         model: a Lab, LabModel, path or ``"sample:NAME"`` with a symbolic dim ``dim``.
@@ -382,12 +490,18 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
             ``["cpu", "openvino"]`` (the OpenVINO runtime, optional extra).
         threads, opt_level: session settings (default ORT threads, 'all').
         progress: None (bar in terminals), False, or ``callable(done, total, label)``.
-        budget_s: seconds for the whole sweep (default :data:`BATCH_BUDGET_S` per backend
-            when ``runs`` is None); session creation counts.
+        budget_s: seconds from the call to the result (default :data:`BATCH_BUDGET_S` per
+            backend when ``runs`` is None): session creation, feeds, warm-up, ``predict``
+            and every run count. Before each size the sweep estimates what its warm-up and
+            3 runs will take (from the previous size's runs, scaled by the batch); a size
+            that cannot fit in what is left is not started, and a note says so.
         stop_at_knee: stop a backend's sweep once throughput stopped rising (the knee is
             found; larger sizes would only confirm it). Default: True in budget mode, False
             with fixed ``runs``.
         cancel: a ``threading.Event``: the sizes measured so far are returned.
+        predict: ``predict(batch) -> bytes``, the cost model's activation peak of a size
+            (``Lab.batch_sweep`` passes it): called for each size started, before its runs,
+            within the budget; fills ``predicted_activation_bytes``.
 
     Raises:
         DimError: the model has no dynamic dim ``dim`` (fix its other dims with ``dims``/
@@ -397,7 +511,7 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
 
     Example:
         >>> s = batch_sweep("sample:transformer_block", (1, 2, 4), dims={"seq": 16})
-        >>> s.table[["batch", "items_per_s"]]
+        >>> s.table[["batch", "items_per_s"]], s.notes
     """
     from onnx_lab.core.shapes import dynamic_dims
     from onnx_lab.runtime.feeds import make_feeds
@@ -425,10 +539,15 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
         stop_at_knee = runs is None
     if runs is None and budget_s is None:
         budget_s = BATCH_BUDGET_S * len(backends)
-    feeds = {}
-    for b in sizes:  # checked before any session: a DimError for the other dims comes first
-        feeds[b] = make_feeds(lm, {**dims, dim: int(b)}, shapes)
+    prefetch()  # the tables' pandas import counts against the budget too: now, not after
+    adaptive = runs is None
+    # The first size's feeds before any session: a DimError for the other dims comes first.
+    # The others are made when their size is reached (a sweep that stops at the knee never
+    # pays for the feeds of batch 32).
+    feeds = {sizes[0]: make_feeds(lm, {**dims, dim: int(sizes[0])}, shapes)}
+    whole = Budget(budget_s if adaptive else None, len(backends), start=t_start)
     rows, notes, knees = [], [], {}
+    n_sessions = 0
     reporter = Progress(progress, len(backends) * len(sizes) * (
         (runs + warmup) if runs is not None else 1), "batch sweep",
         min_steps=20 if runs is not None else 1)
@@ -439,36 +558,91 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                 is_cancelled = True
                 notes.append(f"{backend}: not run (cancelled)")
                 continue
+            if adaptive and bi and whole.spent():
+                notes.append(f"{backend}: not run: the {budget_s:g} s budget is spent "
+                             "(raise budget_s)")
+                continue
             # Each backend gets an equal share of what is left.
-            budget = Budget(None if budget_s is None else
-                            (budget_s - (time.perf_counter() - t_start)) / (len(backends) - bi),
+            budget = Budget(None if not adaptive else whole.left() / (len(backends) - bi),
                             len(sizes))
             t0 = time.perf_counter()
             watch = MemoryWatch()
             rss0 = watch.rss_before
             sess = open_session(lm, backend, opt_level=opt_level, threads=threads)
+            n_sessions += 1
+            create_s = time.perf_counter() - t0
             b_rows, samples = [], []
-            for b in sizes:
+            # per size: (per-item ms of the previous size, of this one) from their
+            # interleaved runs (adaptive), or None
+            steps: list[tuple[np.ndarray, np.ndarray] | None] = []
+            prev: tuple[int, PointCost] | None = None
+            stopped_for_budget = False
+            for i, b in enumerate(sizes):
                 if b_rows and cancelled(cancel):
                     is_cancelled = True
                     notes.append(f"{backend}: cancelled before batch {b}")
                     break
-                if b_rows and runs is None and budget.spent():
-                    notes.append(f"{backend}: budget spent before batch {b}; not run: "
-                                 f"{[x for x in sizes if x >= b]} (raise budget_s)")
-                    break
+                if adaptive and (prev is not None or i):
+                    why_not = _wont_fit(budget, b, prev, budget_s, create_s)
+                    if why_not:
+                        notes.append(f"{backend}: batch {b} not started: {why_not}; not run: "
+                                     f"{sizes[i:]} (raise budget_s)")
+                        stopped_for_budget = True
+                        break
+                    # The time left is shared by the sizes that can still fit, not by all
+                    # sizes left: the larger ones cost more per run.
+                    budget.points = budget.done + _sizes_that_fit(budget, sizes[i:], prev)
+                elif adaptive and budget.spent():
+                    # Nothing is known of a run before one ran: the first size still gets a
+                    # warm-up and one timed run, so the call returns a measurement.
+                    notes.append(f"{backend}: the budget ({budget_s:g} s) was spent before "
+                                 f"batch {b} ({time.perf_counter() - t_start:.2f} s since the "
+                                 f"call, creating the session took {create_s:.2f} s): batch {b} "
+                                 f"runs once; not run: {sizes[1:]} (raise budget_s)")
+                    stopped_for_budget = True
+                t_point = time.perf_counter()
                 watch = MemoryWatch() if b_rows else watch
+                if b not in feeds:
+                    feeds[b] = make_feeds(lm, {**dims, dim: int(b)}, shapes)
+                feed_s = time.perf_counter() - t_point
+                # The prediction before the runs: its cost is unknown until it ran once (the
+                # cost model's shape inference: 0.2-0.4 s on YOLOv8n, seconds under load), and
+                # this way the runs get what it leaves.
+                t_pred = time.perf_counter()
+                predicted = float("nan")
+                if predict is not None and not (adaptive and budget.spent()):
+                    predicted = float(predict(int(b)))
+                elif predict is not None:
+                    notes.append(f"{backend}: batch {b}: no time left in the budget for the "
+                                 "cost model's prediction (predicted_activation_bytes NaN)")
+                pred_s = time.perf_counter() - t_pred
+                prev_feed = feeds.get(b_rows[-1]["batch"]) if adaptive and b_rows else None
                 try:
-                    ms, _why = _time_point(sess, feeds[b], runs, warmup, budget, reporter,
-                                           cancel, rel_ci, t_point=t0 if not b_rows else None)
+                    ms, _why, first_ms, ms_prev = _time_point(
+                        sess, feeds[b], runs, warmup, budget, reporter, cancel, rel_ci,
+                        t_point=t0 if not b_rows else t_point, prev_feed=prev_feed)
                 except Exception as e:  # noqa: BLE001 - ORT raises several types (OOM, shape)
                     notes.append(f"{backend}: batch {b} failed: {str(e).splitlines()[0][:200]}")
                     break
+                finally:
+                    # a large batch's inputs are not kept; the previous size's are, for the
+                    # next size's interleaved runs
+                    for old in [x for x in feeds if x < b]:
+                        del feeds[old]
                 budget.next()
                 if not len(ms):
                     break
                 mem = watch.stop()
                 st = _stats(ms)
+                prev = (int(b), PointCost(fixed_s=pred_s,
+                                          scaled_s=feed_s, first_ms=first_ms,
+                                          run_ms=st["p50_ms"],
+                                          paired_ms=st["p50_ms"] if adaptive else 0.0))
+                steps.append(None if ms_prev is None or not len(ms_prev)
+                             else (ms_prev / b_rows[-1]["batch"], ms / b))
+                if adaptive and st["runs"] < MIN_POINT_RUNS:
+                    notes.append(f"{backend}: batch {b}: only {st['runs']} timed run(s) fit in "
+                                 f"the budget (raise budget_s for a median with an interval)")
                 samples.append(ms / b)  # latency per item: what a gain is about
                 b_rows.append({"batch": int(b), "latency_ms": st["p50_ms"],
                                "mean_ms": st["mean_ms"], "p90_ms": st["p90_ms"],
@@ -480,9 +654,10 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                                "items_per_s_high": b / (st["ci_low_ms"] / 1e3),
                                "peak_rss_bytes": mem["peak_rss_bytes"],
                                "rss_growth_bytes": mem["peak_rss_bytes"] - rss0,
-                               "predicted_activation_bytes": float("nan")})
-                knee, _g = find_knee([r["batch"] for r in b_rows],
-                                     [r["items_per_s"] for r in b_rows])
+                               "predicted_activation_bytes": predicted})
+                knee, _g = _knee(b_rows, steps)
+                if stopped_for_budget:
+                    break
                 if stop_at_knee and knee is not None and b != sizes[-1]:
                     skipped = [x for x in sizes if x > b]
                     notes.append(f"{backend}: stopped past the knee ({knee}); "
@@ -490,16 +665,21 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                     break
             del sess
             table_b = pd.DataFrame(b_rows) if b_rows else pd.DataFrame(columns=_SWEEP_COLUMNS)
-            knee, gains = find_knee(table_b.batch.tolist(), table_b.items_per_s.tolist())
-            beyond = [None] + [compare_samples(samples[i - 1], samples[i]).different
-                               for i in range(1, len(samples))]
+            knee, gains = _knee(b_rows, steps)
+            beyond = [None] + [compare_samples(*(steps[i] or (samples[i - 1], samples[i])))
+                               .different for i in range(1, len(samples))]
             table_b = table_b.assign(gain_per_doubling=gains if len(table_b) else [],
                                      gain_beyond_noise=beyond if len(table_b) else [])
             name = table_b.backend.iloc[0] if len(table_b) else backend
             knees[name] = knee
             if knee is None and len(table_b) and not is_cancelled:
-                notes.append(f"{name}: throughput still grows >= {KNEE_GAIN}x per doubling at "
-                             f"batch {int(table_b.batch.iloc[-1])}: try larger batches")
+                last = int(table_b.batch.iloc[-1])
+                if stopped_for_budget:
+                    notes.append(f"{name}: no knee found: batch {last} is the largest that fit "
+                                 "in the budget (raise budget_s)")
+                elif len(table_b) > 1:
+                    notes.append(f"{name}: throughput still grows >= {KNEE_GAIN}x per doubling "
+                                 f"at batch {last}: try larger batches")
             notes.extend(_busy(samples, name))
             rows.append(table_b)
     finally:
@@ -509,7 +689,64 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
     first = next(iter(knees.values()), None)
     return BatchSweep(table=table, knee=first, dim=dim, notes=notes, knees=knees,
                       cancelled=is_cancelled or cancelled(cancel),
-                      elapsed_s=time.perf_counter() - t_start)
+                      elapsed_s=time.perf_counter() - t_start, sessions=n_sessions,
+                      budget_s=budget_s if adaptive else None)
+
+
+def _knee(rows: Sequence[dict], steps: Sequence[tuple[np.ndarray, np.ndarray] | None]
+          ) -> tuple[int | None, list[float]]:
+    """(knee, gain per doubling of each size): :func:`find_knee` on the rows' throughput, or,
+    for a size timed interleaved with the previous one, on the throughput ratio of those
+    interleaved runs (the medians of their per-item ms)."""
+    batches = [r["batch"] for r in rows]
+    if not any(st is not None for st in steps):
+        return find_knee(batches, [r["items_per_s"] for r in rows])
+    gains = [float("nan")]
+    knee = None
+    for i in range(1, len(rows)):
+        st = steps[i]
+        if st is None:
+            ratio = rows[i]["items_per_s"] / rows[i - 1]["items_per_s"]
+        else:
+            ratio = float(np.median(st[0]) / np.median(st[1]))
+        doublings = math.log2(batches[i] / batches[i - 1])
+        g = ratio ** (1.0 / doublings) if ratio > 0 else float("nan")
+        gains.append(g)
+        if knee is None and g == g and g < KNEE_GAIN:
+            knee = int(batches[i - 1])
+    return knee, gains
+
+
+def _sizes_that_fit(budget: Budget, rest: Sequence[int], prev: tuple[int, PointCost] | None
+                    ) -> int:
+    """How many of the sizes ``rest``, in order, fit in what is left at their minimum cost
+    (at least 1)."""
+    if prev is None or budget.total_s is None:
+        return max(len(rest), 1)
+    pb, cost = prev
+    left, n = budget.left() or 0.0, 0
+    for b in rest:
+        left -= cost.estimate(b / pb, MIN_POINT_RUNS)
+        if left < 0:
+            break
+        n += 1
+    return max(n, 1)
+
+
+def _wont_fit(budget: Budget, b: int, prev: tuple[int, PointCost] | None, budget_s: float,
+              create_s: float) -> str:
+    """Why batch ``b`` cannot be started in what is left of ``budget`` ('' when it can): its
+    warm-up and :data:`MIN_POINT_RUNS` runs estimated from the previous size's."""
+    left = budget.left() or 0.0
+    if prev is None:  # the previous size failed to give a time: nothing to scale from
+        return "" if left > 0 else f"the {budget_s:g} s budget is spent"
+    pb, cost = prev
+    est = cost.estimate(b / pb, MIN_POINT_RUNS)
+    if budget.fits(est):
+        return ""
+    return (f"its warm-up and {MIN_POINT_RUNS} runs need ~{est:.2f} s (runs of ~"
+            f"{cost.run_ms * b / pb:.3g} ms, scaled from batch {pb}) and {left:.2f} s of the "
+            f"{budget_s:g} s budget are left")
 
 
 _SWEEP_COLUMNS = ["batch", "latency_ms", "mean_ms", "p90_ms", "std_ms", "items_per_s",
@@ -546,7 +783,9 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int | 
     Args:
         runs, warmup: fixed runs per count; ``runs=None`` (default): the counts race,
             interleaved, for the fastest (as in :func:`levels`) until one is left, the rest
-            are stable or settled, or ``budget_s`` (default :data:`THREADS_BUDGET_S`) is spent.
+            are stable or settled, or ``budget_s`` (default :data:`THREADS_BUDGET_S`, from the
+            call to the result, session creation included) is spent; a count whose session
+            and first rounds are estimated not to fit is left out with a note.
         cancel: a ``threading.Event``: the counts measured so far are returned.
 
     Returns:
@@ -560,6 +799,7 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int | 
     from onnx_lab.runtime.feeds import as_feed_list
     from onnx_lab.runtime.session import make_session
 
+    t_start = time.perf_counter()
     _check_budget(runs, warmup, budget_s)
     counts = list(threads)
     if not counts or any(not isinstance(t, (int, np.integer)) or isinstance(t, bool) or t <= 0
@@ -568,20 +808,40 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int | 
                          fix="Use e.g. (1, 2, 4).")
     if runs is None and budget_s is None:
         budget_s = THREADS_BUDGET_S
+    prefetch()  # the tables' pandas import counts against the budget too: now, not after
     lm, dims, shapes = resolve(model, dims, shapes)
     feed = as_feed_list(feeds, lm, dims, shapes)[0]
     notes: list[str] = []
     reporter = Progress(progress, len(counts) * ((runs + warmup) if runs is not None else 1),
                         "thread sweep", min_steps=20 if runs is not None else 1)
+    budget = Budget(budget_s if runs is None else None, len(counts), start=t_start)
     try:
-        t_start = time.perf_counter()
-        sessions = [make_session(lm, providers=providers, opt_level=opt_level, threads=int(t),
-                                 config_entries=NO_SPIN) for t in counts]
+        sessions, create_s, rows = [], [], []
+        for k, t in enumerate(counts):
+            if rows and runs is None:
+                why_not = _level_wont_fit(budget, create_s, rows)
+                if why_not:
+                    notes.append(f"{', '.join(_threads(c) for c in counts[k:])} not created: "
+                                 f"{why_not} (raise budget_s)")
+                    break
+            t0 = time.perf_counter()
+            sessions.append(make_session(lm, providers=providers, opt_level=opt_level,
+                                         threads=int(t), config_entries=NO_SPIN))
+            create_s.append(time.perf_counter() - t0)
+            first_ms = float("nan")
+            if runs is None:  # the race's warm-up round, timed: the estimate of the next one
+                t1 = time.perf_counter()
+                sessions[-1].run(None, feed)
+                first_ms = (time.perf_counter() - t1) * 1e3
+            rows.append({"threads": int(t), "_first_ms": first_ms})
         samples, raced = _interleaved(sessions, feed, runs, warmup, budget_s, t_start,
-                                      reporter, cancel, rel_ci, [_threads(t) for t in counts])
+                                      reporter, cancel, rel_ci,
+                                      [_threads(r["threads"]) for r in rows],
+                                      warmed=1 if runs is None else 0)
         notes.extend(raced)
         del sessions
-        rows = [{"threads": int(t), **_stats(ms)} for t, ms in zip(counts, samples, strict=True)]
+        rows = [{"threads": r["threads"], **_stats(ms)} for r, ms in zip(rows, samples,
+                                                                         strict=True)]
     finally:
         reporter.close()
     df = pd.DataFrame(rows)
@@ -608,7 +868,8 @@ def compare_models(a: Any, b: Any, *, runs: int | None = None, warmup: int = 3,
     """Is model ``b`` faster or slower than ``a`` beyond the noise?
 
     Both sessions run interleaved (a, b, a, b...), so a change of load on the machine hits
-    both alike, until both medians are stable or ``budget_s`` is spent (or ``runs`` each).
+    both alike, until both medians are stable or ``budget_s`` (from the call to the result,
+    the sessions and warm-up included) is spent (or ``runs`` each).
     The feeds are made for ``a`` (both models must take the same inputs).
 
     Returns:
@@ -623,6 +884,8 @@ def compare_models(a: Any, b: Any, *, runs: int | None = None, warmup: int = 3,
     from onnx_lab.runtime.feeds import as_feed_list
     from onnx_lab.runtime.session import make_session
 
+    perf = time.perf_counter
+    t_start = perf()
     _check_budget(runs, warmup, budget_s)
     la, dims_a, shapes_a = resolve(a, dims, shapes)
     lb, _, _ = resolve(b, dims, shapes)
@@ -631,15 +894,20 @@ def compare_models(a: Any, b: Any, *, runs: int | None = None, warmup: int = 3,
                       config_entries=NO_SPIN)
     sb = make_session(lb, providers=providers, opt_level=opt_level, threads=threads,
                       config_entries=NO_SPIN)
-    for _ in range(warmup):
+    last = 0.0  # seconds of the latest round: the estimate of the next one
+    for i in range(warmup):
+        if i and runs is None and perf() + last > t_start + budget_s:
+            break
+        t = perf()
         sa.run(None, feed)
         sb.run(None, feed)
+        last = perf() - t
     xa, xb = [], []
-    perf = time.perf_counter
-    t_start = perf()
     limit = runs if runs is not None else 2000
     while len(xa) < limit:
         if xa and cancelled(cancel):
+            break
+        if xa and runs is None and perf() + (xa[-1] + xb[-1]) / 1e3 > t_start + budget_s:
             break
         for sess, out in ((sa, xa), (sb, xb)):
             t = perf()
