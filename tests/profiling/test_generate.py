@@ -174,6 +174,17 @@ def test_other_cache_naming(names):
     assert g.tokens[0].tolist() == _reference_tokens(model, np.array([1, 2, 3]), 4)
 
 
+def test_one_cache_tensor_per_layer():
+    # past.{i} [2, batch, heads, past, head] holds key and value (older GPT-2 exports)
+    model = unfused_decoder(combined=True)
+    g = profile_generation(model, prompt=[5, 1, 4], new_tokens=4, runs=1, warmup=0,
+                           profile_runs=0, providers="cpu", progress=False)
+    assert g.layout.pairs == [("past.0", "present.0"), ("past.1", "present.1")]
+    assert g.layout.seq_axis["past.0"] == 3
+    assert g.tokens[0].tolist() == _reference_tokens(unfused_decoder(), np.array([5, 1, 4]), 4)
+    assert g.memory.kv_cache_bytes.iloc[0] == 2 * 2 * 2 * 7 * 16 * 4
+
+
 def test_positions_from_the_mask_without_position_ids():
     model = unfused_decoder(position_ids=False)
     g = profile_generation(model, prompt=[4, 2], new_tokens=5, runs=1, warmup=0,
