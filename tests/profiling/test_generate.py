@@ -202,6 +202,13 @@ def test_budget_mode_stops_by_itself(gqa):
     assert (st.latency_from == "unprofiled").all()
 
 
+def test_budget_bounds_fixed_runs(gqa):
+    g = profile_generation(gqa, prompt=4, new_tokens=4, runs=100_000, budget_s=0.5,
+                           providers="cpu", progress=False)
+    assert set(g.latency_stats.stopped) == {"budget"}
+    assert 1 <= len(g.generations) < 100_000 and g.runs == 100_000
+
+
 def test_cancel_returns_what_was_measured(gqa):
     ev = threading.Event()
     ticks = []
