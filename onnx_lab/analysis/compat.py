@@ -428,12 +428,29 @@ def _opsets(lm: LabModel) -> list[dict]:
 
 
 def _dynamic(lm: LabModel) -> list[dict]:
+    from onnx_lab.core.derived import derived_dims, length_sums
     from onnx_lab.core.shapes import dynamic_dims
 
+    derived = derived_dims(lm)
+    sums = length_sums(lm)
     rows = []
     for dim, inputs in dynamic_dims(lm).items():
         name = "unnamed dims" if dim == "?" else f"dim {dim!r}"
         example = f"{{'{dim}': 1}}" if dim != "?" else "{...}"
+        if dim in derived:
+            d = derived[dim]
+            rows.append(_row("info", "dynamic_dim", None,
+                             f"Dynamic {name} in input(s) {', '.join(inputs)}: the model "
+                             f"determines it ({d.value}, {d.source}).",
+                             f"Nothing to pass (it is filled in); static-shape runtimes need "
+                             f"lab.fix_dims({{'{dim}': {d.value}}})."))
+            continue
+        if dim in sums:
+            rows.append(_row("info", "dynamic_dim", None,
+                             f"Dynamic {name} in input(s) {', '.join(inputs)}: {sums[dim]}, "
+                             "filled in once those are given.",
+                             "Pass the past and new lengths (0 past tokens for a prefill)."))
+            continue
         rows.append(_row("info", "dynamic_dim", None,
                          f"Dynamic {name} in input(s) {', '.join(inputs)}.",
                          f"Pass dims={example} / shapes= to analyse and run it; static-shape "

@@ -39,7 +39,7 @@ from onnx_lab.core.shapes import shape_tuple
 if TYPE_CHECKING:
     from onnx_lab.core.model import LabModel
 
-__all__ = ["DerivedDim", "derived_dims", "with_derived"]
+__all__ = ["DerivedDim", "derived_dims", "with_derived", "length_sums"]
 
 _MS = ("com.microsoft",)
 
@@ -88,6 +88,27 @@ def with_derived(model: LabModel, dims: Mapping[str, int] | None) -> dict[str, i
     """``dims`` with the derived dims it lacks added (what inference and feeds use)."""
     dims = dict(dims or {})
     return {**{n: d.value for n, d in derived_dims(model, dims).items()}, **dims}
+
+
+def length_sums(model: LabModel) -> dict[str, str]:
+    """{dim: "past + new"} for the total-length dim of a KV-cache decoder, which
+    :func:`derived_dims` fills in once the past and new lengths are given (empty otherwise).
+
+    Example:
+        >>> length_sums(model)
+        {'total_sequence_length': 'past_sequence_length + sequence_length'}
+    """
+    from onnx_lab.core.llm import decoder_io
+
+    try:
+        io = decoder_io(model)
+    except Exception:  # noqa: BLE001 - an unpairable cache is reported by decoder_io's users
+        return {}
+    if io is None or not io.past_dim or not io.sequence_dim:
+        return {}
+    probe = derived_dims(model, {io.past_dim: 0, io.sequence_dim: 1})
+    return {n: f"{io.past_dim} + {io.sequence_dim}" for n, d in probe.items()
+            if d.kind == "lengths"}
 
 
 def _static(model: LabModel) -> dict[str, DerivedDim]:

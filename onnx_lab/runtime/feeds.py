@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from onnx_lab.core.derived import with_derived
+from onnx_lab.core.derived import length_sums, with_derived
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dtype_name, shape_tuple, validate_dims
 from onnx_lab.core.source import resolve
@@ -79,6 +79,12 @@ def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
                     unnamed.add(name)
                 resolved.append(-1)
         out[name] = tuple(resolved)
+    # A decoder's total length follows from the past and new lengths: when those are missing
+    # too, ask for them only (a total given beside them could contradict their sum).
+    sums = {d: s for d, s in length_sums(model).items()
+            if d in named and len(named) > 1}
+    for d in sums:
+        del named[d]
     if missing or named:
         # One entry per symbolic dim with the inputs using it (BERT listed 'batch' and
         # 'sequence' once per input: six entries for two values to give).
@@ -87,7 +93,7 @@ def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
         if named:
             # 1 is a fine batch or sequence length, but not an image size: a detector run at
             # 1x1 says nothing. Spatial sizes come from the model (metadata) or the user.
-            typical = _typical_dims(model)
+            typical = {**_past_lengths(model), **_typical_dims(model)}
             fixes.append("dims={" + ", ".join(
                 f"{d!r}: {typical.get(d, '...' if _is_spatial(d) else 1)}"
                 for d in sorted(named)) + "}")
@@ -96,8 +102,10 @@ def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
         asked = [d for d in sorted(named) if d not in _typical_dims(model) and _is_spatial(d)]
         ask = (f" Choose the size of {', '.join(map(repr, asked))} the model is meant to run "
                "at." if asked else "")
+        derived = "".join(f" {d!r} is {s}, filled in once those are given." for d, s in
+                          sums.items())
         err = DimError(
-            f"Unresolved dims: {'; '.join(problems)}.",
+            f"Unresolved dims: {'; '.join(problems)}.{derived}",
             fix=f"Pass {' and '.join(fixes)} (to open(), or to this call; "
             f"on the CLI --dims NAME=V / --shape INPUT:AxB).{ask}")
         err.dims = sorted(named)  # the widgets' run-context bar focuses these fields
@@ -107,8 +115,22 @@ def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
 
 def _is_spatial(dim: str) -> bool:
     d = dim.lower()
+    if "batch" in d:  # batch_size is a count, not an image size
+        return False
     return any(k in d for k in ("height", "width", "img", "image", "size")) or d in (
         "h", "w", "x", "y")
+
+
+def _past_lengths(model: LabModel) -> dict[str, int]:
+    """A decoder's past length: 0 (an empty cache, the prefill) is the size to start from."""
+    from onnx_lab.core.llm import decoder_io
+    from onnx_lab.errors import CacheError
+
+    try:
+        io = decoder_io(model)
+    except CacheError:
+        return {}
+    return {io.past_dim: 0} if io is not None and io.past_dim else {}
 
 
 def _typical_dims(model: LabModel) -> dict[str, int]:

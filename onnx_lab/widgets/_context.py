@@ -22,21 +22,13 @@ _USED_BY = re.compile(r"'([^']+)' \(used by")
 
 def _derived_hints(model: Any, names: list[str]) -> dict[str, tuple[str, str]]:
     """{dim: (placeholder, tooltip)} for the dims the model determines."""
-    from onnx_lab.core.derived import derived_dims
-    from onnx_lab.core.llm import decoder_io
-    from onnx_lab.errors import CacheError
+    from onnx_lab.core.derived import derived_dims, length_sums
 
     out = {n: (f"{d.value} (derived)", d.source) for n, d in derived_dims(model).items()}
-    try:
-        io = decoder_io(model)
-    except CacheError:
-        io = None
-    if io is not None and io.past_dim and io.sequence_dim:
-        # total = past + new, derived once both lengths are given
-        probe = derived_dims(model, {io.past_dim: 0, io.sequence_dim: 1})
-        for n, d in probe.items():
-            if d.kind == "lengths" and n in names:
-                out[n] = (f"{io.past_dim} + {io.sequence_dim}", d.source)
+    for n, total in length_sums(model).items():  # derived once both lengths are given
+        if n in names:
+            out[n] = ("past + new", f"{n} = {total}, filled in (the cache grows by the new "
+                                    "tokens)")
     return out
 
 
@@ -86,8 +78,9 @@ class RunContext(w.VBox):
         for d in names:
             val = start_dims.get(d)
             hint, source = derived.get(d, (d, ""))
+            # Long names (genai's total_sequence_length) leave room for the value and hint.
             f = w.Text(value="" if val is None else str(val), placeholder=hint,
-                       description=d, layout=w.Layout(width="190px"),
+                       description=d, layout=w.Layout(width=f"{max(190, 7 * len(d) + 120)}px"),
                        style={"description_width": "initial"}, tooltip=source or None)
             if source:
                 f.add_class("onnx-lab-dim-derived")

@@ -221,3 +221,20 @@ def test_group_query_attention_with_separate_key_and_value(tmp_path):
     lab = onnx_lab.open(path, dims={"batch": 1, "seq": 3, "past": 4})
     out = _run(lab, make_feeds(lab))
     assert out["present.0.key"].shape == (1, kvh, 7, head)
+
+
+def test_unresolved_dims_of_a_decoder_ask_only_for_batch_and_lengths():
+    lab = onnx_lab.open("sample:tiny_llm")
+    with pytest.raises(DimError) as e:
+        lab.cost()
+    msg = str(e.value)
+    assert "'total_sequence_length' is past_sequence_length + sequence_length, filled in" in msg
+    assert "'kv_cache_dim'" not in msg and "Choose the size" not in msg
+    fix = "dims={'batch_size': 1, 'past_sequence_length': 0, 'sequence_length': 1}"
+    assert fix in msg
+    # Following the fix word for word works.
+    assert onnx_lab.open("sample:tiny_llm", dims={"batch_size": 1, "past_sequence_length": 0,
+                                                  "sequence_length": 1}).cost().total["flops"]
+    rows = lab.check(load=False).set_index("message")
+    assert any("the model determines it (16" in m for m in rows.index)
+    assert any("past_sequence_length + sequence_length, filled in" in m for m in rows.index)
