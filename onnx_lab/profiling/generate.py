@@ -237,6 +237,12 @@ def _prompt_ids(prompt: Any, batch: int, layout: CacheLayout, lm: LabModel,
         raise InputError(f"prompt ids must be integers shaped (tokens,) or (batch, tokens), "
                          f"got dtype {ids.dtype} shape {list(ids.shape)}.",
                          fix="Pass a list of token ids.")
+    vocab = layout.vocab or _embedding_rows(lm, layout.roles["input_ids"])
+    if ids.min() < 0 or (vocab is not None and ids.max() >= vocab):
+        where = f"in [0, {vocab}) (the vocabulary of {layout.logits!r})" if vocab is not None \
+            else ">= 0"
+        raise InputError(f"prompt ids must lie {where}, got {int(ids.min())}.."
+                         f"{int(ids.max())}.", fix="Pass token ids of this model's tokenizer.")
     return np.ascontiguousarray(ids, dtype=np.int64)
 
 

@@ -293,7 +293,8 @@ def test_symbolic_head_dims_derived_or_asked_for():
 
 
 @pytest.mark.parametrize("kw", [{"new_tokens": 0}, {"batch": 0}, {"prompt": 0},
-                                {"prompt": [[1.5, 2.0]]}, {"profile_runs": -1},
+                                {"prompt": [[1.5, 2.0]]}, {"prompt": [3, 64]},
+                                {"prompt": [-1, 2]}, {"profile_runs": -1},
                                 {"budget_s": 0}, {"runs": 0}])
 def test_bad_counts(gqa, kw):
     args = {"prompt": 4, "new_tokens": 2, "runs": 1, "providers": "cpu", **kw}
