@@ -12,7 +12,10 @@ such dims and says where each value came from:
 - **config**: ``genai_config.json`` beside the model file (``head_size``,
   ``num_key_value_heads``);
 - **lengths**: the total length of a decoder's step, past + new tokens (``total_sequence_length``
-  = ``past_sequence_length`` + ``sequence_length``), once both are given.
+  = ``past_sequence_length`` + ``sequence_length``), once both are given. That is the layout of
+  separate past and present buffers; with onnxruntime-genai's shared buffer
+  (``past_present_share_buffer``) the past input is the whole buffer and the total is shorter:
+  give it explicitly then.
 
 A dim the user gives always wins over a derived one; :func:`with_derived` merges them, and
 :meth:`LabModel.types <onnx_lab.core.model.LabModel.types>` and the feeds use it, so
