@@ -4,6 +4,7 @@ cache, budgets and cancel, and one clear error for each bad input."""
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 
@@ -158,6 +159,7 @@ def test_lab_facade_random_prompt_and_batch(tmp_path, gqa):
     assert len(g.ops) == 0 and any("profile_runs=0" in n for n in g.notes)
     assert g.stats("decode").tokens_per_s == pytest.approx(2e3 / g.decode_ms_per_token)
     assert onnx_lab.profile_generation is profile_generation
+    assert gc.isenabled()  # paused during each generation only
 
 
 @pytest.mark.parametrize("names", [
