@@ -115,11 +115,13 @@ def unfused_decoder(layers: int = 2, vocab: int = 64, hidden: int = 32, heads: i
                     past_names: tuple[str, str] = ("past_key_values.{i}.key",
                                                    "past_key_values.{i}.value"),
                     present_names: tuple[str, str] = ("present.{i}.key", "present.{i}.value"),
-                    opset: int = 17) -> onnx.ModelProto:
+                    combined: bool = False, opset: int = 17) -> onnx.ModelProto:
     """An optimum-style decoder with standard ops only (see the module docstring).
 
     ``position_ids=False`` drops that input (positions come from ``attention_mask``'s
-    cumulative sum, as some exports compute them).
+    cumulative sum, as some exports compute them). ``combined=True``: older GPT-2 exports'
+    one cache tensor per layer, ``past.{i}`` [2, batch, heads, past_seq, head] holding key and
+    value, returned as ``present.{i}``.
     """
     rng = np.random.default_rng(seed)
     hd = hidden // heads
@@ -186,12 +188,29 @@ def unfused_decoder(layers: int = 2, vocab: int = 64, hidden: int = 32, heads: i
         p = f"h.{i}"
         pk, pv = (n.format(i=i) for n in past_names)
         ok, ov = (n.format(i=i) for n in present_names)
-        for name in (pk, pv):
-            ins.append(helper.make_tensor_value_info(name, TensorProto.FLOAT,
-                                                     ["batch", heads, "past_seq", hd]))
-        for name in (ok, ov):
-            outs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT,
-                                                      ["batch", heads, "past_seq+seq", hd]))
+        if combined:
+            pk, pv, ok, ov = (f"{p}/{n}" for n in ("pk", "pv", "ok", "ov"))
+            ins.append(helper.make_tensor_value_info(f"past.{i}", TensorProto.FLOAT,
+                                                     [2, "batch", heads, "past_seq", hd]))
+            outs.append(helper.make_tensor_value_info(f"present.{i}", TensorProto.FLOAT,
+                                                      [2, "batch", heads, "past_seq+seq", hd]))
+            nodes += [
+                helper.make_node("Split", [f"past.{i}"], [f"{p}/pk1", f"{p}/pv1"],
+                                 name=f"{p}/split_past", axis=0),
+                helper.make_node("Squeeze", [f"{p}/pk1", "zero"], [pk], name=f"{p}/sq_k"),
+                helper.make_node("Squeeze", [f"{p}/pv1", "zero"], [pv], name=f"{p}/sq_v"),
+                helper.make_node("Unsqueeze", [ok, "zero"], [f"{p}/ok1"], name=f"{p}/us_k"),
+                helper.make_node("Unsqueeze", [ov, "zero"], [f"{p}/ov1"], name=f"{p}/us_v"),
+                helper.make_node("Concat", [f"{p}/ok1", f"{p}/ov1"], [f"present.{i}"],
+                                 name=f"{p}/present", axis=0),
+            ]
+        else:
+            for name in (pk, pv):
+                ins.append(helper.make_tensor_value_info(name, TensorProto.FLOAT,
+                                                         ["batch", heads, "past_seq", hd]))
+            for name in (ok, ov):
+                outs.append(helper.make_tensor_value_info(
+                    name, TensorProto.FLOAT, ["batch", heads, "past_seq+seq", hd]))
         for w in ("q", "k", "v", "o"):
             init(f"{p}.{w}", _w(rng, hidden, hidden))
         init(f"{p}.fc", _w(rng, hidden, 2 * hidden))

@@ -442,16 +442,19 @@ def genai_build(folder: str | Path, precision: str = "fp32") -> Path:
     import subprocess
     import sys
 
+    def run(*args: str) -> None:
+        p = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600)
+        if p.returncode:
+            raise RuntimeError(f"{' '.join(args[:3])} failed:\n{p.stderr[-3000:]}")
+
     folder = Path(folder)
     hf = folder / "hf_tiny_llama"
     if not (hf / "config.json").exists():
-        subprocess.run([sys.executable, "-c", _HF_TINY_LLAMA, str(hf)], check=True,
-                       capture_output=True)
+        run("-c", _HF_TINY_LLAMA, str(hf))
     out = folder / f"genai_{precision}"
     if not (out / "model.onnx").exists():
-        subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
-                        "-o", str(out), "-p", precision, "-e", "cpu", "-c",
-                        str(folder / "genai_cache")], check=True, capture_output=True)
+        run("-m", "onnxruntime_genai.models.builder", "-i", str(hf), "-o", str(out), "-p",
+            precision, "-e", "cpu", "-c", str(folder / "genai_cache"))
     return out / "model.onnx"
 
 

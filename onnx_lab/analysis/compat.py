@@ -80,7 +80,9 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
         external_data, external_data_missing, low_precision, proto_size,
         model_local_function, runtime_constants, onnxruntime_op (a default-domain op ONNX
         does not define and onnxruntime registers: a warning, onnxruntime only),
-        stale_value_info (an intermediate's declared shape differs from the inferred one).
+        stale_value_info (an intermediate's declared shape differs from the inferred one),
+        kv_cache_pairing (a decoder's past_key_values.* inputs and present.* outputs cannot
+        be paired: a generation loop cannot feed its cache back).
 
     Example:
         >>> check("sample:convnet").code.tolist()
@@ -93,6 +95,7 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
     rows += _domains(lm)
     rows += _opsets(lm)
     rows += _dynamic(lm)
+    rows += _kv_cache(lm)
     rows += _initializer_inputs(lm)
     rows += _external(lm)
     rows += _precision(lm)
@@ -456,6 +459,19 @@ def _dynamic(lm: LabModel) -> list[dict]:
                          f"Pass dims={example} / shapes= to analyse and run it; static-shape "
                          f"runtimes need lab.fix_dims({example})."))
     return rows
+
+
+def _kv_cache(lm: LabModel) -> list[dict]:
+    """A decoder whose past_key_values.* inputs and present.* outputs cannot be paired: it
+    runs once, but a generation loop cannot feed its cache back."""
+    from onnx_lab.core.llm import decoder_io
+    from onnx_lab.errors import CacheError
+
+    try:
+        decoder_io(lm)
+    except CacheError as e:
+        return [_row("warning", "kv_cache_pairing", None, e.problem, e.fix or "")]
+    return []
 
 
 def _initializer_inputs(lm: LabModel) -> list[dict]:

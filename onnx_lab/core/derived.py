@@ -12,7 +12,10 @@ such dims and says where each value came from:
 - **config**: ``genai_config.json`` beside the model file (``head_size``,
   ``num_key_value_heads``);
 - **lengths**: the total length of a decoder's step, past + new tokens (``total_sequence_length``
-  = ``past_sequence_length`` + ``sequence_length``), once both are given.
+  = ``past_sequence_length`` + ``sequence_length``), once both are given. That is the layout of
+  separate past and present buffers; with onnxruntime-genai's shared buffer
+  (``past_present_share_buffer``) the past input is the whole buffer and the total is shorter:
+  give it explicitly then.
 
 A dim the user gives always wins over a derived one; :func:`with_derived` merges them, and
 :meth:`LabModel.types <onnx_lab.core.model.LabModel.types>` and the feeds use it, so
@@ -34,7 +37,9 @@ from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
-from onnx_lab.core.shapes import shape_tuple
+from onnx_lab.core.llm import decoder_io, genai_config
+from onnx_lab.core.shapes import dynamic_dims, infer_types, shape_tuple
+from onnx_lab.errors import CacheError
 
 if TYPE_CHECKING:
     from onnx_lab.core.model import LabModel
@@ -74,7 +79,7 @@ def derived_dims(model: LabModel, dims: Mapping[str, int] | None = None
 
     Example:
         >>> derived_dims(lab.model)["kv_cache_dim"].source
-        "GroupQueryAttention '/model/layers.0/attn/GroupQueryAttention': query width 128 / (4 + 2·2 kv) heads"
+        "GroupQueryAttention '/model/layers.0/attn/GroupQueryAttention': packed query width 128 / (4 + 2·2 kv) heads"
     """
     dims = dict(dims or {})
     out = {n: d for n, d in _static(model).items() if n not in dims}
@@ -98,11 +103,9 @@ def length_sums(model: LabModel) -> dict[str, str]:
         >>> length_sums(model)
         {'total_sequence_length': 'past_sequence_length + sequence_length'}
     """
-    from onnx_lab.core.llm import decoder_io
-
     try:
         io = decoder_io(model)
-    except Exception:  # noqa: BLE001 - an unpairable cache is reported by decoder_io's users
+    except CacheError:  # reported by decoder_io's users (check, generation)
         return {}
     if io is None or not io.past_dim or not io.sequence_dim:
         return {}
@@ -117,8 +120,6 @@ def _static(model: LabModel) -> dict[str, DerivedDim]:
 
 
 def _find_static(model: LabModel) -> dict[str, DerivedDim]:
-    from onnx_lab.core.shapes import dynamic_dims
-
     symbolic = {d for d in dynamic_dims(model) if d != "?"}
     if not symbolic:
         return {}
@@ -183,8 +184,6 @@ class _Widths:
         if v is None or not v.name:
             return None
         if self._types is None:
-            from onnx_lab.core.shapes import infer_types
-
             self._types = infer_types(self.model)  # raw: no derived dims (no recursion)
         info = self._types.get(v.name)
         if info is None or not info.shape or not isinstance(info.shape[-1], int):
@@ -271,15 +270,13 @@ def _from_consumer(node: ir.Node, slot: int, shape: tuple, widths: _Widths):
 
 def _from_genai_config(model: LabModel, symbolic: set[str]) -> dict[str, DerivedDim]:
     """``head_size`` and ``num_key_value_heads`` of genai_config.json for the cache's dims."""
-    from onnx_lab.core.llm import decoder_io, genai_config
-
     cfg = genai_config(model)
     if not cfg:
         return {}
     decoder = (cfg.get("model") or {}).get("decoder") or {}
     try:
         io = decoder_io(model)
-    except Exception:  # noqa: BLE001 - an unpairable cache is reported by decoder_io's users
+    except CacheError:  # reported by decoder_io's users (check, generation)
         return {}
     if io is None or not io.cache:
         return {}
@@ -297,19 +294,15 @@ def _from_genai_config(model: LabModel, symbolic: set[str]) -> dict[str, Derived
 
 def _total_length(model: LabModel, dims: Mapping[str, int]) -> DerivedDim | None:
     """total = past + new tokens of a KV-cache decoder, once both lengths are given."""
-    from onnx_lab.core.llm import decoder_io
-
     try:
         io = decoder_io(model)
-    except Exception:  # noqa: BLE001 - reported by decoder_io's users
+    except CacheError:  # reported by decoder_io's users (check, generation)
         return None
     if io is None:
         return None
     past, new = io.past_dim, io.sequence_dim
     total = io.total_dim
     mask = _mask_length_dim(model, io.attention_mask)
-    from onnx_lab.core.shapes import dynamic_dims
-
     symbolic = dynamic_dims(model)
     name = total if total in symbolic else mask
     if not name or name in (past, new) or name not in symbolic:

@@ -286,6 +286,18 @@ def require_decoder_io(model: LabModel) -> DecoderIO:
     io = decoder_io(model)
     if io is None:
         inputs = [v.name for v in model.graph.inputs if v.name not in model.graph.initializers]
+        past = [n for n in inputs if (cache_key(n) or ("",))[0] == "past"]
+        present = [v.name for v in model.graph.outputs
+                   if (cache_key(v.name) or ("",))[0] == "present"]
+        if past or present:
+            have, lack = (("inputs", "outputs"), ("outputs", "inputs"))[bool(present)]
+            names = past or present
+            raise CacheError(
+                f"The model has cache {have} {', '.join(map(repr, names[:4]))}"
+                f"{' ...' if len(names) > 4 else ''} but no cache {lack} to pair them with: "
+                "the cache cannot be fed back.",
+                fix="Export with the present.* outputs (use_cache=True) and the "
+                    "past_key_values.* inputs.")
         raise CacheError(
             f"The model has no KV-cache inputs (its inputs are {inputs[:6]}"
             f"{' ...' if len(inputs) > 6 else ''}): it is not a decoder exported with a cache.",
@@ -308,7 +320,9 @@ def _decoder_io(model: LabModel) -> DecoderIO | None:
         key = cache_key(v.name)
         if key is not None and key[0] == "present":
             present.setdefault(key[1:], []).append(v)
-    if not past and not present:
+    if not past or not present:
+        # Past-like inputs without any present-like output (or the reverse) are not a KV cache
+        # (a streaming model's "past_state" input...): not a decoder, no false alarm.
         return None
     problems: list[str] = []
     for side, found in (("input", past), ("output", present)):

@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -237,6 +238,12 @@ def _prompt_ids(prompt: Any, batch: int, layout: CacheLayout, lm: LabModel,
         raise InputError(f"prompt ids must be integers shaped (tokens,) or (batch, tokens), "
                          f"got dtype {ids.dtype} shape {list(ids.shape)}.",
                          fix="Pass a list of token ids.")
+    vocab = layout.vocab or _embedding_rows(lm, layout.roles["input_ids"])
+    if ids.min() < 0 or (vocab is not None and ids.max() >= vocab):
+        where = f"in [0, {vocab}) (the vocabulary of {layout.logits!r})" if vocab is not None \
+            else ">= 0"
+        raise InputError(f"prompt ids must lie {where}, got {int(ids.min())}.."
+                         f"{int(ids.max())}.", fix="Pass token ids of this model's tokenizer.")
     return np.ascontiguousarray(ids, dtype=np.int64)
 
 
@@ -330,9 +337,22 @@ class _Loop:
     def generate(self, ms: np.ndarray, cancel: Any = None) -> tuple[np.ndarray, int, list]:
         """Run one generation, writing each step's wall ms into ``ms`` (length N + 1).
 
+        Python's cyclic garbage collector is paused during the generation (as ``timeit``
+        does) and runs after it: a collection of the process's objects is not the model's
+        time, and it would land on whichever step allocated last.
+
         Returns:
             (tokens (batch, steps), steps done, the last present values).
         """
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._generate(ms, cancel)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _generate(self, ms: np.ndarray, cancel: Any) -> tuple[np.ndarray, int, list]:
         perf = time.perf_counter
         tokens = np.empty((self.b, self.N + 1), np.int64)
         ids = self.prompt.astype(self.ids_dt, copy=False)
@@ -341,7 +361,7 @@ class _Loop:
         run = self.sess.run
         outs = self.outs
         done = 0
-        presents: list = []
+        res: list = []
         for step in range(self.N + 1):
             if step and cancel is not None and cancelled(cancel):
                 break
@@ -371,10 +391,9 @@ class _Loop:
             tokens[:, step] = nxt[:, 0]
             past_len += ids.shape[1]
             past = {p: res[i] for p, i in self.pi}
-            presents = [res[i] for _, i in self.pi]
             ids = nxt
             done = step + 1
-        return tokens[:, :done], done, presents
+        return tokens[:, :done], done, [res[i] for _, i in self.pi] if done else []
 
 
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16",

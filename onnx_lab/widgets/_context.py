@@ -27,7 +27,8 @@ def _derived_hints(model: Any, names: list[str]) -> dict[str, tuple[str, str]]:
     out = {n: (f"{d.value} (derived)", d.source) for n, d in derived_dims(model).items()}
     for n, total in length_sums(model).items():  # derived once both lengths are given
         if n in names:
-            out[n] = (total, f"{total} (the cache grows by the new tokens)")
+            out[n] = ("past + new", f"{n} = {total}, filled in (the cache grows by the new "
+                                    "tokens)")
     return out
 
 
@@ -77,8 +78,9 @@ class RunContext(w.VBox):
         for d in names:
             val = start_dims.get(d)
             hint, source = derived.get(d, (d, ""))
+            # Long names (genai's total_sequence_length) leave room for the value and hint.
             f = w.Text(value="" if val is None else str(val), placeholder=hint,
-                       description=d, layout=w.Layout(width="190px"),
+                       description=d, layout=w.Layout(width=f"{max(190, 7 * len(d) + 120)}px"),
                        style={"description_width": "initial"}, tooltip=source or None)
             if source:
                 f.add_class("onnx-lab-dim-derived")

@@ -330,3 +330,15 @@ def test_genai_built_model_checks_without_errors(genai_model, precision):
     df = check(genai_model(precision))
     assert not (df.severity == "error").any(), df.message.tolist()
     assert "onnxruntime_op" in _codes(df)
+
+
+def test_unpairable_kv_cache_is_named_and_a_paired_one_is_silent():
+    m = _model([helper.make_node("Identity", ["past_key_values.0.key"], ["present.0.key"]),
+                helper.make_node("Identity", ["past_key_values.0.value"], ["present.1.value"])],
+               [_vi("past_key_values.0.key", [1, 2, 3, 4]),
+                _vi("past_key_values.0.value", [1, 2, 3, 4])],
+               [_vi("present.0.key", [1, 2, 3, 4]), _vi("present.1.value", [1, 2, 3, 4])])
+    row = check(m, load=False).loc[lambda d: d.code == "kv_cache_pairing"].iloc[0]
+    assert row.severity == "warning"
+    assert "'past_key_values.0.value'" in row.message and "'present.1.value'" in row.message
+    assert "kv_cache_pairing" not in _codes(check("sample:tiny_llm", load=False))

@@ -158,3 +158,22 @@ def test_genai_built_model(genai_model):
     io = decoder_io(load_source(genai_model("fp32")))
     assert io.num_layers >= 1 and io.past_dim == "past_sequence_length"
     assert io.cache[0].shape[-1] == "kv_cache_dim"
+
+
+def test_past_like_inputs_without_present_outputs_are_not_a_decoder():
+    """A streaming model's state input named past_*: no KV cache, no false alarm in cost; asking
+    for a decoder names what is missing."""
+    fl = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "past_state_0"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", fl, [1, 4]),
+         helper.make_tensor_value_info("past_state_0", fl, [1, 4])],
+        [helper.make_tensor_value_info("y", fl, [1, 4])])
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert decoder_io(model) is None
+    with pytest.raises(CacheError, match="cache inputs 'past_state_0' but no cache outputs"):
+        require_decoder_io(model)
+    from onnx_lab.analysis.cost import cost
+
+    c = cost(model)
+    assert c.kv_cache is None and not any("KV cache" in n for n in c.notes)

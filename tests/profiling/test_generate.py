@@ -4,6 +4,7 @@ cache, budgets and cancel, and one clear error for each bad input."""
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 
@@ -158,6 +159,7 @@ def test_lab_facade_random_prompt_and_batch(tmp_path, gqa):
     assert len(g.ops) == 0 and any("profile_runs=0" in n for n in g.notes)
     assert g.stats("decode").tokens_per_s == pytest.approx(2e3 / g.decode_ms_per_token)
     assert onnx_lab.profile_generation is profile_generation
+    assert gc.isenabled()  # paused during each generation only
 
 
 @pytest.mark.parametrize("names", [
@@ -172,6 +174,17 @@ def test_other_cache_naming(names):
     assert [p for p, _ in g.layout.pairs] == [names[0][j].format(i=i) for i in range(2)
                                               for j in range(2)]
     assert g.tokens[0].tolist() == _reference_tokens(model, np.array([1, 2, 3]), 4)
+
+
+def test_one_cache_tensor_per_layer():
+    # past.{i} [2, batch, heads, past, head] holds key and value (older GPT-2 exports)
+    model = unfused_decoder(combined=True)
+    g = profile_generation(model, prompt=[5, 1, 4], new_tokens=4, runs=1, warmup=0,
+                           profile_runs=0, providers="cpu", progress=False)
+    assert g.layout.pairs == [("past.0", "present.0"), ("past.1", "present.1")]
+    assert g.layout.seq_axis["past.0"] == 3
+    assert g.tokens[0].tolist() == _reference_tokens(unfused_decoder(), np.array([5, 1, 4]), 4)
+    assert g.memory.kv_cache_bytes.iloc[0] == 2 * 2 * 2 * 7 * 16 * 4
 
 
 def test_positions_from_the_mask_without_position_ids():
@@ -189,6 +202,13 @@ def test_budget_mode_stops_by_itself(gqa):
     assert set(st.stopped) <= {"stable", "budget"}
     assert g.budget_s == 1.0 and (st.runs > 0).all()
     assert (st.latency_from == "unprofiled").all()
+
+
+def test_budget_bounds_fixed_runs(gqa):
+    g = profile_generation(gqa, prompt=4, new_tokens=4, runs=100_000, budget_s=0.5,
+                           providers="cpu", progress=False)
+    assert set(g.latency_stats.stopped) == {"budget"}
+    assert 1 <= len(g.generations) < 100_000 and g.runs == 100_000
 
 
 def test_cancel_returns_what_was_measured(gqa):
@@ -275,7 +295,8 @@ def test_symbolic_head_dims_derived_or_asked_for():
 
 
 @pytest.mark.parametrize("kw", [{"new_tokens": 0}, {"batch": 0}, {"prompt": 0},
-                                {"prompt": [[1.5, 2.0]]}, {"profile_runs": -1},
+                                {"prompt": [[1.5, 2.0]]}, {"prompt": [3, 64]},
+                                {"prompt": [-1, 2]}, {"profile_runs": -1},
                                 {"budget_s": 0}, {"runs": 0}])
 def test_bad_counts(gqa, kw):
     args = {"prompt": 4, "new_tokens": 2, "runs": 1, "providers": "cpu", **kw}

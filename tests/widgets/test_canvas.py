@@ -130,7 +130,8 @@ def test_dims_bar_of_a_decoder_llm_empty_cache_and_derived_dims():
     assert "GroupQueryAttention" in head.tooltip
     assert "onnx-lab-dim-derived" in head._dom_classes
     total = bar.dim_fields["total_sequence_length"]
-    assert total.placeholder == "past_sequence_length + sequence_length"
+    assert total.placeholder == "past + new"
+    assert "past_sequence_length + sequence_length" in total.tooltip
     bar.set_dims({"batch_size": 1, "sequence_length": 8, "past_sequence_length": -1})
     p.run_profile()
     assert type(p.error).__name__ == "DimError" and ">= 0, got -1" in str(p.error)
