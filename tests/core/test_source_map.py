@@ -1,0 +1,235 @@
+"""Source map: the PyTorch module and line of every node, kept through every step."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.core.source_map import (
+    SCOPES_KEY,
+    SOURCES_KEY,
+    STACK_KEY,
+    group_by_module,
+    module_at,
+    source_share,
+    user_frame,
+)
+from onnx_lab.render.details import node_details, node_details_html
+
+_TRACE = ('File "/home/me/net.py", line 21, in forward\n    y = self.block(x)\n'
+          '  File "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1775, '
+          'in _call_impl\n    return forward_call(*args, **kwargs)\n'
+          '  File "/home/me/net.py", line {line}, in forward\n    {code}\n'
+          '  File "/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py", line 565, '
+          'in forward\n    return self._conv_forward(input, self.weight, self.bias)')
+
+
+def _meta(node: onnx.NodeProto, scopes: list[str], classes: list[str], line: int,
+          code: str) -> None:
+    for k, v in ((SCOPES_KEY, repr(scopes)), ("pkg.torch.onnx.class_hierarchy", repr(classes)),
+                 (STACK_KEY, _TRACE.format(line=line, code=code)),
+                 ("namespace", "/".join(f"{s}: {c}" for s, c in zip(scopes, classes)))):
+        node.metadata_props.add(key=k, value=v)
+
+
+def sourced_convnet(with_metadata: bool = True) -> onnx.ModelProto:
+    """Conv -> BatchNormalization -> Relu -> Add, named and annotated as torch.onnx's dynamo
+    exporter does (module block: conv, bn, act)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")]
+    for n in ("scale", "bias", "mean"):
+        inits.append(numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), n))
+    inits.append(numpy_helper.from_array(rng.uniform(0.5, 1.5, 4).astype(np.float32), "var"))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="node_conv2d", pads=[1] * 4),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["n"],
+                              name="node_batch_norm"),
+             helper.make_node("Relu", ["n"], ["r"], name="node_relu"),
+             helper.make_node("Add", ["r", "r"], ["y"], name="node_add")]
+    if with_metadata:
+        root = "__main__.Net"
+        blk = "__main__.Block"
+        _meta(nodes[0], ["", "block", "block.conv", "conv2d"],
+              [root, blk, "torch.nn.modules.conv.Conv2d", "aten.conv2d.default"], 12,
+              "return self.act(self.bn(self.conv(x)))")
+        _meta(nodes[1], ["", "block", "block.bn", "batch_norm"],
+              [root, blk, "torch.nn.modules.batchnorm.BatchNorm2d", "aten.batch_norm.default"],
+              12, "return self.act(self.bn(self.conv(x)))")
+        _meta(nodes[2], ["", "block", "block.act", "relu"],
+              [root, blk, "torch.nn.modules.activation.ReLU", "aten.relu.default"], 12,
+              "return self.act(self.bn(self.conv(x)))")
+        _meta(nodes[3], ["", "add"], [root, "aten.add.Tensor"], 22, "return y + y")
+    g = helper.make_graph(nodes, "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_user_frame_is_the_innermost_frame_outside_torch():
+    f = user_frame(_TRACE.format(line=12, code="return self.conv(x)"))
+    assert f == {"file": "/home/me/net.py", "line": 12, "function": "forward",
+                 "code": "return self.conv(x)"}
+    assert user_frame(None) is None and user_frame("no frames here") is None
+
+
+def test_source_columns_from_exporter_metadata():
+    lab = onnx_lab.open(sourced_convnet())
+    n = lab.nodes.set_index("node_id")
+    r = n.loc["node_conv2d"]
+    assert r["module"] == "block.conv" and r["module_class"] == "torch.nn.modules.conv.Conv2d"
+    assert (r["source_file"], r["source_line"], r["source_function"]) == \
+        ("/home/me/net.py", 12, "forward")
+    assert r["source_code"] == "return self.act(self.bn(self.conv(x)))"
+    assert r["source_kind"] == "metadata" and r["source_modules"] == ["block.conv"]
+    add = n.loc["node_add"]  # an op of the root module itself
+    assert add["module"] == "" and add["module_class"] == "__main__.Net"
+    assert add["source_line"] == 22
+    assert source_share(lab.model) == 1.0
+    assert lab.history.source_share.tolist() == [1.0]
+
+
+def test_without_metadata_modules_are_inferred_from_name_scopes_or_unknown():
+    lab = onnx_lab.open("sample:convnet")  # TorchScript-style '/stem/conv/Conv' names
+    r = lab.nodes.set_index("node_id").loc["/stem/conv/Conv"]
+    assert r["module"] == "stem.conv" and r["source_kind"] == "inferred"
+    assert r["module_class"] is None and r["source_file"] is None
+    assert pd_isna(r["source_line"])
+    bare = onnx_lab.open(sourced_convnet(with_metadata=False))  # 'node_conv2d': no scope
+    t = bare.nodes
+    assert t["module"].isna().all() and t["source_kind"].isna().all()
+    assert source_share(bare.model) == 0.0
+
+
+def pd_isna(v) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(v))
+
+
+def test_own_pass_merges_sources_and_save_keeps_standard_keys(tmp_path):
+    lab = onnx_lab.open(sourced_convnet())
+    r = lab.apply("fuse_conv_bn")
+    assert r.modified and r.verify_passed
+    row = lab.nodes.set_index("node_id").loc["node_conv2d"]
+    # The fused Conv stands for block.conv and block.bn: their shared module is block.
+    assert row["module"] == "block" and row["module_class"] == "__main__.Block"
+    assert row["source_modules"] == ["block.conv", "block.bn"]
+    assert lab.history.source_share.tolist() == [1.0, 1.0]
+    lab.save(tmp_path / "fused.onnx")
+    saved = onnx.load(tmp_path / "fused.onnx")
+    conv = next(n for n in saved.graph.node if n.op_type == "Conv")
+    md = {p.key: p.value for p in conv.metadata_props}
+    assert eval(md[SCOPES_KEY]) == ["", "block", "node_conv2d"]  # noqa: S307 - a list literal
+    assert md["namespace"].startswith(": __main__.Net/block: __main__.Block/node_conv2d")
+    assert "line 12" in md[STACK_KEY]
+    assert [p["module"] for p in json.loads(md[SOURCES_KEY])] == ["block.conv", "block.bn"]
+    again = onnx_lab.open(tmp_path / "fused.onnx").nodes.set_index("node_id")
+    assert again.loc["node_conv2d", "source_modules"] == ["block.conv", "block.bn"]
+    # Untouched nodes keep their own metadata as exported.
+    relu = next(n for n in saved.graph.node if n.op_type == "Relu")
+    assert SOURCES_KEY not in {p.key for p in relu.metadata_props}
+
+
+@pytest.mark.parametrize("step", ["ort:extended", "onnxsim", "onnxoptimizer"])
+def test_tool_steps_carry_sources(step):
+    lab = onnx_lab.open(sourced_convnet())
+    r = lab.apply(step)
+    assert r.modified and r.verify_passed
+    t = lab.nodes
+    assert t["source_kind"].eq("metadata").all()
+    fused = t.loc[t.source_modules.map(len) > 1]
+    assert len(fused) >= 1
+    assert set(fused.iloc[0]["source_modules"]) >= {"block.conv", "block.bn"}
+    assert lab.history.source_share.iloc[-1] == 1.0
+
+
+def test_module_grouping_and_depth():
+    lab = onnx_lab.open(sourced_convnet())
+    assert module_at(lab.model, 1)["node_conv2d"] == "block"
+    assert module_at(lab.model)["node_conv2d"] == "block.conv"
+    assert module_at(lab.model, 0)["node_conv2d"] == ""
+    frame = lab.nodes[["node_id"]].assign(x=[1.0, 2.0, 4.0, 8.0])
+    g = group_by_module(frame, lab.model, {"x": "sum"}, depth=1)
+    assert g[["module", "n_nodes", "x"]].values.tolist() == [["block", 3, 7.0], ["", 1, 8.0]]
+    assert g.loc[0, "module_class"] == "__main__.Block"
+    with pytest.raises(onnx_lab.errors.InputError):
+        module_at(lab.model, -1)
+
+
+def test_details_panel_shows_module_breadcrumbs_and_lines():
+    lab = onnx_lab.open(sourced_convnet())
+    lab.apply("fuse_conv_bn")
+    d = node_details(lab.model, "node_conv2d")
+    src = d["source"]
+    assert src["module"] == "block" and [c["key"] for c in src["crumbs"]] == ["/block"]
+    assert [p["module"] for p in src["parts"]] == ["block.conv", "block.bn"]
+    html = node_details_html(d)
+    assert "data-expand='/block'" in html and "net.py:12" in html and "came from" in html
+    plain = node_details(onnx_lab.open(sourced_convnet(False)).model, "node_conv2d")
+    assert plain["source"] is None and "olc-source" not in node_details_html(plain)
+
+
+def test_collapse_groups_by_module_and_search_finds_source_lines():
+    lab = onnx_lab.open(sourced_convnet())
+    r = lab.render(collapse=1)
+    assert list(r.groups) == ["/block"]
+    from onnx_lab.render.details import canvas_items
+
+    items = canvas_items(r, lab.model)
+    assert "net.py:12" in items["scope:/block"] and "block.bn" in items["scope:/block"]
+
+
+# ------------------------------------------------------------------ a real torch export
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    pytest.importorskip("torch")
+    from models import decoder_export
+
+    return decoder_export(tmp_path_factory.mktemp("decoder"))
+
+
+TOOL_STEPS = ["onnxsim", "onnxslim", "onnxoptimizer", "ort:basic", "ort:extended",
+              "ort_transformers", "onnxscript_rewrite"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", TOOL_STEPS)
+def test_every_tool_step_keeps_source_on_a_dynamo_export(decoder, step):
+    from onnx_lab.transforms import available
+
+    if step not in set(available().name):
+        pytest.skip(f"{step} is not installed")
+    lab = onnx_lab.open(decoder)
+    before = source_share(lab.model)
+    assert before >= 0.95
+    kw = {"model_type": "gpt2"} if step == "ort_transformers" else {}
+    lab.apply(step, verify=False, **kw)
+    after = lab.history.source_share.iloc[-1]
+    assert after >= 0.99 * before, (step, before, after)
+
+
+@pytest.mark.slow
+def test_fused_attention_of_a_dynamo_decoder_names_its_module_and_lines(decoder):
+    pytest.importorskip("onnxscript")
+    lab = onnx_lab.open(decoder)
+    r = lab.apply("onnxscript_rewrite")
+    assert r.verify_passed
+    t = lab.nodes
+    mha = t.loc[t.op_type == "MultiHeadAttention"].set_index("node_id")
+    assert sorted(mha.module) == ["layers.0.attn", "layers.1.attn"]
+    nid = mha.index[0]
+    d = node_details(lab.model, nid)
+    lines = {p["line"] for p in d["source"]["parts"]}
+    assert len(lines) >= 2 and all(p["file"].endswith("models.py") for p in d["source"]["parts"])
+    # A ModuleList is never called: its items are the levels ('layers.0').
+    assert [c["name"] for c in d["source"]["crumbs"]] == ["layers.0", "attn"]
+    rend = lab.render(collapse=1)
+    assert nid in rend.groups["/layers.0"]
