@@ -28,6 +28,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 # Public functions defined in modules that import heavy dependencies: loaded on first access.
 _LAZY: dict[str, str] = {
     "compare": "onnx_lab.numerics.compare",
+    "compare_torch": "onnx_lab.numerics.torch_compare",
     "diff": "onnx_lab.numerics.diff",
     "profile": "onnx_lab.profiling.run",
 }

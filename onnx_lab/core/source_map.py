@@ -366,7 +366,8 @@ def group_by_module(frame: pd.DataFrame, model: LabModel, agg: Mapping[str, Any]
 
     Args:
         frame: one row per node (a ``key`` column of node ids of ``model``).
-        agg: column -> pandas aggregation (``{"total_ms": "sum", "max_abs": "max"}``).
+        agg: output column -> pandas aggregation of the column of that name, or (column,
+            aggregation) (``{"total_ms": "sum", "min_cosine": ("cosine", "min")}``).
         depth: module levels to keep (None: the deepest module of each node).
         sort: column to sort by, descending (None: by first appearance in the model).
 
@@ -394,8 +395,8 @@ def group_by_module(frame: pd.DataFrame, model: LabModel, agg: Mapping[str, Any]
     df["module"] = module.where(module.notna(), "?").astype(str)
     df["_topo"] = df[key].map(lambda n: topo.get(n, len(topo)))
     g = df.groupby("module", sort=False)
-    out = g.agg(**{c: (c, f) for c, f in agg.items()}) if agg else pd.DataFrame(
-        index=g.size().index)
+    spec = {name: f if isinstance(f, tuple) else (name, f) for name, f in agg.items()}
+    out = g.agg(**spec) if spec else pd.DataFrame(index=g.size().index)
     out.insert(0, "first_topo", g["_topo"].min())
     out.insert(0, "n_nodes", g.size())
     out = out.reset_index()

@@ -233,3 +233,59 @@ def test_fused_attention_of_a_dynamo_decoder_names_its_module_and_lines(decoder)
     assert [c["name"] for c in d["source"]["crumbs"]] == ["layers.0", "attn"]
     rend = lab.render(collapse=1)
     assert nid in rend.groups["/layers.0"]
+
+
+# ------------------------------------------------------------------ by module
+def _planted(model: onnx.ModelProto, weight: str) -> onnx.ModelProto:
+    """``model`` with ``weight`` scaled by 3 (a planted difference)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for t in m.graph.initializer:
+        if t.name == weight:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 3, weight))
+    return m
+
+
+def test_compare_by_module_names_the_first_divergent_module():
+    ref = onnx_lab.open(sourced_convnet())
+    cmp = onnx_lab.compare(ref, onnx_lab.open(_planted(sourced_convnet(), "scale")))
+    assert not cmp.passed
+    assert cmp.first_divergent_module() == "block.bn"
+    assert cmp.first_divergent_module(depth=1) == "block"
+    g = cmp.by_module().set_index("module")
+    assert g.loc["block.bn", "first_divergence"] and g.first_divergence.sum() == 1
+    assert g.loc["block.conv", "n_failed"] == 0 and g.loc["block.bn", "n_failed"] == 1
+    same = onnx_lab.compare(ref, onnx_lab.open(sourced_convnet()))
+    assert same.passed and same.first_divergent_module() is None
+    assert not same.by_module().first_divergence.any()
+
+
+def test_cost_and_profile_by_module():
+    lab = onnx_lab.open(sourced_convnet())
+    c = lab.cost().by_module(depth=1).set_index("module")
+    assert c.loc["block", "n_nodes"] == 3 and c.loc["block", "flops"] > 0
+    assert c.loc["block", "params"] == 4 * 3 * 9 + 4 + 16
+    p = lab.profile(runs=3, warmup=1)
+    t = p.by_module(depth=1)
+    assert set(t.module) <= {"block", ""} and "block" in set(t.module)
+    assert t.time_ms.ge(0).all() and abs(t.share.sum() - 1) < 1e-9
+
+
+def test_sensitivity_by_module():
+    lab = onnx_lab.open(sourced_convnet())
+    s = lab.sensitivity("fp16", by="module", depth=1, recheck=0)
+    assert set(s.module) == {"block", ""} and s.n_nodes.sum() == 4
+
+
+def test_modules_figure_draws_time_error_and_flops():
+    pytest.importorskip("matplotlib")
+    from onnx_lab.render.module_plots import modules_figure, modules_table
+
+    lab = onnx_lab.open(sourced_convnet())
+    cmp = onnx_lab.compare(lab, onnx_lab.open(_planted(sourced_convnet(), "scale")))
+    t = modules_table(comparison=cmp, cost=lab.cost())
+    assert {"max_abs", "flops", "first_divergence"} <= set(t.columns)
+    fig = modules_figure(comparison=cmp, cost=lab.cost(), depth=1)
+    assert [a.get_title() for a in fig.axes] == ["error per module", "FLOPs per module"]
+    with pytest.raises(onnx_lab.errors.InputError):
+        modules_table()
