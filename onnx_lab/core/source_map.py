@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -212,7 +213,16 @@ def user_frame(trace: str | None) -> dict[str, Any] | None:
 
 
 def _from_metadata(props: Mapping[str, str]) -> list[Source]:
-    raw = props.get(SOURCES_KEY)
+    if not any(k in props for k in _KEYS):
+        return []
+    return list(_parse(props.get(SOURCES_KEY), props.get(SCOPES_KEY), props.get(CLASSES_KEY),
+                       props.get(STACK_KEY)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(raw: str | None, scopes_raw: str | None, classes_raw: str | None,
+           trace: str | None) -> tuple[Source, ...]:
+    """The parts of a node's metadata (cached: the nodes of one module share most strings)."""
     if raw:
         try:
             parts = json.loads(raw)
@@ -221,22 +231,21 @@ def _from_metadata(props: Mapping[str, str]) -> list[Source]:
                           line=p.get("line"), function=p.get("function"), code=p.get("code"),
                           kind=p.get("kind") or "metadata") for p in parts]
             if out:
-                return out
+                return tuple(out)
         except (json.JSONDecodeError, AttributeError, TypeError):
             pass
-    scopes = _list(props.get(SCOPES_KEY))
-    trace = props.get(STACK_KEY)
+    scopes = _list(scopes_raw)
     if not scopes and not trace:
-        return []
-    classes = _list(props.get(CLASSES_KEY)) or []
+        return ()
+    classes = _list(classes_raw) or []
     # Both lists name the root module first ('' / its class) and the op last.
     levels = [s for s in (scopes or [])[1:-1]]
     cls = classes[1:-1] if len(classes) == len(scopes or []) else [None] * len(levels)
     frame = user_frame(trace) or {}
-    return [Source(path=tuple(levels), classes=tuple(cls), levels=_local(levels),
+    return (Source(path=tuple(levels), classes=tuple(cls), levels=_local(levels),
                    root_class=classes[0] if classes else None, file=frame.get("file"),
                    line=frame.get("line"), function=frame.get("function"),
-                   code=frame.get("code"), kind="metadata")]
+                   code=frame.get("code"), kind="metadata"),)
 
 
 def _local(path: Sequence[str]) -> tuple[str, ...]:
@@ -271,13 +280,23 @@ def _inferred(node: ir.Node, node_id: str) -> list[Source]:
     names = node_origin(node, node.name or node_id) if ORIGIN_KEY in node.metadata_props \
         else [node.name or node_id]
     out = []
-    for n in dict.fromkeys(names):
-        p = _scope_path(n)
-        if p:
-            levels = tuple(x for x in n.strip("/").split("/")[:-1] if x)
-            out.append(Source(path=p, classes=(None,) * len(p), levels=levels,
-                              kind="inferred"))
-    return list(dict.fromkeys(out))
+    for n in names:
+        if "/" not in n.strip("/"):
+            continue
+        src = _scope_source(n.strip("/").rsplit("/", 1)[0])
+        if src is not None and src not in out:
+            out.append(src)
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _scope_source(scope: str) -> Source | None:
+    """The inferred source of a name scope ``model/layers.0/attn`` (cached per scope)."""
+    p = _scope_path(scope + "/_")
+    if not p:
+        return None
+    levels = tuple(x for x in scope.split("/") if x)
+    return Source(path=p, classes=(None,) * len(p), levels=levels, kind="inferred")
 
 
 def node_sources(node: ir.Node, node_id: str = "") -> NodeSource | None:
@@ -510,6 +529,7 @@ def carry_sources(before: LabModel, after: LabModel) -> int:
         _write(node, parts, traces, node.name or nid)
         written += 1
     if written:
-        for key in (("source_map",), ("module_scopes",), ("table", "source_table")):
+        for key in (("source_map",), ("module_scopes",), ("table", "source_table"),
+                    ("table", "nodes_table", (), ())):  # analysis.tables' key of lab.nodes
             after.forget(key)
     return written

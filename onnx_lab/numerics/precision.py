@@ -1011,6 +1011,20 @@ class PrecisionPlan:
                        "max_abs": max(m["max_abs"] for m in per),
                        "passed": all(m["passed"] for m in per) and not missing}
 
+    def kept_by_module(self, depth: int | None = None) -> pd.DataFrame:
+        """The kept nodes per PyTorch module of the source model (see
+        :mod:`onnx_lab.core.source_map`): module, module_class, n_nodes (kept), first_topo,
+        node_ids.
+
+        Example:
+            >>> lab.find_precision("fp16").kept_by_module(depth=2)
+        """
+        from onnx_lab.core.source_map import group_by_module
+
+        model = self.source if self.source is not None else self.model
+        frame = pd.DataFrame({"node_id": list(self.kept)}, dtype=object)
+        return group_by_module(frame, model, {"node_ids": ("node_id", list)}, depth=depth)
+
     def summary_text(self) -> str:
         verdict = "meets" if self.passed else "does NOT meet"
         what = "excluded from int8" if self.target == "int8" else "kept in float32"

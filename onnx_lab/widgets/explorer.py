@@ -191,7 +191,9 @@ class Explorer(View):
         if text:
             hit = (df["node_id"].str.contains(text, case=False, regex=False)
                    | df["name"].str.contains(text, case=False, regex=False)
-                   | df["scope"].str.contains(text, case=False, regex=False))
+                   | df["scope"].str.contains(text, case=False, regex=False)
+                   | df["module"].fillna("").astype(str).str.contains(text, case=False,
+                                                                      regex=False))
             df = df[hit]
             conds.append(f"lab.nodes.node_id.str.contains({text!r}, case=False, regex=False)")
         graph = self.graph_filter.value

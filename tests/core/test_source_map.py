@@ -289,3 +289,12 @@ def test_modules_figure_draws_time_error_and_flops():
     assert [a.get_title() for a in fig.axes] == ["error per module", "FLOPs per module"]
     with pytest.raises(onnx_lab.errors.InputError):
         modules_table()
+
+
+def test_precision_plan_kept_nodes_by_module():
+    lab = onnx_lab.open(sourced_convnet())
+    plan = lab.find_precision("fp16", atol=1e-6, rtol=1e-6)
+    g = plan.kept_by_module(depth=1)
+    assert len(plan.kept) >= 1 and set(g.module) == {"block"}
+    assert g.n_nodes.sum() == len(plan.kept)
+    assert sorted(x for ids in g.node_ids for x in ids) == sorted(plan.kept)
