@@ -216,12 +216,23 @@ def _from_metadata(props: Mapping[str, str]) -> list[Source]:
     if not any(k in props for k in _KEYS):
         return []
     return list(_parse(props.get(SOURCES_KEY), props.get(SCOPES_KEY), props.get(CLASSES_KEY),
-                       props.get(STACK_KEY)))
+                       props.get(STACK_KEY), props.get(NAMESPACE_KEY)))
+
+
+def _from_namespace(ns: str | None) -> tuple[list[str] | None, list[str] | None]:
+    """(scopes, classes) of a ``namespace`` value ``': cls/q: cls/.../op: aten'`` (what a
+    tool that kept only that key left), (None, None) when it is not one."""
+    if not ns or ": " not in ns:
+        return None, None
+    pairs = [p.split(": ", 1) for p in ns.split("/")]
+    if any(len(p) != 2 for p in pairs) or pairs[0][0] != "":
+        return None, None
+    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 @functools.lru_cache(maxsize=4096)
 def _parse(raw: str | None, scopes_raw: str | None, classes_raw: str | None,
-           trace: str | None) -> tuple[Source, ...]:
+           trace: str | None, namespace: str | None = None) -> tuple[Source, ...]:
     """The parts of a node's metadata (cached: the nodes of one module share most strings)."""
     if raw:
         try:
@@ -235,13 +246,16 @@ def _parse(raw: str | None, scopes_raw: str | None, classes_raw: str | None,
         except (json.JSONDecodeError, AttributeError, TypeError):
             pass
     scopes = _list(scopes_raw)
-    if not scopes and not trace:
-        return ()
     classes = _list(classes_raw) or []
+    if not scopes:
+        scopes, ns_classes = _from_namespace(namespace)
+        classes = classes or ns_classes or []
+    frame = user_frame(trace) or {}
+    if not scopes and not frame:
+        return ()  # nothing readable: unknown rather than a guess at the root module
     # Both lists name the root module first ('' / its class) and the op last.
     levels = [s for s in (scopes or [])[1:-1]]
     cls = classes[1:-1] if len(classes) == len(scopes or []) else [None] * len(levels)
-    frame = user_frame(trace) or {}
     return (Source(path=tuple(levels), classes=tuple(cls), levels=_local(levels),
                    root_class=classes[0] if classes else None, file=frame.get("file"),
                    line=frame.get("line"), function=frame.get("function"),

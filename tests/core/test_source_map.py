@@ -298,3 +298,35 @@ def test_precision_plan_kept_nodes_by_module():
     assert len(plan.kept) >= 1 and set(g.module) == {"block"}
     assert g.n_nodes.sum() == len(plan.kept)
     assert sorted(x for ids in g.node_ids for x in ids) == sorted(plan.kept)
+
+
+def test_without_metadata_fused_nodes_infer_their_module_from_what_they_replaced():
+    # ort_transformers names its nodes 'LayerNorm_0', 'SkipLayerNorm_AddBias_0': the module
+    # comes from the name scopes of the original nodes (provenance), not from those names.
+    lab = onnx_lab.open("sample:bert_block", dims={"batch": 1, "seq": 8})
+    r = lab.apply("ort_transformers", model_type="bert")
+    assert r.modified and r.verify_passed
+    t = lab.nodes.set_index("node_id")
+    assert t.loc["LayerNorm_0", "module"] == "embeddings.ln"
+    skip = t.loc[t.op_type == "SkipLayerNormalization"]
+    assert set(skip.module) == {"layer.0.attention", "layer.0.output"}
+    att = t.loc[t.op_type == "Attention"].iloc[0]
+    assert {"layer.0.attention.query", "layer.0.attention.key"} <= set(att.source_modules)
+    assert t.source_kind.eq("inferred").all()
+    assert lab.history.source_share.tolist() == [1.0, 1.0]
+    # Nothing is written into the model for inferred sources.
+    assert not any(k.startswith("pkg.torch") for e in lab.index.entries.values()
+                   for k in e.node.metadata_props)
+
+
+def test_namespace_alone_and_unreadable_metadata():
+    m = sourced_convnet(with_metadata=False)
+    conv, bn = m.graph.node[0], m.graph.node[1]
+    conv.metadata_props.add(key="namespace", value=": __main__.Net/block: __main__.Block/"
+                            "block.conv: torch.nn.modules.conv.Conv2d/conv2d: aten.conv2d.default")
+    bn.metadata_props.add(key=SCOPES_KEY, value="not a list")
+    bn.metadata_props.add(key=STACK_KEY, value="no frames in here")
+    t = onnx_lab.open(m).nodes.set_index("node_id")
+    assert t.loc["node_conv2d", "module"] == "block.conv"
+    assert t.loc["node_conv2d", "module_class"] == "torch.nn.modules.conv.Conv2d"
+    assert pd_isna(t.loc["node_batch_norm", "source_kind"])  # unknown, not the root module
