@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from onnx_lab.core.model import LabModel
 
 __all__ = ["node_details", "node_details_html", "group_details_html", "canvas_items", "drawn_key",
-           "canvas_legend_html", "source_html"]
+           "canvas_legend_html", "source_html", "box_module"]
 
 _STAT_COLS = ("min", "max", "mean", "std", "abs_max", "zeros_frac", "outlier_score")
 
@@ -242,12 +242,31 @@ def node_details_html(d: Mapping[str, Any]) -> str:
     return "<div class='olc-details'>" + "".join(parts) + "</div>"
 
 
-def group_details_html(key: str, members: Sequence[str], op_types: Sequence[str]) -> str:
-    """Side-panel HTML of a collapsed box: its scope, member count and top op types."""
+def box_module(model: Any, key: str, members: Sequence[str]) -> tuple[str, str | None] | None:
+    """(module path, class) of a collapsed box whose key is a module's name scope
+    (``/layers.0``), None when its members have no PyTorch source there."""
+    levels = tuple(p for p in key.split("/") if p)
+    smap = source_map(_as_model(model))
+    for nid in members:
+        s = smap.get(nid)
+        if s is None or not levels or s.levels[:len(levels)] != levels:
+            continue
+        n = len(levels)
+        cls = next((p.classes[n - 1] for p in s.parts if len(p.classes) >= n), None)
+        return s.path[n - 1], cls
+    return None
+
+
+def group_details_html(key: str, members: Sequence[str], op_types: Sequence[str],
+                       module: tuple[str, str | None] | None = None) -> str:
+    """Side-panel HTML of a collapsed box: its scope (and PyTorch module with its class, see
+    :func:`box_module`), member count and top op types."""
     from collections import Counter
 
     top = ", ".join(f"{op} ×{n}" for op, n in Counter(op_types).most_common(6))
-    return (f"<div class='olc-details'><div class='olc-title'><b>{_esc(key)}</b></div>"
+    mod = (f"<div class='olc-where'>module {_esc(module[0])}"
+           f"{' (' + _esc(module[1]) + ')' if module[1] else ''}</div>") if module else ""
+    return (f"<div class='olc-details'><div class='olc-title'><b>{_esc(key)}</b></div>{mod}"
             f"<div class='olc-where'>{len(members)} nodes: {_esc(top)}</div>"
             "<div class='olc-where'>click the box on the graph to expand it</div></div>")
 

@@ -239,7 +239,12 @@ class GraphCanvas(anywidget.AnyWidget):
         if not key or self.rendering is None or m is None:
             self.details_html = ""
             return
-        from onnx_lab.render.details import group_details_html, node_details, node_details_html
+        from onnx_lab.render.details import (
+            box_module,
+            group_details_html,
+            node_details,
+            node_details_html,
+        )
 
         self.error = None
         try:
@@ -252,7 +257,9 @@ class GraphCanvas(anywidget.AnyWidget):
             elif node is not None and node.kind == "box":
                 ops = [m.index.entries[n].node.op_type for n in node.node_ids
                        if n in m.index.entries]
-                self.details_html = group_details_html(key.split(":", 1)[1], node.node_ids, ops)
+                scope = key.split(":", 1)[1]
+                self.details_html = group_details_html(scope, node.node_ids, ops,
+                                                       box_module(m, scope, node.node_ids))
             elif node is not None:
                 lines = "".join(f"<div class='olc-where'>{html.escape(x)}</div>"
                                 for x in node.lines if x)

@@ -330,3 +330,19 @@ def test_namespace_alone_and_unreadable_metadata():
     assert t.loc["node_conv2d", "module"] == "block.conv"
     assert t.loc["node_conv2d", "module_class"] == "torch.nn.modules.conv.Conv2d"
     assert pd_isna(t.loc["node_batch_norm", "source_kind"])  # unknown, not the root module
+
+
+def test_a_collapsed_box_names_its_module_and_class():
+    from onnx_lab.render.details import box_module, group_details_html
+
+    lab = onnx_lab.open(sourced_convnet())
+    r = lab.render(collapse=1)
+    members = r.groups["/block"]
+    assert box_module(lab.model, "/block", members) == ("block", "__main__.Block")
+    html = group_details_html("/block", members, ["Conv"] * 3, ("block", "__main__.Block"))
+    assert "module block (__main__.Block)" in html
+    bare = onnx_lab.open("sample:convnet")  # inferred: a module without a class
+    rb = bare.render(collapse=1)
+    key = next(iter(rb.groups))
+    path, cls = box_module(bare.model, key, rb.groups[key])
+    assert path == key.strip("/") and cls is None
