@@ -429,10 +429,10 @@ def dynamo_export(folder: str | Path) -> Path:
     return path
 
 
-def tiny_decoder(seed: int = 0):
-    """A two-layer decoder in plain torch (RMSNorm, causal attention through
-    ``F.scaled_dot_product_attention``, a SiLU MLP, tied nothing), for export and for
-    ``compare_torch``. Input ``ids[1, 8]`` (int64 < 64)."""
+def tiny_decoder(seed: int = 0, layers: int = 2, d: int = 32, heads: int = 4):
+    """A decoder in plain torch (RMSNorm, causal attention through
+    ``F.scaled_dot_product_attention``, a SiLU MLP; two layers of width 32 by default), for
+    export and for ``compare_torch``. Input ``ids[1, 8]`` (int64 < 64)."""
     import torch
     from torch import nn
     from torch.nn import functional as F
@@ -494,7 +494,7 @@ def tiny_decoder(seed: int = 0):
                 x = layer(x)
             return self.head(self.norm(x))
 
-    return Decoder().eval()
+    return Decoder(d=d, heads=heads, n=layers).eval()
 
 
 def decoder_export(folder: str | Path, module=None) -> Path:
