@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab.core.source import resolve
 from onnx_lab.core.source_map import source_map
@@ -74,6 +75,11 @@ class TorchComparison:
         if self.first_divergence:
             head += f", first divergence at module {self.first_divergence['module']!r}"
         return head + ")"
+
+    def plot(self):
+        """The largest error of each matched module, in PyTorch's order (log scale; red:
+        out of tolerance, outlined: the first divergence)."""
+        return _display.draw(self, "plot")
 
     def _repr_html_(self) -> str:
         import html

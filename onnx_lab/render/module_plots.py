@@ -18,7 +18,7 @@ from onnx_lab._pandas import pd
 from onnx_lab.errors import InputError
 from onnx_lab.render.plots import _figure
 
-__all__ = ["modules_table", "modules_figure"]
+__all__ = ["modules_table", "modules_figure", "torch_comparison_figure"]
 
 _SMALL = 9
 _BLUE, _RED, _GREY, _GREEN = "#4c78a8", "#e45756", "#9d9d9d", "#54a24b"
@@ -59,6 +59,42 @@ def modules_table(*, profile: Any = None, comparison: Any = None, cost: Any = No
     return out.sort_values("first_topo", kind="stable").reset_index(drop=True)
 
 
+def _error_bars(ax: Any, y: np.ndarray, vals: np.ndarray, failed: np.ndarray,
+                first: np.ndarray) -> None:
+    """Largest error per row, log scale: red out of tolerance, the first divergence
+    outlined."""
+    bars = ax.barh(y, np.maximum(vals, 1e-12), color=[_RED if f else _BLUE for f in failed])
+    for b, f in zip(bars, first):
+        if f:
+            b.set_edgecolor("black")
+            b.set_linewidth(1.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("largest |error| (red: out of tolerance, outlined: first divergence)",
+                  fontsize=_SMALL)
+    ax.set_title("error per module", fontsize=10)
+
+
+def torch_comparison_figure(r: Any):
+    """:func:`onnx_lab.compare_torch`'s result: the largest error of each matched module, in
+    the order PyTorch finished them (red: out of tolerance, outlined: the first divergence)."""
+    df = r.modules.loc[r.modules.tensor.notna()].reset_index(drop=True)
+    fig = _figure(figsize=(7.5, max(2.6, 0.24 * len(df) + 1.2)))
+    ax = fig.subplots()
+    y = np.arange(len(df))[::-1]
+    first = df.module.eq((r.first_divergence or {}).get("module")).to_numpy()
+    _error_bars(ax, y, df.max_abs.astype(float).fillna(0.0).to_numpy(),
+                ~df.passed.fillna(True).astype(bool).to_numpy(), first)
+    ax.set_title("ONNX against PyTorch, per module", fontsize=10)
+    ax.set_yticks(y, [m if len(m) <= 40 else "…" + m[-39:] for m in df.module],
+                  fontsize=_SMALL)
+    ax.tick_params(labelsize=_SMALL)
+    return fig
+
+
+#: Registered by render/results.py for the result types of this module's figures.
+VIEWS = (("onnx_lab.numerics.torch_compare.TorchComparison", "plot", torch_comparison_figure),)
+
+
 def modules_figure(*, profile: Any = None, comparison: Any = None, cost: Any = None,
                    depth: int | None = None, top: int = 30):
     """Bars per module, one panel per result: kernel time (ms per run), the largest error
@@ -83,16 +119,7 @@ def modules_figure(*, profile: Any = None, comparison: Any = None, cost: Any = N
             failed = df.get("n_failed", pd.Series(0, index=df.index)).fillna(0).to_numpy() > 0
             first = df.get("first_divergence", pd.Series(False, index=df.index)) \
                 .fillna(False).astype(bool).to_numpy()
-            bars = ax.barh(y, np.maximum(vals, 1e-12), color=[_RED if f else _BLUE
-                                                                for f in failed])
-            for b, f in zip(bars, first):
-                if f:
-                    b.set_edgecolor("black")
-                    b.set_linewidth(1.8)
-            ax.set_xscale("log")
-            ax.set_xlabel("largest |error| (red: out of tolerance, outlined: first divergence)",
-                          fontsize=_SMALL)
-            ax.set_title("error per module", fontsize=10)
+            _error_bars(ax, y, vals, failed, first)
         elif col == "time_ms":
             ax.barh(y, vals, color=_BLUE)
             ax.set_xlabel("ms per run", fontsize=_SMALL)

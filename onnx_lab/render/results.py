@@ -279,3 +279,10 @@ from onnx_lab.render.precision_plots import VIEWS as _PRECISION_VIEWS  # noqa: E
 for _kind, _fn in _PRECISION_VIEWS:
     register("onnx_lab.numerics.precision.PrecisionPlan", _kind, _fn)
 del _kind, _fn
+
+# Per PyTorch module (render/module_plots.py): compare_torch's result.
+from onnx_lab.render.module_plots import VIEWS as _MODULE_VIEWS  # noqa: E402
+
+for _type, _kind, _fn in _MODULE_VIEWS:
+    register(_type, _kind, _fn)
+del _type, _kind, _fn

@@ -76,3 +76,5 @@ def test_looser_preset_and_bad_input(exported, ids):
         onnx_lab.compare_torch(tiny_decoder(), exported, (ids, ids))
     assert "TorchComparison(passed" in repr(r) and "<b>compare_torch" in r._repr_html_()
     assert np.isfinite(r.modules.max_abs.astype(float)).all()
+    pytest.importorskip("matplotlib")
+    assert r.plot().axes[0].get_title() == "ONNX against PyTorch, per module"
