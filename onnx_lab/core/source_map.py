@@ -508,6 +508,7 @@ def carry_sources(before: LabModel, after: LabModel) -> int:
     if not by_origin:
         return 0
     idx = after.index
+    helpers: set[str] = set()  # nodes the step made that no origin explains
     before_names = {e.node.name: nid for nid, e in before.index.entries.items() if e.node.name}
     merged: dict[str, tuple[list[Source], list[str]]] = {}
     # Consumers first: a node no origin explains (a tool's helper, such as the nodes
@@ -518,7 +519,8 @@ def carry_sources(before: LabModel, after: LabModel) -> int:
         parts: list[Source] = []
         traces: list[str] = []
         origin = node_origin(e.node, nid)
-        if origin == [] or origin == [nid] and nid not in before.index.entries:
+        unknown = origin == [] or origin == [nid] and nid not in before.index.entries
+        if unknown:
             # Unknown to provenance: a helper named after the node it serves (onnxruntime's
             # "<name>_new_reshape"). Only its source is taken, never its provenance.
             stem = _name_stem(e.node.name, before_names)
@@ -526,7 +528,9 @@ def carry_sources(before: LabModel, after: LabModel) -> int:
         for o in origin:
             parts.extend(p for p in by_origin.get(o, ()) if p not in parts)
             traces.extend(t for t in traces_of.get(o, ()) if t not in traces)
-        if not parts and not _from_metadata(e.node.metadata_props):
+        if unknown and not parts and not _from_metadata(e.node.metadata_props):
+            # Only nodes the step made: a node that had no source before keeps none.
+            helpers.add(nid)
             readers = [c for v in e.node.outputs for c in idx.consumers.get(v.name, ())]
             if readers and all(c in merged for c in readers) and \
                     not any(v.is_graph_output() for v in e.node.outputs):
@@ -534,6 +538,19 @@ def carry_sources(before: LabModel, after: LabModel) -> int:
                     parts.extend(p for p in merged[c][0] if p not in parts)
                     traces.extend(t for t in merged[c][1] if t not in traces)
         if parts:
+            merged[nid] = (parts, traces)
+    # Then producers first: a helper that writes a graph output (the Cast of an fp16
+    # conversion) takes the sources of the nodes feeding it.
+    for nid, e in idx.entries.items():
+        if nid in merged or nid not in helpers:
+            continue
+        feeders = [idx.producer[v.name] for v in e.node.inputs
+                   if v is not None and v.name in idx.producer]
+        if feeders and all(f in merged for f in feeders):
+            parts, traces = [], []
+            for f in feeders:
+                parts.extend(p for p in merged[f][0] if p not in parts)
+                traces.extend(t for t in merged[f][1] if t not in traces)
             merged[nid] = (parts, traces)
     written = 0
     for nid, (parts, traces) in merged.items():

@@ -346,3 +346,12 @@ def test_a_collapsed_box_names_its_module_and_class():
     key = next(iter(rb.groups))
     path, cls = box_module(bare.model, key, rb.groups[key])
     assert path == key.strip("/") and cls is None
+
+
+def test_converted_labs_carry_sources():
+    lab = onnx_lab.open(sourced_convnet())
+    q = onnx_lab.to_int8_dynamic(lab)
+    assert source_share(q.model) == 1.0  # QuantizeLinear & co. take their sources
+    f = onnx_lab.to_fp16(lab)
+    assert source_share(f.model) == 1.0  # its input and output Casts too
+    assert f.nodes.set_index("node_id").loc["node_relu", "module"] == "block.act"
