@@ -29,6 +29,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 _LAZY: dict[str, str] = {
     "compare": "onnx_lab.numerics.compare",
     "compare_llm": "onnx_lab.numerics.llm",
+    "compare_torch": "onnx_lab.numerics.torch_compare",
     "diff": "onnx_lab.numerics.diff",
     "profile": "onnx_lab.profiling.run",
     "profile_generation": "onnx_lab.profiling.generate",

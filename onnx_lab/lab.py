@@ -21,6 +21,7 @@ from onnx_lab.core.history import History
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import validate_dims
 from onnx_lab.core.source import load_source, resolve
+from onnx_lab.core.source_map import carry_sources
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -127,7 +128,9 @@ def repro(comparison: Any, folder: str | Path, divergence: dict[str, Any] | None
 def _converted(source: Any, model: LabModel, what: str) -> Lab:
     """A Lab of ``model``, converted from ``source``: same dims/shapes, and it remembers the
     source's file (``save`` never overwrites it without ``overwrite=True``)."""
-    _, dims, shapes = resolve(source)
+    before, dims, shapes = resolve(source)
+    # Quantization and conversion tools drop the PyTorch source of the nodes they replace.
+    carry_sources(before, model)
     paths = _source_paths(source)
     if not paths and getattr(model, "path", None) is not None:
         paths = [model.path]

@@ -476,3 +476,91 @@ tok.train_from_iterator(text, trainers.BpeTrainer(
 transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
                                      unk_token="<unk>").save_pretrained(sys.argv[1])
 """
+
+
+def tiny_decoder(seed: int = 0, layers: int = 2, d: int = 32, heads: int = 4):
+    """A decoder in plain torch (RMSNorm, causal attention through
+    ``F.scaled_dot_product_attention``, a SiLU MLP; two layers of width 32 by default), for
+    export and for ``compare_torch``. Input ``ids[1, 8]`` (int64 < 64)."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    torch.manual_seed(seed)
+
+    class RMSNorm(nn.Module):
+        def __init__(self, d: int) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d))
+
+        def forward(self, x):
+            return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    class Attention(nn.Module):
+        def __init__(self, d: int, heads: int) -> None:
+            super().__init__()
+            self.heads = heads
+            self.q_proj, self.k_proj = nn.Linear(d, d), nn.Linear(d, d)
+            self.v_proj, self.o_proj = nn.Linear(d, d), nn.Linear(d, d)
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q = self.q_proj(x).view(b, s, self.heads, -1).transpose(1, 2)
+            k = self.k_proj(x).view(b, s, self.heads, -1).transpose(1, 2)
+            v = self.v_proj(x).view(b, s, self.heads, -1).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.o_proj(y.transpose(1, 2).reshape(b, s, d))
+
+    class MLP(nn.Module):
+        def __init__(self, d: int) -> None:
+            super().__init__()
+            self.up, self.down = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+        def forward(self, x):
+            return self.down(F.silu(self.up(x)))
+
+    class Layer(nn.Module):
+        def __init__(self, d: int, heads: int) -> None:
+            super().__init__()
+            self.norm1, self.attn = RMSNorm(d), Attention(d, heads)
+            self.norm2, self.mlp = RMSNorm(d), MLP(d)
+
+        def forward(self, x):
+            x = x + self.attn(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+
+    class Decoder(nn.Module):
+        def __init__(self, vocab: int = 64, d: int = 32, heads: int = 4, n: int = 2) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(vocab, d)
+            self.layers = nn.ModuleList(Layer(d, heads) for _ in range(n))
+            self.norm = RMSNorm(d)
+            self.head = nn.Linear(d, vocab)
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(self.norm(x))
+
+    return Decoder(d=d, heads=heads, n=layers).eval()
+
+
+def decoder_export(folder: str | Path, module=None) -> Path:
+    """Export :func:`tiny_decoder` (or ``module``) with the dynamo exporter, one file
+    ``decoder.onnx`` (input ``ids[1, 8]``)."""
+    import logging
+
+    import torch
+
+    path = Path(folder) / "decoder.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    logging.getLogger("torch").setLevel(logging.ERROR)
+    module = module if module is not None else tiny_decoder()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(module, (torch.zeros(1, 8, dtype=torch.int64),),
+                                    dynamo=True, input_names=["ids"], output_names=["logits"],
+                                    verbose=False)
+    program.save(str(path))
+    return path

@@ -509,6 +509,29 @@ class Cost:
     total: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     kv_cache: dict[str, Any] | None = None
+    model: LabModel | None = field(default=None, repr=False)
+
+    def by_module(self, depth: int | None = None) -> pd.DataFrame:
+        """FLOPs, MACs and parameters per PyTorch module (see
+        :mod:`onnx_lab.core.source_map`), in model order.
+
+        Columns: module ('?' for nodes of unknown source), module_class, n_nodes, first_topo,
+        flops, macs, params, output_bytes, share (of all FLOPs).
+
+        Example:
+            >>> lab.cost().by_module(depth=2).sort_values("flops", ascending=False)
+        """
+        from onnx_lab.core.source_map import group_by_module
+
+        if self.model is None:
+            raise InputError("This Cost has no model to read modules from.",
+                             fix="Compute it with onnx_lab.analysis.cost.cost(model).")
+        out = group_by_module(self.nodes, self.model,
+                              {"flops": lambda x: x.sum(min_count=1),
+                               "macs": lambda x: x.sum(min_count=1), "params": "sum",
+                               "output_bytes": "sum"}, depth=depth)
+        total = self.nodes.flops.sum()
+        return out.assign(share=out.flops / total if total else np.nan)
 
     def by_op(self) -> pd.DataFrame:
         """Per op type: count, flops, macs, params, share of flops."""
@@ -745,7 +768,8 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
         "unknown_ops": sorted(set(unknown.op_type)),
         "kv_cache_bytes": kv["bytes"] if kv else None,
     }
-    return Cost(nodes=nodes, memory=memory, total=total, notes=notes, kv_cache=kv)
+    return Cost(nodes=nodes, memory=memory, total=total, notes=notes, kv_cache=kv,
+                model=lm)
 
 
 def _kv_cache_of_run(lm: LabModel, types: dict[str, TensorInfo], notes: list[str]

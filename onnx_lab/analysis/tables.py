@@ -13,12 +13,13 @@ from onnx_lab._pandas import pd
 from onnx_lab.core.index import node_scope
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dtype_name, shape_tuple
+from onnx_lab.core.source_map import SOURCE_COLUMNS, source_table
 
 __all__ = ["nodes_table", "initializers_table", "tensors_table", "io_table", "attribute_value",
            "constant_tensors"]
 
 NODE_COLUMNS = ["node_id", "name", "op_type", "domain", "graph", "inputs", "outputs",
-                "attributes", "scope", "topo"]
+                "attributes", "scope", "topo", *SOURCE_COLUMNS]
 INITIALIZER_COLUMNS = ["name", "dtype", "shape", "numel", "nbytes", "external", "location",
                        "consumers", "graph", "source", "constant_node"]
 TENSOR_COLUMNS = ["name", "dtype", "shape", "kind", "producer", "consumers", "dynamic", "graph"]
@@ -95,6 +96,9 @@ def nodes_table(model: LabModel) -> pd.DataFrame:
             as '<graph: N nodes>'.
         scope (str): name-scope prefix such as '/encoder/layer.3/attention' ('' if none).
         topo (int): position in the whole-model order (bodies follow their owner node).
+        module, module_class, source_file, source_line, source_function, source_code,
+            source_kind, source_modules: the PyTorch module and line of code the node comes
+            from (see :func:`onnx_lab.core.source_map.source_table`; None where unknown).
     """
     rows = []
     for e in model.index.entries.values():
@@ -104,7 +108,11 @@ def nodes_table(model: LabModel) -> pd.DataFrame:
                      [v.name for v in n.outputs],
                      {k: attribute_value(a) for k, a in n.attributes.items()},
                      node_scope(n), e.topo))
-    return pd.DataFrame(rows, columns=NODE_COLUMNS)
+    df = pd.DataFrame(rows, columns=NODE_COLUMNS[:10])
+    src = source_table(model)
+    for col in SOURCE_COLUMNS:
+        df[col] = src[col].to_numpy()
+    return df
 
 
 def constant_tensors(model: LabModel) -> list[tuple[str, ir.TensorProtocol, str, str]]:

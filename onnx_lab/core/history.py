@@ -23,6 +23,7 @@ from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.source_map import carry_sources, source_share
 from onnx_lab.errors import InputError
 
 # A version's result is a transforms.base.PassResult (or None for step 0); core does not
@@ -32,7 +33,7 @@ PassResult = Any
 __all__ = ["Version", "History", "HISTORY_COLUMNS"]
 
 HISTORY_COLUMNS = ["step", "pass", "params", "modified", "nodes_before", "nodes_after",
-                   "verify_passed", "max_abs_err", "seconds"]
+                   "verify_passed", "max_abs_err", "seconds", "source_share"]
 
 
 @dataclass
@@ -58,12 +59,14 @@ class Version:
         if r is None:
             return {"step": self.step, "pass": "original", "params": {}, "modified": False,
                     "nodes_before": n, "nodes_after": n, "verify_passed": None,
-                    "max_abs_err": None, "seconds": 0.0}
+                    "max_abs_err": None, "seconds": 0.0,
+                    "source_share": source_share(self.model)}
         return {"step": self.step, "pass": r.name, "params": dict(r.params),
                 "modified": r.modified, "nodes_before": r.nodes_before,
                 "nodes_after": r.nodes_after, "verify_passed": r.verify_passed,
                 "max_abs_err": r.max_abs_err,
-                "seconds": r.seconds + (r.verify_seconds or 0.0)}
+                "seconds": r.seconds + (r.verify_seconds or 0.0),
+                "source_share": source_share(self.model)}
 
 
 class History:
@@ -146,7 +149,9 @@ class History:
             step (int), pass (str: 'original' for step 0), params (dict), modified (bool),
             nodes_before, nodes_after (int, all graphs), verify_passed (bool or None when not
             verified), max_abs_err (float or None: largest error over the model outputs),
-            seconds (float: pass plus verification), current (bool: the version the Lab shows).
+            seconds (float: pass plus verification), source_share (float or None: the share of
+            nodes whose PyTorch module is known, see :mod:`onnx_lab.core.source_map`),
+            current (bool: the version the Lab shows).
         """
         rows = [v.row() for v in self.versions]
         df = pd.DataFrame(rows, columns=HISTORY_COLUMNS)
@@ -159,7 +164,14 @@ class History:
     # -- moving --------------------------------------------------------------------------
     def push(self, result: PassResult, *, dims: Mapping[str, int],
              shapes: Mapping[str, Sequence[int]]) -> Version:
-        """Add ``result.model`` as a version after the current one, dropping any redo tail."""
+        """Add ``result.model`` as a version after the current one, dropping any redo tail.
+
+        The new nodes get the merged PyTorch source of the nodes they replaced
+        (:func:`~onnx_lab.core.source_map.carry_sources`; passes do it already, this covers
+        every other step: precision conversions, quantization, merges).
+        """
+        if result.model is not self.model:
+            carry_sources(self.model, result.model)
         del self.versions[self.current + 1:]
         v = Version(len(self.versions), result.model, result, dict(dims),
                     {k: list(s) for k, s in shapes.items()})

@@ -698,6 +698,39 @@ class Comparison:
 
         return write_repro(self, folder, divergence, overwrite=overwrite)
 
+    def by_module(self, depth: int | None = None) -> pd.DataFrame:
+        """The layerwise error per PyTorch module of the reference (see
+        :mod:`onnx_lab.core.source_map`), in model order.
+
+        Columns: module ('?' for nodes of unknown source), module_class, n_nodes (compared
+        tensors), first_topo, max_abs, max_rel, min_cosine, n_failed (tensors out of
+        tolerance), first_divergence (bool: the module holding the first divergence).
+
+        Example:
+            >>> cmp.by_module(depth=2).query("n_failed > 0")
+        """
+        from onnx_lab.core.source_map import group_by_module
+
+        model = (self.reference or self.candidate).model
+        df = self.layers.loc[self.layers.node_id.notna()].assign(
+            failed=lambda d: ~d.passed.astype(bool))
+        out = group_by_module(df, model, {"max_abs": "max", "max_rel": "max",
+                                          "min_cosine": ("cosine", "min"),
+                                          "n_failed": ("failed", "sum")}, depth=depth)
+        first = self.first_divergent_module(depth)
+        out["first_divergence"] = out.module.eq(first) if first is not None else False
+        return out
+
+    def first_divergent_module(self, depth: int | None = None) -> str | None:
+        """The PyTorch module (cut to ``depth`` levels) of the first divergence: None when
+        nothing diverged or its node's source is unknown."""
+        from onnx_lab.core.source_map import module_at
+
+        div = self.first_divergence
+        if not div or not div.get("node_id"):
+            return None
+        return module_at((self.reference or self.candidate).model, depth).get(div["node_id"])
+
     @property
     def first_nonfinite(self) -> dict[str, Any] | None:
         """The first compared tensor (topological order) where the candidate holds more NaN or

@@ -56,6 +56,7 @@ from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.index import node_scope
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
+from onnx_lab.core.source_map import module_at
 from onnx_lab.errors import InputError, LabError, unknown_name
 from onnx_lab.numerics.metrics import get_preset
 from onnx_lab.numerics.quantize import (
@@ -919,9 +920,9 @@ def _rank(df: pd.DataFrame, target: str) -> pd.DataFrame:
 def _group(df: pd.DataFrame, by: str) -> pd.DataFrame:
     if by == "node":
         return df
-    if by not in ("op_type", "scope"):
-        raise unknown_name("sensitivity grouping", by, ["node", "op_type", "scope"],
-                           fix="by='node', by='op_type' or by='scope'.")
+    if by not in ("op_type", "scope", "module"):
+        raise unknown_name("sensitivity grouping", by, ["node", "op_type", "scope", "module"],
+                           fix="by='node', by='op_type', by='scope' or by='module'.")
     g = df.groupby(by, sort=False, dropna=False)
     out = g.agg(n_nodes=("node_id", "size"), est_drop=("est_drop", "sum"),
                 max_est_drop=("est_drop", "max"), overflow=("overflow", "any"),
@@ -1009,6 +1010,20 @@ class PrecisionPlan:
         return model, {"score": math.inf if missing else max(m["score"] for m in per),
                        "max_abs": max(m["max_abs"] for m in per),
                        "passed": all(m["passed"] for m in per) and not missing}
+
+    def kept_by_module(self, depth: int | None = None) -> pd.DataFrame:
+        """The kept nodes per PyTorch module of the source model (see
+        :mod:`onnx_lab.core.source_map`): module, module_class, n_nodes (kept), first_topo,
+        node_ids.
+
+        Example:
+            >>> lab.find_precision("fp16").kept_by_module(depth=2)
+        """
+        from onnx_lab.core.source_map import group_by_module
+
+        model = self.source if self.source is not None else self.model
+        frame = pd.DataFrame({"node_id": list(self.kept)}, dtype=object)
+        return group_by_module(frame, model, {"node_ids": ("node_id", list)}, depth=depth)
 
     def summary_text(self) -> str:
         verdict = "meets" if self.passed else "does NOT meet"
@@ -1111,7 +1126,7 @@ def sensitivity(source: Any, target: str = "fp16", feeds: Any = None, *, by: str
                 metric: str | None = None, tolerance: Any = None, atol: float | None = None,
                 rtol: float | None = None, dims: Mapping[str, int] | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None, max_bytes: int = 1 << 30,
-                progress: Any = None) -> pd.DataFrame:
+                progress: Any = None, depth: int | None = None) -> pd.DataFrame:
     """Rank nodes by how much the output error drops when that node alone stays in the
     higher precision.
 
@@ -1128,7 +1143,9 @@ def sensitivity(source: Any, target: str = "fp16", feeds: Any = None, *, by: str
     node's output error), overflow, nonfinite, score_alone, drop, tensor (its first output),
     ref_abs_max, and for int8: outlier_ratio (max|x| / 99th percentile of |x|), cal_min,
     cal_max (calibrated range), saturation (fraction of reference values outside it).
-    ``by="op_type"``/``"scope"``: rank, the key, n_nodes, est_drop (sum), max_est_drop,
+    ``by="module"`` groups by the PyTorch module each node comes from (cut to ``depth``
+    levels; see :mod:`onnx_lab.core.source_map`).
+    ``by="op_type"``/``"scope"``/``"module"``: rank, the key, n_nodes, est_drop (sum), max_est_drop,
     overflow, nonfinite, outlier_ratio, best_rank, node_ids, score_alone, drop.
 
     Example:
@@ -1140,6 +1157,9 @@ def sensitivity(source: Any, target: str = "fp16", feeds: Any = None, *, by: str
     with Progress(progress, 2 + recheck, f"sensitivity {target}") as bar:
         s.bar = bar
         df, _ = _sensitivity(s, cands, recheck, max_bytes)
+    if by == "module":
+        mods = module_at(s.model, depth)
+        df = df.assign(module=df.node_id.map(lambda n: mods.get(n)))
     if by != "node":
         grouped = _group(df, by)
         if recheck:

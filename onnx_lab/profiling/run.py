@@ -154,6 +154,25 @@ class Profile:
         s.name = "time_ms"
         return s
 
+    def by_module(self, depth: int | None = None, session: str | None = None) -> pd.DataFrame:
+        """Kernel time per run per PyTorch module (see :mod:`onnx_lab.core.source_map`),
+        slowest first; a kernel onnxruntime fused counts for its primary node's module.
+
+        Columns: module ('?' for nodes of unknown source), module_class, n_nodes,
+        first_topo, time_ms (per run), share (of the mapped kernel time).
+
+        Example:
+            >>> lab.profile().by_module(depth=2).head()
+        """
+        from onnx_lab.core.source_map import group_by_module
+
+        s = self.overlay(session)
+        frame = pd.DataFrame({"node_id": s.index.astype(str), "time_ms": s.to_numpy()})
+        out = group_by_module(frame, self.model, {"time_ms": "sum"}, depth=depth,
+                              sort="time_ms")
+        total = out.time_ms.sum()
+        return out.assign(share=out.time_ms / total if total else np.nan)
+
     def coverage(self, session: str | None = None) -> pd.DataFrame:
         """Where each model node went in ORT's graph.
 

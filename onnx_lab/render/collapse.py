@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from onnx_lab.core.index import node_scope
+from onnx_lab.core.source_map import module_scopes
 from onnx_lab.errors import RenderError, unknown_name
 from onnx_lab.render.graph import Group, is_folded_constant, owner_in_graph
 
@@ -160,7 +161,10 @@ def plan_collapse(model: LabModel, graph: str, ids: Sequence[str], collapse: int
     idx = model.index
     # Folded Constant nodes live inside their consumers' labels: they never count as units.
     live = [n for n in ids if not (fold_constants and is_folded_constant(idx.entries[n].node))]
-    scopes = {n: scope_parts(node_scope(idx.entries[n].node)) for n in live}
+    # The module each node comes from (exporter metadata, carried through fusions), else the
+    # scopes of the node names it comes from.
+    by_module = module_scopes(model)
+    scopes = {n: by_module.get(n) or scope_parts(node_scope(idx.entries[n].node)) for n in live}
     scopes = _adopt(model, graph, live, scopes)
     max_depth = max((len(p) for p in scopes.values()), default=0)
     has_scopes = sum(1 for p in scopes.values() if p) >= max(2, len(scopes) // 2)

@@ -17,6 +17,7 @@ from onnx_lab.analysis.tables import attribute_value
 from onnx_lab.analysis.weights import weight_stats
 from onnx_lab.core.index import node_scope
 from onnx_lab.core.provenance import node_origin
+from onnx_lab.core.source_map import scope_key, source_map
 from onnx_lab.core.values import is_constant
 from onnx_lab.errors import unknown_name
 from onnx_lab.render.graph import shape_text
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from onnx_lab.core.model import LabModel
 
 __all__ = ["node_details", "node_details_html", "group_details_html", "canvas_items", "drawn_key",
-           "canvas_legend_html"]
+           "canvas_legend_html", "source_html", "box_module"]
 
 _STAT_COLS = ("min", "max", "mean", "std", "abs_max", "zeros_frac", "outlier_score")
 
@@ -88,6 +89,9 @@ def node_details(model: Any, node_id: str, *, dims: Mapping[str, int] | None = N
         value}), ``inputs`` / ``outputs`` (lists of {name, kind, dtype, shape, text}),
         ``weights`` (records of :func:`onnx_lab.analysis.weights.weight_stats` for its
         initializer/constant inputs), ``origins`` (original node ids it was fused from),
+        ``source`` (None, or {kind, module, module_class, crumbs: [{name, key}] (each module
+        level and its collapsed-box key), parts: [{module, module_class, file, line,
+        function, code}] (one per PyTorch module and line it comes from)}),
         ``bodies`` (graph paths of its If/Loop/Scan bodies), ``overlay`` ({label, value, text}
         or None).
 
@@ -142,9 +146,52 @@ def node_details(model: Any, node_id: str, *, dims: Mapping[str, int] | None = N
         "outputs": [_tensor_row(model, types, n) for n in outs],
         "weights": weights,
         "origins": [o for o in node_origin(node, node_id)],
+        "source": _source(model, node_id),
         "bodies": bodies,
         "overlay": ov,
     }
+
+
+def _source(model: LabModel, node_id: str) -> dict[str, Any] | None:
+    s = source_map(model).get(node_id)
+    if s is None:
+        return None
+    levels = s.levels
+    return {"kind": s.kind, "module": s.module, "module_class": s.module_class,
+            "crumbs": [{"name": lv, "key": scope_key(levels[:i + 1])}
+                       for i, lv in enumerate(levels)],
+            "parts": [{"module": p.module, "module_class": p.module_class, "file": p.file,
+                       "line": p.line, "function": p.function, "code": p.code}
+                      for p in s.parts]}
+
+
+def source_html(src: Mapping[str, Any] | None) -> str:
+    """The side panel's source section: module breadcrumbs (each level a ``data-expand``
+    link to its collapsed box), the module's class, and each module and line it came from."""
+    if not src:
+        return ""
+    crumbs = " › ".join(
+        f"<a class='olc-crumb' data-expand='{html.escape(c['key'], quote=True)}' "
+        f"title='show module {html.escape(c['key'], quote=True)}'>{_esc(c['name'], 40)}</a>"
+        for c in src["crumbs"]) or "<i>root module</i>"
+    kind = " <i>(inferred from node names)</i>" if src["kind"] == "inferred" else ""
+    cls = f"<div class='olc-where'>{_esc(src['module_class'])}</div>" \
+        if src.get("module_class") else ""
+    rows = []
+    for p in src["parts"]:
+        where = ""
+        if p["file"]:
+            short = p["file"].replace("\\", "/").rsplit("/", 1)[-1]
+            where = (f"<span title='{html.escape(p['file'], quote=True)}'>{_esc(short)}:"
+                     f"{p['line']}</span> in {_esc(p['function'])}")
+        code = f"<div class='olc-code'><code>{_esc(p['code'], 120)}</code></div>" \
+            if p["code"] else ""
+        rows.append(f"<tr><td>{_esc(p['module'] or '(root)', 60)}</td><td>{where}{code}</td>"
+                    "</tr>")
+    head = "came from" if len(src["parts"]) > 1 else "source"
+    return (f"<div class='olc-source'><div class='olc-crumbs'>module: {crumbs}{kind}</div>{cls}"
+            f"<table class='olc-source-parts'><tr><th colspan=2>{head}</th></tr>"
+            f"{''.join(rows)}</table></div>")
 
 
 def _esc(x: Any, limit: int = 160) -> str:
@@ -169,6 +216,7 @@ def node_details_html(d: Mapping[str, Any]) -> str:
                      "</div>")
     where = [f"graph {d['graph'] or 'main'}"] + ([f"scope {d['scope']}"] if d["scope"] else [])
     parts.append(f"<div class='olc-where'>{_esc(' · '.join(where))}</div>")
+    parts.append(source_html(d.get("source")))
     if d["attributes"]:
         rows = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>"
                        for k, v in d["attributes"].items())
@@ -199,12 +247,31 @@ def node_details_html(d: Mapping[str, Any]) -> str:
     return "<div class='olc-details'>" + "".join(parts) + "</div>"
 
 
-def group_details_html(key: str, members: Sequence[str], op_types: Sequence[str]) -> str:
-    """Side-panel HTML of a collapsed box: its scope, member count and top op types."""
+def box_module(model: Any, key: str, members: Sequence[str]) -> tuple[str, str | None] | None:
+    """(module path, class) of a collapsed box whose key is a module's name scope
+    (``/layers.0``), None when its members have no PyTorch source there."""
+    levels = tuple(p for p in key.split("/") if p)
+    smap = source_map(_as_model(model))
+    for nid in members:
+        s = smap.get(nid)
+        if s is None or not levels or s.levels[:len(levels)] != levels:
+            continue
+        n = len(levels)
+        cls = next((p.classes[n - 1] for p in s.parts if len(p.classes) >= n), None)
+        return s.path[n - 1], cls
+    return None
+
+
+def group_details_html(key: str, members: Sequence[str], op_types: Sequence[str],
+                       module: tuple[str, str | None] | None = None) -> str:
+    """Side-panel HTML of a collapsed box: its scope (and PyTorch module with its class, see
+    :func:`box_module`), member count and top op types."""
     from collections import Counter
 
     top = ", ".join(f"{op} ×{n}" for op, n in Counter(op_types).most_common(6))
-    return (f"<div class='olc-details'><div class='olc-title'><b>{_esc(key)}</b></div>"
+    mod = (f"<div class='olc-where'>module {_esc(module[0])}"
+           f"{' (' + _esc(module[1]) + ')' if module[1] else ''}</div>") if module else ""
+    return (f"<div class='olc-details'><div class='olc-title'><b>{_esc(key)}</b></div>{mod}"
             f"<div class='olc-where'>{len(members)} nodes: {_esc(top)}</div>"
             "<div class='olc-where'>click the box on the graph to expand it</div></div>")
 
@@ -212,12 +279,14 @@ def group_details_html(key: str, members: Sequence[str], op_types: Sequence[str]
 # ----------------------------------------------------------------------------- canvas data
 def canvas_items(rendering: Any, model: Any) -> dict[str, str]:
     """Search text per drawn element of ``rendering``: its key, label, node ids, names, op
-    types and the tensors it produces (lower case), for the canvas search box.
+    types, the tensors it produces and where they come from in the PyTorch code (module
+    paths, classes, ``file.py:line``, functions), lower case, for the canvas search box.
 
     A collapsed box lists all its members, so searching a node hidden in a box finds the box.
     """
     model = _as_model(model)
     idx = model.index
+    smap = source_map(model)
     out: dict[str, str] = {}
     for n in rendering.view.nodes.values():
         words = [n.key, n.title, *n.lines]
@@ -230,8 +299,23 @@ def canvas_items(rendering: Any, model: Any) -> dict[str, str]:
             if e.node.name and e.node.name != nid:
                 words.append(e.node.name)
             words.extend(v.name for v in e.node.outputs if v is not None and v.name)
+            words.extend(_source_words(smap.get(nid)))
         out[n.key] = " ".join(w for w in words if w).lower()
     return out
+
+
+def _source_words(s: Any) -> list[str]:
+    """Search words of a node's source: each part's module path, class, file:line and
+    function (``model.layers.0.self_attn.q_proj``, ``modeling_llama.py:244``)."""
+    if s is None:
+        return []
+    words: list[str] = []
+    for p in s.parts:
+        words += [p.module, p.module_class or ""]
+        if p.file:
+            short = p.file.replace("\\", "/").rsplit("/", 1)[-1]
+            words += [f"{short}:{p.line}", p.function or ""]
+    return list(dict.fromkeys(w for w in words if w))
 
 
 def drawn_key(rendering: Any, model: Any, name: str) -> str | None:

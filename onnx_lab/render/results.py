@@ -401,3 +401,10 @@ for _kind, _fn in _LLM_VIEWS:
 for _kind, _fn in _INT4_VIEWS:
     register("onnx_lab.numerics.weight_only.WeightOnlyPlan", _kind, _fn)
 del _kind, _fn
+
+# Per PyTorch module (render/module_plots.py): compare_torch's result.
+from onnx_lab.render.module_plots import VIEWS as _MODULE_VIEWS  # noqa: E402
+
+for _type, _kind, _fn in _MODULE_VIEWS:
+    register(_type, _kind, _fn)
+del _type, _kind, _fn

@@ -28,6 +28,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.source_map import carry_sources
 from onnx_lab.errors import PassError
 from onnx_lab.transforms.base import (
     ORIGIN_KEY,
@@ -354,6 +355,7 @@ class WholeModelPass(LabPass):
         new = LabModel(new_ir, path=model.path)
         provenance, removed, notes = trace_provenance(work, new, fused_ops=self.fused_ops)
         new.invalidate()
+        carry_sources(work, new)
         return PassResult(self.name, dict(self.options), True, n0, len(new.index), provenance,
                           removed, None, time.perf_counter() - t0, self.notes + notes, new, [])
 

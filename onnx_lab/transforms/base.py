@@ -26,6 +26,7 @@ from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.provenance import ORIGIN_KEY, node_origin, origins, stamp_origins
+from onnx_lab.core.source_map import carry_sources
 from onnx_lab.core.values import overridable
 from onnx_lab.errors import PassError, unknown_name
 
@@ -529,6 +530,7 @@ class LabPass(ir.passes.InPlacePass):
                               [], self._reason or self.no_match_reason, seconds,
                               rw.notes if rw else [], model, [])
         new = LabModel(work.ir, path=model.path)
+        carry_sources(model, new)
         after = new.index
         present = {id(e.node) for e in after.entries.values()}
         removed = [nid for key, nid in ids_before.items() if key not in present]

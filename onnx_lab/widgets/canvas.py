@@ -177,6 +177,17 @@ class GraphCanvas(anywidget.AnyWidget):
         if key.startswith("scope:") and self.on_expand is not None:
             self.on_expand(key.split(":", 1)[1])
 
+    def show_module(self, scope: str) -> str | None:
+        """What a click on a module breadcrumb of the panel does: focus the module's
+        collapsed box when it is drawn, else ask the owner to draw it open (``on_expand``).
+        Returns the focused key, or None."""
+        key = f"scope:{scope}"
+        if self.rendering is not None and key in self.rendering.view.nodes:
+            return self.focus(key)
+        if self.on_expand is not None:
+            self.on_expand(scope)
+        return None
+
     def on_select(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(drawn_key)`` whenever the selection changes."""
         self._select_callbacks.append(callback)
@@ -194,6 +205,8 @@ class GraphCanvas(anywidget.AnyWidget):
                     self.on_open(str(content.get("graph", "")))
             elif kind == "focus":
                 self.focus(str(content.get("key", "")))
+            elif kind == "module":
+                self.show_module(str(content.get("key", "")))
         except Exception as e:  # noqa: BLE001 - shown in the panel, never in the kernel log
             self.error = e
             self.details_html = _error_panel(e)
@@ -226,7 +239,12 @@ class GraphCanvas(anywidget.AnyWidget):
         if not key or self.rendering is None or m is None:
             self.details_html = ""
             return
-        from onnx_lab.render.details import group_details_html, node_details, node_details_html
+        from onnx_lab.render.details import (
+            box_module,
+            group_details_html,
+            node_details,
+            node_details_html,
+        )
 
         self.error = None
         try:
@@ -239,7 +257,9 @@ class GraphCanvas(anywidget.AnyWidget):
             elif node is not None and node.kind == "box":
                 ops = [m.index.entries[n].node.op_type for n in node.node_ids
                        if n in m.index.entries]
-                self.details_html = group_details_html(key.split(":", 1)[1], node.node_ids, ops)
+                scope = key.split(":", 1)[1]
+                self.details_html = group_details_html(scope, node.node_ids, ops,
+                                                       box_module(m, scope, node.node_ids))
             elif node is not None:
                 lines = "".join(f"<div class='olc-where'>{html.escape(x)}</div>"
                                 for x in node.lines if x)

@@ -191,7 +191,9 @@ class Explorer(View):
         if text:
             hit = (df["node_id"].str.contains(text, case=False, regex=False)
                    | df["name"].str.contains(text, case=False, regex=False)
-                   | df["scope"].str.contains(text, case=False, regex=False))
+                   | df["scope"].str.contains(text, case=False, regex=False)
+                   | df["module"].fillna("").astype(str).str.contains(text, case=False,
+                                                                      regex=False))
             df = df[hit]
             conds.append(f"lab.nodes.node_id.str.contains({text!r}, case=False, regex=False)")
         graph = self.graph_filter.value
@@ -358,7 +360,15 @@ class Explorer(View):
             w.HBox([self.radius, self.collapse, self.expand]), self.graph_info, self.canvas]
 
     def _expand_from_canvas(self, key: str) -> None:
-        if key in [v for _, v in self.expand.options]:
+        options = [v for _, v in self.expand.options]
+        if key not in options and key.startswith("/"):  # a module breadcrumb of the panel
+            self._muted = True
+            try:
+                self.expand.options = [*self.expand.options, (key, key)]
+            finally:
+                self._muted = False
+            options.append(key)
+        if key in options:
             self.expand.value = key
 
     def _open_body(self, graph: str) -> None:

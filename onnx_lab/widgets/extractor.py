@@ -158,7 +158,9 @@ class Extractor(View):
         if text:
             hit = (df["node_id"].str.contains(text, case=False, regex=False)
                    | df["op_type"].str.contains(text, case=False, regex=False)
-                   | df["scope"].str.contains(text, case=False, regex=False))
+                   | df["scope"].str.contains(text, case=False, regex=False)
+                   | df["module"].fillna("").astype(str).str.contains(text, case=False,
+                                                                      regex=False))
             df = df[hit]
         self.nodes.set(df)
 

@@ -20,7 +20,8 @@ def test_nodes_columns_and_values():
     nodes = onnx_lab.open("sample:convnet").nodes
     assert list(nodes.columns) == NODE_COLUMNS == [
         "node_id", "name", "op_type", "domain", "graph", "inputs", "outputs", "attributes",
-        "scope", "topo"]
+        "scope", "topo", "module", "module_class", "source_file", "source_line",
+        "source_function", "source_code", "source_kind", "source_modules"]
     r = nodes.set_index("node_id").loc["/stem/conv/Conv"]
     assert r["name"] == "/stem/conv/Conv" and r["op_type"] == "Conv" and r["domain"] == ""
     assert r["graph"] == "" and r["scope"] == "/stem/conv" and r["topo"] == 0

@@ -11,6 +11,15 @@ function el(tag, cls, parent) {
   return e;
 }
 
+// A module breadcrumb of the details panel (data-expand="/model/layers.0"): Python shows
+// that module (focuses its box, or draws it open).
+function moduleLink(model) {
+  return (e) => {
+    const c = e.target.closest && e.target.closest("[data-expand]");
+    if (c) model.send({ type: "module", key: c.getAttribute("data-expand") });
+  };
+}
+
 function render({ model, el: root }) {
   root.classList.add("olc-root");
   const bar = el("div", "olc-bar", root);
@@ -37,6 +46,7 @@ function render({ model, el: root }) {
   const panelClose = el("button", "olc-panel-close", panel);
   panelClose.textContent = "×"; panelClose.title = "close";
   const panelBody = el("div", "olc-panel-body", panel);
+  const showModule = moduleLink(model);
 
   let svg = null, W = 1, H = 1;            // natural size of the drawing (px)
   let v = { x: 0, y: 0, k: 1 };            // screen = natural * k + (x, y)
@@ -269,6 +279,7 @@ function render({ model, el: root }) {
     if (b) model.send({ type: "open_body", graph: b.getAttribute("data-body") });
     const n = e.target.closest && e.target.closest("[data-focus]");
     if (n) model.send({ type: "focus", key: n.getAttribute("data-focus") });
+    showModule(e);
   });
 
   const ro = new ResizeObserver(() => { if (!userMoved) fit(false); else drawMini(); });

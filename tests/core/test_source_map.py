@@ -1,0 +1,357 @@
+"""Source map: the PyTorch module and line of every node, kept through every step."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.core.source_map import (
+    SCOPES_KEY,
+    SOURCES_KEY,
+    STACK_KEY,
+    group_by_module,
+    module_at,
+    source_share,
+    user_frame,
+)
+from onnx_lab.render.details import node_details, node_details_html
+
+_TRACE = ('File "/home/me/net.py", line 21, in forward\n    y = self.block(x)\n'
+          '  File "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1775, '
+          'in _call_impl\n    return forward_call(*args, **kwargs)\n'
+          '  File "/home/me/net.py", line {line}, in forward\n    {code}\n'
+          '  File "/venv/lib/python3.11/site-packages/torch/nn/modules/conv.py", line 565, '
+          'in forward\n    return self._conv_forward(input, self.weight, self.bias)')
+
+
+def _meta(node: onnx.NodeProto, scopes: list[str], classes: list[str], line: int,
+          code: str) -> None:
+    for k, v in ((SCOPES_KEY, repr(scopes)), ("pkg.torch.onnx.class_hierarchy", repr(classes)),
+                 (STACK_KEY, _TRACE.format(line=line, code=code)),
+                 ("namespace", "/".join(f"{s}: {c}" for s, c in zip(scopes, classes)))):
+        node.metadata_props.add(key=k, value=v)
+
+
+def sourced_convnet(with_metadata: bool = True) -> onnx.ModelProto:
+    """Conv -> BatchNormalization -> Relu -> Add, named and annotated as torch.onnx's dynamo
+    exporter does (module block: conv, bn, act)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")]
+    for n in ("scale", "bias", "mean"):
+        inits.append(numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), n))
+    inits.append(numpy_helper.from_array(rng.uniform(0.5, 1.5, 4).astype(np.float32), "var"))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="node_conv2d", pads=[1] * 4),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["n"],
+                              name="node_batch_norm"),
+             helper.make_node("Relu", ["n"], ["r"], name="node_relu"),
+             helper.make_node("Add", ["r", "r"], ["y"], name="node_add")]
+    if with_metadata:
+        root = "__main__.Net"
+        blk = "__main__.Block"
+        _meta(nodes[0], ["", "block", "block.conv", "conv2d"],
+              [root, blk, "torch.nn.modules.conv.Conv2d", "aten.conv2d.default"], 12,
+              "return self.act(self.bn(self.conv(x)))")
+        _meta(nodes[1], ["", "block", "block.bn", "batch_norm"],
+              [root, blk, "torch.nn.modules.batchnorm.BatchNorm2d", "aten.batch_norm.default"],
+              12, "return self.act(self.bn(self.conv(x)))")
+        _meta(nodes[2], ["", "block", "block.act", "relu"],
+              [root, blk, "torch.nn.modules.activation.ReLU", "aten.relu.default"], 12,
+              "return self.act(self.bn(self.conv(x)))")
+        _meta(nodes[3], ["", "add"], [root, "aten.add.Tensor"], 22, "return y + y")
+    g = helper.make_graph(nodes, "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_user_frame_is_the_innermost_frame_outside_torch():
+    f = user_frame(_TRACE.format(line=12, code="return self.conv(x)"))
+    assert f == {"file": "/home/me/net.py", "line": 12, "function": "forward",
+                 "code": "return self.conv(x)"}
+    assert user_frame(None) is None and user_frame("no frames here") is None
+
+
+def test_source_columns_from_exporter_metadata():
+    lab = onnx_lab.open(sourced_convnet())
+    n = lab.nodes.set_index("node_id")
+    r = n.loc["node_conv2d"]
+    assert r["module"] == "block.conv" and r["module_class"] == "torch.nn.modules.conv.Conv2d"
+    assert (r["source_file"], r["source_line"], r["source_function"]) == \
+        ("/home/me/net.py", 12, "forward")
+    assert r["source_code"] == "return self.act(self.bn(self.conv(x)))"
+    assert r["source_kind"] == "metadata" and r["source_modules"] == ["block.conv"]
+    add = n.loc["node_add"]  # an op of the root module itself
+    assert add["module"] == "" and add["module_class"] == "__main__.Net"
+    assert add["source_line"] == 22
+    assert source_share(lab.model) == 1.0
+    assert lab.history.source_share.tolist() == [1.0]
+
+
+def test_without_metadata_modules_are_inferred_from_name_scopes_or_unknown():
+    lab = onnx_lab.open("sample:convnet")  # TorchScript-style '/stem/conv/Conv' names
+    r = lab.nodes.set_index("node_id").loc["/stem/conv/Conv"]
+    assert r["module"] == "stem.conv" and r["source_kind"] == "inferred"
+    assert r["module_class"] is None and r["source_file"] is None
+    assert pd_isna(r["source_line"])
+    bare = onnx_lab.open(sourced_convnet(with_metadata=False))  # 'node_conv2d': no scope
+    t = bare.nodes
+    assert t["module"].isna().all() and t["source_kind"].isna().all()
+    assert source_share(bare.model) == 0.0
+
+
+def pd_isna(v) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(v))
+
+
+def test_own_pass_merges_sources_and_save_keeps_standard_keys(tmp_path):
+    lab = onnx_lab.open(sourced_convnet())
+    r = lab.apply("fuse_conv_bn")
+    assert r.modified and r.verify_passed
+    row = lab.nodes.set_index("node_id").loc["node_conv2d"]
+    # The fused Conv stands for block.conv and block.bn: their shared module is block.
+    assert row["module"] == "block" and row["module_class"] == "__main__.Block"
+    assert row["source_modules"] == ["block.conv", "block.bn"]
+    assert lab.history.source_share.tolist() == [1.0, 1.0]
+    lab.save(tmp_path / "fused.onnx")
+    saved = onnx.load(tmp_path / "fused.onnx")
+    conv = next(n for n in saved.graph.node if n.op_type == "Conv")
+    md = {p.key: p.value for p in conv.metadata_props}
+    assert eval(md[SCOPES_KEY]) == ["", "block", "node_conv2d"]  # noqa: S307 - a list literal
+    assert md["namespace"].startswith(": __main__.Net/block: __main__.Block/node_conv2d")
+    assert "line 12" in md[STACK_KEY]
+    assert [p["module"] for p in json.loads(md[SOURCES_KEY])] == ["block.conv", "block.bn"]
+    again = onnx_lab.open(tmp_path / "fused.onnx").nodes.set_index("node_id")
+    assert again.loc["node_conv2d", "source_modules"] == ["block.conv", "block.bn"]
+    # Untouched nodes keep their own metadata as exported.
+    relu = next(n for n in saved.graph.node if n.op_type == "Relu")
+    assert SOURCES_KEY not in {p.key for p in relu.metadata_props}
+
+
+@pytest.mark.parametrize("step", ["ort:extended", "onnxsim", "onnxoptimizer"])
+def test_tool_steps_carry_sources(step):
+    lab = onnx_lab.open(sourced_convnet())
+    r = lab.apply(step)
+    assert r.modified and r.verify_passed
+    t = lab.nodes
+    assert t["source_kind"].eq("metadata").all()
+    fused = t.loc[t.source_modules.map(len) > 1]
+    assert len(fused) >= 1
+    assert set(fused.iloc[0]["source_modules"]) >= {"block.conv", "block.bn"}
+    assert lab.history.source_share.iloc[-1] == 1.0
+
+
+def test_module_grouping_and_depth():
+    lab = onnx_lab.open(sourced_convnet())
+    assert module_at(lab.model, 1)["node_conv2d"] == "block"
+    assert module_at(lab.model)["node_conv2d"] == "block.conv"
+    assert module_at(lab.model, 0)["node_conv2d"] == ""
+    frame = lab.nodes[["node_id"]].assign(x=[1.0, 2.0, 4.0, 8.0])
+    g = group_by_module(frame, lab.model, {"x": "sum"}, depth=1)
+    assert g[["module", "n_nodes", "x"]].values.tolist() == [["block", 3, 7.0], ["", 1, 8.0]]
+    assert g.loc[0, "module_class"] == "__main__.Block"
+    with pytest.raises(onnx_lab.errors.InputError):
+        module_at(lab.model, -1)
+
+
+def test_details_panel_shows_module_breadcrumbs_and_lines():
+    lab = onnx_lab.open(sourced_convnet())
+    lab.apply("fuse_conv_bn")
+    d = node_details(lab.model, "node_conv2d")
+    src = d["source"]
+    assert src["module"] == "block" and [c["key"] for c in src["crumbs"]] == ["/block"]
+    assert [p["module"] for p in src["parts"]] == ["block.conv", "block.bn"]
+    html = node_details_html(d)
+    assert "data-expand='/block'" in html and "net.py:12" in html and "came from" in html
+    plain = node_details(onnx_lab.open(sourced_convnet(False)).model, "node_conv2d")
+    assert plain["source"] is None and "olc-source" not in node_details_html(plain)
+
+
+def test_collapse_groups_by_module_and_search_finds_source_lines():
+    lab = onnx_lab.open(sourced_convnet())
+    r = lab.render(collapse=1)
+    assert list(r.groups) == ["/block"]
+    from onnx_lab.render.details import canvas_items
+
+    items = canvas_items(r, lab.model)
+    assert "net.py:12" in items["scope:/block"] and "block.bn" in items["scope:/block"]
+
+
+# ------------------------------------------------------------------ a real torch export
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    pytest.importorskip("torch")
+    from models import decoder_export
+
+    return decoder_export(tmp_path_factory.mktemp("decoder"))
+
+
+TOOL_STEPS = ["onnxsim", "onnxslim", "onnxoptimizer", "ort:basic", "ort:extended",
+              "ort_transformers", "onnxscript_rewrite"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", TOOL_STEPS)
+def test_every_tool_step_keeps_source_on_a_dynamo_export(decoder, step):
+    from onnx_lab.transforms import available
+
+    if step not in set(available().name):
+        pytest.skip(f"{step} is not installed")
+    lab = onnx_lab.open(decoder)
+    before = source_share(lab.model)
+    assert before >= 0.95
+    kw = {"model_type": "gpt2"} if step == "ort_transformers" else {}
+    lab.apply(step, verify=False, **kw)
+    after = lab.history.source_share.iloc[-1]
+    assert after >= 0.99 * before, (step, before, after)
+
+
+@pytest.mark.slow
+def test_fused_attention_of_a_dynamo_decoder_names_its_module_and_lines(decoder):
+    pytest.importorskip("onnxscript")
+    lab = onnx_lab.open(decoder)
+    r = lab.apply("onnxscript_rewrite")
+    assert r.verify_passed
+    t = lab.nodes
+    mha = t.loc[t.op_type == "MultiHeadAttention"].set_index("node_id")
+    assert sorted(mha.module) == ["layers.0.attn", "layers.1.attn"]
+    nid = mha.index[0]
+    d = node_details(lab.model, nid)
+    lines = {p["line"] for p in d["source"]["parts"]}
+    assert len(lines) >= 2 and all(p["file"].endswith("models.py") for p in d["source"]["parts"])
+    # A ModuleList is never called: its items are the levels ('layers.0').
+    assert [c["name"] for c in d["source"]["crumbs"]] == ["layers.0", "attn"]
+    rend = lab.render(collapse=1)
+    assert nid in rend.groups["/layers.0"]
+
+
+# ------------------------------------------------------------------ by module
+def _planted(model: onnx.ModelProto, weight: str) -> onnx.ModelProto:
+    """``model`` with ``weight`` scaled by 3 (a planted difference)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for t in m.graph.initializer:
+        if t.name == weight:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 3, weight))
+    return m
+
+
+def test_compare_by_module_names_the_first_divergent_module():
+    ref = onnx_lab.open(sourced_convnet())
+    cmp = onnx_lab.compare(ref, onnx_lab.open(_planted(sourced_convnet(), "scale")))
+    assert not cmp.passed
+    assert cmp.first_divergent_module() == "block.bn"
+    assert cmp.first_divergent_module(depth=1) == "block"
+    g = cmp.by_module().set_index("module")
+    assert g.loc["block.bn", "first_divergence"] and g.first_divergence.sum() == 1
+    assert g.loc["block.conv", "n_failed"] == 0 and g.loc["block.bn", "n_failed"] == 1
+    same = onnx_lab.compare(ref, onnx_lab.open(sourced_convnet()))
+    assert same.passed and same.first_divergent_module() is None
+    assert not same.by_module().first_divergence.any()
+
+
+def test_cost_and_profile_by_module():
+    lab = onnx_lab.open(sourced_convnet())
+    c = lab.cost().by_module(depth=1).set_index("module")
+    assert c.loc["block", "n_nodes"] == 3 and c.loc["block", "flops"] > 0
+    assert c.loc["block", "params"] == 4 * 3 * 9 + 4 + 16
+    p = lab.profile(runs=3, warmup=1)
+    t = p.by_module(depth=1)
+    assert set(t.module) <= {"block", ""} and "block" in set(t.module)
+    assert t.time_ms.ge(0).all() and abs(t.share.sum() - 1) < 1e-9
+
+
+def test_sensitivity_by_module():
+    lab = onnx_lab.open(sourced_convnet())
+    s = lab.sensitivity("fp16", by="module", depth=1, recheck=0)
+    assert set(s.module) == {"block", ""} and s.n_nodes.sum() == 4
+
+
+def test_modules_figure_draws_time_error_and_flops():
+    pytest.importorskip("matplotlib")
+    from onnx_lab.render.module_plots import modules_figure, modules_table
+
+    lab = onnx_lab.open(sourced_convnet())
+    cmp = onnx_lab.compare(lab, onnx_lab.open(_planted(sourced_convnet(), "scale")))
+    t = modules_table(comparison=cmp, cost=lab.cost())
+    assert {"max_abs", "flops", "first_divergence"} <= set(t.columns)
+    fig = modules_figure(comparison=cmp, cost=lab.cost(), depth=1)
+    assert [a.get_title() for a in fig.axes] == ["error per module", "FLOPs per module"]
+    with pytest.raises(onnx_lab.errors.InputError):
+        modules_table()
+
+
+def test_precision_plan_kept_nodes_by_module():
+    lab = onnx_lab.open(sourced_convnet())
+    plan = lab.find_precision("fp16", atol=1e-6, rtol=1e-6)
+    g = plan.kept_by_module(depth=1)
+    assert len(plan.kept) >= 1 and set(g.module) == {"block"}
+    assert g.n_nodes.sum() == len(plan.kept)
+    assert sorted(x for ids in g.node_ids for x in ids) == sorted(plan.kept)
+
+
+def test_without_metadata_fused_nodes_infer_their_module_from_what_they_replaced():
+    # ort_transformers names its nodes 'LayerNorm_0', 'SkipLayerNorm_AddBias_0': the module
+    # comes from the name scopes of the original nodes (provenance), not from those names.
+    lab = onnx_lab.open("sample:bert_block", dims={"batch": 1, "seq": 8})
+    r = lab.apply("ort_transformers", model_type="bert")
+    assert r.modified and r.verify_passed
+    t = lab.nodes.set_index("node_id")
+    assert t.loc["LayerNorm_0", "module"] == "embeddings.ln"
+    skip = t.loc[t.op_type == "SkipLayerNormalization"]
+    assert set(skip.module) == {"layer.0.attention", "layer.0.output"}
+    att = t.loc[t.op_type == "Attention"].iloc[0]
+    assert {"layer.0.attention.query", "layer.0.attention.key"} <= set(att.source_modules)
+    assert t.source_kind.eq("inferred").all()
+    assert lab.history.source_share.tolist() == [1.0, 1.0]
+    # Nothing is written into the model for inferred sources.
+    assert not any(k.startswith("pkg.torch") for e in lab.index.entries.values()
+                   for k in e.node.metadata_props)
+
+
+def test_namespace_alone_and_unreadable_metadata():
+    m = sourced_convnet(with_metadata=False)
+    conv, bn = m.graph.node[0], m.graph.node[1]
+    conv.metadata_props.add(key="namespace", value=": __main__.Net/block: __main__.Block/"
+                            "block.conv: torch.nn.modules.conv.Conv2d/conv2d: aten.conv2d.default")
+    bn.metadata_props.add(key=SCOPES_KEY, value="not a list")
+    bn.metadata_props.add(key=STACK_KEY, value="no frames in here")
+    t = onnx_lab.open(m).nodes.set_index("node_id")
+    assert t.loc["node_conv2d", "module"] == "block.conv"
+    assert t.loc["node_conv2d", "module_class"] == "torch.nn.modules.conv.Conv2d"
+    assert pd_isna(t.loc["node_batch_norm", "source_kind"])  # unknown, not the root module
+
+
+def test_a_collapsed_box_names_its_module_and_class():
+    from onnx_lab.render.details import box_module, group_details_html
+
+    lab = onnx_lab.open(sourced_convnet())
+    r = lab.render(collapse=1)
+    members = r.groups["/block"]
+    assert box_module(lab.model, "/block", members) == ("block", "__main__.Block")
+    html = group_details_html("/block", members, ["Conv"] * 3, ("block", "__main__.Block"))
+    assert "module block (__main__.Block)" in html
+    bare = onnx_lab.open("sample:convnet")  # inferred: a module without a class
+    rb = bare.render(collapse=1)
+    key = next(iter(rb.groups))
+    path, cls = box_module(bare.model, key, rb.groups[key])
+    assert path == key.strip("/") and cls is None
+
+
+def test_converted_labs_carry_sources():
+    lab = onnx_lab.open(sourced_convnet())
+    q = onnx_lab.to_int8_dynamic(lab)
+    assert source_share(q.model) == 1.0  # QuantizeLinear & co. take their sources
+    f = onnx_lab.to_fp16(lab)
+    assert source_share(f.model) == 1.0  # its input and output Casts too
+    assert f.nodes.set_index("node_id").loc["node_relu", "module"] == "block.act"
