@@ -30,6 +30,7 @@ _LAZY: dict[str, str] = {
     "compare": "onnx_lab.numerics.compare",
     "diff": "onnx_lab.numerics.diff",
     "profile": "onnx_lab.profiling.run",
+    "audit": "onnx_lab.zoo",
 }
 
 __all__ = ["open", "Lab", "LabError", "errors", "samples", "merge", "repro", "to_fp16",
