@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--against", metavar="OLD_DIR", help="an earlier audit's --out: report "
                    "what got worse per model and exit 1 if anything did")
     p.add_argument("--latency-effect", type=float, default=None,
-                   help="smallest latency change --against calls real (default 0.05: 5%%)")
+                   help="smallest latency change --against calls real (default 0.1: 10%%)")
     p.add_argument("--json", action="store_true", help="print the rows (and the regressions) "
                    "as JSON")
     p.set_defaults(func=_audit)

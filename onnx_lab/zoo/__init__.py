@@ -283,8 +283,8 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
         force: rerun every model, ignoring the manifest.
         against: an earlier audit's output folder: the result's ``regressions`` says what got
             worse per model (:func:`onnx_lab.zoo.gate.regressions`).
-        latency_effect: the smallest latency change the gate calls real (None: 5%,
-            :data:`onnx_lab.profiling.stats.MIN_EFFECT`).
+        latency_effect: the smallest latency change the gate calls real (None: 10%,
+            :data:`onnx_lab.zoo.gate.LATENCY_EFFECT`).
         progress: None (a bar with counts and an ETA in terminals and notebooks), False, or
             ``callable(done, total, label)``.
 
@@ -403,10 +403,9 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
                        len(tasks))
     gate = None
     if against is not None:
-        from onnx_lab.profiling.stats import MIN_EFFECT
-        from onnx_lab.zoo.gate import regressions
+        from onnx_lab.zoo.gate import LATENCY_EFFECT, regressions
 
-        gate = regressions(old, entries, latency_effect=MIN_EFFECT if latency_effect is None
+        gate = regressions(old, entries, latency_effect=LATENCY_EFFECT if latency_effect is None
                            else latency_effect)
     table = _table(rows)
     if out_dir is not None:

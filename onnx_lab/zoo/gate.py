@@ -7,7 +7,7 @@ Compared per model name (the path relative to the audited folder) between two ma
 - ``verification``: a step of the preset that verified before no longer does;
 - ``latency``: the model takes longer beyond the noise: :func:`~onnx_lab.profiling.stats.
   compare_samples` on the two runs' latency samples (a Mann-Whitney test, the bootstrap
-  interval of the ratio, and at least ``latency_effect`` apart);
+  interval of the ratio, and at least ``latency_effect`` apart: 10% by default);
 - ``check``: error codes of ``check()`` that the earlier audit did not have;
 - ``size``: the model's files grew by more than ``size_tolerance``;
 - ``fp16``: an fp16 plan met the tolerance before and does not now.
@@ -22,13 +22,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from onnx_lab._pandas import pd
-from onnx_lab.profiling.stats import MIN_EFFECT, compare_samples
+from onnx_lab.profiling.stats import compare_samples
 
-__all__ = ["regressions", "GATE_COLUMNS", "SIZE_TOLERANCE"]
+__all__ = ["regressions", "GATE_COLUMNS", "SIZE_TOLERANCE", "LATENCY_EFFECT"]
 
 GATE_COLUMNS = ["model", "check", "worse", "old", "new", "detail"]
 #: Growth of a model's files (model and external data) reported as a regression.
 SIZE_TOLERANCE = 0.01
+#: The smallest latency change the gate calls real. Twice :data:`onnx_lab.profiling.stats.
+#: MIN_EFFECT` (5%, the drift between two sessions of one machine): two audits are two
+#: sessions, hours apart, each profiling with other models' processes running beside it.
+LATENCY_EFFECT = 0.10
 #: Fewest latency runs on each side for a latency verdict.
 MIN_RUNS = 5
 
@@ -43,7 +47,7 @@ def _row(model: str, check: str, worse: bool, old: Any, new: Any, detail: str) -
 
 
 def compare_entries(model: str, old: Mapping[str, Any], new: Mapping[str, Any], *,
-                    latency_effect: float = MIN_EFFECT,
+                    latency_effect: float = LATENCY_EFFECT,
                     size_tolerance: float = SIZE_TOLERANCE) -> list[dict[str, Any]]:
     """The findings of one model: ``old`` and ``new`` are manifest entries ({"row",
     "samples"})."""
@@ -82,14 +86,14 @@ def compare_entries(model: str, old: Mapping[str, Any], new: Mapping[str, Any], 
 
 
 def regressions(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str, Any]], *,
-                latency_effect: float = MIN_EFFECT, size_tolerance: float = SIZE_TOLERANCE
+                latency_effect: float = LATENCY_EFFECT, size_tolerance: float = SIZE_TOLERANCE
                 ) -> pd.DataFrame:
     """What got worse from the ``old`` audit's entries to the ``new`` one's (by model name).
 
     Args:
         old, new: model name -> manifest entry ({"row": {...}, "samples": [...]}).
-        latency_effect: the smallest latency ratio change called real (5%: a shared
-            machine's load drifts that much between two sessions).
+        latency_effect: the smallest latency ratio change called real
+            (:data:`LATENCY_EFFECT`, 10%).
         size_tolerance: the smallest growth of the files called real.
 
     Returns:
