@@ -260,7 +260,8 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
         engine: ``"local"`` (default) or ``"dask"`` (default when ``scheduler`` is given).
         scheduler: a Dask scheduler address (``"tcp://HOST:PORT"``) or a
             ``distributed.Client``; with ``engine="dask"`` and no scheduler, a LocalCluster of
-            ``workers`` processes is started for the run. The model paths must be readable
+            ``workers`` single-threaded workers (threads of this process, each model still in
+            its own child process) is started for the run. The model paths must be readable
             on the workers.
         timeout_s: wall-clock seconds per model (None: no limit); past it the model's
             process group is killed and its row says ``timeout`` (with the figures of the

@@ -191,8 +191,8 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
 
     Args:
         scheduler: the scheduler's address (``tcp://HOST:PORT``), a ``distributed.Client``,
-            or None: a ``LocalCluster`` of ``workers`` single-threaded worker processes,
-            started for this run and closed after it.
+            or None: a ``LocalCluster`` of ``workers`` single-threaded workers (threads of
+            this process), started for this run and closed after it.
 
     Each task runs :func:`run_isolated` on a worker, which starts the model's child process
     there: the model paths must be readable on the workers (a shared file system) and the
@@ -215,8 +215,11 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
         elif scheduler:
             client = Client(scheduler, timeout="30s")
         else:
+            # Worker threads in this process: each task's model runs in a child process
+            # anyway, so worker processes would only add their start-up (importing dask and
+            # onnx_lab again) and shutdown.
             cluster = LocalCluster(n_workers=max(1, workers), threads_per_worker=1,
-                                   processes=True, dashboard_address=None)
+                                   processes=False, dashboard_address=None)
             client = Client(cluster)
     except OSError as e:
         from onnx_lab.errors import InputError
