@@ -207,6 +207,7 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
         raise InputError("The Dask engine needs dask.distributed, which is not installed.",
                          fix="pip install 'onnx_lab[dask]' (or run without --engine dask / "
                          "--scheduler).") from e
+    CHILDREN.stopping = False
     cluster = client = None
     own_client = not isinstance(scheduler, Client)
     try:
@@ -246,6 +247,10 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
         if futures:
             with contextlib.suppress(Exception):
                 client.cancel(list(futures))
+            if cluster is not None:
+                # Our LocalCluster's workers are threads of this process: their children are
+                # ours to kill. A remote worker's running task ends at its own timeout.
+                CHILDREN.kill_all()
         if own_client and client is not None:
             client.close()
         if cluster is not None:
