@@ -275,7 +275,7 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
         providers: execution providers for check, profile (default ``"cpu"``: comparable
             between machines); None: every installed one of CPU, CUDA and TensorRT.
         threads: onnxruntime intra-op threads of the profile (default: the cores divided by
-            ``workers`` for local runs, onnxruntime's default on Dask).
+            ``workers`` on this machine, onnxruntime's default on a Dask scheduler's workers).
         dims, shapes: values of symbolic dims and full input shapes for every model that has
             them (a model ignores the names it lacks).
         model_options: glob pattern (matched against the model's name and its file name) ->
@@ -314,7 +314,7 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
         raise InputError(f"No .onnx file found under {', '.join(map(str, paths))}.",
                          fix="Pass model files or folders that hold .onnx files.")
     engine = engine or ("dask" if scheduler is not None else "local")
-    if threads is None and engine == "local":
+    if threads is None and scheduler is None:  # the models run on this machine
         threads = max(1, (os.cpu_count() or 1) // workers)
     out_dir = Path(out) if out is not None else None
     old: dict[str, dict[str, Any]] = {}

@@ -230,8 +230,8 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
                          "runs.") from e
     futures = {}
     try:
-        for t in tasks:
-            futures[client.submit(run_isolated, t, pure=False,
+        for i, t in enumerate(tasks):  # in the given order (the largest models first)
+            futures[client.submit(run_isolated, t, pure=False, priority=len(tasks) - i,
                                   key=f"onnx-lab-audit-{t['key']}-{os.urandom(4).hex()}")] = t
         for f in dask_completed(list(futures)):
             t = futures.pop(f)
