@@ -343,6 +343,7 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
     entries: dict[str, dict[str, Any]] = {}
     rows: dict[str, dict[str, Any]] = {}
     tasks: list[dict[str, Any]] = []
+    order: list[tuple[bool, float]] = []
     for f in found:
         sha, size = _store.file_hash(f.files)
         per = _model_options(f, model_options)
@@ -361,10 +362,13 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
             entries[f.name] = prev
             rows[f.name] = {**prev["row"], **ident, "reused": True}
             continue
+        took = (prev or {}).get("row", {}).get("seconds")
+        # The longest first, so that short ones fill the gaps at the end: by the time an
+        # earlier audit took, else by size (models never timed first: they may be long ones).
+        order.append((took is not None, -(took or size)))
         tasks.append({**opts, **limits, **ident, "key": _store.slug(f.name),
                       "options_key": key, "report": out_dir is not None})
-    # Largest first: the long ones start early, the small ones fill the gaps at the end.
-    tasks.sort(key=lambda t: -t["file_bytes"])
+    tasks = [t for _, t in sorted(zip(order, tasks), key=lambda p: p[0])]
     reused = len(rows)
     if reused:
         logger.info("audit: %d of %d models unchanged since the last audit (reused)", reused,
