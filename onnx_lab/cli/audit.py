@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=1, help="models audited at once (default 1)")
     p.add_argument("--engine", choices=("local", "dask"), default=None,
                    help="local processes (default) or a Dask cluster (a LocalCluster of "
-                   "--workers processes unless --scheduler is given)")
+                   "--workers workers unless --scheduler is given; each model still runs in "
+                   "its own process)")
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                    help="run on this Dask distributed scheduler (implies --engine dask)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
