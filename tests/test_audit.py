@@ -192,7 +192,8 @@ def test_gate_finds_each_regression_and_no_false_alarm():
     old = {"same": _entry(base), "jitter": _entry(base),
            "slower": _entry(base), "faster": _entry(base), "broke": _entry(base),
            "step": _entry(base), "check": _entry(base), "size": _entry(base),
-           "fp16": _entry(base, fp16_passed=True), "gone": _entry(base)}
+           "fp16": _entry(base, fp16_passed=True), "gone": _entry(base),
+           "busy": _entry(base), "threads": {**_entry(base), "settings": {"threads": 2}}}
     new = {"same": _entry(base),
            # another run of the same speed, 3% apart: noise, not a regression
            "jitter": _entry(rng.normal(10.3, 0.4, 60)),
@@ -204,13 +205,20 @@ def test_gate_finds_each_regression_and_no_false_alarm():
            "check": _entry(base, check_errors=1, check_error_codes="provider_load"),
            "size": _entry(base, file_bytes=1500),
            "fp16": _entry(base, fp16_passed=False, fp16_note="the fp32 model misses it"),
-           "added": _entry(base)}
+           "added": _entry(base),
+           # slower, but measured on a busy machine, or with other threads: not the model
+           "busy": _entry(rng.normal(13, 0.3, 60), latency_busy="the machine looks busy"),
+           "threads": {**_entry(rng.normal(13, 0.3, 60)), "settings": {"threads": 1}}}
     df = regressions(old, new)
     worse = {(r.model, r.check) for r in df.loc[df.worse].itertuples()}
     assert worse == {("slower", "latency"), ("broke", "status"), ("step", "verification"),
                      ("check", "check"), ("size", "size"), ("fp16", "fp16")}
     info = {(r.model, r.check) for r in df.loc[~df.worse].itertuples()}
-    assert info == {("faster", "latency"), ("gone", "missing"), ("added", "added")}
+    assert info == {("faster", "latency"), ("gone", "missing"), ("added", "added"),
+                    ("busy", "latency"), ("threads", "latency")}
+    detail = df.set_index("model").detail
+    assert "not counted as a regression: this audit: the machine looks busy" in detail["busy"]
+    assert "other options (threads 2 -> 1)" in detail["threads"]
     assert "fuse_conv_bn no longer verifies" in df.set_index("model").loc["step", "detail"]
     assert df.worse.iloc[0] and not df.worse.iloc[-1]  # regressions first
 

@@ -90,7 +90,7 @@ COLUMNS: dict[str, str] = {
     "optimize_s": "float64",
     # profile of the model as given
     "latency_ms": "float64", "latency_ci_low_ms": "float64", "latency_ci_high_ms": "float64",
-    "latency_runs": "Int64", "latency_session": "string",
+    "latency_runs": "Int64", "latency_session": "string", "latency_busy": "string",
     # fp16 precision plan (fp16=True)
     "fp16_passed": "boolean", "fp16_kept": "Int64", "fp16_kept_nodes": "string",
     "fp16_candidates": "Int64", "fp16_trials": "Int64", "fp16_note": "string",
@@ -100,7 +100,7 @@ COLUMNS: dict[str, str] = {
 }
 #: Columns that depend on the machine's speed and load, or on where the audit ran.
 _VARYING = {"path", "optimize_s", "latency_ms", "latency_ci_low_ms", "latency_ci_high_ms",
-            "latency_runs", "fp16_s", "report", "reused", "seconds"}
+            "latency_runs", "latency_busy", "fp16_s", "report", "reused", "seconds"}
 #: Columns two audits of the same files with the same options agree on (on any engine).
 DETERMINISTIC_COLUMNS = [c for c in COLUMNS if c not in _VARYING]
 
@@ -110,6 +110,9 @@ DEFAULT_TIMEOUT_S = 900.0
 DEFAULT_MEMORY_GB = 8.0
 DEFAULT_BUDGET_S = 3.0
 _MODEL_OPTION_KEYS = ("dims", "shapes", "feeds")
+#: Options kept with each manifest entry, for the gate to say when two audits differ in them.
+_SETTINGS = ("preset", "budget_s", "providers", "threads", "dims", "shapes", "feeds",
+             "feeds_sha256")
 _LIMIT_STATUSES = ("timeout", "memory", "crashed")
 
 
@@ -389,7 +392,8 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
             for task, res in runs:
                 row = _finish(task, res, out_dir)
                 entry = {"model": task["model"], "sha256": task["sha256"],
-                         "options": task["options_key"], "limits": limits, "row": row,
+                         "options": task["options_key"], "limits": limits,
+                         "settings": {k: task[k] for k in _SETTINGS}, "row": row,
                          "samples": res.get("samples") or [], "finished": time.time()}
                 entries[task["model"]] = entry
                 rows[task["model"]] = {**row, "reused": False}

@@ -136,10 +136,10 @@ def slug(name: str) -> str:
 
 
 # ---------------------------------------------------------------------------- manifest
-def read_manifest(folder: Path) -> dict[str, dict[str, Any]]:
+def read_manifest(folder: str | os.PathLike) -> dict[str, dict[str, Any]]:
     """The last entry of every model in ``folder/manifest.jsonl`` ({} when there is none);
     torn or foreign lines (an interrupted write) are skipped."""
-    path = folder / MANIFEST
+    path = Path(folder) / MANIFEST
     out: dict[str, dict[str, Any]] = {}
     try:
         text = path.read_text(encoding="utf-8")

@@ -168,6 +168,7 @@ class _Audit:
 
     def profile(self) -> None:
         from onnx_lab.profiling.run import profile
+        from onnx_lab.profiling.stats import busy_note
 
         t = self.task
         p = profile(self.lab.original, providers=t.get("providers") or None,
@@ -177,7 +178,8 @@ class _Audit:
         self.samples = [round(float(v), 6) for v in p.samples()]
         self.row.update(latency_ms=_float(st.p50_ms), latency_ci_low_ms=_float(st.ci_low_ms),
                         latency_ci_high_ms=_float(st.ci_high_ms), latency_runs=int(st.runs),
-                        latency_session=str(st.session))
+                        latency_session=str(st.session),
+                        latency_busy=busy_note(self.samples) if self.samples else None)
 
     def fp16(self) -> None:
         import onnx_lab

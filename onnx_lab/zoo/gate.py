@@ -7,7 +7,11 @@ Compared per model name (the path relative to the audited folder) between two ma
 - ``verification``: a step of the preset that verified before no longer does;
 - ``latency``: the model takes longer beyond the noise: :func:`~onnx_lab.profiling.stats.
   compare_samples` on the two runs' latency samples (a Mann-Whitney test, the bootstrap
-  interval of the ratio, and at least ``latency_effect`` apart: 10% by default);
+  interval of the ratio, and at least ``latency_effect`` apart: 10% by default). Not counted
+  as a regression (listed, with the reason) when the two audits profiled with other options
+  (threads, providers, budget, dims, shapes, feeds) or either run looked disturbed
+  (:func:`~onnx_lab.profiling.stats.busy_note`: a wide spread of the runs, or a load average
+  above one per core): a slower machine is not a slower model;
 - ``check``: error codes of ``check()`` that the earlier audit did not have;
 - ``size``: the model's files grew by more than ``size_tolerance``;
 - ``fp16``: an fp16 plan met the tolerance before and does not now.
@@ -68,8 +72,14 @@ def compare_entries(model: str, old: Mapping[str, Any], new: Mapping[str, Any], 
         d = compare_samples(xs, ys, labels=("the old audit", "this audit"),
                             min_effect=latency_effect)
         if d.different:
-            out.append(_row(model, "latency", d.ratio > 1, f"{d.median_a_ms:.4g} ms",
-                            f"{d.median_b_ms:.4g} ms", d.text))
+            # Not the model's doing: other options, or runs measured on a busy machine.
+            excuse = _settings_changed(old.get("settings"), new.get("settings")) or "; ".join(
+                f"{side}: {note}" for side, note in (("old audit", a.get("latency_busy")),
+                                                     ("this audit", b.get("latency_busy")))
+                if note)
+            detail = d.text + (f"; not counted as a regression: {excuse}" if excuse else "")
+            out.append(_row(model, "latency", d.ratio > 1 and not excuse,
+                            f"{d.median_a_ms:.4g} ms", f"{d.median_b_ms:.4g} ms", detail))
     new_codes = sorted(_codes(b.get("check_error_codes")) - _codes(a.get("check_error_codes")))
     if new_codes and a.get("status") is not None and a.get("check_errors") is not None:
         out.append(_row(model, "check", True, a.get("check_error_codes"),
@@ -83,6 +93,15 @@ def compare_entries(model: str, old: Mapping[str, Any], new: Mapping[str, Any], 
                         "no fp16 plan meets the tolerance any more"
                         + (f": {b.get('fp16_note')}" if b.get("fp16_note") else "")))
     return out
+
+
+def _settings_changed(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> str:
+    """The options two audits of a model differ in, in words ("" when none or unknown)."""
+    if not a or not b:
+        return ""
+    diff = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)]
+    return f"the audits ran with other options ({', '.join(diff)})" if diff else ""
 
 
 def regressions(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[str, Any]], *,
