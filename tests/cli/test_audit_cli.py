@@ -110,3 +110,12 @@ def test_errors_are_one_line(tmp_path, capsys, argv, message):
     assert main([subst.get(a, a) for a in argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("onnx-lab: error:") and message in err and "\n" not in err
+
+
+def test_engine_dask_starts_its_own_cluster(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    onnx.save(conv_bn(0), tmp_path / "a.onnx")
+    assert main(["audit", str(tmp_path / "a.onnx"), "--out", str(tmp_path / "out"),
+                 "--engine", "dask", "--budget", "0.3", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["counts"] == {"ok": 1} and doc["rows"][0]["optimize_passed"] is True
