@@ -35,6 +35,7 @@ _LAZY: dict[str, str] = {
     "profile_generation": "onnx_lab.profiling.generate",
     "write_report": "onnx_lab.render.report",
     "write_diff_report": "onnx_lab.render.report",
+    "audit": "onnx_lab.zoo",
 }
 
 __all__ = ["open", "Lab", "LabError", "errors", "samples", "merge", "repro", "to_fp16",

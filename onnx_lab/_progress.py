@@ -57,9 +57,9 @@ class Progress:
         if self._fn is not None:
             self._fn(self.done, self.total, self.label)
         if self._bar is not None:
-            self._bar.update(n)
-            if label:
+            if label:  # before the update, which redraws the bar with it
                 self._bar.set_description(label, refresh=False)
+            self._bar.update(n)
 
     def __enter__(self) -> Progress:
         if self._fn is not None:

@@ -2,7 +2,8 @@
 
 One module per area registers its subcommands (``register(subparsers)``): ``core`` (summary,
 tables, weights), ``render``, ``transforms`` (passes, patterns, optimize, extract, fix-dims),
-``numerics`` (compare, diff), ``profiling`` (profile) and ``analysis`` (cost, check). The
+``numerics`` (compare, diff), ``profiling`` (profile), ``analysis`` (cost, check) and
+``audit`` (a whole folder of models). The
 shared helpers live in ``_common`` and are re-exported here. Errors: every user error (a
 LabError, a usage error argparse finds, a numeric option out of range) is one line on stderr
 (``onnx-lab: error: ...``) and exit code 2; ``--help`` prints the usual help and exits 0.
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from onnx_lab import _exit
-from onnx_lab.cli import analysis, core, numerics, precision, profiling, render, transforms
+from onnx_lab.cli import analysis, audit, core, numerics, precision, profiling, render, transforms
 from onnx_lab.cli._common import (
     add_dims_args,
     add_model_arg,
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     for area in _AREAS:
         area.register(sub)
     precision.register(sub)  # onnx_lab/cli/precision.py: the precision doctor
+    audit.register(sub)  # onnx_lab/cli/audit.py: a whole model zoo, isolated per model
     return parser
 
 

@@ -1,0 +1,152 @@
+"""The HTML index of a model-zoo audit: one self-contained page (inline style and a few lines
+of script to sort by a column), one row per model, linked to the model's report where one was
+written, failures in red with their error, and the regression gate's findings on top."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from onnx_lab._pandas import pd
+from onnx_lab.core.units import format_bytes
+from onnx_lab.render.results import _si
+
+__all__ = ["audit_index_html"]
+
+_STATUS_COLOURS = {"ok": "#1a7f37", "error": "#cf222e", "timeout": "#bc4c00",
+                   "memory": "#8250df", "crashed": "#cf222e"}
+
+_STYLE = """
+body{font:14px system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#1f2328}
+h1{font-size:20px;margin:0 0 4px} .sub{color:#59636e;margin-bottom:16px}
+table{border-collapse:collapse;width:100%} th,td{padding:4px 8px;border-bottom:1px solid #d1d9e0;
+text-align:left;vertical-align:top} th{background:#f6f8fa;cursor:pointer;font-size:13px;
+position:sticky;top:0} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.err{color:#cf222e;min-width:18em;max-width:36em;font-size:12px;overflow-wrap:anywhere} .st{font-weight:600}
+.gate{border:1px solid #d1d9e0;border-radius:6px;padding:8px 12px;margin:0 0 16px}
+.gate.bad{border-color:#cf222e;background:#fff5f5} .gate.good{background:#f0fff4}
+"""
+
+_SCRIPT = """
+document.querySelectorAll('table.audit th').forEach((th, i) => th.onclick = () => {
+  const body = th.closest('table').tBodies[0], rows = [...body.rows];
+  const key = r => { const c = r.cells[i]; const v = c.dataset.v ?? c.textContent;
+                     const n = parseFloat(v); return isNaN(n) ? v.toLowerCase() : n; };
+  const dir = th.dataset.dir = th.dataset.dir === 'asc' ? 'desc' : 'asc';
+  rows.sort((a, b) => { const x = key(a), y = key(b);
+    const c = typeof x === typeof y ? (x < y ? -1 : x > y ? 1 : 0) : (typeof x === 'number' ? -1 : 1);
+    return dir === 'asc' ? c : -c; });
+  rows.forEach(r => body.appendChild(r));
+});
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def _num(v: Any, fmt: str = "{:,}") -> tuple[str, str]:
+    """(text, sort value) of a number; blank when missing."""
+    if _missing(v):
+        return "", ""
+    return fmt.format(v), str(v)
+
+
+def _cells(r: Mapping[str, Any], link: str | None) -> list[tuple[str, str, str]]:
+    """(html, css class, sort value) of each column of one row."""
+    name = _e(r["model"])
+    model = f"<a href='{_e(link)}'>{name}</a>" if link else name
+    status = str(r["status"])
+    colour = _STATUS_COLOURS.get(status, "#59636e")
+    err = ""
+    if not _missing(r.get("error_type")):
+        stage = "" if _missing(r.get("error_stage")) else f"[{r['error_stage']}] "
+        msg = str(r.get("error") or "")
+        err = _e(f"{stage}{r['error_type']}: {msg[:400]}{'…' if len(msg) > 400 else ''}")
+    fb = r.get("file_bytes")
+    flops = r.get("flops")
+    lat = r.get("latency_ms")
+    lat_txt = ""
+    if not _missing(lat):
+        lo, hi = r.get("latency_ci_low_ms"), r.get("latency_ci_high_ms")
+        lat_txt = f"{lat:.4g}" + ("" if _missing(lo) or _missing(hi)
+                                  else f" <small>[{lo:.3g}–{hi:.3g}]</small>")
+    steps = ""
+    if r.get("optimize_steps") == 0:
+        steps = "nothing to do"
+    elif not _missing(r.get("optimize_steps")):
+        steps = f"{r['optimize_verified']}/{r['optimize_steps']} steps verified"
+        if not _missing(r.get("optimize_failed")):
+            steps += f" <b style='color:#cf222e'>failed: {_e(r['optimize_failed'])}</b>"
+    nodes = _num(r.get("num_nodes"))
+    after = _num(r.get("nodes_after"))
+    fp16 = ""
+    if not _missing(r.get("fp16_passed")):
+        fp16 = (f"keep {r['fp16_kept']}" if r["fp16_passed"] and not _missing(r.get("fp16_kept"))
+                else "no plan")
+    checks = "" if _missing(r.get("check_errors")) else \
+        f"{r['check_errors']} / {r['check_warnings']}"
+    return [
+        (model, "", str(r["model"])),
+        (f"<span class='st' style='color:{colour}'>{_e(status)}</span>"
+         + (" <small>(reused)</small>" if r.get("reused") is True else ""), "", status),
+        ("" if _missing(fb) else _e(format_bytes(fb)), "num", "" if _missing(fb) else str(fb)),
+        (nodes[0] + (f" → {after[0]}" if after[0] else ""), "num", nodes[1]),
+        ("" if _missing(flops) else _si(flops), "num",
+         "" if _missing(flops) else str(flops)),
+        (checks, "num", "" if _missing(r.get("check_errors")) else str(r["check_errors"])),
+        (steps, "", "" if _missing(r.get("optimize_steps")) else str(r["optimize_steps"])),
+        (lat_txt, "num", "" if _missing(lat) else str(lat)),
+        (fp16, "", fp16),
+        ("" if _missing(r.get("seconds")) else f"{r['seconds']:.1f}", "num",
+         "" if _missing(r.get("seconds")) else str(r["seconds"])),
+        (err, "err", err),
+    ]
+
+
+_HEADERS = ["model", "status", "size", "nodes → after safe", "FLOPs", "check errors / warnings",
+            "safe preset", "latency ms [95% CI]", "fp16 plan", "seconds", "error"]
+
+
+def audit_index_html(table: pd.DataFrame, *, title: str = "onnx_lab audit",
+                     links: Mapping[str, str] | None = None,
+                     gate: pd.DataFrame | None = None, note: str | None = None) -> str:
+    """The audit's ``index.html``.
+
+    Args:
+        table: the audit table (:data:`onnx_lab.zoo.COLUMNS`).
+        links: model name -> relative href of its report (models without one are not linked).
+        gate: the regression gate's findings (:func:`onnx_lab.zoo.gate.regressions`), if any.
+        note: a line under the title (the options, an interruption).
+    """
+    links = links or {}
+    counts = table.status.value_counts() if len(table) else pd.Series(dtype=int)
+    sub = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no models"
+    parts = ["<!doctype html><html><head><meta charset='utf-8'>",
+             f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
+             f"<h1>{_e(title)}</h1><div class='sub'>{len(table)} models: {_e(sub)}"
+             + (f"<br>{_e(note)}" if note else "") + "</div>"]
+    if gate is not None:
+        worse = gate.loc[gate.worse]
+        if len(worse):
+            items = "".join(f"<li><b>{_e(r.model)}</b> — {_e(r.check)}: {_e(r.detail)}</li>"
+                            for r in worse.itertuples())
+            parts.append(f"<div class='gate bad'><b>{len(worse)} regression(s) against the "
+                         f"earlier audit</b><ul>{items}</ul></div>")
+        else:
+            parts.append("<div class='gate good'>No regression against the earlier audit."
+                         "</div>")
+    parts.append("<table class='audit'><thead><tr>"
+                 + "".join(f"<th>{_e(h)}</th>" for h in _HEADERS) + "</tr></thead><tbody>")
+    for r in table.to_dict(orient="records"):
+        cells = _cells(r, links.get(r["model"]))
+        parts.append("<tr>" + "".join(
+            f"<td class='{cls}' data-v='{_e(v)}'>{h}</td>" for h, cls, v in cells) + "</tr>")
+    parts.append(f"</tbody></table><script>{_SCRIPT}</script></body></html>")
+    return "".join(parts)

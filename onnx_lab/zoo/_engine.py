@@ -1,0 +1,257 @@
+"""Where the audits of single models run: one child process per model, started from a local
+thread pool or from the workers of a Dask distributed cluster.
+
+:func:`run_isolated` is the task both engines run. It starts ``python -m onnx_lab.zoo._worker``
+in a new session (its own process group), with the memory limit applied by the child itself and
+a wall-clock timeout enforced here (the whole group is killed). Whatever happens to the child
+(a crash, a kill, a hang, an allocation failure) comes back as a result dict, never as an
+exception: one bad model cannot take the audit down.
+
+The local engine is a ``concurrent.futures.ThreadPoolExecutor`` (each thread only waits on its
+child); the Dask engine submits the same function with ``Client.submit`` and collects results
+with ``distributed.as_completed``. Both yield results in the order they complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from onnx_lab.zoo._worker import MEMORY_SIGNS
+
+logger = logging.getLogger(__name__)
+
+#: Characters of a child's output kept with its result (the log's end).
+LOG_TAIL = 20_000
+
+
+class _Children:
+    """The child processes this process runs now, so that Ctrl-C can kill them all."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen] = set()
+        self.stopping = False
+
+    def add(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.add(proc)
+            stop = self.stopping
+        if stop:
+            _kill(proc)
+
+    def discard(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.discard(proc)
+
+    def kill_all(self) -> None:
+        with self._lock:
+            self.stopping = True
+            procs = list(self._procs)
+        for p in procs:
+            _kill(p)
+
+
+CHILDREN = _Children()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - LOG_TAIL))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _last_line(log: str) -> str:
+    lines = [ln.strip() for ln in log.strip().splitlines() if ln.strip()]
+    return lines[-1][:500] if lines else ""
+
+
+def run_isolated(task: dict[str, Any]) -> dict[str, Any]:
+    """Audit one model in a child process with ``task["timeout_s"]`` and
+    ``task["memory_gb"]``; never raises for anything the child does.
+
+    Returns:
+        dict: row (the columns the child filled, with status, error_stage, error_type and
+        error set for kills and crashes), samples (latency ms), log (the end of the child's
+        stdout and stderr), report (the report's HTML bytes, or None), seconds.
+    """
+    t0 = time.monotonic()
+    timeout = task.get("timeout_s") or None
+    with tempfile.TemporaryDirectory(prefix="onnx-lab-audit-") as tmp:
+        tmpd = Path(tmp)
+        job = dict(task, result=str(tmpd / "result.json"),
+                   report=str(tmpd / "report.html") if task.get("report") else None)
+        (tmpd / "task.json").write_text(json.dumps(job))
+        log_path = tmpd / "log.txt"
+        killed = False
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "onnx_lab.zoo._worker",
+                                     str(tmpd / "task.json")], stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, env=_child_env())
+            CHILDREN.add(proc)
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill(proc)
+                rc = proc.wait()
+                killed = True
+            finally:
+                CHILDREN.discard(proc)
+        log_text = _tail(log_path)
+        result: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            result = json.loads(Path(job["result"]).read_text())
+        row = dict(result.get("row") or {"status": "ok", "error_stage": None,
+                                         "error_type": None, "error": None})
+        running = result.get("running", "start" if not result else None)
+        if killed:
+            row.update(status="timeout", error_stage=running, error_type="Timeout",
+                       error=f"did not finish within {timeout:g} s"
+                       + (f" (in the {running} stage)" if running else "") + ": killed")
+        elif rc != 0 or running is not None:
+            if rc < 0:
+                sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
+                what = f"killed by {sig}"
+                if sig == "SIGKILL" and not CHILDREN.stopping:
+                    what += " (the system's out-of-memory killer, or another process)"
+            else:
+                what = f"exited with code {rc}"
+            last = _last_line(log_text)
+            memory = bool(MEMORY_SIGNS.search(log_text[-4000:]))
+            row.update(status="memory" if memory else "crashed", error_stage=running,
+                       error_type="MemoryError" if memory else "Crash",
+                       error=f"the process {what}" + (f" in the {running} stage" if running
+                                                      else "") + (f": {last}" if last else ""))
+        report = None
+        if row.pop("report", None) and job["report"]:
+            with contextlib.suppress(OSError):
+                report = Path(job["report"]).read_bytes()
+        return {"row": row, "samples": result.get("samples") or [], "log": log_text,
+                "report": report, "seconds": round(time.monotonic() - t0, 3)}
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The package the parent runs is the one the child imports (a source checkout on sys.path).
+    here = str(Path(__file__).resolve().parents[2])
+    paths = env.get("PYTHONPATH", "").split(os.pathsep) if env.get("PYTHONPATH") else []
+    if here not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([here, *paths])
+    # glibc reserves 64 MiB of address space per malloc arena (up to 8 per core): under an
+    # address-space limit that reserve, not the model, would decide when allocations fail.
+    env.setdefault("MALLOC_ARENA_MAX", "2")
+    return env
+
+
+def run_local(tasks: Sequence[dict[str, Any]], workers: int
+              ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Run ``tasks`` on ``workers`` threads (one child process each); yield (task, result) as
+    they complete. Closing the generator (Ctrl-C) cancels the waiting tasks and kills the
+    running children."""
+    CHILDREN.stopping = False
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="onnx-lab-audit")
+    futures = {pool.submit(run_isolated, t): t for t in tasks}
+    done = False
+    try:
+        for f in as_completed(futures):
+            yield futures[f], f.result()
+        done = True
+    finally:
+        if not done:
+            pool.shutdown(wait=False, cancel_futures=True)
+            CHILDREN.kill_all()
+        pool.shutdown(wait=True)
+
+
+def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: int = 1
+             ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Run ``tasks`` on a Dask distributed cluster; yield (task, result) as they complete.
+
+    Args:
+        scheduler: the scheduler's address (``tcp://HOST:PORT``), a ``distributed.Client``,
+            or None: a ``LocalCluster`` of ``workers`` single-threaded workers (threads of
+            this process), started for this run and closed after it.
+
+    Each task runs :func:`run_isolated` on a worker, which starts the model's child process
+    there: the model paths must be readable on the workers (a shared file system) and the
+    workers need onnx_lab installed. A task whose worker died comes back as a crashed row.
+    """
+    try:
+        from distributed import Client, LocalCluster
+        from distributed import as_completed as dask_completed
+    except ImportError as e:
+        from onnx_lab.errors import InputError
+
+        raise InputError("The Dask engine needs dask.distributed, which is not installed.",
+                         fix="pip install 'onnx_lab[dask]' (or run without --engine dask / "
+                         "--scheduler).") from e
+    CHILDREN.stopping = False
+    cluster = client = None
+    own_client = not isinstance(scheduler, Client)
+    try:
+        if isinstance(scheduler, Client):
+            client = scheduler
+        elif scheduler:
+            client = Client(scheduler, timeout="30s")
+        else:
+            # Worker threads in this process: each task's model runs in a child process
+            # anyway, so worker processes would only add their start-up (importing dask and
+            # onnx_lab again) and shutdown.
+            cluster = LocalCluster(n_workers=max(1, workers), threads_per_worker=1,
+                                   processes=False, dashboard_address=None)
+            client = Client(cluster)
+    except OSError as e:
+        from onnx_lab.errors import InputError
+
+        raise InputError(f"Cannot reach the Dask scheduler {scheduler!r}: {e}",
+                         fix="Check the address (tcp://HOST:PORT) and that the scheduler "
+                         "runs.") from e
+    futures = {}
+    try:
+        for i, t in enumerate(tasks):  # in the given order (the largest models first)
+            futures[client.submit(run_isolated, t, pure=False, priority=len(tasks) - i,
+                                  key=f"onnx-lab-audit-{t['key']}-{os.urandom(4).hex()}")] = t
+        for f in dask_completed(list(futures)):
+            t = futures.pop(f)
+            try:
+                result = f.result()
+            except Exception as e:  # noqa: BLE001 - a lost worker is this model's row
+                result = {"row": {"status": "crashed", "error_stage": None,
+                                  "error_type": type(e).__name__,
+                                  "error": f"the Dask task failed: {e}"},
+                          "samples": [], "log": "", "report": None, "seconds": None}
+            yield t, result
+    finally:
+        if futures:
+            with contextlib.suppress(Exception):
+                client.cancel(list(futures))
+            if cluster is not None:
+                # Our LocalCluster's workers are threads of this process: their children are
+                # ours to kill. A remote worker's running task ends at its own timeout.
+                CHILDREN.kill_all()
+        if own_client and client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()

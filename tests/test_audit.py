@@ -1,0 +1,285 @@
+"""onnx_lab.audit: a zoo of real models audited in isolated processes (a truncated file, an
+endless Loop and an allocation past the memory limit among them), resumed from its manifest,
+run on a Dask LocalCluster with the same table, and gated against an earlier audit."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import onnx
+import pandas as pd
+import pytest
+from zoo_helpers import conv_bn, endless_loop, huge_allocation, make_zoo
+
+import onnx_lab
+from onnx_lab.errors import InputError, ModelLoadError
+from onnx_lab.zoo import COLUMNS, DETERMINISTIC_COLUMNS, find_models
+from onnx_lab.zoo._store import read_manifest
+from onnx_lab.zoo.gate import regressions
+
+# Small profile budgets keep each model's process at a few seconds.
+FAST = {"budget_s": 0.3, "progress": False, "workers": 2}
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    """The audited zoo and its result: good models, a broken one, an endless one and one
+    that allocates 2 GiB under a 3 GiB address-space limit (onnxruntime alone reserves
+    ~1.7 GiB)."""
+    root = make_zoo(tmp_path_factory.mktemp("zoo"))
+    onnx.save(endless_loop(), root / "endless.onnx")
+    onnx.save(huge_allocation(2.0), root / "huge.onnx")
+    out = tmp_path_factory.mktemp("audit")
+    calls = []
+    res = onnx_lab.audit(root, out, workers=2, timeout_s=25, memory_gb=3,
+                         dims={"batch": 2, "k": 1}, budget_s=0.3,
+                         progress=lambda *a: calls.append(a))
+    return root, out, res, calls
+
+
+def _row(res, model):
+    return res.table.set_index("model").loc[model]
+
+
+def test_find_models_follows_external_data(tmp_path):
+    make_zoo(tmp_path)
+    found = {f.name: f for f in find_models([tmp_path])}
+    assert sorted(found) == ["broken.onnx", "conv_bn.onnx", "conv_bn6.onnx",
+                             "nested/dynamic.onnx", "nested/external.onnx"]
+    ext = found["nested/external.onnx"]
+    assert [p.name for p in ext.files] == ["external.onnx", "external.onnx.data"]
+    # A file given directly is named by its file name; the same file twice is one model.
+    again = find_models([tmp_path / "conv_bn.onnx", tmp_path / "conv_bn.onnx"])
+    assert [f.name for f in again] == ["conv_bn.onnx"]
+
+
+def test_rows_of_good_models(zoo):
+    _, _, res, _ = zoo
+    assert list(res.table.columns) == list(COLUMNS)
+    assert res.table.model.tolist() == sorted(res.table.model)
+    ok = res.table.loc[res.table.status == "ok"]
+    assert sorted(ok.model) == ["conv_bn.onnx", "conv_bn6.onnx", "nested/dynamic.onnx",
+                                "nested/external.onnx"]
+    r = _row(res, "conv_bn.onnx")
+    # summary, check, cost, the safe preset (Conv+BN fused, Identity removed, each verified)
+    assert r.num_nodes == 4 and r.opset == 17 and r.check_errors == 0
+    assert r.macs == 3 * 3 * 3 * 4 * 8 * 8
+    assert r.optimize_steps >= 2 and r.optimize_verified == r.optimize_steps
+    assert r.optimize_passed and r.nodes_after == 2 and pd.isna(r.optimize_failed)
+    assert r.latency_ms > 0 and r.latency_ci_low_ms <= r.latency_ms <= r.latency_ci_high_ms
+    assert r.latency_runs >= 5 and r.latency_session == "CPUExecutionProvider"
+    assert pd.isna(r.error_type) and pd.isna(r.fp16_passed)  # fp16 not asked
+    # one model with its data file: hashed and sized together
+    e = _row(res, "nested/external.onnx")
+    assert e.external_data and e.file_bytes > (res.table.set_index("model").loc[
+        "conv_bn.onnx", "file_bytes"])
+    # the dynamic model takes the dims it has (batch), not the others (k)
+    d = _row(res, "nested/dynamic.onnx")
+    assert d.dynamic_dims == "batch" and d.dims_given == "batch=2" and d.latency_ms > 0
+
+
+def test_failures_are_rows_and_the_rest_go_on(zoo):
+    _, out, res, _ = zoo
+    b = _row(res, "broken.onnx")
+    assert (b.status, b.error_stage, b.error_type) == ("error", "open", "ModelLoadError")
+    assert "truncated" in b.error and pd.isna(b.num_nodes)
+    # the hang: killed at the timeout, the stages before it kept
+    e = _row(res, "endless.onnx")
+    assert (e.status, e.error_stage, e.error_type) == ("timeout", "optimize", "Timeout")
+    assert "25 s" in e.error and e.num_nodes == 7 and e.check_errors == 0
+    assert 25 <= e.seconds < 60
+    # the allocation past the limit: this model's failure only
+    h = _row(res, "huge.onnx")
+    assert h.status == "memory" and h.error_stage == "profile"
+    assert h.num_nodes == 4 and pd.isna(h.latency_ms)
+    assert (out / "logs" / "huge.onnx.log").exists() or "allocate" in h.error.lower()
+
+
+def test_progress_counts(zoo):
+    _, _, res, calls = zoo
+    assert calls[0][:2] == (0, 7) and calls[-1][:2] == (7, 7)
+    assert "4 ok" in calls[-1][2] and "1 timeout" in calls[-1][2]
+
+
+def test_files_written(zoo):
+    _, out, res, _ = zoo
+    assert set(res.files) == {"csv", "parquet", "html", "manifest"}
+    pq = pd.read_parquet(out / "audit.parquet")
+    pd.testing.assert_frame_equal(pq, res.table, check_dtype=False)
+    csv = pd.read_csv(out / "audit.csv")
+    assert csv.model.tolist() == res.table.model.tolist()
+    assert csv.status.tolist() == res.table.status.tolist()
+    page = (out / "index.html").read_text()
+    assert "7 models" in page and "endless.onnx" in page and "ModelLoadError" in page
+    # every model that opened has its self-contained report, linked from the index
+    linked = res.table.report.dropna().tolist()
+    assert "reports/conv_bn.onnx.html" in linked or any("conv_bn" in r for r in linked)
+    for rel in linked:
+        assert f'href="{rel}"' in page or f"href='{rel}'" in page
+        assert (out / rel).read_text().lower().startswith("<!doctype html")
+    entries = read_manifest(out)
+    assert len(entries) == 7 and len(entries["conv_bn.onnx"]["samples"]) >= 5
+
+
+def test_resume_skips_unchanged_and_reruns_changed(tmp_path):
+    root = tmp_path / "zoo"
+    root.mkdir()
+    onnx.save(conv_bn(0), root / "a.onnx")
+    from models import save_external
+
+    save_external(conv_bn(1), root / "b.onnx")
+    out = tmp_path / "out"
+    first = onnx_lab.audit(root, out, **FAST)
+    assert first.reused == 0 and (first.table.status == "ok").all()
+    t0 = time.monotonic()
+    second = onnx_lab.audit(root, out, **FAST)
+    assert second.reused == 2 and second.table.reused.all()
+    assert time.monotonic() - t0 < 10  # no model process started
+    pd.testing.assert_frame_equal(second.table[DETERMINISTIC_COLUMNS],
+                                  first.table[DETERMINISTIC_COLUMNS])
+    # b's external data changes (same .onnx file): only b runs again
+    save_external(conv_bn(2), root / "b.onnx")
+    third = onnx_lab.audit(root, out, **FAST)
+    assert third.reused == 1
+    assert third.table.set_index("model").reused.to_dict() == {"a.onnx": True, "b.onnx": False}
+    assert _row(third, "b.onnx").sha256 != _row(first, "b.onnx").sha256
+    # other options run the model again (here a alone), and so does force
+    assert onnx_lab.audit(root / "a.onnx", out, budget_s=0.4, progress=False).reused == 0
+    assert onnx_lab.audit(root / "b.onnx", out, force=True, **FAST).reused == 0
+
+
+def test_limit_failures_rerun_only_when_limits_change(tmp_path):
+    onnx.save(endless_loop(), tmp_path / "endless.onnx")
+    out = tmp_path / "out"
+    first = onnx_lab.audit(tmp_path / "endless.onnx", out, timeout_s=2, **FAST)
+    assert first.table.status.tolist() == ["timeout"]
+    assert onnx_lab.audit(tmp_path / "endless.onnx", out, timeout_s=2, **FAST).reused == 1
+    third = onnx_lab.audit(tmp_path / "endless.onnx", out, timeout_s=3, **FAST)
+    assert third.reused == 0 and "3 s" in third.table.error[0]
+
+
+def test_dask_cluster_gives_the_local_table(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    root = make_zoo(tmp_path / "zoo")
+    for name in ("conv_bn6.onnx", "nested/dynamic.onnx"):
+        (root / name).unlink()
+    local = onnx_lab.audit(root, tmp_path / "local", dims={"batch": 2}, **FAST)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        remote = onnx_lab.audit(root, tmp_path / "dask", scheduler=cluster.scheduler_address,
+                                dims={"batch": 2}, **FAST)
+    pd.testing.assert_frame_equal(remote.table[DETERMINISTIC_COLUMNS],
+                                  local.table[DETERMINISTIC_COLUMNS])
+    assert remote.table.status.value_counts().to_dict() == {"ok": 2, "error": 1}
+    assert remote.table.external_data.tolist() == [pd.NA, False, True]
+    assert (remote.table.loc[remote.table.status == "ok", "latency_ms"] > 0).all()
+
+
+def test_fp16_plan(tmp_path):
+    onnx.save(conv_bn(0), tmp_path / "a.onnx")
+    res = onnx_lab.audit(tmp_path, None, fp16=True, fp16_max_trials=4, **FAST)
+    r = _row(res, "a.onnx")
+    assert r.status == "ok" and r.fp16_passed and r.fp16_kept >= 0 and r.fp16_trials >= 1
+    assert r.fp16_candidates > 0 and res.out is None and res.files == {}
+
+
+# ---------------------------------------------------------------------------- the gate
+def _entry(samples, **row):
+    return {"row": {"status": "ok", "optimize_steps": 2, "check_errors": 0,
+                    "file_bytes": 1000, **row}, "samples": list(samples)}
+
+
+def test_gate_finds_each_regression_and_no_false_alarm():
+    rng = np.random.default_rng(0)
+    base = rng.normal(10, 0.3, 60)
+    old = {"same": _entry(base), "jitter": _entry(base),
+           "slower": _entry(base), "faster": _entry(base), "broke": _entry(base),
+           "step": _entry(base), "check": _entry(base), "size": _entry(base),
+           "fp16": _entry(base, fp16_passed=True), "gone": _entry(base),
+           "busy": _entry(base), "threads": {**_entry(base), "settings": {"threads": 2}}}
+    new = {"same": _entry(base),
+           # another run of the same speed, 3% apart: noise, not a regression
+           "jitter": _entry(rng.normal(10.3, 0.4, 60)),
+           "slower": _entry(rng.normal(13, 0.3, 60)),
+           "faster": _entry(rng.normal(7, 0.3, 60)),
+           "broke": _entry([], status="timeout", error_stage="profile", error_type="Timeout",
+                           error="did not finish"),
+           "step": _entry(base, optimize_failed="fuse_conv_bn"),
+           "check": _entry(base, check_errors=1, check_error_codes="provider_load"),
+           "size": _entry(base, file_bytes=1500),
+           "fp16": _entry(base, fp16_passed=False, fp16_note="the fp32 model misses it"),
+           "added": _entry(base),
+           # slower, but measured on a busy machine, or with other threads: not the model
+           "busy": _entry(rng.normal(13, 0.3, 60), latency_busy="the machine looks busy"),
+           "threads": {**_entry(rng.normal(13, 0.3, 60)), "settings": {"threads": 1}}}
+    df = regressions(old, new)
+    worse = {(r.model, r.check) for r in df.loc[df.worse].itertuples()}
+    assert worse == {("slower", "latency"), ("broke", "status"), ("step", "verification"),
+                     ("check", "check"), ("size", "size"), ("fp16", "fp16")}
+    info = {(r.model, r.check) for r in df.loc[~df.worse].itertuples()}
+    assert info == {("faster", "latency"), ("gone", "missing"), ("added", "added"),
+                    ("busy", "latency"), ("threads", "latency")}
+    detail = df.set_index("model").detail
+    assert "not counted as a regression: this audit: the machine looks busy" in detail["busy"]
+    assert "other options (threads 2 -> 1)" in detail["threads"]
+    assert "fuse_conv_bn no longer verifies" in df.set_index("model").loc["step", "detail"]
+    assert df.worse.iloc[0] and not df.worse.iloc[-1]  # regressions first
+
+
+def test_gate_against_an_earlier_audit(tmp_path):
+    root = tmp_path / "zoo"
+    root.mkdir()
+    onnx.save(conv_bn(0), root / "a.onnx")
+    onnx.save(conv_bn(1), root / "b.onnx")
+    old = onnx_lab.audit(root, tmp_path / "audit", **FAST)
+    assert old.regressions is None and not old.regressed
+    # the same files again, gated against the old audit (in the same folder: the old
+    # manifest is read before anything is written): nothing got worse
+    same = onnx_lab.audit(root, tmp_path / "audit", against=tmp_path / "audit", **FAST)
+    assert same.reused == 2 and not same.regressed and not same.regressions.worse.any()
+    # b is now a broken export: one regression, written beside the table
+    import shutil
+
+    shutil.copytree(tmp_path / "audit", tmp_path / "old")
+    data = conv_bn(1).SerializeToString()
+    (root / "b.onnx").write_bytes(data[:100])
+    worse = onnx_lab.audit(root, tmp_path / "audit", against=tmp_path / "old", **FAST)
+    assert worse.regressed and worse.reused == 1
+    found = worse.regressions.loc[worse.regressions.worse]
+    assert found[["model", "check"]].values.tolist() == [["b.onnx", "status"]]
+    doc = json.loads((tmp_path / "audit" / "regressions.json").read_text())
+    assert doc["regressed"] and doc["findings"][0]["model"] == "b.onnx"
+    assert "1 regression(s)" in (tmp_path / "audit" / "index.html").read_text()
+
+
+# ---------------------------------------------------------------------------- bad input
+def test_bad_input(tmp_path):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        onnx_lab.audit(tmp_path / "nope")
+    with pytest.raises(InputError, match="No .onnx file"):
+        onnx_lab.audit(tmp_path)
+    onnx.save(conv_bn(0), tmp_path / "a.onnx")
+    for kw, msg in (({"workers": 0}, "workers"), ({"timeout_s": -1}, "timeout_s"),
+                    ({"memory_gb": float("nan")}, "memory_gb"), ({"engine": "ray"}, "engine"),
+                    ({"model_options": {"*.onnx": {"dimz": {}}}}, "unknown option"),
+                    ({"model_options": {"*.onnx": {"feeds": str(tmp_path / "x.npz")}}},
+                     "does not exist"),
+                    ({"against": tmp_path}, "No audit manifest")):
+        with pytest.raises(InputError, match=msg):
+            onnx_lab.audit(tmp_path, **kw)
+
+
+def test_model_options_pick_per_model_shapes_and_feeds(tmp_path):
+    from zoo_helpers import matmul_add
+
+    (tmp_path / "m").mkdir()
+    onnx.save(matmul_add(), tmp_path / "m" / "dyn.onnx")
+    feeds = tmp_path / "x.npz"
+    np.savez(feeds, x=np.ones((3, 16), np.float32))
+    res = onnx_lab.audit(tmp_path / "m", None, model_options={
+        "dyn.onnx": {"dims": {"batch": 3}, "feeds": str(feeds)},
+        "other*.onnx": {"dims": {"batch": 99}}}, **FAST)
+    r = _row(res, "dyn.onnx")
+    assert r.status == "ok" and r.dims_given == "batch=3" and r.latency_ms > 0
