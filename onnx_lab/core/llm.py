@@ -64,7 +64,8 @@ class CacheSlot:
 
     Attributes:
         layer: the layer index written in the names.
-        kind: ``"key"``, ``"value"``, or ``"kv"`` for a tensor holding both.
+        kind: ``"key"``, ``"value"``, or ``"kv"`` for a tensor holding both; prefixed
+            ``"cross."`` for an encoder-decoder's cross-attention cache.
         past: the graph input (``past_key_values.0.key``).
         present: the graph output (``present.0.key``).
         shape: the input's declared shape (ints, dim names, None for unnamed dims).
@@ -92,7 +93,9 @@ class DecoderIO:
             embeddings has ``inputs_embeds`` [batch, new tokens, hidden] instead of ids).
         logits: the output with the next-token scores (``logits``, else the first output
             that is not a cache tensor).
-        other_inputs: graph inputs with none of these roles (the caller must feed them).
+        other_inputs: graph inputs with none of these roles (the caller must feed them),
+            such as an encoder-decoder's cross-attention cache when the model returns no
+            present for it (``past_key_values.0.encoder.key``: computed once, fed as is).
         batch_dim, sequence_dim, past_dim, total_dim: the symbolic dim names of the batch,
             the new tokens of a step, the cached tokens and past + new (None where a model
             fixes that dim or does not show it).
@@ -252,7 +255,12 @@ def cache_key(name: str) -> tuple[str, int, str] | None:
     kinds = {_KINDS[t] for t in tokens if t in _KINDS}
     if len(kinds) > 1:
         return None
-    return role, layers[0], kinds.pop() if kinds else "kv"
+    kind = kinds.pop() if kinds else "kv"
+    # Encoder-decoder models (Whisper, T5 from optimum) hold two caches per layer: the
+    # decoder's own (grows) and the cross-attention one over the encoder (fixed).
+    if any(t in ("encoder", "cross") for t in tokens):
+        kind = f"cross.{kind}"
+    return role, layers[0], kind
 
 
 def _pick(names: Sequence[str], wanted: Sequence[str]) -> str | None:
@@ -312,10 +320,18 @@ def _decoder_io(model: LabModel) -> DecoderIO | None:
     outputs = list(g.outputs)
     past: dict[tuple[int, str], list] = {}
     present: dict[tuple[int, str], list] = {}
+    static: list[str] = []  # cross-attention caches fed without a present to pair
     for v in inputs:
         key = cache_key(v.name)
         if key is not None and key[0] == "past":
             past.setdefault(key[1:], []).append(v)
+    for v in outputs:
+        key = cache_key(v.name)
+        if key is not None and key[0] == "present" and key[2].startswith("cross."):
+            break
+    else:  # no cross-attention present outputs: the encoder's cache is an input only
+        for k in [k for k in past if k[1].startswith("cross.")]:
+            static += [v.name for v in past.pop(k)]
     for v in outputs:
         key = cache_key(v.name)
         if key is not None and key[0] == "present":
@@ -340,7 +356,7 @@ def _decoder_io(model: LabModel) -> DecoderIO | None:
             repr(present[k][0].name) for k in lonely_present))
     kinds_by_layer: dict[int, set[str]] = {}
     for layer, kind in past:
-        kinds_by_layer.setdefault(layer, set()).add(kind)
+        kinds_by_layer.setdefault(layer, set()).add(kind.removeprefix("cross."))
     for layer, kinds in sorted(kinds_by_layer.items()):
         if kinds not in ({"key", "value"}, {"kv"}):
             problems.append(f"layer {layer} has cache tensors of kinds {sorted(kinds)} "
@@ -353,7 +369,7 @@ def _decoder_io(model: LabModel) -> DecoderIO | None:
     in_names = [v.name for v in inputs]
     roles = {role: _pick(in_names, names) for role, names in _ROLE_NAMES.items()}
     slots: list[CacheSlot] = []
-    order = {"key": 0, "value": 1, "kv": 0}
+    order = {"key": 0, "value": 1, "kv": 0, "cross.key": 2, "cross.value": 3, "cross.kv": 2}
     dims_seen: dict[str, list[str]] = {"past": [], "total": []}
     for layer, kind in sorted(past, key=lambda k: (k[0], order[k[1]])):
         pv, ov = past[(layer, kind)][0], present[(layer, kind)][0]
@@ -365,7 +381,7 @@ def _decoder_io(model: LabModel) -> DecoderIO | None:
         if axis is not None and out_shape is not None and isinstance(out_shape[axis], str):
             dims_seen["total"].append(out_shape[axis])
         slots.append(CacheSlot(layer, kind, pv.name, ov.name, shape, dtype_name(pv.dtype), axis))
-    cache_names = {s.past for s in slots}
+    cache_names = {s.past for s in slots}  # a static encoder cache stays in other_inputs
     known = cache_names | {n for n in roles.values() if n}
     logits = _pick([v.name for v in outputs], ("logits",)) or next(
         (v.name for v in outputs if v.name not in {s.present for s in slots}), None)

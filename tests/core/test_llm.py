@@ -57,6 +57,8 @@ def _names(kind_names, layers=2, past="past_key_values.{i}.{k}", present="presen
     ("past_key_values_key_cache_0", ("past", 0, "key")),  # torch.export's flat DynamicCache
     ("logits", None), ("input_ids", None), ("past_sequence_length", None),
     ("pastry.0.key", None),
+    ("past_key_values.2.encoder.value", ("past", 2, "cross.value")),
+    ("present.2.decoder.key", ("present", 2, "key")),
 ])
 def test_cache_key(name, key):
     assert cache_key(name) == key
@@ -177,3 +179,21 @@ def test_past_like_inputs_without_present_outputs_are_not_a_decoder():
 
     c = cost(model)
     assert c.kv_cache is None and not any("KV cache" in n for n in c.notes)
+
+
+def test_encoder_decoder_caches():
+    """optimum's Whisper/T5 decoder with past: the decoder's cache is paired, the encoder's
+    (cross-attention) cache has no present output and is an input to feed as is."""
+    past = [f"past_key_values.{i}.{part}.{k}" for i in range(2) for part in ("decoder", "encoder")
+            for k in ("key", "value")]
+    present = [f"present.{i}.decoder.{k}" for i in range(2) for k in ("key", "value")]
+    fl = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info(p, fl, ["b", 2, "past", 8]) for p in past]
+    nodes = [helper.make_node("Identity", [p.replace("present", "past_key_values")], [p])
+             for p in present]
+    outputs = [helper.make_tensor_value_info(q, fl, ["b", 2, "past", 8]) for q in present]
+    model = load_model(helper.make_model(helper.make_graph(nodes, "g", inputs, outputs),
+                                         opset_imports=[helper.make_opsetid("", 17)]))
+    io = decoder_io(model)
+    assert [s.present for s in io.cache] == present
+    assert set(io.other_inputs) == {p for p in past if ".encoder." in p}
