@@ -57,6 +57,18 @@ from onnx_lab.core.index import node_scope
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import InputError, LabError, unknown_name
+from onnx_lab.numerics.half import (
+    FLOAT16,
+    HalfRules,
+    check_converted,
+    conversion_bug,
+    convert_half,
+    node_ids,
+    passes_checker,
+    rename_to_ids,
+    to_bf16_bits,
+    to_fp16_array,
+)
 from onnx_lab.numerics.metrics import get_preset
 from onnx_lab.numerics.quantize import (
     Calibration,
@@ -67,7 +79,7 @@ from onnx_lab.numerics.quantize import (
 )
 from onnx_lab.runtime.capture import capturable_tensors, estimate_bytes, plan_chunks
 from onnx_lab.runtime.feeds import as_feed_list
-from onnx_lab.runtime.session import make_session, weightless_proto
+from onnx_lab.runtime.session import PLACEHOLDER, make_session, weightless_proto
 
 logger = logging.getLogger(__name__)
 
@@ -255,67 +267,36 @@ def _is_float(v: ir.Value | None) -> bool:
                                          ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
 
 
-def _to_fp16(a: np.ndarray, lo: float = 5.96e-08, hi: float = 65504.0) -> np.ndarray:
-    """float32 to float16 exactly as onnxruntime's ``float16.convert_np_to_float16`` does
-    (non-zero finite magnitudes clamped into [lo, hi]; 0, inf and NaN unchanged) in fewer
-    passes: on ResNet-50's weights 0.12 s instead of 0.44 s, which was most of an fp16 trial.
-    The test suite checks the two agree bit for bit."""
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    with np.errstate(over="ignore"):  # beyond 65504: inf here, clamped below
-        out = a.astype(np.float16)
-    mag = np.abs(a)
-    odd = np.flatnonzero((mag < lo) | (mag > hi))  # zeros and infinities too: sorted below
-    if odd.size:
-        v, m = a.reshape(-1)[odd], mag.reshape(-1)[odd]
-        flat = out.reshape(-1)
-        for mask, bound in (((m < lo) & (m > 0), lo), ((m > hi) & (m < np.inf), hi)):
-            flat[odd[mask]] = np.copysign(np.float32(bound), v[mask]).astype(np.float16)
-    return out
-
-
-def _rename_to_ids(graph: onnx.GraphProto, body: ir.Graph, ids: dict[int, str]) -> None:
-    """Set each proto node's name to its node id (``graph`` is ``body`` serialized: the same
-    nodes in the same order, bodies included)."""
-    for node, proto in zip(body, graph.node):
-        nid = ids.get(id(node))
-        if nid is not None and proto.name != nid:
-            proto.name = nid
-        for attr in proto.attribute:
-            a = node.attributes.get(attr.name)
-            if a is None:
-                continue
-            if attr.type == onnx.AttributeProto.GRAPH:
-                _rename_to_ids(attr.g, a.value, ids)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g, b in zip(attr.graphs, a.value):
-                    _rename_to_ids(g, b, ids)
+#: float32 -> float16 as onnxruntime's converter rounds weights (kept under this name).
+_to_fp16 = to_fp16_array
+_rename_to_ids = rename_to_ids
 
 
 class _Converter:
-    """Builds the candidate for a kept set; one per search (shared preparation)."""
+    """Builds the candidate for a kept set; one per search (shared preparation).
+
+    fp16 and bf16 follow :class:`onnx_lab.numerics.half.HalfRules` (the op schemas' type
+    constraints; bf16 with float16's rules, since the emulation runs on any opset); int8
+    follows onnxruntime's quantizer registry."""
 
     def __init__(self, model: LabModel, target: str, calibration: Calibration | None) -> None:
         self.model = model
         self.target = target
         self.calibration = calibration
         self._named: LabModel | None = None
-        self._proto: onnx.ModelProto | None = None
-        # fp16: the weight-free graph the converter works on, its stubbed weights' dims, and
-        # each weight converted once (name -> float16 array).
-        self._light: tuple[onnx.ModelProto, dict[str, list[int]]] | None | bool = None
+        self._rules: HalfRules | None = None
+        # fp16/bf16: the graph with node names set to node ids; its large main-graph weights
+        # are placeholders (the light path) unless the model keeps weights in external files.
+        self._light: onnx.ModelProto | None | bool = None
+        self._base: onnx.ModelProto | None = None
+        self._checked = False  # whether onnx's checker accepts the original
         self._half: dict[str, np.ndarray] = {}
         # int8: the named model saved once for every trial's quantization.
         self._saved: SavedSource | None = None
-        if target == "fp16":
-            from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
-
-            self.blocked_ops = set(DEFAULT_OP_BLOCK_LIST)
-        elif target == "int8":
+        if target == "int8":
             from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
             self.quant_ops = set(QDQRegistry) | set(QLinearOpsRegistry)
-        else:
-            self.blocked_ops = set()
 
     def close(self) -> None:
         """Remove the int8 trials' saved source (also done when the converter is collected)."""
@@ -325,84 +306,58 @@ class _Converter:
 
     @property
     def named(self) -> LabModel:
-        """A copy of the model whose node names are the node ids (int8, bf16, fp16 fallback)."""
+        """A copy of the model whose node names are the node ids (int8)."""
         if self._named is None:
             self._named = _named(self.model)
         return self._named
 
+    @property
+    def rules(self) -> HalfRules:
+        """fp16/bf16: which nodes convert and how (computed once)."""
+        if self._rules is None:
+            self._rules = HalfRules(self.model, FLOAT16)
+        return self._rules
+
     def candidates(self) -> list[str]:
         """Node ids the conversion changes (those a plan can keep)."""
-        out = []
-        types = self.model.types() if self.target != "int8" else {}
-        for nid, e in self.model.index.entries.items():
-            n = e.node
-            if self.target == "int8":
-                if n.op_type in self.quant_ops and n.domain in ("", "ai.onnx"):
-                    out.append(nid)
-                continue
-            if n.op_type in self.blocked_ops or n.domain not in ("", "ai.onnx"):
-                continue
-            if n.op_type in ("If", "Loop", "Scan"):  # their bodies' nodes are candidates
-                continue
-            names = [v.name for v in list(n.inputs) + list(n.outputs) if v is not None and v.name]
-            dts = [getattr(types.get(name), "dtype", None) for name in names]
-            if n.op_type == "Constant" or any(d is None or d in _FLOAT_NAMES for d in dts):
-                out.append(nid)
-        return out
+        if self.target != "int8":
+            return list(self.rules.candidates)
+        return [nid for nid, e in self.model.index.entries.items()
+                if e.node.op_type in self.quant_ops and e.node.domain in ("", "ai.onnx")]
 
-    def proto(self) -> onnx.ModelProto:
-        if self._proto is None:
-            p = _full_proto(self.named)
-            if self.target == "fp16" and _embedded_bytes(self.model) < 1_800_000_000:
-                try:
-                    p = onnx.shape_inference.infer_shapes(p)
-                except Exception:  # noqa: BLE001 - the converter infers again below
-                    logger.info("shape inference failed; the fp16 converter infers per trial")
-            self._proto = p
-        return self._proto
-
-    def light(self) -> tuple[onnx.ModelProto, dict[str, list[int]]] | None:
-        """fp16: the graph with its large weights stubbed (dims ``[0]``, no data), node names
-        set to node ids and types inferred; None when the model needs the whole-proto path
-        (weights in external files, or onnx's inference fails on the stubs' placeholders).
-
-        onnxruntime's converter copies and converts every weight on every call; on the stubs
-        it only retypes them, and :meth:`convert` puts the arrays back (each weight converted
-        once per search)."""
+    def light(self) -> onnx.ModelProto | None:
+        """The graph with its large main-graph weights as in-memory placeholders and node
+        names set to node ids; None when the model keeps weights in external files (then
+        :meth:`base` holds every weight)."""
         if self._light is None:
-            self._light = False
-            proto, names, _arrays, folder = weightless_proto(self.model, 4096, array=None)
+            proto, _names, _arrays, folder = weightless_proto(self.model, 4096, array=None)
             if folder is None:
-                ids = {id(e.node): nid for nid, e in self.model.index.entries.items()}
-                _rename_to_ids(proto.graph, self.model.graph, ids)
-                try:
-                    proto = onnx.shape_inference.infer_shapes(proto)
-                except Exception:  # noqa: BLE001 - fall back to the whole proto
-                    logger.info("shape inference failed on the weight-free graph")
-                    proto = None
+                rename_to_ids(proto.graph, self.model.graph, node_ids(self.model))
+                self._light = proto
             else:
-                proto = None
-            if proto is not None and len(proto.graph.value_info):
-                stubs: dict[str, list[int]] = {}
-                wanted = set(names)
-                for t in proto.graph.initializer:
-                    if t.name in wanted:
-                        stubs[t.name] = list(t.dims)
-                        del t.external_data[:]
-                        t.data_location = onnx.TensorProto.DEFAULT
-                        del t.dims[:]
-                        t.dims.append(0)
-                self._light = (proto, stubs)
+                self._light = False
         return self._light or None
 
-    def _weight(self, name: str, half: bool) -> np.ndarray:
-        if half:
-            if name not in self._half:
-                arr = _to_fp16(self.model.graph.initializers[name].const_value.numpy())
-                arr.flags.writeable = False
-                self._half[name] = arr
-            return self._half[name]
-        return self.model.graph.initializers[name].const_value.numpy()
+    def base(self) -> onnx.ModelProto:
+        """The graph the conversion starts from (:meth:`light`, else the whole model)."""
+        if self._base is None:
+            light = self.light()
+            if light is None:
+                light = _full_proto(self.model)
+                rename_to_ids(light.graph, self.model.graph, node_ids(self.model))
+            self._base = light
+            self._checked = passes_checker(light, _is_placeholder)
+        return self._base
+
+    def _weight(self, name: str, to: int | None) -> np.ndarray:
+        arr = self.model.graph.initializers[name].const_value.numpy()
+        if to is None:
+            return arr
+        if name not in self._half:
+            half = to_fp16_array(arr)
+            half.flags.writeable = False
+            self._half[name] = half
+        return self._half[name]
 
     def convert(self, kept: Sequence[str]) -> LabModel:
         if self.target == "int8":
@@ -410,179 +365,130 @@ class _Converter:
             if self._saved is None:
                 self._saved = SavedSource(self.named)
             return _quantize_with(self.named, self.calibration, list(kept), self._saved)
-        light = self.light() if self.target == "fp16" else None
-        base = onnx.ModelProto()
-        base.CopyFrom(light[0] if light is not None else self.proto())
-        if self.target == "fp16":
-            from onnxruntime.transformers.float16 import convert_float_to_float16
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self.base())
+        if self.target == "bf16":
+            out = _bf16_emulate(proto, self.rules, set(kept))
+            if self._checked:
+                check_converted(out, "bfloat16 emulation", external=_is_placeholder)
+            return self._restore(out, {})
+        out, fill = convert_half(proto, self.rules, kept, external=_is_placeholder)
+        if self._checked:
+            check_converted(out, "float16 conversion", external=_is_placeholder)
+        return self._restore(out, fill)
 
-            try:
-                out = convert_float_to_float16(
-                    base, keep_io_types=True, disable_shape_infer=len(base.graph.value_info) > 0,
-                    op_block_list=sorted(self.blocked_ops), node_block_list=list(kept) or None)
-            except Exception as e:  # noqa: BLE001 - the converter raises assorted errors
-                from onnx_lab.errors import PassError
-
-                raise PassError(f"fp16 conversion failed: {e}",
-                                fix="Keep the failing node in float32 (find_precision(..., "
-                                "keep=[node_id])).") from e
-            _drop_fp16_roundtrips(out)
-            if light is not None:
-                return self._restore(out, light[1])
-        else:
-            out = _bf16_emulate(base, set(kept), set(self.candidates()))
-        return LabModel(ir.serde.deserialize_model(out))
-
-    def _restore(self, out: onnx.ModelProto, stubs: dict[str, list[int]]) -> LabModel:
-        """The converted light graph with the stubbed weights back: float16 (converted once)
-        where the converter retyped the stub, the original array where it left it float."""
-        for t in out.graph.initializer:
-            if t.name in stubs:
-                del t.dims[:]
-                t.dims.extend(stubs[t.name])
-        # The converter typed the retyped stubs (and the Casts it put after them for kept
-        # readers, "{name}_cast_to_fp32") with the stub's dims.
-        for vi in out.graph.value_info:
-            name = vi.name if vi.name in stubs else vi.name.rsplit("_cast_to_", 1)[0]
-            if name in stubs:
-                shape = vi.type.tensor_type.shape
-                del shape.dim[:]
-                for d in stubs[name]:
-                    shape.dim.add().dim_value = d
+    def _restore(self, out: onnx.ModelProto, fill: dict[str, tuple[str, int]]) -> LabModel:
+        """The converted graph with the in-memory weights back: the float16 copy (converted
+        once per search) or the original array."""
         m = ir.serde.deserialize_model(out)
-        for name in stubs:
-            v = m.graph.initializers.get(name)
-            if v is None or v.const_value is None:
+        for name, v in m.graph.initializers.items():
+            t = v.const_value
+            if not isinstance(t, ir.ExternalTensor) or t.location != PLACEHOLDER:
                 continue
-            half = v.const_value.dtype == ir.DataType.FLOAT16 and \
-                self.model.graph.initializers[name].const_value.dtype == ir.DataType.FLOAT
-            v.const_value = ir.Tensor(self._weight(name, half), name=name)
+            src, to = fill.get(name, (name, None))
+            v.const_value = ir.Tensor(self._weight(src, to), name=name)
         return LabModel(m)
 
 
-def _embedded_bytes(model: LabModel) -> int:
-    """Bytes of the weights held in memory (not in external files): a cheap stand-in for
-    ``ByteSize()``, which encodes the whole message to count it."""
-    return sum(v.const_value.nbytes for g in model.ir.graphs() for v in g.initializers.values()
-               if v.const_value is not None and not isinstance(v.const_value, ir.ExternalTensor))
-
-
-def _drop_fp16_roundtrips(proto: onnx.ModelProto) -> None:
-    """Remove ``Cast(float16)→Cast(float)`` round trips between two float32 nodes.
-
-    onnxruntime's converter types every intermediate tensor float16 and wraps each blocked
-    node in Casts, so two adjacent kept nodes still exchange their tensor in float16 (an
-    overflow between them stays an overflow). The float32 reader gets the float32 value.
-    """
-    FLOAT16, FLOAT = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
-
-    def to(n: onnx.NodeProto) -> int | None:
-        return next((a.i for a in n.attribute if a.name == "to"), None)
-
-    graphs = list(graph_protos(proto.graph))
-    users: dict[str, list[tuple[onnx.GraphProto, onnx.NodeProto]]] = {}
-    for g in graphs:
-        for n in g.node:
-            for name in n.input:
-                users.setdefault(name, []).append((g, n))
-    outputs = {o.name for g in graphs for o in g.output}
-    drop: set[int] = set()
-    for g in graphs:
-        for a in g.node:
-            if a.op_type != "Cast" or to(a) != FLOAT16 or not a.input or not a.output:
-                continue
-            x, t = a.input[0], a.output[0]
-            rest = 0
-            for _, b in users.get(t, []):
-                if b.op_type == "Cast" and to(b) == FLOAT and id(b) not in drop:
-                    u = b.output[0]
-                    if u in outputs:  # keep the output's name: an Identity of the float value
-                        b.op_type = "Identity"
-                        del b.attribute[:]
-                        b.input[0] = x
-                        continue
-                    for _, c in users.get(u, []):
-                        for i, name in enumerate(c.input):
-                            if name == u:
-                                c.input[i] = x
-                    users.setdefault(x, []).extend(users.get(u, []))
-                    drop.add(id(b))
-                else:
-                    rest += 1
-            if rest == 0 and t not in outputs:
-                drop.add(id(a))
-    for g in graphs:
-        keep = [n for n in g.node if id(n) not in drop]
-        if len(keep) != len(g.node):
-            del g.node[:]
-            g.node.extend(keep)
+def _is_placeholder(t: onnx.TensorProto) -> bool:
+    return t.data_location == onnx.TensorProto.EXTERNAL and any(
+        e.key == "location" and e.value == PLACEHOLDER for e in t.external_data)
 
 
 def _bf16_round(a: np.ndarray) -> np.ndarray:
     """float32 values rounded to the nearest bfloat16 (ties to even), as float32."""
-    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-    r = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
-    r = np.where(np.isfinite(a), r, u)
-    return r.view(np.float32).reshape(a.shape)
+    bits = to_bf16_bits(a).astype(np.uint32) << 16
+    return bits.view(np.float32).reshape(np.shape(a))
 
 
-def _bf16_emulate(proto: onnx.ModelProto, kept: set[str], candidates: set[str]
-                  ) -> onnx.ModelProto:
-    """bf16 emulation: converted nodes' float weights rounded, their float outputs rounded by
-    a Cast(bfloat16)→Cast(float) pair (the tensor keeps its name)."""
+def _bf16_emulate(proto: onnx.ModelProto, rules: HalfRules, kept: set[str]) -> onnx.ModelProto:
+    """bf16 emulation: each converted node's convertible groups (the op schema's, see
+    :class:`~onnx_lab.numerics.half.HalfRules`) take bfloat16 values: float weights rounded,
+    inputs from float32 producers rounded by a Cast(bfloat16)→Cast(float) pair, float
+    outputs rounded by such a pair (the tensor keeps its name). Index computations and
+    fixed-type inputs (``Resize`` scales) are never rounded."""
     from onnx import helper, numpy_helper
 
-    types: dict[str, int] = {}
-    for g in graph_protos(proto.graph):
-        for vi in list(g.value_info) + list(g.output) + list(g.input):
-            types[vi.name] = vi.type.tensor_type.elem_type
+    cands = set(rules.candidates)
+    converted_out: set[str] = set()
     for g in graph_protos(proto.graph):
         inits = {t.name: t for t in g.initializer}
         rounded: dict[str, str] = {}
         new_nodes = []
         for n in g.node:
-            convert = n.name in candidates and n.name not in kept
+            rule = rules.rules.get(n.name)
+            convert = n.name in cands and n.name not in kept and rule is not None
             if convert:
-                for i, name in enumerate(n.input):
-                    t = inits.get(name)
-                    if t is None or t.data_type != onnx.TensorProto.FLOAT:
-                        continue
-                    if name not in rounded:
-                        rname = f"{name}__bf16"
-                        arr = _bf16_round(numpy_helper.to_array(t))
-                        g.initializer.append(numpy_helper.from_array(arr, rname))
+                for gi, _ in rule.groups:
+                    for i in gi:
+                        name = n.input[i]
+                        if name in rounded:
+                            n.input[i] = rounded[name]
+                            continue
+                        t = inits.get(name)
+                        if t is not None and t.data_type == onnx.TensorProto.FLOAT and \
+                                not _is_placeholder(t):
+                            rname = f"{name}__bf16"
+                            arr = _bf16_round(numpy_helper.to_array(t))
+                            g.initializer.append(numpy_helper.from_array(arr, rname))
+                        elif name not in converted_out:
+                            rname = f"{name}__bf16r"
+                            new_nodes.append(helper.make_node(
+                                "Cast", [name], [f"{rname}_b"], name=f"{rname}/to_bf16",
+                                to=onnx.TensorProto.BFLOAT16))
+                            new_nodes.append(helper.make_node(
+                                "Cast", [f"{rname}_b"], [rname], name=f"{rname}/to_fp32",
+                                to=onnx.TensorProto.FLOAT))
+                        else:
+                            continue
                         rounded[name] = rname
-                    n.input[i] = rounded[name]
+                        n.input[i] = rname
             new_nodes.append(n)
             if not convert:
                 continue
-            for i, name in enumerate(n.output):
-                if not name or types.get(name) != onnx.TensorProto.FLOAT:
-                    continue
-                raw = f"{name}__fp32"
-                n.output[i] = raw
-                new_nodes.append(helper.make_node("Cast", [raw], [f"{name}__bf16"],
-                                                  name=f"{n.name}/bf16_cast_{i}",
-                                                  to=onnx.TensorProto.BFLOAT16))
-                new_nodes.append(helper.make_node("Cast", [f"{name}__bf16"], [name],
-                                                  name=f"{n.name}/fp32_cast_{i}",
-                                                  to=onnx.TensorProto.FLOAT))
+            for _, go in rule.groups:
+                for i in go:
+                    name = n.output[i]
+                    raw = f"{name}__fp32"
+                    n.output[i] = raw
+                    new_nodes.append(helper.make_node("Cast", [raw], [f"{name}__bf16"],
+                                                      name=f"{n.name}/bf16_cast_{i}",
+                                                      to=onnx.TensorProto.BFLOAT16))
+                    new_nodes.append(helper.make_node("Cast", [f"{name}__bf16"], [name],
+                                                      name=f"{n.name}/fp32_cast_{i}",
+                                                      to=onnx.TensorProto.FLOAT))
+                    converted_out.add(name)
         del g.node[:]
         g.node.extend(new_nodes)
     return proto
 
 
+
 # ---------------------------------------------------------------------------- running
+#: What a candidate of each target is, when this module wrote it (int8: onnxruntime's quantizer).
+_CONVERTED = {"fp16": "float16 conversion", "bf16": "bfloat16 emulation"}
+
+
 def _run_outputs(model: LabModel, feed_list: list[dict], names: list[str],
-                 opt_level: str = "disable") -> list[dict]:
-    sess = make_session(model, outputs=names, arena=False, opt_level=opt_level)
+                 opt_level: str = "disable", converted: str | None = None) -> list[dict]:
+    """The ``names`` outputs of ``model`` on each feed. ``converted``: the model is a
+    conversion of this module's own (``"float16 conversion"``): a load or run failure is a
+    :class:`~onnx_lab.numerics.half.ConversionBug`, not advice to the user."""
+    from onnx_lab.errors import RuntimeLoadError
+
+    try:
+        sess = make_session(model, outputs=names, arena=False, opt_level=opt_level)
+    except RuntimeLoadError as e:
+        if converted:
+            raise conversion_bug(converted, e) from e
+        raise
     out = []
     for f in feed_list:
         try:
             vals = sess.run(names, dict(f))
         except Exception as e:  # noqa: BLE001 - ORT raises several exception types
-            from onnx_lab.errors import RuntimeLoadError
-
+            if converted:
+                raise conversion_bug(converted, e) from e
             raise RuntimeLoadError(f"onnxruntime failed to run the candidate: "
                                    f"{str(e).strip().splitlines()[0][:300]}",
                                    fix="Keep the failing node in higher precision.") from e
@@ -654,7 +560,8 @@ class _Search:
                                               opt_level="all")
         ref = self.ref_optimized if optimized else self.ref_outputs
         cand = _run_outputs(model, self.feed_list, self.out_names,
-                            opt_level="all" if optimized else "disable")
+                            opt_level="all" if optimized else "disable",
+                            converted=_CONVERTED.get(self.target))
         per_out = {}
         for name in self.out_names:
             per_out[name] = self.tol.judge([r[name] for r in ref], [c[name] for c in cand])
@@ -735,7 +642,7 @@ def _layerwise(ref: LabModel, cand: LabModel | None, feed_list: list[dict], targ
                 stats[r] = _ref_stats([rv[s][r] for s in range(len(feed_list))])
         else:
             c_names = list(dict.fromkeys([p[1] for p in chunk]))
-            cv = _run_outputs(cand, feed_list, c_names)
+            cv = _run_outputs(cand, feed_list, c_names, converted=_CONVERTED.get(target))
             for r, c in chunk:
                 stats[r] = _pair_stats([rv[s][r] for s in range(len(feed_list))],
                                        [cv[s][c] for s in range(len(feed_list))], target)

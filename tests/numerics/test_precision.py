@@ -272,8 +272,8 @@ def test_reference_stats_count_non_finite_values():
 
 
 def test_fp16_kept_node_sharing_a_weight_and_external_data(tmp_path):
-    """A kept MatMul reads the weight its converted neighbour reads (the converter casts it
-    up for the kept one): the weight-free conversion puts the right arrays back; a model
+    """A kept MatMul reads the weight its converted neighbour reads (the converted one reads a
+    float16 copy): the weight-free conversion puts the right arrays back; a model
     whose weights live in an external file takes the whole-model path."""
     rng = np.random.default_rng(2)
     w = (rng.standard_normal((64, 64)) / 8).astype(np.float32)  # 16 KB: stubbed
@@ -302,9 +302,16 @@ def test_fp16_kept_node_sharing_a_weight_and_external_data(tmp_path):
         for kept in ((), ("mm_b",), ("mm_a", "mm_b", "tanh")):
             got = run(conv.convert(kept), x)["y"]
             assert np.allclose(got, ref, atol=2e-2, rtol=1e-2), kept
+        # The kept reader reads the float32 weight, the converted one its float16 copy;
+        # with no float32 reader left the weight itself is float16.
         half = conv.convert(("mm_b",))
         types = {v.name: v.const_value.dtype for v in half.graph.initializers.values()}
-        assert types["w"] == onnx_lab_dtype("FLOAT16")
+        assert types == {"w": onnx_lab_dtype("FLOAT"), "w__fp16": onnx_lab_dtype("FLOAT16")}
+        assert np.array_equal(half.graph.initializers["w__fp16"].const_value.numpy(),
+                              w.astype(np.float16))
+        full = conv.convert(())
+        assert {v.name: v.const_value.dtype for v in full.graph.initializers.values()} == {
+            "w": onnx_lab_dtype("FLOAT16")}
 
 
 def onnx_lab_dtype(name):
