@@ -124,6 +124,10 @@ class NodeRule:
 
     groups: list[tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
     fixed_in: tuple[int, ...] = ()
+    #: float32 inputs of a type parameter of their own (``Pow``'s exponent, ``Shape``'s
+    #: input): a converted node reads them narrow too (onnxruntime's fusions expect one type
+    #: across a decomposed LayerNorm), a float32 node reads whichever type there is.
+    flex: tuple[int, ...] = ()
     special: str | None = None
     why: str = ""  # why a node is not a candidate ("" for candidates)
 
@@ -239,6 +243,7 @@ class HalfRules:
                 params.setdefault(f, ([], []))[1].append(i)
         groups: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
         fixed: list[int] = []
+        flex: list[int] = []
         for f, (gi, go) in params.items():
             names = [ins[i] for i in gi] + [outs[i] for i in go]
             if not any(self.is_float(n) for n in names):
@@ -246,6 +251,8 @@ class HalfRules:
             flexible = not go and len(gi) == 1
             allowed = _TYPE_STR[self.to] in constraints.get(f, ())
             if flexible and allowed:
+                if self.is_float(ins[gi[0]]) and ins[gi[0]] not in self.index_values:
+                    flex.append(gi[0])
                 continue  # reads either precision
             ok = (f in constraints and allowed and bool(gi) and all(self.is_float(n)
                   for n in names) and not any(n in self.index_values for n in names))
@@ -254,7 +261,7 @@ class HalfRules:
             else:
                 fixed.extend(i for i in gi if self.is_float(ins[i]))
         why = "" if groups else "no float32 computation it could convert"
-        return NodeRule(groups=groups, fixed_in=tuple(sorted(fixed)), why=why)
+        return NodeRule(groups=groups, fixed_in=tuple(sorted(fixed)), flex=tuple(flex), why=why)
 
 
 def _bind(formals, n: int) -> list[str] | None:
@@ -317,6 +324,9 @@ class _Writer:
         self.fill: dict[str, tuple[str, int]] = {}
         #: narrow copy of a weight -> the weight's name
         self.copies: dict[str, str] = {}
+        self._like_name: str | None = None
+        self.opset = next((o.version for o in proto.opset_import
+                           if o.domain in ("", "ai.onnx")), 1)
 
     def unique(self, base: str) -> str:
         name, k = base, 1
@@ -343,11 +353,34 @@ class _Writer:
                 e.scope.graph.initializer.append(stub)
             else:
                 e.scope.graph.initializer.append(narrow_tensor(t, to, name))
+        elif to == self.to and self._fusion_safe_cast(src):
+            # onnxruntime's LayerNormFusion takes a Cast before a decomposed LayerNorm's
+            # ReduceMean for a float16->float32 one and fuses it away whatever its direction,
+            # leaving float32 data beside float16 scale and bias (a load failure with the
+            # default optimizations, onnxruntime's own converter included): a CastLike
+            # computes the same and is not matched.
+            e.scope.nodes.append(helper.make_node("CastLike", [src, self._like()], [name],
+                                                  name=self.unique(f"{name}/CastLike")))
         else:
             e.scope.nodes.append(helper.make_node("Cast", [src], [name], to=to,
                                                   name=self.unique(f"{name}/Cast")))
         e.versions[to] = name
         return name
+
+    def _fusion_safe_cast(self, src: str) -> bool:
+        idx = self.rules.model.index
+        if self.opset < 15:
+            return False
+        return any(idx.entries[c].node.op_type == "ReduceMean"
+                   for c in idx.consumers.get(src, ()))
+
+    def _like(self) -> str:
+        if self._like_name is None:
+            self._like_name = self.unique(f"__onnx_lab_like_{_NAMES[self.to]}")
+            t = narrow_tensor(numpy_helper.from_array(np.zeros((), np.float32)), self.to,
+                              self._like_name)
+            self.proto.graph.initializer.append(t)
+        return self._like_name
 
     def _source(self, name: str) -> str:
         return self.fill[name][0] if name in self.fill else name
@@ -399,6 +432,9 @@ class _Writer:
                     want[i] = self.to if conv else FLOAT
                 for i in go:
                     out_type[i] = self.to if conv else FLOAT
+            if conv:
+                for i in rule.flex:
+                    want[i] = self.to
         for i, name in enumerate(n.input):
             if not name:
                 continue
