@@ -470,18 +470,34 @@ _CONVERTED = {"fp16": "float16 conversion", "bf16": "bfloat16 emulation"}
 
 
 def _run_outputs(model: LabModel, feed_list: list[dict], names: list[str],
-                 opt_level: str = "disable", converted: str | None = None) -> list[dict]:
+                 opt_level: str = "disable", converted: str | None = None,
+                 clock: _Search | None = None) -> list[dict]:
     """The ``names`` outputs of ``model`` on each feed. ``converted``: the model is a
     conversion of this module's own (``"float16 conversion"``): a load or run failure is a
-    :class:`~onnx_lab.numerics.half.ConversionBug`, not advice to the user."""
+    :class:`~onnx_lab.numerics.half.ConversionBug`, not advice to the user. ``clock``: the
+    search whose timings get the session and run times."""
     from onnx_lab.errors import RuntimeLoadError
 
+    t0 = time.perf_counter()
     try:
         sess = make_session(model, outputs=names, arena=False, opt_level=opt_level)
     except RuntimeLoadError as e:
         if converted:
             raise conversion_bug(converted, e) from e
         raise
+    if clock is not None:
+        t0 = clock.clock("trial: onnxruntime session", t0)
+    try:
+        return _run_feeds(sess, feed_list, names, converted)
+    finally:
+        if clock is not None:
+            clock.clock("trial: onnxruntime run", t0)
+
+
+def _run_feeds(sess, feed_list: list[dict], names: list[str], converted: str | None
+               ) -> list[dict]:
+    from onnx_lab.errors import RuntimeLoadError
+
     out = []
     for f in feed_list:
         try:
@@ -521,6 +537,14 @@ class _Search:
     _failed: list[frozenset] = field(default_factory=list)
     # The reference run with onnxruntime's optimizations (the confirmation's reference).
     ref_optimized: list[dict] | None = None
+    #: Seconds by stage (:attr:`PrecisionPlan.timings`).
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def clock(self, key: str, t0: float) -> float:
+        """Add the time since ``t0`` to ``timings[key]``; returns now."""
+        now = time.perf_counter()
+        self.timings[key] = self.timings.get(key, 0.0) + now - t0
+        return now
 
     def stopped(self) -> bool:
         return bool(self.should_stop is not None and self.should_stop())
@@ -555,16 +579,19 @@ class _Search:
         t0 = time.perf_counter()
         if model is None:
             model = self.models.get(key) or self.conv.convert(key)
+        t = self.clock("trial: convert", t0)
         if optimized and self.ref_optimized is None:
             self.ref_optimized = _run_outputs(self.model, self.feed_list, self.out_names,
-                                              opt_level="all")
+                                              opt_level="all", clock=self)
         ref = self.ref_optimized if optimized else self.ref_outputs
         cand = _run_outputs(model, self.feed_list, self.out_names,
                             opt_level="all" if optimized else "disable",
-                            converted=_CONVERTED.get(self.target))
+                            converted=_CONVERTED.get(self.target), clock=self)
+        t = time.perf_counter()
         per_out = {}
         for name in self.out_names:
             per_out[name] = self.tol.judge([r[name] for r in ref], [c[name] for c in cand])
+        self.clock("trial: judge", t)
         missing = [nid for nid in self.required if nid not in key]
         note = "both sides run with onnxruntime's optimizations" if optimized else ""
         if missing:
@@ -888,6 +915,11 @@ class PrecisionPlan:
     notes: list[str] = field(default_factory=list)
     #: The history step's PassResult when the plan was pushed (``lab.find_precision``).
     result: Any = field(default=None, repr=False)
+    #: Where the time went, in seconds: the stages (``reference run``, ``full conversion``,
+    #: ``sensitivity``, ``bisect``, ``prune``, ``confirm``: each including its trials) and,
+    #: across all trials, ``trial: convert``, ``trial: onnxruntime session``,
+    #: ``trial: onnxruntime run``, ``trial: judge``.
+    timings: dict[str, float] = field(default_factory=dict, repr=False)
 
     @property
     def excluded(self) -> list[str]:
@@ -1186,17 +1218,21 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
         # hide behind CPU kernels that compute in float32 and must be kept anyway); the
         # others need only the reference outputs.
         stats: dict[str, dict] = {}
+        t = time.perf_counter()
         if target == "fp16":
             stats, s.ref_outputs = _layerwise(model, None, feed_list, target, max_bytes)
             _overflows(s, stats, cands)
         else:
             s.ref_outputs = _run_outputs(model, feed_list, s.out_names)
+        t = s.clock("reference run", t)
         first = s.trial((), "full", keep_model=True)
+        t = s.clock("full conversion", t)
         sens = None
         if first["passed"]:
             sens = _rank(_estimate(model, cands, stats, target, conv.calibration), target)
         else:
             sens, _ = _sensitivity(s, cands, recheck, max_bytes, s.models.get(()))
+        t = s.clock("sensitivity", t)
         ranked = list(sens["node_id"])
         best: tuple[str, ...] | None = None
         if s.rows[0]["passed"]:
@@ -1205,10 +1241,11 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
             singles = [r for r in s.rows if r["phase"] == "recheck" and r["passed"]]
             if singles:
                 best = tuple(min(singles, key=lambda r: r["score"])["kept"])
-        order = _search_order(model, ranked) if target == "int8" else ranked
+        order = _search_order(model, ranked)
         if best is None and not s.stopped():
             flagged = int(np.isinf(sens["est_drop"].astype(float)).sum())
             best = _bisect(s, order, flagged)
+        t = s.clock("bisect", t)
         if best is None:
             raise PrecisionCancelled("The search was cancelled before any plan met "
                                      f"{tol.describe()}.", fix="Run it again to the end.")
@@ -1216,9 +1253,11 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
             # The bisection's last node is necessary when the prefix without it failed.
             needed = [best[-1]] if s.known(best[:-1]) is False else []
             best = _prune(s, order, list(best), max_trials, needed)
+        t = s.clock("prune", t)
         confirmed = None
         if confirm and not s.rows[0]["passed"] and not s.stopped():
             best, confirmed = _confirm(s, best)
+        s.clock("confirm", t)
         bar.total = bar.done
     kept = [nid for nid in ranked if nid in set(best)]
     key = tuple(sorted(best))
@@ -1245,7 +1284,8 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
                          seconds=time.perf_counter() - t_all, calibration=conv.calibration,
                          cancelled=s.stopped(), feeds=feed_list, source=model,
                          required=dict(s.required), confirmed=confirmed,
-                         notes=_weak_reference_notes(s.ref_outputs, s.out_names, tol))
+                         notes=_weak_reference_notes(s.ref_outputs, s.out_names, tol),
+                         timings=dict(s.timings))
 
 
 #: An output whose reference values span less than this (times max(1, its magnitude)) on the
@@ -1305,15 +1345,17 @@ def _confirm(s: _Search, best: tuple[str, ...], tries: int = 4
 
 
 def _search_order(model: LabModel, ranked: list[str]) -> list[str]:
-    """int8: the ranked nodes, each followed by the producers of its inputs and the readers
-    of its outputs (those the search can keep), at their first appearance.
+    """The ranked nodes, each followed by the producers of its inputs and the readers of its
+    outputs (those the search can keep), at their first appearance.
 
-    Quantization error lives on tensors, and the QDQ quantizer quantizes a tensor for its
+    Rounding error lives on tensors. int8: the QDQ quantizer quantizes a tensor for its
     producer and for each reader it quantizes: excluding only the node whose output shows
     the error (a Relu after a conv with an outlier channel) leaves that tensor quantized for
-    the next conv. Its neighbours come next in the search, not at their own rank (on
-    ResNet-50 with a planted outlier, the two convs around the top-ranked Relu ranked 68th
-    and 97th)."""
+    the next conv (on ResNet-50 with a planted outlier, the two convs around the top-ranked
+    Relu ranked 68th and 97th). fp16: a node that shows the error (a Sub that centres values
+    near 1000) only recovers when the tensor it reads stays float32 too, which takes its
+    producer; the producer's own relative error is small, so it ranks far down (on ResNet-50
+    with three such centring Subs the bisection needed a prefix of 115 of 125 nodes)."""
     idx = model.index
     cset = set(ranked)
     out: dict[str, None] = {}
