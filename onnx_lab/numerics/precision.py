@@ -539,6 +539,9 @@ class _Search:
     ref_optimized: list[dict] | None = None
     #: Seconds by stage (:attr:`PrecisionPlan.timings`).
     timings: dict[str, float] = field(default_factory=dict)
+    #: fp16: the reference's captured activations (one dict per feed), from the first capture
+    #: to the sensitivity's (then dropped).
+    ref_values: list[dict] | None = None
 
     def clock(self, key: str, t0: float) -> float:
         """Add the time since ``t0`` to ``timings[key]``; returns now."""
@@ -629,12 +632,18 @@ class _Search:
 
 
 def _layerwise(ref: LabModel, cand: LabModel | None, feed_list: list[dict], target: str,
-               max_bytes: int) -> tuple[dict[str, dict], list[dict]]:
+               max_bytes: int, keep: list[dict] | None = None
+               ) -> tuple[dict[str, dict], list[dict]]:
     """Per reference tensor: error stats of the candidate (and the reference's own stats);
     plus the reference outputs. One run of each model per chunk.
 
     ``cand=None``: the reference alone (its magnitude and non-finite counts, float32
     arithmetic, no error): what the fp16 overflow constraint needs before any candidate runs.
+
+    ``keep``: the reference's captured values, one dict per feed. With ``cand=None`` they are
+    filled when the whole capture fits one chunk of ``max_bytes``; with a candidate, a chunk
+    whose tensors are all there does not run the reference again (the reference activations
+    are captured once per search).
     """
     ref_names = [n for n in capturable_tensors(ref)]
     cand_set = set(capturable_tensors(cand)) if cand is not None else set()
@@ -663,7 +672,14 @@ def _layerwise(ref: LabModel, cand: LabModel | None, feed_list: list[dict], targ
         # The outputs ride along in the first chunk (no separate run for them).
         if not stats:
             r_names += [n for n in out_names if n not in r_names]
-        rv = _run_outputs(ref, feed_list, r_names)
+        if keep and all(n in keep[0] for n in r_names):
+            rv = keep
+        else:
+            rv = _run_outputs(ref, feed_list, r_names)
+            if keep is not None and cand is None and len(sizes) == len(chunk) and \
+                    sum(sizes.values()) <= max_bytes // 2:
+                for i, values in enumerate(rv):
+                    keep[i].update(values)
         if cand is None:
             for r, _ in chunk:
                 stats[r] = _ref_stats([rv[s][r] for s in range(len(feed_list))])
@@ -1137,7 +1153,9 @@ def _sensitivity(s: _Search, cands: list[str], recheck: int, max_bytes: int,
     """Layerwise capture + estimate + exact re-check; fills s.ref_outputs and trial 0."""
     if full is None:
         full = s.conv.convert(())
-    stats, ref_out = _layerwise(s.model, full, s.feed_list, s.target, max_bytes)
+    stats, ref_out = _layerwise(s.model, full, s.feed_list, s.target, max_bytes,
+                                keep=s.ref_values)
+    s.ref_values = None
     s.ref_outputs = ref_out
     if s.bar is not None:
         s.bar.step("layerwise capture")
@@ -1220,7 +1238,9 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
         stats: dict[str, dict] = {}
         t = time.perf_counter()
         if target == "fp16":
-            stats, s.ref_outputs = _layerwise(model, None, feed_list, target, max_bytes)
+            s.ref_values = [{} for _ in feed_list]
+            stats, s.ref_outputs = _layerwise(model, None, feed_list, target, max_bytes,
+                                              keep=s.ref_values)
             _overflows(s, stats, cands)
         else:
             s.ref_outputs = _run_outputs(model, feed_list, s.out_names)

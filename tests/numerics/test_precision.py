@@ -452,3 +452,29 @@ def test_plan_views():
     assert len(fig.axes[0].patches) == 5
     assert "kept" in plan._repr_html_()
     assert plan.render() is not None
+
+
+def test_fp16_search_runs_the_reference_once_and_says_where_the_time_went(monkeypatch):
+    """The reference's activations are captured once (the overflow scan) and reused by the
+    sensitivity's layerwise capture; plan.timings splits the search into its stages and the
+    trials into conversion, session, run and judging."""
+    from onnx_lab.numerics import precision
+
+    lab = onnx_lab.open(rms_overflow())
+    calls = []
+    real = precision._run_outputs
+
+    def counting(model, feed_list, names, *a, **kw):
+        calls.append((model is lab.model, kw.get("opt_level", a[0] if a else "disable")))
+        return real(model, feed_list, names, *a, **kw)
+
+    monkeypatch.setattr(precision, "_run_outputs", counting)
+    plan = find_precision(lab, "fp16", atol=1e-3, rtol=1e-2, progress=False)
+    assert not plan.trials.iloc[0]["passed"] and plan.passed  # a search happened
+    assert calls.count((True, "disable")) == 1
+    stages = ["reference run", "full conversion", "sensitivity", "bisect", "prune", "confirm"]
+    assert all(k in plan.timings for k in stages)
+    assert sum(plan.timings[k] for k in stages) <= plan.seconds + 1e-6
+    parts = [k for k in plan.timings if k.startswith("trial: ")]
+    assert set(parts) == {"trial: convert", "trial: onnxruntime session",
+                          "trial: onnxruntime run", "trial: judge"}
