@@ -318,7 +318,7 @@ class _Writer:
         self.convert = convert
         self.keep_io_types = keep_io_types
         self.external = external
-        self.taken = _all_names(proto.graph)
+        self.taken = all_names(proto.graph)
         self.retyped: set[str] = set()
         #: new initializer name -> (source initializer name, type): arrays to fill in.
         self.fill: dict[str, tuple[str, int]] = {}
@@ -546,7 +546,8 @@ class _Writer:
 _ELEM = {"float32": FLOAT, "float16": FLOAT16, "bfloat16": BFLOAT16, "float64": TensorProto.DOUBLE}
 
 
-def _all_names(g: onnx.GraphProto) -> set[str]:
+def all_names(g: onnx.GraphProto) -> set[str]:
+    """Every value and node name of ``g`` and its bodies (new names must avoid them all)."""
     out: set[str] = set()
     for sub in graph_protos(g):
         out.update(i.name for i in sub.input)

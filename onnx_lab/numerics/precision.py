@@ -60,6 +60,7 @@ from onnx_lab.errors import InputError, LabError, unknown_name
 from onnx_lab.numerics.half import (
     FLOAT16,
     HalfRules,
+    all_names,
     check_converted,
     conversion_bug,
     convert_half,
@@ -404,10 +405,40 @@ def _bf16_round(a: np.ndarray) -> np.ndarray:
 def _bf16_emulate(proto: onnx.ModelProto, rules: HalfRules, kept: set[str]) -> onnx.ModelProto:
     """bf16 emulation: each converted node's convertible groups (the op schema's, see
     :class:`~onnx_lab.numerics.half.HalfRules`) take bfloat16 values: float weights rounded,
-    inputs from float32 producers rounded by a Cast(bfloat16)→Cast(float) pair, float
-    outputs rounded by such a pair (the tensor keeps its name). Index computations and
-    fixed-type inputs (``Resize`` scales) are never rounded."""
+    inputs from float32 producers rounded, float outputs rounded (the tensor keeps its name).
+    Index computations and fixed-type inputs (``Resize`` scales) are never rounded.
+
+    Rounding is a ``Cast(bfloat16)→Cast(float)`` pair from opset 13 (where Cast takes
+    bfloat16); before, Veltkamp's split in float32 arithmetic: ``c = x·(2^16+1)``,
+    ``x' = c − (c − x)`` keeps x's 8 leading significant bits, bfloat16's (rounded to
+    nearest; |x| beyond ~5e33 overflows there)."""
     from onnx import helper, numpy_helper
+
+    FLOAT, BF16 = onnx.TensorProto.FLOAT, onnx.TensorProto.BFLOAT16
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    split = "__onnx_lab_bf16_split"
+    if opset < 13:
+        proto.graph.initializer.append(numpy_helper.from_array(
+            np.array(65537.0, np.float32), split))
+
+    def rounding(src: str, dst: str, name: str) -> list[onnx.NodeProto]:
+        if opset >= 13:
+            b = unique(f"{dst}__bf16")
+            return [helper.make_node("Cast", [src], [b], name=f"{name}/to_bf16", to=BF16),
+                    helper.make_node("Cast", [b], [dst], name=f"{name}/to_fp32", to=FLOAT)]
+        c, d = unique(f"{dst}__c"), unique(f"{dst}__d")
+        return [helper.make_node("Mul", [src, split], [c], name=f"{name}/split_mul"),
+                helper.make_node("Sub", [c, src], [d], name=f"{name}/split_sub"),
+                helper.make_node("Sub", [c, d], [dst], name=f"{name}/split_hi")]
+
+    taken = all_names(proto.graph)
+
+    def unique(base: str) -> str:  # unique across every graph (bodies of If included)
+        name, k = base, 1
+        while name in taken:
+            name, k = f"{base}_{k}", k + 1
+        taken.add(name)
+        return name
 
     cands = set(rules.candidates)
     converted_out: set[str] = set()
@@ -426,19 +457,13 @@ def _bf16_emulate(proto: onnx.ModelProto, rules: HalfRules, kept: set[str]) -> o
                             n.input[i] = rounded[name]
                             continue
                         t = inits.get(name)
-                        if t is not None and t.data_type == onnx.TensorProto.FLOAT and \
-                                not _is_placeholder(t):
-                            rname = f"{name}__bf16"
+                        if t is not None and t.data_type == FLOAT and not _is_placeholder(t):
+                            rname = unique(f"{name}__bf16")
                             arr = _bf16_round(numpy_helper.to_array(t))
                             g.initializer.append(numpy_helper.from_array(arr, rname))
                         elif name not in converted_out:
-                            rname = f"{name}__bf16r"
-                            new_nodes.append(helper.make_node(
-                                "Cast", [name], [f"{rname}_b"], name=f"{rname}/to_bf16",
-                                to=onnx.TensorProto.BFLOAT16))
-                            new_nodes.append(helper.make_node(
-                                "Cast", [f"{rname}_b"], [rname], name=f"{rname}/to_fp32",
-                                to=onnx.TensorProto.FLOAT))
+                            rname = unique(f"{name}__bf16r")
+                            new_nodes.extend(rounding(name, rname, rname))
                         else:
                             continue
                         rounded[name] = rname
@@ -449,19 +474,13 @@ def _bf16_emulate(proto: onnx.ModelProto, rules: HalfRules, kept: set[str]) -> o
             for _, go in rule.groups:
                 for i in go:
                     name = n.output[i]
-                    raw = f"{name}__fp32"
+                    raw = unique(f"{name}__fp32")
                     n.output[i] = raw
-                    new_nodes.append(helper.make_node("Cast", [raw], [f"{name}__bf16"],
-                                                      name=f"{n.name}/bf16_cast_{i}",
-                                                      to=onnx.TensorProto.BFLOAT16))
-                    new_nodes.append(helper.make_node("Cast", [f"{name}__bf16"], [name],
-                                                      name=f"{n.name}/fp32_cast_{i}",
-                                                      to=onnx.TensorProto.FLOAT))
+                    new_nodes.extend(rounding(raw, name, f"{n.name}/bf16_{i}"))
                     converted_out.add(name)
         del g.node[:]
         g.node.extend(new_nodes)
     return proto
-
 
 
 # ---------------------------------------------------------------------------- running

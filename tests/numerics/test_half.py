@@ -268,3 +268,36 @@ def test_search_finds_a_plan_on_every_sample(name):
     ref = run(lab.model, plan.feeds[0])
     for k, r in ref.items():
         assert np.allclose(got[k], r, atol=1e-3, rtol=1e-2), k
+
+
+@pytest.mark.parametrize("name", sorted(BUILT))
+def test_bf16_emulation_rounds_only_what_a_conversion_would(name):
+    """The bf16 emulation follows the same rules: converted groups round (Casts through
+    bfloat16), index computations and Range/Resize's size inputs never do."""
+    from onnx_lab.numerics.precision import _Converter
+
+    lab = onnx_lab.open(BUILT[name]())
+    feeds = _feeds(name, lab)
+    conv = _Converter(lab.model, "bf16", None)
+    emulated = conv.convert(())
+    ref, got = run(lab.model, feeds), run(emulated, feeds)
+    for k, r in ref.items():
+        assert got[k].shape == r.shape and np.allclose(got[k], r, atol=5e-2, rtol=5e-2), k
+    def rounding(m):  # Cast through bfloat16 (opset >= 13) or the split (opset 12)
+        return [n for n in m.graph.all_nodes() if n.name.endswith(("/to_bf16", "/split_hi"))]
+
+    assert rounding(emulated)
+    if name == "anchors":
+        rng = next(n for n in emulated.graph if n.op_type == "Range")
+        assert [v.name for v in rng.inputs] == ["start", "limit2", "step"]
+        # opset 12 has no bfloat16 Cast: the split rounds exactly like the Cast would
+        x = np.random.default_rng(0).standard_normal(1000).astype(np.float32) * 100
+        c = x * np.float32(65537.0)
+        assert np.array_equal(c - (c - x), precision_bf16_round(x))
+    assert not rounding(conv.convert(conv.candidates()))
+
+
+def precision_bf16_round(x):
+    from onnx_lab.numerics.precision import _bf16_round
+
+    return _bf16_round(x)
