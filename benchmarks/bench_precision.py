@@ -10,7 +10,7 @@ onnxruntime's and onnxconverter-common's converters are not part of either figur
 ``--repeat N`` each side runs N times and the fastest run of each is quoted.
 The machine is shared: quote ratios from one run, not absolute seconds.
 
-Run: ``.venv/bin/python benchmarks/bench_precision.py [--skip-bert] [--only NAME] [--repeat N]``
+Run: ``.venv/bin/python benchmarks/bench_precision.py [--skip-bert] [--only NAME[,NAME]] [--repeat N]``
 (NAME: cancellation, overflow_mlp, if_model, transformer_block, resnet50, resnet50_centred,
 detector, bert, int8; ``real`` or ``real:det,vad,yolov8n,...``: the real exports, only when
 asked).
@@ -503,7 +503,7 @@ def main(argv=None) -> None:
     rows = []
 
     def want(n):
-        return args.only is None or args.only == n
+        return args.only is None or n in args.only.split(",")
 
     if want("cancellation"):
         m = cancellation_mlp()

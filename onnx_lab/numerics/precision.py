@@ -996,7 +996,7 @@ class PrecisionPlan:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: target, kept, passed, confirmed, notes, tolerance, trials, outputs,
-        seconds."""
+        seconds, timings (:attr:`timings`, rounded)."""
         def clean(v: Any) -> Any:
             if isinstance(v, float) and not math.isfinite(v):
                 return str(v)
@@ -1013,6 +1013,7 @@ class PrecisionPlan:
                 "confirmed": self.confirmed, "notes": list(self.notes),
                 "n_candidates": self.n_candidates, "tolerance": self.tolerance.describe(),
                 "seconds": round(self.seconds, 3), "cancelled": self.cancelled,
+                "timings": {k: round(v, 3) for k, v in self.timings.items()},
                 "trials": records(self.trials), "outputs": records(self.outputs)}
 
     def __repr__(self) -> str:

@@ -478,3 +478,4 @@ def test_fp16_search_runs_the_reference_once_and_says_where_the_time_went(monkey
     parts = [k for k in plan.timings if k.startswith("trial: ")]
     assert set(parts) == {"trial: convert", "trial: onnxruntime session",
                           "trial: onnxruntime run", "trial: judge"}
+    assert set(plan.to_dict()["timings"]) == set(plan.timings)
