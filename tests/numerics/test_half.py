@@ -110,6 +110,30 @@ def outer_weight_if_model() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def loop_model() -> onnx.ModelProto:
+    """A Loop whose body reads an outer-scope weight and carries a float state (its inputs
+    and outputs keep float32; the weight's float16 copy lives outside the loop)."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 16)) / 4).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(3, np.int64), "trips"),
+             numpy_helper.from_array(np.array(True), "go")]
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["v", "w"], ["vm"], name="/body/MatMul"),
+         helper.make_node("Tanh", ["vm"], ["v_out"], name="/body/Tanh"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="/body/Identity")],
+        "body", [helper.make_tensor_value_info("i", TP.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TP.BOOL, []),
+                 helper.make_tensor_value_info("v", TP.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("cond_out", TP.BOOL, []),
+         helper.make_tensor_value_info("v_out", TP.FLOAT, [1, 16])])
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="/Relu"),
+             helper.make_node("Loop", ["trips", "go", "h"], ["v_final"], name="/Loop", body=body),
+             helper.make_node("Sigmoid", ["v_final"], ["y"], name="/Sigmoid")]
+    g = helper.make_graph(nodes, "loop", [helper.make_tensor_value_info("x", TP.FLOAT, [1, 16])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [1, 16])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def shared_types_model() -> onnx.ModelProto:
     """One node of each kind whose inputs must share a type: Where, Concat, Max/Min/Sum/Mean,
     Equal/Greater, Pad's constant value, Clip's bounds, Resize's roi and scales, Expand,
@@ -153,7 +177,7 @@ def shared_types_model() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-BUILT = {"anchors": anchors_model, "outer_if": outer_weight_if_model,
+BUILT = {"anchors": anchors_model, "outer_if": outer_weight_if_model, "loop": loop_model,
          "shared": shared_types_model}
 
 
