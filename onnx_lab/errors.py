@@ -25,6 +25,7 @@ __all__ = [
     "RuntimeLoadError",
     "ProviderError",
     "RenderError",
+    "ConversionBug",
     "close_matches",
 ]
 
@@ -98,6 +99,12 @@ class ProviderError(LabError):
 
 class RenderError(LabError):
     """A rendering request cannot be drawn as asked."""
+
+
+class ConversionBug(LabError):
+    """onnx_lab's own float16/bfloat16 conversion wrote a model that does not type-check,
+    load or run: a bug in onnx_lab to report (with the model), not a problem of the user's
+    model."""
 
 
 def close_matches(value: str, candidates: Iterable[str], n: int = 5) -> list[str]:

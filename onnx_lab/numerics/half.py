@@ -45,7 +45,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.model import LabModel
-from onnx_lab.errors import LabError
+from onnx_lab.errors import ConversionBug
 
 __all__ = ["HalfRules", "convert_half", "half_proto", "check_converted", "passes_checker",
            "ConversionBug", "BLOCKED_OPS", "to_fp16_array", "to_bf16_bits"]
@@ -67,11 +67,6 @@ _SMALL = 64
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 _NAMES = {FLOAT16: "fp16", BFLOAT16: "bf16", FLOAT: "fp32"}
 _TYPE_STR = {FLOAT16: "tensor(float16)", BFLOAT16: "tensor(bfloat16)"}
-
-
-class ConversionBug(LabError):
-    """The float16/bfloat16 converter wrote a model that does not type-check or load: a bug in
-    onnx_lab (please report it with the model), not a problem of the user's model."""
 
 
 def to_fp16_array(a: np.ndarray, lo: float = 5.96e-08, hi: float = 65504.0) -> np.ndarray:

@@ -258,6 +258,7 @@ def test_a_conversion_that_does_not_type_check_is_a_bug_report():
     with pytest.raises(ConversionBug, match="bug in onnx_lab") as e:
         check_converted(broken)
     assert "/Range" in str(e.value) and isinstance(e.value, onnx_lab.errors.LabError)
+    assert onnx_lab.errors.ConversionBug is ConversionBug
 
 
 LIGHT_MODELS = sorted(p.name for p in LIGHT.glob("*.onnx")) if LIGHT.is_dir() else []
