@@ -25,10 +25,11 @@ Each trial is one conversion and one run of the outputs; int8 trials reuse one c
 and reuse each weight converted once. Every trial is a row of
 :attr:`PrecisionPlan.trials` and :meth:`PrecisionPlan.reproduce` rebuilds it.
 
-Targets: ``fp16`` (onnxruntime.transformers.float16, Casts at kept-node borders), ``int8``
-(static QDQ, kept = ``nodes_to_exclude``) and ``bf16``, *emulated*: onnxruntime's CPU kernels
-have no bfloat16 arithmetic, so weights of converted nodes are rounded to bfloat16 and each
-converted node's float outputs round-trip through a bfloat16 Cast.
+Targets: ``fp16`` (:mod:`onnx_lab.numerics.half`: the op schemas' type constraints decide
+what converts together, Casts at kept-node borders; every candidate passes onnx's checker),
+``int8`` (static QDQ, kept = ``nodes_to_exclude``) and ``bf16``, *emulated* with the same
+rules: onnxruntime's CPU kernels have no bfloat16 arithmetic, so weights of converted nodes are
+rounded to bfloat16 and their other inputs and float outputs round-trip through bfloat16.
 
 Example:
     >>> from onnx_lab.numerics.precision import find_precision
