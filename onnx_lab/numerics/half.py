@@ -305,6 +305,10 @@ class _Scope:
 
 
 class _Writer:
+    """One conversion: walks the graphs in order (bodies inside their owner's turn), keeps each
+    visible value's versions by type, and writes the Casts and narrow weight copies where the
+    value is defined."""
+
     def __init__(self, proto: onnx.ModelProto, rules: HalfRules, convert: Callable[[str], bool],
                  keep_io_types: bool, external: Callable[[TensorProto], bool]) -> None:
         self.proto = proto
