@@ -10,9 +10,20 @@ onnxruntime's and onnxconverter-common's converters are not part of either figur
 ``--repeat N`` each side runs N times and the fastest run of each is quoted.
 The machine is shared: quote ratios from one run, not absolute seconds.
 
-Run: ``.venv/bin/python benchmarks/bench_precision.py [--skip-bert] [--only NAME] [--repeat N]``
-(NAME: cancellation, overflow_mlp, if_model, transformer_block, resnet50, detector, bert,
-int8).
+Run: ``.venv/bin/python benchmarks/bench_precision.py [--skip-bert] [--only NAME[,NAME]] [--repeat N]``
+(NAME: cancellation, overflow_mlp, if_model, transformer_block, resnet50, resnet50_centred,
+detector, bert, int8; ``real`` or ``real:det,vad,yolov8n,...``: the real exports, only when
+asked).
+
+``resnet50_centred`` is the search-time figure: ResNet-50 with three convs whose outputs are
+centred around ~1000 (:func:`plant_centering`), so a plan must find 6 of 125 nodes. Every
+fp16 row prints where the time went (stages, and across trials the conversion, onnxruntime's
+session creation and runs, the judging).
+
+``real`` converts every real export (PP-OCRv4 det/rec/cls and Silero VAD from PyPI wheels,
+an ultralytics YOLOv8n export, the onnx package's backend test models), loads and runs it,
+then searches an fp16 plan (int8 too on YOLOv8n and the VAD); onnxruntime's own float16
+converter is tried beside it.
 """
 
 from __future__ import annotations
@@ -176,6 +187,38 @@ def plant_outlier(model: onnx.ModelProto, conv_name: str, value: float = 200.0):
     return relu.name
 
 
+def plant_centering(model: onnx.ModelProto, sites: int = 3) -> list[str]:
+    """``sites`` conv2 convs of ResNet-50 (spread over its stages) get a per-channel offset
+    near 1000 in their bias and a ``Sub`` of the same offset after them: a normalization
+    folded around a large running mean computes this, and float16's step of 0.5 near 1000
+    ruins the centred values unless the conv and the Sub both stay float32 (the only places
+    a plan needs). Returns the names of the planted Subs."""
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    convs = [n for n in g.node if n.op_type == "Conv" and n.name.endswith("conv2/Conv")]
+    picks = [convs[round(i * (len(convs) - 1) / max(sites - 1, 1))] for i in range(sites)]
+    rng = np.random.default_rng(0)
+    nodes, subs = list(g.node), []
+    for c in picks:
+        b = inits[c.input[2]]
+        off = (1000 + rng.random(b.dims[0])).astype(np.float32)
+        b.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(b) + off, b.name))
+        mean = c.name.strip("/").replace("/", "_") + "_mean"
+        g.initializer.append(numpy_helper.from_array(off.reshape(-1, 1, 1), mean))
+        centred = c.output[0] + "_centred"
+        for n in nodes:
+            for i, x in enumerate(n.input):
+                if x == c.output[0]:
+                    n.input[i] = centred
+        sub = helper.make_node("Sub", [c.output[0], mean], [centred],
+                               name=c.name.replace("/Conv", "/center/Sub"))
+        nodes.insert(nodes.index(c) + 1, sub)
+        subs.append(sub.name)
+    del g.node[:]
+    g.node.extend(nodes)
+    return subs
+
+
 # ---------------------------------------------------------------------------- fp16
 REPEAT = 1
 
@@ -196,12 +239,15 @@ def warm_up() -> None:
 
 def bench_fp16(name: str, model, feeds: dict, *, theirs: bool = True, **kw) -> dict:
     lab = onnx_lab.open(model)
-    ours_s = float("inf")
+    ours_s = cpu_s = float("inf")
     for _ in range(REPEAT):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         plan = find_precision(lab, "fp16", feeds=feeds, atol=ATOL, rtol=RTOL, progress=False,
                               **kw)
         ours_s = min(ours_s, time.perf_counter() - t0)
+        # CPU seconds of the process, onnxruntime's threads included: what the search costs
+        # whatever else the shared cores run (its wall time on two free cores is at most this).
+        cpu_s = min(cpu_s, time.process_time() - c0)
     proto = onnx_lab.Lab(plan.model).model.to_proto()
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "m.fp16.onnx")
@@ -215,11 +261,24 @@ def bench_fp16(name: str, model, feeds: dict, *, theirs: bool = True, **kw) -> d
     confirmed = {None: "no search", True: "confirmed", False: "NOT confirmed"}[plan.confirmed]
     print(f"[fp16] {name}: onnx_lab keeps {len(plan.kept)}/{plan.n_candidates} nodes in fp32 "
           f"({body} inside If bodies), {len(plan.trials)} trials ({confirmed} with ORT's "
-          f"optimizations), {ours_s:.2f} s; independent "
+          f"optimizations), {ours_s:.2f} s ({cpu_s:.1f} CPU s); independent "
           f"ORT run meets atol {ATOL} rtol {RTOL}: {ok} (max_abs {worst:.3g})", flush=True)
+    print_timings(plan)
     if theirs:
         row.update(bench_theirs(name, model, feeds))
     return row
+
+
+def print_timings(plan) -> None:
+    """Where the search's time went: stages (with their trials) and, across trials, the
+    conversion, onnxruntime's session creation and runs, the judging; as shares."""
+    t = plan.timings
+    total = max(plan.seconds, 1e-9)
+    stages = ["reference run", "full conversion", "sensitivity", "bisect", "prune", "confirm"]
+    parts = [k for k in t if k.startswith("trial: ")]
+    print("    stages: " + ", ".join(f"{k} {t[k] / total:.0%}" for k in stages if k in t)
+          + f"; over {len(plan.trials)} trials: "
+          + ", ".join(f"{k[7:]} {t[k] / total:.0%}" for k in parts), flush=True)
 
 
 def bench_theirs(name: str, model, feeds: dict) -> dict:
@@ -306,6 +365,79 @@ def _fp32_nodes(model: onnx.ModelProto) -> int:
                and any(types.get(o) == TensorProto.FLOAT for o in n.output))
 
 
+# ---------------------------------------------------------------------------- real exports
+def real_models() -> dict[str, tuple[str, dict, object]]:
+    """name -> (path, input shapes, feeds builder or None): the PyPI-wheel models of
+    bench_wheels.py, the ultralytics YOLOv8n export (benchmarks/_yolo.py) and the onnx
+    package's backend test models."""
+    import bench_wheels
+    from _yolo import yolov8n
+
+    out = {k: (str(p), bench_wheels.MODELS[k][1], bench_wheels.MODELS[k][2])
+           for k, p in bench_wheels.fetch().items()}
+    out["yolov8n"] = (str(yolov8n()), {"images": [1, 3, 320, 320]}, None)
+    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    for p in sorted(light.glob("*.onnx")):
+        out[p.stem] = (str(p), {}, None)
+    return out
+
+
+def _theirs_loads(path: str, feeds: dict) -> str:
+    """Whether onnxruntime's own float16 converter (what find_precision used before) writes
+    a model that loads and runs."""
+    import onnxruntime as ort
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    try:
+        half = convert_float_to_float16(onnx.load(path), keep_io_types=True)
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        ort.InferenceSession(half.SerializeToString(), so,
+                             providers=["CPUExecutionProvider"]).run(None, feeds)
+    except Exception as e:  # noqa: BLE001 - we report whatever it raises
+        return "FAILS: " + str(e).strip().splitlines()[0][:140]
+    return "loads and runs"
+
+
+def bench_real(names: list[str] | None = None, int8: tuple[str, ...] = ("yolov8n", "vad")) -> None:
+    """fp16 on every real export: our conversion checked, loaded and run, then the search's
+    plan (or its reason); onnxruntime's converter beside it; int8 on the detector and the VAD."""
+    from onnx_lab.errors import LabError
+    from onnx_lab.numerics.half import HalfRules, half_proto
+    from onnx_lab.runtime.feeds import make_feeds
+
+    for name, (path, shapes, build) in real_models().items():
+        if names and name not in names:
+            continue
+        lab = onnx_lab.open(path, shapes=shapes or None)
+        feeds = build() if build else make_feeds(lab, seed=1)
+        t0 = time.perf_counter()
+        rules = HalfRules(lab.model)
+        half = half_proto(lab.model, rules=rules)
+        conv_s = time.perf_counter() - t0
+        _ort_outputs(half, feeds)
+        # Random kept sets, as the search tries them (the old path failed on every one for
+        # YOLOv8n and the VAD): each one checked, loaded and run.
+        rng = np.random.default_rng(0)
+        for _ in range(4):
+            kept = [c for c in rules.candidates if rng.random() < 0.3]
+            _ort_outputs(half_proto(lab.model, kept, rules=rules), feeds)
+        line = (f"[real] {name}: conversion checked, loads and runs ({conv_s:.2f} s), and with "
+                f"4 random kept sets; onnxruntime's converter: {_theirs_loads(path, feeds)}")
+        for target in ("fp16", "int8") if name in int8 else ("fp16",):
+            kw = {"atol": ATOL, "rtol": RTOL} if target == "fp16" else {}
+            t0 = time.perf_counter()
+            try:
+                plan = find_precision(lab, target, feeds=feeds, progress=False, **kw)
+                line += (f"; {target}: {len(plan.kept)}/{plan.n_candidates} kept, passed "
+                         f"{plan.passed}, confirmed {plan.confirmed}, {len(plan.trials)} trials, "
+                         f"{time.perf_counter() - t0:.1f} s"
+                         + (f" (note: {plan.notes[0][:90]}...)" if plan.notes else ""))
+            except LabError as e:
+                line += f"; {target}: no plan ({type(e).__name__}: {e.problem[:160]})"
+        print(line, flush=True)
+
+
 # ---------------------------------------------------------------------------- int8
 def bench_int8_resnet(path: str, max_trials: int = 48) -> None:
     from onnx_lab.runtime.feeds import make_feeds
@@ -364,7 +496,7 @@ def main(argv=None) -> None:
     warnings.filterwarnings("ignore", message="the float32 number", category=UserWarning)
     global REPEAT
     REPEAT = max(1, args.repeat)
-    if args.only != "int8":
+    if args.only != "int8" and not (args.only or "").startswith("real"):
         warm_up()
     from _models import bert_base, resnet50
     from bench_profile import detector
@@ -374,7 +506,7 @@ def main(argv=None) -> None:
     rows = []
 
     def want(n):
-        return args.only is None or args.only == n
+        return args.only is None or n in args.only.split(",")
 
     if want("cancellation"):
         m = cancellation_mlp()
@@ -392,6 +524,13 @@ def main(argv=None) -> None:
     if want("resnet50"):
         p = str(resnet50())
         rows.append(bench_fp16("ResNet-50", p, make_feeds(onnx_lab.open(p), seed=1)))
+    if want("resnet50_centred"):
+        m = onnx.load(str(resnet50()))
+        subs = plant_centering(m)
+        print(f"[fp16] ResNet-50 with centring Subs after {subs}: a plan needs those and their "
+              "convs", flush=True)
+        rows.append(bench_fp16("ResNet-50 (3 centred convs)", m,
+                               make_feeds(onnx_lab.open(m), seed=1)))
     if want("detector"):
         m = detector()
         lab = onnx_lab.open(m, dims={"batch": 1, "height": 320, "width": 320})
@@ -404,6 +543,8 @@ def main(argv=None) -> None:
                                dims=lab.dims))
     if want("int8"):
         bench_int8_resnet(str(resnet50()), max_trials=args.max_trials)
+    if args.only is not None and (args.only == "real" or args.only.startswith("real:")):
+        bench_real(args.only[5:].split(",") if ":" in args.only else None)
     for r in rows:
         if r.get("theirs_kept") is not None:
             print(f"[side by side] {r['model']}: kept {r['ours_kept']} vs {r['theirs_kept']}, "

@@ -26,6 +26,7 @@ __all__ = [
     "CacheError",
     "ProviderError",
     "RenderError",
+    "ConversionBug",
     "close_matches",
 ]
 
@@ -104,6 +105,12 @@ class ProviderError(LabError):
 
 class RenderError(LabError):
     """A rendering request cannot be drawn as asked."""
+
+
+class ConversionBug(LabError):
+    """onnx_lab's own float16/bfloat16 conversion wrote a model that does not type-check,
+    load or run: a bug in onnx_lab to report (with the model), not a problem of the user's
+    model."""
 
 
 def close_matches(value: str, candidates: Iterable[str], n: int = 5) -> list[str]:

@@ -215,7 +215,8 @@ def test_fp32_fp16_int4_versions(healthy):
     assert c.preset == "fp16" and c.passed and c.metrics["kl_mean"] < 1e-4
     c = compare_llm(half, cand, new_tokens=8, progress=False)
     assert c.preset == "int4" and c.passed
-    casts = c.losses.loc[c.losses["node_id"].str.startswith("graph_output_cast")]
+    outputs = {v.name for v in half.model.graph.outputs}
+    casts = c.losses.loc[(c.losses["op_type"] == "Cast") & c.losses["tensor"].isin(outputs)]
     assert len(casts) and casts["local_sqnr_db"].isna().all()
     assert c.losses["quantized"].head(3).any()
 

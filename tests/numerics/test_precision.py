@@ -272,8 +272,8 @@ def test_reference_stats_count_non_finite_values():
 
 
 def test_fp16_kept_node_sharing_a_weight_and_external_data(tmp_path):
-    """A kept MatMul reads the weight its converted neighbour reads (the converter casts it
-    up for the kept one): the weight-free conversion puts the right arrays back; a model
+    """A kept MatMul reads the weight its converted neighbour reads (the converted one reads a
+    float16 copy): the weight-free conversion puts the right arrays back; a model
     whose weights live in an external file takes the whole-model path."""
     rng = np.random.default_rng(2)
     w = (rng.standard_normal((64, 64)) / 8).astype(np.float32)  # 16 KB: stubbed
@@ -302,9 +302,16 @@ def test_fp16_kept_node_sharing_a_weight_and_external_data(tmp_path):
         for kept in ((), ("mm_b",), ("mm_a", "mm_b", "tanh")):
             got = run(conv.convert(kept), x)["y"]
             assert np.allclose(got, ref, atol=2e-2, rtol=1e-2), kept
+        # The kept reader reads the float32 weight, the converted one its float16 copy;
+        # with no float32 reader left the weight itself is float16.
         half = conv.convert(("mm_b",))
         types = {v.name: v.const_value.dtype for v in half.graph.initializers.values()}
-        assert types["w"] == onnx_lab_dtype("FLOAT16")
+        assert types == {"w": onnx_lab_dtype("FLOAT"), "w__fp16": onnx_lab_dtype("FLOAT16")}
+        assert np.array_equal(half.graph.initializers["w__fp16"].const_value.numpy(),
+                              w.astype(np.float16))
+        full = conv.convert(())
+        assert {v.name: v.const_value.dtype for v in full.graph.initializers.values()} == {
+            "w": onnx_lab_dtype("FLOAT16")}
 
 
 def onnx_lab_dtype(name):
@@ -445,3 +452,30 @@ def test_plan_views():
     assert len(fig.axes[0].patches) == 5
     assert "kept" in plan._repr_html_()
     assert plan.render() is not None
+
+
+def test_fp16_search_runs_the_reference_once_and_says_where_the_time_went(monkeypatch):
+    """The reference's activations are captured once (the overflow scan) and reused by the
+    sensitivity's layerwise capture; plan.timings splits the search into its stages and the
+    trials into conversion, session, run and judging."""
+    from onnx_lab.numerics import precision
+
+    lab = onnx_lab.open(rms_overflow())
+    calls = []
+    real = precision._run_outputs
+
+    def counting(model, feed_list, names, *a, **kw):
+        calls.append((model is lab.model, kw.get("opt_level", a[0] if a else "disable")))
+        return real(model, feed_list, names, *a, **kw)
+
+    monkeypatch.setattr(precision, "_run_outputs", counting)
+    plan = find_precision(lab, "fp16", atol=1e-3, rtol=1e-2, progress=False)
+    assert not plan.trials.iloc[0]["passed"] and plan.passed  # a search happened
+    assert calls.count((True, "disable")) == 1
+    stages = ["reference run", "full conversion", "sensitivity", "bisect", "prune", "confirm"]
+    assert all(k in plan.timings for k in stages)
+    assert sum(plan.timings[k] for k in stages) <= plan.seconds + 1e-6
+    parts = [k for k in plan.timings if k.startswith("trial: ")]
+    assert set(parts) == {"trial: convert", "trial: onnxruntime session",
+                          "trial: onnxruntime run", "trial: judge"}
+    assert set(plan.to_dict()["timings"]) == set(plan.timings)
