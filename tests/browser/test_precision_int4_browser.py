@@ -1,5 +1,5 @@
 """The PrecisionDoctor's int4 target in a real JupyterLab (headless Chromium): on
-``sample:tiny_llm`` with a planted outlier row in layer 1's MLP (tests/numerics/llm_models.py),
+``sample:tiny_llm`` with a planted outlier row in layer 1's MLP (tests/numerics/int4_models.py),
 the weight-only search is run from the page. Checks: the target switches the tolerance fields to
 top-1/KL, the search ends with a plan that keeps layer 1's gate/up MatMuls, the trials (accuracy
 beside tokens/s) and the kept nodes' costs are shown, no error. The widget is saved to
@@ -24,7 +24,7 @@ CELLS = [
 
 
 def _planted():
-    path = Path(__file__).resolve().parents[1] / "numerics" / "llm_models.py"
+    path = Path(__file__).resolve().parents[1] / "numerics" / "int4_models.py"
     spec = importlib.util.spec_from_file_location("_llm_models", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

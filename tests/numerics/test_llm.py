@@ -27,7 +27,7 @@ from onnx_lab.numerics.metrics import NEXT_TOKEN, next_token_metrics
 from onnx_lab.numerics.weight_only import TRIAL_COLUMNS, find_weight_only
 
 sys.path.insert(0, str(Path(__file__).parent))
-from llm_models import int4, plant_outlier, tiny_llm  # noqa: E402
+from int4_models import int4, plant_outlier, tiny_llm  # noqa: E402
 
 PLANTED = ("/model/layers.1/mlp/gate_proj/MatMul", "/model/layers.1/mlp/up_proj/MatMul")
 EXE = Path(sys.executable).parent / "onnx-lab"
