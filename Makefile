@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	# plain `jupyter nbconvert --to html` keeps each onnx_lab widget's last view
+	$(PY) -m onnx_lab.widgets.nbconvert --install-config
 	touch $(STAMP)
 
 system-deps:

@@ -14,6 +14,10 @@ open, the tables) and leaves that static HTML as the output, with no script::
     jupyter nbconvert --to html --HTMLExporter.preprocessors=onnx_lab.widgets.nbconvert.LastViews nb.ipynb
 
 or in Python :func:`export_html`. Other libraries' widgets are left as they are.
+
+To make a plain ``jupyter nbconvert --to html`` do it, :func:`install_config` adds the
+preprocessor to ``jupyter_nbconvert_config.json`` of an environment (``make setup`` does it for
+the project's ``.venv``; elsewhere ``python -m onnx_lab.widgets.nbconvert --install-config``).
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from typing import Any
 
 from nbconvert.preprocessors import Preprocessor
 
+from onnx_lab.errors import InputError
 from onnx_lab.widgets._common import graph_snapshot
 
-__all__ = ["LastViews", "last_view_html", "export_html"]
+__all__ = ["LastViews", "last_view_html", "export_html", "install_config"]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -135,3 +140,47 @@ def export_html(notebook: str | Path, out: str | Path | None = None) -> Path:
         "name": notebook.stem, "path": str(notebook.parent)}})
     out.write_text(body, encoding="utf-8")
     return out
+
+
+PREPROCESSOR = "onnx_lab.widgets.nbconvert.LastViews"
+
+
+def install_config(config_dir: str | Path | None = None) -> Path:
+    """Add :class:`LastViews` to ``HTMLExporter.preprocessors`` in ``jupyter_nbconvert_config.json``
+    of ``config_dir`` (default: this environment's ``{sys.prefix}/etc/jupyter``, which every
+    ``jupyter`` command of the environment reads), keeping what the file already says.
+
+    Returns the file's path. Running it again changes nothing.
+
+    Example:
+        >>> install_config()   # then: jupyter nbconvert --to html analysis.ipynb
+    """
+    import json
+    import sys
+
+    folder = Path(config_dir) if config_dir is not None else \
+        Path(sys.prefix) / "etc" / "jupyter"
+    path = folder / "jupyter_nbconvert_config.json"
+    config: dict[str, Any] = {}
+    if path.exists():
+        try:
+            config = json.loads(path.read_text(encoding="utf-8") or "{}")
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}).",
+                             fix="Fix or remove that file, then run this again.") from e
+    exporter = config.setdefault("HTMLExporter", {})
+    pre = list(exporter.get("preprocessors") or [])
+    if PREPROCESSOR not in pre:
+        exporter["preprocessors"] = [*pre, PREPROCESSOR]
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+if __name__ == "__main__":  # python -m onnx_lab.widgets.nbconvert --install-config [DIR]
+    import sys as _sys
+
+    if len(_sys.argv) >= 2 and _sys.argv[1] == "--install-config":
+        print(install_config(_sys.argv[2] if len(_sys.argv) > 2 else None))
+    else:
+        raise SystemExit("usage: python -m onnx_lab.widgets.nbconvert --install-config [DIR]")

@@ -11,6 +11,7 @@ node's panel, the diff's counterpart.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import subprocess
@@ -102,6 +103,30 @@ def test_preprocessor_from_the_command_line(executed, tmp_path):
     r = subprocess.run([str(jupyter), "nbconvert", "--to", "html",
                         "--HTMLExporter.preprocessors=onnx_lab.widgets.nbconvert.LastViews",
                         str(executed), "--output-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    page = _body((tmp_path / "analysis.html").read_text(encoding="utf-8"))
+    assert "last view saved with the notebook" in page and "/block1/conv/Conv</div>" in page
+
+
+def test_plain_nbconvert_keeps_last_views_once_the_config_is_installed(executed, tmp_path):
+    """What ``make setup`` installs in the environment: plain ``jupyter nbconvert --to html``
+    then exports the last views (the config read from JUPYTER_CONFIG_DIR here)."""
+    from onnx_lab.widgets.nbconvert import install_config
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "jupyter_nbconvert_config.json").write_text('{"HTMLExporter": {"exclude_input": false}}')
+    path = install_config(conf)
+    assert install_config(conf) == path  # idempotent: listed once, other settings kept
+    cfg = json.loads(path.read_text())
+    assert cfg["HTMLExporter"] == {"exclude_input": False,
+                                   "preprocessors": ["onnx_lab.widgets.nbconvert.LastViews"]}
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(conf), PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    jupyter = Path(sys.executable).with_name("jupyter")
+    r = subprocess.run([str(jupyter), "nbconvert", "--to", "html", str(executed),
+                        "--output-dir", str(tmp_path)],
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     page = _body((tmp_path / "analysis.html").read_text(encoding="utf-8"))
