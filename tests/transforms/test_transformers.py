@@ -34,6 +34,21 @@ def _traced_share(lab) -> float:
     return sum(1 for v in o.values() if v) / len(o)
 
 
+
+def _bench_models():
+    """benchmarks/_models.py, loaded under its own name: a bare ``import _models`` would get
+    whichever ``_models`` module another test folder imported first."""
+    import importlib.util
+
+    name = "_onnx_lab_bench_models"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[2] / "benchmarks" / "_models.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
 def test_registered_as_tool_steps():
     df = available().set_index("name")
     assert df.loc["ort_transformers", "kind"] == "tool"
@@ -125,12 +140,8 @@ def _bert_dynamo() -> Path:
     """BERT-base exported with torch's current (dynamo) exporter, cached next to the
     benchmark models."""
     torch = pytest.importorskip("torch")
-    root = Path(__file__).resolve().parents[2] / "benchmarks"
-    sys.path.insert(0, str(root))
-    try:
-        from _models import MODELS_DIR, _bert_module
-    finally:
-        sys.path.remove(str(root))
+    bench = _bench_models()
+    MODELS_DIR, _bert_module = bench.MODELS_DIR, bench._bert_module  # noqa: N806
     path = MODELS_DIR / "bert_base_dynamo_v1.onnx"
     if path.exists():
         return path
@@ -174,13 +185,7 @@ def test_bert_base_current_exporter_counts_trace_and_attention_near_misses():
 
 def test_bert_base_torchscript_export_fuses_attention_with_origins():
     pytest.importorskip("torch")
-    root = Path(__file__).resolve().parents[2] / "benchmarks"
-    sys.path.insert(0, str(root))
-    try:
-        from _models import bert_base
-    finally:
-        sys.path.remove(str(root))
-    path = bert_base()
+    path = _bench_models().bert_base()
     lab = onnx_lab.open(path, dims={"batch": 1, "sequence": 16})
     # Everything onnxruntime fuses here is no near-miss beforehand (the LayerNorm weights
     # reach their Mul through Identity nodes; Shape nodes read the attention's Transpose).
