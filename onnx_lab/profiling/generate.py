@@ -36,7 +36,7 @@ from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
-from onnx_lab.errors import CacheError, InputError, ProviderError, RuntimeLoadError
+from onnx_lab.errors import CacheError, InputError, ProviderError
 from onnx_lab.profiling._kv import CacheLayout, cache_layout
 from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled
 from onnx_lab.profiling.parse import parse_trace
@@ -52,6 +52,7 @@ from onnx_lab.profiling.run import (
     run_sessions,
 )
 from onnx_lab.profiling.stats import STABLE_REL_CI, busy_note, stable, summarize
+from onnx_lab.runtime.session import run_failure
 
 logger = logging.getLogger(__name__)
 
@@ -628,10 +629,9 @@ def _profile_one(lm: LabModel, provider: str, layout: CacheLayout, prompt_ids: n
             sess.end_profiling()
         if isinstance(e, InputError):
             raise
-        raise RuntimeLoadError(f"onnxruntime failed running the generation on {provider}: "
-                               f"{str(e).splitlines()[0][:300]}",
-                               fix="Check lab.check() and the cache layout "
-                                   "(GenerationProfile.layout).") from e
+        raise run_failure(e, f"the generation on {provider}",
+                          fix="Check lab.check() and the cache layout "
+                              "(GenerationProfile.layout).") from e
     ticker.finish()
     memory = mem.stop()
     optimized = None

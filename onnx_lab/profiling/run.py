@@ -34,7 +34,7 @@ from onnx_lab.profiling.stats import (
     compare_samples,
     summarize,
 )
-from onnx_lab.runtime.session import default_providers, fallback_chain
+from onnx_lab.runtime.session import default_providers, fallback_chain, run_failure, run_session
 
 logger = logging.getLogger(__name__)
 
@@ -469,9 +469,15 @@ def _profile_one(lm: LabModel, provider: str, runs: int | None, n_prof: int, war
     n = len(feed_list)
     state = {"i": 0}
     run = sess.run
+    engine = "OpenVINO" if ov else "onnxruntime"
+    fix = "Check the feeds (dtype/shape) and lab.check()."
 
     def one() -> None:
-        run(None, feed_list[state["i"] % n])
+        if state["i"]:
+            run(None, feed_list[state["i"] % n])
+        else:  # the first run is checked: a failure is translated there
+            run_session(sess, feed_list[0], what=f"the model on {provider}", fix=fix,
+                        runtime=engine)
         state["i"] += 1
 
     trace_file = parsed = None
@@ -511,9 +517,9 @@ def _profile_one(lm: LabModel, provider: str, runs: int | None, n_prof: int, war
     except Exception as e:  # noqa: BLE001 - ORT raises several exception types
         if trace_file is None and not ov:
             sess.end_profiling()
-        raise RuntimeLoadError(f"{'OpenVINO' if ov else 'onnxruntime'} failed running the model "
-                               f"on {provider}: {str(e).splitlines()[0][:300]}",
-                               fix="Check the feeds (dtype/shape) and lab.check().") from e
+        if isinstance(e, RuntimeLoadError):  # the first run's, translated already
+            raise
+        raise run_failure(e, f"the model on {provider}", fix, runtime=engine) from e
     ticker.finish()
     memory = mem.stop()
     optimized = None

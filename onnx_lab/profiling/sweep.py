@@ -23,7 +23,7 @@ from onnx_lab import _display
 from onnx_lab._pandas import pd, prefetch
 from onnx_lab._progress import Progress
 from onnx_lab.core.source import resolve
-from onnx_lab.errors import DimError, InputError
+from onnx_lab.errors import DimError, InputError, RuntimeLoadError
 from onnx_lab.profiling._timing import (
     MIN_POINT_RUNS,
     Budget,
@@ -34,6 +34,7 @@ from onnx_lab.profiling._timing import (
 )
 from onnx_lab.profiling.run import _check_counts, open_session
 from onnx_lab.profiling.stats import STABLE_REL_CI, busy_note, compare_samples, summarize
+from onnx_lab.runtime.session import run_session
 
 __all__ = ["levels", "batch_sweep", "thread_sweep", "compare_models", "BatchSweep",
            "KNEE_GAIN", "LEVELS_BUDGET_S", "BATCH_BUDGET_S", "THREADS_BUDGET_S"]
@@ -91,9 +92,14 @@ def _time_point(sess, feed: dict, runs: int | None, warmup: int, budget: Budget,
         previous size's interleaved ms or None).
     """
     run = sess.run
+    first = [True]
 
     def one() -> None:
-        run(None, feed)
+        if first[0]:  # the point's first run is checked (a failure translated)
+            first[0] = False
+            run_session(sess, feed, what="the model")
+        else:
+            run(None, feed)
 
     if runs is not None:
         ms, why = measure(one, runs=runs, warmup=warmup, cancel=cancel, tick=reporter.update)
@@ -158,11 +164,18 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
     from onnx_lab.profiling.stats import clearly_slower, decided, stable
 
     labels = list(labels) if labels is not None else [str(i) for i in range(len(sessions))]
-    for _ in range(warmup if runs is not None else max(min(warmup, _RACE_WARMUP) - warmed, 0)):
-        for sess in sessions:
-            sess.run(None, feed)
+    n_warm = warmup if runs is not None else max(min(warmup, _RACE_WARMUP) - warmed, 0)
+    # each session's first run is checked (a failure translated), the timed ones are not
+    check = not warmed
+    for _ in range(n_warm):
+        for sess, label in zip(sessions, labels, strict=True):
+            if check:
+                run_session(sess, feed, what=f"the model ({label})")
+            else:
+                sess.run(None, feed)
             if runs is not None:
                 reporter.update()
+        check = False
     out: list[list[float]] = [[] for _ in sessions]
     active = list(range(len(sessions)))
     notes: list[str] = []
@@ -178,10 +191,14 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
             break
         for i in active:
             t = perf()
-            sessions[i].run(None, feed)
+            if check:
+                run_session(sessions[i], feed, what=f"the model ({labels[i]})")
+            else:
+                sessions[i].run(None, feed)
             out[i].append((perf() - t) * 1e3)
             if runs is not None:
                 reporter.update()
+        check = False
         rounds += 1
         if runs is not None:
             continue
@@ -325,7 +342,7 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
                     first_ms = float("nan")
                 else:
                     t1 = time.perf_counter()
-                    sess.run(None, feed)
+                    run_session(sess, feed, what=f"the model at level {level!r}")
                     first_ms = (time.perf_counter() - t1) * 1e3
                     nodes = _traced_node_count(sess.end_profiling())
                 create_s.append(time.perf_counter() - t0 - (0 if nested else first_ms / 1e3))
@@ -622,7 +639,9 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                         sess, feeds[b], runs, warmup, budget, reporter, cancel, rel_ci,
                         t_point=t0 if not b_rows else t_point, prev_feed=prev_feed)
                 except Exception as e:  # noqa: BLE001 - ORT raises several types (OOM, shape)
-                    notes.append(f"{backend}: batch {b} failed: {str(e).splitlines()[0][:200]}")
+                    # the point's first run is checked: onnxruntime's own words are its cause
+                    why = e.__cause__ if isinstance(e, RuntimeLoadError) and e.__cause__ else e
+                    notes.append(f"{backend}: batch {b} failed: {str(why).splitlines()[0][:200]}")
                     break
                 finally:
                     # a large batch's inputs are not kept; the previous size's are, for the
@@ -831,7 +850,7 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int | 
             first_ms = float("nan")
             if runs is None:  # the race's warm-up round, timed: the estimate of the next one
                 t1 = time.perf_counter()
-                sessions[-1].run(None, feed)
+                run_session(sessions[-1], feed, what=f"the model on {_threads(t)}")
                 first_ms = (time.perf_counter() - t1) * 1e3
             rows.append({"threads": int(t), "_first_ms": first_ms})
         samples, raced = _interleaved(sessions, feed, runs, warmup, budget_s, t_start,
@@ -895,12 +914,18 @@ def compare_models(a: Any, b: Any, *, runs: int | None = None, warmup: int = 3,
     sb = make_session(lb, providers=providers, opt_level=opt_level, threads=threads,
                       config_entries=NO_SPIN)
     last = 0.0  # seconds of the latest round: the estimate of the next one
+    checked = False  # each session's first run is checked (a failure translated)
     for i in range(warmup):
         if i and runs is None and perf() + last > t_start + budget_s:
             break
         t = perf()
-        sa.run(None, feed)
-        sb.run(None, feed)
+        if checked:
+            sa.run(None, feed)
+            sb.run(None, feed)
+        else:
+            run_session(sa, feed, what=f"model {labels[0]}")
+            run_session(sb, feed, what=f"model {labels[1]}")
+            checked = True
         last = perf() - t
     xa, xb = [], []
     limit = runs if runs is not None else 2000
@@ -909,10 +934,14 @@ def compare_models(a: Any, b: Any, *, runs: int | None = None, warmup: int = 3,
             break
         if xa and runs is None and perf() + (xa[-1] + xb[-1]) / 1e3 > t_start + budget_s:
             break
-        for sess, out in ((sa, xa), (sb, xb)):
+        for sess, out, label in ((sa, xa, labels[0]), (sb, xb, labels[1])):
             t = perf()
-            sess.run(None, feed)
+            if checked:
+                sess.run(None, feed)
+            else:
+                run_session(sess, feed, what=f"model {label}")
             out.append((perf() - t) * 1e3)
+        checked = True
         if runs is None:
             if perf() - t_start >= budget_s and len(xa) >= 3:
                 break
