@@ -47,10 +47,8 @@ from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.save import write_error
 from onnx_lab.errors import InputError
-from onnx_lab.render.audit import audit_index_html
-from onnx_lab.zoo import _engine, _store
+from onnx_lab.zoo import _store
 from onnx_lab.zoo._store import Found, find_models
-from onnx_lab.zoo.gate import LATENCY_EFFECT, regressions
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +56,9 @@ logger = logging.getLogger(__name__)
 def __getattr__(name: str) -> Any:
     # The gate imports onnx_lab.profiling: loaded on use, so ``onnx-lab --help`` stays fast.
     if name == "regressions":
+        # on use: the audit's worker imports this package before its memory limit
+        from onnx_lab.zoo.gate import regressions
+
         return regressions
     raise AttributeError(f"module 'onnx_lab.zoo' has no attribute {name!r}")
 
@@ -166,6 +167,9 @@ class AuditResult:
                 "rows": rows.to_dict(orient="records")}
 
     def _repr_html_(self) -> str:
+        # on use: the audit's worker imports this package before its memory limit
+        from onnx_lab.render.audit import audit_index_html
+
         return audit_index_html(self.table, gate=self.regressions)
 
     def __repr__(self) -> str:
@@ -304,6 +308,9 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
         ...                      model_options={"ocr/det*.onnx": {"shapes": {"x": [1, 3, 640, 640]}}})
         >>> res.table.query("status != 'ok'")[["model", "error_stage", "error"]]
     """
+    # on use: the audit's worker imports this package before its memory limit
+    from onnx_lab.zoo import _engine
+
     t_start = time.monotonic()
     _check_args(workers, timeout_s, memory_gb, budget_s, fp16_max_trials, engine, threads)
     _check_model_options(model_options)
@@ -407,6 +414,9 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
                        len(tasks))
     gate = None
     if against is not None:
+        # on use: the audit's worker imports this package before its memory limit
+        from onnx_lab.zoo.gate import LATENCY_EFFECT, regressions
+
         gate = regressions(old, entries, latency_effect=LATENCY_EFFECT if latency_effect is None
                            else latency_effect)
     table = _table(rows)
@@ -449,6 +459,9 @@ def _write(out_dir: Path, rows: Mapping[str, Mapping[str, Any]], gate: pd.DataFr
            *, manifest: Mapping[str, Mapping[str, Any]] | None,
            interrupted: bool = False) -> dict[str, Path]:
     """Write the table files (and, at the end, the compacted manifest and the gate)."""
+    # on use: the audit's worker imports this package before its memory limit
+    from onnx_lab.render.audit import audit_index_html
+
     table = _table(rows)
     links = {r["model"]: r["report"] for r in rows.values() if r.get("report")}
     note = "Interrupted: the table holds the models that finished." if interrupted else None
