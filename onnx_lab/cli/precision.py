@@ -48,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _precision(args: argparse.Namespace) -> int:
+    # on use: other commands need not pay
     from onnx_lab.numerics.precision import PrecisionCancelled, ToleranceUnreachable
 
     if args.max_trials < 0:

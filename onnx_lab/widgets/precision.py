@@ -43,6 +43,7 @@ class PrecisionDoctor(View):
     """
 
     def __init__(self, lab: Any, *, background: bool = True) -> None:
+        # on use: anywidget loads with the first graph view
         from onnx_lab.widgets.canvas import GraphCanvas
 
         self.lab = lab
