@@ -24,6 +24,12 @@ import numpy as np
 from onnx_lab._pandas import pd
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import ProviderError
+from onnx_lab.numerics.metrics import rule_for, tensor_metrics
+from onnx_lab.profiling.run import open_session, profile
+from onnx_lab.profiling.sweep import batch_sweep
+from onnx_lab.render.results import backend_report_html
+from onnx_lab.runtime.feeds import as_feed_list
+from onnx_lab.runtime.session import available_providers, make_session, run_session
 
 __all__ = ["compare_backends", "BackendReport", "BACKEND_COLUMNS"]
 
@@ -63,14 +69,12 @@ class BackendReport:
     elapsed_s: float = 0.0
 
     def _repr_html_(self) -> str:
-        from onnx_lab.render.results import backend_report_html
-
         return backend_report_html(self.table, self.outputs, self.notes)
 
 
 def _default_backends(notes: list[str]) -> list[str]:
+    # on use: tests stand in for openvino_available on its module
     from onnx_lab.runtime.openvino import INSTALL_HINT, openvino_available
-    from onnx_lab.runtime.session import available_providers
 
     avail = available_providers()
     out = [REFERENCE]
@@ -119,12 +123,8 @@ def compare_backends(model: Any, backends: Sequence[str] | None = None, *,
         >>> r = compare_backends("sample:convnet", ["cpu", "openvino"])
         >>> r.table[["backend", "median_ms", "outputs_agree"]]
     """
-    from onnx_lab.numerics.metrics import rule_for, tensor_metrics
-    from onnx_lab.profiling.run import open_session, profile
-    from onnx_lab.profiling.sweep import batch_sweep
-    from onnx_lab.runtime.feeds import as_feed_list
+    # on use: tests stand in for openvino_available on its module
     from onnx_lab.runtime.openvino import INSTALL_HINT, is_openvino, openvino_available
-    from onnx_lab.runtime.session import make_session, run_session
 
     t0 = time.perf_counter()
     notes: list[str] = []

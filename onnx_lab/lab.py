@@ -19,15 +19,20 @@ from onnx_lab import culprit, steps
 from onnx_lab._pandas import pd
 from onnx_lab.core.history import History
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.provenance import origins
 from onnx_lab.core.shapes import validate_dims
 from onnx_lab.core.source import load_source, resolve
 from onnx_lab.core.source_map import carry_sources
+from onnx_lab.errors import LabError
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
     from onnx_lab.analysis.summary import Summary
     from onnx_lab.core.index import ModelIndex
+
+# Each method imports the feature it runs on use: `import onnx_lab` loads the core, the steps
+# and what draws results, not every feature (tests/core/test_light_import.py).
 
 __all__ = ["Lab", "open_lab", "as_lab", "merge", "to_fp16", "to_int8_dynamic", "to_int8_static",
            "repro"]
@@ -496,8 +501,6 @@ class Lab:
     def origins(self) -> dict[str, list[str]]:
         """For every node of the current version: the node ids of the original it comes from
         (``[]`` when a tool's rewrite could not be traced)."""
-        from onnx_lab.core.provenance import origins
-
         return origins(self.model)
 
     def save(self, path: str | Path, external_data: bool | str = "auto",
@@ -706,8 +709,6 @@ class Lab:
     def _predicted_peak(self, dims: Mapping[str, int] | None,
                         shapes: Mapping[str, Sequence[int]] | None) -> float:
         """The cost model's peak activation bytes (NaN where it cannot count)."""
-        from onnx_lab.errors import LabError
-
         try:
             return float(self.cost(dims=dims, shapes=shapes).total["peak_activation_bytes"])
         except LabError:

@@ -181,6 +181,7 @@ def _generation_speed(model: Any, prompt: list, new_tokens: int, providers: list
                       dims: Mapping[str, int]):
     """A weight-only trial's decode speed by the generation profiler (2 timed generations
     after a warm-up, no ORT trace)."""
+    # on use: `import onnx_lab` loads steps, not these
     from onnx_lab.numerics.weight_only import Speed
     from onnx_lab.profiling.generate import profile_generation
 
@@ -203,6 +204,7 @@ def find_precision(history: History, target: str = "fp16", feeds: Any = None,
     Example:
         >>> plan = steps.find_precision(lab.versions, "fp16", atol=1e-3, rtol=1e-2)
     """
+    # each target's own search, one name
     from onnx_lab.numerics.precision import find_precision as search
 
     if target == "int4":  # weight-only (MatMulNBits) plans take LLM keywords (min_top1...)

@@ -22,15 +22,24 @@ from typing import Any
 import onnx_ir as ir
 
 from onnx_lab._pandas import pd
+from onnx_lab.analysis.summary import constant_computed
+from onnx_lab.core._proto import graph_protos
+from onnx_lab.core.derived import derived_dims, length_sums
+from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import _skeleton_graph, dynamic_dims
 from onnx_lab.core.source import resolve
+from onnx_lab.core.units import format_bytes
 from onnx_lab.core.values import is_constant
+from onnx_lab.errors import CacheError, RuntimeLoadError
 from onnx_lab.runtime.session import (
     default_providers,
     fallback_chain,
+    make_session,
     ort_max_opsets,
     ort_registered_ops,
     ort_version,
+    resolve_providers,
 )
 
 logger = logging.getLogger(__name__)
@@ -229,7 +238,6 @@ def _ort_ops_set_aside(proto, lm: LabModel):
         return proto
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
-    from onnx_lab.core._proto import graph_protos
 
     for g in graph_protos(copy.graph):
         for n in g.node:
@@ -289,8 +297,6 @@ def _skeleton(lm: LabModel):
 def _build_skeleton(lm: LabModel):
     import onnx
 
-    from onnx_lab.core.shapes import _skeleton_graph
-
     m = lm.ir
     proto = onnx.ModelProto(ir_version=m.ir_version, producer_name=m.producer_name or "",
                             producer_version=m.producer_version or "",
@@ -325,8 +331,6 @@ def _without_external(proto):
 
 
 def _value_shapes(lm: LabModel, dims: dict, shapes: dict) -> list[dict]:
-    from onnx_lab.core.shapes import dynamic_dims
-
     # With every input dim concrete (placeholders where not given), whatever shape
     # inference still cannot resolve depends on values, not on shapes.
     placeholders = {d: 2 for d in dynamic_dims(lm) if d != "?"}
@@ -431,9 +435,6 @@ def _opsets(lm: LabModel) -> list[dict]:
 
 
 def _dynamic(lm: LabModel) -> list[dict]:
-    from onnx_lab.core.derived import derived_dims, length_sums
-    from onnx_lab.core.shapes import dynamic_dims
-
     derived = derived_dims(lm)
     sums = length_sums(lm)
     rows = []
@@ -464,9 +465,6 @@ def _dynamic(lm: LabModel) -> list[dict]:
 def _kv_cache(lm: LabModel) -> list[dict]:
     """A decoder whose past_key_values.* inputs and present.* outputs cannot be paired: it
     runs once, but a generation loop cannot feed its cache back."""
-    from onnx_lab.core.llm import decoder_io
-    from onnx_lab.errors import CacheError
-
     try:
         decoder_io(lm)
     except CacheError as e:
@@ -554,12 +552,9 @@ def _precision(lm: LabModel) -> list[dict]:
 
 
 def _runtime_constants(lm: LabModel) -> list[dict]:
-    from onnx_lab.analysis.summary import constant_computed
-
     found = constant_computed(lm)
     if not found:
         return []
-    from onnx_lab.core.units import format_bytes
 
     total = sum(t["nbytes"] for t in found)
     ops = Counter(t["op_type"] for t in found)
@@ -635,8 +630,6 @@ def _unregistered_op(text: str) -> tuple[str, str, str] | None:
 
 
 def _loads(lm: LabModel, providers) -> list[dict]:
-    from onnx_lab.runtime.session import resolve_providers
-
     provs = default_providers()[0] if providers is None else resolve_providers(providers)
     # A session load costs about as much as a run's setup (~2 s on BERT-base): its outcome is
     # kept per provider on the (immutable) LabModel, so a Lab version is loaded once.
@@ -650,9 +643,6 @@ def _loads(lm: LabModel, providers) -> list[dict]:
 
 
 def _load_rows(lm: LabModel, p: str) -> list[dict]:
-    from onnx_lab.errors import RuntimeLoadError
-    from onnx_lab.runtime.session import make_session
-
     rows = []
     # Whether a provider has a kernel for every node does not depend on the weights' values:
     # load the weight-free skeleton first (~0.1 s instead of ~2 s on BERT-base, where the

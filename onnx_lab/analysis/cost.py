@@ -33,9 +33,11 @@ from onnx_lab.core.llm import decoder_io, max_context, require_decoder_io
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import TensorInfo
 from onnx_lab.core.source import resolve
+from onnx_lab.core.source_map import group_by_module
 from onnx_lab.core.units import itemsize
 from onnx_lab.core.values import constant_tensor, is_constant
-from onnx_lab.errors import CacheError, InputError
+from onnx_lab.errors import CacheError, DimError, InputError
+from onnx_lab.runtime.feeds import resolve_input_shapes
 
 __all__ = ["cost", "Cost", "Roofline", "NODE_COLUMNS", "itemsize", "kv_cache_bytes",
            "generation_cost", "GenerationCost", "PHASE_COLUMNS"]
@@ -521,8 +523,6 @@ class Cost:
         Example:
             >>> lab.cost().by_module(depth=2).sort_values("flops", ascending=False)
         """
-        from onnx_lab.core.source_map import group_by_module
-
         if self.model is None:
             raise InputError("This Cost has no model to read modules from.",
                              fix="Compute it with onnx_lab.analysis.cost.cost(model).")
@@ -689,8 +689,6 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
         >>> c = cost("sample:transformer_block", dims={"batch": 1, "seq": 16})
         >>> c.total["flops"]
     """
-    from onnx_lab.runtime.feeds import resolve_input_shapes
-
     lm, dims, shapes = resolve(model, dims, shapes)
     resolve_input_shapes(lm, dims, shapes)  # DimError naming every unresolved dim
     types = lm.types(dims, shapes)
@@ -818,8 +816,6 @@ def kv_cache_bytes(model: Any, context: int, *, batch: int = 1,
         >>> kv_cache_bytes("sample:tiny_llm", 128)  # 2 layers x K,V x 2 heads x 128 x 16 x 4 B
         65536
     """
-    from onnx_lab.errors import DimError
-
     for name, v in (("context", context), ("batch", batch)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
             raise InputError(f"{name} must be an int >= 0, got {v!r}.",
@@ -928,8 +924,6 @@ def generation_cost(model: Any, prompt: int, context: int | None = None, *, batc
         >>> g = generation_cost("sample:tiny_llm", prompt=32, context=128)
         >>> g.table()[["phase", "flops", "kv_cache_bytes"]]
     """
-    from onnx_lab.errors import DimError
-
     context = prompt + 1 if context is None else context
     for name, v, low in (("prompt", prompt, 1), ("context", context, 1), ("batch", batch, 1)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:

@@ -11,6 +11,8 @@ from onnx_lab.analysis.tables import initializers_table, io_table
 from onnx_lab.core.derived import derived_dims
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dynamic_dims
+from onnx_lab.core.units import itemsize
+from onnx_lab.core.values import foldable_nodes
 
 __all__ = ["Summary", "summarize", "op_family", "OP_FAMILIES", "constant_computed"]
 
@@ -66,9 +68,6 @@ def constant_computed(model: LabModel) -> list[dict[str, Any]]:
     Example:
         >>> sum(t["nbytes"] for t in constant_computed(lab.model))
     """
-    from onnx_lab.core.units import itemsize
-    from onnx_lab.core.values import foldable_nodes
-
     fold = foldable_nodes(model)
     if not fold:
         return []

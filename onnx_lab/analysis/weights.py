@@ -9,7 +9,7 @@ import onnx_ir as ir
 
 from onnx_lab import _display
 from onnx_lab._pandas import pd
-from onnx_lab.analysis.tables import initializers_table
+from onnx_lab.analysis.tables import constant_tensors, initializers_table
 from onnx_lab.core.model import LabModel, mapped_briefly
 from onnx_lab.errors import ExternalDataError, InputError, unknown_name
 
@@ -33,7 +33,6 @@ def weight_values(model: LabModel, name: str) -> np.ndarray:
         v = g.initializers.get(name)
         if v is not None and v.const_value is not None:
             return _read(name, v.const_value)
-    from onnx_lab.analysis.tables import constant_tensors
 
     for out, t, _nid, _g in constant_tensors(model):
         if out == name:
@@ -44,8 +43,6 @@ def weight_values(model: LabModel, name: str) -> np.ndarray:
 
 def _weight_tensors(model: LabModel) -> dict[str, ir.TensorProtocol]:
     """Weight name -> tensor (initializers of every graph, then Constant node values)."""
-    from onnx_lab.analysis.tables import constant_tensors
-
     out: dict[str, ir.TensorProtocol] = {}
     for g in model.index.graphs.values():
         for name, v in g.initializers.items():

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from onnx_lab.core._wire import external_locations
 from onnx_lab.core.save import write_error as _write_error
 from onnx_lab.errors import InputError, SaveError, WriteError
 from onnx_lab.lab import Lab, open_lab
@@ -74,8 +75,6 @@ _OUTPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = 
 def input_files(paths: Iterable[str | os.PathLike | None]) -> dict[Path, str]:
     """The files a command reads, resolved, with what each is: the given paths (``sample:``
     names skipped) and the external data files their models refer to."""
-    from onnx_lab.core._wire import external_locations
-
     out: dict[Path, str] = {}
     for p in paths:
         if p is None or str(p).startswith("sample:"):

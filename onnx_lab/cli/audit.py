@@ -21,6 +21,7 @@ from onnx_lab.errors import InputError
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``audit`` to the ``onnx-lab`` subparsers."""
+    # on use: other commands need not load the zoo
     from onnx_lab.zoo import DEFAULT_BUDGET_S, DEFAULT_MEMORY_GB, DEFAULT_TIMEOUT_S
 
     p = sub.add_parser("audit", help="audit every model under folders (summary, check, cost, "
@@ -90,6 +91,7 @@ def _model_options(path: str | None) -> dict | None:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    # on use: other commands need not load the zoo
     from onnx_lab.zoo import audit
 
     if args.latency_effect is not None and not 0 <= args.latency_effect < 10:

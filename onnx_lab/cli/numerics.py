@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from onnx_lab.cli._common import add_dims_args, parse_dims, parse_shapes, print_json
-from onnx_lab.errors import SaveError
+from onnx_lab.errors import InputError, SaveError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -100,7 +100,7 @@ def _write_csv(table, path: str) -> None:
 
 
 def _compare_llm(args: argparse.Namespace) -> int:
-    from onnx_lab.errors import InputError
+    # on use: other commands need not pay
     from onnx_lab.numerics.llm import compare_llm
 
     tokens = None
@@ -134,7 +134,6 @@ def _add_tolerance_args(p: argparse.ArgumentParser) -> None:
 
 
 def _repro(args: argparse.Namespace) -> int:
-    from onnx_lab.errors import InputError
     from onnx_lab.numerics.compare import compare  # on use: ~10 ms other commands need not pay
 
     c = compare(args.reference, args.candidate, feeds=args.feeds, dims=parse_dims(args.dims),
@@ -155,6 +154,7 @@ def _diff(args: argparse.Namespace) -> int:
 
     d = diff(args.a, args.b)
     if args.html:
+        # on use: other commands need not pay
         from onnx_lab.render.report import write_diff_report
 
         out = write_diff_report(d, None, args.html)

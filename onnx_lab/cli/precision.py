@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args, print_json
+from onnx_lab.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _precision(args: argparse.Namespace) -> int:
-    from onnx_lab.errors import InputError
+    # on use: other commands need not pay
     from onnx_lab.numerics.precision import PrecisionCancelled, ToleranceUnreachable
 
     if args.max_trials < 0:

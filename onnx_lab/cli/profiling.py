@@ -61,6 +61,7 @@ def _profile(args: argparse.Namespace) -> int:
     # On use: pandas and the sweep module cost other commands ~0.2 s of start-up.
     import pandas as pd
 
+    # on use: other commands need not pay
     from onnx_lab.profiling.sweep import batch_sweep
 
     if args.generate is not None:

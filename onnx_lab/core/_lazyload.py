@@ -17,6 +17,7 @@ from pathlib import Path
 import onnx
 
 from onnx_lab.core._wire import encode_varint, iter_fields, len_field
+from onnx_lab.core.load import build_model
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import LabError
 
@@ -80,8 +81,6 @@ def skeleton_bytes(path: Path) -> bytes:
 def open_lazy(path: str | Path) -> LabModel | None:
     """A LabModel of ``path`` whose large weights are read from the file on use, or None when
     the ordinary loader should be used (small file, or anything unexpected)."""
-    from onnx_lab.core.load import build_model  # load imports onnx_lab's loaders: on use
-
     p = Path(path)
     try:
         if not p.is_file() or p.stat().st_size < MIN_FILE_BYTES:

@@ -10,6 +10,10 @@ from typing import TYPE_CHECKING, Any
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._validate import remark_unreadable
+from onnx_lab.core.derived import with_derived
+from onnx_lab.core.shapes import infer_types
+
 if TYPE_CHECKING:
     from onnx_lab.core.index import ModelIndex
     from onnx_lab.core.shapes import TensorInfo
@@ -61,6 +65,7 @@ class LabModel:
     def index(self) -> ModelIndex:
         """The model index (stable node ids, producers, consumers, topological order)."""
         if self._index is None:
+            # on use: `import onnx_lab` does not load the index
             from onnx_lab.core.index import ModelIndex
 
             self._index = ModelIndex(self.ir)
@@ -99,14 +104,10 @@ class LabModel:
         model determines (:mod:`onnx_lab.core.derived`: a head size, a total length) fill in
         those ``dims`` does not give.
         """
-        from onnx_lab.core.derived import with_derived
-
         dims = with_derived(self, dims)
         key = (tuple(sorted((dims or {}).items())),
                tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items())))
         if key not in self._types:
-            from onnx_lab.core.shapes import infer_types
-
             self._types[key] = infer_types(self, dims=dims, shapes=shapes)
         return self._types[key]
 
@@ -154,8 +155,6 @@ class LabModel:
 def _round_trip(model: ir.Model) -> ir.Model:
     """A copy of ``model`` through its ModelProto, with the same external data folders and
     the same unreadable tensors."""
-    from onnx_lab.core._validate import remark_unreadable
-
     copy = ir.serde.deserialize_model(ir.serde.serialize_model(model))
     folders = {t.base_dir for g in model.graphs() for v in g.initializers.values()
                if isinstance((t := v.const_value), ir.ExternalTensor)}

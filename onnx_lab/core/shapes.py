@@ -163,6 +163,7 @@ def validate_dims(model: LabModel, dims: Mapping[str, int] | None,
 def _check_derived(model: LabModel, dims: Mapping[str, int]) -> None:
     """A given dim that contradicts what the graph fixes (a head size) fails now, by name,
     rather than later inside onnxruntime."""
+    # here: core.derived imports this module
     from onnx_lab.core.derived import derived_dims
 
     fixed = {n: d for n, d in derived_dims(model).items() if d.kind == "graph"}

@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from onnx_lab.core import samples
 from onnx_lab.core.load import load_model
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import validate_dims
@@ -46,10 +47,9 @@ def load_source(source: Any, *, mmap: bool = False, lazy: bool = False,
     if isinstance(model, LabModel):
         return model
     if isinstance(source, str) and source.startswith("sample:"):
-        from onnx_lab.core import samples  # builds models with onnx helpers: loaded on use
-
         source = samples.path(source.split(":", 1)[1])
     elif lazy and base_dir is None and isinstance(source, (str, os.PathLike)):
+        # on use: `import onnx_lab` does not load it
         from onnx_lab.core._lazyload import open_lazy
 
         opened = open_lazy(source)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 
+from onnx_lab._pandas import pd
 from onnx_lab.core.provenance import ORIGIN_KEY, node_origin
 from onnx_lab.errors import InputError
 
@@ -340,8 +341,6 @@ def source_table(model: LabModel) -> pd.DataFrame:
             'inferred' (from node-name scopes) or None (unknown).
         source_modules (list[str]): each part's module (several for a fused node).
     """
-    from onnx_lab._pandas import pd
-
     def build() -> pd.DataFrame:
         rows = []
         for nid, s in source_map(model).items():
@@ -409,8 +408,6 @@ def group_by_module(frame: pd.DataFrame, model: LabModel, agg: Mapping[str, Any]
         ``module_class``, ``n_nodes``, ``first_topo`` (the module's first node in model
         order), then the aggregated columns.
     """
-    from onnx_lab._pandas import pd
-
     mods = module_at(model, depth)
     smap = source_map(model)
     topo = {nid: e.topo for nid, e in model.index.entries.items()}

@@ -55,6 +55,7 @@ def _capturable(model: LabModel) -> dict[str, str]:
     Tensors in onnxruntime's NCHWc blocked layout (``ort:all``) are left out: same shape as
     the NCHW tensor they stand for, different element order.
     """
+    # on use: `import onnx_lab` loads align, not this
     from onnx_lab.core._layout import blocked_layout_tensors
 
     idx = model.index
@@ -333,6 +334,7 @@ def version_tensors(model: LabModel) -> list[tuple[str, str, int]]:
 
 
 def _scanversion_tensors(model: LabModel) -> list[tuple[str, str, int]]:
+    # on use: `import onnx_lab` loads align, not this
     from onnx_lab.core._layout import blocked_layout_tensors
 
     idx = model.index

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx_ir as ir
@@ -28,9 +28,10 @@ from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import Resolved, resolve
+from onnx_lab.core.source_map import group_by_module, module_at
 from onnx_lab.core.values import const_array, constant_producer, foldable_nodes, is_constant
 from onnx_lab.errors import InputError, LabError, unknown_name
-from onnx_lab.numerics.align import align
+from onnx_lab.numerics.align import ALIGN_COLUMNS, align
 from onnx_lab.numerics.confirm import confirm_divergence
 from onnx_lab.numerics.metrics import (
     METRIC_COLUMNS,
@@ -40,6 +41,7 @@ from onnx_lab.numerics.metrics import (
     rule_for,
     tensor_metrics,
 )
+from onnx_lab.numerics.repro import write_repro
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.feeds import as_feed_list, input_specs
 from onnx_lab.runtime.session import (
@@ -148,6 +150,43 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
         >>> c = onnx_lab.compare("model.onnx", "model_fp16.onnx", dims={"batch": 1})
         >>> c.first_divergence
     """
+    _check_args(atol, rtol, preset, max_bytes)
+    sides = _sides(reference, candidate, feeds, dims, shapes, providers)
+    cand_lab, ref_lab, ref_dict, feed_list = sides.cand, sides.ref, sides.ref_dict, sides.feeds
+    ref_prov, cand_prov = sides.providers
+    cand_model = cand_lab.model
+    ref_model = ref_lab.model if ref_lab is not None else None
+    # session.runtime_proto caches a full ModelProto (a copy of the weights) on the model;
+    # drop the caches this call creates so a Lab does not carry one after the comparison.
+    uncached = [m for m in (ref_model, cand_model)
+                if m is not None and not m.is_cached(RUNTIME_PROTO_KEY)]
+    alignment, out_pairs, pairs = _pairs(ref_model, cand_model, ref_dict, layerwise)
+    preset = preset or weight_only_preset(cand_model, ref_model) or _computing_preset(cand_model)
+    try:
+        metrics, kept = _run_metrics(ref_model, cand_model, ref_dict, feed_list, pairs,
+                                     out_pairs, sides.providers, max_bytes, progress,
+                                     preset, atol, rtol)
+    finally:
+        for m in uncached:
+            m.forget(RUNTIME_PROTO_KEY)
+    outputs, layers, passed = _tables(metrics, out_pairs, alignment, layerwise)
+    graph_model = ref_model if ref_model is not None else cand_model
+    div = _first_divergence(graph_model, layers, outputs) if len(layers) else None
+    if div is not None:
+        _blame(div, graph_model, cand_model, layers, ref_dict)
+    main_name, main_rule = rule_for("float32", output=True, preset=preset, atol=atol, rtol=rtol)
+    result = Comparison(outputs=outputs, layers=layers, alignment=alignment, passed=passed,
+                        first_divergence=div, atol=main_rule.atol, rtol=main_rule.rtol,
+                        preset=preset or "by dtype",
+                        reference=ref_lab, candidate=cand_lab, feeds=feed_list,
+                        providers=(ref_prov, cand_prov), reference_values=ref_dict,
+                        output_values=kept)
+    if confirm and div is not None and ref_model is not None:
+        div.update(confirm_divergence(result))
+    return result
+
+
+def _check_args(atol: Any, rtol: Any, preset: str | None, max_bytes: Any) -> None:
     if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)
                for v in (atol, rtol)):
         raise InputError(f"atol and rtol must be non-negative numbers, got {atol!r}, {rtol!r}.",
@@ -157,6 +196,21 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     if not isinstance(max_bytes, int) or max_bytes < 1:
         raise InputError(f"max_bytes must be a positive int, got {max_bytes!r}.",
                          fix="Use e.g. max_bytes=1 << 30.")
+
+
+class _Sides(NamedTuple):
+    """The two sides of a comparison, loaded and checked against each other."""
+
+    cand: Resolved
+    ref: Resolved | None  # None: a dict reference
+    ref_dict: dict[str, np.ndarray] | None
+    feeds: list[dict[str, np.ndarray]]
+    providers: tuple[list[str], list[str]]
+
+
+def _sides(reference: Any, candidate: Any, feeds: Any, dims: Mapping[str, int] | None,
+           shapes: Mapping[str, Sequence[int]] | None, providers: Any) -> _Sides:
+    """Load both sides, check that they take the same inputs and make the feeds."""
     cand_lab = _load(candidate, "candidate", dims, shapes)
     dims = {**cand_lab.dims, **(dims or {})}
     shapes = {**cand_lab.shapes, **(shapes or {})}
@@ -176,21 +230,21 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     else:
         ref_lab = _load(reference, "reference", dims, shapes)
         _check_inputs(ref_lab.model, cand_lab.model)
-    ref_prov, cand_prov = _split_providers(providers)
+    split = _split_providers(providers)
     feed_list = as_feed_list(feeds, cand_lab.model, dims, shapes)
     if ref_dict is not None and len(feed_list) != 1:
         raise InputError(f"A dict reference holds one sample, but {len(feed_list)} feed samples "
                          "were given.", fix="Pass the one sample the dict was computed from.")
     if ref_lab is not None:
         as_feed_list(feed_list, ref_lab.model, dims, shapes)  # the reference must accept them
+    return _Sides(cand_lab, ref_lab, ref_dict, feed_list, split)
 
-    cand_model = cand_lab.model
-    ref_model = ref_lab.model if ref_lab is not None else None
-    # session.runtime_proto caches a full ModelProto (a copy of the weights) on the model;
-    # drop the caches this call creates so a Lab does not carry one after the comparison.
-    uncached = [m for m in (ref_model, cand_model)
-                if m is not None and not m.is_cached(RUNTIME_PROTO_KEY)]
-    # -- alignment and the list of pairs
+
+def _pairs(ref_model: LabModel | None, cand_model: LabModel,
+           ref_dict: dict[str, np.ndarray] | None, layerwise: bool
+           ) -> tuple[Any, list[tuple[str, str]], list[tuple[str, str]]]:
+    """(the alignment, the output pairs, every (reference, candidate) tensor pair to compare:
+    the outputs first, then the aligned intermediates when ``layerwise``)."""
     if ref_model is not None:
         alignment = align(ref_model, cand_model) if layerwise else None
         out_pairs = _output_pairs(ref_model, cand_model)
@@ -209,8 +263,22 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
         pairs = [p for p in pairs if p[0] in ref_dict]
     if alignment is None:
         alignment = _outputs_alignment(ref_model, cand_model, out_pairs)
+    return alignment, out_pairs, pairs
 
-    # -- chunked capture and metrics
+
+def _run_metrics(ref_model: LabModel | None, cand_model: LabModel,
+                 ref_dict: dict[str, np.ndarray] | None, feed_list: list,
+                 pairs: list[tuple[str, str]], out_pairs: list[tuple[str, str]],
+                 providers: tuple[list[str], list[str]], max_bytes: int, progress: Any,
+                 preset: str | None, atol: float | None, rtol: float | None
+                 ) -> tuple[dict[tuple[str, str], dict], dict[tuple[str, str], tuple[list, list]]]:
+    """Run both sides chunk by chunk (at most ``max_bytes`` of activations held) and
+    accumulate each pair's metrics under its rule.
+
+    Returns:
+        ({pair: metrics and preset}, {output pair: (reference values, candidate values)}).
+    """
+    ref_prov, cand_prov = providers
     shapes_in = {k: v.shape for k, v in feed_list[0].items()}
     n_samples = len(feed_list)
     c_sizes = estimate_bytes(cand_model, list({c for _, c in pairs}), shapes_in)
@@ -221,7 +289,6 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
              for p in pairs}
     chunks = plan_chunks(sizes, max_bytes) if pairs else []
     out_set = set(out_pairs)
-    preset = preset or weight_only_preset(cand_model, ref_model) or _computing_preset(cand_model)
     accs: dict[tuple[str, str], MetricAccumulator] = {}
     presets: dict[tuple[str, str], str] = {}
 
@@ -233,33 +300,34 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
         return accs[p]
 
     kept: dict[tuple[str, str], tuple[list, list]] = {p: ([], []) for p in out_pairs}
-    try:
-        # Two steps per chunk (reference, then candidate) so even one chunk shows progress.
-        with Progress(progress, 2 * len(chunks), "compare") as bar:
-            for i, chunk in enumerate(chunks):
-                r_names = list(dict.fromkeys(r for r, _ in chunk))
-                c_names = list(dict.fromkeys(c for _, c in chunk))
-                if ref_model is not None:
-                    ref_vals = _run_all(ref_model, feed_list, r_names, ref_prov, "reference")
-                else:
-                    ref_vals = [{r: ref_dict[r] for r in r_names}]  # type: ignore[index]
-                bar.step(f"compare: reference, chunk {i + 1}/{len(chunks)}")
-                sess = _session(cand_model, c_names, cand_prov, "candidate")
-                for s, f in enumerate(feed_list):
-                    cand_vals = _run(sess, f, c_names, "candidate")
-                    rv = ref_vals[min(s, len(ref_vals) - 1)]
-                    for p in chunk:
-                        acc_of(p, rv[p[0]]).add(rv[p[0]], cand_vals[p[1]])
-                        if p in out_set:
-                            kept[p][0].append(rv[p[0]])
-                            kept[p][1].append(cand_vals[p[1]])
-                    del cand_vals
-                del sess, ref_vals
-                bar.step(f"compare: candidate, chunk {i + 1}/{len(chunks)}")
-    finally:
-        for m in uncached:
-            m.forget(RUNTIME_PROTO_KEY)
-    metrics = {p: {**a.result(), "preset": presets[p]} for p, a in accs.items()}
+    # Two steps per chunk (reference, then candidate) so even one chunk shows progress.
+    with Progress(progress, 2 * len(chunks), "compare") as bar:
+        for i, chunk in enumerate(chunks):
+            r_names = list(dict.fromkeys(r for r, _ in chunk))
+            c_names = list(dict.fromkeys(c for _, c in chunk))
+            if ref_model is not None:
+                ref_vals = _run_all(ref_model, feed_list, r_names, ref_prov, "reference")
+            else:
+                ref_vals = [{r: ref_dict[r] for r in r_names}]  # type: ignore[index]
+            bar.step(f"compare: reference, chunk {i + 1}/{len(chunks)}")
+            sess = _session(cand_model, c_names, cand_prov, "candidate")
+            for s, f in enumerate(feed_list):
+                cand_vals = _run(sess, f, c_names, "candidate")
+                rv = ref_vals[min(s, len(ref_vals) - 1)]
+                for p in chunk:
+                    acc_of(p, rv[p[0]]).add(rv[p[0]], cand_vals[p[1]])
+                    if p in out_set:
+                        kept[p][0].append(rv[p[0]])
+                        kept[p][1].append(cand_vals[p[1]])
+                del cand_vals
+            del sess, ref_vals
+            bar.step(f"compare: candidate, chunk {i + 1}/{len(chunks)}")
+    return {p: {**a.result(), "preset": presets[p]} for p, a in accs.items()}, kept
+
+
+def _tables(metrics: dict[tuple[str, str], dict], out_pairs: list[tuple[str, str]],
+            alignment: Any, layerwise: bool) -> tuple[Any, Any, bool]:
+    """(the outputs table, the layers table, whether the comparison passed)."""
     outputs = pd.DataFrame([{"tensor": r, "cand_tensor": c, **metrics[(r, c)]}
                             for r, c in out_pairs if (r, c) in metrics], columns=OUTPUT_COLUMNS)
     layer_rows = []
@@ -281,20 +349,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     # NaN or inf where the reference is finite fails the comparison even when the outputs
     # agree (an fp16 overflow that this runtime's next kernel happens to absorb in fp32).
     passed = passed and _nonfinite_rows(layers).empty
-    graph_model = ref_model if ref_model is not None else cand_model
-    div = _first_divergence(graph_model, layers, outputs) if len(layers) else None
-    if div is not None:
-        _blame(div, graph_model, cand_model, layers, ref_dict)
-    main_name, main_rule = rule_for("float32", output=True, preset=preset, atol=atol, rtol=rtol)
-    result = Comparison(outputs=outputs, layers=layers, alignment=alignment, passed=passed,
-                      first_divergence=div, atol=main_rule.atol, rtol=main_rule.rtol,
-                      preset=preset or "by dtype",
-                      reference=ref_lab, candidate=cand_lab, feeds=feed_list,
-                      providers=(ref_prov, cand_prov), reference_values=ref_dict,
-                      output_values=kept)
-    if confirm and div is not None and ref_model is not None:
-        div.update(confirm_divergence(result))
-    return result
+    return outputs, layers, passed
 
 
 def _size(n: int | None) -> int:
@@ -319,8 +374,6 @@ def _output_pairs(ref: LabModel, cand: LabModel) -> list[tuple[str, str]]:
 def _outputs_alignment(ref: LabModel | None, cand: LabModel,
                        pairs: list[tuple[str, str]]) -> pd.DataFrame:
     """The alignment table of an outputs-only comparison."""
-    from onnx_lab.numerics.align import ALIGN_COLUMNS
-
     model = ref if ref is not None else cand
     rows = []
     for r, c in pairs:
@@ -694,8 +747,6 @@ class Comparison:
               overwrite: bool = False):
         """Write a minimal repro of the first divergence (or ``divergence``) into ``folder``:
         see :func:`onnx_lab.numerics.repro.write_repro`."""
-        from onnx_lab.numerics.repro import write_repro
-
         return write_repro(self, folder, divergence, overwrite=overwrite)
 
     def by_module(self, depth: int | None = None) -> pd.DataFrame:
@@ -709,8 +760,6 @@ class Comparison:
         Example:
             >>> cmp.by_module(depth=2).query("n_failed > 0")
         """
-        from onnx_lab.core.source_map import group_by_module
-
         model = (self.reference or self.candidate).model
         df = self.layers.loc[self.layers.node_id.notna()].assign(
             failed=lambda d: ~d.passed.astype(bool))
@@ -724,8 +773,6 @@ class Comparison:
     def first_divergent_module(self, depth: int | None = None) -> str | None:
         """The PyTorch module (cut to ``depth`` levels) of the first divergence: None when
         nothing diverged or its node's source is unknown."""
-        from onnx_lab.core.source_map import module_at
-
         div = self.first_divergence
         if not div or not div.get("node_id"):
             return None

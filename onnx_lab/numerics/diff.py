@@ -26,6 +26,7 @@ from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import Resolved, resolve
 from onnx_lab.core.values import const_array
+from onnx_lab.errors import LabError
 from onnx_lab.numerics.align import origins_of
 
 __all__ = ["diff", "Diff", "DIFF_COLUMNS", "DIFF_COLOURS", "OP_COUNT_COLUMNS"]
@@ -352,8 +353,6 @@ def diff(a: Any, b: Any) -> Diff:
 
 def _types(r: Resolved) -> dict[str, Any]:
     """Inferred value types of one side ({} when inference cannot run: shapes are extra)."""
-    from onnx_lab.errors import LabError
-
     try:
         return r.model.types(r.dims, r.shapes)
     except LabError:

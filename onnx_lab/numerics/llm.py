@@ -53,7 +53,6 @@ from onnx_lab.numerics.compare import (
     Comparison,
     _computing_preset,
     _load,
-    _run,
     _session,
     compare,
     weight_only_preset,
@@ -67,7 +66,7 @@ from onnx_lab.numerics.metrics import (
     next_token_metrics,
 )
 from onnx_lab.runtime.feeds import input_specs
-from onnx_lab.runtime.session import make_session, resolve_providers
+from onnx_lab.runtime.session import make_session, resolve_providers, run_session
 
 logger = logging.getLogger(__name__)
 
@@ -255,7 +254,7 @@ def greedy_decode(model: LabModel, prompt: Sequence[int], new_tokens: int, *,
 def _generate_run(sess: Any, feeds: Mapping[str, np.ndarray], names: list[str], length: int
                   ) -> dict[str, np.ndarray]:
     try:
-        return _run(sess, feeds, names, "decoder")
+        return run_session(sess, feeds, names, what="the decoder model")
     except LabError as e:
         raise type(e)(f"{e.problem} (at a sequence of {length} tokens: a sequence longer than "
                       "the model's maximum length, its rotary or position table, fails so)",

@@ -57,8 +57,8 @@ from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.index import node_scope
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
-from onnx_lab.core.source_map import module_at
-from onnx_lab.errors import InputError, LabError, unknown_name
+from onnx_lab.core.source_map import group_by_module, module_at
+from onnx_lab.errors import InputError, LabError, RuntimeLoadError, unknown_name
 from onnx_lab.numerics.half import (
     FLOAT16,
     HalfRules,
@@ -80,9 +80,10 @@ from onnx_lab.numerics.quantize import (
     _quantize_with,
     calibrate_int8,
 )
+from onnx_lab.numerics.weight_only import find_weight_only
 from onnx_lab.runtime.capture import capturable_tensors, estimate_bytes, plan_chunks
 from onnx_lab.runtime.feeds import as_feed_list
-from onnx_lab.runtime.session import PLACEHOLDER, make_session, weightless_proto
+from onnx_lab.runtime.session import PLACEHOLDER, make_session, run_session, weightless_proto
 
 logger = logging.getLogger(__name__)
 
@@ -497,8 +498,6 @@ def _run_outputs(model: LabModel, feed_list: list[dict], names: list[str],
     conversion of this module's own (``"float16 conversion"``): a load or run failure is a
     :class:`~onnx_lab.numerics.half.ConversionBug`, not advice to the user. ``clock``: the
     search whose timings get the session and run times."""
-    from onnx_lab.errors import RuntimeLoadError
-
     t0 = time.perf_counter()
     try:
         sess = make_session(model, outputs=names, arena=False, opt_level=opt_level)
@@ -517,19 +516,15 @@ def _run_outputs(model: LabModel, feed_list: list[dict], names: list[str],
 
 def _run_feeds(sess, feed_list: list[dict], names: list[str], converted: str | None
                ) -> list[dict]:
-    from onnx_lab.errors import RuntimeLoadError
-
     out = []
     for f in feed_list:
         try:
-            vals = sess.run(names, dict(f))
-        except Exception as e:  # noqa: BLE001 - ORT raises several exception types
+            out.append(run_session(sess, f, names, what="the candidate",
+                                   fix="Keep the failing node in higher precision."))
+        except RuntimeLoadError as e:
             if converted:
-                raise conversion_bug(converted, e) from e
-            raise RuntimeLoadError(f"onnxruntime failed to run the candidate: "
-                                   f"{str(e).strip().splitlines()[0][:300]}",
-                                   fix="Keep the failing node in higher precision.") from e
-        out.append(dict(zip(names, vals)))
+                raise conversion_bug(converted, e.__cause__ or e) from e
+            raise
     return out
 
 
@@ -994,8 +989,6 @@ class PrecisionPlan:
         Example:
             >>> lab.find_precision("fp16").kept_by_module(depth=2)
         """
-        from onnx_lab.core.source_map import group_by_module
-
         model = self.source if self.source is not None else self.model
         frame = pd.DataFrame({"node_id": list(self.kept)}, dtype=object)
         return group_by_module(frame, model, {"node_ids": ("node_id", list)}, depth=depth)
@@ -1265,8 +1258,6 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
         >>> plan.kept, plan.trials[["phase", "n_kept", "score", "passed"]]
     """
     if target == "int4":  # weight-only LLM quantization: its own search (numerics/weight_only)
-        from onnx_lab.numerics.weight_only import find_weight_only
-
         return find_weight_only(source, target, feeds, tolerance=tolerance, dims=dims,
                                 max_trials=max_trials, max_bytes=max_bytes, progress=progress,
                                 should_stop=should_stop)

@@ -27,7 +27,7 @@ import onnx_ir as ir
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
-from onnx_lab.errors import InputError, PassError
+from onnx_lab.errors import InputError, PassError, unknown_name
 from onnx_lab.numerics.half import full_proto as _full_proto
 from onnx_lab.numerics.half import half_proto
 from onnx_lab.runtime.feeds import as_feed_list, make_feeds
@@ -94,8 +94,6 @@ def fp16_model(source: Any, keep_io_types: bool = True,
         elif item in ops:
             kept.update(nid for nid, e in model.index.entries.items() if e.node.op_type == item)
         else:
-            from onnx_lab.errors import unknown_name
-
             raise unknown_name("node id or op type", item, list(model.index.entries) + sorted(ops))
     return _model_from(half_proto(model, kept, keep_io_types=keep_io_types))
 

@@ -47,6 +47,7 @@ from onnx_lab.numerics.metrics import (
     tensor_metrics,
     tolerance,
 )
+from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.capture import run as capture_run
 from onnx_lab.runtime.feeds import as_feed_list, input_specs
 
@@ -148,6 +149,7 @@ def _dtype_name(arr: np.ndarray) -> str:
 def _run(model: LabModel, feeds: dict[str, np.ndarray], names: list[str], providers,
          cache: dict | None, key: str, extra: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Values of ``names`` for one sample, reusing ``cache`` when it holds them."""
+    # on use: tests stand in for run on its module
     from onnx_lab.runtime._runner import run
 
     if cache is not None:
@@ -182,8 +184,8 @@ def _cached_sizes(before: LabModel, pairs: list[VersionPair], sample: tuple[dict
 
 def _estimate(model: LabModel, names: Sequence[str], feeds: Mapping[str, np.ndarray]
               ) -> dict[str, int | None]:
+    # on use: `import onnx_lab` loads verify
     from onnx_lab.runtime._runner import quick_sizes
-    from onnx_lab.runtime.capture import estimate_bytes
 
     shapes = {k: np.asarray(v).shape for k, v in feeds.items()}
     quick = quick_sizes(model, names, shapes)
@@ -362,8 +364,6 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
 
 def _plan(pairs: list[VersionPair], sizes: Mapping[str, int | None], max_bytes: int
           ) -> list[list[VersionPair]]:
-    from onnx_lab.runtime.capture import plan_chunks
-
     if not pairs:
         return []
     by_name = {p.tensor: p for p in pairs}

@@ -36,8 +36,9 @@ from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
-from onnx_lab.errors import CacheError, InputError, ProviderError, RuntimeLoadError
+from onnx_lab.errors import CacheError, InputError, ProviderError
 from onnx_lab.profiling._kv import CacheLayout, cache_layout
+from onnx_lab.profiling._mapping import map_ort_nodes
 from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled
 from onnx_lab.profiling.parse import parse_trace
 from onnx_lab.profiling.run import (
@@ -52,6 +53,8 @@ from onnx_lab.profiling.run import (
     run_sessions,
 )
 from onnx_lab.profiling.stats import STABLE_REL_CI, busy_note, stable, summarize
+from onnx_lab.runtime.feeds import _gather_vocab
+from onnx_lab.runtime.session import OPT_LEVELS, default_providers, resolve_providers, run_failure
 
 logger = logging.getLogger(__name__)
 
@@ -248,8 +251,6 @@ def _prompt_ids(prompt: Any, batch: int, layout: CacheLayout, lm: LabModel,
 
 
 def _embedding_rows(lm: LabModel, name: str) -> int | None:
-    from onnx_lab.runtime.feeds import _gather_vocab
-
     return _gather_vocab(lm, name)
 
 
@@ -475,8 +476,6 @@ def profile_generation(model: Any, *, prompt: int | Sequence[int] | np.ndarray =
         >>> g.prefill_ms, g.decode_ms_per_token, g.tokens_per_s
         >>> g.ops.loc[g.ops.phase == "decode", ["op_type", "share"]].head()
     """
-    from onnx_lab.runtime.session import OPT_LEVELS, default_providers, resolve_providers
-
     _check_counts(1 if runs is None else runs, warmup)
     for name, v in (("new_tokens", new_tokens), ("batch", batch)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
@@ -628,10 +627,9 @@ def _profile_one(lm: LabModel, provider: str, layout: CacheLayout, prompt_ids: n
             sess.end_profiling()
         if isinstance(e, InputError):
             raise
-        raise RuntimeLoadError(f"onnxruntime failed running the generation on {provider}: "
-                               f"{str(e).splitlines()[0][:300]}",
-                               fix="Check lab.check() and the cache layout "
-                                   "(GenerationProfile.layout).") from e
+        raise run_failure(e, f"the generation on {provider}",
+                          fix="Check lab.check() and the cache layout "
+                              "(GenerationProfile.layout).") from e
     ticker.finish()
     memory = mem.stop()
     optimized = None
@@ -665,8 +663,6 @@ def _rate(tokens: int, ms: float) -> float:
 def _assemble(lm: LabModel, layout: CacheLayout, prompt_ids: np.ndarray, new_tokens: int,
               results: list[dict], warmup: int, opt_level: str, io_binding: bool,
               notes: list[str]) -> GenerationProfile:
-    from onnx_lab.profiling._mapping import map_ort_nodes
-
     b, P = prompt_ids.shape
     per_token = layout.kv_bytes_per_token(b)
     step_frames, gen_rows, stat_rows, op_frames, node_frames = [], [], [], [], []

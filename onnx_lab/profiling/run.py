@@ -24,7 +24,9 @@ from onnx_lab._pandas import pd, prefetch
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
+from onnx_lab.core.source_map import group_by_module
 from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
+from onnx_lab.profiling._mapping import map_ort_nodes
 from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled, measure
 from onnx_lab.profiling.parse import Trace, parse_trace
 from onnx_lab.profiling.stats import (
@@ -34,7 +36,17 @@ from onnx_lab.profiling.stats import (
     compare_samples,
     summarize,
 )
-from onnx_lab.runtime.session import default_providers, fallback_chain
+from onnx_lab.runtime.feeds import as_feed_list
+from onnx_lab.runtime.openvino import BACKEND_PREFIX, OpenVINOSession, is_openvino, openvino_device
+from onnx_lab.runtime.session import (
+    OPT_LEVELS,
+    default_providers,
+    fallback_chain,
+    make_session,
+    resolve_providers,
+    run_failure,
+    run_session,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +176,6 @@ class Profile:
         Example:
             >>> lab.profile().by_module(depth=2).head()
         """
-        from onnx_lab.core.source_map import group_by_module
-
         s = self.overlay(session)
         frame = pd.DataFrame({"node_id": s.index.astype(str), "time_ms": s.to_numpy()})
         out = group_by_module(frame, self.model, {"time_ms": "sum"}, depth=depth,
@@ -292,10 +302,6 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None,
         >>> p.nodes[["node_id", "op_type", "total_ms", "share"]].head()
         >>> onnx_lab.profile("sample:convnet", budget_s=3).latency_stats  # adaptive
     """
-    from onnx_lab.runtime.feeds import as_feed_list
-    from onnx_lab.runtime.openvino import is_openvino
-    from onnx_lab.runtime.session import OPT_LEVELS, resolve_providers
-
     t_call = time.perf_counter()  # the budget counts from the call
     _check_counts(1 if runs is None else runs, warmup)
     if budget_s is not None and (not isinstance(budget_s, (int, float)) or budget_s <= 0):
@@ -394,8 +400,6 @@ def run_sessions(provs: Sequence[str], one: Any, *, budget: Budget, reporter: Pr
 
 
 def _openvino_name(name: str) -> str:
-    from onnx_lab.runtime.openvino import BACKEND_PREFIX, openvino_device
-
     return f"{BACKEND_PREFIX}:{openvino_device(name)}"
 
 
@@ -429,9 +433,6 @@ def open_session(lm: LabModel, backend: str, *, opt_level: str = "all",
                  profile_prefix: str | None = None, optimized_model_path: str | None = None,
                  shapes: Mapping[str, Sequence[int]] | None = None):
     """An ORT session with the fallback chain of ``backend``, or an OpenVINO session."""
-    from onnx_lab.runtime.openvino import OpenVINOSession, is_openvino, openvino_device
-    from onnx_lab.runtime.session import make_session
-
     if is_openvino(backend):
         return OpenVINOSession(lm, device=openvino_device(backend), threads=threads,
                                shapes=shapes)
@@ -450,8 +451,6 @@ def open_session(lm: LabModel, backend: str, *, opt_level: str = "all",
 def _profile_one(lm: LabModel, provider: str, runs: int | None, n_prof: int, warmup: int,
                  feed_list, threads, opt_level: str, tmp: Path, map_fused: bool,
                  reporter: Progress, budget: Budget, cancel: Any, rel_ci: float) -> dict:
-    from onnx_lab.runtime.openvino import is_openvino
-
     ov = is_openvino(provider)
     short = provider.replace("ExecutionProvider", "").replace(":", "_").lower()
     # Compiled providers (TensorRT) cannot serialize their optimized graph.
@@ -469,9 +468,15 @@ def _profile_one(lm: LabModel, provider: str, runs: int | None, n_prof: int, war
     n = len(feed_list)
     state = {"i": 0}
     run = sess.run
+    engine = "OpenVINO" if ov else "onnxruntime"
+    fix = "Check the feeds (dtype/shape) and lab.check()."
 
     def one() -> None:
-        run(None, feed_list[state["i"] % n])
+        if state["i"]:
+            run(None, feed_list[state["i"] % n])
+        else:  # the first run is checked: a failure is translated there
+            run_session(sess, feed_list[0], what=f"the model on {provider}", fix=fix,
+                        runtime=engine)
         state["i"] += 1
 
     trace_file = parsed = None
@@ -511,9 +516,9 @@ def _profile_one(lm: LabModel, provider: str, runs: int | None, n_prof: int, war
     except Exception as e:  # noqa: BLE001 - ORT raises several exception types
         if trace_file is None and not ov:
             sess.end_profiling()
-        raise RuntimeLoadError(f"{'OpenVINO' if ov else 'onnxruntime'} failed running the model "
-                               f"on {provider}: {str(e).splitlines()[0][:300]}",
-                               fix="Check the feeds (dtype/shape) and lab.check().") from e
+        if isinstance(e, RuntimeLoadError):  # the first run's, translated already
+            raise
+        raise run_failure(e, f"the model on {provider}", fix, runtime=engine) from e
     ticker.finish()
     memory = mem.stop()
     optimized = None
@@ -531,8 +536,6 @@ def _profile_one(lm: LabModel, provider: str, runs: int | None, n_prof: int, war
 
 def _assemble(lm: LabModel, results: list[dict], runs: int, warmup: int, opt_level: str,
               notes: list[str], trace_paths: dict[str, str]) -> Profile:
-    from onnx_lab.profiling._mapping import map_ort_nodes
-
     node_frames, op_frames, lat_frames, stat_rows, sess_rows, kern_frames = [], [], [], [], [], []
     mem_rows = []
     for res in results:

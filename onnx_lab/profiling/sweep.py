@@ -22,8 +22,9 @@ import numpy as np
 from onnx_lab import _display
 from onnx_lab._pandas import pd, prefetch
 from onnx_lab._progress import Progress
+from onnx_lab.core.shapes import dynamic_dims
 from onnx_lab.core.source import resolve
-from onnx_lab.errors import DimError, InputError
+from onnx_lab.errors import DimError, InputError, RuntimeLoadError
 from onnx_lab.profiling._timing import (
     MIN_POINT_RUNS,
     Budget,
@@ -32,8 +33,20 @@ from onnx_lab.profiling._timing import (
     cancelled,
     measure,
 )
+from onnx_lab.profiling.parse import _KERNEL_SUFFIX, load_columns
 from onnx_lab.profiling.run import _check_counts, open_session
-from onnx_lab.profiling.stats import STABLE_REL_CI, busy_note, compare_samples, summarize
+from onnx_lab.profiling.stats import (
+    STABLE_REL_CI,
+    busy_note,
+    clearly_slower,
+    compare_samples,
+    decided,
+    stable,
+    summarize,
+)
+from onnx_lab.runtime.feeds import as_feed_list, make_feeds
+from onnx_lab.runtime.openvino import BACKEND_PREFIX, is_openvino, openvino_device
+from onnx_lab.runtime.session import OPT_LEVELS, make_session, resolve_providers, run_session
 
 __all__ = ["levels", "batch_sweep", "thread_sweep", "compare_models", "BatchSweep",
            "KNEE_GAIN", "LEVELS_BUDGET_S", "BATCH_BUDGET_S", "THREADS_BUDGET_S"]
@@ -91,9 +104,14 @@ def _time_point(sess, feed: dict, runs: int | None, warmup: int, budget: Budget,
         previous size's interleaved ms or None).
     """
     run = sess.run
+    first = [True]
 
     def one() -> None:
-        run(None, feed)
+        if first[0]:  # the point's first run is checked (a failure translated)
+            first[0] = False
+            run_session(sess, feed, what="the model")
+        else:
+            run(None, feed)
 
     if runs is not None:
         ms, why = measure(one, runs=runs, warmup=warmup, cancel=cancel, tick=reporter.update)
@@ -155,14 +173,19 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
     Returns:
         (samples per session, notes naming the sessions that left the race and why).
     """
-    from onnx_lab.profiling.stats import clearly_slower, decided, stable
-
     labels = list(labels) if labels is not None else [str(i) for i in range(len(sessions))]
-    for _ in range(warmup if runs is not None else max(min(warmup, _RACE_WARMUP) - warmed, 0)):
-        for sess in sessions:
-            sess.run(None, feed)
+    n_warm = warmup if runs is not None else max(min(warmup, _RACE_WARMUP) - warmed, 0)
+    # each session's first run is checked (a failure translated), the timed ones are not
+    check = not warmed
+    for _ in range(n_warm):
+        for sess, label in zip(sessions, labels, strict=True):
+            if check:
+                run_session(sess, feed, what=f"the model ({label})")
+            else:
+                sess.run(None, feed)
             if runs is not None:
                 reporter.update()
+        check = False
     out: list[list[float]] = [[] for _ in sessions]
     active = list(range(len(sessions)))
     notes: list[str] = []
@@ -178,10 +201,14 @@ def _interleaved(sessions: list, feed: dict, runs: int | None, warmup: int,
             break
         for i in active:
             t = perf()
-            sessions[i].run(None, feed)
+            if check:
+                run_session(sessions[i], feed, what=f"the model ({labels[i]})")
+            else:
+                sessions[i].run(None, feed)
             out[i].append((perf() - t) * 1e3)
             if runs is not None:
                 reporter.update()
+        check = False
         rounds += 1
         if runs is not None:
             continue
@@ -277,9 +304,6 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
     Example:
         >>> levels("sample:convnet", runs=10)[["opt_level", "nodes", "mean_ms"]]
     """
-    from onnx_lab.runtime.feeds import as_feed_list
-    from onnx_lab.runtime.session import OPT_LEVELS, make_session
-
     t_start = time.perf_counter()
     _check_budget(runs, warmup, budget_s)
     if runs is None and budget_s is None:
@@ -325,7 +349,7 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
                     first_ms = float("nan")
                 else:
                     t1 = time.perf_counter()
-                    sess.run(None, feed)
+                    run_session(sess, feed, what=f"the model at level {level!r}")
                     first_ms = (time.perf_counter() - t1) * 1e3
                     nodes = _traced_node_count(sess.end_profiling())
                 create_s.append(time.perf_counter() - t0 - (0 if nested else first_ms / 1e3))
@@ -375,8 +399,6 @@ def _level_wont_fit(budget: Budget, create_s: Sequence[float], rows: Sequence[di
 
 def _traced_node_count(trace_file: str) -> int:
     """Distinct kernels (nodes of ORT's optimized graph) in a one-run profiler trace."""
-    from onnx_lab.profiling.parse import _KERNEL_SUFFIX, load_columns
-
     cols = load_columns(trace_file)
     Path(trace_file).unlink(missing_ok=True)
     # node_index identifies a node even when ORT left it unnamed.
@@ -389,8 +411,6 @@ def _traced_node_count(trace_file: str) -> int:
 def _written_node_count(lm, level: str, providers, threads, tmp: Path) -> int:
     """Main-graph nodes of ORT's optimized graph, written by a second session."""
     import onnx
-
-    from onnx_lab.runtime.session import make_session
 
     path = tmp / f"{level}.onnx"
     make_session(lm, providers=providers, opt_level=level, threads=threads,
@@ -513,27 +533,11 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
         >>> s = batch_sweep("sample:transformer_block", (1, 2, 4), dims={"seq": 16})
         >>> s.table[["batch", "items_per_s"]], s.notes
     """
-    from onnx_lab.core.shapes import dynamic_dims
-    from onnx_lab.runtime.feeds import make_feeds
-
     t_start = time.perf_counter()
     _check_budget(runs, warmup, budget_s)
-    sizes = list(batch_sizes)
-    if not sizes or any(not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b <= 0
-                        for b in sizes) or sorted(set(sizes)) != sizes:
-        raise InputError(f"batch_sizes must be increasing positive ints, got {sizes!r}.",
-                         fix="Use e.g. (1, 2, 4, 8, 16, 32).")
+    sizes = _check_sizes(batch_sizes)
     lm, dims, shapes = resolve(model, dims, shapes)
-    dyn = dynamic_dims(lm)
-    if dim not in dyn or dim == "?":
-        named = sorted(d for d in dyn if d != "?")
-        raise DimError(
-            f"The model has no dynamic dim {dim!r} to sweep "
-            f"({'its dynamic dims: ' + ', '.join(map(repr, named)) if named else 'its inputs have fixed shapes'}).",
-            fix=("Pass dim= one of those names" if named else
-                 "Make the batch dim symbolic first (lab.set_input_shape(input, ['batch', ...]) "
-                 "or lab.fix_dims for the other dims)") + "; give the other dims with "
-            "dims={...} or shapes={...}.")
+    _check_sweep_dim(lm, dim)
     backends = _backends(providers)
     if stop_at_knee is None:
         stop_at_knee = runs is None
@@ -551,6 +555,8 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
     reporter = Progress(progress, len(backends) * len(sizes) * (
         (runs + warmup) if runs is not None else 1), "batch sweep",
         min_steps=20 if runs is not None else 1)
+    plan = _Sweep(lm, dim, sizes, dims, shapes, runs, warmup, budget_s, t_start, opt_level,
+                  threads, reporter, cancel, rel_ci, predict, stop_at_knee)
     is_cancelled = False
     try:
         for bi, backend in enumerate(backends):
@@ -565,122 +571,11 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
             # Each backend gets an equal share of what is left.
             budget = Budget(None if not adaptive else whole.left() / (len(backends) - bi),
                             len(sizes))
-            t0 = time.perf_counter()
-            watch = MemoryWatch()
-            rss0 = watch.rss_before
-            sess = open_session(lm, backend, opt_level=opt_level, threads=threads)
             n_sessions += 1
-            create_s = time.perf_counter() - t0
-            b_rows, samples = [], []
-            # per size: (per-item ms of the previous size, of this one) from their
-            # interleaved runs (adaptive), or None
-            steps: list[tuple[np.ndarray, np.ndarray] | None] = []
-            prev: tuple[int, PointCost] | None = None
-            stopped_for_budget = False
-            for i, b in enumerate(sizes):
-                if b_rows and cancelled(cancel):
-                    is_cancelled = True
-                    notes.append(f"{backend}: cancelled before batch {b}")
-                    break
-                if adaptive and (prev is not None or i):
-                    why_not = _wont_fit(budget, b, prev, budget_s, create_s)
-                    if why_not:
-                        notes.append(f"{backend}: batch {b} not started: {why_not}; not run: "
-                                     f"{sizes[i:]} (raise budget_s)")
-                        stopped_for_budget = True
-                        break
-                    # The time left is shared by the sizes that can still fit, not by all
-                    # sizes left: the larger ones cost more per run.
-                    budget.points = budget.done + _sizes_that_fit(budget, sizes[i:], prev)
-                elif adaptive and budget.spent():
-                    # Nothing is known of a run before one ran: the first size still gets a
-                    # warm-up and one timed run, so the call returns a measurement.
-                    notes.append(f"{backend}: the budget ({budget_s:g} s) was spent before "
-                                 f"batch {b} ({time.perf_counter() - t_start:.2f} s since the "
-                                 f"call, creating the session took {create_s:.2f} s): batch {b} "
-                                 f"runs once; not run: {sizes[1:]} (raise budget_s)")
-                    stopped_for_budget = True
-                t_point = time.perf_counter()
-                watch = MemoryWatch() if b_rows else watch
-                if b not in feeds:
-                    feeds[b] = make_feeds(lm, {**dims, dim: int(b)}, shapes)
-                feed_s = time.perf_counter() - t_point
-                # The prediction before the runs: its cost is unknown until it ran once (the
-                # cost model's shape inference: 0.2-0.4 s on YOLOv8n, seconds under load), and
-                # this way the runs get what it leaves.
-                t_pred = time.perf_counter()
-                predicted = float("nan")
-                if predict is not None and not (adaptive and budget.spent()):
-                    predicted = float(predict(int(b)))
-                elif predict is not None:
-                    notes.append(f"{backend}: batch {b}: no time left in the budget for the "
-                                 "cost model's prediction (predicted_activation_bytes NaN)")
-                pred_s = time.perf_counter() - t_pred
-                prev_feed = feeds.get(b_rows[-1]["batch"]) if adaptive and b_rows else None
-                try:
-                    ms, _why, first_ms, ms_prev = _time_point(
-                        sess, feeds[b], runs, warmup, budget, reporter, cancel, rel_ci,
-                        t_point=t0 if not b_rows else t_point, prev_feed=prev_feed)
-                except Exception as e:  # noqa: BLE001 - ORT raises several types (OOM, shape)
-                    notes.append(f"{backend}: batch {b} failed: {str(e).splitlines()[0][:200]}")
-                    break
-                finally:
-                    # a large batch's inputs are not kept; the previous size's are, for the
-                    # next size's interleaved runs
-                    for old in [x for x in feeds if x < b]:
-                        del feeds[old]
-                budget.next()
-                if not len(ms):
-                    break
-                mem = watch.stop()
-                st = _stats(ms)
-                prev = (int(b), PointCost(fixed_s=pred_s,
-                                          scaled_s=feed_s, first_ms=first_ms,
-                                          run_ms=st["p50_ms"],
-                                          paired_ms=st["p50_ms"] if adaptive else 0.0))
-                steps.append(None if ms_prev is None or not len(ms_prev)
-                             else (ms_prev / b_rows[-1]["batch"], ms / b))
-                if adaptive and st["runs"] < MIN_POINT_RUNS:
-                    notes.append(f"{backend}: batch {b}: only {st['runs']} timed run(s) fit in "
-                                 f"the budget (raise budget_s for a median with an interval)")
-                samples.append(ms / b)  # latency per item: what a gain is about
-                b_rows.append({"batch": int(b), "latency_ms": st["p50_ms"],
-                               "mean_ms": st["mean_ms"], "p90_ms": st["p90_ms"],
-                               "std_ms": st["std_ms"], "items_per_s": b / (st["p50_ms"] / 1e3),
-                               "backend": backend, "runs": st["runs"],
-                               "p10_ms": st["p10_ms"], "ci_low_ms": st["ci_low_ms"],
-                               "ci_high_ms": st["ci_high_ms"], "rel_ci": st["rel_ci"],
-                               "items_per_s_low": b / (st["ci_high_ms"] / 1e3),
-                               "items_per_s_high": b / (st["ci_low_ms"] / 1e3),
-                               "peak_rss_bytes": mem["peak_rss_bytes"],
-                               "rss_growth_bytes": mem["peak_rss_bytes"] - rss0,
-                               "predicted_activation_bytes": predicted})
-                knee, _g = _knee(b_rows, steps)
-                if stopped_for_budget:
-                    break
-                if stop_at_knee and knee is not None and b != sizes[-1]:
-                    skipped = [x for x in sizes if x > b]
-                    notes.append(f"{backend}: stopped past the knee ({knee}); "
-                                 f"not run: {skipped}")
-                    break
-            del sess
-            table_b = pd.DataFrame(b_rows) if b_rows else pd.DataFrame(columns=_SWEEP_COLUMNS)
-            knee, gains = _knee(b_rows, steps)
-            beyond = [None] + [compare_samples(*(steps[i] or (samples[i - 1], samples[i])))
-                               .different for i in range(1, len(samples))]
-            table_b = table_b.assign(gain_per_doubling=gains if len(table_b) else [],
-                                     gain_beyond_noise=beyond if len(table_b) else [])
-            name = table_b.backend.iloc[0] if len(table_b) else backend
+            run = _sweep_backend(plan, backend, budget, feeds, notes)
+            is_cancelled = is_cancelled or run.cancelled
+            name, table_b, knee = _backend_table(run, backend, is_cancelled, notes)
             knees[name] = knee
-            if knee is None and len(table_b) and not is_cancelled:
-                last = int(table_b.batch.iloc[-1])
-                if stopped_for_budget:
-                    notes.append(f"{name}: no knee found: batch {last} is the largest that fit "
-                                 "in the budget (raise budget_s)")
-                elif len(table_b) > 1:
-                    notes.append(f"{name}: throughput still grows >= {KNEE_GAIN}x per doubling "
-                                 f"at batch {last}: try larger batches")
-            notes.extend(_busy(samples, name))
             rows.append(table_b)
     finally:
         reporter.close()
@@ -691,6 +586,199 @@ def batch_sweep(model: Any, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), *
                       cancelled=is_cancelled or cancelled(cancel),
                       elapsed_s=time.perf_counter() - t_start, sessions=n_sessions,
                       budget_s=budget_s if adaptive else None)
+
+
+def _check_sizes(batch_sizes: Sequence[int]) -> list[int]:
+    sizes = list(batch_sizes)
+    if not sizes or any(not isinstance(b, (int, np.integer)) or isinstance(b, bool) or b <= 0
+                        for b in sizes) or sorted(set(sizes)) != sizes:
+        raise InputError(f"batch_sizes must be increasing positive ints, got {sizes!r}.",
+                         fix="Use e.g. (1, 2, 4, 8, 16, 32).")
+    return sizes
+
+
+def _check_sweep_dim(lm: Any, dim: str) -> None:
+    dyn = dynamic_dims(lm)
+    if dim not in dyn or dim == "?":
+        named = sorted(d for d in dyn if d != "?")
+        raise DimError(
+            f"The model has no dynamic dim {dim!r} to sweep "
+            f"({'its dynamic dims: ' + ', '.join(map(repr, named)) if named else 'its inputs have fixed shapes'}).",
+            fix=("Pass dim= one of those names" if named else
+                 "Make the batch dim symbolic first (lab.set_input_shape(input, ['batch', ...]) "
+                 "or lab.fix_dims for the other dims)") + "; give the other dims with "
+            "dims={...} or shapes={...}.")
+
+
+@dataclass
+class _Sweep:
+    """What a :func:`batch_sweep` call asked for, the same for every backend."""
+
+    lm: Any
+    dim: str
+    sizes: list[int]
+    dims: Mapping[str, int]
+    shapes: Mapping[str, Sequence[int]]
+    runs: int | None
+    warmup: int
+    budget_s: float | None
+    t_start: float
+    opt_level: str
+    threads: int | None
+    reporter: Progress
+    cancel: Any
+    rel_ci: float
+    predict: Callable[[int], float] | None
+    stop_at_knee: bool
+
+
+@dataclass
+class _BackendRun:
+    """One backend's sweep: a row per size, per-item ms per size, the interleaved steps."""
+
+    rows: list[dict] = field(default_factory=list)
+    samples: list[np.ndarray] = field(default_factory=list)
+    # per size: (per-item ms of the previous size, of this one) from their interleaved runs
+    # (adaptive), or None
+    steps: list[tuple[np.ndarray, np.ndarray] | None] = field(default_factory=list)
+    stopped_for_budget: bool = False
+    cancelled: bool = False
+
+
+def _sweep_backend(plan: _Sweep, backend: str, budget: Budget, feeds: dict,
+                   notes: list[str]) -> _BackendRun:
+    """One session on ``backend`` runs the sizes, smallest first, until the budget, the knee
+    (with ``stop_at_knee``), a failure or a cancel stops it."""
+    lm, dim, sizes, cancel = plan.lm, plan.dim, plan.sizes, plan.cancel
+    adaptive = plan.runs is None
+    out = _BackendRun()
+    b_rows, steps = out.rows, out.steps
+    t0 = time.perf_counter()
+    watch = MemoryWatch()
+    rss0 = watch.rss_before
+    sess = open_session(lm, backend, opt_level=plan.opt_level, threads=plan.threads)
+    create_s = time.perf_counter() - t0
+    prev: tuple[int, PointCost] | None = None
+    for i, b in enumerate(sizes):
+        if b_rows and cancelled(cancel):
+            out.cancelled = True
+            notes.append(f"{backend}: cancelled before batch {b}")
+            break
+        if adaptive and (prev is not None or i):
+            why_not = _wont_fit(budget, b, prev, plan.budget_s, create_s)
+            if why_not:
+                notes.append(f"{backend}: batch {b} not started: {why_not}; not run: "
+                             f"{sizes[i:]} (raise budget_s)")
+                out.stopped_for_budget = True
+                break
+            # The time left is shared by the sizes that can still fit, not by all
+            # sizes left: the larger ones cost more per run.
+            budget.points = budget.done + _sizes_that_fit(budget, sizes[i:], prev)
+        elif adaptive and budget.spent():
+            # Nothing is known of a run before one ran: the first size still gets a
+            # warm-up and one timed run, so the call returns a measurement.
+            notes.append(f"{backend}: the budget ({plan.budget_s:g} s) was spent before "
+                         f"batch {b} ({time.perf_counter() - plan.t_start:.2f} s since the "
+                         f"call, creating the session took {create_s:.2f} s): batch {b} "
+                         f"runs once; not run: {sizes[1:]} (raise budget_s)")
+            out.stopped_for_budget = True
+        t_point = time.perf_counter()
+        watch = MemoryWatch() if b_rows else watch
+        if b not in feeds:
+            feeds[b] = make_feeds(lm, {**plan.dims, dim: int(b)}, plan.shapes)
+        feed_s = time.perf_counter() - t_point
+        # The prediction before the runs: its cost is unknown until it ran once (the
+        # cost model's shape inference: 0.2-0.4 s on YOLOv8n, seconds under load), and
+        # this way the runs get what it leaves.
+        t_pred = time.perf_counter()
+        predicted = float("nan")
+        if plan.predict is not None and not (adaptive and budget.spent()):
+            predicted = float(plan.predict(int(b)))
+        elif plan.predict is not None:
+            notes.append(f"{backend}: batch {b}: no time left in the budget for the "
+                         "cost model's prediction (predicted_activation_bytes NaN)")
+        pred_s = time.perf_counter() - t_pred
+        prev_feed = feeds.get(b_rows[-1]["batch"]) if adaptive and b_rows else None
+        try:
+            ms, _why, first_ms, ms_prev = _time_point(
+                sess, feeds[b], plan.runs, plan.warmup, budget, plan.reporter, cancel,
+                plan.rel_ci, t_point=t0 if not b_rows else t_point, prev_feed=prev_feed)
+        except Exception as e:  # noqa: BLE001 - ORT raises several types (OOM, shape)
+            # the point's first run is checked: onnxruntime's own words are its cause
+            why = e.__cause__ if isinstance(e, RuntimeLoadError) and e.__cause__ else e
+            notes.append(f"{backend}: batch {b} failed: {str(why).splitlines()[0][:200]}")
+            break
+        finally:
+            # a large batch's inputs are not kept; the previous size's are, for the
+            # next size's interleaved runs
+            for old in [x for x in feeds if x < b]:
+                del feeds[old]
+        budget.next()
+        if not len(ms):
+            break
+        mem = watch.stop()
+        st = _stats(ms)
+        prev = (int(b), PointCost(fixed_s=pred_s,
+                                  scaled_s=feed_s, first_ms=first_ms,
+                                  run_ms=st["p50_ms"],
+                                  paired_ms=st["p50_ms"] if adaptive else 0.0))
+        steps.append(None if ms_prev is None or not len(ms_prev)
+                     else (ms_prev / b_rows[-1]["batch"], ms / b))
+        if adaptive and st["runs"] < MIN_POINT_RUNS:
+            notes.append(f"{backend}: batch {b}: only {st['runs']} timed run(s) fit in "
+                         f"the budget (raise budget_s for a median with an interval)")
+        out.samples.append(ms / b)  # latency per item: what a gain is about
+        b_rows.append(_point_row(b, st, backend, mem, rss0, predicted))
+        knee, _g = _knee(b_rows, steps)
+        if out.stopped_for_budget:
+            break
+        if plan.stop_at_knee and knee is not None and b != sizes[-1]:
+            skipped = [x for x in sizes if x > b]
+            notes.append(f"{backend}: stopped past the knee ({knee}); "
+                         f"not run: {skipped}")
+            break
+    del sess
+    return out
+
+
+def _point_row(b: int, st: dict[str, float], backend: str, mem: dict, rss0: int,
+               predicted: float) -> dict:
+    """The table row of batch size ``b`` from its run statistics ``st``."""
+    return {"batch": int(b), "latency_ms": st["p50_ms"],
+            "mean_ms": st["mean_ms"], "p90_ms": st["p90_ms"],
+            "std_ms": st["std_ms"], "items_per_s": b / (st["p50_ms"] / 1e3),
+            "backend": backend, "runs": st["runs"],
+            "p10_ms": st["p10_ms"], "ci_low_ms": st["ci_low_ms"],
+            "ci_high_ms": st["ci_high_ms"], "rel_ci": st["rel_ci"],
+            "items_per_s_low": b / (st["ci_high_ms"] / 1e3),
+            "items_per_s_high": b / (st["ci_low_ms"] / 1e3),
+            "peak_rss_bytes": mem["peak_rss_bytes"],
+            "rss_growth_bytes": mem["peak_rss_bytes"] - rss0,
+            "predicted_activation_bytes": predicted}
+
+
+def _backend_table(run: _BackendRun, backend: str, is_cancelled: bool, notes: list[str]
+                   ) -> tuple[str, pd.DataFrame, int | None]:
+    """(the backend's name, its table with the gains per doubling, its knee); notes on a
+    missing knee and a busy machine."""
+    b_rows, samples, steps = run.rows, run.samples, run.steps
+    table_b = pd.DataFrame(b_rows) if b_rows else pd.DataFrame(columns=_SWEEP_COLUMNS)
+    knee, gains = _knee(b_rows, steps)
+    beyond = [None] + [compare_samples(*(steps[i] or (samples[i - 1], samples[i])))
+                       .different for i in range(1, len(samples))]
+    table_b = table_b.assign(gain_per_doubling=gains if len(table_b) else [],
+                             gain_beyond_noise=beyond if len(table_b) else [])
+    name = table_b.backend.iloc[0] if len(table_b) else backend
+    if knee is None and len(table_b) and not is_cancelled:
+        last = int(table_b.batch.iloc[-1])
+        if run.stopped_for_budget:
+            notes.append(f"{name}: no knee found: batch {last} is the largest that fit "
+                         "in the budget (raise budget_s)")
+        elif len(table_b) > 1:
+            notes.append(f"{name}: throughput still grows >= {KNEE_GAIN}x per doubling "
+                         f"at batch {last}: try larger batches")
+    notes.extend(_busy(samples, name))
+    return name, table_b, knee
 
 
 def _knee(rows: Sequence[dict], steps: Sequence[tuple[np.ndarray, np.ndarray] | None]
@@ -757,9 +845,6 @@ _SWEEP_COLUMNS = ["batch", "latency_ms", "mean_ms", "p90_ms", "std_ms", "items_p
 
 def _backends(providers: Any) -> list[str]:
     """ORT providers and OpenVINO backends, validated (default CPU)."""
-    from onnx_lab.runtime.openvino import BACKEND_PREFIX, is_openvino, openvino_device
-    from onnx_lab.runtime.session import resolve_providers
-
     if providers is None:
         return ["CPUExecutionProvider"]
     names = [p.strip() for p in providers.split(",")] if isinstance(providers, str) \
@@ -796,9 +881,6 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int | 
     Example:
         >>> thread_sweep("sample:convnet", (1, 2), runs=10)
     """
-    from onnx_lab.runtime.feeds import as_feed_list
-    from onnx_lab.runtime.session import make_session
-
     t_start = time.perf_counter()
     _check_budget(runs, warmup, budget_s)
     counts = list(threads)
@@ -831,7 +913,7 @@ def thread_sweep(model: Any, threads: Sequence[int] = (1, 2, 4), *, runs: int | 
             first_ms = float("nan")
             if runs is None:  # the race's warm-up round, timed: the estimate of the next one
                 t1 = time.perf_counter()
-                sessions[-1].run(None, feed)
+                run_session(sessions[-1], feed, what=f"the model on {_threads(t)}")
                 first_ms = (time.perf_counter() - t1) * 1e3
             rows.append({"threads": int(t), "_first_ms": first_ms})
         samples, raced = _interleaved(sessions, feed, runs, warmup, budget_s, t_start,
@@ -880,10 +962,6 @@ def compare_models(a: Any, b: Any, *, runs: int | None = None, warmup: int = 3,
         >>> compare_models("sample:convnet", "sample:convnet").different
         False
     """
-    from onnx_lab.profiling.stats import stable
-    from onnx_lab.runtime.feeds import as_feed_list
-    from onnx_lab.runtime.session import make_session
-
     perf = time.perf_counter
     t_start = perf()
     _check_budget(runs, warmup, budget_s)
@@ -895,12 +973,18 @@ def compare_models(a: Any, b: Any, *, runs: int | None = None, warmup: int = 3,
     sb = make_session(lb, providers=providers, opt_level=opt_level, threads=threads,
                       config_entries=NO_SPIN)
     last = 0.0  # seconds of the latest round: the estimate of the next one
+    checked = False  # each session's first run is checked (a failure translated)
     for i in range(warmup):
         if i and runs is None and perf() + last > t_start + budget_s:
             break
         t = perf()
-        sa.run(None, feed)
-        sb.run(None, feed)
+        if checked:
+            sa.run(None, feed)
+            sb.run(None, feed)
+        else:
+            run_session(sa, feed, what=f"model {labels[0]}")
+            run_session(sb, feed, what=f"model {labels[1]}")
+            checked = True
         last = perf() - t
     xa, xb = [], []
     limit = runs if runs is not None else 2000
@@ -909,10 +993,14 @@ def compare_models(a: Any, b: Any, *, runs: int | None = None, warmup: int = 3,
             break
         if xa and runs is None and perf() + (xa[-1] + xb[-1]) / 1e3 > t_start + budget_s:
             break
-        for sess, out in ((sa, xa), (sb, xb)):
+        for sess, out, label in ((sa, xa, labels[0]), (sb, xb, labels[1])):
             t = perf()
-            sess.run(None, feed)
+            if checked:
+                sess.run(None, feed)
+            else:
+                run_session(sess, feed, what=f"model {label}")
             out.append((perf() - t) * 1e3)
+        checked = True
         if runs is None:
             if perf() - t_start >= budget_s and len(xa) >= 3:
                 break

@@ -403,63 +403,84 @@ def build_view(model: LabModel, graph: str, selected: Iterable[str], *,
     """
     idx = model.index
     g = idx.graph(graph)
-    types = types or {}
-    sel = list(dict.fromkeys(selected))
-    sel_set = set(sel)
-    groups = dict(groups or {})
-    unit: dict[str, str] = {}
-    for gk, grp in groups.items():
-        for m in grp.members:
-            unit[m] = f"scope:{gk}"
-    # Constant nodes (selected or not) are summarized inside their consumers, like weights.
-    fold = not show_initializers
-    folded: set[str] = set()
+    draw = _Drawing(idx, graph, types or {}, selected, groups, show_initializers)
+    for nid in draw.sel:
+        if not draw.absorbed(nid):
+            draw.add_node(nid)
+    draw.add_outputs(g)
+    draw.add_stubs()
+    edge_list = list(draw.edges.values())
+    if groups:
+        _orient_edges(idx, draw.nodes, edge_list)
+    if show_shapes:
+        _label_edges(edge_list, draw.types)
+    view = GraphView(graph, draw.nodes, edge_list, {})
+    alias_dims(view)
+    if clusters:
+        _assign_clusters(view, idx, cluster_depth, tuple(expanded))
+    if draw.folded:
+        view.notes.append(f"{len(draw.folded)} Constant node(s) drawn inside their consumers "
+                          "(show_initializers=True draws them).")
+    return view
 
-    def absorbed(nid: str) -> bool:
+
+class _Drawing:
+    """The drawn nodes and edges of :func:`build_view` as they are added: the selected nodes
+    (or their boxes), the values they take from outside the selection, the graph outputs
+    and the stubs of the producers and consumers not drawn."""
+
+    def __init__(self, idx: ModelIndex, graph: str, types: Mapping[str, TensorInfo],
+                 selected: Iterable[str], groups: Mapping[str, Group] | None,
+                 show_initializers: bool) -> None:
+        self.idx, self.graph, self.types = idx, graph, types
+        self.show_initializers = show_initializers
+        self.sel = list(dict.fromkeys(selected))
+        self.sel_set = set(self.sel)
+        groups = dict(groups or {})
+        self.unit: dict[str, str] = {}
+        for gk, grp in groups.items():
+            for m in grp.members:
+                self.unit[m] = f"scope:{gk}"
+        # Constant nodes (selected or not) are summarized inside their consumers, like weights.
+        self.fold = not show_initializers
+        self.folded: set[str] = set()
+        self.body_sizes = _body_sizes(idx, self.sel)
+        self.nodes: dict[str, DrawNode] = {}
+        self.edges: dict[tuple[str, str], DrawEdge] = {}
+        self.hidden_up: dict[str, set[str]] = {}
+        self.hidden_down: dict[str, set[str]] = {}
+        self.graph_inputs = {v.name for v in idx.graph(graph).inputs if v.name}
+        self.outer_inits = _initializer_names(idx, graph)
+        # Boxes first so their keys exist before edges point at them.
+        for gk, grp in groups.items():
+            self.nodes[f"scope:{gk}"] = DrawNode(f"scope:{gk}", "box", grp.name,
+                                                 node_ids=list(grp.members), tooltip=grp.name)
+
+    def absorbed(self, nid: str) -> bool:
         # A Constant goes inside a drawn consumer; with none drawn (the user selected the
         # Constant itself) it is drawn as a node, or the view would be silently empty.
+        idx = self.idx
         node = idx.entries[nid].node
-        if not (fold and is_folded_constant(node)):
+        if not (self.fold and is_folded_constant(node)):
             return False
-        return any(owner_in_graph(idx, c, graph) in sel_set - {nid}
+        return any(owner_in_graph(idx, c, self.graph) in self.sel_set - {nid}
                    for out in node.outputs for c in idx.consumers.get(out.name, ()))
-    # Body sizes for If/Loop labels: one pass over the (cheap) entry list per view that needs it.
-    body_sizes: dict[str, int] | None = None
-    if any(idx.entries[n].node.op_type in _CONTROL_FLOW for n in sel):
-        per_graph = Counter(e.graph for e in idx.entries.values())
-        body_sizes = {}
-        for path in idx.graphs:
-            if path:
-                body_sizes[path] = sum(c for gp, c in per_graph.items()
-                                       if gp == path or gp.startswith(path + "/"))
 
-    nodes: dict[str, DrawNode] = {}
-    edges: dict[tuple[str, str], DrawEdge] = {}
-    hidden_up: dict[str, set[str]] = {}
-    hidden_down: dict[str, set[str]] = {}
-    graph_inputs = {v.name for v in g.inputs if v.name}
-    outer_inits = _initializer_names(idx, graph)
-
-    def add_edge(src: str, dst: str, tensor: str, dashed: bool = False) -> None:
+    def add_edge(self, src: str, dst: str, tensor: str, dashed: bool = False) -> None:
         if src == dst:
             return
-        e = edges.get((src, dst))
+        e = self.edges.get((src, dst))
         if e is None:
-            edges[(src, dst)] = DrawEdge(src, dst, [tensor], dashed=dashed)
+            self.edges[(src, dst)] = DrawEdge(src, dst, [tensor], dashed=dashed)
         elif tensor not in e.tensors:
             e.tensors.append(tensor)
 
-    # Boxes first so their keys exist before edges point at them.
-    for gk, grp in groups.items():
-        nodes[f"scope:{gk}"] = DrawNode(f"scope:{gk}", "box", grp.name, node_ids=list(grp.members),
-                                        tooltip=grp.name)
-
-    for nid in sel:
-        if absorbed(nid):
-            continue
+    def add_node(self, nid: str) -> None:
+        """Node ``nid`` (or its box), the values it takes and the edges into it."""
+        idx, graph, nodes = self.idx, self.graph, self.nodes
         e = idx.entries[nid]
         node = e.node
-        me = unit.get(nid, nid)
+        me = self.unit.get(nid, nid)
         weights: list[tuple[int, str, str]] = []
         ins = [(i, v.name) for i, v in enumerate(node.inputs) if v is not None and v.name]
         ins.extend((-1, name) for name in e.implicit_inputs)
@@ -467,46 +488,47 @@ def build_view(model: LabModel, graph: str, selected: Iterable[str], *,
             p = idx.producer.get(t)
             pe = idx.entries.get(p) if p is not None else None
             if pe is not None and pe.graph == graph:
-                if fold and is_folded_constant(pe.node):
-                    folded.add(p)
+                if self.fold and is_folded_constant(pe.node):
+                    self.folded.add(p)
                     if me == nid:
                         weights.append((pos, t, _const_dims(pe.node)))
-                elif p in sel_set:
-                    add_edge(unit.get(p, p), me, t)
+                elif p in self.sel_set:
+                    self.add_edge(self.unit.get(p, p), me, t)
                 else:
-                    hidden_up.setdefault(me, set()).add(p)
+                    self.hidden_up.setdefault(me, set()).add(p)
                 continue
             if pe is not None and owner_in_graph(idx, p, graph) is not None:
                 continue  # produced inside a body of this graph: not a value of this graph
-            if t in outer_inits:
-                if show_initializers:
+            if t in self.outer_inits:
+                if self.show_initializers:
                     key = f"weight:{t}"
                     if key not in nodes:
                         v = idx.values[t]
                         nodes[key] = DrawNode(key, "weight", t.rsplit("/", 1)[-1],
                                               [_dims(v.shape)], tooltip=t)
-                    add_edge(key, me, t)
+                    self.add_edge(key, me, t)
                 elif me == nid:
                     v = idx.values.get(t)
                     c = v.const_value if v is not None else None
                     weights.append((pos, t, _constant_text(c) if c is not None else
                                     _dims(v.shape if v is not None else None)))
                 continue
-            if t in graph_inputs:
+            if t in self.graph_inputs:
                 key = f"input:{t}"
                 if key not in nodes:
-                    nodes[key] = DrawNode(key, "input", t, [shape_text(types.get(t))],
+                    nodes[key] = DrawNode(key, "input", t, [shape_text(self.types.get(t))],
                                           tooltip=f"graph input {t}")
-                add_edge(key, me, t)
+                self.add_edge(key, me, t)
                 continue
             if t in idx.value_graph and idx.value_graph[t] != graph:
                 key = f"outer:{t}"
                 if key not in nodes:
                     nodes[key] = DrawNode(key, "outer", t,
-                                          ["from enclosing graph", shape_text(types.get(t))],
+                                          ["from enclosing graph", shape_text(self.types.get(t))],
                                           tooltip=f"outer value {t}")
-                add_edge(key, me, t, dashed=True)
+                self.add_edge(key, me, t, dashed=True)
         if me == nid:
+            body_sizes = self.body_sizes
             title, lines = op_label(idx, nid, weights, body_sizes)
             tip = nid
             if body_sizes is not None and node.op_type in _CONTROL_FLOW:
@@ -519,64 +541,82 @@ def build_view(model: LabModel, graph: str, selected: Iterable[str], *,
                 owner = owner_in_graph(idx, c, graph)
                 if owner is None or owner == nid:
                     continue
-                if owner not in sel_set:
-                    hidden_down.setdefault(me, set()).add(owner)
+                if owner not in self.sel_set:
+                    self.hidden_down.setdefault(me, set()).add(owner)
 
-    # Graph outputs produced by drawn nodes.
-    for name in (v.name for v in g.outputs if v.name):
-        p = idx.producer.get(name)
-        if p is None or p not in sel_set or idx.entries[p].graph != graph or absorbed(p):
-            continue
-        key = f"output:{name}"
-        nodes[key] = DrawNode(key, "output", name, [shape_text(types.get(name))],
-                              tooltip=f"graph output {name}")
-        add_edge(unit.get(p, p), key, name)
+    def add_outputs(self, g: ir.Graph) -> None:
+        """Graph outputs produced by drawn nodes."""
+        idx = self.idx
+        for name in (v.name for v in g.outputs if v.name):
+            p = idx.producer.get(name)
+            if p is None or p not in self.sel_set or idx.entries[p].graph != self.graph \
+                    or self.absorbed(p):
+                continue
+            key = f"output:{name}"
+            self.nodes[key] = DrawNode(key, "output", name, [shape_text(self.types.get(name))],
+                                       tooltip=f"graph output {name}")
+            self.add_edge(self.unit.get(p, p), key, name)
 
-    for me, hidden in hidden_up.items():
-        key = f"stub:up:{me}"
-        nodes[key] = DrawNode(key, "stub", f"+{len(hidden)} more", node_ids=sorted(hidden),
-                              tooltip=f"{len(hidden)} producers not drawn")
-        add_edge(key, me, "", dashed=True)
-    for me, hidden in hidden_down.items():
-        key = f"stub:down:{me}"
-        nodes[key] = DrawNode(key, "stub", f"+{len(hidden)} more", node_ids=sorted(hidden),
-                              tooltip=f"{len(hidden)} consumers not drawn")
-        add_edge(me, key, "", dashed=True)
+    def add_stubs(self) -> None:
+        """``+N more``: the producers and consumers of drawn nodes that are not drawn."""
+        for me, hidden in self.hidden_up.items():
+            key = f"stub:up:{me}"
+            self.nodes[key] = DrawNode(key, "stub", f"+{len(hidden)} more",
+                                       node_ids=sorted(hidden),
+                                       tooltip=f"{len(hidden)} producers not drawn")
+            self.add_edge(key, me, "", dashed=True)
+        for me, hidden in self.hidden_down.items():
+            key = f"stub:down:{me}"
+            self.nodes[key] = DrawNode(key, "stub", f"+{len(hidden)} more",
+                                       node_ids=sorted(hidden),
+                                       tooltip=f"{len(hidden)} consumers not drawn")
+            self.add_edge(me, key, "", dashed=True)
 
-    edge_list = list(edges.values())
-    # Collapsed boxes can form cycles ('/h.3' -> '/h.3/ln_2' -> ... -> '/h.3'). Edges that run
-    # against the model's topological order are emitted reversed with dir=back, so ranks
-    # follow the model from inputs to outputs instead of dot breaking cycles arbitrarily
-    # (constraint=false would do the same but trips "lost edge" errors of dot 2.43 in clusters).
-    if groups:
-        # A box is placed by the median position of its members: adopted helpers (shape
-        # arithmetic computed early) must not pull a late layer to the top.
-        first: dict[str, float] = {}
-        for n in nodes.values():
-            if n.kind in ("op", "box"):
-                topo = sorted(idx.entries[m].topo for m in n.node_ids)
-                first[n.key] = topo[len(topo) // 2]
-        for e in edge_list:
-            a, b = first.get(e.src), first.get(e.dst)
-            if a is not None and b is not None and a > b:
-                e.backward = True
+
+def _body_sizes(idx: ModelIndex, sel: list[str]) -> dict[str, int] | None:
+    """Body sizes for If/Loop labels: one pass over the (cheap) entry list per view that
+    needs it; None when no control-flow node is drawn."""
+    if not any(idx.entries[n].node.op_type in _CONTROL_FLOW for n in sel):
+        return None
+    per_graph = Counter(e.graph for e in idx.entries.values())
+    body_sizes = {}
+    for path in idx.graphs:
+        if path:
+            body_sizes[path] = sum(c for gp, c in per_graph.items()
+                                   if gp == path or gp.startswith(path + "/"))
+    return body_sizes
+
+
+def _orient_edges(idx: ModelIndex, nodes: Mapping[str, DrawNode],
+                  edge_list: list[DrawEdge]) -> None:
+    """Collapsed boxes can form cycles ('/h.3' -> '/h.3/ln_2' -> ... -> '/h.3'). Edges that run
+    against the model's topological order are emitted reversed with dir=back, so ranks
+    follow the model from inputs to outputs instead of dot breaking cycles arbitrarily
+    (constraint=false would do the same but trips "lost edge" errors of dot 2.43 in
+    clusters)."""
+    # A box is placed by the median position of its members: adopted helpers (shape
+    # arithmetic computed early) must not pull a late layer to the top.
+    first: dict[str, float] = {}
+    for n in nodes.values():
+        if n.kind in ("op", "box"):
+            topo = sorted(idx.entries[m].topo for m in n.node_ids)
+            first[n.key] = topo[len(topo) // 2]
+    for e in edge_list:
+        a, b = first.get(e.src), first.get(e.dst)
+        if a is not None and b is not None and a > b:
+            e.backward = True
+
+
+def _label_edges(edge_list: list[DrawEdge], types: Mapping[str, TensorInfo]) -> None:
+    """Each edge's label: its tensor's shape, or how many tensors it carries."""
     for e in edge_list:
         real = [t for t in e.tensors if t]
-        if not show_shapes or not real:
+        if not real:
             continue
         if len(real) == 1:
             e.label = shape_text(types.get(real[0]))
         else:
             e.label = f"{len(real)} tensors"
-
-    view = GraphView(graph, nodes, edge_list, {})
-    alias_dims(view)
-    if clusters:
-        _assign_clusters(view, idx, cluster_depth, tuple(expanded))
-    if folded:
-        view.notes.append(f"{len(folded)} Constant node(s) drawn inside their consumers "
-                          "(show_initializers=True draws them).")
-    return view
 
 
 def _const_dims(node: ir.Node) -> str:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx_lab.render as _render
 from onnx_lab._pandas import pd
+from onnx_lab.numerics.metrics import get_preset
 from onnx_lab.render.plots import _figure
 from onnx_lab.render.tables import frame_html
 
@@ -143,8 +144,6 @@ def _with_depth(losses: pd.DataFrame, comparison: Any) -> pd.DataFrame:
 
 def llm_comparison_plot(c: LLMComparison, top: int = 8):
     """The comparison's ranking and KL per position."""
-    from onnx_lab.numerics.metrics import get_preset
-
     rule = get_preset(c.preset).intermediates
     return loss_figure(_with_depth(c.losses, c.comparison), c.positions, top=top,
                        min_db=rule.min_sqnr_db if rule.kind == "sqnr" else None,

@@ -36,9 +36,31 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from onnx_lab import _display
+from onnx_lab.analysis.compat import check
+from onnx_lab.analysis.cost import cost
+from onnx_lab.analysis.summary import summarize
+from onnx_lab.analysis.tables import initializers_table, nodes_table, tensors_table
+from onnx_lab.analysis.weights import weight_stats
 from onnx_lab.core.history import History
 from onnx_lab.core.source import Resolved, resolve
 from onnx_lab.errors import LabError, SaveError
+from onnx_lab.numerics.compare import compare
+from onnx_lab.numerics.diff import Diff, diff
+from onnx_lab.numerics.precision import find_precision
+from onnx_lab.profiling.run import Profile
+from onnx_lab.profiling.run import profile as run_profile
+from onnx_lab.render.details import (
+    canvas_items,
+    canvas_legend_html,
+    group_details_html,
+    node_details,
+    node_details_html,
+)
+from onnx_lab.render.graph import shape_text
+from onnx_lab.render.results import comparison_html, cost_totals_html, profile_html
+from onnx_lab.render.tables import summary_html
+from onnx_lab.render.view import render_model
 
 logger = logging.getLogger(__name__)
 
@@ -91,8 +113,6 @@ def _json_default(o: Any) -> Any:
 # ----------------------------------------------------------------------------- canvas data
 def _element_details_html(rendering: Any, model: Any, key: str) -> str:
     """Side panel of a drawn element that is not a node: a box, an input, a weight, a stub."""
-    from onnx_lab.render.details import group_details_html
-
     node = rendering.view.nodes.get(key)
     if node is None:
         return ""
@@ -140,14 +160,6 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
         >>> p = canvas_payload("sample:transformer_block")
         >>> sorted(p["views"])[:3]
     """
-    from onnx_lab.render.details import (
-        canvas_items,
-        canvas_legend_html,
-        node_details,
-        node_details_html,
-    )
-    from onnx_lab.render.view import render_model
-
     r = resolve(source)
     model, dims, shapes = r.model, r.dims, r.shapes
     idx = model.index
@@ -240,7 +252,6 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
                      f"budget {budget_s:g} s); their panels list their members.")
     # Side panels of every node drawn on its own (search and focus land on these); the
     # weights' statistics once for all (one pass over the weights, not one per node).
-    from onnx_lab.analysis.weights import weight_stats
 
     try:
         stats = {r["name"]: r for r in weight_stats(model).to_dict("records")}
@@ -362,9 +373,6 @@ def _history_html(page: _Page, hist: History) -> str:
 
 
 def _cost_html(page: _Page, r: Resolved) -> str:
-    from onnx_lab.analysis.cost import cost
-    from onnx_lab.render.results import cost_totals_html
-
     c = cost(r.model, dims=r.dims, shapes=r.shapes)
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in c.notes)
     top = c.nodes.sort_values("flops", ascending=False)
@@ -376,8 +384,6 @@ def _cost_html(page: _Page, r: Resolved) -> str:
 
 
 def _check_html(page: _Page, r: Resolved) -> str:
-    from onnx_lab.analysis.compat import check
-
     df = check(r)
     if not len(df):
         return "<div class='olr-ok'>no findings</div>"
@@ -387,10 +393,6 @@ def _check_html(page: _Page, r: Resolved) -> str:
 
 
 def _profile_html(r: Resolved, profile: Any) -> str:
-    from onnx_lab.profiling.run import Profile
-    from onnx_lab.profiling.run import profile as run_profile
-    from onnx_lab.render.results import profile_html
-
     if isinstance(profile, Profile):
         p = profile
     else:
@@ -408,8 +410,6 @@ def _profile_html(r: Resolved, profile: Any) -> str:
 
 def _predicted_peak(r: Resolved, dims: Any, shapes: Any) -> float:
     """The cost model's peak activation bytes beside the measured peak (NaN: unknown)."""
-    from onnx_lab.analysis.cost import cost
-
     try:
         return float(cost(r.model, dims=dims, shapes=shapes).total["peak_activation_bytes"])
     except LabError:
@@ -417,9 +417,6 @@ def _predicted_peak(r: Resolved, dims: Any, shapes: Any) -> float:
 
 
 def _comparison_html(r: Resolved, other: Any, compare_kw: Mapping[str, Any]) -> str:
-    from onnx_lab.numerics.compare import compare
-    from onnx_lab.render.results import comparison_html
-
     kw = dict(compare_kw)
     kw.setdefault("dims", r.dims)
     kw.setdefault("shapes", r.shapes)
@@ -427,11 +424,7 @@ def _comparison_html(r: Resolved, other: Any, compare_kw: Mapping[str, Any]) -> 
 
 
 def _precision_html(r: Resolved, precision: Any) -> str:
-    from onnx_lab import _display
-
     if isinstance(precision, str):
-        from onnx_lab.numerics.precision import find_precision
-
         precision = find_precision(r.model, precision, dims=r.dims, shapes=r.shapes)
     return _display.draw(precision, "html")
 
@@ -519,8 +512,6 @@ def report_html(source: Any, *, title: str | None = None, graph: bool = True,
     if cost:
         page.add("cost", "Cost", lambda: _cost_html(page, r))
     if tables:
-        from onnx_lab.analysis.tables import initializers_table, nodes_table, tensors_table
-
         page.add("nodes", "Nodes", lambda: page.table("nodes", nodes_table(r.model),
                                                       key="node_id"))
         page.add("initializers", "Initializers",
@@ -552,9 +543,6 @@ def _no_history() -> str:
 
 
 def _summary_html(r: Resolved) -> str:
-    from onnx_lab.analysis.summary import summarize
-    from onnx_lab.render.tables import summary_html
-
     return summary_html(summarize(r.model, r.dims, r.shapes))
 
 
@@ -666,8 +654,6 @@ def _safe_types(r: Resolved) -> dict[str, Any]:
 
 
 def _type_text(types: Mapping[str, Any], name: str) -> str:
-    from onnx_lab.render.graph import shape_text
-
     return shape_text(types.get(name)) or "?"
 
 
@@ -739,8 +725,6 @@ def _match_counts(d: Any) -> str:
 
 
 def _diff_section(page: _Page, data: dict[str, Any], r: Resolved, other: Any, **kw: Any) -> str:
-    from onnx_lab.numerics.diff import diff
-
     d = diff(r, other)
     return _diff_body(page, data, d, "diff", label_a=_label(r, "this model"),
                       label_b=_label(other, "against"), **kw)
@@ -765,8 +749,6 @@ def diff_report_html(a: Any, b: Any, *, title: str | None = None, max_nodes: int
     the change, the match, attribute, shape and weight differences; below, counts per op type
     and the table of differing nodes. ``a`` and ``b`` may be Labs, paths, Diffs' sides...
     """
-    from onnx_lab.numerics.diff import Diff, diff
-
     d = a if isinstance(a, Diff) else diff(a, b)
     page = _Page()
     data: dict[str, Any] = {"canvases": {}, "tables": page.tables}

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 import onnx_lab.render as _render
 from onnx_lab._display import register
 from onnx_lab.errors import InputError
+from onnx_lab.numerics.metrics import PRESETS
 from onnx_lab.render.compare_plots import hist_figure, layer_error_figure, scatter_figure
+from onnx_lab.render.llm_plots import sqnr_layers_figure
 from onnx_lab.render.plots import histogram_figure
 from onnx_lab.render.profile_plots import batch_sweep_figure, generation_figure, profile_figure
 from onnx_lab.render.tables import format_bytes, frame_html, summary_html
@@ -47,9 +49,6 @@ __all__ = ["comparison_plot", "comparison_hist", "comparison_scatter", "comparis
 def comparison_plot(c: Comparison):
     """Error per layer along depth (log scale), tolerance line, divergence marked; SQNR per
     layer against the rule's threshold under an SQNR preset (int8, int4)."""
-    from onnx_lab.numerics.metrics import PRESETS
-    from onnx_lab.render.llm_plots import sqnr_layers_figure
-
     rule = PRESETS[c.preset].intermediates if c.preset in PRESETS else None
     if rule is not None and rule.kind == "sqnr":
         return sqnr_layers_figure(c.layers, rule.min_sqnr_db, c.first_divergence)

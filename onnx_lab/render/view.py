@@ -22,6 +22,7 @@ from onnx_lab.render import collapse as _collapse
 from onnx_lab.render import dot as _dot
 from onnx_lab.render.graph import GraphView, build_view, is_folded_constant, owner_in_graph
 from onnx_lab.render.overlays import aggregate, format_value, make_scale, resolve_overlay
+from onnx_lab.render.tables import frame_html
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -100,8 +101,6 @@ class Rendering:
     def fallback_html(self) -> str:
         """Tables of drawn nodes and edges, the notes and the DOT source (no ``dot`` needed)."""
         import pandas as pd
-
-        from onnx_lab.render.tables import frame_html
 
         nodes = pd.DataFrame(
             [(n.key, n.kind, n.title, " · ".join(x for x in n.lines if x),
@@ -353,7 +352,36 @@ def render_model(model: LabModel, nodes: Any = None, *, around: str | Iterable[s
     idx.graph(graph)  # UnknownNameError listing the known paths
     notes: list[str] = []
     fold = not show_initializers
+    graph, picked, seeds = _requested(idx, nodes, around, graph, notes)
+    selected, plan = _select(model, graph, picked, seeds, radius, direction, collapse, expand,
+                             max_nodes, fold, notes)
+    types = model.types(dims, shapes) if show_shapes else {}
+    view = build_view(model, graph, selected, groups=plan.groups, types=types,
+                      show_initializers=show_initializers, show_shapes=show_shapes,
+                      expanded=plan.expanded)
+    _label_boxes(view, idx)
+    notes.extend(view.notes)
+    if overlay is not None:
+        _apply_overlay(view, idx, overlay, overlay_label, overlay_log, notes)
+    if highlight is not None:
+        _apply_highlight(view, idx, highlight, notes)
+    view.title = title
+    source = _dot.to_dot(view)
+    lay = _dot.layout(source, timeout=float(timeout), elements=len(view.nodes))
+    notes.extend(lay.notes)
+    edges = [(e.src, e.dst, t) for e in view.edges for t in (e.tensors or [""])]
+    groups = {n.key.split(":", 1)[1]: list(n.node_ids) for n in view.nodes.values()
+              if n.kind == "box"}
+    return Rendering(dot=source, svg=lay.svg, nodes=view.op_node_ids(), edges=edges,
+                     notes=notes, groups=groups, graph=graph, view=view, engine=lay.engine,
+                     args=lay.args, timeout=float(timeout),
+                     seconds=time.perf_counter() - t0)
 
+
+def _requested(idx: Any, nodes: Any, around: str | Iterable[str] | None, graph: str,
+               notes: list[str]) -> tuple[str, list[str] | None, list[str] | None]:
+    """(the graph drawn, the picked node ids in it or None, the ``around`` seeds in it or
+    None). An unspecified graph follows the nodes asked for when they all lie in one body."""
     picked = _resolve_nodes(idx, nodes)
     seeds: list[str] | None = None
     if around is not None:
@@ -363,8 +391,6 @@ def render_model(model: LabModel, nodes: Any = None, *, around: str | Iterable[s
         seeds = list(dict.fromkeys(seeds))
         if not seeds:
             raise RenderError("around= is empty.", fix="Pass node ids or tensor names.")
-
-    # An unspecified graph follows the nodes asked for when they all lie in one body.
     if not graph:
         asked = (picked or []) + (seeds or [])
         gs = {idx.entries[n].graph for n in asked}
@@ -383,7 +409,16 @@ def render_model(model: LabModel, nodes: Any = None, *, around: str | Iterable[s
         if dropped:
             notes.append(f"{len(dropped)} requested node(s) lie outside graph {graph!r} and "
                          f"are not drawn (e.g. {dropped[0]!r}).")
+    return graph, picked, seeds
 
+
+def _select(model: LabModel, graph: str, picked: list[str] | None, seeds: list[str] | None,
+            radius: int, direction: str, collapse: Any, expand: Any, max_nodes: int,
+            fold: bool, notes: list[str]) -> tuple[list[str], _collapse.CollapsePlan]:
+    """(the node ids drawn, in topological order; the collapse plan): the neighbourhood of
+    the seeds and the picked nodes (every node without either), collapsed into boxes or cut
+    to ``max_nodes``."""
+    idx = model.index
     topo_all = idx.topo_order(graph)
     pos = {n: i for i, n in enumerate(topo_all)}
     if picked is None and seeds is None:
@@ -415,28 +450,7 @@ def render_model(model: LabModel, nodes: Any = None, *, around: str | Iterable[s
     selected = sorted(order, key=pos.__getitem__)
     if not selected:
         notes.append("nothing to draw: the selection is empty.")
-
-    types = model.types(dims, shapes) if show_shapes else {}
-    view = build_view(model, graph, selected, groups=plan.groups, types=types,
-                      show_initializers=show_initializers, show_shapes=show_shapes,
-                      expanded=plan.expanded)
-    _label_boxes(view, idx)
-    notes.extend(view.notes)
-    if overlay is not None:
-        _apply_overlay(view, idx, overlay, overlay_label, overlay_log, notes)
-    if highlight is not None:
-        _apply_highlight(view, idx, highlight, notes)
-    view.title = title
-    source = _dot.to_dot(view)
-    lay = _dot.layout(source, timeout=float(timeout), elements=len(view.nodes))
-    notes.extend(lay.notes)
-    edges = [(e.src, e.dst, t) for e in view.edges for t in (e.tensors or [""])]
-    groups = {n.key.split(":", 1)[1]: list(n.node_ids) for n in view.nodes.values()
-              if n.kind == "box"}
-    return Rendering(dot=source, svg=lay.svg, nodes=view.op_node_ids(), edges=edges,
-                     notes=notes, groups=groups, graph=graph, view=view, engine=lay.engine,
-                     args=lay.args, timeout=float(timeout),
-                     seconds=time.perf_counter() - t0)
+    return selected, plan
 
 
 def _cut_units(order: list[str], priority: list[str], plan: _collapse.CollapsePlan, live,

@@ -24,7 +24,8 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.runtime.session import weight_array, weightless_proto
+from onnx_lab.runtime.capture import run as capture_run
+from onnx_lab.runtime.session import resolve_providers, weight_array, weightless_proto
 
 logger = logging.getLogger(__name__)
 
@@ -114,8 +115,6 @@ def _fast(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[st
           providers: Any) -> dict[str, np.ndarray]:
     import onnxruntime as ort
 
-    from onnx_lab.runtime.session import resolve_providers
-
     for g in model.ir.graphs():
         if g is not model.graph and any(isinstance(v.const_value, ir.ExternalTensor)
                                         for v in g.initializers.values()):
@@ -157,6 +156,5 @@ def run(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[str]
         return _fast(model, feeds, outputs, providers)
     except Exception as e:  # noqa: BLE001 - any failure: the reference path decides and explains
         logger.debug("in-memory weights path failed (%s); using make_session", e)
-    from onnx_lab.runtime.capture import run as capture_run
 
     return capture_run(model, feeds, outputs=list(outputs), providers=providers)

@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from onnx_lab.core.derived import length_sums, with_derived
+from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dtype_name, shape_tuple, validate_dims
 from onnx_lab.core.source import resolve
-from onnx_lab.errors import DimError, InputError
+from onnx_lab.errors import CacheError, DimError, InputError
 
 __all__ = ["make_feeds", "as_feed_list", "input_specs", "resolve_input_shapes", "Feeds"]
 
@@ -123,9 +124,6 @@ def _is_spatial(dim: str) -> bool:
 
 def _past_lengths(model: LabModel) -> dict[str, int]:
     """A decoder's past length: 0 (an empty cache, the prefill) is the size to start from."""
-    from onnx_lab.core.llm import decoder_io
-    from onnx_lab.errors import CacheError
-
     try:
         io = decoder_io(model)
     except CacheError:

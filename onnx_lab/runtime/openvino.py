@@ -25,6 +25,7 @@ import numpy as np
 
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import ProviderError, RuntimeLoadError
+from onnx_lab.runtime.session import runtime_proto
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +82,6 @@ class OpenVINOSession:
             raise ProviderError("The OpenVINO backend needs the openvino package.",
                                 fix="pip install 'onnx-lab[openvino]'")
         import openvino as ov
-
-        from onnx_lab.runtime.session import runtime_proto
 
         core = ov.Core()
         if device not in core.available_devices and device not in ("AUTO", "HETERO"):

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 import onnx
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.runtime.session import make_session
 
 __all__ = ["optimize", "effective_rules", "RULE_CANDIDATES"]
 
@@ -92,8 +93,6 @@ def optimize(model: LabModel, level: str, path: str, *, disabled: Sequence[str] 
     Raises:
         RuntimeLoadError: onnxruntime cannot load the model.
     """
-    from onnx_lab.runtime.session import make_session
-
     def _make() -> object:
         return make_session(model, opt_level=level, optimized_model_path=path,
                             disabled_optimizers=tuple(disabled), log_severity=1 if trace else 3)

@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["available_providers", "default_providers", "fallback_chain", "PROFILED_PROVIDERS",
            "resolve_providers", "make_session", "OPT_LEVELS", "ort_max_opsets", "ort_version",
            "ort_registered_ops", "runtime_proto", "weightless_proto", "weight_array",
-           "PLACEHOLDER", "run_session", "implemented_ops"]
+           "PLACEHOLDER", "run_session", "run_failure", "implemented_ops"]
 
 OPT_LEVELS = ("disable", "basic", "extended", "all")
 _PROTO_LIMIT = 2_000_000_000
@@ -422,10 +422,12 @@ _FEEDS_FIX = "Check the feeds' shapes and dtypes against lab.inputs."
 
 
 def run_session(sess: Any, feeds: Mapping[str, Any], names: Sequence[str] | None = None, *,
-                what: str = "the model", fix: str = _FEEDS_FIX) -> dict[str, Any]:
+                what: str = "the model", fix: str = _FEEDS_FIX,
+                runtime: str = "onnxruntime") -> dict[str, Any]:
     """One run of ``sess`` (onnxruntime's, or the OpenVINO session-like object) as
     {output name: array}; every runtime failure becomes a :class:`RuntimeLoadError` naming
-    ``what`` ran and the first line of onnxruntime's message.
+    ``what`` ran and the first line of the message of ``runtime`` (the engine, for the
+    error's wording).
 
     The one checked runner: compare, precision, verification and backends run sessions through
     it; profiling's timing loops call ``sess.run`` directly after a first checked run.
@@ -440,10 +442,19 @@ def run_session(sess: Any, feeds: Mapping[str, Any], names: Sequence[str] | None
     try:
         values = sess.run(names, dict(feeds))
     except Exception as e:  # noqa: BLE001 - ORT raises several exception types
-        text = str(e).strip()
-        first = text.splitlines()[0][:400] if text else type(e).__name__
-        raise RuntimeLoadError(f"onnxruntime failed to run {what}: {first}", fix=fix) from e
+        raise run_failure(e, what, fix, runtime=runtime) from e
     return dict(zip(names, values, strict=True))
+
+
+def run_failure(e: BaseException, what: str = "the model", fix: str = _FEEDS_FIX, *,
+                runtime: str = "onnxruntime") -> RuntimeLoadError:
+    """The :class:`RuntimeLoadError` for ``e`` raised by a session run: "``runtime`` failed
+    to run ``what``" and the first line of its message. :func:`run_session` raises it; loops
+    that time ``sess.run`` themselves raise it for a failure after their first checked run.
+    """
+    text = str(e).strip()
+    first = text.splitlines()[0][:400] if text else type(e).__name__
+    return RuntimeLoadError(f"{runtime} failed to run {what}: {first}", fix=fix)
 
 
 def _explain_ort_error(e: Exception) -> str:

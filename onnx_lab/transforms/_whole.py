@@ -28,6 +28,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import shape_tuple
 from onnx_lab.core.source_map import carry_sources
 from onnx_lab.errors import PassError
 from onnx_lab.transforms.base import (
@@ -397,8 +398,6 @@ class WholeModelPass(LabPass):
 
     def lab_input_shapes(self, model: LabModel) -> dict[str, list[int]]:
         """Input shapes resolvable from the Lab's dims/shapes (inputs left dynamic omitted)."""
-        from onnx_lab.core.shapes import shape_tuple
-
         dims, shapes = self.context.dims, self.context.shapes
         out: dict[str, list[int]] = {}
         g = model.graph

@@ -591,6 +591,7 @@ def _load_builtins() -> None:
     import importlib
     import pkgutil
 
+    # on use: `import onnx_lab` loads base, not every pass
     from onnx_lab.transforms import passes
 
     for mod in pkgutil.iter_modules(passes.__path__):

@@ -23,6 +23,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import load_source
 from onnx_lab.errors import InputError, PassError, unknown_name
 from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
+from onnx_lab.transforms.extract import _ir_dtype
 
 __all__ = ["SetAttribute", "RemoveNode", "RenameTensor", "merge_models"]
 
@@ -142,7 +143,6 @@ class RemoveNode(LabPass):
                                 "output that would have to take over the output's name.",
                                 fix="Use reconnect=False, or rename tensors first.")
             return
-        from onnx_lab.transforms.extract import _ir_dtype
 
         types = model.types()  # the new inputs need a declared type and shape
         for out in node.outputs:

@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 from onnx_lab.errors import unknown_name
+from onnx_lab.transforms.base import _REGISTRY, pass_names
 
 __all__ = ["explain", "PATTERN_PASS"]
 
@@ -207,7 +208,6 @@ def explain(pass_or_pattern: str) -> str:
         if key != name:
             text = f"*Pattern `{key}` of pass `{name}`.*\n\n" + text
         return text + _PROVENANCE
-    from onnx_lab.transforms.base import _REGISTRY, pass_names
 
     pass_names()
     if name in _REGISTRY:  # a tool wrapper or a pass without a teaching text yet

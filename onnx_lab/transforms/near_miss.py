@@ -37,6 +37,8 @@ import onnx_ir as ir
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import const_array as _const_array
+from onnx_lab.transforms.base import _REGISTRY, get_pass, pass_names
+from onnx_lab.transforms.matcher import PatternPass
 
 
 def const_array(value: ir.Value | None) -> np.ndarray | None:
@@ -106,9 +108,6 @@ def _frame(rows: Sequence[NearMiss]) -> pd.DataFrame:
 # ---------------------------------------------------------------------------- own patterns
 def pattern_near_misses(model: LabModel) -> list[NearMiss]:
     """Candidates of onnx_lab's graph passes that a check rejected, with the check's reason."""
-    from onnx_lab.transforms.base import _REGISTRY, get_pass, pass_names
-    from onnx_lab.transforms.matcher import PatternPass
-
     out: list[NearMiss] = []
     for name in pass_names():
         if _REGISTRY[name].kind != "graph":

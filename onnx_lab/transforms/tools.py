@@ -41,8 +41,10 @@ import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import PassError, close_matches
+from onnx_lab.runtime.optimizers import effective_rules, optimize
+from onnx_lab.transforms import transformers
 from onnx_lab.transforms._whole import PROTO_LIMIT, Switch, WholeModelPass
-from onnx_lab.transforms.base import Param, _register_factory
+from onnx_lab.transforms.base import Param, _register_factory, register_pass
 
 logger = logging.getLogger(__name__)
 
@@ -274,8 +276,6 @@ class OrtPass(WholeModelPass):
                      "whose removal alone changes the optimized graph")
 
     def switches(self, model: LabModel) -> list[Switch]:
-        from onnx_lab.runtime.optimizers import effective_rules, optimize
-
         off = self._off("disabled_optimizers")
         self._check_size(model)
         with tempfile.TemporaryDirectory(prefix="onnx_lab_ort_") as tmp:
@@ -302,8 +302,6 @@ class OrtPass(WholeModelPass):
                             "session.optimized_model_external_initializers_file_name option.")
 
     def rebuild(self, model: LabModel) -> ir.Model | None:
-        from onnx_lab.runtime.optimizers import optimize
-
         self._check_size(model)
         with tempfile.TemporaryDirectory(prefix="onnx_lab_ort_") as tmp:
             target = os.path.join(tmp, "optimized.onnx")
@@ -348,8 +346,6 @@ def optimizer_passes() -> list[str]:
 
 
 def _register() -> None:
-    from onnx_lab.transforms.base import register_pass
-
     register_pass("onnxsim", kind="tool")(OnnxsimPass)
     register_pass("onnxslim", kind="tool")(OnnxslimPass)
     register_pass("onnxoptimizer", kind="tool")(OnnxoptimizerListPass)
@@ -365,7 +361,6 @@ def _register() -> None:
         _register_factory(f"onnxoptimizer:{name}", cls, f"onnxoptimizer pass {name}",
                           OnnxoptimizerPass.params, kind="tool")
     # Transformer fusions (ort_transformers, onnxscript_rewrite) live in their own module.
-    from onnx_lab.transforms import transformers
 
     transformers._register()
 

@@ -39,10 +39,12 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.values import const_array
 from onnx_lab.errors import PassError, close_matches
 from onnx_lab.runtime.session import implemented_ops
 from onnx_lab.transforms._whole import WholeModelPass
-from onnx_lab.transforms.base import Param, PassContext, PassResult
+from onnx_lab.transforms.base import Param, PassContext, PassResult, register_pass
+from onnx_lab.transforms.near_miss import transformer_near_misses
 
 logger = logging.getLogger(__name__)
 
@@ -178,8 +180,6 @@ def _region(node: Any, output_name_to_node: dict[str, Any], depth: int) -> set[s
 
 # ---------------------------------------------------------------------------- heads
 def _const(value: ir.Value | None) -> np.ndarray | None:
-    from onnx_lab.core.values import const_array
-
     return None if value is None else const_array(value)
 
 
@@ -314,7 +314,6 @@ class _FusionStep(WholeModelPass):
         if self.fusions:
             result.notes.insert(0, "fused: " + ", ".join(f"{k} {v}"
                                                          for k, v in self.fusions.items()))
-        from onnx_lab.transforms.near_miss import transformer_near_misses
 
         result.near_misses = transformer_near_misses(  # type: ignore[attr-defined]
             result.model, self.calls, source=self.name,
@@ -468,8 +467,6 @@ def onnxscript_available() -> bool:
 
 
 def _register() -> None:
-    from onnx_lab.transforms.base import register_pass
-
     register_pass("ort_transformers", kind="tool")(OrtTransformersPass)
     if onnxscript_available():
         register_pass("onnxscript_rewrite", kind="tool")(OnnxscriptRewritePass)

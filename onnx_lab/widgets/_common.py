@@ -17,7 +17,9 @@ from typing import Any
 import ipywidgets as w
 
 from onnx_lab._pandas import pd
-from onnx_lab.errors import LabError
+from onnx_lab.errors import DimError, LabError
+from onnx_lab.render.tables import frame_html
+from onnx_lab.widgets._context import missing_dims
 
 log = logging.getLogger(__name__)
 
@@ -191,11 +193,8 @@ class View(w.VBox):
         # A missing dim inside a widget with a run-context bar: point at the bar's field
         # instead of asking the user to copy code.
         context = getattr(self, "context", None)
-        from onnx_lab.errors import DimError
 
         if context is not None and isinstance(e, DimError):
-            from onnx_lab.widgets._context import missing_dims
-
             names = [n for n in missing_dims(e) if n in context.dim_fields]
             if names:
                 context.focus_dims(names)
@@ -297,8 +296,6 @@ class PagedTable(w.VBox):
         self._draw()
 
     def _draw(self) -> None:
-        from onnx_lab.render.tables import frame_html
-
         self.html.value = frame_html(self.df, max_rows=self.page_size, page=self.page,
                                      caption=self.caption)
         self.pos.value = f"&nbsp;page {self.page + 1}/{self.pages} ({len(self.df)} rows)&nbsp;"

@@ -15,6 +15,10 @@ from typing import Any
 
 import ipywidgets as w
 
+from onnx_lab.core.derived import derived_dims, length_sums
+from onnx_lab.core.shapes import dynamic_dims, shape_tuple
+from onnx_lab.errors import InputError
+
 __all__ = ["RunContext", "missing_dims", "image_feeds"]
 
 _USED_BY = re.compile(r"'([^']+)' \(used by")
@@ -22,8 +26,6 @@ _USED_BY = re.compile(r"'([^']+)' \(used by")
 
 def _derived_hints(model: Any, names: list[str]) -> dict[str, tuple[str, str]]:
     """{dim: (placeholder, tooltip)} for the dims the model determines."""
-    from onnx_lab.core.derived import derived_dims, length_sums
-
     out = {n: (f"{d.value} (derived)", d.source) for n, d in derived_dims(model).items()}
     for n, total in length_sums(model).items():  # derived once both lengths are given
         if n in names:
@@ -61,8 +63,6 @@ class RunContext(w.VBox):
     def __init__(self, lab: Any, *, verify: bool | None = None, feeds: bool = True,
                  write: bool = True, dims: dict[str, int] | None = None,
                  shapes: dict[str, Any] | None = None, seeded: bool = True) -> None:
-        from onnx_lab.core.shapes import dynamic_dims, shape_tuple
-
         self.lab = lab
         self.write = write
         self.seeded = seeded
@@ -200,8 +200,6 @@ class RunContext(w.VBox):
         Raises:
             InputError: the .npz/image mode without a path, or an image that cannot be fed.
         """
-        from onnx_lab.errors import InputError
-
         mode, path = self.feed_mode.value, self.feed_path.value.strip()
         if mode == "random":
             return None
@@ -215,8 +213,6 @@ class RunContext(w.VBox):
         return image_feeds(path, name, shape)
 
     def _image_input(self) -> tuple[str, list[int]]:
-        from onnx_lab.errors import InputError
-
         if not self.shape_fields:
             raise InputError("The model has no input to feed an image to.")
         name = next(iter(self.shape_fields))
@@ -295,8 +291,6 @@ def image_feeds(path: str, name: str, shape: Any) -> dict[str, Any]:
         (1, 3, 640, 640)
     """
     import numpy as np
-
-    from onnx_lab.errors import InputError
 
     shape = list(shape)
     if len(shape) != 4 or any(s is None for s in shape):

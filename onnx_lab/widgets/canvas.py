@@ -28,6 +28,16 @@ from typing import Any
 import anywidget
 import traitlets as t
 
+from onnx_lab.render.details import (
+    box_module,
+    canvas_items,
+    canvas_legend_html,
+    drawn_key,
+    group_details_html,
+    node_details,
+    node_details_html,
+)
+
 __all__ = ["GraphCanvas"]
 
 _STATIC = Path(__file__).with_name("static")
@@ -95,8 +105,6 @@ class GraphCanvas(anywidget.AnyWidget):
 
         ``overlay`` (the Series drawn on the graph) is reported in the details panel.
         """
-        from onnx_lab.render.details import canvas_items, canvas_legend_html
-
         if model is not None:
             self.model_source = model
         self.rendering = rendering
@@ -129,8 +137,6 @@ class GraphCanvas(anywidget.AnyWidget):
     # ------------------------------------------------------------------ view state
     def key_for(self, name: str) -> str | None:
         """The drawn element showing ``name`` (node id, tensor name or drawn key), or None."""
-        from onnx_lab.render.details import drawn_key
-
         return drawn_key(self.rendering, self._model(), name) if self.rendering else None
 
     def focus(self, name: str) -> str | None:
@@ -218,7 +224,6 @@ class GraphCanvas(anywidget.AnyWidget):
         m = self._model()
         if m is None or self.on_open is None or key not in m.index.entries:
             return
-        from onnx_lab.render.details import node_details
 
         bodies = node_details(m, key)["bodies"]
         if bodies:
@@ -239,12 +244,6 @@ class GraphCanvas(anywidget.AnyWidget):
         if not key or self.rendering is None or m is None:
             self.details_html = ""
             return
-        from onnx_lab.render.details import (
-            box_module,
-            group_details_html,
-            node_details,
-            node_details_html,
-        )
 
         self.error = None
         try:
@@ -274,6 +273,7 @@ class GraphCanvas(anywidget.AnyWidget):
 
 
 def _error_panel(e: BaseException) -> str:
+    # on use: _common loads ipywidgets, the canvas anywidget only
     from onnx_lab.widgets._common import error_html
 
     return error_html(e)

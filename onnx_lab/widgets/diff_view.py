@@ -23,6 +23,8 @@ from typing import Any
 
 import ipywidgets as w
 
+from onnx_lab.numerics.diff import diff
+from onnx_lab.render.report import diff_panels
 from onnx_lab.widgets._common import PagedTable, View, code_html, info_html
 
 __all__ = ["DiffView"]
@@ -42,6 +44,7 @@ class DiffView(View):
     """
 
     def __init__(self, a: Any, b: Any, *, height: int = 520) -> None:
+        # on use: anywidget loads with the first graph view
         from onnx_lab.widgets.canvas import GraphCanvas
 
         self.result: Any = None
@@ -77,9 +80,6 @@ class DiffView(View):
 
     # ------------------------------------------------------------------ content
     def _load(self, a: Any, b: Any) -> None:
-        from onnx_lab.numerics.diff import diff
-        from onnx_lab.render.report import diff_panels
-
         d = diff(a, b)
         self.result = d
         self.links = d.links()

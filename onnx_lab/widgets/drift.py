@@ -14,6 +14,9 @@ from typing import Any
 
 import ipywidgets as w
 
+from onnx_lab.numerics.metrics import PRESETS
+from onnx_lab.render.compare_plots import layer_error_figure
+from onnx_lab.runtime.session import available_providers
 from onnx_lab.widgets._common import (
     SelectableTable,
     View,
@@ -22,6 +25,8 @@ from onnx_lab.widgets._common import (
     info_html,
     short,
 )
+from onnx_lab.widgets._context import RunContext
+from onnx_lab.widgets._links import selection
 
 __all__ = ["DriftDebugger"]
 
@@ -53,8 +58,6 @@ class DriftDebugger(View):
     def __init__(self, reference: Any, candidate: Any, *,
                  dims: Mapping[str, int] | None = None,
                  shapes: Mapping[str, Sequence[int]] | None = None, page_size: int = 15) -> None:
-        from onnx_lab.runtime.session import available_providers
-
         self.reference = reference
         self.candidate = candidate
         self.dims = dict(dims or {})
@@ -64,7 +67,7 @@ class DriftDebugger(View):
         # Per-tensor views of the current result: ticking a layer again shows them at once.
         self._shown: dict[str, dict[str, Any]] = {}
         provs = available_providers()
-        from onnx_lab.widgets._context import RunContext
+        # on use: anywidget loads with the first graph view
         from onnx_lab.widgets.canvas import GraphCanvas
 
         # The run-context bar of the candidate (dims, shapes, feeds). It does not write to
@@ -76,7 +79,6 @@ class DriftDebugger(View):
             options=[("random (seeded)", "random"), (".npz file", "npz")], value="random")
         self.npz_path = self.context.feed_path if self.context else w.Text(
             placeholder="inputs.npz", description="path")
-        from onnx_lab.numerics.metrics import PRESETS
 
         # The preset judges outputs element-wise and intermediates against their own scale;
         # typing a tolerance replaces the preset's numbers (the box ticks itself).
@@ -141,7 +143,6 @@ class DriftDebugger(View):
         self.add_class("onnx-lab-drift")
         self._result_panels = (self.verdict, self.plot_html, self.layer_title, self.hist_html,
                                self.scatter_html, self.canvas)
-        from onnx_lab.widgets._links import selection
 
         for lab in {id(x): x for x in (candidate, reference) if hasattr(x, "index")}.values():
             selection(lab).subscribe(self, self._guard(self.canvas.focus))
@@ -203,6 +204,7 @@ class DriftDebugger(View):
     # ------------------------------------------------------------------ actions
     def run(self) -> None:
         """``onnx_lab.compare(reference, candidate, ...)`` with the controls' values."""
+        # the façade, loaded after this package
         import onnx_lab
 
         if self.context is not None:
@@ -252,7 +254,6 @@ class DriftDebugger(View):
         c = self.result
         if c is None:
             return
-        from onnx_lab.render.compare_plots import layer_error_figure
 
         layers = self.shown_layers()
         n_const = int((c.layers["op_type"] == "Constant").sum()) if len(c.layers) else 0
@@ -306,7 +307,6 @@ class DriftDebugger(View):
                       "rendering": rendering}
         if isinstance(node_id, str):
             # Linked selection: an Explorer (or other widget) on the same Lab centres it.
-            from onnx_lab.widgets._links import selection
 
             sides = {id(x): x for x in (self.candidate, self.reference) if hasattr(x, "index")}
             for side in sides.values():

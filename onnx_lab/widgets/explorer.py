@@ -13,6 +13,8 @@ from typing import Any
 
 import ipywidgets as w
 
+from onnx_lab.lab import as_lab
+from onnx_lab.render.tables import format_bytes, frame_html
 from onnx_lab.widgets._common import (
     SelectableTable,
     View,
@@ -20,6 +22,7 @@ from onnx_lab.widgets._common import (
     figure_html,
     short,
 )
+from onnx_lab.widgets._links import selection
 
 __all__ = ["Explorer"]
 
@@ -52,9 +55,6 @@ class Explorer(View):
 
     def __init__(self, lab: Any, *, page_size: int = 25, tab: str | int = 0,
                  height: int = 560) -> None:
-        from onnx_lab.lab import as_lab
-        from onnx_lab.widgets._links import selection
-
         self.lab = as_lab(lab)
         self.page_size = page_size
         self._results: dict[int, Any] = {}
@@ -296,7 +296,6 @@ class Explorer(View):
         if stats is None:
             return
         fig = self._call(self.lab.weight_histogram, name)
-        from onnx_lab.render.tables import frame_html
 
         self.weight_stats_html.value = frame_html(stats, caption=f"weight {name}")
         self.weight_plot.value = figure_html(fig)
@@ -345,6 +344,7 @@ class Explorer(View):
                                        tooltip="group nodes by name scope (collapse='auto')")
         self.expand = w.Dropdown(description="expand", options=[("—", "")],
                                  layout=w.Layout(width="320px"))
+        # on use: anywidget loads with the first graph view
         from onnx_lab.widgets.canvas import GraphCanvas
 
         self.canvas = GraphCanvas(self.lab, height=self._height)
@@ -445,8 +445,6 @@ class Explorer(View):
 
 
 def _bytes_cell(value: Any) -> str:
-    from onnx_lab.render.tables import format_bytes
-
     try:
         return format_bytes(value)
     except (TypeError, ValueError):

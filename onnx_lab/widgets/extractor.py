@@ -13,6 +13,7 @@ from typing import Any
 import ipywidgets as w
 
 from onnx_lab._pandas import pd
+from onnx_lab.lab import as_lab
 from onnx_lab.widgets._common import (
     SelectableTable,
     View,
@@ -20,6 +21,8 @@ from onnx_lab.widgets._common import (
     code_html,
     info_html,
 )
+from onnx_lab.widgets._context import RunContext
+from onnx_lab.widgets._links import selection
 
 __all__ = ["Extractor", "INSIDE", "OUTSIDE"]
 
@@ -50,8 +53,6 @@ class Extractor(View):
     """
 
     def __init__(self, lab: Any, *, page_size: int = 15) -> None:
-        from onnx_lab.lab import as_lab
-
         self.lab = as_lab(lab)
         self.result: Any = None
         self.sub: Any = None
@@ -79,7 +80,7 @@ class Extractor(View):
                                 layout=w.Layout(width="360px"))
         self.save_button = w.Button(description="Save", icon="save")
         self.info = w.HTML()
-        from onnx_lab.widgets._context import RunContext
+        # on use: anywidget loads with the first graph view
         from onnx_lab.widgets.canvas import GraphCanvas
 
         # Dims/shapes for the cut's shapes and its verification; verify can be turned off.
@@ -108,7 +109,6 @@ class Extractor(View):
         self.add_class("onnx-lab-extractor")
         self._result_panels = (self.info, self.legend, self.canvas)
         self._nodes_df: pd.DataFrame | None = None
-        from onnx_lab.widgets._links import selection
 
         self.link = selection(self.lab)
         self.link.subscribe(self, self._guard(self.canvas.focus))

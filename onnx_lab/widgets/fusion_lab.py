@@ -16,6 +16,12 @@ from typing import Any
 import ipywidgets as w
 
 from onnx_lab._pandas import pd
+from onnx_lab.lab import as_lab
+from onnx_lab.render import render_model
+from onnx_lab.render.tables import changes_frame, format_bytes
+from onnx_lab.transforms import get_pass
+from onnx_lab.transforms.explain import explain
+from onnx_lab.transforms.near_miss import near_misses
 from onnx_lab.widgets._common import (
     PagedTable,
     SelectableTable,
@@ -25,6 +31,8 @@ from onnx_lab.widgets._common import (
     info_html,
     short,
 )
+from onnx_lab.widgets._context import RunContext
+from onnx_lab.widgets._links import selection
 
 __all__ = ["FusionLab"]
 
@@ -84,8 +92,6 @@ def history_html(history: pd.DataFrame) -> str:
 
 
 def _bytes(value: Any) -> str:
-    from onnx_lab.render.tables import format_bytes
-
     try:
         return html.escape(format_bytes(value))
     except (TypeError, ValueError):
@@ -94,8 +100,6 @@ def _bytes(value: Any) -> str:
 
 def _explain(pattern: str) -> str | None:
     """Markdown explanation from the transforms package (None when it has none)."""
-    from onnx_lab.transforms.explain import explain
-
     return explain(pattern)
 
 
@@ -120,8 +124,6 @@ class FusionLab(View):
     """
 
     def __init__(self, lab: Any, *, page_size: int = 20) -> None:
-        from onnx_lab.lab import as_lab
-
         self.lab = as_lab(lab)
         self.result: Any = None
         self.patterns = pd.DataFrame()
@@ -140,7 +142,7 @@ class FusionLab(View):
         self.apply_button = w.Button(description="Apply", icon="check", button_style="primary",
                                      tooltip="apply the selected matches, then verify")
         self.apply_button.add_class("onnx-lab-apply")
-        from onnx_lab.widgets._context import RunContext
+        # on use: anywidget loads with the first graph view
         from onnx_lab.widgets.canvas import GraphCanvas
 
         # The run-context bar: dims/shapes for verification, its feeds, and verify on/off.
@@ -229,7 +231,6 @@ class FusionLab(View):
         self.add_class("onnx-lab-fusion-lab")
         self._result_panels = (self.before_canvas, self.after_canvas, self.verification,
                                self.changes)
-        from onnx_lab.widgets._links import selection
 
         self.link = selection(self.lab)
         self.link.subscribe(self, self._guard(self.reveal))
@@ -422,8 +423,6 @@ class FusionLab(View):
 
     def _show_changes(self, results: list[Any]) -> None:
         """Which nodes the step(s) fused, rewrote or removed (``result.provenance/removed``)."""
-        from onnx_lab.render.tables import changes_frame
-
         frames, names = [], []
         for r in results:
             if r is None or not getattr(r, "modified", False):
@@ -454,8 +453,6 @@ class FusionLab(View):
         BatchNormalization: ... is not a constant") beside the transformer fusions (kind
         ``tool``, source ``ort_transformers``); render one with
         ``lab.render(nodes=row.node_ids)``."""
-        from onnx_lab.transforms.near_miss import near_misses
-
         step = self._fusion_step
         current = step is not None and getattr(step, "model", None) is self.lab.model
         df = self._call(near_misses, self.lab.model, step=step if current else None)
@@ -487,8 +484,6 @@ class FusionLab(View):
         if not groups:
             self.status.value = info_html("Tick one or more matches first.", kind="warn")
             return
-        from onnx_lab.render import render_model
-        from onnx_lab.transforms import get_pass
 
         pass_name, ids = groups[0]
         node_ids = sorted({n for lst in self.patterns.loc[self.patterns["match_id"].isin(ids),

@@ -14,6 +14,8 @@ from typing import Any
 
 import ipywidgets as w
 
+from onnx_lab.errors import InputError
+from onnx_lab.render.tables import frame_html
 from onnx_lab.widgets._common import View, code_html, figure_html, info_html
 
 __all__ = ["PrecisionDoctor"]
@@ -41,6 +43,7 @@ class PrecisionDoctor(View):
     """
 
     def __init__(self, lab: Any, *, background: bool = True) -> None:
+        # on use: anywidget loads with the first graph view
         from onnx_lab.widgets.canvas import GraphCanvas
 
         self.lab = lab
@@ -165,8 +168,6 @@ class PrecisionDoctor(View):
 
     def show(self, plan: Any) -> None:
         """Show a PrecisionPlan: verdict, sensitivity chart, outputs, kept nodes on the graph."""
-        from onnx_lab.render.tables import frame_html
-
         self.result = plan
         kind = "ok" if plan.passed else "warn"
         full = plan.trials.iloc[0]
@@ -211,8 +212,6 @@ class PrecisionDoctor(View):
         """Save the converted model (the Lab's current version) to the path box."""
         path = self.save_path.value.strip()
         if not path:
-            from onnx_lab.errors import InputError
-
             raise InputError("No path to save to.", fix="Type a file name in 'save as'.")
         self._call(self.lab.save, path, code=f"lab.save({path!r})")
         if self.error is None:

@@ -19,6 +19,22 @@ from typing import Any
 
 import ipywidgets as w
 
+from onnx_lab._pandas import pd
+from onnx_lab.core.shapes import dynamic_dims
+from onnx_lab.errors import LabError
+from onnx_lab.lab import as_lab
+from onnx_lab.profiling import levels
+from onnx_lab.profiling.generate import cache_layout
+from onnx_lab.render.profile_plots import levels_figure, roofline_figure
+from onnx_lab.render.results import (
+    batch_sweep_html,
+    cost_totals_html,
+    generation_summary_html,
+    generation_tables_html,
+    profile_summary_html,
+)
+from onnx_lab.render.tables import frame_html
+from onnx_lab.runtime.session import PROFILED_PROVIDERS, available_providers
 from onnx_lab.widgets._common import (
     PagedTable,
     SelectableTable,
@@ -27,14 +43,14 @@ from onnx_lab.widgets._common import (
     figure_html,
     info_html,
 )
+from onnx_lab.widgets._context import RunContext
+from onnx_lab.widgets._links import selection
 
 __all__ = ["Profiler"]
 
 
 def _slow_frame(times: Any, entries: Any) -> Any:
     """node_id, op_type, time_ms of the slowest nodes (for the tickable list)."""
-    from onnx_lab._pandas import pd
-
     return pd.DataFrame({"node_id": list(times.index),
                          "op_type": [entries[n].node.op_type if n in entries else ""
                                      for n in times.index],
@@ -75,10 +91,8 @@ class Profiler(View):
     def __init__(self, lab: Any, *, runs: int | None = None, warmup: int = 3,
                  budget_s: float = 6.0, page_size: int = 15,
                  background: bool | None = None) -> None:
-        from onnx_lab.lab import as_lab
+        # on use: tests stand in for openvino_available on its module
         from onnx_lab.runtime.openvino import INSTALL_HINT, openvino_available
-        from onnx_lab.runtime.session import PROFILED_PROVIDERS, available_providers
-        from onnx_lab.widgets._context import RunContext
 
         self.lab = as_lab(lab)
         self.result: Any = None
@@ -171,7 +185,7 @@ class Profiler(View):
         self.cost_table = PagedTable(page_size=page_size, caption="cost per node")
         self.roof_table = PagedTable(page_size=page_size, caption="roofline per node")
         self.roofline: Any = None
-        from onnx_lab.widgets._links import selection
+        # on use: anywidget loads with the first graph view
         from onnx_lab.widgets.canvas import GraphCanvas
 
         # Latency on the graph: the canvas, and the slowest nodes to tick (a tick centres the
@@ -232,9 +246,6 @@ class Profiler(View):
 
     def _why_no_generation(self) -> str | None:
         """None when the model has a KV cache the generation loop can feed, else why not."""
-        from onnx_lab.errors import LabError
-        from onnx_lab.profiling.generate import cache_layout
-
         try:
             cache_layout(self.lab.model, self.lab.dims)
         except LabError as e:
@@ -242,8 +253,6 @@ class Profiler(View):
         return None
 
     def _dynamic_dims(self) -> list[str]:
-        from onnx_lab.core.shapes import dynamic_dims
-
         named = [d for d in dynamic_dims(self.lab.model) if d != "?"]
         return sorted(named, key=lambda d: d in self.lab.dims)
 
@@ -342,8 +351,6 @@ class Profiler(View):
                       busy=f"Profiling ({what})…", **kw)
         if p is None:
             return
-        from onnx_lab.render.results import profile_summary_html
-        from onnx_lab.render.tables import frame_html
 
         self.profile_result = p
         self.result = p
@@ -380,15 +387,11 @@ class Profiler(View):
 
     def run_levels(self) -> None:
         """``onnx_lab.profiling.levels(lab, runs=...)``."""
-        from onnx_lab.profiling import levels
-        from onnx_lab.render.tables import frame_html
-
         kw = self._timing_kwargs()
         df = self._run(levels, self.lab, progress=self._progress,
                        busy="Timing each ORT optimization level (interleaved)…", **kw)
         if df is None:
             return
-        from onnx_lab.render.profile_plots import levels_figure
 
         notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in df.attrs.get("notes", []))
         verdicts = "".join(f"<li>{html.escape(v)}</li>" for v in df.verdict if v)
@@ -419,7 +422,6 @@ class Profiler(View):
                       busy=f"Sweeping {dim} over {sizes}…", **kw)
         if s is None:
             return
-        from onnx_lab.render.results import batch_sweep_html
 
         self.sweep_html.value = batch_sweep_html(s) + figure_html(s.plot())
         self.result = s
@@ -441,7 +443,6 @@ class Profiler(View):
                       busy=f"Generating: prefill of {P} tokens, {N} decode steps…", **kw)
         if g is None:
             return
-        from onnx_lab.render.results import generation_summary_html, generation_tables_html
 
         self.result = g
         self.gen_html.value = generation_summary_html(g) + generation_tables_html(g)
@@ -461,8 +462,6 @@ class Profiler(View):
         peak = float(self.peak_tflops.value) * 1e12
         bw = float(self.bandwidth.value) * 1e9
         roof = self._call(cost.roofline, peak, bw)
-        from onnx_lab.render.profile_plots import roofline_figure
-        from onnx_lab.render.results import cost_totals_html
 
         fig = ""
         if roof is not None:

@@ -45,6 +45,7 @@ from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
+from onnx_lab.core.save import write_error
 from onnx_lab.errors import InputError
 from onnx_lab.zoo import _store
 from onnx_lab.zoo._store import Found, find_models
@@ -55,6 +56,7 @@ logger = logging.getLogger(__name__)
 def __getattr__(name: str) -> Any:
     # The gate imports onnx_lab.profiling: loaded on use, so ``onnx-lab --help`` stays fast.
     if name == "regressions":
+        # on use: the audit's worker imports this package before its memory limit
         from onnx_lab.zoo.gate import regressions
 
         return regressions
@@ -165,6 +167,7 @@ class AuditResult:
                 "rows": rows.to_dict(orient="records")}
 
     def _repr_html_(self) -> str:
+        # on use: the audit's worker imports this package before its memory limit
         from onnx_lab.render.audit import audit_index_html
 
         return audit_index_html(self.table, gate=self.regressions)
@@ -305,6 +308,7 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
         ...                      model_options={"ocr/det*.onnx": {"shapes": {"x": [1, 3, 640, 640]}}})
         >>> res.table.query("status != 'ok'")[["model", "error_stage", "error"]]
     """
+    # on use: the audit's worker imports this package before its memory limit
     from onnx_lab.zoo import _engine
 
     t_start = time.monotonic()
@@ -332,8 +336,6 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            from onnx_lab.core.save import write_error
-
             raise write_error(out_dir, e) from e
         manifest = _store.read_manifest(out_dir)
     # Numbers as floats: 1 and 1.0 are the same option (the manifest compares their hash).
@@ -412,6 +414,7 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
                        len(tasks))
     gate = None
     if against is not None:
+        # on use: the audit's worker imports this package before its memory limit
         from onnx_lab.zoo.gate import LATENCY_EFFECT, regressions
 
         gate = regressions(old, entries, latency_effect=LATENCY_EFFECT if latency_effect is None
@@ -456,6 +459,7 @@ def _write(out_dir: Path, rows: Mapping[str, Mapping[str, Any]], gate: pd.DataFr
            *, manifest: Mapping[str, Mapping[str, Any]] | None,
            interrupted: bool = False) -> dict[str, Path]:
     """Write the table files (and, at the end, the compacted manifest and the gate)."""
+    # on use: the audit's worker imports this package before its memory limit
     from onnx_lab.render.audit import audit_index_html
 
     table = _table(rows)
@@ -473,7 +477,5 @@ def _write(out_dir: Path, rows: Mapping[str, Mapping[str, Any]], gate: pd.DataFr
                                         "findings": gate.to_dict(orient="records")}, indent=2))
             files["regressions"] = path
     except OSError as e:
-        from onnx_lab.core.save import write_error
-
         raise write_error(out_dir, e) from e
     return files

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from onnx_lab.errors import InputError
 from onnx_lab.zoo._worker import MEMORY_SIGNS
 
 logger = logging.getLogger(__name__)
@@ -202,8 +203,6 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
         from distributed import Client, LocalCluster
         from distributed import as_completed as dask_completed
     except ImportError as e:
-        from onnx_lab.errors import InputError
-
         raise InputError("The Dask engine needs dask.distributed, which is not installed.",
                          fix="pip install 'onnx_lab[dask]' (or run without --engine dask / "
                          "--scheduler).") from e
@@ -223,8 +222,6 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
                                    processes=False, dashboard_address=None)
             client = Client(cluster)
     except OSError as e:
-        from onnx_lab.errors import InputError
-
         raise InputError(f"Cannot reach the Dask scheduler {scheduler!r}: {e}",
                          fix="Check the address (tcp://HOST:PORT) and that the scheduler "
                          "runs.") from e

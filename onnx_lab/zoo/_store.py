@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from onnx_lab._pandas import pd
+from onnx_lab.core._wire import external_locations
 from onnx_lab.errors import InputError, ModelLoadError
 
 MANIFEST = "manifest.jsonl"
@@ -50,8 +51,6 @@ class Found:
 def external_files(path: Path) -> list[Path]:
     """The external data files the model at ``path`` refers to (read from the wire, the
     weights are not parsed), existing or not."""
-    from onnx_lab.core._wire import external_locations
-
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             locations = external_locations(buf)
