@@ -45,16 +45,18 @@ from onnx_lab.profiling.run import (
     NODE_COLUMNS,
     OP_COLUMNS,
     PROFILE_BUDGET_S,
+    _check_budget_level,
     _check_counts,
     _node_table,
     _op_table,
     _Ticker,
+    backends,
     open_session,
     run_sessions,
 )
 from onnx_lab.profiling.stats import STABLE_REL_CI, busy_note, stable, summarize
 from onnx_lab.runtime.feeds import _gather_vocab
-from onnx_lab.runtime.session import OPT_LEVELS, default_providers, resolve_providers, run_failure
+from onnx_lab.runtime.session import run_failure
 
 logger = logging.getLogger(__name__)
 
@@ -476,17 +478,13 @@ def profile_generation(model: Any, *, prompt: int | Sequence[int] | np.ndarray =
         >>> g.prefill_ms, g.decode_ms_per_token, g.tokens_per_s
         >>> g.ops.loc[g.ops.phase == "decode", ["op_type", "share"]].head()
     """
+    t_call = time.perf_counter()  # the budget counts from the call, as profile()'s does
     _check_counts(1 if runs is None else runs, warmup)
     for name, v in (("new_tokens", new_tokens), ("batch", batch)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise InputError(f"{name} must be a positive int, got {v!r}.",
                              fix=f"Use {name}=1 or more.")
-    if budget_s is not None and (not isinstance(budget_s, (int, float)) or budget_s <= 0):
-        raise InputError(f"budget_s must be a positive number of seconds, got {budget_s!r}.",
-                         fix="Use e.g. budget_s=5.")
-    if opt_level not in OPT_LEVELS:
-        raise InputError(f"Unknown optimization level {opt_level!r}.",
-                         fix=f"Use one of {', '.join(OPT_LEVELS)}.")
+    _check_budget_level(budget_s, opt_level)
     if profile_runs is not None and (not isinstance(profile_runs, (int, np.integer))
                                      or isinstance(profile_runs, bool) or profile_runs < 0):
         raise InputError(f"profile_runs must be an int >= 0, got {profile_runs!r}.",
@@ -496,26 +494,14 @@ def profile_generation(model: Any, *, prompt: int | Sequence[int] | np.ndarray =
     prompt_ids = _prompt_ids(prompt, int(batch), layout, lm, seed)
     _check_context(layout, prompt_ids.shape[1], int(new_tokens))
     notes: list[str] = []
-    if providers is None:
-        provs, skipped = default_providers()
-        notes.extend(skipped)
-        explicit = False
-    else:
-        names = [p.strip() for p in providers.split(",")] if isinstance(providers, str) \
-            else list(providers)
-        if any(n.lower().startswith("openvino") and n.lower() != "openvinoexecutionprovider"
-               for n in names):
-            raise ProviderError("Generation profiling runs onnxruntime sessions only.",
-                                fix="Use providers='cpu' (or cuda).")
-        provs = resolve_providers(names)
-        explicit = True
+    provs, explicit = backends(providers, notes, openvino=False)
     if runs is None and budget_s is None:
         budget_s = PROFILE_BUDGET_S
     n_prof = GENERATE_PROFILE_RUNS if profile_runs is None else int(profile_runs)
     if runs is not None:
         n_prof = min(n_prof, int(runs))
 
-    budget = Budget(budget_s, len(provs))
+    budget = Budget(budget_s, len(provs), start=t_call)
     reporter = Progress(progress, len(provs) * (int(runs) + int(warmup)) if runs is not None
                         else 100 * len(provs), "generating", min_steps=3)
     results, trace_paths = run_sessions(

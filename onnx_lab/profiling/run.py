@@ -67,6 +67,39 @@ SESSION_COLUMNS = ["session", "providers", "opt_level", "load_ms", "init_ms", "c
                    "nodes_run"]
 
 
+def _check_budget_level(budget_s: Any, opt_level: Any) -> None:
+    if budget_s is not None and (not isinstance(budget_s, (int, float)) or budget_s <= 0):
+        raise InputError(f"budget_s must be a positive number of seconds, got {budget_s!r}.",
+                         fix="Use e.g. budget_s=5.")
+    if opt_level not in OPT_LEVELS:
+        raise InputError(f"Unknown optimization level {opt_level!r}.",
+                         fix=f"Use one of {', '.join(OPT_LEVELS)}.")
+
+
+def backends(providers: str | Sequence[str] | None, notes: list[str], *,
+             openvino: bool = True) -> tuple[list[str], bool]:
+    """(backend names to run, whether the user named them): the default providers (the
+    skipped ones noted in ``notes``), or the user's list ("cpu,cuda", "openvino:GPU") resolved.
+    ``openvino=False``: the OpenVINO runtime is refused (ProviderError), onnxruntime's OpenVINO
+    execution provider is not."""
+    if providers is None:
+        provs, skipped = default_providers()
+        notes.extend(skipped)
+        return provs, False
+    names = [p.strip() for p in providers.split(",")] if isinstance(providers, str) \
+        else list(providers)
+    if not openvino and any(is_openvino(n) for n in names):
+        raise ProviderError("Generation profiling runs onnxruntime sessions only.",
+                            fix="Use providers='cpu' (or cuda).")
+    provs: list[str] = []
+    for n in names:
+        if is_openvino(n):
+            provs.append(_openvino_name(n))
+        else:
+            provs.extend(p for p in resolve_providers([n]) if p not in provs)
+    return provs, True
+
+
 def _check_counts(runs: Any, warmup: Any) -> None:
     if not isinstance(runs, (int, np.integer)) or isinstance(runs, bool) or runs <= 0:
         raise InputError(f"runs must be a positive int, got {runs!r}.",
@@ -304,28 +337,10 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None,
     """
     t_call = time.perf_counter()  # the budget counts from the call
     _check_counts(1 if runs is None else runs, warmup)
-    if budget_s is not None and (not isinstance(budget_s, (int, float)) or budget_s <= 0):
-        raise InputError(f"budget_s must be a positive number of seconds, got {budget_s!r}.",
-                         fix="Use e.g. budget_s=5.")
-    if opt_level not in OPT_LEVELS:
-        raise InputError(f"Unknown optimization level {opt_level!r}.",
-                         fix=f"Use one of {', '.join(OPT_LEVELS)}.")
+    _check_budget_level(budget_s, opt_level)
     lm, dims, shapes = resolve(model, dims, shapes)
     notes: list[str] = []
-    if providers is None:
-        provs, skipped = default_providers()
-        notes.extend(skipped)
-        explicit = False
-    else:
-        names = [p.strip() for p in providers.split(",")] if isinstance(providers, str) \
-            else list(providers)
-        provs = []
-        for n in names:
-            if is_openvino(n):
-                provs.append(_openvino_name(n))
-            else:
-                provs.extend(p for p in resolve_providers([n]) if p not in provs)
-        explicit = True
+    provs, explicit = backends(providers, notes)
     feed_list = as_feed_list(feeds, lm, dims, shapes)
     if runs is None and budget_s is None:
         budget_s = PROFILE_BUDGET_S
