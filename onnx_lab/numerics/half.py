@@ -48,7 +48,8 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.errors import ConversionBug
 
 __all__ = ["HalfRules", "convert_half", "half_proto", "check_converted", "passes_checker",
-           "ConversionBug", "BLOCKED_OPS", "to_fp16_array", "to_bf16_bits"]
+           "ConversionBug", "BLOCKED_OPS", "to_fp16_array", "to_bf16_bits", "bf16_round",
+           "emulate_bf16"]
 
 FLOAT, FLOAT16, BFLOAT16 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16
 
@@ -687,3 +688,96 @@ def half_proto(model: LabModel, kept: Iterable[str] = (), *, to: int = FLOAT16,
     except Exception:  # noqa: BLE001 - inference is a courtesy here
         pass
     return out
+
+
+# ---------------------------------------------------------------------------- bfloat16 emulation
+def bf16_round(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), as float32."""
+    bits = to_bf16_bits(a).astype(np.uint32) << 16
+    return bits.view(np.float32).reshape(np.shape(a))
+
+
+def emulate_bf16(proto: onnx.ModelProto, rules: HalfRules, kept: Iterable[str] = (), *,
+                 external: Callable[[TensorProto], bool] | None = None) -> onnx.ModelProto:
+    """bf16 emulation: each converted node's convertible groups (the op schema's, see
+    :class:`~onnx_lab.numerics.half.HalfRules`) take bfloat16 values: float weights rounded,
+    inputs from float32 producers rounded, float outputs rounded (the tensor keeps its name).
+    Index computations and fixed-type inputs (``Resize`` scales) are never rounded.
+
+    Rounding is a ``Cast(bfloat16)→Cast(float)`` pair from opset 13 (where Cast takes
+    bfloat16); before, Veltkamp's split in float32 arithmetic: ``c = x·(2^16+1)``,
+    ``x' = c − (c − x)`` keeps x's 8 leading significant bits, bfloat16's (rounded to
+    nearest; |x| beyond ~5e33 overflows there).
+
+    ``proto``: the model of ``rules`` (node names = node ids; changed in place).
+    ``external(t)``: whether an initializer's data is not in the proto (a placeholder for an
+    in-memory array): such weights are rounded by their reader's input rounding instead.
+    """
+    kept = set(kept)
+    external = external or (lambda t: t.data_location == TensorProto.EXTERNAL)
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    split = "__onnx_lab_bf16_split"
+    if opset < 13:
+        proto.graph.initializer.append(numpy_helper.from_array(
+            np.array(65537.0, np.float32), split))
+
+    def rounding(src: str, dst: str, name: str) -> list[onnx.NodeProto]:
+        if opset >= 13:
+            b = unique(f"{dst}__bf16")
+            return [helper.make_node("Cast", [src], [b], name=f"{name}/to_bf16", to=BFLOAT16),
+                    helper.make_node("Cast", [b], [dst], name=f"{name}/to_fp32", to=FLOAT)]
+        c, d = unique(f"{dst}__c"), unique(f"{dst}__d")
+        return [helper.make_node("Mul", [src, split], [c], name=f"{name}/split_mul"),
+                helper.make_node("Sub", [c, src], [d], name=f"{name}/split_sub"),
+                helper.make_node("Sub", [c, d], [dst], name=f"{name}/split_hi")]
+
+    taken = all_names(proto.graph)
+
+    def unique(base: str) -> str:  # unique across every graph (bodies of If included)
+        name, k = base, 1
+        while name in taken:
+            name, k = f"{base}_{k}", k + 1
+        taken.add(name)
+        return name
+
+    cands = set(rules.candidates)
+    converted_out: set[str] = set()
+    for g in graph_protos(proto.graph):
+        inits = {t.name: t for t in g.initializer}
+        rounded: dict[str, str] = {}
+        new_nodes = []
+        for n in g.node:
+            rule = rules.rules.get(n.name)
+            convert = n.name in cands and n.name not in kept and rule is not None
+            if convert:
+                for gi, _ in rule.groups:
+                    for i in gi:
+                        name = n.input[i]
+                        if name in rounded:
+                            n.input[i] = rounded[name]
+                            continue
+                        t = inits.get(name)
+                        if t is not None and t.data_type == FLOAT and not external(t):
+                            rname = unique(f"{name}__bf16")
+                            arr = bf16_round(numpy_helper.to_array(t))
+                            g.initializer.append(numpy_helper.from_array(arr, rname))
+                        elif name not in converted_out:
+                            rname = unique(f"{name}__bf16r")
+                            new_nodes.extend(rounding(name, rname, rname))
+                        else:
+                            continue
+                        rounded[name] = rname
+                        n.input[i] = rname
+            new_nodes.append(n)
+            if not convert:
+                continue
+            for _, go in rule.groups:
+                for i in go:
+                    name = n.output[i]
+                    raw = unique(f"{name}__fp32")
+                    n.output[i] = raw
+                    new_nodes.extend(rounding(raw, name, f"{n.name}/bf16_{i}"))
+                    converted_out.add(name)
+        del g.node[:]
+        g.node.extend(new_nodes)
+    return proto

@@ -26,8 +26,8 @@ import numpy as np
 
 from onnx_lab.errors import unknown_name
 
-__all__ = ["MetricAccumulator", "tensor_metrics", "METRIC_COLUMNS", "TOLERANCES", "tolerance",
-           "Rule", "Preset", "PRESETS", "rule_for", "get_preset", "preset_for_dtype",
+__all__ = ["MetricAccumulator", "tensor_metrics", "judge", "METRIC_COLUMNS", "TOLERANCES",
+           "tolerance", "Rule", "RULE_KINDS", "Preset", "PRESETS", "rule_for", "get_preset", "preset_for_dtype",
            "NextToken", "NEXT_TOKEN", "next_token_metrics", "NEXT_TOKEN_COLUMNS",
            "TIE_MARGIN"]
 
@@ -42,24 +42,30 @@ METRIC_COLUMNS = ["shape", "cand_shape", "dtype", "cand_dtype", "max_abs", "mean
 # ---------------------------------------------------------------------------- tolerances
 @dataclass(frozen=True)
 class Rule:
-    """How one tensor is judged.
+    """How one tensor is judged; every rule also gives a *score*, <= 1 passes (lower is better).
 
     Kinds:
         ``elementwise``: every element within ``atol + rtol·|ref|`` (outputs: what a user of
-            the model sees, checked strictly).
+            the model sees, checked strictly); score = the worst ``|err| / (atol + rtol·|ref|)``.
         ``scaled``: the largest error within ``atol + rtol·max|ref|``, the tensor's own scale
             (intermediates: an element near zero whose summands were large differs by the
-            rounding of those summands, which an element-wise test calls a failure).
+            rounding of those summands, which an element-wise test calls a failure); score =
+            ``max|err| / (atol + rtol·max|ref|)``.
+        ``max_abs``: the largest error within ``atol``; score = ``max|err| / atol``.
         ``sqnr``: signal-to-quantization-noise ratio ``10·log10(Σref²/Σerr²)`` of at least
-            ``min_sqnr_db`` (int8, where every element moves by design).
+            ``min_sqnr_db`` (int8, where every element moves by design); score = noise energy
+            over the allowed noise energy, ``10^((min_sqnr_db - sqnr)/10)``.
+        ``cosine``: cosine similarity of at least ``min_cosine``; score =
+            ``(1 - cos) / (1 - min_cosine)``.
 
-    Any NaN or infinity on one side only fails every rule.
+    Any NaN or infinity on one side only fails every rule (score ``inf``).
     """
 
     kind: str
     atol: float = 0.0
     rtol: float = 0.0
     min_sqnr_db: float | None = None
+    min_cosine: float | None = None
 
     def describe(self) -> str:
         """The rule as a short formula (shown in reports)."""
@@ -67,14 +73,24 @@ class Rule:
             return f"|err| <= {self.atol:g} + {self.rtol:g}*|ref| per element"
         if self.kind == "scaled":
             return f"max|err| <= {self.atol:g} + {self.rtol:g}*max|ref|"
+        if self.kind == "max_abs":
+            return f"max|err| <= {self.atol:g}"
+        if self.kind == "cosine":
+            return f"cosine >= {self.min_cosine:g}"
         return f"sqnr >= {self.min_sqnr_db:g} dB"
 
     def with_tolerances(self, atol: float | None, rtol: float | None) -> Rule:
-        """The rule with the user's atol/rtol in place of the preset's (sqnr unchanged)."""
-        if self.kind == "sqnr" or (atol is None and rtol is None):
+        """The rule with the user's atol/rtol in place of the preset's (sqnr and cosine
+        unchanged; ``max_abs`` takes ``atol``)."""
+        if self.kind in ("sqnr", "cosine") or (atol is None and rtol is None):
             return self
         return Rule(self.kind, self.atol if atol is None else float(atol),
-                    self.rtol if rtol is None else float(rtol), self.min_sqnr_db)
+                    self.rtol if rtol is None else float(rtol), self.min_sqnr_db,
+                    self.min_cosine)
+
+
+#: Kinds of :class:`Rule`.
+RULE_KINDS = ("elementwise", "scaled", "max_abs", "sqnr", "cosine")
 
 
 @dataclass(frozen=True)
@@ -286,14 +302,21 @@ class MetricAccumulator:
             then NaN and mean_abs too). The ``sqnr`` rule needs them.
         rule: the :class:`Rule` that decides ``passed`` (its atol/rtol replace the
             arguments); default the elementwise rule of ``atol``/``rtol``.
+        scored: also track what :meth:`score` needs under an ``elementwise`` rule (the worst
+            ``|err| / (atol + rtol·|ref|)``, one more division per element); without it that
+            score is 0 or ``inf``, the verdict alone.
     """
 
     def __init__(self, atol: float = 0.0, rtol: float = 0.0, *, statistics: bool = True,
-                 rule: Rule | None = None) -> None:
+                 rule: Rule | None = None, scored: bool = False) -> None:
         self.rule = rule if rule is not None else Rule("elementwise", float(atol), float(rtol))
+        if self.rule.kind not in RULE_KINDS:
+            raise ValueError(f"unknown rule kind {self.rule.kind!r}; kinds: {RULE_KINDS}")
         self.atol = float(self.rule.atol)
         self.rtol = float(self.rule.rtol)
-        self.statistics = statistics or self.rule.kind == "sqnr"
+        self.statistics = statistics or self.rule.kind in ("sqnr", "cosine")
+        self.scored = scored and self.rule.kind == "elementwise"
+        self.max_ratio = 0.0
         self.max_ref = 0.0
         self.shape: tuple | None = None
         self.cand_shape: tuple | None = None
@@ -304,6 +327,9 @@ class MetricAccumulator:
         self.numel = 0
         self.n_finite = 0
         self.max_abs = 0.0
+        #: The largest error over positions finite on both sides (``max_abs`` is ``inf`` as
+        #: soon as a NaN or infinity is on one side only).
+        self.max_abs_finite = 0.0
         self.sum_abs = 0.0
         self.max_rel = 0.0
         self.dot = 0.0
@@ -365,7 +391,8 @@ class MetricAccumulator:
                 self.sum_r2 += sq
                 self.sum_c2 += sq
                 return
-        if not self.statistics and r.dtype == c.dtype == np.float32 and self._add_f32(r, c):
+        if not self.statistics and not self.scored and r.dtype == c.dtype == np.float32 and \
+                self._add_f32(r, c):
             return
         r = r.astype(np.float64)
         c = c.astype(np.float64)
@@ -390,7 +417,9 @@ class MetricAccumulator:
         absr = np.abs(r)
         self.n_finite += r.size
         self.max_ref = max(self.max_ref, float(absr.max()))
-        self.max_abs = max(self.max_abs, float(err.max()))
+        top = float(err.max())
+        self.max_abs = max(self.max_abs, top)
+        self.max_abs_finite = max(self.max_abs_finite, top)
         if self.statistics:
             self.sum_abs += float(err.sum())
             self.sum_e2 += float(_dot(err, err))
@@ -400,6 +429,9 @@ class MetricAccumulator:
         tol = absr * self.rtol
         tol += self.atol
         self.n_fail += int(np.count_nonzero(err > tol))
+        if self.scored:  # err / tol; a zero tolerance allows no error at all
+            q = np.divide(err, tol, out=np.where(err > 0, np.inf, 0.0), where=tol > 0)
+            self.max_ratio = max(self.max_ratio, float(q.max()))
         # Relative error over nonzero reference elements (reuses the tol buffer).
         rel = np.divide(err, absr, out=np.zeros_like(err), where=absr > 0)
         self.max_rel = max(self.max_rel, float(rel.max()))
@@ -438,8 +470,9 @@ class MetricAccumulator:
             self.max_ref = max(self.max_ref, float(absr.max()))
             top = float(err.max())
             i = np.flatnonzero(err >= np.float32(top * (1 - 1e-6)))
-            self.max_abs = max(self.max_abs, float(np.abs(
-                c[i].astype(np.float64) - r[i].astype(np.float64)).max()))
+            top = float(np.abs(c[i].astype(np.float64) - r[i].astype(np.float64)).max())
+            self.max_abs = max(self.max_abs, top)
+            self.max_abs_finite = max(self.max_abs_finite, top)
             with np.errstate(over="ignore"):  # beyond float32 next to a tiny reference
                 rel = np.divide(err, absr, out=np.zeros_like(err), where=absr > 0)
             top = float(rel.max())
@@ -461,6 +494,8 @@ class MetricAccumulator:
         self.inf_ref += int((~r_fin & ~r_nan).sum())
         self.inf_cand += int((~c_fin & ~c_nan).sum())
         both = r_fin & c_fin
+        if r_fin.any():  # max_ref: every finite reference element, whatever the candidate
+            self.max_ref = max(self.max_ref, float(np.abs(r[r_fin]).max()))
         # Same NaN-ness and the same infinity on both sides match; anything else does not.
         same = (r_nan & c_nan) | (~r_nan & ~c_nan & ~r_fin & ~c_fin & (r == c))
         bad = int((~both & ~same).sum())
@@ -479,12 +514,7 @@ class MetricAccumulator:
             mean_abs = self.sum_abs / self.n_finite
             denom = math.sqrt(self.sum_r2 * self.sum_c2)
             cosine = self.dot / denom if denom > 0 else (1.0 if self.sum_e2 == 0 else 0.0)
-            if self.sum_e2 == 0:
-                sqnr = math.inf
-            elif self.sum_r2 == 0:
-                sqnr = -math.inf
-            else:
-                sqnr = 10.0 * math.log10(self.sum_r2 / self.sum_e2)
+            sqnr = self._sqnr()
         else:
             mean_abs = cosine = sqnr = nan
         return {
@@ -497,7 +527,7 @@ class MetricAccumulator:
             "max_rel": self.max_rel if ok else nan,
             "cosine": cosine,
             "sqnr_db": sqnr,
-            "passed": bool(ok and self._passes(sqnr)),
+            "passed": bool(ok and self._passes()),
             "n_fail": self.n_fail if ok else None,
             "numel": self.numel,
             "nan_ref": self.nan_ref,
@@ -509,17 +539,53 @@ class MetricAccumulator:
             "rule": self.rule.describe(),
         }
 
-    def _passes(self, sqnr: float) -> bool:
-        """The verdict of :attr:`rule` (non-finite mismatches fail every rule)."""
+    def _sqnr(self) -> float:
+        if self.sum_e2 == 0:
+            return math.inf
+        if self.sum_r2 == 0:
+            return -math.inf
+        return 10.0 * math.log10(self.sum_r2 / self.sum_e2)
+
+    def score(self) -> float:
+        """The rule's score, <= 1 passes (see :class:`Rule`); ``inf`` for a NaN or infinity on
+        one side only and for tensors that cannot be compared. It agrees with ``passed``."""
+        if not self.comparable:
+            return math.inf
+        if self.shape is None:  # nothing was added: nothing to judge
+            return 0.0
+        if math.isinf(self.max_abs):  # NaN/inf on one side only
+            return math.inf
         kind = self.rule.kind
         if kind == "elementwise":
+            q = self.max_ratio if self.scored else 0.0
+            if self.n_fail:  # the verdict (exact) wins where a division rounded to 1
+                return max(q, math.nextafter(1.0, math.inf)) if self.scored else math.inf
+            return min(q, 1.0)
+        if kind in ("scaled", "max_abs"):
+            bound = self.atol + (self.rtol * self.max_ref if kind == "scaled" else 0.0)
+            if bound > 0:
+                return self.max_abs / bound
+            return 0.0 if self.max_abs == 0 else math.inf
+        if self.n_finite == 0:
+            return 0.0
+        if kind == "sqnr":
+            sqnr = self._sqnr()  # identical tensors: infinite; an all-zero reference: none
+            if sqnr == math.inf:
+                return 0.0
+            return 10 ** ((self.rule.min_sqnr_db - sqnr) / 10) if math.isfinite(sqnr) \
+                else math.inf
+        denom = math.sqrt(self.sum_r2 * self.sum_c2)
+        cosine = self.dot / denom if denom > 0 else (1.0 if self.sum_e2 == 0 else 0.0)
+        lim = self.rule.min_cosine
+        if lim < 1:
+            return max(0.0, (1 - cosine) / (1 - lim))
+        return 0.0 if cosine >= 1 else math.inf
+
+    def _passes(self) -> bool:
+        """The verdict of :attr:`rule` (non-finite mismatches fail every rule)."""
+        if self.rule.kind == "elementwise":
             return self.n_fail == 0
-        if math.isinf(self.max_abs):  # NaN/inf on one side only
-            return False
-        if kind == "scaled":
-            return self.max_abs <= self.atol + self.rtol * self.max_ref
-        # sqnr: identical tensors have an infinite ratio; an all-zero reference none.
-        return self.n_finite == 0 or (not math.isnan(sqnr) and sqnr >= self.rule.min_sqnr_db)
+        return self.score() <= 1.0
 
 
 def tensor_metrics(ref: Any, cand: Any, atol: float = 1e-4, rtol: float = 1e-3, *,
@@ -539,3 +605,28 @@ def tensor_metrics(ref: Any, cand: Any, atol: float = 1e-4, rtol: float = 1e-3, 
     acc = MetricAccumulator(atol, rtol, statistics=statistics, rule=rule)
     acc.add(ref, cand)
     return acc.result()
+
+
+def judge(rule: Rule, refs: Any, cands: Any) -> dict[str, Any]:
+    """One tensor judged by ``rule`` over several samples (pairs of arrays, sample by sample).
+
+    Returns:
+        score (<= 1 passes; see :class:`Rule`), max_abs, sqnr_db, cosine (over every sample
+        together), passed. Tensors that cannot be compared (a shape of another size, not
+        numeric) score ``inf`` with max_abs ``inf``.
+
+    Example:
+        >>> judge(Rule("sqnr", min_sqnr_db=20), [ref], [cand])["score"]
+    """
+    acc = MetricAccumulator(rule=rule, scored=True)
+    for r, c in zip(refs, cands):
+        acc.add(r, c)
+    score = acc.score()
+    if not acc.comparable:
+        return {"score": math.inf, "max_abs": math.inf, "sqnr_db": -math.inf, "cosine": 0.0,
+                "passed": False}
+    empty = acc.n_finite == 0
+    m = acc.result() if not empty else {}
+    return {"score": float(score), "max_abs": float(acc.max_abs),
+            "sqnr_db": math.inf if empty else float(m["sqnr_db"]),
+            "cosine": 1.0 if empty else float(m["cosine"]), "passed": bool(score <= 1.0)}

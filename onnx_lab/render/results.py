@@ -388,7 +388,7 @@ del _type, _kind, _fn
 from onnx_lab.render.precision_plots import VIEWS as _PRECISION_VIEWS  # noqa: E402
 
 for _kind, _fn in _PRECISION_VIEWS:
-    register("onnx_lab.numerics.precision.PrecisionPlan", _kind, _fn)
+    register("onnx_lab.numerics.precision.plan.PrecisionPlan", _kind, _fn)
 del _kind, _fn
 
 # LLM results (render/llm_plots.py): the next-token comparison and the weight-only plan.

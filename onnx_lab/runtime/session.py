@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["available_providers", "default_providers", "fallback_chain", "PROFILED_PROVIDERS",
            "resolve_providers", "make_session", "OPT_LEVELS", "ort_max_opsets", "ort_version",
            "ort_registered_ops", "runtime_proto", "weightless_proto", "weight_array",
-           "PLACEHOLDER", "run_session", "run_failure", "implemented_ops"]
+           "PLACEHOLDER", "is_placeholder", "run_session", "run_failure", "implemented_ops"]
 
 OPT_LEVELS = ("disable", "basic", "extended", "all")
 _PROTO_LIMIT = 2_000_000_000
@@ -98,6 +98,14 @@ def resolve_providers(providers: str | Sequence[str] | None) -> list[str]:
 # ---------------------------------------------------------------------------- light graphs
 #: The external-data location of weights handed to onnxruntime in memory.
 PLACEHOLDER = "__onnx_lab_in_memory__"
+
+
+def is_placeholder(t: onnx.TensorProto) -> bool:
+    """Whether an initializer proto stands for an array handed over in memory
+    (:data:`PLACEHOLDER`), not data in a file."""
+    return t.data_location == onnx.TensorProto.EXTERNAL and any(
+        e.key == "location" and e.value == PLACEHOLDER for e in t.external_data)
+
 _NUMPY_OK = {np.dtype(t) for t in ("float32", "float64", "float16", "int8", "uint8", "int16",
                                    "uint16", "int32", "uint32", "int64", "uint64", "bool")}
 # Guards the temporary changes to a model (placeholders) and to cached protos (outputs).

@@ -305,7 +305,7 @@ def test_search_finds_a_plan_on_every_sample(name):
 def test_bf16_emulation_rounds_only_what_a_conversion_would(name):
     """The bf16 emulation follows the same rules: converted groups round (Casts through
     bfloat16), index computations and Range/Resize's size inputs never do."""
-    from onnx_lab.numerics.precision import _Converter
+    from onnx_lab.numerics.precision.trials import Converter as _Converter
 
     lab = onnx_lab.open(BUILT[name]())
     feeds = _feeds(name, lab)
@@ -329,6 +329,6 @@ def test_bf16_emulation_rounds_only_what_a_conversion_would(name):
 
 
 def precision_bf16_round(x):
-    from onnx_lab.numerics.precision import _bf16_round
+    from onnx_lab.numerics.half import bf16_round
 
-    return _bf16_round(x)
+    return bf16_round(x)

@@ -126,3 +126,72 @@ def test_float32_verdicts_equal_the_float64_ones_at_the_tolerance_edge():
     bad = tensor_metrics(np.array([1.0, np.nan], np.float32), np.array([1.0, 2.0], np.float32),
                          statistics=False)
     assert bad["n_fail"] == 1 and not bad["passed"]
+
+
+# ---------------------------------------------------------------------------- rules and scores
+RULES = [metrics.Rule("elementwise", 1e-3, 1e-2), metrics.Rule("elementwise"),
+         metrics.Rule("scaled", 1e-3, 1e-2), metrics.Rule("max_abs", 1e-2),
+         metrics.Rule("max_abs"), metrics.Rule("sqnr", min_sqnr_db=20.0),
+         metrics.Rule("cosine", min_cosine=0.999), metrics.Rule("cosine", min_cosine=1.0)]
+
+
+def test_every_rule_scores_and_the_score_agrees_with_the_verdict():
+    """One engine judges every comparison: the precision search's score (<= 1 passes) and
+    compare's ``passed`` come from the same accumulator and never disagree."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        r = (rng.standard_normal(int(rng.integers(1, 40))) * 10 ** rng.uniform(-3, 3))
+        r = r.astype(np.float32)
+        c = (r + rng.standard_normal(r.size) * 10 ** rng.uniform(-7, 0) * np.abs(r).max())
+        c = c.astype(np.float32 if rng.random() < 0.5 else np.float16)
+        if rng.random() < 0.2:
+            c[0] = np.nan
+        for rule in RULES:
+            acc = MetricAccumulator(rule=rule, scored=True)
+            acc.add(r, c)
+            got = metrics.judge(rule, [r], [c])
+            assert got["passed"] == acc.result()["passed"] == (acc.score() <= 1), rule
+            assert got["score"] == acc.score()
+
+
+def test_judge_scores_each_rule_by_its_formula():
+    r = np.array([1.0, -2.0, 4.0], np.float32)
+    c = np.array([1.5, -2.0, 4.0], np.float32)
+    s = lambda rule: metrics.judge(rule, [r], [c])  # noqa: E731
+    assert math.isclose(s(metrics.Rule("elementwise", 0.1, 0.1))["score"], 0.5 / 0.2)
+    assert math.isclose(s(metrics.Rule("scaled", 0.1, 0.1))["score"], 0.5 / 0.5)
+    assert math.isclose(s(metrics.Rule("max_abs", 1.0))["score"], 0.5)
+    sqnr = 10 * math.log10(21 / 0.25)
+    assert math.isclose(s(metrics.Rule("sqnr", min_sqnr_db=20))["score"], 10 ** ((20 - sqnr) / 10))
+    got = s(metrics.Rule("cosine", min_cosine=0.9))
+    assert math.isclose(got["score"], (1 - got["cosine"]) / 0.1) and got["passed"]
+    assert math.isclose(got["sqnr_db"], sqnr) and got["max_abs"] == 0.5
+    # Over several samples the sums run over all of them.
+    two = metrics.judge(metrics.Rule("sqnr", min_sqnr_db=20), [r, r], [c, r])
+    assert math.isclose(two["sqnr_db"], 10 * math.log10(42 / 0.25))
+    assert metrics.Rule("max_abs", 0.01).describe() == "max|err| <= 0.01"
+    assert metrics.Rule("cosine", min_cosine=0.999).describe() == "cosine >= 0.999"
+
+
+def test_judge_edges_never_pass_a_broken_candidate_nor_fail_an_equal_one():
+    x = np.array([1.0, -np.inf, np.nan], np.float32)
+    for rule in RULES:
+        same = metrics.judge(rule, [x], [x.copy()])
+        assert same["passed"] and same["score"] == 0 and same["max_abs"] == 0, rule
+        nan = metrics.judge(rule, [x], [np.array([np.nan, -np.inf, np.nan], np.float32)])
+        assert not nan["passed"] and nan["score"] == math.inf == nan["max_abs"], rule
+        shape = metrics.judge(rule, [np.ones(3)], [np.ones(4)])
+        assert not shape["passed"] and shape["score"] == math.inf, rule
+        empty = metrics.judge(rule, [np.zeros(0)], [np.zeros(0)])
+        assert empty["passed"] and empty["sqnr_db"] == math.inf and empty["cosine"] == 1.0
+    # A zero tolerance allows no error at all; integers and bools compare too.
+    assert metrics.judge(metrics.Rule("elementwise"), [[1, 2]], [[1, 3]])["score"] == math.inf
+    assert metrics.judge(metrics.Rule("max_abs"), [[True]], [[True]])["passed"]
+
+
+def test_max_ref_and_the_finite_error_see_past_a_one_sided_nan():
+    acc = MetricAccumulator(rule=metrics.Rule("sqnr", min_sqnr_db=0))
+    acc.add(np.array([70000.0, 1.0, 2.0], np.float32), np.array([np.inf, 1.5, 2.0], np.float32))
+    assert acc.max_ref == 70000.0  # the reference's magnitude, whatever the candidate holds
+    assert acc.max_abs == math.inf and acc.max_abs_finite == 0.5
+    assert (acc.inf_cand, acc.n_finite) == (1, 2)

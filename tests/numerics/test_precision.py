@@ -250,7 +250,7 @@ def test_int8_exclusion_set_is_the_planted_nodes():
 def test_fp16_weights_convert_like_onnxruntime():
     from onnxruntime.transformers.float16 import convert_np_to_float16
 
-    from onnx_lab.numerics.precision import _to_fp16
+    from onnx_lab.numerics.half import to_fp16_array as _to_fp16
 
     rng = np.random.default_rng(0)
     edge = np.array([0.0, -0.0, 1e-9, -1e-9, 5.96e-08, -5.96e-08, 6e-8, 3e-8, 65504.0, 65519.0,
@@ -263,7 +263,7 @@ def test_fp16_weights_convert_like_onnxruntime():
 
 
 def test_reference_stats_count_non_finite_values():
-    from onnx_lab.numerics.precision import _ref_stats
+    from onnx_lab.numerics.precision.ranking import _ref_stats
 
     st = _ref_stats([np.array([1.0, np.inf, -3.0, np.nan], np.float32),
                      np.array([[70000.0, -2.0]], np.float32)])
@@ -284,7 +284,7 @@ def test_fp16_kept_node_sharing_a_weight_and_external_data(tmp_path):
         [helper.make_tensor_value_info("x", TP.FLOAT, [4, 64])],
         [helper.make_tensor_value_info("y", TP.FLOAT, [4, 64])], [numpy_helper.from_array(w, "w")])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    from onnx_lab.numerics.precision import _Converter
+    from onnx_lab.numerics.precision.trials import Converter as _Converter
 
     x = {"x": rng.standard_normal((4, 64)).astype(np.float32)}
     ref = run(onnx_lab.open(model).model, x)["y"]
@@ -458,17 +458,17 @@ def test_fp16_search_runs_the_reference_once_and_says_where_the_time_went(monkey
     """The reference's activations are captured once (the overflow scan) and reused by the
     sensitivity's layerwise capture; plan.timings splits the search into its stages and the
     trials into conversion, session, run and judging."""
-    from onnx_lab.numerics import precision
+    from onnx_lab.numerics.precision import trials
 
     lab = onnx_lab.open(rms_overflow())
     calls = []
-    real = precision._run_outputs
+    real = trials.run_outputs
 
     def counting(model, feed_list, names, *a, **kw):
         calls.append((model is lab.model, kw.get("opt_level", a[0] if a else "disable")))
         return real(model, feed_list, names, *a, **kw)
 
-    monkeypatch.setattr(precision, "_run_outputs", counting)
+    monkeypatch.setattr(trials, "run_outputs", counting)
     plan = find_precision(lab, "fp16", atol=1e-3, rtol=1e-2, progress=False)
     assert not plan.trials.iloc[0]["passed"] and plan.passed  # a search happened
     assert calls.count((True, "disable")) == 1

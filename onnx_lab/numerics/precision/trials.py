@@ -1,0 +1,482 @@
+"""The precision doctor's trials: what a search judges by, how it builds and runs a candidate.
+
+A *trial* converts the model with a set of nodes kept in higher precision (:class:`Converter`:
+fp16 and bf16 by :mod:`onnx_lab.numerics.half`, int8 by onnxruntime's quantizer with one reused
+calibration), runs it on the search's feeds (:func:`run_outputs`, onnxruntime through
+:func:`onnx_lab.runtime.session.run_session`) and judges every output against the reference's
+with one :class:`~onnx_lab.numerics.metrics.Rule` (:func:`make_tolerance`;
+:func:`onnx_lab.numerics.metrics.judge` scores it). :class:`Search` holds what the trials of
+one search share: the reference outputs, the rows of the trials table, what is known to pass
+or fail, the timings.
+
+Example:
+    >>> s, cands = start_search("sample:convnet", "fp16", None, None, 8, None, None, None,
+    ...                         None, 1e-3, 1e-2)
+    >>> s.trial((), "full")["passed"]
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from onnx_lab._progress import Progress
+from onnx_lab.core.model import LabModel
+from onnx_lab.core.source import resolve
+from onnx_lab.errors import InputError, LabError, RuntimeLoadError, unknown_name
+from onnx_lab.numerics.half import (
+    FLOAT16,
+    HalfRules,
+    check_converted,
+    conversion_bug,
+    convert_half,
+    emulate_bf16,
+    node_ids,
+    passes_checker,
+    rename_to_ids,
+    to_fp16_array,
+)
+from onnx_lab.numerics.metrics import Rule, get_preset, judge
+from onnx_lab.numerics.quantize import (
+    Calibration,
+    SavedSource,
+    _full_proto,
+    _quantize_with,
+    calibrate_int8,
+)
+from onnx_lab.runtime.feeds import as_feed_list
+from onnx_lab.runtime.session import (
+    PLACEHOLDER,
+    is_placeholder,
+    make_session,
+    run_session,
+    weightless_proto,
+)
+
+__all__ = ["TARGETS", "METRICS", "FP16_MAX", "TRIAL_COLUMNS", "PrecisionCancelled",
+           "ToleranceUnreachable", "make_tolerance", "Converter", "CONVERTED", "run_outputs",
+           "Search", "start_search"]
+
+TARGETS = ("fp16", "bf16", "int8")
+METRICS = ("elementwise", "max_abs", "sqnr", "cosine")
+FP16_MAX = 65504.0
+
+#: Columns of :attr:`PrecisionPlan.trials`.
+TRIAL_COLUMNS = ["trial", "phase", "kept", "n_kept", "score", "max_abs", "sqnr_db", "cosine",
+                 "passed", "seconds", "note"]
+
+
+class PrecisionCancelled(LabError):
+    """The search was cancelled before any plan met the tolerance."""
+
+
+class ToleranceUnreachable(InputError):
+    """No plan can meet the tolerance: the float32 model itself (optimized by onnxruntime, or
+    with every node kept) misses it."""
+
+
+# ---------------------------------------------------------------------------- tolerance
+def make_tolerance(target: str, metric: str | None = None, tolerance: Any = None,
+                   atol: float | None = None, rtol: float | None = None) -> Rule:
+    """The :class:`~onnx_lab.numerics.metrics.Rule` that judges a search's outputs: the
+    target's preset unless told otherwise.
+
+    ``metric``: ``elementwise`` (atol/rtol per element), ``max_abs``, ``sqnr`` or ``cosine``
+    (:data:`METRICS`). ``tolerance`` is a preset name (``"fp16"``), a number (the threshold of
+    ``metric``: max|err|, dB or cosine), a pair ``(atol, rtol)`` or a dict
+    ``{"atol": .., "rtol": ..}``.
+    """
+    for v in (atol, rtol):
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
+            raise InputError(f"atol and rtol must be non-negative numbers, got {atol!r}, {rtol!r}.",
+                             fix="Use e.g. atol=1e-3, rtol=1e-2.")
+    if metric is not None and metric not in METRICS:
+        raise unknown_name("precision metric", metric, METRICS,
+                           fix=f"Metrics: {', '.join(METRICS)}.")
+    preset = get_preset("int8" if target == "int8" else target)
+    if isinstance(tolerance, str):
+        preset = get_preset(tolerance)
+        tolerance = None
+    if isinstance(tolerance, Mapping):
+        atol = tolerance.get("atol", atol)
+        rtol = tolerance.get("rtol", rtol)
+        tolerance = None
+    elif isinstance(tolerance, (tuple, list)) and len(tolerance) == 2:
+        atol, rtol = tolerance
+        tolerance = None
+    if metric is None:
+        if atol is not None or rtol is not None or preset.outputs.kind != "sqnr":
+            metric = "elementwise"
+        else:
+            metric = "sqnr"
+    if metric == "elementwise":
+        base = preset.outputs if preset.outputs.kind != "sqnr" else get_preset("fp32").outputs
+        return Rule("elementwise", float(base.atol if atol is None else atol),
+                    float(base.rtol if rtol is None else rtol))
+    if tolerance is None:
+        if metric == "sqnr":
+            tolerance = preset.outputs.min_sqnr_db if preset.outputs.kind == "sqnr" else 30.0
+        elif metric == "cosine":
+            tolerance = 0.999
+        else:
+            tolerance = atol if atol is not None else preset.outputs.atol
+    if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool):
+        raise InputError(f"tolerance for metric {metric!r} must be a number, got {tolerance!r}.",
+                         fix="E.g. metric='sqnr', tolerance=25 (dB), or metric='cosine', "
+                         "tolerance=0.999.")
+    if metric == "sqnr":
+        return Rule("sqnr", min_sqnr_db=float(tolerance))
+    if metric == "cosine":
+        return Rule("cosine", min_cosine=float(tolerance))
+    return Rule("max_abs", atol=float(tolerance))
+
+# ---------------------------------------------------------------------------- converters
+def _named(model: LabModel) -> LabModel:
+    """A copy whose node names are the node ids (the converters select nodes by name, and
+    ids are names when names are unique, so the ids of the copy are those of ``model``)."""
+    copy = LabModel(ir.serde.deserialize_model(_full_proto(model)))
+    changed = False
+    for nid, e in copy.index.entries.items():
+        if e.node.name != nid:
+            e.node.name = nid
+            changed = True
+    if changed:
+        copy.invalidate()
+    return copy
+
+
+class Converter:
+    """Builds the candidate for a kept set; one per search (shared preparation).
+
+    fp16 and bf16 follow :class:`onnx_lab.numerics.half.HalfRules` (the op schemas' type
+    constraints; bf16 with float16's rules, since the emulation runs on any opset); int8
+    follows onnxruntime's quantizer registry."""
+
+    def __init__(self, model: LabModel, target: str, calibration: Calibration | None) -> None:
+        self.model = model
+        self.target = target
+        self.calibration = calibration
+        self._named: LabModel | None = None
+        self._rules: HalfRules | None = None
+        # fp16/bf16: the graph with node names set to node ids; its large main-graph weights
+        # are placeholders (the light path) unless the model keeps weights in external files.
+        self._light: onnx.ModelProto | None | bool = None
+        self._base: onnx.ModelProto | None = None
+        self._checked = False  # whether onnx's checker accepts the original
+        self._half: dict[str, np.ndarray] = {}
+        # int8: the named model saved once for every trial's quantization.
+        self._saved: SavedSource | None = None
+        if target == "int8":
+            from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+            self.quant_ops = set(QDQRegistry) | set(QLinearOpsRegistry)
+
+    def close(self) -> None:
+        """Remove the int8 trials' saved source (also done when the converter is collected)."""
+        if self._saved is not None:
+            self._saved.close()
+            self._saved = None
+
+    @property
+    def named(self) -> LabModel:
+        """A copy of the model whose node names are the node ids (int8)."""
+        if self._named is None:
+            self._named = _named(self.model)
+        return self._named
+
+    @property
+    def rules(self) -> HalfRules:
+        """fp16/bf16: which nodes convert and how (computed once)."""
+        if self._rules is None:
+            self._rules = HalfRules(self.model, FLOAT16)
+        return self._rules
+
+    def candidates(self) -> list[str]:
+        """Node ids the conversion changes (those a plan can keep)."""
+        if self.target != "int8":
+            return list(self.rules.candidates)
+        return [nid for nid, e in self.model.index.entries.items()
+                if e.node.op_type in self.quant_ops and e.node.domain in ("", "ai.onnx")]
+
+    def light(self) -> onnx.ModelProto | None:
+        """The graph with its large main-graph weights as in-memory placeholders and node
+        names set to node ids; None when the model keeps weights in external files (then
+        :meth:`base` holds every weight)."""
+        if self._light is None:
+            proto, _names, _arrays, folder = weightless_proto(self.model, 4096, array=None)
+            if folder is None:
+                rename_to_ids(proto.graph, self.model.graph, node_ids(self.model))
+                self._light = proto
+            else:
+                self._light = False
+        return self._light or None
+
+    def base(self) -> onnx.ModelProto:
+        """The graph the conversion starts from (:meth:`light`, else the whole model)."""
+        if self._base is None:
+            light = self.light()
+            if light is None:
+                light = _full_proto(self.model)
+                rename_to_ids(light.graph, self.model.graph, node_ids(self.model))
+            self._base = light
+            self._checked = passes_checker(light, is_placeholder)
+        return self._base
+
+    def _weight(self, name: str, to: int | None) -> np.ndarray:
+        arr = self.model.graph.initializers[name].const_value.numpy()
+        if to is None:
+            return arr
+        if name not in self._half:
+            half = to_fp16_array(arr)
+            half.flags.writeable = False
+            self._half[name] = half
+        return self._half[name]
+
+    def convert(self, kept: Sequence[str]) -> LabModel:
+        if self.target == "int8":
+            assert self.calibration is not None
+            if self._saved is None:
+                self._saved = SavedSource(self.named)
+            return _quantize_with(self.named, self.calibration, list(kept), self._saved)
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self.base())
+        if self.target == "bf16":
+            out = emulate_bf16(proto, self.rules, kept, external=is_placeholder)
+            if self._checked:
+                check_converted(out, "bfloat16 emulation", external=is_placeholder)
+            return self._restore(out, {})
+        out, fill = convert_half(proto, self.rules, kept, external=is_placeholder)
+        if self._checked:
+            check_converted(out, "float16 conversion", external=is_placeholder)
+        return self._restore(out, fill)
+
+    def _restore(self, out: onnx.ModelProto, fill: dict[str, tuple[str, int]]) -> LabModel:
+        """The converted graph with the in-memory weights back: the float16 copy (converted
+        once per search) or the original array."""
+        m = ir.serde.deserialize_model(out)
+        for name, v in m.graph.initializers.items():
+            t = v.const_value
+            if not isinstance(t, ir.ExternalTensor) or t.location != PLACEHOLDER:
+                continue
+            src, to = fill.get(name, (name, None))
+            v.const_value = ir.Tensor(self._weight(src, to), name=name)
+        return LabModel(m)
+
+
+
+# ---------------------------------------------------------------------------- running
+#: What a candidate of each target is, when this module wrote it (int8: onnxruntime's quantizer).
+CONVERTED = {"fp16": "float16 conversion", "bf16": "bfloat16 emulation"}
+
+
+def run_outputs(model: LabModel, feed_list: list[dict], names: list[str],
+                 opt_level: str = "disable", converted: str | None = None,
+                 clock: Search | None = None) -> list[dict]:
+    """The ``names`` outputs of ``model`` on each feed. ``converted``: the model is a
+    conversion of this module's own (``"float16 conversion"``): a load or run failure is a
+    :class:`~onnx_lab.numerics.half.ConversionBug`, not advice to the user. ``clock``: the
+    search whose timings get the session and run times."""
+    t0 = time.perf_counter()
+    try:
+        sess = make_session(model, outputs=names, arena=False, opt_level=opt_level)
+    except RuntimeLoadError as e:
+        if converted:
+            raise conversion_bug(converted, e) from e
+        raise
+    if clock is not None:
+        t0 = clock.clock("trial: onnxruntime session", t0)
+    try:
+        return _run_feeds(sess, feed_list, names, converted)
+    finally:
+        if clock is not None:
+            clock.clock("trial: onnxruntime run", t0)
+
+
+def _run_feeds(sess, feed_list: list[dict], names: list[str], converted: str | None
+               ) -> list[dict]:
+    out = []
+    for f in feed_list:
+        try:
+            out.append(run_session(sess, f, names, what="the candidate",
+                                   fix="Keep the failing node in higher precision."))
+        except RuntimeLoadError as e:
+            if converted:
+                raise conversion_bug(converted, e.__cause__ or e) from e
+            raise
+    return out
+
+
+@dataclass
+class Search:
+    """State shared by the trials of one search."""
+
+    model: LabModel
+    target: str
+    tol: Rule
+    feed_list: list[dict]
+    conv: Converter
+    out_names: list[str]
+    ref_outputs: list[dict] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)
+    outputs_of: dict[tuple, dict] = field(default_factory=dict)
+    models: dict[tuple, LabModel] = field(default_factory=dict)
+    should_stop: Callable[[], bool] | None = None
+    bar: Progress | None = None
+    # fp16: node id -> the tensor beyond float16's range it produces or reads; a plan that
+    # converts such a node stores the tensor in float16 (inf), whatever this runtime's CPU
+    # kernels absorb (they may compute in float32 between two fp16 nodes).
+    required: dict[str, str] = field(default_factory=dict)
+    _pinned: set = field(default_factory=set)
+    _passed: dict[tuple, bool] = field(default_factory=dict)
+    _failed: list[frozenset] = field(default_factory=list)
+    # The reference run with onnxruntime's optimizations (the confirmation's reference).
+    ref_optimized: list[dict] | None = None
+    #: Seconds by stage (:attr:`PrecisionPlan.timings`).
+    timings: dict[str, float] = field(default_factory=dict)
+    #: fp16: the reference's captured activations (one dict per feed), from the first capture
+    #: to the sensitivity's (then dropped).
+    ref_values: list[dict] | None = None
+
+    def clock(self, key: str, t0: float) -> float:
+        """Add the time since ``t0`` to ``timings[key]``; returns now."""
+        now = time.perf_counter()
+        self.timings[key] = self.timings.get(key, 0.0) + now - t0
+        return now
+
+    def stopped(self) -> bool:
+        return bool(self.should_stop is not None and self.should_stop())
+
+    def known(self, kept: Sequence[str]) -> bool | None:
+        """Whether keeping ``kept`` passes, when a trial already told (None: unknown). A
+        subset of a failing set fails, as the whole search assumes (keeping more never
+        hurts); a set without an fp16 overflow constraint fails."""
+        key = tuple(sorted(kept))
+        if key in self._passed:
+            return self._passed[key]
+        ks = frozenset(key)
+        if any(r not in ks for r in self.required):
+            return False
+        if any(ks <= f for f in self._failed):
+            return False
+        return None
+
+    def passes(self, kept: Sequence[str], phase: str) -> bool:
+        """:meth:`known`, else a trial."""
+        known = self.known(kept)
+        if known is not None:
+            return known
+        return bool(self.trial(kept, phase)["passed"])
+
+    def trial(self, kept: Sequence[str], phase: str, model: LabModel | None = None,
+              keep_model: bool = False, optimized: bool = False) -> dict:
+        """Convert with ``kept`` kept, run, judge: one row. ``optimized``: both sides run with
+        onnxruntime's graph optimizations (phase ``confirm``; recorded apart from the search's
+        memory of passing and failing sets)."""
+        key = tuple(sorted(kept))
+        t0 = time.perf_counter()
+        if model is None:
+            model = self.models.get(key) or self.conv.convert(key)
+        t = self.clock("trial: convert", t0)
+        if optimized and self.ref_optimized is None:
+            self.ref_optimized = run_outputs(self.model, self.feed_list, self.out_names,
+                                              opt_level="all", clock=self)
+        ref = self.ref_optimized if optimized else self.ref_outputs
+        cand = run_outputs(model, self.feed_list, self.out_names,
+                            opt_level="all" if optimized else "disable",
+                            converted=CONVERTED.get(self.target), clock=self)
+        t = time.perf_counter()
+        per_out = {}
+        for name in self.out_names:
+            per_out[name] = judge(self.tol, [r[name] for r in ref], [c[name] for c in cand])
+        self.clock("trial: judge", t)
+        missing = [nid for nid in self.required if nid not in key]
+        note = "both sides run with onnxruntime's optimizations" if optimized else ""
+        if missing:
+            note = (f"fp16 overflow: {self.required[missing[0]]!r} (beyond 65504) would be "
+                    f"stored in float16 by {missing[0]!r}"
+                    + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+        row = {"trial": len(self.rows), "phase": phase, "kept": list(key),
+               "n_kept": len(key),
+               "score": math.inf if missing else max(m["score"] for m in per_out.values()),
+               "max_abs": max(m["max_abs"] for m in per_out.values()),
+               "sqnr_db": min(m["sqnr_db"] for m in per_out.values()),
+               "cosine": min(m["cosine"] for m in per_out.values()),
+               "passed": all(m["passed"] for m in per_out.values()) and not missing,
+               "seconds": time.perf_counter() - t0, "note": note}
+        self.rows.append(row)
+        if self.bar is not None:
+            self.bar.step(f"{phase}: {len(key)} kept, score {row['score']:.3g}")
+        if optimized:
+            return row
+        self.outputs_of[key] = per_out
+        self._passed[key] = row["passed"]
+        if not row["passed"]:
+            self._failed.append(frozenset(key))
+        if keep_model:
+            self.models[key] = model
+        elif row["passed"]:
+            # The plan is always the last passing trial: keep only that model (a BERT-base
+            # fp16 copy is ~220 MB), plus the ones asked for (the full conversion).
+            for k in [k for k in self.models if k not in self._pinned]:
+                del self.models[k]
+            self.models[key] = model
+        if keep_model:
+            self._pinned.add(key)
+        return row
+
+
+def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibration: int,
+             dims, shapes) -> tuple[LabModel, list[dict], Converter]:
+    if target not in TARGETS:
+        raise unknown_name("precision target", target, TARGETS,
+                           fix=f"Targets: {', '.join(TARGETS)}.")
+    model, rdims, rshapes = resolve(source)
+    dims = {**rdims, **(dims or {})}
+    shapes = {**rshapes, **(shapes or {})}
+    done = [nid for nid, e in model.index.entries.items()
+            if e.node.op_type in ("QuantizeLinear", "DynamicQuantizeLinear")
+            or (e.node.op_type == "Cast" and any(
+                a.name == "to" and a.value in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16, 10, 16)
+                for a in e.node.attributes.values()))]
+    if done:
+        raise InputError(
+            f"The model is already converted (node {done[0]!r} casts to a narrow type or "
+            "quantizes): a precision search starts from the float32 model.",
+            fix="Search on the original: lab.checkout(0) (or the step before the conversion), "
+            "or pass lab.original.")
+    feed_list = as_feed_list(feeds, model, dims, shapes)
+    cal = None
+    if target == "int8":
+        if isinstance(calibration, Calibration):
+            cal = calibration
+        else:
+            cal = calibrate_int8(model, calibration if calibration is not None else
+                                 (feeds if feeds is not None else None), n_calibration,
+                                 dims=dims, shapes=shapes)
+    conv = Converter(model, target, cal)
+    return model, feed_list, conv
+
+
+def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calibration: int,
+                 dims: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None,
+                 metric: str | None, tolerance: Any, atol: float | None, rtol: float | None,
+                 should_stop: Callable[[], bool] | None = None) -> tuple[Search, list[str]]:
+    """The search over ``source``'s candidate nodes (sensitivity and find_precision)."""
+    model, feed_list, conv = _prepare(source, target, feeds, calibration, n_calibration,
+                                      dims, shapes)
+    tol = make_tolerance(target, metric, tolerance, atol, rtol)
+    cands = conv.candidates()
+    if not cands:
+        raise InputError(f"The model has no node that {target} conversion changes (no float "
+                         "computation to keep or convert).",
+                         fix="Pass a float32 model; an already converted model has nothing "
+                         "left to search.")
+    return Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs],
+                  should_stop=should_stop), cands
