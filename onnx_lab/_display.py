@@ -14,7 +14,8 @@ module never imports render/ itself (that would point against the layer order).
 
 A loader runs once. One that raises is not run again: the first call that ran it raises a
 :class:`~onnx_lab.errors.RenderError` chained to the cause, and the later "no view" errors name
-the failed loader.
+the failed loader (a KeyboardInterrupt is no failure: the loader stays pending). While one
+thread runs the loaders, the others' lookups wait for them.
 
 Example:
     >>> from onnx_lab import _display
@@ -96,6 +97,9 @@ def _load() -> None:
             fn = _LOADERS.pop(0)  # popped first: a failing or reentrant loader runs once
             try:
                 fn()
+            except (KeyboardInterrupt, SystemExit):  # interrupted, not failed: run it again
+                _LOADERS.insert(0, fn)
+                raise
             except Exception as e:
                 where = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
                 _FAILED.append(f"{where}: {type(e).__name__}: {e}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -119,6 +121,43 @@ def test_a_loader_runs_once_at_the_first_draw_not_when_added(views):
     assert _display.draw(Report(), "html") == "report"
     assert _display.draw(Report(), "html") == "report"
     assert calls == [1] and _display._LOADERS == []
+
+
+def test_a_draw_waits_for_the_loader_another_thread_is_running(views):
+    class Report:
+        pass
+
+    started = threading.Event()
+
+    def slow():
+        started.set()
+        time.sleep(0.3)  # the other thread looks up meanwhile
+        _display.register(Report, "html", lambda r: "report")
+
+    _display.add_loader(slow)
+    first = threading.Thread(target=_display.kinds, args=(Report,))
+    first.start()
+    assert started.wait(30)
+    assert _display.draw(Report(), "html") == "report"  # no "No view" half-way through
+    first.join()
+
+
+def test_an_interrupted_loader_stays_pending(views):
+    class Report:
+        pass
+
+    calls = []
+
+    def interrupted_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        _display.register(Report, "html", lambda r: "report")
+
+    _display.add_loader(interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        _display.draw(Report(), "html")
+    assert _display.draw(Report(), "html") == "report" and calls == [1, 1]
 
 
 def test_a_failing_loader_raises_once_and_is_named_by_later_errors(views):
