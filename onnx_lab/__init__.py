@@ -6,7 +6,8 @@ Example:
     >>> lab.summary()["num_nodes"]
 
 ``import onnx_lab`` needs no display, no ``dot`` binary and no GPU: heavy modules
-(onnxruntime, graphviz, matplotlib, ipywidgets) are imported on use.
+(onnxruntime, graphviz, matplotlib, ipywidgets) are imported on use, and so are the views of the
+results (``onnx_lab.render.results``, at the first drawing).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import logging
 from typing import Any
 
 from onnx_lab import errors, samples
+from onnx_lab import render as _render  # noqa: F401 - its loader registers the result views
 from onnx_lab.errors import LabError
 from onnx_lab.lab import Lab, merge, repro, to_fp16, to_int8_dynamic, to_int8_static
 from onnx_lab.lab import open_lab as open  # noqa: A001 - the public name is onnx_lab.open
-from onnx_lab.render import results as _views  # noqa: F401 - registers result views (_display)
 
 __version__ = "0.1.0"
 

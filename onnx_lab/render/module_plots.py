@@ -91,8 +91,8 @@ def torch_comparison_figure(r: Any):
     return fig
 
 
-#: Registered by render/results.py for the result types of this module's figures.
-VIEWS = (("onnx_lab.numerics.torch_compare.TorchComparison", "plot", torch_comparison_figure),)
+#: (kind, view) of ``TorchComparison`` (compare_torch's result), registered by render/results.py.
+VIEWS = (("plot", torch_comparison_figure),)
 
 
 def modules_figure(*, profile: Any = None, comparison: Any = None, cost: Any = None,

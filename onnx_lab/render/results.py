@@ -1,11 +1,12 @@
 """The views of result objects: figures, graph renderings and HTML, registered with _display.
 
-``Comparison``, ``Diff``, ``Profile``, ``BatchSweep``, ``Cost`` and ``Summary`` hold data and
+``Comparison``, ``Diff``, ``Profile``, ``BatchSweep``, ``Cost``, ``Summary``... hold data and
 sit below ``render/``; their ``plot()``, ``render()``, ``to_html()`` and ``_repr_html_()`` call
-``onnx_lab._display.draw(self, kind, ...)``, which lands here. ``import onnx_lab`` imports this
-module, so it stays light: matplotlib is imported when a figure is drawn, and ``render_model``
-(graph layout, ~35 ms of imports) is looked up on the ``onnx_lab.render`` package, which loads
-it on first use.
+``onnx_lab._display.draw(self, kind, ...)``, which lands here. The views are registered by class,
+so this module imports every result module; ``import onnx_lab`` does not import it but leaves
+a loader with ``_display`` (in ``onnx_lab.render``), which imports it at the first drawing.
+matplotlib is imported when a figure is drawn, and ``render_model`` (graph layout, ~35 ms of
+imports) is looked up on the ``onnx_lab.render`` package, which loads it on first use.
 
 Example:
     >>> from onnx_lab.render import results
@@ -18,25 +19,34 @@ import html
 import io
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 import onnx_lab.render as _render
 from onnx_lab._display import register
+from onnx_lab.analysis.cost import Cost, GenerationCost
+from onnx_lab.analysis.summary import Summary
 from onnx_lab.errors import InputError
+from onnx_lab.numerics.compare import Comparison
+from onnx_lab.numerics.diff import Diff
+from onnx_lab.numerics.llm import LLMComparison
 from onnx_lab.numerics.metrics import PRESETS
+from onnx_lab.numerics.precision import PrecisionPlan
+from onnx_lab.numerics.torch_compare import TorchComparison
+from onnx_lab.numerics.weight_only import WeightOnlyPlan
+from onnx_lab.profiling.generate import GenerationProfile
+from onnx_lab.profiling.run import Profile
+from onnx_lab.profiling.sweep import BatchSweep
 from onnx_lab.render.compare_plots import hist_figure, layer_error_figure, scatter_figure
-from onnx_lab.render.llm_plots import sqnr_layers_figure
+from onnx_lab.render.llm_plots import LLM_VIEWS, PLAN_VIEWS, sqnr_layers_figure
+from onnx_lab.render.module_plots import VIEWS as MODULE_VIEWS
 from onnx_lab.render.plots import histogram_figure
+from onnx_lab.render.precision_plots import VIEWS as PRECISION_VIEWS
 from onnx_lab.render.profile_plots import batch_sweep_figure, generation_figure, profile_figure
 from onnx_lab.render.tables import format_bytes, frame_html, summary_html
+from onnx_lab.transforms.base import PassResult
 
 if TYPE_CHECKING:
-    import numpy as np
     import pandas as pd
-
-    from onnx_lab.analysis.cost import Cost
-    from onnx_lab.numerics.compare import Comparison
-    from onnx_lab.numerics.diff import Diff
-    from onnx_lab.profiling.run import Profile
-    from onnx_lab.profiling.sweep import BatchSweep
 
 __all__ = ["comparison_plot", "comparison_hist", "comparison_scatter", "comparison_render",
            "comparison_html", "diff_render", "diff_html", "profile_render", "profile_html",
@@ -177,7 +187,7 @@ def profile_summary_html(p: Profile) -> str:
             + (f"<ul>{notes}</ul>" if notes else ""))
 
 
-def generation_summary_html(g: Any) -> str:
+def generation_summary_html(g: GenerationProfile) -> str:
     """Per session: prefill and decode medians with their 95% intervals, tokens/s, how many
     generations were profiled and timed, memory beside the KV cache, and the notes."""
     lines = []
@@ -207,7 +217,7 @@ def generation_summary_html(g: Any) -> str:
             + (f"<ul>{notes}</ul>" if notes else ""))
 
 
-def generation_tables_html(g: Any) -> str:
+def generation_tables_html(g: GenerationProfile) -> str:
     """Prefill and decode statistics (ms to 3 decimals, tokens/s to 1) and the memory table
     (bytes with units), formatted on copies for display."""
     cols = ["session", "phase", "tokens", "runs", "p50_ms", "ci_low_ms", "ci_high_ms", "p10_ms",
@@ -227,7 +237,7 @@ def generation_tables_html(g: Any) -> str:
                          "the KV cache"))
 
 
-def generation_html(g: Any) -> str:
+def generation_html(g: GenerationProfile) -> str:
     """Settings, the summary, latency per phase, memory and the top op types of each phase."""
     ops = g.ops.groupby(["session", "phase"], sort=False).head(8) if len(g.ops) else g.ops
     return ("<div><b>onnx_lab GenerationProfile</b> — "
@@ -316,7 +326,7 @@ def cost_html(c: Cost) -> str:
         f"<ul>{notes}</ul>" if notes else "") + "</div>"
 
 
-def pass_result_html(r: Any) -> str:
+def pass_result_html(r: PassResult) -> str:
     """A PassResult's plain fields as a two-column table (``r.summary()``, empty ones left out)."""
     rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
                    f"<td>{html.escape(str(v))}</td></tr>"
@@ -333,7 +343,7 @@ def backend_report_html(table: pd.DataFrame, outputs: pd.DataFrame, notes: list[
             + (f"<ul>{items}</ul>" if items else "") + "</div>")
 
 
-def generation_cost_html(g: Any) -> str:
+def generation_cost_html(g: GenerationCost) -> str:
     """A GenerationCost: one row per phase (prefill, decode) with units."""
     t = g.table()
     shown = t.assign(**{c: t[c].map(lambda v, u=u: _si(v, u)) for c, u in (
@@ -353,57 +363,33 @@ def array_histogram(values: np.ndarray, *, title: str = "", bins: int = 100):
 
 
 # ---------------------------------------------------------------------------- registry
-# Types by qualified name: registering imports none of the modules that define them.
-_COMPARISON = "onnx_lab.numerics.compare.Comparison"
-_DIFF = "onnx_lab.numerics.diff.Diff"
-_PROFILE = "onnx_lab.profiling.run.Profile"
-_SWEEP = "onnx_lab.profiling.sweep.BatchSweep"
-_GENERATION = "onnx_lab.profiling.generate.GenerationProfile"
-
 for _type, _kind, _fn in (
-        (_COMPARISON, "plot", comparison_plot),
-        (_COMPARISON, "hist", comparison_hist),
-        (_COMPARISON, "scatter", comparison_scatter),
-        (_COMPARISON, "render", comparison_render),
-        (_COMPARISON, "html", comparison_html),
-        (_DIFF, "render", diff_render),
-        (_DIFF, "html", diff_html),
-        (_PROFILE, "plot", profile_figure),
-        (_PROFILE, "render", profile_render),
-        (_PROFILE, "html", profile_html),
-        (_SWEEP, "plot", batch_sweep_figure),
-        (_GENERATION, "plot", generation_figure),
-        (_GENERATION, "html", generation_html),
-        (_SWEEP, "html", batch_sweep_html),
-        ("onnx_lab.analysis.cost.Cost", "html", cost_html),
-        ("onnx_lab.analysis.cost.GenerationCost", "html", generation_cost_html),
-        ("onnx_lab.analysis.summary.Summary", "html", summary_html),
-        ("numpy.ndarray", "histogram", array_histogram),
-        ("onnx_lab.transforms.base.PassResult", "html", pass_result_html),
+        (Comparison, "plot", comparison_plot),
+        (Comparison, "hist", comparison_hist),
+        (Comparison, "scatter", comparison_scatter),
+        (Comparison, "render", comparison_render),
+        (Comparison, "html", comparison_html),
+        (Diff, "render", diff_render),
+        (Diff, "html", diff_html),
+        (Profile, "plot", profile_figure),
+        (Profile, "render", profile_render),
+        (Profile, "html", profile_html),
+        (BatchSweep, "plot", batch_sweep_figure),
+        (BatchSweep, "html", batch_sweep_html),
+        (GenerationProfile, "plot", generation_figure),
+        (GenerationProfile, "html", generation_html),
+        (Cost, "html", cost_html),
+        (GenerationCost, "html", generation_cost_html),
+        (Summary, "html", summary_html),
+        (np.ndarray, "histogram", array_histogram),
+        (PassResult, "html", pass_result_html),
+        # The precision doctor's plan (render/precision_plots.py: bar chart, overlay, report).
+        *((PrecisionPlan, k, f) for k, f in PRECISION_VIEWS),
+        # LLM results (render/llm_plots.py): the next-token comparison, the weight-only plan.
+        *((LLMComparison, k, f) for k, f in LLM_VIEWS),
+        *((WeightOnlyPlan, k, f) for k, f in PLAN_VIEWS),
+        # Per PyTorch module (render/module_plots.py): compare_torch's result.
+        *((TorchComparison, k, f) for k, f in MODULE_VIEWS),
 ):
-    register(_type, _kind, _fn)
-del _type, _kind, _fn
-
-# The precision doctor's plan (render/precision_plots.py: bar chart, graph overlay, report).
-from onnx_lab.render.precision_plots import VIEWS as _PRECISION_VIEWS  # noqa: E402
-
-for _kind, _fn in _PRECISION_VIEWS:
-    register("onnx_lab.numerics.precision.plan.PrecisionPlan", _kind, _fn)
-del _kind, _fn
-
-# LLM results (render/llm_plots.py): the next-token comparison and the weight-only plan.
-from onnx_lab.render.llm_plots import LLM_VIEWS as _LLM_VIEWS  # noqa: E402
-from onnx_lab.render.llm_plots import PLAN_VIEWS as _INT4_VIEWS  # noqa: E402
-
-for _kind, _fn in _LLM_VIEWS:
-    register("onnx_lab.numerics.llm.LLMComparison", _kind, _fn)
-for _kind, _fn in _INT4_VIEWS:
-    register("onnx_lab.numerics.weight_only.WeightOnlyPlan", _kind, _fn)
-del _kind, _fn
-
-# Per PyTorch module (render/module_plots.py): compare_torch's result.
-from onnx_lab.render.module_plots import VIEWS as _MODULE_VIEWS  # noqa: E402
-
-for _type, _kind, _fn in _MODULE_VIEWS:
     register(_type, _kind, _fn)
 del _type, _kind, _fn
