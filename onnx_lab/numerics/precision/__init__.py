@@ -46,7 +46,7 @@ Example:
 from __future__ import annotations
 
 from onnx_lab.numerics.metrics import Rule
-from onnx_lab.numerics.precision.plan import OUTPUT_COLUMNS, PrecisionPlan  # noqa: I001
+from onnx_lab.numerics.precision.plan import OUTPUT_COLUMNS, PrecisionPlan
 from onnx_lab.numerics.precision.ranking import SENSITIVITY_COLUMNS, sensitivity
 from onnx_lab.numerics.precision.search import find_precision
 from onnx_lab.numerics.precision.trials import (
