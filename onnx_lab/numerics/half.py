@@ -559,6 +559,11 @@ def all_names(g: onnx.GraphProto) -> set[str]:
     return out
 
 
+def _in_file(t: TensorProto) -> bool:
+    """The default ``external``: an initializer whose data lives in an external file."""
+    return t.data_location == TensorProto.EXTERNAL
+
+
 def convert_half(proto: onnx.ModelProto, rules: HalfRules, kept: Iterable[str] = (), *,
                  keep_io_types: bool = True,
                  external: Callable[[TensorProto], bool] | None = None
@@ -576,7 +581,7 @@ def convert_half(proto: onnx.ModelProto, rules: HalfRules, kept: Iterable[str] =
     kept = set(kept)
     cands = set(rules.candidates)
     w = _Writer(proto, rules, lambda nid: nid in cands and nid not in kept, keep_io_types,
-                external or (lambda t: t.data_location == TensorProto.EXTERNAL))
+                external or _in_file)
     w.graph(proto.graph, None, True)
     w.finish()
     return proto, w.fill
@@ -714,7 +719,7 @@ def emulate_bf16(proto: onnx.ModelProto, rules: HalfRules, kept: Iterable[str] =
     in-memory array): such weights are rounded by their reader's input rounding instead.
     """
     kept = set(kept)
-    external = external or (lambda t: t.data_location == TensorProto.EXTERNAL)
+    external = external or _in_file
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     split = "__onnx_lab_bf16_split"
     if opset < 13:

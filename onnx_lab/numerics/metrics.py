@@ -27,7 +27,8 @@ import numpy as np
 from onnx_lab.errors import unknown_name
 
 __all__ = ["MetricAccumulator", "tensor_metrics", "judge", "METRIC_COLUMNS", "TOLERANCES",
-           "tolerance", "Rule", "RULE_KINDS", "Preset", "PRESETS", "rule_for", "get_preset", "preset_for_dtype",
+           "tolerance", "Rule", "RULE_KINDS", "Preset", "PRESETS", "rule_for", "get_preset",
+           "preset_for_dtype",
            "NextToken", "NEXT_TOKEN", "next_token_metrics", "NEXT_TOKEN_COLUMNS",
            "TIE_MARGIN"]
 
@@ -509,11 +510,9 @@ class MetricAccumulator:
         """The metrics as a dict with the keys of :data:`METRIC_COLUMNS`."""
         ok = self.comparable and self.shape is not None
         nan = math.nan
-        sqnr = nan
         if ok and self.n_finite and self.statistics:
             mean_abs = self.sum_abs / self.n_finite
-            denom = math.sqrt(self.sum_r2 * self.sum_c2)
-            cosine = self.dot / denom if denom > 0 else (1.0 if self.sum_e2 == 0 else 0.0)
+            cosine = self._cosine()
             sqnr = self._sqnr()
         else:
             mean_abs = cosine = sqnr = nan
@@ -538,6 +537,10 @@ class MetricAccumulator:
             "max_ref": self.max_ref if ok else nan,
             "rule": self.rule.describe(),
         }
+
+    def _cosine(self) -> float:
+        denom = math.sqrt(self.sum_r2 * self.sum_c2)
+        return self.dot / denom if denom > 0 else (1.0 if self.sum_e2 == 0 else 0.0)
 
     def _sqnr(self) -> float:
         if self.sum_e2 == 0:
@@ -574,8 +577,7 @@ class MetricAccumulator:
                 return 0.0
             return 10 ** ((self.rule.min_sqnr_db - sqnr) / 10) if math.isfinite(sqnr) \
                 else math.inf
-        denom = math.sqrt(self.sum_r2 * self.sum_c2)
-        cosine = self.dot / denom if denom > 0 else (1.0 if self.sum_e2 == 0 else 0.0)
+        cosine = self._cosine()
         lim = self.rule.min_cosine
         if lim < 1:
             return max(0.0, (1 - cosine) / (1 - lim))
@@ -625,8 +627,7 @@ def judge(rule: Rule, refs: Any, cands: Any) -> dict[str, Any]:
     if not acc.comparable:
         return {"score": math.inf, "max_abs": math.inf, "sqnr_db": -math.inf, "cosine": 0.0,
                 "passed": False}
-    empty = acc.n_finite == 0
-    m = acc.result() if not empty else {}
+    empty = acc.n_finite == 0  # nothing finite to compare: no noise, no angle
     return {"score": float(score), "max_abs": float(acc.max_abs),
-            "sqnr_db": math.inf if empty else float(m["sqnr_db"]),
-            "cosine": 1.0 if empty else float(m["cosine"]), "passed": bool(score <= 1.0)}
+            "sqnr_db": math.inf if empty else acc._sqnr(),
+            "cosine": 1.0 if empty else acc._cosine(), "passed": bool(score <= 1.0)}
