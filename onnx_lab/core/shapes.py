@@ -21,6 +21,7 @@ from onnx_lab.core import _contrib_shapes
 from onnx_lab.core._fold import fold_into_bodies, fold_shape_values
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import UnreadableTensor
+from onnx_lab.core.dimexpr import dim_expression, dim_names, resolve_dim
 from onnx_lab.errors import DimError, close_matches, unknown_name
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["TensorInfo", "infer_types", "dtype_name", "shape_tuple", "validate_dims",
-           "dynamic_dims", "named_shapes", "fit_dims"]
+           "dynamic_dims", "expression_dims", "named_shapes", "fit_dims", "resolve_dim"]
 
 _KEEP_BYTES = 4096
 _DTYPE_NAMES = {ir.DataType.FLOAT: "float32", ir.DataType.DOUBLE: "float64"}
@@ -97,7 +98,11 @@ def shape_tuple(shape: ir.Shape | None) -> tuple[Dim, ...] | None:
 
 
 def dynamic_dims(model: LabModel) -> dict[str, list[str]]:
-    """Symbolic dim name -> input names that use it (unnamed/-1/? dims as ``"?"``)."""
+    """Symbolic dim name -> input names that use it (unnamed/-1/? dims as ``"?"``).
+
+    A dim expression (``past_sequence_length + sequence_length``, see
+    :mod:`onnx_lab.core.dimexpr`) is no name of its own: the names it uses are listed.
+    """
     out: dict[str, list[str]] = {}
     for v in model.graph.inputs:
         if v.name in model.graph.initializers:
@@ -105,10 +110,28 @@ def dynamic_dims(model: LabModel) -> dict[str, list[str]]:
         for d in shape_tuple(v.shape) or ():
             if isinstance(d, int) and d >= 0:
                 continue
-            key = d if isinstance(d, str) else "?"
-            out.setdefault(key, [])
-            if v.name not in out[key]:
-                out[key].append(v.name)
+            keys = dim_names(d) if isinstance(d, str) else ("?",)
+            for key in keys:
+                out.setdefault(key, [])
+                if v.name not in out[key]:
+                    out[key].append(v.name)
+    return out
+
+
+def expression_dims(model: LabModel) -> dict[str, list[str]]:
+    """Dim expression text -> the ``"input[axis]"`` places it sizes (main-graph inputs).
+
+    Example:
+        >>> expression_dims(lab.model)
+        {'past_sequence_length + sequence_length': ['attention_mask[1]']}
+    """
+    out: dict[str, list[str]] = {}
+    for v in model.graph.inputs:
+        if v.name in model.graph.initializers:
+            continue
+        for axis, d in enumerate(shape_tuple(v.shape) or ()):
+            if isinstance(d, str) and dim_expression(d) is not None:
+                out.setdefault(d, []).append(f"{v.name}[{axis}]")
     return out
 
 
@@ -121,8 +144,9 @@ def validate_dims(model: LabModel, dims: Mapping[str, int] | None,
         UnknownNameError: ``shapes`` names an input that does not exist.
     """
     known = dynamic_dims(model)
+    exprs = expression_dims(model)
     for name, value in (dims or {}).items():
-        if name not in known or name == "?":
+        if (name not in known or name == "?") and name not in exprs:
             named = sorted(k for k in known if k != "?")
             near = close_matches(str(name), named, n=1)
             hint = f" Did you mean {near[0]!r}?" if near else ""
@@ -137,6 +161,7 @@ def validate_dims(model: LabModel, dims: Mapping[str, int] | None,
                            fix=f"Pass dims={{{name!r}: 1}} or another size (0 for an empty "
                                "KV cache).")
     _check_derived(model, dims or {})
+    _check_expressions(exprs, dims or {})
     inputs = {v.name: v for v in model.graph.inputs if v.name not in model.graph.initializers}
     for name, shape in (shapes or {}).items():
         if name not in inputs:
@@ -160,6 +185,21 @@ def validate_dims(model: LabModel, dims: Mapping[str, int] | None,
                     f"the model, not {d}.", fix=f"Use {declared[i]} for dim {i}.")
 
 
+def _check_expressions(exprs: Mapping[str, list[str]], dims: Mapping[str, int]) -> None:
+    """Every input dim expression whose names are given evaluates to a size (DimError naming
+    the input and axis otherwise); one given by its own text agrees with its value."""
+    for text, uses in exprs.items():
+        expr = dim_expression(text)
+        try:
+            value = expr.evaluate(dims) if expr is not None else None
+        except DimError as e:
+            raise DimError(f"{e.problem} (input {', '.join(uses)})", fix=e.fix) from e
+        if value is not None and text in dims and dims[text] != value:
+            raise DimError(f"Dim {text!r} ({', '.join(uses)}) is {value} with the dims given "
+                           f"({expr.given(dims)}), not {dims[text]}.",
+                           fix=f"Leave {text!r} out: it is computed from its names.")
+
+
 def _check_derived(model: LabModel, dims: Mapping[str, int]) -> None:
     """A given dim that contradicts what the graph fixes (a head size) fails now, by name,
     rather than later inside onnxruntime."""
@@ -177,7 +217,7 @@ def _check_derived(model: LabModel, dims: Mapping[str, int]) -> None:
 def fit_dims(model: LabModel, dims: Mapping[str, int] | None,
          shapes: Mapping[str, Sequence[int]] | None) -> tuple[dict, dict]:
     """The dims/shapes that apply to ``model`` (a fixed dim is no longer a dim)."""
-    known = dynamic_dims(model)
+    known = {**dynamic_dims(model), **expression_dims(model)}
     inputs = {v.name for v in model.graph.inputs if v.name not in model.graph.initializers}
     return ({k: v for k, v in (dims or {}).items() if k in known},
             {k: list(v) for k, v in (shapes or {}).items() if k in inputs})
@@ -185,10 +225,11 @@ def fit_dims(model: LabModel, dims: Mapping[str, int] | None,
 
 def _with_dims(shape: tuple[Dim, ...] | None, dims: Mapping[str, int]
                ) -> tuple[Dim, ...] | None:
-    """Declared shape with the user's dim values substituted for their names."""
+    """Declared shape with the user's dim values substituted for their names (and dim
+    expressions evaluated once all their names are given)."""
     if shape is None or not dims:
         return shape
-    return tuple(dims.get(d, d) if isinstance(d, str) else d for d in shape)
+    return tuple(resolve_dim(d, dims) for d in shape)
 
 
 def _resolved_input_shape(v: ir.Value, dims: Mapping[str, int],
@@ -198,7 +239,7 @@ def _resolved_input_shape(v: ir.Value, dims: Mapping[str, int],
     declared = shape_tuple(v.shape)
     if declared is None:
         return None
-    return [dims.get(d, d) if isinstance(d, str) else d for d in declared]
+    return [resolve_dim(d, dims) for d in declared]
 
 
 def _value_info(name: str, elem: int, shape: Sequence[Dim] | None) -> onnx.ValueInfoProto:

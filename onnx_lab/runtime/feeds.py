@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from onnx_lab.core.derived import length_sums, with_derived
+from onnx_lab.core.dimexpr import dim_expression, resolve_dim
 from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dtype_name, shape_tuple, validate_dims
@@ -70,11 +71,14 @@ def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
                 resolved.append(d)
             elif isinstance(d, int) and d == 0:
                 resolved.append(0)
-            elif isinstance(d, str) and d in dims:
-                resolved.append(int(dims[d]))
+            elif isinstance(d, str) and isinstance(value := _resolve(d, dims, name, i), int):
+                resolved.append(value)
             else:
                 if isinstance(d, str):
-                    named.setdefault(d, []).append(f"{name}[{i}]")
+                    # An expression asks for the names it uses that are not given.
+                    expr = dim_expression(d)
+                    for n in (d,) if expr is None else [n for n in expr.names if n not in dims]:
+                        named.setdefault(n, []).append(f"{name}[{i}]")
                 else:
                     missing.append(f"input {name!r} dim {i} (unnamed)")
                     unnamed.add(name)
@@ -112,6 +116,14 @@ def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
         err.dims = sorted(named)  # the widgets' run-context bar focuses these fields
         raise err
     return out
+
+
+def _resolve(d: str, dims: Mapping[str, int], name: str, axis: int) -> object:
+    """A named or expression dim's value (the dim itself when not resolved)."""
+    try:
+        return resolve_dim(d, dims, strict=True)
+    except DimError as e:  # an expression that divides by zero or comes out negative
+        raise DimError(f"{e.problem} (input {name}[{axis}])", fix=e.fix) from e
 
 
 def _is_spatial(dim: str) -> bool:

@@ -27,8 +27,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core.derived import with_derived
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import shape_tuple
+from onnx_lab.core.shapes import resolve_dim, shape_tuple
 from onnx_lab.core.source_map import carry_sources
 from onnx_lab.errors import PassError
 from onnx_lab.transforms.base import (
@@ -398,7 +399,8 @@ class WholeModelPass(LabPass):
 
     def lab_input_shapes(self, model: LabModel) -> dict[str, list[int]]:
         """Input shapes resolvable from the Lab's dims/shapes (inputs left dynamic omitted)."""
-        dims, shapes = self.context.dims, self.context.shapes
+        # The dims the model determines (a decoder's total length, a head size) too.
+        dims, shapes = with_derived(model, self.context.dims), self.context.shapes
         out: dict[str, list[int]] = {}
         g = model.graph
         for v in g.inputs:
@@ -410,8 +412,9 @@ class WholeModelPass(LabPass):
             shp = shape_tuple(v.shape)
             if shp is None:
                 continue
-            res = [d if isinstance(d, int) and d > 0 else dims.get(d) if isinstance(d, str)
-                   else None for d in shp]
+            # Names and dim expressions (past + new lengths) from the Lab's dims.
+            res = [d if isinstance(d, int) and d > 0 else resolve_dim(d, dims)
+                   if isinstance(d, str) else None for d in shp]
             if all(isinstance(d, int) for d in res) and any(
                     not isinstance(d, int) for d in shp):
                 out[v.name] = res  # type: ignore[assignment]
