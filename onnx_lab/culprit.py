@@ -283,7 +283,8 @@ class _Runner:
             run.modified = result.modified
             if result.modified:
                 report = report_of(self.before, result.model, result, dims=self.dims,
-                                   shapes=self.shapes, cache=self.cache, **self.opts)
+                                   shapes=self.shapes, cache=self.cache,
+                                   reference_shapes=True, **self.opts)  # as the step's
                 run.verified = True
                 run.passed = bool(report.attrs.get("passed", True))
                 run.first_failure = report.attrs.get("first_failure")

@@ -31,7 +31,7 @@ from onnx_lab._pandas import pd
 from onnx_lab.core.derived import with_derived
 from onnx_lab.core.llm import decoder_io, max_context, require_decoder_io
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import TensorInfo
+from onnx_lab.core.shapes import TensorInfo, resolve_dim
 from onnx_lab.core.source import resolve
 from onnx_lab.core.source_map import group_by_module
 from onnx_lab.core.units import itemsize
@@ -836,8 +836,8 @@ def kv_cache_bytes(model: Any, context: int, *, batch: int = 1,
                 n *= d
             elif d == io.batch_dim:
                 n *= int(batch)
-            elif isinstance(d, str) and d in sizes:
-                n *= int(sizes[d])
+            elif isinstance(d, str) and isinstance(resolve_dim(d, sizes), int):
+                n *= int(resolve_dim(d, sizes))  # a name, or an expression of given names
             else:
                 raise DimError(f"Cache input {slot.past!r} {list(slot.shape)}: dim {axis} "
                                f"({d!r}) has no size.", fix=f"Pass dims={{{d!r}: ...}}.")

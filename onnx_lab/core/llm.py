@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from onnx_lab.core.shapes import Dim, dtype_name, shape_tuple
+from onnx_lab.core.shapes import Dim, dtype_name, resolve_dim, shape_tuple
 from onnx_lab.errors import CacheError
 
 if TYPE_CHECKING:
@@ -170,8 +170,8 @@ class DecoderIO:
                     shape.append(d)
                 elif d == self.batch_dim or (d is None and axis == 0):
                     shape.append(batch)
-                elif isinstance(d, str) and isinstance(dims.get(d), int):
-                    shape.append(dims[d])
+                elif isinstance(d, str) and isinstance(resolve_dim(d, dims), int):
+                    shape.append(int(resolve_dim(d, dims)))  # a name or an expression
                 else:
                     raise CacheError(
                         f"Cache input {s.past!r} {list(s.shape)}: dim {axis} ({d!r}) has no "

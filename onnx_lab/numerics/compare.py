@@ -27,10 +27,11 @@ from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import fit_dims, validate_dims
 from onnx_lab.core.source import Resolved, resolve
 from onnx_lab.core.source_map import group_by_module, module_at
 from onnx_lab.core.values import const_array, constant_producer, foldable_nodes, is_constant
-from onnx_lab.errors import InputError, LabError, unknown_name
+from onnx_lab.errors import DimError, InputError, LabError, unknown_name
 from onnx_lab.numerics.align import ALIGN_COLUMNS, align
 from onnx_lab.numerics.confirm import confirm_divergence
 from onnx_lab.numerics.metrics import (
@@ -96,11 +97,55 @@ def _check_inputs(ref: LabModel, cand: LabModel) -> None:
 
 
 def _load(source: Any, what: str, dims, shapes) -> Resolved:
+    """``source`` with its own dims/shapes (a Lab's) under ``dims``/``shapes``, fitted to it:
+    names it lacks (another side's ``batch_size``, dims a static model no longer has) are
+    left out, the rest checked (DimError naming the side)."""
     try:
         # Large files: weights stay in the file (read by ORT from disk, by onnx_ir on use).
-        return resolve(source, dims, shapes, lazy=True, validate=True)
+        r = resolve(source, lazy=True)
+        d, s = fit_dims(r.model, {**r.dims, **dict(dims or {})},
+                        {**r.shapes, **{k: list(v) for k, v in (shapes or {}).items()}})
+        validate_dims(r.model, d, s)
+        return Resolved(r.model, d, s)
     except LabError as e:
         raise type(e)(f"{what}: {e.problem}", fix=e.fix) from e
+
+
+def _check_known(sides: Sequence[tuple[str, Resolved]], dims: Mapping[str, int] | None,
+                 shapes: Mapping[str, Sequence[int]] | None) -> None:
+    """A dim or input shape given that no side has is a typo: the first side's DimError."""
+    what, first = sides[0]
+    try:
+        for name, value in (dims or {}).items():
+            if all(name not in r.dims for _, r in sides):
+                validate_dims(first.model, {name: value}, None)  # raises, with "did you mean"
+        for name, value in (shapes or {}).items():
+            if all(name not in r.shapes for _, r in sides):
+                validate_dims(first.model, None, {name: value})
+    except LabError as e:
+        raise type(e)(f"{what}: {e.problem}", fix=e.fix) from e
+
+
+def _shared_feeds(ref: Resolved, cand: Resolved) -> list[dict[str, np.ndarray]]:
+    """Seeded feeds from the reference's dims, which the candidate must accept (a static
+    candidate's shapes must be the reference's resolved ones; its dim names may differ).
+    When the reference's dims leave dims open, the candidate's own shapes (a static model)
+    are used instead, if they resolve."""
+    try:
+        feed_list = as_feed_list(None, ref.model, ref.dims, ref.shapes)
+    except DimError as ref_error:
+        try:
+            return as_feed_list(None, cand.model, cand.dims, cand.shapes)
+        except DimError:
+            raise DimError(f"reference: {ref_error.problem}", fix=ref_error.fix) from ref_error
+    try:
+        return as_feed_list(feed_list, cand.model, cand.dims, cand.shapes)
+    except InputError as e:
+        given = ", ".join(f"{k}={v}" for k, v in ref.dims.items()) or "none"
+        raise DimError(
+            f"candidate: {e.problem} The feeds follow the reference's dims ({given}); the "
+            "candidate's inputs are fixed to other sizes.",
+            fix="Give dims that match the candidate's fixed shapes, or pass feeds=...") from e
 
 
 # ---------------------------------------------------------------------------- compare
@@ -210,13 +255,15 @@ class _Sides(NamedTuple):
 
 def _sides(reference: Any, candidate: Any, feeds: Any, dims: Mapping[str, int] | None,
            shapes: Mapping[str, Sequence[int]] | None, providers: Any) -> _Sides:
-    """Load both sides, check that they take the same inputs and make the feeds."""
-    cand_lab = _load(candidate, "candidate", dims, shapes)
-    dims = {**cand_lab.dims, **(dims or {})}
-    shapes = {**cand_lab.shapes, **(shapes or {})}
+    """Load both sides, check that they take the same inputs and make the feeds.
+
+    The reference's dims (a Lab's own, under ``dims``) size the feeds, as for
+    ``ref_lab.compare(candidate)``; each side takes the dims it has."""
     ref_dict: dict[str, np.ndarray] | None = None
     ref_lab: Resolved | None = None
     if isinstance(reference, Mapping):
+        cand_lab = _load(candidate, "candidate", dims, shapes)
+        _check_known([("candidate", cand_lab)], dims, shapes)
         ref_dict = {str(k): np.asarray(v) for k, v in reference.items()}
         if feeds is None:
             names = [n for n, _, _ in input_specs(cand_lab.model)]
@@ -229,14 +276,22 @@ def _sides(reference: Any, candidate: Any, feeds: Any, dims: Mapping[str, int] |
                     fix="compare(ref_dict, cand, feeds={input: array}).")
     else:
         ref_lab = _load(reference, "reference", dims, shapes)
+        # The candidate's own dims (a Lab's) under the reference's, under those given.
+        cand_lab = _load(candidate, "candidate", {**ref_lab.dims, **dict(dims or {})},
+                         {**ref_lab.shapes, **dict(shapes or {})})
+        _check_known([("reference", ref_lab), ("candidate", cand_lab)], dims, shapes)
         _check_inputs(ref_lab.model, cand_lab.model)
     split = _split_providers(providers)
-    feed_list = as_feed_list(feeds, cand_lab.model, dims, shapes)
+    if ref_lab is not None and feeds is None:
+        feed_list = _shared_feeds(ref_lab, cand_lab)
+    else:
+        feed_list = as_feed_list(feeds, cand_lab.model, cand_lab.dims, cand_lab.shapes)
     if ref_dict is not None and len(feed_list) != 1:
         raise InputError(f"A dict reference holds one sample, but {len(feed_list)} feed samples "
                          "were given.", fix="Pass the one sample the dict was computed from.")
     if ref_lab is not None:
-        as_feed_list(feed_list, ref_lab.model, dims, shapes)  # the reference must accept them
+        # the reference must accept them
+        as_feed_list(feed_list, ref_lab.model, ref_lab.dims, ref_lab.shapes)
     return _Sides(cand_lab, ref_lab, ref_dict, feed_list, split)
 
 

@@ -49,7 +49,7 @@ from onnx_lab.numerics.metrics import (
 )
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.capture import run as capture_run
-from onnx_lab.runtime.feeds import as_feed_list, input_specs
+from onnx_lab.runtime.feeds import as_feed_list, input_specs, resolve_input_shapes
 
 # The step's transforms.base.PassResult: read (provenance) and filled (verify_passed...) by
 # duck typing, since numerics does not import transforms.
@@ -64,9 +64,15 @@ REPORT_COLUMNS = ["tensor", "node_id", "match", "dtype", "max_abs", "max_rel", "
                   "atol", "rtol", "ref_tensor", "ref_node_id", "shape", "note", "preset", "rule"]
 
 # ---------------------------------------------------------------------------- feeds
-def _feeds(before: LabModel, after: LabModel, feeds: Any, dims, shapes, seed: int
+def _feeds(before: LabModel, after: LabModel, feeds: Any, dims, shapes, seed: int,
+           reference_shapes: bool = False
            ) -> list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]:
-    """(reference feeds, candidate feeds) per sample."""
+    """(reference feeds, candidate feeds) per sample.
+
+    ``reference_shapes``: the inputs are sized by the reference's dims and the candidate
+    must take them (a tool that fixed the input shapes fixed them to those: DimError
+    otherwise); else the candidate's own shapes lead (``fix_dims`` to other sizes).
+    """
 
     a_dims, a_shapes = fit_dims(after, dims, shapes)
     b_dims, b_shapes = fit_dims(before, dims, shapes)
@@ -75,6 +81,12 @@ def _feeds(before: LabModel, after: LabModel, feeds: Any, dims, shapes, seed: in
     try:
         if feeds is not None:
             base = as_feed_list(feeds, before, b_dims, b_shapes, seed)
+        elif reference_shapes and _resolves(before, b_dims, b_shapes):
+            base = as_feed_list(None, before, b_dims, b_shapes, seed)
+            if any(n not in base[0] for n in a_names):  # inputs only the new model has
+                extra = as_feed_list(None, after, a_dims, a_shapes, seed)[0]
+                base = [{**extra, **base[0]}]
+            _accepts(after, base[0], b_dims)
         else:
             # The candidate is usually the more constrained model (fix_dims), so generate
             # for it and fill what only the reference needs from the reference.
@@ -95,6 +107,33 @@ def _feeds(before: LabModel, after: LabModel, feeds: Any, dims, shapes, seed: in
                              fix="Pass feeds for every input of both models.")
         out.append((ref, cand))
     return out
+
+
+def _resolves(model: LabModel, dims, shapes) -> bool:
+    try:
+        resolve_input_shapes(model, dims, shapes)
+    except DimError:
+        return False
+    return True
+
+
+def _accepts(after: LabModel, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]
+             ) -> None:
+    """DimError when the new model fixed an input to sizes other than the reference's."""
+    for name, _dtype, shape in input_specs(after):
+        arr = feeds.get(name)
+        if arr is None or shape is None:
+            continue
+        bad = len(shape) != arr.ndim or any(
+            isinstance(d, int) and d > 0 and d != a for d, a in zip(shape, arr.shape))
+        if bad:
+            given = ", ".join(f"{k}={v}" for k, v in dims.items()) or "none"
+            raise DimError(
+                f"The new model's input {name!r} is {list(shape)}, but the reference's dims "
+                f"({given}) give it {list(arr.shape)}: the step fixed the input shapes to "
+                "other sizes.",
+                fix="Open the model with the dims the tool should fix (dims=...), or run the "
+                "tool with the Lab's dims.")
 
 
 def _fingerprint(feeds: Mapping[str, np.ndarray]) -> str:
@@ -276,8 +315,12 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
               shapes: Mapping[str, Sequence[int]] | None = None, atol: float | None = None,
               rtol: float | None = None, seed: int = 0, max_bytes: int = 1 << 30,
               intermediates: bool = True, providers: Any = None,
-              cache: dict | None = None, preset: str | None = None) -> Report:
-    """:func:`verify` without the DataFrame: its rows and attrs."""
+              cache: dict | None = None, preset: str | None = None,
+              reference_shapes: bool = False) -> Report:
+    """:func:`verify` without the DataFrame: its rows and attrs.
+
+    ``reference_shapes``: size the inputs by the reference's dims, which the new model must
+    take (a tool's step; ``steps.apply`` sets it for every pass but the shape edits)."""
     before, after = load_source(before), load_source(after)
     for label, v in (("atol", atol), ("rtol", rtol)):
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
@@ -293,7 +336,7 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
     pairs = align_versions(before, after, result)
     if not intermediates:
         pairs = [p for p in pairs if p.match == "output"]
-    samples = _feeds(before, after, feeds, dims, shapes, seed)
+    samples = _feeds(before, after, feeds, dims, shapes, seed, reference_shapes)
     stats: dict[str, dict[str, Any]] = {
         p.tensor: {"max_abs": 0.0, "max_rel": 0.0, "passed": True, "dtype": None,
                    "shape": None, "note": "", "atol": None, "rtol": None, "preset": None,

@@ -19,7 +19,7 @@ import numpy as np
 from onnx_lab.core.derived import with_derived
 from onnx_lab.core.llm import genai_config, require_decoder_io
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import dtype_name, shape_tuple
+from onnx_lab.core.shapes import dtype_name, resolve_dim, shape_tuple
 from onnx_lab.errors import CacheError, DimError
 
 __all__ = ["CacheLayout", "cache_layout", "EXTRA_ROLES"]
@@ -141,8 +141,8 @@ def cache_layout(model: LabModel, dims: Mapping[str, int] | None = None) -> Cach
                 shape.append(d)
             elif d == io.batch_dim or (d is None and i == 0):
                 shape.append(-1)
-            elif isinstance(d, str) and isinstance(dims.get(d), int):
-                shape.append(int(dims[d]))
+            elif isinstance(d, str) and isinstance(resolve_dim(d, dims), int):
+                shape.append(int(resolve_dim(d, dims)))  # a name or an expression of names
             else:
                 raise DimError(
                     f"Dim {d!r} (axis {i}) of cache input {s.past!r} {list(ps)} is symbolic: "

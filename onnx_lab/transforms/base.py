@@ -616,6 +616,15 @@ def get_pass(name: str, matches: Sequence[str] | None = None, **params: Any) -> 
     return _REGISTRY[name].factory(matches=matches, **params)
 
 
+def pass_kind(name: str) -> str:
+    """The registered kind of pass ``name`` (``graph``, ``tool``, ``edit``...)."""
+    _load_builtins()
+    if name not in _REGISTRY:
+        raise unknown_name("pass", name, _REGISTRY,
+                           fix="See onnx_lab.transforms.available() (or `onnx-lab passes`).")
+    return _REGISTRY[name].kind
+
+
 def available() -> pd.DataFrame:
     """The registered passes.
 

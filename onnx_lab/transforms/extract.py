@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core.dimexpr import dim_expression
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import fit_dims, named_shapes, shape_tuple
 from onnx_lab.core.subgraph import reached_inputs
@@ -224,7 +225,9 @@ def _new_dim_values(model: LabModel, sub: LabModel, known: Mapping[str, int],
         if have is None or have.shape is None or shape is None or len(shape) != len(have.shape):
             continue
         for d, size in zip(shape, have.shape, strict=True):
-            if isinstance(d, str) and d not in known and isinstance(size, int) and size > 0:
+            # (a dim expression is no name: it is computed from the names it uses)
+            if isinstance(d, str) and d not in known and dim_expression(d) is None \
+                    and isinstance(size, int) and size > 0:
                 out.setdefault(d, size)
     return out
 

@@ -15,7 +15,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import dynamic_dims, shape_tuple
+from onnx_lab.core.shapes import dynamic_dims, expression_dims, resolve_dim, shape_tuple
 from onnx_lab.errors import DimError, PassError, unknown_name
 from onnx_lab.transforms._whole import WholeModelPass
 from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
@@ -29,8 +29,10 @@ def _replace_dims(shape: ir.Shape | None, dims: dict[str, int]) -> ir.Shape | No
     new = []
     changed = False
     for d in shape:
-        if not isinstance(d, int) and getattr(d, "value", None) in dims:
-            new.append(int(dims[d.value]))
+        # A name, or a dim expression all of whose names are fixed (past + new lengths).
+        value = resolve_dim(getattr(d, "value", None), dims) if not isinstance(d, int) else d
+        if not isinstance(d, int) and isinstance(value, int):
+            new.append(value)
             changed = True
         else:
             new.append(d)
@@ -47,8 +49,9 @@ class FixDims(LabPass):
     def find(self, model: LabModel) -> list[Match]:
         dims = self.options["dims"] or {}
         known = dynamic_dims(model)
+        exprs = expression_dims(model)
         for name, value in dims.items():
-            if name not in known or name == "?":
+            if (name not in known or name == "?") and name not in exprs:
                 named = sorted(k for k in known if k != "?")
                 raise DimError(f"Unknown dim name {name!r}: the model's inputs have "
                                f"{'symbolic dims ' + ', '.join(map(repr, named)) if named else 'no named dims'}.",

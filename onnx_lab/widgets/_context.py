@@ -15,9 +15,9 @@ from typing import Any
 
 import ipywidgets as w
 
-from onnx_lab.core.derived import derived_dims, length_sums
-from onnx_lab.core.shapes import dynamic_dims, shape_tuple
-from onnx_lab.errors import InputError
+from onnx_lab.core.derived import derived_dims, length_sums, with_derived
+from onnx_lab.core.shapes import dynamic_dims, expression_dims, resolve_dim, shape_tuple
+from onnx_lab.errors import DimError, InputError
 
 __all__ = ["RunContext", "missing_dims", "image_feeds"]
 
@@ -87,6 +87,16 @@ class RunContext(w.VBox):
             f.add_class("onnx-lab-dim")
             f.add_class(f"onnx-lab-dim-{re.sub(r'[^A-Za-z0-9_-]', '_', d)}")
             self.dim_fields[d] = f
+        # A dim expression (past + new lengths) is no field: it shows its value, computed
+        # from the fields, as they are typed.
+        self.expr_labels: dict[str, w.Label] = {}
+        for text, uses in expression_dims(model).items():
+            label = w.Label(tooltip=f"{text}: {', '.join(uses)}")
+            label.add_class("onnx-lab-dim-expr")
+            self.expr_labels[text] = label
+        for f in self.dim_fields.values():
+            f.observe(self._show_expressions, names="value")
+        self._show_expressions()
         inits = set(model.graph.initializers)
         self.shape_fields: dict[str, w.Text] = {}
         for v in model.graph.inputs:
@@ -109,8 +119,9 @@ class RunContext(w.VBox):
                                  layout=w.Layout(width="90px"))
         self.message = w.HTML()
         rows: list[w.Widget] = []
-        if self.dim_fields:
-            rows.append(w.HBox([w.HTML("<b>dims</b>&nbsp;"), *self.dim_fields.values()],
+        if self.dim_fields or self.expr_labels:
+            rows.append(w.HBox([w.HTML("<b>dims</b>&nbsp;"), *self.dim_fields.values(),
+                                *self.expr_labels.values()],
                                layout=w.Layout(flex_flow="row wrap")))
         if self.shape_fields:
             rows.append(w.HBox([w.HTML("<b>inputs</b>&nbsp;"), *self.shape_fields.values()],
@@ -135,6 +146,19 @@ class RunContext(w.VBox):
         random = self.feed_mode.value == "random"
         self.seed.layout.display = None if random and self.seeded else "none"
         self.feed_path.layout.display = "none" if random else None
+
+    def _show_expressions(self, _change: Any = None) -> None:
+        """Each dim expression's label: ``past + seq = 7`` (``= ?`` while a name is empty)."""
+        # (the start dims the bar has no field for, such as an expression given by its text)
+        rest = {k: v for k, v in self._start_dims.items() if k not in self.dim_fields}
+        given = with_derived(self.lab.model, {**rest, **self.dims})
+        for text, label in self.expr_labels.items():
+            try:
+                value = resolve_dim(text, given, strict=True)
+            except DimError as e:
+                label.value = f"{text} = ? ({e.problem})"
+                continue
+            label.value = f"{text} = {value if isinstance(value, int) else '?'}"
 
     @property
     def dims(self) -> dict[str, int]:
