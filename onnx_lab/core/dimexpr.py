@@ -35,6 +35,7 @@ Example:
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import math
 from collections.abc import Mapping
@@ -93,6 +94,30 @@ class DimExpr:
                            "cannot be negative.", fix="Give larger sizes for its names.")
         return int(value)
 
+    def substitute(self, dims: Mapping[str, int]) -> int | str:
+        """The value when ``dims`` gives every name; else the text with the names it gives
+        replaced by their values (``4 + sequence_length``), or unchanged.
+
+        Raises:
+            DimError: as :meth:`evaluate`.
+        """
+        value = self.evaluate(dims)
+        if value is not None:
+            return value
+        fixed = {n: int(dims[n]) for n in self.names if _is_int(dims.get(n))}
+        if not fixed:
+            return self.text
+
+        class _Fix(ast.NodeTransformer):
+            def visit_Name(self, node: ast.Name) -> ast.AST:
+                return ast.Constant(fixed[node.id]) if node.id in fixed else node
+
+            def visit_Call(self, node: ast.Call) -> ast.AST:  # keep the function's name
+                node.args = [self.visit(a) for a in node.args]
+                return node
+
+        return ast.unparse(_Fix().visit(copy.deepcopy(self._tree)))
+
     def given(self, dims: Mapping[str, int]) -> str:
         """``"past=4, seq=3"``: the values of its names in ``dims`` (for messages)."""
         return ", ".join(f"{n}={dims[n]}" for n in self.names) or "no names"
@@ -129,10 +154,10 @@ def dim_expression(text: str) -> DimExpr | None:
         if len(nodes) > MAX_NODES or not _allowed(node):
             return None
     funcs = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
-    names = [n.id for n in nodes if isinstance(n, ast.Name) and id(n) not in funcs]
     # ast.walk is breadth-first: order the names as the text writes them
-    names.sort(key=lambda n: text.find(n))
-    return DimExpr(text, tuple(dict.fromkeys(names)), tree.body)
+    found = sorted((n for n in nodes if isinstance(n, ast.Name) and id(n) not in funcs),
+                   key=lambda n: (n.lineno, n.col_offset))
+    return DimExpr(text, tuple(dict.fromkeys(n.id for n in found)), tree.body)
 
 
 def _allowed(node: ast.AST) -> bool:

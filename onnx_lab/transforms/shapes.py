@@ -14,6 +14,7 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core.dimexpr import dim_expression
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dynamic_dims, expression_dims, resolve_dim, shape_tuple
 from onnx_lab.errors import DimError, PassError, unknown_name
@@ -29,9 +30,11 @@ def _replace_dims(shape: ir.Shape | None, dims: dict[str, int]) -> ir.Shape | No
     new = []
     changed = False
     for d in shape:
-        # A name, or a dim expression all of whose names are fixed (past + new lengths).
-        value = resolve_dim(getattr(d, "value", None), dims) if not isinstance(d, int) else d
-        if not isinstance(d, int) and isinstance(value, int):
+        text = getattr(d, "value", None) if not isinstance(d, int) else None
+        expr = dim_expression(text) if isinstance(text, str) and text not in dims else None
+        # A name; a dim expression's names (all fixed: its value; some: ``4 + seq``).
+        value = expr.substitute(dims) if expr is not None else resolve_dim(text, dims)
+        if isinstance(text, str) and value != text:
             new.append(value)
             changed = True
         else:
