@@ -50,3 +50,17 @@ def _minus_model():
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq - 4"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["seq - 4"])])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_cost_and_profile_size_the_model_by_the_evaluated_dims():
+    lab = onnx_lab.open(optimum_decoder(), dims=DIMS)
+    c = lab.cost()
+    rows = c.nodes.set_index("node_id")
+    # scores: [1, 2, 3, 16] x [1, 2, 16, 7] (the key grows to past + new = 7)
+    assert int(rows.loc["h.0/scores", "macs"]) == 1 * 2 * 3 * 16 * 7
+    assert int(rows.loc["h.1/context", "macs"]) == 1 * 2 * 3 * 7 * 16
+    assert c.kv_cache is not None and c.kv_cache["context"] == 7
+    longer = lab.cost(dims={"past_sequence_length": 8})
+    assert int(longer.nodes.set_index("node_id").loc["h.0/scores", "macs"]) == 2 * 3 * 16 * 11
+    p = lab.profile(runs=3, warmup=1, providers="cpu", progress=False)
+    assert p.latency_stats is not None and len(p.ops) > 0
