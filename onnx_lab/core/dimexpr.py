@@ -5,7 +5,7 @@ mask and present key/values), ``2*seq``, ``floor(height/32)`` or ``((s0 - 1)//2)
 sympy dims). Such a dim is not a name to give: it is evaluated from the names it uses, wherever
 dims are resolved (open, feeds, every step and tool, cost, profile, the tables, the widgets).
 
-Grammar (whitespace free; anything else is not an expression and stays one opaque dim name)::
+Grammar (spaces anywhere; anything else is not an expression and stays one opaque dim name)::
 
     expr   := term (("+" | "-") term)*
     term   := unary (("*" | "/" | "//" | "%") unary)*
@@ -15,13 +15,19 @@ Grammar (whitespace free; anything else is not an expression and stays one opaqu
             | Mod(a, b) | FloorDiv(a, b) | CeilToInt(x) | FloorToInt(x)
 
 ``/`` divides exactly (fractions); ``floor``/``ceil`` round; ``//`` and ``%`` are floor
-division and modulo. A dim's value must come out a whole number ``>= 0``.
+division and modulo. A dim's value must come out a whole number ``>= 0``. A dim given by its
+exact text in ``dims`` takes that value (so a name that happens to parse, ``batch-size``, can
+still be given as it is written).
 
 A model's strings are hostile: the text is parsed with :mod:`ast` (never ``eval``) and only the
 nodes above are accepted. Text over :data:`MAX_TEXT` characters or :data:`MAX_NODES` parse
 nodes, powers (``9**9**9``), attributes, calls of anything else (``__import__('os')``),
 strings and floats are not expressions. Every value while evaluating stays within
 :data:`MAX_VALUE` in magnitude, else DimError.
+
+Why not onnx_ir's ``SymbolicDim.evaluate``: its parser accepts ``**`` and sympy computes the
+power eagerly — ``9**9**5`` builds a 56,000-digit integer, ``9**9**9`` exhausts memory — so a
+model's dim string could stall open().
 
 Example:
     >>> from onnx_lab.core.dimexpr import dim_expression, resolve_dim

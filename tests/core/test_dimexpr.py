@@ -177,3 +177,14 @@ def test_a_hostile_dim_in_a_model_stays_an_opaque_name():
         make_feeds(lab)
     lab2 = onnx_lab.open(model, dims={bad: 2, "9**9**9": 3})
     assert make_feeds(lab2)["x"].shape == (2, 3)
+
+
+def test_a_hyphenated_name_can_be_given_as_written():
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "hyphen",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch-size", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch-size", 4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    lab = onnx_lab.open(model, dims={"batch-size": 2})
+    assert make_feeds(lab)["x"].shape == (2, 4)
+    assert dict(zip(lab.inputs["name"], lab.inputs["shape"]))["x"] == (2, 4)
