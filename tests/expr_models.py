@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
-
 from llm_models import unfused_decoder
+from onnx import TensorProto, helper
 
 TOTAL = "past_sequence_length + sequence_length"
 DIMS = {"batch": 1, "past_sequence_length": 4, "sequence_length": 3}
