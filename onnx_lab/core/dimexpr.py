@@ -133,7 +133,6 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-@functools.lru_cache(maxsize=4096)
 def dim_expression(text: str) -> DimExpr | None:
     """The expression ``text`` writes, or None when it is a plain name or not an expression.
 
@@ -150,6 +149,11 @@ def dim_expression(text: str) -> DimExpr | None:
         return None
     if not any(c in text for c in "+-*/%()") and not text.strip().isdigit():
         return None  # "batch size", "s0 s1": no operator, nothing to evaluate
+    return _parse(text)  # cached: only short texts (a long one is never kept)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> DimExpr | None:
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):

@@ -227,9 +227,9 @@ def _with_dims(shape: tuple[Dim, ...] | None, dims: Mapping[str, int]
                ) -> tuple[Dim, ...] | None:
     """Declared shape with the user's dim values substituted for their names (and dim
     expressions evaluated once all their names are given)."""
-    if shape is None or not dims:
+    if shape is None:
         return shape
-    return tuple(resolve_dim(d, dims) for d in shape)
+    return tuple(resolve_dim(d, dims) for d in shape)  # (an expression of no names: "12")
 
 
 def _resolved_input_shape(v: ir.Value, dims: Mapping[str, int],

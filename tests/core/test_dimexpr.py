@@ -188,3 +188,14 @@ def test_a_hyphenated_name_can_be_given_as_written():
     lab = onnx_lab.open(model, dims={"batch-size": 2})
     assert make_feeds(lab)["x"].shape == (2, 4)
     assert dict(zip(lab.inputs["name"], lab.inputs["shape"]))["x"] == (2, 4)
+
+
+def test_an_expression_of_constants_needs_no_dims():
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "const",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["2*3", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["2*3", 4])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert dynamic_dims(lab.model) == {}
+    assert make_feeds(lab)["x"].shape == (6, 4)
+    assert dict(zip(lab.outputs["name"], lab.outputs["shape"]))["y"] == (6, 4)
