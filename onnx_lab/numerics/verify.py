@@ -241,7 +241,8 @@ def verify(before: LabModel, after: LabModel, result: PassResult | None = None, 
            shapes: Mapping[str, Sequence[int]] | None = None, atol: float | None = None,
            rtol: float | None = None, seed: int = 0, max_bytes: int = 1 << 30,
            intermediates: bool = True, providers: Any = None,
-           cache: dict | None = None, preset: str | None = None) -> pd.DataFrame:
+           cache: dict | None = None, preset: str | None = None,
+           reference_shapes: bool = False) -> pd.DataFrame:
     """Compare ``after`` against ``before`` numerically; one row per compared tensor.
 
     Args:
@@ -262,6 +263,10 @@ def verify(before: LabModel, after: LabModel, result: PassResult | None = None, 
             model are reused when it is the reference of the next step.
         preset: a tolerance preset of :data:`onnx_lab.numerics.metrics.PRESETS` (None: each
             tensor's dtype picks its own; ``exact`` for rewrites that must not change a bit).
+        reference_shapes: size the generated inputs by ``before``'s dims (dim expressions
+            evaluated), which ``after`` must take: DimError naming the input when ``after``
+            fixed other sizes (what a tool step checks). False: ``after``'s own shapes lead
+            (a ``fix_dims`` to other sizes).
 
     Returns:
         DataFrame with columns tensor (name in ``after``), node_id (its producer in
@@ -286,7 +291,7 @@ def verify(before: LabModel, after: LabModel, result: PassResult | None = None, 
     return report_of(before, after, result, feeds=feeds, dims=dims, shapes=shapes,
                      atol=atol, rtol=rtol, seed=seed, max_bytes=max_bytes,
                      intermediates=intermediates, providers=providers, cache=cache,
-                     preset=preset).frame()
+                     preset=preset, reference_shapes=reference_shapes).frame()
 
 
 @dataclass

@@ -12,7 +12,7 @@ from expr_models import DIMS, optimum_decoder
 import onnx_lab
 from onnx_lab.core.shapes import shape_tuple
 from onnx_lab.errors import DimError
-from onnx_lab.numerics.verify import report_of
+from onnx_lab.numerics.verify import report_of, verify
 from onnx_lab.runtime.feeds import make_feeds
 
 
@@ -80,3 +80,7 @@ def test_a_step_that_fixed_other_sizes_than_the_dims_is_a_dim_error():
     # The candidate's own shapes lead without reference_shapes (fix_dims): past 5 runs.
     rep = report_of(ref, wrong, dims=DIMS)
     assert rep.attrs["passed"]
+    frame = verify(ref, right, dims=DIMS, reference_shapes=True)
+    assert frame.attrs["passed"]
+    with pytest.raises(DimError, match="fixed the input shapes to other sizes"):
+        verify(ref, wrong, dims=DIMS, reference_shapes=True)
