@@ -21,23 +21,17 @@ $(STAMP): pyproject.toml
 system-deps:
 	@sh scripts/install-system-deps.sh graphviz || true
 
-# Opens notebooks/01_explore.ipynb; on a machine without a display (no $$DISPLAY/$$WAYLAND_DISPLAY,
-# not macOS) it starts with --no-browser and prints the URL to open from elsewhere. Widget state
-# is saved with the notebook (settings override in the venv), so a saved notebook shows each
-# widget's last view without a kernel.
+# Opens notebooks/01_explore.ipynb with the repository as the server's root (scripts/lab.sh; on a
+# machine without a display it starts with --no-browser and prints the URL to open from
+# elsewhere). Widget state is saved with the notebook (settings override in the venv), so a
+# saved notebook shows each widget's last view without a kernel.
 LAB_PORT ?= 8888
 lab: setup
 	@mkdir -p $(VENV)/share/jupyter/lab/settings
 	@[ -f $(VENV)/share/jupyter/lab/settings/overrides.json ] || \
 	  echo '{"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' \
 	  > $(VENV)/share/jupyter/lab/settings/overrides.json
-	@token=$$($(VENV)/bin/python -c "import secrets; print(secrets.token_hex(24))"); \
-	if [ -z "$$DISPLAY$$WAYLAND_DISPLAY" ] && [ "$$(uname)" != Darwin ]; then \
-	  nobrowser=--no-browser; echo "No display here: open this URL in a browser (ssh -L $(LAB_PORT):localhost:$(LAB_PORT) from another machine)."; fi; \
-	echo "onnx_lab: http://127.0.0.1:$(LAB_PORT)/lab/tree/notebooks/01_explore.ipynb?token=$$token"; \
-	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) $$nobrowser \
-	  --port=$(LAB_PORT) --IdentityProvider.token=$$token \
-	  --ServerApp.default_url=/lab/tree/notebooks/01_explore.ipynb notebooks/01_explore.ipynb
+	@sh scripts/lab.sh $(VENV)/bin/jupyter $(LAB_PORT) notebooks/01_explore.ipynb
 
 test: setup
 	@sh scripts/install-system-deps.sh chromium || echo "chromium missing: the browser test will skip"
