@@ -1,4 +1,4 @@
-"""ort_transformers on GPT-2, ViT, CLIP and T5 models, not only BERT (issue 15).
+"""ort_transformers on GPT-2, ViT, CLIP and T5 models, not only BERT.
 
 Each model is a tiny (hidden 32, 4 heads, 2 layers) copy of the layout of transformers'
 eager implementation, exported with the TorchScript exporter (``dynamo=False``, as

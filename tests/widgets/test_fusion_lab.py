@@ -85,7 +85,7 @@ def test_fusion_lab_errors_show_in_widget(tmp_path):
 
 def _select_preview_apply_undo(f, sample_lab, pats, n0, no_error):
     f.select_all.click()
-    # "select all shown": housekeeping rows are hidden by default (issue 12).
+    # "select all shown": housekeeping rows are hidden by default.
     assert f.selected == list(f.matches.df["match_id"])
     f.preview_button.click()
     no_error(f)

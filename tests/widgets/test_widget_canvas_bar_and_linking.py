@@ -1,5 +1,5 @@
-"""Issue 12 in FusionLab, Extractor and DriftDebugger: canvas, run-context bar, linked
-selection, snapshots and the per-widget fixes (headless)."""
+"""FusionLab, Extractor and DriftDebugger: the graph canvas, the run-context bar, linked
+selection, snapshots in the mimebundle, and each widget's ordering and toggles (headless)."""
 
 from __future__ import annotations
 
