@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test setup system-deps lint bench fuzz clean
+.PHONY: lab test check setup system-deps lint bench fuzz clean
 
 setup: $(STAMP) system-deps
 
@@ -36,6 +36,14 @@ lab: setup
 test: setup
 	@sh scripts/install-system-deps.sh chromium || echo "chromium missing: the browser test will skip"
 	$(PY) -m pytest tests --nbmake notebooks
+
+# The contributors' fast tier: lint, the architecture test and the unit tests that need no
+# browser, no torch and no long runs (slow: a test that takes over a second, sweeps, the fuzz
+# harness, subprocess round trips). `make test` stays the whole suite.
+CHECK_MARKERS := not slow and not browser and not torch
+check: setup
+	$(VENV)/bin/ruff check onnx_lab tests benchmarks
+	$(PY) -m pytest tests -q -p no:cacheprovider -m "$(CHECK_MARKERS)"
 
 lint: setup
 	$(VENV)/bin/ruff check onnx_lab tests benchmarks

@@ -22,6 +22,7 @@ from onnx_lab.cli import main
 FAST = ["--budget", "0.3", "--workers", "2"]
 
 
+@pytest.mark.slow
 def test_audit_json_text_and_gate(tmp_path, capsys):
     zoo = tmp_path / "zoo"
     zoo.mkdir()
@@ -54,6 +55,7 @@ def test_audit_json_text_and_gate(tmp_path, capsys):
     assert "ModelLoadError" in worse[0]["detail"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_models_and_kills_running_ones(tmp_path):
     psutil = pytest.importorskip("psutil")
     zoo = tmp_path / "zoo"
@@ -135,6 +137,7 @@ def test_errors_are_one_line(tmp_path, capsys, argv, message):
     assert err.startswith("onnx-lab: error:") and message in err and "\n" not in err
 
 
+@pytest.mark.slow
 def test_engine_dask_starts_its_own_cluster(tmp_path, capsys):
     pytest.importorskip("distributed")
     onnx.save(conv_bn(0), tmp_path / "a.onnx")

@@ -226,6 +226,7 @@ def test_outputs_only_and_several_samples():
     assert not c.passed and c.first_divergence is None
 
 
+@pytest.mark.slow
 def test_views_plot_hist_scatter_html():
     from matplotlib.figure import Figure
 

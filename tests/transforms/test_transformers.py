@@ -84,6 +84,7 @@ def test_bert_block_fuses_like_onnxruntime_verifies_and_traces():
     assert r.near_misses.empty
 
 
+@pytest.mark.slow
 def test_bad_model_type_and_switch_names_are_pass_errors():
     lab = onnx_lab.open("sample:bert_block", dims=DIMS)
     with pytest.raises(PassError, match="model_type 'bret'"):
@@ -169,6 +170,7 @@ def _bert_dynamo() -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_bert_base_current_exporter_counts_trace_and_attention_near_misses():
     path = _bert_dynamo()
     lab = onnx_lab.open(path, dims={"batch": 1, "sequence": 16})
@@ -188,6 +190,7 @@ def test_bert_base_current_exporter_counts_trace_and_attention_near_misses():
     assert att.log.map(lambda log: "fuse_attention: failed to match mask path" in log).all()
 
 
+@pytest.mark.slow
 def test_bert_base_torchscript_export_fuses_attention_with_origins():
     pytest.importorskip("torch")
     path = _bench_models().bert_base()
