@@ -62,3 +62,11 @@ def test_make_check_is_the_fast_tier_and_make_test_the_whole_suite():
     assert "pytest tests --nbmake notebooks" in test and "-m \"" not in test  # no marker filter
     markers = PYPROJECT["tool"]["pytest"]["ini_options"]["markers"]
     assert {m.split(":")[0] for m in markers} >= {"slow", "browser", "torch"}
+
+
+def test_binder_installs_every_default_dependency():
+    # postBuild installs onnx_lab with --no-deps: its requirements.txt must hold them all
+    lines = (ROOT / "binder" / "requirements.txt").read_text().splitlines()
+    binder = {_name(ln) for ln in lines if ln.strip() and not ln.startswith("#")}
+    default = {_name(r) for r in PYPROJECT["project"]["dependencies"]}
+    assert default <= binder, sorted(default - binder)
