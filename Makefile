@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test setup system-deps lint bench fuzz clean
+.PHONY: lab test check setup system-deps lint bench fuzz clean
 
 setup: $(STAMP) system-deps
 
@@ -21,27 +21,29 @@ $(STAMP): pyproject.toml
 system-deps:
 	@sh scripts/install-system-deps.sh graphviz || true
 
-# Opens notebooks/01_explore.ipynb; on a machine without a display (no $$DISPLAY/$$WAYLAND_DISPLAY,
-# not macOS) it starts with --no-browser and prints the URL to open from elsewhere. Widget state
-# is saved with the notebook (settings override in the venv), so a saved notebook shows each
-# widget's last view without a kernel.
+# Opens notebooks/01_explore.ipynb with the repository as the server's root (scripts/lab.sh; on a
+# machine without a display it starts with --no-browser and prints the URL to open from
+# elsewhere). Widget state is saved with the notebook (settings override in the venv), so a
+# saved notebook shows each widget's last view without a kernel.
 LAB_PORT ?= 8888
 lab: setup
 	@mkdir -p $(VENV)/share/jupyter/lab/settings
 	@[ -f $(VENV)/share/jupyter/lab/settings/overrides.json ] || \
 	  echo '{"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' \
 	  > $(VENV)/share/jupyter/lab/settings/overrides.json
-	@token=$$($(VENV)/bin/python -c "import secrets; print(secrets.token_hex(24))"); \
-	if [ -z "$$DISPLAY$$WAYLAND_DISPLAY" ] && [ "$$(uname)" != Darwin ]; then \
-	  nobrowser=--no-browser; echo "No display here: open this URL in a browser (ssh -L $(LAB_PORT):localhost:$(LAB_PORT) from another machine)."; fi; \
-	echo "onnx_lab: http://127.0.0.1:$(LAB_PORT)/lab/tree/notebooks/01_explore.ipynb?token=$$token"; \
-	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) $$nobrowser \
-	  --port=$(LAB_PORT) --IdentityProvider.token=$$token \
-	  --ServerApp.default_url=/lab/tree/notebooks/01_explore.ipynb notebooks/01_explore.ipynb
+	@sh scripts/lab.sh $(VENV)/bin/jupyter $(LAB_PORT) notebooks/01_explore.ipynb
 
 test: setup
 	@sh scripts/install-system-deps.sh chromium || echo "chromium missing: the browser test will skip"
 	$(PY) -m pytest tests --nbmake notebooks
+
+# The contributors' fast tier: lint, the architecture test and the unit tests that need no
+# browser, no torch and no long runs (slow: a test that takes over a second, sweeps, the fuzz
+# harness, subprocess round trips). `make test` stays the whole suite.
+CHECK_MARKERS := not slow and not browser and not torch
+check: setup
+	$(VENV)/bin/ruff check onnx_lab tests benchmarks
+	$(PY) -m pytest tests -q -p no:cacheprovider -m "$(CHECK_MARKERS)"
 
 lint: setup
 	$(VENV)/bin/ruff check onnx_lab tests benchmarks

@@ -19,7 +19,7 @@ from typing import Any
 from onnx_lab import errors, samples
 from onnx_lab import render as _render  # noqa: F401 - its loader registers the result views
 from onnx_lab.errors import LabError
-from onnx_lab.lab import Lab, merge, repro, to_fp16, to_int8_dynamic, to_int8_static
+from onnx_lab.lab import Lab, merge, profile, repro, to_fp16, to_int8_dynamic, to_int8_static
 from onnx_lab.lab import open_lab as open  # noqa: A001 - the public name is onnx_lab.open
 
 __version__ = "0.1.0"
@@ -32,7 +32,6 @@ _LAZY: dict[str, str] = {
     "compare_llm": "onnx_lab.numerics.llm",
     "compare_torch": "onnx_lab.numerics.torch_compare",
     "diff": "onnx_lab.numerics.diff",
-    "profile": "onnx_lab.profiling.run",
     "profile_generation": "onnx_lab.profiling.generate",
     "write_report": "onnx_lab.render.report",
     "write_diff_report": "onnx_lab.render.report",
@@ -40,7 +39,7 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = ["open", "Lab", "LabError", "errors", "samples", "merge", "repro", "to_fp16",
-           "to_int8_dynamic", "to_int8_static", *_LAZY]
+           "to_int8_dynamic", "to_int8_static", "profile", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -8,7 +8,12 @@ widgets show them inside the widget.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import functools
+import importlib
+import inspect
+import types
+from collections.abc import Callable, Iterable
+from typing import Any
 
 __all__ = [
     "LabError",
@@ -28,6 +33,10 @@ __all__ = [
     "RenderError",
     "ConversionBug",
     "close_matches",
+    "check_keywords",
+    "keyword_names",
+    "strict_keywords",
+    "forwards",
 ]
 
 
@@ -136,3 +145,126 @@ def unknown_name(kind: str, value: str, candidates: Iterable[str], fix: str | No
     msg = f"Unknown {kind} {value!r}.{hint}"
     return UnknownNameError(msg, fix=fix or f"Use one of the {len(pool)} known {kind}s "
                             f"(see lab.nodes / lab.tensors).")
+
+
+# ---------------------------------------------------------------------- keyword arguments
+# One rule for every door (onnx_lab.f, lab.f, the steps): an unknown keyword argument is an
+# InputError naming it with its close matches, never ignored and never a bare TypeError.
+
+
+def keyword_names(fn: Callable[..., Any]) -> list[str]:
+    """The names ``fn`` accepts as keyword arguments (positional-only and ``*args``/``**kw``
+    left out)."""
+    return [p.name for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def check_keywords(where: str, given: Iterable[str], accepted: Iterable[str]) -> None:
+    """Raise :class:`InputError` when ``given`` holds a name that is not in ``accepted``.
+
+    The message names each unknown keyword with its close matches (``min_topl`` → did you
+    mean ``min_top1``) and lists the accepted ones.
+
+    Example:
+        >>> check_keywords("find_precision('int4')", ["min_topl"], ["min_top1", "max_kl"])
+        Traceback (most recent call last):
+        InputError: find_precision('int4') got an unknown keyword 'min_topl' (did you mean 'min_top1'?). ...
+    """
+    ok = list(dict.fromkeys(accepted))
+    known = set(ok)
+    bad = [k for k in given if k not in known]
+    if not bad:
+        return
+    parts = []
+    for k in bad:
+        near = close_matches(k, ok, n=3)
+        parts.append(f"{k!r}" + (f" (did you mean {' or '.join(repr(m) for m in near)}?)"
+                                 if near else ""))
+    plural = "s" if len(bad) > 1 else ""
+    raise InputError(f"{where} got an unknown keyword{plural} {', '.join(parts)}.",
+                     fix=f"It takes: {', '.join(ok)}." if ok else "It takes no keywords.")
+
+
+def strict_keywords(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator: an unknown keyword argument of ``fn`` raises :func:`check_keywords`'s
+    InputError (with close matches) instead of Python's TypeError; the signature stays
+    ``fn``'s (``help()`` shows it)."""
+    names = keyword_names(fn)
+    where = f"{fn.__name__}()"
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        check_keywords(where, kw, names)
+        return fn(*args, **kw)
+
+    return wrapper
+
+
+class _Forwarding:
+    """A method whose ``**kw`` go to another function: its signature (``help()``,
+    ``inspect.signature``, Jupyter's Shift-Tab) is its own parameters followed by the
+    target's keywords, and an unknown keyword raises InputError with close matches before
+    anything runs. The target is named by a dotted path and imported on first use, so that
+    heavy modules stay unimported until a method needs them."""
+
+    def __init__(self, fn: Callable[..., Any], targets: tuple[str, ...],
+                 drop: tuple[str, ...]) -> None:
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self._targets = targets
+        self._drop = set(drop)
+        self._sig: inspect.Signature | None = None
+        self._names: list[str] | None = None
+
+    def _resolve(self) -> None:
+        own = inspect.signature(self._fn)
+        params = [p for p in own.parameters.values() if p.kind != p.VAR_KEYWORD]
+        seen = {p.name for p in params} | self._drop
+        extra = []
+        for target in self._targets:
+            module, _, name = target.partition(":")
+            fn = getattr(importlib.import_module(module), name)
+            for p in inspect.signature(fn).parameters.values():
+                if (p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                        and p.name not in seen):
+                    seen.add(p.name)
+                    extra.append(p.replace(kind=p.KEYWORD_ONLY))
+        self._names = [p.name for p in params[1 if self._is_method(params) else 0:]
+                       if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        self._names += [p.name for p in extra]
+        self._sig = own.replace(parameters=params + extra)
+
+    @staticmethod
+    def _is_method(params: list[inspect.Parameter]) -> bool:
+        return bool(params) and params[0].name == "self"
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        if self._sig is None:
+            self._resolve()
+        return self._sig
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __call__(self, *args: Any, **kw: Any) -> Any:
+        if self._names is None:
+            self._resolve()
+        check_keywords(f"{self.__qualname__}()", kw, self._names)
+        return self._fn(*args, **kw)
+
+
+def forwards(*targets: str, drop: Iterable[str] = ()) -> Callable[[Callable[..., Any]], Any]:
+    """Decorator for a method that passes its ``**kw`` on to ``targets``
+    (``"package.module:function"``): see :class:`_Forwarding`. ``drop`` names the target
+    parameters the method fills itself (the model, the source...).
+
+    Example:
+        >>> class Lab:
+        ...     @forwards("onnx_lab.analysis.compat:check", drop=("model",))
+        ...     def check(self, **kw): ...
+    """
+    def wrap(fn: Callable[..., Any]) -> Any:
+        return _Forwarding(fn, targets, tuple(drop))
+
+    return wrap

@@ -23,7 +23,7 @@ from onnx_lab.core.provenance import origins
 from onnx_lab.core.shapes import validate_dims
 from onnx_lab.core.source import load_source, resolve
 from onnx_lab.core.source_map import carry_sources
-from onnx_lab.errors import LabError
+from onnx_lab.errors import forwards
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 # and what draws results, not every feature (tests/core/test_light_import.py).
 
 __all__ = ["Lab", "open_lab", "as_lab", "merge", "to_fp16", "to_int8_dynamic", "to_int8_static",
-           "repro"]
+           "repro", "profile"]
 
 
 def open_lab(source: Any, *, dims: Mapping[str, int] | None = None,
@@ -183,6 +183,39 @@ def to_int8_static(source: Any, feeds: Any = None, n: int = 8,
 
     return _converted(source, int8_static_model(source, feeds, n, nodes_to_exclude),
                       "static int8 quantization")
+
+
+@forwards("onnx_lab.profiling.run:profile")
+def profile(model: Any, **kw: Any):
+    """Per-operator profile of ``model`` with onnxruntime (``onnx_lab.profile(x)`` and
+    ``lab.profile()`` are this one function): :func:`onnx_lab.profiling.run.profile` (runs,
+    warmup, budget_s, providers, opt_level...) with the cost model's
+    ``predicted_activation_bytes`` beside the measured peak in ``memory``.
+
+    Example:
+        >>> onnx_lab.profile("sample:convnet", runs=20).memory
+    """
+    from onnx_lab.analysis.peak import predicted_peak
+    from onnx_lab.profiling.run import PROFILE_BUDGET_S
+    from onnx_lab.profiling.run import profile as run
+
+    # The cost model's prediction first, inside the budget (its shape inference is
+    # 0.2-0.4 s on YOLOv8n, seconds under load): the profile gets what it leaves.
+    t0 = time.perf_counter()
+    model, dims, shapes = resolve(model, kw.get("dims"), kw.get("shapes"))
+    kw = {**kw, "dims": dims, "shapes": shapes}
+    peak = predicted_peak(model, dims, shapes)
+    budget = kw.get("budget_s")
+    if budget is None and kw.get("runs") is None:
+        budget = PROFILE_BUDGET_S
+    if budget is not None and isinstance(budget, (int, float)) and budget > 0:
+        kw["budget_s"] = max(budget - (time.perf_counter() - t0), 1e-3)
+    p = run(model, **kw)
+    if budget is not None and p.budget_s is not None:
+        p.budget_s = budget
+    if len(p.memory):
+        p.memory = p.memory.assign(predicted_activation_bytes=peak)
+    return p
 
 
 class Lab:
@@ -408,6 +441,9 @@ class Lab:
         """
         return culprit.find_culprit(self._history, tool, verify=verify, **params)
 
+    @forwards("onnx_lab.numerics.precision:find_precision",
+              "onnx_lab.numerics.weight_only:find_weight_only",
+              drop=("source", "tokens", "speed"))
     def find_precision(self, target: str = "fp16", feeds: Any = None,
                        verify: bool | Mapping[str, Any] = True, **kw: Any):
         """The fewest nodes to keep in higher precision so the outputs meet a tolerance; the
@@ -426,6 +462,7 @@ class Lab:
         """
         return steps.find_precision(self._history, target, feeds, verify, **kw)
 
+    @forwards("onnx_lab.numerics.precision:sensitivity", drop=("source",))
     def sensitivity(self, target: str = "fp16", feeds: Any = None, by: str = "node",
                     **kw: Any) -> pd.DataFrame:
         """Nodes ranked by how much the output error drops when each alone stays in the higher
@@ -547,6 +584,7 @@ class Lab:
         return self.apply("rename_tensor", verify=verify, old=old, new=new)
 
     # ================================================================== comparison
+    @forwards("onnx_lab.numerics.compare:compare", drop=("reference", "candidate"))
     def compare(self, other: Any = None, **kw: Any):
         """Compare ``other`` (the candidate) against this model, layer by layer; without
         ``other``, compare the current version against the original (``lab.original``).
@@ -616,6 +654,7 @@ class Lab:
 
         return kv_cache_bytes(self, context, batch=batch)
 
+    @forwards("onnx_lab.analysis.compat:check", drop=("model",))
     def check(self, **kw: Any) -> pd.DataFrame:
         """Compatibility findings (severity, code, node_id, message, fix).
 
@@ -626,30 +665,17 @@ class Lab:
 
         return check(self, **kw)
 
+    @forwards("onnx_lab.profiling.run:profile", drop=("model",))
     def profile(self, **kw: Any):
-        """Per-operator profile of the current model with onnxruntime.
+        """Per-operator profile of the current model with onnxruntime; the same as
+        ``onnx_lab.profile(lab)`` (:func:`onnx_lab.lab.profile`).
 
-        See :func:`onnx_lab.profile` (runs, warmup, providers, opt_level...). Example:
+        Example:
             >>> lab.profile(runs=20).ops.head()
         """
-        from onnx_lab.profiling.run import PROFILE_BUDGET_S, profile
+        return profile(self, **kw)
 
-        # The cost model's prediction first, inside the budget (its shape inference is
-        # 0.2-0.4 s on YOLOv8n, seconds under load): the profile gets what it leaves.
-        t0 = time.perf_counter()
-        peak = self._predicted_peak(kw.get("dims"), kw.get("shapes"))
-        budget = kw.get("budget_s")
-        if budget is None and kw.get("runs") is None:
-            budget = PROFILE_BUDGET_S
-        if budget is not None and isinstance(budget, (int, float)) and budget > 0:
-            kw = {**kw, "budget_s": max(budget - (time.perf_counter() - t0), 1e-3)}
-        p = profile(self, **kw)
-        if budget is not None and p.budget_s is not None:
-            p.budget_s = budget
-        if len(p.memory):
-            p.memory = p.memory.assign(predicted_activation_bytes=peak)
-        return p
-
+    @forwards("onnx_lab.profiling.generate:profile_generation", drop=("model",))
     def profile_generation(self, **kw: Any):
         """Prefill and decode of a decoder LLM timed in a real greedy generation loop (the
         KV cache fed back), with the per-operator share of each phase and the memory (its
@@ -671,6 +697,7 @@ class Lab:
                 self, ctx, batch=g.batch, dims=kw.get("dims")))
         return g
 
+    @forwards("onnx_lab.profiling.sweep:batch_sweep", drop=("model", "predict"))
     def batch_sweep(self, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), **kw: Any):
         """Latency and throughput per batch size, the knee, and the measured process peak
         beside the cost model's predicted activation peak per batch.
@@ -680,6 +707,7 @@ class Lab:
             >>> lab.batch_sweep((1, 2, 4, 8)).table[["batch", "items_per_s",
             ...                                      "predicted_activation_bytes"]]
         """
+        from onnx_lab.analysis.peak import predicted_peak
         from onnx_lab.profiling.sweep import batch_sweep
 
         dim = kw.get("dim", "batch")
@@ -689,12 +717,13 @@ class Lab:
             # Called by the sweep for each measured size: its shape inference counts against
             # the budget (0.2-0.4 s per size on YOLOv8n); one count per size for all backends.
             if b not in peaks:
-                peaks[b] = self._predicted_peak({**(kw.get("dims") or {}), dim: b},
-                                                kw.get("shapes"))
+                peaks[b] = predicted_peak(self, {**(kw.get("dims") or {}), dim: b},
+                                          kw.get("shapes"))
             return peaks[b]
 
         return batch_sweep(self, batch_sizes, predict=predict, **kw)
 
+    @forwards("onnx_lab.backends:compare_backends", drop=("model",))
     def compare_backends(self, backends: Sequence[str] | None = None, **kw: Any):
         """onnxruntime CPU and OpenVINO CPU (CUDA/TensorRT where present) side by side:
         latency with its spread, throughput at the knee, outputs against onnxruntime CPU.
@@ -706,15 +735,8 @@ class Lab:
 
         return compare_backends(self, backends, **kw)
 
-    def _predicted_peak(self, dims: Mapping[str, int] | None,
-                        shapes: Mapping[str, Sequence[int]] | None) -> float:
-        """The cost model's peak activation bytes (NaN where it cannot count)."""
-        try:
-            return float(self.cost(dims=dims, shapes=shapes).total["peak_activation_bytes"])
-        except LabError:
-            return float("nan")
-
     # ================================================================== reports
+    @forwards("onnx_lab.render.report:report_html", drop=("source",))
     def report(self, path: str | Path, **sections: Any) -> Path:
         """Write one self-contained HTML report of the current version (and its history).
 
@@ -730,6 +752,7 @@ class Lab:
         return write_report(self, path, **sections)
 
     # ================================================================== widgets
+    @forwards("onnx_lab.widgets.explorer:Explorer", drop=("lab",))
     def explore(self, **kwargs: Any):
         """The Explorer widget on this Lab (Summary | Nodes | Initializers | Tensors | Graph).
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from onnx_lab.core.history import History
 from onnx_lab.core.shapes import fit_dims
-from onnx_lab.errors import InputError, RuntimeLoadError
+from onnx_lab.errors import InputError, RuntimeLoadError, check_keywords, keyword_names
 from onnx_lab.numerics.verify import fill_result, report_of, verify_extract
 from onnx_lab.transforms.apply import preset_passes, run_pass
 from onnx_lab.transforms.base import PassResult, pass_kind
@@ -170,6 +170,9 @@ def extract(history: History, inputs: Sequence[str] | None = None,
                                                  shapes=shapes)
     ins, outs = result.params["inputs"], result.params["outputs"]
     if opts is not None:
+        # the subgraph's outputs only: verify={...} takes the options that judge those
+        check_keywords("extract(verify={...})", opts,
+                       [k for k in keyword_names(verify_extract) if k in VERIFY_OPTIONS])
         tv = time.perf_counter()
         report = verify_extract(model, result.model, ins, outs, dims=dims, shapes=shapes,
                                 **opts)
@@ -214,11 +217,14 @@ def find_precision(history: History, target: str = "fp16", feeds: Any = None,
         from onnx_lab.numerics.weight_only import find_weight_only as search
 
         kw.setdefault("speed", _generation_speed)
+    takes = keyword_names(search)
+    check_keywords(f"find_precision({target!r})", kw, takes)
     opts = verify_options(verify)
     with _cyclic_gc_paused():
         before, dims, shapes = history.model, dict(history.dims), dict(history.shapes)
         kw.setdefault("dims", dims)
-        kw.setdefault("shapes", shapes)
+        if "shapes" in takes:  # an LLM's shapes follow from its dims
+            kw.setdefault("shapes", shapes)
         plan = search(history, target, feeds, **kw)
         n_before, n_after = len(before.index), len(plan.model.index)
         result = PassResult(

@@ -22,6 +22,8 @@ from onnx_lab.zoo.gate import regressions
 # Small profile budgets keep each model's process at a few seconds.
 FAST = {"budget_s": 0.3, "progress": False, "workers": 2}
 
+pytestmark = pytest.mark.slow  # every audit runs models in child processes
+
 
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory):

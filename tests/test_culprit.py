@@ -282,6 +282,7 @@ def test_a_wrong_pass_appended_to_onnxoptimizers_list_is_named():
         base._REGISTRY.pop("test_onnxoptimizer_wrong", None)
 
 
+@pytest.mark.slow
 def test_onnxruntime_optimizer_names_come_from_its_log():
     lab = onnx_lab.open("sample:convnet")
     names = [s.name for s in get_pass("ort:extended").switches(lab.model)]
@@ -293,6 +294,7 @@ def test_onnxruntime_optimizer_names_come_from_its_log():
         lab.model))
 
 
+@pytest.mark.slow
 def test_onnxruntime_culprit_under_exact_verification():
     # Folding BatchNormalization into the Conv reorders float sums: exact verification (atol
     # = rtol = 0) fails on it, and only on it among the rewrites onnxruntime makes here.
@@ -304,6 +306,7 @@ def test_onnxruntime_culprit_under_exact_verification():
     assert c.fix == 'lab.apply("ort:extended", disabled_optimizers=["ConvBNFusion"])'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", ["onnxslim", "onnxsim", "onnxoptimizer", "ort:basic"])
 def test_real_tools_on_a_healthy_model(tool):
     c = find_culprit(_conv_model(), tool)
@@ -341,6 +344,7 @@ def test_switchable_tools():
 
 
 # ---------------------------------------------------------------------------- CLI
+@pytest.mark.slow
 def test_cli_find_culprit_json_and_exit_codes(wrong_slim_pattern, tmp_path, capsys):
     src = tmp_path / "convnet.onnx"
     onnx.save(build("convnet"), str(src))

@@ -28,6 +28,7 @@ def _path(name: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_explore_optimize_debug(name, tmp_path):
     path = _path(name)

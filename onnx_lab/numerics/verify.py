@@ -37,7 +37,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import fit_dims
 from onnx_lab.core.source import load_source
 from onnx_lab.core.subgraph import upstream_model
-from onnx_lab.errors import DimError, InputError, RuntimeLoadError
+from onnx_lab.errors import DimError, InputError, RuntimeLoadError, strict_keywords
 from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
 from onnx_lab.numerics.metrics import (
     TOLERANCES,
@@ -440,11 +440,12 @@ def fill_result(result: PassResult, report: pd.DataFrame | Report, seconds: floa
     return result
 
 
+@strict_keywords
 def verify_extract(full: LabModel, sub: LabModel, ins: list[str], outs: list[str], *,
                    dims: Mapping[str, int] | None = None,
                    shapes: Mapping[str, Sequence[int]] | None = None, feeds: Any = None,
                    atol: float | None = None, rtol: float | None = None, seed: int = 0,
-                   preset: str | None = None, **_ignored: Any) -> pd.DataFrame:
+                   preset: str | None = None) -> pd.DataFrame:
     """Verification of an extracted subgraph: the full model runs on seeded inputs (``dims``,
     ``shapes``), its boundary tensors are fed to ``sub`` and ``sub``'s outputs compared with
     the full model's (one report row per output, as :func:`verify`)."""

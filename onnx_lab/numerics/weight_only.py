@@ -51,7 +51,7 @@ from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.core.values import const_array
-from onnx_lab.errors import InputError, LabError
+from onnx_lab.errors import InputError, LabError, strict_keywords
 from onnx_lab.numerics.compare import WEIGHT_ONLY_OPS, _session, compare
 from onnx_lab.numerics.llm import (
     _cache_dims,
@@ -388,6 +388,7 @@ def _suspects(model: LabModel, cands: list[str], logits: str) -> set[str]:
     return out
 
 
+@strict_keywords
 def find_weight_only(source: Any, target: str = "int4", tokens: Any = None, *,
                      min_top1: float | None = None, max_kl: float | None = None,
                      tolerance: Any = None, block_size: int = 32,
@@ -397,8 +398,7 @@ def find_weight_only(source: Any, target: str = "int4", tokens: Any = None, *,
                      dims: Mapping[str, int] | None = None, providers: Any = None,
                      max_bytes: int = 1 << 30, progress: Any = None,
                      should_stop: Callable[[], bool] | None = None,
-                     speed: SpeedFn | None = None, **_ignored: Any
-                     ) -> WeightOnlyPlan:
+                     speed: SpeedFn | None = None) -> WeightOnlyPlan:
     """The fewest MatMuls to keep out of 4 bits so a decoder's next tokens meet a target.
 
     Args:

@@ -134,7 +134,8 @@ class Profile:
         memory: per session: rss_before_bytes (process RSS before the session), peak_rss_bytes
             (process peak during session creation and the runs), session_peak_bytes (the
             difference: what the session and its runs added at their peak),
-            predicted_activation_bytes (the cost model's peak, filled by ``Lab.profile``).
+            predicted_activation_bytes (the cost model's peak, filled by ``onnx_lab.profile`` and
+            ``Lab.profile``, the façade's one door).
         session: per session: providers, opt_level, load_ms and init_ms (ORT's Session
             events), create_ms (wall time of creating the session), nodes_run.
         kernels: every kept kernel call (session, ort_name, op_type, provider, run, dur_us...).

@@ -39,6 +39,7 @@ from typing import Any
 from onnx_lab import _display
 from onnx_lab.analysis.compat import check
 from onnx_lab.analysis.cost import cost
+from onnx_lab.analysis.peak import predicted_peak
 from onnx_lab.analysis.summary import summarize
 from onnx_lab.analysis.tables import initializers_table, nodes_table, tensors_table
 from onnx_lab.analysis.weights import weight_stats
@@ -403,17 +404,9 @@ def _profile_html(r: Resolved, profile: Any) -> str:
         kw.setdefault("shapes", r.shapes)
         p = run_profile(r.model, **kw)
         if len(p.memory) and "predicted_activation_bytes" not in p.memory.columns:
-            p.memory = p.memory.assign(predicted_activation_bytes=_predicted_peak(
-                r, kw["dims"], kw["shapes"]))
+            p.memory = p.memory.assign(predicted_activation_bytes=predicted_peak(
+                r.model, kw["dims"], kw["shapes"]))
     return profile_html(p)
-
-
-def _predicted_peak(r: Resolved, dims: Any, shapes: Any) -> float:
-    """The cost model's peak activation bytes beside the measured peak (NaN: unknown)."""
-    try:
-        return float(cost(r.model, dims=dims, shapes=shapes).total["peak_activation_bytes"])
-    except LabError:
-        return float("nan")
 
 
 def _comparison_html(r: Resolved, other: Any, compare_kw: Mapping[str, Any]) -> str:

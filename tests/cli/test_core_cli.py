@@ -34,6 +34,7 @@ def _run(capsys, *args: str) -> tuple[int, str, str]:
 
 
 # --------------------------------------------------------------------------- console script
+@pytest.mark.slow
 def test_console_script_summary_json():
     p = _cli("summary", "sample:transformer_block", "--json", "--dims", "batch=2")
     assert p.returncode == 0, p.stderr
@@ -44,6 +45,7 @@ def test_console_script_summary_json():
     assert data["dynamic_dims"] == {"batch": ["x"], "seq": ["x"]}
 
 
+@pytest.mark.slow
 def test_console_script_error_is_one_line_exit_2(tmp_path):
     p = _cli("summary", str(tmp_path / "missing.onnx"))
     assert p.returncode == 2

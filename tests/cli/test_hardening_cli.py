@@ -70,6 +70,7 @@ def test_help_is_unchanged(capsys):
     assert out.startswith("usage: onnx-lab summary") and "--json" in out
 
 
+@pytest.mark.slow
 def test_console_script_usage_error_is_one_line():
     if not EXE.exists():
         pytest.skip(f"console script {EXE} is not installed")

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import onnx
 import pandas as pd
+import pytest
 from numerics_helpers import convnet, scaled_copy
 
 from onnx_lab.cli import main
@@ -62,6 +63,7 @@ def test_feeds_dims_shape_and_tolerances(tmp_path, capsys):
     assert "dims={" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_console_script_exit_code(tmp_path):
     ref, cand = _files(tmp_path)
     r = subprocess.run([sys.executable, "-m", "onnx_lab.cli", "compare", ref, cand],

@@ -6,7 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_exit_hook_still_finalizes_garbage(tmp_path):
     out = tmp_path / "out.txt"
     code = (
@@ -28,6 +31,7 @@ def test_exit_hook_still_finalizes_garbage(tmp_path):
     assert out.read_text() == "finalized"
 
 
+@pytest.mark.slow
 def test_exit_is_quiet_after_onnxsim():
     # onnxsim's nanobind classes report objects alive at exit as leaks: the hook steps aside.
     code = ("import onnx_lab, onnx_lab._exit\n"
@@ -41,6 +45,7 @@ def test_exit_is_quiet_after_onnxsim():
     assert "leaked" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_library_import_leaves_the_exit_alone():
     code = ("import atexit, gc, onnx_lab\n"
             "onnx_lab.open('sample:convnet')\n"

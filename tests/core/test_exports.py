@@ -94,6 +94,7 @@ def torch_exports(tmp_path_factory):
     return {"torchscript": torchscript_export(folder), "dynamo": dynamo_export(folder)}
 
 
+@pytest.mark.slow
 def test_torchscript_export(torch_exports):
     lab = onnx_lab.open(torch_exports["torchscript"])
     s = _check_everything(lab)

@@ -292,6 +292,7 @@ def test_a_merged_lab_never_overwrites_either_model(tmp_path):
 
 
 # ============================================================ 4. resource guards
+@pytest.mark.slow
 def test_a_tensor_declaring_2_31_elements_never_sizes_anything(tmp_path):
     m = _add_model()
     m.graph.initializer[0].dims[0] = 2**31  # 8 stored bytes
@@ -318,6 +319,7 @@ print(json.dumps({{"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1
     assert "declares dims [2147483648]" in r["raised"] and "holds 8 bytes" in r["raised"]
 
 
+@pytest.mark.slow
 def test_shape_inference_never_materializes_a_huge_declared_dim():
     # Shape -> ConstantOfShape -> Add of an input declared [2**31]: onnx's data propagation
     # materialized the 2**31 values (std::bad_alloc, or 8 GB), and so would folding.

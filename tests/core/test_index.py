@@ -218,6 +218,7 @@ def _random_dag(draw):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(_random_dag())
 def test_index_properties(proto):

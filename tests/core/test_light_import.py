@@ -5,10 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("onnxruntime", "matplotlib", "ipywidgets", "graphviz", "torch", "onnxsim",
          "onnxoptimizer")
 
 
+@pytest.mark.slow
 def test_core_features_import_nothing_heavy():
     code = (
         "import sys, onnx_lab\n"
@@ -24,6 +27,7 @@ def test_core_features_import_nothing_heavy():
     assert out == ["[]", "[]"]
 
 
+@pytest.mark.slow
 def test_import_and_optimize_command_do_not_import_pandas(tmp_path):
     # pandas (~0.2 s to import) loads when a table is built, not with onnx_lab, and
     # `onnx-lab optimize` builds none: its verification reports stay rows.

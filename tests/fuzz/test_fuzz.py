@@ -21,6 +21,8 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 CASES = int(os.environ.get("ONNX_LAB_FUZZ_CASES", "300"))
 SEED = int(os.environ.get("ONNX_LAB_FUZZ_SEED", "14"))
 
+pytestmark = pytest.mark.slow  # hundreds of child processes: `make test`, not `make check`
+
 
 @pytest.fixture(scope="module")
 def worker():

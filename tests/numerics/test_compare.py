@@ -81,7 +81,7 @@ def test_fp16_overflow_diverges_at_that_layer():
     # ORT's CPU EP runs the fp16 Mul in fp32 (its Cast pair is removed), so on CPU the output
     # may stay finite; whether the overflow reaches the output is reported, not assumed.
     assert d["reaches_outputs"] == (not c.outputs["passed"].all())
-    # An inf the reference does not hold fails the comparison either way (issue 13).
+    # An inf the reference does not hold fails the comparison either way.
     assert not c.passed
     row = c.layers.set_index("tensor").loc["big"]
     assert row["inf_cand"] == 8 and row["inf_ref"] == 0
@@ -226,6 +226,7 @@ def test_outputs_only_and_several_samples():
     assert not c.passed and c.first_divergence is None
 
 
+@pytest.mark.slow
 def test_views_plot_hist_scatter_html():
     from matplotlib.figure import Figure
 

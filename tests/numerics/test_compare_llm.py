@@ -58,6 +58,7 @@ def test_next_token_metrics_by_hand():
     assert np.all(same["kl"] < 1e-12) and same["agree"].all()
 
 
+@pytest.mark.slow
 def test_compare_picks_the_int4_preset(healthy):
     """compare(fp32, int4) judges by the int4 preset: a healthy model has no failing layer
     (the fp32 preset called nearly every layer out of tolerance)."""
@@ -145,6 +146,7 @@ def test_layer_of():
     assert layer_of("/lm_head/MatMul") is None
 
 
+@pytest.mark.slow
 def test_int4_plan_keeps_the_planted_layer(planted):
     ref, _ = planted
     lab = onnx_lab.open(ref)
@@ -177,6 +179,7 @@ def test_int4_plan_on_a_healthy_model_keeps_nothing(healthy):
         find_weight_only(ref, "int4", "inputs.npz")
 
 
+@pytest.mark.slow
 def test_cli_compare_llm_and_precision(planted, tmp_path):
     ref, cand = planted
     onnx.save(ref, tmp_path / "fp32.onnx")
@@ -194,6 +197,7 @@ def test_cli_compare_llm_and_precision(planted, tmp_path):
     assert "keep /model/layers.1/mlp/" in p.stdout and "bytes" in p.stdout
 
 
+@pytest.mark.slow
 def test_precision_doctor_int4(planted):
     from onnx_lab.widgets import PrecisionDoctor
 

@@ -272,6 +272,7 @@ SAMPLE_DIMS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", LIGHT_MODELS + [f"sample:{s}" for s in samples.names()])
 def test_real_models_convert_load_and_run(name):
     """The onnx package's backend models and the package samples: one conversion (checked),
@@ -290,6 +291,7 @@ def test_real_models_convert_load_and_run(name):
         assert g.shape == r.shape and g.dtype == r.dtype, k
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", samples.names())
 def test_search_finds_a_plan_on_every_sample(name):
     lab = onnx_lab.open(f"sample:{name}", dims=SAMPLE_DIMS.get(name))

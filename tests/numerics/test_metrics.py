@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from onnx_lab.numerics import metrics
 from onnx_lab.numerics.metrics import METRIC_COLUMNS, MetricAccumulator, tensor_metrics
@@ -76,6 +77,7 @@ def test_slices_and_samples_accumulate_exactly(monkeypatch):
     assert per_sample["shape"] == [1000]
 
 
+@pytest.mark.slow
 def test_properties_of_random_arrays():
     from hypothesis import given, settings
     from hypothesis import strategies as st

@@ -125,6 +125,7 @@ def test_healthy_model_keeps_nothing():
         assert len(plan.trials) == 1  # one conversion, one run: nothing to search
 
 
+@pytest.mark.slow
 def test_if_bodies_are_candidates():
     lab = onnx_lab.open(rms_overflow(in_if=True))
     sens = lab.sensitivity("bf16", progress=False, recheck=0)
@@ -135,6 +136,7 @@ def test_if_bodies_are_candidates():
     assert plan.passed and set(plan.kept) <= set(lab.index.entries)
 
 
+@pytest.mark.slow
 def test_int8_finds_two_planted_outliers_with_one_calibration(monkeypatch):
     import onnxruntime.quantization as q
 
@@ -208,6 +210,7 @@ def _assert_each_necessary(plan):
         assert any(rest <= f for f in failed), f"{nid} was not shown necessary"
 
 
+@pytest.mark.slow
 def test_int8_exclusion_set_is_the_planted_nodes():
     from onnx_lab.runtime.feeds import make_feeds
 
@@ -325,6 +328,7 @@ def test_int8_healthy_keeps_nothing():
     assert plan.passed and plan.excluded == []
 
 
+@pytest.mark.slow
 def test_int8_trials_share_one_saved_source_and_leave_no_file(monkeypatch, tmp_path):
     import tempfile
 

@@ -143,6 +143,7 @@ def test_scaled_rule_accepts_rounding_near_zero_and_rejects_real_errors():
 # ---------------------------------------------------------------------------- verification
 
 
+@pytest.mark.slow
 def test_safe_preset_has_no_false_alarm_on_a_cancelling_conv_bn_stack():
     lab = onnx_lab.open(cancelling_conv_bn_stack())
     results = lab.apply_preset("safe")
@@ -177,6 +178,7 @@ def test_a_wrong_rewrite_still_fails_at_the_right_tensor(wrong_pass, failing):
     assert any("rule" in n for n in r.notes)
 
 
+@pytest.mark.slow
 def test_light_models_verify_under_the_safe_preset():
     import os
 
@@ -352,6 +354,7 @@ def test_int8_preset_judges_by_sqnr_both_ways():
     assert not onnx_lab.compare(clean, noisy, feeds=feeds, preset="int8").passed
 
 
+@pytest.mark.slow
 def test_weights_computed_by_nodes_are_blamed_on_the_first_consumer():
     # onnx's light squeezenet computes every weight with ConstantOfShape: those nodes come
     # first in topological order, but the divergence is the first Conv, for its weight.

@@ -34,6 +34,7 @@ def _planted(path, weight: str, tmp_path):
     return out
 
 
+@pytest.mark.slow
 def test_a_faithful_export_passes_every_module(exported, ids):
     r = onnx_lab.compare_torch(tiny_decoder(), onnx_lab.open(exported), (ids,))
     assert r.passed and r.first_divergence is None and r.outputs.passed.all()
@@ -67,6 +68,7 @@ def test_a_module_changed_after_export_is_named(exported, ids):
     assert "layers.0.norm2" in r.first_divergence["message"]
 
 
+@pytest.mark.slow
 def test_looser_preset_and_bad_input(exported, ids):
     r = onnx_lab.compare_torch(tiny_decoder(), exported, (ids.numpy(),), preset="fp16")
     assert r.passed and r.preset == "fp16"

@@ -78,6 +78,7 @@ def test_busy_note():
     assert busy_note(list(0.05 * spread), load=0.1) is None
 
 
+@pytest.mark.slow
 def test_identical_models_no_difference_and_2x_slower_differs():
     a, b = mlp(6), mlp(6)
     same = compare_models(a, b, dims={"batch": 32}, budget_s=3.0, threads=1)
@@ -90,6 +91,7 @@ def test_identical_models_no_difference_and_2x_slower_differs():
 
 
 # ---------------------------------------------------------------------------- budgets
+@pytest.mark.slow
 def test_profile_budget_profiles_few_runs_and_times_the_rest():
     from onnx_lab._pandas import prefetch
 
@@ -135,6 +137,7 @@ def test_profile_cancel_returns_partial():
     assert len(p.latency) < 202 and len(p.nodes) > 0
 
 
+@pytest.mark.slow
 def test_batch_sweep_budget_stops_past_the_knee_and_measures_memory():
     lab = onnx_lab.open(mlp(4, width=256))
     s = lab.batch_sweep((1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), budget_s=4.0,
@@ -157,6 +160,7 @@ def test_batch_sweep_cancel():
     assert s.cancelled and len(s.table) <= 1
 
 
+@pytest.mark.slow
 def test_levels_and_threads_budget():
     lab = onnx_lab.open(mlp(3), dims={"batch": 4})
     df = levels(lab, budget_s=2.0, progress=False)

@@ -54,6 +54,7 @@ def test_measure_starts_no_run_past_the_deadline():
 
 
 # ---------------------------------------------------------------------------- batch sweep
+@pytest.mark.slow
 def test_batch_sweep_goes_smallest_first_in_one_session():
     lab = onnx_lab.open(mlp(3, width=128))
     s = batch_sweep(lab, (1, 2, 4, 8, 16), budget_s=30.0, stop_at_knee=False, progress=False)
@@ -78,6 +79,7 @@ def test_batch_sweep_stops_past_the_knee_in_order():
         assert any("stopped past the knee" in n for n in s.notes)
 
 
+@pytest.mark.slow
 def test_batch_sweep_does_not_start_a_size_that_cannot_fit():
     """Runs at batch 65536 of this MLP take seconds: with 1.5 s the sweep stops before a size
     whose warm-up and runs cannot fit, says which and why, and returns the sizes before it."""
@@ -149,6 +151,7 @@ def test_thread_sweep_budget_counts_session_creation():
     assert any("round(s) fit" in n for n in df.attrs["notes"])
 
 
+@pytest.mark.slow
 def test_widget_shows_a_sweep_cut_short_by_the_budget():
     from onnx_lab.widgets import Profiler
 

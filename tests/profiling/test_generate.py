@@ -195,6 +195,7 @@ def test_positions_from_the_mask_without_position_ids():
     assert g.tokens[0].tolist() == _reference_tokens(model, np.array([4, 2]), 5)
 
 
+@pytest.mark.slow
 def test_budget_mode_stops_by_itself(gqa):
     g = profile_generation(gqa, prompt=4, new_tokens=4, budget_s=1.0, providers="cpu",
                            progress=False)
@@ -204,6 +205,7 @@ def test_budget_mode_stops_by_itself(gqa):
     assert (st.latency_from == "unprofiled").all()
 
 
+@pytest.mark.slow
 def test_budget_bounds_fixed_runs(gqa):
     g = profile_generation(gqa, prompt=4, new_tokens=4, runs=100_000, budget_s=0.5,
                            providers="cpu", progress=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -34,6 +35,7 @@ def random_dag(seed: int, n: int) -> onnx.ModelProto:
     return m
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 60), radius=st.integers(0, 4),
        cap=st.integers(1, 40), direction=st.sampled_from(["both", "up", "down"]),

@@ -120,6 +120,7 @@ def _long_chain(n: int) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+@pytest.mark.slow
 def test_model_too_large_to_draw_whole_gets_a_collapsed_overview(tmp_path):
     out = write_report(_long_chain(3000), tmp_path / "big.html", max_views=12, budget_s=60,
                        tables=False, cost=False, check=False)
@@ -139,6 +140,7 @@ def test_small_model_is_drawn_whole_without_boxes():
     assert not p["notes"]
 
 
+@pytest.mark.slow
 def test_against_adds_comparison_and_side_by_side_diff(tmp_path):
     lab = onnx_lab.open("sample:convnet")
     before = tmp_path / "before.onnx"

@@ -68,6 +68,7 @@ def _run(code: str) -> list[str]:
                           timeout=120, check=True).stdout.splitlines()
 
 
+@pytest.mark.slow
 def test_registration_is_light_and_comes_with_import_onnx_lab():
     # A fresh interpreter: the result modules find their views with only `import onnx_lab`,
     # and registering them loads neither matplotlib nor the graph layout.
@@ -79,6 +80,7 @@ def test_registration_is_light_and_comes_with_import_onnx_lab():
     assert _run(code) == ["['html'] False False"]
 
 
+@pytest.mark.slow
 def test_import_onnx_lab_imports_no_result_module_until_a_result_is_drawn():
     # The registrations (and the result modules they import) load at the first drawing.
     code = ("import sys, onnx_lab\n"
@@ -92,6 +94,7 @@ def test_import_onnx_lab_imports_no_result_module_until_a_result_is_drawn():
                                 "'onnx_lab.profiling.run', 'onnx_lab.numerics.llm'] False"]
 
 
+@pytest.mark.slow
 def test_a_result_draws_in_a_process_that_imported_only_its_module():
     # `from onnx_lab.numerics.compare import compare` runs onnx_lab/__init__ first, which
     # leaves the loader: no `import onnx_lab` or render import is needed to draw.
@@ -200,6 +203,7 @@ def convnet():
     return onnx_lab.open("sample:convnet")
 
 
+@pytest.mark.slow
 def test_comparison_views(convnet):
     c = onnx_lab.compare(convnet, convnet)
     tensor = c.layers["tensor"].iloc[0]

@@ -80,6 +80,7 @@ def test_no_match_and_mismatch():
     assert r.reason == "Unsqueeze_0: the Squeeze removes other axes than the Unsqueeze added"
 
 
+@pytest.mark.slow
 def test_merge_properties():
     from hypothesis import given, settings
     from hypothesis import strategies as st

@@ -66,6 +66,7 @@ def test_selective():
     assert_same_outputs(m, r.model)
 
 
+@pytest.mark.slow
 def test_compose_property():
     import numpy as np
     from hypothesis import given, settings

@@ -1,4 +1,4 @@
-"""ort_transformers on GPT-2, ViT, CLIP and T5 models, not only BERT (issue 15).
+"""ort_transformers on GPT-2, ViT, CLIP and T5 models, not only BERT.
 
 Each model is a tiny (hidden 32, 4 heads, 2 layers) copy of the layout of transformers'
 eager implementation, exported with the TorchScript exporter (``dynamo=False``, as
@@ -361,6 +361,7 @@ def _softmax_owners(lab, softmaxes):
 
 
 # ---------------------------------------------------------------------------- tests
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", ["gpt2", "vit", "clip"])
 def test_fuses_like_onnxruntime_verifies_and_traces(exported, model_type):
     path, dims = exported(model_type)
@@ -392,6 +393,7 @@ def test_fuses_like_onnxruntime_verifies_and_traces(exported, model_type):
     assert r.near_misses.empty
 
 
+@pytest.mark.slow
 def test_t5_fused_ops_without_a_kernel_here_are_a_pass_error(exported):
     path, dims = exported("t5")
     lab = onnx_lab.open(path, dims=dims)
@@ -423,6 +425,7 @@ def test_t5_fused_ops_without_a_kernel_here_are_a_pass_error(exported):
     assert r.near_misses.empty
 
 
+@pytest.mark.slow
 def test_gpt2_attention_onnxruntime_misses_is_a_near_miss_with_its_log(exported):
     # An additive causal mask instead of transformers' torch.where: onnxruntime's GPT-2
     # attention fusion does not match it; everything else still fuses and verifies.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import onnx_lab
 from onnx_lab.widgets import DriftDebugger, Explorer, Profiler
 from onnx_lab.widgets._links import selection
@@ -59,6 +61,7 @@ def test_small_graph_is_not_chunked():
     assert not r.groups
 
 
+@pytest.mark.slow
 def test_run_context_bar_dims_focus_and_profile():
     lab = onnx_lab.open("sample:transformer_block")
     p = Profiler(lab, runs=1, warmup=0)
@@ -76,6 +79,7 @@ def test_run_context_bar_dims_focus_and_profile():
     assert bar.feeds() is None
 
 
+@pytest.mark.slow
 def test_linked_selection_drift_tick_centres_explorer():
     lab = onnx_lab.open("sample:convnet")
     e = Explorer(lab, tab="Graph")
@@ -100,6 +104,7 @@ def test_an_empty_canvas_is_hidden_until_it_shows_a_graph():
     assert c.layout.display is None and c.svg
 
 
+@pytest.mark.slow
 def test_profiler_latency_on_the_canvas_and_a_slow_node_tick_centres_explorer():
     from onnx_lab.widgets import Profiler
 
@@ -119,6 +124,7 @@ def test_profiler_latency_on_the_canvas_and_a_slow_node_tick_centres_explorer():
     assert p.canvas.selected == p.canvas.key_for(node)
 
 
+@pytest.mark.slow
 def test_dims_bar_of_a_decoder_llm_empty_cache_and_derived_dims():
     """The run-context bar shows the dims the model determines as placeholders (left empty,
     they are filled in), takes 0 for an empty KV cache and refuses a negative length."""

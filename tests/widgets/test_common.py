@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from onnx_lab.errors import DimError
 from onnx_lab.widgets._common import (
@@ -36,6 +37,7 @@ def test_view_call_catches_lab_errors_and_unexpected_ones():
     assert isinstance(v.error, DimError) and "DimError" in v.status.value
 
 
+@pytest.mark.slow
 def test_selectable_table_pages_and_keeps_selection():
     df = pd.DataFrame({"k": [f"n{i}" for i in range(53)], "v": range(53)})
     seen = []

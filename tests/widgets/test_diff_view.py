@@ -68,6 +68,7 @@ def test_identical_models_no_false_alarm(no_error):
     assert "unchanged" in dv.left.details_html
 
 
+@pytest.mark.slow
 def test_box_click_expands_that_side(no_error):
     import sys
     from pathlib import Path

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import onnx_lab
 from onnx_lab import to_fp16
 from onnx_lab.widgets import DriftDebugger
 
 
+@pytest.mark.slow
 def test_drift_same_model_passes_on_every_sample(sample_lab, no_error):
     d = DriftDebugger(sample_lab, sample_lab)
     no_error(d)
@@ -19,6 +21,7 @@ def test_drift_same_model_passes_on_every_sample(sample_lab, no_error):
     assert d.layer == {} and "onnx_lab.compare(reference, candidate" in d.code.value
 
 
+@pytest.mark.slow
 def test_drift_fp16_opens_on_first_divergence(no_error):
     ref = onnx_lab.open("sample:convnet")
     d = DriftDebugger(ref, to_fp16(ref))
@@ -54,6 +57,7 @@ def test_drift_fp16_opens_on_first_divergence(no_error):
     assert "layerwise=False" in d.code.value
 
 
+@pytest.mark.slow
 def test_drift_npz_feeds_and_errors(tmp_path, no_error):
     ref = onnx_lab.open("sample:convnet")
     d = DriftDebugger(ref, ref)
@@ -75,6 +79,7 @@ def test_drift_npz_feeds_and_errors(tmp_path, no_error):
     assert type(d.error).__name__ == "InputError"
 
 
+@pytest.mark.slow
 def test_drift_unresolved_dims_show_in_widget():
     tb = onnx_lab.open("sample:transformer_block")
     d = DriftDebugger(tb, tb)
@@ -85,6 +90,7 @@ def test_drift_unresolved_dims_show_in_widget():
     assert ok.error is None and ok.result.passed and "dims=" in ok.code.value
 
 
+@pytest.mark.slow
 def test_drift_layer_views_share_one_capture_and_are_kept(no_error):
     from onnx_lab.widgets.drift import SCATTER_POINTS
 
@@ -128,6 +134,7 @@ def test_drift_layer_views_share_one_capture_and_are_kept(no_error):
     assert set(d._shown) == {d.layer["tensor"]}
 
 
+@pytest.mark.slow
 def test_drift_preset_and_confirm_controls(no_error):
     ref = onnx_lab.open("sample:convnet")
     d = DriftDebugger(ref, to_fp16(ref))

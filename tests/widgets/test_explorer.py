@@ -7,6 +7,7 @@ import onnx_lab
 from onnx_lab.widgets import Explorer
 
 
+@pytest.mark.slow
 def test_explore_every_sample_every_tab(sample_lab, no_error):
     e = sample_lab.explore()
     assert isinstance(e, Explorer)
@@ -70,6 +71,7 @@ def test_graph_expand_scope_in_collapsed_view(no_error):
     assert f"expand=&#x27;{keys[0]}&#x27;" in e.code.value
 
 
+@pytest.mark.slow
 def test_initializers_sort_and_weight_histogram(no_error):
     lab = onnx_lab.open("sample:convnet")
     e = Explorer(lab)

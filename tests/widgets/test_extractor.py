@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import onnx
+import pytest
 
 import onnx_lab
 from onnx_lab.widgets import Extractor
 
 
+@pytest.mark.slow
 def test_extractor_on_every_sample_by_nodes(sample_lab, no_error, tmp_path):
     x = Extractor(sample_lab)
     no_error(x)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import onnx
+import pytest
 from models import conv_bn_scale_from_input
 
 import onnx_lab
@@ -8,6 +9,7 @@ from onnx_lab.core._sample_models import build_bert_block
 from onnx_lab.widgets import FusionLab
 
 
+@pytest.mark.slow
 def test_fusion_lab_every_sample_select_preview_apply_undo(sample_lab, no_error, tmp_path):
     f = FusionLab(sample_lab)
     no_error(f)
@@ -34,6 +36,7 @@ def test_fusion_lab_every_sample_select_preview_apply_undo(sample_lab, no_error,
     assert len(onnx.load(str(out)).graph.node) == sample_lab.model.graph.num_nodes()
 
 
+@pytest.mark.slow
 def test_fusion_lab_pattern_filter_explanation_and_tools(no_error):
     lab = onnx_lab.open("sample:convnet")
     f = FusionLab(lab)
@@ -85,7 +88,7 @@ def test_fusion_lab_errors_show_in_widget(tmp_path):
 
 def _select_preview_apply_undo(f, sample_lab, pats, n0, no_error):
     f.select_all.click()
-    # "select all shown": housekeeping rows are hidden by default (issue 12).
+    # "select all shown": housekeeping rows are hidden by default.
     assert f.selected == list(f.matches.df["match_id"])
     f.preview_button.click()
     no_error(f)

@@ -63,6 +63,7 @@ def _body(text: str) -> str:
     return re.sub(r"<script.*?</script>", "", text, flags=re.S)
 
 
+@pytest.mark.slow
 def test_widget_outputs_carry_a_static_snapshot(executed):
     nb = nbformat.read(str(executed), as_version=4)
     bundles = [o["data"] for c in nb.cells for o in c.get("outputs", []) if "data" in o]
@@ -70,6 +71,7 @@ def test_widget_outputs_carry_a_static_snapshot(executed):
     assert len(widgets) == 2 and all("onnx-lab-snapshot" in b["text/html"] for b in widgets)
 
 
+@pytest.mark.slow
 def test_plain_nbconvert_without_widget_state_shows_the_snapshot(executed):
     nb = nbformat.read(str(executed), as_version=4)
     nb.metadata.pop("widgets", None)  # saved without widget state (JupyterLab's default)
@@ -79,6 +81,7 @@ def test_plain_nbconvert_without_widget_state_shows_the_snapshot(executed):
     assert "<svg" in page and "Explorer: static snapshot" in page
 
 
+@pytest.mark.slow
 def test_last_views_from_the_saved_widget_state(executed, tmp_path):
     nb = nbformat.read(str(executed), as_version=4)
     assert nb.metadata["widgets"]  # nbclient saved the state, as JupyterLab can
@@ -96,6 +99,7 @@ def test_last_views_from_the_saved_widget_state(executed, tmp_path):
     assert "onnx-lab-snapshot" in page
 
 
+@pytest.mark.slow
 def test_preprocessor_from_the_command_line(executed, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
@@ -109,6 +113,7 @@ def test_preprocessor_from_the_command_line(executed, tmp_path):
     assert "last view saved with the notebook" in page and "/block1/conv/Conv</div>" in page
 
 
+@pytest.mark.slow
 def test_plain_nbconvert_keeps_last_views_once_the_config_is_installed(executed, tmp_path):
     """What ``make setup`` installs in the environment: plain ``jupyter nbconvert --to html``
     then exports the last views (the config read from JUPYTER_CONFIG_DIR here)."""

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import pytest
+
 import onnx_lab
 from onnx_lab.widgets import Profiler
 
 
+@pytest.mark.slow
 def test_profiler_every_button_on_every_sample(sample_lab, no_error):
     p = Profiler(sample_lab, runs=2, warmup=0)
     no_error(p)
@@ -35,6 +38,7 @@ def test_profiler_every_button_on_every_sample(sample_lab, no_error):
         assert type(p.error).__name__ == "DimError" and "onnx-lab-error" in p.status.value
 
 
+@pytest.mark.slow
 def test_profiler_controls_reach_the_call(no_error):
     p = Profiler(onnx_lab.open("sample:convnet"))
     p.runs.value = 3
@@ -96,6 +100,7 @@ def _mlp_lab(layers: int = 6, width: int = 256, **dims):
     return onnx_lab.open(mlp(layers, width), dims=dims or None)
 
 
+@pytest.mark.slow
 def test_profiler_cancel_keeps_partial_results(no_error):
     import time
 
@@ -126,6 +131,7 @@ def test_profiler_cancel_keeps_partial_results(no_error):
     assert "cancelled" in p.sweep_html.value
 
 
+@pytest.mark.slow
 def test_profiler_budget_mode_and_cost_tab(no_error):
     from onnx_lab.runtime.openvino import openvino_available
 
@@ -162,6 +168,7 @@ def test_batch_sweep_offers_the_model_dims_only():
     assert block.sweep_dim.value == "batch" and not block.sweep_button.disabled
 
 
+@pytest.mark.slow
 def test_profiler_generation_shows_both_phases(no_error):
     lab = onnx_lab.open("sample:tiny_llm")  # the head size is derived
     p = Profiler(lab, runs=2, warmup=0)

@@ -1,11 +1,12 @@
-"""Issue 12 in FusionLab, Extractor and DriftDebugger: canvas, run-context bar, linked
-selection, snapshots and the per-widget fixes (headless)."""
+"""FusionLab, Extractor and DriftDebugger: the graph canvas, the run-context bar, linked
+selection, snapshots in the mimebundle, and each widget's ordering and toggles (headless)."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import onnx.parser
+import pytest
 
 import onnx_lab
 from onnx_lab import to_fp16
@@ -127,6 +128,7 @@ def _with_constants():
     return onnx_lab.open(m)
 
 
+@pytest.mark.slow
 def test_drift_hides_constants_orders_and_bar(no_error, tmp_path):
     lab = _with_constants()
     d = DriftDebugger(lab, to_fp16(lab))
