@@ -4,6 +4,21 @@ Node provenance (``onnx_lab.origin`` metadata) is saved with the nodes, so ``ori
 survive save/load. External data: ``"auto"`` writes weights to ``<file>.data`` when the model
 was opened with external data or would pass protobuf's 2 GB limit.
 
+**How external data is written** (the one rule; :func:`write_model` applies it, and every
+writer of a model goes through it: ``save``, the temporary files handed to tools by
+:mod:`onnx_lab.core.handoff`, the quantizers' inputs):
+
+- one data file per model, named in the model's own folder (a relative location, never a
+  temporary folder and never the data file of the model it came from: every weight is
+  written again, read from wherever it lies);
+- tensors of at most :data:`INLINE_MAX_BYTES` (4 KiB: shape vectors, axes, scalars, biases)
+  stay inside the .onnx file, as do STRING and unreadable tensors. onnxruntime's shape
+  inference reads shape and axes inputs only from the model file ("Cannot parse data from
+  external tensors"); onnx's own default keeps under 1 KiB inline, and 4 KiB is the bound
+  onnxruntime sessions of ``onnx_lab.runtime`` use, so the form verification runs is the
+  form that is saved;
+- a model with no tensor above that bound is written as one file (no data file).
+
 What a save guarantees:
 
 - **Atomic.** The model (and its data file) are written to temporary names in the target
@@ -44,14 +59,28 @@ from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import UnreadableTensor, kept_inline
 from onnx_lab.core._wire import encode_varint as _varint
 from onnx_lab.core.history import History
+from onnx_lab.core.model import LabModel
 from onnx_lab.errors import LabError, SaveError, WriteError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["save", "protected_files", "write_error"]
+__all__ = ["save", "protected_files", "write_error", "write_model", "wants_external",
+           "INLINE_MAX_BYTES"]
 
 _LIMIT = 2_000_000_000
 _GRAPH_MARGIN = 64 << 20  # room for the graph itself next to the weights
+
+#: Tensors of at most this many bytes stay inside the .onnx file when the others go to a data
+#: file (see the module docstring); ``onnx_lab.runtime`` hands onnxruntime the same split.
+INLINE_MAX_BYTES = 4096
+
+
+def wants_external(model: LabModel, *, like: LabModel | None = None) -> bool:
+    """``external_data="auto"``: whether ``model`` is written with a data file: when ``like``
+    (default: the model itself) reads external data, or the weights would pass protobuf's
+    2 GB limit."""
+    like = model if like is None else like
+    return like.has_external_data or model.weights_nbytes() + _GRAPH_MARGIN >= _LIMIT
 
 
 def _real(p: str | os.PathLike) -> Path:
@@ -125,8 +154,7 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
     size = model.weights_nbytes()
     explicit = isinstance(external_data, str) and external_data != "auto"
     if external_data == "auto":
-        use_external = history.original.model.has_external_data or \
-            size + _GRAPH_MARGIN >= _LIMIT
+        use_external = wants_external(model, like=history.original.model)
         data_name = f"{target.name}.data"
     elif external_data is True:
         use_external, data_name = True, f"{target.name}.data"
@@ -158,10 +186,30 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
             k += 1
         if data_name != base:
             logger.info("%s is read by the model; writing weights to %s", base, data_name)
+    write_model(model, target, data_name if use_external else None)
+    return target
+
+
+def write_model(model: LabModel, target: str | os.PathLike, data_name: str | None) -> Path:
+    """Write ``model`` to ``target`` by the rule of this module: with ``data_name`` (a file
+    name in ``target``'s folder), every tensor above :data:`INLINE_MAX_BYTES` goes there
+    and the smaller ones stay inline; with None, one file. Atomic (temporaries in the
+    target folder, renamed when complete), no checks of what the path is (:func:`save`
+    makes those); the model itself is left as it was.
+
+    Raises:
+        SaveError: the model cannot be serialized, or passes 2 GB in one file.
+        WriteError: the file system refused a write.
+
+    Example:
+        >>> write_model(lab.model, tmp / "model.onnx", "model.onnx.data")
+    """
+    target = Path(target)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         with _target_lock(_real(target)):
             _sweep(target)
-            if use_external:
+            if data_name is not None and _any_external(model.ir):
                 _save_pair(model.ir, target, data_name)
             else:
                 with _replacing(target) as tmp:
@@ -176,6 +224,15 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
     except OSError as e:
         raise write_error(target, e) from e
     return target
+
+
+def _any_external(m: ir.Model) -> bool:
+    """Whether some tensor of ``m`` goes to a data file by the rule (above the inline bound,
+    and not one that is always kept inline)."""
+    return any(t is not None and t.nbytes > INLINE_MAX_BYTES
+               and not isinstance(t, (ir.StringTensor, UnreadableTensor))
+               for g in m.graphs() for v in g.initializers.values()
+               for t in (v.const_value,))
 
 
 # ---------------------------------------------------------------------------- atomic writes
@@ -297,7 +354,8 @@ def _save_pair(m: ir.Model, target: Path, data_name: str) -> None:
                 if isinstance(t, (ir.StringTensor, UnreadableTensor)):
                     v.const_value = kept_inline(t)  # restored below with the others
             # onnx_ir writes the data (to the temporary name) and points the tensors at it
-            ir.external_data.unload_from_model(m, folder, data_tmp)
+            ir.external_data.unload_from_model(m, folder, data_tmp,
+                                               size_threshold_bytes=INLINE_MAX_BYTES)
             proto = _serialize(m, target)
         finally:
             for v, t in zip(values, tensors, strict=True):  # the version stays as it was

@@ -28,6 +28,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel, mapped_briefly
+from onnx_lab.core.save import INLINE_MAX_BYTES
 from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
 
 logger = logging.getLogger(__name__)
@@ -219,7 +220,10 @@ def runtime_proto(model: LabModel) -> onnx.ModelProto:
     return model.cached(RUNTIME_PROTO_KEY, build)
 
 
-_INLINE_BYTES = 4096
+# The tensors a saved file keeps inline are the ones sessions get inline (core/save.py's
+# rule): onnxruntime's shape inference reads shape vectors and axes only from the graph, so
+# a session built here fails exactly when the saved file would.
+_INLINE_BYTES = INLINE_MAX_BYTES
 RUNTIME_PROTO_KEY = ("runtime", "runtime_proto")
 
 
@@ -231,7 +235,7 @@ def _inline_small_external(proto: onnx.ModelProto, base_dir: str) -> None:
     for t in proto.graph.initializer:
         if uses_external_data(t):
             info = {e.key: e.value for e in t.external_data}
-            if int(info.get("length", _INLINE_BYTES)) < _INLINE_BYTES:
+            if int(info.get("length", _INLINE_BYTES + 1)) <= _INLINE_BYTES:
                 load_external_data_for_tensor(t, base_dir)
                 t.data_location = onnx.TensorProto.DEFAULT
                 del t.external_data[:]
