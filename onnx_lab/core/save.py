@@ -48,7 +48,7 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -102,8 +102,14 @@ def protected_files(history: History) -> dict[Path, str]:
     return out
 
 
+#: ``check(path)``: why the model file written at ``path`` (a temporary name in the target
+#: folder, its data file beside it) cannot be loaded, or None (onnx_lab.runtime's
+#: ``load_problem``: a fresh onnxruntime session from the path).
+Check = Callable[[Path], "str | None"]
+
+
 def save(history: History, path: str | os.PathLike, *, external_data: bool | str = "auto",
-         overwrite: bool = False) -> Path:
+         overwrite: bool = False, check: Check | None = None) -> Path:
     """Write the history's current version to ``path`` (``Lab.save`` calls this).
 
     Args:
@@ -112,14 +118,17 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
             passes 2 GB), True (``<file name>.data``), False (one file), or a data file name
             (relative, in the same folder).
         overwrite: allow writing over the file the model was opened from.
+        check: called on the written file before it replaces anything (``Lab.save`` passes
+            a fresh onnxruntime session's load); a problem it returns is a SaveError.
 
     Returns:
         The path written.
 
     Raises:
         SaveError: the path is the source file (without ``overwrite=True``), a data file the
-            model reads, a file a derived Lab came from, a folder, or the model is too large
-            for one file.
+            model reads, a file a derived Lab came from, a folder, the model is too large
+            for one file, or ``check`` found that the written file does not load (nothing is
+            replaced then).
         WriteError: the file system refused a write (the message names the path and the
             cause: no space left, read-only, a parent that is a file...).
 
@@ -186,19 +195,22 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
             k += 1
         if data_name != base:
             logger.info("%s is read by the model; writing weights to %s", base, data_name)
-    write_model(model, target, data_name if use_external else None)
+    write_model(model, target, data_name if use_external else None, check=check)
     return target
 
 
-def write_model(model: LabModel, target: str | os.PathLike, data_name: str | None) -> Path:
+def write_model(model: LabModel, target: str | os.PathLike, data_name: str | None, *,
+                check: Check | None = None) -> Path:
     """Write ``model`` to ``target`` by the rule of this module: with ``data_name`` (a file
     name in ``target``'s folder), every tensor above :data:`INLINE_MAX_BYTES` goes there
     and the smaller ones stay inline; with None, one file. Atomic (temporaries in the
     target folder, renamed when complete), no checks of what the path is (:func:`save`
-    makes those); the model itself is left as it was.
+    makes those); the model itself is left as it was. ``check`` (see :func:`save`) runs on
+    the complete temporaries, before anything is replaced.
 
     Raises:
-        SaveError: the model cannot be serialized, or passes 2 GB in one file.
+        SaveError: the model cannot be serialized, passes 2 GB in one file, or ``check``
+            found a problem.
         WriteError: the file system refused a write.
 
     Example:
@@ -210,7 +222,7 @@ def write_model(model: LabModel, target: str | os.PathLike, data_name: str | Non
         with _target_lock(_real(target)):
             _sweep(target)
             if data_name is not None and _any_external(model.ir):
-                _save_pair(model.ir, target, data_name)
+                _save_pair(model.ir, target, data_name, check)
             else:
                 with _replacing(target) as tmp:
                     m = model.ir
@@ -219,11 +231,24 @@ def write_model(model: LabModel, target: str | os.PathLike, data_name: str | Non
                         ir.external_data.load_to_model(m)
                     if target.suffix != ".onnx" or not _write_streamed(m, tmp):
                         _write_proto(_serialize(m, target), tmp)
+                    _checked(check, tmp, target)
     except LabError:
         raise
     except OSError as e:
         raise write_error(target, e) from e
     return target
+
+
+def _checked(check: Check | None, written: Path, target: Path) -> None:
+    """SaveError naming ``target`` when ``check`` finds ``written`` does not load."""
+    if check is None:
+        return
+    problem = check(written)
+    if problem:
+        raise SaveError(f"{str(target)!r} would not load in onnxruntime from its folder: "
+                        f"{problem}", fix="Nothing was replaced. lab.check() names what "
+                        "onnxruntime refuses; save with external_data=False to keep every "
+                        "tensor inside the file, or report the model to onnx_lab.")
 
 
 def _any_external(m: ir.Model) -> bool:
@@ -338,9 +363,11 @@ def _write_proto(proto: onnx.ModelProto, path: Path) -> None:
         f.write(data)
 
 
-def _save_pair(m: ir.Model, target: Path, data_name: str) -> None:
+def _save_pair(m: ir.Model, target: Path, data_name: str, check: Check | None = None
+               ) -> None:
     """Write ``m`` to ``target`` with its initializers in ``data_name`` (same folder): both
-    to temporaries first, then the data renamed, then the model."""
+    to temporaries first (``check`` runs on them: the model temporary names the data
+    temporary), then the data renamed, then the model."""
     final = _real(target) if target.is_symlink() else target
     folder = final.parent
     token = _token()
@@ -360,6 +387,9 @@ def _save_pair(m: ir.Model, target: Path, data_name: str) -> None:
         finally:
             for v, t in zip(values, tensors, strict=True):  # the version stays as it was
                 v.const_value = t
+        if check is not None:
+            _write_proto(proto, model_tmp)  # points at the data temporary beside it
+            _checked(check, model_tmp, target)
         _relocate(proto, data_tmp, data_name)
         _write_proto(proto, model_tmp)
         data_final = folder / data_name

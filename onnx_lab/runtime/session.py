@@ -36,7 +36,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["available_providers", "default_providers", "fallback_chain", "PROFILED_PROVIDERS",
            "resolve_providers", "make_session", "OPT_LEVELS", "ort_max_opsets", "ort_version",
            "ort_registered_ops", "runtime_proto", "weightless_proto", "weight_array",
-           "PLACEHOLDER", "is_placeholder", "run_session", "run_failure", "implemented_ops"]
+           "PLACEHOLDER", "is_placeholder", "run_session", "run_failure", "implemented_ops",
+           "load_problem", "saved_form_problem"]
 
 OPT_LEVELS = ("disable", "basic", "extended", "all")
 _PROTO_LIMIT = 2_000_000_000
@@ -428,6 +429,64 @@ def _serialize(model: LabModel, proto: onnx.ModelProto):
         ir.external_data.set_base_dir(m.graph, str(model.base_dir))
     ir.save(m, path, external_data="model.onnx.data")
     return path, tmp
+
+
+def load_problem(path: str | os.PathLike, model: LabModel | None = None) -> str | None:
+    """Why a fresh ``onnxruntime.InferenceSession(path)`` cannot load the model file at
+    ``path`` (external data resolved against its own folder, as a user's program would), or
+    None when it loads. Graph optimizations off, CPU.
+
+    With ``model`` (what the file holds): when onnxruntime cannot load that model from
+    memory either (ops this build has no kernel for, a model for another runtime), the file
+    is not what is wrong: None, and a log line. This second session is only made when the
+    first fails.
+
+    Example:
+        >>> save(history, "out.onnx", check=lambda p: load_problem(p, lab.model))
+    """
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        ort.InferenceSession(os.fspath(path), so, providers=["CPUExecutionProvider"])
+        return None
+    except Exception as e:  # noqa: BLE001 - ORT raises several exception types
+        text = str(e).strip()
+        problem = text.splitlines()[0][:400] if text else type(e).__name__
+    if model is not None:
+        try:
+            make_session(model)
+        except RuntimeLoadError as e:
+            logger.info("%s: onnxruntime loads neither the file nor the model (%s)", path,
+                        e.problem)
+            return None
+    return problem
+
+
+def saved_form_problem(model: LabModel) -> str | None:
+    """Why onnxruntime would refuse ``model`` once saved with external data, or None.
+
+    onnxruntime's shape inference reads shape and axes inputs only from the model file, and
+    a saved file keeps only tensors up to 4 KiB inline (``core.save.INLINE_MAX_BYTES``).
+    Verification's runner feeds the large weights as inputs, which shape inference does not
+    read, so a model whose large *integer* initializer is such an input runs there but not
+    from its file. Only those models get a check: a session of the model in the form a save
+    writes (its light graph: the same tensors inline, the others external), about the cost
+    of one session; the others (float weights only) cost a scan of the initializers.
+    """
+    ints = {ir.DataType.INT64, ir.DataType.INT32}
+    suspect = any(t is not None and t.dtype in ints and t.nbytes > _INLINE_BYTES
+                  and (v.uses() or v.is_graph_output())
+                  for v in model.graph.initializers.values() for t in (v.const_value,))
+    if not suspect:
+        return None
+    try:
+        make_session(model)
+    except RuntimeLoadError as e:
+        return e.problem
+    return None
 
 
 _FEEDS_FIX = "Check the feeds' shapes and dtypes against lab.inputs."
