@@ -436,10 +436,10 @@ def load_problem(path: str | os.PathLike, model: LabModel | None = None) -> str 
     ``path`` (external data resolved against its own folder, as a user's program would), or
     None when it loads. Graph optimizations off, CPU.
 
-    With ``model`` (what the file holds): when onnxruntime cannot load that model from
-    memory either (ops this build has no kernel for, a model for another runtime), the file
-    is not what is wrong: None, and a log line. This second session is only made when the
-    first fails.
+    With ``model`` (what the file holds): when onnxruntime cannot load that model with
+    every tensor inside the graph either (ops this build has no kernel for, a model for
+    another runtime), the file is not what is wrong: None, and a log line. This second
+    session is only made when the first fails (and not past 2 GB of weights).
 
     Example:
         >>> save(history, "out.onnx", check=lambda p: load_problem(p, lab.model))
@@ -455,14 +455,33 @@ def load_problem(path: str | os.PathLike, model: LabModel | None = None) -> str 
     except Exception as e:  # noqa: BLE001 - ORT raises several exception types
         text = str(e).strip()
         problem = text.splitlines()[0][:400] if text else type(e).__name__
-    if model is not None:
-        try:
-            make_session(model)
-        except RuntimeLoadError as e:
-            logger.info("%s: onnxruntime loads neither the file nor the model (%s)", path,
-                        e.problem)
+    if model is not None and model.weights_nbytes() < _PROTO_LIMIT // 2:
+        other = _embedded_problem(model)
+        if other is not None:
+            logger.info("%s: onnxruntime loads neither the file nor the model with its "
+                        "weights inside (%s)", path, other)
             return None
     return problem
+
+
+def _embedded_problem(model: LabModel) -> str | None:
+    """Why onnxruntime cannot load ``model`` given as one message with every tensor inside
+    (the most it can be offered), or None."""
+    import onnxruntime as ort
+
+    copy = model.clone().ir
+    if model.has_external_data:
+        ir.external_data.load_to_model(copy)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        ort.InferenceSession(ir.to_proto(copy).SerializeToString(), so,
+                             providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - ORT raises several exception types
+        text = str(e).strip()
+        return text.splitlines()[0][:400] if text else type(e).__name__
+    return None
 
 
 def saved_form_problem(model: LabModel) -> str | None:
