@@ -28,7 +28,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel, mapped_briefly
-from onnx_lab.core.save import INLINE_MAX_BYTES
+from onnx_lab.core.save import INLINE_MAX_BYTES, write_model
 from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
 
 logger = logging.getLogger(__name__)
@@ -427,7 +427,8 @@ def _serialize(model: LabModel, proto: onnx.ModelProto):
     m = ir.serde.deserialize_model(proto)
     if model.base_dir is not None:
         ir.external_data.set_base_dir(m.graph, str(model.base_dir))
-    ir.save(m, path, external_data="model.onnx.data")
+    # core/save.py's rule: its own data file beside it, tensors up to 4 KiB inline
+    write_model(LabModel(m), path, "model.onnx.data")
     return path, tmp
 
 

@@ -232,3 +232,23 @@ def test_check_false_skips_the_load_check(tmp_path):
     out = onnx_lab.open(path).save(tmp_path / "unchecked.onnx", check=False)
     with pytest.raises(Exception, match="Cannot parse data from external tensors"):
         np.testing.assert_allclose(fresh_run(out, _X)[0], _expected(), rtol=1e-5)
+
+
+def test_the_runtime_temporary_file_for_large_models_follows_the_rule(src, monkeypatch):
+    # Past 2 GB onnxruntime gets the whole model as a temporary file: written by the rule.
+    from onnx_lab.runtime import session
+
+    from pathlib import Path
+
+    from onnx_lab.core.handoff import ir_with_weights
+    from onnx_lab.core.model import LabModel
+
+    model = LabModel(ir_with_weights(_open(src).model, "test"))  # weights in memory
+    monkeypatch.setattr(session, "_PROTO_LIMIT", 1000)
+    path, tmp = session._serialize(model, session.runtime_proto(model))
+    try:
+        assert Path(path).with_name("model.onnx.data").is_file()
+        assert check_layout(Path(path), src) == []
+        fresh_run(Path(path), feeds_for(src))
+    finally:
+        tmp.cleanup()
