@@ -33,14 +33,16 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import onnx_ir as ir
 
 from onnx_lab.core.handoff import read_output, tool_errors, work_folder
 from onnx_lab.core.model import LabModel
-from onnx_lab.errors import PassError, close_matches
+from onnx_lab.errors import PassError, RuntimeLoadError, close_matches
 from onnx_lab.runtime.optimizers import effective_rules, optimize
 from onnx_lab.transforms import transformers
 from onnx_lab.transforms._whole import PROTO_LIMIT, Switch, WholeModelPass
@@ -266,7 +268,7 @@ class OrtPass(WholeModelPass):
     def switches(self, model: LabModel) -> list[Switch]:
         off = self._off("disabled_optimizers")
         self._check_size(model)
-        with work_folder(self.name) as tmp:
+        with work_folder(self.name) as tmp, self._named():
             fired = optimize(model, self.level, str(tmp / "optimized.onnx"),
                              disabled=sorted(off), trace=True)
         names: list[str] = []
@@ -282,6 +284,14 @@ class OrtPass(WholeModelPass):
                 names.append(n)
         return [Switch(n, "disabled_optimizers") for n in dict.fromkeys(names) if n not in off]
 
+    @contextlib.contextmanager
+    def _named(self) -> Iterator[None]:
+        """onnxruntime's refusal to load the model as a PassError naming this step."""
+        try:
+            yield
+        except RuntimeLoadError as e:
+            raise PassError(f"{self.name}: {e.problem}", fix=e.fix) from e
+
     def _check_size(self, model: LabModel) -> None:
         if model.weights_nbytes() >= PROTO_LIMIT:
             raise PassError(f"ort:{self.level} writes the optimized model as one protobuf, "
@@ -295,8 +305,9 @@ class OrtPass(WholeModelPass):
             # onnxruntime writes the weights to its own data file beside the optimized model
             # (runtime.optimizers), read back into memory before the folder goes
             target = tmp / "optimized.onnx"
-            optimize(model, self.level, str(target),
-                     disabled=list(self.options["disabled_optimizers"] or []))
+            with self._named():
+                optimize(model, self.level, str(target),
+                         disabled=list(self.options["disabled_optimizers"] or []))
             out = read_output(target, self.name)
         new = self.from_ir(out, model)
         domains = sorted({n.domain for g in new.graphs() for n in g

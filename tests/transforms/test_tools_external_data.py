@@ -112,3 +112,14 @@ def test_a_tool_that_writes_no_model_or_raises_is_a_pass_error_naming_the_step(t
         with tool_errors("my tool", "Do something else."):
             raise RuntimeError("boom\nC++ trace")
     assert e.value.fix == "Do something else."
+
+
+def test_an_ort_level_onnxruntime_cannot_load_is_a_pass_error_naming_the_step():
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Foo", ["x"], ["y"], domain="com.example")], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    model = onnx.helper.make_model(graph, opset_imports=[
+        onnx.helper.make_opsetid("", 18), onnx.helper.make_opsetid("com.example", 1)])
+    with pytest.raises(PassError, match=r"^ort:basic: onnxruntime cannot load"):
+        onnx_lab.open(model).apply("ort:basic")
