@@ -447,9 +447,7 @@ def load_problem(path: str | os.PathLike, model: LabModel | None = None) -> str 
     """
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so = _load_check_options()
     try:
         ort.InferenceSession(os.fspath(path), so, providers=["CPUExecutionProvider"])
         return None
@@ -465,6 +463,20 @@ def load_problem(path: str | os.PathLike, model: LabModel | None = None) -> str 
     return problem
 
 
+def _load_check_options() -> Any:
+    """Options of a session made only to see whether a model loads: no optimizations, no
+    MatMul pre-packing (most of a session's start on large weights, useless for no run),
+    no arena."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.enable_cpu_mem_arena = False
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    return so
+
+
 def _embedded_problem(model: LabModel) -> str | None:
     """Why onnxruntime cannot load ``model`` given as one message with every tensor inside
     (the most it can be offered), or None."""
@@ -473,9 +485,7 @@ def _embedded_problem(model: LabModel) -> str | None:
     copy = model.clone().ir
     if model.has_external_data:
         ir.external_data.load_to_model(copy)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so = _load_check_options()
     try:
         ort.InferenceSession(ir.to_proto(copy).SerializeToString(), so,
                              providers=["CPUExecutionProvider"])

@@ -5,6 +5,8 @@ passes a model whose saved file would not load."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -22,8 +24,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx_lab
 from onnx_lab.cli import main
+from onnx_lab.core.handoff import ir_with_weights
+from onnx_lab.core.model import LabModel
 from onnx_lab.core.save import INLINE_MAX_BYTES, write_model
 from onnx_lab.errors import SaveError
+from onnx_lab.runtime import session
 
 
 @pytest.fixture(scope="module")
@@ -236,13 +241,6 @@ def test_check_false_skips_the_load_check(tmp_path):
 
 def test_the_runtime_temporary_file_for_large_models_follows_the_rule(src, monkeypatch):
     # Past 2 GB onnxruntime gets the whole model as a temporary file: written by the rule.
-    from onnx_lab.runtime import session
-
-    from pathlib import Path
-
-    from onnx_lab.core.handoff import ir_with_weights
-    from onnx_lab.core.model import LabModel
-
     model = LabModel(ir_with_weights(_open(src).model, "test"))  # weights in memory
     monkeypatch.setattr(session, "_PROTO_LIMIT", 1000)
     path, tmp = session._serialize(model, session.runtime_proto(model))
