@@ -4,10 +4,11 @@ does it.
 Tools read models in one of two forms, and each gets the form it supports:
 
 - **in memory, weights loaded** (onnxsim, onnxslim, onnxoptimizer and onnxruntime's
-  transformer optimizer take a ``ModelProto``; onnxscript's rewriter an ``onnx_ir.Model``):
+  transformer optimizer take a ``ModelProto``, as do the float16 conversion and
+  onnxruntime's MatMulNBits quantizer; onnxscript's rewriter an ``onnx_ir.Model``):
   :func:`proto_with_weights`, :func:`ir_with_weights`. Weights in external files are read
-  into a copy; the model itself is left as it was. Protobuf cannot hold more than 2 GB:
-  larger models are refused with a PassError naming the step.
+  into a copy; the model itself is left as it was. A tool that serializes the message
+  cannot take more than 2 GB: larger models are refused with a PassError naming the step.
 - **a folder** (onnxruntime's quantizers read a path; onnxruntime's optimizer writes one):
   :func:`model_folder` writes the model into a fresh temporary folder by
   :func:`onnx_lab.core.save.write_model`'s rule (its own data file beside it, regular files,
@@ -37,6 +38,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.save import wants_external, write_model
 from onnx_lab.errors import LabError, PassError
@@ -72,15 +74,47 @@ def ir_with_weights(model: LabModel, step: str) -> ir.Model:
     return copy
 
 
-def proto_with_weights(model: LabModel, step: str) -> onnx.ModelProto:
-    """``model`` as a ModelProto with every weight inside (tools that read no files).
+def proto_with_weights(model: LabModel, step: str, *, limit: bool = True) -> onnx.ModelProto:
+    """``model`` as a ModelProto with every weight inside (tools that read no files); each
+    external tensor's bytes are read once, straight into the message.
+
+    Args:
+        limit: refuse weights past protobuf's 2 GB (tools that serialize the message);
+            False for tools that work on the message in memory (the float16 conversion,
+            onnxruntime's MatMulNBits quantizer).
 
     Raises:
-        PassError: the weights pass protobuf's 2 GB limit (naming ``step``).
+        PassError: the weights pass 2 GB (with ``limit``), or a data file cannot be read any
+            more (naming ``step``).
     """
-    _check_proto_size(model, step)
-    m = ir_with_weights(model, step) if model.has_external_data else model.ir
-    return ir.to_proto(m)
+    if limit:
+        _check_proto_size(model, step)
+    proto = ir.to_proto(model.ir)
+    if model.has_external_data:
+        with tool_errors(step, "Check that the model's data files are still where they "
+                         "were when it was opened."):
+            _load_external(proto, model)
+    return proto
+
+
+def _load_external(proto: onnx.ModelProto, model: LabModel) -> None:
+    """Read the data of ``proto``'s external initializers (bodies included) into them, each
+    from the folder its onnx_ir tensor names."""
+    from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
+
+    folders = {t.name: str(t.base_dir) for t in model.external_tensors()}
+    default = str(model.base_dir) if model.base_dir is not None else None
+    for g in graph_protos(proto.graph):
+        for t in g.initializer:
+            if not uses_external_data(t):
+                continue
+            folder = folders.get(t.name, default)
+            if folder is None:
+                raise PassError(f"Weight {t.name!r} refers to external data without a folder.",
+                                fix="Open the model from its path.")
+            load_external_data_for_tensor(t, folder)
+            t.data_location = onnx.TensorProto.DEFAULT
+            del t.external_data[:]
 
 
 @contextlib.contextmanager
