@@ -482,14 +482,13 @@ def _embedded_problem(model: LabModel) -> str | None:
     (the most it can be offered), or None."""
     import onnxruntime as ort
 
-    copy = model.clone().ir
-    if model.has_external_data:
-        ir.external_data.load_to_model(copy)
-    so = _load_check_options()
     try:
-        ort.InferenceSession(ir.to_proto(copy).SerializeToString(), so,
+        copy = model.clone().ir
+        if model.has_external_data:
+            ir.external_data.load_to_model(copy)
+        ort.InferenceSession(ir.to_proto(copy).SerializeToString(), _load_check_options(),
                              providers=["CPUExecutionProvider"])
-    except Exception as e:  # noqa: BLE001 - ORT raises several exception types
+    except Exception as e:  # noqa: BLE001 - ORT (or serializing a malformed model) raises any type
         text = str(e).strip()
         return text.splitlines()[0][:400] if text else type(e).__name__
     return None
