@@ -43,7 +43,6 @@ __all__ = ["fp16_model", "int8_dynamic_model", "int8_static_model", "Calibration
 RANGE_COLUMNS = ["tensor", "lowest", "highest", "abs_max", "node_id", "op_type"]
 
 
-
 def _model_from(proto: onnx.ModelProto) -> LabModel:
     return LabModel(ir.serde.deserialize_model(proto))
 

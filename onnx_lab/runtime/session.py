@@ -511,8 +511,8 @@ def saved_form_problem(model: LabModel) -> str | None:
                   for v in model.graph.initializers.values() for t in (v.const_value,))
     if not suspect:
         return None
-    try:
-        make_session(model)
+    try:  # only loaded, never run: no pre-packing, no arena
+        make_session(model, arena=False, config_entries={"session.disable_prepacking": "1"})
     except RuntimeLoadError as e:
         return e.problem
     return None
