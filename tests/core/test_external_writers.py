@@ -250,3 +250,17 @@ def test_the_runtime_temporary_file_for_large_models_follows_the_rule(src, monke
         fresh_run(Path(path), feeds_for(src))
     finally:
         tmp.cleanup()
+
+
+def test_a_model_onnxruntime_cannot_run_at_all_is_still_saved(tmp_path):
+    # An op of a domain this onnxruntime does not know (a model for another runtime): the
+    # file is not what is wrong, so the check does not refuse it.
+    graph = helper.make_graph(
+        [helper.make_node("Foo", ["x"], ["y"], domain="com.example")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                    helper.make_opsetid("com.example", 1)])
+    out = onnx_lab.open(model).save(tmp_path / "foreign.onnx")
+    assert onnx.load(str(out)).graph.node[0].op_type == "Foo"
+    assert session.load_problem(out) is not None  # onnxruntime does refuse it
