@@ -541,11 +541,20 @@ class Lab:
         return origins(self.model)
 
     def save(self, path: str | Path, external_data: bool | str = "auto",
-             overwrite: bool = False) -> Path:
-        """Write the current version to ``path``; see :func:`onnx_lab.core.save.save`."""
-        from onnx_lab.core.save import save
+             overwrite: bool = False, check: bool = True) -> Path:
+        """Write the current version to ``path``; see :func:`onnx_lab.core.save.save`.
 
-        return save(self._history, path, external_data=external_data, overwrite=overwrite)
+        With ``check`` (default) the written file must load in a fresh onnxruntime session
+        from its own folder before it replaces anything, else SaveError naming the file and
+        onnxruntime's message (a model onnxruntime cannot load from memory either, such as
+        one with ops for another runtime, is saved as it is).
+        """
+        from onnx_lab.core.save import save
+        from onnx_lab.runtime.session import load_problem
+
+        model = self._history.model
+        return save(self._history, path, external_data=external_data, overwrite=overwrite,
+                    check=(lambda p: load_problem(p, model)) if check else None)
 
     def fix_dims(self, dims: Mapping[str, int], verify: bool | Mapping[str, Any] = True):
         """Replace symbolic dims by values (``{"batch": 1}``) as a new verified version."""

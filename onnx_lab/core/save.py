@@ -4,6 +4,21 @@ Node provenance (``onnx_lab.origin`` metadata) is saved with the nodes, so ``ori
 survive save/load. External data: ``"auto"`` writes weights to ``<file>.data`` when the model
 was opened with external data or would pass protobuf's 2 GB limit.
 
+**How external data is written** (the one rule; :func:`write_model` applies it, and every
+writer of a model goes through it: ``save``, the temporary files handed to tools by
+:mod:`onnx_lab.core.handoff`, the quantizers' inputs):
+
+- one data file per model, named in the model's own folder (a relative location, never a
+  temporary folder and never the data file of the model it came from: every weight is
+  written again, read from wherever it lies);
+- tensors of at most :data:`INLINE_MAX_BYTES` (4 KiB: shape vectors, axes, scalars, biases)
+  stay inside the .onnx file, as do STRING and unreadable tensors. onnxruntime's shape
+  inference reads shape and axes inputs only from the model file ("Cannot parse data from
+  external tensors"); onnx's own default keeps under 1 KiB inline, and 4 KiB is the bound
+  onnxruntime sessions of ``onnx_lab.runtime`` use, so the form verification runs is the
+  form that is saved;
+- a model with no tensor above that bound is written as one file (no data file).
+
 What a save guarantees:
 
 - **Atomic.** The model (and its data file) are written to temporary names in the target
@@ -33,7 +48,7 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -44,14 +59,28 @@ from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import UnreadableTensor, kept_inline
 from onnx_lab.core._wire import encode_varint as _varint
 from onnx_lab.core.history import History
+from onnx_lab.core.model import LabModel
 from onnx_lab.errors import LabError, SaveError, WriteError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["save", "protected_files", "write_error"]
+__all__ = ["save", "protected_files", "write_error", "write_model", "wants_external",
+           "INLINE_MAX_BYTES"]
 
 _LIMIT = 2_000_000_000
 _GRAPH_MARGIN = 64 << 20  # room for the graph itself next to the weights
+
+#: Tensors of at most this many bytes stay inside the .onnx file when the others go to a data
+#: file (see the module docstring); ``onnx_lab.runtime`` hands onnxruntime the same split.
+INLINE_MAX_BYTES = 4096
+
+
+def wants_external(model: LabModel, *, like: LabModel | None = None) -> bool:
+    """``external_data="auto"``: whether ``model`` is written with a data file: when ``like``
+    (default: the model itself) reads external data, or the weights would pass protobuf's
+    2 GB limit."""
+    like = model if like is None else like
+    return like.has_external_data or model.weights_nbytes() + _GRAPH_MARGIN >= _LIMIT
 
 
 def _real(p: str | os.PathLike) -> Path:
@@ -73,8 +102,14 @@ def protected_files(history: History) -> dict[Path, str]:
     return out
 
 
+#: ``check(path)``: why the model file written at ``path`` (a temporary name in the target
+#: folder, its data file beside it) cannot be loaded, or None (onnx_lab.runtime's
+#: ``load_problem``: a fresh onnxruntime session from the path).
+Check = Callable[[Path], "str | None"]
+
+
 def save(history: History, path: str | os.PathLike, *, external_data: bool | str = "auto",
-         overwrite: bool = False) -> Path:
+         overwrite: bool = False, check: Check | None = None) -> Path:
     """Write the history's current version to ``path`` (``Lab.save`` calls this).
 
     Args:
@@ -83,14 +118,17 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
             passes 2 GB), True (``<file name>.data``), False (one file), or a data file name
             (relative, in the same folder).
         overwrite: allow writing over the file the model was opened from.
+        check: called on the written file before it replaces anything (``Lab.save`` passes
+            a fresh onnxruntime session's load); a problem it returns is a SaveError.
 
     Returns:
         The path written.
 
     Raises:
         SaveError: the path is the source file (without ``overwrite=True``), a data file the
-            model reads, a file a derived Lab came from, a folder, or the model is too large
-            for one file.
+            model reads, a file a derived Lab came from, a folder, the model is too large
+            for one file, or ``check`` found that the written file does not load (nothing is
+            replaced then).
         WriteError: the file system refused a write (the message names the path and the
             cause: no space left, read-only, a parent that is a file...).
 
@@ -125,8 +163,7 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
     size = model.weights_nbytes()
     explicit = isinstance(external_data, str) and external_data != "auto"
     if external_data == "auto":
-        use_external = history.original.model.has_external_data or \
-            size + _GRAPH_MARGIN >= _LIMIT
+        use_external = wants_external(model, like=history.original.model)
         data_name = f"{target.name}.data"
     elif external_data is True:
         use_external, data_name = True, f"{target.name}.data"
@@ -158,11 +195,34 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
             k += 1
         if data_name != base:
             logger.info("%s is read by the model; writing weights to %s", base, data_name)
+    write_model(model, target, data_name if use_external else None, check=check)
+    return target
+
+
+def write_model(model: LabModel, target: str | os.PathLike, data_name: str | None, *,
+                check: Check | None = None) -> Path:
+    """Write ``model`` to ``target`` by the rule of this module: with ``data_name`` (a file
+    name in ``target``'s folder), every tensor above :data:`INLINE_MAX_BYTES` goes there
+    and the smaller ones stay inline; with None, one file. Atomic (temporaries in the
+    target folder, renamed when complete), no checks of what the path is (:func:`save`
+    makes those); the model itself is left as it was. ``check`` (see :func:`save`) runs on
+    the complete temporaries, before anything is replaced.
+
+    Raises:
+        SaveError: the model cannot be serialized, passes 2 GB in one file, or ``check``
+            found a problem.
+        WriteError: the file system refused a write.
+
+    Example:
+        >>> write_model(lab.model, tmp / "model.onnx", "model.onnx.data")
+    """
+    target = Path(target)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         with _target_lock(_real(target)):
             _sweep(target)
-            if use_external:
-                _save_pair(model.ir, target, data_name)
+            if data_name is not None and _any_external(model.ir):
+                _save_pair(model.ir, target, data_name, check)
             else:
                 with _replacing(target) as tmp:
                     m = model.ir
@@ -171,11 +231,33 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
                         ir.external_data.load_to_model(m)
                     if target.suffix != ".onnx" or not _write_streamed(m, tmp):
                         _write_proto(_serialize(m, target), tmp)
+                    _checked(check, tmp, target)
     except LabError:
         raise
     except OSError as e:
         raise write_error(target, e) from e
     return target
+
+
+def _checked(check: Check | None, written: Path, target: Path) -> None:
+    """SaveError naming ``target`` when ``check`` finds ``written`` does not load."""
+    if check is None:
+        return
+    problem = check(written)
+    if problem:
+        raise SaveError(f"{str(target)!r} would not load in onnxruntime from its folder: "
+                        f"{problem}", fix="Nothing was replaced. lab.check() names what "
+                        "onnxruntime refuses; save with external_data=False to keep every "
+                        "tensor inside the file, or report the model to onnx_lab.")
+
+
+def _any_external(m: ir.Model) -> bool:
+    """Whether some tensor of ``m`` goes to a data file by the rule (above the inline bound,
+    and not one that is always kept inline)."""
+    return any(t is not None and t.nbytes > INLINE_MAX_BYTES
+               and not isinstance(t, (ir.StringTensor, UnreadableTensor))
+               for g in m.graphs() for v in g.initializers.values()
+               for t in (v.const_value,))
 
 
 # ---------------------------------------------------------------------------- atomic writes
@@ -281,9 +363,11 @@ def _write_proto(proto: onnx.ModelProto, path: Path) -> None:
         f.write(data)
 
 
-def _save_pair(m: ir.Model, target: Path, data_name: str) -> None:
+def _save_pair(m: ir.Model, target: Path, data_name: str, check: Check | None = None
+               ) -> None:
     """Write ``m`` to ``target`` with its initializers in ``data_name`` (same folder): both
-    to temporaries first, then the data renamed, then the model."""
+    to temporaries first (``check`` runs on them: the model temporary names the data
+    temporary), then the data renamed, then the model."""
     final = _real(target) if target.is_symlink() else target
     folder = final.parent
     token = _token()
@@ -297,11 +381,15 @@ def _save_pair(m: ir.Model, target: Path, data_name: str) -> None:
                 if isinstance(t, (ir.StringTensor, UnreadableTensor)):
                     v.const_value = kept_inline(t)  # restored below with the others
             # onnx_ir writes the data (to the temporary name) and points the tensors at it
-            ir.external_data.unload_from_model(m, folder, data_tmp)
+            ir.external_data.unload_from_model(m, folder, data_tmp,
+                                               size_threshold_bytes=INLINE_MAX_BYTES)
             proto = _serialize(m, target)
         finally:
             for v, t in zip(values, tensors, strict=True):  # the version stays as it was
                 v.const_value = t
+        if check is not None:
+            _write_proto(proto, model_tmp)  # points at the data temporary beside it
+            _checked(check, model_tmp, target)
         _relocate(proto, data_tmp, data_name)
         _write_proto(proto, model_tmp)
         data_final = folder / data_name

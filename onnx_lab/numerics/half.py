@@ -44,6 +44,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_lab.core._proto import graph_protos
+from onnx_lab.core.handoff import proto_with_weights
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import ConversionBug
 
@@ -644,10 +645,7 @@ def conversion_bug(what: str, e: Exception) -> ConversionBug:
 def full_proto(model: LabModel) -> onnx.ModelProto:
     """A ModelProto with every weight in memory (onnxruntime's tools and the whole-model
     conversion cannot read lazy references)."""
-    proto = model.to_proto()
-    if model.has_external_data and model.base_dir is not None:
-        onnx.load_external_data_for_model(proto, str(model.base_dir))
-    return proto
+    return proto_with_weights(model, "the conversion", limit=False)
 
 
 def rename_to_ids(graph: onnx.GraphProto, body, ids: Mapping[int, str]) -> None:

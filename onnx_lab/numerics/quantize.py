@@ -25,10 +25,12 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab._pandas import pd
+from onnx_lab.core.handoff import read_output, work_folder
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.save import wants_external, write_model
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import InputError, PassError, unknown_name
-from onnx_lab.numerics.half import full_proto as _full_proto
+from onnx_lab.numerics.half import full_proto as _full_proto  # noqa: F401 - trials read it here
 from onnx_lab.numerics.half import half_proto
 from onnx_lab.runtime.feeds import as_feed_list, make_feeds
 
@@ -40,18 +42,16 @@ __all__ = ["fp16_model", "int8_dynamic_model", "int8_static_model", "Calibration
 #: Columns of :attr:`Calibration.ranges`.
 RANGE_COLUMNS = ["tensor", "lowest", "highest", "abs_max", "node_id", "op_type"]
 
-_PROTO_LIMIT = 2_000_000_000
-
 
 def _model_from(proto: onnx.ModelProto) -> LabModel:
     return LabModel(ir.serde.deserialize_model(proto))
 
 
-def _save(proto: onnx.ModelProto, path: Path) -> None:
-    if proto.ByteSize() > _PROTO_LIMIT:
-        onnx.save(proto, str(path), save_as_external_data=True, location=path.name + ".data")
-    else:
-        onnx.save(proto, str(path))
+def _save(model: LabModel, path: Path) -> None:
+    """``model`` written for onnxruntime's quantizers, by the one rule of
+    :func:`onnx_lab.core.save.write_model` (a data file of its own beside it when the model
+    reads external data or passes 2 GB, small tensors inline)."""
+    write_model(model, path, f"{path.name}.data" if wants_external(model) else None)
 
 
 def _node_names(model: LabModel, ids: Iterable[str] | None, what: str) -> list[str]:
@@ -125,12 +125,12 @@ def _quantize(model: LabModel, fn, **kw) -> LabModel:
 def _quantize_files(model: LabModel, fn, source: Path | None = None, **kw) -> LabModel:
     """``fn(src, dst, **kw)`` on ``model`` saved to a temporary file (or on ``source``, the
     same model already saved there by :class:`SavedSource`)."""
-    with tempfile.TemporaryDirectory(prefix="onnx_lab_q_") as tmp:
-        src, dst = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
+    with work_folder("quantize") as tmp:
+        src, dst = tmp / "model.onnx", tmp / "model.int8.onnx"
         if source is not None:
             src = source
         else:
-            _save(_full_proto(model), src)
+            _save(model, src)
         try:
             fn(str(src), str(dst), **kw)
         except Exception as e:  # noqa: BLE001 - the quantizer raises assorted errors
@@ -145,7 +145,7 @@ def _quantize_files(model: LabModel, fn, source: Path | None = None, **kw) -> La
             else:
                 fix = "Exclude the failing nodes (nodes_to_exclude=[...])."
             raise PassError(f"quantization failed: {msg[:400]}", fix=fix) from e
-        return _model_from(onnx.load(str(dst)))
+        return LabModel(read_output(dst, "quantization"))
 
 
 def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = None) -> LabModel:
@@ -331,10 +331,10 @@ def calibrate_int8(source: Any, feeds: Any = None, n: int = 8,
                 return next(self._it, None)
 
         t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="onnx_lab_cal_") as tmp:
-            src, dst = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
-            cache = Path(tmp) / "ranges.json"
-            _save(_full_proto(model), src)
+        with work_folder("calibration") as tmp:
+            src, dst = tmp / "model.onnx", tmp / "model.int8.onnx"
+            cache = tmp / "ranges.json"
+            _save(model, src)
             logging.getLogger().addFilter(_ADVICE_FILTER)
             try:
                 quantize_static(str(src), str(dst), calibration_data_reader=_Reader(),
@@ -361,7 +361,7 @@ class SavedSource:
     def __init__(self, model: LabModel) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="onnx_lab_src_")
         self.path = Path(self._tmp.name) / "model.onnx"
-        _save(_full_proto(model), self.path)
+        _save(model, self.path)
 
     def close(self) -> None:
         self._tmp.cleanup()

@@ -34,6 +34,7 @@ import numpy as np
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.save import wants_external
 from onnx_lab.core.shapes import fit_dims
 from onnx_lab.core.source import load_source
 from onnx_lab.core.subgraph import upstream_model
@@ -50,6 +51,7 @@ from onnx_lab.numerics.metrics import (
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.capture import run as capture_run
 from onnx_lab.runtime.feeds import as_feed_list, input_specs, resolve_input_shapes
+from onnx_lab.runtime.session import saved_form_problem
 
 # The step's transforms.base.PassResult: read (provenance) and filled (verify_passed...) by
 # duck typing, since numerics does not import transforms.
@@ -390,6 +392,11 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                          max_abs=max(s["max_abs"], mabs), max_rel=max(s["max_rel"], mrel),
                          passed=s["passed"] and ok, note=s["note"] or note)
             del refs, cands
+    saved = _saved_form_problem(before, after)
+    if saved:  # runs here, but its saved file would not load: every output fails
+        for p in pairs:
+            if p.match == "output":
+                stats[p.tensor].update(passed=False, note=saved)
     pairs = [p for p in pairs if p.tensor not in set(skipped)]
     rows = [{"tensor": p.tensor, "node_id": p.node_id, "match": p.match,
              "dtype": stats[p.tensor]["dtype"], "max_abs": stats[p.tensor]["max_abs"],
@@ -408,6 +415,19 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
     if not pairs:
         attrs["note"] = "no tensor of the new model corresponds to one of the reference"
     return Report(rows, attrs)
+
+
+def _saved_form_problem(before: LabModel, after: LabModel) -> str | None:
+    """Why ``after``, saved as ``lab.save`` would (with external data when the models read
+    some or pass 2 GB), would not load in onnxruntime, or None (see
+    :func:`onnx_lab.runtime.session.saved_form_problem`: free for models without large
+    integer initializers)."""
+    if not (before.has_external_data or wants_external(after)):
+        return None  # written as one file: every tensor inline, as the runner has them
+    problem = saved_form_problem(after)
+    if problem is None:
+        return None
+    return f"saved with external data, the new model would not load in onnxruntime: {problem}"
 
 
 def _plan(pairs: list[VersionPair], sizes: Mapping[str, int | None], max_bytes: int

@@ -48,6 +48,7 @@ import onnx_ir as ir
 from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
+from onnx_lab.core.handoff import proto_with_weights
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.core.values import const_array
@@ -190,9 +191,8 @@ class _Parts:
 def _named_proto(model: LabModel) -> onnx.ModelProto:
     """The full model with each main-graph node named by its node id (the quantizer selects
     nodes by name; ids are the names when names are unique)."""
-    proto = model.to_proto()
-    if model.has_external_data and model.base_dir is not None:  # the quantizer reads arrays
-        onnx.load_external_data_for_model(proto, str(model.base_dir))
+    # the quantizer reads arrays: weights in the message (past 2 GB too: never serialized)
+    proto = proto_with_weights(model, "int4 quantization", limit=False)
     ids = {id(e.node): nid for nid, e in model.index.entries.items() if e.graph == ""}
     for node, p in zip(model.graph, proto.graph.node):
         nid = ids.get(id(node))

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from onnx_lab.core.handoff import model_folder
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import ProviderError, RuntimeLoadError
-from onnx_lab.runtime.session import runtime_proto
 
 logger = logging.getLogger(__name__)
 
@@ -89,14 +87,11 @@ class OpenVINOSession:
                                 f"(available: {', '.join(core.available_devices)}).",
                                 fix="Use 'openvino:CPU' or one of the available devices.")
         self.device = device
-        tmp = tempfile.TemporaryDirectory(prefix="onnx_lab_ov_")
-        try:
-            path = os.path.join(tmp.name, "model.onnx")
-            proto = runtime_proto(model)
-            with open(path, "wb") as f:
-                f.write(proto.SerializeToString())
+        # OpenVINO reads a file: the model written with its own data file beside it in a
+        # temporary folder (core.handoff), removed once compiled.
+        with model_folder(model, "OpenVINO") as path:
             try:
-                ov_model = core.read_model(path)
+                ov_model = core.read_model(str(path))
                 if shapes:
                     ov_model.reshape({k: ov.PartialShape([int(d) for d in v])
                                       for k, v in shapes.items()})
@@ -111,8 +106,6 @@ class OpenVINOSession:
                 raise RuntimeLoadError(f"OpenVINO cannot read or compile the model: {first}",
                                        fix="Check lab.check(); ops of custom domains "
                                        "(com.microsoft) do not run in OpenVINO.") from e
-        finally:
-            tmp.cleanup()
         self._request = self._compiled.create_infer_request()
         self._inputs = [p.get_any_name() for p in self._compiled.inputs]
         # A port has several tensor names (an output behind an Identity keeps both): use the

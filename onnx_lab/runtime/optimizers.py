@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 import onnx
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.save import INLINE_MAX_BYTES
 from onnx_lab.runtime.session import make_session
 
 __all__ = ["optimize", "effective_rules", "RULE_CANDIDATES"]
@@ -79,7 +80,8 @@ def _stderr_captured(fn: Callable[[], object]) -> tuple[object, str]:
 
 def optimize(model: LabModel, level: str, path: str, *, disabled: Sequence[str] = (),
              trace: bool = False) -> list[str]:
-    """Write onnxruntime's optimized graph of ``model`` at ``level`` to ``path``.
+    """Write onnxruntime's optimized graph of ``model`` at ``level`` to ``path``, its
+    weights above 4 KiB in ``<path>.data`` beside it.
 
     Args:
         level: 'basic', 'extended' or 'all'.
@@ -93,9 +95,19 @@ def optimize(model: LabModel, level: str, path: str, *, disabled: Sequence[str] 
     Raises:
         RuntimeLoadError: onnxruntime cannot load the model.
     """
+    # The optimized model's weights go to its own data file beside it (regular files, small
+    # tensors inline: core/save.py's rule). Without it onnxruntime writes the weights it read
+    # from the model's data file as references to that file's name, which the folder of
+    # ``path`` does not hold.
+    entries = {"session.optimized_model_external_initializers_file_name":
+               f"{os.path.basename(path)}.data",
+               "session.optimized_model_external_initializers_min_size_in_bytes":
+               str(INLINE_MAX_BYTES + 1)}
+
     def _make() -> object:
         return make_session(model, opt_level=level, optimized_model_path=path,
-                            disabled_optimizers=tuple(disabled), log_severity=1 if trace else 3)
+                            disabled_optimizers=tuple(disabled), log_severity=1 if trace else 3,
+                            config_entries=entries)
 
     if not trace:
         _make()

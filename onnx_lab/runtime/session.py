@@ -28,14 +28,16 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel, mapped_briefly
-from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
+from onnx_lab.core.save import INLINE_MAX_BYTES, write_model
+from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError, SaveError, WriteError
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["available_providers", "default_providers", "fallback_chain", "PROFILED_PROVIDERS",
            "resolve_providers", "make_session", "OPT_LEVELS", "ort_max_opsets", "ort_version",
            "ort_registered_ops", "runtime_proto", "weightless_proto", "weight_array",
-           "PLACEHOLDER", "is_placeholder", "run_session", "run_failure", "implemented_ops"]
+           "PLACEHOLDER", "is_placeholder", "run_session", "run_failure", "implemented_ops",
+           "load_problem", "saved_form_problem"]
 
 OPT_LEVELS = ("disable", "basic", "extended", "all")
 _PROTO_LIMIT = 2_000_000_000
@@ -219,7 +221,10 @@ def runtime_proto(model: LabModel) -> onnx.ModelProto:
     return model.cached(RUNTIME_PROTO_KEY, build)
 
 
-_INLINE_BYTES = 4096
+# The tensors a saved file keeps inline are the ones sessions get inline (core/save.py's
+# rule): onnxruntime's shape inference reads shape vectors and axes only from the graph, so
+# a session built here fails exactly when the saved file would.
+_INLINE_BYTES = INLINE_MAX_BYTES
 RUNTIME_PROTO_KEY = ("runtime", "runtime_proto")
 
 
@@ -231,7 +236,7 @@ def _inline_small_external(proto: onnx.ModelProto, base_dir: str) -> None:
     for t in proto.graph.initializer:
         if uses_external_data(t):
             info = {e.key: e.value for e in t.external_data}
-            if int(info.get("length", _INLINE_BYTES)) < _INLINE_BYTES:
+            if int(info.get("length", _INLINE_BYTES + 1)) <= _INLINE_BYTES:
                 load_external_data_for_tensor(t, base_dir)
                 t.data_location = onnx.TensorProto.DEFAULT
                 del t.external_data[:]
@@ -422,8 +427,101 @@ def _serialize(model: LabModel, proto: onnx.ModelProto):
     m = ir.serde.deserialize_model(proto)
     if model.base_dir is not None:
         ir.external_data.set_base_dir(m.graph, str(model.base_dir))
-    ir.save(m, path, external_data="model.onnx.data")
+    # core/save.py's rule: its own data file beside it, tensors up to 4 KiB inline
+    write_model(LabModel(m), path, "model.onnx.data")
     return path, tmp
+
+
+def load_problem(path: str | os.PathLike, model: LabModel | None = None) -> str | None:
+    """Why a fresh ``onnxruntime.InferenceSession(path)`` cannot load the model file at
+    ``path`` (external data resolved against its own folder, as a user's program would), or
+    None when it loads. Graph optimizations off, CPU.
+
+    With ``model`` (what the file holds): when onnxruntime cannot load that model with
+    every tensor inside the graph either (ops this build has no kernel for, a model for
+    another runtime), the file is not what is wrong: None, and a log line. This second
+    session is only made when the first fails (and not past 2 GB of weights).
+
+    Example:
+        >>> save(history, "out.onnx", check=lambda p: load_problem(p, lab.model))
+    """
+    import onnxruntime as ort
+
+    so = _load_check_options()
+    try:
+        ort.InferenceSession(os.fspath(path), so, providers=["CPUExecutionProvider"])
+        return None
+    except Exception as e:  # noqa: BLE001 - ORT raises several exception types
+        text = str(e).strip()
+        problem = text.splitlines()[0][:400] if text else type(e).__name__
+    if model is not None and model.weights_nbytes() < _PROTO_LIMIT // 2:
+        other = _embedded_problem(model)
+        if other is not None:
+            logger.info("%s: onnxruntime loads neither the file nor the model with its "
+                        "weights inside (%s)", path, other)
+            return None
+    return problem
+
+
+def _load_check_options() -> Any:
+    """Options of a session made only to see whether a model loads: no optimizations, no
+    MatMul pre-packing (most of a session's start on large weights, useless for no run),
+    no arena."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.enable_cpu_mem_arena = False
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    return so
+
+
+def _embedded_problem(model: LabModel) -> str | None:
+    """Why onnxruntime cannot load ``model`` given as one message with every tensor inside
+    (the most it can be offered), or None."""
+    import onnxruntime as ort
+
+    try:
+        copy = model.clone().ir
+        if model.has_external_data:
+            ir.external_data.load_to_model(copy)
+        ort.InferenceSession(ir.to_proto(copy).SerializeToString(), _load_check_options(),
+                             providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - ORT (or serializing a malformed model) raises any type
+        text = str(e).strip()
+        return text.splitlines()[0][:400] if text else type(e).__name__
+    return None
+
+
+def saved_form_problem(model: LabModel) -> str | None:
+    """Why onnxruntime would refuse ``model`` once saved with external data, or None.
+
+    onnxruntime's shape inference reads shape and axes inputs only from the model file, and
+    a saved file keeps only tensors up to 4 KiB inline (``core.save.INLINE_MAX_BYTES``).
+    Verification's runner feeds the large weights as inputs, which shape inference does not
+    read, so a model whose large *integer* initializer is such an input runs there but not
+    from its file. Only those models get a check: the model is written the way a save
+    writes it (``core.save.write_model``, into a temporary folder) and loaded by a fresh
+    session from there (:func:`load_problem`); the others (float weights only) cost a scan
+    of their initializers.
+    """
+    ints = {ir.DataType.INT64, ir.DataType.INT32}
+    suspect = any(t is not None and t.dtype in ints and t.nbytes > _INLINE_BYTES
+                  for g in model.ir.graphs() for v in g.initializers.values()
+                  for t in (v.const_value,))
+    if not suspect:
+        return None
+    with tempfile.TemporaryDirectory(prefix="onnx_lab_saved_form_") as tmp:
+        path = os.path.join(tmp, "model.onnx")
+        try:
+            write_model(model, path, "model.onnx.data")
+        except WriteError as e:  # the temporary folder's disk, not the model
+            logger.warning("saved-form check skipped: %s", e.problem)
+            return None
+        except SaveError as e:  # the model cannot be written at all
+            return e.problem
+        return load_problem(path, model)
 
 
 _FEEDS_FIX = "Check the feeds' shapes and dtypes against lab.inputs."

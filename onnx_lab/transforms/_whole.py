@@ -28,6 +28,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core.derived import with_derived
+from onnx_lab.core.handoff import PROTO_LIMIT, proto_with_weights
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import resolve_dim, shape_tuple
 from onnx_lab.core.source_map import carry_sources
@@ -44,7 +45,6 @@ from onnx_lab.transforms.base import (
 __all__ = ["WholeModelPass", "Switch", "trace_provenance", "STEP_KEY", "PROTO_LIMIT"]
 
 STEP_KEY = "onnx_lab.step_id"
-PROTO_LIMIT = 2_000_000_000
 
 
 @dataclass(frozen=True)
@@ -363,20 +363,19 @@ class WholeModelPass(LabPass):
 
     # -- helpers for subclasses ---------------------------------------------------------
     def proto_with_weights(self, model: LabModel) -> onnx.ModelProto:
-        """The model as a ModelProto with every weight inside (tools read no external files)."""
-        nbytes = model.weights_nbytes()
-        if nbytes >= PROTO_LIMIT:
-            raise PassError(f"{self.name} needs the whole model in one protobuf, but its weights "
-                            f"take {nbytes / 1e9:.1f} GB (protobuf's limit is 2 GB).",
-                            fix="Use onnx_lab's own passes (lab.apply_preset('safe')), which "
-                            "keep external data where it lies.")
-        if model.has_external_data:
-            ir.external_data.load_to_model(model.ir)
-        return ir.to_proto(model.ir)
+        """The model as a ModelProto with every weight inside (tools read no external files;
+        :func:`onnx_lab.core.handoff.proto_with_weights`)."""
+        return proto_with_weights(model, self.name)
+
+    @classmethod
+    def from_proto(cls, proto: onnx.ModelProto, like: LabModel) -> ir.Model:
+        """A tool's ModelProto as the step's new model (see :meth:`from_ir`)."""
+        return cls.from_ir(ir.serde.deserialize_model(proto), like)
 
     @staticmethod
-    def from_proto(proto: onnx.ModelProto, like: LabModel) -> ir.Model:
-        m = ir.serde.deserialize_model(proto)
+    def from_ir(m: ir.Model, like: LabModel) -> ir.Model:
+        """A tool's model as the step's new model: operator domains imported, IR < 4
+        initializer inputs fixed, external references resolved against ``like``'s folder."""
         _import_used_domains(m)
         if (like.ir.ir_version or 0) < 4:
             # IR < 4 lists every initializer as a graph input too. Tools that fold or fuse

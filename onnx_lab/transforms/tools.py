@@ -4,9 +4,11 @@ step, and one step per optimizer pass) and onnxruntime's offline graph optimizat
 
 They return the same :class:`~onnx_lab.transforms.base.PassResult` as onnx_lab's own passes;
 provenance is recovered by node tags and names (see ``_whole.py``), else marked unknown.
-Models with external data are read into memory for onnxsim/onnxslim/onnxoptimizer (which only
-take a whole protobuf; over 2 GB they refuse with a PassError); onnxruntime reads the weights
-where they lie.
+Every tool gets the model through :mod:`onnx_lab.core.handoff`: onnxsim/onnxslim/onnxoptimizer
+a whole protobuf with the weights read into memory (over 2 GB they refuse with a PassError);
+onnxruntime reads the weights where they lie and writes its optimized model with its own data
+file into a temporary folder, read back into memory. A tool's own exception becomes a
+PassError naming the step.
 
 Each multi-rewrite tool names its switches (``WholeModelPass.switches``), the rewrites it can
 be told to leave out, for ``onnx_lab.culprit``:
@@ -31,16 +33,16 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
-import tempfile
+from collections.abc import Iterator
 from typing import Any
 
-import onnx
 import onnx_ir as ir
 
+from onnx_lab.core.handoff import read_output, tool_errors, work_folder
 from onnx_lab.core.model import LabModel
-from onnx_lab.errors import PassError, close_matches
+from onnx_lab.errors import PassError, RuntimeLoadError, close_matches
 from onnx_lab.runtime.optimizers import effective_rules, optimize
 from onnx_lab.transforms import transformers
 from onnx_lab.transforms._whole import PROTO_LIMIT, Switch, WholeModelPass
@@ -98,17 +100,14 @@ class OnnxsimPass(WholeModelPass):
         proto = self.proto_with_weights(model)
         shapes = self.lab_input_shapes(model)
         o = self.options
-        try:
+        with tool_errors("onnxsim", "Give input shapes (dims=/shapes= at open) or use "
+                         "onnx_lab's own passes."):
             out, ok = onnxsim.simplify(
                 proto, check_n=0, skip_fuse_bn=o["skip_fuse_bn"],
                 skip_constant_folding=o["skip_constant_folding"],
                 skip_shape_inference=o["skip_shape_inference"],
                 skipped_optimizers=list(o["skipped_optimizers"] or []) or None,
                 overwrite_input_shapes=shapes or None)
-        except Exception as e:  # noqa: BLE001 - onnxsim raises many types from C++
-            raise PassError(f"onnxsim failed: {str(e).strip().splitlines()[0][:300]}",
-                            fix="Give input shapes (dims=/shapes= at open) or use onnx_lab's "
-                            "own passes.") from e
         if shapes:
             self.notes.append(f"onnxsim ran with input shapes {shapes}")
         return self.from_proto(out, model)
@@ -124,13 +123,10 @@ class OnnxoptimizerPass(WholeModelPass):
         import onnxoptimizer
 
         proto = self.proto_with_weights(model)
-        try:
+        with tool_errors(f"onnxoptimizer pass {self.optimizer_pass!r}",
+                         "Try onnx_lab's own pass for the same rewrite."):
             out = onnxoptimizer.optimize(proto, [self.optimizer_pass],
                                          fixed_point=self.options["fixed_point"])
-        except Exception as e:  # noqa: BLE001 - onnxoptimizer raises from C++
-            raise PassError(f"onnxoptimizer pass {self.optimizer_pass!r} failed: "
-                            f"{str(e).strip().splitlines()[0][:300]}",
-                            fix="Try onnx_lab's own pass for the same rewrite.") from e
         return self.from_proto(out, model)
 
 
@@ -174,12 +170,9 @@ class OnnxoptimizerListPass(WholeModelPass):
             self._reason = "every onnxoptimizer pass of the list is skipped"
             return None
         proto = self.proto_with_weights(model)
-        try:
+        with tool_errors("onnxoptimizer", "Leave the failing pass out (skip_passes=[...]) or "
+                         "use onnx_lab's own passes."):
             out = onnxoptimizer.optimize(proto, passes, fixed_point=self.options["fixed_point"])
-        except Exception as e:  # noqa: BLE001 - onnxoptimizer raises from C++
-            raise PassError(f"onnxoptimizer failed: {str(e).strip().splitlines()[0][:300]}",
-                            fix="Leave the failing pass out (skip_passes=[...]) or use "
-                            "onnx_lab's own passes.") from e
         return self.from_proto(out, model)
 
 
@@ -243,18 +236,15 @@ class OnnxslimPass(WholeModelPass):
         proto = self.proto_with_weights(model)
         shapes = self.lab_input_shapes(model)
         o = self.options
-        try:
+        with tool_errors("onnxslim", "Leave the failing pattern out (skip_fusion_patterns="
+                         "[...]), give input shapes (dims= at open), or use onnx_lab's own "
+                         "passes."):
             out = onnxslim.slim(
                 proto, skip_fusion_patterns=list(o["skip_fusion_patterns"] or []) or None,
                 skip_optimizations=list(o["skip_optimizations"] or []) or None,
                 no_shape_infer=o["no_shape_infer"],
                 input_shapes=[f"{k}:{','.join(str(d) for d in v)}" for k, v in shapes.items()]
                 or None)
-        except Exception as e:  # noqa: BLE001 - onnxslim raises whatever its passes raise
-            raise PassError(f"onnxslim failed: {str(e).strip().splitlines()[0][:300]}",
-                            fix="Leave the failing pattern out (skip_fusion_patterns=[...]), "
-                            "give input shapes (dims= at open), or use onnx_lab's own "
-                            "passes.") from e
         if out is None:
             raise PassError("onnxslim returned no model.", fix="Run onnxslim on the file to "
                             "see its message, or use onnx_lab's own passes.")
@@ -278,8 +268,8 @@ class OrtPass(WholeModelPass):
     def switches(self, model: LabModel) -> list[Switch]:
         off = self._off("disabled_optimizers")
         self._check_size(model)
-        with tempfile.TemporaryDirectory(prefix="onnx_lab_ort_") as tmp:
-            fired = optimize(model, self.level, os.path.join(tmp, "optimized.onnx"),
+        with work_folder(self.name) as tmp, self._named():
+            fired = optimize(model, self.level, str(tmp / "optimized.onnx"),
                              disabled=sorted(off), trace=True)
         names: list[str] = []
         rules: list[str] | None = None
@@ -294,6 +284,14 @@ class OrtPass(WholeModelPass):
                 names.append(n)
         return [Switch(n, "disabled_optimizers") for n in dict.fromkeys(names) if n not in off]
 
+    @contextlib.contextmanager
+    def _named(self) -> Iterator[None]:
+        """onnxruntime's refusal to load the model as a PassError naming this step."""
+        try:
+            yield
+        except RuntimeLoadError as e:
+            raise PassError(f"{self.name}: {e.problem}", fix=e.fix) from e
+
     def _check_size(self, model: LabModel) -> None:
         if model.weights_nbytes() >= PROTO_LIMIT:
             raise PassError(f"ort:{self.level} writes the optimized model as one protobuf, "
@@ -303,12 +301,15 @@ class OrtPass(WholeModelPass):
 
     def rebuild(self, model: LabModel) -> ir.Model | None:
         self._check_size(model)
-        with tempfile.TemporaryDirectory(prefix="onnx_lab_ort_") as tmp:
-            target = os.path.join(tmp, "optimized.onnx")
-            optimize(model, self.level, target,
-                     disabled=list(self.options["disabled_optimizers"] or []))
-            proto = onnx.load_model(target)
-        new = self.from_proto(proto, model)
+        with work_folder(self.name) as tmp:
+            # onnxruntime writes the weights to its own data file beside the optimized model
+            # (runtime.optimizers), read back into memory before the folder goes
+            target = tmp / "optimized.onnx"
+            with self._named():
+                optimize(model, self.level, str(target),
+                         disabled=list(self.options["disabled_optimizers"] or []))
+            out = read_output(target, self.name)
+        new = self.from_ir(out, model)
         domains = sorted({n.domain for g in new.graphs() for n in g
                           if n.domain not in _STANDARD_DOMAINS})
         if domains:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnx_lab.core.handoff import ir_with_weights
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import const_array
 from onnx_lab.errors import PassError, close_matches
@@ -438,11 +439,9 @@ class OnnxscriptRewritePass(_FusionStep):
             raise PassError(f"this onnxscript has no rewriter.ort_fusions ({e})",
                             fix="pip install -U onnxscript, or use ort_transformers.") from e
 
-        # The rewriter edits in place: give it its own copy, so the model ``run`` traces
-        # provenance against keeps its structure.
-        if model.has_external_data:
-            ir.external_data.load_to_model(model.ir)
-        work = model.ir.clone()
+        # The rewriter edits in place: give it its own copy (weights in memory), so the
+        # model ``run`` traces provenance against keeps its structure.
+        work = ir_with_weights(model, self.name)
         try:
             out, counts = optimize_for_ort(work)
         except Exception as e:  # noqa: BLE001 - rewrite rules raise whatever they raise

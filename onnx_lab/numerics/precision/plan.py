@@ -13,20 +13,25 @@ Example:
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from onnx_lab import _display
 from onnx_lab._pandas import pd
+from onnx_lab.core.history import History
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.save import save, wants_external
 from onnx_lab.core.source_map import group_by_module
 from onnx_lab.errors import InputError
 from onnx_lab.numerics.metrics import Rule, judge
 from onnx_lab.numerics.precision import trials
 from onnx_lab.numerics.precision.trials import Converter
 from onnx_lab.numerics.quantize import Calibration
+from onnx_lab.runtime.session import load_problem
 
 __all__ = ["PrecisionPlan", "OUTPUT_COLUMNS"]
 
@@ -118,6 +123,29 @@ class PrecisionPlan:
         return model, {"score": math.inf if missing else max(m["score"] for m in per),
                        "max_abs": max(m["max_abs"] for m in per),
                        "passed": all(m["passed"] for m in per) and not missing}
+
+    def save(self, path: str | os.PathLike, external_data: bool | str = "auto",
+             overwrite: bool = False, check: bool = True) -> Path:
+        """Write the converted model (:attr:`model`) to ``path``, as ``Lab.save`` would.
+
+        ``external_data="auto"`` follows the source model (a data file beside ``path`` when
+        the source reads external data or the model passes 2 GB); the source file is only
+        replaced with ``overwrite=True`` and the source's data files never; with ``check``
+        the written file must load in a fresh onnxruntime session from its folder (see
+        :func:`onnx_lab.core.save.save`).
+
+        Example:
+            >>> find_precision("model.onnx", "fp16").save("model.fp16.onnx")
+        """
+        src = self.source
+        history = History(self.model, source_path=src.path if src is not None else None,
+                          protected=sorted(Path(t.base_dir) / t.location
+                                           for t in src.external_tensors()) if src else ())
+        if external_data == "auto" and src is not None:
+            external_data = wants_external(self.model, like=src)
+        model = self.model
+        return save(history, path, external_data=external_data, overwrite=overwrite,
+                    check=(lambda p: load_problem(p, model)) if check else None)
 
     def kept_by_module(self, depth: int | None = None) -> pd.DataFrame:
         """The kept nodes per PyTorch module of the source model (see

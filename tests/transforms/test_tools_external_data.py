@@ -1,0 +1,125 @@
+"""Every tool step on models with external data (onnx helpers with every tensor external, and a
+torch dynamo export): the step verifies, the saved result loads in a fresh onnxruntime
+session from its own folder with the source's outputs, small tensors stay inline, one data
+file of its own, and the source files are untouched."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import onnx
+import pytest
+from external_models import (
+    assert_written_model_is_sound,
+    conv_norm_mean,
+    dynamo_export,
+    feeds_for,
+    fresh_run,
+    reference_run,
+    snapshot,
+)
+
+import onnx_lab
+from onnx_lab.core.handoff import model_folder, proto_with_weights, read_output, tool_errors
+from onnx_lab.errors import PassError
+
+STEPS = ["safe", "ort:basic", "ort:extended", "ort:all", "onnxsim", "onnxslim",
+         "onnxoptimizer", "ort_transformers", "onnxscript_rewrite"]
+_NEEDS = {"onnxsim": "onnxsim", "onnxslim": "onnxslim", "onnxoptimizer": "onnxoptimizer",
+          "onnxscript_rewrite": "onnxscript"}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("external_sources")
+    out = {"helpers": conv_norm_mean(root / "helpers")}
+    exported = dynamo_export(root / "dynamo")
+    if exported is not None:
+        out["dynamo"] = exported
+    return out
+
+
+def _source(sources, kind):
+    if kind not in sources:
+        pytest.skip("torch (with its dynamo exporter) is not installed")
+    return sources[kind]
+
+
+def _open(path):
+    # the helpers' model names its batch dim; the dynamo export is static
+    return onnx_lab.open(path, dims={"batch": 1} if path.name == "m.onnx" else None)
+
+
+@pytest.mark.parametrize("kind", ["helpers", "dynamo"])
+@pytest.mark.parametrize("step", STEPS)
+def test_a_tool_step_on_external_data_saves_a_file_that_loads(sources, kind, step, tmp_path):
+    if step in _NEEDS and importlib.util.find_spec(_NEEDS[step]) is None:
+        pytest.skip(f"{_NEEDS[step]} is not installed")
+    src = _source(sources, kind)
+    before = snapshot(src)
+    feeds = feeds_for(src)
+    reference = reference_run(src, feeds)
+    lab = _open(src)
+    results = lab.apply_preset("safe") if step == "safe" else [lab.apply(step)]
+    for r in results:
+        assert r.verify_passed in (True, None), (r.name, r.first_failure, r.notes)
+    out = lab.save(tmp_path / "out" / "result.onnx")
+    assert_written_model_is_sound(out, src, reference, feeds)
+    assert snapshot(src) == before
+
+
+def test_the_original_layout_is_what_broke_onnxruntime(sources, tmp_path):
+    # The source itself keeps its int64 axes in the data file: onnxruntime refuses it from
+    # its path. That is the layout a save must never write; every saved version above loads.
+    src = sources["helpers"]
+    with pytest.raises(Exception, match="Cannot parse data from external tensors"):
+        fresh_run(src, feeds_for(src))
+
+
+def test_ort_levels_on_a_dynamo_export_no_longer_raise_a_raw_validation_error(sources):
+    # onnxruntime used to write the optimized model's unchanged weights as references to the
+    # source's data file name in a temporary folder (ValidationError: not regular file).
+    src = _source(sources, "dynamo")
+    lab = _open(src)
+    r = lab.apply("ort:basic")
+    assert r.modified and r.verify_passed
+    assert not lab.model.has_external_data  # read back into memory, folder gone
+
+
+def test_handoff_gives_tools_the_weights_and_leaves_the_model_as_it_was(sources):
+    lab = _open(sources["helpers"])
+    model = lab.model
+    assert model.has_external_data
+    proto = proto_with_weights(model, "a tool")
+    assert all(t.data_location != onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
+    assert model.has_external_data  # the Lab's version still reads its file
+    with model_folder(model, "a tool") as path:
+        written = sorted(p.name for p in path.parent.iterdir())
+        assert written == ["model.onnx", "model.onnx.data"]
+        back = read_output(path, "a tool")
+    assert not path.parent.exists()
+    assert {v.name for v in back.graph.initializers.values()} == \
+        set(model.graph.initializers)
+
+
+def test_a_tool_that_writes_no_model_or_raises_is_a_pass_error_naming_the_step(tmp_path):
+    with pytest.raises(PassError, match="my tool wrote no model"):
+        read_output(tmp_path / "nothing.onnx", "my tool")
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    with pytest.raises(PassError, match="my tool its result cannot be read"):
+        read_output(tmp_path / "bad.onnx", "my tool")
+    with pytest.raises(PassError, match="my tool failed: boom") as e:
+        with tool_errors("my tool", "Do something else."):
+            raise RuntimeError("boom\nC++ trace")
+    assert e.value.fix == "Do something else."
+
+
+def test_an_ort_level_onnxruntime_cannot_load_is_a_pass_error_naming_the_step():
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Foo", ["x"], ["y"], domain="com.example")], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    model = onnx.helper.make_model(graph, opset_imports=[
+        onnx.helper.make_opsetid("", 18), onnx.helper.make_opsetid("com.example", 1)])
+    with pytest.raises(PassError, match=r"^ort:basic: onnxruntime cannot load"):
+        onnx_lab.open(model).apply("ort:basic")
