@@ -157,15 +157,21 @@ def align(reference: LabModel | None, candidate: LabModel, *,
     def _set(row: dict, cand: str, kind: str, reason: str | None = None) -> None:
         row.update(cand_tensor=cand, cand_node_id=capt.get(cand), match=kind, reason=reason)
 
+    same = SameQuantity(reference, candidate)
     taken_nodes: set[str] = set()
     for name in order:
         row = rows[name]
         if row["graph"] or name not in capt or name in unread:
             continue
         last = last_of.get(capt[name])
-        # A name kept by a fused node holds the fused result, not this intermediate.
-        if not (name in fused_into and last is not None and last != row["node_id"]):
+        # A name kept by a fused node holds the fused result, not this intermediate, unless
+        # the node still computes exactly what the reference's producer computes (its
+        # provenance then over-claims: onnxsim's GELU fold stamps the Mul before the folded
+        # ``* 0.5`` with both).
+        if not (name in fused_into and last is not None and last != row["node_id"]) \
+                or same.same_node(row["node_id"], capt[name]):
             _set(row, name, "exact")
+            same.pair(name, name)
             taken_nodes.add(capt[name])
     claimed = {r["cand_tensor"] for r in rows.values() if r["cand_tensor"]}
     for name in order:
@@ -199,6 +205,7 @@ def align(reference: LabModel | None, candidate: LabModel, *,
                 if dq is not None:
                     row.update(cand_tensor=dq, cand_node_id=capt[dq], match="dequantize")
 
+    _refuse_other_quantities(rows, order, candidate, same)
     cand_inits = set(candidate.graph.initializers)
     for name in order:
         row = rows[name]
@@ -220,6 +227,33 @@ def align(reference: LabModel | None, candidate: LabModel, *,
             row["reason"] = (f"node {row['node_id']!r} ({row['op_type']}) has no counterpart in "
                              "the candidate (removed or fused)")
     return pd.DataFrame([rows[n] for n in order], columns=ALIGN_COLUMNS)
+
+
+def _refuse_other_quantities(rows: dict[str, dict], order: list[str], candidate: LabModel,
+                             same: SameQuantity) -> None:
+    """Unpair (in place, with the reason) the rows whose candidate tensor does not compute the
+    reference tensor's quantity (:class:`SameQuantity`), in the candidate's topological order
+    so each decision rests on the final decisions about the node's inputs."""
+    by_cand: dict[str, list[dict]] = {}
+    for name in order:
+        row = rows[name]
+        if row["cand_tensor"]:
+            by_cand.setdefault(row["cand_tensor"], []).append(row)
+    same.held = {k: v for k, v in same.held.items() if k not in by_cand}
+    cand_outputs = {v.name for v in candidate.graph.outputs}
+    idx = candidate.index
+    for nid in idx.topo_order(""):
+        for v in idx.node(nid).outputs:
+            for row in by_cand.get(v.name, ()):
+                if row["is_output"] and v.name in cand_outputs:
+                    same.pair(v.name, row["tensor"])  # the outputs are always judged
+                    continue
+                why = same.why_not(v.name, row["tensor"],
+                                   weak=row["match"] in ("provenance", "structure"))
+                if why is None:
+                    same.pair(v.name, row["tensor"])
+                else:
+                    row.update(cand_tensor=None, cand_node_id=None, match=None, reason=why)
 
 
 def _structural(reference: LabModel, candidate: LabModel, row: dict, matched: dict[str, str],
@@ -597,6 +631,9 @@ class SameQuantity:
         if r_nid is None or c_nid is None:
             return None
         rn, cn = ridx.node(r_nid), cidx.node(c_nid)
+        if rn.op_type in _PASS_THROUGH and rn.inputs and _name(rn.inputs[0]) \
+                and rn.inputs[0].name in self.holds(cand_tensor):
+            return None  # an Identity removed in the candidate: the value of its input
         group = self.group(c_nid, r_nid)
         touched: set[str] = set()
         for g in group:
@@ -635,8 +672,10 @@ class SameQuantity:
                    for a, b in zip(rn.inputs, cn.inputs)):
             return None
         for k, (a, b) in enumerate(zip(rn.inputs, cn.inputs)):
-            ka, kb = bool(_name(a)) and _is_const(a), bool(_name(b)) and _is_const(b)
-            if (ka or kb) and not (ka and kb and _const_equal(a, b)):
+            # Both constants, other values (a weight moved behind a DequantizeLinear is
+            # quantization, not a fold).
+            if _name(a) and _name(b) and _is_const(a) and _is_const(b) \
+                    and not _const_equal(a, b):
                 return (f"not the same quantity: its reader {reader!r} ({cn.op_type}) holds "
                         f"another constant at input {k} though it replaced no other node: the "
                         "rewrite folded part of this computation into it")
