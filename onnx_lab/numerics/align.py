@@ -492,15 +492,18 @@ def _output_index(idx: Any, nid: str, name: str) -> int:
 def _kept(before: LabModel, after: LabModel, ref_nid: str | None, nid: str | None,
           same: SameQuantity) -> bool:
     """Whether ``after``'s node ``nid`` is ``before``'s node ``ref_nid`` reading the same data
-    tensors (its constants may differ: a planted or wrong weight, a rewritten Reshape
+    tensors, by name (its constants may differ: a wrong weight, a rewritten Reshape
     target)."""
     if ref_nid is None or ref_nid != nid or nid not in after.index.entries:
         return False
     r, c = before.index.node(ref_nid), after.index.node(nid)
     if r.op_type != c.op_type or len(r.inputs) != len(c.inputs):
         return False
+    # The same tensor names, paired: a fused neighbour's output may hold the value in
+    # another shape (a 2-D Gemm for a 3-D MatMul + Add).
     for a, b in zip(r.inputs, c.inputs):
-        if _name(a) and not _is_const(a) and (not _name(b) or a.name not in same.holds(b.name)):
+        if _name(a) and not _is_const(a) and (_name(b) != a.name
+                                              or a.name not in same.holds(b.name)):
             return False
     return True
 
