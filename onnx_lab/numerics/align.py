@@ -22,6 +22,7 @@ differently.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,7 +37,8 @@ from onnx_lab.core.values import const_array, is_constant
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["align", "ALIGN_COLUMNS", "origins_of", "SUBGRAPH_REASON", "SameQuantity"]
+__all__ = ["align", "ALIGN_COLUMNS", "origins_of", "SUBGRAPH_REASON", "SameQuantity",
+           "kept_node"]
 
 ALIGN_COLUMNS = ["tensor", "node_id", "op_type", "graph", "depth", "is_output", "cand_tensor",
                  "cand_node_id", "match", "reason"]
@@ -489,6 +491,19 @@ def _output_index(idx: Any, nid: str, name: str) -> int:
     return next(i for i, v in enumerate(idx.node(nid).outputs) if v.name == name)
 
 
+def kept_node(reference: LabModel, candidate: LabModel, ref_tensor: str, cand_tensor: str
+              ) -> bool:
+    """Whether ``cand_tensor``'s producer is ``ref_tensor``'s producer (same node id and op)
+    reading the same data tensors by name: only its constants may differ, so a shape of its
+    own is a failure (a wrong Reshape target), not another layout."""
+    same = SameQuantity(reference, candidate)
+    nid = candidate.index.producer.get(cand_tensor)
+    for v in (candidate.index.node(nid).inputs if nid in candidate.index.entries else ()):
+        if _name(v):
+            same.held.setdefault(v.name, set()).add(v.name)
+    return _kept(reference, candidate, reference.index.producer.get(ref_tensor), nid, same)
+
+
 def _kept(before: LabModel, after: LabModel, ref_nid: str | None, nid: str | None,
           same: SameQuantity) -> bool:
     """Whether ``after``'s node ``nid`` is ``before``'s node ``ref_nid`` reading the same data
@@ -499,11 +514,11 @@ def _kept(before: LabModel, after: LabModel, ref_nid: str | None, nid: str | Non
     r, c = before.index.node(ref_nid), after.index.node(nid)
     if r.op_type != c.op_type or len(r.inputs) != len(c.inputs):
         return False
-    # The same tensor names, paired: a fused neighbour's output may hold the value in
-    # another shape (a 2-D Gemm for a 3-D MatMul + Add).
+    # The same tensor names, paired (a fused neighbour's output may hold the value in another
+    # shape: a 2-D Gemm for a 3-D MatMul + Add), or a constant in place of an input.
     for a, b in zip(r.inputs, c.inputs):
-        if _name(a) and not _is_const(a) and (_name(b) != a.name
-                                              or a.name not in same.holds(b.name)):
+        if _name(a) and not _is_const(a) and not (_name(b) and _is_const(b)) and (
+                _name(b) != a.name or a.name not in same.holds(b.name)):
             return False
     return True
 
@@ -584,7 +599,19 @@ class SameQuantity:
         return self.held.get(cand_tensor, set())
 
     def pair(self, cand_tensor: str, ref_tensor: str) -> None:
-        self.held.setdefault(cand_tensor, set()).add(ref_tensor)
+        held = self.held.setdefault(cand_tensor, set())
+        held.add(ref_tensor)
+        # A node that merged duplicates (onnxruntime's common-subexpression elimination keeps
+        # one of two Shape(x)) holds the outputs of every node of its group it equals.
+        ridx, cidx = self.ref.index, self.cand.index
+        r_nid, c_nid = ridx.producer.get(ref_tensor), cidx.producer.get(cand_tensor)
+        if r_nid is None or c_nid is None:
+            return
+        k = next((i for i, v in enumerate(ridx.node(r_nid).outputs) if v.name == ref_tensor), 0)
+        for g in self.group(c_nid, r_nid) - {r_nid}:
+            outs = ridx.node(g).outputs
+            if k < len(outs) and outs[k].name and self.same_node(g, c_nid):
+                held.add(outs[k].name)
 
     def unpair(self, cand_tensor: str, ref_tensor: str) -> None:
         self.held.get(cand_tensor, set()).discard(ref_tensor)
@@ -711,16 +738,38 @@ def _const_equal(a: Any, b: Any) -> bool:
 
 
 def _same_attrs(r: Any, c: Any) -> bool:
-    """Equal attributes (scalars, strings and lists; tensors and graphs count as different)."""
-    if set(r.attributes) != set(c.attributes):
-        return False
-    for k, a in r.attributes.items():
-        b = c.attributes[k]
-        if a.type != b.type or a.is_ref() or b.is_ref():
+    """Equal attributes (scalars, strings and lists; tensors and graphs count as different);
+    one left out equals its schema default (onnxruntime writes ``Shape(start=0)``)."""
+    ra, ca = dict(r.attributes), dict(c.attributes)
+    for k in set(ra) | set(ca):
+        a, b = ra.get(k), ca.get(k)
+        if a is not None and (a.is_ref() or (b is not None and a.type != b.type)):
             return False
-        va, vb = a.value, b.value
-        if isinstance(va, (list, tuple)) and isinstance(vb, (list, tuple)):
-            va, vb = tuple(va), tuple(vb)
-        if not isinstance(va, (int, float, str, bytes, tuple)) or va != vb:
+        if b is not None and b.is_ref():
+            return False
+        va = _plain(a.value) if a is not None else _default(r.op_type, r.domain, k)
+        vb = _plain(b.value) if b is not None else _default(c.op_type, c.domain, k)
+        if va is None or va != vb:
             return False
     return True
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        v = tuple(v)
+        return v if all(isinstance(x, (int, float, str, bytes)) for x in v) else None
+    return v if isinstance(v, (int, float, str, bytes)) else None
+
+
+@functools.lru_cache(maxsize=512)
+def _default(op_type: str, domain: str, name: str) -> Any:
+    """The schema default of an attribute (None: no schema, no default)."""
+    import onnx  # on use: only attribute comparisons need the schemas
+
+    try:
+        attr = onnx.defs.get_schema(op_type, domain=domain).attributes.get(name)
+    except onnx.defs.SchemaError:
+        return None
+    if attr is None or not attr.default_value.name:
+        return None
+    return _plain(onnx.helper.get_attribute_value(attr.default_value))
