@@ -15,6 +15,11 @@ Quantized candidates: when the aligned candidate tensor feeds a QuantizeLinearâ†
 pair, the DequantizeLinear output is used instead (match ``dequantize``) so the error includes
 that tensor's own quantization, layer by layer.
 
+Every proposed pair must then pass :class:`SameQuantity` (both sides compute the same
+quantity, decided in the candidate's topological order): a node that kept its name but reads
+another tensor, or a fused pair whose reader took over part of its work, is refused with a
+reason starting ``not the same quantity:``. :func:`align_versions` applies the same test.
+
 Every reference tensor gets a row; unmatched ones carry the reason. Optional outputs that
 nothing reads (a Dropout's mask) are not aligned: opsets define their dtype and values
 differently.

@@ -9,6 +9,10 @@ the final outputs and every intermediate tensor that survives the step are compa
   last node of the previous model it replaced (read from ``PassResult.provenance`` or the
   ``onnx_lab.origin`` node metadata).
 
+A pair is compared only when both sides compute the same quantity
+(:class:`~onnx_lab.numerics.align.SameQuantity`); the refused ones are listed in
+``report.attrs["not_comparable"]`` with the reason.
+
 Tensors are captured in chunks whose estimated size stays under ``max_bytes`` (both models'
 tensors of a chunk are held at once, then dropped). Tolerances are per dtype; an element
 passes when ``|cand - ref| <= atol + rtol * |ref|``; NaN/inf at the same place on both sides
