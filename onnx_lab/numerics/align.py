@@ -441,7 +441,8 @@ def align_versions(before: LabModel, after: LabModel, result: Any = None, *,
                 rejected.setdefault(ref, why)
             return
         pairs[name] = VersionPair(name, ref, nid, ref_nid, match, topo,
-                                  kept=identical or _kept(before, after, ref_nid, nid, same))
+                                  kept=identical or _kept(before, after, ref_nid, nid,
+                                                                 same.holds))
         used_refs.add(ref)
         same.pair(name, ref)
 
@@ -501,16 +502,13 @@ def kept_node(reference: LabModel, candidate: LabModel, ref_tensor: str, cand_te
     """Whether ``cand_tensor``'s producer is ``ref_tensor``'s producer (same node id and op)
     reading the same data tensors by name: only its constants may differ, so a shape of its
     own is a failure (a wrong Reshape target), not another layout."""
-    same = SameQuantity(reference, candidate)
     nid = candidate.index.producer.get(cand_tensor)
-    for v in (candidate.index.node(nid).inputs if nid in candidate.index.entries else ()):
-        if _name(v):
-            same.held.setdefault(v.name, set()).add(v.name)
-    return _kept(reference, candidate, reference.index.producer.get(ref_tensor), nid, same)
+    return _kept(reference, candidate, reference.index.producer.get(ref_tensor), nid,
+                 lambda name: {name})
 
 
 def _kept(before: LabModel, after: LabModel, ref_nid: str | None, nid: str | None,
-          same: SameQuantity) -> bool:
+          holds: Any) -> bool:
     """Whether ``after``'s node ``nid`` is ``before``'s node ``ref_nid`` reading the same data
     tensors, by name (its constants may differ: a wrong weight, a rewritten Reshape
     target)."""
@@ -523,7 +521,7 @@ def _kept(before: LabModel, after: LabModel, ref_nid: str | None, nid: str | Non
     # shape: a 2-D Gemm for a 3-D MatMul + Add), or a constant in place of an input.
     for a, b in zip(r.inputs, c.inputs):
         if _name(a) and not _is_const(a) and not (_name(b) and _is_const(b)) and (
-                _name(b) != a.name or a.name not in same.holds(b.name)):
+                _name(b) != a.name or a.name not in holds(b.name)):
             return False
     return True
 
