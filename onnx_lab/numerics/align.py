@@ -604,6 +604,16 @@ class SameQuantity:
     def pair(self, cand_tensor: str, ref_tensor: str) -> None:
         held = self.held.setdefault(cand_tensor, set())
         held.add(ref_tensor)
+        # What an Identity (or inference Dropout) of the reference tensor holds is its value.
+        ridx = self.ref.index
+        stack = [ref_tensor]
+        while stack:
+            for r in ridx.consumers.get(stack.pop(), ()):
+                n = ridx.node(r)
+                if n.op_type in _PASS_THROUGH and n.outputs and _name(n.outputs[0]) \
+                        and n.outputs[0].name not in held and ridx.entries[r].graph == "":
+                    held.add(n.outputs[0].name)
+                    stack.append(n.outputs[0].name)
         # A node that merged duplicates (onnxruntime's common-subexpression elimination keeps
         # one of two Shape(x)) holds the outputs of every node of its group it equals.
         ridx, cidx = self.ref.index, self.cand.index

@@ -155,3 +155,14 @@ def test_integer_tensors_compare_exactly():
     assert tensor_metrics(a[:3], a[:3].astype(np.int32), rule=rule)["passed"]  # same values
     assert not tensor_metrics(np.array([True, False]), np.array([True, True]), rule=rule)[
         "passed"]
+
+
+def test_fused_conv_bn_after_a_removed_identity_is_still_compared():
+    # onnxsim folds the BN into the Conv and drops the Identity the Conv read: the fused Conv
+    # now reads the Relu output, which holds the Identity's value: still the same quantity.
+    lab = onnx_lab.open("sample:convnet")
+    r = lab.apply("onnxsim")
+    assert r.verify_passed
+    rep = r.verification.set_index("ref_tensor")
+    assert rep.loc["/block1/bn/BatchNormalization_output_0", "node_id"] == "/block1/conv/Conv"
+    assert "/block1/bn/BatchNormalization_output_0" not in r.verification.attrs["not_comparable"]
