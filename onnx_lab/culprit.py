@@ -73,6 +73,8 @@ class CulpritRun:
         verified: whether this run was verified (False: unchanged model, tool error, reused).
         passed: the verdict (True for an unchanged model; False for a tool error).
         first_failure, max_abs_err: from the verification report.
+        outputs_agree: the model outputs are within tolerance (None: not verified). A run
+            whose outputs agree is never a failure to blame, even when an intermediate fails.
         seconds: the tool run and its verification.
         note: the tool error, or "the step's own verification" for a reused run.
     """
@@ -87,6 +89,12 @@ class CulpritRun:
     max_abs_err: float | None = None
     seconds: float = 0.0
     note: str = ""
+    outputs_agree: bool | None = None
+
+    @property
+    def good(self) -> bool:
+        """Not a failure to blame: verified, or its outputs agree."""
+        return self.passed or self.outputs_agree is True
 
     @property
     def verdict(self) -> str:
@@ -94,7 +102,11 @@ class CulpritRun:
             return self.note
         if not self.modified:
             return "unchanged"
-        return "verifies" if self.passed else f"FAILS at {self.first_failure}"
+        if self.passed:
+            return "verifies"
+        if self.outputs_agree:
+            return f"outputs agree, FAILS at intermediate {self.first_failure}"
+        return f"FAILS at {self.first_failure}"
 
 
 @dataclass
@@ -289,6 +301,7 @@ class _Runner:
                 run.passed = bool(report.attrs.get("passed", True))
                 run.first_failure = report.attrs.get("first_failure")
                 run.max_abs_err = report.attrs.get("max_abs_err")
+                run.outputs_agree = _outputs_agree(report)
                 # Keep only the reference's captures: every run compares with it.
                 for k in [k for k, v in self.cache.items() if v[0] is not self.before]:
                     del self.cache[k]
@@ -297,13 +310,23 @@ class _Runner:
         return run
 
 
+def _outputs_agree(report: Any) -> bool | None:
+    """Whether a verification report's model outputs are all within tolerance."""
+    if report is None:
+        return None
+    rows = report.rows if hasattr(report, "rows") else report.to_dict(orient="records")
+    outs = [bool(r["passed"]) for r in rows if r["match"] == "output"]
+    return all(outs) if outs else None
+
+
 def _first_run(first: PassResult, switches: list[Switch]) -> CulpritRun:
     passed = first.verify_passed is not False
     return CulpritRun([], [s.name for s in switches], dict(first.params), first.modified,
                       verified=False, passed=passed, first_failure=first.first_failure,
                       max_abs_err=first.max_abs_err,
                       seconds=first.seconds + (first.verify_seconds or 0.0),
-                      note=_REUSED if first.modified else "")
+                      note=_REUSED if first.modified else "",
+                      outputs_agree=_outputs_agree(getattr(first, "verification", None)))
 
 
 def _search(before: LabModel, dims: dict, shapes: dict, tool: str, p: WholeModelPass,
@@ -331,6 +354,12 @@ def _search(before: LabModel, dims: dict, shapes: dict, tool: str, p: WholeModel
         return done(None, False, f"no culprit: {tool} left the model unchanged")
     if full.passed:
         return done(None, False, NO_CULPRIT)
+    if full.outputs_agree:
+        # A rewrite whose outputs agree is not to blame: the failing intermediate is one the
+        # verification could not pair honestly, or a difference the outputs do not carry.
+        return done(None, False, f"no culprit: the outputs agree (max_abs_err "
+                    f"{full.max_abs_err or 0.0:.3g}); verification fails only at the intermediate "
+                    f"tensor {full.first_failure!r}, which no switch is blamed for")
     if not switches:
         return done(None, False, f"no culprit: {tool} has no switch left to turn off on this "
                     "model (the parameters already turn them off, or it reports none)")
@@ -339,15 +368,15 @@ def _search(before: LabModel, dims: dict, shapes: dict, tool: str, p: WholeModel
     while len(cand) > 1:
         half = cand[: (len(cand) + 1) // 2]
         last = run(half)
-        cand = half if last.passed else cand[len(half):]
+        cand = half if last.good else cand[len(half):]
     c = cand[0]
-    if not (last is not None and last.disabled == [c.name] and last.passed):
+    if not (last is not None and last.disabled == [c.name] and last.good):
         last = run([c])
-    if last.passed:
+    if last.good:
         fix = _fix_line(tool, p, p.params_without([c]))
         return done(c, True, f"culprit: {c.name} ({c.param}); the step verifies without it: "
                     f"{fix}")
-    passing = [r for r in run.runs if r.passed and r.modified]
+    passing = [r for r in run.runs if r.good and r.modified]
     hint = (f"; the step verified with {', '.join(passing[0].disabled)} off"
             if passing else "")
     return done(None, False, f"no single switch: turning {c.name} off alone does not make "

@@ -386,3 +386,104 @@ def test_cli_user_errors_exit_2(tmp_path, capsys):
     assert main(["optimize", str(src), out, "--tool", "onnxslim", "--skip", "Nope"]) == 2
     assert main(["optimize", str(src), out, "--tool", "onnxslim", "--find-culprit",
                  "--no-verify"]) == 2
+
+
+# ---------------------------------------------------------------------------- correct rewrites
+# A decoder whose correct rewrites move work between nodes: the finder never blames them.
+class _DecoderTool(WholeModelPass):
+    """Test tool on the optimum-style decoder: a correct Shape move, planted faults."""
+
+    params = (Param("skip", (list, tuple), None, "rewrites to leave out"),)
+    switch_params = ("skip",)
+    switch_source = "the test tool's rewrite list"
+    rewrites: tuple[str, ...] = ()
+
+    def switches(self, model):
+        off = self._off("skip")
+        return [Switch(n, "skip") for n in self.rewrites if n not in off]
+
+    def rebuild(self, model):
+        from rewrite_models import (
+            move_shape_above_transpose,
+            plant_reshape_target,
+            plant_weight,
+        )
+
+        proto = ir.to_proto(model.ir)
+        off = self._off("skip")
+        for name in self.rewrites:
+            if name in off:
+                continue
+            if name.startswith("move_shape"):
+                proto = move_shape_above_transpose(
+                    proto, f"/model/layers.{name[-1]}/self_attn/Shape_3")
+            elif name == "bad_reshape":
+                proto = plant_reshape_target(proto, "/model/layers.1/self_attn/Reshape_q",
+                                             [1, 2, 1, 8])
+            elif name == "bad_weight":
+                proto = plant_weight(proto, "model.layers.0.self_attn.k_proj.weight")
+        return self.from_proto(proto, model)
+
+
+@pytest.fixture
+def decoder_tool():
+    made = []
+
+    def make(rewrites: tuple[str, ...]) -> str:
+        name = f"test_decoder_tool_{len(made)}"
+        register_pass(name, kind="test")(type(name, (_DecoderTool,), {
+            "rewrites": rewrites, "__doc__": "Test tool on the decoder."}))
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        base._REGISTRY.pop(name, None)
+
+
+@pytest.mark.parametrize("bad", ["bad_reshape", "bad_weight"])
+def test_planted_faults_are_named_and_a_correct_shape_move_never(decoder_tool, bad):
+    from rewrite_models import DECODER_DIMS, optimum_decoder
+
+    name = decoder_tool(("move_shape_0", bad, "move_shape_1"))
+    lab = onnx_lab.open(optimum_decoder(), dims=DECODER_DIMS)
+    c = lab.find_culprit(name)
+    assert c.culprit == bad and c.confirmed, c
+    expected = {"bad_reshape": "/model/layers.1/self_attn/Reshape_q_output_0",
+                "bad_weight": "/model/layers.0/self_attn/k_proj/MatMul_output_0"}[bad]
+    assert c.runs[0].first_failure == expected
+    ok = decoder_tool(("move_shape_0", "move_shape_1"))
+    assert lab.find_culprit(ok).message == NO_CULPRIT
+
+
+@pytest.mark.parametrize("tool", ["ort:basic", "ort:extended"])
+def test_onnxruntime_on_the_decoder_has_no_culprit(tool):
+    from rewrite_models import DECODER_DIMS, optimum_decoder
+
+    c = find_culprit(optimum_decoder(), tool, dims=DECODER_DIMS)
+    assert c.message == NO_CULPRIT and c.culprit is None
+
+
+def test_a_rewrite_whose_outputs_agree_is_not_blamed(tool):
+    # y = x * 0 * w + relu(x): the planted rewrite changes w, an intermediate fails, the
+    # output agrees. Nothing to blame.
+    nodes = [helper.make_node("Mul", ["x", "w"], ["t0"], name="mul"),
+             helper.make_node("Mul", ["t0", "zero"], ["t1"], name="mul0"),
+             helper.make_node("Identity", ["t1"], ["t2"], name="id0"),
+             helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Add", ["t2", "r"], ["y"], name="add")]
+    inits = [numpy_helper.from_array(np.linspace(-1, 1, 8).astype(np.float32), "w"),
+             numpy_helper.from_array(np.zeros(8, np.float32), "zero")]
+    g = helper.make_graph(nodes, "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 8])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    name, rewrites = tool(1, bad=(0,))
+    lab = onnx_lab.open(m)
+    r = lab.apply(name)
+    assert r.verify_passed is False and r.first_failure == "t0"
+    c = lab.find_culprit(name)
+    assert c.culprit is None and c.message.startswith("no culprit: the outputs agree"), c
+    assert c.runs[0].outputs_agree and "outputs agree" in c.runs[0].verdict

@@ -15,6 +15,11 @@ Quantized candidates: when the aligned candidate tensor feeds a QuantizeLinearâ†
 pair, the DequantizeLinear output is used instead (match ``dequantize``) so the error includes
 that tensor's own quantization, layer by layer.
 
+Every proposed pair must then pass :class:`SameQuantity` (both sides compute the same
+quantity, decided in the candidate's topological order): a node that kept its name but reads
+another tensor, or a fused pair whose reader took over part of its work, is refused with a
+reason starting ``not the same quantity:``. :func:`align_versions` applies the same test.
+
 Every reference tensor gets a row; unmatched ones carry the reason. Optional outputs that
 nothing reads (a Dropout's mask) are not aligned: opsets define their dtype and values
 differently.
@@ -22,18 +27,23 @@ differently.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.provenance import ORIGIN_KEY, node_origin, origins
+from onnx_lab.core.values import const_array, is_constant
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["align", "ALIGN_COLUMNS", "origins_of", "SUBGRAPH_REASON"]
+__all__ = ["align", "ALIGN_COLUMNS", "origins_of", "SUBGRAPH_REASON", "SameQuantity",
+           "kept_node"]
 
 ALIGN_COLUMNS = ["tensor", "node_id", "op_type", "graph", "depth", "is_output", "cand_tensor",
                  "cand_node_id", "match", "reason"]
@@ -154,15 +164,21 @@ def align(reference: LabModel | None, candidate: LabModel, *,
     def _set(row: dict, cand: str, kind: str, reason: str | None = None) -> None:
         row.update(cand_tensor=cand, cand_node_id=capt.get(cand), match=kind, reason=reason)
 
+    same = SameQuantity(reference, candidate)
     taken_nodes: set[str] = set()
     for name in order:
         row = rows[name]
         if row["graph"] or name not in capt or name in unread:
             continue
         last = last_of.get(capt[name])
-        # A name kept by a fused node holds the fused result, not this intermediate.
-        if not (name in fused_into and last is not None and last != row["node_id"]):
+        # A name kept by a fused node holds the fused result, not this intermediate, unless
+        # the node still computes exactly what the reference's producer computes (its
+        # provenance then over-claims: onnxsim's GELU fold stamps the Mul before the folded
+        # ``* 0.5`` with both).
+        if not (name in fused_into and last is not None and last != row["node_id"]) \
+                or same.same_node(row["node_id"], capt[name]):
             _set(row, name, "exact")
+            same.pair(name, name)
             taken_nodes.add(capt[name])
     claimed = {r["cand_tensor"] for r in rows.values() if r["cand_tensor"]}
     for name in order:
@@ -196,6 +212,7 @@ def align(reference: LabModel | None, candidate: LabModel, *,
                 if dq is not None:
                     row.update(cand_tensor=dq, cand_node_id=capt[dq], match="dequantize")
 
+    _refuse_other_quantities(rows, order, candidate, same)
     cand_inits = set(candidate.graph.initializers)
     for name in order:
         row = rows[name]
@@ -217,6 +234,33 @@ def align(reference: LabModel | None, candidate: LabModel, *,
             row["reason"] = (f"node {row['node_id']!r} ({row['op_type']}) has no counterpart in "
                              "the candidate (removed or fused)")
     return pd.DataFrame([rows[n] for n in order], columns=ALIGN_COLUMNS)
+
+
+def _refuse_other_quantities(rows: dict[str, dict], order: list[str], candidate: LabModel,
+                             same: SameQuantity) -> None:
+    """Unpair (in place, with the reason) the rows whose candidate tensor does not compute the
+    reference tensor's quantity (:class:`SameQuantity`), in the candidate's topological order
+    so each decision rests on the final decisions about the node's inputs."""
+    by_cand: dict[str, list[dict]] = {}
+    for name in order:
+        row = rows[name]
+        if row["cand_tensor"]:
+            by_cand.setdefault(row["cand_tensor"], []).append(row)
+    same.held = {k: v for k, v in same.held.items() if k not in by_cand}
+    cand_outputs = {v.name for v in candidate.graph.outputs}
+    idx = candidate.index
+    for nid in idx.topo_order(""):
+        for v in idx.node(nid).outputs:
+            for row in by_cand.get(v.name, ()):
+                if row["is_output"] and v.name in cand_outputs:
+                    same.pair(v.name, row["tensor"])  # the outputs are always judged
+                    continue
+                why = same.why_not(v.name, row["tensor"],
+                                   weak=row["match"] in ("provenance", "structure"))
+                if why is None:
+                    same.pair(v.name, row["tensor"])
+                else:
+                    row.update(cand_tensor=None, cand_node_id=None, match=None, reason=why)
 
 
 def _structural(reference: LabModel, candidate: LabModel, row: dict, matched: dict[str, str],
@@ -319,6 +363,9 @@ class VersionPair:
     ref_node_id: str | None
     match: str           # 'output' | 'name' | 'provenance'
     topo: int
+    #: The candidate node is the reference tensor's producer reading the same data (only its
+    #: constants may differ): a shape of its own is a failure, not another layout.
+    kept: bool = False
 
 
 def version_tensors(model: LabModel) -> list[tuple[str, str, int]]:
@@ -352,15 +399,21 @@ def _scanversion_tensors(model: LabModel) -> list[tuple[str, str, int]]:
     return out
 
 
-def align_versions(before: LabModel, after: LabModel, result: Any = None) -> list[VersionPair]:
+def align_versions(before: LabModel, after: LabModel, result: Any = None, *,
+                   rejected: dict[str, str] | None = None) -> list[VersionPair]:
     """Tensor pairs to compare between two versions of one model (``after``'s topological
     order): graph outputs, unchanged producers by name, and fused nodes through the step's
     provenance (``result.provenance``: new node id -> ids in ``before``) or the
     ``onnx_lab.origin`` stamps. Unlike :func:`align`, which pairs any two models, this knows
-    which producers the step changed, so a kept name on a changed node is not a match."""
+    which producers the step changed, so a kept name on a changed node is not a match.
+
+    Every pair but the outputs must pass :class:`SameQuantity` (both sides compute the same
+    quantity); ``rejected`` (a dict, filled when given) receives {reference tensor: reason}
+    for the pairs it refused."""
     b_idx, a_idx = before.index, after.index
     b_outs = [v.name for v in before.graph.outputs]
     a_outs = [v.name for v in after.graph.outputs]
+    same = SameQuantity(before, after)
     pairs: dict[str, VersionPair] = {}
     topo_of = {name: t for name, _nid, t in version_tensors(after)}
     for i, name in enumerate(a_outs):
@@ -369,6 +422,7 @@ def align_versions(before: LabModel, after: LabModel, result: Any = None) -> lis
             continue
         pairs[name] = VersionPair(name, ref, a_idx.producer.get(name), b_idx.producer.get(ref),
                             "output", topo_of.get(name, -1))
+        same.pair(name, ref)
     b_main = {name: nid for name, nid, _t in version_tensors(before)}
     b_topo = {nid: b_idx.entries[nid].topo for nid in b_main.values()}
     by_origin: dict[str, list[str]] = {}
@@ -378,17 +432,40 @@ def align_versions(before: LabModel, after: LabModel, result: Any = None) -> lis
     b_origin = {nid: set(node_origin(b_idx.entries[nid].node, nid)) for nid in b_main.values()}
     used_refs = {p.ref for p in pairs.values()}
     prov = dict(result.provenance) if result is not None else {}
+
+    def accept(name: str, ref: str, nid: str, ref_nid: str, match: str, topo: int, *,
+               weak: bool, identical: bool = False) -> None:
+        why = None if identical else same.why_not(name, ref, weak=weak)
+        if why is not None:
+            if rejected is not None:
+                rejected.setdefault(ref, why)
+            return
+        pairs[name] = VersionPair(name, ref, nid, ref_nid, match, topo,
+                                  kept=identical or _kept(before, after, ref_nid, nid,
+                                                                 same.holds))
+        used_refs.add(ref)
+        same.pair(name, ref)
+
     for name, nid, topo in version_tensors(after):
         if name in pairs:
             continue
         node = a_idx.entries[nid].node
         # A tensor name means the same value only when its producer is unchanged: a fused
         # node may keep its first part's output name while computing the last part's value.
-        changed = nid in prov or (nid in b_idx.entries and set(node_origin(node, nid))
-                                  != b_origin.get(nid, {nid}))
+        # A node the tool made whose origin is unknown (``prov`` lists it with no source)
+        # writing a kept name stands for that tensor; a changed node that still computes
+        # what its reference node computes holds that node's outputs, whatever its
+        # provenance claims.
+        unknown = nid in prov and not prov[nid] and nid not in b_idx.entries
+        changed = (nid in prov and not unknown) or (
+            nid in b_idx.entries and set(node_origin(node, nid)) != b_origin.get(nid, {nid}))
         if name in b_main and not changed:
-            pairs[name] = VersionPair(name, name, nid, b_main[name], "name", topo)
-            used_refs.add(name)
+            accept(name, name, nid, b_main[name], "name", topo, weak=False)
+            continue
+        k = list(node.outputs).index(next(v for v in node.outputs if v.name == name))
+        if name in b_main and _output_index(b_idx, b_main[name], name) == k \
+                and same.same_node(b_main[name], nid):
+            accept(name, name, nid, b_main[name], "name", topo, weak=False, identical=True)
             continue
         # The node's sources in the previous model: the pass's provenance, else the
         # before-nodes whose origins are all among this node's origins.
@@ -401,7 +478,6 @@ def align_versions(before: LabModel, after: LabModel, result: Any = None) -> lis
             continue  # a multi-output node made of several nodes: no output-to-output map
         last = max(sources, key=lambda s: b_idx.entries[s].topo)
         last_node = b_idx.entries[last].node
-        k = list(node.outputs).index(next(v for v in node.outputs if v.name == name))
         if len(last_node.outputs) != len(node.outputs) and k > 0:
             continue
         if len(node.outputs) > len(last_node.outputs) and node.op_type != last_node.op_type:
@@ -413,9 +489,41 @@ def align_versions(before: LabModel, after: LabModel, result: Any = None) -> lis
             continue
         if b_topo.get(last) is None or _split(last_node, node, a_idx):
             continue
-        pairs[name] = VersionPair(name, ref_v.name, nid, last, "provenance", topo)
-        used_refs.add(ref_v.name)
+        accept(name, ref_v.name, nid, last, "provenance", topo, weak=True)
     return sorted(pairs.values(), key=lambda p: p.topo)
+
+
+def _output_index(idx: Any, nid: str, name: str) -> int:
+    return next(i for i, v in enumerate(idx.node(nid).outputs) if v.name == name)
+
+
+def kept_node(reference: LabModel, candidate: LabModel, ref_tensor: str, cand_tensor: str
+              ) -> bool:
+    """Whether ``cand_tensor``'s producer is ``ref_tensor``'s producer (same node id and op)
+    reading the same data tensors by name: only its constants may differ, so a shape of its
+    own is a failure (a wrong Reshape target), not another layout."""
+    nid = candidate.index.producer.get(cand_tensor)
+    return _kept(reference, candidate, reference.index.producer.get(ref_tensor), nid,
+                 lambda name: {name})
+
+
+def _kept(before: LabModel, after: LabModel, ref_nid: str | None, nid: str | None,
+          holds: Any) -> bool:
+    """Whether ``after``'s node ``nid`` is ``before``'s node ``ref_nid`` reading the same data
+    tensors, by name (its constants may differ: a wrong weight, a rewritten Reshape
+    target)."""
+    if ref_nid is None or ref_nid != nid or nid not in after.index.entries:
+        return False
+    r, c = before.index.node(ref_nid), after.index.node(nid)
+    if r.op_type != c.op_type or len(r.inputs) != len(c.inputs):
+        return False
+    # The same tensor names, paired (a fused neighbour's output may hold the value in another
+    # shape: a 2-D Gemm for a 3-D MatMul + Add), or a constant in place of an input.
+    for a, b in zip(r.inputs, c.inputs):
+        if _name(a) and not _is_const(a) and not (_name(b) and _is_const(b)) and (
+                _name(b) != a.name or a.name not in holds(b.name)):
+            return False
+    return True
 
 
 def _split(ref: Any, node: Any, a_idx: Any) -> bool:
@@ -452,3 +560,229 @@ def _reshape_target(name: str, a_idx: Any) -> bool:
                                          for v in n.inputs[:1]):
             return False
     return bool(readers)
+
+
+# ---------------------------------------------------------------------------- same quantity
+class SameQuantity:
+    """Whether a candidate tensor and a reference tensor hold the same quantity, decided
+    inductively over the pairs accepted so far (callers go in topological order).
+
+    The stages of :func:`align` and :func:`align_versions` propose pairs from names and
+    provenance; a name or an origin is a claim, not a proof. This refuses the claims the
+    graphs contradict, with the reason:
+
+    - a node that kept its name (or its output's name) but reads a tensor holding a
+      reference value its reference node does not read is another computation
+      (onnxruntime's TransposeOptimizer moves a Shape above a Transpose: same node name,
+      another input);
+    - a fused or renamed pair whose candidate tensor is read by a node that holds other
+      constants than its reference counterpart while replacing no node itself: the rewrite
+      folded part of the work into that reader (onnxsim folds GELU's ``* 0.5`` into the next
+      Conv's weights; the provenance then says the Mul before it absorbed the ``* 0.5``).
+
+    A candidate node that is the same computation as a reference node (:meth:`same_node`:
+    same op, attributes, equal constants, inputs holding the same reference tensors) holds
+    that node's outputs whatever its provenance says.
+    """
+
+    def __init__(self, reference: LabModel, candidate: LabModel) -> None:
+        self.ref, self.cand = reference, candidate
+        ridx = reference.index
+        self.by_origin: dict[str, set[str]] = {}
+        for nid, e in ridx.entries.items():
+            if e.graph == "":
+                for o in node_origin(e.node, nid):
+                    self.by_origin.setdefault(o, set()).add(nid)
+        r_inputs = {v.name for v in reference.graph.inputs}
+        self.held: dict[str, set[str]] = {v.name: {v.name} for v in candidate.graph.inputs
+                                          if v.name in r_inputs}
+
+    def holds(self, cand_tensor: str) -> set[str]:
+        """The reference tensors ``cand_tensor`` is paired with (graph inputs: themselves)."""
+        return self.held.get(cand_tensor, set())
+
+    def pair(self, cand_tensor: str, ref_tensor: str) -> None:
+        held = self.held.setdefault(cand_tensor, set())
+        held.add(ref_tensor)
+        # What an Identity (or inference Dropout) of the reference tensor holds is its value.
+        ridx = self.ref.index
+        stack = [ref_tensor]
+        while stack:
+            for r in ridx.consumers.get(stack.pop(), ()):
+                n = ridx.node(r)
+                if n.op_type in _PASS_THROUGH and n.outputs and _name(n.outputs[0]) \
+                        and n.outputs[0].name not in held and ridx.entries[r].graph == "":
+                    held.add(n.outputs[0].name)
+                    stack.append(n.outputs[0].name)
+        # A node that merged duplicates (onnxruntime's common-subexpression elimination keeps
+        # one of two Shape(x)) holds the outputs of every node of its group it equals.
+        ridx, cidx = self.ref.index, self.cand.index
+        r_nid, c_nid = ridx.producer.get(ref_tensor), cidx.producer.get(cand_tensor)
+        if r_nid is None or c_nid is None:
+            return
+        k = next((i for i, v in enumerate(ridx.node(r_nid).outputs) if v.name == ref_tensor), 0)
+        for g in self.group(c_nid, r_nid) - {r_nid}:
+            outs = ridx.node(g).outputs
+            if k < len(outs) and outs[k].name and self.same_node(g, c_nid):
+                held.add(outs[k].name)
+
+    def unpair(self, cand_tensor: str, ref_tensor: str) -> None:
+        self.held.get(cand_tensor, set()).discard(ref_tensor)
+
+    def same_node(self, ref_node: str, cand_node: str) -> bool:
+        """Whether candidate node ``cand_node`` computes exactly what reference node
+        ``ref_node`` computes: same op, domain and attributes, and every input the same
+        value (a tensor paired with the reference input, the same graph input, or an equal
+        constant)."""
+        r, c = self.ref.index.node(ref_node), self.cand.index.node(cand_node)
+        if (r.op_type, r.domain) != (c.op_type, c.domain) or len(r.outputs) != len(c.outputs):
+            return False
+        ri, ci = _trimmed(r.inputs), _trimmed(c.inputs)
+        if len(ri) != len(ci) or not _same_attrs(r, c):
+            return False
+        for a, b in zip(ri, ci):
+            if not _name(a) or not _name(b):
+                if _name(a) or _name(b):
+                    return False
+                continue
+            ka, kb = _is_const(a), _is_const(b)
+            if ka or kb:
+                if not (ka and kb and _const_equal(a, b)):
+                    return False
+            elif a.name not in self.holds(b.name):
+                return False
+        return True
+
+    def group(self, cand_node: str, ref_node: str) -> set[str]:
+        """The reference nodes ``cand_node`` stands for: those its provenance names (with the
+        node of its own id), when they include ``ref_node``; else ``{ref_node}``."""
+        ridx = self.ref.index
+        out = {n for o in node_origin(self.cand.index.node(cand_node), cand_node)
+               for n in self.by_origin.get(o, ())}
+        if cand_node in ridx.entries and ridx.entries[cand_node].graph == "":
+            out.add(cand_node)
+        return out if ref_node in out else {ref_node}
+
+    def why_not(self, cand_tensor: str, ref_tensor: str, *, weak: bool) -> str | None:
+        """Why ``cand_tensor`` does not hold ``ref_tensor``'s quantity, or None.
+
+        ``weak``: the pair rests on provenance or structure (a fused node, a renamed output),
+        not on a tensor name kept by its own node.
+        """
+        ridx, cidx = self.ref.index, self.cand.index
+        r_nid, c_nid = ridx.producer.get(ref_tensor), cidx.producer.get(cand_tensor)
+        if r_nid is None or c_nid is None:
+            return None
+        rn, cn = ridx.node(r_nid), cidx.node(c_nid)
+        if rn.op_type in _PASS_THROUGH and rn.inputs and _name(rn.inputs[0]) \
+                and rn.inputs[0].name in self.holds(cand_tensor):
+            return None  # an Identity removed in the candidate: the value of its input
+        group = self.group(c_nid, r_nid)
+        touched: set[str] = set()
+        for g in group:
+            n = ridx.node(g)
+            touched.update(_name(v) for v in (*n.inputs, *n.outputs))
+        for v in cn.inputs:
+            if not _name(v) or _is_const(v):
+                continue
+            held = self.holds(v.name)
+            if held and not held & touched:
+                return (f"not the same quantity: candidate node {c_nid!r} ({cn.op_type}) reads "
+                        f"{v.name!r}, which holds the reference's {min(held)!r}; reference "
+                        f"node {r_nid!r} ({rn.op_type}) does not read it (a name kept on "
+                        "another computation)")
+        if not (weak or len(group) > 1 or rn.op_type != cn.op_type):
+            return None
+        for reader in cidx.consumers.get(cand_tensor, ()):
+            why = self._absorbed(reader, cand_tensor, ref_tensor)
+            if why is not None:
+                return why
+        return None
+
+    def _absorbed(self, reader: str, cand_tensor: str, ref_tensor: str) -> str | None:
+        """Why ``reader`` (reading ``cand_tensor``) took over part of the work: the same node
+        in both models, reading ``ref_tensor`` there, replacing no other node, yet holding
+        other constants."""
+        ce, re_ = self.cand.index.entries[reader], self.ref.index.entries.get(reader)
+        if ce.graph or re_ is None or re_.graph:
+            return None
+        rn, cn = re_.node, ce.node
+        if rn.op_type != cn.op_type or len(rn.inputs) != len(cn.inputs):
+            return None
+        if not set(node_origin(cn, reader)) <= set(node_origin(rn, reader)):
+            return None  # a fused node: its constants change for its own reasons
+        if not any(_name(b) == cand_tensor and _name(a) == ref_tensor
+                   for a, b in zip(rn.inputs, cn.inputs)):
+            return None
+        for k, (a, b) in enumerate(zip(rn.inputs, cn.inputs)):
+            # Both constants, other values (a weight moved behind a DequantizeLinear is
+            # quantization, not a fold).
+            if _name(a) and _name(b) and _is_const(a) and _is_const(b) \
+                    and not _const_equal(a, b):
+                return (f"not the same quantity: its reader {reader!r} ({cn.op_type}) holds "
+                        f"another constant at input {k} though it replaced no other node: the "
+                        "rewrite folded part of this computation into it")
+        return None
+
+
+def _name(v: Any) -> str:
+    return v.name if v is not None and v.name else ""
+
+
+def _trimmed(values: Sequence[Any]) -> list[Any]:
+    out = list(values)
+    while out and not _name(out[-1]):
+        out.pop()
+    return out
+
+
+def _is_const(v: Any) -> bool:
+    return is_constant(v, stored=True)
+
+
+def _const_equal(a: Any, b: Any) -> bool:
+    """Whether two constant values hold the same array (dtype, shape and values)."""
+    if a.const_value is not None and a.const_value is b.const_value:
+        return True  # versions of one model share their tensors
+    x, y = const_array(a, stored=True), const_array(b, stored=True)
+    if x is None or y is None or x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    return bool(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"))
+
+
+def _same_attrs(r: Any, c: Any) -> bool:
+    """Equal attributes (scalars, strings and lists; tensors and graphs count as different);
+    one left out equals its schema default (onnxruntime writes ``Shape(start=0)``)."""
+    ra, ca = dict(r.attributes), dict(c.attributes)
+    for k in set(ra) | set(ca):
+        a, b = ra.get(k), ca.get(k)
+        if a is not None and (a.is_ref() or (b is not None and a.type != b.type)):
+            return False
+        if b is not None and b.is_ref():
+            return False
+        va = _plain(a.value) if a is not None else _default(r.op_type, r.domain, k)
+        vb = _plain(b.value) if b is not None else _default(c.op_type, c.domain, k)
+        if va is None or va != vb:
+            return False
+    return True
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        v = tuple(v)
+        return v if all(isinstance(x, (int, float, str, bytes)) for x in v) else None
+    return v if isinstance(v, (int, float, str, bytes)) else None
+
+
+@functools.lru_cache(maxsize=512)
+def _default(op_type: str, domain: str, name: str) -> Any:
+    """The schema default of an attribute (None: no schema, no default)."""
+    import onnx  # on use: only attribute comparisons need the schemas
+
+    try:
+        attr = onnx.defs.get_schema(op_type, domain=domain).attributes.get(name)
+    except onnx.defs.SchemaError:
+        return None
+    if attr is None or not attr.default_value.name:
+        return None
+    return _plain(onnx.helper.get_attribute_value(attr.default_value))

@@ -32,7 +32,7 @@ from onnx_lab.core.source import Resolved, resolve
 from onnx_lab.core.source_map import group_by_module, module_at
 from onnx_lab.core.values import const_array, constant_producer, foldable_nodes, is_constant
 from onnx_lab.errors import DimError, InputError, LabError, unknown_name
-from onnx_lab.numerics.align import ALIGN_COLUMNS, align
+from onnx_lab.numerics.align import ALIGN_COLUMNS, align, kept_node
 from onnx_lab.numerics.confirm import confirm_divergence
 from onnx_lab.numerics.metrics import (
     METRIC_COLUMNS,
@@ -214,6 +214,8 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     finally:
         for m in uncached:
             m.forget(RUNTIME_PROTO_KEY)
+    if ref_model is not None:
+        _kept_shapes(metrics, ref_model, cand_model, out_pairs)
     outputs, layers, passed = _tables(metrics, out_pairs, alignment, layerwise)
     graph_model = ref_model if ref_model is not None else cand_model
     div = _first_divergence(graph_model, layers, outputs) if len(layers) else None
@@ -378,6 +380,22 @@ def _run_metrics(ref_model: LabModel | None, cand_model: LabModel,
             del sess, ref_vals
             bar.step(f"compare: candidate, chunk {i + 1}/{len(chunks)}")
     return {p: {**a.result(), "preset": presets[p]} for p, a in accs.items()}, kept
+
+
+def _kept_shapes(metrics: dict[tuple[str, str], dict], ref: LabModel, cand: LabModel,
+                 out_pairs: list[tuple[str, str]]) -> None:
+    """A node that reads the same data as its reference counterpart but gives another shape
+    computes something else (a wrong Reshape target: its elements, flattened, are the same):
+    fail the pair (in place) instead of comparing it flattened."""
+    outs = set(out_pairs)
+    for (r, c), m in metrics.items():
+        if (r, c) in outs or m.get("shape") is None or m.get("shape") == m.get("cand_shape"):
+            continue
+        if kept_node(ref, cand, r, c):
+            m["passed"] = False
+            m["note"] = "; ".join(x for x in (m.get("note"), (
+                f"node {cand.index.producer.get(c)!r} reads the same inputs but gives shape "
+                f"{m['cand_shape']} instead of {m['shape']}")) if x)
 
 
 def _tables(metrics: dict[tuple[str, str], dict], out_pairs: list[tuple[str, str]],

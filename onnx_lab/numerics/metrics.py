@@ -373,6 +373,24 @@ class MetricAccumulator:
             self._add_slice(r_flat[start:start + _SLICE], c_flat[start:start + _SLICE])
 
     def _add_slice(self, r: np.ndarray, c: np.ndarray) -> None:
+        if r.dtype.kind in "biu" and c.dtype.kind in "biu":
+            self._add_ints(r, c)
+            return
+        self._add_values(r, c)
+
+    def _add_ints(self, r: np.ndarray, c: np.ndarray) -> None:
+        """Integer and bool slices (shape tensors, token ids, masks) compare exactly: an
+        element fails when its value differs, whatever the tolerances (float64 would merge
+        int64 values beyond 2**53)."""
+        n_fail = self.n_fail
+        self._add_values(r.astype(np.float64), c.astype(np.float64))
+        differ = int(np.count_nonzero(r != c))
+        self.n_fail = n_fail + differ
+        if differ:
+            self.max_abs = max(self.max_abs, 1.0)
+            self.max_abs_finite = max(self.max_abs_finite, 1.0)
+
+    def _add_values(self, r: np.ndarray, c: np.ndarray) -> None:
         self.numel += r.size
         if r.dtype == c.dtype and r.dtype.kind == "f" and np.array_equal(r, c):
             # Identical slices (the common case when comparing optimized graphs): one pass.

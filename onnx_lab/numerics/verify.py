@@ -9,6 +9,10 @@ the final outputs and every intermediate tensor that survives the step are compa
   last node of the previous model it replaced (read from ``PassResult.provenance`` or the
   ``onnx_lab.origin`` node metadata).
 
+A pair is compared only when both sides compute the same quantity
+(:class:`~onnx_lab.numerics.align.SameQuantity`); the refused ones are listed in
+``report.attrs["not_comparable"]`` with the reason.
+
 Tensors are captured in chunks whose estimated size stays under ``max_bytes`` (both models'
 tensors of a chunk are held at once, then dropped). Tolerances are per dtype; an element
 passes when ``|cand - ref| <= atol + rtol * |ref|``; NaN/inf at the same place on both sides
@@ -340,7 +344,8 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
     if not isinstance(max_bytes, int) or max_bytes <= 0:
         raise InputError(f"max_bytes must be a positive int, got {max_bytes!r}.",
                          fix="Pass e.g. max_bytes=1 << 30.")
-    pairs = align_versions(before, after, result)
+    not_comparable: dict[str, str] = {}
+    pairs = align_versions(before, after, result, rejected=not_comparable)
     if not intermediates:
         pairs = [p for p in pairs if p.match == "output"]
     samples = _feeds(before, after, feeds, dims, shapes, seed, reference_shapes)
@@ -376,11 +381,13 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                 dt = _dtype_name(r)
                 pname, rule = rule_for(dt, output=p.match == "output", preset=preset,
                                        atol=atol, rtol=rtol)
-                if p.match != "output" and r.shape != c.shape:
+                if p.match != "output" and r.shape != c.shape and not p.kept:
                     # A tool may keep a name on a reshaped tensor (2-D Gemm inside a 3-D
                     # MatMul chain): compare the values when one shape only merges adjacent
                     # dims of the other (the element order is the same); a transposed layout
-                    # of the same size is not comparable element by element: skip it.
+                    # of the same size is not comparable element by element: skip it. A node
+                    # that reads the same data as before (p.kept) and gives another shape
+                    # computes something else: that fails below.
                     if not _same_order(r.shape, c.shape):
                         skipped.append(p.tensor)
                         continue
@@ -411,7 +418,7 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
     attrs: dict[str, Any] = {
         "passed": not failing, "first_failure": str(failing[0]) if failing else None,
         "max_abs_err": float(max(outs)) if outs else None, "samples": len(samples),
-        "skipped": sorted(set(skipped))}
+        "skipped": sorted(set(skipped)), "not_comparable": not_comparable}
     if not pairs:
         attrs["note"] = "no tensor of the new model corresponds to one of the reference"
     return Report(rows, attrs)

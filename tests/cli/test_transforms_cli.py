@@ -125,3 +125,23 @@ def test_extract_and_fix_dims_commands(convnet, chain, tmp_path, capsys):
     assert main(["fix-dims", str(chain), str(fixed), "batch=3", "--json"]) == 0
     assert _json(capsys)["passes"][0]["verify_passed"]
     assert onnx_lab.open(fixed).inputs.loc[0, "shape"] == (3, 8)
+
+
+def test_optimize_with_ort_on_an_optimum_decoder_verifies(tmp_path, capsys):
+    # onnxruntime's TransposeOptimizer moves a Shape above a Transpose (the Shape keeps its
+    # name, reads another tensor): a correct rewrite, so the step verifies and exits 0, and
+    # --find-culprit blames nothing.
+    from rewrite_models import DECODER_DIMS, optimum_decoder
+
+    src = tmp_path / "decoder.onnx"
+    onnx.save(optimum_decoder(), str(src))
+    dims = [f"--dims={k}={v}" for k, v in DECODER_DIMS.items()]
+    out = tmp_path / "basic.onnx"
+    assert main(["optimize", str(src), str(out), "--tool", "ort:basic", "--find-culprit",
+                 "--json", *dims]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verify_passed"] is True and doc["passes"][0]["first_failure"] is None
+    assert "TransposeOptimizer" in doc["culprit"]["switches"]  # it did move the Shape
+    assert doc["culprit"]["culprit"] is None
+    assert doc["culprit"]["message"] == "no culprit: the step verifies"
+    assert out.exists()

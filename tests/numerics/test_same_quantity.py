@@ -1,0 +1,168 @@
+"""Verification and compare judge a pair only when both sides compute the same quantity: correct
+rewrites that move work between nodes (onnxruntime's TransposeOptimizer moving a Shape above a
+Transpose, onnxsim folding GELU's ``* 0.5`` into the next Conv) pass; planted faults (a wrong
+Reshape target, a wrong weight) are still caught at their node."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pandas as pd
+import pytest
+from rewrite_models import (
+    DECODER_DIMS,
+    gelu_conv,
+    gelu_folded,
+    move_shape_above_transpose,
+    optimum_decoder,
+    plant_reshape_target,
+    plant_weight,
+)
+
+import onnx_lab
+from onnx_lab.numerics.metrics import rule_for, tensor_metrics
+from onnx_lab.numerics.verify import verify
+
+L0 = "/model/layers.0/self_attn"
+L1 = "/model/layers.1/self_attn"
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    return optimum_decoder()
+
+
+@pytest.mark.parametrize("tool", ["ort:basic", "ort:extended", "ort:all"])
+def test_the_decoder_verifies_under_every_ort_level(decoder, tool):
+    lab = onnx_lab.open(decoder, dims=DECODER_DIMS)
+    r = lab.apply(tool)
+    assert r.modified and r.verify_passed, (r.first_failure, r.notes)
+    rep = r.verification
+    # the moved Shape (same node name, now reading present.0.key) is not compared with the
+    # Shape of the transposed keys: listed with the reason
+    why = rep.attrs["not_comparable"][f"{L0}/Shape_3_output_0"]
+    assert "not the same quantity" in why and "present.0.key" in why
+    # the Gather that writes the old name again holds the same value: judged, exactly
+    row = rep.set_index("tensor").loc[f"{L0}/Shape_3_output_0"]
+    assert row["passed"] and row["dtype"] == "int64" and row["rule"].startswith("|err| <= 0 ")
+    outs = rep.loc[rep.match == "output"]
+    assert set(outs.tensor) == {"logits", "present.0.key", "present.0.value", "present.1.key",
+                                "present.1.value"} and outs.passed.all()
+    c = onnx_lab.compare(lab.original, lab, dims=DECODER_DIMS)
+    assert c.passed and c.first_divergence is None
+    assert len(c.layers) > 40  # the unchanged attention is still compared layer by layer
+
+
+def test_the_decoder_verifies_under_onnxsim():
+    static = optimum_decoder(static=DECODER_DIMS)
+    lab = onnx_lab.open(static)
+    r = lab.apply("onnxsim")
+    assert r.modified and r.verify_passed, r.first_failure
+    c = onnx_lab.compare(lab.original, lab)
+    assert c.passed and c.first_divergence is None
+
+
+def test_a_shape_moved_above_its_transpose_is_not_paired(decoder):
+    moved = move_shape_above_transpose(decoder, f"{L0}/Shape_3")
+    ref = onnx_lab.open(decoder, dims=DECODER_DIMS)
+    rep = verify(ref, onnx_lab.open(moved, dims=DECODER_DIMS), dims=DECODER_DIMS)
+    assert rep.attrs["passed"] and rep.attrs["first_failure"] is None
+    assert f"{L0}/Shape_3_output_0" in rep.attrs["not_comparable"]
+    assert f"{L0}/Shape_3" not in set(rep.tensor)  # the new Shape's own output: no pair
+    c = onnx_lab.compare(decoder, moved, dims=DECODER_DIMS)
+    assert c.passed and c.first_divergence is None
+    a = c.alignment.set_index("tensor")
+    assert a.loc[f"{L0}/Shape_3_output_0", "match"] == "exact"  # the Gather's, same value
+
+
+def test_gelu_folded_into_the_conv_by_onnxsim_passes():
+    lab = onnx_lab.open(gelu_conv())
+    r = lab.apply("onnxsim")
+    assert r.modified and r.verify_passed and r.max_abs_err == 0.0
+    assert set(r.provenance.get("/Mul", [])) == {"/Mul", "/Mul_1"}  # the over-claim
+    rep = r.verification.set_index("tensor")
+    # /Mul still computes x·(erf+1): compared with the reference's /Mul, not with the ·0.5
+    assert rep.loc["/Mul_output_0", "ref_tensor"] == "/Mul_output_0"
+    assert "/Mul_1_output_0" not in set(rep.ref_tensor)
+    c = onnx_lab.compare(lab.original, lab)
+    assert c.passed and c.first_divergence is None
+    a = c.alignment.set_index("tensor")
+    assert a.loc["/Mul_output_0", "cand_tensor"] == "/Mul_output_0"
+    assert pd.isna(a.loc["/Mul_1_output_0", "cand_tensor"]) and a.loc["/Mul_1_output_0",
+                                                                      "reason"]
+
+
+def test_gelu_folded_by_hand_passes_both_ways():
+    ref, cand = gelu_conv(), gelu_folded()
+    c = onnx_lab.compare(ref, cand)
+    assert c.passed and c.first_divergence is None
+    rep = verify(onnx_lab.open(ref), onnx_lab.open(cand))
+    assert rep.attrs["passed"]
+
+
+def test_a_fused_pair_whose_reader_took_the_constant_is_not_compared():
+    # The provenance claims /Mul absorbed /Mul_1 (what the tools' tracing says); /Mul is
+    # rewritten (another constant input) so it is no longer the same node as before, and the
+    # Conv reading it holds other weights: its output is not the reference's /Mul_1 output.
+    ref = gelu_conv()
+    cand = gelu_folded()
+    for n in cand.graph.node:
+        if n.name == "/Mul":
+            n.input[1] = "add_copy"
+    add = next(n for n in cand.graph.node if n.name == "/Add")
+    cand.graph.node.insert(list(cand.graph.node).index(add) + 1, onnx.helper.make_node(
+        "Identity", ["/Add_output_0"], ["add_copy"], name="/Add/copy"))
+    meta = cand.graph.node[[n.name for n in cand.graph.node].index("/Mul")].metadata_props
+    meta.add(key="onnx_lab.origin", value='["/Mul", "/Mul_1"]')
+    c = onnx_lab.compare(ref, cand)
+    assert c.passed and c.first_divergence is None
+    reason = c.alignment.set_index("tensor").loc["/Mul_1_output_0", "reason"]
+    assert "its reader '/conv2/Conv'" in reason and "folded" in reason
+
+
+def test_a_planted_reshape_target_is_caught_at_the_reshape(decoder):
+    bad = plant_reshape_target(decoder, f"{L1}/Reshape_q", [1, 2, 1, 8])  # heads, seq swapped
+    rep = verify(onnx_lab.open(decoder, dims=DECODER_DIMS), onnx_lab.open(bad, dims=DECODER_DIMS),
+                 dims=DECODER_DIMS)
+    assert not rep.attrs["passed"] and rep.attrs["first_failure"] == f"{L1}/Reshape_q_output_0"
+    assert "shape" in rep.set_index("tensor").loc[f"{L1}/Reshape_q_output_0", "note"]
+    c = onnx_lab.compare(decoder, bad, dims=DECODER_DIMS)
+    assert not c.passed
+    assert c.first_divergence["node_id"] == f"{L1}/Reshape_q"
+
+
+def test_a_planted_weight_error_is_caught_at_its_node(decoder):
+    w = "model.layers.0.self_attn.q_proj.weight"
+    bad = plant_weight(decoder, w)
+    rep = verify(onnx_lab.open(decoder, dims=DECODER_DIMS), onnx_lab.open(bad, dims=DECODER_DIMS),
+                 dims=DECODER_DIMS)
+    assert rep.attrs["first_failure"] == f"{L0}/q_proj/MatMul_output_0"
+    c = onnx_lab.compare(decoder, bad, dims=DECODER_DIMS)
+    d = c.first_divergence
+    assert not c.passed and d["node_id"] == f"{L0}/q_proj/MatMul" and d["cause"] == "weights"
+    assert d["constant_tensor"] == w
+
+
+def test_integer_tensors_compare_exactly():
+    _, rule = rule_for("int64", output=False, preset="fp16")
+    a = np.array([1, 2, 3, 2**60], np.int64)
+    assert tensor_metrics(a, a.copy(), rule=rule)["passed"]
+    assert tensor_metrics(a, a.astype(np.int32).astype(np.int64), rule=rule)["passed"] is False
+    b = a.copy()
+    b[-1] += 1  # beyond float64's 2**53: still a difference
+    m = tensor_metrics(a, b, rule=rule)
+    assert not m["passed"] and m["n_fail"] == 1 and m["max_abs"] >= 1
+    assert tensor_metrics(a[:3], a[:3].astype(np.int32), rule=rule)["passed"]  # same values
+    assert not tensor_metrics(np.array([True, False]), np.array([True, True]), rule=rule)[
+        "passed"]
+
+
+def test_fused_conv_bn_after_a_removed_identity_is_still_compared():
+    # onnxsim folds the BN into the Conv and drops the Identity the Conv read: the fused Conv
+    # now reads the Relu output, which holds the Identity's value: still the same quantity.
+    lab = onnx_lab.open("sample:convnet")
+    r = lab.apply("onnxsim")
+    assert r.verify_passed
+    rep = r.verification.set_index("ref_tensor")
+    assert rep.loc["/block1/bn/BatchNormalization_output_0", "node_id"] == "/block1/conv/Conv"
+    assert "/block1/bn/BatchNormalization_output_0" not in r.verification.attrs["not_comparable"]
