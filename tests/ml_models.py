@@ -131,20 +131,21 @@ def string_pipeline(*, swap: bool = False) -> onnx.ModelProto:
 
 
 def sequence_model() -> onnx.ModelProto:
-    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, [4, 2]))
+    # Uneven parts (widths 1, 2, 3): numpy cannot stack them into one array.
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, [4, None]))
     nodes = [
         helper.make_node("Relu", ["X"], ["r"], name="relu"),
         helper.make_node("SplitToSequence", ["r", "split"], ["parts"], axis=1, name="split"),
         helper.make_node("SequenceAt", ["parts", "one"], ["second"], name="at"),
-        helper.make_node("ConcatFromSequence", ["parts"], ["joined"], axis=0, name="concat"),
+        helper.make_node("ConcatFromSequence", ["parts"], ["joined"], axis=1, name="concat"),
         helper.make_node("Mul", ["joined", "two"], ["Y"], name="mul"),
     ]
     g = helper.make_graph(
         nodes, "sequences", [helper.make_tensor_value_info("X", F, [4, 6])],
-        [helper.make_tensor_value_info("Y", F, [12, 2]),
+        [helper.make_tensor_value_info("Y", F, [4, 6]),
          helper.make_tensor_value_info("second", F, [4, 2]),
          helper.make_value_info("parts", seq)],
-        [numpy_helper.from_array(np.array([2, 2, 2], np.int64), "split"),
+        [numpy_helper.from_array(np.array([1, 2, 3], np.int64), "split"),
          numpy_helper.from_array(np.array(1, np.int64), "one"),
          numpy_helper.from_array(np.array(2.0, np.float32), "two")])
     return _model(g, producer="onnx_lab.tests")
