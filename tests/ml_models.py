@@ -14,6 +14,7 @@ tests; ``tests/`` is on ``sys.path``).
   region of the mapping (a real drift in a string output).
 - :func:`sequence_model`: SplitToSequence → SequenceAt / ConcatFromSequence, with the
   sequence itself as an output.
+- :func:`sequence_input_model`: a ``seq(tensor(float))`` graph input.
 - :func:`optional_model`: Optional → OptionalHasElement / OptionalGetElement, an
   ``optional(tensor(float))`` output.
 - :func:`dict_input_model`: a ``map(int64,float)`` graph input → DictVectorizer → Scaler.
@@ -26,6 +27,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["linear_zipmap", "tree_zipmap", "string_pipeline", "sequence_model",
+           "sequence_input_model",
            "optional_model", "dict_input_model", "CITIES"]
 
 F, I64, S = TensorProto.FLOAT, TensorProto.INT64, TensorProto.STRING
@@ -148,6 +150,21 @@ def sequence_model() -> onnx.ModelProto:
         [numpy_helper.from_array(np.array([1, 2, 3], np.int64), "split"),
          numpy_helper.from_array(np.array(1, np.int64), "one"),
          numpy_helper.from_array(np.array(2.0, np.float32), "two")])
+    return _model(g, producer="onnx_lab.tests")
+
+
+def sequence_input_model() -> onnx.ModelProto:
+    """A ``seq(tensor(float))`` graph input named ``sequence`` (elements [2, 3]) →
+    ConcatFromSequence → Relu, and SequenceLength."""
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, [2, 3]))
+    nodes = [
+        helper.make_node("ConcatFromSequence", ["sequence"], ["joined"], axis=0, name="concat"),
+        helper.make_node("Relu", ["joined"], ["Y"], name="relu"),
+        helper.make_node("SequenceLength", ["sequence"], ["length"], name="length"),
+    ]
+    g = helper.make_graph(nodes, "seq_input", [helper.make_value_info("sequence", seq)],
+                          [helper.make_tensor_value_info("Y", F, [None, 3]),
+                           helper.make_tensor_value_info("length", I64, [])])
     return _model(g, producer="onnx_lab.tests")
 
 
