@@ -9,7 +9,7 @@ tests; ``tests/`` is on ``sys.path``).
   classes) → ZipMap; ``leaf_delta`` shifts one leaf weight (a real drift).
   ``zipmap=False``: the probabilities tensor is the output; ``ml_only=True``: the model imports
   the ``ai.onnx.ml`` domain only (onnxmltools' XGBoost layout).
-- :func:`string_pipeline`: string input ``city`` [N] → OneHotEncoder → MatMul (a float
+- :func:`string_pipeline`: string input ``city`` [N] → Identity → OneHotEncoder → MatMul (a float
   score), LabelEncoder → int64 ids, LabelEncoder → string ``region``; ``swap`` changes one
   region of the mapping (a real drift in a string output).
 - :func:`sequence_model`: SplitToSequence → SequenceAt / ConcatFromSequence, with the
@@ -113,13 +113,15 @@ def string_pipeline(*, swap: bool = False) -> onnx.ModelProto:
         regions[1] = "auvergne"
     w = np.arange(1, len(CITIES) + 1, dtype=np.float32).reshape(-1, 1) / 10
     nodes = [
-        helper.make_node("OneHotEncoder", ["city"], ["onehot"], domain="ai.onnx.ml",
+        # An untyped string intermediate, as skl2onnx's column handling leaves.
+        helper.make_node("Identity", ["city"], ["city_col"], name="column"),
+        helper.make_node("OneHotEncoder", ["city_col"], ["onehot"], domain="ai.onnx.ml",
                          name="OneHotEncoder", cats_strings=CITIES, zeros=1),
         helper.make_node("MatMul", ["onehot", "w"], ["score"], name="score"),
-        helper.make_node("LabelEncoder", ["city"], ["city_id"], domain="ai.onnx.ml",
+        helper.make_node("LabelEncoder", ["city_col"], ["city_id"], domain="ai.onnx.ml",
                          name="LabelEncoder", keys_strings=CITIES,
                          values_int64s=list(range(len(CITIES))), default_int64=-1),
-        helper.make_node("LabelEncoder", ["city"], ["region"], domain="ai.onnx.ml",
+        helper.make_node("LabelEncoder", ["city_col"], ["region"], domain="ai.onnx.ml",
                          name="RegionEncoder", keys_strings=CITIES, values_strings=regions,
                          default_string="unknown"),
     ]
@@ -153,10 +155,12 @@ def sequence_model() -> onnx.ModelProto:
     return _model(g, producer="onnx_lab.tests")
 
 
-def sequence_input_model() -> onnx.ModelProto:
-    """A ``seq(tensor(float))`` graph input named ``sequence`` (elements [2, 3]) →
-    ConcatFromSequence → Relu, and SequenceLength."""
-    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, [2, 3]))
+def sequence_input_model(element_shape: list | None = (2, 3)) -> onnx.ModelProto:
+    """A ``seq(tensor(float))`` graph input named ``sequence`` (elements ``element_shape``;
+    None: undeclared, as the ONNX backend tests' sequence models) → ConcatFromSequence → Relu,
+    and SequenceLength."""
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(
+        F, None if element_shape is None else list(element_shape)))
     nodes = [
         helper.make_node("ConcatFromSequence", ["sequence"], ["joined"], axis=0, name="concat"),
         helper.make_node("Relu", ["joined"], ["Y"], name="relu"),
