@@ -336,10 +336,33 @@ def value_dtype(value: Any) -> str:
     return "string" if a.dtype.kind in "OSU" else str(a.dtype)
 
 
+def _maps_of(value: Any) -> list[dict] | None:
+    """``value`` as a list of maps when it is a map or a sequence of maps, else None."""
+    if isinstance(value, dict):
+        return [value]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) for m in value):
+        return list(value)
+    return None
+
+
+def _maps_as_rows(value: Any) -> np.ndarray:
+    """A sequence of maps as the tensor it was zipped from: row i holds map i's values in key
+    order (onnxruntime returns a map's keys sorted; ZipMap's labels ascend in the exports
+    remove_zipmap accepts). A lone map becomes a 1-D array."""
+    maps = _maps_of(value) or []
+    rows = [[m[k] for k in sorted(m, key=lambda k: (isinstance(k, str), k))] for m in maps]
+    arr = np.asarray(rows)
+    return arr[0] if isinstance(value, dict) else arr
+
+
 def _leaves(ref: Any, cand: Any, path: str, out: list, notes: list[str]) -> str | None:
     """Walk a (reference, candidate) pair of sequences / maps in step: ``out`` gets each pair
     of leaf arrays, ``notes`` what differs in structure. Returns what made it unequal in
     structure (None: same structure)."""
+    if _maps_of(ref) is not None and _maps_of(cand) is None and cand is not None:
+        ref = _maps_as_rows(ref)  # the maps against the tensor remove_zipmap left
+    elif _maps_of(cand) is not None and _maps_of(ref) is None and ref is not None:
+        cand = _maps_as_rows(cand)
     if isinstance(ref, dict) or isinstance(cand, dict):
         if not (isinstance(ref, dict) and isinstance(cand, dict)):
             return f"{path or 'value'}: a map against a {type(cand).__name__}"
