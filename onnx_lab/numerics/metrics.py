@@ -27,7 +27,7 @@ import numpy as np
 from onnx_lab.errors import unknown_name
 
 __all__ = ["MetricAccumulator", "tensor_metrics", "judge", "METRIC_COLUMNS", "TOLERANCES",
-           "COMPARED_AS", "as_value", "value_dtype", "is_structured",
+           "COMPARED_AS", "as_value", "value_dtype", "is_structured", "numeric_pair",
            "tolerance", "Rule", "RULE_KINDS", "Preset", "PRESETS", "rule_for", "get_preset",
            "preset_for_dtype",
            "NextToken", "NEXT_TOKEN", "next_token_metrics", "NEXT_TOKEN_COLUMNS",
@@ -394,6 +394,28 @@ def _leaves(ref: Any, cand: Any, path: str, out: list, notes: list[str]) -> str 
         return f"{path or 'element'} shape differs ({list(r.shape)} vs {list(c.shape)})"
     out.append((r.reshape(-1), c.reshape(-1)))
     return None
+
+
+def numeric_pair(ref: Any, cand: Any) -> tuple[np.ndarray, np.ndarray] | str:
+    """The numbers of a (reference, candidate) pair as two flat float64 arrays, as the
+    comparator pairs them (a sequence's elements, a map's values by key), for plots; the
+    reason (a str) when there are none to pair: strings, or a different structure."""
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    if is_structured(ref) or is_structured(cand) or ref is None or cand is None:
+        bad = _leaves(ref, cand, "", pairs, [])
+        if bad:
+            return bad
+    else:
+        pairs.append((np.asarray(ref).reshape(-1), np.asarray(cand).reshape(-1)))
+    if not pairs:
+        return "nothing to compare (empty)"
+    r = np.concatenate([p[0] for p in pairs])
+    c = np.concatenate([p[1] for p in pairs])
+    if r.dtype.kind in "OSU" or c.dtype.kind in "OSU":
+        return "strings are compared for equality, not drawn as numbers"
+    if r.size != c.size:
+        return f"sizes differ ({r.size} vs {c.size})"
+    return r.astype(np.float64), c.astype(np.float64)
 
 
 def _structure_kind(value: Any) -> str:

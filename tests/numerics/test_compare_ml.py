@@ -134,3 +134,21 @@ def test_int8_with_nothing_to_quantize_says_so_before_calibrating():
     assert "calibration" not in str(e.value)
     with pytest.raises(InputError, match="Nothing to convert to fp16"):
         lab.find_precision("fp16")
+
+
+def test_plots_draw_the_numbers_of_maps_and_refuse_strings():
+    pytest.importorskip("matplotlib")
+    ref = onnx_lab.open(tree_zipmap(), dims={"N": 16})
+    cmp = onnx_lab.compare(ref, onnx_lab.open(tree_zipmap(leaf_delta=0.05), dims={"N": 16}))
+    assert cmp.hist("output_probability") is not None
+    assert cmp.scatter("output_probability") is not None
+    s = onnx_lab.compare(string_pipeline(), string_pipeline(swap=True), feeds=CITY)
+    with pytest.raises(InputError, match="'region' cannot be drawn as numbers: strings"):
+        s.hist("region")
+
+
+def test_confirm_mode_on_a_string_drift():
+    cmp = onnx_lab.compare(string_pipeline(), string_pipeline(swap=True), feeds=CITY,
+                           confirm=True)
+    d = cmp.first_divergence
+    assert d["node_id"] == "RegionEncoder" and d["confirmed"] and not d["local_passed"]
