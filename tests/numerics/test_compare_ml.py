@@ -152,3 +152,18 @@ def test_confirm_mode_on_a_string_drift():
                            confirm=True)
     d = cmp.first_divergence
     assert d["node_id"] == "RegionEncoder" and d["confirmed"] and not d["local_passed"]
+
+
+def test_cli_precision_on_ml_models(tmp_path, capsys):
+    import onnx
+
+    from onnx_lab.cli import main
+
+    xgb, strings = tmp_path / "xgb.onnx", tmp_path / "strings.onnx"
+    onnx.save(tree_zipmap(zipmap=False, ml_only=True), xgb)
+    onnx.save(string_pipeline(), strings)
+    assert main(["precision", str(xgb), "--target", "int8", "--dims", "N=4"]) == 2
+    err = capsys.readouterr().err
+    assert "Nothing to convert to int8" in err and "calibration failed" not in err
+    assert main(["precision", str(strings), "--target", "fp16", "--dims", "N=4"]) == 0
+    assert "fp16:" in capsys.readouterr().out
