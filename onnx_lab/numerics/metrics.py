@@ -285,6 +285,8 @@ def tolerance(dtype: str, atol: float | None = None, rtol: float | None = None
 
 
 def _kind(dtype: str) -> str:
+    if dtype == "string" or dtype == "object":
+        return "S"  # strings: equality, the exact preset
     if dtype in TOLERANCES or dtype.startswith("float") or dtype.startswith("bfloat"):
         return "f"
     try:

@@ -83,6 +83,7 @@ def test_string_model_against_itself_with_user_feeds():
     assert cmp.passed
     assert _row(cmp, "region")["compared_as"] == "equality"
     assert _row(cmp, "region")["dtype"] == "string"
+    assert _row(cmp, "region")["preset"] == "exact"
 
 
 def test_uneven_split_to_sequence_compares():
