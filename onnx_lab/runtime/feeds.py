@@ -239,6 +239,8 @@ def _element_shape(model: LabModel, name: str, t: Any, dims: Mapping[str, int]) 
 
 def _scalars(dtype: ir.DataType, n: int, rng: np.random.Generator,
              vocab: list | None) -> np.ndarray:
+    if vocab and (dtype == ir.DataType.STRING) != isinstance(vocab[0], str):
+        vocab = None  # a vocabulary of the other kind (a malformed model): not these values
     if vocab:
         picks = rng.integers(0, len(vocab), size=n)
         values = [vocab[i] for i in picks]
@@ -283,7 +285,7 @@ def _made_value(model: LabModel, name: str, dtype: str | None,
                                                 if t.key_type == ir.DataType.STRING
                                                 else list(range(4)))))
             values = _scalars(t.value_type.dtype, len(keys), rng, None)
-            return {k: v.item() for k, v in zip(keys, values)}
+            return dict(zip(keys, values.tolist()))
     except ValueError:
         pass
     raise InputError(f"Input {name!r} has type {dtype}, which make_feeds cannot generate.",
