@@ -180,3 +180,26 @@ def test_skl2onnx_classifier_with_zipmap_opens_and_compares(tmp_path):
         assert not c.nodes.loc[c.nodes.domain == "ai.onnx.ml", "known"].eq(False).any()
         r = lab.apply("remove_zipmap")
         assert r.modified and r.verify_passed
+
+
+def test_onnxmltools_lightgbm_classifier():
+    pytest.importorskip("onnxmltools")
+    lightgbm = pytest.importorskip("lightgbm")
+    import onnxmltools
+    from onnxmltools.convert.common.data_types import FloatTensorType
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((80, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    est = lightgbm.LGBMClassifier(n_estimators=4, num_leaves=4, verbose=-1).fit(x, y)
+    onx = onnxmltools.convert_lightgbm(est, initial_types=[("X", FloatTensorType([None, 4]))],
+                                       zipmap=True)
+    lab = onnx_lab.open(onx, shapes={"X": [8, 4]})
+    assert "seq(map(int64,float))" in set(lab.outputs["dtype"])
+    assert onnx_lab.compare(lab, lab).passed
+    tree = lab.cost().nodes.set_index("op_type").loc["TreeEnsembleClassifier"]
+    assert tree["known"] and tree["flops"] > 0
+    with pytest.raises(InputError, match="Nothing to convert to int8"):
+        lab.find_precision("int8")
+    r = lab.apply("remove_zipmap")
+    assert r.modified and r.verify_passed
