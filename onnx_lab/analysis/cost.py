@@ -5,8 +5,12 @@ multiply-accumulates of the contraction ops (Conv, ConvTranspose, Gemm, MatMul, 
 attention, RNN/LSTM/GRU and their quantized twins) — the same definition onnxsim and onnx-tool
 use for their "MACs". FLOPs count every op: ``2 * MACs`` plus the element-wise work (bias adds,
 activations, normalizations, pooling windows, reductions, interpolation). Data-movement ops
-(Reshape, Transpose, Gather, Concat, Cast...) cost 0 FLOPs. An op without a formula, or whose
-shapes are unknown, is reported as unknown (NaN and ``known`` False), never as zero.
+(Reshape, Transpose, Gather, Concat, Cast...) cost 0 FLOPs. The ai.onnx.ml ops of scikit-learn,
+LightGBM and XGBoost exports have rules of their own (tree ensembles: comparisons per tree ×
+depth; linear models and SVMs: their matmul; encoders and scalers: element-wise; ZipMap and the
+map ops: data movement, said in ``note``). An op without a formula, or whose shapes are
+unknown, is reported as unknown (NaN and ``known`` False) with the reason in ``note``, never as
+zero.
 
 Why our own: onnxsim's ModelInfo counts only the contraction ops and gives no per-node table;
 onnx-tool counts unknown ops as zero and miscounts LSTM/GRU (it ignores the sequence length).
