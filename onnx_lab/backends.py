@@ -19,12 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from onnx_lab._pandas import pd
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import ProviderError
-from onnx_lab.numerics.metrics import rule_for, tensor_metrics
+from onnx_lab.numerics.metrics import rule_for, tensor_metrics, value_dtype
 from onnx_lab.profiling.run import open_session, profile
 from onnx_lab.profiling.sweep import batch_sweep
 from onnx_lab.render.results import backend_report_html
@@ -165,7 +163,8 @@ def compare_backends(model: Any, backends: Sequence[str] | None = None, *,
         by_name = run_session(sess, feed, what=f"the model on {s}")
         for o in out_names:
             r = ref[o]
-            pname, rule = rule_for(str(np.asarray(r).dtype), output=True, preset=preset)
+            # value_dtype sees through a ZipMap's maps (float32) and names strings
+            pname, rule = rule_for(value_dtype(r), output=True, preset=preset)
             c = by_name.get(o)
             if c is None:
                 out_rows.append({"backend": s, "output": o, "passed": False,

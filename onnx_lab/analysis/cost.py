@@ -5,8 +5,12 @@ multiply-accumulates of the contraction ops (Conv, ConvTranspose, Gemm, MatMul, 
 attention, RNN/LSTM/GRU and their quantized twins) — the same definition onnxsim and onnx-tool
 use for their "MACs". FLOPs count every op: ``2 * MACs`` plus the element-wise work (bias adds,
 activations, normalizations, pooling windows, reductions, interpolation). Data-movement ops
-(Reshape, Transpose, Gather, Concat, Cast...) cost 0 FLOPs. An op without a formula, or whose
-shapes are unknown, is reported as unknown (NaN and ``known`` False), never as zero.
+(Reshape, Transpose, Gather, Concat, Cast...) cost 0 FLOPs. The ai.onnx.ml ops of scikit-learn,
+LightGBM and XGBoost exports have rules of their own (tree ensembles: comparisons per tree ×
+depth; linear models and SVMs: their matmul; encoders and scalers: element-wise; ZipMap and the
+map ops: data movement, said in ``note``). An op without a formula, or whose shapes are
+unknown, is reported as unknown (NaN and ``known`` False) with the reason in ``note``, never as
+zero.
 
 Why our own: onnxsim's ModelInfo counts only the contraction ops and gives no per-node table;
 onnx-tool counts unknown ops as zero and miscounts LSTM/GRU (it ignores the sequence length).
@@ -117,8 +121,9 @@ def _concrete(types: dict[str, TensorInfo], v) -> Shape | None:
     return tuple(int(d) for d in info.shape)
 
 
-# Each counter returns (flops, macs) or None when the shapes it needs are unknown.
-Counter = Callable[[_Ctx], tuple[float, float] | None]
+# Each counter returns (flops, macs) or None when the shapes it needs are unknown; it may add a
+# note as a third item, or return the reason (a str) when it cannot count.
+Counter = Callable[[_Ctx], tuple[float, float] | tuple[float, float, str] | str | None]
 _COUNTERS: dict[str, Counter] = {}
 
 
@@ -429,6 +434,193 @@ def _embed_layer_norm(c: _Ctx):
     return (float(_numel(y) * (adds + _NORM["LayerNormalization"])), 0.0) if y else None
 
 
+# ---------------------------------------------------------------------------- ai.onnx.ml
+# scikit-learn / LightGBM / XGBoost exports. Their weights are attributes (no initializers),
+# so params stay 0; counts are per sample (the first input dim, 1 for a 1-D input) times the
+# work of one sample. A count that makes no sense says why (a counter may return a reason).
+_ML = "ai.onnx.ml"
+# Post transforms of the ML classifiers/regressors, FLOPs per score (SOFTMAX as Softmax).
+_POST = {"NONE": 0.0, "SOFTMAX": 5.0, "LOGISTIC": 4.0, "SOFTMAX_ZERO": 5.0, "PROBIT": 8.0}
+
+
+def _no_formula(c: _Ctx) -> str:
+    return f"no cost formula for {c.node.domain + '::' if c.node.domain else ''}" \
+        f"{c.node.op_type}"
+
+
+def _samples(x: Shape | None) -> int | None:
+    if x is None:
+        return None
+    return 1 if len(x) <= 1 else _prod(x[:-1])
+
+
+def _features(x: Shape | None) -> int | None:
+    return None if x is None else (x[-1] if x else 1)
+
+
+def _tree_depths(c: _Ctx) -> list[int] | str:
+    """The depth (splits on the longest root-to-leaf path) of each tree of a tree ensemble:
+    the ``nodes_*`` layout of TreeEnsembleClassifier/Regressor, the ``tree_roots`` layout of
+    TreeEnsemble (ai.onnx.ml 5)."""
+    roots = c.attr("tree_roots")
+    if roots is not None:  # TreeEnsemble: node i has children nodes_{true,false}nodeids[i]
+        t_ids, f_ids = list(c.attr("nodes_truenodeids", ())), list(c.attr("nodes_falsenodeids", ()))
+        t_leaf, f_leaf = list(c.attr("nodes_trueleafs", ())), list(c.attr("nodes_falseleafs", ()))
+        if not (len(t_ids) == len(f_ids) == len(t_leaf) == len(f_leaf)):
+            return "the tree attributes disagree in length"
+
+        def depth(i: int, seen: int) -> int:
+            if seen > len(t_ids):
+                raise ValueError("a cycle in the tree")
+            best = 0
+            for j, leaf in ((int(t_ids[i]), t_leaf[i]), (int(f_ids[i]), f_leaf[i])):
+                if not leaf and 0 <= j < len(t_ids):
+                    best = max(best, depth(j, seen + 1))
+            return 1 + best
+        return [depth(int(r), 0) if 0 <= int(r) < len(t_ids) else 0 for r in roots]
+    trees = c.attr("nodes_treeids")
+    if trees is None:
+        return "no tree attributes (nodes_treeids / tree_roots)"
+    nodes, modes = list(c.attr("nodes_nodeids", ())), list(c.attr("nodes_modes", ()))
+    t_ids, f_ids = list(c.attr("nodes_truenodeids", ())), list(c.attr("nodes_falsenodeids", ()))
+    if not (len(trees) == len(nodes) == len(modes) == len(t_ids) == len(f_ids)):
+        return "the tree attributes disagree in length"
+    by_tree: dict[int, dict[int, int]] = {}
+    for i, (t, n) in enumerate(zip(trees, nodes)):
+        by_tree.setdefault(int(t), {})[int(n)] = i
+    out = []
+    for _t, index in sorted(by_tree.items()):
+        memo: dict[int, int] = {}
+
+        def depth(n: int, seen: int, index=index, memo=memo) -> int:
+            i = index.get(n)
+            if i is None or modes[i] in ("LEAF", b"LEAF"):
+                return 0
+            if seen > len(index):
+                raise ValueError("a cycle in the tree")
+            if n not in memo:
+                memo[n] = 1 + max(depth(int(t_ids[i]), seen + 1), depth(int(f_ids[i]), seen + 1))
+            return memo[n]
+        out.append(depth(min(index), 0))
+    return out
+
+
+@_register("TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeEnsemble")
+def _tree_ensemble(c: _Ctx):
+    """Comparisons per tree × depth: ``flops = N · (Σ_t depth_t + T·K + K·post)``, N the
+    samples, depth_t the splits on tree t's longest path (an upper bound: a sample stops at
+    its leaf), T trees, K the classes or targets whose leaf weights each tree adds, post the
+    FLOPs of the post transform per score (softmax 5, logistic 4). MACs: 0."""
+    if c.node.domain != _ML:
+        return _no_formula(c)
+    n = _samples(c.ins[0])
+    if n is None:
+        return None
+    depths = _tree_depths(c)
+    if isinstance(depths, str):
+        return f"cannot count: {depths}"
+    op = c.node.op_type
+    if op == "TreeEnsembleClassifier":
+        k = len(c.attr("classlabels_int64s", ()) or c.attr("classlabels_strings", ()) or ())
+    else:
+        k = int(c.attr("n_targets", 1) or 1)
+    post = _POST.get(str(c.attr("post_transform", "NONE")), 0.0)
+    flops = n * (sum(depths) + len(depths) * k + k * post)
+    return float(flops), 0.0, (f"{len(depths)} trees, depth up to {max(depths, default=0)}: "
+                               "comparisons on each tree's longest path (an upper bound)")
+
+
+@_register("LinearClassifier", "LinearRegressor")
+def _linear_model(c: _Ctx):
+    """The matmul: ``macs = N · F · K`` (N samples, F features, K classes or targets);
+    ``flops = 2·macs + N·K`` (the intercepts) ``+ N·K·post`` (the post transform per score)
+    ``+ N·K`` for a classifier's argmax."""
+    if c.node.domain != _ML:
+        return _no_formula(c)
+    x = c.ins[0]
+    n, f = _samples(x), _features(x)
+    if n is None or f is None:
+        return None
+    coef = len(c.attr("coefficients", ()) or ())
+    if c.node.op_type == "LinearClassifier":
+        k = len(c.attr("classlabels_ints", ()) or c.attr("classlabels_strings", ()) or ())
+        k = coef // f if f and coef % f == 0 and coef // f else k
+    else:
+        k = int(c.attr("targets", 1) or 1)
+    if not k:
+        return "cannot count: no classes or targets"
+    macs = n * f * k
+    post = _POST.get(str(c.attr("post_transform", "NONE")), 0.0)
+    argmax = n * k if c.node.op_type == "LinearClassifier" else 0
+    return 2.0 * macs + n * k * (1 + post) + argmax, float(macs)
+
+
+@_register("SVMClassifier", "SVMRegressor")
+def _svm(c: _Ctx):
+    """Kernel evaluations: ``macs = N · S · F`` against S support vectors (a LINEAR SVM
+    without support vectors: ``N · F · K`` with its K coefficient rows), plus ``N · S · K``
+    for the dual coefficients; ``flops = 2·macs + N·S·kernel`` (rbf/sigmoid/poly: 3 more per
+    evaluation, linear 0)."""
+    if c.node.domain != _ML:
+        return _no_formula(c)
+    x = c.ins[0]
+    n, f = _samples(x), _features(x)
+    if n is None or f is None or not f:
+        return None
+    svs = len(c.attr("support_vectors", ()) or ()) // f
+    coef = len(c.attr("coefficients", ()) or ())
+    if svs == 0:
+        k = coef // f if coef % f == 0 else 0
+        if not k:
+            return "cannot count: neither support vectors nor a coefficient matrix"
+        macs = n * f * k
+        return 2.0 * macs + n * k, float(macs)
+    k = max(1, coef // svs) if svs else 1
+    kernel = str(c.attr("kernel_type", "LINEAR")).upper()
+    extra = 0.0 if kernel == "LINEAR" else 3.0
+    macs = n * svs * f + n * svs * k
+    return 2.0 * macs + n * svs * extra, float(macs)
+
+
+# Element-wise ML ops: FLOPs per element of the tensor named (input or output).
+_ML_ELEMENTWISE: dict[str, tuple[float, str, str]] = {
+    "Scaler": (2.0, "in", "(x - offset) · scale: 2 FLOPs per element"),
+    "Normalizer": (3.0, "in", "a norm (MAX, L1 or L2) and a division: 3 FLOPs per element"),
+    "Binarizer": (1.0, "in", "one comparison per element"),
+    "Imputer": (1.0, "in", "one comparison (is it the missing value?) per element"),
+    "LabelEncoder": (1.0, "in", "one lookup per element"),
+    "CategoryMapper": (1.0, "in", "one lookup per element"),
+    "OneHotEncoder": (1.0, "out", "one comparison per output element (category × input)"),
+}
+# ML ops that move data into or out of maps and tensors: 0 FLOPs, like Gather or Concat.
+_ML_MOVES: dict[str, str] = {
+    "ZipMap": "builds one map per sample from the scores: data movement",
+    "ArrayFeatureExtractor": "selects elements: data movement",
+    "FeatureVectorizer": "concatenates its inputs: data movement",
+    "CastMap": "writes a map's values into a tensor: data movement",
+    "DictVectorizer": "writes a map's values into a tensor: data movement",
+}
+
+
+@_register(*_ML_ELEMENTWISE, *_ML_MOVES)
+def _ml_elementwise(c: _Ctx):
+    """Element-wise ai.onnx.ml ops: ``flops = elements · per`` with ``per`` from
+    ``_ML_ELEMENTWISE`` (Scaler 2, Normalizer 3, Binarizer / Imputer / LabelEncoder /
+    CategoryMapper 1 per input element, OneHotEncoder 1 per output element); the ops of
+    ``_ML_MOVES`` (ZipMap, ArrayFeatureExtractor, FeatureVectorizer, CastMap,
+    DictVectorizer) move data: 0 FLOPs, whatever the size, with that reason as the note."""
+    op = c.node.op_type
+    if c.node.domain != _ML:
+        return _no_formula(c)
+    if op in _ML_MOVES:
+        return 0.0, 0.0, _ML_MOVES[op]
+    per, side, why = _ML_ELEMENTWISE[op]
+    shape = (c.ins[0] if c.ins else None) if side == "in" else (c.outs[0] if c.outs else None)
+    if shape is None:
+        return None
+    return float(_numel(shape) * per), 0.0, why
+
+
 def _generic(c: _Ctx) -> tuple[float, float] | None:
     op = c.node.op_type
     if op in _MOVE_OPS:
@@ -710,9 +902,14 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
             counter = _COUNTERS.get(op)
             try:
                 res = counter(c) if counter is not None else _generic(c)
-            except (TypeError, ValueError, ZeroDivisionError, IndexError) as err:
+            except (TypeError, ValueError, ZeroDivisionError, IndexError, RecursionError
+                    ) as err:
                 res = None
                 note = f"cannot count: {err}"
+            if isinstance(res, str):  # the counter's reason
+                res, note = None, res
+            elif res is not None and len(res) == 3:
+                res, note = (res[0], res[1]), res[2]
             if res is None and not note:
                 known_op = counter is not None or op in _MOVE_OPS or op in _ELEMENTWISE \
                     or op in _REDUCE or op in _NORM or op in _SOFTMAX

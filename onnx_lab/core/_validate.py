@@ -12,7 +12,7 @@ Two kinds of findings:
 - **structural** problems make the model unreadable as a graph (names that are not UTF-8, an
   unknown tensor data type, attribute types that are undefined or contradict the ONNX schema,
   a standard node with fewer inputs or outputs than its schema requires, two nodes writing one
-  tensor, sparse tensors, map types): ``check_structure`` raises (``check_ir_model`` for an
+  tensor, sparse tensors, a map whose key is not an integer or string): ``check_structure`` raises (``check_ir_model`` for an
   ``onnx_ir.Model`` built in memory).
 - **data** problems concern one tensor's bytes (dims that disagree with the data, data in a
   field its data type does not use, no data at all): the model still opens (tables, summary,
@@ -44,6 +44,10 @@ _DTYPES = frozenset(int(d) for d in ir.DataType)
 _ATTR_TYPES = frozenset(range(1, 15))  # FLOAT .. TYPE_PROTOS; 0 is UNDEFINED
 _ATTR_NAMES = {v: k for k, v in _A.AttributeType.items()}
 _SPARSE_ATTRS = frozenset({_A.SPARSE_TENSOR, _A.SPARSE_TENSORS})
+# The key types ONNX allows for a map (ONNX-ML: ZipMap, DictVectorizer, CastMap).
+_MAP_KEYS = frozenset(int(d) for d in (ir.DataType.STRING, ir.DataType.INT64, ir.DataType.INT32,
+                                       ir.DataType.INT16, ir.DataType.INT8, ir.DataType.UINT64,
+                                       ir.DataType.UINT32, ir.DataType.UINT16, ir.DataType.UINT8))
 _PLAIN_ATTRS = frozenset({_A.FLOAT, _A.INT, _A.STRING, _A.FLOATS, _A.INTS, _A.STRINGS})
 _DATA_FIELDS = ("int32_data", "int64_data", "uint64_data", "float_data", "double_data",
                 "string_data")
@@ -366,11 +370,15 @@ class _Walk:
                 if d.WhichOneof("value") == "dim_param":
                     self.text(d.dim_param, f"a dim name of {where}")
         elif kind == "map_type":
-            raise ModelLoadError(
-                f"{self.what}: {where} is a map (ONNX-ML); onnx_lab reads tensors, sequences "
-                "and optionals only.",
-                fix="Convert or remove the map-typed values (e.g. a ZipMap node and its "
-                "output) before opening the model.")
+            mt = tp.map_type
+            if mt.key_type not in _MAP_KEYS:
+                raise ModelLoadError(
+                    f"{self.what}: {where} is a map whose key type {mt.key_type} is not an "
+                    "integer or string type.", fix="Re-export the model.")
+            if not mt.HasField("value_type") or mt.value_type.WhichOneof("value") is None:
+                raise ModelLoadError(f"{self.what}: {where} is a map without a value type.",
+                                     fix="Re-export the model.")
+            self.type_proto(mt.value_type, where)
         elif kind in ("sequence_type", "optional_type"):
             inner = getattr(tp, kind)
             if inner.HasField("elem_type"):

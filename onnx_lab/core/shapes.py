@@ -19,6 +19,7 @@ import onnx_ir as ir
 
 from onnx_lab.core import _contrib_shapes
 from onnx_lab.core._fold import fold_into_bodies, fold_shape_values
+from onnx_lab.core._mltypes import onnx_type_label, proto_type_label
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import UnreadableTensor
 from onnx_lab.core.dimexpr import dim_expression, dim_names, resolve_dim
@@ -29,8 +30,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TensorInfo", "infer_types", "dtype_name", "shape_tuple", "validate_dims",
-           "dynamic_dims", "expression_dims", "named_shapes", "fit_dims", "resolve_dim"]
+__all__ = ["TensorInfo", "infer_types", "dtype_name", "type_label", "shape_tuple",
+           "validate_dims", "dynamic_dims", "expression_dims", "named_shapes", "fit_dims",
+           "resolve_dim"]
 
 _KEEP_BYTES = 4096
 _DTYPE_NAMES = {ir.DataType.FLOAT: "float32", ir.DataType.DOUBLE: "float64"}
@@ -72,6 +74,22 @@ def dtype_name(dtype: ir.DataType | int | None) -> str | None:
     if dt == ir.DataType.UNDEFINED:
         return None
     return _DTYPE_NAMES.get(dt, dt.name.lower())
+
+
+def type_label(t: object) -> str | None:
+    """The type column's text: a tensor's numpy dtype name (``float32``; None when unknown), a
+    sequence, map or optional as ONNX writes it without ``tensor(...)``, as onnxruntime prints
+    it (``seq(map(int64,float))``, ``seq(float)``, ``optional(float)``)."""
+    if t is None:
+        return None
+    if isinstance(t, ir.TensorType):
+        return dtype_name(t.dtype)
+    return onnx_type_label(t)
+
+
+def is_container(dtype: str | None) -> bool:
+    """True for a :func:`type_label` of a sequence, map, optional or sparse tensor."""
+    return dtype is not None and "(" in dtype
 
 
 # dim_param spellings that mean "unknown" rather than a named symbol (PaddlePaddle writes "?").
@@ -352,7 +370,9 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
                 continue
             raw = shape_tuple(v.shape)
             symbols.update(d for d in raw or () if isinstance(d, str))
-            info = TensorInfo(dtype_name(v.dtype), _with_dims(raw, dims))
+            info = TensorInfo(dtype_name(v.dtype), _with_dims(raw, dims)) \
+                if v.type is None or isinstance(v.type, ir.TensorType) \
+                else TensorInfo(type_label(v.type), None)  # a sequence's shape is its element's
             if v.const_value is not None:
                 info = TensorInfo(dtype_name(v.const_value.dtype),
                                   shape_tuple(v.const_value.shape))
@@ -464,7 +484,8 @@ def _collect(graph: onnx.GraphProto, out: dict[str, TensorInfo]) -> None:
 
 def _info_from_proto(vi: onnx.ValueInfoProto) -> TensorInfo | None:
     if not vi.type.HasField("tensor_type"):
-        return None
+        label = proto_type_label(vi.type)
+        return TensorInfo(label, None) if label else None
     tt = vi.type.tensor_type
     if not tt.HasField("shape"):
         return TensorInfo(dtype_name(tt.elem_type), None)

@@ -19,7 +19,7 @@ def itemsize(dtype: str | None) -> float | None:
         return _SPECIAL[dtype]
     try:
         return float(np.dtype(dtype).itemsize)
-    except TypeError:
+    except (TypeError, ValueError):  # "string", "seq(map(int64,float))": no fixed size
         return None
 
 

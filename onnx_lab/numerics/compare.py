@@ -41,6 +41,7 @@ from onnx_lab.numerics.metrics import (
     get_preset,
     rule_for,
     tensor_metrics,
+    value_dtype,
 )
 from onnx_lab.numerics.repro import write_repro
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
@@ -336,7 +337,7 @@ def _run_metrics(ref_model: LabModel | None, cand_model: LabModel,
         ({pair: metrics and preset}, {output pair: (reference values, candidate values)}).
     """
     ref_prov, cand_prov = providers
-    shapes_in = {k: v.shape for k, v in feed_list[0].items()}
+    shapes_in = {k: v.shape for k, v in feed_list[0].items() if hasattr(v, "shape")}
     n_samples = len(feed_list)
     c_sizes = estimate_bytes(cand_model, list({c for _, c in pairs}), shapes_in)
     r_sizes = (estimate_bytes(ref_model, list({r for r, _ in pairs}), shapes_in)
@@ -564,8 +565,7 @@ def _nonfinite_rows(layers: pd.DataFrame) -> pd.DataFrame:
 
 
 def _dtype_name(arr: Any) -> str:
-    a = np.asarray(arr)
-    return "bool" if a.dtype == np.bool_ else str(a.dtype)
+    return value_dtype(arr)  # sees through sequences and maps; strings are "string"
 
 
 #: Weight-only quantized ops (onnxruntime contrib): a model holding one is judged as int4.

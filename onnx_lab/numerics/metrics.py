@@ -27,6 +27,7 @@ import numpy as np
 from onnx_lab.errors import unknown_name
 
 __all__ = ["MetricAccumulator", "tensor_metrics", "judge", "METRIC_COLUMNS", "TOLERANCES",
+           "COMPARED_AS", "as_value", "value_dtype", "is_structured", "numeric_pair",
            "tolerance", "Rule", "RULE_KINDS", "Preset", "PRESETS", "rule_for", "get_preset",
            "preset_for_dtype",
            "NextToken", "NEXT_TOKEN", "next_token_metrics", "NEXT_TOKEN_COLUMNS",
@@ -37,7 +38,12 @@ _SLICE = 1 << 20
 
 METRIC_COLUMNS = ["shape", "cand_shape", "dtype", "cand_dtype", "max_abs", "mean_abs",
                   "max_rel", "cosine", "sqnr_db", "passed", "n_fail", "numel", "nan_ref",
-                  "nan_cand", "inf_ref", "inf_cand", "note", "max_ref", "rule"]
+                  "nan_cand", "inf_ref", "inf_cand", "note", "max_ref", "rule", "compared_as"]
+
+#: How a pair was measured (the ``compared_as`` column): numbers under the rule; strings for
+#: equality (never converted to float); a sequence element by element (its length must
+#: match); a map key by key (its keys must match); a sequence of maps both ways.
+COMPARED_AS = ("numeric", "equality", "sequence", "map", "seq(map)", "optional")
 
 
 # ---------------------------------------------------------------------------- tolerances
@@ -279,6 +285,8 @@ def tolerance(dtype: str, atol: float | None = None, rtol: float | None = None
 
 
 def _kind(dtype: str) -> str:
+    if dtype == "string" or dtype == "object":
+        return "S"  # strings: equality, the exact preset
     if dtype in TOLERANCES or dtype.startswith("float") or dtype.startswith("bfloat"):
         return "f"
     try:
@@ -290,6 +298,134 @@ def _kind(dtype: str) -> str:
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
     # einsum, not np.dot: BLAS dot spins up threads, ~10x slower on busy small machines.
     return float(np.einsum("i,i->", a, b))
+
+
+def is_structured(value: Any) -> bool:
+    """True for what onnxruntime returns for a sequence (a list) or a map (a dict)."""
+    return isinstance(value, (list, tuple, dict))
+
+
+def as_value(value: Any) -> Any:
+    """A run's value ready to measure: sequences (lists) and maps (dicts) as they are (numpy
+    would make an object array of them, or fail on elements of different shapes), anything
+    else as an array (None, an empty optional, stays None)."""
+    if value is None or is_structured(value):
+        return value
+    return np.asarray(value)
+
+
+def value_dtype(value: Any) -> str:
+    """The dtype name that picks a value's rule: an array's, a sequence's first element's, a
+    map's first value's; the Python floats of an onnxruntime map (ZipMap, CastMap make
+    float32 values) count as float32, its ints as int64, text as ``string``."""
+    if isinstance(value, dict):
+        return value_dtype(next(iter(value.values()))) if value else "float32"
+    if isinstance(value, (list, tuple)):
+        return value_dtype(value[0]) if len(value) else "float32"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64"
+    if isinstance(value, float):
+        return "float32"
+    if value is None:
+        return "float32"
+    a = np.asarray(value)
+    if a.dtype == np.bool_:
+        return "bool"
+    return "string" if a.dtype.kind in "OSU" else str(a.dtype)
+
+
+def _maps_of(value: Any) -> list[dict] | None:
+    """``value`` as a list of maps when it is a map or a sequence of maps, else None."""
+    if isinstance(value, dict):
+        return [value]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) for m in value):
+        return list(value)
+    return None
+
+
+def _maps_as_rows(value: Any) -> np.ndarray:
+    """A sequence of maps as the tensor it was zipped from: row i holds map i's values in key
+    order (onnxruntime returns a map's keys sorted; ZipMap's labels ascend in the exports
+    remove_zipmap accepts). A lone map becomes a 1-D array."""
+    maps = _maps_of(value) or []
+    rows = [[m[k] for k in sorted(m, key=lambda k: (isinstance(k, str), k))] for m in maps]
+    arr = np.asarray(rows)
+    return arr[0] if isinstance(value, dict) else arr
+
+
+def _leaves(ref: Any, cand: Any, path: str, out: list, notes: list[str]) -> str | None:
+    """Walk a (reference, candidate) pair of sequences / maps in step: ``out`` gets each pair
+    of leaf arrays, ``notes`` what differs in structure. Returns what made it unequal in
+    structure (None: same structure)."""
+    if _maps_of(ref) is not None and _maps_of(cand) is None and cand is not None:
+        ref = _maps_as_rows(ref)  # the maps against the tensor remove_zipmap left
+    elif _maps_of(cand) is not None and _maps_of(ref) is None and ref is not None:
+        cand = _maps_as_rows(cand)
+    if isinstance(ref, dict) or isinstance(cand, dict):
+        if not (isinstance(ref, dict) and isinstance(cand, dict)):
+            return f"{path or 'value'}: a map against a {type(cand).__name__}"
+        if set(ref) != set(cand):
+            only_r = sorted(map(repr, set(ref) - set(cand)))[:3]
+            only_c = sorted(map(repr, set(cand) - set(ref)))[:3]
+            return (f"{path or 'map'} keys differ (reference only {', '.join(only_r) or '-'}; "
+                    f"candidate only {', '.join(only_c) or '-'})")
+        for k in sorted(ref, key=repr):
+            bad = _leaves(ref[k], cand[k], f"{path}[{k!r}]", out, notes)
+            if bad:
+                return bad
+        return None
+    if isinstance(ref, (list, tuple)) or isinstance(cand, (list, tuple)):
+        if not (isinstance(ref, (list, tuple)) and isinstance(cand, (list, tuple))):
+            return f"{path or 'value'}: a sequence against a {type(cand).__name__}"
+        if len(ref) != len(cand):
+            return f"{path or 'sequence'} length differs ({len(ref)} vs {len(cand)})"
+        for i, (r, c) in enumerate(zip(ref, cand)):
+            bad = _leaves(r, c, f"{path}[{i}]", out, notes)
+            if bad:
+                return bad
+        return None
+    if ref is None or cand is None:
+        return None if ref is None and cand is None else \
+            f"{path or 'optional'}: empty on one side only"
+    r, c = np.asarray(ref), np.asarray(cand)
+    if r.shape != c.shape and r.size != c.size:
+        return f"{path or 'element'} shape differs ({list(r.shape)} vs {list(c.shape)})"
+    out.append((r.reshape(-1), c.reshape(-1)))
+    return None
+
+
+def numeric_pair(ref: Any, cand: Any) -> tuple[np.ndarray, np.ndarray] | str:
+    """The numbers of a (reference, candidate) pair as two flat float64 arrays, as the
+    comparator pairs them (a sequence's elements, a map's values by key), for plots; the
+    reason (a str) when there are none to pair: strings, or a different structure."""
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    if is_structured(ref) or is_structured(cand) or ref is None or cand is None:
+        bad = _leaves(ref, cand, "", pairs, [])
+        if bad:
+            return bad
+    else:
+        pairs.append((np.asarray(ref).reshape(-1), np.asarray(cand).reshape(-1)))
+    if not pairs:
+        return "nothing to compare (empty)"
+    r = np.concatenate([p[0] for p in pairs])
+    c = np.concatenate([p[1] for p in pairs])
+    if r.dtype.kind in "OSU" or c.dtype.kind in "OSU":
+        return "strings are compared for equality, not drawn as numbers"
+    if r.size != c.size:
+        return f"sizes differ ({r.size} vs {c.size})"
+    return r.astype(np.float64), c.astype(np.float64)
+
+
+def _structure_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "map"
+    if isinstance(value, (list, tuple)):
+        return "seq(map)" if value and isinstance(value[0], dict) else "sequence"
+    return "optional"
 
 
 class MetricAccumulator:
@@ -339,15 +475,26 @@ class MetricAccumulator:
         self.sum_e2 = 0.0
         self.n_fail = 0
         self.nan_ref = self.nan_cand = self.inf_ref = self.inf_cand = 0
+        self.compared_as = "numeric"
+        self.strings = False  # equality only: no cosine, SQNR or mean error
 
     def _note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
 
     def add(self, ref: Any, cand: Any) -> None:
-        """Accumulate one sample of the pair (arrays of any dtype; mismatches are noted)."""
+        """Accumulate one sample of the pair (arrays of any dtype; mismatches are noted).
+
+        Strings are compared for equality; a sequence (list) element by element, a map (dict)
+        key by key (``compared_as`` says which); their numeric leaves go under the rule."""
+        if ref is None or cand is None or is_structured(ref) or is_structured(cand):
+            self._add_structured(ref, cand)
+            return
         ref = np.asarray(ref)
         cand = np.asarray(cand)
+        if ref.dtype.kind in "OSU" or cand.dtype.kind in "OSU":
+            self._add_strings(ref, cand)
+            return
         if self.shape is None:
             self.shape, self.cand_shape = tuple(ref.shape), tuple(cand.shape)
             self.dtype, self.cand_dtype = str(ref.dtype), str(cand.dtype)
@@ -371,6 +518,56 @@ class MetricAccumulator:
         c_flat = cand.reshape(-1)
         for start in range(0, r_flat.size, _SLICE):
             self._add_slice(r_flat[start:start + _SLICE], c_flat[start:start + _SLICE])
+
+    def _add_structured(self, ref: Any, cand: Any) -> None:
+        kind = _structure_kind(ref if ref is not None else cand)
+        self.compared_as = kind
+        if self.shape is None:
+            n = len(ref) if isinstance(ref, (list, tuple, dict)) else None
+            m = len(cand) if isinstance(cand, (list, tuple, dict)) else None
+            self.shape, self.cand_shape = (n,) if n is not None else (), \
+                (m,) if m is not None else ()
+            self.dtype, self.cand_dtype = value_dtype(ref), value_dtype(cand)
+        if not self.comparable:
+            return
+        pairs: list[tuple[np.ndarray, np.ndarray]] = []
+        bad = _leaves(ref, cand, "", pairs, self.notes)
+        if bad:
+            self._note(bad)
+            self.comparable = False
+            return
+        if not pairs:
+            return
+        r = np.concatenate([p[0] for p in pairs])
+        c = np.concatenate([p[1] for p in pairs])
+        if r.dtype.kind in "OSU" or c.dtype.kind in "OSU":
+            self._add_strings(r, c, kind)
+            return
+        for start in range(0, r.size, _SLICE):
+            self._add_slice(r[start:start + _SLICE], c[start:start + _SLICE])
+
+    def _add_strings(self, ref: np.ndarray, cand: np.ndarray, kind: str = "equality") -> None:
+        """Strings: equal or not, element by element (a mismatch is an infinite error)."""
+        self.compared_as = kind
+        self.strings = True
+        if self.shape is None:
+            self.shape, self.cand_shape = tuple(ref.shape), tuple(cand.shape)
+            self.dtype, self.cand_dtype = "string", value_dtype(cand)
+        if ref.shape != cand.shape and ref.size != cand.size:
+            self._note(f"shape mismatch: {list(ref.shape)} vs {list(cand.shape)}")
+            self.comparable = False
+            return
+        r = [x.decode() if isinstance(x, bytes) else x for x in ref.reshape(-1).tolist()]
+        c = [x.decode() if isinstance(x, bytes) else x for x in cand.reshape(-1).tolist()]
+        self.numel += len(r)
+        self.n_finite += len(r)
+        differ = sum(1 for a, b in zip(r, c) if a != b)
+        if differ:
+            self.n_fail += differ
+            self.max_abs = self.max_rel = math.inf
+            first = next(i for i, (a, b) in enumerate(zip(r, c)) if a != b)
+            self._note(f"{differ} strings differ (first at {first}: {str(r[first])[:40]!r} vs "
+                       f"{str(c[first])[:40]!r})")
 
     def _add_slice(self, r: np.ndarray, c: np.ndarray) -> None:
         if r.dtype.kind in "biu" and c.dtype.kind in "biu":
@@ -528,7 +725,7 @@ class MetricAccumulator:
         """The metrics as a dict with the keys of :data:`METRIC_COLUMNS`."""
         ok = self.comparable and self.shape is not None
         nan = math.nan
-        if ok and self.n_finite and self.statistics:
+        if ok and self.n_finite and self.statistics and not self.strings:
             mean_abs = self.sum_abs / self.n_finite
             cosine = self._cosine()
             sqnr = self._sqnr()
@@ -554,6 +751,7 @@ class MetricAccumulator:
             "note": "; ".join(self.notes),
             "max_ref": self.max_ref if ok else nan,
             "rule": self.rule.describe(),
+            "compared_as": self.compared_as,
         }
 
     def _cosine(self) -> float:
@@ -574,8 +772,8 @@ class MetricAccumulator:
             return math.inf
         if self.shape is None:  # nothing was added: nothing to judge
             return 0.0
-        if math.isinf(self.max_abs):  # NaN/inf on one side only
-            return math.inf
+        if math.isinf(self.max_abs) or (self.strings and self.n_fail):
+            return math.inf  # NaN/inf on one side only; strings that differ
         kind = self.rule.kind
         if kind == "elementwise":
             q = self.max_ratio if self.scored else 0.0

@@ -47,10 +47,13 @@ from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
 from onnx_lab.numerics.metrics import (
     TOLERANCES,
     Rule,
+    as_value,
     get_preset,
+    is_structured,
     rule_for,
     tensor_metrics,
     tolerance,
+    value_dtype,
 )
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.capture import run as capture_run
@@ -145,6 +148,10 @@ def _accepts(after: LabModel, feeds: Mapping[str, np.ndarray], dims: Mapping[str
 def _fingerprint(feeds: Mapping[str, np.ndarray]) -> str:
     h = hashlib.sha1()
     for k in sorted(feeds):
+        if is_structured(feeds[k]) or feeds[k] is None:  # a sequence, map or empty optional
+            h.update(k.encode())
+            h.update(repr(feeds[k]).encode()[:1 << 20])
+            continue
         a = np.ascontiguousarray(feeds[k])
         h.update(k.encode())
         h.update(str(a.dtype).encode())
@@ -157,6 +164,10 @@ def _fingerprint(feeds: Mapping[str, np.ndarray]) -> str:
 def _compare(ref: np.ndarray, cand: np.ndarray, rule: Rule) -> tuple[float, float, bool, str]:
     """(max_abs, max_rel, passed, note) of two arrays, by numerics' one comparator and
     ``rule``."""
+    if is_structured(ref) or is_structured(cand) or ref is None or cand is None:
+        # A sequence element by element, a map key by key (numerics' comparator).
+        m = tensor_metrics(ref, cand, rule=rule, statistics=False)
+        return m["max_abs"], m["max_rel"], m["passed"], m["note"]
     ref, cand = np.asarray(ref), np.asarray(cand)
     if ref.shape != cand.shape:
         return math.inf, math.inf, False, f"shape {list(cand.shape)} != reference " \
@@ -186,8 +197,15 @@ def _same_order(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return ba <= bb or bb <= ba
 
 
-def _dtype_name(arr: np.ndarray) -> str:
-    return "bool" if arr.dtype == np.bool_ else str(arr.dtype)
+def _dtype_name(arr: Any) -> str:
+    return value_dtype(arr)  # sees through sequences and maps; strings are "string"
+
+
+def _shape_of(value: Any) -> list | None:
+    """An array's shape; a sequence's or map's length as a 1-entry list; None for None."""
+    if value is None:
+        return None
+    return [len(value)] if is_structured(value) else list(np.shape(value))
 
 
 # ---------------------------------------------------------------------------- runs
@@ -224,7 +242,13 @@ def _cached_sizes(before: LabModel, pairs: list[VersionPair], sample: tuple[dict
     have = entry[1].get(_fingerprint(sample[0]) + _fingerprint(sample[1]))
     if have is None or any(p.ref not in have for p in pairs):
         return None
-    return {p.tensor: int(np.asarray(have[p.ref]).nbytes) for p in pairs}
+    return {p.tensor: _nbytes(have[p.ref]) for p in pairs}
+
+
+def _nbytes(value: Any) -> int | None:
+    if is_structured(value):
+        return None  # a sequence or map: sized like an unknown tensor
+    return 0 if value is None else int(np.asarray(value).nbytes)
 
 
 def _estimate(model: LabModel, names: Sequence[str], feeds: Mapping[str, np.ndarray]
@@ -232,7 +256,8 @@ def _estimate(model: LabModel, names: Sequence[str], feeds: Mapping[str, np.ndar
     # on use: `import onnx_lab` loads verify
     from onnx_lab.runtime._runner import quick_sizes
 
-    shapes = {k: np.asarray(v).shape for k, v in feeds.items()}
+    shapes = {k: np.asarray(v).shape for k, v in feeds.items()
+              if v is not None and not is_structured(v)}
     quick = quick_sizes(model, names, shapes)
     # A few unknown sizes (a Range of computed length) are planned as the largest known
     # one, as plan_chunks does for the full estimate's unknowns; more: the full estimate.
@@ -377,11 +402,12 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                 continue
             for p in chunk:
                 s = stats[p.tensor]
-                r, c = np.asarray(refs[p.ref]), np.asarray(cands[p.tensor])
+                r, c = as_value(refs[p.ref]), as_value(cands[p.tensor])
                 dt = _dtype_name(r)
                 pname, rule = rule_for(dt, output=p.match == "output", preset=preset,
                                        atol=atol, rtol=rtol)
-                if p.match != "output" and r.shape != c.shape and not p.kept:
+                if p.match != "output" and not p.kept and not is_structured(r) and r is not None \
+                        and c is not None and not is_structured(c) and r.shape != c.shape:
                     # A tool may keep a name on a reshaped tensor (2-D Gemm inside a 3-D
                     # MatMul chain): compare the values when one shape only merges adjacent
                     # dims of the other (the element order is the same); a transposed layout
@@ -394,7 +420,7 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                     r = r.reshape(c.shape)
                     s["note"] = s["note"] or f"reference shape {list(r.shape)} compared flat"
                 mabs, mrel, ok, note = _compare(r, c, rule)
-                s.update(dtype=dt, shape=list(np.shape(c)), atol=rule.atol, rtol=rule.rtol,
+                s.update(dtype=dt, shape=_shape_of(c), atol=rule.atol, rtol=rule.rtol,
                          preset=pname, rule=rule.describe(),
                          max_abs=max(s["max_abs"], mabs), max_rel=max(s["max_rel"], mrel),
                          passed=s["passed"] and ok, note=s["note"] or note)
@@ -488,7 +514,7 @@ def verify_extract(full: LabModel, sub: LabModel, ins: list[str], outs: list[str
         sub_feeds = {n: (f[n] if n in graph_inputs else ref[n]) for n in ins}
         got = capture_run(sub, sub_feeds)
         for n in outs:
-            r, c = np.asarray(ref[n]), np.asarray(got[n])
+            r, c = as_value(ref[n]), as_value(got[n])
             dt = _dtype_name(r)
             pname, rule = rule_for(dt, output=True, preset=preset, atol=atol, rtol=rtol)
             mabs, mrel, ok, note = _compare(r, c, rule)
@@ -497,7 +523,7 @@ def verify_extract(full: LabModel, sub: LabModel, ins: list[str], outs: list[str
                                       "max_rel": 0.0, "passed": True, "atol": rule.atol,
                                       "rtol": rule.rtol, "ref_tensor": n,
                                       "ref_node_id": full.index.producer.get(n),
-                                      "shape": list(c.shape), "note": "", "preset": pname,
+                                      "shape": _shape_of(c), "note": "", "preset": pname,
                                       "rule": rule.describe()})
             row.update(max_abs=max(row["max_abs"], mabs), max_rel=max(row["max_rel"], mrel),
                        passed=row["passed"] and ok, note=row["note"] or note)

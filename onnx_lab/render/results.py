@@ -29,7 +29,7 @@ from onnx_lab.errors import InputError
 from onnx_lab.numerics.compare import Comparison
 from onnx_lab.numerics.diff import Diff
 from onnx_lab.numerics.llm import LLMComparison
-from onnx_lab.numerics.metrics import PRESETS
+from onnx_lab.numerics.metrics import PRESETS, numeric_pair
 from onnx_lab.numerics.precision import PrecisionPlan
 from onnx_lab.numerics.torch_compare import TorchComparison
 from onnx_lab.numerics.weight_only import WeightOnlyPlan
@@ -65,15 +65,26 @@ def comparison_plot(c: Comparison):
     return layer_error_figure(c.layers, c.atol, c.first_divergence)
 
 
+def _numbers(c: Comparison, tensor: str, sample: int) -> tuple[np.ndarray, np.ndarray]:
+    """The numbers of one compared value: a tensor's, a sequence's or map's numeric leaves;
+    InputError for strings (compared for equality, see the ``note`` column)."""
+    pair = numeric_pair(*c.values(tensor, sample))
+    if isinstance(pair, str):
+        raise InputError(f"{tensor!r} cannot be drawn as numbers: {pair}.",
+                         fix="Read its row of comparison.outputs / .layers (compared_as, "
+                         "passed, note).")
+    return pair
+
+
 def comparison_hist(c: Comparison, tensor: str, sample: int = 0, bins: int = 100):
     """Histograms of reference and candidate values of ``tensor`` and of their difference."""
-    ref, cand = c.values(tensor, sample)
+    ref, cand = _numbers(c, tensor, sample)
     return hist_figure(ref, cand, tensor, bins=bins)
 
 
 def comparison_scatter(c: Comparison, tensor: str, sample: int = 0, max_points: int = 50_000):
     """Candidate vs reference values of one tensor (subsampled), with the y = x line."""
-    ref, cand = c.values(tensor, sample)
+    ref, cand = _numbers(c, tensor, sample)
     return scatter_figure(ref, cand, tensor, max_points=max_points)
 
 

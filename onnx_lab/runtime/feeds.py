@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx_ir as ir
 
+from onnx_lab.core._mltypes import MapType
 from onnx_lab.core.derived import length_sums, with_derived
 from onnx_lab.core.dimexpr import dim_expression, resolve_dim
 from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import dtype_name, shape_tuple, validate_dims
+from onnx_lab.core.shapes import dtype_name, is_container, shape_tuple, type_label, validate_dims
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import CacheError, DimError, InputError
 
@@ -36,9 +38,14 @@ _NP_DTYPES = {
 
 
 def input_specs(model: LabModel) -> list[tuple[str, str | None, tuple | None]]:
-    """(name, dtype, declared shape) of each real graph input (initializers excluded)."""
+    """(name, dtype, declared shape) of each real graph input (initializers excluded).
+
+    A sequence, map or optional input has its type label as dtype (``seq(float)``,
+    ``map(int64,float)``: :func:`onnx_lab.core.shapes.type_label`) and no shape."""
     g = model.graph
     return [(v.name, dtype_name(v.dtype), shape_tuple(v.shape))
+            if v.type is None or not is_container(type_label(v.type))
+            else (v.name, type_label(v.type), None)
             for v in g.inputs if v.name not in g.initializers]
 
 
@@ -57,7 +64,9 @@ def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
     missing: list[str] = []  # unnamed dims and unknown ranks
     unnamed: set[str] = set()  # their inputs
     named: dict[str, list[str]] = {}  # symbolic dim -> "input[axis]" uses
-    for name, _dtype, shape in input_specs(model):
+    for name, dtype, shape in input_specs(model):
+        if is_container(dtype):
+            continue  # a sequence, map or optional: make_feeds builds it from its element
         if name in shapes:
             out[name] = tuple(int(d) for d in shapes[name])
             continue
@@ -186,6 +195,116 @@ def _gather_vocab(model: LabModel, name: str) -> int | None:
     return None
 
 
+# Categorical ops whose attributes list the strings (or integers) an input takes: a feed drawn
+# from them reaches every branch, where made-up strings would all hit the default.
+_VOCAB_ATTRS = {"LabelEncoder": ("keys_strings", "keys_int64s"),
+                "OneHotEncoder": ("cats_strings", "cats_int64s"),
+                "CategoryMapper": ("cats_strings", "cats_int64s"),
+                "DictVectorizer": ("string_vocabulary", "int64_vocabulary")}
+_PASS_THROUGH = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+# The made-up strings when the graph reveals no vocabulary: short, deterministic, distinct.
+_WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
+_SEQ_LEN = 2  # elements of a generated sequence
+
+
+def vocabulary(model: LabModel, name: str) -> list | None:
+    """The values a categorical op reading ``name`` names (LabelEncoder keys, OneHotEncoder
+    and CategoryMapper categories, DictVectorizer vocabularies), also through Identity /
+    Reshape / Squeeze-like ops in between; None when none does."""
+    idx = model.index
+    todo, seen = [name], {name}
+    while todo:  # through the ops that only move values (skl2onnx reshapes its columns)
+        value = todo.pop(0)
+        for nid in idx.consumers.get(value, ()):
+            node = idx.node(nid)
+            if node.domain == "ai.onnx.ml":
+                for attr in _VOCAB_ATTRS.get(node.op_type, ()):
+                    a = node.attributes.get(attr)
+                    if a is not None and len(a.value):
+                        return list(a.value)[:256]
+            elif node.op_type in _PASS_THROUGH and node.outputs and node.outputs[0].name \
+                    and node.outputs[0].name not in seen and len(seen) < 64:
+                seen.add(node.outputs[0].name)
+                todo.append(node.outputs[0].name)
+    return None
+
+
+def _element_shape(model: LabModel, name: str, t: Any, dims: Mapping[str, int]) -> tuple:
+    declared = shape_tuple(next(v for v in model.graph.inputs if v.name == name).shape)
+    if declared is None:
+        raise InputError(f"Input {name!r} is a {type_label(t)} whose element shape the model "
+                         "does not declare, so make_feeds cannot build it.",
+                         fix=f"Pass feeds={{{name!r}: [...]}} with the value you want.")
+    out = []
+    for d in declared:
+        if isinstance(d, int) and d >= 0:
+            out.append(d)
+        elif isinstance(d, str) and d in dims:
+            out.append(int(dims[d]))
+        else:
+            raise InputError(f"Input {name!r} is a {type_label(t)} whose element dim {d!r} "
+                             "has no value.", fix=f"Pass dims={{{d!r}: ...}} or feeds="
+                             f"{{{name!r}: [...]}}." if isinstance(d, str) else
+                             f"Pass feeds={{{name!r}: [...]}} with the value you want.")
+    return tuple(out)
+
+
+def _scalars(dtype: ir.DataType, n: int, rng: np.random.Generator,
+             vocab: list | None) -> np.ndarray:
+    if vocab and (dtype == ir.DataType.STRING) != isinstance(vocab[0], str):
+        vocab = None  # a vocabulary of the other kind (a malformed model): not these values
+    if vocab:
+        picks = rng.integers(0, len(vocab), size=n)
+        values = [vocab[i] for i in picks]
+        return np.array(values, dtype=object if dtype == ir.DataType.STRING else None)
+    if dtype == ir.DataType.STRING:
+        return np.array([_WORDS[i] for i in rng.integers(0, len(_WORDS), size=n)], dtype=object)
+    np_dtype = _NP_DTYPES.get(dtype_name(dtype) or "")
+    if np_dtype is None:
+        raise ValueError(dtype)
+    if np.issubdtype(np_dtype, np.integer):
+        return rng.integers(0, 10, size=n).astype(np_dtype)
+    if np_dtype is np.bool_:
+        return rng.random(n) < 0.5
+    return rng.standard_normal(n).astype(np_dtype)
+
+
+def _made_value(model: LabModel, name: str, dtype: str | None,
+                concrete: Mapping[str, tuple[int, ...]], dims: Mapping[str, int],
+                rng: np.random.Generator) -> Any:
+    """A generated string tensor, sequence, map or optional for input ``name``."""
+    v = next(v for v in model.graph.inputs if v.name == name)
+    t = v.type
+    vocab = vocabulary(model, name)
+    try:
+        if dtype == "string":
+            shape = concrete[name]
+            return _scalars(ir.DataType.STRING, int(np.prod(shape, dtype=np.int64)), rng,
+                            vocab).reshape(shape)
+        if isinstance(t, ir.OptionalType):
+            t = t.elem_type
+        if isinstance(t, ir.TensorType):
+            shape = _element_shape(model, name, v.type, dims)
+            return _scalars(t.dtype, int(np.prod(shape, dtype=np.int64)), rng,
+                            vocab).reshape(shape)
+        if isinstance(t, ir.SequenceType) and isinstance(t.elem_type, ir.TensorType):
+            shape = _element_shape(model, name, v.type, dims)
+            n = int(np.prod(shape, dtype=np.int64))
+            return [_scalars(t.elem_type.dtype, n, rng, vocab).reshape(shape)
+                    for _ in range(_SEQ_LEN)]
+        if isinstance(t, MapType) and isinstance(t.value_type, ir.TensorType):
+            keys = list(dict.fromkeys(vocab or ([_WORDS[i] for i in range(4)]
+                                                if t.key_type == ir.DataType.STRING
+                                                else list(range(4)))))
+            values = _scalars(t.value_type.dtype, len(keys), rng, None)
+            return dict(zip(keys, values.tolist()))
+    except ValueError:
+        pass
+    raise InputError(f"Input {name!r} has type {dtype}, which make_feeds cannot generate.",
+                     fix=f"Pass feeds={{{name!r}: ...}} with the value you built (a list of "
+                     "arrays for a sequence, a dict for a map).")
+
+
 def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
                shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0, n: int = 1,
                ranges: Mapping[str, tuple[float, float]] | None = None
@@ -195,6 +314,10 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
     Floats are standard normal (or uniform in ``ranges[name]``); integer inputs that index an
     embedding (Gather) stay below its row count, inputs named ``*mask*`` are ones, ``*type*``
     ids are zeros, other integers lie in [0, 10); bools are random; scalars are 0-d arrays.
+    Strings are drawn from the vocabulary an ONNX-ML op reading the input names
+    (LabelEncoder keys, OneHotEncoder / CategoryMapper categories), else from a few short
+    words; a sequence input is a list of two arrays of its declared element shape, a map a
+    dict over the vocabulary a DictVectorizer names (else 4 keys), an optional its element.
 
     Args:
         source: a Lab, LabModel or anything ``onnx_lab.open`` takes (its dims/shapes apply).
@@ -205,6 +328,8 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
 
     Raises:
         DimError: dims left unresolved, listing each and how to pass it.
+        InputError: an input that cannot be generated (a sequence without an element shape),
+            naming it.
     """
     model, dims, shapes = resolve(source, dims, shapes)
     if not isinstance(n, int) or n < 1:
@@ -216,6 +341,10 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
     for _ in range(n):
         feeds: Feeds = {}
         for name, dtype, _shape in input_specs(model):
+            if is_container(dtype) or dtype == "string":
+                feeds[name] = _made_value(model, name, dtype, concrete,
+                                          with_derived(model, dims), rng)
+                continue
             shape = concrete[name]
             np_dtype = _NP_DTYPES.get(dtype or "float32")
             if np_dtype is None:
@@ -242,6 +371,21 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
             feeds[name] = np.asarray(arr).astype(np_dtype)
         samples.append(feeds)
     return samples[0] if n == 1 else samples
+
+
+def _checked_container(name: str, dtype: str, value: Any) -> Any:
+    """A user's feed for a sequence (a list of arrays), map (a dict) or optional input."""
+    if dtype.startswith("seq("):
+        if not isinstance(value, (list, tuple)):
+            raise InputError(f"Feed {name!r} is a {type(value).__name__}; the model expects a "
+                             f"{dtype}.", fix="Pass a list of numpy arrays.")
+        return [np.asarray(x) if not isinstance(x, Mapping) else dict(x) for x in value]
+    if dtype.startswith("map("):
+        if not isinstance(value, Mapping):
+            raise InputError(f"Feed {name!r} is a {type(value).__name__}; the model expects a "
+                             f"{dtype}.", fix="Pass a dict {key: value}.")
+        return dict(value)
+    return value if value is None or isinstance(value, (list, Mapping)) else np.asarray(value)
 
 
 def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
@@ -285,7 +429,13 @@ def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
                 fix="Give exactly one array per model input.")
         sample = {}
         for name, dtype, shape in specs:
+            if is_container(dtype):
+                sample[name] = _checked_container(name, dtype, f[name])
+                continue
             arr = np.asarray(f[name])
+            if dtype == "string" and arr.dtype.kind not in "OUS":
+                raise InputError(f"Feed {name!r} has dtype {arr.dtype}, the model expects "
+                                 "strings.", fix="Pass an array of str (dtype object).")
             want = _NP_DTYPES.get(dtype or "")
             if want is not None and arr.dtype != want:
                 if np.dtype(want).kind != arr.dtype.kind and not (

@@ -31,7 +31,8 @@ from onnx_lab.core.values import overridable
 from onnx_lab.errors import PassError, unknown_name
 
 __all__ = ["ORIGIN_KEY", "Param", "Match", "PassContext", "PassResult", "Rewrite", "LabPass", "register_pass",
-           "get_pass", "pass_names", "available", "origins", "node_origin", "stamp_origins"]
+           "get_pass", "pass_names", "pass_kind", "available", "origins", "node_origin",
+           "stamp_origins"]
 
 # ---------------------------------------------------------------------------- data types
 @dataclass(frozen=True)
@@ -605,6 +606,13 @@ def pass_names() -> list[str]:
     """Names of all registered passes."""
     _load_builtins()
     return list(_REGISTRY)
+
+
+def pass_kind(name: str) -> str | None:
+    """``"graph"`` for onnx_lab's own passes, ``"tool"`` for wrappers; None if unknown."""
+    _load_builtins()
+    entry = _REGISTRY.get(name)
+    return entry.kind if entry is not None else None
 
 
 def get_pass(name: str, matches: Sequence[str] | None = None, **params: Any) -> LabPass:

@@ -29,7 +29,7 @@ PATTERN_PASS: dict[str, str] = {
     "unsqueeze_merge": "fuse_reshapes", "duplicate_initializer": "dedupe_initializers",
     "unused_initializer": "remove_unused_initializers",
     "initializer_input": "remove_initializer_inputs",
-    "constant_node": "constants_to_initializers",
+    "constant_node": "constants_to_initializers", "zipmap": "remove_zipmap",
 }
 
 _PROVENANCE = ("\n\n**Provenance.** Every node the pass creates or changes records the "
@@ -123,6 +123,16 @@ Identity(x) = x. Its readers are rewired to read x directly. When the Identity's
 graph output, x takes over that name, so model outputs keep their names. An Identity that
 copies a graph input (or an initializer, or a value of an enclosing graph) to a graph output
 is kept: both names must survive.""",
+    "remove_zipmap": r"""### ZipMap → the probabilities tensor (`remove_zipmap`)
+
+ZipMap(P, labels) turns the `[N, C]` probabilities P into N maps
+$\{\ell_j: P_{ij}\}_{j<C}$, a `seq(map(int64,float))` output (skl2onnx's and onnxmltools'
+default for every classifier). The pass removes the ZipMap and makes P the graph output under
+the output's name: the name stays, the **type changes** to a float tensor, which is an
+interface change you ask for by running the pass (it is in no preset). Verification compares
+row i of P with map i's values in key order. Kept when the maps are read by another node,
+when the labels are not in ascending order (the maps come back with sorted keys), or when P
+is itself a graph input or output.""",
     "eliminate_dropout": r"""### Dropout at inference (`eliminate_dropout`)
 
 With `training_mode` absent or false, Dropout(x) = x (the inverted-dropout scaling 1/(1−p)

@@ -233,6 +233,15 @@ class OnnxslimPass(WholeModelPass):
         import onnxslim
 
         self._checked()
+        if not any(d in ("", "ai.onnx") for d in model.ir.opset_imports):
+            # onnxslim reads the default opset first and fails on None ("'NoneType' object
+            # has no attribute 'opset_import'"); its patterns match standard ops only.
+            domains = sorted({e.node.domain or "ai.onnx" for e in model.index.entries.values()})
+            raise PassError(
+                "onnxslim cannot run on this model: it imports no standard ai.onnx opset "
+                f"(its ops are in {', '.join(domains) or 'no domain'}), which onnxslim needs.",
+                fix="onnxslim's fusions and simplifications apply to standard ops only, so "
+                "there is nothing for it here: keep the model as it is.")
         proto = self.proto_with_weights(model)
         shapes = self.lab_input_shapes(model)
         o = self.options

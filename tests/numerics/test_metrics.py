@@ -54,8 +54,9 @@ def test_shape_and_dtype_mismatches_are_reported():
     assert m["passed"] and "dtype differs" in m["note"] and m["cand_dtype"] == "float16"
     m = tensor_metrics(np.array([1, 2], np.int64), np.array([1, 3], np.int64), atol=0, rtol=0)
     assert m["max_abs"] == 1 and not m["passed"]
-    m = tensor_metrics(np.array(["a"]), np.array(["a"]))
-    assert not m["passed"] and "not numeric" in m["note"]
+    m = tensor_metrics(np.array(["a"]), np.array(["a"]))  # strings: compared for equality
+    assert m["passed"] and m["compared_as"] == "equality"
+    assert not tensor_metrics(np.array(["a"]), np.array(["b"]))["passed"]
 
 
 def test_slices_and_samples_accumulate_exactly(monkeypatch):

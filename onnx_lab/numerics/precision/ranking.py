@@ -55,8 +55,20 @@ _SUMS = Rule("sqnr", min_sqnr_db=0.0)
 
 
 def _is_float(v: ir.Value | None) -> bool:
-    return v is not None and v.dtype in (ir.DataType.FLOAT, ir.DataType.FLOAT16,
-                                         ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
+    # A tensor: a sequence or map of floats reports its element's dtype, but is no tensor
+    # the search measures.
+    return v is not None and (v.type is None or isinstance(v.type, ir.TensorType)) and \
+        v.dtype in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16,
+                    ir.DataType.DOUBLE)
+
+
+def _float_array(value) -> np.ndarray | None:
+    """``value`` as a float array, None for what the search does not measure (strings,
+    sequences, maps: never converted to float)."""
+    if value is None or isinstance(value, (list, tuple, dict)):
+        return None
+    a = np.asarray(value)
+    return a if a.dtype.kind in "fiub" else None
 
 
 
@@ -89,7 +101,8 @@ def layerwise(ref: LabModel, cand: LabModel | None, feed_list: list[dict], targe
         if c is not None:
             pairs.append((n, c))
     out_names = [v.name for v in ref.graph.outputs]
-    shapes_in = {k: np.asarray(v).shape for k, v in feed_list[0].items()}
+    shapes_in = {k: np.asarray(v).shape for k, v in feed_list[0].items()
+                 if v is not None and not isinstance(v, (list, tuple, dict))}
     sizes = estimate_bytes(ref, [p[0] for p in pairs], shapes_in)
     per_sample = 1 if cand is None else 2
     sizes = {p: (sizes.get(p[0]) or (1 << 20)) * (len(feed_list) * per_sample)
@@ -137,8 +150,8 @@ def _ref_stats(values: list[np.ndarray]) -> dict:
     st = {"max_abs": 0.0, "max_ref": 0.0, "s_rr": 0.0, "s_ee": 0.0, "numel": 0, "nf_ref": 0,
           "nf_cand": 0, "values": None}
     for a in values:
-        a = np.asarray(a)
-        if not a.size:
+        a = _float_array(a)
+        if a is None or not a.size:
             continue
         if a.dtype.kind != "f":
             a = a.astype(np.float64)
@@ -165,8 +178,8 @@ def _pair_stats(refs: list[np.ndarray], cands: list[np.ndarray], target: str) ->
     acc = MetricAccumulator(rule=_SUMS)
     values = None
     for ra, ca in zip(refs, cands):
-        a, b = np.asarray(ra), np.asarray(ca)
-        if a.size != b.size:
+        a, b = _float_array(ra), _float_array(ca)
+        if a is None or b is None or a.size != b.size:
             continue
         acc.add(a, b.reshape(a.shape))
         if target == "int8" and a.size and (values is None or values.size < 1 << 20):

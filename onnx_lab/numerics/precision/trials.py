@@ -453,6 +453,11 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
             "or pass lab.original.")
     feed_list = as_feed_list(feeds, model, dims, shapes)
     cal = None
+    if target == "int8" and not Converter(model, target, None).candidates():
+        # Before calibrating: onnxruntime's quantizer fails on a graph without one standard
+        # node it quantizes ("Failed to find proper ai.onnx domain" on an ai.onnx.ml-only
+        # XGBoost export), which says nothing of the reason.
+        raise _nothing_to_convert(model, target)
     if target == "int8":
         if isinstance(calibration, Calibration):
             cal = calibration
@@ -462,6 +467,25 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
                                  dims=dims, shapes=shapes)
     conv = Converter(model, target, cal)
     return model, feed_list, conv
+
+
+def _nothing_to_convert(model: LabModel, target: str) -> InputError:
+    """No node the conversion changes: the true reason, and for an ONNX-ML model (trees,
+    linear models, encoders of the ai.onnx.ml domain, which neither float16 conversion nor the
+    int8 quantizer touch) which ops it holds."""
+    ml = sorted({e.node.op_type for e in model.index.entries.values()
+                 if e.node.domain == "ai.onnx.ml"})
+    if ml:
+        return InputError(
+            f"Nothing to convert to {target}: the model's computation is in ai.onnx.ml ops "
+            f"({', '.join(ml[:6])}), which {target} conversion does not change, and it has no "
+            "standard float op that it does.",
+            fix="Keep the model in float32 (its trees and encoders run in float32 or double "
+            "whatever the target); there is no precision plan to search.")
+    return InputError(f"The model has no node that {target} conversion changes (no float "
+                      "computation to keep or convert).",
+                      fix="Pass a float32 model; an already converted model has nothing "
+                      "left to search.")
 
 
 def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calibration: int,
@@ -474,9 +498,6 @@ def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calib
     tol = make_tolerance(target, metric, tolerance, atol, rtol)
     cands = conv.candidates()
     if not cands:
-        raise InputError(f"The model has no node that {target} conversion changes (no float "
-                         "computation to keep or convert).",
-                         fix="Pass a float32 model; an already converted model has nothing "
-                         "left to search.")
+        raise _nothing_to_convert(model, target)
     return Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs],
                   should_stop=should_stop), cands
