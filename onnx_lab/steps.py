@@ -24,7 +24,7 @@ from onnx_lab.core.shapes import fit_dims
 from onnx_lab.errors import InputError, RuntimeLoadError
 from onnx_lab.numerics.verify import fill_result, report_of, verify_extract
 from onnx_lab.transforms.apply import preset_passes, run_pass
-from onnx_lab.transforms.base import PassResult
+from onnx_lab.transforms.base import PassResult, pass_traits
 from onnx_lab.transforms.extract import extract_model
 
 logger = logging.getLogger(__name__)
@@ -106,6 +106,9 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
         before, dims, shapes = history.model, dict(history.dims), dict(history.shapes)
         result = run_pass(before, pass_name, matches, model_dims=dims, model_shapes=shapes,
                           **params)
+        preserving, preset = pass_traits(pass_name)
+        if preset is not None and opts is not None:
+            opts.setdefault("preset", preset)  # renames, outputs: bit-identical
         if result.modified and opts is not None:
             t0 = time.perf_counter()
             try:
@@ -116,17 +119,37 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                                        fix=(e.fix or "") + " Or apply with verify=False "
                                        "(--no-verify).") from e
             fill_result(result, report, time.perf_counter() - t0)
+            if not preserving:
+                _expected_change(result)
             if _cache is not None:
                 # Only the new version can be the next step's reference: drop older captures
                 # (BERT-base at sequence 128: 320 MB per version).
                 for k in [k for k, v in _cache.items() if v[0] is not result.model]:
                     del _cache[k]
-            if not result.verify_passed:
+            if result.verify_passed is False:
                 logger.warning("%s: verification failed at %s", pass_name, result.first_failure)
         if result.modified or _record_noop:
             new_dims, new_shapes = fit_dims(result.model, dims, shapes)
             history.push(result, dims=new_dims, shapes=new_shapes)
         return result
+
+
+def _expected_change(result: PassResult) -> None:
+    """For an edit meant to change values (an attribute, a weight, a removed node): a
+    difference is what the user asked for, reported as such, not as a failed verification."""
+    err = result.max_abs_err
+    if result.verify_passed:
+        result.outputs_changed = False
+        result.notes.append("outputs unchanged within tolerance"
+                            + (f" (max_abs {err:.3g})" if err is not None else ""))
+        return
+    result.notes[:] = [n for n in result.notes if not n.startswith("verification failed")]
+    result.outputs_changed = True
+    where = f", first at {result.first_failure!r}" if result.first_failure else ""
+    result.notes.append("outputs changed (expected for this edit): max_abs "
+                        + (f"{err:.3g}" if err is not None else "n/a") + where)
+    result.verify_passed = None
+    result.first_failure = None
 
 
 def apply_preset(history: History, preset: str | Sequence[str] = "safe",
