@@ -398,7 +398,8 @@ class RemoveNode(_EditPass):
         plan = removal_plan(model, nid, self._mode())
         if plan["problem"]:
             raise PassError(f"Cannot remove {nid} ({self._mode()}): {plan['problem']}.",
-                            fix="Use mode='cascade' (see removal_plan) or mode='inputs', or "
+                            fix="Use reconnect=False (mode='inputs': its outputs become "
+                            "model inputs) or mode='cascade' (see removal_plan), or "
                             "remove_output / rename tensors first. The model is unchanged.")
         return [Match(f"remove_node:{nid}", "remove_node", self.name, list(plan["nodes"]), nid,
                       f"remove {', '.join(plan['nodes'])}")]
