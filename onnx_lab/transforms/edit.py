@@ -362,8 +362,23 @@ def removal_plan(model: LabModel, node_id: str, mode: str = "reconnect") -> dict
                 if s not in seen and idx.entry(s).graph == graph_path:
                     seen.append(s)
                     todo.append(s)
-        plan["nodes"] = seen
         gone = {id(idx.node(n)) for n in seen}
+        # then the producers only the removed nodes read (they would be left dead)
+        changed = True
+        while changed:
+            changed = False
+            for n in list(seen):
+                for v in idx.node(n).inputs:
+                    p = v.producer() if v is not None else None
+                    if p is None or id(p) in gone or p.graph is not graph:
+                        continue
+                    outs = [o for o in p.outputs if o.uses() or o.is_graph_output()]
+                    if all(not o.is_graph_output() and all(id(u.node) in gone
+                                                           for u in o.uses()) for o in outs):
+                        seen.append(idx.node_id(p))
+                        gone.add(id(p))
+                        changed = True
+        plan["nodes"] = seen
         plan["outputs"] = [v.name for n in seen for v in idx.node(n).outputs
                            if v.is_graph_output()]
         if graph is not None and len(plan["outputs"]) >= len(graph.outputs):
