@@ -37,7 +37,11 @@ from onnx_lab.transforms.extract import _ir_dtype
 
 __all__ = ["SetAttribute", "RemoveNode", "RenameTensor", "RenameNode", "AddOutput",
            "RemoveOutput", "ReplaceInitializer", "ScaleInitializer", "AddNode", "removal_plan",
-           "edit_provenance", "attribute_form", "merge_models"]
+           "edit_provenance", "attribute_form", "parse_attribute_text", "EDIT_OPS", "merge_models"]
+
+#: The ops the add-node form offers first (any ONNX op works from Python).
+EDIT_OPS = ("Identity", "Cast", "Transpose", "Reshape", "Softmax", "Clip", "Add", "Mul",
+            "Relu", "Sigmoid", "Flatten", "Unsqueeze")
 
 
 def _node(model: LabModel, node_id: str) -> ir.Node:
@@ -216,6 +220,43 @@ class SetAttribute(_EditPass):
         node = _node(model, self.options["node_id"])
         node.attributes[self.options["attribute"]] = self._convert(model, node)
         rw.record(node, [node])
+
+
+def parse_attribute_text(text: str, type_name: str) -> Any:
+    """A typed form field's text as a value of the attribute type ``type_name`` (``FLOAT``,
+    ``INT``, ``STRING``, ``INTS``, ``FLOATS``, ``STRINGS``); PassError when it is not one.
+
+    Example:
+        >>> parse_attribute_text("1, 2", "INTS")
+        [1, 2]
+    """
+    raw = text.strip()
+
+    def items() -> list[str]:
+        inner = raw[1:-1] if raw.startswith("[") and raw.endswith("]") else raw
+        return [x.strip().strip("'\"") for x in inner.split(",") if x.strip()]
+
+    try:
+        if type_name == "FLOAT":
+            return float(raw)
+        if type_name == "INT":
+            return int(raw)
+        if type_name == "STRING":
+            return text
+        if type_name == "INTS":
+            return [int(x) for x in items()]
+        if type_name == "FLOATS":
+            return [float(x) for x in items()]
+        if type_name == "STRINGS":
+            return items()
+    except ValueError as e:
+        raise PassError(f"{text!r} is not a value of type {type_name}.",
+                        fix={"FLOAT": "Type a number, e.g. 1e-3.", "INT": "Type an integer.",
+                             "INTS": "Type integers separated by commas, e.g. 1, 1.",
+                             "FLOATS": "Type numbers separated by commas."}.get(type_name)
+                        ) from e
+    raise PassError(f"Attributes of type {type_name} cannot be typed in a form.",
+                    fix="Set them from Python: lab.set_attribute(node, name, value).")
 
 
 def _same_attr(a: ir.Attr, b: ir.Attr) -> bool:
