@@ -23,6 +23,7 @@ import json
 from typing import Any
 
 import ipywidgets as w
+import numpy as np
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.history import step_call
@@ -54,6 +55,11 @@ def _json_field(text: str, what: str, default: Any) -> Any:
     except ValueError as e:
         raise InputError(f"{what} {text!r} is not JSON.",
                          fix='Write e.g. {"axis": 1} for attributes, [0.5] for inputs.') from e
+
+
+def _fmt(x: Any) -> str:
+    # ONNX float attributes are float32: show the shortest text that reads back the same
+    return str(np.float32(x)) if isinstance(x, float) else str(x)
 
 
 def history_html(history: pd.DataFrame) -> str:
@@ -279,7 +285,7 @@ class Editor(View):
             return
         current = a["value"] if a["value"] is not None else a["default"]
         self.attr_value.value = "" if current is None else (
-            ", ".join(str(x) for x in current) if isinstance(current, list) else str(current))
+            ", ".join(_fmt(x) for x in current) if isinstance(current, list) else _fmt(current))
         bits = [a["type"]]
         if a["allowed"]:
             bits.append("one of " + ", ".join(a["allowed"]))
