@@ -180,11 +180,21 @@ class Editor(View):
                       (self.undo_button, self.undo), (self.redo_button, self.redo)):
             b.on_click(self._guard(lambda _b, fn=fn: fn()))
         self.attribute.observe(self._guard(self._attr_picked), names="value")
+        # class names for the browser test and for styling
+        for name in ("attribute", "attr_value", "set_attr_button", "node_name",
+                     "rename_node_button", "remove_mode", "preview_button", "remove_button",
+                     "tensor", "add_output_button", "tensor_name", "rename_tensor_button",
+                     "op_type", "op_attributes", "op_inputs", "add_node_button", "shape",
+                     "shape_button", "remove_output_button", "initializer", "init_path",
+                     "replace_button", "factor", "scale_button", "undo_button", "redo_button",
+                     "message", "history_html", "title", "panel"):
+            getattr(self, name).add_class("onnx-lab-ed-" + name.replace("_", "-"))
         self._result_panels = (self.message,)
         super().__init__([w.HBox([self.canvas, w.VBox([self.title, self.panel],
                                                       layout=w.Layout(min_width="380px"))]),
                           self.message, w.HBox([self.undo_button, self.redo_button]),
                           self.history_html])
+        self.add_class("onnx-lab-editor")
         self._redraw()
 
     # ------------------------------------------------------------------ selection
@@ -311,7 +321,7 @@ class Editor(View):
         self.result = r
         self.code.value = code_html(step_call(r))
         prov = edit_provenance(r)
-        what = ", ".join(f"{k}: {', '.join(v)}" for k, v in prov.items() if v) or "—"
+        what = "; ".join(f"{k}: {', '.join(v)}" for k, v in prov.items() if v)
         if not r.modified:
             verdict, kind = f"nothing changed: {r.reason}", "warn"
         elif r.verify_passed is False:
