@@ -255,3 +255,24 @@ def test_unknown_node_is_a_clear_error(convnet):
         convnet.set_attribute("/stem/bnn", "epsilon", 1e-3)
     with pytest.raises(InputError, match="mode"):
         removal_plan(convnet.model, BN, mode="all")
+
+
+def test_edits_of_a_model_with_external_data_are_checked_and_save(tmp_path):
+    import onnxruntime as ort
+
+    path = tmp_path / "ext.onnx"
+    onnx.save(build("convnet"), str(path), save_as_external_data=True,
+              all_tensors_to_one_file=True, location="ext.data", size_threshold=0)
+    lab = onnx_lab.open(path)
+    assert lab.model.external_tensors()
+    r = lab.set_attribute(BN, "epsilon", 1e-3)
+    # the checker runs (external weights as typed inputs), it does not fail on the files
+    assert not any("checker" in n for n in r.notes) and r.outputs_changed
+    _refused(lab, lambda: lab.set_attribute("/block2/to_nhwc/Transpose", "perm", [1, 0]),
+             "shape inference")
+    lab.scale_initializer("block1.conv.weight", 0.5)
+    out = lab.save(tmp_path / "out" / "edited.onnx")
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    y = sess.run(None, {"input": np.zeros((1, 3, 32, 32), np.float32)})[0]
+    ref = run(lab.model, {"input": np.zeros((1, 3, 32, 32), np.float32)})["logits"]
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
