@@ -9,6 +9,8 @@ import onnx
 import pytest
 from onnx import helper
 
+from _machinery import save_external
+
 import onnx_lab
 from onnx_lab.errors import InputError, LabError, UnknownNameError
 from onnx_lab.runtime.capture import run
@@ -261,8 +263,7 @@ def test_edits_of_a_model_with_external_data_are_checked_and_save(tmp_path):
     import onnxruntime as ort
 
     path = tmp_path / "ext.onnx"
-    onnx.save(build("convnet"), str(path), save_as_external_data=True,
-              all_tensors_to_one_file=True, location="ext.data", size_threshold=0)
+    save_external(build("convnet"), path)  # weights over 1 KiB in ext.onnx.data
     lab = onnx_lab.open(path)
     assert lab.model.external_tensors()
     r = lab.set_attribute(BN, "epsilon", 1e-3)
