@@ -120,3 +120,38 @@ def test_inputs_outputs_weights_and_inserted_nodes(tmp_path, no_error):
     ns: dict = {}
     exec(script, ns)
     assert _text(ns["lab"]) == _text(lab)
+
+
+def test_editor_on_every_sample(sample_lab, no_error):
+    ed = Editor(sample_lab)
+    no_error(ed)
+    node = next(iter(sample_lab.index.entries))
+    ed.select(node)
+    assert ed.target == ("node", node) and ed.panel.children
+    out = ed.tensor.value
+    if out and not sample_lab.index.value(out).is_graph_output() \
+            and sample_lab.index.value_graph.get(out, "") == "":
+        ed.add_output_button.click()
+        no_error(ed)
+        assert ed.result.verify_passed is True and ed.result.max_abs_err == 0
+        ed.undo_button.click()
+        no_error(ed)
+    assert sample_lab.versions.current == 0
+
+
+def test_hostile_names_are_shown_as_text():
+    from onnx import helper
+
+    bad = "<img src=x onerror=alert(1)>"
+    g = helper.make_graph([helper.make_node("Relu", ["x"], [bad + "y"], name=bad),
+                           helper.make_node("Neg", [bad + "y"], ["z"], name="neg")], "g",
+                          [helper.make_tensor_value_info("x", 1, [2])],
+                          [helper.make_tensor_value_info("z", 1, [2])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    ed = Editor(lab)
+    ed.select(bad)
+    assert ed.target == ("node", bad)
+    assert "<img" not in ed.title.value and "&lt;img" in ed.title.value
+    ed.add_output_button.click()
+    assert "<img" not in ed.message.value + ed.code.value + ed.history_html.value
+    assert lab.model.graph.outputs[-1].name == bad + "y"
