@@ -1,6 +1,7 @@
-"""The Editor in JupyterLab + headless Chromium, driven with the mouse on sample:convnet:
-change a BatchNormalization's epsilon, add a graph output, rename the input, undo twice.
-Screenshots go to ``test-artifacts/editor_*.png``."""
+"""The Editor in JupyterLab + headless Chromium, driven with the mouse: on sample:convnet
+change a BatchNormalization's epsilon, add a graph output, rename the input, undo twice; on
+sample:transformer_block delete the MLP's Relu (reconnected), add the attention probabilities
+as an output, rename the input, undo twice. Screenshots go to ``test-artifacts/editor_*.png``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ pytestmark = pytest.mark.browser
 BN = "/stem/bn/BatchNormalization"
 CELLS = [
     "import onnx_lab\nlab = onnx_lab.open('sample:convnet')\ned = lab.edit()\ned",
+]
+TRANSFORMER = [
+    "import onnx_lab\nlab = onnx_lab.open('sample:transformer_block', "
+    "dims={'batch': 1, 'seq': 8})\ned = lab.edit()\ned",
 ]
 
 
@@ -90,3 +95,55 @@ def test_editor_edit_undo_in_the_browser(tmp_path_factory):
             root.screenshot(path=str(ARTIFACTS / "editor_undo_twice.png"))
         finally:
             page.screenshot(path=str(ARTIFACTS / "editor_page.png"))
+
+
+def _rename_input(root, old: str, new: str) -> None:
+    _select(root, f"input:{old}")
+    root.locator(".onnx-lab-ed-title", has_text=old).wait_for(timeout=30_000)
+    name = root.locator(".onnx-lab-ed-tensor-name input")
+    name.fill(new)
+    name.press("Tab")
+    root.locator(".onnx-lab-ed-rename-tensor-button").click()
+    root.locator(f"svg g.node[id='n:input:{new}']").wait_for(timeout=60_000)
+
+
+def test_editor_on_a_transformer_in_the_browser(tmp_path_factory):
+    work = tmp_path_factory.mktemp("jupyterlab-editor-tf")
+    relu, probs = "/layer.0/mlp/act/Relu", "/layer.0/attention/core/Softmax"
+    with lab_in_browser(work, {"tf.ipynb": TRANSFORMER}, width=1400) as (url, page):
+        try:
+            run_all_cells(page, url, "tf.ipynb")
+            root = page.locator(".onnx-lab-editor").first
+            root.locator(".olc-root svg g.node").first.wait_for(timeout=120_000)
+
+            _select(root, relu)  # delete the activation, its input wired to its consumer
+            root.locator(".onnx-lab-ed-title", has_text=relu).wait_for(timeout=30_000)
+            root.locator(".onnx-lab-ed-remove-mode select").select_option(
+                label="reconnect its input to its consumers")
+            root.locator(".onnx-lab-ed-preview-button").click()
+            _wait_message(page, root, "removes 1 node(s)")
+            root.locator(".onnx-lab-ed-remove-button").click()
+            text = _wait_message(page, root, "remove_node")
+            assert "outputs changed (expected for this edit)" in text
+            assert root.locator(f"svg g.node[id='n:{relu}']").count() == 0
+
+            _select(root, probs)
+            root.locator(".onnx-lab-ed-title", has_text=probs).wait_for(timeout=30_000)
+            root.locator(".onnx-lab-ed-add-output-button").click()
+            assert "outputs unchanged (verified" in _wait_message(page, root, "add_output")
+
+            _rename_input(root, "x", "hidden")
+            history = root.locator(".onnx-lab-ed-history-html")
+            history.locator("tr.onnx-lab-history-row[data-step='3']").wait_for(timeout=60_000)
+            root.screenshot(path=str(ARTIFACTS / "editor_transformer_edits.png"))
+
+            root.locator(".onnx-lab-ed-undo-button").click()
+            _wait_message(page, root, "back to step 2")
+            root.locator(".onnx-lab-ed-undo-button").click()
+            _wait_message(page, root, "back to step 1")
+            history.locator("tr.onnx-lab-history-row[data-step='1']",
+                            has_text="◀ current").wait_for(timeout=60_000)
+            root.locator("svg g.node[id='n:input:x']").wait_for(timeout=30_000)
+            root.screenshot(path=str(ARTIFACTS / "editor_transformer_undo.png"))
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "editor_transformer_page.png"))
