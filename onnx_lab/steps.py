@@ -136,19 +136,31 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
 
 def _expected_change(result: PassResult) -> None:
     """For an edit meant to change values (an attribute, a weight, a removed node): a
-    difference is what the user asked for, reported as such, not as a failed verification."""
+    difference is what the user asked for, reported as such, not as a failed verification.
+
+    ``outputs_changed`` is judged on the model outputs alone; a change only in intermediate
+    tensors (outputs within tolerance) is said so."""
     err = result.max_abs_err
     if result.verify_passed:
         result.outputs_changed = False
         result.notes.append("outputs unchanged within tolerance"
                             + (f" (max_abs {err:.3g})" if err is not None else ""))
         return
+    report = result._verification
+    rows = report.rows if hasattr(report, "rows") else report.to_dict("records")
+    outputs = [r for r in rows if r.get("match") == "output"]
     result.notes[:] = [n for n in result.notes if not n.startswith("verification failed")]
-    result.outputs_changed = True
+    result.verify_passed = None  # first_failure stays: where the values start to differ
     where = f", first at {result.first_failure!r}" if result.first_failure else ""
+    if outputs and all(bool(r.get("passed")) for r in outputs):
+        result.outputs_changed = False
+        result.notes.append("outputs unchanged within tolerance"
+                            + (f" (max_abs {err:.3g})" if err is not None else "")
+                            + f"; intermediate values changed (expected for this edit){where}")
+        return
+    result.outputs_changed = True
     result.notes.append("outputs changed (expected for this edit): max_abs "
                         + (f"{err:.3g}" if err is not None else "n/a") + where)
-    result.verify_passed = None  # first_failure stays: where the outputs start to differ
 
 
 def apply_preset(history: History, preset: str | Sequence[str] = "safe",

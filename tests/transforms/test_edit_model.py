@@ -289,3 +289,17 @@ def test_an_edited_model_with_external_data_loads_in_onnxruntime(tmp_path):
     x = np.zeros((1, 3, 32, 32), np.float32)
     np.testing.assert_allclose(sess.run(None, {"input": x})[0],
                                run(lab.model, {"input": x})["logits"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_change_only_in_intermediates_is_not_called_an_output_change():
+    zero = onnx.numpy_helper.from_array(np.zeros([4], np.float32), "zero")
+    g = helper.make_graph([helper.make_node("LeakyRelu", ["x"], ["h"], name="act", alpha=0.1),
+                           helper.make_node("Mul", ["h", "zero"], ["y"], name="mul")], "g",
+                          [helper.make_tensor_value_info("x", 1, [4])],
+                          [helper.make_tensor_value_info("y", 1, [4])], [zero])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    r = lab.set_attribute("act", "alpha", 0.5)
+    assert r.outputs_changed is False and r.verify_passed is None
+    assert r.first_failure == "h" and r.max_abs_err == 0
+    assert "outputs unchanged within tolerance" in r.notes[-1]
+    assert "intermediate values changed" in r.notes[-1]
