@@ -134,6 +134,8 @@ def _verdict(r: Any) -> str:
         return "outputs unchanged (verified)"
     if r.verify_passed is False:
         return f"VERIFICATION FAILED at {r.first_failure}"
+    if r.outputs_changed is False:  # only intermediate values changed
+        return r.notes[-1]
     if r.outputs_changed:
         return (f"outputs changed (expected for this edit): max_abs {r.max_abs_err:.3g}"
                 if r.max_abs_err is not None else "outputs changed (expected for this edit)")

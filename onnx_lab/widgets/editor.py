@@ -329,6 +329,8 @@ class Editor(View):
         elif r.outputs_changed:
             verdict, kind = (f"outputs changed (expected for this edit): max_abs "
                              f"{r.max_abs_err:.3g}", "info")
+        elif r.outputs_changed is False and r.verify_passed is None:  # intermediates only
+            verdict, kind = r.notes[-1], "info"
         elif r.verify_passed:
             verdict, kind = (f"outputs unchanged (verified, max_abs {r.max_abs_err:.3g})",
                              "ok")
