@@ -467,10 +467,13 @@ class RemoveNode(_EditPass):
         nid = self.options["node_id"]
         plan = removal_plan(model, nid, self._mode())
         if plan["problem"]:
+            fix = ("Add an output before it first (add_output), or remove a node further "
+                   "down. The model is unchanged." if self._mode() == "cascade" else
+                   "Use reconnect=False (mode='inputs': its outputs become model inputs) or "
+                   "mode='cascade' (see removal_plan), or remove_output / rename tensors "
+                   "first. The model is unchanged.")
             raise PassError(f"Cannot remove {nid} ({self._mode()}): {plan['problem']}.",
-                            fix="Use reconnect=False (mode='inputs': its outputs become "
-                            "model inputs) or mode='cascade' (see removal_plan), or "
-                            "remove_output / rename tensors first. The model is unchanged.")
+                            fix=fix)
         return [Match(f"remove_node:{nid}", "remove_node", self.name, list(plan["nodes"]), nid,
                       f"remove {', '.join(plan['nodes'])}")]
 

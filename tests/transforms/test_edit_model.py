@@ -303,3 +303,14 @@ def test_a_change_only_in_intermediates_is_not_called_an_output_change():
     assert r.first_failure == "h" and r.max_abs_err == 0
     assert "outputs unchanged within tolerance" in r.notes[-1]
     assert "intermediate values changed" in r.notes[-1]
+
+
+def test_edits_inside_control_flow():
+    lab = onnx_lab.open("sample:control_flow")
+    r = lab.rename_tensor("neg_x", "neg_out")  # defined inside If_2's else branch
+    assert r.verify_passed is True
+    assert "neg_out" in {o.name for o in lab.index.node("If_2/else_branch/Neg_0").outputs}
+    assert lab.rename_node("inner_if", "the_if").verify_passed is True
+    _refused(lab, lambda: lab.add_output("neg_out"), "subgraph")
+    _refused(lab, lambda: lab.remove_node("Loop_3/body/Identity_0"), "graph output")
+    _refused(lab, lambda: lab.remove_node_cascade("If_2"), "add_output")
