@@ -592,6 +592,69 @@ class Lab:
         """Rename a tensor everywhere (inputs, outputs, initializers, node edges)."""
         return self.apply("rename_tensor", verify=verify, old=old, new=new)
 
+    def removal_plan(self, node_id: str, mode: str = "reconnect") -> dict[str, Any]:
+        """What ``remove_node(node_id, mode=mode)`` would remove, before doing it; see
+        :func:`onnx_lab.transforms.edit.removal_plan`."""
+        from onnx_lab.transforms.edit import removal_plan
+
+        return removal_plan(self.model, node_id, mode)
+
+    def remove_node_cascade(self, node_id: str, verify: bool | Mapping[str, Any] = True):
+        """Remove a node and every node after it (see :meth:`removal_plan` first)."""
+        return self.apply("remove_node", verify=verify, node_id=node_id, mode="cascade")
+
+    def rename_node(self, node_id: str, new: str, verify: bool | Mapping[str, Any] = True):
+        """Rename a node (a new version; outputs checked bit-identical)."""
+        return self.apply("rename_node", verify=verify, node_id=node_id, new=new)
+
+    def add_output(self, tensor: str, verify: bool | Mapping[str, Any] = True):
+        """Make a tensor a graph output (existing outputs checked bit-identical)."""
+        return self.apply("add_output", verify=verify, tensor=tensor)
+
+    def remove_output(self, output: str, verify: bool | Mapping[str, Any] = True):
+        """Remove a graph output and the nodes only it needed."""
+        return self.apply("remove_output", verify=verify, output=output)
+
+    def replace_initializer(self, name: str, value: Any,
+                            verify: bool | Mapping[str, Any] = True):
+        """Replace an initializer from an array or a .npy/.npz path (shape and dtype checked)."""
+        return self.apply("replace_initializer", verify=verify, initializer=name, value=value)
+
+    def scale_initializer(self, name: str, factor: float,
+                          verify: bool | Mapping[str, Any] = True):
+        """Multiply a float initializer by ``factor``."""
+        return self.apply("scale_initializer", verify=verify, initializer=name, factor=factor)
+
+    def add_node(self, tensor: str, op_type: str, attributes: Mapping[str, Any] | None = None,
+                 inputs: Sequence[Any] | None = None, name: str = "",
+                 verify: bool | Mapping[str, Any] = True):
+        """Insert a node after ``tensor`` (it takes over the tensor's consumers).
+
+        Example:
+            >>> lab.add_node("logits", "Softmax", {"axis": -1})
+            >>> lab.add_node("x", "Mul", inputs=[0.5])
+        """
+        return self.apply("add_node", verify=verify, tensor=tensor, op_type=op_type,
+                          attributes=dict(attributes or {}),
+                          inputs=list(inputs) if inputs is not None else None, node_name=name)
+
+    def to_script(self, source: str | None = None) -> str:
+        """A Python script replaying the history up to the current step; see
+        :meth:`onnx_lab.core.history.History.to_script`."""
+        from onnx_lab.transforms.base import pass_names
+
+        return self._history.to_script(source, set(pass_names()))
+
+    def edit(self, **kwargs: Any):
+        """The Editor widget on this Lab: the graph canvas and an edit panel.
+
+        Example:
+            >>> onnx_lab.open("sample:convnet").edit()
+        """
+        from onnx_lab.widgets.editor import Editor
+
+        return Editor(self, **kwargs)
+
     # ================================================================== comparison
     @forwards("onnx_lab.numerics.compare:compare", drop=("reference", "candidate"))
     def compare(self, other: Any = None, **kw: Any):

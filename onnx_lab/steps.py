@@ -26,7 +26,7 @@ from onnx_lab.errors import (InputError, PassError, RuntimeLoadError, check_keyw
 from onnx_lab.numerics.verify import fill_result, report_of, verify_extract
 from onnx_lab.runtime.feeds import input_specs
 from onnx_lab.transforms.apply import preset_passes, run_pass
-from onnx_lab.transforms.base import PassResult, pass_kind
+from onnx_lab.transforms.base import PassResult, pass_kind, pass_traits
 from onnx_lab.transforms.extract import extract_model
 
 logger = logging.getLogger(__name__)
@@ -82,13 +82,16 @@ def interface_change(before: Any, after: Any, pass_name: str) -> PassError | Non
     nothing computes (ort_transformers' fusions on an optimum merged decoder: 0 nodes left),
     is refused here, before verification, with the tool's name. A pass that changes an
     output's *type* on request (``remove_zipmap``) keeps its names and passes; a tool that
-    changes one does not.
+    changes one does not. Edit passes (kind ``edit``: renames, added or removed outputs) change
+    the interface because the user asked, and are not checked here.
     """
+    kind = pass_kind(pass_name) or "graph"
+    if kind == "edit":  # renames, added or removed outputs: the interface change asked for
+        return None     # (each edit checks its own result with onnx's checker)
     old_in = [n for n, _d, _s in input_specs(before)]
     new_in = [n for n, _d, _s in input_specs(after)]
     old_out = [v.name for v in before.graph.outputs]
     new_out = [v.name for v in after.graph.outputs]
-    kind = pass_kind(pass_name) or "graph"
     changes = []
     if missing := [n for n in old_in if n not in new_in]:
         changes.append(f"removed input(s) {missing[:6]}")
@@ -167,6 +170,9 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
             problem = interface_change(before, result.model, pass_name)
             if problem is not None:
                 raise problem
+        preserving, preset = pass_traits(pass_name)
+        if preset is not None and opts is not None:
+            opts.setdefault("preset", preset)  # renames, outputs: bit-identical
         if result.modified and opts is not None:
             t0 = time.perf_counter()
             try:
@@ -180,17 +186,48 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                                        fix=(e.fix or "") + " Or apply with verify=False "
                                        "(--no-verify).") from e
             fill_result(result, report, time.perf_counter() - t0)
+            if not preserving:
+                _expected_change(result)
             if _cache is not None:
                 # Only the new version can be the next step's reference: drop older captures
                 # (BERT-base at sequence 128: 320 MB per version).
                 for k in [k for k, v in _cache.items() if v[0] is not result.model]:
                     del _cache[k]
-            if not result.verify_passed:
+            if result.verify_passed is False:
                 logger.warning("%s: verification failed at %s", pass_name, result.first_failure)
         if result.modified or _record_noop:
             new_dims, new_shapes = fit_dims(result.model, dims, shapes)
             history.push(result, dims=new_dims, shapes=new_shapes)
         return result
+
+
+def _expected_change(result: PassResult) -> None:
+    """For an edit meant to change values (an attribute, a weight, a removed node): a
+    difference is what the user asked for, reported as such, not as a failed verification.
+
+    ``outputs_changed`` is judged on the model outputs alone; a change only in intermediate
+    tensors (outputs within tolerance) is said so."""
+    err = result.max_abs_err
+    if result.verify_passed:
+        result.outputs_changed = False
+        result.notes.append("outputs unchanged within tolerance"
+                            + (f" (max_abs {err:.3g})" if err is not None else ""))
+        return
+    report = result._verification
+    rows = report.rows if hasattr(report, "rows") else report.to_dict("records")
+    outputs = [r for r in rows if r.get("match") == "output"]
+    result.notes[:] = [n for n in result.notes if not n.startswith("verification failed")]
+    result.verify_passed = None  # first_failure stays: where the values start to differ
+    where = f", first at {result.first_failure!r}" if result.first_failure else ""
+    if outputs and all(bool(r.get("passed")) for r in outputs):
+        result.outputs_changed = False
+        result.notes.append("outputs unchanged within tolerance"
+                            + (f" (max_abs {err:.3g})" if err is not None else "")
+                            + f"; intermediate values changed (expected for this edit){where}")
+        return
+    result.outputs_changed = True
+    result.notes.append("outputs changed (expected for this edit): max_abs "
+                        + (f"{err:.3g}" if err is not None else "n/a") + where)
 
 
 def apply_preset(history: History, preset: str | Sequence[str] = "safe",

@@ -22,7 +22,17 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from onnx_lab import _exit
-from onnx_lab.cli import analysis, audit, core, numerics, precision, profiling, render, transforms
+from onnx_lab.cli import (
+    analysis,
+    audit,
+    core,
+    edit,
+    numerics,
+    precision,
+    profiling,
+    render,
+    transforms,
+)
 from onnx_lab.cli._common import (
     add_dims_args,
     add_model_arg,
@@ -65,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         area.register(sub)
     precision.register(sub)  # onnx_lab/cli/precision.py: the precision doctor
     audit.register(sub)  # onnx_lab/cli/audit.py: a whole model zoo, isolated per model
+    edit.register(sub)  # onnx_lab/cli/edit.py: manual edits, each flag a step
     return parser
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source_map import carry_sources, source_share
@@ -30,10 +32,10 @@ from onnx_lab.errors import InputError
 # import transforms, so it is typed by what History reads of it.
 PassResult = Any
 
-__all__ = ["Version", "History", "HISTORY_COLUMNS"]
+__all__ = ["Version", "History", "HISTORY_COLUMNS", "step_call"]
 
 HISTORY_COLUMNS = ["step", "pass", "params", "modified", "nodes_before", "nodes_after",
-                   "verify_passed", "max_abs_err", "seconds", "source_share"]
+                   "verify_passed", "max_abs_err", "outputs_changed", "seconds", "source_share"]
 
 
 @dataclass
@@ -59,12 +61,13 @@ class Version:
         if r is None:
             return {"step": self.step, "pass": "original", "params": {}, "modified": False,
                     "nodes_before": n, "nodes_after": n, "verify_passed": None,
-                    "max_abs_err": None, "seconds": 0.0,
+                    "max_abs_err": None, "outputs_changed": None, "seconds": 0.0,
                     "source_share": source_share(self.model)}
         return {"step": self.step, "pass": r.name, "params": dict(r.params),
                 "modified": r.modified, "nodes_before": r.nodes_before,
                 "nodes_after": r.nodes_after, "verify_passed": r.verify_passed,
                 "max_abs_err": r.max_abs_err,
+                "outputs_changed": getattr(r, "outputs_changed", None),
                 "seconds": r.seconds + (r.verify_seconds or 0.0),
                 "source_share": source_share(self.model)}
 
@@ -149,6 +152,8 @@ class History:
             step (int), pass (str: 'original' for step 0), params (dict), modified (bool),
             nodes_before, nodes_after (int, all graphs), verify_passed (bool or None when not
             verified), max_abs_err (float or None: largest error over the model outputs),
+            outputs_changed (bool or None: for edits meant to change values, whether they
+            did; such a step's verify_passed is None),
             seconds (float: pass plus verification), source_share (float or None: the share of
             nodes whose PyTorch module is known, see :mod:`onnx_lab.core.source_map`),
             current (bool: the version the Lab shows).
@@ -208,3 +213,121 @@ class History:
                              fix="Pass a step number from lab.history.")
         self.current = k
         return self.version
+
+    # -- replay ------------------------------------------------------------------------------
+    def to_script(self, source: str | None = None, known: set[str] | None = None) -> str:
+        """A Python script that replays the history up to the current step:
+        ``lab = onnx_lab.open(...)`` then one Lab call per step.
+
+        Args:
+            source: the model path to open (default: the file step 0 was opened from).
+            known: names of the passes that can be replayed (``Lab.to_script`` passes the
+                registry); other steps (a precision search, a merge) raise InputError.
+
+        Example:
+            >>> print(lab.versions.to_script())
+        """
+        return _to_script(self, source, known)
+
+
+# Steps whose Lab method reads better than lab.apply(...): pass -> (method, positional params).
+_CALLS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "set_attribute": ("set_attribute", ("node_id", "attribute", "value")),
+    "rename_tensor": ("rename_tensor", ("old", "new")),
+    "rename_node": ("rename_node", ("node_id", "new")),
+    "add_output": ("add_output", ("tensor",)),
+    "remove_output": ("remove_output", ("output",)),
+    "replace_initializer": ("replace_initializer", ("initializer", "value")),
+    "scale_initializer": ("scale_initializer", ("initializer", "factor")),
+    "fix_dims": ("fix_dims", ("dims",)),
+    "set_input_shape": ("set_input_shape", ("input", "shape")),
+    "convert_opset": ("convert_opset", ("target",)),
+}
+
+
+def _literal(v: Any, where: str) -> str:
+    """``v`` as Python source that evaluates back to it (InputError for what cannot)."""
+    if v is None or isinstance(v, (bool, str)):
+        return repr(v)
+    if isinstance(v, (int, np.integer)):
+        return repr(int(v))
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        return repr(f) if np.isfinite(f) else f"float({str(f)!r})"
+    if isinstance(v, Path):
+        return repr(str(v))
+    if isinstance(v, (list, tuple)):
+        inner = ", ".join(_literal(x, where) for x in v)
+        return f"[{inner}]" if isinstance(v, list) else f"({inner}{',' if len(v) == 1 else ''})"
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{_literal(k, where)}: {_literal(x, where)}"
+                               for k, x in v.items()) + "}"
+    if isinstance(v, np.ndarray):
+        if v.size > 4096:
+            raise InputError(f"{where} holds a {list(v.shape)} array, too large for a script.",
+                             fix="Pass the array as a .npy path (np.save) so the script can "
+                             "name the file.")
+        return f"np.array({_literal(v.tolist(), where)}, dtype={str(v.dtype)!r})"
+    raise InputError(f"{where}: a {type(v).__name__} value cannot be written as Python source.",
+                     fix="Pass numbers, strings, lists, dicts, arrays or file paths.")
+
+
+def step_call(result: PassResult, var: str = "lab") -> str:
+    """The Lab call that makes the step of ``result``, e.g.
+    ``lab.set_attribute('/bn', 'epsilon', 0.001)`` (InputError for values that have no
+    source form)."""
+    name, params = result.name, dict(result.params)
+    where = f"step {name}"
+    if name in _CALLS:
+        method, pos = _CALLS[name]
+        args = [_literal(params.pop(k, None), where) for k in pos]
+        args += [f"{k}={_literal(v, where)}" for k, v in params.items()]
+        return f"{var}.{method}({', '.join(args)})"
+    if name == "remove_node":
+        nid = _literal(params["node_id"], where)
+        mode = params.get("mode") or ("reconnect" if params.get("reconnect", True) else "inputs")
+        return (f"{var}.remove_node_cascade({nid})" if mode == "cascade" else
+                f"{var}.remove_node({nid}, reconnect={mode == 'reconnect'})")
+    if name == "add_node":
+        args = [_literal(params[k], where) for k in ("tensor", "op_type")]
+        if params.get("attributes"):
+            args.append(f"attributes={_literal(params['attributes'], where)}")
+        if params.get("inputs") is not None:
+            args.append(f"inputs={_literal(params['inputs'], where)}")
+        if params.get("node_name"):
+            args.append(f"name={_literal(params['node_name'], where)}")
+        return f"{var}.add_node({', '.join(args)})"
+    args = [_literal(name, where)]
+    if result.matches:
+        args.append(f"matches={_literal(list(result.matches), where)}")
+    args += [f"{k}={_literal(v, where)}" for k, v in params.items()]
+    return f"{var}.apply({', '.join(args)})"
+
+
+def _to_script(history: History, source: str | None, known: set[str] | None) -> str:
+    if history.derived_from and source is None:
+        raise InputError(f"This history does not start from a file ({history.derived_from}).",
+                         fix="Pass to_script(source='model.onnx') naming the model of step 0.")
+    src = source if source is not None else (str(history.source_path)
+                                             if history.source_path else None)
+    if src is None:
+        raise InputError("The model was opened from memory: the script cannot name it.",
+                         fix="Pass to_script(source='model.onnx') or open the model from a "
+                         "file.")
+    v0 = history.original
+    extra = ""
+    if v0.dims:
+        extra += f", dims={_literal(v0.dims, 'step 0')}"
+    if v0.shapes:
+        extra += f", shapes={_literal(v0.shapes, 'step 0')}"
+    lines = ['"""Replays an onnx_lab session (generated by History.to_script)."""',
+             "import numpy as np  # noqa: F401  (arrays in parameters)", "",
+             "import onnx_lab", "", f"lab = onnx_lab.open({src!r}{extra})"]
+    for v in history.versions[1:history.current + 1]:
+        r = v.result
+        if r is None or (known is not None and r.name not in known):
+            raise InputError(f"Step {v.step} ({r.name if r is not None else '?'}) is not a "
+                             "registered pass and cannot be replayed as lab.apply.",
+                             fix="Script the steps before it (checkout) or redo it by hand.")
+        lines.append(step_call(r) + f"  # step {v.step}")
+    return "\n".join(lines) + "\n"

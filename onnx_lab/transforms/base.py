@@ -107,6 +107,8 @@ class PassResult:
     max_abs_err: float | None = None
     first_failure: str | None = None
     verify_seconds: float | None = None
+    # True when an edit meant to change values did (see steps.apply); None otherwise
+    outputs_changed: bool | None = None
 
     @property
     def verification(self) -> pd.DataFrame | None:
@@ -143,7 +145,8 @@ class PassResult:
                 "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
                 "reason": self.reason, "seconds": round(self.seconds, 6),
                 "verify_passed": self.verify_passed, "max_abs_err": self.max_abs_err,
-                "first_failure": self.first_failure, "notes": list(self.notes),
+                "first_failure": self.first_failure, "outputs_changed": self.outputs_changed,
+                "notes": list(self.notes),
                 "matches": list(self.matches)}
 
     def _repr_html_(self) -> str:
@@ -631,6 +634,17 @@ def pass_kind(name: str) -> str:
         raise unknown_name("pass", name, _REGISTRY,
                            fix="See onnx_lab.transforms.available() (or `onnx-lab passes`).")
     return _REGISTRY[name].kind
+
+
+def pass_traits(name: str) -> tuple[bool, str | None]:
+    """What a registered pass declares for its verification: (semantics_preserving,
+    verify_preset). Tools and factories: (True, None)."""
+    _load_builtins()
+    cls = _REGISTRY[name].factory if name in _REGISTRY else None
+    if not isinstance(cls, type):
+        return True, None
+    return (bool(getattr(cls, "semantics_preserving", True)),
+            getattr(cls, "verify_preset", None))
 
 
 def available() -> pd.DataFrame:

@@ -8,6 +8,8 @@ anywidget whose JavaScript and CSS ship in ``widgets/static/``, no CDN).
 - :class:`Profiler`: per-operator profiling, batch sweep, optimization levels, cost.
 - :class:`PrecisionDoctor`: which nodes to keep in fp32 / out of int8, found by a search.
 - :class:`DiffView`: two versions side by side, synced, fused nodes linked to their originals.
+- :class:`Editor` (``lab.edit()``): the canvas with an edit panel; each edit a verified,
+  undoable step, the session replayable as a script.
 
 Every widget has ``.result`` (the object behind what it shows) and shows the equivalent
 Python call. Imported lazily so ``import onnx_lab.widgets`` stays light.
@@ -26,6 +28,7 @@ _LAZY = {
     "Profiler": "onnx_lab.widgets.profiler",
     "PrecisionDoctor": "onnx_lab.widgets.precision",
     "DiffView": "onnx_lab.widgets.diff_view",
+    "Editor": "onnx_lab.widgets.editor",
 }
 
 __all__ = list(_LAZY)

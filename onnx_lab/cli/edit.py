@@ -1,0 +1,178 @@
+"""CLI subcommand ``edit``: manual edits of a model, each flag one verified step, in
+command-line order, then the result saved.
+
+Example:
+    onnx-lab edit model.onnx out.onnx --set-attr /bn:epsilon=1e-3 --rename input=image \
+        --add-output /stem/relu/Relu_output_0 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from typing import Any
+
+from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args, print_json
+from onnx_lab.core.history import step_call
+from onnx_lab.errors import InputError
+from onnx_lab.lab import Lab
+from onnx_lab.transforms.edit import edit_provenance
+
+__all__ = ["register"]
+
+# flag -> (metavar, help)
+_FLAGS = {
+    "--set-attr": ("NODE:NAME=VALUE", "set an attribute (VALUE: a number, a string, a JSON "
+                   "list like [1,2]); checked against the op schema"),
+    "--remove": ("NODE", "remove a node, reconnecting its input to its consumers"),
+    "--remove-cascade": ("NODE", "remove a node and every node after it"),
+    "--rename": ("OLD=NEW", "rename a tensor (graph inputs and outputs too; a node when OLD "
+                 "is a node id and no tensor)"),
+    "--add-output": ("TENSOR", "make a tensor a graph output"),
+    "--remove-output": ("OUTPUT", "remove a graph output and the nodes only it needed"),
+    "--input-shape": ("NAME:1x3x224x224", "set the declared shape of an input (dim names "
+                      "allowed: batchx3x224x224)"),
+    "--replace-init": ("NAME=FILE", "replace an initializer from a .npy / .npz (same shape "
+                       "and dtype)"),
+    "--scale-init": ("NAME=FACTOR", "multiply a float initializer by FACTOR"),
+}
+
+
+class _Ordered(argparse.Action):
+    """Collect every edit flag into one list of (flag, value), in command-line order."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        steps = list(getattr(namespace, "edits", None) or [])
+        steps.append((option_string, values))
+        namespace.edits = steps
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``edit``."""
+    p = sub.add_parser("edit", help="edit a model: attributes, removals, renames, outputs, "
+                       "shapes, weights (each flag a verified step)")
+    add_model_arg(p, "input")
+    p.add_argument("output", help="where to write the edited model")
+    for flag, (metavar, text) in _FLAGS.items():
+        p.add_argument(flag, action=_Ordered, dest="edits", metavar=metavar, help=text)
+    add_dims_args(p)
+    p.add_argument("--script", default=None, help="also write the replay script (Python) here")
+    p.add_argument("--no-verify", action="store_true", help="skip numerical verification")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_edit, edits=None)
+
+
+def parse_value(text: str) -> Any:
+    """A command-line attribute value: JSON (numbers, lists, quoted strings, true/false),
+    else a Python literal, else the text itself (``SAME_UPPER``)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def _pair(flag: str, value: str, sep: str, form: str) -> tuple[str, str]:
+    left, s, right = value.partition(sep) if sep == "=" else value.rpartition(sep)
+    if not s or not left or not right:
+        raise InputError(f"{flag} {value!r} is not {form}.", fix=f"Write {flag} {form}.")
+    return left, right
+
+
+def _dims(flag: str, value: str) -> tuple[str, list[int | str]]:
+    name, dims = _pair(flag, value, ":", "NAME:1x3x224x224")
+    out: list[int | str] = []
+    for d in dims.replace(",", "x").split("x"):
+        if not d:
+            continue
+        out.append(int(d) if d.isdigit() else d)
+    return name, out
+
+
+def _step(lab: Lab, flag: str, value: str, verify: bool):
+    if flag == "--set-attr":
+        left, raw = _pair(flag, value, "=", "NODE:NAME=VALUE")
+        node, attr = _pair(flag, left, ":", "NODE:NAME=VALUE")
+        return lab.set_attribute(node, attr, parse_value(raw), verify=verify)
+    if flag == "--remove":
+        return lab.remove_node(value, verify=verify)
+    if flag == "--remove-cascade":
+        return lab.remove_node_cascade(value, verify=verify)
+    if flag == "--rename":
+        old, new = _pair(flag, value, "=", "OLD=NEW")
+        if old not in lab.index.values and old in lab.index.entries:
+            return lab.rename_node(old, new, verify=verify)
+        return lab.rename_tensor(old, new, verify=verify)
+    if flag == "--add-output":
+        return lab.add_output(value, verify=verify)
+    if flag == "--remove-output":
+        return lab.remove_output(value, verify=verify)
+    if flag == "--input-shape":
+        name, dims = _dims(flag, value)
+        return lab.set_input_shape(name, dims, verify=verify)
+    if flag == "--replace-init":
+        name, path = _pair(flag, value, "=", "NAME=FILE")
+        return lab.replace_initializer(name, path, verify=verify)
+    if flag == "--scale-init":
+        name, factor = _pair(flag, value, "=", "NAME=FACTOR")
+        try:
+            f = float(factor)
+        except ValueError:
+            raise InputError(f"{flag} {value!r}: {factor!r} is not a number.",
+                             fix=f"Write {flag} NAME=0.5.") from None
+        return lab.scale_initializer(name, f, verify=verify)
+    raise InputError(f"Unknown edit flag {flag}.", fix="See onnx-lab edit --help.")
+
+
+def _verdict(r: Any) -> str:
+    if r.verify_passed is True:
+        return "outputs unchanged (verified)"
+    if r.verify_passed is False:
+        return f"VERIFICATION FAILED at {r.first_failure}"
+    if r.outputs_changed is False:  # only intermediate values changed
+        return r.notes[-1]
+    if r.outputs_changed:
+        return (f"outputs changed (expected for this edit): max_abs {r.max_abs_err:.3g}"
+                if r.max_abs_err is not None else "outputs changed (expected for this edit)")
+    return "not verified"
+
+
+def _edit(args: argparse.Namespace) -> int:
+    if not args.edits:
+        raise InputError("onnx-lab edit needs at least one edit flag.",
+                         fix="e.g. --set-attr NODE:NAME=VALUE, --rename OLD=NEW; see "
+                         "onnx-lab edit --help.")
+    lab = open_from_args(args, "input")
+    n0 = len(lab.index)
+    results = []
+    for flag, value in args.edits:
+        r = _step(lab, flag, value, not args.no_verify)
+        results.append((flag, value, r))
+    out = lab.save(args.output)
+    script = None
+    if args.script:
+        script = lab.to_script(source=str(args.input))
+        with open(args.script, "w", encoding="utf-8") as f:
+            f.write(script)
+    failed = [r for _f, _v, r in results if r.verify_passed is False]
+    if args.json:
+        print_json({"steps": [{"flag": f, "value": v, "call": step_call(r), **r.summary(),
+                               **edit_provenance(r)} for f, v, r in results],
+                    "nodes_before": n0, "nodes_after": len(lab.index), "output": str(out),
+                    "script": args.script})
+    else:
+        for f, v, r in results:
+            what = f"{r.nodes_before} -> {r.nodes_after} nodes" if r.modified else \
+                f"unchanged ({r.reason})"
+            print(f"{f} {v}: {what}, {_verdict(r)}")
+        print(f"{n0} -> {len(lab.index)} nodes, written to {out}")
+    if failed:
+        print(f"onnx-lab: verification failed for {', '.join(r.name for r in failed)}",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,478 @@
+"""Editor: the graph canvas with an edit panel bound to the selected node, input or output.
+
+Select a node on the canvas (or call :meth:`Editor.select`) and the panel offers the edits that
+apply: its attributes with typed fields from the op schema, rename, removal (reconnect, cascade
+with the list of what goes, or outputs as inputs), and for its output tensors: add as graph
+output, rename, insert a node after it; for its initializer inputs: replace from a .npy/.npz or
+scale. A graph input offers rename and shape; a graph output rename and removal. Every edit is
+one Lab call (shown under the widget), a verified step of ``lab.history``; errors stay inside
+the widget and leave the model as it was. Undo/redo move through the history, the table shows
+it, and :meth:`Editor.script` is the session as a Python script.
+
+Example:
+    >>> ed = lab.edit()
+    >>> ed.select("/stem/bn/BatchNormalization")
+    >>> ed.attribute.value = "epsilon"; ed.attr_value.value = "1e-3"; ed.set_attr_button.click()
+    >>> ed.code.value   # Python: lab.set_attribute('/stem/bn/BatchNormalization', 'epsilon', 0.001)
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+import ipywidgets as w
+import numpy as np
+
+from onnx_lab._pandas import pd
+from onnx_lab.core.history import step_call
+from onnx_lab.errors import InputError
+from onnx_lab.lab import as_lab
+from onnx_lab.transforms.edit import (
+    EDIT_OPS,
+    attribute_form,
+    edit_provenance,
+    parse_attribute_text,
+)
+from onnx_lab.widgets._common import View, badge, code_html, info_html, short
+
+__all__ = ["Editor"]
+
+_WIDE = w.Layout(width="340px")
+
+
+def _button(text: str, tip: str = "", style: str = "") -> w.Button:
+    return w.Button(description=text, tooltip=tip or text, button_style=style,
+                    layout=w.Layout(width="auto"))
+
+
+def _json_field(text: str, what: str, default: Any) -> Any:
+    if not text.strip():
+        return default
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise InputError(f"{what} {text!r} is not JSON.",
+                         fix='Write e.g. {"axis": 1} for attributes, [0.5] for inputs.') from e
+
+
+def _fmt(x: Any) -> str:
+    # ONNX float attributes are float32: show the shortest text that reads back the same
+    return str(np.float32(x)) if isinstance(x, float) else str(x)
+
+
+def history_html(history: pd.DataFrame) -> str:
+    """The history table: one row per step with its call's parameters and its verdict
+    (an expected change is not a failure), the current step marked."""
+    head = ("<tr><th>step</th><th>edit</th><th>params</th><th>nodes</th><th>outputs</th>"
+            "<th>max_abs</th><th></th></tr>")
+    rows = []
+    for r in history.to_dict("records"):
+        err = r.get("max_abs_err")
+        err_txt = "" if err is None or pd.isna(err) else f"{err:.3g}"
+        changed = r.get("outputs_changed")
+        verified = r.get("verify_passed")
+        if verified is not None and pd.isna(verified):
+            verified = None
+        if r["step"] == 0:
+            ver = ""
+        elif changed is True:
+            ver = ("<span class='onnx-lab-badge onnx-lab-changed' style='background:#1565c0;"
+                   "color:white;padding:1px 6px;border-radius:8px;font-size:11px'>changed "
+                   "(expected)</span>")
+        else:
+            ver = badge(None if verified is None else bool(verified))
+        current = bool(r.get("current", False))
+        style = " style='background:#e3f2fd;font-weight:bold'" if current else ""
+        rows.append(
+            f"<tr class='onnx-lab-history-row' data-step='{int(r['step'])}'{style}>"
+            f"<td>{int(r['step'])}</td><td>{html.escape(str(r['pass']))}</td>"
+            f"<td>{short(r['params'] or '', 60)}</td>"
+            f"<td>{int(r['nodes_before'])} → {int(r['nodes_after'])}</td>"
+            f"<td>{ver}</td><td>{err_txt}</td>"
+            f"<td>{'◀ current' if current else ''}</td></tr>")
+    return ("<table class='onnx-lab-history onnx-lab-table' style='font-size:12px'>"
+            + head + "".join(rows) + "</table>")
+
+
+class Editor(View):
+    """Edit a model on its graph: each edit a verified, undoable step.
+
+    Args:
+        lab: a Lab (or anything ``onnx_lab.open`` takes).
+        height: canvas height in px.
+
+    Attributes:
+        lab: the Lab edited (its history holds every step).
+        canvas: the :class:`~onnx_lab.widgets.canvas.GraphCanvas` (``canvas.selected``).
+        target: what the panel edits: ``("node", id)``, ``("input", name)``,
+            ``("output", name)`` or None.
+        result: the PassResult of the last edit (or the removal plan after *preview*).
+        panel, message, history_html: the edit form, the last step's verdict, the history.
+    """
+
+    def __init__(self, lab: Any, *, height: int = 520) -> None:
+        from onnx_lab.widgets.canvas import GraphCanvas
+
+        self.lab = as_lab(lab)
+        self.result: Any = None
+        self.target: tuple[str, str] | None = None
+        self._expand: list[str] = []
+        self.canvas = GraphCanvas(self.lab, height=height)
+        self.canvas.on_select(self._guard(self._selected))
+        self.canvas.on_expand = self._guard(self._expand_box)
+
+        # node form
+        self.attribute = w.Dropdown(description="attribute", options=[], layout=_WIDE)
+        self.attr_hint = w.HTML("")
+        self.attr_value = w.Text(description="value", layout=_WIDE)
+        self.set_attr_button = _button("Set attribute", style="primary")
+        self.node_name = w.Text(description="new name", layout=_WIDE)
+        self.rename_node_button = _button("Rename node")
+        self.remove_mode = w.Dropdown(description="remove", layout=_WIDE, options=[
+            ("reconnect its input to its consumers", "reconnect"),
+            ("with everything after it (cascade)", "cascade"),
+            ("its outputs become model inputs", "inputs")], value="reconnect")
+        self.preview_button = _button("Preview removal", "list what would be removed")
+        self.remove_button = _button("Remove", style="danger")
+        # tensor form (outputs of the node, or the selected input/output)
+        self.tensor = w.Dropdown(description="tensor", options=[], layout=_WIDE)
+        self.add_output_button = _button("Add as graph output")
+        self.tensor_name = w.Text(description="new name", layout=_WIDE)
+        self.rename_tensor_button = _button("Rename tensor")
+        self.op_type = w.Combobox(description="insert op", options=list(EDIT_OPS),
+                                  value="Identity", ensure_option=False, layout=_WIDE)
+        self.op_attributes = w.Text(description="attributes", placeholder='{"axis": -1}',
+                                    layout=_WIDE)
+        self.op_inputs = w.Text(description="inputs", placeholder="[0.5] (constants)",
+                                layout=_WIDE)
+        self.add_node_button = _button("Insert after tensor")
+        self.shape = w.Text(description="shape", placeholder="1x3x224x224", layout=_WIDE)
+        self.shape_button = _button("Set input shape")
+        self.remove_output_button = _button("Remove graph output", style="danger")
+        # initializer form
+        self.initializer = w.Dropdown(description="weight", options=[], layout=_WIDE)
+        self.init_path = w.Text(description="from file", placeholder="w.npy or w.npz",
+                                layout=_WIDE)
+        self.replace_button = _button("Replace weight")
+        self.factor = w.FloatText(description="factor", value=1.0, layout=_WIDE)
+        self.scale_button = _button("Scale weight")
+        # history
+        self.undo_button = _button("Undo")
+        self.redo_button = _button("Redo")
+        self.message = w.HTML("")
+        self.history_html = w.HTML("")
+        self.title = w.HTML("")
+        self.panel = w.VBox([])
+
+        for b, fn in ((self.set_attr_button, self.set_attribute),
+                      (self.rename_node_button, self.rename_node),
+                      (self.preview_button, self.preview_removal),
+                      (self.remove_button, self.remove),
+                      (self.add_output_button, self.add_output),
+                      (self.rename_tensor_button, self.rename_tensor),
+                      (self.add_node_button, self.add_node),
+                      (self.shape_button, self.set_shape),
+                      (self.remove_output_button, self.remove_output),
+                      (self.replace_button, self.replace_initializer),
+                      (self.scale_button, self.scale_initializer),
+                      (self.undo_button, self.undo), (self.redo_button, self.redo)):
+            b.on_click(self._guard(lambda _b, fn=fn: fn()))
+        self.attribute.observe(self._guard(self._attr_picked), names="value")
+        # class names for the browser test and for styling
+        for name in ("attribute", "attr_value", "set_attr_button", "node_name",
+                     "rename_node_button", "remove_mode", "preview_button", "remove_button",
+                     "tensor", "add_output_button", "tensor_name", "rename_tensor_button",
+                     "op_type", "op_attributes", "op_inputs", "add_node_button", "shape",
+                     "shape_button", "remove_output_button", "initializer", "init_path",
+                     "replace_button", "factor", "scale_button", "undo_button", "redo_button",
+                     "message", "history_html", "title", "panel"):
+            getattr(self, name).add_class("onnx-lab-ed-" + name.replace("_", "-"))
+        self._result_panels = (self.message,)
+        super().__init__([w.HBox([self.canvas, w.VBox([self.title, self.panel],
+                                                      layout=w.Layout(min_width="380px"))]),
+                          self.message, w.HBox([self.undo_button, self.redo_button]),
+                          self.history_html])
+        self.add_class("onnx-lab-editor")
+        self._redraw()
+
+    # ------------------------------------------------------------------ selection
+    def select(self, name: str) -> None:
+        """Edit ``name``: a node id, ``input:NAME`` / ``output:NAME``, or a graph input or
+        output name (what a click on the canvas does)."""
+        key = self.canvas.focus(name)
+        if key is None:
+            self._target_for(name)  # not drawn (e.g. inside a collapsed box): edit it anyway
+            self._build_panel()
+
+    def _selected(self, key: str) -> None:
+        self._target_for(key)
+        self._build_panel()
+
+    def _target_for(self, key: str) -> None:
+        m = self.lab.model
+        ins = {v.name for v in m.graph.inputs}
+        outs = {v.name for v in m.graph.outputs}
+        if key in m.index.entries:
+            self.target = ("node", key)
+        elif key.startswith("input:") and key[6:] in ins:
+            self.target = ("input", key[6:])
+        elif key.startswith("output:") and key[7:] in outs:
+            self.target = ("output", key[7:])
+        elif key in ins:
+            self.target = ("input", key)
+        elif key in outs:
+            self.target = ("output", key)
+        else:
+            self.target = None
+
+    def _build_panel(self) -> None:
+        t = self.target
+        m = self.lab.model
+        if t is None:
+            self.title.value = info_html("Select a node, an input or an output on the graph "
+                                         "to edit it.")
+            self.panel.children = []
+            return
+        kind, name = t
+        self.title.value = (f"<b>{html.escape(kind)}</b> <code>{html.escape(name)}</code>"
+                            + (f" ({html.escape(m.index.node(name).op_type)})"
+                               if kind == "node" else ""))
+        row = w.HBox
+        if kind == "node":
+            node = m.index.node(name)
+            form = attribute_form(m, name)
+            self._form = {a["name"]: a for a in form}
+            editable = [a["name"] for a in form if a["type"] in
+                        ("FLOAT", "INT", "STRING", "INTS", "FLOATS", "STRINGS")]
+            self.attribute.options = editable
+            self.attribute.value = editable[0] if editable else None
+            self._attr_picked()
+            self.node_name.value = ""
+            outs = [v.name for v in node.outputs if v.name]
+            self.tensor.options = outs
+            self.tensor.value = outs[0] if outs else None
+            inits = [v.name for v in node.inputs if v is not None and v.is_initializer()]
+            self.initializer.options = inits
+            self.initializer.value = inits[0] if inits else None
+            parts: list[w.Widget] = [w.HTML("<b>Attributes</b>")]
+            parts += ([self.attribute, self.attr_hint, row([self.attr_value,
+                                                            self.set_attr_button])]
+                      if editable else [w.HTML("<i>no editable attributes</i>")])
+            parts += [w.HTML("<b>Node</b>"), row([self.node_name, self.rename_node_button]),
+                      self.remove_mode, row([self.preview_button, self.remove_button])]
+            if outs:
+                parts += [w.HTML("<b>Output tensor</b>"), self.tensor,
+                          self.add_output_button, row([self.tensor_name,
+                                                       self.rename_tensor_button]),
+                          self.op_type, self.op_attributes, self.op_inputs,
+                          self.add_node_button]
+            if inits:
+                parts += [w.HTML("<b>Weights</b>"), self.initializer,
+                          row([self.init_path, self.replace_button]),
+                          row([self.factor, self.scale_button])]
+            self.panel.children = parts
+        else:
+            self.tensor.options = [name]
+            self.tensor.value = name
+            self.tensor_name.value = ""
+            parts = [row([self.tensor_name, self.rename_tensor_button]),
+                     self.op_type, self.op_attributes, self.op_inputs, self.add_node_button]
+            if kind == "input":
+                v = next(v for v in m.graph.inputs if v.name == name)
+                dims = [str(d) if d is not None else "?" for d in (v.shape or [])]
+                self.shape.value = "x".join(dims)
+                parts += [row([self.shape, self.shape_button])]
+            else:
+                parts += [self.remove_output_button]
+            self.panel.children = parts
+
+    def _attr_picked(self, _change: Any = None) -> None:
+        a = getattr(self, "_form", {}).get(self.attribute.value)
+        if a is None:
+            self.attr_hint.value = ""
+            return
+        current = a["value"] if a["value"] is not None else a["default"]
+        self.attr_value.value = "" if current is None else (
+            ", ".join(_fmt(x) for x in current) if isinstance(current, list) else _fmt(current))
+        bits = [a["type"]]
+        if a["allowed"]:
+            bits.append("one of " + ", ".join(a["allowed"]))
+        if a["value"] is None and a["default"] is not None:
+            bits.append(f"default {a['default']}")
+        if a["required"]:
+            bits.append("required")
+        self.attr_hint.value = (f"<small>{html.escape('; '.join(bits))}</small>"
+                                f"<div style='font-size:11px;color:#666'>"
+                                f"{html.escape(a['doc'])}</div>")
+
+    # ------------------------------------------------------------------ edits
+    def _node(self) -> str:
+        if self.target is None or self.target[0] != "node":
+            raise InputError("No node is selected.", fix="Click a node on the graph first.")
+        return self.target[1]
+
+    def _edit(self, method: str, *args: Any, follow: str | None = None, **kw: Any) -> Any:
+        """Run ``lab.<method>(*args, **kw)``; show its verdict, the call, the history."""
+        r = self._call(getattr(self.lab, method), *args, busy="Editing and verifying…", **kw)
+        if r is None:
+            return None
+        self.result = r
+        self.code.value = code_html(step_call(r))
+        prov = edit_provenance(r)
+        what = "; ".join(f"{k}: {', '.join(v)}" for k, v in prov.items() if v)
+        if not r.modified:
+            verdict, kind = f"nothing changed: {r.reason}", "warn"
+        elif r.verify_passed is False:
+            verdict, kind = f"VERIFICATION FAILED at {r.first_failure}", "warn"
+        elif r.outputs_changed:
+            verdict, kind = (f"outputs changed (expected for this edit): max_abs "
+                             f"{r.max_abs_err:.3g}", "info")
+        elif r.outputs_changed is False and r.verify_passed is None:  # intermediates only
+            verdict, kind = r.notes[-1], "info"
+        elif r.verify_passed:
+            verdict, kind = (f"outputs unchanged (verified, max_abs {r.max_abs_err:.3g})",
+                             "ok")
+        else:
+            verdict, kind = "not verified", "info"
+        self.message.value = (info_html(f"step {self.lab.versions.current}: {r.name} — "
+                                        f"{verdict}", kind=kind)
+                              + f"<div style='font-size:12px'>{html.escape(what)}</div>")
+        self._redraw(follow)
+        return r
+
+    def set_attribute(self) -> Any:
+        nid = self._node()
+        a = self._form.get(self.attribute.value)
+        if a is None:
+            raise InputError("No attribute is chosen.", fix="Pick one in the list.")
+        value = parse_attribute_text(self.attr_value.value, a["type"])
+        return self._edit("set_attribute", nid, a["name"], value)
+
+    def rename_node(self) -> Any:
+        new = self.node_name.value.strip()
+        return self._edit("rename_node", self._node(), new, follow=new)
+
+    def preview_removal(self) -> dict:
+        """What *Remove* would remove (``lab.removal_plan``), shown without removing."""
+        nid, mode = self._node(), self.remove_mode.value
+        plan = self._call(self.lab.removal_plan, nid, mode,
+                          code=f"lab.removal_plan({nid!r}, {mode!r})")
+        if plan is None:
+            return {}
+        self.result = plan
+        lines = [f"removes {len(plan['nodes'])} node(s): {', '.join(plan['nodes'])}"]
+        if plan["outputs"]:
+            lines.append(f"graph outputs that go: {', '.join(plan['outputs'])}")
+        if plan["initializers"]:
+            lines.append(f"weights that go: {', '.join(plan['initializers'])}")
+        if plan["problem"]:
+            lines.append(f"refused: {plan['problem']}")
+        self.message.value = info_html("; ".join(lines),
+                                       kind="warn" if plan["problem"] else "info")
+        return plan
+
+    def remove(self) -> Any:
+        nid, mode = self._node(), self.remove_mode.value
+        if mode == "cascade":
+            r = self._edit("remove_node_cascade", nid)
+        else:
+            r = self._edit("remove_node", nid, reconnect=mode == "reconnect")
+        if r is not None:
+            self.target = None
+            self._build_panel()
+        return r
+
+    def _tensor(self) -> str:
+        if not self.tensor.value:
+            raise InputError("No tensor is chosen.", fix="Select a node with outputs, or an "
+                             "input or output.")
+        return str(self.tensor.value)
+
+    def add_output(self) -> Any:
+        return self._edit("add_output", self._tensor())
+
+    def rename_tensor(self) -> Any:
+        old, new = self._tensor(), self.tensor_name.value.strip()
+        kind = self.target[0] if self.target else ""
+        follow = f"{kind}:{new}" if kind in ("input", "output") else None
+        return self._edit("rename_tensor", old, new, follow=follow)
+
+    def add_node(self) -> Any:
+        attrs = _json_field(self.op_attributes.value, "attributes", {})
+        inputs = _json_field(self.op_inputs.value, "inputs", None)
+        if not isinstance(attrs, dict):
+            raise InputError(f"attributes must be a JSON object, got {attrs!r}.",
+                             fix='Write e.g. {"axis": -1}.')
+        if inputs is not None and not isinstance(inputs, list):
+            inputs = [inputs]
+        return self._edit("add_node", self._tensor(), self.op_type.value.strip(), attrs,
+                          inputs)
+
+    def set_shape(self) -> Any:
+        if self.target is None or self.target[0] != "input":
+            raise InputError("No graph input is selected.", fix="Click an input first.")
+        dims: list[int | str] = []
+        for d in self.shape.value.replace(",", "x").split("x"):
+            d = d.strip()
+            if d:
+                dims.append(int(d) if d.isdigit() else d)
+        return self._edit("set_input_shape", self.target[1], dims)
+
+    def remove_output(self) -> Any:
+        if self.target is None or self.target[0] != "output":
+            raise InputError("No graph output is selected.", fix="Click an output first.")
+        r = self._edit("remove_output", self.target[1])
+        if r is not None:
+            self.target = None
+            self._build_panel()
+        return r
+
+    def replace_initializer(self) -> Any:
+        if not self.initializer.value:
+            raise InputError("No weight is chosen.", fix="Select a node with weights.")
+        return self._edit("replace_initializer", self.initializer.value,
+                          self.init_path.value.strip())
+
+    def scale_initializer(self) -> Any:
+        if not self.initializer.value:
+            raise InputError("No weight is chosen.", fix="Select a node with weights.")
+        return self._edit("scale_initializer", self.initializer.value, float(self.factor.value))
+
+    # ------------------------------------------------------------------ history
+    def undo(self) -> None:
+        if self._call(self.lab.undo, code="lab.undo()") is None and self.error is None:
+            self.message.value = info_html(f"back to step {self.lab.versions.current}")
+            self._redraw()
+
+    def redo(self) -> None:
+        if self._call(self.lab.redo, code="lab.redo()") is None and self.error is None:
+            self.message.value = info_html(f"forward to step {self.lab.versions.current}")
+            self._redraw()
+
+    def script(self, source: str | None = None) -> str:
+        """The session as a Python script (``lab.to_script``)."""
+        return self.lab.to_script(source)
+
+    # ------------------------------------------------------------------ drawing
+    def _expand_box(self, scope: str) -> None:
+        if scope not in self._expand:
+            self._expand.append(scope)
+        self._redraw()
+
+    def _redraw(self, follow: str | None = None) -> None:
+        kwargs: dict[str, Any] = {"collapse": "auto"}
+        if self._expand:
+            kwargs["expand"] = list(self._expand)
+        rendering = self._call(self.lab.render, **kwargs) if len(self.lab.index) else None
+        keep = follow or (self.canvas.selected or "")
+        self.canvas.show(rendering, model=self.lab, keep_selection=True)
+        if keep and self.canvas.selected != keep and self.canvas.key_for(keep):
+            self.canvas.focus(keep)
+        # the target may be gone (removed) or renamed: rebuild from what is selected
+        self._target_for(self.canvas.selected or (self.target[1] if self.target else ""))
+        self._build_panel()
+        self.history_html.value = history_html(self.lab.history)
+        self.undo_button.disabled = self.lab.versions.current == 0
+        self.redo_button.disabled = self.lab.versions.current + 1 >= len(self.lab.versions)

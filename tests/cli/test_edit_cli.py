@@ -1,0 +1,89 @@
+"""CLI: onnx-lab edit — each flag a step in command-line order, the saved model loads in a
+fresh onnxruntime session, bad input is one line and exit code 2 with nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from onnx_lab.cli import main
+from onnx_lab.samples import build
+
+BN = "/stem/bn/BatchNormalization"
+
+
+@pytest.fixture
+def convnet(tmp_path):
+    path = tmp_path / "convnet.onnx"
+    onnx.save(build("convnet"), str(path))
+    return path
+
+
+def test_edit_steps_in_order_and_the_result_runs(convnet, tmp_path, capsys):
+    w = onnx.numpy_helper.to_array(next(i for i in build("convnet").graph.initializer
+                                        if i.name == "block1.conv.weight"))
+    np.save(tmp_path / "w.npy", w * 0.5)
+    out, script = tmp_path / "out.onnx", tmp_path / "replay.py"
+    code = main(["edit", str(convnet), str(out), "--set-attr", f"{BN}:epsilon=1e-3",
+                 "--remove", "/head/dropout/Dropout", "--rename", "input=image",
+                 "--rename", "/head/fc/Gemm=fc", "--add-output", "/stem/relu/Relu_output_0",
+                 "--replace-init", f"block1.conv.weight={tmp_path / 'w.npy'}",
+                 "--set-attr", "/block1/pool/MaxPool:auto_pad=NOTSET",
+                 "--script", str(script), "--json"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    names = [s["name"] for s in doc["steps"]]
+    assert names == ["set_attribute", "remove_node", "rename_tensor", "rename_node",
+                     "add_output", "replace_initializer", "set_attribute"]
+    first = doc["steps"][0]
+    assert first["outputs_changed"] is True and first["touched"] == [BN]
+    assert first["call"] == f"lab.set_attribute('{BN}', 'epsilon', 0.001)"
+    assert doc["steps"][2]["verify_passed"] is True  # a rename: bit-identical, checked
+    assert doc["steps"][1]["removed"] == ["/head/dropout/Dropout"]
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert [i.name for i in sess.get_inputs()] == ["image"]
+    assert [o.name for o in sess.get_outputs()] == ["logits", "/stem/relu/Relu_output_0"]
+    res = sess.run(None, {"image": np.zeros((1, 3, 32, 32), np.float32)})
+    assert res[1].ndim == 4
+    text = script.read_text()
+    assert text.count("# step") == 7 and f"onnx_lab.open({str(convnet)!r})" in text
+
+
+def test_edit_text_output_says_what_changed(convnet, tmp_path, capsys):
+    assert main(["edit", str(convnet), str(tmp_path / "o.onnx"), "--set-attr",
+                 f"{BN}:epsilon=0.1", "--add-output", "/stem/relu/Relu_output_0"]) == 0
+    out = capsys.readouterr().out
+    assert "outputs changed (expected for this edit): max_abs" in out
+    assert "--add-output /stem/relu/Relu_output_0: 21 -> 21 nodes, outputs unchanged " \
+           "(verified)" in out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--set-attr", f"{BN}:epsilon=abc"], "FLOAT"),
+    (["--set-attr", f"{BN}epsilon=1"], "NODE:NAME=VALUE"),
+    (["--rename", "input=logits"], "exists"),
+    (["--remove", "/stem/conv/Conv"], "shape"),
+    (["--replace-init", "block1.conv.weight=WRONG"], "shape"),
+    (["--input-shape", "input:1x3x64x64"], "fixed"),
+    ([], "at least one edit"),
+])
+def test_bad_edits_are_one_line_and_exit_2(convnet, tmp_path, capsys, flags, message):
+    np.save(tmp_path / "wrong.npy", np.zeros((2, 2), np.float32))
+    flags = [f.replace("WRONG", str(tmp_path / "wrong.npy")) for f in flags]
+    out = tmp_path / "out.onnx"
+    assert main(["edit", str(convnet), str(out), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("onnx-lab: error:") and message in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_edit_never_writes_over_its_input(convnet, capsys):
+    before = convnet.read_bytes()
+    assert main(["edit", str(convnet), str(convnet), "--add-output",
+                 "/stem/relu/Relu_output_0"]) == 2
+    assert "overwrite" in capsys.readouterr().err
+    assert convnet.read_bytes() == before

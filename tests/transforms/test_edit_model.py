@@ -1,0 +1,312 @@
+"""Model editing as verified steps: schema-checked attributes, removal modes and plans, renames
+(also inside If bodies), outputs, weights, inserted nodes, refusals that leave the model
+unchanged, and the replay script."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from _machinery import save_external
+from onnx import helper
+
+import onnx_lab
+from onnx_lab.errors import InputError, LabError, UnknownNameError
+from onnx_lab.runtime.capture import run
+from onnx_lab.samples import build
+from onnx_lab.transforms.edit import attribute_form, edit_provenance, removal_plan
+
+BN = "/stem/bn/BatchNormalization"
+
+
+@pytest.fixture
+def convnet(tmp_path):
+    path = tmp_path / "convnet.onnx"
+    onnx.save(build("convnet"), str(path))
+    return onnx_lab.open(path)
+
+
+def _text(lab) -> str:
+    return onnx.printer.to_text(lab.model.to_proto())
+
+
+def _feeds(lab, seed=0):
+    rng = np.random.default_rng(seed)
+    return {v.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in v.shape])
+            .astype(np.float32) for v in lab.model.graph.inputs}
+
+
+def _refused(lab, call, match):
+    """``call`` raises a LabError matching ``match`` and leaves the history as it was."""
+    before, steps = _text(lab), len(lab.versions)
+    with pytest.raises(LabError, match=match):
+        call()
+    assert _text(lab) == before and len(lab.versions) == steps
+
+
+def test_attribute_edit_is_typed_by_the_schema_and_reported_as_an_expected_change(convnet):
+    r = convnet.set_attribute(BN, "epsilon", 1e-3)
+    assert convnet.index.node(BN).attributes["epsilon"].value == pytest.approx(1e-3)
+    assert r.outputs_changed is True and r.verify_passed is None and r.max_abs_err > 0
+    assert any("outputs changed (expected for this edit): max_abs" in n for n in r.notes)
+    assert edit_provenance(r) == {"touched": [BN], "created": [], "removed": []}
+    # the same value again: nothing to do, with the reason
+    assert not convnet.set_attribute(BN, "epsilon", 1e-3).modified
+    _refused(convnet, lambda: convnet.set_attribute(BN, "epsilon", "small"), "FLOAT")
+    _refused(convnet, lambda: convnet.set_attribute(BN, "epsilon", [1e-3]), "FLOAT")
+    _refused(convnet, lambda: convnet.set_attribute("/block1/pool/MaxPool", "kernel_shape",
+                                                    [2.5, 2]), "INTS")
+    _refused(convnet, lambda: convnet.set_attribute("/block1/pool/MaxPool", "auto_pad",
+                                                    "SAME"), "SAME_UPPER")
+
+
+def test_an_edit_that_breaks_shape_inference_is_refused_with_the_reason(convnet):
+    # a 2-d perm on a 4-d tensor: only ONNX shape inference sees it
+    _refused(convnet, lambda: convnet.set_attribute("/block2/to_nhwc/Transpose", "perm",
+                                                    [1, 0]), "shape inference")
+
+
+def test_an_edit_that_keeps_values_reports_them_unchanged(convnet):
+    r = convnet.set_attribute(BN, "momentum", 0.5)  # training-only attribute
+    assert r.verify_passed is True and r.outputs_changed is False and r.max_abs_err == 0
+
+
+def test_attribute_form_lists_schema_attributes_with_types_and_values(convnet):
+    form = {a["name"]: a for a in attribute_form(convnet.model, BN)}
+    assert form["epsilon"]["type"] == "FLOAT"
+    assert form["epsilon"]["value"] == pytest.approx(1e-5)
+    assert form["momentum"]["default"] == pytest.approx(0.9)
+    pool = {a["name"]: a for a in attribute_form(convnet.model, "/block1/pool/MaxPool")}
+    assert pool["auto_pad"]["allowed"][0] == "NOTSET" and pool["kernel_shape"]["required"]
+
+
+def test_remove_node_reconnects_only_when_dtype_and_shape_allow(convnet):
+    plan = convnet.removal_plan("/head/dropout/Dropout")
+    assert plan["problem"] is None and plan["nodes"] == ["/head/dropout/Dropout"]
+    r = convnet.remove_node("/head/dropout/Dropout")
+    assert r.verify_passed is True and r.removed == ["/head/dropout/Dropout"]
+    # a Conv changes the channel count: its input cannot stand in for its output
+    assert "shape" in convnet.removal_plan("/stem/conv/Conv")["problem"]
+    _refused(convnet, lambda: convnet.remove_node("/stem/conv/Conv"), "shape")
+
+
+def test_removing_the_node_of_a_graph_output_that_cannot_be_reconnected_is_refused():
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", 1, [2])],
+                          [helper.make_tensor_value_info("y", 1, [2])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    _refused(lab, lambda: lab.remove_node("relu"), "disconnect the graph output")
+    # cascade would remove the only output: refused as well
+    _refused(lab, lambda: lab.remove_node_cascade("relu"), "every output")
+
+
+def test_cascade_says_what_it_removes_then_removes_exactly_that(convnet):
+    convnet.add_output("/head/flatten/Flatten_output_0")
+    plan = convnet.removal_plan("/head/dropout/Dropout", mode="cascade")
+    assert plan["nodes"] == ["/head/dropout/Dropout", "/head/fc/Gemm", "/head/fc/Reshape"]
+    assert plan["outputs"] == ["logits"]
+    assert set(plan["initializers"]) == {"head.fc.weight_flat", "head.fc.weight_shape",
+                                         "head.fc.bias"}
+    r = convnet.remove_node_cascade("/head/dropout/Dropout")
+    assert sorted(r.removed) == sorted(plan["nodes"])
+    assert [v.name for v in convnet.model.graph.outputs] == ["/head/flatten/Flatten_output_0"]
+    assert "head.fc.weight_flat" not in convnet.model.graph.initializers
+    assert r.verify_passed is None or r.verify_passed is True  # the kept output is compared
+    out = run(convnet.model, _feeds(convnet))
+    assert list(out) == ["/head/flatten/Flatten_output_0"]
+
+
+def test_renames_keep_every_output_bit_identical(convnet):
+    feeds = _feeds(convnet)
+    ref = run(convnet.model, feeds)["logits"]
+    for r in (convnet.rename_tensor("input", "image"), convnet.rename_tensor("logits", "scores"),
+              convnet.rename_node("/head/fc/Gemm", "classifier")):
+        assert r.verify_passed is True and r.max_abs_err == 0
+        assert r.verification["preset"].eq("exact").all()
+    assert [v.name for v in convnet.model.graph.inputs] == ["image"]
+    assert "classifier" in convnet.index.entries
+    got = run(convnet.model, {"image": feeds["input"]})["scores"]
+    assert np.array_equal(got, ref)
+    _refused(convnet, lambda: convnet.rename_tensor("scores", "image"), "exists")
+    _refused(convnet, lambda: convnet.rename_node(BN, "classifier"), "exists")
+
+
+def test_rename_follows_into_if_bodies():
+    then = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"], name="t_add")],
+                             "then", [], [helper.make_tensor_value_info("t", 1, [2])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="e_neg")],
+                              "else", [], [helper.make_tensor_value_info("e", 1, [2])])
+    g = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
+        "g", [helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
+              helper.make_tensor_value_info("x", 1, [2])],
+        [helper.make_tensor_value_info("y", 1, [2])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    r = lab.rename_tensor("x", "features")
+    assert r.verify_passed is True
+    proto = lab.model.to_proto()
+    body_inputs = {i for n in proto.graph.node for a in n.attribute for b in [a.g]
+                   for bn in b.node for i in bn.input}
+    assert body_inputs == {"features"}
+    onnx.checker.check_model(proto, full_check=True)
+
+
+def test_add_output_then_remove_it_again(convnet):
+    feeds = _feeds(convnet)
+    ref = run(convnet.model, feeds)["logits"]
+    r = convnet.add_output("/stem/relu/Relu_output_0")
+    assert r.verify_passed is True and r.max_abs_err == 0
+    out = run(convnet.model, feeds)
+    assert np.array_equal(out["logits"], ref) and out["/stem/relu/Relu_output_0"].ndim == 4
+    _refused(convnet, lambda: convnet.add_output("no_such_tensor"), "no_such_tensor")
+    r = convnet.remove_output("logits")  # the head is only needed by logits
+    assert {"/head/fc/Gemm", "/head/pool/GlobalAveragePool"} <= set(r.removed)
+    assert "/stem/relu/Relu" in convnet.index.entries
+    _refused(convnet, lambda: convnet.remove_output("/stem/relu/Relu_output_0"), "only")
+
+
+def test_replace_and_scale_an_initializer(convnet, tmp_path):
+    w = convnet.model.graph.initializers["block1.conv.weight"].const_value.numpy()
+    np.save(tmp_path / "w.npy", w * 2)
+    np.savez(tmp_path / "w.npz", **{"block1.conv.weight": w * 3, "other": w})
+    r = convnet.replace_initializer("block1.conv.weight", str(tmp_path / "w.npy"))
+    assert r.outputs_changed is True
+    assert edit_provenance(r)["touched"] == ["/block1/conv/Conv"]
+    got = convnet.model.graph.initializers["block1.conv.weight"].const_value.numpy()
+    assert np.array_equal(got, w * 2)
+    # earlier versions keep their weights
+    orig = convnet.original.model.graph.initializers["block1.conv.weight"].const_value.numpy()
+    assert np.array_equal(orig, w)
+    convnet.replace_initializer("block1.conv.weight", str(tmp_path / "w.npz"))
+    assert np.array_equal(
+        convnet.model.graph.initializers["block1.conv.weight"].const_value.numpy(), w * 3)
+    convnet.scale_initializer("block1.conv.weight", 0.5)
+    assert np.allclose(
+        convnet.model.graph.initializers["block1.conv.weight"].const_value.numpy(), w * 1.5)
+    _refused(convnet, lambda: convnet.replace_initializer("block1.conv.weight", w[:1]),
+             "shape")
+    _refused(convnet, lambda: convnet.replace_initializer("block1.conv.weight",
+                                                          w.astype(np.float64)), "float64")
+    _refused(convnet, lambda: convnet.replace_initializer("block1.conv.weight",
+                                                          str(tmp_path / "none.npy")),
+             "No file")
+
+
+@pytest.mark.parametrize("op, attrs, inputs, expect", [
+    ("Identity", {}, None, lambda y: y),
+    ("Softmax", {"axis": -1}, None, lambda y: np.exp(y) / np.exp(y).sum(-1, keepdims=True)),
+    ("Mul", {}, [2.0], lambda y: y * 2),
+    ("Add", {}, [1.0], lambda y: y + 1),
+    ("Clip", {}, [-0.1, 0.1], lambda y: np.clip(y, -0.1, 0.1)),
+    ("Transpose", {"perm": [1, 0]}, None, lambda y: y.T),
+    ("Reshape", {}, [[2, 5]], lambda y: y.reshape(2, 5)),
+    ("Cast", {"to": onnx.TensorProto.DOUBLE}, None, lambda y: y.astype(np.float64)),
+])
+def test_add_node_after_a_graph_output(convnet, op, attrs, inputs, expect):
+    feeds = _feeds(convnet)
+    ref = run(convnet.model, feeds)["logits"]
+    r = convnet.add_node("logits", op, attrs, inputs)
+    assert len(edit_provenance(r)["created"]) == 1
+    out = run(convnet.model, feeds)
+    assert list(out) == ["logits"]  # the output keeps its name and shows the new node
+    np.testing.assert_allclose(out["logits"], expect(ref), rtol=1e-5, atol=1e-6)
+
+
+def test_add_node_between_nodes_and_bad_forms(convnet):
+    r = convnet.add_node("/stem/relu/Relu_output_0", "Mul", inputs=[1.0])
+    assert r.verify_passed is True or r.outputs_changed is False
+    _refused(convnet, lambda: convnet.add_node("logits", "Softmaxx"), "No op")
+    _refused(convnet, lambda: convnet.add_node("logits", "Cast"), "needs attribute")
+    _refused(convnet, lambda: convnet.add_node("logits", "Softmax", {"axes": 1}), "axes")
+    _refused(convnet, lambda: convnet.add_node("logits", "Softmax", {"axis": "1"}), "INT")
+    _refused(convnet, lambda: convnet.add_node("logits", "Add"), "inputs")
+
+
+def test_the_script_replays_the_session(convnet, tmp_path):
+    np.save(tmp_path / "w.npy",
+            convnet.model.graph.initializers["block1.conv.weight"].const_value.numpy() * 2)
+    convnet.set_attribute(BN, "epsilon", 1e-3)
+    convnet.remove_node("/head/dropout/Dropout")
+    convnet.rename_tensor("input", "image")
+    convnet.add_output("/stem/relu/Relu_output_0")
+    convnet.replace_initializer("block1.conv.weight", str(tmp_path / "w.npy"))
+    convnet.scale_initializer("block1.conv.weight", 0.5)
+    convnet.add_node("logits", "Softmax", {"axis": 1})
+    convnet.rename_node("/head/fc/Gemm", "fc")
+    convnet.add_node("logits", "Mul", inputs=[np.float32(3.0)])
+    convnet.undo()  # an undone step is not replayed
+    script = convnet.to_script()
+    assert script.count("# step") == 8 and "lab.set_attribute('" + BN in script
+    ns: dict = {}
+    exec(compile(script, "replay.py", "exec"), ns)
+    assert _text(ns["lab"]) == _text(convnet)
+    assert convnet.versions.to_script() == script  # the History's own door
+
+
+def test_a_script_needs_a_file_to_open():
+    lab = onnx_lab.open(build("convnet"))
+    lab.rename_tensor("input", "image")
+    with pytest.raises(LabError, match="source="):
+        lab.to_script()
+    assert "onnx_lab.open('m.onnx')" in lab.to_script(source="m.onnx")
+
+
+def test_unknown_node_is_a_clear_error(convnet):
+    with pytest.raises(UnknownNameError, match="/stem/bn"):
+        convnet.set_attribute("/stem/bnn", "epsilon", 1e-3)
+    with pytest.raises(InputError, match="mode"):
+        removal_plan(convnet.model, BN, mode="all")
+
+
+def _external_lab(tmp_path):
+    path = tmp_path / "ext.onnx"
+    save_external(build("convnet"), path)  # weights over 1 KiB in ext.onnx.data
+    lab = onnx_lab.open(path)
+    assert lab.model.external_tensors()
+    return lab
+
+
+def test_edits_of_a_model_with_external_data_are_checked(tmp_path):
+    lab = _external_lab(tmp_path)
+    r = lab.set_attribute(BN, "epsilon", 1e-3)
+    # the checker runs (external weights as typed inputs), it does not fail on the files
+    assert not any("checker" in n for n in r.notes) and r.outputs_changed
+    _refused(lab, lambda: lab.set_attribute("/block2/to_nhwc/Transpose", "perm", [1, 0]),
+             "shape inference")
+
+
+def test_an_edited_model_with_external_data_loads_in_onnxruntime(tmp_path):
+    import onnxruntime as ort
+
+    lab = _external_lab(tmp_path)
+    lab.scale_initializer("block1.conv.weight", 0.5)
+    out = lab.save(tmp_path / "out" / "edited.onnx")
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    x = np.zeros((1, 3, 32, 32), np.float32)
+    np.testing.assert_allclose(sess.run(None, {"input": x})[0],
+                               run(lab.model, {"input": x})["logits"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_change_only_in_intermediates_is_not_called_an_output_change():
+    zero = onnx.numpy_helper.from_array(np.zeros([4], np.float32), "zero")
+    g = helper.make_graph([helper.make_node("LeakyRelu", ["x"], ["h"], name="act", alpha=0.1),
+                           helper.make_node("Mul", ["h", "zero"], ["y"], name="mul")], "g",
+                          [helper.make_tensor_value_info("x", 1, [4])],
+                          [helper.make_tensor_value_info("y", 1, [4])], [zero])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    r = lab.set_attribute("act", "alpha", 0.5)
+    assert r.outputs_changed is False and r.verify_passed is None
+    assert r.first_failure == "h" and r.max_abs_err == 0
+    assert "outputs unchanged within tolerance" in r.notes[-1]
+    assert "intermediate values changed" in r.notes[-1]
+
+
+def test_edits_inside_control_flow():
+    lab = onnx_lab.open("sample:control_flow")
+    r = lab.rename_tensor("neg_x", "neg_out")  # defined inside If_2's else branch
+    assert r.verify_passed is True
+    assert "neg_out" in {o.name for o in lab.index.node("If_2/else_branch/Neg_0").outputs}
+    assert lab.rename_node("inner_if", "the_if").verify_passed is True
+    _refused(lab, lambda: lab.add_output("neg_out"), "subgraph")
+    _refused(lab, lambda: lab.remove_node("Loop_3/body/Identity_0"), "graph output")
+    _refused(lab, lambda: lab.remove_node_cascade("If_2"), "add_output")

@@ -1,0 +1,157 @@
+"""Editor widget, headless: select on the canvas, fill the typed fields, click, read the
+verdict, the Python call, the history; errors stay in the widget and change nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+import onnx_lab
+from onnx_lab.samples import build
+from onnx_lab.widgets import Editor
+
+BN = "/stem/bn/BatchNormalization"
+
+
+def _lab(tmp_path):
+    path = tmp_path / "convnet.onnx"
+    onnx.save(build("convnet"), str(path))
+    return onnx_lab.open(path)
+
+
+def _text(lab):
+    return onnx.printer.to_text(lab.model.to_proto())
+
+
+def test_select_a_node_and_edit_an_attribute(tmp_path, no_error):
+    lab = _lab(tmp_path)
+    ed = lab.edit()
+    assert isinstance(ed, Editor) and ed.undo_button.disabled
+    ed.canvas.click(BN)  # what a click in the page does
+    assert ed.target == ("node", BN)
+    assert "epsilon" in ed.attribute.options
+    ed.attribute.value = "epsilon"
+    assert "FLOAT" in ed.attr_hint.value and ed.attr_value.value.startswith("1e-05")
+    ed.attr_value.value = "1e-3"
+    ed.set_attr_button.click()
+    no_error(ed)
+    assert lab.index.node(BN).attributes["epsilon"].value == np.float32(1e-3)
+    assert "outputs changed (expected for this edit): max_abs" in ed.message.value
+    assert f"lab.set_attribute(&#x27;{BN}&#x27;, &#x27;epsilon&#x27;, 0.001)" in ed.code.value
+    assert "changed (expected)" in ed.history_html.value
+    assert not ed.undo_button.disabled and ed.target == ("node", BN)
+
+
+def test_a_bad_value_is_shown_in_the_widget_and_changes_nothing(tmp_path):
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    before = _text(lab)
+    ed.select(BN)
+    ed.attribute.value = "epsilon"
+    ed.attr_value.value = "tiny"
+    ed.set_attr_button.click()
+    assert "onnx-lab-error" in ed.status.value and "FLOAT" in ed.status.value
+    ed.select("/stem/conv/Conv")
+    ed.remove_mode.value = "reconnect"
+    ed.remove_button.click()
+    assert "onnx-lab-error" in ed.status.value and "shape" in ed.status.value
+    ed.select("input:input")
+    ed.tensor_name.value = "logits"
+    ed.rename_tensor_button.click()
+    assert "exists" in ed.status.value
+    assert _text(lab) == before and len(lab.history) == 1
+
+
+def test_remove_preview_then_cascade_then_undo_twice(tmp_path, no_error):
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    ed.select("/head/flatten/Flatten")
+    ed.add_output_button.click()  # the tensor list holds the node's outputs
+    no_error(ed)
+    assert "outputs unchanged (verified" in ed.message.value
+    ed.select("/head/dropout/Dropout")
+    ed.remove_mode.value = "cascade"
+    ed.preview_button.click()
+    assert "/head/fc/Gemm" in ed.message.value and "logits" in ed.message.value
+    assert len(lab.history) == 2  # a preview is not a step
+    ed.remove_button.click()
+    no_error(ed)
+    assert "/head/fc/Gemm" not in lab.index.entries and ed.target is None
+    ed.undo_button.click()
+    ed.undo_button.click()
+    no_error(ed)
+    assert lab.versions.current == 0 and not ed.redo_button.disabled
+    ed.redo_button.click()
+    assert lab.versions.current == 1 and "lab.redo()" in ed.code.value
+
+
+def test_inputs_outputs_weights_and_inserted_nodes(tmp_path, no_error):
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    ed.select("input:input")
+    assert ed.target == ("input", "input") and ed.shape.value == "1x3x32x32"
+    ed.tensor_name.value = "image"
+    ed.rename_tensor_button.click()
+    no_error(ed)
+    assert [v.name for v in lab.model.graph.inputs] == ["image"]
+    assert ed.target == ("input", "image")  # the panel follows the rename
+    ed.select("output:logits")
+    ed.op_type.value = "Softmax"
+    ed.op_attributes.value = '{"axis": -1}'
+    ed.add_node_button.click()
+    no_error(ed)
+    assert "lab.add_node(&#x27;logits&#x27;, &#x27;Softmax&#x27;" in ed.code.value
+    ed.select("/block1/conv/Conv")
+    assert ed.initializer.options == ("block1.conv.weight",)
+    ed.factor.value = 0.5
+    ed.scale_button.click()
+    no_error(ed)
+    w = np.ones((2, 2), np.float32)
+    np.save(tmp_path / "bad.npy", w)
+    ed.init_path.value = str(tmp_path / "bad.npy")
+    ed.replace_button.click()
+    assert "shape" in ed.status.value
+    ed.select("/head/fc/Gemm")
+    ed.node_name.value = "classifier"
+    ed.rename_node_button.click()
+    no_error(ed)
+    assert ed.target == ("node", "classifier")
+    script = ed.script()
+    ns: dict = {}
+    exec(script, ns)
+    assert _text(ns["lab"]) == _text(lab)
+
+
+def test_editor_on_every_sample(sample_lab, no_error):
+    ed = Editor(sample_lab)
+    no_error(ed)
+    node = next(iter(sample_lab.index.entries))
+    ed.select(node)
+    assert ed.target == ("node", node) and ed.panel.children
+    out = ed.tensor.value
+    if out and not sample_lab.index.value(out).is_graph_output() \
+            and sample_lab.index.value_graph.get(out, "") == "":
+        ed.add_output_button.click()
+        no_error(ed)
+        assert ed.result.verify_passed is True and ed.result.max_abs_err == 0
+        ed.undo_button.click()
+        no_error(ed)
+    assert sample_lab.versions.current == 0
+
+
+def test_hostile_names_are_shown_as_text():
+    from onnx import helper
+
+    bad = "<img src=x onerror=alert(1)>"
+    g = helper.make_graph([helper.make_node("Relu", ["x"], [bad + "y"], name=bad),
+                           helper.make_node("Neg", [bad + "y"], ["z"], name="neg")], "g",
+                          [helper.make_tensor_value_info("x", 1, [2])],
+                          [helper.make_tensor_value_info("z", 1, [2])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    ed = Editor(lab)
+    ed.select(bad)
+    assert ed.target == ("node", bad)
+    assert "<img" not in ed.title.value and "&lt;img" in ed.title.value
+    ed.add_output_button.click()
+    assert "<img" not in ed.message.value + ed.code.value + ed.history_html.value
+    assert lab.model.graph.outputs[-1].name == bad + "y"
