@@ -10,7 +10,14 @@ from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.units import format_bytes
-from onnx_lab.render._html import esc_attr, esc_text, safe_url
+from onnx_lab.render._html import (
+    csp_meta,
+    esc_attr,
+    esc_text,
+    inline_script,
+    inline_style,
+    safe_url,
+)
 from onnx_lab.render.results import _si
 
 __all__ = ["audit_index_html"]
@@ -127,8 +134,8 @@ def audit_index_html(table: pd.DataFrame, *, title: str = "onnx_lab audit",
     links = links or {}
     counts = table.status.value_counts() if len(table) else pd.Series(dtype=int)
     sub = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no models"
-    parts = ["<!doctype html><html><head><meta charset='utf-8'>",
-             f"<title>{esc_text(title)}</title><style>{_STYLE}</style></head><body>",
+    parts = ["<!doctype html><html><head><meta charset='utf-8'>", csp_meta([_SCRIPT]),
+             f"<title>{esc_text(title)}</title>", inline_style(_STYLE), "</head><body>",
              f"<h1>{esc_text(title)}</h1><div class='sub'>{len(table)} models: {esc_text(sub)}"
              + (f"<br>{esc_text(note)}" if note else "") + "</div>"]
     if gate is not None:
@@ -145,5 +152,5 @@ def audit_index_html(table: pd.DataFrame, *, title: str = "onnx_lab audit",
                  + "".join(f"<th>{esc_text(h)}</th>" for h in _HEADERS) + "</tr></thead><tbody>")
     for r in table.to_dict(orient="records"):
         parts.append("<tr>" + _cells_html(r, links.get(r["model"])) + "</tr>")
-    parts.append(f"</tbody></table><script>{_SCRIPT}</script></body></html>")
+    parts.append("</tbody></table>" + inline_script(_SCRIPT) + "</body></html>")
     return "".join(parts)

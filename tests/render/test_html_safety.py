@@ -339,3 +339,35 @@ def test_clean_html_removes_what_runs() -> None:
     svg = clean_svg("<?xml version='1.0'?><!DOCTYPE svg><svg><g id='n:a'><title>a</title>"
                     "<a xlink:href=\"http://x.test\"><text>a</text></a></g></svg>")
     assert svg.startswith("<svg>") and "x.test" not in svg and "<g id='n:a'>" in svg
+
+
+def test_scripts_never_parse_strings_as_markup() -> None:
+    # The canvas and the report's host set model strings with textContent; markup from
+    # Python goes through canvas.js's setMarkup (parsed inert, cleaned). No other door.
+    static = [*(PKG / "widgets" / "static").glob("*.js"), *(PKG / "render" / "static").glob("*.js")]
+    assert static
+    door = re.compile(r"\.innerHTML\b|\.outerHTML\b|insertAdjacentHTML|document\.write|"
+                      r"\beval\(|new Function\(|setTimeout\(\s*[\"'`]")
+    bad = [f"{p.name}:{i}" for p in static
+           for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+           if door.search(line)]
+    assert not bad, bad
+
+
+def test_written_pages_carry_a_csp_with_their_script_hashes() -> None:
+    import base64
+    import hashlib
+
+    import pandas as pd
+
+    from onnx_lab.render.audit import audit_index_html
+
+    page = audit_index_html(pd.DataFrame({"model": ["m"], "status": ["ok"]}))
+    meta = re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]+)">', page)
+    assert meta and "default-src 'none'" in meta.group(1) and "connect-src 'none'" in meta.group(1)
+    scripts = re.findall(r"<script>(.*?)</script>", page, re.DOTALL)
+    assert scripts
+    for js in scripts:
+        h = base64.b64encode(hashlib.sha256(js.encode("utf-8")).digest()).decode()
+        assert f"'sha256-{h}'" in meta.group(1)
+    assert "'unsafe-inline'" not in meta.group(1).split("script-src", 1)[1].split(";")[0]
