@@ -41,12 +41,16 @@ PAYLOADS = [
     "$\\alpha$ cost $x^$ and $\\frac{}$",
     "<!--<style>*{display:none}</style>-->]]>",
     "L" * 3000 + "<img src=x onerror=alert(3)>",
+    # The issue's JupyterLab attack: write a file through the server's REST API.
+    "<img src=x onerror=\"fetch('/api/contents/PWNED.txt',{method:'PUT',headers:{'Content-"
+    "Type':'application/json','X-XSRFToken':(document.cookie.match(/_xsrf=([^;]+)/)||[])[1]},"
+    "body:JSON.stringify({type:'file',format:'text',content:'pwned'})})\">",
 ]
 
 # Text a page must show as it is (the escaped markup appears in the page's textContent).
 READABLE = ["<img src=x onerror=alert(1)>", "\"><svg onload=alert(2)>"]
 
-NODE_NAMES = [f"{p}#node{i}" for i, p in enumerate(PAYLOADS[:4])]
+NODE_NAMES = [f"{p}#node{i}" for i, p in enumerate(PAYLOADS[:3] + PAYLOADS[-1:])]
 
 
 def _name(i: int, what: str) -> str:

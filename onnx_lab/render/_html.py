@@ -25,6 +25,7 @@ import hashlib
 import html
 import re
 from collections.abc import Iterable, Sequence
+from html.parser import HTMLParser
 from typing import Any
 
 __all__ = ["Markup", "esc_text", "esc_attr", "esc_label", "safe_url", "tag", "join_html",
@@ -38,14 +39,12 @@ _DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-
 # Control characters (not tab/newline) and lone surrogates would reach the page as they are:
 # replaced by U+FFFD so a name stays one readable line and never an encoding error.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
-# What clean_html removes (the package writes attributes quoted; an unquoted one goes too).
-_DROP = re.compile(r"<(script|foreignObject|iframe|object|embed|frame|base|link|meta)\b"
-                   r"(.*?</\1\s*>|[^>]*/>|[^>]*>)", re.IGNORECASE | re.DOTALL)
-_ON = re.compile(r"""[\s/]on[a-z]+\s*=\s*("[^"]*"|'[^']*'|[^\s>]*)""", re.IGNORECASE)
-_STYLE_URL = re.compile(r"""\sstyle\s*=\s*("[^"]*url\([^"]*"|'[^']*url\([^']*')""",
-                        re.IGNORECASE)
-_HREF = re.compile(r"""\s((?:xlink:)?href|src|action|formaction)\s*=\s*("([^"]*)"|'([^']*)'|[^\s>]*)""",
-                   re.IGNORECASE)
+# What clean_html leaves out.
+_DROPPED = frozenset({"script", "style", "iframe", "object", "embed", "foreignobject", "frame",
+                      "frameset", "base", "link", "meta", "template", "noscript", "xmp"})
+_URL_ATTRS = frozenset({"href", "xlink:href", "src", "action", "formaction", "srcset",
+                        "poster", "data", "background"})
+_ATTR_OK = re.compile(r"[a-z_:][a-z0-9_:.-]*\Z")
 _VOID = frozenset({"br", "hr", "img", "input", "meta", "col", "wbr"})
 
 
@@ -140,19 +139,60 @@ def tag(name: str, *children: Any, **attrs: Any) -> Markup:
 
 def clean_html(text: str | None) -> Markup:
     """Markup the package built, cleaned once more before it goes where no CSP applies (a
-    widget, a notebook export): script, iframe, object, embed and foreignObject elements,
-    ``on...`` handlers, styles that load (``url(``) and links other than ``#anchors`` and
-    ``data:image`` are removed. A second wall behind the escaping, not a sanitizer for
-    foreign HTML."""
-    t = _DROP.sub("", text or "")
-    t = _ON.sub("", t)
-    t = _STYLE_URL.sub("", t)
-    return Markup(_HREF.sub(_keep_href, t))
+    widget snapshot, a notebook export, a drawing): parsed as HTML (the standard library's
+    tokenizer, so text inside attribute values stays text) and written back without script,
+    style, iframe, object, embed, foreignObject and the like, ``on...`` handlers, styles that
+    load (``url(``) and links other than ``#anchors`` and ``data:image``. A second wall
+    behind the escaping, not a sanitizer for foreign HTML."""
+    p = _Cleaner()
+    p.feed(text or "")
+    p.close()
+    return Markup("".join(p.out))
 
 
-def _keep_href(m: re.Match[str]) -> str:
-    url = html.unescape(m.group(3) if m.group(3) is not None else m.group(4) or "").strip()
-    return m.group(0) if _ANCHOR.match(url) or _DATA_IMAGE.match(url) else ""
+class _Cleaner(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.out: list[str] = []
+        self.skip = 0  # inside a dropped element
+
+    def _tag(self, name: str, attrs: list[tuple[str, str | None]], close: str) -> None:
+        if self.skip:
+            return
+        parts = [name]
+        for k, v in attrs:
+            k = k.lower()
+            if not _ATTR_OK.match(k) or k.startswith("on"):
+                continue
+            val = "" if v is None else v
+            low = val.strip().lower()
+            if k in _URL_ATTRS and not (_ANCHOR.match(val.strip()) or _DATA_IMAGE.match(low)):
+                continue
+            if k == "style" and ("url(" in low or "expression(" in low):
+                continue
+            parts.append(k if v is None else f'{k}="{esc_attr(val)}"')
+        self.out.append("<" + " ".join(parts) + close + ">")
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag.lower() in _DROPPED:
+            if tag.lower() not in _VOID:
+                self.skip += 1
+            return
+        self._tag(tag, attrs, "")
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag.lower() not in _DROPPED:
+            self._tag(tag, attrs, "/")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag.lower() in _DROPPED:
+            self.skip = max(0, self.skip - 1)
+        elif not self.skip:
+            self.out.append(f"</{tag}>")
+
+    def handle_data(self, data: str) -> None:
+        if not self.skip:
+            self.out.append(html.escape(data, quote=False))
 
 
 def clean_svg(svg: str | None) -> Markup:
