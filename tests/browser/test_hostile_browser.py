@@ -40,9 +40,10 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"
 # Runs before any script of the page: a payload that calls these is recorded, not shown.
 HOOKS = """
 window.__calls = [];
-for (const f of ["alert", "confirm", "prompt", "print"]) {
+for (const f of ["alert", "confirm", "prompt"]) {
   window[f] = (...a) => { window.__calls.push(f + ":" + a.join(",")); };
 }
+void 0;  // page.evaluate calls a script whose value is a function: end on none
 """
 
 # A payload that was parsed as markup leaves one of these in the document.
