@@ -82,8 +82,8 @@ def artifacts(tmp_path_factory) -> dict[str, Path]:
     return files
 
 
-@pytest.fixture(scope="module")
-def browser():
+@pytest.fixture
+def browser():  # per test: the JupyterLab test starts Playwright on its own
     require_chromium()
     from playwright.sync_api import sync_playwright
 
