@@ -64,8 +64,19 @@ def find_dot() -> str | None:
 
 
 def _q(s: str) -> str:
-    """A DOT double-quoted string."""
+    """A DOT double-quoted string. ``&`` as ``&amp;``: graphviz reads entities in labels and
+    tooltips and writes entity-looking text unchanged into the SVG, so a name ``&lt;b&gt;``
+    would show as ``<b>``."""
+    s = s.replace("&", "&amp;")
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _qid(s: str) -> str:
+    """A DOT string graphviz writes back unchanged into the SVG's ``id``: ``&`` (graphviz
+    keeps entity-looking text as it is), newlines and carriage returns (``\\n`` would come
+    back as two characters) as character references; the canvas maps the id to its key."""
+    s = s.replace("&", "&amp;").replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + s.replace("\n", "&#10;").replace("\r", "&#13;") + '"'
 
 
 def _html_label(title: str, lines: list[str], value_text: str | None, bold: bool = True) -> str:
@@ -116,7 +127,7 @@ def _node_stmt(n: DrawNode) -> str:
     attrs["id"] = "n:" + n.key
     attrs["class"] = f"onnx-{n.kind}"
     body = ", ".join([f"{k}={v}" for k, v in raw.items()] +
-                     [f"{k}={_q(v)}" for k, v in attrs.items()])
+                     [f"{k}={_qid(v) if k == 'id' else _q(v)}" for k, v in attrs.items()])
     return f"{_q(n.key)} [{body}];"
 
 
