@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from hostile_models import NODE_NAMES, PAYLOADS, exotic, hostile, known_injection
+from hostile_models import PAYLOADS, exotic, hostile, known_injection
 
 import onnx_lab
 

@@ -284,9 +284,10 @@ def test_audit_index_and_nbconvert_export_run_nothing(artifacts, browser):
 def test_explorer_in_jupyterlab_runs_nothing(tmp_path):
     """The issue's attack: the Explorer in JupyterLab, the hostile nodes clicked. A payload
     there would run in the Jupyter origin; one that PUTs /api/contents would write a file."""
+    tests = str(Path(__file__).resolve().parents[1])
     cells = [
-        "import sys, onnx_lab\nsys.path.insert(0, %r)\n" % str(Path(__file__).resolve().parents[1])
-        + "from hostile_models import hostile\nfrom onnx_lab.widgets import Explorer\n"
+        f"import sys, onnx_lab\nsys.path.insert(0, {tests!r})\n"
+        "from hostile_models import hostile\nfrom onnx_lab.widgets import Explorer\n"
         "ex = Explorer(onnx_lab.open(hostile()), tab='Graph')\nex",
     ]
     with lab_in_browser(tmp_path, {"hostile.ipynb": cells}) as (url, page):
