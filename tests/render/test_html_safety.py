@@ -5,7 +5,9 @@ are escaped or markup the package built: calls of ``onnx_lab.render._html`` help
 (``esc_text``, ``esc_attr``, ``safe_url``, ``tag``, ``join_html``), calls of the package's
 HTML builders (functions named ``*_html``, themselves checked here), numbers (a numeric
 format spec such as ``:.3f`` or ``:,``, or ``int``/``len``), module constants (UPPER_CASE),
-and local variables every assignment of which is such a value. A value read from a
+local variables every assignment of which is such a value (a loop over a literal binds its
+items), and parameters annotated ``Markup`` (their callers pass what the helpers built; a
+``Markup(x)`` call must itself wrap a proven value). A value read from a
 parameter, an attribute or a subscript (``d['name']``, ``p.line``) fails the test: wrap it
 in ``esc_text``/``esc_attr``.
 

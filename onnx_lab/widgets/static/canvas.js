@@ -28,7 +28,7 @@ function cleanTree(root) {
       if (name.startsWith("on")) n.removeAttribute(a.name);
       else if (URL_ATTRS.has(name) && !(v.startsWith("#") || v.startsWith("data:image/")))
         n.removeAttribute(a.name);
-      else if (name === "style" && v.includes("url(")) n.removeAttribute(a.name);
+      else if (name === "style" && /url\s*\(/.test(v)) n.removeAttribute(a.name);
     }
   }
   return root;
