@@ -138,11 +138,13 @@ class View(w.VBox):
         nbconvert); JupyterLab with *Save Widget State Automatically* (``make lab`` turns it
         on) restores the widget itself from the notebook's widget state.
         """
-        parts = [snapshot_of(c) for c in self.children]
+        # The widgets' HTML values are built with the escaping helpers; the snapshot runs
+        # where no CSP applies, so it is cleaned once more as a whole.
+        parts = clean_html("".join(snapshot_of_html(c) for c in self.children))
         name = esc_text(type(self).__name__)
         return (f"<div class='onnx-lab-snapshot' style='max-width:100%;overflow:auto'>"
                 f"<div style='font-size:11px;color:#777'>{name}: static snapshot (re-run the "
-                f"cell for the live widget)</div>" + "".join(p for p in parts if p) + "</div>")
+                f"cell for the live widget)</div>{parts}</div>")
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
         bundle = super()._repr_mimebundle_(**kwargs)
@@ -224,7 +226,7 @@ class View(w.VBox):
         return handler
 
 
-def snapshot_of(widget: Any) -> str:
+def snapshot_of_html(widget: Any) -> str:
     """Static HTML of one widget subtree (hidden parts, inputs and buttons left out)."""
     layout = getattr(widget, "layout", None)
     if layout is not None and getattr(layout, "display", None) == "none":
@@ -242,13 +244,13 @@ def snapshot_of(widget: Any) -> str:
             return ""
         title = widget.get_title(i) if hasattr(widget, "get_title") else ""
         return (f"<div><b>{esc_text(title or '')}</b></div>" if title else "") + \
-            snapshot_of(kids[i])
+            snapshot_of_html(kids[i])
     if isinstance(widget, w.Box):
-        inner = "".join(snapshot_of(c) for c in widget.children)
+        inner = "".join(snapshot_of_html(c) for c in widget.children)
         if not inner:
             return ""
         flow = "display:flex;flex-wrap:wrap;gap:4px" if isinstance(widget, w.HBox) else ""
-        return f"<div style='{flow}'>{clean_html(inner)}</div>"
+        return f"<div style='{flow}'>{inner}</div>"
     return ""
 
 

@@ -44,7 +44,7 @@ def _ref(value: Any) -> str | None:
     return None
 
 
-def _view(state: dict[str, Any], model_id: str, depth: int = 0) -> str:
+def _view_html(state: dict[str, Any], model_id: str, depth: int = 0) -> str:
     """Static HTML of one saved widget model and its children (hidden parts left out)."""
     entry = state.get(model_id)
     if entry is None or depth > 64:
@@ -57,7 +57,7 @@ def _view(state: dict[str, Any], model_id: str, depth: int = 0) -> str:
     if isinstance(s.get("svg"), str):  # the graph canvas
         return graph_snapshot(s["svg"], s.get("title") or "", s.get("details_html") or "")
     if name in ("HTMLModel", "HTMLMathModel"):
-        return clean_html(s.get("value") or "")
+        return s.get("value") or ""
     kids = [_ref(c) for c in s.get("children", []) or []]
     kids = [k for k in kids if k]
     if name in ("TabModel", "AccordionModel", "StackModel"):
@@ -67,13 +67,13 @@ def _view(state: dict[str, Any], model_id: str, depth: int = 0) -> str:
         titles = s.get("titles") or []
         title = titles[i] if i < len(titles) else ""
         return ((f"<div><b>{esc_text(str(title))}</b></div>" if title else "")
-                + _view(state, kids[i], depth + 1))
+                + _view_html(state, kids[i], depth + 1))
     if kids:
-        inner = "".join(_view(state, k, depth + 1) for k in kids)
+        inner = "".join(_view_html(state, k, depth + 1) for k in kids)
         if not inner:
             return ""
         flow = "display:flex;flex-wrap:wrap;gap:4px" if name == "HBoxModel" else ""
-        return f"<div style='{flow}'>{clean_html(inner)}</div>"
+        return f"<div style='{flow}'>{inner}</div>"
     return ""
 
 
@@ -92,7 +92,7 @@ def last_view_html(state: dict[str, Any], model_id: str) -> str | None:
     return (f"<div class='onnx-lab-snapshot onnx-lab-last-view' style='max-width:100%;"
             f"overflow:auto'><div style='font-size:11px;color:#777'>onnx_lab "
             f"{esc_text(kind)}: last view saved with the notebook</div>"
-            + _view(state, model_id) + "</div>")
+            + clean_html(_view_html(state, model_id)) + "</div>")
 
 
 class LastViews(Preprocessor):
