@@ -8,7 +8,6 @@ lower layers take and return models; this module wraps what they return in Labs
 
 from __future__ import annotations
 
-import html
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,7 +22,8 @@ from onnx_lab.core.provenance import origins
 from onnx_lab.core.shapes import validate_dims
 from onnx_lab.core.source import load_source, resolve
 from onnx_lab.core.source_map import carry_sources
-from onnx_lab.errors import forwards
+from onnx_lab.errors import LabError, forwards
+from onnx_lab.render._html import esc_text
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -361,7 +361,7 @@ class Lab:
                 f"{self.model.graph.num_nodes()} in the main graph>")
 
     def _repr_html_(self) -> str:
-        src = html.escape(self._source())
+        src = esc_text(self._source())
         return f"<div><b>onnx_lab.Lab</b> — {src}</div>" + self.summary()._repr_html_()
 
     # ================================================================== graph views

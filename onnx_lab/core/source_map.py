@@ -240,7 +240,7 @@ def _parse(raw: str | None, scopes_raw: str | None, classes_raw: str | None,
             parts = json.loads(raw)
             out = [Source(path=tuple(p.get("path") or ()), classes=tuple(p.get("classes") or ()),
                           levels=tuple(p.get("levels") or ()), root_class=p.get("root_class"), file=p.get("file"),
-                          line=p.get("line"), function=p.get("function"), code=p.get("code"),
+                          line=_line(p.get("line")), function=p.get("function"), code=p.get("code"),
                           kind=p.get("kind") or "metadata") for p in parts]
             if out:
                 return tuple(out)
@@ -261,6 +261,11 @@ def _parse(raw: str | None, scopes_raw: str | None, classes_raw: str | None,
                    root_class=classes[0] if classes else None, file=frame.get("file"),
                    line=frame.get("line"), function=frame.get("function"),
                    code=frame.get("code"), kind="metadata"),)
+
+
+def _line(x: Any) -> int | None:
+    """A line number from metadata: an int, else None (a string there is hostile or broken)."""
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
 def _local(path: Sequence[str]) -> tuple[str, ...]:

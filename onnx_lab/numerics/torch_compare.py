@@ -82,14 +82,7 @@ class TorchComparison:
         return _display.draw(self, "plot")
 
     def _repr_html_(self) -> str:
-        import html
-
-        fd = self.first_divergence
-        msg = html.escape(fd["message"]) if fd else "no module diverges"
-        cols = ["order", "module", "module_class", "tensor", "match", "max_abs", "cosine",
-                "passed"]
-        return (f"<div><b>compare_torch: {'passed' if self.passed else 'FAILED'}</b> — "
-                f"{msg}</div>" + self.modules[cols].to_html(index=False, na_rep=""))
+        return _display.draw(self, "html")
 
 
 def _as_numpy(x: Any) -> np.ndarray | None:

@@ -4,13 +4,20 @@ written, failures in red with their error, and the regression gate's findings on
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.units import format_bytes
+from onnx_lab.render._html import (
+    csp_meta,
+    esc_attr,
+    esc_text,
+    inline_script,
+    inline_style,
+    safe_url,
+)
 from onnx_lab.render.results import _si
 
 __all__ = ["audit_index_html"]
@@ -43,10 +50,6 @@ document.querySelectorAll('table.audit th').forEach((th, i) => th.onclick = () =
 """
 
 
-def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
-
-
 def _missing(v: Any) -> bool:
     return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
@@ -58,17 +61,17 @@ def _num(v: Any, fmt: str = "{:,}") -> tuple[str, str]:
     return fmt.format(v), str(v)
 
 
-def _cells(r: Mapping[str, Any], link: str | None) -> list[tuple[str, str, str]]:
-    """(html, css class, sort value) of each column of one row."""
-    name = _e(r["model"])
-    model = f"<a href='{_e(link)}'>{name}</a>" if link else name
+def _cells_html(r: Mapping[str, Any], link: str | None) -> str:
+    """The ``<td>`` of each column of one row (its html, css class and sort value)."""
+    name = esc_text(r["model"])
+    model = f"<a href='{safe_url(link, relative=True)}'>{name}</a>" if link else name
     status = str(r["status"])
     colour = _STATUS_COLOURS.get(status, "#59636e")
     err = ""
     if not _missing(r.get("error_type")):
         stage = "" if _missing(r.get("error_stage")) else f"[{r['error_stage']}] "
         msg = str(r.get("error") or "")
-        err = _e(f"{stage}{r['error_type']}: {msg[:400]}{'…' if len(msg) > 400 else ''}")
+        err = esc_text(f"{stage}{r['error_type']}: {msg[:400]}{'…' if len(msg) > 400 else ''}")
     fb = r.get("file_bytes")
     flops = r.get("flops")
     lat = r.get("latency_ms")
@@ -81,9 +84,9 @@ def _cells(r: Mapping[str, Any], link: str | None) -> list[tuple[str, str, str]]
     if r.get("optimize_steps") == 0:
         steps = "nothing to do"
     elif not _missing(r.get("optimize_steps")):
-        steps = f"{r['optimize_verified']}/{r['optimize_steps']} steps verified"
+        steps = esc_text(f"{r['optimize_verified']}/{r['optimize_steps']} steps verified")
         if not _missing(r.get("optimize_failed")):
-            steps += f" <b style='color:#cf222e'>failed: {_e(r['optimize_failed'])}</b>"
+            steps += f" <b style='color:#cf222e'>failed: {esc_text(r['optimize_failed'])}</b>"
     nodes = _num(r.get("num_nodes"))
     after = _num(r.get("nodes_after"))
     fp16 = ""
@@ -92,22 +95,25 @@ def _cells(r: Mapping[str, Any], link: str | None) -> list[tuple[str, str, str]]
                 else "no plan")
     checks = "" if _missing(r.get("check_errors")) else \
         f"{r['check_errors']} / {r['check_warnings']}"
-    return [
+    cells = [
         (model, "", str(r["model"])),
-        (f"<span class='st' style='color:{colour}'>{_e(status)}</span>"
+        (f"<span class='st' style='color:{esc_attr(colour)}'>{esc_text(status)}</span>"
          + (" <small>(reused)</small>" if r.get("reused") is True else ""), "", status),
-        ("" if _missing(fb) else _e(format_bytes(fb)), "num", "" if _missing(fb) else str(fb)),
-        (nodes[0] + (f" → {after[0]}" if after[0] else ""), "num", nodes[1]),
-        ("" if _missing(flops) else _si(flops), "num",
+        ("" if _missing(fb) else esc_text(format_bytes(fb)), "num", "" if _missing(fb) else str(fb)),
+        (esc_text(nodes[0]) + (f" → {esc_text(after[0])}" if after[0] else ""), "num",
+         nodes[1]),
+        ("" if _missing(flops) else esc_text(_si(flops)), "num",
          "" if _missing(flops) else str(flops)),
-        (checks, "num", "" if _missing(r.get("check_errors")) else str(r["check_errors"])),
+        (esc_text(checks), "num", "" if _missing(r.get("check_errors")) else str(r["check_errors"])),
         (steps, "", "" if _missing(r.get("optimize_steps")) else str(r["optimize_steps"])),
         (lat_txt, "num", "" if _missing(lat) else str(lat)),
-        (fp16, "", fp16),
+        (esc_text(fp16), "", fp16),
         ("" if _missing(r.get("seconds")) else f"{r['seconds']:.1f}", "num",
          "" if _missing(r.get("seconds")) else str(r["seconds"])),
         (err, "err", err),
     ]
+    return "".join(f"<td class='{esc_attr(cls)}' data-v='{esc_attr(v)}'>{h}</td>"
+                   for h, cls, v in cells)
 
 
 _HEADERS = ["model", "status", "size", "nodes → after safe", "FLOPs", "check errors / warnings",
@@ -128,14 +134,14 @@ def audit_index_html(table: pd.DataFrame, *, title: str = "onnx_lab audit",
     links = links or {}
     counts = table.status.value_counts() if len(table) else pd.Series(dtype=int)
     sub = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no models"
-    parts = ["<!doctype html><html><head><meta charset='utf-8'>",
-             f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
-             f"<h1>{_e(title)}</h1><div class='sub'>{len(table)} models: {_e(sub)}"
-             + (f"<br>{_e(note)}" if note else "") + "</div>"]
+    parts = ["<!doctype html><html><head><meta charset='utf-8'>", csp_meta([_SCRIPT]),
+             f"<title>{esc_text(title)}</title>", inline_style(_STYLE), "</head><body>",
+             f"<h1>{esc_text(title)}</h1><div class='sub'>{len(table)} models: {esc_text(sub)}"
+             + (f"<br>{esc_text(note)}" if note else "") + "</div>"]
     if gate is not None:
         worse = gate.loc[gate.worse]
         if len(worse):
-            items = "".join(f"<li><b>{_e(r.model)}</b> — {_e(r.check)}: {_e(r.detail)}</li>"
+            items = "".join(f"<li><b>{esc_text(r.model)}</b> — {esc_text(r.check)}: {esc_text(r.detail)}</li>"
                             for r in worse.itertuples())
             parts.append(f"<div class='gate bad'><b>{len(worse)} regression(s) against the "
                          f"earlier audit</b><ul>{items}</ul></div>")
@@ -143,10 +149,8 @@ def audit_index_html(table: pd.DataFrame, *, title: str = "onnx_lab audit",
             parts.append("<div class='gate good'>No regression against the earlier audit."
                          "</div>")
     parts.append("<table class='audit'><thead><tr>"
-                 + "".join(f"<th>{_e(h)}</th>" for h in _HEADERS) + "</tr></thead><tbody>")
+                 + "".join(f"<th>{esc_text(h)}</th>" for h in _HEADERS) + "</tr></thead><tbody>")
     for r in table.to_dict(orient="records"):
-        cells = _cells(r, links.get(r["model"]))
-        parts.append("<tr>" + "".join(
-            f"<td class='{cls}' data-v='{_e(v)}'>{h}</td>" for h, cls, v in cells) + "</tr>")
-    parts.append(f"</tbody></table><script>{_SCRIPT}</script></body></html>")
+        parts.append("<tr>" + _cells_html(r, links.get(r["model"])) + "</tr>")
+    parts.append("</tbody></table>" + inline_script(_SCRIPT) + "</body></html>")
     return "".join(parts)

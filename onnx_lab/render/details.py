@@ -8,7 +8,6 @@ functions; the same facts are one line of Python away::
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from onnx_lab.core.provenance import node_origin
 from onnx_lab.core.source_map import scope_key, source_map
 from onnx_lab.core.values import is_constant
 from onnx_lab.errors import unknown_name
+from onnx_lab.render._html import esc_attr, esc_text
 from onnx_lab.render.graph import shape_text
 from onnx_lab.render.overlays import format_value
 
@@ -171,22 +171,22 @@ def source_html(src: Mapping[str, Any] | None) -> str:
     if not src:
         return ""
     crumbs = " › ".join(
-        f"<a class='olc-crumb' data-expand='{html.escape(c['key'], quote=True)}' "
-        f"title='show module {html.escape(c['key'], quote=True)}'>{_esc(c['name'], 40)}</a>"
+        f"<a class='olc-crumb' data-expand='{esc_attr(c['key'])}' "
+        f"title='show module {esc_attr(c['key'])}'>{esc_text(c['name'], 40)}</a>"
         for c in src["crumbs"]) or "<i>root module</i>"
     kind = " <i>(inferred from node names)</i>" if src["kind"] == "inferred" else ""
-    cls = f"<div class='olc-where'>{_esc(src['module_class'])}</div>" \
+    cls = f"<div class='olc-where'>{esc_text(src['module_class'])}</div>" \
         if src.get("module_class") else ""
     rows = []
     for p in src["parts"]:
         where = ""
         if p["file"]:
             short = p["file"].replace("\\", "/").rsplit("/", 1)[-1]
-            where = (f"<span title='{html.escape(p['file'], quote=True)}'>{_esc(short)}:"
-                     f"{p['line']}</span> in {_esc(p['function'])}")
-        code = f"<div class='olc-code'><code>{_esc(p['code'], 120)}</code></div>" \
+            where = (f"<span title='{esc_attr(p['file'])}'>{esc_text(short)}:"
+                     f"{esc_text(p['line'])}</span> in {esc_text(p['function'])}")
+        code = f"<div class='olc-code'><code>{esc_text(p['code'], 120)}</code></div>" \
             if p["code"] else ""
-        rows.append(f"<tr><td>{_esc(p['module'] or '(root)', 60)}</td><td>{where}{code}</td>"
+        rows.append(f"<tr><td>{esc_text(p['module'] or '(root)', 60)}</td><td>{where}{code}</td>"
                     "</tr>")
     head = "came from" if len(src["parts"]) > 1 else "source"
     return (f"<div class='olc-source'><div class='olc-crumbs'>module: {crumbs}{kind}</div>{cls}"
@@ -194,56 +194,47 @@ def source_html(src: Mapping[str, Any] | None) -> str:
             f"{''.join(rows)}</table></div>")
 
 
-def _esc(x: Any, limit: int = 160) -> str:
-    text = str(x)
-    if isinstance(x, float):
-        text = f"{x:.4g}"
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return html.escape(text)
-
-
 def node_details_html(d: Mapping[str, Any]) -> str:
     """The side-panel HTML of :func:`node_details` (tables; body links carry ``data-body``)."""
-    head = (f"<div class='olc-title'><b>{_esc(d['op_type'])}</b>"
-            f"{' (' + _esc(d['domain']) + ')' if d['domain'] else ''}</div>"
-            f"<div class='olc-id' data-node-id='{html.escape(d['node_id'], quote=True)}'>"
-            f"{_esc(d['node_id'])}</div>")
+    head = (f"<div class='olc-title'><b>{esc_text(d['op_type'])}</b>"
+            f"{' (' + esc_text(d['domain']) + ')' if d['domain'] else ''}</div>"
+            f"<div class='olc-id' data-node-id='{esc_attr(d['node_id'])}'>"
+            f"{esc_text(d['node_id'])}</div>")
     parts = [head]
     if d.get("overlay"):
         o = d["overlay"]
-        parts.append(f"<div class='olc-overlay'>{_esc(o['label'])}: <b>{_esc(o['text'])}</b>"
+        parts.append(f"<div class='olc-overlay'>{esc_text(o['label'])}: <b>{esc_text(o['text'])}</b>"
                      "</div>")
     where = [f"graph {d['graph'] or 'main'}"] + ([f"scope {d['scope']}"] if d["scope"] else [])
-    parts.append(f"<div class='olc-where'>{_esc(' · '.join(where))}</div>")
+    parts.append(f"<div class='olc-where'>{esc_text(' · '.join(where))}</div>")
     parts.append(source_html(d.get("source")))
     if d["attributes"]:
-        rows = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>"
+        rows = "".join(f"<tr><td>{esc_text(k)}</td><td>{esc_text(v)}</td></tr>"
                        for k, v in d["attributes"].items())
         parts.append(f"<table class='olc-attrs'><tr><th colspan=2>attributes</th></tr>{rows}"
                      "</table>")
     for label, key in (("inputs", "inputs"), ("outputs", "outputs")):
         rows = "".join(
-            f"<tr><td title='{html.escape(t['name'], quote=True)}'>{_esc(t['name'], 48)}</td>"
-            f"<td>{_esc(t['text'] or '?')}</td><td>{_esc(t['kind'])}</td></tr>"
+            f"<tr><td title='{esc_attr(t['name'])}'>{esc_text(t['name'], 48)}</td>"
+            f"<td>{esc_text(t['text'] or '?')}</td><td>{esc_text(t['kind'])}</td></tr>"
             for t in d[key])
         if rows:
             parts.append(f"<table class='olc-{key}'><tr><th colspan=3>{label}</th></tr>{rows}"
                          "</table>")
     if d["weights"]:
         rows = "".join(
-            f"<tr><td>{_esc(w['name'], 40)}</td><td>{_esc(w.get('shape'))}</td>"
-            + "".join(f"<td>{_esc(w.get(c))}</td>" for c in _STAT_COLS) + "</tr>"
+            f"<tr><td>{esc_text(w['name'], 40)}</td><td>{esc_text(w.get('shape'))}</td>"
+            + "".join(f"<td>{esc_text(w.get(c))}</td>" for c in _STAT_COLS) + "</tr>"
             for w in d["weights"])
-        hdr = "".join(f"<th>{c}</th>" for c in ("weight", "shape", *_STAT_COLS))
+        hdr = "".join(f"<th>{esc_text(c)}</th>" for c in ("weight", "shape", *_STAT_COLS))
         parts.append(f"<div class='olc-scroll'><table class='olc-weights'><tr>{hdr}</tr>"
                      f"{rows}</table></div>")
     if d["origins"] and d["origins"] != [d["node_id"]]:
         parts.append("<div class='olc-origins'>fused from: "
-                     + ", ".join(_esc(o) for o in d["origins"]) + "</div>")
+                     + ", ".join(esc_text(o) for o in d["origins"]) + "</div>")
     for b in d["bodies"]:
-        parts.append(f"<button class='olc-body' data-body='{html.escape(b, quote=True)}'>"
-                     f"open {_esc(b.rsplit('/', 1)[-1])}</button>")
+        parts.append(f"<button class='olc-body' data-body='{esc_attr(b)}'>"
+                     f"open {esc_text(b.rsplit('/', 1)[-1])}</button>")
     return "<div class='olc-details'>" + "".join(parts) + "</div>"
 
 
@@ -269,10 +260,10 @@ def group_details_html(key: str, members: Sequence[str], op_types: Sequence[str]
     from collections import Counter
 
     top = ", ".join(f"{op} ×{n}" for op, n in Counter(op_types).most_common(6))
-    mod = (f"<div class='olc-where'>module {_esc(module[0])}"
-           f"{' (' + _esc(module[1]) + ')' if module[1] else ''}</div>") if module else ""
-    return (f"<div class='olc-details'><div class='olc-title'><b>{_esc(key)}</b></div>{mod}"
-            f"<div class='olc-where'>{len(members)} nodes: {_esc(top)}</div>"
+    mod = (f"<div class='olc-where'>module {esc_text(module[0])}"
+           f"{' (' + esc_text(module[1]) + ')' if module[1] else ''}</div>") if module else ""
+    return (f"<div class='olc-details'><div class='olc-title'><b>{esc_text(key)}</b></div>{mod}"
+            f"<div class='olc-where'>{len(members)} nodes: {esc_text(top)}</div>"
             "<div class='olc-where'>click the box on the graph to expand it</div></div>")
 
 
@@ -358,8 +349,8 @@ def canvas_legend_html(rendering: Any) -> str:
     aliases = getattr(rendering.view, "aliases", {}) or {}
     if aliases:
         parts.append("<span class='olc-aliases'><b>dims:</b> " + "; ".join(
-            f"<b>{_esc(a)}</b> = {_esc(x)}" for a, x in aliases.items()) + "</span>")
+            f"<b>{esc_text(a)}</b> = {esc_text(x)}" for a, x in aliases.items()) + "</span>")
     if rendering.notes:
-        parts.append("<span class='olc-notes'>" + " · ".join(_esc(n, 300) for n in
+        parts.append("<span class='olc-notes'>" + " · ".join(esc_text(n, 300) for n in
                                                              rendering.notes) + "</span>")
     return "<br/>".join(parts)

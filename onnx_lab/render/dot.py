@@ -11,7 +11,6 @@ call, so a notebook keeps working (with an HTML fallback) when Graphviz is missi
 from __future__ import annotations
 
 import hashlib
-import html
 import logging
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 
 from onnx_lab.analysis.summary import op_family
 from onnx_lab.errors import RenderError
+from onnx_lab.render._html import esc_label
 from onnx_lab.render.graph import DrawNode, GraphView
 
 logger = logging.getLogger(__name__)
@@ -64,23 +64,28 @@ def find_dot() -> str | None:
 
 
 def _q(s: str) -> str:
-    """A DOT double-quoted string."""
+    """A DOT double-quoted string. ``&`` as ``&amp;``: graphviz reads entities in labels and
+    tooltips and writes entity-looking text unchanged into the SVG, so a name ``&lt;b&gt;``
+    would show as ``<b>``."""
+    s = s.replace("&", "&amp;")
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _h(text: str) -> str:
-    """Text for an HTML-like label. Brackets become character references: dot 2.43's label
-    lexer rejects some of them (a lone ']' inside <FONT>)."""
-    return html.escape(text).replace("[", "&#91;").replace("]", "&#93;").replace("\n", " ")
+def _qid(s: str) -> str:
+    """A DOT string graphviz writes back unchanged into the SVG's ``id``: ``&`` (graphviz
+    keeps entity-looking text as it is), newlines and carriage returns (``\\n`` would come
+    back as two characters) as character references; the canvas maps the id to its key."""
+    s = s.replace("&", "&amp;").replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + s.replace("\n", "&#10;").replace("\r", "&#13;") + '"'
 
 
 def _html_label(title: str, lines: list[str], value_text: str | None, bold: bool = True) -> str:
-    parts = [f"<B>{_h(title)}</B>" if bold else _h(title)]
+    parts = [f"<B>{esc_label(title)}</B>" if bold else esc_label(title)]
     for ln in lines:
         if ln:
-            parts.append(f'<FONT POINT-SIZE="8">{_h(ln)}</FONT>')
+            parts.append(f'<FONT POINT-SIZE="8">{esc_label(ln)}</FONT>')
     if value_text:
-        parts.append(f'<FONT POINT-SIZE="9"><B>{_h(value_text)}</B></FONT>')
+        parts.append(f'<FONT POINT-SIZE="9"><B>{esc_label(value_text)}</B></FONT>')
     return "<" + "<BR/>".join(parts) + ">"
 
 
@@ -122,7 +127,7 @@ def _node_stmt(n: DrawNode) -> str:
     attrs["id"] = "n:" + n.key
     attrs["class"] = f"onnx-{n.kind}"
     body = ", ".join([f"{k}={v}" for k, v in raw.items()] +
-                     [f"{k}={_q(v)}" for k, v in attrs.items()])
+                     [f"{k}={_qid(v) if k == 'id' else _q(v)}" for k, v in attrs.items()])
     return f"{_q(n.key)} [{body}];"
 
 
@@ -187,7 +192,7 @@ def to_dot(view: GraphView, *, rankdir: str = "TB") -> str:
         out.append(f'  "legend:" [shape=plaintext, style="", margin=0, '
                    f"label={view.legend.legend_label()}];")
     if getattr(view, "aliases", None):
-        rows = "".join(f'<TR><TD ALIGN="LEFT"><B>{_h(a)}</B></TD><TD ALIGN="LEFT">{_h(x)}</TD></TR>'
+        rows = "".join(f'<TR><TD ALIGN="LEFT"><B>{esc_label(a)}</B></TD><TD ALIGN="LEFT">{esc_label(x)}</TD></TR>'
                        for a, x in view.aliases.items())
         out.append('  "aliases:" [shape=plaintext, style="", margin=0, fontsize=8, '
                    'label=<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0">'

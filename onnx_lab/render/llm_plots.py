@@ -12,7 +12,6 @@ Example:
 
 from __future__ import annotations
 
-import html
 import io
 import math
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import onnx_lab.render as _render
 from onnx_lab._pandas import pd
 from onnx_lab.numerics.metrics import get_preset
+from onnx_lab.render._html import esc_text
 from onnx_lab.render.plots import _figure
 from onnx_lab.render.tables import frame_html
 
@@ -153,7 +153,7 @@ def llm_comparison_plot(c: LLMComparison, top: int = 8):
 def llm_comparison_html(c: LLMComparison) -> str:
     """Verdict, metrics, the worst nodes, per-layer summary and the plot."""
     colour = "#2a7" if c.passed else "#c33"
-    head = html.escape(c.summary_text()).replace("\n", "<br>")
+    head = esc_text(c.summary_text()).replace("\n", "<br>")
     metrics = pd.DataFrame([{k: v for k, v in c.metrics.items()}])
     parts = [f"<div style='border-left:4px solid {colour};padding-left:6px'>{head}</div>",
              frame_html(metrics, caption="next-token metrics")]
@@ -224,8 +224,8 @@ def int4_plan_render(plan: WeightOnlyPlan, **kw: Any):
 def int4_plan_html(plan: WeightOnlyPlan, max_rows: int = 15) -> str:
     """Verdict, kept nodes with their cost, the trials and the ranking."""
     colour = "#2a7" if plan.passed else "#c33"
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in plan.notes)
-    parts = [f'<div style="color:{colour}"><b>{html.escape(plan.summary_text())}</b></div>',
+    notes = "".join(f"<li>{esc_text(n)}</li>" for n in plan.notes)
+    parts = [f'<div style="color:{colour}"><b>{esc_text(plan.summary_text())}</b></div>',
              f'<ul style="color:#a60">{notes}</ul>' if notes else "",
              "<h4>kept nodes and their cost</h4>", frame_html(plan.costs),
              "<h4>trials</h4>", frame_html(plan.trials.head(max_rows)),

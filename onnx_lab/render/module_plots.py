@@ -16,6 +16,7 @@ import numpy as np
 
 from onnx_lab._pandas import pd
 from onnx_lab.errors import InputError
+from onnx_lab.render._html import esc_text
 from onnx_lab.render.plots import _figure
 
 __all__ = ["modules_table", "modules_figure", "torch_comparison_figure"]
@@ -91,8 +92,19 @@ def torch_comparison_figure(r: Any):
     return fig
 
 
+def torch_comparison_html(c: Any) -> str:
+    """The notebook view of compare_torch's result: verdict, first divergence, the table."""
+    fd = c.first_divergence
+    msg = esc_text(fd["message"]) if fd else "no module diverges"
+    cols = ["order", "module", "module_class", "tensor", "match", "max_abs", "cosine",
+            "passed"]
+    verdict = "passed" if c.passed else "FAILED"
+    return (f"<div><b>compare_torch: {verdict}</b> — {msg}</div>"
+            + c.modules[cols].to_html(index=False, na_rep="", escape=True))
+
+
 #: (kind, view) of ``TorchComparison`` (compare_torch's result), registered by render/results.py.
-VIEWS = (("plot", torch_comparison_figure),)
+VIEWS = (("plot", torch_comparison_figure), ("html", torch_comparison_html))
 
 
 def modules_figure(*, profile: Any = None, comparison: Any = None, cost: Any = None,

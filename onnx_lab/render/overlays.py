@@ -8,13 +8,13 @@ span decades, such as errors) and a line in the node label.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from onnx_lab.errors import RenderError, unknown_name
+from onnx_lab.render._html import esc_attr, esc_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -147,13 +147,13 @@ class ColorScale:
         else:
             ticks = [self.vmin + (self.vmax - self.vmin) * i / 4 for i in range(5)]
         cells = "".join(
-            f'<TD BGCOLOR="{self.color(t)}" WIDTH="46"><FONT POINT-SIZE="9" COLOR="'
-            f'{self.font_for(self.color(t))}">{html.escape(format_value(t))}</FONT></TD>'
+            f'<TD BGCOLOR="{esc_attr(self.color(t))}" WIDTH="46"><FONT POINT-SIZE="9" COLOR="'
+            f'{esc_attr(self.font_for(self.color(t)))}">{esc_text(format_value(t))}</FONT></TD>'
             for t in ticks)
-        title = html.escape(self.label + (" (log scale)" if self.log else ""))
+        title = esc_text(self.label + (" (log scale)" if self.log else ""))
         return (f'<<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0" CELLPADDING="3">'
-                f'<TR><TD COLSPAN="6"><B>{title}</B>  min {html.escape(format_value(self.vmin))}'
-                f'  max {html.escape(format_value(self.vmax))}</TD></TR>'
+                f'<TR><TD COLSPAN="6"><B>{title}</B>  min {esc_text(format_value(self.vmin))}'
+                f'  max {esc_text(format_value(self.vmax))}</TD></TR>'
                 f'<TR>{cells}<TD BGCOLOR="{NAN_COLOR}"><FONT POINT-SIZE="9" COLOR="white">'
                 f'nan/inf</FONT></TD></TR></TABLE>>')
 

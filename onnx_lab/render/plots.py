@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import numpy as np
 
-__all__ = ["histogram_figure"]
+__all__ = ["histogram_figure", "literal"]
 
 
 def _figure(figsize=(6, 3.2)):
@@ -25,6 +28,10 @@ def _figure_class():
         from matplotlib.figure import Figure
 
         class LabFigure(Figure):
+            def draw(self, renderer):  # noqa: ANN001, ANN202 - matplotlib's signature
+                _literal_dollars(self)
+                return super().draw(renderer)
+
             def _repr_png_(self) -> bytes:
                 import io
 
@@ -36,6 +43,46 @@ def _figure_class():
         LabFigure.__qualname__ = "LabFigure"
         globals()["LabFigure"] = cls = LabFigure
     return cls
+
+
+_DOLLAR = re.compile(r"(?<!\\)\$")
+
+
+def literal(text: str) -> str:
+    """``text`` as matplotlib shows it literally: each ``$`` escaped, so a name like
+    ``cost $x^$`` is not parsed as mathtext (which draws it wrong or raises ValueError)."""
+    return _DOLLAR.sub(r"\\$", str(text))
+
+
+def _literal_dollars(fig: Any) -> None:
+    """Before each draw: every text onnx_lab put on ``fig`` (titles, axis labels, legends,
+    annotations, tick labels given as strings: names from the model) shows ``$`` literally.
+    onnx_lab writes no mathtext of its own; what matplotlib's own formatters make (log-scale
+    ``10^{-3}``, an axis offset) is left as it is."""
+    from matplotlib.text import Text
+    from matplotlib.ticker import FixedFormatter, FuncFormatter
+
+    keep: set[int] = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            keep.add(id(axis.offsetText))  # "1e3" / "$\\times10^{3}$" of a scalar axis
+            for minor in (False, True):
+                fmt = axis.get_minor_formatter() if minor else axis.get_major_formatter()
+                labels = axis.get_minorticklabels() if minor else axis.get_majorticklabels()
+                # String labels (set_yticks(y, names) makes a FuncFormatter or a
+                # FixedFormatter): escaped, now and whenever the axis makes them again.
+                given = isinstance(fmt, (FixedFormatter, FuncFormatter))
+                if given and not getattr(fmt, "_onnx_lab_literal", False):
+                    lit = FuncFormatter(lambda x, pos, f=fmt: literal(f(x, pos)))
+                    lit._onnx_lab_literal = True
+                    (axis.set_minor_formatter if minor else axis.set_major_formatter)(lit)
+                for t in labels:
+                    if given and "$" in t.get_text():
+                        t.set_text(literal(t.get_text()))
+                    keep.add(id(t))
+    for t in fig.findobj(Text):
+        if id(t) not in keep and "$" in t.get_text():
+            t.set_text(literal(t.get_text()))
 
 
 def histogram_figure(values: np.ndarray, *, title: str = "", bins: int = 100):

@@ -11,13 +11,13 @@ Example:
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import onnx_lab.render as _render
 from onnx_lab._pandas import pd
+from onnx_lab.render._html import esc_text
 from onnx_lab.render.plots import _figure
 from onnx_lab.render.tables import frame_html
 
@@ -94,9 +94,9 @@ def plan_render(plan: PrecisionPlan, **kw: Any):
 def plan_html(plan: PrecisionPlan, max_rows: int = 15) -> str:
     """Verdict, kept nodes, per-output before/after error, the trials and the top ranks."""
     colour = "#2a7" if plan.passed else "#c33"
-    kept = ", ".join(html.escape(k) for k in plan.kept[:30]) or "none"
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in plan.notes)
-    parts = [f'<div style="color:{colour}"><b>{html.escape(plan.summary_text())}</b></div>',
+    kept = ", ".join(esc_text(k) for k in plan.kept[:30]) or "none"
+    notes = "".join(f"<li>{esc_text(n)}</li>" for n in plan.notes)
+    parts = [f'<div style="color:{colour}"><b>{esc_text(plan.summary_text())}</b></div>',
              f'<ul style="color:#a60">{notes}</ul>' if notes else "",
              f"<div>kept: {kept}</div>", "<h4>outputs</h4>", frame_html(plan.outputs),
              "<h4>trials</h4>", frame_html(plan.trials.head(max_rows)),

@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import gzip
-import html
 import json
 import logging
 import math
@@ -51,6 +50,15 @@ from onnx_lab.numerics.diff import Diff, diff
 from onnx_lab.numerics.precision import find_precision
 from onnx_lab.profiling.run import Profile
 from onnx_lab.profiling.run import profile as run_profile
+from onnx_lab.render._html import (
+    Markup,
+    csp_meta,
+    esc_attr,
+    esc_text,
+    inline_script,
+    inline_style,
+    safe_url,
+)
 from onnx_lab.render.details import (
     canvas_items,
     canvas_legend_html,
@@ -93,11 +101,6 @@ def _canvas_script() -> str:
     return "(function () {\n" + body + "\n})();"
 
 
-def _script(text: str) -> str:
-    # "</script" inside a script would end it early; "<\/" is the same string to JS.
-    return "<script>" + text.replace("</script", "<\\/script") + "</script>"
-
-
 def _payload(data: Any) -> str:
     raw = json.dumps(data, separators=(",", ":"), default=_json_default).encode("utf-8")
     return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii")
@@ -121,9 +124,9 @@ def _element_details_html(rendering: Any, model: Any, key: str) -> str:
         ops = [model.index.entries[n].node.op_type for n in node.node_ids
                if n in model.index.entries]
         return group_details_html(key.split(":", 1)[1], node.node_ids, ops)
-    lines = "".join(f"<div class='olc-where'>{html.escape(x)}</div>" for x in node.lines if x)
-    return (f"<div class='olc-details'><div class='olc-title'><b>{html.escape(node.title)}</b>"
-            f"</div><div class='olc-id'>{html.escape(node.kind)}</div>{lines}</div>")
+    lines = "".join(f"<div class='olc-where'>{esc_text(x)}</div>" for x in node.lines if x)
+    return (f"<div class='olc-details'><div class='olc-title'><b>{esc_text(node.title)}</b>"
+            f"</div><div class='olc-id'>{esc_text(node.kind)}</div>{lines}</div>")
 
 
 def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
@@ -264,7 +267,7 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
             d = node_details(model, nid, dims=dims, shapes=shapes, stats=stats)
             details[nid] = node_details_html(d) + extra.get(nid, "")
         except LabError as e:
-            details[nid] = f"<div class='olc-details'>{html.escape(str(e))}</div>"
+            details[nid] = f"<div class='olc-details'>{esc_text(str(e))}</div>"
     for v in views.values():
         v.pop("members", None)
     return {"views": views, "details": details, "where": where, "notes": notes,
@@ -321,22 +324,22 @@ class _Page:
             if not isinstance(e, LabError):
                 logger.exception("report section %s failed", sid)
             fix = getattr(e, "fix", None)
-            body = (f"<div class='olr-note olr-failed'><b>{html.escape(title)} could not be "
-                    f"built:</b> {html.escape(str(e) or type(e).__name__)}"
-                    + (f"<br>{html.escape(fix)}" if fix and fix not in str(e) else "")
+            body = (f"<div class='olr-note olr-failed'><b>{esc_text(title)} could not be "
+                    f"built:</b> {esc_text(str(e) or type(e).__name__)}"
+                    + (f"<br>{esc_text(fix)}" if fix and fix not in str(e) else "")
                     + "</div>")
             self.notes.append(f"{title}: {e}")
         logger.debug("report section %s: %.2f s", sid, time.perf_counter() - t)
         self.sections.append((sid, title, body))
 
-    def table(self, name: str, df: Any, *, key: str | None = None, caption: str = "") -> str:
+    def table_html(self, name: str, df: Any, *, key: str | None = None, caption: str = "") -> str:
         self.tables[name] = _table(df, key=key)
         more = ""
         if len(df) > _MAX_TABLE_ROWS:
             more = (f"<div class='olr-note'>first {_MAX_TABLE_ROWS:,} of {len(df):,} rows "
                     "(the library's DataFrame has them all).</div>")
-        cap = f"<div class='olr-caption'>{html.escape(caption)}</div>" if caption else ""
-        return f"{cap}<div class='olr-table' data-table='{html.escape(name)}'></div>{more}"
+        cap = f"<div class='olr-caption'>{esc_text(caption)}</div>" if caption else ""
+        return f"{cap}<div class='olr-table' data-table='{esc_text(name)}'></div>{more}"
 
 
 def _history_of(source: Any) -> History | None:
@@ -348,39 +351,39 @@ def _history_of(source: Any) -> History | None:
 
 def _history_html(page: _Page, hist: History) -> str:
     df = hist.table()
-    parts = [page.table("history", df, caption=f"{len(df)} versions (step 0: as opened)")]
+    parts = [page.table_html("history", df, caption=f"{len(df)} versions (step 0: as opened)")]
     for v in hist.versions[1:]:
         r = v.result
         if r is None:
             continue
         verdict = ("not verified" if r.verify_passed is None else
                    "verification passed" if r.verify_passed else "verification FAILED")
-        head = (f"step {v.step}: {html.escape(str(r.name))} — {verdict}"
+        head = (f"step {v.step:d}: {esc_text(str(r.name))} — {verdict}"
                 + (f", max_abs {r.max_abs_err:.3g}" if r.max_abs_err is not None else ""))
         body = ""
         ver = r.verification
         if ver is not None and len(ver):
             name = f"verification_{v.step}"
-            body = page.table(name, ver)
+            body = page.table_html(name, ver)
         if r.first_failure:
-            body += f"<div class='olr-note'>first failure: {html.escape(r.first_failure)}</div>"
+            body += f"<div class='olr-note'>first failure: {esc_text(r.first_failure)}</div>"
         if r.notes:
-            body += "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in r.notes) + "</ul>"
+            body += "<ul>" + "".join(f"<li>{esc_text(n)}</li>" for n in r.notes) + "</ul>"
         if not r.modified and r.reason:
-            body += f"<div class='olr-note'>not modified: {html.escape(r.reason)}</div>"
-        parts.append(f"<details class='olr-step' data-step='{v.step}'><summary>{head}"
+            body += f"<div class='olr-note'>not modified: {esc_text(r.reason)}</div>"
+        parts.append(f"<details class='olr-step' data-step='{v.step:d}'><summary>{head}"
                      f"</summary>{body or '<i>no verification report</i>'}</details>")
     return "".join(parts)
 
 
 def _cost_html(page: _Page, r: Resolved) -> str:
     c = cost(r.model, dims=r.dims, shapes=r.shapes)
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in c.notes)
+    notes = "".join(f"<li>{esc_text(n)}</li>" for n in c.notes)
     top = c.nodes.sort_values("flops", ascending=False)
     by_op = c.by_op().reset_index()
     return (cost_totals_html(c) + (f"<ul class='olr-notes'>{notes}</ul>" if notes else "")
-            + page.table("cost_by_op", by_op, caption="per op type")
-            + page.table("cost_nodes", top, key="node_id", caption="per node (most FLOPs "
+            + page.table_html("cost_by_op", by_op, caption="per op type")
+            + page.table_html("cost_nodes", top, key="node_id", caption="per node (most FLOPs "
                          "first; click a row to find it on the graph)"))
 
 
@@ -389,8 +392,8 @@ def _check_html(page: _Page, r: Resolved) -> str:
     if not len(df):
         return "<div class='olr-ok'>no findings</div>"
     counts = df["severity"].value_counts()
-    head = ", ".join(f"{int(n)} {html.escape(str(s))}" for s, n in counts.items())
-    return f"<div>{head}</div>" + page.table("check", df, key="node_id")
+    head = ", ".join(f"{int(n)} {esc_text(str(s))}" for s, n in counts.items())
+    return f"<div>{head}</div>" + page.table_html("check", df, key="node_id")
 
 
 def _profile_html(r: Resolved, profile: Any) -> str:
@@ -430,30 +433,34 @@ def _title_of(r: Resolved, title: str | None, source: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- pages
-def _page_html(title: str, subtitle: str, sections: Sequence[tuple[str, str, str]],
+def _section_html(sid: str, title: str, body: Markup) -> str:
+    return (f"<section id='{esc_attr(sid)}' class='olr-section'><h2>{esc_text(title)}</h2>"
+            f"{body}</section>")
+
+
+def _page_html(title: str, subtitle: Markup, sections: Sequence[tuple[str, str, str]],
                data: Mapping[str, Any], notes: Sequence[str]) -> str:
-    nav = " · ".join(f"<a href='#{sid}'>{html.escape(t)}</a>" for sid, t, _ in sections)
-    body = "".join(f"<section id='{sid}' class='olr-section'><h2>{html.escape(t)}</h2>"
-                   f"{b}</section>" for sid, t, b in sections)
+    nav = " · ".join(f"<a href='{safe_url('#' + sid)}'>{esc_text(t)}</a>"
+                     for sid, t, _ in sections)
+    body = "".join(_section_html(sid, t, b) for sid, t, b in sections)
     note_html = ("<div class='olr-notes-top'>" + "".join(
-        f"<div class='olr-note'>{html.escape(n)}</div>" for n in notes) + "</div>"
+        f"<div class='olr-note'>{esc_text(n)}</div>" for n in notes) + "</div>"
         if notes else "")
     css = _CANVAS_CSS.read_text(encoding="utf-8") + "\n" + _REPORT_CSS.read_text(
         encoding="utf-8")
-    # No external URL anywhere: scripts, styles and data are inline; a strict CSP says so.
-    csp = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-           "img-src data:; font-src data:")
+    scripts = [_canvas_script(), _REPORT_JS.read_text(encoding="utf-8")]
+    # No external URL anywhere: scripts, styles and data are inline; the CSP lets only the
+    # package's own two scripts run (by hash) and nothing load.
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<meta http-equiv='Content-Security-Policy' content=\"{csp}\">"
-            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<meta name='generator' content='onnx_lab'><title>{html.escape(title)}</title>"
-            f"<style>{css}</style></head><body class='olr-body'>"
-            f"<header class='olr-header'><h1>{html.escape(title)}</h1>"
+            + csp_meta(scripts)
+            + "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<meta name='generator' content='onnx_lab'><title>{esc_text(title)}</title>"
+            + inline_style(css) + "</head><body class='olr-body'>"
+            f"<header class='olr-header'><h1>{esc_text(title)}</h1>"
             f"<div class='olr-sub'>{subtitle}</div><nav class='olr-nav'>{nav}</nav></header>"
             f"{note_html}<main>{body}</main>"
-            f"<script type='application/octet-stream' id='olr-data'>{_payload(data)}</script>"
-            + _script(_canvas_script()) + _script(_REPORT_JS.read_text(encoding="utf-8"))
-            + "</body></html>")
+            f"<script type='application/octet-stream' id='olr-data'>{esc_text(_payload(data))}"
+            "</script>" + "".join(inline_script(js) for js in scripts) + "</body></html>")
 
 
 def _version() -> str:
@@ -465,14 +472,14 @@ def _version() -> str:
         return "(not installed)"
 
 
-def _subtitle(r: Resolved, source: Any, extra: str = "") -> str:
+def _subtitle_html(r: Resolved, source: Any, extra: Markup | None = None) -> str:
     path = r.model.path or getattr(source, "path", None)
     when = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     dims = ", ".join(f"{k}={v}" for k, v in r.dims.items())
-    parts = [html.escape(str(path)) if path else "in-memory model",
-             f"{len(r.model.index)} nodes"] + ([f"dims {html.escape(dims)}"] if dims else []) \
-        + [f"onnx_lab {_version()}", when]
-    return " · ".join(parts) + extra
+    parts = [esc_text(str(path)) if path else "in-memory model",
+             f"{len(r.model.index)} nodes"] + ([f"dims {esc_text(dims)}"] if dims else []) \
+        + [esc_text(f"onnx_lab {_version()}"), when]
+    return " · ".join(parts) + (extra or "")
 
 
 def report_html(source: Any, *, title: str | None = None, graph: bool = True,
@@ -497,7 +504,7 @@ def report_html(source: Any, *, title: str | None = None, graph: bool = True,
             p = canvas_payload(r, max_nodes=max_nodes, max_views=max_views, budget_s=budget_s,
                                timeout=timeout)
             data["canvases"]["main"] = p
-            notes = "".join(f"<div class='olr-note'>{html.escape(n)}</div>" for n in p["notes"])
+            notes = "".join(f"<div class='olr-note'>{esc_text(n)}</div>" for n in p["notes"])
             return notes + "<div class='olr-canvas' data-canvas='main'></div>"
         page.add("graph", "Graph", build_graph)
     if check:
@@ -505,11 +512,11 @@ def report_html(source: Any, *, title: str | None = None, graph: bool = True,
     if cost:
         page.add("cost", "Cost", lambda: _cost_html(page, r))
     if tables:
-        page.add("nodes", "Nodes", lambda: page.table("nodes", nodes_table(r.model),
+        page.add("nodes", "Nodes", lambda: page.table_html("nodes", nodes_table(r.model),
                                                       key="node_id"))
         page.add("initializers", "Initializers",
-                 lambda: page.table("initializers", initializers_table(r.model)))
-        page.add("tensors", "Tensors", lambda: page.table(
+                 lambda: page.table_html("initializers", initializers_table(r.model)))
+        page.add("tensors", "Tensors", lambda: page.table_html(
             "tensors", tensors_table(r.model, r.dims, r.shapes)))
     hist = _history_of(source)
     if history or (history is None and hist is not None and len(hist) > 1):
@@ -526,7 +533,7 @@ def report_html(source: Any, *, title: str | None = None, graph: bool = True,
                                                        budget_s=budget_s, timeout=timeout))
     if precision is not None:
         page.add("precision", "Precision plan", lambda: _precision_html(r, precision))
-    return _page_html(_title_of(r, title, source), _subtitle(r, source), page.sections, data,
+    return _page_html(_title_of(r, title, source), _subtitle_html(r, source), page.sections, data,
                       page.notes)
 
 
@@ -609,22 +616,23 @@ def diff_panels(d: Any, side: str, *, buttons: bool = True) -> dict[str, str]:
         row = rows.get(nid)
         change = row["change"] if row else "unchanged"
         peers = links.get(nid, [])
-        parts = [f"<div class='olr-diff-panel olr-change-{change}' style='border-left:4px "
-                 f"solid {_CHANGE_COLOURS.get(change, '#8c959f')};padding:2px 6px;"
-                 f"margin-top:6px'><div><b>{change}</b>"
-                 + (f" · matched by {html.escape(row['match'])}"
+        colour = _CHANGE_COLOURS.get(change, "#8c959f")
+        parts = [f"<div class='olr-diff-panel olr-change-{esc_attr(change)}' style='border-left:"
+                 f"4px solid {esc_attr(colour)};padding:2px 6px;"
+                 f"margin-top:6px'><div><b>{esc_text(change)}</b>"
+                 + (f" · matched by {esc_text(row['match'])}"
                     if row and isinstance(row["match"], str) else "") + "</div>"]
         if row and row["details"] and row["details"] not in (change,):
             parts.append("<ul class='olr-diff-details'>" + "".join(
-                f"<li>{html.escape(x)}</li>" for x in str(row["details"]).split("; ")) + "</ul>")
+                f"<li>{esc_text(x)}</li>" for x in str(row["details"]).split("; ")) + "</ul>")
         if peers:
             label = ("replaced" if len(peers) > 1 and side == "b" else
                      "fused into" if change == "removed" else "in " + other.upper())
             tag = "button" if buttons else "span"
             items = "".join(
                 f"<{tag} class='olr-peer' data-olr-side='{other}' data-olr-node="
-                f"'{html.escape(p, quote=True)}'>{html.escape(_op_of(other_model, p))} "
-                f"{html.escape(p)}</{tag}> " for p in peers)
+                f"'{esc_attr(p)}'>{esc_text(_op_of(other_model, p))} "
+                f"{esc_text(p)}</{tag}> " for p in peers)
             parts.append(f"<div class='olr-peers'>{label}: {items}</div>")
             if pairs.get(nid) == peers[0]:  # one-to-one: output types side by side
                 parts.append(_shape_rows(this.model, nid, types, other_model, peers[0],
@@ -663,8 +671,8 @@ def _shape_rows(model: Any, nid: str, types: Mapping[str, Any], other: Any, oid:
         if side == "b":
             tx, ty = ty, tx
         mark = "" if tx == ty else " class='olr-differs'"
-        rows.append(f"<tr{mark}><td>output {i}</td><td>{html.escape(tx)}</td>"
-                    f"<td>{html.escape(ty)}</td></tr>")
+        rows.append(f"<tr{mark}><td>output {i:d}</td><td>{esc_text(tx)}</td>"
+                    f"<td>{esc_text(ty)}</td></tr>")
     return ("<table class='olr-shapes'><tr><th></th><th>A</th><th>B</th></tr>"
             + "".join(rows) + "</table>") if rows else ""
 
@@ -694,21 +702,22 @@ def _diff_body(page: _Page, data: dict[str, Any], d: Any, name: str, *, max_node
     dd = _diff_data(d, max_nodes=max_nodes, max_views=max_views, budget_s=budget_s,
                     timeout=timeout)
     data.setdefault("diffs", {})[name] = dd
-    head = (f"<div class='olr-diff-counts'><span class='olr-chip olr-added'>{c['added']} "
-            f"added</span> <span class='olr-chip olr-removed'>{c['removed']} removed</span> "
-            f"<span class='olr-chip olr-changed'>{c['changed']} changed</span> "
-            f"· {len(d.matches)} matched ({_match_counts(d)})</div>")
+    head = (f"<div class='olr-diff-counts'><span class='olr-chip olr-added'>{c['added']:d} "
+            f"added</span> <span class='olr-chip olr-removed'>{c['removed']:d} removed</span> "
+            f"<span class='olr-chip olr-changed'>{c['changed']:d} changed</span> "
+            f"· {len(d.matches)} matched ({esc_text(_match_counts(d))})</div>")
+    key = esc_attr(name)
     table = d.table.copy()
-    notes = "".join(f"<div class='olr-note'>{html.escape(n)}</div>"
+    notes = "".join(f"<div class='olr-note'>{esc_text(n)}</div>"
                     for n in dd["a"]["notes"] + dd["b"]["notes"])
     return (head + notes
-            + f"<div class='olr-diff' data-diff='{name}'>"
-            f"<div class='olr-diff-side'><div class='olr-side-label'>A · {html.escape(label_a)}"
-            f"</div><div class='olr-canvas' data-canvas='{name}:a'></div></div>"
-            f"<div class='olr-diff-side'><div class='olr-side-label'>B · {html.escape(label_b)}"
-            f"</div><div class='olr-canvas' data-canvas='{name}:b'></div></div></div>"
-            + page.table(f"{name}_ops", d.op_counts(), caption="op types")
-            + page.table(f"{name}_nodes", table, caption="nodes that differ"))
+            + f"<div class='olr-diff' data-diff='{key}'>"
+            f"<div class='olr-diff-side'><div class='olr-side-label'>A · {esc_text(label_a)}"
+            f"</div><div class='olr-canvas' data-canvas='{key}:a'></div></div>"
+            f"<div class='olr-diff-side'><div class='olr-side-label'>B · {esc_text(label_b)}"
+            f"</div><div class='olr-canvas' data-canvas='{key}:b'></div></div></div>"
+            + page.table_html(f"{name}_ops", d.op_counts(), caption="op types")
+            + page.table_html(f"{name}_nodes", table, caption="nodes that differ"))
 
 
 def _match_counts(d: Any) -> str:
@@ -751,7 +760,7 @@ def diff_report_html(a: Any, b: Any, *, title: str | None = None, max_nodes: int
                                                 max_views=max_views, budget_s=budget_s,
                                                 timeout=timeout, label_a=la, label_b=lb))
     t = title or f"{la} → {lb}"
-    return _page_html(t, _subtitle(d.a, a, f" · against {html.escape(lb)}"), page.sections,
+    return _page_html(t, _subtitle_html(d.a, a, Markup(f" · against {esc_text(lb)}")), page.sections,
                       data, page.notes)
 
 

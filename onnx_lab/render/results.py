@@ -15,7 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import html
 import io
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +35,7 @@ from onnx_lab.numerics.weight_only import WeightOnlyPlan
 from onnx_lab.profiling.generate import GenerationProfile
 from onnx_lab.profiling.run import Profile
 from onnx_lab.profiling.sweep import BatchSweep
+from onnx_lab.render._html import esc_text
 from onnx_lab.render.compare_plots import hist_figure, layer_error_figure, scatter_figure
 from onnx_lab.render.llm_plots import LLM_VIEWS, PLAN_VIEWS, sqnr_layers_figure
 from onnx_lab.render.module_plots import VIEWS as MODULE_VIEWS
@@ -106,7 +106,7 @@ def comparison_render(c: Comparison, column: str = "max_abs", **kw: Any):
 
 def comparison_html(c: Comparison, max_rows: int = 30) -> str:
     """HTML report: verdict, divergence, outputs, the worst layers and the error plot."""
-    head = html.escape(c.summary_text()).replace("\n", "<br>")
+    head = esc_text(c.summary_text()).replace("\n", "<br>")
     colour = "#2a7" if c.passed else "#c33"
     parts = [f"<div style='border-left:4px solid {colour};padding-left:6px'>{head}</div>",
              frame_html(c.outputs, caption="outputs")]
@@ -143,14 +143,14 @@ def diff_render(d: Diff, side: str = "b", **kw: Any):
 def diff_html(d: Diff) -> str:
     """Counts of added, removed and changed nodes, and the diff table."""
     c = d.counts
-    head = (f"<b>{c['added']}</b> added, <b>{c['removed']}</b> removed, "
-            f"<b>{c['changed']}</b> changed nodes")
+    head = (f"<b>{c['added']:d}</b> added, <b>{c['removed']:d}</b> removed, "
+            f"<b>{c['changed']:d}</b> changed nodes")
     view = d.table.copy()
     for col in ("attributes", "inputs", "outputs", "weights", "related"):
         if col in view.columns:
             view[col] = view[col].map(lambda x: ", ".join(x))
     return f"<div class='onnx-lab-diff'><div>{head}</div>{frame_html(view)}</div>" \
-        if len(view) else f"<div>{html.escape('no differences')}</div>"
+        if len(view) else f"<div>{esc_text('no differences')}</div>"
 
 
 # ---------------------------------------------------------------------------- profiling
@@ -164,8 +164,8 @@ def profile_html(p: Profile) -> str:
     """Run settings, latency, op types, the ten slowest nodes and the notes."""
     top = p.nodes.sort_values("total_ms", ascending=False).head(10)
     return ("<div><b>onnx_lab Profile</b> — "
-            f"{p.warmup} warm-up, then {p.profiled_runs} profiled runs and the latency runs, "
-            f"opt_level={p.opt_level}<br>" + profile_summary_html(p)
+            f"{p.warmup:d} warm-up, then {p.profiled_runs:d} profiled runs and the latency "
+            f"runs, opt_level={esc_text(p.opt_level)}<br>" + profile_summary_html(p)
             + frame_html(p.latency_stats, caption="latency")
             + frame_html(p.ops.head(15), caption="op types")
             + frame_html(top.drop(columns=["components"]), caption="top nodes") + "</div>")
@@ -177,12 +177,12 @@ def profile_summary_html(p: Profile) -> str:
     lines = []
     mem = p.memory.set_index("session") if len(p.memory) else None
     for r in p.latency_stats.itertuples():
-        line = (f"<b>{html.escape(str(r.session))}</b>: median (p50) {r.p50_ms:.3f} ms "
+        line = (f"<b>{esc_text(str(r.session))}</b>: median (p50) {r.p50_ms:.3f} ms "
                 f"(95% CI {r.ci_low_ms:.3f}-{r.ci_high_ms:.3f}), p10-p90 {r.p10_ms:.3f}-"
-                f"{r.p90_ms:.3f} ms, mean {r.mean_ms:.3f} ms; {r.profiled_runs} profiled "
+                f"{r.p90_ms:.3f} ms, mean {r.mean_ms:.3f} ms; {r.profiled_runs:d} profiled "
                 f"runs for the operator shares, "
-                f"{r.runs} {html.escape(str(r.latency_from))} runs for the latency "
-                f"(stopped: {html.escape(str(r.stopped))})")
+                f"{r.runs:d} {esc_text(str(r.latency_from))} runs for the latency "
+                f"(stopped: {esc_text(str(r.stopped))})")
         if mem is not None and r.session in mem.index:
             m = mem.loc[r.session]
             line += (f"; process peak {format_bytes(m.peak_rss_bytes)} (+"
@@ -190,9 +190,9 @@ def profile_summary_html(p: Profile) -> str:
                      f"activations {format_bytes(m.predicted_activation_bytes)}")
         lines.append(line)
     diffs = p.differences() if len(p.latency_stats) > 1 else None
-    verdicts = "".join(f"<li>{html.escape(v)}</li>" for v in diffs.verdict) \
+    verdicts = "".join(f"<li>{esc_text(v)}</li>" for v in diffs.verdict) \
         if diffs is not None else ""
-    notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in p.notes)
+    notes = "".join(f"<li>{esc_text(str(n))}</li>" for n in p.notes)
     return ("<b>Latency</b><br>" + "<br>".join(lines)
             + (f"<ul>{verdicts}</ul>" if verdicts else "")
             + (f"<ul>{notes}</ul>" if notes else ""))
@@ -206,15 +206,15 @@ def generation_summary_html(g: GenerationProfile) -> str:
     mem = g.memory.set_index("session") if len(g.memory) else None
     for sess in dict.fromkeys(g.latency_stats.session):
         pre, dec = st.loc[(sess, "prefill")], st.loc[(sess, "decode")]
-        line = (f"<b>{html.escape(str(sess))}</b>: <b>prefill</b> of {g.prompt_tokens} tokens "
+        line = (f"<b>{esc_text(str(sess))}</b>: <b>prefill</b> of {g.prompt_tokens:d} tokens "
                 f"median {pre.p50_ms:.3f} ms (95% CI {pre.ci_low_ms:.3f}-{pre.ci_high_ms:.3f}), "
-                f"{_si(pre.tokens_per_s)} tokens/s; <b>decode</b> median {dec.p50_ms:.3f} "
+                f"{esc_text(_si(pre.tokens_per_s))} tokens/s; <b>decode</b> median {dec.p50_ms:.3f} "
                 f"ms/token (95% CI {dec.ci_low_ms:.3f}-{dec.ci_high_ms:.3f}), "
                 f"{dec.tokens_per_s:.1f} tokens/s ({dec.tokens_per_s_low:.1f}-"
-                f"{dec.tokens_per_s_high:.1f}) over {g.new_tokens} new tokens; "
+                f"{dec.tokens_per_s_high:.1f}) over {g.new_tokens:d} new tokens; "
                 f"{int(dec.profiled_generations)} profiled generations for the operator shares, "
-                f"{int(dec.generations)} {html.escape(str(dec.latency_from))} for the latency "
-                f"(stopped: {html.escape(str(dec.stopped))})")
+                f"{int(dec.generations)} {esc_text(str(dec.latency_from))} for the latency "
+                f"(stopped: {esc_text(str(dec.stopped))})")
         if mem is not None and sess in mem.index:
             m = mem.loc[sess]
             line += (f"; process peak {format_bytes(m.peak_rss_bytes)} (+"
@@ -223,7 +223,7 @@ def generation_summary_html(g: GenerationProfile) -> str:
                      f"{format_bytes(m.kv_cache_bytes)} measured, "
                      f"{format_bytes(m.predicted_kv_cache_bytes)} predicted")
         lines.append(line)
-    notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in g.notes)
+    notes = "".join(f"<li>{esc_text(str(n))}</li>" for n in g.notes)
     return ("<b>Generation</b><br>" + "<br>".join(lines)
             + (f"<ul>{notes}</ul>" if notes else ""))
 
@@ -252,9 +252,9 @@ def generation_html(g: GenerationProfile) -> str:
     """Settings, the summary, latency per phase, memory and the top op types of each phase."""
     ops = g.ops.groupby(["session", "phase"], sort=False).head(8) if len(g.ops) else g.ops
     return ("<div><b>onnx_lab GenerationProfile</b> — "
-            f"prompt {g.prompt_tokens} tokens, {g.new_tokens} new tokens, batch {g.batch}, "
-            f"{g.warmup} warm-up generations, opt_level={g.opt_level}, "
-            f"io_binding={g.io_binding}<br>" + generation_summary_html(g)
+            f"prompt {g.prompt_tokens:d} tokens, {g.new_tokens:d} new tokens, batch {g.batch:d}, "
+            f"{g.warmup:d} warm-up generations, opt_level={esc_text(g.opt_level)}, "
+            f"io_binding={esc_text(g.io_binding)}<br>" + generation_summary_html(g)
             + generation_tables_html(g) + frame_html(ops, caption="op types per phase")
             + "</div>")
 
@@ -262,8 +262,8 @@ def generation_html(g: GenerationProfile) -> str:
 def batch_sweep_html(s: BatchSweep) -> str:
     """The swept dim, the knee per backend, the table (throughput with its interval, memory
     measured and predicted) and the notes."""
-    knees = ", ".join(f"{html.escape(str(b))}: {k}" for b, k in s.knees.items()) \
-        if len(s.knees) > 1 else str(s.knee)
+    knees = ", ".join(f"{esc_text(str(b))}: {esc_text(k)}" for b, k in s.knees.items()) \
+        if len(s.knees) > 1 else esc_text(s.knee)
     cols = [c for c in ("backend", "batch", "latency_ms", "p10_ms", "p90_ms", "items_per_s",
                         "items_per_s_low", "items_per_s_high", "gain_per_doubling",
                         "gain_beyond_noise", "runs", "peak_rss_bytes",
@@ -272,8 +272,8 @@ def batch_sweep_html(s: BatchSweep) -> str:
     for c in ("peak_rss_bytes", "predicted_activation_bytes"):
         if c in view:
             view[c] = view[c].map(format_bytes)
-    notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in s.notes)
-    return (f"<div><b>Batch sweep</b> over {s.dim!r}, knee: {knees}"
+    notes = "".join(f"<li>{esc_text(str(n))}</li>" for n in s.notes)
+    return (f"<div><b>Batch sweep</b> over {esc_text(repr(s.dim))}, knee: {knees}"
             + (" <i>(cancelled: partial)</i>" if s.cancelled else "")
             + f", {s.elapsed_s:.1f} s" + frame_html(view)
             + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
@@ -304,8 +304,8 @@ def cost_totals_html(c: Cost, roof: Any = None) -> str:
     def row(k: str, v: Any) -> str:
         text = fmt[k](v) if k in fmt else ", ".join(map(str, v)) if isinstance(v, (list, tuple)) \
             else str(v)
-        return (f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-                f"<td>{html.escape(text)}</td></tr>")
+        return (f"<tr><th style='text-align:left'>{esc_text(k)}</th>"
+                f"<td>{esc_text(text)}</td></tr>")
 
     out = "<b>Totals</b><table>" + "".join(row(k, v) for k, v in t.items()) + "</table>"
     if roof is not None:
@@ -314,7 +314,7 @@ def cost_totals_html(c: Cost, roof: Any = None) -> str:
               "peak_flops": _si(roof.peak_flops, "FLOP/s"),
               "bandwidth": _si(roof.bandwidth, "B/s"), "unknown_nodes": str(roof.unknown_nodes)}
         out += ("<b>Roofline lower bound</b><table>" + "".join(
-            f"<tr><th style='text-align:left'>{k}</th><td>{html.escape(v)}</td></tr>"
+            f"<tr><th style='text-align:left'>{esc_text(k)}</th><td>{esc_text(v)}</td></tr>"
             for k, v in rf.items()) + "</table>")
     return out
 
@@ -325,13 +325,13 @@ def cost_html(c: Cost) -> str:
     t = c.total
     head = (f"<div><b>Cost</b>: {t['flops'] / 1e9:.3f} GFLOPs, {t['macs'] / 1e9:.3f} GMACs, "
             f"{t['params']:,} params ({format_bytes(t['param_bytes'])}), peak activations "
-            f"{format_bytes(t['peak_activation_bytes'])} at {html.escape(str(t['peak_node']))}"
-            f", {t['unknown_nodes']} unknown nodes")
+            f"{format_bytes(t['peak_activation_bytes'])} at {esc_text(str(t['peak_node']))}"
+            f", {t['unknown_nodes']:d} unknown nodes")
     kv = getattr(c, "kv_cache", None)
     if kv:
         head += (f"; KV cache {format_bytes(kv['bytes'])} for {kv['context']} tokens "
                  f"({format_bytes(kv['bytes_per_token'] or 0)}/token, {kv['layers']} layers)")
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in c.notes)
+    notes = "".join(f"<li>{esc_text(n)}</li>" for n in c.notes)
     top = c.nodes.sort_values("flops", ascending=False).head(15)
     return head + frame_html(top, caption="top nodes by FLOPs") + (
         f"<ul>{notes}</ul>" if notes else "") + "</div>"
@@ -339,8 +339,8 @@ def cost_html(c: Cost) -> str:
 
 def pass_result_html(r: PassResult) -> str:
     """A PassResult's plain fields as a two-column table (``r.summary()``, empty ones left out)."""
-    rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-                   f"<td>{html.escape(str(v))}</td></tr>"
+    rows = "".join(f"<tr><th style='text-align:left'>{esc_text(k)}</th>"
+                   f"<td>{esc_text(str(v))}</td></tr>"
                    for k, v in r.summary().items() if v not in (None, [], {}))
     return f"<table class='onnx-lab-pass'>{rows}</table>"
 
@@ -348,7 +348,7 @@ def pass_result_html(r: PassResult) -> str:
 def backend_report_html(table: pd.DataFrame, outputs: pd.DataFrame, notes: list[str]) -> str:
     """``compare_backends``' report: the timing table, the outputs against onnxruntime CPU and
     the notes (skipped backends, busy-machine warnings)."""
-    items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    items = "".join(f"<li>{esc_text(n)}</li>" for n in notes)
     return ("<div><b>Backends</b>" + frame_html(table)
             + frame_html(outputs, caption="outputs against onnxruntime CPU")
             + (f"<ul>{items}</ul>" if items else "") + "</div>")
@@ -362,8 +362,8 @@ def generation_cost_html(g: GenerationCost) -> str:
         **{c: t[c].map(lambda v: "—" if v is None or v != v else format_bytes(v))
            for c in ("param_bytes", "activation_bytes", "kv_cache_bytes", "bytes_moved")},
         intensity=t.intensity.map(lambda v: f"{v:.3g}"))
-    return (f"<div><b>Generation cost</b>: prefill of {g.prompt} tokens, decode at context "
-            f"{g.context}; KV cache {format_bytes(g.kv_cache_bytes)} "
+    return (f"<div><b>Generation cost</b>: prefill of {g.prompt:d} tokens, decode at context "
+            f"{g.context:d}; KV cache {format_bytes(g.kv_cache_bytes)} "
             f"({format_bytes(g.kv_bytes_per_token)}/token)"
             + frame_html(shown, caption="per phase") + "</div>")
 

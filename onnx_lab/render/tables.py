@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping
 from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.units import format_bytes
+from onnx_lab.render._html import esc_text
 
 __all__ = ["summary_html", "frame_html", "format_bytes", "changes_frame"]
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x))
 
 
 def _shape(shape: Any) -> str:
@@ -30,9 +26,9 @@ def frame_html(df: pd.DataFrame, *, max_rows: int = 50, page: int = 0,
     view = df.iloc[start:start + max_rows].copy()
     note = ""
     if total > max_rows:
-        note = (f"<div style='color:#666;font-size:90%'>rows {start + 1}–"
-                f"{min(start + max_rows, total)} of {total}</div>")
-    cap = f"<div style='font-weight:bold'>{_e(caption)}</div>" if caption else ""
+        note = (f"<div style='color:#666;font-size:90%'>rows {start + 1:d}–"
+                f"{min(start + max_rows, total):d} of {total:d}</div>")
+    cap = f"<div style='font-weight:bold'>{esc_text(caption)}</div>" if caption else ""
     return cap + view.to_html(index=False, escape=True, border=0, classes="onnx-lab-table") + note
 
 
@@ -59,14 +55,14 @@ def summary_html(summary: Mapping[str, Any]) -> str:
     if s.get("derived_dims"):
         rows.append(("Derived dims", "; ".join(
             f"{k} = {d['value']} ({d['source']})" for k, d in s["derived_dims"].items())))
-    body = "".join(f"<tr><th style='text-align:left'>{_e(k)}</th><td>{_e(v)}</td></tr>"
+    body = "".join(f"<tr><th style='text-align:left'>{esc_text(k)}</th><td>{esc_text(v)}</td></tr>"
                    for k, v in rows)
     io = "".join(
-        f"<tr><td>{kind}</td><td>{_e(x['name'])}</td><td>{_e(x['dtype'])}</td>"
-        f"<td>{_e(_shape(x['shape']))}</td></tr>"
+        f"<tr><td>{kind}</td><td>{esc_text(x['name'])}</td><td>{esc_text(x['dtype'])}</td>"
+        f"<td>{esc_text(_shape(x['shape']))}</td></tr>"
         for kind in ("input", "output") for x in s[kind + "s"])
-    ops = ", ".join(f"{_e(k)}×{v}" for k, v in list(s["op_counts"].items())[:20])
-    fams = ", ".join(f"{_e(k)}: {v}" for k, v in s["op_families"].items())
+    ops = ", ".join(f"{esc_text(k)}×{esc_text(v)}" for k, v in list(s["op_counts"].items())[:20])
+    fams = ", ".join(f"{esc_text(k)}: {esc_text(v)}" for k, v in s["op_families"].items())
     return (
         "<div class='onnx-lab-summary'>"
         f"<table>{body}</table>"

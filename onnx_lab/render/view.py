@@ -7,7 +7,6 @@ capped at ``max_nodes`` drawn elements, with "+N more" stubs where the view was 
 
 from __future__ import annotations
 
-import html
 import logging
 import math
 import subprocess
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from onnx_lab.errors import RenderError, SaveError, unknown_name
 from onnx_lab.render import collapse as _collapse
 from onnx_lab.render import dot as _dot
+from onnx_lab.render._html import clean_svg, esc_text
 from onnx_lab.render.graph import GraphView, build_view, is_folded_constant, owner_in_graph
 from onnx_lab.render.overlays import aggregate, format_value, make_scale, resolve_overlay
 from onnx_lab.render.tables import frame_html
@@ -88,12 +88,12 @@ class Rendering:
     def _notes_html(self) -> str:
         if not self.notes:
             return ""
-        items = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
+        items = "".join(f"<li>{esc_text(n)}</li>" for n in self.notes)
         return f"<ul style='color:#666;font-size:90%;margin:2px 0'>{items}</ul>"
 
     def _repr_html_(self) -> str:
         if self.svg is not None:
-            svg = self.svg[self.svg.find("<svg"):] if "<svg" in self.svg else self.svg
+            svg = clean_svg(self.svg)
             return (f"<div class='onnx-lab-render' style='overflow:auto;max-height:900px'>"
                     f"{svg}</div>{self._notes_html()}")
         return self.fallback_html()
@@ -114,7 +114,7 @@ class Rendering:
                 + frame_html(nodes, caption=f"{len(nodes)} drawn elements")
                 + frame_html(edges, caption=f"{len(edges)} edges")
                 + "<details><summary>DOT source</summary><pre style='font-size:80%'>"
-                + html.escape(self.dot) + "</pre></details></div>")
+                + esc_text(self.dot) + "</pre></details></div>")
 
     # -- files ------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -8,7 +8,6 @@ widget instead of raising into the kernel log, and records the one-line Python e
 from __future__ import annotations
 
 import base64
-import html
 import io
 import logging
 from collections.abc import Callable, Iterable, Sequence
@@ -18,13 +17,14 @@ import ipywidgets as w
 
 from onnx_lab._pandas import pd
 from onnx_lab.errors import DimError, LabError
+from onnx_lab.render._html import clean_html, clean_svg, esc_attr, esc_text, safe_url
 from onnx_lab.render.tables import frame_html
 from onnx_lab.widgets._context import missing_dims
 
 log = logging.getLogger(__name__)
 
 __all__ = ["View", "SelectableTable", "PagedTable", "error_html", "info_html", "code_html",
-           "figure_html", "rendering_html", "badge", "short"]
+           "figure_html", "rendering_html", "badge", "badge_html", "short"]
 
 _BOX = ("padding:6px 10px;border-radius:4px;margin:4px 0;font-size:13px;"
         "font-family:var(--jp-ui-font-family, sans-serif)")
@@ -34,14 +34,14 @@ def error_html(exc: BaseException) -> str:
     """An HTML error box for ``exc`` (LabErrors show problem and fix; others their type)."""
     if isinstance(exc, LabError):
         title = type(exc).__name__
-        body = html.escape(exc.problem)
-        fix = f"<div><b>Fix:</b> {html.escape(exc.fix)}</div>" if exc.fix else ""
+        body = esc_text(exc.problem)
+        fix = f"<div><b>Fix:</b> {esc_text(exc.fix)}</div>" if exc.fix else ""
     else:
         title = f"Unexpected {type(exc).__name__} (please report it)"
-        body = html.escape(str(exc))
+        body = esc_text(str(exc))
         fix = ""
     return (f"<div class='onnx-lab-error' style='{_BOX};background:#fdecea;"
-            f"border:1px solid #f5c2c0;color:#611a15'><b>{html.escape(title)}</b>: "
+            f"border:1px solid #f5c2c0;color:#611a15'><b>{esc_text(title)}</b>: "
             f"{body}{fix}</div>")
 
 
@@ -50,8 +50,9 @@ def info_html(text: str, *, kind: str = "info") -> str:
     colours = {"info": ("#eef4fb", "#1a3e6e"), "ok": ("#e8f5e9", "#1b5e20"),
                "busy": ("#fff8e1", "#6d4c00"), "warn": ("#fff3e0", "#8a4b00")}
     bg, fg = colours.get(kind, colours["info"])
-    return (f"<div class='onnx-lab-{kind}' style='{_BOX};background:{bg};color:{fg}'>"
-            f"{html.escape(text)}</div>")
+    return (f"<div class='onnx-lab-{esc_attr(kind)}' style='{_BOX};background:{esc_attr(bg)};"
+            f"color:{esc_attr(fg)}'>"
+            f"{esc_text(text)}</div>")
 
 
 def code_html(code: str) -> str:
@@ -59,10 +60,10 @@ def code_html(code: str) -> str:
     if not code:
         return ""
     return ("<div style='font-size:12px;color:#555'>Python: <code class='onnx-lab-code' "
-            "style='background:#f6f8fa;padding:2px 4px'>" + html.escape(code) + "</code></div>")
+            "style='background:#f6f8fa;padding:2px 4px'>" + esc_text(code) + "</code></div>")
 
 
-def badge(passed: bool | None) -> str:
+def badge_html(passed: bool | None) -> str:
     """A pass/fail/unknown badge for verification results."""
     if passed is None:
         txt, bg = "not verified", "#9e9e9e"
@@ -70,8 +71,11 @@ def badge(passed: bool | None) -> str:
         txt, bg = "passed", "#2e7d32"
     else:
         txt, bg = "FAILED", "#c62828"
-    return (f"<span class='onnx-lab-badge' style='background:{bg};color:white;"
+    return (f"<span class='onnx-lab-badge' style='background:{esc_attr(bg)};color:white;"
             f"padding:1px 6px;border-radius:8px;font-size:11px'>{txt}</span>")
+
+
+badge = badge_html  # the older name
 
 
 def short(value: Any, limit: int = 48) -> str:
@@ -86,7 +90,7 @@ def short(value: Any, limit: int = 48) -> str:
         text = str(value)
     if len(text) > limit:
         text = text[: limit - 1] + "…"
-    return html.escape(text)
+    return esc_text(text)
 
 
 def figure_html(fig: Any, *, width: int | None = None) -> str:
@@ -96,15 +100,15 @@ def figure_html(fig: Any, *, width: int | None = None) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
     data = base64.b64encode(buf.getvalue()).decode("ascii")
-    style = f" style='max-width:{width}px'" if width else " style='max-width:100%'"
-    return f"<img class='onnx-lab-figure' src='data:image/png;base64,{data}'{style}/>"
+    style = f" style='max-width:{int(width):d}px'" if width else " style='max-width:100%'"
+    return f"<img class='onnx-lab-figure' src='{safe_url('data:image/png;base64,' + data)}'{style}/>"
 
 
 def rendering_html(rendering: Any) -> str:
     """HTML of a :class:`~onnx_lab.render.Rendering` (its SVG or fallback, with its notes)."""
     if rendering is None:
         return ""
-    body = rendering._repr_html_() if hasattr(rendering, "_repr_html_") else html.escape(
+    body = rendering._repr_html_() if hasattr(rendering, "_repr_html_") else esc_text(
         str(rendering))
     return "<div class='onnx-lab-graph' style='overflow:auto;max-height:720px'>" + body + "</div>"
 
@@ -134,11 +138,13 @@ class View(w.VBox):
         nbconvert); JupyterLab with *Save Widget State Automatically* (``make lab`` turns it
         on) restores the widget itself from the notebook's widget state.
         """
-        parts = [snapshot_of(c) for c in self.children]
-        name = html.escape(type(self).__name__)
+        # The widgets' HTML values are built with the escaping helpers; the snapshot runs
+        # where no CSP applies, so it is cleaned once more as a whole.
+        parts = clean_html("".join(snapshot_of_html(c) for c in self.children))
+        name = esc_text(type(self).__name__)
         return (f"<div class='onnx-lab-snapshot' style='max-width:100%;overflow:auto'>"
                 f"<div style='font-size:11px;color:#777'>{name}: static snapshot (re-run the "
-                f"cell for the live widget)</div>" + "".join(p for p in parts if p) + "</div>")
+                f"cell for the live widget)</div>{parts}</div>")
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
         bundle = super()._repr_mimebundle_(**kwargs)
@@ -220,7 +226,7 @@ class View(w.VBox):
         return handler
 
 
-def snapshot_of(widget: Any) -> str:
+def snapshot_of_html(widget: Any) -> str:
     """Static HTML of one widget subtree (hidden parts, inputs and buttons left out)."""
     layout = getattr(widget, "layout", None)
     if layout is not None and getattr(layout, "display", None) == "none":
@@ -237,10 +243,10 @@ def snapshot_of(widget: Any) -> str:
         if i is None or not 0 <= i < len(kids):
             return ""
         title = widget.get_title(i) if hasattr(widget, "get_title") else ""
-        return (f"<div><b>{html.escape(title or '')}</b></div>" if title else "") + \
-            snapshot_of(kids[i])
+        return (f"<div><b>{esc_text(title or '')}</b></div>" if title else "") + \
+            snapshot_of_html(kids[i])
     if isinstance(widget, w.Box):
-        inner = "".join(snapshot_of(c) for c in widget.children)
+        inner = "".join(snapshot_of_html(c) for c in widget.children)
         if not inner:
             return ""
         flow = "display:flex;flex-wrap:wrap;gap:4px" if isinstance(widget, w.HBox) else ""
@@ -249,16 +255,17 @@ def snapshot_of(widget: Any) -> str:
 
 
 def graph_snapshot(svg: str, title: str = "", details: str = "") -> str:
-    """Static HTML of a graph canvas: its SVG (scrollable) and the selected node's panel."""
+    """Static HTML of a graph canvas: its SVG (scrollable) and the selected node's panel
+    (both cleaned of script, handlers and links: a snapshot runs where no CSP applies)."""
     if not svg:
         return ""
-    title = html.escape(title)
     panel = (f"<div class='onnx-lab-snapshot-details' style='font-size:11px;border:1px solid "
-             f"#e0e0e0;padding:2px 6px;margin-top:2px'>{details}</div>" if details else "")
+             f"#e0e0e0;padding:2px 6px;margin-top:2px'>{clean_html(details)}</div>"
+             if details else "")
+    head = f"<div style=font-size:11px>{esc_text(title)}</div>" if title else ""
     return (f"<div class='onnx-lab-snapshot-graph' style='max-width:100%;max-height:"
             f"600px;overflow:auto;border:1px solid #e0e0e0'>"
-            f"{'<div style=font-size:11px>' + title + '</div>' if title else ''}"
-            f"{svg[svg.find('<svg'):] if '<svg' in svg else svg}</div>{panel}")
+            f"{head}{clean_svg(svg)}</div>{panel}")
 
 
 class PagedTable(w.VBox):
@@ -400,9 +407,10 @@ class SelectableTable(w.VBox):
     def _row_html(self, row: dict[str, Any], *, header: bool = False) -> str:
         cells = []
         for col, width in self.columns:
-            text = html.escape(str(row[col])) if header else self._cell(col, row.get(col))
+            text = esc_text(str(row[col])) if header else clean_html(self._cell(col,
+                                                                                 row.get(col)))
             weight = "font-weight:bold;" if header else ""
-            cells.append(f"<span style='display:inline-block;width:{width}px;{weight}"
+            cells.append(f"<span style='display:inline-block;width:{int(width):d}px;{weight}"
                          f"overflow:hidden;white-space:nowrap;text-overflow:ellipsis;"
                          f"vertical-align:middle;padding-right:6px'>{text}</span>")
         pad = "<span style='display:inline-block;width:30px'></span>" if header else ""

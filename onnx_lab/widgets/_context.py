@@ -18,6 +18,7 @@ import ipywidgets as w
 from onnx_lab.core.derived import derived_dims, length_sums, with_derived
 from onnx_lab.core.shapes import dynamic_dims, expression_dims, resolve_dim, shape_tuple
 from onnx_lab.errors import DimError, InputError
+from onnx_lab.render._html import esc_text
 
 __all__ = ["RunContext", "missing_dims", "image_feeds"]
 
@@ -303,7 +304,7 @@ class RunContext(w.VBox):
                 f.remove_class("onnx-lab-missing")
         if names:
             self.message.value = ("<div class='onnx-lab-warn' style='color:#8a4b00'>Set "
-                                  + ", ".join(f"<b>{n}</b>" for n in names)
+                                  + ", ".join(f"<b>{esc_text(n)}</b>" for n in names)
                                   + " here, then run again.</div>")
 
 

@@ -20,7 +20,6 @@ no build step, and a saved notebook carries it in the widget state, so it works 
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import anywidget
 import traitlets as t
 
+from onnx_lab.render._html import esc_text
 from onnx_lab.render.details import (
     box_module,
     canvas_items,
@@ -260,11 +260,11 @@ class GraphCanvas(anywidget.AnyWidget):
                 self.details_html = group_details_html(scope, node.node_ids, ops,
                                                        box_module(m, scope, node.node_ids))
             elif node is not None:
-                lines = "".join(f"<div class='olc-where'>{html.escape(x)}</div>"
+                lines = "".join(f"<div class='olc-where'>{esc_text(x)}</div>"
                                 for x in node.lines if x)
                 self.details_html = (f"<div class='olc-details'><div class='olc-title'><b>"
-                                     f"{html.escape(node.title)}</b></div><div class='olc-id'>"
-                                     f"{html.escape(node.kind)}</div>{lines}</div>")
+                                     f"{esc_text(node.title)}</b></div><div class='olc-id'>"
+                                     f"{esc_text(node.kind)}</div>{lines}</div>")
             else:
                 self.details_html = ""
         except Exception as e:  # noqa: BLE001 - shown in the panel

@@ -87,9 +87,9 @@ class DiffView(View):
                         "b": diff_panels(d, "b", buttons=False)}
         c = d.counts
         self.counts.value = (
-            f"<div><b style='color:#2da44e'>{c['added']} added</b>, "
-            f"<b style='color:#cf222e'>{c['removed']} removed</b>, "
-            f"<b style='color:#d97706'>{c['changed']} changed</b>, {len(d.matches)} matched "
+            f"<div><b style='color:#2da44e'>{c['added']:d} added</b>, "
+            f"<b style='color:#cf222e'>{c['removed']:d} removed</b>, "
+            f"<b style='color:#d97706'>{c['changed']:d} changed</b>, {len(d.matches)} matched "
             "· a click selects the counterpart on the other side</div>")
         self.ops.set(d.op_counts(), caption="op types")
         view = d.table.copy()

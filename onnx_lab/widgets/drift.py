@@ -8,13 +8,13 @@ layer shows ``Comparison.hist(t)``, ``Comparison.scatter(t)`` and ``Comparison.r
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ipywidgets as w
 
 from onnx_lab.numerics.metrics import PRESETS
+from onnx_lab.render._html import esc_text
 from onnx_lab.render.compare_plots import layer_error_figure
 from onnx_lab.runtime.session import available_providers
 from onnx_lab.widgets._common import (
@@ -111,7 +111,7 @@ class DriftDebugger(View):
                        ("max_abs", 80), ("max_rel", 80), ("cosine", 80), ("passed", 70)],
             page_size=page_size, single=True, on_change=self._guard(self._on_layer),
             formatters={"passed": lambda v: "✔" if v else "<b style='color:#c62828'>✘</b>",
-                        "tensor": self._tensor_cell})
+                        "tensor": self._tensor_cell_html})
         self.layers.add_class("onnx-lab-layers")
         self.layer_title = w.HTML()
         self.hist_html = w.HTML(layout=w.Layout(width="60%", min_width="360px"))
@@ -189,7 +189,7 @@ class DriftDebugger(View):
             else ""
         return f"{pre}c = onnx_lab.compare(reference, candidate, {args})"
 
-    def _tensor_cell(self, value: Any) -> str:
+    def _tensor_cell_html(self, value: Any) -> str:
         d = self.result.first_divergence if self.result is not None else None
         text = short(value, 40)
         if d is not None and value == d["tensor"]:
@@ -199,7 +199,7 @@ class DriftDebugger(View):
     def _progress(self, done: int, total: int, label: str) -> None:
         self.progress.max = max(1, int(total))
         self.progress.value = min(int(done), self.progress.max)
-        self.progress_label.value = f"<small>{html.escape(str(label))} {done}/{total}</small>"
+        self.progress_label.value = f"<small>{esc_text(str(label))} {int(done):d}/{int(total):d}</small>"
 
     # ------------------------------------------------------------------ actions
     def run(self) -> None:
@@ -227,7 +227,7 @@ class DriftDebugger(View):
         self.code.value = code_html(self._code())
         d = c.first_divergence
         colour = "#2e7d32" if c.passed else "#c62828"
-        text = html.escape(c.summary_text()).replace("\n", "<br>")
+        text = esc_text(c.summary_text()).replace("\n", "<br>")
         self.verdict.value = (f"<div class='onnx-lab-verdict' style='border-left:4px solid "
                               f"{colour};padding-left:8px'>{text}</div>")
         self._show_layers()
@@ -283,7 +283,7 @@ class DriftDebugger(View):
         d = c.first_divergence
         first = d is not None and d["tensor"] == tensor
         self.layer_title.value = (
-            f"<b>{html.escape(tensor)}</b>" + (f" — node {html.escape(str(node_id))}"
+            f"<b>{esc_text(tensor)}</b>" + (f" — node {esc_text(str(node_id))}"
                                                if node_id else "")
             + (" <span style='background:#c62828;color:white;padding:1px 6px;"
                "border-radius:8px'>first divergence</span>" if first else ""))

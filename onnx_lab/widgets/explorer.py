@@ -8,12 +8,12 @@ first view, and the graph never lays out the whole model: with no selection it s
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import ipywidgets as w
 
 from onnx_lab.lab import as_lab
+from onnx_lab.render._html import esc_text
 from onnx_lab.render.tables import format_bytes, frame_html
 from onnx_lab.widgets._common import (
     SelectableTable,
@@ -223,14 +223,14 @@ class Explorer(View):
         if not len(row):
             return
         r = row.iloc[0]
-        attrs = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{short(v, 120)}</td></tr>"
+        attrs = "".join(f"<tr><td>{esc_text(str(k))}</td><td>{short(v, 120)}</td></tr>"
                         for k, v in r["attributes"].items()) or "<tr><td>none</td></tr>"
-        ios = "".join(f"<tr><td>{kind}</td><td>{short(v, 400)}</td></tr>"
+        ios = "".join(f"<tr><td>{esc_text(kind)}</td><td>{short(v, 400)}</td></tr>"
                       for kind, v in (("inputs", r["inputs"]), ("outputs", r["outputs"])))
-        where = html.escape(f"graph {r['graph']!r}, scope {r['scope']!r}, topo {r['topo']}")
+        where = esc_text(f"graph {r['graph']!r}, scope {r['scope']!r}, topo {r['topo']}")
         self.node_details.value = (
-            f"<div class='onnx-lab-node-details'><b>{html.escape(r['node_id'])}</b> "
-            f"({html.escape(r['op_type'])}{', ' + html.escape(r['domain']) if r['domain'] else ''})"
+            f"<div class='onnx-lab-node-details'><b>{esc_text(r['node_id'])}</b> "
+            f"({esc_text(r['op_type'])}{', ' + esc_text(r['domain']) if r['domain'] else ''})"
             f" — {where}<table><tr><th colspan=2 style='text-align:left'>attributes</th></tr>"
             f"{attrs}{ios}</table></div>")
 
@@ -419,7 +419,7 @@ class Explorer(View):
             return
         kwargs, code = self.graph_call()
         n = len(kwargs.get("around", []))
-        self.graph_info.value = (f"<small>neighbourhood of {n} selected item(s)</small>" if n
+        self.graph_info.value = (f"<small>neighbourhood of {n:d} selected item(s)</small>" if n
                                  else "<small>overview (collapsed by scope); tick rows in "
                                       "Nodes or Tensors to see their neighbourhood</small>")
         rendering = self._call(self.lab.render, busy="Laying out the graph…", **kwargs)

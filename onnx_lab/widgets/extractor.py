@@ -7,17 +7,17 @@ the same tensors of the full model) and shows the new Lab; Save calls ``sub.save
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import ipywidgets as w
 
 from onnx_lab._pandas import pd
 from onnx_lab.lab import as_lab
+from onnx_lab.render._html import esc_text
 from onnx_lab.widgets._common import (
     SelectableTable,
     View,
-    badge,
+    badge_html,
     code_html,
     info_html,
 )
@@ -194,11 +194,11 @@ class Extractor(View):
         return ", ".join(f"{k}={v!r}" for k, v in kw.items())
 
     @staticmethod
-    def counts_text(lab: Any) -> str:
+    def counts_html(lab: Any) -> str:
         """'12 compute nodes + 3 Constant nodes' for a Lab (main graph and bodies)."""
         ops = lab.nodes["op_type"]
         n_const = int((ops == "Constant").sum())
-        return (f"<b>{len(ops) - n_const}</b> compute node{'s' if len(ops) - n_const != 1 else ''}"
+        return (f"<b>{len(ops) - n_const:d}</b> compute node{'s' if len(ops) - n_const != 1 else ''}"
                 f" + <b>{n_const}</b> Constant node{'s' if n_const != 1 else ''}")
 
     # ------------------------------------------------------------------ actions
@@ -234,11 +234,11 @@ class Extractor(View):
         self.legend.value = (
             f"<div class='onnx-lab-cut-legend' style='font-size:12px'>"
             f"<span style='border:2px solid {INSIDE};padding:0 4px'>inside the cut</span> "
-            f"{self.counts_text(sub)}; "
+            f"{self.counts_html(sub)}; "
             f"<span style='border:2px solid {OUTSIDE};padding:0 4px'>outside</span> "
             f"{len(outside)} neighbouring node{'s' if len(outside) != 1 else ''} drawn; "
-            f"inputs: {html.escape(', '.join(sub.inputs['name']))}; outputs: "
-            f"{html.escape(', '.join(sub.outputs['name']))}</div>")
+            f"inputs: {esc_text(', '.join(sub.inputs['name']))}; outputs: "
+            f"{esc_text(', '.join(sub.outputs['name']))}</div>")
         self.result = r
         self.preview_cut = {"inside": inside, "outside": outside, "sub": sub}
         self.code.value = code_html(
@@ -264,15 +264,15 @@ class Extractor(View):
             f", {vcode}" if vcode else "") + ")"
         if "image_feeds(" in code:
             code = "from onnx_lab.widgets._context import image_feeds; " + code
-        ins = ", ".join(html.escape(n) for n in sub.inputs["name"])
-        outs = ", ".join(html.escape(n) for n in sub.outputs["name"])
+        ins = ", ".join(esc_text(n) for n in sub.inputs["name"])
+        outs = ", ".join(esc_text(n) for n in sub.outputs["name"])
         verified = None
         hist = getattr(sub, "history", None)
         if isinstance(hist, pd.DataFrame) and len(hist) and "verify_passed" in hist:
             v = hist["verify_passed"].iloc[0]
             verified = None if v is None or pd.isna(v) else bool(v)
         self.info.value = (f"<div class='onnx-lab-extracted'><b>{len(sub.index)}</b> nodes "
-                           f"extracted ({self.counts_text(sub)}) {badge(verified)}<br>inputs: "
+                           f"extracted ({self.counts_html(sub)}) {badge_html(verified)}<br>inputs: "
                            f"{ins}<br>outputs: {outs}</div>")
         r = self._call(sub.render, collapse="auto")
         if r is not None:

@@ -10,7 +10,6 @@ panel: onnx_lab's own patterns and the transformer fusions that almost applied).
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import ipywidgets as w
@@ -18,6 +17,7 @@ import ipywidgets as w
 from onnx_lab._pandas import pd
 from onnx_lab.lab import as_lab
 from onnx_lab.render import render_model
+from onnx_lab.render._html import esc_text
 from onnx_lab.render.tables import changes_frame, format_bytes
 from onnx_lab.transforms import get_pass
 from onnx_lab.transforms.explain import explain
@@ -26,7 +26,7 @@ from onnx_lab.widgets._common import (
     PagedTable,
     SelectableTable,
     View,
-    badge,
+    badge_html,
     code_html,
     info_html,
     short,
@@ -75,12 +75,12 @@ def history_html(history: pd.DataFrame) -> str:
         verified = r.get("verify_passed")
         if verified is not None and pd.isna(verified):
             verified = None
-        ver = "" if r["step"] == 0 else badge(None if verified is None else bool(verified))
+        ver = "" if r["step"] == 0 else badge_html(None if verified is None else bool(verified))
         current = bool(r.get("current", False))
         style = " style='background:#e3f2fd;font-weight:bold'" if current else ""
         rows.append(
             f"<tr class='onnx-lab-history-row' data-step='{int(r['step'])}'{style}>"
-            f"<td>{int(r['step'])}</td><td>{html.escape(str(r['pass']))}</td>"
+            f"<td>{int(r['step'])}</td><td>{esc_text(str(r['pass']))}</td>"
             f"<td>{short(r['params'] or '', 40)}</td><td>{'yes' if r['modified'] else 'no'}</td>"
             f"<td class='onnx-lab-nodes' data-before='{int(r['nodes_before'])}' "
             f"data-after='{int(r['nodes_after'])}'>{int(r['nodes_before'])} → "
@@ -93,7 +93,7 @@ def history_html(history: pd.DataFrame) -> str:
 
 def _bytes(value: Any) -> str:
     try:
-        return html.escape(format_bytes(value))
+        return esc_text(format_bytes(value))
     except (TypeError, ValueError):
         return ""
 

@@ -22,13 +22,13 @@ the project's ``.venv``; elsewhere ``python -m onnx_lab.widgets.nbconvert --inst
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import Any
 
 from nbconvert.preprocessors import Preprocessor
 
 from onnx_lab.errors import InputError
+from onnx_lab.render._html import clean_html, esc_text
 from onnx_lab.widgets._common import graph_snapshot
 
 __all__ = ["LastViews", "last_view_html", "export_html", "install_config"]
@@ -44,7 +44,7 @@ def _ref(value: Any) -> str | None:
     return None
 
 
-def _view(state: dict[str, Any], model_id: str, depth: int = 0) -> str:
+def _view_html(state: dict[str, Any], model_id: str, depth: int = 0) -> str:
     """Static HTML of one saved widget model and its children (hidden parts left out)."""
     entry = state.get(model_id)
     if entry is None or depth > 64:
@@ -66,10 +66,10 @@ def _view(state: dict[str, Any], model_id: str, depth: int = 0) -> str:
             return ""
         titles = s.get("titles") or []
         title = titles[i] if i < len(titles) else ""
-        return ((f"<div><b>{html.escape(str(title))}</b></div>" if title else "")
-                + _view(state, kids[i], depth + 1))
+        return ((f"<div><b>{esc_text(str(title))}</b></div>" if title else "")
+                + _view_html(state, kids[i], depth + 1))
     if kids:
-        inner = "".join(_view(state, k, depth + 1) for k in kids)
+        inner = "".join(_view_html(state, k, depth + 1) for k in kids)
         if not inner:
             return ""
         flow = "display:flex;flex-wrap:wrap;gap:4px" if name == "HBoxModel" else ""
@@ -91,8 +91,8 @@ def last_view_html(state: dict[str, Any], model_id: str) -> str | None:
          if c.startswith("onnx-lab-") and c not in _OURS), "widget")
     return (f"<div class='onnx-lab-snapshot onnx-lab-last-view' style='max-width:100%;"
             f"overflow:auto'><div style='font-size:11px;color:#777'>onnx_lab "
-            f"{html.escape(kind)}: last view saved with the notebook</div>"
-            + _view(state, model_id) + "</div>")
+            f"{esc_text(kind)}: last view saved with the notebook</div>"
+            + clean_html(_view_html(state, model_id)) + "</div>")
 
 
 class LastViews(Preprocessor):

@@ -8,13 +8,13 @@ nodes highlighted on the graph canvas (``plan.render()``), and save the converte
 
 from __future__ import annotations
 
-import html
 import threading
 from typing import Any
 
 import ipywidgets as w
 
 from onnx_lab.errors import InputError
+from onnx_lab.render._html import esc_text
 from onnx_lab.render.tables import frame_html
 from onnx_lab.widgets._common import View, code_html, figure_html, info_html
 
@@ -150,7 +150,7 @@ class PrecisionDoctor(View):
     def _on_progress(self, done: int, total: int, label: str) -> None:
         self.progress.max = max(total, 1)
         self.progress.value = min(done, self.progress.max)
-        self.progress_label.value = html.escape(label)
+        self.progress_label.value = esc_text(label)
 
     def _search(self) -> None:
         try:
@@ -161,7 +161,7 @@ class PrecisionDoctor(View):
                 self.show(plan)
                 # The bar's total was an estimate: a finished search fills it.
                 self.progress.value = self.progress.max
-                self.progress_label.value = html.escape(
+                self.progress_label.value = esc_text(
                     f"done: {len(plan.trials)} trials, {plan.seconds:.1f} s")
         finally:
             self.run_button.disabled, self.cancel_button.disabled = False, True
@@ -174,10 +174,10 @@ class PrecisionDoctor(View):
         why = ""
         if not full["passed"]:  # why everything converted fails (an fp16 overflow...)
             why = full["note"] or f"score {full['score']:.3g} > 1"
-            why = f"<div>everything converted fails: {html.escape(why)}</div>"
-        why += "".join(f"<div>note: {html.escape(n)}</div>" for n in plan.notes)
+            why = f"<div>everything converted fails: {esc_text(why)}</div>"
+        why += "".join(f"<div>note: {esc_text(n)}</div>" for n in plan.notes)
         self.verdict.value = info_html(plan.summary_text(), kind=kind) + why + (
-            f"<div>kept: {html.escape(', '.join(plan.kept)) or 'none'}</div>")
+            f"<div>kept: {esc_text(', '.join(plan.kept)) or 'none'}</div>")
         self.chart.value = figure_html(plan.plot(top=20))
         self.outputs_html.value = frame_html(plan.outputs, caption="error per output: "
                                              "everything converted (before) vs the plan (after)")

@@ -13,7 +13,6 @@ before the cancel is shown.
 
 from __future__ import annotations
 
-import html
 import threading
 from typing import Any
 
@@ -25,6 +24,7 @@ from onnx_lab.errors import LabError
 from onnx_lab.lab import as_lab
 from onnx_lab.profiling import levels
 from onnx_lab.profiling.generate import cache_layout
+from onnx_lab.render._html import esc_text
 from onnx_lab.render.profile_plots import levels_figure, roofline_figure
 from onnx_lab.render.results import (
     batch_sweep_html,
@@ -109,7 +109,7 @@ class Profiler(View):
                           for p in avail]
         self.backend_note = w.HTML("" if openvino_available() else
                                    f"<span style='color:#666;font-size:12px'>"
-                                   f"{html.escape(INSTALL_HINT)}</span>")
+                                   f"{esc_text(INSTALL_HINT)}</span>")
         self.runs = w.BoundedIntText(value=int(runs or 0), min=0, max=100000,
                                      description="runs",
                                      tooltip="0: until the median is stable or the budget is "
@@ -393,8 +393,8 @@ class Profiler(View):
         if df is None:
             return
 
-        notes = "".join(f"<li>{html.escape(str(n))}</li>" for n in df.attrs.get("notes", []))
-        verdicts = "".join(f"<li>{html.escape(v)}</li>" for v in df.verdict if v)
+        notes = "".join(f"<li>{esc_text(str(n))}</li>" for n in df.attrs.get("notes", []))
+        verdicts = "".join(f"<li>{esc_text(v)}</li>" for v in df.verdict if v)
         self.levels_html.value = (frame_html(df.drop(columns=["verdict"]),
                                              caption="ORT optimization levels")
                                   + figure_html(levels_figure(df))

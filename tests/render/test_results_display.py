@@ -56,7 +56,7 @@ def views(monkeypatch):
     (PrecisionPlan, ["html", "plot", "render"]),
     (LLMComparison, ["html", "plot"]),
     (WeightOnlyPlan, ["html", "plot", "render"]),
-    (TorchComparison, ["plot"]),
+    (TorchComparison, ["html", "plot"]),
 ])
 def test_import_onnx_lab_registers_every_result_view(cls, kinds):
     assert _display.kinds(cls) == kinds
@@ -235,7 +235,7 @@ def test_profile_and_batch_sweep_views(convnet):
                                        "items_per_s": [1000.0, 1333.0, 1333.0]}),
                    knee=2, dim="N")
     assert s.plot().axes[0].get_xlabel() == "N"
-    assert s._repr_html_().startswith("<div><b>Batch sweep</b> over 'N', knee: 2")
+    assert s._repr_html_().startswith("<div><b>Batch sweep</b> over &#x27;N&#x27;, knee: 2")
 
 
 def test_pass_results_and_backend_reports_are_drawn_by_render():

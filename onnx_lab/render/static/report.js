@@ -90,7 +90,7 @@
     }
 
     function drawCrumbs() {
-      crumbs.innerHTML = "";
+      crumbs.replaceChildren();
       const chain = [];
       for (let k = host.current; k !== null && k !== undefined; k = (payload.views[k] || {}).parent) {
         chain.unshift(k);
@@ -226,12 +226,26 @@
       const vis = visible();
       const pages = Math.max(1, Math.ceil(vis.length / PAGE));
       page = Math.min(page, pages - 1);
-      const head = "<tr>" + t.columns.map((c, i) =>
-        `<th data-col="${i}" class="${i === sortCol ? (desc ? "olr-desc" : "olr-asc") : ""}">${esc(c)}</th>`).join("") + "</tr>";
-      const body = vis.slice(page * PAGE, page * PAGE + PAGE).map((r) =>
-        `<tr${keyIdx >= 0 && onKey ? ` class="olr-link" data-key="${esc(fmt(r[keyIdx]))}"` : ""}>` +
-        r.map((c) => `<td>${esc(fmt(c))}</td>`).join("") + "</tr>").join("");
-      table.innerHTML = head + body;
+      // Cells are model strings: built as elements with textContent, never as markup.
+      const head = document.createElement("tr");
+      t.columns.forEach((c, i) => {
+        const th = document.createElement("th");
+        th.dataset.col = String(i);
+        if (i === sortCol) th.className = desc ? "olr-desc" : "olr-asc";
+        th.textContent = String(c);
+        head.appendChild(th);
+      });
+      const rowsEl = vis.slice(page * PAGE, page * PAGE + PAGE).map((r) => {
+        const tr = document.createElement("tr");
+        if (keyIdx >= 0 && onKey) { tr.className = "olr-link"; tr.dataset.key = fmt(r[keyIdx]); }
+        for (const c of r) {
+          const td = document.createElement("td");
+          td.textContent = fmt(c);
+          tr.appendChild(td);
+        }
+        return tr;
+      });
+      table.replaceChildren(head, ...rowsEl);
       info.textContent = `${vis.length} of ${t.total} rows` + (pages > 1 ? ` · page ${page + 1}/${pages}` : "");
       prev.disabled = page === 0; next.disabled = page >= pages - 1;
     }
@@ -254,18 +268,15 @@
     draw();
   }
 
-  function esc(s) {
-    return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;",
-                                                   '"': "&quot;", "'": "&#39;" })[c]);
-  }
-
   // ---------------------------------------------------------------- diff
   function linkDiff(box, A, B, d) {
     let busy = false, sync = true;
     const toggle = document.createElement("label");
     toggle.className = "olr-sync";
-    toggle.innerHTML = "<input type='checkbox' checked> sync pan and zoom";
-    toggle.querySelector("input").addEventListener("change", (e) => { sync = e.target.checked; });
+    const box_ = document.createElement("input");
+    box_.type = "checkbox"; box_.checked = true;
+    toggle.append(box_, document.createTextNode(" sync pan and zoom"));
+    box_.addEventListener("change", (e) => { sync = e.target.checked; });
     box.parentNode.insertBefore(toggle, box);
 
     function follow(src, dst, map, key) {

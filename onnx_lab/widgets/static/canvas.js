@@ -11,6 +11,35 @@ function el(tag, cls, parent) {
   return e;
 }
 
+// Markup from Python (the SVG, the details panel, the legend) is built with escaping
+// helpers (onnx_lab/render/_html.py). As a second wall it is parsed in an inert document
+// (no script runs, nothing loads there), cleaned of script-like elements, event handlers and
+// links other than #anchors / data:image, and only then moved into the page. Model strings
+// themselves are only ever set with textContent.
+const DROP = new Set(["script", "iframe", "object", "embed", "foreignobject", "base", "link",
+                      "meta", "frame", "frameset", "style", "template"]);
+const URL_ATTRS = new Set(["href", "xlink:href", "src", "action", "formaction", "srcset"]);
+
+function cleanTree(root) {
+  for (const n of Array.from(root.querySelectorAll("*"))) {
+    if (DROP.has(n.localName.toLowerCase())) { n.remove(); continue; }
+    for (const a of Array.from(n.attributes)) {
+      const name = a.name.toLowerCase(), v = a.value.trim().toLowerCase();
+      if (name.startsWith("on")) n.removeAttribute(a.name);
+      else if (URL_ATTRS.has(name) && !(v.startsWith("#") || v.startsWith("data:image/")))
+        n.removeAttribute(a.name);
+      else if (name === "style" && /url\s*\(/.test(v)) n.removeAttribute(a.name);
+    }
+  }
+  return root;
+}
+
+function setMarkup(target, markup) {
+  const doc = new DOMParser().parseFromString(String(markup || ""), "text/html");
+  cleanTree(doc.body);
+  target.replaceChildren(...Array.from(doc.body.childNodes));
+}
+
 // A module breadcrumb of the details panel (data-expand="/model/layers.0"): Python shows
 // that module (focuses its box, or draws it open).
 function moduleLink(model) {
@@ -135,13 +164,13 @@ function render({ model, el: root }) {
 
   function loadSvg() {
     const text = model.get("svg") || "";
-    stage.innerHTML = "";
-    mini.innerHTML = "";
+    stage.replaceChildren();
+    mini.replaceChildren();
     byKey = new Map();
     svg = null;
     if (!text) { stage.textContent = model.get("fallback") || ""; return; }
     const i = text.indexOf("<svg");
-    stage.innerHTML = i >= 0 ? text.slice(i) : text;
+    setMarkup(stage, i >= 0 ? text.slice(i) : text);
     svg = stage.querySelector("svg");
     if (!svg) return;
     const vb = svg.viewBox && svg.viewBox.baseVal;
@@ -174,7 +203,7 @@ function render({ model, el: root }) {
 
   function showDetails() {
     const html = model.get("details_html") || "";
-    panelBody.innerHTML = html;
+    setMarkup(panelBody, html);
     panel.style.display = html ? "block" : "none";
     root.dataset.details = String((+root.dataset.details || 0) + 1);
   }
@@ -301,8 +330,9 @@ function render({ model, el: root }) {
     }
   };
   const onLegend = () => {
-    legend.innerHTML = model.get("legend_html") || "";
-    legend.style.display = legend.innerHTML ? "block" : "none";
+    const html = model.get("legend_html") || "";
+    setMarkup(legend, html);
+    legend.style.display = html ? "block" : "none";
   };
   const onTitle = () => { title.textContent = model.get("title") || ""; };
   model.on("change:svg", loadSvg);

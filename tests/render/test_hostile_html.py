@@ -1,0 +1,148 @@
+"""Hostile models without a browser: the HTML onnx_lab builds from them holds no markup of
+theirs, graphviz draws them, and the names still read as they are.
+
+The same artifacts as ``tests/browser/test_hostile_browser.py`` (which also runs them in
+Chromium), read here with the standard library's HTML tokenizer: an element with an
+``on...`` handler, a ``javascript:`` link, an ``<img src=x>`` or a ``<b data-pwn>`` means a
+payload of ``tests/hostile_models.py`` was written as markup.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import pytest
+from hostile_artifacts import fragments
+from hostile_models import NODE_NAMES, PAYLOADS, READABLE, exotic, hostile, known_injection
+
+import onnx_lab
+
+
+class _Markup(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.found: list[str] = []
+        self.text: list[str] = []
+        self.script = False
+
+    def handle_starttag(self, tag, attrs):
+        for k, v in attrs:
+            if k.startswith("on"):
+                self.found.append(f"{tag}[{k}]")
+            if k in ("href", "src", "xlink:href", "action") and v and \
+                    v.strip().lower().startswith("javascript:"):
+                self.found.append(f"{tag}[{k}=javascript:]")
+        a = dict(attrs)
+        if (tag == "img" and a.get("src") == "x") or (tag == "b" and "data-pwn" in a):
+            self.found.append(tag)
+        if tag == "script":
+            t = (a.get("type") or "").lower()
+            self.script = not t or "javascript" in t or t == "module"
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self.script = False
+
+    def handle_data(self, data):
+        if self.script and ("__pwned" in data or "onerror=" in data):
+            self.found.append("script with a payload")
+        self.text.append(data)
+
+
+def _scan(html: str) -> _Markup:
+    p = _Markup()
+    p.feed(html)
+    p.close()
+    return p
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[str, str]:
+    return {name: fn() for name, fn in fragments().items()}
+
+
+def test_no_payload_is_written_as_markup(built):
+    for name, html in built.items():
+        assert _scan(html).found == [], name
+
+
+def test_names_read_as_they_are(built):
+    text = " ".join(" ".join(_scan(h).text) for h in built.values())
+    for r in READABLE:
+        assert r in text
+    # The details panels show every node's name (cut to a panel's width, never mangled).
+    details = " ".join(_scan(built["details"]).text)
+    for n in NODE_NAMES:
+        assert n[:40] in details, n
+
+
+def test_the_issue_injection_is_text_and_nodes_table_builds():
+    lab = onnx_lab.open(known_injection())
+    # A non-integer line is no line (it was pyarrow's ArrowInvalid in lab.nodes).
+    import pandas as pd
+
+    assert pd.isna(lab.nodes.loc[0, "source_line"])
+    from onnx_lab.render.details import node_details, node_details_html
+
+    html = node_details_html(node_details(lab.model, lab.nodes.node_id[0]))
+    assert "onerror" not in html and "model.py:None" in html
+
+
+@pytest.mark.parametrize("build", [hostile, exotic, known_injection])
+def test_graphviz_draws_hostile_names_as_text(build):
+    """The DOT path: quotes, backslashes, newlines, control characters and HTML-like text in
+    ids, labels and tooltips neither break dot nor become markup in its SVG."""
+    from onnx_lab.render.dot import find_dot
+
+    if find_dot() is None:
+        pytest.skip("graphviz dot is not installed")
+    lab = onnx_lab.open(build())
+    r = lab.render()
+    assert r.svg is not None, r.notes
+    scan = _scan(r.svg)
+    assert scan.found == []
+    assert not re.search(r"<(img|b|script|svg onload)[\s>]", r.svg.split("<svg", 1)[1][3:])
+    # Every node is drawn with its id (the canvas maps clicks back through it).
+    ids = set(re.findall(r'<g id="n:([^"]*)" class="node', r.svg))
+    assert len(ids) >= len(lab.nodes), ids
+    text = " ".join(scan.text)
+    if build is hostile:
+        assert any(n[:20] in text for n in NODE_NAMES)
+
+
+def test_dot_quoting_round_trips_through_graphviz():
+    """Names that end in a backslash, hold quotes, newlines or ``\\N``-like escapes stay one
+    node each and keep their text."""
+    from onnx import TensorProto, helper
+
+    from onnx_lab.render.dot import find_dot
+
+    if find_dot() is None:
+        pytest.skip("graphviz dot is not installed")
+    names = ["ends with \\", 'a "quoted" name', "two\nlines", "\\N \\G \\L", "<TABLE>", "]",
+             "&lt;b&gt; &amp; &#65;", "cr\rhere"]
+    nodes, prev = [], "x"
+    for i, n in enumerate(names):
+        nodes.append(helper.make_node("Relu", [prev], [f"t{i}"], name=n))
+        prev = f"t{i}"
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                                          ir_version=8))
+    r = lab.render()
+    assert r.svg is not None, r.notes
+    import html
+
+    ids = [html.unescape(x) for x in re.findall(r'<g id="n:([^"]*)" class="node onnx(?:&#45;|-)op"',
+                                                 r.svg)]
+    assert sorted(ids) == sorted(lab.nodes.node_id), ids
+    assert "&lt;TABLE&gt;" in r.svg and "<TABLE>" not in r.svg
+
+
+def test_payloads_cover_every_context():
+    joined = "".join(PAYLOADS)
+    for needle in ("<img", "</script>", '">', "'>", "javascript:", "{{", "${", "\\", "\n",
+                   "\x01", "\u202e", "$"):
+        assert needle in joined, needle
+    assert max(len(p) for p in PAYLOADS) > 2000
