@@ -18,7 +18,6 @@ Example:
 
 from __future__ import annotations
 
-import html
 import json
 from typing import Any
 
@@ -29,13 +28,14 @@ from onnx_lab._pandas import pd
 from onnx_lab.core.history import step_call
 from onnx_lab.errors import InputError
 from onnx_lab.lab import as_lab
+from onnx_lab.render._html import Markup, esc_text
 from onnx_lab.transforms.edit import (
     EDIT_OPS,
     attribute_form,
     edit_provenance,
     parse_attribute_text,
 )
-from onnx_lab.widgets._common import View, badge, code_html, info_html, short
+from onnx_lab.widgets._common import View, badge_html, code_html, info_html, short
 
 __all__ = ["Editor"]
 
@@ -78,16 +78,16 @@ def history_html(history: pd.DataFrame) -> str:
         if r["step"] == 0:
             ver = ""
         elif changed is True:
-            ver = ("<span class='onnx-lab-badge onnx-lab-changed' style='background:#1565c0;"
-                   "color:white;padding:1px 6px;border-radius:8px;font-size:11px'>changed "
-                   "(expected)</span>")
+            ver = Markup("<span class='onnx-lab-badge onnx-lab-changed' style='background:"
+                         "#1565c0;color:white;padding:1px 6px;border-radius:8px;font-size:11px'>"
+                         "changed (expected)</span>")
         else:
-            ver = badge(None if verified is None else bool(verified))
+            ver = badge_html(None if verified is None else bool(verified))
         current = bool(r.get("current", False))
         style = " style='background:#e3f2fd;font-weight:bold'" if current else ""
         rows.append(
             f"<tr class='onnx-lab-history-row' data-step='{int(r['step'])}'{style}>"
-            f"<td>{int(r['step'])}</td><td>{html.escape(str(r['pass']))}</td>"
+            f"<td>{int(r['step'])}</td><td>{esc_text(str(r['pass']))}</td>"
             f"<td>{short(r['params'] or '', 60)}</td>"
             f"<td>{int(r['nodes_before'])} → {int(r['nodes_after'])}</td>"
             f"<td>{ver}</td><td>{err_txt}</td>"
@@ -236,8 +236,8 @@ class Editor(View):
             self.panel.children = []
             return
         kind, name = t
-        self.title.value = (f"<b>{html.escape(kind)}</b> <code>{html.escape(name)}</code>"
-                            + (f" ({html.escape(m.index.node(name).op_type)})"
+        self.title.value = (f"<b>{esc_text(kind)}</b> <code>{esc_text(name)}</code>"
+                            + (f" ({esc_text(m.index.node(name).op_type)})"
                                if kind == "node" else ""))
         row = w.HBox
         if kind == "node":
@@ -303,9 +303,9 @@ class Editor(View):
             bits.append(f"default {a['default']}")
         if a["required"]:
             bits.append("required")
-        self.attr_hint.value = (f"<small>{html.escape('; '.join(bits))}</small>"
+        self.attr_hint.value = (f"<small>{esc_text('; '.join(bits))}</small>"
                                 f"<div style='font-size:11px;color:#666'>"
-                                f"{html.escape(a['doc'])}</div>")
+                                f"{esc_text(a['doc'])}</div>")
 
     # ------------------------------------------------------------------ edits
     def _node(self) -> str:
@@ -338,7 +338,7 @@ class Editor(View):
             verdict, kind = "not verified", "info"
         self.message.value = (info_html(f"step {self.lab.versions.current}: {r.name} — "
                                         f"{verdict}", kind=kind)
-                              + f"<div style='font-size:12px'>{html.escape(what)}</div>")
+                              + f"<div style='font-size:12px'>{esc_text(what)}</div>")
         self._redraw(follow)
         return r
 
