@@ -22,7 +22,7 @@ from onnx_lab.core.provenance import origins
 from onnx_lab.core.shapes import validate_dims
 from onnx_lab.core.source import load_source, resolve
 from onnx_lab.core.source_map import carry_sources
-from onnx_lab.errors import LabError, forwards
+from onnx_lab.errors import forwards
 from onnx_lab.render._html import esc_text
 
 if TYPE_CHECKING:

@@ -21,8 +21,7 @@ from typing import Any
 
 from onnx_lab.core.history import History
 from onnx_lab.core.shapes import fit_dims, type_label
-from onnx_lab.errors import (InputError, PassError, RuntimeLoadError, check_keywords,
-                             keyword_names)
+from onnx_lab.errors import InputError, PassError, RuntimeLoadError, check_keywords, keyword_names
 from onnx_lab.numerics.verify import fill_result, report_of, verify_extract
 from onnx_lab.runtime.feeds import input_specs
 from onnx_lab.transforms.apply import preset_passes, run_pass

@@ -612,7 +612,8 @@ def pass_names() -> list[str]:
 
 
 def pass_kind(name: str) -> str | None:
-    """``"graph"`` for onnx_lab's own passes, ``"tool"`` for wrappers; None if unknown."""
+    """The registered kind of pass ``name``: ``"graph"`` for onnx_lab's own passes, ``"tool"``
+    for wrappers, ``"edit"`` for edits; None if unknown."""
     _load_builtins()
     entry = _REGISTRY.get(name)
     return entry.kind if entry is not None else None
@@ -625,15 +626,6 @@ def get_pass(name: str, matches: Sequence[str] | None = None, **params: Any) -> 
         raise unknown_name("pass", name, _REGISTRY,
                            fix="See onnx_lab.transforms.available() (or `onnx-lab passes`).")
     return _REGISTRY[name].factory(matches=matches, **params)
-
-
-def pass_kind(name: str) -> str:
-    """The registered kind of pass ``name`` (``graph``, ``tool``, ``edit``...)."""
-    _load_builtins()
-    if name not in _REGISTRY:
-        raise unknown_name("pass", name, _REGISTRY,
-                           fix="See onnx_lab.transforms.available() (or `onnx-lab passes`).")
-    return _REGISTRY[name].kind
 
 
 def pass_traits(name: str) -> tuple[bool, str | None]:
