@@ -95,7 +95,8 @@ def _structure_problem(before: LabModel, new: LabModel) -> str | None:
     """Why the new graph cannot be the model at all: no nodes, or an output nothing makes."""
     g = new.graph
     fed = {v.name for v in g.inputs}
-    missing = [v.name for v in g.outputs if v.producer() is None and v.name not in fed
+    made = {o.name for n in g for o in n.outputs}  # a removed producer may still be linked
+    missing = [v.name for v in g.outputs if v.name not in made and v.name not in fed
                and v.name not in g.initializers]
     if not missing and g.outputs:
         return None  # a graph left with no nodes that passes its inputs through is a model
