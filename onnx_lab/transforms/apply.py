@@ -16,7 +16,8 @@ from typing import Any
 
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import InputError, PassError, unknown_name
-from onnx_lab.transforms.base import PassContext, PassResult, get_pass
+from onnx_lab.transforms.base import PassContext, PassResult, get_pass, pass_kind
+from onnx_lab.transforms.interface import check_interface
 from onnx_lab.transforms.presets import PRESETS
 
 __all__ = ["run_pass", "preset_passes"]
@@ -34,6 +35,11 @@ def run_pass(model: LabModel, pass_name: str, matches: Sequence[str] | str | Non
             whole-model tools (onnxsim) for their input shapes (``dims`` is a parameter of
             the ``fix_dims`` pass).
         **params: the pass's parameters (PassError on unknown names or wrong types).
+
+    Raises:
+        PassError: also when the result changed the model's inputs/outputs without the pass
+            declaring it (kind ``edit``), or lost its graph
+            (:func:`onnx_lab.transforms.interface.check_interface`).
     """
     if isinstance(matches, str):
         matches = [matches]
@@ -43,7 +49,10 @@ def run_pass(model: LabModel, pass_name: str, matches: Sequence[str] | str | Non
     p = get_pass(pass_name, matches=matches, **params)
     context = PassContext(dict(model_dims or {}),
                           {k: list(v) for k, v in (model_shapes or {}).items()})
-    return p.run(model, context)
+    result = p.run(model, context)
+    check_interface(model, result, kind=pass_kind(pass_name), dims=context.dims,
+                    shapes=context.shapes)
+    return result
 
 
 def preset_passes(preset: str | Sequence[str]) -> list[str]:
