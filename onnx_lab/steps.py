@@ -20,10 +20,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from onnx_lab.core.history import History
-from onnx_lab.core.shapes import fit_dims, type_label
-from onnx_lab.errors import InputError, PassError, RuntimeLoadError, check_keywords, keyword_names
+from onnx_lab.core.shapes import fit_dims
+from onnx_lab.errors import InputError, RuntimeLoadError, check_keywords, keyword_names
 from onnx_lab.numerics.verify import fill_result, report_of, verify_extract
-from onnx_lab.runtime.feeds import input_specs
 from onnx_lab.transforms.apply import preset_passes, run_pass
 from onnx_lab.transforms.base import PassResult, pass_kind, pass_traits
 from onnx_lab.transforms.extract import extract_model
@@ -72,64 +71,6 @@ def verify_options(verify_arg: bool | Mapping[str, Any]) -> dict[str, Any] | Non
                      fix="Pass verify=True (default), verify=False or verify={'atol': 1e-3}.")
 
 
-def interface_change(before: Any, after: Any, pass_name: str) -> PassError | None:
-    """Why the new version of a step breaks the model's interface, or None.
-
-    A runtime feeds the model by input name and reads outputs by name: a step that removes or
-    renames an input or output (onnxslim drops inputs it finds unused, e.g. a decoder's past
-    key/values once ``past_sequence_length=0`` makes them dead), or leaves a graph output that
-    nothing computes (ort_transformers' fusions on an optimum merged decoder: 0 nodes left),
-    is refused here, before verification, with the tool's name. A pass that changes an
-    output's *type* on request (``remove_zipmap``) keeps its names and passes; a tool that
-    changes one does not. Edit passes (kind ``edit``: renames, added or removed outputs) change
-    the interface because the user asked, and are not checked here.
-    """
-    kind = pass_kind(pass_name) or "graph"
-    if kind == "edit":  # renames, added or removed outputs: the interface change asked for
-        return None     # (each edit checks its own result with onnx's checker)
-    old_in = [n for n, _d, _s in input_specs(before)]
-    new_in = [n for n, _d, _s in input_specs(after)]
-    old_out = [v.name for v in before.graph.outputs]
-    new_out = [v.name for v in after.graph.outputs]
-    changes = []
-    if missing := [n for n in old_in if n not in new_in]:
-        changes.append(f"removed input(s) {missing[:6]}")
-    if added := [n for n in new_in if n not in old_in]:
-        changes.append(f"added input(s) {added[:6]}")
-    if missing_out := [n for n in old_out if n not in new_out]:
-        changes.append(f"removed output(s) {missing_out[:6]}")
-    if added_out := [n for n in new_out if n not in old_out]:
-        changes.append(f"added output(s) {added_out[:6]}")
-    g = after.graph
-    dangling = [v.name for v in g.outputs
-                if (v.producer() is None or v.producer().graph is not g)
-                and not v.is_graph_input() and v.name not in g.initializers]
-    if dangling:
-        changes.append(f"left graph output(s) {dangling[:6]} that no node computes")
-    if kind == "tool" and not changes:
-        old_t = {v.name: type_label(v.type) for v in before.graph.outputs}
-        retyped = [f"{v.name!r} ({old_t[v.name]} -> {type_label(v.type)})" for v in g.outputs
-                   if v.name in old_t and v.type is not None and old_t[v.name] is not None
-                   and type_label(v.type) != old_t[v.name]]
-        if retyped:
-            changes.append("changed the type of output(s) " + ", ".join(retyped[:6]))
-    if not changes:
-        return None
-    n_before = len(before.index.entries)
-    cause = ""
-    if not len(after.index.entries) and n_before:
-        cause = (f" The result has no nodes left ({n_before} before): the tool could not "
-                 "handle the graph (an optimum merged decoder computes everything inside an "
-                 "If).")
-    return PassError(
-        f"{pass_name} changed the model's interface: " + "; ".join(changes) + "." + cause
-        + " A runtime that feeds or reads the original names would fail, so the step is not "
-        "applied.",
-        fix="Give dims that keep those inputs in use (a past length of 1 or more instead of "
-        "0), or use onnx_lab's own passes (lab.apply_preset('safe')), which keep every input "
-        "and output; lab.extract(inputs=..., outputs=...) changes the interface on purpose.")
-
-
 def apply(history: History, pass_name: str, matches: Sequence[str] | str | None = None,
           verify: bool | Mapping[str, Any] = True, *, _cache: dict | None = None,
           _record_noop: bool = True, **params: Any) -> PassResult:
@@ -165,10 +106,6 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
         before, dims, shapes = history.model, dict(history.dims), dict(history.shapes)
         result = run_pass(before, pass_name, matches, model_dims=dims, model_shapes=shapes,
                           **params)
-        if result.modified:
-            problem = interface_change(before, result.model, pass_name)
-            if problem is not None:
-                raise problem
         preserving, preset = pass_traits(pass_name)
         if preset is not None and opts is not None:
             opts.setdefault("preset", preset)  # renames, outputs: bit-identical

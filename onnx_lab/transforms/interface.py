@@ -2,9 +2,9 @@
 
 Every pass ``run_pass`` runs (graph passes and tools alike) is checked here before its result
 goes to verification: the new graph's inputs and outputs are compared with the previous
-version's by name, element type and rank. A pass that removes or renames an input the user
-feeds (onnxslim drops the ``past_key_values.*`` inputs of a merged decoder when their length
-is given as 0), removes or renames an output, or changes an element type fails with a
+version's by name (and, for tools, element type and rank). A pass that removes or renames an
+input the user feeds (onnxslim drops the ``past_key_values.*`` inputs of a merged decoder when their length
+is given as 0), removes or renames an output, or (a tool) changes an element type fails with a
 :class:`~onnx_lab.errors.PassError` naming the step, the values and the likely cause. So does a
 result with no nodes left, or with a graph output nothing produces (onnxruntime's transformer
 optimizer given a ``model_type`` that does not fit): verification would only say the output
@@ -164,7 +164,11 @@ def check_interface(before: LabModel, result: PassResult, *, kind: str = "graph"
     new_outs = [n for n in a_out if n not in b_out]
     if new_outs:
         changes.append(f"added output(s) {_names(new_outs)}")
-    for what, b, a in (("input", b_in, a_in), ("output", b_out, a_out)):
+    # Element types and ranks: a tool's retyped value is a silent change; onnx_lab's own
+    # passes change a type only as what they are for (remove_zipmap turns the ZipMap's
+    # seq(map) output into its probabilities tensor, under the same name) and are verified.
+    for what, b, a in (("input", b_in, a_in), ("output", b_out, a_out)) if kind == "tool" \
+            else ():
         for name, bv in b.items():
             av = a.get(name)
             if av is None:
