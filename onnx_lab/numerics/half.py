@@ -43,6 +43,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from onnx_lab.core._files import verify_files
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import ConversionBug
@@ -646,6 +647,7 @@ def full_proto(model: LabModel) -> onnx.ModelProto:
     conversion cannot read lazy references)."""
     proto = model.to_proto()
     if model.has_external_data and model.base_dir is not None:
+        verify_files(model.ir)
         onnx.load_external_data_for_model(proto, str(model.base_dir))
     return proto
 

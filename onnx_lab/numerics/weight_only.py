@@ -48,6 +48,7 @@ import onnx_ir as ir
 from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
+from onnx_lab.core._files import verify_files
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.core.values import const_array
@@ -192,6 +193,7 @@ def _named_proto(model: LabModel) -> onnx.ModelProto:
     nodes by name; ids are the names when names are unique)."""
     proto = model.to_proto()
     if model.has_external_data and model.base_dir is not None:  # the quantizer reads arrays
+        verify_files(model.ir)
         onnx.load_external_data_for_model(proto, str(model.base_dir))
     ids = {id(e.node): nid for nid, e in model.index.entries.items() if e.graph == ""}
     for node, p in zip(model.graph, proto.graph.node):

@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._files import verify_files
 from onnx_lab.core.model import LabModel, mapped_briefly
 from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
 
@@ -307,6 +308,8 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
             so.add_session_config_entry(str(k), str(v))
         return so
 
+    # onnxruntime opens the data files by path: they must still be those of the open
+    verify_files(model.ir)
     light = _light_session_data(model, provs, outputs, extra_outputs)
     if light is not None and set(provs) != {"CPUExecutionProvider"}:
         # Providers other than CPU take in-memory initializers like it in onnxruntime's
