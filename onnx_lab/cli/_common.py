@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import mmap
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from onnx_lab.core._wire import external_locations
+from onnx_lab.core.outputs import input_files as _input_files
 from onnx_lab.core.save import write_error as _write_error
 from onnx_lab.errors import InputError, SaveError, WriteError
 from onnx_lab.lab import Lab, open_lab
@@ -69,29 +68,16 @@ _OUTPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = 
     "tables": (("out",), ("model",), ("nodes.csv", "initializers.csv", "tensors.csv")),
     # the model and its data files are guarded by Lab.save itself (SaveError, "overwrite")
     "optimize": (("output",), ("feeds",), ()),
+    "report": (("out",), ("model", "against"), ()),
+    "diff": (("html",), ("a", "b"), ()),
 }
 
 
 def input_files(paths: Iterable[str | os.PathLike | None]) -> dict[Path, str]:
     """The files a command reads, resolved, with what each is: the given paths (``sample:``
-    names skipped) and the external data files their models refer to."""
-    out: dict[Path, str] = {}
-    for p in paths:
-        if p is None or str(p).startswith("sample:"):
-            continue
-        real = Path(os.path.realpath(p))
-        out.setdefault(real, f"the input {str(p)!r}")
-        if real.is_file() and real.suffix != ".npz":
-            try:  # mapped: the walk touches the graph's headers, not the weights
-                with open(real, "rb") as f, mmap.mmap(f.fileno(), 0,
-                                                      access=mmap.ACCESS_READ) as buf:
-                    locations = external_locations(buf)
-            except (OSError, ValueError):
-                continue
-            for loc in locations:
-                data = Path(os.path.realpath(real.parent / loc))
-                out.setdefault(data, f"the data file {loc!r} of the input {str(p)!r}")
-    return out
+    names skipped) and the external data files their models refer to
+    (:func:`onnx_lab.core.outputs.input_files`, the one guard of every output)."""
+    return _input_files(paths)
 
 
 def refuse_outputs(args: argparse.Namespace) -> None:
@@ -111,8 +97,8 @@ def refuse_outputs(args: argparse.Namespace) -> None:
         return
     inputs = input_files(getattr(args, dest, None) for dest in ins)
     for dest, value in targets:
-        flag = "-o" if dest == "out" and args.command == "render" else \
-            "--" + dest if args.command in ("compare", "tables") else dest.upper()
+        flag = "-o" if dest == "out" and args.command in ("render", "report") else \
+            "--" + dest if args.command in ("compare", "tables", "diff") else dest.upper()
         paths = [Path(value)] + [Path(value) / name for name in inside]
         for path in paths:
             what = inputs.get(Path(os.path.realpath(path)))
