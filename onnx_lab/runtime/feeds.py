@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from onnx_lab.core._meta import load_json
 from onnx_lab.core.derived import length_sums, with_derived
 from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
@@ -134,19 +135,15 @@ def _past_lengths(model: LabModel) -> dict[str, int]:
 def _typical_dims(model: LabModel) -> dict[str, int]:
     """Dim values the model itself states: ``imgsz`` metadata (Ultralytics exports:
     ``[640, 640]``) for dims named like height/width."""
-    import json
-
     props = dict(getattr(model.ir, "metadata_props", {}) or {})
     raw = props.get("imgsz")
     out: dict[str, int] = {}
     if raw:
-        try:
-            hw = json.loads(raw)
-        except ValueError:
-            return out
+        hw = load_json(raw, max_depth=1)  # bounded: a hostile value is None
         if isinstance(hw, int):
             hw = [hw, hw]
-        if isinstance(hw, list) and len(hw) == 2:
+        if isinstance(hw, list) and len(hw) == 2 and all(
+                type(x) is int and 0 < x < 1 << 20 for x in hw):
             for v in model.graph.inputs:
                 for d in (v.shape or ()):
                     name = str(d)
