@@ -28,17 +28,28 @@ __all__ = ["add_model_arg", "add_dims_args", "open_from_args", "parse_dims", "pa
 # Numeric options of every command, by argparse destination: (smallest value, whether the
 # smallest is excluded, what to write). None (not given) is always fine.
 _NUMBERS: dict[str, tuple[float, bool, str]] = {
-    "top": (1, False, "a positive int"), "runs": (1, False, "a positive int"),
-    "threads": (1, False, "a positive int"), "max_nodes": (1, False, "a positive int"),
-    "max_bytes": (1, False, "a positive int"), "warmup": (0, False, "an int >= 0"),
+    "top": (1, False, "a positive int"), "runs": (1, False, "a positive int (at most 10**7)"),
+    "threads": (1, False, "a positive int (at most 1024)"),
+    "max_nodes": (1, False, "a positive int"),
+    "max_bytes": (1, False, "a positive int"), "warmup": (0, False, "an int >= 0 (at most 10**7)"),
     "radius": (0, False, "an int >= 0"),
     "timeout": (0, True, "a number of seconds > 0 and at most a day (86400)"),
     "atol": (0, False, "a finite number >= 0"), "rtol": (0, False, "a finite number >= 0"),
+    "workers": (1, False, "a positive int (at most 1024)"),
+    "max_views": (1, False, "a positive int"), "new_tokens": (1, False, "a positive int"),
+    "prompt_length": (1, False, "a positive int"), "block_size": (1, False, "a positive int"),
+    "budget": (0, True, "a number of seconds > 0 and at most a day (86400)"),
+    "tolerance": (-math.inf, False, "a finite number"),
+    "min_top1": (0, False, "a fraction between 0 and 1"),
+    "max_kl": (0, False, "a finite number >= 0"),
 }
 
 
-# Upper bounds where the standard library refuses more (a thread's timeout past ~292 years).
-_HIGHEST = {"timeout": 86400}
+# Upper bounds where the standard library or onnxruntime refuse more (a thread's timeout past
+# ~292 years, a thread count past a C int) or where a value cannot be meant (10**20 runs).
+_HIGHEST = {"timeout": 86400, "budget": 86400, "threads": 1024, "workers": 1024,
+            "runs": 10**7, "warmup": 10**7, "min_top1": 1, "new_tokens": 10**6,
+            "prompt_length": 10**7}
 
 
 def check_numbers(args: argparse.Namespace) -> None:
@@ -124,9 +135,15 @@ def parse_dims(items: Sequence[str] | None) -> dict[str, int]:
             try:
                 out[name.strip()] = int(value)
             except ValueError:
-                raise InputError(f"--dims {part!r}: {value!r} is not an integer.",
+                raise InputError(f"--dims {part[:80]!r}: {value[:40]!r} is not an integer.",
                                  fix="Write --dims batch=1.") from None
+            if abs(out[name.strip()]) > _MAX_DIM:
+                raise InputError(f"--dims {part[:80]!r}: no tensor dim is that large (at most "
+                                 f"2**40).", fix="Write --dims batch=1.")
     return out
+
+
+_MAX_DIM = 1 << 40  # past any tensor that can be allocated, and far below int64's limit
 
 
 def parse_shapes(items: Sequence[str] | None) -> dict[str, list[int]]:
@@ -140,8 +157,11 @@ def parse_shapes(items: Sequence[str] | None) -> dict[str, list[int]]:
         try:
             out[name] = [int(d) for d in dims.lower().replace(",", "x").split("x") if d]
         except ValueError:
-            raise InputError(f"--shape {item!r}: {dims!r} is not a list of integers.",
+            raise InputError(f"--shape {item[:80]!r}: {dims[:40]!r} is not a list of integers.",
                              fix="Write --shape input:1x3x224x224.") from None
+        if any(abs(d) > _MAX_DIM for d in out[name]):
+            raise InputError(f"--shape {item[:80]!r}: no tensor dim is that large (at most "
+                             "2**40).", fix="Write --shape input:1x3x224x224.")
     return out
 
 

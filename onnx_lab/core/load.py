@@ -228,6 +228,16 @@ class _Reader(threading.Thread):
 
 
 def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
+    try:
+        return _read_path(path, use_mmap)
+    except OSError as e:  # unreadable (permissions), a file vanishing while read, EIO...
+        reason = e.strerror or type(e).__name__
+        raise ModelLoadError(f"Cannot read model file {str(path)!r}: {reason.lower()}.",
+                             fix="Check the file's permissions (it must be readable by "
+                             "you) and the disk.") from e
+
+
+def _read_path(path: Path, use_mmap: bool = False) -> LabModel:
     if not path.exists():
         raise ModelLoadError(f"Model file {str(path)!r} does not exist.",
                              fix="Check the path (relative paths start at the current folder "
