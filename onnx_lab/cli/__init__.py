@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -59,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Understand, optimize and debug ONNX models. MODEL is a path or sample:NAME "
         f"(samples: {', '.join(samples.names())}).")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    parser.add_argument("--max-memory", metavar="SIZE", default=None,
+                        help="memory a run of a model may take by its estimate (e.g. 32G; 0: "
+                        "no limit; default: half the available memory)")
+    parser.add_argument("--run-timeout", metavar="SECONDS", default=None,
+                        help="seconds one run of a model may take (0: no limit; default 600)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for area in _AREAS:
@@ -66,6 +72,28 @@ def build_parser() -> argparse.ArgumentParser:
     precision.register(sub)  # onnx_lab/cli/precision.py: the precision doctor
     audit.register(sub)  # onnx_lab/cli/audit.py: a whole model zoo, isolated per model
     return parser
+
+
+def _set_limits(args: argparse.Namespace) -> None:
+    """``--max-memory`` and ``--run-timeout`` as the process's run limits."""
+    # on use: the limits module is small, but only commands that run a model need it
+    from onnx_lab.core.limits import set_run_limits
+
+    if args.max_memory is not None:
+        try:
+            set_run_limits(memory=args.max_memory if args.max_memory.strip() not in ("0", "off")
+                           else None)
+        except LabError as e:
+            raise InputError(f"--max-memory: {e.problem}", fix=e.fix) from e
+    if args.run_timeout is not None:
+        try:
+            t = float(args.run_timeout)
+        except ValueError:
+            t = math.nan
+        if not (t == 0 or 0 < t <= 10 ** 7):
+            raise InputError(f"--run-timeout {args.run_timeout[:40]!r} is not a number of "
+                             "seconds (0: no limit).", fix="Write --run-timeout 3600.")
+        set_run_limits(timeout_s=t or None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -79,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         check_numbers(args)
+        _set_limits(args)
     except LabError as e:
         print(f"onnx-lab: error: {e}", file=sys.stderr)
         return 2

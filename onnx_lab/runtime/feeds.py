@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 
 from onnx_lab.core._meta import load_json
 from onnx_lab.core.derived import length_sums, with_derived
+from onnx_lab.core.limits import check_feed_bytes
 from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dtype_name, shape_tuple, validate_dims
@@ -195,6 +197,10 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
     if not isinstance(n, int) or n < 1:
         raise InputError(f"n must be a positive int, got {n!r}.", fix="Use n=1 or more.")
     concrete = resolve_input_shapes(model, dims, shapes)
+    # random values are drawn as 8-byte numbers, then cast: refuse before allocating
+    elements = sum(math.prod(int(d) for d in concrete[name]) for name, _, _ in
+                   input_specs(model))
+    check_feed_bytes(n * elements * 16, "the random inputs")
     ranges = dict(ranges or {})
     rng = np.random.default_rng(seed)
     samples: list[Feeds] = []
