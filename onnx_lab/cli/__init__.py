@@ -35,6 +35,7 @@ from onnx_lab.cli._common import (
     refuse_outputs,
 )
 from onnx_lab.core import samples
+from onnx_lab.core.limits import parse_bytes, run_limits
 from onnx_lab.errors import InputError, LabError
 
 __all__ = ["main", "build_parser", "add_model_arg", "add_dims_args", "open_from_args",
@@ -74,15 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _set_limits(args: argparse.Namespace) -> None:
-    """``--max-memory`` and ``--run-timeout`` as the process's run limits."""
-    # on use: the limits module is small, but only commands that run a model need it
-    from onnx_lab.core.limits import set_run_limits
-
+def _limits(args: argparse.Namespace) -> dict[str, object]:
+    """``--max-memory`` and ``--run-timeout`` as keywords of ``core.limits.run_limits``."""
+    out: dict[str, object] = {}
     if args.max_memory is not None:
+        value = args.max_memory.strip()
         try:
-            set_run_limits(memory=args.max_memory if args.max_memory.strip() not in ("0", "off")
-                           else None)
+            out["memory"] = None if value.lower() in ("0", "off") else parse_bytes(value)
         except LabError as e:
             raise InputError(f"--max-memory: {e.problem}", fix=e.fix) from e
     if args.run_timeout is not None:
@@ -93,7 +92,8 @@ def _set_limits(args: argparse.Namespace) -> None:
         if not (t == 0 or 0 < t <= 10 ** 7):
             raise InputError(f"--run-timeout {args.run_timeout[:40]!r} is not a number of "
                              "seconds (0: no limit).", fix="Write --run-timeout 3600.")
-        set_run_limits(timeout_s=t or None)
+        out["timeout_s"] = t or None
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         check_numbers(args)
-        _set_limits(args)
+        limits = _limits(args)
     except LabError as e:
         print(f"onnx-lab: error: {e}", file=sys.stderr)
         return 2
@@ -115,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         refuse_outputs(args)
-        code = args.func(args)
+        with run_limits(**limits):  # this command's only: main() may be called again
+            code = args.func(args)
     except LabError as e:
         print(f"onnx-lab: error: {e}", file=sys.stderr)
         return 2
