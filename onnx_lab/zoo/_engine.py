@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -186,6 +187,20 @@ def run_local(tasks: Sequence[dict[str, Any]], workers: int
         pool.shutdown(wait=True)
 
 
+_ADDRESS = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?(?:\[[0-9a-fA-F:.]+\]|[^\s:/\[\]]+):(\d{1,5})")
+
+
+def _check_address(scheduler: Any) -> None:
+    """Refuse a scheduler address that cannot be one (no port, a port past 65535) before
+    distributed waits 30 s to connect to it."""
+    if not isinstance(scheduler, str):
+        return
+    m = _ADDRESS.fullmatch(scheduler.strip())
+    if m is None or not 0 < int(m.group(1)) < 65536:
+        raise InputError(f"{scheduler[:200]!r} is not a Dask scheduler address.",
+                         fix="Pass tcp://HOST:PORT (e.g. tcp://10.0.0.5:8786).")
+
+
 #: Where the LocalCluster's HTTP servers listen: this machine only, on free ports.
 LOOPBACK = "127.0.0.1:0"
 
@@ -234,6 +249,7 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
         if isinstance(scheduler, Client):
             client = scheduler
         elif scheduler:
+            _check_address(scheduler)
             client = Client(scheduler, timeout="30s")
         else:
             # Worker threads in this process: each task's model runs in a child process
@@ -241,8 +257,11 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
             # onnx_lab again) and shutdown.
             cluster = local_cluster(workers)
             client = Client(cluster)
-    except OSError as e:
-        raise InputError(f"Cannot reach the Dask scheduler {scheduler!r}: {e}",
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - distributed raises OSError, ValueError, TimeoutError...
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise InputError(f"Cannot reach the Dask scheduler {str(scheduler)[:200]!r}: {first}",
                          fix="Check the address (tcp://HOST:PORT) and that the scheduler "
                          "runs.") from e
     futures = {}

@@ -115,10 +115,11 @@ def test_garbage_values_are_one_line(capsys, model, tmp_path, argv, flag):
     assert flag in _one_line(capsys, args)
 
 
-def test_a_dask_scheduler_that_is_not_an_address_is_one_line(capsys, model, tmp_path):
+@pytest.mark.parametrize("address", ["abc", "tcp://", "tcp://127.0.0.1:99999", "tcp://[::1"])
+def test_a_dask_scheduler_that_is_not_an_address_is_one_line(capsys, model, tmp_path, address):
     line = _one_line(capsys, ["audit", str(model), "--out", str(tmp_path / "a"),
-                              "--scheduler", "abc"])
-    assert "abc" in line or "dask" in line.lower()
+                              "--scheduler", address])
+    assert "not a Dask scheduler address" in line or "needs dask.distributed" in line
 
 
 def test_sane_values_still_work(capsys, model, tmp_path):

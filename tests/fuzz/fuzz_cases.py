@@ -782,7 +782,7 @@ def cli_case(draw) -> dict[str, Any]:
             ["compare", model, model, "--shape", draw(st.sampled_from(
                 ["x:99999999999999x3", "x:-1x3", "x:1x" + "9" * 5000, "x:axb", "x:"]))],
             ["audit", model, "--out", "{d}/out/a", "--scheduler", draw(st.sampled_from(
-                ["abc", "tcp://", "tcp://256.1.1.1:99999"]))],
+                ["abc", "tcp://", "tcp://10.0.0.1:99999", "tcp://[::1", ":8786x"]))],
             ["audit", model, "--out", "{d}/out/a", "--workers", draw(num)],
             ["audit", model, "--out", "{d}/out/a", "--memory-gb", draw(num)],
         ]))
