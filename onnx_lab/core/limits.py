@@ -33,6 +33,7 @@ import contextlib
 import math
 import os
 import re
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -130,8 +131,21 @@ def run_limits(*, memory: Any = _UNSET, timeout_s: Any = _UNSET) -> Iterator[Non
         _LIMITS.update(saved)
 
 
+_AVAILABLE: list[float] = [-1.0, 0.0]  # (when read, bytes): read at most once a second
+
+
 def available_memory() -> int | None:
-    """Bytes of memory available now (``MemAvailable``), or None where unknown."""
+    """Bytes of memory available now (``MemAvailable``, read at most once a second: runs
+    come in quick series), or None where unknown."""
+    now = time.monotonic()
+    if _AVAILABLE[0] >= 0 and now - _AVAILABLE[0] < 1.0:
+        return int(_AVAILABLE[1]) if _AVAILABLE[1] >= 0 else None
+    got = _read_available()
+    _AVAILABLE[:] = [now, -1.0 if got is None else float(got)]
+    return got
+
+
+def _read_available() -> int | None:
     try:
         with open("/proc/meminfo", "rb") as f:
             for line in f:

@@ -33,7 +33,7 @@ def node_origin(node: ir.Node, fallback: str) -> list[str]:
     if isinstance(value, list):
         # node ids are strings: a stamp of another shape (hostile or damaged) is ignored
         ids = [v for v in value if isinstance(v, str)]
-        if ids and len(ids) == len(value):
+        if len(ids) == len(value):  # [] is a stamp too: no known origin
             return ids
     return [fallback]
 
