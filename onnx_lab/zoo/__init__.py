@@ -45,7 +45,7 @@ from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
-from onnx_lab.core.outputs import write_atomic
+from onnx_lab.core.outputs import refuse_inputs, write_atomic
 from onnx_lab.core.save import write_error
 from onnx_lab.errors import InputError
 from onnx_lab.zoo import _store
@@ -337,6 +337,9 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
     inputs = {Path(os.path.realpath(p)): f"the audited model {f.name!r} (or its data)"
               for f in found for p in f.files}
     if out_dir is not None:
+        for name in ("audit.csv", "audit.parquet", "index.html", _store.MANIFEST,
+                     "regressions.json"):  # refused before any model runs
+            refuse_inputs(out_dir / name, inputs, flag="the audit's output")
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:

@@ -164,3 +164,13 @@ def test_write_atomic_replaces_only_when_complete(tmp_path):
     with pytest.raises(WriteError):
         write_atomic(tmp_path / "missing" / "x.txt", "x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
+
+
+def test_an_audit_never_writes_over_a_model_it_audits(tmp_path):
+    """A model whose data file is named like an audit table, audited into its own folder."""
+    m = save_external(big_weight_model(seed=4), tmp_path / "m.onnx", data_name="audit.csv")
+    before = {p: _sha(p) for p in (m, tmp_path / "audit.csv")}
+    with pytest.raises(SaveError, match="would destroy the input"):
+        onnx_lab.audit(m, tmp_path, budget_s=0.2, progress=False)
+    assert {p: _sha(p) for p in before} == before
+    assert not (tmp_path / "index.html").exists()
