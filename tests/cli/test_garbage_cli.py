@@ -109,6 +109,10 @@ def model(tmp_path) -> Path:
     (["summary", "sample:transformer_block", "--dims", "batch=" + "9" * 5000], "--dims"),
     (["compare", "{m}", "{m}", "--shape", "x:99999999999999x256"], "--shape"),
     (["report", "{m}", "-o", "/"], "is a folder"),
+    (["compare", "sample:transformer_block", "sample:transformer_block", "--dims",
+      "batch=99999999999,seq=9999999"], "memory limit"),
+    (["profile", "sample:transformer_block", "--dims", "batch=999999999,seq=99999", "--runs",
+      "1"], "memory limit"),
 ])
 def test_garbage_values_are_one_line(capsys, model, tmp_path, argv, flag):
     args = [a.replace("{m}", str(model)).replace("{t}", str(tmp_path)) for a in argv]
