@@ -195,6 +195,9 @@ def _check_address(scheduler: Any) -> None:
     distributed waits 30 s to connect to it."""
     if not isinstance(scheduler, str):
         return
+    scheme = scheduler.split("://", 1)[0].lower() if "://" in scheduler else "tcp"
+    if scheme not in ("tcp", "tls", "ws", "wss"):
+        return  # inproc://, ucx://...: distributed checks its own kinds
     m = _ADDRESS.fullmatch(scheduler.strip())
     if m is None or not 0 < int(m.group(1)) < 65536:
         raise InputError(f"{scheduler[:200]!r} is not a Dask scheduler address.",
