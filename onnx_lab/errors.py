@@ -28,6 +28,7 @@ __all__ = [
     "WriteError",
     "ExtractError",
     "RuntimeLoadError",
+    "RunLimitError",
     "CacheError",
     "ProviderError",
     "RenderError",
@@ -106,6 +107,11 @@ class ExtractError(LabError):
 
 class RuntimeLoadError(LabError):
     """onnxruntime cannot load or run a model."""
+
+
+class RunLimitError(LabError):
+    """A run of a model would pass, or passed, its memory or time limit
+    (:mod:`onnx_lab.core.limits`): refused before it started, or stopped."""
 
 
 class ProviderError(LabError):

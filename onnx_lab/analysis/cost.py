@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +32,7 @@ import onnx_ir as ir
 from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab.core.derived import with_derived
+from onnx_lab.core.limits import liveness
 from onnx_lab.core.llm import decoder_io, max_context, require_decoder_io
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import TensorInfo, resolve_dim
@@ -1176,66 +1176,8 @@ def _nbits_note(c: _Ctx, pbytes: float) -> str:
 
 def _liveness(lm: LabModel, types: dict[str, TensorInfo]) -> tuple[pd.DataFrame, int, str | None,
                                                                    int]:
-    """Walk the main graph in topological order keeping every activation alive from its
-    producer (or the start, for graph inputs) to its last consumer (or the end, for outputs).
-
-    Weights are not activations. Returns (per-node live bytes, peak, node at the peak, number
-    of activations of unknown size).
-    """
-    idx = lm.index
-    g = lm.graph
-    order = idx.topo_order("")
-    pos = {nid: i for i, nid in enumerate(order)}
-    end = len(order)
-    outputs = {v.name for v in g.outputs}
-    missing = 0
-    size: dict[str, int] = {}
-
-    def nbytes(name: str) -> int:
-        nonlocal missing
-        info = types.get(name)
-        item = itemsize(info.dtype) if info else None
-        if info is None or info.shape is None or item is None or any(
-                not isinstance(d, int) for d in info.shape):
-            missing += 1
-            return 0
-        return int(math.prod(info.shape) * item)
-
-    def last_use(name: str, default: int) -> int:
-        if name in outputs:
-            return end
-        users = [pos[u] for u in idx.consumers.get(name, ()) if u in pos]
-        # Body nodes reading outer values keep them alive until their owner runs.
-        for u in idx.consumers.get(name, ()):
-            if u not in pos:
-                owner = idx.entries[u].graph.split("/")[0]
-                if owner in pos:
-                    users.append(pos[owner])
-        return max(users, default=default)
-
-    free_at: dict[int, list[str]] = {}
-    live = 0
-    for v in g.inputs:
-        if v.name in g.initializers or not v.name:
-            continue
-        size[v.name] = nbytes(v.name)
-        live += size[v.name]
-        free_at.setdefault(last_use(v.name, -1), []).append(v.name)
-    for name in free_at.pop(-1, []):
-        live -= size[name]
-    peak, peak_node = live, None
-    rows = []
-    for i, nid in enumerate(order):
-        node = idx.entries[nid].node
-        for o in node.outputs:
-            if not o.name or is_constant(o, stored=True):
-                continue
-            size[o.name] = nbytes(o.name)
-            live += size[o.name]
-            free_at.setdefault(last_use(o.name, i), []).append(o.name)
-        rows.append((nid, live))
-        if live > peak:
-            peak, peak_node = live, nid
-        for name in free_at.pop(i, []):
-            live -= size[name]
+    """Per-node live activation bytes, the peak, the node at the peak and the number of
+    activations of unknown size: :func:`onnx_lab.core.limits.liveness`, the walk every run's
+    memory check uses too."""
+    rows, peak, peak_node, missing, _largest = liveness(lm, types)
     return pd.DataFrame(rows, columns=["node_id", "live_bytes"]), peak, peak_node, missing

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -44,6 +45,7 @@ from onnx_lab.cli._common import (
     refuse_outputs,
 )
 from onnx_lab.core import samples
+from onnx_lab.core.limits import parse_bytes, run_limits
 from onnx_lab.errors import InputError, LabError
 
 __all__ = ["main", "build_parser", "add_model_arg", "add_dims_args", "open_from_args",
@@ -69,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Understand, optimize and debug ONNX models. MODEL is a path or sample:NAME "
         f"(samples: {', '.join(samples.names())}).")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    parser.add_argument("--max-memory", metavar="SIZE", default=None,
+                        help="memory a run of a model may take by its estimate (e.g. 32G; 0: "
+                        "no limit; default: half the available memory)")
+    parser.add_argument("--run-timeout", metavar="SECONDS", default=None,
+                        help="seconds one run of a model may take (0: no limit; default 600)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for area in _AREAS:
@@ -77,6 +84,27 @@ def build_parser() -> argparse.ArgumentParser:
     audit.register(sub)  # onnx_lab/cli/audit.py: a whole model zoo, isolated per model
     edit.register(sub)  # onnx_lab/cli/edit.py: manual edits, each flag a step
     return parser
+
+
+def _limits(args: argparse.Namespace) -> dict[str, object]:
+    """``--max-memory`` and ``--run-timeout`` as keywords of ``core.limits.run_limits``."""
+    out: dict[str, object] = {}
+    if args.max_memory is not None:
+        value = args.max_memory.strip()
+        try:
+            out["memory"] = None if value.lower() in ("0", "off") else parse_bytes(value)
+        except LabError as e:
+            raise InputError(f"--max-memory: {e.problem}", fix=e.fix) from e
+    if args.run_timeout is not None:
+        try:
+            t = float(args.run_timeout)
+        except ValueError:
+            t = math.nan
+        if not (t == 0 or 0 < t <= 10 ** 7):
+            raise InputError(f"--run-timeout {args.run_timeout[:40]!r} is not a number of "
+                             "seconds (0: no limit).", fix="Write --run-timeout 3600.")
+        out["timeout_s"] = t or None
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         check_numbers(args)
+        limits = _limits(args)
     except LabError as e:
         print(f"onnx-lab: error: {e}", file=sys.stderr)
         return 2
@@ -97,7 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         refuse_outputs(args)
-        code = args.func(args)
+        with run_limits(**limits):  # this command's only: main() may be called again
+            code = args.func(args)
     except LabError as e:
         print(f"onnx-lab: error: {e}", file=sys.stderr)
         return 2

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import mmap
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from onnx_lab.core._wire import external_locations
+from onnx_lab.core.outputs import input_files as _input_files
 from onnx_lab.core.save import write_error as _write_error
 from onnx_lab.errors import InputError, SaveError, WriteError
 from onnx_lab.lab import Lab, open_lab
@@ -29,17 +28,28 @@ __all__ = ["add_model_arg", "add_dims_args", "open_from_args", "parse_dims", "pa
 # Numeric options of every command, by argparse destination: (smallest value, whether the
 # smallest is excluded, what to write). None (not given) is always fine.
 _NUMBERS: dict[str, tuple[float, bool, str]] = {
-    "top": (1, False, "a positive int"), "runs": (1, False, "a positive int"),
-    "threads": (1, False, "a positive int"), "max_nodes": (1, False, "a positive int"),
-    "max_bytes": (1, False, "a positive int"), "warmup": (0, False, "an int >= 0"),
+    "top": (1, False, "a positive int"), "runs": (1, False, "a positive int (at most 10**7)"),
+    "threads": (1, False, "a positive int (at most 1024)"),
+    "max_nodes": (1, False, "a positive int"),
+    "max_bytes": (1, False, "a positive int"), "warmup": (0, False, "an int >= 0 (at most 10**7)"),
     "radius": (0, False, "an int >= 0"),
     "timeout": (0, True, "a number of seconds > 0 and at most a day (86400)"),
     "atol": (0, False, "a finite number >= 0"), "rtol": (0, False, "a finite number >= 0"),
+    "workers": (1, False, "a positive int (at most 1024)"),
+    "max_views": (1, False, "a positive int"), "new_tokens": (1, False, "a positive int"),
+    "prompt_length": (1, False, "a positive int"), "block_size": (1, False, "a positive int"),
+    "budget": (0, True, "a number of seconds > 0 and at most a day (86400)"),
+    "tolerance": (-math.inf, False, "a finite number"),
+    "min_top1": (0, False, "a fraction between 0 and 1"),
+    "max_kl": (0, False, "a finite number >= 0"),
 }
 
 
-# Upper bounds where the standard library refuses more (a thread's timeout past ~292 years).
-_HIGHEST = {"timeout": 86400}
+# Upper bounds where the standard library or onnxruntime refuse more (a thread's timeout past
+# ~292 years, a thread count past a C int) or where a value cannot be meant (10**20 runs).
+_HIGHEST = {"timeout": 86400, "budget": 86400, "threads": 1024, "workers": 1024,
+            "runs": 10**7, "warmup": 10**7, "min_top1": 1, "new_tokens": 10**6,
+            "prompt_length": 10**7}
 
 
 def check_numbers(args: argparse.Namespace) -> None:
@@ -69,29 +79,16 @@ _OUTPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = 
     "tables": (("out",), ("model",), ("nodes.csv", "initializers.csv", "tensors.csv")),
     # the model and its data files are guarded by Lab.save itself (SaveError, "overwrite")
     "optimize": (("output",), ("feeds",), ()),
+    "report": (("out",), ("model", "against"), ()),
+    "diff": (("html",), ("a", "b"), ()),
 }
 
 
 def input_files(paths: Iterable[str | os.PathLike | None]) -> dict[Path, str]:
     """The files a command reads, resolved, with what each is: the given paths (``sample:``
-    names skipped) and the external data files their models refer to."""
-    out: dict[Path, str] = {}
-    for p in paths:
-        if p is None or str(p).startswith("sample:"):
-            continue
-        real = Path(os.path.realpath(p))
-        out.setdefault(real, f"the input {str(p)!r}")
-        if real.is_file() and real.suffix != ".npz":
-            try:  # mapped: the walk touches the graph's headers, not the weights
-                with open(real, "rb") as f, mmap.mmap(f.fileno(), 0,
-                                                      access=mmap.ACCESS_READ) as buf:
-                    locations = external_locations(buf)
-            except (OSError, ValueError):
-                continue
-            for loc in locations:
-                data = Path(os.path.realpath(real.parent / loc))
-                out.setdefault(data, f"the data file {loc!r} of the input {str(p)!r}")
-    return out
+    names skipped) and the external data files their models refer to
+    (:func:`onnx_lab.core.outputs.input_files`, the one guard of every output)."""
+    return _input_files(paths)
 
 
 def refuse_outputs(args: argparse.Namespace) -> None:
@@ -111,8 +108,8 @@ def refuse_outputs(args: argparse.Namespace) -> None:
         return
     inputs = input_files(getattr(args, dest, None) for dest in ins)
     for dest, value in targets:
-        flag = "-o" if dest == "out" and args.command == "render" else \
-            "--" + dest if args.command in ("compare", "tables") else dest.upper()
+        flag = "-o" if dest == "out" and args.command in ("render", "report") else \
+            "--" + dest if args.command in ("compare", "tables", "diff") else dest.upper()
         paths = [Path(value)] + [Path(value) / name for name in inside]
         for path in paths:
             what = inputs.get(Path(os.path.realpath(path)))
@@ -138,9 +135,15 @@ def parse_dims(items: Sequence[str] | None) -> dict[str, int]:
             try:
                 out[name.strip()] = int(value)
             except ValueError:
-                raise InputError(f"--dims {part!r}: {value!r} is not an integer.",
+                raise InputError(f"--dims {part[:80]!r}: {value[:40]!r} is not an integer.",
                                  fix="Write --dims batch=1.") from None
+            if abs(out[name.strip()]) > _MAX_DIM:
+                raise InputError(f"--dims {part[:80]!r}: no tensor dim is that large (at most "
+                                 f"2**40).", fix="Write --dims batch=1.")
     return out
+
+
+_MAX_DIM = 1 << 40  # past any tensor that can be allocated, and far below int64's limit
 
 
 def parse_shapes(items: Sequence[str] | None) -> dict[str, list[int]]:
@@ -154,8 +157,11 @@ def parse_shapes(items: Sequence[str] | None) -> dict[str, list[int]]:
         try:
             out[name] = [int(d) for d in dims.lower().replace(",", "x").split("x") if d]
         except ValueError:
-            raise InputError(f"--shape {item!r}: {dims!r} is not a list of integers.",
+            raise InputError(f"--shape {item[:80]!r}: {dims[:40]!r} is not a list of integers.",
                              fix="Write --shape input:1x3x224x224.") from None
+        if any(abs(d) > _MAX_DIM for d in out[name]):
+            raise InputError(f"--shape {item[:80]!r}: no tensor dim is that large (at most "
+                             "2**40).", fix="Write --shape input:1x3x224x224.")
     return out
 
 

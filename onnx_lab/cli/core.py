@@ -12,6 +12,7 @@ from onnx_lab.cli._common import (
     print_json,
     write_error,
 )
+from onnx_lab.core.outputs import write_atomic
 from onnx_lab.errors import SaveError
 
 SUMMARY_KEYS = ("ir_version", "opsets", "producer", "num_nodes", "num_nodes_main",
@@ -74,7 +75,8 @@ def _tables(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for name, df in (("nodes", lab.nodes), ("initializers", lab.initializers),
                          ("tensors", lab.tensors)):
-            df.to_csv(out / f"{name}.csv", index=False)
+            write_atomic(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False),
+                         sources=[lab], flag="--out")
             print(f"{out / (name + '.csv')}: {len(df)} rows")
     except OSError as e:  # a read-only folder, a parent that is a file, a full disk
         raise write_error(out, e) from e

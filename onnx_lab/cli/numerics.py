@@ -10,7 +10,8 @@ import argparse
 import sys
 
 from onnx_lab.cli._common import add_dims_args, parse_dims, parse_shapes, print_json
-from onnx_lab.errors import InputError, SaveError
+from onnx_lab.core.outputs import write_atomic
+from onnx_lab.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -92,11 +93,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _write_csv(table, path: str) -> None:
-    try:
-        table.to_csv(path, index=False)
-    except OSError as e:
-        raise SaveError(f"Cannot write --csv {path!r}: {e.strerror}.",
-                        fix="Pass a writable file path.") from e
+    # a fresh temporary renamed over the file: a full disk leaves the old one intact
+    write_atomic(path, lambda p: table.to_csv(p, index=False), flag="--csv")
 
 
 def _compare_llm(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import onnx
 
+from onnx_lab.core._files import opened_path
 from onnx_lab.core._wire import encode_varint, iter_fields, len_field
 from onnx_lab.core.load import build_model
 from onnx_lab.core.model import LabModel
@@ -81,7 +82,7 @@ def skeleton_bytes(path: Path) -> bytes:
 def open_lazy(path: str | Path) -> LabModel | None:
     """A LabModel of ``path`` whose large weights are read from the file on use, or None when
     the ordinary loader should be used (small file, or anything unexpected)."""
-    p = Path(path)
+    p = opened_path(path)
     try:
         if not p.is_file() or p.stat().st_size < MIN_FILE_BYTES:
             return None
@@ -92,7 +93,7 @@ def open_lazy(path: str | Path) -> LabModel | None:
     try:
         # The same checks as every other source: names, types, tensors, and each reference
         # (those into the .onnx file itself included) against the model's folder.
-        model = build_model(proto, repr(str(p)), p.parent.resolve())
+        model = build_model(proto, repr(str(p)), p.parent)
     except LabError:
         raise
     except Exception as e:  # noqa: BLE001 - any surprise: the normal loader explains it

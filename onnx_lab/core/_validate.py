@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -606,8 +607,18 @@ def check_structure(proto: onnx.ModelProto, what: str, *, skip: Collection[int] 
 
 # ------------------------------------------------------------------------- in-memory models
 def _ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
-    for g in model.graphs():
-        for name, v in g.initializers.items():
+    # the graphs, then the local functions' nodes (their If/Loop/Scan bodies included)
+    bodies: list[Any] = list(model.graphs())
+    for f in model.functions.values():
+        bodies.append(f)
+        for node in ir.traversal.RecursiveGraphIterator(f):
+            for a in node.attributes.values():
+                if a.type == ir.AttributeType.GRAPH:
+                    bodies.append(a.value)
+                elif a.type == ir.AttributeType.GRAPHS:
+                    bodies.extend(a.value)
+    for g in bodies:
+        for name, v in (g.initializers.items() if isinstance(g, ir.Graph) else ()):
             if v.const_value is not None:
                 yield f"initializer {name!r}", v.const_value
         for node in g:

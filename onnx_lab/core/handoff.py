@@ -38,6 +38,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._files import verify_files
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.save import wants_external, write_model
@@ -91,6 +92,7 @@ def proto_with_weights(model: LabModel, step: str, *, limit: bool = True) -> onn
         _check_proto_size(model, step)
     proto = ir.to_proto(model.ir)
     if model.has_external_data:
+        verify_files(model.ir)  # the folder and data files are the ones opened
         with tool_errors(step, "Check that the model's data files are still where they "
                          "were when it was opened."):
             _load_external(proto, model)

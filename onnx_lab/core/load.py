@@ -20,6 +20,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnx_lab._pandas import prefetch
+from onnx_lab.core._files import opened_path, pin_external
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import (
     check_ir_model,
@@ -89,7 +90,7 @@ def load_model(source: object, *, mmap: bool = False,
                 f"base_dir={str(base_dir)!r} was given with the path {str(source)!r}: a model "
                 "file's external data is always read from the file's own folder.",
                 fix="Drop base_dir, or move the data files next to the model.")
-        return _load_path(Path(source), mmap)
+        return _load_path(opened_path(source), mmap)
     raise InputError(
         f"Cannot open an object of type {type(source).__name__}.",
         fix="Pass a path, bytes, an onnx.ModelProto, an onnx_ir.Model or 'sample:NAME'.",
@@ -126,7 +127,7 @@ def build_model(proto: onnx.ModelProto, what: str, base: Path | None,
     model = _deserialize(proto, what)
     mark_unreadable(model, bad)
     if base is not None:
-        ir.external_data.set_base_dir(model.graph, str(base))
+        pin_external(model, base)
     return model
 
 
@@ -171,7 +172,7 @@ def _from_ir(model: ir.Model, base: Path | None) -> LabModel:
                          list(t.shape.numpy()) if t.shape.is_static() else None, folder,
                          sizes, what)
     if base is not None:
-        ir.external_data.set_base_dir(model.graph, str(base))
+        pin_external(model, base)
     return LabModel(model)
 
 
@@ -227,6 +228,16 @@ class _Reader(threading.Thread):
 
 
 def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
+    try:
+        return _read_path(path, use_mmap)
+    except OSError as e:  # unreadable (permissions), a file vanishing while read, EIO...
+        reason = e.strerror or type(e).__name__
+        raise ModelLoadError(f"Cannot read model file {str(path)!r}: {reason.lower()}.",
+                             fix="Check the file's permissions (it must be readable by "
+                             "you) and the disk.") from e
+
+
+def _read_path(path: Path, use_mmap: bool = False) -> LabModel:
     if not path.exists():
         raise ModelLoadError(f"Model file {str(path)!r} does not exist.",
                              fix="Check the path (relative paths start at the current folder "
@@ -266,8 +277,7 @@ def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
         what = repr(str(path))
         _check_proto(proto, what)
         viewable = _viewable(proto, spans, data)
-        model = build_model(proto, what, path.parent.resolve(),
-                            skip={k for k, *_ in viewable})
+        model = build_model(proto, what, path.parent, skip={k for k, *_ in viewable})
         lab_model = LabModel(model, path=path)
         if reader is not None:
             # Every feature reads the index: build it while the weights are still being read.
@@ -293,7 +303,6 @@ def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
         old = v.const_value
         v.const_value = ir.Tensor(arr, dtype=old.dtype, name=name, doc_string=old.doc_string,
                                   metadata_props=dict(old.metadata_props))
-    ir.external_data.set_base_dir(model.graph, str(path.parent))
     return lab_model
 
 
@@ -451,11 +460,10 @@ def _external_tensors(proto: onnx.ModelProto):
         if t.data_location == onnx.TensorProto.EXTERNAL:
             yield t
     for f in proto.functions:
-        for node in f.node:
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.TENSOR \
-                        and attr.t.data_location == onnx.TensorProto.EXTERNAL:
-                    yield attr.t
+        # a function body's nodes, and the bodies of its If/Loop/Scan nodes
+        for t in _iter_tensors(onnx.GraphProto(node=f.node)):
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                yield t
 
 
 def check_external_data(proto: onnx.ModelProto, base_dir: Path | None, *,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._files import pin_like
 from onnx_lab.core._validate import remark_unreadable
 from onnx_lab.core.derived import with_derived
 from onnx_lab.core.shapes import infer_types
@@ -38,6 +39,8 @@ class LabModel:
 
     def __init__(self, model: ir.Model, *, path: str | Path | None = None) -> None:
         self.ir = model
+        # A file's path as opened: its folder absolute and real (core._files.opened_path),
+        # so the folder its data lies in does not move with the current folder.
         self.path = Path(path) if path is not None else None
         # Values only know their graph; what an initializer listed as a graph input means
         # depends on the IR version (see transforms.base.overridable), so the graph carries it.
@@ -160,6 +163,7 @@ def _round_trip(model: ir.Model) -> ir.Model:
                if isinstance((t := v.const_value), ir.ExternalTensor)}
     if len(folders) == 1:
         ir.external_data.set_base_dir(copy.graph, folders.pop())
+    pin_like(copy, model)
     remark_unreadable(copy)
     return copy
 

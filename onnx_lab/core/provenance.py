@@ -19,6 +19,7 @@ import json
 
 import onnx_ir as ir
 
+from onnx_lab.core._meta import load_json
 from onnx_lab.core.model import LabModel
 
 __all__ = ["ORIGIN_KEY", "node_origin", "origins", "stamp_origins"]
@@ -28,14 +29,12 @@ ORIGIN_KEY = "onnx_lab.origin"
 
 def node_origin(node: ir.Node, fallback: str) -> list[str]:
     """Original node ids of ``node`` (its ``onnx_lab.origin`` stamp, else ``[fallback]``)."""
-    raw = node.metadata_props.get(ORIGIN_KEY)
-    if raw:
-        try:
-            value = json.loads(raw)
-            if isinstance(value, list):
-                return [str(v) for v in value]
-        except json.JSONDecodeError:
-            pass
+    value = load_json(node.metadata_props.get(ORIGIN_KEY), max_depth=1)
+    if isinstance(value, list):
+        # node ids are strings: a stamp of another shape (hostile or damaged) is ignored
+        ids = [v for v in value if isinstance(v, str)]
+        if len(ids) == len(value):  # [] is a stamp too: no known origin
+            return ids
     return [fallback]
 
 

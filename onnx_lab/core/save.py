@@ -55,6 +55,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._files import verify_files
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import UnreadableTensor, kept_inline
 from onnx_lab.core._wire import encode_varint as _varint
@@ -160,6 +161,7 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
         raise SaveError(f"external_data must be 'auto', True, False or a file name, got "
                         f"{external_data!r}.", fix="Pass external_data=True.")
     model = history.model
+    verify_files(model.ir)  # the weights are copied from the files recorded at open
     size = model.weights_nbytes()
     explicit = isinstance(external_data, str) and external_data != "auto"
     if external_data == "auto":

@@ -28,7 +28,6 @@ Example:
 
 from __future__ import annotations
 
-import ast
 import functools
 import json
 import re
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import onnx_ir as ir
 
 from onnx_lab._pandas import pd
+from onnx_lab.core._meta import MAX_META_BYTES, load_json, load_str_list
 from onnx_lab.core.provenance import ORIGIN_KEY, node_origin
 from onnx_lab.errors import InputError
 
@@ -64,7 +64,7 @@ _KEYS = (SCOPES_KEY, CLASSES_KEY, STACK_KEY, NAMESPACE_KEY, SOURCES_KEY)
 SOURCE_COLUMNS = ["module", "module_class", "source_file", "source_line", "source_function",
                   "source_code", "source_kind", "source_modules"]
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>[^\n]+)'
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d{1,9}), in (?P<function>[^\n]+)'
                     r'(?:\n[ \t]+(?P<code>[^\n]*))?')
 # Frames inside torch itself (nn.Module.__call__, F.linear...) are not the code that made the
 # node: the user's frame is the innermost one outside the torch package.
@@ -180,13 +180,40 @@ def _common(paths: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
 
 
 def _list(raw: str | None) -> list[str] | None:
-    if not raw:
+    return load_str_list(raw)  # bounded: a hostile value is None, never MemoryError
+
+
+def _text(v: object) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _texts(v: object, none_ok: bool = False) -> tuple | None:
+    """A list of strings (and None where ``none_ok``) as a tuple; None for any other shape."""
+    if v is None:
+        return ()
+    if not isinstance(v, list) or not all(isinstance(x, str) or (none_ok and x is None)
+                                          for x in v):
         return None
-    try:
-        value = ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
+    return tuple(v)
+
+
+def _part(p: object) -> Source | None:
+    """One part of an ``onnx_lab.sources`` list, or None when its shape is not the one
+    onnx_lab writes (hostile or damaged metadata is ignored, never an exception)."""
+    if not isinstance(p, dict):
         return None
-    return [str(v) for v in value] if isinstance(value, (list, tuple)) else None
+    path, classes, levels = _texts(p.get("path")), _texts(p.get("classes"), True), \
+        _texts(p.get("levels"))
+    if path is None or classes is None or levels is None:
+        return None
+    line = p.get("line")
+    if not (line is None or (type(line) is int and 0 <= line < 1 << 31)):
+        line = None
+    kind = p.get("kind")
+    return Source(path=path, classes=classes, levels=levels, root_class=_text(p.get("root_class")),
+                  file=_text(p.get("file")), line=line, function=_text(p.get("function")),
+                  code=_text(p.get("code")),
+                  kind=kind if kind in ("metadata", "inferred") else "metadata")
 
 
 def parse_stack_trace(trace: str | None) -> list[dict[str, Any]]:
@@ -197,8 +224,9 @@ def parse_stack_trace(trace: str | None) -> list[dict[str, Any]]:
         >>> parse_stack_trace('File "m.py", line 3, in forward\\n    return x + 1')
         [{'file': 'm.py', 'line': 3, 'function': 'forward', 'code': 'return x + 1'}]
     """
-    if not trace:
+    if not trace or not isinstance(trace, str):
         return []
+    trace = trace[-MAX_META_BYTES:]  # the innermost frames: a hostile trace may be huge
     return [{"file": m["file"], "line": int(m["line"]), "function": m["function"].strip(),
              "code": (m["code"] or "").strip() or None} for m in _FRAME.finditer(trace)]
 
@@ -235,17 +263,11 @@ def _from_namespace(ns: str | None) -> tuple[list[str] | None, list[str] | None]
 def _parse(raw: str | None, scopes_raw: str | None, classes_raw: str | None,
            trace: str | None, namespace: str | None = None) -> tuple[Source, ...]:
     """The parts of a node's metadata (cached: the nodes of one module share most strings)."""
-    if raw:
-        try:
-            parts = json.loads(raw)
-            out = [Source(path=tuple(p.get("path") or ()), classes=tuple(p.get("classes") or ()),
-                          levels=tuple(p.get("levels") or ()), root_class=p.get("root_class"), file=p.get("file"),
-                          line=_line(p.get("line")), function=p.get("function"), code=p.get("code"),
-                          kind=p.get("kind") or "metadata") for p in parts]
-            if out:
-                return tuple(out)
-        except (json.JSONDecodeError, AttributeError, TypeError):
-            pass
+    parts = load_json(raw) if raw else None
+    if isinstance(parts, list):
+        out = [s for s in map(_part, parts) if s is not None]
+        if out:
+            return tuple(out)
     scopes = _list(scopes_raw)
     classes = _list(classes_raw) or []
     if not scopes:

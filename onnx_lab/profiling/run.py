@@ -25,7 +25,7 @@ from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.core.source_map import group_by_module
-from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError
+from onnx_lab.errors import InputError, ProviderError, RunLimitError, RuntimeLoadError
 from onnx_lab.profiling._mapping import map_ort_nodes
 from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled, measure
 from onnx_lab.profiling.parse import Trace, parse_trace
@@ -532,7 +532,7 @@ def _profile_one(lm: LabModel, provider: str, runs: int | None, n_prof: int, war
     except Exception as e:  # noqa: BLE001 - ORT raises several exception types
         if trace_file is None and not ov:
             sess.end_profiling()
-        if isinstance(e, RuntimeLoadError):  # the first run's, translated already
+        if isinstance(e, (RuntimeLoadError, RunLimitError)):  # the first run's, translated
             raise
         raise run_failure(e, f"the model on {provider}", fix, runtime=engine) from e
     ticker.finish()

@@ -43,8 +43,9 @@ from onnx_lab.analysis.summary import summarize
 from onnx_lab.analysis.tables import initializers_table, nodes_table, tensors_table
 from onnx_lab.analysis.weights import weight_stats
 from onnx_lab.core.history import History
+from onnx_lab.core.outputs import input_files, refuse_inputs, write_atomic
 from onnx_lab.core.source import Resolved, resolve
-from onnx_lab.errors import LabError, SaveError
+from onnx_lab.errors import LabError
 from onnx_lab.numerics.compare import compare
 from onnx_lab.numerics.diff import Diff, diff
 from onnx_lab.numerics.precision import find_precision
@@ -563,26 +564,22 @@ def write_report(source: Any, path: str | Path, **sections: Any) -> Path:
         The path written. A section that fails is a note in the report, never a missing file.
 
     Raises:
-        SaveError: the file cannot be written.
+        SaveError: the file cannot be written (WriteError), or it is the model, one of its
+            data files or the `against` model (refused before any work).
         LabError: ``source`` cannot be opened.
 
     Example:
         >>> write_report(lab, "report.html", profile=True, against="model_fp16.onnx")
     """
+    inputs = input_files([source, sections.get("against")])
+    refuse_inputs(path, inputs)  # before the work: the report would replace an input
     text = report_html(source, **sections)
-    return _write(path, text)
+    return _write(path, text, inputs)
 
 
-def _write(path: str | Path, text: str) -> Path:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError as e:
-        raise SaveError(f"Cannot write {str(path)!r}: {e.strerror or e}.",
-                        fix="Pick a writable path whose folder exists.") from e
-    return path
+def _write(path: str | Path, text: str, inputs: dict[Path, str]) -> Path:
+    """``text`` to ``path`` through a fresh temporary (never over one of ``inputs``)."""
+    return write_atomic(path, text, sources=inputs)
 
 
 # ----------------------------------------------------------------------------- diff
@@ -770,5 +767,7 @@ def write_diff_report(a: Any, b: Any, path: str | Path, **kw: Any) -> Path:
     Example:
         >>> write_diff_report("bert.onnx", "bert_fused.onnx", "diff.html")
     """
-    return _write(path, diff_report_html(a, b, **kw))
+    inputs = input_files([a.a, a.b] if isinstance(a, Diff) else [a, b])
+    refuse_inputs(path, inputs)
+    return _write(path, diff_report_html(a, b, **kw), inputs)
 

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_lab.errors import RenderError, SaveError, unknown_name
+from onnx_lab.core.outputs import input_files, refuse_inputs, write_atomic
+from onnx_lab.errors import RenderError, unknown_name
 from onnx_lab.render import collapse as _collapse
 from onnx_lab.render import dot as _dot
 from onnx_lab.render._html import clean_svg, esc_text
@@ -62,8 +63,9 @@ class Rendering:
                  edges: list[tuple[str, str, str]], notes: list[str],
                  groups: dict[str, list[str]], graph: str, view: GraphView,
                  engine: str | None, args: tuple[str, ...], timeout: float,
-                 seconds: float) -> None:
+                 seconds: float, source: Any = None) -> None:
         self.dot = dot
+        self._sources = [source] if source is not None else []  # never saved over
         self.svg = svg
         self.nodes = nodes
         self.edges = edges
@@ -125,9 +127,12 @@ class Rendering:
         Raises:
             RenderError: unknown suffix; no ``dot`` on PATH (the message names the install
                 command) or no layout within the timeout, for svg/png/pdf.
-            SaveError: the file cannot be written.
+            SaveError: the file cannot be written (WriteError; the old file is kept), or it
+                is the drawn model or one of its data files.
         """
         path = Path(path)
+        inputs = input_files(self._sources)
+        refuse_inputs(path, inputs)
         fmt = path.suffix.lower().lstrip(".")
         if fmt in ("dot", "gv"):
             data: bytes = self.dot.encode("utf-8")
@@ -153,12 +158,8 @@ class Rendering:
             kind = path.suffix or "a file without suffix"
             raise RenderError(f"Cannot save a rendering as {kind!r} ({str(path)!r}).",
                               fix="Use a .svg, .png, .pdf or .dot path.")
-        try:
-            path.write_bytes(data)
-        except OSError as e:
-            raise SaveError(f"Cannot write {str(path)!r}: {e.strerror or e}.",
-                            fix="Pick a writable path whose folder exists.") from e
-        return path
+        # a fresh temporary renamed over the file: a full disk leaves the old one intact
+        return write_atomic(path, data, sources=inputs)
 
 
 # ----------------------------------------------------------------------------- selection
@@ -375,7 +376,7 @@ def render_model(model: LabModel, nodes: Any = None, *, around: str | Iterable[s
     return Rendering(dot=source, svg=lay.svg, nodes=view.op_node_ids(), edges=edges,
                      notes=notes, groups=groups, graph=graph, view=view, engine=lay.engine,
                      args=lay.args, timeout=float(timeout),
-                     seconds=time.perf_counter() - t0)
+                     seconds=time.perf_counter() - t0, source=model)
 
 
 def _requested(idx: Any, nodes: Any, around: str | Iterable[str] | None, graph: str,

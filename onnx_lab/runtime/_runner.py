@@ -23,9 +23,17 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._files import verify_files
+from onnx_lab.core.limits import check_run_memory
 from onnx_lab.core.model import LabModel
+from onnx_lab.errors import RunLimitError
 from onnx_lab.runtime.capture import run as capture_run
-from onnx_lab.runtime.session import resolve_providers, weight_array, weightless_proto
+from onnx_lab.runtime.session import (
+    bounded_run,
+    resolve_providers,
+    weight_array,
+    weightless_proto,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -145,15 +153,21 @@ def _fast(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[st
         so.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                     folder)
     sess = ort.InferenceSession(data, so, providers=resolve_providers(providers))
-    got = sess.run(list(outputs), {**dict(zip(names, values)), **feeds})
+    got = bounded_run(sess, list(outputs), {**dict(zip(names, values)), **feeds},
+                      what="the model")
     return dict(zip(outputs, got))
 
 
 def run(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[str],
         providers: Any = None) -> dict[str, np.ndarray]:
-    """Values of ``outputs`` for one sample (graph optimizations disabled)."""
+    """Values of ``outputs`` for one sample (graph optimizations disabled), within the run
+    limits (:mod:`onnx_lab.core.limits`: the memory estimate first, then the time limit)."""
+    verify_files(model.ir)
+    check_run_memory(model, {k: list(np.shape(v)) for k, v in feeds.items()})
     try:
         return _fast(model, feeds, outputs, providers)
+    except RunLimitError:
+        raise  # a stopped run is not retried the slow way
     except Exception as e:  # noqa: BLE001 - any failure: the reference path decides and explains
         logger.debug("in-memory weights path failed (%s); using make_session", e)
 

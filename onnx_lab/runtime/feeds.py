@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,11 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnx_lab.core._meta import load_json
 from onnx_lab.core._mltypes import MapType
 from onnx_lab.core.derived import length_sums, with_derived
 from onnx_lab.core.dimexpr import dim_expression, resolve_dim
+from onnx_lab.core.limits import check_feed_bytes
 from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dtype_name, is_container, shape_tuple, type_label, validate_dims
@@ -155,19 +158,15 @@ def _past_lengths(model: LabModel) -> dict[str, int]:
 def _typical_dims(model: LabModel) -> dict[str, int]:
     """Dim values the model itself states: ``imgsz`` metadata (Ultralytics exports:
     ``[640, 640]``) for dims named like height/width."""
-    import json
-
     props = dict(getattr(model.ir, "metadata_props", {}) or {})
     raw = props.get("imgsz")
     out: dict[str, int] = {}
     if raw:
-        try:
-            hw = json.loads(raw)
-        except ValueError:
-            return out
+        hw = load_json(raw, max_depth=1)  # bounded: a hostile value is None
         if isinstance(hw, int):
             hw = [hw, hw]
-        if isinstance(hw, list) and len(hw) == 2:
+        if isinstance(hw, list) and len(hw) == 2 and all(
+                type(x) is int and 0 < x < 1 << 20 for x in hw):
             for v in model.graph.inputs:
                 for d in (v.shape or ()):
                     name = str(d)
@@ -335,6 +334,10 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
     if not isinstance(n, int) or n < 1:
         raise InputError(f"n must be a positive int, got {n!r}.", fix="Use n=1 or more.")
     concrete = resolve_input_shapes(model, dims, shapes)
+    # random values are drawn as 8-byte numbers, then cast: refuse before allocating
+    elements = sum(math.prod(int(d) for d in concrete[name]) for name, _, _ in
+                   input_specs(model))
+    check_feed_bytes(n * elements * 16, "the random inputs")
     ranges = dict(ranges or {})
     rng = np.random.default_rng(seed)
     samples: list[Feeds] = []

@@ -17,19 +17,32 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import tempfile
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from concurrent import futures
 from typing import Any
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._files import verify_files
+from onnx_lab.core.limits import check_run_memory, run_timeout
 from onnx_lab.core.model import LabModel, mapped_briefly
 from onnx_lab.core.save import INLINE_MAX_BYTES, write_model
-from onnx_lab.errors import InputError, ProviderError, RuntimeLoadError, SaveError, WriteError
+from onnx_lab.errors import (
+    InputError,
+    LabError,
+    ProviderError,
+    RunLimitError,
+    RuntimeLoadError,
+    SaveError,
+    WriteError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -312,6 +325,8 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
             so.add_session_config_entry(str(k), str(v))
         return so
 
+    # onnxruntime opens the data files by path: they must still be those of the open
+    verify_files(model.ir)
     light = _light_session_data(model, provs, outputs, extra_outputs)
     if light is not None and set(provs) != {"CPUExecutionProvider"}:
         # Providers other than CPU take in-memory initializers like it in onnxruntime's
@@ -367,6 +382,7 @@ def _create(model: LabModel, so: Any, provs: list[str], provider_options: Any,
             tmpdir.cleanup()
     # The OrtValues are views of the model's arrays: they live as long as the session.
     sess._onnx_lab_weights = weights
+    sess._onnx_lab_model = model  # run_session estimates a run's memory from it
     return sess
 
 
@@ -545,11 +561,106 @@ def run_session(sess: Any, feeds: Mapping[str, Any], names: Sequence[str] | None
         names = (sess.get_outputs_names() if hasattr(sess, "get_outputs_names")
                  else [o.name for o in sess.get_outputs()])
     names = list(names)
-    try:
-        values = sess.run(names, dict(feeds))
-    except Exception as e:  # noqa: BLE001 - ORT raises several exception types
-        raise run_failure(e, what, fix, runtime=runtime) from e
+    model = getattr(sess, "_onnx_lab_model", None)
+    if model is not None:
+        check_run_memory(model, _feed_shapes(feeds), what=what)
+    if runtime != "onnxruntime" or not hasattr(sess, "run_with_ort_values"):
+        try:
+            values = sess.run(names, dict(feeds))
+        except Exception as e:  # noqa: BLE001 - each runtime raises its own types
+            raise run_failure(e, what, fix, runtime=runtime) from e
+    else:
+        values = bounded_run(sess, names, feeds, what=what, fix=fix)
     return dict(zip(names, values, strict=True))
+
+
+_POOL: list[Any] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _runner_pool() -> futures.ThreadPoolExecutor:
+    """The threads runs go on in (kept: a fresh thread per run would cost onnxruntime's
+    per-thread set-up, ~1 ms, every time)."""
+    with _POOL_LOCK:
+        # a forked child has none of its parent's threads: it makes its own pool
+        if not _POOL or _POOL[0] != os.getpid():
+            _POOL[:] = [os.getpid(), futures.ThreadPoolExecutor(
+                max_workers=32, thread_name_prefix="onnx_lab-run")]
+        return _POOL[1]
+
+
+def _feed_shapes(feeds: Mapping[str, Any]) -> dict[str, list[int]]:
+    return {k: list(np.shape(v)) for k, v in feeds.items()}
+
+
+_NODE = re.compile(r"running (\w+) node\. Name:'([^']*)'")
+
+
+def bounded_run(sess: Any, names: Sequence[str] | None, feeds: Mapping[str, Any], *,
+                what: str = "the model", fix: str = _FEEDS_FIX,
+                model: LabModel | None = None) -> list[Any]:
+    """``sess.run(names, feeds)`` of an onnxruntime session, stopped after the time limit
+    (:func:`onnx_lab.core.limits.run_timeout`) or on Ctrl-C through ``RunOptions.terminate``.
+    With ``model``, the run's memory is checked first (:func:`check_run_memory`).
+
+    The run goes on in a helper thread while this one waits, so that Ctrl-C (which Python
+    delivers to the main thread only between bytecodes, never inside onnxruntime) and the
+    timer can stop it.
+
+    Raises:
+        RunLimitError: the estimate passes the memory limit, or the run took too long (naming
+            the node onnxruntime was running and the limit).
+        RuntimeLoadError: onnxruntime failed to run the model.
+        KeyboardInterrupt: Ctrl-C (the run is stopped first).
+    """
+    import onnxruntime as ort
+
+    if model is not None:
+        check_run_memory(model, _feed_shapes(feeds), what=what)
+    limit = run_timeout()
+    ro = ort.RunOptions()
+    ro.log_severity_level = 4  # the stop is reported here, not in onnxruntime's log
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["values"] = sess.run(None if names is None else list(names), dict(feeds), ro)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = e
+
+    start = time.monotonic()
+    timed_out = False
+    done = _runner_pool().submit(target)
+    try:
+        while not done.done():
+            left = None if limit is None else limit - (time.monotonic() - start)
+            if left is not None and left <= 0:
+                timed_out = True
+                ro.terminate = True
+                futures.wait([done])
+                break
+            futures.wait([done], timeout=0.2 if left is None else min(0.2, left))
+    except BaseException:  # Ctrl-C: stop the run, then let the interrupt go on
+        ro.terminate = True
+        futures.wait([done])
+        raise
+    if "error" in box:
+        e = box["error"]
+        if timed_out or "terminate flag" in str(e):
+            m = _NODE.search(str(e))
+            node = f" in {m.group(1)} node {m.group(2)!r}" if m else ""
+            raise RunLimitError(
+                f"Running {what} was stopped after {time.monotonic() - start:.1f} s{node}: "
+                f"over the time limit of {limit:g} s.",
+                fix="Check the model's loops (trip counts) and inputs, or raise the limit: "
+                "onnx_lab.core.limits.set_run_limits(timeout_s=3600), "
+                "ONNX_LAB_RUN_TIMEOUT=3600, or onnx-lab --run-timeout 3600.") from e
+        if isinstance(e, LabError):
+            raise e
+        if not isinstance(e, Exception):
+            raise e
+        raise run_failure(e, what, fix) from e
+    return box["values"]
 
 
 def run_failure(e: BaseException, what: str = "the model", fix: str = _FEEDS_FIX, *,

@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._meta import load_json
 from onnx_lab.core.derived import with_derived
 from onnx_lab.core.handoff import PROTO_LIMIT, proto_with_weights
 from onnx_lab.core.model import LabModel
@@ -255,7 +256,9 @@ def _helper_origins(a_idx: Any, provenance: dict[str, list[str]]) -> int:
         origin: list[str] = []
         for r in readers:
             rn = a_idx.entries[r].node
-            got = json.loads(rn.metadata_props.get(ORIGIN_KEY, "[]"))
+            got = load_json(rn.metadata_props.get(ORIGIN_KEY), max_depth=1)
+            got = got if isinstance(got, list) and all(isinstance(o, str) for o in got) \
+                else []
             if not got or r not in provenance:
                 origin = []
                 break

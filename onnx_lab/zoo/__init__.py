@@ -45,6 +45,7 @@ from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
+from onnx_lab.core.outputs import refuse_inputs, write_atomic
 from onnx_lab.core.save import write_error
 from onnx_lab.errors import InputError
 from onnx_lab.zoo import _store
@@ -332,7 +333,13 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
                              f"({_store.MANIFEST} is missing or empty).",
                              fix="Pass the --out folder of an earlier onnx-lab audit.")
     manifest: dict[str, dict[str, Any]] = {}
+    # what the audit reads: no table, report or log it writes may replace one of them
+    inputs = {Path(os.path.realpath(p)): f"the audited model {f.name!r} (or its data)"
+              for f in found for p in f.files}
     if out_dir is not None:
+        for name in ("audit.csv", "audit.parquet", "index.html", _store.MANIFEST,
+                     "regressions.json"):  # refused before any model runs
+            refuse_inputs(out_dir / name, inputs, flag="the audit's output")
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -392,7 +399,7 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
     try:
         with bar, contextlib.closing(runs):
             for task, res in runs:
-                row = _finish(task, res, out_dir)
+                row = _finish(task, res, out_dir, inputs)
                 entry = {"model": task["model"], "sha256": task["sha256"],
                          "options": task["options_key"], "limits": limits,
                          "settings": {k: task[k] for k in _SETTINGS}, "row": row,
@@ -406,7 +413,7 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
                             row.get("seconds") or 0)
                 bar.step(f"{label}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
                 if out_dir is not None and time.monotonic() - last_write > 5:
-                    _write(out_dir, rows, None, manifest=None)
+                    _write(out_dir, rows, None, manifest=None, inputs=inputs)
                     last_write = time.monotonic()
     except KeyboardInterrupt:
         interrupted = True
@@ -422,13 +429,15 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
     table = _table(rows)
     if out_dir is not None:
         kept = {**manifest, **entries}
-        files = _write(out_dir, rows, gate, manifest=kept, interrupted=interrupted)
+        files = _write(out_dir, rows, gate, manifest=kept, interrupted=interrupted,
+                       inputs=inputs)
     return AuditResult(table=table, out=out_dir, files=files, regressions=gate,
                        reused=reused, interrupted=interrupted,
                        seconds=time.monotonic() - t_start)
 
 
-def _finish(task: dict[str, Any], res: dict[str, Any], out_dir: Path | None) -> dict[str, Any]:
+def _finish(task: dict[str, Any], res: dict[str, Any], out_dir: Path | None,
+            inputs: Mapping[Path, str] | None = None) -> dict[str, Any]:
     """The table row of a finished task; its report and log written into ``out_dir``."""
     row = {**res["row"], "model": task["model"], "path": task["path"],
            "sha256": task["sha256"], "file_bytes": task["file_bytes"],
@@ -439,12 +448,13 @@ def _finish(task: dict[str, Any], res: dict[str, Any], out_dir: Path | None) -> 
     name = _store.slug(task["model"])
     if res.get("report"):
         (out_dir / "reports").mkdir(exist_ok=True)
-        (out_dir / "reports" / f"{name}.html").write_bytes(res["report"])
+        write_atomic(out_dir / "reports" / f"{name}.html", res["report"],
+                     sources=dict(inputs or {}), flag="the audit's report")
         row["report"] = f"reports/{name}.html"
     log = out_dir / "logs" / f"{name}.log"
     if (res.get("log") or "").strip():
         log.parent.mkdir(exist_ok=True)
-        log.write_text(res["log"], encoding="utf-8")
+        write_atomic(log, res["log"], sources=dict(inputs or {}), flag="the audit's log")
     else:
         with contextlib.suppress(FileNotFoundError):
             log.unlink()  # an older run's log would describe another result
@@ -457,7 +467,8 @@ def _table(rows: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
 
 def _write(out_dir: Path, rows: Mapping[str, Mapping[str, Any]], gate: pd.DataFrame | None,
            *, manifest: Mapping[str, Mapping[str, Any]] | None,
-           interrupted: bool = False) -> dict[str, Path]:
+           interrupted: bool = False, inputs: Mapping[Path, str] | None = None
+           ) -> dict[str, Path]:
     """Write the table files (and, at the end, the compacted manifest and the gate)."""
     # on use: the audit's worker imports this package before its memory limit
     from onnx_lab.render.audit import audit_index_html
@@ -466,15 +477,17 @@ def _write(out_dir: Path, rows: Mapping[str, Mapping[str, Any]], gate: pd.DataFr
     links = {r["model"]: r["report"] for r in rows.values() if r.get("report")}
     note = "Interrupted: the table holds the models that finished." if interrupted else None
     try:
+        inputs = dict(inputs or {})
         files = _store.write_tables(out_dir, table, audit_index_html(
-            table, links=links, gate=gate, note=note))
+            table, links=links, gate=gate, note=note), inputs=inputs)
         if manifest is not None:
-            _store.write_manifest(out_dir, manifest.values())
+            _store.write_manifest(out_dir, manifest.values(), inputs=inputs)
             files["manifest"] = out_dir / _store.MANIFEST
         if gate is not None:
             path = out_dir / "regressions.json"
-            path.write_text(json.dumps({"regressed": bool(gate.worse.any()),
-                                        "findings": gate.to_dict(orient="records")}, indent=2))
+            write_atomic(path, json.dumps({"regressed": bool(gate.worse.any()),
+                                           "findings": gate.to_dict(orient="records")},
+                                          indent=2), sources=inputs, flag="the audit's gate")
             files["regressions"] = path
     except OSError as e:
         raise write_error(out_dir, e) from e

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -186,6 +187,44 @@ def run_local(tasks: Sequence[dict[str, Any]], workers: int
         pool.shutdown(wait=True)
 
 
+_ADDRESS = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?(?:\[[0-9a-fA-F:.]+\]|[^\s:/\[\]]+):(\d{1,5})")
+
+
+def _check_address(scheduler: Any) -> None:
+    """Refuse a scheduler address that cannot be one (no port, a port past 65535) before
+    distributed waits 30 s to connect to it."""
+    if not isinstance(scheduler, str):
+        return
+    scheme = scheduler.split("://", 1)[0].lower() if "://" in scheduler else "tcp"
+    if scheme not in ("tcp", "tls", "ws", "wss"):
+        return  # inproc://, ucx://...: distributed checks its own kinds
+    m = _ADDRESS.fullmatch(scheduler.strip())
+    if m is None or not 0 < int(m.group(1)) < 65536:
+        raise InputError(f"{scheduler[:200]!r} is not a Dask scheduler address.",
+                         fix="Pass tcp://HOST:PORT (e.g. tcp://10.0.0.5:8786).")
+
+
+#: Where the LocalCluster's HTTP servers listen: this machine only, on free ports.
+LOOPBACK = "127.0.0.1:0"
+
+
+def local_cluster(workers: int = 1) -> Any:
+    """The ``LocalCluster`` of :func:`run_dask`: ``workers`` single-threaded worker threads
+    of this process, everything it listens on bound to the loopback interface.
+
+    The scheduler and the workers talk in process (``inproc://``); their HTTP servers (the
+    dashboard, the workers' status pages) would listen on every interface by default, even
+    with ``dashboard_address=None``, so both are bound to ``127.0.0.1`` on free ports. To
+    expose a dashboard on purpose, start a cluster yourself
+    (``LocalCluster(dashboard_address="0.0.0.0:8787")``) and pass ``scheduler=Client(it)``.
+    """
+    # on use: dask is an optional extra
+    from distributed import LocalCluster
+
+    return LocalCluster(n_workers=max(1, workers), threads_per_worker=1, processes=False,
+                        dashboard_address=LOOPBACK, worker_dashboard_address=LOOPBACK)
+
+
 def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: int = 1
              ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """Run ``tasks`` on a Dask distributed cluster; yield (task, result) as they complete.
@@ -200,7 +239,7 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
     workers need onnx_lab installed. A task whose worker died comes back as a crashed row.
     """
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client
         from distributed import as_completed as dask_completed
     except ImportError as e:
         raise InputError("The Dask engine needs dask.distributed, which is not installed.",
@@ -213,16 +252,19 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
         if isinstance(scheduler, Client):
             client = scheduler
         elif scheduler:
+            _check_address(scheduler)
             client = Client(scheduler, timeout="30s")
         else:
             # Worker threads in this process: each task's model runs in a child process
             # anyway, so worker processes would only add their start-up (importing dask and
             # onnx_lab again) and shutdown.
-            cluster = LocalCluster(n_workers=max(1, workers), threads_per_worker=1,
-                                   processes=False, dashboard_address=None)
+            cluster = local_cluster(workers)
             client = Client(cluster)
-    except OSError as e:
-        raise InputError(f"Cannot reach the Dask scheduler {scheduler!r}: {e}",
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - distributed raises OSError, ValueError, TimeoutError...
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise InputError(f"Cannot reach the Dask scheduler {str(scheduler)[:200]!r}: {first}",
                          fix="Check the address (tcp://HOST:PORT) and that the scheduler "
                          "runs.") from e
     futures = {}

@@ -23,6 +23,7 @@ from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab.core._wire import external_locations
+from onnx_lab.core.outputs import write_atomic
 from onnx_lab.errors import InputError, ModelLoadError
 
 MANIFEST = "manifest.jsonl"
@@ -166,13 +167,13 @@ def append_manifest(folder: Path, entry: Mapping[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def write_manifest(folder: Path, entries: Iterable[Mapping[str, Any]]) -> None:
-    """Rewrite the manifest with one line per model (atomically)."""
-    tmp = folder / (MANIFEST + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for e in entries:
-            f.write(json.dumps({"v": MANIFEST_VERSION, **e}, default=_json_default) + "\n")
-    os.replace(tmp, folder / MANIFEST)
+def write_manifest(folder: Path, entries: Iterable[Mapping[str, Any]], *,
+                   inputs: Mapping[Path, str] | None = None) -> None:
+    """Rewrite the manifest with one line per model (atomically; never over ``inputs``)."""
+    text = "".join(json.dumps({"v": MANIFEST_VERSION, **e}, default=_json_default) + "\n"
+                   for e in entries)
+    write_atomic(folder / MANIFEST, text, sources=dict(inputs or {}),
+                 flag="the audit's manifest")
 
 
 def _json_default(o: Any) -> Any:
@@ -189,9 +190,16 @@ def typed_table(rows: Sequence[Mapping[str, Any]], columns: Mapping[str, str]) -
     return df.astype(dict(columns))
 
 
-def write_tables(folder: Path, df: pd.DataFrame, html: str) -> dict[str, Path]:
+def write_tables(folder: Path, df: pd.DataFrame, html: str, *,
+                 inputs: Mapping[Path, str] | None = None) -> dict[str, Path]:
     """Write ``audit.csv``, ``audit.parquet`` (when pyarrow is installed) and ``index.html``
-    into ``folder``, each atomically; returns what was written."""
+    into ``folder``, each atomically and never over one of ``inputs``; returns what was
+    written."""
+    inputs = dict(inputs or {})
+
+    def _atomic(target: Path, write: Any) -> None:
+        write_atomic(target, write, sources=inputs, flag="the audit's table")
+
     out: dict[str, Path] = {}
     targets = {"csv": folder / "audit.csv", "html": folder / "index.html"}
     _atomic(targets["csv"], lambda p: df.to_csv(p, index=False))
@@ -202,16 +210,6 @@ def write_tables(folder: Path, df: pd.DataFrame, html: str) -> dict[str, Path]:
         target = folder / "audit.parquet"
         _atomic(target, lambda p: df.to_parquet(p, index=False))
         out["parquet"] = target
-    _atomic(targets["html"], lambda p: Path(p).write_text(html, encoding="utf-8"))
+    _atomic(targets["html"], html)
     out["html"] = targets["html"]
     return out
-
-
-def _atomic(target: Path, write: Any) -> None:
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()

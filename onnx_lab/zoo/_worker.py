@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -73,9 +74,11 @@ class _Audit:
     def save(self, running: str | None) -> None:
         """Write the row so far (atomically): the parent reads it even after a kill."""
         path = Path(self.task["result"])
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"row": self.row, "samples": self.samples,
-                                   "running": running}))
+        # a fresh name created exclusively (never a fixed one a link could stand on)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps({"row": self.row, "samples": self.samples,
+                                "running": running}))
         os.replace(tmp, path)
 
     def stage(self, name: str, fn: Callable[[], None]) -> bool:

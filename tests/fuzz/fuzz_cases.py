@@ -14,6 +14,10 @@ Every case starts from one of a few small, valid seed models and damages it in o
   bytes, bad offsets and lengths, missing/short/odd files) in initializers, Constant tensors and
   bodies;
 - ``nesting``: If bodies nested up to past protobuf's recursion limit;
+- ``metadata``: hostile shapes of the metadata onnx_lab and torch.onnx write
+  (``onnx_lab.sources`` with a non-int ``line`` or markup, deep or huge JSON in
+  ``onnx_lab.sources`` / ``onnx_lab.origin``, ``name_scopes`` literals that are deep, huge or
+  not lists, stack traces with giant line numbers, odd ``imgsz``) on every node;
 - ``history``: random apply/undo/redo sequences (every version must stay as it was);
 - ``cli``: ``onnx-lab`` calls with damaged models, odd option values and outputs that point
   at the inputs.
@@ -686,7 +690,10 @@ def history_case(draw) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ CLI
 MODEL_ARGS = ["{d}/model/m.onnx", "{d}/model/m.onnx", "{d}/model/missing.onnx", "{d}/model",
               "sample:convnet", "sample:nope", "{d}/model/m.onnx.data"]
-BAD_NUMBERS = ["-3", "0", "1", "2", "abc", "1e9", "-0", "nan", "inf", "-inf", "99999999999"]
+BAD_NUMBERS = ["-3", "0", "1", "2", "abc", "1e9", "-0", "nan", "inf", "-inf", "99999999999",
+               "99999999999999999999999", "9" * 5000, "1e400", "0x10", " 3"]
+BAD_DIMS = ["batch=1", "batch=-1", "batch=99999999999999999999999", "batch=" + "9" * 5000,
+            "batch=nan", "batch=1e3", "batch=2,seq=99999999999", "=3", "batch"]
 
 
 @st.composite
@@ -709,7 +716,8 @@ def cli_case(draw) -> dict[str, Any]:
     num = st.sampled_from(BAD_NUMBERS)
     cmd = draw(st.sampled_from(["summary", "tables", "weights", "render", "passes", "patterns",
                                 "optimize", "extract", "fix-dims", "compare", "diff",
-                                "profile", "cost", "check", "bogus", "--help-none"]))
+                                "profile", "cost", "check", "bogus", "--help-none", "report",
+                                "garbage"]))
     argv: list[str]
     if cmd == "summary":
         argv = ["summary", model] + draw(st.sampled_from([[], ["--json"], ["--dims", "batch=1"],
@@ -759,6 +767,25 @@ def cli_case(draw) -> dict[str, Any]:
         argv = ["cost", model] + draw(st.sampled_from([[], ["--top", draw(num)], ["--json"]]))
     elif cmd == "check":
         argv = ["check", model] + draw(st.sampled_from([[], ["--no-load"], ["--strict"]]))
+    elif cmd == "report":
+        argv = ["report", model, "-o", draw(st.sampled_from(
+            ["{d}/out/r.html", "{d}/model/m.onnx", "{d}/model/m.onnx.data", "/", "{d}/out",
+             "{d}/model", "{d}/missing/r.html"])), "--no-tables"]
+        argv += draw(st.sampled_from([[], ["--against", "{d}/model/m.onnx"],
+                                      ["--max-views", draw(num)], ["--max-nodes", draw(num)]]))
+    elif cmd == "garbage":
+        argv = draw(st.sampled_from([
+            ["profile", model, "--runs", "1", "--threads", draw(num)],
+            ["profile", model, "--runs", draw(num)], ["profile", model, "--budget", draw(num)],
+            ["summary", "sample:transformer_block", "--dims", draw(st.sampled_from(BAD_DIMS))],
+            ["cost", "sample:transformer_block", "--dims", draw(st.sampled_from(BAD_DIMS))],
+            ["compare", model, model, "--shape", draw(st.sampled_from(
+                ["x:99999999999999x3", "x:-1x3", "x:1x" + "9" * 5000, "x:axb", "x:"]))],
+            ["audit", model, "--out", "{d}/out/a", "--scheduler", draw(st.sampled_from(
+                ["abc", "tcp://", "tcp://10.0.0.1:99999", "tcp://[::1", ":8786x"]))],
+            ["audit", model, "--out", "{d}/out/a", "--workers", draw(num)],
+            ["audit", model, "--out", "{d}/out/a", "--memory-gb", draw(num)],
+        ]))
     elif cmd == "bogus":
         argv = draw(st.sampled_from([["bogus"], [], ["summary"], ["--verbose"],
                                      ["summary", model, "--unknown"]]))
@@ -768,6 +795,53 @@ def cli_case(draw) -> dict[str, Any]:
         argv = ["-v", *argv]
     return {"kind": "cli", "family": "cli", "seed": desc, "files": {MODEL: data, **files},
             "model": MODEL, "argv": argv, "desc": f"onnx-lab {' '.join(argv)} [{desc}]"}
+
+
+# ------------------------------------------------------------------------------ metadata
+_DEEP = 60_000
+META_KEYS = ["onnx_lab.sources", "onnx_lab.origin", "pkg.torch.onnx.name_scopes",
+             "pkg.torch.onnx.class_hierarchy", "pkg.torch.onnx.stack_trace", "namespace"]
+
+
+def _meta_values(draw) -> str:
+    import json
+
+    payload = draw(st.sampled_from(["<img src=x onerror=alert(1)>", "</script><script>x",
+                                    "{{7*7}}", "${x}", "$x^2$", "\u202e", "a\"b'c\\"]))
+    return draw(st.sampled_from([
+        json.dumps([{"path": ["m"], "file": "m.py", "line": payload}]),
+        json.dumps([{"path": ["m"], "line": draw(st.sampled_from([1.5, [1], True, -4,
+                                                                  10 ** 30, None]))}]),
+        json.dumps([{"path": payload}]), json.dumps({"path": ["m"]}), json.dumps([1, None]),
+        json.dumps([{"path": [1], "classes": [[1]], "levels": {"a": 1}, "kind": 3}]),
+        "[" * _DEEP + "]" * _DEEP, "{" * _DEEP, '{"a":' * 5000,
+        "[" + "1," * draw(st.sampled_from([10, 400_000])) + "1]",
+        "['', " * 3000, "1" * 100_000, "{'a': 1}", "[" * 200_000,
+        json.dumps(["a", ["b"]]), json.dumps([payload, payload]),
+        f'File "{payload}", line ' + "9" * 5000 + ", in f\n    x",
+        'File "m.py", line 3, in f\n' * 100_000, "/" * 50_000, ": x/" * 20_000,
+    ]))
+
+
+@st.composite
+def metadata_case(draw) -> dict[str, Any]:
+    name = draw(st.sampled_from(["tiny", "constants", "control_flow", "convnet"]))
+    m = seed_proto(name)
+    nodes = _nodes(m)
+    keys = []
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(META_KEYS))
+        value = _meta_values(draw)
+        for n in nodes if draw(st.booleans()) else nodes[:1]:
+            e = n.metadata_props.add()
+            e.key, e.value = key, value
+        keys.append(f"{key}={value[:40]!r}")
+    if draw(st.booleans()):
+        e = m.metadata_props.add()
+        e.key, e.value = "imgsz", draw(st.sampled_from(['["a", 1e999]', "[" * _DEEP, "[-1, 2]",
+                                                        "640", "[640, 640]"]))
+    return _model_case("metadata", name, m.SerializeToString(), draw,
+                       f"{name}: {'; '.join(keys)}")
 
 
 # ------------------------------------------------------------------------------ assembly
@@ -789,7 +863,7 @@ FAMILIES = {
     "random": (random_case, 4), "truncate": (truncate_case, 8), "bitflip": (bitflip_case, 12),
     "bytes": (bytes_case, 6), "field": (field_case, 26), "structure": (structure_case, 10),
     "external": (external_case, 14), "nesting": (nesting_case, 3),
-    "history": (history_case, 6), "cli": (cli_case, 11),
+    "history": (history_case, 6), "cli": (cli_case, 11), "metadata": (metadata_case, 6),
 }
 
 

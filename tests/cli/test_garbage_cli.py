@@ -1,0 +1,133 @@
+"""Issue 32: an unreadable model file and garbage option values are one line
+``onnx-lab: error: ...`` with exit code 2 in every subcommand, never a traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import onnx
+import pytest
+from models import big_weight_model
+
+from onnx_lab.cli import main
+
+
+def _one_line(capsys, argv: list[str]) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("onnx-lab: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@contextlib.contextmanager
+def _as_another_user() -> Iterator[None]:
+    """File permissions apply (root reads any file: act as 'nobody' for the block)."""
+    if os.geteuid() != 0:
+        yield
+        return
+    # what the commands import on use, imported while the interpreter's files are readable
+    import onnxruntime  # noqa: F401
+    import pandas  # noqa: F401
+
+    import onnx_lab.numerics.compare  # noqa: F401
+    import onnx_lab.numerics.diff  # noqa: F401
+    import onnx_lab.numerics.precision  # noqa: F401
+    import onnx_lab.numerics.repro  # noqa: F401
+    import onnx_lab.profiling.run  # noqa: F401
+    import onnx_lab.render.report  # noqa: F401
+    import onnx_lab.transforms.passes  # noqa: F401
+    os.setegid(65534)
+    os.seteuid(65534)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+@pytest.fixture
+def unreadable() -> Iterator[Path]:
+    """A model file nobody may read, in a folder everyone may enter (outside pytest's
+    private tmp folder, which another user cannot)."""
+    folder = Path(tempfile.mkdtemp(prefix="onnx_lab_unreadable_"))
+    os.chmod(folder, 0o777)
+    p = folder / "m.onnx"
+    onnx.save(big_weight_model(seed=3), str(p))
+    os.chmod(p, 0)
+    yield p
+    os.chmod(p, 0o600)
+    for f in folder.iterdir():
+        f.unlink()
+    folder.rmdir()
+
+
+@pytest.mark.parametrize("argv", [
+    ["summary", "{m}"], ["tables", "{m}", "--out", "{t}/t"], ["weights", "{m}"],
+    ["render", "{m}", "-o", "{t}/g.dot"], ["report", "{m}", "-o", "{t}/r.html"],
+    ["patterns", "{m}"], ["optimize", "{m}", "{t}/o.onnx"],
+    ["extract", "{m}", "{t}/e.onnx", "--outputs", "y"], ["fix-dims", "{m}", "{t}/f.onnx", "n=1"],
+    ["compare", "{m}", "{m}"], ["repro", "{m}", "{m}", "{t}/r"], ["diff", "{m}", "{m}"],
+    ["profile", "{m}", "--runs", "1"], ["cost", "{m}"], ["check", "{m}"],
+    ["precision", "{m}"],
+])
+def test_an_unreadable_model_is_one_line_in_every_command(capsys, unreadable, argv):
+    t = unreadable.parent
+    args = [a.replace("{m}", str(unreadable)).replace("{t}", str(t)) for a in argv]
+    with _as_another_user():
+        line = _one_line(capsys, args)
+    assert "permission denied" in line.lower() and str(unreadable) in line
+
+
+@pytest.fixture
+def model(tmp_path) -> Path:
+    p = tmp_path / "m.onnx"
+    onnx.save(big_weight_model(seed=7), str(p))
+    return p
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["profile", "{m}", "--threads", "99999999999999999999999"], "--threads"),
+    (["profile", "{m}", "--threads", "99999999999"], "--threads"),
+    (["profile", "{m}", "--runs", "99999999999999999999"], "--runs"),
+    (["profile", "{m}", "--budget", "nan"], "--budget"),
+    (["profile", "{m}", "--budget", "-1"], "--budget"),
+    (["report", "{m}", "-o", "{t}/r.html", "--max-views", "-1"], "--max-views"),
+    (["audit", "{m}", "--out", "{t}/a", "--workers", "99999999999999999999"], "--workers"),
+    (["audit", "{m}", "--out", "{t}/a", "--budget", "inf"], "--budget"),
+    (["precision", "{m}", "--tolerance", "nan"], "--tolerance"),
+    (["precision", "{m}", "--block-size", "-1"], "--block-size"),
+    (["compare", "{m}", "{m}", "--llm", "--new-tokens", "-1"], "--new-tokens"),
+    (["summary", "sample:transformer_block", "--dims", "batch=99999999999999999999999"],
+     "--dims"),
+    (["summary", "sample:transformer_block", "--dims", "batch=" + "9" * 5000], "--dims"),
+    (["compare", "{m}", "{m}", "--shape", "x:99999999999999x256"], "--shape"),
+    (["report", "{m}", "-o", "/"], "is a folder"),
+    (["compare", "sample:transformer_block", "sample:transformer_block", "--dims",
+      "batch=99999999999,seq=9999999"], "memory limit"),
+    (["profile", "sample:transformer_block", "--dims", "batch=999999999,seq=99999", "--runs",
+      "1"], "memory limit"),
+])
+def test_garbage_values_are_one_line(capsys, model, tmp_path, argv, flag):
+    args = [a.replace("{m}", str(model)).replace("{t}", str(tmp_path)) for a in argv]
+    assert flag in _one_line(capsys, args)
+
+
+@pytest.mark.parametrize("address", ["abc", "tcp://", "tcp://127.0.0.1:99999", "tcp://[::1"])
+def test_a_dask_scheduler_that_is_not_an_address_is_one_line(capsys, model, tmp_path, address):
+    line = _one_line(capsys, ["audit", str(model), "--out", str(tmp_path / "a"),
+                              "--scheduler", address])
+    assert "not a Dask scheduler address" in line or "needs dask.distributed" in line
+
+
+def test_sane_values_still_work(capsys, model, tmp_path):
+    """No false alarm: the bounds leave ordinary values alone."""
+    assert main(["profile", str(model), "--runs", "2", "--threads", "2", "--warmup", "1"]) == 0
+    assert main(["summary", "sample:transformer_block", "--dims", "batch=2,seq=16"]) == 0
+    capsys.readouterr()
