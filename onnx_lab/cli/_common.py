@@ -14,14 +14,15 @@ import mmap
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from onnx_lab.core._wire import external_locations
-from onnx_lab.core.save import write_error as _write_error
 from onnx_lab.errors import InputError, SaveError, WriteError
-from onnx_lab.lab import Lab, open_lab
+
+if TYPE_CHECKING:
+    from onnx_lab.lab import Lab
 
 __all__ = ["add_model_arg", "add_dims_args", "open_from_args", "parse_dims", "parse_shapes",
            "print_json", "check_numbers", "input_files", "refuse_outputs", "write_error"]
@@ -124,6 +125,9 @@ def refuse_outputs(args: argparse.Namespace) -> None:
 
 def write_error(path: str | os.PathLike, e: OSError) -> WriteError:
     """An OSError of a write as one line naming the path and the cause."""
+    # here, not at the top: the CLI's start-up
+    from onnx_lab.core.save import write_error as _write_error
+
     return _write_error(Path(path), e)
 
 
@@ -179,6 +183,8 @@ def open_from_args(args: argparse.Namespace, attr: str = "model") -> Lab:
     The file is memory-mapped (``mmap=True``): a command's process is short-lived, and
     its saves replace files atomically.
     """
+    from onnx_lab.lab import open_lab  # here, not at the top: the CLI's start-up
+
     return open_lab(getattr(args, attr), dims=parse_dims(getattr(args, "dims", None)),
                     shapes=parse_shapes(getattr(args, "shape", None)), mmap=True)
 

@@ -45,7 +45,6 @@ from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
-from onnx_lab.core.save import write_error
 from onnx_lab.errors import InputError
 from onnx_lab.zoo import _store
 from onnx_lab.zoo._store import Found, find_models
@@ -112,6 +111,14 @@ DEFAULT_TIMEOUT_S = 900.0
 DEFAULT_MEMORY_GB = 8.0
 DEFAULT_BUDGET_S = 3.0
 _MODEL_OPTION_KEYS = ("dims", "shapes", "feeds")
+
+
+def write_error(path: str | os.PathLike, e: OSError) -> Exception:
+    """:func:`onnx_lab.core.save.write_error`, imported on use: ``onnx-lab --help`` reads the
+    defaults above, and core.save brings onnx_ir (and sympy) with it."""
+    from onnx_lab.core.save import write_error as _write_error  # on use: the CLI's start-up
+
+    return _write_error(Path(path), e)
 #: Options kept with each manifest entry, for the gate to say when two audits differ in them.
 _SETTINGS = ("preset", "budget_s", "providers", "threads", "dims", "shapes", "feeds",
              "feeds_sha256")
