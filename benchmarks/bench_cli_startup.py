@@ -11,8 +11,10 @@ Each command runs in a fresh process on a 1-node model (a Relu, written to a tem
 
 The commands are interleaved (one of each per round, in rotated order) so that a change in the
 machine's load hits all of them alike; each figure is the median wall time over the rounds and
-the ratio is that median over the baseline's. Target: every ratio <= 1.2. On a shared machine
-the load average is printed beside the figures.
+the ratio is that median over the baseline's. Target: every ratio <= 1.2. Beside the wall
+time, the CPU time of the process (user + system, from ``resource.getrusage``): on a machine
+shared with other jobs the wall time swings with the load, the CPU time much less. The load
+average is printed beside the figures.
 
 Run: ``.venv/bin/python benchmarks/bench_cli_startup.py [--rounds 5]``.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -57,15 +60,22 @@ def commands(path: str) -> dict[str, list[str]]:
     }
 
 
-def _time(argv: list[str]) -> float:
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _time(argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one run of argv."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    c0 = _cpu()
     t0 = time.perf_counter()
     done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           check=False)
     elapsed = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"{argv[2:]} failed ({done.returncode}): {done.stderr.decode()[-500:]}")
-    return elapsed
+    return elapsed, _cpu() - c0
 
 
 def main() -> None:
@@ -77,16 +87,19 @@ def main() -> None:
         labels = list(cmds)
         for label in labels:  # warm the file cache: the first start of each is not timed
             _time(cmds[label])
-        times: dict[str, list[float]] = {k: [] for k in labels}
+        times: dict[str, list[tuple[float, float]]] = {k: [] for k in labels}
         for r in range(args.rounds):
             for label in labels[r % len(labels):] + labels[:r % len(labels)]:
                 times[label].append(_time(cmds[label]))
-    base = statistics.median(times["baseline"])
-    print(f"load average {os.getloadavg()[0]:.1f}, {args.rounds} rounds, python {sys.version.split()[0]}")
-    print(f"{'command':16} {'median s':>9} {'ratio':>6}")
+    def med(label: str, i: int) -> float:
+        return statistics.median(t[i] for t in times[label])
+
+    print(f"load average {os.getloadavg()[0]:.1f}, {args.rounds} rounds, "
+          f"python {sys.version.split()[0]}")
+    print(f"{'command':16} {'wall s':>7} {'ratio':>6} {'CPU s':>7} {'ratio':>6}")
     for label in labels:
-        med = statistics.median(times[label])
-        print(f"{label:16} {med:9.2f} {med / base:6.2f}")
+        print(f"{label:16} {med(label, 0):7.2f} {med(label, 0) / med('baseline', 0):6.2f} "
+              f"{med(label, 1):7.2f} {med(label, 1) / med('baseline', 1):6.2f}")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,28 @@
 """Static cost model: FLOPs, MACs, parameters and bytes per node, peak activation memory, roofline.
 
-Counts come from the inferred shapes (``LabModel.types``) and each op's attributes. MACs are
-multiply-accumulates of the contraction ops (Conv, ConvTranspose, Gemm, MatMul, Einsum,
-attention, RNN/LSTM/GRU and their quantized twins) — the same definition onnxsim and onnx-tool
-use for their "MACs". FLOPs count every op: ``2 * MACs`` plus the element-wise work (bias adds,
-activations, normalizations, pooling windows, reductions, interpolation). Data-movement ops
-(Reshape, Transpose, Gather, Concat, Cast...) cost 0 FLOPs. An op without a formula, or whose
-shapes are unknown, is reported as unknown (NaN and ``known`` False), never as zero.
+Counts come from the inferred shapes (``LabModel.types``) and each op's attributes.
+
+- ``macs``: multiply-accumulates of the contraction ops only — Conv/ConvInteger/QLinearConv
+  (``out_elems * Cin/group * prod(kernel)``, the bias not included), ConvTranspose
+  (``in_elems * Cout/group * prod(kernel)``), Gemm and MatMul (``M * N * K``, batched and
+  broadcast), Einsum (the index product), attention (QK^T and PV, plus packed projections) and
+  RNN/LSTM/GRU (every time step). Every other op has 0 MACs: bias adds, activations,
+  normalizations (BatchNormalization included), pools, LRN, Softmax, reductions. This is
+  onnxsim's definition (``ModelInfo.macs``: equal on ResNet-50), not onnx-tool's.
+- ``flops``: every op's arithmetic: ``2 * MACs`` plus the bias adds, and per element the
+  factors of ``_ELEMENTWISE`` (1 for add/compare/relu..., Sigmoid/Tanh 4, Gelu 8),
+  ``_NORM`` (LayerNorm 8...), ``_SOFTMAX`` (5), ``_REDUCE`` (per input element), pooling
+  windows (one per window element of every output), LRN ``2*size+3``, Resize (linear
+  ``2*2^k-1``, cubic ``2*4^k-1`` for k resized axes, nearest 0). Data-movement ops (Reshape,
+  Transpose, Gather, Concat, Cast...) cost 0 FLOPs.
+- ``macs_onnx_tool``: onnx-tool 1.0.1's "MACs", for comparing with it: it counts the
+  arithmetic of every op as MACs, each operation weighed (add, multiply, compare 1; divide 4;
+  sqrt 24; exp 32; log 43), and adds Conv/Gemm bias adds (see ``_onnx_tool_macs``). On the
+  onnx package's light CNNs its totals are 0.2% (VGG-19) to 88% (ShuffleNet) above ``macs``,
+  while the Conv/Gemm counts agree within 0.74%.
+
+An op without a formula, or whose shapes are unknown, is reported as unknown (NaN and
+``known`` False), never as zero.
 
 Why our own: onnxsim's ModelInfo counts only the contraction ops and gives no per-node table;
 onnx-tool counts unknown ops as zero and miscounts LSTM/GRU (it ignores the sequence length).
@@ -494,11 +510,14 @@ class Cost:
             or a Scan's static length inside their bodies), flops, macs, input_bytes,
             output_bytes (per model run: per call × calls), params (elements of weight
             inputs), param_bytes, intensity (flops per byte moved), known (False: flops/macs
-            are NaN), note.
+            are NaN), note, macs_onnx_tool (onnx-tool 1.0.1's count, per model run; NaN for
+            an op outside its rules here or of unknown shapes).
         memory: per main-graph node in topological order: node_id, live_bytes (activations
             alive while it runs).
         total: flops, macs, params, param_bytes (unique weights), activation_bytes (all node
-            outputs), peak_activation_bytes, peak_node, nodes, unknown_nodes, unknown_ops.
+            outputs), peak_activation_bytes, peak_node, nodes, unknown_nodes, unknown_ops,
+            macs_onnx_tool (the sum of the column) and macs_onnx_tool_missing (op types it
+            leaves out).
         notes: caveats (unknown sizes, trip counts used or unknown, If branches).
         kv_cache: for a decoder with a KV cache (``past_key_values.*`` in, ``present.*``
             out), the cache this run returns: context (tokens it holds: past + new), bytes
