@@ -7,7 +7,9 @@ Example:
 
 ``import onnx_lab`` needs no display, no ``dot`` binary and no GPU: heavy modules
 (onnxruntime, graphviz, matplotlib, ipywidgets) are imported on use, and so are the views of the
-results (``onnx_lab.render.results``, at the first drawing).
+results (``onnx_lab.render.results``, at the first drawing) and the façade itself (``open``,
+``Lab``, ``samples``...: ``onnx_lab.lab`` and onnx_ir behind it, at the first access), so that
+``onnx-lab --help``, a submodule of this package, does not pay for them.
 """
 
 from __future__ import annotations
@@ -61,3 +63,8 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'onnx_lab' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # the lazily loaded names too, for tab completion
+    return sorted(set(globals()) | set(__all__))
