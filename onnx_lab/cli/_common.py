@@ -13,14 +13,14 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnx_lab.core.outputs import input_files as _input_files
-from onnx_lab.core.save import write_error as _write_error
 from onnx_lab.errors import InputError, SaveError, WriteError
-from onnx_lab.lab import Lab, open_lab
+
+if TYPE_CHECKING:
+    from onnx_lab.lab import Lab
 
 __all__ = ["add_model_arg", "add_dims_args", "open_from_args", "parse_dims", "parse_shapes",
            "print_json", "check_numbers", "input_files", "refuse_outputs", "write_error"]
@@ -88,6 +88,8 @@ def input_files(paths: Iterable[str | os.PathLike | None]) -> dict[Path, str]:
     """The files a command reads, resolved, with what each is: the given paths (``sample:``
     names skipped) and the external data files their models refer to
     (:func:`onnx_lab.core.outputs.input_files`, the one guard of every output)."""
+    from onnx_lab.core.outputs import input_files as _input_files  # on use: the CLI's start-up
+
     return _input_files(paths)
 
 
@@ -121,6 +123,9 @@ def refuse_outputs(args: argparse.Namespace) -> None:
 
 def write_error(path: str | os.PathLike, e: OSError) -> WriteError:
     """An OSError of a write as one line naming the path and the cause."""
+    # here, not at the top: the CLI's start-up
+    from onnx_lab.core.save import write_error as _write_error
+
     return _write_error(Path(path), e)
 
 
@@ -185,6 +190,8 @@ def open_from_args(args: argparse.Namespace, attr: str = "model") -> Lab:
     The file is memory-mapped (``mmap=True``): a command's process is short-lived, and
     its saves replace files atomically.
     """
+    from onnx_lab.lab import open_lab  # here, not at the top: the CLI's start-up
+
     return open_lab(getattr(args, attr), dims=parse_dims(getattr(args, "dims", None)),
                     shapes=parse_shapes(getattr(args, "shape", None)), mmap=True)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args, print_json
-from onnx_lab.core.shapes import dynamic_dims
 from onnx_lab.errors import InputError
 
 
@@ -71,6 +70,8 @@ def _profile(args: argparse.Namespace) -> int:
     dims = None
     if sizes and args.dim not in lab.dims and args.feeds is None:
         # The swept dim needs no --dims: the profile runs at the first swept size.
+        from onnx_lab.core.shapes import dynamic_dims  # here, not at the top: the CLI's start-up
+
         if args.dim in dynamic_dims(lab.model):
             dims = {args.dim: sizes[0]}
     prof = lab.profile(providers=args.providers, runs=args.runs, budget_s=args.budget,

@@ -7,7 +7,7 @@ import argparse
 import shlex
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onnx_lab.cli._common import (
     add_dims_args,
@@ -16,11 +16,11 @@ from onnx_lab.cli._common import (
     parse_dims,
     print_json,
 )
-from onnx_lab.culprit import skip_params
 from onnx_lab.errors import InputError
-from onnx_lab.lab import Lab
 from onnx_lab.render.tables import format_bytes
-from onnx_lab.transforms.base import available
+
+if TYPE_CHECKING:
+    from onnx_lab.lab import Lab
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -82,6 +82,8 @@ def _split(value: str | None) -> list[str] | None:
 
 
 def _passes(args: argparse.Namespace) -> int:
+    from onnx_lab.transforms.base import available  # here, not at the top: the CLI's start-up
+
     df = available()
     if args.json:
         print_json(df.to_dict(orient="records"))
@@ -164,6 +166,8 @@ def _optimize(args: argparse.Namespace) -> int:
     n0 = len(lab.index)
     if args.tool:
         skip = _split(args.skip)
+        from onnx_lab.culprit import skip_params  # here, not at the top: the CLI's start-up
+
         params = skip_params(args.tool, skip) if skip else {}
         results = [lab.apply(args.tool, verify=_verify_arg(args),
                              find_culprit=args.find_culprit, **params)]

@@ -45,8 +45,6 @@ from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
-from onnx_lab.core.outputs import refuse_inputs, write_atomic
-from onnx_lab.core.save import write_error
 from onnx_lab.errors import InputError
 from onnx_lab.zoo import _store
 from onnx_lab.zoo._store import Found, find_models
@@ -113,6 +111,14 @@ DEFAULT_TIMEOUT_S = 900.0
 DEFAULT_MEMORY_GB = 8.0
 DEFAULT_BUDGET_S = 3.0
 _MODEL_OPTION_KEYS = ("dims", "shapes", "feeds")
+
+
+def write_error(path: str | os.PathLike, e: OSError) -> Exception:
+    """:func:`onnx_lab.core.save.write_error`, imported on use: ``onnx-lab --help`` reads the
+    defaults above, and core.save brings onnx_ir (and sympy) with it."""
+    from onnx_lab.core.save import write_error as _write_error  # on use: the CLI's start-up
+
+    return _write_error(Path(path), e)
 #: Options kept with each manifest entry, for the gate to say when two audits differ in them.
 _SETTINGS = ("preset", "budget_s", "providers", "threads", "dims", "shapes", "feeds",
              "feeds_sha256")
@@ -309,6 +315,10 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
         ...                      model_options={"ocr/det*.onnx": {"shapes": {"x": [1, 3, 640, 640]}}})
         >>> res.table.query("status != 'ok'")[["model", "error_stage", "error"]]
     """
+    from onnx_lab.core.outputs import (
+        refuse_inputs,  # on use: `onnx-lab audit --help` reads this package
+    )
+
     # on use: the audit's worker imports this package before its memory limit
     from onnx_lab.zoo import _engine
 
@@ -439,6 +449,9 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
 def _finish(task: dict[str, Any], res: dict[str, Any], out_dir: Path | None,
             inputs: Mapping[Path, str] | None = None) -> dict[str, Any]:
     """The table row of a finished task; its report and log written into ``out_dir``."""
+    from onnx_lab.core.outputs import (
+        write_atomic,  # on use: `onnx-lab audit --help` reads this package
+    )
     row = {**res["row"], "model": task["model"], "path": task["path"],
            "sha256": task["sha256"], "file_bytes": task["file_bytes"],
            "seconds": res.get("seconds")}
@@ -470,6 +483,10 @@ def _write(out_dir: Path, rows: Mapping[str, Mapping[str, Any]], gate: pd.DataFr
            interrupted: bool = False, inputs: Mapping[Path, str] | None = None
            ) -> dict[str, Path]:
     """Write the table files (and, at the end, the compacted manifest and the gate)."""
+    from onnx_lab.core.outputs import (
+        write_atomic,  # on use: `onnx-lab audit --help` reads this package
+    )
+
     # on use: the audit's worker imports this package before its memory limit
     from onnx_lab.render.audit import audit_index_html
 

@@ -50,3 +50,47 @@ def test_import_and_optimize_command_do_not_import_pandas(tmp_path):
                          timeout=120, check=True).stdout.splitlines()
     # onnxscript (~0.1 s) is imported by its own step only, not by looking passes up.
     assert out == ["False", "0 False False", "True False", "DataFrame True True"]
+
+
+# What ``onnx-lab --help`` must not load: the bare ``import onnx, onnxruntime`` the CLI is
+# measured against (benchmarks/bench_cli_startup.py) loads none of these either.
+CLI_HEAVY = ("onnx_ir", "sympy", "pandas", "matplotlib", "onnx.reference", "pyarrow", "scipy",
+             "onnxruntime", "torch", "onnx_lab.lab", "onnx_lab.core.model")
+
+
+def test_cli_help_imports_no_feature_module():
+    code = (
+        "import sys, contextlib, io\n"
+        "import onnx_lab.cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    try:\n"
+        "        onnx_lab.cli.main(['--help'])\n"
+        "    except SystemExit as e:\n"
+        "        code = e.code\n"
+        f"print(code, 'summary' in out.getvalue(), sorted(m for m in {CLI_HEAVY!r} "
+        "if m in sys.modules))\n"
+        # the façade still loads on first access
+        "lab = onnx_lab.open('sample:convnet')\n"
+        "print(type(lab).__name__, 'onnx_ir' in sys.modules, onnx_lab.samples.names()[:1] != [])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.splitlines()
+    assert out == ["0 True []", "Lab True True"]
+
+
+def test_cli_summary_loads_only_what_it_uses(tmp_path):
+    # summary opens the model (onnx_ir) and builds a table (pandas), and nothing else heavy.
+    code = (
+        "import sys, contextlib, io, json\n"
+        "from onnx_lab.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    code = main(['summary', 'sample:convnet', '--json'])\n"
+        "print(code, json.loads(out.getvalue())['num_nodes'] > 0)\n"
+        f"print(sorted(m for m in {CLI_HEAVY!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.splitlines()
+    assert out[0] == "0 True"
+    loaded = set(eval(out[1]))  # noqa: S307 - a list of names this test printed
+    assert {"onnx_ir", "pandas", "onnx_lab.lab"} <= loaded
+    assert not loaded & {"matplotlib", "onnx.reference", "scipy", "onnxruntime", "torch"}
