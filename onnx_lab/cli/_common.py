@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from onnx_lab.lab import Lab
 
 __all__ = ["add_model_arg", "add_dims_args", "open_from_args", "parse_dims", "parse_shapes",
-           "print_json", "check_numbers", "input_files", "refuse_outputs", "write_error"]
+           "print_json", "check_numbers", "input_files", "refuse_outputs", "write_atomic",
+           "write_error"]
 
 # Numeric options of every command, by argparse destination: (smallest value, whether the
 # smallest is excluded, what to write). None (not given) is always fine.
@@ -119,6 +120,14 @@ def refuse_outputs(args: argparse.Namespace) -> None:
                 raise SaveError(f"{flag} {str(path)!r} is {what}, which this command reads: "
                                 "writing it would destroy the input.",
                                 fix="Write to another path.")
+
+
+def write_atomic(path: str | os.PathLike, write: Any, **kw: Any) -> Path:
+    """:func:`onnx_lab.core.outputs.write_atomic`, imported on use (``onnx-lab --help`` and
+    the light commands do not load the model core)."""
+    from onnx_lab.core.outputs import write_atomic as _write_atomic  # on use: the start-up
+
+    return _write_atomic(path, write, **kw)
 
 
 def write_error(path: str | os.PathLike, e: OSError) -> WriteError:

@@ -10,9 +10,9 @@ from onnx_lab.cli._common import (
     add_model_arg,
     open_from_args,
     print_json,
+    write_atomic,
     write_error,
 )
-from onnx_lab.core.outputs import write_atomic
 from onnx_lab.errors import SaveError
 
 SUMMARY_KEYS = ("ir_version", "opsets", "producer", "num_nodes", "num_nodes_main",

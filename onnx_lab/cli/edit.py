@@ -12,13 +12,13 @@ import argparse
 import ast
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args, print_json
-from onnx_lab.core.history import step_call
 from onnx_lab.errors import InputError
-from onnx_lab.lab import Lab
-from onnx_lab.transforms.edit import edit_provenance
+
+if TYPE_CHECKING:
+    from onnx_lab.lab import Lab
 
 __all__ = ["register"]
 
@@ -161,6 +161,10 @@ def _edit(args: argparse.Namespace) -> int:
             f.write(script)
     failed = [r for _f, _v, r in results if r.verify_passed is False]
     if args.json:
+        # on use: `onnx-lab --help` registers this command without loading the model core
+        from onnx_lab.core.history import step_call
+        from onnx_lab.transforms.edit import edit_provenance
+
         print_json({"steps": [{"flag": f, "value": v, "call": step_call(r), **r.summary(),
                                **edit_provenance(r)} for f, v, r in results],
                     "nodes_before": n0, "nodes_after": len(lab.index), "output": str(out),

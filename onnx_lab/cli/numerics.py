@@ -9,8 +9,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from onnx_lab.cli._common import add_dims_args, parse_dims, parse_shapes, print_json
-from onnx_lab.core.outputs import write_atomic
+from onnx_lab.cli._common import (
+    add_dims_args,
+    parse_dims,
+    parse_shapes,
+    print_json,
+    write_atomic,
+)
 from onnx_lab.errors import InputError
 
 

@@ -1,4 +1,5 @@
 """onnx_lab.core."""
 
-# onnx_ir learns ONNX-ML map types before any model is read or written (see _mltypes).
-from onnx_lab.core import _mltypes as _mltypes
+# ONNX-ML map types: onnx_ir learns them when core._mltypes is imported, which core.shapes and
+# core.load do (every model is read through them). Not here: `onnx-lab --help` imports core
+# modules that need no onnx_ir.

@@ -9,7 +9,8 @@ functions that dispatch on the type (``deserialize_type_proto_for_type``,
 ``deserialize_type_proto_for_shape``, ``serialize_type_into``): a map is handled here, every
 other type goes to onnx_ir's own function, unchanged. The serde functions recurse through
 their module's globals, so ``seq(map(...))`` and ``map(k, seq(...))`` reach the wrapped ones.
-:func:`install` runs once, when ``onnx_lab.core`` is imported.
+:func:`install` runs once, when this module is first imported (by ``core.shapes`` and
+``core.load``, before any model is read or written).
 
 :func:`onnx_type_label` spells a container's type as ONNX writes it without ``tensor(...)``,
 as onnxruntime prints it (``seq(map(int64,float))``, ``seq(float)``, ``optional(float)``,

@@ -38,7 +38,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from onnx_lab.core.units import itemsize
-from onnx_lab.core.values import is_constant
 from onnx_lab.errors import InputError, RunLimitError
 
 if TYPE_CHECKING:
@@ -214,6 +213,9 @@ def liveness(lm: LabModel, types: Mapping[str, TensorInfo]
     Weights are not activations. Returns (per-node live bytes as (node id, bytes), peak, node
     at the peak, number of activations of unknown size, (name, bytes) of the largest one).
     """
+    # on use: the CLI reads the limits' settings at start-up without loading onnx_ir
+    from onnx_lab.core.values import is_constant
+
     idx = lm.index
     g = lm.graph
     order = idx.topo_order("")

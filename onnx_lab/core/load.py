@@ -20,6 +20,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from onnx_lab._pandas import prefetch
+from onnx_lab.core import _mltypes  # noqa: F401 - onnx_ir reads ONNX-ML map types from here on
 from onnx_lab.core._files import opened_path, pin_external
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import (

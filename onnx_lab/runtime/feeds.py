@@ -335,8 +335,9 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
         raise InputError(f"n must be a positive int, got {n!r}.", fix="Use n=1 or more.")
     concrete = resolve_input_shapes(model, dims, shapes)
     # random values are drawn as 8-byte numbers, then cast: refuse before allocating
+    # (sequence, map and optional inputs have no shape here: a few small arrays each)
     elements = sum(math.prod(int(d) for d in concrete[name]) for name, _, _ in
-                   input_specs(model))
+                   input_specs(model) if name in concrete)
     check_feed_bytes(n * elements * 16, "the random inputs")
     ranges = dict(ranges or {})
     rng = np.random.default_rng(seed)

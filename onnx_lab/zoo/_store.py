@@ -23,7 +23,6 @@ from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab.core._wire import external_locations
-from onnx_lab.core.outputs import write_atomic
 from onnx_lab.errors import InputError, ModelLoadError
 
 MANIFEST = "manifest.jsonl"
@@ -170,6 +169,8 @@ def append_manifest(folder: Path, entry: Mapping[str, Any]) -> None:
 def write_manifest(folder: Path, entries: Iterable[Mapping[str, Any]], *,
                    inputs: Mapping[Path, str] | None = None) -> None:
     """Rewrite the manifest with one line per model (atomically; never over ``inputs``)."""
+    from onnx_lab.core.outputs import write_atomic  # on use: `onnx-lab audit --help`
+
     text = "".join(json.dumps({"v": MANIFEST_VERSION, **e}, default=_json_default) + "\n"
                    for e in entries)
     write_atomic(folder / MANIFEST, text, sources=dict(inputs or {}),
@@ -195,6 +196,8 @@ def write_tables(folder: Path, df: pd.DataFrame, html: str, *,
     """Write ``audit.csv``, ``audit.parquet`` (when pyarrow is installed) and ``index.html``
     into ``folder``, each atomically and never over one of ``inputs``; returns what was
     written."""
+    from onnx_lab.core.outputs import write_atomic  # on use: `onnx-lab audit --help`
+
     inputs = dict(inputs or {})
 
     def _atomic(target: Path, write: Any) -> None:
