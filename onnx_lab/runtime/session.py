@@ -590,7 +590,8 @@ def _runner_pool() -> futures.ThreadPoolExecutor:
 
 
 def _feed_shapes(feeds: Mapping[str, Any]) -> dict[str, list[int]]:
-    return {k: list(np.shape(v)) for k, v in feeds.items()}
+    # tensors only: a sequence (list), map (dict) or optional feed has no shape of its own
+    return {k: list(v.shape) for k, v in feeds.items() if isinstance(v, np.ndarray)}
 
 
 _NODE = re.compile(r"running (\w+) node\. Name:'([^']*)'")
