@@ -128,7 +128,7 @@ def build_model(proto: onnx.ModelProto, what: str, base: Path | None,
     model = _deserialize(proto, what)
     mark_unreadable(model, bad)
     if base is not None:
-        ir.external_data.set_base_dir(model.graph, str(base))
+        _set_base_dir(model.graph, str(base))
     return model
 
 
@@ -173,7 +173,7 @@ def _from_ir(model: ir.Model, base: Path | None) -> LabModel:
                          list(t.shape.numpy()) if t.shape.is_static() else None, folder,
                          sizes, what)
     if base is not None:
-        ir.external_data.set_base_dir(model.graph, str(base))
+        _set_base_dir(model.graph, str(base))
     return LabModel(model)
 
 
@@ -295,7 +295,7 @@ def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
         old = v.const_value
         v.const_value = ir.Tensor(arr, dtype=old.dtype, name=name, doc_string=old.doc_string,
                                   metadata_props=dict(old.metadata_props))
-    ir.external_data.set_base_dir(model.graph, str(path.parent))
+    _set_base_dir(model.graph, str(path.parent))
     return lab_model
 
 
@@ -579,3 +579,32 @@ def _int_entry(value: str | int | None, key: str, name: str, default: int | None
             f"Tensor {name!r} has a malformed external data {key} {value!r} (not a "
             "non-negative integer).", fix="Re-export the model with its external data.")
     return n
+
+
+def _set_base_dir(graph: ir.Graph, base_dir: str) -> None:
+    """``ir.external_data.set_base_dir`` (the same tensors: initializers and tensor
+    attributes of every graph and body) without its generator-based traversal, which took
+    ~0.3 s a call on a graph of 20,000 nodes."""
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for v in g.initializers.values():
+            if isinstance(v.const_value, ir.ExternalTensor):
+                v.const_value.base_dir = base_dir
+        for node in g:
+            for attr in node.attributes.values():
+                if attr.is_ref() or attr.value is None:
+                    continue
+                if attr.type == ir.AttributeType.TENSOR:
+                    tensors = [attr.value]
+                elif attr.type == ir.AttributeType.TENSORS:
+                    tensors = list(attr.value)
+                else:
+                    if attr.type == ir.AttributeType.GRAPH:
+                        stack.append(attr.value)
+                    elif attr.type == ir.AttributeType.GRAPHS:
+                        stack.extend(attr.value)
+                    continue
+                for t in tensors:
+                    if isinstance(t, ir.ExternalTensor):
+                        t.base_dir = base_dir
