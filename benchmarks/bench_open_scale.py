@@ -20,12 +20,14 @@ Usage::
 
     .venv/bin/python benchmarks/bench_open_scale.py                    # 20k and 200k nodes
     .venv/bin/python benchmarks/bench_open_scale.py --nodes 20000 --repeat 3
+    .venv/bin/python benchmarks/bench_open_scale.py --nodes 2000 --before /tmp/old  # before/after
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -150,8 +152,11 @@ def _child(kind: str, path: str) -> None:
 
 
 def _run_child(kind: str, path: Path) -> dict:
+    env = None
+    if "@" in kind:  # another copy of the package (e.g. an older commit's), for before/after
+        env = {**os.environ, "PYTHONPATH": kind.split("@", 1)[1]}
     out = subprocess.run([sys.executable, __file__, "--child", kind, str(path)],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -163,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[20_000, 200_000])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--before", metavar="DIR", help="also time onnx_lab imported from "
+                        "DIR (e.g. `git archive OLD onnx_lab | tar -x -C DIR`), interleaved")
     parser.add_argument("--keep", metavar="DIR", help="write the models here and keep them")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -177,9 +184,10 @@ def main(argv: list[str] | None = None) -> None:
         for n in args.nodes:
             path = folder / f"decoder_{n}.onnx"
             count = build(n, path)
-            runs: dict[str, list[dict]] = {k: [] for k in KINDS}
+            kinds = KINDS + ([f"onnx_lab.open+summary@{args.before}"] if args.before else [])
+            runs: dict[str, list[dict]] = {k: [] for k in kinds}
             for _ in range(args.repeat):
-                for k in KINDS:
+                for k in kinds:
                     runs[k].append(_run_child(k, path))
             med = {}
             for k, rs in runs.items():
@@ -187,12 +195,15 @@ def main(argv: list[str] | None = None) -> None:
                 parts = " ".join(
                     f"{p}={statistics.median(r['parts'][p] for r in rs):.2f}s"
                     for p in rs[0]["parts"])
-                print(f"{count:8d}  {k:36s} {med[k]:7.2f}s  {parts}")
+                print(f"{count:8d}  {k[:40]:40s} {med[k]:7.2f}s  {parts}")
             ref = med["onnx.load+infer_shapes"]
             print(f"{count:8d}  ratio onnx_lab / (onnx.load+infer_shapes): "
                   f"{med['onnx_lab.open+summary'] / ref:.2f}x  (vs data_prop: "
                   f"{med['onnx_lab.open+summary'] / med['onnx.load+infer_shapes(data_prop)']:.2f}x)",
                   flush=True)
+            if args.before:
+                print(f"{count:8d}  ratio before (--before) / (onnx.load+infer_shapes): "
+                      f"{med[kinds[-1]] / ref:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
