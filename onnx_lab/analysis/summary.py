@@ -7,7 +7,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from onnx_lab import _display
-from onnx_lab.analysis.tables import initializers_table, io_table
+from onnx_lab.analysis.tables import initializer_rows, io_rows
+from onnx_lab.core._gc import paused
 from onnx_lab.core.derived import derived_dims
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dynamic_dims
@@ -140,6 +141,7 @@ class Summary(Mapping[str, Any]):
         return _display.draw(self, "html")
 
 
+@paused()
 def summarize(model: LabModel, dims: Mapping[str, int] | None = None,
               shapes: Mapping[str, Sequence[int]] | None = None) -> Summary:
     """Build the :class:`Summary` of ``model`` (no weight values are read)."""
@@ -152,13 +154,14 @@ def summarize(model: LabModel, dims: Mapping[str, int] | None = None,
             else f"{e.node.domain}::{e.node.op_type}"
         ops[key] += 1
         fams[op_family(e.node.op_type, e.node.domain)] += 1
-    inits = initializers_table(model)
+    # The initializers table's rows (name, dtype, shape, numel, nbytes, external, ...,
+    # source): counted without building the frame, so the summary needs no pandas.
+    inits = initializer_rows(model)
 
     def io(which: str) -> list[dict[str, Any]]:
-        t = io_table(model, which, dims, shapes)
-        return [{"name": r.name, "dtype": r.dtype,
-                 "shape": list(r.shape) if r.shape is not None else None}
-                for r in t.itertuples()]
+        return [{"name": name, "dtype": dtype,
+                 "shape": list(shape) if shape is not None else None}
+                for name, dtype, shape, _ in io_rows(model, which, dims, shapes)]
 
     producer = " ".join(x for x in (m.producer_name, m.producer_version) if x)
     computed = constant_computed(model)
@@ -168,17 +171,17 @@ def summarize(model: LabModel, dims: Mapping[str, int] | None = None,
         "producer": producer,
         "num_nodes": len(idx),
         "num_nodes_main": m.graph.num_nodes(),
-        "num_initializers": int((inits["source"] == "initializer").sum()),
-        "num_constant_tensors": int((inits["source"] == "constant").sum()),
-        "num_params": int(inits["numel"].sum()),
-        "param_bytes": int(inits["nbytes"].sum()),
+        "num_initializers": sum(r[9] == "initializer" for r in inits),
+        "num_constant_tensors": sum(r[9] == "constant" for r in inits),
+        "num_params": sum(r[3] for r in inits),
+        "param_bytes": sum(r[4] for r in inits),
         "inputs": io("inputs"),
         "outputs": io("outputs"),
         "dynamic_dims": dynamic_dims(model),
         "op_counts": dict(ops.most_common()),
         "op_families": dict(fams.most_common()),
         "subgraphs": len(idx.graphs) - 1,
-        "external_data": bool(inits["external"].any()),
+        "external_data": any(r[5] for r in inits),
         "constant_computed_tensors": len(computed),
         "constant_computed_bytes": int(sum(t["nbytes"] for t in computed)),
         "derived_dims": {n: d.to_dict() for n, d in derived_dims(model, dims).items()},

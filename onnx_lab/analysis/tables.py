@@ -16,7 +16,7 @@ from onnx_lab.core.shapes import dtype_name, shape_tuple
 from onnx_lab.core.source_map import SOURCE_COLUMNS, source_table
 
 __all__ = ["nodes_table", "initializers_table", "tensors_table", "io_table", "attribute_value",
-           "constant_tensors"]
+           "constant_tensors", "initializer_rows", "io_rows"]
 
 NODE_COLUMNS = ["node_id", "name", "op_type", "domain", "graph", "inputs", "outputs",
                 "attributes", "scope", "topo", *SOURCE_COLUMNS]
@@ -143,6 +143,17 @@ def initializers_table(model: LabModel) -> pd.DataFrame:
         source (str): 'initializer' or 'constant' (a Constant node's value, as PaddlePaddle
             exports keep weights); constant_node (str|None): the Constant node's id.
     """
+    return _frame(initializer_rows(model), INITIALIZER_COLUMNS,
+                  ("location", "constant_node", "dtype"))
+
+
+def initializer_rows(model: LabModel) -> list[tuple]:
+    """The rows of :func:`initializers_table` as tuples in ``INITIALIZER_COLUMNS`` order,
+    built once per model and without pandas (the summary counts them). Read-only."""
+    return model.cached(("initializer_rows",), lambda: _initializer_rows(model))
+
+
+def _initializer_rows(model: LabModel) -> list[tuple]:
     idx = model.index
     rows = []
     for path, g in idx.graphs.items():
@@ -160,7 +171,7 @@ def initializers_table(model: LabModel) -> pd.DataFrame:
         rows.append((name, dtype_name(t.dtype), shape, int(np.prod(shape, dtype=np.int64)),
                      int(t.nbytes), False, None, list(idx.consumers.get(name, [])), path,
                      "constant", nid))
-    return _frame(rows, INITIALIZER_COLUMNS, ("location", "constant_node", "dtype"))
+    return rows
 
 
 @_cached_frame
@@ -218,6 +229,12 @@ def io_table(model: LabModel, which: str, dims: Mapping[str, int] | None = None,
 
     Columns: name, dtype, shape (declared, with given dims/shapes applied), dynamic.
     """
+    return _frame(io_rows(model, which, dims, shapes), IO_COLUMNS, ("dtype", "shape"))
+
+
+def io_rows(model: LabModel, which: str, dims: Mapping[str, int] | None = None,
+            shapes: Mapping[str, Sequence[int]] | None = None) -> list[tuple]:
+    """The rows of :func:`io_table` as tuples in ``IO_COLUMNS`` order (no pandas)."""
     g = model.graph
     values = [v for v in g.inputs if v.name not in g.initializers] if which == "inputs" \
         else list(g.outputs)
@@ -229,4 +246,4 @@ def io_table(model: LabModel, which: str, dims: Mapping[str, int] | None = None,
         dtype = info.dtype if info is not None else dtype_name(v.dtype)
         rows.append((v.name, dtype, shape,
                      shape is None or any(not isinstance(d, int) for d in shape)))
-    return _frame(rows, IO_COLUMNS, ("dtype", "shape"))
+    return rows

@@ -326,12 +326,20 @@ def _reshape_rank(node: onnx.NodeProto, ins: list[Typed | None]) -> list[Typed |
 
 def _rankless_reshapes(graph: onnx.GraphProto) -> bool:
     """Whether some Reshape's output has no rank though its target's length is known."""
-    shaped = {vi.name: vi.type for vi in (*graph.input, *graph.value_info, *graph.output)}
+    reshapes = [n for n in graph.node if n.op_type == "Reshape"
+                and n.domain in ("", "ai.onnx") and len(n.input) > 1]
+    if not reshapes:
+        return False
+    # Only the types the Reshapes read or write: a whole-graph map costs more than the
+    # check on graphs of 10^5 nodes.
+    wanted = {x for n in reshapes for x in (n.output[0], n.input[1])}
+    shaped = {vi.name: vi.type for vi in (*graph.input, *graph.value_info, *graph.output)
+              if vi.name in wanted}
     for t in graph.initializer:
-        shaped[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
-    for n in graph.node:
-        if n.op_type == "Reshape" and n.domain in ("", "ai.onnx") and len(n.input) > 1 \
-                and not _known(shaped.get(n.output[0])):
+        if t.name in wanted:
+            shaped[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
+    for n in reshapes:
+        if not _known(shaped.get(n.output[0])):
             target = _typed(shaped.get(n.input[1]))
             if target is not None and target[1] is not None and len(target[1]) == 1 \
                     and isinstance(target[1][0], int):
@@ -349,10 +357,13 @@ def needs_completion(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> bool:
     inference left untyped, or a Reshape inference left without a rank
     (:func:`_reshape_rank`)."""
     opset = _opset(opsets)
-    typed = {vi.name for vi in (*graph.value_info, *graph.output) if _complete_type(vi.type)}
-    return any(n.op_type in RULES and _unknown_to_onnx(n, opset)
-               and any(o and o not in typed for o in n.output) for n in graph.node) \
-        or _rankless_reshapes(graph)
+    fused = [n for n in graph.node if n.op_type in RULES and _unknown_to_onnx(n, opset)]
+    if fused:
+        typed = {vi.name for vi in (*graph.value_info, *graph.output)
+                 if _complete_type(vi.type)}
+        if any(o and o not in typed for n in fused for o in n.output):
+            return True
+    return _rankless_reshapes(graph)
 
 
 def complete(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> int:

@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 from onnx_lab._pandas import prefetch
 from onnx_lab.core import _mltypes  # noqa: F401 - onnx_ir reads ONNX-ML map types from here on
 from onnx_lab.core._files import opened_path, pin_external
+from onnx_lab.core._gc import paused
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import (
     check_ir_model,
@@ -43,6 +44,7 @@ _ZIP_MAGIC = b"PK\x03\x04"
 _KNOWN_DTYPES = frozenset(int(d) for d in ir.DataType)
 
 
+@paused()
 def load_model(source: object, *, mmap: bool = False,
                base_dir: str | os.PathLike | None = None) -> LabModel:
     """Load ``source`` (path, bytes, ``onnx.ModelProto`` or ``onnx_ir.Model``) into a LabModel.

@@ -11,6 +11,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core._files import pin_like
+from onnx_lab.core._gc import paused
 from onnx_lab.core._validate import remark_unreadable
 from onnx_lab.core.derived import with_derived
 from onnx_lab.core.shapes import infer_types
@@ -71,7 +72,8 @@ class LabModel:
             # on use: `import onnx_lab` does not load the index
             from onnx_lab.core.index import ModelIndex
 
-            self._index = ModelIndex(self.ir)
+            with paused():
+                self._index = ModelIndex(self.ir)
         return self._index
 
     def invalidate(self) -> None:
@@ -111,7 +113,8 @@ class LabModel:
         key = (tuple(sorted((dims or {}).items())),
                tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items())))
         if key not in self._types:
-            self._types[key] = infer_types(self, dims=dims, shapes=shapes)
+            with paused():
+                self._types[key] = infer_types(self, dims=dims, shapes=shapes)
         return self._types[key]
 
     # -- copies and serialization ---------------------------------------------------------

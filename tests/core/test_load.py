@@ -454,3 +454,33 @@ def test_mmap_open_reports_bad_files_like_reading(tmp_path, damage):
                    .tobytes(), "empty": b""}[damage])
     with pytest.raises(ModelLoadError, match=f"{damage}.onnx"):
         onnx_lab.open(p, mmap=True)
+
+
+def test_external_tensors_in_bodies_and_attributes_get_the_folder(tmp_path):
+    """load pins every tensor onnx_ir's set_base_dir would to the model's folder: weights of
+    the main graph and of an If body, and a Constant's tensor attribute inside the body."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    big = np.arange(64, dtype=np.float32)
+    const = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(big, "cv"))
+    add = helper.make_node("Add", ["c", "wb"], ["y_then"])
+    then = helper.make_graph([const, add], "then", [],
+                             [helper.make_tensor_value_info("y_then", TensorProto.FLOAT, [64])],
+                             [numpy_helper.from_array(big + 1, "wb")])
+    other = helper.make_graph([helper.make_node("Identity", ["w"], ["y_else"])], "else", [],
+                              [helper.make_tensor_value_info("y_else", TensorProto.FLOAT, [64])])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)], "g",
+        [helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])],
+        [numpy_helper.from_array(big, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="m.data", size_threshold=0, convert_attribute=True)
+    lab_model = load_model(path)
+    tensors = list(ir.external_data._all_tensors(lab_model.graph, include_attributes=True))
+    external = [t for t in tensors if isinstance(t, ir.ExternalTensor)]
+    assert len(external) == 3  # w, the body's wb, the Constant's value
+    assert {t.base_dir for t in external} == {str(path.parent)}
+    np.testing.assert_array_equal(external[0].numpy(), big)  # read through that folder
