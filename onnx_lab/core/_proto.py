@@ -19,3 +19,21 @@ def graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for body in attr.graphs:
                     yield from graph_protos(body)
+
+
+def weights_as_inputs(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` (changed in place, and returned) with its external initializers declared as
+    typed graph inputs instead: onnx's checker resolves external data against the current
+    folder, so a model's structure is checked this way without reading (or finding) its data
+    files (checked when the model was opened)."""
+    ext = [t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    if ext:
+        names = {i.name for i in proto.graph.input}
+        keep = [t for t in proto.graph.initializer
+                if t.data_location != onnx.TensorProto.EXTERNAL]
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(keep)
+        proto.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type,
+                                                                    list(t.dims))
+                                 for t in ext if t.name not in names)
+    return proto

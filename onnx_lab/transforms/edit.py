@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._proto import weights_as_inputs
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import load_source
 from onnx_lab.errors import InputError, PassError, unknown_name
@@ -51,21 +52,7 @@ def _node(model: LabModel, node_id: str) -> ir.Node:
 def _model_problem(model: LabModel) -> str | None:
     """Why onnx's checker (with strict shape inference) refuses ``model``, or None."""
     try:
-        proto = model.to_proto()
-        # The checker resolves external data against the current folder: check the structure
-        # with external weights declared as typed inputs instead (as extract does; their files
-        # were checked at open and are not read here).
-        ext = [t for t in proto.graph.initializer
-               if t.data_location == onnx.TensorProto.EXTERNAL]
-        if ext:
-            names = {i.name for i in proto.graph.input}
-            keep = [t for t in proto.graph.initializer
-                    if t.data_location != onnx.TensorProto.EXTERNAL]
-            del proto.graph.initializer[:]
-            proto.graph.initializer.extend(keep)
-            proto.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type,
-                                                                        list(t.dims))
-                                     for t in ext if t.name not in names)
+        proto = weights_as_inputs(model.to_proto())  # the data files are not read
         onnx.checker.check_model(proto, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         text = " ".join(str(e).split())

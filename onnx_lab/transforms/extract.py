@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._proto import weights_as_inputs
 from onnx_lab.core.dimexpr import dim_expression
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import fit_dims, named_shapes, shape_tuple
@@ -238,20 +239,7 @@ def _ir_dtype(name: str) -> ir.DataType:
 
 
 def _check(model: LabModel) -> None:
-    proto = model.to_proto()
-    # The checker resolves external data against the current folder; check the structure
-    # with external weights declared as typed inputs instead (their files were checked at
-    # open and are not copied).
-    ext = [t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
-    if ext:
-        names = {i.name for i in proto.graph.input}
-        keep = [t for t in proto.graph.initializer
-                if t.data_location != onnx.TensorProto.EXTERNAL]
-        del proto.graph.initializer[:]
-        proto.graph.initializer.extend(keep)
-        proto.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type,
-                                                                    list(t.dims))
-                                 for t in ext if t.name not in names)
+    proto = weights_as_inputs(model.to_proto())  # the data files are not read
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:

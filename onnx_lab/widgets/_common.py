@@ -17,7 +17,7 @@ import ipywidgets as w
 
 from onnx_lab._pandas import pd
 from onnx_lab.errors import DimError, LabError
-from onnx_lab.render._html import clean_html, clean_svg, esc_attr, esc_text, safe_url
+from onnx_lab.render._html import Markup, clean_html, clean_svg, esc_attr, esc_text, safe_url
 from onnx_lab.render.tables import frame_html
 from onnx_lab.widgets._context import missing_dims
 
@@ -76,6 +76,45 @@ def badge_html(passed: bool | None) -> str:
 
 
 badge = badge_html  # the older name
+
+
+_CHANGED = Markup("<span class='onnx-lab-badge onnx-lab-changed' style='background:#1565c0;"
+                  "color:white;padding:1px 6px;border-radius:8px;font-size:11px'>changed "
+                  "(expected)</span>")
+
+
+def history_html(history: pd.DataFrame) -> str:
+    """The history table (FusionLab, Editor): one row per step with its verdict — a
+    verification badge, or "changed (expected)" for an edit whose outputs were meant to
+    change (``outputs_changed``) — and the current step marked."""
+    head = ("<tr><th>step</th><th>pass</th><th>params</th><th>modified</th><th>nodes</th>"
+            "<th>verification</th><th>max_abs_err</th><th>seconds</th><th></th></tr>")
+    rows = []
+    for r in history.to_dict("records"):
+        err = r.get("max_abs_err")
+        err_txt = "" if err is None or pd.isna(err) else f"{err:.3g}"
+        verified = r.get("verify_passed")
+        if verified is not None and pd.isna(verified):
+            verified = None
+        if r["step"] == 0:
+            ver = ""
+        elif r.get("outputs_changed") is True:
+            ver = _CHANGED
+        else:
+            ver = badge_html(None if verified is None else bool(verified))
+        current = bool(r.get("current", False))
+        style = " style='background:#e3f2fd;font-weight:bold'" if current else ""
+        rows.append(
+            f"<tr class='onnx-lab-history-row' data-step='{int(r['step'])}'{style}>"
+            f"<td>{int(r['step'])}</td><td>{esc_text(str(r['pass']))}</td>"
+            f"<td>{short(r['params'] or '', 40)}</td><td>{'yes' if r['modified'] else 'no'}</td>"
+            f"<td class='onnx-lab-nodes' data-before='{int(r['nodes_before'])}' "
+            f"data-after='{int(r['nodes_after'])}'>{int(r['nodes_before'])} → "
+            f"{int(r['nodes_after'])}</td>"
+            f"<td>{ver}</td><td>{err_txt}</td><td>{float(r['seconds']):.2f}</td>"
+            f"<td>{'◀ current' if current else ''}</td></tr>")
+    return ("<table class='onnx-lab-history onnx-lab-table' style='font-size:12px'>"
+            + head + "".join(rows) + "</table>")
 
 
 def short(value: Any, limit: int = 48) -> str:

@@ -24,18 +24,17 @@ from typing import Any
 import ipywidgets as w
 import numpy as np
 
-from onnx_lab._pandas import pd
 from onnx_lab.core.history import step_call
 from onnx_lab.errors import InputError
 from onnx_lab.lab import as_lab
-from onnx_lab.render._html import Markup, esc_text
+from onnx_lab.render._html import esc_text
 from onnx_lab.transforms.edit import (
     EDIT_OPS,
     attribute_form,
     edit_provenance,
     parse_attribute_text,
 )
-from onnx_lab.widgets._common import View, badge_html, code_html, info_html, short
+from onnx_lab.widgets._common import View, code_html, history_html, info_html
 
 __all__ = ["Editor"]
 
@@ -60,40 +59,6 @@ def _json_field(text: str, what: str, default: Any) -> Any:
 def _fmt(x: Any) -> str:
     # ONNX float attributes are float32: show the shortest text that reads back the same
     return str(np.float32(x)) if isinstance(x, float) else str(x)
-
-
-def history_html(history: pd.DataFrame) -> str:
-    """The history table: one row per step with its call's parameters and its verdict
-    (an expected change is not a failure), the current step marked."""
-    head = ("<tr><th>step</th><th>edit</th><th>params</th><th>nodes</th><th>outputs</th>"
-            "<th>max_abs</th><th></th></tr>")
-    rows = []
-    for r in history.to_dict("records"):
-        err = r.get("max_abs_err")
-        err_txt = "" if err is None or pd.isna(err) else f"{err:.3g}"
-        changed = r.get("outputs_changed")
-        verified = r.get("verify_passed")
-        if verified is not None and pd.isna(verified):
-            verified = None
-        if r["step"] == 0:
-            ver = ""
-        elif changed is True:
-            ver = Markup("<span class='onnx-lab-badge onnx-lab-changed' style='background:"
-                         "#1565c0;color:white;padding:1px 6px;border-radius:8px;font-size:11px'>"
-                         "changed (expected)</span>")
-        else:
-            ver = badge_html(None if verified is None else bool(verified))
-        current = bool(r.get("current", False))
-        style = " style='background:#e3f2fd;font-weight:bold'" if current else ""
-        rows.append(
-            f"<tr class='onnx-lab-history-row' data-step='{int(r['step'])}'{style}>"
-            f"<td>{int(r['step'])}</td><td>{esc_text(str(r['pass']))}</td>"
-            f"<td>{short(r['params'] or '', 60)}</td>"
-            f"<td>{int(r['nodes_before'])} → {int(r['nodes_after'])}</td>"
-            f"<td>{ver}</td><td>{err_txt}</td>"
-            f"<td>{'◀ current' if current else ''}</td></tr>")
-    return ("<table class='onnx-lab-history onnx-lab-table' style='font-size:12px'>"
-            + head + "".join(rows) + "</table>")
 
 
 class Editor(View):

@@ -26,10 +26,9 @@ from onnx_lab.widgets._common import (
     PagedTable,
     SelectableTable,
     View,
-    badge_html,
     code_html,
+    history_html,
     info_html,
-    short,
 )
 from onnx_lab.widgets._context import RunContext
 from onnx_lab.widgets._links import selection
@@ -62,33 +61,6 @@ def sort_matches(patterns: pd.DataFrame) -> pd.DataFrame:
                          _bytes=-saves)
     df = df.sort_values(["_group", "_nodes", "_bytes"], kind="stable")
     return df.drop(columns=["_group", "_nodes", "_bytes"]).reset_index(drop=True)
-
-
-def history_html(history: pd.DataFrame) -> str:
-    """The history table with a verification badge per step and the current step marked."""
-    head = ("<tr><th>step</th><th>pass</th><th>params</th><th>modified</th><th>nodes</th>"
-            "<th>verification</th><th>max_abs_err</th><th>seconds</th><th></th></tr>")
-    rows = []
-    for r in history.to_dict("records"):
-        err = r.get("max_abs_err")
-        err_txt = "" if err is None or pd.isna(err) else f"{err:.3g}"
-        verified = r.get("verify_passed")
-        if verified is not None and pd.isna(verified):
-            verified = None
-        ver = "" if r["step"] == 0 else badge_html(None if verified is None else bool(verified))
-        current = bool(r.get("current", False))
-        style = " style='background:#e3f2fd;font-weight:bold'" if current else ""
-        rows.append(
-            f"<tr class='onnx-lab-history-row' data-step='{int(r['step'])}'{style}>"
-            f"<td>{int(r['step'])}</td><td>{esc_text(str(r['pass']))}</td>"
-            f"<td>{short(r['params'] or '', 40)}</td><td>{'yes' if r['modified'] else 'no'}</td>"
-            f"<td class='onnx-lab-nodes' data-before='{int(r['nodes_before'])}' "
-            f"data-after='{int(r['nodes_after'])}'>{int(r['nodes_before'])} → "
-            f"{int(r['nodes_after'])}</td>"
-            f"<td>{ver}</td><td>{err_txt}</td><td>{float(r['seconds']):.2f}</td>"
-            f"<td>{'◀ current' if current else ''}</td></tr>")
-    return ("<table class='onnx-lab-history onnx-lab-table' style='font-size:12px'>"
-            + head + "".join(rows) + "</table>")
 
 
 def _bytes(value: Any) -> str:

@@ -81,7 +81,7 @@ def test_badge_and_figure():
 
 
 def test_history_html_badges_and_current_step():
-    from onnx_lab.widgets.fusion_lab import history_html
+    from onnx_lab.widgets._common import history_html
 
     hist = pd.DataFrame({
         "step": [0, 1, 2], "pass": ["original", "fuse_conv_bn", "my_edit"],
