@@ -22,7 +22,7 @@ from onnx_lab.core.provenance import origins
 from onnx_lab.core.shapes import validate_dims
 from onnx_lab.core.source import load_source, resolve
 from onnx_lab.core.source_map import carry_sources
-from onnx_lab.errors import forwards
+from onnx_lab.errors import InputError, forwards
 from onnx_lab.render._html import esc_text
 
 if TYPE_CHECKING:
@@ -216,6 +216,27 @@ def profile(model: Any, **kw: Any):
     if len(p.memory):
         p.memory = p.memory.assign(predicted_activation_bytes=peak)
     return p
+
+
+class HistoryTable(pd.DataFrame):
+    """``lab.history``: the history's table (a DataFrame) that can also write the session as a
+    script (``lab.history.to_script()``). Frames derived from it (``.tail()``, a query) are
+    plain DataFrames."""
+
+    _metadata = ["_replay"]
+
+    @property
+    def _constructor(self) -> type[pd.DataFrame]:
+        return pd.DataFrame
+
+    def to_script(self, source: str | None = None) -> str:
+        """The Python script that replays the session up to the current step
+        (:meth:`Lab.to_script`)."""
+        replay = getattr(self, "_replay", None)
+        if replay is None:
+            raise InputError("This table is not a Lab's history.",
+                             fix="Call lab.history.to_script() or lab.to_script().")
+        return replay(source)
 
 
 class Lab:
@@ -503,10 +524,13 @@ class Lab:
         return steps.apply_preset(self._history, preset, verify)
 
     @property
-    def history(self) -> pd.DataFrame:
+    def history(self) -> HistoryTable:
         """One row per version: step, pass, params, modified, nodes_before, nodes_after,
-        verify_passed, max_abs_err, seconds, current."""
-        return self._history.table()
+        verify_passed, max_abs_err, seconds, current (a DataFrame; ``lab.history.to_script()``
+        replays the session, as :meth:`to_script`)."""
+        table = HistoryTable(self._history.table())
+        table._replay = self.to_script
+        return table
 
     @property
     def results(self) -> list:

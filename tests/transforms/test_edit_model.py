@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pandas as pd
 import pytest
 from _machinery import save_external
 from onnx import helper
@@ -241,6 +242,9 @@ def test_the_script_replays_the_session(convnet, tmp_path):
     exec(compile(script, "replay.py", "exec"), ns)
     assert _text(ns["lab"]) == _text(convnet)
     assert convnet.versions.to_script() == script  # the History's own door
+    assert convnet.history.to_script() == script  # the table's, as the issue names it
+    assert type(convnet.history.tail(2)) is pd.DataFrame  # derived frames stay plain
+    assert list(convnet.history["step"]) == list(range(10))
 
 
 def test_a_script_needs_a_file_to_open():
