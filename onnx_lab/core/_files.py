@@ -53,14 +53,14 @@ class PinnedExternalTensor(ir.ExternalTensor):
         now_file = _identity(path)
         if now_folder is None or now_file is None:
             raise ExternalDataError(
-                f"External data file {str(self.location)!r} (tensor {self.name!r}) is gone "
-                f"from {folder!r} since the model was opened.",
+                f"Weight {self.name!r}: its external data file {str(self.location)!r} is "
+                f"gone from {folder!r} since the model was opened.",
                 fix="Put the model's folder back, or open the model again.")
         if now_folder != folder_id or now_file != file_id:
             raise ExternalDataError(
-                f"The folder {folder!r} or its data file {str(self.location)!r} (tensor "
-                f"{self.name!r}) was replaced since the model was opened (another file "
-                "or a link now stands there); onnx_lab reads only the files it opened.",
+                f"Weight {self.name!r}: the folder {folder!r} or its data file "
+                f"{str(self.location)!r} was replaced since the model was opened (another "
+                "file or a link now stands there); onnx_lab reads only the files it opened.",
                 fix="Open the model again from the folder you mean.")
 
     def _load(self) -> None:
