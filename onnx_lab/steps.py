@@ -12,13 +12,12 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from onnx_lab.core._gc import paused
 from onnx_lab.core.history import History
 from onnx_lab.core.shapes import fit_dims
 from onnx_lab.errors import InputError, RuntimeLoadError, check_keywords, keyword_names
@@ -34,25 +33,6 @@ __all__ = ["apply", "apply_preset", "extract", "find_precision", "VERIFY_OPTIONS
 #: Keys accepted in ``verify={...}``.
 VERIFY_OPTIONS = ("feeds", "atol", "rtol", "seed", "max_bytes", "intermediates", "providers",
                   "preset")
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Pause the cycle collector for one step or preset (restored after, also on errors).
-
-    A step allocates tens of thousands of graph objects (a clone, its index, capture tables),
-    which triggers full collections over every tracked object of the process (~170,000 with
-    onnx_ir, sympy and pandas imported): 0.07 s of BERT-base's ``safe`` preset, for no garbage
-    (old versions stay referenced by the history; tensors are freed by reference counting).
-    Cycles made meanwhile are collected at the next collection after the step.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def verify_options(verify_arg: bool | Mapping[str, Any]) -> dict[str, Any] | None:
@@ -101,7 +81,7 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
     Example:
         >>> r = lab.apply("fuse_conv_bn", matches=["fuse_conv_bn:/stem/conv/Conv"])
     """
-    with _cyclic_gc_paused():
+    with paused():  # a step's graph objects are no garbage: see core._gc
         opts = verify_options(verify)
         before, dims, shapes = history.model, dict(history.dims), dict(history.shapes)
         result = run_pass(before, pass_name, matches, model_dims=dims, model_shapes=shapes,
@@ -183,7 +163,7 @@ def apply_preset(history: History, preset: str | Sequence[str] = "safe",
     """
     names = preset_passes(preset)
     cache: dict = {}
-    with _cyclic_gc_paused():
+    with paused():  # a step's graph objects are no garbage: see core._gc
         return [apply(history, name, None, verify, _cache=cache, _record_noop=False)
                 for name in names]
 
@@ -254,7 +234,7 @@ def find_precision(history: History, target: str = "fp16", feeds: Any = None,
     takes = keyword_names(search)
     check_keywords(f"find_precision({target!r})", kw, takes)
     opts = verify_options(verify)
-    with _cyclic_gc_paused():
+    with paused():  # a step's graph objects are no garbage: see core._gc
         before, dims, shapes = history.model, dict(history.dims), dict(history.shapes)
         kw.setdefault("dims", dims)
         if "shapes" in takes:  # an LLM's shapes follow from its dims
