@@ -414,7 +414,7 @@ def rank_candidates(s: Search, cands: list[str], recheck: int, max_bytes: int,
                  full: LabModel | None = None) -> tuple[pd.DataFrame, LabModel]:
     """Layerwise capture + estimate + exact re-check; fills s.ref_outputs and trial 0."""
     if full is None:
-        full = s.conv.convert(())
+        full = s.conv.convert(s.key(()))
     stats, ref_out = layerwise(s.model, full, s.feed_list, s.target, max_bytes,
                                 keep=s.ref_values)
     s.ref_values = None

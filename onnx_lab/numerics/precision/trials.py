@@ -30,7 +30,13 @@ import onnx_ir as ir
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
-from onnx_lab.errors import InputError, LabError, RuntimeLoadError, unknown_name
+from onnx_lab.errors import (
+    InputError,
+    LabError,
+    RuntimeLoadError,
+    close_matches,
+    unknown_name,
+)
 from onnx_lab.numerics.half import (
     FLOAT16,
     HalfRules,
@@ -343,6 +349,15 @@ class Search:
     #: fp16: the reference's captured activations (one dict per feed), from the first capture
     #: to the sensitivity's (then dropped).
     ref_values: list[dict] | None = None
+    #: Nodes the user kept (``keep=``): part of every trial's kept set, never searched.
+    forced: frozenset = frozenset()
+    #: Caveats found before any trial (kept ids the conversion does not change, nodes it
+    #: cannot reach); they join :attr:`PrecisionPlan.notes`.
+    notes: list[str] = field(default_factory=list)
+
+    def key(self, kept: Sequence[str]) -> tuple[str, ...]:
+        """The sorted kept set of a trial: ``kept`` and the user's :attr:`forced` nodes."""
+        return tuple(sorted(set(kept) | self.forced))
 
     def clock(self, key: str, t0: float) -> float:
         """Add the time since ``t0`` to ``timings[key]``; returns now."""
@@ -357,7 +372,7 @@ class Search:
         """Whether keeping ``kept`` passes, when a trial already told (None: unknown). A
         subset of a failing set fails, as the whole search assumes (keeping more never
         hurts); a set without an fp16 overflow constraint fails."""
-        key = tuple(sorted(kept))
+        key = self.key(kept)
         if key in self._passed:
             return self._passed[key]
         ks = frozenset(key)
@@ -379,7 +394,7 @@ class Search:
         """Convert with ``kept`` kept, run, judge: one row. ``optimized``: both sides run with
         onnxruntime's graph optimizations (phase ``confirm``; recorded apart from the search's
         memory of passing and failing sets)."""
-        key = tuple(sorted(kept))
+        key = self.key(kept)
         t0 = time.perf_counter()
         if model is None:
             model = self.models.get(key) or self.conv.convert(key)
@@ -491,13 +506,52 @@ def _nothing_to_convert(model: LabModel, target: str) -> InputError:
 def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calibration: int,
                  dims: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None,
                  metric: str | None, tolerance: Any, atol: float | None, rtol: float | None,
-                 should_stop: Callable[[], bool] | None = None) -> tuple[Search, list[str]]:
-    """The search over ``source``'s candidate nodes (sensitivity and find_precision)."""
+                 should_stop: Callable[[], bool] | None = None,
+                 keep: Sequence[str] | None = None) -> tuple[Search, list[str]]:
+    """The search over ``source``'s candidate nodes (sensitivity and find_precision).
+    ``keep``: node ids every trial keeps (the user's choice; not searched)."""
+    forced = _check_keep(keep)
     model, feed_list, conv = _prepare(source, target, feeds, calibration, n_calibration,
                                       dims, shapes)
     tol = make_tolerance(target, metric, tolerance, atol, rtol)
     cands = conv.candidates()
     if not cands:
         raise _nothing_to_convert(model, target)
-    return Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs],
-                  should_stop=should_stop), cands
+    s = Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs],
+               should_stop=should_stop)
+    if forced:
+        ids = model.index.entries
+        for nid in forced:
+            if nid not in ids:
+                near = close_matches(nid, list(ids))
+                hint = f" Close matches: {', '.join(repr(m) for m in near)}." if near else ""
+                raise InputError(f"keep names node {nid!r}, which the model does not have."
+                                 f"{hint}", fix="Pass node ids from lab.nodes['node_id'] "
+                                 "(or plan.sensitivity['node_id']).")
+        cset = set(cands)
+        idle = [nid for nid in forced if nid not in cset]
+        if idle:
+            what = "excluded from int8" if target == "int8" else "kept in float32"
+            s.notes.append(f"keep: {', '.join(repr(n) for n in idle[:5])}"
+                           f"{f' and {len(idle) - 5} more' if len(idle) > 5 else ''} "
+                           f"{'is' if len(idle) == 1 else 'are'} not changed by {target} "
+                           f"conversion ({what} anyway)")
+        s.forced = frozenset(n for n in forced if n in cset)
+        cands = [c for c in cands if c not in s.forced]
+    return s, cands
+
+
+def _check_keep(keep: Any) -> list[str]:
+    """``keep`` as a list of node ids (InputError for anything else)."""
+    if keep is None:
+        return []
+    if isinstance(keep, str):
+        keep = [keep]
+    try:
+        ids = list(keep)
+    except TypeError:
+        ids = None
+    if ids is None or not all(isinstance(n, str) for n in ids):
+        raise InputError(f"keep must be a list of node ids, got {keep!r}.",
+                         fix="E.g. keep=['/encoder/Gather_3'] (ids from lab.nodes['node_id']).")
+    return list(dict.fromkeys(ids))

@@ -1,0 +1,40 @@
+"""`onnx-lab precision --keep NODE`: the node stays in float32 (out of int8) in the plan; an
+unknown id is an error (exit 2) naming close matches; int4's --keep stays a storage level."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import onnx
+
+from onnx_lab.cli import main
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "numerics"))
+from test_precision_keep import mlp  # noqa: E402
+
+
+def test_keep_flag_forces_nodes(tmp_path, capsys):
+    m = tmp_path / "m.onnx"
+    onnx.save(mlp(), m)
+    code = main(["precision", str(m), "--target", "fp16", "--atol", "0.05", "--rtol", "0.05",
+                 "--keep", "/fc2/MatMul", "--keep", "/act/Relu", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["passed"] is True
+    assert set(out["kept"]) >= {"/fc2/MatMul", "/act/Relu"}
+    assert out["forced"] == ["/act/Relu", "/fc2/MatMul"]
+    code = main(["precision", str(m), "--target", "fp16", "--atol", "0.05", "--rtol", "0.05",
+                 "--keep", "/fc2/MatMul"])
+    text = capsys.readouterr().out
+    assert code == 0 and "keep /fc2/MatMul (--keep)" in text
+
+
+def test_keep_flag_unknown_node_exits_2(tmp_path, capsys):
+    m = tmp_path / "m.onnx"
+    onnx.save(mlp(), m)
+    code = main(["precision", str(m), "--target", "int8", "--keep", "/fc2/Matmul"])
+    err = capsys.readouterr().err
+    assert code == 2 and "/fc2/MatMul" in err
+    code = main(["precision", str(m), "--target", "int4", "--keep", "/fc2/MatMul"])
+    assert code == 2 and "int8, float or auto" in capsys.readouterr().err
