@@ -74,3 +74,52 @@ def test_keep_through_the_lab_and_the_step():
     plan = lab.find_precision("fp16", atol=0.05, rtol=0.05, keep=["/act/Relu"])
     assert "/act/Relu" in plan.kept
     assert lab.history.iloc[-1]["params"]["kept"] == plan.kept
+
+
+def gather_from_quantized():
+    """T5's relative-attention bias in small: a Gather whose indices are computed from float
+    values (Add -> Cast). int8 quantizes the Add's output with an asymmetric range whose top
+    step lands past 8: the candidate's Gather runs out of bounds (idx=8 of 8 rows)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.zeros((1, 2), np.float32), "zero"),
+             numpy_helper.from_array(rng.standard_normal((8, 3)).astype(np.float32), "table"),
+             numpy_helper.from_array(rng.standard_normal((3, 4)).astype(np.float32), "w")]
+    nodes = [helper.make_node("Add", ["x", "zero"], ["f"], name="/pos/Add"),
+             helper.make_node("Cast", ["f"], ["idx"], name="/pos/Cast", to=TP.INT64),
+             helper.make_node("Gather", ["table", "idx"], ["e"], name="/bias/Gather", axis=0),
+             helper.make_node("MatMul", ["e", "w"], ["y"], name="/out/MatMul")]
+    g = helper.make_graph(nodes, "t5_bias", [helper.make_tensor_value_info("x", TP.FLOAT, [1, 2])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [1, 2, 4])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+T5_FEEDS = [{"x": np.array([[-1.0, 7.99]], np.float32)}]
+
+
+def test_a_candidate_that_fails_to_run_is_a_failed_trial():
+    plan = find_precision(gather_from_quantized(), "int8", T5_FEEDS, confirm=False)
+    t = plan.trials
+    assert t.loc[0, "phase"] == "full" and not t.loc[0, "passed"]
+    assert t.loc[0, "note"].startswith("candidate failed to run")
+    assert "/bias/Gather" in t.loc[0, "note"] and t.loc[0, "score"] == np.inf
+    # the search went on and kept the Add whose quantized output breaks the indices
+    assert plan.passed and "/pos/Add" in plan.kept
+    assert any("failed to run" in n for n in plan.notes)
+    # the plan's model runs
+    from onnx_lab.runtime.session import make_session
+    make_session(plan.model, outputs=["y"]).run(None, T5_FEEDS[0])
+
+
+def test_keep_gets_past_a_candidate_that_fails_to_run():
+    plan = find_precision(gather_from_quantized(), "int8", T5_FEEDS, keep=["/pos/Add"],
+                          confirm=False)
+    assert plan.passed and plan.trials.loc[0, "passed"]  # the full conversion now runs
+    assert plan.kept == ["/pos/Add"]
+
+
+def test_a_model_that_runs_quantized_has_no_failed_trial():
+    # the same model judged where int8 keeps the indices in range: no failure, no note
+    feeds = [{"x": np.array([[0.0, 5.0]], np.float32)}]
+    plan = find_precision(gather_from_quantized(), "int8", feeds, confirm=False)
+    assert not any(str(n).startswith("candidate failed") for n in plan.trials["note"])
+    assert not any("failed to run" in n for n in plan.notes)

@@ -181,10 +181,19 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
                          seconds=time.perf_counter() - t_all, calibration=conv.calibration,
                          cancelled=s.stopped(), feeds=feed_list, source=model,
                          required=dict(s.required), confirmed=confirmed,
-                         notes=s.notes + _weak_reference_notes(s.ref_outputs, s.out_names,
+                         notes=s.notes + _broken_notes(s) + _weak_reference_notes(s.ref_outputs, s.out_names,
                                                                tol),
                          forced=sorted(s.forced),
                          timings=dict(s.timings))
+
+
+def _broken_notes(s: Search) -> list[str]:
+    """A note when candidates failed to run (failed trials, their nodes kept)."""
+    bad = [r for r in s.rows if s.failed_to_run(r)]
+    if not bad:
+        return []
+    return [f"{len(bad)} of {len(s.rows)} trials failed to run, counted as failed (the search "
+            f"kept nodes until a candidate ran); the first: {bad[0]['note']}"]
 
 
 #: An output whose reference values span less than this (times max(1, its magnitude)) on the
@@ -297,6 +306,11 @@ def _bisect(s: Search, ranked: list[str], flagged: int = 0) -> tuple[str, ...] |
     """Shortest passing prefix of ``ranked`` (assumes keeping more never hurts)."""
     n = len(ranked)
     top = s.trial(ranked, "all_kept")
+    if s.failed_to_run(top):
+        raise ToleranceUnreachable(
+            f"The candidate fails to run even with all {n} nodes kept in the higher precision "
+            f"({top['note']}).", fix="Check that the float32 model runs on these feeds "
+            "(lab.run(feeds)); report the model if it does.")
     if not top["passed"]:
         raise ToleranceUnreachable(
             f"The tolerance ({s.tol.describe()}) is missed even with all {n} nodes kept in "

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -349,6 +350,8 @@ class Search:
     #: fp16: the reference's captured activations (one dict per feed), from the first capture
     #: to the sensitivity's (then dropped).
     ref_values: list[dict] | None = None
+    #: The node onnxruntime named when the full conversion failed to run (None: it ran).
+    broken_at: str | None = None
     #: Nodes the user kept (``keep=``): part of every trial's kept set, never searched.
     forced: frozenset = frozenset()
     #: Caveats found before any trial (kept ids the conversion does not change, nodes it
@@ -396,16 +399,23 @@ class Search:
         memory of passing and failing sets)."""
         key = self.key(kept)
         t0 = time.perf_counter()
-        if model is None:
-            model = self.models.get(key) or self.conv.convert(key)
-        t = self.clock("trial: convert", t0)
         if optimized and self.ref_optimized is None:
             self.ref_optimized = run_outputs(self.model, self.feed_list, self.out_names,
                                               opt_level="all", clock=self)
+            t0 = time.perf_counter()
         ref = self.ref_optimized if optimized else self.ref_outputs
-        cand = run_outputs(model, self.feed_list, self.out_names,
-                            opt_level="all" if optimized else "disable",
-                            converted=CONVERTED.get(self.target), clock=self)
+        try:
+            if model is None:
+                model = self.models.get(key) or self.conv.convert(key)
+            self.clock("trial: convert", t0)
+            cand = run_outputs(model, self.feed_list, self.out_names,
+                                opt_level="all" if optimized else "disable",
+                                converted=CONVERTED.get(self.target), clock=self)
+        except LabError as e:
+            # A candidate onnxruntime cannot build or run (T5 int8: a Gather's indices
+            # computed from quantized values run out of bounds) is a failed trial: keeping
+            # more nodes is how the search gets past it.
+            return self._broken(key, phase, e, t0, optimized)
         t = time.perf_counter()
         per_out = {}
         for name in self.out_names:
@@ -445,6 +455,43 @@ class Search:
         if keep_model:
             self._pinned.add(key)
         return row
+
+
+    def _broken(self, key: tuple[str, ...], phase: str, e: LabError, t0: float,
+                optimized: bool) -> dict:
+        """The row of a candidate that failed to convert or run (score inf, the reason in
+        ``note``); remembered as failing, and the node the error names (when it is a
+        candidate) in :attr:`broken_at`."""
+        text = " ".join(str(e.problem if hasattr(e, "problem") else e).split())[:300]
+        m = _NODE_IN_ERROR.search(text)
+        node = next((g for g in m.groups() if g), None) if m else None
+        if node and key == self.key(()):
+            self.broken_at = node
+        row = {"trial": len(self.rows), "phase": phase, "kept": list(key), "n_kept": len(key),
+               "score": math.inf, "max_abs": math.inf, "sqnr_db": -math.inf,
+               "cosine": math.nan, "passed": False,
+               "seconds": time.perf_counter() - t0,
+               "note": f"{FAILED_TO_RUN}: {text}"}
+        self.rows.append(row)
+        if self.bar is not None:
+            self.bar.step(f"{phase}: {len(key)} kept, failed to run")
+        if not optimized:
+            self.outputs_of[key] = {n: {"max_abs": math.inf, "sqnr_db": -math.inf,
+                                        "cosine": math.nan, "score": math.inf,
+                                        "passed": False} for n in self.out_names}
+            self._passed[key] = False
+            self._failed.append(frozenset(key))
+        return row
+
+    def failed_to_run(self, row: dict) -> bool:
+        """Whether a trial's row is a candidate that failed to convert or run."""
+        return str(row.get("note", "")).startswith(FAILED_TO_RUN)
+
+
+#: The start of the note of a trial whose candidate failed to convert or run.
+FAILED_TO_RUN = "candidate failed to run"
+# onnxruntime names the node it was running: "... running Gather node. Name:'/bias/Gather' ..."
+_NODE_IN_ERROR = re.compile(r"Name:'([^']*)'|node name: ([^)]*)\)|[Nn]ode \(([^)]*)\)")
 
 
 def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibration: int,
