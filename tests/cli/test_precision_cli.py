@@ -38,3 +38,18 @@ def test_keep_flag_unknown_node_exits_2(tmp_path, capsys):
     assert code == 2 and "/fc2/MatMul" in err
     code = main(["precision", str(m), "--target", "int4", "--keep", "/fc2/MatMul"])
     assert code == 2 and "int8, float or auto" in capsys.readouterr().err
+
+
+def test_int8_on_a_merged_decoder_says_what_it_cannot_reach(tmp_path, capsys):
+    from test_precision_keep import merged_decoder
+
+    m = tmp_path / "merged.onnx"
+    onnx.save(merged_decoder(), m)
+    code = main(["precision", str(m), "--target", "int8", "--dims", "decoder_sequence_length=5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "inside If/Loop bodies" in err and "passed" not in err
+    h = tmp_path / "head.onnx"
+    onnx.save(merged_decoder(head=True), h)
+    code = main(["precision", str(h), "--target", "int8", "--dims", "decoder_sequence_length=5"])
+    out = capsys.readouterr().out
+    assert "note: 16 of 17 float nodes" in out and "does not reach" in out

@@ -123,3 +123,67 @@ def test_a_model_that_runs_quantized_has_no_failed_trial():
     plan = find_precision(gather_from_quantized(), "int8", feeds, confirm=False)
     assert not any(str(n).startswith("candidate failed") for n in plan.trials["note"])
     assert not any("failed to run" in n for n in plan.notes)
+
+
+def merged_decoder(head=False):
+    """optimum's merged decoder in small: every compute node inside an If on
+    ``use_cache_branch`` whose branches read outer-scope tensors (x, the weights); ``head``:
+    a MatMul after the If, in the main graph."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.3).astype(np.float32), n)
+             for n in ("wq", "wk", "wo", "wh")]
+    inits.append(numpy_helper.from_array(np.full(16, 0.1, np.float32), "b"))
+
+    def branch(tag):
+        nodes = [helper.make_node("MatMul", ["x", "wq"], [f"{tag}_q"], name=f"/{tag}/q/MatMul"),
+                 helper.make_node("MatMul", ["x", "wk"], [f"{tag}_k"], name=f"/{tag}/k/MatMul"),
+                 helper.make_node("Transpose", [f"{tag}_k"], [f"{tag}_kt"], name=f"/{tag}/T",
+                                  perm=[0, 2, 1]),
+                 helper.make_node("MatMul", [f"{tag}_q", f"{tag}_kt"], [f"{tag}_s"],
+                                  name=f"/{tag}/attn/MatMul"),
+                 helper.make_node("Softmax", [f"{tag}_s"], [f"{tag}_p"], name=f"/{tag}/Softmax",
+                                  axis=-1),
+                 helper.make_node("MatMul", [f"{tag}_p", "x"], [f"{tag}_c"], name=f"/{tag}/ctx/MatMul"),
+                 helper.make_node("MatMul", [f"{tag}_c", "wo"], [f"{tag}_o"], name=f"/{tag}/o/MatMul"),
+                 helper.make_node("Add", [f"{tag}_o", "b"], [f"{tag}_y"], name=f"/{tag}/Add")]
+        return helper.make_graph(nodes, tag, [], [helper.make_tensor_value_info(f"{tag}_y", TP.FLOAT, None)])
+
+    out = "h" if head else "y"
+    nodes = [helper.make_node("If", ["use_cache_branch"], [out], name="optimum::if",
+                              then_branch=branch("with_past"), else_branch=branch("no_past"))]
+    if head:
+        nodes.append(helper.make_node("MatMul", ["h", "wh"], ["y"], name="/lm_head/MatMul"))
+    g = helper.make_graph(nodes, "merged", [
+        helper.make_tensor_value_info("x", TP.FLOAT, [1, "decoder_sequence_length", 16]),
+        helper.make_tensor_value_info("use_cache_branch", TP.BOOL, [1])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, [1, "decoder_sequence_length", 16])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+MERGED_FEEDS = [{"x": np.random.default_rng(i).standard_normal((1, 5, 16)).astype(np.float32),
+                 "use_cache_branch": np.array([i % 2 == 0])} for i in range(3)]
+
+
+def test_int8_says_it_cannot_reach_if_bodies_before_any_trial():
+    # every float node inside the If: refused up front, never "passed, kept: []"
+    with pytest.raises(InputError) as e:
+        find_precision(merged_decoder(), "int8", MERGED_FEEDS)
+    msg = str(e.value)
+    assert "all 16 float nodes" in msg and "'optimum::if'" in msg and "does not reach" in msg
+
+
+def test_int8_notes_the_unreachable_body_nodes_and_plans_the_rest():
+    plan = find_precision(merged_decoder(head=True), "int8", MERGED_FEEDS, confirm=False)
+    assert any("16 of 17 float nodes" in n and "does not reach" in n for n in plan.notes)
+    assert plan.n_candidates == 1  # the plan is over the head alone
+    n_q = sum(n.op_type == "QuantizeLinear" for n in plan.model.graph)
+    assert n_q > 0 and "/lm_head/MatMul" not in plan.kept
+
+
+def test_fp16_converts_if_bodies():
+    # fp16 does reach the bodies: their MatMuls read float16 weights, no note of unreachability
+    plan = find_precision(merged_decoder(), "fp16", MERGED_FEEDS, atol=0.05, rtol=0.05)
+    assert plan.n_candidates >= 16 and not any("does not reach" in n for n in plan.notes)
+    body = next(n for n in plan.model.graph if n.op_type == "If").attributes["then_branch"].value
+    assert any(v.dtype == ir.DataType.FLOAT16 for n in body for v in n.inputs
+               if v is not None and v.dtype is not None)

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -66,6 +67,8 @@ from onnx_lab.runtime.session import (
     run_session,
     weightless_proto,
 )
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["TARGETS", "METRICS", "FP16_MAX", "TRIAL_COLUMNS", "PrecisionCancelled",
            "ToleranceUnreachable", "make_tolerance", "Converter", "CONVERTED", "run_outputs",
@@ -209,8 +212,30 @@ class Converter:
         """Node ids the conversion changes (those a plan can keep)."""
         if self.target != "int8":
             return list(self.rules.candidates)
+        return [nid for nid in self._quantizable() if not self.model.index.entries[nid].graph]
+
+    def _quantizable(self) -> list[str]:
         return [nid for nid, e in self.model.index.entries.items()
                 if e.node.op_type in self.quant_ops and e.node.domain in ("", "ai.onnx")]
+
+    def unreachable(self) -> list[str]:
+        """Nodes of a kind the conversion changes that it cannot reach: int8, those inside
+        If/Loop/Scan bodies (onnxruntime's QDQ quantizer walks the main graph only: an optimum
+        merged decoder, all of whose compute sits in an If on ``use_cache_branch``, comes out
+        with 0 QuantizeLinear). fp16/bf16 convert bodies: none."""
+        if self.target != "int8":
+            return []
+        return [nid for nid in self._quantizable() if self.model.index.entries[nid].graph]
+
+    def unreachable_note(self) -> str | None:
+        """The note that says so (None when every node is reachable)."""
+        body = self.unreachable()
+        if not body:
+            return None
+        total = len(body) + len(self.candidates())
+        return (f"{len(body)} of {total} float nodes the int8 quantizer changes are inside "
+                "If/Loop bodies, which the int8 quantizer does not reach: they stay in float32 "
+                "whatever the plan (e.g. " + ", ".join(repr(n) for n in body[:3]) + ")")
 
     def light(self) -> onnx.ModelProto | None:
         """The graph with its large main-graph weights as in-memory placeholders and node
@@ -518,8 +543,10 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
     if target == "int8" and not Converter(model, target, None).candidates():
         # Before calibrating: onnxruntime's quantizer fails on a graph without one standard
         # node it quantizes ("Failed to find proper ai.onnx domain" on an ai.onnx.ml-only
-        # XGBoost export), which says nothing of the reason.
-        raise _nothing_to_convert(model, target)
+        # XGBoost export), which says nothing of the reason; a merged decoder's If bodies
+        # hold every node and the quantizer does not enter them (0 of N quantized must not
+        # come back as a passing plan).
+        raise _nothing_to_convert(model, target, Converter(model, target, None).unreachable())
     if target == "int8":
         if isinstance(calibration, Calibration):
             cal = calibration
@@ -531,10 +558,23 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
     return model, feed_list, conv
 
 
-def _nothing_to_convert(model: LabModel, target: str) -> InputError:
+def _nothing_to_convert(model: LabModel, target: str, unreachable: Sequence[str] = ()
+                        ) -> InputError:
     """No node the conversion changes: the true reason, and for an ONNX-ML model (trees,
     linear models, encoders of the ai.onnx.ml domain, which neither float16 conversion nor the
-    int8 quantizer touch) which ops it holds."""
+    int8 quantizer touch) which ops it holds; ``unreachable``: nodes it would change but
+    cannot reach (int8: inside If/Loop bodies)."""
+    if unreachable:
+        # graph paths are "{owner node id}/{attribute}"
+        owners = sorted({model.index.entries[n].graph.rsplit("/", 1)[0] for n in unreachable})
+        return InputError(
+            f"Nothing to quantize to {target}: all {len(unreachable)} float nodes the int8 "
+            "quantizer changes are inside If/Loop bodies (of "
+            + ", ".join(repr(o) for o in owners[:3]) + "), which the int8 quantizer does not "
+            "reach; a plan would quantize 0 of them.",
+            fix="Quantize a model without control flow: export the decoder without merging "
+            "(optimum-cli export onnx --no-post-process writes decoder_model.onnx and "
+            "decoder_with_past_model.onnx), or use target='fp16', which converts bodies.")
     ml = sorted({e.node.op_type for e in model.index.entries.values()
                  if e.node.domain == "ai.onnx.ml"})
     if ml:
@@ -566,6 +606,10 @@ def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calib
         raise _nothing_to_convert(model, target)
     s = Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs],
                should_stop=should_stop)
+    note = conv.unreachable_note()
+    if note:
+        logger.warning("%s", note)
+        s.notes.append(note)
     if forced:
         ids = model.index.entries
         for nid in forced:
