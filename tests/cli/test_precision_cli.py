@@ -53,3 +53,16 @@ def test_int8_on_a_merged_decoder_says_what_it_cannot_reach(tmp_path, capsys):
     code = main(["precision", str(h), "--target", "int8", "--dims", "decoder_sequence_length=5"])
     out = capsys.readouterr().out
     assert "note: 16 of 17 float nodes" in out and "does not reach" in out
+
+
+def test_a_candidate_that_fails_to_run_is_reported_not_fatal(tmp_path, capsys):
+    import numpy as np
+    from test_precision_keep import T5_FEEDS, gather_from_quantized
+
+    m, f = tmp_path / "t5.onnx", tmp_path / "x.npz"
+    onnx.save(gather_from_quantized(), m)
+    np.savez(f, **T5_FEEDS[0])
+    code = main(["precision", str(m), "--target", "int8", "--feeds", str(f)])
+    out = capsys.readouterr().out
+    assert code == 0 and "keep /pos/Add" in out
+    assert "note: " in out and "failed to run" in out and "out of data bounds" in out

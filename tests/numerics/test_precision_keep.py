@@ -187,3 +187,14 @@ def test_fp16_converts_if_bodies():
     body = next(n for n in plan.model.graph if n.op_type == "If").attributes["then_branch"].value
     assert any(v.dtype == ir.DataType.FLOAT16 for n in body for v in n.inputs
                if v is not None and v.dtype is not None)
+
+
+def test_sensitivity_ranks_past_a_candidate_that_fails_to_run():
+    from onnx_lab.numerics.precision import sensitivity
+
+    df = sensitivity(gather_from_quantized(), "int8", T5_FEEDS)
+    trials = df.attrs["trials"]
+    assert trials.loc[0, "note"].startswith("candidate failed to run")
+    row = df.set_index("node_id")
+    assert row.loc["/pos/Add", "score_alone"] <= 1  # keeping the Add alone runs and passes
+    assert row.loc["/bias/Gather", "score_alone"] == np.inf
