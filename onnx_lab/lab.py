@@ -471,7 +471,8 @@ class Lab:
         converted model becomes a new verified version.
 
         Keywords as :func:`onnx_lab.numerics.precision.find_precision` (metric, tolerance,
-        atol, rtol, calibration, recheck, max_trials, progress, should_stop). See
+        atol, rtol, calibration, recheck, max_trials, progress, should_stop, keep: node ids
+        always kept). See
         :func:`onnx_lab.steps.find_precision`. ``target="int4"`` (a decoder LLM):
         weight-only MatMulNBits and the MatMuls to keep in 8 bits or float, with the keywords
         of :func:`onnx_lab.numerics.weight_only.find_weight_only` (min_top1, max_kl,

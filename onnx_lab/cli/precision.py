@@ -39,7 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block-size", type=int, default=32, help="int4: quantizer block (32)")
     p.add_argument("--accuracy-level", type=int, default=None,
                    help="int4: MatMulNBits accuracy_level (4: int8 activations on CPU)")
-    p.add_argument("--keep", default="auto", help="int4: kept MatMuls in int8, float or auto")
+    p.add_argument("--keep", action="append", default=None, metavar="NODE",
+                   help="fp16/bf16/int8: a node id to keep in float32 (out of int8) in every "
+                   "trial and in the plan (repeat for more); int4: how kept MatMuls are "
+                   "stored, int8, float or auto (the default)")
     p.add_argument("--out", help="write the converted model here")
     p.add_argument("--json", action="store_true",
                    help='print {"kept", "passed", "target", "tolerance", "notes", "trials", '
@@ -54,11 +57,17 @@ def _precision(args: argparse.Namespace) -> int:
     if args.max_trials < 0:
         raise InputError(f"--max-trials must be >= 0, got {args.max_trials}.",
                          fix="Use e.g. --max-trials 48.")
+    level = "auto"
+    if args.target == "int4" and args.keep:
+        if len(args.keep) != 1 or args.keep[0] not in ("auto", "int8", "float"):
+            raise InputError(f"--keep for int4 is how kept MatMuls are stored (int8, float or "
+                             f"auto), got {' '.join(args.keep)!r}.", fix="Use --keep int8.")
+        level = args.keep[0]
     lab = open_from_args(args)
     try:
         if args.target == "int4":
             plan = lab.find_precision("int4", min_top1=args.min_top1, max_kl=args.max_kl,
-                                      block_size=args.block_size, keep=args.keep,
+                                      block_size=args.block_size, keep=level,
                                       accuracy_level=args.accuracy_level,
                                       max_trials=args.max_trials,
                                       progress=False if args.json else None)
@@ -66,7 +75,7 @@ def _precision(args: argparse.Namespace) -> int:
             plan = lab.find_precision(args.target, args.feeds, metric=args.metric,
                                       tolerance=args.tolerance, atol=args.atol,
                                       rtol=args.rtol, calibration=args.calibration,
-                                      max_trials=args.max_trials,
+                                      max_trials=args.max_trials, keep=args.keep,
                                       progress=False if args.json else None)
     except (PrecisionCancelled, ToleranceUnreachable) as e:  # no plan meets it: exit 1
         if args.json:
@@ -89,7 +98,8 @@ def _precision(args: argparse.Namespace) -> int:
                 r = costs.iloc[i]
                 extra = (f" in {r['level']}: +{int(r['extra_bytes'])} bytes, "
                          f"{r['extra_ms_per_token']:+.3g} ms/token")
-            print(f"  keep {nid}{extra}")
+            asked = " (--keep)" if nid in set(getattr(plan, "forced", ())) else ""
+            print(f"  keep {nid}{extra}{asked}")
         if args.out:
             print(f"wrote {args.out}")
     return 0 if plan.passed else 1

@@ -86,8 +86,12 @@ class PrecisionPlan:
     #: Whether the plan also meets the tolerance with onnxruntime's optimizations on both
     #: sides (a ``confirm`` trial); None when no search was needed (nothing to confirm).
     confirmed: bool | None = None
-    #: Caveats about the inputs the plan was judged on (an output that barely varies).
+    #: Caveats: about the inputs the plan was judged on (an output that barely varies), the
+    #: ``keep`` ids the conversion does not change, nodes it cannot reach, candidates that
+    #: failed to run.
     notes: list[str] = field(default_factory=list)
+    #: The nodes kept because the caller asked (``keep=``), part of :attr:`kept`.
+    forced: list[str] = field(default_factory=list)
     #: The history step's PassResult when the plan was pushed (``lab.find_precision``).
     result: Any = field(default=None, repr=False)
     #: Where the time went, in seconds: the stages (``reference run``, ``full conversion``,
@@ -165,7 +169,9 @@ class PrecisionPlan:
         deployed = "" if self.confirmed is None else (
             ", also with onnxruntime's optimizations" if self.confirmed else
             ", but NOT with onnxruntime's optimizations")
-        return (f"{self.target}: {len(self.kept)} of {self.n_candidates} nodes {what}; the plan "
+        asked = f" ({len(self.forced)} by keep=)" if self.forced else ""
+        return (f"{self.target}: {len(self.kept)} of {self.n_candidates} nodes {what}{asked}; "
+                f"the plan "
                 f"{verdict} {self.tolerance.describe()}{deployed} ({len(self.trials)} trials, "
                 f"{self.seconds:.1f} s){' [cancelled]' if self.cancelled else ''}")
 
@@ -184,7 +190,8 @@ class PrecisionPlan:
         def records(df: pd.DataFrame) -> list[dict]:
             return [{k: clean(v) for k, v in r.items()} for r in df.to_dict("records")]
 
-        return {"target": self.target, "kept": list(self.kept), "passed": self.passed,
+        return {"target": self.target, "kept": list(self.kept), "forced": list(self.forced),
+                "passed": self.passed,
                 "confirmed": self.confirmed, "notes": list(self.notes),
                 "n_candidates": self.n_candidates, "tolerance": self.tolerance.describe(),
                 "seconds": round(self.seconds, 3), "cancelled": self.cancelled,

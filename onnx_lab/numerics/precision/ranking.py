@@ -28,7 +28,7 @@ from onnx_lab._progress import Progress
 from onnx_lab.core.index import node_scope
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source_map import module_at
-from onnx_lab.errors import unknown_name
+from onnx_lab.errors import LabError, unknown_name
 from onnx_lab.numerics.metrics import MetricAccumulator, Rule, judge
 from onnx_lab.numerics.precision import trials
 from onnx_lab.numerics.precision.trials import (
@@ -412,13 +412,24 @@ def _drop(base: float, alone: float) -> float:
 
 def rank_candidates(s: Search, cands: list[str], recheck: int, max_bytes: int,
                  full: LabModel | None = None) -> tuple[pd.DataFrame, LabModel]:
-    """Layerwise capture + estimate + exact re-check; fills s.ref_outputs and trial 0."""
-    if full is None:
-        full = s.conv.convert(())
-    stats, ref_out = layerwise(s.model, full, s.feed_list, s.target, max_bytes,
-                                keep=s.ref_values)
+    """Layerwise capture + estimate + exact re-check; fills s.ref_outputs and trial 0.
+
+    When the full conversion fails to run (its trial's note says why), nothing of it can be
+    captured: the estimates are 0 but for the node onnxruntime named (``inf``, first in the
+    order), and the search keeps nodes until a candidate runs."""
+    stats: dict[str, dict] = {}
+    if not s.rows or not s.failed_to_run(s.rows[0]):
+        try:
+            if full is None:
+                full = s.conv.convert(s.key(()))
+            stats, ref_out = layerwise(s.model, full, s.feed_list, s.target, max_bytes,
+                                        keep=s.ref_values)
+            s.ref_outputs = ref_out
+        except LabError:  # the candidate does not convert or run: its trial says why
+            full, stats = None, {}
+    if not s.ref_outputs:
+        s.ref_outputs = trials.run_outputs(s.model, s.feed_list, s.out_names)
     s.ref_values = None
-    s.ref_outputs = ref_out
     if s.bar is not None:
         s.bar.step("layerwise capture")
     overflows(s, stats, cands)
@@ -427,6 +438,8 @@ def rank_candidates(s: Search, cands: list[str], recheck: int, max_bytes: int,
     if not s.rows[0]["passed"]:
         _check_reachable(s)
     df = estimate(s.model, cands, stats, s.target, s.conv.calibration)
+    if s.broken_at is not None and len(df):
+        df.loc[df["node_id"] == s.broken_at, "est_drop"] = math.inf
     df = rank(df, s.target)
     base = s.rows[0]["score"]
     if recheck and not s.rows[0]["passed"]:

@@ -52,7 +52,7 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
                    recheck: int = 5, max_trials: int = 48, dims: Mapping[str, int] | None = None,
                    shapes: Mapping[str, Sequence[int]] | None = None, max_bytes: int = 1 << 30,
                    progress: Any = None, should_stop: Callable[[], bool] | None = None,
-                   confirm: bool = True) -> PrecisionPlan:
+                   confirm: bool = True, keep: Sequence[str] | None = None) -> PrecisionPlan:
     """The smallest set of nodes to keep in higher precision so the outputs meet a tolerance.
 
     Args:
@@ -79,6 +79,10 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
             optimizations on both sides, as a default session deploys it (``confirm`` trials;
             see :attr:`PrecisionPlan.confirmed`). False for runtimes that run the graph as
             written (TensorRT honours QDQ placement).
+        keep: node ids that stay in the higher precision (int8: out of quantization) in
+            every trial and in the plan, whatever the search finds: a node you know must stay
+            (one whose conversion breaks the model). An id the model does not have raises
+            InputError with close matches; one the conversion does not change gets a note.
 
     Returns:
         A :class:`PrecisionPlan`.
@@ -97,7 +101,7 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
                                 should_stop=should_stop)
     t_all = time.perf_counter()
     s, cands = start_search(source, target, feeds, calibration, n_calibration, dims, shapes,
-                            metric, tolerance, atol, rtol, should_stop)
+                            metric, tolerance, atol, rtol, should_stop, keep=keep)
     model, feed_list, conv, tol = s.model, s.feed_list, s.conv, s.tol
     n = len(cands)
     est_total = 3 + recheck + max(1, math.ceil(math.log2(n + 1))) + min(max_trials, 16)
@@ -123,7 +127,7 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
         if first["passed"]:
             sens = rank(estimate(model, cands, stats, target, conv.calibration), target)
         else:
-            sens, _ = rank_candidates(s, cands, recheck, max_bytes, s.models.get(()))
+            sens, _ = rank_candidates(s, cands, recheck, max_bytes, s.models.get(s.key(())))
         t = s.clock("sensitivity", t)
         ranked = list(sens["node_id"])
         best: tuple[str, ...] | None = None
@@ -152,11 +156,11 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
             best, confirmed = _confirm(s, best)
         s.clock("confirm", t)
         bar.total = bar.done
-    kept = [nid for nid in ranked if nid in set(best)]
-    key = tuple(sorted(best))
+    kept = sorted(s.forced) + [nid for nid in ranked if nid in set(best)]
+    key = s.key(best)
     final = s.models.get(key) or conv.convert(key)
     conv.close()
-    before, after = s.outputs_of[()], s.outputs_of[key]
+    before, after = s.outputs_of[s.key(())], s.outputs_of[key]
     # The fp16 overflow constraint fails a side whatever this CPU run measured (its kernels
     # may compute in float32 where a GPU stores the inf): the outputs table says so too.
     ok_before, ok_after = not s.required, all(r in key for r in s.required)
@@ -173,12 +177,23 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
     sens = sens.assign(kept=sens["node_id"].isin(set(kept)))
     return PrecisionPlan(target=target, kept=kept, passed=passed, model=final,
                          trials=pd.DataFrame(s.rows, columns=TRIAL_COLUMNS), sensitivity=sens,
-                         outputs=outputs, tolerance=tol, n_candidates=n,
+                         outputs=outputs, tolerance=tol, n_candidates=n + len(s.forced),
                          seconds=time.perf_counter() - t_all, calibration=conv.calibration,
                          cancelled=s.stopped(), feeds=feed_list, source=model,
                          required=dict(s.required), confirmed=confirmed,
-                         notes=_weak_reference_notes(s.ref_outputs, s.out_names, tol),
+                         notes=s.notes + _broken_notes(s) + _weak_reference_notes(s.ref_outputs, s.out_names,
+                                                               tol),
+                         forced=sorted(s.forced),
                          timings=dict(s.timings))
+
+
+def _broken_notes(s: Search) -> list[str]:
+    """A note when candidates failed to run (failed trials, their nodes kept)."""
+    bad = [r for r in s.rows if s.failed_to_run(r)]
+    if not bad:
+        return []
+    return [f"{len(bad)} of {len(s.rows)} trials failed to run, counted as failed (the search "
+            f"kept nodes until a candidate ran); the first: {bad[0]['note']}"]
 
 
 #: An output whose reference values span less than this (times max(1, its magnitude)) on the
@@ -222,7 +237,7 @@ def _confirm(s: Search, best: tuple[str, ...], tries: int = 4
     conversion misses by 4%, is at the noise of the fusions). When it misses, the next
     smallest passing sets of the search are confirmed, ``tries`` in all; the first that holds
     is the plan. Returns (plan, whether it held)."""
-    best = tuple(sorted(best))
+    best = s.key(best)
     others = {}
     for r in s.rows:
         key = tuple(r["kept"])
@@ -291,6 +306,11 @@ def _bisect(s: Search, ranked: list[str], flagged: int = 0) -> tuple[str, ...] |
     """Shortest passing prefix of ``ranked`` (assumes keeping more never hurts)."""
     n = len(ranked)
     top = s.trial(ranked, "all_kept")
+    if s.failed_to_run(top):
+        raise ToleranceUnreachable(
+            f"The candidate fails to run even with all {n} nodes kept in the higher precision "
+            f"({top['note']}).", fix="Check that the float32 model runs on these feeds "
+            "(lab.run(feeds)); report the model if it does.")
     if not top["passed"]:
         raise ToleranceUnreachable(
             f"The tolerance ({s.tol.describe()}) is missed even with all {n} nodes kept in "

@@ -17,7 +17,9 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +32,13 @@ import onnx_ir as ir
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
-from onnx_lab.errors import InputError, LabError, RuntimeLoadError, unknown_name
+from onnx_lab.errors import (
+    InputError,
+    LabError,
+    RuntimeLoadError,
+    close_matches,
+    unknown_name,
+)
 from onnx_lab.numerics.half import (
     FLOAT16,
     HalfRules,
@@ -59,6 +67,8 @@ from onnx_lab.runtime.session import (
     run_session,
     weightless_proto,
 )
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["TARGETS", "METRICS", "FP16_MAX", "TRIAL_COLUMNS", "PrecisionCancelled",
            "ToleranceUnreachable", "make_tolerance", "Converter", "CONVERTED", "run_outputs",
@@ -202,8 +212,30 @@ class Converter:
         """Node ids the conversion changes (those a plan can keep)."""
         if self.target != "int8":
             return list(self.rules.candidates)
+        return [nid for nid in self._quantizable() if not self.model.index.entries[nid].graph]
+
+    def _quantizable(self) -> list[str]:
         return [nid for nid, e in self.model.index.entries.items()
                 if e.node.op_type in self.quant_ops and e.node.domain in ("", "ai.onnx")]
+
+    def unreachable(self) -> list[str]:
+        """Nodes of a kind the conversion changes that it cannot reach: int8, those inside
+        If/Loop/Scan bodies (onnxruntime's QDQ quantizer walks the main graph only: an optimum
+        merged decoder, all of whose compute sits in an If on ``use_cache_branch``, comes out
+        with 0 QuantizeLinear). fp16/bf16 convert bodies: none."""
+        if self.target != "int8":
+            return []
+        return [nid for nid in self._quantizable() if self.model.index.entries[nid].graph]
+
+    def unreachable_note(self) -> str | None:
+        """The note that says so (None when every node is reachable)."""
+        body = self.unreachable()
+        if not body:
+            return None
+        total = len(body) + len(self.candidates())
+        return (f"{len(body)} of {total} float nodes the int8 quantizer changes are inside "
+                "If/Loop bodies, which the int8 quantizer does not reach: they stay in float32 "
+                "whatever the plan (e.g. " + ", ".join(repr(n) for n in body[:3]) + ")")
 
     def light(self) -> onnx.ModelProto | None:
         """The graph with its large main-graph weights as in-memory placeholders and node
@@ -343,6 +375,17 @@ class Search:
     #: fp16: the reference's captured activations (one dict per feed), from the first capture
     #: to the sensitivity's (then dropped).
     ref_values: list[dict] | None = None
+    #: The node onnxruntime named when the full conversion failed to run (None: it ran).
+    broken_at: str | None = None
+    #: Nodes the user kept (``keep=``): part of every trial's kept set, never searched.
+    forced: frozenset = frozenset()
+    #: Caveats found before any trial (kept ids the conversion does not change, nodes it
+    #: cannot reach); they join :attr:`PrecisionPlan.notes`.
+    notes: list[str] = field(default_factory=list)
+
+    def key(self, kept: Sequence[str]) -> tuple[str, ...]:
+        """The sorted kept set of a trial: ``kept`` and the user's :attr:`forced` nodes."""
+        return tuple(sorted(set(kept) | self.forced))
 
     def clock(self, key: str, t0: float) -> float:
         """Add the time since ``t0`` to ``timings[key]``; returns now."""
@@ -357,7 +400,7 @@ class Search:
         """Whether keeping ``kept`` passes, when a trial already told (None: unknown). A
         subset of a failing set fails, as the whole search assumes (keeping more never
         hurts); a set without an fp16 overflow constraint fails."""
-        key = tuple(sorted(kept))
+        key = self.key(kept)
         if key in self._passed:
             return self._passed[key]
         ks = frozenset(key)
@@ -379,18 +422,25 @@ class Search:
         """Convert with ``kept`` kept, run, judge: one row. ``optimized``: both sides run with
         onnxruntime's graph optimizations (phase ``confirm``; recorded apart from the search's
         memory of passing and failing sets)."""
-        key = tuple(sorted(kept))
+        key = self.key(kept)
         t0 = time.perf_counter()
-        if model is None:
-            model = self.models.get(key) or self.conv.convert(key)
-        t = self.clock("trial: convert", t0)
         if optimized and self.ref_optimized is None:
             self.ref_optimized = run_outputs(self.model, self.feed_list, self.out_names,
                                               opt_level="all", clock=self)
+            t0 = time.perf_counter()
         ref = self.ref_optimized if optimized else self.ref_outputs
-        cand = run_outputs(model, self.feed_list, self.out_names,
-                            opt_level="all" if optimized else "disable",
-                            converted=CONVERTED.get(self.target), clock=self)
+        try:
+            if model is None:
+                model = self.models.get(key) or self.conv.convert(key)
+            self.clock("trial: convert", t0)
+            cand = run_outputs(model, self.feed_list, self.out_names,
+                                opt_level="all" if optimized else "disable",
+                                converted=CONVERTED.get(self.target), clock=self)
+        except LabError as e:
+            # A candidate onnxruntime cannot build or run (T5 int8: a Gather's indices
+            # computed from quantized values run out of bounds) is a failed trial: keeping
+            # more nodes is how the search gets past it.
+            return self._broken(key, phase, e, t0, optimized)
         t = time.perf_counter()
         per_out = {}
         for name in self.out_names:
@@ -432,6 +482,43 @@ class Search:
         return row
 
 
+    def _broken(self, key: tuple[str, ...], phase: str, e: LabError, t0: float,
+                optimized: bool) -> dict:
+        """The row of a candidate that failed to convert or run (score inf, the reason in
+        ``note``); remembered as failing, and the node the error names (when it is a
+        candidate) in :attr:`broken_at`."""
+        text = " ".join(str(e.problem if hasattr(e, "problem") else e).split())[:300]
+        m = _NODE_IN_ERROR.search(text)
+        node = next((g for g in m.groups() if g), None) if m else None
+        if node and key == self.key(()):
+            self.broken_at = node
+        row = {"trial": len(self.rows), "phase": phase, "kept": list(key), "n_kept": len(key),
+               "score": math.inf, "max_abs": math.inf, "sqnr_db": -math.inf,
+               "cosine": math.nan, "passed": False,
+               "seconds": time.perf_counter() - t0,
+               "note": f"{FAILED_TO_RUN}: {text}"}
+        self.rows.append(row)
+        if self.bar is not None:
+            self.bar.step(f"{phase}: {len(key)} kept, failed to run")
+        if not optimized:
+            self.outputs_of[key] = {n: {"max_abs": math.inf, "sqnr_db": -math.inf,
+                                        "cosine": math.nan, "score": math.inf,
+                                        "passed": False} for n in self.out_names}
+            self._passed[key] = False
+            self._failed.append(frozenset(key))
+        return row
+
+    def failed_to_run(self, row: dict) -> bool:
+        """Whether a trial's row is a candidate that failed to convert or run."""
+        return str(row.get("note", "")).startswith(FAILED_TO_RUN)
+
+
+#: The start of the note of a trial whose candidate failed to convert or run.
+FAILED_TO_RUN = "candidate failed to run"
+# onnxruntime names the node it was running: "... running Gather node. Name:'/bias/Gather' ..."
+_NODE_IN_ERROR = re.compile(r"Name:'([^']*)'|node name: ([^)]*)\)|[Nn]ode \(([^)]*)\)")
+
+
 def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibration: int,
              dims, shapes) -> tuple[LabModel, list[dict], Converter]:
     if target not in TARGETS:
@@ -456,8 +543,10 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
     if target == "int8" and not Converter(model, target, None).candidates():
         # Before calibrating: onnxruntime's quantizer fails on a graph without one standard
         # node it quantizes ("Failed to find proper ai.onnx domain" on an ai.onnx.ml-only
-        # XGBoost export), which says nothing of the reason.
-        raise _nothing_to_convert(model, target)
+        # XGBoost export), which says nothing of the reason; a merged decoder's If bodies
+        # hold every node and the quantizer does not enter them (0 of N quantized must not
+        # come back as a passing plan).
+        raise _nothing_to_convert(model, target, Converter(model, target, None).unreachable())
     if target == "int8":
         if isinstance(calibration, Calibration):
             cal = calibration
@@ -469,10 +558,23 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
     return model, feed_list, conv
 
 
-def _nothing_to_convert(model: LabModel, target: str) -> InputError:
+def _nothing_to_convert(model: LabModel, target: str, unreachable: Sequence[str] = ()
+                        ) -> InputError:
     """No node the conversion changes: the true reason, and for an ONNX-ML model (trees,
     linear models, encoders of the ai.onnx.ml domain, which neither float16 conversion nor the
-    int8 quantizer touch) which ops it holds."""
+    int8 quantizer touch) which ops it holds; ``unreachable``: nodes it would change but
+    cannot reach (int8: inside If/Loop bodies)."""
+    if unreachable:
+        # graph paths are "{owner node id}/{attribute}"
+        owners = sorted({model.index.entries[n].graph.rsplit("/", 1)[0] for n in unreachable})
+        return InputError(
+            f"Nothing to quantize to {target}: all {len(unreachable)} float nodes the int8 "
+            "quantizer changes are inside If/Loop bodies (of "
+            + ", ".join(repr(o) for o in owners[:3]) + "), which the int8 quantizer does not "
+            "reach; a plan would quantize 0 of them.",
+            fix="Quantize a model without control flow: export the decoder without merging "
+            "(optimum-cli export onnx --no-post-process writes decoder_model.onnx and "
+            "decoder_with_past_model.onnx), or use target='fp16', which converts bodies.")
     ml = sorted({e.node.op_type for e in model.index.entries.values()
                  if e.node.domain == "ai.onnx.ml"})
     if ml:
@@ -491,13 +593,56 @@ def _nothing_to_convert(model: LabModel, target: str) -> InputError:
 def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calibration: int,
                  dims: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None,
                  metric: str | None, tolerance: Any, atol: float | None, rtol: float | None,
-                 should_stop: Callable[[], bool] | None = None) -> tuple[Search, list[str]]:
-    """The search over ``source``'s candidate nodes (sensitivity and find_precision)."""
+                 should_stop: Callable[[], bool] | None = None,
+                 keep: Sequence[str] | None = None) -> tuple[Search, list[str]]:
+    """The search over ``source``'s candidate nodes (sensitivity and find_precision).
+    ``keep``: node ids every trial keeps (the user's choice; not searched)."""
+    forced = _check_keep(keep)
     model, feed_list, conv = _prepare(source, target, feeds, calibration, n_calibration,
                                       dims, shapes)
     tol = make_tolerance(target, metric, tolerance, atol, rtol)
     cands = conv.candidates()
     if not cands:
         raise _nothing_to_convert(model, target)
-    return Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs],
-                  should_stop=should_stop), cands
+    s = Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs],
+               should_stop=should_stop)
+    note = conv.unreachable_note()
+    if note:
+        logger.warning("%s", note)
+        s.notes.append(note)
+    if forced:
+        ids = model.index.entries
+        for nid in forced:
+            if nid not in ids:
+                near = close_matches(nid, list(ids))
+                hint = f" Close matches: {', '.join(repr(m) for m in near)}." if near else ""
+                raise InputError(f"keep names node {nid!r}, which the model does not have."
+                                 f"{hint}", fix="Pass node ids from lab.nodes['node_id'] "
+                                 "(or plan.sensitivity['node_id']).")
+        cset = set(cands)
+        idle = [nid for nid in forced if nid not in cset]
+        if idle:
+            what = "excluded from int8" if target == "int8" else "kept in float32"
+            s.notes.append(f"keep: {', '.join(repr(n) for n in idle[:5])}"
+                           f"{f' and {len(idle) - 5} more' if len(idle) > 5 else ''} "
+                           f"{'is' if len(idle) == 1 else 'are'} not changed by {target} "
+                           f"conversion ({what} anyway)")
+        s.forced = frozenset(n for n in forced if n in cset)
+        cands = [c for c in cands if c not in s.forced]
+    return s, cands
+
+
+def _check_keep(keep: Any) -> list[str]:
+    """``keep`` as a list of node ids (InputError for anything else)."""
+    if keep is None:
+        return []
+    if isinstance(keep, str):
+        keep = [keep]
+    try:
+        ids = list(keep)
+    except TypeError:
+        ids = None
+    if ids is None or not all(isinstance(n, str) for n in ids):
+        raise InputError(f"keep must be a list of node ids, got {keep!r}.",
+                         fix="E.g. keep=['/encoder/Gather_3'] (ids from lab.nodes['node_id']).")
+    return list(dict.fromkeys(ids))
