@@ -222,3 +222,34 @@ def test_the_fresh_session_comparison_catches_a_changed_decoder(source, feeds, t
     assert check_layout(out, source) == []
     with pytest.raises(AssertionError, match="logits"):
         assert_saved_and_matches(out, source, feeds)
+
+
+def test_the_cli_fix_dims_extract_and_precision_write_files_a_fresh_session_runs(
+        kind, source, feeds, tmp_path, capsys):
+    before = snapshot(source)
+    dims = [a for k, v in DIMS.items() for a in ("--dims", f"{k}={v}")]
+    static = tmp_path / "fix" / "static.onnx"
+    code = main(["fix-dims", str(source), str(static),
+                 *(f"{k}={v}" for k, v in DIMS.items())])
+    assert code == 0, capsys.readouterr()
+    assert_weights_beside(static)
+    assert_saved_and_matches(static, source, feeds)
+
+    half = tmp_path / "precision" / "half.onnx"
+    code = main(["precision", str(source), "--target", "fp16", "--atol", "1e-2", "--rtol",
+                 "1e-2", "--max-trials", "8", "--out", str(half), *dims])
+    assert code == 0, capsys.readouterr()
+    assert_saved_and_matches(half, source, feeds, atol=5e-2, rtol=5e-2)
+
+    ins, outs = _BUILDERS[kind][3]
+    part = tmp_path / "extract" / "part.onnx"
+    code = main(["extract", str(source), str(part), "--inputs", ",".join(ins), "--outputs",
+                 ",".join(outs), *dims])
+    assert code == 0, capsys.readouterr()
+    assert check_layout(part, source) == []
+    m = onnx.load(str(part), load_external_data=False)
+    named = {d.dim_param for i in m.graph.input for d in i.type.tensor_type.shape.dim}
+    got = fresh_outputs(part, make_feeds(onnx_lab.open(
+        part, dims={k: v for k, v in DIMS.items() if k in named}), seed=3))
+    assert set(got) == set(outs)
+    assert snapshot(source) == before
