@@ -17,8 +17,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 from expr_models import DIMS, optimum_decoder
-from rewrite_models import optimum_decoder as layered_decoder
 from external_models import check_layout, snapshot
+from rewrite_models import optimum_decoder as layered_decoder
 
 import onnx_lab
 from onnx_lab.cli import main
@@ -137,6 +137,9 @@ def test_every_tool_step_on_the_decoder_saves_a_file_a_fresh_session_runs(
     out = lab.save(tmp_path / "out" / "result.onnx")
     assert_weights_beside(out)
     assert_saved_and_matches(out, source, feeds)
+    # onnx_lab's own comparison of the source with the saved file flags nothing either
+    c = onnx_lab.compare(onnx_lab.open(source, dims=DIMS), str(out))
+    assert c.passed and c.first_divergence is None
     assert snapshot(source) == before
 
 
@@ -145,6 +148,19 @@ def test_to_fp16_of_the_decoder_saves_a_file_a_fresh_session_runs(source, feeds,
     half = onnx_lab.open(source, dims=DIMS).to_fp16()
     out = half.save(tmp_path / "fp16" / "half.onnx")
     assert_saved_and_matches(out, source, feeds, atol=5e-2, rtol=5e-2)
+    assert snapshot(source) == before
+
+
+def test_int8_dynamic_of_the_decoder_saves_a_file_a_fresh_session_runs(source, feeds, tmp_path):
+    before = snapshot(source)
+    q = onnx_lab.open(source, dims=DIMS).to_int8_dynamic()
+    out = q.save(tmp_path / "int8" / "q.onnx")
+    assert check_layout(out, source) == []
+    got, want = fresh_outputs(out, feeds), fresh_outputs(source, feeds)
+    assert set(got) == set(want)
+    for name, ref in want.items():  # int8 weights: close, not equal
+        scale = float(np.abs(ref).max())
+        np.testing.assert_allclose(got[name], ref, atol=0.1 * scale, err_msg=name)
     assert snapshot(source) == before
 
 
@@ -253,3 +269,67 @@ def test_the_cli_fix_dims_extract_and_precision_write_files_a_fresh_session_runs
         part, dims={k: v for k, v in DIMS.items() if k in named}), seed=3))
     assert set(got) == set(outs)
     assert snapshot(source) == before
+
+
+# The two false alarms this loop found in onnx_lab.compare(source, saved file), now fixed in
+# numerics/align.py: both steps verified, yet compare named a first divergence.
+
+def test_compare_does_not_pair_a_transpose_with_another_perm_as_the_same_quantity(
+        kind, source):
+    # onnxscript's SDPA rewrite transposes the key cache with perm [0, 2, 1, 3] where the
+    # reference's kT Transpose reads the same tensor with [0, 1, 3, 2]: a structural guess
+    # ("same op type reading the aligned inputs") paired them and compare blamed h.0/kT
+    if kind != "unfused":
+        pytest.skip("the unfused decoder has the kT Transpose")
+    _needs("onnxscript_rewrite")
+    lab = onnx_lab.open(source, dims=DIMS)
+    assert lab.apply("onnxscript_rewrite").verify_passed
+    c = onnx_lab.open(source, dims=DIMS).compare(lab)
+    assert c.passed and c.first_divergence is None
+    row = c.alignment.set_index("tensor").loc["h.0/kT"]
+    assert row["match"] != "structure" and row["cand_node_id"] != "node_Transpose_2"
+
+
+def test_compare_lists_a_reshape_target_a_fusion_spelled_with_zeros_as_not_comparable(
+        kind, source):
+    # onnxruntime's GPT-2 fusion writes Constant([0, 0, hidden]) for the Shape -> Gather ->
+    # Concat target [batch, seq, hidden]: the same reshape, another tensor (max_abs 3.0)
+    if kind != "layers":
+        pytest.skip("the optimum-named decoder has the Shape -> Gather -> Concat targets")
+    lab = onnx_lab.open(source, dims=DIMS)
+    try:
+        r = lab.apply("ort_transformers", model_type="gpt2")
+    except PassError as e:
+        pytest.skip(f"ort_transformers: {e}")
+    assert r.verify_passed
+    c = onnx_lab.open(source, dims=DIMS).compare(lab)
+    assert c.passed and c.first_divergence is None
+    row = c.alignment.set_index("tensor").loc["/model/layers.0/self_attn/Concat_1_output_0"]
+    assert pd_isna(row["cand_tensor"]) and "Reshape target" in row["reason"]
+
+
+def test_a_transpose_with_a_wrong_perm_is_still_a_failure(tmp_path):
+    # the other direction: a renamed Transpose with another perm is not compared with the
+    # reference's, and the wrong output it leads to is still caught
+    from onnx import TensorProto, helper
+
+    def model(perm, name):
+        g = helper.make_graph(
+            [helper.make_node("Transpose", ["x"], [f"{name}_out"], perm=perm, name=name),
+             helper.make_node("Add", [f"{name}_out", "x"], ["y"], name="add")], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2, 2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2, 2])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    ref = onnx_lab.open(model([0, 2, 1], "t"))
+    same = ref.compare(onnx_lab.open(model([0, 2, 1], "t_renamed")))
+    assert same.passed  # a renamed node with the same perm: paired and judged
+    assert same.alignment.set_index("tensor").loc["t_out", "match"] == "structure"
+    wrong = ref.compare(onnx_lab.open(model([1, 0, 2], "t_renamed")))
+    assert not wrong.passed
+    row = wrong.alignment.set_index("tensor").loc["t_out"]
+    assert row["match"] != "structure"
+
+
+def pd_isna(v) -> bool:
+    return v is None or (isinstance(v, float) and np.isnan(v))
