@@ -47,10 +47,10 @@ def kind(request):
     return request.param
 
 
-@pytest.fixture(scope="module")
-def source(kind, tmp_path_factory):
+def saved_decoder(kind: str, folder: Path) -> Path:
+    """The ``kind`` decoder saved as exporters do, in ``folder``."""
     build, big, small, _ = _BUILDERS[kind]
-    folder = tmp_path_factory.mktemp(f"decoder_{kind}")
+    folder.mkdir(parents=True, exist_ok=True)
     path = folder / "decoder.onnx"
     onnx.save(build(), str(path), save_as_external_data=True, size_threshold=THRESHOLD,
               location="decoder.onnx.data")
@@ -59,6 +59,11 @@ def source(kind, tmp_path_factory):
                 if t.data_location == onnx.TensorProto.EXTERNAL}
     assert big in external and small not in external  # the exporters' layout
     return path
+
+
+@pytest.fixture(scope="module")
+def source(kind, tmp_path_factory):
+    return saved_decoder(kind, tmp_path_factory.mktemp(f"decoder_{kind}"))
 
 
 @pytest.fixture(scope="module")
@@ -274,14 +279,12 @@ def test_the_cli_fix_dims_extract_and_precision_write_files_a_fresh_session_runs
 # The two false alarms this loop found in onnx_lab.compare(source, saved file), now fixed in
 # numerics/align.py: both steps verified, yet compare named a first divergence.
 
-def test_compare_does_not_pair_a_transpose_with_another_perm_as_the_same_quantity(
-        kind, source):
+def test_compare_does_not_pair_a_transpose_with_another_perm_as_the_same_quantity(tmp_path):
     # onnxscript's SDPA rewrite transposes the key cache with perm [0, 2, 1, 3] where the
     # reference's kT Transpose reads the same tensor with [0, 1, 3, 2]: a structural guess
     # ("same op type reading the aligned inputs") paired them and compare blamed h.0/kT
-    if kind != "unfused":
-        pytest.skip("the unfused decoder has the kT Transpose")
     _needs("onnxscript_rewrite")
+    source = saved_decoder("unfused", tmp_path)
     lab = onnx_lab.open(source, dims=DIMS)
     assert lab.apply("onnxscript_rewrite").verify_passed
     c = onnx_lab.open(source, dims=DIMS).compare(lab)
@@ -291,11 +294,10 @@ def test_compare_does_not_pair_a_transpose_with_another_perm_as_the_same_quantit
 
 
 def test_compare_lists_a_reshape_target_a_fusion_spelled_with_zeros_as_not_comparable(
-        kind, source):
+        tmp_path):
     # onnxruntime's GPT-2 fusion writes Constant([0, 0, hidden]) for the Shape -> Gather ->
     # Concat target [batch, seq, hidden]: the same reshape, another tensor (max_abs 3.0)
-    if kind != "layers":
-        pytest.skip("the optimum-named decoder has the Shape -> Gather -> Concat targets")
+    source = saved_decoder("layers", tmp_path)
     lab = onnx_lab.open(source, dims=DIMS)
     try:
         r = lab.apply("ort_transformers", model_type="gpt2")
