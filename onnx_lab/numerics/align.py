@@ -185,6 +185,11 @@ def align(reference: LabModel | None, candidate: LabModel, *,
         row = rows[name]
         if not row["graph"] and not row["cand_tensor"] and name in prov \
                 and prov[name] not in claimed and name not in unread:
+            if _reshape_target(prov[name], cidx):  # as align_versions: not the same tensor
+                row["reason"] = (f"rewritten into the Reshape target {prov[name]!r} (0 or -1 "
+                                 "for a dim it computed: the same reshape, another tensor); "
+                                 "the Reshape's output is compared")
+                continue
             _set(row, prov[name], "provenance")
             claimed.add(prov[name])
             taken_nodes.add(capt[prov[name]])
@@ -309,8 +314,12 @@ def _structural(reference: LabModel, candidate: LabModel, row: dict, matched: di
         for _i, c in mapped:
             users = set(cidx.consumers.get(c, ()))
             cands = users if cands is None else cands & users
+        # same attributes too: a Transpose of the same tensor with another perm (onnxscript's
+        # SDPA rewrite transposes the key cache [0, 2, 1, 3] where the reference's kT was
+        # [0, 1, 3, 2]) is another quantity
         hits = [c for c in (cands or ()) if c not in taken
                 and cidx.node(c).op_type == node.op_type and cidx.entries[c].graph == ""
+                and _same_attrs(node, cidx.node(c))
                 and all(len(cidx.node(c).inputs) > i and cidx.node(c).inputs[i] is not None
                         and cidx.node(c).inputs[i].name == m for i, m in mapped)]
         if len(hits) == 1 and output_k(hits[0]) is not None:
