@@ -300,7 +300,7 @@ WIDGET_CELLS = [
 ]
 # (widget root, buttons clicked first, buttons clicked once hostile rows are ticked)
 WIDGETS = [(".onnx-lab-fusion-lab", (), ("Preview",)), (".onnx-lab-drift", ("Run",), ()),
-           (".onnx-lab-profiler", ("Profile", "Cost / roofline"), ()),
+           (".onnx-lab-profiler", ("Profile", "Cost / roofline", "Latency on graph"), ()),
            (".onnx-lab-precision", ("Find",), ()), (".onnx-lab-diff-view", (), ()),
            (".onnx-lab-editor", (), ())]
 HOSTILE_TEXT = re.compile(r"#node|onerror|svg onload")
@@ -458,4 +458,7 @@ def test_widgets_live_in_jupyterlab_run_nothing(tmp_path):
         (ARTIFACTS / "hostile_widgets_lab.json").write_text(repr(report))
         check("all widgets")
         _readable(" ".join(shown), "widgets in JupyterLab")
-        assert all(r["nodes"] for k, r in report.items() if k != ".onnx-lab-profiler"), report
+        # every widget's graph was clicked, its tables' rows too; the match and the layers
+        # that name hostile nodes were ticked (their preview / views opened)
+        assert all(r["nodes"] and (r["rows"] or r["ticked"]) for r in report.values()), report
+        assert report[".onnx-lab-fusion-lab"]["ticked"] and report[".onnx-lab-drift"]["ticked"]
