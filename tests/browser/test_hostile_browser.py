@@ -7,7 +7,12 @@ field of a model; ``tests/hostile_artifacts.py`` builds every HTML artifact from
 results' ``_repr_html_``, every node's details panel, the widget snapshots, the report with
 every section, the diff report, the audit index, the nbconvert export). Each is opened in
 headless Chromium from file://, clicked (every drawn node), searched and filtered with the
-payloads; then the Explorer runs inside JupyterLab and its nodes are clicked.
+payloads. Then every widget runs live in one JupyterLab notebook (one kernel, one page) on the
+hostile models: the Explorer, FusionLab (a hostile match ticked, previewed), DriftDebugger
+(run, the hostile layers ticked), Profiler (profiled with a tiny budget, cost, latency on the
+graph), PrecisionDoctor (the fp16 search run), DiffView and the Editor (``lab.edit()``); each
+one's graph nodes are clicked (their details panels open), its search is used, its tables'
+rows are clicked and hostile names picked in its dropdowns.
 
 A test fails when any script of a payload runs: ``alert``/``confirm``/``prompt`` are hooked
 before the page's own scripts, ``window.__pwned`` is what the other payloads set, a JupyterLab
