@@ -153,12 +153,17 @@ def _edit(args: argparse.Namespace) -> int:
     for flag, value in args.edits:
         r = _step(lab, flag, value, not args.no_verify)
         results.append((flag, value, r))
+    if args.script:
+        # on use: `onnx-lab --help` registers this command without loading the model core
+        from onnx_lab.core.outputs import refuse_inputs, write_atomic
+
+        # never over the input or the model written here: refused before anything is written
+        refuse_inputs(args.script, [lab, args.input, args.output], flag="--script")
     out = lab.save(args.output)
     script = None
     if args.script:
         script = lab.to_script(source=str(args.input))
-        with open(args.script, "w", encoding="utf-8") as f:
-            f.write(script)
+        write_atomic(args.script, script)  # through a fresh temporary
     failed = [r for _f, _v, r in results if r.verify_passed is False]
     if args.json:
         # on use: `onnx-lab --help` registers this command without loading the model core

@@ -27,6 +27,10 @@ What a save guarantees:
   saving to one path leave one consistent pair. Any failure (no space, a read-only folder, an
   error while serializing, Ctrl-C) removes the temporaries and leaves the old files as they
   were; temporaries of a killed process are removed by the next save to the same target.
+  The temporaries live in a private folder created exclusively (``mkdir``, mode 0700, a
+  random name, retried on a clash) beside the target, and every file in it is created with
+  ``O_EXCL | O_NOFOLLOW``: a link planted at a temporary's name is never followed (the save
+  takes another name), and nobody else can put one inside the private folder.
 - **Never over what the model reads.** The file the first version was opened from is replaced
   only with ``overwrite=True``; the data files any version reads (and the files of the models
   a derived Lab came from) are never replaced: an automatic data file name moves aside
@@ -47,6 +51,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,7 +61,6 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core._files import verify_files
-from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import UnreadableTensor, kept_inline
 from onnx_lab.core._wire import encode_varint as _varint
 from onnx_lab.core.history import History
@@ -305,9 +309,7 @@ def _sweep(target: Path) -> None:
             continue
         with contextlib.suppress(OSError):
             if entry.is_dir(follow_symlinks=False):
-                for sub in os.scandir(entry.path):
-                    os.unlink(sub.path)
-                os.rmdir(entry.path)
+                shutil.rmtree(entry.path)  # links inside are removed, never followed
             else:
                 os.unlink(entry.path)
             logger.info("removed %s, left by a save that was killed", entry.path)
@@ -361,59 +363,77 @@ def _write_proto(proto: onnx.ModelProto, path: Path) -> None:
     except ValueError as e:  # over 2 GB, or a value protobuf cannot encode
         raise SaveError(f"Cannot write {str(path)!r}: {e}.",
                         fix="Pass external_data=True.") from e
-    with open(path, "wb") as f:
+    with _create(path) as f:
         f.write(data)
+
+
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) \
+    | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
+def _create(path: Path):  # noqa: ANN202 - a binary file object
+    """``path`` (a name in a private temporary folder) created exclusively for writing: an
+    existing file or a link there is an error, never followed or truncated."""
+    return os.fdopen(os.open(path, _NEW, 0o666), "wb")
+
+
+_ATTEMPTS = 8
+
+
+@contextlib.contextmanager
+def _private_folder(final: Path) -> Iterator[Path]:
+    """A fresh folder ``.<name>.<token>.tmp`` beside ``final``, made by ``mkdir`` (which
+    fails on anything already there, a planted link included) with mode 0700; removed with
+    whatever is left in it when the block ends. A clash takes another token."""
+    for attempt in range(_ATTEMPTS):
+        tmp = final.with_name(_tmp_name(final.name, _token()))
+        try:
+            os.mkdir(tmp, 0o700)
+            break
+        except FileExistsError:
+            if attempt == _ATTEMPTS - 1:
+                raise WriteError(f"Cannot write {str(final)!r}: {_ATTEMPTS} temporary names "
+                                 f"beside it were taken (the last: {tmp.name!r}).",
+                                 fix="Remove the stray .*.tmp files or links in that folder, "
+                                 "or save elsewhere.") from None
+            logger.warning("%s exists (a stray file or a planted link); taking another "
+                           "temporary name", tmp)
+    try:
+        yield tmp
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(tmp)
 
 
 def _save_pair(m: ir.Model, target: Path, data_name: str, check: Check | None = None
                ) -> None:
     """Write ``m`` to ``target`` with its initializers in ``data_name`` (same folder): both
-    to temporaries first (``check`` runs on them: the model temporary names the data
-    temporary), then the data renamed, then the model."""
+    to a private temporary folder first (``check`` runs on the model there: it names its data
+    file beside it by the final name), then the data renamed, then the model."""
     final = _real(target) if target.is_symlink() else target
     folder = final.parent
-    token = _token()
-    data_tmp = _tmp_name(data_name, token)
-    model_tmp = folder / _tmp_name(final.name, token, final.suffix)
     values = [v for g in m.graphs() for v in g.initializers.values()]
     tensors = [v.const_value for v in values]
-    try:
+    with _private_folder(final) as tmp:
+        model_tmp = tmp / final.name
         try:
             for v, t in zip(values, tensors, strict=True):
                 if isinstance(t, (ir.StringTensor, UnreadableTensor)):
                     v.const_value = kept_inline(t)  # restored below with the others
-            # onnx_ir writes the data (to the temporary name) and points the tensors at it
-            ir.external_data.unload_from_model(m, folder, data_tmp,
+            # onnx_ir writes the data (in the private folder) and points the tensors at it
+            ir.external_data.unload_from_model(m, tmp, data_name,
                                                size_threshold_bytes=INLINE_MAX_BYTES)
             proto = _serialize(m, target)
         finally:
             for v, t in zip(values, tensors, strict=True):  # the version stays as it was
                 v.const_value = t
-        if check is not None:
-            _write_proto(proto, model_tmp)  # points at the data temporary beside it
-            _checked(check, model_tmp, target)
-        _relocate(proto, data_tmp, data_name)
         _write_proto(proto, model_tmp)
-        data_final = folder / data_name
+        _checked(check, model_tmp, target)
         if final.exists():
             os.chmod(model_tmp, final.stat().st_mode & 0o7777)
-        if (folder / data_tmp).exists():
-            os.replace(folder / data_tmp, data_final)
+        if (tmp / data_name).exists():
+            os.replace(tmp / data_name, folder / data_name)
         os.replace(model_tmp, final)  # last: the new model never points at missing data
-    except BaseException:
-        for p in (model_tmp, folder / data_tmp):
-            with contextlib.suppress(OSError):
-                p.unlink()
-        raise
-
-
-def _relocate(proto: onnx.ModelProto, old: str, new: str) -> None:
-    """Point every external reference to ``old`` at ``new`` (bodies included)."""
-    for g in graph_protos(proto.graph):
-        for t in g.initializer:
-            for e in t.external_data:
-                if e.key == "location" and e.value == old:
-                    e.value = new
 
 
 @contextlib.contextmanager
@@ -423,19 +443,16 @@ def _replacing(target: Path) -> Iterator[Path]:
     The old file is never truncated: a model opened with ``mmap=True`` (the command line)
     keeps reading its weights from the old file while the new one is written, and a failed
     or interrupted save leaves the old file as it was. A symbolic link is followed (the file
-    it points to is replaced); the old file's permissions are kept. The temporary name is
-    unique per process and thread.
+    it points to is replaced); the old file's permissions are kept. The temporary lies in a
+    private folder (:func:`_private_folder`) unique per process, thread and call.
     """
     final = _real(target) if target.is_symlink() else target
-    tmp = final.with_name(_tmp_name(final.name, _token(), final.suffix))
-    try:
+    with _private_folder(final) as folder:
+        tmp = folder / final.name
         yield tmp
         if final.exists():
             os.chmod(tmp, final.stat().st_mode & 0o7777)
         os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 # ---------------------------------------------------------------------------- one-file writer
@@ -509,7 +526,7 @@ def _write_streamed(m: ir.Model, target: Path) -> bool:
     top = proto.SerializeToString()
     graph_len = len(graph_rest) + sum(
         len(p) if isinstance(p, bytes) else p.nbytes for e in entries for p in e)
-    with open(target, "wb") as f:
+    with _create(target) as f:
         f.write(top)
         f.write(_key(_GRAPH_FIELD) + _varint(graph_len))
         f.write(graph_rest)

@@ -27,6 +27,7 @@ import onnx_ir as ir
 from onnx_lab._pandas import pd
 from onnx_lab.core.handoff import read_output, work_folder
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.outputs import write_atomic
 from onnx_lab.core.save import wants_external, write_model
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import InputError, PassError, unknown_name
@@ -377,7 +378,7 @@ def _quantize_with(model: LabModel, calibration: Calibration, exclude: Sequence[
 
     with tempfile.TemporaryDirectory(prefix="onnx_lab_q_") as tmp:
         cache = Path(tmp) / "ranges.json"
-        cache.write_text(json.dumps(calibration.payload))
+        write_atomic(cache, json.dumps(calibration.payload))
         return _quantize(model, quantize_static, calibration_data_reader=None,
                          source=None if source is None else source.path,
                          quant_format=QuantFormat.QDQ,

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from onnx_lab.core.history import History
+from onnx_lab.core.outputs import write_atomic
 from onnx_lab.core.save import save
 from onnx_lab.errors import SaveError
 from onnx_lab.numerics.confirm import LocalCheck, local_check
@@ -98,9 +99,19 @@ def write_repro(comparison: Any, folder: str | os.PathLike,
     save(History(check.model), paths["model"], external_data=False, overwrite=True)
     inputs = list(check.feeds)
     outputs = list(check.expected)
-    np.savez(paths["inputs"], *[check.feeds[n] for n in inputs])
-    np.savez(paths["expected"], *[check.expected[n] for n in outputs])
-    paths["names"].write_text(json.dumps({"inputs": inputs, "outputs": outputs}, indent=1))
+    # each file through a fresh temporary renamed into place (never through a planted link)
+    write_atomic(paths["inputs"], _npz([check.feeds[n] for n in inputs]))
+    write_atomic(paths["expected"], _npz([check.expected[n] for n in outputs]))
+    write_atomic(paths["names"], json.dumps({"inputs": inputs, "outputs": outputs}, indent=1))
     rule = next(iter(check.rules.values())).describe() if check.rules else ""
-    paths["script"].write_text(_SCRIPT.format(node=check.node_id, rule=rule))
+    write_atomic(paths["script"], _SCRIPT.format(node=check.node_id, rule=rule))
     return Repro(out, check=check, **paths)
+
+
+def _npz(arrays: list[np.ndarray]) -> Any:
+    """A writer of ``arrays`` as an .npz file at the path it is given (``np.savez`` to an
+    open file: a path without the suffix would get ``.npz`` appended)."""
+    def write(path: Path) -> None:
+        with open(path, "wb") as f:
+            np.savez(f, *arrays)
+    return write

@@ -22,11 +22,13 @@ the project's ``.venv``; elsewhere ``python -m onnx_lab.widgets.nbconvert --inst
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from nbconvert.preprocessors import Preprocessor
 
+from onnx_lab.core.outputs import write_atomic
 from onnx_lab.errors import InputError
 from onnx_lab.render._html import clean_html, esc_text
 from onnx_lab.widgets._common import graph_snapshot
@@ -138,7 +140,9 @@ def export_html(notebook: str | Path, out: str | Path | None = None) -> Path:
     exporter.register_preprocessor(LastViews, enabled=True)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {
         "name": notebook.stem, "path": str(notebook.parent)}})
-    out.write_text(body, encoding="utf-8")
+    # a fresh temporary renamed over ``out``; never over the notebook itself
+    write_atomic(out, body, sources={Path(os.path.realpath(notebook)): "the notebook"},
+                 flag="the export")
     return out
 
 
@@ -173,7 +177,7 @@ def install_config(config_dir: str | Path | None = None) -> Path:
     if PREPROCESSOR not in pre:
         exporter["preprocessors"] = [*pre, PREPROCESSOR]
         folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        write_atomic(path, json.dumps(config, indent=2) + "\n")
     return path
 
 

@@ -7,7 +7,12 @@ field of a model; ``tests/hostile_artifacts.py`` builds every HTML artifact from
 results' ``_repr_html_``, every node's details panel, the widget snapshots, the report with
 every section, the diff report, the audit index, the nbconvert export). Each is opened in
 headless Chromium from file://, clicked (every drawn node), searched and filtered with the
-payloads; then the Explorer runs inside JupyterLab and its nodes are clicked.
+payloads. Then every widget runs live in one JupyterLab notebook (one kernel, one page) on the
+hostile models: the Explorer, FusionLab (a hostile match ticked, previewed), DriftDebugger
+(run, the hostile layers ticked), Profiler (profiled with a tiny budget, cost, latency on the
+graph), PrecisionDoctor (the fp16 search run), DiffView and the Editor (``lab.edit()``); each
+one's graph nodes are clicked (their details panels open), its search is used, its tables'
+rows are clicked and hostile names picked in its dropdowns.
 
 A test fails when any script of a payload runs: ``alert``/``confirm``/``prompt`` are hooked
 before the page's own scripts, ``window.__pwned`` is what the other payloads set, a JupyterLab
@@ -281,26 +286,142 @@ def test_audit_index_and_nbconvert_export_run_nothing(artifacts, browser):
         w.page.close()
 
 
-def test_explorer_in_jupyterlab_runs_nothing(tmp_path):
-    """The issue's attack: the Explorer in JupyterLab, the hostile nodes clicked. A payload
-    there would run in the Jupyter origin; one that PUTs /api/contents would write a file."""
+# One notebook, one kernel, one page: every widget live on the hostile models. Profiler and
+# PrecisionDoctor run in the kernel's thread (background=False), so an idle kernel means done.
+WIDGET_CELLS = [
+    "import sys, onnx_lab\nsys.path.insert(0, {tests!r})\n"
+    "from hostile_models import hostile\n"
+    "from onnx_lab.widgets import (Explorer, FusionLab, DriftDebugger, Profiler,\n"
+    "    PrecisionDoctor, DiffView)\n"
+    "lab = onnx_lab.open(hostile())\n"
+    "after = onnx_lab.open(hostile()); after.apply('fuse_conv_bn')\n"
+    "ex = Explorer(lab, tab='Graph')\nex",
+    "fl = FusionLab(lab)\nfl",
+    "dd = DriftDebugger(lab, after)\ndd",
+    "prof = Profiler(lab, runs=3, warmup=1, budget_s=0.5, background=False)\nprof",
+    "doc = PrecisionDoctor(lab, background=False)\ndoc",
+    "dv = DiffView(lab, after)\ndv",
+    "ed = onnx_lab.open(hostile()).edit()\ned",
+]
+# (widget root, buttons clicked first, buttons clicked once hostile rows are ticked)
+WIDGETS = [(".onnx-lab-fusion-lab", (), ("Preview",)), (".onnx-lab-drift", ("Run",), ()),
+           (".onnx-lab-profiler", ("Profile", "Cost / roofline", "Latency on graph"), ()),
+           (".onnx-lab-precision", ("Find",), ()), (".onnx-lab-diff-view", (), ()),
+           (".onnx-lab-editor", (), ())]
+HOSTILE_TEXT = re.compile(r"#node|onerror|svg onload")
+
+
+def _idle(page) -> None:
+    """Wait until the kernel has been idle for ~1 s (a click's callback has finished)."""
+    idle = page.locator(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator"
+                        "[data-status='idle']")
+    page.wait_for_timeout(300)
+    settled = 0
+    for _ in range(240):
+        settled = settled + 1 if idle.count() else 0
+        if settled >= 3:
+            return
+        page.wait_for_timeout(350)
+    pytest.fail("the kernel stayed busy")
+
+
+def _click_nodes(page, root, limit: int = 12) -> int:
+    n = 0
+    for canvas in root.locator(".olc-root").all():
+        nodes = canvas.locator(".olc-stage g.node")
+        for i in range(min(nodes.count(), limit)):
+            g = nodes.nth(i)
+            g.scroll_into_view_if_needed()
+            box = g.bounding_box()
+            if box is None or box["width"] == 0:
+                continue
+            page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            page.wait_for_timeout(150)
+            n += 1
+    return n
+
+
+def _explore(page, root, after: tuple[str, ...] = ()) -> dict[str, int]:
+    """Tick the rows of the widget's selectable tables that name hostile nodes (their
+    details open: a layer's views, a match's preview after ``after`` buttons), click the
+    canvas nodes, search, open every <details>, click the HTML tables' rows and pick the
+    hostile names in the widget's dropdowns; what was done, counted."""
+    done = {"ticked": 0, "nodes": 0, "search": 0, "details": 0, "rows": 0, "picks": 0}
+    rows = root.locator(".widget-hbox").filter(
+        has=page.locator("input[type=checkbox]")).filter(has_text=HOSTILE_TEXT)
+    for i in range(min(rows.count(), 3)):
+        box = rows.nth(i).locator("input[type=checkbox]").first
+        if box.is_visible():
+            box.click()
+            _idle(page)
+            done["ticked"] += 1
+    for b in after:
+        root.locator("button", has_text=b).first.click()
+        _idle(page)
+    done["nodes"] = _click_nodes(page, root)
+    for box in root.locator(".olc-search").all():
+        if not box.is_visible():  # a canvas not shown yet (FusionLab: no match picked)
+            continue
+        for q in (NODE_NAMES[0], NODE_NAMES[1], "onerror", "${"):
+            box.fill(q)
+            box.press("Enter")
+            page.wait_for_timeout(150)
+            done["search"] += 1
+    for summary in root.locator("details > summary").all()[:12]:
+        if summary.is_visible():
+            summary.click()
+            done["details"] += 1
+    from playwright.sync_api import Error as PlaywrightError
+
+    for row in root.locator("table tbody tr").all()[:25]:
+        try:  # a click may redraw the table (a row picked): the old rows are gone then
+            if row.is_visible():
+                row.click(force=True, timeout=3_000)
+                done["rows"] += 1
+        except PlaywrightError:
+            continue
+    for sel in root.locator("select").all():
+        labels = sel.evaluate("s => Array.from(s.options).map(o => o.label)")
+        hostile = [x for x in labels if "#node" in x or "onerror" in x][:3]
+        for label in hostile:
+            sel.select_option(label=label)
+            _idle(page)
+            done["picks"] += 1
+    _idle(page)
+    return done
+
+
+def test_widgets_live_in_jupyterlab_run_nothing(tmp_path):
+    """The issue's attack, for every widget: Explorer, FusionLab, DriftDebugger (run),
+    Profiler (profiled, cost), PrecisionDoctor (searched), DiffView and the Editor live in
+    one JupyterLab notebook on the hostile models; their nodes clicked (details panels
+    open), searched, their <details> opened, their tables' rows clicked and the hostile names
+    picked in their dropdowns. A payload there would run in the Jupyter origin; one that
+    PUTs /api/contents would write a file."""
     tests = str(Path(__file__).resolve().parents[1])
-    cells = [
-        f"import sys, onnx_lab\nsys.path.insert(0, {tests!r})\n"
-        "from hostile_models import hostile\nfrom onnx_lab.widgets import Explorer\n"
-        "ex = Explorer(onnx_lab.open(hostile()), tab='Graph')\nex",
-    ]
-    with lab_in_browser(tmp_path, {"hostile.ipynb": cells}) as (url, page):
+    cells = [WIDGET_CELLS[0].format(tests=tests), *WIDGET_CELLS[1:]]
+    with lab_in_browser(tmp_path, {"hostile.ipynb": cells}, height=1100) as (url, page):
         dialogs: list[str] = []
         outside: list[str] = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         page.on("request", lambda r: outside.append(r.url)
                 if not r.url.startswith((url, "data:", "blob:")) else None)
         page.add_init_script(HOOKS)
+
+        def check(what: str) -> None:
+            assert page.evaluate("[window.__pwned, window.__calls]") == [None, []], what
+            assert dialogs == [], (what, dialogs)
+            assert page.evaluate(MARKERS) == [], what
+            assert outside == [], (what, outside)
+            assert not (tmp_path / "root" / "PWNED.txt").exists(), what
+
         run_all_cells(page, url, "hostile.ipynb")
-        root = page.locator(".olc-root[data-rendered]").first
-        root.wait_for(timeout=120_000)
+        page.locator(".onnx-lab-editor .olc-root[data-rendered]").first.wait_for(
+            timeout=180_000)  # the last cell
+        _idle(page)
         page.evaluate(HOOKS)
+        # The Explorer, as the issue reproduced it.
+        root = page.locator(".olc-root[data-rendered]").first
         nodes = root.locator(".olc-stage g.node")
         nodes.first.wait_for(timeout=30_000)
         clicked = 0
@@ -311,21 +432,38 @@ def test_explorer_in_jupyterlab_runs_nothing(tmp_path):
             if box is None:
                 continue
             page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-            page.wait_for_timeout(400)
+            page.wait_for_timeout(300)
             clicked += 1
         assert clicked >= 4
-        panel = root.locator(".olc-panel-body")
-        panel.wait_for(timeout=30_000)
+        root.locator(".olc-panel-body").wait_for(timeout=30_000)
         search = root.locator(".olc-search")
         for q in (NODE_NAMES[0], NODE_NAMES[1], "onerror"):
             search.fill(q)
             search.press("Enter")
             page.wait_for_timeout(300)
         text = root.evaluate("r => r.textContent")
-        ARTIFACTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "hostile_explorer_lab.png"))
-        assert page.evaluate("[window.__pwned, window.__calls]") == [None, []]
-        assert dialogs == [] and page.evaluate(MARKERS) == []
-        assert outside == [], outside
-        assert not (tmp_path / "root" / "PWNED.txt").exists()
+        check("explorer")
         assert re.search(r"<img src=x onerror=alert\(1\)>|\"><svg onload=alert\(2\)>", text)
+        shown = [text]
+        report: dict[str, dict[str, int]] = {}
+        for selector, buttons, after_ticks in WIDGETS:
+            w = page.locator(selector).first
+            w.scroll_into_view_if_needed()
+            for b in buttons:
+                w.locator("button", has_text=b).first.click()
+                _idle(page)
+            report[selector] = _explore(page, w, after_ticks)
+            check(selector)
+            assert w.locator(".onnx-lab-error").count() == 0, (
+                selector, w.locator(".onnx-lab-error").first.inner_text())
+            shown.append(w.evaluate("r => r.textContent"))
+            assert re.search(r"onerror=alert|<svg onload|#node", shown[-1]), selector
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "hostile_widgets_lab.png"), full_page=True)
+        (ARTIFACTS / "hostile_widgets_lab.json").write_text(repr(report))
+        check("all widgets")
+        _readable(" ".join(shown), "widgets in JupyterLab")
+        # every widget's graph was clicked, its tables' rows too; the match and the layers
+        # that name hostile nodes were ticked (their preview / views opened)
+        assert all(r["nodes"] and (r["rows"] or r["ticked"]) for r in report.values()), report
+        assert report[".onnx-lab-fusion-lab"]["ticked"] and report[".onnx-lab-drift"]["ticked"]

@@ -87,3 +87,15 @@ def test_edit_never_writes_over_its_input(convnet, capsys):
                  "/stem/relu/Relu_output_0"]) == 2
     assert "overwrite" in capsys.readouterr().err
     assert convnet.read_bytes() == before
+
+
+@pytest.mark.parametrize("which", ["input", "output"])
+def test_edit_script_over_the_input_or_the_output_is_refused(convnet, tmp_path, capsys, which):
+    out = tmp_path / "o.onnx"
+    before = convnet.read_bytes()
+    target = convnet if which == "input" else out
+    code = main(["edit", str(convnet), str(out), "--set-attr", f"{BN}:epsilon=0.1",
+                 "--script", str(target)])
+    assert code != 0
+    assert "--script" in capsys.readouterr().err
+    assert convnet.read_bytes() == before and not out.exists()

@@ -183,3 +183,59 @@ def test_save_through_a_symlink_replaces_the_linked_file_and_keeps_its_mode(tmp_
     assert link.is_symlink() and link.resolve() == real.resolve()
     assert (real.stat().st_mode & 0o777) == 0o640
     assert len(onnx.load(str(real)).graph.node) == 3
+
+
+@pytest.mark.parametrize("external", [False, True])
+@pytest.mark.parametrize("planted", ["link", "file"])
+def test_a_link_planted_at_a_temporary_name_is_never_followed(tmp_path, monkeypatch,
+                                                              external, planted):
+    # The temporary names are random; a hostile co-tenant who guesses one (here: the token is
+    # fixed for the first two tries) plants a link to a victim file at it. The save takes
+    # another name, the victim is unchanged, nothing stray is left beside the output.
+    from onnx_lab.core import save as save_mod
+
+    src = tmp_path / "src" / "m.onnx"
+    src.parent.mkdir()
+    w = _big_model(src)
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    tokens = iter(["1-1-0123abcd", "1-1-0123abcd"])  # pid 1 is alive: never swept
+    real_token = save_mod._token
+    monkeypatch.setattr(save_mod, "_token", lambda: next(tokens, None) or real_token())
+    # the private folder's name, and the names the files took before it had one
+    names = [save_mod._tmp_name("o.onnx", "1-1-0123abcd"),
+             save_mod._tmp_name("o.onnx", "1-1-0123abcd", ".onnx"),
+             save_mod._tmp_name("o.onnx.data", "1-1-0123abcd")]
+    for name in names:
+        if planted == "link":
+            (out_dir / name).symlink_to(victim)
+        else:
+            (out_dir / name).write_bytes(b"someone else's")
+    onnx_lab.open(src).save(out_dir / "o.onnx", external_data=external)
+    assert victim.read_bytes() == b"precious"
+    for name in names:  # left as they were
+        assert (out_dir / name).is_symlink() == (planted == "link")
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(
+        [*names, "o.onnx"] + (["o.onnx.data"] if external else []))
+    again = onnx_lab.open(out_dir / "o.onnx")
+    x = np.ones((2, 256), np.float32)
+    got = run(again.model, {"x": x})
+    np.testing.assert_allclose(got["z"], x @ w + 1, rtol=1e-5)
+
+
+def test_temporary_names_all_taken_is_a_write_error_and_the_victim_is_unchanged(
+        tmp_path, monkeypatch):
+    from onnx_lab.core import save as save_mod
+    from onnx_lab.errors import WriteError
+
+    src = tmp_path / "m.onnx"
+    _big_model(src)
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious")
+    monkeypatch.setattr(save_mod, "_token", lambda: "1-1-0123abcd")
+    (tmp_path / save_mod._tmp_name("o.onnx", "1-1-0123abcd")).symlink_to(victim)
+    with pytest.raises(WriteError, match="temporary names"):
+        onnx_lab.open(src).save(tmp_path / "o.onnx")
+    assert victim.read_bytes() == b"precious" and not (tmp_path / "o.onnx").exists()

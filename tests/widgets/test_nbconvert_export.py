@@ -148,3 +148,18 @@ def test_other_widgets_are_left_alone():
         "x": {"model_name": "IntSliderModel", "state": {"value": 3}}}}}
     nb2, _ = LastViews().preprocess(nb, {})
     assert WIDGET_VIEW in nb2.cells[0].outputs[0]["data"]
+
+
+def test_export_never_writes_over_the_notebook(tmp_path):
+    from onnx_lab.errors import SaveError
+
+    nb = tmp_path / "a.ipynb"
+    nb.write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4,
+                              "nbformat_minor": 5}))
+    before = nb.read_bytes()
+    with pytest.raises(SaveError, match="the notebook"):
+        export_html(nb, nb)
+    assert nb.read_bytes() == before
+    out = export_html(nb, tmp_path / "a.html")  # elsewhere: written, nothing stray beside it
+    assert "<html" in out.read_text(encoding="utf-8").lower()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.html", "a.ipynb"]
