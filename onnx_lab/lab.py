@@ -218,25 +218,37 @@ def profile(model: Any, **kw: Any):
     return p
 
 
-class HistoryTable(pd.DataFrame):
+def _history_table(df: pd.DataFrame, replay: Any) -> pd.DataFrame:
     """``lab.history``: the history's table (a DataFrame) that can also write the session as a
     script (``lab.history.to_script()``). Frames derived from it (``.tail()``, a query) are
-    plain DataFrames."""
+    plain DataFrames. The class is made on first use: pandas is imported when a table is first
+    built, not with the façade (``onnx-lab summary`` builds none)."""
+    cls = _HISTORY_TABLE[0] if _HISTORY_TABLE else None
+    if cls is None:
+        class HistoryTable(pd.DataFrame):
+            _metadata = ["_replay"]
 
-    _metadata = ["_replay"]
+            @property
+            def _constructor(self) -> type:
+                return pd.DataFrame
 
-    @property
-    def _constructor(self) -> type[pd.DataFrame]:
-        return pd.DataFrame
+            def to_script(self, source: str | None = None) -> str:
+                """The Python script that replays the session up to the current step
+                (:meth:`Lab.to_script`)."""
+                replay = getattr(self, "_replay", None)
+                if replay is None:
+                    raise InputError("This table is not a Lab's history.",
+                                     fix="Call lab.history.to_script() or lab.to_script().")
+                return replay(source)
 
-    def to_script(self, source: str | None = None) -> str:
-        """The Python script that replays the session up to the current step
-        (:meth:`Lab.to_script`)."""
-        replay = getattr(self, "_replay", None)
-        if replay is None:
-            raise InputError("This table is not a Lab's history.",
-                             fix="Call lab.history.to_script() or lab.to_script().")
-        return replay(source)
+        _HISTORY_TABLE.append(HistoryTable)
+        cls = HistoryTable
+    table = cls(df)
+    table._replay = replay
+    return table
+
+
+_HISTORY_TABLE: list[type] = []
 
 
 class Lab:
@@ -525,13 +537,11 @@ class Lab:
         return steps.apply_preset(self._history, preset, verify)
 
     @property
-    def history(self) -> HistoryTable:
+    def history(self) -> pd.DataFrame:
         """One row per version: step, pass, params, modified, nodes_before, nodes_after,
         verify_passed, max_abs_err, seconds, current (a DataFrame; ``lab.history.to_script()``
         replays the session, as :meth:`to_script`)."""
-        table = HistoryTable(self._history.table())
-        table._replay = self.to_script
-        return table
+        return _history_table(self._history.table(), self.to_script)
 
     @property
     def results(self) -> list:
