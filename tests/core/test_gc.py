@@ -12,7 +12,9 @@ def _collector_on():
     was = gc.isenabled()
     gc.enable()
     yield
-    if not was:
+    if was:  # as it was before, whatever the test did
+        gc.enable()
+    else:
         gc.disable()
 
 
