@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from _jupyter import ARTIFACTS, lab_in_browser, run_all_cells
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
 
@@ -90,8 +91,9 @@ def test_editor_edit_undo_in_the_browser(tmp_path_factory):
                                       has_text="◀ current")
             current.wait_for(timeout=60_000)
             root.locator("svg g.node[id='n:input:input']").wait_for(timeout=30_000)
-            assert root.locator("svg g.node[id='n:output:/stem/relu/Relu_output_0']"
-                                ).count() == 0
+            # the redraw follows the table: wait until the added output's box is gone
+            expect(root.locator("svg g.node[id='n:output:/stem/relu/Relu_output_0']")
+                   ).to_have_count(0, timeout=30_000)
             root.screenshot(path=str(ARTIFACTS / "editor_undo_twice.png"))
         finally:
             page.screenshot(path=str(ARTIFACTS / "editor_page.png"))
@@ -125,7 +127,8 @@ def test_editor_on_a_transformer_in_the_browser(tmp_path_factory):
             root.locator(".onnx-lab-ed-remove-button").click()
             text = _wait_message(page, root, "remove_node")
             assert "outputs changed (expected for this edit)" in text
-            assert root.locator(f"svg g.node[id='n:{relu}']").count() == 0
+            # the redraw follows the message: wait until the removed node's box is gone
+            expect(root.locator(f"svg g.node[id='n:{relu}']")).to_have_count(0, timeout=30_000)
 
             _select(root, probs)
             root.locator(".onnx-lab-ed-title", has_text=probs).wait_for(timeout=30_000)
