@@ -405,10 +405,7 @@ def run_case(case: dict[str, Any], work: Path) -> dict[str, Any]:
         return row
     except LabError as e:
         msg = str(e).splitlines()[0] if str(e) else ""
-        cls = "refused"
-        if stage == "safe" and "verif" in msg.lower() and row["ort_original"] == "matches":
-            cls = "refused"  # a step the verifier could not pass: recorded with its reason
-        row.update({"class": cls, "stage": stage, "error_type": type(e).__name__,
+        row.update({"class": "refused", "stage": stage, "error_type": type(e).__name__,
                     "error": msg[:400]})
         return row
     except Exception as e:
@@ -448,10 +445,11 @@ def _child(case: dict[str, Any], wfd: int, time_limit: float, memory_limit: int)
 def run_all(cases: list[dict[str, Any]], jobs: int, time_limit: float, memory_limit: int,
             progress: bool = True) -> list[dict[str, Any]]:
     """Run every case in a forked child, ``jobs`` at a time; rows in the cases' order."""
+    import onnxruntime  # noqa: F401
+
     import onnx_lab  # noqa: F401 - imported once here, before the forks
     import onnx_lab.lab  # noqa: F401
     import onnx_lab.numerics.compare  # noqa: F401
-    import onnxruntime  # noqa: F401
 
     rows: dict[int, dict[str, Any]] = {}
     running: dict[int, tuple[int, int, float, bytearray]] = {}  # pid -> (i, rfd, t0, buf)
@@ -490,7 +488,7 @@ def run_all(cases: list[dict[str, Any]], jobs: int, time_limit: float, memory_li
             row["seconds"] = secs
             rows[i] = row
         now = time.time()
-        for pid, (i, fd, t0, buf) in list(running.items()):
+        for pid, (_i, _fd, t0, _buf) in list(running.items()):
             if now - t0 > time_limit + 10:
                 os.kill(pid, signal.SIGKILL)
         if progress and now - last > 30:
