@@ -526,6 +526,25 @@ def summarize(rows: list[dict[str, Any]], known: set[str] = frozenset()) -> dict
     }
 
 
+def merge(folders: list[str], out: Path, known: set[str]) -> int:
+    """One summary.json + cases.csv of the chunks of a sweep (``--skip``/``--limit`` runs)."""
+    rows: list[dict[str, Any]] = []
+    for d in folders:
+        with open(Path(d) / "cases.csv", newline="") as f:
+            rows.extend(csv.DictReader(f))
+    s = summarize(rows, known)
+    s.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), merged=folders)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(s, indent=2, default=str))
+    with open(out / "cases.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    print(json.dumps({k: s[k] for k in ("cases", "classes", "refused_where_onnxruntime_fails")},
+                     indent=2))
+    return 1 if s["bad"] else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="test-artifacts/conformance")
@@ -538,7 +557,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds per case")
     ap.add_argument("--memory-limit", type=float, default=2.0, help="GiB per case")
     ap.add_argument("--known", default="", help="comma-separated ids not counted as bad")
+    ap.add_argument("--merge", nargs="+", default=None,
+                    help="merge the cases.csv of chunked runs' folders into --out")
     a = ap.parse_args(argv)
+    if a.merge:
+        return merge(a.merge, Path(a.out), {k for k in a.known.split(",") if k})
     cases = collect()
     if a.only:
         want = set(a.only.split(","))
