@@ -404,7 +404,8 @@ def run_case(case: dict[str, Any], work: Path) -> dict[str, Any]:
         if not cmp.passed:
             fd = getattr(cmp, "first_divergence", None)
             row.update({"class": "false_alarm" if row["saved_matches"] is True else "refused",
-                        "stage": stage, "error": str(fd)[:400]})
+                        "stage": stage, "error_type": "ComparisonFailed",
+                        "error": str(fd)[:400]})
             return row
         row["class"] = "ok"
         return row
