@@ -228,8 +228,10 @@ def _ort_out(ov: Any) -> Any:
         dt = helper.tensor_dtype_to_np_dtype(elem)
         shape = ov.shape()
         n = int(np.prod(shape)) if shape else 1
-        if dt.itemsize == 0 or "4" in str(dt) and dt.itemsize == 1 and name.endswith("INT4"):
-            raise
+        if name.endswith(("INT4", "INT2")) or name.startswith("FLOAT4"):
+            # packed sub-byte elements: reading them as one byte each would read past the
+            # buffer; the binding cannot return them, and neither does this
+            raise ValueError(f"onnxruntime's binding cannot return {name} tensors") from None
         buf = ctypes.string_at(ov.data_ptr(), n * dt.itemsize)
         return np.frombuffer(buf, dtype=dt).reshape(shape).copy()
 
