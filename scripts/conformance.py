@@ -530,11 +530,14 @@ def summarize(rows: list[dict[str, Any]], known: set[str] = frozenset()) -> dict
 
 
 def merge(folders: list[str], out: Path, known: set[str]) -> int:
-    """One summary.json + cases.csv of the chunks of a sweep (``--skip``/``--limit`` runs)."""
-    rows: list[dict[str, Any]] = []
+    """One summary.json + cases.csv of the chunks of a sweep (``--skip``/``--limit`` runs);
+    a later folder's row for a case replaces an earlier one (a rerun with ``--only``)."""
+    by_id: dict[str, dict[str, Any]] = {}
     for d in folders:
         with open(Path(d) / "cases.csv", newline="") as f:
-            rows.extend(csv.DictReader(f))
+            for r in csv.DictReader(f):
+                by_id[r["id"]] = r
+    rows = list(by_id.values())
     s = summarize(rows, known)
     s.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), merged=folders)
     out.mkdir(parents=True, exist_ok=True)
@@ -561,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-limit", type=float, default=2.0, help="GiB per case")
     ap.add_argument("--known", default="", help="comma-separated ids not counted as bad")
     ap.add_argument("--merge", nargs="+", default=None,
-                    help="merge the cases.csv of chunked runs' folders into --out")
+                    help="merge the cases.csv of chunked runs' folders (later ones win) into --out")
     a = ap.parse_args(argv)
     if a.merge:
         return merge(a.merge, Path(a.out), {k for k in a.known.split(",") if k})
