@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test check setup system-deps lint bench fuzz clean
+.PHONY: lab test check setup system-deps lint bench fuzz conformance clean
 
 setup: $(STAMP) system-deps
 
@@ -53,6 +53,14 @@ lint: setup
 fuzz: setup
 	$(PY) tests/fuzz/fuzz.py --cases $(or $(CASES),10000) --jobs $(or $(JOBS),2) \
 	  $(if $(SEED),--seed $(SEED)) --out test-artifacts/fuzz
+
+# The ONNX backend conformance cases (onnx's generated node cases + the model folders of its
+# wheel, about 2,000) through open..safe..save..onnxruntime..compare, each in its own process
+# (60 s, 2 GiB); summary.json + cases.csv in test-artifacts/conformance (docs/core.md).
+# JOBS=, SUBSET=, SEED= override.
+conformance: setup
+	$(PY) scripts/conformance.py --jobs $(or $(JOBS),2) $(if $(SUBSET),--subset $(SUBSET)) \
+	  $(if $(SEED),--seed $(SEED)) --out test-artifacts/conformance
 
 bench: setup
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
