@@ -184,3 +184,14 @@ def assert_written_model_is_sound(path: Path, source: Path,
     assert len(got) == len(reference)
     for g, r in zip(got, reference, strict=True):
         np.testing.assert_allclose(g, r, atol=atol, rtol=rtol)
+
+
+def external_sources(root: Path) -> dict[str, Path]:
+    """The models with external data the writer and tool tests run on: ``helpers`` (built
+    with onnx helpers, every tensor external) and, when torch is installed, ``dynamo`` (a
+    torch.onnx dynamo export)."""
+    out = {"helpers": conv_norm_mean(root / "helpers")}
+    exported = dynamo_export(root / "dynamo")
+    if exported is not None:
+        out["dynamo"] = exported
+    return out

@@ -13,8 +13,7 @@ import pytest
 from external_models import (
     assert_written_model_is_sound,
     check_layout,
-    conv_norm_mean,
-    dynamo_export,
+    external_sources,
     feeds_for,
     fresh_run,
     reference_run,
@@ -33,12 +32,7 @@ from onnx_lab.runtime import session
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
-    root = tmp_path_factory.mktemp("writer_sources")
-    out = {"helpers": conv_norm_mean(root / "helpers")}
-    exported = dynamo_export(root / "dynamo")
-    if exported is not None:
-        out["dynamo"] = exported
-    return out
+    return external_sources(tmp_path_factory.mktemp("writer_sources"))
 
 
 @pytest.fixture(params=["helpers", "dynamo"])

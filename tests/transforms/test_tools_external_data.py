@@ -11,8 +11,7 @@ import onnx
 import pytest
 from external_models import (
     assert_written_model_is_sound,
-    conv_norm_mean,
-    dynamo_export,
+    external_sources,
     feeds_for,
     fresh_run,
     reference_run,
@@ -31,12 +30,7 @@ _NEEDS = {"onnxsim": "onnxsim", "onnxslim": "onnxslim", "onnxoptimizer": "onnxop
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
-    root = tmp_path_factory.mktemp("external_sources")
-    out = {"helpers": conv_norm_mean(root / "helpers")}
-    exported = dynamo_export(root / "dynamo")
-    if exported is not None:
-        out["dynamo"] = exported
-    return out
+    return external_sources(tmp_path_factory.mktemp("external_sources"))
 
 
 def _source(sources, kind):
