@@ -504,11 +504,12 @@ def profile_generation(model: Any, *, prompt: int | Sequence[int] | np.ndarray =
     budget = Budget(budget_s, len(provs), start=t_call)
     reporter = Progress(progress, len(provs) * (int(runs) + int(warmup)) if runs is not None
                         else 100 * len(provs), "generating", min_steps=3)
+    settings = _Settings(layout=layout, prompt_ids=prompt_ids, new_tokens=int(new_tokens),
+                         runs=runs, n_prof=n_prof, warmup=int(warmup), threads=threads,
+                         opt_level=opt_level, map_fused=map_fused, reporter=reporter,
+                         budget=budget, cancel=cancel, rel_ci=rel_ci, io_binding=io_binding)
     results, trace_paths = run_sessions(
-        provs, lambda p, tmp: _profile_one(lm, p, layout, prompt_ids, int(new_tokens), runs,
-                                           n_prof, int(warmup), threads, opt_level, tmp,
-                                           map_fused, reporter, budget, cancel, rel_ci,
-                                           io_binding),
+        provs, lambda p, tmp: _profile_one(lm, p, tmp, settings),
         budget=budget, reporter=reporter, cancel=cancel, explicit=explicit, notes=notes,
         keep_trace=keep_trace)
     if not results:
@@ -524,10 +525,32 @@ def profile_generation(model: Any, *, prompt: int | Sequence[int] | np.ndarray =
     return g
 
 
-def _profile_one(lm: LabModel, provider: str, layout: CacheLayout, prompt_ids: np.ndarray,
-                 new_tokens: int, runs: int | None, n_prof: int, warmup: int, threads,
-                 opt_level: str, tmp: Path, map_fused: bool, reporter: Progress,
-                 budget: Budget, cancel: Any, rel_ci: float, io_binding: bool) -> dict:
+@dataclass(frozen=True)
+class _Settings:
+    """What every provider's session of one :func:`profile_generation` call runs with."""
+
+    layout: CacheLayout
+    prompt_ids: np.ndarray
+    new_tokens: int
+    runs: int | None
+    n_prof: int
+    warmup: int
+    threads: int | None
+    opt_level: str
+    map_fused: bool
+    reporter: Progress
+    budget: Budget
+    cancel: Any
+    rel_ci: float
+    io_binding: bool
+
+
+def _profile_one(lm: LabModel, provider: str, tmp: Path, settings: _Settings) -> dict:
+    s = settings
+    layout, prompt_ids, new_tokens = s.layout, s.prompt_ids, s.new_tokens
+    runs, n_prof, warmup, threads, opt_level = s.runs, s.n_prof, s.warmup, s.threads, s.opt_level
+    map_fused, reporter, budget, cancel = s.map_fused, s.reporter, s.budget, s.cancel
+    rel_ci, io_binding = s.rel_ci, s.io_binding
     short = provider.replace("ExecutionProvider", "").lower()
     profiled = n_prof > 0
     write_opt = (profiled and map_fused and opt_level != "disable"

@@ -357,10 +357,11 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None,
     budget = Budget(budget_s, len(provs), start=t_call)
     reporter = Progress(progress, len(provs) * (int(runs) + int(warmup)) if runs is not None
                         else 100 * len(provs), "profiling", min_steps=20)
+    settings = _Settings(runs=runs, n_prof=n_prof, warmup=int(warmup), feed_list=feed_list,
+                         threads=threads, opt_level=opt_level, map_fused=map_fused,
+                         reporter=reporter, budget=budget, cancel=cancel, rel_ci=rel_ci)
     results, trace_paths = run_sessions(
-        provs, lambda p, tmp: _profile_one(lm, p, runs, n_prof, int(warmup), feed_list,
-                                           threads, opt_level, tmp, map_fused, reporter,
-                                           budget, cancel, rel_ci),
+        provs, lambda p, tmp: _profile_one(lm, p, tmp, settings),
         budget=budget, reporter=reporter, cancel=cancel, explicit=explicit, notes=notes,
         keep_trace=keep_trace)
     if not results:
@@ -464,9 +465,28 @@ def open_session(lm: LabModel, backend: str, *, opt_level: str = "all",
                         optimized_model_path=optimized_model_path, config_entries=config)
 
 
-def _profile_one(lm: LabModel, provider: str, runs: int | None, n_prof: int, warmup: int,
-                 feed_list, threads, opt_level: str, tmp: Path, map_fused: bool,
-                 reporter: Progress, budget: Budget, cancel: Any, rel_ci: float) -> dict:
+@dataclass(frozen=True)
+class _Settings:
+    """What every provider's session of one :func:`profile` call runs with."""
+
+    runs: int | None
+    n_prof: int
+    warmup: int
+    feed_list: Sequence[dict]
+    threads: int | None
+    opt_level: str
+    map_fused: bool
+    reporter: Progress
+    budget: Budget
+    cancel: Any
+    rel_ci: float
+
+
+def _profile_one(lm: LabModel, provider: str, tmp: Path, settings: _Settings) -> dict:
+    s = settings
+    runs, n_prof, warmup, feed_list = s.runs, s.n_prof, s.warmup, s.feed_list
+    threads, opt_level, map_fused = s.threads, s.opt_level, s.map_fused
+    reporter, budget, cancel, rel_ci = s.reporter, s.budget, s.cancel, s.rel_ci
     ov = is_openvino(provider)
     short = provider.replace("ExecutionProvider", "").replace(":", "_").lower()
     # Compiled providers (TensorRT) cannot serialize their optimized graph.
