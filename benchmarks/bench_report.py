@@ -46,7 +46,7 @@ def payload(text: str) -> dict:
 
 def measure(source, name: str, **kw) -> dict:
     import onnx_lab
-    from onnx_lab.render.report import write_report
+    from onnx_lab.reporting import write_report
 
     lab = onnx_lab.open(source, dims=kw.pop("dims", None))
     with tempfile.TemporaryDirectory() as d:

@@ -45,8 +45,8 @@ _LAZY: dict[str, str] = {
     "compare_torch": "onnx_lab.numerics.torch_compare",
     "diff": "onnx_lab.numerics.diff",
     "profile_generation": "onnx_lab.profiling.generate",
-    "write_report": "onnx_lab.render.report",
-    "write_diff_report": "onnx_lab.render.report",
+    "write_report": "onnx_lab.reporting",
+    "write_diff_report": "onnx_lab.reporting",
     "audit": "onnx_lab.zoo",
 }
 

@@ -843,18 +843,18 @@ class Lab:
         return compare_backends(self, backends, **kw)
 
     # ================================================================== reports
-    @forwards("onnx_lab.render.report:report_html", drop=("source",))
+    @forwards("onnx_lab.reporting:report_html", drop=("source",))
     def report(self, path: str | Path, **sections: Any) -> Path:
         """Write one self-contained HTML report of the current version (and its history).
 
-        Keywords as :func:`onnx_lab.render.report.write_report`: profile, against, precision,
+        Keywords as :func:`onnx_lab.reporting.write_report`: profile, against, precision,
         history, tables, title, max_nodes... (this Lab's dims/shapes apply). The file opens
         from disk in any browser with nothing running; a failing section is a note in it.
 
         Example:
             >>> lab.report("model.html", profile=True, against="model_fp16.onnx")
         """
-        from onnx_lab.render.report import write_report
+        from onnx_lab.reporting import write_report
 
         return write_report(self, path, **sections)
 

@@ -141,7 +141,7 @@ def audit_table() -> pd.DataFrame:
 def build(out: Path, *, widgets: bool = True) -> dict[str, Path]:
     """Write every artifact into ``out``; {name: file}."""
     from onnx_lab.render.audit import audit_index_html
-    from onnx_lab.render.report import write_diff_report, write_report
+    from onnx_lab.reporting import write_diff_report, write_report
 
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}

@@ -158,7 +158,7 @@ def _diff(args: argparse.Namespace) -> int:
     d = diff(args.a, args.b)
     if args.html:
         # on use: other commands need not pay
-        from onnx_lab.render.report import write_diff_report
+        from onnx_lab.reporting import write_diff_report
 
         out = write_diff_report(d, None, args.html)
         print(f"{out}: side-by-side diff", file=sys.stderr if args.json else sys.stdout)

@@ -1,5 +1,5 @@
 """CLI subcommands ``onnx-lab render`` (one call of :meth:`onnx_lab.Lab.render`) and
-``onnx-lab report`` (one call of :func:`onnx_lab.render.report.write_report`)."""
+``onnx-lab report`` (one call of :func:`onnx_lab.reporting.write_report`)."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from onnx_lab.render.report import write_report  # on use: other commands need not pay
+    from onnx_lab.reporting import write_report  # on use: other commands need not pay
 
     lab = open_from_args(args)
     out = write_report(lab, args.out, title=args.title,

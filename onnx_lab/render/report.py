@@ -15,8 +15,12 @@ JSON payload that the page inflates with the browser's ``DecompressionStream`` (
 see ``benchmarks/bench_report.py``). A section that fails (a profile of a model onnxruntime
 cannot run) becomes a note in its place; the file is always written.
 
+Render draws what it is given: :mod:`onnx_lab.reporting` (the façade's ``write_report``,
+``lab.report``, ``onnx-lab report``) runs the analyses and hands their results here
+(:class:`ReportResults`, a :class:`~onnx_lab.numerics.diff.Diff`).
+
 Example:
-    >>> from onnx_lab.render.report import write_diff_report, write_report
+    >>> from onnx_lab.reporting import write_diff_report, write_report
     >>> write_report("model.onnx", "model.html", profile=True)
     >>> write_diff_report("model.onnx", "model_fused.onnx", "diff.html")
 """
@@ -32,25 +36,15 @@ import math
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from onnx_lab import _display
-from onnx_lab.analysis.compat import check
-from onnx_lab.analysis.cost import cost
-from onnx_lab.analysis.peak import predicted_peak
-from onnx_lab.analysis.summary import summarize
-from onnx_lab.analysis.tables import initializers_table, nodes_table, tensors_table
 from onnx_lab.analysis.weights import weight_stats
 from onnx_lab.core.history import History
-from onnx_lab.core.outputs import input_files, refuse_inputs, write_atomic
 from onnx_lab.core.source import Resolved, resolve
 from onnx_lab.errors import LabError
-from onnx_lab.numerics.compare import compare
-from onnx_lab.numerics.diff import Diff, diff
-from onnx_lab.numerics.precision import find_precision
-from onnx_lab.profiling.run import Profile
-from onnx_lab.profiling.run import profile as run_profile
 from onnx_lab.render._html import (
     Markup,
     csp_meta,
@@ -74,10 +68,11 @@ from onnx_lab.render.view import render_model
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["write_report", "report_html", "write_diff_report", "diff_report_html",
-           "canvas_payload", "diff_panels", "REPORT_SECTIONS"]
+__all__ = ["ReportResults", "report_page", "diff_page", "canvas_payload", "diff_panels",
+           "REPORT_SECTIONS"]
 
-#: The sections of a report, in page order (keywords of :func:`write_report` turn them on).
+#: The sections of a report, in page order (keywords of :func:`onnx_lab.reporting.write_report`
+#: turn them on).
 REPORT_SECTIONS = ("summary", "graph", "check", "cost", "nodes", "initializers", "tensors",
                    "history", "profile", "comparison", "diff", "precision")
 
@@ -377,8 +372,15 @@ def _history_html(page: _Page, hist: History) -> str:
     return "".join(parts)
 
 
-def _cost_html(page: _Page, r: Resolved) -> str:
-    c = cost(r.model, dims=r.dims, shapes=r.shapes)
+def _given(result: Any) -> Any:
+    """A section's result; the exception that stopped it is raised here, inside the section,
+    so that it becomes the section's note (:meth:`_Page.add`)."""
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _cost_html(page: _Page, c: Any) -> str:
     notes = "".join(f"<li>{esc_text(n)}</li>" for n in c.notes)
     top = c.nodes.sort_values("flops", ascending=False)
     by_op = c.by_op().reset_index()
@@ -388,42 +390,12 @@ def _cost_html(page: _Page, r: Resolved) -> str:
                          "first; click a row to find it on the graph)"))
 
 
-def _check_html(page: _Page, r: Resolved) -> str:
-    df = check(r)
+def _check_html(page: _Page, df: Any) -> str:
     if not len(df):
         return "<div class='olr-ok'>no findings</div>"
     counts = df["severity"].value_counts()
     head = ", ".join(f"{int(n)} {esc_text(str(s))}" for s, n in counts.items())
     return f"<div>{head}</div>" + page.table_html("check", df, key="node_id")
-
-
-def _profile_html(r: Resolved, profile: Any) -> str:
-    if isinstance(profile, Profile):
-        p = profile
-    else:
-        kw = dict(profile) if isinstance(profile, Mapping) else {}
-        kw.setdefault("runs", 20)
-        kw.setdefault("warmup", 3)
-        kw.setdefault("dims", r.dims)
-        kw.setdefault("shapes", r.shapes)
-        p = run_profile(r.model, **kw)
-        if len(p.memory) and "predicted_activation_bytes" not in p.memory.columns:
-            p.memory = p.memory.assign(predicted_activation_bytes=predicted_peak(
-                r.model, kw["dims"], kw["shapes"]))
-    return profile_html(p)
-
-
-def _comparison_html(r: Resolved, other: Any, compare_kw: Mapping[str, Any]) -> str:
-    kw = dict(compare_kw)
-    kw.setdefault("dims", r.dims)
-    kw.setdefault("shapes", r.shapes)
-    return comparison_html(compare(r, other, **kw))
-
-
-def _precision_html(r: Resolved, precision: Any) -> str:
-    if isinstance(precision, str):
-        precision = find_precision(r.model, precision, dims=r.dims, shapes=r.shapes)
-    return _display.draw(precision, "html")
 
 
 def _title_of(r: Resolved, title: str | None, source: Any) -> str:
@@ -483,103 +455,102 @@ def _subtitle_html(r: Resolved, source: Any, extra: Markup | None = None) -> str
     return " · ".join(parts) + (extra or "")
 
 
-def report_html(source: Any, *, title: str | None = None, graph: bool = True,
-                tables: bool = True, check: bool = True, cost: bool = True,
-                history: bool | None = None, profile: Any = False, against: Any = None,
-                compare: Mapping[str, Any] | None = None, precision: Any = None,
-                dims: Mapping[str, int] | None = None,
-                shapes: Mapping[str, Sequence[int]] | None = None, max_nodes: int = 300,
-                max_views: int = 300, budget_s: float = 120.0, timeout: float = 10.0) -> str:
-    """The report of one model as one self-contained HTML document (see :func:`write_report`).
+@dataclass
+class ReportResults:
+    """What one model's report draws, computed by the façade (:mod:`onnx_lab.reporting`).
+
+    Each section holds its result, the exception that stopped it (drawn as a note in its
+    place: the file is always written) or None (the section is left out). The graph section
+    is drawn here from the model itself (``graph``: whether to draw it).
+
+    Attributes:
+        model: the resolved model (its dims and shapes).
+        source: what the report was asked for (its path names the page).
+        title: the page title (default: the model's file name or graph name).
+        summary: a :class:`~onnx_lab.analysis.summary.Summary`.
+        check: the :func:`~onnx_lab.analysis.compat.check` findings (DataFrame).
+        cost: a :class:`~onnx_lab.analysis.cost.Cost`.
+        nodes, initializers, tensors: the tables (DataFrames).
+        history: a :class:`~onnx_lab.core.history.History`.
+        profile: a :class:`~onnx_lab.profiling.run.Profile`.
+        against: the other model of ``comparison`` and ``diff`` (its name labels side B).
+        comparison: a :class:`~onnx_lab.numerics.compare.Comparison`.
+        diff: a :class:`~onnx_lab.numerics.diff.Diff`.
+        precision: a precision plan (anything with an HTML drawing).
+        max_nodes, max_views, budget_s, timeout: the canvases' pre-drawing limits.
+    """
+
+    model: Resolved
+    source: Any = None
+    title: str | None = None
+    summary: Any = None
+    graph: bool = True
+    check: Any = None
+    cost: Any = None
+    nodes: Any = None
+    initializers: Any = None
+    tensors: Any = None
+    history: Any = None
+    profile: Any = None
+    against: Any = None
+    comparison: Any = None
+    diff: Any = None
+    precision: Any = None
+    max_nodes: int = 300
+    max_views: int = 300
+    budget_s: float = 120.0
+    timeout: float = 10.0
+
+
+def report_page(res: ReportResults) -> str:
+    """The report of one model as one self-contained HTML document, from its results.
 
     Example:
-        >>> text = report_html("sample:convnet", profile=True)
-        >>> Path("convnet.html").write_text(text, encoding="utf-8")
+        >>> from onnx_lab.reporting import report_results
+        >>> text = report_page(report_results("sample:convnet", profile=True))
     """
-    r = resolve(source, dims, shapes)
+    r = res.model
     page = _Page()
     data: dict[str, Any] = {"canvases": {}, "tables": page.tables}
-    page.add("summary", "Summary", lambda: _summary_html(r))
-    if graph:
+    page.add("summary", "Summary", lambda: summary_html(_given(res.summary)))
+    if res.graph:
         def build_graph() -> str:
-            p = canvas_payload(r, max_nodes=max_nodes, max_views=max_views, budget_s=budget_s,
-                               timeout=timeout)
+            p = canvas_payload(r, max_nodes=res.max_nodes, max_views=res.max_views,
+                               budget_s=res.budget_s, timeout=res.timeout)
             data["canvases"]["main"] = p
             notes = "".join(f"<div class='olr-note'>{esc_text(n)}</div>" for n in p["notes"])
             return notes + "<div class='olr-canvas' data-canvas='main'></div>"
         page.add("graph", "Graph", build_graph)
-    if check:
-        page.add("check", "Check findings", lambda: _check_html(page, r))
-    if cost:
-        page.add("cost", "Cost", lambda: _cost_html(page, r))
-    if tables:
-        page.add("nodes", "Nodes", lambda: page.table_html("nodes", nodes_table(r.model),
+    if res.check is not None:
+        page.add("check", "Check findings", lambda: _check_html(page, _given(res.check)))
+    if res.cost is not None:
+        page.add("cost", "Cost", lambda: _cost_html(page, _given(res.cost)))
+    if res.nodes is not None:
+        page.add("nodes", "Nodes", lambda: page.table_html("nodes", _given(res.nodes),
                                                       key="node_id"))
+    if res.initializers is not None:
         page.add("initializers", "Initializers",
-                 lambda: page.table_html("initializers", initializers_table(r.model)))
-        page.add("tensors", "Tensors", lambda: page.table_html(
-            "tensors", tensors_table(r.model, r.dims, r.shapes)))
-    hist = _history_of(source)
-    if history or (history is None and hist is not None and len(hist) > 1):
-        page.add("history", "History", lambda: _history_html(page, hist) if hist is not None
-                 else _no_history())
-    if profile is not False and profile is not None:
-        page.add("profile", "Profile", lambda: _profile_html(r, profile))
-    if against is not None:
-        page.add("comparison", "Comparison", lambda: _comparison_html(r, against,
-                                                                      compare or {}))
-        page.add("diff", "Diff", lambda: _diff_section(page, data, r, against,
-                                                       max_nodes=max_nodes,
-                                                       max_views=max_views,
-                                                       budget_s=budget_s, timeout=timeout))
-    if precision is not None:
-        page.add("precision", "Precision plan", lambda: _precision_html(r, precision))
-    return _page_html(_title_of(r, title, source), _subtitle_html(r, source), page.sections, data,
-                      page.notes)
-
-
-def _no_history() -> str:
-    raise LabError("no history: the report was given a model, not a Lab.",
-                   fix="Pass the Lab (lab.report(path)) to include its steps.")
-
-
-def _summary_html(r: Resolved) -> str:
-    return summary_html(summarize(r.model, r.dims, r.shapes))
-
-
-def write_report(source: Any, path: str | Path, **sections: Any) -> Path:
-    """Write the report of ``source`` to ``path``: one HTML file that opens from disk.
-
-    Args:
-        source: a Lab (its current version, and its history), a path, a LabModel...
-        path: the ``.html`` file to write (its folder must exist).
-        **sections: title; graph, tables, check, cost (default True); history (None: when
-            the Lab has steps); profile (True, a dict of :func:`onnx_lab.profile` keywords,
-            or a Profile); against (another model: a comparison and a side-by-side diff);
-            compare (keywords of :func:`onnx_lab.compare`); precision (``"fp16"``... to run
-            :func:`~onnx_lab.numerics.precision.find_precision`, or a PrecisionPlan); dims,
-            shapes; max_nodes (per view), max_views, budget_s (pre-drawing), timeout.
-
-    Returns:
-        The path written. A section that fails is a note in the report, never a missing file.
-
-    Raises:
-        SaveError: the file cannot be written (WriteError), or it is the model, one of its
-            data files or the `against` model (refused before any work).
-        LabError: ``source`` cannot be opened.
-
-    Example:
-        >>> write_report(lab, "report.html", profile=True, against="model_fp16.onnx")
-    """
-    inputs = input_files([source, sections.get("against")])
-    refuse_inputs(path, inputs)  # before the work: the report would replace an input
-    text = report_html(source, **sections)
-    return _write(path, text, inputs)
-
-
-def _write(path: str | Path, text: str, inputs: dict[Path, str]) -> Path:
-    """``text`` to ``path`` through a fresh temporary (never over one of ``inputs``)."""
-    return write_atomic(path, text, sources=inputs)
+                 lambda: page.table_html("initializers", _given(res.initializers)))
+    if res.tensors is not None:
+        page.add("tensors", "Tensors", lambda: page.table_html("tensors",
+                                                          _given(res.tensors)))
+    if res.history is not None:
+        page.add("history", "History", lambda: _history_html(page, _given(res.history)))
+    if res.profile is not None:
+        page.add("profile", "Profile", lambda: profile_html(_given(res.profile)))
+    if res.comparison is not None:
+        page.add("comparison", "Comparison",
+                 lambda: comparison_html(_given(res.comparison)))
+    if res.diff is not None:
+        page.add("diff", "Diff", lambda: _diff_body(
+            page, data, _given(res.diff), "diff", max_nodes=res.max_nodes,
+            max_views=res.max_views, budget_s=res.budget_s, timeout=res.timeout,
+            label_a=_label(r, "this model"), label_b=_label(res.against, "against")))
+    if res.precision is not None:
+        page.add("precision", "Precision plan",
+                 lambda: _display.draw(_given(res.precision), "html"))
+    return _page_html(_title_of(r, res.title, res.source), _subtitle_html(r, res.source),
+                      page.sections, data, page.notes)
 
 
 # ----------------------------------------------------------------------------- diff
@@ -723,12 +694,6 @@ def _match_counts(d: Any) -> str:
     return ", ".join(f"{n} by {k}" for k, n in kinds.most_common()) or "by name and structure"
 
 
-def _diff_section(page: _Page, data: dict[str, Any], r: Resolved, other: Any, **kw: Any) -> str:
-    d = diff(r, other)
-    return _diff_body(page, data, d, "diff", label_a=_label(r, "this model"),
-                      label_b=_label(other, "against"), **kw)
-
-
 def _label(source: Any, default: str) -> str:
     path = getattr(getattr(source, "model", None), "path", None) or getattr(source, "path",
                                                                           None)
@@ -737,37 +702,29 @@ def _label(source: Any, default: str) -> str:
     return source if isinstance(source, str) else default
 
 
-def diff_report_html(a: Any, b: Any, *, title: str | None = None, max_nodes: int = 300,
-                     max_views: int = 300, budget_s: float = 120.0,
-                     timeout: float = 10.0) -> str:
-    """The side-by-side diff of two models as one self-contained HTML document.
+def diff_page(d: Any, a: Any = None, b: Any = None, *, title: str | None = None,
+              max_nodes: int = 300, max_views: int = 300, budget_s: float = 120.0,
+              timeout: float = 10.0) -> str:
+    """The side-by-side diff of two models as one self-contained HTML document, from their
+    :class:`~onnx_lab.numerics.diff.Diff` (``a``, ``b``: what was compared, for the labels;
+    default the Diff's sides).
 
     Two canvases with synced pan, zoom and selection: a click on a node selects its
     counterpart on the other side (a fused node highlights every node it replaced); added
     (green), removed (red) and changed (orange) nodes are outlined; the side panel shows
     the change, the match, attribute, shape and weight differences; below, counts per op type
-    and the table of differing nodes. ``a`` and ``b`` may be Labs, paths, Diffs' sides...
+    and the table of differing nodes.
+
+    Example:
+        >>> text = diff_page(onnx_lab.diff("bert.onnx", "bert_fused.onnx"))
     """
-    d = a if isinstance(a, Diff) else diff(a, b)
     page = _Page()
     data: dict[str, Any] = {"canvases": {}, "tables": page.tables}
-    la, lb = _label(d.a if isinstance(a, Diff) else a, "A"), _label(
-        d.b if isinstance(a, Diff) else b, "B")
+    la, lb = _label(d.a if a is None else a, "A"), _label(d.b if b is None else b, "B")
     page.add("diff", "Diff", lambda: _diff_body(page, data, d, "diff", max_nodes=max_nodes,
                                                 max_views=max_views, budget_s=budget_s,
                                                 timeout=timeout, label_a=la, label_b=lb))
     t = title or f"{la} → {lb}"
-    return _page_html(t, _subtitle_html(d.a, a, Markup(f" · against {esc_text(lb)}")), page.sections,
-                      data, page.notes)
-
-
-def write_diff_report(a: Any, b: Any, path: str | Path, **kw: Any) -> Path:
-    """Write :func:`diff_report_html` of ``a`` and ``b`` to ``path``.
-
-    Example:
-        >>> write_diff_report("bert.onnx", "bert_fused.onnx", "diff.html")
-    """
-    inputs = input_files([a.a, a.b] if isinstance(a, Diff) else [a, b])
-    refuse_inputs(path, inputs)
-    return _write(path, diff_report_html(a, b, **kw), inputs)
-
+    return _page_html(t, _subtitle_html(d.a, d.a if a is None else a,
+                                        Markup(f" · against {esc_text(lb)}")),
+                      page.sections, data, page.notes)

@@ -201,7 +201,7 @@ class _Audit:
         if self.task.get("report"):
             # Imported here like every onnx_lab module of the worker: the memory limit is set
             # before anything heavy is imported.
-            from onnx_lab.render.report import write_report
+            from onnx_lab.reporting import write_report
 
             write_report(self.lab, self.task["report"])
             self.row["report"] = True

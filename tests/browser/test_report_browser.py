@@ -161,7 +161,7 @@ def test_report_opens_offline_and_responds(detector_report):
 
 @pytest.fixture(scope="module")
 def bert_diff(tmp_path_factory):
-    from onnx_lab.render.report import write_diff_report
+    from onnx_lab.reporting import write_diff_report
 
     lab = onnx_lab.open("sample:bert_block", dims={"batch": 1, "seq": 8})
     r = lab.apply("ort_transformers", model_type="bert")

@@ -42,6 +42,7 @@ def _as_another_user() -> Iterator[None]:
     import onnx_lab.numerics.repro  # noqa: F401
     import onnx_lab.profiling.run  # noqa: F401
     import onnx_lab.render.report  # noqa: F401
+    import onnx_lab.reporting  # noqa: F401
     import onnx_lab.transforms.passes  # noqa: F401
     os.setegid(65534)
     os.seteuid(65534)

@@ -20,7 +20,8 @@ from onnx import TensorProto, helper
 
 import onnx_lab
 from onnx_lab.cli import main
-from onnx_lab.render.report import canvas_payload, diff_report_html, report_html, write_report
+from onnx_lab.render.report import canvas_payload
+from onnx_lab.reporting import diff_report_html, report_html, write_report
 
 
 def payload(text: str) -> dict:
@@ -234,3 +235,40 @@ def test_without_graphviz_the_report_still_has_everything_else(tmp_path, monkeyp
     view = data["canvases"]["main"]["views"][""]
     assert view["svg"] == "" and view["fallback"].startswith("no drawing:")
     assert len(data["tables"]["nodes"]["rows"]) == 21
+
+
+def test_render_only_draws_the_results_it_is_given():
+    # The analyses run in the façade (onnx_lab.reporting); render/report.py imports none of
+    # them, only the drawing of the results it is handed.
+    import ast
+    from pathlib import Path
+
+    import onnx_lab.render.report as rr
+
+    tree = ast.parse(Path(rr.__file__).read_text(encoding="utf-8"))
+    mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    ran = {m for m in mods if m.startswith(("onnx_lab.numerics", "onnx_lab.profiling"))
+           or m in ("onnx_lab.analysis.compat", "onnx_lab.analysis.cost",
+                    "onnx_lab.analysis.peak", "onnx_lab.analysis.summary",
+                    "onnx_lab.analysis.tables")}
+    assert ran == set()
+
+
+def test_report_profile_is_the_one_door_profile():
+    # The report's profile section is onnx_lab.profile's: with the cost model's prediction.
+    from onnx_lab.reporting import report_results
+
+    res = report_results("sample:convnet", profile={"runs": 3, "warmup": 1}, tables=False,
+                         graph=False, check=False, cost=False)
+    assert res.profile.memory.predicted_activation_bytes.iloc[0] > 0
+    assert res.check is None and res.cost is None and res.nodes is None
+
+
+def test_unknown_report_keyword_names_close_matches(tmp_path):
+    from onnx_lab.errors import InputError
+
+    with pytest.raises(InputError, match="did you mean 'profile'"):
+        write_report("sample:convnet", tmp_path / "r.html", proflie=True)
+    with pytest.raises(InputError, match="did you mean 'against'"):
+        onnx_lab.open("sample:convnet").report(tmp_path / "r.html", agains="x.onnx")
+    assert not (tmp_path / "r.html").exists()
