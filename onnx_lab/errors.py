@@ -24,6 +24,7 @@ __all__ = [
     "DimError",
     "InputError",
     "PassError",
+    "PassParameterError",
     "SaveError",
     "WriteError",
     "ExtractError",
@@ -89,6 +90,11 @@ class CacheError(InputError):
 
 class PassError(LabError):
     """A transform could not be applied (bad params, unknown match, failing tool)."""
+
+
+class PassParameterError(InputError, PassError):
+    """A pass was given a parameter it does not have: an InputError (with close matches) and
+    a PassError (what a pass's bad parameters always raised)."""
 
 
 class SaveError(LabError):
@@ -195,8 +201,8 @@ def strict_keywords(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator: an unknown keyword argument of ``fn`` raises :func:`check_keywords`'s
     InputError (with close matches) instead of Python's TypeError; the signature stays
     ``fn``'s (``help()`` shows it)."""
-    names = keyword_names(fn)
-    where = f"{fn.__name__}()"
+    names = [n for n in keyword_names(fn) if n != "self"]
+    where = f"{fn.__qualname__}()"
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kw: Any) -> Any:
@@ -204,6 +210,25 @@ def strict_keywords(fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn(*args, **kw)
 
     return wrapper
+
+
+def strict_methods(cls: type) -> type:
+    """Class decorator: every public method with an explicit signature (no ``**kw`` of its
+    own) gets :func:`strict_keywords`, so a misspelt keyword is an InputError with close
+    matches, as it is for the :func:`forwards` methods.
+
+    Example:
+        >>> @strict_methods
+        ... class Lab: ...
+    """
+    for name, fn in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.isfunction(fn):
+            continue
+        params = inspect.signature(fn).parameters.values()
+        if any(p.kind == p.VAR_KEYWORD for p in params):
+            continue
+        setattr(cls, name, strict_keywords(fn))
+    return cls
 
 
 class _Forwarding:

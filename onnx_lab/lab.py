@@ -8,8 +8,11 @@ lower layers take and return models; this module wraps what they return in Labs
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
+import types
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +25,13 @@ from onnx_lab.core.provenance import origins
 from onnx_lab.core.shapes import validate_dims
 from onnx_lab.core.source import load_source, resolve
 from onnx_lab.core.source_map import carry_sources
-from onnx_lab.errors import InputError, forwards
+from onnx_lab.errors import (
+    InputError,
+    check_keywords,
+    forwards,
+    strict_keywords,
+    strict_methods,
+)
 from onnx_lab.render._html import esc_text
 
 if TYPE_CHECKING:
@@ -38,6 +47,7 @@ __all__ = ["Lab", "open_lab", "as_lab", "merge", "to_fp16", "to_int8_dynamic", "
            "repro", "profile"]
 
 
+@strict_keywords
 def open_lab(source: Any, *, dims: Mapping[str, int] | None = None,
              shapes: Mapping[str, Sequence[int]] | None = None, mmap: bool = False,
              base_dir: str | os.PathLike | None = None) -> Lab:
@@ -70,6 +80,7 @@ def open_lab(source: Any, *, dims: Mapping[str, int] | None = None,
     return Lab(load_source(source, mmap=mmap, base_dir=base_dir), dims=dims, shapes=shapes)
 
 
+@strict_keywords
 def as_lab(source: Any, *, dims: Mapping[str, int] | None = None,
            shapes: Mapping[str, Sequence[int]] | None = None) -> Lab:
     """``source`` itself when it is a Lab, else :func:`open_lab` of it."""
@@ -78,6 +89,7 @@ def as_lab(source: Any, *, dims: Mapping[str, int] | None = None,
     return open_lab(source, dims=dims, shapes=shapes)
 
 
+@strict_keywords
 def merge(a: Any, b: Any, io_map: Sequence[tuple[str, str]], *, prefix1: str | None = None,
           prefix2: str | None = None, inputs: Sequence[str] | None = None,
           outputs: Sequence[str] | None = None) -> Lab:
@@ -114,6 +126,7 @@ def _source_paths(source: Any) -> list[Path]:
     return []
 
 
+@strict_keywords
 def repro(comparison: Any, folder: str | Path, divergence: dict[str, Any] | None = None, *,
           overwrite: bool = False):
     """Write a minimal repro of a comparison's first divergence (or ``divergence``) into
@@ -145,6 +158,7 @@ def _converted(source: Any, model: LabModel, what: str) -> Lab:
                        source_path=path, protected=paths[1:]))
 
 
+@strict_keywords
 def to_fp16(source: Any, keep_io_types: bool = True,
             block_list: Sequence[str] | None = None) -> Lab:
     """A float16 copy of a model as a new Lab; see
@@ -158,6 +172,7 @@ def to_fp16(source: Any, keep_io_types: bool = True,
     return _converted(source, fp16_model(source, keep_io_types, block_list), "fp16 conversion")
 
 
+@strict_keywords
 def to_int8_dynamic(source: Any, nodes_to_exclude: Sequence[str] | None = None) -> Lab:
     """Dynamic int8 quantization as a new Lab; see
     :func:`onnx_lab.numerics.quantize.int8_dynamic_model`.
@@ -171,6 +186,7 @@ def to_int8_dynamic(source: Any, nodes_to_exclude: Sequence[str] | None = None) 
                       "dynamic int8 quantization")
 
 
+@strict_keywords
 def to_int8_static(source: Any, feeds: Any = None, n: int = 8,
                    nodes_to_exclude: Sequence[str] | None = None) -> Lab:
     """Static (QDQ) int8 quantization as a new Lab; see
@@ -251,6 +267,86 @@ def _history_table(df: pd.DataFrame, replay: Any) -> pd.DataFrame:
 _HISTORY_TABLE: list[type] = []
 
 
+class _EditStep:
+    """``lab.<pass>(...)``: ``lab.apply(<pass>, verify=verify, **params)`` for an edit pass of
+    the registry. Its signature (the pass's parameters in their registered order, then
+    ``verify``), its doc (the pass's docstring) and its keyword check come from the registry,
+    read on first use (the passes stay unimported until then). ``legacy``: keyword names the
+    hand-written methods had ({old: parameter}); they still work, with a DeprecationWarning
+    naming the new keyword. ``tests/test_keywords.py`` keeps the methods equal to the
+    registry's edit passes."""
+
+    def __init__(self, pass_name: str, legacy: Mapping[str, str] | None = None) -> None:
+        self.pass_name = pass_name
+        self.legacy = dict(legacy or {})
+        self.__name__ = self.__qualname__ = pass_name
+        self._sig: inspect.Signature | None = None
+        self._params: tuple = ()
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.__qualname__ = f"{owner.__name__}.{name}"
+
+    def _resolve(self) -> None:
+        from onnx_lab.transforms.base import _REGISTRY, _load_builtins
+
+        _load_builtins()
+        entry = _REGISTRY[self.pass_name]
+        self._params = entry.params
+        P = inspect.Parameter
+        params = [P("self", P.POSITIONAL_OR_KEYWORD)]
+        params += [P(p.name, P.POSITIONAL_OR_KEYWORD, default=p.default) for p in entry.params]
+        params.append(P("verify", P.KEYWORD_ONLY, default=True))
+        self._sig = inspect.Signature(params)
+        doc = inspect.cleandoc(entry.factory.__doc__ or entry.summary)
+        self._doc = (f"{doc}\n\nA new version: ``lab.apply({self.pass_name!r}, verify=verify, "
+                     "**params)`` (:meth:`Lab.apply`).")
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        if self._sig is None:
+            self._resolve()
+        return self._sig
+
+    @property
+    def __doc__(self) -> str:  # type: ignore[override]
+        if self._sig is None:
+            self._resolve()
+        return self._doc
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __call__(self, lab: Lab, *args: Any, verify: bool | Mapping[str, Any] = True,
+                 **kw: Any):
+        if self._sig is None:
+            self._resolve()
+        names = [p.name for p in self._params]
+        for old, new in self.legacy.items():
+            if old in kw and new not in kw:
+                warnings.warn(f"lab.{self.pass_name}({old}=...) is deprecated: use "
+                              f"lab.{self.pass_name}({new}=...).", DeprecationWarning,
+                              stacklevel=2)
+                kw[new] = kw.pop(old)
+        check_keywords(f"Lab.{self.pass_name}()", kw, names + ["verify"])
+        if len(args) > len(names):
+            raise InputError(f"Lab.{self.pass_name}() takes {len(names)} positional "
+                             f"arguments ({', '.join(names)}), got {len(args)}.",
+                             fix="Pass the rest by keyword.")
+        for name, value in zip(names, args):
+            if name in kw:
+                raise InputError(f"Lab.{self.pass_name}() got {name!r} twice.",
+                                 fix=f"Pass {name} once.")
+            kw[name] = value
+        for p in self._params:  # the containers the methods always accepted in any form
+            v = kw.get(p.name)
+            if p.type is dict and isinstance(v, Mapping) and not isinstance(v, dict):
+                kw[p.name] = dict(v)
+            elif p.type is list and isinstance(v, tuple):
+                kw[p.name] = list(v)
+        return lab.apply(self.pass_name, verify=verify, **kw)
+
+
+@strict_methods
 class Lab:
     """A model opened with :func:`onnx_lab.open`: a history of versions, the current one shown.
 
@@ -270,9 +366,18 @@ class Lab:
 
     # ------------------------------------------------------------------ model and index
     @property
+    def version_history(self) -> History:
+        """The :class:`~onnx_lab.core.history.History` object (its versions, undo/redo,
+        to_script) whose table is ``lab.history`` (read-only use: change it through
+        apply/undo/redo/checkout)."""
+        return self._history
+
+    @property
     def versions(self) -> History:
-        """The :class:`~onnx_lab.core.history.History` behind ``lab.history`` (read-only use:
-        change it through apply/undo/redo/checkout)."""
+        """Deprecated name of :attr:`version_history` (the History object; ``lab.history`` is
+        its table)."""
+        warnings.warn("lab.versions is deprecated: use lab.version_history (the History "
+                      "object; lab.history is its table).", DeprecationWarning, stacklevel=2)
         return self._history
 
     @property
@@ -513,7 +618,8 @@ class Lab:
 
     def to_fp16(self, keep_io_types: bool = True,
                 block_list: Sequence[str] | None = None) -> Lab:
-        """A float16 copy of the current version as a new Lab (``onnx_lab.to_fp16(lab)``).
+        """A float16 copy of the current version as a new Lab: a thin alias of the one door,
+        :func:`onnx_lab.to_fp16` (``onnx_lab.to_fp16(lab)``, the same call and result).
 
         Example:
             >>> half = lab.to_fp16(block_list=["Softmax"])
@@ -521,14 +627,14 @@ class Lab:
         return to_fp16(self, keep_io_types, block_list)
 
     def to_int8_dynamic(self, nodes_to_exclude: Sequence[str] | None = None) -> Lab:
-        """Dynamic int8 quantization of the current version as a new Lab
-        (``onnx_lab.to_int8_dynamic(lab)``)."""
+        """Dynamic int8 quantization of the current version as a new Lab: a thin alias of the
+        one door, :func:`onnx_lab.to_int8_dynamic` (``onnx_lab.to_int8_dynamic(lab)``)."""
         return to_int8_dynamic(self, nodes_to_exclude)
 
     def to_int8_static(self, feeds: Any = None, n: int = 8,
                        nodes_to_exclude: Sequence[str] | None = None) -> Lab:
-        """Static (QDQ) int8 quantization of the current version as a new Lab
-        (``onnx_lab.to_int8_static(lab)``)."""
+        """Static (QDQ) int8 quantization of the current version as a new Lab: a thin alias of
+        the one door, :func:`onnx_lab.to_int8_static` (``onnx_lab.to_int8_static(lab)``)."""
         return to_int8_static(self, feeds, n, nodes_to_exclude)
 
     def apply_preset(self, preset: str | Sequence[str] = "safe",
@@ -591,18 +697,20 @@ class Lab:
         return save(self._history, path, external_data=external_data, overwrite=overwrite,
                     check=(lambda p: load_problem(p, model)) if check else None)
 
-    def fix_dims(self, dims: Mapping[str, int], verify: bool | Mapping[str, Any] = True):
-        """Replace symbolic dims by values (``{"batch": 1}``) as a new verified version."""
-        return self.apply("fix_dims", verify=verify, dims=dict(dims))
 
-    def set_input_shape(self, name: str, shape: Sequence[int | str],
-                        verify: bool | Mapping[str, Any] = True):
-        """Set the declared shape of input ``name`` as a new version."""
-        return self.apply("set_input_shape", verify=verify, input=name, shape=list(shape))
-
-    def convert_opset(self, target: int, verify: bool | Mapping[str, Any] = True):
-        """Convert to opset ``target`` with onnx.version_converter as a new version."""
-        return self.apply("convert_opset", verify=verify, target=target)
+    # Edits: lab.<edit pass>(...) is lab.apply(<pass>, ...), generated from the registry.
+    fix_dims = _EditStep("fix_dims")
+    set_input_shape = _EditStep("set_input_shape", legacy={"name": "input"})
+    convert_opset = _EditStep("convert_opset")
+    set_attribute = _EditStep("set_attribute", legacy={"name": "attribute"})
+    remove_node = _EditStep("remove_node")
+    rename_tensor = _EditStep("rename_tensor")
+    rename_node = _EditStep("rename_node")
+    add_output = _EditStep("add_output")
+    remove_output = _EditStep("remove_output")
+    replace_initializer = _EditStep("replace_initializer", legacy={"name": "initializer"})
+    scale_initializer = _EditStep("scale_initializer", legacy={"name": "initializer"})
+    add_node = _EditStep("add_node", legacy={"name": "node_name"})
 
     def extract(self, inputs: Sequence[str] | None = None, outputs: Sequence[str] | None = None,
                 nodes: Sequence[str] | None = None, verify: bool | Mapping[str, Any] = True
@@ -611,21 +719,6 @@ class Lab:
         :func:`onnx_lab.transforms.extract.extract_model` and :func:`onnx_lab.steps.extract`."""
         return Lab(steps.extract(self._history, inputs=inputs, outputs=outputs, nodes=nodes,
                                  verify=verify))
-
-    def set_attribute(self, node_id: str, name: str, value: Any,
-                      verify: bool | Mapping[str, Any] = True):
-        """Set attribute ``name`` of a node (a new version; verification shows the effect)."""
-        return self.apply("set_attribute", verify=verify, node_id=node_id, attribute=name,
-                          value=value)
-
-    def remove_node(self, node_id: str, reconnect: bool = True,
-                    verify: bool | Mapping[str, Any] = True):
-        """Remove a node, wiring its first input to its users when ``reconnect``."""
-        return self.apply("remove_node", verify=verify, node_id=node_id, reconnect=reconnect)
-
-    def rename_tensor(self, old: str, new: str, verify: bool | Mapping[str, Any] = True):
-        """Rename a tensor everywhere (inputs, outputs, initializers, node edges)."""
-        return self.apply("rename_tensor", verify=verify, old=old, new=new)
 
     def removal_plan(self, node_id: str, mode: str = "reconnect") -> dict[str, Any]:
         """What ``remove_node(node_id, mode=mode)`` would remove, before doing it; see
@@ -638,41 +731,6 @@ class Lab:
         """Remove a node and every node after it (see :meth:`removal_plan` first)."""
         return self.apply("remove_node", verify=verify, node_id=node_id, mode="cascade")
 
-    def rename_node(self, node_id: str, new: str, verify: bool | Mapping[str, Any] = True):
-        """Rename a node (a new version; outputs checked bit-identical)."""
-        return self.apply("rename_node", verify=verify, node_id=node_id, new=new)
-
-    def add_output(self, tensor: str, verify: bool | Mapping[str, Any] = True):
-        """Make a tensor a graph output (existing outputs checked bit-identical)."""
-        return self.apply("add_output", verify=verify, tensor=tensor)
-
-    def remove_output(self, output: str, verify: bool | Mapping[str, Any] = True):
-        """Remove a graph output and the nodes only it needed."""
-        return self.apply("remove_output", verify=verify, output=output)
-
-    def replace_initializer(self, name: str, value: Any,
-                            verify: bool | Mapping[str, Any] = True):
-        """Replace an initializer from an array or a .npy/.npz path (shape and dtype checked)."""
-        return self.apply("replace_initializer", verify=verify, initializer=name, value=value)
-
-    def scale_initializer(self, name: str, factor: float,
-                          verify: bool | Mapping[str, Any] = True):
-        """Multiply a float initializer by ``factor``."""
-        return self.apply("scale_initializer", verify=verify, initializer=name, factor=factor)
-
-    def add_node(self, tensor: str, op_type: str, attributes: Mapping[str, Any] | None = None,
-                 inputs: Sequence[Any] | None = None, name: str = "",
-                 verify: bool | Mapping[str, Any] = True):
-        """Insert a node after ``tensor`` (it takes over the tensor's consumers).
-
-        Example:
-            >>> lab.add_node("logits", "Softmax", {"axis": -1})
-            >>> lab.add_node("x", "Mul", inputs=[0.5])
-        """
-        return self.apply("add_node", verify=verify, tensor=tensor, op_type=op_type,
-                          attributes=dict(attributes or {}),
-                          inputs=list(inputs) if inputs is not None else None, node_name=name)
-
     def to_script(self, source: str | None = None) -> str:
         """A Python script replaying the history up to the current step; see
         :meth:`onnx_lab.core.history.History.to_script`."""
@@ -680,6 +738,7 @@ class Lab:
 
         return self._history.to_script(source, set(pass_names()))
 
+    @forwards("onnx_lab.widgets.editor:Editor", drop=("lab",))
     def edit(self, **kwargs: Any):
         """The Editor widget on this Lab: the graph canvas and an edit panel.
 
@@ -712,13 +771,16 @@ class Lab:
 
     def repro(self, comparison: Any, folder: str | Path,
               divergence: dict[str, Any] | None = None, *, overwrite: bool = False):
-        """Write a minimal repro of ``comparison``'s first divergence (or ``divergence``)
-        into ``folder`` (:func:`onnx_lab.repro`).
+        """Deprecated: it never used the Lab. Use ``comparison.repro(folder)`` or
+        ``onnx_lab.repro(comparison, folder)`` (the same function).
 
         Example:
             >>> c = lab.compare(candidate)
-            >>> lab.repro(c, "repro/")
+            >>> c.repro("repro/")
         """
+        warnings.warn("lab.repro(comparison, folder) is deprecated: use "
+                      "comparison.repro(folder) or onnx_lab.repro(comparison, folder).",
+                      DeprecationWarning, stacklevel=2)
         return repro(comparison, folder, divergence, overwrite=overwrite)
 
     def diff(self, other: Any):

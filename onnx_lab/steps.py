@@ -6,7 +6,7 @@ optimize`` all go through these functions, with the Lab's :class:`~onnx_lab.core
 
 Example:
     >>> from onnx_lab import steps
-    >>> r = steps.apply(lab.versions, "fuse_conv_bn")   # what lab.apply does
+    >>> r = steps.apply(lab.version_history, "fuse_conv_bn")   # what lab.apply does
     >>> r.verify_passed, r.first_failure
 """
 
@@ -222,7 +222,7 @@ def find_precision(history: History, target: str = "fp16", feeds: Any = None,
     :class:`~onnx_lab.numerics.precision.PrecisionPlan`, with ``plan.result`` the PassResult.
 
     Example:
-        >>> plan = steps.find_precision(lab.versions, "fp16", atol=1e-3, rtol=1e-2)
+        >>> plan = steps.find_precision(lab.version_history, "fp16", atol=1e-3, rtol=1e-2)
     """
     # each target's own search, one name
     from onnx_lab.numerics.precision import find_precision as search

@@ -22,6 +22,7 @@ FORWARDING = {
     "compare_backends": ("batch_sizes", "preset"),
     "report": ("title", "profile", "against", "max_nodes"),
     "explore": ("page_size", "tab", "height"),
+    "edit": ("height",),
 }
 
 
@@ -112,3 +113,75 @@ def test_extract_verification_options_it_cannot_use_are_an_error(lab):
 def test_module_profile_checks_its_keywords():
     with pytest.raises(InputError, match="did you mean 'warmup'"):
         onnx_lab.profile("sample:convnet", warmp=1)
+
+
+def _explicit_methods():
+    out = []
+    for name, fn in vars(onnx_lab.Lab).items():
+        if name.startswith("_") or not callable(fn) or isinstance(fn, property):
+            continue
+        sig = inspect.signature(fn)
+        if not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
+            out.append(name)
+    return sorted(out)
+
+
+@pytest.mark.parametrize("method", _explicit_methods())
+def test_every_lab_method_refuses_a_misspelt_keyword(lab, method):
+    # Methods with explicit signatures: Python's TypeError becomes the same InputError.
+    with pytest.raises(InputError, match=r"unknown keyword 'verifyy'"):
+        getattr(lab, method)(verifyy=True)
+
+
+def test_apply_with_an_unknown_parameter_names_its_close_match(lab):
+    from onnx_lab.errors import PassError
+
+    with pytest.raises(InputError, match=r"no parameter 'dimz' \(did you mean 'dims'\?\)"):
+        lab.apply("fix_dims", verify=False, dimz={"batch": 1})
+    with pytest.raises(PassError):  # still the PassError it always was
+        lab.apply("fuse_conv_bn", alpha=1)
+    assert len(lab.history) == 1
+
+
+def test_results_render_refuses_a_misspelt_keyword(lab):
+    c = lab.compare(lab)
+    with pytest.raises(InputError, match="did you mean 'around'"):
+        c.render(aroun="x")
+    with pytest.raises(InputError, match="did you mean 'max_nodes'"):
+        lab.diff(lab).render(max_node=3)
+
+
+def test_edit_methods_are_the_registrys_edit_passes(lab):
+    import warnings
+
+    from onnx_lab.lab import _EditStep
+    from onnx_lab.transforms import available
+
+    table = available()
+    edits = set(table.loc[table.kind == "edit", "name"])
+    methods = {n for n, v in vars(onnx_lab.Lab).items() if isinstance(v, _EditStep)}
+    assert methods == edits
+    for name in sorted(methods):  # the signature and doc are the pass's own
+        params = list(table.loc[table.name == name, "parameters"].iloc[0])
+        sig = list(inspect.signature(getattr(lab, name)).parameters)
+        assert sig == params + ["verify"], name
+        assert getattr(onnx_lab.Lab, name).__doc__.startswith(
+            table.loc[table.name == name, "summary"].iloc[0])
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        r = lab.set_attribute("/stem/conv/Conv", name="group", value=1, verify=False)
+    assert r.name == "set_attribute" and r.modified
+    assert any(issubclass(x.category, DeprecationWarning) and "attribute=" in str(x.message)
+               for x in w)
+    lab.undo()
+
+
+def test_deprecated_names_warn_with_the_new_call(lab, tmp_path):
+    with pytest.warns(DeprecationWarning, match="lab.version_history"):
+        assert lab.versions is lab.version_history
+    from onnx_lab.errors import InputError as Err
+
+    c = lab.compare(lab)  # no divergence: the call warns, then says there is nothing to write
+    with pytest.warns(DeprecationWarning, match=r"comparison.repro\(folder\)"), \
+            pytest.raises(Err, match="no divergence"):
+        lab.repro(c, tmp_path / "r")

@@ -225,7 +225,7 @@ class History:
                 registry); other steps (a precision search, a merge) raise InputError.
 
         Example:
-            >>> print(lab.versions.to_script())
+            >>> print(lab.version_history.to_script())
         """
         return _to_script(self, source, known)
 

@@ -341,7 +341,7 @@ class _Page:
 def _history_of(source: Any) -> History | None:
     if isinstance(source, History):
         return source
-    h = getattr(source, "versions", None)
+    h = getattr(source, "version_history", None)
     return h if isinstance(h, History) else None
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnx_lab.core.outputs import input_files, refuse_inputs, write_atomic
-from onnx_lab.errors import RenderError, unknown_name
+from onnx_lab.errors import RenderError, strict_keywords, unknown_name
 from onnx_lab.render import collapse as _collapse
 from onnx_lab.render import dot as _dot
 from onnx_lab.render._html import clean_svg, esc_text
@@ -287,6 +287,7 @@ def _check_args(radius, direction, max_nodes, timeout) -> None:
 
 
 # ----------------------------------------------------------------------------- entry point
+@strict_keywords  # the results' .render(**kw) pass their keywords here: a typo is an InputError
 def render_model(model: LabModel, nodes: Any = None, *, around: str | Iterable[str] | None = None,
                  radius: int = 2, direction: str = "both", graph: str = "",
                  collapse: int | str | None = None, expand: str | Iterable[str] | None = None,

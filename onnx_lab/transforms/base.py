@@ -28,7 +28,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.provenance import ORIGIN_KEY, node_origin, origins, stamp_origins
 from onnx_lab.core.source_map import carry_sources
 from onnx_lab.core.values import overridable
-from onnx_lab.errors import PassError, unknown_name
+from onnx_lab.errors import PassError, PassParameterError, close_matches, unknown_name
 
 __all__ = ["ORIGIN_KEY", "Param", "Match", "PassContext", "PassResult", "Rewrite", "LabPass", "register_pass",
            "get_pass", "pass_names", "pass_kind", "available", "origins", "node_origin",
@@ -433,8 +433,11 @@ class LabPass(ir.passes.InPlacePass):
         out = {p.name: p.default for p in cls.params}
         for k, v in params.items():
             if k not in known:
-                raise PassError(
-                    f"Pass {cls.name!r} has no parameter {k!r}.",
+                near = close_matches(k, known, n=3)
+                hint = (f" (did you mean {' or '.join(repr(m) for m in near)}?)" if near
+                        else "")
+                raise PassParameterError(
+                    f"Pass {cls.name!r} has no parameter {k!r}{hint}.",
                     fix=f"Its parameters: {', '.join(known) or 'none'}.")
             p = known[k]
             ok = isinstance(v, p.type) and not (isinstance(v, bool) and p.type in (int, float))

@@ -555,5 +555,5 @@ def test_constants_to_initializers_leaves_step_0_byte_identical():
     lab.undo()
     lab.cost()
     assert ir.to_proto(lab.model.ir).SerializeToString(deterministic=True) == opened
-    assert ir.to_proto(lab.versions.versions[0].model.ir).SerializeToString(
+    assert ir.to_proto(lab.version_history.versions[0].model.ir).SerializeToString(
         deterministic=True) == opened

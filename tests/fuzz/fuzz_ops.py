@@ -185,7 +185,7 @@ def _history_steps(lab, steps: list[tuple]) -> list[str]:
     notes = []
     made: dict[int, bytes] = {}
     try:
-        made[id(lab.versions.original.model)] = _serialized(lab.versions.original.model)
+        made[id(lab.version_history.original.model)] = _serialized(lab.version_history.original.model)
     except Exception as e:  # noqa: BLE001 - a model onnx_ir cannot write: nothing to compare
         return [f"step 0 cannot be serialized ({type(e).__name__})"]
     for step in steps:
@@ -199,7 +199,7 @@ def _history_steps(lab, steps: list[tuple]) -> list[str]:
                 lab.redo()
         except LabError as e:
             notes.append(f"{step}: {type(e).__name__}")
-        for v in lab.versions.versions:
+        for v in lab.version_history.versions:
             before = made.get(id(v.model))
             if before is not None and _serialized(v.model) != before:
                 raise Violation(f"version {v.step} changed after {step}")

@@ -103,7 +103,7 @@ def test_a_16_gib_expand_is_refused_up_front(expand16, small_limit, op):
     msg = str(e.value)
     assert "'expand'" in msg and "16.0 GiB" in msg and "4.0 GiB" in msg, msg
     assert _rss_mb() - rss < 1024, "the run allocated before it was refused"
-    assert len(lab.versions.versions) == 1  # nothing was pushed
+    assert len(lab.version_history.versions) == 1  # nothing was pushed
 
 
 def test_the_default_limit_is_half_the_available_memory(tmp_path):
@@ -157,7 +157,7 @@ def test_ordinary_runs_are_unaffected(tmp_path):
     lab = onnx_lab.open(p)
     assert onnx_lab.compare(lab, lab).passed
     assert lab.apply_preset("safe")  # the Identity is removed and verified
-    assert len(lab.versions.versions) == 2
+    assert len(lab.version_history.versions) == 2
     q = tmp_path / "loop.onnx"
     onnx.save(loop_model(5), str(q))
     with run_limits(timeout_s=30):

@@ -39,10 +39,10 @@ def _feeds(lab, seed=0):
 
 def _refused(lab, call, match):
     """``call`` raises a LabError matching ``match`` and leaves the history as it was."""
-    before, steps = _text(lab), len(lab.versions)
+    before, steps = _text(lab), len(lab.version_history)
     with pytest.raises(LabError, match=match):
         call()
-    assert _text(lab) == before and len(lab.versions) == steps
+    assert _text(lab) == before and len(lab.version_history) == steps
 
 
 def test_attribute_edit_is_typed_by_the_schema_and_reported_as_an_expected_change(convnet):
@@ -241,7 +241,7 @@ def test_the_script_replays_the_session(convnet, tmp_path):
     ns: dict = {}
     exec(compile(script, "replay.py", "exec"), ns)
     assert _text(ns["lab"]) == _text(convnet)
-    assert convnet.versions.to_script() == script  # the History's own door
+    assert convnet.version_history.to_script() == script  # the History's own door
     assert convnet.history.to_script() == script  # the table's, as the issue names it
     assert type(convnet.history.tail(2)) is pd.DataFrame  # derived frames stay plain
     assert list(convnet.history["step"]) == list(range(10))

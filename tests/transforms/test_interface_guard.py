@@ -76,7 +76,7 @@ def _emptied(model):
 def test_onnxslim_dropping_the_empty_past_inputs_is_refused():
     dims = {k: (0 if "past" in k else v) for k, v in DIMS.items()}
     lab = onnx_lab.open(optimum_decoder(), dims=dims)
-    n = len(lab.versions)
+    n = len(lab.version_history)
     with pytest.raises(PassError) as e:
         lab.apply("onnxslim")
     msg = str(e.value)
@@ -84,7 +84,7 @@ def test_onnxslim_dropping_the_empty_past_inputs_is_refused():
     assert "past_key_values.1.value" in msg
     assert "a dim given as 0 (past_sequence_length)" in msg
     assert "give past_sequence_length >= 1" in msg
-    assert len(lab.versions) == n
+    assert len(lab.version_history) == n
     assert "past_key_values.0.key" in [v.name for v in lab.model.graph.inputs]
 
 
@@ -98,14 +98,14 @@ def test_onnxslim_with_a_past_length_of_one_passes_the_guard():
 def test_an_empty_graph_is_refused_with_the_tool_and_the_cause(fake_tool):
     name = fake_tool("test_emptying_tool", _emptied)
     lab = onnx_lab.open(_merged_decoder())
-    n = len(lab.versions)
+    n = len(lab.version_history)
     with pytest.raises(PassError) as e:
         lab.apply(name)
     msg = str(e.value)
     assert msg.startswith(f"{name} left no nodes (3 -> 0)"), msg
     assert "refused before verification" in msg
     assert "inside If/Loop bodies" in msg
-    assert len(lab.versions) == n and len(lab.model.index) == 3
+    assert len(lab.version_history) == n and len(lab.model.index) == 3
 
 
 def test_a_graph_output_nothing_produces_is_refused(fake_tool):
@@ -118,7 +118,7 @@ def test_a_graph_output_nothing_produces_is_refused(fake_tool):
     lab = onnx_lab.open(_relu())
     with pytest.raises(PassError, match=r"output\(s\) y nothing produces"):
         lab.apply(name)
-    assert len(lab.versions) == 1
+    assert len(lab.version_history) == 1
 
 
 def test_a_changed_output_dtype_fails_the_step(fake_tool):
@@ -127,7 +127,7 @@ def test_a_changed_output_dtype_fails_the_step(fake_tool):
     lab = onnx_lab.open(_relu())
     with pytest.raises(PassError, match="changed output y from float to float16"):
         lab.apply(name)
-    assert len(lab.versions) == 1
+    assert len(lab.version_history) == 1
 
 
 def test_a_renamed_input_fails_a_tool_step(fake_tool):
@@ -170,4 +170,4 @@ def test_no_false_alarm_on_the_safe_preset_and_the_tools(sample, dims):
     for tool in ("ort:basic", "onnxsim"):
         r = lab.apply(tool)
         assert r.verify_passed is not False, (tool, r.first_failure)
-    assert len(lab.versions) >= 3  # the guard ran on real, modified results
+    assert len(lab.version_history) >= 3  # the guard ran on real, modified results

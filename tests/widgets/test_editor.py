@@ -80,9 +80,9 @@ def test_remove_preview_then_cascade_then_undo_twice(tmp_path, no_error):
     ed.undo_button.click()
     ed.undo_button.click()
     no_error(ed)
-    assert lab.versions.current == 0 and not ed.redo_button.disabled
+    assert lab.version_history.current == 0 and not ed.redo_button.disabled
     ed.redo_button.click()
-    assert lab.versions.current == 1 and "lab.redo()" in ed.code.value
+    assert lab.version_history.current == 1 and "lab.redo()" in ed.code.value
 
 
 def test_inputs_outputs_weights_and_inserted_nodes(tmp_path, no_error):
@@ -136,7 +136,7 @@ def test_editor_on_every_sample(sample_lab, no_error):
         assert ed.result.verify_passed is True and ed.result.max_abs_err == 0
         ed.undo_button.click()
         no_error(ed)
-    assert sample_lab.versions.current == 0
+    assert sample_lab.version_history.current == 0
 
 
 def test_hostile_names_are_shown_as_text():
