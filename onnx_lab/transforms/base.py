@@ -571,14 +571,18 @@ _LOADED = False
 def register_pass(name: str, *, kind: str = "graph") -> Callable[[type[LabPass]], type[LabPass]]:
     """Class decorator: register a :class:`LabPass` under ``name``.
 
-    The registry records the name, the parameters and the first docstring line; the CLI,
-    widgets and docs read it.
+    The registry records the name, the parameters and the docstring's first paragraph (the
+    summary); the CLI, widgets and docs read it. The rest of the docstring from its ``### ``
+    heading on is the pass's teaching text (:func:`onnx_lab.transforms.explain`), and a
+    ``patterns`` class attribute names the patterns its matches carry.
     """
 
     def deco(cls: type[LabPass]) -> type[LabPass]:
         cls.name = name
-        doc = (cls.__doc__ or "").strip().splitlines()
-        _REGISTRY[name] = _Entry(name, cls, doc[0] if doc else "", tuple(cls.params), kind)
+        # The summary: the docstring's first paragraph, on one line.
+        first = (cls.__doc__ or "").strip().split("\n\n", 1)[0]
+        summary = " ".join(x.strip() for x in first.splitlines())
+        _REGISTRY[name] = _Entry(name, cls, summary, tuple(cls.params), kind)
         return cls
 
     return deco

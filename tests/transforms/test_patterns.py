@@ -9,14 +9,12 @@ from _passkit import apply, assert_same_outputs, ops, sample
 from onnx_lab.errors import UnknownNameError
 from onnx_lab.transforms import explain
 from onnx_lab.transforms.base import _REGISTRY, available, get_pass, origins, pass_names
+from onnx_lab.transforms.explain import builtin_passes
 from onnx_lab.transforms.patterns import COLUMNS, find_patterns
 from onnx_lab.transforms.presets import PRESETS
 
-GRAPH_PASSES = ["fuse_conv_bn", "fuse_conv_add_bias", "fuse_matmul_add", "fold_constants",
-                "eliminate_dead_nodes", "eliminate_identity", "eliminate_dropout",
-                "fuse_transposes", "eliminate_noop", "fuse_reshapes", "dedupe_initializers",
-                "remove_unused_initializers", "constants_to_initializers",
-                "remove_initializer_inputs"]
+# The built-in graph passes, from the registry (a new pass is tested here with no edit).
+GRAPH_PASSES = builtin_passes("graph")
 DIMS = {"convnet": None, "transformer_block": {"batch": 2, "seq": 5}, "control_flow": None}
 
 

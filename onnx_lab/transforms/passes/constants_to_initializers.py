@@ -19,7 +19,17 @@ from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass
 
 @register_pass("constants_to_initializers")
 class ConstantsToInitializers(PatternPass):
-    """Turn Constant nodes of the main graph into initializers of the same name."""
+    r"""Turn Constant nodes of the main graph into initializers of the same name.
+
+    ### Constant nodes → initializers (`constants_to_initializers`)
+
+    A Constant node holds a tensor in an attribute; an initializer holds the same tensor in the
+    graph's weight list. Turning one into the other (same tensor name) changes no value but lets
+    every tool that looks at initializers (weight statistics, external data, deduplication) see
+    it. PaddlePaddle exports keep all their weights in Constant nodes."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("constant_node",)
 
     no_match_reason = "no Constant node in the main graph"
     pattern = Pattern("constant_node", "Constant", main_only=True)

@@ -71,7 +71,16 @@ def _same_bytes(vals: list[ir.Value]) -> list[list[ir.Value]]:
 
 @register_pass("dedupe_initializers")
 class DedupeInitializers(LabPass):
-    """Merge initializers that hold identical data (same dtype, shape and bytes)."""
+    r"""Merge initializers that hold identical data (same dtype, shape and bytes).
+
+    ### Duplicate initializers (`dedupe_initializers`)
+
+    Initializers with the same dtype, shape and bytes (compared by SHA-256 of the data, only
+    within groups whose dtype and shape already agree) are merged: readers of the copies read the
+    first one and the copies are removed. Tied embeddings exported twice are the typical case."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("duplicate_initializer",)
 
     no_match_reason = "no two initializers hold the same data"
 

@@ -50,7 +50,21 @@ def dead_nodes(model: LabModel) -> list[tuple[str, ir.Node]]:
 
 @register_pass("eliminate_dead_nodes")
 class EliminateDeadNodes(LabPass):
-    """Remove nodes whose outputs reach no graph output (dead chains too, bodies included)."""
+    r"""Remove nodes whose outputs reach no graph output (dead chains too, bodies included).
+
+    ### Dead nodes (`eliminate_dead_nodes`)
+
+    A node is dead when none of its outputs reaches a graph output — directly or through other
+    nodes. Walking the graph backwards from the outputs finds whole dead chains at once
+    (`/dead/Mul → /dead/Relu` in sample:convnet); connected dead nodes form one match, because a
+    dead node that feeds another cannot go alone. Nodes inside If/Loop bodies are checked against
+    their body's outputs, and a value read by a live body keeps its producer alive.
+
+    **Why it is safe.** Standard ONNX ops have no side effects: a result nobody reads changes
+    nothing. Nodes of custom domains are kept (they may have effects)."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("dead_nodes",)
 
     no_match_reason = "no dead node: every node contributes to a graph output"
 

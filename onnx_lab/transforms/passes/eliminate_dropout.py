@@ -27,7 +27,16 @@ def _blocker(node: ir.Node) -> str | None:
 
 @register_pass("eliminate_dropout")
 class EliminateDropout(BypassPass):
-    """Remove inference-time Dropout (training_mode absent or false, mask unused)."""
+    r"""Remove inference-time Dropout (training_mode absent or false, mask unused).
+
+    ### Dropout at inference (`eliminate_dropout`)
+
+    With `training_mode` absent or false, Dropout(x) = x (the inverted-dropout scaling 1/(1−p)
+    happens only in training). The node is removed like an Identity. It is kept when
+    `training_mode` is true or not a constant, or when its `mask` output is used."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("dropout",)
 
     no_match_reason = "no Dropout node"
     pattern = Pattern("dropout", "Dropout")

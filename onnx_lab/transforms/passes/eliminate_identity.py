@@ -9,7 +9,17 @@ from onnx_lab.transforms.passes._shared import BypassPass
 
 @register_pass("eliminate_identity")
 class EliminateIdentity(BypassPass):
-    """Remove Identity nodes (their readers read the Identity's input directly)."""
+    r"""Remove Identity nodes (their readers read the Identity's input directly).
+
+    ### Identity (`eliminate_identity`)
+
+    Identity(x) = x. Its readers are rewired to read x directly. When the Identity's output is a
+    graph output, x takes over that name, so model outputs keep their names. An Identity that
+    copies a graph input (or an initializer, or a value of an enclosing graph) to a graph output
+    is kept: both names must survive."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("identity",)
 
     no_match_reason = "no Identity node"
     pattern = Pattern("identity", "Identity")

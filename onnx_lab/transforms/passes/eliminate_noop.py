@@ -170,7 +170,19 @@ def _noop_fit(b: Binding) -> tuple[str, int] | None:
 
 @register_pass("eliminate_noop")
 class EliminateNoop(BypassPass):
-    """Remove no-op Transpose/Reshape/Cast/Slice/Pad/Concat/Expand and x*1, x+0."""
+    r"""Remove no-op Transpose/Reshape/Cast/Slice/Pad/Concat/Expand and x*1, x+0.
+
+    ### No-op nodes (`eliminate_noop`)
+
+    Nodes that return their input unchanged: Transpose with the identity perm, Reshape to the shape
+    the input already has (0 copies a dim, −1 fills in; symbolic dims count when copied), Cast to
+    the dtype it already has, Slice with start 0, step 1 and end past the dim (or INT_MAX), Pad
+    with all-zero pads, Concat of one input, Expand to a shape that broadcasts to the input's own,
+    and x·1, x/1, x+0, x−0 when the constant does not broadcast x to a bigger shape. Each is
+    removed like an Identity."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("noop_transpose", "noop_reshape", "noop_cast", "noop_slice", "noop_pad", "noop_concat", "noop_expand", "noop_arith")
 
     no_match_reason = "no node returns its input unchanged"
     pattern = Pattern("noop", None, where=_noop_fit)  # the name comes from noop_input

@@ -18,7 +18,30 @@ logger = logging.getLogger(__name__)
 
 @register_pass("fold_constants")
 class FoldConstants(LabPass):
-    """Evaluate subgraphs that depend only on initializers/Constant nodes into initializers."""
+    r"""Evaluate subgraphs that depend only on initializers/Constant nodes into initializers.
+
+    ### Constant folding (`fold_constants`)
+
+    A node whose inputs are all constants (initializers, Constant nodes, or results of other such
+    nodes) computes the same value on every run. The pass evaluates each such subgraph once with
+    `onnx.reference.ReferenceEvaluator`, stores the results as initializers under the same tensor
+    names, and removes the nodes (and the inputs nothing else reads).
+
+    Example: sample:convnet stores its head weight flat and reshapes it at run time:
+    `Reshape(weight_flat[160], [10, 16])` becomes the initializer `[10, 16]` itself.
+
+    **The guard.** Folding can *grow* a model: `Expand(1.0, [4096, 4096])` is 4 bytes before and
+    64 MB after. Folds are applied while the step's total growth (bytes produced minus bytes freed)
+    stays within `max_growth_bytes` (default 16 MB); the others are refused, and the result's notes
+    say so. An Identity of a constant is left to `eliminate_identity`: folding it would copy the
+    weight.
+
+    **Never folded.** Random ops (RandomNormal, RandomUniform, Bernoulli, Multinomial…), Dropout,
+    nodes with bodies (If/Loop/Scan), and ops in non-default domains — their values are not
+    fixed, or not ours to compute. A subgraph that ends in a graph output keeps its node."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("constant_subgraph",)
 
     params = (Param("max_growth_bytes", int, 16 << 20,
                     "refuse a fold that grows the model by more than this many bytes"),)

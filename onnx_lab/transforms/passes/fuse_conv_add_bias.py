@@ -32,7 +32,23 @@ def per_channel(c: np.ndarray, channels: int, out_rank: int) -> np.ndarray | Non
 
 @register_pass("fuse_conv_add_bias")
 class FuseConvAddBias(PatternPass):
-    """Fold an Add of a per-channel constant after a Conv into the Conv's bias."""
+    r"""Fold an Add of a per-channel constant after a Conv into the Conv's bias.
+
+    ### Conv + Add(per-channel constant) → Conv bias (`fuse_conv_add_bias`)
+
+    A Conv computes y = W∗x + b. Adding a constant c that holds one value per output channel
+    gives W∗x + (b + c), so
+
+    $$b' = b + c$$
+
+    and the Add goes away. The constant must broadcast per channel: shape `[1, C, 1, 1]`,
+    `[C, 1, 1]` or a single value. A plain `[C]` vector is **not** per-channel — broadcasting
+    aligns it with the last (width) axis — so it is skipped with a reason.
+
+    **Why it is safe.** Addition is associative; only rounding of b + c changes."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("conv_add_bias",)
 
     no_match_reason = "no Add of a per-channel constant directly follows a Conv"
     pattern = Pattern("conv_add_bias", "Add", producer=("Conv", "ConvTranspose"), inputs=(0, 1),

@@ -43,7 +43,38 @@ def scale_weight(conv: ir.Node, w: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 @register_pass("fuse_conv_bn")
 class FuseConvBN(PatternPass):
-    """Fold BatchNormalization into the preceding Conv/ConvTranspose weights and bias."""
+    r"""Fold BatchNormalization into the preceding Conv/ConvTranspose weights and bias.
+
+    ### Conv + BatchNormalization → Conv (`fuse_conv_bn`)
+
+    At inference a BatchNormalization is a fixed per-channel affine map. With scale γ, shift β,
+    running mean μ and variance σ², and ε:
+
+    $$\mathrm{BN}(y)_c = \gamma_c \frac{y_c - \mu_c}{\sqrt{\sigma^2_c + \varepsilon}} + \beta_c
+    = s_c\,y_c + t_c,\qquad s_c = \frac{\gamma_c}{\sqrt{\sigma^2_c+\varepsilon}},\quad
+    t_c = \beta_c - \mu_c s_c$$
+
+    A convolution is linear in its weights, so scaling every output channel of the result is the
+    same as scaling that channel's filter:
+
+    $$W'_c = W_c \cdot \frac{\gamma_c}{\sqrt{\sigma^2_c+\varepsilon}},\qquad
+    b'_c = (b_c - \mu_c)\,\frac{\gamma_c}{\sqrt{\sigma^2_c+\varepsilon}} + \beta_c$$
+
+    (b = 0 when the Conv had no bias; the fold adds one.) The BatchNormalization node disappears;
+    a Relu after it (pattern `conv_bn_relu`) stays where it is.
+
+    **Layouts.** Conv weights are `[C_out, C_in/g, k…]`: channel c is row c, for any group
+    count g. ConvTranspose weights are `[C_in, C_out/g, k…]`: output channel c = group·(C_out/g)+j
+    lives in column j of its group's slice, so the scale is applied along axis 1 per group.
+
+    **Why it is safe.** The math is exact; only float rounding changes (computed in float64, stored
+    in the weight dtype). The pass skips, with a reason, a Conv whose output is also read
+    elsewhere (the un-normalized value is still needed), a BN in training mode or with its extra
+    outputs in use, and non-constant weights. Weights held in Constant nodes (PaddlePaddle
+    exports) count as constants."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("conv_bn", "conv_bn_relu")
 
     no_match_reason = "no BatchNormalization directly follows a Conv"
     pattern = Pattern("conv_bn", "BatchNormalization", producer=("Conv", "ConvTranspose"))

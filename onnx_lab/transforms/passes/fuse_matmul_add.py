@@ -16,7 +16,23 @@ _GEMM_TYPES = ("float32", "float64", "float16", "bfloat16")
 
 @register_pass("fuse_matmul_add")
 class FuseMatMulAdd(PatternPass):
-    """Replace MatMul (2-D input, constant weight) + Add (constant bias) by one Gemm."""
+    r"""Replace MatMul (2-D input, constant weight) + Add (constant bias) by one Gemm.
+
+    ### MatMul + Add → Gemm (`fuse_matmul_add`)
+
+    Gemm computes Y = α·A·B + β·C. With α = β = 1, B the MatMul's constant weight `[K, N]` and C
+    the Add's bias (`[N]` or `[1, N]`):
+
+    $$\mathrm{Gemm}(A, B, C) = A B + C = \mathrm{Add}(\mathrm{MatMul}(A, B), C)$$
+
+    Gemm only takes 2-D A, so the pass fuses only when the MatMul input is 2-D. Transformer
+    exports feed 3-D `[batch, seq, hidden]` tensors; wrapping a Gemm in Reshapes would add nodes,
+    and onnxruntime already fuses N-D MatMul+Add at run time, so those are skipped with a reason.
+
+    **Why it is safe.** The same products and sums, in one kernel."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("matmul_add",)
 
     no_match_reason = "no Add of a constant bias directly follows a MatMul"
     pattern = Pattern("matmul_add", "Add", producer="MatMul", inputs=(0, 1), arity=2,

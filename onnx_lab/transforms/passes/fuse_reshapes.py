@@ -71,7 +71,23 @@ _SHAPE_OPS = ("Reshape", "Squeeze", "Unsqueeze")
 
 @register_pass("fuse_reshapes")
 class FuseReshapes(PatternPass):
-    """Merge Reshape->Reshape chains; cancel or merge Squeeze/Unsqueeze chains."""
+    r"""Merge Reshape->Reshape chains; cancel or merge Squeeze/Unsqueeze chains.
+
+    ### Reshape and Squeeze/Unsqueeze chains (`fuse_reshapes`)
+
+    Reshape only reinterprets the element order, which never changes, so
+    Reshape(Reshape(x, s₁), s₂) = Reshape(x, s₂) — with s₂ replaced by the final static shape
+    when it is known (a 0 in s₂ copies a dim of the *intermediate* tensor, so it cannot be kept
+    as is).
+
+    Unsqueeze(a) followed by Squeeze(a) of the same axes, and Squeeze then Unsqueeze of the same
+    axes, **cancel**. Two Unsqueezes (or two Squeezes) **merge** into one whose axes are the union
+    expressed in one coordinate system: for Unsqueeze, the first node's axes are mapped to the
+    positions the second leaves free in the final rank; for Squeeze, the second node's axes are
+    mapped back to input positions not removed by the first."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("reshape_chain", "squeeze_cancel", "squeeze_merge", "unsqueeze_merge")
 
     no_match_reason = "no Reshape follows a Reshape, no Squeeze/Unsqueeze follows another"
     pattern = Pattern("reshape_chain", _SHAPE_OPS, producer=_SHAPE_OPS, disjoint=True,

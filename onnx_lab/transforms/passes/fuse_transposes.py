@@ -22,7 +22,21 @@ def _perms(b: Binding) -> tuple[list[int] | None, list[int] | None]:
 
 @register_pass("fuse_transposes")
 class FuseTransposes(PatternPass):
-    """Remove Transpose pairs that cancel and merge pairs that compose into one Transpose."""
+    r"""Remove Transpose pairs that cancel and merge pairs that compose into one Transpose.
+
+    ### Transpose pairs (`fuse_transposes`)
+
+    Transpose with perm p gives y.shape[i] = x.shape[p[i]]. Two in a row compose:
+
+    $$\mathrm{Transpose}(\mathrm{Transpose}(x, p_1), p_2) = \mathrm{Transpose}(x, p),\qquad
+    p[i] = p_1[p_2[i]]\quad (p = p_1 \circ p_2)$$
+
+    When p is the identity the pair **cancels** (`transpose_cancel`, NHWC→NCHW round trips);
+    otherwise the pair **merges** into one Transpose (`transpose_merge`). A missing perm means
+    reversed axes. The first Transpose's output must have no other reader."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("transpose_cancel", "transpose_merge")
 
     no_match_reason = "no Transpose directly follows another Transpose"
     pattern = Pattern("transpose_merge", "Transpose", producer="Transpose", disjoint=True)

@@ -10,13 +10,25 @@ from onnx_lab.transforms.matcher import users
 
 @register_pass("remove_initializer_inputs")
 class RemoveInitializerInputs(LabPass):
-    """Stop listing initializers as graph inputs, so passes and runtimes treat them as constants.
+    r"""Stop listing initializers as graph inputs, so passes and runtimes treat them as constants.
 
     Exports with ``keep_initializers_as_inputs=True`` (IR >= 4) list every weight as an input a
     caller may override: neither onnx_lab's passes nor onnxruntime fold or fuse what reads
     them. Removing the entries changes the model's interface (those inputs can no longer be
     fed), never its values, which is why it is not in the ``safe`` preset.
-    """
+
+    ### Initializers listed as inputs (`remove_initializer_inputs`)
+
+    From IR version 4 on, an initializer that is also listed among the graph inputs is only a
+    default value: a caller may feed another tensor under that name. `torch.onnx.export(...,
+    keep_initializers_as_inputs=True)` exports every weight this way, and then no optimizer
+    (onnx_lab's passes, onnxruntime's constant folding and fusions) may treat the weights as
+    constants. Removing the input entries makes them plain weights. The values do not change; the
+    interface does (those names can no longer be fed), so the pass is not in the `safe` preset.
+    IR < 4 required the listing and treated the initializers as constants: nothing to do there."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("initializer_input",)
 
     no_match_reason = "no initializer is listed as a graph input (IR >= 4)"
 

@@ -17,7 +17,15 @@ def _unused(model: LabModel):
 
 @register_pass("remove_unused_initializers")
 class RemoveUnusedInitializers(LabPass):
-    """Remove initializers that no node reads (graph inputs/outputs are kept)."""
+    r"""Remove initializers that no node reads (graph inputs/outputs are kept).
+
+    ### Unused initializers (`remove_unused_initializers`)
+
+    Initializers no node reads (often left behind by other rewrites) are removed. Initializers that
+    are also graph inputs or outputs are kept: they are part of the model's interface."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("unused_initializer",)
 
     no_match_reason = "no unused initializer"
 

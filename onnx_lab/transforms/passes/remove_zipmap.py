@@ -30,8 +30,22 @@ def _labels(node: ir.Node) -> list | None:
 
 @register_pass("remove_zipmap")
 class RemoveZipMap(PatternPass):
-    """Replace each ZipMap output by the probabilities tensor it reads (the output's type
-    becomes a float tensor)."""
+    r"""Replace each ZipMap output by the probabilities tensor it reads (the output's type
+    becomes a float tensor).
+
+    ### ZipMap → the probabilities tensor (`remove_zipmap`)
+
+    ZipMap(P, labels) turns the `[N, C]` probabilities P into N maps
+    $\{\ell_j: P_{ij}\}_{j<C}$, a `seq(map(int64,float))` output (skl2onnx's and onnxmltools'
+    default for every classifier). The pass removes the ZipMap and makes P the graph output under
+    the output's name: the name stays, the **type changes** to a float tensor, which is an
+    interface change you ask for by running the pass (it is in no preset). Verification compares
+    row i of P with map i's values in key order. Kept when the maps are read by another node,
+    when the labels are not in ascending order (the maps come back with sorted keys), or when P
+    is itself a graph input or output."""
+
+    # The pattern names its matches carry (lab.patterns(), explain(pattern)).
+    patterns = ("zipmap",)
 
     no_match_reason = "no ai.onnx.ml ZipMap node"
     pattern = Pattern("zipmap", "ZipMap", domains=("ai.onnx.ml",), main_only=True)
