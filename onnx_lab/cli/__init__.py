@@ -27,6 +27,7 @@ from typing import NoReturn
 
 from onnx_lab import _exit
 from onnx_lab.cli import (
+    _startup,
     analysis,
     audit,
     core,
@@ -117,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> code = main(["summary", "sample:convnet", "--json"])  # prints the JSON, returns 0
     """
     _exit.install()  # this process is ours: skip the slow collector passes at exit
+    if argv is None:  # the console command: sympy loads when onnx_ir first uses it
+        _startup.defer_sympy()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
