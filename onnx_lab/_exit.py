@@ -30,7 +30,9 @@ import sys
 def _nanobind_classes_loaded() -> bool:
     """Whether a loaded extension module defines a nanobind class (a few ms to check)."""
     for mod in list(sys.modules.values()):
-        path = getattr(mod, "__file__", None) or ""
+        # The module's own __file__, read from its dict: a getattr would import a module that
+        # is still a placeholder (onnx_lab.cli._startup's deferred sympy) at exit.
+        path = getattr(mod, "__dict__", {}).get("__file__") or ""
         if not path.endswith((".so", ".pyd")):
             continue
         for value in list(vars(mod).values()):

@@ -26,9 +26,10 @@ SYMBOLIC = (
 )
 
 
-def _run(code: str) -> list[str]:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=ENV, timeout=240, check=True).stdout.splitlines()
+def _run(code: str, *flags: str) -> list[str]:
+    done = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True,
+                          env=ENV, timeout=240, check=True)
+    return done.stdout.splitlines() + (done.stderr.splitlines() if flags else [])
 
 
 @pytest.mark.slow
@@ -69,8 +70,11 @@ def test_console_command_loads_no_sympy_and_answers_the_same(tmp_path, command):
             "    assert e.code == 0, e.code\n"
             "m = sys.modules.get('sympy')\n"
             "print('SYMPY', type(m).__name__ if m is not None else None)\n")
-    console = _run(code)
+    out = _run(code, "-X", "importtime")  # stderr: every module imported, until the exit
+    imported = [x.rsplit("|", 1)[1].strip() for x in out if x.startswith("import time:")]
+    console = [x for x in out if not x.startswith("import time:")]
     assert console[-1] == "SYMPY _Deferred"  # never needed: never imported
+    assert "onnx_ir" in imported and not [m for m in imported if m.startswith("sympy")]
     library = _run("import sys\nfrom onnx_lab.cli import main\n"
                    f"sys.exit(main({argv!r}))\n")
     assert json.loads("\n".join(console[:-1])) == json.loads("\n".join(library))
