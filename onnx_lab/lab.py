@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from onnx_lab import culprit, steps
 from onnx_lab._pandas import pd
 from onnx_lab.core.history import History
 from onnx_lab.core.model import LabModel
@@ -37,15 +36,30 @@ from onnx_lab.render._html import esc_text
 if TYPE_CHECKING:
     import onnx_ir as ir
 
+    from onnx_lab import culprit
     from onnx_lab.analysis.summary import Summary
     from onnx_lab.core.index import ModelIndex
 
-# Each method imports the feature it runs on use: `import onnx_lab` loads the core, the steps
-# and what draws results, not every feature (tests/core/test_light_import.py).
+# Each method imports the feature it runs on use: `import onnx_lab` loads the core and what
+# draws results, not every feature, nor the steps (see _steps; tests/core/test_light_import.py).
 
 __all__ = ["Lab", "open_lab", "as_lab", "merge", "to_fp16", "to_int8_dynamic", "to_int8_static",
            "repro", "profile"]
 
+
+# The steps (verification: numerics, runtime) and the culprit search load with their first
+# call, not with the façade: `onnx-lab summary` opens a Lab and runs neither (0.3 s of its
+# start-up on a loaded two-core machine, python -X importtime).
+def _steps():
+    from onnx_lab import steps
+
+    return steps
+
+
+def _culprit():
+    from onnx_lab import culprit
+
+    return culprit
 
 @strict_keywords
 def open_lab(source: Any, *, dims: Mapping[str, int] | None = None,
@@ -563,8 +577,8 @@ class Lab:
             >>> r.verify_passed, lab.history.tail(1)
         """
         if find_culprit:
-            return culprit.apply(self._history, pass_name, matches, verify, **params)
-        return steps.apply(self._history, pass_name, matches, verify, **params)
+            return _culprit().apply(self._history, pass_name, matches, verify, **params)
+        return _steps().apply(self._history, pass_name, matches, verify, **params)
 
     def find_culprit(self, tool: str, verify: bool | Mapping[str, Any] = True,
                      **params: Any) -> culprit.Culprit:
@@ -577,7 +591,7 @@ class Lab:
             >>> c = lab.find_culprit("onnxslim")
             >>> c.culprit, c.fix, c.table()
         """
-        return culprit.find_culprit(self._history, tool, verify=verify, **params)
+        return _culprit().find_culprit(self._history, tool, verify=verify, **params)
 
     @forwards("onnx_lab.numerics.precision:find_precision",
               "onnx_lab.numerics.weight_only:find_weight_only",
@@ -599,7 +613,7 @@ class Lab:
             >>> plan = lab.find_precision("fp16", atol=1e-3, rtol=1e-2)
             >>> plan.kept, plan.trials, lab.history.tail(1)
         """
-        return steps.find_precision(self._history, target, feeds, verify, **kw)
+        return _steps().find_precision(self._history, target, feeds, verify, **kw)
 
     @forwards("onnx_lab.numerics.precision:sensitivity", drop=("source",))
     def sensitivity(self, target: str = "fp16", feeds: Any = None, by: str = "node",
@@ -640,7 +654,7 @@ class Lab:
     def apply_preset(self, preset: str | Sequence[str] = "safe",
                      verify: bool | Mapping[str, Any] = True) -> list:
         """Apply every pass of a preset (``"safe"``) as verified steps; returns PassResults."""
-        return steps.apply_preset(self._history, preset, verify)
+        return _steps().apply_preset(self._history, preset, verify)
 
     @property
     def history(self) -> pd.DataFrame:
@@ -717,7 +731,7 @@ class Lab:
                 ) -> Lab:
         """A new Lab of a subgraph, verified against this model; see
         :func:`onnx_lab.transforms.extract.extract_model` and :func:`onnx_lab.steps.extract`."""
-        return Lab(steps.extract(self._history, inputs=inputs, outputs=outputs, nodes=nodes,
+        return Lab(_steps().extract(self._history, inputs=inputs, outputs=outputs, nodes=nodes,
                                  verify=verify))
 
     def removal_plan(self, node_id: str, mode: str = "reconnect") -> dict[str, Any]:
