@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from onnx_lab._pandas import pd
 from onnx_lab.analysis._counters import _MOVE_OPS, _Ctx, _numel, _prod
 
 # onnx-tool 1.0.1's "MACs" (onnx_tool/node.py, Node.profile), for users comparing with it. It
@@ -98,9 +98,10 @@ def _or_nan(x: float | None) -> float:
     return np.nan if x is None else x
 
 
-def _onnx_tool_total(nodes: pd.DataFrame) -> dict[str, Any]:
-    """``macs_onnx_tool`` (the sum over the nodes it has a figure for) and
-    ``macs_onnx_tool_missing`` (the op types left out: shapes unknown or no rule)."""
-    missing = nodes.loc[nodes.macs_onnx_tool.isna()]
-    return {"macs_onnx_tool": float(nodes.macs_onnx_tool.sum()),
-            "macs_onnx_tool_missing": sorted(set(missing.op_type))}
+def _onnx_tool_total(macs: Sequence[float], op_types: Sequence[str]) -> dict[str, Any]:
+    """``macs_onnx_tool`` (the sum over the nodes it has a figure for: the column's
+    ``macs``) and ``macs_onnx_tool_missing`` (the op types left out: shapes unknown or no
+    rule)."""
+    a = np.asarray(macs, dtype=np.float64)
+    missing = {op for op, m in zip(op_types, np.isnan(a)) if m}
+    return {"macs_onnx_tool": float(np.nansum(a)), "macs_onnx_tool_missing": sorted(missing)}

@@ -96,7 +96,18 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
     Example:
         >>> check("sample:convnet").code.tolist()
     """
+    return pd.DataFrame(check_rows(model, providers=providers, load=load),
+                        columns=FINDING_COLUMNS)
 
+
+def check_rows(model: Any, *, providers: str | Sequence[str] | None = None,
+               load: bool = True) -> list[dict]:
+    """:func:`check`'s findings as rows (dicts of its columns), errors first: what
+    ``onnx-lab check --json`` prints, without building a DataFrame (nor importing pandas).
+
+    Example:
+        >>> [r["code"] for r in check_rows("sample:convnet", load=False)]
+    """
     lm, dims, shapes = resolve(model)
     rows: list[dict] = []
     rows += _checker(lm)
@@ -112,10 +123,9 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
     rows += _proto_size(lm)
     if load:
         rows += _loads(lm, providers)
-    df = pd.DataFrame(rows, columns=FINDING_COLUMNS)
     order = {s: i for i, s in enumerate(SEVERITIES)}
-    return df.sort_values("severity", key=lambda s: s.map(order), kind="stable").reset_index(
-        drop=True)
+    rows = [{c: r.get(c) for c in FINDING_COLUMNS} for r in rows]
+    return sorted(rows, key=lambda r: order.get(r["severity"], len(order)))  # stable
 
 
 def _checker(lm: LabModel) -> list[dict]:

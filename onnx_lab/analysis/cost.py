@@ -161,8 +161,10 @@ class Cost:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly: {"total": {...}, "nodes": [...], "notes": [...]} (used by the CLI)."""
-        return {"total": dict(self.total), "nodes": self.nodes.to_dict(orient="records"),
-                "notes": list(self.notes)}
+        rows = self.__dict__.get("_nodes")
+        nodes = rows.records() if isinstance(rows, _Rows) else \
+            self.nodes.to_dict(orient="records")
+        return {"total": dict(self.total), "nodes": nodes, "notes": list(self.notes)}
 
     def __repr__(self) -> str:
         t = self.total
@@ -172,6 +174,59 @@ class Cost:
 
     def _repr_html_(self) -> str:
         return _display.draw(self, "html")
+
+
+MEMORY_COLUMNS = ["node_id", "live_bytes"]
+_FLOAT_COLUMNS = ("calls", "flops", "macs", "intensity", "macs_onnx_tool")
+_INT_COLUMNS = ("params", "param_bytes", "input_bytes", "output_bytes")
+
+
+def _nansum(values: Sequence[float]) -> float:
+    """The sum without the NaNs, as ``Series.sum()`` gives it (numpy's pairwise sum)."""
+    return float(np.nansum(np.asarray(values, dtype=np.float64)))
+
+
+class _Rows:
+    """A table's rows until its DataFrame is first read (:class:`Cost`'s nodes and memory)."""
+
+    __slots__ = ("rows", "columns")
+
+    def __init__(self, rows: list[tuple], columns: list[str]) -> None:
+        self.rows, self.columns = rows, columns
+
+    def frame(self) -> pd.DataFrame:
+        df = pd.DataFrame(self.rows, columns=self.columns)
+        if self.columns is NODE_COLUMNS:
+            df = df.astype({"calls": "float64", "flops": "float64", "macs": "float64",
+                            "known": "bool", "macs_onnx_tool": "float64"})
+        return df
+
+    def records(self) -> list[dict[str, Any]]:
+        """What ``frame().to_dict(orient="records")`` gives: Python numbers, in column order."""
+        conv = [float if c in _FLOAT_COLUMNS else int if c in _INT_COLUMNS else
+                bool if c == "known" else None for c in self.columns]
+        return [{c: (f(v) if f is not None else v) for c, f, v in zip(self.columns, conv, r)}
+                for r in self.rows]
+
+
+def _table_property(name: str) -> property:
+    attr = f"_{name}"
+
+    def get(self: Cost) -> pd.DataFrame:
+        v = self.__dict__.get(attr)
+        if isinstance(v, _Rows):
+            v = self.__dict__[attr] = v.frame()
+        return v
+
+    def put(self: Cost, value: Any) -> None:
+        self.__dict__[attr] = value
+
+    return property(get, put, doc=f"The {name} table (a DataFrame, built on first read).")
+
+
+# nodes and memory are built on first read (the dataclass's __init__ stores through these).
+Cost.nodes = _table_property("nodes")  # type: ignore[assignment]
+Cost.memory = _table_property("memory")  # type: ignore[assignment]
 
 
 def _const_int(v) -> int | None:
@@ -337,29 +392,33 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
         rows.append((nid, e.graph, op, node.domain, calls, flops * calls, macs * calls,
                      int(params), int(pbytes), int(ibytes * calls), int(obytes * calls),
                      intensity, res is not None, note, _or_nan(_onnx_tool_macs(c)) * calls))
-    nodes = pd.DataFrame(rows, columns=NODE_COLUMNS)
-    nodes = nodes.astype({"calls": "float64", "flops": "float64", "macs": "float64",
-                          "known": "bool", "macs_onnx_tool": "float64"})
-    memory, peak, peak_node, missing = _liveness(lm, types)
+    # Totals from the rows: the tables are built on first use (`onnx-lab cost --json` builds
+    # none, so it imports no pandas). The sums are numpy's, as the DataFrame's sums were.
+    col = {name: [r[i] for r in rows] for i, name in enumerate(NODE_COLUMNS)}
+    known = np.array(col["known"], dtype=bool)
+    unknown_ops = sorted({op for op, k in zip(col["op_type"], col["known"]) if not k})
+    live_rows, peak, peak_node, missing, _largest = liveness(lm, types)
     if missing:
         notes.append(f"{missing} activations of unknown size are left out of the peak memory")
     notes += call_notes
-    unknown = nodes.loc[~nodes.known]
-    if len(unknown):
-        notes.append(f"{len(unknown)} nodes have unknown cost (NaN): "
-                     + ", ".join(sorted(set(unknown.op_type))[:10]))
+    n_unknown = int((~known).sum())
+    if n_unknown:
+        notes.append(f"{n_unknown} nodes have unknown cost (NaN): "
+                     + ", ".join(unknown_ops[:10]))
     kv = _kv_cache_of_run(lm, types, notes)
     total = {
-        "flops": float(nodes.flops.sum()), "macs": float(nodes.macs.sum()),
+        "flops": _nansum(col["flops"]), "macs": _nansum(col["macs"]),
         "params": int(sum(n for n, _ in param_seen.values())),
         "param_bytes": int(sum(b for _, b in param_seen.values())),
-        "activation_bytes": int(nodes.output_bytes.sum()),
+        "activation_bytes": int(sum(col["output_bytes"])),
         "peak_activation_bytes": int(peak), "peak_node": peak_node,
-        "nodes": len(nodes), "unknown_nodes": int(len(unknown)),
-        "unknown_ops": sorted(set(unknown.op_type)),
+        "nodes": len(rows), "unknown_nodes": n_unknown,
+        "unknown_ops": unknown_ops,
         "kv_cache_bytes": kv["bytes"] if kv else None,
-        **_onnx_tool_total(nodes),
+        **_onnx_tool_total(col["macs_onnx_tool"], col["op_type"]),
     }
+    nodes: Any = _Rows(rows, NODE_COLUMNS)
+    memory: Any = _Rows(live_rows, MEMORY_COLUMNS)
     return Cost(nodes=nodes, memory=memory, total=total, notes=notes, kv_cache=kv,
                 model=lm)
 
@@ -386,15 +445,6 @@ def _kv_cache_of_run(lm: LabModel, types: dict[str, TensorInfo], notes: list[str
             context = info.shape[slot.past_axis]
     return {"context": context, "bytes": int(total),
             "bytes_per_token": total / context if context else None, "layers": io.num_layers}
-
-
-def _liveness(lm: LabModel, types: dict[str, TensorInfo]) -> tuple[pd.DataFrame, int, str | None,
-                                                                   int]:
-    """Per-node live activation bytes, the peak, the node at the peak and the number of
-    activations of unknown size: :func:`onnx_lab.core.limits.liveness`, the walk every run's
-    memory check uses too."""
-    rows, peak, peak_node, missing, _largest = liveness(lm, types)
-    return pd.DataFrame(rows, columns=["node_id", "live_bytes"]), peak, peak_node, missing
 
 
 # The generation cost (a prefill and a decode step of a KV-cache decoder) lives in

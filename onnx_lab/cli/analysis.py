@@ -57,11 +57,18 @@ def _cost(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    df = open_from_args(args).check(load=not args.no_load)
-    if args.json:
-        print_json({"findings": df.to_dict(orient="records"),
-                    "counts": df.severity.value_counts().to_dict()})
-    elif not len(df):
+    lab = open_from_args(args)
+    if args.json:  # rows: no DataFrame, so no pandas to import
+        from collections import Counter
+
+        from onnx_lab.analysis.compat import check_rows
+
+        rows = check_rows(lab, load=not args.no_load)
+        print_json({"findings": rows,
+                    "counts": dict(Counter(r["severity"] for r in rows).most_common())})
+        return 1 if args.strict and any(r["severity"] == "error" for r in rows) else 0
+    df = lab.check(load=not args.no_load)
+    if not len(df):
         print("no findings")
     else:
         for r in df.itertuples():

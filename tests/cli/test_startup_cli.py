@@ -75,6 +75,7 @@ def test_console_command_loads_no_sympy_and_answers_the_same(tmp_path, command):
     console = [x for x in out if not x.startswith("import time:")]
     assert console[-1] == "SYMPY _Deferred"  # never needed: never imported
     assert "onnx_ir" in imported and not [m for m in imported if m.startswith("sympy")]
+    assert "pandas" not in imported  # --json prints rows: no DataFrame is built
     library = _run("import sys\nfrom onnx_lab.cli import main\n"
                    f"sys.exit(main({argv!r}))\n")
     assert json.loads("\n".join(console[:-1])) == json.loads("\n".join(library))
