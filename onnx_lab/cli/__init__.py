@@ -9,11 +9,14 @@ LabError, a usage error argparse finds, a numeric option out of range) is one li
 (``onnx-lab: error: ...``) and exit code 2; ``--help`` prints the usual help and exits 0.
 
 Start-up matters (``onnx-lab optimize`` on BERT-base takes about two seconds): building the parser
-loads onnx (for the sample names) and onnx_lab's light modules, not the façade or onnx_ir (and the
-sympy it imports): the area modules import ``onnx_lab.lab`` and the feature modules inside the
-command functions, and ``import onnx_lab`` loads the façade on first access.
-``tests/core/test_light_import.py`` checks ``--help``'s ``sys.modules``;
-``benchmarks/bench_cli_startup.py`` times the commands against ``import onnx, onnxruntime``.
+loads onnx (for the sample names) and onnx_lab's light modules, not the façade or onnx_ir: the
+area modules import ``onnx_lab.lab`` and the feature modules inside the command functions, and
+``import onnx_lab`` loads the façade on first access. The console command (``main()`` without
+arguments) defers the sympy that onnx_ir imports until onnx_ir uses it (``_startup``), and
+``summary``, ``cost --json`` and ``check --json`` build no DataFrame (no pandas).
+``tests/core/test_light_import.py`` checks ``--help``'s ``sys.modules``,
+``tests/cli/test_startup_cli.py`` the commands'; ``benchmarks/bench_cli_startup.py`` times the
+commands against ``import onnx, onnxruntime`` (figures: docs/core.md, Start-up).
 """
 
 from __future__ import annotations
