@@ -301,7 +301,7 @@ class Editor(View):
                              "ok")
         else:
             verdict, kind = "not verified", "info"
-        self.message.value = (info_html(f"step {self.lab.versions.current}: {r.name} — "
+        self.message.value = (info_html(f"step {self.lab.version_history.current}: {r.name} — "
                                         f"{verdict}", kind=kind)
                               + f"<div style='font-size:12px'>{esc_text(what)}</div>")
         self._redraw(follow)
@@ -408,12 +408,12 @@ class Editor(View):
     # ------------------------------------------------------------------ history
     def undo(self) -> None:
         if self._call(self.lab.undo, code="lab.undo()") is None and self.error is None:
-            self.message.value = info_html(f"back to step {self.lab.versions.current}")
+            self.message.value = info_html(f"back to step {self.lab.version_history.current}")
             self._redraw()
 
     def redo(self) -> None:
         if self._call(self.lab.redo, code="lab.redo()") is None and self.error is None:
-            self.message.value = info_html(f"forward to step {self.lab.versions.current}")
+            self.message.value = info_html(f"forward to step {self.lab.version_history.current}")
             self._redraw()
 
     def script(self, source: str | None = None) -> str:
@@ -439,5 +439,5 @@ class Editor(View):
         self._target_for(self.canvas.selected or (self.target[1] if self.target else ""))
         self._build_panel()
         self.history_html.value = history_html(self.lab.history)
-        self.undo_button.disabled = self.lab.versions.current == 0
-        self.redo_button.disabled = self.lab.versions.current + 1 >= len(self.lab.versions)
+        self.undo_button.disabled = self.lab.version_history.current == 0
+        self.redo_button.disabled = self.lab.version_history.current + 1 >= len(self.lab.version_history)
