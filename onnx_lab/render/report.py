@@ -728,3 +728,16 @@ def diff_page(d: Any, a: Any = None, b: Any = None, *, title: str | None = None,
     return _page_html(t, _subtitle_html(d.a, d.a if a is None else a,
                                         Markup(f" · against {esc_text(lb)}")),
                       page.sections, data, page.notes)
+
+
+# The doors that run the analyses moved to the façade layer (render only draws).
+_MOVED = ("write_report", "report_html", "write_diff_report", "diff_report_html")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        also = f" (and onnx_lab.{name})" if name.startswith("write") else ""
+        raise ImportError(f"onnx_lab.render.report.{name} is now onnx_lab.reporting.{name}"
+                          f"{also}: the façade runs the analyses, render only draws them.",
+                          name=name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

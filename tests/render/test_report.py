@@ -272,3 +272,9 @@ def test_unknown_report_keyword_names_close_matches(tmp_path):
     with pytest.raises(InputError, match="did you mean 'against'"):
         onnx_lab.open("sample:convnet").report(tmp_path / "r.html", agains="x.onnx")
     assert not (tmp_path / "r.html").exists()
+
+
+def test_the_old_render_doors_name_their_new_place():
+    with pytest.raises(ImportError, match=r"now onnx_lab.reporting.write_report \(and "
+                                          r"onnx_lab.write_report\)"):
+        from onnx_lab.render.report import write_report as _old  # noqa: F401
