@@ -45,6 +45,7 @@ from onnx_lab.profiling.run import (
     NODE_COLUMNS,
     OP_COLUMNS,
     PROFILE_BUDGET_S,
+    SessionSettings,
     _check_budget_level,
     _check_counts,
     _node_table,
@@ -526,23 +527,14 @@ def profile_generation(model: Any, *, prompt: int | Sequence[int] | np.ndarray =
 
 
 @dataclass(frozen=True)
-class _Settings:
-    """What every provider's session of one :func:`profile_generation` call runs with."""
+class _Settings(SessionSettings):
+    """:func:`profile_generation`'s: the cache layout, the prompt, the tokens to generate and
+    whether to bind the cache to the session."""
 
-    layout: CacheLayout
-    prompt_ids: np.ndarray
-    new_tokens: int
-    runs: int | None
-    n_prof: int
-    warmup: int
-    threads: int | None
-    opt_level: str
-    map_fused: bool
-    reporter: Progress
-    budget: Budget
-    cancel: Any
-    rel_ci: float
-    io_binding: bool
+    layout: CacheLayout | None = None
+    prompt_ids: np.ndarray | None = None
+    new_tokens: int = 0
+    io_binding: bool = False
 
 
 def _profile_one(lm: LabModel, provider: str, tmp: Path, settings: _Settings) -> dict:

@@ -466,13 +466,13 @@ def open_session(lm: LabModel, backend: str, *, opt_level: str = "all",
 
 
 @dataclass(frozen=True)
-class _Settings:
-    """What every provider's session of one :func:`profile` call runs with."""
+class SessionSettings:
+    """What every provider's session of one profiling call runs with (:func:`profile` and
+    :func:`onnx_lab.profiling.generate.profile_generation` add their own)."""
 
     runs: int | None
     n_prof: int
     warmup: int
-    feed_list: Sequence[dict]
     threads: int | None
     opt_level: str
     map_fused: bool
@@ -480,6 +480,13 @@ class _Settings:
     budget: Budget
     cancel: Any
     rel_ci: float
+
+
+@dataclass(frozen=True)
+class _Settings(SessionSettings):
+    """:func:`profile`'s: the feeds, cycled over the runs."""
+
+    feed_list: Sequence[dict] = ()
 
 
 def _profile_one(lm: LabModel, provider: str, tmp: Path, settings: _Settings) -> dict:
