@@ -284,6 +284,29 @@ def all_match(expected: list, actual: list, rtol: float, atol: float) -> tuple[b
 
 
 # ------------------------------------------------------------------------------ one case
+def case_dims(model: Any, feeds_list: list[dict[str, Any]]) -> dict[str, int]:
+    """The named input dims the case's own inputs give (a user opens a model with the dims
+    of the inputs they run it on): ``cost`` needs every dim, and a sequence input's element
+    dims (``sequence_map_*``: "Unresolved dims: 'N'") come from nowhere else."""
+    import numpy as np
+
+    out: dict[str, int] = {}
+    feeds = feeds_list[0] if feeds_list else {}
+    for vi in model.graph.input:
+        t, v = vi.type, feeds.get(vi.name)
+        if t.HasField("sequence_type") and isinstance(v, list) and v:
+            t, v = t.sequence_type.elem_type, v[0]
+        if not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            continue
+        shape = np.shape(v) if isinstance(v, (np.ndarray, np.generic)) else None
+        if shape is None or len(shape) != len(t.tensor_type.shape.dim):
+            continue
+        for d, n in zip(t.tensor_type.shape.dim, shape):
+            if d.HasField("dim_param") and d.dim_param and d.dim_param not in out:
+                out[d.dim_param] = int(n)
+    return out
+
+
 def _verify_feeds(model: Any, feeds_list: list[dict[str, Any]]) -> bool | dict[str, Any]:
     """The verification options of ``safe``: the case's own inputs where they give a value
     to every graph input (random inputs fall outside some ops' domain: a label that indexes
@@ -324,7 +347,7 @@ def run_case(case: dict[str, Any], work: Path) -> dict[str, Any]:
             if str(e) else f"fails: {type(e).__name__}"
     stage = "open"
     try:
-        lab = onnx_lab.open(model)
+        lab = onnx_lab.open(model, dims=case_dims(model, feeds_list))
         stage = "tables"
         _ = lab.nodes, lab.initializers, lab.tensors, lab.inputs, lab.outputs
         stage = "summary"
