@@ -223,7 +223,8 @@ def ort_run(model: Any, feeds: dict[str, Any]) -> list[Any]:
     f = {k: _ort_feed(v) for k, v in feeds.items() if k in names and v is not None}
     special = any(needs_ortvalue(v) for v in f.values()) or any(
         o.type in SPECIAL_OUTPUT_TYPES for o in sess.get_outputs())
-    tensors = all(hasattr(v, "dtype") and v.dtype.kind not in "OUS" for v in f.values())
+    tensors = all(hasattr(v, "dtype") and v.dtype.kind not in "OUS" for v in f.values()) and \
+        all(o.type.startswith("tensor(") for o in sess.get_outputs())
     if special and tensors:
         ovs = {k: to_ortvalue(v) for k, v in f.items()}
         return [from_ortvalue(o) for o in sess.run_with_ort_values(None, ovs)]

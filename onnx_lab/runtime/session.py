@@ -678,18 +678,17 @@ def _typed_run(sess: Any, names: Sequence[str] | None, feeds: Mapping[str, Any])
     if not hasattr(sess, "run_with_ort_values"):
         return False
     special = any(needs_ortvalue(v) for v in feeds.values())
-    if not special:
-        try:
-            outs = sess.get_outputs()
-        except Exception:  # noqa: BLE001 - a session-like object without output metadata
-            return False
+    try:
         want = None if names is None else set(names)
-        special = any(o.type in SPECIAL_OUTPUT_TYPES for o in outs
-                      if want is None or o.name in want)
+        outs = [o for o in sess.get_outputs() if want is None or o.name in want]
+    except Exception:  # noqa: BLE001 - a session-like object without output metadata
+        return False
+    special = special or any(o.type in SPECIAL_OUTPUT_TYPES for o in outs)
     if not special:
         return False
+    # tensors in and out only: a sequence, map or optional has no OrtValue path here
     return all(isinstance(v, np.ndarray) and v.dtype.kind not in "OUS"
-               for v in feeds.values())
+               for v in feeds.values()) and all(o.type.startswith("tensor(") for o in outs)
 
 
 def _run_ortvalues(sess: Any, names: Sequence[str] | None, feeds: Mapping[str, Any],
