@@ -186,61 +186,32 @@ def materialize(case: dict[str, Any]) -> tuple[Any, list[tuple[dict, list]], flo
 
 
 # ------------------------------------------------------------------------------ onnxruntime
-_ML_DTYPES: dict[str, int] = {}
-
-
 def _ort_feed(v: Any) -> Any:
-    """A feed onnxruntime's binding takes: ml_dtypes arrays become typed OrtValues."""
+    """A feed onnxruntime's binding takes: a numpy scalar (a case's 0-d input) as a 0-d
+    array; lists deep."""
     import numpy as np
-    import onnxruntime as ort
-    from onnx import helper
 
     if isinstance(v, list):
         return [_ort_feed(x) for x in v]
-    if isinstance(v, np.generic):  # a numpy scalar (a case's 0-d input): the binding wants arrays
-        v = np.asarray(v)
-    if isinstance(v, np.ndarray) and v.dtype.kind == "V" or (
-            isinstance(v, np.ndarray) and type(v.dtype).__module__.startswith("ml_dtypes")):
-        elem = helper.np_dtype_to_tensor_dtype(v.dtype)
-        raw = np.ascontiguousarray(v).view(np.uint8 if v.dtype.itemsize == 1 else np.uint16)
-        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, elem)
-    if isinstance(v, np.ndarray) and type(v.dtype).__name__ in ("int4", "uint4"):
-        raise ValueError("int4 feeds")
+    if isinstance(v, np.generic):  # the binding wants arrays
+        return np.asarray(v)
     return v
 
 
-def _ort_out(ov: Any) -> Any:
-    """An output OrtValue as numpy (bfloat16/float8 through ml_dtypes)."""
-    import ctypes
-
-    import numpy as np
-    from onnx import helper
-
-    if not ov.is_tensor():
-        return ov.numpy() if hasattr(ov, "numpy") else ov
-    try:
-        return ov.numpy()
-    except Exception:
-        name = ov.data_type().replace("tensor(", "").rstrip(")").upper()
-        from onnx import TensorProto
-
-        elem = getattr(TensorProto, {"FLOAT8E4M3FN": "FLOAT8E4M3FN"}.get(name, name), None)
-        if elem is None:
-            raise
-        dt = helper.tensor_dtype_to_np_dtype(elem)
-        shape = ov.shape()
-        n = int(np.prod(shape)) if shape else 1
-        if name.endswith(("INT4", "INT2")) or name.startswith("FLOAT4"):
-            # packed sub-byte elements: reading them as one byte each would read past the
-            # buffer; the binding cannot return them, and neither does this
-            raise ValueError(f"onnxruntime's binding cannot return {name} tensors") from None
-        buf = ctypes.string_at(ov.data_ptr(), n * dt.itemsize)
-        return np.frombuffer(buf, dtype=dt).reshape(shape).copy()
-
-
 def ort_run(model: Any, feeds: dict[str, Any]) -> list[Any]:
-    """A fresh plain onnxruntime session of ``model`` (bytes, path or ModelProto) on feeds."""
+    """A fresh plain onnxruntime session of ``model`` (bytes, path or ModelProto) on feeds.
+
+    bfloat16, float8, int4/uint4, int2/uint2 and float4 feeds and outputs go through typed
+    OrtValues (``onnx_lab.runtime.typed``: the binding takes and returns none of them as
+    numpy), and come back as ml_dtypes arrays."""
     import onnxruntime as ort
+
+    from onnx_lab.runtime.typed import (
+        SPECIAL_OUTPUT_TYPES,
+        from_ortvalue,
+        needs_ortvalue,
+        to_ortvalue,
+    )
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
@@ -250,34 +221,14 @@ def ort_run(model: Any, feeds: dict[str, Any]) -> list[Any]:
     sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
     names = {i.name for i in sess.get_inputs()}
     f = {k: _ort_feed(v) for k, v in feeds.items() if k in names and v is not None}
-    if any(not isinstance(v, (list,)) and type(v).__name__ == "OrtValue" for v in f.values()):
-        outs = sess.run_with_ort_values(None, f)
-        return [_ort_out(o) for o in outs]
-    try:
-        outs = sess.run(None, f)
-    except Exception as first:
-        try:  # types the numpy path cannot take (bfloat16, float8...) go as OrtValues
-            ovs = {k: (v if type(v).__name__ == "OrtValue" or isinstance(v, list)
-                       else ort.OrtValue.ortvalue_from_numpy(v)) for k, v in f.items()}
-            outs = [_ort_out(o) for o in sess.run_with_ort_values(None, ovs)]
-        except Exception:
-            raise first from None  # the plain run's own reason, not the fallback's
-    return [_typed(o, d.type) for o, d in zip(outs, sess.get_outputs())]
-
-
-def _typed(v: Any, ort_type: str) -> Any:
-    """float8 outputs come back from the binding as uint8: view them as their ml_dtypes type."""
-    import ml_dtypes
-    import numpy as np
-
-    name = ort_type.replace("tensor(", "").rstrip(")")
-    dt = {"float8e4m3fn": ml_dtypes.float8_e4m3fn, "float8e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
-          "float8e5m2": ml_dtypes.float8_e5m2, "float8e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
-          "bfloat16": ml_dtypes.bfloat16}.get(name)
-    if dt is not None and isinstance(v, np.ndarray) and v.dtype.itemsize == np.dtype(dt).itemsize \
-            and v.dtype != np.dtype(dt):
-        return v.view(dt)
-    return v
+    special = any(needs_ortvalue(v) for v in f.values()) or any(
+        o.type in SPECIAL_OUTPUT_TYPES for o in sess.get_outputs())
+    tensors = all(hasattr(v, "dtype") and v.dtype.kind not in "OUS" for v in f.values()) and \
+        all(o.type.startswith("tensor(") for o in sess.get_outputs())
+    if special and tensors:
+        ovs = {k: to_ortvalue(v) for k, v in f.items()}
+        return [from_ortvalue(o) for o in sess.run_with_ort_values(None, ovs)]
+    return sess.run(None, f)
 
 
 def matches(expected: Any, actual: Any, rtol: float, atol: float) -> tuple[bool, str]:
@@ -334,6 +285,43 @@ def all_match(expected: list, actual: list, rtol: float, atol: float) -> tuple[b
 
 
 # ------------------------------------------------------------------------------ one case
+def case_dims(model: Any, feeds_list: list[dict[str, Any]]) -> dict[str, int]:
+    """The named input dims the case's own inputs give (a user opens a model with the dims
+    of the inputs they run it on): ``cost`` needs every dim, and a sequence input's element
+    dims (``sequence_map_*``: "Unresolved dims: 'N'") come from nowhere else."""
+    import numpy as np
+
+    out: dict[str, int] = {}
+    feeds = feeds_list[0] if feeds_list else {}
+    for vi in model.graph.input:
+        t, v = vi.type, feeds.get(vi.name)
+        if t.HasField("sequence_type") and isinstance(v, list) and v:
+            t, v = t.sequence_type.elem_type, v[0]
+        if not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            continue
+        shape = np.shape(v) if isinstance(v, (np.ndarray, np.generic)) else None
+        if shape is None or len(shape) != len(t.tensor_type.shape.dim):
+            continue
+        for d, n in zip(t.tensor_type.shape.dim, shape):
+            if d.HasField("dim_param") and d.dim_param and d.dim_param not in out:
+                out[d.dim_param] = int(n)
+    return out
+
+
+def _verify_feeds(model: Any, feeds_list: list[dict[str, Any]]) -> bool | dict[str, Any]:
+    """The verification options of ``safe``: the case's own inputs where they give a value
+    to every graph input (random inputs fall outside some ops' domain: a label that indexes
+    a Gather in the ``softmax_cross_entropy`` expansions), else seeded random inputs."""
+    import numpy as np
+
+    inits = {i.name for i in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in inits]
+    if not feeds_list or not all(f.get(n) is not None for f in feeds_list for n in names):
+        return True
+    return {"feeds": [{n: np.asarray(f[n]) if isinstance(f[n], np.generic) else f[n]
+                       for n in names} for f in feeds_list]}
+
+
 def _last_line(tb: str) -> str:
     lines = [x for x in tb.strip().splitlines() if x.strip()]
     return lines[-1][:400] if lines else ""
@@ -360,7 +348,7 @@ def run_case(case: dict[str, Any], work: Path) -> dict[str, Any]:
             if str(e) else f"fails: {type(e).__name__}"
     stage = "open"
     try:
-        lab = onnx_lab.open(model)
+        lab = onnx_lab.open(model, dims=case_dims(model, feeds_list))
         stage = "tables"
         _ = lab.nodes, lab.initializers, lab.tensors, lab.inputs, lab.outputs
         stage = "summary"
@@ -374,7 +362,7 @@ def run_case(case: dict[str, Any], work: Path) -> dict[str, Any]:
         stage = "patterns"
         lab.patterns()
         stage = "safe"
-        results = lab.apply_preset("safe")
+        results = lab.apply_preset("safe", verify=_verify_feeds(model, feeds_list))
         row["steps"] = ";".join(r.name for r in results if getattr(r, "modified", False))
         flagged = [r.name for r in results if getattr(r, "verify_passed", None) is False]
         stage = "save"

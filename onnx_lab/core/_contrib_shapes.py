@@ -8,8 +8,10 @@ ResNet-50 had 88 of 198 tensors without a shape and a cost of "0 GFLOPs, 88 unkn
 :func:`complete` fills the gap after inference ran: it walks the graph in order and types each
 still-untyped output whose inputs are typed, by a rule for the fused ops (their output shapes
 follow from their inputs as onnxruntime's contrib op schemas define them) and by ONNX's own
-per-node inference for the standard ops behind them. Ops without a rule stay untyped (never
-guessed). One standard op gets a fallback too: a Reshape whose target ONNX could not evaluate
+per-node inference for the standard ops behind them. ONNX-ML ops whose ONNX inference gives
+no shape (DictVectorizer, Scaler, Normalizer, Imputer, LinearRegressor, SVMRegressor) get
+rules too (:data:`ML_RULES`, checked against onnxruntime's kernels). Ops without a rule stay
+untyped (never guessed). One standard op gets a fallback too: a Reshape whose target ONNX could not evaluate
 keeps the rank its target's length gives (:func:`_reshape_rank`). The rules were checked against the shapes onnxruntime produces
 (tests/core/test_contrib_shapes.py runs the fused models and compares).
 """
@@ -23,7 +25,7 @@ import onnx
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["complete", "needs_completion", "CONTRIB_DOMAIN", "RULES"]
+__all__ = ["complete", "needs_completion", "CONTRIB_DOMAIN", "RULES", "ML_DOMAIN", "ML_RULES"]
 
 CONTRIB_DOMAIN = "com.microsoft"
 
@@ -243,6 +245,81 @@ RULES: dict[str, Rule] = {
     "MatMulIntegerToFloat": _as_standard("MatMul", n_inputs=2, elem=onnx.TensorProto.FLOAT),
 }
 
+# ------------------------------------------------------------------------------- ONNX-ML
+ML_DOMAIN = "ai.onnx.ml"
+
+
+def _float_like_input0(node, ins):
+    """Scaler, Normalizer: float32 of the input's shape (onnx infers no shape for them)."""
+    if not ins or ins[0] is None:
+        return None
+    return [(onnx.TensorProto.FLOAT, ins[0][1])]
+
+
+def _same_as_input0(node, ins):
+    """Imputer: the input's type and shape."""
+    return [ins[0]] if ins and ins[0] is not None else None
+
+
+def _rows(ins) -> Dim | None:
+    """The row count of a model's [N, C] input ([C]: one row), None when unknown."""
+    if not ins or ins[0] is None or ins[0][1] is None:
+        return None
+    dims = ins[0][1]
+    return 1 if len(dims) == 1 else dims[0] if len(dims) == 2 else None
+
+
+def _linear_regressor(node, ins):
+    """LinearRegressor: [N, targets] float32 (onnxruntime's kernel; onnx infers nothing)."""
+    rows = _rows(ins)
+    if rows is None:
+        return None
+    return [(onnx.TensorProto.FLOAT, [rows, int(_attr(node, "targets", 1))])]
+
+
+def _svm_regressor(node, ins):
+    rows = _rows(ins)
+    if rows is None:
+        return None
+    return [(onnx.TensorProto.FLOAT, [rows, 1])]
+
+
+def _dict_vectorizer(node, ins):
+    """DictVectorizer: [1, len(vocabulary)] of the map's value type (one map, one row, as
+    onnxruntime's kernel writes it)."""
+    vocab = _attr(node, "int64_vocabulary") or _attr(node, "string_vocabulary")
+    if not vocab or not ins or ins[0] is None:
+        return None
+    return [(ins[0][0], [1, len(vocab)])]
+
+
+#: Output-shape rules of ONNX-ML ops whose ONNX inference leaves the shape unknown.
+ML_RULES: dict[str, Rule] = {
+    "Scaler": _float_like_input0,
+    "Normalizer": _float_like_input0,
+    "Imputer": _same_as_input0,
+    "LinearRegressor": _linear_regressor,
+    "SVMRegressor": _svm_regressor,
+    "DictVectorizer": _dict_vectorizer,
+}
+
+
+def _ml_rule(node: onnx.NodeProto) -> Rule | None:
+    return ML_RULES.get(node.op_type) if node.domain == ML_DOMAIN else None
+
+
+def _map_values(graph: onnx.GraphProto) -> dict[str, Typed]:
+    """Map-typed values of ``graph`` as (value elem type, no shape): what DictVectorizer's
+    rule reads."""
+    out: dict[str, Typed] = {}
+    for vi in (*graph.input, *graph.value_info):
+        if vi.type.HasField("map_type"):
+            vt = vi.type.map_type.value_type
+            if vt.HasField("tensor_type"):
+                out[vi.name] = (vt.tensor_type.elem_type, None)
+    return out
+
+
 # ------------------------------------------------------------------------------- the walk
 _OPSET = 17  # standard schemas for the rules' stand-in ops (Conv, Gemm, MatMul)
 
@@ -357,7 +434,8 @@ def needs_completion(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> bool:
     inference left untyped, or a Reshape inference left without a rank
     (:func:`_reshape_rank`)."""
     opset = _opset(opsets)
-    fused = [n for n in graph.node if n.op_type in RULES and _unknown_to_onnx(n, opset)]
+    fused = [n for n in graph.node if (n.op_type in RULES and _unknown_to_onnx(n, opset))
+             or _ml_rule(n) is not None]
     if fused:
         typed = {vi.name for vi in (*graph.value_info, *graph.output)
                  if _complete_type(vi.type)}
@@ -394,7 +472,16 @@ def complete(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> int:
         if not todo:
             continue
         ins = [_typed(types.get(i)) if i else None for i in node.input]
-        if _unknown_to_onnx(node, opset):
+        ml = _ml_rule(node)
+        if ml is not None:
+            if node.op_type == "DictVectorizer":
+                ins = [_map_values(graph).get(i) for i in node.input]
+            try:
+                outs = ml(node, ins)
+            except Exception:  # noqa: BLE001 - a malformed node: leave it untyped
+                logger.debug("no shape for %s %s", node.op_type, node.name, exc_info=True)
+                outs = None
+        elif _unknown_to_onnx(node, opset):
             rule = RULES.get(node.op_type)
             try:
                 outs = rule(node, ins) if rule is not None else None

@@ -510,6 +510,8 @@ class MetricAccumulator:
                 return
         if not self.comparable:
             return
+        # bfloat16, float8, int4 values (ml_dtypes arrays, kind "V"): compared in float
+        ref, cand = _widened(ref), _widened(cand)
         if ref.dtype.kind not in "biufc" or cand.dtype.kind not in "biufc":
             self._note(f"not numeric ({ref.dtype} / {cand.dtype})")
             self.comparable = False
@@ -804,6 +806,14 @@ class MetricAccumulator:
         if self.rule.kind == "elementwise":
             return self.n_fail == 0
         return self.score() <= 1.0
+
+
+def _widened(a: np.ndarray) -> np.ndarray:
+    """An ml_dtypes array (bfloat16, float8, int4/int2, float4) as float32 (exact for every
+    such value); any other array as it is."""
+    if a.dtype.kind == "V" and type(a.dtype).__module__.startswith("ml_dtypes"):
+        return a.astype(np.float32)
+    return a
 
 
 def tensor_metrics(ref: Any, cand: Any, atol: float = 1e-4, rtol: float = 1e-3, *,

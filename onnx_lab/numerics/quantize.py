@@ -163,8 +163,25 @@ def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = Non
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     model = resolve(source)[0]
-    return _quantize(model, quantize_dynamic, weight_type=QuantType.QInt8,
-                     nodes_to_exclude=_node_names(model, nodes_to_exclude, "nodes_to_exclude"))
+    exclude = _node_names(model, nodes_to_exclude, "nodes_to_exclude")
+    if not _has_bodies(model):
+        return _quantize(model, quantize_dynamic, weight_type=QuantType.QInt8,
+                         nodes_to_exclude=exclude)
+    # If/Loop/Scan bodies (an optimum merged decoder: every MatMul inside an If on
+    # use_cache_branch): onnxruntime's dynamic quantizer enters them with EnableSubgraph
+    try:
+        return _quantize(model, quantize_dynamic, weight_type=QuantType.QInt8,
+                         nodes_to_exclude=exclude, extra_options={"EnableSubgraph": True})
+    except PassError as e:
+        logger.warning("int8 dynamic quantization of the If/Loop bodies failed (%s): only the "
+                       "main graph is quantized, the bodies stay in float32", e.problem)
+        return _quantize(model, quantize_dynamic, weight_type=QuantType.QInt8,
+                         nodes_to_exclude=exclude)
+
+
+def _has_bodies(model: LabModel) -> bool:
+    """Whether the model has If/Loop/Scan bodies (a graph besides the main one)."""
+    return sum(1 for _ in model.ir.graphs()) > 1
 
 
 def int8_static_model(source: Any, feeds: Any = None, n: int = 8,

@@ -163,7 +163,10 @@ def run(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[str]
     """Values of ``outputs`` for one sample (graph optimizations disabled), within the run
     limits (:mod:`onnx_lab.core.limits`: the memory estimate first, then the time limit)."""
     verify_files(model.ir)
-    check_run_memory(model, {k: list(np.shape(v)) for k, v in feeds.items()})
+    # tensors only: a sequence (list, its elements of any shapes), map or optional feed has
+    # no shape of its own
+    check_run_memory(model, {k: list(v.shape) for k, v in feeds.items()
+                             if isinstance(v, np.ndarray)})
     try:
         return _fast(model, feeds, outputs, providers)
     except RunLimitError:

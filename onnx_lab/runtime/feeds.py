@@ -40,6 +40,35 @@ _NP_DTYPES = {
 }
 
 
+def _ml_dtypes() -> dict[str, Any]:
+    """The types numpy has no dtype for, as ml_dtypes (onnx's own dependency) gives them:
+    feeds of these go to onnxruntime as typed OrtValues (:mod:`onnx_lab.runtime.typed`)."""
+    import ml_dtypes
+
+    names = {"bfloat16": "bfloat16", "float8e4m3fn": "float8_e4m3fn",
+             "float8e4m3fnuz": "float8_e4m3fnuz", "float8e5m2": "float8_e5m2",
+             "float8e5m2fnuz": "float8_e5m2fnuz", "float8e8m0": "float8_e8m0fnu",
+             "float4e2m1": "float4_e2m1fn", "int4": "int4", "uint4": "uint4",
+             "int2": "int2", "uint2": "uint2"}
+    return {k: getattr(ml_dtypes, v) for k, v in names.items() if hasattr(ml_dtypes, v)}
+
+
+_NP_DTYPES.update(_ml_dtypes())
+
+
+def _int_high(np_dtype: Any) -> int | None:
+    """The exclusive upper bound of generated values of an integer dtype (10, or less for
+    int4/int2 types), None for a non-integer one."""
+    if np.issubdtype(np_dtype, np.integer):
+        return 10
+    if type(np.dtype(np_dtype)).__module__.startswith("ml_dtypes") and "int" in str(
+            np.dtype(np_dtype)):
+        import ml_dtypes
+
+        return min(10, int(ml_dtypes.iinfo(np_dtype).max) + 1)
+    return None
+
+
 def input_specs(model: LabModel) -> list[tuple[str, str | None, tuple | None]]:
     """(name, dtype, declared shape) of each real graph input (initializers excluded).
 
@@ -261,8 +290,9 @@ def _scalars(dtype: ir.DataType, n: int, rng: np.random.Generator,
     np_dtype = _NP_DTYPES.get(dtype_name(dtype) or "")
     if np_dtype is None:
         raise ValueError(dtype)
-    if np.issubdtype(np_dtype, np.integer):
-        return rng.integers(0, 10, size=n).astype(np_dtype)
+    high = _int_high(np_dtype)
+    if high is not None:
+        return rng.integers(0, high, size=n).astype(np_dtype)
     if np_dtype is np.bool_:
         return rng.random(n) < 0.5
     return rng.standard_normal(n).astype(np_dtype)
@@ -355,21 +385,24 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
                 raise InputError(f"Input {name!r} has dtype {dtype}, which make_feeds cannot "
                                  "generate.", fix="Pass feeds={...} with arrays you built.")
             low_name = name.lower()
+            high = _int_high(np_dtype)
             if name in ranges:
                 lo, hi = ranges[name]
-                if np.issubdtype(np_dtype, np.integer):
+                if high is not None:
                     arr = rng.integers(int(lo), int(hi), size=shape)
                 else:
                     arr = rng.uniform(lo, hi, size=shape)
             elif np_dtype is np.bool_:
                 arr = np.ones(shape, bool) if "mask" in low_name else rng.random(shape) < 0.5
-            elif np.issubdtype(np_dtype, np.integer):
+            elif high is not None:
                 if "mask" in low_name:
                     arr = np.ones(shape)
                 elif "type" in low_name:
                     arr = np.zeros(shape)
                 else:
-                    arr = rng.integers(0, _gather_vocab(model, name) or 10, size=shape)
+                    rows = _gather_vocab(model, name) or 10
+                    # int4/int2 inputs: no value past the type's range
+                    arr = rng.integers(0, rows if high == 10 else min(rows, high), size=shape)
             else:
                 arr = rng.standard_normal(shape)
             feeds[name] = np.asarray(arr).astype(np_dtype)
@@ -442,8 +475,11 @@ def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
                                  "strings.", fix="Pass an array of str (dtype object).")
             want = _NP_DTYPES.get(dtype or "")
             if want is not None and arr.dtype != want:
+                special = np.dtype(want).kind == "V"  # bfloat16, float8, int4 (ml_dtypes)
                 if np.dtype(want).kind != arr.dtype.kind and not (
-                        np.dtype(want).kind in "iu" and arr.dtype.kind in "iu"):
+                        np.dtype(want).kind in "iu" and arr.dtype.kind in "iu") and not (
+                        special and arr.dtype.kind in "fiu"
+                        and (arr.dtype.kind == "f") == (_int_high(want) is None)):
                     raise InputError(f"Feed {name!r} has dtype {arr.dtype}, the model expects "
                                      f"{dtype}.", fix=f"Pass arr.astype('{dtype}').")
                 arr = arr.astype(want)

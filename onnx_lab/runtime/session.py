@@ -43,6 +43,7 @@ from onnx_lab.errors import (
     SaveError,
     WriteError,
 )
+from onnx_lab.runtime.typed import SPECIAL_OUTPUT_TYPES, from_ortvalue, needs_ortvalue, to_ortvalue
 
 logger = logging.getLogger(__name__)
 
@@ -623,9 +624,15 @@ def bounded_run(sess: Any, names: Sequence[str] | None, feeds: Mapping[str, Any]
     ro.log_severity_level = 4  # the stop is reported here, not in onnxruntime's log
     box: dict[str, Any] = {}
 
+    typed = _typed_run(sess, names, feeds)
+
     def target() -> None:
         try:
-            box["values"] = sess.run(None if names is None else list(names), dict(feeds), ro)
+            if typed:
+                box["values"] = _run_ortvalues(sess, names, feeds, ro)
+            else:
+                box["values"] = sess.run(None if names is None else list(names), dict(feeds),
+                                         ro)
         except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
             box["error"] = e
 
@@ -662,6 +669,36 @@ def bounded_run(sess: Any, names: Sequence[str] | None, feeds: Mapping[str, Any]
             raise e
         raise run_failure(e, what, fix) from e
     return box["values"]
+
+
+def _typed_run(sess: Any, names: Sequence[str] | None, feeds: Mapping[str, Any]) -> bool:
+    """Whether this run goes through OrtValues (:mod:`onnx_lab.runtime.typed`): a feed or an
+    asked output of a type the binding cannot take or return as numpy (bfloat16, float8,
+    int4...), and every feed a tensor (a sequence or map feed has no OrtValue here)."""
+    if not hasattr(sess, "run_with_ort_values"):
+        return False
+    special = any(needs_ortvalue(v) for v in feeds.values())
+    try:
+        want = None if names is None else set(names)
+        outs = [o for o in sess.get_outputs() if want is None or o.name in want]
+    except Exception:  # noqa: BLE001 - a session-like object without output metadata
+        return False
+    special = special or any(o.type in SPECIAL_OUTPUT_TYPES for o in outs)
+    if not special:
+        return False
+    # tensors in and out only: a sequence, map or optional has no OrtValue path here
+    return all(isinstance(v, np.ndarray) and v.dtype.kind not in "OUS"
+               for v in feeds.values()) and all(o.type.startswith("tensor(") for o in outs)
+
+
+def _run_ortvalues(sess: Any, names: Sequence[str] | None, feeds: Mapping[str, Any],
+                   ro: Any) -> list[Any]:
+    """``sess.run`` with the feeds as typed OrtValues and the outputs read back as
+    (ml_dtypes) numpy arrays."""
+    if names is None:
+        names = [o.name for o in sess.get_outputs()]
+    ovs = {k: to_ortvalue(v) for k, v in feeds.items()}
+    return [from_ortvalue(o) for o in sess.run_with_ort_values(list(names), ovs, ro)]
 
 
 def run_failure(e: BaseException, what: str = "the model", fix: str = _FEEDS_FIX, *,
