@@ -180,9 +180,15 @@ class PrecisionDoctor(View):
         self.progress_label.value = "cancelling after this trial..."
 
     def _on_progress(self, done: int, total: int, label: str) -> None:
-        self.progress.max = max(total, 1)
-        self.progress.value = min(done, self.progress.max)
-        self.progress_label.value = esc_text(label)
+        """The search's own count: ``total`` is re-estimated as the search learns its length
+        (never reached before the last trial), so the bar fills only when it ends."""
+        total = max(int(total), 1)
+        if total < self.progress.value:  # shrinking below the value: lower the value first
+            self.progress.value = min(int(done), total)
+        self.progress.max = total
+        self.progress.value = min(int(done), total)
+        self.progress_label.value = esc_text(f"{label} (trial {int(done)} of "
+                                             f"{'' if done >= total else 'about '}{total})")
 
     def _search(self) -> None:
         try:
