@@ -225,3 +225,26 @@ def test_not_fused_panel_names_the_nan_guard_that_stops_the_attention_fusion(no_
     assert "NaN guard" in reason and {"/attn/Where", "/layer.0/attention/core/Softmax"} <= set(
         att.node_ids.iloc[0])
     assert "QK path: the MatMul(probs, V)" in f.near_misses.html.value
+
+
+def test_safe_preset_reports_one_step_per_pass_and_where_its_time_went(no_error):
+    from onnx_lab.transforms.apply import preset_passes
+
+    lab = onnx_lab.open(build_bert_block(), dims={"batch": 2, "seq": 8})
+    f = FusionLab(lab)
+    seen: list[tuple[int, int, str]] = []
+    hook = f._on_progress
+
+    def recording(done, total, label):
+        hook(done, total, label)
+        seen.append((f.progress.value, f.progress.max, label))
+
+    f._on_progress = recording
+    f.safe_button.click()
+    no_error(f)
+    n = len(preset_passes("safe"))
+    assert [v for v, _, _ in seen] == list(range(n + 1)) and {m for _, m, _ in seen} == {n}
+    assert seen[0][2] == f"preset: {preset_passes('safe')[0]}" and seen[-1][2] == "preset: done"
+    assert f.progress.layout.visibility == "hidden"  # hidden again once the step is shown
+    assert set(f.timing) == {"call_s", "view_s"} and f.timing["view_s"] >= 0
+    assert "s in the library call" in f.status.value and "s redrawing" in f.status.value
