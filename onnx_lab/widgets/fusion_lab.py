@@ -11,7 +11,6 @@ panel: onnx_lab's own patterns and the transformer fusions that almost applied).
 from __future__ import annotations
 
 import time
-
 from typing import Any
 
 import ipywidgets as w
