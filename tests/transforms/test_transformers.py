@@ -221,6 +221,9 @@ def test_nan_guarded_attention_is_a_named_near_miss_before_and_after_the_step():
     assert r.fusions == _ort_stats(bert_block_with_nan_guard())  # onnxruntime's own answer
     nm = r.near_misses.loc[r.near_misses.fusion == "Attention"]
     assert len(nm) == 1 and nm.reason.iloc[0] == row.reason
+    # onnxruntime's own log stops at the same place.
+    assert {"Expect Softmax, Got Where", "fuse_attention: failed to match qk path"} <= set(
+        nm.log.iloc[0])
     # Without the guard the same block fuses: the guard is the failed condition.
     assert _ort_stats(build_bert_block()).get("Attention") == 1
 
