@@ -166,8 +166,10 @@ class DriftDebugger(View):
             return self.preset.value
         cand = getattr(self.candidate, "model", None)
         ref = getattr(self.reference, "model", None)
-        found = default_preset(cand, ref) if cand is not None else None
-        return found or "fp32"
+        if cand is None:  # a path: the last run's choice, once there is one
+            ran = getattr(self.result, "preset", None)
+            return ran if ran in PRESETS else "fp32"
+        return default_preset(cand, ref) or "fp32"
 
     def _typed(self, _change: Any) -> None:
         if not self._syncing:
@@ -275,12 +277,8 @@ class DriftDebugger(View):
             return
         self.result = c
         self._shown = {}
-        if not self.custom_tolerances.value and c.preset in PRESETS:
-            self._syncing = True  # the numbers the run used (its float32 output rule)
-            try:
-                self.atol.value, self.rtol.value = c.atol, c.rtol
-            finally:
-                self._syncing = False
+        if not self.custom_tolerances.value:
+            self._sync_tolerances()  # the preset the run used, its numbers in the boxes
         self.code.value = code_html(self._code())
         d = c.first_divergence
         colour = "#2e7d32" if c.passed else "#c62828"

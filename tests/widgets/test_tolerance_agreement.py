@@ -126,3 +126,16 @@ def test_doctor_boxes_follow_the_target():
     p.target.value = "int4"
     assert (p.min_top1.value, p.max_kl.value) == (NEXT_TOKEN["int4"].min_top1,
                                                   NEXT_TOKEN["int4"].max_kl)
+
+
+def test_drift_on_paths_shows_the_preset_the_run_used(tmp_path, no_error):
+    lab = onnx_lab.open("sample:bert_block", dims=BERT_DIMS)
+    ref, cand = tmp_path / "m.onnx", tmp_path / "m16.onnx"
+    lab.save(str(ref))
+    to_fp16(lab).save(str(cand))
+    d = DriftDebugger(str(ref), str(cand), dims=BERT_DIMS)
+    assert "preset fp32" in d.rule_line.value  # nothing loaded yet: the float32 rule
+    d.run()
+    no_error(d)
+    assert d.result.preset == "fp16" and "preset fp16" in d.rule_line.value
+    assert (d.atol.value, d.rtol.value) == (d.result.atol, d.result.rtol) == (0.01, 0.01)
