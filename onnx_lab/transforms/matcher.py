@@ -2,12 +2,15 @@
 
 Like onnxscript's rewriter, a :class:`PatternPass` says *what* it matches (a :class:`Pattern`:
 the op type of the node the walk visits, optionally the op type of the node producing one of
-its inputs), a :meth:`~PatternPass.check` that returns None or the human reason a candidate is
+its inputs, a chain of producers above that one and the one consumer of its output), a :meth:`~PatternPass.check` that returns None or the human reason a candidate is
 rejected (it lands in ``PassResult.reason`` or ``notes`` through :meth:`LabPass.skip`), a
 :meth:`~PatternPass.describe` that names the match, and a :meth:`~PatternPass.apply` that
 rewrites one match. The walk over the model index, the tests of op types and domains, the
 producer lookup, the bookkeeping of reasons and the building of :class:`Match` objects live
-here once.
+here once. The same queries serve walks that only explain (the transformer near-misses of
+``transforms/near_miss.py``): :func:`producer_chain` follows producers step by step and says
+at which node which op was expected and what was found, :func:`consumer` the one reader of an
+op type.
 
 Example:
     >>> class DropIdentity(PatternPass):
