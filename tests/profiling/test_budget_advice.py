@@ -53,3 +53,21 @@ def test_a_sweep_cut_short_by_the_budget_names_the_sizes_left_and_a_budget():
     assert "not run" in a.what and a.suggested_s > 0.6
     full = lab.batch_sweep((1, 2), dim="batch", runs=3, warmup=1, progress=False)
     assert sweep_advice(full, (1, 2)) is None  # fixed runs: nothing to advise
+
+
+def test_the_cli_says_the_budget_is_too_small_and_names_the_flag(tmp_path, capsys):
+    import json
+
+    from onnx_lab.cli import main
+
+    path = tmp_path / "slow.onnx"
+    onnx.save(slow_model(), str(path))
+    assert main(["profile", str(path), "--dims", "batch=2", "--budget", "1", "--warmup", "1",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (a,) = out["budget_advice"]
+    assert a["text"].startswith("budget too small") and a["suggested_s"] > a["budget_s"] == 1
+    assert main(["profile", str(path), "--dims", "batch=2", "--budget", "1", "--warmup",
+                 "1"]) == 0
+    text = capsys.readouterr().out
+    assert "note: budget too small" in text and "(--budget " in text

@@ -84,7 +84,7 @@ def test_the_cli_reads_the_same_table(tmp_path, capsys):
     lab = onnx_lab.open("sample:bert_block", dims=BERT_DIMS)
     lab.save(str(ref))
     to_fp16(lab).save(str(cand))
-    rc = cli_main(["compare", str(ref), str(cand), "--dim", "batch=2", "--dim", "seq=8",
+    rc = cli_main(["compare", str(ref), str(cand), "--dims", "batch=2,seq=8",
                    "--json"])
     out = json.loads(capsys.readouterr().out)
     d = DriftDebugger(onnx_lab.open(str(ref), dims=BERT_DIMS),
