@@ -242,13 +242,14 @@ def _check_mask(model: LabModel, mask: ir.Value | None) -> tuple[list[ir.Node], 
 
 # Ops that may sit between a Softmax and the MatMul weighting the values without making it
 # another computation (a NaN guard, a cast, dropout); they stop onnxruntime's QK path.
-_PASS_THROUGH = ("Where", "IsNaN", "Cast", "Dropout", "Identity")
+_PASS_THROUGH = ("Where", "Cast", "Dropout", "Identity")
 
 
 def _between_softmax_and_values(sm: ir.Node, depth: int = 3
                                 ) -> tuple[list[ir.Node], ir.Node] | None:
     """(the nodes between Softmax ``sm`` and a MatMul reading the probabilities, that MatMul)
-    when the probabilities reach one only through :data:`_PASS_THROUGH` ops, else None."""
+    when the probabilities reach one only through :data:`_PASS_THROUGH` ops (an IsNaN beside
+    them, the guard's condition, is no path to the values), else None."""
     frontier: list[tuple[ir.Node, list[ir.Node]]] = [(sm, [])]
     for _ in range(depth):
         nxt: list[tuple[ir.Node, list[ir.Node]]] = []
@@ -256,7 +257,7 @@ def _between_softmax_and_values(sm: ir.Node, depth: int = 3
             for r in _readers(node):
                 if r.op_type == "MatMul" and path:
                     return path, r
-                if r.op_type in _PASS_THROUGH and r.op_type != "IsNaN":
+                if r.op_type in _PASS_THROUGH:
                     nxt.append((r, [*path, r]))
         frontier = nxt
     return None

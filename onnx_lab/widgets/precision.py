@@ -84,6 +84,7 @@ class PrecisionDoctor(View):
                                 layout=w.Layout(width="320px"))
         self.save_button = w.Button(description="Save", icon="save", disabled=True)
         self._result_panels = (self.verdict, self.chart, self.outputs_html)
+        self._setting = False  # True while _target_defaults sets the metric itself
         self.metric.observe(lambda _c: self._metric_defaults(), names="value")
         self.target.observe(lambda _c: self._target_defaults(), names="value")
         self._target_defaults()
@@ -115,7 +116,7 @@ class PrecisionDoctor(View):
 
     def _metric_defaults(self) -> None:
         """The boxes of the chosen metric at the target's numbers for it."""
-        if getattr(self, "_setting", False):
+        if self._setting:
             return
         target = self.target.value if self.target.value != "int4" else "fp32"
         rule = make_tolerance(target, self.metric.value)
