@@ -61,6 +61,26 @@ class Progress:
                 self._bar.set_description(label, refresh=False)
             self._bar.update(n)
 
+    def expect(self, more: int) -> None:
+        """Re-estimate: ``more`` steps remain from here (a search that learns its length as
+        it goes). The total never falls to ``done`` before :meth:`finish`, so a bar is not
+        full while work remains."""
+        self.total = self.done + max(1, int(more))
+        if self._fn is not None:
+            self._fn(self.done, self.total, self.label)
+        if self._bar is not None:
+            self._bar.total = self.total
+            self._bar.refresh()
+
+    def finish(self) -> None:
+        """The work is done: the total becomes the steps taken (a full bar)."""
+        self.total = self.done
+        if self._fn is not None:
+            self._fn(self.done, self.total, self.label)
+        if self._bar is not None:
+            self._bar.total = self.total
+            self._bar.refresh()
+
     def __enter__(self) -> Progress:
         if self._fn is not None:
             self._fn(0, self.total, self.label)

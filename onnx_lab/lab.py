@@ -652,9 +652,10 @@ class Lab:
         return to_int8_static(self, feeds, n, nodes_to_exclude)
 
     def apply_preset(self, preset: str | Sequence[str] = "safe",
-                     verify: bool | Mapping[str, Any] = True) -> list:
-        """Apply every pass of a preset (``"safe"``) as verified steps; returns PassResults."""
-        return _steps().apply_preset(self._history, preset, verify)
+                     verify: bool | Mapping[str, Any] = True, *, progress: Any = None) -> list:
+        """Apply every pass of a preset (``"safe"``) as verified steps; returns PassResults
+        (``progress``: a callable(done, total, label), one step per pass)."""
+        return _steps().apply_preset(self._history, preset, verify, progress=progress)
 
     @property
     def history(self) -> pd.DataFrame:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from onnx_lab._progress import Progress
 from onnx_lab.core._gc import paused
 from onnx_lab.core.history import History
 from onnx_lab.core.shapes import fit_dims
@@ -147,7 +148,8 @@ def _expected_change(result: PassResult) -> None:
 
 
 def apply_preset(history: History, preset: str | Sequence[str] = "safe",
-                 verify: bool | Mapping[str, Any] = True) -> list[PassResult]:
+                 verify: bool | Mapping[str, Any] = True, *, progress: Any = None
+                 ) -> list[PassResult]:
     """Apply the passes of a preset in order, each as its own verified step.
 
     Verification reuses the captured tensors of each step as the reference of the next, so
@@ -157,15 +159,21 @@ def apply_preset(history: History, preset: str | Sequence[str] = "safe",
 
     Args:
         preset: a preset name (``"safe"``) or a list of pass names.
+        progress: None (tqdm when interactive), False, or a callable(done, total, label):
+            one step per pass, labelled with the pass about to run.
 
     Example:
         >>> [r.name for r in lab.apply_preset("safe") if r.modified]
     """
     names = preset_passes(preset)
     cache: dict = {}
-    with paused():  # a step's graph objects are no garbage: see core._gc
-        return [apply(history, name, None, verify, _cache=cache, _record_noop=False)
-                for name in names]
+    out: list[PassResult] = []
+    with paused(), Progress(progress, len(names), f"preset: {names[0] if names else ''}") as bar:
+        # a step's graph objects are no garbage: see core._gc
+        for k, name in enumerate(names):
+            out.append(apply(history, name, None, verify, _cache=cache, _record_noop=False))
+            bar.step(f"preset: {names[k + 1]}" if k + 1 < len(names) else "preset: done")
+    return out
 
 
 def extract(history: History, inputs: Sequence[str] | None = None,

@@ -564,3 +564,29 @@ def decoder_export(folder: str | Path, module=None) -> Path:
                                     verbose=False)
     program.save(str(path))
     return path
+
+
+def bert_block_with_nan_guard():
+    """sample:bert_block with torch's scaled_dot_product_attention NaN guard between the
+    Softmax and the MatMul that weights the values: ``p = Where(IsNaN(p), 0, p)`` (what the
+    TorchScript export of a transformers BertModel with sdpa attention writes). onnxruntime's
+    Attention fusion stops at its QK path there."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from onnx_lab.core._sample_models import build_bert_block
+
+    m = build_bert_block()
+    g = m.graph
+    sm = next(n for n in g.node if n.op_type == "Softmax")
+    probs = sm.output[0]
+    reader = next(n for n in g.node if n.op_type == "MatMul" and probs in n.input)
+    g.initializer.append(numpy_helper.from_array(np.array(0.0, np.float32), "nan_guard.zero"))
+    guard = [helper.make_node("IsNaN", [probs], ["/attn/IsNaN_out"], name="/attn/IsNaN"),
+             helper.make_node("Where", ["/attn/IsNaN_out", "nan_guard.zero", probs],
+                              ["/attn/Where_out"], name="/attn/Where")]
+    reader.input[list(reader.input).index(probs)] = "/attn/Where_out"
+    at = list(g.node).index(reader)
+    for k, n in enumerate(guard):
+        g.node.insert(at + k, n)
+    return m

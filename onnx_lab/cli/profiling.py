@@ -61,6 +61,7 @@ def _profile(args: argparse.Namespace) -> int:
     import pandas as pd
 
     # on use: other commands need not pay
+    from onnx_lab.profiling.advice import profile_advice, sweep_advice
     from onnx_lab.profiling.sweep import batch_sweep
 
     if args.generate is not None:
@@ -85,8 +86,12 @@ def _profile(args: argparse.Namespace) -> int:
                             providers=args.providers.split(",")[0] if args.providers else None,
                             threads=args.threads, opt_level=args.opt_level,
                             progress=None if not args.json else False)
+    advice = [a for a in (profile_advice(prof), sweep_advice(sweep, sizes) if sweep else None)
+              if a is not None]
     if args.json:
         out = prof.to_dict(top=args.top)
+        out["budget_advice"] = [{"text": a.text, "runs": a.runs, "budget_s": a.budget_s,
+                                 "suggested_s": a.suggested_s} for a in advice]
         if sweep is not None:
             out["batch_sweep"] = {"dim": sweep.dim, "knee": sweep.knee, "knees": sweep.knees,
                                   "table": sweep.table.to_dict(orient="records"),
@@ -114,6 +119,8 @@ def _profile(args: argparse.Namespace) -> int:
             print(f"knee: {sweep.knee}")
     for n in prof.notes + (sweep.notes if sweep else []):
         print(f"note: {n}")
+    for a in advice:  # and the budget that would give a measurement: --budget X
+        print(f"note: {a.text} (--budget {a.suggested_s:g})")
     return 0
 
 

@@ -55,7 +55,7 @@ from onnx_lab.runtime.session import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["compare", "Comparison", "LAYER_COLUMNS", "OUTPUT_COLUMNS"]
+__all__ = ["compare", "Comparison", "LAYER_COLUMNS", "OUTPUT_COLUMNS", "default_preset"]
 
 LAYER_COLUMNS = ["tensor", "node_id", "op_type", "depth", "cand_tensor", "cand_node_id", "match",
                  *METRIC_COLUMNS, "preset"]
@@ -207,7 +207,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     uncached = [m for m in (ref_model, cand_model)
                 if m is not None and not m.is_cached(RUNTIME_PROTO_KEY)]
     alignment, out_pairs, pairs = _pairs(ref_model, cand_model, ref_dict, layerwise)
-    preset = preset or weight_only_preset(cand_model, ref_model) or _computing_preset(cand_model)
+    preset = preset or default_preset(cand_model, ref_model)
     try:
         metrics, kept = _run_metrics(ref_model, cand_model, ref_dict, feed_list, pairs,
                                      out_pairs, sides.providers, max_bytes, progress,
@@ -581,6 +581,14 @@ def weight_only_preset(*models: LabModel | None) -> str | None:
                                  for e in m.index.entries.values()):
             return "int4"
     return None
+
+
+def default_preset(candidate: LabModel, reference: LabModel | None = None) -> str | None:
+    """The preset :func:`compare` judges ``candidate`` by when none is given: ``int4`` for
+    weight-only quantized ops, ``fp16``/``bf16`` when the candidate computes in that type, else
+    None (each tensor's dtype picks its own preset: float32's for float32 tensors). Widgets
+    show its numbers in their tolerance boxes, so the boxes hold the values in force."""
+    return weight_only_preset(candidate, reference) or _computing_preset(candidate)
 
 
 def _computing_preset(model: LabModel) -> str | None:

@@ -2,12 +2,15 @@
 
 Like onnxscript's rewriter, a :class:`PatternPass` says *what* it matches (a :class:`Pattern`:
 the op type of the node the walk visits, optionally the op type of the node producing one of
-its inputs), a :meth:`~PatternPass.check` that returns None or the human reason a candidate is
+its inputs, a chain of producers above that one and the one consumer of its output), a :meth:`~PatternPass.check` that returns None or the human reason a candidate is
 rejected (it lands in ``PassResult.reason`` or ``notes`` through :meth:`LabPass.skip`), a
 :meth:`~PatternPass.describe` that names the match, and a :meth:`~PatternPass.apply` that
 rewrites one match. The walk over the model index, the tests of op types and domains, the
 producer lookup, the bookkeeping of reasons and the building of :class:`Match` objects live
-here once.
+here once. The same queries serve walks that only explain (the transformer near-misses of
+``transforms/near_miss.py``): :func:`producer_chain` follows producers step by step and says
+at which node which op was expected and what was found, :func:`consumer` the one reader of an
+op type.
 
 Example:
     >>> class DropIdentity(PatternPass):
@@ -32,7 +35,8 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.transforms.base import LabPass, Match, Rewrite
 
 __all__ = ["STANDARD_DOMAINS", "Pattern", "Binding", "Found", "PatternPass", "walk", "is_std",
-           "users", "names_of", "sole_reader", "alive"]
+           "users", "names_of", "sole_reader", "alive", "Step", "Chain", "producer",
+           "producer_chain", "consumers", "consumer"]
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 
@@ -94,6 +98,97 @@ def alive(*nodes: ir.Node) -> bool:
     return all(n.graph is not None for n in nodes)
 
 
+def producer(node: ir.Node | None, i: int) -> ir.Node | None:
+    """The node producing input ``i`` of ``node`` (None: a graph input, initializer or none)."""
+    if node is None or i >= len(node.inputs) or node.inputs[i] is None:
+        return None
+    return node.inputs[i].producer()
+
+
+def consumers(node: ir.Node, op_type: OpTypes = None, output: int = 0) -> list[ir.Node]:
+    """Distinct nodes reading output ``output`` of ``node`` (of one of ``op_type``)."""
+    if output >= len(node.outputs):
+        return []
+    return [n for n in users(node.outputs[output])
+            if op_type is None or _fits(n, op_type, (n.domain,))]
+
+
+def consumer(node: ir.Node, op_type: OpTypes, output: int = 0) -> tuple[ir.Node | None, str]:
+    """(the one reader of ``node``'s output of one of ``op_type``, '') or (None, what reads it
+    instead: "found IsNaN, Where")."""
+    readers = consumers(node, None, output)
+    want = consumers(node, op_type, output)
+    if len(want) == 1:
+        return want[0], ""
+    ops = "/".join((op_type,) if isinstance(op_type, str) else tuple(op_type or ("any",)))
+    found = ", ".join(f"{n.op_type}" for n in readers) or "nothing"
+    many = f"{len(want)} {ops} readers" if len(want) > 1 else f"no {ops}"
+    return None, f"{many} after {node.op_type} (found {found})"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step up a producer chain: the producer of input ``input`` (None: of any input, the
+    first that fits) must be one of ``op``."""
+
+    op: OpTypes
+    input: int | None = None
+
+
+@dataclass
+class Chain:
+    """What :func:`producer_chain` found: the nodes matched, and where it stopped.
+
+    Attributes:
+        nodes: the producers matched, nearest first.
+        failed: None when every step matched; else what was found instead
+            ("expected Softmax before MatMul, found Where").
+        at: the node whose input did not fit (None when all matched).
+        step: index of the failing step.
+    """
+
+    nodes: list[ir.Node]
+    failed: str | None = None
+    at: ir.Node | None = None
+    step: int = -1
+
+    @property
+    def ok(self) -> bool:
+        return self.failed is None
+
+
+def producer_chain(start: ir.Node, steps: Sequence[Step | tuple[OpTypes, int | None]]
+                   ) -> Chain:
+    """Follow producers up from ``start``, one :class:`Step` (or ``(op, input)``) at a time.
+
+    The walk onnxruntime's fusion classes do (``match_parent_path``): it stops at the first
+    step whose producer is not of the expected op type and says what it found instead, so a
+    "not fused, because" names the missing op and the node it was looked for at.
+    """
+    found: list[ir.Node] = []
+    cur = start
+    for k, st in enumerate(steps):
+        op, idx = (st.op, st.input) if isinstance(st, Step) else st
+        cands = [idx] if idx is not None else range(len(cur.inputs))
+        nxt = None
+        got: list[str] = []
+        for i in cands:
+            p = producer(cur, i)
+            if p is not None and _fits(p, op, (p.domain,)):
+                nxt = p
+                break
+            got.append(p.op_type if p is not None else
+                       (f"input {cur.inputs[i].name!r}" if i < len(cur.inputs)
+                        and cur.inputs[i] is not None else "nothing"))
+        if nxt is None:
+            ops = "/".join((op,) if isinstance(op, str) else tuple(op or ("any",)))
+            return Chain(found, f"expected {ops} before {cur.op_type}, found "
+                                f"{' or '.join(dict.fromkeys(got)) or 'nothing'}", cur, k)
+        found.append(nxt)
+        cur = nxt
+    return Chain(found)
+
+
 # ---------------------------------------------------------------------------- declarations
 @dataclass(frozen=True)
 class Pattern:
@@ -114,6 +209,10 @@ class Pattern:
         where: a structural test beyond op types (``fit = where(binding)``): None means the
             place does not fit the pattern, silently (a residual Add of two tensors is no
             bias Add); anything else is kept as :attr:`Binding.fit` for the check.
+        chain: producers further up from the producer (:class:`Step` each, nearest first):
+            ``Conv ← Pad ← ...``; bound in :attr:`Binding.chain`, first in the match.
+        consumer: op type(s) of the one reader of the root's output (bound as
+            :attr:`Binding.consumer`, last in the match); None for no consumer.
     """
 
     name: str
@@ -125,11 +224,14 @@ class Pattern:
     main_only: bool = False
     disjoint: bool = False
     where: Callable[[Binding], Any] | None = None
+    chain: tuple[Step, ...] = ()
+    consumer: OpTypes = None
 
     @property
     def size(self) -> int:
-        """Number of nodes the pattern binds (root and producer)."""
-        return 1 if self.producer is None else 2
+        """Number of nodes the pattern binds (chain, producer, root and consumer)."""
+        return ((1 if self.producer is None else 2) + len(self.chain)
+                + (self.consumer is not None))
 
 
 @dataclass
@@ -151,20 +253,27 @@ class Binding:
     producer_id: str | None = None
     input: int = 0
     fit: Any = None
+    chain: list[ir.Node] = field(default_factory=list)
+    consumer: ir.Node | None = None
 
     @property
     def head(self) -> ir.Node:
         """The first node in data-flow order: the match is named after it."""
-        return self.producer if self.producer is not None else self.root
+        return self.nodes[0]
 
     @property
     def head_id(self) -> str:
+        if self.chain:
+            return self.model.index.node_id(self.chain[-1])
         return self.producer_id if self.producer_id is not None else self.root_id
 
     @property
     def nodes(self) -> list[ir.Node]:
-        """The bound nodes, head first."""
-        return [self.head] if self.producer is None else [self.producer, self.root]
+        """The bound nodes in data-flow order, head first (the chain's farthest producer,
+        ..., the producer, the root, the consumer)."""
+        out = [*reversed(self.chain)]
+        out += [self.root] if self.producer is None else [self.producer, self.root]
+        return out + ([self.consumer] if self.consumer is not None else [])
 
     @property
     def value(self) -> ir.Value | None:
@@ -262,6 +371,16 @@ class PatternPass(LabPass):
                 if prod is None or not _fits(prod, p.producer, p.domains):
                     continue
                 b.producer, b.producer_id = prod, model.index.node_id(prod)
+                if p.chain:
+                    up = producer_chain(prod, p.chain)
+                    if not up.ok:
+                        continue
+                    b.chain = up.nodes
+            if p.consumer is not None:
+                reader, _ = consumer(node, p.consumer)
+                if reader is None:
+                    continue
+                b.consumer = reader
             if any(id(n) in used for n in b.nodes):
                 continue
             if p.where is not None:

@@ -12,12 +12,12 @@ Two sources, one table (:data:`COLUMNS`):
   the first condition that fails, with onnxruntime's own debug log for that place when the
   optimizer ran (:func:`onnx_lab.transforms.transformers.capture_fusion_log`).
 
-The transformer walks (``_path`` and the ``_attention``/``_layer_norm``/``_gelu`` checks) are
-not written as :class:`~onnx_lab.transforms.matcher.Pattern` on purpose: a Pattern binds a
-root and its producer and is what onnx_lab's own passes rewrite, while these walks mirror
-onnxruntime's fusion classes step by step (which parent, which input index, which condition
-first), so that "not fused, because" names the same condition onnxruntime's code stops at.
-They only read the graph; nothing here rewrites it.
+The transformer walks are written with the one matcher's queries
+(:func:`~onnx_lab.transforms.matcher.producer_chain`, :func:`~onnx_lab.transforms.matcher.consumer`,
+:func:`~onnx_lab.transforms.matcher.producer`): a producer chain stops at the first step whose
+op differs and says what it found at which node, the way onnxruntime's ``match_parent_path``
+does, so "not fused, because" names the condition onnxruntime's code stops at (which parent,
+which input index, which condition first). They only read the graph; nothing here rewrites it.
 
 Example:
     >>> lab.patterns(near_misses=True)[["source", "fusion", "anchor", "reason"]]
@@ -38,7 +38,7 @@ from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import const_array as _const_array
 from onnx_lab.transforms.base import _REGISTRY, get_pass, pass_names
-from onnx_lab.transforms.matcher import PatternPass
+from onnx_lab.transforms.matcher import PatternPass, Step, consumers, producer, producer_chain
 
 
 def const_array(value: ir.Value | None) -> np.ndarray | None:
@@ -130,18 +130,11 @@ def pattern_near_misses(model: LabModel) -> list[NearMiss]:
 
 
 # ---------------------------------------------------------------------------- helpers
-def _prod(node: ir.Node | None, i: int) -> ir.Node | None:
-    if node is None or i >= len(node.inputs) or node.inputs[i] is None:
-        return None
-    return node.inputs[i].producer()
+_prod = producer
 
 
 def _readers(node: ir.Node, i: int = 0) -> list[ir.Node]:
-    out: list[ir.Node] = []
-    for u in node.outputs[i].uses():
-        if all(u.node is not n for n in out):
-            out.append(u.node)
-    return out
+    return consumers(node, None, i)
 
 
 def _scalar(v: ir.Value | None) -> float | None:
@@ -161,31 +154,10 @@ def _const_side(node: ir.Node) -> tuple[int, float | None]:
 
 def _path(start: ir.Node, steps: Sequence[tuple[str | tuple[str, ...], int | None]]
           ) -> tuple[list[ir.Node], str | None]:
-    """Follow producers from ``start``: each step (op type(s), input index or None for any).
-
-    Returns (nodes found, None) or (nodes found so far, what was found instead).
-    """
-    found: list[ir.Node] = []
-    cur = start
-    for ops, idx in steps:
-        ops = (ops,) if isinstance(ops, str) else ops
-        cands = [idx] if idx is not None else range(len(cur.inputs))
-        nxt = None
-        got = []
-        for i in cands:
-            p = _prod(cur, i)
-            if p is not None and p.op_type in ops:
-                nxt = p
-                break
-            got.append(p.op_type if p is not None else
-                       (f"input {cur.inputs[i].name!r}" if i < len(cur.inputs)
-                        and cur.inputs[i] is not None else "nothing"))
-        if nxt is None:
-            return found, f"expected {'/'.join(ops)} before {cur.op_type}, found " \
-                          f"{' or '.join(dict.fromkeys(got)) or 'nothing'}"
-        found.append(nxt)
-        cur = nxt
-    return found, None
+    """:func:`~onnx_lab.transforms.matcher.producer_chain` as (nodes found, None) or (nodes
+    found so far, what was found instead)."""
+    c = producer_chain(start, [Step(op, i) for op, i in steps])
+    return c.nodes, c.failed
 
 
 class _Ids:
@@ -268,12 +240,47 @@ def _check_mask(model: LabModel, mask: ir.Value | None) -> tuple[list[ir.Node], 
     return chain, f"mask path: {found} instead of {expect}"
 
 
+# Ops that may sit between a Softmax and the MatMul weighting the values without making it
+# another computation (a NaN guard, a cast, dropout); they stop onnxruntime's QK path.
+_PASS_THROUGH = ("Where", "Cast", "Dropout", "Identity")
+
+
+def _between_softmax_and_values(sm: ir.Node, depth: int = 3
+                                ) -> tuple[list[ir.Node], ir.Node] | None:
+    """(the nodes between Softmax ``sm`` and a MatMul reading the probabilities, that MatMul)
+    when the probabilities reach one only through :data:`_PASS_THROUGH` ops (an IsNaN beside
+    them, the guard's condition, is no path to the values), else None."""
+    frontier: list[tuple[ir.Node, list[ir.Node]]] = [(sm, [])]
+    for _ in range(depth):
+        nxt: list[tuple[ir.Node, list[ir.Node]]] = []
+        for node, path in frontier:
+            for r in _readers(node):
+                if r.op_type == "MatMul" and path:
+                    return path, r
+                if r.op_type in _PASS_THROUGH:
+                    nxt.append((r, [*path, r]))
+        frontier = nxt
+    return None
+
+
 def _attention(model: LabModel, sm: ir.Node) -> tuple[list[ir.Node], str] | None:
     """Why the attention around Softmax ``sm`` was not fused (None: not attention-like)."""
     nodes: list[ir.Node] = [sm]
     qkv = next((r for r in _readers(sm) if r.op_type == "MatMul"), None)
     if qkv is None:
-        return None  # a Softmax that does not weight values: a classifier head, not attention
+        between = _between_softmax_and_values(sm)
+        if between is None:
+            return None  # a Softmax that weights no values: a classifier head, not attention
+        ops, qkv = between
+        nid = _Ids(model).one
+        guard = any(n.op_type == "IsNaN" for n in _readers(sm))
+        return nodes + ops + [qkv], (
+            f"QK path: the MatMul(probs, V) {nid(qkv)} reads {ops[-1].op_type} {nid(ops[-1])}, "
+            f"not the Softmax {nid(sm)}"
+            + (" (Where(IsNaN(p), 0, p): the NaN guard of torch's scaled_dot_product_attention "
+               "export)" if guard else f" (between them: {_ops(ops)})")
+            + "; the optimizer expects MatMul ← Softmax ← Add(mask) ← Div/Mul(scale) ← "
+              "MatMul(Q, K)")
     nodes.append(qkv)
     # Scores: Softmax ← [Add(mask)] ← Div/Mul(scale) ← MatMul(Q, K).
     add = _prod(sm, 0)

@@ -13,6 +13,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from onnx_lab.numerics.compare import default_preset
 from onnx_lab.numerics.metrics import PRESETS
 from onnx_lab.render._html import esc_text
 from onnx_lab.render.compare_plots import layer_error_figure
@@ -88,8 +89,12 @@ class DriftDebugger(View):
                                  layout=w.Layout(width="420px"))
         self.custom_tolerances = w.Checkbox(value=False, description="my tolerances:",
                                             indent=False, layout=w.Layout(width="120px"))
-        self.atol = w.FloatText(value=1e-4, description="atol", layout=w.Layout(width="180px"))
-        self.rtol = w.FloatText(value=1e-3, description="rtol", layout=w.Layout(width="180px"))
+        # The boxes hold the numbers in force: the preset's (PRESETS, the one table) until
+        # the user types their own; a run passes them only when they are the user's.
+        self.atol = w.FloatText(value=0.0, description="atol", layout=w.Layout(width="180px"))
+        self.rtol = w.FloatText(value=0.0, description="rtol", layout=w.Layout(width="180px"))
+        self.rule_line = w.HTML()
+        self._syncing = False
         self.confirm = w.Checkbox(value=False, description="confirm the culprit on the "
                                   "reference's inputs", indent=False)
         self.layerwise = w.Checkbox(value=True, description="layer by layer", indent=False)
@@ -125,13 +130,17 @@ class DriftDebugger(View):
         self.layers_title = w.HTML()
         self.run_button.on_click(lambda _b: self._guard(self.run)())
         for box in (self.atol, self.rtol):
-            box.observe(lambda _c: setattr(self.custom_tolerances, "value", True), names="value")
+            box.observe(self._typed, names="value")
+        self.preset.observe(lambda _c: self._sync_tolerances(), names="value")
+        self.custom_tolerances.observe(lambda _c: self._sync_tolerances(), names="value")
+        self._sync_tolerances()
         self.show_constants.observe(self._guard(self._show_layers), names="value")
         self.order.observe(self._guard(self._show_layers), names="value")
         wrap = w.Layout(flex_flow="row wrap")
         super().__init__([
             *([self.context] if self.context else [w.HBox([self.feed_mode, self.npz_path])]),
             w.HBox([self.preset, self.custom_tolerances, self.atol, self.rtol], layout=wrap),
+            self.rule_line,
             w.HBox([self.layerwise, self.confirm], layout=wrap),
             w.HBox([self.ref_provider, self.cand_provider], layout=wrap),
             w.HBox([self.run_button, self.progress, self.progress_label], layout=wrap),
@@ -147,6 +156,50 @@ class DriftDebugger(View):
         for lab in {id(x): x for x in (candidate, reference) if hasattr(x, "index")}.values():
             selection(lab).subscribe(self, self._guard(self.canvas.focus))
         self.code.value = code_html(self._code())
+
+    # ------------------------------------------------------------------ tolerances
+    def preset_in_force(self) -> str:
+        """The preset a run judges by: the dropdown's, or for *auto* the one
+        :func:`~onnx_lab.numerics.compare.default_preset` picks for the candidate (``fp32``,
+        the float32 rule, when each tensor's dtype picks its own)."""
+        if self.preset.value != "auto":
+            return self.preset.value
+        cand = getattr(self.candidate, "model", None)
+        ref = getattr(self.reference, "model", None)
+        if cand is None:  # a path: the last run's choice, once there is one
+            ran = getattr(self.result, "preset", None)
+            return ran if ran in PRESETS else "fp32"
+        return default_preset(cand, ref) or "fp32"
+
+    def _typed(self, _change: Any) -> None:
+        if not self._syncing:
+            self.custom_tolerances.value = True
+            self._sync_tolerances()
+
+    def _sync_tolerances(self) -> None:
+        """Fill the boxes with the preset's output numbers (unless they are the user's) and
+        say which rules are in force."""
+        name = self.preset_in_force()
+        p = PRESETS[name]
+        numeric = p.outputs.kind not in ("sqnr", "cosine")
+        if not self.custom_tolerances.value and numeric:
+            self._syncing = True
+            try:
+                self.atol.value, self.rtol.value = p.outputs.atol, p.outputs.rtol
+            finally:
+                self._syncing = False
+        for box in (self.atol, self.rtol):
+            box.disabled = not numeric
+        out, mid = p.outputs, p.intermediates
+        if self.custom_tolerances.value and numeric:
+            out = out.with_tolerances(self.atol.value, self.rtol.value)
+            mid = mid.with_tolerances(self.atol.value, self.rtol.value)
+        by = " (by dtype: float32 tensors)" if self.preset.value == "auto" and name == "fp32" \
+            else ""
+        self.rule_line.value = (f"<small>in force: preset {esc_text(name)}{esc_text(by)}"
+                                f"{' with your atol/rtol' if self.custom_tolerances.value else ''}"
+                                f" — outputs {esc_text(out.describe())}; intermediates "
+                                f"{esc_text(mid.describe())}</small>")
 
     # ------------------------------------------------------------------ helpers
     def _kwargs(self, *, code: bool = False) -> dict[str, Any]:
@@ -224,6 +277,8 @@ class DriftDebugger(View):
             return
         self.result = c
         self._shown = {}
+        if not self.custom_tolerances.value:
+            self._sync_tolerances()  # the preset the run used, its numbers in the boxes
         self.code.value = code_html(self._code())
         d = c.first_divergence
         colour = "#2e7d32" if c.passed else "#c62828"

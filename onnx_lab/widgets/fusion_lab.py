@@ -10,6 +10,7 @@ panel: onnx_lab's own patterns and the transformer fusions that almost applied).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import ipywidgets as w
@@ -114,6 +115,12 @@ class FusionLab(View):
         self.apply_button = w.Button(description="Apply", icon="check", button_style="primary",
                                      tooltip="apply the selected matches, then verify")
         self.apply_button.add_class("onnx-lab-apply")
+        # Heavy steps (the safe preset, Apply over several passes) report one step per pass.
+        self.progress = w.IntProgress(value=0, min=0, max=1, layout=w.Layout(
+            width="240px", visibility="hidden"))
+        self.progress_label = w.HTML()
+        #: Seconds of the last step: ``call_s`` in the library call, ``view_s`` redrawing.
+        self.timing: dict[str, float] = {}
         # on use: anywidget loads with the first graph view
         from onnx_lab.widgets.canvas import GraphCanvas
 
@@ -196,6 +203,7 @@ class FusionLab(View):
                     self.redo_button], layout=wrap),
             w.HBox([self.safe_button, self.onnxsim_button, self.ort_level, self.ort_button,
                     self.step, self.checkout_button], layout=wrap),
+            w.HBox([self.progress, self.progress_label], layout=wrap),
             w.HBox([self.save_path, self.overwrite, self.save_button], layout=wrap),
             w.HTML("<b>History</b>"), self.history_html,
             acc,
@@ -346,7 +354,34 @@ class FusionLab(View):
             if "image_feeds(" in code else ""
         return imports + (bar + "; " if bar else "") + code
 
+    def _on_progress(self, done: int, total: int, label: str) -> None:
+        self.progress.layout.visibility = "visible"
+        self.progress.max = max(int(total), 1)
+        self.progress.value = min(int(done), self.progress.max)
+        self.progress_label.value = f"<small>{esc_text(str(label))} ({int(done)}/{int(total)})</small>"
+
+    def _timed(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``self._call(fn, ...)``, its seconds kept in :attr:`timing` (``call_s``)."""
+        t = time.perf_counter()
+        try:
+            return self._call(fn, *args, **kwargs)
+        finally:
+            self.timing = {"call_s": time.perf_counter() - t}
+
     def _done(self, result: Any, code: str) -> None:
+        t_view = time.perf_counter()
+        try:
+            self._show_done(result, code)
+        finally:
+            self.timing["view_s"] = time.perf_counter() - t_view
+            self.progress.layout.visibility = "hidden"
+            self.progress_label.value = ""
+        if self.error is None and "call_s" in self.timing:
+            self.status.value += (f"<div style='color:#666;font-size:12px'>"
+                                  f"{self.timing['call_s']:.1f} s in the library call, "
+                                  f"{self.timing['view_s']:.1f} s redrawing</div>")
+
+    def _show_done(self, result: Any, code: str) -> None:
         self.result = result
         results = result if isinstance(result, list) else [result]
         # The last transformer fusion step: its near-misses (walked for its model type, with
@@ -496,7 +531,10 @@ class FusionLab(View):
             return
         results = []
         codes = []
+        t_call = time.perf_counter()
         for i, (pass_name, ids) in enumerate(groups):
+            if len(groups) > 1:
+                self._on_progress(i, len(groups), f"applying {pass_name}")
             if i:
                 # Match ids are stable per model version: re-find and keep those that remain.
                 pats = self._call(self.lab.patterns)
@@ -514,14 +552,16 @@ class FusionLab(View):
             results.append(r)
             codes.append(f"lab.apply({pass_name!r}, matches={ids!r}"
                          + (f", {vcode}" if vcode else "") + ")")
+        self.timing = {"call_s": time.perf_counter() - t_call}
         if results:
             self._done(results[0] if len(results) == 1 else results, "; ".join(codes))
 
     def apply_safe(self) -> None:
         """``lab.apply_preset("safe")``."""
         verify, vcode = self._verify()
-        rs = self._call(self.lab.apply_preset, "safe", verify=verify,
-                        busy="Applying the safe preset with verification…")
+        rs = self._timed(self.lab.apply_preset, "safe", verify=verify,
+                         progress=self._on_progress,
+                         busy="Applying the safe preset with verification…")
         if rs is not None:
             self._done(list(rs), 'lab.apply_preset("safe"' + (f", {vcode}" if vcode else "")
                        + ")")
@@ -529,7 +569,7 @@ class FusionLab(View):
     def apply_onnxsim(self) -> None:
         """``lab.apply("onnxsim")``."""
         verify, vcode = self._verify()
-        r = self._call(self.lab.apply, "onnxsim", verify=verify,
+        r = self._timed(self.lab.apply, "onnxsim", verify=verify,
                        busy="Running onnxsim and verifying…")
         if r is not None:
             self._done(r, 'lab.apply("onnxsim"' + (f", {vcode}" if vcode else "") + ")")
@@ -542,7 +582,7 @@ class FusionLab(View):
             else (level, "", "")
         params = {"model_type": model_type} if model_type else {}
         verify, vcode = self._verify()
-        r = self._call(self.lab.apply, name, verify=verify, **params,
+        r = self._timed(self.lab.apply, name, verify=verify, **params,
                        busy=f"Running onnxruntime {level} and verifying…")
         if r is not None:
             args = [repr(name)] + [f"model_type={model_type!r}"] * bool(model_type) \

@@ -14,6 +14,8 @@ from typing import Any
 import ipywidgets as w
 
 from onnx_lab.errors import InputError
+from onnx_lab.numerics.metrics import NEXT_TOKEN
+from onnx_lab.numerics.precision.trials import make_tolerance
 from onnx_lab.render._html import esc_text
 from onnx_lab.render.tables import frame_html
 from onnx_lab.widgets._common import View, code_html, figure_html, info_html
@@ -54,12 +56,14 @@ class PrecisionDoctor(View):
         self.target = w.Dropdown(options=["fp16", "bf16", "int8", "int4"], value="fp16",
                                  description="target", layout=w.Layout(width="180px"))
         # int4 (decoder LLMs): next-token targets in place of the element-wise tolerance.
-        self.min_top1 = w.FloatText(value=0.85, description="min top-1",
+        # Every box starts at the number in force for the target (the one tolerance table,
+        # numerics.metrics: PRESETS and NEXT_TOKEN) and a run passes the boxes' values.
+        self.min_top1 = w.FloatText(value=NEXT_TOKEN["int4"].min_top1, description="min top-1",
                                     layout=w.Layout(width="170px"))
-        self.max_kl = w.FloatText(value=0.1, description="max KL", layout=w.Layout(
-            width="170px"))
-        self.atol = w.FloatText(value=1e-3, description="atol", layout=w.Layout(width="170px"))
-        self.rtol = w.FloatText(value=1e-2, description="rtol", layout=w.Layout(width="170px"))
+        self.max_kl = w.FloatText(value=NEXT_TOKEN["int4"].max_kl, description="max KL",
+                                  layout=w.Layout(width="170px"))
+        self.atol = w.FloatText(value=0.0, description="atol", layout=w.Layout(width="170px"))
+        self.rtol = w.FloatText(value=0.0, description="rtol", layout=w.Layout(width="170px"))
         self.metric = w.Dropdown(options=[("element-wise atol/rtol", "elementwise"),
                                           ("SQNR (dB)", "sqnr"), ("cosine", "cosine")],
                                  value="elementwise", description="metric",
@@ -80,9 +84,10 @@ class PrecisionDoctor(View):
                                 layout=w.Layout(width="320px"))
         self.save_button = w.Button(description="Save", icon="save", disabled=True)
         self._result_panels = (self.verdict, self.chart, self.outputs_html)
-        self.metric.observe(lambda _c: self._metric_fields(), names="value")
-        self.target.observe(lambda _c: self._metric_fields(), names="value")
-        self._metric_fields()
+        self._setting = False  # True while _target_defaults sets the metric itself
+        self.metric.observe(lambda _c: self._metric_defaults(), names="value")
+        self.target.observe(lambda _c: self._target_defaults(), names="value")
+        self._target_defaults()
         self.run_button.on_click(lambda _b: self._guard(self.run)())
         self.cancel_button.on_click(lambda _b: self.cancel())
         self.save_button.on_click(lambda _b: self._guard(self.save)())
@@ -96,6 +101,34 @@ class PrecisionDoctor(View):
             w.HBox([self.save_path, self.save_button], layout=wrap),
         ])
         self.add_class("onnx-lab-precision")
+
+    def _target_defaults(self) -> None:
+        """The target's default rule (:func:`~onnx_lab.numerics.precision.trials.make_tolerance`,
+        the table compare and the CLI read): its metric and numbers in the boxes."""
+        rule = make_tolerance(self.target.value)
+        self._setting = True
+        try:
+            self.metric.value = rule.kind if rule.kind in ("elementwise", "sqnr", "cosine") \
+                else "elementwise"
+        finally:
+            self._setting = False
+        self._metric_defaults()
+
+    def _metric_defaults(self) -> None:
+        """The boxes of the chosen metric at the target's numbers for it."""
+        if self._setting:
+            return
+        target = self.target.value if self.target.value != "int4" else "fp32"
+        rule = make_tolerance(target, self.metric.value)
+        if rule.kind == "elementwise":
+            self.atol.value, self.rtol.value = rule.atol, rule.rtol
+        elif rule.kind == "sqnr":
+            self.threshold.value = rule.min_sqnr_db
+        elif rule.kind == "cosine":
+            self.threshold.value = rule.min_cosine
+        nt = NEXT_TOKEN["int4"]
+        self.min_top1.value, self.max_kl.value = nt.min_top1, nt.max_kl
+        self._metric_fields()
 
     def _metric_fields(self) -> None:
         """atol/rtol for the element-wise metric, the threshold for the others; int4: the
@@ -148,9 +181,15 @@ class PrecisionDoctor(View):
         self.progress_label.value = "cancelling after this trial..."
 
     def _on_progress(self, done: int, total: int, label: str) -> None:
-        self.progress.max = max(total, 1)
-        self.progress.value = min(done, self.progress.max)
-        self.progress_label.value = esc_text(label)
+        """The search's own count: ``total`` is re-estimated as the search learns its length
+        (never reached before the last trial), so the bar fills only when it ends."""
+        total = max(int(total), 1)
+        if total < self.progress.value:  # shrinking below the value: lower the value first
+            self.progress.value = min(int(done), total)
+        self.progress.max = total
+        self.progress.value = min(int(done), total)
+        self.progress_label.value = esc_text(f"{label} (trial {int(done)} of "
+                                             f"{'' if done >= total else 'about '}{total})")
 
     def _search(self) -> None:
         try:

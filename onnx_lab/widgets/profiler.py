@@ -23,6 +23,7 @@ from onnx_lab.core.shapes import dynamic_dims
 from onnx_lab.errors import LabError
 from onnx_lab.lab import as_lab
 from onnx_lab.profiling import levels
+from onnx_lab.profiling.advice import profile_advice, sweep_advice
 from onnx_lab.profiling.generate import cache_layout
 from onnx_lab.render._html import esc_text
 from onnx_lab.render.profile_plots import levels_figure, roofline_figure
@@ -119,6 +120,14 @@ class Profiler(View):
                                          layout=w.Layout(width="170px"))
         self.warmup = w.BoundedIntText(value=warmup, min=0, max=10000, description="warm-up",
                                        layout=w.Layout(width="160px"))
+        # "budget too small: N runs; a budget of ~X s gives >= M runs", with a button that
+        # puts X in the budget box and runs the same action again.
+        self.budget_hint = w.HTML()
+        self.budget_apply = w.Button(description="use that budget", icon="clock-o",
+                                     layout=w.Layout(width="auto", display="none"))
+        self.advice: Any = None
+        self._advised: Any = None
+        self.budget_apply.on_click(lambda _b: self._use_advised_budget())
         self.opt_level = w.Dropdown(options=["disable", "basic", "extended", "all"], value="all",
                                     description="ORT level", layout=w.Layout(width="220px"))
         self.profile_button = w.Button(description="Profile", icon="play",
@@ -223,6 +232,7 @@ class Profiler(View):
                    layout=w.Layout(flex_flow="row wrap")),
             w.HBox([self.runs, self.budget, self.warmup, self.opt_level],
                    layout=w.Layout(flex_flow="row wrap")),
+            w.HBox([self.budget_hint, self.budget_apply], layout=w.Layout(flex_flow="row wrap")),
             w.HBox([self.profile_button, self.render_button, self.levels_button,
                     self.progress, self.cancel_button], layout=w.Layout(flex_flow="row wrap")),
             w.HBox([self.sweep_dim, self.sweep_sizes, self.sweep_button]),
@@ -232,6 +242,29 @@ class Profiler(View):
         ])
         self.add_class("onnx-lab-profiler")
         self.code.value = code_html(self._profile_code())
+
+    # ------------------------------------------------------------------ budget advice
+    def _show_advice(self, advice: Any, action: Any) -> None:
+        """Say when the budget gave too few runs (:mod:`onnx_lab.profiling.advice`) and
+        offer the budget that would give enough."""
+        self.advice = advice
+        self._advised = action if advice is not None else None
+        if advice is None:
+            self.budget_hint.value = ""
+            self.budget_apply.layout.display = "none"
+            return
+        self.budget_hint.value = info_html(advice.text, kind="warn")
+        self.budget_apply.description = f"use {advice.suggested_s:g} s and run again"
+        self.budget_apply.layout.display = None
+
+    def _use_advised_budget(self) -> None:
+        """The advised budget in the box, then the action that asked for it again."""
+        if self.advice is None:
+            return
+        self.budget.value = min(float(self.advice.suggested_s), float(self.budget.max))
+        action = self._advised
+        if action is not None:
+            self._long(action)
 
     # ------------------------------------------------------------------ helpers
     def _on_slow_node(self, keys: list[str]) -> None:
@@ -354,6 +387,7 @@ class Profiler(View):
 
         self.profile_result = p
         self.result = p
+        self._show_advice(profile_advice(p), self.run_profile)
         stats = p.latency_stats
         self.summary_html.value = profile_summary_html(p)
         self.plot_html.value = figure_html(p.plot())
@@ -424,6 +458,7 @@ class Profiler(View):
             return
 
         self.sweep_html.value = batch_sweep_html(s) + figure_html(s.plot())
+        self._show_advice(sweep_advice(s, sizes), self.run_sweep)
         self.result = s
         self.tabs.selected_index = 5
         args = "".join(f", {k}={v!r}" for k, v in kw.items())

@@ -92,3 +92,42 @@ def test_fusion_lab_says_why_an_attention_was_not_fused(tmp_path):
                     "e => e.scrollIntoView({block: 'center'})")
             page.screenshot(path=str(ARTIFACTS / "fusion_lab_near_miss_browser.png"),
                             full_page=True)
+
+
+NAN_GUARD_CELLS = [
+    "import numpy as np, onnx_lab\nfrom onnx import helper, numpy_helper\n"
+    "from onnx_lab.core._sample_models import build_bert_block\n"
+    "from onnx_lab.widgets import FusionLab\n"
+    "m = build_bert_block(); g = m.graph\n"
+    "sm = next(n for n in g.node if n.op_type == 'Softmax'); p = sm.output[0]\n"
+    "mm = next(n for n in g.node if n.op_type == 'MatMul' and p in n.input)\n"
+    "g.initializer.append(numpy_helper.from_array(np.array(0.0, np.float32), 'zero'))\n"
+    "at = list(g.node).index(mm)\n"
+    "g.node.insert(at, helper.make_node('IsNaN', [p], ['isnan'], name='/attn/IsNaN'))\n"
+    "g.node.insert(at + 1, helper.make_node('Where', ['isnan', 'zero', p], ['guarded'],"
+    " name='/attn/Where'))\n"
+    "mm.input[list(mm.input).index(p)] = 'guarded'\n"
+    "lab = onnx_lab.open(m, dims={'batch': 1, 'seq': 8})",
+    "fl = FusionLab(lab)\nfl",
+]
+
+
+def test_fusion_lab_names_the_nan_guard_that_stopped_the_attention(tmp_path):
+    """torch's sdpa NaN guard between the Softmax and the values' MatMul (a transformers
+    BertModel export): the panel names the Where node and the QK path."""
+    with lab_in_browser(tmp_path, {"nan_guard.ipynb": NAN_GUARD_CELLS}) as (url, page):
+        try:
+            widget = _apply_bert_fusions(page, url, "nan_guard.ipynb")
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.onnx-lab-fusion-lab table tr')]"
+                ".some(tr => tr.innerText.includes('QK path'))", timeout=30_000)
+            rows = [t for t in widget.locator("table tr").all_inner_texts() if "QK path" in t]
+            assert "Attention" in rows[0] and "/attn/Where" in rows[0]
+            assert "NaN guard" in rows[0]
+            assert page.locator(".onnx-lab-error").count() == 0
+        finally:
+            with contextlib.suppress(Exception):
+                widget.locator("tr", has_text="QK path").first.evaluate(
+                    "e => e.scrollIntoView({block: 'center'})")
+            page.screenshot(path=str(ARTIFACTS / "fusion_lab_nan_guard_browser.png"),
+                            full_page=True)

@@ -19,7 +19,8 @@ def test_profile_json(capsys):
                        "--providers", "cpu", "--top", "4"])
     # Issue 17 adds profiled_runs, budget_s, cancelled and the memory table.
     assert set(d) == {"runs", "warmup", "opt_level", "latency", "session", "ops", "nodes", "notes",
-                      "profiled_runs", "budget_s", "cancelled", "memory"}
+                      "profiled_runs", "budget_s", "cancelled", "memory", "budget_advice"}
+    assert d["budget_advice"] == []  # fixed runs: nothing to advise
     assert d["runs"] == 2 and d["warmup"] == 1 and len(d["nodes"]) == 4
     assert set(d["latency"][0]) >= {"session", "mean_ms", "p50_ms", "p90_ms", "p99_ms"}
     assert set(d["nodes"][0]) >= {"node_id", "provider", "op_type", "calls", "mean_ms",

@@ -128,3 +128,52 @@ def test_where_result_reaches_the_check():
                         {"one": np.ones((2, 3), np.float32)})
     r = AddZero().run(m)
     assert r.modified is False and r.reason == "Relu_0: Add_1 adds a non-zero constant"
+
+
+# ---------------------------------------------------------------------------- chains
+from onnx_lab.transforms.matcher import Step, consumer, producer_chain  # noqa: E402
+
+
+class ReluChain(PatternPass):
+    """Test pass (not registered): Exp ← Abs ← Neg → Relu read by one Sigmoid: a producer
+    chain and a consumer, bound in data-flow order."""
+
+    name = "test_relu_chain"
+    pattern = Pattern("relu_chain", "Relu", producer="Neg", chain=(Step("Abs", 0),
+                                                                     Step("Exp", 0)),
+                      consumer="Sigmoid")
+
+    def describe(self, b: Binding) -> Found:
+        return Found(" → ".join(n.op_type for n in b.nodes))
+
+    def apply(self, m: Match, nodes: list[ir.Node], rw: Rewrite) -> None:
+        raise NotImplementedError
+
+
+def test_producer_chain_names_the_step_that_failed_and_what_it_found():
+    m = model_from_text("""g (float[2,3] x) => (float[2,3] y) {
+        a = Exp(x)  b = Abs(a)  c = Neg(b)  d = Relu(c)  y = Sigmoid(d) }""")
+    relu = next(e.node for e in m.index.entries.values() if e.node.op_type == "Relu")
+    ok = producer_chain(relu, [Step("Neg", 0), Step("Abs", 0), Step("Exp", 0)])
+    assert ok.ok and [n.op_type for n in ok.nodes] == ["Neg", "Abs", "Exp"]
+    bad = producer_chain(relu, [Step("Neg", 0), ("Sqrt", 0)])
+    assert not bad.ok and bad.step == 1 and bad.at.op_type == "Neg"
+    assert bad.failed == "expected Sqrt before Neg, found Abs"
+    assert [n.op_type for n in bad.nodes] == ["Neg"]
+    reader, why = consumer(relu, "Sigmoid")
+    assert reader.op_type == "Sigmoid" and why == ""
+    none, why = consumer(relu, "Tanh")
+    assert none is None and why == "no Tanh after Relu (found Sigmoid)"
+
+
+def test_pattern_binds_a_producer_chain_and_a_consumer():
+    m = model_from_text("""g (float[2,3] x) => (float[2,3] y, float[2,3] z) {
+        a = Exp(x)  b = Abs(a)  c = Neg(b)  d = Relu(c)  y = Sigmoid(d)
+        e = Neg(x)  f = Relu(e)  z = Sigmoid(f) }""")
+    found = ReluChain().find(m)
+    # The second Relu has no Abs ← Exp above its Neg: not a candidate.
+    assert len(found) == 1
+    match = found[0]
+    assert match.description == "Exp → Abs → Neg → Relu → Sigmoid"
+    assert match.match_id == "test_relu_chain:Exp_0" and len(match.node_ids) == 5
+    assert ReluChain.pattern.size == 5

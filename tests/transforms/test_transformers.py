@@ -207,3 +207,70 @@ def test_bert_base_torchscript_export_fuses_attention_with_origins():
     origin = lab.origins["Attention_0"]
     assert {"/layer.0/attention/Softmax", "/layer.0/attention/query/MatMul"} <= set(origin)
     assert not any(o.startswith("/norm/") for o in origin)  # the embedding LayerNorm's own
+
+
+def test_nan_guarded_attention_is_a_named_near_miss_before_and_after_the_step():
+    from models import bert_block_with_nan_guard
+
+    lab = onnx_lab.open(bert_block_with_nan_guard(), dims=DIMS)
+    before = lab.patterns(near_misses=True)
+    row = before.loc[before.fusion == "Attention"].iloc[0]
+    assert "reads Where /attn/Where, not the Softmax" in row.reason
+    r = lab.apply("ort_transformers", model_type="bert")
+    assert r.verify_passed and "Attention" not in r.fusions
+    assert r.fusions == _ort_stats(bert_block_with_nan_guard())  # onnxruntime's own answer
+    nm = r.near_misses.loc[r.near_misses.fusion == "Attention"]
+    assert len(nm) == 1 and nm.reason.iloc[0] == row.reason
+    # onnxruntime's own log stops at the same place.
+    assert {"Expect Softmax, Got Where", "fuse_attention: failed to match qk path"} <= set(
+        nm.log.iloc[0])
+    # Without the guard the same block fuses: the guard is the failed condition.
+    assert _ort_stats(build_bert_block()).get("Attention") == 1
+
+
+@pytest.mark.slow
+def test_transformers_bert_with_sdpa_attention_names_why_no_attention_fused(tmp_path):
+    """A transformers BertModel (random weights, sdpa attention) exported by TorchScript:
+    onnxruntime fuses no Attention; every attention's near-miss names the NaN guard."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import subprocess
+    import textwrap
+
+    path = tmp_path / "bert.onnx"
+    # Exported in a fresh interpreter: after torch's dynamo exporter ran in this process
+    # (the other BERT tests), importing transformers' BertModel can fail on torchvision.
+    script = textwrap.dedent(f"""
+        import warnings, torch, transformers
+        torch.manual_seed(0)
+        cfg = transformers.BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2,
+                                      num_attention_heads=4, intermediate_size=64,
+                                      max_position_embeddings=32)
+        bert = transformers.BertModel(cfg).eval()
+        class Wrapped(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.bert = bert
+            def forward(self, input_ids, attention_mask):
+                return self.bert(input_ids=input_ids,
+                                 attention_mask=attention_mask).last_hidden_state
+        ids = torch.randint(0, 200, (1, 8))
+        axes = {{0: "batch", 1: "sequence"}}
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(Wrapped().eval(), (ids, torch.ones_like(ids)), {str(path)!r},
+                              dynamo=False, opset_version=14,
+                              input_names=["input_ids", "attention_mask"], output_names=["y"],
+                              dynamic_axes={{"input_ids": axes, "attention_mask": axes,
+                                             "y": axes}})
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lab = onnx_lab.open(path, dims={"batch": 1, "sequence": 8})
+    r = lab.apply("ort_transformers", model_type="bert")
+    assert r.verify_passed and r.fusions.get("Attention", 0) == 0
+    att = r.near_misses.loc[r.near_misses.fusion == "Attention"]
+    assert len(att) == 2
+    assert att.reason.str.startswith("QK path: the MatMul(probs, V)").all()
+    assert att.reason.str.contains("NaN guard").all()

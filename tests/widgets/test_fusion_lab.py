@@ -204,3 +204,47 @@ def test_not_fused_panel_puts_the_tool_steps_near_misses_next_to_ours(no_error):
     no_error(f)
     assert f.near_miss_rows.equals(lab.patterns(near_misses=True))
     assert len(f.near_miss_rows) == 7
+
+
+def test_not_fused_panel_names_the_nan_guard_that_stops_the_attention_fusion(no_error):
+    """torch's sdpa export puts Where(IsNaN(p), 0, p) between the Softmax and the values'
+    MatMul: onnxruntime fuses no Attention, and the panel names the node and the op."""
+    from models import bert_block_with_nan_guard
+
+    lab = onnx_lab.open(bert_block_with_nan_guard(), dims={"batch": 2, "seq": 8})
+    f = FusionLab(lab)
+    f.ort_level.value = "ort_transformers:bert"
+    f.ort_button.click()
+    no_error(f)
+    assert "Attention" not in f.result.fusions and f.result.verify_passed
+    tool = f.near_miss_rows.loc[f.near_miss_rows.kind == "tool"]
+    att = tool.loc[tool.fusion == "Attention"]
+    assert list(att.anchor) == ["/layer.0/attention/core/Softmax"]
+    reason = att.reason.iloc[0]
+    assert reason.startswith("QK path: the MatMul(probs, V)") and "reads Where /attn/Where" in reason
+    assert "NaN guard" in reason and {"/attn/Where", "/layer.0/attention/core/Softmax"} <= set(
+        att.node_ids.iloc[0])
+    assert "QK path: the MatMul(probs, V)" in f.near_misses.html.value
+
+
+def test_safe_preset_reports_one_step_per_pass_and_where_its_time_went(no_error):
+    from onnx_lab.transforms.apply import preset_passes
+
+    lab = onnx_lab.open(build_bert_block(), dims={"batch": 2, "seq": 8})
+    f = FusionLab(lab)
+    seen: list[tuple[int, int, str]] = []
+    hook = f._on_progress
+
+    def recording(done, total, label):
+        hook(done, total, label)
+        seen.append((f.progress.value, f.progress.max, label))
+
+    f._on_progress = recording
+    f.safe_button.click()
+    no_error(f)
+    n = len(preset_passes("safe"))
+    assert [v for v, _, _ in seen] == list(range(n + 1)) and {m for _, m, _ in seen} == {n}
+    assert seen[0][2] == f"preset: {preset_passes('safe')[0]}" and seen[-1][2] == "preset: done"
+    assert f.progress.layout.visibility == "hidden"  # hidden again once the step is shown
+    assert set(f.timing) == {"call_s", "view_s"} and f.timing["view_s"] >= 0
+    assert "s in the library call" in f.status.value and "s redrawing" in f.status.value

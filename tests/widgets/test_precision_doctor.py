@@ -62,3 +62,37 @@ def test_precision_widget_shows_the_plans_notes():
     wdg.run()
     assert wdg.result is not None and wdg.result.notes
     assert "note: output &#x27;prob&#x27; barely varies" in wdg.verdict.value
+
+
+def test_precision_bar_is_not_full_before_the_search_ends():
+    """The bar follows the search's trials: value < max at every report before the end (a
+    search longer than its first estimate re-estimates), full once it has ended."""
+    from onnx_lab.widgets import PrecisionDoctor
+
+    wdg = PrecisionDoctor(onnx_lab.open(rms_overflow()), background=False)
+    seen: list[tuple[int, int, int]] = []  # (value, max, trials so far) at every report
+    hook = wdg._on_progress
+
+    def recording(done, total, label):
+        hook(done, total, label)
+        seen.append((wdg.progress.value, wdg.progress.max, done))
+
+    wdg._on_progress = recording
+    wdg.run()
+    plan = wdg.result
+    assert plan is not None and plan.passed and len(plan.trials) > 3
+    *during, last = seen
+    assert during and all(v < m for v, m, _ in during), during
+    assert last[0] == last[1] == last[2] == len(plan.trials) + 1  # + the layerwise capture
+    assert wdg.progress.value == wdg.progress.max and "done:" in wdg.progress_label.value
+
+
+def test_search_progress_stays_ahead_of_its_trials_past_the_first_estimate():
+    """A small first estimate (recheck=0, max_trials=2): the search re-estimates instead of
+    reporting done >= total while trials remain."""
+    calls: list[tuple[int, int]] = []
+    plan = onnx_lab.open(rms_overflow()).find_precision(
+        "fp16", recheck=0, max_trials=2, progress=lambda d, t, _label: calls.append((d, t)))
+    *during, last = calls
+    assert all(d < t for d, t in during), calls
+    assert last[0] == last[1] and plan.passed

@@ -191,3 +191,31 @@ def test_profiler_generation_disabled_without_a_cache():
     p = Profiler(onnx_lab.open("sample:convnet"))
     assert p.generate_button.disabled
     assert "no KV-cache inputs" in p.generate_button.tooltip
+
+
+@pytest.mark.slow
+def test_profiler_says_the_budget_is_too_small_and_offers_one(no_error):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "_budget_advice_models", Path(__file__).resolve().parents[1] / "profiling" /
+        "test_budget_advice.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    p = Profiler(onnx_lab.open(mod.slow_model(), dims={"batch": 2}), budget_s=1.0, warmup=1,
+                 background=False)
+    assert p.budget_hint.value == "" and p.budget_apply.layout.display == "none"
+    p.profile_button.click()
+    no_error(p)
+    a = p.advice
+    assert a is not None and "budget too small" in p.budget_hint.value
+    assert f"~{a.suggested_s:g} s gives ≥ 10 runs" in p.budget_hint.value
+    assert p.budget_apply.layout.display is None and f"{a.suggested_s:g} s" in \
+        p.budget_apply.description
+    first = p.profile_result
+    p.budget_apply.click()  # the budget box takes it and the profile runs again
+    no_error(p)
+    assert p.budget.value == a.suggested_s and p.profile_result is not first
+    assert p.profile_result.budget_s == a.suggested_s
+    assert int(p.profile_result.latency_stats["runs"].min()) > a.runs

@@ -139,7 +139,12 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
                 best = tuple(min(singles, key=lambda r: r["score"])["kept"])
         order = _search_order(model, ranked, readers=target == "int8",
                               expand=None if target == "int8" else _standouts(sens))
+        # The bar follows the trials: each phase re-estimates what is left (the bisection
+        # ~2·log2 of the order, the pruning up to max_trials, the confirmation one).
+        left_after = 1 if confirm else 0
         if best is None and not s.stopped():
+            bar.expect(2 * max(1, math.ceil(math.log2(len(order) + 1)))
+                       + min(max_trials, 16) + left_after)
             flagged = int(np.isinf(sens["est_drop"].astype(float)).sum())
             best = _bisect(s, order, flagged)
         t = s.clock("bisect", t)
@@ -149,13 +154,15 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
         if len(best) > 1 and not s.stopped():
             # The bisection's last node is necessary when the prefix without it failed.
             needed = [best[-1]] if s.known(best[:-1]) is False else []
+            bar.expect(min(max_trials, 2 * len(best) * max(1, math.ceil(math.log2(
+                len(best) + 1)))) + left_after)
             best = _prune(s, order, list(best), max_trials, needed)
         t = s.clock("prune", t)
         confirmed = None
         if confirm and not s.rows[0]["passed"] and not s.stopped():
             best, confirmed = _confirm(s, best)
         s.clock("confirm", t)
-        bar.total = bar.done
+        bar.finish()
     kept = sorted(s.forced) + [nid for nid in ranked if nid in set(best)]
     key = s.key(best)
     final = s.models.get(key) or conv.convert(key)

@@ -462,6 +462,8 @@ class Search:
                "seconds": time.perf_counter() - t0, "note": note}
         self.rows.append(row)
         if self.bar is not None:
+            if self.bar.done + 1 >= self.bar.total:  # past the estimate: one more
+                self.bar.expect(2)
             self.bar.step(f"{phase}: {len(key)} kept, score {row['score']:.3g}")
         if optimized:
             return row
@@ -499,6 +501,8 @@ class Search:
                "note": f"{FAILED_TO_RUN}: {text}"}
         self.rows.append(row)
         if self.bar is not None:
+            if self.bar.done + 1 >= self.bar.total:  # past the estimate: one more
+                self.bar.expect(2)
             self.bar.step(f"{phase}: {len(key)} kept, failed to run")
         if not optimized:
             self.outputs_of[key] = {n: {"max_abs": math.inf, "sqnr_db": -math.inf,
