@@ -63,6 +63,7 @@ class Explorer(View):
         self._graph_dirty = True
         self._muted = False
         self._body = ""  # graph path opened by a double click on an If/Loop/Scan node
+        self._shown_expand = ""  # the scope drawn open in the graph shown
         self._height = height
         self.tabs = w.Tab(children=[w.VBox() for _ in TAB_NAMES])
         for i, name in enumerate(TAB_NAMES):
@@ -208,6 +209,13 @@ class Explorer(View):
 
     def _on_nodes_selected(self, keys: list[str]) -> None:
         self._show_node_details()
+        # A new selection is a new view: the scope opened in the last one may not exist in
+        # it (lab.render would refuse it as an unknown scope).
+        self._muted = True
+        try:
+            self.expand.value = ""
+        finally:
+            self._muted = False
         self._graph_dirty = True
         if (self.tabs.selected_index or 0) == GRAPH:
             self._render_graph()
@@ -371,6 +379,24 @@ class Explorer(View):
         if key in options:
             self.expand.value = key
 
+    def _keep_in_view(self, before: Any, after: Any, opened: str) -> None:
+        """After an expand, centre the opened box's first drawn member at a readable size;
+        after a collapse, the box it became (not a re-fit of the whole graph)."""
+        closed, self._shown_expand = self._shown_expand, opened
+        if before is None or opened == closed:
+            return
+        nodes = after.view.nodes
+        if opened:
+            old = before.view.nodes.get(f"scope:{opened}")
+            members = list(old.node_ids) if old is not None else []
+            if not members:
+                members = [k for k in nodes if k in self.lab.index.entries]
+            key = next((m for m in members if m in nodes), None)
+        else:
+            key = f"scope:{closed}" if f"scope:{closed}" in nodes else None
+        if key is not None:
+            self.canvas.centre(key)
+
     def _open_body(self, graph: str) -> None:
         self._body = graph
         self._muted = True
@@ -426,7 +452,9 @@ class Explorer(View):
         if rendering is None:
             self.canvas.show(None)
             return
+        before = self.canvas.rendering
         self.canvas.show(rendering, title=code)
+        self._keep_in_view(before, rendering, kwargs.get("expand") or "")
         if self.selected_nodes:
             self.canvas.highlight = [k for k in (self.canvas.key_for(n)
                                                  for n in self.selected_nodes) if k]
