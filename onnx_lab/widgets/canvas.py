@@ -181,7 +181,7 @@ class GraphCanvas(anywidget.AnyWidget):
         node itself when it could be opened), or None when it is not in the model's view."""
         m = self._model()
         e = m.index.entries.get(name) if m is not None else None
-        prev = None
+        prev: object = ()  # the key of the last round: no progress ends the walk
         for _ in range(4):
             key = self.key_for(name)
             if key == name or key == prev or e is None or self.rendering is None:
