@@ -457,8 +457,8 @@ def placement(rendering: Any, model: Any, ids: Sequence[str]) -> dict[str, list[
 
 # ----------------------------------------------------------------------------- values
 def weight_values(model: Any, name: str, *, rows: int = 8, cols: int = 8) -> dict[str, Any] | None:
-    """The first values of a weight (initializer or Constant output) along its last two axes,
-    as Netron shows them: ``{name, dtype, shape, index, rows, more}`` where ``rows`` is a list
+    """The first values of a weight (initializer or Constant output) along its last two axes
+    longer than 1, as Netron shows them: ``{name, dtype, shape, index, rows, more}`` where ``rows`` is a list
     of rows of formatted strings (at most ``rows`` × ``cols``), ``index`` the slice shown
     (``[0, 0, :8, :8]``) and ``more`` whether the tensor holds more. None when ``name`` has
     no readable stored value.
@@ -486,10 +486,15 @@ def weight_values(model: Any, name: str, *, rows: int = 8, cols: int = 8) -> dic
         flat = a[:n].tolist()
         table, index = [flat[i:i + cols] for i in range(0, n, cols)], f"[:{n}]"
     else:
-        part = a[(0,) * (a.ndim - 2)][:rows, :cols]
+        # The last two axes longer than 1 (a 1×1 conv's [32, 64, 1, 1] shows [:8, :8, 0, 0]).
+        axes = [i for i in range(a.ndim) if a.shape[i] > 1][-2:]
+        axes = axes if len(axes) == 2 else list(range(a.ndim))[-2:]
+        sl: list[Any] = [0] * a.ndim
+        sl[axes[0]], sl[axes[1]] = slice(0, rows), slice(0, cols)
+        part = a[tuple(sl)]
         table = part.tolist()
-        index = "[" + ", ".join(["0"] * (a.ndim - 2)
-                                + [f":{part.shape[0]}", f":{part.shape[1]}"]) + "]"
+        index = "[" + ", ".join(f":{min(a.shape[i], rows if i == axes[0] else cols)}"
+                                if i in axes else "0" for i in range(a.ndim)) + "]"
     shown = sum(len(r) for r in table)
     return {"name": name, "dtype": str(a.dtype), "shape": shape, "index": index,
             "rows": [[_fmt_value(x) for x in r] for r in table], "more": shown < int(a.size)}

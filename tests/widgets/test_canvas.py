@@ -268,6 +268,13 @@ def test_weight_values_sliced_like_netron_and_escaped():
     html = node_details_html(node_details(hl.model, hl.nodes.node_id.iloc[0]))
     assert "<img" not in html and "&lt;img" in html and "<b>add" not in html
     assert html.count("<td>") < 200  # bounded: a sliced table, not 1.2 M values
+    k11 = numpy_helper.from_array(np.ones((32, 64, 1, 1), np.float32), "k11")
+    g2 = helper.make_graph([helper.make_node("Conv", ["x", "k11"], ["y"], name="c")], "g2",
+                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 4, 4])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [k11])
+    one = weight_values(onnx_lab.open(onnx.helper.make_model(
+        g2, opset_imports=[helper.make_opsetid("", 17)])).model, "k11")
+    assert one["index"] == "[:8, :8, 0, 0]" and len(one["rows"]) == 8  # not one value
     s = weight_values(hl.model, "s")
     assert s["rows"] == [["<script>alert(2)</script>"]]
     c = GraphCanvas(hl)

@@ -308,6 +308,7 @@ function render({ model, el: root }) {
     setMarkup(panelBody, html);
     const was = panel.style.display === "block";
     panel.style.display = html ? "block" : "none";
+    root.classList.toggle("olc-panel-open", !!html);
     if (html && !was) unhide();
     root.dataset.details = String((+root.dataset.details || 0) + 1);
   }
@@ -474,11 +475,17 @@ function render({ model, el: root }) {
     }
     e.stopPropagation();  // keep JupyterLab's notebook shortcuts away from the search box
   });
+  // Keep the focus in the search box while a result is clicked (Enter keeps cycling).
+  results.addEventListener("pointerdown", (e) => e.preventDefault());
+  search.addEventListener("blur", () => { results.style.display = "none"; });
+  search.addEventListener("focus", () => { if (hitList.length) listHits(); });
   results.addEventListener("click", (e) => {
     const row = e.target.closest && e.target.closest(".olc-result");
     if (row) choose(+row.dataset.i);
   });
-  panelClose.addEventListener("click", () => { panel.style.display = "none"; });
+  panelClose.addEventListener("click", () => {
+    panel.style.display = "none"; root.classList.remove("olc-panel-open");
+  });
   panelBody.addEventListener("click", (e) => {
     const b = e.target.closest && e.target.closest("[data-body]");
     if (b) model.send({ type: "open_body", graph: b.getAttribute("data-body") });
