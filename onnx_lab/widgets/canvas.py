@@ -212,13 +212,30 @@ class GraphCanvas(anywidget.AnyWidget):
         self.view = v
 
     def search(self, text: str) -> list[str]:
-        """Drawn keys whose search text contains ``text`` (what the search box finds),
-        exact key matches first."""
+        """Drawn keys whose search text contains ``text`` (a box: when one of its members
+        matches), exact key matches first. :meth:`find` searches every node of the model."""
         q = text.strip().lower()
         if not q:
             return []
         exact = [k for k in self.items if k.lower() == q]
         return exact + [k for k, s in self.items.items() if q in s and k not in exact]
+
+    def find(self, text: str) -> list[str]:
+        """Node ids of the whole model whose index text contains ``text`` (what the page's
+        search box lists, in its order: an exact id first, then the nodes drawn as
+        themselves, then those inside boxes or bodies; :meth:`reveal` goes to one)."""
+        q = text.strip().lower()
+        ix, pl = self.index or {}, self.placement or {}
+        if not q or not ix:
+            return []
+        keys, at, opened = pl.get("keys", []), pl.get("at", []), pl.get("open", [])
+        exact, shown, hidden = [], [], []
+        for i, (nid, words) in enumerate(zip(ix["ids"], ix["text"])):
+            if q not in words:
+                continue
+            drawn = i < len(at) and at[i] >= 0 and opened[i] and keys[at[i]] == nid
+            (exact if nid.lower() == q else shown if drawn else hidden).append(nid)
+        return exact + shown + hidden
 
     def click(self, key: str) -> None:
         """Do what a click on element ``key`` does in the page: select it; a collapsed box

@@ -193,6 +193,7 @@ def test_index_words_tensors_and_sources_and_reveal_opens_the_box():
     assert out.lower() in ix["text"][i]  # tensor names find their producer
     box = pl["keys"][pl["at"][i]]
     assert box.startswith("scope:") and nid not in e.canvas.rendering.view.nodes
+    assert e.canvas.find(nid)[0] == nid and e.canvas.find(out) == [nid]
     # Choosing the hit in the page sends one 'reveal': the box opens and the node is focused.
     e.canvas._on_msg(e.canvas, {"type": "reveal", "key": nid}, [])
     assert e.error is None and e.canvas.error is None
