@@ -54,9 +54,10 @@ def canvas_page(tmp_path_factory):
             # The DriftDebugger and the big canvas are the last widgets: every cell has run.
             cells.nth(4).locator(".onnx-lab-widget").first.wait_for(timeout=240_000)
             cells.nth(6).locator(".olc-root svg g.node").first.wait_for(timeout=240_000)
-        except Exception:
+        except Exception as e:
             page.screenshot(path=str(ARTIFACTS / "canvas_setup_failed.png"), full_page=True)
-            raise AssertionError(f"the cells did not all show; console errors: {errors[-5:]}")
+            raise AssertionError(f"the cells did not all show; console errors: {errors[-5:]}") \
+                from e
         yield page, cells
 
 
