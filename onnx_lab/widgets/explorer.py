@@ -42,6 +42,9 @@ class Explorer(View):
     Args:
         lab: a :class:`~onnx_lab.lab.Lab` (or anything ``onnx_lab.open`` takes).
         page_size: rows per table page.
+        prefetch: collapsed boxes of the graph overview (its first ones, at the top where
+            the view opens) whose expanded layouts are drawn ahead in a background thread
+            after the first paint, so clicking one swaps drawings; 0 draws none ahead.
 
     Attributes:
         result: the object behind the visible tab: the Summary, the filtered nodes DataFrame,
@@ -55,7 +58,7 @@ class Explorer(View):
     """
 
     def __init__(self, lab: Any, *, page_size: int = 25, tab: str | int = 0,
-                 height: int = 560, prefetch: int = 6) -> None:
+                 height: int = 560, prefetch: int = 3) -> None:
         self.lab = as_lab(lab)
         self.page_size = page_size
         self._results: dict[int, Any] = {}

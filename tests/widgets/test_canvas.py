@@ -300,3 +300,17 @@ def test_hostile_names_go_into_the_index_as_text():
     assert c.index["ids"] == [bad + "n"] and bad.lower() in c.index["text"][0]
     assert c.index["label"] == [f"Relu  {bad}n"]
     assert c.placement["keys"] == [bad + "n"]
+
+
+def test_expands_of_the_first_boxes_are_drawn_ahead_and_swapped_in():
+    lab = onnx_lab.open(_browser_models().detector())
+    e = Explorer(lab, tab="Graph", prefetch=2)
+    e._ahead_thread.join(timeout=120)
+    assert len(e._ahead) == 2
+    first = next(k for k, n in e.canvas.rendering.view.nodes.items() if n.kind == "box")
+    ahead = next(r for (mid, code), r in e._ahead.items()
+                 if mid == id(lab.model) and repr(first.split(":", 1)[1]) in code)
+    e.canvas.click(first)
+    assert e.error is None and e.canvas.rendering is ahead  # a swap, no layout
+    none = Explorer(lab, tab="Graph", prefetch=0)
+    assert none._ahead_thread is None and not none._ahead
