@@ -12,12 +12,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from onnx_lab.analysis.tables import attribute_value
 from onnx_lab.analysis.weights import weight_stats
 from onnx_lab.core.index import node_scope
 from onnx_lab.core.provenance import node_origin
 from onnx_lab.core.source_map import scope_key, source_map
-from onnx_lab.core.values import is_constant
+from onnx_lab.core.values import const_array, is_constant
 from onnx_lab.errors import unknown_name
 from onnx_lab.render._html import esc_attr, esc_text
 from onnx_lab.render.graph import shape_text
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
     from onnx_lab.core.model import LabModel
 
 __all__ = ["node_details", "node_details_html", "group_details_html", "canvas_items", "drawn_key",
-           "canvas_legend_html", "source_html", "box_module"]
+           "canvas_legend_html", "source_html", "box_module", "search_index", "placement",
+           "graph_owners", "weight_values", "weight_values_html"]
 
 _STAT_COLS = ("min", "max", "mean", "std", "abs_max", "zeros_frac", "outlier_score")
 
@@ -88,7 +91,8 @@ def node_details(model: Any, node_id: str, *, dims: Mapping[str, int] | None = N
         dict with ``node_id, op_type, domain, name, graph, scope, attributes`` ({name:
         value}), ``inputs`` / ``outputs`` (lists of {name, kind, dtype, shape, text}),
         ``weights`` (records of :func:`onnx_lab.analysis.weights.weight_stats` for its
-        initializer/constant inputs), ``origins`` (original node ids it was fused from),
+        initializer/constant inputs), ``values`` (:func:`weight_values` of up to four of
+        them: the first values, as a sliced table), ``origins`` (original node ids it was fused from),
         ``source`` (None, or {kind, module, module_class, crumbs: [{name, key}] (each module
         level and its collapsed-box key), parts: [{module, module_class, file, line,
         function, code}] (one per PyTorch module and line it comes from)}),
@@ -145,6 +149,7 @@ def node_details(model: Any, node_id: str, *, dims: Mapping[str, int] | None = N
         "inputs": [_tensor_row(model, types, n) for n in ins],
         "outputs": [_tensor_row(model, types, n) for n in outs],
         "weights": weights,
+        "values": [x for x in (weight_values(model, n) for n in weight_names[:4]) if x],
         "origins": [o for o in node_origin(node, node_id)],
         "source": _source(model, node_id),
         "bodies": bodies,
@@ -229,6 +234,8 @@ def node_details_html(d: Mapping[str, Any]) -> str:
         hdr = "".join(f"<th>{esc_text(c)}</th>" for c in ("weight", "shape", *_STAT_COLS))
         parts.append(f"<div class='olc-scroll'><table class='olc-weights'><tr>{hdr}</tr>"
                      f"{rows}</table></div>")
+    for i, vals in enumerate(d.get("values") or ()):
+        parts.append(weight_values_html(vals, open_=i == 0))
     if d["origins"] and d["origins"] != [d["node_id"]]:
         parts.append("<div class='olc-origins'>fused from: "
                      + ", ".join(esc_text(o) for o in d["origins"]) + "</div>")
@@ -282,15 +289,7 @@ def canvas_items(rendering: Any, model: Any) -> dict[str, str]:
     for n in rendering.view.nodes.values():
         words = [n.key, n.title, *n.lines]
         for nid in n.node_ids:
-            e = idx.entries.get(nid)
-            if e is None:
-                continue
-            words.append(nid)
-            words.append(e.node.op_type)
-            if e.node.name and e.node.name != nid:
-                words.append(e.node.name)
-            words.extend(v.name for v in e.node.outputs if v is not None and v.name)
-            words.extend(_source_words(smap.get(nid)))
+            words.extend(_node_words(idx, smap, nid))
         out[n.key] = " ".join(w for w in words if w).lower()
     return out
 
@@ -354,3 +353,170 @@ def canvas_legend_html(rendering: Any) -> str:
         parts.append("<span class='olc-notes'>" + " · ".join(esc_text(n, 300) for n in
                                                              rendering.notes) + "</span>")
     return "<br/>".join(parts)
+
+
+# ----------------------------------------------------------------------------- search index
+def _node_words(idx: Any, smap: Mapping[str, Any], nid: str) -> list[str]:
+    """What finds node ``nid``: its id, op type, name, output tensors and source words."""
+    e = idx.entries.get(nid)
+    if e is None:
+        return []
+    words = [nid, e.node.op_type]
+    if e.node.name and e.node.name != nid:
+        words.append(e.node.name)
+    words.extend(v.name for v in e.node.outputs if v is not None and v.name)
+    words.extend(_source_words(smap.get(nid)))
+    return words
+
+
+def search_index(model: Any) -> dict[str, list[Any]]:
+    """The canvas's client-side search index: one entry per node of every graph (If/Loop/Scan
+    bodies included), in the index's order, as parallel lists (compact to send once).
+
+    Returns:
+        dict with ``ids`` (node ids), ``text`` (lower-case search text: id, op type, name,
+        output tensors, PyTorch module paths and classes, ``file.py:line``, functions),
+        ``label`` ("OpType  name" shown in the result list) and ``graph`` (graph path, ""
+        for the main graph).
+
+    Example:
+        >>> ix = search_index(lab.model)
+        >>> ix["ids"][ix["text"].index(next(t for t in ix["text"] if "softmax" in t))]
+    """
+    model = _as_model(model)
+    idx = model.index
+    smap = source_map(model)
+    ids, text, label, graph = [], [], [], []
+    for nid, e in idx.entries.items():
+        ids.append(nid)
+        text.append(" ".join(w for w in _node_words(idx, smap, nid) if w).lower())
+        label.append(f"{e.node.op_type}  {e.node.name or nid}")
+        graph.append(e.graph)
+    return {"ids": ids, "text": text, "label": label, "graph": graph}
+
+
+def graph_owners(model: Any) -> dict[str, str]:
+    """{body graph path: id of the If/Loop/Scan node that holds it}."""
+    idx = _as_model(model).index
+    out: dict[str, str] = {}
+    for nid, e in idx.entries.items():
+        path = e.graph
+        owner = nid if (not path or nid.startswith(path + "/")) else f"{path}/{nid}"
+        for attr in e.node.attributes.values():
+            sub = getattr(attr, "name", None)
+            if sub and f"{owner}/{sub}" in idx.graphs:
+                out[f"{owner}/{sub}"] = nid
+    return out
+
+
+def placement(rendering: Any, model: Any, ids: Sequence[str]) -> dict[str, list[Any]]:
+    """Where each node of ``ids`` shows in ``rendering``: ``keys`` (drawn keys) and ``at``
+    (per node, the position in ``keys`` of the element that draws it, -1 when the view does
+    not show it) and ``open`` (per node, 1 when drawn as itself, 0 when the drawn element
+    holds it: a collapsed box, or the If/Loop node whose body it lies in).
+
+    Example:
+        >>> p = placement(lab.render(collapse="auto"), lab.model, search_index(lab)["ids"])
+    """
+    model = _as_model(model)
+    idx = model.index
+    nodes = rendering.view.nodes
+    graph = rendering.view.graph
+    in_box: dict[str, str] = {}
+    for n in nodes.values():
+        if n.kind == "box":
+            for m in n.node_ids:
+                in_box.setdefault(m, n.key)
+    owners = graph_owners(model) if len(idx.graphs) > 1 else {}
+    keys: list[str] = []
+    pos: dict[str, int] = {}
+    at: list[int] = []
+    opened: list[int] = []
+    for nid in ids:
+        cur, own = nid, True
+        e = idx.entries.get(cur)
+        while e is not None and e.graph != graph and e.graph in owners:
+            cur, own = owners[e.graph], False
+            e = idx.entries.get(cur)
+        key = None
+        if e is not None and e.graph == graph:
+            key = cur if cur in nodes else in_box.get(cur)
+            if key != cur:
+                own = False
+        if key is None:
+            at.append(-1)
+            opened.append(0)
+            continue
+        if key not in pos:
+            pos[key] = len(keys)
+            keys.append(key)
+        at.append(pos[key])
+        opened.append(1 if own else 0)
+    return {"keys": keys, "at": at, "open": opened}
+
+
+# ----------------------------------------------------------------------------- values
+def weight_values(model: Any, name: str, *, rows: int = 8, cols: int = 8) -> dict[str, Any] | None:
+    """The first values of a weight (initializer or Constant output) along its last two axes
+    longer than 1, as Netron shows them: ``{name, dtype, shape, index, rows, more}`` where ``rows`` is a list
+    of rows of formatted strings (at most ``rows`` × ``cols``), ``index`` the slice shown
+    (``[0, 0, :8, :8]``) and ``more`` whether the tensor holds more. None when ``name`` has
+    no readable stored value.
+
+    Example:
+        >>> weight_values(lab.model, "stem.conv.weight")["index"]
+        '[0, 0, :3, :3]'
+    """
+    model = _as_model(model)
+    v = model.graph.initializers.get(name) or model.index.values.get(name)
+    if v is None:
+        return None
+    try:
+        a = const_array(v, stored=True)
+    except Exception:  # noqa: BLE001 - unreadable data: the panel shows the statistics only
+        a = None
+    if a is None:
+        return None
+    a = np.asarray(a)
+    shape = list(a.shape)
+    if a.ndim == 0:
+        table, index = [[a.item()]], "[]"
+    elif a.ndim == 1:
+        n = min(a.shape[0], rows * cols)
+        flat = a[:n].tolist()
+        table, index = [flat[i:i + cols] for i in range(0, n, cols)], f"[:{n}]"
+    else:
+        # The last two axes longer than 1 (a 1×1 conv's [32, 64, 1, 1] shows [:8, :8, 0, 0]).
+        axes = [i for i in range(a.ndim) if a.shape[i] > 1][-2:]
+        axes = axes if len(axes) == 2 else list(range(a.ndim))[-2:]
+        sl: list[Any] = [0] * a.ndim
+        sl[axes[0]], sl[axes[1]] = slice(0, rows), slice(0, cols)
+        part = a[tuple(sl)]
+        table = part.tolist()
+        index = "[" + ", ".join(f":{min(a.shape[i], rows if i == axes[0] else cols)}"
+                                if i in axes else "0" for i in range(a.ndim)) + "]"
+    shown = sum(len(r) for r in table)
+    return {"name": name, "dtype": str(a.dtype), "shape": shape, "index": index,
+            "rows": [[_fmt_value(x) for x in r] for r in table], "more": shown < int(a.size)}
+
+
+def _fmt_value(x: Any) -> str:
+    if isinstance(x, bytes):
+        x = x.decode("utf-8", "replace")
+    if isinstance(x, float):
+        return f"{x:.5g}"
+    return str(x)
+
+
+def weight_values_html(vals: Mapping[str, Any] | None, *, open_: bool = True) -> str:
+    """A sliced table of :func:`weight_values` (escaped: values and names are model data)."""
+    if not vals:
+        return ""
+    body = "".join("<tr>" + "".join(f"<td>{esc_text(c, 24)}</td>" for c in r) + "</tr>"
+                   for r in vals["rows"])
+    more = " …" if vals["more"] else ""
+    head = (f"values {esc_text(vals['name'], 40)}{esc_text(vals['index'])} of "
+            f"{esc_text(vals['dtype'])} {esc_text(vals['shape'])}{more}")
+    return (f"<details class='olc-values' data-weight='{esc_attr(vals['name'])}'"
+            f"{' open' if open_ else ''}><summary>{head}</summary><div class='olc-scroll'>"
+            f"<table class='olc-values-table'>{body}</table></div></details>")

@@ -36,6 +36,10 @@ from onnx_lab.render.details import (
     group_details_html,
     node_details,
     node_details_html,
+    placement,
+    search_index,
+    weight_values,
+    weight_values_html,
 )
 
 __all__ = ["GraphCanvas"]
@@ -79,6 +83,13 @@ class GraphCanvas(anywidget.AnyWidget):
     legend_html = t.Unicode("").tag(sync=True)
     title = t.Unicode("").tag(sync=True)
     height = t.Int(560).tag(sync=True)
+    #: where the view opens: "readable" (labels at a readable size from the graph's inputs,
+    #: the top of the layout), "fit" (the whole drawing), or a node id / drawn key to open on.
+    first_view = t.Unicode("readable").tag(sync=True)
+    #: every node of the model, searched in the page (:func:`~onnx_lab.render.details.search_index`)
+    index = t.Dict().tag(sync=True)
+    #: where each node of ``index`` is drawn in this view (:func:`~onnx_lab.render.details.placement`)
+    placement = t.Dict().tag(sync=True)
     _focus = t.Dict().tag(sync=True)
     _fit = t.Int(0).tag(sync=True)
 
@@ -91,6 +102,7 @@ class GraphCanvas(anywidget.AnyWidget):
         self.on_expand: Callable[[str], None] | None = None
         self.on_open: Callable[[str], None] | None = None
         self._select_callbacks: list[Callable[[str], None]] = []
+        self._index_of: Any = None  # the LabModel ``index`` was built for
         self.error: BaseException | None = None
         self.add_class("onnx-lab-canvas")
         self.layout.display = "none"  # hidden until show() gives it a graph
@@ -116,8 +128,12 @@ class GraphCanvas(anywidget.AnyWidget):
             return
         self.layout.display = None
         keep = self.selected if keep_selection and self.selected in rendering.view.nodes else ""
+        m = self._model()
         with self.hold_sync():
-            self.items = canvas_items(rendering, self._model()) if self._model() else {}
+            self.items = canvas_items(rendering, m) if m else {}
+            if m is not None and self._index_of is not m:
+                self.index, self._index_of = search_index(m), m
+            self.placement = placement(rendering, m, self.index.get("ids", [])) if m else {}
             self.legend_html = canvas_legend_html(rendering)
             self.title = title or ""
             self.highlight = []
@@ -152,6 +168,34 @@ class GraphCanvas(anywidget.AnyWidget):
         self._focus = {"key": key, "seq": int(self._focus.get("seq", 0)) + 1}
         return key
 
+    def centre(self, key: str) -> None:
+        """Centre drawn element ``key`` at a readable size without selecting it (what the
+        view does after an expand, to keep the opened box in view)."""
+        self._focus = {"key": key, "seq": int(self._focus.get("seq", 0)) + 1, "select": False}
+
+    def reveal(self, name: str) -> str | None:
+        """Like :meth:`focus`, but a node hidden in a collapsed box or an If/Loop/Scan body is
+        first drawn: the owner opens the box (``on_expand``) or the body (``on_open``), at
+        most a few levels, then the node is centred at a readable size and selected. What
+        choosing a search hit inside a box does in the page. Returns the drawn key (the
+        node itself when it could be opened), or None when it is not in the model's view."""
+        m = self._model()
+        e = m.index.entries.get(name) if m is not None else None
+        prev: object = ()  # the key of the last round: no progress ends the walk
+        for _ in range(4):
+            key = self.key_for(name)
+            if key == name or key == prev or e is None or self.rendering is None:
+                break
+            prev = key
+            if e.graph != self.rendering.view.graph and self.on_open is not None and (
+                    key is None or not key.startswith("scope:")):
+                self.on_open(e.graph)
+            elif key is not None and key.startswith("scope:") and self.on_expand is not None:
+                self.on_expand(key.split(":", 1)[1])
+            else:
+                break
+        return self.focus(name)
+
     def fit(self) -> None:
         """Fit the whole drawing into the view (as on open)."""
         self._fit += 1
@@ -168,13 +212,30 @@ class GraphCanvas(anywidget.AnyWidget):
         self.view = v
 
     def search(self, text: str) -> list[str]:
-        """Drawn keys whose search text contains ``text`` (what the search box finds),
-        exact key matches first."""
+        """Drawn keys whose search text contains ``text`` (a box: when one of its members
+        matches), exact key matches first. :meth:`find` searches every node of the model."""
         q = text.strip().lower()
         if not q:
             return []
         exact = [k for k in self.items if k.lower() == q]
         return exact + [k for k, s in self.items.items() if q in s and k not in exact]
+
+    def find(self, text: str) -> list[str]:
+        """Node ids of the whole model whose index text contains ``text`` (what the page's
+        search box lists, in its order: an exact id first, then the nodes drawn as
+        themselves, then those inside boxes or bodies; :meth:`reveal` goes to one)."""
+        q = text.strip().lower()
+        ix, pl = self.index or {}, self.placement or {}
+        if not q or not ix:
+            return []
+        keys, at, opened = pl.get("keys", []), pl.get("at", []), pl.get("open", [])
+        exact, shown, hidden = [], [], []
+        for i, (nid, words) in enumerate(zip(ix["ids"], ix["text"])):
+            if q not in words:
+                continue
+            drawn = i < len(at) and at[i] >= 0 and opened[i] and keys[at[i]] == nid
+            (exact if nid.lower() == q else shown if drawn else hidden).append(nid)
+        return exact + shown + hidden
 
     def click(self, key: str) -> None:
         """Do what a click on element ``key`` does in the page: select it; a collapsed box
@@ -211,6 +272,8 @@ class GraphCanvas(anywidget.AnyWidget):
                     self.on_open(str(content.get("graph", "")))
             elif kind == "focus":
                 self.focus(str(content.get("key", "")))
+            elif kind == "reveal":
+                self.reveal(str(content.get("key", "")))
             elif kind == "module":
                 self.show_module(str(content.get("key", "")))
         except Exception as e:  # noqa: BLE001 - shown in the panel, never in the kernel log
@@ -262,6 +325,8 @@ class GraphCanvas(anywidget.AnyWidget):
             elif node is not None:
                 lines = "".join(f"<div class='olc-where'>{esc_text(x)}</div>"
                                 for x in node.lines if x)
+                if node.kind == "weight":
+                    lines += weight_values_html(weight_values(m, key.split(":", 1)[1]))
                 self.details_html = (f"<div class='olc-details'><div class='olc-title'><b>"
                                      f"{esc_text(node.title)}</b></div><div class='olc-id'>"
                                      f"{esc_text(node.kind)}</div>{lines}</div>")

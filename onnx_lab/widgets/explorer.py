@@ -8,6 +8,7 @@ first view, and the graph never lays out the whole model: with no selection it s
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import ipywidgets as w
@@ -41,6 +42,9 @@ class Explorer(View):
     Args:
         lab: a :class:`~onnx_lab.lab.Lab` (or anything ``onnx_lab.open`` takes).
         page_size: rows per table page.
+        prefetch: collapsed boxes of the graph overview (its first ones, at the top where
+            the view opens) whose expanded layouts are drawn ahead in a background thread
+            after the first paint, so clicking one swaps drawings; 0 draws none ahead.
 
     Attributes:
         result: the object behind the visible tab: the Summary, the filtered nodes DataFrame,
@@ -54,7 +58,7 @@ class Explorer(View):
     """
 
     def __init__(self, lab: Any, *, page_size: int = 25, tab: str | int = 0,
-                 height: int = 560) -> None:
+                 height: int = 560, prefetch: int = 3) -> None:
         self.lab = as_lab(lab)
         self.page_size = page_size
         self._results: dict[int, Any] = {}
@@ -63,6 +67,12 @@ class Explorer(View):
         self._graph_dirty = True
         self._muted = False
         self._body = ""  # graph path opened by a double click on an If/Loop/Scan node
+        self._shown_expand = ""  # the scope drawn open in the graph shown
+        # Layouts of likely expands (the overview's first boxes, where the view opens),
+        # drawn ahead in a background thread after the first paint: an expand is a swap.
+        self.prefetch = prefetch
+        self._ahead: dict[tuple[int, str], Any] = {}  # (id of the model, code) -> Rendering
+        self._ahead_thread: threading.Thread | None = None
         self._height = height
         self.tabs = w.Tab(children=[w.VBox() for _ in TAB_NAMES])
         for i, name in enumerate(TAB_NAMES):
@@ -208,6 +218,13 @@ class Explorer(View):
 
     def _on_nodes_selected(self, keys: list[str]) -> None:
         self._show_node_details()
+        # A new selection is a new view: the scope opened in the last one may not exist in
+        # it (lab.render would refuse it as an unknown scope).
+        self._muted = True
+        try:
+            self.expand.value = ""
+        finally:
+            self._muted = False
         self._graph_dirty = True
         if (self.tabs.selected_index or 0) == GRAPH:
             self._render_graph()
@@ -371,6 +388,54 @@ class Explorer(View):
         if key in options:
             self.expand.value = key
 
+    def _draw_ahead(self, overview: Any, kwargs: dict[str, Any]) -> None:
+        """Lay out the expands of the overview's first ``prefetch`` boxes in a background
+        thread (the ones at the top of the layout, where the first view is)."""
+        if self.prefetch <= 0 or (self._ahead_thread and self._ahead_thread.is_alive()):
+            return
+        model = self.lab.model
+        self._ahead = {k: r for k, r in self._ahead.items() if k[0] == id(model)}
+        boxes = [k.split(":", 1)[1] for k, n in overview.view.nodes.items()
+                 if n.kind == "box"][:self.prefetch]
+        jobs = []
+        for scope in boxes:
+            kw = {**kwargs, "expand": scope}
+            code = "lab.render(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"
+            if (id(model), code) not in self._ahead:
+                jobs.append((kw, code))
+
+        def run() -> None:
+            for kw, code in jobs:
+                if self.lab.model is not model:
+                    return  # the model changed: these layouts would be of the old one
+                try:
+                    self._ahead[(id(model), code)] = self.lab.render(**kw)
+                except Exception:  # noqa: BLE001 - a layout ahead is a bonus; the click redraws
+                    continue
+
+        if jobs:
+            self._ahead_thread = threading.Thread(target=run, name="onnx-lab-draw-ahead",
+                                                  daemon=True)
+            self._ahead_thread.start()
+
+    def _keep_in_view(self, before: Any, after: Any, opened: str) -> None:
+        """After an expand, centre the opened box's first drawn member at a readable size;
+        after a collapse, the box it became (not a re-fit of the whole graph)."""
+        closed, self._shown_expand = self._shown_expand, opened
+        if before is None or opened == closed:
+            return
+        nodes = after.view.nodes
+        if opened:
+            old = before.view.nodes.get(f"scope:{opened}")
+            members = list(old.node_ids) if old is not None else []
+            if not members:
+                members = [k for k in nodes if k in self.lab.index.entries]
+            key = next((m for m in members if m in nodes), None)
+        else:
+            key = f"scope:{closed}" if f"scope:{closed}" in nodes else None
+        if key is not None:
+            self.canvas.centre(key)
+
     def _open_body(self, graph: str) -> None:
         self._body = graph
         self._muted = True
@@ -422,15 +487,21 @@ class Explorer(View):
         self.graph_info.value = (f"<small>neighbourhood of {n:d} selected item(s)</small>" if n
                                  else "<small>overview (collapsed by scope); tick rows in "
                                       "Nodes or Tensors to see their neighbourhood</small>")
-        rendering = self._call(self.lab.render, busy="Laying out the graph…", **kwargs)
+        rendering = self._ahead.get((id(self.lab.model), code))
+        if rendering is None:
+            rendering = self._call(self.lab.render, busy="Laying out the graph…", **kwargs)
         if rendering is None:
             self.canvas.show(None)
             return
+        before = self.canvas.rendering
         self.canvas.show(rendering, title=code)
+        self._keep_in_view(before, rendering, kwargs.get("expand") or "")
         if self.selected_nodes:
             self.canvas.highlight = [k for k in (self.canvas.key_for(n)
                                                  for n in self.selected_nodes) if k]
         self._set_result(GRAPH, rendering, code)
+        if not kwargs.get("around") and not kwargs.get("expand") and not self._body:
+            self._draw_ahead(rendering, kwargs)
         # The scopes one can open are the collapsed boxes of this view (plus the open one).
         keys = sorted(getattr(rendering, "groups", {}) or {})
         current = self.expand.value

@@ -215,3 +215,28 @@ def bert_like(layers: int = 24, hidden: int = 32, heads: int = 4, seed: int = 0
                                        ["batch", "sequence"])],
         [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
                                        ["batch", "sequence", hidden])])
+
+
+def grid_svg(n: int = 5000, cols: int = 50) -> str:
+    """A graphviz-like SVG of ``n`` nodes (two text lines each) and about ``n`` edges on a
+    grid, for measuring the canvas's pan/zoom frames at scale without a dot layout."""
+    dx, dy, w, h = 150, 64, 120, 36
+    rows = -(-n // cols)
+    width, height = cols * dx + 20, rows * dy + 20
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}pt" height="{height}pt" '
+           f'viewBox="0.00 0.00 {width} {height}"><g id="graph0" class="graph">']
+    for i in range(n):
+        r, c = divmod(i, cols)
+        x, y = 10 + c * dx, 10 + r * dy
+        out.append(f'<g id="n:node{i}" class="node onnx-op"><title>node{i}</title>'
+                   f'<path fill="#f3f3f3" stroke="#5b6b7f" d="M{x},{y}h{w}v{h}h-{w}z"/>'
+                   f'<text text-anchor="middle" x="{x + w / 2}" y="{y + 15}" '
+                   f'font-family="Helvetica" font-size="10">MatMul {i}</text>'
+                   f'<text text-anchor="middle" x="{x + w / 2}" y="{y + 29}" '
+                   f'font-family="Helvetica" font-size="8">1×128×768</text></g>')
+        if r + 1 < rows:
+            out.append(f'<g class="edge"><path fill="none" stroke="#7a7a7a" '
+                       f'd="M{x + w / 2},{y + h}C{x + w / 2},{y + h + 10} {x + w / 2},'
+                       f'{y + dy - 10} {x + w / 2},{y + dy}"/></g>')
+    out.append("</g></svg>")
+    return "".join(out)

@@ -1,9 +1,13 @@
 """The graph canvas in a real JupyterLab (headless Chromium) on real-world-style models.
 
 A YOLOv8-like detector (313 nodes, dynamic height/width) and a BERT-sized encoder (1,399
-nodes), both built by ``_models.py``. Checks: the overview shows nodes inside the view after
-open (pixels, not blank); zoom and pan change the view; search centres the node; a click on a
-node shows its attributes and shapes in the side panel; setting height/width in the run-context
+nodes), both built by ``_models.py``, the control-flow sample and a generated 5,000-node
+drawing. Checks: the first view is readable (labels >= 11 px, no node under 30 px wide) from
+the graph's inputs and the overview is one key away; zoom and pan change the view; one search
+query finds a node inside a collapsed box (the box opens, the node is centred and its details
+show) and Enter cycles; a click shows attributes, shapes and a weight's first values in the
+side panel, which does not cover the selection; a double click opens a Loop body; pan/zoom
+frame times at 5,000 nodes (p95 printed and saved); setting height/width in the run-context
 bar lets Profile run; a tick in the DriftDebugger centres the node in an Explorer on the same
 Lab. Screenshots go to ``test-artifacts/``.
 """
@@ -11,6 +15,7 @@ Lab. Screenshots go to ``test-artifacts/``.
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 from _jupyter import (
@@ -30,6 +35,10 @@ CELLS = [
     "exb = Explorer(bert, tab='Graph')\nexb",
     "prof = Profiler(lab, runs=2, warmup=1)\nprof",
     "dd = DriftDebugger(lab, lab, dims={'height': 64, 'width': 64})\ndd",
+    "cf = onnx_lab.open('sample:control_flow')\nexcf = Explorer(cf, tab='Graph')\nexcf",
+    "from onnx_lab.widgets.canvas import GraphCanvas\n"
+    "big = GraphCanvas(height=560)\nbig.svg = _models.grid_svg(5000)\n"
+    "big.layout.display = None\nbig",
 ]
 
 
@@ -37,10 +46,18 @@ CELLS = [
 def canvas_page(tmp_path_factory):
     work = tmp_path_factory.mktemp("jupyterlab")
     with lab_in_browser(work, {"canvas.ipynb": CELLS}, models=True) as (url, page):
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         run_all_cells(page, url, "canvas.ipynb")
         cells = page.locator(".jp-Notebook .jp-Cell")
-        # The DriftDebugger is the last widget: when it shows, every cell has run.
-        cells.nth(4).locator(".onnx-lab-widget").first.wait_for(timeout=120_000)
+        try:
+            # The DriftDebugger and the big canvas are the last widgets: every cell has run.
+            cells.nth(4).locator(".onnx-lab-widget").first.wait_for(timeout=240_000)
+            cells.nth(6).locator(".olc-root svg g.node").first.wait_for(timeout=240_000)
+        except Exception as e:
+            page.screenshot(path=str(ARTIFACTS / "canvas_setup_failed.png"), full_page=True)
+            raise AssertionError(f"the cells did not all show; console errors: {errors[-5:]}") \
+                from e
         yield page, cells
 
 
@@ -60,11 +77,54 @@ def _ink(png: bytes) -> float:
     return 1.0 - sum(hist[235:]) / max(1, img.width * img.height)
 
 
-def _centre_offset(page, root, key: str) -> tuple[float, float]:
+def _centre_offset(page, root, key: str, free: bool = False) -> tuple[float, float]:
+    """Offset of element ``key`` from the centre of the view (free: of the part the details
+    panel leaves free)."""
     port = root.locator(".olc-port").bounding_box()
-    g = root.locator(f"svg g.node[id='n:{key}']").bounding_box()
-    return (g["x"] + g["width"] / 2 - (port["x"] + port["width"] / 2),
+    g = root.locator(f"svg g.node[id={json.dumps('n:' + key)}]").bounding_box()
+    width = port["width"]
+    panel = root.locator(".olc-panel")
+    if free and panel.is_visible():
+        pb = panel.bounding_box()
+        if port["width"] - pb["width"] - 12 > port["width"] * 0.4:
+            width = port["width"] - pb["width"] - 12
+    return (g["x"] + g["width"] / 2 - (port["x"] + width / 2),
             g["y"] + g["height"] / 2 - (port["y"] + port["height"] / 2))
+
+
+def _labels(root) -> dict:
+    """Drawn nodes inside the view: how many, the median on-screen height of their first
+    label line (px), how many are under 30 px wide, how many are graph inputs."""
+    return root.evaluate("""(r) => {
+        const p = r.querySelector('.olc-port').getBoundingClientRect();
+        const hs = []; let nodes = 0, narrow = 0, inputs = 0;
+        for (const g of r.querySelectorAll('.olc-stage g.node')) {
+            const b = g.getBoundingClientRect();
+            if (b.right < p.left || b.left > p.right || b.bottom < p.top || b.top > p.bottom)
+                continue;
+            nodes++;
+            if (b.width < 30) narrow++;
+            if ((g.id || '').startsWith('n:input:')) inputs++;
+            const t = g.querySelector('text');
+            if (t) hs.push(t.getBoundingClientRect().height);
+        }
+        hs.sort((a, b) => a - b);
+        return {nodes, narrow, inputs, median: hs.length ? hs[hs.length >> 1] : 0,
+                k: +r.dataset.k};
+    }""")
+
+
+def _not_covered(root, key: str) -> None:
+    """The details panel does not cover drawn element ``key``."""
+    root.page.wait_for_timeout(300)
+    panel = root.locator(".olc-panel")
+    if not panel.is_visible():
+        return
+    p = panel.bounding_box()
+    g = root.locator(f"svg g.node[id={json.dumps('n:' + key)}]").bounding_box()
+    overlap = not (g["x"] + g["width"] <= p["x"] or g["x"] >= p["x"] + p["width"]
+                   or g["y"] + g["height"] <= p["y"] or g["y"] >= p["y"] + p["height"])
+    assert not overlap, (g, p)
 
 
 @pytest.mark.parametrize("cell,name,query", [(1, "detector", "/model.12/Concat"),
@@ -76,17 +136,24 @@ def test_overview_zoom_pan_search_click(canvas_page, cell, name, query):
     try:
         root.scroll_into_view_if_needed()
         page.wait_for_timeout(300)
-        # Fit on open: the drawing lies inside the view and is not blank.
+        # Open readable: not blank, labels >= 11 px from the inputs, the overview one key away.
         assert _ink(port.screenshot()) > 0.01
         box = port.bounding_box()
-        svg = root.locator(".olc-stage svg").bounding_box()
-        assert svg["width"] <= box["width"] + 2
-        if root.get_attribute("data-fit") == "whole":
-            assert svg["height"] <= box["height"] + 2
-        else:  # a long strip opens at a readable scale from its top; the minimap shows all
+        seen = _labels(root)
+        assert seen["nodes"] >= 3 and seen["median"] >= 11 and seen["narrow"] == 0, seen
+        if root.get_attribute("data-fit") == "readable":
             assert root.locator(".olc-mini").is_visible()
+            assert root.locator("svg g.node[id^='n:input:']").count() == 0 or seen["inputs"], seen
         page.screenshot(path=str(ARTIFACTS / f"canvas_{name}_overview.png"), full_page=False)
         port.screenshot(path=str(ARTIFACTS / f"canvas_{name}_overview_port.png"))
+        port.focus()
+        page.keyboard.press("f")
+        svg = root.locator(".olc-stage svg").bounding_box()
+        assert root.get_attribute("data-fit") == "whole"
+        assert svg["width"] <= box["width"] + 2 and svg["height"] <= box["height"] + 2
+        port.screenshot(path=str(ARTIFACTS / f"canvas_{name}_fit_port.png"))
+        root.locator(".olc-readable").click()
+        assert root.get_attribute("data-fit") in ("readable", "whole")
 
         k0 = float(root.get_attribute("data-k"))
         root.locator(".olc-zoom-in").click()
@@ -104,24 +171,30 @@ def test_overview_zoom_pan_search_click(canvas_page, cell, name, query):
         page.mouse.up()
         assert abs(float(root.get_attribute("data-x")) - x0 - 120) < 2
 
-        # Search centres the node (or the collapsed box holding it).
-        root.locator(".olc-search").fill(query)
-        root.locator(".olc-search").press("Enter")
-        key = root.get_attribute("data-selected")
-        assert key and (key == query or key.startswith("scope:"))
-        dx, dy = _centre_offset(page, root, key)
-        assert abs(dx) < 3 and abs(dy) < 3
+        # One query finds the node, also inside a collapsed box: the box opens (one message
+        # to Python), the node itself is centred at a readable size and selected.
+        rendered = int(root.get_attribute("data-rendered"))
+        search = root.locator(".olc-search")
+        search.fill(query)
+        first = root.locator(".olc-results .olc-result").first
+        first.wait_for(timeout=5_000)
+        assert query in first.inner_text()
+        search_ms = float(root.get_attribute("data-search-ms"))
+        search.press("Enter")
+        page.wait_for_function(
+            f"() => document.querySelectorAll('.olc-root')[{cell - 1}].dataset.selected"
+            f" === {json.dumps(query)}", timeout=60_000)
+        root.locator(f"svg g.node[id={json.dumps('n:' + query)}]").wait_for(timeout=30_000)
+        page.wait_for_timeout(400)
+        dx, dy = _centre_offset(page, root, query, free=True)
+        assert abs(dx) < 4 and abs(dy) < 4, (dx, dy)
+        assert _labels(root)["median"] >= 11
+        root.locator(".olc-panel .olc-inputs").wait_for(timeout=30_000)
+        _not_covered(root, query)
+        print(f"{name}: search over the index {search_ms:.2f} ms; opened a box: "
+              f"{int(root.get_attribute('data-rendered')) > rendered}")
         port.screenshot(path=str(ARTIFACTS / f"canvas_{name}_search.png"))
 
-        # Click a box: it expands; then click a node: its details show in the side panel.
-        rendered = int(root.get_attribute("data-rendered"))
-        if key.startswith("scope:"):
-            g = root.locator(f"svg g.node[id='{'n:' + key}']")
-            g.click()
-            page.wait_for_function(
-                f"() => +document.querySelectorAll('.olc-root')[{cell - 1}].dataset.rendered"
-                f" > {rendered}", timeout=30_000)
-            root.locator("svg g.node.onnx-op").first.wait_for(timeout=30_000)
         root.locator(".olc-fit").click()
         op = root.locator("svg g.node.onnx-op").filter(
             has_text="Conv" if name == "detector" else "MatMul").first
@@ -134,6 +207,12 @@ def test_overview_zoom_pan_search_click(canvas_page, cell, name, query):
         assert "inputs" in text and "outputs" in text and "×" in text
         if name == "detector":
             assert "kernel_shape" in text and "weight" in text
+            # The weights' first values, sliced like Netron's (a bounded table per weight).
+            table = panel.locator(".olc-values-table").first
+            table.wait_for(timeout=10_000)
+            assert panel.locator(".olc-values-table td").count() >= 2
+            assert "values" in panel.locator(".olc-values summary").first.inner_text()
+        _not_covered(root, op.get_attribute("id")[2:])
         port.screenshot(path=str(ARTIFACTS / f"canvas_{name}_click.png"))
     finally:
         page.screenshot(path=str(ARTIFACTS / f"canvas_{name}_page.png"))
@@ -175,8 +254,96 @@ def test_drift_tick_centres_node_in_explorer(canvas_page):
             timeout=60_000)
         key = root.get_attribute("data-selected")
         root.scroll_into_view_if_needed()
-        dx, dy = _centre_offset(page, root, key)
-        assert abs(dx) < 3 and abs(dy) < 3
+        page.wait_for_timeout(300)
+        dx, dy = _centre_offset(page, root, key, free=True)  # in the part the panel leaves free
+        assert abs(dx) < 3 and abs(dy) < 3, (dx, dy)
         root.locator(".olc-port").screenshot(path=str(ARTIFACTS / "canvas_linked_from_drift.png"))
     finally:
         page.screenshot(path=str(ARTIFACTS / "drift_link_page.png"))
+
+
+def test_double_click_opens_a_loop_body(canvas_page):
+    page, cells = canvas_page
+    root = _canvas(cells, 5)
+    try:
+        root.scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
+        rendered = int(root.get_attribute("data-rendered"))
+        # On the node's label (a child element): the port holds the pointer capture, so the
+        # event's own target is the port; the canvas resolves the node under the pointer.
+        g = root.locator("svg g.node[id='n:Loop_3']")
+        g.dblclick()
+        page.wait_for_function(
+            "() => +document.querySelectorAll('.olc-root')[4].dataset.rendered > "
+            f"{rendered}", timeout=60_000)
+        root.locator("svg g.node[id='n:Loop_3/body/Identity_0']").wait_for(timeout=30_000)
+        port = root.locator(".olc-port")
+        port.screenshot(path=str(ARTIFACTS / "canvas_loop_body_dblclick.png"))
+        # One query from the body finds a node two bodies deep in the other branch.
+        search = root.locator(".olc-search")
+        search.fill("then_branch/add_0")
+        root.locator(".olc-results .olc-result").first.wait_for(timeout=5_000)
+        search.press("Enter")
+        key = "Loop_3/body/inner_if/then_branch/Add_0"
+        page.wait_for_function(
+            f"() => document.querySelectorAll('.olc-root')[4].dataset.selected === '{key}'",
+            timeout=60_000)
+        root.locator(f"svg g.node[id='n:{key}']").wait_for(timeout=30_000)
+        port.screenshot(path=str(ARTIFACTS / "canvas_search_in_body.png"))
+    finally:
+        page.screenshot(path=str(ARTIFACTS / "canvas_loop_page.png"))
+
+
+_FRAMES = """async (r) => {
+    const port = r.querySelector('.olc-port'), b = port.getBoundingClientRect();
+    const mini = r.querySelector('.olc-mini');
+    const frame = () => new Promise((res) => requestAnimationFrame(res));
+    const times = [];
+    await frame();
+    let last = performance.now();
+    for (let i = 0; i < 160; i++) {
+        if (i < 80) {  // zoom out and back in about the centre (crosses the detail level)
+            const out = Math.floor(i / 20) % 2 === 0;
+            port.dispatchEvent(new WheelEvent('wheel', {deltaY: out ? 80 : -80,
+                clientX: b.left + b.width / 2, clientY: b.top + b.height / 2,
+                bubbles: true, cancelable: true}));
+        } else if (mini && mini.style.display === 'block') {  // pan across via the minimap
+            const m = mini.getBoundingClientRect(), t = (i - 80) / 80;
+            mini.dispatchEvent(new PointerEvent('pointerdown', {clientX: m.left + m.width * t,
+                clientY: m.top + m.height * (0.2 + 0.6 * t), bubbles: true, button: 0}));
+        }
+        await frame();
+        const now = performance.now();
+        times.push(now - last);
+        last = now;
+    }
+    const s = times.slice().sort((a, b) => a - b);
+    const q = (f) => s[Math.min(s.length - 1, Math.floor(s.length * f))];
+    return {frames: times.length, p50: q(0.5), p95: q(0.95), max: s[s.length - 1],
+            nodes: +r.dataset.nodes};
+}"""
+
+
+def test_pan_zoom_frames_at_5000_nodes(canvas_page):
+    """Frame times of zoom (wheel) and pan at 5,000 drawn nodes: one CSS transform per frame,
+    labels hidden when too small to read. The figure is printed and saved; the bound is
+    loose (a loaded 2-core machine, software rendering)."""
+    page, cells = canvas_page
+    root = _canvas(cells, 6)
+    try:
+        root.scroll_into_view_if_needed()
+        page.wait_for_timeout(500)
+        assert int(root.get_attribute("data-nodes")) == 5000
+        seen = _labels(root)
+        assert seen["median"] >= 11 and seen["narrow"] == 0, seen
+        res = root.evaluate(_FRAMES)
+        print("5,000-node canvas frames (ms):", res)
+        (ARTIFACTS / "canvas_frames_5000.json").write_text(json.dumps(res, indent=1))
+        # A re-layout per frame would take seconds here; the figure itself goes to the docs.
+        assert res["frames"] == 160 and res["p95"] < 600, res
+        root.locator(".olc-fit").click()
+        page.wait_for_timeout(200)
+        assert "olc-lod-far" in (root.get_attribute("class") or "")
+        root.locator(".olc-port").screenshot(path=str(ARTIFACTS / "canvas_5000_fit.png"))
+    finally:
+        page.screenshot(path=str(ARTIFACTS / "canvas_5000_page.png"))

@@ -145,3 +145,172 @@ def test_dims_bar_of_a_decoder_llm_empty_cache_and_derived_dims():
     p.run_profile()
     assert p.error is None and p.profile_result is not None
     assert lab.dims == {"batch_size": 1, "sequence_length": 8, "past_sequence_length": 0}
+
+
+# ----------------------------------------------------------------------------- search index
+def _browser_models():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "browser" / "_models.py"
+    spec = importlib.util.spec_from_file_location("_browser_models", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_index_holds_every_node_of_every_graph_and_where_it_is_drawn():
+    from onnx_lab.render.details import graph_owners
+
+    cf = onnx_lab.open("sample:control_flow")
+    c = GraphCanvas(cf)
+    c.show(cf.render(collapse="auto"))
+    ix, pl = c.index, c.placement
+    assert ix["ids"] == list(cf.index.entries)  # bodies included
+    assert len(ix["text"]) == len(ix["label"]) == len(ix["graph"]) == len(ix["ids"])
+    i = ix["ids"].index("Loop_3/body/inner_if/then_branch/Add_0")
+    assert "add" in ix["text"][i] and ix["graph"][i] == "Loop_3/body/inner_if/then_branch"
+    # A node two bodies deep is drawn by the Loop of the main graph holding it (not open).
+    assert pl["keys"][pl["at"][i]] == "Loop_3" and pl["open"][i] == 0
+    j = ix["ids"].index("Add_4")
+    assert pl["keys"][pl["at"][j]] == "Add_4" and pl["open"][j] == 1
+    assert graph_owners(cf)["Loop_3/body/inner_if/else_branch"] == "inner_if"
+    # The index is built once per model, the placement once per view.
+    before = c.index
+    c.show(cf.render(around="ReduceSum_0", radius=0))
+    assert c.index is before and c.placement["at"][i] == -1  # the Loop is not drawn
+
+
+def test_index_words_tensors_and_sources_and_reveal_opens_the_box():
+    lab = onnx_lab.open(_browser_models().detector())
+    e = Explorer(lab, tab="Graph")
+    ix, pl = e.canvas.index, e.canvas.placement
+    inside = [n for n, a, o in zip(ix["ids"], pl["at"], pl["open"]) if a >= 0 and not o]
+    assert inside, "the detector's overview has collapsed boxes"
+    nid = inside[-1]
+    i = ix["ids"].index(nid)
+    out = lab.index.entries[nid].node.outputs[0].name
+    assert out.lower() in ix["text"][i]  # tensor names find their producer
+    box = pl["keys"][pl["at"][i]]
+    assert box.startswith("scope:") and nid not in e.canvas.rendering.view.nodes
+    assert e.canvas.find(nid)[0] == nid and e.canvas.find(out) == [nid]
+    # Choosing the hit in the page sends one 'reveal': the box opens and the node is focused.
+    e.canvas._on_msg(e.canvas, {"type": "reveal", "key": nid}, [])
+    assert e.error is None and e.canvas.error is None
+    assert e.canvas.selected == nid and nid in e.canvas.rendering.view.nodes
+    assert e.canvas._focus["key"] == nid and e.expand.value == box.split(":", 1)[1]
+    k = e.canvas.placement["at"][i]
+    assert e.canvas.placement["keys"][k] == nid and e.canvas.placement["open"][i] == 1
+
+
+def test_reveal_opens_a_body_and_a_double_click_message_opens_if():
+    cf = onnx_lab.open("sample:control_flow")
+    x = Explorer(cf, tab="Graph")
+    assert x.canvas.reveal("Loop_3/body/Identity_0") == "Loop_3/body/Identity_0"
+    assert x.result.graph == "Loop_3/body" and x.error is None
+    assert x.canvas.selected == "Loop_3/body/Identity_0"
+    assert x.canvas.reveal("no such node") is None
+
+
+def test_show_selected_after_expanding_a_box_is_not_an_unknown_scope():
+    lab = onnx_lab.open(_browser_models().detector())
+    e = Explorer(lab, tab="Graph")
+    box = next(k for k in e.canvas.items if k.startswith("scope:"))
+    e.canvas.click(box)
+    assert e.expand.value == box.split(":", 1)[1] and e.error is None
+    # The opened box is kept in view: the canvas centres its first member (not a re-fit).
+    assert e.canvas._focus.get("select") is False
+    assert e.canvas._focus["key"] in e.canvas.rendering.view.nodes
+    last = list(lab.index.entries)[-1]
+    e.nodes_table.select([last])
+    e.show_graph()
+    assert e.error is None, repr(e.error)
+    assert e.result is not None and last in e.result.view.nodes
+
+
+def test_first_view_policy_is_a_traitlet():
+    lab = onnx_lab.open("sample:convnet")
+    c = GraphCanvas(lab)
+    assert c.first_view == "readable"
+    c.first_view = "fit"
+    c.first_view = "/stem/conv/Conv"
+    c.show(lab.render())
+    assert c.first_view == "/stem/conv/Conv" and 'id="n:/stem/conv/Conv"' in c.svg
+
+
+def test_weight_values_sliced_like_netron_and_escaped():
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnx_lab.render.details import node_details, node_details_html, weight_values
+
+    lab = onnx_lab.open("sample:convnet")
+    v = weight_values(lab.model, "stem.conv.weight")
+    assert v["shape"] == [8, 3, 3, 3] and v["index"] == "[0, 0, :3, :3]" and v["more"]
+    want = lab.model.graph.initializers["stem.conv.weight"].const_value.numpy()[0, 0]
+    assert [float(x) for x in v["rows"][1]] == pytest.approx(want[1].tolist(), rel=1e-4)
+    big = np.arange(10 * 300 * 400, dtype=np.float32).reshape(10, 300, 400)
+    hostile = "<img src=x onerror=alert(1)>"
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", hostile], ["y"], name="<b>add</b>"),
+         helper.make_node("Gather", ["s", "i"], ["z"], name="g")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [10, 300, 400]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [10, 300, 400]),
+         helper.make_tensor_value_info("z", TensorProto.STRING, [1])],
+        [numpy_helper.from_array(big, hostile),
+         numpy_helper.from_array(np.array([b"<script>alert(2)</script>"], dtype=object), "s")])
+    m = onnx.helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    hl = onnx_lab.open(m)
+    w = weight_values(hl.model, hostile)
+    assert w["index"] == "[0, :8, :8]" and len(w["rows"]) == 8 and len(w["rows"][0]) == 8
+    assert w["rows"][1][0] == "400"
+    html = node_details_html(node_details(hl.model, hl.nodes.node_id.iloc[0]))
+    assert "<img" not in html and "&lt;img" in html and "<b>add" not in html
+    assert html.count("<td>") < 200  # bounded: a sliced table, not 1.2 M values
+    k11 = numpy_helper.from_array(np.ones((32, 64, 1, 1), np.float32), "k11")
+    g2 = helper.make_graph([helper.make_node("Conv", ["x", "k11"], ["y"], name="c")], "g2",
+                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 4, 4])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [k11])
+    one = weight_values(onnx_lab.open(onnx.helper.make_model(
+        g2, opset_imports=[helper.make_opsetid("", 17)])).model, "k11")
+    assert one["index"] == "[:8, :8, 0, 0]" and len(one["rows"]) == 8  # not one value
+    s = weight_values(hl.model, "s")
+    assert s["rows"] == [["<script>alert(2)</script>"]]
+    c = GraphCanvas(hl)
+    c.show(hl.render(show_initializers=True))
+    c.selected = "weight:s"
+    assert "<script>" not in c.details_html and "&lt;script&gt;" in c.details_html
+    assert "olc-values" in c.details_html
+
+
+def test_hostile_names_go_into_the_index_as_text():
+    import onnx
+    from onnx import TensorProto, helper
+
+    bad = "</script><svg onload=alert(1)>"
+    g = helper.make_graph([helper.make_node("Relu", ["x"], [bad], name=bad + "n")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info(bad, TensorProto.FLOAT, [1])])
+    lab = onnx_lab.open(onnx.helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    c = GraphCanvas(lab)
+    c.show(lab.render())
+    # Plain strings for textContent in the page (never markup): kept verbatim, lower-cased.
+    assert c.index["ids"] == [bad + "n"] and bad.lower() in c.index["text"][0]
+    assert c.index["label"] == [f"Relu  {bad}n"]
+    assert c.placement["keys"] == [bad + "n"]
+
+
+def test_expands_of_the_first_boxes_are_drawn_ahead_and_swapped_in():
+    lab = onnx_lab.open(_browser_models().detector())
+    e = Explorer(lab, tab="Graph", prefetch=2)
+    e._ahead_thread.join(timeout=120)
+    assert len(e._ahead) == 2
+    first = next(k for k, n in e.canvas.rendering.view.nodes.items() if n.kind == "box")
+    ahead = next(r for (mid, code), r in e._ahead.items()
+                 if mid == id(lab.model) and repr(first.split(":", 1)[1]) in code)
+    e.canvas.click(first)
+    assert e.error is None and e.canvas.rendering is ahead  # a swap, no layout
+    none = Explorer(lab, tab="Graph", prefetch=0)
+    assert none._ahead_thread is None and not none._ahead

@@ -49,12 +49,16 @@ function moduleLink(model) {
   };
 }
 
+// Labels are readable from this on-screen height on (px): the first view, a found node and an
+// opened box are shown at least this large; below LOD_PX the labels are hidden while zoomed out.
+const READ_PX = 11.5, LOD_PX = 4;
+
 function render({ model, el: root }) {
   root.classList.add("olc-root");
   const bar = el("div", "olc-bar", root);
   const search = el("input", "olc-search", bar);
   search.type = "search";
-  search.placeholder = "search id, name, op type, tensor  (/)";
+  search.placeholder = "search id, name, op, tensor, module, file:line  (/)";
   const hits = el("span", "olc-hits", bar);
   const btn = (label, title, cls) => {
     const b = el("button", "olc-btn " + cls, bar);
@@ -62,8 +66,10 @@ function render({ model, el: root }) {
   };
   const zoomIn = btn("+", "zoom in (+)", "olc-zoom-in");
   const zoomOut = btn("−", "zoom out (-)", "olc-zoom-out");
-  const fitBtn = btn("fit", "fit to view (0)", "olc-fit");
+  const fitBtn = btn("fit", "the whole graph (f or 0)", "olc-fit");
+  const readBtn = btn("1:1", "readable size from the inputs (1)", "olc-readable");
   const title = el("span", "olc-title-text", bar);
+  const results = el("div", "olc-results", root);
   const legend = el("div", "olc-legend", root);
   const body = el("div", "olc-body", root);
   const port = el("div", "olc-port", body);
@@ -80,18 +86,36 @@ function render({ model, el: root }) {
   let svg = null, W = 1, H = 1;            // natural size of the drawing (px)
   let v = { x: 0, y: 0, k: 1 };            // screen = natural * k + (x, y)
   let byKey = new Map();                   // drawn key -> <g>
-  let userMoved = false, syncTimer = null, hitList = [], hitPos = -1;
+  let labelPx = 11.5;                      // median label height at k = 1 (measured on load)
+  let userMoved = false, syncTimer = null, hitList = [], hitPos = -1, frameReq = 0;
+  let lastSync = true;
 
   function setHeight() { port.style.height = (model.get("height") || 560) + "px"; }
 
+  // The zoom that shows labels READ_PX tall.
+  function kRead() { return Math.min(4, Math.max(MIN_K, READ_PX / labelPx)); }
+
+  // A pan/zoom is one CSS transform of the drawing (no re-layout); the rest of a frame's
+  // work (minimap, level of detail, the sync to Python) is coalesced into one animation frame.
   function apply(sync = true) {
     if (!svg) return;
     svg.style.transform = `translate(${v.x}px, ${v.y}px) scale(${v.k})`;
     root.dataset.k = v.k.toFixed(4);
     root.dataset.x = v.x.toFixed(1);
     root.dataset.y = v.y.toFixed(1);
+    lastSync = lastSync || sync;
+    if (!frameReq) frameReq = requestAnimationFrame(frame);
+  }
+
+  function frame() {
+    frameReq = 0;
+    if (!svg) return;
+    // Level of detail: labels too small to read are not drawn (far cheaper to paint).
+    const far = labelPx * v.k < LOD_PX;
+    if (root.classList.contains("olc-lod-far") !== far) root.classList.toggle("olc-lod-far", far);
     drawMini();
-    if (sync) {
+    if (lastSync) {
+      lastSync = false;
       clearTimeout(syncTimer);
       syncTimer = setTimeout(() => {
         model.set("view", { x: v.x, y: v.y, k: v.k, width: port.clientWidth,
@@ -101,20 +125,60 @@ function render({ model, el: root }) {
     }
   }
 
-  // Fit the whole drawing; on open, a long strip (BERT: 24 layers in a column) whose whole
-  // fit would be unreadable shows its top at a readable scale instead (the minimap shows all).
-  const READABLE = 0.3;
-  function fit(whole = true) {
+  // The whole drawing in the view (the overview: 'f', '0' or the fit button).
+  function fit() {
     const pw = port.clientWidth, ph = port.clientHeight;
     if (!svg || !pw || !ph) return false;
-    let k = Math.min(pw / W, ph / H, 1.5) * 0.96;
-    let top = false;
-    if (!whole && k < READABLE) { k = Math.min(pw / W * 0.96, 0.6); top = k > READABLE * 0.9; }
-    if (!top) k = Math.min(pw / W, ph / H, 1.5) * 0.96;
-    v = { k, x: (pw - W * k) / 2, y: top ? 8 : Math.max(4, (ph - H * k) / 2) };
-    root.dataset.fit = top ? "top" : "whole";
+    const k = Math.min(pw / W, ph / H, 1.5) * 0.96;
+    v = { k, x: (pw - W * k) / 2, y: Math.max(4, (ph - H * k) / 2) };
+    root.dataset.fit = "whole";
     apply();
     return true;
+  }
+
+  // Natural-size centre of drawn element g (px of the drawing at k = 1).
+  function natural(g) {
+    const r = g.getBoundingClientRect(), s = svg.getBoundingClientRect();
+    return { x: (r.left - s.left + r.width / 2) / v.k, y: (r.top - s.top + r.height / 2) / v.k,
+             w: r.width / v.k, h: r.height / v.k, top: (r.top - s.top) / v.k };
+  }
+
+  // The first view a person can read (the report's rule, and Netron's): when the whole
+  // drawing fits with labels READ_PX tall, all of it; otherwise labels at that size from the
+  // top of the layout, where the graph's inputs are, centred on them.
+  function readable() {
+    const pw = port.clientWidth, ph = port.clientHeight;
+    if (!svg || !pw || !ph) return false;
+    const kr = kRead(), kFit = Math.min(pw / W, ph / H, 1.5) * 0.96;
+    if (kFit >= kr) { fit(); return true; }
+    const k = Math.max(kr, Math.min(1.5, (pw / W) * 0.96));
+    let cx = W / 2, top = 0;
+    const ins = [];
+    for (const [key, g] of byKey) if (key.startsWith("input:")) ins.push(natural(g));
+    if (ins.length) {
+      top = Math.min(...ins.map((n) => n.top));
+      const row = ins.filter((n) => n.top < top + 60);
+      cx = row.reduce((a, n) => a + n.x, 0) / row.length;
+    }
+    let x = W * k <= pw ? (pw - W * k) / 2 : pw / 2 - cx * k;
+    if (W * k > pw) x = Math.min(8, Math.max(pw - W * k - 8, x));
+    v = { k, x, y: 8 - Math.max(0, top - 8) * k };
+    root.dataset.fit = "readable";
+    apply();
+    return true;
+  }
+
+  function firstView() {
+    const fv = model.get("first_view") || "readable";
+    if (fv === "fit") return fit();
+    if (fv !== "readable" && byKey.has(fv)) {
+      if (!port.clientWidth) return false;
+      readable();
+      centre(fv, true);
+      root.dataset.fit = "focus";
+      return true;
+    }
+    return readable();
   }
 
   function zoomAt(factor, cx, cy) {
@@ -125,18 +189,39 @@ function render({ model, el: root }) {
     apply();
   }
 
+  // Width of the view the details panel leaves free (the panel floats over its right side).
+  function freeWidth() {
+    const pw = port.clientWidth;
+    if (panel.style.display !== "block") return pw;
+    const free = pw - panel.offsetWidth - 12;
+    return free > pw * 0.4 ? free : pw;
+  }
+
+  // Centre drawn element `key` in the part of the view the panel leaves free; zoomTo: at a
+  // readable size at least.
   function centre(key, zoomTo) {
     const g = byKey.get(key);
     if (!g || !svg) return false;
-    const r = g.getBoundingClientRect(), s = svg.getBoundingClientRect();
-    const nx = (r.left - s.left + r.width / 2) / v.k, ny = (r.top - s.top + r.height / 2) / v.k;
-    const nw = r.width / v.k;
+    const n = natural(g);
     let k = v.k;
-    if (zoomTo) k = Math.min(MAX_K, Math.max(k, Math.min(1.2, port.clientWidth / (nw * 6))));
-    v = { k, x: port.clientWidth / 2 - nx * k, y: port.clientHeight / 2 - ny * k };
+    if (zoomTo) k = Math.min(MAX_K, Math.max(k, kRead()));
+    v = { k, x: freeWidth() / 2 - n.x * k, y: port.clientHeight / 2 - n.y * k };
     userMoved = true;
     apply();
     return true;
+  }
+
+  // The panel just opened: move the view when it covers the selected element.
+  function unhide() {
+    const g = byKey.get(model.get("selected") || "");
+    if (!g || panel.style.display !== "block") return;
+    const r = g.getBoundingClientRect(), p = panel.getBoundingClientRect();
+    if (r.right > p.left - 4 && r.left < p.right && r.bottom > p.top && r.top < p.bottom) {
+      const pr = port.getBoundingClientRect();
+      const dx = (pr.left + freeWidth() / 2) - (r.left + r.width / 2);
+      v = { ...v, x: v.x + dx };
+      apply();
+    }
   }
 
   function mark(cls, keys) {
@@ -162,6 +247,19 @@ function render({ model, el: root }) {
     mini._mk = mk;
   }
 
+  // Median height of the node labels at k = 1 (a sample: one layout read).
+  function measureLabels() {
+    const texts = Array.from(svg.querySelectorAll("g.node text")).slice(0, 60);
+    const hs = [];
+    for (const t of texts) {
+      const b = t.getBBox ? t.getBBox() : null;
+      if (b && b.height > 0) hs.push(b.height);
+    }
+    hs.sort((a, b) => a - b);
+    labelPx = hs.length ? hs[Math.floor(hs.length / 2)] : 11.5;
+    root.dataset.labelPx = labelPx.toFixed(2);
+  }
+
   function loadSvg() {
     const text = model.get("svg") || "";
     stage.replaceChildren();
@@ -183,53 +281,115 @@ function render({ model, el: root }) {
       const id = g.getAttribute("id") || "";
       if (id.startsWith("n:")) byKey.set(id.slice(2), g);
     });
-    // The minimap: a scaled copy without ids (ids must stay unique in the page).
+    // The minimap: a scaled copy without ids (ids must stay unique in the page) and without
+    // text (unreadable there, and the most expensive part to paint).
     const clone = svg.cloneNode(true);
     clone.removeAttribute("id");
     clone.querySelectorAll("[id]").forEach((n) => n.removeAttribute("id"));
+    clone.querySelectorAll("text").forEach((n) => n.remove());
     clone.style.transformOrigin = "0 0";
     clone.style.transform = "";
     mini.appendChild(clone);
     mini.appendChild(miniRect);
     root.dataset.nodes = String(byKey.size);
+    measureLabels();
     userMoved = false;
     const view = model.get("view") || {};
     if (view.k && model.get("keep_view")) { v = { x: view.x, y: view.y, k: view.k }; apply(false); }
-    else if (!fit(false)) requestAnimationFrame(() => fit(false));
+    else if (!firstView()) requestAnimationFrame(firstView);
     mark("olc-selected", [model.get("selected")]);
     mark("olc-hit", model.get("highlight") || []);
+    if (!(model.get("index") || {}).ids) hitList = [];
     root.dataset.rendered = String((+root.dataset.rendered || 0) + 1);
   }
 
   function showDetails() {
     const html = model.get("details_html") || "";
     setMarkup(panelBody, html);
+    const was = panel.style.display === "block";
     panel.style.display = html ? "block" : "none";
+    root.classList.toggle("olc-panel-open", !!html);
+    if (html && !was) unhide();
     root.dataset.details = String((+root.dataset.details || 0) + 1);
   }
 
-  function runSearch(step) {
-    const q = search.value.trim().toLowerCase();
-    if (!q) { hitList = []; hits.textContent = ""; mark("olc-hit", []); return; }
-    if (step === 0 || !hitList.length) {
-      const items = model.get("items") || {};
-      const exact = [], part = [];
-      for (const [key, text] of Object.entries(items)) {
-        if (key.toLowerCase() === q) exact.push(key);
-        else if (text.includes(q)) part.push(key);
-      }
-      hitList = exact.concat(part);
-      hitPos = -1;
+  // ---- search: every node of the model (index), in the page, per keystroke
+  function where(hit) {
+    if (hit.open) return "";
+    if (!hit.key) return "not in this view";
+    return hit.key.startsWith("scope:") ? "in " + hit.key.slice(6) : "in body of " + hit.key;
+  }
+
+  function findHits(q) {
+    const t0 = performance.now();
+    const ix = model.get("index") || {}, pl = model.get("placement") || {};
+    const items = model.get("items") || {};
+    const ids = ix.ids || [], text = ix.text || [], labels = ix.label || [];
+    const keys = pl.keys || [], at = pl.at || [], open = pl.open || [];
+    const exact = [], shown = [], hidden = [], seen = new Set();
+    for (let i = 0; i < ids.length; i++) {
+      if (!text[i].includes(q)) continue;
+      const key = at[i] >= 0 ? keys[at[i]] : null;
+      const hit = { id: ids[i], label: labels[i], key, open: !!open[i] && key === ids[i] };
+      seen.add(ids[i]);
+      if (ids[i].toLowerCase() === q) exact.push(hit);
+      else (hit.open ? shown : hidden).push(hit);
     }
+    // Drawn elements that are not nodes (inputs, outputs, weights, boxes by their name) and,
+    // without an index (the report), everything drawn.
+    for (const [key, txt] of Object.entries(items)) {
+      if (seen.has(key) || (ids.length && seenIndex(key))) continue;
+      const box = key.startsWith("scope:");
+      if (!(ids.length && box ? key.toLowerCase().includes(q) : txt.includes(q))) continue;
+      const hit = { id: key, label: key, key, open: true };
+      if (key.toLowerCase() === q) exact.push(hit); else shown.push(hit);
+    }
+    root.dataset.searchMs = (performance.now() - t0).toFixed(2);
+    return exact.concat(shown, hidden);
+  }
+  let idSet = null, idSetOf = null;
+  function seenIndex(key) {
+    const ix = model.get("index") || {};
+    if (idSetOf !== ix) { idSet = new Set(ix.ids || []); idSetOf = ix; }
+    return idSet.has(key);
+  }
+
+  function listHits() {
+    results.replaceChildren();
+    if (!hitList.length) { results.style.display = "none"; return; }
+    hitList.slice(0, 100).forEach((h, i) => {
+      const row = el("div", "olc-result" + (i === hitPos ? " olc-current" : ""), results);
+      row.dataset.i = String(i);
+      const a = el("span", "olc-result-label", row); a.textContent = h.label;
+      const b = el("span", "olc-result-where", row); b.textContent = where(h);
+    });
+    if (hitList.length > 100) el("div", "olc-result-more", results).textContent =
+      `… ${hitList.length - 100} more: type more of the name`;
+    results.style.display = "block";
+  }
+
+  function onType() {
+    const q = search.value.trim().toLowerCase();
+    hitPos = -1;
+    if (!q) { hitList = []; hits.textContent = ""; mark("olc-hit", []); listHits(); return; }
+    hitList = findHits(q);
     hits.textContent = hitList.length ? `${hitList.length} hit${hitList.length > 1 ? "s" : ""}`
                                       : "no match";
-    mark("olc-hit", hitList);
+    mark("olc-hit", hitList.filter((h) => h.key).map((h) => h.key));
+    listHits();
+  }
+
+  function choose(i) {
     if (!hitList.length) return;
-    hitPos = (hitPos + 1) % hitList.length;
-    const key = hitList[hitPos];
-    centre(key, true);
-    select(key);
+    hitPos = ((i % hitList.length) + hitList.length) % hitList.length;
+    const h = hitList[hitPos];
     hits.textContent = `${hitPos + 1}/${hitList.length}`;
+    listHits();
+    const cur = results.querySelector(".olc-current");
+    if (cur && cur.scrollIntoView) cur.scrollIntoView({ block: "nearest" });
+    if (h.key) { centre(h.key, true); select(h.key); }
+    // Inside a collapsed box or a body: Python opens the path to it, then centres it.
+    if (!h.open && (model.get("index") || {}).ids) model.send({ type: "reveal", key: h.id });
   }
 
   function select(key) {
@@ -237,6 +397,14 @@ function render({ model, el: root }) {
     root.dataset.selected = key;
     model.set("selected", key);
     model.save_changes();
+  }
+
+  // The drawn node under a pointer event (the port captures the pointer on pointerdown, so
+  // the event's own target can be the port).
+  function nodeAt(e) {
+    const hit = document.elementFromPoint(e.clientX, e.clientY);
+    const g = hit && hit.closest && hit.closest("g.node");
+    return g && stage.contains(g) ? g : null;
   }
 
   // ---- events
@@ -260,10 +428,8 @@ function render({ model, el: root }) {
     const d = drag; drag = null;
     port.classList.remove("olc-dragging");
     if (!d || d.moved) return;
-    // A click (no drag): the element under the pointer.
-    const hit = document.elementFromPoint(e.clientX, e.clientY);
-    const g = hit && hit.closest && hit.closest("g.node");
-    if (!g || !stage.contains(g)) return;
+    const g = nodeAt(e);
+    if (!g) return;
     const key = (g.getAttribute("id") || "").slice(2);
     if (g.classList.contains("onnx-box")) {
       select(key);
@@ -271,7 +437,7 @@ function render({ model, el: root }) {
     } else select(key);
   });
   port.addEventListener("dblclick", (e) => {
-    const g = e.target.closest && e.target.closest("g.node");
+    const g = nodeAt(e);
     if (g) model.send({ type: "open", key: (g.getAttribute("id") || "").slice(2) });
   });
   port.addEventListener("wheel", (e) => {
@@ -283,7 +449,8 @@ function render({ model, el: root }) {
     if (e.key === "/") { e.preventDefault(); search.focus(); }
     else if (e.key === "+" || e.key === "=") zoomAt(1.25, port.clientWidth / 2, port.clientHeight / 2);
     else if (e.key === "-") zoomAt(0.8, port.clientWidth / 2, port.clientHeight / 2);
-    else if (e.key === "0") fit();
+    else if (e.key === "0" || e.key === "f") { userMoved = false; fit(); }
+    else if (e.key === "1") { userMoved = false; readable(); }
   });
   mini.addEventListener("pointerdown", (e) => {
     e.stopPropagation();
@@ -296,13 +463,29 @@ function render({ model, el: root }) {
   zoomIn.addEventListener("click", () => zoomAt(1.25, port.clientWidth / 2, port.clientHeight / 2));
   zoomOut.addEventListener("click", () => zoomAt(0.8, port.clientWidth / 2, port.clientHeight / 2));
   fitBtn.addEventListener("click", () => { userMoved = false; fit(); });
-  search.addEventListener("input", () => { hitList = []; });
+  readBtn.addEventListener("click", () => { userMoved = false; readable(); });
+  search.addEventListener("input", onType);
   search.addEventListener("keydown", (e) => {
-    if (e.key === "Enter") { e.preventDefault(); runSearch(hitList.length ? 1 : 0); }
-    else if (e.key === "Escape") { search.value = ""; runSearch(0); port.focus(); }
+    if (e.key === "Enter") {
+      e.preventDefault();
+      if (!hitList.length) onType();
+      choose(e.shiftKey ? hitPos - 1 : hitPos + 1);
+    } else if (e.key === "Escape") {
+      search.value = ""; onType(); port.focus();
+    }
     e.stopPropagation();  // keep JupyterLab's notebook shortcuts away from the search box
   });
-  panelClose.addEventListener("click", () => { panel.style.display = "none"; });
+  // Keep the focus in the search box while a result is clicked (Enter keeps cycling).
+  results.addEventListener("pointerdown", (e) => e.preventDefault());
+  search.addEventListener("blur", () => { results.style.display = "none"; });
+  search.addEventListener("focus", () => { if (hitList.length) listHits(); });
+  results.addEventListener("click", (e) => {
+    const row = e.target.closest && e.target.closest(".olc-result");
+    if (row) choose(+row.dataset.i);
+  });
+  panelClose.addEventListener("click", () => {
+    panel.style.display = "none"; root.classList.remove("olc-panel-open");
+  });
   panelBody.addEventListener("click", (e) => {
     const b = e.target.closest && e.target.closest("[data-body]");
     if (b) model.send({ type: "open_body", graph: b.getAttribute("data-body") });
@@ -311,16 +494,18 @@ function render({ model, el: root }) {
     showModule(e);
   });
 
-  const ro = new ResizeObserver(() => { if (!userMoved) fit(false); else drawMini(); });
+  const ro = new ResizeObserver(() => { if (!userMoved) firstView(); else drawMini(); });
   ro.observe(port);
 
   // ---- model changes
   const onFocus = () => {
     const f = model.get("_focus") || {};
     if (!f.key) return;
-    const go = () => { centre(f.key, true); mark("olc-selected", [f.key]);
-                       root.dataset.selected = f.key;
-                       root.dataset.focused = String(f.seq || 0); };
+    const go = () => {
+      centre(f.key, true);
+      if (f.select !== false) { mark("olc-selected", [f.key]); root.dataset.selected = f.key; }
+      root.dataset.focused = String(f.seq || 0);
+    };
     if (port.clientWidth) go(); else requestAnimationFrame(go);
   };
   const onView = () => {
@@ -342,7 +527,13 @@ function render({ model, el: root }) {
   model.on("change:details_html", showDetails);
   model.on("change:legend_html", onLegend);
   model.on("change:title", onTitle);
-  model.on("change:height", () => { setHeight(); fit(); });
+  model.on("change:height", () => { setHeight(); firstView(); });
+  // A new view (an expand): the hits keep their order, their places are the new ones.
+  model.on("change:placement", () => {
+    if (!search.value.trim()) return;
+    const p = hitPos; onType(); hitPos = p;
+    if (hitList.length) { hits.textContent = `${hitPos + 1}/${hitList.length}`; listHits(); }
+  });
   model.on("change:selected", () => { const k = model.get("selected"); mark("olc-selected", [k]);
                                        root.dataset.selected = k; });
   model.on("change:highlight", () => mark("olc-hit", model.get("highlight") || []));
@@ -352,7 +543,7 @@ function render({ model, el: root }) {
   loadSvg();
   showDetails();
   if ((model.get("_focus") || {}).key) requestAnimationFrame(onFocus);
-  return () => { ro.disconnect(); clearTimeout(syncTimer); };
+  return () => { ro.disconnect(); clearTimeout(syncTimer); cancelAnimationFrame(frameReq); };
 }
 
 export default { render };
