@@ -18,7 +18,9 @@ Example:
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from typing import Any
 
 import ipywidgets as w
@@ -56,6 +58,44 @@ def _json_field(text: str, what: str, default: Any) -> Any:
                          fix='Write e.g. {"axis": 1} for attributes, [0.5] for inputs.') from e
 
 
+_NODE_G = re.compile(r'<g id="n:([^"]*)" class="node[^"]*">(.*?)</g>\s*</g>', re.S)
+_PAIR = re.compile(r"(-?\d+(?:\.\d+)?),(-?\d+(?:\.\d+)?)")
+_ELLIPSE = re.compile(r'<ellipse[^>]*cx="(-?[\d.]+)" cy="(-?[\d.]+)"')
+_GRAPH_T = re.compile(r'<g id="graph0"[^>]*transform="scale\(([\d.]+)(?: ([\d.]+))?\)'
+                      r'[^"]*translate\((-?[\d.]+) (-?[\d.]+)\)"')
+
+
+def drawn_centres(svg: str | None) -> dict[str, tuple[float, float]]:
+    """Centre of every drawn element of a graphviz SVG, by drawn key, in the drawing's own
+    units (what the canvas's view ``{x, y, k}`` maps to the screen: screen = centre * k + x).
+
+    Read from the SVG text (the shapes' points), so Python can keep an element where it was
+    on the screen when a redraw moves it in the layout.
+    """
+    if not svg:
+        return {}
+    t = _GRAPH_T.search(svg)
+    sx, sy, tx, ty = 1.0, 1.0, 0.0, 0.0
+    if t:
+        sx = float(t.group(1))
+        sy = float(t.group(2) or t.group(1))
+        tx, ty = float(t.group(3)), float(t.group(4))
+    out: dict[str, tuple[float, float]] = {}
+    for m in _NODE_G.finditer(svg):
+        body = m.group(2)
+        shape = re.search(r'\s(?:points|d)="([^"]*)"', body)
+        pts = [(float(a), float(b)) for a, b in _PAIR.findall(shape.group(1))] if shape else []
+        if not pts:
+            e = _ELLIPSE.search(body)
+            pts = [(float(e.group(1)), float(e.group(2)))] if e else []
+        if not pts:
+            continue
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        cx, cy = (min(xs) + max(xs)) / 2, (min(ys) + max(ys)) / 2
+        out[html.unescape(m.group(1))] = ((cx + tx) * sx, (cy + ty) * sy)
+    return out
+
+
 def _fmt(x: Any) -> str:
     # ONNX float attributes are float32: show the shortest text that reads back the same
     return str(np.float32(x)) if isinstance(x, float) else str(x)
@@ -85,6 +125,7 @@ class Editor(View):
         self.target: tuple[str, str] | None = None
         self._expand: list[str] = []
         self.canvas = GraphCanvas(self.lab, height=height)
+        self.canvas.keep_view = True  # a redraw after an edit keeps the pan and zoom
         self.canvas.on_select(self._guard(self._selected))
         self.canvas.on_expand = self._guard(self._expand_box)
 
@@ -344,10 +385,7 @@ class Editor(View):
             r = self._edit("remove_node_cascade", nid)
         else:
             r = self._edit("remove_node", nid, reconnect=mode == "reconnect")
-        if r is not None:
-            self.target = None
-            self._build_panel()
-        return r
+        return r  # the redraw selected what took its place (a consumer or the producer)
 
     def _tensor(self) -> str:
         if not self.tensor.value:
@@ -388,11 +426,7 @@ class Editor(View):
     def remove_output(self) -> Any:
         if self.target is None or self.target[0] != "output":
             raise InputError("No graph output is selected.", fix="Click an output first.")
-        r = self._edit("remove_output", self.target[1])
-        if r is not None:
-            self.target = None
-            self._build_panel()
-        return r
+        return self._edit("remove_output", self.target[1])
 
     def replace_initializer(self) -> Any:
         if not self.initializer.value:
@@ -426,15 +460,50 @@ class Editor(View):
             self._expand.append(scope)
         self._redraw()
 
+    def _neighbours(self, key: str) -> list[str]:
+        """Drawn keys next to ``key`` in the current drawing, consumers first: what takes
+        its place on the canvas when an edit removes it."""
+        r = self.canvas.rendering
+        if not key or r is None:
+            return []
+        after = [t for s, t, _ in r.edges if s == key]
+        before = [s for s, t, _ in r.edges if t == key]
+        return list(dict.fromkeys(k for k in after + before if k != key))
+
     def _redraw(self, follow: str | None = None) -> None:
+        """Draw the current version, keeping the user's place.
+
+        The selection stays (``follow`` when the edit renamed it; the nearest surviving
+        neighbour when it was removed) and so does the zoom: the view ``k`` is kept and the
+        pan is moved by exactly how far the layout moved the selected element, so it stays
+        where it was on the screen. Without a selection the view is kept as it was.
+        """
         kwargs: dict[str, Any] = {"collapse": "auto"}
         if self._expand:
             kwargs["expand"] = list(self._expand)
+        old = self.canvas.selected or ""
+        old_at = drawn_centres(self.canvas.rendering.svg if self.canvas.rendering else None)
+        near = self._neighbours(old)
         rendering = self._call(self.lab.render, **kwargs) if len(self.lab.index) else None
-        keep = follow or (self.canvas.selected or "")
-        self.canvas.show(rendering, model=self.lab, keep_selection=True)
-        if keep and self.canvas.selected != keep and self.canvas.key_for(keep):
-            self.canvas.focus(keep)
+        view = dict(self.canvas.view or {})
+        with self.canvas.hold_sync():
+            self.canvas.show(rendering, model=self.lab, keep_selection=True)
+            key = ""
+            for cand in ([follow] if follow else []) + [old] + near:
+                k = self.canvas.key_for(cand) if cand else None
+                if k:
+                    key = k
+                    break
+            new_at = drawn_centres(rendering.svg if rendering is not None else None)
+            anchor = old if old in old_at else next((n for n in near if n in old_at), "")
+            if view.get("k") and anchor and key in new_at:
+                k = float(view["k"])
+                (ox, oy), (nx, ny) = old_at[anchor], new_at[key]
+                view.update(x=float(view.get("x", 0.0)) + (ox - nx) * k,
+                            y=float(view.get("y", 0.0)) + (oy - ny) * k)
+                self.canvas.view = view
+            if self.canvas.selected != key:
+                self.canvas.selected = key
         # the target may be gone (removed) or renamed: rebuild from what is selected
         self._target_for(self.canvas.selected or (self.target[1] if self.target else ""))
         self._build_panel()

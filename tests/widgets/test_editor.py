@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 
 import onnx_lab
 from onnx_lab.samples import build
@@ -76,7 +77,9 @@ def test_remove_preview_then_cascade_then_undo_twice(tmp_path, no_error):
     assert len(lab.history) == 2  # a preview is not a step
     ed.remove_button.click()
     no_error(ed)
-    assert "/head/fc/Gemm" not in lab.index.entries and ed.target is None
+    assert "/head/fc/Gemm" not in lab.index.entries
+    # the selection moves to what takes the removed node's place: its producer here
+    assert ed.target == ("node", "/head/flatten/Flatten")
     ed.undo_button.click()
     ed.undo_button.click()
     no_error(ed)
@@ -120,6 +123,72 @@ def test_inputs_outputs_weights_and_inserted_nodes(tmp_path, no_error):
     ns: dict = {}
     exec(script, ns)
     assert _text(ns["lab"]) == _text(lab)
+
+
+def _on_screen(ed, key):
+    """Where ``key`` is on the screen under the canvas's view (screen = drawing * k + x)."""
+    from onnx_lab.widgets.editor import drawn_centres
+
+    x, y = drawn_centres(ed.canvas.rendering.svg)[key]
+    v = ed.canvas.view
+    return x * v["k"] + v["x"], y * v["k"] + v["y"]
+
+
+def test_an_edit_keeps_the_zoom_and_the_selection_where_it_was(tmp_path, no_error):
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    assert ed.canvas.keep_view  # the page keeps the view over a new drawing
+    ed.select(BN)
+    # what the page reports after the user zoomed in and panned
+    ed.canvas.view = {"x": -40.0, "y": -150.0, "k": 2.5, "width": 800, "height": 520}
+    where = _on_screen(ed, BN)
+    ed.attribute.value = "epsilon"
+    ed.attr_value.value = "1e-3"
+    ed.set_attr_button.click()
+    no_error(ed)
+    assert ed.canvas.view["k"] == 2.5 and ed.canvas.selected == BN
+    assert _on_screen(ed, BN) == pytest.approx(where, abs=0.01)
+    # an edit that moves the layout (a new output box beside the node): pan follows the node
+    ed.select("/stem/relu/Relu")
+    ed.canvas.view = {"x": 10.0, "y": -300.0, "k": 1.7, "width": 800, "height": 520}
+    where = _on_screen(ed, "/stem/relu/Relu")
+    ed.add_output_button.click()
+    no_error(ed)
+    assert "output:/stem/relu/Relu_output_0" in ed.canvas.rendering.view.nodes
+    assert ed.canvas.view["k"] == 1.7 and ed.canvas.selected == "/stem/relu/Relu"
+    assert _on_screen(ed, "/stem/relu/Relu") == pytest.approx(where, abs=0.01)
+    # a rename: the renamed node stays selected and in place
+    ed.select("/head/fc/Gemm")
+    where = _on_screen(ed, "/head/fc/Gemm")
+    ed.node_name.value = "classifier"
+    ed.rename_node_button.click()
+    no_error(ed)
+    assert ed.canvas.selected == "classifier" and ed.canvas.view["k"] == 1.7
+    assert _on_screen(ed, "classifier") == pytest.approx(where, abs=0.01)
+    # a removal: the node that takes its place is selected where it was
+    ed.select("/head/dropout/Dropout")
+    where = _on_screen(ed, "/head/dropout/Dropout")
+    ed.remove_mode.value = "reconnect"
+    ed.remove_button.click()
+    no_error(ed)
+    assert ed.canvas.selected == "classifier" and ed.target == ("node", "classifier")
+    assert _on_screen(ed, "classifier") == pytest.approx(where, abs=0.01)
+    # undo: the view's zoom stays too
+    ed.undo_button.click()
+    no_error(ed)
+    assert ed.canvas.view["k"] == 1.7 and ed.canvas.selected == "classifier"
+
+
+def test_without_a_view_from_the_page_nothing_is_moved(tmp_path, no_error):
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    ed.select(BN)
+    ed.canvas.view = {}
+    ed.attribute.value = "epsilon"
+    ed.attr_value.value = "1e-3"
+    ed.set_attr_button.click()
+    no_error(ed)
+    assert ed.canvas.view == {} and ed.canvas.selected == BN  # the page fits on first draw
 
 
 def test_editor_on_every_sample(sample_lab, no_error):
