@@ -36,7 +36,7 @@ from onnx_lab.transforms.edit import (
     edit_provenance,
     parse_attribute_text,
 )
-from onnx_lab.widgets._common import View, code_html, history_html, info_html
+from onnx_lab.widgets._common import View, code_html, error_html, history_html, info_html
 
 __all__ = ["Editor"]
 
@@ -171,6 +171,7 @@ class Editor(View):
         self.history_html = w.HTML("")
         self.title = w.HTML("")
         self.panel = w.VBox([])
+        self.form_error = w.HTML("")  # a refused edit, next to the form it came from
 
         for b, fn in ((self.set_attr_button, self.set_attribute),
                       (self.rename_node_button, self.rename_node),
@@ -193,10 +194,10 @@ class Editor(View):
                      "op_type", "op_attributes", "op_inputs", "add_node_button", "shape",
                      "shape_button", "remove_output_button", "initializer", "init_path",
                      "replace_button", "factor", "scale_button", "undo_button", "redo_button",
-                     "message", "history_html", "title", "panel"):
+                     "message", "history_html", "title", "panel", "form_error"):
             getattr(self, name).add_class("onnx-lab-ed-" + name.replace("_", "-"))
         self._result_panels = (self.message,)
-        super().__init__([w.HBox([self.canvas, w.VBox([self.title, self.panel],
+        super().__init__([w.HBox([self.canvas, w.VBox([self.title, self.panel, self.form_error],
                                                       layout=w.Layout(min_width="380px"))]),
                           self.message, w.HBox([self.undo_button, self.redo_button]),
                           self.history_html])
@@ -212,7 +213,12 @@ class Editor(View):
             self._target_for(name)  # not drawn (e.g. inside a collapsed box): edit it anyway
             self._build_panel()
 
+    def _show_error(self, e: Exception) -> None:
+        super()._show_error(e)
+        self.form_error.value = error_html(e)
+
     def _selected(self, key: str) -> None:
+        self.form_error.value = ""
         self._target_for(key)
         self._build_panel()
 
@@ -325,6 +331,7 @@ class Editor(View):
         if r is None:
             return None
         self.result = r
+        self.form_error.value = ""
         self.code.value = code_html(step_call(r))
         prov = edit_provenance(r)
         what = "; ".join(f"{k}: {', '.join(v)}" for k, v in prov.items() if v)

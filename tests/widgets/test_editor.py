@@ -47,20 +47,65 @@ def test_a_bad_value_is_shown_in_the_widget_and_changes_nothing(tmp_path):
     lab = _lab(tmp_path)
     ed = Editor(lab)
     before = _text(lab)
+
+    def refused(*words):
+        for text in (ed.status.value, ed.form_error.value):  # top line and beside the form
+            assert "onnx-lab-error" in text and all(w in text for w in words), text
+        assert _text(lab) == before and len(lab.history) == 1 and lab.versions.current == 0
+
     ed.select(BN)
     ed.attribute.value = "epsilon"
-    ed.attr_value.value = "tiny"
+    ed.attr_value.value = "tiny"  # an attribute value of the wrong type
     ed.set_attr_button.click()
-    assert "onnx-lab-error" in ed.status.value and "FLOAT" in ed.status.value
+    refused("FLOAT")
     ed.select("/stem/conv/Conv")
-    ed.remove_mode.value = "reconnect"
+    assert ed.form_error.value == ""  # a new selection clears it
+    ed.attribute.value = "kernel_shape"
+    ed.attr_value.value = "3.5, 2"
+    ed.set_attr_button.click()
+    refused("INTS")
+    ed.attribute.value = "auto_pad"
+    ed.attr_value.value = "WRONG"  # a value the schema does not allow
+    ed.set_attr_button.click()
+    refused("SAME_UPPER")
+    ed.remove_mode.value = "reconnect"  # 3 channels in, 8 out
     ed.remove_button.click()
-    assert "onnx-lab-error" in ed.status.value and "shape" in ed.status.value
-    ed.select("input:input")
+    refused("shape")
+    ed.select("input:input")  # a rename onto an existing tensor
     ed.tensor_name.value = "logits"
     ed.rename_tensor_button.click()
-    assert "exists" in ed.status.value
-    assert _text(lab) == before and len(lab.history) == 1
+    refused("exists")
+    ed.select("/head/fc/Gemm")  # a rename onto an existing node
+    ed.node_name.value = "/stem/conv/Conv"
+    ed.rename_node_button.click()
+    refused("exists")
+    # removals that would disconnect the only graph output, in every mode
+    for mode, words in (("reconnect", ("shape",)), ("cascade", ("every output",)),
+                        ("inputs", ("passed straight through", "remove_output"))):
+        ed.remove_mode.value = mode
+        ed.remove_button.click()
+        refused(*words)
+    ed.select("/stem/identity/Identity")  # an Identity onto the graph output's producer
+    ed.select("output:logits")
+    ed.remove_output_button.click()
+    refused("only graph output")
+    ed.select("/block1/conv/Conv")  # a weight of the wrong shape, then of the wrong dtype
+    np.save(tmp_path / "w.npy", np.ones((8, 8, 3, 3), np.float32))
+    ed.init_path.value = str(tmp_path / "w.npy")
+    ed.replace_button.click()
+    refused("shape")
+    w = lab.model.graph.initializers["block1.conv.weight"].const_value.numpy()
+    np.save(tmp_path / "w64.npy", w.astype(np.float64))
+    ed.init_path.value = str(tmp_path / "w64.npy")
+    ed.replace_button.click()
+    refused("float64")
+    ed.init_path.value = str(tmp_path / "missing.npy")
+    ed.replace_button.click()
+    refused("missing.npy")
+    # and a good edit after all that clears the panel's error
+    ed.factor.value = 0.5
+    ed.scale_button.click()
+    assert ed.form_error.value == "" and len(lab.history) == 2
 
 
 def test_remove_preview_then_cascade_then_undo_twice(tmp_path, no_error):
