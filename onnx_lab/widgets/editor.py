@@ -6,8 +6,11 @@ with the list of what goes, or outputs as inputs), and for its output tensors: a
 output, rename, insert a node after it; for its initializer inputs: replace from a .npy/.npz or
 scale. A graph input offers rename and shape; a graph output rename and removal. Every edit is
 one Lab call (shown under the widget), a verified step of ``lab.history``; errors stay inside
-the widget and leave the model as it was. Undo/redo move through the history, the table shows
-it, and :meth:`Editor.script` is the session as a Python script.
+the widget (at the top and beside the form) and leave the model as it was. After an edit the
+canvas keeps the user's zoom and selection: the edited element (or what took the place of a
+removed one) stays where it was on the screen. Undo/redo move through the history, the table
+shows it, *Save* writes the current version (``lab.save``), and :meth:`Editor.script` is the
+session as a Python script.
 
 Example:
     >>> ed = lab.edit()
@@ -167,6 +170,10 @@ class Editor(View):
         # history
         self.undo_button = _button("Undo")
         self.redo_button = _button("Redo")
+        self.save_path = w.Text(description="save as", placeholder="edited.onnx",
+                                layout=_WIDE)
+        self.save_button = _button("Save", "write the current version (checked to load in "
+                                   "a fresh onnxruntime session; never over an existing file)")
         self.message = w.HTML("")
         self.history_html = w.HTML("")
         self.title = w.HTML("")
@@ -184,7 +191,8 @@ class Editor(View):
                       (self.remove_output_button, self.remove_output),
                       (self.replace_button, self.replace_initializer),
                       (self.scale_button, self.scale_initializer),
-                      (self.undo_button, self.undo), (self.redo_button, self.redo)):
+                      (self.undo_button, self.undo), (self.redo_button, self.redo),
+                      (self.save_button, self.save)):
             b.on_click(self._guard(lambda _b, fn=fn: fn()))
         self.attribute.observe(self._guard(self._attr_picked), names="value")
         # class names for the browser test and for styling
@@ -194,12 +202,14 @@ class Editor(View):
                      "op_type", "op_attributes", "op_inputs", "add_node_button", "shape",
                      "shape_button", "remove_output_button", "initializer", "init_path",
                      "replace_button", "factor", "scale_button", "undo_button", "redo_button",
+                     "save_path", "save_button",
                      "message", "history_html", "title", "panel", "form_error"):
             getattr(self, name).add_class("onnx-lab-ed-" + name.replace("_", "-"))
         self._result_panels = (self.message,)
         super().__init__([w.HBox([self.canvas, w.VBox([self.title, self.panel, self.form_error],
                                                       layout=w.Layout(min_width="380px"))]),
-                          self.message, w.HBox([self.undo_button, self.redo_button]),
+                          self.message, w.HBox([self.undo_button, self.redo_button, self.save_path,
+                                  self.save_button]),
                           self.history_html])
         self.add_class("onnx-lab-editor")
         self._redraw()
@@ -456,6 +466,19 @@ class Editor(View):
         if self._call(self.lab.redo, code="lab.redo()") is None and self.error is None:
             self.message.value = info_html(f"forward to step {self.lab.versions.current}")
             self._redraw()
+
+    def save(self) -> Any:
+        """Write the current version to the *save as* path (``lab.save``: it must load in a
+        fresh onnxruntime session; an existing file is refused, the source included)."""
+        path = self.save_path.value.strip()
+        if not path:
+            raise InputError("No file to save to.", fix="Type a path in 'save as', e.g. "
+                             "edited.onnx.")
+        out = self._call(self.lab.save, path, code=f"lab.save({path!r})")
+        if out is not None:
+            self.message.value = info_html(f"step {self.lab.versions.current} saved to {out} "
+                                           "(loads in a fresh onnxruntime session)", kind="ok")
+        return out
 
     def script(self, source: str | None = None) -> str:
         """The session as a Python script (``lab.to_script``)."""

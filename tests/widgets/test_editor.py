@@ -236,6 +236,37 @@ def test_without_a_view_from_the_page_nothing_is_moved(tmp_path, no_error):
     assert ed.canvas.view == {} and ed.canvas.selected == BN  # the page fits on first draw
 
 
+def test_save_writes_what_a_fresh_onnxruntime_session_runs_and_never_the_source(tmp_path,
+                                                                                no_error):
+    import onnxruntime as ort
+
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    ed.save_button.click()
+    assert "save as" in ed.form_error.value  # no path yet
+    ed.select("/head/flatten/Flatten")
+    ed.add_output_button.click()
+    no_error(ed)
+    ed.save_path.value = str(tmp_path / "edited.onnx")
+    ed.save_button.click()
+    no_error(ed)
+    assert "saved to" in ed.message.value and "lab.save(" in ed.code.value
+    sess = ort.InferenceSession(str(tmp_path / "edited.onnx"),
+                                providers=["CPUExecutionProvider"])
+    assert [o.name for o in sess.get_outputs()] == ["logits", "/head/flatten/Flatten_output_0"]
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    got = sess.run(None, {"input": x})
+    (want,) = ort.InferenceSession(str(tmp_path / "convnet.onnx"),
+                                   providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    np.testing.assert_array_equal(got[0], want)  # an added output changes nothing else
+    assert got[1].shape == (1, 16)
+    source = (tmp_path / "convnet.onnx").read_bytes()
+    ed.save_path.value = str(tmp_path / "convnet.onnx")
+    ed.save_button.click()
+    assert "onnx-lab-error" in ed.form_error.value
+    assert (tmp_path / "convnet.onnx").read_bytes() == source
+
+
 def test_editor_on_every_sample(sample_lab, no_error):
     ed = Editor(sample_lab)
     no_error(ed)
