@@ -194,7 +194,8 @@ function render({ model, el: root }) {
     root.dataset.nodes = String(byKey.size);
     userMoved = false;
     const view = model.get("view") || {};
-    if (view.k && model.get("keep_view")) { v = { x: view.x, y: view.y, k: view.k }; apply(false); }
+    // a kept view is the user's: a later resize must not re-fit it (userMoved)
+    if (view.k && model.get("keep_view")) { v = { x: view.x, y: view.y, k: view.k }; userMoved = true; apply(false); }
     else if (!fit(false)) requestAnimationFrame(() => fit(false));
     mark("olc-selected", [model.get("selected")]);
     mark("olc-hit", model.get("highlight") || []);
