@@ -33,6 +33,7 @@ from onnx_lab.core.history import step_call
 from onnx_lab.errors import InputError
 from onnx_lab.lab import as_lab
 from onnx_lab.render._html import esc_text
+from onnx_lab.render.graph import shape_text
 from onnx_lab.transforms.edit import (
     EDIT_OPS,
     attribute_form,
@@ -43,7 +44,8 @@ from onnx_lab.widgets._common import View, code_html, error_html, history_html, 
 
 __all__ = ["Editor"]
 
-_WIDE = w.Layout(width="340px")
+_WIDE = w.Layout(width="300px")
+_FORM_PX = 470  # the form column: fixed, so a long attribute doc never narrows the canvas
 
 
 def _button(text: str, tip: str = "", style: str = "") -> w.Button:
@@ -129,8 +131,14 @@ class Editor(View):
         self._expand: list[str] = []
         self.canvas = GraphCanvas(self.lab, height=height)
         self.canvas.keep_view = True  # a redraw after an edit keeps the pan and zoom
+        self.canvas.layout.flex = "1 1 auto"
+        self.canvas.layout.min_width = "0"
         self.canvas.on_select(self._guard(self._selected))
         self.canvas.on_expand = self._guard(self._expand_box)
+        # The form beside the canvas is this widget's details panel: the canvas's own panel
+        # would float over the (narrower) drawing and hide the nodes being clicked. Its
+        # error panels still show.
+        self.canvas.observe(self._no_float_panel, names="details_html")
 
         # node form
         self.attribute = w.Dropdown(description="attribute", options=[], layout=_WIDE)
@@ -207,7 +215,10 @@ class Editor(View):
             getattr(self, name).add_class("onnx-lab-ed-" + name.replace("_", "-"))
         self._result_panels = (self.message,)
         super().__init__([w.HBox([self.canvas, w.VBox([self.title, self.panel, self.form_error],
-                                                      layout=w.Layout(min_width="380px"))]),
+                                                      layout=w.Layout(
+                                                          width=f"{_FORM_PX}px",
+                                                          min_width=f"{_FORM_PX}px",
+                                                          flex="0 0 auto"))]),
                           self.message, w.HBox([self.undo_button, self.redo_button, self.save_path,
                                   self.save_button]),
                           self.history_html])
@@ -222,6 +233,28 @@ class Editor(View):
         if key is None:
             self._target_for(name)  # not drawn (e.g. inside a collapsed box): edit it anyway
             self._build_panel()
+
+    def _no_float_panel(self, change: dict) -> None:
+        if change["new"] and "onnx-lab-error" not in change["new"]:
+            self.canvas.details_html = ""
+
+    def _signature_html(self, kind: str, name: str) -> str:
+        """The selected element's tensors with dtype and shape (what the canvas panel said)."""
+        m = self.lab.model
+        types = m.types(dims=self.lab.dims or None)
+
+        def tensors(values: Any) -> str:
+            return ", ".join(f"{v.name} [{shape_text(types.get(v.name))}]"
+                             for v in values if v is not None and v.name) or "none"
+
+        if kind == "node":
+            node = m.index.node(name)
+            text = f"in: {tensors(node.inputs)}\nout: {tensors(node.outputs)}"
+        else:
+            values = m.graph.inputs if kind == "input" else m.graph.outputs
+            text = tensors(v for v in values if v.name == name)
+        return ("<div class='onnx-lab-ed-signature' style='font-size:11px;color:#555;"
+                "white-space:pre-wrap;line-height:1.35;margin:2px 0 6px 0'>" + esc_text(text) + "</div>")
 
     def _show_error(self, e: Exception) -> None:
         super()._show_error(e)
@@ -260,7 +293,7 @@ class Editor(View):
         kind, name = t
         self.title.value = (f"<b>{esc_text(kind)}</b> <code>{esc_text(name)}</code>"
                             + (f" ({esc_text(m.index.node(name).op_type)})"
-                               if kind == "node" else ""))
+                               if kind == "node" else "") + self._signature_html(kind, name))
         row = w.HBox
         if kind == "node":
             node = m.index.node(name)
@@ -326,7 +359,7 @@ class Editor(View):
         if a["required"]:
             bits.append("required")
         self.attr_hint.value = (f"<small>{esc_text('; '.join(bits))}</small>"
-                                f"<div style='font-size:11px;color:#666'>"
+                                f"<div style='font-size:11px;color:#666;line-height:1.35'>"
                                 f"{esc_text(a['doc'])}</div>")
 
     # ------------------------------------------------------------------ edits
