@@ -21,9 +21,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import ipywidgets as w
@@ -370,6 +372,20 @@ class Editor(View):
 
     def _edit(self, method: str, *args: Any, follow: str | None = None, **kw: Any) -> Any:
         """Run ``lab.<method>(*args, **kw)``; show its verdict, the call, the history."""
+        with self._busy():
+            return self._edit_step(method, *args, follow=follow, **kw)
+
+    @contextlib.contextmanager
+    def _busy(self) -> Iterator[None]:
+        # class onnx-lab-ed-busy from the click until the canvas and the table are redrawn
+        # (the verdict shows first): what a page script or test waits on
+        self.add_class("onnx-lab-ed-busy")
+        try:
+            yield
+        finally:
+            self.remove_class("onnx-lab-ed-busy")
+
+    def _edit_step(self, method: str, *args: Any, follow: str | None, **kw: Any) -> Any:
         r = self._call(getattr(self.lab, method), *args, busy="Editing and verifying…", **kw)
         if r is None:
             return None
@@ -491,14 +507,16 @@ class Editor(View):
 
     # ------------------------------------------------------------------ history
     def undo(self) -> None:
-        if self._call(self.lab.undo, code="lab.undo()") is None and self.error is None:
-            self.message.value = info_html(f"back to step {self.lab.versions.current}")
-            self._redraw()
+        with self._busy():
+            if self._call(self.lab.undo, code="lab.undo()") is None and self.error is None:
+                self.message.value = info_html(f"back to step {self.lab.versions.current}")
+                self._redraw()
 
     def redo(self) -> None:
-        if self._call(self.lab.redo, code="lab.redo()") is None and self.error is None:
-            self.message.value = info_html(f"forward to step {self.lab.versions.current}")
-            self._redraw()
+        with self._busy():
+            if self._call(self.lab.redo, code="lab.redo()") is None and self.error is None:
+                self.message.value = info_html(f"forward to step {self.lab.versions.current}")
+                self._redraw()
 
     def save(self) -> Any:
         """Write the current version to the *save as* path (``lab.save``: it must load in a

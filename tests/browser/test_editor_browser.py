@@ -30,8 +30,11 @@ def _select(root, key: str) -> None:
 
 
 def _wait_message(page, root, text: str) -> str:
+    """The verdict of the last click, once the canvas and the history are redrawn too (the
+    verdict shows first: a click meanwhile could land on a box the redraw moves)."""
     msg = root.locator(".onnx-lab-ed-message")
     msg.filter(has_text=text).wait_for(timeout=60_000)
+    expect(page.locator(".onnx-lab-editor.onnx-lab-ed-busy")).to_have_count(0, timeout=60_000)
     return msg.inner_text()
 
 
@@ -101,12 +104,15 @@ def test_editor_edit_undo_in_the_browser(tmp_path_factory):
 
 def _rename_input(root, old: str, new: str) -> None:
     _select(root, f"input:{old}")
-    root.locator(".onnx-lab-ed-title", has_text=old).wait_for(timeout=30_000)
+    root.locator(".onnx-lab-ed-title", has_text=f"input {old}").wait_for(timeout=30_000)
     name = root.locator(".onnx-lab-ed-tensor-name input")
     name.fill(new)
     name.press("Tab")
     root.locator(".onnx-lab-ed-rename-tensor-button").click()
+    _wait_message(root.page, root, "rename_tensor")
     root.locator(f"svg g.node[id='n:input:{new}']").wait_for(timeout=60_000)
+    # the panel follows the rename
+    root.locator(".onnx-lab-ed-title", has_text=f"input {new}").wait_for(timeout=30_000)
 
 
 def test_editor_on_a_transformer_in_the_browser(tmp_path_factory):
@@ -200,11 +206,13 @@ def _torch_models(folder):
     return torch, cnn, tf, xs
 
 
-def _edit_attr(page, root, key: str, attr: str, value: str) -> None:
+def _edit_attr(page, root, key: str, attr: str, value: str, current: str) -> None:
     _select(root, key)
     root.locator(".onnx-lab-ed-title", has_text=key).wait_for(timeout=30_000)
     root.locator(".onnx-lab-ed-attribute select").select_option(attr)
     field = root.locator(".onnx-lab-ed-attr-value input")
+    # the kernel fills the field with the attribute's value: type over it after that
+    expect(field).to_have_value(current, timeout=30_000)
     field.fill(value)
     field.press("Tab")
     root.locator(".onnx-lab-ed-set-attr-button").click()
@@ -333,7 +341,8 @@ def test_editor_drives_edits_on_exported_torch_models(tmp_path_factory):
             run_all_cells(page, url, "tf.ipynb")
             root = page.locator(".onnx-lab-editor").first
             root.locator(".olc-root svg g.node").first.wait_for(timeout=120_000)
-            _edit_attr(page, root, "/layer/norm1/LayerNormalization", "epsilon", "0.25")
+            _edit_attr(page, root, "/layer/norm1/LayerNormalization", "epsilon", "0.25",
+                       "1e-05")
             assert "outputs changed (expected for this edit)" in _wait_message(
                 page, root, "set_attribute")
             assert "outputs unchanged (verified" in _remove(page, root, "Identity_24")
