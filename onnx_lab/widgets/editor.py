@@ -564,13 +564,19 @@ class Editor(View):
             kwargs["expand"] = list(self._expand)
         old = self.canvas.selected or ""
         old_at = drawn_centres(self.canvas.rendering.svg if self.canvas.rendering else None)
+        old_keys = set(self.canvas.rendering.view.nodes) if self.canvas.rendering else set()
         near = self._neighbours(old)
         rendering = self._call(self.lab.render, **kwargs) if len(self.lab.index) else None
         view = dict(self.canvas.view or {})
         with self.canvas.hold_sync():
             self.canvas.show(rendering, model=self.lab, keep_selection=True)
+            # an input or output renamed by undo/redo: the one of its kind that appeared
+            kind = old.split(":", 1)[0] + ":" if old.startswith(("input:", "output:")) else ""
+            fresh = [k for k in (rendering.view.nodes if rendering is not None else ())
+                     if kind and k.startswith(kind) and k not in old_keys]
             key = ""
-            for cand in ([follow] if follow else []) + [old] + near:
+            for cand in ([follow] if follow else []) + [old] + fresh[:1] * (len(fresh) == 1) \
+                    + near:
                 k = self.canvas.key_for(cand) if cand else None
                 if k:
                     key = k

@@ -335,6 +335,9 @@ def test_editor_drives_edits_on_exported_torch_models(tmp_path_factory):
             history.locator("tr.onnx-lab-history-row[data-step='4']").wait_for(timeout=60_000)
             root.screenshot(path=str(ARTIFACTS / "editor_torch_cnn_edits.png"))
             _undo_twice_and_save(page, root, "cnn_edited.onnx")
+            # the undone rename: the input keeps the selection under its old name
+            assert canvas.get_attribute("data-selected") == "input:x"
+            assert canvas.get_attribute("data-k") == k0
             root.screenshot(path=str(ARTIFACTS / "editor_torch_cnn_undo_saved.png"))
 
             # ---------------- the transformer

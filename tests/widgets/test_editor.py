@@ -222,6 +222,16 @@ def test_an_edit_keeps_the_zoom_and_the_selection_where_it_was(tmp_path, no_erro
     ed.undo_button.click()
     no_error(ed)
     assert ed.canvas.view["k"] == 1.7 and ed.canvas.selected == "classifier"
+    # a renamed input stays selected, and so does its old name after an undo
+    ed.select("input:input")
+    ed.tensor_name.value = "image"
+    ed.rename_tensor_button.click()
+    no_error(ed)
+    assert ed.canvas.selected == "input:image"
+    ed.undo_button.click()
+    assert ed.canvas.selected == "input:input" and ed.target == ("input", "input")
+    ed.redo_button.click()
+    assert ed.canvas.selected == "input:image" and ed.canvas.view["k"] == 1.7
 
 
 def test_without_a_view_from_the_page_nothing_is_moved(tmp_path, no_error):
