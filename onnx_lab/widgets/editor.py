@@ -183,7 +183,7 @@ class Editor(View):
         self.save_path = w.Text(description="save as", placeholder="edited.onnx",
                                 layout=_WIDE)
         self.save_button = _button("Save", "write the current version (checked to load in "
-                                   "a fresh onnxruntime session; never over an existing file)")
+                                   "a fresh onnxruntime session; never over the source)")
         self.message = w.HTML("")
         self.history_html = w.HTML("")
         self.title = w.HTML("")
@@ -256,7 +256,8 @@ class Editor(View):
             values = m.graph.inputs if kind == "input" else m.graph.outputs
             text = tensors(v for v in values if v.name == name)
         return ("<div class='onnx-lab-ed-signature' style='font-size:11px;color:#555;"
-                "white-space:pre-wrap;line-height:1.35;margin:2px 0 6px 0'>" + esc_text(text) + "</div>")
+                "white-space:pre-wrap;line-height:1.35;margin:2px 0 6px 0'>" + esc_text(text)
+                + "</div>")
 
     def _show_error(self, e: Exception) -> None:
         super()._show_error(e)
@@ -520,7 +521,8 @@ class Editor(View):
 
     def save(self) -> Any:
         """Write the current version to the *save as* path (``lab.save``: it must load in a
-        fresh onnxruntime session; an existing file is refused, the source included)."""
+        fresh onnxruntime session; the source and the data files the model reads are
+        refused)."""
         path = self.save_path.value.strip()
         if not path:
             raise InputError("No file to save to.", fix="Type a path in 'save as', e.g. "
