@@ -112,6 +112,13 @@ _ALLOWED: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
+# INT attributes that hold an onnx.TensorProto data type (may be given by name)
+_DTYPE_ATTRS = {"Cast": ("to",), "EyeLike": ("dtype",), "RandomNormal": ("dtype",),
+                "RandomUniform": ("dtype",), "RandomNormalLike": ("dtype",),
+                "RandomUniformLike": ("dtype",), "Multinomial": ("dtype",),
+                "Bernoulli": ("dtype",), "QuantizeLinear": ("output_dtype",)}
+
+
 def _coerce_attribute(where: str, op_type: str, name: str, value: Any,
                       want: ir.AttributeType | None) -> ir.Attr:
     """``value`` as an attribute of type ``want`` (the schema's or the existing one), or
@@ -143,6 +150,14 @@ def _coerce_attribute(where: str, op_type: str, name: str, value: Any,
     if want == T.INT:
         if isinstance(value, bool):
             value = int(value)
+        if isinstance(value, str) and name in _DTYPE_ATTRS.get(op_type, ()):
+            # Cast(to=FLOAT16): a data type by name (TensorProto's, case-insensitive)
+            try:
+                value = onnx.TensorProto.DataType.Value(value.strip().upper())
+            except ValueError:
+                raise PassError(f"Attribute {name!r} of {where} ({op_type}) is a data type; "
+                                f"{value!r} is not one.", fix="Use an onnx.TensorProto name "
+                                "such as FLOAT, FLOAT16, INT64, or its number.") from None
         if not is_int(value):
             raise bad("expected an integer")
         return ir.AttrInt64(name, int(value))
