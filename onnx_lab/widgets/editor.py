@@ -122,6 +122,12 @@ class Editor(View):
             ``("output", name)`` or None.
         result: the PassResult of the last edit (or the removal plan after *preview*).
         panel, message, history_html: the edit form, the last step's verdict, the history.
+        form_error: a refused edit, shown beside the form (and in ``status``).
+        save_path, save_button: *Save* (``lab.save``).
+
+    After an edit, undo or redo the canvas keeps ``canvas.view["k"]`` and moves the pan by
+    how far the layout moved the selected element (or the one that took its place); the
+    widget has the class ``onnx-lab-ed-busy`` until that redraw is done.
     """
 
     def __init__(self, lab: Any, *, height: int = 520) -> None:
