@@ -3,7 +3,7 @@ command-line order, then the result saved.
 
 Example:
     onnx-lab edit model.onnx out.onnx --set-attr /bn:epsilon=1e-3 --rename input=image \
-        --add-output /stem/relu/Relu_output_0 --json
+        --add-output /stem/relu/Relu_output_0 --add-node logits:Softmax:axis=-1 --json
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ _FLAGS = {
     "--replace-init": ("NAME=FILE", "replace an initializer from a .npy / .npz (same shape "
                        "and dtype)"),
     "--scale-init": ("NAME=FACTOR", "multiply a float initializer by FACTOR"),
+    "--add-node": ("TENSOR:OP[:ATTR=VALUE,...]", "insert a node after a tensor, checked "
+                   "against the op schema, e.g. logits:Softmax:axis=-1, x:Cast:to=FLOAT16, "
+                   "y:Mul:inputs=[0.5] (inputs: the extra inputs, as constants)"),
 }
 
 
@@ -94,6 +97,53 @@ def _dims(flag: str, value: str) -> tuple[str, list[int | str]]:
     return name, out
 
 
+def _split_top(text: str) -> list[str]:
+    """``a=1,perm=[0,2,1]`` -> ``['a=1', 'perm=[0,2,1]']`` (commas inside brackets kept)."""
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        if ch == "," and depth <= 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [x for x in (*items, cur) if x.strip()]
+
+
+def add_node_spec(flag: str, value: str) -> tuple[str, str, dict[str, Any], list | None]:
+    """``TENSOR:OP[:ATTR=VALUE,...]`` -> (tensor, op type, attributes, extra inputs).
+
+    The tensor may hold colons (the op is the last part without ``=``); ``inputs=[...]``
+    gives the extra inputs (constants), every other ``NAME=VALUE`` an attribute (VALUE as
+    in --set-attr; a data type by name for Cast's ``to``).
+    """
+    form = "TENSOR:OP[:ATTR=VALUE,...]"
+    parts = value.split(":")
+    attrs_text = parts.pop() if len(parts) >= 3 and "=" in parts[-1] else ""
+    op = parts.pop().strip() if len(parts) >= 2 else ""
+    tensor = ":".join(parts)
+    if not op or not tensor or "=" in op:
+        raise InputError(f"{flag} {value!r} is not {form}.",
+                         fix=f"Write e.g. {flag} logits:Softmax:axis=-1.")
+    attrs: dict[str, Any] = {}
+    inputs: list | None = None
+    for item in _split_top(attrs_text):
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise InputError(f"{flag} {value!r}: {item!r} is not ATTR=VALUE.",
+                             fix=f"Write e.g. {flag} x:Cast:to=FLOAT16.")
+        if key == "inputs":
+            v = parse_value(raw)
+            inputs = v if isinstance(v, list) else [v]
+        else:
+            attrs[key] = parse_value(raw)
+    return tensor, op, attrs, inputs
+
+
 def _step(lab: Lab, flag: str, value: str, verify: bool):
     if flag == "--set-attr":
         left, raw = _pair(flag, value, "=", "NODE:NAME=VALUE")
@@ -126,6 +176,9 @@ def _step(lab: Lab, flag: str, value: str, verify: bool):
             raise InputError(f"{flag} {value!r}: {factor!r} is not a number.",
                              fix=f"Write {flag} NAME=0.5.") from None
         return lab.scale_initializer(name, f, verify=verify)
+    if flag == "--add-node":
+        tensor, op, attrs, inputs = add_node_spec(flag, value)
+        return lab.add_node(tensor, op, attrs, inputs, verify=verify)
     raise InputError(f"Unknown edit flag {flag}.", fix="See onnx-lab edit --help.")
 
 

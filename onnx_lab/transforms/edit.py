@@ -112,6 +112,13 @@ _ALLOWED: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
+# INT attributes that hold an onnx.TensorProto data type (may be given by name)
+_DTYPE_ATTRS = {"Cast": ("to",), "EyeLike": ("dtype",), "RandomNormal": ("dtype",),
+                "RandomUniform": ("dtype",), "RandomNormalLike": ("dtype",),
+                "RandomUniformLike": ("dtype",), "Multinomial": ("dtype",),
+                "Bernoulli": ("dtype",), "QuantizeLinear": ("output_dtype",)}
+
+
 def _coerce_attribute(where: str, op_type: str, name: str, value: Any,
                       want: ir.AttributeType | None) -> ir.Attr:
     """``value`` as an attribute of type ``want`` (the schema's or the existing one), or
@@ -143,6 +150,14 @@ def _coerce_attribute(where: str, op_type: str, name: str, value: Any,
     if want == T.INT:
         if isinstance(value, bool):
             value = int(value)
+        if isinstance(value, str) and name in _DTYPE_ATTRS.get(op_type, ()):
+            # Cast(to=FLOAT16): a data type by name (TensorProto's, case-insensitive)
+            try:
+                value = onnx.TensorProto.DataType.Value(value.strip().upper())
+            except ValueError:
+                raise PassError(f"Attribute {name!r} of {where} ({op_type}) is a data type; "
+                                f"{value!r} is not one.", fix="Use an onnx.TensorProto name "
+                                "such as FLOAT, FLOAT16, INT64, or its number.") from None
         if not is_int(value):
             raise bad("expected an integer")
         return ir.AttrInt64(name, int(value))
@@ -396,6 +411,12 @@ def removal_plan(model: LabModel, node_id: str, mode: str = "reconnect") -> dict
                                    "removing the node would disconnect the graph output")
         if data is not None:
             plan["reconnect"] = data.name
+    elif mode == "inputs":
+        through = [v.name for v in node.outputs if v.is_graph_output()]
+        if through:
+            plan["problem"] = (f"its output(s) {through} are graph outputs: as model inputs "
+                               "they would be passed straight through, and the graph output "
+                               "would be disconnected from the model")
     elif mode == "cascade":
         seen = [node_id]
         todo = [node_id]
@@ -424,8 +445,8 @@ def removal_plan(model: LabModel, node_id: str, mode: str = "reconnect") -> dict
         plan["outputs"] = [v.name for n in seen for v in idx.node(n).outputs
                            if v.is_graph_output()]
         if graph is not None and len(plan["outputs"]) >= len(graph.outputs):
-            plan["problem"] = (f"removing {node_id} and the {len(seen) - 1} node(s) after it "
-                               "removes every output of the graph")
+            plan["problem"] = (f"removing {node_id} with the {len(seen) - 1} node(s) it feeds "
+                               "or alone needs removes every output of the graph")
         # initializers only the removed nodes read
         for n in seen:
             for v in idx.node(n).inputs:
@@ -456,6 +477,9 @@ class RemoveNode(_EditPass):
         if plan["problem"]:
             fix = ("Add an output before it first (add_output), or remove a node further "
                    "down. The model is unchanged." if self._mode() == "cascade" else
+                   "Add an output before it and remove this one (add_output, then "
+                   "remove_output), or use mode='cascade'. The model is unchanged."
+                   if self._mode() == "inputs" else
                    "Use reconnect=False (mode='inputs': its outputs become model inputs) or "
                    "mode='cascade' (see removal_plan), or remove_output / rename tensors "
                    "first. The model is unchanged.")

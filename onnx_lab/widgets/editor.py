@@ -6,8 +6,11 @@ with the list of what goes, or outputs as inputs), and for its output tensors: a
 output, rename, insert a node after it; for its initializer inputs: replace from a .npy/.npz or
 scale. A graph input offers rename and shape; a graph output rename and removal. Every edit is
 one Lab call (shown under the widget), a verified step of ``lab.history``; errors stay inside
-the widget and leave the model as it was. Undo/redo move through the history, the table shows
-it, and :meth:`Editor.script` is the session as a Python script.
+the widget (at the top and beside the form) and leave the model as it was. After an edit the
+canvas keeps the user's zoom and selection: the edited element (or what took the place of a
+removed one) stays where it was on the screen. Undo/redo move through the history, the table
+shows it, *Save* writes the current version (``lab.save``), and :meth:`Editor.script` is the
+session as a Python script.
 
 Example:
     >>> ed = lab.edit()
@@ -18,7 +21,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import html
 import json
+import re
+from collections.abc import Iterator
 from typing import Any
 
 import ipywidgets as w
@@ -28,17 +35,19 @@ from onnx_lab.core.history import step_call
 from onnx_lab.errors import InputError
 from onnx_lab.lab import as_lab
 from onnx_lab.render._html import esc_text
+from onnx_lab.render.graph import shape_text
 from onnx_lab.transforms.edit import (
     EDIT_OPS,
     attribute_form,
     edit_provenance,
     parse_attribute_text,
 )
-from onnx_lab.widgets._common import View, code_html, history_html, info_html
+from onnx_lab.widgets._common import View, code_html, error_html, history_html, info_html
 
 __all__ = ["Editor"]
 
-_WIDE = w.Layout(width="340px")
+_WIDE = w.Layout(width="300px")
+_FORM_PX = 470  # the form column: fixed, so a long attribute doc never narrows the canvas
 
 
 def _button(text: str, tip: str = "", style: str = "") -> w.Button:
@@ -54,6 +63,44 @@ def _json_field(text: str, what: str, default: Any) -> Any:
     except ValueError as e:
         raise InputError(f"{what} {text!r} is not JSON.",
                          fix='Write e.g. {"axis": 1} for attributes, [0.5] for inputs.') from e
+
+
+_NODE_G = re.compile(r'<g id="n:([^"]*)" class="node[^"]*">(.*?)</g>\s*</g>', re.S)
+_PAIR = re.compile(r"(-?\d+(?:\.\d+)?),(-?\d+(?:\.\d+)?)")
+_ELLIPSE = re.compile(r'<ellipse[^>]*cx="(-?[\d.]+)" cy="(-?[\d.]+)"')
+_GRAPH_T = re.compile(r'<g id="graph0"[^>]*transform="scale\(([\d.]+)(?: ([\d.]+))?\)'
+                      r'[^"]*translate\((-?[\d.]+) (-?[\d.]+)\)"')
+
+
+def drawn_centres(svg: str | None) -> dict[str, tuple[float, float]]:
+    """Centre of every drawn element of a graphviz SVG, by drawn key, in the drawing's own
+    units (what the canvas's view ``{x, y, k}`` maps to the screen: screen = centre * k + x).
+
+    Read from the SVG text (the shapes' points), so Python can keep an element where it was
+    on the screen when a redraw moves it in the layout.
+    """
+    if not svg:
+        return {}
+    t = _GRAPH_T.search(svg)
+    sx, sy, tx, ty = 1.0, 1.0, 0.0, 0.0
+    if t:
+        sx = float(t.group(1))
+        sy = float(t.group(2) or t.group(1))
+        tx, ty = float(t.group(3)), float(t.group(4))
+    out: dict[str, tuple[float, float]] = {}
+    for m in _NODE_G.finditer(svg):
+        body = m.group(2)
+        shape = re.search(r'\s(?:points|d)="([^"]*)"', body)
+        pts = [(float(a), float(b)) for a, b in _PAIR.findall(shape.group(1))] if shape else []
+        if not pts:
+            e = _ELLIPSE.search(body)
+            pts = [(float(e.group(1)), float(e.group(2)))] if e else []
+        if not pts:
+            continue
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        cx, cy = (min(xs) + max(xs)) / 2, (min(ys) + max(ys)) / 2
+        out[html.unescape(m.group(1))] = ((cx + tx) * sx, (cy + ty) * sy)
+    return out
 
 
 def _fmt(x: Any) -> str:
@@ -75,6 +122,12 @@ class Editor(View):
             ``("output", name)`` or None.
         result: the PassResult of the last edit (or the removal plan after *preview*).
         panel, message, history_html: the edit form, the last step's verdict, the history.
+        form_error: a refused edit, shown beside the form (and in ``status``).
+        save_path, save_button: *Save* (``lab.save``).
+
+    After an edit, undo or redo the canvas keeps ``canvas.view["k"]`` and moves the pan by
+    how far the layout moved the selected element (or the one that took its place); the
+    widget has the class ``onnx-lab-ed-busy`` until that redraw is done.
     """
 
     def __init__(self, lab: Any, *, height: int = 520) -> None:
@@ -85,8 +138,15 @@ class Editor(View):
         self.target: tuple[str, str] | None = None
         self._expand: list[str] = []
         self.canvas = GraphCanvas(self.lab, height=height)
+        self.canvas.keep_view = True  # a redraw after an edit keeps the pan and zoom
+        self.canvas.layout.flex = "1 1 auto"
+        self.canvas.layout.min_width = "0"
         self.canvas.on_select(self._guard(self._selected))
         self.canvas.on_expand = self._guard(self._expand_box)
+        # The form beside the canvas is this widget's details panel: the canvas's own panel
+        # would float over the (narrower) drawing and hide the nodes being clicked. Its
+        # error panels still show.
+        self.canvas.observe(self._no_float_panel, names="details_html")
 
         # node form
         self.attribute = w.Dropdown(description="attribute", options=[], layout=_WIDE)
@@ -126,10 +186,15 @@ class Editor(View):
         # history
         self.undo_button = _button("Undo")
         self.redo_button = _button("Redo")
+        self.save_path = w.Text(description="save as", placeholder="edited.onnx",
+                                layout=_WIDE)
+        self.save_button = _button("Save", "write the current version (checked to load in "
+                                   "a fresh onnxruntime session; never over the source)")
         self.message = w.HTML("")
         self.history_html = w.HTML("")
         self.title = w.HTML("")
         self.panel = w.VBox([])
+        self.form_error = w.HTML("")  # a refused edit, next to the form it came from
 
         for b, fn in ((self.set_attr_button, self.set_attribute),
                       (self.rename_node_button, self.rename_node),
@@ -142,7 +207,8 @@ class Editor(View):
                       (self.remove_output_button, self.remove_output),
                       (self.replace_button, self.replace_initializer),
                       (self.scale_button, self.scale_initializer),
-                      (self.undo_button, self.undo), (self.redo_button, self.redo)):
+                      (self.undo_button, self.undo), (self.redo_button, self.redo),
+                      (self.save_button, self.save)):
             b.on_click(self._guard(lambda _b, fn=fn: fn()))
         self.attribute.observe(self._guard(self._attr_picked), names="value")
         # class names for the browser test and for styling
@@ -152,12 +218,17 @@ class Editor(View):
                      "op_type", "op_attributes", "op_inputs", "add_node_button", "shape",
                      "shape_button", "remove_output_button", "initializer", "init_path",
                      "replace_button", "factor", "scale_button", "undo_button", "redo_button",
-                     "message", "history_html", "title", "panel"):
+                     "save_path", "save_button",
+                     "message", "history_html", "title", "panel", "form_error"):
             getattr(self, name).add_class("onnx-lab-ed-" + name.replace("_", "-"))
         self._result_panels = (self.message,)
-        super().__init__([w.HBox([self.canvas, w.VBox([self.title, self.panel],
-                                                      layout=w.Layout(min_width="380px"))]),
-                          self.message, w.HBox([self.undo_button, self.redo_button]),
+        super().__init__([w.HBox([self.canvas, w.VBox([self.title, self.panel, self.form_error],
+                                                      layout=w.Layout(
+                                                          width=f"{_FORM_PX}px",
+                                                          min_width=f"{_FORM_PX}px",
+                                                          flex="0 0 auto"))]),
+                          self.message, w.HBox([self.undo_button, self.redo_button, self.save_path,
+                                  self.save_button]),
                           self.history_html])
         self.add_class("onnx-lab-editor")
         self._redraw()
@@ -171,7 +242,35 @@ class Editor(View):
             self._target_for(name)  # not drawn (e.g. inside a collapsed box): edit it anyway
             self._build_panel()
 
+    def _no_float_panel(self, change: dict) -> None:
+        if change["new"] and "onnx-lab-error" not in change["new"]:
+            self.canvas.details_html = ""
+
+    def _signature_html(self, kind: str, name: str) -> str:
+        """The selected element's tensors with dtype and shape (what the canvas panel said)."""
+        m = self.lab.model
+        types = m.types(dims=self.lab.dims or None)
+
+        def tensors(values: Any) -> str:
+            return ", ".join(f"{v.name} [{shape_text(types.get(v.name))}]"
+                             for v in values if v is not None and v.name) or "none"
+
+        if kind == "node":
+            node = m.index.node(name)
+            text = f"in: {tensors(node.inputs)}\nout: {tensors(node.outputs)}"
+        else:
+            values = m.graph.inputs if kind == "input" else m.graph.outputs
+            text = tensors(v for v in values if v.name == name)
+        return ("<div class='onnx-lab-ed-signature' style='font-size:11px;color:#555;"
+                "white-space:pre-wrap;line-height:1.35;margin:2px 0 6px 0'>" + esc_text(text)
+                + "</div>")
+
+    def _show_error(self, e: Exception) -> None:
+        super()._show_error(e)
+        self.form_error.value = error_html(e)
+
     def _selected(self, key: str) -> None:
+        self.form_error.value = ""
         self._target_for(key)
         self._build_panel()
 
@@ -203,7 +302,7 @@ class Editor(View):
         kind, name = t
         self.title.value = (f"<b>{esc_text(kind)}</b> <code>{esc_text(name)}</code>"
                             + (f" ({esc_text(m.index.node(name).op_type)})"
-                               if kind == "node" else ""))
+                               if kind == "node" else "") + self._signature_html(kind, name))
         row = w.HBox
         if kind == "node":
             node = m.index.node(name)
@@ -269,7 +368,7 @@ class Editor(View):
         if a["required"]:
             bits.append("required")
         self.attr_hint.value = (f"<small>{esc_text('; '.join(bits))}</small>"
-                                f"<div style='font-size:11px;color:#666'>"
+                                f"<div style='font-size:11px;color:#666;line-height:1.35'>"
                                 f"{esc_text(a['doc'])}</div>")
 
     # ------------------------------------------------------------------ edits
@@ -280,10 +379,25 @@ class Editor(View):
 
     def _edit(self, method: str, *args: Any, follow: str | None = None, **kw: Any) -> Any:
         """Run ``lab.<method>(*args, **kw)``; show its verdict, the call, the history."""
+        with self._busy():
+            return self._edit_step(method, *args, follow=follow, **kw)
+
+    @contextlib.contextmanager
+    def _busy(self) -> Iterator[None]:
+        # class onnx-lab-ed-busy from the click until the canvas and the table are redrawn
+        # (the verdict shows first): what a page script or test waits on
+        self.add_class("onnx-lab-ed-busy")
+        try:
+            yield
+        finally:
+            self.remove_class("onnx-lab-ed-busy")
+
+    def _edit_step(self, method: str, *args: Any, follow: str | None, **kw: Any) -> Any:
         r = self._call(getattr(self.lab, method), *args, busy="Editing and verifying…", **kw)
         if r is None:
             return None
         self.result = r
+        self.form_error.value = ""
         self.code.value = code_html(step_call(r))
         prov = edit_provenance(r)
         what = "; ".join(f"{k}: {', '.join(v)}" for k, v in prov.items() if v)
@@ -344,10 +458,7 @@ class Editor(View):
             r = self._edit("remove_node_cascade", nid)
         else:
             r = self._edit("remove_node", nid, reconnect=mode == "reconnect")
-        if r is not None:
-            self.target = None
-            self._build_panel()
-        return r
+        return r  # the redraw selected what took its place (a consumer or the producer)
 
     def _tensor(self) -> str:
         if not self.tensor.value:
@@ -388,11 +499,7 @@ class Editor(View):
     def remove_output(self) -> Any:
         if self.target is None or self.target[0] != "output":
             raise InputError("No graph output is selected.", fix="Click an output first.")
-        r = self._edit("remove_output", self.target[1])
-        if r is not None:
-            self.target = None
-            self._build_panel()
-        return r
+        return self._edit("remove_output", self.target[1])
 
     def replace_initializer(self) -> Any:
         if not self.initializer.value:
@@ -407,14 +514,30 @@ class Editor(View):
 
     # ------------------------------------------------------------------ history
     def undo(self) -> None:
-        if self._call(self.lab.undo, code="lab.undo()") is None and self.error is None:
-            self.message.value = info_html(f"back to step {self.lab.version_history.current}")
-            self._redraw()
+        with self._busy():
+            if self._call(self.lab.undo, code="lab.undo()") is None and self.error is None:
+                self.message.value = info_html(f"back to step {self.lab.version_history.current}")
+                self._redraw()
 
     def redo(self) -> None:
-        if self._call(self.lab.redo, code="lab.redo()") is None and self.error is None:
-            self.message.value = info_html(f"forward to step {self.lab.version_history.current}")
-            self._redraw()
+        with self._busy():
+            if self._call(self.lab.redo, code="lab.redo()") is None and self.error is None:
+                self.message.value = info_html(f"forward to step {self.lab.version_history.current}")
+                self._redraw()
+
+    def save(self) -> Any:
+        """Write the current version to the *save as* path (``lab.save``: it must load in a
+        fresh onnxruntime session; the source and the data files the model reads are
+        refused)."""
+        path = self.save_path.value.strip()
+        if not path:
+            raise InputError("No file to save to.", fix="Type a path in 'save as', e.g. "
+                             "edited.onnx.")
+        out = self._call(self.lab.save, path, code=f"lab.save({path!r})")
+        if out is not None:
+            self.message.value = info_html(f"step {self.lab.version_history.current} saved to {out} "
+                                           "(loads in a fresh onnxruntime session)", kind="ok")
+        return out
 
     def script(self, source: str | None = None) -> str:
         """The session as a Python script (``lab.to_script``)."""
@@ -426,15 +549,56 @@ class Editor(View):
             self._expand.append(scope)
         self._redraw()
 
+    def _neighbours(self, key: str) -> list[str]:
+        """Drawn keys next to ``key`` in the current drawing, consumers first: what takes
+        its place on the canvas when an edit removes it."""
+        r = self.canvas.rendering
+        if not key or r is None:
+            return []
+        after = [t for s, t, _ in r.edges if s == key]
+        before = [s for s, t, _ in r.edges if t == key]
+        return list(dict.fromkeys(k for k in after + before if k != key))
+
     def _redraw(self, follow: str | None = None) -> None:
+        """Draw the current version, keeping the user's place.
+
+        The selection stays (``follow`` when the edit renamed it; the nearest surviving
+        neighbour when it was removed) and so does the zoom: the view ``k`` is kept and the
+        pan is moved by exactly how far the layout moved the selected element, so it stays
+        where it was on the screen. Without a selection the view is kept as it was.
+        """
         kwargs: dict[str, Any] = {"collapse": "auto"}
         if self._expand:
             kwargs["expand"] = list(self._expand)
+        old = self.canvas.selected or ""
+        old_at = drawn_centres(self.canvas.rendering.svg if self.canvas.rendering else None)
+        old_keys = set(self.canvas.rendering.view.nodes) if self.canvas.rendering else set()
+        near = self._neighbours(old)
         rendering = self._call(self.lab.render, **kwargs) if len(self.lab.index) else None
-        keep = follow or (self.canvas.selected or "")
-        self.canvas.show(rendering, model=self.lab, keep_selection=True)
-        if keep and self.canvas.selected != keep and self.canvas.key_for(keep):
-            self.canvas.focus(keep)
+        view = dict(self.canvas.view or {})
+        with self.canvas.hold_sync():
+            self.canvas.show(rendering, model=self.lab, keep_selection=True)
+            # an input or output renamed by undo/redo: the one of its kind that appeared
+            kind = old.split(":", 1)[0] + ":" if old.startswith(("input:", "output:")) else ""
+            fresh = [k for k in (rendering.view.nodes if rendering is not None else ())
+                     if kind and k.startswith(kind) and k not in old_keys]
+            key = ""
+            for cand in ([follow] if follow else []) + [old] + fresh[:1] * (len(fresh) == 1) \
+                    + near:
+                k = self.canvas.key_for(cand) if cand else None
+                if k:
+                    key = k
+                    break
+            new_at = drawn_centres(rendering.svg if rendering is not None else None)
+            anchor = old if old in old_at else next((n for n in near if n in old_at), "")
+            if view.get("k") and anchor and key in new_at:
+                k = float(view["k"])
+                (ox, oy), (nx, ny) = old_at[anchor], new_at[key]
+                view.update(x=float(view.get("x", 0.0)) + (ox - nx) * k,
+                            y=float(view.get("y", 0.0)) + (oy - ny) * k)
+                self.canvas.view = view
+            if self.canvas.selected != key:
+                self.canvas.selected = key
         # the target may be gone (removed) or renamed: rebuild from what is selected
         self._target_for(self.canvas.selected or (self.target[1] if self.target else ""))
         self._build_panel()

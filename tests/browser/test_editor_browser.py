@@ -30,8 +30,11 @@ def _select(root, key: str) -> None:
 
 
 def _wait_message(page, root, text: str) -> str:
+    """The verdict of the last click, once the canvas and the history are redrawn too (the
+    verdict shows first: a click meanwhile could land on a box the redraw moves)."""
     msg = root.locator(".onnx-lab-ed-message")
     msg.filter(has_text=text).wait_for(timeout=60_000)
+    expect(page.locator(".onnx-lab-editor.onnx-lab-ed-busy")).to_have_count(0, timeout=60_000)
     return msg.inner_text()
 
 
@@ -101,12 +104,15 @@ def test_editor_edit_undo_in_the_browser(tmp_path_factory):
 
 def _rename_input(root, old: str, new: str) -> None:
     _select(root, f"input:{old}")
-    root.locator(".onnx-lab-ed-title", has_text=old).wait_for(timeout=30_000)
+    root.locator(".onnx-lab-ed-title", has_text=f"input {old}").wait_for(timeout=30_000)
     name = root.locator(".onnx-lab-ed-tensor-name input")
     name.fill(new)
     name.press("Tab")
     root.locator(".onnx-lab-ed-rename-tensor-button").click()
+    _wait_message(root.page, root, "rename_tensor")
     root.locator(f"svg g.node[id='n:input:{new}']").wait_for(timeout=60_000)
+    # the panel follows the rename
+    root.locator(".onnx-lab-ed-title", has_text=f"input {new}").wait_for(timeout=30_000)
 
 
 def test_editor_on_a_transformer_in_the_browser(tmp_path_factory):
@@ -150,3 +156,231 @@ def test_editor_on_a_transformer_in_the_browser(tmp_path_factory):
             root.screenshot(path=str(ARTIFACTS / "editor_transformer_undo.png"))
         finally:
             page.screenshot(path=str(ARTIFACTS / "editor_transformer_page.png"))
+
+
+# ---------------------------------------------------------------- real exported torch models
+def _torch_models(folder):
+    """A small CNN and a transformer encoder layer, random weights, eval mode, exported with
+    the TorchScript exporter (``dynamo=False``); returns the torch modules and a seeded input
+    each. The exporter drops the CNN's Dropout in eval mode and leaves a no-op Reshape after
+    the Flatten (the Dropout-like node deleted here); the transformer keeps three Identity
+    nodes over its attention weights."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class CNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+            self.act1 = nn.ReLU()
+            self.bn1 = nn.BatchNorm2d(8)
+            self.conv2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+            self.act2 = nn.ReLU()
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.drop = nn.Dropout(0.2)
+            self.fc = nn.Linear(16, 10)
+
+        def forward(self, x):
+            x = self.bn1(self.act1(self.conv1(x)))
+            x = torch.flatten(self.pool(self.act2(self.conv2(x))), 1)
+            return self.fc(self.drop(x).reshape(-1, 16))
+
+    cnn = CNN().eval()
+    with torch.no_grad():  # running statistics that make epsilon matter
+        cnn.bn1.running_mean.uniform_(-0.5, 0.5)
+        cnn.bn1.running_var.uniform_(1e-4, 1e-2)
+    class Encoder(nn.Module):  # a wrapper: the layer's own forward traces is_causal
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=True)
+
+        def forward(self, x):
+            return self.layer(x)
+
+    tf = Encoder().eval()
+    xs = {"cnn": torch.randn(1, 3, 16, 16), "tf": torch.randn(1, 8, 32)}
+    for name, mod, inp, out in (("cnn", cnn, "x", "logits"), ("tf", tf, "tokens", "hidden")):
+        torch.onnx.export(mod, (xs[name],), str(folder / f"{name}.onnx"), input_names=[inp],
+                          output_names=[out], opset_version=17, dynamo=False)
+    return torch, cnn, tf, xs
+
+
+def _edit_attr(page, root, key: str, attr: str, value: str, current: str) -> None:
+    _select(root, key)
+    root.locator(".onnx-lab-ed-title", has_text=key).wait_for(timeout=30_000)
+    root.locator(".onnx-lab-ed-attribute select").select_option(attr)
+    field = root.locator(".onnx-lab-ed-attr-value input")
+    # the kernel fills the field with the attribute's value: type over it after that
+    expect(field).to_have_value(current, timeout=30_000)
+    field.fill(value)
+    field.press("Tab")
+    root.locator(".onnx-lab-ed-set-attr-button").click()
+
+
+def _remove(page, root, key: str, *, selected: bool = False) -> str:
+    if not selected:
+        _select(root, key)
+        root.locator(".onnx-lab-ed-title", has_text=key).wait_for(timeout=30_000)
+    root.locator(".onnx-lab-ed-remove-mode select").select_option(
+        label="reconnect its input to its consumers")
+    root.locator(".onnx-lab-ed-remove-button").click()
+    text = _wait_message(page, root, "remove_node")
+    expect(root.locator(f"svg g.node[id='n:{key}']")).to_have_count(0, timeout=30_000)
+    return text
+
+
+def _add_output(page, root, key: str) -> str:
+    _select(root, key)
+    root.locator(".onnx-lab-ed-title", has_text=key).wait_for(timeout=30_000)
+    root.locator(".onnx-lab-ed-add-output-button").click()
+    return _wait_message(page, root, "add_output")
+
+
+def _centre(root, key: str) -> tuple[float, float]:
+    """Where ``key`` is drawn inside the canvas's view port (px from its top left)."""
+    b = root.locator(f"svg g.node[id='n:{key}']").bounding_box()
+    p = root.locator(".olc-port").bounding_box()
+    return b["x"] + b["width"] / 2 - p["x"], b["y"] + b["height"] / 2 - p["y"]
+
+
+def _undo_twice_and_save(page, root, name: str) -> None:
+    root.locator(".onnx-lab-ed-undo-button").click()
+    _wait_message(page, root, "back to step 3")
+    root.locator(".onnx-lab-ed-undo-button").click()
+    _wait_message(page, root, "back to step 2")
+    history = root.locator(".onnx-lab-ed-history-html")
+    history.locator("tr.onnx-lab-history-row[data-step='2']",
+                    has_text="◀ current").wait_for(timeout=60_000)
+    assert history.locator("tr.onnx-lab-history-row").count() == 5  # undone steps stay
+    assert history.locator(".onnx-lab-changed").count() == 1  # only the epsilon changed them
+    field = root.locator(".onnx-lab-ed-save-path input")
+    field.fill(name)
+    field.press("Tab")
+    root.locator(".onnx-lab-ed-save-button").click()
+    _wait_message(page, root, "saved to")
+
+
+def _fresh_session(path):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def test_editor_drives_edits_on_exported_torch_models(tmp_path_factory):
+    """With the mouse, on a torch-exported CNN and transformer: change an epsilon (kept
+    zoom and place checked), delete a no-op node (verified unchanged), add an intermediate
+    output, rename the input, undo twice, save; the saved files run in a fresh onnxruntime
+    session and match the torch module with the new epsilon."""
+    import numpy as np
+    import onnx
+
+    work = tmp_path_factory.mktemp("jupyterlab-editor-torch")
+    (work / "export").mkdir()
+    torch, cnn, tf, xs = _torch_models(work / "export")
+    files = {f"{n}.onnx": onnx.load(str(work / "export" / f"{n}.onnx")) for n in ("cnn", "tf")}
+    cells = {f"{n}.ipynb": [f"import onnx_lab\nlab = onnx_lab.open('{n}.onnx')\n"
+                            "ed = lab.edit()\ned"] for n in ("cnn", "tf")}
+    root_dir = work / "root"
+    with lab_in_browser(work, cells, files=files, width=1400) as (url, page):
+        try:
+            # ---------------- the CNN
+            run_all_cells(page, url, "cnn.ipynb")
+            root = page.locator(".onnx-lab-editor").first
+            canvas = root.locator(".olc-root")
+            root.locator(".olc-root svg g.node").first.wait_for(timeout=120_000)
+            bn = "/bn1/BatchNormalization"
+            _select(root, bn)
+            canvas.locator(".olc-zoom-in").click()  # the user zooms in: a view of their own
+            canvas.locator(".olc-zoom-in").click()
+            page.wait_for_timeout(600)  # the page reports its view to Python (debounced)
+            k0, at0 = canvas.get_attribute("data-k"), _centre(root, bn)
+            drawn = canvas.get_attribute("data-rendered")
+            root.locator(".onnx-lab-ed-title", has_text=bn).wait_for(timeout=30_000)
+            root.locator(".onnx-lab-ed-attribute select").select_option("epsilon")
+            field = root.locator(".onnx-lab-ed-attr-value input")
+            field.fill("0.001")
+            field.press("Tab")
+            root.locator(".onnx-lab-ed-set-attr-button").click()
+            assert "outputs changed (expected for this edit)" in _wait_message(
+                page, root, "set_attribute")
+            history = root.locator(".onnx-lab-ed-history-html")
+            history.locator("tr.onnx-lab-history-row[data-step='1']").wait_for(timeout=60_000)
+            # epsilon is not drawn: the same drawing is not sent again, nothing re-fitted
+            assert canvas.get_attribute("data-rendered") == drawn
+            assert canvas.get_attribute("data-k") == k0
+            at1 = _centre(root, bn)
+            assert abs(at1[0] - at0[0]) < 2 and abs(at1[1] - at0[1]) < 2, (at0, at1)
+            assert canvas.get_attribute("data-selected") == bn
+            root.screenshot(path=str(ARTIFACTS / "editor_torch_cnn_epsilon.png"))
+
+            _select(root, "/Reshape")
+            root.locator(".onnx-lab-ed-title", has_text="/Reshape").wait_for(timeout=30_000)
+            page.wait_for_timeout(600)  # the form is built (the view port narrows) and reported
+            k0, at0 = canvas.get_attribute("data-k"), _centre(root, "/Reshape")
+            assert "outputs unchanged (verified" in _remove(page, root, "/Reshape",
+                                                            selected=True)
+            # a new drawing (one box less) at the user's zoom, the node that took the removed
+            # one's place selected and where it was
+            assert canvas.get_attribute("data-rendered") != drawn
+            assert canvas.get_attribute("data-k") == k0
+            expect(canvas).to_have_attribute("data-selected", "/fc/Gemm", timeout=30_000)
+            at1 = _centre(root, "/fc/Gemm")
+            assert abs(at1[0] - at0[0]) < 2 and abs(at1[1] - at0[1]) < 2, (at0, at1)
+            root.screenshot(path=str(ARTIFACTS / "editor_torch_cnn_removed.png"))
+            assert "outputs unchanged (verified" in _add_output(page, root, "/act1/Relu")
+            root.locator("svg g.node[id='n:output:/act1/Relu_output_0']").wait_for(
+                timeout=30_000)
+            _rename_input(root, "x", "image")
+            history.locator("tr.onnx-lab-history-row[data-step='4']").wait_for(timeout=60_000)
+            root.screenshot(path=str(ARTIFACTS / "editor_torch_cnn_edits.png"))
+            _undo_twice_and_save(page, root, "cnn_edited.onnx")
+            # the undone rename: the input keeps the selection under its old name
+            assert canvas.get_attribute("data-selected") == "input:x"
+            assert canvas.get_attribute("data-k") == k0
+            root.screenshot(path=str(ARTIFACTS / "editor_torch_cnn_undo_saved.png"))
+
+            # ---------------- the transformer
+            run_all_cells(page, url, "tf.ipynb")
+            root = page.locator(".onnx-lab-editor").first
+            root.locator(".olc-root svg g.node").first.wait_for(timeout=120_000)
+            _edit_attr(page, root, "/layer/norm1/LayerNormalization", "epsilon", "0.25",
+                       "1e-05")
+            assert "outputs changed (expected for this edit)" in _wait_message(
+                page, root, "set_attribute")
+            assert "outputs unchanged (verified" in _remove(page, root, "Identity_24")
+            assert "outputs unchanged (verified" in _add_output(
+                page, root, "/layer/self_attn/Softmax")
+            _rename_input(root, "tokens", "hidden_in")
+            root.locator(".onnx-lab-ed-history-html tr.onnx-lab-history-row[data-step='4']"
+                         ).wait_for(timeout=60_000)
+            root.screenshot(path=str(ARTIFACTS / "editor_torch_tf_edits.png"))
+            _undo_twice_and_save(page, root, "tf_edited.onnx")
+            root.screenshot(path=str(ARTIFACTS / "editor_torch_tf_undo_saved.png"))
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "editor_torch_page.png"))
+
+    # the saved files: a fresh onnxruntime session, the torch module with the new epsilon
+    cnn.bn1.eps = 1e-3
+    tf.layer.norm1.eps = 0.25
+    for name, mod, inp, out, gone, eps_node, eps_value in (
+            ("cnn", cnn, "x", "logits", "Reshape", "/bn1/BatchNormalization", 1e-3),
+            ("tf", tf, "tokens", "hidden", "Identity_24", "/layer/norm1/LayerNormalization",
+             0.25)):
+        path = root_dir / f"{name}_edited.onnx"
+        proto = onnx.load(str(path))
+        assert gone not in {n.op_type for n in proto.graph.node} | {
+            n.name for n in proto.graph.node}
+        (eps,) = [a.f for n in proto.graph.node if n.name == eps_node
+                  for a in n.attribute if a.name == "epsilon"]
+        assert eps == np.float32(eps_value)
+        sess = _fresh_session(path)
+        assert [i.name for i in sess.get_inputs()] == [inp]  # the rename was undone
+        assert [o.name for o in sess.get_outputs()] == [out]  # so was the added output
+        x = xs[name]
+        (got,) = sess.run(None, {inp: x.numpy()})
+        with torch.no_grad():
+            want = mod(x).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        source = _fresh_session(root_dir / f"{name}.onnx").run(None, {inp: x.numpy()})[0]
+        assert not np.allclose(source, got, rtol=0, atol=1e-6)  # epsilon mattered

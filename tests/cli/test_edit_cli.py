@@ -99,3 +99,41 @@ def test_edit_script_over_the_input_or_the_output_is_refused(convnet, tmp_path, 
     assert code != 0
     assert "--script" in capsys.readouterr().err
     assert convnet.read_bytes() == before and not out.exists()
+
+
+def test_add_node_flags_schema_driven_with_json(convnet, tmp_path, capsys):
+    out = tmp_path / "out.onnx"
+    code = main(["edit", str(convnet), str(out),
+                 "--add-node", "/head/flatten/Flatten_output_0:Mul:inputs=[0.5]",
+                 "--add-node", "logits:Softmax:axis=-1",
+                 "--add-node", "logits:Cast:to=FLOAT16", "--json"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in doc["steps"]] == ["add_node"] * 3
+    assert doc["steps"][2]["call"] == "lab.add_node('logits', 'Cast', attributes={'to': 'FLOAT16'})"
+    assert doc["nodes_after"] == doc["nodes_before"] + 3
+    assert all(s["created"] for s in doc["steps"])
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert sess.get_outputs()[0].type == "tensor(float16)"
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    (y,) = sess.run(None, {"input": x})
+    assert y.dtype == np.float16 and abs(float(y.astype(np.float32).sum()) - 1.0) < 1e-2
+    types = [n.op_type for n in onnx.load(str(out)).graph.node]
+    assert types[-2:] == ["Softmax", "Cast"] and "Mul" in types
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("logits", "TENSOR:OP"),                         # no op
+    ("logits:Cast:to=FLOAT17", "data type"),         # not a dtype name
+    ("logits:Softmax:axis=x,", "INT"),               # wrong attribute type
+    ("logits:Softmax:axes", "'logits:Softmax'"),     # no '=': a tensor 'logits:Softmax'
+    ("logits:Softmax:banana=1", "banana"),           # not in the schema
+    ("nope:Relu", "nope"),                           # unknown tensor
+])
+def test_add_node_bad_specs_are_one_line_and_nothing_is_written(convnet, tmp_path, capsys,
+                                                                 spec, words):
+    out = tmp_path / "out.onnx"
+    assert main(["edit", str(convnet), str(out), "--add-node", spec]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+    assert not out.exists()

@@ -70,6 +70,18 @@ def test_remove_node_refuses_a_reconnect_it_cannot_do():
     assert len(lab.history) == 1
 
 
+def test_remove_node_refuses_to_turn_a_graph_output_into_a_passed_through_input():
+    lab = onnx_lab.open("sample:convnet")
+    before = onnx.printer.to_text(lab.model.to_proto())
+    with pytest.raises(PassError, match="passed straight through") as e:
+        lab.remove_node("/head/fc/Gemm", reconnect=False)
+    assert "remove_output" in e.value.fix
+    assert lab.removal_plan("/head/fc/Gemm", "inputs")["problem"]
+    assert onnx.printer.to_text(lab.model.to_proto()) == before and len(lab.history) == 1
+    # a node feeding no graph output still may (the chain test above)
+    assert lab.removal_plan("/head/dropout/Dropout", "inputs")["problem"] is None
+
+
 def test_rename_tensor_everywhere_and_earlier_versions_keep_names():
     lab = chain_lab()
     lab.rename_tensor("W1", "first_weight")

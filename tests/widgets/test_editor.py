@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 
 import onnx_lab
 from onnx_lab.samples import build
@@ -46,20 +47,65 @@ def test_a_bad_value_is_shown_in_the_widget_and_changes_nothing(tmp_path):
     lab = _lab(tmp_path)
     ed = Editor(lab)
     before = _text(lab)
+
+    def refused(*words):
+        for text in (ed.status.value, ed.form_error.value):  # top line and beside the form
+            assert "onnx-lab-error" in text and all(w in text for w in words), text
+        assert _text(lab) == before and len(lab.history) == 1 and lab.versions.current == 0
+
     ed.select(BN)
     ed.attribute.value = "epsilon"
-    ed.attr_value.value = "tiny"
+    ed.attr_value.value = "tiny"  # an attribute value of the wrong type
     ed.set_attr_button.click()
-    assert "onnx-lab-error" in ed.status.value and "FLOAT" in ed.status.value
+    refused("FLOAT")
     ed.select("/stem/conv/Conv")
-    ed.remove_mode.value = "reconnect"
+    assert ed.form_error.value == ""  # a new selection clears it
+    ed.attribute.value = "kernel_shape"
+    ed.attr_value.value = "3.5, 2"
+    ed.set_attr_button.click()
+    refused("INTS")
+    ed.attribute.value = "auto_pad"
+    ed.attr_value.value = "WRONG"  # a value the schema does not allow
+    ed.set_attr_button.click()
+    refused("SAME_UPPER")
+    ed.remove_mode.value = "reconnect"  # 3 channels in, 8 out
     ed.remove_button.click()
-    assert "onnx-lab-error" in ed.status.value and "shape" in ed.status.value
-    ed.select("input:input")
+    refused("shape")
+    ed.select("input:input")  # a rename onto an existing tensor
     ed.tensor_name.value = "logits"
     ed.rename_tensor_button.click()
-    assert "exists" in ed.status.value
-    assert _text(lab) == before and len(lab.history) == 1
+    refused("exists")
+    ed.select("/head/fc/Gemm")  # a rename onto an existing node
+    ed.node_name.value = "/stem/conv/Conv"
+    ed.rename_node_button.click()
+    refused("exists")
+    # removals that would disconnect the only graph output, in every mode
+    for mode, words in (("reconnect", ("shape",)), ("cascade", ("every output",)),
+                        ("inputs", ("passed straight through", "remove_output"))):
+        ed.remove_mode.value = mode
+        ed.remove_button.click()
+        refused(*words)
+    ed.select("/stem/identity/Identity")  # an Identity onto the graph output's producer
+    ed.select("output:logits")
+    ed.remove_output_button.click()
+    refused("only graph output")
+    ed.select("/block1/conv/Conv")  # a weight of the wrong shape, then of the wrong dtype
+    np.save(tmp_path / "w.npy", np.ones((8, 8, 3, 3), np.float32))
+    ed.init_path.value = str(tmp_path / "w.npy")
+    ed.replace_button.click()
+    refused("shape")
+    w = lab.model.graph.initializers["block1.conv.weight"].const_value.numpy()
+    np.save(tmp_path / "w64.npy", w.astype(np.float64))
+    ed.init_path.value = str(tmp_path / "w64.npy")
+    ed.replace_button.click()
+    refused("float64")
+    ed.init_path.value = str(tmp_path / "missing.npy")
+    ed.replace_button.click()
+    refused("missing.npy")
+    # and a good edit after all that clears the panel's error
+    ed.factor.value = 0.5
+    ed.scale_button.click()
+    assert ed.form_error.value == "" and len(lab.history) == 2
 
 
 def test_remove_preview_then_cascade_then_undo_twice(tmp_path, no_error):
@@ -76,7 +122,9 @@ def test_remove_preview_then_cascade_then_undo_twice(tmp_path, no_error):
     assert len(lab.history) == 2  # a preview is not a step
     ed.remove_button.click()
     no_error(ed)
-    assert "/head/fc/Gemm" not in lab.index.entries and ed.target is None
+    assert "/head/fc/Gemm" not in lab.index.entries
+    # the selection moves to what takes the removed node's place: its producer here
+    assert ed.target == ("node", "/head/flatten/Flatten")
     ed.undo_button.click()
     ed.undo_button.click()
     no_error(ed)
@@ -120,6 +168,113 @@ def test_inputs_outputs_weights_and_inserted_nodes(tmp_path, no_error):
     ns: dict = {}
     exec(script, ns)
     assert _text(ns["lab"]) == _text(lab)
+
+
+def _on_screen(ed, key):
+    """Where ``key`` is on the screen under the canvas's view (screen = drawing * k + x)."""
+    from onnx_lab.widgets.editor import drawn_centres
+
+    x, y = drawn_centres(ed.canvas.rendering.svg)[key]
+    v = ed.canvas.view
+    return x * v["k"] + v["x"], y * v["k"] + v["y"]
+
+
+def test_an_edit_keeps_the_zoom_and_the_selection_where_it_was(tmp_path, no_error):
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    assert ed.canvas.keep_view  # the page keeps the view over a new drawing
+    ed.select(BN)
+    # what the page reports after the user zoomed in and panned
+    ed.canvas.view = {"x": -40.0, "y": -150.0, "k": 2.5, "width": 800, "height": 520}
+    where = _on_screen(ed, BN)
+    ed.attribute.value = "epsilon"
+    ed.attr_value.value = "1e-3"
+    ed.set_attr_button.click()
+    no_error(ed)
+    assert ed.canvas.view["k"] == 2.5 and ed.canvas.selected == BN
+    assert _on_screen(ed, BN) == pytest.approx(where, abs=0.01)
+    # an edit that moves the layout (a new output box beside the node): pan follows the node
+    ed.select("/stem/relu/Relu")
+    ed.canvas.view = {"x": 10.0, "y": -300.0, "k": 1.7, "width": 800, "height": 520}
+    where = _on_screen(ed, "/stem/relu/Relu")
+    ed.add_output_button.click()
+    no_error(ed)
+    assert "output:/stem/relu/Relu_output_0" in ed.canvas.rendering.view.nodes
+    assert ed.canvas.view["k"] == 1.7 and ed.canvas.selected == "/stem/relu/Relu"
+    assert _on_screen(ed, "/stem/relu/Relu") == pytest.approx(where, abs=0.01)
+    # a rename: the renamed node stays selected and in place
+    ed.select("/head/fc/Gemm")
+    where = _on_screen(ed, "/head/fc/Gemm")
+    ed.node_name.value = "classifier"
+    ed.rename_node_button.click()
+    no_error(ed)
+    assert ed.canvas.selected == "classifier" and ed.canvas.view["k"] == 1.7
+    assert _on_screen(ed, "classifier") == pytest.approx(where, abs=0.01)
+    # a removal: the node that takes its place is selected where it was
+    ed.select("/head/dropout/Dropout")
+    where = _on_screen(ed, "/head/dropout/Dropout")
+    ed.remove_mode.value = "reconnect"
+    ed.remove_button.click()
+    no_error(ed)
+    assert ed.canvas.selected == "classifier" and ed.target == ("node", "classifier")
+    assert _on_screen(ed, "classifier") == pytest.approx(where, abs=0.01)
+    # undo: the view's zoom stays too
+    ed.undo_button.click()
+    no_error(ed)
+    assert ed.canvas.view["k"] == 1.7 and ed.canvas.selected == "classifier"
+    # a renamed input stays selected, and so does its old name after an undo
+    ed.select("input:input")
+    ed.tensor_name.value = "image"
+    ed.rename_tensor_button.click()
+    no_error(ed)
+    assert ed.canvas.selected == "input:image"
+    ed.undo_button.click()
+    assert ed.canvas.selected == "input:input" and ed.target == ("input", "input")
+    ed.redo_button.click()
+    assert ed.canvas.selected == "input:image" and ed.canvas.view["k"] == 1.7
+
+
+def test_without_a_view_from_the_page_nothing_is_moved(tmp_path, no_error):
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    ed.select(BN)
+    ed.canvas.view = {}
+    ed.attribute.value = "epsilon"
+    ed.attr_value.value = "1e-3"
+    ed.set_attr_button.click()
+    no_error(ed)
+    assert ed.canvas.view == {} and ed.canvas.selected == BN  # the page fits on first draw
+
+
+def test_save_writes_what_a_fresh_onnxruntime_session_runs_and_never_the_source(tmp_path,
+                                                                                no_error):
+    import onnxruntime as ort
+
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    ed.save_button.click()
+    assert "save as" in ed.form_error.value  # no path yet
+    ed.select("/head/flatten/Flatten")
+    ed.add_output_button.click()
+    no_error(ed)
+    ed.save_path.value = str(tmp_path / "edited.onnx")
+    ed.save_button.click()
+    no_error(ed)
+    assert "saved to" in ed.message.value and "lab.save(" in ed.code.value
+    sess = ort.InferenceSession(str(tmp_path / "edited.onnx"),
+                                providers=["CPUExecutionProvider"])
+    assert [o.name for o in sess.get_outputs()] == ["logits", "/head/flatten/Flatten_output_0"]
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    got = sess.run(None, {"input": x})
+    (want,) = ort.InferenceSession(str(tmp_path / "convnet.onnx"),
+                                   providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    np.testing.assert_array_equal(got[0], want)  # an added output changes nothing else
+    assert got[1].shape == (1, 16)
+    source = (tmp_path / "convnet.onnx").read_bytes()
+    ed.save_path.value = str(tmp_path / "convnet.onnx")
+    ed.save_button.click()
+    assert "onnx-lab-error" in ed.form_error.value
+    assert (tmp_path / "convnet.onnx").read_bytes() == source
 
 
 def test_editor_on_every_sample(sample_lab, no_error):

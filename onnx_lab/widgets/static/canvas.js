@@ -295,7 +295,8 @@ function render({ model, el: root }) {
     measureLabels();
     userMoved = false;
     const view = model.get("view") || {};
-    if (view.k && model.get("keep_view")) { v = { x: view.x, y: view.y, k: view.k }; apply(false); }
+    // a kept view is the user's: a later resize must not re-fit it (userMoved)
+    if (view.k && model.get("keep_view")) { v = { x: view.x, y: view.y, k: view.k }; userMoved = true; apply(false); }
     else if (!firstView()) requestAnimationFrame(firstView);
     mark("olc-selected", [model.get("selected")]);
     mark("olc-hit", model.get("highlight") || []);
