@@ -51,7 +51,7 @@ def test_a_bad_value_is_shown_in_the_widget_and_changes_nothing(tmp_path):
     def refused(*words):
         for text in (ed.status.value, ed.form_error.value):  # top line and beside the form
             assert "onnx-lab-error" in text and all(w in text for w in words), text
-        assert _text(lab) == before and len(lab.history) == 1 and lab.versions.current == 0
+        assert _text(lab) == before and len(lab.history) == 1 and lab.version_history.current == 0
 
     ed.select(BN)
     ed.attribute.value = "epsilon"
