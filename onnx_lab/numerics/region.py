@@ -1,0 +1,448 @@
+"""Verifying a step by the region it rewrote, against a reference captured once per preset.
+
+A preset (``steps.apply_preset``) captures its reference once: every main-graph tensor of the
+model before the preset, on the seeded feeds (:func:`capture_reference`). A step is then
+verified by running only what it changed (:func:`region_report`):
+
+- the region: the main-graph nodes the step created, changed or rewired (the PassResult's
+  provenance, and every node whose op, inputs, outputs or attributes differ from the node of
+  the same id before the step), plus the readers of the initializers it changed (a folded
+  constant);
+- its inputs: the tensors those nodes read that are produced outside the region or are graph
+  inputs, fed with the reference's values; its initializers are the new model's own;
+- what is compared: every tensor of the region that has a counterpart in the reference
+  (:func:`onnx_lab.numerics.align.align_versions`: the same SameQuantity rule and the same
+  tolerance rules as the whole-model check), which must include every region tensor read
+  outside the region and every graph output it computes.
+
+The region's inputs are the reference's exact values, so for float32 rewrites the region
+computes what the whole new model computes on the reference's activations, and a difference
+belongs to this step alone. Differences within tolerance can add up over the steps: the
+preset's outputs are compared with the reference's once at the end (:func:`final_check`).
+
+A region that cannot be cut cleanly is not verified here: :func:`region_report` returns
+``(None, why)`` and the caller runs the whole-model check (:func:`onnx_lab.numerics.verify.
+report_of`). That is the case for a rewrite inside an If/Loop/Scan body, a region node with a
+body or a local-function op, a random op, a boundary tensor with no reference value (renamed
+or absent), a region of more than half the main graph, several feed samples, a reference too
+large to hold (``max_bytes``), or a region that does not run on its own.
+
+Example:
+    >>> ref, _why = capture_reference(before, after)
+    >>> report, how = region_report(ref, before, after, result)
+    >>> how, report.attrs["passed"] if report else None
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.errors import LabError
+from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
+from onnx_lab.numerics.metrics import is_structured
+from onnx_lab.numerics.verify import (
+    Report,
+    _estimate,
+    _feeds,
+    _judge,
+    _new_stats,
+    _row,
+    _saved_form_problem,
+)
+from onnx_lab.runtime.capture import plan_chunks
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PresetReference", "Region", "StepDiff", "capture_reference", "step_diff",
+           "find_region", "region_report", "final_check", "RANDOM_OPS", "MAX_REGION_SHARE"]
+
+#: Ops whose values differ from run to run: a region holding one is checked on the whole model.
+RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                        "Multinomial", "Bernoulli"})
+#: A region of more than this share of the main graph's nodes costs about a whole run: the
+#: whole-model check runs instead.
+MAX_REGION_SHARE = 0.5
+
+
+# ---------------------------------------------------------------------------- the diff
+@dataclass
+class StepDiff:
+    """What a step changed, node by node (main graph), from the two versions.
+
+    Attributes:
+        nodes: ids (in ``after``) of main-graph nodes created, changed or rewired.
+        constants: initializers of ``after`` that are new or hold another tensor.
+        bodies: whether a node inside an If/Loop/Scan body was added, removed or changed.
+        names: every tensor name whose value may differ from before the step (outputs of the
+            changed nodes, the changed initializers).
+    """
+
+    nodes: list[str]
+    constants: list[str]
+    bodies: bool
+    names: set[str] = field(default_factory=set)
+
+
+def _names(values: Any) -> tuple[str, ...]:
+    return tuple(v.name if v is not None else "" for v in values)
+
+
+def _same_attr(a: ir.Attr, b: ir.Attr) -> bool:
+    if a.type != b.type:
+        return False
+    if a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+        return True  # a body's nodes are compared as nodes of their own (StepDiff.bodies)
+    if a.type in (ir.AttributeType.TENSOR, ir.AttributeType.TENSORS):
+        x, y = (a.value if a.type == ir.AttributeType.TENSORS else [a.value]), \
+            (b.value if b.type == ir.AttributeType.TENSORS else [b.value])
+        return len(x) == len(y) and all(
+            s is t or (s.dtype == t.dtype and s.shape == t.shape
+                       and np.array_equal(s.numpy(), t.numpy())) for s, t in zip(x, y))
+    return a.value == b.value
+
+
+def _same_node(a: ir.Node, b: ir.Node) -> bool:
+    if (a.op_type, a.domain, a.overload) != (b.op_type, b.domain, b.overload):
+        return False
+    if _names(a.inputs) != _names(b.inputs) or _names(a.outputs) != _names(b.outputs):
+        return False
+    if a.attributes.keys() != b.attributes.keys():
+        return False
+    return all(_same_attr(x, b.attributes[k]) for k, x in a.attributes.items())
+
+
+def step_diff(before: LabModel, after: LabModel, result: Any = None) -> StepDiff:
+    """The nodes and initializers a step changed (see :class:`StepDiff`).
+
+    The provenance of ``result`` (new or changed node ids) is trusted as changed; every other
+    node is compared with the node of the same id before the step (passes keep the ids of
+    the nodes they do not touch), so a consumer rewired by a removal is found too."""
+    b_idx, a_idx = before.index, after.index
+    prov = dict(getattr(result, "provenance", None) or {})
+    nodes: list[str] = []
+    bodies = False
+    for nid in a_idx.topo_order(None):
+        e = a_idx.entries[nid]
+        be = b_idx.entries.get(nid)
+        changed = nid in prov or be is None or be.graph != e.graph \
+            or not _same_node(e.node, be.node)
+        if not changed:
+            continue
+        if e.graph:
+            bodies = True
+        else:
+            nodes.append(nid)
+    if not bodies:
+        a_body = sum(1 for e in a_idx.entries.values() if e.graph)
+        b_body = sum(1 for e in b_idx.entries.values() if e.graph)
+        bodies = a_body != b_body  # a body node removed
+    b_init = before.graph.initializers
+    constants = [n for n, v in after.graph.initializers.items()
+                 if (bv := b_init.get(n)) is None or bv.const_value is not v.const_value]
+    names = set(constants)
+    for nid in nodes:
+        names.update(v.name for v in a_idx.entries[nid].node.outputs if v.name)
+    return StepDiff(nodes, constants, bodies, names)
+
+
+# ---------------------------------------------------------------------------- the region
+@dataclass
+class Region:
+    """The part of ``after`` a step rewrote (see the module docstring).
+
+    Attributes:
+        nodes: node ids in ``after``, topological order.
+        inputs: boundary tensors fed with the reference's values.
+        outputs: region tensors read outside the region, or graph outputs.
+        tensors: every tensor the region computes that something reads (the run's outputs).
+        constants: changed initializers that are graph outputs (compared without a run).
+    """
+
+    nodes: list[str]
+    inputs: list[str]
+    outputs: list[str]
+    tensors: list[str]
+    constants: list[str]
+
+    @property
+    def empty(self) -> bool:
+        return not self.nodes and not self.constants
+
+
+def find_region(after: LabModel, diff: StepDiff) -> tuple[Region | None, str | None]:
+    """(the region, None), or (None, why it cannot be cut cleanly)."""
+    if diff.bodies:
+        return None, "the step rewrote nodes inside an If/Loop/Scan body"
+    idx = after.index
+    graph = after.graph
+    inits = graph.initializers
+    graph_outputs = {v.name for v in graph.outputs}
+    live = {n: 1 for n in diff.nodes}
+    for c in diff.constants:
+        for nid in idx.consumers.get(c, ()):
+            if idx.entries[nid].graph:
+                return None, f"the changed constant {c!r} is read inside a body"
+            live[nid] = 1
+    order = {nid: idx.entries[nid].topo for nid in live}
+    region = sorted(live, key=order.__getitem__)
+    main = sum(1 for e in idx.entries.values() if not e.graph)
+    if len(region) > MAX_REGION_SHARE * main:
+        return None, f"the region holds {len(region)} of the {main} main-graph nodes"
+    functions = {(f.domain, f.name, f.overload) for f in after.ir.functions.values()}
+    in_region = set(region)
+    produced: set[str] = set()
+    tensors: list[str] = []
+    outputs: list[str] = []
+    kept: list[str] = []
+    for nid in region:
+        e = idx.entries[nid]
+        node = e.node
+        if node.op_type in RANDOM_OPS and node.domain in ("", "ai.onnx"):
+            return None, f"the region holds the random op {node.op_type} ({nid})"
+        if e.implicit_inputs or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+                                    for a in node.attributes.values()):
+            return None, f"the region holds {nid}, a node with a body"
+        if (node.domain, node.op_type, node.overload) in functions:
+            return None, f"the region holds {nid}, a call of the model's function " \
+                f"{node.op_type!r}"
+        read = False
+        for v in node.outputs:
+            if not v.name:
+                continue
+            produced.add(v.name)
+            users = idx.consumers.get(v.name, ())
+            if not users and v.name not in graph_outputs:
+                continue  # nothing reads it (an inference Dropout's mask)
+            read = True
+            tensors.append(v.name)
+            if v.name in graph_outputs or any(u not in in_region for u in users):
+                outputs.append(v.name)
+        if read:
+            kept.append(nid)
+    inputs: dict[str, None] = {}
+    for nid in kept:
+        for v in idx.entries[nid].node.inputs:
+            if v is None or not v.name or v.name in produced:
+                continue
+            if v.name in inits and v.const_value is not None:
+                continue  # the new model's own constant, part of the region
+            inputs[v.name] = None
+    constants = [c for c in diff.constants if c in graph_outputs]
+    return Region(kept, list(inputs), outputs, tensors, constants), None
+
+
+# ---------------------------------------------------------------------------- the reference
+@dataclass
+class PresetReference:
+    """The model before a preset and its tensors on one seeded sample.
+
+    Attributes:
+        model: the reference model.
+        feeds: (reference feeds, candidate feeds) of the sample (numerics.verify's feeds).
+        values: name -> the reference value that stands for the current version's tensor of
+            that name (graph inputs, node outputs); a step that changes a tensor without it
+            being compared equal drops its name (:meth:`advance`).
+        outputs: the reference's graph outputs: name -> value (what the final check
+            compares the preset's result with).
+    """
+
+    model: LabModel
+    feeds: tuple[dict[str, Any], dict[str, Any]]
+    values: dict[str, Any]
+    outputs: dict[str, Any]
+
+    def advance(self, diff: StepDiff, report: Report | None) -> None:
+        """Keep ``values`` true for the new version: drop the names the step changed, then
+        take back those the report compared with a reference value and found equal (under
+        the new name of a fused node too)."""
+        if diff.bodies:
+            self.values.clear()  # values computed inside bodies are not tracked: no regions
+            return
+        old = {n: self.values[n] for n in diff.names if n in self.values}
+        for n in diff.names:
+            self.values.pop(n, None)
+        for r in (report.rows if report is not None else ()):
+            name, ref = r["tensor"], r["ref_tensor"]
+            if r["match"] == "preset_output":
+                continue
+            if not r["passed"]:
+                self.values.pop(name, None)
+                continue
+            v = old.get(ref, self.values.get(ref))
+            if v is None or name not in diff.names:
+                continue
+            if is_structured(v) or r["shape"] is None or list(np.shape(v)) == list(r["shape"]):
+                self.values[name] = v
+
+
+def capture_reference(model: LabModel, candidate: LabModel, *, feeds: Any = None,
+                      dims: Mapping[str, int] | None = None,
+                      shapes: Mapping[str, Any] | None = None, seed: int = 0,
+                      providers: Any = None, max_bytes: int = 1 << 30
+                      ) -> tuple[PresetReference | None, str | None]:
+    """Run ``model`` once on the seeded feeds (sized as the step from ``model`` to
+    ``candidate`` is verified: numerics.verify's feeds) and keep every main-graph tensor it
+    computes: (the reference, None), or (None, why not: several samples, the tensors would
+    not fit in ``max_bytes // 2``, or the model does not run)."""
+    # on use: tests stand in for run on its module
+    from onnx_lab.runtime._runner import run
+
+    samples = _feeds(model, candidate, feeds, dims, shapes, seed, True)
+    if len(samples) != 1:
+        return None, f"{len(samples)} feed samples (regions are checked on one)"
+    ref_feeds = samples[0][0]
+    names = [n for n, _nid, _t in version_tensors(model)]
+    sizes = _estimate(model, names, ref_feeds) if names else {}
+    if len(plan_chunks(sizes, max(max_bytes // 2, 1))) > 1:
+        return None, "the reference's tensors do not fit in max_bytes at once"
+    try:
+        values = run(model, ref_feeds, names, providers=providers) if names else {}
+    except LabError as e:
+        return None, f"the reference does not run: {e}"
+    values = {**ref_feeds, **values}
+    outputs = {v.name: values[v.name] for v in model.graph.outputs if v.name in values}
+    return PresetReference(model, samples[0], values, outputs), None
+
+
+# ---------------------------------------------------------------------------- a step
+def region_report(ref: PresetReference, before: LabModel, after: LabModel, result: Any = None,
+                  *, diff: StepDiff | None = None, atol: float | None = None,
+                  rtol: float | None = None, preset: str | None = None, providers: Any = None
+                  ) -> tuple[Report | None, str]:
+    """Verify the step ``before`` -> ``after`` by its region: (report, ``"region"`` or
+    ``"unchanged"``), or (None, why the region cannot be cut cleanly: the caller runs the
+    whole-model check).
+
+    The report has :data:`onnx_lab.numerics.verify.REPORT_COLUMNS` (one row per compared
+    region tensor, ``ref_tensor`` its name in the reference) and the attrs of
+    :func:`onnx_lab.numerics.verify.verify`, plus ``verified_by`` and ``region`` (its node
+    count, inputs and outputs). ``max_abs_err`` is over the graph outputs the region
+    computes (None when it computes none: the preset's final check compares them).
+    """
+    if _fed(after) != _fed(ref.model):
+        return None, "the step changed the graph inputs"
+    if _saved_form_problem(before, after):
+        return None, "the new model's saved form needs the whole-model check"
+    diff = diff if diff is not None else step_diff(before, after, result)
+    region, why = find_region(after, diff)
+    if region is None:
+        return None, why or "no region"
+    if region.empty:
+        attrs = {"passed": True, "first_failure": None, "max_abs_err": None, "samples": 1,
+                 "skipped": [], "not_comparable": {}, "verified_by": "unchanged",
+                 "region": {"nodes": 0, "inputs": [], "outputs": []},
+                 "note": "no node or constant that something reads changed: the values are "
+                 "the previous version's"}
+        return Report([], attrs), "unchanged"
+    for n in region.inputs:
+        v = ref.values.get(n, _MISSING)
+        if v is _MISSING:
+            return None, f"the region's input {n!r} has no reference value (renamed or absent)"
+        if v is None or is_structured(v) or np.asarray(v).dtype.kind in "OSU":
+            return None, f"the region's input {n!r} is not a numeric tensor"
+    not_comparable: dict[str, str] = {}
+    wanted = set(region.tensors) | set(region.constants)
+    pairs = [p for p in align_versions(before, after, result, rejected=not_comparable)
+             if p.tensor in wanted and p.ref in ref.values]
+    paired = {p.tensor for p in pairs}
+    for n in [*region.outputs, *region.constants]:
+        if n not in paired:
+            return None, f"the region's output {n!r} has no counterpart in the reference"
+    try:
+        values = _run_region(after, region, ref, providers) if region.nodes else {}
+    except (LabError, ValueError) as e:  # a region that does not run alone: the whole model
+        logger.debug("region run failed (%s)", e)
+        return None, f"the region does not run on its own: {e}"
+    for c in region.constants:
+        values[c] = after.graph.initializers[c].const_value.numpy()
+    stats = {p.tensor: _new_stats() for p in pairs}
+    skipped: list[str] = []
+    for p in pairs:
+        if not _judge(p, ref.values[p.ref], values[p.tensor], stats[p.tensor], preset=preset,
+                      atol=atol, rtol=rtol):
+            skipped.append(p.tensor)
+    pairs = [p for p in pairs if p.tensor not in set(skipped)]
+    rows = [_row(p, stats[p.tensor]) for p in pairs]
+    failing = [r["tensor"] for r in rows if not r["passed"]]
+    outs = [r["max_abs"] for r in rows if r["match"] == "output"]
+    attrs = {"passed": not failing, "first_failure": failing[0] if failing else None,
+             "max_abs_err": float(max(outs)) if outs else None, "samples": 1,
+             "skipped": sorted(set(skipped)), "not_comparable": not_comparable,
+             "verified_by": "region",
+             "region": {"nodes": len(region.nodes), "inputs": list(region.inputs),
+                        "outputs": list(region.outputs)}}
+    return Report(rows, attrs), "region"
+
+
+_MISSING = object()
+
+
+def _fed(model: LabModel) -> list[str]:
+    """The graph inputs a run is fed (an initializer listed as an input, as IR < 4 allows, is
+    not)."""
+    g = model.graph
+    return [v.name for v in g.inputs if v.name not in g.initializers]
+
+
+def _run_region(after: LabModel, region: Region, ref: PresetReference, providers: Any
+                ) -> dict[str, Any]:
+    """The region's tensors, computed by the region alone on the reference's values."""
+    # on use: tests stand in for run on its module
+    from onnx_lab.runtime._runner import run
+
+    graph = ir.convenience.extract(after.graph, region.inputs, region.tensors)
+    feeds = {n: np.asarray(ref.values[n]) for n in region.inputs}
+    for v in graph.inputs:  # typed by the values fed (a boundary value may be untyped)
+        arr = feeds[v.name]
+        v.dtype = ir.DataType.from_numpy(arr.dtype)
+        v.shape = ir.Shape(arr.shape)
+    model = LabModel(ir.Model(graph, ir_version=after.ir.ir_version,
+                              functions=list(after.ir.functions.values())), path=after.path)
+    return run(model, feeds, region.tensors, providers=providers)
+
+
+def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = None,
+                rtol: float | None = None, preset: str | None = None, providers: Any = None
+                ) -> list[dict[str, Any]]:
+    """The preset's outputs against the reference's: report rows (``match``
+    ``"preset_output"``), one per graph output, judged by the output rule (element-wise),
+    from one run of ``model``'s outputs on the reference's sample."""
+    # on use: tests stand in for run on its module
+    from onnx_lab.runtime._runner import run
+
+    outs = [v.name for v in model.graph.outputs]
+    refs = list(ref.outputs)
+    pairs = []
+    for i, name in enumerate(outs):
+        r = name if name in refs else (refs[i] if i < len(refs) else None)
+        if r is not None:
+            pairs.append(VersionPair(name, r, model.index.producer.get(name),
+                                     ref.model.index.producer.get(r), "output", i))
+    stats = {p.tensor: _new_stats() for p in pairs}
+    try:
+        got = run(model, ref.feeds[1], [p.tensor for p in pairs], providers=providers) \
+            if pairs else {}
+    except LabError as e:
+        for p in pairs:
+            stats[p.tensor].update(passed=False, max_abs=math.inf, max_rel=math.inf,
+                                   note=f"the optimized model does not run: {e}")
+        got = None
+    if got is not None:
+        for p in pairs:
+            _judge(p, ref.outputs[p.ref], got[p.tensor], stats[p.tensor], preset=preset,
+                   atol=atol, rtol=rtol)
+    rows = []
+    for p in pairs:
+        row = _row(p, stats[p.tensor])
+        row["match"] = "preset_output"
+        rows.append(row)
+    return rows
+
