@@ -62,7 +62,7 @@ from onnx_lab.runtime.capture import plan_chunks
 logger = logging.getLogger(__name__)
 
 __all__ = ["PresetReference", "Region", "StepDiff", "capture_reference", "step_diff",
-           "find_region", "region_report", "final_check", "RANDOM_OPS", "MAX_REGION_SHARE"]
+           "find_region", "region_report", "final_check", "unchanged_report", "RANDOM_OPS", "MAX_REGION_SHARE"]
 
 #: Ops whose values differ from run to run: a region holding one is checked on the whole model.
 RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -336,12 +336,7 @@ def region_report(ref: PresetReference, before: LabModel, after: LabModel, resul
     if region is None:
         return None, why or "no region"
     if region.empty:
-        attrs = {"passed": True, "first_failure": None, "max_abs_err": None, "samples": 1,
-                 "skipped": [], "not_comparable": {}, "verified_by": "unchanged",
-                 "region": {"nodes": 0, "inputs": [], "outputs": []},
-                 "note": "no node or constant that something reads changed: the values are "
-                 "the previous version's"}
-        return Report([], attrs), "unchanged"
+        return unchanged_report(), "unchanged"
     for n in region.inputs:
         v = ref.values.get(n, _MISSING)
         if v is _MISSING:
@@ -383,6 +378,16 @@ def region_report(ref: PresetReference, before: LabModel, after: LabModel, resul
 
 
 _MISSING = object()
+
+
+def unchanged_report() -> Report:
+    """The report of a step that changed no value anything reads (nothing ran)."""
+    attrs = {"passed": True, "first_failure": None, "max_abs_err": None, "samples": 0,
+             "skipped": [], "not_comparable": {}, "verified_by": "unchanged",
+             "region": {"nodes": 0, "inputs": [], "outputs": []},
+             "note": "no node or constant that something reads changed: the values are the "
+             "previous version's"}
+    return Report([], attrs)
 
 
 def _fed(model: LabModel) -> list[str]:
