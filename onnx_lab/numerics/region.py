@@ -163,7 +163,8 @@ class Region:
         inputs: boundary tensors fed with the reference's values.
         outputs: region tensors read outside the region, or graph outputs.
         tensors: every tensor the region computes that something reads (the run's outputs).
-        constants: changed initializers that are graph outputs (compared without a run).
+        constants: changed initializers compared without a run (graph outputs, and those
+            that hold exactly the reference's value: their readers are not in the region).
     """
 
     nodes: list[str]
@@ -177,8 +178,13 @@ class Region:
         return not self.nodes and not self.constants
 
 
-def find_region(after: LabModel, diff: StepDiff) -> tuple[Region | None, str | None]:
-    """(the region, None), or (None, why it cannot be cut cleanly)."""
+def find_region(after: LabModel, diff: StepDiff, values: Mapping[str, Any] | None = None
+                ) -> tuple[Region | None, str | None]:
+    """(the region, None), or (None, why it cannot be cut cleanly).
+
+    ``values``: the reference's values (:attr:`PresetReference.values`); a changed constant
+    that holds exactly the reference's value of its name (a folded constant) is compared
+    alone: its readers compute what they computed, and are not run."""
     if diff.bodies:
         return None, "the step rewrote nodes inside an If/Loop/Scan body"
     idx = after.index
@@ -186,7 +192,11 @@ def find_region(after: LabModel, diff: StepDiff) -> tuple[Region | None, str | N
     inits = graph.initializers
     graph_outputs = {v.name for v in graph.outputs}
     live = {n: 1 for n in diff.nodes}
+    same: list[str] = []
     for c in diff.constants:
+        if values is not None and _identical(inits[c].const_value, values.get(c)):
+            same.append(c)
+            continue
         for nid in idx.consumers.get(c, ()):
             if idx.entries[nid].graph:
                 return None, f"the changed constant {c!r} is read inside a body"
@@ -235,8 +245,22 @@ def find_region(after: LabModel, diff: StepDiff) -> tuple[Region | None, str | N
             if v.name in inits and v.const_value is not None:
                 continue  # the new model's own constant, part of the region
             inputs[v.name] = None
-    constants = [c for c in diff.constants if c in graph_outputs]
+    constants = [c for c in diff.constants if c in graph_outputs or c in same]
     return Region(kept, list(inputs), outputs, tensors, constants), None
+
+
+def _identical(tensor: Any, ref: Any) -> bool:
+    """Whether an initializer holds exactly (bit for bit) the reference's value."""
+    if tensor is None or ref is None or is_structured(ref):
+        return False
+    ref = np.asarray(ref)
+    if ref.dtype.kind in "OSU" or int(np.prod(tensor.shape.numpy(), dtype=np.int64)) != ref.size:
+        return False
+    try:
+        arr = tensor.numpy()
+    except Exception:  # noqa: BLE001 - a tensor numpy cannot hold: not identical
+        return False
+    return arr.dtype == ref.dtype and arr.shape == ref.shape and arr.tobytes() == ref.tobytes()
 
 
 # ---------------------------------------------------------------------------- the reference
@@ -332,7 +356,7 @@ def region_report(ref: PresetReference, before: LabModel, after: LabModel, resul
     if _saved_form_problem(before, after):
         return None, "the new model's saved form needs the whole-model check"
     diff = diff if diff is not None else step_diff(before, after, result)
-    region, why = find_region(after, diff)
+    region, why = find_region(after, diff, ref.values)
     if region is None:
         return None, why or "no region"
     if region.empty:
@@ -347,6 +371,9 @@ def region_report(ref: PresetReference, before: LabModel, after: LabModel, resul
     wanted = set(region.tensors) | set(region.constants)
     pairs = [p for p in align_versions(before, after, result, rejected=not_comparable)
              if p.tensor in wanted and p.ref in ref.values]
+    paired = {p.tensor for p in pairs}
+    pairs[:0] = [VersionPair(c, c, None, before.index.producer.get(c), "name", -1)
+                 for c in region.constants if c not in paired and c in ref.values]
     paired = {p.tensor for p in pairs}
     for n in [*region.outputs, *region.constants]:
         if n not in paired:
