@@ -50,14 +50,13 @@ from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
 from onnx_lab.numerics.metrics import is_structured
 from onnx_lab.numerics.verify import (
     Report,
-    _estimate,
     _feeds,
     _judge,
     _new_stats,
     _row,
     _saved_form_problem,
 )
-from onnx_lab.runtime.capture import plan_chunks
+from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 
 logger = logging.getLogger(__name__)
 
@@ -324,7 +323,10 @@ def capture_reference(model: LabModel, candidate: LabModel, *, feeds: Any = None
         return None, f"{len(samples)} feed samples (regions are checked on one)"
     ref_feeds = samples[0][0]
     names = [n for n, _nid, _t in version_tensors(model)]
-    sizes = _estimate(model, names, ref_feeds) if names else {}
+    # By the model's types at the feeds' shapes: the run's memory check reads the same ones.
+    shapes = {k: np.shape(v) for k, v in ref_feeds.items()
+              if v is not None and not is_structured(v)}
+    sizes = estimate_bytes(model, names, shapes) if names else {}
     if len(plan_chunks(sizes, max(max_bytes // 2, 1))) > 1:
         return None, "the reference's tensors do not fit in max_bytes at once"
     try:
