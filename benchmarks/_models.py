@@ -560,7 +560,19 @@ def bert_transformers() -> Path:
                              "transformers") from e
         torch.manual_seed(0)
         config = transformers.BertConfig(attn_implementation="eager")
-        model = transformers.BertModel(config).eval()
+        bert = transformers.BertModel(config).eval()
+
+        class ByKeyword(torch.nn.Module):  # forward's positional order differs by version
+            def __init__(self) -> None:
+                super().__init__()
+                self.bert = bert
+
+            def forward(self, input_ids, attention_mask, token_type_ids):
+                out = self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                                token_type_ids=token_type_ids, return_dict=True)
+                return out.last_hidden_state, out.pooler_output
+
+        model = ByKeyword()
         ids = torch.randint(0, config.vocab_size, (1, 16))
         mask = torch.ones(1, 16, dtype=torch.int64)
         types = torch.zeros(1, 16, dtype=torch.int64)
