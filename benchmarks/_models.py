@@ -12,6 +12,8 @@ model (and its external data) is complete.
   ``batch`` and ``sequence``, opset 14 (LayerNorm decomposed), ~435 MB embedded weights.
 - ``gpt2(layers=24)``: a GPT-2-style decoder (n_embd 384, 6 heads, vocab 50257, tied LM head),
   input ``input_ids`` [batch, sequence], opset 14.
+- ``resnet50_bn()``: the same ResNet-50 exported without the exporter's constant folding
+  (BatchNormalization, Constant and Identity nodes kept).
 - ``ssd_lite()``: an SSDlite-style detector written in plain torch (MobileNet-like backbone,
   six box/class heads, softmax, anchor decoding), input ``image`` [1,3,320,320], opset 17.
 - ``bert_transformers()``: BERT-base from ``transformers`` with random weights (needs
@@ -39,7 +41,8 @@ from pathlib import Path
 MODELS_DIR = Path(__file__).resolve().parent / "_models"
 VERSION = "v1"  # bump when a builder changes so stale cached files are not reused
 
-__all__ = ["MODELS_DIR", "resnet50", "bert_base", "gpt2", "big_external", "ssd_lite",
+__all__ = ["MODELS_DIR", "resnet50", "resnet50_bn", "bert_base", "gpt2", "big_external",
+           "ssd_lite",
            "bert_transformers", "node_count"]
 
 
@@ -67,7 +70,7 @@ def _torch():
 
 
 def _export(module, args, path: Path, *, opset: int, input_names, output_names,
-            dynamic_axes=None) -> Path:
+            dynamic_axes=None, fold: bool = True) -> Path:
     """Export with the TorchScript exporter into a temp file, then rename into place."""
     torch = _torch()
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
@@ -77,7 +80,7 @@ def _export(module, args, path: Path, *, opset: int, input_names, output_names,
         warnings.simplefilter("ignore")
         torch.onnx.export(
             module, args, str(tmp), opset_version=opset, input_names=list(input_names),
-            output_names=list(output_names), dynamic_axes=dynamic_axes, do_constant_folding=True,
+            output_names=list(output_names), dynamic_axes=dynamic_axes, do_constant_folding=fold,
             dynamo=False,
         )
     os.replace(tmp, path)
@@ -174,6 +177,28 @@ def resnet50() -> Path:
         x = torch.randn(1, 3, 224, 224)
         return _export(model, (x,), path, opset=17, input_names=["x"],
                        output_names=["logits"])
+
+
+def resnet50_bn() -> Path:
+    """The ResNet-50 of :func:`resnet50` exported without the exporter's constant folding:
+    its BatchNormalization nodes (and the Constant/Identity nodes of the export) are kept, as
+    an optimizer finds them in a model exported that way.
+
+    Example:
+        >>> lab = onnx_lab.open(resnet50_bn())
+    """
+    path = MODELS_DIR / f"resnet50_bn_{VERSION}.onnx"
+    if path.exists():
+        return path
+    with _build_lock("resnet50_bn"):
+        if path.exists():
+            return path
+        torch = _torch()
+        torch.manual_seed(0)
+        model = _resnet50_module()
+        x = torch.randn(1, 3, 224, 224)
+        return _export(model, (x,), path, opset=17, input_names=["x"],
+                       output_names=["logits"], fold=False)
 
 
 # --------------------------------------------------------------------------- BERT-base
@@ -517,7 +542,8 @@ def _ssd_module(num_classes: int = 21):
 
 def ssd_lite() -> Path:
     """The SSD-style detector of :func:`_ssd_module` (input ``image`` float32 [1,3,320,320],
-    outputs ``boxes`` [1,A,4] and ``scores`` [1,A,21]), opset 17, TorchScript exporter.
+    outputs ``boxes`` [1,A,4] and ``scores`` [1,A,21]), opset 17, TorchScript exporter without
+    its constant folding (BatchNormalization, Constant and Identity nodes kept: 516 nodes).
 
     Example:
         >>> lab = onnx_lab.open(ssd_lite())
@@ -533,7 +559,7 @@ def ssd_lite() -> Path:
         model = _ssd_module()
         x = torch.randn(1, 3, 320, 320)
         return _export(model, (x,), path, opset=17, input_names=["image"],
-                       output_names=["boxes", "scores"])
+                       output_names=["boxes", "scores"], fold=False)
 
 
 # --------------------------------------------------------------------------- BERT (transformers)
@@ -584,7 +610,7 @@ def bert_transformers() -> Path:
 
 
 _BUILDERS = {"resnet50": resnet50, "bert_base": bert_base, "gpt2": gpt2,
-             "big_external": big_external, "ssd_lite": ssd_lite,
+             "big_external": big_external, "ssd_lite": ssd_lite, "resnet50_bn": resnet50_bn,
              "bert_transformers": bert_transformers}
 
 
