@@ -381,6 +381,10 @@ def region_report(ref: PresetReference, before: LabModel, after: LabModel, resul
     """
     if _fed(after) != _fed(ref.model):
         return None, "the step changed the graph inputs"
+    if dict(after.ir.opset_imports) != dict(before.ir.opset_imports):
+        return None, "the step changed the opset imports"
+    if not _same_functions(before, after):
+        return None, "the step changed the model's functions"
     if _saved_form_problem(before, after):
         return None, "the new model's saved form needs the whole-model check"
     diff = diff if diff is not None else step_diff(before, after, result)
@@ -443,6 +447,16 @@ def unchanged_report() -> Report:
              "note": "no node or constant that something reads changed: the values are the "
              "previous version's"}
     return Report([], attrs)
+
+
+def _same_functions(before: LabModel, after: LabModel) -> bool:
+    """Whether both versions hold the same model-local functions (a rewritten body changes
+    what its unchanged call nodes compute)."""
+    a, b = after.ir.functions, before.ir.functions
+    if a.keys() != b.keys():
+        return False
+    return all(a[k] is b[k] or ir.serde.serialize_function(a[k]).SerializeToString()
+               == ir.serde.serialize_function(b[k]).SerializeToString() for k in a)
 
 
 def _fed(model: LabModel) -> list[str]:
