@@ -20,12 +20,19 @@ from typing import Any
 from onnx_lab.core._gc import paused
 from onnx_lab.core.history import History
 from onnx_lab.core.shapes import fit_dims
-from onnx_lab.errors import InputError, RuntimeLoadError, check_keywords, keyword_names
+from onnx_lab.errors import (
+    InputError,
+    LabError,
+    RuntimeLoadError,
+    check_keywords,
+    keyword_names,
+)
 from onnx_lab.numerics.region import (
     PresetReference,
     capture_reference,
     final_check,
     find_region,
+    judge_region,
     region_report,
     step_diff,
     unchanged_report,
@@ -88,10 +95,18 @@ def verify_mode(verify_arg: bool | str | Mapping[str, Any]) -> str:
     return mode
 
 
+_PENDING = object()  # a step whose region runs later (steps._Regions.report)
+
+
 class _Regions:
     """A preset's region verification: the reference captured once (at the first step that
-    changes the model), each step checked by its region (``numerics.region``), and the
-    outputs compared with the original's once at the end (:meth:`finish`)."""
+    changes a value), each step checked by its region (``numerics.region``), and the outputs
+    compared with the original's once at the end (:meth:`finish`).
+
+    While every step so far reproduced the reference bit for bit, a step's region is not run
+    at once: when no later step changes a value, the preset's final run computes the
+    region's tensors too (its inputs to the region are then the reference's values exactly),
+    which saves a run; a later step that changes a value runs it alone first."""
 
     def __init__(self) -> None:
         self.ref: PresetReference | None = None
@@ -101,23 +116,28 @@ class _Regions:
         self.opts: dict[str, Any] = {}
         self.diff: Any = None  # the current step's numerics.region.StepDiff
         self.passed = True  # every step verified so far passed
+        self.exact = True  # every compared value so far bit-identical to the reference
+        self.pending: tuple | None = None  # (PendingRegion, result, diff, dims, shapes, opts)
 
     def report(self, before: Any, result: PassResult, kind: str | None, preserving: bool,
-               opts: dict[str, Any], dims: dict, shapes: dict) -> tuple[Report | None, str | None]:
-        """(report, None) by the region, or (None, why the whole model is checked)."""
+               opts: dict[str, Any], dims: dict, shapes: dict) -> tuple[Any, str | None]:
+        """(report, None) by the region (``_PENDING``: planned, run later), or (None, why
+        the whole model is checked)."""
         self.diff = None
         if self.off:
             return None, self.off
         self.diff = step_diff(before, result.model, result)
+        region, _why = find_region(result.model, self.diff)
+        empty = region is not None and region.empty
+        if not empty:
+            self.flush()  # before this step's values change the reference's
         if not preserving or kind == "edit":
             return None, "the step is meant to change values"
         if opts.get("intermediates") is False:
             return None, "intermediates=False compares the outputs of the whole model"
+        if empty and not _saved_form_problem(before, result.model):
+            return unchanged_report(), None  # nothing ran (nor is captured yet)
         if self.ref is None:
-            region, _why = find_region(result.model, self.diff)
-            if region is not None and region.empty and not _saved_form_problem(before,
-                                                                              result.model):
-                return unchanged_report(), None  # nothing to capture yet
             self.opts = opts
             self.ref, why = capture_reference(
                 before, result.model, feeds=opts.get("feeds"), dims=dims, shapes=shapes,
@@ -129,27 +149,77 @@ class _Regions:
         report, how = region_report(self.ref, before, result.model, result,
                                     diff=self.diff, atol=opts.get("atol"),
                                     rtol=opts.get("rtol"), preset=opts.get("preset"),
-                                    providers=opts.get("providers"))
+                                    providers=opts.get("providers"), defer=self.exact)
         if report is None:
             return None, how
-        self.regions += how == "region"
+        self.regions += how in ("region", "pending")
+        if how == "pending":
+            self.pending = (report, result, self.diff, dims, shapes, opts)
+            self.last = result
+            result.verified_by = "region"
+            return _PENDING, None
         return report, None
 
     def advance(self, result: PassResult) -> None:
+        """After a step's report is filled: keep the reference's values true."""
         self.last = result
         self.passed = self.passed and result.verify_passed is not False
+        report = result._verification if isinstance(result._verification, Report) else None
+        self.exact = self.exact and report is not None and all(
+            r["passed"] and r["max_abs"] == 0 for r in report.rows)
         if self.ref is not None and self.diff is not None:
-            self.ref.advance(self.diff, result._verification
-                             if isinstance(result._verification, Report) else None)
+            self.ref.advance(self.diff, report)
+
+    def flush(self, values: Mapping[str, Any] | None = None) -> None:
+        """Verify the pending region: alone (``values`` None) or from values the final run
+        computed."""
+        if self.pending is None:
+            return
+        plan, result, diff, dims, shapes, opts = self.pending
+        self.pending = None
+        t0 = time.perf_counter()
+        try:
+            report = judge_region(self.ref, plan, values)
+        except (LabError, ValueError) as e:  # does not run alone: the whole model
+            report = report_of(plan.before, plan.after, result, dims=dims, shapes=shapes,
+                               reference_shapes=True, **opts)
+            report.attrs["region_fallback"] = f"the region does not run on its own: {e}"
+            result.notes.append(f"verified on the whole model: {report.attrs['region_fallback']}")
+        fill_result(result, report, (result.verify_seconds or 0.0) + time.perf_counter() - t0)
+        result.verified_by = report.attrs.get("verified_by", "full")
+        if result.verify_passed is False:
+            logger.warning("%s: verification failed at %s", result.name, result.first_failure)
+        saved, self.diff = self.diff, diff
+        try:
+            self.advance(result)
+        finally:
+            self.diff = saved
 
     def finish(self, model: Any) -> None:
-        """The preset's outputs against the original's, into the last verified step."""
-        last, ref = self.last, self.ref
-        if last is None or ref is None or not self.regions:
+        """The preset's outputs against the original's, into the last verified step (with
+        the pending region's tensors from the same run)."""
+        ref = self.ref
+        extra = None
+        if self.pending is not None:
+            if self.pending[0].still_computed(model):
+                extra = list(self.pending[0].region.tensors)
+            else:
+                self.flush()
+        if self.last is None or ref is None or not self.regions:
+            self.flush()
             return
         t0 = time.perf_counter()
-        rows = final_check(ref, model, atol=self.opts.get("atol"), rtol=self.opts.get("rtol"),
-                           providers=self.opts.get("providers"))
+        kw = {"atol": self.opts.get("atol"), "rtol": self.opts.get("rtol"),
+              "providers": self.opts.get("providers")}
+        try:
+            rows, values = final_check(ref, model, extra=extra, **kw)
+        except LabError:  # the run with the region's tensors failed: each alone
+            self.flush()
+            extra = None
+            rows, values = final_check(ref, model, **kw)
+        if extra is not None:
+            self.flush(values)
+        last = self.last
         report = last._verification
         if isinstance(report, Report):
             report.rows.extend(rows)
@@ -247,10 +317,13 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                 if why is not None:
                     report.attrs["region_fallback"] = why
                     result.notes.append(f"verified on the whole model: {why}")
-            fill_result(result, report, time.perf_counter() - t0)
-            result.verified_by = report.attrs.get("verified_by", "full")
-            if _regions is not None:
-                _regions.advance(result)
+            if report is _PENDING:  # its region runs later (_Regions.flush)
+                result.verify_seconds = time.perf_counter() - t0
+            else:
+                fill_result(result, report, time.perf_counter() - t0)
+                result.verified_by = report.attrs.get("verified_by", "full")
+                if _regions is not None:
+                    _regions.advance(result)
             if not preserving:
                 _expected_change(result)
             if _cache is not None:

@@ -61,8 +61,9 @@ from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PresetReference", "Region", "StepDiff", "capture_reference", "step_diff",
-           "find_region", "region_report", "final_check", "unchanged_report", "RANDOM_OPS", "MAX_REGION_SHARE"]
+__all__ = ["PresetReference", "Region", "StepDiff", "PendingRegion", "capture_reference",
+           "step_diff", "find_region", "region_report", "judge_region", "final_check",
+           "unchanged_report", "RANDOM_OPS", "MAX_REGION_SHARE"]
 
 #: Ops whose values differ from run to run: a region holding one is checked on the whole model.
 RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -367,11 +368,13 @@ def capture_reference(model: LabModel, candidate: LabModel, *, feeds: Any = None
 # ---------------------------------------------------------------------------- a step
 def region_report(ref: PresetReference, before: LabModel, after: LabModel, result: Any = None,
                   *, diff: StepDiff | None = None, atol: float | None = None,
-                  rtol: float | None = None, preset: str | None = None, providers: Any = None
-                  ) -> tuple[Report | None, str]:
+                  rtol: float | None = None, preset: str | None = None, providers: Any = None,
+                  defer: bool = False) -> tuple[Report | PendingRegion | None, str]:
     """Verify the step ``before`` -> ``after`` by its region: (report, ``"region"`` or
     ``"unchanged"``), or (None, why the region cannot be cut cleanly: the caller runs the
-    whole-model check).
+    whole-model check). With ``defer``, a region that needs a run is returned planned
+    (``(PendingRegion, "pending")``): :func:`judge_region` runs it later, alone or within
+    the preset's final run.
 
     The report has :data:`onnx_lab.numerics.verify.REPORT_COLUMNS` (one row per compared
     region tensor, ``ref_tensor`` its name in the reference) and the attrs of
@@ -410,18 +413,61 @@ def region_report(ref: PresetReference, before: LabModel, after: LabModel, resul
     for n in [*region.outputs, *region.constants]:
         if n not in paired:
             return None, f"the region's output {n!r} has no counterpart in the reference"
+    pending = PendingRegion(before, after, result, region, pairs, not_comparable,
+                            {"atol": atol, "rtol": rtol, "preset": preset,
+                             "providers": providers})
+    if defer and region.nodes:
+        return pending, "pending"
     try:
-        values = _run_region(after, region, ref, providers) if region.nodes else {}
+        return judge_region(ref, pending), "region"
     except (LabError, ValueError) as e:  # a region that does not run alone: the whole model
         logger.debug("region run failed (%s)", e)
         return None, f"the region does not run on its own: {e}"
+
+
+@dataclass
+class PendingRegion:
+    """A step's region, planned and not yet run (:func:`region_report` with ``defer``): the
+    preset's final run computes its tensors when no later step changed a value."""
+
+    before: LabModel
+    after: LabModel
+    result: Any
+    region: Region
+    pairs: list[VersionPair]
+    not_comparable: dict[str, str]
+    options: dict[str, Any]
+
+    def still_computed(self, model: LabModel) -> bool:
+        """Whether ``model`` computes the region's tensors with the same nodes (the later
+        steps changed no value)."""
+        a_idx, m_idx = self.after.index, model.index
+        for name in self.region.tensors:
+            nid = a_idx.producer.get(name)
+            if nid is None or m_idx.producer.get(name) != nid:
+                return False
+            if not _same_node(a_idx.entries[nid].node, m_idx.entries[nid].node):
+                return False
+        return True
+
+
+def judge_region(ref: PresetReference, pending: PendingRegion,
+                 values: Mapping[str, Any] | None = None) -> Report:
+    """The report of a planned region: its tensors computed by the region alone on the
+    reference's values (``values`` None), or given (from a run of the whole final model,
+    whose inputs to the region are the reference's values bit for bit). Raises LabError or
+    ValueError when the region does not run on its own."""
+    region, after, opts = pending.region, pending.after, pending.options
+    got = dict(values) if values is not None else (
+        _run_region(after, region, ref, opts["providers"]) if region.nodes else {})
     for c in region.constants:
-        values[c] = after.graph.initializers[c].const_value.numpy()
+        got[c] = after.graph.initializers[c].const_value.numpy()
+    pairs = pending.pairs
     stats = {p.tensor: _new_stats() for p in pairs}
     skipped: list[str] = []
     for p in pairs:
-        if not _judge(p, ref.values[p.ref], values[p.tensor], stats[p.tensor], preset=preset,
-                      atol=atol, rtol=rtol):
+        if not _judge(p, ref.values[p.ref], got[p.tensor], stats[p.tensor],
+                      preset=opts["preset"], atol=opts["atol"], rtol=opts["rtol"]):
             skipped.append(p.tensor)
     pairs = [p for p in pairs if p.tensor not in set(skipped)]
     rows = [_row(p, stats[p.tensor]) for p in pairs]
@@ -429,11 +475,12 @@ def region_report(ref: PresetReference, before: LabModel, after: LabModel, resul
     outs = [r["max_abs"] for r in rows if r["match"] == "output"]
     attrs = {"passed": not failing, "first_failure": failing[0] if failing else None,
              "max_abs_err": float(max(outs)) if outs else None, "samples": 1,
-             "skipped": sorted(set(skipped)), "not_comparable": not_comparable,
+             "skipped": sorted(set(skipped)), "not_comparable": pending.not_comparable,
              "verified_by": "region",
              "region": {"nodes": len(region.nodes), "inputs": list(region.inputs),
-                        "outputs": list(region.outputs)}}
-    return Report(rows, attrs), "region"
+                        "outputs": list(region.outputs),
+                        "run": "alone" if values is None else "with the final outputs"}}
+    return Report(rows, attrs)
 
 
 _MISSING = object()
@@ -484,11 +531,13 @@ def _run_region(after: LabModel, region: Region, ref: PresetReference, providers
 
 
 def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = None,
-                rtol: float | None = None, preset: str | None = None, providers: Any = None
-                ) -> list[dict[str, Any]]:
-    """The preset's outputs against the reference's: report rows (``match``
-    ``"preset_output"``), one per graph output, judged by the output rule (element-wise),
-    from one run of ``model``'s outputs on the reference's sample."""
+                rtol: float | None = None, preset: str | None = None, providers: Any = None,
+                extra: list[str] | None = None
+                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The preset's outputs against the reference's: (report rows (``match``
+    ``"preset_output"``, one per graph output, judged by the output rule, element-wise),
+    the values of ``extra``), from one run of ``model`` on the reference's sample (``extra``:
+    more tensors of ``model`` computed by the same run: a pending region's)."""
     # on use: tests stand in for run on its module
     from onnx_lab.runtime._runner import run
 
@@ -501,10 +550,12 @@ def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = N
             pairs.append(VersionPair(name, r, model.index.producer.get(name),
                                      ref.model.index.producer.get(r), "output", i))
     stats = {p.tensor: _new_stats() for p in pairs}
+    wanted = list(dict.fromkeys([*(p.tensor for p in pairs), *(extra or [])]))
     try:
-        got = run(model, ref.feeds[1], [p.tensor for p in pairs], providers=providers) \
-            if pairs else {}
+        got = run(model, ref.feeds[1], wanted, providers=providers) if wanted else {}
     except LabError as e:
+        if extra:
+            raise  # the caller runs the pending region alone, then this check again
         for p in pairs:
             stats[p.tensor].update(passed=False, max_abs=math.inf, max_rel=math.inf,
                                    note=f"the optimized model does not run: {e}")
@@ -518,5 +569,4 @@ def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = N
         row = _row(p, stats[p.tensor])
         row["match"] = "preset_output"
         rows.append(row)
-    return rows
-
+    return rows, {n: got[n] for n in (extra or [])} if got is not None else {}

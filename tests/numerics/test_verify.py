@@ -235,15 +235,18 @@ def test_preset_reuses_each_steps_captures_as_the_next_reference(monkeypatch):
     # the original once, then each new version once
     assert len(calls) == 4
     assert calls[0] is lab.original.model and calls[-1] is lab.model
-    # by region: the original once, each step's region (a few nodes), the outputs once
+    # by region: the original once, the first two steps' regions (a few nodes each), the
+    # outputs once, which also compute the last step's region (the earlier steps were exact)
     calls.clear()
     lab = onnx_lab.open("sample:convnet")
     results = lab.apply_preset(steps)
     assert all(r.verify_passed and r.verified_by == "region" for r in results)
-    assert len(calls) == 5
+    assert len(calls) == 4
     assert calls[0] is lab.original.model and calls[-1] is lab.model
     n = len(lab.original.model.index)
     assert all(len(m.index) < n / 2 for m in calls[1:-1])
+    runs = [r.verification.attrs["region"]["run"] for r in results]
+    assert runs == ["alone", "alone", "with the final outputs"]
 
 
 def test_outputs_nothing_reads_are_not_compared():
