@@ -253,3 +253,24 @@ def test_the_final_check_catches_differences_each_region_let_through():
     full = chain_lab().apply_preset(["test_region_nudge", "test_region_nudge_second"],
                                     verify="full")
     assert all(r.verified_by == "full" and r.verify_passed for r in full)
+
+
+def test_a_reference_too_large_leaves_out_values_computed_from_constants(runs):
+    # A weight filled by ConstantOfShape (as onnx's light models hold theirs): with it the
+    # reference's tensors pass max_bytes // 2, without it they fit; the region that reads it
+    # computes it itself.
+    g = onnx.parser.parse_graph("""
+    g (float[2, 8] x) => (float[2, 4096] y) {
+        shape = Constant <value = int64[2] {8, 4096}> ()
+        w = ConstantOfShape <value = float[1] {0.5}> (shape)
+        i = Identity(x)
+        y = MatMul(i, w)
+    }""")
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    (r,) = lab.apply_preset(["eliminate_identity"], verify={"max_bytes": 200_000})
+    assert r.verified_by == "region" and r.verify_passed, r.notes
+    assert r.verification.attrs["region"]["inputs"] == ["x"]  # w computed in the region
+    full = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    (f,) = full.apply_preset(["eliminate_identity"], verify={"max_bytes": 200_000,
+                                                             "mode": "full"})
+    assert f.verified_by == "full" and f.verify_passed
