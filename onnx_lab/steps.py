@@ -127,9 +127,10 @@ class _Regions:
         if self.off:
             return None, self.off
         self.diff = step_diff(before, result.model, result)
-        region, _why = find_region(result.model, self.diff)
+        region, _why = find_region(result.model, self.diff,
+                                   self.ref.values if self.ref is not None else None)
         empty = region is not None and region.empty
-        if not empty:
+        if not (region is not None and region.exact):
             self.flush()  # before this step's values change the reference's
         if not preserving or kind == "edit":
             return None, "the step is meant to change values"
@@ -180,7 +181,7 @@ class _Regions:
         t0 = time.perf_counter()
         try:
             report = judge_region(self.ref, plan, values)
-        except (LabError, ValueError) as e:  # does not run alone: the whole model
+        except (LabError, ValueError, KeyError) as e:  # not alone (any more): the whole model
             report = report_of(plan.before, plan.after, result, dims=dims, shapes=shapes,
                                reference_shapes=True, **opts)
             report.attrs["region_fallback"] = f"the region does not run on its own: {e}"

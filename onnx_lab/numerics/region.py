@@ -173,10 +173,18 @@ class Region:
     outputs: list[str]
     tensors: list[str]
     constants: list[str]
+    #: the constants among ``constants`` that hold exactly the reference's value
+    exact_constants: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         return not self.nodes and not self.constants
+
+    @property
+    def exact(self) -> bool:
+        """Nothing to run and every changed constant bit-identical to the reference: the
+        model computes what it computed."""
+        return not self.nodes and set(self.constants) <= set(self.exact_constants)
 
 
 def find_region(after: LabModel, diff: StepDiff, values: Mapping[str, Any] | None = None
@@ -255,7 +263,7 @@ def find_region(after: LabModel, diff: StepDiff, values: Mapping[str, Any] | Non
                     continue
             inputs[v.name] = None
     constants = [c for c in diff.constants if c in graph_outputs or c in same]
-    return Region(kept, list(inputs), outputs, tensors, constants), None
+    return Region(kept, list(inputs), outputs, tensors, constants, same), None
 
 
 def _constant_outputs(model: LabModel) -> set[str]:
