@@ -487,7 +487,8 @@ def judge_region(ref: PresetReference, pending: PendingRegion,
              "verified_by": "region",
              "region": {"nodes": len(region.nodes), "inputs": list(region.inputs),
                         "outputs": list(region.outputs),
-                        "run": "alone" if values is None else "with the final outputs"}}
+                        "run": ("with the final outputs" if values is not None
+                                else "alone" if region.nodes else "none")}}
     return Report(rows, attrs)
 
 
