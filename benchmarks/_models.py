@@ -12,6 +12,12 @@ model (and its external data) is complete.
   ``batch`` and ``sequence``, opset 14 (LayerNorm decomposed), ~435 MB embedded weights.
 - ``gpt2(layers=24)``: a GPT-2-style decoder (n_embd 384, 6 heads, vocab 50257, tied LM head),
   input ``input_ids`` [batch, sequence], opset 14.
+- ``resnet50_bn()``: the same ResNet-50 exported without the exporter's constant folding
+  (BatchNormalization, Constant and Identity nodes kept).
+- ``ssd_lite()``: an SSDlite-style detector written in plain torch (MobileNet-like backbone,
+  six box/class heads, softmax, anchor decoding), input ``image`` [1,3,320,320], opset 17.
+- ``bert_transformers()``: BERT-base from ``transformers`` with random weights (needs
+  transformers), opset 17, dynamic ``batch`` and ``sequence``.
 - ``big_external(gb=3)``: ``gb * 8`` blocks of MatMul(4096x4096) -> Relu -> MatMul(4096x4096) ->
   Add (residual), numpy weights stored as external data in one ``.data`` file, written tensor by
   tensor so building it never holds more than one weight in memory. No torch needed.
@@ -35,7 +41,9 @@ from pathlib import Path
 MODELS_DIR = Path(__file__).resolve().parent / "_models"
 VERSION = "v1"  # bump when a builder changes so stale cached files are not reused
 
-__all__ = ["MODELS_DIR", "resnet50", "bert_base", "gpt2", "big_external", "node_count"]
+__all__ = ["MODELS_DIR", "resnet50", "resnet50_bn", "bert_base", "gpt2", "big_external",
+           "ssd_lite",
+           "bert_transformers", "node_count"]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -62,7 +70,7 @@ def _torch():
 
 
 def _export(module, args, path: Path, *, opset: int, input_names, output_names,
-            dynamic_axes=None) -> Path:
+            dynamic_axes=None, fold: bool = True) -> Path:
     """Export with the TorchScript exporter into a temp file, then rename into place."""
     torch = _torch()
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
@@ -72,7 +80,7 @@ def _export(module, args, path: Path, *, opset: int, input_names, output_names,
         warnings.simplefilter("ignore")
         torch.onnx.export(
             module, args, str(tmp), opset_version=opset, input_names=list(input_names),
-            output_names=list(output_names), dynamic_axes=dynamic_axes, do_constant_folding=True,
+            output_names=list(output_names), dynamic_axes=dynamic_axes, do_constant_folding=fold,
             dynamo=False,
         )
     os.replace(tmp, path)
@@ -169,6 +177,28 @@ def resnet50() -> Path:
         x = torch.randn(1, 3, 224, 224)
         return _export(model, (x,), path, opset=17, input_names=["x"],
                        output_names=["logits"])
+
+
+def resnet50_bn() -> Path:
+    """The ResNet-50 of :func:`resnet50` exported without the exporter's constant folding:
+    its BatchNormalization nodes (and the Constant/Identity nodes of the export) are kept, as
+    an optimizer finds them in a model exported that way.
+
+    Example:
+        >>> lab = onnx_lab.open(resnet50_bn())
+    """
+    path = MODELS_DIR / f"resnet50_bn_{VERSION}.onnx"
+    if path.exists():
+        return path
+    with _build_lock("resnet50_bn"):
+        if path.exists():
+            return path
+        torch = _torch()
+        torch.manual_seed(0)
+        model = _resnet50_module()
+        x = torch.randn(1, 3, 224, 224)
+        return _export(model, (x,), path, opset=17, input_names=["x"],
+                       output_names=["logits"], fold=False)
 
 
 # --------------------------------------------------------------------------- BERT-base
@@ -416,8 +446,172 @@ def big_external(gb: int = 3) -> Path:
         return path
 
 
+# --------------------------------------------------------------------------- SSD-style detector
+def _ssd_module(num_classes: int = 21):
+    """An SSDlite-style detector by hand (torchvision's own does not import with this CPU
+    torch build): a MobileNet-like backbone (Conv-BN-ReLU6, depthwise separable blocks),
+    extra layers down to 1x1, a box and a class head (depthwise + pointwise) on six feature
+    maps, each permuted to NHWC and reshaped, concatenated, class scores through Softmax and
+    boxes decoded against fixed anchors (Exp, Mul, Add)."""
+    torch = _torch()
+    nn = torch.nn
+
+    def cbr(cin, cout, k=3, s=1, groups=1):
+        return nn.Sequential(nn.Conv2d(cin, cout, k, s, k // 2, groups=groups, bias=False),
+                             nn.BatchNorm2d(cout), nn.ReLU6())
+
+    def sep(cin, cout, s=1):
+        return nn.Sequential(cbr(cin, cin, 3, s, groups=cin), cbr(cin, cout, 1))
+
+    class Head(nn.Module):
+        def __init__(self, cin, out):
+            super().__init__()
+            self.dw = cbr(cin, cin, 3, 1, groups=cin)
+            self.pw = nn.Conv2d(cin, out, 1)
+
+        def forward(self, x):
+            return self.pw(self.dw(x))
+
+    class SSDLite(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = cbr(3, 32, 3, 2)
+            self.stage1 = nn.Sequential(sep(32, 64), sep(64, 128, 2), sep(128, 128))
+            self.stage2 = nn.Sequential(sep(128, 256, 2), sep(256, 256))          # 40x40
+            self.stage3 = nn.Sequential(sep(256, 512, 2), *[sep(512, 512) for _ in range(4)])
+            self.stage4 = nn.Sequential(sep(512, 1024, 2), sep(1024, 1024))       # 10x10
+            self.extras = nn.ModuleList([
+                nn.Sequential(cbr(1024, 256, 1), sep(256, 512, 2)),                # 5x5
+                nn.Sequential(cbr(512, 128, 1), sep(128, 256, 2)),                 # 3x3
+                nn.Sequential(cbr(256, 128, 1), sep(128, 256, 2)),                 # 2x2
+                nn.Sequential(cbr(256, 64, 1), sep(64, 128, 2))])                  # 1x1
+            chans = [512, 1024, 512, 256, 256, 128]
+            self.anchors_per = 6
+            self.loc = nn.ModuleList([Head(c, self.anchors_per * 4) for c in chans])
+            self.conf = nn.ModuleList([Head(c, self.anchors_per * num_classes) for c in chans])
+            self.num_classes = num_classes
+
+        def forward(self, x):
+            x = self.stage2(self.stage1(self.stem(x)))
+            f1 = self.stage3(x)
+            f2 = self.stage4(f1)
+            feats = [f1, f2]
+            y = f2
+            for extra in self.extras:
+                y = extra(y)
+                feats.append(y)
+            locs, confs = [], []
+            for f, loc, conf in zip(feats, self.loc, self.conf):
+                locs.append(loc(f).permute(0, 2, 3, 1).reshape(f.shape[0], -1, 4))
+                confs.append(conf(f).permute(0, 2, 3, 1).reshape(f.shape[0], -1,
+                                                                 self.num_classes))
+            loc = torch.cat(locs, 1)
+            scores = torch.softmax(torch.cat(confs, 1), -1)
+            return loc, scores
+
+    class Decoded(nn.Module):
+        def __init__(self, net, anchors):
+            super().__init__()
+            self.net = net
+            self.register_buffer("anchors", anchors)
+
+        def forward(self, x):
+            loc, scores = self.net(x)
+            a = self.anchors
+            xy = a[:, :2] + loc[..., :2] * 0.1 * a[:, 2:]
+            wh = a[:, 2:] * torch.exp(loc[..., 2:] * 0.2)
+            return torch.cat([xy - wh / 2, xy + wh / 2], -1), scores
+
+    net = SSDLite()
+    sizes = [20, 10, 5, 3, 2, 1]
+    anchors = []
+    for k, n in enumerate(sizes):
+        for i in range(n):
+            for j in range(n):
+                for r in range(net.anchors_per):
+                    s = 0.1 + 0.15 * k
+                    anchors.append([(j + 0.5) / n, (i + 0.5) / n, s * (1 + 0.1 * r),
+                                    s / (1 + 0.1 * r)])
+    g = torch.Generator().manual_seed(2)
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) * 0.5 + 0.75)
+    return Decoded(net, torch.tensor(anchors, dtype=torch.float32))
+
+
+def ssd_lite() -> Path:
+    """The SSD-style detector of :func:`_ssd_module` (input ``image`` float32 [1,3,320,320],
+    outputs ``boxes`` [1,A,4] and ``scores`` [1,A,21]), opset 17, TorchScript exporter without
+    its constant folding (BatchNormalization, Constant and Identity nodes kept: 516 nodes).
+
+    Example:
+        >>> lab = onnx_lab.open(ssd_lite())
+    """
+    path = MODELS_DIR / f"ssd_lite_{VERSION}.onnx"
+    if path.exists():
+        return path
+    with _build_lock("ssd_lite"):
+        if path.exists():
+            return path
+        torch = _torch()
+        torch.manual_seed(0)
+        model = _ssd_module()
+        x = torch.randn(1, 3, 320, 320)
+        return _export(model, (x,), path, opset=17, input_names=["image"],
+                       output_names=["boxes", "scores"], fold=False)
+
+
+# --------------------------------------------------------------------------- BERT (transformers)
+def bert_transformers() -> Path:
+    """BERT-base from ``transformers`` (``BertModel(BertConfig())``, random weights, eager
+    attention), inputs ``input_ids``/``attention_mask``/``token_type_ids`` int64 [batch,
+    sequence], outputs ``last_hidden_state`` and ``pooler_output``, opset 17, TorchScript
+    exporter. SystemExit when transformers is not installed.
+
+    Example:
+        >>> lab = onnx_lab.open(bert_transformers(), dims={"batch": 1, "sequence": 128})
+    """
+    path = MODELS_DIR / f"bert_transformers_{VERSION}.onnx"
+    if path.exists():
+        return path
+    with _build_lock("bert_transformers"):
+        if path.exists():
+            return path
+        torch = _torch()
+        try:
+            import transformers
+        except ImportError as e:
+            raise SystemExit("bert_transformers needs transformers: pip install "
+                             "transformers") from e
+        torch.manual_seed(0)
+        config = transformers.BertConfig(attn_implementation="eager")
+        bert = transformers.BertModel(config).eval()
+
+        class ByKeyword(torch.nn.Module):  # forward's positional order differs by version
+            def __init__(self) -> None:
+                super().__init__()
+                self.bert = bert
+
+            def forward(self, input_ids, attention_mask, token_type_ids):
+                out = self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                                token_type_ids=token_type_ids, return_dict=True)
+                return out.last_hidden_state, out.pooler_output
+
+        model = ByKeyword()
+        ids = torch.randint(0, config.vocab_size, (1, 16))
+        mask = torch.ones(1, 16, dtype=torch.int64)
+        types = torch.zeros(1, 16, dtype=torch.int64)
+        dyn = {n: {0: "batch", 1: "sequence"} for n in ("input_ids", "attention_mask",
+                                                       "token_type_ids")}
+        return _export(model, (ids, mask, types), path, opset=17,
+                       input_names=["input_ids", "attention_mask", "token_type_ids"],
+                       output_names=["last_hidden_state", "pooler_output"], dynamic_axes=dyn)
+
+
 _BUILDERS = {"resnet50": resnet50, "bert_base": bert_base, "gpt2": gpt2,
-             "big_external": big_external}
+             "big_external": big_external, "ssd_lite": ssd_lite, "resnet50_bn": resnet50_bn,
+             "bert_transformers": bert_transformers}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,6 +18,19 @@ peak memory are measured the same way for all; peak RSS is sampled every 20 ms (
 Run: ``.venv/bin/python benchmarks/bench_optimize.py [--repeat N]`` (the best of N runs per tool
 is reported; the machine may be shared).
 Target: onnx_lab (verified) wall time <= 0.5x onnxslim's. Prints node counts after each tool.
+
+Side by side on several models (``--models``), each in one fresh process: a warm-up of each
+tool, then ``--rounds`` rounds (3) in rotated order, medians; ratio = ``onnx_lab.open`` +
+``apply_preset("safe")`` ÷ ``onnx.load`` + ``onnxslim.slim`` (no save on either side):
+
+- ``safe``: verified by region (the default: the reference captured once, each step's region,
+  the outputs once at the end); ``safe_full``: ``verify="full"`` (every step on the whole
+  model); ``safe_noverify``: ``verify=False``; ``onnxslim``.
+
+``.venv/bin/python benchmarks/bench_optimize.py --models light_resnet50 light_vgg19 resnet50
+ssd_lite bert_transformers`` (names: ``light_<name>`` for onnx's light CNNs, or a builder of
+``benchmarks/_models.py``; BERT runs at batch 1, sequence 128).
+Targets: ``safe`` <= 0.5x onnxslim on the CNNs and the detector, <= 0.35x on BERT-base.
 """
 
 from __future__ import annotations
@@ -34,6 +47,7 @@ import psutil
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # the onnx_lab of this checkout
 PY = sys.executable
 
 
@@ -195,8 +209,97 @@ def main(repeat: int = 1) -> None:
                       " (target <= 0.5x)")
 
 
+SIDE_TOOLS = ("safe", "safe_full", "safe_noverify", "onnxslim")
+
+
+def _model_path(name: str) -> tuple[str, dict]:
+    """(path, dims) of a model name: ``light_<name>`` or a builder of ``_models.py``."""
+    if name.startswith("light_"):
+        import onnx
+
+        light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+        return str(light / f"{name}.onnx"), {}
+    import _models
+
+    path = str(getattr(_models, name)())
+    return path, ({"batch": 1, "sequence": 128} if "bert" in name else {})
+
+
+def _side_worker(path: str, dims_json: str, rounds: int) -> None:
+    """One model, every tool in this process: a warm-up each, then rotated rounds; prints a
+    JSON line of each tool's times (and the verification's breakdown of the last round)."""
+    import onnx
+    import onnxslim
+
+    import onnx_lab
+
+    dims = json.loads(dims_json)
+
+    def run(tool: str) -> tuple[float, dict]:
+        t0 = time.perf_counter()
+        if tool == "onnxslim":
+            onnxslim.slim(onnx.load(path))
+            return time.perf_counter() - t0, {}
+        lab = onnx_lab.open(path, dims=dims)
+        verify = {"safe": True, "safe_full": "full", "safe_noverify": False}[tool]
+        rs = lab.apply_preset("safe", verify=verify)
+        wall = time.perf_counter() - t0
+        info = {"verify_s": sum(r.verify_seconds or 0 for r in rs),
+                "passed": all(r.verify_passed is not False for r in rs),
+                "by": {r.name: r.verified_by for r in rs if r.modified},
+                "nodes": [len(lab.original.model.index), len(lab.index)]}
+        return wall, info
+
+    for tool in SIDE_TOOLS:  # warm-up: imports, first sessions, caches of the file system
+        run(tool)
+    times: dict[str, list[float]] = {t: [] for t in SIDE_TOOLS}
+    infos: dict[str, dict] = {}
+    for r in range(rounds):
+        order = SIDE_TOOLS[r % len(SIDE_TOOLS):] + SIDE_TOOLS[:r % len(SIDE_TOOLS)]
+        for tool in order:
+            wall, info = run(tool)
+            times[tool].append(wall)
+            infos[tool] = info
+    print(json.dumps({"times": times, "infos": infos}))
+
+
+def side_by_side(names: list[str], rounds: int = 3) -> None:
+    """Print each model's medians and ratios to onnxslim (one fresh process per model)."""
+    print(f"{'model':22} {'nodes':>11} " + " ".join(f"{t:>13}" for t in SIDE_TOOLS)
+          + "   safe/slim  full/slim  noverify/slim", flush=True)
+    for name in names:
+        path, dims = _model_path(name)
+        proc = subprocess.run([PY, __file__, "--side-worker", path, json.dumps(dims),
+                               str(rounds)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"{name:22} failed: {proc.stderr[-800:]}", flush=True)
+            continue
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        med = {t: statistics.median(v) for t, v in got["times"].items()}
+        info = got["infos"]["safe"]
+        slim = med["onnxslim"]
+        print(f"{name:22} {info['nodes'][0]:>5}->{info['nodes'][1]:<5} "
+              + " ".join(f"{med[t]:>11.3f} s" for t in SIDE_TOOLS)
+              + f"   {med['safe'] / slim:8.2f}x {med['safe_full'] / slim:9.2f}x "
+              f"{med['safe_noverify'] / slim:11.2f}x"
+              + ("" if info["passed"] else "  (verification FAILED)"), flush=True)
+        print(f"{'':22} verified by: {info['by']}; verification {info['verify_s']:.3f} s "
+              f"(full: {got['infos']['safe_full']['verify_s']:.3f} s)", flush=True)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+    if len(sys.argv) > 1 and sys.argv[1] == "--side-worker":
+        _side_worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif "--models" in sys.argv:
+        i = sys.argv.index("--models") + 1
+        chosen = []
+        for a in sys.argv[i:]:
+            if a.startswith("--"):
+                break
+            chosen.append(a)
+        side_by_side(chosen, int(sys.argv[sys.argv.index("--rounds") + 1])
+                     if "--rounds" in sys.argv else 3)
+    elif len(sys.argv) > 1 and sys.argv[1] == "--worker":
         _worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:
         main(int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 1)

@@ -21,8 +21,30 @@ from onnx_lab._progress import Progress
 from onnx_lab.core._gc import paused
 from onnx_lab.core.history import History
 from onnx_lab.core.shapes import fit_dims
-from onnx_lab.errors import InputError, RuntimeLoadError, check_keywords, keyword_names
-from onnx_lab.numerics.verify import fill_result, report_of, verify_extract
+from onnx_lab.errors import (
+    InputError,
+    LabError,
+    RuntimeLoadError,
+    check_keywords,
+    keyword_names,
+)
+from onnx_lab.numerics.region import (
+    PresetReference,
+    capture_reference,
+    final_check,
+    find_region,
+    judge_region,
+    region_report,
+    step_diff,
+    unchanged_report,
+)
+from onnx_lab.numerics.verify import (
+    Report,
+    _saved_form_problem,
+    fill_result,
+    report_of,
+    verify_extract,
+)
 from onnx_lab.transforms.apply import preset_passes, run_pass
 from onnx_lab.transforms.base import PassResult, pass_kind, pass_traits
 from onnx_lab.transforms.extract import extract_model
@@ -31,44 +53,225 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["apply", "apply_preset", "extract", "find_precision", "VERIFY_OPTIONS"]
 
-#: Keys accepted in ``verify={...}``.
+#: Keys accepted in ``verify={...}`` (``mode``: see :data:`VERIFY_MODES`).
 VERIFY_OPTIONS = ("feeds", "atol", "rtol", "seed", "max_bytes", "intermediates", "providers",
-                  "preset")
+                  "preset", "mode")
+#: How a step is verified: ``"auto"`` (``verify=True``: a preset's steps by the region they
+#: rewrote, a lone ``apply`` on the whole model), ``"region"`` (also a lone ``apply``: one
+#: capture, the region, the outputs), ``"full"`` (every step on the whole model).
+VERIFY_MODES = ("auto", "region", "full")
 
 
-def verify_options(verify_arg: bool | Mapping[str, Any]) -> dict[str, Any] | None:
-    """The options of ``verify=`` (None: do not verify); InputError on unknown keys."""
+def verify_options(verify_arg: bool | str | Mapping[str, Any]) -> dict[str, Any] | None:
+    """The options of ``verify=`` for :func:`onnx_lab.numerics.verify.report_of` (None: do
+    not verify; the mode is read by :func:`verify_mode`); InputError on unknown keys."""
     if verify_arg is False or verify_arg is None:
         return None
     if verify_arg is True:
+        return {}
+    if isinstance(verify_arg, str):
+        verify_mode(verify_arg)  # InputError on an unknown mode
         return {}
     if isinstance(verify_arg, Mapping):
         bad = [k for k in verify_arg if k not in VERIFY_OPTIONS]
         if bad:
             raise InputError(f"Unknown verification option(s) {bad}.",
                              fix=f"Use any of {', '.join(VERIFY_OPTIONS)}.")
-        return dict(verify_arg)
-    raise InputError(f"verify must be True, False or a dict of options, got {verify_arg!r}.",
-                     fix="Pass verify=True (default), verify=False or verify={'atol': 1e-3}.")
+        verify_mode(verify_arg)
+        return {k: v for k, v in verify_arg.items() if k != "mode"}
+    raise InputError(f"verify must be True, False, 'full', 'region' or a dict of options, got "
+                     f"{verify_arg!r}.",
+                     fix="Pass verify=True (default), verify='full', verify=False or "
+                     "verify={'atol': 1e-3}.")
+
+
+def verify_mode(verify_arg: bool | str | Mapping[str, Any]) -> str:
+    """The mode of ``verify=`` (one of :data:`VERIFY_MODES`); InputError on another."""
+    mode = verify_arg if isinstance(verify_arg, str) else (
+        verify_arg.get("mode", "auto") if isinstance(verify_arg, Mapping) else "auto")
+    if mode not in VERIFY_MODES:
+        raise InputError(f"Unknown verification mode {mode!r}.",
+                         fix=f"Use one of {', '.join(map(repr, VERIFY_MODES))} (verify='full' "
+                         "checks every step on the whole model).")
+    return mode
+
+
+_PENDING = object()  # a step whose region runs later (steps._Regions.report)
+
+
+class _Regions:
+    """A preset's region verification: the reference captured once (at the first step that
+    changes a value), each step checked by its region (``numerics.region``), and the outputs
+    compared with the original's once at the end (:meth:`finish`).
+
+    While every step so far reproduced the reference bit for bit, a step's region is not run
+    at once: when no later step changes a value, the preset's final run computes the
+    region's tensors too (its inputs to the region are then the reference's values exactly),
+    which saves a run; a later step that changes a value runs it alone first."""
+
+    def __init__(self) -> None:
+        self.ref: PresetReference | None = None
+        self.off: str | None = None  # why no region can be checked any more
+        self.last: PassResult | None = None
+        self.regions = 0
+        self.opts: dict[str, Any] = {}
+        self.diff: Any = None  # the current step's numerics.region.StepDiff
+        self.passed = True  # every step verified so far passed
+        self.exact = True  # every compared value so far bit-identical to the reference
+        self.pending: tuple | None = None  # (PendingRegion, result, diff, dims, shapes, opts)
+
+    def report(self, before: Any, result: PassResult, kind: str | None, preserving: bool,
+               opts: dict[str, Any], dims: dict, shapes: dict) -> tuple[Any, str | None]:
+        """(report, None) by the region (``_PENDING``: planned, run later), or (None, why
+        the whole model is checked)."""
+        self.diff = None
+        if self.off:
+            return None, self.off
+        self.diff = step_diff(before, result.model, result)
+        region, _why = find_region(result.model, self.diff,
+                                   self.ref.values if self.ref is not None else None)
+        empty = region is not None and region.empty
+        if not (region is not None and region.exact):
+            self.flush()  # before this step's values change the reference's
+        if not preserving or kind == "edit":
+            return None, "the step is meant to change values"
+        if opts.get("intermediates") is False:
+            return None, "intermediates=False compares the outputs of the whole model"
+        if empty and not _saved_form_problem(before, result.model):
+            return unchanged_report(), None  # nothing ran (nor is captured yet)
+        if self.ref is None:
+            self.opts = opts
+            self.ref, why = capture_reference(
+                before, result.model, feeds=opts.get("feeds"), dims=dims, shapes=shapes,
+                seed=opts.get("seed", 0), providers=opts.get("providers"),
+                max_bytes=opts.get("max_bytes", 1 << 30))
+            if self.ref is None:
+                self.off = why
+                return None, why
+        report, how = region_report(self.ref, before, result.model, result,
+                                    diff=self.diff, atol=opts.get("atol"),
+                                    rtol=opts.get("rtol"), preset=opts.get("preset"),
+                                    providers=opts.get("providers"), defer=self.exact)
+        if report is None:
+            return None, how
+        self.regions += how in ("region", "pending")
+        if how == "pending":
+            self.pending = (report, result, self.diff, dims, shapes, opts)
+            self.last = result
+            result.verified_by = "region"
+            return _PENDING, None
+        return report, None
+
+    def advance(self, result: PassResult) -> None:
+        """After a step's report is filled: keep the reference's values true."""
+        self.last = result
+        self.passed = self.passed and result.verify_passed is not False
+        report = result._verification if isinstance(result._verification, Report) else None
+        self.exact = self.exact and report is not None and all(
+            r["passed"] and r["max_abs"] == 0 for r in report.rows)
+        if self.ref is not None and self.diff is not None:
+            self.ref.advance(self.diff, report)
+
+    def flush(self, values: Mapping[str, Any] | None = None) -> None:
+        """Verify the pending region: alone (``values`` None) or from values the final run
+        computed."""
+        if self.pending is None:
+            return
+        plan, result, diff, dims, shapes, opts = self.pending
+        self.pending = None
+        t0 = time.perf_counter()
+        try:
+            report = judge_region(self.ref, plan, values)
+        except (LabError, ValueError, KeyError) as e:  # not alone (any more): the whole model
+            report = report_of(plan.before, plan.after, result, dims=dims, shapes=shapes,
+                               reference_shapes=True, **opts)
+            report.attrs["region_fallback"] = f"the region does not run on its own: {e}"
+            result.notes.append(f"verified on the whole model: {report.attrs['region_fallback']}")
+        fill_result(result, report, (result.verify_seconds or 0.0) + time.perf_counter() - t0)
+        result.verified_by = report.attrs.get("verified_by", "full")
+        if result.verify_passed is False:
+            logger.warning("%s: verification failed at %s", result.name, result.first_failure)
+        saved, self.diff = self.diff, diff
+        try:
+            self.advance(result)
+        finally:
+            self.diff = saved
+
+    def finish(self, model: Any) -> None:
+        """The preset's outputs against the original's, into the last verified step (with
+        the pending region's tensors from the same run)."""
+        ref = self.ref
+        extra = None
+        if self.pending is not None:
+            if self.pending[0].still_computed(model):
+                extra = list(self.pending[0].region.tensors)
+            else:
+                self.flush()
+        if self.last is None or ref is None or not self.regions:
+            self.flush()
+            return
+        t0 = time.perf_counter()
+        kw = {"atol": self.opts.get("atol"), "rtol": self.opts.get("rtol"),
+              "providers": self.opts.get("providers")}
+        try:
+            rows, values = final_check(ref, model, extra=extra, **kw)
+        except LabError:  # the run with the region's tensors failed: each alone
+            self.flush()
+            extra = None
+            rows, values = final_check(ref, model, **kw)
+        if extra is not None:
+            self.flush(values)
+        last = self.last
+        report = last._verification
+        if isinstance(report, Report):
+            report.rows.extend(rows)
+            report.attrs["final_check"] = True
+        last.verify_seconds = (last.verify_seconds or 0.0) + time.perf_counter() - t0
+        if rows:
+            last.max_abs_err = max(float(r["max_abs"]) for r in rows)
+        bad = [r for r in rows if not r["passed"]]
+        if not bad:
+            last.notes.append("the preset's outputs match the original's"
+                              + (f" (max_abs {last.max_abs_err:.3g})"
+                                 if last.max_abs_err is not None else ""))
+            return
+        r = bad[0]
+        detail = r["note"] or f"max_abs {r['max_abs']:.3g} outside the {r['preset']} rule " \
+            f"{r['rule']}"
+        note = f"verification failed: the preset's output {r['tensor']!r} differs from the " \
+            f"original's ({detail})"
+        if last.verify_passed is not False and self.passed:
+            note += ("; each step was within tolerance, so the differences added up over the "
+                     "steps (verify='full' checks each step on the whole model)")
+        last.notes.append(note)
+        if last.verify_passed is not False:
+            last.verify_passed = False
+            last.first_failure = r["tensor"]
+            if isinstance(report, Report):
+                report.attrs.update(passed=False, first_failure=r["tensor"])
 
 
 def apply(history: History, pass_name: str, matches: Sequence[str] | str | None = None,
-          verify: bool | Mapping[str, Any] = True, *, _cache: dict | None = None,
-          _record_noop: bool = True, **params: Any) -> PassResult:
+          verify: bool | str | Mapping[str, Any] = True, *, _cache: dict | None = None,
+          _record_noop: bool = True, _regions: _Regions | None = None,
+          **params: Any) -> PassResult:
     """Apply a pass to all matches, or only to the chosen match ids, as a new version.
 
     The pass runs on a clone (the user's file and the previous versions stay as they were).
     When the model changed and ``verify`` is not False, the new version is compared with the
     previous one (:func:`onnx_lab.numerics.verify.verify`; for edits that change semantics
-    the report shows the difference). The step is pushed on the history — also when nothing
-    changed, with the reason.
+    the report shows the difference); with ``verify="region"`` only the region the pass
+    rewrote runs, on the captured values at its boundary, then the outputs once
+    (:mod:`onnx_lab.numerics.region`). ``result.verified_by`` says which check ran. The step
+    is pushed on the history — also when nothing changed, with the reason.
 
     Args:
         history: the versions (``Lab.apply`` passes its own).
         pass_name: a registered pass (see :func:`onnx_lab.transforms.available`).
         matches: match ids from ``lab.patterns()`` (None: all matches of the pass).
-        verify: True, False, or a dict of options (feeds, atol, rtol, seed, max_bytes,
-            intermediates, providers).
+        verify: True, False, ``"full"``, ``"region"`` or a dict of options (feeds, atol,
+            rtol, seed, max_bytes, intermediates, providers, mode: see
+            :data:`VERIFY_MODES`).
         **params: the pass's parameters (checked: PassError on unknown names or wrong types).
 
     Returns:
@@ -84,25 +287,45 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
     """
     with paused():  # a step's graph objects are no garbage: see core._gc
         opts = verify_options(verify)
+        mode = verify_mode(verify) if opts is not None else "full"
         before, dims, shapes = history.model, dict(history.dims), dict(history.shapes)
         result = run_pass(before, pass_name, matches, model_dims=dims, model_shapes=shapes,
                           **params)
         preserving, preset = pass_traits(pass_name)
+        kind = pass_kind(pass_name)
         if preset is not None and opts is not None:
             opts.setdefault("preset", preset)  # renames, outputs: bit-identical
+        lone = None
+        if mode == "region" and _regions is None:
+            _regions = lone = _Regions()  # a one-step preset
+        if mode == "full":
+            _regions = None
         if result.modified and opts is not None:
             t0 = time.perf_counter()
-            try:
-                # Inputs sized by the Lab's dims, which the new version must take (a tool
-                # that fixed the input shapes), except where the step edits shapes.
-                report = report_of(before, result.model, result, dims=dims, shapes=shapes,
-                                   cache=_cache, reference_shapes=pass_kind(pass_name) != "edit",
-                                   **opts)
-            except RuntimeLoadError as e:  # the reference itself does not run
-                raise RuntimeLoadError(f"Cannot verify {pass_name}: {e.problem}",
-                                       fix=(e.fix or "") + " Or apply with verify=False "
-                                       "(--no-verify).") from e
-            fill_result(result, report, time.perf_counter() - t0)
+            report, why = None, None
+            if _regions is not None:
+                report, why = _regions.report(before, result, kind, preserving, opts, dims,
+                                              shapes)
+            if report is None:
+                try:
+                    # Inputs sized by the Lab's dims, which the new version must take (a tool
+                    # that fixed the input shapes), except where the step edits shapes.
+                    report = report_of(before, result.model, result, dims=dims, shapes=shapes,
+                                       cache=_cache, reference_shapes=kind != "edit", **opts)
+                except RuntimeLoadError as e:  # the reference itself does not run
+                    raise RuntimeLoadError(f"Cannot verify {pass_name}: {e.problem}",
+                                           fix=(e.fix or "") + " Or apply with verify=False "
+                                           "(--no-verify).") from e
+                if why is not None:
+                    report.attrs["region_fallback"] = why
+                    result.notes.append(f"verified on the whole model: {why}")
+            if report is _PENDING:  # its region runs later (_Regions.flush)
+                result.verify_seconds = time.perf_counter() - t0
+            else:
+                fill_result(result, report, time.perf_counter() - t0)
+                result.verified_by = report.attrs.get("verified_by", "full")
+                if _regions is not None:
+                    _regions.advance(result)
             if not preserving:
                 _expected_change(result)
             if _cache is not None:
@@ -115,6 +338,8 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
         if result.modified or _record_noop:
             new_dims, new_shapes = fit_dims(result.model, dims, shapes)
             history.push(result, dims=new_dims, shapes=new_shapes)
+        if lone is not None:
+            lone.finish(result.model)
         return result
 
 
@@ -148,31 +373,44 @@ def _expected_change(result: PassResult) -> None:
 
 
 def apply_preset(history: History, preset: str | Sequence[str] = "safe",
-                 verify: bool | Mapping[str, Any] = True, *, progress: Any = None
+                 verify: bool | str | Mapping[str, Any] = True, *, progress: Any = None
                  ) -> list[PassResult]:
     """Apply the passes of a preset in order, each as its own verified step.
 
-    Verification reuses the captured tensors of each step as the reference of the next, so
-    the model runs about once per modifying step. Only passes that changed the model become
-    history steps; the returned list holds every pass's result (with the reason when it did
-    nothing).
+    By default (``verify=True``) the model before the preset runs once with every
+    intermediate tensor captured; each step that changed the model is verified by running
+    only the region it rewrote, fed with the captured values at the region's boundary, and
+    compared with the captured values (:mod:`onnx_lab.numerics.region`); a step that changed
+    no value is not run (``verified_by="unchanged"``); a region that cannot be cut cleanly is
+    checked on the whole model (``"full"``, the reason in the notes); the preset's outputs
+    are compared with the original's once at the end (in the last verified step's report,
+    rows ``match == "preset_output"``). ``verify="full"`` checks every step on the whole model
+    against the previous version, reusing each step's capture as the next one's reference.
+    Only passes that changed the model become history steps; the returned list holds every
+    pass's result (with the reason when it did nothing).
 
     Args:
         preset: a preset name (``"safe"``) or a list of pass names.
+        verify: as :func:`apply`'s.
         progress: None (tqdm when interactive), False, or a callable(done, total, label):
             one step per pass, labelled with the pass about to run.
 
     Example:
-        >>> [r.name for r in lab.apply_preset("safe") if r.modified]
+        >>> [(r.name, r.verified_by) for r in lab.apply_preset("safe") if r.modified]
     """
     names = preset_passes(preset)
     cache: dict = {}
+    opts = verify_options(verify)
+    regions = _Regions() if opts is not None and verify_mode(verify) != "full" else None
     out: list[PassResult] = []
     with paused(), Progress(progress, len(names), f"preset: {names[0] if names else ''}") as bar:
         # a step's graph objects are no garbage: see core._gc
         for k, name in enumerate(names):
-            out.append(apply(history, name, None, verify, _cache=cache, _record_noop=False))
+            out.append(apply(history, name, None, verify, _cache=cache, _record_noop=False,
+                             _regions=regions))
             bar.step(f"preset: {names[k + 1]}" if k + 1 < len(names) else "preset: done")
+        if regions is not None:
+            regions.finish(history.model)
     return out
 
 

@@ -115,7 +115,8 @@ def _step_json(r: Any) -> dict[str, Any]:
     return {"name": r.name, "modified": r.modified, "nodes_before": r.nodes_before,
             "nodes_after": r.nodes_after, "seconds": round(r.seconds, 4),
             "verify_passed": r.verify_passed, "max_abs_err": r.max_abs_err,
-            "first_failure": r.first_failure, "reason": r.reason, "notes": list(r.notes)}
+            "first_failure": r.first_failure, "verified_by": r.verified_by,
+            "reason": r.reason, "notes": list(r.notes)}
 
 
 def _report(args: argparse.Namespace, results: Sequence[Any], lab: Lab, n0: int,

@@ -35,7 +35,8 @@ PassResult = Any
 __all__ = ["Version", "History", "HISTORY_COLUMNS", "step_call"]
 
 HISTORY_COLUMNS = ["step", "pass", "params", "modified", "nodes_before", "nodes_after",
-                   "verify_passed", "max_abs_err", "outputs_changed", "seconds", "source_share"]
+                   "verify_passed", "max_abs_err", "outputs_changed", "verified_by", "seconds",
+                   "source_share"]
 
 
 @dataclass
@@ -61,13 +62,15 @@ class Version:
         if r is None:
             return {"step": self.step, "pass": "original", "params": {}, "modified": False,
                     "nodes_before": n, "nodes_after": n, "verify_passed": None,
-                    "max_abs_err": None, "outputs_changed": None, "seconds": 0.0,
+                    "max_abs_err": None, "outputs_changed": None, "verified_by": None,
+                    "seconds": 0.0,
                     "source_share": source_share(self.model)}
         return {"step": self.step, "pass": r.name, "params": dict(r.params),
                 "modified": r.modified, "nodes_before": r.nodes_before,
                 "nodes_after": r.nodes_after, "verify_passed": r.verify_passed,
                 "max_abs_err": r.max_abs_err,
                 "outputs_changed": getattr(r, "outputs_changed", None),
+                "verified_by": getattr(r, "verified_by", None),
                 "seconds": r.seconds + (r.verify_seconds or 0.0),
                 "source_share": source_share(self.model)}
 
@@ -153,7 +156,8 @@ class History:
             nodes_before, nodes_after (int, all graphs), verify_passed (bool or None when not
             verified), max_abs_err (float or None: largest error over the model outputs),
             outputs_changed (bool or None: for edits meant to change values, whether they
-            did; such a step's verify_passed is None),
+            did; such a step's verify_passed is None), verified_by (str or None: 'region',
+            'full' or 'unchanged', see ``PassResult.verified_by``),
             seconds (float: pass plus verification), source_share (float or None: the share of
             nodes whose PyTorch module is known, see :mod:`onnx_lab.core.source_map`),
             current (bool: the version the Lab shows).

@@ -374,10 +374,7 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
     if not intermediates:
         pairs = [p for p in pairs if p.match == "output"]
     samples = _feeds(before, after, feeds, dims, shapes, seed, reference_shapes)
-    stats: dict[str, dict[str, Any]] = {
-        p.tensor: {"max_abs": 0.0, "max_rel": 0.0, "passed": True, "dtype": None,
-                   "shape": None, "note": "", "atol": None, "rtol": None, "preset": None,
-                   "rule": None} for p in pairs}
+    stats: dict[str, dict[str, Any]] = {p.tensor: _new_stats() for p in pairs}
     sizes = _cached_sizes(before, pairs, samples[0], cache)
     if sizes is None:
         sizes = _estimate(after, [p.tensor for p in pairs], samples[0][1]) if pairs else {}
@@ -401,29 +398,9 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                              note=f"the new model does not run: {e.problem}")
                 continue
             for p in chunk:
-                s = stats[p.tensor]
-                r, c = as_value(refs[p.ref]), as_value(cands[p.tensor])
-                dt = _dtype_name(r)
-                pname, rule = rule_for(dt, output=p.match == "output", preset=preset,
-                                       atol=atol, rtol=rtol)
-                if p.match != "output" and not p.kept and not is_structured(r) and r is not None \
-                        and c is not None and not is_structured(c) and r.shape != c.shape:
-                    # A tool may keep a name on a reshaped tensor (2-D Gemm inside a 3-D
-                    # MatMul chain): compare the values when one shape only merges adjacent
-                    # dims of the other (the element order is the same); a transposed layout
-                    # of the same size is not comparable element by element: skip it. A node
-                    # that reads the same data as before (p.kept) and gives another shape
-                    # computes something else: that fails below.
-                    if not _same_order(r.shape, c.shape):
-                        skipped.append(p.tensor)
-                        continue
-                    r = r.reshape(c.shape)
-                    s["note"] = s["note"] or f"reference shape {list(r.shape)} compared flat"
-                mabs, mrel, ok, note = _compare(r, c, rule)
-                s.update(dtype=dt, shape=_shape_of(c), atol=rule.atol, rtol=rule.rtol,
-                         preset=pname, rule=rule.describe(),
-                         max_abs=max(s["max_abs"], mabs), max_rel=max(s["max_rel"], mrel),
-                         passed=s["passed"] and ok, note=s["note"] or note)
+                if not _judge(p, refs[p.ref], cands[p.tensor], stats[p.tensor], preset=preset,
+                              atol=atol, rtol=rtol):
+                    skipped.append(p.tensor)
             del refs, cands
     saved = _saved_form_problem(before, after)
     if saved:  # runs here, but its saved file would not load: every output fails
@@ -431,23 +408,55 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
             if p.match == "output":
                 stats[p.tensor].update(passed=False, note=saved)
     pairs = [p for p in pairs if p.tensor not in set(skipped)]
-    rows = [{"tensor": p.tensor, "node_id": p.node_id, "match": p.match,
-             "dtype": stats[p.tensor]["dtype"], "max_abs": stats[p.tensor]["max_abs"],
-             "max_rel": stats[p.tensor]["max_rel"], "passed": stats[p.tensor]["passed"],
-             "atol": stats[p.tensor]["atol"], "rtol": stats[p.tensor]["rtol"],
-             "ref_tensor": p.ref, "ref_node_id": p.ref_node_id,
-             "shape": stats[p.tensor]["shape"], "note": stats[p.tensor]["note"],
-             "preset": stats[p.tensor]["preset"], "rule": stats[p.tensor]["rule"]}
-            for p in pairs]
+    rows = [_row(p, stats[p.tensor]) for p in pairs]
     failing = [r["tensor"] for r in rows if not r["passed"]]
     outs = [r["max_abs"] for r in rows if r["match"] == "output"]
     attrs: dict[str, Any] = {
         "passed": not failing, "first_failure": str(failing[0]) if failing else None,
         "max_abs_err": float(max(outs)) if outs else None, "samples": len(samples),
-        "skipped": sorted(set(skipped)), "not_comparable": not_comparable}
+        "skipped": sorted(set(skipped)), "not_comparable": not_comparable,
+        "verified_by": "full"}
     if not pairs:
         attrs["note"] = "no tensor of the new model corresponds to one of the reference"
     return Report(rows, attrs)
+
+
+def _judge(p: VersionPair, ref: Any, cand: Any, s: dict[str, Any], *, preset: str | None,
+           atol: float | None, rtol: float | None) -> bool:
+    """Compare one pair's values into its stats ``s`` (in place); False when the pair is not
+    comparable element by element (a transposed layout kept under the name: skipped)."""
+    r, c = as_value(ref), as_value(cand)
+    dt = _dtype_name(r)
+    pname, rule = rule_for(dt, output=p.match == "output", preset=preset, atol=atol, rtol=rtol)
+    if p.match != "output" and not p.kept and not is_structured(r) and r is not None \
+            and c is not None and not is_structured(c) and r.shape != c.shape:
+        # A tool may keep a name on a reshaped tensor (2-D Gemm inside a 3-D MatMul chain):
+        # compare the values when one shape only merges adjacent dims of the other (the
+        # element order is the same); a transposed layout of the same size is not comparable
+        # element by element: skip it. A node that reads the same data as before (p.kept)
+        # and gives another shape computes something else: that fails below.
+        if not _same_order(r.shape, c.shape):
+            return False
+        r = r.reshape(c.shape)
+        s["note"] = s["note"] or f"reference shape {list(r.shape)} compared flat"
+    mabs, mrel, ok, note = _compare(r, c, rule)
+    s.update(dtype=dt, shape=_shape_of(c), atol=rule.atol, rtol=rule.rtol, preset=pname,
+             rule=rule.describe(), max_abs=max(s["max_abs"], mabs),
+             max_rel=max(s["max_rel"], mrel), passed=s["passed"] and ok, note=s["note"] or note)
+    return True
+
+
+def _new_stats() -> dict[str, Any]:
+    return {"max_abs": 0.0, "max_rel": 0.0, "passed": True, "dtype": None, "shape": None,
+            "note": "", "atol": None, "rtol": None, "preset": None, "rule": None}
+
+
+def _row(p: VersionPair, s: dict[str, Any]) -> dict[str, Any]:
+    return {"tensor": p.tensor, "node_id": p.node_id, "match": p.match, "dtype": s["dtype"],
+            "max_abs": s["max_abs"], "max_rel": s["max_rel"], "passed": s["passed"],
+            "atol": s["atol"], "rtol": s["rtol"], "ref_tensor": p.ref,
+            "ref_node_id": p.ref_node_id, "shape": s["shape"], "note": s["note"],
+            "preset": s["preset"], "rule": s["rule"]}
 
 
 def _saved_form_problem(before: LabModel, after: LabModel) -> str | None:

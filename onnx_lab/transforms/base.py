@@ -87,6 +87,9 @@ class PassResult:
         model: the resulting LabModel (the input itself when nothing changed).
         matches: the match ids that were applied.
         verification, verify_passed, max_abs_err, first_failure: filled by verification.
+        verified_by: which check verified the step: ``"region"`` (the rewritten region on
+            the captured values at its boundary), ``"full"`` (the whole model),
+            ``"unchanged"`` (no value changed: nothing ran); None when not verified.
     """
 
     name: str
@@ -109,6 +112,7 @@ class PassResult:
     verify_seconds: float | None = None
     # True when an edit meant to change values did (see steps.apply); None otherwise
     outputs_changed: bool | None = None
+    verified_by: str | None = None
 
     @property
     def verification(self) -> pd.DataFrame | None:
@@ -146,7 +150,7 @@ class PassResult:
                 "reason": self.reason, "seconds": round(self.seconds, 6),
                 "verify_passed": self.verify_passed, "max_abs_err": self.max_abs_err,
                 "first_failure": self.first_failure, "outputs_changed": self.outputs_changed,
-                "notes": list(self.notes),
+                "verified_by": self.verified_by, "notes": list(self.notes),
                 "matches": list(self.matches)}
 
     def _repr_html_(self) -> str:

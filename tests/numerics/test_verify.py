@@ -228,12 +228,25 @@ def test_preset_reuses_each_steps_captures_as_the_next_reference(monkeypatch):
 
     monkeypatch.setattr(_runner, "run", counting)
     lab = onnx_lab.open("sample:convnet")
-    results = lab.apply_preset(["eliminate_identity", "eliminate_dropout", "fuse_conv_bn"])
+    steps = ["eliminate_identity", "eliminate_dropout", "fuse_conv_bn"]
+    results = lab.apply_preset(steps, verify="full")
     assert [r.modified for r in results] == [True, True, True]
     assert all(r.verify_passed for r in results)
     # the original once, then each new version once
     assert len(calls) == 4
     assert calls[0] is lab.original.model and calls[-1] is lab.model
+    # by region: the original once, the first two steps' regions (a few nodes each), the
+    # outputs once, which also compute the last step's region (the earlier steps were exact)
+    calls.clear()
+    lab = onnx_lab.open("sample:convnet")
+    results = lab.apply_preset(steps)
+    assert all(r.verify_passed and r.verified_by == "region" for r in results)
+    assert len(calls) == 4
+    assert calls[0] is lab.original.model and calls[-1] is lab.model
+    n = len(lab.original.model.index)
+    assert all(len(m.index) < n / 2 for m in calls[1:-1])
+    runs = [r.verification.attrs["region"]["run"] for r in results]
+    assert runs == ["alone", "alone", "with the final outputs"]
 
 
 def test_outputs_nothing_reads_are_not_compared():

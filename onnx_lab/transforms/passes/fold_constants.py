@@ -51,6 +51,7 @@ class FoldConstants(LabPass):
         fold = foldable_nodes(model)
         types = None
         out = []
+        orders: dict[int, dict[int, int]] = {}  # per graph, made once (not per match)
         for nid, node in fold.values():
             frontier = [o for o in node.outputs
                         if any(id(u.node) not in fold for u in o.uses())]
@@ -59,7 +60,7 @@ class FoldConstants(LabPass):
                 continue
             if not frontier:
                 continue  # only feeds other foldable nodes: part of their match
-            members = self._ancestors(node, fold)
+            members = self._ancestors(node, fold, orders)
             if all(m.op_type in ("Identity", "Constant") for m in members):
                 # Folding would copy the constant (exporters share weights through Identity);
                 # eliminate_identity removes the node without duplicating data.
@@ -92,7 +93,8 @@ class FoldConstants(LabPass):
         return out
 
     @staticmethod
-    def _ancestors(node: ir.Node, fold: dict[int, tuple[str, ir.Node]]) -> list[ir.Node]:
+    def _ancestors(node: ir.Node, fold: dict[int, tuple[str, ir.Node]],
+                   orders: dict[int, dict[int, int]] | None = None) -> list[ir.Node]:
         """``node`` and the foldable/Constant nodes it depends on, in topological order."""
         seen: dict[int, ir.Node] = {}
         stack = [node]
@@ -105,7 +107,12 @@ class FoldConstants(LabPass):
                 p = v.producer() if v is not None else None
                 if p is not None and (id(p) in fold or p.op_type == "Constant"):
                     stack.append(p)
-        order = {id(n): i for i, n in enumerate(node.graph)} if node.graph is not None else {}
+        g = node.graph
+        order = (orders or {}).get(id(g)) if g is not None else {}
+        if order is None:
+            order = {id(n): i for i, n in enumerate(g)}
+            if orders is not None:
+                orders[id(g)] = order
         return sorted(seen.values(), key=lambda n: order.get(id(n), 0))
 
     def _evaluate(self, model: LabModel, nodes: list[ir.Node], outputs: list[ir.Value]

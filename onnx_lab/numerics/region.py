@@ -1,0 +1,581 @@
+"""Verifying a step by the region it rewrote, against a reference captured once per preset.
+
+A preset (``steps.apply_preset``) captures its reference once: every main-graph tensor of the
+model before the preset, on the seeded feeds (:func:`capture_reference`). A step is then
+verified by running only what it changed (:func:`region_report`):
+
+- the region: the main-graph nodes the step created, changed or rewired (the PassResult's
+  provenance, and every node whose op, inputs, outputs or attributes differ from the node of
+  the same id before the step), plus the readers of the initializers it changed (a folded
+  constant);
+- its inputs: the tensors those nodes read that are produced outside the region or are graph
+  inputs, fed with the reference's values; its initializers are the new model's own;
+- what is compared: every tensor of the region that has a counterpart in the reference
+  (:func:`onnx_lab.numerics.align.align_versions`: the same SameQuantity rule and the same
+  tolerance rules as the whole-model check), which must include every region tensor read
+  outside the region and every graph output it computes.
+
+The region's inputs are the reference's exact values, so for float32 rewrites the region
+computes what the whole new model computes on the reference's activations, and a difference
+belongs to this step alone. Differences within tolerance can add up over the steps: the
+preset's outputs are compared with the reference's once at the end (:func:`final_check`).
+
+A region that cannot be cut cleanly is not verified here: :func:`region_report` returns
+``(None, why)`` and the caller runs the whole-model check (:func:`onnx_lab.numerics.verify.
+report_of`). That is the case for a rewrite inside an If/Loop/Scan body, a region node with a
+body or a local-function op, a random op, a boundary tensor with no reference value (renamed
+or absent), a region of more than half the main graph, several feed samples, a reference too
+large to hold (``max_bytes``), or a region that does not run on its own.
+
+Example:
+    >>> ref, _why = capture_reference(before, after)
+    >>> report, how = region_report(ref, before, after, result)
+    >>> how, report.attrs["passed"] if report else None
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.core.values import foldable_nodes
+from onnx_lab.errors import LabError
+from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
+from onnx_lab.numerics.metrics import is_structured
+from onnx_lab.numerics.verify import (
+    Report,
+    _feeds,
+    _judge,
+    _new_stats,
+    _row,
+    _saved_form_problem,
+)
+from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PresetReference", "Region", "StepDiff", "PendingRegion", "capture_reference",
+           "step_diff", "find_region", "region_report", "judge_region", "final_check",
+           "unchanged_report", "RANDOM_OPS", "MAX_REGION_SHARE"]
+
+#: Ops whose values differ from run to run: a region holding one is checked on the whole model.
+RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                        "Multinomial", "Bernoulli"})
+#: A region of more than this share of the main graph's nodes costs about a whole run: the
+#: whole-model check runs instead.
+MAX_REGION_SHARE = 0.5
+
+
+# ---------------------------------------------------------------------------- the diff
+@dataclass
+class StepDiff:
+    """What a step changed, node by node (main graph), from the two versions.
+
+    Attributes:
+        nodes: ids (in ``after``) of main-graph nodes created, changed or rewired.
+        constants: initializers of ``after`` that are new or hold another tensor.
+        bodies: whether a node inside an If/Loop/Scan body was added, removed or changed.
+        names: every tensor name whose value may differ from before the step (outputs of the
+            changed nodes, the changed initializers).
+    """
+
+    nodes: list[str]
+    constants: list[str]
+    bodies: bool
+    names: set[str] = field(default_factory=set)
+
+
+def _names(values: Any) -> tuple[str, ...]:
+    return tuple(v.name if v is not None else "" for v in values)
+
+
+def _same_attr(a: ir.Attr, b: ir.Attr) -> bool:
+    if a.type != b.type:
+        return False
+    if a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+        return True  # a body's nodes are compared as nodes of their own (StepDiff.bodies)
+    if a.type in (ir.AttributeType.TENSOR, ir.AttributeType.TENSORS):
+        x, y = (a.value if a.type == ir.AttributeType.TENSORS else [a.value]), \
+            (b.value if b.type == ir.AttributeType.TENSORS else [b.value])
+        return len(x) == len(y) and all(
+            s is t or (s.dtype == t.dtype and s.shape == t.shape
+                       and np.array_equal(s.numpy(), t.numpy())) for s, t in zip(x, y))
+    return a.value == b.value
+
+
+def _same_node(a: ir.Node, b: ir.Node) -> bool:
+    if (a.op_type, a.domain, a.overload) != (b.op_type, b.domain, b.overload):
+        return False
+    if _names(a.inputs) != _names(b.inputs) or _names(a.outputs) != _names(b.outputs):
+        return False
+    if a.attributes.keys() != b.attributes.keys():
+        return False
+    return all(_same_attr(x, b.attributes[k]) for k, x in a.attributes.items())
+
+
+def step_diff(before: LabModel, after: LabModel, result: Any = None) -> StepDiff:
+    """The nodes and initializers a step changed (see :class:`StepDiff`).
+
+    The provenance of ``result`` (new or changed node ids) is trusted as changed; every other
+    node is compared with the node of the same id before the step (passes keep the ids of
+    the nodes they do not touch), so a consumer rewired by a removal is found too."""
+    b_idx, a_idx = before.index, after.index
+    prov = dict(getattr(result, "provenance", None) or {})
+    nodes: list[str] = []
+    bodies = False
+    for nid in a_idx.topo_order(None):
+        e = a_idx.entries[nid]
+        be = b_idx.entries.get(nid)
+        changed = nid in prov or be is None or be.graph != e.graph \
+            or not _same_node(e.node, be.node)
+        if not changed:
+            continue
+        if e.graph:
+            bodies = True
+        else:
+            nodes.append(nid)
+    if not bodies:
+        a_body = sum(1 for e in a_idx.entries.values() if e.graph)
+        b_body = sum(1 for e in b_idx.entries.values() if e.graph)
+        bodies = a_body != b_body  # a body node removed
+    b_init = before.graph.initializers
+    constants = [n for n, v in after.graph.initializers.items()
+                 if (bv := b_init.get(n)) is None or bv.const_value is not v.const_value]
+    names = set(constants)
+    for nid in nodes:
+        names.update(v.name for v in a_idx.entries[nid].node.outputs if v.name)
+    return StepDiff(nodes, constants, bodies, names)
+
+
+# ---------------------------------------------------------------------------- the region
+@dataclass
+class Region:
+    """The part of ``after`` a step rewrote (see the module docstring).
+
+    Attributes:
+        nodes: node ids in ``after``, topological order.
+        inputs: boundary tensors fed with the reference's values.
+        outputs: region tensors read outside the region, or graph outputs.
+        tensors: every tensor the region computes that something reads (the run's outputs).
+        constants: changed initializers compared without a run (graph outputs, and those
+            that hold exactly the reference's value: their readers are not in the region).
+    """
+
+    nodes: list[str]
+    inputs: list[str]
+    outputs: list[str]
+    tensors: list[str]
+    constants: list[str]
+    #: the constants among ``constants`` that hold exactly the reference's value
+    exact_constants: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.nodes and not self.constants
+
+    @property
+    def exact(self) -> bool:
+        """Nothing to run and every changed constant bit-identical to the reference: the
+        model computes what it computed."""
+        return not self.nodes and set(self.constants) <= set(self.exact_constants)
+
+
+def find_region(after: LabModel, diff: StepDiff, values: Mapping[str, Any] | None = None
+                ) -> tuple[Region | None, str | None]:
+    """(the region, None), or (None, why it cannot be cut cleanly).
+
+    ``values``: the reference's values (:attr:`PresetReference.values`); a changed constant
+    that holds exactly the reference's value of its name (a folded constant) is compared
+    alone: its readers compute what they computed, and are not run."""
+    if diff.bodies:
+        return None, "the step rewrote nodes inside an If/Loop/Scan body"
+    idx = after.index
+    graph = after.graph
+    inits = graph.initializers
+    graph_outputs = {v.name for v in graph.outputs}
+    live = {n: 1 for n in diff.nodes}
+    same: list[str] = []
+    for c in diff.constants:
+        if values is not None and _identical(inits[c].const_value, values.get(c)):
+            same.append(c)
+            continue
+        for nid in idx.consumers.get(c, ()):
+            if idx.entries[nid].graph:
+                return None, f"the changed constant {c!r} is read inside a body"
+            live[nid] = 1
+    order = {nid: idx.entries[nid].topo for nid in live}
+    region = sorted(live, key=order.__getitem__)
+    main = sum(1 for e in idx.entries.values() if not e.graph)
+    if len(region) > MAX_REGION_SHARE * main:
+        return None, f"the region holds {len(region)} of the {main} main-graph nodes"
+    functions = {(f.domain, f.name, f.overload) for f in after.ir.functions.values()}
+    in_region = set(region)
+    produced: set[str] = set()
+    tensors: list[str] = []
+    outputs: list[str] = []
+    kept: list[str] = []
+    for nid in region:
+        e = idx.entries[nid]
+        node = e.node
+        if node.op_type in RANDOM_OPS and node.domain in ("", "ai.onnx"):
+            return None, f"the region holds the random op {node.op_type} ({nid})"
+        if e.implicit_inputs or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+                                    for a in node.attributes.values()):
+            return None, f"the region holds {nid}, a node with a body"
+        if (node.domain, node.op_type, node.overload) in functions:
+            return None, f"the region holds {nid}, a call of the model's function " \
+                f"{node.op_type!r}"
+        read = False
+        for v in node.outputs:
+            if not v.name:
+                continue
+            produced.add(v.name)
+            users = idx.consumers.get(v.name, ())
+            if not users and v.name not in graph_outputs:
+                continue  # nothing reads it (an inference Dropout's mask)
+            read = True
+            tensors.append(v.name)
+            if v.name in graph_outputs or any(u not in in_region for u in users):
+                outputs.append(v.name)
+        if read:
+            kept.append(nid)
+    inputs: dict[str, None] = {}
+    computed: set[str] | None = None
+    for nid in kept:
+        for v in idx.entries[nid].node.inputs:
+            if v is None or not v.name or v.name in produced:
+                continue
+            if v.name in inits and v.const_value is not None:
+                continue  # the new model's own constant, part of the region
+            if values is not None and v.name not in values:
+                if computed is None:
+                    computed = _constant_outputs(after)
+                if v.name in computed:
+                    # computed from constants alone (a weight filled by ConstantOfShape)
+                    # and not kept by the reference: the region computes it itself
+                    continue
+            inputs[v.name] = None
+    constants = [c for c in diff.constants if c in graph_outputs or c in same]
+    return Region(kept, list(inputs), outputs, tensors, constants, same), None
+
+
+def _constant_outputs(model: LabModel) -> set[str]:
+    """Names of the main-graph values computed from constants alone (Constant nodes and the
+    nodes :func:`onnx_lab.core.values.foldable_nodes` lists)."""
+    names = {v.name for _nid, n in foldable_nodes(model).values() for v in n.outputs}
+    idx = model.index
+    for nid in idx.topo_order(""):
+        node = idx.entries[nid].node
+        if node.op_type == "Constant" and node.domain == "":
+            names.update(v.name for v in node.outputs)
+    return names
+
+
+def _identical(tensor: Any, ref: Any) -> bool:
+    """Whether an initializer holds exactly (bit for bit) the reference's value."""
+    if tensor is None or ref is None or is_structured(ref):
+        return False
+    ref = np.asarray(ref)
+    if ref.dtype.kind in "OSU" or int(np.prod(tensor.shape.numpy(), dtype=np.int64)) != ref.size:
+        return False
+    try:
+        arr = tensor.numpy()
+    except Exception:  # noqa: BLE001 - a tensor numpy cannot hold: not identical
+        return False
+    return arr.dtype == ref.dtype and arr.shape == ref.shape and arr.tobytes() == ref.tobytes()
+
+
+# ---------------------------------------------------------------------------- the reference
+@dataclass
+class PresetReference:
+    """The model before a preset and its tensors on one seeded sample.
+
+    Attributes:
+        model: the reference model.
+        feeds: (reference feeds, candidate feeds) of the sample (numerics.verify's feeds).
+        values: name -> the reference value that stands for the current version's tensor of
+            that name (graph inputs, node outputs); a step that changes a tensor without it
+            being compared equal drops its name (:meth:`advance`).
+        outputs: the reference's graph outputs: name -> value (what the final check
+            compares the preset's result with).
+    """
+
+    model: LabModel
+    feeds: tuple[dict[str, Any], dict[str, Any]]
+    values: dict[str, Any]
+    outputs: dict[str, Any]
+
+    def advance(self, diff: StepDiff, report: Report | None) -> None:
+        """Keep ``values`` true for the new version: drop the names the step changed, then
+        take back those the report compared with a reference value and found equal (under
+        the new name of a fused node too)."""
+        if diff.bodies:
+            self.values.clear()  # values computed inside bodies are not tracked: no regions
+            return
+        old = {n: self.values[n] for n in diff.names if n in self.values}
+        for n in diff.names:
+            self.values.pop(n, None)
+        for r in (report.rows if report is not None else ()):
+            name, ref = r["tensor"], r["ref_tensor"]
+            if r["match"] == "preset_output":
+                continue
+            if not r["passed"]:
+                self.values.pop(name, None)
+                continue
+            v = old.get(ref, self.values.get(ref))
+            if v is None or name not in diff.names:
+                continue
+            if is_structured(v) or r["shape"] is None or list(np.shape(v)) == list(r["shape"]):
+                self.values[name] = v
+
+
+def capture_reference(model: LabModel, candidate: LabModel, *, feeds: Any = None,
+                      dims: Mapping[str, int] | None = None,
+                      shapes: Mapping[str, Any] | None = None, seed: int = 0,
+                      providers: Any = None, max_bytes: int = 1 << 30
+                      ) -> tuple[PresetReference | None, str | None]:
+    """Run ``model`` once on the seeded feeds (sized as the step from ``model`` to
+    ``candidate`` is verified: numerics.verify's feeds) and keep every main-graph tensor it
+    computes: (the reference, None), or (None, why not: several samples, the tensors would
+    not fit in ``max_bytes // 2``, or the model does not run)."""
+    # on use: tests stand in for run on its module
+    from onnx_lab.runtime._runner import run
+
+    samples = _feeds(model, candidate, feeds, dims, shapes, seed, True)
+    if len(samples) != 1:
+        return None, f"{len(samples)} feed samples (regions are checked on one)"
+    ref_feeds = samples[0][0]
+    names = [n for n, _nid, _t in version_tensors(model)]
+    # By the model's types at the feeds' shapes: the run's memory check reads the same ones.
+    shapes = {k: np.shape(v) for k, v in ref_feeds.items()
+              if v is not None and not is_structured(v)}
+    sizes = estimate_bytes(model, names, shapes) if names else {}
+    if len(plan_chunks(sizes, max(max_bytes // 2, 1))) > 1:
+        # Values computed from constants alone (weights filled by ConstantOfShape) are left
+        # out: a region that reads one computes it itself (find_region).
+        computed = _constant_outputs(model)
+        names = [n for n in names if n not in computed]
+        if len(plan_chunks({n: sizes[n] for n in names}, max(max_bytes // 2, 1))) > 1:
+            return None, "the reference's tensors do not fit in max_bytes at once"
+    try:
+        values = run(model, ref_feeds, names, providers=providers) if names else {}
+    except LabError as e:
+        return None, f"the reference does not run: {e}"
+    values = {**ref_feeds, **values}
+    outputs = {v.name: values[v.name] for v in model.graph.outputs if v.name in values}
+    return PresetReference(model, samples[0], values, outputs), None
+
+
+# ---------------------------------------------------------------------------- a step
+def region_report(ref: PresetReference, before: LabModel, after: LabModel, result: Any = None,
+                  *, diff: StepDiff | None = None, atol: float | None = None,
+                  rtol: float | None = None, preset: str | None = None, providers: Any = None,
+                  defer: bool = False) -> tuple[Report | PendingRegion | None, str]:
+    """Verify the step ``before`` -> ``after`` by its region: (report, ``"region"`` or
+    ``"unchanged"``), or (None, why the region cannot be cut cleanly: the caller runs the
+    whole-model check). With ``defer``, a region that needs a run is returned planned
+    (``(PendingRegion, "pending")``): :func:`judge_region` runs it later, alone or within
+    the preset's final run.
+
+    The report has :data:`onnx_lab.numerics.verify.REPORT_COLUMNS` (one row per compared
+    region tensor, ``ref_tensor`` its name in the reference) and the attrs of
+    :func:`onnx_lab.numerics.verify.verify`, plus ``verified_by`` and ``region`` (its node
+    count, inputs and outputs). ``max_abs_err`` is over the graph outputs the region
+    computes (None when it computes none: the preset's final check compares them).
+    """
+    if _fed(after) != _fed(ref.model):
+        return None, "the step changed the graph inputs"
+    if dict(after.ir.opset_imports) != dict(before.ir.opset_imports):
+        return None, "the step changed the opset imports"
+    if not _same_functions(before, after):
+        return None, "the step changed the model's functions"
+    if _saved_form_problem(before, after):
+        return None, "the new model's saved form needs the whole-model check"
+    diff = diff if diff is not None else step_diff(before, after, result)
+    region, why = find_region(after, diff, ref.values)
+    if region is None:
+        return None, why or "no region"
+    if region.empty:
+        return unchanged_report(), "unchanged"
+    for n in region.inputs:
+        v = ref.values.get(n, _MISSING)
+        if v is _MISSING:
+            return None, f"the region's input {n!r} has no reference value (renamed or absent)"
+        if v is None or is_structured(v) or np.asarray(v).dtype.kind in "OSU":
+            return None, f"the region's input {n!r} is not a numeric tensor"
+    not_comparable: dict[str, str] = {}
+    wanted = set(region.tensors) | set(region.constants)
+    pairs = [p for p in align_versions(before, after, result, rejected=not_comparable)
+             if p.tensor in wanted and p.ref in ref.values]
+    paired = {p.tensor for p in pairs}
+    pairs[:0] = [VersionPair(c, c, None, before.index.producer.get(c), "name", -1)
+                 for c in region.constants if c not in paired and c in ref.values]
+    paired = {p.tensor for p in pairs}
+    for n in [*region.outputs, *region.constants]:
+        if n not in paired:
+            return None, f"the region's output {n!r} has no counterpart in the reference"
+    pending = PendingRegion(before, after, result, region, pairs, not_comparable,
+                            {"atol": atol, "rtol": rtol, "preset": preset,
+                             "providers": providers})
+    if defer and region.nodes:
+        return pending, "pending"
+    try:
+        return judge_region(ref, pending), "region"
+    except (LabError, ValueError) as e:  # a region that does not run alone: the whole model
+        logger.debug("region run failed (%s)", e)
+        return None, f"the region does not run on its own: {e}"
+
+
+@dataclass
+class PendingRegion:
+    """A step's region, planned and not yet run (:func:`region_report` with ``defer``): the
+    preset's final run computes its tensors when no later step changed a value."""
+
+    before: LabModel
+    after: LabModel
+    result: Any
+    region: Region
+    pairs: list[VersionPair]
+    not_comparable: dict[str, str]
+    options: dict[str, Any]
+
+    def still_computed(self, model: LabModel) -> bool:
+        """Whether ``model`` computes the region's tensors with the same nodes (the later
+        steps changed no value)."""
+        a_idx, m_idx = self.after.index, model.index
+        for name in self.region.tensors:
+            nid = a_idx.producer.get(name)
+            if nid is None or m_idx.producer.get(name) != nid:
+                return False
+            if not _same_node(a_idx.entries[nid].node, m_idx.entries[nid].node):
+                return False
+        return True
+
+
+def judge_region(ref: PresetReference, pending: PendingRegion,
+                 values: Mapping[str, Any] | None = None) -> Report:
+    """The report of a planned region: its tensors computed by the region alone on the
+    reference's values (``values`` None), or given (from a run of the whole final model,
+    whose inputs to the region are the reference's values bit for bit). Raises LabError or
+    ValueError when the region does not run on its own."""
+    region, after, opts = pending.region, pending.after, pending.options
+    got = dict(values) if values is not None else (
+        _run_region(after, region, ref, opts["providers"]) if region.nodes else {})
+    for c in region.constants:
+        got[c] = after.graph.initializers[c].const_value.numpy()
+    pairs = pending.pairs
+    stats = {p.tensor: _new_stats() for p in pairs}
+    skipped: list[str] = []
+    for p in pairs:
+        if not _judge(p, ref.values[p.ref], got[p.tensor], stats[p.tensor],
+                      preset=opts["preset"], atol=opts["atol"], rtol=opts["rtol"]):
+            skipped.append(p.tensor)
+    pairs = [p for p in pairs if p.tensor not in set(skipped)]
+    rows = [_row(p, stats[p.tensor]) for p in pairs]
+    failing = [r["tensor"] for r in rows if not r["passed"]]
+    outs = [r["max_abs"] for r in rows if r["match"] == "output"]
+    attrs = {"passed": not failing, "first_failure": failing[0] if failing else None,
+             "max_abs_err": float(max(outs)) if outs else None, "samples": 1,
+             "skipped": sorted(set(skipped)), "not_comparable": pending.not_comparable,
+             "verified_by": "region",
+             "region": {"nodes": len(region.nodes), "inputs": list(region.inputs),
+                        "outputs": list(region.outputs),
+                        "run": ("with the final outputs" if values is not None
+                                else "alone" if region.nodes else "none")}}
+    return Report(rows, attrs)
+
+
+_MISSING = object()
+
+
+def unchanged_report() -> Report:
+    """The report of a step that changed no value anything reads (nothing ran)."""
+    attrs = {"passed": True, "first_failure": None, "max_abs_err": None, "samples": 0,
+             "skipped": [], "not_comparable": {}, "verified_by": "unchanged",
+             "region": {"nodes": 0, "inputs": [], "outputs": []},
+             "note": "no node or constant that something reads changed: the values are the "
+             "previous version's"}
+    return Report([], attrs)
+
+
+def _same_functions(before: LabModel, after: LabModel) -> bool:
+    """Whether both versions hold the same model-local functions (a rewritten body changes
+    what its unchanged call nodes compute)."""
+    a, b = after.ir.functions, before.ir.functions
+    if a.keys() != b.keys():
+        return False
+    return all(a[k] is b[k] or ir.serde.serialize_function(a[k]).SerializeToString()
+               == ir.serde.serialize_function(b[k]).SerializeToString() for k in a)
+
+
+def _fed(model: LabModel) -> list[str]:
+    """The graph inputs a run is fed (an initializer listed as an input, as IR < 4 allows, is
+    not)."""
+    g = model.graph
+    return [v.name for v in g.inputs if v.name not in g.initializers]
+
+
+def _run_region(after: LabModel, region: Region, ref: PresetReference, providers: Any
+                ) -> dict[str, Any]:
+    """The region's tensors, computed by the region alone on the reference's values."""
+    # on use: tests stand in for run on its module
+    from onnx_lab.runtime._runner import run
+
+    graph = ir.convenience.extract(after.graph, region.inputs, region.tensors)
+    feeds = {n: np.asarray(ref.values[n]) for n in region.inputs}
+    for v in graph.inputs:  # typed by the values fed (a boundary value may be untyped)
+        arr = feeds[v.name]
+        v.dtype = ir.DataType.from_numpy(arr.dtype)
+        v.shape = ir.Shape(arr.shape)
+    model = LabModel(ir.Model(graph, ir_version=after.ir.ir_version,
+                              functions=list(after.ir.functions.values())), path=after.path)
+    return run(model, feeds, region.tensors, providers=providers)
+
+
+def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = None,
+                rtol: float | None = None, preset: str | None = None, providers: Any = None,
+                extra: list[str] | None = None
+                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The preset's outputs against the reference's: (report rows (``match``
+    ``"preset_output"``, one per graph output, judged by the output rule, element-wise),
+    the values of ``extra``), from one run of ``model`` on the reference's sample (``extra``:
+    more tensors of ``model`` computed by the same run: a pending region's)."""
+    # on use: tests stand in for run on its module
+    from onnx_lab.runtime._runner import run
+
+    outs = [v.name for v in model.graph.outputs]
+    refs = list(ref.outputs)
+    pairs = []
+    for i, name in enumerate(outs):
+        r = name if name in refs else (refs[i] if i < len(refs) else None)
+        if r is not None:
+            pairs.append(VersionPair(name, r, model.index.producer.get(name),
+                                     ref.model.index.producer.get(r), "output", i))
+    stats = {p.tensor: _new_stats() for p in pairs}
+    wanted = list(dict.fromkeys([*(p.tensor for p in pairs), *(extra or [])]))
+    try:
+        got = run(model, ref.feeds[1], wanted, providers=providers) if wanted else {}
+    except LabError as e:
+        if extra:
+            raise  # the caller runs the pending region alone, then this check again
+        for p in pairs:
+            stats[p.tensor].update(passed=False, max_abs=math.inf, max_rel=math.inf,
+                                   note=f"the optimized model does not run: {e}")
+        got = None
+    if got is not None:
+        for p in pairs:
+            _judge(p, ref.outputs[p.ref], got[p.tensor], stats[p.tensor], preset=preset,
+                   atol=atol, rtol=rtol)
+    rows = []
+    for p in pairs:
+        row = _row(p, stats[p.tensor])
+        row["match"] = "preset_output"
+        rows.append(row)
+    return rows, {n: got[n] for n in (extra or [])} if got is not None else {}

@@ -1,0 +1,276 @@
+"""Verification by region (numerics/region.py through steps): planted bugs caught at the same
+node as the whole-model check, a bug inside the region, the fallbacks, unchanged steps that
+run nothing, and the final output check catching differences that each region let through."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.parser
+import pytest
+from _machinery import chain_lab
+from onnx import helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.core.model import LabModel
+from onnx_lab.core.values import const_array
+from onnx_lab.errors import InputError
+from onnx_lab.numerics.region import find_region, step_diff
+from onnx_lab.runtime import _runner
+from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
+
+MODES = ["region", "full"]
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """Counts the verification runs (the real runner runs them)."""
+    count = {"n": 0}
+    real = _runner.run
+
+    def counted(*a, **k):
+        count["n"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(_runner, "run", counted)
+    return count
+
+
+@register_pass("test_region_nudge", kind="test")
+class Nudge(LabPass):
+    """Test pass (deliberately wrong by a little): add ``delta`` to one MatMul's weight."""
+
+    params = (Param("node_id", str, "n0_MatMul", "the MatMul"),
+              Param("delta", float, 2e-5, "added to every weight"))
+
+    def find(self, model: LabModel) -> list[Match]:
+        nid = self.options["node_id"]
+        return [Match(f"test_region_nudge:{nid}", "nudge", self.name, [nid], nid, "nudge")]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        node = model.index.node(self.options["node_id"])
+        w = const_array(node.inputs[1])
+        new = rw.add_initializer(node.graph, f"nudged_{node.name}", w + self.options["delta"])
+        node.replace_input_with(1, new)
+        rw.record(node, [node])
+
+
+@register_pass("test_region_nudge_second", kind="test")
+class NudgeSecond(Nudge):
+    """Test pass: the same nudge on the second MatMul."""
+
+    params = (Param("node_id", str, "n4_MatMul", "the MatMul"),
+              Param("delta", float, 2e-5, "added to every weight"))
+
+
+@register_pass("test_region_wrong_pair", kind="test")
+class WrongPair(LabPass):
+    """Test pass (wrong): rewrites the first MatMul and the Identity after it; the MatMul's
+    output, read only by the Identity, is wrong (a value inside the region)."""
+
+    def find(self, model: LabModel) -> list[Match]:
+        return [Match("test_region_wrong_pair:n0", "pair", self.name, ["n0_MatMul",
+                      "n1_Identity"], "n0_MatMul", "pair")]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        mm, ident = model.index.node("n0_MatMul"), model.index.node("n1_Identity")
+        w = const_array(mm.inputs[1])
+        mm.replace_input_with(1, rw.add_initializer(mm.graph, "W1_bad", w * 1.5))
+        rw.record(mm, [mm])
+        rw.record(ident, [ident])
+
+
+# ---------------------------------------------------------------------------- planted bugs
+@pytest.mark.parametrize("mode", MODES)
+def test_planted_bug_is_caught_at_the_same_node_in_both_modes(mode):
+    lab = chain_lab()
+    r = lab.apply("test_perturb_weight", node_id="n4_MatMul", delta=0.5, verify=mode)
+    assert r.verified_by == mode
+    assert r.verify_passed is False and r.first_failure == "h2"
+    row = r.verification.set_index("tensor").loc["h2"]
+    assert row["node_id"] == "n4_MatMul" and row["match"] == "provenance" and not row["passed"]
+    assert r.max_abs_err > 0.1  # over the model's outputs
+    assert lab.history.loc[1, "verified_by"] == mode
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_planted_bug_in_the_first_matmul_fails_first_there_in_both_modes(mode):
+    lab = chain_lab()
+    r = lab.apply("test_perturb_weight", node_id="n0_MatMul", verify=mode)
+    assert r.first_failure == "h1" and r.verify_passed is False
+    failing = r.verification.loc[~r.verification.passed, "tensor"].tolist()
+    assert failing[0] == "h1" and "y" in failing
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_value_broken_inside_the_region_is_named(mode):
+    lab = chain_lab()
+    r = lab.apply("test_region_wrong_pair", verify=mode)
+    assert r.verified_by == mode and r.verify_passed is False
+    assert r.first_failure == "h1"  # read only inside the region, compared all the same
+    if mode == "region":
+        region = r.verification.attrs["region"]
+        assert region["nodes"] == 2 and region["inputs"] == ["x"]
+        assert region["outputs"] == ["i1"]
+
+
+@pytest.mark.parametrize("mode", ["auto", "full"])
+def test_a_planted_bug_in_a_preset_is_caught_at_its_step(mode):
+    lab = chain_lab()
+    verify = True if mode == "auto" else "full"
+    rs = lab.apply_preset(["test_drop_identity", "test_perturb_weight"], verify=verify)
+    drop, bad = rs
+    assert drop.verify_passed and bad.verify_passed is False
+    assert bad.first_failure in ("h2", "y")  # the identities are gone: h2 may be y itself
+    rep = bad.verification
+    own = rep.loc[rep.match != "preset_output"].set_index("tensor")
+    assert own.loc[bad.first_failure, "node_id"] == "n4_MatMul"
+
+
+# ---------------------------------------------------------------------------- no false alarm
+def test_the_safe_preset_verifies_by_region_and_passes(runs):
+    lab = onnx_lab.open("sample:convnet")
+    rs = [r for r in lab.apply_preset("safe") if r.modified]
+    assert all(r.verify_passed for r in rs), [(r.name, r.notes) for r in rs]
+    by = {r.name: r.verified_by for r in rs}
+    assert by["fuse_conv_bn"] == "region" and by["eliminate_dead_nodes"] == "unchanged"
+    assert set(lab.history.verified_by.dropna()) <= {"region", "full", "unchanged"}
+    # the reference once, a region per region step, a whole model per fallback, the outputs
+    fallbacks = sum(r.verified_by == "full" for r in rs)
+    regions = sum(r.verified_by == "region" for r in rs)
+    assert runs["n"] <= 1 + regions + 2 * fallbacks + 1
+    last = [r for r in rs if r.verify_passed is not None][-1]
+    final = last.verification.loc[last.verification.match == "preset_output"]
+    assert len(final) == 1 and final.passed.all() and last.max_abs_err < 1e-4
+    full = onnx_lab.open("sample:convnet")
+    fr = [r for r in full.apply_preset("safe", verify="full") if r.modified]
+    assert all(r.verify_passed and r.verified_by == "full" for r in fr)
+    assert [r.name for r in fr] == [r.name for r in rs]
+
+
+def test_a_step_that_changes_no_value_runs_nothing(runs):
+    lab = chain_lab()
+    lab.apply("test_drop_identity", matches=["test_drop_identity:n1_Identity"], verify=False)
+    # an unused initializer left behind: removing it changes no value
+    rs = lab.apply_preset(["remove_unused_initializers"])
+    assert runs["n"] == 0
+    if rs[0].modified:
+        assert rs[0].verified_by == "unchanged" and rs[0].verify_passed
+
+
+def test_unchanged_when_only_dead_nodes_go(runs):
+    g = onnx.parser.parse_graph("""
+    g (float[2, 3] x) => (float[2, 3] y) {
+        y = Relu(x)
+        dead = Sigmoid(x)
+    }""")
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    (r,) = lab.apply_preset(["eliminate_dead_nodes"])
+    assert r.modified and r.verified_by == "unchanged" and r.verify_passed
+    assert runs["n"] == 0
+
+
+# ---------------------------------------------------------------------------- fallbacks
+def test_a_region_of_most_of_the_graph_falls_back_to_the_full_run():
+    lab = chain_lab()
+    r = lab.apply("test_drop_identity", verify="region")
+    assert r.verified_by == "full" and r.verify_passed
+    assert r.verification.attrs["region_fallback"].startswith("the region holds")
+    assert any("verified on the whole model: the region holds" in n for n in r.notes)
+
+
+def _if_model() -> onnx.ModelProto:
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["t"], name="body_relu")],
+                             "then", [], [helper.make_tensor_value_info("t", 1, [2])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="body_neg")],
+                              "else", [], [helper.make_tensor_value_info("e", 1, [2])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+             helper.make_node("If", ["c"], ["z"], name="if", then_branch=then,
+                              else_branch=other),
+             helper.make_node("Identity", ["z"], ["y"], name="out")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [2])],
+                          [helper.make_tensor_value_info("y", 1, [2])],
+                          [numpy_helper.from_array(np.zeros((), np.float32), "zero")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_rewrite_inside_a_body_cannot_be_cut():
+    before = onnx_lab.open(_if_model()).model
+    after = LabModel(before.ir.clone())
+    body = next(e for e in after.index.entries.values() if e.node.name == "body_relu")
+    body.node.op_type = "Sigmoid"  # changed in place, under its id
+    after.invalidate()
+    diff = step_diff(before, after)
+    assert diff.bodies
+    region, why = find_region(after, diff)
+    assert region is None and "If/Loop/Scan body" in why
+
+
+def test_a_boundary_renamed_away_falls_back():
+    # A region whose input has no reference value: drop it from the reference and ask.
+    from onnx_lab.numerics.region import capture_reference, region_report
+
+    lab = chain_lab()
+    before = lab.model
+    from onnx_lab.transforms.apply import run_pass
+
+    result = run_pass(before, "test_perturb_weight", node_id="n4_MatMul")
+    ref, why = capture_reference(before, result.model, dims={"batch": 2})
+    assert ref is not None and why is None
+    report, how = region_report(ref, before, result.model, result)
+    assert report is not None and how == "region"
+    del ref.values["i2"]
+    report, how = region_report(ref, before, result.model, result)
+    assert report is None and "'i2' has no reference value" in how
+
+
+def test_an_unknown_mode_is_refused():
+    lab = chain_lab()
+    with pytest.raises(InputError, match="verification mode"):
+        lab.apply("test_drop_identity", verify="fast")
+    with pytest.raises(InputError, match="verification mode"):
+        lab.apply_preset("safe", verify={"mode": "partial"})
+
+
+# ---------------------------------------------------------------------------- drift
+def test_the_final_check_catches_differences_each_region_let_through():
+    # Each nudge alone keeps the outputs within tolerance (checked below step by step on the
+    # whole model), the two together do not: only the preset's final check sees it.
+    lab = chain_lab()
+    rs = lab.apply_preset(["test_region_nudge", "test_region_nudge_second"])
+    first, second = rs
+    assert first.verified_by == "region" and first.verify_passed
+    assert second.verified_by == "region"
+    rows = second.verification
+    own = rows.loc[rows.match != "preset_output"]
+    assert own.passed.all()  # every region within tolerance
+    final = rows.loc[rows.match == "preset_output"]
+    assert not final.passed.all()
+    assert second.verify_passed is False and second.first_failure == "y"
+    assert any("added up over the steps" in n for n in second.notes)
+    # the whole-model check compares each step with the one before: each passes
+    full = chain_lab().apply_preset(["test_region_nudge", "test_region_nudge_second"],
+                                    verify="full")
+    assert all(r.verified_by == "full" and r.verify_passed for r in full)
+
+
+def test_a_reference_too_large_leaves_out_values_computed_from_constants(runs):
+    # A weight filled by ConstantOfShape (as onnx's light models hold theirs): with it the
+    # reference's tensors pass max_bytes // 2, without it they fit; the region that reads it
+    # computes it itself.
+    g = onnx.parser.parse_graph("""
+    g (float[2, 8] x) => (float[2, 4096] y) {
+        shape = Constant <value = int64[2] {8, 4096}> ()
+        w = ConstantOfShape <value = float[1] {0.5}> (shape)
+        i = Identity(x)
+        y = MatMul(i, w)
+    }""")
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    (r,) = lab.apply_preset(["eliminate_identity"], verify={"max_bytes": 200_000})
+    assert r.verified_by == "region" and r.verify_passed, r.notes
+    assert r.verification.attrs["region"]["inputs"] == ["x"]  # w computed in the region
+    full = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    (f,) = full.apply_preset(["eliminate_identity"], verify={"max_bytes": 200_000,
+                                                             "mode": "full"})
+    assert f.verified_by == "full" and f.verify_passed
