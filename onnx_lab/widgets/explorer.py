@@ -68,6 +68,7 @@ class Explorer(View):
         for i, name in enumerate(TAB_NAMES):
             self.tabs.set_title(i, name)
         super().__init__([self.tabs])
+        self.add_class("onnx-lab-explorer")
         self._build_nodes_controls()
         self._build_graph_controls()
         self.tabs.observe(self._guard(self._on_tab), names="selected_index")
