@@ -8,8 +8,10 @@ widget instead of raising into the kernel log, and records the one-line Python e
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import logging
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -178,8 +180,76 @@ class _Live(anywidget.AnyWidget):
 
     def _message(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if isinstance(content, dict) and content.get("ping"):
+            _PINGED[:] = [True]
             self.send({"pong": 1})
             self._on_ready()
+
+
+_OWN_VIEW = frozenset({"ready", "snapshot_html"})
+_NAMES: dict[type, frozenset[str]] = {}
+_WAITING: list[Any] = []  # weak references to Views with deferred work
+
+
+def _class_names(cls: type) -> frozenset[str]:
+    """Names the classes between ``cls`` and :class:`View` define (cached per class)."""
+    names = _NAMES.get(cls)
+    if names is None:
+        found: set[str] = set()
+        for c in cls.__mro__:
+            if c is View:
+                break
+            found.update(vars(c))
+        names = _NAMES[cls] = frozenset(found)
+    return names
+
+
+_PINGED: list[bool] = []  # a widget's page has pinged this kernel
+
+
+def _live_frontend() -> bool:
+    """Whether a page that renders widgets live runs this code's cell."""
+    if _PINGED:
+        return True
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - ipywidgets depends on IPython
+        return False
+    kernel = getattr(get_ipython(), "kernel", None)
+    try:
+        parent = kernel.get_parent() if kernel is not None else None
+    except (AttributeError, TypeError):
+        return False
+    meta = (parent or {}).get("metadata") or {}
+    return isinstance(meta, dict) and bool(meta.get("cellId"))
+
+
+def _after_cell(view: View) -> None:
+    """Run ``view``'s deferred work once the running cell has finished (IPython only)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - ipywidgets depends on IPython
+        return
+    ip = get_ipython()
+    if ip is None:
+        return
+    _WAITING.append(weakref.ref(view))
+    if len(_WAITING) == 1:
+        ip.events.register("post_run_cell", _run_waiting)
+
+
+def _run_waiting(*_args: Any) -> None:
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    if ip is not None:
+        with contextlib.suppress(ValueError):
+            ip.events.unregister("post_run_cell", _run_waiting)
+    refs = list(_WAITING)
+    _WAITING.clear()
+    for ref in refs:
+        view = ref()
+        if view is not None:
+            view._run_pending()
 
 
 class View(w.VBox):
@@ -202,13 +272,37 @@ class View(w.VBox):
 
     # ------------------------------------------------------------------ deferred work
     def _defer(self, fn: Callable[[], Any], busy: str) -> None:
-        """Run ``fn`` once the widget is on screen (its frame shows at once, with ``busy`` as
-        the progress line), or as soon as Python reads something of the widget's that is
-        not there yet (:meth:`__getattr__`) or calls :meth:`ready` — so the Python API reads
-        the same as if ``fn`` had run in ``__init__``."""
+        """Run ``fn`` after the cell that made the widget has shown it, so its frame and
+        ``busy`` (the progress line) appear at once.
+
+        Only where a page shows the widget live (a ping from an onnx_lab widget came, or the
+        cell was run from JupyterLab/Notebook, whose requests name the cell); elsewhere ``fn``
+        runs at once. It runs, whichever comes first: when the cell has finished (IPython's
+        ``post_run_cell``: the widget's display is already on its way to the page), when the
+        page pings the kernel, when :meth:`ready` is called, or when Python reads anything
+        the widget's own class defines (``dv.result``, ``f.matches``...): the Python API
+        reads as if ``fn`` had run in ``__init__``.
+        """
+        if not _live_frontend():
+            # A script, a test, nbclient: nobody waits for a frame, and the display-time
+            # snapshot (text/html) should show the result.
+            line = info_html(busy, kind="busy")
+            self.__dict__["status"].value = line
+            self._guard(fn)()
+            if self.error is None and self.__dict__["status"].value == line:
+                self.__dict__["status"].value = ""
+            return
         self._pending.append((fn, busy))
-        if not self.status.value:
-            self.status.value = info_html(busy, kind="busy")
+        status = self.__dict__["status"]  # (reading self.status would run the work now)
+        if not status.value:
+            status.value = info_html(busy, kind="busy")
+        _after_cell(self)
+
+    def _fill_lazily(self, box: w.Box, build: Callable[[], Any], text: str) -> Any:
+        """Build a tab's content on its first opening: ``box`` shows ``text`` as a progress
+        line while ``build`` runs (the page gets the line before the work starts)."""
+        box.children = [w.HTML(info_html(text, kind="busy"))]
+        return build()
 
     def ready(self) -> View:
         """Run the work deferred until the widget is shown (a no-op once done); returns self."""
@@ -216,17 +310,37 @@ class View(w.VBox):
         return self
 
     def _run_pending(self) -> None:
-        pending = self.__dict__.get("_pending")
-        while pending:
-            fn, busy = pending.pop(0)
-            self.status.value = info_html(busy, kind="busy")
-            self._guard(fn)()
-            if self.error is None and self.status.value == info_html(busy, kind="busy"):
-                self.status.value = ""
+        d = self.__dict__
+        pending = d.get("_pending")
+        if not pending or d.get("_running"):
+            return
+        d["_running"] = True
+        try:
+            while pending:
+                fn, busy = pending.pop(0)
+                line = info_html(busy, kind="busy")
+                self.status.value = line
+                self._guard(fn)()
+                if self.error is None and self.status.value == line:
+                    self.status.value = ""
+        finally:
+            d["_running"] = False
+
+    def __getattribute__(self, name: str) -> Any:
+        # Deferred work runs before the first read of anything the subclass defines (an
+        # attribute its __init__ set, a method, a property); ipywidgets' own attributes and
+        # traits (what displaying and syncing read) do not trigger it.
+        if name[0] != "_":
+            d = object.__getattribute__(self, "__dict__")
+            if d.get("_pending") and not d.get("_running") and name not in _OWN_VIEW and (
+                    name in d or name in _class_names(type(self))):
+                object.__getattribute__(self, "_run_pending")()
+        return object.__getattribute__(self, name)
 
     def __getattr__(self, name: str) -> Any:
-        # Only called for attributes that do not exist (yet): deferred work may create them.
-        if not name.startswith("_") and self.__dict__.get("_pending"):
+        # An attribute the deferred work creates (not there yet): run it, then read again.
+        d = self.__dict__
+        if name[0] != "_" and d.get("_pending") and not d.get("_running"):
             self._run_pending()
             return object.__getattribute__(self, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

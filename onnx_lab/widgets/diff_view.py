@@ -75,8 +75,11 @@ class DiffView(View):
         self.right.on_select(self._guard(lambda key: self._follow("b", key)))
         self.left.observe(self._guard(lambda ch: self._pan("a", ch["new"])), names="view")
         self.right.observe(self._guard(lambda ch: self._pan("b", ch["new"])), names="view")
-        self._call(self._load, a, b, busy="Matching the two models…",
-                   code="d = onnx_lab.diff(a, b); d.table, d.op_counts(), d.links()")
+        # After the frame shows (or on the first read of dv.result, dv.links...).
+        self._defer(lambda: self._call(
+            self._load, a, b, busy="Matching the two models…",
+            code="d = onnx_lab.diff(a, b); d.table, d.op_counts(), d.links()"),
+            "Matching the two models…")
 
     # ------------------------------------------------------------------ content
     def _load(self, a: Any, b: Any) -> None:

@@ -93,3 +93,61 @@ def test_history_html_badges_and_current_step():
     assert out.count("onnx-lab-history-row") == 3
     assert ">passed<" in out and ">FAILED<" in out and "◀ current" in out
     assert "data-step='2' style='background" in out and "data-before='21' data-after='20'" in out
+
+
+def test_table_is_one_model_and_answers_page_messages():
+    """A page of 25 rows is one widget model; the page's clicks arrive as messages."""
+    from ipywidgets.widgets.widget import _instances
+
+    df = pd.DataFrame({"k": [f"n{i}" for i in range(60)], "v": range(60)})
+    seen = []
+    before = len(_instances)
+    t = SelectableTable("k", [("k", 80), ("v", 40)], page_size=25, on_change=seen.append)
+    t.set(df)
+    assert len(_instances) - before <= 2  # the table and its layout
+    assert t.html.value.count("olt-check") == 25 and t.checked == [False] * 25
+    t._message(t, {"toggle": 2, "value": True}, [])
+    assert seen[-1] == ["n2"] and t.checked[2] is True
+    t._message(t, {"go": 1}, [])
+    assert t.page == 1 and t.page_keys()[0] == "n25" and t.checked == [False] * 25
+    t._message(t, {"toggle": 99, "value": True}, [])  # not a row of the page: ignored
+    t._message(t, {"clear": True}, [])
+    assert t.selected == [] and "0 selected" in t.pos
+    # Cells are escaped (model strings are hostile).
+    t.set(pd.DataFrame({"k": ["<img src=x onerror=alert(1)>"], "v": [1]}))
+    assert "<img" not in t.html.value and "&lt;img" in t.html.value
+    p = PagedTable(df, page_size=25)
+    p._message(p, {"go": 2}, [])
+    assert p.page == 2 and "rows 51–60" in p.html.value and p.next.disabled
+
+
+def test_deferred_work_runs_on_first_read_or_ping():
+    """With a live page the work waits for the frame; reading the widget's own attributes
+    (or the page's ping) runs it first, so the Python API reads as before."""
+    from onnx_lab.widgets import _common
+
+    class Slow(View):
+        def __init__(self) -> None:
+            self.calls = 0
+            super().__init__()
+            self._defer(self._work, "Computing…")
+
+        def _work(self) -> None:
+            self.calls += 1
+            self.answer = 42
+
+    v = Slow()  # no live page (no IPython kernel here): ran at once
+    assert v.__dict__["calls"] == 1 and v.status.value == ""
+    _common._PINGED[:] = [True]
+    try:
+        v = Slow()
+        assert v.__dict__["calls"] == 0 and "Computing" in v.__dict__["status"].value
+        assert v.children  # ipywidgets' own traits do not run it
+        assert v.__dict__["calls"] == 0
+        assert v.answer == 42 and v.calls == 1 and v.status.value == ""
+        v = Slow()
+        v._live._message(v._live, {"ping": 1}, [])  # the page's ping
+        assert v.__dict__["calls"] == 1
+        assert v.ready() is v and v.calls == 1
+    finally:
+        _common._PINGED[:] = []
