@@ -30,6 +30,9 @@ function render({ model, el }) {
   };
   const draw = () => {
     body.innerHTML = model.get("table_html") || "";
+    body.querySelectorAll("td, .olt-cell").forEach((c) => {
+      if (c.scrollWidth > c.clientWidth + 1) c.title = c.textContent;
+    });
     pos.textContent = model.get("pos") || "";
     const page = model.get("page"), pages = model.get("pages");
     prev.disabled = page <= 0;
