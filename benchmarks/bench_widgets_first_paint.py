@@ -196,8 +196,15 @@ def main() -> int:
 
 def _screenshots(page, cells, shots: Path, name: str) -> None:
     shots.mkdir(parents=True, exist_ok=True)
+    # The DriftDebugger's layers table shows after a run.
+    dd = page.locator(".onnx-lab-drift").first
+    dd.locator("button", has_text="Run").first.click()
+    dd.locator(".onnx-lab-verdict").wait_for(timeout=300_000)
+    dd.locator(".olt-row").nth(1).wait_for(timeout=60_000)
     for width in (1280, 1920, 600):
         page.set_viewport_size({"width": width, "height": 3000})
+        if width == 600:  # a narrow pane: the notebook alone, ~600 px wide
+            page.keyboard.press("Control+b")
         page.wait_for_timeout(800)
         for i, widget in enumerate(WIDGETS, start=1):
             out = cells.nth(i).locator(".jp-OutputArea").first

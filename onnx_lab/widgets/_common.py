@@ -169,6 +169,7 @@ class _Live(anywidget.AnyWidget):
     """
 
     _esm = _STATIC / "live.js"
+    _css = _STATIC / "frame.css"  # the frames' shared rules (narrow panes)
     note = t.Unicode("").tag(sync=True)
     wait_ms = t.Int(4000).tag(sync=True)
 
