@@ -151,3 +151,19 @@ def test_deferred_work_runs_on_first_read_or_ping():
         assert v.ready() is v and v.calls == 1
     finally:
         _common._PINGED[:] = []
+
+
+def test_table_snapshots_show_the_page_without_inputs():
+    """The static views of a one-model table: the display-time snapshot and the one
+    nbconvert rebuilds from saved widget state both show the page's rows, no checkbox."""
+    from onnx_lab.widgets.nbconvert import _view_html
+
+    t = SelectableTable("k", [("k", 80), ("v", 40)])
+    t.set(pd.DataFrame({"k": ["a<b>", "c"], "v": [1, 2]}))
+    v = View([t])
+    snap = v.snapshot_html()
+    assert "a&lt;b&gt;" in snap and "olt-row" in snap and "checkbox" not in snap
+    state = {"t": {"model_name": "AnyModel", "state": t.get_state()}}
+    saved = _view_html(state, "t")
+    assert "a&lt;b&gt;" in saved and "checkbox" not in saved
+    assert "rows 1–2 of 2" in saved
