@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 _STATIC = Path(__file__).with_name("static")
 
-__all__ = ["View", "SelectableTable", "PagedTable", "error_html", "info_html", "code_html",
+__all__ = ["View", "SelectableTable", "PagedTable", "lazy_tabs", "error_html", "info_html", "code_html",
            "figure_html", "rendering_html", "badge", "badge_html", "short"]
 
 _BOX = ("padding:6px 10px;border-radius:4px;margin:4px 0;font-size:13px;"
@@ -441,6 +441,25 @@ class View(w.VBox):
                 return None
 
         return handler
+
+
+def lazy_tabs(tabs: w.Tab) -> w.Tab:
+    """Put only the open tab's content in the page; each other tab's content joins the page
+    when that tab is first opened (the page draws one tab, not all of them, when the widget
+    appears). The contents stay the same Python objects, filled by the widget as before;
+    ``tabs.children[i]`` is a box holding content ``i`` once opened."""
+    contents = list(tabs.children)
+    holders = [w.Box(layout=w.Layout(display="block")) for _ in contents]
+
+    def open_tab(index: int | None) -> None:
+        i = index or 0
+        if 0 <= i < len(holders) and not holders[i].children:
+            holders[i].children = [contents[i]]
+
+    open_tab(tabs.selected_index)
+    tabs.children = holders
+    tabs.observe(lambda change: open_tab(change["new"]), names="selected_index")
+    return tabs
 
 
 def snapshot_of_html(widget: Any) -> str:

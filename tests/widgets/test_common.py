@@ -167,3 +167,21 @@ def test_table_snapshots_show_the_page_without_inputs():
     saved = _view_html(state, "t")
     assert "a&lt;b&gt;" in saved and "checkbox" not in saved
     assert "rows 1–2 of 2" in saved
+
+
+def test_lazy_tabs_put_a_tab_in_the_page_when_first_opened():
+    import ipywidgets as w
+
+    from onnx_lab.widgets._common import lazy_tabs
+
+    a, b = w.HTML("a"), w.HTML("b")
+    tabs = w.Tab(children=[a, b])
+    tabs.set_title(0, "A")
+    tabs.set_title(1, "B")
+    lazy_tabs(tabs)
+    assert tabs.titles == ("A", "B")
+    assert list(tabs.children[0].children) == [a] and not tabs.children[1].children
+    tabs.selected_index = 1
+    assert list(tabs.children[1].children) == [b]
+    b.value = "filled later"  # the widget keeps filling the same objects
+    assert "filled later" in View([tabs]).snapshot_html()
