@@ -433,6 +433,7 @@ class View(w.VBox):
         """
 
         def handler(*args: Any, **kwargs: Any) -> Any:
+            self._run_pending()  # a click before the deferred first view: that view first
             self.error = None
             try:
                 return fn(*args, **kwargs)

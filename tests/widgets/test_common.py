@@ -149,6 +149,9 @@ def test_deferred_work_runs_on_first_read_or_ping():
         v._live._message(v._live, {"ping": 1}, [])  # the page's ping
         assert v.__dict__["calls"] == 1
         assert v.ready() is v and v.calls == 1
+        v = Slow()
+        v._guard(lambda: None)()  # a click handler: the deferred view comes first
+        assert v.__dict__["calls"] == 1
     finally:
         _common._PINGED[:] = []
 
