@@ -8,12 +8,17 @@ widget instead of raising into the kernel log, and records the one-line Python e
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import logging
+import weakref
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
+import anywidget
 import ipywidgets as w
+import traitlets as t
 
 from onnx_lab._pandas import pd
 from onnx_lab.errors import DimError, LabError
@@ -23,7 +28,9 @@ from onnx_lab.widgets._context import missing_dims
 
 log = logging.getLogger(__name__)
 
-__all__ = ["View", "SelectableTable", "PagedTable", "error_html", "info_html", "code_html",
+_STATIC = Path(__file__).with_name("static")
+
+__all__ = ["View", "SelectableTable", "PagedTable", "lazy_tabs", "error_html", "info_html", "code_html",
            "figure_html", "rendering_html", "badge", "badge_html", "short"]
 
 _BOX = ("padding:6px 10px;border-radius:4px;margin:4px 0;font-size:13px;"
@@ -152,6 +159,100 @@ def rendering_html(rendering: Any) -> str:
     return "<div class='onnx-lab-graph' style='overflow:auto;max-height:720px'>" + body + "</div>"
 
 
+class _Live(anywidget.AnyWidget):
+    """A one-line note under every widget, hidden while a kernel answers its ping.
+
+    In the page it pings the kernel on render; the kernel answers (and the widget runs the
+    work it deferred until it was on screen, :meth:`View._defer`). Restored from a notebook's
+    saved widget state after a kernel restart, nothing answers, so it says that this is the
+    last view saved and to re-run the cell.
+    """
+
+    _esm = _STATIC / "live.js"
+    _css = _STATIC / "frame.css"  # the frames' shared rules (narrow panes)
+    note = t.Unicode("").tag(sync=True)
+    wait_ms = t.Int(4000).tag(sync=True)
+
+    def __init__(self, owner: str, on_ready: Callable[[], None]) -> None:
+        super().__init__(note=f"{owner}: the last view saved with this notebook, not live (the "
+                              "kernel that drew it is gone): re-run the cell for the live widget.")
+        self._on_ready = on_ready
+        self.on_msg(self._message)
+
+    def _message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if isinstance(content, dict) and content.get("ping"):
+            _PINGED[:] = [True]
+            self.send({"pong": 1})
+            self._on_ready()
+
+
+_OWN_VIEW = frozenset({"ready", "snapshot_html"})
+_NAMES: dict[type, frozenset[str]] = {}
+_WAITING: list[Any] = []  # weak references to Views with deferred work
+
+
+def _class_names(cls: type) -> frozenset[str]:
+    """Names the classes between ``cls`` and :class:`View` define (cached per class)."""
+    names = _NAMES.get(cls)
+    if names is None:
+        found: set[str] = set()
+        for c in cls.__mro__:
+            if c is View:
+                break
+            found.update(vars(c))
+        names = _NAMES[cls] = frozenset(found)
+    return names
+
+
+_PINGED: list[bool] = []  # a widget's page has pinged this kernel
+
+
+def _live_frontend() -> bool:
+    """Whether a page that renders widgets live runs this code's cell."""
+    if _PINGED:
+        return True
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - ipywidgets depends on IPython
+        return False
+    kernel = getattr(get_ipython(), "kernel", None)
+    try:
+        parent = kernel.get_parent() if kernel is not None else None
+    except (AttributeError, TypeError):
+        return False
+    meta = (parent or {}).get("metadata") or {}
+    return isinstance(meta, dict) and bool(meta.get("cellId"))
+
+
+def _after_cell(view: View) -> None:
+    """Run ``view``'s deferred work once the running cell has finished (IPython only)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - ipywidgets depends on IPython
+        return
+    ip = get_ipython()
+    if ip is None:
+        return
+    _WAITING.append(weakref.ref(view))
+    if len(_WAITING) == 1:
+        ip.events.register("post_run_cell", _run_waiting)
+
+
+def _run_waiting(*_args: Any) -> None:
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    if ip is not None:
+        with contextlib.suppress(ValueError):
+            ip.events.unregister("post_run_cell", _run_waiting)
+    refs = list(_WAITING)
+    _WAITING.clear()
+    for ref in refs:
+        view = ref()
+        if view is not None:
+            view._run_pending()
+
+
 class View(w.VBox):
     """Base of every onnx_lab widget: a VBox with a status line, a code line and a guard.
 
@@ -163,10 +264,87 @@ class View(w.VBox):
         self.status = w.HTML(value="", layout=w.Layout(width="100%"))
         self.code = w.HTML(value="")
         self.error: BaseException | None = None
+        self._pending: list[tuple[Callable[[], Any], str]] = []
+        self._live = _Live(type(self).__name__, self._run_pending)
         # Status first: in a long widget the result of a click must be seen without scrolling.
         kwargs.setdefault("layout", w.Layout(max_width="100%", overflow="auto"))
-        super().__init__(children=[self.status, *children, self.code], **kwargs)
+        super().__init__(children=[self._live, self.status, *children, self.code], **kwargs)
         self.add_class("onnx-lab-widget")
+
+    # ------------------------------------------------------------------ deferred work
+    def _defer(self, fn: Callable[[], Any], busy: str) -> None:
+        """Run ``fn`` after the cell that made the widget has shown it, so its frame and
+        ``busy`` (the progress line) appear at once.
+
+        Only where a page shows the widget live (a ping from an onnx_lab widget came, or the
+        cell was run from JupyterLab/Notebook, whose requests name the cell); elsewhere ``fn``
+        runs at once. It runs, whichever comes first: when the cell has finished (IPython's
+        ``post_run_cell``: the widget's display is already on its way to the page), when the
+        page pings the kernel, when :meth:`ready` is called, or when Python reads anything
+        the widget's own class defines (``dv.result``, ``f.matches``...): the Python API
+        reads as if ``fn`` had run in ``__init__``.
+        """
+        if not _live_frontend():
+            # A script, a test, nbclient: nobody waits for a frame, and the display-time
+            # snapshot (text/html) should show the result.
+            line = info_html(busy, kind="busy")
+            self.__dict__["status"].value = line
+            self._guard(fn)()
+            if self.error is None and self.__dict__["status"].value == line:
+                self.__dict__["status"].value = ""
+            return
+        self._pending.append((fn, busy))
+        status = self.__dict__["status"]  # (reading self.status would run the work now)
+        if not status.value:
+            status.value = info_html(busy, kind="busy")
+        _after_cell(self)
+
+    def _fill_lazily(self, box: w.Box, build: Callable[[], Any], text: str) -> Any:
+        """Build a tab's content on its first opening: ``box`` shows ``text`` as a progress
+        line while ``build`` runs (the page gets the line before the work starts)."""
+        box.children = [w.HTML(info_html(text, kind="busy"))]
+        return build()
+
+    def ready(self) -> View:
+        """Run the work deferred until the widget is shown (a no-op once done); returns self."""
+        self._run_pending()
+        return self
+
+    def _run_pending(self) -> None:
+        d = self.__dict__
+        pending = d.get("_pending")
+        if not pending or d.get("_running"):
+            return
+        d["_running"] = True
+        try:
+            while pending:
+                fn, busy = pending.pop(0)
+                line = info_html(busy, kind="busy")
+                self.status.value = line
+                self._guard(fn)()
+                if self.error is None and self.status.value == line:
+                    self.status.value = ""
+        finally:
+            d["_running"] = False
+
+    def __getattribute__(self, name: str) -> Any:
+        # Deferred work runs before the first read of anything the subclass defines (an
+        # attribute its __init__ set, a method, a property); ipywidgets' own attributes and
+        # traits (what displaying and syncing read) do not trigger it.
+        if name[0] != "_":
+            d = object.__getattribute__(self, "__dict__")
+            if d.get("_pending") and not d.get("_running") and name not in _OWN_VIEW and (
+                    name in d or name in _class_names(type(self))):
+                object.__getattribute__(self, "_run_pending")()
+        return object.__getattribute__(self, name)
+
+    def __getattr__(self, name: str) -> Any:
+        # An attribute the deferred work creates (not there yet): run it, then read again.
+        d = self.__dict__
+        if name[0] != "_" and d.get("_pending") and not d.get("_running"):
+            self._run_pending()
+            return object.__getattribute__(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ------------------------------------------------------------------ snapshot
     def snapshot_html(self) -> str:
@@ -255,6 +433,7 @@ class View(w.VBox):
         """
 
         def handler(*args: Any, **kwargs: Any) -> Any:
+            self._run_pending()  # a click before the deferred first view: that view first
             self.error = None
             try:
                 return fn(*args, **kwargs)
@@ -263,6 +442,25 @@ class View(w.VBox):
                 return None
 
         return handler
+
+
+def lazy_tabs(tabs: w.Tab) -> w.Tab:
+    """Put only the open tab's content in the page; each other tab's content joins the page
+    when that tab is first opened (the page draws one tab, not all of them, when the widget
+    appears). The contents stay the same Python objects, filled by the widget as before;
+    ``tabs.children[i]`` is a box holding content ``i`` once opened."""
+    contents = list(tabs.children)
+    holders = [w.Box(layout=w.Layout(display="block")) for _ in contents]
+
+    def open_tab(index: int | None) -> None:
+        i = index or 0
+        if 0 <= i < len(holders) and not holders[i].children:
+            holders[i].children = [contents[i]]
+
+    open_tab(tabs.selected_index)
+    tabs.children = holders
+    tabs.observe(lambda change: open_tab(change["new"]), names="selected_index")
+    return tabs
 
 
 def snapshot_of_html(widget: Any) -> str:
@@ -276,6 +474,8 @@ def snapshot_of_html(widget: Any) -> str:
                               getattr(widget, "details_html", "") or "")
     if isinstance(widget, w.HTML):
         return widget.value
+    if isinstance(widget, _TableModel):
+        return table_snapshot(widget.table_html, widget.pos)
     if isinstance(widget, w.Tab) or isinstance(widget, w.Accordion):
         i = widget.selected_index
         kids = widget.children
@@ -293,6 +493,17 @@ def snapshot_of_html(widget: Any) -> str:
     return ""
 
 
+def table_snapshot(body: str, pos: str = "") -> str:
+    """Static HTML of a paged table's current page (checkboxes dropped)."""
+    if not body:
+        return ""
+    body = body.replace("<input type='checkbox' class='olt-check'", "<input type='hidden'")
+    foot = (f"<div style='font-size:11px;color:#666'>{esc_text(pos.strip())}</div>"
+            if pos.strip() else "")
+    return f"<div class='onnx-lab-snapshot-table' style='max-width:100%;overflow-x:auto'>" \
+        f"{body}{foot}</div>"
+
+
 def graph_snapshot(svg: str, title: str = "", details: str = "") -> str:
     """Static HTML of a graph canvas: its SVG (scrollable) and the selected node's panel
     (both cleaned of script, handlers and links: a snapshot runs where no CSP applies)."""
@@ -307,27 +518,71 @@ def graph_snapshot(svg: str, title: str = "", details: str = "") -> str:
             f"{head}{clean_svg(svg)}</div>{panel}")
 
 
-class PagedTable(w.VBox):
-    """A read-only paged view of a DataFrame (``frame_html``), with prev/next buttons."""
+class _Control:
+    """A stand-in for a pager button (``click()``, ``disabled``, ``description``): the
+    buttons are drawn by the table's JavaScript, so a table stays one widget model."""
+
+    def __init__(self, description: str, action: Callable[[], None]) -> None:
+        self.description = description
+        self.disabled = False
+        self._action = action
+
+    def click(self) -> None:
+        if not self.disabled:
+            self._action()
+
+
+class _Text:
+    """``.value`` of the table's current page HTML (what ``w.HTML().value`` gave before)."""
+
+    def __init__(self, owner: Any, trait: str) -> None:
+        self._owner, self._trait = owner, trait
+
+    @property
+    def value(self) -> str:
+        return getattr(self._owner, self._trait)
+
+
+class _TableModel(anywidget.AnyWidget):
+    """One widget model for a whole paged table: the page's HTML, the pager and, for a
+    :class:`SelectableTable`, its checkboxes (``checked``: one bool per row of the page).
+
+    A table used to be a widget per row (checkbox, HBox, HTML and their layouts and styles:
+    ~200 models per page, and a fresh set per page turn), which made a notebook with a few
+    widgets save thousands of widget models and stall on reload.
+    """
+
+    _esm = _STATIC / "table.js"
+    _css = _STATIC / "table.css"
+    table_html = t.Unicode("").tag(sync=True)
+    pos = t.Unicode("").tag(sync=True)
+    page = t.Int(0).tag(sync=True)
+    pages = t.Int(1).tag(sync=True)
+    selectable = t.Bool(False).tag(sync=True)
+    checked = t.List(t.Bool()).tag(sync=True)
+
+
+class PagedTable(_TableModel):
+    """A read-only paged view of a DataFrame (``frame_html``), with prev/next buttons.
+
+    ``html.value`` is the current page's HTML; ``next.click()`` / ``prev.click()`` page.
+    """
 
     def __init__(self, df: pd.DataFrame | None = None, *, page_size: int = 25,
                  caption: str | None = None) -> None:
+        super().__init__()
+        self.add_class("onnx-lab-paged")
         self.page_size = page_size
         self.caption = caption
-        self.page = 0
         self.df = pd.DataFrame() if df is None else df
-        self.html = w.HTML()
-        self.prev = w.Button(description="◀", layout=w.Layout(width="40px"), tooltip="previous page")
-        self.next = w.Button(description="▶", layout=w.Layout(width="40px"), tooltip="next page")
-        self.pos = w.HTML()
-        self.prev.on_click(lambda _b: self.go(self.page - 1))
-        self.next.on_click(lambda _b: self.go(self.page + 1))
-        self.bar = w.HBox([self.prev, self.pos, self.next])
-        super().__init__([self.html, self.bar])
+        self.html = _Text(self, "table_html")
+        self.prev = _Control("◀", lambda: self.go(self.page - 1))
+        self.next = _Control("▶", lambda: self.go(self.page + 1))
+        self.on_msg(self._message)
         self._draw()
 
     @property
-    def pages(self) -> int:
+    def n_pages(self) -> int:
         return max(1, -(-len(self.df) // self.page_size))
 
     def set(self, df: pd.DataFrame, *, caption: str | None = None) -> None:
@@ -338,22 +593,44 @@ class PagedTable(w.VBox):
         self._draw()
 
     def go(self, page: int) -> None:
-        self.page = min(max(0, page), self.pages - 1)
+        self.page = min(max(0, page), self.n_pages - 1)
         self._draw()
 
+    def _message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if isinstance(content, dict) and isinstance(content.get("go"), int):
+            self.go(content["go"])
+
     def _draw(self) -> None:
-        self.html.value = frame_html(self.df, max_rows=self.page_size, page=self.page,
+        self.table_html = frame_html(self.df, max_rows=self.page_size, page=self.page,
                                      caption=self.caption)
-        self.pos.value = f"&nbsp;page {self.page + 1}/{self.pages} ({len(self.df)} rows)&nbsp;"
-        self.bar.layout.display = None if self.pages > 1 else "none"
+        self.pages = self.n_pages
+        self.pos = f" page {self.page + 1}/{self.pages} ({len(self.df)} rows) "
+        self.prev.disabled = self.page == 0
+        self.next.disabled = self.page >= self.pages - 1
 
 
-class SelectableTable(w.VBox):
+class _RowBox:
+    """The checkbox of one row on the shown page: ``.value`` reads and sets its tick."""
+
+    def __init__(self, table: SelectableTable, key: Any) -> None:
+        self._table, self._key = table, key
+
+    @property
+    def value(self) -> bool:
+        return self._key in self._table.selected
+
+    @value.setter
+    def value(self, on: bool) -> None:
+        self._table._toggle(self._key, bool(on))
+
+
+class SelectableTable(_TableModel):
     """A paged table whose rows on the current page have checkboxes.
 
-    Only one page of rows exists as widgets at a time (two widgets per row), so a 1,400-row
-    table opens as fast as a 25-row one. The selection (keys of ``key`` column) survives
-    paging and filtering.
+    The whole table is one widget model (rows drawn as HTML, ticks in the ``checked``
+    traitlet), so a 1,400-row table opens as fast as a 25-row one and a saved notebook
+    holds one model per table. The selection (keys of ``key`` column) survives paging and
+    filtering.
 
     Args:
         key: the column that identifies a row (``node_id``, ``match_id``, ``name``).
@@ -367,6 +644,8 @@ class SelectableTable(w.VBox):
                  on_change: Callable[[list[Any]], None] | None = None,
                  formatters: dict[str, Callable[[Any], str]] | None = None,
                  single: bool = False) -> None:
+        super().__init__(selectable=True)
+        self.add_class("onnx-lab-selectable")
         self.key = key
         # (column, width) or (column, width, header label)
         self.columns = [(c[0], c[1]) for c in columns]
@@ -376,25 +655,18 @@ class SelectableTable(w.VBox):
         self.formatters = formatters or {}
         self.single = single
         self.df = pd.DataFrame(columns=[key])
-        self.page = 0
         self.selected: list[Any] = []
-        self._boxes: list[tuple[Any, w.Checkbox]] = []
-        self._muted = False
-        self.header = w.HTML(self._row_html(dict(self.labels), header=True))
-        self.rows = w.VBox()
-        self.prev = w.Button(description="◀", layout=w.Layout(width="40px"), tooltip="previous page")
-        self.next = w.Button(description="▶", layout=w.Layout(width="40px"), tooltip="next page")
-        self.pos = w.HTML()
-        self.clear = w.Button(description="clear selection", layout=w.Layout(width="130px"))
-        self.prev.on_click(lambda _b: self.go(self.page - 1))
-        self.next.on_click(lambda _b: self.go(self.page + 1))
-        self.clear.on_click(lambda _b: self.select([]))
-        self.bar = w.HBox([self.prev, self.pos, self.next, self.clear])
-        super().__init__([self.header, self.rows, self.bar])
+        self._keys: list[Any] = []
+        self.html = _Text(self, "table_html")
+        self.prev = _Control("◀", lambda: self.go(self.page - 1))
+        self.next = _Control("▶", lambda: self.go(self.page + 1))
+        self.clear = _Control("clear selection", lambda: self.select([]))
+        self.on_msg(self._message)
+        self._draw()
 
     # ---------------------------------------------------------------- data
     @property
-    def pages(self) -> int:
+    def n_pages(self) -> int:
         return max(1, -(-len(self.df) // self.page_size))
 
     def set(self, df: pd.DataFrame, *, keep_selection: bool = True) -> None:
@@ -406,7 +678,7 @@ class SelectableTable(w.VBox):
         self._draw()
 
     def go(self, page: int) -> None:
-        self.page = min(max(0, page), self.pages - 1)
+        self.page = min(max(0, page), self.n_pages - 1)
         self._draw()
 
     def select(self, keys: Iterable[Any]) -> None:
@@ -427,15 +699,29 @@ class SelectableTable(w.VBox):
 
     def page_keys(self) -> list[Any]:
         """Keys of the rows on the current page."""
-        start = self.page * self.page_size
-        return list(self.df[self.key].iloc[start:start + self.page_size])
+        return list(self._keys)
 
-    def checkbox(self, key: Any) -> w.Checkbox:
+    def checkbox(self, key: Any) -> _RowBox:
         """The checkbox of row ``key`` on the current page (KeyError when not shown)."""
-        for k, cb in self._boxes:
-            if k == key:
-                return cb
-        raise KeyError(key)
+        if key not in self._keys:
+            raise KeyError(key)
+        return _RowBox(self, key)
+
+    def _toggle(self, key: Any, on: bool) -> None:
+        keys = [k for k in self.selected if k != key]
+        if on:
+            keys.append(key)
+        self.select(keys)
+
+    def _message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if not isinstance(content, dict):
+            return
+        if isinstance(content.get("go"), int):
+            self.go(content["go"])
+        elif content.get("clear"):
+            self.select([])
+        elif isinstance(content.get("toggle"), int) and 0 <= content["toggle"] < len(self._keys):
+            self._toggle(self._keys[content["toggle"]], bool(content.get("value")))
 
     # ---------------------------------------------------------------- drawing
     def _cell(self, col: str, value: Any) -> str:
@@ -443,63 +729,42 @@ class SelectableTable(w.VBox):
             return self.formatters[col](value)
         return short(value)
 
-    def _row_html(self, row: dict[str, Any], *, header: bool = False) -> str:
+    def _row_html(self, row: dict[str, Any], *, header: bool = False, i: int = -1) -> str:
         cells = []
         for col, width in self.columns:
             text = esc_text(str(row[col])) if header else clean_html(self._cell(col,
                                                                                  row.get(col)))
-            weight = "font-weight:bold;" if header else ""
-            cells.append(f"<span style='display:inline-block;width:{int(width):d}px;{weight}"
-                         f"overflow:hidden;white-space:nowrap;text-overflow:ellipsis;"
-                         f"vertical-align:middle;padding-right:6px'>{text}</span>")
-        pad = "<span style='display:inline-block;width:30px'></span>" if header else ""
-        return (f"<div style='font-size:12px;white-space:nowrap;line-height:26px'>{pad}"
-                + "".join(cells) + "</div>")
+            cls = "olt-head" if header else "olt-cell"
+            cells.append(f"<span class='{cls}' style='width:{int(width):d}px'>{text}</span>")
+        if header:
+            tick = "<span class='olt-tick'></span>"
+        else:
+            tick = (f"<label class='olt-tick'><input type='checkbox' class='olt-check' "
+                    f"data-i='{int(i):d}'/></label>")
+        cls = "olt-row olt-header" if header else "olt-row"
+        return f"<div class='{cls}'>{tick}" + "".join(cells) + "</div>"
 
     def _draw(self) -> None:
         start = self.page * self.page_size
         page = self.df.iloc[start:start + self.page_size]
         cols = [c for c, _ in self.columns]
-        boxes: list[tuple[Any, w.Checkbox]] = []
-        rows = []
-        chosen = set(self.selected)
-        for rec in page.to_dict("records"):
-            k = rec[self.key]
-            cb = w.Checkbox(value=k in chosen, indent=False, layout=w.Layout(width="26px"))
-            cb.observe(self._toggled(k), names="value")
-            boxes.append((k, cb))
-            rows.append(w.HBox([cb, w.HTML(self._row_html({c: rec.get(c) for c in cols}))],
-                               layout=w.Layout(align_items="center", height="28px")))
-        self._boxes = boxes
-        self.rows.children = rows
-        n = len(self.df)
-        shown = f"rows {start + 1}–{min(start + self.page_size, n)} of {n}" if n else "no rows"
-        self.pos.value = (f"&nbsp;{shown}, page {self.page + 1}/{self.pages}; "
-                          f"{len(self.selected)} selected&nbsp;")
+        rows = [self._row_html(dict(self.labels), header=True)]
+        keys = []
+        for i, rec in enumerate(page.to_dict("records")):
+            keys.append(rec[self.key])
+            rows.append(self._row_html({c: rec.get(c) for c in cols}, i=i))
+        self._keys = keys
+        self.pages = self.n_pages
+        self.table_html = "<div class='olt-rows'>" + "".join(rows) + "</div>"
+        self._sync_boxes()
         self.prev.disabled = self.page == 0
         self.next.disabled = self.page >= self.pages - 1
 
-    def _toggled(self, key: Any) -> Callable[[dict], None]:
-        def handler(change: dict) -> None:
-            if self._muted:
-                return
-            keys = [k for k in self.selected if k != key]
-            if change["new"]:
-                keys.append(key)
-            self.select(keys)
-
-        return handler
-
     def _sync_boxes(self) -> None:
         chosen = set(self.selected)
-        self._muted = True
-        try:
-            for k, cb in self._boxes:
-                cb.value = k in chosen
-        finally:
-            self._muted = False
+        self.checked = [k in chosen for k in self._keys]
         n = len(self.df)
         start = self.page * self.page_size
         shown = f"rows {start + 1}–{min(start + self.page_size, n)} of {n}" if n else "no rows"
-        self.pos.value = (f"&nbsp;{shown}, page {self.page + 1}/{self.pages}; "
-                          f"{len(self.selected)} selected&nbsp;")
+        self.pos = (f" {shown}, page {self.page + 1}/{self.pages}; "
+                    f"{len(self.selected)} selected ")

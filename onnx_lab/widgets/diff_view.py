@@ -52,8 +52,9 @@ class DiffView(View):
         self._panels: dict[str, dict[str, str]] = {"a": {}, "b": {}}
         self._busy = False
         self._last_view: dict[str, dict] = {"a": {}, "b": {}}
-        # Moves the page makes itself (centring a selection) arrive ~200 ms later as view
-        # changes: they are not the user's and are not mirrored.
+        # Moves the page makes itself (centring a selection on the other side) arrive ~200 ms
+        # later as view changes: they are not the user's and are not mirrored. The first
+        # view change of that side within a few seconds is taken as it.
         self._quiet_until: dict[str, float] = {"a": 0.0, "b": 0.0}
         self.sync_view = w.Checkbox(value=True, description="sync pan and zoom", indent=False)
         self.counts = w.HTML()
@@ -75,8 +76,11 @@ class DiffView(View):
         self.right.on_select(self._guard(lambda key: self._follow("b", key)))
         self.left.observe(self._guard(lambda ch: self._pan("a", ch["new"])), names="view")
         self.right.observe(self._guard(lambda ch: self._pan("b", ch["new"])), names="view")
-        self._call(self._load, a, b, busy="Matching the two models…",
-                   code="d = onnx_lab.diff(a, b); d.table, d.op_counts(), d.links()")
+        # After the frame shows (or on the first read of dv.result, dv.links...).
+        self._defer(lambda: self._call(
+            self._load, a, b, busy="Matching the two models…",
+            code="d = onnx_lab.diff(a, b); d.table, d.op_counts(), d.links()"),
+            "Matching the two models…")
 
     # ------------------------------------------------------------------ content
     def _load(self, a: Any, b: Any) -> None:
@@ -129,12 +133,12 @@ class DiffView(View):
         if self._busy:
             return
         peers = self.links[0 if side == "a" else 1].get(key, [])
-        quiet = time.monotonic() + 1.0
-        self._quiet_until = {"a": quiet, "b": quiet}
+        other = "b" if side == "a" else "a"
         self._busy = True
         try:
             keys = [k for k in (dst.key_for(p) for p in peers) if k]
             if keys:
+                self._quiet_until[other] = time.monotonic() + 4.0
                 dst.focus(peers[0])
                 dst.highlight = list(dict.fromkeys(keys))
             else:
@@ -149,8 +153,10 @@ class DiffView(View):
     def _pan(self, side: str, view: dict) -> None:
         """Move the other canvas by the screen transform this one just made."""
         prev, self._last_view[side] = self._last_view[side], dict(view or {})
-        if self._busy or not self.sync_view.value or not prev.get("k") or not view.get("k") \
-                or time.monotonic() < self._quiet_until[side]:
+        if time.monotonic() < self._quiet_until[side]:
+            self._quiet_until[side] = 0.0  # the page's centring: taken, not mirrored
+            return
+        if self._busy or not self.sync_view.value or not prev.get("k") or not view.get("k"):
             return
         other = "b" if side == "a" else "a"
         dst = self.right if side == "a" else self.left

@@ -231,7 +231,7 @@ class Editor(View):
                                   self.save_button]),
                           self.history_html])
         self.add_class("onnx-lab-editor")
-        self._redraw()
+        self._defer(self._redraw, "Drawing the graph…")  # after the frame shows
 
     # ------------------------------------------------------------------ selection
     def select(self, name: str) -> None:

@@ -78,16 +78,16 @@ class Explorer(View):
         for i, name in enumerate(TAB_NAMES):
             self.tabs.set_title(i, name)
         super().__init__([self.tabs])
+        self.add_class("onnx-lab-explorer")
         self._build_nodes_controls()
         self._build_graph_controls()
+        first = TAB_NAMES.index(tab) if isinstance(tab, str) else int(tab)
+        self.tabs.selected_index = first
         self.tabs.observe(self._guard(self._on_tab), names="selected_index")
         self.link = selection(self.lab)
         self.link.subscribe(self, self._guard(self.reveal))
-        first = TAB_NAMES.index(tab) if isinstance(tab, str) else int(tab)
-        if first:
-            self.tabs.selected_index = first
-        else:
-            self._guard(self._show_tab)(SUMMARY)
+        # The first tab fills after the frame shows (or on the first read of e.result...).
+        self._defer(lambda: self._show_tab(first), f"Computing {TAB_NAMES[first]}…")
 
     # ------------------------------------------------------------------ public state
     @property
@@ -131,8 +131,9 @@ class Explorer(View):
         index = index or 0
         if index not in self._built:
             self._built.add(index)
-            [self._build_summary, self._build_nodes, self._build_inits, self._build_tensors,
-             self._build_graph][index]()
+            self._fill_lazily(self.tabs.children[index], [
+                self._build_summary, self._build_nodes, self._build_inits, self._build_tensors,
+                self._build_graph][index], f"Computing {TAB_NAMES[index]}…")
         if index == GRAPH and self._graph_dirty:
             self._render_graph()
         self.code.value = code_html(self._codes.get(index, ""))

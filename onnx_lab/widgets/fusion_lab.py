@@ -214,7 +214,7 @@ class FusionLab(View):
 
         self.link = selection(self.lab)
         self.link.subscribe(self, self._guard(self.reveal))
-        self._guard(self.refresh)()
+        self._defer(self.refresh, "Finding patterns…")  # after the frame shows
 
     # ------------------------------------------------------------------ helpers
     def _clicked(self, fn):

@@ -31,7 +31,7 @@ from nbconvert.preprocessors import Preprocessor
 from onnx_lab.core.outputs import write_atomic
 from onnx_lab.errors import InputError
 from onnx_lab.render._html import clean_html, esc_text
-from onnx_lab.widgets._common import graph_snapshot
+from onnx_lab.widgets._common import graph_snapshot, table_snapshot
 
 __all__ = ["LastViews", "last_view_html", "export_html", "install_config"]
 
@@ -58,6 +58,8 @@ def _view_html(state: dict[str, Any], model_id: str, depth: int = 0) -> str:
     name = entry.get("model_name", "")
     if isinstance(s.get("svg"), str):  # the graph canvas
         return graph_snapshot(s["svg"], s.get("title") or "", s.get("details_html") or "")
+    if isinstance(s.get("table_html"), str):  # a paged table (one model, see _common)
+        return table_snapshot(s["table_html"], s.get("pos") or "")
     if name in ("HTMLModel", "HTMLMathModel"):
         return s.get("value") or ""
     kids = [_ref(c) for c in s.get("children", []) or []]

@@ -43,6 +43,7 @@ from onnx_lab.widgets._common import (
     code_html,
     figure_html,
     info_html,
+    lazy_tabs,
 )
 from onnx_lab.widgets._context import RunContext
 from onnx_lab.widgets._links import selection
@@ -218,6 +219,7 @@ class Profiler(View):
         for i, t in enumerate(["Overview", "Op types", "Top nodes", "Latency", "ORT levels",
                                "Batch sweep", "Cost", "Graph", "Generation"]):
             self.tabs.set_title(i, t)
+        lazy_tabs(self.tabs)  # the page draws a tab's content when it is first opened
         for b, fn in [(self.cost_button, self.run_cost),
                       (self.render_button, self.render_latency)]:
             b.on_click(self._clicked(fn))

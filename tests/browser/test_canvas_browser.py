@@ -245,7 +245,7 @@ def test_drift_tick_centres_node_in_explorer(canvas_page):
     try:
         dd.scroll_into_view_if_needed()
         dd.locator("button", has_text="Run").first.click()
-        rows = dd.locator(".onnx-lab-layers .widget-checkbox input[type=checkbox]")
+        rows = dd.locator(".onnx-lab-layers input.olt-check")
         rows.nth(3).wait_for(timeout=120_000)
         focused = root.get_attribute("data-focused") or "0"
         rows.nth(3).check()

@@ -1,6 +1,14 @@
 """DiffView in a real JupyterLab (headless Chromium): sample:bert_block before and after
-onnxruntime's transformer fusions; a click on the fused Attention (right) selects and outlines
-the nodes it replaced (left). Screenshot: ``test-artifacts/diff_view_browser.png``."""
+onnxruntime's transformer fusions.
+
+- a click on the fused Attention (right) selects and outlines the nodes it replaced (left),
+  and the right canvas keeps showing its graph (the clicked node stays in view);
+- "sync pan and zoom" moves the other canvas, both ways (a wheel zoom on the left zooms the
+  right by the same factor; a drag on the right pans the left), and not when unticked;
+- the tables' rows are one line each (no 240 px tall rows).
+
+Screenshot: ``test-artifacts/diff_view_browser.png``.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +25,30 @@ CELLS = [
     "dv = DiffView(before, after)\ndv",
 ]
 
+_IN_VIEW = """(root) => {
+  const port = root.querySelector('.olc-port').getBoundingClientRect();
+  let n = 0;
+  for (const g of root.querySelectorAll('svg g.node')) {
+    const r = g.getBoundingClientRect();
+    if (r.right > port.left && r.left < port.right && r.bottom > port.top && r.top < port.bottom)
+      n += 1;
+  }
+  return n;
+}"""
 
-def test_diff_view_links_attention_to_its_originals(tmp_path):
+
+def _k(canvas) -> float:
+    return float(canvas.get_attribute("data-k") or "0")
+
+
+def _wait_k_change(page, index: int, before: float, timeout: int = 30_000) -> None:
+    page.wait_for_function(
+        "([i, k]) => Math.abs(parseFloat(document.querySelectorAll("
+        "'.onnx-lab-diff-view .olc-root')[i].dataset.k) - k) > 1e-3",
+        arg=[index, before], timeout=timeout)
+
+
+def test_diff_view_click_sync_and_rows(tmp_path):
     with lab_in_browser(tmp_path, {"diff.ipynb": CELLS}) as (url, page):
         try:
             run_all_cells(page, url, "diff.ipynb")
@@ -27,6 +57,14 @@ def test_diff_view_links_attention_to_its_originals(tmp_path):
             canvases = widget.locator(".olc-root")
             canvases.nth(1).locator("svg g.node").first.wait_for(timeout=60_000)
             left, right = canvases.nth(0), canvases.nth(1)
+            page.wait_for_timeout(1500)  # the initial fits reach the kernel
+
+            # Compact rows in the "nodes that differ" table.
+            heights = widget.locator(".olt-body table.onnx-lab-table tr").evaluate_all(
+                "rows => rows.map(r => r.getBoundingClientRect().height)")
+            assert heights and max(heights) < 40, heights
+
+            # A click on the right: its counterparts outlined left, the right still drawn.
             node = right.locator("g.node[id='n:Attention_0']")
             node.scroll_into_view_if_needed()
             node.click()
@@ -36,6 +74,40 @@ def test_diff_view_links_attention_to_its_originals(tmp_path):
             assert left.evaluate("e => e.dataset.selected")
             panel = right.locator(".olc-panel").inner_text()
             assert "Attention" in panel and "replaced" in panel
+            page.wait_for_timeout(2500)  # the left's centring has come and gone
+            assert right.evaluate(_IN_VIEW) > 0
+            box, port = node.bounding_box(), right.locator(".olc-port").bounding_box()
+            assert port["x"] <= box["x"] + box["width"] / 2 <= port["x"] + port["width"]
+            assert port["y"] <= box["y"] + box["height"] / 2 <= port["y"] + port["height"]
+
+            # Sync: a wheel zoom on the left zooms the right by the same factor.
+            lk, rk = _k(left), _k(right)
+            lp = left.locator(".olc-port")
+            lp.hover()
+            page.mouse.wheel(0, -300)
+            _wait_k_change(page, 1, rk)
+            page.wait_for_timeout(800)
+            assert _k(right) / rk == pytest.approx(_k(left) / lk, rel=0.05)
+            assert right.evaluate(_IN_VIEW) > 0
+            # ... and a drag on the right pans the left.
+            lx = float(left.get_attribute("data-x"))
+            rb = right.locator(".olc-port").bounding_box()
+            page.mouse.move(rb["x"] + 40, rb["y"] + rb["height"] - 40)
+            page.mouse.down()
+            page.mouse.move(rb["x"] + 140, rb["y"] + rb["height"] - 40, steps=5)
+            page.mouse.up()
+            page.wait_for_function(
+                "x => Math.abs(parseFloat(document.querySelectorAll("
+                "'.onnx-lab-diff-view .olc-root')[0].dataset.x) - x) > 50",
+                arg=lx, timeout=30_000)
+            # Unticked: no sync.
+            widget.locator("label", has_text="sync pan and zoom").locator("input").uncheck()
+            page.wait_for_timeout(500)
+            rk = _k(right)
+            lp.hover()
+            page.mouse.wheel(0, -300)
+            page.wait_for_timeout(1500)
+            assert _k(right) == pytest.approx(rk)
             assert page.locator(".onnx-lab-error").count() == 0
         finally:
             page.screenshot(path=str(ARTIFACTS / "diff_view_browser.png"), full_page=True)

@@ -52,7 +52,7 @@ def test_fusion_lab_apply_in_jupyterlab(lab_page):
         assert history.locator("tr.onnx-lab-history-row").count() == 1  # step 0 only
 
         # Tick the first Conv+BN match (pattern conv_bn or conv_bn_relu).
-        row = page.locator(".onnx-lab-matches .widget-hbox").filter(
+        row = page.locator(".onnx-lab-matches .olt-row").filter(
             has_text=re.compile(r"conv_bn")).first
         row.locator("input[type=checkbox]").check()
         page.locator("button.onnx-lab-apply").click()

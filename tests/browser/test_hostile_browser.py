@@ -347,7 +347,7 @@ def _explore(page, root, after: tuple[str, ...] = ()) -> dict[str, int]:
     canvas nodes, search, open every <details>, click the HTML tables' rows and pick the
     hostile names in the widget's dropdowns; what was done, counted."""
     done = {"ticked": 0, "nodes": 0, "search": 0, "details": 0, "rows": 0, "picks": 0}
-    rows = root.locator(".widget-hbox").filter(
+    rows = root.locator(".olt-row, .widget-hbox").filter(
         has=page.locator("input[type=checkbox]")).filter(has_text=HOSTILE_TEXT)
     for i in range(min(rows.count(), 3)):
         box = rows.nth(i).locator("input[type=checkbox]").first

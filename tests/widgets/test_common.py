@@ -43,14 +43,14 @@ def test_selectable_table_pages_and_keeps_selection():
     seen = []
     t = SelectableTable("k", [("k", 80), ("v", 40)], page_size=20, on_change=seen.append)
     t.set(df)
-    assert t.pages == 3 and len(t.rows.children) == 20
+    assert t.pages == 3 and len(t.page_keys()) == 20
     t.checkbox("n3").value = True
     t.next.click()
-    assert t.page == 1 and t.page_keys()[0] == "n20" and len(t.rows.children) == 20
+    assert t.page == 1 and t.page_keys()[0] == "n20" and len(t.page_keys()) == 20
     t.checkbox("n25").value = True
     assert seen[-1] == ["n3", "n25"]
     t.next.click()
-    assert len(t.rows.children) == 13 and t.next.disabled
+    assert len(t.page_keys()) == 13 and t.next.disabled
     t.prev.click()
     t.prev.click()
     assert t.checkbox("n3").value is True
@@ -93,3 +93,98 @@ def test_history_html_badges_and_current_step():
     assert out.count("onnx-lab-history-row") == 3
     assert ">passed<" in out and ">FAILED<" in out and "◀ current" in out
     assert "data-step='2' style='background" in out and "data-before='21' data-after='20'" in out
+
+
+def test_table_is_one_model_and_answers_page_messages():
+    """A page of 25 rows is one widget model; the page's clicks arrive as messages."""
+    from ipywidgets.widgets.widget import _instances
+
+    df = pd.DataFrame({"k": [f"n{i}" for i in range(60)], "v": range(60)})
+    seen = []
+    before = len(_instances)
+    t = SelectableTable("k", [("k", 80), ("v", 40)], page_size=25, on_change=seen.append)
+    t.set(df)
+    assert len(_instances) - before <= 2  # the table and its layout
+    assert t.html.value.count("olt-check") == 25 and t.checked == [False] * 25
+    t._message(t, {"toggle": 2, "value": True}, [])
+    assert seen[-1] == ["n2"] and t.checked[2] is True
+    t._message(t, {"go": 1}, [])
+    assert t.page == 1 and t.page_keys()[0] == "n25" and t.checked == [False] * 25
+    t._message(t, {"toggle": 99, "value": True}, [])  # not a row of the page: ignored
+    t._message(t, {"clear": True}, [])
+    assert t.selected == [] and "0 selected" in t.pos
+    # Cells are escaped (model strings are hostile).
+    t.set(pd.DataFrame({"k": ["<img src=x onerror=alert(1)>"], "v": [1]}))
+    assert "<img" not in t.html.value and "&lt;img" in t.html.value
+    p = PagedTable(df, page_size=25)
+    p._message(p, {"go": 2}, [])
+    assert p.page == 2 and "rows 51–60" in p.html.value and p.next.disabled
+
+
+def test_deferred_work_runs_on_first_read_or_ping():
+    """With a live page the work waits for the frame; reading the widget's own attributes
+    (or the page's ping) runs it first, so the Python API reads as before."""
+    from onnx_lab.widgets import _common
+
+    class Slow(View):
+        def __init__(self) -> None:
+            self.calls = 0
+            super().__init__()
+            self._defer(self._work, "Computing…")
+
+        def _work(self) -> None:
+            self.calls += 1
+            self.answer = 42
+
+    v = Slow()  # no live page (no IPython kernel here): ran at once
+    assert v.__dict__["calls"] == 1 and v.status.value == ""
+    _common._PINGED[:] = [True]
+    try:
+        v = Slow()
+        assert v.__dict__["calls"] == 0 and "Computing" in v.__dict__["status"].value
+        assert v.children  # ipywidgets' own traits do not run it
+        assert v.__dict__["calls"] == 0
+        assert v.answer == 42 and v.calls == 1 and v.status.value == ""
+        v = Slow()
+        v._live._message(v._live, {"ping": 1}, [])  # the page's ping
+        assert v.__dict__["calls"] == 1
+        assert v.ready() is v and v.calls == 1
+        v = Slow()
+        v._guard(lambda: None)()  # a click handler: the deferred view comes first
+        assert v.__dict__["calls"] == 1
+    finally:
+        _common._PINGED[:] = []
+
+
+def test_table_snapshots_show_the_page_without_inputs():
+    """The static views of a one-model table: the display-time snapshot and the one
+    nbconvert rebuilds from saved widget state both show the page's rows, no checkbox."""
+    from onnx_lab.widgets.nbconvert import _view_html
+
+    t = SelectableTable("k", [("k", 80), ("v", 40)])
+    t.set(pd.DataFrame({"k": ["a<b>", "c"], "v": [1, 2]}))
+    v = View([t])
+    snap = v.snapshot_html()
+    assert "a&lt;b&gt;" in snap and "olt-row" in snap and "checkbox" not in snap
+    state = {"t": {"model_name": "AnyModel", "state": t.get_state()}}
+    saved = _view_html(state, "t")
+    assert "a&lt;b&gt;" in saved and "checkbox" not in saved
+    assert "rows 1–2 of 2" in saved
+
+
+def test_lazy_tabs_put_a_tab_in_the_page_when_first_opened():
+    import ipywidgets as w
+
+    from onnx_lab.widgets._common import lazy_tabs
+
+    a, b = w.HTML("a"), w.HTML("b")
+    tabs = w.Tab(children=[a, b])
+    tabs.set_title(0, "A")
+    tabs.set_title(1, "B")
+    lazy_tabs(tabs)
+    assert tabs.titles == ("A", "B")
+    assert list(tabs.children[0].children) == [a] and not tabs.children[1].children
+    tabs.selected_index = 1
+    assert list(tabs.children[1].children) == [b]
+    b.value = "filled later"  # the widget keeps filling the same objects
+    assert "filled later" in View([tabs]).snapshot_html()
