@@ -501,7 +501,7 @@ def table_snapshot(body: str, pos: str = "") -> str:
     foot = (f"<div style='font-size:11px;color:#666'>{esc_text(pos.strip())}</div>"
             if pos.strip() else "")
     return f"<div class='onnx-lab-snapshot-table' style='max-width:100%;overflow-x:auto'>" \
-        f"{body}{foot}</div>"
+        f"{clean_html(body)}{foot}</div>"
 
 
 def graph_snapshot(svg: str, title: str = "", details: str = "") -> str:
@@ -552,7 +552,7 @@ class _TableModel(anywidget.AnyWidget):
     widgets save thousands of widget models and stall on reload.
     """
 
-    _esm = _STATIC / "table.js"
+    _esm = "\n".join((_STATIC / f).read_text(encoding="utf-8") for f in ("markup.js", "table.js"))
     _css = _STATIC / "table.css"
     table_html = t.Unicode("").tag(sync=True)
     pos = t.Unicode("").tag(sync=True)

@@ -69,7 +69,8 @@ class GraphCanvas(anywidget.AnyWidget):
         '/stem/conv/Conv'
     """
 
-    _esm = _STATIC / "canvas.js"
+    # markup.js (the one door of markup into the page) goes first: canvas.js calls setMarkup
+    _esm = "\n".join((_STATIC / f).read_text(encoding="utf-8") for f in ("markup.js", "canvas.js"))
     _css = _STATIC / "canvas.css"
 
     svg = t.Unicode("").tag(sync=True)

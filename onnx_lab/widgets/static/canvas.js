@@ -11,34 +11,8 @@ function el(tag, cls, parent) {
   return e;
 }
 
-// Markup from Python (the SVG, the details panel, the legend) is built with escaping
-// helpers (onnx_lab/render/_html.py). As a second wall it is parsed in an inert document
-// (no script runs, nothing loads there), cleaned of script-like elements, event handlers and
-// links other than #anchors / data:image, and only then moved into the page. Model strings
-// themselves are only ever set with textContent.
-const DROP = new Set(["script", "iframe", "object", "embed", "foreignobject", "base", "link",
-                      "meta", "frame", "frameset", "style", "template"]);
-const URL_ATTRS = new Set(["href", "xlink:href", "src", "action", "formaction", "srcset"]);
-
-function cleanTree(root) {
-  for (const n of Array.from(root.querySelectorAll("*"))) {
-    if (DROP.has(n.localName.toLowerCase())) { n.remove(); continue; }
-    for (const a of Array.from(n.attributes)) {
-      const name = a.name.toLowerCase(), v = a.value.trim().toLowerCase();
-      if (name.startsWith("on")) n.removeAttribute(a.name);
-      else if (URL_ATTRS.has(name) && !(v.startsWith("#") || v.startsWith("data:image/")))
-        n.removeAttribute(a.name);
-      else if (name === "style" && /url\s*\(/.test(v)) n.removeAttribute(a.name);
-    }
-  }
-  return root;
-}
-
-function setMarkup(target, markup) {
-  const doc = new DOMParser().parseFromString(String(markup || ""), "text/html");
-  cleanTree(doc.body);
-  target.replaceChildren(...Array.from(doc.body.childNodes));
-}
+// cleanTree / setMarkup (markup from Python, parsed inert and cleaned) come from markup.js,
+// which canvas.py and the report put before this file.
 
 // A module breadcrumb of the details panel (data-expand="/model/layers.0"): Python shows
 // that module (focuses its box, or draws it open).

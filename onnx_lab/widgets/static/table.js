@@ -1,5 +1,6 @@
 // onnx_lab paged table: one widget model for a whole table (rows, checkboxes, pager).
-// The page's HTML is built in Python with the escaping helpers; this module only shows it,
+// The page's HTML is built in Python with the escaping helpers and enters through markup.js's
+// setMarkup (parsed inert, cleaned); this module only shows it,
 // reports clicks (custom messages) and mirrors the `checked` traitlet onto the checkboxes.
 function render({ model, el }) {
   el.classList.add("olt-root");
@@ -29,7 +30,7 @@ function render({ model, el }) {
     boxes().forEach((b) => { b.checked = !!on[Number(b.dataset.i)]; });
   };
   const draw = () => {
-    body.innerHTML = model.get("table_html") || "";
+    setMarkup(body, model.get("table_html") || "");
     body.querySelectorAll("td, .olt-cell").forEach((c) => {
       if (c.scrollWidth > c.clientWidth + 1) c.title = c.textContent;
     });
