@@ -118,7 +118,7 @@ def pass_table() -> str:
         | pass | patterns | params | what it does |
     """
     rows = ["| pass | patterns | params | what it does |", "|---|---|---|---|"]
-    for name in builtin_passes("graph"):
+    for name in sorted(builtin_passes("graph")):  # not the import order: that varies
         e = _REGISTRY[name]
         pats = ", ".join(f"`{p}`" for p in getattr(e.factory, "patterns", ()) or ()) or "—"
         params = ", ".join(_param_text(p) for p in e.params) or "—"
