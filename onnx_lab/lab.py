@@ -8,15 +8,14 @@ lower layers take and return models; this module wraps what they return in Labs
 
 from __future__ import annotations
 
-import inspect
 import os
-import time
-import types
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from onnx_lab._lab_methods import _HISTORY_TABLE, _EditStep, _history_table  # noqa: F401
+from onnx_lab._lab_profiling import batch_sweep_predicted, profile, profile_generation_predicted
 from onnx_lab._pandas import pd
 from onnx_lab.core.history import History
 from onnx_lab.core.model import LabModel
@@ -25,8 +24,6 @@ from onnx_lab.core.shapes import validate_dims
 from onnx_lab.core.source import load_source, resolve
 from onnx_lab.core.source_map import carry_sources
 from onnx_lab.errors import (
-    InputError,
-    check_keywords,
     forwards,
     strict_keywords,
     strict_methods,
@@ -213,151 +210,6 @@ def to_int8_static(source: Any, feeds: Any = None, n: int = 8,
 
     return _converted(source, int8_static_model(source, feeds, n, nodes_to_exclude),
                       "static int8 quantization")
-
-
-@forwards("onnx_lab.profiling.run:profile")
-def profile(model: Any, **kw: Any):
-    """Per-operator profile of ``model`` with onnxruntime (``onnx_lab.profile(x)`` and
-    ``lab.profile()`` are this one function): :func:`onnx_lab.profiling.run.profile` (runs,
-    warmup, budget_s, providers, opt_level...) with the cost model's
-    ``predicted_activation_bytes`` beside the measured peak in ``memory``.
-
-    Example:
-        >>> onnx_lab.profile("sample:convnet", runs=20).memory
-    """
-    from onnx_lab.analysis.peak import predicted_peak
-    from onnx_lab.profiling.run import PROFILE_BUDGET_S
-    from onnx_lab.profiling.run import profile as run
-
-    # The cost model's prediction first, inside the budget (its shape inference is
-    # 0.2-0.4 s on YOLOv8n, seconds under load): the profile gets what it leaves.
-    t0 = time.perf_counter()
-    model, dims, shapes = resolve(model, kw.get("dims"), kw.get("shapes"))
-    kw = {**kw, "dims": dims, "shapes": shapes}
-    peak = predicted_peak(model, dims, shapes)
-    budget = kw.get("budget_s")
-    if budget is None and kw.get("runs") is None:
-        budget = PROFILE_BUDGET_S
-    if budget is not None and isinstance(budget, (int, float)) and budget > 0:
-        kw["budget_s"] = max(budget - (time.perf_counter() - t0), 1e-3)
-    p = run(model, **kw)
-    if budget is not None and p.budget_s is not None:
-        p.budget_s = budget
-    if len(p.memory):
-        p.memory = p.memory.assign(predicted_activation_bytes=peak)
-    return p
-
-
-def _history_table(df: pd.DataFrame, replay: Any) -> pd.DataFrame:
-    """``lab.history``: the history's table (a DataFrame) that can also write the session as a
-    script (``lab.history.to_script()``). Frames derived from it (``.tail()``, a query) are
-    plain DataFrames. The class is made on first use: pandas is imported when a table is first
-    built, not with the façade (``onnx-lab summary`` builds none)."""
-    cls = _HISTORY_TABLE[0] if _HISTORY_TABLE else None
-    if cls is None:
-        class HistoryTable(pd.DataFrame):
-            _metadata = ["_replay"]
-
-            @property
-            def _constructor(self) -> type:
-                return pd.DataFrame
-
-            def to_script(self, source: str | None = None) -> str:
-                """The Python script that replays the session up to the current step
-                (:meth:`Lab.to_script`)."""
-                replay = getattr(self, "_replay", None)
-                if replay is None:
-                    raise InputError("This table is not a Lab's history.",
-                                     fix="Call lab.history.to_script() or lab.to_script().")
-                return replay(source)
-
-        _HISTORY_TABLE.append(HistoryTable)
-        cls = HistoryTable
-    table = cls(df)
-    table._replay = replay
-    return table
-
-
-_HISTORY_TABLE: list[type] = []
-
-
-class _EditStep:
-    """``lab.<pass>(...)``: ``lab.apply(<pass>, verify=verify, **params)`` for an edit pass of
-    the registry. Its signature (the pass's parameters in their registered order, then
-    ``verify``), its doc (the pass's docstring) and its keyword check come from the registry,
-    read on first use (the passes stay unimported until then). ``legacy``: keyword names the
-    hand-written methods had ({old: parameter}); they still work, with a DeprecationWarning
-    naming the new keyword. ``tests/test_keywords.py`` keeps the methods equal to the
-    registry's edit passes."""
-
-    def __init__(self, pass_name: str, legacy: Mapping[str, str] | None = None) -> None:
-        self.pass_name = pass_name
-        self.legacy = dict(legacy or {})
-        self.__name__ = self.__qualname__ = pass_name
-        self._sig: inspect.Signature | None = None
-        self._params: tuple = ()
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.__qualname__ = f"{owner.__name__}.{name}"
-
-    def _resolve(self) -> None:
-        from onnx_lab.transforms.base import _REGISTRY, _load_builtins
-
-        _load_builtins()
-        entry = _REGISTRY[self.pass_name]
-        self._params = entry.params
-        P = inspect.Parameter
-        params = [P("self", P.POSITIONAL_OR_KEYWORD)]
-        params += [P(p.name, P.POSITIONAL_OR_KEYWORD, default=p.default) for p in entry.params]
-        params.append(P("verify", P.KEYWORD_ONLY, default=True))
-        self._sig = inspect.Signature(params)
-        doc = inspect.cleandoc(entry.factory.__doc__ or entry.summary)
-        self._doc = (f"{doc}\n\nA new version: ``lab.apply({self.pass_name!r}, verify=verify, "
-                     "**params)`` (:meth:`Lab.apply`).")
-
-    @property
-    def __signature__(self) -> inspect.Signature:
-        if self._sig is None:
-            self._resolve()
-        return self._sig
-
-    @property
-    def __doc__(self) -> str:  # type: ignore[override]
-        if self._sig is None:
-            self._resolve()
-        return self._doc
-
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        return self if obj is None else types.MethodType(self, obj)
-
-    def __call__(self, lab: Lab, *args: Any, verify: bool | Mapping[str, Any] = True,
-                 **kw: Any):
-        if self._sig is None:
-            self._resolve()
-        names = [p.name for p in self._params]
-        for old, new in self.legacy.items():
-            if old in kw and new not in kw:
-                warnings.warn(f"lab.{self.pass_name}({old}=...) is deprecated: use "
-                              f"lab.{self.pass_name}({new}=...).", DeprecationWarning,
-                              stacklevel=2)
-                kw[new] = kw.pop(old)
-        check_keywords(f"Lab.{self.pass_name}()", kw, names + ["verify"])
-        if len(args) > len(names):
-            raise InputError(f"Lab.{self.pass_name}() takes {len(names)} positional "
-                             f"arguments ({', '.join(names)}), got {len(args)}.",
-                             fix="Pass the rest by keyword.")
-        for name, value in zip(names, args):
-            if name in kw:
-                raise InputError(f"Lab.{self.pass_name}() got {name!r} twice.",
-                                 fix=f"Pass {name} once.")
-            kw[name] = value
-        for p in self._params:  # the containers the methods always accepted in any form
-            v = kw.get(p.name)
-            if p.type is dict and isinstance(v, Mapping) and not isinstance(v, dict):
-                kw[p.name] = dict(v)
-            elif p.type is list and isinstance(v, tuple):
-                kw[p.name] = list(v)
-        return lab.apply(self.pass_name, verify=verify, **kw)
 
 
 @strict_methods
@@ -870,16 +722,7 @@ class Lab:
             >>> g = lab.profile_generation(prompt=32, new_tokens=16)
             >>> g.prefill_ms, g.decode_ms_per_token, g.tokens_per_s
         """
-        from onnx_lab.analysis.cost import kv_cache_bytes
-        from onnx_lab.profiling.generate import profile_generation
-
-        g = profile_generation(self, **kw)
-        if len(g.memory):
-            # The cost model's KV cache at the final context (P + N).
-            ctx = int(g.memory.context.iloc[0])
-            g.memory = g.memory.assign(predicted_kv_cache_bytes=kv_cache_bytes(
-                self, ctx, batch=g.batch, dims=kw.get("dims")))
-        return g
+        return profile_generation_predicted(self, **kw)
 
     @forwards("onnx_lab.profiling.sweep:batch_sweep", drop=("model", "predict"))
     def batch_sweep(self, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32), **kw: Any):
@@ -891,21 +734,7 @@ class Lab:
             >>> lab.batch_sweep((1, 2, 4, 8)).table[["batch", "items_per_s",
             ...                                      "predicted_activation_bytes"]]
         """
-        from onnx_lab.analysis.peak import predicted_peak
-        from onnx_lab.profiling.sweep import batch_sweep
-
-        dim = kw.get("dim", "batch")
-        peaks: dict[int, float] = {}
-
-        def predict(b: int) -> float:
-            # Called by the sweep for each measured size: its shape inference counts against
-            # the budget (0.2-0.4 s per size on YOLOv8n); one count per size for all backends.
-            if b not in peaks:
-                peaks[b] = predicted_peak(self, {**(kw.get("dims") or {}), dim: b},
-                                          kw.get("shapes"))
-            return peaks[b]
-
-        return batch_sweep(self, batch_sizes, predict=predict, **kw)
+        return batch_sweep_predicted(self, batch_sizes, **kw)
 
     @forwards("onnx_lab.backends:compare_backends", drop=("model",))
     def compare_backends(self, backends: Sequence[str] | None = None, **kw: Any):

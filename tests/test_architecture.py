@@ -27,7 +27,7 @@ LAYERS: dict[str, int] = {
     "runtime": 1,
     "analysis": 2, "transforms": 2, "numerics": 2, "profiling": 2,
     "render": 3,
-    "lab": 4, "reporting": 4, "steps": 4, "culprit": 4, "backends": 4, "samples": 4, "widgets": 4, "cli": 4, "zoo": 4, "__init__": 4,
+    "lab": 4, "_lab_methods": 4, "_lab_profiling": 4, "reporting": 4, "steps": 4, "culprit": 4, "backends": 4, "samples": 4, "widgets": 4, "cli": 4, "zoo": 4, "__init__": 4,
 }
 SIBLINGS_MAY_IMPORT = {0: True, 1: True, 2: False, 3: True, 4: True}
 

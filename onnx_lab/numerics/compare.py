@@ -16,41 +16,51 @@ Example:
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import onnx_ir as ir
 
-from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import fit_dims, validate_dims
 from onnx_lab.core.source import Resolved, resolve
-from onnx_lab.core.source_map import group_by_module, module_at
-from onnx_lab.core.values import const_array, constant_producer, foldable_nodes, is_constant
-from onnx_lab.errors import DimError, InputError, LabError, unknown_name
+from onnx_lab.errors import DimError, InputError, LabError
+
+# By job, every name importable from here: the runs, the divergence, the result.
+from onnx_lab.numerics._compare_runs import (  # noqa: F401  (re-exports)
+    _ORT_DOMAINS,
+    _run,
+    _run_all,
+    _run_once,
+    _session,
+)
+from onnx_lab.numerics._divergence import (  # noqa: F401  (re-exports)
+    _blame,
+    _data_inputs,
+    _differing_weights,
+    _dtype_name,
+    _first_divergence,
+    _nonfinite_rows,
+    _reaches,
+    _weight_makers,
+)
 from onnx_lab.numerics.align import ALIGN_COLUMNS, align, kept_node
+from onnx_lab.numerics.comparison import Comparison
 from onnx_lab.numerics.confirm import confirm_divergence
 from onnx_lab.numerics.metrics import (
     METRIC_COLUMNS,
-    PRESETS,
     MetricAccumulator,
     get_preset,
     rule_for,
-    tensor_metrics,
-    value_dtype,
 )
-from onnx_lab.numerics.repro import write_repro
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.feeds import as_feed_list, input_specs
 from onnx_lab.runtime.session import (
     RUNTIME_PROTO_KEY,
-    make_session,
     resolve_providers,
-    run_session,
 )
 
 logger = logging.getLogger(__name__)
@@ -460,114 +470,6 @@ def _outputs_alignment(ref: LabModel | None, cand: LabModel,
     return pd.DataFrame(rows, columns=ALIGN_COLUMNS)
 
 
-_ORT_DOMAINS = {"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc",
-                "com.microsoft.experimental", "ai.onnx.preview.training", "ai.onnx.training",
-                "com.ms.internal.nhwc"}
-
-
-def _session(model: LabModel, names: list[str], providers: list[str], what: str):
-    try:
-        return make_session(model, providers=providers, outputs=names, arena=False)
-    except LabError as e:
-        custom = [f"{e2.node.op_type} (domain {e2.node.domain!r}, node {nid!r})"
-                  for nid, e2 in model.index.entries.items()
-                  if e2.node.domain not in _ORT_DOMAINS]
-        hint = f" Ops of unknown domains: {', '.join(custom[:5])}." if custom else ""
-        raise type(e)(f"{what} model: {e.problem}.{hint}", fix=e.fix) from e
-
-
-def _run(sess, feeds: Mapping[str, np.ndarray], names: list[str], what: str
-         ) -> dict[str, np.ndarray]:
-    return run_session(sess, feeds, names, what=f"the {what} model")
-
-
-def _run_all(model: LabModel, feed_list: list, names: list[str], providers: list[str],
-             what: str) -> list[dict[str, np.ndarray]]:
-    sess = _session(model, names, providers, what)
-    return [_run(sess, f, names, what) for f in feed_list]
-
-
-def _run_once(model: LabModel, feeds, name: str, providers: list[str], what: str) -> np.ndarray:
-    """One tensor of one run, without leaving a runtime-proto cache on the model."""
-    cached = model.is_cached(RUNTIME_PROTO_KEY)
-    try:
-        return _run(_session(model, [name], providers, what), feeds, [name], what)[name]
-    finally:
-        if not cached:
-            model.forget(RUNTIME_PROTO_KEY)
-
-
-def _weight_makers(model: LabModel) -> set[str]:
-    """Main-graph nodes that compute weights: Constant nodes and nodes whose inputs are all
-    constants (a ConstantOfShape or a Reshape of an initializer: old exports make weights so)."""
-    makers = {nid for nid, _node in foldable_nodes(model).values()}
-    makers |= {nid for nid, e in model.index.entries.items()
-               if e.graph == "" and constant_producer(e.node.outputs[0] if e.node.outputs
-                                                      else None) is not None}
-    return makers
-
-
-def _data_inputs(node: ir.Node, idx: Any, makers: set[str]) -> list[str]:
-    """The inputs of ``node`` that carry data, not weights."""
-    return [v.name for v in node.inputs if v is not None and v.name
-            and not is_constant(v, stored=True) and idx.producer.get(v.name) not in makers]
-
-
-def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFrame
-                      ) -> dict[str, Any] | None:
-    """The first failing tensor of a node that computes on data and whose data inputs are all
-    within tolerance.
-
-    Weights computed by nodes (Constant, ConstantOfShape over constants...) come first in
-    topological order but are not where data diverges: a differing weight is reported on the
-    node that consumes it (see :func:`_blame`). Inputs that were not compared (fused away, no
-    counterpart) stand for their own nearest compared ancestors.
-    """
-    idx = model.index
-    status = dict(zip(layers["tensor"], layers["passed"].astype(bool)))
-    makers = _weight_makers(model)
-    memo: dict[str, bool] = {}
-
-    def ok(name: str, depth: int = 0) -> bool:
-        if name in status:
-            return status[name]
-        if name in memo:
-            return memo[name]
-        nid = idx.producer.get(name)
-        if nid is None or depth > 500:  # a graph input, initializer or outer value
-            return True
-        memo[name] = True  # cycle guard
-        res = all(ok(n, depth + 1) for n in _data_inputs(idx.node(nid), idx, makers))
-        memo[name] = res
-        return res
-
-    failing = layers.loc[~layers["passed"].astype(bool)]
-    for row in failing.itertuples(index=False):
-        nid = row.node_id
-        if not isinstance(nid, str) or nid not in idx.entries or nid in makers:
-            continue
-        if all(ok(n) for n in _data_inputs(idx.node(nid), idx, makers)):
-            return {"tensor": row.tensor, "node_id": nid, "op_type": row.op_type,
-                    "max_abs": float(row.max_abs),
-                    "reaches_outputs": _reaches(model, nid, outputs),
-                    "cand_node_id": row.cand_node_id if isinstance(row.cand_node_id, str)
-                    else None}
-    return None
-
-
-def _nonfinite_rows(layers: pd.DataFrame) -> pd.DataFrame:
-    """Layers where the candidate holds more NaN or inf values than the reference."""
-    if not len(layers):
-        return layers
-    cand = layers["nan_cand"].fillna(0) + layers["inf_cand"].fillna(0)
-    ref = layers["nan_ref"].fillna(0) + layers["inf_ref"].fillna(0)
-    return layers.loc[cand > ref]
-
-
-def _dtype_name(arr: Any) -> str:
-    return value_dtype(arr)  # sees through sequences and maps; strings are "string"
-
-
 #: Weight-only quantized ops (onnxruntime contrib): a model holding one is judged as int4.
 WEIGHT_ONLY_OPS = ("MatMulNBits", "GatherBlockQuantized")
 
@@ -608,317 +510,3 @@ def _computing_preset(model: LabModel) -> str | None:
     if ir.DataType.BFLOAT16 in found:
         return "bf16"
     return None
-
-
-def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.DataFrame,
-           ref_dict: Mapping[str, Any] | None) -> None:
-    """Say why the divergent node differs, and name what to look at (in place on ``div``).
-
-    ``weights``: one of its weight inputs differs — a tensor made by a Constant (or another
-    weight-making) node whose comparison failed, or an initializer whose values differ from
-    its counterpart's; the weight is named (``constant``, ``constant_tensor``,
-    ``constant_max_abs``). ``computation``: its data inputs were all compared and agree.
-    ``inputs``: a data input has no counterpart, so it may only receive different inputs
-    (``compare(confirm=True)`` tells them apart).
-    """
-    idx = model.index
-    rows = layers.set_index("tensor", drop=False)
-    nid = div["node_id"]
-    node = idx.node(nid)
-    makers = _weight_makers(model)
-    for v in node.inputs:
-        maker = idx.producer.get(v.name) if v is not None and v.name else None
-        if maker in makers and v.name in rows.index and not bool(rows.loc[v.name, "passed"]):
-            err = float(rows.loc[v.name, "max_abs"])
-            div.update(cause="weights", constant=maker, constant_tensor=v.name,
-                       constant_max_abs=err,
-                       message=f"{node.op_type} {nid}: its input {v.name!r} "
-                       f"({idx.node(maker).op_type} {maker}) differs, max_abs {err:.3g}")
-            return
-    if ref_dict is None:
-        differing = _differing_weights(node, cand, div.get("cand_node_id"))
-        if differing is not None:
-            name, err = differing
-            div.update(cause="weights", constant=name, constant_tensor=name,
-                       constant_max_abs=err,
-                       message=f"{node.op_type} {nid}: its weight {name!r} differs, "
-                       f"max_abs {err:.3g}")
-            return
-    compared = all(n in rows.index for n in _data_inputs(node, idx, makers))
-    div["cause"] = "computation" if compared else "inputs"
-    div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
-                      f"output differs (max_abs {div['max_abs']:.3g})" if compared else
-                      f"{node.op_type} {nid}: its output differs; an input of it has no "
-                      "counterpart to compare, so it may only receive different inputs "
-                      "(compare(..., confirm=True) checks)")
-
-
-def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None
-                       ) -> tuple[str, float] | None:
-    """(name, max_abs) of the first constant input of ``node`` whose value differs from the
-    same input of its counterpart in ``cand`` beyond the scale-aware rule of its dtype."""
-    if not cand_node_id or cand_node_id not in cand.index.entries:
-        return None
-    other = cand.index.node(cand_node_id)
-    if other.op_type != node.op_type or len(other.inputs) != len(node.inputs):
-        return None
-    for a, b in zip(node.inputs, other.inputs):
-        if a is None or b is None:
-            continue
-        x, y = const_array(a, stored=True), const_array(b, stored=True)
-        if x is None or y is None or x.shape != y.shape or x.dtype != y.dtype:
-            continue
-        if x.dtype.kind not in "fiub":
-            continue
-        _name, rule = rule_for(_dtype_name(x), output=False)
-        m = tensor_metrics(x, y, rule=rule, statistics=False)
-        if not m["passed"]:
-            return a.name or "", float(m["max_abs"])
-    return None
-
-
-def _reaches(model: LabModel, node_id: str, outputs: pd.DataFrame) -> bool:
-    """Whether a failing graph output depends on ``node_id``."""
-    bad = set(outputs.loc[~outputs["passed"].astype(bool), "tensor"])
-    if not bad:
-        return False
-    idx = model.index
-    seen = {node_id}
-    stack = [node_id]
-    while stack:
-        nid = stack.pop()
-        if any(v.name in bad for v in idx.node(nid).outputs):
-            return True
-        for s in idx.successors(nid):
-            if s not in seen:
-                seen.add(s)
-                stack.append(s)
-    return False
-
-
-# ---------------------------------------------------------------------------- result
-class Comparison:
-    """The result of :func:`compare`.
-
-    Attributes:
-        outputs: one row per graph output — tensor, cand_tensor and the metric columns of
-            :data:`onnx_lab.numerics.metrics.METRIC_COLUMNS` (shape, cand_shape, dtype,
-            cand_dtype, max_abs, mean_abs, max_rel, cosine, sqnr_db, passed, n_fail, numel,
-            nan_ref, nan_cand, inf_ref, inf_cand, note).
-        layers: one row per compared tensor in the reference's topological order — tensor,
-            node_id, op_type, depth, cand_tensor, cand_node_id, match, and the metric columns.
-        alignment: every reference tensor with its match or the reason it has none (see
-            :func:`onnx_lab.numerics.align.align`).
-        passed: the final outputs are within tolerance, and no compared tensor holds NaN or
-            inf values the reference does not.
-        first_divergence: None, or {tensor, node_id, op_type, max_abs, reaches_outputs,
-            cand_node_id, cause, message}: the first tensor out of tolerance whose producer's
-            inputs are all within tolerance. ``cause`` is ``weights`` (a weight differs: a
-            Constant node's divergence is reported on the node that consumes it, with
-            ``constant``, ``constant_tensor`` and ``constant_max_abs``), ``computation`` (its
-            inputs agree, its output does not) or ``inputs`` (an input has no counterpart, so
-            it may only receive different inputs). With ``compare(confirm=True)``:
-            ``confirmed``, ``local_max_abs``, ``local_passed`` and ``confirm_note`` (see
-            :func:`onnx_lab.numerics.confirm.local_check`).
-        first_nonfinite: None, or {tensor, node_id, op_type, nan_cand, inf_cand}: the first
-            tensor where the candidate holds NaN/inf the reference does not (property).
-        atol, rtol: the numbers of the float32 output rule used (the preset's or yours).
-        preset: the tolerance preset (``"by dtype"`` when each tensor's dtype chose).
-    """
-
-    def __init__(self, *, outputs: pd.DataFrame, layers: pd.DataFrame, alignment: pd.DataFrame,
-                 passed: bool, first_divergence: dict | None, atol: float, rtol: float,
-                 preset: str = "by dtype",
-                 reference: Resolved | None, candidate: Resolved, feeds: list,
-                 providers: tuple,
-                 reference_values: dict | None, output_values: dict) -> None:
-        self.outputs = outputs
-        self.layers = layers
-        self.alignment = alignment
-        self.passed = passed
-        self.first_divergence = first_divergence
-        self.atol = atol
-        self.rtol = rtol
-        self.preset = preset
-        self.reference = reference
-        self.candidate = candidate
-        self.feeds = feeds
-        self.providers = providers
-        self._ref_values = reference_values
-        self._output_values = output_values
-        # The last recaptured pair: hist() and scatter() of the same layer (what the drift
-        # debugger shows on a click) share one capture instead of two sessions per model.
-        self._last_values: tuple[tuple, tuple[np.ndarray, np.ndarray]] | None = None
-
-    # -- data
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON of ``onnx-lab compare --json``: passed, outputs, layers, first_divergence."""
-        def records(df: pd.DataFrame) -> list[dict]:
-            out = []
-            for rec in df.to_dict(orient="records"):
-                out.append({k: (None if isinstance(v, float) and math.isnan(v) else v)
-                            for k, v in rec.items()})
-            return out
-
-        return {"passed": self.passed, "atol": self.atol, "rtol": self.rtol,
-                "preset": self.preset,
-                "outputs": records(self.outputs), "layers": records(self.layers),
-                "first_divergence": self.first_divergence}
-
-    def _pair(self, tensor: str) -> tuple[str, str]:
-        for df in (self.outputs, self.layers):
-            for col in ("tensor", "cand_tensor"):
-                hit = df.loc[df[col] == tensor]
-                if len(hit):
-                    return hit["tensor"].iloc[0], hit["cand_tensor"].iloc[0]
-        raise unknown_name("compared tensor", tensor,
-                           list(self.layers["tensor"]) + list(self.outputs["tensor"]),
-                           fix="Use a tensor of comparison.layers (aligned tensors only).")
-
-    def values(self, tensor: str, sample: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """(reference, candidate) arrays of one compared tensor for one sample (recaptured)."""
-        ref_name, cand_name = self._pair(tensor)
-        if not 0 <= sample < len(self.feeds):
-            raise InputError(f"sample {sample} does not exist ({len(self.feeds)} samples).",
-                             fix=f"Use 0..{len(self.feeds) - 1}.")
-        kept = self._output_values.get((ref_name, cand_name))
-        if kept is not None and len(kept[1]) > sample:
-            return kept[0][min(sample, len(kept[0]) - 1)], kept[1][sample]
-        key = (ref_name, cand_name, sample)
-        if self._last_values is not None and self._last_values[0] == key:
-            return self._last_values[1]
-        feeds = self.feeds[sample]
-        if self.reference is not None:
-            ref = _run_once(self.reference.model, feeds, ref_name, self.providers[0],
-                            "reference")
-        else:
-            ref = self._ref_values[ref_name]  # type: ignore[index]
-        cand = _run_once(self.candidate.model, feeds, cand_name, self.providers[1], "candidate")
-        self._last_values = (key, (ref, cand))
-        return ref, cand
-
-    # -- views (drawn by onnx_lab.render.results, reached through onnx_lab._display)
-    def plot(self):
-        """Error per layer along depth (log scale), tolerance line, divergence marked."""
-        return _display.draw(self, "plot")
-
-    def hist(self, tensor: str, sample: int = 0, bins: int = 100):
-        """Histograms of reference and candidate values and of their difference."""
-        return _display.draw(self, "hist", tensor, sample, bins=bins)
-
-    def scatter(self, tensor: str, sample: int = 0, max_points: int = 50_000):
-        """Candidate vs reference values of one tensor (subsampled), with the y = x line."""
-        return _display.draw(self, "scatter", tensor, sample, max_points=max_points)
-
-    def error_series(self, column: str = "max_abs") -> pd.Series:
-        """``column`` of :attr:`layers` keyed by the reference node id (for overlays)."""
-        df = self.layers.dropna(subset=["node_id"])
-        return pd.Series(df[column].to_numpy(), index=df["node_id"].to_numpy(),
-                         name=column).groupby(level=0).max()
-
-    def render(self, column: str = "max_abs", **kw: Any):
-        """The reference graph (the candidate's for a dict reference) coloured by error.
-
-        Centred on the first divergence when there is one; keywords go to
-        :func:`onnx_lab.render.render_model`.
-        """
-        return _display.draw(self, "render", column, **kw)
-
-    def repro(self, folder: Any, divergence: dict[str, Any] | None = None, *,
-              overwrite: bool = False):
-        """Write a minimal repro of the first divergence (or ``divergence``) into ``folder``:
-        see :func:`onnx_lab.numerics.repro.write_repro`."""
-        return write_repro(self, folder, divergence, overwrite=overwrite)
-
-    def by_module(self, depth: int | None = None) -> pd.DataFrame:
-        """The layerwise error per PyTorch module of the reference (see
-        :mod:`onnx_lab.core.source_map`), in model order.
-
-        Columns: module ('?' for nodes of unknown source), module_class, n_nodes (compared
-        tensors), first_topo, max_abs, max_rel, min_cosine, n_failed (tensors out of
-        tolerance), first_divergence (bool: the module holding the first divergence).
-
-        Example:
-            >>> cmp.by_module(depth=2).query("n_failed > 0")
-        """
-        model = (self.reference or self.candidate).model
-        df = self.layers.loc[self.layers.node_id.notna()].assign(
-            failed=lambda d: ~d.passed.astype(bool))
-        out = group_by_module(df, model, {"max_abs": "max", "max_rel": "max",
-                                          "min_cosine": ("cosine", "min"),
-                                          "n_failed": ("failed", "sum")}, depth=depth)
-        first = self.first_divergent_module(depth)
-        out["first_divergence"] = out.module.eq(first) if first is not None else False
-        return out
-
-    def first_divergent_module(self, depth: int | None = None) -> str | None:
-        """The PyTorch module (cut to ``depth`` levels) of the first divergence: None when
-        nothing diverged or its node's source is unknown."""
-        div = self.first_divergence
-        if not div or not div.get("node_id"):
-            return None
-        return module_at((self.reference or self.candidate).model, depth).get(div["node_id"])
-
-    @property
-    def first_nonfinite(self) -> dict[str, Any] | None:
-        """The first compared tensor (topological order) where the candidate holds more NaN or
-        inf values than the reference: where an fp16 overflow starts.
-
-        With tight tolerances ``first_divergence`` names the first rounding difference, many
-        layers before the overflow that turns the outputs into NaN; this names the overflow.
-
-        Returns:
-            None, or {tensor, node_id, op_type, nan_cand, inf_cand}.
-
-        Example:
-            >>> onnx_lab.compare(lab, onnx_lab.to_fp16(lab)).first_nonfinite
-        """
-        hit = _nonfinite_rows(self.layers)
-        if not len(hit):
-            return None
-        row = hit.iloc[0]
-        return {"tensor": row["tensor"], "node_id": row["node_id"], "op_type": row["op_type"],
-                "nan_cand": int(row["nan_cand"]), "inf_cand": int(row["inf_cand"])}
-
-    def summary_text(self) -> str:
-        """A few lines for terminals."""
-        n_fail = int((~self.layers["passed"].astype(bool)).sum()) if len(self.layers) else 0
-        p = PRESETS.get(self.preset)
-        rules = (f"outputs {p.outputs.describe()}, intermediates {p.intermediates.describe()}"
-                 if p is not None and p.outputs.kind == "sqnr" else
-                 f"atol={self.atol:g}, rtol={self.rtol:g}; outputs element-wise, intermediates "
-                 "against their own scale")
-        lines = [f"{'PASSED' if self.passed else 'FAILED'} (preset {self.preset}, {rules}): "
-                 f"{len(self.outputs)} outputs, {len(self.layers)} layers compared, {n_fail} "
-                 "out of tolerance"]
-        for r in self.outputs.itertuples(index=False):
-            lines.append(f"  output {r.tensor}: max_abs={r.max_abs:.3g} cosine={r.cosine:.6f} "
-                         f"{'ok' if r.passed else 'FAIL'}" + (f" ({r.note})" if r.note else ""))
-        d = self.first_divergence
-        if d is not None:
-            lines.append(f"first divergence: {d['tensor']} (node {d['node_id']}, {d['op_type']}),"
-                         f" max_abs={d['max_abs']:.3g}, "
-                         f"{'reaches' if d['reaches_outputs'] else 'does not reach'} the outputs"
-                         f"; cause: {d.get('cause', '?')}")
-            if d.get("message"):
-                lines.append(f"  {d['message']}")
-            if d.get("confirm_note"):
-                lines.append(f"  {d['confirm_note']}")
-        else:
-            lines.append("no divergence")
-        f = self.first_nonfinite
-        if f is not None:
-            lines.append(f"first non-finite values: {f['tensor']} (node {f['node_id']}, "
-                         f"{f['op_type']}), {f['inf_cand']} inf and {f['nan_cand']} NaN in the "
-                         "candidate only")
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        return f"<onnx_lab.Comparison {self.summary_text().splitlines()[0]}>"
-
-    def to_html(self, max_rows: int = 30) -> str:
-        """HTML report: verdict, divergence, outputs, the worst layers and the error plot."""
-        return _display.draw(self, "html", max_rows=max_rows)
-
-    def _repr_html_(self) -> str:
-        return self.to_html()

@@ -26,6 +26,23 @@ import numpy as np
 
 from onnx_lab.errors import unknown_name
 
+# By job, every name importable from here: the next-token judge and a run's value kinds.
+from onnx_lab.numerics._next_token import (  # noqa: F401  (re-exports)
+    NEXT_TOKEN,
+    NEXT_TOKEN_COLUMNS,
+    TIE_MARGIN,
+    NextToken,
+    next_token_metrics,
+)
+from onnx_lab.numerics._values import (  # noqa: F401  (re-exports)
+    _leaves,
+    _structure_kind,
+    as_value,
+    is_structured,
+    numeric_pair,
+    value_dtype,
+)
+
 __all__ = ["MetricAccumulator", "tensor_metrics", "judge", "METRIC_COLUMNS", "TOLERANCES",
            "COMPARED_AS", "as_value", "value_dtype", "is_structured", "numeric_pair",
            "tolerance", "Rule", "RULE_KINDS", "Preset", "PRESETS", "rule_for", "get_preset",
@@ -140,107 +157,6 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     dt: (PRESETS[p].outputs.atol, PRESETS[p].outputs.rtol) for dt, p in _DTYPE_PRESET.items()}
 
 
-@dataclass(frozen=True)
-class NextToken:
-    """How an LLM's next-token predictions are judged (:func:`onnx_lab.compare_llm`).
-
-    ``min_top1``: the fraction of decisive positions (the reference's top-1 ahead of its
-    runner-up by :data:`TIE_MARGIN` nats or more) where both sides pick the same most likely
-    token; ``max_kl``: the mean KL divergence KL(reference || candidate) of the next-token
-    distributions, in nats.
-    """
-
-    min_top1: float
-    max_kl: float
-
-    def describe(self) -> str:
-        """The targets as a short formula (shown in reports)."""
-        return f"top-1 agreement >= {self.min_top1:g}, mean KL <= {self.max_kl:g} nats"
-
-    def score(self, top1: float, kl: float) -> float:
-        """<= 1 meets both targets: the worse of KL / max_kl and (1-top1) / (1-min_top1)."""
-        miss = 1.0 - top1
-        s_top1 = miss / (1.0 - self.min_top1) if self.min_top1 < 1 else (
-            0.0 if miss <= 0 else math.inf)
-        s_kl = kl / self.max_kl if self.max_kl > 0 else (0.0 if kl <= 0 else math.inf)
-        return float(max(s_top1, s_kl))
-
-
-#: Next-token targets per preset: what an LLM comparison calls "the same predictions".
-#: int4: most next tokens unchanged (85 %) and a small KL, a usable 4-bit model; tighten them
-#: (``min_top1=``, ``max_kl=``) for a model whose answers must not move.
-NEXT_TOKEN: dict[str, NextToken] = {
-    "exact": NextToken(1.0, 0.0), "fp64": NextToken(1.0, 1e-6),
-    "fp32": NextToken(0.99, 1e-3), "fp16": NextToken(0.98, 5e-3),
-    "bf16": NextToken(0.95, 0.02), "fp8": NextToken(0.9, 0.05),
-    "int8": NextToken(0.9, 0.05), "int4": NextToken(0.85, 0.1),
-}
-
-#: Columns of the per-position table of :func:`next_token_metrics`.
-NEXT_TOKEN_COLUMNS = ["position", "target", "ref_top1", "cand_top1", "agree", "top5_overlap",
-                      "kl", "nll_ref", "nll_cand", "ref_prob", "margin"]
-
-#: Log-probability margin (nats) below which the reference's top two tokens are a tie: a flip
-#: between them is rounding, not a different prediction (random-weight and undertrained models
-#: predict near-uniform distributions where int4 flips ties while KL stays ~1e-4).
-TIE_MARGIN = 0.05
-
-
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
-
-
-def next_token_metrics(ref_logits: Any, cand_logits: Any, targets: Any = None
-                       ) -> dict[str, np.ndarray]:
-    """Per-position next-token metrics of two ``[positions, vocab]`` logit arrays.
-
-    Args:
-        ref_logits, cand_logits: the logits of both sides at the same positions (the same
-            context: teacher-forced).
-        targets: the token that follows each position (-1 or None where unknown: the last
-            position); ``nll_*`` is NaN there.
-
-    Returns:
-        Arrays keyed by :data:`NEXT_TOKEN_COLUMNS`: position, target, ref_top1, cand_top1,
-        agree (same top-1), top5_overlap (shared tokens among both top-5, / 5), kl
-        (KL(ref || cand) in nats), nll_ref, nll_cand (negative log-likelihood of the target),
-        ref_prob (the reference's probability of its own top-1), margin (the reference's
-        log-probability of its top-1 minus its runner-up: below :data:`TIE_MARGIN` a tie).
-        Non-finite candidate logits give kl = inf.
-
-    Example:
-        >>> m = next_token_metrics(ref, cand, tokens[1:] + [-1]); m["agree"].mean()
-    """
-    r = np.asarray(ref_logits, dtype=np.float64)
-    c = np.asarray(cand_logits, dtype=np.float64)
-    if r.shape != c.shape or r.ndim != 2:
-        raise ValueError(f"logits must be two [positions, vocab] arrays of one shape, got "
-                         f"{list(r.shape)} and {list(c.shape)}")
-    n, vocab = r.shape
-    lr = _log_softmax(r)
-    with np.errstate(invalid="ignore", over="ignore"):
-        lc = _log_softmax(c)
-        kl = np.einsum("ij,ij->i", np.exp(lr), lr - lc)
-    kl = np.where(np.isfinite(kl), np.maximum(kl, 0.0), np.inf)
-    k = min(5, vocab)
-    top_r = np.argpartition(-r, k - 1, axis=-1)[:, :k]
-    top_c = np.argpartition(-np.nan_to_num(c, nan=-np.inf), k - 1, axis=-1)[:, :k]
-    overlap = np.array([len(set(a) & set(b)) / k for a, b in zip(top_r, top_c)])
-    t = np.full(n, -1, dtype=np.int64) if targets is None else np.asarray(targets, np.int64)
-    known = (t >= 0) & (t < vocab)
-    ti = np.where(known, t, 0)
-    rows = np.arange(n)
-    nll_r = np.where(known, -lr[rows, ti], np.nan)
-    nll_c = np.where(known, -lc[rows, ti], np.nan)
-    r1, c1 = r.argmax(-1), np.nan_to_num(c, nan=-np.inf).argmax(-1)
-    two = np.sort(lr, axis=-1)[:, -2:] if vocab > 1 else np.zeros((n, 2))
-    return {"position": rows, "target": t, "ref_top1": r1, "cand_top1": c1, "agree": r1 == c1,
-            "top5_overlap": overlap, "kl": kl, "nll_ref": nll_r, "nll_cand": nll_c,
-            "ref_prob": np.exp(lr[rows, r1]), "margin": two[:, 1] - two[:, 0]}
-
-
 def preset_for_dtype(dtype: str) -> str:
     """The preset that judges a tensor of ``dtype`` by default (ints and bools: exact)."""
     if _kind(dtype) != "f":
@@ -298,134 +214,6 @@ def _kind(dtype: str) -> str:
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
     # einsum, not np.dot: BLAS dot spins up threads, ~10x slower on busy small machines.
     return float(np.einsum("i,i->", a, b))
-
-
-def is_structured(value: Any) -> bool:
-    """True for what onnxruntime returns for a sequence (a list) or a map (a dict)."""
-    return isinstance(value, (list, tuple, dict))
-
-
-def as_value(value: Any) -> Any:
-    """A run's value ready to measure: sequences (lists) and maps (dicts) as they are (numpy
-    would make an object array of them, or fail on elements of different shapes), anything
-    else as an array (None, an empty optional, stays None)."""
-    if value is None or is_structured(value):
-        return value
-    return np.asarray(value)
-
-
-def value_dtype(value: Any) -> str:
-    """The dtype name that picks a value's rule: an array's, a sequence's first element's, a
-    map's first value's; the Python floats of an onnxruntime map (ZipMap, CastMap make
-    float32 values) count as float32, its ints as int64, text as ``string``."""
-    if isinstance(value, dict):
-        return value_dtype(next(iter(value.values()))) if value else "float32"
-    if isinstance(value, (list, tuple)):
-        return value_dtype(value[0]) if len(value) else "float32"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int64"
-    if isinstance(value, float):
-        return "float32"
-    if value is None:
-        return "float32"
-    a = np.asarray(value)
-    if a.dtype == np.bool_:
-        return "bool"
-    return "string" if a.dtype.kind in "OSU" else str(a.dtype)
-
-
-def _maps_of(value: Any) -> list[dict] | None:
-    """``value`` as a list of maps when it is a map or a sequence of maps, else None."""
-    if isinstance(value, dict):
-        return [value]
-    if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) for m in value):
-        return list(value)
-    return None
-
-
-def _maps_as_rows(value: Any) -> np.ndarray:
-    """A sequence of maps as the tensor it was zipped from: row i holds map i's values in key
-    order (onnxruntime returns a map's keys sorted; ZipMap's labels ascend in the exports
-    remove_zipmap accepts). A lone map becomes a 1-D array."""
-    maps = _maps_of(value) or []
-    rows = [[m[k] for k in sorted(m, key=lambda k: (isinstance(k, str), k))] for m in maps]
-    arr = np.asarray(rows)
-    return arr[0] if isinstance(value, dict) else arr
-
-
-def _leaves(ref: Any, cand: Any, path: str, out: list, notes: list[str]) -> str | None:
-    """Walk a (reference, candidate) pair of sequences / maps in step: ``out`` gets each pair
-    of leaf arrays, ``notes`` what differs in structure. Returns what made it unequal in
-    structure (None: same structure)."""
-    if _maps_of(ref) is not None and _maps_of(cand) is None and cand is not None:
-        ref = _maps_as_rows(ref)  # the maps against the tensor remove_zipmap left
-    elif _maps_of(cand) is not None and _maps_of(ref) is None and ref is not None:
-        cand = _maps_as_rows(cand)
-    if isinstance(ref, dict) or isinstance(cand, dict):
-        if not (isinstance(ref, dict) and isinstance(cand, dict)):
-            return f"{path or 'value'}: a map against a {type(cand).__name__}"
-        if set(ref) != set(cand):
-            only_r = sorted(map(repr, set(ref) - set(cand)))[:3]
-            only_c = sorted(map(repr, set(cand) - set(ref)))[:3]
-            return (f"{path or 'map'} keys differ (reference only {', '.join(only_r) or '-'}; "
-                    f"candidate only {', '.join(only_c) or '-'})")
-        for k in sorted(ref, key=repr):
-            bad = _leaves(ref[k], cand[k], f"{path}[{k!r}]", out, notes)
-            if bad:
-                return bad
-        return None
-    if isinstance(ref, (list, tuple)) or isinstance(cand, (list, tuple)):
-        if not (isinstance(ref, (list, tuple)) and isinstance(cand, (list, tuple))):
-            return f"{path or 'value'}: a sequence against a {type(cand).__name__}"
-        if len(ref) != len(cand):
-            return f"{path or 'sequence'} length differs ({len(ref)} vs {len(cand)})"
-        for i, (r, c) in enumerate(zip(ref, cand)):
-            bad = _leaves(r, c, f"{path}[{i}]", out, notes)
-            if bad:
-                return bad
-        return None
-    if ref is None or cand is None:
-        return None if ref is None and cand is None else \
-            f"{path or 'optional'}: empty on one side only"
-    r, c = np.asarray(ref), np.asarray(cand)
-    if r.shape != c.shape and r.size != c.size:
-        return f"{path or 'element'} shape differs ({list(r.shape)} vs {list(c.shape)})"
-    out.append((r.reshape(-1), c.reshape(-1)))
-    return None
-
-
-def numeric_pair(ref: Any, cand: Any) -> tuple[np.ndarray, np.ndarray] | str:
-    """The numbers of a (reference, candidate) pair as two flat float64 arrays, as the
-    comparator pairs them (a sequence's elements, a map's values by key), for plots; the
-    reason (a str) when there are none to pair: strings, or a different structure."""
-    pairs: list[tuple[np.ndarray, np.ndarray]] = []
-    if is_structured(ref) or is_structured(cand) or ref is None or cand is None:
-        bad = _leaves(ref, cand, "", pairs, [])
-        if bad:
-            return bad
-    else:
-        pairs.append((np.asarray(ref).reshape(-1), np.asarray(cand).reshape(-1)))
-    if not pairs:
-        return "nothing to compare (empty)"
-    r = np.concatenate([p[0] for p in pairs])
-    c = np.concatenate([p[1] for p in pairs])
-    if r.dtype.kind in "OSU" or c.dtype.kind in "OSU":
-        return "strings are compared for equality, not drawn as numbers"
-    if r.size != c.size:
-        return f"sizes differ ({r.size} vs {c.size})"
-    return r.astype(np.float64), c.astype(np.float64)
-
-
-def _structure_kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return "map"
-    if isinstance(value, (list, tuple)):
-        return "seq(map)" if value and isinstance(value[0], dict) else "sequence"
-    return "optional"
 
 
 class MetricAccumulator:

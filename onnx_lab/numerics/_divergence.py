@@ -1,0 +1,177 @@
+"""Where two models part: the first tensor out of tolerance whose inputs all agree
+(``_first_divergence``), why it differs (``_blame``: its weights, its computation or its
+inputs) and the first NaN/inf the reference does not hold. Importable from
+:mod:`onnx_lab.numerics.compare`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import onnx_ir as ir
+
+from onnx_lab._pandas import pd
+from onnx_lab.core.model import LabModel
+from onnx_lab.core.values import const_array, constant_producer, foldable_nodes, is_constant
+from onnx_lab.numerics.metrics import (
+    rule_for,
+    tensor_metrics,
+    value_dtype,
+)
+
+
+def _weight_makers(model: LabModel) -> set[str]:
+    """Main-graph nodes that compute weights: Constant nodes and nodes whose inputs are all
+    constants (a ConstantOfShape or a Reshape of an initializer: old exports make weights so)."""
+    makers = {nid for nid, _node in foldable_nodes(model).values()}
+    makers |= {nid for nid, e in model.index.entries.items()
+               if e.graph == "" and constant_producer(e.node.outputs[0] if e.node.outputs
+                                                      else None) is not None}
+    return makers
+
+
+def _data_inputs(node: ir.Node, idx: Any, makers: set[str]) -> list[str]:
+    """The inputs of ``node`` that carry data, not weights."""
+    return [v.name for v in node.inputs if v is not None and v.name
+            and not is_constant(v, stored=True) and idx.producer.get(v.name) not in makers]
+
+
+def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFrame
+                      ) -> dict[str, Any] | None:
+    """The first failing tensor of a node that computes on data and whose data inputs are all
+    within tolerance.
+
+    Weights computed by nodes (Constant, ConstantOfShape over constants...) come first in
+    topological order but are not where data diverges: a differing weight is reported on the
+    node that consumes it (see :func:`_blame`). Inputs that were not compared (fused away, no
+    counterpart) stand for their own nearest compared ancestors.
+    """
+    idx = model.index
+    status = dict(zip(layers["tensor"], layers["passed"].astype(bool)))
+    makers = _weight_makers(model)
+    memo: dict[str, bool] = {}
+
+    def ok(name: str, depth: int = 0) -> bool:
+        if name in status:
+            return status[name]
+        if name in memo:
+            return memo[name]
+        nid = idx.producer.get(name)
+        if nid is None or depth > 500:  # a graph input, initializer or outer value
+            return True
+        memo[name] = True  # cycle guard
+        res = all(ok(n, depth + 1) for n in _data_inputs(idx.node(nid), idx, makers))
+        memo[name] = res
+        return res
+
+    failing = layers.loc[~layers["passed"].astype(bool)]
+    for row in failing.itertuples(index=False):
+        nid = row.node_id
+        if not isinstance(nid, str) or nid not in idx.entries or nid in makers:
+            continue
+        if all(ok(n) for n in _data_inputs(idx.node(nid), idx, makers)):
+            return {"tensor": row.tensor, "node_id": nid, "op_type": row.op_type,
+                    "max_abs": float(row.max_abs),
+                    "reaches_outputs": _reaches(model, nid, outputs),
+                    "cand_node_id": row.cand_node_id if isinstance(row.cand_node_id, str)
+                    else None}
+    return None
+
+
+def _nonfinite_rows(layers: pd.DataFrame) -> pd.DataFrame:
+    """Layers where the candidate holds more NaN or inf values than the reference."""
+    if not len(layers):
+        return layers
+    cand = layers["nan_cand"].fillna(0) + layers["inf_cand"].fillna(0)
+    ref = layers["nan_ref"].fillna(0) + layers["inf_ref"].fillna(0)
+    return layers.loc[cand > ref]
+
+
+def _dtype_name(arr: Any) -> str:
+    return value_dtype(arr)  # sees through sequences and maps; strings are "string"
+
+
+def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.DataFrame,
+           ref_dict: Mapping[str, Any] | None) -> None:
+    """Say why the divergent node differs, and name what to look at (in place on ``div``).
+
+    ``weights``: one of its weight inputs differs — a tensor made by a Constant (or another
+    weight-making) node whose comparison failed, or an initializer whose values differ from
+    its counterpart's; the weight is named (``constant``, ``constant_tensor``,
+    ``constant_max_abs``). ``computation``: its data inputs were all compared and agree.
+    ``inputs``: a data input has no counterpart, so it may only receive different inputs
+    (``compare(confirm=True)`` tells them apart).
+    """
+    idx = model.index
+    rows = layers.set_index("tensor", drop=False)
+    nid = div["node_id"]
+    node = idx.node(nid)
+    makers = _weight_makers(model)
+    for v in node.inputs:
+        maker = idx.producer.get(v.name) if v is not None and v.name else None
+        if maker in makers and v.name in rows.index and not bool(rows.loc[v.name, "passed"]):
+            err = float(rows.loc[v.name, "max_abs"])
+            div.update(cause="weights", constant=maker, constant_tensor=v.name,
+                       constant_max_abs=err,
+                       message=f"{node.op_type} {nid}: its input {v.name!r} "
+                       f"({idx.node(maker).op_type} {maker}) differs, max_abs {err:.3g}")
+            return
+    if ref_dict is None:
+        differing = _differing_weights(node, cand, div.get("cand_node_id"))
+        if differing is not None:
+            name, err = differing
+            div.update(cause="weights", constant=name, constant_tensor=name,
+                       constant_max_abs=err,
+                       message=f"{node.op_type} {nid}: its weight {name!r} differs, "
+                       f"max_abs {err:.3g}")
+            return
+    compared = all(n in rows.index for n in _data_inputs(node, idx, makers))
+    div["cause"] = "computation" if compared else "inputs"
+    div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
+                      f"output differs (max_abs {div['max_abs']:.3g})" if compared else
+                      f"{node.op_type} {nid}: its output differs; an input of it has no "
+                      "counterpart to compare, so it may only receive different inputs "
+                      "(compare(..., confirm=True) checks)")
+
+
+def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None
+                       ) -> tuple[str, float] | None:
+    """(name, max_abs) of the first constant input of ``node`` whose value differs from the
+    same input of its counterpart in ``cand`` beyond the scale-aware rule of its dtype."""
+    if not cand_node_id or cand_node_id not in cand.index.entries:
+        return None
+    other = cand.index.node(cand_node_id)
+    if other.op_type != node.op_type or len(other.inputs) != len(node.inputs):
+        return None
+    for a, b in zip(node.inputs, other.inputs):
+        if a is None or b is None:
+            continue
+        x, y = const_array(a, stored=True), const_array(b, stored=True)
+        if x is None or y is None or x.shape != y.shape or x.dtype != y.dtype:
+            continue
+        if x.dtype.kind not in "fiub":
+            continue
+        _name, rule = rule_for(_dtype_name(x), output=False)
+        m = tensor_metrics(x, y, rule=rule, statistics=False)
+        if not m["passed"]:
+            return a.name or "", float(m["max_abs"])
+    return None
+
+
+def _reaches(model: LabModel, node_id: str, outputs: pd.DataFrame) -> bool:
+    """Whether a failing graph output depends on ``node_id``."""
+    bad = set(outputs.loc[~outputs["passed"].astype(bool), "tensor"])
+    if not bad:
+        return False
+    idx = model.index
+    seen = {node_id}
+    stack = [node_id]
+    while stack:
+        nid = stack.pop()
+        if any(v.name in bad for v in idx.node(nid).outputs):
+            return True
+        for s in idx.successors(nid):
+            if s not in seen:
+                seen.add(s)
+                stack.append(s)
+    return False

@@ -1,0 +1,286 @@
+"""Renames, graph outputs and initializers: ``rename_tensor``, ``rename_node``,
+``add_output``, ``remove_output``, ``replace_initializer``, ``scale_initializer``.
+Importable from :mod:`onnx_lab.transforms.edit`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_lab.core.model import LabModel
+from onnx_lab.errors import InputError, PassError, unknown_name
+from onnx_lab.transforms._edit_base import _EditPass, _node
+from onnx_lab.transforms.base import (
+    Match,
+    Param,
+    Rewrite,
+    register_pass,
+)
+from onnx_lab.transforms.extract import _ir_dtype
+
+
+@register_pass("rename_tensor", kind="edit")
+class RenameTensor(_EditPass):
+    """Rename a tensor everywhere (edges, inputs, outputs, initializers, If/Loop bodies)."""
+
+    params = (Param("old", str, "", "current name"), Param("new", str, "", "new name"))
+    verify_preset = "exact"
+
+    def find(self, model: LabModel) -> list[Match]:
+        old, new = self.options["old"], self.options["new"]
+        model.index.value(old)  # UnknownNameError with close matches
+        if not new:
+            raise PassError("rename_tensor needs a non-empty new name.", fix="Pass new='...'.")
+        if new in model.index.values and new != old:
+            raise PassError(f"Cannot rename {old!r} to {new!r}: a tensor named {new!r} exists.",
+                            fix="Pick an unused name.")
+        if new == old:
+            return []
+        return [Match(f"rename_tensor:{old}", "rename_tensor", self.name, [], "",
+                      f"rename {old} -> {new}")]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        v = model.index.value(self.options["old"])
+        if v.const_value is not None:
+            # Clones share tensor objects and renaming a value renames its tensor: give this
+            # version its own (shallow) tensor copy so earlier versions keep their names.
+            t = v.const_value
+            new = self.options["new"]
+            if isinstance(t, ir.ExternalTensor):
+                t2: ir.TensorProtocol = ir.ExternalTensor(
+                    t.location, t.offset, t.length, t.dtype, shape=t.shape, name=new,
+                    base_dir=t.base_dir)
+            else:  # a view of the same data, read on use
+                t2 = ir.LazyTensor(lambda t=t: t, t.dtype, t.shape, name=new)
+            v.const_value = None
+            v.name = new
+            v.const_value = t2
+        else:
+            v.name = self.options["new"]
+        rw.modified = True
+
+
+@register_pass("rename_node", kind="edit")
+class RenameNode(_EditPass):
+    """Rename a node (its id becomes the new name)."""
+
+    params = (Param("node_id", str, "", "the node"), Param("new", str, "", "new name"))
+    verify_preset = "exact"
+
+    def find(self, model: LabModel) -> list[Match]:
+        nid, new = self.options["node_id"], self.options["new"]
+        node = _node(model, nid)
+        if not new:
+            raise PassError("rename_node needs a non-empty new name.", fix="Pass new='...'.")
+        if new == nid and node.name == new:
+            return []
+        taken = {e.node.name for e in model.index.entries.values() if e.node is not node}
+        if new in taken or (new in model.index.entries and new != nid):
+            raise PassError(f"Cannot rename node {nid!r} to {new!r}: a node named {new!r} "
+                            "exists.", fix="Pick an unused node name.")
+        return [Match(f"rename_node:{nid}", "rename_node", self.name, [nid], nid,
+                      f"rename node {nid} -> {new}")]
+
+    no_match_reason = "the node already has this name"
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        node = _node(model, self.options["node_id"])
+        node.name = self.options["new"]
+        rw.record(node, [node])
+
+
+def _top_value(model: LabModel, name: str) -> ir.Value:
+    v = model.index.value(name)  # UnknownNameError with close matches
+    if model.index.value_graph.get(name, "") != "":
+        raise PassError(f"Tensor {name!r} lives inside a subgraph "
+                        f"({model.index.value_graph[name]}); only main-graph tensors can be "
+                        "model outputs.", fix="Pick a tensor of the main graph.")
+    return v
+
+
+@register_pass("add_output", kind="edit")
+class AddOutput(_EditPass):
+    """Make an intermediate tensor a graph output (existing outputs stay bit-identical)."""
+
+    params = (Param("tensor", str, "", "the tensor"),)
+    verify_preset = "exact"
+
+    def find(self, model: LabModel) -> list[Match]:
+        name = self.options["tensor"]
+        v = _top_value(model, name)
+        if v.is_graph_output():
+            return []
+        return [Match(f"add_output:{name}", "add_output", self.name, [], "",
+                      f"add output {name}")]
+
+    no_match_reason = "the tensor is already a graph output"
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        name = self.options["tensor"]
+        v = model.index.value(name)
+        info = model.types().get(name)
+        if v.type is None and info is not None and info.dtype is not None:
+            v.type = ir.TensorType(_ir_dtype(info.dtype))
+        if v.shape is None and info is not None and info.shape is not None:
+            v.shape = ir.Shape(list(info.shape))
+        if v.type is None:
+            raise PassError(f"Cannot add {name!r} as an output: its dtype is unknown (shape "
+                            "inference found none).", fix="Set the input shapes first.")
+        model.graph.outputs.append(v)
+        rw.modified = True
+
+
+@register_pass("remove_output", kind="edit")
+class RemoveOutput(_EditPass):
+    """Remove a graph output and the nodes only it needed."""
+
+    params = (Param("output", str, "", "the graph output"),)
+    verify_preset = "exact"
+
+    def find(self, model: LabModel) -> list[Match]:
+        name = self.options["output"]
+        outs = [v.name for v in model.graph.outputs]
+        if name not in outs:
+            raise unknown_name("graph output", name, outs, fix=f"Graph outputs: {outs}.")
+        if len(outs) == 1:
+            raise PassError(f"Cannot remove {name!r}: it is the only graph output.",
+                            fix="Add another output first (add_output).")
+        return [Match(f"remove_output:{name}", "remove_output", self.name, [], "",
+                      f"remove output {name}")]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        g = model.graph
+        v = next(v for v in g.outputs if v.name == self.options["output"])
+        g.outputs.remove(v)
+        rw.modified = True
+        # the nodes only this output needed: remove dead producers until none is left
+        pending = [v]
+        while pending:
+            val = pending.pop()
+            if val.uses() or val.is_graph_output():
+                continue
+            prod = val.producer()
+            if prod is None:
+                rw.drop_if_unused(val)
+                continue
+            if prod.graph is g and all(not o.uses() and not o.is_graph_output()
+                                       for o in prod.outputs):
+                ins = list(prod.inputs)
+                rw.remove(prod)
+                pending.extend(i for i in ins if i is not None)
+
+
+def _load_array(source: Any, name: str) -> np.ndarray:
+    if isinstance(source, np.ndarray):
+        return source
+    if isinstance(source, (str, Path)):
+        p = Path(source)
+        if not p.is_file():
+            raise InputError(f"No file {str(p)!r} for initializer {name!r}.",
+                             fix="Pass the path of a .npy or .npz file.")
+        try:
+            data = np.load(p, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise InputError(f"Cannot read {str(p)!r} as .npy/.npz: {e}",
+                             fix="Save the array with numpy.save or numpy.savez.") from e
+        if isinstance(data, np.lib.npyio.NpzFile):
+            with data:
+                keys = list(data.keys())
+                if name in keys:
+                    return data[name]
+                if len(keys) == 1:
+                    return data[keys[0]]
+                raise unknown_name(f"array in {p.name}", name, keys,
+                                   fix="Name the array after the initializer in the .npz.")
+        return data
+    raise InputError(f"replace_initializer needs a numpy array or a .npy/.npz path, got "
+                     f"{type(source).__name__}.", fix="Pass value=np.array(...) or 'w.npy'.")
+
+
+def _initializer(model: LabModel, name: str) -> ir.Value:
+    for g in model.index.graphs.values():
+        if name in g.initializers:
+            return g.initializers[name]
+    names = [n for g in model.index.graphs.values() for n in g.initializers]
+    raise unknown_name("initializer", name, names, fix="See lab.initializers.")
+
+
+def _set_tensor(v: ir.Value, array: np.ndarray) -> None:
+    # a new tensor object: earlier versions share the old one
+    v.const_value = ir.tensor(np.ascontiguousarray(array), name=v.name)
+
+
+@register_pass("replace_initializer", kind="edit")
+class ReplaceInitializer(_EditPass):
+    """Replace an initializer's values from an array or a .npy/.npz file (same shape, dtype)."""
+
+    params = (Param("initializer", str, "", "the initializer"),
+              Param("value", object, None, "numpy array, or path of a .npy / .npz"))
+    semantics_preserving = False
+
+    def _array(self, model: LabModel) -> np.ndarray:
+        name = self.options["initializer"]
+        v = _initializer(model, name)
+        arr = _load_array(self.options["value"], name)
+        t = v.const_value
+        want_shape = tuple(int(d) for d in t.shape)
+        want_dtype = t.dtype.numpy()
+        if tuple(arr.shape) != want_shape:
+            raise PassError(f"Replacement for initializer {name!r} has shape "
+                            f"{list(arr.shape)}; the initializer has {list(want_shape)}.",
+                            fix="Reshape the array to the initializer's shape.")
+        if arr.dtype != want_dtype:
+            raise PassError(f"Replacement for initializer {name!r} is {arr.dtype}; the "
+                            f"initializer is {want_dtype}.",
+                            fix=f"Convert it first: array.astype('{want_dtype}').")
+        return arr
+
+    def find(self, model: LabModel) -> list[Match]:
+        self._array(model)
+        name = self.options["initializer"]
+        return [Match(f"replace_initializer:{name}", "replace_initializer", self.name, [], "",
+                      f"replace {name}")]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        v = _initializer(model, self.options["initializer"])
+        _set_tensor(v, self._array(model))
+        for u in v.uses():
+            rw.record(u.node, [u.node])
+        rw.modified = True
+
+
+@register_pass("scale_initializer", kind="edit")
+class ScaleInitializer(_EditPass):
+    """Multiply a float initializer by a factor."""
+
+    params = (Param("initializer", str, "", "the initializer"),
+              Param("factor", float, 1.0, "the factor"))
+    semantics_preserving = False
+
+    def find(self, model: LabModel) -> list[Match]:
+        name = self.options["initializer"]
+        v = _initializer(model, name)
+        dt = v.const_value.dtype.numpy()
+        if not np.issubdtype(dt, np.floating):
+            raise PassError(f"Initializer {name!r} is {dt}; only float initializers can be "
+                            "scaled.", fix="Use replace_initializer for integer tensors.")
+        if not np.isfinite(self.options["factor"]):
+            raise PassError(f"factor must be finite, got {self.options['factor']!r}.",
+                            fix="Pass e.g. factor=0.5.")
+        if self.options["factor"] == 1.0:
+            return []
+        return [Match(f"scale_initializer:{name}", "scale_initializer", self.name, [], "",
+                      f"scale {name} by {self.options['factor']}")]
+
+    no_match_reason = "factor 1.0 changes nothing"
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        v = _initializer(model, self.options["initializer"])
+        arr = v.const_value.numpy()
+        _set_tensor(v, (arr * self.options["factor"]).astype(arr.dtype))
+        for u in v.uses():
+            rw.record(u.node, [u.node])
+        rw.modified = True
