@@ -165,18 +165,7 @@ def resnet50() -> Path:
     Example:
         >>> lab = onnx_lab.open(resnet50())
     """
-    path = MODELS_DIR / f"resnet50_{VERSION}.onnx"
-    if path.exists():
-        return path
-    with _build_lock("resnet50"):
-        if path.exists():
-            return path
-        torch = _torch()
-        torch.manual_seed(0)
-        model = _resnet50_module()
-        x = torch.randn(1, 3, 224, 224)
-        return _export(model, (x,), path, opset=17, input_names=["x"],
-                       output_names=["logits"])
+    return _resnet50_file("resnet50", fold=True)
 
 
 def resnet50_bn() -> Path:
@@ -187,10 +176,14 @@ def resnet50_bn() -> Path:
     Example:
         >>> lab = onnx_lab.open(resnet50_bn())
     """
-    path = MODELS_DIR / f"resnet50_bn_{VERSION}.onnx"
+    return _resnet50_file("resnet50_bn", fold=False)
+
+
+def _resnet50_file(name: str, *, fold: bool) -> Path:
+    path = MODELS_DIR / f"{name}_{VERSION}.onnx"
     if path.exists():
         return path
-    with _build_lock("resnet50_bn"):
+    with _build_lock(name):
         if path.exists():
             return path
         torch = _torch()
@@ -198,7 +191,7 @@ def resnet50_bn() -> Path:
         model = _resnet50_module()
         x = torch.randn(1, 3, 224, 224)
         return _export(model, (x,), path, opset=17, input_names=["x"],
-                       output_names=["logits"], fold=False)
+                       output_names=["logits"], fold=fold)
 
 
 # --------------------------------------------------------------------------- BERT-base
