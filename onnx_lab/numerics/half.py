@@ -140,19 +140,51 @@ class HalfRules:
         idx = model.index
         self._types = {k: v.dtype for k, v in model.types().items()}
         self._shapes = {k: v.shape for k, v in model.types().items()}
+        #: Names defined in more than one graph (sibling If branches: optimum's merged
+        #: decoders) are typed per graph: ``(graph path, name) -> (dtype, shape)``.
+        self._scoped, self._parent = _scoped_types(model)
+        self._producer_at = {(e.graph, v.name): nid for nid, e in idx.entries.items()
+                             for v in e.node.outputs if v.name} if self._scoped else {}
         opsets = dict(model.ir.opset_imports)
         self.index_values = self._index_values()
         self.rules: dict[str, NodeRule] = {}
         for nid, e in idx.entries.items():
-            self.rules[nid] = self._rule(e.node, opsets)
+            self.rules[nid] = self._rule(e.node, opsets, e.graph)
         self.candidates = [nid for nid, r in self.rules.items() if r.groups]
 
     # -- helpers ----------------------------------------------------------------------------
-    def is_float(self, name: str | None) -> bool:
-        return bool(name) and self._types.get(name) == "float32"
+    def _info(self, name: str, path: str) -> tuple[str | None, tuple | None]:
+        """dtype and shape of ``name`` as read in the graph at ``path``."""
+        if self._scoped and (path, name) not in self._scoped:
+            p: str | None = self._parent.get(path)
+            while p is not None and (p, name) not in self._scoped:
+                p = self._parent.get(p)
+            if p is not None:
+                path = p
+        if (path, name) in self._scoped:
+            return self._scoped[(path, name)]
+        return self._types.get(name), self._shapes.get(name)
 
-    def _small(self, name: str) -> bool:
-        shape = self._shapes.get(name)
+    def dtype(self, name: str, path: str = "") -> str | None:
+        """The dtype name of ``name`` as read in the graph at ``path`` (``""``: main)."""
+        return self._info(name, path)[0]
+
+    def is_float(self, name: str | None, path: str = "") -> bool:
+        return bool(name) and self.dtype(name, path) == "float32"
+
+    def _producer(self, name: str, path: str) -> str | None:
+        """The node id defining ``name`` as read in the graph at ``path``."""
+        if not self._scoped:
+            return self.model.index.producer.get(name)
+        p: str | None = path
+        while p is not None:
+            if (p, name) in self._producer_at:
+                return self._producer_at[(p, name)]
+            p = self._parent.get(p)
+        return self.model.index.producer.get(name)
+
+    def _small(self, name: str, path: str = "") -> bool:
+        shape = self._info(name, path)[1]
         if shape is None or any(not isinstance(d, int) for d in shape):
             return False
         return int(np.prod(shape, dtype=np.int64)) <= _SMALL
@@ -174,26 +206,35 @@ class HalfRules:
                 if to is not None and to.value not in (FLOAT, FLOAT16, BFLOAT16,
                                                       TensorProto.DOUBLE):
                     pos = (0,)
-            seeds.extend(names[i] for i in pos if i < len(names) and self.is_float(names[i]))
+            seeds.extend((names[i], e.graph) for i in pos
+                         if i < len(names) and self.is_float(names[i], e.graph))
         out: set[str] = set()
-        stack = [s for s in seeds if self._small(s)]
+        seen: set[tuple[str, str]] = set()
+        stack = [s for s in seeds if self._small(*s)]
         while stack:
-            t = stack.pop()
-            if t in out:
+            t, path = stack.pop()
+            if (t, path) in seen:
                 continue
+            seen.add((t, path))
             out.add(t)
-            p = idx.producer.get(t)
+            p = self._producer(t, path)
             if p is None:
                 continue
-            for v in idx.entries[p].node.inputs:
-                if v is not None and self.is_float(v.name) and self._small(v.name):
-                    stack.append(v.name)
+            pe = idx.entries[p]
+            for v in pe.node.inputs:
+                if v is not None and self.is_float(v.name, pe.graph) \
+                        and self._small(v.name, pe.graph):
+                    stack.append((v.name, pe.graph))
         return out
 
-    def _rule(self, node, opsets: Mapping[str, int]) -> NodeRule:
+    def _rule(self, node, opsets: Mapping[str, int], path: str = "") -> NodeRule:
         ins = [v.name if v is not None else "" for v in node.inputs]
         outs = [v.name if v is not None else "" for v in node.outputs]
-        float_in = tuple(i for i, n in enumerate(ins) if self.is_float(n))
+
+        def is_float(name: str) -> bool:
+            return self.is_float(name, path)
+
+        float_in = tuple(i for i, n in enumerate(ins) if is_float(n))
 
         def keep(why: str) -> NodeRule:
             return NodeRule(fixed_in=float_in, why=why)
@@ -218,7 +259,7 @@ class HalfRules:
             out_param = schema.outputs[0].type_str
             allowed = next((c.allowed_type_strs for c in schema.type_constraints
                             if c.type_param_str == out_param), ())
-            if len(outs) == 1 and self.is_float(outs[0]) and _TYPE_STR[self.to] in allowed \
+            if len(outs) == 1 and is_float(outs[0]) and _TYPE_STR[self.to] in allowed \
                     and outs[0] not in self.index_values:
                 return NodeRule(groups=[((), (0,))], special=node.op_type)
             return NodeRule(why=f"no float32 output it could retype at opset {schema.since_version}")
@@ -243,22 +284,105 @@ class HalfRules:
         flex: list[int] = []
         for f, (gi, go) in params.items():
             names = [ins[i] for i in gi] + [outs[i] for i in go]
-            if not any(self.is_float(n) for n in names):
+            if not any(is_float(n) for n in names):
                 continue
             flexible = not go and len(gi) == 1
             allowed = _TYPE_STR[self.to] in constraints.get(f, ())
             if flexible and allowed:
-                if self.is_float(ins[gi[0]]) and ins[gi[0]] not in self.index_values:
+                if is_float(ins[gi[0]]) and ins[gi[0]] not in self.index_values:
                     flex.append(gi[0])
                 continue  # reads either precision
-            ok = (f in constraints and allowed and bool(gi) and all(self.is_float(n)
+            ok = (f in constraints and allowed and bool(gi) and all(is_float(n)
                   for n in names) and not any(n in self.index_values for n in names))
             if ok:
                 groups.append((tuple(gi), tuple(go)))
             else:
-                fixed.extend(i for i in gi if self.is_float(ins[i]))
+                fixed.extend(i for i in gi if is_float(ins[i]))
         why = "" if groups else "no float32 computation it could convert"
         return NodeRule(groups=groups, fixed_in=tuple(sorted(fixed)), flex=tuple(flex), why=why)
+
+
+_DTYPE_NAMES = {FLOAT: "float32", FLOAT16: "float16", BFLOAT16: "bfloat16",
+                TensorProto.DOUBLE: "float64"}
+
+
+def _vi_info(t: onnx.TypeProto) -> tuple[str | None, tuple | None]:
+    if not t.HasField("tensor_type"):
+        return None, None
+    tt = t.tensor_type
+    dt = _DTYPE_NAMES.get(tt.elem_type, f"elem_type {tt.elem_type}") if tt.elem_type else None
+    if not tt.HasField("shape"):
+        return dt, None
+    return dt, tuple(int(d.dim_value) if d.HasField("dim_value") else None
+                     for d in tt.shape.dim)
+
+
+def _scoped_types(model: LabModel) -> tuple[dict[tuple[str, str], tuple], dict[str, str]]:
+    """Types of the names defined in more than one graph, per graph: ``(graph path, name) ->
+    (dtype, shape)``, and each body's parent graph path. Sibling If branches may reuse a name
+    with another type (optimum's merged decoders: ``/decoder/Cast_2_output_0`` is an int64
+    length feeding ``Range`` in one branch and a float32 mask in the other), which the model's
+    name-keyed types cannot tell apart. Empty when every name is defined once (no inference
+    is run then)."""
+    idx = model.index
+    count: dict[str, int] = {}
+    for g in idx.graphs.values():
+        names = {v.name for v in list(g.inputs) + list(g.initializers.values()) if v.name}
+        names.update(v.name for n in g for v in n.outputs if v.name)
+        for name in names:
+            count[name] = count.get(name, 0) + 1
+    dup = {name for name, c in count.items() if c > 1}
+    if not dup:
+        return {}, {}
+    path_of = {id(g): path for path, g in idx.graphs.items()}
+    parent: dict[str, str] = {}
+    for e in idx.entries.values():
+        for a in e.node.attributes.values():
+            subs = [a.value] if a.type == onnx.AttributeProto.GRAPH else \
+                list(a.value) if a.type == onnx.AttributeProto.GRAPHS else []
+            for sub in subs:
+                if id(sub) in path_of:
+                    parent[path_of[id(sub)]] = e.graph
+    proto = model.to_proto()
+    for t in proto.graph.initializer:  # types and dims are enough for inference here
+        if t.data_location != TensorProto.EXTERNAL and np.prod(t.dims, dtype=np.int64) > _SMALL:
+            t.ClearField("raw_data")
+            for f in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+                t.ClearField(f)
+            t.data_location = TensorProto.EXTERNAL
+            t.external_data.add(key="location", value="__onnx_lab_absent__")
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False)
+    except Exception:  # noqa: BLE001 - declared types are used then
+        pass
+    out: dict[tuple[str, str], tuple] = {}
+
+    def walk(pg: onnx.GraphProto, ig, path: str) -> None:
+        def put(name: str, info: tuple) -> None:
+            if name in dup and (info[0] is not None or (path, name) not in out):
+                out[(path, name)] = info
+        for vi in list(pg.input) + list(pg.value_info) + list(pg.output):
+            put(vi.name, _vi_info(vi.type))
+        for t in pg.initializer:
+            put(t.name, (_DTYPE_NAMES.get(t.data_type, f"elem_type {t.data_type}"),
+                         tuple(t.dims)))
+        for pn, inode in zip(pg.node, ig):
+            for a in pn.attribute:
+                if pn.op_type == "Constant" and a.type == onnx.AttributeProto.TENSOR \
+                        and pn.output and (path, pn.output[0]) not in out:
+                    put(pn.output[0], (_DTYPE_NAMES.get(a.t.data_type, "other"),
+                                       tuple(a.t.dims)))
+                ia = inode.attributes.get(a.name)
+                if ia is None:
+                    continue
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g, ia.value, path_of.get(id(ia.value), ""))
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for pb, ib in zip(a.graphs, ia.value):
+                        walk(pb, ib, path_of.get(id(ib), ""))
+
+    walk(proto.graph, model.ir.graph, "")
+    return out, parent
 
 
 def _bind(formals, n: int) -> list[str] | None:
@@ -296,6 +420,7 @@ class _Scope:
     parent: _Scope | None
     nodes: list[onnx.NodeProto] = field(default_factory=list)
     entries: dict[str, _Entry] = field(default_factory=dict)
+    number: int = 0  # the graph's position in graph_protos order
 
     def find(self, name: str) -> _Entry | None:
         s: _Scope | None = self
@@ -320,7 +445,11 @@ class _Writer:
         self.keep_io_types = keep_io_types
         self.external = external
         self.taken = all_names(proto.graph)
-        self.retyped: set[str] = set()
+        #: (graph number, name) of the values retyped in that graph (a name may be defined
+        #: in sibling branches with different types); graphs are numbered in
+        #: :func:`graph_protos` order, the order :meth:`graph` visits them.
+        self.retyped: set[tuple[int, str]] = set()
+        self._graphs_seen = 0
         #: new initializer name -> (source initializer name, type): arrays to fill in.
         self.fill: dict[str, tuple[str, int]] = {}
         #: narrow copy of a weight -> the weight's name
@@ -388,6 +517,7 @@ class _Writer:
 
     def graph(self, g: onnx.GraphProto, parent: _Scope | None, top: bool) -> None:
         s = _Scope(g, parent)
+        s.number, self._graphs_seen = self._graphs_seen, self._graphs_seen + 1
         narrow_io = top and not self.keep_io_types
         inputs = {i.name for i in g.input}
         for vi in g.input:
@@ -459,7 +589,7 @@ class _Writer:
                 continue
             t = out_type.get(i)
             if t is None:
-                t = self._declared(name)
+                t = self._declared(name, n.name)
             if t == self.to and name in outputs and not narrow_io:
                 # A graph output keeps its float32 type: computed as name__fp16, cast back.
                 raw = self.unique(f"{name}__{_NAMES[self.to]}")
@@ -469,13 +599,15 @@ class _Writer:
                 s.entries[name] = _Entry(s, FLOAT, {FLOAT: name, self.to: raw})
                 continue
             if t == self.to:
-                self.retyped.add(name)
+                self.retyped.add((s.number, name))
                 if name in outputs:
                     outputs[name].type.tensor_type.elem_type = self.to
             s.entries[name] = _Entry(s, t, {t: name} if t is not None else {})
 
-    def _declared(self, name: str) -> int | None:
-        dt = self.rules._types.get(name)
+    def _declared(self, name: str, node: str = "") -> int | None:
+        """The element type of ``name``, an output of the node with id ``node``."""
+        e = self.rules.model.index.entries.get(node)
+        dt = self.rules.dtype(name, e.graph if e is not None else "")
         return _ELEM.get(dt) if dt is not None else None
 
     def _retype_special(self, n: onnx.NodeProto, op: str) -> None:
@@ -514,7 +646,7 @@ class _Writer:
             for n in g.node:
                 used.update(n.input)
             used.update(o.name for o in g.output)
-        for g in graphs:
+        for k, g in enumerate(graphs):
             inputs = {i.name for i in g.input}
             names = {t.name: t for t in g.initializer}
             copy_of = {src: c for c, src in self.copies.items() if c in names}
@@ -531,16 +663,46 @@ class _Writer:
                 names[old].name = new
                 if old in self.fill:
                     self.fill[new] = self.fill.pop(old)
-                self.retyped.add(new)
+                self.retyped.add((k, new))
             if renames:
                 for sub in graph_protos(g):
                     for n in sub.node:
                         for i, name in enumerate(n.input):
                             if name in renames:
                                 n.input[i] = renames[name]
-        for g in graphs:
+        # Each graph's parent (by number) and the names it defines.
+        parent: dict[int, int] = {}
+        defined: list[set[str]] = []
+
+        def visit(g: onnx.GraphProto, up: int | None) -> None:
+            k = len(defined)
+            if up is not None:
+                parent[k] = up
+            defined.append({o for n in g.node for o in n.output} | {i.name for i in g.input}
+                           | {t.name for t in g.initializer})
+            for n in g.node:
+                for a in n.attribute:
+                    if a.type == onnx.AttributeProto.GRAPH:
+                        visit(a.g, k)
+                    elif a.type == onnx.AttributeProto.GRAPHS:
+                        for b in a.graphs:
+                            visit(b, k)
+
+        visit(self.proto.graph, None)
+
+        def retyped(k: int | None, name: str) -> bool:
+            # The value read in graph k: k's own definition, else the nearest outer one.
+            while k is not None:
+                if (k, name) in self.retyped:
+                    return True
+                if name in defined[k]:
+                    return False
+                k = parent.get(k)
+            return False
+
+        for k, g in enumerate(graphs):
             for vi in g.value_info:
-                if vi.name in self.retyped and vi.type.HasField("tensor_type"):
+                if vi.type.HasField("tensor_type") and retyped(k, vi.name):
                     vi.type.tensor_type.elem_type = self.to
 
 
