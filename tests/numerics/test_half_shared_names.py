@@ -11,7 +11,6 @@ The optional last test exports a tiny random T5 with optimum when it is importab
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import numpy as np
 import onnx
@@ -125,7 +124,7 @@ def test_fp16_search_on_branches_sharing_a_name(tmp_path):
                     reason="optimum (optimum-onnx) is not installed")
 def test_optimum_t5_merged_decoder_fp16(tmp_path, monkeypatch):  # pragma: no cover - optional
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     try:
         from optimum.exporters.onnx import main_export
         from transformers import T5Config, T5ForConditionalGeneration
