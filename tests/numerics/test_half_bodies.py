@@ -6,8 +6,9 @@ differs between the branches. Each conversion (``block_list`` or not, every plan
 search) is saved and loaded by a fresh onnxruntime session, whose outputs are compared with
 the float32 model's.
 
-The reported failure ("Range_50: limit has inconsistent type" on a real optimum export) is not
-reproduced by these layouts; they guard the shapes of it that can be built here."""
+The reported failure on a real optimum export ("limit has inconsistent type") came from a name
+defined in both branches with different types: ``test_half_shared_names.py`` holds that
+structure; these layouts guard the neighbouring ones."""
 
 from __future__ import annotations
 
