@@ -355,11 +355,20 @@ def _scoped_types(model: LabModel) -> tuple[dict[tuple[str, str], tuple], dict[s
         proto = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False)
     except Exception:  # noqa: BLE001 - declared types are used then
         pass
+    # Every definition of such a name has an entry (its declared type, else unknown), so a
+    # branch inference did not type never reads the other branch's type.
     out: dict[tuple[str, str], tuple] = {}
+    for path, g in idx.graphs.items():
+        for v in list(g.inputs) + list(g.initializers.values()) + [
+                v for n in g for v in n.outputs]:
+            if v.name in dup:
+                dt = _DTYPE_NAMES.get(int(v.dtype), f"elem_type {int(v.dtype)}") \
+                    if v.dtype is not None else None
+                out[(path, v.name)] = (dt, None)
 
     def walk(pg: onnx.GraphProto, ig, path: str) -> None:
         def put(name: str, info: tuple) -> None:
-            if name in dup and (info[0] is not None or (path, name) not in out):
+            if name in dup and info[0] is not None:
                 out[(path, name)] = info
         for vi in list(pg.input) + list(pg.value_info) + list(pg.output):
             put(vi.name, _vi_info(vi.type))
@@ -369,7 +378,7 @@ def _scoped_types(model: LabModel) -> tuple[dict[tuple[str, str], tuple], dict[s
         for pn, inode in zip(pg.node, ig):
             for a in pn.attribute:
                 if pn.op_type == "Constant" and a.type == onnx.AttributeProto.TENSOR \
-                        and pn.output and (path, pn.output[0]) not in out:
+                        and pn.output and out.get((path, pn.output[0]), (None,))[0] is None:
                     put(pn.output[0], (_DTYPE_NAMES.get(a.t.data_type, "other"),
                                        tuple(a.t.dims)))
                 ia = inode.attributes.get(a.name)
