@@ -115,7 +115,8 @@ def test_profiler_generation_shows_prefill_and_decode(tmp_path):
             gen.locator("button", has_text="Profile generation").first.click()
             page.wait_for_function(
                 "() => { const g = document.querySelector('.onnx-lab-profiler');"
-                " return g && g.innerText.includes('tokens/s') && g.querySelector('img'); }",
+                " return g && g.innerText.includes('tokens/s') && g.querySelector('img')"
+                " && g.innerText.includes('lab.profile_generation('); }",
                 timeout=120_000)
             seconds["generation"] = time.perf_counter() - t0
             page.get_by_role("tab", name="Generation", exact=True).wait_for(timeout=10_000)

@@ -47,10 +47,16 @@ def test_enough_runs_or_fixed_runs_give_no_advice():
 
 def test_a_sweep_cut_short_by_the_budget_names_the_sizes_left_and_a_budget():
     lab = onnx_lab.open(slow_model(n=3, size=512), dims={"batch": 1})
-    s = lab.batch_sweep((1, 2, 4, 8), dim="batch", budget_s=0.6, progress=False)
+    # A budget spent before the first size (session creation alone takes longer) cuts the
+    # sweep whatever the machine's load; a larger one may end at the knee on a loaded
+    # machine, which is a complete sweep and gets no advice.
+    s = lab.batch_sweep((1, 2, 4, 8), dim="batch", budget_s=0.01, progress=False)
     a = sweep_advice(s, (1, 2, 4, 8))
     assert len(s.table) < 4 and a is not None, (s.table, s.notes)
-    assert "not run" in a.what and a.suggested_s > 0.6
+    assert "not run" in a.what and a.suggested_s > 0.01
+    s = lab.batch_sweep((1, 2, 4, 8), dim="batch", budget_s=0.6, progress=False)
+    cut = "raise budget_s" in " ".join(s.notes) or int(s.table["runs"].min()) < 3
+    assert (sweep_advice(s, (1, 2, 4, 8)) is not None) == cut, (s.table, s.notes)
     full = lab.batch_sweep((1, 2), dim="batch", runs=3, warmup=1, progress=False)
     assert sweep_advice(full, (1, 2)) is None  # fixed runs: nothing to advise
 
@@ -62,12 +68,12 @@ def test_the_cli_says_the_budget_is_too_small_and_names_the_flag(tmp_path, capsy
 
     path = tmp_path / "slow.onnx"
     onnx.save(slow_model(), str(path))
-    assert main(["profile", str(path), "--dims", "batch=2", "--budget", "1", "--warmup", "1",
+    assert main(["profile", str(path), "--dims", "batch=2", "--budget", "0.01", "--warmup", "1",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     (a,) = out["budget_advice"]
-    assert a["text"].startswith("budget too small") and a["suggested_s"] > a["budget_s"] == 1
-    assert main(["profile", str(path), "--dims", "batch=2", "--budget", "1", "--warmup",
+    assert a["text"].startswith("budget too small") and a["suggested_s"] > a["budget_s"] == 0.01
+    assert main(["profile", str(path), "--dims", "batch=2", "--budget", "0.01", "--warmup",
                  "1"]) == 0
     text = capsys.readouterr().out
     assert "note: budget too small" in text and "(--budget " in text
