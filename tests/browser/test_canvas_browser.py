@@ -181,9 +181,8 @@ def test_overview_zoom_pan_search_click(canvas_page, cell, name, query):
         assert query in first.inner_text()
         search_ms = float(root.get_attribute("data-search-ms"))
         search.press("Enter")
-        page.wait_for_function(
-            f"() => document.querySelectorAll('.olc-root')[{cell - 1}].dataset.selected"
-            f" === {json.dumps(query)}", timeout=60_000)
+        page.wait_for_function("([r, q]) => r.dataset.selected === q",
+                               arg=[root.element_handle(), query], timeout=60_000)
         root.locator(f"svg g.node[id={json.dumps('n:' + query)}]").wait_for(timeout=30_000)
         page.wait_for_timeout(400)
         dx, dy = _centre_offset(page, root, query, free=True)
@@ -273,9 +272,11 @@ def test_double_click_opens_a_loop_body(canvas_page):
         # event's own target is the port; the canvas resolves the node under the pointer.
         g = root.locator("svg g.node[id='n:Loop_3']")
         g.dblclick()
-        page.wait_for_function(
-            "() => +document.querySelectorAll('.olc-root')[4].dataset.rendered > "
-            f"{rendered}", timeout=60_000)
+        # this cell's canvas itself: an index into the page's canvases changes with the
+        # tabs other cells have drawn so far
+        handle = root.element_handle()
+        page.wait_for_function("([r, n]) => +r.dataset.rendered > n", arg=[handle, rendered],
+                               timeout=60_000)
         root.locator("svg g.node[id='n:Loop_3/body/Identity_0']").wait_for(timeout=30_000)
         port = root.locator(".olc-port")
         port.screenshot(path=str(ARTIFACTS / "canvas_loop_body_dblclick.png"))
@@ -285,9 +286,8 @@ def test_double_click_opens_a_loop_body(canvas_page):
         root.locator(".olc-results .olc-result").first.wait_for(timeout=5_000)
         search.press("Enter")
         key = "Loop_3/body/inner_if/then_branch/Add_0"
-        page.wait_for_function(
-            f"() => document.querySelectorAll('.olc-root')[4].dataset.selected === '{key}'",
-            timeout=60_000)
+        page.wait_for_function("([r, k]) => r.dataset.selected === k", arg=[handle, key],
+                               timeout=60_000)
         root.locator(f"svg g.node[id='n:{key}']").wait_for(timeout=30_000)
         port.screenshot(path=str(ARTIFACTS / "canvas_search_in_body.png"))
     finally:
