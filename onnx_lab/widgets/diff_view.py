@@ -153,7 +153,11 @@ class DiffView(View):
     def _pan(self, side: str, view: dict) -> None:
         """Move the other canvas by the screen transform this one just made."""
         prev, self._last_view[side] = self._last_view[side], dict(view or {})
-        if time.monotonic() < self._quiet_until[side]:
+        if "by" in (view or {}):  # the page says whose move it was: mirror the user's only
+            self._quiet_until[side] = 0.0
+            if view["by"] != "user":
+                return
+        elif time.monotonic() < self._quiet_until[side]:
             self._quiet_until[side] = 0.0  # the page's centring: taken, not mirrored
             return
         if self._busy or not self.sync_view.value or not prev.get("k") or not view.get("k"):

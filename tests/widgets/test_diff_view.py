@@ -103,3 +103,17 @@ def test_centring_a_selection_is_not_mirrored(bert_pair):
     dv.left.view = {"x": -400.0, "y": -300.0, "k": 1.2}
     # ...which must not throw the right side (showing the Attention) away.
     assert dv.right.view["x"] == pytest.approx(10.0) and dv.right.view["k"] == 0.5
+
+
+def test_only_the_users_moves_are_mirrored(bert_pair):
+    # The page says whose move a view change was: a centring it made itself ("page"), late
+    # or repeated, never moves the other side; the user's wheel or drag ("user") does.
+    dv = DiffView(*bert_pair)
+    dv.left.view = {"x": 0.0, "y": 0.0, "k": 1.0, "by": "page"}
+    dv.right.view = {"x": 10.0, "y": 20.0, "k": 0.5, "by": "page"}
+    for x in (-400.0, -420.0, -380.0):  # the page's centring, reported several times
+        dv.left.view = {"x": x, "y": -300.0, "k": 1.2, "by": "page"}
+        assert dv.right.view["x"] == pytest.approx(10.0) and dv.right.view["k"] == 0.5
+    dv.left.view = {"x": -380.0, "y": -300.0, "k": 2.4, "by": "user"}  # a wheel zoom x2
+    assert dv.right.view["k"] == pytest.approx(1.0)
+    assert dv.right.view["x"] == pytest.approx(2 * 10 + 380.0)

@@ -61,7 +61,7 @@ function render({ model, el: root }) {
   let v = { x: 0, y: 0, k: 1 };            // screen = natural * k + (x, y)
   let byKey = new Map();                   // drawn key -> <g>
   let labelPx = 11.5;                      // median label height at k = 1 (measured on load)
-  let userMoved = false, syncTimer = null, hitList = [], hitPos = -1, frameReq = 0;
+  let userMoved = false, syncBy = "page", syncTimer = null, hitList = [], hitPos = -1, frameReq = 0;
   let lastSync = true;
 
   function setHeight() { port.style.height = (model.get("height") || 560) + "px"; }
@@ -71,8 +71,12 @@ function render({ model, el: root }) {
 
   // A pan/zoom is one CSS transform of the drawing (no re-layout); the rest of a frame's
   // work (minimap, level of detail, the sync to Python) is coalesced into one animation frame.
-  function apply(sync = true) {
+  // `by`: "user" for the user's own moves (wheel, drag, minimap, zoom buttons and keys),
+  // "page" for the canvas's (fit, centring a found node, a resize); sent with the view so
+  // a linked view (the DiffView's sync) mirrors only the user's.
+  function apply(sync = true, by = "page") {
     if (!svg) return;
+    if (sync && by === "user") syncBy = "user";
     svg.style.transform = `translate(${v.x}px, ${v.y}px) scale(${v.k})`;
     root.dataset.k = v.k.toFixed(4);
     root.dataset.x = v.x.toFixed(1);
@@ -93,7 +97,8 @@ function render({ model, el: root }) {
       clearTimeout(syncTimer);
       syncTimer = setTimeout(() => {
         model.set("view", { x: v.x, y: v.y, k: v.k, width: port.clientWidth,
-                            height: port.clientHeight });
+                            height: port.clientHeight, by: syncBy });
+        syncBy = "page";
         model.save_changes();
       }, 200);
     }
@@ -160,7 +165,7 @@ function render({ model, el: root }) {
     const f = k / v.k;
     v = { k, x: cx - (cx - v.x) * f, y: cy - (cy - v.y) * f };
     userMoved = true;
-    apply();
+    apply(true, "user");
   }
 
   // Width of the view the details panel leaves free (the panel floats over its right side).
@@ -397,7 +402,7 @@ function render({ model, el: root }) {
     port.classList.add("olc-dragging");
     v = { ...v, x: drag.vx + dx, y: drag.vy + dy };
     userMoved = true;
-    apply();
+    apply(true, "user");
   });
   port.addEventListener("pointerup", (e) => {
     const d = drag; drag = null;
@@ -433,7 +438,7 @@ function render({ model, el: root }) {
     const nx = (e.clientX - r.left) / mk, ny = (e.clientY - r.top) / mk;
     v = { ...v, x: port.clientWidth / 2 - nx * v.k, y: port.clientHeight / 2 - ny * v.k };
     userMoved = true;
-    apply();
+    apply(true, "user");
   });
   zoomIn.addEventListener("click", () => zoomAt(1.25, port.clientWidth / 2, port.clientHeight / 2));
   zoomOut.addEventListener("click", () => zoomAt(0.8, port.clientWidth / 2, port.clientHeight / 2));
