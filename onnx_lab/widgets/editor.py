@@ -247,7 +247,7 @@ class Editor(View):
             getattr(self, name).add_class("onnx-lab-ed-" + name.replace("_", "-"))
         self._result_panels = (self.message,)
         drawing = w.VBox([self.scope_bar, self.canvas],
-                         layout=w.Layout(flex="1 1 auto", min_width="0"))
+                         layout=w.Layout(flex="1 1 0px", min_width="0"))  # 0px: no wrap
         super().__init__([w.HBox([drawing, w.VBox([self.title, self.panel, self.form_error],
                                                       layout=w.Layout(
                                                           width=f"{_FORM_PX}px",
@@ -649,8 +649,8 @@ class Editor(View):
             return
         n, total = len(rendering.nodes), len(self.lab.index)
         self.scope_note.value = info_html(
-            f"Showing the neighbourhood of the edit: {n} of {total:,} nodes, {self.radius} "
-            "hops around what it changed (only this part was laid out again).")
+            f"Showing the neighbourhood of the edit: {n} of {total:,} nodes "
+            f"({self.radius} hops)")
         self.scope_bar.layout.display = None
 
     def _redraw(self, follow: str | None = None, around: list[str] | None = None) -> None:
