@@ -134,9 +134,10 @@ class Editor(View):
             ``whole_button`` (*Show whole graph*, :meth:`show_whole`) and ``scope_note`` above
             the canvas say so.
 
-    After an edit, undo or redo the canvas keeps ``canvas.view["k"]`` and moves the pan by
-    how far the layout moved the selected element (or the one that took its place); the
-    widget has the class ``onnx-lab-ed-busy`` until that redraw is done.
+    After an edit, undo or redo the canvas keeps ``canvas.view["k"]`` (at least 1:1 in a
+    neighbourhood view) and sets the pan so the selected element (or the one that took its
+    place) stays where it was on the screen; the widget has the class ``onnx-lab-ed-busy``
+    until that redraw is done.
     """
 
     def __init__(self, lab: Any, *, height: int = 520, neighbourhood: int | None = 150,
@@ -158,7 +159,7 @@ class Editor(View):
         self._expand: list[str] = []
         self.canvas = GraphCanvas(self.lab, height=height)
         self.canvas.keep_view = True  # a redraw after an edit keeps the pan and zoom
-        self.canvas.layout.flex = "0 0 auto"  # full width of its column, its own height
+        self.canvas.layout.flex = "1 1 auto"
         self.canvas.layout.min_width = "0"
         self.canvas.on_select(self._guard(self._selected))
         self.canvas.on_expand = self._guard(self._expand_box)
@@ -246,13 +247,12 @@ class Editor(View):
                      "message", "history_html", "title", "panel", "form_error"):
             getattr(self, name).add_class("onnx-lab-ed-" + name.replace("_", "-"))
         self._result_panels = (self.message,)
-        drawing = w.VBox([self.scope_bar, self.canvas],
-                         layout=w.Layout(flex="1 1 0px", min_width="0"))  # 0px: no wrap
-        super().__init__([w.HBox([drawing, w.VBox([self.title, self.panel, self.form_error],
-                                                      layout=w.Layout(
-                                                          width=f"{_FORM_PX}px",
-                                                          min_width=f"{_FORM_PX}px",
-                                                          flex="0 0 auto"))]),
+        # the neighbourhood line is a row of its own above the canvas and the form: wrapping
+        # the canvas in a column would change how the row shares its width
+        form = w.VBox([self.title, self.panel, self.form_error],
+                      layout=w.Layout(width=f"{_FORM_PX}px", min_width=f"{_FORM_PX}px",
+                                      flex="0 0 auto"))
+        super().__init__([self.scope_bar, w.HBox([self.canvas, form]),
                           self.message, w.HBox([self.undo_button, self.redo_button, self.save_path,
                                   self.save_button]),
                           self.history_html])
@@ -561,7 +561,7 @@ class Editor(View):
         """The selected node's id after undoing (``back``) or redoing ``result``: the node it
         was renamed from or to (its provenance), when the selection is such a node."""
         old, idx = self.canvas.selected or "", self.lab.model.index
-        if result is None or not old or old in idx.entries:
+        if not hasattr(result, "provenance") or not old or old in idx.entries:
             return None
         if back:
             cands = list(result.provenance.get(old, ()))
@@ -607,7 +607,7 @@ class Editor(View):
         main-graph node that owns them."""
         idx = self.lab.model.index
         names: list[str] = []
-        if result is not None:
+        if result is not None and hasattr(result, "provenance") and hasattr(result, "removed"):
             prov = edit_provenance(result)
             names += prov["touched"] + prov["created"] + prov["removed"]
             names += [s for src in result.provenance.values() for s in src]
