@@ -104,6 +104,12 @@ def drawn_centres(svg: str | None) -> dict[str, tuple[float, float]]:
     return out
 
 
+def _inside(at: float, size: float, margin: float) -> float:
+    """``at`` moved into ``[margin, size - margin]`` (the margin at most a quarter of size)."""
+    m = min(margin, size / 4)
+    return min(max(at, m), size - m)
+
+
 def _fmt(x: Any) -> str:
     # ONNX float attributes are float32: show the shortest text that reads back the same
     return str(np.float32(x)) if isinstance(x, float) else str(x)
@@ -712,6 +718,9 @@ class Editor(View):
                 else:  # nothing to keep in place: centre it
                     sx = float(view.get("width", 800)) / 2
                     sy = float(view.get("height", self.canvas.height)) / 2
+                if partial:  # a neighbourhood is read around the element: keep it in view
+                    sx, sy = _inside(sx, float(view.get("width", 800)), 120), \
+                        _inside(sy, float(view.get("height", self.canvas.height)), 80)
                 view.update(k=nk, x=sx - nx * nk, y=sy - ny * nk)
                 self.canvas.view = view
             if self.canvas.selected != key:

@@ -344,8 +344,16 @@ def _big_editor(n=80, neighbourhood=40):
     assert len(ed.canvas.rendering.view.nodes) > neighbourhood  # 80 boxes
     assert ed.canvas.reveal(RELU) == RELU  # its box opened, the node selected
     assert ed.target == ("node", RELU)
-    ed.canvas.view = {"x": -40.0, "y": -900.0, "k": 0.4, "width": 800, "height": 520}
+    _place(ed, RELU, 300.0, 200.0, 0.4)  # the user zoomed out, the node in view
     return lab, ed
+
+
+def _place(ed, key, sx, sy, k):
+    """The view the page reports when ``key`` is at (sx, sy) on an 800x520 canvas."""
+    from onnx_lab.widgets.editor import drawn_centres
+
+    x, y = drawn_centres(ed.canvas.rendering.svg)[key]
+    ed.canvas.view = {"x": sx - x * k, "y": sy - y * k, "k": k, "width": 800, "height": 520}
 
 
 def test_an_edit_on_a_big_graph_redraws_only_its_neighbourhood(no_error):
@@ -394,18 +402,27 @@ def test_undo_redo_and_removal_on_a_big_graph_draw_their_neighbourhood(no_error)
     assert ed.partial and ed.canvas.selected == "relu20" and ed.target == ("node", "relu20")
     # a removal: the neighbourhood is drawn around what took the node's place
     ed.select("/layers.20/gate/Sigmoid")  # drawn in the neighbourhood view
-    where = _on_screen(ed, "/layers.20/gate/Sigmoid")
+    _place(ed, "/layers.20/gate/Sigmoid", 500.0, 300.0, 1.5)
     ed.remove_mode.value = "reconnect"
     ed.remove_button.click()
     no_error(ed)
     r = ed.canvas.rendering
     assert ed.partial and "/layers.20/gate/Sigmoid" not in r.view.nodes
     assert ed.canvas.selected == "/layers.20/gate/Mul" and "relu20" in r.nodes
-    assert _on_screen(ed, "/layers.20/gate/Mul") == pytest.approx(where, abs=0.01)
+    assert ed.canvas.view["k"] == 1.5  # a zoom over 1:1 is kept
+    assert _on_screen(ed, "/layers.20/gate/Mul") == pytest.approx((500.0, 300.0), abs=0.01)
+    # an element at the edge of the view (or past it) is brought in, by a margin
+    ed.select("/layers.20/gate/Mul")
+    _place(ed, "/layers.20/gate/Mul", 790.0, -60.0, 1.5)
+    ed.tensor.value = "t20_4"
+    ed.add_output_button.click()
+    no_error(ed)
+    assert ed.canvas.selected == "/layers.20/gate/Mul"
+    assert _on_screen(ed, "/layers.20/gate/Mul") == pytest.approx((680.0, 80.0), abs=0.01)
     assert len(r.view.nodes) < 40
-    # undo twice, then the whole graph is the original one again
-    ed.undo_button.click()
-    ed.undo_button.click()
+    # undo three times, then the whole graph is the original one again
+    for _ in range(3):
+        ed.undo_button.click()
     no_error(ed)
     assert lab.version_history.current == 0 and RELU in ed.canvas.rendering.nodes
     ed.show_whole()
