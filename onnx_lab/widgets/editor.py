@@ -32,10 +32,10 @@ import ipywidgets as w
 import numpy as np
 
 from onnx_lab.core.history import step_call
-from onnx_lab.errors import InputError
+from onnx_lab.errors import InputError, LabError
 from onnx_lab.lab import as_lab
 from onnx_lab.render._html import esc_text
-from onnx_lab.render.graph import shape_text
+from onnx_lab.render.graph import owner_in_graph, shape_text
 from onnx_lab.transforms.edit import (
     EDIT_OPS,
     attribute_form,
@@ -48,6 +48,7 @@ __all__ = ["Editor"]
 
 _WIDE = w.Layout(width="300px")
 _FORM_PX = 470  # the form column: fixed, so a long attribute doc never narrows the canvas
+_READ_K = 1.0  # the least zoom of a neighbourhood view: labels at their drawn size (the 1:1)
 
 
 def _button(text: str, tip: str = "", style: str = "") -> w.Button:
@@ -103,6 +104,12 @@ def drawn_centres(svg: str | None) -> dict[str, tuple[float, float]]:
     return out
 
 
+def _inside(at: float, size: float, margin: float) -> float:
+    """``at`` moved into ``[margin, size - margin]`` (the margin at most a quarter of size)."""
+    m = min(margin, size / 4)
+    return min(max(at, m), size - m)
+
+
 def _fmt(x: Any) -> str:
     # ONNX float attributes are float32: show the shortest text that reads back the same
     return str(np.float32(x)) if isinstance(x, float) else str(x)
@@ -114,6 +121,11 @@ class Editor(View):
     Args:
         lab: a Lab (or anything ``onnx_lab.open`` takes).
         height: canvas height in px.
+        neighbourhood: when the whole drawing has more elements than this, an edit, undo or
+            redo redraws only the neighbourhood of what it changed (``lab.render(around=...,
+            radius=radius)``) and *Show whole graph* lays the whole one out again; None or 0:
+            always the whole drawing.
+        radius: hops around the changed nodes in a neighbourhood view.
 
     Attributes:
         lab: the Lab edited (its history holds every step).
@@ -124,16 +136,30 @@ class Editor(View):
         panel, message, history_html: the edit form, the last step's verdict, the history.
         form_error: a refused edit, shown beside the form (and in ``status``).
         save_path, save_button: *Save* (``lab.save``).
+        partial: True while the canvas shows the neighbourhood of the last edit;
+            ``whole_button`` (*Show whole graph*, :meth:`show_whole`) and ``scope_note`` above
+            the canvas say so.
 
-    After an edit, undo or redo the canvas keeps ``canvas.view["k"]`` and moves the pan by
-    how far the layout moved the selected element (or the one that took its place); the
-    widget has the class ``onnx-lab-ed-busy`` until that redraw is done.
+    After an edit, undo or redo the canvas keeps ``canvas.view["k"]`` (at least 1:1 in a
+    neighbourhood view) and sets the pan so the selected element (or the one that took its
+    place) stays where it was on the screen; the widget has the class ``onnx-lab-ed-busy``
+    until that redraw is done.
     """
 
-    def __init__(self, lab: Any, *, height: int = 520) -> None:
+    def __init__(self, lab: Any, *, height: int = 520, neighbourhood: int | None = 150,
+                 radius: int = 3) -> None:
         from onnx_lab.widgets.canvas import GraphCanvas
 
+        for what, v in (("neighbourhood", neighbourhood), ("radius", radius)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise InputError(f"Editor({what}={v!r}): it must be an int >= 0.",
+                                 fix="Use e.g. Editor(lab, neighbourhood=150, radius=3); "
+                                 "neighbourhood=None always redraws the whole graph.")
         self.lab = as_lab(lab)
+        self.neighbourhood = neighbourhood or 0
+        self.radius = radius
+        self.partial = False
+        self._full_size = 0  # drawn elements of the last whole drawing
         self.result: Any = None
         self.target: tuple[str, str] | None = None
         self._expand: list[str] = []
@@ -195,6 +221,10 @@ class Editor(View):
         self.title = w.HTML("")
         self.panel = w.VBox([])
         self.form_error = w.HTML("")  # a refused edit, next to the form it came from
+        self.scope_note = w.HTML("")
+        self.whole_button = _button("Show whole graph", "lay out and show the whole graph")
+        self.scope_bar = w.HBox([self.scope_note, self.whole_button],
+                                layout=w.Layout(display="none", align_items="center"))
 
         for b, fn in ((self.set_attr_button, self.set_attribute),
                       (self.rename_node_button, self.rename_node),
@@ -208,6 +238,7 @@ class Editor(View):
                       (self.replace_button, self.replace_initializer),
                       (self.scale_button, self.scale_initializer),
                       (self.undo_button, self.undo), (self.redo_button, self.redo),
+                      (self.whole_button, self.show_whole),
                       (self.save_button, self.save)):
             b.on_click(self._guard(lambda _b, fn=fn: fn()))
         self.attribute.observe(self._guard(self._attr_picked), names="value")
@@ -218,15 +249,16 @@ class Editor(View):
                      "op_type", "op_attributes", "op_inputs", "add_node_button", "shape",
                      "shape_button", "remove_output_button", "initializer", "init_path",
                      "replace_button", "factor", "scale_button", "undo_button", "redo_button",
-                     "save_path", "save_button",
+                     "save_path", "save_button", "scope_note", "whole_button", "scope_bar",
                      "message", "history_html", "title", "panel", "form_error"):
             getattr(self, name).add_class("onnx-lab-ed-" + name.replace("_", "-"))
         self._result_panels = (self.message,)
-        super().__init__([w.HBox([self.canvas, w.VBox([self.title, self.panel, self.form_error],
-                                                      layout=w.Layout(
-                                                          width=f"{_FORM_PX}px",
-                                                          min_width=f"{_FORM_PX}px",
-                                                          flex="0 0 auto"))]),
+        # the neighbourhood line is a row of its own above the canvas and the form: wrapping
+        # the canvas in a column would change how the row shares its width
+        form = w.VBox([self.title, self.panel, self.form_error],
+                      layout=w.Layout(width=f"{_FORM_PX}px", min_width=f"{_FORM_PX}px",
+                                      flex="0 0 auto"))
+        super().__init__([self.scope_bar, w.HBox([self.canvas, form]),
                           self.message, w.HBox([self.undo_button, self.redo_button, self.save_path,
                                   self.save_button]),
                           self.history_html])
@@ -418,7 +450,7 @@ class Editor(View):
         self.message.value = (info_html(f"step {self.lab.version_history.current}: {r.name} — "
                                         f"{verdict}", kind=kind)
                               + f"<div style='font-size:12px'>{esc_text(what)}</div>")
-        self._redraw(follow)
+        self._redraw(follow, around=self._changed(r, follow))
         return r
 
     def set_attribute(self) -> Any:
@@ -516,14 +548,32 @@ class Editor(View):
     def undo(self) -> None:
         with self._busy():
             if self._call(self.lab.undo, code="lab.undo()") is None and self.error is None:
-                self.message.value = info_html(f"back to step {self.lab.version_history.current}")
-                self._redraw()
+                h = self.lab.version_history
+                self.message.value = info_html(f"back to step {h.current}")
+                r = h.versions[h.current + 1].result
+                follow = self._stepped(r, back=True)
+                self._redraw(follow, around=self._changed(r, follow))
 
     def redo(self) -> None:
         with self._busy():
             if self._call(self.lab.redo, code="lab.redo()") is None and self.error is None:
-                self.message.value = info_html(f"forward to step {self.lab.version_history.current}")
-                self._redraw()
+                h = self.lab.version_history
+                self.message.value = info_html(f"forward to step {h.current}")
+                r = h.version.result
+                follow = self._stepped(r, back=False)
+                self._redraw(follow, around=self._changed(r, follow))
+
+    def _stepped(self, result: Any, *, back: bool) -> str | None:
+        """The selected node's id after undoing (``back``) or redoing ``result``: the node it
+        was renamed from or to (its provenance), when the selection is such a node."""
+        old, idx = self.canvas.selected or "", self.lab.model.index
+        if not hasattr(result, "provenance") or not old or old in idx.entries:
+            return None
+        if back:
+            cands = list(result.provenance.get(old, ()))
+        else:
+            cands = [n for n, src in result.provenance.items() if old in src]
+        return next((n for n in cands if n in idx.entries), None)
 
     def save(self) -> Any:
         """Write the current version to the *save as* path (``lab.save``: it must load in a
@@ -549,6 +599,44 @@ class Editor(View):
             self._expand.append(scope)
         self._redraw()
 
+    def show_whole(self) -> None:
+        """Lay out and show the whole (collapsed) graph again after a neighbourhood view,
+        keeping the zoom and the selected element where it is on the screen."""
+        with self._busy():
+            self._redraw()
+
+    def _changed(self, result: Any, follow: str | None = None) -> list[str]:
+        """Node ids and tensor names of the current model around which an edit (or the step
+        undone or redone) changed the drawing: the nodes its provenance touched, created,
+        removed or replaced that exist now, the selection (renamed: ``follow``), and when the
+        selection is gone, its neighbours in the drawing before. Body nodes stand for the
+        main-graph node that owns them."""
+        idx = self.lab.model.index
+        names: list[str] = []
+        if result is not None and hasattr(result, "provenance") and hasattr(result, "removed"):
+            prov = edit_provenance(result)
+            names += prov["touched"] + prov["created"] + prov["removed"]
+            names += [s for src in result.provenance.values() for s in src]
+        old = self.canvas.selected or ""
+        names += [n for n in (follow, old) if n]
+
+        def resolve(n: str) -> str | None:
+            if n.startswith(("input:", "output:")):
+                n = n.split(":", 1)[1]
+            if n in idx.entries:
+                return owner_in_graph(idx, n, "")
+            if n in idx.producer or n in idx.consumers:
+                return n
+            return None
+
+        out = [r for r in map(resolve, names) if r]
+        if old and resolve(old) is None:
+            out += [r for r in map(resolve, self._neighbours(old)) if r]
+        return list(dict.fromkeys(out))
+
+    def _big(self) -> bool:
+        return bool(self.neighbourhood) and self._full_size > self.neighbourhood
+
     def _neighbours(self, key: str) -> list[str]:
         """Drawn keys next to ``key`` in the current drawing, consumers first: what takes
         its place on the canvas when an edit removes it."""
@@ -559,13 +647,30 @@ class Editor(View):
         before = [s for s, t, _ in r.edges if t == key]
         return list(dict.fromkeys(k for k in after + before if k != key))
 
-    def _redraw(self, follow: str | None = None) -> None:
+    def _show_scope(self, rendering: Any) -> None:
+        """The line above the canvas that says a neighbourhood is shown, with its size."""
+        if not self.partial or rendering is None:
+            self.scope_note.value = ""
+            self.scope_bar.layout.display = "none"
+            return
+        n, total = len(rendering.nodes), len(self.lab.index)
+        self.scope_note.value = info_html(
+            f"Showing the neighbourhood of the edit: {n} of {total:,} nodes "
+            f"({self.radius} hops)")
+        self.scope_bar.layout.display = None
+
+    def _redraw(self, follow: str | None = None, around: list[str] | None = None) -> None:
         """Draw the current version, keeping the user's place.
 
+        With ``around`` (what an edit changed, see :meth:`_changed`) on a graph whose whole
+        drawing is bigger than ``neighbourhood``, only the neighbourhood of those elements is
+        laid out and shown (``partial``); otherwise the whole collapsed graph.
+
         The selection stays (``follow`` when the edit renamed it; the nearest surviving
-        neighbour when it was removed) and so does the zoom: the view ``k`` is kept and the
-        pan is moved by exactly how far the layout moved the selected element, so it stays
-        where it was on the screen. Without a selection the view is kept as it was.
+        neighbour when it was removed) and so does the zoom: the view ``k`` is kept (raised to
+        at least 1:1 in a neighbourhood view, so its labels read) and the pan is set so the
+        selected element stays where it was on the screen. Without a selection the view is
+        kept as it was.
         """
         kwargs: dict[str, Any] = {"collapse": "auto"}
         if self._expand:
@@ -574,7 +679,19 @@ class Editor(View):
         old_at = drawn_centres(self.canvas.rendering.svg if self.canvas.rendering else None)
         old_keys = set(self.canvas.rendering.view.nodes) if self.canvas.rendering else set()
         near = self._neighbours(old)
-        rendering = self._call(self.lab.render, **kwargs) if len(self.lab.index) else None
+        partial = bool(around) and self._big() and len(self.lab.index) > 0
+        rendering = None
+        if partial:
+            try:
+                rendering = self.lab.render(around=around, radius=self.radius, graph="",
+                                            max_nodes=max(2 * self.neighbourhood // 3, 20))
+            except LabError:  # e.g. a seed only inside a body: draw the whole graph
+                partial = False
+        if not partial:
+            rendering = self._call(self.lab.render, **kwargs) if len(self.lab.index) else None
+            self._full_size = len(rendering.view.nodes) if rendering is not None else 0
+        self.partial = partial
+        self._show_scope(rendering)
         view = dict(self.canvas.view or {})
         with self.canvas.hold_sync():
             self.canvas.show(rendering, model=self.lab, keep_selection=True)
@@ -591,11 +708,20 @@ class Editor(View):
                     break
             new_at = drawn_centres(rendering.svg if rendering is not None else None)
             anchor = old if old in old_at else next((n for n in near if n in old_at), "")
-            if view.get("k") and anchor and key in new_at:
+            if view.get("k") and key in new_at and (anchor or partial):
                 k = float(view["k"])
-                (ox, oy), (nx, ny) = old_at[anchor], new_at[key]
-                view.update(x=float(view.get("x", 0.0)) + (ox - nx) * k,
-                            y=float(view.get("y", 0.0)) + (oy - ny) * k)
+                nk = max(k, _READ_K) if partial else k
+                nx, ny = new_at[key]
+                if anchor:  # the element's place on the screen: screen = centre * k + x
+                    ox, oy = old_at[anchor]
+                    sx, sy = ox * k + float(view.get("x", 0.0)), oy * k + float(view.get("y", 0.0))
+                else:  # nothing to keep in place: centre it
+                    sx = float(view.get("width", 800)) / 2
+                    sy = float(view.get("height", self.canvas.height)) / 2
+                if partial:  # a neighbourhood is read around the element: keep it in view
+                    sx, sy = _inside(sx, float(view.get("width", 800)), 120), \
+                        _inside(sy, float(view.get("height", self.canvas.height)), 80)
+                view.update(k=nk, x=sx - nx * nk, y=sy - ny * nk)
                 self.canvas.view = view
             if self.canvas.selected != key:
                 self.canvas.selected = key

@@ -384,3 +384,100 @@ def test_editor_drives_edits_on_exported_torch_models(tmp_path_factory):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
         source = _fresh_session(root_dir / f"{name}.onnx").run(None, {inp: x.numpy()})[0]
         assert not np.allclose(source, got, rtol=0, atol=1e-6)  # epsilon mattered
+
+
+def _layers(n: int):
+    """A residual stack of ``n`` layers of 6 nodes (as tests/widgets/test_editor.py)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits, x = [], [], "x"
+    for i in range(n):
+        s, t = f"/layers.{i}", [f"t{i}_{j}" for j in range(6)]
+        inits += [numpy_helper.from_array(np.eye(4, dtype=np.float32) * 0.5, f"w{i}"),
+                  numpy_helper.from_array(np.full(4, 0.01, np.float32), f"b{i}")]
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [t[0]], name=f"{s}/fc/MatMul"),
+                  helper.make_node("Add", [t[0], f"b{i}"], [t[1]], name=f"{s}/fc/Add"),
+                  helper.make_node("Relu", [t[1]], [t[2]], name=f"{s}/act/Relu"),
+                  helper.make_node("Sigmoid", [t[2]], [t[3]], name=f"{s}/gate/Sigmoid"),
+                  helper.make_node("Mul", [t[2], t[3]], [t[4]], name=f"{s}/gate/Mul"),
+                  helper.make_node("Add", [x, t[4]], [t[5]], name=f"{s}/res/Add")]
+        x = t[5]
+    g = helper.make_graph(nodes, "layers", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                          [1, 4])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 4])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _drawn_after(page, root, click) -> float:
+    """Seconds from ``click()`` until the canvas has drawn a new SVG and the widget is idle."""
+    canvas = root.locator(".olc-root")
+    before = canvas.get_attribute("data-rendered")
+    t0 = page.evaluate("performance.now()")
+    click()
+    expect(canvas).not_to_have_attribute("data-rendered", before or "", timeout=60_000)
+    expect(page.locator(".onnx-lab-editor.onnx-lab-ed-busy")).to_have_count(0, timeout=60_000)
+    return (page.evaluate("performance.now()") - t0) / 1000
+
+
+def test_an_edit_on_a_2000_node_graph_shows_its_neighbourhood(tmp_path_factory):
+    work = tmp_path_factory.mktemp("jupyterlab-editor-big")
+    relu = "/layers.20/act/Relu"
+    cells = ["import onnx_lab\nlab = onnx_lab.open('layers.onnx')\ned = lab.edit()\ned"]
+    with lab_in_browser(work, {"big.ipynb": cells}, files={"layers.onnx": _layers(334)},
+                        width=1400) as (url, page):
+        try:
+            run_all_cells(page, url, "big.ipynb")
+            root = page.locator(".onnx-lab-editor").first
+            root.locator(".olc-root svg g.node").first.wait_for(timeout=120_000)
+            canvas = root.locator(".olc-root")
+            canvas.locator(".olc-search").fill(relu)  # a hit inside a box opens the box
+            canvas.locator(".olc-search").press("Enter")
+            node = canvas.locator(f"svg g.node[id='n:{relu}']")
+            node.wait_for(timeout=60_000)
+            node.click()
+            root.locator(".onnx-lab-ed-title", has_text=relu).wait_for(timeout=30_000)
+            assert int(canvas.get_attribute("data-nodes")) > 150
+            port = canvas.locator(".olc-port")
+
+            def on_screen() -> tuple[float, float]:  # the node's centre in the canvas's view
+                n, v = node.bounding_box(), port.bounding_box()
+                return (n["x"] + n["width"] / 2 - v["x"], n["y"] + n["height"] / 2 - v["y"])
+
+            page.wait_for_timeout(500)  # the view (after the search's centring) synced
+            box = on_screen()
+
+            seconds = _drawn_after(page, root,
+                                   root.locator(".onnx-lab-ed-add-output-button").click)
+            assert "outputs unchanged (verified" in _wait_message(page, root, "add_output")
+            bar = root.locator(".onnx-lab-ed-scope-bar")
+            expect(bar).to_be_visible()
+            assert "neighbourhood of the edit" in bar.inner_text()
+            canvas.locator("svg g.node[id='n:output:t20_2']").wait_for(timeout=30_000)
+            assert int(canvas.get_attribute("data-nodes")) < 40
+            assert float(canvas.get_attribute("data-k")) >= 1.0
+            # in place in the canvas (zoom at least 1:1), or brought in from the edge
+            v = port.bounding_box()
+            mx, my = min(120, v["width"] / 4), min(80, v["height"] / 4)
+            want = (min(max(box[0], mx), v["width"] - mx), min(max(box[1], my), v["height"] - my))
+            after = on_screen()
+            assert 0 < after[0] < v["width"] and 0 < after[1] < v["height"], (box, after)
+            assert all(abs(a - b) < 3 or abs(a - w) < 3 for a, b, w in zip(after, box, want)), (
+                box, after, want)
+            root.screenshot(path=str(ARTIFACTS / "editor_neighbourhood.png"))
+
+            whole = _drawn_after(page, root, root.locator(".onnx-lab-ed-whole-button").click)
+            expect(bar).to_be_hidden()
+            assert int(canvas.get_attribute("data-nodes")) > 150
+            canvas.locator("svg g.node[id='n:output:t20_2']").wait_for(timeout=30_000)
+            root.screenshot(path=str(ARTIFACTS / "editor_neighbourhood_whole.png"))
+            # undo: the neighbourhood of the step undone, the output gone from it
+            undo = _drawn_after(page, root, root.locator(".onnx-lab-ed-undo-button").click)
+            _wait_message(page, root, "back to step 0")
+            expect(bar).to_be_visible()
+            expect(canvas.locator("svg g.node[id='n:output:t20_2']")).to_have_count(0)
+            node.wait_for(timeout=30_000)
+            print(f"click to drawn: edit + verification + neighbourhood {seconds:.2f} s, "
+                  f"show whole graph {whole:.2f} s, undo (neighbourhood) {undo:.2f} s")
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "editor_neighbourhood_page.png"))

@@ -310,3 +310,136 @@ def test_hostile_names_are_shown_as_text():
     ed.add_output_button.click()
     assert "<img" not in ed.message.value + ed.code.value + ed.history_html.value
     assert lab.model.graph.outputs[-1].name == bad + "y"
+
+
+def _layers(n: int):
+    """A residual stack of ``n`` layers of 6 nodes each, named by scope (/layers.i/...)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits, x = [], [], "x"
+    for i in range(n):
+        s, t = f"/layers.{i}", [f"t{i}_{j}" for j in range(6)]
+        inits += [numpy_helper.from_array(np.eye(4, dtype=np.float32) * 0.5, f"w{i}"),
+                  numpy_helper.from_array(np.full(4, 0.01, np.float32), f"b{i}")]
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [t[0]], name=f"{s}/fc/MatMul"),
+                  helper.make_node("Add", [t[0], f"b{i}"], [t[1]], name=f"{s}/fc/Add"),
+                  helper.make_node("Relu", [t[1]], [t[2]], name=f"{s}/act/Relu"),
+                  helper.make_node("Sigmoid", [t[2]], [t[3]], name=f"{s}/gate/Sigmoid"),
+                  helper.make_node("Mul", [t[2], t[3]], [t[4]], name=f"{s}/gate/Mul"),
+                  helper.make_node("Add", [x, t[4]], [t[5]], name=f"{s}/res/Add")]
+        x = t[5]
+    g = helper.make_graph(nodes, "layers", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                          [1, 4])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 4])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+RELU = "/layers.20/act/Relu"
+
+
+def _big_editor(n=80, neighbourhood=40):
+    lab = onnx_lab.open(_layers(n))
+    ed = Editor(lab, neighbourhood=neighbourhood)
+    assert not ed.partial and ed.scope_bar.layout.display == "none"
+    assert len(ed.canvas.rendering.view.nodes) > neighbourhood  # 80 boxes
+    assert ed.canvas.reveal(RELU) == RELU  # its box opened, the node selected
+    assert ed.target == ("node", RELU)
+    _place(ed, RELU, 300.0, 200.0, 0.4)  # the user zoomed out, the node in view
+    return lab, ed
+
+
+def _place(ed, key, sx, sy, k):
+    """The view the page reports when ``key`` is at (sx, sy) on an 800x520 canvas."""
+    from onnx_lab.widgets.editor import drawn_centres
+
+    x, y = drawn_centres(ed.canvas.rendering.svg)[key]
+    ed.canvas.view = {"x": sx - x * k, "y": sy - y * k, "k": k, "width": 800, "height": 520}
+
+
+def test_an_edit_on_a_big_graph_redraws_only_its_neighbourhood(no_error):
+    lab, ed = _big_editor()
+    where = _on_screen(ed, RELU)
+    whole = len(ed.canvas.rendering.view.nodes)
+    ed.tensor.value = "t20_2"
+    ed.add_output_button.click()
+    no_error(ed)
+    r = ed.canvas.rendering
+    assert ed.partial and ed.scope_bar.layout.display is None
+    note = ed.scope_note.value
+    assert "neighbourhood of the edit" in note and "of 480 nodes" in note
+    assert RELU in r.nodes and "output:t20_2" in r.view.nodes  # the change is drawn
+    assert 5 <= len(r.view.nodes) < 40 and len(r.view.nodes) < whole  # only the region
+    assert all(n.startswith(("/layers.19/", "/layers.20/", "/layers.21/")) for n in r.nodes)
+    # the view stays readable (at least 1:1) and the edited node where it was on the screen
+    assert ed.canvas.selected == RELU and ed.target == ("node", RELU)
+    assert ed.canvas.view["k"] == 1.0
+    assert _on_screen(ed, RELU) == pytest.approx(where, abs=0.01)
+    # "Show whole graph" lays the whole (collapsed) graph out again, in place, zoom kept
+    ed.whole_button.click()
+    no_error(ed)
+    full = lab.render(collapse="auto", expand=["/layers.20"])
+    assert not ed.partial and ed.scope_bar.layout.display == "none"
+    assert set(ed.canvas.rendering.view.nodes) == set(full.view.nodes)
+    assert "output:t20_2" in ed.canvas.rendering.view.nodes
+    assert ed.canvas.selected == RELU and ed.canvas.view["k"] == 1.0
+    assert _on_screen(ed, RELU) == pytest.approx(where, abs=0.01)
+
+
+def test_undo_redo_and_removal_on_a_big_graph_draw_their_neighbourhood(no_error):
+    lab, ed = _big_editor()
+    ed.node_name.value = "relu20"
+    ed.rename_node_button.click()
+    no_error(ed)
+    assert ed.partial and ed.canvas.selected == "relu20"
+    assert "relu20" in ed.canvas.rendering.nodes
+    ed.undo_button.click()
+    no_error(ed)
+    assert lab.version_history.current == 0 and ed.partial
+    assert ed.canvas.selected == RELU and RELU in ed.canvas.rendering.nodes
+    assert "relu20" not in ed.canvas.rendering.view.nodes
+    ed.redo_button.click()
+    no_error(ed)
+    assert ed.partial and ed.canvas.selected == "relu20" and ed.target == ("node", "relu20")
+    # a removal: the neighbourhood is drawn around what took the node's place
+    ed.select("/layers.20/gate/Sigmoid")  # drawn in the neighbourhood view
+    _place(ed, "/layers.20/gate/Sigmoid", 500.0, 300.0, 1.5)
+    ed.remove_mode.value = "reconnect"
+    ed.remove_button.click()
+    no_error(ed)
+    r = ed.canvas.rendering
+    assert ed.partial and "/layers.20/gate/Sigmoid" not in r.view.nodes
+    assert ed.canvas.selected == "/layers.20/gate/Mul" and "relu20" in r.nodes
+    assert ed.canvas.view["k"] == 1.5  # a zoom over 1:1 is kept
+    assert _on_screen(ed, "/layers.20/gate/Mul") == pytest.approx((500.0, 300.0), abs=0.01)
+    # an element at the edge of the view (or past it) is brought in, by a margin
+    ed.select("/layers.20/gate/Mul")
+    _place(ed, "/layers.20/gate/Mul", 790.0, -60.0, 1.5)
+    ed.tensor.value = "t20_4"
+    ed.add_output_button.click()
+    no_error(ed)
+    assert ed.canvas.selected == "/layers.20/gate/Mul"
+    assert _on_screen(ed, "/layers.20/gate/Mul") == pytest.approx((680.0, 80.0), abs=0.01)
+    assert len(r.view.nodes) < 40
+    # undo three times, then the whole graph is the original one again
+    for _ in range(3):
+        ed.undo_button.click()
+    no_error(ed)
+    assert lab.version_history.current == 0 and RELU in ed.canvas.rendering.nodes
+    ed.show_whole()
+    assert set(ed.canvas.rendering.view.nodes) == set(
+        lab.render(collapse="auto", expand=["/layers.20"]).view.nodes)
+
+
+def test_a_small_graph_or_neighbourhood_none_redraws_the_whole_graph(no_error):
+    lab = onnx_lab.open(_layers(20))  # 122 drawn (depth 2): under the default threshold
+    for ed in (Editor(lab), Editor(lab, neighbourhood=None)):
+        assert 100 < len(ed.canvas.rendering.view.nodes) <= 150
+        assert ed.canvas.reveal("/layers.10/act/Relu") == "/layers.10/act/Relu"
+        ed.add_output_button.click()
+        no_error(ed)
+        assert not ed.partial and len(ed.canvas.rendering.view.nodes) > 100
+        ed.undo_button.click()
+        assert not ed.partial
+    for bad in (-1, 1.5, True):
+        with pytest.raises(onnx_lab.errors.InputError, match="int >= 0"):
+            Editor(lab, neighbourhood=bad)
