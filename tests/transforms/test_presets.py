@@ -8,7 +8,7 @@ import pytest
 from onnx_lab.errors import UnknownNameError
 from onnx_lab.transforms import available
 from onnx_lab.transforms.apply import preset_passes
-from onnx_lab.transforms.presets import PRESETS
+from onnx_lab.transforms.presets import PRESETS, preset_table
 
 SAFE = [
     "eliminate_identity",
@@ -28,6 +28,36 @@ def test_the_presets_and_their_order():
     assert dict(PRESETS) == {"safe": SAFE}
     assert list(PRESETS) == ["safe"] and "safe" in PRESETS and len(PRESETS) == 1
     assert set(PRESETS["safe"]) <= set(available().name)
+
+
+def test_presets_come_from_the_registry():
+    table = preset_table()
+    assert list(table.columns) == ["preset", "order", "name"]
+    safe = table.loc[table.preset == "safe"]
+    assert safe["name"].tolist() == SAFE
+    assert safe["order"].is_monotonic_increasing and safe["order"].is_unique
+    # Each member's place is the pass's own declaration, as available() shows it.
+    declared = available().set_index("name")["presets"]
+    for name, order in zip(safe["name"], safe["order"]):
+        assert order in declared[name]["safe"], name
+
+
+def test_a_registered_pass_joins_its_preset_in_order():
+    from onnx_lab.transforms.base import _REGISTRY, LabPass, register_pass
+
+    @register_pass("_test_preset_member")
+    class _Member(LabPass):
+        """A pass of this test only."""
+
+        presets = {"safe": (45,)}
+
+    try:
+        safe = PRESETS["safe"]
+        assert safe.index("_test_preset_member") == safe.index("fold_constants") + 1
+        assert len(safe) == len(SAFE) + 1
+    finally:
+        del _REGISTRY["_test_preset_member"]
+    assert PRESETS["safe"] == SAFE
 
 
 def test_unknown_preset_names_the_presets():
