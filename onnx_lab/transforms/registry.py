@@ -39,7 +39,7 @@ class LabPass(ir.passes.InPlacePass):
     semantics_preserving: ClassVar[bool] = True
     # The presets this pass belongs to, each with its order key(s) in that preset (a pass may
     # run twice: eliminate_dead_nodes sweeps before and after the fusions); presets.py sorts
-    # each preset's members by these keys (see its docstring for the bands).
+    # each preset's members by these keys (see its docstring for the bands). Not inherited.
     presets: ClassVar[dict[str, tuple[int, ...]]] = {}
 
     def __init__(self, matches: Sequence[str] | None = None, **params: Any) -> None:
@@ -235,8 +235,10 @@ def register_pass(name: str, *, kind: str = "graph") -> Callable[[type[LabPass]]
         # The summary: the docstring's first paragraph, on one line.
         first = (cls.__doc__ or "").strip().split("\n\n", 1)[0]
         summary = " ".join(x.strip() for x in first.splitlines())
+        # Presets are the class's own declaration, never inherited: a subclass registered
+        # under another name (a variant, a test's planted bug) joins no preset by accident.
         _REGISTRY[name] = _Entry(name, cls, summary, tuple(cls.params), kind,
-                                 _preset_keys(name, dict(cls.presets)))
+                                 _preset_keys(name, dict(vars(cls).get("presets", {}))))
         return cls
 
     return deco

@@ -51,12 +51,18 @@ def test_a_registered_pass_joins_its_preset_in_order():
 
         presets = {"safe": (45,)}
 
+    # A subclass registered under another name does not inherit its parent's presets.
+    @register_pass("_test_preset_variant")
+    class _Variant(_Member):
+        """A variant of this test only."""
+
     try:
+        assert "_test_preset_variant" not in PRESETS["safe"]
         safe = PRESETS["safe"]
         assert safe.index("_test_preset_member") == safe.index("fold_constants") + 1
         assert len(safe) == len(SAFE) + 1
     finally:
-        del _REGISTRY["_test_preset_member"]
+        del _REGISTRY["_test_preset_member"], _REGISTRY["_test_preset_variant"]
     assert PRESETS["safe"] == SAFE
 
 
