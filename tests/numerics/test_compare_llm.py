@@ -166,6 +166,7 @@ def test_int4_plan_keeps_the_planted_layer(planted):
     assert plan.plot() is not None and plan.plot(kind="trials") is not None
 
 
+@pytest.mark.slow  # a whole int4 plan search
 def test_int4_plan_on_a_healthy_model_keeps_nothing(healthy):
     ref, _ = healthy
     plan = find_weight_only(ref, "int4", progress=False)
