@@ -1,7 +1,8 @@
 """Write the registry's pass table into docs/passes.md and its counts into the README.
 
 The table between ``<!-- passes:begin -->`` and ``<!-- passes:end -->`` in docs/passes.md is
-:func:`onnx_lab.transforms.explain.pass_table`; the README's "N graph passes, M edits" is
+:func:`onnx_lab.transforms.explain.pass_table`, the presets' members between ``<!-- presets:begin
+-->`` and ``<!-- presets:end -->`` :func:`onnx_lab.transforms.presets.preset_markdown`; the README's "N graph passes, M edits" is
 :func:`~onnx_lab.transforms.explain.pass_counts`. ``tests/transforms/test_pass_docs.py``
 fails until this has been run after a pass was added.
 
@@ -18,16 +19,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from onnx_lab.transforms.explain import pass_counts, pass_table  # noqa: E402
+from onnx_lab.transforms.presets import preset_markdown  # noqa: E402
 
 BEGIN, END = "<!-- passes:begin -->", "<!-- passes:end -->"
+PRESETS_BEGIN, PRESETS_END = "<!-- presets:begin -->", "<!-- presets:end -->"
 COUNT = re.compile(r"\d+ graph passes, \d+ edits")
 
 
+def _between(text: str, begin: str, end: str, body: str) -> str:
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
 def synced_passes_doc(text: str) -> str:
-    """docs/passes.md with the generated table between the markers."""
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{pass_table()}\n{END}{tail}"
+    """docs/passes.md with the generated pass table and preset lists between their markers."""
+    text = _between(text, BEGIN, END, pass_table())
+    return _between(text, PRESETS_BEGIN, PRESETS_END, preset_markdown())
 
 
 def synced_readme(text: str) -> str:

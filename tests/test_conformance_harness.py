@@ -51,12 +51,14 @@ def test_case_dims_and_verification_inputs():
     assert conformance._verify_feeds(m, [{"s": feeds["s"]}]) is True  # an input missing
 
 
+@pytest.mark.slow  # collects onnx's conformance cases and runs each round trip
 @pytest.mark.parametrize("cid", CASES)
 def test_formerly_refused_cases_are_ok(cid, cases, tmp_path):
     row = conformance.run_case(cases[cid], tmp_path)
     assert row["class"] == "ok", row
 
 
+@pytest.mark.slow  # collects onnx's conformance cases and runs each round trip
 def test_a_wrong_expected_output_is_still_wrong(cases, tmp_path):
     case = dict(cases["test_cast_FLOAT_to_BFLOAT16"])
     model, sets, rtol, atol = conformance.materialize(case)

@@ -103,7 +103,9 @@ def tool():
         base._REGISTRY.pop(name, None)
 
 
-@pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 13, 33])
+# Two positions in make check; the rest of the bisection sweep in make test.
+@pytest.mark.parametrize("p", [1, 13, *(pytest.param(p, marks=pytest.mark.slow)
+                                        for p in (2, 3, 5, 8, 33))])
 def test_a_planted_rewrite_is_named_within_the_bound(tool, p):
     for k in sorted({0, p // 2, p - 1}):
         name, rewrites = tool(p, bad=(k,))
@@ -441,6 +443,7 @@ def decoder_tool():
         base._REGISTRY.pop(name, None)
 
 
+@pytest.mark.slow  # a bisection of each decoder tool
 @pytest.mark.parametrize("bad", ["bad_reshape", "bad_weight"])
 def test_planted_faults_are_named_and_a_correct_shape_move_never(decoder_tool, bad):
     from rewrite_models import DECODER_DIMS, optimum_decoder

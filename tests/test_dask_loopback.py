@@ -42,6 +42,7 @@ def test_the_default_local_cluster_would_listen_everywhere():
     assert any(not ipaddress.ip_address(ip).is_loopback for ip, _ in opened)
 
 
+@pytest.mark.slow  # a local dask cluster and an audit in child processes
 def test_an_audit_on_the_dask_engine_still_works(tmp_path):
     onnx.save(conv_bn(0), tmp_path / "a.onnx")
     res = onnx_lab.audit(tmp_path / "a.onnx", None, engine="dask", workers=1, budget_s=0.2,

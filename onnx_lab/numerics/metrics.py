@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +46,7 @@ from onnx_lab.numerics._values import (  # noqa: F401  (re-exports)
 
 __all__ = ["MetricAccumulator", "tensor_metrics", "judge", "METRIC_COLUMNS", "TOLERANCES",
            "COMPARED_AS", "as_value", "value_dtype", "is_structured", "numeric_pair",
-           "tolerance", "Rule", "RULE_KINDS", "Preset", "PRESETS", "rule_for", "get_preset",
+           "tolerance", "Rule", "RuleKind", "RULES", "RULE_KINDS", "Preset", "PRESETS", "rule_for", "get_preset",
            "preset_for_dtype",
            "NextToken", "NEXT_TOKEN", "next_token_metrics", "NEXT_TOKEN_COLUMNS",
            "TIE_MARGIN"]
@@ -93,28 +94,108 @@ class Rule:
 
     def describe(self) -> str:
         """The rule as a short formula (shown in reports)."""
-        if self.kind == "elementwise":
-            return f"|err| <= {self.atol:g} + {self.rtol:g}*|ref| per element"
-        if self.kind == "scaled":
-            return f"max|err| <= {self.atol:g} + {self.rtol:g}*max|ref|"
-        if self.kind == "max_abs":
-            return f"max|err| <= {self.atol:g}"
-        if self.kind == "cosine":
-            return f"cosine >= {self.min_cosine:g}"
-        return f"sqnr >= {self.min_sqnr_db:g} dB"
+        return RULES[self.kind].describe(self)
 
     def with_tolerances(self, atol: float | None, rtol: float | None) -> Rule:
         """The rule with the user's atol/rtol in place of the preset's (sqnr and cosine
         unchanged; ``max_abs`` takes ``atol``)."""
-        if self.kind in ("sqnr", "cosine") or (atol is None and rtol is None):
+        if not RULES[self.kind].tolerances or (atol is None and rtol is None):
             return self
         return Rule(self.kind, self.atol if atol is None else float(atol),
                     self.rtol if rtol is None else float(rtol), self.min_sqnr_db,
                     self.min_cosine)
 
 
-#: Kinds of :class:`Rule`.
-RULE_KINDS = ("elementwise", "scaled", "max_abs", "sqnr", "cosine")
+@dataclass(frozen=True)
+class RuleKind:
+    """One row of :data:`RULES`: what a :class:`Rule` kind is and how every part of onnx_lab
+    that offers or judges it reads it.
+
+    Attributes:
+        name: the kind (``Rule.kind``, the precision search's ``metric=``).
+        describe: the rule as a short formula (reports' ``rule`` column).
+        score: the accumulator's score under this kind, <= 1 passes (the cases every kind
+            shares, nothing compared and non-finite mismatches, are handled before it).
+        tolerances: judged by ``atol``/``rtol`` (the user's numbers replace the preset's; the
+            drift view's atol/rtol boxes).
+        statistics: needs the accumulated sums (cosine, SQNR) rather than the errors alone.
+        threshold: the :class:`Rule` field a single number sets (``find_precision``'s
+            ``tolerance=``; None: the kind takes the ``atol``/``rtol`` pair).
+        default_threshold: that number when the preset's own rule is of another kind (None:
+            the preset's ``threshold`` field).
+        search: offered as a ``find_precision`` metric (``METRICS``, the CLI's ``--metric``).
+        label: its name in the precision widget's metric dropdown (None: not offered there);
+        threshold_label: the description of the widget's threshold box.
+    """
+
+    name: str
+    describe: Callable[[Rule], str]
+    score: Callable[[MetricAccumulator], float]
+    tolerances: bool
+    statistics: bool = False
+    threshold: str | None = None
+    default_threshold: float | None = None
+    search: bool = False
+    label: str | None = None
+    threshold_label: str = "min"
+
+
+def _score_elementwise(acc: MetricAccumulator) -> float:
+    q = acc.max_ratio if acc.scored else 0.0
+    if acc.n_fail:  # the verdict (exact) wins where a division rounded to 1
+        return max(q, math.nextafter(1.0, math.inf)) if acc.scored else math.inf
+    return min(q, 1.0)
+
+
+def _bounded(err: float, bound: float) -> float:
+    if bound > 0:
+        return err / bound
+    return 0.0 if err == 0 else math.inf
+
+
+def _score_sqnr(acc: MetricAccumulator) -> float:
+    if acc.n_finite == 0:
+        return 0.0
+    sqnr = acc._sqnr()  # identical tensors: infinite; an all-zero reference: none
+    if sqnr == math.inf:
+        return 0.0
+    return 10 ** ((acc.rule.min_sqnr_db - sqnr) / 10) if math.isfinite(sqnr) else math.inf
+
+
+def _score_cosine(acc: MetricAccumulator) -> float:
+    if acc.n_finite == 0:
+        return 0.0
+    cosine = acc._cosine()
+    lim = acc.rule.min_cosine
+    if lim < 1:
+        return max(0.0, (1 - cosine) / (1 - lim))
+    return 0.0 if cosine >= 1 else math.inf
+
+
+#: The one table of rule kinds (see :class:`Rule` for their math): the accumulator, the
+#: reports, compare, verification, the precision search (``METRICS``), its CLI flag and its
+#: widget, and the drift view read it. A new kind is one row here plus its test.
+RULES: dict[str, RuleKind] = {k.name: k for k in (
+    RuleKind("elementwise",
+             lambda r: f"|err| <= {r.atol:g} + {r.rtol:g}*|ref| per element",
+             _score_elementwise, tolerances=True, search=True,
+             label="element-wise atol/rtol"),
+    RuleKind("scaled", lambda r: f"max|err| <= {r.atol:g} + {r.rtol:g}*max|ref|",
+             lambda a: _bounded(a.max_abs, a.atol + a.rtol * a.max_ref), tolerances=True),
+    RuleKind("max_abs", lambda r: f"max|err| <= {r.atol:g}",
+             lambda a: _bounded(a.max_abs, a.atol), tolerances=True, threshold="atol",
+             search=True),
+    RuleKind("sqnr", lambda r: f"sqnr >= {r.min_sqnr_db:g} dB", _score_sqnr,
+             tolerances=False, statistics=True, threshold="min_sqnr_db",
+             default_threshold=30.0, search=True, label="SQNR (dB)", threshold_label="min dB"),
+    RuleKind("cosine", lambda r: f"cosine >= {r.min_cosine:g}", _score_cosine,
+             tolerances=False, statistics=True, threshold="min_cosine",
+             default_threshold=0.999, search=True, label="cosine",
+             threshold_label="min cos"),
+)}
+
+#: Kinds of :class:`Rule` (the keys of :data:`RULES`).
+RULE_KINDS = tuple(RULES)
 
 
 @dataclass(frozen=True)
@@ -235,11 +316,11 @@ class MetricAccumulator:
     def __init__(self, atol: float = 0.0, rtol: float = 0.0, *, statistics: bool = True,
                  rule: Rule | None = None, scored: bool = False) -> None:
         self.rule = rule if rule is not None else Rule("elementwise", float(atol), float(rtol))
-        if self.rule.kind not in RULE_KINDS:
-            raise ValueError(f"unknown rule kind {self.rule.kind!r}; kinds: {RULE_KINDS}")
+        if self.rule.kind not in RULES:
+            raise ValueError(f"unknown rule kind {self.rule.kind!r}; kinds: {tuple(RULES)}")
         self.atol = float(self.rule.atol)
         self.rtol = float(self.rule.rtol)
-        self.statistics = statistics or self.rule.kind in ("sqnr", "cosine")
+        self.statistics = statistics or RULES[self.rule.kind].statistics
         self.scored = scored and self.rule.kind == "elementwise"
         self.max_ratio = 0.0
         self.max_ref = 0.0
@@ -564,30 +645,7 @@ class MetricAccumulator:
             return 0.0
         if math.isinf(self.max_abs) or (self.strings and self.n_fail):
             return math.inf  # NaN/inf on one side only; strings that differ
-        kind = self.rule.kind
-        if kind == "elementwise":
-            q = self.max_ratio if self.scored else 0.0
-            if self.n_fail:  # the verdict (exact) wins where a division rounded to 1
-                return max(q, math.nextafter(1.0, math.inf)) if self.scored else math.inf
-            return min(q, 1.0)
-        if kind in ("scaled", "max_abs"):
-            bound = self.atol + (self.rtol * self.max_ref if kind == "scaled" else 0.0)
-            if bound > 0:
-                return self.max_abs / bound
-            return 0.0 if self.max_abs == 0 else math.inf
-        if self.n_finite == 0:
-            return 0.0
-        if kind == "sqnr":
-            sqnr = self._sqnr()  # identical tensors: infinite; an all-zero reference: none
-            if sqnr == math.inf:
-                return 0.0
-            return 10 ** ((self.rule.min_sqnr_db - sqnr) / 10) if math.isfinite(sqnr) \
-                else math.inf
-        cosine = self._cosine()
-        lim = self.rule.min_cosine
-        if lim < 1:
-            return max(0.0, (1 - cosine) / (1 - lim))
-        return 0.0 if cosine >= 1 else math.inf
+        return RULES[self.rule.kind].score(self)
 
     def _passes(self) -> bool:
         """The verdict of :attr:`rule` (non-finite mismatches fail every rule)."""

@@ -129,10 +129,11 @@ def consumer(node: ir.Node, op_type: OpTypes, output: int = 0) -> tuple[ir.Node 
 @dataclass(frozen=True)
 class Step:
     """One step up a producer chain: the producer of input ``input`` (None: of any input, the
-    first that fits) must be one of ``op``."""
+    first that fits; a callable: the index it picks from the node, None to stop there, e.g.
+    the one input that is not a constant) must be one of ``op`` (None: any op)."""
 
     op: OpTypes
-    input: int | None = None
+    input: int | Callable[[ir.Node], int | None] | None = None
 
 
 @dataclass
@@ -169,7 +170,11 @@ def producer_chain(start: ir.Node, steps: Sequence[Step | tuple[OpTypes, int | N
     cur = start
     for k, st in enumerate(steps):
         op, idx = (st.op, st.input) if isinstance(st, Step) else st
-        cands = [idx] if idx is not None else range(len(cur.inputs))
+        if callable(idx):
+            idx = idx(cur)
+            cands = [idx] if idx is not None else []
+        else:
+            cands = [idx] if idx is not None else range(len(cur.inputs))
         nxt = None
         got: list[str] = []
         for i in cands:

@@ -185,17 +185,22 @@ _MASK_FORMS = (("Mul", "Sub", "Cast", "Unsqueeze", "Unsqueeze"), ("Mul", "Sub", 
                                                                     "Unsqueeze"))
 
 
+def _data_input(node: ir.Node) -> int | None:
+    """The input a mask path goes on through: the first that is not a constant (of ``1 -
+    mask``, the mask: Sub's second), None where there is none or a Constant node makes it."""
+    var = [i for i, x in enumerate(node.inputs) if x is not None and const_array(x) is None]
+    i = var[-1] if node.op_type == "Sub" and len(var) == 2 else (var[0] if var else None)
+    p = producer(node, i) if i is not None else None
+    return i if p is not None and p.op_type != "Constant" else None
+
+
 def _chain_up(v: ir.Value | None, limit: int = 8) -> list[ir.Node]:
-    """Producers up from ``v`` through the non-constant input of each node (a mask path)."""
-    out: list[ir.Node] = []
-    while v is not None and len(out) < limit:
-        p = v.producer()
-        if p is None or p.op_type in ("Constant",):
-            break
-        out.append(p)
-        nxt = [x for x in p.inputs if x is not None and const_array(x) is None]
-        v = nxt[-1] if p.op_type == "Sub" and len(nxt) == 2 else (nxt[0] if nxt else None)
-    return out
+    """Producers up from ``v`` through the non-constant input of each node (a mask path), by
+    the matcher's :func:`~onnx_lab.transforms.matcher.producer_chain` with any op per step."""
+    p = v.producer() if v is not None else None
+    if p is None or p.op_type == "Constant":
+        return []
+    return [p, *producer_chain(p, [Step(None, _data_input)] * (limit - 1)).nodes]
 
 
 def _check_mask(model: LabModel, mask: ir.Value | None) -> tuple[list[ir.Node], str | None]:

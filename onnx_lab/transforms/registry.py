@@ -37,6 +37,10 @@ class LabPass(ir.passes.InPlacePass):
     params: ClassVar[tuple[Param, ...]] = ()
     no_match_reason: ClassVar[str] = "nothing to do"
     semantics_preserving: ClassVar[bool] = True
+    # The presets this pass belongs to, each with its order key(s) in that preset (a pass may
+    # run twice: eliminate_dead_nodes sweeps before and after the fusions); presets.py sorts
+    # each preset's members by these keys (see its docstring for the bands). Not inherited.
+    presets: ClassVar[dict[str, tuple[int, ...]]] = {}
 
     def __init__(self, matches: Sequence[str] | None = None, **params: Any) -> None:
         super().__init__()
@@ -196,6 +200,21 @@ class _Entry:
     summary: str
     params: tuple[Param, ...]
     kind: str
+    presets: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+
+def _preset_keys(owner: str, presets: dict[str, tuple[int, ...]]
+                 ) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    out = []
+    for preset, keys in presets.items():
+        keys = (keys,) if isinstance(keys, int) else tuple(keys)
+        if not isinstance(preset, str) or not keys or \
+                not all(isinstance(k, int) and not isinstance(k, bool) for k in keys):
+            raise PassError(f"Pass {owner!r} declares presets={presets!r}.",
+                            fix="Give each preset name a tuple of int order keys, e.g. "
+                                "presets = {'safe': (45,)}.")
+        out.append((preset, keys))
+    return tuple(out)
 
 
 _REGISTRY: dict[str, _Entry] = {}
@@ -216,16 +235,22 @@ def register_pass(name: str, *, kind: str = "graph") -> Callable[[type[LabPass]]
         # The summary: the docstring's first paragraph, on one line.
         first = (cls.__doc__ or "").strip().split("\n\n", 1)[0]
         summary = " ".join(x.strip() for x in first.splitlines())
-        _REGISTRY[name] = _Entry(name, cls, summary, tuple(cls.params), kind)
+        # Presets are the class's own declaration, never inherited: a subclass registered
+        # under another name (a variant, a test's planted bug) joins no preset by accident.
+        _REGISTRY[name] = _Entry(name, cls, summary, tuple(cls.params), kind,
+                                 _preset_keys(name, dict(vars(cls).get("presets", {}))))
         return cls
 
     return deco
 
 
 def _register_factory(name: str, factory: Callable[..., LabPass], summary: str,
-                      params: tuple[Param, ...] = (), kind: str = "tool") -> None:
-    """Register a pass built by a factory (e.g. one per onnxoptimizer pass)."""
-    _REGISTRY[name] = _Entry(name, factory, summary, params, kind)
+                      params: tuple[Param, ...] = (), kind: str = "tool",
+                      presets: dict[str, tuple[int, ...]] | None = None) -> None:
+    """Register a pass built by a factory (e.g. one per onnxoptimizer pass); ``presets`` as a
+    :class:`LabPass`'s class attribute."""
+    _REGISTRY[name] = _Entry(name, factory, summary, params, kind,
+                             _preset_keys(name, dict(presets or {})))
 
 
 def _load_builtins() -> None:
@@ -286,12 +311,14 @@ def available() -> pd.DataFrame:
     Columns:
         name (str), summary (str: first docstring line), parameters (dict name ->
         'type = default: doc'), kind ('graph' for onnx_lab's own passes, 'tool' for wrappers
-        of onnxsim / onnxoptimizer / onnxruntime).
+        of onnxsim / onnxoptimizer / onnxruntime, 'edit' for edits), presets (dict preset
+        name -> tuple of the pass's order keys in it; :mod:`onnx_lab.transforms.presets`
+        builds each preset from this column).
     """
     _load_builtins()
     rows = []
     for e in _REGISTRY.values():
         params = {p.name: f"{getattr(p.type, '__name__', p.type)} = {p.default!r}"
                   + (f": {p.doc}" if p.doc else "") for p in e.params}
-        rows.append((e.name, e.summary, params, e.kind))
-    return pd.DataFrame(rows, columns=["name", "summary", "parameters", "kind"])
+        rows.append((e.name, e.summary, params, e.kind, dict(e.presets)))
+    return pd.DataFrame(rows, columns=["name", "summary", "parameters", "kind", "presets"])

@@ -14,7 +14,7 @@ from typing import Any
 import ipywidgets as w
 
 from onnx_lab.numerics.compare import default_preset
-from onnx_lab.numerics.metrics import PRESETS
+from onnx_lab.numerics.metrics import PRESETS, RULES
 from onnx_lab.render._html import esc_text
 from onnx_lab.render.compare_plots import layer_error_figure
 from onnx_lab.runtime.session import available_providers
@@ -181,7 +181,7 @@ class DriftDebugger(View):
         say which rules are in force."""
         name = self.preset_in_force()
         p = PRESETS[name]
-        numeric = p.outputs.kind not in ("sqnr", "cosine")
+        numeric = RULES[p.outputs.kind].tolerances
         if not self.custom_tolerances.value and numeric:
             self._syncing = True
             try:

@@ -14,7 +14,7 @@ from typing import Any
 import ipywidgets as w
 
 from onnx_lab.errors import InputError
-from onnx_lab.numerics.metrics import NEXT_TOKEN
+from onnx_lab.numerics.metrics import NEXT_TOKEN, RULES
 from onnx_lab.numerics.precision.trials import make_tolerance
 from onnx_lab.render._html import esc_text
 from onnx_lab.render.tables import frame_html
@@ -64,8 +64,8 @@ class PrecisionDoctor(View):
                                   layout=w.Layout(width="170px"))
         self.atol = w.FloatText(value=0.0, description="atol", layout=w.Layout(width="170px"))
         self.rtol = w.FloatText(value=0.0, description="rtol", layout=w.Layout(width="170px"))
-        self.metric = w.Dropdown(options=[("element-wise atol/rtol", "elementwise"),
-                                          ("SQNR (dB)", "sqnr"), ("cosine", "cosine")],
+        self.metric = w.Dropdown(options=[(k.label, k.name) for k in RULES.values()
+                                          if k.label and k.search],
                                  value="elementwise", description="metric",
                                  layout=w.Layout(width="260px"))
         self.threshold = w.FloatText(value=20.0, description="min", layout=w.Layout(
@@ -108,8 +108,8 @@ class PrecisionDoctor(View):
         rule = make_tolerance(self.target.value)
         self._setting = True
         try:
-            self.metric.value = rule.kind if rule.kind in ("elementwise", "sqnr", "cosine") \
-                else "elementwise"
+            offered = {v for _, v in self.metric.options}
+            self.metric.value = rule.kind if rule.kind in offered else "elementwise"
         finally:
             self._setting = False
         self._metric_defaults()
@@ -120,12 +120,11 @@ class PrecisionDoctor(View):
             return
         target = self.target.value if self.target.value != "int4" else "fp32"
         rule = make_tolerance(target, self.metric.value)
-        if rule.kind == "elementwise":
+        threshold = RULES[rule.kind].threshold
+        if threshold is None:
             self.atol.value, self.rtol.value = rule.atol, rule.rtol
-        elif rule.kind == "sqnr":
-            self.threshold.value = rule.min_sqnr_db
-        elif rule.kind == "cosine":
-            self.threshold.value = rule.min_cosine
+        else:
+            self.threshold.value = getattr(rule, threshold)
         nt = NEXT_TOKEN["int4"]
         self.min_top1.value, self.max_kl.value = nt.min_top1, nt.max_kl
         self._metric_fields()
@@ -143,8 +142,7 @@ class PrecisionDoctor(View):
         for box in (self.min_top1, self.max_kl):
             box.layout.display = None if int4 else "none"
         self.save_path.placeholder = f"model.{self.target.value}.onnx"
-        self.threshold.description = {"sqnr": "min dB", "cosine": "min cos"}.get(
-            self.metric.value, "min")
+        self.threshold.description = RULES[self.metric.value].threshold_label
 
     # ------------------------------------------------------------------ actions
     def _kwargs(self) -> dict[str, Any]:

@@ -60,6 +60,7 @@ def _sound(out, src, atol=1e-4, rtol=1e-3):
 
 
 # ---------------------------------------------------------------------------- the rule
+@pytest.mark.slow  # round trips of exported sources through files and fresh sessions
 def test_save_keeps_small_tensors_inline_and_the_big_ones_in_its_own_data_file(src, tmp_path):
     lab = _open(src)
     out = lab.save(tmp_path / "copy.onnx")
@@ -87,6 +88,7 @@ def test_a_model_with_only_small_tensors_is_one_file(tmp_path):
     _sound(out, src)
 
 
+@pytest.mark.slow  # round trips of exported sources through files and fresh sessions
 def test_write_model_never_writes_into_the_source_data_file(src, tmp_path):
     lab = _open(src)
     out = write_model(lab.model, tmp_path / "w.onnx", "w.onnx.data")
@@ -94,6 +96,7 @@ def test_write_model_never_writes_into_the_source_data_file(src, tmp_path):
 
 
 # ---------------------------------------------------------------------------- the writers
+@pytest.mark.slow  # round trips of exported sources through files and fresh sessions
 def test_fp16_and_int8_results_save_files_that_load(src, tmp_path):
     lab = _open(src)
     for name, other, tol in [("fp16", lambda: onnx_lab.to_fp16(lab), 5e-2),
@@ -104,6 +107,7 @@ def test_fp16_and_int8_results_save_files_that_load(src, tmp_path):
             _sound(out, src, atol=tol, rtol=tol)
 
 
+@pytest.mark.slow  # round trips of exported sources through files and fresh sessions
 def test_find_precision_plan_and_step_save_files_that_load(src, tmp_path):
     lab = _open(src)
     plan = lab.find_precision("fp16", atol=5e-2, rtol=5e-2, max_trials=4, progress=False)
@@ -116,6 +120,7 @@ def test_find_precision_plan_and_step_save_files_that_load(src, tmp_path):
         plan.save(src)
 
 
+@pytest.mark.slow  # round trips of exported sources through files and fresh sessions
 def test_extract_and_fix_dims_save_files_that_load(src, tmp_path):
     lab = _open(src)
     sub = lab.extract(outputs=[lab.model.graph.outputs[0].name])
@@ -127,6 +132,7 @@ def test_extract_and_fix_dims_save_files_that_load(src, tmp_path):
     _sound(lab.save(tmp_path / "fixed.onnx"), src)
 
 
+@pytest.mark.slow  # round trips of exported sources through files and fresh sessions
 def test_the_cli_writers_write_files_that_load(src, tmp_path, capsys):
     dims = ["--dims", "batch=1"] if _dims(src) else []
     out = tmp_path / "cli"
@@ -233,6 +239,7 @@ def test_check_false_skips_the_load_check(tmp_path):
         np.testing.assert_allclose(fresh_run(out, _X)[0], _expected(), rtol=1e-5)
 
 
+@pytest.mark.slow  # round trips of exported sources through files and fresh sessions
 def test_the_runtime_temporary_file_for_large_models_follows_the_rule(src, monkeypatch):
     # Past 2 GB onnxruntime gets the whole model as a temporary file: written by the rule.
     model = LabModel(ir_with_weights(_open(src).model, "test"))  # weights in memory

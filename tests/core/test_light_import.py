@@ -58,6 +58,7 @@ CLI_HEAVY = ("onnx_ir", "sympy", "pandas", "matplotlib", "onnx.reference", "pyar
              "onnxruntime", "torch", "onnx_lab.lab", "onnx_lab.core.model")
 
 
+@pytest.mark.slow  # a fresh interpreter per check: a subprocess round trip
 def test_cli_help_imports_no_feature_module():
     code = (
         "import sys, contextlib, io\n"
@@ -78,6 +79,7 @@ def test_cli_help_imports_no_feature_module():
     assert out == ["0 True []", "Lab True True"]
 
 
+@pytest.mark.slow  # a fresh interpreter per check: a subprocess round trip
 def test_cli_summary_loads_only_what_it_uses(tmp_path):
     # summary opens the model (onnx_ir), builds no table (no pandas), and nothing else heavy.
     code = (

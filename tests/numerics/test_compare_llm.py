@@ -96,6 +96,7 @@ def test_fp32_against_itself_is_exact(healthy):
     assert c.metrics["top1_agreement"] == 1.0 and c.metrics["kl_max"] < 1e-9
 
 
+@pytest.mark.slow  # int4 versions of an LLM, compared token by token
 def test_planted_outlier_is_ranked_first(planted):
     ref, cand = planted
     c = compare_llm(ref, cand, progress=False)
@@ -166,6 +167,7 @@ def test_int4_plan_keeps_the_planted_layer(planted):
     assert plan.plot() is not None and plan.plot(kind="trials") is not None
 
 
+@pytest.mark.slow  # a whole int4 plan search
 def test_int4_plan_on_a_healthy_model_keeps_nothing(healthy):
     ref, _ = healthy
     plan = find_weight_only(ref, "int4", progress=False)
@@ -210,6 +212,7 @@ def test_precision_doctor_int4(planted):
     assert "what each kept node costs" in w.outputs_html.value
 
 
+@pytest.mark.slow  # int4 versions of an LLM, compared token by token
 def test_fp32_fp16_int4_versions(healthy):
     """fp32 -> fp16 (float32 I/O: Casts before the attention) and fp16 -> int4 compare; nodes
     whose inputs have no counterpart (the fp16 model's output Casts) are not ranked."""

@@ -211,6 +211,7 @@ def test_clearly_slower_needs_runs_and_separation():
 
 
 # ---------------------------------------------------------------------------- OpenVINO
+@pytest.mark.slow  # a latency sweep on two backends
 @pytest.mark.skipif(not openvino_available(), reason="openvino (optional extra) not installed")
 def test_openvino_beside_ort():
     lab = onnx_lab.open(mlp(4), dims={"batch": 4})

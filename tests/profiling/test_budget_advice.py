@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_lab
@@ -45,6 +46,7 @@ def test_enough_runs_or_fixed_runs_give_no_advice():
     assert profile_advice(lab.profile(runs=2, warmup=1, progress=False)) is None
 
 
+@pytest.mark.slow  # a batch sweep under a wall-clock budget
 def test_a_sweep_cut_short_by_the_budget_names_the_sizes_left_and_a_budget():
     lab = onnx_lab.open(slow_model(n=3, size=512), dims={"batch": 1})
     # A budget spent before the first size (session creation alone takes longer) cuts the
@@ -61,6 +63,7 @@ def test_a_sweep_cut_short_by_the_budget_names_the_sizes_left_and_a_budget():
     assert sweep_advice(full, (1, 2)) is None  # fixed runs: nothing to advise
 
 
+@pytest.mark.slow  # a batch sweep under a wall-clock budget
 def test_the_cli_says_the_budget_is_too_small_and_names_the_flag(tmp_path, capsys):
     import json
 

@@ -67,6 +67,7 @@ def test_batch_sweep_goes_smallest_first_in_one_session():
     assert (f.table.runs == 2).all()
 
 
+@pytest.mark.slow  # a batch sweep
 def test_batch_sweep_stops_past_the_knee_in_order():
     lab = onnx_lab.open(mlp(3, width=128))
     s = batch_sweep(lab, (1, 2, 4, 8, 16, 32, 64, 128, 256, 512), budget_s=30.0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import onnx_lab
 from onnx_lab.render.collapse import _repeated_blocks
 
@@ -154,6 +156,7 @@ def test_large_graph_stays_under_cap_and_timeout(big):
     assert "n1500" in r.nodes and len(r.nodes) <= 10 and r.svg is not None
 
 
+@pytest.mark.slow  # a large generated graph
 def test_scoped_large_graph_auto_collapse(make_chain):
     lab = onnx_lab.open(make_chain(2000, scoped=True))
     r = lab.render(collapse="auto")

@@ -77,7 +77,7 @@ def test_names_read_as_they_are(built):
         assert n[:40] in details, n
 
 
-def test_the_issue_injection_is_text_and_nodes_table_builds():
+def test_a_known_injection_is_text_and_a_non_integer_source_line_is_no_line():
     lab = onnx_lab.open(known_injection())
     # A non-integer line is no line (it was pyarrow's ArrowInvalid in lab.nodes).
     import pandas as pd

@@ -124,6 +124,7 @@ def test_the_estimate_is_the_cost_models_peak(expand16):
     assert est["largest_bytes"] == 16 * GIB
 
 
+@pytest.mark.slow  # waits out a time limit / a CLI subprocess
 def test_an_endless_loop_is_stopped_at_the_time_limit(tmp_path):
     p = tmp_path / "loop.onnx"
     onnx.save(loop_model(), str(p))
@@ -136,6 +137,7 @@ def test_an_endless_loop_is_stopped_at_the_time_limit(tmp_path):
             assert time.monotonic() - t0 < 30
 
 
+@pytest.mark.slow  # waits out a time limit / a CLI subprocess
 def test_the_cli_refuses_in_one_line(capsys, expand16, tmp_path):
     loop = tmp_path / "loop.onnx"
     onnx.save(loop_model(), str(loop))

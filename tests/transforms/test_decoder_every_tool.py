@@ -25,6 +25,10 @@ from onnx_lab.cli import main
 from onnx_lab.errors import PassError
 from onnx_lab.runtime.feeds import make_feeds
 
+# Every step and tool on two decoders, each saved and run by a fresh session: a sweep of
+# round trips (make test runs it; make check does not).
+pytestmark = pytest.mark.slow
+
 #: exporters' threshold: tensors of 1 KiB and more go to the data file
 THRESHOLD = 1024
 _NEEDS = {"onnxsim": "onnxsim", "onnxslim": "onnxslim", "onnxoptimizer": "onnxoptimizer",

@@ -166,6 +166,26 @@ def test_producer_chain_names_the_step_that_failed_and_what_it_found():
     assert none is None and why == "no Tanh after Relu (found Sigmoid)"
 
 
+def test_a_step_whose_input_is_picked_by_a_function_walks_any_op():
+    # The mask path's walk: up through the input that is not a constant, whatever the op.
+    m = model_from_text("""g (float[2,3] x, float[2,3] k) => (float[2,3] y) {
+        one = Constant <value = float {1.0}> ()  a = Abs(x)  s = Sub(one, a)  c = Cast <to = 1> (s)
+        y = Mul(c, k) }""")
+    mul = next(e.node for e in m.index.entries.values() if e.node.op_type == "Mul")
+
+    def first_variable(node):  # not a Constant node's output; None: stop
+        for i, v in enumerate(node.inputs):
+            p = v.producer() if v is not None else None
+            if p is not None and p.op_type != "Constant":
+                return i
+        return None
+
+    c = producer_chain(mul, [Step(None, first_variable)] * 8)
+    assert [n.op_type for n in c.nodes] == ["Cast", "Sub", "Abs"]
+    assert not c.ok and c.at.op_type == "Abs" and c.step == 3
+    assert c.failed == "expected any before Abs, found nothing"
+
+
 def test_pattern_binds_a_producer_chain_and_a_consumer():
     m = model_from_text("""g (float[2,3] x) => (float[2,3] y, float[2,3] z) {
         a = Exp(x)  b = Abs(a)  c = Neg(b)  d = Relu(c)  y = Sigmoid(d)

@@ -44,6 +44,7 @@ def _open(path):
     return onnx_lab.open(path, dims={"batch": 1} if path.name == "m.onnx" else None)
 
 
+@pytest.mark.slow  # every tool on exported sources with external data: a sweep of round trips
 @pytest.mark.parametrize("kind", ["helpers", "dynamo"])
 @pytest.mark.parametrize("step", STEPS)
 def test_a_tool_step_on_external_data_saves_a_file_that_loads(sources, kind, step, tmp_path):
@@ -62,6 +63,7 @@ def test_a_tool_step_on_external_data_saves_a_file_that_loads(sources, kind, ste
     assert snapshot(src) == before
 
 
+@pytest.mark.slow  # every tool on exported sources with external data: a sweep of round trips
 def test_the_original_layout_is_what_broke_onnxruntime(sources, tmp_path):
     # The source itself keeps its int64 axes in the data file: onnxruntime refuses it from
     # its path. That is the layout a save must never write; every saved version above loads.
@@ -70,6 +72,7 @@ def test_the_original_layout_is_what_broke_onnxruntime(sources, tmp_path):
         fresh_run(src, feeds_for(src))
 
 
+@pytest.mark.slow  # every tool on exported sources with external data: a sweep of round trips
 def test_ort_levels_on_a_dynamo_export_no_longer_raise_a_raw_validation_error(sources):
     # onnxruntime used to write the optimized model's unchanged weights as references to the
     # source's data file name in a temporary folder (ValidationError: not regular file).
@@ -80,6 +83,7 @@ def test_ort_levels_on_a_dynamo_export_no_longer_raise_a_raw_validation_error(so
     assert not lab.model.has_external_data  # read back into memory, folder gone
 
 
+@pytest.mark.slow  # every tool on exported sources with external data: a sweep of round trips
 def test_handoff_gives_tools_the_weights_and_leaves_the_model_as_it_was(sources):
     lab = _open(sources["helpers"])
     model = lab.model

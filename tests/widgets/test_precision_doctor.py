@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 import onnx_lab
 
 # The model builders of tests/numerics/test_precision.py (same file name: load it by path).
@@ -64,6 +66,7 @@ def test_precision_widget_shows_the_plans_notes():
     assert "note: output &#x27;prob&#x27; barely varies" in wdg.verdict.value
 
 
+@pytest.mark.slow  # a whole precision search
 def test_precision_bar_is_not_full_before_the_search_ends():
     """The bar follows the search's trials: value < max at every report before the end (a
     search longer than its first estimate re-estimates), full once it has ended."""

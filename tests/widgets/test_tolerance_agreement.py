@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_lab
@@ -43,6 +44,7 @@ def _verdicts(source, dims=None):
     return d, p
 
 
+@pytest.mark.slow  # an fp16 conversion and a precision search in two widgets
 def test_fp16_bert_block_passes_in_both_widgets_with_the_same_numbers(no_error):
     d, p = _verdicts("sample:bert_block", BERT_DIMS)
     fp16 = PRESETS["fp16"].outputs

@@ -24,7 +24,7 @@ import numpy as np
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
-from onnx_lab.numerics.metrics import Rule
+from onnx_lab.numerics.metrics import RULES, Rule
 from onnx_lab.numerics.precision import trials
 from onnx_lab.numerics.precision.plan import OUTPUT_COLUMNS, PrecisionPlan
 from onnx_lab.numerics.precision.ranking import (
@@ -217,7 +217,7 @@ def _weak_reference_notes(ref_outputs: list[dict], out_names: Sequence[str],
     everywhere (at most 5.9e-05): int8 rounds it to 0, its SQNR is 0 dB, and the search
     kept 289 of 296 nodes out of int8 — a verdict on noise, which real images would not give.
     """
-    if tol.kind not in ("sqnr", "cosine"):
+    if not RULES[tol.kind].statistics:
         return []
     notes = []
     for name in out_names:

@@ -51,7 +51,7 @@ from onnx_lab.numerics.half import (
     rename_to_ids,
     to_fp16_array,
 )
-from onnx_lab.numerics.metrics import Rule, get_preset, judge
+from onnx_lab.numerics.metrics import RULES, Rule, get_preset, judge
 from onnx_lab.numerics.quantize import (
     Calibration,
     SavedSource,
@@ -75,7 +75,8 @@ __all__ = ["TARGETS", "METRICS", "FP16_MAX", "TRIAL_COLUMNS", "PrecisionCancelle
            "Search", "start_search"]
 
 TARGETS = ("fp16", "bf16", "int8")
-METRICS = ("elementwise", "max_abs", "sqnr", "cosine")
+#: The metrics find_precision offers (the rows of numerics.metrics.RULES marked search).
+METRICS = tuple(k.name for k in RULES.values() if k.search)
 FP16_MAX = 65504.0
 
 #: Columns of :attr:`PrecisionPlan.trials`.
@@ -93,6 +94,12 @@ class ToleranceUnreachable(InputError):
 
 
 # ---------------------------------------------------------------------------- tolerance
+def search_metrics() -> tuple[str, ...]:
+    """The metrics find_precision offers now: the rows of ``numerics.metrics.RULES`` marked
+    ``search`` (:data:`METRICS` is the same at import)."""
+    return tuple(k.name for k in RULES.values() if k.search)
+
+
 def make_tolerance(target: str, metric: str | None = None, tolerance: Any = None,
                    atol: float | None = None, rtol: float | None = None) -> Rule:
     """The :class:`~onnx_lab.numerics.metrics.Rule` that judges a search's outputs: the
@@ -107,9 +114,10 @@ def make_tolerance(target: str, metric: str | None = None, tolerance: Any = None
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
             raise InputError(f"atol and rtol must be non-negative numbers, got {atol!r}, {rtol!r}.",
                              fix="Use e.g. atol=1e-3, rtol=1e-2.")
-    if metric is not None and metric not in METRICS:
-        raise unknown_name("precision metric", metric, METRICS,
-                           fix=f"Metrics: {', '.join(METRICS)}.")
+    metrics = search_metrics()
+    if metric is not None and metric not in metrics:
+        raise unknown_name("precision metric", metric, metrics,
+                           fix=f"Metrics: {', '.join(metrics)}.")
     preset = get_preset("int8" if target == "int8" else target)
     if isinstance(tolerance, str):
         preset = get_preset(tolerance)
@@ -130,22 +138,19 @@ def make_tolerance(target: str, metric: str | None = None, tolerance: Any = None
         base = preset.outputs if preset.outputs.kind != "sqnr" else get_preset("fp32").outputs
         return Rule("elementwise", float(base.atol if atol is None else atol),
                     float(base.rtol if rtol is None else rtol))
-    if tolerance is None:
-        if metric == "sqnr":
-            tolerance = preset.outputs.min_sqnr_db if preset.outputs.kind == "sqnr" else 30.0
-        elif metric == "cosine":
-            tolerance = 0.999
+    kind = RULES[metric]
+    if tolerance is None:  # the preset's number if its rule is of this kind, else the row's
+        if kind.threshold == "atol" and atol is not None:
+            tolerance = atol
+        elif preset.outputs.kind == metric or kind.default_threshold is None:
+            tolerance = getattr(preset.outputs, kind.threshold)
         else:
-            tolerance = atol if atol is not None else preset.outputs.atol
+            tolerance = kind.default_threshold
     if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool):
         raise InputError(f"tolerance for metric {metric!r} must be a number, got {tolerance!r}.",
                          fix="E.g. metric='sqnr', tolerance=25 (dB), or metric='cosine', "
                          "tolerance=0.999.")
-    if metric == "sqnr":
-        return Rule("sqnr", min_sqnr_db=float(tolerance))
-    if metric == "cosine":
-        return Rule("cosine", min_cosine=float(tolerance))
-    return Rule("max_abs", atol=float(tolerance))
+    return Rule(metric, **{kind.threshold: float(tolerance)})
 
 # ---------------------------------------------------------------------------- converters
 def _named(model: LabModel) -> LabModel:

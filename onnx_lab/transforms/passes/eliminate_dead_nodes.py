@@ -65,6 +65,7 @@ class EliminateDeadNodes(LabPass):
 
     # The pattern names its matches carry (lab.patterns(), explain(pattern)).
     patterns = ("dead_nodes",)
+    presets = {"safe": (30, 90)}  # before the fusions, and again after them (transforms/presets.py)
 
     no_match_reason = "no dead node: every node contributes to a graph output"
 

@@ -37,6 +37,7 @@ class EliminateDropout(BypassPass):
 
     # The pattern names its matches carry (lab.patterns(), explain(pattern)).
     patterns = ("dropout",)
+    presets = {"safe": (20,)}  # clean-up first: chains become adjacent (transforms/presets.py)
 
     no_match_reason = "no Dropout node"
     pattern = Pattern("dropout", "Dropout")

@@ -20,6 +20,7 @@ class EliminateIdentity(BypassPass):
 
     # The pattern names its matches carry (lab.patterns(), explain(pattern)).
     patterns = ("identity",)
+    presets = {"safe": (10,)}  # clean-up first: chains become adjacent (transforms/presets.py)
 
     no_match_reason = "no Identity node"
     pattern = Pattern("identity", "Identity")

@@ -42,6 +42,7 @@ class FoldConstants(LabPass):
 
     # The pattern names its matches carry (lab.patterns(), explain(pattern)).
     patterns = ("constant_subgraph",)
+    presets = {"safe": (40,)}  # after the clean-up, before the fusions (transforms/presets.py)
 
     params = (Param("max_growth_bytes", int, 16 << 20,
                     "refuse a fold that grows the model by more than this many bytes"),)

@@ -49,6 +49,7 @@ class FuseConvAddBias(PatternPass):
 
     # The pattern names its matches carry (lab.patterns(), explain(pattern)).
     patterns = ("conv_add_bias",)
+    presets = {"safe": (50,)}  # before fuse_conv_bn: Conv->Add->BN (transforms/presets.py)
 
     no_match_reason = "no Add of a per-channel constant directly follows a Conv"
     pattern = Pattern("conv_add_bias", "Add", producer=("Conv", "ConvTranspose"), inputs=(0, 1),

@@ -75,6 +75,7 @@ class FuseConvBN(PatternPass):
 
     # The pattern names its matches carry (lab.patterns(), explain(pattern)).
     patterns = ("conv_bn", "conv_bn_relu")
+    presets = {"safe": (60,)}  # after fuse_conv_add_bias (transforms/presets.py)
 
     no_match_reason = "no BatchNormalization directly follows a Conv"
     pattern = Pattern("conv_bn", "BatchNormalization", producer=("Conv", "ConvTranspose"))

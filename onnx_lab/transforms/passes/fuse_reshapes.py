@@ -88,6 +88,7 @@ class FuseReshapes(PatternPass):
 
     # The pattern names its matches carry (lab.patterns(), explain(pattern)).
     patterns = ("reshape_chain", "squeeze_cancel", "squeeze_merge", "unsqueeze_merge")
+    presets = {"safe": (80,)}  # after the Conv fusions (transforms/presets.py)
 
     no_match_reason = "no Reshape follows a Reshape, no Squeeze/Unsqueeze follows another"
     pattern = Pattern("reshape_chain", _SHAPE_OPS, producer=_SHAPE_OPS, disjoint=True,

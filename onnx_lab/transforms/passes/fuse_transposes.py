@@ -37,6 +37,7 @@ class FuseTransposes(PatternPass):
 
     # The pattern names its matches carry (lab.patterns(), explain(pattern)).
     patterns = ("transpose_cancel", "transpose_merge")
+    presets = {"safe": (70,)}  # after the Conv fusions (transforms/presets.py)
 
     no_match_reason = "no Transpose directly follows another Transpose"
     pattern = Pattern("transpose_merge", "Transpose", producer="Transpose", disjoint=True)

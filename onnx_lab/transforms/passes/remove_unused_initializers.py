@@ -26,6 +26,7 @@ class RemoveUnusedInitializers(LabPass):
 
     # The pattern names its matches carry (lab.patterns(), explain(pattern)).
     patterns = ("unused_initializer",)
+    presets = {"safe": (100,)}  # last of all (transforms/presets.py)
 
     no_match_reason = "no unused initializer"
 
