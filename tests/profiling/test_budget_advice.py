@@ -28,13 +28,14 @@ def slow_model(n: int = 4, size: int = 768) -> onnx.ModelProto:
     return m
 
 
-def test_a_one_second_budget_on_a_slow_model_is_too_small_and_names_a_budget():
+def test_a_budget_under_a_few_runs_is_too_small_and_names_a_budget():
+    # 10 ms: fewer runs than the minimum on any machine, loaded or quiet
     lab = onnx_lab.open(slow_model(), dims={"batch": 2})
-    p = lab.profile(budget_s=1.0, warmup=1, progress=False)
+    p = lab.profile(budget_s=0.01, warmup=1, progress=False)
     runs = int(p.latency_stats["runs"].min())
     a = profile_advice(p)
     assert runs < MIN_RUNS and a is not None and a.runs == runs
-    assert a.suggested_s > 1.0 and a.min_runs == MIN_RUNS
+    assert a.suggested_s > 0.01 and a.min_runs == MIN_RUNS
     assert a.text.startswith(f"budget too small: {runs} run")
     assert f"a budget of ~{a.suggested_s:g} s gives ≥ {MIN_RUNS} runs" in a.text
 
