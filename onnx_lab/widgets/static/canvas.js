@@ -190,6 +190,21 @@ function render({ model, el: root }) {
     return true;
   }
 
+  // A view kept over a new drawing leaves the selection where it was on the screen, unless
+  // that is over an edge (the layout moved it there): then the view moves just enough to
+  // bring it inside, with a margin.
+  function keepInside(key) {
+    const g = byKey.get(key || "");
+    const pr = port.getBoundingClientRect();
+    if (!g || !pr.width || !pr.height) return;
+    const r = g.getBoundingClientRect(), m = 24;
+    const into = (lo, hi, a, b) => (b - a > hi - lo ? (lo + hi) / 2 - (a + b) / 2
+      : a < lo ? lo - a : b > hi ? hi - b : 0);
+    const dx = into(pr.left + m, pr.left + freeWidth() - m, r.left, r.right);
+    const dy = into(pr.top + m, pr.bottom - m, r.top, r.bottom);
+    if (dx || dy) { v = { ...v, x: v.x + dx, y: v.y + dy }; apply(); }
+  }
+
   // The panel just opened: move the view when it covers the selected element.
   function unhide() {
     const g = byKey.get(model.get("selected") || "");
@@ -279,6 +294,7 @@ function render({ model, el: root }) {
     else if (!firstView()) requestAnimationFrame(firstView);
     mark("olc-selected", [model.get("selected")]);
     mark("olc-hit", model.get("highlight") || []);
+    if (view.k && model.get("keep_view")) keepInside(model.get("selected"));
     if (!(model.get("index") || {}).ids) hitList = [];
     root.dataset.rendered = String((+root.dataset.rendered || 0) + 1);
   }
@@ -474,7 +490,11 @@ function render({ model, el: root }) {
     showModule(e);
   });
 
-  const ro = new ResizeObserver(() => { if (!userMoved) firstView(); else drawMini(); });
+  // (a kept view: the form beside the canvas may narrow it after the drawing came)
+  const ro = new ResizeObserver(() => {
+    if (!userMoved) firstView();
+    else { drawMini(); if (model.get("keep_view")) keepInside(model.get("selected")); }
+  });
   ro.observe(port);
 
   // ---- model changes
@@ -492,6 +512,8 @@ function render({ model, el: root }) {
     const n = model.get("view") || {};
     if (n.k && (Math.abs(n.k - v.k) > 1e-6 || Math.abs(n.x - v.x) > 0.5 || Math.abs(n.y - v.y) > 0.5)) {
       v = { x: n.x, y: n.y, k: n.k }; userMoved = true; apply(false);
+      // a kept view set from Python (it may arrive after its drawing): the same rule
+      if (model.get("keep_view")) keepInside(model.get("selected"));
     }
   };
   const onLegend = () => {
