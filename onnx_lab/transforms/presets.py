@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from onnx_lab._pandas import pd
-from onnx_lab.transforms.registry import available
+from onnx_lab.transforms.registry import preset_members
 
 __all__ = ["PRESETS", "preset_table", "preset_markdown"]
 
@@ -38,11 +38,7 @@ def preset_table() -> pd.DataFrame:
     Columns:
         preset (str), order (int: the key the pass declares), name (str: the pass).
     """
-    rows = [(preset, key, row.name)
-            for row in available().itertuples(index=False)
-            for preset, keys in row.presets.items() for key in keys]
-    df = pd.DataFrame(rows, columns=["preset", "order", "name"])
-    return df.sort_values(["preset", "order", "name"], kind="stable").reset_index(drop=True)
+    return pd.DataFrame(preset_members(), columns=["preset", "order", "name"])
 
 
 def preset_markdown() -> str:
@@ -68,8 +64,8 @@ class _Presets(Mapping[str, list[str]]):
 
     def _lists(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        for row in preset_table().itertuples(index=False):
-            out.setdefault(row.preset, []).append(row.name)
+        for preset, _key, name in preset_members():
+            out.setdefault(preset, []).append(name)
         return out
 
     def __getitem__(self, name: str) -> list[str]:

@@ -305,6 +305,15 @@ def pass_traits(name: str) -> tuple[bool, str | None]:
             getattr(cls, "verify_preset", None))
 
 
+def preset_members() -> list[tuple[str, int, str]]:
+    """(preset, order key, pass name) for every key a registered pass declares, sorted by
+    preset, key and name: what :mod:`onnx_lab.transforms.presets` builds the presets from
+    (plain tuples: looking a preset up builds no table)."""
+    _load_builtins()
+    return sorted((preset, key, e.name) for e in _REGISTRY.values()
+                  for preset, keys in dict(e.presets).items() for key in keys)
+
+
 def available() -> pd.DataFrame:
     """The registered passes.
 

@@ -203,7 +203,7 @@ def test_profiler_says_the_budget_is_too_small_and_offers_one(no_error):
         "test_budget_advice.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    p = Profiler(onnx_lab.open(mod.slow_model(), dims={"batch": 2}), budget_s=1.0, warmup=1,
+    p = Profiler(onnx_lab.open(mod.slow_model(), dims={"batch": 2}), budget_s=0.01, warmup=1,
                  background=False)
     assert p.budget_hint.value == "" and p.budget_apply.layout.display == "none"
     p.profile_button.click()
