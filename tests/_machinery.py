@@ -102,3 +102,27 @@ def save_external(proto: onnx.ModelProto, path) -> None:
     """Write ``proto`` with every tensor in ``<name>.data`` next to it."""
     onnx.save_model(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=path.name + ".data", size_threshold=1024)
+
+
+def scoped_layers(n: int) -> onnx.ModelProto:
+    """A residual stack of ``n`` layers of 6 nodes each (MatMul, Add, Relu, Sigmoid, Mul and the
+    residual Add), named by scope (/layers.i/fc, act, gate, res): the big graphs of the Editor's
+    tests."""
+    from onnx import TensorProto
+
+    nodes, inits, x = [], [], "x"
+    for i in range(n):
+        s, t = f"/layers.{i}", [f"t{i}_{j}" for j in range(6)]
+        inits += [numpy_helper.from_array(np.eye(4, dtype=np.float32) * 0.5, f"w{i}"),
+                  numpy_helper.from_array(np.full(4, 0.01, np.float32), f"b{i}")]
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [t[0]], name=f"{s}/fc/MatMul"),
+                  helper.make_node("Add", [t[0], f"b{i}"], [t[1]], name=f"{s}/fc/Add"),
+                  helper.make_node("Relu", [t[1]], [t[2]], name=f"{s}/act/Relu"),
+                  helper.make_node("Sigmoid", [t[2]], [t[3]], name=f"{s}/gate/Sigmoid"),
+                  helper.make_node("Mul", [t[2], t[3]], [t[4]], name=f"{s}/gate/Mul"),
+                  helper.make_node("Add", [x, t[4]], [t[5]], name=f"{s}/res/Add")]
+        x = t[5]
+    g = helper.make_graph(nodes, "layers", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                          [1, 4])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 4])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

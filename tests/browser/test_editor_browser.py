@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from _jupyter import ARTIFACTS, lab_in_browser, run_all_cells
+from _machinery import scoped_layers
 from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
@@ -397,29 +398,6 @@ def test_editor_drives_edits_on_exported_torch_models(tmp_path_factory):
         assert not np.allclose(source, got, rtol=0, atol=1e-6)  # epsilon mattered
 
 
-def _layers(n: int):
-    """A residual stack of ``n`` layers of 6 nodes (as tests/widgets/test_editor.py)."""
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
-    nodes, inits, x = [], [], "x"
-    for i in range(n):
-        s, t = f"/layers.{i}", [f"t{i}_{j}" for j in range(6)]
-        inits += [numpy_helper.from_array(np.eye(4, dtype=np.float32) * 0.5, f"w{i}"),
-                  numpy_helper.from_array(np.full(4, 0.01, np.float32), f"b{i}")]
-        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [t[0]], name=f"{s}/fc/MatMul"),
-                  helper.make_node("Add", [t[0], f"b{i}"], [t[1]], name=f"{s}/fc/Add"),
-                  helper.make_node("Relu", [t[1]], [t[2]], name=f"{s}/act/Relu"),
-                  helper.make_node("Sigmoid", [t[2]], [t[3]], name=f"{s}/gate/Sigmoid"),
-                  helper.make_node("Mul", [t[2], t[3]], [t[4]], name=f"{s}/gate/Mul"),
-                  helper.make_node("Add", [x, t[4]], [t[5]], name=f"{s}/res/Add")]
-        x = t[5]
-    g = helper.make_graph(nodes, "layers", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                          [1, 4])],
-                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 4])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def _drawn_after(page, root, click) -> float:
     """Seconds from ``click()`` until the canvas has drawn a new SVG and the widget is idle."""
     canvas = root.locator(".olc-root")
@@ -435,7 +413,7 @@ def test_an_edit_on_a_2000_node_graph_shows_its_neighbourhood(tmp_path_factory):
     work = tmp_path_factory.mktemp("jupyterlab-editor-big")
     relu = "/layers.20/act/Relu"
     cells = ["import onnx_lab\nlab = onnx_lab.open('layers.onnx')\ned = lab.edit()\ned"]
-    with lab_in_browser(work, {"big.ipynb": cells}, files={"layers.onnx": _layers(334)},
+    with lab_in_browser(work, {"big.ipynb": cells}, files={"layers.onnx": scoped_layers(334)},
                         width=1400) as (url, page):
         try:
             run_all_cells(page, url, "big.ipynb")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from _machinery import scoped_layers
 
 import onnx_lab
 from onnx_lab.samples import build
@@ -312,33 +313,11 @@ def test_hostile_names_are_shown_as_text():
     assert lab.model.graph.outputs[-1].name == bad + "y"
 
 
-def _layers(n: int):
-    """A residual stack of ``n`` layers of 6 nodes each, named by scope (/layers.i/...)."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    nodes, inits, x = [], [], "x"
-    for i in range(n):
-        s, t = f"/layers.{i}", [f"t{i}_{j}" for j in range(6)]
-        inits += [numpy_helper.from_array(np.eye(4, dtype=np.float32) * 0.5, f"w{i}"),
-                  numpy_helper.from_array(np.full(4, 0.01, np.float32), f"b{i}")]
-        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [t[0]], name=f"{s}/fc/MatMul"),
-                  helper.make_node("Add", [t[0], f"b{i}"], [t[1]], name=f"{s}/fc/Add"),
-                  helper.make_node("Relu", [t[1]], [t[2]], name=f"{s}/act/Relu"),
-                  helper.make_node("Sigmoid", [t[2]], [t[3]], name=f"{s}/gate/Sigmoid"),
-                  helper.make_node("Mul", [t[2], t[3]], [t[4]], name=f"{s}/gate/Mul"),
-                  helper.make_node("Add", [x, t[4]], [t[5]], name=f"{s}/res/Add")]
-        x = t[5]
-    g = helper.make_graph(nodes, "layers", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                          [1, 4])],
-                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 4])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
 RELU = "/layers.20/act/Relu"
 
 
 def _big_editor(n=80, neighbourhood=40):
-    lab = onnx_lab.open(_layers(n))
+    lab = onnx_lab.open(scoped_layers(n))
     ed = Editor(lab, neighbourhood=neighbourhood)
     assert not ed.partial and ed.scope_bar.layout.display == "none"
     assert len(ed.canvas.rendering.view.nodes) > neighbourhood  # 80 boxes
@@ -431,7 +410,7 @@ def test_undo_redo_and_removal_on_a_big_graph_draw_their_neighbourhood(no_error)
 
 
 def test_a_small_graph_or_neighbourhood_none_redraws_the_whole_graph(no_error):
-    lab = onnx_lab.open(_layers(20))  # 122 drawn (depth 2): under the default threshold
+    lab = onnx_lab.open(scoped_layers(20))  # 122 drawn (depth 2): under the default threshold
     for ed in (Editor(lab), Editor(lab, neighbourhood=None)):
         assert 100 < len(ed.canvas.rendering.view.nodes) <= 150
         assert ed.canvas.reveal("/layers.10/act/Relu") == "/layers.10/act/Relu"
