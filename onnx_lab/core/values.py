@@ -19,14 +19,18 @@ import onnx_ir as ir
 from onnx_lab.core.model import IR_VERSION_META, LabModel
 
 __all__ = ["overridable", "constant_producer", "is_constant", "const_array", "constant_tensor",
-           "foldable_nodes"]
+           "foldable_nodes", "RANDOM_OPS"]
 
 _STANDARD = ("", "ai.onnx")
 
+#: Ops whose values differ from run to run (never folded; a verification region holding one is
+#: checked on the whole model: numerics/region.py).
+RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                        "Multinomial", "Bernoulli"})
+
 # Never folded: random outputs differ per run; Dropout may be random in training mode; bodies
 # (If/Loop/Scan) are left to the runtime.
-_NEVER_FOLDED = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
-                 "Multinomial", "Bernoulli", "Dropout", "Constant"}
+_NEVER_FOLDED = RANDOM_OPS | {"Dropout", "Constant"}
 
 
 def overridable(value: ir.Value) -> bool:

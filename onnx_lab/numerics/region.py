@@ -45,7 +45,10 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.values import foldable_nodes
+from onnx_lab.core.values import (
+    RANDOM_OPS,  # a region holding one: checked on the whole model
+    foldable_nodes,
+)
 from onnx_lab.errors import LabError
 from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
 from onnx_lab.numerics.metrics import is_structured
@@ -65,9 +68,6 @@ __all__ = ["PresetReference", "Region", "StepDiff", "PendingRegion", "capture_re
            "step_diff", "find_region", "region_report", "judge_region", "final_check",
            "unchanged_report", "RANDOM_OPS", "MAX_REGION_SHARE"]
 
-#: Ops whose values differ from run to run: a region holding one is checked on the whole model.
-RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                        "Multinomial", "Bernoulli"})
 #: A region of more than this share of the main graph's nodes costs about a whole run: the
 #: whole-model check runs instead.
 MAX_REGION_SHARE = 0.5
