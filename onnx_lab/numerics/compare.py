@@ -143,10 +143,10 @@ def _shared_feeds(ref: Resolved, cand: Resolved) -> list[dict[str, np.ndarray]]:
     When the reference's dims leave dims open, the candidate's own shapes (a static model)
     are used instead, if they resolve."""
     try:
-        feed_list = as_feed_list(None, ref.model, ref.dims, ref.shapes)
+        feed_list = as_feed_list(None, ref.model, ref.dims, ref.shapes, branches=True)
     except DimError as ref_error:
         try:
-            return as_feed_list(None, cand.model, cand.dims, cand.shapes)
+            return as_feed_list(None, cand.model, cand.dims, cand.shapes, branches=True)
         except DimError:
             raise DimError(f"reference: {ref_error.problem}", fix=ref_error.fix) from ref_error
     try:
