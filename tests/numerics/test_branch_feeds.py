@@ -182,5 +182,7 @@ def test_a_correct_conversion_passes_on_both_branches():
     lab = onnx_lab.open(merged(mask_in_then=False), dims=DIMS)
     plan = lab.find_precision("bf16", progress=False)
     assert plan.passed and plan.kept == [] and len(plan.feeds) == 2
+    assert any(n.startswith("judged on every branch") and "use_cache_branch=False" in n
+               for n in plan.notes)
     assert plan.trials.iloc[0]["passed"] and not plan.trials.iloc[0]["note"]
     assert lab.history.iloc[-1]["verify_passed"]

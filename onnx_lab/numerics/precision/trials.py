@@ -632,6 +632,9 @@ def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calib
     s = Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs],
                should_stop=should_stop, branches=branch_labels(model, feed_list))
     missed = unexercised(model, feed_list)
+    if s.branches and not missed:
+        s.notes.append("judged on every branch a boolean input decides, one sample each: "
+                       + "; ".join(dict.fromkeys(s.branches)))
     if missed:
         s.notes.append("the feeds never run " + "; ".join(missed) + ": the plan is not "
                        "judged there (pass feeds with both values, or feeds=None)")
