@@ -326,7 +326,10 @@ def verify(before: LabModel, after: LabModel, result: PassResult | None = None, 
         which rule judged the tensor, as a formula). Rows are in the topological order of
         ``after``. ``report.attrs`` holds ``passed`` (bool), ``first_failure`` (the first
         failing tensor in topological order, or None), ``max_abs_err`` (largest max_abs over
-        the model outputs) and ``samples``.
+        the model outputs), ``samples``, ``branches`` (per sample, the If branches a
+        boolean input such as optimum's ``use_cache_branch`` takes: the seeded inputs are one
+        sample per value, see :func:`onnx_lab.runtime.feeds.branch_feeds`) and
+        ``unexercised`` (those no sample took, also in ``note``).
 
     Raises:
         DimError: symbolic dims without a value (listing them and how to pass them).
