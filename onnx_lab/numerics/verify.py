@@ -526,6 +526,8 @@ def fill_result(result: PassResult, report: pd.DataFrame | Report, seconds: floa
     result.max_abs_err = report.attrs.get("max_abs_err")
     result.first_failure = report.attrs.get("first_failure")
     result.verify_seconds = seconds
+    if report.attrs.get("unexercised"):  # branches no sample ran: said, not hidden
+        result.notes.append(f"verification {report.attrs['note']}")
     if not result.verify_passed:
         if isinstance(report, Report):
             row = report.row(result.first_failure)

@@ -156,6 +156,14 @@ def test_user_feeds_are_respected_and_the_branch_they_miss_is_named():
     assert report.attrs["samples"] == 1 and report.attrs["passed"]  # what was asked
     assert report.attrs["unexercised"] == ["use_cache_branch=False (optimum::if/else_branch)"]
     assert "not exercised" in report.attrs["note"]
+    # a step verified on such feeds says it in its notes (the history and the CLI show them)
+    m.graph.input[0].name = "x_in"
+    m.graph.node.insert(0, helper.make_node("Identity", ["x_in"], ["x"], name="copy"))
+    lab = onnx_lab.open(m, dims=DIMS)
+    r = lab.apply("eliminate_identity", verify={"feeds": {
+        "x_in": feeds["x"], "use_cache_branch": feeds["use_cache_branch"]}})
+    assert r.modified and r.verify_passed
+    assert any("not exercised" in n and "use_cache_branch=False" in n for n in r.notes)
 
 
 def test_bf16_search_judges_the_cache_branch_and_its_plan_runs_both(tmp_path):
