@@ -146,6 +146,9 @@ def test_verification_catches_a_rewrite_that_breaks_only_the_untaken_branch():
     # the same model is no failure (no false alarm from the second sample)
     same = verify(before.model, onnx_lab.open(m, dims=DIMS).model, dims=DIMS)
     assert same.attrs["passed"] and same.attrs["unexercised"] == []
+    # compare() on seeded feeds runs both branches too, and fails the rewrite
+    c = onnx_lab.compare(before, after)
+    assert len(c.feeds) == 2 and not c.passed and c.unexercised == []
 
 
 def test_user_feeds_are_respected_and_the_branch_they_miss_is_named():
@@ -156,6 +159,9 @@ def test_user_feeds_are_respected_and_the_branch_they_miss_is_named():
     assert report.attrs["samples"] == 1 and report.attrs["passed"]  # what was asked
     assert report.attrs["unexercised"] == ["use_cache_branch=False (optimum::if/else_branch)"]
     assert "not exercised" in report.attrs["note"]
+    c = onnx_lab.compare(before, after, feeds=feeds)
+    assert c.passed and c.unexercised == ["use_cache_branch=False (optimum::if/else_branch)"]
+    assert "never compared): use_cache_branch=False" in c.summary_text()
     # a step verified on such feeds says it in its notes (the history and the CLI show them)
     m.graph.input[0].name = "x_in"
     m.graph.node.insert(0, helper.make_node("Identity", ["x_in"], ["x"], name="copy"))
