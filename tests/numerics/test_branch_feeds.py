@@ -200,3 +200,28 @@ def test_a_correct_conversion_passes_on_both_branches():
                for n in plan.notes)
     assert plan.trials.iloc[0]["passed"] and not plan.trials.iloc[0]["note"]
     assert lab.history.iloc[-1]["verify_passed"]
+
+
+def _other_branch_broken() -> onnx.ModelProto:
+    """A switch whose else branch cannot run at these dims (a Reshape to 4 rows of 3): the
+    model is only ever run with use_cache_branch=True."""
+    m = merged(mask_in_then=False)
+    body = next(a.g for a in m.graph.node[-1].attribute if a.name == "else_branch")
+    m.graph.initializer.append(numpy_helper.from_array(np.array([1, 4, 8], np.int64), "four"))
+    body.node[0].output[0] = "mm"
+    body.node.insert(1, helper.make_node("Reshape", ["mm", "four"],
+                                         ["/decoder/MatMul_output_0"], name="/else/Reshape"))
+    return m
+
+
+def test_a_branch_the_reference_cannot_run_is_named_not_failed():
+    m = _other_branch_broken()
+    before = onnx_lab.open(m, dims=DIMS)
+    report = verify(before.model, onnx_lab.open(m, dims=DIMS).model, dims=DIMS)
+    assert report.attrs["passed"]  # no false alarm from a branch the model never runs
+    (u,) = report.attrs["unexercised"]
+    assert u.startswith("use_cache_branch=False (optimum::if/else_branch) (the reference "
+                        "does not run on it")
+    plan = before.find_precision("bf16", progress=False)
+    assert plan.passed and len(plan.feeds) == 1
+    assert any("does not run use_cache_branch=False" in n for n in plan.notes)

@@ -629,10 +629,13 @@ def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calib
     cands = conv.candidates()
     if not cands:
         raise _nothing_to_convert(model, target)
-    s = Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs],
-               should_stop=should_stop, branches=branch_labels(model, feed_list))
-    missed = unexercised(model, feed_list)
-    if s.branches and not missed:
+    out_names = [v.name for v in model.graph.outputs]
+    feed_list, not_run = _runnable_branches(model, feed_list, out_names, feeds is None)
+    s = Search(model, target, tol, feed_list, conv, out_names, should_stop=should_stop,
+               branches=branch_labels(model, feed_list) if len(feed_list) > 1 else [])
+    s.notes.extend(not_run)
+    missed = [] if not_run else unexercised(model, feed_list)  # not_run says it already
+    if s.branches and not missed and not not_run:
         s.notes.append("judged on every branch a boolean input decides, one sample each: "
                        + "; ".join(dict.fromkeys(s.branches)))
     if missed:
@@ -662,6 +665,26 @@ def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calib
         s.forced = frozenset(n for n in forced if n in cset)
         cands = [c for c in cands if c not in s.forced]
     return s, cands
+
+
+def _runnable_branches(model: LabModel, feed_list: list[dict], out_names: list[str],
+                       generated: bool) -> tuple[list[dict], list[str]]:
+    """The generated samples of the other branches (:func:`onnx_lab.runtime.feeds.
+    branch_feeds`) the float model runs on, and a note for each it does not: such a sample
+    cannot judge a plan (given feeds are left to fail as they are)."""
+    if not generated or len(feed_list) < 2:
+        return feed_list, []
+    labels = branch_labels(model, feed_list)
+    kept, notes = feed_list[:1], []
+    for f, label in zip(feed_list[1:], labels[1:]):
+        try:
+            run_outputs(model, [f], out_names)
+        except RuntimeLoadError as e:
+            notes.append(f"the float32 model does not run {label} with these dims "
+                         f"({e.problem}): the plan is not judged there")
+        else:
+            kept.append(f)
+    return kept, notes
 
 
 def _check_keep(keep: Any) -> list[str]:
