@@ -27,7 +27,7 @@ from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import fit_dims, validate_dims
 from onnx_lab.core.source import Resolved, resolve
-from onnx_lab.errors import DimError, InputError, LabError
+from onnx_lab.errors import DimError, InputError, LabError, RuntimeLoadError
 
 # By job, every name importable from here: the runs, the divergence, the result.
 from onnx_lab.numerics._compare_runs import (  # noqa: F401  (re-exports)
@@ -60,7 +60,9 @@ from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.feeds import as_feed_list, input_specs
 from onnx_lab.runtime.session import (
     RUNTIME_PROTO_KEY,
+    make_session,
     resolve_providers,
+    run_session,
 )
 
 logger = logging.getLogger(__name__)
@@ -137,13 +139,32 @@ def _check_known(sides: Sequence[tuple[str, Resolved]], dims: Mapping[str, int] 
         raise type(e)(f"{what}: {e.problem}", fix=e.fix) from e
 
 
+def _runnable(model: LabModel, feed_list: list[dict]) -> list[dict]:
+    """The first sample, and the other branches' samples (``branch_feeds``) ``model`` runs
+    on: a branch that fails at these dims in the reference itself is left out
+    (``Comparison.unexercised`` names it), not reported as a failure of the candidate."""
+    if len(feed_list) < 2:
+        return feed_list
+    names = [v.name for v in model.graph.outputs]
+    sess = make_session(model, outputs=names, arena=False)
+    keep = feed_list[:1]
+    for f in feed_list[1:]:
+        try:
+            run_session(sess, f, names, what="the reference model")
+        except RuntimeLoadError:
+            continue
+        keep.append(f)
+    return keep
+
+
 def _shared_feeds(ref: Resolved, cand: Resolved) -> list[dict[str, np.ndarray]]:
     """Seeded feeds from the reference's dims, which the candidate must accept (a static
     candidate's shapes must be the reference's resolved ones; its dim names may differ).
     When the reference's dims leave dims open, the candidate's own shapes (a static model)
     are used instead, if they resolve."""
     try:
-        feed_list = as_feed_list(None, ref.model, ref.dims, ref.shapes, branches=True)
+        feed_list = _runnable(ref.model, as_feed_list(None, ref.model, ref.dims, ref.shapes,
+                                                      branches=True))
     except DimError as ref_error:
         try:
             return as_feed_list(None, cand.model, cand.dims, cand.shapes, branches=True)

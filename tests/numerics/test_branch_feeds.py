@@ -222,6 +222,8 @@ def test_a_branch_the_reference_cannot_run_is_named_not_failed():
     (u,) = report.attrs["unexercised"]
     assert u.startswith("use_cache_branch=False (optimum::if/else_branch) (the reference "
                         "does not run on it")
+    c = onnx_lab.compare(before, onnx_lab.open(m, dims=DIMS))
+    assert c.passed and len(c.feeds) == 1 and c.unexercised[0].startswith("use_cache_branch=False")
     plan = before.find_precision("bf16", progress=False)
     assert plan.passed and len(plan.feeds) == 1
     assert any("does not run use_cache_branch=False" in n for n in plan.notes)
