@@ -139,22 +139,24 @@ def _check_known(sides: Sequence[tuple[str, Resolved]], dims: Mapping[str, int] 
         raise type(e)(f"{what}: {e.problem}", fix=e.fix) from e
 
 
-def _runnable(model: LabModel, feed_list: list[dict]) -> list[dict]:
+def runnable_samples(model: LabModel, feed_list: list[dict]) -> tuple[list[dict], list[str]]:
     """The first sample, and the other branches' samples (``branch_feeds``) ``model`` runs
-    on: a branch that fails at these dims in the reference itself is left out
-    (``Comparison.unexercised`` names it), not reported as a failure of the candidate."""
+    on, with onnxruntime's reason for each it does not: a branch that fails at these dims in
+    the reference itself cannot judge a candidate; it is left out and named (compare's
+    ``Comparison.unexercised``, the precision plan's notes), never the candidate's failure."""
     if len(feed_list) < 2:
-        return feed_list
+        return feed_list, []
     names = [v.name for v in model.graph.outputs]
     sess = make_session(model, outputs=names, arena=False)
-    keep = feed_list[:1]
+    keep, problems = feed_list[:1], []
     for f in feed_list[1:]:
         try:
             run_session(sess, f, names, what="the reference model")
-        except RuntimeLoadError:
+        except RuntimeLoadError as e:
+            problems.append(e.problem)
             continue
         keep.append(f)
-    return keep
+    return keep, problems
 
 
 def _shared_feeds(ref: Resolved, cand: Resolved) -> list[dict[str, np.ndarray]]:
@@ -163,8 +165,8 @@ def _shared_feeds(ref: Resolved, cand: Resolved) -> list[dict[str, np.ndarray]]:
     When the reference's dims leave dims open, the candidate's own shapes (a static model)
     are used instead, if they resolve."""
     try:
-        feed_list = _runnable(ref.model, as_feed_list(None, ref.model, ref.dims, ref.shapes,
-                                                      branches=True))
+        feed_list, _ = runnable_samples(ref.model, as_feed_list(
+            None, ref.model, ref.dims, ref.shapes, branches=True))
     except DimError as ref_error:
         try:
             return as_feed_list(None, cand.model, cand.dims, cand.shapes, branches=True)

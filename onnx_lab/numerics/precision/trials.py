@@ -40,6 +40,7 @@ from onnx_lab.errors import (
     close_matches,
     unknown_name,
 )
+from onnx_lab.numerics.compare import runnable_samples
 from onnx_lab.numerics.half import (
     FLOAT16,
     HalfRules,
@@ -630,7 +631,7 @@ def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calib
     if not cands:
         raise _nothing_to_convert(model, target)
     out_names = [v.name for v in model.graph.outputs]
-    feed_list, not_run = _runnable_branches(model, feed_list, out_names, feeds is None)
+    feed_list, not_run = _runnable_branches(model, feed_list, feeds is None)
     s = Search(model, target, tol, feed_list, conv, out_names, should_stop=should_stop,
                branches=branch_labels(model, feed_list) if len(feed_list) > 1 else [])
     s.notes.extend(not_run)
@@ -667,24 +668,17 @@ def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calib
     return s, cands
 
 
-def _runnable_branches(model: LabModel, feed_list: list[dict], out_names: list[str],
-                       generated: bool) -> tuple[list[dict], list[str]]:
-    """The generated samples of the other branches (:func:`onnx_lab.runtime.feeds.
-    branch_feeds`) the float model runs on, and a note for each it does not: such a sample
-    cannot judge a plan (given feeds are left to fail as they are)."""
+def _runnable_branches(model: LabModel, feed_list: list[dict], generated: bool
+                       ) -> tuple[list[dict], list[str]]:
+    """The generated samples of the other branches the float model runs on, and a note for
+    each it does not (given feeds are left to fail as they are)."""
     if not generated or len(feed_list) < 2:
         return feed_list, []
+    keep, problems = runnable_samples(model, feed_list)
     labels = branch_labels(model, feed_list)
-    kept, notes = feed_list[:1], []
-    for f, label in zip(feed_list[1:], labels[1:]):
-        try:
-            run_outputs(model, [f], out_names)
-        except RuntimeLoadError as e:
-            notes.append(f"the float32 model does not run {label} with these dims "
-                         f"({e.problem}): the plan is not judged there")
-        else:
-            kept.append(f)
-    return kept, notes
+    dropped = [label for f, label in zip(feed_list, labels) if not any(f is k for k in keep)]
+    return keep, [f"the float32 model does not run {label} with these dims ({problem}): the "
+                  "plan is not judged there" for label, problem in zip(dropped, problems)]
 
 
 def _check_keep(keep: Any) -> list[str]:
