@@ -351,7 +351,10 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
 
     Floats are standard normal (or uniform in ``ranges[name]``); integer inputs that index an
     embedding (Gather) stay below its row count, inputs named ``*mask*`` are ones, ``*type*``
-    ids are zeros, other integers lie in [0, 10); bools are random; scalars are 0-d arrays.
+    ids are zeros, other integers lie in [0, 10); bools are random, except a boolean input that
+    decides If branches (optimum's ``use_cache_branch``: the KV-cache branch when the past
+    length is at least 1, else the other; :func:`branch_feeds` makes one sample per value);
+    scalars are 0-d arrays.
     Strings are drawn from the vocabulary an ONNX-ML op reading the input names
     (LabelEncoder keys, OneHotEncoder / CategoryMapper categories), else from a few short
     words; a sequence input is a list of two arrays of its declared element shape, a map a
