@@ -19,7 +19,7 @@ import onnx
 import onnx.numpy_helper
 from onnx import TensorProto, helper
 
-__all__ = ["gqa_decoder", "unfused_decoder"]
+__all__ = ["gqa_decoder", "unfused_decoder", "merged_kv_decoder", "MERGED_DIMS"]
 
 
 def _w(rng, *shape, scale=None):
@@ -249,3 +249,69 @@ def unfused_decoder(layers: int = 2, vocab: int = 64, hidden: int = 32, heads: i
     nodes.append(helper.make_node("MatMul", [x, "lm_head"], ["logits"], name="lm_head"))
     graph = helper.make_graph(nodes, "unfused_decoder", ins, outs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def merged_kv_decoder(shared: bool = False) -> onnx.ModelProto:
+    """optimum's merged layout: an If on ``use_cache_branch`` whose ``then_branch`` concatenates
+    the KV cache (``past_key``) and whose ``else_branch`` does not; attention q·kᵀ and Softmax
+    in each, the present key and the probabilities out. ``shared``: both branches name their
+    tensors alike (as optimum's merged decoders do: 372 names defined in both branches of
+    T5's) and add a position bias ``Range(0, total)``, whose length (8 with the cache, 5
+    without) only folding the branch's own values finds."""
+    rng = np.random.default_rng(0)
+    inits = [onnx.numpy_helper.from_array(
+        (rng.standard_normal((16, 16)) * 0.3).astype(np.float32), n) for n in ("wq", "wk")]
+    inits += [onnx.numpy_helper.from_array(np.array([1], np.int64), "i1"),
+              onnx.numpy_helper.from_array(np.array([4, 4], np.int64), "heads"),
+              onnx.numpy_helper.from_array(np.array(2, np.int64), "i2")]
+
+    def branch(branch_tag, past):
+        tag = "dec" if shared else branch_tag
+
+        def nd(op, ins, outs, name, **kw):
+            return helper.make_node(op, ins, outs, name=f"/{branch_tag}/{name}", **kw)
+        n = [nd("Shape", ["x"], [f"{tag}_sh"], "Shape"),
+             nd("Gather", [f"{tag}_sh", "i1"], [f"{tag}_len"], "Gather", axis=0),
+             nd("Concat", ["i1", f"{tag}_len", "heads"], [f"{tag}_shape"], "Concat", axis=0),
+             nd("MatMul", ["x", "wk"], [f"{tag}_k"], "k/MatMul"),
+             nd("Reshape", [f"{tag}_k", f"{tag}_shape"], [f"{tag}_k4"], "Reshape"),
+             nd("Transpose", [f"{tag}_k4"], [f"{tag}_kt"], "T", perm=[0, 2, 1, 3]),
+             nd("MatMul", ["x", "wq"], [f"{tag}_q"], "q/MatMul"),
+             nd("Reshape", [f"{tag}_q", f"{tag}_shape"], [f"{tag}_q4"], "qReshape"),
+             nd("Transpose", [f"{tag}_q4"], [f"{tag}_qt"], "qT", perm=[0, 2, 1, 3])]
+        n.append(nd("Concat", ["past_key", f"{tag}_kt"], [f"{tag}_pres"], "kv/Concat", axis=2)
+                 if past else nd("Identity", [f"{tag}_kt"], [f"{tag}_pres"], "kv/Id"))
+        n += [nd("Transpose", [f"{tag}_pres"], [f"{tag}_pt"], "pT", perm=[0, 1, 3, 2]),
+              nd("MatMul", [f"{tag}_qt", f"{tag}_pt"], [f"{tag}_s"], "attn/MatMul")]
+        scores = f"{tag}_s"
+        if shared:
+            scalar = [(f"{tag}_{v}", helper.make_tensor("v", TensorProto.INT64, [], [v]))
+                      for v in (0, 1)]
+            n += [nd("Constant", [], [name], f"Constant_{i}", value=t)
+                  for i, (name, t) in enumerate(scalar)]
+            n += [nd("Shape", [f"{tag}_pres"], [f"{tag}_psh"], "pShape"),
+                  nd("Gather", [f"{tag}_psh", "i2"], [f"{tag}_total"], "pGather", axis=0),
+                  nd("Range", [f"{tag}_0", f"{tag}_total", f"{tag}_1"], [f"{tag}_pos"], "Range"),
+                  nd("Cast", [f"{tag}_pos"], [f"{tag}_posf"], "pCast", to=TensorProto.FLOAT),
+                  nd("Add", [scores, f"{tag}_posf"], [f"{tag}_sb"], "bias/Add")]
+            scores = f"{tag}_sb"
+        n.append(nd("Softmax", [scores], [f"{tag}_p"], "Softmax", axis=-1))
+        return helper.make_graph(n, branch_tag, [], [
+            helper.make_tensor_value_info(f"{tag}_p", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info(f"{tag}_pres", TensorProto.FLOAT, None)])
+
+    total = "past_decoder_sequence_length + decoder_sequence_length"
+    nodes = [helper.make_node("If", ["use_cache_branch"], ["probs", "present.0.decoder.key"],
+                              name="optimum::if", then_branch=branch("with_past", True),
+                              else_branch=branch("no_past", False))]
+    f32 = TensorProto.FLOAT
+    g = helper.make_graph(nodes, "merged", [
+        helper.make_tensor_value_info("x", f32, [1, "decoder_sequence_length", 16]),
+        helper.make_tensor_value_info("past_key", f32, [1, 4, "past_decoder_sequence_length", 4]),
+        helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])],
+        [helper.make_tensor_value_info("probs", f32, [1, 4, "decoder_sequence_length", total]),
+         helper.make_tensor_value_info("present.0.decoder.key", f32, [1, 4, total, 4])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+MERGED_DIMS = {"decoder_sequence_length": 5, "past_decoder_sequence_length": 3}

@@ -8,12 +8,12 @@ to :func:`_generic` (data movement, element-wise, reductions, normalizations, so
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from onnx_lab.core.shapes import TensorInfo
+from onnx_lab.core.shapes import TensorInfo, type_at
 
 Shape = tuple[int, ...]
 
@@ -62,10 +62,11 @@ def _prod(xs) -> int:
 class _Ctx:
     """What a counter sees of one node: concrete shapes (or None), attributes, param flags."""
 
-    def __init__(self, node, types: dict[str, TensorInfo]) -> None:
+    def __init__(self, node, types: Mapping[str, TensorInfo], graph: str = "") -> None:
         self.node = node
-        self.ins: list[Shape | None] = [_concrete(types, v) for v in node.inputs]
-        self.outs: list[Shape | None] = [_concrete(types, v) for v in node.outputs]
+        # a body node reads the names its own graph defines (sibling branches reuse names)
+        self.ins: list[Shape | None] = [_concrete(types, v, graph) for v in node.inputs]
+        self.outs: list[Shape | None] = [_concrete(types, v, graph) for v in node.outputs]
 
     def attr(self, name: str, default: Any = None) -> Any:
         a = self.node.attributes.get(name)
@@ -75,10 +76,10 @@ class _Ctx:
         return all(s is not None for s in shapes)
 
 
-def _concrete(types: dict[str, TensorInfo], v) -> Shape | None:
+def _concrete(types: Mapping[str, TensorInfo], v, graph: str = "") -> Shape | None:
     if v is None or not v.name:
         return None
-    info = types.get(v.name)
+    info = type_at(types, v.name, graph)
     if info is None or info.shape is None or any(not isinstance(d, int) or d < 0
                                                  for d in info.shape):
         if v.const_value is not None:

@@ -27,7 +27,7 @@ from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.derived import derived_dims, length_sums
 from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import _skeleton_graph, dynamic_dims
+from onnx_lab.core.shapes import _skeleton_graph, dynamic_dims, value_type
 from onnx_lab.core.source import resolve
 from onnx_lab.core.units import format_bytes
 from onnx_lab.core.values import is_constant
@@ -359,7 +359,7 @@ def _value_shapes(lm: LabModel, dims: dict, shapes: dict) -> list[dict]:
         elif n.op_type in _SHAPE_INPUTS:
             i, what = _SHAPE_INPUTS[n.op_type]
             v = n.inputs[i] if len(n.inputs) > i else None
-            out = types.get(n.outputs[0].name) if n.outputs else None
+            out = value_type(lm, n.outputs[0], types) if n.outputs else None
             # Computed shapes that inference still resolves (to ints or named dims, e.g.
             # [batch, seq, 12, 64] in transformer exports) are not a problem.
             inferred = out is not None and out.shape is not None and all(

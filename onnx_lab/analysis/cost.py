@@ -66,7 +66,7 @@ from onnx_lab.analysis.roofline import Roofline, roofline
 from onnx_lab.core.limits import liveness
 from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import TensorInfo
+from onnx_lab.core.shapes import TensorInfo, type_at
 from onnx_lab.core.source import resolve
 from onnx_lab.core.source_map import group_by_module
 from onnx_lab.core.units import itemsize
@@ -342,7 +342,7 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
     calls_of, body_notes, call_notes = _calls(lm, types)
     for nid, e in idx.entries.items():
         node = e.node
-        c = _Ctx(node, types)
+        c = _Ctx(node, types, e.graph)
         op = node.op_type
         note = ""
         calls = calls_of.get(id(node), 1.0)
@@ -370,7 +370,7 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
         for i, (v, s) in enumerate(zip(node.inputs, c.ins)):
             if v is None or s is None:
                 continue
-            size = itemsize(types[v.name].dtype if v.name in types else None) or 0
+            size = itemsize(_dtype_at(types, v.name, e.graph)) or 0
             n = _prod(s)
             ibytes += n * size
             if is_constant(v, stored=True):
@@ -382,8 +382,7 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
             note = _nbits_note(c, pbytes)
         for v, s in zip(node.outputs, c.outs):
             if v is not None and s is not None:
-                obytes += _prod(s) * (itemsize(types[v.name].dtype if v.name in types
-                                               else None) or 0)
+                obytes += _prod(s) * (itemsize(_dtype_at(types, v.name, e.graph)) or 0)
         flops, macs = res if res is not None else (np.nan, np.nan)
         moved = ibytes + obytes
         intensity = flops / moved if moved and res else np.nan
@@ -423,6 +422,11 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
                 model=lm)
 
 
+def _dtype_at(types: Mapping[str, TensorInfo], name: str, graph: str) -> str | None:
+    info = type_at(types, name, graph)
+    return info.dtype if info is not None else None
+
+
 def _kv_cache_of_run(lm: LabModel, types: dict[str, TensorInfo], notes: list[str]
                      ) -> dict[str, Any] | None:
     """The present.* outputs of a decoder's run: context, bytes, bytes per token, layers."""
@@ -441,7 +445,8 @@ def _kv_cache_of_run(lm: LabModel, types: dict[str, TensorInfo], notes: list[str
             notes.append(f"KV cache not sized: the shape of {slot.present!r} is unknown")
             return None
         total += _prod(info.shape) * size
-        if slot.past_axis is not None:
+        # a cross-attention cache holds the encoder's length, not the context
+        if slot.past_axis is not None and not slot.kind.startswith("cross."):
             context = info.shape[slot.past_axis]
     return {"context": context, "bytes": int(total),
             "bytes_per_token": total / context if context else None, "layers": io.num_layers}

@@ -11,7 +11,7 @@ from onnx_lab.analysis.tables import initializer_rows, io_rows
 from onnx_lab.core._gc import paused
 from onnx_lab.core.derived import derived_dims
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import dynamic_dims
+from onnx_lab.core.shapes import dynamic_dims, value_type
 from onnx_lab.core.units import itemsize
 from onnx_lab.core.values import foldable_nodes
 
@@ -81,7 +81,7 @@ def constant_computed(model: LabModel) -> list[dict[str, Any]]:
             if not o.name or not (o.is_graph_output()
                                   or any(id(u.node) not in fold for u in o.uses())):
                 continue
-            info = types.get(o.name)
+            info = value_type(model, o, types)
             n = info.numel if info is not None else None
             if n is None:
                 continue

@@ -177,7 +177,8 @@ def _initializer_rows(model: LabModel) -> list[tuple]:
 @_cached_frame
 def tensors_table(model: LabModel, dims: Mapping[str, int] | None = None,
                   shapes: Mapping[str, Sequence[int]] | None = None) -> pd.DataFrame:
-    """One row per value (tensor) in every graph.
+    """One row per value (tensor) in every graph (a name defined in two graphs, as sibling
+    If branches may, has a row for each).
 
     Columns:
         name (str), dtype (str|None).
@@ -197,9 +198,15 @@ def tensors_table(model: LabModel, dims: Mapping[str, int] | None = None,
     inputs = {v.name for v in main.inputs}
     outputs = {v.name for v in main.outputs}
     constants = {name for name, *_ in constant_tensors(model)}
+    # A name sibling If branches both define (optimum's merged decoders) has a row per
+    # definition, each with its own type, producer and readers.
+    defs: dict[str, list[str]] = {}
+    for path, name in idx.defined_at:
+        defs.setdefault(name, []).append(path)
     rows = []
-    for name, graph in idx.value_graph.items():
-        v = idx.values[name]
+    every = ((n, g) for n, first in idx.value_graph.items() for g in defs.get(n, (first,)))
+    for name, graph in every:
+        v = idx.defined_at[(graph, name)] if name in defs else idx.values[name]
         if name in idx.undefined:
             kind = "missing"
         elif v.is_initializer() or name in idx.graphs[graph].initializers:
@@ -214,11 +221,11 @@ def tensors_table(model: LabModel, dims: Mapping[str, int] | None = None,
             kind = "input"  # body inputs (Loop iteration count, carried state)
         else:
             kind = "intermediate"
-        info = types.get(name)
+        info = types.defined(name, graph)
         shape = info.shape if info else None
-        rows.append((name, info.dtype if info else None, shape, kind, idx.producer.get(name),
-                     list(idx.consumers.get(name, [])),
-                     bool(info is None or info.dynamic), graph))
+        producer = idx.producer_at.get((graph, name)) if name in defs else idx.producer.get(name)
+        rows.append((name, info.dtype if info else None, shape, kind, producer,
+                     idx.consumers_in(name, graph), bool(info is None or info.dynamic), graph))
     return _frame(rows, TENSOR_COLUMNS, ("producer", "dtype", "shape"))
 
 

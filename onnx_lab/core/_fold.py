@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -43,13 +43,11 @@ _FOLDABLE = frozenset({
 })
 
 
-def _static(types: Mapping[str, TensorInfo], name: str) -> bool:
-    info = types.get(name)
+def _static(info: TensorInfo | None) -> bool:
     return info is not None and not info.dynamic
 
 
-def _small(types: Mapping[str, TensorInfo], name: str) -> bool:
-    info = types.get(name)
+def _small(info: TensorInfo | None) -> bool:
     return info is not None and info.numel is not None and info.numel <= MAX_ELEMENTS
 
 
@@ -74,55 +72,80 @@ def once_graphs(model: LabModel) -> set[str]:
     return out
 
 
-def fold_into_bodies(node: onnx.NodeProto, folded: Mapping[str, np.ndarray]) -> None:
-    """In the bodies of ``node`` (a serialized If), replace every node whose outputs were
-    all folded by Constant nodes holding those values (recursively)."""
+#: A value of a graph: ``(graph path, name)``. Sibling If branches may define the same name
+#: (optimum's merged decoders), so a folded value is known by where it is defined.
+Key = tuple[str, str]
+
+
+def fold_into_bodies(node: onnx.NodeProto, folded: Mapping[Key, np.ndarray],
+                     bodies: Mapping[tuple[str, str, str], str], path: str = "") -> None:
+    """In the bodies of ``node`` (a serialized If of the graph at ``path``), replace every node
+    whose outputs were all folded by Constant nodes holding those values (recursively).
+    ``bodies``: the index's ``bodies`` (the path of each body of a serialized node)."""
+    owner = node.output[0] if node.output else ""
     for attr in node.attribute:
-        bodies = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else \
-            list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []
-        for body in bodies:
+        subs = [(attr.name, attr.g)] if attr.type == onnx.AttributeProto.GRAPH else \
+            [(f"{attr.name}.{i}", g) for i, g in enumerate(attr.graphs)] \
+            if attr.type == onnx.AttributeProto.GRAPHS else []
+        for sub_name, body in subs:
+            sub = bodies.get((path, owner, sub_name))
+            if sub is None:
+                continue
             nodes: list[onnx.NodeProto] = []
             for n in body.node:
                 outs = [o for o in n.output if o]
-                if outs and all(o in folded for o in outs):
+                if outs and all((sub, o) in folded for o in outs):
                     nodes.extend(onnx.helper.make_node(
                         "Constant", [], [o], value=onnx.numpy_helper.from_array(
-                            np.asarray(folded[o]), o)) for o in outs)
+                            np.asarray(folded[(sub, o)]), o)) for o in outs)
                 else:
-                    fold_into_bodies(n, folded)
+                    fold_into_bodies(n, folded, bodies, sub)
                     nodes.append(n)
             del body.node[:]
             body.node.extend(nodes)
 
 
 def fold_shape_values(model: LabModel, types: Mapping[str, TensorInfo]
-                      ) -> dict[str, np.ndarray]:
+                      ) -> dict[Key, np.ndarray]:
     """Values of the small tensors that feed the first unknown shapes of the main graph and
     its If branches (:func:`once_graphs`).
 
-    Returns ``{tensor name: array}`` for node outputs that could be evaluated (empty when
-    nothing is unknown or nothing can be computed). Never reads external data.
+    Returns ``{(graph path, tensor name): array}`` for node outputs that could be evaluated
+    (empty when nothing is unknown or nothing can be computed); a name is read in the scope of
+    the node that reads it (``ModelIndex.scope``), so sibling branches that define the same
+    name each fold their own. Never reads external data.
     """
+    # here: core.shapes imports this module
+    from onnx_lab.core.shapes import type_at
+
     idx = model.index
     graphs = once_graphs(model)
     order = [nid for nid in idx.topo_order(None) if idx.entries[nid].graph in graphs]
-    known: dict[str, np.ndarray] = {}
+
+    def info(name: str, path: str) -> TensorInfo | None:
+        return type_at(types, name, path)
+
+    def key(name: str, path: str) -> Key:
+        return idx.scope(name, path), name
+
+    known: dict[Key, np.ndarray] = {}
     for name, v in model.graph.initializers.items():
         t = v.const_value
         # An UnreadableTensor's dims disagree with its data: never a source of values.
         if t is not None and not isinstance(t, (ir.ExternalTensor, UnreadableTensor)) \
                 and t.size <= MAX_ELEMENTS:
-            known[name] = t.numpy()
+            known[("", name)] = t.numpy()
 
     # Frontier: nodes whose inputs all have static types but some output does not.
-    wanted: list[str] = []
+    wanted: list[tuple[str, str]] = []
     for nid in order:
-        node = idx.entries[nid].node
-        outs = [o.name for o in node.outputs if o.name]
-        ins = [i.name for i in node.inputs if i is not None and i.name]
-        if outs and any(not _static(types, o) for o in outs) \
-                and all(_static(types, i) for i in ins):
-            wanted.extend(i for i in ins if _small(types, i) and i not in known)
+        e = idx.entries[nid]
+        outs = [o.name for o in e.node.outputs if o.name]
+        ins = [i.name for i in e.node.inputs if i is not None and i.name]
+        if outs and any(not _static(info(o, e.graph)) for o in outs) \
+                and all(_static(info(i, e.graph)) for i in ins):
+            wanted.extend((i, e.graph) for i in ins
+                          if _small(info(i, e.graph)) and key(i, e.graph) not in known)
     if not wanted:
         return {}
 
@@ -130,33 +153,39 @@ def fold_shape_values(model: LabModel, types: Mapping[str, TensorInfo]
     nodes: set[str] = set()
     stack = list(wanted)
     while stack:
-        name = stack.pop()
-        pid = idx.producer.get(name)
-        if name in known or pid is None or pid in nodes or idx.entries[pid].graph not in graphs:
+        name, path = stack.pop()
+        pid = idx.producer_in(name, path)
+        if key(name, path) in known or pid is None or pid in nodes \
+                or idx.entries[pid].graph not in graphs:
             continue
-        node = idx.entries[pid].node
-        if not _foldable(node) or not all(_small(types, o.name) or not _static(types, o.name)
+        pe = idx.entries[pid]
+        node = pe.node
+        if not _foldable(node) or not all(_small(info(o.name, pe.graph))
+                                          or not _static(info(o.name, pe.graph))
                                           for o in node.outputs if o.name):
             continue
         nodes.add(pid)
         if node.op_type not in ("Shape", "Size"):  # those need only their input's type
-            stack.extend(i.name for i in node.inputs if i is not None and i.name)
+            stack.extend((i.name, pe.graph) for i in node.inputs if i is not None and i.name)
 
     opset = model.ir.opset_imports.get("", model.ir.opset_imports.get("ai.onnx", 17))
-    folded: dict[str, np.ndarray] = {}
+    folded: dict[Key, np.ndarray] = {}
     for nid in order:
         if nid not in nodes:
             continue
-        node = idx.entries[nid].node
+        e = idx.entries[nid]
         try:
-            values = _evaluate(node, known, types, opset)
-        except Exception as e:  # noqa: BLE001 - any failure just leaves that shape unknown
-            logger.debug("cannot fold %s (%s): %s", nid, node.op_type, e)
+            values = _evaluate(e.node, {i.name: known[k] for i in e.node.inputs
+                                        if i is not None and i.name
+                                        and (k := key(i.name, e.graph)) in known},
+                               lambda name, p=e.graph: info(name, p), opset)
+        except Exception as err:  # noqa: BLE001 - any failure just leaves that shape unknown
+            logger.debug("cannot fold %s (%s): %s", nid, e.node.op_type, err)
             continue
         for name, value in (values or {}).items():
             value = np.asarray(value)
             if value.size <= MAX_ELEMENTS:
-                known[name] = folded[name] = value
+                known[(e.graph, name)] = folded[(e.graph, name)] = value
     return folded
 
 
@@ -202,9 +231,12 @@ def _output_elements(node: ir.Node, inputs: list[np.ndarray | None]) -> int | No
 
 
 def _evaluate(node: ir.Node, known: Mapping[str, np.ndarray],
-              types: Mapping[str, TensorInfo], opset: int) -> dict[str, np.ndarray] | None:
+              info_of: Callable[[str], TensorInfo | None], opset: int
+              ) -> dict[str, np.ndarray] | None:
+    """The outputs of ``node`` from the values of its inputs (``known``, by name as the node
+    reads them) and their types (``info_of``), by onnx's reference evaluator."""
     if node.op_type in ("Shape", "Size"):
-        info = types.get(node.inputs[0].name) if node.inputs and node.inputs[0] else None
+        info = info_of(node.inputs[0].name) if node.inputs and node.inputs[0] else None
         if info is None or info.dynamic:
             return None
         shape = list(info.shape)  # type: ignore[arg-type]
@@ -237,4 +269,5 @@ def _evaluate(node: ir.Node, known: Mapping[str, np.ndarray],
                                             v.shape) for k, v in feeds.items()],
         [onnx.helper.make_empty_tensor_value_info(o) for o in outs])
     m = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
-    return dict(zip(outs, ReferenceEvaluator(m).run(None, feeds)))
+    with np.errstate(all="ignore"):  # a mask's inf * 0: the value is what the model computes
+        return dict(zip(outs, ReferenceEvaluator(m).run(None, feeds)))

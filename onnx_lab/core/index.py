@@ -72,6 +72,15 @@ class ModelIndex:
         values: tensor name -> ir.Value (first definition; names are SSA in valid models).
         value_graph: tensor name -> graph path where it is defined.
         undefined: names read by some node but defined nowhere (only in invalid models).
+        parent: body graph path -> the path of the graph holding its owner node.
+        shared: names defined in more than one graph (sibling If branches may reuse a name:
+            optimum's merged decoders define 372 names in both branches of T5's decoder).
+            :meth:`scope` tells which definition a node reads; ``producer``, ``values`` and
+            ``value_graph`` hold the first one.
+        defined_at: ``(graph path, name) -> ir.Value`` for every definition of a shared name.
+        bodies: ``(graph path, first output name of the owner, attribute) -> body path``
+            (``"then_branch"``; ``"body.0"`` for a GRAPHS attribute's first): the body paths of
+            serialized copies of the graph, whose nodes carry no ids.
     """
 
     def __init__(self, model: ir.Model) -> None:
@@ -83,6 +92,11 @@ class ModelIndex:
         self.values: dict[str, ir.Value] = {}
         self.value_graph: dict[str, str] = {}
         self._id_of: dict[int, str] = {}
+        self.parent: dict[str, str] = {}
+        self.shared: set[str] = set()
+        self.defined_at: dict[tuple[str, str], ir.Value] = {}
+        self.producer_at: dict[tuple[str, str], str] = {}
+        self.bodies: dict[tuple[str, str, str], str] = {}
         names = Counter(n.name for n in _all_nodes(model.graph) if n.name)
         self._unique_names = {k for k, c in names.items() if c == 1}
         self._taken: set[str] = set(self._unique_names)
@@ -112,11 +126,21 @@ class ModelIndex:
         self._taken.add(nid)
         return nid
 
-    def _define(self, value: ir.Value | None, graph: str) -> None:
+    def _define(self, value: ir.Value | None, graph: str, producer: str | None = None) -> None:
         if value is None or not value.name:
             return
-        self.values.setdefault(value.name, value)
-        self.value_graph.setdefault(value.name, graph)
+        name = value.name
+        first = self.value_graph.setdefault(name, graph)
+        if self.values.setdefault(name, value) is not value and first != graph:
+            # Defined again in another graph (a sibling branch): kept per graph.
+            if name not in self.shared:
+                self.shared.add(name)
+                self.defined_at[(first, name)] = self.values[name]
+                if name in self.producer:
+                    self.producer_at[(first, name)] = self.producer[name]
+            self.defined_at.setdefault((graph, name), value)
+            if producer is not None:
+                self.producer_at.setdefault((graph, name), producer)
 
     def _walk(self, graph: ir.Graph, path: str) -> None:
         for v in graph.inputs:
@@ -134,7 +158,7 @@ class ModelIndex:
             for out in node.outputs:
                 if out.name:
                     self.producer.setdefault(out.name, nid)
-                    self._define(out, path)
+                    self._define(out, path, nid)
             for inp in node.inputs:
                 # Mul(x, x) reads x twice but is one consumer.
                 if inp is not None and inp.name and nid not in self.consumers[inp.name][-1:]:
@@ -145,11 +169,17 @@ class ModelIndex:
                     owner = nid if (not path or nid.startswith(path + "/")) else f"{path}/{nid}"
                     sub_path = f"{owner}/{sub_name}"
                     self.graphs[sub_path] = sub
+                    self.parent[sub_path] = path
+                    if node.outputs and node.outputs[0].name:
+                        self.bodies[(path, node.outputs[0].name, sub_name)] = sub_path
                     self._walk(sub, sub_path)
                     entry.implicit_inputs.extend(
                         x for x in _outer_values(sub) if x not in entry.implicit_inputs)
         for v in graph.outputs:
-            self._define(v, path)
+            # An output is a definition only where nothing defines it (a body's output is
+            # its own node's value or an outer one: never a second definition).
+            if v.name and v.name not in self.value_graph:
+                self._define(v, path)
 
     # -- queries --------------------------------------------------------------------------
     def node_id(self, node: ir.Node) -> str:
@@ -183,6 +213,41 @@ class ModelIndex:
         except KeyError:
             raise unknown_name("graph path", path, self.graphs,
                                fix=f"Known graph paths: {sorted(self.graphs)}.") from None
+
+    def scope(self, name: str, graph: str = "") -> str:
+        """The path of the graph whose definition of ``name`` a node in ``graph`` reads: its
+        own graph's, else the nearest enclosing one's (``value_graph`` for a name defined
+        once)."""
+        if name not in self.shared:
+            return self.value_graph.get(name, "")
+        path: str | None = graph
+        while path is not None:
+            if (path, name) in self.defined_at:
+                return path
+            path = self.parent.get(path)
+        return self.value_graph.get(name, "")
+
+    def path_of(self, value: ir.Value) -> str:
+        """The path of the graph that defines ``value`` (``""`` when it is not in a body)."""
+        g = value.graph
+        if g is None or g is self.model.graph:
+            return ""
+        if not hasattr(self, "_paths"):
+            self._paths = {id(body): p for p, body in self.graphs.items()}
+        return self._paths.get(id(g), "")
+
+    def producer_in(self, name: str, graph: str = "") -> str | None:
+        """The node id producing ``name`` as read by a node in ``graph`` (see :meth:`scope`)."""
+        if name not in self.shared:
+            return self.producer.get(name)
+        return self.producer_at.get((self.scope(name, graph), name))
+
+    def consumers_in(self, name: str, graph: str) -> list[str]:
+        """The node ids reading the definition of ``name`` made in ``graph``."""
+        users = self.consumers.get(name, [])
+        if name not in self.shared:
+            return list(users)
+        return [c for c in users if self.scope(name, self.entries[c].graph) == graph]
 
     def topo_order(self, graph: str | None = "") -> list[str]:
         """Node ids in topological order: of one graph, or of all graphs when ``graph=None``."""

@@ -376,9 +376,13 @@ def _decoder_io(model: LabModel) -> DecoderIO | None:
         shape = shape_tuple(pv.shape)
         out_shape = shape_tuple(ov.shape)
         axis = _growing_axis(shape, out_shape)
-        if axis is not None and shape is not None and isinstance(shape[axis], str):
+        # A cross-attention cache does not grow (its length is the encoder's): it names
+        # neither the past nor the total length (T5's would say encoder_sequence_length).
+        grows = not kind.startswith("cross.")
+        if grows and axis is not None and shape is not None and isinstance(shape[axis], str):
             dims_seen["past"].append(shape[axis])
-        if axis is not None and out_shape is not None and isinstance(out_shape[axis], str):
+        if grows and axis is not None and out_shape is not None \
+                and isinstance(out_shape[axis], str):
             dims_seen["total"].append(out_shape[axis])
         slots.append(CacheSlot(layer, kind, pv.name, ov.name, shape, dtype_name(pv.dtype), axis))
     cache_names = {s.past for s in slots}  # a static encoder cache stays in other_inputs

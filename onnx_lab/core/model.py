@@ -18,7 +18,7 @@ from onnx_lab.core.shapes import infer_types
 
 if TYPE_CHECKING:
     from onnx_lab.core.index import ModelIndex
-    from onnx_lab.core.shapes import TensorInfo
+    from onnx_lab.core.shapes import TypeTable
 
 __all__ = ["LabModel", "mapped_briefly"]
 
@@ -47,7 +47,7 @@ class LabModel:
         # depends on the IR version (see transforms.base.overridable), so the graph carries it.
         model.graph.meta[IR_VERSION_META] = model.ir_version
         self._index: ModelIndex | None = None
-        self._types: dict[tuple, dict[str, TensorInfo]] = {}
+        self._types: dict[tuple, TypeTable] = {}
         self._cache: dict[tuple, Any] = {}
 
     # -- identity -------------------------------------------------------------------------
@@ -102,8 +102,11 @@ class LabModel:
         self._cache.pop(key, None)
 
     def types(self, dims: Mapping[str, int] | None = None,
-              shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, TensorInfo]:
+              shapes: Mapping[str, Sequence[int]] | None = None) -> TypeTable:
         """dtype and shape of every value, after ONNX shape inference (cached per dims/shapes).
+
+        A :class:`~onnx_lab.core.shapes.TypeTable`: ``types[name]``, and ``types.at(name,
+        graph)`` for a name that sibling If branches both define (each with its own type).
 
         Shape inference never raises here: when it fails, declared types are used. Dims the
         model determines (:mod:`onnx_lab.core.derived`: a head size, a total length) fill in

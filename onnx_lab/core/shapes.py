@@ -9,7 +9,7 @@ small constants (shape vectors, axes) stay so data propagation can compute Resha
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,11 +26,13 @@ from onnx_lab.core.dimexpr import dim_expression, dim_names, resolve_dim
 from onnx_lab.errors import DimError, close_matches, unknown_name
 
 if TYPE_CHECKING:
+    from onnx_lab.core.index import ModelIndex
     from onnx_lab.core.model import LabModel
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TensorInfo", "infer_types", "dtype_name", "type_label", "shape_tuple",
+__all__ = ["TensorInfo", "TypeTable", "type_at", "value_type", "infer_types", "dtype_name", "type_label",
+           "shape_tuple",
            "validate_dims", "dynamic_dims", "expression_dims", "named_shapes", "fit_dims",
            "resolve_dim"]
 
@@ -61,6 +63,61 @@ class TensorInfo:
         for d in self.shape:  # type: ignore[union-attr]
             n *= d  # type: ignore[operator]
         return n
+
+
+class TypeTable(dict):
+    """The types of a model's values: ``name -> TensorInfo`` (a dict, as every reader uses it)
+    and, for names defined in more than one graph (``ModelIndex.shared``: sibling If branches
+    of optimum's merged decoders reuse hundreds of names with other shapes and types), the
+    type of each definition: :meth:`at` reads the one a node in a given graph sees. The plain
+    ``table[name]`` of such a name is its first definition's (``ModelIndex.value_graph``).
+
+    Example:
+        >>> types = lab.model.types(dims)
+        >>> types.at("/decoder/Add_output_0", "optimum::if/then_branch").shape
+    """
+
+    def __init__(self, flat: Mapping[str, TensorInfo] | None = None,
+                 scoped: Mapping[tuple[str, str], TensorInfo] | None = None,
+                 scope: Callable[[str, str], str] | None = None,
+                 shared: frozenset[str] | set[str] = frozenset()) -> None:
+        super().__init__(flat or {})
+        #: ``(graph path, name) -> TensorInfo`` of every definition of a shared name.
+        self.scoped: dict[tuple[str, str], TensorInfo] = dict(scoped or {})
+        self._scope = scope
+        self._shared = shared
+
+    def at(self, name: str, graph: str = "") -> TensorInfo | None:
+        """The type of ``name`` as a node in the graph at ``graph`` reads it (``""``: main);
+        None when unknown."""
+        if name in self._shared and self._scope is not None:
+            return self.scoped.get((self._scope(name, graph), name))
+        return self.get(name)
+
+    def defined(self, name: str, graph: str) -> TensorInfo | None:
+        """The type of the definition of ``name`` made in the graph at ``graph``."""
+        if name in self._shared:
+            return self.scoped.get((graph, name))
+        return self.get(name)
+
+
+def type_at(types: Mapping[str, TensorInfo], name: str, graph: str = "") -> TensorInfo | None:
+    """``types.at(name, graph)`` of a :class:`TypeTable`, ``types.get(name)`` of a plain
+    mapping."""
+    if isinstance(types, TypeTable):
+        return types.at(name, graph)
+    return types.get(name)
+
+
+def value_type(model: LabModel, value: ir.Value, types: Mapping[str, TensorInfo] | None = None
+               ) -> TensorInfo | None:
+    """The inferred type of ``value`` (``types``, else ``model.types()``): its own graph's
+    when sibling If branches define its name too."""
+    types = model.types() if types is None else types
+    name = value.name or ""
+    if isinstance(types, TypeTable) and name in model.index.shared:
+        return types.defined(name, model.index.path_of(value))
+    return types.get(name)
 
 
 def dtype_name(dtype: ir.DataType | int | None) -> str | None:
@@ -279,7 +336,8 @@ def _value_info(name: str, elem: int, shape: Sequence[Dim] | None) -> onnx.Value
 
 def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: bool,
                     order: Sequence[ir.Node] | None = None,
-                    folded: Mapping[str, np.ndarray] | None = None) -> None:
+                    folded: Mapping[tuple[str, str], np.ndarray] | None = None,
+                    bodies: Mapping[tuple[str, str, str], str] | None = None) -> None:
     into.name = graph.name or "graph"
     for v in graph.inputs:
         if top and v.name not in graph.initializers and v.type is not None \
@@ -315,10 +373,10 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
     folded = folded or {}
     for node in (order if order is not None else graph):
         outs = [o.name for o in node.outputs if o.name]
-        if outs and all(o in folded for o in outs):
+        if outs and all(("", o) in folded for o in outs):
             # Values computed by core._fold replace the node that makes them.
             for o in outs:
-                into.initializer.append(onnx.numpy_helper.from_array(folded[o], o))
+                into.initializer.append(onnx.numpy_helper.from_array(folded[("", o)], o))
             continue
         value = node.attributes.get("value")
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and value is not None \
@@ -333,7 +391,7 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
         proto = into.node.add()
         ir.serde.serialize_node_into(proto, node)
         if folded and node.op_type == "If":
-            fold_into_bodies(proto, folded)
+            fold_into_bodies(proto, folded, bodies or {})
         # Declared types of intermediate values (value_info) go along: inference merges into
         # them, so exporter-written dims such as "floor(height/2)+1" survive instead of
         # becoming anonymous unk__N symbols.
@@ -352,8 +410,9 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
 
 
 def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
-                shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, TensorInfo]:
-    """Run shape inference (with data propagation) and return TensorInfo for every value.
+                shapes: Mapping[str, Sequence[int]] | None = None) -> TypeTable:
+    """Run shape inference (with data propagation) and return TensorInfo for every value, in
+    a :class:`TypeTable` (names defined in more than one graph typed per graph).
 
     Never raises because of the model: when inference fails, declared types are kept and a
     warning is logged.
@@ -361,6 +420,8 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
     dims = dict(dims or {})
     shapes = dict(shapes or {})
     m = model.ir
+    idx = model.index
+    shared = idx.shared
     skel = onnx.ModelProto(ir_version=max(m.ir_version, 4))
     for domain, version in m.opset_imports.items():
         skel.opset_import.add(domain=domain, version=version)
@@ -368,9 +429,9 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
         ir.serde.serialize_function_into(skel.functions.add(), f)
     # Declared types (inputs, outputs, value_info, weights) of every graph, and the dim
     # names the model itself uses.
-    declared: dict[str, TensorInfo] = {}
+    declared = TypeTable()
     symbols: set[str] = set()
-    for g in m.graphs():
+    for path, g in idx.graphs.items():
         values = list(g.inputs) + list(g.outputs) + list(g.initializers.values())
         for node in g:
             values.extend(node.outputs)
@@ -386,15 +447,17 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
                 info = TensorInfo(dtype_name(v.const_value.dtype),
                                   shape_tuple(v.const_value.shape))
             declared.setdefault(v.name, info)
-    result: dict[str, TensorInfo] = {}
-    order = [model.index.node(nid) for nid in model.index.topo_order("")]
+            if v.name in shared and (path, v.name) in idx.defined_at:
+                declared.scoped.setdefault((path, v.name), info)
+    result = TypeTable()
+    order = [idx.node(nid) for nid in idx.topo_order("")]
 
-    def infer(folded: Mapping[str, np.ndarray] | None) -> dict[str, TensorInfo]:
-        out: dict[str, TensorInfo] = {}
+    def infer(folded: Mapping[tuple[str, str], np.ndarray] | None) -> TypeTable:
+        out = TypeTable(scope=idx.scope, shared=shared)
         skeleton = onnx.ModelProto()
         skeleton.CopyFrom(skel)
         _skeleton_graph(m.graph, skeleton.graph, dims, shapes, top=True, order=order,
-                        folded=folded)
+                        folded=folded, bodies=idx.bodies)
         data_prop = _largest_dim(skeleton.graph) <= _MAX_PROPAGATED_DIM
         inferred = onnx.shape_inference.infer_shapes(
             skeleton, check_type=False, strict_mode=False, data_prop=data_prop)
@@ -407,44 +470,55 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
                 break
             inferred = onnx.shape_inference.infer_shapes(
                 inferred, check_type=False, strict_mode=False, data_prop=data_prop)
-        _collect(inferred.graph, out)
+        _collect(inferred.graph, out, "", idx if shared else None)
         return out
 
     try:
         result = infer(None)
         # With every input shape concrete, evaluate the small shape computations ONNX does
         # not propagate (Range of Shape(x)...) and infer again, while that finds more.
-        folded: dict[str, np.ndarray] = {}
+        folded: dict[tuple[str, str], np.ndarray] = {}
         inputs = [v.name for v in m.graph.inputs if v.name not in m.graph.initializers]
         for _ in range(_FOLD_ROUNDS):
             if not all(name in result and not result[name].dynamic for name in inputs) \
-                    or not any(info.dynamic for info in result.values()):
+                    or not any(info.dynamic for info in (*result.values(),
+                                                         *result.scoped.values())):
                 break
             more = fold_shape_values(model, result)
             if not more.keys() - folded.keys():
                 break
             folded.update(more)
             again = infer(folded)
-            result.update({k: v for k, v in again.items()
-                           if not v.dynamic or k not in result or result[k].shape is None})
+            for table, new in ((result, again), (result.scoped, again.scoped)):
+                table.update({k: v for k, v in new.items()
+                              if not v.dynamic or k not in table or table[k].shape is None})
     except Exception as e:  # noqa: BLE001 - inference must never make open() fail
         logger.warning("ONNX shape inference failed (%s); using declared shapes only.", e)
-    # Symbols that inference invented (unk__0, ...) for dims it could not compute are unknown
-    # dims: shown as None, like any other unknown dim.
-    for name, info in result.items():
-        if info.shape is not None and any(isinstance(d, str) and d not in symbols
-                                          for d in info.shape):
-            result[name] = TensorInfo(info.dtype, tuple(
-                None if isinstance(d, str) and d not in symbols else d for d in info.shape))
-    # Declared types fill what inference did not produce (and bodies it could not enter).
-    for name, info in declared.items():
-        have = result.get(name)
-        if have is None or (have.shape is None and info.shape is not None) \
-                or (have.dtype is None and info.dtype is not None):
-            result[name] = TensorInfo(have.dtype if have and have.dtype else info.dtype,
-                                      have.shape if have and have.shape is not None
-                                      else info.shape)
-    return result
+    out = TypeTable(scope=idx.scope, shared=shared)
+    for table, have_all, decl in ((out, result, declared), (out.scoped, result.scoped,
+                                                            declared.scoped)):
+        for name, info in have_all.items():
+            # Symbols that inference invented (unk__0, ...) for dims it could not compute are
+            # unknown dims: shown as None, like any other unknown dim.
+            if info.shape is not None and any(isinstance(d, str) and d not in symbols
+                                              for d in info.shape):
+                info = TensorInfo(info.dtype, tuple(
+                    None if isinstance(d, str) and d not in symbols else d for d in info.shape))
+            table[name] = info
+        # Declared types fill what inference did not produce (and bodies it could not enter).
+        for name, info in decl.items():
+            have = table.get(name)
+            if have is None or (have.shape is None and info.shape is not None) \
+                    or (have.dtype is None and info.dtype is not None):
+                table[name] = TensorInfo(have.dtype if have and have.dtype else info.dtype,
+                                         have.shape if have and have.shape is not None
+                                         else info.shape)
+    # A shared name's plain entry is its first definition's (the index's value_graph).
+    for name in shared:
+        first = out.scoped.get((idx.value_graph.get(name, ""), name))
+        if first is not None:
+            out[name] = first
+    return out
 
 
 # ONNX data propagation stores the values of 1-D tensors as shape dims (~150 bytes each) and
@@ -471,24 +545,38 @@ def _largest_dim(graph: onnx.GraphProto) -> int:
     return largest
 
 
-def _collect(graph: onnx.GraphProto, out: dict[str, TensorInfo]) -> None:
+def _collect(graph: onnx.GraphProto, out: TypeTable, path: str = "",
+             idx: ModelIndex | None = None) -> None:
+    """The inferred types of ``graph`` (at ``path``) and its bodies into ``out``; with
+    ``idx`` (a model whose graphs share names), each shared name's per graph too."""
+    def put(name: str, info: TensorInfo, first: bool = False) -> None:
+        if name not in out or (not first and out[name].shape is None):
+            out[name] = info
+        if idx is not None and name in idx.shared and (path, name) in idx.defined_at:
+            have = out.scoped.get((path, name))
+            if have is None or (not first and have.shape is None):
+                out.scoped[(path, name)] = info
+
     for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
         info = _info_from_proto(vi)
-        if info is not None and (vi.name not in out or out[vi.name].shape is None):
-            out[vi.name] = info
+        if info is not None:
+            put(vi.name, info)
     for t in graph.initializer:
-        out.setdefault(t.name, TensorInfo(dtype_name(t.data_type), tuple(t.dims)))
+        put(t.name, TensorInfo(dtype_name(t.data_type), tuple(t.dims)), first=True)
     for node in graph.node:
         for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                _collect(attr.g, out)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    _collect(g, out)
-            elif node.op_type == "Constant" and attr.type == onnx.AttributeProto.TENSOR \
+            subs = [(attr.name, attr.g)] if attr.type == onnx.AttributeProto.GRAPH else \
+                [(f"{attr.name}.{i}", g) for i, g in enumerate(attr.graphs)] \
+                if attr.type == onnx.AttributeProto.GRAPHS else []
+            for sub_name, sub in subs:
+                sub_path = idx.bodies.get((path, node.output[0] if node.output else "",
+                                           sub_name)) if idx is not None else None
+                # a body the index does not know is read by name only
+                _collect(sub, out, sub_path or "", idx if sub_path is not None else None)
+            if node.op_type == "Constant" and attr.type == onnx.AttributeProto.TENSOR \
                     and node.output:
-                out.setdefault(node.output[0],
-                               TensorInfo(dtype_name(attr.t.data_type), tuple(attr.t.dims)))
+                put(node.output[0], TensorInfo(dtype_name(attr.t.data_type),
+                                               tuple(attr.t.dims)), first=True)
 
 
 def _info_from_proto(vi: onnx.ValueInfoProto) -> TensorInfo | None:

@@ -27,7 +27,7 @@ from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import fit_dims, validate_dims
 from onnx_lab.core.source import Resolved, resolve
-from onnx_lab.errors import DimError, InputError, LabError
+from onnx_lab.errors import DimError, InputError, LabError, RuntimeLoadError
 
 # By job, every name importable from here: the runs, the divergence, the result.
 from onnx_lab.numerics._compare_runs import (  # noqa: F401  (re-exports)
@@ -60,7 +60,9 @@ from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.feeds import as_feed_list, input_specs
 from onnx_lab.runtime.session import (
     RUNTIME_PROTO_KEY,
+    make_session,
     resolve_providers,
+    run_session,
 )
 
 logger = logging.getLogger(__name__)
@@ -137,16 +139,37 @@ def _check_known(sides: Sequence[tuple[str, Resolved]], dims: Mapping[str, int] 
         raise type(e)(f"{what}: {e.problem}", fix=e.fix) from e
 
 
+def runnable_samples(model: LabModel, feed_list: list[dict]) -> tuple[list[dict], list[str]]:
+    """The first sample, and the other branches' samples (``branch_feeds``) ``model`` runs
+    on, with onnxruntime's reason for each it does not: a branch that fails at these dims in
+    the reference itself cannot judge a candidate; it is left out and named (compare's
+    ``Comparison.unexercised``, the precision plan's notes), never the candidate's failure."""
+    if len(feed_list) < 2:
+        return feed_list, []
+    names = [v.name for v in model.graph.outputs]
+    sess = make_session(model, outputs=names, arena=False)
+    keep, problems = feed_list[:1], []
+    for f in feed_list[1:]:
+        try:
+            run_session(sess, f, names, what="the reference model")
+        except RuntimeLoadError as e:
+            problems.append(e.problem)
+            continue
+        keep.append(f)
+    return keep, problems
+
+
 def _shared_feeds(ref: Resolved, cand: Resolved) -> list[dict[str, np.ndarray]]:
     """Seeded feeds from the reference's dims, which the candidate must accept (a static
     candidate's shapes must be the reference's resolved ones; its dim names may differ).
     When the reference's dims leave dims open, the candidate's own shapes (a static model)
     are used instead, if they resolve."""
     try:
-        feed_list = as_feed_list(None, ref.model, ref.dims, ref.shapes)
+        feed_list, _ = runnable_samples(ref.model, as_feed_list(
+            None, ref.model, ref.dims, ref.shapes, branches=True))
     except DimError as ref_error:
         try:
-            return as_feed_list(None, cand.model, cand.dims, cand.shapes)
+            return as_feed_list(None, cand.model, cand.dims, cand.shapes, branches=True)
         except DimError:
             raise DimError(f"reference: {ref_error.problem}", fix=ref_error.fix) from ref_error
     try:

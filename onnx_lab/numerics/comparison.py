@@ -11,6 +11,7 @@ import numpy as np
 
 from onnx_lab import _display
 from onnx_lab._pandas import pd
+from onnx_lab.core.branches import unexercised
 from onnx_lab.core.source import Resolved
 from onnx_lab.core.source_map import group_by_module, module_at
 from onnx_lab.errors import InputError, unknown_name
@@ -50,6 +51,7 @@ class Comparison:
             tensor where the candidate holds NaN/inf the reference does not (property).
         atol, rtol: the numbers of the float32 output rule used (the preset's or yours).
         preset: the tolerance preset (``"by dtype"`` when each tensor's dtype chose).
+        unexercised: the If branches no sample ran (property; see :func:`compare`'s feeds).
     """
 
     def __init__(self, *, outputs: pd.DataFrame, layers: pd.DataFrame, alignment: pd.DataFrame,
@@ -78,7 +80,8 @@ class Comparison:
 
     # -- data
     def to_dict(self) -> dict[str, Any]:
-        """The JSON of ``onnx-lab compare --json``: passed, outputs, layers, first_divergence."""
+        """The JSON of ``onnx-lab compare --json``: passed, outputs, layers, first_divergence,
+        unexercised."""
         def records(df: pd.DataFrame) -> list[dict]:
             out = []
             for rec in df.to_dict(orient="records"):
@@ -89,7 +92,7 @@ class Comparison:
         return {"passed": self.passed, "atol": self.atol, "rtol": self.rtol,
                 "preset": self.preset,
                 "outputs": records(self.outputs), "layers": records(self.layers),
-                "first_divergence": self.first_divergence}
+                "first_divergence": self.first_divergence, "unexercised": self.unexercised}
 
     def _pair(self, tensor: str) -> tuple[str, str]:
         for df in (self.outputs, self.layers):
@@ -186,6 +189,13 @@ class Comparison:
         return module_at((self.reference or self.candidate).model, depth).get(div["node_id"])
 
     @property
+    def unexercised(self) -> list[str]:
+        """The If branches a boolean input decides (optimum's ``use_cache_branch``) that no
+        sample of :attr:`feeds` ran: never compared (``"use_cache_branch=False
+        (optimum::if/else_branch)"``). Seeded feeds run them all; given feeds may not."""
+        return unexercised((self.reference or self.candidate).model, self.feeds)
+
+    @property
     def first_nonfinite(self) -> dict[str, Any] | None:
         """The first compared tensor (topological order) where the candidate holds more NaN or
         inf values than the reference: where an fp16 overflow starts.
@@ -237,6 +247,9 @@ class Comparison:
             lines.append(f"first non-finite values: {f['tensor']} (node {f['node_id']}, "
                          f"{f['op_type']}), {f['inf_cand']} inf and {f['nan_cand']} NaN in the "
                          "candidate only")
+        missed = self.unexercised
+        if missed:
+            lines.append("not exercised by the feeds (never compared): " + "; ".join(missed))
         return "\n".join(lines)
 
     def __repr__(self) -> str:

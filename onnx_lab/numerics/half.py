@@ -138,13 +138,9 @@ class HalfRules:
         self.model = model
         self.to = to
         idx = model.index
-        self._types = {k: v.dtype for k, v in model.types().items()}
-        self._shapes = {k: v.shape for k, v in model.types().items()}
-        #: Names defined in more than one graph (sibling If branches: optimum's merged
-        #: decoders) are typed per graph: ``(graph path, name) -> (dtype, shape)``.
-        self._scoped, self._parent = _scoped_types(model)
-        self._producer_at = {(e.graph, v.name): nid for nid, e in idx.entries.items()
-                             for v in e.node.outputs if v.name} if self._scoped else {}
+        #: The model's types; a name that sibling If branches both define (optimum's merged
+        #: decoders) is read per graph (``TypeTable.at``).
+        self._table = model.types()
         opsets = dict(model.ir.opset_imports)
         self.index_values = self._index_values()
         self.rules: dict[str, NodeRule] = {}
@@ -155,15 +151,8 @@ class HalfRules:
     # -- helpers ----------------------------------------------------------------------------
     def _info(self, name: str, path: str) -> tuple[str | None, tuple | None]:
         """dtype and shape of ``name`` as read in the graph at ``path``."""
-        if self._scoped and (path, name) not in self._scoped:
-            p: str | None = self._parent.get(path)
-            while p is not None and (p, name) not in self._scoped:
-                p = self._parent.get(p)
-            if p is not None:
-                path = p
-        if (path, name) in self._scoped:
-            return self._scoped[(path, name)]
-        return self._types.get(name), self._shapes.get(name)
+        info = self._table.at(name, path)
+        return (info.dtype, info.shape) if info is not None else (None, None)
 
     def dtype(self, name: str, path: str = "") -> str | None:
         """The dtype name of ``name`` as read in the graph at ``path`` (``""``: main)."""
@@ -174,14 +163,7 @@ class HalfRules:
 
     def _producer(self, name: str, path: str) -> str | None:
         """The node id defining ``name`` as read in the graph at ``path``."""
-        if not self._scoped:
-            return self.model.index.producer.get(name)
-        p: str | None = path
-        while p is not None:
-            if (p, name) in self._producer_at:
-                return self._producer_at[(p, name)]
-            p = self._parent.get(p)
-        return self.model.index.producer.get(name)
+        return self.model.index.producer_in(name, path)
 
     def _small(self, name: str, path: str = "") -> bool:
         shape = self._info(name, path)[1]
@@ -300,98 +282,6 @@ class HalfRules:
                 fixed.extend(i for i in gi if is_float(ins[i]))
         why = "" if groups else "no float32 computation it could convert"
         return NodeRule(groups=groups, fixed_in=tuple(sorted(fixed)), flex=tuple(flex), why=why)
-
-
-_DTYPE_NAMES = {FLOAT: "float32", FLOAT16: "float16", BFLOAT16: "bfloat16",
-                TensorProto.DOUBLE: "float64"}
-
-
-def _vi_info(t: onnx.TypeProto) -> tuple[str | None, tuple | None]:
-    if not t.HasField("tensor_type"):
-        return None, None
-    tt = t.tensor_type
-    dt = _DTYPE_NAMES.get(tt.elem_type, f"elem_type {tt.elem_type}") if tt.elem_type else None
-    if not tt.HasField("shape"):
-        return dt, None
-    return dt, tuple(int(d.dim_value) if d.HasField("dim_value") else None
-                     for d in tt.shape.dim)
-
-
-def _scoped_types(model: LabModel) -> tuple[dict[tuple[str, str], tuple], dict[str, str]]:
-    """Types of the names defined in more than one graph, per graph: ``(graph path, name) ->
-    (dtype, shape)``, and each body's parent graph path. Sibling If branches may reuse a name
-    with another type (optimum's merged decoders: ``/decoder/Cast_2_output_0`` is an int64
-    length feeding ``Range`` in one branch and a float32 mask in the other), which the model's
-    name-keyed types cannot tell apart. Empty when every name is defined once (no inference
-    is run then)."""
-    idx = model.index
-    count: dict[str, int] = {}
-    for g in idx.graphs.values():
-        names = {v.name for v in list(g.inputs) + list(g.initializers.values()) if v.name}
-        names.update(v.name for n in g for v in n.outputs if v.name)
-        for name in names:
-            count[name] = count.get(name, 0) + 1
-    dup = {name for name, c in count.items() if c > 1}
-    if not dup:
-        return {}, {}
-    path_of = {id(g): path for path, g in idx.graphs.items()}
-    parent: dict[str, str] = {}
-    for e in idx.entries.values():
-        for a in e.node.attributes.values():
-            subs = [a.value] if a.type == onnx.AttributeProto.GRAPH else \
-                list(a.value) if a.type == onnx.AttributeProto.GRAPHS else []
-            for sub in subs:
-                if id(sub) in path_of:
-                    parent[path_of[id(sub)]] = e.graph
-    proto = model.to_proto()
-    for t in proto.graph.initializer:  # types and dims are enough for inference here
-        if t.data_location != TensorProto.EXTERNAL and np.prod(t.dims, dtype=np.int64) > _SMALL:
-            t.ClearField("raw_data")
-            for f in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
-                t.ClearField(f)
-            t.data_location = TensorProto.EXTERNAL
-            t.external_data.add(key="location", value="__onnx_lab_absent__")
-    try:
-        proto = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False)
-    except Exception:  # noqa: BLE001 - declared types are used then
-        pass
-    # Every definition of such a name has an entry (its declared type, else unknown), so a
-    # branch inference did not type never reads the other branch's type.
-    out: dict[tuple[str, str], tuple] = {}
-    for path, g in idx.graphs.items():
-        for v in list(g.inputs) + list(g.initializers.values()) + [
-                v for n in g for v in n.outputs]:
-            if v.name in dup:
-                dt = _DTYPE_NAMES.get(int(v.dtype), f"elem_type {int(v.dtype)}") \
-                    if v.dtype is not None else None
-                out[(path, v.name)] = (dt, None)
-
-    def walk(pg: onnx.GraphProto, ig, path: str) -> None:
-        def put(name: str, info: tuple) -> None:
-            if name in dup and info[0] is not None:
-                out[(path, name)] = info
-        for vi in list(pg.input) + list(pg.value_info) + list(pg.output):
-            put(vi.name, _vi_info(vi.type))
-        for t in pg.initializer:
-            put(t.name, (_DTYPE_NAMES.get(t.data_type, f"elem_type {t.data_type}"),
-                         tuple(t.dims)))
-        for pn, inode in zip(pg.node, ig):
-            for a in pn.attribute:
-                if pn.op_type == "Constant" and a.type == onnx.AttributeProto.TENSOR \
-                        and pn.output and out.get((path, pn.output[0]), (None,))[0] is None:
-                    put(pn.output[0], (_DTYPE_NAMES.get(a.t.data_type, "other"),
-                                       tuple(a.t.dims)))
-                ia = inode.attributes.get(a.name)
-                if ia is None:
-                    continue
-                if a.type == onnx.AttributeProto.GRAPH:
-                    walk(a.g, ia.value, path_of.get(id(ia.value), ""))
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    for pb, ib in zip(a.graphs, ia.value):
-                        walk(pb, ib, path_of.get(id(ib), ""))
-
-    walk(proto.graph, model.ir.graph, "")
-    return out, parent
 
 
 def _bind(formals, n: int) -> list[str] | None:

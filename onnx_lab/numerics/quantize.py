@@ -133,7 +133,12 @@ def _quantize_files(model: LabModel, fn, source: Path | None = None, **kw) -> La
         else:
             _save(model, src)
         try:
-            fn(str(src), str(dst), **kw)
+            # A tensor of one value calibrates to a zero range: the quantizer divides by its
+            # zero scale (numpy warnings on the console, here and in calibrate_int8); the
+            # candidate is judged anyway (T5's relative_attention_bias Gather then fails to
+            # run: a failed trial).
+            with np.errstate(divide="ignore", invalid="ignore"):
+                fn(str(src), str(dst), **kw)
         except Exception as e:  # noqa: BLE001 - the quantizer raises assorted errors
             msg = str(e).strip()
             computed = re.search(r"Expected (\S+) to be an initializer", msg)
@@ -355,10 +360,11 @@ def calibrate_int8(source: Any, feeds: Any = None, n: int = 8,
             _save(model, src)
             logging.getLogger().addFilter(_ADVICE_FILTER)
             try:
-                quantize_static(str(src), str(dst), calibration_data_reader=_Reader(),
-                                quant_format=QuantFormat.QDQ,
-                                calibrate_method=getattr(CalibrationMethod, method),
-                                calibration_cache_path=str(cache))
+                with np.errstate(divide="ignore", invalid="ignore"):  # zero ranges: see above
+                    quantize_static(str(src), str(dst), calibration_data_reader=_Reader(),
+                                    quant_format=QuantFormat.QDQ,
+                                    calibrate_method=getattr(CalibrationMethod, method),
+                                    calibration_cache_path=str(cache))
             except Exception as e:  # noqa: BLE001 - the quantizer raises assorted errors
                 raise PassError(f"int8 calibration failed: {str(e).strip()[:400]}",
                                 fix="Check the calibration feeds against lab.inputs.") from e

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from onnx_lab._pandas import pd
+from onnx_lab.core.branches import branch_labels, unexercised
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.save import wants_external
 from onnx_lab.core.shapes import fit_dims
@@ -91,18 +92,22 @@ def _feeds(before: LabModel, after: LabModel, feeds: Any, dims, shapes, seed: in
         if feeds is not None:
             base = as_feed_list(feeds, before, b_dims, b_shapes, seed)
         elif reference_shapes and _resolves(before, b_dims, b_shapes):
-            base = as_feed_list(None, before, b_dims, b_shapes, seed)
+            # One sample per branch a boolean input decides (optimum's use_cache_branch).
+            base = as_feed_list(None, before, b_dims, b_shapes, seed, branches=True)
             if any(n not in base[0] for n in a_names):  # inputs only the new model has
-                extra = as_feed_list(None, after, a_dims, a_shapes, seed)[0]
-                base = [{**extra, **base[0]}]
+                base = _filled(base, as_feed_list(None, after, a_dims, a_shapes, seed,
+                                                  branches=True))
             _accepts(after, base[0], b_dims)
+            # A branch sample the new model cannot take (a tool fixed the past length the
+            # first sample has) is left out; the report names the branch it would have run.
+            base = base[:1] + [f for f in base[1:] if _accepted(after, f)]
         else:
             # The candidate is usually the more constrained model (fix_dims), so generate
             # for it and fill what only the reference needs from the reference.
-            base = as_feed_list(None, after, a_dims, a_shapes, seed)
+            base = as_feed_list(None, after, a_dims, a_shapes, seed, branches=True)
             if any(n not in base[0] for n in b_names):
-                extra = as_feed_list(None, before, b_dims, b_shapes, seed)[0]
-                base = [{**extra, **base[0]}]
+                base = _filled(base, as_feed_list(None, before, b_dims, b_shapes, seed,
+                                                  branches=True))
     except DimError as e:
         raise DimError(e.problem, fix=(e.fix or "") + " Or skip verification with "
                        "verify=False (--no-verify).") from e
@@ -116,6 +121,19 @@ def _feeds(before: LabModel, after: LabModel, feeds: Any, dims, shapes, seed: in
                              fix="Pass feeds for every input of both models.")
         out.append((ref, cand))
     return out
+
+
+def _filled(base: list[dict], extra: list[dict]) -> list[dict]:
+    """Each sample of ``base`` with the inputs it lacks from the matching one of ``extra``."""
+    return [{**extra[min(i, len(extra) - 1)], **f} for i, f in enumerate(base)]
+
+
+def _accepted(after: LabModel, feeds: Mapping[str, np.ndarray]) -> bool:
+    try:
+        _accepts(after, feeds, {})
+    except DimError:
+        return False
+    return True
 
 
 def _resolves(model: LabModel, dims, shapes) -> bool:
@@ -308,7 +326,10 @@ def verify(before: LabModel, after: LabModel, result: PassResult | None = None, 
         which rule judged the tensor, as a formula). Rows are in the topological order of
         ``after``. ``report.attrs`` holds ``passed`` (bool), ``first_failure`` (the first
         failing tensor in topological order, or None), ``max_abs_err`` (largest max_abs over
-        the model outputs) and ``samples``.
+        the model outputs), ``samples``, ``branches`` (per sample, the If branches a
+        boolean input such as optimum's ``use_cache_branch`` takes: the seeded inputs are one
+        sample per value, see :func:`onnx_lab.runtime.feeds.branch_feeds`) and
+        ``unexercised`` (those no sample took, also in ``note``).
 
     Raises:
         DimError: symbolic dims without a value (listing them and how to pass them).
@@ -383,11 +404,22 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
     single = len(chunks) <= 1
     a_all = [n for n, _i, _t in version_tensors(after)] if (cache is not None and single) else []
     skipped: list[str] = []
-    for ref_feeds, cand_feeds in samples:
+    labels = branch_labels(before, [r for r, _c in samples])
+    not_run: list[str] = []  # generated branch samples the reference itself cannot run
+    for i, (ref_feeds, cand_feeds) in enumerate(samples):
         key = _fingerprint(ref_feeds) + _fingerprint(cand_feeds)
         for chunk in chunks:
-            refs = _run(before, ref_feeds, list(dict.fromkeys(p.ref for p in chunk)),
-                        providers, cache if single else None, key)
+            try:
+                refs = _run(before, ref_feeds, list(dict.fromkeys(p.ref for p in chunk)),
+                            providers, cache if single else None, key)
+            except RuntimeLoadError as e:
+                if i == 0 or feeds is not None or not labels:
+                    raise
+                # The other branch, sized as generated, does not run in the reference
+                # either: it cannot judge the step; said as unexercised, not a failure.
+                not_run.append(f"{labels[i]} (the reference does not run on it: "
+                               f"{e.problem})")
+                break
             try:
                 cands = _run(after, cand_feeds, [p.tensor for p in chunk], providers,
                              cache if single else None, key, extra=a_all)
@@ -396,11 +428,16 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                     s = stats[p.tensor]
                     s.update(passed=False, max_abs=math.inf, max_rel=math.inf,
                              note=f"the new model does not run: {e.problem}")
+                    if labels:
+                        s["fails_with"].append(labels[i])
                 continue
             for p in chunk:
+                passed = stats[p.tensor]["passed"]
                 if not _judge(p, refs[p.ref], cands[p.tensor], stats[p.tensor], preset=preset,
                               atol=atol, rtol=rtol):
                     skipped.append(p.tensor)
+                elif labels and passed and not stats[p.tensor]["passed"]:
+                    stats[p.tensor]["fails_with"].append(labels[i])
             del refs, cands
     saved = _saved_form_problem(before, after)
     if saved:  # runs here, but its saved file would not load: every output fails
@@ -415,10 +452,15 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
         "passed": not failing, "first_failure": str(failing[0]) if failing else None,
         "max_abs_err": float(max(outs)) if outs else None, "samples": len(samples),
         "skipped": sorted(set(skipped)), "not_comparable": not_comparable,
-        "verified_by": "full"}
+        "verified_by": "full", "branches": labels,
+        "unexercised": unexercised(before, [r for r, _c in samples]) + not_run}
     if not pairs:
         attrs["note"] = "no tensor of the new model corresponds to one of the reference"
+    elif attrs["unexercised"]:
+        attrs["note"] = ("not exercised by the feeds (never checked): "
+                         + "; ".join(attrs["unexercised"]))
     return Report(rows, attrs)
+
 
 
 def _judge(p: VersionPair, ref: Any, cand: Any, s: dict[str, Any], *, preset: str | None,
@@ -448,14 +490,18 @@ def _judge(p: VersionPair, ref: Any, cand: Any, s: dict[str, Any], *, preset: st
 
 def _new_stats() -> dict[str, Any]:
     return {"max_abs": 0.0, "max_rel": 0.0, "passed": True, "dtype": None, "shape": None,
-            "note": "", "atol": None, "rtol": None, "preset": None, "rule": None}
+            "note": "", "atol": None, "rtol": None, "preset": None, "rule": None,
+            "fails_with": []}
 
 
 def _row(p: VersionPair, s: dict[str, Any]) -> dict[str, Any]:
+    # The first sample it failed on, by the branches that sample runs.
+    where = f"fails with {s['fails_with'][0]}" if s["fails_with"] else ""
     return {"tensor": p.tensor, "node_id": p.node_id, "match": p.match, "dtype": s["dtype"],
             "max_abs": s["max_abs"], "max_rel": s["max_rel"], "passed": s["passed"],
             "atol": s["atol"], "rtol": s["rtol"], "ref_tensor": p.ref,
-            "ref_node_id": p.ref_node_id, "shape": s["shape"], "note": s["note"],
+            "ref_node_id": p.ref_node_id, "shape": s["shape"],
+            "note": "; ".join(x for x in (s["note"], where) if x),
             "preset": s["preset"], "rule": s["rule"]}
 
 
@@ -490,13 +536,19 @@ def fill_result(result: PassResult, report: pd.DataFrame | Report, seconds: floa
     result.max_abs_err = report.attrs.get("max_abs_err")
     result.first_failure = report.attrs.get("first_failure")
     result.verify_seconds = seconds
+    if report.attrs.get("unexercised"):  # branches no sample ran: said, not hidden
+        result.notes.append(f"verification {report.attrs['note']}")
     if not result.verify_passed:
         if isinstance(report, Report):
             row = report.row(result.first_failure)
         else:
             row = report.loc[report["tensor"] == result.first_failure].iloc[0]
-        detail = row["note"] or f"max_abs {row['max_abs']:.3g} outside the {row['preset']} " \
-            f"rule {row['rule']}"
+        numbers = f"max_abs {row['max_abs']:.3g} outside the {row['preset']} rule " \
+            f"{row['rule']}"
+        note = str(row["note"] or "")
+        # a branch's name alone says where, not by how much
+        detail = note if note and not note.startswith("fails with ") else "; ".join(
+            x for x in (numbers, note) if x)
         result.notes.append(f"verification failed first at tensor {result.first_failure!r} "
                             f"(node {row['node_id']}): {detail}")
     return result

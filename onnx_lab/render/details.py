@@ -18,6 +18,7 @@ from onnx_lab.analysis.tables import attribute_value
 from onnx_lab.analysis.weights import weight_stats
 from onnx_lab.core.index import node_scope
 from onnx_lab.core.provenance import node_origin
+from onnx_lab.core.shapes import type_at
 from onnx_lab.core.source_map import scope_key, source_map
 from onnx_lab.core.values import const_array, is_constant
 from onnx_lab.errors import unknown_name
@@ -44,8 +45,9 @@ def _as_model(model: Any) -> Any:
     return model
 
 
-def _tensor_row(model: LabModel, types: Mapping[str, Any], name: str) -> dict[str, Any]:
-    info = types.get(name)
+def _tensor_row(model: LabModel, types: Mapping[str, Any], name: str, graph: str = ""
+                ) -> dict[str, Any]:
+    info = type_at(types, name, graph)  # as a node of ``graph`` reads it
     idx = model.index
     if name in model.graph.initializers:
         kind = "weight"
@@ -146,8 +148,8 @@ def node_details(model: Any, node_id: str, *, dims: Mapping[str, int] | None = N
         "node_id": node_id, "op_type": node.op_type, "domain": node.domain or "",
         "name": node.name or "", "graph": entry.graph, "scope": node_scope(node),
         "attributes": attrs,
-        "inputs": [_tensor_row(model, types, n) for n in ins],
-        "outputs": [_tensor_row(model, types, n) for n in outs],
+        "inputs": [_tensor_row(model, types, n, entry.graph) for n in ins],
+        "outputs": [_tensor_row(model, types, n, entry.graph) for n in outs],
         "weights": weights,
         "values": [x for x in (weight_values(model, n) for n in weight_names[:4]) if x],
         "origins": [o for o in node_origin(node, node_id)],

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import onnx_ir as ir
 
 from onnx_lab.core.index import node_scope
-from onnx_lab.core.shapes import dtype_name, shape_tuple
+from onnx_lab.core.shapes import dtype_name, shape_tuple, type_at
 
 if TYPE_CHECKING:
     from onnx_lab.core.index import ModelIndex
@@ -413,7 +413,7 @@ def build_view(model: LabModel, graph: str, selected: Iterable[str], *,
     if groups:
         _orient_edges(idx, draw.nodes, edge_list)
     if show_shapes:
-        _label_edges(edge_list, draw.types)
+        _label_edges(edge_list, draw.types, graph)
     view = GraphView(graph, draw.nodes, edge_list, {})
     alias_dims(view)
     if clusters:
@@ -456,6 +456,10 @@ class _Drawing:
             self.nodes[f"scope:{gk}"] = DrawNode(f"scope:{gk}", "box", grp.name,
                                                  node_ids=list(grp.members), tooltip=grp.name)
 
+    def _type(self, name: str) -> TensorInfo | None:
+        """The type of ``name`` as this graph reads it."""
+        return type_at(self.types, name, self.graph)
+
     def absorbed(self, nid: str) -> bool:
         # A Constant goes inside a drawn consumer; with none drawn (the user selected the
         # Constant itself) it is drawn as a node, or the view would be silently empty.
@@ -464,7 +468,8 @@ class _Drawing:
         if not (self.fold and is_folded_constant(node)):
             return False
         return any(owner_in_graph(idx, c, self.graph) in self.sel_set - {nid}
-                   for out in node.outputs for c in idx.consumers.get(out.name, ()))
+                   for out in node.outputs if out.name
+                   for c in idx.consumers_in(out.name, idx.entries[nid].graph))
 
     def add_edge(self, src: str, dst: str, tensor: str, dashed: bool = False) -> None:
         if src == dst:
@@ -485,7 +490,8 @@ class _Drawing:
         ins = [(i, v.name) for i, v in enumerate(node.inputs) if v is not None and v.name]
         ins.extend((-1, name) for name in e.implicit_inputs)
         for pos, t in ins:
-            p = idx.producer.get(t)
+            # as read in this graph: sibling If branches may define the same name
+            p = idx.producer_in(t, e.graph)
             pe = idx.entries.get(p) if p is not None else None
             if pe is not None and pe.graph == graph:
                 if self.fold and is_folded_constant(pe.node):
@@ -516,15 +522,15 @@ class _Drawing:
             if t in self.graph_inputs:
                 key = f"input:{t}"
                 if key not in nodes:
-                    nodes[key] = DrawNode(key, "input", t, [shape_text(self.types.get(t))],
+                    nodes[key] = DrawNode(key, "input", t, [shape_text(self._type(t))],
                                           tooltip=f"graph input {t}")
                 self.add_edge(key, me, t)
                 continue
-            if t in idx.value_graph and idx.value_graph[t] != graph:
+            if t in idx.value_graph and idx.scope(t, graph) != graph:
                 key = f"outer:{t}"
                 if key not in nodes:
                     nodes[key] = DrawNode(key, "outer", t,
-                                          ["from enclosing graph", shape_text(self.types.get(t))],
+                                          ["from enclosing graph", shape_text(self._type(t))],
                                           tooltip=f"outer value {t}")
                 self.add_edge(key, me, t, dashed=True)
         if me == nid:
@@ -537,7 +543,7 @@ class _Drawing:
                 tip += "".join(f"\ngraph={p!r}" for p in bodies)
             nodes[nid] = DrawNode(nid, "op", title, lines, [nid], node.op_type, tooltip=tip)
         for out in node.outputs:
-            for c in idx.consumers.get(out.name, ()):
+            for c in idx.consumers_in(out.name, e.graph) if out.name else ():
                 owner = owner_in_graph(idx, c, graph)
                 if owner is None or owner == nid:
                     continue
@@ -548,12 +554,12 @@ class _Drawing:
         """Graph outputs produced by drawn nodes."""
         idx = self.idx
         for name in (v.name for v in g.outputs if v.name):
-            p = idx.producer.get(name)
+            p = idx.producer_in(name, self.graph)
             if p is None or p not in self.sel_set or idx.entries[p].graph != self.graph \
                     or self.absorbed(p):
                 continue
             key = f"output:{name}"
-            self.nodes[key] = DrawNode(key, "output", name, [shape_text(self.types.get(name))],
+            self.nodes[key] = DrawNode(key, "output", name, [shape_text(self._type(name))],
                                        tooltip=f"graph output {name}")
             self.add_edge(self.unit.get(p, p), key, name)
 
@@ -607,14 +613,16 @@ def _orient_edges(idx: ModelIndex, nodes: Mapping[str, DrawNode],
             e.backward = True
 
 
-def _label_edges(edge_list: list[DrawEdge], types: Mapping[str, TensorInfo]) -> None:
-    """Each edge's label: its tensor's shape, or how many tensors it carries."""
+def _label_edges(edge_list: list[DrawEdge], types: Mapping[str, TensorInfo], graph: str = ""
+                 ) -> None:
+    """Each edge's label: its tensor's shape as read in ``graph``, or how many tensors it
+    carries."""
     for e in edge_list:
         real = [t for t in e.tensors if t]
         if not real:
             continue
         if len(real) == 1:
-            e.label = shape_text(types.get(real[0]))
+            e.label = shape_text(type_at(types, real[0], graph))
         else:
             e.label = f"{len(real)} tensors"
 

@@ -12,23 +12,32 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core._meta import load_json
 from onnx_lab.core._mltypes import MapType
+from onnx_lab.core.branches import branch_switches, switch_values
 from onnx_lab.core.derived import length_sums, with_derived
 from onnx_lab.core.dimexpr import dim_expression, resolve_dim
 from onnx_lab.core.limits import check_feed_bytes
 from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import dtype_name, is_container, shape_tuple, type_label, validate_dims
+from onnx_lab.core.shapes import (
+    dtype_name,
+    dynamic_dims,
+    is_container,
+    shape_tuple,
+    type_label,
+    validate_dims,
+)
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import CacheError, DimError, InputError
 
-__all__ = ["make_feeds", "as_feed_list", "input_specs", "resolve_input_shapes", "Feeds"]
+__all__ = ["make_feeds", "as_feed_list", "branch_feeds", "input_specs", "resolve_input_shapes",
+           "Feeds"]
 
 Feeds = dict[str, np.ndarray]
 
@@ -342,7 +351,10 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
 
     Floats are standard normal (or uniform in ``ranges[name]``); integer inputs that index an
     embedding (Gather) stay below its row count, inputs named ``*mask*`` are ones, ``*type*``
-    ids are zeros, other integers lie in [0, 10); bools are random; scalars are 0-d arrays.
+    ids are zeros, other integers lie in [0, 10); bools are random, except a boolean input that
+    decides If branches (optimum's ``use_cache_branch``: the KV-cache branch when the past
+    length is at least 1, else the other; :func:`branch_feeds` makes one sample per value);
+    scalars are 0-d arrays.
     Strings are drawn from the vocabulary an ONNX-ML op reading the input names
     (LabelEncoder keys, OneHotEncoder / CategoryMapper categories), else from a few short
     words; a sequence input is a list of two arrays of its declared element shape, a map a
@@ -370,6 +382,7 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
                    input_specs(model) if name in concrete)
     check_feed_bytes(n * elements * 16, "the random inputs")
     ranges = dict(ranges or {})
+    switch = _switch_values(model, concrete)
     rng = np.random.default_rng(seed)
     samples: list[Feeds] = []
     for _ in range(n):
@@ -394,6 +407,8 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
                     arr = rng.uniform(lo, hi, size=shape)
             elif np_dtype is np.bool_:
                 arr = np.ones(shape, bool) if "mask" in low_name else rng.random(shape) < 0.5
+                if name in switch:  # an If's condition: the branch the dims make sense for
+                    arr = np.full(shape, switch[name], bool)
             elif high is not None:
                 if "mask" in low_name:
                     arr = np.ones(shape)
@@ -408,6 +423,83 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
             feeds[name] = np.asarray(arr).astype(np_dtype)
         samples.append(feeds)
     return samples[0] if n == 1 else samples
+
+
+def _cache_slot(model: LabModel) -> Any:
+    """The first self-attention cache slot of a decoder (None without one)."""
+    try:
+        io = decoder_io(model)
+    except CacheError:
+        return None
+    return next((s for s in io.cache if not s.kind.startswith("cross.")
+                 and s.past_axis is not None), None) if io is not None else None
+
+
+def _switch_values(model: LabModel, concrete: Mapping[str, tuple[int, ...]]
+                   ) -> dict[str, bool]:
+    """The value each branch switch (:func:`onnx_lab.core.branches.branch_switches`) gets in
+    generated feeds: a switch that takes the KV-cache branch for one value takes it when the
+    cache is not empty (past length >= 1), else the other; any other switch is True."""
+    switches = branch_switches(model)
+    if not switches:
+        return {}
+    slot = _cache_slot(model)
+    past = concrete.get(slot.past) if slot is not None else None
+    out = {}
+    for s in switches:
+        if s.cache_value is not None and past is not None and slot.past_axis < len(past):
+            out[s.input] = s.cache_value if past[slot.past_axis] >= 1 else not s.cache_value
+        else:
+            out[s.input] = True
+    return out
+
+
+def branch_feeds(source: Any, dims: Mapping[str, int] | None = None,
+                 shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0
+                 ) -> list[Feeds]:
+    """Seeded samples that run every branch of the model's If nodes whose condition is a
+    boolean graph input (:func:`onnx_lab.core.branches.branch_switches`): one sample as
+    :func:`make_feeds` makes it, and, for a model with such switches, one more with every
+    switch flipped. A KV-cache switch (optimum's ``use_cache_branch``) gets consistent dims
+    in each: the cache branch a past length of at least 1 (the given one, else 1), the other
+    branch an empty past (0, as the first step of a generation has).
+
+    Example:
+        >>> [f["use_cache_branch"] for f in branch_feeds(lab, dims)]
+        [array([False]), array([ True])]
+    """
+    model, dims, shapes = resolve(source, dims, shapes)
+    first = cast(Feeds, make_feeds(model, dims, shapes, seed=seed))
+    switches = branch_switches(model)
+    if not switches:
+        return [first]
+    values = switch_values(model, first)
+    flipped = {name: not v for name, v in values.items()}
+    dims, shapes = dict(dims or {}), {k: list(v) for k, v in (shapes or {}).items()}
+    slot = _cache_slot(model)
+    cache = [s for s in switches if s.cache_value is not None and s.input in flipped]
+    if slot is not None and cache:
+        # The past length the flipped sample's cache switch needs.
+        past = int(np.shape(first[slot.past])[slot.past_axis])
+        takes_cache = flipped[cache[0].input] == cache[0].cache_value
+        want = (past or 1) if takes_cache else 0
+        try:
+            io = decoder_io(model)
+        except CacheError:
+            io = None
+        if io is not None and io.past_dim and io.past_dim in dynamic_dims(model):
+            dims[io.past_dim] = want
+            # a total length given beside it would contradict the new past length
+            for name in [k for k in dims if k in length_sums(model) or (
+                    (e := dim_expression(k)) is not None and io.past_dim in e.names)]:
+                del dims[name]
+        for s in io.cache if io is not None else ():
+            if s.past in shapes and s.past_axis is not None and not s.kind.startswith("cross."):
+                shapes[s.past][s.past_axis] = want
+    second = cast(Feeds, make_feeds(model, dims, shapes, seed=seed))
+    for name, v in flipped.items():
+        second[name] = np.full(np.shape(first[name]), v, bool)
+    return [first, second]
 
 
 def _checked_container(name: str, dtype: str, value: Any) -> Any:
@@ -426,16 +518,20 @@ def _checked_container(name: str, dtype: str, value: Any) -> Any:
 
 
 def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
-                 shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0
-                 ) -> list[Feeds]:
+                 shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0,
+                 branches: bool = False) -> list[Feeds]:
     """Normalize ``feeds`` (None, a dict, a list of dicts, or an ``.npz`` path) to a checked list.
 
-    None generates one seeded sample. Dicts are checked against the model's inputs: a missing
+    None generates one seeded sample; with ``branches`` (what judges a model: verification,
+    compare, the precision searches) one per branch of the If nodes a boolean input decides
+    (:func:`branch_feeds`). Dicts are checked against the model's inputs: a missing
     or unknown input, a wrong dtype kind or a shape that contradicts a fixed dim raises
     InputError naming the input.
     """
     model, dims, shapes = resolve(source, dims, shapes)
     if feeds is None:
+        if branches:
+            return branch_feeds(model, dims, shapes, seed=seed)
         return [make_feeds(model, dims, shapes, seed=seed)]
     if isinstance(feeds, (str, Path)):
         path = Path(feeds)

@@ -8,6 +8,7 @@ from typing import Any
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import value_type
 from onnx_lab.errors import InputError, PassError
 from onnx_lab.transforms._edit_base import _EditPass, _node
 from onnx_lab.transforms.base import (
@@ -53,7 +54,7 @@ def removal_plan(model: LabModel, node_id: str, mode: str = "reconnect") -> dict
         elif node.outputs and used:
             out = node.outputs[0]
             types = model.types()
-            ti, to = types.get(data.name), types.get(out.name)
+            ti, to = value_type(model, data, types), value_type(model, out, types)
             if ti is not None and to is not None:
                 if ti.dtype and to.dtype and ti.dtype != to.dtype:
                     plan["problem"] = (f"its input {data.name!r} is {ti.dtype} and its output "
@@ -182,7 +183,7 @@ class RemoveNode(_EditPass):
         for out in node.outputs:
             if not (out.uses() or out.is_graph_output()):
                 continue
-            info = types.get(out.name)
+            info = value_type(model, out, types)
             shape, typ = out.shape, out.type
             if shape is None and info is not None and info.shape is not None:
                 shape = ir.Shape(list(info.shape))

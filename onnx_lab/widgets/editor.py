@@ -32,6 +32,7 @@ import ipywidgets as w
 import numpy as np
 
 from onnx_lab.core.history import step_call
+from onnx_lab.core.shapes import value_type
 from onnx_lab.errors import InputError, LabError
 from onnx_lab.lab import as_lab
 from onnx_lab.render._html import esc_text
@@ -284,7 +285,7 @@ class Editor(View):
         types = m.types(dims=self.lab.dims or None)
 
         def tensors(values: Any) -> str:
-            return ", ".join(f"{v.name} [{shape_text(types.get(v.name))}]"
+            return ", ".join(f"{v.name} [{shape_text(value_type(m, v, types))}]"
                              for v in values if v is not None and v.name) or "none"
 
         if kind == "node":

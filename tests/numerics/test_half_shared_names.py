@@ -20,6 +20,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import onnx_lab
+from onnx_lab.runtime.feeds import branch_feeds
 
 SHARED = "/decoder/Cast_2_output_0"
 
@@ -137,6 +138,15 @@ def test_optimum_t5_merged_decoder_fp16(tmp_path, monkeypatch):  # pragma: no co
     main_export(str(tmp_path / "src"), output=str(tmp_path / "onnx"),
                 task="text2text-generation-with-past")
     src = tmp_path / "onnx" / "decoder_model_merged.onnx"
-    path = onnx_lab.to_fp16(src).save(tmp_path / "half.onnx")
+    dims = {"batch_size": 1, "decoder_sequence_length": 3, "past_decoder_sequence_length": 4,
+            "encoder_sequence_length": 5}
+    lab = onnx_lab.open(src, dims=dims)
+    assert lab.cost().total["unknown_nodes"] == 0  # every body node, both branches
+    feeds = branch_feeds(lab)  # use_cache_branch True (past 4), then False (past 0)
+    assert [bool(f["use_cache_branch"][0]) for f in feeds] == [True, False]
+    path = onnx_lab.to_fp16(lab).save(tmp_path / "half.onnx")
     onnx.checker.check_model(onnx.load(str(path)), full_check=True)
-    _fresh(path)
+    sess = _fresh(path)
+    for f in feeds:
+        logits = sess.run(["logits"], f)[0]
+        assert np.isfinite(logits.astype(np.float32)).all()

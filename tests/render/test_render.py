@@ -7,6 +7,7 @@ import re
 
 import pandas as pd
 import pytest
+from llm_models import MERGED_DIMS, merged_kv_decoder
 
 import onnx_lab
 from onnx_lab.render import Rendering, render_model
@@ -368,3 +369,18 @@ def test_collapsed_block_times_above_the_colour_scale_are_marked():
     errors = pd.Series({n: 1.0 for n in lab.nodes.node_id}, name="max_abs")  # max, not sum
     r = lab.render(collapse=1, overlay=errors)
     assert not any("above the scale" in (n.value_text or "") for n in r.view.nodes.values())
+
+
+def test_branches_sharing_names_draw_their_own_shapes_and_edges():
+    """optimum's merged decoders define the same names in both If branches with other
+    shapes: a branch's drawing takes its producers, consumers and edge labels from its own
+    definitions."""
+    lab = onnx_lab.open(merged_kv_decoder(shared=True), dims=MERGED_DIMS)
+    for graph, total, first in (("optimum::if/else_branch", 5, "no_past"),
+                                ("optimum::if/then_branch", 8, "with_past")):
+        r = lab.render(graph=graph, max_nodes=100)
+        # q·kᵀ scores: 1×4×5×total, drawn from this branch's MatMul to its own bias Add
+        assert (f"/{first}/attn/MatMul", f"/{first}/bias/Add", "dec_s") in r.edges
+        assert f'label="1×4×5×{total} f32"' in r.dot
+        assert not any(n.startswith("/with_past" if first == "no_past" else "/no_past")
+                       for n in r.nodes)

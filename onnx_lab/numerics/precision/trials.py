@@ -30,6 +30,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab._progress import Progress
+from onnx_lab.core.branches import branch_labels, unexercised
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import (
@@ -39,6 +40,7 @@ from onnx_lab.errors import (
     close_matches,
     unknown_name,
 )
+from onnx_lab.numerics.compare import runnable_samples
 from onnx_lab.numerics.half import (
     FLOAT16,
     HalfRules,
@@ -387,6 +389,9 @@ class Search:
     #: Caveats found before any trial (kept ids the conversion does not change, nodes it
     #: cannot reach); they join :attr:`PrecisionPlan.notes`.
     notes: list[str] = field(default_factory=list)
+    #: Per feed sample, the If branches it runs (``use_cache_branch=True
+    #: (optimum::if/then_branch)``); empty for a model without a branch switch.
+    branches: list[str] = field(default_factory=list)
 
     def key(self, kept: Sequence[str]) -> tuple[str, ...]:
         """The sorted kept set of a trial: ``kept`` and the user's :attr:`forced` nodes."""
@@ -453,6 +458,8 @@ class Search:
         self.clock("trial: judge", t)
         missing = [nid for nid in self.required if nid not in key]
         note = "both sides run with onnxruntime's optimizations" if optimized else ""
+        if self.branches and not all(m["passed"] for m in per_out.values()):
+            note = "; ".join(x for x in (note, self._failing_branches(ref, cand)) if x)
         if missing:
             note = (f"fp16 overflow: {self.required[missing[0]]!r} (beyond 65504) would be "
                     f"stored in float16 by {missing[0]!r}"
@@ -488,6 +495,14 @@ class Search:
             self._pinned.add(key)
         return row
 
+
+    def _failing_branches(self, ref: list[dict], cand: list[dict]) -> str:
+        """``fails with use_cache_branch=True (optimum::if/then_branch)``: the branches of
+        the samples on which some output misses the tolerance."""
+        bad = [label for i, label in enumerate(self.branches)
+               if not all(judge(self.tol, [ref[i][n]], [cand[i][n]])["passed"]
+                          for n in self.out_names)]
+        return f"fails with {'; '.join(dict.fromkeys(bad))}" if bad else ""
 
     def _broken(self, key: tuple[str, ...], phase: str, e: LabError, t0: float,
                 optimized: bool) -> dict:
@@ -547,7 +562,9 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
             "quantizes): a precision search starts from the float32 model.",
             fix="Search on the original: lab.checkout(0) (or the step before the conversion), "
             "or pass lab.original.")
-    feed_list = as_feed_list(feeds, model, dims, shapes)
+    # One sample per branch a boolean input decides (optimum's use_cache_branch): a plan is
+    # judged on every branch, not on the one the seeded feeds happen to take.
+    feed_list = as_feed_list(feeds, model, dims, shapes, branches=True)
     cal = None
     if target == "int8" and not Converter(model, target, None).candidates():
         # Before calibrating: onnxruntime's quantizer fails on a graph without one standard
@@ -613,8 +630,18 @@ def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calib
     cands = conv.candidates()
     if not cands:
         raise _nothing_to_convert(model, target)
-    s = Search(model, target, tol, feed_list, conv, [v.name for v in model.graph.outputs],
-               should_stop=should_stop)
+    out_names = [v.name for v in model.graph.outputs]
+    feed_list, not_run = _runnable_branches(model, feed_list, feeds is None)
+    s = Search(model, target, tol, feed_list, conv, out_names, should_stop=should_stop,
+               branches=branch_labels(model, feed_list) if len(feed_list) > 1 else [])
+    s.notes.extend(not_run)
+    missed = [] if not_run else unexercised(model, feed_list)  # not_run says it already
+    if s.branches and not missed and not not_run:
+        s.notes.append("judged on every branch a boolean input decides, one sample each: "
+                       + "; ".join(dict.fromkeys(s.branches)))
+    if missed:
+        s.notes.append("the feeds never run " + "; ".join(missed) + ": the plan is not "
+                       "judged there (pass feeds with both values, or feeds=None)")
     note = conv.unreachable_note()
     if note:
         logger.warning("%s", note)
@@ -639,6 +666,19 @@ def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calib
         s.forced = frozenset(n for n in forced if n in cset)
         cands = [c for c in cands if c not in s.forced]
     return s, cands
+
+
+def _runnable_branches(model: LabModel, feed_list: list[dict], generated: bool
+                       ) -> tuple[list[dict], list[str]]:
+    """The generated samples of the other branches the float model runs on, and a note for
+    each it does not (given feeds are left to fail as they are)."""
+    if not generated or len(feed_list) < 2:
+        return feed_list, []
+    keep, problems = runnable_samples(model, feed_list)
+    labels = branch_labels(model, feed_list)
+    dropped = [label for f, label in zip(feed_list, labels) if not any(f is k for k in keep)]
+    return keep, [f"the float32 model does not run {label} with these dims ({problem}): the "
+                  "plan is not judged there" for label, problem in zip(dropped, problems)]
 
 
 def _check_keep(keep: Any) -> list[str]:

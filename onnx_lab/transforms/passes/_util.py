@@ -8,7 +8,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import TensorInfo, dtype_name
+from onnx_lab.core.shapes import TensorInfo, dtype_name, value_type
 from onnx_lab.core.values import const_array, overridable
 from onnx_lab.transforms.matcher import Binding, users
 
@@ -29,7 +29,7 @@ def sole_user(value: ir.Value | None) -> ir.Node | None:
 
 def _inferred(model: LabModel, value: ir.Value) -> TensorInfo | None:
     """What shape inference knows of ``value`` (when its declaration says nothing)."""
-    return model.types().get(value.name or "")
+    return value_type(model, value)
 
 
 def static_shape(model: LabModel, value: ir.Value | None) -> tuple[int, ...] | None:

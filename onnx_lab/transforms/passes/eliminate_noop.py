@@ -6,7 +6,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import dtype_name
+from onnx_lab.core.shapes import dtype_name, value_type
 from onnx_lab.core.values import const_array
 from onnx_lab.transforms.base import register_pass
 from onnx_lab.transforms.matcher import Binding, Found, Pattern
@@ -25,7 +25,7 @@ def _same_dtype(model: LabModel, node: ir.Node) -> bool:
         return False
     dt = x.dtype
     if dt is None:
-        info = model.types().get(x.name or "")
+        info = value_type(model, x)
         return info is not None and info.dtype is not None and info.dtype == dtype_name(to)
     return int(dt) == int(to)
 
@@ -50,7 +50,7 @@ def _reshape_noop(model: LabModel, node: ir.Node) -> bool:
     # Symbolic dims: a no-op when every dim is copied (0) or equal, one -1 at most left over.
     dims = list(x.shape) if x.shape is not None else None
     if dims is None:
-        info = model.types().get(x.name or "")
+        info = value_type(model, x)
         dims = list(info.shape) if info is not None and info.shape is not None else None
     if dims is None or len(dims) != len(target) or allowzero:
         return False

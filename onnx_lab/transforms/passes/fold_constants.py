@@ -9,6 +9,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import value_type
 from onnx_lab.core.units import format_bytes, itemsize
 from onnx_lab.core.values import foldable_nodes
 from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
@@ -72,7 +73,7 @@ class FoldConstants(LabPass):
                 types = model.types()
             produced = 0
             for o in frontier:
-                info = types.get(o.name or "")
+                info = value_type(model, o, types)
                 n = info.numel if info is not None else None
                 produced = None if n is None or produced is None else \
                     produced + int(n * (itemsize(info.dtype) or 4))
