@@ -79,6 +79,7 @@ REPORT_SECTIONS = ("summary", "graph", "check", "cost", "nodes", "initializers",
 _HERE = Path(__file__).resolve().parent
 _CANVAS_JS = _HERE.parent / "widgets" / "static" / "canvas.js"
 _MARKUP_JS = _HERE.parent / "widgets" / "static" / "markup.js"  # setMarkup, before canvas.js
+_SCENE_JS = _HERE.parent / "widgets" / "static" / "scene.js"  # sceneOf, before canvas.js
 _CANVAS_CSS = _HERE.parent / "widgets" / "static" / "canvas.css"
 _REPORT_JS = _HERE / "static" / "report.js"
 _REPORT_CSS = _HERE / "static" / "report.css"
@@ -95,8 +96,8 @@ def _canvas_script() -> str:
         raise LabError(f"{_CANVAS_JS} no longer ends with {tail!r}; the report cannot inline it.",
                        fix="Keep `export default { render };` as the module's export.")
     body = src.replace(tail, "window.OnnxLabCanvas = { render };")
-    return ("(function () {\n" + _MARKUP_JS.read_text(encoding="utf-8") + "\n" + body
-            + "\n})();")
+    return ("(function () {\n" + _MARKUP_JS.read_text(encoding="utf-8") + "\n"
+            + _SCENE_JS.read_text(encoding="utf-8") + "\n" + body + "\n})();")
 
 
 def _payload(data: Any) -> str:
