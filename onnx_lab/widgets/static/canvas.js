@@ -147,8 +147,13 @@ function render({ model, el: root }) {
     const n = scene.load(v, pw, ph);
     const far = !settled && n > FINE_MAX && ovReady && v.k <= 2 * kov;
     overview.style.visibility = far ? "visible" : "hidden";
-    layer.style.visibility = far ? "hidden" : "visible";
-    if (far) {
+    layer.style.visibility = "visible";
+    if (far) {  // the layer under it: white, covering the SVG around the drawing
+      if (root.dataset.painter !== "overview") {
+        layerCtx.setTransform(1, 0, 0, 1, 0, 0);
+        layerCtx.fillStyle = "#fff";
+        layerCtx.fillRect(0, 0, layer.width, layer.height);
+      }
       overview.style.transform = `translate(${v.x}px, ${v.y}px) scale(${v.k / kov})`;
       root.dataset.painter = "overview";
       return;
@@ -650,6 +655,7 @@ function render({ model, el: root }) {
       centre(f.key, true);
       if (f.select !== false) { mark("olc-selected", [f.key]); root.dataset.selected = f.key; }
       root.dataset.focused = String(f.seq || 0);
+      root.dataset.centred = f.key;
     };
     if (port.clientWidth) go(); else requestAnimationFrame(go);
   };

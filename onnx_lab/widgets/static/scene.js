@@ -132,8 +132,7 @@ function sceneOf(svg, W, H) {
         }
       }
       it.shapes.push({ p, fill: fill === "none" ? "" : fill,
-                       stroke: stroke === "none" || stroke === "transparent" ? "" : stroke,
-                       dash: !!e.getAttribute("stroke-dasharray") });
+                       stroke: stroke === "none" || stroke === "transparent" ? "" : stroke });
     }
     if (!(it.x1 >= it.x0)) continue;  // nothing drawn
     const id = g.getAttribute("id") || "";
@@ -178,18 +177,19 @@ function sceneOf(svg, W, H) {
   function layersOf(cell) {
     if (cell.layers) return cell.layers;
     const groups = new Map();
-    const add = (order, kind, style, dash, p) => {
-      const k = order + "|" + kind + "|" + style + "|" + (dash ? 1 : 0);
+    // (clusters' dashes are left out: the 2-D context dashes a whole outline, off screen too)
+    const add = (order, kind, style, p) => {
+      const k = order + "|" + kind + "|" + style;
       let gr = groups.get(k);
-      if (!gr) { gr = { order, kind, style, dash, p: new Path2D() }; groups.set(k, gr); }
+      if (!gr) { gr = { order, kind, style, p: new Path2D() }; groups.set(k, gr); }
       gr.p.addPath(p);
     };
     const texts = [];
     for (const it of cell.items) {
       const o = it.kind === "cluster" ? 0 : it.kind === "edge" ? 2 : 4;
       for (const s of it.shapes) {
-        if (s.fill) add(o, "fill", s.fill, false, s.p);
-        if (s.stroke) add(o + 1, "stroke", s.stroke, s.dash, s.p);
+        if (s.fill) add(o, "fill", s.fill, s.p);
+        if (s.stroke) add(o + 1, "stroke", s.stroke, s.p);
       }
       for (const t of it.texts) texts.push(t);
     }
@@ -204,15 +204,15 @@ function sceneOf(svg, W, H) {
         const p = new Path2D();
         p.moveTo(it.line[0], it.line[1]);
         for (let i = 2; i + 1 < it.line.length; i += 2) p.lineTo(it.line[i], it.line[i + 1]);
-        add(2, "stroke", it.lineStroke, false, p);
+        add(2, "stroke", it.lineStroke, p);
         continue;
       }
       const p = new Path2D();
       p.rect(it.lx0, it.ly0, it.lx1 - it.lx0, it.ly1 - it.ly0);
       const s = it.shapes[0];
-      if (it.kind === "cluster") { add(0, "stroke", "#c3cad2", false, p); continue; }
-      if (s && s.fill) add(4, "fill", s.fill, false, p);
-      if (s && s.stroke) add(5, "stroke", s.stroke, false, p);
+      if (it.kind === "cluster") { add(0, "stroke", "#c3cad2", p); continue; }
+      if (s && s.fill) add(4, "fill", s.fill, p);
+      if (s && s.stroke) add(5, "stroke", s.stroke, p);
     }
     const coarse = Array.from(groups.values()).sort((a, b) => a.order - b.order);
     cell.layers = { groups: fine, coarse, texts };
