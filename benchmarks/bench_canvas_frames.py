@@ -6,7 +6,8 @@ nodes, 3,900 drawn elements once the Constant nodes are folded into their consum
 layers (~16,000 nodes), plus the browser tests' generated 5,000-node grid. Each is shown in a
 :class:`~onnx_lab.widgets.canvas.GraphCanvas` in JupyterLab (``--page lab``, the default) or
 in a bare page with the same ``canvas.js`` and a stand-in for the widget model (``--page
-bare``: no JupyterLab, quicker to iterate on).
+bare``, the default: no JupyterLab). ``--before CHECKOUT`` measures that checkout's canvas in
+the same run, turn about, and prints the ratio of the p95s.
 
 The page is driven the way a user moves: wheel events about the pointer (zoom from the
 readable first view out to the whole graph and back) and a drag (pointer events over the
@@ -20,8 +21,8 @@ Layouts are cached under ``--cache`` (the 91-layer one takes a few minutes of do
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_canvas_frames.py                  # 32 and 91 layers, grid
-    .venv/bin/python benchmarks/bench_canvas_frames.py --models llama32 --page bare
+    .venv/bin/python benchmarks/bench_canvas_frames.py --before ../main  # 32, 91 layers, grid
+    .venv/bin/python benchmarks/bench_canvas_frames.py --models llama32 --page lab
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def measure(names: list[str], page_kind: str, cache: Path, steps: int, rounds: i
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="llama32,llama91,grid5000")
-    ap.add_argument("--page", choices=["lab", "bare"], default="lab")
+    ap.add_argument("--page", choices=["lab", "bare"], default="bare")
     ap.add_argument("--steps", type=int, default=40, help="frames per phase")
     ap.add_argument("--rounds", type=int, default=2, help="drives per model and version")
     ap.add_argument("--before", type=Path,

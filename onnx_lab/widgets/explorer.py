@@ -22,6 +22,7 @@ from onnx_lab.widgets._common import (
     code_html,
     figure_html,
     short,
+    wait_for_idle_kernel,
 )
 from onnx_lab.widgets._links import selection
 from onnx_lab.widgets.editor import drawn_centres
@@ -424,6 +425,7 @@ class Explorer(View):
             # another model's layouts are of no use any more
             self._ahead = {k: r for k, r in self._ahead.items() if k[0] == id(model)}
             self._ahead_jobs = [jobs, *self._ahead_jobs][:4]
+        wait_for_idle_kernel(0)  # (its IPython hooks registered from this thread)
         self._resume_ahead()
 
     def _resume_ahead(self, _change: Any = None) -> None:
@@ -466,7 +468,7 @@ class Explorer(View):
         return kw, code
 
     def _ahead_loop(self, model: Any) -> None:
-        while (job := self._next_ahead()) is not None:
+        while wait_for_idle_kernel() and (job := self._next_ahead()) is not None:
             kw, code = job
             if self.lab.model is not model:
                 return  # the model changed: these layouts would be of the old one
