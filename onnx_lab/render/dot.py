@@ -51,11 +51,17 @@ HIGHLIGHT_COLOR = "#d62728"
 
 _CACHE: OrderedDict[str, tuple[str, str, tuple[str, ...]]] = OrderedDict()
 _CACHE_SIZE = 64
+# Views whose full-quality attempt ran past its timeout in this process: timeout -> the
+# fewest elements of such a view. A view at least about as large, with no longer a timeout,
+# starts with the cheap settings (the Explorer's expands of one overview would each burn the
+# whole timeout first).
+_SLOW: dict[float, int] = {}
 
 
 def clear_cache() -> None:
-    """Forget cached SVGs (benchmarks time cold layouts)."""
+    """Forget cached SVGs and slow views (benchmarks time cold layouts)."""
     _CACHE.clear()
+    _SLOW.clear()
 
 
 def find_dot() -> str | None:
@@ -256,9 +262,15 @@ def layout(source: str, *, timeout: float = 10.0, elements: int = 0) -> Layout:
     res = Layout(None)
     t0 = time.perf_counter()
     attempts = ATTEMPTS
+    slow = [e for t, e in _SLOW.items() if t >= timeout and 0 < e <= elements * 1.25]
     if elements > CHEAP_FROM_ELEMENTS:
         attempts = ATTEMPTS[1:]
         res.notes.append(f"{elements} drawn elements: laid out with cheap dot settings "
+                         "(nslimit/mclimit, straight edges) from the start.")
+    elif slow:
+        attempts = ATTEMPTS[1:]
+        res.notes.append(f"a view of {min(slow)} elements ran past the {timeout:g} s timeout "
+                         f"at full quality: these {elements} laid out with cheap dot settings "
                          "(nslimit/mclimit, straight edges) from the start.")
     for i, (name, engine, args) in enumerate(attempts):
         try:
@@ -270,6 +282,8 @@ def layout(source: str, *, timeout: float = 10.0, elements: int = 0) -> Layout:
                                     "; no SVG. Draw fewer nodes (around=, collapse='auto', "
                                     "max_nodes=) or raise timeout="))
             logger.info(msg)
+            if engine == "dot" and not args and elements:
+                _SLOW[timeout] = min(elements, _SLOW.get(timeout, elements))
             continue
         except RenderError as e:
             # A Graphviz error (not a timeout) on this view: the next engine may still cope.

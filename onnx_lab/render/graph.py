@@ -467,7 +467,8 @@ class _Drawing:
         node = idx.entries[nid].node
         if not (self.fold and is_folded_constant(node)):
             return False
-        return any(owner_in_graph(idx, c, self.graph) in self.sel_set - {nid}
+        sel = self.sel_set  # (not `sel_set - {nid}`: a copy per consumer made this O(n^2))
+        return any((o := owner_in_graph(idx, c, self.graph)) != nid and o in sel
                    for out in node.outputs if out.name
                    for c in idx.consumers_in(out.name, idx.entries[nid].graph))
 

@@ -60,6 +60,7 @@ from onnx_lab.render.details import (
     group_details_html,
     node_details,
     node_details_html,
+    search_index,
 )
 from onnx_lab.render.graph import shape_text
 from onnx_lab.render.results import comparison_html, cost_totals_html, profile_html
@@ -79,6 +80,7 @@ REPORT_SECTIONS = ("summary", "graph", "check", "cost", "nodes", "initializers",
 _HERE = Path(__file__).resolve().parent
 _CANVAS_JS = _HERE.parent / "widgets" / "static" / "canvas.js"
 _MARKUP_JS = _HERE.parent / "widgets" / "static" / "markup.js"  # setMarkup, before canvas.js
+_SCENE_JS = _HERE.parent / "widgets" / "static" / "scene.js"  # sceneOf, before canvas.js
 _CANVAS_CSS = _HERE.parent / "widgets" / "static" / "canvas.css"
 _REPORT_JS = _HERE / "static" / "report.js"
 _REPORT_CSS = _HERE / "static" / "report.css"
@@ -95,8 +97,8 @@ def _canvas_script() -> str:
         raise LabError(f"{_CANVAS_JS} no longer ends with {tail!r}; the report cannot inline it.",
                        fix="Keep `export default { render };` as the module's export.")
     body = src.replace(tail, "window.OnnxLabCanvas = { render };")
-    return ("(function () {\n" + _MARKUP_JS.read_text(encoding="utf-8") + "\n" + body
-            + "\n})();")
+    return ("(function () {\n" + _MARKUP_JS.read_text(encoding="utf-8") + "\n"
+            + _SCENE_JS.read_text(encoding="utf-8") + "\n" + body + "\n})();")
 
 
 def _payload(data: Any) -> str:
@@ -156,7 +158,10 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
         dict with ``views`` ({view key: {svg, items, legend, label, parent, kind,
         notes}}; ``""`` is the overview, a scope or group key a box's view, ``graph:<path>``
         a body), ``details`` ({node id or drawn key: panel HTML}), ``where`` ({node id:
-        [view key, drawn key]} where the node is drawn as itself), ``notes``.
+        [view key, drawn key]} where the node is drawn as itself), ``index`` (the canvas's
+        search index of every node, :func:`~onnx_lab.render.details.search_index`: the
+        page works out from ``where`` and the views' parents which box of the view shown
+        holds each), ``notes``.
 
     Example:
         >>> p = canvas_payload("sample:transformer_block")
@@ -269,7 +274,7 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
     for v in views.values():
         v.pop("members", None)
     return {"views": views, "details": details, "where": where, "notes": notes,
-            "seconds": time.perf_counter() - t0}
+            "index": search_index(model), "seconds": time.perf_counter() - t0}
 
 
 # ----------------------------------------------------------------------------- tables

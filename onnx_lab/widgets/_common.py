@@ -11,6 +11,7 @@ import base64
 import contextlib
 import io
 import logging
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -236,6 +237,29 @@ def _after_cell(view: View) -> None:
     _WAITING.append(weakref.ref(view))
     if len(_WAITING) == 1:
         ip.events.register("post_run_cell", _run_waiting)
+
+
+# Set while no cell runs: background work of a widget (the Explorer's layouts drawn ahead)
+# waits for it, so the notebook's own cells do not share the kernel with it.
+_CELL_IDLE = threading.Event()
+_CELL_IDLE.set()
+_idle_hooks: list[bool] = []
+
+
+def wait_for_idle_kernel(timeout: float | None = None) -> bool:
+    """Block until no cell is running in this IPython kernel (at once outside IPython)."""
+    if not _idle_hooks:
+        _idle_hooks.append(True)
+        try:
+            from IPython import get_ipython
+
+            ip = get_ipython()
+        except ImportError:  # pragma: no cover - ipywidgets depends on IPython
+            ip = None
+        if ip is not None:
+            ip.events.register("pre_run_cell", lambda *_a: _CELL_IDLE.clear())
+            ip.events.register("post_run_cell", lambda *_a: _CELL_IDLE.set())
+    return _CELL_IDLE.wait(timeout)
 
 
 def _run_waiting(*_args: Any) -> None:

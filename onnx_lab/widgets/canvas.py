@@ -69,8 +69,10 @@ class GraphCanvas(anywidget.AnyWidget):
         '/stem/conv/Conv'
     """
 
-    # markup.js (the one door of markup into the page) goes first: canvas.js calls setMarkup
-    _esm = "\n".join((_STATIC / f).read_text(encoding="utf-8") for f in ("markup.js", "canvas.js"))
+    # markup.js (the one door of markup into the page) and scene.js (a large drawing's
+    # spatial index and canvas layer) go first: canvas.js calls setMarkup and sceneOf
+    _esm = "\n".join((_STATIC / f).read_text(encoding="utf-8")
+                     for f in ("markup.js", "scene.js", "canvas.js"))
     _css = _STATIC / "canvas.css"
 
     svg = t.Unicode("").tag(sync=True)

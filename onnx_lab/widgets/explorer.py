@@ -22,14 +22,18 @@ from onnx_lab.widgets._common import (
     code_html,
     figure_html,
     short,
+    wait_for_idle_kernel,
 )
 from onnx_lab.widgets._links import selection
+from onnx_lab.widgets.editor import drawn_centres
 
 __all__ = ["Explorer"]
 
 TAB_NAMES = ["Summary", "Nodes", "Initializers", "Tensors", "Graph"]
 SUMMARY, NODES, INITS, TENSORS, GRAPH = range(5)
 ALL = "*"  # dropdown value for "no filter" (None would show an empty dropdown)
+_AHEAD_MAX = 400  # layouts drawn ahead kept per Explorer (a few hundred KB of SVG each)
+_AHEAD_BLIND = 3  # drawn ahead before a page reports the canvas's view (where the view opens)
 
 
 def _graph_label(path: str) -> str:
@@ -42,9 +46,13 @@ class Explorer(View):
     Args:
         lab: a :class:`~onnx_lab.lab.Lab` (or anything ``onnx_lab.open`` takes).
         page_size: rows per table page.
-        prefetch: collapsed boxes of the graph overview (its first ones, at the top where
-            the view opens) whose expanded layouts are drawn ahead in a background thread
-            after the first paint, so clicking one swaps drawings; 0 draws none ahead.
+        prefetch: how many collapsed boxes of each graph view shown (the overview, an
+            expanded box) have their expanded layouts drawn ahead in a background thread
+            after the first paint, the ones nearest the middle of the canvas's view first
+            (re-read before each layout, so a pan or zoom reorders them), so clicking one
+            swaps drawings; None (the default): every box (until a page shows the canvas
+            and reports its view, only the first 3: a kernel with no page lays out no more);
+            0: none.
 
     Attributes:
         result: the object behind the visible tab: the Summary, the filtered nodes DataFrame,
@@ -58,7 +66,7 @@ class Explorer(View):
     """
 
     def __init__(self, lab: Any, *, page_size: int = 25, tab: str | int = 0,
-                 height: int = 560, prefetch: int = 3) -> None:
+                 height: int = 560, prefetch: int | None = None) -> None:
         self.lab = as_lab(lab)
         self.page_size = page_size
         self._results: dict[int, Any] = {}
@@ -68,11 +76,15 @@ class Explorer(View):
         self._muted = False
         self._body = ""  # graph path opened by a double click on an If/Loop/Scan node
         self._shown_expand = ""  # the scope drawn open in the graph shown
-        # Layouts of likely expands (the overview's first boxes, where the view opens),
-        # drawn ahead in a background thread after the first paint: an expand is a swap.
+        # Layouts of the expands of the boxes shown (and of the views shown themselves),
+        # drawn ahead in a background thread after the first paint: an expand or a collapse
+        # is a swap of drawings.
         self.prefetch = prefetch
         self._ahead: dict[tuple[int, str], Any] = {}  # (id of the model, code) -> Rendering
         self._ahead_thread: threading.Thread | None = None
+        self._ahead_jobs: list[list[tuple[dict[str, Any], str, tuple[float, float]]]] = []
+        self._ahead_lock = threading.Lock()
+        self._ahead_blind = 0  # layouts drawn ahead before the page reported a view
         self._height = height
         self.tabs = w.Tab(children=[w.VBox() for _ in TAB_NAMES])
         for i, name in enumerate(TAB_NAMES):
@@ -369,6 +381,7 @@ class Explorer(View):
         self.canvas.on_expand = self._guard(self._expand_from_canvas)
         self.canvas.on_open = self._guard(self._open_body)
         self.canvas.on_select(self._guard(self._canvas_selected))
+        self.canvas.observe(self._resume_ahead, names="view")
         self.graph_info = w.HTML()
 
     def _build_graph(self) -> None:
@@ -389,35 +402,89 @@ class Explorer(View):
         if key in options:
             self.expand.value = key
 
-    def _draw_ahead(self, overview: Any, kwargs: dict[str, Any]) -> None:
-        """Lay out the expands of the overview's first ``prefetch`` boxes in a background
-        thread (the ones at the top of the layout, where the first view is)."""
-        if self.prefetch <= 0 or (self._ahead_thread and self._ahead_thread.is_alive()):
+    def _draw_ahead(self, shown: Any, kwargs: dict[str, Any]) -> None:
+        """Queue the expands of the boxes of view ``shown`` (drawn by ``lab.render(**kwargs)``)
+        and lay them out in a background thread: the boxes of the newest view first, each
+        time the one nearest the middle of the canvas's view."""
+        if self.prefetch == 0:
             return
         model = self.lab.model
-        self._ahead = {k: r for k, r in self._ahead.items() if k[0] == id(model)}
-        boxes = [k.split(":", 1)[1] for k, n in overview.view.nodes.items()
-                 if n.kind == "box"][:self.prefetch]
+        centres = drawn_centres(shown.svg)
+        base = {k: v for k, v in kwargs.items() if k != "expand"}
         jobs = []
-        for scope in boxes:
-            kw = {**kwargs, "expand": scope}
+        for key, n in shown.view.nodes.items():
+            if n.kind != "box" or key not in centres:
+                continue
+            kw = {**base, "expand": key.split(":", 1)[1]}
             code = "lab.render(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"
             if (id(model), code) not in self._ahead:
-                jobs.append((kw, code))
+                jobs.append((kw, code, centres[key]))
+        if self.prefetch:
+            jobs = sorted(jobs, key=self._distance)[:self.prefetch]
+        with self._ahead_lock:
+            # another model's layouts are of no use any more
+            self._ahead = {k: r for k, r in self._ahead.items() if k[0] == id(model)}
+            self._ahead_jobs = [jobs, *self._ahead_jobs][:4]
+        wait_for_idle_kernel(0)  # (its IPython hooks registered from this thread)
+        self._resume_ahead()
 
-        def run() -> None:
-            for kw, code in jobs:
-                if self.lab.model is not model:
-                    return  # the model changed: these layouts would be of the old one
-                try:
-                    self._ahead[(id(model), code)] = self.lab.render(**kw)
-                except Exception:  # noqa: BLE001 - a layout ahead is a bonus; the click redraws
-                    continue
+    def _resume_ahead(self, _change: Any = None) -> None:
+        """(Re)start the thread drawing ahead when layouts are queued (the page's first view
+        lets it go past the first few)."""
+        if self._ahead_thread and self._ahead_thread.is_alive():
+            return
+        if not any(self._ahead_jobs):
+            return
+        self._ahead_thread = threading.Thread(target=self._ahead_loop, args=(self.lab.model,),
+                                              name="onnx-lab-draw-ahead", daemon=True)
+        self._ahead_thread.start()
 
-        if jobs:
-            self._ahead_thread = threading.Thread(target=run, name="onnx-lab-draw-ahead",
-                                                  daemon=True)
-            self._ahead_thread.start()
+    def _distance(self, job: tuple[Any, str, tuple[float, float]]) -> float:
+        """How far a queued box is from the middle of the canvas's view (0 for all before
+        the page has said where the view is: their order in the drawing then)."""
+        v = self.canvas.view or {}
+        k = float(v.get("k") or 0)
+        if not k:
+            return 0.0
+        mx = (float(v.get("width", 0)) / 2 - float(v.get("x", 0))) / k
+        my = (float(v.get("height", 0)) / 2 - float(v.get("y", 0))) / k
+        return (job[2][0] - mx) ** 2 + (job[2][1] - my) ** 2
+
+    def _next_ahead(self) -> tuple[dict[str, Any], str] | None:
+        """The queued expand to lay out next: of the newest view, nearest the middle of the
+        canvas's view."""
+        with self._ahead_lock:
+            while self._ahead_jobs and not self._ahead_jobs[0]:
+                self._ahead_jobs.pop(0)
+            if not self._ahead_jobs:
+                return None
+            if not (self.canvas.view or {}).get("k"):
+                if self._ahead_blind >= _AHEAD_BLIND:
+                    return None
+                self._ahead_blind += 1
+            batch = self._ahead_jobs[0]
+            i = min(range(len(batch)), key=lambda j: self._distance(batch[j]))
+            kw, code, _ = batch.pop(i)
+        return kw, code
+
+    def _ahead_loop(self, model: Any) -> None:
+        while wait_for_idle_kernel() and (job := self._next_ahead()) is not None:
+            kw, code = job
+            if self.lab.model is not model:
+                return  # the model changed: these layouts would be of the old one
+            if (id(model), code) in self._ahead:
+                continue
+            try:
+                drawn = self.lab.render(**kw)
+            except Exception:  # noqa: BLE001 - a layout ahead is a bonus; the click redraws
+                continue
+            self._keep_ahead(model, code, drawn)
+
+    def _keep_ahead(self, model: Any, code: str, drawn: Any) -> None:
+        with self._ahead_lock:
+            self._ahead[(id(model), code)] = drawn
+            while len(self._ahead) > _AHEAD_MAX:
+                self._ahead.pop(next(iter(self._ahead)))
 
     def _keep_in_view(self, before: Any, after: Any, opened: str) -> None:
         """After an expand, centre the opened box's first drawn member at a readable size;
@@ -494,14 +561,17 @@ class Explorer(View):
         if rendering is None:
             self.canvas.show(None)
             return
+        if not kwargs.get("around") and not self._body:  # a collapse back to it is a swap
+            self._keep_ahead(self.lab.model, code, rendering)
         before = self.canvas.rendering
-        self.canvas.show(rendering, title=code)
-        self._keep_in_view(before, rendering, kwargs.get("expand") or "")
+        with self.canvas.hold_sync():  # the drawing and where to show it in one message
+            self.canvas.show(rendering, title=code)
+            self._keep_in_view(before, rendering, kwargs.get("expand") or "")
         if self.selected_nodes:
             self.canvas.highlight = [k for k in (self.canvas.key_for(n)
                                                  for n in self.selected_nodes) if k]
         self._set_result(GRAPH, rendering, code)
-        if not kwargs.get("around") and not kwargs.get("expand") and not self._body:
+        if not kwargs.get("around") and not self._body:
             self._draw_ahead(rendering, kwargs)
         # The scopes one can open are the collapsed boxes of this view (plus the open one).
         keys = sorted(getattr(rendering, "groups", {}) or {})

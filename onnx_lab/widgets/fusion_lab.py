@@ -39,6 +39,7 @@ __all__ = ["FusionLab"]
 ALL = "*"
 TRANSFORMERS = "ort_transformers"
 NOT_FUSED = "Not fused, because"
+NEAR_MISSES = 4  # that panel's place in the accordion
 #: The model types the ORT dropdown offers (each tested on a model of its family).
 TRANSFORMER_TYPES = ("bert", "gpt2", "vit", "clip", "t5")
 
@@ -166,9 +167,12 @@ class FusionLab(View):
         self.changes = PagedTable(page_size=15)
         # The fusions that did not happen and the condition that failed: onnx_lab's own
         # patterns and the transformer subgraphs, with the last fusion step's own rows
-        # (onnxruntime's log) where it ran on the current version. Re-read on every refresh.
+        # (onnxruntime's log) where it ran on the current version. Found when the panel is
+        # first opened after a refresh (or near_miss_rows is read): on a large model the
+        # transformer subgraph search takes seconds the other panels need not wait for.
         self.near_misses = PagedTable(page_size=10)
-        self.near_miss_rows = pd.DataFrame()
+        self._near_miss_rows = pd.DataFrame()
+        self._near_stale = True
         self._fusion_step: Any = None
         self._preview_model: Any = None
 
@@ -186,12 +190,13 @@ class FusionLab(View):
 
         acc = w.Accordion(children=[self.explanation, self.preview_box, self.verification,
                                     self.changes, self.near_misses])
-        acc.set_title(4, NOT_FUSED)
+        acc.set_title(NEAR_MISSES, NOT_FUSED)
         acc.set_title(0, "Explanation of the selected pattern")
         acc.set_title(1, "Preview (before | after)")
         acc.set_title(2, "Verification of the last step (failures first)")
         acc.set_title(3, "Nodes the last step fused, rewrote or removed")
         acc.selected_index = 0
+        acc.observe(self._guard(self._panel_opened), names="selected_index")
         self.details = acc
         wrap = w.Layout(flex_flow="row wrap")
         super().__init__([
@@ -258,7 +263,9 @@ class FusionLab(View):
         self.matches.selected = [m for m in self.matches.selected if m in known]
         self._filter()
         self._draw_history()
-        self._show_near_misses()
+        self._near_stale = True
+        if self.details.selected_index == NEAR_MISSES:
+            self._show_near_misses()
         if self.result is None:
             self.result = pats
             self.code.value = code_html("lab.patterns()")
@@ -410,7 +417,7 @@ class FusionLab(View):
         self._show_verification(results)
         self._show_changes(results)
         if step is not None and len(step.near_misses) and not failed:
-            self.details.selected_index = 4  # the step left something unfused: say why
+            self.details.selected_index = NEAR_MISSES  # the step left something unfused: say why
         if msgs and self.error is None:
             self.status.value = info_html("; ".join(msgs), kind="warn" if failed else "ok")
 
@@ -454,19 +461,36 @@ class FusionLab(View):
         self.changes.set(df, caption=f"{' + '.join(names)}: {text} "
                                      "(lab.results[-1].provenance, .removed)")
 
+    @property
+    def near_miss_rows(self) -> pd.DataFrame:
+        """The rows of the "Not fused, because" panel for the current version (found now
+        when the panel has not been opened since the last change)."""
+        if self._near_stale:
+            self._show_near_misses()
+        return self._near_miss_rows
+
+    def _panel_opened(self, change: dict) -> None:
+        if change["new"] == NEAR_MISSES and self._near_stale:
+            self._show_near_misses()
+
     def _show_near_misses(self) -> None:
         """The "Not fused, because" panel: ``near_misses(lab.model, step=...)``, one row per
         fusion that almost applied, onnx_lab's own patterns (kind ``pattern``: "Conv →
         BatchNormalization: ... is not a constant") beside the transformer fusions (kind
         ``tool``, source ``ort_transformers``); render one with
         ``lab.render(nodes=row.node_ids)``."""
+        self._near_stale = False
         step = self._fusion_step
         current = step is not None and getattr(step, "model", None) is self.lab.model
+        # the progress line reaches the page before the search starts
+        self.near_misses.table_html = info_html("Looking for fusions that almost applied…",
+                                                kind="busy")
         df = self._call(near_misses, self.lab.model, step=step if current else None)
         if df is None:
+            self.near_misses.table_html = self.status.value
             return
-        self.near_miss_rows = df
-        self.details.set_title(4, f"{NOT_FUSED} ({len(df)})" if len(df) else NOT_FUSED)
+        self._near_miss_rows = df
+        self.details.set_title(NEAR_MISSES, f"{NOT_FUSED} ({len(df)})" if len(df) else NOT_FUSED)
         if not len(df):
             self.near_misses.set(df, caption="Nothing almost fused: no near-misses in this "
                                              "version.")

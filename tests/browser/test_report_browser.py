@@ -98,29 +98,52 @@ def test_report_opens_offline_and_responds(detector_report):
             assert max(heights) >= 8.5 and sorted(heights)[len(heights) // 2] >= 7.0, heights
             page.screenshot(path=str(ARTIFACTS / "report_overview.png"))
 
-            # Search centres the node (here inside a box: the box holding it).
+            # One query finds a node inside a collapsed box (the widget's search index): the
+            # hit is listed with the box it is in; Enter opens the box's view and centres
+            # and selects the node itself.
             search = canvas.locator(".olc-search")
             search.fill("/model.22/Concat")
+            hit = canvas.locator(".olc-results .olc-result").first
+            hit.wait_for(timeout=5_000)
+            assert "/model.22/Concat" in hit.inner_text() and "in /model.22" in hit.inner_text()
             search.press("Enter")
             page.wait_for_function(
-                "() => document.querySelector('[data-canvas=main] .olc-root').dataset.selected")
+                "() => (document.querySelector('[data-canvas=main] .olc-root').dataset.selected"
+                " || '').startsWith('/model.22/Concat_')")
             key = canvas.evaluate("r => r.dataset.selected")
-            assert key
+            assert page.locator("[data-canvas='main']").evaluate("e => e.dataset.view")
             centre = canvas.evaluate("""(r) => {
                 const g = [...r.querySelectorAll('.olc-stage g.node')]
                     .find(n => n.id === 'n:' + r.dataset.selected);
                 const a = g.getBoundingClientRect(), p = r.querySelector('.olc-port')
-                    .getBoundingClientRect();
-                return [(a.left + a.width / 2 - p.left) / p.width,
+                    .getBoundingClientRect(), panel = r.querySelector('.olc-panel');
+                // centred in the part of the view the details panel leaves free
+                let w = p.width;
+                if (panel.style.display === 'block' && p.width - panel.offsetWidth - 12
+                    > p.width * 0.4) w = p.width - panel.offsetWidth - 12;
+                return [(a.left + a.width / 2 - p.left) / w,
                         (a.top + a.height / 2 - p.top) / p.height];
             }""")
             assert abs(centre[0] - 0.5) < 0.1 and abs(centre[1] - 0.5) < 0.1, centre
-
-            # A click on the box search found opens its view; a click on a node there shows
-            # its attributes.
-            assert key.startswith("scope:/model.22"), key
-            canvas.locator(f".olc-stage g.node[id='n:{key}']").click()
+            page.screenshot(path=str(ARTIFACTS / "report_search_in_box.png"))
+            # Enter cycles through the hits of a query matching many nodes, across boxes.
+            search.fill("conv/conv")
+            assert canvas.locator(".olc-results .olc-result").count() > 10
+            seen = []
+            for _ in range(3):
+                search.press("Enter")
+                seen.append(canvas.evaluate("r => r.dataset.selected"))
+            assert len(set(seen)) == 3 and all(k.endswith("/conv/Conv") for k in seen), seen
+            assert canvas.locator(".olc-hits").inner_text().startswith("3/")
+            search.fill("")
             host = page.locator("[data-canvas='main']")
+            host.locator(".olr-crumbs a", has_text="overview").click()
+            page.wait_for_function(
+                "() => document.querySelector('[data-canvas=main]').dataset.view === ''")
+
+            # A click on a box opens its view; a click on a node there shows its attributes.
+            key = "scope:/model.22"
+            canvas.locator(f".olc-stage g.node[id='n:{key}']").click()
             page.wait_for_function(
                 "() => document.querySelector('[data-canvas=main]').dataset.view !== ''")
             assert host.locator(".olr-crumbs a", has_text="overview").count() == 1

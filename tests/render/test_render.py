@@ -285,6 +285,18 @@ def test_timeout_falls_back_and_reports(block):
     dot_backend.clear_cache()
 
 
+def test_a_view_as_large_as_one_that_timed_out_starts_cheap(block):
+    dot_backend.clear_cache()
+    block.render(timeout=0.001)  # full quality ran past it: remembered for this timeout
+    again = block.render(around="/layer.0/mlp/act/Relu", radius=30, timeout=0.001)
+    text = " ".join(again.notes)
+    assert "laid out with cheap dot settings" in text and "from the start" in text
+    assert "dot exceeded" not in text  # the full-quality attempt was not tried again
+    fine = block.render(around="/layer.0/mlp/act/Relu", radius=30)  # a longer timeout
+    assert not any("from the start" in n for n in fine.notes) and fine.svg
+    dot_backend.clear_cache()
+
+
 def test_render_model_function_matches_lab(block):
     a = render_model(block.model, around="/layer.0/mlp/act/Relu", radius=1)
     b = block.render(around="/layer.0/mlp/act/Relu", radius=1)

@@ -216,6 +216,13 @@ def test_bodies_are_views_of_their_own():
     assert all(p["views"][k]["svg"] for k in bodies)
     # The If node's panel offers its bodies (the page opens the matching view).
     assert "data-body='If_2/then_branch'" in p["details"]["If_2"]
+    # The page's search index holds every node, the bodies' too, each drawn in some view.
+    import onnx_lab
+
+    ids = list(onnx_lab.open("sample:control_flow").index.entries)
+    assert p["index"]["ids"] == ids and len(p["index"]["text"]) == len(ids)
+    assert all(p["where"][n][0] in p["views"] for n in ids if n in p["where"])
+    assert any(p["where"][n][0].startswith("graph:") for n in ids if n in p["where"])
 
 
 def test_precision_plan_section():

@@ -302,15 +302,43 @@ def test_hostile_names_go_into_the_index_as_text():
     assert c.placement["keys"] == [bad + "n"]
 
 
-def test_expands_of_the_first_boxes_are_drawn_ahead_and_swapped_in():
+def _expands(e):
+    return {code: r for (mid, code), r in e._ahead.items()
+            if mid == id(e.lab.model) and "expand=" in code}
+
+
+def test_expands_of_the_boxes_are_drawn_ahead_and_swapped_in():
     lab = onnx_lab.open(_browser_models().detector())
     e = Explorer(lab, tab="Graph", prefetch=2)
     e._ahead_thread.join(timeout=120)
-    assert len(e._ahead) == 2
+    assert len(_expands(e)) == 2  # the first two boxes (no view from the page yet)
     first = next(k for k, n in e.canvas.rendering.view.nodes.items() if n.kind == "box")
-    ahead = next(r for (mid, code), r in e._ahead.items()
-                 if mid == id(lab.model) and repr(first.split(":", 1)[1]) in code)
+    ahead = next(r for code, r in _expands(e).items() if repr(first.split(":", 1)[1]) in code)
+    overview = e.canvas.rendering
     e.canvas.click(first)
     assert e.error is None and e.canvas.rendering is ahead  # a swap, no layout
+    # the opened box's first member is centred, sent with the drawing
+    assert e.canvas._focus["key"] in ahead.view.nodes and e.canvas._focus["select"] is False
+    e._ahead_thread.join(timeout=120)  # the boxes of the expanded view, drawn ahead in turn
+    e.expand.value = ""
+    assert e.canvas.rendering is overview  # collapsing: the overview again, no layout
+    assert e.canvas._focus["key"] == first
     none = Explorer(lab, tab="Graph", prefetch=0)
-    assert none._ahead_thread is None and not none._ahead
+    assert none._ahead_thread is None and not _expands(none)
+
+
+def test_draw_ahead_starts_nearest_the_view():
+    lab = onnx_lab.open(_browser_models().detector())
+    e = Explorer(lab, tab="Graph", prefetch=0)
+    shown = e.canvas.rendering
+    from onnx_lab.widgets.editor import drawn_centres
+
+    centres = drawn_centres(shown.svg)
+    boxes = [k for k, n in shown.view.nodes.items() if n.kind == "box" and k in centres]
+    last = max(boxes, key=lambda k: centres[k][1])  # the bottom of the layout
+    x, y = centres[last]
+    e.canvas.view = {"x": 400 - x, "y": 300 - y, "k": 1.0, "width": 800, "height": 600}
+    e.prefetch = 1
+    e._draw_ahead(shown, {"collapse": "auto"})
+    e._ahead_thread.join(timeout=300)
+    assert [repr(last.split(":", 1)[1]) in c for c in _expands(e)] == [True]

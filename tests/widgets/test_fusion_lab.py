@@ -166,6 +166,21 @@ def test_not_fused_panel_lists_our_patterns_near_misses_when_the_widget_opens(no
     assert "no near-misses" in g.near_misses.html.value
 
 
+def test_not_fused_panel_is_searched_when_first_opened(no_error):
+    lab = onnx_lab.open(conv_bn_scale_from_input())
+    f = FusionLab(lab)
+    no_error(f)
+    assert f._near_stale and "is not a constant" not in f.near_misses.html.value
+    f.details.selected_index = 4  # opening the panel looks for them
+    assert not f._near_stale and f.details.get_title(4) == "Not fused, because (1)"
+    assert "is not a constant" in f.near_misses.html.value
+    f.details.selected_index = 0
+    f.refresh()  # a refresh with the panel closed: found again on its next opening
+    assert f._near_stale
+    f.details.selected_index = 4
+    assert not f._near_stale and "is not a constant" in f.near_misses.html.value
+
+
 def test_not_fused_panel_puts_the_tool_steps_near_misses_next_to_ours(no_error):
     # A BERT block whose attention mask path has an extra Cast: onnxruntime fuses everything
     # else; our fuse_matmul_add rejects the 3-D MatMuls.

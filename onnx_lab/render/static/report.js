@@ -36,7 +36,8 @@
   function Host(el, payload, opts) {
     const state = { svg: "", fallback: "", items: {}, selected: "", highlight: [], view: {},
                     keep_view: false, details_html: "", legend_html: "", title: "",
-                    height: (opts && opts.height) || 600, _focus: {}, _fit: 0 };
+                    height: (opts && opts.height) || 600, _focus: {}, _fit: 0,
+                    index: payload.index || {}, placement: {} };
     const crumbs = document.createElement("div");
     crumbs.className = "olr-crumbs";
     el.appendChild(crumbs);
@@ -84,9 +85,38 @@
         if (body) show(body);
       } else if (msg.type === "open_body") {
         if (payload.views["graph:" + msg.graph]) show("graph:" + msg.graph);
-      } else if (msg.type === "focus") {
-        host.focus(key);
+      } else if (msg.type === "focus" || msg.type === "reveal") {
+        host.focus(key);  // reveal: a search hit inside a box, drawn in that box's view
       }
+    }
+
+    // Where every node of the search index shows in view `vk` (canvas.js's `placement`, as
+    // the widget's render.details.placement gives it): drawn as itself there, or inside the
+    // box of `vk` whose view (or a view under it) draws it.
+    function placementOf(vk) {
+      const ids = (payload.index || {}).ids || [], where = payload.where || {};
+      const boxOf = new Map(Object.entries((payload.views[vk] || {}).boxes || {}).map(([k, c]) => [c, k]));
+      const under = new Map();  // view key -> the box of vk above it, or null
+      const boxAbove = (w) => {
+        if (under.has(w)) return under.get(w);
+        let c = w, found = null;
+        for (let i = 0; c !== null && c !== undefined && i < 64; i++) {
+          if (boxOf.has(c)) { found = boxOf.get(c); break; }
+          c = (payload.views[c] || {}).parent;
+        }
+        under.set(w, found);
+        return found;
+      };
+      const keys = [], pos = new Map(), at = [], open = [];
+      for (const id of ids) {
+        const w = where[id];
+        let key = null, own = 0;
+        if (w && w[0] === vk) { key = w[1]; own = 1; } else if (w) key = boxAbove(w[0]);
+        if (key === null) { at.push(-1); open.push(0); continue; }
+        if (!pos.has(key)) { pos.set(key, keys.length); keys.push(key); }
+        at.push(pos.get(key)); open.push(own);
+      }
+      return { keys, at, open };
     }
 
     function drawCrumbs() {
@@ -121,7 +151,9 @@
       model.update("legend_html", v.legend || "");
       model.update("title", key === "" ? "" : v.label);
       model.update("details_html", "");
+      state.placement = placementOf(key);
       model.update("svg", v.svg || "");
+      model.update("placement", state.placement);  // the search's hits, placed in this view
       drawCrumbs();
       requestAnimationFrame(readable);
       return true;

@@ -26,6 +26,22 @@ function moduleLink(model) {
 // Labels are readable from this on-screen height on (px): the first view, a found node and an
 // opened box are shown at least this large; below LOD_PX the labels are hidden while zoomed out.
 const READ_PX = 11.5, LOD_PX = 4;
+// A drawing of more elements (nodes, edges, clusters) than BIG is drawn from its scene
+// (scene.js) while the view moves: a <canvas> layer over the SVG, painted cell by cell (what
+// is off screen is skipped, labels too small to read are not drawn). SETTLE_MS after the last
+// move the SVG itself comes back, holding only the elements in view (the others out of the
+// document: no style, layout or paint for them), when at most
+// SVG_MAX elements are in view; with more (zoomed far out) the canvas layer stays.
+const BIG = 1500, SVG_MAX = 1500, SETTLE_MS = 140;
+// The canvas layer's painters by the number of elements in view: the 2-D context's
+// antialiased shapes and labels up to FINE_MAX; beyond, while moving, each element written
+// as pixels (scene.dots: boxes and 1 px lines, a few ms for tens of thousands), and once
+// settled boxes and straight antialiased lines (COARSE).
+const FINE_MAX = 800;
+// Farther out still, while moving: one bitmap of the whole drawing (at most OVERVIEW_PX
+// pixels, drawn once after the first paint) moved and scaled by the compositor alone,
+// up to twice its own scale.
+const OVERVIEW_PX = 4e6;
 
 function render({ model, el: root }) {
   root.classList.add("olc-root");
@@ -49,6 +65,10 @@ function render({ model, el: root }) {
   const port = el("div", "olc-port", body);
   port.tabIndex = 0;
   const stage = el("div", "olc-stage", port);
+  const layer = el("canvas", "olc-layer", port);
+  const layerCtx = layer.getContext("2d", { alpha: false });
+  const overview = el("canvas", "olc-layer olc-overview", port);
+  let kov = 0, ovReady = false, ovTimer = 0;
   const mini = el("div", "olc-mini", port);
   const miniRect = el("div", "olc-mini-rect");
   const panel = el("div", "olc-panel", body);
@@ -63,6 +83,9 @@ function render({ model, el: root }) {
   let labelPx = 11.5;                      // median label height at k = 1 (measured on load)
   let userMoved = false, syncBy = "page", syncTimer = null, hitList = [], hitPos = -1, frameReq = 0;
   let lastSync = true;
+  let scene = null, big = false, settleTimer = 0, layerUp = false;
+  let shown = new Set();                   // elements of a big drawing the SVG draws now
+  const marked = { "olc-selected": [], "olc-hit": [] };
 
   function setHeight() { port.style.height = (model.get("height") || 560) + "px"; }
 
@@ -77,7 +100,8 @@ function render({ model, el: root }) {
   function apply(sync = true, by = "page") {
     if (!svg) return;
     if (sync && by === "user") syncBy = "user";
-    svg.style.transform = `translate(${v.x}px, ${v.y}px) scale(${v.k})`;
+    if (big) moving();
+    else svg.style.transform = `translate(${v.x}px, ${v.y}px) scale(${v.k})`;
     root.dataset.k = v.k.toFixed(4);
     root.dataset.x = v.x.toFixed(1);
     root.dataset.y = v.y.toFixed(1);
@@ -88,9 +112,10 @@ function render({ model, el: root }) {
   function frame() {
     frameReq = 0;
     if (!svg) return;
-    // Level of detail: labels too small to read are not drawn (far cheaper to paint).
-    const far = labelPx * v.k < LOD_PX;
-    if (root.classList.contains("olc-lod-far") !== far) root.classList.toggle("olc-lod-far", far);
+    // Level of detail: labels too small to read are not drawn (far cheaper to paint). Not
+    // while a large drawing's SVG is under the canvas layer: it would repaint it for nothing.
+    if (!layerUp) lod();
+    else paintLayer();
     drawMini();
     if (lastSync) {
       lastSync = false;
@@ -104,6 +129,95 @@ function render({ model, el: root }) {
     }
   }
 
+  function lod() {
+    const far = labelPx * v.k < LOD_PX;
+    if (root.classList.contains("olc-lod-far") !== far) root.classList.toggle("olc-lod-far", far);
+  }
+
+  // ---- large drawings: the canvas layer while moving, the culled SVG once settled
+  function paintLayer(settled) {
+    const pw = port.clientWidth, ph = port.clientHeight, dpr = window.devicePixelRatio || 1;
+    if (!pw || !ph) return;
+    const cw = Math.round(pw * dpr), ch = Math.round(ph * dpr);
+    if (layer.width !== cw || layer.height !== ch) {
+      layer.width = cw; layer.height = ch;
+      layer.style.width = pw + "px"; layer.style.height = ph + "px";
+    }
+    const marks = [[marked["olc-hit"], "#f0a000", 4], [marked["olc-selected"], "#1f6feb", 5]];
+    const n = scene.load(v, pw, ph);
+    const far = !settled && n > FINE_MAX && ovReady && v.k <= 2 * kov;
+    overview.style.visibility = far ? "visible" : "hidden";
+    layer.style.visibility = "visible";
+    if (far) {  // the layer under it: white, covering the SVG around the drawing
+      if (root.dataset.painter !== "overview") {
+        layerCtx.setTransform(1, 0, 0, 1, 0, 0);
+        layerCtx.fillStyle = "#fff";
+        layerCtx.fillRect(0, 0, layer.width, layer.height);
+      }
+      overview.style.transform = `translate(${v.x}px, ${v.y}px) scale(${v.k / kov})`;
+      root.dataset.painter = "overview";
+      return;
+    }
+    if (n > FINE_MAX && !settled) scene.dots(layerCtx, v, pw, ph, { marks });
+    else scene.paint(layerCtx, v, pw, ph, { text: labelPx * v.k >= LOD_PX, coarse: n > FINE_MAX,
+                                            marks });
+    root.dataset.painter = n > FINE_MAX ? (settled ? "coarse" : "dots") : "fine";
+  }
+
+  function showLayer(up) {
+    if (layerUp === up) return;
+    layerUp = up;
+    if (!up) layer.style.visibility = overview.style.visibility = "hidden";
+    root.dataset.layer = up ? "canvas" : "svg";
+  }
+
+  // The bitmap of the whole drawing for the far levels (after the first paint: idle time).
+  function drawOverview() {
+    ovTimer = 0;
+    if (!scene || ovReady) return;
+    kov = Math.min(1, Math.sqrt(OVERVIEW_PX / (W * H)));
+    const w = Math.max(1, Math.round(W * kov)), h = Math.max(1, Math.round(H * kov));
+    overview.width = w; overview.height = h;
+    overview.style.width = w + "px"; overview.style.height = h + "px";
+    scene.dots(overview.getContext("2d", { alpha: false }), { x: 0, y: 0, k: kov }, w, h);
+    ovReady = true;
+  }
+
+  // The view moves: the canvas layer covers the SVG (which is left as it is: no re-raster)
+  // until SETTLE_MS after the last move.
+  function moving() {
+    showLayer(true);
+    clearTimeout(settleTimer);
+    settleTimer = setTimeout(settle, SETTLE_MS);
+  }
+
+  // The view in the drawing's px, with a margin of `m` views around it.
+  function viewRect(m) {
+    const pw = port.clientWidth, ph = port.clientHeight;
+    const w = pw / v.k, h = ph / v.k, x0 = -v.x / v.k, y0 = -v.y / v.k;
+    return { x0: x0 - w * m, y0: y0 - h * m, x1: x0 + w * (1 + m), y1: y0 + h * (1 + m) };
+  }
+
+  // The view stopped: when few enough elements are in it, the SVG shows them (the others
+  // hidden) at the new transform and the layer goes; otherwise the layer stays.
+  function settle() {
+    settleTimer = 0;
+    if (!svg || !big || !port.clientWidth) return;
+    if (!ovReady && !ovTimer) ovTimer = setTimeout(drawOverview, 60);
+    const vis = scene.visible(viewRect(0.25));
+    root.dataset.inView = String(vis.length);
+    if (vis.length > SVG_MAX) { paintLayer(true); showLayer(true); lod(); return; }
+    const next = new Set(vis);
+    for (const it of shown) if (!next.has(it)) scene.detach(it);
+    for (const it of next) if (!shown.has(it)) scene.attach(it);
+    shown = next;
+    svg.style.transform = `translate(${v.x}px, ${v.y}px) scale(${v.k})`;
+    lod();
+    showLayer(false);
+    root.dataset.drawn = String(shown.size);
+    root.dataset.settled = String((+root.dataset.settled || 0) + 1);
+  }
+
   // The whole drawing in the view (the overview: 'f', '0' or the fit button).
   function fit() {
     const pw = port.clientWidth, ph = port.clientHeight;
@@ -115,11 +229,19 @@ function render({ model, el: root }) {
     return true;
   }
 
-  // Natural-size centre of drawn element g (px of the drawing at k = 1).
-  function natural(g) {
-    const r = g.getBoundingClientRect(), s = svg.getBoundingClientRect();
-    return { x: (r.left - s.left + r.width / 2) / v.k, y: (r.top - s.top + r.height / 2) / v.k,
-             w: r.width / v.k, h: r.height / v.k, top: (r.top - s.top) / v.k };
+  // Natural-size centre of drawn element `key` (px of the drawing at k = 1), from the scene:
+  // no layout read, and the same for an element hidden off screen.
+  function natural(key) { return scene ? scene.box(key) : null; }
+
+  // Where drawn element `key` is on the screen now (client px), or null.
+  function screenRect(key) {
+    const b = natural(key);
+    if (!b) return null;
+    const pr = port.getBoundingClientRect();
+    const left = pr.left + port.clientLeft + v.x + b.left * v.k;
+    const top = pr.top + port.clientTop + v.y + b.top * v.k;
+    return { left, top, right: left + b.w * v.k, bottom: top + b.h * v.k, width: b.w * v.k,
+             height: b.h * v.k };
   }
 
   // The first view a person can read (the report's rule, and Netron's): when the whole
@@ -133,7 +255,7 @@ function render({ model, el: root }) {
     const k = Math.max(kr, Math.min(1.5, (pw / W) * 0.96));
     let cx = W / 2, top = 0;
     const ins = [];
-    for (const [key, g] of byKey) if (key.startsWith("input:")) ins.push(natural(g));
+    for (const key of byKey.keys()) if (key.startsWith("input:") && natural(key)) ins.push(natural(key));
     if (ins.length) {
       top = Math.min(...ins.map((n) => n.top));
       const row = ins.filter((n) => n.top < top + 60);
@@ -179,9 +301,8 @@ function render({ model, el: root }) {
   // Centre drawn element `key` in the part of the view the panel leaves free; zoomTo: at a
   // readable size at least.
   function centre(key, zoomTo) {
-    const g = byKey.get(key);
-    if (!g || !svg) return false;
-    const n = natural(g);
+    const n = svg && byKey.has(key) ? natural(key) : null;
+    if (!n) return false;
     let k = v.k;
     if (zoomTo) k = Math.min(MAX_K, Math.max(k, kRead()));
     v = { k, x: freeWidth() / 2 - n.x * k, y: port.clientHeight / 2 - n.y * k };
@@ -194,10 +315,10 @@ function render({ model, el: root }) {
   // that is over an edge (the layout moved it there): then the view moves just enough to
   // bring it inside, with a margin.
   function keepInside(key) {
-    const g = byKey.get(key || "");
+    const r = byKey.has(key || "") ? screenRect(key) : null;
     const pr = port.getBoundingClientRect();
-    if (!g || !pr.width || !pr.height) return;
-    const r = g.getBoundingClientRect(), m = 24;
+    if (!r || !pr.width || !pr.height) return;
+    const m = 24;
     const into = (lo, hi, a, b) => (b - a > hi - lo ? (lo + hi) / 2 - (a + b) / 2
       : a < lo ? lo - a : b > hi ? hi - b : 0);
     const dx = into(pr.left + m, pr.left + freeWidth() - m, r.left, r.right);
@@ -207,9 +328,10 @@ function render({ model, el: root }) {
 
   // The panel just opened: move the view when it covers the selected element.
   function unhide() {
-    const g = byKey.get(model.get("selected") || "");
-    if (!g || panel.style.display !== "block") return;
-    const r = g.getBoundingClientRect(), p = panel.getBoundingClientRect();
+    const key = model.get("selected") || "";
+    const r = byKey.has(key) ? screenRect(key) : null;
+    if (!r || panel.style.display !== "block") return;
+    const p = panel.getBoundingClientRect();
     if (r.right > p.left - 4 && r.left < p.right && r.bottom > p.top && r.top < p.bottom) {
       const pr = port.getBoundingClientRect();
       const dx = (pr.left + freeWidth() / 2) - (r.left + r.width / 2);
@@ -220,20 +342,29 @@ function render({ model, el: root }) {
 
   function mark(cls, keys) {
     if (!svg) return;
+    for (const k of marked[cls] || []) { const g = byKey.get(k); if (g) g.classList.remove(cls); }
     svg.querySelectorAll("." + cls).forEach((g) => g.classList.remove(cls));
     for (const k of keys) { const g = byKey.get(k); if (g) g.classList.add(cls); }
+    marked[cls] = keys.filter((k) => byKey.has(k));
+    if (layerUp && !frameReq) frameReq = requestAnimationFrame(frame);
   }
 
   function drawMini() {
     if (!svg) { mini.style.display = "none"; return; }
     const pw = port.clientWidth, ph = port.clientHeight;
-    const big = W * v.k > pw * 1.05 || H * v.k > ph * 1.05;
-    mini.style.display = big ? "block" : "none";
-    if (!big) return;
+    const over = W * v.k > pw * 1.05 || H * v.k > ph * 1.05;
+    mini.style.display = over ? "block" : "none";
+    if (!over) return;
     const mw = 160, mk = Math.min(mw / W, 120 / H);
-    mini.style.width = W * mk + "px"; mini.style.height = H * mk + "px";
-    const clone = mini.querySelector("svg");
-    if (clone) clone.style.transform = `scale(${mk})`;
+    if (mini._mk !== mk) {  // the map: the scene painted once at this scale, without labels
+      const w = W * mk, h = H * mk, dpr = window.devicePixelRatio || 1;
+      mini.style.width = w + "px"; mini.style.height = h + "px";
+      const map = mini.querySelector("canvas") || el("canvas", "olc-mini-map", mini);
+      map.width = Math.max(1, Math.round(w * dpr)); map.height = Math.max(1, Math.round(h * dpr));
+      map.style.width = w + "px"; map.style.height = h + "px";
+      if (scene) scene[big ? "dots" : "paint"](map.getContext("2d"), { x: 0, y: 0, k: mk }, w, h);
+      if (miniRect.parentNode !== mini) mini.appendChild(miniRect);
+    }
     miniRect.style.left = (-v.x / v.k) * mk + "px";
     miniRect.style.top = (-v.y / v.k) * mk + "px";
     miniRect.style.width = (pw / v.k) * mk + "px";
@@ -258,8 +389,12 @@ function render({ model, el: root }) {
     const text = model.get("svg") || "";
     stage.replaceChildren();
     mini.replaceChildren();
+    mini._mk = 0;
     byKey = new Map();
-    svg = null;
+    svg = null; scene = null; big = false; shown = new Set();
+    clearTimeout(settleTimer); clearTimeout(ovTimer);
+    ovReady = false; ovTimer = 0;
+    showLayer(false);
     if (!text) { stage.textContent = model.get("fallback") || ""; return; }
     const i = text.indexOf("<svg");
     setMarkup(stage, i >= 0 ? text.slice(i) : text);
@@ -275,18 +410,20 @@ function render({ model, el: root }) {
       const id = g.getAttribute("id") || "";
       if (id.startsWith("n:")) byKey.set(id.slice(2), g);
     });
-    // The minimap: a scaled copy without ids (ids must stay unique in the page) and without
-    // text (unreadable there, and the most expensive part to paint).
-    const clone = svg.cloneNode(true);
-    clone.removeAttribute("id");
-    clone.querySelectorAll("[id]").forEach((n) => n.removeAttribute("id"));
-    clone.querySelectorAll("text").forEach((n) => n.remove());
-    clone.style.transformOrigin = "0 0";
-    clone.style.transform = "";
-    mini.appendChild(clone);
-    mini.appendChild(miniRect);
+    scene = sceneOf(svg, W, H);
+    big = scene.size > BIG;
     root.dataset.nodes = String(byKey.size);
-    measureLabels();
+    root.dataset.big = big ? "1" : "";
+    if (big) {
+      // Laid out and painted only where the view is (settle()); the labels are measured
+      // on a few nodes shown for that.
+      svg.style.willChange = "auto";
+      const sample = new Set(scene.items.filter((it) => it.kind === "node" && it.texts.length)
+        .slice(0, 60));
+      for (const it of scene.items) if (!sample.has(it)) scene.detach(it);
+      measureLabels();
+      for (const it of sample) scene.detach(it);
+    } else measureLabels();
     userMoved = false;
     const view = model.get("view") || {};
     // a kept view is the user's: a later resize must not re-fit it (userMoved)
@@ -296,6 +433,9 @@ function render({ model, el: root }) {
     mark("olc-hit", model.get("highlight") || []);
     if (view.k && model.get("keep_view")) keepInside(model.get("selected"));
     if (!(model.get("index") || {}).ids) hitList = [];
+    const f = model.get("_focus") || {};
+    if (f.key && f.seq !== focusAtLoad && byKey.has(f.key)) onFocus();
+    focusAtLoad = f.seq;
     root.dataset.rendered = String((+root.dataset.rendered || 0) + 1);
   }
 
@@ -398,6 +538,12 @@ function render({ model, el: root }) {
   // The drawn node under a pointer event (the port captures the pointer on pointerdown, so
   // the event's own target can be the port).
   function nodeAt(e) {
+    if (big) {  // the SVG may be under the canvas layer, or hidden there: ask the scene
+      const pr = port.getBoundingClientRect();
+      const it = scene.at((e.clientX - pr.left - port.clientLeft - v.x) / v.k,
+                          (e.clientY - pr.top - port.clientTop - v.y) / v.k);
+      return it ? it.g : null;
+    }
     const hit = document.elementFromPoint(e.clientX, e.clientY);
     const g = hit && hit.closest && hit.closest("g.node");
     return g && stage.contains(g) ? g : null;
@@ -494,10 +640,14 @@ function render({ model, el: root }) {
   const ro = new ResizeObserver(() => {
     if (!userMoved) firstView();
     else { drawMini(); if (model.get("keep_view")) keepInside(model.get("selected")); }
+    if (big) moving();
   });
   ro.observe(port);
 
   // ---- model changes
+  // A focus sent with a new drawing (an expand keeping the opened box in view) may be
+  // handled before that drawing is loaded: loadSvg applies it again once loaded.
+  let focusAtLoad = null;
   const onFocus = () => {
     const f = model.get("_focus") || {};
     if (!f.key) return;
@@ -505,6 +655,7 @@ function render({ model, el: root }) {
       centre(f.key, true);
       if (f.select !== false) { mark("olc-selected", [f.key]); root.dataset.selected = f.key; }
       root.dataset.focused = String(f.seq || 0);
+      root.dataset.centred = f.key;
     };
     if (port.clientWidth) go(); else requestAnimationFrame(go);
   };
@@ -545,7 +696,9 @@ function render({ model, el: root }) {
   loadSvg();
   showDetails();
   if ((model.get("_focus") || {}).key) requestAnimationFrame(onFocus);
-  return () => { ro.disconnect(); clearTimeout(syncTimer); cancelAnimationFrame(frameReq); };
+  return () => { ro.disconnect(); clearTimeout(syncTimer); clearTimeout(settleTimer);
+                 clearTimeout(ovTimer);
+                 cancelAnimationFrame(frameReq); };
 }
 
 export default { render };
