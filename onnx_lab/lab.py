@@ -184,16 +184,18 @@ def to_fp16(source: Any, keep_io_types: bool = True,
 
 
 @strict_keywords
-def to_int8_dynamic(source: Any, nodes_to_exclude: Sequence[str] | None = None) -> Lab:
+def to_int8_dynamic(source: Any, nodes_to_exclude: Sequence[str] | None = None,
+                    reduce_range: bool | None = None) -> Lab:
     """Dynamic int8 quantization as a new Lab; see
-    :func:`onnx_lab.numerics.quantize.int8_dynamic_model`.
+    :func:`onnx_lab.numerics.quantize.int8_dynamic_model` (``reduce_range=None``: 7-bit
+    weights where this CPU's int8 kernels saturate).
 
     Example:
         >>> q = onnx_lab.to_int8_dynamic(onnx_lab.open("sample:transformer_block"))
     """
     from onnx_lab.numerics.quantize import int8_dynamic_model
 
-    return _converted(source, int8_dynamic_model(source, nodes_to_exclude),
+    return _converted(source, int8_dynamic_model(source, nodes_to_exclude, reduce_range),
                       "dynamic int8 quantization")
 
 
@@ -492,10 +494,11 @@ class Lab:
         """
         return to_fp16(self, keep_io_types, block_list)
 
-    def to_int8_dynamic(self, nodes_to_exclude: Sequence[str] | None = None) -> Lab:
+    def to_int8_dynamic(self, nodes_to_exclude: Sequence[str] | None = None,
+                        reduce_range: bool | None = None) -> Lab:
         """Dynamic int8 quantization of the current version as a new Lab: a thin alias of the
         one door, :func:`onnx_lab.to_int8_dynamic` (``onnx_lab.to_int8_dynamic(lab)``)."""
-        return to_int8_dynamic(self, nodes_to_exclude)
+        return to_int8_dynamic(self, nodes_to_exclude, reduce_range)
 
     def to_int8_static(self, feeds: Any = None, n: int = 8,
                        nodes_to_exclude: Sequence[str] | None = None) -> Lab:

@@ -33,6 +33,7 @@ from onnx_lab.core.source import resolve
 from onnx_lab.errors import InputError, PassError, unknown_name
 from onnx_lab.numerics.half import full_proto as _full_proto  # noqa: F401 - trials read it here
 from onnx_lab.numerics.half import half_proto
+from onnx_lab.runtime.cpu import int8_saturates
 from onnx_lab.runtime.feeds import as_feed_list, make_feeds
 
 logger = logging.getLogger(__name__)
@@ -154,13 +155,23 @@ def _quantize_files(model: LabModel, fn, source: Path | None = None, **kw) -> La
         return LabModel(read_output(dst, "quantization"))
 
 
-def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = None) -> LabModel:
+def reduce_range_for(reduce_range: bool | None) -> bool:
+    """``reduce_range`` as given, or (None) what this CPU needs: 7-bit weights where
+    onnxruntime's U8S8 kernels saturate (:func:`onnx_lab.runtime.cpu.int8_saturates`)."""
+    return int8_saturates() if reduce_range is None else bool(reduce_range)
+
+
+def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = None,
+                       reduce_range: bool | None = None) -> LabModel:
     """Dynamic int8 quantization (weights int8, activations quantized at run time);
     ``onnx_lab.to_int8_dynamic`` wraps it in a Lab.
 
     Args:
         source: a Lab, LabModel or anything ``onnx_lab.open`` takes.
         nodes_to_exclude: node ids kept in float.
+        reduce_range: quantize weights to 7 bits. None (default): where this CPU's int8
+            kernels saturate (x86-64 with AVX2 and no VNNI, :mod:`onnx_lab.runtime.cpu`),
+            whose full-range results err several times more.
 
     Example:
         >>> q = int8_dynamic_model("sample:transformer_block")
@@ -169,19 +180,18 @@ def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = Non
 
     model = resolve(source)[0]
     exclude = _node_names(model, nodes_to_exclude, "nodes_to_exclude")
+    kw = {"weight_type": QuantType.QInt8, "nodes_to_exclude": exclude,
+          "reduce_range": reduce_range_for(reduce_range)}
     if not _has_bodies(model):
-        return _quantize(model, quantize_dynamic, weight_type=QuantType.QInt8,
-                         nodes_to_exclude=exclude)
+        return _quantize(model, quantize_dynamic, **kw)
     # If/Loop/Scan bodies (an optimum merged decoder: every MatMul inside an If on
     # use_cache_branch): onnxruntime's dynamic quantizer enters them with EnableSubgraph
     try:
-        return _quantize(model, quantize_dynamic, weight_type=QuantType.QInt8,
-                         nodes_to_exclude=exclude, extra_options={"EnableSubgraph": True})
+        return _quantize(model, quantize_dynamic, extra_options={"EnableSubgraph": True}, **kw)
     except PassError as e:
         logger.warning("int8 dynamic quantization of the If/Loop bodies failed (%s): only the "
                        "main graph is quantized, the bodies stay in float32", e.problem)
-        return _quantize(model, quantize_dynamic, weight_type=QuantType.QInt8,
-                         nodes_to_exclude=exclude)
+        return _quantize(model, quantize_dynamic, **kw)
 
 
 def _has_bodies(model: LabModel) -> bool:
@@ -191,7 +201,8 @@ def _has_bodies(model: LabModel) -> bool:
 
 def int8_static_model(source: Any, feeds: Any = None, n: int = 8,
                       nodes_to_exclude: Sequence[str] | None = None,
-                      calibration: Calibration | None = None) -> LabModel:
+                      calibration: Calibration | None = None,
+                      reduce_range: bool | None = None) -> LabModel:
     """Static int8 quantization in QDQ format, calibrated on ``feeds`` (or ``n`` seeded
     samples); ``onnx_lab.to_int8_static`` wraps it in a Lab.
 
@@ -204,6 +215,8 @@ def int8_static_model(source: Any, feeds: Any = None, n: int = 8,
         nodes_to_exclude: node ids kept in float.
         calibration: ranges from :func:`calibrate_int8` (then ``feeds``/``n`` are not used and
             no calibration runs: one conversion, no inference).
+        reduce_range: 7-bit weights; None (default) where this CPU's int8 kernels saturate
+            (as :func:`int8_dynamic_model`).
 
     Example:
         >>> q = int8_static_model("sample:convnet", n=4)
@@ -215,7 +228,8 @@ def int8_static_model(source: Any, feeds: Any = None, n: int = 8,
     if calibration is None:
         calibration = calibrate_int8(source, feeds, n)
     return _quantize_with(model, calibration,
-                          _node_names(model, nodes_to_exclude, "nodes_to_exclude"))
+                          _node_names(model, nodes_to_exclude, "nodes_to_exclude"),
+                          reduce_range=reduce_range)
 
 
 # ---------------------------------------------------------------------------- calibration
@@ -392,9 +406,11 @@ class SavedSource:
 
 
 def _quantize_with(model: LabModel, calibration: Calibration, exclude: Sequence[str],
-                   source: SavedSource | None = None) -> LabModel:
+                   source: SavedSource | None = None,
+                   reduce_range: bool | None = None) -> LabModel:
     """A QDQ model of ``model`` with cached ranges: the quantizer runs, calibration does not.
-    ``source``: ``model`` already saved (:class:`SavedSource`)."""
+    ``source``: ``model`` already saved (:class:`SavedSource`); ``reduce_range``: see
+    :func:`reduce_range_for`."""
     import json
 
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
@@ -406,4 +422,5 @@ def _quantize_with(model: LabModel, calibration: Calibration, exclude: Sequence[
                          source=None if source is None else source.path,
                          quant_format=QuantFormat.QDQ,
                          calibrate_method=getattr(CalibrationMethod, calibration.method),
-                         calibration_cache_path=str(cache), nodes_to_exclude=list(exclude))
+                         calibration_cache_path=str(cache), nodes_to_exclude=list(exclude),
+                         reduce_range=reduce_range_for(reduce_range))
