@@ -125,11 +125,12 @@ def build_model(proto: onnx.ModelProto, what: str, base: Path | None,
             of the message (checked by the caller).
     """
     _check_proto(proto, what)
-    bad = check_structure(proto, what, skip=skip)
-    check_external_data(proto, base, what=what)
+    bad, external = check_structure(proto, what, skip=skip)
+    if external:  # the structure walk saw every tensor: without a reference, nothing to check
+        check_external_data(proto, base, what=what)
     model = _deserialize(proto, what)
     mark_unreadable(model, bad)
-    if base is not None:
+    if base is not None and external:
         pin_external(model, base)
     return model
 
