@@ -304,6 +304,9 @@ ML_RULES: dict[str, Rule] = {
 }
 
 
+_WATCHED = frozenset(RULES) | frozenset(ML_RULES)  # op types needs_completion looks at
+
+
 def _ml_rule(node: onnx.NodeProto) -> Rule | None:
     return ML_RULES.get(node.op_type) if node.domain == ML_DOMAIN else None
 
@@ -401,10 +404,9 @@ def _reshape_rank(node: onnx.NodeProto, ins: list[Typed | None]) -> list[Typed |
     return [(data[0], [None] * target[1][0])]
 
 
-def _rankless_reshapes(graph: onnx.GraphProto) -> bool:
-    """Whether some Reshape's output has no rank though its target's length is known."""
-    reshapes = [n for n in graph.node if n.op_type == "Reshape"
-                and n.domain in ("", "ai.onnx") and len(n.input) > 1]
+def _rankless_reshapes(graph: onnx.GraphProto, reshapes: list[onnx.NodeProto]) -> bool:
+    """Whether some Reshape's output has no rank though its target's length is known
+    (``reshapes``: the graph's standard Reshape nodes with a target)."""
     if not reshapes:
         return False
     # Only the types the Reshapes read or write: a whole-graph map costs more than the
@@ -434,14 +436,24 @@ def needs_completion(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> bool:
     inference left untyped, or a Reshape inference left without a rank
     (:func:`_reshape_rank`)."""
     opset = _opset(opsets)
-    fused = [n for n in graph.node if (n.op_type in RULES and _unknown_to_onnx(n, opset))
-             or _ml_rule(n) is not None]
+    # One pass over the nodes, reading a node's domain only for the op types that matter
+    # (graphs of 10^5 nodes have few of them).
+    fused: list[onnx.NodeProto] = []
+    reshapes: list[onnx.NodeProto] = []
+    for n in graph.node:
+        op = n.op_type
+        if op == "Reshape":  # (neither in RULES nor in ML_RULES)
+            if n.domain in ("", "ai.onnx") and len(n.input) > 1:
+                reshapes.append(n)
+        elif op in _WATCHED and ((op in RULES and _unknown_to_onnx(n, opset))
+                                 or _ml_rule(n) is not None):
+            fused.append(n)
     if fused:
         typed = {vi.name for vi in (*graph.value_info, *graph.output)
                  if _complete_type(vi.type)}
         if any(o and o not in typed for n in fused for o in n.output):
             return True
-    return _rankless_reshapes(graph)
+    return _rankless_reshapes(graph, reshapes)
 
 
 def complete(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> int:

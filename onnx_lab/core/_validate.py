@@ -26,6 +26,7 @@ Two kinds of findings:
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,10 +39,13 @@ from onnx_lab.errors import ModelLoadError, TensorDataError
 
 __all__ = ["check_structure", "check_ir_model", "mark_unreadable", "remark_unreadable",
            "tensor_problem", "expected_nbytes", "UnreadableTensor", "unreadable", "KeptInline",
-           "kept_inline", "ir_tensors"]
+           "kept_inline", "ir_tensors", "tensor_dims", "dims_and_nbytes"]
 
 _A = onnx.AttributeProto
 _DTYPES = frozenset(int(d) for d in ir.DataType)
+_DTYPE_OF = {int(d): d for d in ir.DataType}  # (an enum call per tensor costs µs)
+_BITS = {int(d): d.bitwidth for d in ir.DataType
+         if d not in (ir.DataType.UNDEFINED, ir.DataType.STRING)}
 _ATTR_TYPES = frozenset(range(1, 15))  # FLOAT .. TYPE_PROTOS; 0 is UNDEFINED
 _ATTR_NAMES = {v: k for k, v in _A.AttributeType.items()}
 _SPARSE_ATTRS = frozenset({_A.SPARSE_TENSOR, _A.SPARSE_TENSORS})
@@ -81,8 +85,37 @@ def _dtype_label(dtype: int) -> str:
 def expected_nbytes(dtype: int, numel: int) -> int:
     """Bytes ``numel`` elements of ``dtype`` take in ``raw_data`` / an external file
     (sub-byte types packed, as ONNX stores them)."""
-    bits = ir.DataType(dtype).bitwidth
+    bits = _BITS.get(dtype)
+    if bits is None:
+        bits = ir.DataType(dtype).bitwidth  # (raises for types of no fixed size)
     return (numel * bits + 7) // 8
+
+
+def tensor_dims(t: ir.TensorProtocol) -> tuple[int | None, ...]:
+    """``t``'s dims (a negative one as None), read from the message for a plain tensor
+    onnx_ir read from one (its ``shape`` builds a new ``Shape`` on every read: µs a tensor,
+    and an unfused LLM export has 10^5 small weights)."""
+    if type(t) is ir.serde.TensorProtoTensor:
+        dims = tuple(t.raw.dims)
+        if not dims or min(dims) >= 0:
+            return dims
+    return tuple(d if isinstance(d, int) and d >= 0 else None for d in t.shape)
+
+
+def dims_and_nbytes(t: ir.TensorProtocol) -> tuple[tuple[int | None, ...], int]:
+    """:func:`tensor_dims` and ``t.nbytes``: for a plain tensor read from a message, by
+    onnx_ir's own formula (``TensorBase.nbytes``) from the message's dims."""
+    dims = tensor_dims(t)
+    if type(t) is ir.serde.TensorProtoTensor and None not in dims:
+        itemsize = _SIZED.get(t.raw.data_type)
+        if itemsize is not None:
+            return dims, math.ceil(itemsize * math.prod(dims))
+    return dims, int(t.nbytes)
+
+
+# data type -> onnx_ir's itemsize (bytes, 0.5 for 4-bit types), for the types of a fixed size
+_SIZED = {int(d): d.itemsize for d in ir.DataType
+          if d not in (ir.DataType.UNDEFINED, ir.DataType.STRING)}
 
 
 def _numel(dims) -> int:
@@ -112,12 +145,12 @@ def tensor_problem(t: onnx.TensorProto, stored: int | None = None) -> str | None
     Only the lengths of the data fields are compared: no data is read.
     """
     dims = list(t.dims)
-    if any(d < 0 for d in dims):
+    if dims and min(dims) < 0:
         return f"has negative dims {dims}"
-    if t.data_type not in _DTYPES:
+    dtype = _DTYPE_OF.get(t.data_type)
+    if dtype is None:
         return f"has the unknown data type {t.data_type}"
-    dtype = ir.DataType(t.data_type)
-    numel = _numel(dims)
+    numel = math.prod(dims)
     if t.data_location == onnx.TensorProto.EXTERNAL:
         return None  # checked against its file (core.load.check_external_data)
     present = [f for f in _DATA_FIELDS if len(getattr(t, f))]
@@ -422,7 +455,7 @@ class _Walk:
             raise ModelLoadError(
                 f"{self.what}: {where} {t.name!r} has the unknown data type {t.data_type}.",
                 fix="Re-export the model (known types: FLOAT=1 ... FLOAT6E3M2=28).")
-        if any(d < 0 for d in t.dims):
+        if len(t.dims) and min(t.dims) < 0:
             raise ModelLoadError(
                 f"{self.what}: {where} {t.name!r} has negative dims {list(t.dims)}.",
                 fix="Re-export the model: tensor dims are sizes, never negative.")

@@ -86,7 +86,7 @@ def load_model(source: object, *, mmap: bool = False,
         return LabModel(build_model(source, "the ModelProto", base))
     if isinstance(source, (bytes, bytearray, memoryview)):
         proto = _parse_bytes(bytes(source), "the given bytes")
-        return LabModel(build_model(proto, "the given bytes", base))
+        return LabModel(build_model(proto, "the given bytes", base), source=proto)
     if isinstance(source, (str, os.PathLike)):
         if base is not None and base != Path(source).parent.resolve():
             raise InputError(
@@ -282,7 +282,7 @@ def _read_path(path: Path, use_mmap: bool = False) -> LabModel:
         _check_proto(proto, what)
         viewable = _viewable(proto, spans, data)
         model = build_model(proto, what, path.parent, skip={k for k, *_ in viewable})
-        lab_model = LabModel(model, path=path)
+        lab_model = LabModel(model, path=path, source=proto)
         if reader is not None:
             # Every feature reads the index: build it while the weights are still being read.
             lab_model.index  # noqa: B018 - the property builds and caches it
