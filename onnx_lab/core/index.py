@@ -129,7 +129,9 @@ class ModelIndex:
         for v in graph.initializers.values():
             self._define(v, path)
         nodes = list(graph)
-        ids = [self._make_id(n, path, i) for i, n in enumerate(nodes)]
+        unique = self._unique_names
+        ids = [name if (name := n.name) and name in unique else self._make_id(n, path, i)
+               for i, n in enumerate(nodes)]
         id_of = self._id_of
         for n, nid in zip(nodes, ids):
             id_of[id(n)] = nid
