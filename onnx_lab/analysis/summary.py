@@ -147,13 +147,14 @@ def summarize(model: LabModel, dims: Mapping[str, int] | None = None,
     """Build the :class:`Summary` of ``model`` (no weight values are read)."""
     m = model.ir
     idx = model.index
+    # Counted per (op, domain) first, then keyed and given a family once per kind of op
+    # (first-seen order kept, so ties in most_common() fall as before).
+    kinds = Counter((e.node.op_type, e.node.domain) for e in idx.entries.values())
     ops = Counter()
     fams = Counter()
-    for e in idx.entries.values():
-        key = e.node.op_type if e.node.domain in ("", "ai.onnx") \
-            else f"{e.node.domain}::{e.node.op_type}"
-        ops[key] += 1
-        fams[op_family(e.node.op_type, e.node.domain)] += 1
+    for (op, domain), n in kinds.items():
+        ops[op if domain in ("", "ai.onnx") else f"{domain}::{op}"] += n
+        fams[op_family(op, domain)] += n
     # The initializers table's rows (name, dtype, shape, numel, nbytes, external, ...,
     # source): counted without building the frame, so the summary needs no pandas.
     inits = initializer_rows(model)

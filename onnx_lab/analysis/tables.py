@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab._pandas import pd
+from onnx_lab.core._validate import dims_and_nbytes
 from onnx_lab.core.index import node_scope
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dtype_name, shape_tuple
@@ -155,6 +157,7 @@ def initializer_rows(model: LabModel) -> list[tuple]:
 
 def _initializer_rows(model: LabModel) -> list[tuple]:
     idx = model.index
+    consumers = idx.consumers
     rows = []
     for path, g in idx.graphs.items():
         for name, v in g.initializers.items():
@@ -162,16 +165,22 @@ def _initializer_rows(model: LabModel) -> list[tuple]:
             if t is None:
                 continue
             ext = isinstance(t, ir.ExternalTensor)
-            shape = tuple(shape_tuple(t.shape) or ())
-            rows.append((name, dtype_name(t.dtype), shape, int(np.prod(shape, dtype=np.int64)),
-                         int(t.nbytes), ext, t.location if ext else None,
-                         list(idx.consumers.get(name, [])), path, "initializer", None))
+            shape, nbytes = dims_and_nbytes(t)
+            rows.append((name, dtype_name(t.dtype), shape, _numel(shape), nbytes, ext,
+                         t.location if ext else None, list(consumers.get(name, [])), path,
+                         "initializer", None))
     for name, t, nid, path in constant_tensors(model):
-        shape = tuple(shape_tuple(t.shape) or ())
-        rows.append((name, dtype_name(t.dtype), shape, int(np.prod(shape, dtype=np.int64)),
-                     int(t.nbytes), False, None, list(idx.consumers.get(name, [])), path,
-                     "constant", nid))
+        shape, nbytes = dims_and_nbytes(t)
+        rows.append((name, dtype_name(t.dtype), shape, _numel(shape), nbytes, False, None,
+                     list(consumers.get(name, [])), path, "constant", nid))
     return rows
+
+
+def _numel(shape: tuple) -> int:
+    """Elements of a weight's ``shape``, as numpy's int64 product gives them (wrapping past
+    2**63, as before), without numpy's per-call cost for the usual small shapes."""
+    n = math.prod(shape) if None not in shape else -1
+    return n if 0 <= n < 2**63 else int(np.prod(shape, dtype=np.int64))
 
 
 @_cached_frame

@@ -304,6 +304,9 @@ ML_RULES: dict[str, Rule] = {
 }
 
 
+_WATCHED = frozenset(RULES) | frozenset(ML_RULES)  # op types needs_completion looks at
+
+
 def _ml_rule(node: onnx.NodeProto) -> Rule | None:
     return ML_RULES.get(node.op_type) if node.domain == ML_DOMAIN else None
 
@@ -338,9 +341,12 @@ def _standard(node: onnx.NodeProto, ins: Sequence[Typed | None],
             if t is None:
                 return None
             types[name] = _type_proto(*t)
+    data = data or {}
     try:
+        # the data of this node's inputs (not a pass over every tensor of the graph per
+        # node: that made completing a graph of 20,000 nodes take 10 s)
         out = onnx.shape_inference.infer_node_outputs(
-            schema, node, types, {k: v for k, v in (data or {}).items() if k in types})
+            schema, node, types, {k: data[k] for k in types if k in data})
     except Exception:  # noqa: BLE001 - inference rejects the node: leave it untyped
         return None
     return [_typed(out.get(o)) if o else None for o in node.output]
@@ -401,10 +407,9 @@ def _reshape_rank(node: onnx.NodeProto, ins: list[Typed | None]) -> list[Typed |
     return [(data[0], [None] * target[1][0])]
 
 
-def _rankless_reshapes(graph: onnx.GraphProto) -> bool:
-    """Whether some Reshape's output has no rank though its target's length is known."""
-    reshapes = [n for n in graph.node if n.op_type == "Reshape"
-                and n.domain in ("", "ai.onnx") and len(n.input) > 1]
+def _rankless_reshapes(graph: onnx.GraphProto, reshapes: list[onnx.NodeProto]) -> bool:
+    """Whether some Reshape's output has no rank though its target's length is known
+    (``reshapes``: the graph's standard Reshape nodes with a target)."""
     if not reshapes:
         return False
     # Only the types the Reshapes read or write: a whole-graph map costs more than the
@@ -434,14 +439,24 @@ def needs_completion(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> bool:
     inference left untyped, or a Reshape inference left without a rank
     (:func:`_reshape_rank`)."""
     opset = _opset(opsets)
-    fused = [n for n in graph.node if (n.op_type in RULES and _unknown_to_onnx(n, opset))
-             or _ml_rule(n) is not None]
+    # One pass over the nodes, reading a node's domain only for the op types that matter
+    # (graphs of 10^5 nodes have few of them).
+    fused: list[onnx.NodeProto] = []
+    reshapes: list[onnx.NodeProto] = []
+    for n in graph.node:
+        op = n.op_type
+        if op == "Reshape":  # (neither in RULES nor in ML_RULES)
+            if n.domain in ("", "ai.onnx") and len(n.input) > 1:
+                reshapes.append(n)
+        elif op in _WATCHED and ((op in RULES and _unknown_to_onnx(n, opset))
+                                 or _ml_rule(n) is not None):
+            fused.append(n)
     if fused:
         typed = {vi.name for vi in (*graph.value_info, *graph.output)
                  if _complete_type(vi.type)}
         if any(o and o not in typed for n in fused for o in n.output):
             return True
-    return _rankless_reshapes(graph)
+    return _rankless_reshapes(graph, reshapes)
 
 
 def complete(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> int:

@@ -26,6 +26,7 @@ Two kinds of findings:
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,10 +39,13 @@ from onnx_lab.errors import ModelLoadError, TensorDataError
 
 __all__ = ["check_structure", "check_ir_model", "mark_unreadable", "remark_unreadable",
            "tensor_problem", "expected_nbytes", "UnreadableTensor", "unreadable", "KeptInline",
-           "kept_inline", "ir_tensors"]
+           "kept_inline", "ir_tensors", "tensor_dims", "dims_and_nbytes"]
 
 _A = onnx.AttributeProto
 _DTYPES = frozenset(int(d) for d in ir.DataType)
+_DTYPE_OF = {int(d): d for d in ir.DataType}  # (an enum call per tensor costs µs)
+_BITS = {int(d): d.bitwidth for d in ir.DataType
+         if d not in (ir.DataType.UNDEFINED, ir.DataType.STRING)}
 _ATTR_TYPES = frozenset(range(1, 15))  # FLOAT .. TYPE_PROTOS; 0 is UNDEFINED
 _ATTR_NAMES = {v: k for k, v in _A.AttributeType.items()}
 _SPARSE_ATTRS = frozenset({_A.SPARSE_TENSOR, _A.SPARSE_TENSORS})
@@ -81,8 +85,37 @@ def _dtype_label(dtype: int) -> str:
 def expected_nbytes(dtype: int, numel: int) -> int:
     """Bytes ``numel`` elements of ``dtype`` take in ``raw_data`` / an external file
     (sub-byte types packed, as ONNX stores them)."""
-    bits = ir.DataType(dtype).bitwidth
+    bits = _BITS.get(dtype)
+    if bits is None:
+        bits = ir.DataType(dtype).bitwidth  # (raises for types of no fixed size)
     return (numel * bits + 7) // 8
+
+
+def tensor_dims(t: ir.TensorProtocol) -> tuple[int | None, ...]:
+    """``t``'s dims (a negative one as None), read from the message for a plain tensor
+    onnx_ir read from one (its ``shape`` builds a new ``Shape`` on every read: µs a tensor,
+    and an unfused LLM export has 10^5 small weights)."""
+    if type(t) is ir.serde.TensorProtoTensor:
+        dims = tuple(t.raw.dims)
+        if not dims or min(dims) >= 0:
+            return dims
+    return tuple(d if isinstance(d, int) and d >= 0 else None for d in t.shape)
+
+
+def dims_and_nbytes(t: ir.TensorProtocol) -> tuple[tuple[int | None, ...], int]:
+    """:func:`tensor_dims` and ``t.nbytes``: for a plain tensor read from a message, by
+    onnx_ir's own formula (``TensorBase.nbytes``) from the message's dims."""
+    dims = tensor_dims(t)
+    if type(t) is ir.serde.TensorProtoTensor and None not in dims:
+        itemsize = _SIZED.get(t.raw.data_type)
+        if itemsize is not None:
+            return dims, math.ceil(itemsize * math.prod(dims))
+    return dims, int(t.nbytes)
+
+
+# data type -> onnx_ir's itemsize (bytes, 0.5 for 4-bit types), for the types of a fixed size
+_SIZED = {int(d): d.itemsize for d in ir.DataType
+          if d not in (ir.DataType.UNDEFINED, ir.DataType.STRING)}
 
 
 def _numel(dims) -> int:
@@ -112,12 +145,12 @@ def tensor_problem(t: onnx.TensorProto, stored: int | None = None) -> str | None
     Only the lengths of the data fields are compared: no data is read.
     """
     dims = list(t.dims)
-    if any(d < 0 for d in dims):
+    if dims and min(dims) < 0:
         return f"has negative dims {dims}"
-    if t.data_type not in _DTYPES:
+    dtype = _DTYPE_OF.get(t.data_type)
+    if dtype is None:
         return f"has the unknown data type {t.data_type}"
-    dtype = ir.DataType(t.data_type)
-    numel = _numel(dims)
+    numel = math.prod(dims)
     if t.data_location == onnx.TensorProto.EXTERNAL:
         return None  # checked against its file (core.load.check_external_data)
     present = [f for f in _DATA_FIELDS if len(getattr(t, f))]
@@ -320,6 +353,7 @@ def _schema_attrs(op_type: str, domain: str, version: int) -> dict[str, int] | N
 
 
 _COUNTS = ("counts",)  # a key no attribute name can be
+_UNSEEN = object()
 
 
 def _counts_problem(schema: dict | None, op_type: str, n_in: int, n_out: int) -> str | None:
@@ -341,6 +375,7 @@ class _Walk:
         self.what = what[:1].upper() + what[1:]
         self.skip = skip
         self.bad: list[_Bad] = []
+        self.external = False  # some tensor refers to external data
         self.opsets: dict[str, int] = {}
         for op in proto.opset_import:
             if _not_text(op.domain):
@@ -354,6 +389,7 @@ class _Walk:
         self.opsets[""] = self.opsets["ai.onnx"] = default
         self.functions = {(f.domain, f.name) for f in proto.functions}
         self.in_function = False
+        self.schemas: dict[str, dict | None] = {}  # op_type -> _schema_attrs at the opset
 
     def text(self, value: object, where: str) -> None:
         if _not_text(value):
@@ -391,30 +427,45 @@ class _Walk:
             self.text(p.value, f"metadata_props {p.key!r} of {where}")
 
     def value_info(self, vi: onnx.ValueInfoProto, role: str, graph: str) -> None:
-        self.text(vi.name, f"the name of a {role} of graph {graph!r}")
-        self.text(vi.doc_string, f"the doc_string of {role} {vi.name!r} of graph {graph!r}")
+        try:  # the fast path (one C call); messages only on failure
+            "".join((vi.name, vi.doc_string))
+        except TypeError:
+            self.text(vi.name, f"the name of a {role} of graph {graph!r}")
+            self.text(vi.doc_string, f"the doc_string of {role} {vi.name!r} of graph {graph!r}")
         if len(vi.metadata_props):
             self.props(vi.metadata_props, f"{role} {vi.name!r}")
-        self.type_proto(vi.type, f"{role} {vi.name!r} of graph {graph!r}")
+        tp = vi.type
+        if tp.WhichOneof("value") == "tensor_type" and tp.tensor_type.elem_type in _DTYPES:
+            try:  # a tensor of a known type whose dim names are text: nothing to say
+                "".join([d.dim_param for d in tp.tensor_type.shape.dim])
+                return
+            except TypeError:
+                pass
+        self.type_proto(tp, f"{role} {vi.name!r} of graph {graph!r}")
 
     def tensor(self, t: onnx.TensorProto, where: str) -> str | None:
-        self.text(t.name, f"the name of {where}")
-        self.text(t.doc_string, f"the doc_string of {where}")
+        try:  # the fast path (one C call); messages only on failure
+            "".join((t.name, t.doc_string))
+        except TypeError:
+            self.text(t.name, f"the name of {where}")
+            self.text(t.doc_string, f"the doc_string of {where}")
         if len(t.metadata_props):
             self.props(t.metadata_props, where)
         if t.data_type not in _DTYPES:
             raise ModelLoadError(
                 f"{self.what}: {where} {t.name!r} has the unknown data type {t.data_type}.",
                 fix="Re-export the model (known types: FLOAT=1 ... FLOAT6E3M2=28).")
-        if any(d < 0 for d in t.dims):
+        if len(t.dims) and min(t.dims) < 0:
             raise ModelLoadError(
                 f"{self.what}: {where} {t.name!r} has negative dims {list(t.dims)}.",
                 fix="Re-export the model: tensor dims are sizes, never negative.")
-        if t.data_location == onnx.TensorProto.EXTERNAL and t.data_type in (0, _D.STRING):
-            raise ModelLoadError(
-                f"{self.what}: {where} {t.name!r} is external data of type "
-                f"{_dtype_label(t.data_type)}, which cannot be stored in a data file.",
-                fix="Re-export the model.")
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            self.external = True
+            if t.data_type in (0, _D.STRING):
+                raise ModelLoadError(
+                    f"{self.what}: {where} {t.name!r} is external data of type "
+                    f"{_dtype_label(t.data_type)}, which cannot be stored in a data file.",
+                    fix="Re-export the model.")
         return tensor_problem(t)
 
     def found(self, bad: _Bad) -> None:
@@ -443,6 +494,7 @@ class _Walk:
         for vi in g.value_info:
             self.value_info(vi, "value_info entry", label)
         defined = {vi.name for vi in g.input}
+        where = f"initializer of graph {label!r}"
         for k, t in enumerate(g.initializer):
             if not path and not self.in_function and k in self.skip:
                 # a weight the loader keeps as a view of the file: its dtype and length
@@ -452,7 +504,7 @@ class _Walk:
                 if len(t.metadata_props):
                     self.props(t.metadata_props, f"initializer {t.name!r}")
             else:
-                problem = self.tensor(t, f"initializer of graph {label!r}")
+                problem = self.tensor(t, where)
                 if problem:
                     self.found(_Bad(path, t.name, None, None, None, problem))
             defined.add(t.name)
@@ -487,14 +539,29 @@ class _Walk:
                     "once.")
             defined.add(s)
         schema = None
-        if not self.in_function and node.domain in ("", "ai.onnx") \
-                and (node.domain, op_type) not in self.functions:
-            schema = _schema_attrs(op_type, "", self.opsets[""])
-            problem = _counts_problem(schema, op_type, len(ins), len(outs))
-            if problem:
-                raise ModelLoadError(f"{self.what}: {self.where(node, i, graph)} {problem}.",
-                                     fix="Re-export the model (the node is malformed).")
+        domain = node.domain
+        if not self.in_function and (domain == "" or domain == "ai.onnx") \
+                and (domain, op_type) not in self.functions:
+            schema = self.schemas.get(op_type, _UNSEEN)
+            if schema is _UNSEEN:
+                schema = self.schemas[op_type] = _schema_attrs(op_type, "", self.opsets[""])
+            if schema is not None:
+                lo_in, _, lo_out, _ = schema[_COUNTS]
+                if len(ins) < lo_in or len(outs) < lo_out:
+                    problem = _counts_problem(schema, op_type, len(ins), len(outs))
+                    raise ModelLoadError(f"{self.what}: {self.where(node, i, graph)} {problem}.",
+                                         fix="Re-export the model (the node is malformed).")
         for a in node.attribute:
+            kind = a.type
+            # The fast path of the usual attribute (a number, numbers or a string whose type
+            # the schema agrees with); anything else, and every message, in attribute().
+            if kind in _PLAIN_ATTRS and (schema is None or schema.get(a.name, kind) == kind):
+                try:
+                    "".join((a.name, a.ref_attr_name, a.doc_string))
+                except TypeError:
+                    pass  # attribute() names the field that is not text
+                else:
+                    continue
             self.attribute(a, node, i, path, graph, schema)
 
     @staticmethod
@@ -581,7 +648,7 @@ class _Walk:
 
 
 def check_structure(proto: onnx.ModelProto, what: str, *, skip: Collection[int] = ()
-                    ) -> list[_Bad]:
+                    ) -> tuple[list[_Bad], bool]:
     """Check ``proto``'s structure (see the module docstring) before onnx_ir reads it.
 
     Args:
@@ -590,7 +657,9 @@ def check_structure(proto: onnx.ModelProto, what: str, *, skip: Collection[int] 
             took out (weights kept as views of the file, checked against their dims there).
 
     Returns:
-        The tensors with data problems, for :func:`mark_unreadable` once the model is built.
+        The tensors with data problems, for :func:`mark_unreadable` once the model is built,
+        and whether any tensor refers to external data (the loader checks and pins those;
+        a model without any skips both walks).
 
     Raises:
         ModelLoadError: naming the first structural problem and the fix.
@@ -602,7 +671,7 @@ def check_structure(proto: onnx.ModelProto, what: str, *, skip: Collection[int] 
     for f in proto.functions:
         walk.function(f)
     walk.graph(proto.graph, (), "the main graph")
-    return walk.bad
+    return walk.bad, walk.external
 
 
 # ------------------------------------------------------------------------- in-memory models

@@ -12,7 +12,7 @@ it (``"If_0/then_branch"``), nested bodies chain (``"Loop_2/body/If_0/else_branc
 from __future__ import annotations
 
 import heapq
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
@@ -88,7 +88,7 @@ class ModelIndex:
         self.entries: dict[str, NodeEntry] = {}
         self.graphs: dict[str, ir.Graph] = {"": model.graph}
         self.producer: dict[str, str] = {}
-        self.consumers: dict[str, list[str]] = defaultdict(list)
+        self.consumers: dict[str, list[str]] = {}
         self.values: dict[str, ir.Value] = {}
         self.value_graph: dict[str, str] = {}
         self._id_of: dict[int, str] = {}
@@ -97,11 +97,13 @@ class ModelIndex:
         self.defined_at: dict[tuple[str, str], ir.Value] = {}
         self.producer_at: dict[tuple[str, str], str] = {}
         self.bodies: dict[tuple[str, str, str], str] = {}
-        names = Counter(n.name for n in _all_nodes(model.graph) if n.name)
+        all_names: list[str] = []
+        self._bodies: dict[int, list[tuple[str, ir.Graph]]] = {}  # id(node) -> its bodies
+        _scan(model.graph, all_names, self._bodies)
+        names = Counter(n for n in all_names if n)
         self._unique_names = {k for k, c in names.items() if c == 1}
         self._taken: set[str] = set(self._unique_names)
         self._walk(model.graph, "")
-        self.consumers = dict(self.consumers)
         # Values read by nodes but defined nowhere (invalid models, e.g. a dangling input
         # left by manual surgery): indexed anyway so every node input has a row.
         self.undefined: set[str] = set()
@@ -115,8 +117,9 @@ class ModelIndex:
 
     # -- building -------------------------------------------------------------------------
     def _make_id(self, node: ir.Node, graph: str, position: int) -> str:
-        if node.name and node.name in self._unique_names:
-            return node.name
+        name = node.name
+        if name and name in self._unique_names:
+            return name
         base = f"{node.op_type}_{position}"
         nid = f"{graph}/{base}" if graph else base
         k = 1
@@ -143,38 +146,58 @@ class ModelIndex:
                 self.producer_at.setdefault((graph, name), producer)
 
     def _walk(self, graph: ir.Graph, path: str) -> None:
+        # One pass per graph, in the loops below rather than helpers: this runs once per
+        # node of the model at open (200,000 nodes in an unfused LLM export).
         for v in graph.inputs:
             self._define(v, path)
         for v in graph.initializers.values():
             self._define(v, path)
         nodes = list(graph)
-        ids = [self._make_id(n, path, i) for i, n in enumerate(nodes)]
+        unique = self._unique_names
+        ids = [name if (name := n.name) and name in unique else self._make_id(n, path, i)
+               for i, n in enumerate(nodes)]
+        id_of = self._id_of
         for n, nid in zip(nodes, ids):
-            self._id_of[id(n)] = nid
-        for i in _topo_positions(nodes):
+            id_of[id(n)] = nid
+        # The bodies of each node that has some, with the outer values each reads.
+        has = self._bodies
+        bodies = {i: [(sub_name, sub, _outer_values(sub)) for sub_name, sub in has[id(n)]]
+                  for i, n in enumerate(nodes) if id(n) in has} if has else {}
+        entries, producer, consumers = self.entries, self.producer, self.consumers
+        values, value_graph = self.values, self.value_graph
+        for i in _topo_positions(nodes, bodies):
             node, nid = nodes[i], ids[i]
-            entry = NodeEntry(nid, node, path, i, len(self.entries))
-            self.entries[nid] = entry
+            entry = NodeEntry(nid, node, path, i, len(entries), [])
+            entries[nid] = entry
             for out in node.outputs:
-                if out.name:
-                    self.producer.setdefault(out.name, nid)
-                    self._define(out, path, nid)
+                name = out.name
+                if name:
+                    if name not in producer:
+                        producer[name] = nid
+                    if name not in values:
+                        values[name] = out
+                        value_graph[name] = path
+                    else:  # defined before: in a sibling graph, kept per graph (_define)
+                        self._define(out, path, nid)
             for inp in node.inputs:
                 # Mul(x, x) reads x twice but is one consumer.
-                if inp is not None and inp.name and nid not in self.consumers[inp.name][-1:]:
-                    self.consumers[inp.name].append(nid)
-            for attr in node.attributes.values():
-                for sub_name, sub in _subgraphs(attr):
-                    # Derived ids of body nodes already carry their graph path.
-                    owner = nid if (not path or nid.startswith(path + "/")) else f"{path}/{nid}"
-                    sub_path = f"{owner}/{sub_name}"
-                    self.graphs[sub_path] = sub
-                    self.parent[sub_path] = path
-                    if node.outputs and node.outputs[0].name:
-                        self.bodies[(path, node.outputs[0].name, sub_name)] = sub_path
-                    self._walk(sub, sub_path)
-                    entry.implicit_inputs.extend(
-                        x for x in _outer_values(sub) if x not in entry.implicit_inputs)
+                if inp is not None and (name := inp.name):
+                    users = consumers.get(name)
+                    if users is None:
+                        consumers[name] = [nid]
+                    elif users[-1] != nid:
+                        users.append(nid)
+            for sub_name, sub, outer in bodies.get(i, ()):
+                # Derived ids of body nodes already carry their graph path.
+                owner = nid if (not path or nid.startswith(path + "/")) else f"{path}/{nid}"
+                sub_path = f"{owner}/{sub_name}"
+                self.graphs[sub_path] = sub
+                self.parent[sub_path] = path
+                if node.outputs and node.outputs[0].name:
+                    self.bodies[(path, node.outputs[0].name, sub_name)] = sub_path
+                self._walk(sub, sub_path)
+                seen = set(entry.implicit_inputs)
+                entry.implicit_inputs.extend(x for x in outer if x not in seen)
         for v in graph.outputs:
             # An output is a definition only where nothing defines it (a body's output is
             # its own node's value or an outer one: never a second definition).
@@ -281,12 +304,31 @@ class ModelIndex:
         return len(self.entries)
 
 
-def _all_nodes(graph: ir.Graph):
+def _scan(graph: ir.Graph, names: list[str], bodies: dict[int, list[tuple[str, ir.Graph]]]
+          ) -> None:
+    """The names of every node of ``graph`` and its bodies, and the bodies of each node that
+    has some (by ``id(node)``), in one pass."""
     for node in graph:
-        yield node
-        for attr in node.attributes.values():
-            for _, sub in _subgraphs(attr):
-                yield from _all_nodes(sub)
+        names.append(node.name)
+        if node.attributes and (subs := _node_subgraphs(node)):
+            bodies[id(node)] = subs
+            for _, sub in subs:
+                _scan(sub, names, bodies)
+
+
+_GRAPH_TYPES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+
+
+def _node_subgraphs(node: ir.Node) -> list[tuple[str, ir.Graph]]:
+    """The bodies of ``node`` as (attribute name, graph); ``name.i`` for GRAPHS."""
+    attrs = node.attributes
+    if not attrs:
+        return []
+    out: list[tuple[str, ir.Graph]] = []
+    for attr in attrs.values():
+        if attr.type in _GRAPH_TYPES:
+            out.extend(_subgraphs(attr))
+    return out
 
 
 def _subgraphs(attr) -> list[tuple[str, ir.Graph]]:
@@ -298,36 +340,48 @@ def _subgraphs(attr) -> list[tuple[str, ir.Graph]]:
 
 
 def _outer_values(graph: ir.Graph) -> list[str]:
-    """Names of values a body reads from enclosing graphs."""
+    """Names of values a body reads from enclosing graphs, in first-read order."""
     defined: set[str] = {v.name for v in graph.inputs if v.name}
     defined.update(graph.initializers)
-    used: list[str] = []
+    used: dict[str, None] = {}  # ordered, with set lookups
     for node in graph:
         for inp in node.inputs:
             if inp is not None and inp.name and inp.name not in defined and inp.name not in used:
-                used.append(inp.name)
-        for attr in node.attributes.values():
-            for _, sub in _subgraphs(attr):
-                for name in _outer_values(sub):
-                    if name not in defined and name not in used:
-                        used.append(name)
+                used[inp.name] = None
+        for _, sub in _node_subgraphs(node):
+            for name in _outer_values(sub):
+                if name not in defined and name not in used:
+                    used[name] = None
         defined.update(o.name for o in node.outputs if o.name)
     return [u for u in used if u not in defined]
 
 
-def _topo_positions(nodes: list[ir.Node]) -> list[int]:
-    """Kahn's algorithm, preferring stored order; nodes in cycles keep their stored order."""
+def _topo_positions(nodes: list[ir.Node],
+                    bodies: dict[int, list[tuple[str, ir.Graph, list[str]]]]) -> list[int]:
+    """Kahn's algorithm, preferring stored order; nodes in cycles keep their stored order.
+
+    ``bodies``: node position -> its bodies with the outer values each reads (a node depends
+    on the producers of those too).
+    """
     made_by: dict[str, int] = {}
+    early: list[tuple[str, int]] = []  # (name, reader) read before any node made it
     for i, n in enumerate(nodes):
+        for v in n.inputs:
+            if v is not None and (name := v.name) and name not in made_by:
+                early.append((name, i))
+        for _, _, outer in bodies.get(i, ()):
+            early.extend((name, i) for name in outer if name not in made_by)
         for o in n.outputs:
-            if o.name:
-                made_by.setdefault(o.name, i)
+            if (name := o.name) and name not in made_by:
+                made_by[name] = i
+    # Every node after all it reads (the usual case): Kahn's order is the stored one.
+    if all(made_by.get(name, reader) == reader for name, reader in early):
+        return list(range(len(nodes)))
     deps: list[set[int]] = []
     for i, n in enumerate(nodes):
         names = [v.name for v in n.inputs if v is not None and v.name]
-        for attr in n.attributes.values():
-            for _, sub in _subgraphs(attr):
-                names.extend(_outer_values(sub))
+        for _, _, outer in bodies.get(i, ()):
+            names.extend(outer)
         deps.append({made_by[x] for x in names if x in made_by and made_by[x] != i})
     users: list[list[int]] = [[] for _ in nodes]
     indeg = [len(d) for d in deps]

@@ -38,7 +38,8 @@ class LabModel:
         path: the file it was opened from, or None.
     """
 
-    def __init__(self, model: ir.Model, *, path: str | Path | None = None) -> None:
+    def __init__(self, model: ir.Model, *, path: str | Path | None = None,
+                 source: onnx.ModelProto | None = None) -> None:
         self.ir = model
         # A file's path as opened: its folder absolute and real (core._files.opened_path),
         # so the folder its data lies in does not move with the current folder.
@@ -49,6 +50,11 @@ class LabModel:
         self._index: ModelIndex | None = None
         self._types: dict[tuple, TypeTable] = {}
         self._cache: dict[tuple, Any] = {}
+        # The message onnx_lab parsed the model from (a file or bytes; its small tensors
+        # are onnx_ir's tensors already, so keeping it costs no memory where the model has
+        # any): shape inference copies its nodes (C) instead of serializing each node of
+        # the model again (Python, ~15 µs a node). Dropped by invalidate().
+        self._source = source
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -81,6 +87,16 @@ class LabModel:
         self._index = None
         self._types.clear()
         self._cache.clear()
+        self._source = None
+
+    def source_nodes(self) -> Sequence[onnx.NodeProto] | None:
+        """The main graph's nodes as read, in stored order (``graph.node`` of the parsed
+        message), while they still match the model; None for a model built in memory, a
+        user's ModelProto (which its owner may change) and after :meth:`invalidate`."""
+        if self._source is None:
+            return None
+        nodes = self._source.graph.node
+        return nodes if len(nodes) == self.graph.num_nodes() else None
 
     def cached(self, key: tuple, build: Callable[[], Any]) -> Any:
         """``build()`` once per ``key`` for this (immutable) model; cleared by invalidate().

@@ -8,6 +8,7 @@ small constants (shape vectors, axes) stay so data propagation can compute Resha
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from onnx_lab.core import _contrib_shapes
 from onnx_lab.core._fold import fold_into_bodies, fold_shape_values
 from onnx_lab.core._mltypes import onnx_type_label, proto_type_label
 from onnx_lab.core._proto import graph_protos
-from onnx_lab.core._validate import UnreadableTensor
+from onnx_lab.core._validate import UnreadableTensor, dims_and_nbytes, tensor_dims
 from onnx_lab.core.dimexpr import dim_expression, dim_names, resolve_dim
 from onnx_lab.errors import DimError, close_matches, unknown_name
 
@@ -37,6 +38,7 @@ __all__ = ["TensorInfo", "TypeTable", "type_at", "value_type", "infer_types", "d
            "resolve_dim"]
 
 _KEEP_BYTES = 4096
+_PLAIN_TENSOR = ir.serde.TensorProtoTensor
 _DTYPE_NAMES = {ir.DataType.FLOAT: "float32", ir.DataType.DOUBLE: "float64"}
 
 Dim = int | str | None
@@ -118,6 +120,9 @@ def value_type(model: LabModel, value: ir.Value, types: Mapping[str, TensorInfo]
     if isinstance(types, TypeTable) and name in model.index.shared:
         return types.defined(name, model.index.path_of(value))
     return types.get(name)
+
+
+_UNTYPED = TensorInfo(None, None)
 
 
 def dtype_name(dtype: ir.DataType | int | None) -> str | None:
@@ -337,7 +342,10 @@ def _value_info(name: str, elem: int, shape: Sequence[Dim] | None) -> onnx.Value
 def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: bool,
                     order: Sequence[ir.Node] | None = None,
                     folded: Mapping[tuple[str, str], np.ndarray] | None = None,
-                    bodies: Mapping[tuple[str, str, str], str] | None = None) -> None:
+                    bodies: Mapping[tuple[str, str, str], str] | None = None,
+                    sources: Sequence[onnx.NodeProto] | None = None) -> None:
+    """``sources``: with ``order``, the message each node was read from (copied instead of
+    serializing the node again)."""
     into.name = graph.name or "graph"
     for v in graph.inputs:
         if top and v.name not in graph.initializers and v.type is not None \
@@ -347,15 +355,17 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
         else:
             ir.serde.serialize_value_into(into.input.add(), v)
     declared_inputs = {i.name for i in into.input}
+    # (isinstance against onnx_ir's classes, Protocols, costs µs when false: the plain
+    # tensors and the untyped values, 10^5 of them in an unfused export, are told first)
     for name, v in graph.initializers.items():
         t = v.const_value
-        if isinstance(t, UnreadableTensor):
+        if type(t) is not _PLAIN_TENSOR and isinstance(t, UnreadableTensor):
             # Its dims disagree with its data: inference gets its type, never those dims
             # (a 152-byte model declaring [2**31] must not size anything).
             if name not in declared_inputs:
                 into.input.append(_value_info(name, int(t.dtype), None))
             continue
-        if t is not None and t.nbytes <= _KEEP_BYTES:
+        if t is not None and dims_and_nbytes(t)[1] <= _KEEP_BYTES:
             try:
                 ir.serde.serialize_tensor_into(into.initializer.add(), t)
                 into.initializer[-1].name = name
@@ -371,15 +381,15 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
     # Nodes go in topological order: ONNX inference walks the stored order and leaves
     # everything after an out-of-order node untyped.
     folded = folded or {}
-    for node in (order if order is not None else graph):
-        outs = [o.name for o in node.outputs if o.name]
+    for k, node in enumerate(order if order is not None else graph):
+        outs = [o.name for o in node.outputs if o.name] if folded else None
         if outs and all(("", o) in folded for o in outs):
             # Values computed by core._fold replace the node that makes them.
             for o in outs:
                 into.initializer.append(onnx.numpy_helper.from_array(folded[("", o)], o))
             continue
-        value = node.attributes.get("value")
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and value is not None \
+        value = node.attributes.get("value") if node.op_type == "Constant" else None
+        if value is not None and node.domain in ("", "ai.onnx") \
                 and value.type == ir.AttributeType.TENSOR and node.outputs \
                 and (value.value.nbytes > _KEEP_BYTES or isinstance(value.value,
                                                                     UnreadableTensor)):
@@ -389,14 +399,19 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
                 None if isinstance(t, UnreadableTensor) else shape_tuple(t.shape)))
             continue
         proto = into.node.add()
-        ir.serde.serialize_node_into(proto, node)
+        source = sources[k] if sources is not None else None
+        if source is not None and source.op_type == node.op_type:
+            proto.CopyFrom(source)
+        else:
+            ir.serde.serialize_node_into(proto, node)
         if folded and node.op_type == "If":
             fold_into_bodies(proto, folded, bodies or {})
         # Declared types of intermediate values (value_info) go along: inference merges into
         # them, so exporter-written dims such as "floor(height/2)+1" survive instead of
         # becoming anonymous unk__N symbols.
         for out in node.outputs:
-            if out.name and out.name not in outputs and isinstance(out.type, ir.TensorType):
+            if out.type is not None and out.name and out.name not in outputs \
+                    and isinstance(out.type, ir.TensorType):
                 into.value_info.append(_value_info(out.name, int(out.dtype or 0),
                                                    _with_dims(shape_tuple(out.shape), dims)))
     for v in graph.outputs:
@@ -438,6 +453,11 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
         for v in values:
             if not v.name:
                 continue
+            if v.type is None and v.shape is None and v.const_value is None:
+                declared.setdefault(v.name, _UNTYPED)  # most intermediates: nothing declared
+                if v.name in shared and (path, v.name) in idx.defined_at:
+                    declared.scoped.setdefault((path, v.name), _UNTYPED)
+                continue
             raw = shape_tuple(v.shape)
             symbols.update(d for d in raw or () if isinstance(d, str))
             info = TensorInfo(dtype_name(v.dtype), _with_dims(raw, dims)) \
@@ -445,20 +465,24 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
                 else TensorInfo(type_label(v.type), None)  # a sequence's shape is its element's
             if v.const_value is not None:
                 info = TensorInfo(dtype_name(v.const_value.dtype),
-                                  shape_tuple(v.const_value.shape))
+                                  tensor_dims(v.const_value))
             declared.setdefault(v.name, info)
             if v.name in shared and (path, v.name) in idx.defined_at:
                 declared.scoped.setdefault((path, v.name), info)
     result = TypeTable()
-    order = [idx.node(nid) for nid in idx.topo_order("")]
+    entries = [idx.entries[nid] for nid in idx.topo_order("")]
+    order = [e.node for e in entries]
+    stored = model.source_nodes()
+    sources = [stored[e.position] for e in entries] if stored is not None else None
 
     def infer(folded: Mapping[tuple[str, str], np.ndarray] | None) -> TypeTable:
         out = TypeTable(scope=idx.scope, shared=shared)
         skeleton = onnx.ModelProto()
         skeleton.CopyFrom(skel)
         _skeleton_graph(m.graph, skeleton.graph, dims, shapes, top=True, order=order,
-                        folded=folded, bodies=idx.bodies)
-        data_prop = _largest_dim(skeleton.graph) <= _MAX_PROPAGATED_DIM
+                        folded=folded, bodies=idx.bodies, sources=sources)
+        data_prop = _largest_dim(skeleton.graph, bodies=len(idx.graphs) > 1) \
+            <= _MAX_PROPAGATED_DIM
         inferred = onnx.shape_inference.infer_shapes(
             skeleton, check_type=False, strict_mode=False, data_prop=data_prop)
         # onnxruntime's fused ops (FusedConv, Attention...) have no ONNX schema: type their
@@ -495,16 +519,23 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
     except Exception as e:  # noqa: BLE001 - inference must never make open() fail
         logger.warning("ONNX shape inference failed (%s); using declared shapes only.", e)
     out = TypeTable(scope=idx.scope, shared=shared)
+    # (values of one type share one TensorInfo: each is looked at once)
+    seen: dict[int, TensorInfo] = {}
     for table, have_all, decl in ((out, result, declared), (out.scoped, result.scoped,
                                                             declared.scoped)):
         for name, info in have_all.items():
             # Symbols that inference invented (unk__0, ...) for dims it could not compute are
             # unknown dims: shown as None, like any other unknown dim.
-            if info.shape is not None and any(isinstance(d, str) and d not in symbols
-                                              for d in info.shape):
-                info = TensorInfo(info.dtype, tuple(
-                    None if isinstance(d, str) and d not in symbols else d for d in info.shape))
-            table[name] = info
+            new = seen.get(id(info))
+            if new is None:
+                new = info
+                if info.shape is not None and any(isinstance(d, str) and d not in symbols
+                                                  for d in info.shape):
+                    new = TensorInfo(info.dtype, tuple(
+                        None if isinstance(d, str) and d not in symbols else d
+                        for d in info.shape))
+                seen[id(info)] = new
+            table[name] = new
         # Declared types fill what inference did not produce (and bodies it could not enter).
         for name, info in decl.items():
             have = table.get(name)
@@ -532,10 +563,11 @@ _MAX_PROPAGATED_DIM = 1 << 20
 _FOLD_ROUNDS = 10
 
 
-def _largest_dim(graph: onnx.GraphProto) -> int:
-    """The largest concrete dim declared anywhere in ``graph`` and its bodies."""
+def _largest_dim(graph: onnx.GraphProto, bodies: bool = True) -> int:
+    """The largest concrete dim declared anywhere in ``graph`` and its bodies (``bodies``:
+    whether it has any; without, its nodes are not walked for them)."""
     largest = 0
-    for g in graph_protos(graph):
+    for g in graph_protos(graph) if bodies else (graph,):
         for vi in (*g.input, *g.value_info, *g.output):
             for d in vi.type.tensor_type.shape.dim:
                 if d.HasField("dim_value") and d.dim_value > largest:
@@ -580,18 +612,29 @@ def _collect(graph: onnx.GraphProto, out: TypeTable, path: str = "",
 
 
 def _info_from_proto(vi: onnx.ValueInfoProto) -> TensorInfo | None:
-    if not vi.type.HasField("tensor_type"):
-        label = proto_type_label(vi.type)
+    # Called once per value of the model (10^5 in an unfused export), whose types repeat:
+    # read once per distinct type (its serialized form is one C call).
+    return _info_from_type(vi.type.SerializeToString())
+
+
+@functools.lru_cache(maxsize=4096)
+def _info_from_type(data: bytes) -> TensorInfo | None:
+    tp = onnx.TypeProto.FromString(data)
+    if tp.WhichOneof("value") != "tensor_type":
+        label = proto_type_label(tp)
         return TensorInfo(label, None) if label else None
-    tt = vi.type.tensor_type
+    tt = tp.tensor_type
     if not tt.HasField("shape"):
         return TensorInfo(dtype_name(tt.elem_type), None)
     dims: list[Dim] = []
     for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(int(d.dim_value) if d.dim_value >= 0 else None)
-        elif d.HasField("dim_param") and d.dim_param not in _UNKNOWN_PARAMS:
-            dims.append(d.dim_param)
+        which = d.WhichOneof("value")
+        if which == "dim_value":
+            value = d.dim_value
+            dims.append(value if value >= 0 else None)
+        elif which == "dim_param":
+            param = d.dim_param
+            dims.append(param if param not in _UNKNOWN_PARAMS else None)
         else:
             dims.append(None)
     return TensorInfo(dtype_name(tt.elem_type), tuple(dims))

@@ -136,17 +136,31 @@ def foldable_nodes(model: LabModel) -> dict[int, tuple[str, ir.Node]]:
     fold: dict[int, tuple[str, ir.Node]] = {}
     const_out: set[int] = set()
     idx = model.index
+    entries = idx.entries
     for nid in idx.topo_order(""):
-        node = idx.entries[nid].node
+        node = entries[nid].node
         if node.domain != "":
             continue
         if node.op_type == "Constant":
             const_out.update(id(o) for o in node.outputs)
             continue
-        ins = [v for v in node.inputs if v is not None]
-        if node.op_type in _NEVER_FOLDED or _has_body(node) or not ins:
+        if node.op_type in _NEVER_FOLDED:
             continue
-        if all(id(v) in const_out or is_constant(v) for v in ins):
-            fold[id(node)] = (nid, node)
-            const_out.update(id(o) for o in node.outputs)
+        ins = [v for v in node.inputs if v is not None]
+        if not ins:
+            continue
+        for v in ins:
+            if id(v) in const_out:
+                continue
+            # is_constant(v), answered at once for the usual computed value (a node's
+            # output that holds no value and no Constant made)
+            p = v.producer()
+            if p is not None and p.op_type != "Constant" and v.const_value is None:
+                break
+            if not is_constant(v):
+                break
+        else:
+            if not _has_body(node):
+                fold[id(node)] = (nid, node)
+                const_out.update(id(o) for o in node.outputs)
     return fold
