@@ -54,13 +54,14 @@ from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
 from onnx_lab.numerics.metrics import is_structured
 from onnx_lab.numerics.verify import (
     Report,
+    _estimate,
     _feeds,
     _judge,
     _new_stats,
     _row,
     _saved_form_problem,
 )
-from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
+from onnx_lab.runtime.capture import plan_chunks
 
 logger = logging.getLogger(__name__)
 
@@ -353,10 +354,11 @@ def capture_reference(model: LabModel, candidate: LabModel, *, feeds: Any = None
         return None, f"{len(samples)} feed samples (regions are checked on one)"
     ref_feeds = samples[0][0]
     names = [n for n, _nid, _t in version_tensors(model)]
-    # By the model's types at the feeds' shapes: the run's memory check reads the same ones.
-    shapes = {k: np.shape(v) for k, v in ref_feeds.items()
-              if v is not None and not is_structured(v)}
-    sizes = estimate_bytes(model, names, shapes) if names else {}
+    # By quick shape inference (the full types when it leaves many sizes unknown), as the
+    # run's memory check sizes them.
+    sizes = _estimate(model, names, {k: v for k, v in ref_feeds.items()
+                                     if v is not None and not is_structured(v)}) \
+        if names else {}
     if len(plan_chunks(sizes, max(max_bytes // 2, 1))) > 1:
         # Values computed from constants alone (weights filled by ConstantOfShape) are left
         # out: a region that reads one computes it itself (find_region).
