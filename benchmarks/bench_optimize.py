@@ -28,8 +28,12 @@ tool, then ``--rounds`` rounds (3) in rotated order, medians; ratio = ``onnx_lab
   model); ``safe_noverify``: ``verify=False``; ``onnxslim``.
 
 ``.venv/bin/python benchmarks/bench_optimize.py --models light_resnet50 light_vgg19 resnet50
-ssd_lite bert_transformers`` (names: ``light_<name>`` for onnx's light CNNs, or a builder of
-``benchmarks/_models.py``; BERT runs at batch 1, sequence 128).
+ssd_lite bert_transformers`` (names: ``light_<name>`` for onnx's light CNNs, ``tv_<name>`` for
+torchvision's exports of ``benchmarks/_torchvision.py`` — made with
+``--torchvision-venv DIR``, a venv holding torchvision, when missing, else skipped — or a
+builder of ``benchmarks/_models.py``; BERT runs at batch 1, sequence 128). After the rounds,
+the ``safe`` result is saved and its outputs compared with the original's in fresh
+onnxruntime sessions (default options), printed per output.
 Targets: ``safe`` <= 0.5x onnxslim on the CNNs and the detector, <= 0.35x on BERT-base.
 """
 
@@ -212,17 +216,66 @@ def main(repeat: int = 1) -> None:
 SIDE_TOOLS = ("safe", "safe_full", "safe_noverify", "onnxslim")
 
 
-def _model_path(name: str) -> tuple[str, dict]:
-    """(path, dims) of a model name: ``light_<name>`` or a builder of ``_models.py``."""
+def _model_path(name: str, tv_venv: str | None = None) -> tuple[str | None, dict]:
+    """(path, dims) of a model name: ``light_<name>``, ``tv_<name>`` (torchvision's exports
+    of ``_torchvision.py``: None when the file is missing and no ``tv_venv`` can export
+    it), or a builder of ``_models.py``."""
     if name.startswith("light_"):
         import onnx
 
         light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
         return str(light / f"{name}.onnx"), {}
+    if name.startswith("tv_"):
+        import _torchvision
+
+        path = _torchvision.path_of(name)
+        if not path.exists() and tv_venv:
+            subprocess.run([str(Path(tv_venv) / "bin" / "python"),
+                            str(HERE / "_torchvision.py"), name], check=False)
+        return (str(path) if path.exists() else None), {}
     import _models
 
     path = str(getattr(_models, name)())
     return path, ({"batch": 1, "sequence": 128} if "bert" in name else {})
+
+
+def _check_saved(lab, original: str, dims: dict) -> dict:
+    """The saved optimized model against the original, each in a fresh onnxruntime session
+    (default options) on the same seeded inputs: per output, max_abs and whether it is
+    within ``|err| <= 1e-4 + 1e-3·|ref|`` (integer outputs: the differing elements)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from onnx_lab.runtime.feeds import as_feed_list
+
+    feeds = as_feed_list(None, lab.original.model, dims, {}, 0)[0]
+    with tempfile.TemporaryDirectory(prefix="bench_optimize_") as tmp:
+        out = str(Path(tmp) / "optimized.onnx")
+        lab.save(out)
+        got = {}
+        for label, path in (("original", original), ("optimized", out)):
+            sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            names = [o.name for o in sess.get_outputs()]
+            got[label] = dict(zip(names, sess.run(None, {k: v for k, v in feeds.items()
+                                                       if k in {i.name for i in
+                                                                sess.get_inputs()}})))
+    rows = {}
+    for name, ref in got["original"].items():
+        cand = got["optimized"].get(name)
+        if cand is None or np.shape(cand) != np.shape(ref):
+            rows[name] = {"ok": False, "note": "missing or another shape "
+                          f"({None if cand is None else list(np.shape(cand))} vs "
+                          f"{list(np.shape(ref))})"}
+            continue
+        ref, cand = np.asarray(ref), np.asarray(cand)
+        if ref.dtype.kind in "biu":
+            bad = int(np.count_nonzero(ref != cand))
+            rows[name] = {"ok": bad == 0, "differing": bad}
+            continue
+        err = np.abs(cand.astype(np.float64) - ref.astype(np.float64))
+        ok = bool(np.all(err <= 1e-4 + 1e-3 * np.abs(ref.astype(np.float64))))
+        rows[name] = {"ok": ok, "max_abs": float(err.max()) if err.size else 0.0}
+    return rows
 
 
 def _side_worker(path: str, dims_json: str, rounds: int) -> None:
@@ -260,15 +313,22 @@ def _side_worker(path: str, dims_json: str, rounds: int) -> None:
             wall, info = run(tool)
             times[tool].append(wall)
             infos[tool] = info
-    print(json.dumps({"times": times, "infos": infos}))
+    lab = onnx_lab.open(path, dims=dims)
+    lab.apply_preset("safe")
+    print(json.dumps({"times": times, "infos": infos, "saved": _check_saved(lab, path, dims)}))
 
 
-def side_by_side(names: list[str], rounds: int = 3) -> None:
+def side_by_side(names: list[str], rounds: int = 3, tv_venv: str | None = None) -> None:
     """Print each model's medians and ratios to onnxslim (one fresh process per model)."""
     print(f"{'model':22} {'nodes':>11} " + " ".join(f"{t:>13}" for t in SIDE_TOOLS)
           + "   safe/slim  full/slim  noverify/slim", flush=True)
     for name in names:
-        path, dims = _model_path(name)
+        path, dims = _model_path(name, tv_venv)
+        if path is None:
+            print(f"{name:22} skipped: not exported (build it with a torchvision venv: "
+                  "--torchvision-venv DIR, or DIR/bin/python benchmarks/_torchvision.py)",
+                  flush=True)
+            continue
         proc = subprocess.run([PY, __file__, "--side-worker", path, json.dumps(dims),
                                str(rounds)], capture_output=True, text=True)
         if proc.returncode != 0:
@@ -285,6 +345,10 @@ def side_by_side(names: list[str], rounds: int = 3) -> None:
               + ("" if info["passed"] else "  (verification FAILED)"), flush=True)
         print(f"{'':22} verified by: {info['by']}; verification {info['verify_s']:.3f} s "
               f"(full: {got['infos']['safe_full']['verify_s']:.3f} s)", flush=True)
+        saved = got["saved"]
+        print(f"{'':22} saved file vs original, fresh onnxruntime sessions: "
+              + ("all outputs within 1e-4 + 1e-3*|ref|" if all(r["ok"] for r in saved.values())
+                 else "DIFFER") + f" {saved}", flush=True)
 
 
 if __name__ == "__main__":
@@ -298,7 +362,9 @@ if __name__ == "__main__":
                 break
             chosen.append(a)
         side_by_side(chosen, int(sys.argv[sys.argv.index("--rounds") + 1])
-                     if "--rounds" in sys.argv else 3)
+                     if "--rounds" in sys.argv else 3,
+                     sys.argv[sys.argv.index("--torchvision-venv") + 1]
+                     if "--torchvision-venv" in sys.argv else None)
     elif len(sys.argv) > 1 and sys.argv[1] == "--worker":
         _worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:

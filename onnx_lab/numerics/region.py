@@ -54,14 +54,14 @@ from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
 from onnx_lab.numerics.metrics import is_structured
 from onnx_lab.numerics.verify import (
     Report,
-    _estimate,
     _feeds,
     _judge,
+    _nbytes,
     _new_stats,
     _row,
     _saved_form_problem,
 )
-from onnx_lab.runtime.capture import plan_chunks
+from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 
 logger = logging.getLogger(__name__)
 
@@ -126,11 +126,26 @@ def step_diff(before: LabModel, after: LabModel, result: Any = None) -> StepDiff
 
     The provenance of ``result`` (new or changed node ids) is trusted as changed; every other
     node is compared with the node of the same id before the step (passes keep the ids of
-    the nodes they do not touch), so a consumer rewired by a removal is found too."""
+    the nodes they do not touch), so a consumer rewired by a removal is found too. A change
+    inside an If/Loop/Scan body (a body node added, removed or changed, a body's
+    initializers or its inputs and outputs) counts as a change of the main-graph node that
+    owns the body, which then computes other values; ``bodies`` is True only when such an
+    owner cannot be named in both versions."""
     b_idx, a_idx = before.index, after.index
     prov = dict(getattr(result, "provenance", None) or {})
     nodes: list[str] = []
-    bodies = False
+    owners: set[str] = set()
+    lost = False  # a changed body whose main-graph owner is not in both versions
+    a_owners, b_owners = _owners(a_idx), _owners(b_idx)
+
+    def owned(path: str, owners_of: list[str]) -> None:
+        nonlocal lost
+        o = _owner(path, owners_of)
+        if o is None or o not in a_owners or o not in b_owners:
+            lost = True
+        else:
+            owners.add(o)
+
     for nid in a_idx.topo_order(None):
         e = a_idx.entries[nid]
         be = b_idx.entries.get(nid)
@@ -139,20 +154,49 @@ def step_diff(before: LabModel, after: LabModel, result: Any = None) -> StepDiff
         if not changed:
             continue
         if e.graph:
-            bodies = True
+            owned(e.graph, a_owners)
         else:
             nodes.append(nid)
-    if not bodies:
-        a_body = sum(1 for e in a_idx.entries.values() if e.graph)
-        b_body = sum(1 for e in b_idx.entries.values() if e.graph)
-        bodies = a_body != b_body  # a body node removed
+    for nid, be in b_idx.entries.items():
+        if be.graph and (nid not in a_idx.entries or a_idx.entries[nid].graph != be.graph):
+            owned(be.graph, b_owners)  # a body node removed
+    for path, g in a_idx.graphs.items():
+        if path and not _same_body(g, b_idx.graphs.get(path)):
+            owned(path, a_owners)
+    for path in b_idx.graphs:
+        if path and path not in a_idx.graphs:
+            owned(path, b_owners)
+    if not lost and owners:
+        nodes = [nid for nid in a_idx.topo_order("") if nid in owners or nid in set(nodes)]
     b_init = before.graph.initializers
     constants = [n for n, v in after.graph.initializers.items()
                  if (bv := b_init.get(n)) is None or bv.const_value is not v.const_value]
     names = set(constants)
     for nid in nodes:
         names.update(v.name for v in a_idx.entries[nid].node.outputs if v.name)
-    return StepDiff(nodes, constants, bodies, names)
+    return StepDiff(nodes, constants, lost, names)
+
+
+def _owners(idx: Any) -> list[str]:
+    """Main-graph node ids that own bodies, longest first (a node id may hold ``/``)."""
+    return sorted((nid for nid, e in idx.entries.items() if not e.graph
+                   and any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+                           for a in e.node.attributes.values())), key=len, reverse=True)
+
+
+def _owner(path: str, owners: list[str]) -> str | None:
+    """The main-graph node that owns the body at ``path`` (``"<owner id>/<attribute>..."``)."""
+    return next((o for o in owners if path.startswith(o + "/")), None)
+
+
+def _same_body(a: ir.Graph, b: ir.Graph | None) -> bool:
+    """Whether a body kept its inputs, outputs and initializers (its nodes are compared as
+    nodes of their own)."""
+    if b is None or _names(a.inputs) != _names(b.inputs) or _names(a.outputs) != _names(b.outputs):
+        return False
+    if a.initializers.keys() != b.initializers.keys():
+        return False
+    return all(v.const_value is b.initializers[k].const_value for k, v in a.initializers.items())
 
 
 # ---------------------------------------------------------------------------- the region
@@ -225,14 +269,12 @@ def find_region(after: LabModel, diff: StepDiff, values: Mapping[str, Any] | Non
     for nid in region:
         e = idx.entries[nid]
         node = e.node
-        if node.op_type in RANDOM_OPS and node.domain in ("", "ai.onnx"):
-            return None, f"the region holds the random op {node.op_type} ({nid})"
-        if e.implicit_inputs or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
-                                    for a in node.attributes.values()):
-            return None, f"the region holds {nid}, a node with a body"
-        if (node.domain, node.op_type, node.overload) in functions:
-            return None, f"the region holds {nid}, a call of the model's function " \
-                f"{node.op_type!r}"
+        for inner in [node, *_body_nodes(node)]:  # a body runs within its owner
+            if inner.op_type in RANDOM_OPS and inner.domain in ("", "ai.onnx"):
+                return None, f"the region holds the random op {inner.op_type} ({nid})"
+            if (inner.domain, inner.op_type, inner.overload) in functions:
+                return None, f"the region holds {nid}, a call of the model's function " \
+                    f"{inner.op_type!r}"
         read = False
         for v in node.outputs:
             if not v.name:
@@ -250,7 +292,10 @@ def find_region(after: LabModel, diff: StepDiff, values: Mapping[str, Any] | Non
     inputs: dict[str, None] = {}
     computed: set[str] | None = None
     for nid in kept:
-        for v in idx.entries[nid].node.inputs:
+        e = idx.entries[nid]
+        # a body's reads of outer values are inputs of its owner's region too
+        outer = [idx.values.get(n) for n in e.implicit_inputs]
+        for v in [*e.node.inputs, *outer]:
             if v is None or not v.name or v.name in produced:
                 continue
             if v.name in inits and v.const_value is not None:
@@ -265,6 +310,19 @@ def find_region(after: LabModel, diff: StepDiff, values: Mapping[str, Any] | Non
             inputs[v.name] = None
     constants = [c for c in diff.constants if c in graph_outputs or c in same]
     return Region(kept, list(inputs), outputs, tensors, constants, same), None
+
+
+def _body_nodes(node: ir.Node) -> list[ir.Node]:
+    """Every node inside ``node``'s bodies, nested ones too."""
+    out: list[ir.Node] = []
+    for a in node.attributes.values():
+        graphs = [a.value] if a.type == ir.AttributeType.GRAPH else (
+            list(a.value) if a.type == ir.AttributeType.GRAPHS else [])
+        for g in graphs:
+            for n in g:
+                out.append(n)
+                out.extend(_body_nodes(n))
+    return out
 
 
 def _constant_outputs(model: LabModel) -> set[str]:
@@ -346,30 +404,47 @@ def capture_reference(model: LabModel, candidate: LabModel, *, feeds: Any = None
     ``candidate`` is verified: numerics.verify's feeds) and keep every main-graph tensor it
     computes: (the reference, None), or (None, why not: several samples, the tensors would
     not fit in ``max_bytes // 2``, or the model does not run)."""
-    # on use: tests stand in for run on its module
-    from onnx_lab.runtime._runner import run
+    # on use: tests stand in for run on its module; `import onnx_lab` loads this module
+    from onnx_lab.runtime._runner import quick_sizes, run
 
     samples = _feeds(model, candidate, feeds, dims, shapes, seed, True)
     if len(samples) != 1:
         return None, f"{len(samples)} feed samples (regions are checked on one)"
     ref_feeds = samples[0][0]
     names = [n for n, _nid, _t in version_tensors(model)]
-    # By quick shape inference (the full types when it leaves many sizes unknown), as the
-    # run's memory check sizes them.
-    sizes = _estimate(model, names, {k: v for k, v in ref_feeds.items()
-                                     if v is not None and not is_structured(v)}) \
+    # By quick shape inference, as the run's memory check sizes them (the full types only
+    # when it fails: the sizes it leaves unknown depend on the values, unknown to both).
+    shapes = {k: np.shape(v) for k, v in ref_feeds.items()
+              if v is not None and not is_structured(v)}
+    sizes = (quick_sizes(model, names, shapes) or estimate_bytes(model, names, shapes)) \
         if names else {}
-    if len(plan_chunks(sizes, max(max_bytes // 2, 1))) > 1:
+    budget = max(max_bytes // 2, 1)
+    unsized: list[str] = []
+    if len(plan_chunks(sizes, budget)) > 1:
         # Values computed from constants alone (weights filled by ConstantOfShape) are left
         # out: a region that reads one computes it itself (find_region).
         computed = _constant_outputs(model)
         names = [n for n in names if n not in computed]
-        if len(plan_chunks({n: sizes[n] for n in names}, max(max_bytes // 2, 1))) > 1:
-            return None, "the reference's tensors do not fit in max_bytes at once"
+        if len(plan_chunks({n: sizes[n] for n in names}, budget)) > 1:
+            # The plan sizes each tensor whose size depends on the values (NonZero, NMS,
+            # TopK of a computed k: a detector's post-processing) as the largest known one.
+            # When the known ones fit, those are captured too and kept while their actual
+            # sizes fit (the run's memory check counts them as nothing either).
+            known = {n: sizes[n] for n in names if sizes[n] is not None}
+            if len(plan_chunks(known, budget)) > 1:
+                return None, "the reference's tensors do not fit in max_bytes at once"
+            unsized = [n for n in names if sizes[n] is None]
     try:
         values = run(model, ref_feeds, names, providers=providers) if names else {}
     except LabError as e:
         return None, f"the reference does not run: {e}"
+    if unsized:
+        held = sum(sizes[n] or 0 for n in names)
+        kept = {v.name for v in model.graph.outputs}  # the final check compares them
+        for n in unsized:
+            held += _nbytes(values.get(n)) or 0
+            if held > budget and n not in kept:
+                values.pop(n, None)  # no reference value: a region reading it falls back
     values = {**ref_feeds, **values}
     outputs = {v.name: values[v.name] for v in model.graph.outputs if v.name in values}
     return PresetReference(model, samples[0], values, outputs), None
