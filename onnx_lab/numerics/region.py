@@ -67,7 +67,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["PresetReference", "Region", "StepDiff", "PendingRegion", "capture_reference",
            "step_diff", "find_region", "region_report", "judge_region", "final_check",
-           "unchanged_report", "RANDOM_OPS", "MAX_REGION_SHARE"]
+           "with_copies", "unchanged_report", "RANDOM_OPS", "MAX_REGION_SHARE", "COPY_PREFIX"]
 
 #: A region of more than this share of the main graph's nodes costs about a whole run: the
 #: whole-model check runs instead.
@@ -618,12 +618,15 @@ def _run_region(after: LabModel, region: Region, ref: PresetReference, providers
 
 def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = None,
                 rtol: float | None = None, preset: str | None = None, providers: Any = None,
-                extra: list[str] | None = None
-                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                extra: list[str] | None = None, copies: list[PendingRegion] | None = None
+                ) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
     """The preset's outputs against the reference's: (report rows (``match``
     ``"preset_output"``, one per graph output, judged by the output rule, element-wise),
-    the values of ``extra``), from one run of ``model`` on the reference's sample (``extra``:
-    more tensors of ``model`` computed by the same run: a pending region's)."""
+    the values of ``extra``, the tensors of each of ``copies``), from one run of ``model``
+    on the reference's sample (``extra``: more tensors of ``model`` computed by the same
+    run: a pending region's; ``copies``: planned regions computed in the same run by a copy
+    of each, fed the reference's values at its inputs (:func:`with_copies`)). Raises
+    LabError when the run with ``extra`` or ``copies`` fails (the caller runs them alone)."""
     # on use: tests stand in for run on its module
     from onnx_lab.runtime._runner import run
 
@@ -637,11 +640,16 @@ def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = N
                                      ref.model.index.producer.get(r), "output", i))
     stats = {p.tensor: _new_stats() for p in pairs}
     wanted = list(dict.fromkeys([*(p.tensor for p in pairs), *(extra or [])]))
+    runs, feeds, renamed = model, ref.feeds[1], []
+    if copies:
+        runs, fed, renamed = with_copies(model, copies, ref)
+        feeds = {**feeds, **fed}
+        wanted += [n for names in renamed for n in names.values()]
     try:
-        got = run(model, ref.feeds[1], wanted, providers=providers) if wanted else {}
+        got = run(runs, feeds, wanted, providers=providers) if wanted else {}
     except LabError as e:
-        if extra:
-            raise  # the caller runs the pending region alone, then this check again
+        if extra or copies:
+            raise  # the caller runs the pending regions alone, then this check again
         for p in pairs:
             stats[p.tensor].update(passed=False, max_abs=math.inf, max_rel=math.inf,
                                    note=f"the optimized model does not run: {e}")
@@ -655,4 +663,68 @@ def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = N
         row = _row(p, stats[p.tensor])
         row["match"] = "preset_output"
         rows.append(row)
-    return rows, {n: got[n] for n in (extra or [])} if got is not None else {}
+    values = {n: got[n] for n in (extra or [])} if got is not None else {}
+    copied = [{n: got[m] for n, m in names.items()} for names in renamed] \
+        if got is not None else []
+    return rows, values, copied
+
+
+#: The prefix of the tensors a region's copy adds to the final run (``with_copies``).
+COPY_PREFIX = "onnx_lab.region"
+
+
+def with_copies(model: LabModel, copies: list[PendingRegion], ref: PresetReference
+                ) -> tuple[LabModel, dict[str, Any], list[dict[str, str]]]:
+    """``model`` plus a copy of each planned region (cut from the version its step made),
+    its inputs new graph inputs fed with the reference's values, every name it adds
+    prefixed: (the model to run, its extra feeds, per copy {region tensor: its name in the
+    run}). One run then computes the final outputs and every region exactly as the region
+    alone would (the same nodes on the same values), sharing one session.
+
+    Raises ValueError when a copy cannot be built (a name already taken, a region input
+    without a reference value): the caller runs the regions alone."""
+    merged = model.clone()
+    graph = merged.graph
+    taken = set(merged.index.values) | set(graph.initializers)
+    fed: dict[str, ir.Value] = {}
+    feeds: dict[str, Any] = {}
+    renamed: list[dict[str, str]] = []
+    for k, plan in enumerate(copies):
+        prefix = f"{COPY_PREFIX}{k}/"
+        region = plan.region
+        sub = ir.convenience.extract(plan.after.graph, region.inputs, region.tensors)
+        for v in list(sub.inputs):
+            arr = np.asarray(ref.values[v.name])  # KeyError: no reference value
+            name = f"{COPY_PREFIX}.reference/{v.name}"
+            new = fed.get(name)
+            if new is None:
+                if name in taken:
+                    raise ValueError(f"the name {name!r} is taken")
+                new = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)),
+                               shape=ir.Shape(arr.shape))
+                graph.inputs.append(new)
+                fed[name] = new
+                feeds[name] = arr
+            v.replace_all_uses_with(new)
+        sub.outputs.clear()
+        sub.inputs.clear()
+        for name in list(sub.initializers):
+            init = sub.initializers.pop(name)
+            init.name = prefix + name
+            if init.name in taken:
+                raise ValueError(f"the name {init.name!r} is taken")
+            graph.register_initializer(init)
+        names: dict[str, str] = {}
+        for node in list(sub):
+            node.name = prefix + (node.name or "")  # node names are unique in a graph too
+            for v in node.outputs:
+                if v.name:
+                    if v.name in region.tensors:
+                        names[v.name] = prefix + v.name
+                    v.name = prefix + v.name
+                    if v.name in taken:
+                        raise ValueError(f"the name {v.name!r} is taken")
+            sub.remove(node)
+            graph.append(node)
+        renamed.append(names)
+    return LabModel(merged.ir, path=model.path), feeds, renamed

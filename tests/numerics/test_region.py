@@ -335,3 +335,59 @@ def test_a_reference_with_sizes_that_depend_on_the_values_is_still_captured(runs
     final = r.verification.loc[r.verification.match == "preset_output", "tensor"].tolist()
     assert sorted(final) == ["nz", "y"]
     assert runs["n"] == 2
+
+
+def _two_step_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Sigmoid", ["x"], ["p"], name="sig"),
+             helper.make_node("Identity", ["p"], ["a"], name="id"),
+             helper.make_node("Relu", ["a"], ["b"], name="relu"),
+             helper.make_node("MatMul", ["b", "W0"], ["h1"], name="n0_MatMul"),
+             helper.make_node("Relu", ["h1"], ["r"], name="relu2"),
+             helper.make_node("MatMul", ["r", "W4"], ["h2"], name="n4_MatMul"),
+             helper.make_node("Add", ["h2", "h1"], ["y"], name="add")]
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), n)
+             for n in ("W0", "W4")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [2, 8])],
+                          [helper.make_tensor_value_info("y", 1, [2, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_waiting_regions_share_the_final_run(runs):
+    # The Identity's removal (its region: the Sigmoid, now writing "a") waits while the
+    # nudge changes a value: the final run computes the Sigmoid as a copy fed the
+    # reference's values and reads the
+    # nudged MatMul from the final model itself: 2 runs (the reference, the final run).
+    lab = onnx_lab.open(_two_step_model())
+    drop, nudge = lab.apply_preset(["eliminate_identity", "test_region_nudge"])
+    assert drop.verified_by == nudge.verified_by == "region"
+    assert drop.verify_passed and nudge.verify_passed, (drop.notes, nudge.notes)
+    assert drop.verification.attrs["region"]["run"] == "with the final outputs"
+    assert nudge.verification.attrs["region"]["run"] == "with the final outputs"
+    assert drop.max_abs_err is None and nudge.verification.attrs["final_check"]
+    assert runs["n"] == 2
+
+
+@pytest.mark.parametrize("mode", ["auto", "full"])
+def test_a_bug_after_a_waiting_region_is_caught_at_its_step_in_both_modes(mode):
+    lab = onnx_lab.open(_two_step_model())
+    drop, bad = lab.apply_preset(["eliminate_identity", "test_perturb_weight"],
+                                 verify=True if mode == "auto" else "full")
+    assert drop.verify_passed, drop.notes
+    assert bad.verify_passed is False and bad.first_failure in ("h2", "y")
+    own = bad.verification.loc[bad.verification.match != "preset_output"].set_index("tensor")
+    assert own.loc["h2", "node_id"] == "n4_MatMul" and not own.loc["h2", "passed"]
+
+
+def test_a_bug_in_a_region_run_as_a_copy_is_caught(runs):
+    # the wrong step comes first: its region runs as a copy in the final run, the nudge's is
+    # read from the final model and, since the first step changed its inputs' values, runs
+    # alone after all
+    lab = onnx_lab.open(_two_step_model())
+    bad, nudge = lab.apply_preset(["test_perturb_weight", "test_region_nudge"])
+    assert bad.verified_by == "region" and bad.verify_passed is False
+    assert bad.first_failure == "h2"
+    assert nudge.verify_passed is False  # the outputs, with the bug, differ at the end
+    own = nudge.verification.loc[nudge.verification.match != "preset_output"]
+    assert own.passed.all()  # its own region within tolerance
+    assert runs["n"] == 3
