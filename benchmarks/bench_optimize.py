@@ -28,8 +28,12 @@ tool, then ``--rounds`` rounds (3) in rotated order, medians; ratio = ``onnx_lab
   model); ``safe_noverify``: ``verify=False``; ``onnxslim``.
 
 ``.venv/bin/python benchmarks/bench_optimize.py --models light_resnet50 light_vgg19 resnet50
-ssd_lite bert_transformers`` (names: ``light_<name>`` for onnx's light CNNs, or a builder of
-``benchmarks/_models.py``; BERT runs at batch 1, sequence 128).
+ssd_lite bert_transformers`` (names: ``light_<name>`` for onnx's light CNNs, ``tv_<name>`` for
+torchvision's exports of ``benchmarks/_torchvision.py`` — made with
+``--torchvision-venv DIR``, a venv holding torchvision, when missing, else skipped — or a
+builder of ``benchmarks/_models.py``; BERT runs at batch 1, sequence 128). After the rounds,
+the ``safe`` result is saved and its outputs compared with the original's in fresh
+onnxruntime sessions (default options), printed per output.
 Targets: ``safe`` <= 0.5x onnxslim on the CNNs and the detector, <= 0.35x on BERT-base.
 """
 
@@ -209,20 +213,82 @@ def main(repeat: int = 1) -> None:
                       " (target <= 0.5x)")
 
 
-SIDE_TOOLS = ("safe", "safe_full", "safe_noverify", "onnxslim")
+SIDE_TOOLS = ("safe", "safe_full", "safe_noverify", "onnxslim", "floor")
 
 
-def _model_path(name: str) -> tuple[str, dict]:
-    """(path, dims) of a model name: ``light_<name>`` or a builder of ``_models.py``."""
+def _model_path(name: str, tv_venv: str | None = None) -> tuple[str | None, dict]:
+    """(path, dims) of a model name: ``light_<name>``, ``tv_<name>`` (torchvision's exports
+    of ``_torchvision.py``: None when the file is missing and no ``tv_venv`` can export
+    it), or a builder of ``_models.py``."""
     if name.startswith("light_"):
         import onnx
 
         light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
         return str(light / f"{name}.onnx"), {}
+    if name.startswith("tv_"):
+        import _torchvision
+
+        path = _torchvision.path_of(name)
+        if not path.exists() and tv_venv:
+            subprocess.run([str(Path(tv_venv) / "bin" / "python"),
+                            str(HERE / "_torchvision.py"), name], check=False)
+        return (str(path) if path.exists() else None), {}
     import _models
 
     path = str(getattr(_models, name)())
     return path, ({"batch": 1, "sequence": 128} if "bert" in name else {})
+
+
+def _check_saved(lab, original: str, dims: dict) -> dict:
+    """The saved optimized model against the original, each in a fresh onnxruntime session,
+    on the same seeded inputs, per output: with graph optimizations off (what the rewrite
+    changed) and with onnxruntime's defaults; and, as the yardstick, the original under the
+    defaults against itself with them off (onnxruntime's own fusions). A float output
+    passes ``|err| <= 1e-4 + 1e-3·|ref|``; an integer one counts its differing elements."""
+    import onnxruntime as ort
+
+    from onnx_lab.runtime.feeds import as_feed_list
+
+    feeds = as_feed_list(None, lab.original.model, dims, {}, 0)[0]
+
+    def outputs(path: str, optimized: bool) -> dict:
+        so = ort.SessionOptions()
+        if not optimized:
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        wanted = {i.name for i in sess.get_inputs()}
+        names = [o.name for o in sess.get_outputs()]
+        return dict(zip(names, sess.run(None, {k: v for k, v in feeds.items() if k in wanted})))
+
+    with tempfile.TemporaryDirectory(prefix="bench_optimize_") as tmp:
+        out = str(Path(tmp) / "optimized.onnx")
+        lab.save(out)
+        ref_off, ref_on = outputs(original, False), outputs(original, True)
+        return {"optimizations off": _differences(ref_off, outputs(out, False)),
+                "onnxruntime defaults": _differences(ref_on, outputs(out, True)),
+                "original, defaults vs off": _differences(ref_off, ref_on)}
+
+
+def _differences(refs: dict, cands: dict) -> dict:
+    import numpy as np
+
+    rows = {}
+    for name, ref in refs.items():
+        cand = cands.get(name)
+        if cand is None or np.shape(cand) != np.shape(ref):
+            rows[name] = {"ok": False, "note": "missing or another shape "
+                          f"({None if cand is None else list(np.shape(cand))} vs "
+                          f"{list(np.shape(ref))})"}
+            continue
+        ref, cand = np.asarray(ref), np.asarray(cand)
+        if ref.dtype.kind in "biu":
+            bad = int(np.count_nonzero(ref != cand))
+            rows[name] = {"ok": bad == 0, "differing": bad}
+            continue
+        err = np.abs(cand.astype(np.float64) - ref.astype(np.float64))
+        ok = bool(np.all(err <= 1e-4 + 1e-3 * np.abs(ref.astype(np.float64))))
+        rows[name] = {"ok": ok, "max_abs": float(err.max()) if err.size else 0.0}
+    return rows
 
 
 def _side_worker(path: str, dims_json: str, rounds: int) -> None:
@@ -235,7 +301,28 @@ def _side_worker(path: str, dims_json: str, rounds: int) -> None:
 
     dims = json.loads(dims_json)
 
+    from onnx_lab.numerics.align import version_tensors
+    from onnx_lab.runtime import _runner
+    from onnx_lab.runtime.feeds import as_feed_list
+
+    tmp = tempfile.TemporaryDirectory(prefix="bench_optimize_")
+    optimized = str(Path(tmp.name) / "optimized.onnx")
+    lab = onnx_lab.open(path, dims=dims)
+    lab.apply_preset("safe", verify=False)
+    lab.save(optimized)
+
     def run(tool: str) -> tuple[float, dict]:
+        if tool == "floor":
+            # What verifying a rewrite of (nearly) all the compute cannot do without: the
+            # original's run with its tensors captured (the reference) and one run of the
+            # optimized model (its region, with the outputs); opening is not timed.
+            before = onnx_lab.open(path, dims=dims).model
+            after = onnx_lab.open(optimized, dims=dims).model
+            feeds = as_feed_list(None, before, dims, {}, 0)[0]
+            t0 = time.perf_counter()
+            _runner.run(before, feeds, [n for n, _i, _t in version_tensors(before)])
+            _runner.run(after, feeds, [v.name for v in after.graph.outputs])
+            return time.perf_counter() - t0, {}
         t0 = time.perf_counter()
         if tool == "onnxslim":
             onnxslim.slim(onnx.load(path))
@@ -260,15 +347,23 @@ def _side_worker(path: str, dims_json: str, rounds: int) -> None:
             wall, info = run(tool)
             times[tool].append(wall)
             infos[tool] = info
-    print(json.dumps({"times": times, "infos": infos}))
+    lab = onnx_lab.open(path, dims=dims)
+    lab.apply_preset("safe")
+    print(json.dumps({"times": times, "infos": infos, "saved": _check_saved(lab, path, dims)}))
+    tmp.cleanup()
 
 
-def side_by_side(names: list[str], rounds: int = 3) -> None:
+def side_by_side(names: list[str], rounds: int = 3, tv_venv: str | None = None) -> None:
     """Print each model's medians and ratios to onnxslim (one fresh process per model)."""
     print(f"{'model':22} {'nodes':>11} " + " ".join(f"{t:>13}" for t in SIDE_TOOLS)
-          + "   safe/slim  full/slim  noverify/slim", flush=True)
+          + "   safe/slim  full/slim  noverify/slim  floor/slim", flush=True)
     for name in names:
-        path, dims = _model_path(name)
+        path, dims = _model_path(name, tv_venv)
+        if path is None:
+            print(f"{name:22} skipped: not exported (build it with a torchvision venv: "
+                  "--torchvision-venv DIR, or DIR/bin/python benchmarks/_torchvision.py)",
+                  flush=True)
+            continue
         proc = subprocess.run([PY, __file__, "--side-worker", path, json.dumps(dims),
                                str(rounds)], capture_output=True, text=True)
         if proc.returncode != 0:
@@ -281,10 +376,15 @@ def side_by_side(names: list[str], rounds: int = 3) -> None:
         print(f"{name:22} {info['nodes'][0]:>5}->{info['nodes'][1]:<5} "
               + " ".join(f"{med[t]:>11.3f} s" for t in SIDE_TOOLS)
               + f"   {med['safe'] / slim:8.2f}x {med['safe_full'] / slim:9.2f}x "
-              f"{med['safe_noverify'] / slim:11.2f}x"
+              f"{med['safe_noverify'] / slim:11.2f}x {med['floor'] / slim:10.2f}x"
               + ("" if info["passed"] else "  (verification FAILED)"), flush=True)
         print(f"{'':22} verified by: {info['by']}; verification {info['verify_s']:.3f} s "
               f"(full: {got['infos']['safe_full']['verify_s']:.3f} s)", flush=True)
+        for how, rows in got["saved"].items():
+            print(f"{'':22} saved vs original, fresh onnxruntime sessions ({how}): "
+                  + ("all outputs within 1e-4 + 1e-3*|ref|" if all(r["ok"] for r in
+                                                                   rows.values())
+                     else "DIFFER") + f" {rows}", flush=True)
 
 
 if __name__ == "__main__":
@@ -298,7 +398,9 @@ if __name__ == "__main__":
                 break
             chosen.append(a)
         side_by_side(chosen, int(sys.argv[sys.argv.index("--rounds") + 1])
-                     if "--rounds" in sys.argv else 3)
+                     if "--rounds" in sys.argv else 3,
+                     sys.argv[sys.argv.index("--torchvision-venv") + 1]
+                     if "--torchvision-venv" in sys.argv else None)
     elif len(sys.argv) > 1 and sys.argv[1] == "--worker":
         _worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:

@@ -96,7 +96,7 @@ def verify_mode(verify_arg: bool | str | Mapping[str, Any]) -> str:
     return mode
 
 
-_PENDING = object()  # a step whose region runs later (steps._Regions.report)
+_PENDING = object()  # a step whose region runs later (steps._Regions.finish)
 
 
 class _Regions:
@@ -104,10 +104,15 @@ class _Regions:
     changes a value), each step checked by its region (``numerics.region``), and the outputs
     compared with the original's once at the end (:meth:`finish`).
 
-    While every step so far reproduced the reference bit for bit, a step's region is not run
-    at once: when no later step changes a value, the preset's final run computes the
-    region's tensors too (its inputs to the region are then the reference's values exactly),
-    which saves a run; a later step that changes a value runs it alone first."""
+    A step's region is not run at once: the preset's final run computes it too. The last
+    one (when the final model still computes its tensors with the same nodes) is read from
+    the final model itself, whose inputs to it are then the reference's values exactly
+    (every earlier step reproduced the reference bit for bit; when one did not, it runs
+    alone after all); every earlier one runs as a copy inside the same run, fed the
+    reference's values (``numerics.region.with_copies``). The steps are judged in their
+    order after that run; a region whose inputs an earlier step's judgment dropped from the
+    reference runs alone then (or the whole model is checked). A step checked on the whole
+    model first has the waiting regions judged, alone."""
 
     def __init__(self) -> None:
         self.ref: PresetReference | None = None
@@ -118,7 +123,9 @@ class _Regions:
         self.diff: Any = None  # the current step's numerics.region.StepDiff
         self.passed = True  # every step verified so far passed
         self.exact = True  # every compared value so far bit-identical to the reference
-        self.pending: tuple | None = None  # (PendingRegion, result, diff, dims, shapes, opts)
+        # planned regions, in step order: (PendingRegion, result, diff, dims, shapes, opts,
+        # {input: the reference's array it is fed})
+        self.waiting: list[tuple] = []
 
     def report(self, before: Any, result: PassResult, kind: str | None, preserving: bool,
                opts: dict[str, Any], dims: dict, shapes: dict) -> tuple[Any, str | None]:
@@ -131,11 +138,13 @@ class _Regions:
         region, _why = find_region(result.model, self.diff,
                                    self.ref.values if self.ref is not None else None)
         empty = region is not None and region.empty
-        if not (region is not None and region.exact):
-            self.flush()  # before this step's values change the reference's
+        if not (region is not None and (region.exact or region.nodes)):
+            self.flush()  # judged now: the waiting steps first, in their order
         if not preserving or kind == "edit":
+            self.flush()
             return None, "the step is meant to change values"
         if opts.get("intermediates") is False:
+            self.flush()
             return None, "intermediates=False compares the outputs of the whole model"
         if empty and not _saved_form_problem(before, result.model):
             return unchanged_report(), None  # nothing ran (nor is captured yet)
@@ -151,12 +160,14 @@ class _Regions:
         report, how = region_report(self.ref, before, result.model, result,
                                     diff=self.diff, atol=opts.get("atol"),
                                     rtol=opts.get("rtol"), preset=opts.get("preset"),
-                                    providers=opts.get("providers"), defer=self.exact)
+                                    providers=opts.get("providers"), defer=True)
         if report is None:
+            self.flush()
             return None, how
         self.regions += how in ("region", "pending")
         if how == "pending":
-            self.pending = (report, result, self.diff, dims, shapes, opts)
+            fed = {n: self.ref.values[n] for n in report.region.inputs}
+            self.waiting.append((report, result, self.diff, dims, shapes, opts, fed))
             self.last = result
             result.verified_by = "region"
             return _PENDING, None
@@ -172,13 +183,17 @@ class _Regions:
         if self.ref is not None and self.diff is not None:
             self.ref.advance(self.diff, report)
 
-    def flush(self, values: Mapping[str, Any] | None = None) -> None:
-        """Verify the pending region: alone (``values`` None) or from values the final run
-        computed."""
-        if self.pending is None:
-            return
-        plan, result, diff, dims, shapes, opts = self.pending
-        self.pending = None
+    def flush(self) -> None:
+        """Judge every waiting region, alone, in step order."""
+        while self.waiting:
+            self._judge(self.waiting.pop(0), None)
+
+    def _judge(self, item: tuple, values: Mapping[str, Any] | None) -> None:
+        """Fill a waiting step's report: from ``values`` (the final run's), or its region
+        run alone (``values`` None, or fed other values than the reference holds now)."""
+        plan, result, diff, dims, shapes, opts, fed = item
+        if values is not None and any(self.ref.values.get(n) is not a for n, a in fed.items()):
+            values = None  # an earlier step's judgment changed its inputs' reference values
         t0 = time.perf_counter()
         try:
             report = judge_region(self.ref, plan, values)
@@ -198,35 +213,41 @@ class _Regions:
             self.diff = saved
 
     def finish(self, model: Any) -> None:
-        """The preset's outputs against the original's, into the last verified step (with
-        the pending region's tensors from the same run)."""
+        """The preset's outputs against the original's, into the last verified step, in one
+        run that also computes the waiting regions (see the class)."""
         ref = self.ref
-        extra = None
-        if self.pending is not None:
-            if self.pending[0].still_computed(model):
-                extra = list(self.pending[0].region.tensors)
-            else:
-                self.flush()
         if self.last is None or ref is None or not self.regions:
             self.flush()
             return
+        direct = self.waiting[-1] if self.waiting and \
+            self.waiting[-1][0].still_computed(model) else None
+        copies = [w for w in self.waiting if w is not direct]
+        self.waiting = []
         t0 = time.perf_counter()
         kw = {"atol": self.opts.get("atol"), "rtol": self.opts.get("rtol"),
               "providers": self.opts.get("providers")}
         try:
-            rows, values = final_check(ref, model, extra=extra, **kw)
-        except LabError:  # the run with the region's tensors failed: each alone
+            rows, values, copied = final_check(
+                ref, model, extra=list(direct[0].region.tensors) if direct else None,
+                copies=[c[0] for c in copies], **kw)
+        except (LabError, ValueError, KeyError) as e:  # the shared run failed: each alone
+            logger.debug("the final run with the regions failed (%s)", e)
+            self.waiting = [*copies, *([direct] if direct else [])]
             self.flush()
-            extra = None
-            rows, values = final_check(ref, model, **kw)
-        if extra is not None:
-            self.flush(values)
+            rows, values, copied = final_check(ref, model, **kw)
+            direct, copies = None, []
+        seconds = time.perf_counter() - t0  # the regions' share goes to their steps below
+        for item, got in zip(copies, copied):
+            self._judge(item, got)
+        if direct is not None:
+            # read from the final model: exact only when every earlier step was
+            self._judge(direct, values if self.exact else None)
         last = self.last
         report = last._verification
         if isinstance(report, Report):
             report.rows.extend(rows)
             report.attrs["final_check"] = True
-        last.verify_seconds = (last.verify_seconds or 0.0) + time.perf_counter() - t0
+        last.verify_seconds = (last.verify_seconds or 0.0) + seconds
         if rows:
             last.max_abs_err = max(float(r["max_abs"]) for r in rows)
         bad = [r for r in rows if not r["passed"]]

@@ -117,6 +117,12 @@ class LabModel:
         """Drop one cached entry (a large one a caller made for a single use)."""
         self._cache.pop(key, None)
 
+    def adopt_types(self, other: LabModel) -> None:
+        """Take the types ``other`` inferred so far: for a structural copy of it (the same
+        values under the same names), before anything changes it."""
+        for key, types in other._types.items():
+            self._types.setdefault(key, types)
+
     def types(self, dims: Mapping[str, int] | None = None,
               shapes: Mapping[str, Sequence[int]] | None = None) -> TypeTable:
         """dtype and shape of every value, after ONNX shape inference (cached per dims/shapes).

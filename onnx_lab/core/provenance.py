@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 
 import onnx_ir as ir
@@ -29,13 +30,25 @@ ORIGIN_KEY = "onnx_lab.origin"
 
 def node_origin(node: ir.Node, fallback: str) -> list[str]:
     """Original node ids of ``node`` (its ``onnx_lab.origin`` stamp, else ``[fallback]``)."""
-    value = load_json(node.metadata_props.get(ORIGIN_KEY), max_depth=1)
+    raw = node.metadata_props.get(ORIGIN_KEY)
+    # Parsed once per stamp: every version of a model carries the same stamps, and each
+    # step's verification reads them all (long ones, rare, are not kept).
+    ids = _cached_stamp(raw) if raw is None or len(raw) <= 4096 else _stamp(raw)
+    return list(ids) if ids is not None else [fallback]
+
+
+def _stamp(raw: str | None) -> tuple[str, ...] | None:
+    """The node ids of a stamp, or None when it is absent or unreadable."""
+    value = load_json(raw, max_depth=1)
     if isinstance(value, list):
         # node ids are strings: a stamp of another shape (hostile or damaged) is ignored
         ids = [v for v in value if isinstance(v, str)]
         if len(ids) == len(value):  # [] is a stamp too: no known origin
-            return ids
-    return [fallback]
+            return tuple(ids)
+    return None
+
+
+_cached_stamp = functools.lru_cache(maxsize=1 << 16)(_stamp)
 
 
 def origins(model: LabModel) -> dict[str, list[str]]:

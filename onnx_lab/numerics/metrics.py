@@ -52,7 +52,7 @@ __all__ = ["MetricAccumulator", "tensor_metrics", "judge", "METRIC_COLUMNS", "TO
            "TIE_MARGIN"]
 
 # Elements converted to float64 at a time (8 MB per temporary).
-_SLICE = 1 << 20
+_SLICE = 1 << 18
 
 METRIC_COLUMNS = ["shape", "cand_shape", "dtype", "cand_dtype", "max_abs", "mean_abs",
                   "max_rel", "cosine", "sqnr_db", "passed", "n_fail", "numel", "nan_ref",

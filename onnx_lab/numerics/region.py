@@ -56,6 +56,7 @@ from onnx_lab.numerics.verify import (
     Report,
     _feeds,
     _judge,
+    _nbytes,
     _new_stats,
     _row,
     _saved_form_problem,
@@ -66,7 +67,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["PresetReference", "Region", "StepDiff", "PendingRegion", "capture_reference",
            "step_diff", "find_region", "region_report", "judge_region", "final_check",
-           "unchanged_report", "RANDOM_OPS", "MAX_REGION_SHARE"]
+           "with_copies", "unchanged_report", "RANDOM_OPS", "MAX_REGION_SHARE", "COPY_PREFIX"]
 
 #: A region of more than this share of the main graph's nodes costs about a whole run: the
 #: whole-model check runs instead.
@@ -125,11 +126,26 @@ def step_diff(before: LabModel, after: LabModel, result: Any = None) -> StepDiff
 
     The provenance of ``result`` (new or changed node ids) is trusted as changed; every other
     node is compared with the node of the same id before the step (passes keep the ids of
-    the nodes they do not touch), so a consumer rewired by a removal is found too."""
+    the nodes they do not touch), so a consumer rewired by a removal is found too. A change
+    inside an If/Loop/Scan body (a body node added, removed or changed, a body's
+    initializers or its inputs and outputs) counts as a change of the main-graph node that
+    owns the body, which then computes other values; ``bodies`` is True only when such an
+    owner cannot be named in both versions."""
     b_idx, a_idx = before.index, after.index
     prov = dict(getattr(result, "provenance", None) or {})
     nodes: list[str] = []
-    bodies = False
+    owners: set[str] = set()
+    lost = False  # a changed body whose main-graph owner is not in both versions
+    a_owners, b_owners = _owners(a_idx), _owners(b_idx)
+
+    def owned(path: str, owners_of: list[str]) -> None:
+        nonlocal lost
+        o = _owner(path, owners_of)
+        if o is None or o not in a_owners or o not in b_owners:
+            lost = True
+        else:
+            owners.add(o)
+
     for nid in a_idx.topo_order(None):
         e = a_idx.entries[nid]
         be = b_idx.entries.get(nid)
@@ -138,20 +154,49 @@ def step_diff(before: LabModel, after: LabModel, result: Any = None) -> StepDiff
         if not changed:
             continue
         if e.graph:
-            bodies = True
+            owned(e.graph, a_owners)
         else:
             nodes.append(nid)
-    if not bodies:
-        a_body = sum(1 for e in a_idx.entries.values() if e.graph)
-        b_body = sum(1 for e in b_idx.entries.values() if e.graph)
-        bodies = a_body != b_body  # a body node removed
+    for nid, be in b_idx.entries.items():
+        if be.graph and (nid not in a_idx.entries or a_idx.entries[nid].graph != be.graph):
+            owned(be.graph, b_owners)  # a body node removed
+    for path, g in a_idx.graphs.items():
+        if path and not _same_body(g, b_idx.graphs.get(path)):
+            owned(path, a_owners)
+    for path in b_idx.graphs:
+        if path and path not in a_idx.graphs:
+            owned(path, b_owners)
+    if not lost and owners:
+        nodes = [nid for nid in a_idx.topo_order("") if nid in owners or nid in set(nodes)]
     b_init = before.graph.initializers
     constants = [n for n, v in after.graph.initializers.items()
                  if (bv := b_init.get(n)) is None or bv.const_value is not v.const_value]
     names = set(constants)
     for nid in nodes:
         names.update(v.name for v in a_idx.entries[nid].node.outputs if v.name)
-    return StepDiff(nodes, constants, bodies, names)
+    return StepDiff(nodes, constants, lost, names)
+
+
+def _owners(idx: Any) -> list[str]:
+    """Main-graph node ids that own bodies, longest first (a node id may hold ``/``)."""
+    return sorted((nid for nid, e in idx.entries.items() if not e.graph
+                   and any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+                           for a in e.node.attributes.values())), key=len, reverse=True)
+
+
+def _owner(path: str, owners: list[str]) -> str | None:
+    """The main-graph node that owns the body at ``path`` (``"<owner id>/<attribute>..."``)."""
+    return next((o for o in owners if path.startswith(o + "/")), None)
+
+
+def _same_body(a: ir.Graph, b: ir.Graph | None) -> bool:
+    """Whether a body kept its inputs, outputs and initializers (its nodes are compared as
+    nodes of their own)."""
+    if b is None or _names(a.inputs) != _names(b.inputs) or _names(a.outputs) != _names(b.outputs):
+        return False
+    if a.initializers.keys() != b.initializers.keys():
+        return False
+    return all(v.const_value is b.initializers[k].const_value for k, v in a.initializers.items())
 
 
 # ---------------------------------------------------------------------------- the region
@@ -224,14 +269,12 @@ def find_region(after: LabModel, diff: StepDiff, values: Mapping[str, Any] | Non
     for nid in region:
         e = idx.entries[nid]
         node = e.node
-        if node.op_type in RANDOM_OPS and node.domain in ("", "ai.onnx"):
-            return None, f"the region holds the random op {node.op_type} ({nid})"
-        if e.implicit_inputs or any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
-                                    for a in node.attributes.values()):
-            return None, f"the region holds {nid}, a node with a body"
-        if (node.domain, node.op_type, node.overload) in functions:
-            return None, f"the region holds {nid}, a call of the model's function " \
-                f"{node.op_type!r}"
+        for inner in [node, *_body_nodes(node)]:  # a body runs within its owner
+            if inner.op_type in RANDOM_OPS and inner.domain in ("", "ai.onnx"):
+                return None, f"the region holds the random op {inner.op_type} ({nid})"
+            if (inner.domain, inner.op_type, inner.overload) in functions:
+                return None, f"the region holds {nid}, a call of the model's function " \
+                    f"{inner.op_type!r}"
         read = False
         for v in node.outputs:
             if not v.name:
@@ -249,7 +292,10 @@ def find_region(after: LabModel, diff: StepDiff, values: Mapping[str, Any] | Non
     inputs: dict[str, None] = {}
     computed: set[str] | None = None
     for nid in kept:
-        for v in idx.entries[nid].node.inputs:
+        e = idx.entries[nid]
+        # a body's reads of outer values are inputs of its owner's region too
+        outer = [idx.values.get(n) for n in e.implicit_inputs]
+        for v in [*e.node.inputs, *outer]:
             if v is None or not v.name or v.name in produced:
                 continue
             if v.name in inits and v.const_value is not None:
@@ -264,6 +310,19 @@ def find_region(after: LabModel, diff: StepDiff, values: Mapping[str, Any] | Non
             inputs[v.name] = None
     constants = [c for c in diff.constants if c in graph_outputs or c in same]
     return Region(kept, list(inputs), outputs, tensors, constants, same), None
+
+
+def _body_nodes(node: ir.Node) -> list[ir.Node]:
+    """Every node inside ``node``'s bodies, nested ones too."""
+    out: list[ir.Node] = []
+    for a in node.attributes.values():
+        graphs = [a.value] if a.type == ir.AttributeType.GRAPH else (
+            list(a.value) if a.type == ir.AttributeType.GRAPHS else [])
+        for g in graphs:
+            for n in g:
+                out.append(n)
+                out.extend(_body_nodes(n))
+    return out
 
 
 def _constant_outputs(model: LabModel) -> set[str]:
@@ -345,29 +404,47 @@ def capture_reference(model: LabModel, candidate: LabModel, *, feeds: Any = None
     ``candidate`` is verified: numerics.verify's feeds) and keep every main-graph tensor it
     computes: (the reference, None), or (None, why not: several samples, the tensors would
     not fit in ``max_bytes // 2``, or the model does not run)."""
-    # on use: tests stand in for run on its module
-    from onnx_lab.runtime._runner import run
+    # on use: tests stand in for run on its module; `import onnx_lab` loads this module
+    from onnx_lab.runtime._runner import quick_sizes, run
 
     samples = _feeds(model, candidate, feeds, dims, shapes, seed, True)
     if len(samples) != 1:
         return None, f"{len(samples)} feed samples (regions are checked on one)"
     ref_feeds = samples[0][0]
     names = [n for n, _nid, _t in version_tensors(model)]
-    # By the model's types at the feeds' shapes: the run's memory check reads the same ones.
+    # By quick shape inference, as the run's memory check sizes them (the full types only
+    # when it fails: the sizes it leaves unknown depend on the values, unknown to both).
     shapes = {k: np.shape(v) for k, v in ref_feeds.items()
               if v is not None and not is_structured(v)}
-    sizes = estimate_bytes(model, names, shapes) if names else {}
-    if len(plan_chunks(sizes, max(max_bytes // 2, 1))) > 1:
+    sizes = (quick_sizes(model, names, shapes) or estimate_bytes(model, names, shapes)) \
+        if names else {}
+    budget = max(max_bytes // 2, 1)
+    unsized: list[str] = []
+    if len(plan_chunks(sizes, budget)) > 1:
         # Values computed from constants alone (weights filled by ConstantOfShape) are left
         # out: a region that reads one computes it itself (find_region).
         computed = _constant_outputs(model)
         names = [n for n in names if n not in computed]
-        if len(plan_chunks({n: sizes[n] for n in names}, max(max_bytes // 2, 1))) > 1:
-            return None, "the reference's tensors do not fit in max_bytes at once"
+        if len(plan_chunks({n: sizes[n] for n in names}, budget)) > 1:
+            # The plan sizes each tensor whose size depends on the values (NonZero, NMS,
+            # TopK of a computed k: a detector's post-processing) as the largest known one.
+            # When the known ones fit, those are captured too and kept while their actual
+            # sizes fit (the run's memory check counts them as nothing either).
+            known = {n: sizes[n] for n in names if sizes[n] is not None}
+            if len(plan_chunks(known, budget)) > 1:
+                return None, "the reference's tensors do not fit in max_bytes at once"
+            unsized = [n for n in names if sizes[n] is None]
     try:
         values = run(model, ref_feeds, names, providers=providers) if names else {}
     except LabError as e:
         return None, f"the reference does not run: {e}"
+    if unsized:
+        held = sum(sizes[n] or 0 for n in names)
+        kept = {v.name for v in model.graph.outputs}  # the final check compares them
+        for n in unsized:
+            held += _nbytes(values.get(n)) or 0
+            if held > budget and n not in kept:
+                values.pop(n, None)  # no reference value: a region reading it falls back
     values = {**ref_feeds, **values}
     outputs = {v.name: values[v.name] for v in model.graph.outputs if v.name in values}
     return PresetReference(model, samples[0], values, outputs), None
@@ -541,12 +618,15 @@ def _run_region(after: LabModel, region: Region, ref: PresetReference, providers
 
 def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = None,
                 rtol: float | None = None, preset: str | None = None, providers: Any = None,
-                extra: list[str] | None = None
-                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                extra: list[str] | None = None, copies: list[PendingRegion] | None = None
+                ) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
     """The preset's outputs against the reference's: (report rows (``match``
     ``"preset_output"``, one per graph output, judged by the output rule, element-wise),
-    the values of ``extra``), from one run of ``model`` on the reference's sample (``extra``:
-    more tensors of ``model`` computed by the same run: a pending region's)."""
+    the values of ``extra``, the tensors of each of ``copies``), from one run of ``model``
+    on the reference's sample (``extra``: more tensors of ``model`` computed by the same
+    run: a pending region's; ``copies``: planned regions computed in the same run by a copy
+    of each, fed the reference's values at its inputs (:func:`with_copies`)). Raises
+    LabError when the run with ``extra`` or ``copies`` fails (the caller runs them alone)."""
     # on use: tests stand in for run on its module
     from onnx_lab.runtime._runner import run
 
@@ -560,11 +640,16 @@ def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = N
                                      ref.model.index.producer.get(r), "output", i))
     stats = {p.tensor: _new_stats() for p in pairs}
     wanted = list(dict.fromkeys([*(p.tensor for p in pairs), *(extra or [])]))
+    runs, feeds, renamed = model, ref.feeds[1], []
+    if copies:
+        runs, fed, renamed = with_copies(model, copies, ref)
+        feeds = {**feeds, **fed}
+        wanted += [n for names in renamed for n in names.values()]
     try:
-        got = run(model, ref.feeds[1], wanted, providers=providers) if wanted else {}
+        got = run(runs, feeds, wanted, providers=providers) if wanted else {}
     except LabError as e:
-        if extra:
-            raise  # the caller runs the pending region alone, then this check again
+        if extra or copies:
+            raise  # the caller runs the pending regions alone, then this check again
         for p in pairs:
             stats[p.tensor].update(passed=False, max_abs=math.inf, max_rel=math.inf,
                                    note=f"the optimized model does not run: {e}")
@@ -578,4 +663,68 @@ def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = N
         row = _row(p, stats[p.tensor])
         row["match"] = "preset_output"
         rows.append(row)
-    return rows, {n: got[n] for n in (extra or [])} if got is not None else {}
+    values = {n: got[n] for n in (extra or [])} if got is not None else {}
+    copied = [{n: got[m] for n, m in names.items()} for names in renamed] \
+        if got is not None else []
+    return rows, values, copied
+
+
+#: The prefix of the tensors a region's copy adds to the final run (``with_copies``).
+COPY_PREFIX = "onnx_lab.region"
+
+
+def with_copies(model: LabModel, copies: list[PendingRegion], ref: PresetReference
+                ) -> tuple[LabModel, dict[str, Any], list[dict[str, str]]]:
+    """``model`` plus a copy of each planned region (cut from the version its step made),
+    its inputs new graph inputs fed with the reference's values, every name it adds
+    prefixed: (the model to run, its extra feeds, per copy {region tensor: its name in the
+    run}). One run then computes the final outputs and every region exactly as the region
+    alone would (the same nodes on the same values), sharing one session.
+
+    Raises ValueError when a copy cannot be built (a name already taken, a region input
+    without a reference value): the caller runs the regions alone."""
+    merged = model.clone()
+    graph = merged.graph
+    taken = set(merged.index.values) | set(graph.initializers)
+    fed: dict[str, ir.Value] = {}
+    feeds: dict[str, Any] = {}
+    renamed: list[dict[str, str]] = []
+    for k, plan in enumerate(copies):
+        prefix = f"{COPY_PREFIX}{k}/"
+        region = plan.region
+        sub = ir.convenience.extract(plan.after.graph, region.inputs, region.tensors)
+        for v in list(sub.inputs):
+            arr = np.asarray(ref.values[v.name])  # KeyError: no reference value
+            name = f"{COPY_PREFIX}.reference/{v.name}"
+            new = fed.get(name)
+            if new is None:
+                if name in taken:
+                    raise ValueError(f"the name {name!r} is taken")
+                new = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)),
+                               shape=ir.Shape(arr.shape))
+                graph.inputs.append(new)
+                fed[name] = new
+                feeds[name] = arr
+            v.replace_all_uses_with(new)
+        sub.outputs.clear()
+        sub.inputs.clear()
+        for name in list(sub.initializers):
+            init = sub.initializers.pop(name)
+            init.name = prefix + name
+            if init.name in taken:
+                raise ValueError(f"the name {init.name!r} is taken")
+            graph.register_initializer(init)
+        names: dict[str, str] = {}
+        for node in list(sub):
+            node.name = prefix + (node.name or "")  # node names are unique in a graph too
+            for v in node.outputs:
+                if v.name:
+                    if v.name in region.tensors:
+                        names[v.name] = prefix + v.name
+                    v.name = prefix + v.name
+                    if v.name in taken:
+                        raise ValueError(f"the name {v.name!r} is taken")
+            sub.remove(node)
+            graph.append(node)
+        renamed.append(names)
+    return LabModel(merged.ir, path=model.path), feeds, renamed

@@ -24,7 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab.core._files import verify_files
-from onnx_lab.core.limits import check_run_memory
+from onnx_lab.core.limits import check_run_memory, memory_limit
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import RunLimitError
 from onnx_lab.runtime.capture import run as capture_run
@@ -84,8 +84,18 @@ def quick_sizes(model: LabModel, names: Sequence[str],
 
     The full estimate (``LabModel.types``: a skeleton graph, inference, then folding shape
     computations) costs ~0.2 s on BERT-base; this ~0.04 s and knows all but its Range
-    outputs. Unknown sizes are None.
+    outputs. Unknown sizes are None. Cached on the model per input shapes.
     """
+    key = ("runtime", "quick_sizes",
+           tuple(sorted((k, tuple(int(d) for d in v)) for k, v in input_shapes.items())))
+    known = model.cached(key, lambda: _infer_sizes(model, input_shapes))
+    if known is None:
+        return None
+    return {n: known.get(n) for n in names}
+
+
+def _infer_sizes(model: LabModel, input_shapes: Mapping[str, Sequence[int]]
+                 ) -> dict[str, int] | None:
     try:
         proto = _prepare(model)[0]
         p = onnx.ModelProto()
@@ -116,7 +126,30 @@ def quick_sizes(model: LabModel, names: Sequence[str],
             continue
         known[vi.name] = int(np.prod([d.dim_value for d in tt.shape.dim], dtype=np.int64)
                              ) * itemsize
-    return {n: known.get(n) for n in names}
+    return known
+
+
+def _check_memory(model: LabModel, shapes: Mapping[str, Sequence[int]]) -> None:
+    """:func:`check_run_memory`, skipped when even every activation alive at once fits the
+    limit by the quick sizes (an upper bound of the liveness estimate's peak, which needs
+    the model's full types: ~0.05-0.2 s per model version on a CNN, seconds on a detector's
+    post-processing). Sizes that depend on the values (NonZero, NMS) are unknown to both
+    estimates and count as nothing in the liveness one; here the known ones must then fit
+    in half the limit."""
+    limit, _how = memory_limit()
+    if limit is None:
+        return
+    idx = model.index
+    graph = model.graph
+    names = [v.name for v in graph.inputs if v.name and v.name not in graph.initializers]
+    names += [v.name for nid in idx.topo_order("") for v in idx.entries[nid].node.outputs
+              if v.name]
+    sizes = quick_sizes(model, names, shapes)
+    if sizes is not None:
+        known = [v for v in sizes.values() if v is not None]
+        if sum(known) <= (limit if len(known) == len(sizes) else limit // 2):
+            return
+    check_run_memory(model, shapes)
 
 
 def _fast(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[str],
@@ -165,8 +198,8 @@ def run(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[str]
     verify_files(model.ir)
     # tensors only: a sequence (list, its elements of any shapes), map or optional feed has
     # no shape of its own
-    check_run_memory(model, {k: list(v.shape) for k, v in feeds.items()
-                             if isinstance(v, np.ndarray)})
+    _check_memory(model, {k: list(v.shape) for k, v in feeds.items()
+                          if isinstance(v, np.ndarray)})
     try:
         return _fast(model, feeds, outputs, providers)
     except RunLimitError:

@@ -156,6 +156,7 @@ class LabPass(ir.passes.InPlacePass):
             return PassResult(self.name, dict(self.options), False, len(before), len(before),
                               {}, [], reason, time.perf_counter() - t0, [], model, [])
         work = LabModel(model.ir.clone(), path=model.path)
+        work.adopt_types(model)  # find() on the copy needs them again (fold_constants)
         stamp_origins(work)
         # Unnamed (or duplicate-named) nodes have position-derived ids, which shift when nodes
         # before them go away; naming them by their id keeps every surviving node's id.

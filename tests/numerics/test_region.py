@@ -195,16 +195,58 @@ def _if_model() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_a_rewrite_inside_a_body_cannot_be_cut():
+@register_pass("test_region_body_op", kind="test")
+class BodyOp(LabPass):
+    """Test pass (wrong unless ``op`` is Relu): the Relu inside the If's then-branch
+    becomes ``op``."""
+
+    params = (Param("op", str, "Sigmoid", "the new op type"),)
+
+    def find(self, model: LabModel) -> list[Match]:
+        nid = next(n for n, e in model.index.entries.items() if e.node.name == "body_relu")
+        return [Match(f"test_region_body_op:{nid}", "body", self.name, [nid], nid, "body")]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        node = model.index.node(matches[0].anchor)
+        node.op_type = self.options["op"]
+        rw.record(node, [node])
+
+
+def test_a_rewrite_inside_a_body_is_checked_by_its_owner():
     before = onnx_lab.open(_if_model()).model
     after = LabModel(before.ir.clone())
     body = next(e for e in after.index.entries.values() if e.node.name == "body_relu")
     body.node.op_type = "Sigmoid"  # changed in place, under its id
     after.invalidate()
     diff = step_diff(before, after)
-    assert diff.bodies
+    assert not diff.bodies and diff.nodes == ["if"] and "z" in diff.names
     region, why = find_region(after, diff)
-    assert region is None and "If/Loop/Scan body" in why
+    assert why is None and region.nodes == ["if"]
+    assert set(region.inputs) == {"c", "x"}  # x: read by the bodies from the main graph
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_bug_planted_inside_a_body_is_caught_at_its_owner_in_both_modes(mode):
+    for feeds in ({"x": np.array([1.0, 2.0], np.float32)},  # the then-branch runs
+                  {"x": np.array([-1.0, -2.0], np.float32)}):  # the else-branch runs
+        lab = onnx_lab.open(_if_model())
+        r = lab.apply("test_region_body_op", verify={"mode": mode, "feeds": feeds})
+        assert r.verified_by == mode
+        if feeds["x"][0] > 0:  # the rewritten branch ran: caught at the If's output
+            assert r.verify_passed is False and r.first_failure == "z"
+            row = r.verification.set_index("tensor").loc["z"]
+            assert row["node_id"] == "if" and not row["passed"]
+        else:
+            assert r.verify_passed, r.notes
+
+
+def test_a_correct_rewrite_inside_a_body_passes_by_region(runs):
+    lab = onnx_lab.open(_if_model())
+    r = lab.apply("test_region_body_op", op="Relu", verify={
+        "mode": "region", "feeds": {"x": np.array([1.0, 2.0], np.float32)}})
+    assert r.modified and r.verified_by == "region" and r.verify_passed, r.notes
+    assert r.verification.attrs["region"]["nodes"] == 1
+    assert runs["n"] == 2  # the reference, then the final run with the region's tensors
 
 
 def test_a_boundary_renamed_away_falls_back():
@@ -274,3 +316,78 @@ def test_a_reference_too_large_leaves_out_values_computed_from_constants(runs):
     (f,) = full.apply_preset(["eliminate_identity"], verify={"max_bytes": 200_000,
                                                              "mode": "full"})
     assert f.verified_by == "full" and f.verify_passed
+
+
+def test_a_reference_with_sizes_that_depend_on_the_values_is_still_captured(runs):
+    # NonZero's output size depends on the values: the plan sizes it as the largest known
+    # tensor, which would pass max_bytes // 2; the known ones fit, so it is captured too
+    # (a graph output: kept for the final check) and the step is checked by its region.
+    g = onnx.parser.parse_graph("""
+    g (float[4096] x) => (float[4096] y, int64[1, n] nz) {
+        i = Identity(x)
+        y = Relu(i)
+        nz = NonZero(x)
+    }""")
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    (r,) = onnx_lab.open(model).apply_preset(["eliminate_identity"],
+                                             verify={"max_bytes": 110_000})
+    assert r.verified_by == "region" and r.verify_passed, r.notes
+    final = r.verification.loc[r.verification.match == "preset_output", "tensor"].tolist()
+    assert sorted(final) == ["nz", "y"]
+    assert runs["n"] == 2
+
+
+def _two_step_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Sigmoid", ["x"], ["p"], name="sig"),
+             helper.make_node("Identity", ["p"], ["a"], name="id"),
+             helper.make_node("Relu", ["a"], ["b"], name="relu"),
+             helper.make_node("MatMul", ["b", "W0"], ["h1"], name="n0_MatMul"),
+             helper.make_node("Relu", ["h1"], ["r"], name="relu2"),
+             helper.make_node("MatMul", ["r", "W4"], ["h2"], name="n4_MatMul"),
+             helper.make_node("Add", ["h2", "h1"], ["y"], name="add")]
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), n)
+             for n in ("W0", "W4")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [2, 8])],
+                          [helper.make_tensor_value_info("y", 1, [2, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_waiting_regions_share_the_final_run(runs):
+    # The Identity's removal (its region: the Sigmoid, now writing "a") waits while the
+    # nudge changes a value: the final run computes the Sigmoid as a copy fed the
+    # reference's values and reads the
+    # nudged MatMul from the final model itself: 2 runs (the reference, the final run).
+    lab = onnx_lab.open(_two_step_model())
+    drop, nudge = lab.apply_preset(["eliminate_identity", "test_region_nudge"])
+    assert drop.verified_by == nudge.verified_by == "region"
+    assert drop.verify_passed and nudge.verify_passed, (drop.notes, nudge.notes)
+    assert drop.verification.attrs["region"]["run"] == "with the final outputs"
+    assert nudge.verification.attrs["region"]["run"] == "with the final outputs"
+    assert drop.max_abs_err is None and nudge.verification.attrs["final_check"]
+    assert runs["n"] == 2
+
+
+@pytest.mark.parametrize("mode", ["auto", "full"])
+def test_a_bug_after_a_waiting_region_is_caught_at_its_step_in_both_modes(mode):
+    lab = onnx_lab.open(_two_step_model())
+    drop, bad = lab.apply_preset(["eliminate_identity", "test_perturb_weight"],
+                                 verify=True if mode == "auto" else "full")
+    assert drop.verify_passed, drop.notes
+    assert bad.verify_passed is False and bad.first_failure in ("h2", "y")
+    own = bad.verification.loc[bad.verification.match != "preset_output"].set_index("tensor")
+    assert own.loc["h2", "node_id"] == "n4_MatMul" and not own.loc["h2", "passed"]
+
+
+def test_a_bug_in_a_region_run_as_a_copy_is_caught(runs):
+    # the wrong step comes first: its region runs as a copy in the final run, the nudge's is
+    # read from the final model and, since the first step changed its inputs' values, runs
+    # alone after all
+    lab = onnx_lab.open(_two_step_model())
+    bad, nudge = lab.apply_preset(["test_perturb_weight", "test_region_nudge"])
+    assert bad.verified_by == "region" and bad.verify_passed is False
+    assert bad.first_failure == "h2"
+    assert nudge.verify_passed is False  # the outputs, with the bug, differ at the end
+    own = nudge.verification.loc[nudge.verification.match != "preset_output"]
+    assert own.passed.all()  # its own region within tolerance
+    assert runs["n"] == 3

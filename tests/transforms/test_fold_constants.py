@@ -204,3 +204,29 @@ def test_fold_with_external_data(tmp_path):
     feeds = make_feeds(before)
     np.testing.assert_allclose(run(r.model, feeds)["logits"], run(before, feeds)["logits"],
                                atol=1e-5, rtol=1e-5)
+
+
+def test_a_fold_that_fails_in_the_shared_evaluation_is_reported_alone():
+    # The matches are evaluated in one run; one that fails (a Reshape of 6 values to 7:
+    # sized by its declared shape, it fits the growth limit)
+    # makes that run fail, then each is evaluated alone: the good one is folded, the bad
+    # one skipped with its own reason.
+    import onnx.parser
+
+    import onnx_lab
+    from onnx_lab.transforms.apply import run_pass
+
+    graph = onnx.parser.parse_graph("""
+    g (float[2,3] x, float[7] w) => (float[2,3] y, float[7] z) {
+        k = Constant <value = float[3, 2] {1, 2, 3, 4, 5, 6}> ()
+        t = Transpose(k)
+        y = Add(x, t)
+        bad = Constant <value = int64[1] {7}> ()
+        r = Reshape(k, bad)
+        z = Add(r, w)
+    }""")
+    m = onnx_lab.open(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    r = run_pass(m.model, "fold_constants")
+    assert r.modified and "Transpose" not in ops(r.model) and "Reshape" in ops(r.model)
+    assert any("evaluation failed" in n for n in r.notes), r.notes
+    assert "t" in r.model.ir.graph.initializers

@@ -141,6 +141,28 @@ class FoldConstants(LabPass):
         res = ReferenceEvaluator(proto).run(None, {})
         return [np.asarray(r) if not isinstance(r, np.ndarray) else r for r in res]
 
+    def _evaluate_all(self, model: LabModel, matches: list[Match]) -> dict[int, list]:
+        """The arrays of every match in one evaluator run (an evaluator per match costs
+        ~0.5 ms to build: light ResNet-50 has 168 matches), keyed by id(match); {} when that
+        run fails (each match is then evaluated alone, and its own failure reported)."""
+        if len(matches) < 2:
+            return {}
+        nodes: dict[int, ir.Node] = {}
+        for m in matches:
+            for n in m.data["nodes"]:
+                nodes.setdefault(id(n), n)
+        graph = model.ir.graph
+        order = {id(n): i for i, n in enumerate(graph)}
+        outputs = list({id(o): o for m in matches for o in m.data["frontier"]}.values())
+        try:
+            arrays = self._evaluate(model, sorted(nodes.values(), key=lambda n: order[id(n)]),
+                                    outputs)
+        except Exception as e:  # noqa: BLE001 - any failure: each match alone
+            logger.debug("batched fold evaluation failed (%s)", e)
+            return {}
+        got = {id(o): a for o, a in zip(outputs, arrays)}
+        return {id(m): [got[id(o)] for o in m.data["frontier"]] for m in matches}
+
     @staticmethod
     def _refusal(anchor: str, growth: int, grown: int, limit: int) -> str:
         before = f" after {format_bytes(grown)} from earlier folds" if grown > 0 else ""
@@ -153,6 +175,13 @@ class FoldConstants(LabPass):
         grown = 0
         applied: list[ir.Node] = []
         renames: list[tuple[ir.Value, str, ir.Node]] = []
+        # Matches whose result is known to fit the limit alone are evaluated together
+        # (the others, sized by evaluation only, one by one after the guard below).
+        graph = model.ir.graph
+        small = [m for m in matches if m.data["produced"] is not None
+                 and m.data["produced"] - m.data["freed"] <= limit
+                 and all(n.graph is graph for n in m.data["nodes"])]
+        evaluated = self._evaluate_all(model, small)
         for m in matches:
             nodes, frontier = m.data["nodes"], m.data["frontier"]
             if any(n.graph is None for n in nodes):
@@ -163,7 +192,7 @@ class FoldConstants(LabPass):
                                               limit))
                 continue
             try:
-                arrays = self._evaluate(model, nodes, frontier)
+                arrays = evaluated.pop(id(m), None) or self._evaluate(model, nodes, frontier)
             except Exception as e:  # noqa: BLE001 - any evaluator failure means "do not fold"
                 rw.notes.append(f"fold of {m.anchor} skipped: evaluation failed "
                                 f"({type(e).__name__}: {str(e).splitlines()[0][:200]})")
