@@ -60,6 +60,7 @@ from onnx_lab.render.details import (
     group_details_html,
     node_details,
     node_details_html,
+    search_index,
 )
 from onnx_lab.render.graph import shape_text
 from onnx_lab.render.results import comparison_html, cost_totals_html, profile_html
@@ -156,7 +157,10 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
         dict with ``views`` ({view key: {svg, items, legend, label, parent, kind,
         notes}}; ``""`` is the overview, a scope or group key a box's view, ``graph:<path>``
         a body), ``details`` ({node id or drawn key: panel HTML}), ``where`` ({node id:
-        [view key, drawn key]} where the node is drawn as itself), ``notes``.
+        [view key, drawn key]} where the node is drawn as itself), ``index`` (every node of
+        the model for the page's search: ``ids``, ``text``, ``label`` of
+        :func:`~onnx_lab.render.details.search_index`; a hit in another view switches to
+        it), ``notes``.
 
     Example:
         >>> p = canvas_payload("sample:transformer_block")
@@ -268,8 +272,10 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
             details[nid] = f"<div class='olc-details'>{esc_text(str(e))}</div>"
     for v in views.values():
         v.pop("members", None)
-    return {"views": views, "details": details, "where": where, "notes": notes,
-            "seconds": time.perf_counter() - t0}
+    ix = search_index(model)
+    index = {k: ix[k] for k in ("ids", "text", "label")}
+    return {"views": views, "details": details, "where": where, "index": index,
+            "notes": notes, "seconds": time.perf_counter() - t0}
 
 
 # ----------------------------------------------------------------------------- tables

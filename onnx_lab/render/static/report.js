@@ -49,6 +49,37 @@
 
     function view() { return payload.views[host.current] || {}; }
 
+    // The canvas's search reads every node of the model (payload.index) and, per view, where
+    // each shows (canvas.js's placement): drawn as itself here, or inside a box of this view
+    // that leads to the view drawing it; a hit elsewhere is revealed by switching views.
+    state.index = payload.index || {};
+    let placed = null, placedFor = null;
+    Object.defineProperty(state, "placement", { enumerable: true, get() {
+      if (placedFor !== host.current || !placed) {
+        placedFor = host.current;
+        placed = placement(host.current);
+      }
+      return placed;
+    } });
+    function placement(vk) {
+      const ids = state.index.ids || [], where = payload.where || {};
+      const boxes = Object.entries((payload.views[vk] || {}).boxes || {});
+      const keys = [], pos = {}, at = [], open = [];
+      for (const id of ids) {
+        const w = where[id];
+        let key = null, own = 0;
+        if (w && w[0] === vk) { key = w[1]; own = 1; }
+        else if (w) {
+          const b = boxes.find(([, child]) => w[0] === child || w[0].startsWith(child + "|"));
+          if (b) key = b[0];
+        }
+        if (key === null) { at.push(-1); open.push(0); continue; }
+        if (!(key in pos)) { pos[key] = keys.length; keys.push(key); }
+        at.push(pos[key]); open.push(own);
+      }
+      return { keys, at, open };
+    }
+
     function detailsFor(key) {
       if (!key) return "";
       const child = (view().boxes || {})[key];
@@ -84,7 +115,8 @@
         if (body) show(body);
       } else if (msg.type === "open_body") {
         if (payload.views["graph:" + msg.graph]) show("graph:" + msg.graph);
-      } else if (msg.type === "focus") {
+      } else if (msg.type === "focus" || msg.type === "reveal") {
+        // reveal: a search hit drawn in another view (inside a box, a body): switch to it
         host.focus(key);
       }
     }
