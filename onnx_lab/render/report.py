@@ -54,6 +54,7 @@ from onnx_lab.render._html import (
     inline_style,
     safe_url,
 )
+from onnx_lab.render.collapse import OVERVIEW_NODES
 from onnx_lab.render.details import (
     canvas_items,
     canvas_legend_html,
@@ -129,7 +130,7 @@ def _element_details_html(rendering: Any, model: Any, key: str) -> str:
 
 
 def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
-                   max_nodes: int = 300, overview_nodes: int = 60, max_views: int = 300,
+                   max_nodes: int = 300, overview_nodes: int = OVERVIEW_NODES, max_views: int = 300,
                    budget_s: float = 120.0,
                    timeout: float = 10.0, extra_details: Mapping[str, str] | None = None,
                    extra_views: Mapping[str, tuple[str, Sequence[str]]] | None = None
