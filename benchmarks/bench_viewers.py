@@ -38,6 +38,7 @@ reported as such and not retried::
 
     .venv/bin/python benchmarks/bench_viewers.py [--models bert,gpt2,llama32[,llama96]]
         [--rounds 3] [--viewers /path/to/venv] [--shots DIR] [--no-widgets] [--timeout 300]
+        [--tools widget,report,netron,model_explorer]
 
 ``--shots DIR`` saves each tool's first view and every widget at 1,280, 1,920 and 600 px wide.
 """
@@ -512,7 +513,7 @@ def bench_model(name: str, args: dict, browser_ctx, work: Path, jupyter_url: str
                                            "labels": [], "nodes": []} for t in tools}
     failed: dict[str, str] = {}
     shots = args["shots"]
-    order = list(tools)
+    order = [t for t in tools if t in args["tools"]]
     with stack:
         for r in range(args["rounds"]):
             for t in order[r % len(order):] + order[:r % len(order)]:
@@ -636,7 +637,8 @@ def main(argv: list[str] | None = None) -> int:
     args = {"rounds": int(opt("--rounds", 3)), "timeout": float(opt("--timeout", 300)),
             "viewers": Path(opt("--viewers")) if opt("--viewers") else None,
             "shots": Path(opt("--shots")) if opt("--shots") else None,
-            "no_widgets": "--no-widgets" in argv}
+            "no_widgets": "--no-widgets" in argv,
+            "tools": opt("--tools", ",".join(TOOLS)).split(",")}
     which = opt("--models", "bert,gpt2,llama32").split(",")
     if not Path("/usr/bin/chromium").exists():
         print("skipped: /usr/bin/chromium missing")
