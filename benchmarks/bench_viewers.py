@@ -89,8 +89,13 @@ class Page:
     def __init__(self, page) -> None:
         self.page = page
         self.cdp = page.context.new_cdp_session(page)
+        self.crashed = False
+        page.on("crash", lambda _p: setattr(self, "crashed", True))
 
     def js(self, expr: str):
+        # A call into a crashed page never returns (Netron's renderer on the 32-layer Llama).
+        if self.crashed:
+            raise Failed("the page crashed (Chromium's renderer, out of memory)")
         r = self.cdp.send("Runtime.evaluate", {"expression": expr, "returnByValue": True,
                                                "awaitPromise": True})
         if "exceptionDetails" in r:
@@ -107,7 +112,7 @@ class Page:
                     return time.perf_counter() - t0
             if time.perf_counter() - t0 > timeout:
                 raise Failed(f"timeout after {timeout:.0f} s")
-            time.sleep(every)
+            self.page.wait_for_timeout(every * 1000)
 
 
 def _ink(png: bytes) -> float:
@@ -271,7 +276,7 @@ class Widget(CanvasTool):
                       f"{self.cell + 1}) .onnx-lab-widget:not([data-old]) .olc-root svg g.node')",
                       self.timeout)
         dt = time.perf_counter() - t0
-        cell.locator(".olc-root").first.scroll_into_view_if_needed()
+        self.pg.js(f"document.querySelector({self.root!r}).scrollIntoView({{block: 'center'}})")
         page.wait_for_timeout(300)
         return dt
 
@@ -285,31 +290,25 @@ class Netron(Tool):
         self.url = url
 
     def load(self) -> float:
+        """Waited for with locators (Playwright's isolated world, which Netron's page leaves
+        alone and which fail on a crashed renderer instead of hanging)."""
         page = self.pg.page
+        # Netron adds its nodes unplaced and transparent, measures their text, then lays them
+        # out (its "This large graph layout might take a very long time" is progress): drawn
+        # is a node placed and shown.
+        node = page.locator("g.node[transform]:not([style*='opacity: 0'])").first
+        accept = page.get_by_text("Accept", exact=True)
         t0 = self.goto(self.url)
-        while True:
-            state = None
-            with contextlib.suppress(RuntimeError):
-                # Netron adds its nodes unplaced and transparent, measures their text, then
-                # lays them out: drawn is a node placed and shown.
-                state = self.pg.js(
-                    "document.querySelector('g.node[transform]:not([style*=\"opacity: 0\"])')"
-                    " ? 'graph' : ([...document.querySelectorAll("
-                    "'button')].find(b => b.offsetParent && b.textContent.trim() === 'Accept')"
-                    " ? 'cookie' : (document.querySelector('#message-text') && document."
-                    "querySelector('#message-text').offsetParent ? 'message:' + document."
-                    "querySelector('#message-text').textContent : ''))")
-            if state == "graph":
-                return time.perf_counter() - t0
-            if state == "cookie":
-                page.get_by_text("Accept").click()
-            elif state and state.startswith("message:") and "rror" in state:
-                # (its "This large graph layout might take a very long time" is progress: the
-                # layout goes on in a worker)
-                raise Failed(state[8:][:200])
-            if time.perf_counter() - t0 > self.timeout:
-                raise Failed(f"timeout after {self.timeout:.0f} s")
-            time.sleep(0.02)
+        try:
+            node.or_(accept).first.wait_for(timeout=self.timeout * 1000)
+            if not node.count():  # its cookie notice (asked on every visit here)
+                accept.click()
+                node.wait_for(timeout=self.timeout * 1000)
+        except Exception as e:
+            if self.pg.crashed or "crash" in str(e).lower():
+                raise Failed("the page crashed (Chromium's renderer, out of memory)") from e
+            raise Failed(f"no graph within {self.timeout:.0f} s") from e
+        return time.perf_counter() - t0
 
     def search(self, query: str) -> float:
         page = self.pg.page
@@ -365,7 +364,7 @@ class ModelExplorer(Tool):
                     raise Failed(err[:200])
             if time.perf_counter() - t0 > self.timeout:
                 raise Failed(f"timeout after {self.timeout:.0f} s")
-            time.sleep(0.05)
+            page.wait_for_timeout(50)
 
     def first_view(self) -> dict | None:
         return None  # text drawn in WebGL
@@ -546,6 +545,9 @@ def bench_model(name: str, args: dict, browser_ctx, work: Path, jupyter_url: str
                             tool.shot(shots / f"{name}_{t}_failed.png")
                 else:
                     v = res[t]
+                    if t != "widget":  # an idle page: nothing left running beside the next tool
+                        with contextlib.suppress(Exception):
+                            tool.pg.page.goto("about:blank")
                     print(f"  round {r + 1} {t:15s} load {v['load'][-1]:6.2f} s  search "
                           f"{v['search'][-1]:6.2f} s  frames p50/p95 {v['p50'][-1]:5.0f}/"
                           f"{v['p95'][-1]:5.0f} ms"
@@ -571,20 +573,22 @@ def bench_model(name: str, args: dict, browser_ctx, work: Path, jupyter_url: str
                   + (f"  filled/netron {filled / net:5.2f}" if net else ""), flush=True)
         if shots:
             _widget_shots(nb_page, nb_cells, shots, name)
+    with contextlib.suppress(Exception):
+        _stop_kernels(nb_page)
     for p in pages.values():
         p.page.close()
-    _stop_kernels(jupyter_url)
     return {"table": table, "widgets": widgets, "query": query}
 
 
-def _stop_kernels(url: str) -> None:
-    """Shut the model's kernel down before the next model (its Labs hold the weights)."""
-    with urllib.request.urlopen(f"{url}/api/kernels", timeout=10) as r:
-        kernels = json.load(r)
-    for k in kernels:
-        req = urllib.request.Request(f"{url}/api/kernels/{k['id']}", method="DELETE")
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(req, timeout=30).close()
+def _stop_kernels(page) -> None:
+    """Shut the model's kernels down before the next model (their Labs hold the weights),
+    through JupyterLab's page (the server wants its XSRF cookie on a DELETE)."""
+    page.evaluate("""async () => {
+        const x = (document.cookie.match(/_xsrf=([^;]+)/) || [])[1] || '';
+        const ks = await (await fetch('/api/kernels')).json();
+        for (const k of ks) await fetch('/api/kernels/' + k.id,
+                                        {method: 'DELETE', headers: {'X-XSRFToken': x}});
+    }""")
 
 
 def _widget_shots(page, cells, shots: Path, name: str) -> None:
