@@ -18,6 +18,13 @@ model (and its external data) is complete.
   six box/class heads, softmax, anchor decoding), input ``image`` [1,3,320,320], opset 17.
 - ``bert_transformers()``: BERT-base from ``transformers`` with random weights (needs
   transformers), opset 17, dynamic ``batch`` and ``sequence``.
+- ``gpt2_dynamo(layers=24)``: transformers' ``GPT2LMHeadModel`` from a ``GPT2Config`` (n_embd
+  256, 4 heads, random weights), torch.onnx with ``dynamo=True`` (its default optimization), dynamic
+  ``batch``/``sequence``, weights in ``<name>.onnx.data`` beside it (~1,500 nodes).
+- ``llama_dynamo(layers=32)``: transformers' ``LlamaForCausalLM`` from a ``LlamaConfig`` (hidden
+  64, 4 heads, 2 KV heads: the file stays small, the node count is a real 32-layer export's),
+  ``dynamo=True, optimize=False``, ``input_ids`` [1, 8], external data: ~6,000 nodes (96 layers:
+  ~17,800).
 - ``big_external(gb=3)``: ``gb * 8`` blocks of MatMul(4096x4096) -> Relu -> MatMul(4096x4096) ->
   Add (residual), numpy weights stored as external data in one ``.data`` file, written tensor by
   tensor so building it never holds more than one weight in memory. No torch needed.
@@ -43,7 +50,7 @@ VERSION = "v1"  # bump when a builder changes so stale cached files are not reus
 
 __all__ = ["MODELS_DIR", "resnet50", "resnet50_bn", "bert_base", "gpt2", "big_external",
            "ssd_lite",
-           "bert_transformers", "node_count"]
+           "bert_transformers", "gpt2_dynamo", "llama_dynamo", "node_count"]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -602,9 +609,108 @@ def bert_transformers() -> Path:
                        output_names=["last_hidden_state", "pooler_output"], dynamic_axes=dyn)
 
 
+# --------------------------------------------------------------------------- dynamo exports
+def _dynamo_export(module, ids, path: Path, *, dynamic: bool, optimize: bool) -> Path:
+    """torch.onnx.export(dynamo=True) with external data, into a temp folder (the ``.data`` file
+    keeps the final name the ``.onnx`` file refers to), then moved into place, ``.onnx`` last."""
+    import logging
+    import shutil
+
+    torch = _torch()
+    tmp = path.with_name(f".tmp{os.getpid()}_{path.stem}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    logging.getLogger("torch").setLevel(logging.ERROR)
+    dims = ({0: torch.export.Dim("batch"), 1: torch.export.Dim("sequence")},)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(module.eval(), (ids,), dynamo=True, optimize=optimize,
+                                    input_names=["input_ids"], output_names=["logits"],
+                                    dynamic_shapes=dims if dynamic else None, verbose=False)
+    program.save(str(tmp / path.name), external_data=True)
+    os.replace(tmp / (path.name + ".data"), path.with_name(path.name + ".data"))
+    os.replace(tmp / path.name, path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def _transformers():
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models are built from a config, never fetched
+    try:
+        import transformers
+    except ImportError as e:
+        raise SystemExit("this model needs transformers: pip install transformers") from e
+    return transformers
+
+
+def _logits_only(lm):
+    """Wrap a transformers causal LM so its export has one input and one output (no cache)."""
+    torch = _torch()
+
+    class LogitsOnly(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, input_ids):
+            return self.lm(input_ids=input_ids, use_cache=False, return_dict=True).logits
+
+    return LogitsOnly()
+
+
+def gpt2_dynamo(layers: int = 24) -> Path:
+    """transformers' GPT-2 (``layers`` blocks, n_embd 256, 4 heads, vocab 50257, random
+    weights) exported with ``torch.onnx.export(dynamo=True)``: input ``input_ids`` int64
+    [batch, sequence], output ``logits``, weights in ``gpt2_dynamo_24l_v1.onnx.data``.
+
+    Example:
+        >>> lab = onnx_lab.open(gpt2_dynamo(), dims={"batch": 1, "sequence": 16})
+    """
+    path = MODELS_DIR / f"gpt2_dynamo_{layers}l_{VERSION}.onnx"
+    if path.exists():
+        return path
+    with _build_lock(f"gpt2_dynamo_{layers}"):
+        if path.exists():
+            return path
+        torch, transformers = _torch(), _transformers()
+        torch.manual_seed(0)
+        config = transformers.GPT2Config(n_layer=layers, n_embd=256, n_head=4, vocab_size=50257)
+        lm = transformers.GPT2LMHeadModel(config)
+        # batch 2: an example dim of 1 would be specialized to a constant by torch.export
+        ids = torch.randint(0, 50257, (2, 8), dtype=torch.int64)
+        return _dynamo_export(_logits_only(lm), ids, path, dynamic=True, optimize=True)
+
+
+def llama_dynamo(layers: int = 32) -> Path:
+    """A Llama-style decoder (transformers' ``LlamaForCausalLM``: RMSNorm, rotary embedding,
+    grouped-query attention, SwiGLU; hidden 64, 4 heads, 2 KV heads, vocab 32000, random
+    weights) exported with ``dynamo=True, optimize=False`` (every aten op's nodes kept, as a
+    large export looks before onnxscript's optimizer), input ``input_ids`` int64 [1, 8],
+    external data. 32 layers: ~6,000 nodes; 96: ~17,800.
+
+    Example:
+        >>> lab = onnx_lab.open(llama_dynamo(32))
+    """
+    path = MODELS_DIR / f"llama_dynamo_{layers}l_{VERSION}.onnx"
+    if path.exists():
+        return path
+    with _build_lock(f"llama_dynamo_{layers}"):
+        if path.exists():
+            return path
+        torch, transformers = _torch(), _transformers()
+        torch.manual_seed(0)
+        config = transformers.LlamaConfig(
+            num_hidden_layers=layers, hidden_size=64, intermediate_size=172,
+            num_attention_heads=4, num_key_value_heads=2, vocab_size=32000,
+            max_position_embeddings=2048)
+        lm = transformers.LlamaForCausalLM(config)
+        ids = torch.randint(0, 32000, (1, 8), dtype=torch.int64)
+        return _dynamo_export(_logits_only(lm), ids, path, dynamic=False, optimize=False)
+
+
 _BUILDERS = {"resnet50": resnet50, "bert_base": bert_base, "gpt2": gpt2,
              "big_external": big_external, "ssd_lite": ssd_lite, "resnet50_bn": resnet50_bn,
-             "bert_transformers": bert_transformers}
+             "bert_transformers": bert_transformers, "gpt2_dynamo": gpt2_dynamo,
+             "llama_dynamo": llama_dynamo, "llama_dynamo_96": lambda: llama_dynamo(96)}
 
 
 def main(argv: list[str] | None = None) -> None:

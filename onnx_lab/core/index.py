@@ -45,12 +45,14 @@ def node_scope(node: ir.Node) -> str:
         return name.rsplit("/", 1)[0]
     scopes = node.metadata_props.get("pkg.torch.onnx.name_scopes")
     if scopes:
-        parts = [p.strip(" '\"") for p in scopes.strip("[]").split(",") if p.strip(" '\"")]
-        # Dynamo lists each module level by its qualified name ('layer.0',
-        # 'layer.0.attention', 'layer.0.attention.key') and the op last; keep each level's
-        # own name so scopes read like TorchScript's ('/layer.0/attention/key').
+        parts = [p.strip(" '\"") for p in scopes.strip("[]").split(",")]
+        # Dynamo lists the root module first ('', or torch's placeholder
+        # '_empty_nn_module_stack_from_metadata_hook' for ops outside any module), then each
+        # module level by its qualified name ('layer.0', 'layer.0.attention',
+        # 'layer.0.attention.key') and the op last; keep each level's own name so scopes read
+        # like TorchScript's ('/layer.0/attention/key').
         local, parent = [], ""
-        for part in parts[:-1]:
+        for part in (p for p in parts[1:-1] if p):
             local.append(part[len(parent) + 1:] if parent and part.startswith(parent + ".")
                          else part)
             parent = part

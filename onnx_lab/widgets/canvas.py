@@ -296,6 +296,14 @@ class GraphCanvas(anywidget.AnyWidget):
             self.on_open(bodies[0])
 
     def _on_selected(self, change: dict) -> None:
+        new, old = change["new"], change["old"]
+        if new and self.rendering is not None and new not in self.rendering.view.nodes:
+            # A selection of an element this drawing does not have: the page's choice of a
+            # search hit inside a box (it selects the box, then asks Python to reveal the
+            # node), delivered after the reveal drew the box open (the page holds state
+            # updates back while one is in flight, custom messages are not). Keep the node.
+            self.selected = old if old in self.rendering.view.nodes else ""
+            return
         self._refresh_details()
         for cb in list(self._select_callbacks):
             try:

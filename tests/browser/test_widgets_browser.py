@@ -2,7 +2,7 @@
 
 On the YOLO-like detector of ``_models.py``: Explorer (Graph tab), FusionLab, Extractor and
 DriftDebugger show without overflowing the notebook (anything wider scrolls inside its own
-box); after saving the notebook, restarting the kernel and reloading the page, the saved
+box), and in a ~600 px pane no checkbox label or table is cut; after saving the notebook, restarting the kernel and reloading the page, the saved
 notebook shows each widget's last view (widget state saved with the notebook), not "Error
 displaying widget: model not found". Screenshots go to ``test-artifacts/``.
 """
@@ -59,6 +59,27 @@ def _overflows(page) -> list[str]:
     }""")
 
 
+def _cut_in_narrow_pane(page) -> list[str]:
+    """Checkbox labels cut short, and tables wider than an HTML box that hides its overflow
+    (JS measure)."""
+    return page.evaluate("""() => {
+      const bad = [];
+      for (const l of document.querySelectorAll(
+          '.onnx-lab-widget .widget-checkbox label, .onnx-lab-widget .widget-checkbox span')) {
+        if (l.offsetParent && l.scrollWidth > l.clientWidth + 1)
+          bad.push('checkbox label cut: ' + l.textContent.trim());
+      }
+      for (const t of document.querySelectorAll('.onnx-lab-widget .widget-html-content table')) {
+        const box = t.closest('.widget-html-content');
+        if (!t.offsetParent || t.getBoundingClientRect().right <= box.getBoundingClientRect().right + 1)
+          continue;
+        const o = getComputedStyle(box).overflowX;
+        if (o !== 'auto' && o !== 'scroll') bad.push('table cut: ' + (t.className || 'table'));
+      }
+      return bad;
+    }""")
+
+
 def test_widgets_fit_1280_and_survive_restart(tmp_path_factory):
     work = tmp_path_factory.mktemp("jupyterlab-widgets")
     with lab_in_browser(work, {"widgets.ipynb": CELLS}, models=True, width=1280) as (url, page):
@@ -83,6 +104,15 @@ def test_widgets_fit_1280_and_survive_restart(tmp_path_factory):
             for i, name in enumerate(["explorer", "fusion_lab", "extractor", "drift"], start=1):
                 cells.nth(i).locator(".jp-OutputArea").first.screenshot(
                     path=str(ARTIFACTS / f"widget_{name}_1280.png"))
+
+            # A narrow pane (~600 px of notebook): checkbox labels whole, tables in HTML
+            # boxes scroll sideways instead of being cut by ipywidgets' hidden overflow.
+            page.set_viewport_size({"width": 700, "height": 1000})
+            page.keyboard.press("Control+b")  # the file browser away: the notebook alone
+            page.wait_for_timeout(800)
+            assert _cut_in_narrow_pane(page) == []
+            page.keyboard.press("Control+b")
+            page.set_viewport_size({"width": 1280, "height": 1000})
 
             # Save, restart the kernel, reload the page.
             page.keyboard.press("Control+s")

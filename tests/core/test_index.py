@@ -182,6 +182,12 @@ def test_node_scope():
     top = ir.Node("", "Add", [], name="node_add", metadata_props={
         "pkg.torch.onnx.name_scopes": "['', 'add_20']"})
     assert node_scope(top) == ""
+    # torch names the root of an op outside any module (a dynamic dim's size) by a
+    # placeholder: no scope, not a box of its own.
+    hook = ir.Node("", "Shape", [], name="node_Shape_0", metadata_props={
+        "pkg.torch.onnx.name_scopes":
+            "['_empty_nn_module_stack_from_metadata_hook', 'sym_size_int_112']"})
+    assert node_scope(hook) == ""
 
 
 def test_node_reading_a_tensor_twice_is_one_consumer():

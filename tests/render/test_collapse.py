@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from _machinery import scoped_layers
 
 import onnx_lab
-from onnx_lab.render.collapse import _repeated_blocks
+from onnx_lab.render.collapse import OVERVIEW_NODES, _repeated_blocks
 
 
 def test_collapse_depth_boxes_and_labels(block):
@@ -40,6 +41,22 @@ def test_collapse_auto_picks_deepest_fitting_depth(block):
     r = block.render(collapse="auto", max_nodes=9)
     assert any("depth 2" in n for n in r.notes)
     assert len(r.nodes) + len(r.groups) == 4
+
+
+def test_overview_of_a_large_scoped_graph_reads_at_a_glance():
+    """A graph too large to draw whole opens on at most OVERVIEW_NODES boxes (one per layer
+    here, not 240 sub-modules in nested frames, which take dot seconds per view);
+    an opened box and an explicit depth still get max_nodes."""
+    lab = onnx_lab.open(scoped_layers(60))  # 360 nodes, /layers.i/{fc,act,gate,res}
+    r = lab.render(collapse="auto")
+    assert len(r.groups) == 60 and len(r.view.nodes) <= OVERVIEW_NODES + 2  # + input, output
+    assert any("depth 1" in n for n in r.notes)
+    r = lab.render(collapse="auto", expand="/layers.3")
+    assert "/layers.3/fc/MatMul" in r.nodes and len(r.groups) == 59
+    assert len(lab.render(collapse=2).groups) == 120  # fc and gate; act, res drawn as nodes
+    # A model that fits max_nodes is still drawn whole.
+    small = onnx_lab.open(scoped_layers(20))
+    assert small.render(collapse="auto").groups == {}
 
 
 def test_expand_one_scope(block):

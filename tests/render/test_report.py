@@ -135,6 +135,17 @@ def test_model_too_large_to_draw_whole_gets_a_collapsed_overview(tmp_path):
     assert "were not pre-drawn" in text  # the budget is said, not silently dropped
 
 
+def test_search_index_holds_every_node_and_where_each_is_drawn():
+    """The page's search reads every node (also those only drawn in a box's view)."""
+    lab = onnx_lab.open("sample:transformer_block")
+    p = canvas_payload(lab, overview_nodes=4)
+    ix = p["index"]
+    assert sorted(ix["ids"]) == sorted(lab.index.entries)
+    assert len(ix["text"]) == len(ix["label"]) == len(ix["ids"])
+    hidden = [n for n in ix["ids"] if p["where"].get(n, [""])[0] != ""]
+    assert hidden and all(p["where"][n][0] in p["views"] for n in hidden)
+
+
 def test_small_model_is_drawn_whole_without_boxes():
     p = canvas_payload("sample:convnet")
     assert list(p["views"]) == [""] and not p["views"][""]["boxes"]

@@ -203,6 +203,25 @@ def test_index_words_tensors_and_sources_and_reveal_opens_the_box():
     assert e.canvas.placement["keys"][k] == nid and e.canvas.placement["open"][i] == 1
 
 
+def test_the_pages_late_box_selection_after_a_reveal_keeps_the_node():
+    """The page selects the box of a search hit, then sends 'reveal'; it holds state updates
+    back while one is in flight (a pan's view sync), so the box's selection can arrive after
+    the reveal drew the box open. The node stays selected, with its panel; a selection of an
+    element that is drawn is taken as before."""
+    lab = onnx_lab.open(_browser_models().detector())
+    c = Explorer(lab, tab="Graph").canvas
+    ix, pl = c.index, c.placement
+    i = next(i for i, (a, o) in enumerate(zip(pl["at"], pl["open"])) if a >= 0 and not o)
+    nid, box = ix["ids"][i], pl["keys"][pl["at"][i]]
+    c._on_msg(c, {"type": "reveal", "key": nid}, [])
+    assert c.selected == nid and box not in c.rendering.view.nodes
+    c.set_state({"selected": box})  # what the page's delayed update does
+    assert c.selected == nid and nid.split("/")[-1] in c.details_html
+    other = next(k for k in c.rendering.view.nodes if k != nid)
+    c.set_state({"selected": other})
+    assert c.selected == other
+
+
 def test_reveal_opens_a_body_and_a_double_click_message_opens_if():
     cf = onnx_lab.open("sample:control_flow")
     x = Explorer(cf, tab="Graph")
