@@ -15,6 +15,7 @@ import ipywidgets as w
 
 from onnx_lab.lab import as_lab
 from onnx_lab.render._html import esc_text
+from onnx_lab.render.dot import in_background
 from onnx_lab.render.tables import format_bytes, frame_html
 from onnx_lab.widgets._common import (
     SelectableTable,
@@ -84,6 +85,11 @@ class Explorer(View):
         self._ahead_thread: threading.Thread | None = None
         self._ahead_jobs: list[list[tuple[dict[str, Any], str, tuple[float, float]]]] = []
         self._ahead_lock = threading.Lock()
+        self._ahead_done = threading.Condition(self._ahead_lock)  # a layout ahead landed
+        self._ahead_running = ""  # the code of the layout the thread is drawing now
+        self._wanted: list[str] = []  # scopes of boxes a search needs: laid out first
+        self._fg_idle = threading.Event()  # cleared while the kernel lays a view out itself
+        self._fg_idle.set()
         self._ahead_blind = 0  # layouts drawn ahead before the page reported a view
         self._height = height
         self.tabs = w.Tab(children=[w.VBox() for _ in TAB_NAMES])
@@ -380,6 +386,7 @@ class Explorer(View):
         self.canvas = GraphCanvas(self.lab, height=self._height)
         self.canvas.on_expand = self._guard(self._expand_from_canvas)
         self.canvas.on_open = self._guard(self._open_body)
+        self.canvas.on_want = self._guard(self._want)
         self.canvas.on_select(self._guard(self._canvas_selected))
         self.canvas.observe(self._resume_ahead, names="view")
         self.graph_info = w.HTML()
@@ -439,6 +446,13 @@ class Explorer(View):
                                               name="onnx-lab-draw-ahead", daemon=True)
         self._ahead_thread.start()
 
+    def _want(self, scopes: list[str]) -> None:
+        """The boxes of ``scopes`` are what a search needs (its first hits lie in them):
+        their expands are laid out next."""
+        with self._ahead_lock:
+            self._wanted = list(scopes)
+        self._resume_ahead()
+
     def _distance(self, job: tuple[Any, str, tuple[float, float]]) -> float:
         """How far a queued box is from the middle of the canvas's view (0 for all before
         the page has said where the view is: their order in the drawing then)."""
@@ -458,6 +472,13 @@ class Explorer(View):
                 self._ahead_jobs.pop(0)
             if not self._ahead_jobs:
                 return None
+            # a box a search needs first, wherever it is queued
+            for batch in self._ahead_jobs:
+                for i, job in enumerate(batch):
+                    if job[0].get("expand") in self._wanted:
+                        batch.pop(i)
+                        self._ahead_running = job[1]
+                        return job[0], job[1]
             if not (self.canvas.view or {}).get("k"):
                 if self._ahead_blind >= _AHEAD_BLIND:
                     return None
@@ -465,26 +486,63 @@ class Explorer(View):
             batch = self._ahead_jobs[0]
             i = min(range(len(batch)), key=lambda j: self._distance(batch[j]))
             kw, code, _ = batch.pop(i)
+            self._ahead_running = code
         return kw, code
 
     def _ahead_loop(self, model: Any) -> None:
-        while wait_for_idle_kernel() and (job := self._next_ahead()) is not None:
-            kw, code = job
-            if self.lab.model is not model:
-                return  # the model changed: these layouts would be of the old one
-            if (id(model), code) in self._ahead:
-                continue
-            try:
-                drawn = self.lab.render(**kw)
-            except Exception:  # noqa: BLE001 - a layout ahead is a bonus; the click redraws
-                continue
-            self._keep_ahead(model, code, drawn)
+        try:
+            while (wait_for_idle_kernel() and self._fg_idle.wait()
+                   and (job := self._next_ahead()) is not None):
+                kw, code = job
+                if self.lab.model is not model:
+                    return  # the model changed: these layouts would be of the old one
+                if (id(model), code) in self._ahead:
+                    continue
+                try:
+                    with in_background():  # below the layouts a user waits for
+                        drawn = self.lab.render(**kw)
+                    self.canvas.prepare(drawn)  # its search text and placement too
+                except Exception:  # noqa: BLE001 - a layout ahead is a bonus; the click redraws
+                    drawn = None
+                self._keep_ahead(model, code, drawn)
+        finally:
+            with self._ahead_lock:
+                self._ahead_running = ""
+                self._ahead_done.notify_all()
 
     def _keep_ahead(self, model: Any, code: str, drawn: Any) -> None:
+        """Keep layout ``drawn`` of ``code`` (None: it failed; a wait for it ends)."""
         with self._ahead_lock:
-            self._ahead[(id(model), code)] = drawn
+            if drawn is not None:
+                self._ahead[(id(model), code)] = drawn
             while len(self._ahead) > _AHEAD_MAX:
                 self._ahead.pop(next(iter(self._ahead)))
+            if code == self._ahead_running:
+                self._ahead_running = ""
+            self._ahead_done.notify_all()
+
+    def _laid_out(self, kwargs: dict[str, Any], code: str) -> Any:
+        """The layout of ``code``: drawn ahead, being drawn ahead (waited for), or drawn
+        now; the canvas's bar says which it waits on meanwhile."""
+        key = (id(self.lab.model), code)
+        what = kwargs.get("expand") or "the graph"
+        if self._ahead_running == code and key not in self._ahead:
+            self.canvas.busy = f"waiting for the layout of {what}, being drawn ahead…"
+            with self._ahead_lock:
+                self._ahead_done.wait_for(lambda: self._ahead_running != code, timeout=120)
+        rendering = self._ahead.get(key)
+        if rendering is None:
+            if kwargs.get("expand"):
+                self.canvas.busy = f"laying out {what} (not drawn ahead yet)…"
+            with self._ahead_lock:  # drawn here: not again in the background
+                for batch in self._ahead_jobs:
+                    batch[:] = [j for j in batch if j[1] != code]
+            self._fg_idle.clear()  # and no new layout ahead beside it
+            try:
+                rendering = self._call(self.lab.render, busy="Laying out the graph…", **kwargs)
+            finally:
+                self._fg_idle.set()
+        return rendering
 
     def _keep_in_view(self, before: Any, after: Any, opened: str) -> None:
         """After an expand, centre the opened box's first drawn member at a readable size;
@@ -555,9 +613,8 @@ class Explorer(View):
         self.graph_info.value = (f"<small>neighbourhood of {n:d} selected item(s)</small>" if n
                                  else "<small>overview (collapsed by scope); tick rows in "
                                       "Nodes or Tensors to see their neighbourhood</small>")
-        rendering = self._ahead.get((id(self.lab.model), code))
-        if rendering is None:
-            rendering = self._call(self.lab.render, busy="Laying out the graph…", **kwargs)
+        rendering = self._laid_out(kwargs, code)
+        self.canvas.busy = ""
         if rendering is None:
             self.canvas.show(None)
             return
