@@ -251,7 +251,8 @@ function render({ model, el: root }) {
   // top of the layout, where the graph's inputs are, from their left edge: the leftmost input
   // of the first screen at the view's left margin (centring on the inputs' middle cut the
   // first of them at the left edge when they lie wider apart than the view), or the
-  // drawing's own left edge when that input is in the left half of the view from there.
+  // drawing's own left edge when that input is in the left half of the view from there;
+  // moved left as far as that input allows to show the others whole.
   function readable() {
     const pw = port.clientWidth, ph = port.clientHeight;
     if (!svg || !pw || !ph) return false;
@@ -265,12 +266,15 @@ function render({ model, el: root }) {
       const b = key.startsWith("input:") ? natural(key) : null;
       if (b) ins.push(b);
     }
+    if (ins.length) top = Math.min(...ins.map((n) => n.top));
     if (W * k <= pw) x = (pw - W * k) / 2;
     else if (ins.length) {
-      top = Math.min(...ins.map((n) => n.top));
       const first = ins.filter((n) => n.top < top + (ph / k) * 0.5);
       const left = Math.min(...first.map((n) => n.left));
+      const right = Math.max(...first.map((n) => n.left + n.w));
       x = left * k <= pw / 2 ? M : M - left * k;
+      // all of them when they fit: the rightmost pulled in, the leftmost kept at the margin
+      if (x + right * k > pw - M) x = Math.max(M - left * k, pw - M - right * k);
     } else x = pw / 2 - (W / 2) * k;
     if (W * k > pw) x = Math.min(M, Math.max(pw - W * k - M, x));
     v = { k, x, y: 8 - Math.max(0, top - 8) * k };
