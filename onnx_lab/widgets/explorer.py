@@ -9,6 +9,7 @@ first view, and the graph never lays out the whole model: with no selection it s
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import ipywidgets as w
@@ -35,6 +36,10 @@ SUMMARY, NODES, INITS, TENSORS, GRAPH = range(5)
 ALL = "*"  # dropdown value for "no filter" (None would show an empty dropdown)
 _AHEAD_MAX = 400  # layouts drawn ahead kept per Explorer (a few hundred KB of SVG each)
 _AHEAD_BLIND = 3  # drawn ahead before a page reports the canvas's view (where the view opens)
+# The Explorer whose graph was shown or moved last: the only one drawing ahead (a cell re-run
+# leaves the Explorer it replaced alive in the kernel; its layouts ahead would compete with
+# the new one's first layout and every layout a user waits for).
+_ACTIVE: list[weakref.ref] = []
 
 
 def _graph_label(path: str) -> str:
@@ -53,7 +58,10 @@ class Explorer(View):
             (re-read before each layout, so a pan or zoom reorders them), so clicking one
             swaps drawings; None (the default): every box (until a page shows the canvas
             and reports its view, only the first 3: a kernel with no page lays out no more);
-            0: none.
+            0: none. One Explorer draws ahead at a time: the one whose graph was shown or
+            moved last (a re-run cell's new Explorer, not the one it replaced). A box a
+            search's first hits lie in is laid out first, and its layouts run at a lower CPU
+            priority than those a user waits for.
 
     Attributes:
         result: the object behind the visible tab: the Summary, the filtered nodes DataFrame,
@@ -437,7 +445,8 @@ class Explorer(View):
 
     def _resume_ahead(self, _change: Any = None) -> None:
         """(Re)start the thread drawing ahead when layouts are queued (the page's first view
-        lets it go past the first few)."""
+        lets it go past the first few); this Explorer becomes the one drawing ahead."""
+        _ACTIVE[:] = [weakref.ref(self)]
         if self._ahead_thread and self._ahead_thread.is_alive():
             return
         if not any(self._ahead_jobs):
@@ -448,7 +457,7 @@ class Explorer(View):
 
     def _want(self, scopes: list[str]) -> None:
         """The boxes of ``scopes`` are what a search needs (its first hits lie in them):
-        their expands are laid out next."""
+        their expands are laid out next (by this Explorer: the one in use)."""
         with self._ahead_lock:
             self._wanted = list(scopes)
         self._resume_ahead()
@@ -467,6 +476,8 @@ class Explorer(View):
     def _next_ahead(self) -> tuple[dict[str, Any], str] | None:
         """The queued expand to lay out next: of the newest view, nearest the middle of the
         canvas's view."""
+        if not _ACTIVE or _ACTIVE[0]() is not self:
+            return None  # another Explorer was shown or moved since: it draws ahead now
         with self._ahead_lock:
             while self._ahead_jobs and not self._ahead_jobs[0]:
                 self._ahead_jobs.pop(0)

@@ -399,3 +399,19 @@ def test_draw_ahead_starts_nearest_the_view():
     e._draw_ahead(shown, {"collapse": "auto"})
     e._ahead_thread.join(timeout=300)
     assert [repr(last.split(":", 1)[1]) in c for c in _expands(e)] == [True]
+
+
+def test_only_the_explorer_in_use_draws_ahead():
+    """A second Explorer (a re-run cell) takes over drawing ahead: the first one's thread
+    stops after the layout it is drawing, and resumes when its own view moves again."""
+    lab = onnx_lab.open(_browser_models().detector())
+    first = Explorer(lab, tab="Graph")
+    first._ahead_thread.join(timeout=120)
+    first.canvas.view = {"x": 0, "y": 0, "k": 0.5, "width": 900, "height": 560}  # a page
+    second = Explorer(onnx_lab.open(_browser_models().detector()), tab="Graph")
+    first._ahead_thread.join(timeout=120)
+    left = sum(len(b) for b in first._ahead_jobs)
+    assert left > 0 and not first._ahead_thread.is_alive()  # stopped with boxes queued
+    second._ahead_thread.join(timeout=120)
+    first.canvas.view = {"x": 10, "y": 0, "k": 0.5, "width": 900, "height": 560}  # moved
+    assert first._ahead_thread.is_alive() or sum(len(b) for b in first._ahead_jobs) < left
