@@ -163,8 +163,9 @@ class GraphCanvas(anywidget.AnyWidget):
         cached = getattr(rendering, "_canvas_data", None)
         if cached is not None and cached[0] is m:
             return cached[1], cached[2]
-        items, where = canvas_items(rendering, m), placement(rendering, m,
-                                                             self._search_index(m)["ids"])
+        # (a box's members are in the index the page searches: not sent again with each view)
+        items = canvas_items(rendering, m, members=False)
+        where = placement(rendering, m, self._search_index(m)["ids"])
         rendering._canvas_data = (m, items, where)
         return items, where
 
@@ -255,8 +256,10 @@ class GraphCanvas(anywidget.AnyWidget):
         q = text.strip().lower()
         if not q:
             return []
-        exact = [k for k in self.items if k.lower() == q]
-        return exact + [k for k, s in self.items.items() if q in s and k not in exact]
+        m = self._model()
+        items = canvas_items(self.rendering, m) if m is not None and self.rendering else self.items
+        exact = [k for k in items if k.lower() == q]
+        return exact + [k for k, s in items.items() if q in s and k not in exact]
 
     def find(self, text: str) -> list[str]:
         """Node ids of the whole model whose index text contains ``text`` (what the page's

@@ -92,6 +92,7 @@ class Explorer(View):
         self._ahead: dict[tuple[int, str], Any] = {}  # (id of the model, code) -> Rendering
         self._ahead_thread: threading.Thread | None = None
         self._ahead_jobs: list[list[tuple[dict[str, Any], str, tuple[float, float]]]] = []
+        self._ahead_views: list[tuple[Any, dict[str, Any]]] = []  # shown, not yet queued
         self._ahead_lock = threading.Lock()
         self._ahead_done = threading.Condition(self._ahead_lock)  # a layout ahead landed
         self._ahead_running = ""  # the code of the layout the thread is drawing now
@@ -420,28 +421,38 @@ class Explorer(View):
     def _draw_ahead(self, shown: Any, kwargs: dict[str, Any]) -> None:
         """Queue the expands of the boxes of view ``shown`` (drawn by ``lab.render(**kwargs)``)
         and lay them out in a background thread: the boxes of the newest view first, each
-        time the one nearest the middle of the canvas's view."""
+        time the one nearest the middle of the canvas's view. (The thread reads the boxes'
+        places in the drawing: nothing of it delays the view shown.)"""
         if self.prefetch == 0:
             return
-        model = self.lab.model
-        centres = drawn_centres(shown.svg)
-        base = {k: v for k, v in kwargs.items() if k != "expand"}
-        jobs = []
-        for key, n in shown.view.nodes.items():
-            if n.kind != "box" or key not in centres:
-                continue
-            kw = {**base, "expand": key.split(":", 1)[1]}
-            code = "lab.render(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"
-            if (id(model), code) not in self._ahead:
-                jobs.append((kw, code, centres[key]))
-        if self.prefetch:
-            jobs = sorted(jobs, key=self._distance)[:self.prefetch]
         with self._ahead_lock:
-            # another model's layouts are of no use any more
-            self._ahead = {k: r for k, r in self._ahead.items() if k[0] == id(model)}
-            self._ahead_jobs = [jobs, *self._ahead_jobs][:4]
+            self._ahead_views.append((shown, kwargs))
         wait_for_idle_kernel(0)  # (its IPython hooks registered from this thread)
         self._resume_ahead()
+
+    def _queue_views(self) -> None:
+        """(In the thread drawing ahead) the views queued by :meth:`_draw_ahead` become
+        batches of layouts to draw, the newest first."""
+        with self._ahead_lock:
+            views, self._ahead_views = self._ahead_views, []
+        model = self.lab.model
+        for shown, kwargs in views:
+            centres = drawn_centres(shown.svg)
+            base = {k: v for k, v in kwargs.items() if k != "expand"}
+            jobs = []
+            for key, n in shown.view.nodes.items():
+                if n.kind != "box" or key not in centres:
+                    continue
+                kw = {**base, "expand": key.split(":", 1)[1]}
+                code = "lab.render(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"
+                if (id(model), code) not in self._ahead:
+                    jobs.append((kw, code, centres[key]))
+            if self.prefetch:
+                jobs = sorted(jobs, key=self._distance)[:self.prefetch]
+            with self._ahead_lock:
+                # another model's layouts are of no use any more
+                self._ahead = {k: r for k, r in self._ahead.items() if k[0] == id(model)}
+                self._ahead_jobs = [jobs, *self._ahead_jobs][:4]
 
     def _resume_ahead(self, _change: Any = None) -> None:
         """(Re)start the thread drawing ahead when layouts are queued (the page's first view
@@ -449,7 +460,7 @@ class Explorer(View):
         _ACTIVE[:] = [weakref.ref(self)]
         if self._ahead_thread and self._ahead_thread.is_alive():
             return
-        if not any(self._ahead_jobs):
+        if not any(self._ahead_jobs) and not self._ahead_views:
             return
         self._ahead_thread = threading.Thread(target=self._ahead_loop, args=(self.lab.model,),
                                               name="onnx-lab-draw-ahead", daemon=True)
@@ -478,6 +489,7 @@ class Explorer(View):
         canvas's view."""
         if not _ACTIVE or _ACTIVE[0]() is not self:
             return None  # another Explorer was shown or moved since: it draws ahead now
+        self._queue_views()
         with self._ahead_lock:
             while self._ahead_jobs and not self._ahead_jobs[0]:
                 self._ahead_jobs.pop(0)
