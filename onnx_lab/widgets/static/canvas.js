@@ -248,11 +248,10 @@ function render({ model, el: root }) {
 
   // The first view a person can read (the report's rule, and Netron's): when the whole
   // drawing fits with labels READ_PX tall, all of it; otherwise labels at that size from the
-  // top of the layout, where the graph's inputs are, from their left edge: the leftmost input
-  // of the first screen at the view's left margin (centring on the inputs' middle cut the
-  // first of them at the left edge when they lie wider apart than the view), or the
-  // drawing's own left edge when that input is in the left half of the view from there;
-  // moved left as far as that input allows to show the others whole.
+  // top of the layout, where the graph's inputs are, read from the left like a page: the
+  // leftmost element of that first screen at the view's left margin (centring on the inputs'
+  // middle cut the first of them, or what lies left of them, at the left edge), then moved
+  // left as far as the leftmost input allows, to show all of the first screen's inputs whole.
   function readable() {
     const pw = port.clientWidth, ph = port.clientHeight;
     if (!svg || !pw || !ph) return false;
@@ -260,23 +259,26 @@ function render({ model, el: root }) {
     if (kFit >= kr) { fit(); return true; }
     const k = Math.max(kr, Math.min(1.5, (pw / W) * 0.96));
     const M = 16;  // margin (px on screen)
-    let x, top = 0;
-    const ins = [];
+    let x = pw / 2 - (W / 2) * k, top = 0;
+    const ins = [], all = [];
     for (const key of byKey.keys()) {
-      const b = key.startsWith("input:") ? natural(key) : null;
-      if (b) ins.push(b);
+      const b = natural(key);
+      if (!b) continue;
+      all.push(b);
+      if (key.startsWith("input:")) ins.push(b);
     }
-    if (ins.length) top = Math.min(...ins.map((n) => n.top));
-    if (W * k <= pw) x = (pw - W * k) / 2;
-    else if (ins.length) {
+    if (ins.length) {
+      top = Math.min(...ins.map((n) => n.top));
+      const screen = (n) => n.top < top + ph / k && n.top + n.h > top;
       const first = ins.filter((n) => n.top < top + (ph / k) * 0.5);
-      const left = Math.min(...first.map((n) => n.left));
-      const right = Math.max(...first.map((n) => n.left + n.w));
-      x = left * k <= pw / 2 ? M : M - left * k;
-      // all of them when they fit: the rightmost pulled in, the leftmost kept at the margin
-      if (x + right * k > pw - M) x = Math.max(M - left * k, pw - M - right * k);
-    } else x = pw / 2 - (W / 2) * k;
-    if (W * k > pw) x = Math.min(M, Math.max(pw - W * k - M, x));
+      const left = Math.min(...all.filter(screen).map((n) => n.left));
+      const inL = Math.min(...first.map((n) => n.left));
+      const inR = Math.max(...first.map((n) => n.left + n.w));
+      x = M - left * k;
+      if (x + inR * k > pw - M) x = Math.max(M - inL * k, pw - M - inR * k);
+    }
+    if (W * k <= pw) x = (pw - W * k) / 2;
+    else x = Math.min(M, Math.max(pw - W * k - M, x));
     v = { k, x, y: 8 - Math.max(0, top - 8) * k };
     root.dataset.fit = "readable";
     apply();
