@@ -255,7 +255,8 @@ class _Regions:
             report.attrs["final_check"] = True
             if selections is not None and not selections.empty:
                 report.attrs.setdefault("not_comparable", {}).update(
-                    {r["ref_tensor"]: r["note"] for r in rows if flipped(r)})
+                    {r["ref_tensor"]: selections.not_comparable[r["tensor"]] for r in rows
+                     if r["tensor"] in selections.not_comparable})
                 report.attrs["selections"] = [*report.attrs.get("selections", []),
                                               *selections.to_dict()]
         last.verify_seconds = (last.verify_seconds or 0.0) + seconds

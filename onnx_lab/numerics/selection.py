@@ -778,19 +778,23 @@ class _Judge:
                         if n in tainted)
             got = _alone(self.sides, group, flip)
             if isinstance(got, str):
-                # below it nothing can be told apart from the flip: keep failing
-                below: dict[str, Flip] = {v.name: flip for nid in group
-                                          for v in self.idx.entries[nid].node.outputs if v.name}
-                for nid in group:
-                    self._spread(below, readers, nid)
-                for t in below:
-                    if self.verdicts.get(t) is False:
-                        self.out.unchecked[t] = (
-                            f"downstream of the near-tie flip at {flip.node_id!r}, below "
-                            f"{group[0]!r}, which the step rewrote and which could not be "
-                            f"checked on its own ({got})")
-                continue
-            self.out.alone.update(got)
+                why = (f"downstream of the near-tie flip at {flip.node_id!r}, below "
+                       f"{group[0]!r}, which the step rewrote and which could not be checked "
+                       f"on its own ({got})")
+            else:
+                self.out.alone.update(got)
+                bad = [t for t, v in got.items() if not v["passed"]]
+                if not bad:
+                    continue
+                why = f"below {bad[0]!r}, which differs when checked on its own"
+            # below it the flip explains nothing: what differs there keeps failing
+            below: dict[str, Flip] = {v.name: flip for nid in group
+                                      for v in self.idx.entries[nid].node.outputs if v.name}
+            for nid in group:
+                self._spread(below, readers, nid)
+            for t in below:
+                if self.verdicts.get(t) is False and t not in self.out.alone:
+                    self.out.unchecked[t] = why
 
 
 def _components(model: LabModel, nodes: list[str]) -> list[list[str]]:
