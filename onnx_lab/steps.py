@@ -263,8 +263,8 @@ class _Regions:
         compared = [float(r["max_abs"]) for r in rows if not flipped(r)]
         if rows:
             last.max_abs_err = max(compared) if compared else None
-        note = selections.note([r["tensor"] for r in rows if flipped(r)],
-                               "of the preset's outputs") if selections is not None else None
+        note = selections.note([r["tensor"] for r in rows if flipped(r)]) \
+            if selections is not None else None
         if note:
             last.notes.append(note)
         bad = [r for r in rows if not r["passed"]]

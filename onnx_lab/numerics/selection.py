@@ -392,10 +392,11 @@ class Flip:
 
     def describe(self) -> str:
         """One sentence: which selection flipped, by how much the scores differed."""
+        scores = ("tied exactly in the reference's scores" if self.gap == 0 else
+                  f"the reference's scores at them within {self.gap:.3g} of each other")
         return (f"{self.op_type} {self.node_id!r} flipped a near-tie: {self.differ} of "
-                f"{self.total} {self.picks} differ, the reference's scores at them within "
-                f"{self.gap:.3g} of each other (tolerance {self.allowed:.3g}); its inputs "
-                f"agree within tolerance (max_abs {self.inputs_max_abs:.3g})")
+                f"{self.total} {self.picks} differ, {scores} (tolerance {self.allowed:.3g}); "
+                f"its inputs agree within tolerance (max_abs {self.inputs_max_abs:.3g})")
 
     def to_dict(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "op_type": self.op_type, "tensor": self.tensor,
@@ -428,20 +429,21 @@ class Selections:
     def empty(self) -> bool:
         return not (self.flips or self.failures or self.alone or self.unchecked)
 
-    def note(self, outputs: Sequence[str] = (), what: str = "tensors") -> str | None:
-        """The sentence a step's notes carry (None without flips): how many ``what`` were
-        not compared (``outputs``: the graph outputs among them), which selection flipped
-        and by how much its scores differed."""
+    def note(self, outputs: Sequence[str] = ()) -> str | None:
+        """The sentence a step's notes carry (None without flips): what was not compared
+        (``outputs``: the graph outputs among it), which selection flipped and by how much
+        its scores differed."""
         if not self.flips:
             return None
         first = max(self.flips, key=lambda f: f.differ)
         n = len(self.not_comparable)
-        among = f" (the outputs {', '.join(map(repr, outputs))} among them)" if outputs \
-            else ""
+        names = ", ".join(map(repr, outputs))
+        what = (f"the outputs {names}" if outputs and n <= len(outputs) else
+                f"{n} tensors (the outputs {names} among them)" if outputs else f"{n} tensors")
         more = f"{len(self.flips)} selections flipped near-ties, the most: " \
             if len(self.flips) > 1 else ""
-        return (f"{n} {what}{among} not compared element by element, downstream of a selection "
-                f"whose inputs agree within tolerance: {more}{first.describe()}")
+        return (f"{what} not compared element by element, downstream of a selection whose "
+                f"inputs agree within tolerance: {more}{first.describe()}")
 
     def apply(self, rows: list[dict[str, Any]], not_comparable: dict[str, str] | None = None,
               *, key: str = "tensor", ref_key: str = "ref_tensor") -> None:

@@ -11,7 +11,10 @@ the final outputs and every intermediate tensor that survives the step are compa
 
 A pair is compared only when both sides compute the same quantity
 (:class:`~onnx_lab.numerics.align.SameQuantity`); the refused ones are listed in
-``report.attrs["not_comparable"]`` with the reason.
+``report.attrs["not_comparable"]`` with the reason. A selection (TopK, NMS...) that picked
+otherwise on near-tied inputs makes the failing tensors after it not comparable too
+(:mod:`~onnx_lab.numerics.selection`; ``report.attrs["selections"]``), the step's rewritten
+nodes below it checked on their own.
 
 Tensors are captured in chunks whose estimated size stays under ``max_bytes`` (both models'
 tensors of a chunk are held at once, then dropped). Tolerances are per dtype; an element
@@ -331,7 +334,8 @@ def verify(before: LabModel, after: LabModel, result: PassResult | None = None, 
         the model outputs), ``samples``, ``branches`` (per sample, the If branches a
         boolean input such as optimum's ``use_cache_branch`` takes: the seeded inputs are one
         sample per value, see :func:`onnx_lab.runtime.feeds.branch_feeds`) and
-        ``unexercised`` (those no sample took, also in ``note``).
+        ``unexercised`` (those no sample took, also in ``note``), and when a selection
+        flipped a near-tie ``selections`` (one dict per flip) and ``selection_note``.
 
     Raises:
         DimError: symbolic dims without a value (listing them and how to pass them).

@@ -256,19 +256,15 @@ def test_topk_k_changed_is_caught_at_the_topk_in_both_modes(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_the_nms_threshold_changed_is_caught_at_the_nms_in_both_modes(mode):
-    r = _lab().apply("test_selection_nms_iou", verify=_verify(mode))
-    assert r.verify_passed is False and r.first_failure == "sel", r.notes
-    row = r.verification.set_index("tensor").loc["sel"]
-    assert row["node_id"] == "nms" and not row["passed"]
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_a_wrong_gather_index_after_the_selection_is_caught_in_both_modes(mode):
-    r = _lab().apply("test_selection_gather_index", verify=_verify(mode))
-    assert r.verify_passed is False and r.first_failure == "top_boxes", r.notes
-    row = r.verification.set_index("tensor").loc["top_boxes"]
-    assert row["node_id"] == "gather_boxes" and not row["passed"]
+@pytest.mark.parametrize(("bug", "tensor", "node"), [
+    ("test_selection_nms_iou", "sel", "nms"),  # reads the flipped picks: checked on its own
+    ("test_selection_gather_index", "top_boxes", "gather_boxes"),
+])
+def test_a_rewrite_after_the_flip_is_caught_at_its_node_in_both_modes(mode, bug, tensor, node):
+    r = _lab().apply(bug, verify=_verify(mode))
+    assert r.verify_passed is False and r.first_failure == tensor, r.notes
+    row = r.verification.set_index("tensor").loc[tensor]
+    assert row["node_id"] == node and not row["passed"]
 
 
 def test_compare_still_names_a_wrong_gather_after_the_flip():
