@@ -39,7 +39,7 @@ from onnx_lab.numerics.region import (
     step_diff,
     unchanged_report,
 )
-from onnx_lab.numerics.selection import flipped
+from onnx_lab.numerics.selection import flipped, selection_tensors
 from onnx_lab.numerics.verify import (
     Report,
     _saved_form_problem,
@@ -228,10 +228,11 @@ class _Regions:
         t0 = time.perf_counter()
         kw = {"atol": self.opts.get("atol"), "rtol": self.opts.get("rtol"),
               "providers": self.opts.get("providers")}
+        # the selections' values, in case an output below one differs (judge_final)
+        extra = [*(direct[0].region.tensors if direct else ()), *selection_tensors(model)]
         try:
-            rows, values, copied = final_check(
-                ref, model, extra=list(direct[0].region.tensors) if direct else None,
-                copies=[c[0] for c in copies], **kw)
+            rows, values, copied = final_check(ref, model, extra=extra or None,
+                                               copies=[c[0] for c in copies], **kw)
         except (LabError, ValueError, KeyError) as e:  # the shared run failed: each alone
             logger.debug("the final run with the regions failed (%s)", e)
             self.waiting = [*copies, *([direct] if direct else [])]
@@ -246,7 +247,8 @@ class _Regions:
             self._judge(direct, values if self.exact else None)
         t0 = time.perf_counter()
         # outputs below a selection that flipped a near-tie (TopK, NMS...) are not compared
-        selections = judge_final(ref, model, rows, preset=self.opts.get("preset"), **kw)
+        selections = judge_final(ref, model, rows, preset=self.opts.get("preset"),
+                                 values=values, **kw)
         seconds += time.perf_counter() - t0
         last = self.last
         report = last._verification

@@ -498,12 +498,15 @@ def _region_sides(ref: PresetReference, pending: PendingRegion, got: Mapping[str
 
 def judge_final(ref: PresetReference, model: LabModel, rows: list[dict[str, Any]], *,
                 atol: float | None = None, rtol: float | None = None,
-                preset: str | None = None, providers: Any = None) -> Selections | None:
+                preset: str | None = None, providers: Any = None,
+                values: Mapping[str, Any] | None = None) -> Selections | None:
     """The preset's failing outputs (:func:`final_check`'s rows) judged for near-tie flips of
     the selections above them (:mod:`onnx_lab.numerics.selection`), the rows updated in
     place; None when every output passed. The final model's values come from one more run,
     the reference's from ``ref.values`` (its names stand for the current version's
-    tensors); every rewrite was checked by its own region, so no node is checked again."""
+    tensors; ``values``: the final model's tensors already computed, by
+    :func:`~onnx_lab.numerics.selection.selection_tensors` in the final run); every rewrite
+    was checked by its own region, so no node is checked again."""
     if all(r["passed"] for r in rows):
         return None
     by_output = {r["tensor"]: r["ref_tensor"] for r in rows}
@@ -513,17 +516,19 @@ def judge_final(ref: PresetReference, model: LabModel, rows: list[dict[str, Any]
             return by_output[name]
         return name if name in ref.values else None
 
-    def values(names: list[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    have = dict(values or {})
+
+    def values_of(names: list[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         # on use: tests stand in for run on its module
         from onnx_lab.runtime._runner import run
 
-        feeds = ref.feeds[1]
-        cand = fetch(model, feeds, names, lambda ns: run(model, feeds, ns,
+        feeds = {**ref.feeds[1], **have}
+        cand = fetch(model, feeds, names, lambda ns: run(model, ref.feeds[1], ns,
                                                          providers=providers))
         refs = {n: ref.values[m] for n in names if (m := ref_of(n)) in ref.values}
         return [(refs, cand)]
 
-    sides = Sides(model, ref.model, ref_of, values,
+    sides = Sides(model, ref.model, ref_of, values_of,
                   _rules({"preset": preset, "atol": atol, "rtol": rtol}), None, providers)
     selections = judge_selections(sides, {r["tensor"]: r["passed"] for r in rows})
     selections.apply(rows)

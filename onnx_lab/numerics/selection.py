@@ -63,7 +63,8 @@ from onnx_lab.numerics.align import _same_attrs
 from onnx_lab.numerics.metrics import Rule, judge
 
 __all__ = ["SELECTION_OPS", "SelectionOp", "Tie", "Flip", "Sides", "Selections",
-           "judge_selections", "selection_nodes", "run_cut", "flip_reason", "fetch", "flipped"]
+           "judge_selections", "selection_nodes", "run_cut", "flip_reason", "fetch", "flipped",
+           "selection_tensors"]
 
 logger = logging.getLogger(__name__)
 
@@ -344,6 +345,19 @@ def selection_nodes(model: LabModel) -> list[str]:
     idx = model.index
     return [nid for nid in idx.topo_order("") if idx.entries[nid].node.op_type in SELECTION_OPS
             and idx.entries[nid].node.domain in _STANDARD]
+
+
+def selection_tensors(model: LabModel) -> list[str]:
+    """The main-graph tensors the selections of ``model`` read and give that a run can
+    return (node outputs): what judging them needs from the candidate."""
+    idx = model.index
+    out: list[str] = []
+    for nid in selection_nodes(model):
+        node = idx.entries[nid].node
+        out += [v.name for v in (*node.inputs, *node.outputs) if v is not None and v.name
+                and v.name in idx.producer and not idx.entries[idx.producer[v.name]].graph
+                and not is_constant(v, stored=True)]
+    return list(dict.fromkeys(out))
 
 
 # ---------------------------------------------------------------------------- results
