@@ -60,7 +60,13 @@ from onnx_lab.numerics.metrics import (
     tolerance,
     value_dtype,
 )
-from onnx_lab.numerics.selection import Sides, fetch, flipped, judge_selections
+from onnx_lab.numerics.selection import (
+    Sides,
+    fetch,
+    flipped,
+    judge_selections,
+    selection_nodes,
+)
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.capture import run as capture_run
 from onnx_lab.runtime.feeds import as_feed_list, input_specs, resolve_input_shapes
@@ -452,7 +458,7 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                 stats[p.tensor].update(passed=False, note=saved)
     pairs = [p for p in pairs if p.tensor not in set(skipped)]
     rows = [_row(p, stats[p.tensor]) for p in pairs]
-    if not all(r["passed"] for r in rows):
+    if not all(r["passed"] for r in rows) and selection_nodes(after):
         # near-tie flips of selections (TopK, NMS...): judged by their inputs
         sides = _selection_sides(before, after, result, pairs, samples, providers,
                                  cache if single else None, preset=preset, atol=atol,
