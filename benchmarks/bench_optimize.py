@@ -264,9 +264,53 @@ def _check_saved(lab, original: str, dims: dict) -> dict:
         out = str(Path(tmp) / "optimized.onnx")
         lab.save(out)
         ref_off, ref_on = outputs(original, False), outputs(original, True)
-        return {"optimizations off": _differences(ref_off, outputs(out, False)),
-                "onnxruntime defaults": _differences(ref_on, outputs(out, True)),
-                "original, defaults vs off": _differences(ref_off, ref_on)}
+        got = {"optimizations off": _differences(ref_off, outputs(out, False)),
+               "onnxruntime defaults": _differences(ref_on, outputs(out, True)),
+               "original, defaults vs off": _differences(ref_off, ref_on)}
+        scores = _selection_inputs(original, out, feeds)
+        if scores:
+            got["scores before the selections, optimizations off"] = scores
+        return got
+
+
+def _selection_inputs(original: str, optimized: str, feeds: dict) -> dict:
+    """The data inputs of the original's selections (TopK, ArgMax, NMS... : what a near-tie
+    flip is judged by) in both saved files, fresh sessions with graph optimizations off:
+    the largest ``max_abs / (1e-4 + 1e-3·max|ref|)`` over them (<= 1: within tolerance)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from onnx_lab.numerics.selection import SELECTION_OPS
+
+    a = onnx.load(original)
+    b = onnx.load(optimized)
+    produced = {o for n in b.graph.node for o in n.output}
+    names = list(dict.fromkeys(
+        n.input[k] for n in a.graph.node if n.op_type in SELECTION_OPS and not n.domain
+        for k in SELECTION_OPS[n.op_type].data
+        if k < len(n.input) and n.input[k] in produced))
+    if not names:
+        return {}
+    got = []
+    for m in (a, b):
+        have = {o.name for o in m.graph.output}
+        m.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names
+                              if n not in have)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        sess = ort.InferenceSession(m.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+        wanted = {i.name for i in sess.get_inputs()}
+        got.append(sess.run(names, {k: v for k, v in feeds.items() if k in wanted}))
+    worst = 0.0
+    for r, c in zip(*got):
+        r, c = np.asarray(r, np.float64), np.asarray(c, np.float64)
+        if r.shape != c.shape:
+            return {"ok": False, "note": f"a selection's input changed shape: {r.shape}"}
+        if r.size:
+            worst = max(worst, float(np.abs(r - c).max()) / (1e-4 + 1e-3 * np.abs(r).max()))
+    return {"ok": bool(worst <= 1), "tensors": len(names), "worst_over_tolerance": worst}
 
 
 def _differences(refs: dict, cands: dict) -> dict:
@@ -381,6 +425,11 @@ def side_by_side(names: list[str], rounds: int = 3, tv_venv: str | None = None) 
         print(f"{'':22} verified by: {info['by']}; verification {info['verify_s']:.3f} s "
               f"(full: {got['infos']['safe_full']['verify_s']:.3f} s)", flush=True)
         for how, rows in got["saved"].items():
+            if how.startswith("scores"):
+                print(f"{'':22} saved vs original, {how}: "
+                      + ("within 1e-4 + 1e-3*max|ref|" if rows["ok"] else "DIFFER")
+                      + f" {rows}", flush=True)
+                continue
             print(f"{'':22} saved vs original, fresh onnxruntime sessions ({how}): "
                   + ("all outputs within 1e-4 + 1e-3*|ref|" if all(r["ok"] for r in
                                                                    rows.values())

@@ -33,11 +33,13 @@ from onnx_lab.numerics.region import (
     capture_reference,
     final_check,
     find_region,
+    judge_final,
     judge_region,
     region_report,
     step_diff,
     unchanged_report,
 )
+from onnx_lab.numerics.selection import flipped, selection_tensors
 from onnx_lab.numerics.verify import (
     Report,
     _saved_form_problem,
@@ -226,10 +228,11 @@ class _Regions:
         t0 = time.perf_counter()
         kw = {"atol": self.opts.get("atol"), "rtol": self.opts.get("rtol"),
               "providers": self.opts.get("providers")}
+        # the selections' values, in case an output below one differs (judge_final)
+        extra = [*(direct[0].region.tensors if direct else ()), *selection_tensors(model)]
         try:
-            rows, values, copied = final_check(
-                ref, model, extra=list(direct[0].region.tensors) if direct else None,
-                copies=[c[0] for c in copies], **kw)
+            rows, values, copied = final_check(ref, model, extra=extra or None,
+                                               copies=[c[0] for c in copies], **kw)
         except (LabError, ValueError, KeyError) as e:  # the shared run failed: each alone
             logger.debug("the final run with the regions failed (%s)", e)
             self.waiting = [*copies, *([direct] if direct else [])]
@@ -242,19 +245,36 @@ class _Regions:
         if direct is not None:
             # read from the final model: exact only when every earlier step was
             self._judge(direct, values if self.exact else None)
+        t0 = time.perf_counter()
+        # outputs below a selection that flipped a near-tie (TopK, NMS...) are not compared
+        selections = judge_final(ref, model, rows, preset=self.opts.get("preset"),
+                                 values=values, **kw)
+        seconds += time.perf_counter() - t0
         last = self.last
         report = last._verification
         if isinstance(report, Report):
             report.rows.extend(rows)
             report.attrs["final_check"] = True
+            if selections is not None and not selections.empty:
+                report.attrs.setdefault("not_comparable", {}).update(
+                    {r["ref_tensor"]: selections.not_comparable[r["tensor"]] for r in rows
+                     if r["tensor"] in selections.not_comparable})
+                report.attrs["selections"] = [*report.attrs.get("selections", []),
+                                              *selections.to_dict()]
         last.verify_seconds = (last.verify_seconds or 0.0) + seconds
+        compared = [float(r["max_abs"]) for r in rows if not flipped(r)]
         if rows:
-            last.max_abs_err = max(float(r["max_abs"]) for r in rows)
+            last.max_abs_err = max(compared) if compared else None
+        note = selections.note([r["tensor"] for r in rows if flipped(r)]) \
+            if selections is not None else None
+        if note:
+            last.notes.append(note)
         bad = [r for r in rows if not r["passed"]]
         if not bad:
-            last.notes.append("the preset's outputs match the original's"
-                              + (f" (max_abs {last.max_abs_err:.3g})"
-                                 if last.max_abs_err is not None else ""))
+            if compared or not note:
+                last.notes.append("the preset's outputs match the original's"
+                                  + (f" (max_abs {last.max_abs_err:.3g})"
+                                     if last.max_abs_err is not None else ""))
             return
         r = bad[0]
         detail = r["note"] or f"max_abs {r['max_abs']:.3g} outside the {r['preset']} rule " \

@@ -47,7 +47,7 @@ from onnx_lab.numerics._divergence import (  # noqa: F401  (re-exports)
     _reaches,
     _weight_makers,
 )
-from onnx_lab.numerics.align import ALIGN_COLUMNS, align, kept_node
+from onnx_lab.numerics.align import ALIGN_COLUMNS, SameQuantity, align, kept_node
 from onnx_lab.numerics.comparison import Comparison
 from onnx_lab.numerics.confirm import confirm_divergence
 from onnx_lab.numerics.metrics import (
@@ -55,6 +55,14 @@ from onnx_lab.numerics.metrics import (
     MetricAccumulator,
     get_preset,
     rule_for,
+)
+from onnx_lab.numerics.selection import (
+    Selections,
+    Sides,
+    fetch,
+    flipped,
+    judge_selections,
+    selection_nodes,
 )
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.feeds import as_feed_list, input_specs
@@ -241,16 +249,25 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
                 if m is not None and not m.is_cached(RUNTIME_PROTO_KEY)]
     alignment, out_pairs, pairs = _pairs(ref_model, cand_model, ref_dict, layerwise)
     preset = preset or default_preset(cand_model, ref_model)
+    selections = None
     try:
         metrics, kept = _run_metrics(ref_model, cand_model, ref_dict, feed_list, pairs,
                                      out_pairs, sides.providers, max_bytes, progress,
                                      preset, atol, rtol)
+        if ref_model is not None:
+            _kept_shapes(metrics, ref_model, cand_model, out_pairs)
+        outputs, layers, passed = _tables(metrics, out_pairs, alignment, layerwise)
+        if ref_model is not None and (not passed or not layers["passed"].all()):
+            # near-tie flips of selections (TopK, NMS...): judged by their inputs
+            selections = _judge_selections(ref_lab, cand_lab, alignment, out_pairs, layers,
+                                           outputs, feed_list, sides.providers, preset, atol,
+                                           rtol)
+            if selections is not None and not selections.empty:
+                outputs, layers = _selected(outputs, selections), _selected(layers, selections)
+                passed = _passed(outputs, layers)
     finally:
         for m in uncached:
             m.forget(RUNTIME_PROTO_KEY)
-    if ref_model is not None:
-        _kept_shapes(metrics, ref_model, cand_model, out_pairs)
-    outputs, layers, passed = _tables(metrics, out_pairs, alignment, layerwise)
     graph_model = ref_model if ref_model is not None else cand_model
     div = _first_divergence(graph_model, layers, outputs) if len(layers) else None
     if div is not None:
@@ -261,7 +278,11 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
                         preset=preset or "by dtype",
                         reference=ref_lab, candidate=cand_lab, feeds=feed_list,
                         providers=(ref_prov, cand_prov), reference_values=ref_dict,
-                        output_values=kept)
+                        output_values=kept,
+                        selections=selections.to_dict() if selections is not None else [],
+                        selection_note=selections.note(
+                            [r for r, c in out_pairs if c in selections.not_comparable])
+                        if selections is not None else None)
     if confirm and div is not None and ref_model is not None:
         div.update(confirm_divergence(result))
     return result
@@ -449,14 +470,93 @@ def _tables(metrics: dict[tuple[str, str], dict], out_pairs: list[tuple[str, str
                                "cand_node_id": row.cand_node_id, "match": row.match,
                                **metrics[p]})
     layers = pd.DataFrame(layer_rows, columns=LAYER_COLUMNS)
+    return outputs, layers, _passed(outputs, layers)
+
+
+def _passed(outputs: Any, layers: Any) -> bool:
+    """The outputs within tolerance (or every layer, without outputs), and no NaN or inf the
+    reference does not hold in a compared tensor that is not downstream of a flip."""
     if len(outputs):
         passed = bool(outputs["passed"].all())
     else:
         passed = bool(layers["passed"].all()) if len(layers) else True
     # NaN or inf where the reference is finite fails the comparison even when the outputs
     # agree (an fp16 overflow that this runtime's next kernel happens to absorb in fp32).
-    passed = passed and _nonfinite_rows(layers).empty
-    return outputs, layers, passed
+    nonfinite = _nonfinite_rows(layers)
+    return passed and all(flipped(r) for r in nonfinite.to_dict(orient="records"))
+
+
+def _selected(df: Any, selections: Selections) -> Any:
+    """``df`` (layers or outputs) with the selection judge's verdicts (see
+    :meth:`Selections.apply`), keyed by the candidate's tensor."""
+    rows = df.to_dict(orient="records")
+    selections.apply(rows, key="cand_tensor", ref_key="tensor")
+    return pd.DataFrame(rows, columns=df.columns)
+
+
+def _judge_selections(ref: Resolved, cand: Resolved, alignment: Any,
+                      out_pairs: list[tuple[str, str]], layers: Any, outputs: Any,
+                      feed_list: list, providers: tuple[list[str], list[str]],
+                      preset: str | None, atol: float | None, rtol: float | None
+                      ) -> Selections | None:
+    """The selections above the failing tensors judged by their inputs (:mod:`onnx_lab.
+    numerics.selection`): the reference's values recaptured for the tensors it needs, the
+    candidate's nodes that are not the computation of their counterparts (SameQuantity)
+    checked on their own downstream of a flip."""
+    ref_model, cand_model = ref.model, cand.model
+    if not selection_nodes(cand_model):
+        return None
+    ref_of: dict[str, str] = {}
+    same = SameQuantity(ref_model, cand_model)
+    for r, c in [*out_pairs, *zip(alignment["tensor"], alignment["cand_tensor"])]:
+        if isinstance(c, str) and isinstance(r, str):
+            ref_of.setdefault(c, r)
+            same.pair(c, r)
+    r_names = set(ref_model.index.values) | set(ref_model.graph.initializers)
+    for name in [*(v.name for v in cand_model.graph.inputs), *cand_model.graph.initializers]:
+        if name in r_names:
+            ref_of.setdefault(name, name)
+    verdicts: dict[str, bool] = {}
+    for df in (outputs, layers):
+        for c, ok in zip(df["cand_tensor"], df["passed"]):
+            if isinstance(c, str):
+                verdicts[c] = verdicts.get(c, True) and bool(ok)
+    ref_prov, cand_prov = providers
+
+    def values(names: list[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        wanted = {n: ref_of[n] for n in names if n in ref_of}
+        sessions: dict[str, Any] = {}
+
+        def runner(model: LabModel, what: str, prov: list[str], f: dict) -> Any:
+            def go(ns: list[str]) -> dict[str, Any]:
+                if what not in sessions:  # one session per side, for every sample
+                    sessions[what] = _session(model, ns, prov, what)
+                return _run(sessions[what], f, ns, what)
+            return go
+
+        out = []
+        for f in feed_list:
+            cand_vals = fetch(cand_model, f, names, runner(cand_model, "candidate", cand_prov,
+                                                           f))
+            refs = fetch(ref_model, f, list(dict.fromkeys(wanted.values())),
+                         runner(ref_model, "reference", ref_prov, f))
+            out.append(({n: refs[m] for n, m in wanted.items() if m in refs}, cand_vals))
+        return out
+
+    cidx, ridx = cand_model.index, ref_model.index
+
+    def changed(nid: str) -> bool:
+        for v in cidx.entries[nid].node.outputs:
+            r = ref_of.get(v.name) if v.name else None
+            if r is not None and ridx.producer.get(r) is not None:
+                return not same.same_node(ridx.producer[r], nid)
+        return True
+
+    sides = Sides(cand_model, ref_model, ref_of.get, values,
+                  lambda dt, output=False: rule_for(dt, output=output, preset=preset,
+                                                    atol=atol, rtol=rtol)[1],
+                  changed, cand_prov)
+    return judge_selections(sides, verdicts)
 
 
 def _size(n: int | None) -> int:

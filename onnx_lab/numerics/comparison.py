@@ -52,6 +52,12 @@ class Comparison:
         atol, rtol: the numbers of the float32 output rule used (the preset's or yours).
         preset: the tolerance preset (``"by dtype"`` when each tensor's dtype chose).
         unexercised: the If branches no sample ran (property; see :func:`compare`'s feeds).
+        selections: the selections (TopK, ArgMax, NMS, NonZero, comparisons) that picked
+            otherwise on near-tied inputs, one dict each (node_id, op_type, tensor, differ,
+            total, gap, allowed, inputs_max_abs, downstream, message): the tensors
+            downstream of one are not compared (``passed`` True, the reason in ``note``); see
+            :mod:`onnx_lab.numerics.selection`.
+        selection_note: one sentence saying so, or None.
     """
 
     def __init__(self, *, outputs: pd.DataFrame, layers: pd.DataFrame, alignment: pd.DataFrame,
@@ -59,7 +65,9 @@ class Comparison:
                  preset: str = "by dtype",
                  reference: Resolved | None, candidate: Resolved, feeds: list,
                  providers: tuple,
-                 reference_values: dict | None, output_values: dict) -> None:
+                 reference_values: dict | None, output_values: dict,
+                 selections: list[dict] | None = None, selection_note: str | None = None
+                 ) -> None:
         self.outputs = outputs
         self.layers = layers
         self.alignment = alignment
@@ -72,6 +80,8 @@ class Comparison:
         self.candidate = candidate
         self.feeds = feeds
         self.providers = providers
+        self.selections = list(selections or [])
+        self.selection_note = selection_note
         self._ref_values = reference_values
         self._output_values = output_values
         # The last recaptured pair: hist() and scatter() of the same layer (what the drift
@@ -92,7 +102,8 @@ class Comparison:
         return {"passed": self.passed, "atol": self.atol, "rtol": self.rtol,
                 "preset": self.preset,
                 "outputs": records(self.outputs), "layers": records(self.layers),
-                "first_divergence": self.first_divergence, "unexercised": self.unexercised}
+                "first_divergence": self.first_divergence, "unexercised": self.unexercised,
+                "selections": self.selections}
 
     def _pair(self, tensor: str) -> tuple[str, str]:
         for df in (self.outputs, self.layers):
@@ -247,6 +258,8 @@ class Comparison:
             lines.append(f"first non-finite values: {f['tensor']} (node {f['node_id']}, "
                          f"{f['op_type']}), {f['inf_cand']} inf and {f['nan_cand']} NaN in the "
                          "candidate only")
+        if self.selection_note:
+            lines.append(self.selection_note)
         missed = self.unexercised
         if missed:
             lines.append("not exercised by the feeds (never compared): " + "; ".join(missed))

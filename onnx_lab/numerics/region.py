@@ -50,8 +50,19 @@ from onnx_lab.core.values import (
     foldable_nodes,
 )
 from onnx_lab.errors import LabError
+
+# By job, importable from here: what a step changed.
+from onnx_lab.numerics._stepdiff import StepDiff, _same_node, step_diff
 from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
-from onnx_lab.numerics.metrics import is_structured
+from onnx_lab.numerics.metrics import is_structured, rule_for
+from onnx_lab.numerics.selection import (
+    Selections,
+    Sides,
+    fetch,
+    flipped,
+    judge_selections,
+    run_cut,
+)
 from onnx_lab.numerics.verify import (
     Report,
     _feeds,
@@ -67,136 +78,12 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["PresetReference", "Region", "StepDiff", "PendingRegion", "capture_reference",
            "step_diff", "find_region", "region_report", "judge_region", "final_check",
-           "with_copies", "unchanged_report", "RANDOM_OPS", "MAX_REGION_SHARE", "COPY_PREFIX"]
+           "with_copies", "unchanged_report", "RANDOM_OPS", "MAX_REGION_SHARE", "COPY_PREFIX",
+           "judge_final"]
 
 #: A region of more than this share of the main graph's nodes costs about a whole run: the
 #: whole-model check runs instead.
 MAX_REGION_SHARE = 0.5
-
-
-# ---------------------------------------------------------------------------- the diff
-@dataclass
-class StepDiff:
-    """What a step changed, node by node (main graph), from the two versions.
-
-    Attributes:
-        nodes: ids (in ``after``) of main-graph nodes created, changed or rewired.
-        constants: initializers of ``after`` that are new or hold another tensor.
-        bodies: whether a node inside an If/Loop/Scan body was added, removed or changed.
-        names: every tensor name whose value may differ from before the step (outputs of the
-            changed nodes, the changed initializers).
-    """
-
-    nodes: list[str]
-    constants: list[str]
-    bodies: bool
-    names: set[str] = field(default_factory=set)
-
-
-def _names(values: Any) -> tuple[str, ...]:
-    return tuple(v.name if v is not None else "" for v in values)
-
-
-def _same_attr(a: ir.Attr, b: ir.Attr) -> bool:
-    if a.type != b.type:
-        return False
-    if a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-        return True  # a body's nodes are compared as nodes of their own (StepDiff.bodies)
-    if a.type in (ir.AttributeType.TENSOR, ir.AttributeType.TENSORS):
-        x, y = (a.value if a.type == ir.AttributeType.TENSORS else [a.value]), \
-            (b.value if b.type == ir.AttributeType.TENSORS else [b.value])
-        return len(x) == len(y) and all(
-            s is t or (s.dtype == t.dtype and s.shape == t.shape
-                       and np.array_equal(s.numpy(), t.numpy())) for s, t in zip(x, y))
-    return a.value == b.value
-
-
-def _same_node(a: ir.Node, b: ir.Node) -> bool:
-    if (a.op_type, a.domain, a.overload) != (b.op_type, b.domain, b.overload):
-        return False
-    if _names(a.inputs) != _names(b.inputs) or _names(a.outputs) != _names(b.outputs):
-        return False
-    if a.attributes.keys() != b.attributes.keys():
-        return False
-    return all(_same_attr(x, b.attributes[k]) for k, x in a.attributes.items())
-
-
-def step_diff(before: LabModel, after: LabModel, result: Any = None) -> StepDiff:
-    """The nodes and initializers a step changed (see :class:`StepDiff`).
-
-    The provenance of ``result`` (new or changed node ids) is trusted as changed; every other
-    node is compared with the node of the same id before the step (passes keep the ids of
-    the nodes they do not touch), so a consumer rewired by a removal is found too. A change
-    inside an If/Loop/Scan body (a body node added, removed or changed, a body's
-    initializers or its inputs and outputs) counts as a change of the main-graph node that
-    owns the body, which then computes other values; ``bodies`` is True only when such an
-    owner cannot be named in both versions."""
-    b_idx, a_idx = before.index, after.index
-    prov = dict(getattr(result, "provenance", None) or {})
-    nodes: list[str] = []
-    owners: set[str] = set()
-    lost = False  # a changed body whose main-graph owner is not in both versions
-    a_owners, b_owners = _owners(a_idx), _owners(b_idx)
-
-    def owned(path: str, owners_of: list[str]) -> None:
-        nonlocal lost
-        o = _owner(path, owners_of)
-        if o is None or o not in a_owners or o not in b_owners:
-            lost = True
-        else:
-            owners.add(o)
-
-    for nid in a_idx.topo_order(None):
-        e = a_idx.entries[nid]
-        be = b_idx.entries.get(nid)
-        changed = nid in prov or be is None or be.graph != e.graph \
-            or not _same_node(e.node, be.node)
-        if not changed:
-            continue
-        if e.graph:
-            owned(e.graph, a_owners)
-        else:
-            nodes.append(nid)
-    for nid, be in b_idx.entries.items():
-        if be.graph and (nid not in a_idx.entries or a_idx.entries[nid].graph != be.graph):
-            owned(be.graph, b_owners)  # a body node removed
-    for path, g in a_idx.graphs.items():
-        if path and not _same_body(g, b_idx.graphs.get(path)):
-            owned(path, a_owners)
-    for path in b_idx.graphs:
-        if path and path not in a_idx.graphs:
-            owned(path, b_owners)
-    if not lost and owners:
-        nodes = [nid for nid in a_idx.topo_order("") if nid in owners or nid in set(nodes)]
-    b_init = before.graph.initializers
-    constants = [n for n, v in after.graph.initializers.items()
-                 if (bv := b_init.get(n)) is None or bv.const_value is not v.const_value]
-    names = set(constants)
-    for nid in nodes:
-        names.update(v.name for v in a_idx.entries[nid].node.outputs if v.name)
-    return StepDiff(nodes, constants, lost, names)
-
-
-def _owners(idx: Any) -> list[str]:
-    """Main-graph node ids that own bodies, longest first (a node id may hold ``/``)."""
-    return sorted((nid for nid, e in idx.entries.items() if not e.graph
-                   and any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
-                           for a in e.node.attributes.values())), key=len, reverse=True)
-
-
-def _owner(path: str, owners: list[str]) -> str | None:
-    """The main-graph node that owns the body at ``path`` (``"<owner id>/<attribute>..."``)."""
-    return next((o for o in owners if path.startswith(o + "/")), None)
-
-
-def _same_body(a: ir.Graph, b: ir.Graph | None) -> bool:
-    """Whether a body kept its inputs, outputs and initializers (its nodes are compared as
-    nodes of their own)."""
-    if b is None or _names(a.inputs) != _names(b.inputs) or _names(a.outputs) != _names(b.outputs):
-        return False
-    if a.initializers.keys() != b.initializers.keys():
-        return False
-    return all(v.const_value is b.initializers[k].const_value for k, v in a.initializers.items())
 
 
 # ---------------------------------------------------------------------------- the region
@@ -385,7 +272,7 @@ class PresetReference:
             name, ref = r["tensor"], r["ref_tensor"]
             if r["match"] == "preset_output":
                 continue
-            if not r["passed"]:
+            if not r["passed"] or flipped(r):  # downstream of a flip: not this value
                 self.values.pop(name, None)
                 continue
             v = old.get(ref, self.values.get(ref))
@@ -556,8 +443,13 @@ def judge_region(ref: PresetReference, pending: PendingRegion,
             skipped.append(p.tensor)
     pairs = [p for p in pairs if p.tensor not in set(skipped)]
     rows = [_row(p, stats[p.tensor]) for p in pairs]
+    selections = None
+    if not all(r["passed"] for r in rows):  # near-tie flips of selections inside the region
+        selections = judge_selections(_region_sides(ref, pending, got),
+                                      {r["tensor"]: r["passed"] for r in rows})
+        selections.apply(rows, pending.not_comparable)
     failing = [r["tensor"] for r in rows if not r["passed"]]
-    outs = [r["max_abs"] for r in rows if r["match"] == "output"]
+    outs = [r["max_abs"] for r in rows if r["match"] == "output" and not flipped(r)]
     attrs = {"passed": not failing, "first_failure": failing[0] if failing else None,
              "max_abs_err": float(max(outs)) if outs else None, "samples": 1,
              "skipped": sorted(set(skipped)), "not_comparable": pending.not_comparable,
@@ -566,7 +458,81 @@ def judge_region(ref: PresetReference, pending: PendingRegion,
                         "outputs": list(region.outputs),
                         "run": ("with the final outputs" if values is not None
                                 else "alone" if region.nodes else "none")}}
+    if selections is not None and not selections.empty:
+        attrs["selections"] = selections.to_dict()
+        attrs["selection_note"] = selections.note(
+            [r["tensor"] for r in rows if r["match"] == "output" and flipped(r)])
     return Report(rows, attrs)
+
+
+def _rules(opts: Mapping[str, Any]) -> Any:
+    """dtype (, output=) -> the rule of ``opts``' preset and tolerances."""
+    return lambda dt, output=False: rule_for(dt, output=output, preset=opts.get("preset"),
+                                             atol=opts.get("atol"), rtol=opts.get("rtol"))[1]
+
+
+def _region_sides(ref: PresetReference, pending: PendingRegion, got: Mapping[str, Any]
+                  ) -> Sides:
+    """A region as the selection judge sees it: its tensors as computed, its inputs fed with
+    the reference's values, the reference's values by the pairs; its nodes checked on their
+    own downstream of a flip."""
+    region, after = pending.region, pending.after
+    ref_of = {p.tensor: p.ref for p in pending.pairs}
+    for n in region.inputs:
+        ref_of.setdefault(n, n)
+    for n in after.graph.initializers:
+        if n in ref.values:
+            ref_of.setdefault(n, n)
+    fed = {n: ref.values[n] for n in region.inputs}
+
+    def values(names: list[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        have = {**fed, **got}
+        cand = fetch(after, have, names, lambda ns: {})
+        refs = {n: ref.values[ref_of[n]] for n in names if ref_of.get(n) in ref.values}
+        return [(refs, cand)]
+
+    nodes = set(region.nodes)
+    return Sides(after, pending.before, ref_of.get, values, _rules(pending.options),
+                 nodes.__contains__, pending.options.get("providers"))
+
+
+def judge_final(ref: PresetReference, model: LabModel, rows: list[dict[str, Any]], *,
+                atol: float | None = None, rtol: float | None = None,
+                preset: str | None = None, providers: Any = None,
+                values: Mapping[str, Any] | None = None) -> Selections | None:
+    """The preset's failing outputs (:func:`final_check`'s rows) judged for near-tie flips of
+    the selections above them (:mod:`onnx_lab.numerics.selection`), the rows updated in
+    place; None when every output passed. The final model's values come from one more run,
+    the reference's from ``ref.values`` (its names stand for the current version's
+    tensors; ``values``: the final model's tensors already computed, by
+    :func:`~onnx_lab.numerics.selection.selection_tensors` in the final run); every rewrite
+    was checked by its own region, so no node is checked again."""
+    if all(r["passed"] for r in rows):
+        return None
+    by_output = {r["tensor"]: r["ref_tensor"] for r in rows}
+
+    def ref_of(name: str) -> str | None:
+        if name in by_output:
+            return by_output[name]
+        return name if name in ref.values else None
+
+    have = dict(values or {})
+
+    def values_of(names: list[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        # on use: tests stand in for run on its module
+        from onnx_lab.runtime._runner import run
+
+        feeds = {**ref.feeds[1], **have}
+        cand = fetch(model, feeds, names, lambda ns: run(model, ref.feeds[1], ns,
+                                                         providers=providers))
+        refs = {n: ref.values[m] for n in names if (m := ref_of(n)) in ref.values}
+        return [(refs, cand)]
+
+    sides = Sides(model, ref.model, ref_of, values_of,
+                  _rules({"preset": preset, "atol": atol, "rtol": rtol}), None, providers)
+    selections = judge_selections(sides, {r["tensor"]: r["passed"] for r in rows})
+    selections.apply(rows)
+    return selections
 
 
 _MISSING = object()
@@ -602,18 +568,8 @@ def _fed(model: LabModel) -> list[str]:
 def _run_region(after: LabModel, region: Region, ref: PresetReference, providers: Any
                 ) -> dict[str, Any]:
     """The region's tensors, computed by the region alone on the reference's values."""
-    # on use: tests stand in for run on its module
-    from onnx_lab.runtime._runner import run
-
-    graph = ir.convenience.extract(after.graph, region.inputs, region.tensors)
-    feeds = {n: np.asarray(ref.values[n]) for n in region.inputs}
-    for v in graph.inputs:  # typed by the values fed (a boundary value may be untyped)
-        arr = feeds[v.name]
-        v.dtype = ir.DataType.from_numpy(arr.dtype)
-        v.shape = ir.Shape(arr.shape)
-    model = LabModel(ir.Model(graph, ir_version=after.ir.ir_version,
-                              functions=list(after.ir.functions.values())), path=after.path)
-    return run(model, feeds, region.tensors, providers=providers)
+    return run_cut(after, {n: np.asarray(ref.values[n]) for n in region.inputs},
+                   region.tensors, providers)
 
 
 def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = None,

@@ -11,7 +11,10 @@ the final outputs and every intermediate tensor that survives the step are compa
 
 A pair is compared only when both sides compute the same quantity
 (:class:`~onnx_lab.numerics.align.SameQuantity`); the refused ones are listed in
-``report.attrs["not_comparable"]`` with the reason.
+``report.attrs["not_comparable"]`` with the reason. A selection (TopK, NMS...) that picked
+otherwise on near-tied inputs makes the failing tensors after it not comparable too
+(:mod:`~onnx_lab.numerics.selection`; ``report.attrs["selections"]``), the step's rewritten
+nodes below it checked on their own.
 
 Tensors are captured in chunks whose estimated size stays under ``max_bytes`` (both models'
 tensors of a chunk are held at once, then dropped). Tolerances are per dtype; an element
@@ -44,6 +47,7 @@ from onnx_lab.core.shapes import fit_dims
 from onnx_lab.core.source import load_source
 from onnx_lab.core.subgraph import upstream_model
 from onnx_lab.errors import DimError, InputError, RuntimeLoadError, strict_keywords
+from onnx_lab.numerics._stepdiff import step_diff
 from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
 from onnx_lab.numerics.metrics import (
     TOLERANCES,
@@ -55,6 +59,13 @@ from onnx_lab.numerics.metrics import (
     tensor_metrics,
     tolerance,
     value_dtype,
+)
+from onnx_lab.numerics.selection import (
+    Sides,
+    fetch,
+    flipped,
+    judge_selections,
+    selection_nodes,
 )
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.capture import run as capture_run
@@ -329,7 +340,8 @@ def verify(before: LabModel, after: LabModel, result: PassResult | None = None, 
         the model outputs), ``samples``, ``branches`` (per sample, the If branches a
         boolean input such as optimum's ``use_cache_branch`` takes: the seeded inputs are one
         sample per value, see :func:`onnx_lab.runtime.feeds.branch_feeds`) and
-        ``unexercised`` (those no sample took, also in ``note``).
+        ``unexercised`` (those no sample took, also in ``note``), and when a selection
+        flipped a near-tie ``selections`` (one dict per flip) and ``selection_note``.
 
     Raises:
         DimError: symbolic dims without a value (listing them and how to pass them).
@@ -446,14 +458,28 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                 stats[p.tensor].update(passed=False, note=saved)
     pairs = [p for p in pairs if p.tensor not in set(skipped)]
     rows = [_row(p, stats[p.tensor]) for p in pairs]
+    if not all(r["passed"] for r in rows) and selection_nodes(after):
+        # near-tie flips of selections (TopK, NMS...): judged by their inputs
+        sides = _selection_sides(before, after, result, pairs, samples, providers,
+                                 cache if single else None, preset=preset, atol=atol,
+                                 rtol=rtol)
+        selections = judge_selections(sides, {r["tensor"]: r["passed"] for r in rows})
+        selections.apply(rows, not_comparable)
+    else:
+        selections = None
     failing = [r["tensor"] for r in rows if not r["passed"]]
-    outs = [r["max_abs"] for r in rows if r["match"] == "output"]
+    # over the outputs compared: one downstream of a flipped near-tie differs by the flip
+    outs = [r["max_abs"] for r in rows if r["match"] == "output" and not flipped(r)]
     attrs: dict[str, Any] = {
         "passed": not failing, "first_failure": str(failing[0]) if failing else None,
         "max_abs_err": float(max(outs)) if outs else None, "samples": len(samples),
         "skipped": sorted(set(skipped)), "not_comparable": not_comparable,
         "verified_by": "full", "branches": labels,
         "unexercised": unexercised(before, [r for r, _c in samples]) + not_run}
+    if selections is not None and not selections.empty:
+        attrs["selections"] = selections.to_dict()
+        attrs["selection_note"] = selections.note(
+            [r["tensor"] for r in rows if r["match"] == "output" and flipped(r)])
     if not pairs:
         attrs["note"] = "no tensor of the new model corresponds to one of the reference"
     elif attrs["unexercised"]:
@@ -461,6 +487,45 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                          + "; ".join(attrs["unexercised"]))
     return Report(rows, attrs)
 
+
+
+def _selection_sides(before: LabModel, after: LabModel, result: Any, pairs: list[VersionPair],
+                     samples: list[tuple[dict, dict]], providers: Any, cache: dict | None, *,
+                     preset: str | None, atol: float | None, rtol: float | None) -> Sides:
+    """The two versions as the selection judge sees them: tensors paired as verified (graph
+    inputs and constants by name), their values from the same runs (the cache's when it
+    holds them), the step's rewritten nodes (``step_diff``) checked on their own."""
+    ref_of = {p.tensor: p.ref for p in pairs}
+    b_names = set(before.index.values) | set(before.graph.initializers)
+    for name in [*(v.name for v in after.graph.inputs), *after.graph.initializers]:
+        if name in b_names:
+            ref_of.setdefault(name, name)
+
+    def values(names: list[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        out = []
+        for ref_feeds, cand_feeds in samples:
+            key = _fingerprint(ref_feeds) + _fingerprint(cand_feeds)
+            cand = fetch(after, cand_feeds, names, lambda ns, f=cand_feeds, k=key: _run(
+                after, f, ns, providers, cache, k))
+            wanted = {n: ref_of[n] for n in names if n in ref_of}
+            refs = fetch(before, ref_feeds, list(wanted.values()),
+                         lambda ns, f=ref_feeds, k=key: _run(before, f, ns, providers, cache, k))
+            out.append(({n: refs[m] for n, m in wanted.items() if m in refs}, cand))
+        return out
+
+    diff = step_diff(before, after, result)
+    changed = set(diff.nodes)
+    consts = set(diff.constants)
+    idx = after.index
+
+    def rewritten(nid: str) -> bool:
+        node = idx.entries[nid].node
+        return nid in changed or any(v is not None and v.name in consts for v in node.inputs)
+
+    return Sides(after, before, ref_of.get, values,
+                 lambda dt, output=False: rule_for(dt, output=output, preset=preset,
+                                                   atol=atol, rtol=rtol)[1],
+                 rewritten, providers)
 
 
 def _judge(p: VersionPair, ref: Any, cand: Any, s: dict[str, Any], *, preset: str | None,
@@ -538,6 +603,8 @@ def fill_result(result: PassResult, report: pd.DataFrame | Report, seconds: floa
     result.verify_seconds = seconds
     if report.attrs.get("unexercised"):  # branches no sample ran: said, not hidden
         result.notes.append(f"verification {report.attrs['note']}")
+    if report.attrs.get("selection_note"):  # near-tie flips: said plainly
+        result.notes.append(f"verification: {report.attrs['selection_note']}")
     if not result.verify_passed:
         if isinstance(report, Report):
             row = report.row(result.first_failure)

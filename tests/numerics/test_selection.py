@@ -1,0 +1,346 @@
+"""Selections judged by their inputs (numerics/selection.py): a correct Conv+BN fold below
+near-tied scores makes a TopK pick otherwise, and everything after it differs by the data
+itself; verification (by region and on the whole model) and compare pass with a note saying
+which selection flipped, while planted bugs are still caught at the same node in both modes
+(a wrong fold, TopK's k changed, the NMS threshold changed, a wrong Gather index after the
+selection). The near-tie checks of the table are tested in both directions on arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.numerics.selection import SELECTION_OPS
+from onnx_lab.transforms.base import Match, Rewrite, register_pass
+from onnx_lab.transforms.passes.fuse_conv_bn import FuseConvBN
+
+MODES = ["region", "full"]
+N_SIDE, K = 20, 100  # 400 anchors, the top 100 kept
+
+
+def _detector(k: int = K) -> onnx.ModelProto:
+    """A detector head: image [1, 2, 20, 20]; channel 0 -> Conv 1x1 + BatchNormalization ->
+    400 scores; channel 1 -> Conv 1x1 -> 400 boxes; TopK(scores, k) -> Gather(boxes) ->
+    NonMaxSuppression -> the kept boxes and scores."""
+    n = N_SIDE * N_SIDE
+    arr = [
+        (np.array([[[[1.7]], [[0.0]]]], np.float32), "w"), (np.array([0.3], np.float32), "b"),
+        (np.array([1.3], np.float32), "gamma"), (np.array([0.2], np.float32), "beta"),
+        (np.array([0.4], np.float32), "mean"), (np.array([0.7], np.float32), "var"),
+        (np.array([[[[0.0]], [[1.0]]]] * 4, np.float32), "wb"),
+        (np.array([0.0, 0.0, 30.0, 30.0], np.float32), "bb"),
+        (np.array([1, n], np.int64), "shape_s"), (np.array([4, n], np.int64), "shape_b"),
+        (np.array([k], np.int64), "k"), (np.array([1, -1, 4], np.int64), "shape_nb"),
+        (np.array([1, 1, -1], np.int64), "shape_ns"), (np.array([k], np.int64), "max_out"),
+        (np.array([0.5], np.float32), "iou"), (np.array([0.0], np.float32), "score_thr"),
+        (np.array([2], np.int64), "col"), (np.array([0], np.int64), "zero"),
+    ]
+    node = helper.make_node
+    nodes = [
+        node("Conv", ["image", "w", "b"], ["c"], name="conv"),
+        node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["bn"], name="bn"),
+        node("Reshape", ["bn", "shape_s"], ["s2"], name="flat_s"),
+        node("Squeeze", ["s2", "zero"], ["scores_all"], name="squeeze"),
+        node("Conv", ["image", "wb", "bb"], ["cb"], name="conv_box"),
+        node("Reshape", ["cb", "shape_b"], ["b2"], name="flat_b"),
+        node("Transpose", ["b2"], ["boxes_all"], perm=[1, 0], name="transpose"),
+        node("TopK", ["scores_all", "k"], ["top_scores", "top_idx"], axis=-1, name="topk"),
+        node("Gather", ["boxes_all", "top_idx"], ["top_boxes"], axis=0, name="gather_boxes"),
+        node("Reshape", ["top_boxes", "shape_nb"], ["nb"], name="nms_boxes"),
+        node("Reshape", ["top_scores", "shape_ns"], ["ns"], name="nms_scores"),
+        node("NonMaxSuppression", ["nb", "ns", "max_out", "iou", "score_thr"], ["sel"],
+             name="nms"),
+        node("Gather", ["sel", "col"], ["keep2"], axis=1, name="keep_col"),
+        node("Squeeze", ["keep2"], ["keep"], name="keep_squeeze"),
+        node("Gather", ["top_boxes", "keep"], ["boxes"], axis=0, name="out_boxes"),
+        node("Gather", ["top_scores", "keep"], ["scores"], axis=0, name="out_scores"),
+    ]
+    graph = helper.make_graph(
+        nodes, "detector_head",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 2, N_SIDE, N_SIDE])],
+        [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["m", 4]),
+         helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["m"])],
+        [numpy_helper.from_array(a, name) for a, name in arr])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _feeds() -> dict[str, np.ndarray]:
+    """Scores tied within a few float32 ulps (channel 0 ~ 0.5 + 3e-7 noise), boxes far apart
+    (channel 1 uniform in [0, 300)): a reordered rounding of the scores picks other boxes."""
+    rng = np.random.default_rng(1)
+    x = np.empty((1, 2, N_SIDE, N_SIDE), np.float32)
+    x[0, 0] = 0.5 + rng.standard_normal((N_SIDE, N_SIDE)) * 3e-7
+    x[0, 1] = rng.uniform(0, 300, (N_SIDE, N_SIDE))
+    return {"image": x}
+
+
+def _lab() -> onnx_lab.Lab:
+    return onnx_lab.open(_detector())
+
+
+class _BuggyFold(FuseConvBN):
+    """The real fold, then one planted bug (``_plant``) in the same step."""
+
+    presets: dict = {}
+    patterns = ("conv_bn",)
+
+    def apply(self, m: Match, nodes: list[ir.Node], rw: Rewrite) -> None:
+        super().apply(m, nodes, rw)
+        self._plant(self._model_of(nodes[0]), rw)
+
+    @staticmethod
+    def _model_of(node: ir.Node) -> ir.Graph:
+        return node.graph
+
+    def _plant(self, graph: ir.Graph, rw: Rewrite) -> None:
+        raise NotImplementedError
+
+
+def _node(graph: ir.Graph, name: str) -> ir.Node:
+    return next(n for n in graph if n.name == name)
+
+
+@register_pass("test_selection_wrong_fold", kind="test")
+class WrongFold(_BuggyFold):
+    """Test pass (wrong): the fold with the Conv's weight 5 % too large."""
+
+    def _plant(self, graph: ir.Graph, rw: Rewrite) -> None:
+        conv = _node(graph, "conv")
+        w = conv.inputs[1].const_value.numpy()
+        rw.set_const_input(conv, 1, (w * 1.05).astype(np.float32))
+
+
+@register_pass("test_selection_topk_k", kind="test")
+class TopKChanged(_BuggyFold):
+    """Test pass (wrong): the fold, and TopK keeps 90 instead of 100."""
+
+    def _plant(self, graph: ir.Graph, rw: Rewrite) -> None:
+        topk = _node(graph, "topk")
+        topk.replace_input_with(1, rw.add_initializer(graph, "k_bad", np.array([90], np.int64)))
+        rw.record(topk, [topk])
+
+
+@register_pass("test_selection_nms_iou", kind="test")
+class NMSThresholdChanged(_BuggyFold):
+    """Test pass (wrong): the fold, and the NMS's IoU threshold 0.5 -> 0.2."""
+
+    def _plant(self, graph: ir.Graph, rw: Rewrite) -> None:
+        nms = _node(graph, "nms")
+        nms.replace_input_with(3, rw.add_initializer(graph, "iou_bad",
+                                                     np.array([0.2], np.float32)))
+        rw.record(nms, [nms])
+
+
+@register_pass("test_selection_gather_index", kind="test")
+class GatherIndexShifted(_BuggyFold):
+    """Test pass (wrong): the fold, and the boxes gathered at TopK's indices minus one."""
+
+    def _plant(self, graph: ir.Graph, rw: Rewrite) -> None:
+        gather = _node(graph, "gather_boxes")
+        one = rw.add_initializer(graph, "one", np.array(1, np.int64))
+        sub = ir.node("Sub", [gather.inputs[1], one], name="shift_index")
+        graph.insert_before(gather, sub)
+        gather.replace_input_with(1, sub.outputs[0])
+        sub.outputs[0].name = rw.unique_name("shifted_idx")
+        rw.record(sub, [])  # a helper node of its own
+        rw.record(gather, [gather])
+
+
+def _verify(mode: str) -> dict:
+    return {"mode": mode, "feeds": _feeds()}
+
+
+# ---------------------------------------------------------------------------- a correct fold
+@pytest.mark.parametrize("mode", MODES)
+def test_a_correct_fold_below_near_ties_verifies_with_a_note(mode):
+    lab = _lab()
+    r = lab.apply("fuse_conv_bn", verify=_verify(mode))
+    assert r.verified_by == mode
+    assert r.verify_passed is True, r.notes
+    note = next(n for n in r.notes if "flipped a near-tie" in n)
+    assert "TopK 'topk'" in note and "picks differ" in note and "'boxes'" in note
+    rep = r.verification
+    flips = rep.attrs["selections"]
+    assert [f["node_id"] for f in flips] == ["topk"] and flips[0]["differ"] > 0
+    assert flips[0]["gap"] <= flips[0]["allowed"]
+    reason = "not comparable: selection at 'topk' (TopK) flipped a near-tie (inputs within " \
+        "tolerance)"
+    by_tensor = rep.set_index("tensor")
+    assert by_tensor.loc["boxes", "note"].startswith(reason)
+    assert rep.attrs["not_comparable"]["boxes"] == reason
+    if mode == "full":  # the TopK's values and the scores before it are compared and agree
+        assert by_tensor.loc["top_scores", "passed"] and by_tensor.loc["top_scores", "note"] == ""
+        assert by_tensor.loc["top_idx", "note"] == reason
+    else:  # the region (the Conv) is compared; the outputs at the end are not comparable
+        assert by_tensor.loc["bn", "passed"] and by_tensor.loc["bn", "match"] == "provenance"
+        assert set(rep.loc[rep.match == "preset_output", "tensor"]) == {"boxes", "scores"}
+
+
+def test_the_flip_is_real_the_outputs_differ_in_a_fresh_session(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    lab = _lab()
+    lab.apply("fuse_conv_bn", verify=_verify("region"))
+    lab.save(tmp_path / "fused.onnx")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ref = ort.InferenceSession(_detector().SerializeToString(), so)
+    new = ort.InferenceSession(str(tmp_path / "fused.onnx"), so)
+    names = ["scores_all", "top_scores", "top_idx"]
+    probe_ref = ort.InferenceSession(_exposed(_detector(), names).SerializeToString(), so)
+    probe_new = ort.InferenceSession(
+        _exposed(onnx.load(str(tmp_path / "fused.onnx")), names).SerializeToString(), so)
+    a, b = probe_ref.run(names, _feeds()), probe_new.run(names, _feeds())
+    # scores before the selection and TopK's values agree; its picks do not
+    np.testing.assert_allclose(b[0], a[0], atol=1e-4, rtol=1e-3)
+    np.testing.assert_allclose(b[1], a[1], atol=1e-4, rtol=1e-3)
+    assert not np.array_equal(a[2], b[2])
+    out_a, out_b = ref.run(["boxes"], _feeds())[0], new.run(["boxes"], _feeds())[0]
+    assert out_a.shape != out_b.shape or np.abs(out_a - out_b).max() > 1
+
+
+def _exposed(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.output[:]
+    out.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names)
+    return out
+
+
+def test_a_preset_of_the_fold_verifies_in_both_modes():
+    for mode in (True, "full"):
+        lab = _lab()
+        rs = lab.apply_preset(["eliminate_identity", "fuse_conv_bn"],
+                              verify={"mode": "full" if mode == "full" else "auto",
+                                      "feeds": _feeds()})
+        assert all(r.verify_passed is not False for r in rs), [r.notes for r in rs]
+        assert any("flipped a near-tie" in n for r in rs for n in r.notes)
+
+
+def test_compare_passes_the_flip_with_a_note():
+    lab = _lab()
+    fused = onnx_lab.open(_detector())
+    fused.apply("fuse_conv_bn", verify=False)
+    c = onnx_lab.compare(lab, fused, feeds=_feeds())
+    assert c.passed and c.first_divergence is None
+    assert [s["node_id"] for s in c.selections] == ["topk"]
+    assert "TopK 'topk' flipped a near-tie" in c.summary_text()
+    row = c.outputs.set_index("tensor").loc["boxes"]
+    assert row["passed"] and row["note"].startswith("not comparable: selection at 'topk'")
+    layers = c.layers.set_index("tensor")
+    assert layers.loc["top_scores", "passed"] and layers.loc["top_scores", "max_abs"] < 1e-5
+    assert c.to_dict()["selections"][0]["op_type"] == "TopK"
+
+
+# ---------------------------------------------------------------------------- planted bugs
+@pytest.mark.parametrize("mode", MODES)
+def test_a_wrong_fold_is_caught_at_the_fold_in_both_modes(mode):
+    r = _lab().apply("test_selection_wrong_fold", verify=_verify(mode))
+    assert r.verify_passed is False and r.first_failure == "bn"
+    assert not any("flipped a near-tie" in n for n in r.notes)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_topk_k_changed_is_caught_at_the_topk_in_both_modes(mode):
+    r = _lab().apply("test_selection_topk_k", verify=_verify(mode))
+    assert r.verify_passed is False and r.first_failure == "top_scores"
+    rep = r.verification.set_index("tensor")
+    assert rep.loc["top_scores", "node_id"] == "topk"
+    assert not rep.loc["top_idx", "passed"]
+    assert "is not the reference's" in rep.loc["top_idx", "note"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("bug", "tensor", "node"), [
+    ("test_selection_nms_iou", "sel", "nms"),  # reads the flipped picks: checked on its own
+    ("test_selection_gather_index", "top_boxes", "gather_boxes"),
+])
+def test_a_rewrite_after_the_flip_is_caught_at_its_node_in_both_modes(mode, bug, tensor, node):
+    r = _lab().apply(bug, verify=_verify(mode))
+    assert r.verify_passed is False and r.first_failure == tensor, r.notes
+    row = r.verification.set_index("tensor").loc[tensor]
+    assert row["node_id"] == node and not row["passed"]
+
+
+def test_compare_still_names_a_wrong_gather_after_the_flip():
+    bad = onnx_lab.open(_detector())
+    bad.apply("test_selection_gather_index", verify=False)
+    c = onnx_lab.compare(_lab(), bad, feeds=_feeds())
+    assert not c.passed
+    row = c.layers.set_index("tensor").loc["top_boxes"]
+    assert not row["passed"] and "checked on its own" in row["note"]
+
+
+# ---------------------------------------------------------------------------- the checks
+def _allow(tol: float):
+    return lambda k, ref: tol
+
+
+def _check(op: str, node: ir.Node, r_in, r_out, c_out, tol=1e-3, c_in=None):
+    return SELECTION_OPS[op].check(node, r_in, c_in or r_in, r_out, c_out, _allow(tol))
+
+
+def test_topk_picks_swapped_between_near_ties_are_a_tie_and_far_ones_are_not():
+    node = ir.node("TopK", [None, None], attributes={"axis": -1}, num_outputs=2)
+    x = np.array([0.9, 0.5, 0.50001, 0.1], np.float32)
+    ref = [np.array([0.9, 0.50001], np.float32), np.array([0, 2])]
+    tie = _check("TopK", node, [x, np.array([2])], ref,
+                 [np.array([0.9, 0.5], np.float32), np.array([0, 1])])
+    assert tie.ok and tie.differ == 1 and tie.gap == pytest.approx(1e-5, rel=0.1)
+    far = _check("TopK", node, [x, np.array([2])], ref,
+                 [np.array([0.9, 0.1], np.float32), np.array([0, 3])])
+    assert not far.ok and "not a near-tie" in far.why
+    twice = _check("TopK", node, [x, np.array([2])], ref,
+                   [np.array([0.9, 0.9], np.float32), np.array([0, 0])])
+    assert not twice.ok and "twice" in twice.why
+
+
+def test_argmax_other_pick_is_a_tie_only_within_tolerance():
+    node = ir.node("ArgMax", [None], attributes={"axis": 1, "keepdims": 0})
+    x = np.array([[0.2, 0.7, 0.70001], [0.1, 0.3, 0.9]], np.float32)
+    assert _check("ArgMax", node, [x], [np.array([2, 2])], [np.array([1, 2])]).ok
+    assert not _check("ArgMax", node, [x], [np.array([2, 2])], [np.array([2, 1])]).ok
+
+
+def test_a_comparison_flips_only_at_the_threshold():
+    node = ir.node("Greater", [None, None])
+    x, thr = np.array([0.25001, 0.9, 0.1], np.float32), np.array(0.25, np.float32)
+    ref = [np.array([True, True, False])]
+    assert _check("Greater", node, [x, thr], ref, [np.array([False, True, False])]).ok
+    assert not _check("Greater", node, [x, thr], ref, [np.array([True, False, False])]).ok
+
+
+def test_nonzero_differs_only_at_elements_near_zero():
+    node = ir.node("NonZero", [None])
+    x = np.array([0.0, 1e-6, 0.5], np.float32)
+    ref = [np.array([[1, 2]])]
+    assert _check("NonZero", node, [x], ref, [np.array([[2]])]).ok
+    assert not _check("NonZero", node, [x], ref, [np.array([[1]])]).ok
+
+
+def _nms_inputs():
+    # class 0: box 0 and box 1 overlap (IoU 0.81), scores tied; box 2 alone
+    boxes = np.array([[[0, 0, 10, 10], [0, 0, 10, 9], [50, 50, 60, 60]]], np.float32)
+    scores = np.array([[[0.80001, 0.8, 0.3]]], np.float32)
+    return [boxes, scores, np.array([3]), np.array([0.5], np.float32),
+            np.array([0.0], np.float32)]
+
+
+def test_nms_keeping_the_other_of_two_tied_overlapping_boxes_is_a_tie():
+    node = ir.node("NonMaxSuppression", [None] * 5)
+    ins = _nms_inputs()
+    ref = [np.array([[0, 0, 0], [0, 0, 2]])]
+    assert _check("NonMaxSuppression", node, ins, ref, [np.array([[0, 0, 1], [0, 0, 2]])]).ok
+
+
+def test_nms_dropping_a_box_far_from_every_threshold_is_not_a_tie():
+    node = ir.node("NonMaxSuppression", [None] * 5)
+    ins = _nms_inputs()
+    ref = [np.array([[0, 0, 0], [0, 0, 2]])]
+    tie = _check("NonMaxSuppression", node, ins, ref, [np.array([[0, 0, 0]])])
+    assert not tie.ok and "box 2" in tie.why
