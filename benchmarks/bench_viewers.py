@@ -21,7 +21,10 @@ Netron, Model Explorer):
 - **first view**: the median on-screen height of the labels of the nodes drawn inside the view
   and how many nodes that is (SVG tools; Model Explorer draws text in WebGL: not measured);
 - **search → details**: the name of the middle layer's Softmax typed into the tool's search,
-  the hit picked, until the node's details (name, inputs) show;
+  the hit picked, until the node's details (name, inputs) show; for onnx_lab's canvas also
+  until the node is drawn in the view and selected (*drawn*: the widget lays the hit's box out
+  then, unless it was drawn ahead), and for the widget the same search again after going
+  back to the overview (*laid out*: the box's expand is ready, a swap of drawings);
 - **frames**: ``requestAnimationFrame`` intervals while 40 wheel-zoom steps and a 40-step drag
   are scripted with the real mouse (Ctrl+wheel for Netron and Model Explorer, whose plain wheel
   scrolls), p50 / p95 in ms.
@@ -225,7 +228,11 @@ class CanvasTool(Tool):
     def view_box(self) -> dict:
         return self.pg.page.locator(f"{self.root} .olc-port").first.bounding_box()
 
+    drawn_s: float | None = None  # the last search: until the node was drawn and selected
+
     def search(self, query: str) -> float:
+        """Until the node's details show; ``drawn_s``: until it is drawn in the view and
+        selected (its box opened where it was in one)."""
         page = self.pg.page
         page.bring_to_front()
         box = page.locator(f"{self.root} .olc-search").first
@@ -236,7 +243,12 @@ class CanvasTool(Tool):
         self.pg.until(f"(() => {{ const p = document.querySelector('{self.root} .olc-panel');"
                       f" return p && p.querySelector('.olc-inputs') && p.offsetParent &&"
                       f" p.innerText.includes({q}); }})()", self.timeout)
-        return time.perf_counter() - t0
+        details = time.perf_counter() - t0
+        self.pg.until(f"(() => {{ const r = document.querySelector('{self.root}'); return r &&"
+                      f" r.dataset.selected === {q} && !!r.querySelector('.olc-stage g.node[id='"
+                      f" + CSS.escape('n:' + {q}) + ']'); }})()", self.timeout)
+        self.drawn_s = time.perf_counter() - t0
+        return details
 
 
 class Report(CanvasTool):
@@ -279,6 +291,23 @@ class Widget(CanvasTool):
         self.pg.js(f"document.querySelector({self.root!r}).scrollIntoView({{block: 'center'}})")
         page.wait_for_timeout(300)
         return dt
+
+    def search_ready(self, query: str) -> tuple[float, float]:
+        """Back to the overview (the Graph tab's *expand* set to none), then the same search:
+        the hit's box is laid out by now (the search before opened it), so its expand is a
+        swap of drawings. (details, drawn) seconds."""
+        page = self.pg.page
+        page.bring_to_front()
+        cell = f".jp-Notebook .jp-Cell:nth-child({self.cell + 1})"
+        n = self.pg.js(f"+document.querySelector({self.root!r}).dataset.rendered")
+        page.locator(f"{cell} .widget-dropdown", has_text="expand").locator("select").first \
+            .select_option(index=0)  # "—"
+        self.pg.until(f"+document.querySelector({self.root!r}).dataset.rendered > {n}",
+                      self.timeout)
+        page.locator(f"{self.root} .olc-search").first.fill("")
+        page.wait_for_timeout(1000)  # the overview shown and settled
+        details = self.search(query)
+        return details, self.drawn_s
 
 
 class Netron(Tool):
@@ -508,7 +537,8 @@ def bench_model(name: str, args: dict, browser_ctx, work: Path, jupyter_url: str
         print("Model Explorer: skipped (pip install ai-edge-model-explorer model-explorer-onnx,"
               " or --viewers VENV)")
 
-    res: dict[str, dict[str, list]] = {t: {"load": [], "search": [], "p50": [], "p95": [],
+    res: dict[str, dict[str, list]] = {t: {"load": [], "search": [], "drawn": [], "ready": [],
+                                           "ready_drawn": [], "p50": [], "p95": [],
                                            "labels": [], "nodes": []} for t in tools}
     failed: dict[str, str] = {}
     shots = args["shots"]
@@ -533,9 +563,15 @@ def bench_model(name: str, args: dict, browser_ctx, work: Path, jupyter_url: str
                     res[t]["p50"].append(fr["p50"])
                     res[t]["p95"].append(fr["p95"])
                     res[t]["search"].append(tool.search(query))
+                    if isinstance(tool, CanvasTool):
+                        res[t]["drawn"].append(tool.drawn_s)
                     if shots and r == 0:
                         with contextlib.suppress(Exception):
                             tool.shot(shots / f"{name}_{t}_search.png")
+                    if isinstance(tool, Widget):
+                        details, drawn = tool.search_ready(query)
+                        res[t]["ready"].append(details)
+                        res[t]["ready_drawn"].append(drawn)
                 except Exception as e:  # noqa: BLE001 - a tool failing is a figure
                     failed[t] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
                     print(f"  {t}: failed ({failed[t]})", flush=True)
@@ -549,7 +585,11 @@ def bench_model(name: str, args: dict, browser_ctx, work: Path, jupyter_url: str
                         with contextlib.suppress(Exception):
                             tool.pg.page.goto("about:blank")
                     print(f"  round {r + 1} {t:15s} load {v['load'][-1]:6.2f} s  search "
-                          f"{v['search'][-1]:6.2f} s  frames p50/p95 {v['p50'][-1]:5.0f}/"
+                          f"{v['search'][-1]:6.2f} s"
+                          + (f" (drawn {v['drawn'][-1]:.2f} s)" if v["drawn"] else "")
+                          + (f"  laid out: {v['ready'][-1]:.2f} s (drawn "
+                             f"{v['ready_drawn'][-1]:.2f} s)" if v["ready"] else "")
+                          + f"  frames p50/p95 {v['p50'][-1]:5.0f}/"
                           f"{v['p95'][-1]:5.0f} ms"
                           + (f"  labels {v['labels'][-1]:.1f} px, {v['nodes'][-1]} nodes"
                              if fv else ""), flush=True)
@@ -606,14 +646,16 @@ def _widget_shots(page, cells, shots: Path, name: str) -> None:
 
 def _print_table(name: str, table: dict) -> None:
     base = table["widget"]
-    print(f"\n  {name}: medians                    load    search  frame p95  labels  nodes"
-          "   load/widget")
+    print(f"\n  {name}: medians                    load    search   drawn  laid out: search"
+          "   drawn  frame p95  labels  nodes   load/widget")
     for t, v in table.items():
         if "failed" in v and v["load"] is None:
             print(f"  {t:32s} failed: {v['failed']}")
             continue
         ratio = (f"{v['load'] / base['load']:.2f}×" if v["load"] and base["load"] else "—")
         print(f"  {t:32s} {_fmt(v['load']):>7s} {_fmt(v['search']):>8s} "
+              f"{_fmt(v.get('drawn')):>7s} {_fmt(v.get('ready')):>16s} "
+              f"{_fmt(v.get('ready_drawn')):>7s} "
               f"{_fmt(v['p95'], 'ms', 0):>9s} {_fmt(v['labels'], 'px', 1):>7s} "
               f"{'—' if v['nodes'] is None else int(v['nodes']):>5}   {ratio}")
     w, r, n, m = (table[t]["load"] if t in table else None
@@ -628,8 +670,15 @@ def _print_table(name: str, table: dict) -> None:
                       for t in ("widget", "report", "netron", "model_explorer"))
     ratios = [f"widget/Netron {sw / sn:.2f}" if sw and sn else "",
               f"widget/Model Explorer {sw / sm:.2f}" if sw and sm else "",
+              f"widget/report {sw / sr:.2f}" if sw and sr else "",
               f"report/Netron {sr / sn:.2f}" if sr and sn else ""]
     print("  search → details ratios: " + ", ".join(x for x in ratios if x), flush=True)
+    dw, dr = table["widget"].get("drawn"), (table.get("report") or {}).get("drawn")
+    rw = table["widget"].get("ready_drawn")
+    ratios = [f"widget/report {dw / dr:.2f}" if dw and dr else "",
+              f"laid out widget/report {rw / dr:.2f}" if rw and dr else "",
+              f"widget/Netron's details {dw / sn:.2f}" if dw and sn else ""]
+    print("  search → node drawn ratios: " + ", ".join(x for x in ratios if x), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

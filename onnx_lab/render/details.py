@@ -277,12 +277,15 @@ def group_details_html(key: str, members: Sequence[str], op_types: Sequence[str]
 
 
 # ----------------------------------------------------------------------------- canvas data
-def canvas_items(rendering: Any, model: Any) -> dict[str, str]:
+def canvas_items(rendering: Any, model: Any, *, members: bool = True) -> dict[str, str]:
     """Search text per drawn element of ``rendering``: its key, label, node ids, names, op
     types, the tensors it produces and where they come from in the PyTorch code (module
     paths, classes, ``file.py:line``, functions), lower case, for the canvas search box.
 
-    A collapsed box lists all its members, so searching a node hidden in a box finds the box.
+    A collapsed box lists all its members, so searching a node hidden in a box finds the box;
+    ``members=False``: its own key and label only (for a page that searches the nodes in
+    :func:`search_index`: the members' words of every box, sent again with each view, were
+    twice the SVG of an expanded layer of a 32-layer decoder).
     """
     model = _as_model(model)
     idx = model.index
@@ -290,7 +293,7 @@ def canvas_items(rendering: Any, model: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for n in rendering.view.nodes.values():
         words = [n.key, n.title, *n.lines]
-        for nid in n.node_ids:
+        for nid in (n.node_ids if members or n.kind != "box" else ()):
             words.extend(_node_words(idx, smap, nid))
         out[n.key] = " ".join(w for w in words if w).lower()
     return out

@@ -10,12 +10,16 @@ call, so a notebook keeps working (with an HTML fallback) when Graphviz is missi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import os
 import shutil
 import subprocess
+import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from onnx_lab.analysis.summary import op_family
@@ -26,7 +30,7 @@ from onnx_lab.render.graph import DrawNode, GraphView
 logger = logging.getLogger(__name__)
 
 __all__ = ["INSTALL_HINT", "find_dot", "to_dot", "layout", "run_graphviz", "Layout",
-           "ATTEMPTS", "clear_cache"]
+           "ATTEMPTS", "clear_cache", "in_background"]
 
 INSTALL_HINT = ("Install Graphviz to draw graphs: apt-get install graphviz (Debian/Ubuntu), "
                 "brew install graphviz (macOS) or conda install -c conda-forge graphviz.")
@@ -62,6 +66,27 @@ def clear_cache() -> None:
     """Forget cached SVGs and slow views (benchmarks time cold layouts)."""
     _CACHE.clear()
     _SLOW.clear()
+
+
+_THREAD = threading.local()
+_BACKGROUND_NICE = 10  # how much lower a layout drawn ahead runs than one a user waits for
+
+
+@contextlib.contextmanager
+def in_background() -> Iterator[None]:
+    """Layouts run by this thread inside the block are drawn ahead of need: their Graphviz
+    process runs at a lower CPU priority, so a layout a user waits for is not slowed by them.
+
+    Example:
+        >>> with in_background():
+        ...     lab.render(collapse="auto", expand="/h.3")
+    """
+    before = getattr(_THREAD, "background", False)
+    _THREAD.background = True
+    try:
+        yield
+    finally:
+        _THREAD.background = before
 
 
 def find_dot() -> str | None:
@@ -221,15 +246,25 @@ def run_graphviz(source: str, fmt: str = "svg", *, engine: str = "dot",
         raise RenderError("The Graphviz 'dot' binary is not on PATH.", fix=INSTALL_HINT)
     cmd = [exe, f"-K{engine}", f"-T{fmt}", *args]
     try:
-        proc = subprocess.run(cmd, input=source.encode("utf-8"), capture_output=True,
-                              timeout=timeout, check=False)
+        with subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) as proc:
+            if getattr(_THREAD, "background", False) and hasattr(os, "setpriority"):
+                with contextlib.suppress(OSError):  # (it may have ended already)
+                    os.setpriority(os.PRIO_PROCESS, proc.pid,
+                                   os.getpriority(os.PRIO_PROCESS, 0) + _BACKGROUND_NICE)
+            try:
+                out, err = proc.communicate(source.encode("utf-8"), timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise
     except OSError as e:
         raise RenderError(f"Could not run {exe!r}: {e}.", fix=INSTALL_HINT) from e
-    if proc.returncode != 0 or not proc.stdout:
-        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise RenderError(f"Graphviz ({engine}) failed: {err[-1] if err else 'no output'}.",
+    if proc.returncode != 0 or not out:
+        lines = err.decode("utf-8", "replace").strip().splitlines()
+        raise RenderError(f"Graphviz ({engine}) failed: {lines[-1] if lines else 'no output'}.",
                           fix="Report this view (Rendering.dot holds the source).")
-    return proc.stdout
+    return out
 
 
 @dataclass

@@ -93,6 +93,8 @@ class GraphCanvas(anywidget.AnyWidget):
     index = t.Dict().tag(sync=True)
     #: where each node of ``index`` is drawn in this view (:func:`~onnx_lab.render.details.placement`)
     placement = t.Dict().tag(sync=True)
+    #: what the view waits on, shown in its bar ("laying out /h.3: not drawn ahead yet…")
+    busy = t.Unicode("").tag(sync=True)
     _focus = t.Dict().tag(sync=True)
     _fit = t.Int(0).tag(sync=True)
 
@@ -104,8 +106,13 @@ class GraphCanvas(anywidget.AnyWidget):
         self.overlay_label: str | None = None
         self.on_expand: Callable[[str], None] | None = None
         self.on_open: Callable[[str], None] | None = None
+        #: called with the scopes of the boxes the search's first hits lie in, as the user
+        #: types: the owner lays their expands out first
+        self.on_want: Callable[[list[str]], None] | None = None
+        self._revealing = ""  # the node a reveal is opening the path to
         self._select_callbacks: list[Callable[[str], None]] = []
         self._index_of: Any = None  # the LabModel ``index`` was built for
+        self._index_cache: tuple[Any, dict[str, list[Any]]] = (None, {})
         self.error: BaseException | None = None
         self.add_class("onnx-lab-canvas")
         self.layout.display = "none"  # hidden until show() gives it a graph
@@ -130,13 +137,14 @@ class GraphCanvas(anywidget.AnyWidget):
             self.layout.display = "none"  # an empty box says nothing: hide it until shown
             return
         self.layout.display = None
-        keep = self.selected if keep_selection and self.selected in rendering.view.nodes else ""
+        keep = self.selected if keep_selection and (
+            self.selected in rendering.view.nodes
+            or (self.selected and self.selected == self._revealing)) else ""
         m = self._model()
         with self.hold_sync():
-            self.items = canvas_items(rendering, m) if m else {}
             if m is not None and self._index_of is not m:
-                self.index, self._index_of = search_index(m), m
-            self.placement = placement(rendering, m, self.index.get("ids", [])) if m else {}
+                self.index, self._index_of = self._search_index(m), m
+            self.items, self.placement = self.prepare(rendering) if m else ({}, {})
             self.legend_html = canvas_legend_html(rendering)
             self.title = title or ""
             self.highlight = []
@@ -146,6 +154,26 @@ class GraphCanvas(anywidget.AnyWidget):
                 self.selected = keep
             else:
                 self._refresh_details()
+
+    def prepare(self, rendering: Any) -> tuple[dict[str, str], dict[str, list[Any]]]:
+        """The search text of ``rendering``'s drawn elements and where the model's nodes are
+        in it (``items``, ``placement``), computed once per rendering and model: an owner
+        drawing views ahead in a thread calls it there, so showing one is a swap."""
+        m = self._model()
+        cached = getattr(rendering, "_canvas_data", None)
+        if cached is not None and cached[0] is m:
+            return cached[1], cached[2]
+        # (a box's members are in the index the page searches: not sent again with each view)
+        items = canvas_items(rendering, m, members=False)
+        where = placement(rendering, m, self._search_index(m)["ids"])
+        rendering._canvas_data = (m, items, where)
+        return items, where
+
+    def _search_index(self, m: Any) -> dict[str, list[Any]]:
+        """The search index of model ``m``, built once (also from a thread: not synced here)."""
+        if self._index_cache[0] is not m:
+            self._index_cache = (m, search_index(m))
+        return self._index_cache[1]
 
     def _model(self) -> Any:
         m = self.model_source
@@ -184,19 +212,27 @@ class GraphCanvas(anywidget.AnyWidget):
         node itself when it could be opened), or None when it is not in the model's view."""
         m = self._model()
         e = m.index.entries.get(name) if m is not None else None
+        if e is not None and self.rendering is not None and self.key_for(name) != name:
+            # Its details show at once (sent now, before any layout), the view follows.
+            self._revealing = name
+            self.selected = name
         prev: object = ()  # the key of the last round: no progress ends the walk
-        for _ in range(4):
-            key = self.key_for(name)
-            if key == name or key == prev or e is None or self.rendering is None:
-                break
-            prev = key
-            if e.graph != self.rendering.view.graph and self.on_open is not None and (
-                    key is None or not key.startswith("scope:")):
-                self.on_open(e.graph)
-            elif key is not None and key.startswith("scope:") and self.on_expand is not None:
-                self.on_expand(key.split(":", 1)[1])
-            else:
-                break
+        try:
+            for _ in range(4):
+                key = self.key_for(name)
+                if key == name or key == prev or e is None or self.rendering is None:
+                    break
+                prev = key
+                if e.graph != self.rendering.view.graph and self.on_open is not None and (
+                        key is None or not key.startswith("scope:")):
+                    self.on_open(e.graph)
+                elif key is not None and key.startswith("scope:") and self.on_expand is not None:
+                    self.on_expand(key.split(":", 1)[1])
+                else:
+                    break
+        finally:
+            self._revealing = ""
+            self.busy = ""
         return self.focus(name)
 
     def fit(self) -> None:
@@ -220,8 +256,10 @@ class GraphCanvas(anywidget.AnyWidget):
         q = text.strip().lower()
         if not q:
             return []
-        exact = [k for k in self.items if k.lower() == q]
-        return exact + [k for k, s in self.items.items() if q in s and k not in exact]
+        m = self._model()
+        items = canvas_items(self.rendering, m) if m is not None and self.rendering else self.items
+        exact = [k for k in items if k.lower() == q]
+        return exact + [k for k, s in items.items() if q in s and k not in exact]
 
     def find(self, text: str) -> list[str]:
         """Node ids of the whole model whose index text contains ``text`` (what the page's
@@ -279,6 +317,10 @@ class GraphCanvas(anywidget.AnyWidget):
                 self.reveal(str(content.get("key", "")))
             elif kind == "module":
                 self.show_module(str(content.get("key", "")))
+            elif kind == "want":
+                if self.on_want is not None:
+                    self.on_want([str(k).split(":", 1)[1] for k in content.get("keys", [])
+                                  if str(k).startswith("scope:")])
         except Exception as e:  # noqa: BLE001 - shown in the panel, never in the kernel log
             self.error = e
             self.details_html = _error_panel(e)
@@ -296,14 +338,6 @@ class GraphCanvas(anywidget.AnyWidget):
             self.on_open(bodies[0])
 
     def _on_selected(self, change: dict) -> None:
-        new, old = change["new"], change["old"]
-        if new and self.rendering is not None and new not in self.rendering.view.nodes:
-            # A selection of an element this drawing does not have: the page's choice of a
-            # search hit inside a box (it selects the box, then asks Python to reveal the
-            # node), delivered after the reveal drew the box open (the page holds state
-            # updates back while one is in flight, custom messages are not). Keep the node.
-            self.selected = old if old in self.rendering.view.nodes else ""
-            return
         self._refresh_details()
         for cb in list(self._select_callbacks):
             try:

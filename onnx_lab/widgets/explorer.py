@@ -9,12 +9,14 @@ first view, and the graph never lays out the whole model: with no selection it s
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import ipywidgets as w
 
 from onnx_lab.lab import as_lab
 from onnx_lab.render._html import esc_text
+from onnx_lab.render.dot import in_background
 from onnx_lab.render.tables import format_bytes, frame_html
 from onnx_lab.widgets._common import (
     SelectableTable,
@@ -34,6 +36,10 @@ SUMMARY, NODES, INITS, TENSORS, GRAPH = range(5)
 ALL = "*"  # dropdown value for "no filter" (None would show an empty dropdown)
 _AHEAD_MAX = 400  # layouts drawn ahead kept per Explorer (a few hundred KB of SVG each)
 _AHEAD_BLIND = 3  # drawn ahead before a page reports the canvas's view (where the view opens)
+# The Explorer whose graph was shown or moved last: the only one drawing ahead (a cell re-run
+# leaves the Explorer it replaced alive in the kernel; its layouts ahead would compete with
+# the new one's first layout and every layout a user waits for).
+_ACTIVE: list[weakref.ref] = []
 
 
 def _graph_label(path: str) -> str:
@@ -52,7 +58,10 @@ class Explorer(View):
             (re-read before each layout, so a pan or zoom reorders them), so clicking one
             swaps drawings; None (the default): every box (until a page shows the canvas
             and reports its view, only the first 3: a kernel with no page lays out no more);
-            0: none.
+            0: none. One Explorer draws ahead at a time: the one whose graph was shown or
+            moved last (a re-run cell's new Explorer, not the one it replaced). A box a
+            search's first hits lie in is laid out first, and its layouts run at a lower CPU
+            priority than those a user waits for.
 
     Attributes:
         result: the object behind the visible tab: the Summary, the filtered nodes DataFrame,
@@ -83,7 +92,13 @@ class Explorer(View):
         self._ahead: dict[tuple[int, str], Any] = {}  # (id of the model, code) -> Rendering
         self._ahead_thread: threading.Thread | None = None
         self._ahead_jobs: list[list[tuple[dict[str, Any], str, tuple[float, float]]]] = []
+        self._ahead_views: list[tuple[Any, dict[str, Any]]] = []  # shown, not yet queued
         self._ahead_lock = threading.Lock()
+        self._ahead_done = threading.Condition(self._ahead_lock)  # a layout ahead landed
+        self._ahead_running = ""  # the code of the layout the thread is drawing now
+        self._wanted: list[str] = []  # scopes of boxes a search needs: laid out first
+        self._fg_idle = threading.Event()  # cleared while the kernel lays a view out itself
+        self._fg_idle.set()
         self._ahead_blind = 0  # layouts drawn ahead before the page reported a view
         self._height = height
         self.tabs = w.Tab(children=[w.VBox() for _ in TAB_NAMES])
@@ -380,6 +395,7 @@ class Explorer(View):
         self.canvas = GraphCanvas(self.lab, height=self._height)
         self.canvas.on_expand = self._guard(self._expand_from_canvas)
         self.canvas.on_open = self._guard(self._open_body)
+        self.canvas.on_want = self._guard(self._want)
         self.canvas.on_select(self._guard(self._canvas_selected))
         self.canvas.observe(self._resume_ahead, names="view")
         self.graph_info = w.HTML()
@@ -405,39 +421,57 @@ class Explorer(View):
     def _draw_ahead(self, shown: Any, kwargs: dict[str, Any]) -> None:
         """Queue the expands of the boxes of view ``shown`` (drawn by ``lab.render(**kwargs)``)
         and lay them out in a background thread: the boxes of the newest view first, each
-        time the one nearest the middle of the canvas's view."""
+        time the one nearest the middle of the canvas's view. (The thread reads the boxes'
+        places in the drawing: nothing of it delays the view shown.)"""
         if self.prefetch == 0:
             return
-        model = self.lab.model
-        centres = drawn_centres(shown.svg)
-        base = {k: v for k, v in kwargs.items() if k != "expand"}
-        jobs = []
-        for key, n in shown.view.nodes.items():
-            if n.kind != "box" or key not in centres:
-                continue
-            kw = {**base, "expand": key.split(":", 1)[1]}
-            code = "lab.render(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"
-            if (id(model), code) not in self._ahead:
-                jobs.append((kw, code, centres[key]))
-        if self.prefetch:
-            jobs = sorted(jobs, key=self._distance)[:self.prefetch]
         with self._ahead_lock:
-            # another model's layouts are of no use any more
-            self._ahead = {k: r for k, r in self._ahead.items() if k[0] == id(model)}
-            self._ahead_jobs = [jobs, *self._ahead_jobs][:4]
+            self._ahead_views.append((shown, kwargs))
         wait_for_idle_kernel(0)  # (its IPython hooks registered from this thread)
         self._resume_ahead()
 
+    def _queue_views(self) -> None:
+        """(In the thread drawing ahead) the views queued by :meth:`_draw_ahead` become
+        batches of layouts to draw, the newest first."""
+        with self._ahead_lock:
+            views, self._ahead_views = self._ahead_views, []
+        model = self.lab.model
+        for shown, kwargs in views:
+            centres = drawn_centres(shown.svg)
+            base = {k: v for k, v in kwargs.items() if k != "expand"}
+            jobs = []
+            for key, n in shown.view.nodes.items():
+                if n.kind != "box" or key not in centres:
+                    continue
+                kw = {**base, "expand": key.split(":", 1)[1]}
+                code = "lab.render(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ")"
+                if (id(model), code) not in self._ahead:
+                    jobs.append((kw, code, centres[key]))
+            if self.prefetch:
+                jobs = sorted(jobs, key=self._distance)[:self.prefetch]
+            with self._ahead_lock:
+                # another model's layouts are of no use any more
+                self._ahead = {k: r for k, r in self._ahead.items() if k[0] == id(model)}
+                self._ahead_jobs = [jobs, *self._ahead_jobs][:4]
+
     def _resume_ahead(self, _change: Any = None) -> None:
         """(Re)start the thread drawing ahead when layouts are queued (the page's first view
-        lets it go past the first few)."""
+        lets it go past the first few); this Explorer becomes the one drawing ahead."""
+        _ACTIVE[:] = [weakref.ref(self)]
         if self._ahead_thread and self._ahead_thread.is_alive():
             return
-        if not any(self._ahead_jobs):
+        if not any(self._ahead_jobs) and not self._ahead_views:
             return
         self._ahead_thread = threading.Thread(target=self._ahead_loop, args=(self.lab.model,),
                                               name="onnx-lab-draw-ahead", daemon=True)
         self._ahead_thread.start()
+
+    def _want(self, scopes: list[str]) -> None:
+        """The boxes of ``scopes`` are what a search needs (its first hits lie in them):
+        their expands are laid out next (by this Explorer: the one in use)."""
+        with self._ahead_lock:
+            self._wanted = list(scopes)
+        self._resume_ahead()
 
     def _distance(self, job: tuple[Any, str, tuple[float, float]]) -> float:
         """How far a queued box is from the middle of the canvas's view (0 for all before
@@ -453,11 +487,21 @@ class Explorer(View):
     def _next_ahead(self) -> tuple[dict[str, Any], str] | None:
         """The queued expand to lay out next: of the newest view, nearest the middle of the
         canvas's view."""
+        if not _ACTIVE or _ACTIVE[0]() is not self:
+            return None  # another Explorer was shown or moved since: it draws ahead now
+        self._queue_views()
         with self._ahead_lock:
             while self._ahead_jobs and not self._ahead_jobs[0]:
                 self._ahead_jobs.pop(0)
             if not self._ahead_jobs:
                 return None
+            # a box a search needs first, wherever it is queued
+            for batch in self._ahead_jobs:
+                for i, job in enumerate(batch):
+                    if job[0].get("expand") in self._wanted:
+                        batch.pop(i)
+                        self._ahead_running = job[1]
+                        return job[0], job[1]
             if not (self.canvas.view or {}).get("k"):
                 if self._ahead_blind >= _AHEAD_BLIND:
                     return None
@@ -465,26 +509,63 @@ class Explorer(View):
             batch = self._ahead_jobs[0]
             i = min(range(len(batch)), key=lambda j: self._distance(batch[j]))
             kw, code, _ = batch.pop(i)
+            self._ahead_running = code
         return kw, code
 
     def _ahead_loop(self, model: Any) -> None:
-        while wait_for_idle_kernel() and (job := self._next_ahead()) is not None:
-            kw, code = job
-            if self.lab.model is not model:
-                return  # the model changed: these layouts would be of the old one
-            if (id(model), code) in self._ahead:
-                continue
-            try:
-                drawn = self.lab.render(**kw)
-            except Exception:  # noqa: BLE001 - a layout ahead is a bonus; the click redraws
-                continue
-            self._keep_ahead(model, code, drawn)
+        try:
+            while (wait_for_idle_kernel() and self._fg_idle.wait()
+                   and (job := self._next_ahead()) is not None):
+                kw, code = job
+                if self.lab.model is not model:
+                    return  # the model changed: these layouts would be of the old one
+                if (id(model), code) in self._ahead:
+                    continue
+                try:
+                    with in_background():  # below the layouts a user waits for
+                        drawn = self.lab.render(**kw)
+                    self.canvas.prepare(drawn)  # its search text and placement too
+                except Exception:  # noqa: BLE001 - a layout ahead is a bonus; the click redraws
+                    drawn = None
+                self._keep_ahead(model, code, drawn)
+        finally:
+            with self._ahead_lock:
+                self._ahead_running = ""
+                self._ahead_done.notify_all()
 
     def _keep_ahead(self, model: Any, code: str, drawn: Any) -> None:
+        """Keep layout ``drawn`` of ``code`` (None: it failed; a wait for it ends)."""
         with self._ahead_lock:
-            self._ahead[(id(model), code)] = drawn
+            if drawn is not None:
+                self._ahead[(id(model), code)] = drawn
             while len(self._ahead) > _AHEAD_MAX:
                 self._ahead.pop(next(iter(self._ahead)))
+            if code == self._ahead_running:
+                self._ahead_running = ""
+            self._ahead_done.notify_all()
+
+    def _laid_out(self, kwargs: dict[str, Any], code: str) -> Any:
+        """The layout of ``code``: drawn ahead, being drawn ahead (waited for), or drawn
+        now; the canvas's bar says which it waits on meanwhile."""
+        key = (id(self.lab.model), code)
+        what = kwargs.get("expand") or "the graph"
+        if self._ahead_running == code and key not in self._ahead:
+            self.canvas.busy = f"waiting for the layout of {what}, being drawn ahead…"
+            with self._ahead_lock:
+                self._ahead_done.wait_for(lambda: self._ahead_running != code, timeout=120)
+        rendering = self._ahead.get(key)
+        if rendering is None:
+            if kwargs.get("expand"):
+                self.canvas.busy = f"laying out {what} (not drawn ahead yet)…"
+            with self._ahead_lock:  # drawn here: not again in the background
+                for batch in self._ahead_jobs:
+                    batch[:] = [j for j in batch if j[1] != code]
+            self._fg_idle.clear()  # and no new layout ahead beside it
+            try:
+                rendering = self._call(self.lab.render, busy="Laying out the graph…", **kwargs)
+            finally:
+                self._fg_idle.set()
+        return rendering
 
     def _keep_in_view(self, before: Any, after: Any, opened: str) -> None:
         """After an expand, centre the opened box's first drawn member at a readable size;
@@ -555,9 +636,8 @@ class Explorer(View):
         self.graph_info.value = (f"<small>neighbourhood of {n:d} selected item(s)</small>" if n
                                  else "<small>overview (collapsed by scope); tick rows in "
                                       "Nodes or Tensors to see their neighbourhood</small>")
-        rendering = self._ahead.get((id(self.lab.model), code))
-        if rendering is None:
-            rendering = self._call(self.lab.render, busy="Laying out the graph…", **kwargs)
+        rendering = self._laid_out(kwargs, code)
+        self.canvas.busy = ""
         if rendering is None:
             self.canvas.show(None)
             return

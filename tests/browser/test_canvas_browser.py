@@ -40,6 +40,9 @@ CELLS = [
     "big = GraphCanvas(height=560)\nbig.svg = _models.grid_svg(5000)\n"
     "big.items = {f'node{i}': f'matmul {i}' for i in range(5000)}\n"
     "big.layout.display = None\nbig",
+    # nothing drawn ahead: a search hit's box is laid out when chosen (its own Lab: no link)
+    "bert2 = onnx_lab.open('bert.onnx', dims={'batch': 1, 'sequence': 16})\n"
+    "exn = Explorer(bert2, tab='Graph', prefetch=0)\nexn",
 ]
 
 
@@ -115,6 +118,41 @@ def _labels(root) -> dict:
     }""")
 
 
+def _first_inputs(root) -> list[dict]:
+    """The graph inputs of the first screen (their tops within half a view of the topmost
+    input's), where they are against the view (px from its left and right edges)."""
+    return root.evaluate("""(r) => {
+        const p = r.querySelector('.olc-port').getBoundingClientRect();
+        const ins = [...r.querySelectorAll('.olc-stage g.node[id^="n:input:"]')].map((g) => {
+            const b = g.getBoundingClientRect();
+            return {id: g.id, top: b.top, left: b.left - p.left, right: p.right - b.right};
+        });
+        if (!ins.length) return [];
+        const top = Math.min(...ins.map((i) => i.top));
+        return ins.filter((i) => i.top < top + p.height / 2);
+    }""")
+
+
+# Records, in the page, each change of the canvas's selection, drawing, busy line and panel
+# (what the panel shows: the node ``q``'s details or not), with the drawing shown at the time.
+_RECORD = """(r, q) => {
+    const log = [], panel = r.querySelector('.olc-panel');
+    const note = (what) => log.push({what, rendered: +r.dataset.rendered,
+        busy: r.querySelector('.olc-busy').textContent, selected: r.dataset.selected || '',
+        node: panel.offsetParent !== null && !!panel.querySelector('.olc-inputs')
+              && panel.innerText.includes(q)});
+    new MutationObserver(() => note('root')).observe(r, {attributes: true,
+        attributeFilter: ['data-rendered', 'data-selected', 'data-busy']});
+    new MutationObserver(() => note('panel')).observe(panel, {childList: true, subtree: true,
+                                                              attributes: true});
+    new MutationObserver(() => note('busy')).observe(r.querySelector('.olc-busy'),
+                                                     {childList: true, characterData: true,
+                                                      subtree: true});
+    r.__log = log;
+    return +r.dataset.rendered;
+}"""
+
+
 def _not_covered(root, key: str) -> None:
     """The details panel does not cover drawn element ``key``."""
     root.page.wait_for_timeout(300)
@@ -145,6 +183,12 @@ def test_overview_zoom_pan_search_click(canvas_page, cell, name, query):
         if root.get_attribute("data-fit") == "readable":
             assert root.locator(".olc-mini").is_visible()
             assert root.locator("svg g.node[id^='n:input:']").count() == 0 or seen["inputs"], seen
+            # From the inputs' left edge: the leftmost input of the first screen is whole in
+            # view (centring on their middle put the BERT-like's input_ids off its left edge)
+            first = _first_inputs(root)
+            if first:
+                leftmost = min(first, key=lambda i: i["left"])
+                assert 0 <= leftmost["left"] and 0 <= leftmost["right"], first
         page.screenshot(path=str(ARTIFACTS / f"canvas_{name}_overview.png"), full_page=False)
         port.screenshot(path=str(ARTIFACTS / f"canvas_{name}_overview_port.png"))
         port.focus()
@@ -181,6 +225,7 @@ def test_overview_zoom_pan_search_click(canvas_page, cell, name, query):
         first.wait_for(timeout=5_000)
         assert query in first.inner_text()
         search_ms = float(root.get_attribute("data-search-ms"))
+        root.evaluate(_RECORD, query)
         search.press("Enter")
         page.wait_for_function("([r, q]) => r.dataset.selected === q",
                                arg=[root.element_handle(), query], timeout=120_000)
@@ -190,6 +235,8 @@ def test_overview_zoom_pan_search_click(canvas_page, cell, name, query):
         assert abs(dx) < 4 and abs(dy) < 4, (dx, dy)
         assert _labels(root)["median"] >= 11
         root.locator(".olc-panel .olc-inputs").wait_for(timeout=30_000)
+        # the page never selected the hit's box on the way (only the node)
+        assert not [e for e in root.evaluate("r => r.__log") if e["selected"].startswith("scope:")]
         _not_covered(root, query)
         print(f"{name}: search over the index {search_ms:.2f} ms; opened a box: "
               f"{int(root.get_attribute('data-rendered')) > rendered}")
@@ -469,3 +516,48 @@ def test_expand_keeps_the_opened_box_in_view(canvas_page):
         port.screenshot(path=str(ARTIFACTS / "canvas_expand_kept.png"))
     finally:
         page.screenshot(path=str(ARTIFACTS / "canvas_expand_page.png"))
+
+
+def test_search_hit_in_a_box_not_laid_out_shows_its_details_first(canvas_page):
+    """A hit inside a box whose expand is not laid out (``prefetch=0``), chosen right after a
+    pan (the view's sync to Python in flight): the node's details show before the box is
+    drawn open, the bar says what the view waits on meanwhile, the box is never selected,
+    then the node is drawn, centred and selected, and its panel stays."""
+    page, cells = canvas_page
+    root = _canvas(cells, 7)
+    port = root.locator(".olc-port")
+    query = "/encoder/layer.11/attention/self/Softmax"
+    try:
+        root.scroll_into_view_if_needed()
+        page.wait_for_timeout(500)
+        shown = root.evaluate(_RECORD, query)
+        box = port.bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] / 2 - 80, box["y"] + box["height"] / 2 - 30,
+                        steps=4)
+        page.mouse.up()
+        search = root.locator(".olc-search")
+        search.fill(query)
+        search.press("Enter")
+        handle = root.element_handle()
+        page.wait_for_function("([r, q]) => r.dataset.centred === q && r.dataset.selected === q",
+                               arg=[handle, query], timeout=120_000)
+        root.locator(f"svg g.node[id={json.dumps('n:' + query)}]").wait_for(timeout=30_000)
+        page.wait_for_timeout(1000)  # nothing late takes the node's panel away
+        log = root.evaluate("r => r.__log")
+        first = next(e for e in log if e["node"])
+        assert first["rendered"] == shown, log  # the details came before the opened box
+        waits = [e["busy"] for e in log if e["rendered"] == shown and e["busy"]]
+        assert any(w.startswith("laying out /encoder/layer.11") and "not drawn ahead" in w
+                   for w in waits), waits
+        assert not [e for e in log if e["selected"].startswith("scope:")], log
+        assert root.locator(".olc-busy").inner_text() == ""
+        assert root.get_attribute("data-selected") == query
+        panel = root.locator(".olc-panel")
+        assert panel.is_visible() and query in panel.inner_text()
+        dx, dy = _centre_offset(page, root, query, free=True)
+        assert abs(dx) < 4 and abs(dy) < 4, (dx, dy)
+        port.screenshot(path=str(ARTIFACTS / "canvas_search_not_ahead.png"))
+    finally:
+        page.screenshot(path=str(ARTIFACTS / "canvas_search_not_ahead_page.png"))

@@ -396,3 +396,54 @@ def test_branches_sharing_names_draw_their_own_shapes_and_edges():
         assert f'label="1×4×5×{total} f32"' in r.dot
         assert not any(n.startswith("/with_past" if first == "no_past" else "/no_past")
                        for n in r.nodes)
+
+
+def _children_nice(name: str) -> list[int]:
+    """The nice values of this process's running children called ``name`` (Linux /proc)."""
+    import os
+    from pathlib import Path
+
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:]
+        fields = rest.split()
+        if comm == name and int(fields[1]) == os.getpid():
+            out.append(int(fields[16]))
+    return out
+
+
+@pytest.mark.skipif(not dot_backend.find_dot() or not __import__("os").path.isdir("/proc"),
+                    reason="needs the dot binary and /proc")
+def test_layouts_drawn_ahead_run_below_the_callers_priority():
+    """A layout inside in_background() (the Explorer's layouts ahead) runs its Graphviz
+    process at a lower CPU priority than the caller's; outside, at the caller's."""
+    import os
+    import threading
+
+    n = 22  # a grid: a deterministic layout of a few tenths of a second
+    src = "digraph{" + ";".join(f"n{i}_{j}->n{i + 1}_{j};n{i}_{j}->n{i}_{j + 1}"
+                                 for i in range(n) for j in range(n)) + "}"
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    for background, want in ((True, min(19, own + 10)), (False, own)):
+        seen: list[int] = []
+        done: list[bytes] = []
+
+        def run(background=background, done=done):
+            if background:
+                with dot_backend.in_background():
+                    done.append(dot_backend.run_graphviz(src, timeout=60))
+            else:
+                done.append(dot_backend.run_graphviz(src, timeout=60))
+
+        t = threading.Thread(target=run)
+        t.start()
+        while t.is_alive():
+            seen += _children_nice("dot")
+            t.join(0.002)
+        assert done and done[0].startswith(b"<?xml")
+        if seen:  # (a layout may end before it is seen on a fast machine)
+            assert set(seen) == {want}, (background, seen)

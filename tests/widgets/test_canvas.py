@@ -203,23 +203,61 @@ def test_index_words_tensors_and_sources_and_reveal_opens_the_box():
     assert e.canvas.placement["keys"][k] == nid and e.canvas.placement["open"][i] == 1
 
 
-def test_the_pages_late_box_selection_after_a_reveal_keeps_the_node():
-    """The page selects the box of a search hit, then sends 'reveal'; it holds state updates
-    back while one is in flight (a pan's view sync), so the box's selection can arrive after
-    the reveal drew the box open. The node stays selected, with its panel; a selection of an
-    element that is drawn is taken as before."""
+def test_reveal_shows_the_nodes_details_before_the_box_is_laid_out():
+    """A search hit inside a box: the node is selected with its panel first (sent before any
+    layout), then the box opens; the page never selects the box (no late selection of it
+    can reach Python after the reveal), and the bar says what the view waits on."""
     lab = onnx_lab.open(_browser_models().detector())
-    c = Explorer(lab, tab="Graph").canvas
+    e = Explorer(lab, tab="Graph", prefetch=0)
+    c = e.canvas
     ix, pl = c.index, c.placement
     i = next(i for i, (a, o) in enumerate(zip(pl["at"], pl["open"])) if a >= 0 and not o)
     nid, box = ix["ids"][i], pl["keys"][pl["at"][i]]
+    seen, busy = [], []
+    expand = c.on_expand
+
+    def on_expand(scope):
+        seen.append((c.selected, c.details_html))
+        expand(scope)
+
+    c.on_expand = on_expand
+    c.observe(lambda ch: busy.append(ch["new"]), names="busy")
     c._on_msg(c, {"type": "reveal", "key": nid}, [])
-    assert c.selected == nid and box not in c.rendering.view.nodes
-    c.set_state({"selected": box})  # what the page's delayed update does
-    assert c.selected == nid and nid.split("/")[-1] in c.details_html
+    assert seen and seen[0][0] == nid and "olc-inputs" in seen[0][1]
+    assert c.selected == nid and nid in c.rendering.view.nodes and box not in c.rendering.view.nodes
+    assert "olc-inputs" in c.details_html and c._focus["key"] == nid
+    assert busy[0] == f"laying out {box.split(':', 1)[1]} (not drawn ahead yet)…"
+    assert c.busy == ""
+    # A selection from the page is taken as it comes, also of an element not drawn.
     other = next(k for k in c.rendering.view.nodes if k != nid)
     c.set_state({"selected": other})
     assert c.selected == other
+
+
+def test_a_search_wants_its_box_laid_out_first():
+    """The page sends the boxes of the first hits as the user types ('want'): the Explorer
+    lays their expands out before the others, and a reveal then swaps the drawing in."""
+    lab = onnx_lab.open(_browser_models().detector())
+    e = Explorer(lab, tab="Graph")
+    c = e.canvas
+    e._ahead_thread.join(timeout=120)  # the few laid out before a page reports its view
+    pl = c.placement
+    boxes = [pl["keys"][a] for a, o in zip(pl["at"], pl["open"]) if a >= 0 and not o]
+    calls = dict(e._ahead)
+    last = boxes[-1]
+    scope = last.split(":", 1)[1]
+    assert not any(f"expand={scope!r}" in k[1] for k in calls)
+    c._on_msg(c, {"type": "want", "keys": [last]}, [])
+    e._ahead_thread.join(timeout=120)
+    ahead = [k[1] for k in e._ahead]
+    assert any(f"expand={scope!r}" in k for k in ahead), ahead
+    drawn = next(r for k, r in e._ahead.items() if f"expand={scope!r}" in k[1])
+    assert getattr(drawn, "_canvas_data", None) is not None  # its search data made ahead too
+    nid = next(n for n, a in zip(c.index["ids"], pl["at"]) if a >= 0 and pl["keys"][a] == last)
+    busy = []
+    c.observe(lambda ch: busy.append(ch["new"]), names="busy")
+    c.reveal(nid)
+    assert c.rendering is drawn and c.selected == nid and busy in ([], [""])
 
 
 def test_reveal_opens_a_body_and_a_double_click_message_opens_if():
@@ -361,3 +399,19 @@ def test_draw_ahead_starts_nearest_the_view():
     e._draw_ahead(shown, {"collapse": "auto"})
     e._ahead_thread.join(timeout=300)
     assert [repr(last.split(":", 1)[1]) in c for c in _expands(e)] == [True]
+
+
+def test_only_the_explorer_in_use_draws_ahead():
+    """A second Explorer (a re-run cell) takes over drawing ahead: the first one's thread
+    stops after the layout it is drawing, and resumes when its own view moves again."""
+    lab = onnx_lab.open(_browser_models().detector())
+    first = Explorer(lab, tab="Graph")
+    first._ahead_thread.join(timeout=120)
+    first.canvas.view = {"x": 0, "y": 0, "k": 0.5, "width": 900, "height": 560}  # a page
+    second = Explorer(onnx_lab.open(_browser_models().detector()), tab="Graph")
+    first._ahead_thread.join(timeout=120)
+    left = sum(len(b) for b in first._ahead_jobs)
+    assert left > 0 and not first._ahead_thread.is_alive()  # stopped with boxes queued
+    second._ahead_thread.join(timeout=120)
+    first.canvas.view = {"x": 10, "y": 0, "k": 0.5, "width": 900, "height": 560}  # moved
+    assert first._ahead_thread.is_alive() or sum(len(b) for b in first._ahead_jobs) < left

@@ -50,6 +50,8 @@ function render({ model, el: root }) {
   search.type = "search";
   search.placeholder = "search id, name, op, tensor, module, file:line  (/)";
   const hits = el("span", "olc-hits", bar);
+  // What the view waits on (a box being laid out for a search hit), from Python or the page.
+  const busy = el("span", "olc-busy", bar);
   const btn = (label, title, cls) => {
     const b = el("button", "olc-btn " + cls, bar);
     b.textContent = label; b.title = title; return b;
@@ -246,23 +248,37 @@ function render({ model, el: root }) {
 
   // The first view a person can read (the report's rule, and Netron's): when the whole
   // drawing fits with labels READ_PX tall, all of it; otherwise labels at that size from the
-  // top of the layout, where the graph's inputs are, centred on them.
+  // top of the layout, where the graph's inputs are, read from the left like a page: the
+  // leftmost element of that first screen at the view's left margin (centring on the inputs'
+  // middle cut the first of them, or what lies left of them, at the left edge), then moved
+  // left as far as the leftmost input allows, to show all of the first screen's inputs whole.
   function readable() {
     const pw = port.clientWidth, ph = port.clientHeight;
     if (!svg || !pw || !ph) return false;
     const kr = kRead(), kFit = Math.min(pw / W, ph / H, 1.5) * 0.96;
     if (kFit >= kr) { fit(); return true; }
     const k = Math.max(kr, Math.min(1.5, (pw / W) * 0.96));
-    let cx = W / 2, top = 0;
-    const ins = [];
-    for (const key of byKey.keys()) if (key.startsWith("input:") && natural(key)) ins.push(natural(key));
+    const M = 16;  // margin (px on screen)
+    let x = pw / 2 - (W / 2) * k, top = 0;
+    const ins = [], all = [];
+    for (const key of byKey.keys()) {
+      const b = natural(key);
+      if (!b) continue;
+      all.push(b);
+      if (key.startsWith("input:")) ins.push(b);
+    }
     if (ins.length) {
       top = Math.min(...ins.map((n) => n.top));
-      const row = ins.filter((n) => n.top < top + 60);
-      cx = row.reduce((a, n) => a + n.x, 0) / row.length;
+      const screen = (n) => n.top < top + ph / k && n.top + n.h > top;
+      const first = ins.filter((n) => n.top < top + (ph / k) * 0.5);
+      const left = Math.min(...all.filter(screen).map((n) => n.left));
+      const inL = Math.min(...first.map((n) => n.left));
+      const inR = Math.max(...first.map((n) => n.left + n.w));
+      x = M - left * k;
+      if (x + inR * k > pw - M) x = Math.max(M - inL * k, pw - M - inR * k);
     }
-    let x = W * k <= pw ? (pw - W * k) / 2 : pw / 2 - cx * k;
-    if (W * k > pw) x = Math.min(8, Math.max(pw - W * k - 8, x));
+    if (W * k <= pw) x = (pw - W * k) / 2;
+    else x = Math.min(M, Math.max(pw - W * k - M, x));
     v = { k, x, y: 8 - Math.max(0, top - 8) * k };
     root.dataset.fit = "readable";
     apply();
@@ -436,6 +452,7 @@ function render({ model, el: root }) {
     const f = model.get("_focus") || {};
     if (f.key && f.seq !== focusAtLoad && byKey.has(f.key)) onFocus();
     focusAtLoad = f.seq;
+    onBusy();  // the page's own "opening …" ends with a new drawing
     root.dataset.rendered = String((+root.dataset.rendered || 0) + 1);
   }
 
@@ -513,6 +530,7 @@ function render({ model, el: root }) {
                                       : "no match";
     mark("olc-hit", hitList.filter((h) => h.key).map((h) => h.key));
     listHits();
+    if ((model.get("index") || {}).ids) want();
   }
 
   function choose(i) {
@@ -523,9 +541,31 @@ function render({ model, el: root }) {
     listHits();
     const cur = results.querySelector(".olc-current");
     if (cur && cur.scrollIntoView) cur.scrollIntoView({ block: "nearest" });
-    if (h.key) { centre(h.key, true); select(h.key); }
-    // Inside a collapsed box or a body: Python opens the path to it, then centres it.
-    if (!h.open && (model.get("index") || {}).ids) model.send({ type: "reveal", key: h.id });
+    const hidden = !h.open && (model.get("index") || {}).ids;
+    if (!hidden) { if (h.key) { centre(h.key, true); select(h.key); } return; }
+    // Inside a collapsed box or a body: Python selects the node (its details show at once),
+    // opens the path to it, then centres it. The box is only centred meanwhile, not selected:
+    // the page holds a state update back while another is in flight and custom messages are
+    // not held, so a selection of the box could reach Python after the reveal.
+    if (h.key) centre(h.key, true);
+    busy.textContent = "opening " + where(h).replace(/^in (body of )?/, "") + "…";
+    model.send({ type: "reveal", key: h.id });
+  }
+
+  // The boxes the first hits lie in, sent (once the typing pauses) so the Explorer lays their
+  // expands out first, ahead of a choice.
+  let wantTimer = 0, wanted = "";
+  function want() {
+    clearTimeout(wantTimer);
+    wantTimer = setTimeout(() => {
+      const keys = [...new Set(hitList.slice(0, 8).filter((h) => !h.open && h.key &&
+                                                           h.key.startsWith("scope:"))
+                                                 .map((h) => h.key))];
+      const k = keys.join("\n");
+      if (!keys.length || k === wanted) return;
+      wanted = k;
+      model.send({ type: "want", keys });
+    }, 150);
   }
 
   function select(key) {
@@ -574,7 +614,10 @@ function render({ model, el: root }) {
     if (!g) return;
     const key = (g.getAttribute("id") || "").slice(2);
     if (g.classList.contains("onnx-box")) {
-      select(key);
+      // Outlined here; Python selects it and draws it open (no state update of its own
+      // that could reach Python after the expand, as in choose()).
+      mark("olc-selected", [key]);
+      root.dataset.selected = key;
       model.send({ type: "expand", key });
     } else select(key);
   });
@@ -655,6 +698,7 @@ function render({ model, el: root }) {
       centre(f.key, true);
       if (f.select !== false) { mark("olc-selected", [f.key]); root.dataset.selected = f.key; }
       root.dataset.focused = String(f.seq || 0);
+      onBusy();
       root.dataset.centred = f.key;
     };
     if (port.clientWidth) go(); else requestAnimationFrame(go);
@@ -673,6 +717,10 @@ function render({ model, el: root }) {
     legend.style.display = html ? "block" : "none";
   };
   const onTitle = () => { title.textContent = model.get("title") || ""; };
+  const onBusy = () => {
+    busy.textContent = model.get("busy") || "";
+    root.dataset.busy = busy.textContent;
+  };
   model.on("change:svg", loadSvg);
   model.on("change:_focus", onFocus);
   model.on("change:_fit", () => { userMoved = false; fit(); });
@@ -680,6 +728,7 @@ function render({ model, el: root }) {
   model.on("change:details_html", showDetails);
   model.on("change:legend_html", onLegend);
   model.on("change:title", onTitle);
+  model.on("change:busy", onBusy);
   model.on("change:height", () => { setHeight(); firstView(); });
   // A new view (an expand): the hits keep their order, their places are the new ones.
   model.on("change:placement", () => {
