@@ -683,6 +683,9 @@ def _print_table(name: str, table: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
+        return 0
 
     def opt(flag: str, default=None):
         return argv[argv.index(flag) + 1] if flag in argv else default
