@@ -2,11 +2,10 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from _machinery import scoped_layers
 
 import onnx_lab
 from onnx_lab.widgets import Explorer
-
-from _machinery import scoped_layers
 
 
 @pytest.mark.slow
