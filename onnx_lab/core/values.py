@@ -19,7 +19,7 @@ import onnx_ir as ir
 from onnx_lab.core.model import IR_VERSION_META, LabModel
 
 __all__ = ["overridable", "constant_producer", "is_constant", "const_array", "constant_tensor",
-           "foldable_nodes", "RANDOM_OPS"]
+           "foldable_nodes", "rename_value", "RANDOM_OPS"]
 
 _STANDARD = ("", "ai.onnx")
 
@@ -123,6 +123,31 @@ def constant_tensor(value: ir.Value | None) -> ir.TensorProtocol | None:
     if name in ("value_string", "value_strings"):
         return ir.StringTensor(np.array(attr.value, dtype=np.bytes_), name=value.name)
     return None
+
+
+def rename_value(value: ir.Value, new: str) -> None:
+    """Rename ``value``; an initializer gets a tensor of its own under the new name.
+
+    onnx_ir renames a value's tensor with it, and that tensor is shared: by every clone of
+    the model (the versions a Lab keeps) and, for a tensor read from a message, by the message
+    itself (``TensorProtoTensor`` writes its name into the ``TensorProto``, so renaming in
+    place would rename the initializer of the user's ``ModelProto`` and of earlier versions).
+    The new tensor is a shallow one: an external reference to the same bytes, or a view of the
+    same data read on use.
+    """
+    t = value.const_value
+    if t is None:
+        value.name = new
+        return
+    if isinstance(t, ir.ExternalTensor):
+        own: ir.TensorProtocol = ir.ExternalTensor(
+            t.location, t.offset, t.length, t.dtype, shape=t.shape, name=new,
+            base_dir=t.base_dir)
+    else:
+        own = ir.LazyTensor(lambda t=t: t, t.dtype, t.shape, name=new)
+    value.const_value = None
+    value.name = new
+    value.const_value = own
 
 
 def _has_body(node: ir.Node) -> bool:

@@ -48,6 +48,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import (
     RANDOM_OPS,  # a region holding one: checked on the whole model
     foldable_nodes,
+    rename_value,
 )
 from onnx_lab.errors import LabError
 
@@ -666,7 +667,9 @@ def with_copies(model: LabModel, copies: list[PendingRegion], ref: PresetReferen
         sub.inputs.clear()
         for name in list(sub.initializers):
             init = sub.initializers.pop(name)
-            init.name = prefix + name
+            # (its tensor is shared with the model's versions and the message it was read
+            # from: renamed in place, it would rename the user's ModelProto's initializer)
+            rename_value(init, prefix + name)
             if init.name in taken:
                 raise ValueError(f"the name {init.name!r} is taken")
             graph.register_initializer(init)

@@ -11,6 +11,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.values import rename_value
 from onnx_lab.errors import InputError, PassError, unknown_name
 from onnx_lab.transforms._edit_base import _EditPass, _node
 from onnx_lab.transforms.base import (
@@ -43,23 +44,9 @@ class RenameTensor(_EditPass):
                       f"rename {old} -> {new}")]
 
     def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
-        v = model.index.value(self.options["old"])
-        if v.const_value is not None:
-            # Clones share tensor objects and renaming a value renames its tensor: give this
-            # version its own (shallow) tensor copy so earlier versions keep their names.
-            t = v.const_value
-            new = self.options["new"]
-            if isinstance(t, ir.ExternalTensor):
-                t2: ir.TensorProtocol = ir.ExternalTensor(
-                    t.location, t.offset, t.length, t.dtype, shape=t.shape, name=new,
-                    base_dir=t.base_dir)
-            else:  # a view of the same data, read on use
-                t2 = ir.LazyTensor(lambda t=t: t, t.dtype, t.shape, name=new)
-            v.const_value = None
-            v.name = new
-            v.const_value = t2
-        else:
-            v.name = self.options["new"]
+        # (clones share tensor objects: an initializer gets its own, earlier versions keep
+        # their names)
+        rename_value(model.index.value(self.options["old"]), self.options["new"])
         rw.modified = True
 
 

@@ -335,3 +335,28 @@ def test_onnxoptimizer_transpose_fusion_has_no_false_alarm():
     lab = onnx_lab.open("sample:convnet")
     r = lab.apply("onnxoptimizer", passes=["fuse_consecutive_transposes"])
     assert r.modified and r.verify_passed, r.notes
+
+
+def test_region_copies_leave_the_users_model_proto_and_earlier_versions_untouched(tmp_path):
+    # The copies of the regions rename their initializers; those tensors are shared with the
+    # model's versions and with the ModelProto the model was read from (onnx_ir writes a
+    # tensor's new name into its TensorProto): renamed in place, the user's proto lost its
+    # initializers' names and compare(proto, lab) refused "inputs differ in name".
+    onnx_lab.open("sample:convnet").save(tmp_path / "convnet.onnx")
+    proto = onnx.load(tmp_path / "convnet.onnx")
+    before = proto.SerializeToString()
+    lab = onnx_lab.open(proto)
+    names = sorted(lab.original.model.graph.initializers)
+    results = lab.apply_preset(["eliminate_identity", "eliminate_dropout", "fuse_conv_bn"])
+    assert all(r.verify_passed and r.verified_by == "region" for r in results)
+    assert proto.SerializeToString() == before
+    for version in (lab.original.model, lab.model):
+        for name, v in version.graph.initializers.items():
+            assert v.const_value.name == name
+    assert sorted(lab.original.model.graph.initializers) == names
+    assert onnx_lab.compare(proto, lab).passed
+    # renaming an initializer (the edit) leaves the proto and the original's tensor alone
+    w = next(n for n in names if lab.model.graph.initializers.get(n) is not None)
+    lab.rename_tensor(w, "renamed_weight")
+    assert proto.SerializeToString() == before
+    assert lab.original.model.graph.initializers[w].const_value.name == w
