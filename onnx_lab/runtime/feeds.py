@@ -238,7 +238,10 @@ _VOCAB_ATTRS = {"LabelEncoder": ("keys_strings", "keys_int64s"),
                 "OneHotEncoder": ("cats_strings", "cats_int64s"),
                 "CategoryMapper": ("cats_strings", "cats_int64s"),
                 "DictVectorizer": ("string_vocabulary", "int64_vocabulary")}
-_PASS_THROUGH = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+# Ops whose first output holds values of their first input (moved or picked, not changed):
+# skl2onnx reshapes a column, and its ColumnTransformer picks it with a Gather.
+_PASS_THROUGH = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
+                           "Gather", "GatherElements", "Slice", "Expand", "Tile"})
 # The made-up strings when the graph reveals no vocabulary: short, deterministic, distinct.
 _WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
 _SEQ_LEN = 2  # elements of a generated sequence
@@ -246,21 +249,25 @@ _SEQ_LEN = 2  # elements of a generated sequence
 
 def vocabulary(model: LabModel, name: str) -> list | None:
     """The values a categorical op reading ``name`` names (LabelEncoder keys, OneHotEncoder
-    and CategoryMapper categories, DictVectorizer vocabularies), also through Identity /
-    Reshape / Squeeze-like ops in between; None when none does."""
+    and CategoryMapper categories, DictVectorizer vocabularies), also through ops in between
+    that move or pick the values (Identity, Reshape, Squeeze-like, Transpose, a Gather or Slice
+    of them: skl2onnx's ColumnTransformer picks a column with a Gather); None when none does."""
     idx = model.index
     todo, seen = [name], {name}
-    while todo:  # through the ops that only move values (skl2onnx reshapes its columns)
+    while todo:  # through the ops that only move or pick values
         value = todo.pop(0)
         for nid in idx.consumers.get(value, ()):
             node = idx.node(nid)
+            first = bool(node.inputs) and node.inputs[0] is not None \
+                and node.inputs[0].name == value  # (a Gather's indices are not its values)
             if node.domain == "ai.onnx.ml":
                 for attr in _VOCAB_ATTRS.get(node.op_type, ()):
                     a = node.attributes.get(attr)
                     if a is not None and len(a.value):
                         return list(a.value)[:256]
-            elif node.op_type in _PASS_THROUGH and node.outputs and node.outputs[0].name \
-                    and node.outputs[0].name not in seen and len(seen) < 64:
+            elif node.op_type in _PASS_THROUGH and first and node.outputs \
+                    and node.outputs[0].name and node.outputs[0].name not in seen \
+                    and len(seen) < 64:
                 seen.add(node.outputs[0].name)
                 todo.append(node.outputs[0].name)
     return None

@@ -20,7 +20,7 @@ from ml_models import (
 from onnx import TensorProto, helper
 
 import onnx_lab
-from onnx_lab.errors import InputError, ModelLoadError, PassError
+from onnx_lab.errors import InputError, ModelLoadError, PassError, RuntimeLoadError
 from onnx_lab.numerics import make_feeds
 from onnx_lab.runtime.feeds import as_feed_list
 
@@ -110,6 +110,38 @@ def test_string_feeds_come_from_the_graph_vocabulary():
     assert set(city) <= set(CITIES) and len(set(city)) > 1
     assert list(city) == list(b["city"])  # deterministic
     assert list(make_feeds(lab, seed=4)["city"]) != list(city)
+
+
+def test_string_feeds_reach_the_vocabulary_through_a_column_gather():
+    # skl2onnx's ColumnTransformer picks the column with a Gather before a OneHotEncoder
+    # with zeros=0 (an unknown category fails the run): made-up words made every fp16/int8
+    # search of such a pipeline fail on the generated feeds.
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["city", "col"], ["picked"], name="pick", axis=1),
+         helper.make_node("OneHotEncoder", ["picked"], ["onehot"], domain="ai.onnx.ml",
+                          name="OneHotEncoder", cats_strings=CITIES, zeros=0),
+         # the other way: ids index a table whose values a LabelEncoder knows; the ids are
+         # not those values (7, 8, 9 would be out of the table's bounds)
+         helper.make_node("Gather", ["table", "ids"], ["rows"], name="lookup", axis=0),
+         helper.make_node("LabelEncoder", ["rows"], ["code"], domain="ai.onnx.ml",
+                          name="LabelEncoder", keys_int64s=[7, 8, 9], values_int64s=[1, 2, 3])],
+        "cols", [helper.make_tensor_value_info("city", TensorProto.STRING, ["N", 2]),
+                 helper.make_tensor_value_info("ids", TensorProto.INT64, ["N"])],
+        [helper.make_tensor_value_info("onehot", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("code", TensorProto.INT64, ["N"])],
+        [helper.make_tensor("col", TensorProto.INT64, [1], [0]),
+         helper.make_tensor("table", TensorProto.INT64, [3], [7, 8, 9])])
+    m = helper.make_model(g, opset_imports=[helper.make_operatorsetid("", 17),
+                                            helper.make_operatorsetid("ai.onnx.ml", 3)])
+    m.ir_version = 8
+    lab = onnx_lab.open(m, dims={"N": 6})
+    feeds = make_feeds(lab, seed=0)
+    assert set(feeds["city"].ravel()) <= set(CITIES)
+    assert feeds["ids"].min() >= 0 and feeds["ids"].max() < 3
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    onehot, code = sess.run(None, feeds)
+    assert onehot.sum() == 6 and set(code) <= {1, 2, 3}
+    assert onnx_lab.compare(m, m, dims={"N": 6}).passed
 
 
 def test_string_feeds_without_a_vocabulary_are_short_words():
@@ -203,3 +235,27 @@ def test_onnxmltools_lightgbm_classifier():
         lab.find_precision("int8")
     r = lab.apply("remove_zipmap")
     assert r.modified and r.verify_passed
+
+
+def test_precision_search_on_feeds_the_original_cannot_run_blames_the_feeds():
+    g = helper.make_graph(
+        [helper.make_node("OneHotEncoder", ["city"], ["onehot"], domain="ai.onnx.ml",
+                          name="OneHotEncoder", cats_strings=CITIES, zeros=0),
+         helper.make_node("Reshape", ["onehot", "flat"], ["rows"], name="rows"),
+         helper.make_node("MatMul", ["rows", "w"], ["y"], name="score")],
+        "onehot", [helper.make_tensor_value_info("city", TensorProto.STRING, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 1])],
+        [helper.make_tensor("flat", TensorProto.INT64, [2], [4, len(CITIES)]),
+         helper.make_tensor("w", TensorProto.FLOAT, [len(CITIES), 1],
+                            np.linspace(0.1, 1, len(CITIES)).tolist())])
+    m = helper.make_model(g, opset_imports=[helper.make_operatorsetid("", 17),
+                                            helper.make_operatorsetid("ai.onnx.ml", 3)])
+    m.ir_version = 8
+    lab = onnx_lab.open(m)
+    bad = {"city": np.array(["nowhere"] * 4, dtype=object)}
+    for target in ("fp16", "bf16"):
+        with pytest.raises(RuntimeLoadError, match="failed to run the original model") as e:
+            lab.find_precision(target, feeds=bad)
+        assert "Keep the failing node" not in str(e.value) + (e.value.fix or "")
+        assert "feeds" in e.value.fix
+    assert lab.find_precision("fp16").passed  # the generated feeds are categories it knows

@@ -120,7 +120,7 @@ class PrecisionPlan:
         model = conv.convert(kept)
         conv.close()
         ref = trials.run_outputs(self.source, self.feeds, [v.name for v in self.source.graph.outputs],
-                           opt_level=level)
+                                 opt_level=level, original=True)
         cand = trials.run_outputs(model, self.feeds, list(ref[0]), opt_level=level)
         per = [judge(self.tolerance, [r[n] for r in ref], [c[n] for c in cand]) for n in ref[0]]
         missing = [nid for nid in self.required if nid not in kept]

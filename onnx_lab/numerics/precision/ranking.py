@@ -117,7 +117,7 @@ def layerwise(ref: LabModel, cand: LabModel | None, feed_list: list[dict], targe
         if keep and all(n in keep[0] for n in r_names):
             rv = keep
         else:
-            rv = trials.run_outputs(ref, feed_list, r_names)
+            rv = trials.run_outputs(ref, feed_list, r_names, original=True)
             if keep is not None and cand is None and len(sizes) == len(chunk) and \
                     sum(sizes.values()) <= max_bytes // 2:
                 for i, values in enumerate(rv):
@@ -139,7 +139,7 @@ def layerwise(ref: LabModel, cand: LabModel | None, feed_list: list[dict], targe
         del rv
     missing = [n for n in out_names if n not in ref_out[0]]
     if missing:
-        extra = trials.run_outputs(ref, feed_list, missing)
+        extra = trials.run_outputs(ref, feed_list, missing, original=True)
         for s in range(len(feed_list)):
             ref_out[s].update(extra[s])
     return stats, ref_out
@@ -428,7 +428,7 @@ def rank_candidates(s: Search, cands: list[str], recheck: int, max_bytes: int,
         except LabError:  # the candidate does not convert or run: its trial says why
             full, stats = None, {}
     if not s.ref_outputs:
-        s.ref_outputs = trials.run_outputs(s.model, s.feed_list, s.out_names)
+        s.ref_outputs = trials.run_outputs(s.model, s.feed_list, s.out_names, original=True)
     s.ref_values = None
     if s.bar is not None:
         s.bar.step("layerwise capture")

@@ -119,7 +119,7 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
                                              keep=s.ref_values)
             overflows(s, stats, cands)
         else:
-            s.ref_outputs = trials.run_outputs(model, feed_list, s.out_names)
+            s.ref_outputs = trials.run_outputs(model, feed_list, s.out_names, original=True)
         t = s.clock("reference run", t)
         first = s.trial((), "full", keep_model=True)
         t = s.clock("full conversion", t)

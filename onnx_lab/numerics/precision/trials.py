@@ -315,13 +315,19 @@ class Converter:
 CONVERTED = {"fp16": "float16 conversion", "bf16": "bfloat16 emulation"}
 
 
+#: A run of the model the search starts from failing on the feeds: the feeds, not a node.
+ORIGINAL_FAILS = ("the original model", "The original model itself does not run on these "
+                  "feeds: check their values and shapes against lab.inputs, or pass feeds=.")
+
+
 def run_outputs(model: LabModel, feed_list: list[dict], names: list[str],
                  opt_level: str = "disable", converted: str | None = None,
-                 clock: Search | None = None) -> list[dict]:
+                 clock: Search | None = None, *, original: bool = False) -> list[dict]:
     """The ``names`` outputs of ``model`` on each feed. ``converted``: the model is a
     conversion of this module's own (``"float16 conversion"``): a load or run failure is a
-    :class:`~onnx_lab.numerics.half.ConversionBug`, not advice to the user. ``clock``: the
-    search whose timings get the session and run times."""
+    :class:`~onnx_lab.numerics.half.ConversionBug`, not advice to the user. ``original``:
+    the model is the one the search starts from (a failure is the feeds', not a node's to
+    keep). ``clock``: the search whose timings get the session and run times."""
     t0 = time.perf_counter()
     try:
         sess = make_session(model, outputs=names, arena=False, opt_level=opt_level)
@@ -332,19 +338,20 @@ def run_outputs(model: LabModel, feed_list: list[dict], names: list[str],
     if clock is not None:
         t0 = clock.clock("trial: onnxruntime session", t0)
     try:
-        return _run_feeds(sess, feed_list, names, converted)
+        return _run_feeds(sess, feed_list, names, converted, original)
     finally:
         if clock is not None:
             clock.clock("trial: onnxruntime run", t0)
 
 
-def _run_feeds(sess, feed_list: list[dict], names: list[str], converted: str | None
-               ) -> list[dict]:
+def _run_feeds(sess, feed_list: list[dict], names: list[str], converted: str | None,
+               original: bool = False) -> list[dict]:
+    what, fix = ORIGINAL_FAILS if original else (
+        "the candidate", "Keep the failing node in higher precision.")
     out = []
     for f in feed_list:
         try:
-            out.append(run_session(sess, f, names, what="the candidate",
-                                   fix="Keep the failing node in higher precision."))
+            out.append(run_session(sess, f, names, what=what, fix=fix))
         except RuntimeLoadError as e:
             if converted:
                 raise conversion_bug(converted, e.__cause__ or e) from e
@@ -436,7 +443,7 @@ class Search:
         t0 = time.perf_counter()
         if optimized and self.ref_optimized is None:
             self.ref_optimized = run_outputs(self.model, self.feed_list, self.out_names,
-                                              opt_level="all", clock=self)
+                                              opt_level="all", clock=self, original=True)
             t0 = time.perf_counter()
         ref = self.ref_optimized if optimized else self.ref_outputs
         try:
