@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pandas as pd
 import pytest
+from ml_models import tree_zipmap
 from zoo_helpers import conv_bn, endless_loop, huge_allocation, make_zoo
 
 import onnx_lab
@@ -185,6 +186,17 @@ def test_fp16_plan(tmp_path):
     r = _row(res, "a.onnx")
     assert r.status == "ok" and r.fp16_passed and r.fp16_kept >= 0 and r.fp16_trials >= 1
     assert r.fp16_candidates > 0 and res.out is None and res.files == {}
+
+
+def test_fp16_of_a_tree_model_is_not_applicable_not_an_error(tmp_path):
+    # trees only (nothing fp16 conversion changes): no plan and no verdict, the reason in
+    # the note; the model's row is not an error (a zoo of scikit-learn models was all red)
+    onnx.save(tree_zipmap(ml_only=True), tmp_path / "trees.onnx")
+    res = onnx_lab.audit(tmp_path, None, fp16=True, fp16_max_trials=4, dims={"N": 3}, **FAST)
+    r = _row(res, "trees.onnx")
+    assert r.status == "ok" and pd.isna(r.error_stage), r.error
+    assert pd.isna(r.fp16_passed) and "Nothing to convert to fp16" in r.fp16_note
+    assert "TreeEnsembleClassifier" in r.fp16_note
 
 
 # ---------------------------------------------------------------------------- the gate

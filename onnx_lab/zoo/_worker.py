@@ -177,7 +177,11 @@ class _Audit:
 
     def fp16(self) -> None:
         import onnx_lab
-        from onnx_lab.numerics.precision import PrecisionCancelled, ToleranceUnreachable
+        from onnx_lab.numerics.precision import (
+            NothingToConvert,
+            PrecisionCancelled,
+            ToleranceUnreachable,
+        )
 
         t = self.task
         lab = onnx_lab.open(t["path"], dims=self.dims or None, shapes=self.shapes or None,
@@ -187,6 +191,9 @@ class _Audit:
             plan = lab.find_precision("fp16", t.get("feeds"),
                                       max_trials=int(t.get("fp16_max_trials", 24)),
                                       progress=False)
+        except NothingToConvert as e:  # not applicable (trees, encoders): no plan, no verdict
+            self.row.update(fp16_note=e.problem, fp16_s=round(time.perf_counter() - t0, 4))
+            return
         except (ToleranceUnreachable, PrecisionCancelled) as e:  # an answer, not a failure
             self.row.update(fp16_passed=False, fp16_note=e.problem,
                             fp16_s=round(time.perf_counter() - t0, 4))

@@ -54,6 +54,7 @@ from onnx_lab.numerics.precision.trials import (
     METRICS,
     TARGETS,
     TRIAL_COLUMNS,
+    NothingToConvert,
     PrecisionCancelled,
     ToleranceUnreachable,
     make_tolerance,
@@ -65,4 +66,5 @@ Tolerance = Rule
 
 __all__ = ["find_precision", "sensitivity", "PrecisionPlan", "Tolerance", "make_tolerance",
            "TARGETS", "METRICS", "FP16_MAX", "TRIAL_COLUMNS", "SENSITIVITY_COLUMNS",
-           "OUTPUT_COLUMNS", "PrecisionCancelled", "ToleranceUnreachable"]
+           "OUTPUT_COLUMNS", "PrecisionCancelled", "ToleranceUnreachable",
+           "NothingToConvert"]

@@ -95,6 +95,11 @@ class ToleranceUnreachable(InputError):
     with every node kept) misses it."""
 
 
+class NothingToConvert(InputError):
+    """The model has no node the target's conversion changes (trees and encoders of the
+    ai.onnx.ml domain only, an already converted model): there is no plan to search."""
+
+
 # ---------------------------------------------------------------------------- tolerance
 def search_metrics() -> tuple[str, ...]:
     """The metrics find_precision offers now: the rows of ``numerics.metrics.RULES`` marked
@@ -592,7 +597,7 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
 
 
 def _nothing_to_convert(model: LabModel, target: str, unreachable: Sequence[str] = ()
-                        ) -> InputError:
+                        ) -> NothingToConvert:
     """No node the conversion changes: the true reason, and for an ONNX-ML model (trees,
     linear models, encoders of the ai.onnx.ml domain, which neither float16 conversion nor the
     int8 quantizer touch) which ops it holds; ``unreachable``: nodes it would change but
@@ -600,7 +605,7 @@ def _nothing_to_convert(model: LabModel, target: str, unreachable: Sequence[str]
     if unreachable:
         # graph paths are "{owner node id}/{attribute}"
         owners = sorted({model.index.entries[n].graph.rsplit("/", 1)[0] for n in unreachable})
-        return InputError(
+        return NothingToConvert(
             f"Nothing to quantize to {target}: all {len(unreachable)} float nodes the int8 "
             "quantizer changes are inside If/Loop bodies (of "
             + ", ".join(repr(o) for o in owners[:3]) + "), which the int8 quantizer does not "
@@ -611,13 +616,13 @@ def _nothing_to_convert(model: LabModel, target: str, unreachable: Sequence[str]
     ml = sorted({e.node.op_type for e in model.index.entries.values()
                  if e.node.domain == "ai.onnx.ml"})
     if ml:
-        return InputError(
+        return NothingToConvert(
             f"Nothing to convert to {target}: the model's computation is in ai.onnx.ml ops "
             f"({', '.join(ml[:6])}), which {target} conversion does not change, and it has no "
             "standard float op that it does.",
             fix="Keep the model in float32 (its trees and encoders run in float32 or double "
             "whatever the target); there is no precision plan to search.")
-    return InputError(f"The model has no node that {target} conversion changes (no float "
+    return NothingToConvert(f"The model has no node that {target} conversion changes (no float "
                       "computation to keep or convert).",
                       fix="Pass a float32 model; an already converted model has nothing "
                       "left to search.")
