@@ -9,7 +9,8 @@ ResNet-50 had 88 of 198 tensors without a shape and a cost of "0 GFLOPs, 88 unkn
 still-untyped output whose inputs are typed, by a rule for the fused ops (their output shapes
 follow from their inputs as onnxruntime's contrib op schemas define them) and by ONNX's own
 per-node inference for the standard ops behind them. ONNX-ML ops whose ONNX inference gives
-no shape (DictVectorizer, Scaler, Normalizer, Imputer, LinearRegressor, SVMRegressor) get
+no shape (DictVectorizer, Scaler, Normalizer, Imputer, LinearRegressor, SVMRegressor,
+ArrayFeatureExtractor) get
 rules too (:data:`ML_RULES`, checked against onnxruntime's kernels). Ops without a rule stay
 untyped (never guessed). One standard op gets a fallback too: a Reshape whose target ONNX could not evaluate
 keeps the rank its target's length gives (:func:`_reshape_rank`). The rules were checked against the shapes onnxruntime produces
@@ -19,6 +20,7 @@ keeps the rank its target's length gives (:func:`_reshape_rank`). The rules were
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import onnx
@@ -293,6 +295,24 @@ def _dict_vectorizer(node, ins):
     return [(ins[0][0], [1, len(vocab)])]
 
 
+def _array_feature_extractor(node, ins):
+    """ArrayFeatureExtractor: X with its last dim replaced by the number of indices in Y
+    (every index, whatever Y's shape); a 1-D X gives [1, indices] (onnxruntime's kernel).
+    skl2onnx's nearest-neighbour and label outputs read their classes through it."""
+    if len(ins) < 2 or ins[0] is None or ins[1] is None or not ins[0][1] \
+            or ins[1][1] is None:
+        return None
+    sizes = [d for d in ins[1][1] if d != 1]
+    if all(isinstance(d, int) for d in sizes):
+        count: Dim = math.prod(sizes)
+    elif len(sizes) == 1 and isinstance(sizes[0], str):
+        count = sizes[0]
+    else:
+        return None  # a product of named dims: no single name for it
+    x = list(ins[0][1])
+    return [(ins[0][0], [1, count] if len(x) == 1 else [*x[:-1], count])]
+
+
 #: Output-shape rules of ONNX-ML ops whose ONNX inference leaves the shape unknown.
 ML_RULES: dict[str, Rule] = {
     "Scaler": _float_like_input0,
@@ -301,6 +321,7 @@ ML_RULES: dict[str, Rule] = {
     "LinearRegressor": _linear_regressor,
     "SVMRegressor": _svm_regressor,
     "DictVectorizer": _dict_vectorizer,
+    "ArrayFeatureExtractor": _array_feature_extractor,
 }
 
 

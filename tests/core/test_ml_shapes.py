@@ -73,3 +73,33 @@ def test_dict_vectorizer_is_one_row_of_the_vocabulary():
     assert tuple(shapes["vec"]) == got.shape == (1, 4) and tuple(shapes["Y"]) == (1, 4)
     cost = lab.cost().nodes.set_index("node_id")
     assert cost.loc["scale", "flops"] == 8  # 2 FLOPs per element, no "shapes unknown"
+
+
+@pytest.mark.parametrize("x_shape,y_shape", [((3, 5), (2,)), ((5,), (2, 3)), ((2, 3, 5), (1, 4)),
+                                             (("N", 5), (2,)), ((5,), ("K",))])
+def test_array_feature_extractor_matches_onnxruntime(x_shape, y_shape):
+    # skl2onnx's nearest-neighbour classifier reads its labels through it: its output shape
+    # left the Reshape, Equal, ReduceSum and Div after it "shapes unknown" in cost()
+    g = helper.make_graph(
+        [helper.make_node("ArrayFeatureExtractor", ["x", "y"], ["z"], domain="ai.onnx.ml",
+                          name="afe"),
+         helper.make_node("Relu", ["z"], ["r"], name="after")], "g",
+        [helper.make_tensor_value_info("x", F, list(x_shape)),
+         helper.make_tensor_value_info("y", T.INT64, list(y_shape))],
+        [helper.make_value_info("r", onnx.TypeProto())])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("ai.onnx.ml", 3)])
+    dims = {"N": 3, "K": 4}
+    xs = tuple(dims.get(d, d) for d in x_shape)
+    ys = tuple(dims.get(d, d) for d in y_shape)
+    got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.ones(xs, np.float32), "y": np.zeros(ys, np.int64)})[0]
+    named = onnx_lab.open(m).tensors.set_index("name")["shape"]
+    want = tuple(d for d in got.shape)
+    z = tuple(named["z"])
+    assert len(z) == len(want)
+    assert all(a == b or (isinstance(a, str) and dims[a] == b) for a, b in zip(z, want)), (z, want)
+    lab = onnx_lab.open(m, dims={k: v for k, v in dims.items()
+                                 if k in (*x_shape, *y_shape)})
+    assert tuple(lab.tensors.set_index("name")["shape"]["z"]) == want
+    assert lab.cost().nodes.set_index("node_id").loc["after", "flops"] == got.size
