@@ -561,3 +561,61 @@ def test_search_hit_in_a_box_not_laid_out_shows_its_details_first(canvas_page):
         port.screenshot(path=str(ARTIFACTS / "canvas_search_not_ahead.png"))
     finally:
         page.screenshot(path=str(ARTIFACTS / "canvas_search_not_ahead_page.png"))
+
+
+def test_a_narrowed_canvas_keeps_its_selection_in_view(canvas_page):
+    # A form or panel opening beside the canvas narrows it: a selection centred in the wide
+    # canvas was left half under the new right edge (the Editor's form after a search). One
+    # the user had panned out of view stays where it is.
+    page, cells = canvas_page
+    root = _canvas(cells, 1)
+    port = root.locator(".olc-port")
+    key = "/model.12/Concat"
+    node = root.locator(f"svg g.node[id={json.dumps('n:' + key)}]")
+
+    def whole() -> bool:
+        n, p = node.bounding_box(), port.bounding_box()
+        return (n["x"] >= p["x"] and n["x"] + n["width"] <= p["x"] + p["width"]
+                and n["y"] >= p["y"] and n["y"] + n["height"] <= p["y"] + p["height"])
+
+    try:
+        root.scroll_into_view_if_needed()
+        search = root.locator(".olc-search")
+        search.fill(key)
+        search.press("Enter")
+        page.wait_for_function(
+            f"() => document.querySelector('.olc-root').dataset.centred === {json.dumps(key)}",
+            timeout=30_000)
+        page.keyboard.press("Escape")  # (no panel: the narrowing alone moves it)
+        root.locator(".olc-port").focus()
+        page.wait_for_timeout(300)
+        wide = port.bounding_box()["width"]
+        n = node.bounding_box()
+        # put the node just left of the canvas's middle, then narrow the canvas to 45 %
+        dx = port.bounding_box()["x"] + wide * 0.40 - (n["x"] + n["width"] / 2)
+        start = port.bounding_box()
+        page.mouse.move(start["x"] + start["width"] / 2, start["y"] + start["height"] / 2)
+        page.mouse.down()
+        page.mouse.move(start["x"] + start["width"] / 2 + dx, start["y"] + start["height"] / 2,
+                        steps=8)
+        page.mouse.up()
+        root.evaluate("r => { r.style.width = '45%'; }")
+        page.wait_for_timeout(400)
+        assert port.bounding_box()["width"] < wide * 0.6
+        assert whole(), (node.bounding_box(), port.bounding_box())
+        # widened again, then the node dragged out of view: a narrowing leaves it there
+        root.evaluate("r => { r.style.width = ''; }")
+        page.wait_for_timeout(400)
+        p = port.bounding_box()
+        page.mouse.move(p["x"] + 20, p["y"] + p["height"] / 2)
+        page.mouse.down()
+        page.mouse.move(p["x"] + 20 - 3 * p["width"], p["y"] + p["height"] / 2, steps=8)
+        page.mouse.up()
+        away = node.bounding_box()
+        assert away["x"] + away["width"] < p["x"]
+        root.evaluate("r => { r.style.width = '45%'; }")
+        page.wait_for_timeout(400)
+        assert node.bounding_box()["x"] + node.bounding_box()["width"] < port.bounding_box()["x"]
+    finally:
+        root.evaluate("r => { r.style.width = ''; }")
+        page.screenshot(path=str(ARTIFACTS / "canvas_narrowed.png"))

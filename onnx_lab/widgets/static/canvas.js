@@ -679,10 +679,26 @@ function render({ model, el: root }) {
     showModule(e);
   });
 
-  // (a kept view: the form beside the canvas may narrow it after the drawing came)
+  // (a kept view: the form beside the canvas may narrow it after the drawing came; and a
+  // selection that was in view before the resize stays in view: the Editor's form opening
+  // beside a search hit centred in the wide canvas left the node half under the right edge)
+  let portSize = { w: port.clientWidth, h: port.clientHeight };
+  const wasInView = (key, size) => {
+    const r = byKey.has(key || "") ? screenRect(key) : null;
+    if (!r) return false;
+    const pr = port.getBoundingClientRect();
+    return r.right > pr.left && r.left < pr.left + size.w && r.bottom > pr.top
+      && r.top < pr.top + size.h;
+  };
   const ro = new ResizeObserver(() => {
+    const before = portSize;
+    portSize = { w: port.clientWidth, h: port.clientHeight };
     if (!userMoved) firstView();
-    else { drawMini(); if (model.get("keep_view")) keepInside(model.get("selected")); }
+    else {
+      drawMini();
+      const key = model.get("selected");
+      if (model.get("keep_view") || wasInView(key, before)) keepInside(key);
+    }
     if (big) moving();
   });
   ro.observe(port);
