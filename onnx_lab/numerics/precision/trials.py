@@ -622,10 +622,10 @@ def _nothing_to_convert(model: LabModel, target: str, unreachable: Sequence[str]
             "standard float op that it does.",
             fix="Keep the model in float32 (its trees and encoders run in float32 or double "
             "whatever the target); there is no precision plan to search.")
-    return NothingToConvert(f"The model has no node that {target} conversion changes (no float "
-                      "computation to keep or convert).",
-                      fix="Pass a float32 model; an already converted model has nothing "
-                      "left to search.")
+    return NothingToConvert(f"The model has no node that {target} conversion changes (no "
+                            "float computation to keep or convert).",
+                            fix="Pass a float32 model; an already converted model has "
+                            "nothing left to search.")
 
 
 def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calibration: int,
