@@ -59,7 +59,14 @@ def test_make_check_is_the_fast_tier_and_make_test_the_whole_suite():
     make = (ROOT / "Makefile").read_text()
     assert 'CHECK_MARKERS := not slow and not browser and not torch' in make
     test = make.split("\ntest:", 1)[1].split("\n\n", 1)[0]
-    assert "pytest tests --nbmake notebooks" in test and "-m \"" not in test  # no marker filter
+    # two parts that together are every test and the notebooks, with no marker filter: the
+    # tests outside tests/browser in worker processes, then the browser tests and notebooks
+    assert "pytest tests --ignore=tests/browser -n 2" in test
+    assert "pytest tests/browser --nbmake notebooks" in test
+    assert " -m \"" not in test and " -k " not in test
+    assert "[ $$a -eq 0 ] && [ $$b -eq 0 ]" in test  # either part failing fails make test
+    dev = {_name(r) for r in PYPROJECT["project"]["optional-dependencies"]["dev"]}
+    assert {"pytest-xdist", "nbmake"} <= dev
     markers = PYPROJECT["tool"]["pytest"]["ini_options"]["markers"]
     assert {m.split(":")[0] for m in markers} >= {"slow", "browser", "torch"}
 
