@@ -81,12 +81,17 @@ def test_cycles_made_inside_are_still_collected_by_a_full_collection():
 
 
 def test_objects_the_process_froze_stay_frozen():
+    # Frozen objects can still be freed by reference counting while the test runs (other
+    # threads, pytest-xdist's channel), so the freeze count may drop a little; what must
+    # hold is that paused() did not unfreeze them: a frozen object is in no generation.
+    kept = _Node()
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
         with paused():
             _Node()
-        assert gc.get_freeze_count() == frozen
+        assert not any(o is kept for o in gc.get_objects())
+        assert gc.get_freeze_count() > frozen // 2
     finally:
         gc.unfreeze()
 
