@@ -96,6 +96,9 @@ class GraphCanvas(anywidget.AnyWidget):
     #: what the view waits on, shown in its bar ("laying out /h.3: not drawn ahead yet…")
     busy = t.Unicode("").tag(sync=True)
     _focus = t.Dict().tag(sync=True)
+    # Counts the drawings sent (``svg``); a focus names the drawing it was meant for, so the
+    # page applies it once that drawing is there and never again on a later one.
+    _drawing = t.Int(0).tag(sync=True)
     _fit = t.Int(0).tag(sync=True)
 
     def __init__(self, model: Any = None, *, height: int = 560, **kwargs: Any) -> None:
@@ -132,6 +135,7 @@ class GraphCanvas(anywidget.AnyWidget):
         self.rendering = rendering
         self.overlay, self.overlay_label = overlay, overlay_label
         if rendering is None:
+            self._drawing += 1
             self.items, self.svg, self.fallback, self.legend_html = {}, "", "", ""
             self.selected, self.details_html = "", ""
             self.layout.display = "none"  # an empty box says nothing: hide it until shown
@@ -149,6 +153,7 @@ class GraphCanvas(anywidget.AnyWidget):
             self.title = title or ""
             self.highlight = []
             self.fallback = "" if rendering.svg else "no SVG: " + "; ".join(rendering.notes[-1:])
+            self._drawing += 1
             self.svg = rendering.svg or ""
             if self.selected != keep:
                 self.selected = keep
@@ -196,13 +201,15 @@ class GraphCanvas(anywidget.AnyWidget):
         if key is None:
             return None
         self.selected = key
-        self._focus = {"key": key, "seq": int(self._focus.get("seq", 0)) + 1}
+        self._focus = {"key": key, "seq": int(self._focus.get("seq", 0)) + 1,
+                       "drawing": self._drawing}
         return key
 
     def centre(self, key: str) -> None:
         """Centre drawn element ``key`` at a readable size without selecting it (what the
         view does after an expand, to keep the opened box in view)."""
-        self._focus = {"key": key, "seq": int(self._focus.get("seq", 0)) + 1, "select": False}
+        self._focus = {"key": key, "seq": int(self._focus.get("seq", 0)) + 1, "select": False,
+                       "drawing": self._drawing}
 
     def reveal(self, name: str) -> str | None:
         """Like :meth:`focus`, but a node hidden in a collapsed box or an If/Loop/Scan body is

@@ -48,6 +48,7 @@ from onnx_lab.widgets._common import View, code_html, error_html, history_html, 
 __all__ = ["Editor"]
 
 _WIDE = w.Layout(width="300px")
+_CANVAS_MIN_PX = 360  # below this beside the form, the form goes under the canvas
 _FORM_PX = 470  # the form column: fixed, so a long attribute doc never narrows the canvas
 _READ_K = 1.0  # the least zoom of a neighbourhood view: labels at their drawn size (the 1:1)
 
@@ -166,8 +167,12 @@ class Editor(View):
         self._expand: list[str] = []
         self.canvas = GraphCanvas(self.lab, height=height)
         self.canvas.keep_view = True  # a redraw after an edit keeps the pan and zoom
-        self.canvas.layout.flex = "1 1 auto"
-        self.canvas.layout.min_width = "0"
+        # beside the form from a width of its own (the row wraps below that): a basis of its
+        # content's width made the form wrap under the canvas whenever the view's title was
+        # long (a whole 2,000-node graph) and come back beside it on a short one (the
+        # neighbourhood of an edit), so the canvas changed width under the user after an edit
+        self.canvas.layout.flex = "1 1 0%"
+        self.canvas.layout.min_width = f"{_CANVAS_MIN_PX}px"
         self.canvas.on_select(self._guard(self._selected))
         self.canvas.on_expand = self._guard(self._expand_box)
         # The form beside the canvas is this widget's details panel: the canvas's own panel

@@ -403,6 +403,7 @@ function render({ model, el: root }) {
 
   function loadSvg() {
     const text = model.get("svg") || "";
+    loaded = model.get("_drawing") || 0;
     stage.replaceChildren();
     mini.replaceChildren();
     mini._mk = 0;
@@ -450,8 +451,7 @@ function render({ model, el: root }) {
     if (view.k && model.get("keep_view")) keepInside(model.get("selected"));
     if (!(model.get("index") || {}).ids) hitList = [];
     const f = model.get("_focus") || {};
-    if (f.key && f.seq !== focusAtLoad && byKey.has(f.key)) onFocus();
-    focusAtLoad = f.seq;
+    if (f.key && f.seq !== focusDone && byKey.has(f.key)) onFocus();
     onBusy();  // the page's own "opening …" ends with a new drawing
     root.dataset.rendered = String((+root.dataset.rendered || 0) + 1);
   }
@@ -704,13 +704,18 @@ function render({ model, el: root }) {
   ro.observe(port);
 
   // ---- model changes
-  // A focus sent with a new drawing (an expand keeping the opened box in view) may be
-  // handled before that drawing is loaded: loadSvg applies it again once loaded.
-  let focusAtLoad = null;
+  // A focus names the drawing it is for (`_drawing`). One sent with a new drawing (an expand
+  // keeping the opened box in view) may be handled before that drawing is loaded: it waits,
+  // and loadSvg applies it once loaded. One already applied is not applied again on a later
+  // drawing (the Editor's redraw after an edit keeps its view: re-centring the search hit
+  // there moved the node the user was editing).
+  let loaded = 0, focusDone = null;
   const onFocus = () => {
     const f = model.get("_focus") || {};
     if (!f.key) return;
+    if (f.drawing !== undefined && f.drawing > loaded) return;  // its drawing is not here yet
     const go = () => {
+      focusDone = f.seq;
       centre(f.key, true);
       if (f.select !== false) { mark("olc-selected", [f.key]); root.dataset.selected = f.key; }
       root.dataset.focused = String(f.seq || 0);
@@ -760,7 +765,9 @@ function render({ model, el: root }) {
   onLegend();
   loadSvg();
   showDetails();
-  if ((model.get("_focus") || {}).key) requestAnimationFrame(onFocus);
+  if ((model.get("_focus") || {}).key && (model.get("_focus") || {}).seq !== focusDone) {
+    requestAnimationFrame(onFocus);
+  }
   return () => { ro.disconnect(); clearTimeout(syncTimer); clearTimeout(settleTimer);
                  clearTimeout(ovTimer);
                  cancelAnimationFrame(frameReq); };
