@@ -33,14 +33,14 @@ lab: setup
 	  > $(VENV)/share/jupyter/lab/settings/overrides.json
 	@sh scripts/lab.sh $(VENV)/bin/jupyter $(LAB_PORT) notebooks/01_explore.ipynb
 
-# Every test and the notebooks: the tests that drive no browser in two worker processes (one
-# per core: most of them are one-core Python), then the JupyterLab browser tests and the
-# notebooks in one process (a browser test's kernel, server and Chromium already take both
-# cores; alone they wait on no other test). Both parts run; the exit status is 1 if either fails.
+# Every test and the notebooks: the tests that drive no browser and the notebooks (nbmake) in
+# two worker processes (one per core: most of them are one-core Python), then the JupyterLab
+# browser tests in one process (a browser test's kernel, server and Chromium already take both
+# cores; beside another they time out). Both parts run; the exit status is 1 if either fails.
 test: setup
 	@sh scripts/install-system-deps.sh chromium || echo "chromium missing: the browser test will skip"
-	$(PY) -m pytest tests --ignore=tests/browser -n 2 --dist loadfile; a=$$?; \
-	  $(PY) -m pytest tests/browser --nbmake notebooks; b=$$?; \
+	$(PY) -m pytest tests --ignore=tests/browser --nbmake notebooks -n 2 --dist loadfile; a=$$?; \
+	  $(PY) -m pytest tests/browser; b=$$?; \
 	  [ $$a -eq 0 ] && [ $$b -eq 0 ]
 
 # The contributors' fast tier: lint, the architecture test and the unit tests that need no

@@ -60,9 +60,9 @@ def test_make_check_is_the_fast_tier_and_make_test_the_whole_suite():
     assert 'CHECK_MARKERS := not slow and not browser and not torch' in make
     test = make.split("\ntest:", 1)[1].split("\n\n", 1)[0]
     # two parts that together are every test and the notebooks, with no marker filter: the
-    # tests outside tests/browser in worker processes, then the browser tests and notebooks
-    assert "pytest tests --ignore=tests/browser -n 2" in test
-    assert "pytest tests/browser --nbmake notebooks" in test
+    # tests outside tests/browser and the notebooks in worker processes, then the browser tests
+    assert "pytest tests --ignore=tests/browser --nbmake notebooks -n 2" in test
+    assert "pytest tests/browser;" in test
     assert " -m \"" not in test and " -k " not in test
     assert "[ $$a -eq 0 ] && [ $$b -eq 0 ]" in test  # either part failing fails make test
     dev = {_name(r) for r in PYPROJECT["project"]["optional-dependencies"]["dev"]}
