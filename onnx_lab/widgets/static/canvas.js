@@ -765,9 +765,8 @@ function render({ model, el: root }) {
   onLegend();
   loadSvg();
   showDetails();
-  if ((model.get("_focus") || {}).key && (model.get("_focus") || {}).seq !== focusDone) {
-    requestAnimationFrame(onFocus);
-  }
+  const f0 = model.get("_focus") || {};
+  if (f0.key && f0.seq !== focusDone) requestAnimationFrame(onFocus);
   return () => { ro.disconnect(); clearTimeout(syncTimer); clearTimeout(settleTimer);
                  clearTimeout(ovTimer);
                  cancelAnimationFrame(frameReq); };
