@@ -201,15 +201,18 @@ class GraphCanvas(anywidget.AnyWidget):
         if key is None:
             return None
         self.selected = key
-        self._focus = {"key": key, "seq": int(self._focus.get("seq", 0)) + 1,
-                       "drawing": self._drawing}
+        self._send_focus(key)
         return key
 
     def centre(self, key: str) -> None:
         """Centre drawn element ``key`` at a readable size without selecting it (what the
         view does after an expand, to keep the opened box in view)."""
-        self._focus = {"key": key, "seq": int(self._focus.get("seq", 0)) + 1, "select": False,
-                       "drawing": self._drawing}
+        self._send_focus(key, select=False)
+
+    def _send_focus(self, key: str, **extra: Any) -> None:
+        # a new request (seq) for the drawing now shown (the page waits for it if it is late)
+        self._focus = {"key": key, "seq": int(self._focus.get("seq", 0)) + 1,
+                       "drawing": self._drawing, **extra}
 
     def reveal(self, name: str) -> str | None:
         """Like :meth:`focus`, but a node hidden in a collapsed box or an If/Loop/Scan body is

@@ -680,8 +680,8 @@ function render({ model, el: root }) {
   });
 
   // (a kept view: the form beside the canvas may narrow it after the drawing came; and a
-  // selection that was in view before the resize stays in view: the Editor's form opening
-  // beside a search hit centred in the wide canvas left the node half under the right edge)
+  // selection that was in view before the resize stays in view: a narrower canvas would
+  // leave a node near its right edge half under it)
   let portSize = { w: port.clientWidth, h: port.clientHeight };
   const wasInView = (key, size) => {
     const r = byKey.has(key || "") ? screenRect(key) : null;
@@ -715,8 +715,7 @@ function render({ model, el: root }) {
     if (!f.key) return;
     if (f.drawing !== undefined && f.drawing > loaded) return;  // its drawing is not here yet
     const go = () => {
-      focusDone = f.seq;
-      centre(f.key, true);
+      if (centre(f.key, true)) focusDone = f.seq;  // applied: never again on a later drawing
       if (f.select !== false) { mark("olc-selected", [f.key]); root.dataset.selected = f.key; }
       root.dataset.focused = String(f.seq || 0);
       onBusy();
