@@ -234,4 +234,3 @@ class Rewrite:
                                                 list(new_nodes), list(old_values),
                                                 list(new_values))
         self.modified = True
-
