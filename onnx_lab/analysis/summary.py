@@ -13,7 +13,7 @@ from onnx_lab.core.derived import derived_dims
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dynamic_dims, value_type
 from onnx_lab.core.units import itemsize
-from onnx_lab.core.values import foldable_nodes
+from onnx_lab.core.values import QUANTIZATION_OPS, foldable_nodes
 
 __all__ = ["Summary", "summarize", "op_family", "OP_FAMILIES", "constant_computed"]
 
@@ -61,7 +61,9 @@ def constant_computed(model: LabModel) -> list[dict[str, Any]]:
     initializers.
 
     onnxruntime does not fold every such subgraph (never ConstantOfShape): the model then
-    rebuilds them at every run, and its initializers understate its weights.
+    rebuilds them at every run, and its initializers understate its weights. The
+    QuantizeLinear/DequantizeLinear of stored weights (and what reads them) are not listed:
+    they are the model's quantization, which the pass keeps.
 
     Returns:
         One dict per tensor: tensor, node_id (its producer), op_type, nbytes; largest first.
@@ -69,7 +71,7 @@ def constant_computed(model: LabModel) -> list[dict[str, Any]]:
     Example:
         >>> sum(t["nbytes"] for t in constant_computed(lab.model))
     """
-    fold = foldable_nodes(model)
+    fold = foldable_nodes(model, keep=QUANTIZATION_OPS)
     if not fold:
         return []
     types = model.types()

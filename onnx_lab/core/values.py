@@ -19,7 +19,7 @@ import onnx_ir as ir
 from onnx_lab.core.model import IR_VERSION_META, LabModel
 
 __all__ = ["overridable", "constant_producer", "is_constant", "const_array", "constant_tensor",
-           "foldable_nodes", "rename_value", "RANDOM_OPS"]
+           "foldable_nodes", "rename_value", "RANDOM_OPS", "QUANTIZATION_OPS"]
 
 _STANDARD = ("", "ai.onnx")
 
@@ -27,6 +27,12 @@ _STANDARD = ("", "ai.onnx")
 #: checked on the whole model: numerics/region.py).
 RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                         "Multinomial", "Bernoulli"})
+
+#: The ops that set a quantized model's precision. On stored weights they compute constants,
+#: but they are the model's quantization: runtimes fuse DequantizeLinear(int8 weight) -> Conv
+#: into int8 kernels, and folding it would store the weight in float (4x the bytes) and lose
+#: them. The optimizer keeps them (``foldable_nodes(..., keep=QUANTIZATION_OPS)``).
+QUANTIZATION_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
 # Never folded: random outputs differ per run; Dropout may be random in training mode; bodies
 # (If/Loop/Scan) are left to the runtime.
@@ -155,9 +161,16 @@ def _has_body(node: ir.Node) -> bool:
                for a in node.attributes.values())
 
 
-def foldable_nodes(model: LabModel) -> dict[int, tuple[str, ir.Node]]:
+def foldable_nodes(model: LabModel, *, keep: frozenset[str] = frozenset()
+                   ) -> dict[int, tuple[str, ir.Node]]:
     """Main-graph nodes whose inputs are all constants (initializers, Constant nodes, or
-    outputs of other foldable nodes), keyed by id(node), in topological order."""
+    outputs of other foldable nodes), keyed by id(node), in topological order.
+
+    Args:
+        keep: op types (standard domain) taken as computing at run time, like any node with
+            a data input: they and what depends on them are not listed
+            (``QUANTIZATION_OPS`` for what the optimizer may fold).
+    """
     fold: dict[int, tuple[str, ir.Node]] = {}
     const_out: set[int] = set()
     idx = model.index
@@ -169,7 +182,7 @@ def foldable_nodes(model: LabModel) -> dict[int, tuple[str, ir.Node]]:
         if node.op_type == "Constant":
             const_out.update(id(o) for o in node.outputs)
             continue
-        if node.op_type in _NEVER_FOLDED:
+        if node.op_type in _NEVER_FOLDED or node.op_type in keep:
             continue
         ins = [v for v in node.inputs if v is not None]
         if not ins:

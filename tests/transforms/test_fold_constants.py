@@ -230,3 +230,63 @@ def test_a_fold_that_fails_in_the_shared_evaluation_is_reported_alone():
     assert r.modified and "Transpose" not in ops(r.model) and "Reshape" in ops(r.model)
     assert any("evaluation failed" in n for n in r.notes), r.notes
     assert "t" in r.model.ir.graph.initializers
+
+
+def _qdq_conv(qat: bool) -> object:
+    """x -> Conv(DequantizeLinear(int8 weight)) -> y, as onnxruntime's static quantizer
+    writes it; ``qat``: float weight -> QuantizeLinear -> DequantizeLinear, the
+    quantization-aware-training export TensorRT reads."""
+    w = rand(4, 3, 3, 3)
+    if qat:
+        body = "wq = QuantizeLinear(w, s, zp)  wd = DequantizeLinear(wq, s, zp)"
+        inits = {"w": w}
+    else:
+        body = "wd = DequantizeLinear(wq, s, zp)"
+        inits = {"wq": np.clip(np.round(w / 0.02), -127, 127).astype(np.int8)}
+    inits.update(s=np.array(0.02, np.float32), zp=np.array(0, np.int8))
+    text = f"""g (float[1,3,8,8] x) => (float[1,4,6,6] y) {{ {body}  y = Conv(x, wd) }}"""
+    return model_from_text(text, inits, opset=21)
+
+
+@pytest.mark.parametrize("qat", [False, True])
+def test_quantized_weights_stay_quantized(qat):
+    # Folding DequantizeLinear(int8 weight) gives the same numbers, so no verification sees
+    # it, but stores the weight in float: the int8 model would run in float.
+    m = _qdq_conv(qat)
+    r = apply("fold_constants", m)
+    assert r.modified is False
+    assert "quantize stored weights: kept" in r.reason and "fold_quantization=True" in r.reason
+    assert get_pass("fold_constants").find(m) == []
+    import onnx_ir as ir
+
+    import onnx_lab
+    lab = onnx_lab.open(m.ir)
+    assert lab.apply_preset("safe")  # runs; nothing quantized is touched
+    assert ops(lab.model) == ops(m) and "runtime_constants" not in set(lab.check(load=False).code)
+    # Asked for, the weights are dequantized: float32 initializer, no Q/DQ left.
+    r = apply("fold_constants", m, fold_quantization=True)
+    assert r.modified and ops(r.model) == ["Conv"]
+    w = r.model.ir.graph.node(0).inputs[1].const_value
+    assert w.dtype == ir.DataType.FLOAT
+    assert_same_outputs(m, r.model)
+
+
+def test_int4_block_weights_stay_quantized():
+    import onnx
+    import onnx_ir as ir
+
+    import onnx_lab
+    q = np.random.default_rng(0).integers(-8, 8, size=(64, 8)).astype(np.int8)
+    w4 = helper.make_tensor("w4", onnx.TensorProto.INT4, [64, 8], q.flatten().tolist())
+    g = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["w4", "s"], ["wd"], axis=0, block_size=32),
+         helper.make_node("MatMul", ["x", "wd"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8])],
+        [w4, numpy_helper.from_array(np.full((2, 8), 0.01, np.float32), "s")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    lab = onnx_lab.open(model)
+    lab.apply_preset("safe")
+    assert ops(lab.model) == ["DequantizeLinear", "MatMul"]
+    assert lab.model.ir.graph.initializers["w4"].const_value.dtype == ir.DataType.INT4

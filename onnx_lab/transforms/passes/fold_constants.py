@@ -11,7 +11,7 @@ import onnx_ir as ir
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import value_type
 from onnx_lab.core.units import format_bytes, itemsize
-from onnx_lab.core.values import foldable_nodes
+from onnx_lab.core.values import QUANTIZATION_OPS, foldable_nodes
 from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
 from onnx_lab.transforms.passes._util import freed_bytes, nbytes
 
@@ -39,18 +39,35 @@ class FoldConstants(LabPass):
 
     **Never folded.** Random ops (RandomNormal, RandomUniform, Bernoulli, Multinomial…), Dropout,
     nodes with bodies (If/Loop/Scan), and ops in non-default domains — their values are not
-    fixed, or not ours to compute. A subgraph that ends in a graph output keeps its node."""
+    fixed, or not ours to compute. A subgraph that ends in a graph output keeps its node.
+
+    **Quantized weights stay quantized.** `DequantizeLinear(int8 weight)` and
+    `QuantizeLinear(float weight)` compute constants, but they are the model's quantization:
+    onnxruntime and TensorRT fuse the Q/DQ pattern around a Conv or MatMul into int8 kernels, and
+    a folded weight would be stored in float (4x its int8 bytes, 8x int4) and run in float. The
+    numbers would not change, so no verification could see it: the pass keeps those nodes (and
+    what reads them) unless `fold_quantization=True` asks to dequantize the weights."""
 
     # The pattern names its matches carry (lab.patterns(), explain(pattern)).
     patterns = ("constant_subgraph",)
     presets = {"safe": (40,)}  # after the clean-up, before the fusions (transforms/presets.py)
 
     params = (Param("max_growth_bytes", int, 16 << 20,
-                    "refuse a fold that grows the model by more than this many bytes"),)
+                    "refuse a fold that grows the model by more than this many bytes"),
+              Param("fold_quantization", bool, False,
+                    "also fold QuantizeLinear/DequantizeLinear of stored weights (stores them "
+                    "dequantized, in float: the model grows and runs in float)"))
     no_match_reason = "no node depends only on constants"
 
     def find(self, model: LabModel) -> list[Match]:
         fold = foldable_nodes(model)
+        quant = [nid for nid, n in fold.values() if n.op_type in QUANTIZATION_OPS]
+        if quant and not self.options["fold_quantization"]:
+            others = f" and {len(quant) - 1} other Q/DQ nodes" if len(quant) > 1 else ""
+            self.skip(quant[0], f"it{others} quantize stored weights: kept, since folding would "
+                      "store the weights in float and undo the model's quantization "
+                      "(fold_quantization=True folds them)")
+            fold = foldable_nodes(model, keep=QUANTIZATION_OPS)
         types = None
         out = []
         orders: dict[int, dict[int, int]] = {}  # per graph, made once (not per match)
