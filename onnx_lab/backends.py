@@ -22,7 +22,8 @@ from typing import Any
 from onnx_lab._pandas import pd
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import ProviderError
-from onnx_lab.numerics.metrics import rule_for, tensor_metrics, value_dtype
+from onnx_lab.numerics.align import computed_precision
+from onnx_lab.numerics.metrics import judging_dtype, rule_for, tensor_metrics, value_dtype
 from onnx_lab.profiling.run import open_session, profile
 from onnx_lab.profiling.sweep import batch_sweep
 from onnx_lab.render.results import backend_report_html
@@ -155,6 +156,7 @@ def compare_backends(model: Any, backends: Sequence[str] | None = None, *,
     ref = run_session(ref_sess, feed, out_names, what="the model on onnxruntime CPU")
     del ref_sess
     out_rows = []
+    precision = computed_precision(lm)
     sessions = list(prof.latency_stats.session)
     for s in sessions:
         if s == REFERENCE:
@@ -163,8 +165,10 @@ def compare_backends(model: Any, backends: Sequence[str] | None = None, *,
         by_name = run_session(sess, feed, what=f"the model on {s}")
         for o in out_names:
             r = ref[o]
-            # value_dtype sees through a ZipMap's maps (float32) and names strings
-            pname, rule = rule_for(value_dtype(r), output=True, preset=preset)
+            # value_dtype sees through a ZipMap's maps (float32) and names strings; a float32
+            # output of a float16 computation is judged by float16's rule
+            pname, rule = rule_for(judging_dtype(value_dtype(r), precision.get(o)),
+                                   output=True, preset=preset)
             c = by_name.get(o)
             if c is None:
                 out_rows.append({"backend": s, "output": o, "passed": False,

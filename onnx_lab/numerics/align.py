@@ -43,7 +43,7 @@ from onnx_lab.core.values import const_array, is_constant
 logger = logging.getLogger(__name__)
 
 __all__ = ["align", "ALIGN_COLUMNS", "origins_of", "SUBGRAPH_REASON", "SameQuantity",
-           "kept_node"]
+           "kept_node", "computed_precision"]
 
 ALIGN_COLUMNS = ["tensor", "node_id", "op_type", "graph", "depth", "is_output", "cand_tensor",
                  "cand_node_id", "match", "reason"]
@@ -405,6 +405,57 @@ def _scanversion_tensors(model: LabModel) -> list[tuple[str, str, int]]:
             if v.name and v.name not in seen:
                 seen.add(v.name)
                 out.append((v.name, nid, e.topo))
+    return out
+
+
+#: Float dtypes narrower than float32, by how coarse they are (the widest judging rule wins).
+_NARROW = {"float16": 1, "bfloat16": 2, "float8e4m3fn": 3, "float8e4m3fnuz": 3,
+           "float8e5m2": 3, "float8e5m2fnuz": 3, "float8e8m0": 3, "float4e2m1": 4}
+
+
+def computed_precision(model: LabModel) -> dict[str, str]:
+    """{main-graph tensor: the narrowest float dtype computed on its way}, for tensors that a
+    float16 / bfloat16 / float8 computation feeds, directly or through other nodes.
+
+    A float32 output behind a float16 graph (``keep_io_types=True`` conversions cast only the
+    graph's inputs and outputs) carries float16 rounding: two correct versions of the model
+    differ there by float16 steps, so its values are judged by the float16 rule, not the
+    float32 one. Graph inputs and constants do not count (a float16 value cast to float32 is
+    exact; a float16 weight is the same number in both versions); what only constants feed
+    (a Cast of a weight) does not either.
+    """
+    return model.cached(("computed_precision",), lambda: _scan_precision(model))
+
+
+def _scan_precision(model: LabModel) -> dict[str, str]:
+    # on use: core.shapes pulls in shape inference
+    from onnx_lab.core.shapes import value_type
+    from onnx_lab.core.values import foldable_nodes
+
+    idx = model.index
+    folded = {nid for nid, _n in foldable_nodes(model).values()}
+    types = None
+    out: dict[str, str] = {}
+    for nid in idx.topo_order(""):
+        if nid in folded:
+            continue
+        node = idx.entries[nid].node
+        narrowest = None
+        for v in node.inputs:
+            got = out.get(v.name) if v is not None and v.name else None
+            if got is not None and (narrowest is None or _NARROW[got] > _NARROW[narrowest]):
+                narrowest = got
+        for o in node.outputs:
+            if not o.name:
+                continue
+            if types is None:
+                types = model.types()
+            info = value_type(model, o, types)
+            own = info.dtype if info is not None and info.dtype in _NARROW else None
+            best = narrowest if own is None or (
+                narrowest is not None and _NARROW[narrowest] > _NARROW[own]) else own
+            if best is not None:
+                out[o.name] = best
     return out
 
 

@@ -271,6 +271,18 @@ def rule_for(dtype: str, *, output: bool, preset: str | None = None,
     return name, (p.outputs if output else p.intermediates).with_tolerances(atol, rtol)
 
 
+def judging_dtype(dtype: str, computed: str | None) -> str:
+    """The dtype whose preset judges a tensor of ``dtype`` that was computed through
+    ``computed`` (:func:`~onnx_lab.numerics.align.computed_precision`): ``computed`` when it
+    is a coarser float (a float32 output of a float16 graph carries float16 rounding), else
+    ``dtype``. Integer and bool tensors stay exact."""
+    if computed is None or computed == dtype or _kind(dtype) != "f":
+        return dtype
+    coarse = PRESETS[preset_for_dtype(computed)].outputs.atol or 0.0
+    own = PRESETS[preset_for_dtype(dtype)].outputs.atol or 0.0
+    return computed if coarse > own else dtype
+
+
 def tolerance(dtype: str, atol: float | None = None, rtol: float | None = None
               ) -> tuple[float, float]:
     """(atol, rtol) of the output rule for a dtype name; user values override the defaults.

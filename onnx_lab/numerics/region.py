@@ -54,7 +54,12 @@ from onnx_lab.errors import LabError
 
 # By job, importable from here: what a step changed.
 from onnx_lab.numerics._stepdiff import StepDiff, _same_node, step_diff
-from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
+from onnx_lab.numerics.align import (
+    VersionPair,
+    align_versions,
+    computed_precision,
+    version_tensors,
+)
 from onnx_lab.numerics.metrics import is_structured, rule_for
 from onnx_lab.numerics.selection import (
     Selections,
@@ -440,7 +445,8 @@ def judge_region(ref: PresetReference, pending: PendingRegion,
     skipped: list[str] = []
     for p in pairs:
         if not _judge(p, ref.values[p.ref], got[p.tensor], stats[p.tensor],
-                      preset=opts["preset"], atol=opts["atol"], rtol=opts["rtol"]):
+                      preset=opts["preset"], atol=opts["atol"], rtol=opts["rtol"],
+                      computed=computed_precision(ref.model).get(p.ref)):
             skipped.append(p.tensor)
     pairs = [p for p in pairs if p.tensor not in set(skipped)]
     rows = [_row(p, stats[p.tensor]) for p in pairs]
@@ -614,7 +620,7 @@ def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = N
     if got is not None:
         for p in pairs:
             _judge(p, ref.outputs[p.ref], got[p.tensor], stats[p.tensor], preset=preset,
-                   atol=atol, rtol=rtol)
+                   atol=atol, rtol=rtol, computed=computed_precision(ref.model).get(p.ref))
     rows = []
     for p in pairs:
         row = _row(p, stats[p.tensor])

@@ -48,13 +48,19 @@ from onnx_lab.core.source import load_source
 from onnx_lab.core.subgraph import upstream_model
 from onnx_lab.errors import DimError, InputError, RuntimeLoadError, strict_keywords
 from onnx_lab.numerics._stepdiff import step_diff
-from onnx_lab.numerics.align import VersionPair, align_versions, version_tensors
+from onnx_lab.numerics.align import (
+    VersionPair,
+    align_versions,
+    computed_precision,
+    version_tensors,
+)
 from onnx_lab.numerics.metrics import (
     TOLERANCES,
     Rule,
     as_value,
     get_preset,
     is_structured,
+    judging_dtype,
     rule_for,
     tensor_metrics,
     tolerance,
@@ -415,6 +421,7 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
     chunks = _plan([p for p in pairs], sizes, max_bytes // 2)
     single = len(chunks) <= 1
     a_all = [n for n, _i, _t in version_tensors(after)] if (cache is not None and single) else []
+    precision = computed_precision(before) if preset is None else {}
     skipped: list[str] = []
     labels = branch_labels(before, [r for r, _c in samples])
     not_run: list[str] = []  # generated branch samples the reference itself cannot run
@@ -446,7 +453,7 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
             for p in chunk:
                 passed = stats[p.tensor]["passed"]
                 if not _judge(p, refs[p.ref], cands[p.tensor], stats[p.tensor], preset=preset,
-                              atol=atol, rtol=rtol):
+                              atol=atol, rtol=rtol, computed=precision.get(p.ref)):
                     skipped.append(p.tensor)
                 elif labels and passed and not stats[p.tensor]["passed"]:
                     stats[p.tensor]["fails_with"].append(labels[i])
@@ -529,12 +536,20 @@ def _selection_sides(before: LabModel, after: LabModel, result: Any, pairs: list
 
 
 def _judge(p: VersionPair, ref: Any, cand: Any, s: dict[str, Any], *, preset: str | None,
-           atol: float | None, rtol: float | None) -> bool:
+           atol: float | None, rtol: float | None, computed: str | None = None) -> bool:
     """Compare one pair's values into its stats ``s`` (in place); False when the pair is not
-    comparable element by element (a transposed layout kept under the name: skipped)."""
+    comparable element by element (a transposed layout kept under the name: skipped).
+
+    ``computed``: the narrowest float dtype the reference computed the tensor through
+    (:func:`~onnx_lab.numerics.align.computed_precision`); without a preset it picks the rule
+    when it is coarser than the tensor's own dtype's."""
     r, c = as_value(ref), as_value(cand)
     dt = _dtype_name(r)
-    pname, rule = rule_for(dt, output=p.match == "output", preset=preset, atol=atol, rtol=rtol)
+    judged_as = dt if preset is not None else judging_dtype(dt, computed)
+    if judged_as != dt:
+        s["note"] = s["note"] or f"computed through {computed}: judged by its rule"
+    pname, rule = rule_for(judged_as, output=p.match == "output", preset=preset, atol=atol,
+                           rtol=rtol)
     if p.match != "output" and not p.kept and not is_structured(r) and r is not None \
             and c is not None and not is_structured(c) and r.shape != c.shape:
         # A tool may keep a name on a reshaped tensor (2-D Gemm inside a 3-D MatMul chain):

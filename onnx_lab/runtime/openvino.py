@@ -107,9 +107,13 @@ class OpenVINOSession:
                                        fix="Check lab.check(); ops of custom domains "
                                        "(com.microsoft) do not run in OpenVINO.") from e
         self._request = self._compiled.create_infer_request()
-        self._inputs = [p.get_any_name() for p in self._compiled.inputs]
-        # A port has several tensor names (an output behind an Identity keeps both): use the
-        # model's own output name where the port carries it.
+        # A port has several tensor names (an output behind an Identity keeps both; an input
+        # read only by a Cast that OpenVINO folds into it carries the Cast's output name too,
+        # and get_any_name() may give either): use the model's own names where the port
+        # carries them. Inputs are fed by port, so none is left unset.
+        declared_in = [v.name for v in model.graph.inputs]
+        self._inputs = [next((n for n in declared_in if n in p.get_names()), p.get_any_name())
+                        for p in self._compiled.inputs]
         declared = [o.name for o in model.graph.outputs]
         self._outputs = [next((n for n in declared if n in p.get_names()), p.get_any_name())
                          for p in self._compiled.outputs]
@@ -125,7 +129,12 @@ class OpenVINOSession:
     def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, np.ndarray]
             ) -> list[np.ndarray]:
         """Outputs in the model's order (``output_names`` picks some), as numpy arrays."""
-        res = self._request.infer({k: v for k, v in feeds.items() if k in self._inputs})
+        missing = [n for n in self._inputs if n not in feeds]
+        if missing:
+            # infer() would run on whatever the request's input tensors hold (uninitialized,
+            # or the previous run's values): garbage that looks like a result
+            raise ValueError(f"no value fed for the input(s) {', '.join(map(repr, missing))}")
+        res = self._request.infer({i: feeds[n] for i, n in enumerate(self._inputs)})
         arrays = [np.asarray(res[i]) for i in range(len(self._outputs))]
         if output_names is None:
             return arrays

@@ -232,6 +232,43 @@ def test_openvino_beside_ort():
     assert set(r.sweep.table.backend) == set(t.index)
 
 
+@pytest.mark.skipif(not openvino_available(), reason="openvino (optional extra) not installed")
+def test_openvino_feeds_an_input_its_port_names_after_a_cast():
+    # x is read only by a Cast to float16, which OpenVINO folds into the input: the port's
+    # names are {'x', 'h'} and get_any_name() gives 'h'. The session used to drop the feed
+    # and run on unset input memory (1e30s), or on the previous run's input.
+    from onnx import TensorProto as TP
+    from onnx import helper, numpy_helper
+
+    from onnx_lab.backends import compare_backends
+    from onnx_lab.runtime.openvino import OpenVINOSession
+
+    w = numpy_helper.from_array(np.linspace(-1, 1, 16, dtype=np.float16).reshape(4, 4), "w")
+    g = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["h"], to=TP.FLOAT16),
+         helper.make_node("MatMul", ["h", "w"], ["p"]),
+         helper.make_node("Cast", ["p"], ["y"], to=TP.FLOAT),
+         helper.make_node("ReduceMean", ["x"], ["m"], keepdims=0)],
+        "g", [helper.make_tensor_value_info("x", TP.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, [2, 4]),
+         helper.make_tensor_value_info("m", TP.FLOAT, [])], [w])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    sess = OpenVINOSession(lab.model)
+    assert sess._inputs == ["x"]
+    for x in (np.arange(8, dtype=np.float32).reshape(2, 4), np.full((2, 4), -3, np.float32)):
+        y, m = sess.run(None, {"x": x})
+        np.testing.assert_allclose(m, x.mean(), rtol=1e-6)
+        np.testing.assert_allclose(y, x @ numpy_helper.to_array(w).astype(np.float32),
+                                   rtol=1e-2, atol=1e-2)
+    with pytest.raises(ValueError, match="no value fed for the input"):
+        sess.run(None, {})
+    r = compare_backends(lab, ["cpu", "openvino"], budget_s=2.0, progress=False)
+    out = r.outputs.set_index("output")
+    assert out.passed.all(), out
+    # y is float32 but computed in float16: judged by float16's rule; m by float32's
+    assert out.loc["y", "preset"] == "fp16" and out.loc["m", "preset"] == "fp32"
+
+
 def test_openvino_missing_says_how_to_add(monkeypatch):
     import onnx_lab.runtime.openvino as ovm
     from onnx_lab.backends import compare_backends
