@@ -354,7 +354,9 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                     report = report_of(before, result.model, result, dims=dims, shapes=shapes,
                                        cache=_cache, reference_shapes=kind != "edit", **opts)
                 except RuntimeLoadError as e:  # the reference itself does not run
-                    raise RuntimeLoadError(f"Cannot verify {pass_name}: {e.problem}",
+                    raise RuntimeLoadError(f"Cannot verify {pass_name}: the model before it "
+                                           f"does not run, so there is nothing to compare "
+                                           f"with ({e.problem})",
                                            fix=(e.fix or "") + " Or apply with verify=False "
                                            "(--no-verify).") from e
                 if why is not None:

@@ -707,13 +707,33 @@ def run_failure(e: BaseException, what: str = "the model", fix: str = _FEEDS_FIX
     to run ``what``" and the first line of its message. :func:`run_session` raises it; loops
     that time ``sess.run`` themselves raise it for a failure after their first checked run.
     """
-    text = str(e).strip()
+    text = _ort_text(str(e).strip())
     first = text.splitlines()[0][:400] if text else type(e).__name__
     return RuntimeLoadError(f"{runtime} failed to run {what}: {first}", fix=fix)
 
 
+_ORT_TAG = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
+# "/onnxruntime_src/onnxruntime/core/graph/graph.cc:1483 onnxruntime::Graph::Graph(...) "
+# (ORT_WHERE: the file, the line and the function's signature, always together)
+_ORT_SOURCE = re.compile(r"/onnxruntime_src/\S+:\d+ (?:[^()\n]*?\(.*?\)(?: const)? )?")
+
+
+def _ort_text(text: str) -> str:
+    """onnxruntime's message without its source locations and C++ signatures (which filled
+    the 400 characters kept before the reason came): a message that repeats the
+    ``[ONNXRuntimeError]`` tag keeps its last, innermost part."""
+    lines = text.splitlines()
+    if not lines:
+        return text
+    first = lines[0]
+    tags = list(_ORT_TAG.finditer(first))
+    if len(tags) > 1:
+        first = first[tags[-1].start():]
+    return "\n".join([_ORT_SOURCE.sub("", first), *lines[1:]])
+
+
 def _explain_ort_error(e: Exception) -> str:
-    text = str(e).strip()
+    text = _ort_text(str(e).strip())
     first = text.splitlines()[0] if text else type(e).__name__
     if len(first) > 400:
         first = first[:400] + "…"

@@ -155,3 +155,27 @@ def test_run_session_returns_named_outputs_and_translates_runtime_failures():
     with pytest.raises(RuntimeLoadError, match="onnxruntime failed to run the candidate: ") as e:
         run_session(sess, bad, what="the candidate", fix="Keep the node in fp32.")
     assert e.value.fix == "Keep the node in fp32."
+
+
+def test_onnxruntime_messages_keep_the_reason_not_the_source_location():
+    # The reason used to sit past the 400 characters of source path and C++ signature kept
+    # (a float16 conversion onnxruntime rejects at load, a kernel's check at run time).
+    from onnx_lab.runtime.session import _explain_ort_error, _ort_text, run_failure
+
+    load = ("[ONNXRuntimeError] : 1 : FAIL : /onnxruntime_src/onnxruntime/core/graph/graph.cc:"
+            "1483 onnxruntime::Graph::Graph(const onnxruntime::Model&, onnx::GraphProto*, const "
+            "std::unordered_map<std::__cxx11::basic_string<char>, int>&, onnxruntime::Version, "
+            "onnxruntime::IOnnxRuntimeOpSchemaCollectionPtr, onnxruntime::Graph*, const "
+            "onnxruntime::Node*, const onnxruntime::logging::Logger&, bool) [ONNXRuntimeError] "
+            ": 1 : FAIL : Tensor element type mismatch. 10 != 1")
+    assert _explain_ort_error(RuntimeError(load)) == (
+        "onnxruntime cannot load or run the model: [ONNXRuntimeError] : 1 : FAIL : Tensor "
+        "element type mismatch. 10 != 1")
+    conv = ("[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running Conv "
+            "node. Name:'c' Status Message: /onnxruntime_src/onnxruntime/core/providers/cpu/"
+            "nn/conv.cc:123 onnxruntime::common::Status onnxruntime::Conv<float>::Compute("
+            "onnxruntime::OpKernelContext*) const X num_dims does not match W num_dims.")
+    assert _ort_text(conv).endswith("Status Message: X num_dims does not match W num_dims.")
+    assert "onnxruntime_src" not in run_failure(RuntimeError(conv)).problem
+    plain = "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions\n index: 0"
+    assert _ort_text(plain) == plain
