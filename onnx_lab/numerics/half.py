@@ -419,10 +419,12 @@ class _Writer:
         s.number, self._graphs_seen = self._graphs_seen, self._graphs_seen + 1
         narrow_io = top and not self.keep_io_types
         inputs = {i.name for i in g.input}
+        # IR < 4 lists every initializer as an input too: its declared type is its data's
+        inits = {t.name for t in g.initializer}
         for vi in g.input:
             tt = vi.type.tensor_type
             t = tt.elem_type if vi.type.HasField("tensor_type") else None
-            if narrow_io and t == FLOAT:
+            if narrow_io and t == FLOAT and vi.name not in inits:
                 tt.elem_type = self.to
                 t = self.to
             s.entries[vi.name] = _Entry(s, t, {t: vi.name} if t is not None else {})

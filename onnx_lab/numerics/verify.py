@@ -546,8 +546,7 @@ def _judge(p: VersionPair, ref: Any, cand: Any, s: dict[str, Any], *, preset: st
     r, c = as_value(ref), as_value(cand)
     dt = _dtype_name(r)
     judged_as = dt if preset is not None else judging_dtype(dt, computed)
-    if judged_as != dt:
-        s["note"] = s["note"] or f"computed through {computed}: judged by its rule"
+    why = f" ({dt}, computed through {judged_as})" if judged_as != dt else ""
     pname, rule = rule_for(judged_as, output=p.match == "output", preset=preset, atol=atol,
                            rtol=rtol)
     if p.match != "output" and not p.kept and not is_structured(r) and r is not None \
@@ -563,7 +562,7 @@ def _judge(p: VersionPair, ref: Any, cand: Any, s: dict[str, Any], *, preset: st
         s["note"] = s["note"] or f"reference shape {list(r.shape)} compared flat"
     mabs, mrel, ok, note = _compare(r, c, rule)
     s.update(dtype=dt, shape=_shape_of(c), atol=rule.atol, rtol=rule.rtol, preset=pname,
-             rule=rule.describe(), max_abs=max(s["max_abs"], mabs),
+             rule=rule.describe() + why, max_abs=max(s["max_abs"], mabs),
              max_rel=max(s["max_rel"], mrel), passed=s["passed"] and ok, note=s["note"] or note)
     return True
 
