@@ -6,7 +6,8 @@ bounded by ``_SLICE`` elements per step whatever the tensor size.
 
 Non-finite values are compared position by position: the same infinity (``-inf`` attention
 masks) or NaN on both sides is a match; a NaN or infinity on one side only is a mismatch and
-makes ``max_abs`` infinite. The error statistics (``mean_abs``, ``max_rel``, ``cosine``,
+makes ``max_abs`` infinite, except a float16 (bfloat16) infinity facing the largest finite
+float16 (bfloat16) value of the same sign when both tensors have that dtype: both overflowed. The error statistics (``mean_abs``, ``max_rel``, ``cosine``,
 ``sqnr_db``) are computed over positions finite on both sides.
 
 Example:
@@ -309,6 +310,11 @@ def _dot(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.einsum("i,i->", a, b))
 
 
+#: The largest finite value of the narrow floats whose overflow both sides may show
+#: differently (infinity on one, this value on the other): both overflowed.
+_OVERFLOW_AT = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+
+
 class MetricAccumulator:
     """Running metrics of one (reference, candidate) tensor pair over slices and samples.
 
@@ -597,6 +603,14 @@ class MetricAccumulator:
             self.max_ref = max(self.max_ref, float(np.abs(r[r_fin]).max()))
         # Same NaN-ness and the same infinity on both sides match; anything else does not.
         same = (r_nan & c_nan) | (~r_nan & ~c_nan & ~r_fin & ~c_fin & (r == c))
+        top = _OVERFLOW_AT.get(self.dtype or "") if self.dtype == self.cand_dtype else None
+        if top is not None:
+            # Both overflowed a narrow float: one side rounded to the infinity, the other
+            # kept the largest finite value of the same sign (a kernel that saturates, or a
+            # value just under the rounding boundary: float16 rounds to inf from 65520 on).
+            r_inf, c_inf = ~r_fin & ~r_nan, ~c_fin & ~c_nan
+            same |= (r_inf & (c == np.where(r > 0, top, -top))) \
+                | (c_inf & (r == np.where(c > 0, top, -top)))
         bad = int((~both & ~same).sum())
         if bad:
             self.n_fail += bad

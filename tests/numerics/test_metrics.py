@@ -198,3 +198,20 @@ def test_max_ref_and_the_finite_error_see_past_a_one_sided_nan():
     assert acc.max_ref == 70000.0  # the reference's magnitude, whatever the candidate holds
     assert acc.max_abs == math.inf and acc.max_abs_finite == 0.5
     assert (acc.inf_cand, acc.n_finite) == (1, 2)
+
+
+def test_a_narrow_float_overflow_shown_two_ways_matches():
+    # One kernel rounds a float16 overflow to inf, another saturates at 65504 (light ResNet-50
+    # in float16, its weights folded or not): both overflowed. Only between tensors of that
+    # dtype: a float32 reference's 65504 against a float16 inf is a real overflow.
+    import numpy as np
+
+    from onnx_lab.numerics.metrics import tensor_metrics
+
+    r = np.array([np.inf, 1.0, -np.inf], np.float16)
+    c = np.array([65504.0, 1.0, -65504.0], np.float16)
+    assert tensor_metrics(r, c)["passed"] and tensor_metrics(c, r)["passed"]
+    assert not tensor_metrics(r.astype(np.float32), c.astype(np.float32))["passed"]
+    assert not tensor_metrics(r[:1], -c[:1])["passed"]  # the other sign
+    assert not tensor_metrics(r[:1], np.array([60000.0], np.float16))["passed"]
+    assert not tensor_metrics(r[:1].astype(np.float32), c[:1])["passed"]  # fp32 vs fp16
