@@ -147,8 +147,9 @@ def _quantize_files(model: LabModel, fn, source: Path | None = None, **kw) -> La
                 # Old exports compute weights with nodes (ConstantOfShape...): the quantizer
                 # only reads initializers.
                 fix = (f"Weight {computed.group(1)!r} is computed by a node, not stored: fold "
-                       "constants first (lab.apply('fold_constants') or "
-                       "lab.apply_preset('safe')), then quantize the result.")
+                       "constants first, with a limit the weights fit in "
+                       "(lab.apply('fold_constants', max_growth_bytes=1 << 30): the default "
+                       "16 MB refuses larger folds), then quantize the result.")
             else:
                 fix = "Exclude the failing nodes (nodes_to_exclude=[...])."
             raise PassError(f"quantization failed: {msg[:400]}", fix=fix) from e
