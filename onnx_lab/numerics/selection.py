@@ -36,8 +36,13 @@ Verification on the whole model (:mod:`~onnx_lab.numerics.verify`), by region an
 final output check (:mod:`~onnx_lab.numerics.region`), and :func:`~onnx_lab.numerics.compare.
 compare` judge through this one function, each with its :class:`Sides`.
 
+QuantizeLinear rounds to integers: an element quantized one step apart, whose reference input
+is within tolerance of a rounding boundary, is a near-tie too (a correct float rewrite upstream
+of a QDQ model's quantization lands a value on the other side of a boundary).
+
 Limits: a selection inside an If/Loop/Scan body is seen only through its owner (not judged);
-rounding ops (Floor, Round, Cast to integers, QuantizeLinear) are not treated as selections.
+the other rounding ops (Floor, Round, Cast to integers) and blocked QuantizeLinear are not
+treated as selections.
 
 Example:
     >>> sel = judge_selections(sides, {"top_idx": False, "boxes": False})
@@ -305,6 +310,41 @@ def _nms(node: ir.Node, r_in: list, c_in: list, r_out: list, c_out: list,
     return Tie(True, len(delta), len(ref_set | cand_set), worst, float(s_tol.max()))
 
 
+def _quantize(node: ir.Node, r_in: list, c_in: list, r_out: list, c_out: list,
+              allowed: Allowed) -> Tie:
+    """QuantizeLinear: each element quantized differently differs by one step, and the
+    reference's input there is within tolerance of a rounding boundary (``(k + 0.5)·scale``
+    before the zero point): a value one rounding off in a float rewrite upstream (a Conv with
+    its BatchNormalization folded in) lands on the other side of it."""
+    if int(_attr(node, "block_size", 0) or 0):
+        return Tie(False, why="blocked quantization (block_size): not judged as a rounding")
+    x = np.asarray(r_in[0], np.float64)
+    ro, co = np.asarray(r_out[0]), np.asarray(c_out[0])
+    if ro.shape != co.shape or ro.shape != x.shape:
+        return Tie(False, why=f"its output is {list(co.shape)} instead of {list(ro.shape)}")
+    if ro.dtype.kind not in "iu" or co.dtype.kind not in "iu":
+        return Tie(False, why=f"it quantizes to {ro.dtype}: not judged as a rounding")
+    scale = np.asarray(r_in[1], np.float64)
+    if scale.ndim == 1 and scale.size > 1 and x.ndim:
+        axis = int(_attr(node, "axis", 1)) % x.ndim
+        shape = [1] * x.ndim
+        shape[axis] = scale.size
+        scale = scale.reshape(shape)
+    steps = np.abs(ro.astype(np.int64) - co.astype(np.int64))
+    differ = steps != 0
+    if (steps > 1).any():
+        return Tie(False, int(differ.sum()), int(ro.size),
+                   why=f"it differs by {int(steps.max())} quantization steps: a rounding "
+                   "moves one")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = x / scale
+    scale = np.broadcast_to(np.abs(scale), x.shape)
+    # distance of x to the nearest rounding boundary (k + 0.5)·scale
+    gap = np.abs(v - (np.floor(v) + 0.5)) * scale
+    return _held(gap[differ], np.broadcast_to(allowed(0, x), x.shape)[differ],
+                 int(differ.sum()), int(ro.size), "the inputs quantized differently")
+
+
 @dataclass(frozen=True)
 class SelectionOp:
     """How one op type selects (a row of :data:`SELECTION_OPS`).
@@ -337,6 +377,8 @@ SELECTION_OPS: dict[str, SelectionOp] = {
     "NonZero": SelectionOp((0,), (), (0,), _nonzero, "listed elements"),
     "Greater": _COMPARISON, "Less": _COMPARISON, "GreaterOrEqual": _COMPARISON,
     "LessOrEqual": _COMPARISON,
+    # rounding to integers: the scale and zero point must be the same
+    "QuantizeLinear": SelectionOp((0,), (1, 2), (0,), _quantize, "quantized elements"),
 }
 
 
@@ -406,8 +448,12 @@ class Flip:
 
     def describe(self) -> str:
         """One sentence: which selection flipped, by how much the scores differed."""
-        scores = ("tied exactly in the reference's scores" if self.gap == 0 else
-                  f"the reference's scores at them within {self.gap:.3g} of each other")
+        if self.op_type == "QuantizeLinear":
+            scores = (f"the reference's inputs there within {self.gap:.3g} of a rounding "
+                      "boundary")
+        else:
+            scores = ("tied exactly in the reference's scores" if self.gap == 0 else
+                      f"the reference's scores at them within {self.gap:.3g} of each other")
         return (f"{self.op_type} {self.node_id!r} flipped a near-tie: {self.differ} of "
                 f"{self.total} {self.picks} differ, {scores} (tolerance {self.allowed:.3g}); "
                 f"its inputs agree within tolerance (max_abs {self.inputs_max_abs:.3g})")

@@ -247,3 +247,36 @@ def test_a_tool_that_changes_only_a_weight_is_a_verified_change():
     lab = onnx_lab.open("sample:convnet")
     r = Scale().run(lab.model)
     assert r.modified and r.nodes_after == r.nodes_before
+
+
+def test_ort_fusing_qdq_into_int8_kernels_says_so():
+    # extended fuses DequantizeLinear -> Conv -> QuantizeLinear into QLinearConv, which
+    # rounds in integers: the step's notes name the fusion and the int8 comparison.
+    import numpy as np
+    from onnx import TensorProto as TP
+    from onnx import helper, numpy_helper
+
+    import onnx_lab
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.uint8), "z"),
+             numpy_helper.from_array(rng.integers(-50, 50, (4, 3, 3, 3)).astype(np.int8), "wq"),
+             numpy_helper.from_array(np.array(0.01, np.float32), "ws"),
+             numpy_helper.from_array(np.array(0, np.int8), "wz")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"]),
+             helper.make_node("Conv", ["xd", "w"], ["c"]),
+             helper.make_node("QuantizeLinear", ["c", "s", "z"], ["cq"]),
+             helper.make_node("DequantizeLinear", ["cq", "s", "z"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [1, 4, 6, 6])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 9
+    lab = onnx_lab.open(m)
+    r = lab.apply("ort:extended", verify=False)
+    assert "QLinearConv" in set(lab.nodes.op_type)
+    assert any("into int8 kernels" in n and "preset='int8'" in n for n in r.notes), r.notes
+    r = onnx_lab.open(m).apply("ort:basic", verify=False)
+    assert not any("int8 kernels" in n for n in r.notes)
