@@ -28,8 +28,8 @@ def scaled_copy(model: onnx.ModelProto, weight: str, factor: float) -> onnx.Mode
     out.CopyFrom(model)
     for t in out.graph.initializer:
         if t.name == weight:
-            arr = numpy_helper.to_array(t) * factor
-            t.CopyFrom(numpy_helper.from_array(arr.astype(np.float32), t.name))
+            old = numpy_helper.to_array(t)  # its dtype kept (float16 weights stay so)
+            t.CopyFrom(numpy_helper.from_array((old * factor).astype(old.dtype), t.name))
             return out
     raise KeyError(weight)
 
