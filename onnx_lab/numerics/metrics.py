@@ -7,8 +7,9 @@ bounded by ``_SLICE`` elements per step whatever the tensor size.
 Non-finite values are compared position by position: the same infinity (``-inf`` attention
 masks) or NaN on both sides is a match; a NaN or infinity on one side only is a mismatch and
 makes ``max_abs`` infinite, except a float16 (bfloat16) infinity facing the largest finite
-float16 (bfloat16) value of the same sign when both tensors have that dtype: both overflowed. The error statistics (``mean_abs``, ``max_rel``, ``cosine``,
-``sqnr_db``) are computed over positions finite on both sides.
+float16 (bfloat16) value of the same sign when both tensors have that dtype: both overflowed.
+The error statistics (``mean_abs``, ``max_rel``, ``cosine``, ``sqnr_db``) are computed over
+positions finite on both sides.
 
 Example:
     >>> import numpy as np

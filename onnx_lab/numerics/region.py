@@ -443,10 +443,11 @@ def judge_region(ref: PresetReference, pending: PendingRegion,
     pairs = pending.pairs
     stats = {p.tensor: _new_stats() for p in pairs}
     skipped: list[str] = []
+    precision = computed_precision(ref.model)
     for p in pairs:
         if not _judge(p, ref.values[p.ref], got[p.tensor], stats[p.tensor],
                       preset=opts["preset"], atol=opts["atol"], rtol=opts["rtol"],
-                      computed=computed_precision(ref.model).get(p.ref)):
+                      computed=precision.get(p.ref)):
             skipped.append(p.tensor)
     pairs = [p for p in pairs if p.tensor not in set(skipped)]
     rows = [_row(p, stats[p.tensor]) for p in pairs]
