@@ -12,7 +12,9 @@ so for (b) the reference is also shown with ``load_external_data=False`` (graph 
 
 Targets: (a) ``onnx_lab.open(path)`` with default arguments + the three tables <= 1.0x
 ``onnx.load`` (the row "open+3 tables"; with the summary too <= 1.5x); (b) onnx_lab < 1 s and
-< 0.5 GB peak RSS.
+< 0.5 GB peak RSS. onnx_lab's time includes waiting for every weight's values (``open`` reads
+them in the background); ``ready`` in the breakdown is when the tables (and summary) were
+there, before that wait.
 
 Usage::
 
@@ -61,6 +63,14 @@ def _child(kind: str, path: str) -> None:
             t = time.perf_counter()
             lab.summary()
             parts["summary"] = time.perf_counter() - t
+        # What the user has so far needs no weight: ``open`` reads them in the background.
+        # The total waits for them too (every weight's values in memory, as after onnx.load).
+        parts["ready"] = time.perf_counter() - t0
+        t = time.perf_counter()
+        for v in lab.model.ir.graph.initializers.values():
+            if v.const_value is not None and v.const_value.nbytes >= 1 << 16:
+                v.const_value.numpy()
+        parts["weights"] = time.perf_counter() - t
     seconds = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     print(json.dumps({"seconds": seconds, "peak_rss_gb": rss * 1024 / 1e9,

@@ -180,28 +180,31 @@ def _from_ir(model: ir.Model, base: Path | None) -> LabModel:
     return LabModel(model)
 
 
-def _map(path: Path) -> mmap.mmap | None:
-    """A read-only map of the file, or None where the file system cannot map it."""
+def _map(path: Path, f) -> mmap.mmap | None:
+    """A read-only map of the open file ``f``, or None where the file system cannot map it."""
     try:
-        with open(path, "rb") as f:
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as e:
         logger.debug("cannot map %s (%s); reading it", path, e)
         return None
 
 
 class _Reader(threading.Thread):
-    """Reads a whole file into a private buffer in the background.
+    """Reads a whole open file into a private buffer in the background, then closes it.
 
     ``open`` without ``mmap`` must own its weights (a file rewritten later must not change or
     crash the Lab), so the file is read once; the read releases the GIL, so it overlaps the
-    parsing and the graph deserialization the opening thread does meanwhile (BERT-base: the
-    read hides behind most of the ~0.15 s of deserialization).
+    parsing and the graph deserialization the opening thread does meanwhile, and whatever the
+    user does next until a weight is first needed (``_Pending``). It reads the file the graph
+    was parsed from (the same open file, so a file replaced by a rename meanwhile does not
+    mix in), and a file written in place while it is read (its size or modification time
+    moved) is an error, never a silent mix of two versions.
     """
 
-    def __init__(self, path: Path, size: int) -> None:
+    def __init__(self, path: Path, f) -> None:
         super().__init__(name="onnx_lab-read", daemon=True)
-        self.path, self.size = path, size
+        self.path, self.f = path, f
+        self.before = os.fstat(f.fileno())
         self.buf: bytes = b""
         self.error: BaseException | None = None
 
@@ -211,14 +214,18 @@ class _Reader(threading.Thread):
         # whose compaction stalls made BERT-base's read take 0.14-1.3 s instead of ~0.3 s;
         # a bytearray would be zero-filled first, holding the GIL.)
         try:
-            with open(self.path, "rb", buffering=0) as f:
-                self.buf = f.read()
-            if len(self.buf) != self.size:
+            with self.f:
+                self.buf = self.f.read()  # from the start: nothing else reads ``f``
+                after = os.fstat(self.f.fileno())
+            size = self.before.st_size
+            if (len(self.buf) != size or after.st_size != size
+                    or after.st_mtime_ns != self.before.st_mtime_ns):
                 raise ModelLoadError(
-                    f"Model file {str(self.path)!r} changed size while it was read "
-                    f"({len(self.buf)} of {self.size} bytes).",
+                    f"Model file {str(self.path)!r} was written to while it was read "
+                    f"({len(self.buf)} of {size} bytes read; it now has {after.st_size}).",
                     fix="Open it again once the program writing it has finished.")
-        except BaseException as e:  # noqa: BLE001 - re-raised by the opening thread
+        except BaseException as e:  # noqa: BLE001 - re-raised where a weight is first used
+            self.buf = b""
             self.error = e
 
     def result(self) -> bytes:
@@ -255,22 +262,27 @@ def _read_path(path: Path, use_mmap: bool = False) -> LabModel:
     if size == 0:
         raise ModelLoadError(f"Model file {str(path)!r} is empty (0 bytes).",
                              fix="Re-export or re-download the model.")
-    with open(path, "rb") as f:
-        head = f.read(512)
-    _check_magic(head, repr(str(path)))
-    mapped = _map(path)
-    data: bytes | mmap.mmap = mapped if mapped is not None else path.read_bytes()
+    f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below or by the reader
+    reader = None
     try:
-        stripped, spans = split_raw_data(data, _VIEW_MIN_BYTES)
-    except (ValueError, IndexError):  # not well-formed: protobuf below says so
-        stripped, spans = data, []
-    if not isinstance(stripped, bytes):  # nothing stripped from a map: protobuf wants bytes
-        stripped = bytes(stripped)
-    # Without mmap=True the weights are read into memory the process owns, in the background
-    # while the graph is parsed; the map above only served to find them (headers, no data).
-    reader = _Reader(path, size) if (spans and mapped is not None and not use_mmap) else None
-    if reader is not None:
-        reader.start()
+        _check_magic(os.pread(f.fileno(), 512, 0), repr(str(path)))
+        mapped = _map(path, f)
+        data: bytes | mmap.mmap = mapped if mapped is not None else f.read()
+        try:
+            stripped, spans = split_raw_data(data, _VIEW_MIN_BYTES)
+        except (ValueError, IndexError):  # not well-formed: protobuf below says so
+            stripped, spans = data, []
+        if not isinstance(stripped, bytes):  # nothing stripped from a map: protobuf wants bytes
+            stripped = bytes(stripped)
+        # Without mmap=True the weights are read into memory the process owns, in the
+        # background while the graph is parsed; the map only serves to find them (headers,
+        # no data).
+        if spans and mapped is not None and not use_mmap:
+            reader = _Reader(path, f)
+            reader.start()
+    finally:
+        if reader is None:
+            f.close()
     failed = True
     try:
         try:
@@ -288,26 +300,65 @@ def _read_path(path: Path, use_mmap: bool = False) -> LabModel:
             lab_model.index  # noqa: B018 - the property builds and caches it
             if reader.is_alive():
                 # Still reading (the read releases the GIL): the first table's pandas import
-                # costs nothing now. Small models (no background read) and mmap=True (the
-                # command line) never import it here.
+                # overlaps it (nothing once pandas is imported, as in a warm kernel). Small
+                # models (no background read) and mmap=True (the command line) never import
+                # it here.
                 prefetch()
         failed = False
     finally:
-        if reader is not None:
-            # joined on errors too: no thread outlives the call; an error of the parse
-            # above is the one the user sees
-            if failed:
-                reader.join()
-            else:
-                data = reader.result()
-    if mapped is not None and data is not mapped:
-        _close(mapped)
+        if reader is not None and failed:
+            # joined on errors: an error of the parse above is the one the user sees
+            reader.join()
+    if reader is not None:
+        # The read may still run (it releases the GIL): each weight arrives when first used,
+        # so the user's next cell (a summary, a drawing) runs meanwhile. The same whether or
+        # not it has finished, so a weight's type never depends on timing.
+        _close(mapped)  # it only served to find the weights
+        _attach_pending(model, viewable, reader)
+        return lab_model
     for _, name, arr in _weight_views(viewable, data):
         v = model.graph.initializers[name]
         old = v.const_value
         v.const_value = ir.Tensor(arr, dtype=old.dtype, name=name, doc_string=old.doc_string,
                                   metadata_props=dict(old.metadata_props))
     return lab_model
+
+
+class _Pending:
+    """The weights of a file whose background read is still running when ``open`` returns.
+
+    Each weight is an ``ir.LazyTensor``: its first use waits for the read (the read's error,
+    such as a file that changed size, is raised there as a ModelLoadError) and every weight
+    then becomes a read-only view of the buffer the process owns, as if ``open`` had waited.
+    Thread-safe: a widget's thread and the kernel may ask at once.
+    """
+
+    def __init__(self, reader: _Reader,
+                 viewable: list[tuple[int, str, str, tuple[int, ...], int, int]]) -> None:
+        self._reader: _Reader | None = reader
+        self._viewable = viewable
+        self._views: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def tensor(self, name: str, dtype: ir.DataType) -> ir.Tensor:
+        with self._lock:
+            if self._reader is not None:
+                data = self._reader.result()  # raises the read's error on every use
+                self._views = {n: arr for _, n, arr in _weight_views(self._viewable, data)}
+                self._reader = None
+            return ir.Tensor(self._views[name], dtype=dtype, name=name)
+
+
+def _attach_pending(model: ir.Model, viewable, reader: _Reader) -> None:
+    """Every weight the read brings, as a tensor that waits for it on first use."""
+    pending = _Pending(reader, viewable)
+    for _, name, *_ in viewable:
+        v = model.graph.initializers[name]
+        old = v.const_value
+        v.const_value = ir.LazyTensor(
+            lambda name=name, dtype=old.dtype: pending.tensor(name, dtype), old.dtype,
+            old.shape, cache=True, name=name, doc_string=old.doc_string,
+            metadata_props=dict(old.metadata_props))
 
 
 def _not_protobuf(what: str, data) -> ModelLoadError:

@@ -475,7 +475,8 @@ def _key(field: int) -> bytes:
 
 def _raw(t: ir.TensorProtocol) -> bytes | memoryview:
     """The tensor's bytes in ONNX raw_data layout, without a copy where numpy holds them."""
-    if isinstance(t, ir.Tensor) and t.dtype in _PLAIN:
+    # (a LazyTensor: e.g. a weight ``open`` reads in the background; numpy() is its cache)
+    if isinstance(t, (ir.Tensor, ir.LazyTensor)) and t.dtype in _PLAIN:
         arr = t.numpy()
         if (isinstance(arr, np.ndarray) and arr.flags.c_contiguous
                 and arr.dtype.byteorder in "=<|" and arr.nbytes == t.nbytes):

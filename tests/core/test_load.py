@@ -411,11 +411,98 @@ def test_large_weights_become_views_of_the_file_with_the_same_values(tmp_path):
         if tp.name != "bf16":
             np.testing.assert_array_equal(got.numpy(), numpy_helper.to_array(tp))
         assert got.tobytes() == tp.raw_data
-    assert isinstance(g.initializers["f"].const_value, ir.Tensor)
+    # read in the background: a tensor that waits for the read on first use, then a
+    # read-only view of the buffer the process owns (not of the file: see mmap=True)
+    assert isinstance(g.initializers["f"].const_value, ir.LazyTensor)
+    assert g.initializers["f"].const_value.doc_string == "weight"
     assert not g.initializers["f"].const_value.numpy().flags.writeable
+    assert isinstance(_buffer_of(g.initializers["f"].const_value.numpy()), bytes)
     assert lab.model.to_proto() == ir.to_proto(ir.serde.deserialize_model(ref))
     out = lab.save(tmp_path / "copy.onnx")
     assert list(onnx.load(str(out)).graph.initializer) == list(ref.graph.initializer)
+
+
+def _buffer_of(arr: np.ndarray):
+    """The object whose memory a numpy view reads."""
+    base = arr
+    while getattr(base, "base", None) is not None:
+        base = base.base
+    return base.obj if isinstance(base, memoryview) else base
+
+
+@pytest.fixture
+def held_read(monkeypatch):
+    """Holds open's background read of the weights until the returned event is set (set
+    anyway after 60 s, so a test that waits on the read fails instead of hanging)."""
+    import threading
+
+    from onnx_lab.core import load as load_mod
+
+    go = threading.Event()
+    run = load_mod._Reader.run
+
+    def held(self):
+        go.wait(60)
+        run(self)
+
+    monkeypatch.setattr(load_mod._Reader, "run", held)
+    yield go
+    go.set()
+
+
+def test_open_returns_before_the_weights_are_read(tmp_path, held_read):
+    # The weights arrive in the background: open, the summary, the tables, the index and a
+    # drawing's DOT need none of them; the first use of one waits for the read.
+    p = tmp_path / "big.onnx"
+    proto = big_weight_model()
+    onnx.save(proto, str(p))
+    lab = onnx_lab.open(p)
+    lab.summary()
+    assert len(lab.nodes) == 3 and len(lab.initializers) == 2
+    lab.render()
+    import threading
+
+    # all of it ran while the read was held (a join would have waited the 60 s out)
+    assert any(t.name == "onnx_lab-read" and t.is_alive() for t in threading.enumerate())
+    held_read.set()
+    np.testing.assert_array_equal(lab.model.graph.initializers["w"].const_value.numpy(),
+                                  onnx.numpy_helper.to_array(proto.graph.initializer[0]))
+    r = lab.apply("eliminate_identity")
+    assert r.modified and r.verify_passed
+
+
+def test_a_file_replaced_after_open_does_not_mix_into_its_weights(tmp_path, held_read):
+    # A program saving atomically (a new file renamed over the old, as lab.save does) while
+    # the weights are still being read: the Lab reads the file it parsed, the old one.
+    p = tmp_path / "big.onnx"
+    proto = big_weight_model(seed=1)
+    onnx.save(proto, str(p))
+    lab = onnx_lab.open(p)
+    other = tmp_path / "other.onnx"
+    onnx.save(big_weight_model(seed=2), str(other))
+    os.replace(other, p)
+    held_read.set()
+    np.testing.assert_array_equal(lab.model.graph.initializers["w"].const_value.numpy(),
+                                  onnx.numpy_helper.to_array(proto.graph.initializer[0]))
+
+
+def test_a_file_written_in_place_while_its_weights_are_read_is_an_error(tmp_path, held_read):
+    # A program writing over the same file (same size, other weights) during the read: the
+    # first use of a weight says so instead of mixing two versions; nothing else is lost.
+    p = tmp_path / "big.onnx"
+    onnx.save(big_weight_model(seed=1), str(p))
+    lab = onnx_lab.open(p)
+    data = big_weight_model(seed=2).SerializeToString()
+    assert len(data) == p.stat().st_size
+    with open(p, "r+b") as f:  # in place: the same inode, as onnx.save or an exporter does
+        f.write(data)
+    st = p.stat()
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # coarse clocks
+    held_read.set()
+    with pytest.raises(ModelLoadError, match="written to while it was read") as e:
+        lab.model.graph.initializers["w"].const_value.numpy()
+    assert "Open it again" in e.value.fix
+    assert lab.summary() is not None  # the graph is intact
 
 
 # --------------------------------------------------------------------------- mmap=True
@@ -434,12 +521,7 @@ def test_mmap_open_maps_the_file_and_reads_the_same_model(tmp_path):
     arr = mapped.model.graph.initializers["w"].const_value.numpy()
     np.testing.assert_array_equal(arr, w)
     assert not arr.flags.writeable
-    base = arr
-    while getattr(base, "base", None) is not None:
-        base = base.base
-    if isinstance(base, memoryview):
-        base = base.obj
-    assert isinstance(base, mmap.mmap)  # a view of the mapped file, not a copy
+    assert isinstance(_buffer_of(arr), mmap.mmap)  # a view of the mapped file, not a copy
     _touch_everything(mapped)
     r = mapped.apply("eliminate_identity")
     assert r.modified and r.verify_passed
