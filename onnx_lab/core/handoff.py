@@ -68,6 +68,8 @@ def ir_with_weights(model: LabModel, step: str) -> ir.Model:
         PassError: a data file cannot be read any more (naming ``step``).
     """
     copy = model.clone().ir
+    if not model.index.stored_in_order():
+        copy.graph.sort()  # tools (onnx's checker, onnxsim) refuse a graph stored out of order
     if model.has_external_data:
         with tool_errors(step, "Check that the model's data files are still where they "
                          "were when it was opened."):
@@ -90,7 +92,12 @@ def proto_with_weights(model: LabModel, step: str, *, limit: bool = True) -> onn
     """
     if limit:
         _check_proto_size(model, step)
-    proto = ir.to_proto(model.ir)
+    if model.index.stored_in_order():
+        proto = ir.to_proto(model.ir)
+    else:  # tools (onnx's checker, onnxsim) refuse a graph stored out of order
+        copy = model.clone().ir
+        copy.graph.sort()
+        proto = ir.to_proto(copy)
     if model.has_external_data:
         verify_files(model.ir)  # the folder and data files are the ones opened
         with tool_errors(step, "Check that the model's data files are still where they "

@@ -274,6 +274,18 @@ class ModelIndex:
             return list(users)
         return [c for c in users if self.scope(name, self.entries[c].graph) == graph]
 
+    def stored_in_order(self) -> bool:
+        """Whether every graph stores its nodes in topological order, as ONNX requires
+        (converters that append nodes at the end, such as float16 conversion keeping float
+        inputs and outputs, write graphs onnxruntime runs but onnx's checker and onnx_ir's
+        cloner refuse)."""
+        last: dict[str, int] = {}
+        for e in self.entries.values():
+            if e.position < last.get(e.graph, -1):
+                return False
+            last[e.graph] = e.position
+        return True
+
     def topo_order(self, graph: str | None = "") -> list[str]:
         """Node ids in topological order: of one graph, or of all graphs when ``graph=None``."""
         if graph is None:

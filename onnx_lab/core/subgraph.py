@@ -9,7 +9,7 @@ import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
 
-__all__ = ["reached_inputs", "upstream_model"]
+__all__ = ["extract_graph", "reached_inputs", "upstream_model"]
 
 
 def reached_inputs(model: LabModel, inputs: list[str], outputs: list[str]) -> list[str]:
@@ -40,12 +40,25 @@ def reached_inputs(model: LabModel, inputs: list[str], outputs: list[str]) -> li
     return [n for n in graph_inputs if n in reached]
 
 
+def extract_graph(model: LabModel, inputs: list[str], outputs: list[str]) -> ir.Graph:
+    """``onnx_ir.convenience.extract`` of ``model``'s main graph, also where a graph is stored
+    out of topological order (onnx_ir copies nodes in stored order and refuses a node read
+    before it is made; float16 conversion keeping float inputs and outputs appends their
+    Casts at the end): then from a sorted copy. Raises ValueError as onnx_ir does."""
+    source = model.graph
+    if not model.index.stored_in_order():
+        copy = model.clone()
+        copy.ir.graph.sort()
+        source = copy.ir.graph
+    return ir.convenience.extract(source, inputs, outputs)
+
+
 def upstream_model(model: LabModel, tensors: list[str]) -> LabModel:
     """The part of ``model`` that computes ``tensors`` (so a reference run of a subgraph near
     the inputs of a multi-GB model maps only the weights it needs); the model on failure."""
     try:
         ins = reached_inputs(model, [], tensors)
-        graph = ir.convenience.extract(model.graph, ins, tensors)
+        graph = extract_graph(model, ins, tensors)
         graph.opset_imports.update(model.ir.opset_imports)
         return LabModel(ir.Model(graph, ir_version=model.ir.ir_version,
                                  functions=list(model.ir.functions.values())), path=model.path)

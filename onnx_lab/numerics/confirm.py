@@ -26,6 +26,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.subgraph import extract_graph
 from onnx_lab.core.values import is_constant
 from onnx_lab.errors import InputError
 from onnx_lab.numerics.metrics import Rule, rule_for, tensor_metrics
@@ -138,7 +139,7 @@ def local_check(comparison: Any, divergence: dict[str, Any] | None = None, *,
                               + [pairs[o] for o in outs]))
     ref_vals = capture_run(ref, {k: v for k, v in feeds_all.items()
                                  if k in {i.name for i in ref.graph.inputs}}, outputs=want)
-    graph = ir.convenience.extract(cand.graph, data, outs)
+    graph = extract_graph(cand, data, outs)
     graph.opset_imports.update(cand.ir.opset_imports)
     # Cut tensors need types: the candidate's inferred dtype, the fed value's shape.
     types = cand.types(comparison.candidate.dims, comparison.candidate.shapes)

@@ -45,6 +45,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.subgraph import extract_graph
 from onnx_lab.core.values import (
     RANDOM_OPS,  # a region holding one: checked on the whole model
     foldable_nodes,
@@ -704,7 +705,7 @@ def with_copies(model: LabModel, copies: list[PendingRegion], ref: PresetReferen
     for k, plan in enumerate(copies):
         prefix = f"{COPY_PREFIX}{k}/"
         region = plan.region
-        sub = ir.convenience.extract(plan.after.graph, region.inputs, region.tensors)
+        sub = extract_graph(plan.after, region.inputs, region.tensors)
         for v in list(sub.inputs):
             arr = np.asarray(ref.values[v.name])  # KeyError: no reference value
             name = f"{COPY_PREFIX}.reference/{v.name}"

@@ -61,6 +61,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.subgraph import extract_graph
 from onnx_lab.core.values import const_array, is_constant
 from onnx_lab.errors import LabError
 from onnx_lab.numerics._values import as_value, value_dtype
@@ -966,7 +967,7 @@ def run_cut(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[
     # on use: tests stand in for run on its module
     from onnx_lab.runtime._runner import run
 
-    graph = ir.convenience.extract(model.graph, list(feeds), list(outputs))
+    graph = extract_graph(model, list(feeds), list(outputs))
     for v in graph.inputs:  # typed by the values fed (a boundary value may be untyped)
         arr = feeds[v.name]
         v.dtype = ir.DataType.from_numpy(arr.dtype)

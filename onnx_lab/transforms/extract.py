@@ -28,7 +28,7 @@ from onnx_lab.core._proto import weights_as_inputs
 from onnx_lab.core.dimexpr import dim_expression
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import fit_dims, named_shapes, shape_tuple
-from onnx_lab.core.subgraph import reached_inputs
+from onnx_lab.core.subgraph import extract_graph, reached_inputs
 from onnx_lab.core.values import constant_producer
 from onnx_lab.errors import ExtractError, InputError, close_matches
 from onnx_lab.transforms.base import PassResult
@@ -167,7 +167,7 @@ def extract_model(model: LabModel, inputs: Sequence[str] | None = None,
         raise ExtractError(f"Tensors {overlap} are both inputs and outputs of the extraction.",
                            fix="Pick outputs downstream of the inputs.")
     try:
-        graph = ir.convenience.extract(model.graph, ins, outs)
+        graph = extract_graph(model, ins, outs)
     except ValueError as e:
         raise ExtractError(f"Cannot extract between {ins} and {outs}: {e}",
                            fix="Check that the inputs separate the outputs from the rest of "

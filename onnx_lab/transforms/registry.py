@@ -155,14 +155,18 @@ class LabPass(ir.passes.InPlacePass):
             reason = "; ".join(self._skipped) or self._reason or self.no_match_reason
             return PassResult(self.name, dict(self.options), False, len(before), len(before),
                               {}, [], reason, time.perf_counter() - t0, [], model, [])
-        work = LabModel(model.ir.clone(), path=model.path)
-        work.adopt_types(model)  # find() on the copy needs them again (fold_constants)
+        work = model.clone()  # (a graph stored out of order is copied by serialization)
         stamp_origins(work)
         # Unnamed (or duplicate-named) nodes have position-derived ids, which shift when nodes
         # before them go away; naming them by their id keeps every surviving node's id.
         for nid, e in work.index.entries.items():
             if e.node.name != nid:
                 e.node.name = nid
+        if not before.stored_in_order():
+            # named first, so the ids stay: the version the step makes is valid ONNX
+            work.ir.graph.sort()
+            work.invalidate()
+        work.adopt_types(model)  # find() on the copy needs them again (fold_constants)
         ids_before = {id(e.node): nid for nid, e in work.index.entries.items()}
         self._work = work
         try:
