@@ -69,12 +69,21 @@ def ir_with_weights(model: LabModel, step: str) -> ir.Model:
     """
     copy = model.clone().ir
     if not model.index.stored_in_order():
-        copy.graph.sort()  # tools (onnx's checker, onnxsim) refuse a graph stored out of order
+        _sort(copy)
     if model.has_external_data:
         with tool_errors(step, "Check that the model's data files are still where they "
                          "were when it was opened."):
             ir.external_data.load_to_model(copy)
     return copy
+
+
+def _sort(m: ir.Model) -> None:
+    """Sort a graph stored out of order, which tools (onnx's checker, onnxsim) refuse; a cyclic
+    one (invalid) stays as stored, for the tool to say what it finds."""
+    try:
+        m.graph.sort()
+    except ValueError:
+        pass
 
 
 def proto_with_weights(model: LabModel, step: str, *, limit: bool = True) -> onnx.ModelProto:
@@ -94,9 +103,9 @@ def proto_with_weights(model: LabModel, step: str, *, limit: bool = True) -> onn
         _check_proto_size(model, step)
     if model.index.stored_in_order():
         proto = ir.to_proto(model.ir)
-    else:  # tools (onnx's checker, onnxsim) refuse a graph stored out of order
+    else:
         copy = model.clone().ir
-        copy.graph.sort()
+        _sort(copy)
         proto = ir.to_proto(copy)
     if model.has_external_data:
         verify_files(model.ir)  # the folder and data files are the ones opened

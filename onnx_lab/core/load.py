@@ -265,7 +265,8 @@ def _read_path(path: Path, use_mmap: bool = False) -> LabModel:
     f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below or by the reader
     reader = None
     try:
-        _check_magic(os.pread(f.fileno(), 512, 0), repr(str(path)))
+        _check_magic(f.read(512), repr(str(path)))
+        f.seek(0)
         mapped = _map(path, f)
         data: bytes | mmap.mmap = mapped if mapped is not None else f.read()
         try:
@@ -278,8 +279,9 @@ def _read_path(path: Path, use_mmap: bool = False) -> LabModel:
         # background while the graph is parsed; the map only serves to find them (headers,
         # no data).
         if spans and mapped is not None and not use_mmap:
-            reader = _Reader(path, f)
-            reader.start()
+            started = _Reader(path, f)
+            started.start()
+            reader = started  # from here on the reader closes ``f``
     finally:
         if reader is None:
             f.close()

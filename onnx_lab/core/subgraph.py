@@ -44,13 +44,21 @@ def extract_graph(model: LabModel, inputs: list[str], outputs: list[str]) -> ir.
     """``onnx_ir.convenience.extract`` of ``model``'s main graph, also where a graph is stored
     out of topological order (onnx_ir copies nodes in stored order and refuses a node read
     before it is made; float16 conversion keeping float inputs and outputs appends their
-    Casts at the end): then from a sorted copy. Raises ValueError as onnx_ir does."""
+    Casts at the end): then from a sorted copy.
+
+    Raises:
+        ValueError: what onnx_ir refuses (a boundary that does not cut the graph, a cycle).
+    """
     source = model.graph
     if not model.index.stored_in_order():
         copy = model.clone()
-        copy.ir.graph.sort()
+        copy.ir.graph.sort()  # ValueError on a cycle
         source = copy.ir.graph
-    return ir.convenience.extract(source, inputs, outputs)
+    try:
+        return ir.convenience.extract(source, inputs, outputs)
+    except RuntimeError as e:  # onnx_ir's cloner wraps the ValueError of what it refuses
+        cause = e.__cause__ if isinstance(e.__cause__, ValueError) else e
+        raise ValueError(str(cause).splitlines()[0][:300]) from e
 
 
 def upstream_model(model: LabModel, tensors: list[str]) -> LabModel:

@@ -4,6 +4,7 @@ Importable from :mod:`onnx_lab.transforms.base`."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -163,8 +164,10 @@ class LabPass(ir.passes.InPlacePass):
             if e.node.name != nid:
                 e.node.name = nid
         if not before.stored_in_order():
-            # named first, so the ids stay: the version the step makes is valid ONNX
-            work.ir.graph.sort()
+            # named first, so the ids stay: the version the step makes is valid ONNX (a
+            # cyclic graph, invalid anyway, stays as stored)
+            with contextlib.suppress(ValueError):
+                work.ir.graph.sort()
             work.invalidate()
         work.adopt_types(model)  # find() on the copy needs them again (fold_constants)
         ids_before = {id(e.node): nid for nid, e in work.index.entries.items()}

@@ -9,9 +9,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
 import onnx_lab
+from onnx_lab.errors import ExtractError, LabError
 
 
 def _out_of_order() -> onnx.ModelProto:
@@ -76,3 +78,20 @@ def test_extract_and_the_tools_take_a_graph_stored_out_of_order():
     assert set(r.model.index.entries) == {"relu", "neg"}
     assert r.model.index.stored_in_order()
     onnx.checker.check_model(r.model.to_proto())
+
+
+def test_a_cyclic_graph_is_refused_with_the_reason():
+    # invalid (a cycle through Identity), stored out of order: extraction says what onnx_ir
+    # refuses instead of raising its cloner's RuntimeError; a tool still gets it as stored
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Neg", ["b"], ["y"], name="D"),
+             helper.make_node("Add", ["x", "c"], ["a"], name="A"),
+             helper.make_node("Relu", ["a"], ["b"], name="B"),
+             helper.make_node("Identity", ["b"], ["c"], name="C")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [2])],
+                              [helper.make_tensor_value_info("y", f, [2])])
+    lab = onnx_lab.open(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(ExtractError, match="Cannot extract"):
+        lab.extract(outputs=["a"])
+    with pytest.raises(LabError):
+        lab.apply("onnxsim")
