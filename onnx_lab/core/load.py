@@ -235,6 +235,12 @@ class _Reader(threading.Thread):
         if self.error is not None:
             raise ModelLoadError(f"Cannot read model file {str(self.path)!r}: {self.error}",
                                  fix="Check the file's permissions and the disk.") from self.error
+        if len(self.buf) != self.before.st_size:  # a process forked while the read ran
+            raise ModelLoadError(
+                f"The weights of {str(self.path)!r} were still being read when this process "
+                "was forked from the one that opened it, so they are not here.",
+                fix="Open the model in this process (or touch a weight before forking, "
+                "e.g. lab.weight_stats()).")
         return self.buf
 
 

@@ -486,6 +486,29 @@ def test_a_file_replaced_after_open_does_not_mix_into_its_weights(tmp_path, held
                                   onnx.numpy_helper.to_array(proto.graph.initializer[0]))
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_process_forked_during_the_read_says_so(tmp_path, held_read):
+    # multiprocessing's fork start method copies the Lab but not the reading thread: the
+    # child's first weight says to open the model there instead of failing on a short buffer
+    p = tmp_path / "big.onnx"
+    onnx.save(big_weight_model(), str(p))
+    lab = onnx_lab.open(p)
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 only for the expected error
+        code = 1
+        try:
+            lab.model.graph.initializers["w"].const_value.numpy()
+        except ModelLoadError as e:
+            code = 0 if "forked" in str(e) and "Open the model in this process" in e.fix else 2
+        except BaseException:  # noqa: BLE001 - any other outcome fails the test
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    held_read.set()
+    assert lab.model.graph.initializers["w"].const_value.numpy().shape == (256, 256)
+
+
 def test_a_file_written_in_place_while_its_weights_are_read_is_an_error(tmp_path, held_read):
     # A program writing over the same file (same size, other weights) during the read: the
     # first use of a weight says so instead of mixing two versions; nothing else is lost.
