@@ -583,6 +583,16 @@ def _kept(before: LabModel, after: LabModel, ref_nid: str | None, nid: str | Non
         if _name(a) and not _is_const(a) and not (_name(b) and _is_const(b)) and (
                 _name(b) != a.name or a.name not in holds(b.name)):
             return False
+    # The same data in another rank (onnxsim makes a MatMul + Add 2-D: the Erf after it
+    # reads [8, 64] where it read [1, 8, 64]): its output follows that shape, which is a
+    # layout, not another computation.
+    before_types, after_types = before.types(), after.types()
+    for a, b in zip(r.inputs, c.inputs):
+        if _name(a) and _name(b) and not _is_const(a) and not _is_const(b):
+            ta, tb = before_types.get(a.name), after_types.get(b.name)
+            if ta is not None and tb is not None and ta.shape is not None \
+                    and tb.shape is not None and len(ta.shape) != len(tb.shape):
+                return False
     return True
 
 
@@ -737,6 +747,13 @@ class SameQuantity:
         if rn.op_type in _PASS_THROUGH and rn.inputs and _name(rn.inputs[0]) \
                 and rn.inputs[0].name in self.holds(cand_tensor):
             return None  # an Identity removed in the candidate: the value of its input
+        kinds = _kind(self.cand, cand_tensor), _kind(self.ref, ref_tensor)
+        if None not in kinds and kinds[0] != kinds[1]:
+            # onnxruntime's QDQS8ToU8 makes a uint8 QuantizeLinear whose provenance names the
+            # float DequantizeLinear after the int8 one: quantized codes are not its values
+            return (f"not the same quantity: candidate {cand_tensor!r} is "
+                    f"{self.cand.types()[cand_tensor].dtype}, the reference's "
+                    f"{ref_tensor!r} {self.ref.types()[ref_tensor].dtype}")
         group = self.group(c_nid, r_nid)
         touched: set[str] = set()
         for g in group:
@@ -753,10 +770,36 @@ class SameQuantity:
                         "another computation)")
         if not (weak or len(group) > 1 or rn.op_type != cn.op_type):
             return None
+        why = self._took_in(c_nid, cn, group)
+        if why is not None:
+            return why
         for reader in cidx.consumers.get(cand_tensor, ()):
             why = self._absorbed(reader, cand_tensor, ref_tensor)
             if why is not None:
                 return why
+        return None
+
+    def _took_in(self, c_nid: str, cn: Any, group: set[str]) -> str | None:
+        """Why fused or renamed node ``c_nid`` computes more than the reference nodes it
+        stands for (``group``): it reads a constant of the reference (same name, same value)
+        that only reference nodes outside the group read. onnxruntime's MatMulAddFusion makes
+        a Gemm stamped with the MatMul alone that reads the Add's bias: its output is
+        MatMul + bias, not the MatMul's value."""
+        ridx, ref_graph = self.ref.index, self.ref.graph
+        for v in cn.inputs:
+            if not _name(v) or not _is_const(v):
+                continue
+            rv = ref_graph.initializers.get(v.name)
+            if rv is None or not _const_equal(rv, v):
+                continue
+            readers = {r for r in ridx.consumers.get(v.name, ())
+                       if ridx.entries[r].graph == ""}
+            if readers and not readers & group:
+                other = min(readers)
+                return (f"not the same quantity: candidate node {c_nid!r} ({cn.op_type}) "
+                        f"reads the constant {v.name!r}, which in the reference only "
+                        f"{other!r} ({ridx.node(other).op_type}) reads, a node it does not "
+                        "stand for: the rewrite folded that node's work into it")
         return None
 
     def _absorbed(self, reader: str, cand_tensor: str, ref_tensor: str) -> str | None:
@@ -787,6 +830,20 @@ class SameQuantity:
 
 def _name(v: Any) -> str:
     return v.name if v is not None and v.name else ""
+
+
+def _kind(model: LabModel, name: str) -> str | None:
+    """A tensor's kind of element: float, signed or unsigned integer, bool (None: unknown;
+    widths aside: a float16 tensor may stand for a float32 one, an int32 for an int64)."""
+    info = model.types().get(name)
+    dt = info.dtype if info is not None else None
+    if not dt:
+        return None
+    for prefix, kind in (("float", "f"), ("bfloat", "f"), ("uint", "u"), ("int", "i"),
+                         ("bool", "b")):
+        if dt.startswith(prefix):
+            return kind
+    return None
 
 
 def _trimmed(values: Sequence[Any]) -> list[Any]:

@@ -280,3 +280,71 @@ def test_ort_fusing_qdq_into_int8_kernels_says_so():
     assert any("into int8 kernels" in n and "preset='int8'" in n for n in r.notes), r.notes
     r = onnx_lab.open(m).apply("ort:basic", verify=False)
     assert not any("int8 kernels" in n for n in r.notes)
+
+
+def test_a_gemm_that_took_in_the_bias_is_not_compared_with_the_matmul():
+    # Static shapes let onnxruntime's MatMulAddFusion make Reshape -> Gemm -> Reshape; the Gemm
+    # is stamped with the MatMul alone but reads the Add's bias: comparing it with the
+    # MatMul's output failed a correct step (max_abs 0.1, outputs within 7e-7).
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 8})
+    lab.fix_dims({"batch": 1, "seq": 8})
+    r = lab.apply("ort:extended")
+    assert "Gemm" in set(lab.nodes.op_type)
+    assert r.verify_passed, r.notes
+    why = r.verification.attrs["not_comparable"]["/layer.0/attention/key/MatMul_output_0"]
+    assert "reads the constant 'layer.0/attention/key.bias'" in why
+    assert "'/layer.0/attention/key/Add' (Add)" in why
+
+
+def test_a_layout_kept_under_a_name_follows_its_reshaped_input():
+    # onnxsim turns the MatMul + Add before GELU 2-D: the Erf keeps its name and reads the
+    # same data as [8, 64] instead of [1, 8, 64]; it is compared flat, not failed on shape.
+    lab = onnx_lab.open("sample:bert_block", dims={"batch": 1, "seq": 8})
+    r = lab.apply("onnxsim")
+    assert r.verify_passed, r.notes
+    rows = r.verification.set_index("tensor")
+    erf = rows.loc["/layer.0/intermediate/gelu/Erf_output_0"]
+    assert bool(erf.passed) and "compared flat" in erf.note
+
+
+def test_quantized_codes_are_not_compared_with_float_values(tmp_path):
+    # onnxruntime's QDQS8ToU8 (extended) makes uint8 QuantizeLinears whose provenance names
+    # the float DequantizeLinear after the int8 one: codes against values failed at max_abs
+    # 216; that pair is not comparable, the outputs still are.
+    import numpy as np
+    from onnx import TensorProto as TP
+    from onnx import helper, numpy_helper
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
+                                "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4),
+                           helper.make_node("Relu", ["c"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [1, 8, 8, 8])], [w])
+    src, q = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.data = iter([{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+                              for _ in range(4)])
+
+        def get_next(self):
+            return next(self.data, None)
+
+    quantize_static(str(src), str(q), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    lab = onnx_lab.open(q)
+    r = lab.apply("ort:extended")
+    rep = r.verification
+    bad = rep[~rep.passed]
+    assert set(bad.match) <= {"output"}, bad[["tensor", "ref_tensor", "max_abs"]]
+    assert any("uint8" in why for why in rep.attrs["not_comparable"].values()), \
+        rep.attrs["not_comparable"]
