@@ -50,6 +50,10 @@ _LAZY: dict[str, str] = {
     "audit": "onnx_lab.zoo",
 }
 
+# Subpackages reachable as attributes after ``import onnx_lab`` (imported on first access).
+_SUBPACKAGES = frozenset({"analysis", "core", "numerics", "profiling", "render", "runtime",
+                          "transforms", "widgets", "zoo"})
+
 __all__ = ["open", "Lab", "LabError", "errors", "samples", "merge", "repro", "to_fp16",
            "to_int8_dynamic", "to_int8_static", "profile", *_LAZY]
 
@@ -57,8 +61,10 @@ __all__ = ["open", "Lab", "LabError", "errors", "samples", "merge", "repro", "to
 def __getattr__(name: str) -> Any:
     if name in _FACADE:
         return getattr(importlib.import_module("onnx_lab.lab"), _FACADE[name])
-    if name == "samples":
-        return importlib.import_module("onnx_lab.samples")
+    if name == "samples" or name in _SUBPACKAGES:
+        # ``onnx_lab.transforms.available()`` after a plain ``import onnx_lab``, as the docs
+        # write it
+        return importlib.import_module(f"onnx_lab.{name}")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'onnx_lab' has no attribute {name!r}")

@@ -104,6 +104,9 @@ def refuse_inputs(target: str | os.PathLike, sources: Iterable[Any] | dict[Path,
     Raises:
         SaveError: naming the output, the path and the input it would destroy.
     """
+    if not isinstance(target, (str, os.PathLike)):
+        raise SaveError(f"{flag} must be a file path, got {type(target).__name__} "
+                        f"{target!r:.60}.", fix="Pass e.g. 'model.html'.")
     inputs = sources if isinstance(sources, dict) else input_files(sources)
     what = inputs.get(_real(target))
     if what is not None:

@@ -224,6 +224,18 @@ def expression_dims(model: LabModel) -> dict[str, list[str]]:
     return out
 
 
+def check_dim_arguments(dims: object, shapes: object) -> None:
+    """Raise DimError unless ``dims`` and ``shapes`` are None or mappings (a string such as
+    ``"batch=1"`` is the command line's form, not the API's)."""
+    if dims is not None and not isinstance(dims, Mapping):
+        raise DimError(f"dims must be a dict of dim name -> size, got {type(dims).__name__} "
+                       f"{dims!r:.60}.", fix="Pass e.g. dims={'batch': 1, 'sequence': 128}.")
+    if shapes is not None and not isinstance(shapes, Mapping):
+        raise DimError(f"shapes must be a dict of input name -> sizes, got "
+                       f"{type(shapes).__name__} {shapes!r:.60}.",
+                       fix="Pass e.g. shapes={'x': [1, 3, 224, 224]}.")
+
+
 def validate_dims(model: LabModel, dims: Mapping[str, int] | None,
                   shapes: Mapping[str, Sequence[int]] | None) -> None:
     """Check that ``dims`` names exist and ``shapes`` name real inputs with the right rank.
@@ -232,6 +244,7 @@ def validate_dims(model: LabModel, dims: Mapping[str, int] | None,
         DimError: an unknown dim name, a non-positive value or a rank mismatch.
         UnknownNameError: ``shapes`` names an input that does not exist.
     """
+    check_dim_arguments(dims, shapes)
     known = dynamic_dims(model)
     exprs = expression_dims(model)
     for name, value in (dims or {}).items():
@@ -257,6 +270,9 @@ def validate_dims(model: LabModel, dims: Mapping[str, int] | None,
             raise unknown_name("input", name, inputs,
                                fix=f"Model inputs are {sorted(inputs)}.")
         declared = shape_tuple(inputs[name].shape)
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+            raise DimError(f"Shape for input {name!r} must be a list of sizes, got "
+                           f"{shape!r:.60}.", fix="Use concrete sizes such as [1, 3, 224, 224].")
         shape = list(shape)
         if declared is not None and len(declared) != len(shape):
             raise DimError(

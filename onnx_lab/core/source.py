@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from onnx_lab.core import samples
 from onnx_lab.core.load import load_model
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import validate_dims
+from onnx_lab.core.shapes import check_dim_arguments, validate_dims
 
 __all__ = ["resolve", "load_source", "Resolved"]
 
@@ -82,6 +82,7 @@ def resolve(source: Any, dims: Mapping[str, int] | None = None,
     base_dims = dict(getattr(source, "dims", None) or {}) if own else {}
     base_shapes = {k: list(v) for k, v in (getattr(source, "shapes", None) or {}).items()} \
         if own else {}
+    check_dim_arguments(dims, shapes)
     merged_dims = {**base_dims, **dict(dims or {})}
     merged_shapes = {**base_shapes, **{k: list(v) for k, v in (shapes or {}).items()}}
     if validate:

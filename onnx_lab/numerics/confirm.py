@@ -102,6 +102,15 @@ def local_check(comparison: Any, divergence: dict[str, Any] | None = None, *,
         InputError: nothing to check (no divergence, a dict reference, a node without a
             counterpart, a node inside an If/Loop body, inputs without counterparts).
     """
+    if not all(hasattr(comparison, a) for a in ("first_divergence", "reference", "candidate")):
+        raise InputError(f"A repro or local check needs a comparison, the result of "
+                         f"onnx_lab.compare(...), got {type(comparison).__name__}.",
+                         fix="c = onnx_lab.compare(reference, candidate); then "
+                         "onnx_lab.repro(c, 'repro/') or c.repro('repro/').")
+    if divergence is not None and not isinstance(divergence, dict):
+        raise InputError(f"divergence must be a dict like first_divergence, got "
+                         f"{type(divergence).__name__}.",
+                         fix="Pass divergence={'cand_node_id': ...}.")
     div = divergence if divergence is not None else comparison.first_divergence
     if div is None:
         raise InputError("The comparison has no divergence to check.",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from onnx_lab.core.outputs import input_files, refuse_inputs, write_atomic
-from onnx_lab.errors import RenderError, strict_keywords, unknown_name
+from onnx_lab.errors import InputError, RenderError, strict_keywords, unknown_name
 from onnx_lab.render import collapse as _collapse
 from onnx_lab.render import dot as _dot
 from onnx_lab.render._html import clean_svg, esc_text
@@ -163,11 +163,16 @@ class Rendering:
 
 
 # ----------------------------------------------------------------------------- selection
-def _as_list(x: Any) -> list:
+def _as_list(x: Any, what: str = "nodes") -> list:
     if x is None:
         return []
     if isinstance(x, str):
         return [x]
+    if not isinstance(x, Iterable) or isinstance(x, (bytes, Mapping)):
+        raise InputError(f"{what} must be a node id, a tensor name or a list of them, got "
+                         f"{type(x).__name__} {x!r:.60}.",
+                         fix=f"Pass e.g. {what}='/stem/conv/Conv' (lab.nodes.node_id lists "
+                         "the ids).")
     return list(x)
 
 
@@ -388,7 +393,7 @@ def _requested(idx: Any, nodes: Any, around: str | Iterable[str] | None, graph: 
     seeds: list[str] | None = None
     if around is not None:
         seeds = []
-        for name in _as_list(around):
+        for name in _as_list(around, "around"):
             seeds.extend(_resolve_name(idx, name, "around"))
         seeds = list(dict.fromkeys(seeds))
         if not seeds:

@@ -34,7 +34,7 @@ import onnx
 
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.save import INLINE_MAX_BYTES
-from onnx_lab.runtime.session import make_session
+from onnx_lab.runtime.session import _ort_text, make_session
 
 __all__ = ["optimize", "effective_rules", "RULE_CANDIDATES"]
 
@@ -76,6 +76,26 @@ def _stderr_captured(fn: Callable[[], object]) -> tuple[object, str]:
     if other.strip():
         sys.stderr.write(other)
     return out, text
+
+
+def reload_problem(path: str) -> str | None:
+    """Why onnxruntime at its default options (every optimization on, CPU) cannot load the
+    optimized model file at ``path``, or None. onnxruntime re-optimizes a model it wrote
+    offline, and some of its own outputs fail there (1.2x: a BERT optimized at 'basic' stops
+    with "Attempt to replace the existing tensor"); its documentation advises loading an
+    offline-optimized model with optimizations at its level or off."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4  # the failure is returned, not logged
+    so.enable_cpu_mem_arena = False
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    try:
+        ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - ORT raises several exception types
+        text = _ort_text(str(e).strip())
+        return text.splitlines()[0][:300] if text else type(e).__name__
+    return None
 
 
 def optimize(model: LabModel, level: str, path: str, *, disabled: Sequence[str] = (),

@@ -43,7 +43,7 @@ import onnx_ir as ir
 from onnx_lab.core.handoff import read_output, tool_errors, work_folder
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import PassError, RuntimeLoadError, close_matches
-from onnx_lab.runtime.optimizers import effective_rules, optimize
+from onnx_lab.runtime.optimizers import effective_rules, optimize, reload_problem
 from onnx_lab.transforms import transformers
 from onnx_lab.transforms._whole import PROTO_LIMIT, Switch, WholeModelPass
 from onnx_lab.transforms.base import Param, _register_factory, register_pass
@@ -318,6 +318,14 @@ class OrtPass(WholeModelPass):
                 optimize(model, self.level, str(target),
                          disabled=list(self.options["disabled_optimizers"] or []))
             out = read_output(target, self.name)
+            problem = reload_problem(str(target))
+        if problem is not None:
+            self.notes.append(
+                "onnxruntime at its default options (every optimization on) does not load "
+                f"this result: {problem}. Load the saved model with "
+                "SessionOptions.graph_optimization_level at ORT_ENABLE_"
+                f"{'BASIC' if self.level == 'basic' else 'EXTENDED'} or lower, as onnxruntime "
+                "advises for a model it optimized offline")
         new = self.from_ir(out, model)
         domains = sorted({n.domain for g in new.graphs() for n in g
                           if n.domain not in _STANDARD_DOMAINS})

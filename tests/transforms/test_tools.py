@@ -348,3 +348,52 @@ def test_quantized_codes_are_not_compared_with_float_values(tmp_path):
     assert set(bad.match) <= {"output"}, bad[["tensor", "ref_tensor", "max_abs"]]
     assert any("uint8" in why for why in rep.attrs["not_comparable"].values()), \
         rep.attrs["not_comparable"]
+
+
+@pytest.mark.slow
+def test_an_ort_result_that_ort_defaults_cannot_reload_says_how_to_load_it(tmp_path):
+    # onnxruntime re-optimizes a model it optimized offline; its 'basic' output of a dynamo
+    # BERT export stops there ("Attempt to replace the existing tensor"). The step says so
+    # and how to load it, exactly when a fresh default session fails on the saved file.
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import subprocess
+    import sys
+    import textwrap
+
+    import onnxruntime as ort
+
+    path = tmp_path / "bert.onnx"
+    script = textwrap.dedent(f"""
+        import warnings, torch, transformers
+        torch.manual_seed(0)
+        cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2,
+                                      num_attention_heads=2, intermediate_size=64,
+                                      vocab_size=100, max_position_embeddings=64)
+        bert = transformers.BertModel(cfg).eval()  # both outputs, the pooler's too
+        ids = torch.randint(0, 100, (1, 8))
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(bert, (ids, torch.ones_like(ids)), {str(path)!r},
+                              dynamo=True, external_data=True,
+                              input_names=["input_ids", "attention_mask"])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lab = onnx_lab.open(path)
+    r = lab.apply("ort:basic")
+    assert r.verify_passed
+    saved = lab.save(tmp_path / "basic.onnx")
+    try:
+        ort.InferenceSession(str(saved), providers=["CPUExecutionProvider"])
+        fails = False
+    except Exception:  # noqa: BLE001 - what the user's default session does
+        fails = True
+    notes = [n for n in r.notes if "at its default options" in n]
+    assert bool(notes) == fails, r.notes
+    if fails:
+        assert "ORT_ENABLE_BASIC or lower" in notes[0]
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        ort.InferenceSession(str(saved), so, providers=["CPUExecutionProvider"])

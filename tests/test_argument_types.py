@@ -1,0 +1,58 @@
+"""Arguments of the wrong type get a LabError naming the argument and the form it takes, as
+wrong values do (found by calling the API as the docs write it, with a plausible slip)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import onnx_lab
+from onnx_lab.errors import DimError, InputError, SaveError
+
+
+def test_subpackages_are_attributes_after_a_plain_import():
+    # the docs write onnx_lab.transforms.available(): a fresh interpreter, nothing else
+    # imported first
+    code = ("import onnx_lab; print(len(onnx_lab.transforms.available()) > 10, "
+            "onnx_lab.numerics.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "onnx_lab.numerics"]
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        onnx_lab.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("call", [
+    lambda: onnx_lab.open("sample:transformer_block", dims="batch=1"),
+    lambda: onnx_lab.open("sample:transformer_block", dims=[("batch", 1)]),
+    lambda: onnx_lab.open("sample:convnet").cost(dims=[1]),
+    lambda: onnx_lab.open("sample:convnet", shapes="x:1x3x32x32"),
+    lambda: onnx_lab.open("sample:convnet", shapes={"input": "1x3x32x32"}),
+])
+def test_dims_and_shapes_of_the_wrong_type(call):
+    with pytest.raises(DimError) as e:
+        call()
+    assert "must be" in str(e.value) and e.value.fix
+
+
+def test_render_around_and_report_paths_of_the_wrong_type(tmp_path):
+    lab = onnx_lab.open("sample:convnet")
+    with pytest.raises(InputError, match="around must be a node id"):
+        lab.render(around=123)
+    with pytest.raises(SaveError, match="must be a file path, got int"):
+        lab.report(123)
+
+
+def test_repro_needs_a_comparison(tmp_path):
+    lab = onnx_lab.open("sample:convnet")
+    lab.apply("fuse_conv_bn")
+    for first in (lab, str(tmp_path / "model.onnx")):
+        with pytest.raises(InputError, match="needs a comparison") as e:
+            onnx_lab.repro(first, tmp_path / "out")
+        assert "onnx_lab.compare" in e.value.fix
+    c = onnx_lab.compare(lab.original, lab)
+    with pytest.raises(InputError, match="divergence must be a dict"):
+        onnx_lab.repro(c, tmp_path / "out", divergence="/stem/conv/Conv")
