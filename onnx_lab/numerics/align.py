@@ -762,7 +762,10 @@ class SameQuantity:
         for v in cn.inputs:
             if not _name(v) or _is_const(v):
                 continue
-            held = self.holds(v.name)
+            # unpaired (its producer was rewritten, e.g. a Reshape target): its name is the
+            # claim (onnxruntime's TransposeOptimizer points the Shape of a Transpose at the
+            # Transpose's input, the Shape keeping its name)
+            held = self.holds(v.name) or ({v.name} if v.name in ridx.producer else set())
             if held and not held & touched:
                 return (f"not the same quantity: candidate node {c_nid!r} ({cn.op_type}) reads "
                         f"{v.name!r}, which holds the reference's {min(held)!r}; reference "
