@@ -126,3 +126,52 @@ def scoped_layers(n: int) -> onnx.ModelProto:
                                                                           [1, 4])],
                           [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 4])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def export_tiny_bert(path, *, dynamo: bool, opset: int = 17, vocab: int = 100, heads: int = 2,
+                     positions: int = 64, pooled: bool = True, axes: tuple[str, str] = ("batch",
+                                                                                      "seq"),
+                     output_names: list[str] | None = None) -> None:
+    """A transformers BertModel (2 layers, hidden 32, FFN 64, random weights, seed 0) exported
+    to ``path`` in a fresh interpreter (after torch's dynamo exporter ran in this process,
+    importing transformers' BertModel can fail on torchvision). ``pooled``: the pooler's
+    output too; TorchScript exports get dynamic ``axes`` on the inputs (and outputs). Skips
+    the test without torch or transformers."""
+    import subprocess
+    import sys
+    import textwrap
+
+    import pytest
+
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    outs = "out.last_hidden_state, out.pooler_output" if pooled else "out.last_hidden_state"
+    dyn = {"input_ids": {0: axes[0], 1: axes[1]}, "attention_mask": {0: axes[0], 1: axes[1]}}
+    if output_names:
+        dyn.update({n: {0: axes[0], 1: axes[1]} for n in output_names[:1]})
+    how = ("dynamo=True, external_data=True" if dynamo else
+           f"dynamo=False, opset_version={opset}, dynamic_axes={dyn!r}")
+    script = textwrap.dedent(f"""
+        import warnings, torch, transformers
+        torch.manual_seed(0)
+        cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2,
+                                      num_attention_heads={heads}, intermediate_size=64,
+                                      vocab_size={vocab}, max_position_embeddings={positions})
+        bert = transformers.BertModel(cfg).eval()
+        class Wrapped(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = bert
+            def forward(self, ids, am):
+                out = self.m(input_ids=ids, attention_mask=am)
+                return {outs}
+        ids = torch.randint(0, {vocab}, (1, 8))
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(Wrapped().eval(), (ids, torch.ones_like(ids)), {str(path)!r},
+                              {how}, input_names=["input_ids", "attention_mask"],
+                              output_names={output_names!r})
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

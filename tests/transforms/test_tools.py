@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 import onnxoptimizer
 import pytest
-from _machinery import ir3_conv_bn_proto, save_external
+from _machinery import export_tiny_bert, ir3_conv_bn_proto, save_external
 
 import onnx_lab
 from onnx_lab.errors import PassError
@@ -350,44 +350,6 @@ def test_quantized_codes_are_not_compared_with_float_values(tmp_path):
         rep.attrs["not_comparable"]
 
 
-def _tiny_bert(path, *, dynamo: bool) -> None:
-    """A transformers BertModel (2 layers, hidden 32, random weights; both outputs) exported
-    to ``path`` in a fresh interpreter (after torch's dynamo exporter ran in a process,
-    importing transformers' BertModel can fail on torchvision)."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    import subprocess
-    import sys
-    import textwrap
-
-    how = ("dynamo=True, external_data=True" if dynamo else
-           "dynamo=False, opset_version=17, dynamic_axes={'input_ids': {0: 'batch', 1: 'seq'}, "
-           "'attention_mask': {0: 'batch', 1: 'seq'}}")
-    script = textwrap.dedent(f"""
-        import warnings, torch, transformers
-        torch.manual_seed(0)
-        cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2,
-                                      num_attention_heads=2, intermediate_size=64,
-                                      vocab_size=100, max_position_embeddings=64)
-        bert = transformers.BertModel(cfg).eval()
-        class Both(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.m = bert
-            def forward(self, ids, am):
-                out = self.m(input_ids=ids, attention_mask=am)
-                return out.last_hidden_state, out.pooler_output
-        ids = torch.randint(0, 100, (1, 8))
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(Both().eval(), (ids, torch.ones_like(ids)), {str(path)!r},
-                              {how}, input_names=["input_ids", "attention_mask"])
-    """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-
-
 @pytest.mark.slow
 def test_an_ort_result_that_ort_defaults_cannot_reload_says_how_to_load_it(tmp_path):
     # onnxruntime re-optimizes a model it optimized offline; its 'basic' output of a dynamo
@@ -396,7 +358,7 @@ def test_an_ort_result_that_ort_defaults_cannot_reload_says_how_to_load_it(tmp_p
     import onnxruntime as ort
 
     path = tmp_path / "bert.onnx"
-    _tiny_bert(path, dynamo=True)
+    export_tiny_bert(path, dynamo=True)
     lab = onnx_lab.open(path)
     r = lab.apply("ort:basic")
     assert r.verify_passed
@@ -422,7 +384,7 @@ def test_a_shape_moved_above_its_transpose_is_not_compared_with_the_old_one(tmp_
     # input's Reshape was rewritten, so nothing paired it: compared with the reference's
     # Shape, a correct step failed at max_abs 6 on a TorchScript BERT export.
     path = tmp_path / "bert.onnx"
-    _tiny_bert(path, dynamo=False)
+    export_tiny_bert(path, dynamo=False)
     lab = onnx_lab.open(path, dims={"batch": 1, "seq": 8})
     r = lab.apply("ort:basic")
     assert r.verify_passed, r.notes

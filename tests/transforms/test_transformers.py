@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from _machinery import export_tiny_bert
 from models import conv_bn_scale_from_input
 
 import onnx_lab
@@ -232,41 +233,9 @@ def test_nan_guarded_attention_is_a_named_near_miss_before_and_after_the_step():
 def test_transformers_bert_with_sdpa_attention_names_why_no_attention_fused(tmp_path):
     """A transformers BertModel (random weights, sdpa attention) exported by TorchScript:
     onnxruntime fuses no Attention; every attention's near-miss names the NaN guard."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    import subprocess
-    import textwrap
-
     path = tmp_path / "bert.onnx"
-    # Exported in a fresh interpreter: after torch's dynamo exporter ran in this process
-    # (the other BERT tests), importing transformers' BertModel can fail on torchvision.
-    script = textwrap.dedent(f"""
-        import warnings, torch, transformers
-        torch.manual_seed(0)
-        cfg = transformers.BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2,
-                                      num_attention_heads=4, intermediate_size=64,
-                                      max_position_embeddings=32)
-        bert = transformers.BertModel(cfg).eval()
-        class Wrapped(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.bert = bert
-            def forward(self, input_ids, attention_mask):
-                return self.bert(input_ids=input_ids,
-                                 attention_mask=attention_mask).last_hidden_state
-        ids = torch.randint(0, 200, (1, 8))
-        axes = {{0: "batch", 1: "sequence"}}
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(Wrapped().eval(), (ids, torch.ones_like(ids)), {str(path)!r},
-                              dynamo=False, opset_version=14,
-                              input_names=["input_ids", "attention_mask"], output_names=["y"],
-                              dynamic_axes={{"input_ids": axes, "attention_mask": axes,
-                                             "y": axes}})
-    """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    export_tiny_bert(path, dynamo=False, opset=14, vocab=200, heads=4, positions=32,
+                     pooled=False, axes=("batch", "sequence"), output_names=["y"])
     lab = onnx_lab.open(path, dims={"batch": 1, "sequence": 8})
     r = lab.apply("ort_transformers", model_type="bert")
     assert r.verify_passed and r.fusions.get("Attention", 0) == 0
