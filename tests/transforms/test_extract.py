@@ -191,3 +191,17 @@ def test_extract_names_product_and_fresh_dims():
     sub = lab.extract(nodes=["relu", "add"], verify=False)
     name = sub.model.graph.inputs[0].shape[0].value
     assert isinstance(name, str) and name and sub.dims[name] == 5
+
+
+def test_a_part_of_a_model_the_checker_refuses_itself_is_extracted():
+    # onnxruntime-genai's layout puts SimplifiedLayerNormalization in the default domain: the
+    # whole model fails onnx.checker ("No Op registered"), so every part of it does too; the
+    # extraction is held to its numerical verification instead of refused.
+    dims = {"batch_size": 1, "sequence_length": 4, "total_sequence_length": 8,
+            "past_sequence_length": 4, "kv_cache_dim": 16}
+    lab = onnx_lab.open("sample:tiny_llm", dims=dims)
+    with pytest.raises(onnx.checker.ValidationError, match="SimplifiedLayerNormalization"):
+        onnx.checker.check_model(lab.model.to_proto())
+    sub = lab.extract(outputs=["/model/layers.0/mlp/act_fn/Mul/output_0"])
+    assert sub.results[0].verify_passed
+    assert "SimplifiedLayerNormalization" in set(sub.nodes.op_type)
