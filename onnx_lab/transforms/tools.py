@@ -42,6 +42,7 @@ import onnx_ir as ir
 
 from onnx_lab.core.handoff import read_output, tool_errors, work_folder
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import shape_tuple
 from onnx_lab.errors import PassError, RuntimeLoadError, close_matches
 from onnx_lab.runtime.optimizers import effective_rules, optimize, reload_problem
 from onnx_lab.transforms import transformers
@@ -100,8 +101,14 @@ class OnnxsimPass(WholeModelPass):
         proto = self.proto_with_weights(model)
         shapes = self.lab_input_shapes(model)
         o = self.options
-        with tool_errors("onnxsim", "Give input shapes (dims=/shapes= at open) or use "
-                         "onnx_lab's own passes."):
+        dynamic = [v.name for v in model.graph.inputs if v.name not in model.graph.initializers
+                   and v.name not in shapes and _dynamic(v)]
+        fix = (f"Give the input shapes of {', '.join(map(repr, dynamic[:3]))} (dims=/shapes= "
+               "at open) or use onnx_lab's own passes." if dynamic else
+               "onnxsim ran with every input shape given: leave the failing optimizer out "
+               "(skipped_optimizers=[...], skip_constant_folding=True) or use onnx_lab's own "
+               "passes.")
+        with tool_errors("onnxsim", fix):
             out, ok = onnxsim.simplify(
                 proto, check_n=0, skip_fuse_bn=o["skip_fuse_bn"],
                 skip_constant_folding=o["skip_constant_folding"],
@@ -111,6 +118,12 @@ class OnnxsimPass(WholeModelPass):
         if shapes:
             self.notes.append(f"onnxsim ran with input shapes {shapes}")
         return self.from_proto(out, model)
+
+
+def _dynamic(v: ir.Value) -> bool:
+    """Whether a graph input's shape is unknown or has a dim without a size."""
+    shp = shape_tuple(v.shape)
+    return shp is None or any(not isinstance(d, int) or d <= 0 for d in shp)
 
 
 class OnnxoptimizerPass(WholeModelPass):
