@@ -14,7 +14,13 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args, print_json
+from onnx_lab.cli._common import (
+    add_dims_args,
+    add_model_arg,
+    failed_where,
+    open_from_args,
+    print_json,
+)
 from onnx_lab.errors import InputError
 
 if TYPE_CHECKING:
@@ -186,7 +192,7 @@ def _verdict(r: Any) -> str:
     if r.verify_passed is True:
         return "outputs unchanged (verified)"
     if r.verify_passed is False:
-        return f"VERIFICATION FAILED at {r.first_failure}"
+        return f"VERIFICATION FAILED{failed_where(r)}"
     if r.outputs_changed is False:  # only intermediate values changed
         return r.notes[-1]
     if r.outputs_changed:

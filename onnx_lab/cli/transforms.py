@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from onnx_lab.cli._common import (
     add_dims_args,
     add_model_arg,
+    failed_where,
     open_from_args,
     parse_dims,
     print_json,
@@ -135,7 +136,7 @@ def _report(args: argparse.Namespace, results: Sequence[Any], lab: Lab, n0: int,
     else:
         for r in results:
             ver = "" if r.verify_passed is None else \
-                (" verified" if r.verify_passed else f" VERIFICATION FAILED at {r.first_failure}")
+                (" verified" if r.verify_passed else f" VERIFICATION FAILED{failed_where(r)}")
             what = f"{r.nodes_before} -> {r.nodes_after} nodes" if r.modified else \
                 f"unchanged ({r.reason})"
             print(f"{r.name}: {what}{ver}")

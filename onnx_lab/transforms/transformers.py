@@ -442,14 +442,23 @@ class OnnxscriptRewritePass(_FusionStep):
         # The rewriter edits in place: give it its own copy (weights in memory), so the
         # model ``run`` traces provenance against keeps its structure.
         work = ir_with_weights(model, self.name)
+        # onnx_ir's passes inside it log a WARNING per initializer they leave alone (807
+        # lines for light ResNet-50, whose weights are graph inputs): not the user's concern
+        chatty = logging.getLogger("onnx_ir.passes")
+        level = chatty.level
+        chatty.setLevel(logging.ERROR)
         try:
             out, counts = optimize_for_ort(work)
         except Exception as e:  # noqa: BLE001 - rewrite rules raise whatever they raise
             raise PassError(f"onnxscript's optimize_for_ort failed: "
                             f"{str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__}",
                             fix="Use ort_transformers, or onnx_lab's own passes.") from e
+        finally:
+            chatty.setLevel(level)
         self.fusions = {k: int(v) for k, v in counts.items() if v}
-        return out
+        # as every tool's result: IR < 4 initializers listed as inputs again (its passes drop
+        # them: light ResNet-50's result did not load, "initializer_arg was false")
+        return self.from_ir(out, model)
 
 
 def onnxscript_available() -> bool:

@@ -145,3 +145,20 @@ def test_optimize_with_ort_on_an_optimum_decoder_verifies(tmp_path, capsys):
     assert doc["culprit"]["culprit"] is None
     assert doc["culprit"]["message"] == "no culprit: the step verifies"
     assert out.exists()
+
+
+def test_a_verdict_says_the_new_model_does_not_run_instead_of_naming_a_weight():
+    # every row of a step whose result onnxruntime cannot load fails with that note; the
+    # first row of an IR 3 model is a weight, which says nothing about why
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from onnx_lab.cli._common import failed_where
+
+    note = "the new model does not run: onnxruntime cannot load or run the model: boom"
+    rows = pd.DataFrame({"tensor": ["w", "y"], "passed": [False, False], "note": [note, note]})
+    r = SimpleNamespace(verification=rows, first_failure="w")
+    assert failed_where(r) == f": {note}"
+    rows = pd.DataFrame({"tensor": ["h", "y"], "passed": [True, False], "note": ["", ""]})
+    assert failed_where(SimpleNamespace(verification=rows, first_failure="y")) == " at y"
