@@ -46,6 +46,7 @@ from onnx_lab.core.save import wants_external
 from onnx_lab.core.shapes import fit_dims
 from onnx_lab.core.source import load_source
 from onnx_lab.core.subgraph import upstream_model
+from onnx_lab.core.values import const_array
 from onnx_lab.errors import DimError, InputError, RuntimeLoadError, strict_keywords
 from onnx_lab.numerics._stepdiff import step_diff
 from onnx_lab.numerics.align import (
@@ -422,6 +423,8 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
     single = len(chunks) <= 1
     a_all = [n for n, _i, _t in version_tensors(after)] if (cache is not None and single) else []
     precision = computed_precision(before) if preset is None else {}
+    steps = _quant_steps(before, pairs) \
+        if preset is None and getattr(result, "requantized", False) else {}
     skipped: list[str] = []
     labels = branch_labels(before, [r for r, _c in samples])
     not_run: list[str] = []  # generated branch samples the reference itself cannot run
@@ -453,7 +456,8 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
             for p in chunk:
                 passed = stats[p.tensor]["passed"]
                 if not _judge(p, refs[p.ref], cands[p.tensor], stats[p.tensor], preset=preset,
-                              atol=atol, rtol=rtol, computed=precision.get(p.ref)):
+                              atol=atol, rtol=rtol, computed=precision.get(p.ref),
+                              quant_step=steps.get(p.ref)):
                     skipped.append(p.tensor)
                 elif labels and passed and not stats[p.tensor]["passed"]:
                     stats[p.tensor]["fails_with"].append(labels[i])
@@ -536,14 +540,20 @@ def _selection_sides(before: LabModel, after: LabModel, result: Any, pairs: list
 
 
 def _judge(p: VersionPair, ref: Any, cand: Any, s: dict[str, Any], *, preset: str | None,
-           atol: float | None, rtol: float | None, computed: str | None = None) -> bool:
+           atol: float | None, rtol: float | None, computed: str | None = None,
+           quant_step: tuple[np.ndarray, int] | None = None) -> bool:
     """Compare one pair's values into its stats ``s`` (in place); False when the pair is not
     comparable element by element (a transposed layout kept under the name: skipped).
 
     ``computed``: the narrowest float dtype the reference computed the tensor through
     (:func:`~onnx_lab.numerics.align.computed_precision`); without a preset it picks the rule
-    when it is coarser than the tensor's own dtype's."""
+    when it is coarser than the tensor's own dtype's.
+
+    ``quant_step``: (scale, axis) of the DequantizeLinear that computes the reference tensor,
+    for a step that moved Q/DQ into integer kernels (:func:`_quant_steps`): elements within
+    one quantization step of the reference pass, as the kernels' rounding."""
     r, c = as_value(ref), as_value(cand)
+    bound = _step_bound(quant_step, r) if quant_step is not None else None
     dt = _dtype_name(r)
     judged_as = dt if preset is not None else judging_dtype(dt, computed)
     why = f" ({dt}, computed through {judged_as})" if judged_as != dt else ""
@@ -559,12 +569,59 @@ def _judge(p: VersionPair, ref: Any, cand: Any, s: dict[str, Any], *, preset: st
         if not _same_order(r.shape, c.shape):
             return False
         r = r.reshape(c.shape)
+        bound = bound.reshape(c.shape) if bound is not None else None
         s["note"] = s["note"] or f"reference shape {list(r.shape)} compared flat"
     mabs, mrel, ok, note = _compare(r, c, rule)
+    if not ok and bound is not None and np.shape(c) == bound.shape \
+            and np.asarray(c).dtype.kind == "f":
+        d = np.abs(np.asarray(c, np.float64) - np.asarray(r, np.float64))
+        same_nan = np.isnan(np.asarray(r, np.float64)) & np.isnan(np.asarray(c, np.float64))
+        if bool(np.all((d <= bound) | same_nan)):
+            ok = True
+            note = note or ("within one quantization step of its DequantizeLinear: integer "
+                            "kernels round where the QDQ graph computed in float")
     s.update(dtype=dt, shape=_shape_of(c), atol=rule.atol, rtol=rule.rtol, preset=pname,
              rule=rule.describe() + why, max_abs=max(s["max_abs"], mabs),
              max_rel=max(s["max_rel"], mrel), passed=s["passed"] and ok, note=s["note"] or note)
     return True
+
+
+def _quant_steps(before: LabModel, pairs: list[VersionPair]) -> dict[str, tuple[np.ndarray, int]]:
+    """Reference tensor -> (scale, axis) of the DequantizeLinear computing it, for the pairs
+    whose reference is one with a constant scale (block-wise quantization left out)."""
+    idx, out = before.index, {}
+    for p in pairs:
+        nid = idx.producer.get(p.ref)
+        node = idx.node(nid) if nid is not None else None
+        if node is None or node.op_type != "DequantizeLinear" \
+                or node.domain not in ("", "ai.onnx", "com.microsoft") or len(node.inputs) < 2:
+            continue
+        attrs = {a.name: a.value for a in node.attributes.values()}
+        if attrs.get("block_size"):
+            continue
+        scale = const_array(node.inputs[1]) if node.inputs[1] is not None else None
+        if scale is None or np.asarray(scale).dtype.kind != "f":
+            continue
+        out[p.ref] = (np.abs(np.asarray(scale, np.float64)), int(attrs.get("axis", 1)))
+    return out
+
+
+def _step_bound(step: tuple[np.ndarray, int], ref: Any) -> np.ndarray | None:
+    """One quantization step per element of ``ref`` (a little over, for float rounding), or
+    None when the scale does not fit its shape."""
+    scale, axis = step
+    if not isinstance(ref, np.ndarray):
+        return None
+    if scale.size == 1:
+        return np.full(ref.shape, float(scale.reshape(-1)[0]) * (1 + 1e-3))
+    if ref.ndim == 0 or scale.ndim != 1:
+        return None
+    axis = axis + ref.ndim if axis < 0 else axis
+    if not 0 <= axis < ref.ndim or ref.shape[axis] != scale.size:
+        return None
+    shape = [1] * ref.ndim
+    shape[axis] = scale.size
+    return np.broadcast_to(scale.reshape(shape) * (1 + 1e-3), ref.shape)
 
 
 def _new_stats() -> dict[str, Any]:

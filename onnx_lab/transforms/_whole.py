@@ -346,6 +346,7 @@ class WholeModelPass(LabPass):
         self.context = context or PassContext()
         t0 = time.perf_counter()
         self.notes: list[str] = []
+        self.requantized = False  # set by a tool that fuses Q/DQ into integer kernels
         work = model.clone()
         stamp_origins(work)
         for nid, e in work.index.entries.items():
@@ -362,7 +363,8 @@ class WholeModelPass(LabPass):
         new.invalidate()
         carry_sources(work, new)
         return PassResult(self.name, dict(self.options), True, n0, len(new.index), provenance,
-                          removed, None, time.perf_counter() - t0, self.notes + notes, new, [])
+                          removed, None, time.perf_counter() - t0, self.notes + notes, new, [],
+                          requantized=self.requantized)
 
     # -- helpers for subclasses ---------------------------------------------------------
     def proto_with_weights(self, model: LabModel) -> onnx.ModelProto:

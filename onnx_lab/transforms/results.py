@@ -69,6 +69,10 @@ class PassResult:
         verified_by: which check verified the step: ``"region"`` (the rewritten region on
             the captured values at its boundary), ``"full"`` (the whole model),
             ``"unchanged"`` (no value changed: nothing ran); None when not verified.
+        requantized: the step moved QuantizeLinear/DequantizeLinear pairs into integer
+            kernels (onnxruntime's QLinearConv, QLinearMatMul...), which round where the QDQ
+            graph computed in float: verification lets a DequantizeLinear's output differ by
+            one quantization step.
     """
 
     name: str
@@ -92,6 +96,7 @@ class PassResult:
     # True when an edit meant to change values did (see steps.apply); None otherwise
     outputs_changed: bool | None = None
     verified_by: str | None = None
+    requantized: bool = False
 
     @property
     def verification(self) -> pd.DataFrame | None:

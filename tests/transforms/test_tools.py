@@ -307,10 +307,8 @@ def test_a_layout_kept_under_a_name_follows_its_reshaped_input():
     assert bool(erf.passed) and "compared flat" in erf.note
 
 
-def test_quantized_codes_are_not_compared_with_float_values(tmp_path):
-    # onnxruntime's QDQS8ToU8 (extended) makes uint8 QuantizeLinears whose provenance names
-    # the float DequantizeLinear after the int8 one: codes against values failed at max_abs
-    # 216; that pair is not comparable, the outputs still are.
+def _qdq_int8_cnn(tmp_path, *, per_channel: bool = False):
+    """Conv -> Relu, quantized by onnxruntime's quantize_static (QDQ, int8), saved."""
     import numpy as np
     from onnx import TensorProto as TP
     from onnx import helper, numpy_helper
@@ -322,32 +320,80 @@ def test_quantized_codes_are_not_compared_with_float_values(tmp_path):
     )
 
     rng = np.random.default_rng(0)
-    w = numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
-                                "w")
-    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1] * 4),
-                           helper.make_node("Relu", ["c"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 8, 8])],
-                          [helper.make_tensor_value_info("y", TP.FLOAT, [1, 8, 8, 8])], [w])
-    src, q = tmp_path / "f.onnx", tmp_path / "q.onnx"
+
+    def init(name, *shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale)
+                                       .astype(np.float32), name)
+
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4),
+         helper.make_node("Relu", ["c1"], ["r1"]),
+         helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[2, 2]),
+         helper.make_node("Relu", ["c2"], ["r2"]),
+         helper.make_node("ReduceMean", ["r2"], ["m"], axes=[2, 3], keepdims=0),
+         helper.make_node("MatMul", ["m", "w3"], ["h"]),
+         helper.make_node("Add", ["h", "b3"], ["logits"]),
+         helper.make_node("Softmax", ["logits"], ["y"], axis=-1)], "g",
+        [helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, [1, 10])],
+        [init("w1", 8, 3, 3, 3), init("b1", 8, scale=0.1), init("w2", 16, 8, 3, 3, scale=0.2),
+         init("b2", 16, scale=0.1), init("w3", 16, 10), init("b3", 10, scale=0.1)])
+    src, q = tmp_path / "f.onnx", tmp_path / f"q{int(per_channel)}.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(src))
 
     class Reader(CalibrationDataReader):
         def __init__(self):
-            self.data = iter([{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+            self.data = iter([{"x": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
                               for _ in range(4)])
 
         def get_next(self):
             return next(self.data, None)
 
     quantize_static(str(src), str(q), Reader(), quant_format=QuantFormat.QDQ,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
-    lab = onnx_lab.open(q)
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    per_channel=per_channel)
+    return q
+
+
+def test_quantized_codes_are_not_compared_with_float_values(tmp_path):
+    # onnxruntime's QDQS8ToU8 (extended) makes uint8 QuantizeLinears whose provenance names
+    # the float DequantizeLinear after the int8 one: codes against values failed at max_abs
+    # 216; that pair is not comparable, the outputs still are.
+    lab = onnx_lab.open(_qdq_int8_cnn(tmp_path))
     r = lab.apply("ort:extended")
     rep = r.verification
     bad = rep[~rep.passed]
     assert set(bad.match) <= {"output"}, bad[["tensor", "ref_tensor", "max_abs"]]
     assert any("uint8" in why for why in rep.attrs["not_comparable"].values()), \
         rep.attrs["not_comparable"]
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_int8_kernels_may_round_one_quantization_step_apart(tmp_path, per_channel):
+    # extended fuses Q/DQ into QLinearConv, which rounds in integers where the QDQ graph, run
+    # as written, computed in float: the output (a DequantizeLinear's) came out one step
+    # (1/255) apart and the correct step failed. One step passes, with a note; more fails.
+    import numpy as np
+
+    from onnx_lab.numerics.verify import verify
+
+    lab = onnx_lab.open(_qdq_int8_cnn(tmp_path, per_channel=per_channel))
+    r = lab.apply("ort:extended")
+    import onnx_ir as ir
+
+    assert r.requantized and r.verify_passed, r.notes
+    assert "QLinearConv" in set(lab.nodes.op_type)
+    rounded = r.verification.note.str.contains("within one quantization step")
+    if not per_channel:  # this model's output lands one step apart on the verify sample
+        assert rounded.any()
+    # the same step with the fused Conv's weights doubled: many steps off, it fails
+    broken = r.model.clone()
+    conv = next(n for n in broken.graph if n.op_type == "QLinearConv")
+    w = conv.inputs[3].const_value.numpy()
+    conv.inputs[3].const_value = ir.Tensor(np.clip(w.astype(np.int32) * 2, -127, 127)
+                                           .astype(w.dtype), name=conv.inputs[3].name)
+    rep = verify(lab.original.model, broken, r)
+    assert not rep.attrs["passed"]
 
 
 @pytest.mark.slow
