@@ -78,11 +78,22 @@ def esc_attr(x: Any, limit: int | None = None) -> Markup:
                   .replace("`", "&#96;"))
 
 
+#: C0 control characters but tab, newline and carriage return (and DEL) as their Control
+#: Pictures (U+2400...): graphviz reads a DOT file as C strings, so a NUL in a name ended the
+#: line there and made the rest DOT syntax (bogus nodes, or no drawing at all).
+_CONTROL_PICTURES = {c: 0x2400 + c for c in range(0x20) if c not in (9, 10, 13)} | {0x7F: 0x2421}
+
+
+def dot_safe(s: str) -> str:
+    """``s`` with control characters graphviz cannot hold shown as their pictures (``␀``)."""
+    return s.translate(_CONTROL_PICTURES)
+
+
 def esc_label(x: Any) -> Markup:
     """``x`` as text of a graphviz HTML-like label (``<<B>...</B>>``): escaped as text, on
     one line, brackets as character references (dot 2.43's label lexer rejects some of them,
-    a lone ']' inside <FONT>)."""
-    s = esc_text(x).replace("[", "&#91;").replace("]", "&#93;")
+    a lone ']' inside <FONT>), control characters as their pictures (:func:`dot_safe`)."""
+    s = dot_safe(str(esc_text(x))).replace("[", "&#91;").replace("]", "&#93;")
     return Markup(s.replace("\r\n", " ").replace("\n", " ").replace("\r", " "))
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from onnx_lab.analysis.summary import op_family
 from onnx_lab.errors import RenderError
-from onnx_lab.render._html import esc_label
+from onnx_lab.render._html import dot_safe, esc_label
 from onnx_lab.render.graph import DrawNode, GraphView
 
 logger = logging.getLogger(__name__)
@@ -97,16 +97,18 @@ def find_dot() -> str | None:
 def _q(s: str) -> str:
     """A DOT double-quoted string. ``&`` as ``&amp;``: graphviz reads entities in labels and
     tooltips and writes entity-looking text unchanged into the SVG, so a name ``&lt;b&gt;``
-    would show as ``<b>``."""
-    s = s.replace("&", "&amp;")
+    would show as ``<b>``. Control characters as their pictures (:func:`dot_safe`)."""
+    s = dot_safe(s).replace("&", "&amp;")
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def _qid(s: str) -> str:
     """A DOT string graphviz writes back unchanged into the SVG's ``id``: ``&`` (graphviz
     keeps entity-looking text as it is), newlines and carriage returns (``\\n`` would come
-    back as two characters) as character references; the canvas maps the id to its key."""
-    s = s.replace("&", "&amp;").replace("\\", "\\\\").replace('"', '\\"')
+    back as two characters) as character references, other control characters as their
+    pictures (:func:`dot_safe`: a NUL cannot be in an SVG at all); the canvas maps the id to
+    its key."""
+    s = dot_safe(s).replace("&", "&amp;").replace("\\", "\\\\").replace('"', '\\"')
     return '"' + s.replace("\n", "&#10;").replace("\r", "&#13;") + '"'
 
 

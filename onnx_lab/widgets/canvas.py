@@ -27,7 +27,7 @@ from typing import Any
 import anywidget
 import traitlets as t
 
-from onnx_lab.render._html import esc_text
+from onnx_lab.render._html import dot_safe, esc_text
 from onnx_lab.render.details import (
     box_module,
     canvas_items,
@@ -311,8 +311,18 @@ class GraphCanvas(anywidget.AnyWidget):
         self._select_callbacks.append(callback)
 
     # ------------------------------------------------------------------ events
+    def _drawn(self, key: str) -> str:
+        """The drawn key a key from the page stands for: the page reads keys back from the
+        SVG, where a control character of a name shows as its picture (``␀``: graphviz
+        cannot hold a NUL)."""
+        if self.rendering is None or not key or key in self.rendering.view.nodes:
+            return key
+        return next((k for k in self.rendering.view.nodes if dot_safe(k) == key), key)
+
     def _on_msg(self, _widget: Any, content: dict, _buffers: Any) -> None:
         kind = content.get("type")
+        if isinstance(content.get("key"), str):
+            content = {**content, "key": self._drawn(content["key"])}
         try:
             if kind == "expand":
                 self.click(str(content.get("key", "")))
@@ -348,6 +358,10 @@ class GraphCanvas(anywidget.AnyWidget):
             self.on_open(bodies[0])
 
     def _on_selected(self, change: dict) -> None:
+        real = self._drawn(change["new"])
+        if real != change["new"]:
+            self.selected = real  # observed again, with the drawn key
+            return
         self._refresh_details()
         for cb in list(self._select_callbacks):
             try:

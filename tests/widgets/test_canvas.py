@@ -415,3 +415,32 @@ def test_only_the_explorer_in_use_draws_ahead():
     second._ahead_thread.join(timeout=120)
     first.canvas.view = {"x": 10, "y": 0, "k": 0.5, "width": 900, "height": 560}  # moved
     assert first._ahead_thread.is_alive() or sum(len(b) for b in first._ahead_jobs) < left
+
+
+def test_a_nul_in_a_name_is_drawn_as_its_picture_and_clicks_map_back():
+    # graphviz reads DOT as C strings: a NUL in a node name ended the line, and the rest
+    # (here a URL attribute) was parsed as DOT; the name is drawn with "␀" instead, and a
+    # click on it (the page reads the key back from the SVG id) selects the node
+    import re
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    name = 'a\x00 ]; inj [label="INJECTED" URL="javascript:alert(1)"]; z [\x01\x7f'
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name=name)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m)
+    lab = onnx_lab.open(m)
+    r = lab.render()
+    assert "\x00" not in r.dot and "\u2400" in r.dot
+    if r.svg is not None:  # with graphviz: three drawn elements, no injected one, no link
+        titles = re.findall(r"<title>(.*?)</title>", r.svg)
+        assert len([t for t in titles if "&#45;&gt;" not in t]) == 4  # graph, x, node, y
+        assert "inj" not in titles and 'href="javascript' not in r.svg
+        c = GraphCanvas(lab)
+        c.show(r)
+        c.selected = name.replace("\x00", "\u2400").replace("\x01", "\u2401") \
+            .replace("\x7f", "\u2421")
+        assert c.selected == name and "Relu" in c.details_html
