@@ -67,23 +67,12 @@ def ir_with_weights(model: LabModel, step: str) -> ir.Model:
     Raises:
         PassError: a data file cannot be read any more (naming ``step``).
     """
-    copy = model.clone().ir
-    if not model.index.stored_in_order():
-        _sort(copy)
+    copy = model.sorted_clone().ir  # tools (onnx's checker, onnxsim) refuse another order
     if model.has_external_data:
         with tool_errors(step, "Check that the model's data files are still where they "
                          "were when it was opened."):
             ir.external_data.load_to_model(copy)
     return copy
-
-
-def _sort(m: ir.Model) -> None:
-    """Sort a graph stored out of order, which tools (onnx's checker, onnxsim) refuse; a cyclic
-    one (invalid) stays as stored, for the tool to say what it finds."""
-    try:
-        m.graph.sort()
-    except ValueError:
-        pass
 
 
 def proto_with_weights(model: LabModel, step: str, *, limit: bool = True) -> onnx.ModelProto:
@@ -101,12 +90,8 @@ def proto_with_weights(model: LabModel, step: str, *, limit: bool = True) -> onn
     """
     if limit:
         _check_proto_size(model, step)
-    if model.index.stored_in_order():
-        proto = ir.to_proto(model.ir)
-    else:
-        copy = model.clone().ir
-        _sort(copy)
-        proto = ir.to_proto(copy)
+    # tools (onnx's checker, onnxsim) refuse a graph stored out of order
+    proto = ir.to_proto(model.ir if model.index.stored_in_order() else model.sorted_clone().ir)
     if model.has_external_data:
         verify_files(model.ir)  # the folder and data files are the ones opened
         with tool_errors(step, "Check that the model's data files are still where they "

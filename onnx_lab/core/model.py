@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from onnx_lab.core.index import ModelIndex
     from onnx_lab.core.shapes import TypeTable
 
-__all__ = ["LabModel", "mapped_briefly"]
+__all__ = ["LabModel", "mapped_briefly", "sort_nodes"]
 
 
 IR_VERSION_META = "onnx_lab.ir_version"  # key in ir.Graph.meta of a LabModel's main graph
@@ -156,6 +156,16 @@ class LabModel:
             copy = _round_trip(self.ir)
         return LabModel(copy, path=self.path)
 
+    def sorted_clone(self) -> LabModel:
+        """:meth:`clone`, its graphs storing their nodes in topological order as ONNX requires
+        (tools, onnx's checker and onnx_ir's extractor refuse a graph stored out of order,
+        which converters write: float16 conversion keeping float inputs and outputs appends
+        their Casts at the end). A cyclic graph (invalid) stays as stored."""
+        copy = self.clone()
+        if not self.index.stored_in_order():
+            sort_nodes(copy.ir)
+        return copy
+
     def to_proto(self) -> onnx.ModelProto:
         """Serialize to a ModelProto; external tensors stay references to their files."""
         return ir.to_proto(self.ir)
@@ -212,3 +222,10 @@ def mapped_briefly(tensor: Any) -> Iterator[Any]:
     finally:
         if unmap and tensor.raw is not None:
             tensor.release()
+
+
+def sort_nodes(m: ir.Model) -> None:
+    """Sort ``m``'s graphs (bodies too) topologically, in place; a cyclic graph (invalid)
+    stays as stored, for whatever reads it next to say what it finds."""
+    with contextlib.suppress(ValueError):
+        m.graph.sort()

@@ -49,13 +49,9 @@ def extract_graph(model: LabModel, inputs: list[str], outputs: list[str]) -> ir.
     Raises:
         ValueError: what onnx_ir refuses (a boundary that does not cut the graph, a cycle).
     """
-    source = model.graph
-    if not model.index.stored_in_order():
-        copy = model.clone()
-        copy.ir.graph.sort()  # ValueError on a cycle
-        source = copy.ir.graph
+    source = model if model.index.stored_in_order() else model.sorted_clone()
     try:
-        return ir.convenience.extract(source, inputs, outputs)
+        return ir.convenience.extract(source.graph, inputs, outputs)
     except RuntimeError as e:  # onnx_ir's cloner wraps the ValueError of what it refuses
         cause = e.__cause__ if isinstance(e.__cause__, ValueError) else e
         raise ValueError(str(cause).splitlines()[0][:300]) from e

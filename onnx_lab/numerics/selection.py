@@ -70,7 +70,7 @@ from onnx_lab.numerics.metrics import Rule, judge
 
 __all__ = ["SELECTION_OPS", "SelectionOp", "Tie", "Flip", "Sides", "Selections",
            "judge_selections", "selection_nodes", "run_cut", "flip_reason", "fetch", "flipped",
-           "selection_tensors"]
+           "selection_tensors", "scale_along"]
 
 logger = logging.getLogger(__name__)
 
@@ -325,12 +325,7 @@ def _quantize(node: ir.Node, r_in: list, c_in: list, r_out: list, c_out: list,
         return Tie(False, why=f"its output is {list(co.shape)} instead of {list(ro.shape)}")
     if ro.dtype.kind not in "iu" or co.dtype.kind not in "iu":
         return Tie(False, why=f"it quantizes to {ro.dtype}: not judged as a rounding")
-    scale = np.asarray(r_in[1], np.float64)
-    if scale.ndim == 1 and scale.size > 1 and x.ndim:
-        axis = int(_attr(node, "axis", 1)) % x.ndim
-        shape = [1] * x.ndim
-        shape[axis] = scale.size
-        scale = scale.reshape(shape)
+    scale = scale_along(r_in[1], int(_attr(node, "axis", 1)), x.ndim)
     steps = np.abs(ro.astype(np.int64) - co.astype(np.int64))
     differ = steps != 0
     if (steps > 1).any():
@@ -344,6 +339,17 @@ def _quantize(node: ir.Node, r_in: list, c_in: list, r_out: list, c_out: list,
     gap = np.abs(v - (np.floor(v) + 0.5)) * scale
     return _held(gap[differ], np.broadcast_to(allowed(0, x), x.shape)[differ],
                  int(differ.sum()), int(ro.size), "the inputs quantized differently")
+
+
+def scale_along(scale: Any, axis: int, ndim: int) -> np.ndarray:
+    """A QuantizeLinear/DequantizeLinear scale (float64) shaped to broadcast against data of
+    ``ndim`` dims: a per-channel (1-D) scale along ``axis``, a per-tensor one as it is."""
+    scale = np.asarray(scale, np.float64)
+    if scale.ndim == 1 and scale.size > 1 and ndim:
+        shape = [1] * ndim
+        shape[axis % ndim] = scale.size
+        scale = scale.reshape(shape)
+    return scale
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ from onnx_lab.numerics.selection import (
     fetch,
     flipped,
     judge_selections,
+    scale_along,
     selection_nodes,
 )
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
@@ -596,13 +597,13 @@ def _quant_steps(before: LabModel, pairs: list[VersionPair]) -> dict[str, tuple[
         if node is None or node.op_type != "DequantizeLinear" \
                 or node.domain not in ("", "ai.onnx", "com.microsoft") or len(node.inputs) < 2:
             continue
-        attrs = {a.name: a.value for a in node.attributes.values()}
-        if attrs.get("block_size"):
+        block, axis = node.attributes.get("block_size"), node.attributes.get("axis")
+        if block is not None and block.value:
             continue
         scale = const_array(node.inputs[1]) if node.inputs[1] is not None else None
         if scale is None or np.asarray(scale).dtype.kind != "f":
             continue
-        out[p.ref] = (np.abs(np.asarray(scale, np.float64)), int(attrs.get("axis", 1)))
+        out[p.ref] = (np.asarray(scale), int(axis.value) if axis is not None else 1)
     return out
 
 
@@ -612,16 +613,11 @@ def _step_bound(step: tuple[np.ndarray, int], ref: Any) -> np.ndarray | None:
     scale, axis = step
     if not isinstance(ref, np.ndarray):
         return None
-    if scale.size == 1:
-        return np.full(ref.shape, float(scale.reshape(-1)[0]) * (1 + 1e-3))
-    if ref.ndim == 0 or scale.ndim != 1:
+    try:
+        return np.broadcast_to(np.abs(scale_along(scale, axis, ref.ndim)) * (1 + 1e-3),
+                               ref.shape)
+    except ValueError:  # a scale of another size than the axis it runs along
         return None
-    axis = axis + ref.ndim if axis < 0 else axis
-    if not 0 <= axis < ref.ndim or ref.shape[axis] != scale.size:
-        return None
-    shape = [1] * ref.ndim
-    shape[axis] = scale.size
-    return np.broadcast_to(scale.reshape(shape) * (1 + 1e-3), ref.shape)
 
 
 def _new_stats() -> dict[str, Any]:

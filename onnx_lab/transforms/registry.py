@@ -4,7 +4,6 @@ Importable from :mod:`onnx_lab.transforms.base`."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from typing import Any, ClassVar
 import onnx_ir as ir
 
 from onnx_lab._pandas import pd
-from onnx_lab.core.model import LabModel
+from onnx_lab.core.model import LabModel, sort_nodes
 from onnx_lab.core.provenance import stamp_origins
 from onnx_lab.core.source_map import carry_sources
 from onnx_lab.errors import PassError, PassParameterError, close_matches, unknown_name
@@ -164,10 +163,8 @@ class LabPass(ir.passes.InPlacePass):
             if e.node.name != nid:
                 e.node.name = nid
         if not before.stored_in_order():
-            # named first, so the ids stay: the version the step makes is valid ONNX (a
-            # cyclic graph, invalid anyway, stays as stored)
-            with contextlib.suppress(ValueError):
-                work.ir.graph.sort()
+            # named first, so the ids stay: the version the step makes is valid ONNX
+            sort_nodes(work.ir)
             work.invalidate()
         work.adopt_types(model)  # find() on the copy needs them again (fold_constants)
         ids_before = {id(e.node): nid for nid, e in work.index.entries.items()}
