@@ -429,9 +429,29 @@ class PendingRegion:
                 return False
         return True
 
+    def feeds_itself(self, model: LabModel) -> bool:
+        """Whether an input of the region is computed, in ``model``, from one of the
+        region's own nodes (through nodes outside it: Conv -> Relu -> Conv with both Convs
+        rewritten). Such an input holds the new model's value there, not the reference's,
+        so reading the region from a run of ``model`` would judge the differences of the
+        whole chain: the region is run fed with the reference's values instead."""
+        idx = model.index
+        inside = set(self.region.nodes)
+        todo = [p for n in self.region.inputs if (p := idx.producer.get(n)) is not None]
+        seen: set[str] = set(todo)
+        while todo:
+            nid = todo.pop()
+            if nid in inside:
+                return True
+            for prev in idx.predecessors(nid):  # (with the outer values a body reads)
+                if prev not in seen:
+                    seen.add(prev)
+                    todo.append(prev)
+        return False
+
 
 def judge_region(ref: PresetReference, pending: PendingRegion,
-                 values: Mapping[str, Any] | None = None) -> Report:
+                 values: Mapping[str, Any] | None = None, *, copy: bool = False) -> Report:
     """The report of a planned region: its tensors computed by the region alone on the
     reference's values (``values`` None), or given (from a run of the whole final model,
     whose inputs to the region are the reference's values bit for bit). Raises LabError or
@@ -465,7 +485,8 @@ def judge_region(ref: PresetReference, pending: PendingRegion,
              "verified_by": "region",
              "region": {"nodes": len(region.nodes), "inputs": list(region.inputs),
                         "outputs": list(region.outputs),
-                        "run": ("with the final outputs" if values is not None
+                        "run": ("as a copy in the final run" if values is not None and copy
+                                else "with the final outputs" if values is not None
                                 else "alone" if region.nodes else "none")}}
     if selections is not None and not selections.empty:
         attrs["selections"] = selections.to_dict()
