@@ -56,12 +56,18 @@ class Nudge(LabPass):
         rw.record(node, [node])
 
 
-@register_pass("test_region_nudge_second", kind="test")
-class NudgeSecond(Nudge):
-    """Test pass: the same nudge on the second MatMul."""
+def _nudge(name: str, node_id: str, delta: float, doc: str) -> None:
+    """Register a Nudge on another MatMul or by another delta (presets take no params)."""
+    params = (Param("node_id", str, node_id, "the MatMul"),
+              Param("delta", float, delta, "added to every weight"))
+    register_pass(name, kind="test")(type(name, (Nudge,), {"params": params, "__doc__": doc}))
 
-    params = (Param("node_id", str, "n4_MatMul", "the MatMul"),
-              Param("delta", float, 2e-5, "added to every weight"))
+
+_nudge("test_region_nudge_second", "n4_MatMul", 2e-5, "Test pass: the same nudge on the second "
+       "MatMul.")
+_nudge("test_region_nudge_fp16", "n0_MatMul", 2e-3, "Test pass: a float16-sized nudge on the "
+       "first MatMul.")
+_nudge("test_region_nudge_fp16_second", "n4_MatMul", 2e-3, "Test pass: the same on the second.")
 
 
 @register_pass("test_region_nudge_chain", kind="test")
@@ -314,22 +320,6 @@ def test_the_final_check_catches_differences_each_region_let_through():
     full = chain_lab().apply_preset(["test_region_nudge", "test_region_nudge_second"],
                                     verify="full")
     assert all(r.verified_by == "full" and r.verify_passed for r in full)
-
-
-@register_pass("test_region_nudge_fp16", kind="test")
-class NudgeHalf(Nudge):
-    """Test pass: a float16-sized nudge on the first MatMul."""
-
-    params = (Param("node_id", str, "n0_MatMul", "the MatMul"),
-              Param("delta", float, 2e-3, "added to every weight"))
-
-
-@register_pass("test_region_nudge_fp16_second", kind="test")
-class NudgeHalfSecond(Nudge):
-    """Test pass: the same nudge on the second MatMul."""
-
-    params = (Param("node_id", str, "n4_MatMul", "the MatMul"),
-              Param("delta", float, 2e-3, "added to every weight"))
 
 
 def test_differences_that_add_up_in_a_float16_model_say_so():
