@@ -108,10 +108,13 @@ class _Regions:
     compared with the original's once at the end (:meth:`finish`).
 
     A step's region is not run at once: the preset's final run computes it too. The last
-    one (when the final model still computes its tensors with the same nodes, and none of
-    its inputs comes from its own nodes: a chain of fused Convs) is read from the final
-    model itself, whose inputs to it are then the reference's values exactly (every earlier
-    step reproduced the reference bit for bit; when one did not, it runs alone after all); every earlier one runs as a copy inside the same run, fed the
+    one (when the final model still computes its tensors with the same nodes) is read from
+    the final model itself, whose inputs to it are then the reference's values exactly
+    (every earlier step reproduced the reference bit for bit; when one did not, it runs
+    alone after all), unless its own nodes feed it (a chain of fused Convs reading each
+    other through a Relu): the final model's values there carry the differences of the
+    whole chain, as the whole-model check's do: a pass there stands, and a failure is
+    judged again with the region run alone on the reference's values; every earlier one runs as a copy inside the same run, fed the
     reference's values (``numerics.region.with_copies``). The steps are judged in their
     order after that run; a region whose inputs an earlier step's judgment dropped from the
     reference runs alone then (or the whole model is checked). A step checked on the whole
@@ -191,16 +194,19 @@ class _Regions:
         while self.waiting:
             self._judge(self.waiting.pop(0), None)
 
-    def _judge(self, item: tuple, values: Mapping[str, Any] | None, copy: bool = False
-               ) -> None:
+    def _judge(self, item: tuple, values: Mapping[str, Any] | None, copy: bool = False,
+               recheck: bool = False) -> None:
         """Fill a waiting step's report: from ``values`` (the final run's), or its region
-        run alone (``values`` None, or fed other values than the reference holds now)."""
+        run alone (``values`` None, or fed other values than the reference holds now; or
+        ``recheck`` and the values fail: the region feeds itself, see ``finish``)."""
         plan, result, diff, dims, shapes, opts, fed = item
         if values is not None and any(self.ref.values.get(n) is not a for n, a in fed.items()):
             values = None  # an earlier step's judgment changed its inputs' reference values
         t0 = time.perf_counter()
         try:
             report = judge_region(self.ref, plan, values, copy=copy)
+            if recheck and values is not None and not report.attrs["passed"]:
+                report = judge_region(self.ref, plan)
         except (LabError, ValueError, KeyError) as e:  # not alone (any more): the whole model
             report = report_of(plan.before, plan.after, result, dims=dims, shapes=shapes,
                                reference_shapes=True, **opts)
@@ -224,8 +230,7 @@ class _Regions:
             self.flush()
             return
         direct = self.waiting[-1] if self.waiting and \
-            self.waiting[-1][0].still_computed(model) and \
-            not self.waiting[-1][0].feeds_itself(model) else None
+            self.waiting[-1][0].still_computed(model) else None
         copies = [w for w in self.waiting if w is not direct]
         self.waiting = []
         t0 = time.perf_counter()
@@ -246,8 +251,10 @@ class _Regions:
         for item, got in zip(copies, copied):
             self._judge(item, got, copy=True)
         if direct is not None:
-            # read from the final model: exact only when every earlier step was
-            self._judge(direct, values if self.exact else None)
+            # read from the final model: exact only when every earlier step was, and
+            # judged alone after all when its own nodes feed it and that read fails
+            self._judge(direct, values if self.exact else None,
+                        recheck=direct[0].feeds_itself(model))
         t0 = time.perf_counter()
         # outputs below a selection that flipped a near-tie (TopK, NMS...) are not compared
         selections = judge_final(ref, model, rows, preset=self.opts.get("preset"),

@@ -433,8 +433,9 @@ class PendingRegion:
         """Whether an input of the region is computed, in ``model``, from one of the
         region's own nodes (through nodes outside it: Conv -> Relu -> Conv with both Convs
         rewritten). Such an input holds the new model's value there, not the reference's,
-        so reading the region from a run of ``model`` would judge the differences of the
-        whole chain: the region is run fed with the reference's values instead."""
+        so the region read from a run of ``model`` is judged by the differences of the
+        whole chain, as the whole-model check judges it: a failure there is judged again
+        with the region run on the reference's values (``steps._Regions.finish``)."""
         idx = model.index
         inside = set(self.region.nodes)
         todo = [p for n in self.region.inputs if (p := idx.producer.get(n)) is not None]
