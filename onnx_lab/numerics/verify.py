@@ -685,7 +685,24 @@ def fill_result(result: PassResult, report: pd.DataFrame | Report, seconds: floa
             x for x in (numbers, note) if x)
         result.notes.append(f"verification failed first at tensor {result.first_failure!r} "
                             f"(node {row['node_id']}): {detail}")
+        narrow = _narrow_float(row)
+        if narrow and report.attrs.get("verified_by", "full") == "full" and result.name:
+            result.notes.append(
+                f"the model computes in {narrow}, and the whole-model check compares each "
+                "tensor after everything upstream of it changed: the rounding of rewritten "
+                f"constants to {narrow} can add up through a deep network; "
+                f"lab.apply_preset([{result.name!r}]) judges each rewritten node on the "
+                "original's values (a wrong node fails there), then the outputs "
+                "(docs/transforms.md, known limits)")
     return result
+
+
+def _narrow_float(row: Mapping[str, Any]) -> str | None:
+    """float16 / bfloat16 when a report row's tensor is, or is computed through, one."""
+    for narrow in ("float16", "bfloat16"):
+        if row.get("dtype") == narrow or f"computed through {narrow}" in str(row.get("rule")):
+            return narrow
+    return None
 
 
 @strict_keywords

@@ -462,3 +462,14 @@ def test_a_region_that_feeds_itself_is_judged_again_on_the_reference_values(runs
     (step,) = lab.apply_preset(["test_region_nudge_chain_fp32"])
     assert step.verify_passed and step.verification.attrs["region"]["run"] == \
         "with the final outputs"
+
+
+def test_a_whole_model_failure_in_a_float16_model_points_to_the_region_check():
+    half = onnx_lab.open(convert_float_to_float16(chain_proto(), keep_io_types=False),
+                         dims={"batch": 2})
+    r = half.apply("test_perturb_weight")
+    assert r.verify_passed is False and r.verified_by == "full"
+    assert any("computes in float16" in n and "apply_preset(['test_perturb_weight'])" in n
+               for n in r.notes), r.notes
+    r = chain_lab().apply("test_perturb_weight")
+    assert r.verify_passed is False and not any("computes in" in n for n in r.notes)
