@@ -195,7 +195,9 @@ def tensors_table(model: LabModel, dims: Mapping[str, int] | None = None,
             dims/shapes given at open); symbolic dims as str, unknown dims as None, None when
             the rank is unknown.
         kind (str): 'input', 'output', 'initializer', 'constant' or 'intermediate'
-            ('missing' for a value some node reads but nothing defines: an invalid model).
+            ('missing' for a value some node reads but nothing defines: an invalid model),
+            for the row's graph (a branch's Constant of an If output's name leaves the
+            output an 'output').
         producer (str|None): node id producing it.
         consumers (list[str]): node ids reading it.
         dynamic (bool): rank or some dim is not a concrete int.
@@ -206,7 +208,9 @@ def tensors_table(model: LabModel, dims: Mapping[str, int] | None = None,
     main = model.graph
     inputs = {v.name for v in main.inputs}
     outputs = {v.name for v in main.outputs}
-    constants = {name for name, *_ in constant_tensors(model)}
+    # By graph and name: a branch's Constant placeholder (optimum's merged decoders hold one
+    # for each encoder `present.*`) does not make the If's output of that name a constant.
+    constants = {(path, name) for name, _, _, path in constant_tensors(model)}
     # A name sibling If branches both define (optimum's merged decoders) has a row per
     # definition, each with its own type, producer and readers.
     defs: dict[str, list[str]] = {}
@@ -220,7 +224,7 @@ def tensors_table(model: LabModel, dims: Mapping[str, int] | None = None,
             kind = "missing"
         elif v.is_initializer() or name in idx.graphs[graph].initializers:
             kind = "initializer"
-        elif name in constants:
+        elif (graph, name) in constants:
             kind = "constant"
         elif name in outputs and graph == "":
             kind = "output"

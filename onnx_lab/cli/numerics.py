@@ -51,8 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-kl", type=float, default=None,
                    help="--llm: mean KL target in nats (default: the preset's, int4 0.1)")
     p.add_argument("--json", action="store_true",
-                   help='print {"passed", "outputs", "layers", "first_divergence", "unexercised"} '
-                   '(--llm: '
+                   help='print {"passed", "outputs", "layers", "first_divergence", "unexercised", '
+                   '"feeds_notes"...} (--llm: '
                    '{"passed", "metrics", "positions", "losses", "layerwise"...})')
     p.add_argument("--csv", metavar="OUT", help="write the layers (or outputs) table as CSV "
                    "(--llm: the nodes ranked by local SQNR)")

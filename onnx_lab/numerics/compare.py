@@ -24,6 +24,7 @@ import onnx_ir as ir
 
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
+from onnx_lab.core.branches import branch_labels
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import fit_dims, validate_dims
 from onnx_lab.core.source import Resolved, resolve
@@ -167,27 +168,43 @@ def runnable_samples(model: LabModel, feed_list: list[dict]) -> tuple[list[dict]
     return keep, problems
 
 
-def _shared_feeds(ref: Resolved, cand: Resolved) -> list[dict[str, np.ndarray]]:
+def _shared_feeds(ref: Resolved, cand: Resolved) -> tuple[list[dict[str, np.ndarray]], list[str]]:
     """Seeded feeds from the reference's dims, which the candidate must accept (a static
-    candidate's shapes must be the reference's resolved ones; its dim names may differ).
-    When the reference's dims leave dims open, the candidate's own shapes (a static model)
-    are used instead, if they resolve."""
+    candidate's shapes must be the reference's resolved ones; its dim names may differ), and a
+    sentence for each branch sample left out. When the reference's dims leave dims open, the
+    candidate's own shapes (a static model) are used instead, if they resolve.
+
+    The first sample must fit both models. A further sample runs another If branch with its
+    own dims (``use_cache_branch=False`` with an empty past); a candidate fixed to the first
+    sample's sizes (onnxslim or onnxsim given input shapes) cannot take it: it is left out
+    and said, and ``Comparison.unexercised`` names the branch never compared."""
     try:
-        feed_list, _ = runnable_samples(ref.model, as_feed_list(
+        feed_list, problems = runnable_samples(ref.model, as_feed_list(
             None, ref.model, ref.dims, ref.shapes, branches=True))
     except DimError as ref_error:
         try:
-            return as_feed_list(None, cand.model, cand.dims, cand.shapes, branches=True)
+            return as_feed_list(None, cand.model, cand.dims, cand.shapes, branches=True), []
         except DimError:
             raise DimError(f"reference: {ref_error.problem}", fix=ref_error.fix) from ref_error
+    notes = [f"a branch sample was not run: the reference itself fails on it "
+             f"({p.rstrip('.')})" for p in problems]
     try:
-        return as_feed_list(feed_list, cand.model, cand.dims, cand.shapes)
+        kept = as_feed_list(feed_list[:1], cand.model, cand.dims, cand.shapes)
     except InputError as e:
         given = ", ".join(f"{k}={v}" for k, v in ref.dims.items()) or "none"
         raise DimError(
             f"candidate: {e.problem} The feeds follow the reference's dims ({given}); the "
             "candidate's inputs are fixed to other sizes.",
             fix="Give dims that match the candidate's fixed shapes, or pass feeds=...") from e
+    for f in feed_list[1:]:
+        try:
+            kept += as_feed_list([f], cand.model, cand.dims, cand.shapes)
+        except InputError as e:
+            took = "; ".join(branch_labels(ref.model, [f])) or "another branch"
+            notes.append(f"the sample for {took} was not run: the candidate's inputs are fixed "
+                         f"to other sizes ({e.problem.rstrip('.')}); compare with feeds=... of the "
+                         "candidate's shapes to judge that branch")
+    return kept, notes
 
 
 # ---------------------------------------------------------------------------- compare
@@ -282,7 +299,8 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
                         selections=selections.to_dict() if selections is not None else [],
                         selection_note=selections.note(
                             [r for r, c in out_pairs if c in selections.not_comparable])
-                        if selections is not None else None)
+                        if selections is not None else None,
+                        feeds_notes=sides.feeds_notes)
     if confirm and div is not None and ref_model is not None:
         div.update(confirm_divergence(result))
     return result
@@ -308,6 +326,7 @@ class _Sides(NamedTuple):
     ref_dict: dict[str, np.ndarray] | None
     feeds: list[dict[str, np.ndarray]]
     providers: tuple[list[str], list[str]]
+    feeds_notes: list[str]  # the branch samples left out, and why
 
 
 def _sides(reference: Any, candidate: Any, feeds: Any, dims: Mapping[str, int] | None,
@@ -340,8 +359,9 @@ def _sides(reference: Any, candidate: Any, feeds: Any, dims: Mapping[str, int] |
         _check_inputs(ref_lab.model, cand_lab.model)
     split = _split_providers(providers)
     if ref_lab is not None and feeds is None:
-        feed_list = _shared_feeds(ref_lab, cand_lab)
+        feed_list, feeds_notes = _shared_feeds(ref_lab, cand_lab)
     else:
+        feeds_notes = []
         feed_list = as_feed_list(feeds, cand_lab.model, cand_lab.dims, cand_lab.shapes)
     if ref_dict is not None and len(feed_list) != 1:
         raise InputError(f"A dict reference holds one sample, but {len(feed_list)} feed samples "
@@ -349,7 +369,7 @@ def _sides(reference: Any, candidate: Any, feeds: Any, dims: Mapping[str, int] |
     if ref_lab is not None:
         # the reference must accept them
         as_feed_list(feed_list, ref_lab.model, ref_lab.dims, ref_lab.shapes)
-    return _Sides(cand_lab, ref_lab, ref_dict, feed_list, split)
+    return _Sides(cand_lab, ref_lab, ref_dict, feed_list, split, feeds_notes)
 
 
 def _pairs(ref_model: LabModel | None, cand_model: LabModel,

@@ -5,6 +5,7 @@ its values recaptured on demand and its views. Importable from
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -58,6 +59,9 @@ class Comparison:
             downstream of one are not compared (``passed`` True, the reason in ``note``); see
             :mod:`onnx_lab.numerics.selection`.
         selection_note: one sentence saying so, or None.
+        feeds_notes: one sentence per seeded branch sample left out and why (a candidate
+            whose inputs were fixed to the first sample's sizes cannot take the other
+            branch's empty past); the branch is then also in ``unexercised``.
     """
 
     def __init__(self, *, outputs: pd.DataFrame, layers: pd.DataFrame, alignment: pd.DataFrame,
@@ -66,8 +70,8 @@ class Comparison:
                  reference: Resolved | None, candidate: Resolved, feeds: list,
                  providers: tuple,
                  reference_values: dict | None, output_values: dict,
-                 selections: list[dict] | None = None, selection_note: str | None = None
-                 ) -> None:
+                 selections: list[dict] | None = None, selection_note: str | None = None,
+                 feeds_notes: Sequence[str] = ()) -> None:
         self.outputs = outputs
         self.layers = layers
         self.alignment = alignment
@@ -82,6 +86,7 @@ class Comparison:
         self.providers = providers
         self.selections = list(selections or [])
         self.selection_note = selection_note
+        self.feeds_notes = list(feeds_notes)
         self._ref_values = reference_values
         self._output_values = output_values
         # The last recaptured pair: hist() and scatter() of the same layer (what the drift
@@ -91,7 +96,7 @@ class Comparison:
     # -- data
     def to_dict(self) -> dict[str, Any]:
         """The JSON of ``onnx-lab compare --json``: passed, outputs, layers, first_divergence,
-        unexercised."""
+        unexercised, feeds_notes, selections."""
         def records(df: pd.DataFrame) -> list[dict]:
             out = []
             for rec in df.to_dict(orient="records"):
@@ -103,7 +108,7 @@ class Comparison:
                 "preset": self.preset,
                 "outputs": records(self.outputs), "layers": records(self.layers),
                 "first_divergence": self.first_divergence, "unexercised": self.unexercised,
-                "selections": self.selections}
+                "feeds_notes": self.feeds_notes, "selections": self.selections}
 
     def _pair(self, tensor: str) -> tuple[str, str]:
         for df in (self.outputs, self.layers):
@@ -263,6 +268,7 @@ class Comparison:
         missed = self.unexercised
         if missed:
             lines.append("not exercised by the feeds (never compared): " + "; ".join(missed))
+        lines += self.feeds_notes
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -208,3 +208,27 @@ def test_dangling_input_is_a_missing_tensor():
     assert t.loc["nowhere", "kind"] == "missing" and t.loc["nowhere", "consumers"] == ["add"]
     assert lab.index.undefined == {"nowhere"}
     assert lab.summary()["num_nodes"] == 1
+
+
+def test_a_branch_constant_does_not_make_the_if_output_of_its_name_a_constant():
+    # optimum's merged decoders: the no-cache branch computes `present.0.encoder.key`, the
+    # cache branch holds a Constant placeholder of the same name, and the If outputs it.
+    f32 = TensorProto.FLOAT
+    name = "present.0.encoder.key"
+    computes = helper.make_graph(
+        [helper.make_node("Relu", ["enc"], [name], name="/no_past/Relu")], "no_past", [],
+        [helper.make_tensor_value_info(name, f32, None)])
+    placeholder = helper.make_graph(
+        [helper.make_node("Constant", [], [name], name="/with_past/Constant",
+                          value=numpy_helper.from_array(np.zeros(1, np.float32)))],
+        "with_past", [], [helper.make_tensor_value_info(name, f32, None)])
+    g = helper.make_graph(
+        [helper.make_node("If", ["use_cache_branch"], [name], name="optimum::if",
+                          then_branch=placeholder, else_branch=computes)], "merged",
+        [helper.make_tensor_value_info("enc", f32, [2, 3]),
+         helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])],
+        [helper.make_tensor_value_info(name, f32, None)])
+    t = onnx_lab.open(helper.make_model(g)).tensors
+    kinds = {row.graph: row.kind for row in t[t["name"] == name].itertuples()}
+    assert kinds == {"": "output", "optimum::if/then_branch": "constant",
+                     "optimum::if/else_branch": "intermediate"}, kinds

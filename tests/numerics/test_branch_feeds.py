@@ -227,3 +227,31 @@ def test_a_branch_the_reference_cannot_run_is_named_not_failed():
     plan = before.find_precision("bf16", progress=False)
     assert plan.passed and len(plan.feeds) == 1
     assert any("does not run use_cache_branch=False" in n for n in plan.notes)
+    assert c.feeds_notes and "the reference itself fails on it" in c.feeds_notes[0]
+
+
+def test_a_candidate_fixed_to_the_first_samples_sizes_is_compared_on_that_branch():
+    # onnxslim or onnxsim given input shapes fix the past length the first sample has; the
+    # no-cache sample (an empty past) cannot run on that candidate: said, not a DimError.
+    dims = {**DIMS, "past_sequence_length": 4}
+    m = merged(past=True)
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(m)
+    for v in fixed.graph.input:
+        for d in v.type.tensor_type.shape.dim:
+            if d.dim_param:
+                d.dim_value = dims[d.dim_param]
+    c = onnx_lab.compare(onnx_lab.open(m, dims=dims), onnx_lab.open(fixed))
+    assert c.passed and len(c.feeds) == 1 and bool(c.feeds[0]["use_cache_branch"][0])
+    assert c.unexercised == ["use_cache_branch=False (optimum::if/else_branch)"]
+    (note,) = c.feeds_notes
+    assert note.startswith("the sample for use_cache_branch=False (optimum::if/else_branch) "
+                           "was not run: the candidate's inputs are fixed to other sizes")
+    assert "past_key_values.0.key" in note and note in c.summary_text()
+    assert c.to_dict()["feeds_notes"] == [note]
+    # a wrong candidate is still caught on the branch it runs
+    bad = onnx.ModelProto()
+    bad.CopyFrom(fixed)
+    then = next(a.g for a in bad.graph.node[-1].attribute if a.name == "then_branch")
+    next(n for n in then.node if n.op_type == "Softmax").attribute[0].i = 1
+    assert not onnx_lab.compare(onnx_lab.open(m, dims=dims), onnx_lab.open(bad)).passed
