@@ -754,6 +754,10 @@ class SameQuantity:
             return (f"not the same quantity: candidate {cand_tensor!r} is "
                     f"{self.cand.types()[cand_tensor].dtype}, the reference's "
                     f"{ref_tensor!r} {self.ref.types()[ref_tensor].dtype}")
+        if rn.op_type == cn.op_type == "Shape":
+            why = self._shape_of_another(rn, cn, c_nid, r_nid)
+            if why is not None:
+                return why
         group = self.group(c_nid, r_nid)
         touched: set[str] = set()
         for g in group:
@@ -781,6 +785,31 @@ class SameQuantity:
             if why is not None:
                 return why
         return None
+
+    def _shape_of_another(self, rn: Any, cn: Any, c_nid: str, r_nid: str) -> str | None:
+        """Why candidate Shape node ``cn`` reads a tensor of another shape than reference
+        Shape node ``rn`` (the part its ``start``/``end`` keep): onnxruntime's transpose
+        optimizer keeps a Shape's name while pointing it at the transposed tensor, often a
+        tensor of its own whose value nothing pairs. Decided from the inferred shapes: ranks,
+        or a dim concrete in both, or concrete on one side and a graph input's free dim on
+        the other, that differ."""
+        if not (rn.inputs and cn.inputs and _name(rn.inputs[0]) and _name(cn.inputs[0])):
+            return None
+        ra, ca = self.ref.types().get(rn.inputs[0].name), \
+            self.cand.types().get(cn.inputs[0].name)
+        if ra is None or ca is None or ra.shape is None or ca.shape is None:
+            return None
+        rs, cs = _shape_part(rn, ra.shape), _shape_part(cn, ca.shape)
+        free = _free_dims(self.ref) | _free_dims(self.cand)
+        differ = len(rs) != len(cs) or any(
+            a != b and (isinstance(a, int) or a in free) and (isinstance(b, int) or b in free)
+            for a, b in zip(rs, cs))
+        if not differ:
+            return None
+        return (f"not the same quantity: candidate node {c_nid!r} (Shape) reads "
+                f"{cn.inputs[0].name!r} of shape {_dims_text(ca.shape)}, reference node "
+                f"{r_nid!r} reads {rn.inputs[0].name!r} of shape {_dims_text(ra.shape)}: the "
+                "shape of another tensor (a layout rewrite moved it)")
 
     def _took_in(self, c_nid: str, cn: Any, group: set[str]) -> str | None:
         """Why fused or renamed node ``c_nid`` computes more than the reference nodes it
@@ -833,6 +862,24 @@ class SameQuantity:
 
 def _name(v: Any) -> str:
     return v.name if v is not None and v.name else ""
+
+
+def _shape_part(node: Any, shape: Sequence[Any]) -> list[Any]:
+    """The dims of ``shape`` a Shape node returns (its ``start`` and ``end``, opset 15)."""
+    attrs = node.attributes
+    start = attrs["start"].value if "start" in attrs else 0
+    end = attrs["end"].value if "end" in attrs else len(shape)
+    return list(shape)[slice(start, end)]
+
+
+def _free_dims(model: LabModel) -> set[str]:
+    """The symbolic dims the main graph's inputs declare: sizes the caller chooses."""
+    return {d for v in model.graph.inputs if v.shape is not None
+            for d in (str(x) for x in v.shape if not isinstance(x, int))}
+
+
+def _dims_text(shape: Sequence[Any]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
 def _kind(model: LabModel, name: str) -> str | None:

@@ -166,3 +166,57 @@ def test_fused_conv_bn_after_a_removed_identity_is_still_compared():
     rep = r.verification.set_index("ref_tensor")
     assert rep.loc["/block1/bn/BatchNormalization_output_0", "node_id"] == "/block1/conv/Conv"
     assert "/block1/bn/BatchNormalization_output_0" not in r.verification.attrs["not_comparable"]
+
+
+def _shape_onto_transposed(moved: bool) -> onnx.ModelProto:
+    """Reference (``moved=False``): Relu → Transpose, and a Shape of the Relu's output whose
+    first dim (the batch) is gathered. ``moved``: what a layout rewrite such as onnxruntime's
+    transpose optimizer makes of it on tf2onnx's recurrent layers: the Transpose goes above
+    the Relu into a tensor of its own, the Shape keeps its name (and its provenance) but
+    reads that transposed tensor, and a new Gather takes dim 1. A correct rewrite."""
+    f32, i64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
+    H = onnx.helper
+    stamp = {"onnx_lab.origin": None}
+
+    def node(op, ins, outs, name, **kw):
+        n = H.make_node(op, ins, outs, name=name, **kw)
+        if moved:
+            stamp["onnx_lab.origin"] = f'["{name}"]'
+            H.set_metadata_props(n, stamp)
+        return n
+    if moved:
+        nodes = [H.make_node("Transpose", ["x"], ["x_t"], name="T_new", perm=[1, 0, 2]),
+                 node("Relu", ["x_t"], ["t"], "R"),
+                 node("Shape", ["x_t"], ["S_out"], "S"),
+                 H.make_node("Gather", ["S_out", "one"], ["b"], name="G_new", axis=0)]
+    else:
+        nodes = [node("Relu", ["x"], ["r"], "R"),
+                 node("Transpose", ["r"], ["t"], "T", perm=[1, 0, 2]),
+                 node("Shape", ["r"], ["s"], "S"),
+                 node("Gather", ["s", "zero"], ["b"], "G", axis=0)]
+    g = H.make_graph(nodes, "m", [H.make_tensor_value_info("x", f32, ["batch", 7, 16])],
+                     [H.make_tensor_value_info("t", f32, [7, "batch", 16]),
+                      H.make_tensor_value_info("b", i64, [])],
+                     [onnx.numpy_helper.from_array(np.array(k, np.int64), n)
+                      for n, k in (("zero", 0), ("one", 1))])
+    return onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+def test_a_shape_pointed_at_a_transposed_tensor_of_its_own_is_not_paired():
+    ref, cand = _shape_onto_transposed(False), _shape_onto_transposed(True)
+    dims = {"batch": 2}
+    rep = verify(onnx_lab.open(ref, dims=dims), onnx_lab.open(cand, dims=dims), dims=dims)
+    assert rep.attrs["passed"] and rep.attrs["first_failure"] is None, rep.attrs.get("note")
+    why = rep.attrs["not_comparable"]["s"]
+    assert why.startswith("not the same quantity: candidate node 'S' (Shape) reads 'x_t' of "
+                          "shape [7, batch, 16], reference node 'S' reads 'r' of shape "
+                          "[batch, 7, 16]"), why
+    c = onnx_lab.compare(ref, cand, dims=dims)
+    assert c.passed and c.first_divergence is None
+    assert pd.isna(c.alignment.set_index("tensor").loc["s", "cand_tensor"])
+    # a Shape that reads a tensor of the same shape is still compared: a planted wrong
+    # Gather index is caught at the Gather
+    wrong = _shape_onto_transposed(True)
+    wrong.graph.node[3].input[1] = "zero"
+    bad = onnx_lab.compare(ref, wrong, dims=dims)
+    assert not bad.passed and bad.first_divergence["tensor"] == "b"
