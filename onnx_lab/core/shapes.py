@@ -12,7 +12,7 @@ import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -497,6 +497,11 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
         skeleton.CopyFrom(skel)
         _skeleton_graph(m.graph, skeleton.graph, dims, shapes, top=True, order=order,
                         folded=folded, bodies=idx.bodies, sources=sources)
+        # ONNX's data propagation keeps the values it computes by tensor name for the whole
+        # model, so sibling branches that define a name each read the first branch's (T5's
+        # merged decoder: the no-cache branch's position bias took the cache branch's length):
+        # inference sees each body's shared names made unique, and reads them back.
+        renamed = _unshare_bodies(skeleton.graph, idx) if shared else {}
         data_prop = _largest_dim(skeleton.graph, bodies=len(idx.graphs) > 1) \
             <= _MAX_PROPAGATED_DIM
         inferred = onnx.shape_inference.infer_shapes(
@@ -510,7 +515,7 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
                 break
             inferred = onnx.shape_inference.infer_shapes(
                 inferred, check_type=False, strict_mode=False, data_prop=data_prop)
-        _collect(inferred.graph, out, "", idx if shared else None)
+        _collect(inferred.graph, out, "", idx if shared else None, renamed)
         return out
 
     try:
@@ -593,11 +598,80 @@ def _largest_dim(graph: onnx.GraphProto, bodies: bool = True) -> int:
     return largest
 
 
+_UNSHARED = "\x1f"  # joins a shared name and its body's path while inference runs
+
+
+def _unshare_bodies(graph: onnx.GraphProto, idx: ModelIndex, path: str = "",
+                    outer: Mapping[str, str] | None = None,
+                    renamed: dict[str, str] | None = None) -> dict[str, str]:
+    """Give every name a body of ``graph`` (at ``path``) defines that another graph defines
+    too (``ModelIndex.shared``) a name of its own, in that body and in the bodies inside it
+    that read it (in place). Returns ``{new name: name}``."""
+    renamed = {} if renamed is None else renamed
+    mapping = dict(outer or {})
+    if path:
+        own = {v.name for v in (*graph.input, *graph.initializer)}
+        own.update(o for n in graph.node for o in n.output)
+        for name in own & idx.shared:
+            mapping[name] = f"{name}{_UNSHARED}{path}"
+            renamed[mapping[name]] = name
+    if not mapping:
+        for node in graph.node:  # nothing renamed here: only the bodies' own names
+            for attr in node.attribute:
+                for sub_name, sub in _bodies_of(attr):
+                    sub_path = idx.bodies.get((path, node.output[0] if node.output else "",
+                                               sub_name))
+                    if sub_path is not None:
+                        _unshare_bodies(sub, idx, sub_path, mapping, renamed)
+        return renamed
+
+    def fix(values: Any) -> None:
+        for k, name in enumerate(values):
+            if name in mapping:
+                values[k] = mapping[name]
+
+    for v in (*graph.input, *graph.initializer, *graph.value_info, *graph.output):
+        if v.name in mapping:
+            v.name = mapping[v.name]
+    for node in graph.node:
+        owner = node.output[0] if node.output else ""
+        fix(node.input)
+        fix(node.output)
+        for attr in node.attribute:
+            for sub_name, sub in _bodies_of(attr):
+                sub_path = idx.bodies.get((path, owner, sub_name))
+                _unshare_bodies(sub, idx, sub_path or "", mapping, renamed) \
+                    if sub_path is not None else _read_renamed(sub, mapping)
+    return renamed
+
+
+def _read_renamed(graph: onnx.GraphProto, mapping: Mapping[str, str]) -> None:
+    """The reads of renamed outer names in a body the index does not know (in place)."""
+    for g in graph_protos(graph):
+        for node in g.node:
+            for k, name in enumerate(node.input):
+                if name in mapping:
+                    node.input[k] = mapping[name]
+
+
+def _bodies_of(attr: onnx.AttributeProto) -> list[tuple[str, onnx.GraphProto]]:
+    """(body name as the index keys it, body) of a node attribute: none, one or several."""
+    if attr.type == onnx.AttributeProto.GRAPH:
+        return [(attr.name, attr.g)]
+    if attr.type == onnx.AttributeProto.GRAPHS:
+        return [(f"{attr.name}.{i}", g) for i, g in enumerate(attr.graphs)]
+    return []
+
+
 def _collect(graph: onnx.GraphProto, out: TypeTable, path: str = "",
-             idx: ModelIndex | None = None) -> None:
+             idx: ModelIndex | None = None, renamed: Mapping[str, str] | None = None) -> None:
     """The inferred types of ``graph`` (at ``path``) and its bodies into ``out``; with
-    ``idx`` (a model whose graphs share names), each shared name's per graph too."""
+    ``idx`` (a model whose graphs share names), each shared name's per graph too;
+    ``renamed``: the names :func:`_unshare_bodies` gave, read back."""
+    renamed = renamed or {}
+
     def put(name: str, info: TensorInfo, first: bool = False) -> None:
+        name = renamed.get(name, name)
         if name not in out or (not first and out[name].shape is None):
             out[name] = info
         if idx is not None and name in idx.shared and (path, name) in idx.defined_at:
@@ -612,15 +686,13 @@ def _collect(graph: onnx.GraphProto, out: TypeTable, path: str = "",
     for t in graph.initializer:
         put(t.name, TensorInfo(dtype_name(t.data_type), tuple(t.dims)), first=True)
     for node in graph.node:
+        owner = renamed.get(node.output[0], node.output[0]) if node.output else ""
         for attr in node.attribute:
-            subs = [(attr.name, attr.g)] if attr.type == onnx.AttributeProto.GRAPH else \
-                [(f"{attr.name}.{i}", g) for i, g in enumerate(attr.graphs)] \
-                if attr.type == onnx.AttributeProto.GRAPHS else []
-            for sub_name, sub in subs:
-                sub_path = idx.bodies.get((path, node.output[0] if node.output else "",
-                                           sub_name)) if idx is not None else None
+            for sub_name, sub in _bodies_of(attr):
+                sub_path = idx.bodies.get((path, owner, sub_name)) if idx is not None else None
                 # a body the index does not know is read by name only
-                _collect(sub, out, sub_path or "", idx if sub_path is not None else None)
+                _collect(sub, out, sub_path or "", idx if sub_path is not None else None,
+                         renamed)
             if node.op_type == "Constant" and attr.type == onnx.AttributeProto.TENSOR \
                     and node.output:
                 put(node.output[0], TensorInfo(dtype_name(attr.t.data_type),
