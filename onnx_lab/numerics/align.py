@@ -790,9 +790,9 @@ class SameQuantity:
         """Why candidate Shape node ``cn`` reads a tensor of another shape than reference
         Shape node ``rn`` (the part its ``start``/``end`` keep): onnxruntime's transpose
         optimizer keeps a Shape's name while pointing it at the transposed tensor, often a
-        tensor of its own whose value nothing pairs. Decided from the inferred shapes: ranks,
-        or a dim concrete in both, or concrete on one side and a graph input's free dim on
-        the other, that differ."""
+        tensor of its own whose value nothing pairs. Decided from the inferred shapes: ranks
+        that differ, a dim concrete on both sides that differs, or a graph input's free dim
+        (the batch) found at another position on the other side."""
         if not (rn.inputs and cn.inputs and _name(rn.inputs[0]) and _name(cn.inputs[0])):
             return None
         ra, ca = self.ref.types().get(rn.inputs[0].name), \
@@ -801,9 +801,13 @@ class SameQuantity:
             return None
         rs, cs = _shape_part(rn, ra.shape), _shape_part(cn, ca.shape)
         free = _free_dims(self.ref) | _free_dims(self.cand)
-        differ = len(rs) != len(cs) or any(
-            a != b and (isinstance(a, int) or a in free) and (isinstance(b, int) or b in free)
-            for a, b in zip(rs, cs))
+
+        def moved(x: list[Any], y: list[Any]) -> bool:  # a free dim of x elsewhere in y
+            return any(isinstance(a, str) and a in free and a != b and a in y
+                       for a, b in zip(x, y))
+        # (a free dim against a number is no difference: a tool may have fixed the input)
+        differ = len(rs) != len(cs) or moved(rs, cs) or moved(cs, rs) or any(
+            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(rs, cs))
         if not differ:
             return None
         return (f"not the same quantity: candidate node {c_nid!r} (Shape) reads "
