@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core._proto import attribute_bodies
 from onnx_lab.core._validate import UnreadableTensor
 
 if TYPE_CHECKING:
@@ -84,10 +85,7 @@ def fold_into_bodies(node: onnx.NodeProto, folded: Mapping[Key, np.ndarray],
     ``bodies``: the index's ``bodies`` (the path of each body of a serialized node)."""
     owner = node.output[0] if node.output else ""
     for attr in node.attribute:
-        subs = [(attr.name, attr.g)] if attr.type == onnx.AttributeProto.GRAPH else \
-            [(f"{attr.name}.{i}", g) for i, g in enumerate(attr.graphs)] \
-            if attr.type == onnx.AttributeProto.GRAPHS else []
-        for sub_name, body in subs:
+        for sub_name, body in attribute_bodies(attr):
             sub = bodies.get((path, owner, sub_name))
             if sub is None:
                 continue

@@ -6,7 +6,17 @@ from collections.abc import Iterator
 
 import onnx
 
-__all__ = ["graph_protos"]
+__all__ = ["graph_protos", "attribute_bodies"]
+
+
+def attribute_bodies(attr: onnx.AttributeProto) -> list[tuple[str, onnx.GraphProto]]:
+    """(body name as ``ModelIndex.bodies`` keys it, body) of a node attribute: none (not a
+    graph), one (``then_branch``) or several (``branches.0``, ``branches.1``...)."""
+    if attr.type == onnx.AttributeProto.GRAPH:
+        return [(attr.name, attr.g)]
+    if attr.type == onnx.AttributeProto.GRAPHS:
+        return [(f"{attr.name}.{i}", g) for i, g in enumerate(attr.graphs)]
+    return []
 
 
 def graph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:

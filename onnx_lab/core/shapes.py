@@ -21,7 +21,7 @@ import onnx_ir as ir
 from onnx_lab.core import _contrib_shapes
 from onnx_lab.core._fold import fold_into_bodies, fold_shape_values
 from onnx_lab.core._mltypes import onnx_type_label, proto_type_label
-from onnx_lab.core._proto import graph_protos
+from onnx_lab.core._proto import attribute_bodies, graph_protos
 from onnx_lab.core._validate import UnreadableTensor, dims_and_nbytes, tensor_dims
 from onnx_lab.core.dimexpr import dim_expression, dim_names, resolve_dim
 from onnx_lab.errors import DimError, close_matches, unknown_name
@@ -615,15 +615,6 @@ def _unshare_bodies(graph: onnx.GraphProto, idx: ModelIndex, path: str = "",
         for name in own & idx.shared:
             mapping[name] = f"{name}{_UNSHARED}{path}"
             renamed[mapping[name]] = name
-    if not mapping:
-        for node in graph.node:  # nothing renamed here: only the bodies' own names
-            for attr in node.attribute:
-                for sub_name, sub in _bodies_of(attr):
-                    sub_path = idx.bodies.get((path, node.output[0] if node.output else "",
-                                               sub_name))
-                    if sub_path is not None:
-                        _unshare_bodies(sub, idx, sub_path, mapping, renamed)
-        return renamed
 
     def fix(values: Any) -> None:
         for k, name in enumerate(values):
@@ -638,10 +629,12 @@ def _unshare_bodies(graph: onnx.GraphProto, idx: ModelIndex, path: str = "",
         fix(node.input)
         fix(node.output)
         for attr in node.attribute:
-            for sub_name, sub in _bodies_of(attr):
+            for sub_name, sub in attribute_bodies(attr):
                 sub_path = idx.bodies.get((path, owner, sub_name))
-                _unshare_bodies(sub, idx, sub_path or "", mapping, renamed) \
-                    if sub_path is not None else _read_renamed(sub, mapping)
+                if sub_path is not None:
+                    _unshare_bodies(sub, idx, sub_path, mapping, renamed)
+                else:
+                    _read_renamed(sub, mapping)
     return renamed
 
 
@@ -652,15 +645,6 @@ def _read_renamed(graph: onnx.GraphProto, mapping: Mapping[str, str]) -> None:
             for k, name in enumerate(node.input):
                 if name in mapping:
                     node.input[k] = mapping[name]
-
-
-def _bodies_of(attr: onnx.AttributeProto) -> list[tuple[str, onnx.GraphProto]]:
-    """(body name as the index keys it, body) of a node attribute: none, one or several."""
-    if attr.type == onnx.AttributeProto.GRAPH:
-        return [(attr.name, attr.g)]
-    if attr.type == onnx.AttributeProto.GRAPHS:
-        return [(f"{attr.name}.{i}", g) for i, g in enumerate(attr.graphs)]
-    return []
 
 
 def _collect(graph: onnx.GraphProto, out: TypeTable, path: str = "",
@@ -688,7 +672,7 @@ def _collect(graph: onnx.GraphProto, out: TypeTable, path: str = "",
     for node in graph.node:
         owner = renamed.get(node.output[0], node.output[0]) if node.output else ""
         for attr in node.attribute:
-            for sub_name, sub in _bodies_of(attr):
+            for sub_name, sub in attribute_bodies(attr):
                 sub_path = idx.bodies.get((path, owner, sub_name)) if idx is not None else None
                 # a body the index does not know is read by name only
                 _collect(sub, out, sub_path or "", idx if sub_path is not None else None,

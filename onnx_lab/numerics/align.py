@@ -870,10 +870,9 @@ def _name(v: Any) -> str:
 
 def _shape_part(node: Any, shape: Sequence[Any]) -> list[Any]:
     """The dims of ``shape`` a Shape node returns (its ``start`` and ``end``, opset 15)."""
-    attrs = node.attributes
-    start = attrs["start"].value if "start" in attrs else 0
-    end = attrs["end"].value if "end" in attrs else len(shape)
-    return list(shape)[slice(start, end)]
+    start = node.attributes.get_int("start", 0)
+    end = node.attributes.get_int("end", len(shape))
+    return list(shape)[start:end]
 
 
 def _free_dims(model: LabModel) -> set[str]:
