@@ -44,6 +44,7 @@ from onnx_lab.numerics.selection import flipped, selection_tensors
 from onnx_lab.numerics.verify import (
     Report,
     _saved_form_problem,
+    failed_where,
     fill_result,
     report_of,
     verify_extract,
@@ -215,7 +216,7 @@ class _Regions:
         fill_result(result, report, (result.verify_seconds or 0.0) + time.perf_counter() - t0)
         result.verified_by = report.attrs.get("verified_by", "full")
         if result.verify_passed is False:
-            logger.warning("%s: verification failed at %s", result.name, result.first_failure)
+            logger.warning("%s: verification failed%s", result.name, failed_where(result))
         saved, self.diff = self.diff, diff
         try:
             self.advance(result)
@@ -376,7 +377,9 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                     raise RuntimeLoadError(f"Cannot verify {pass_name}: the model before it "
                                            f"does not run, so there is nothing to compare "
                                            f"with ({e.problem})",
-                                           fix=(e.fix or "") + " Or apply with verify=False "
+                                           fix=(e.fix or "") + " Inputs it runs on can be "
+                                           "given: verify={'feeds': {name: array}} or a .npz "
+                                           "path (--feeds); or apply with verify=False "
                                            "(--no-verify).") from e
                 if why is not None:
                     report.attrs["region_fallback"] = why
@@ -396,7 +399,7 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                 for k in [k for k, v in _cache.items() if v[0] is not result.model]:
                     del _cache[k]
             if result.verify_passed is False:
-                logger.warning("%s: verification failed at %s", pass_name, result.first_failure)
+                logger.warning("%s: verification failed%s", pass_name, failed_where(result))
         if result.modified or _record_noop:
             new_dims, new_shapes = fit_dims(result.model, dims, shapes)
             history.push(result, dims=new_dims, shapes=new_shapes)

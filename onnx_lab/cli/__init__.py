@@ -114,6 +114,11 @@ def _limits(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
+#: The exit code of an unexpected exception (a defect): not 1, which the gates (``compare``,
+#: ``optimize``, ``audit``...) return for a verdict, nor 2, a user error.
+INTERNAL_ERROR = 3
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``onnx-lab`` console script; returns the exit code.
 
@@ -143,4 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("onnx-lab: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - a defect of onnx_lab: not exit 1 ("drift")
+        import traceback
+
+        traceback.print_exc()
+        first = str(e).splitlines()[0][:300] if str(e) else ""
+        print(f"onnx-lab: internal error: {type(e).__name__}: {first} (a defect of onnx_lab, "
+              "not a verdict on the model: please report it with the traceback above)",
+              file=sys.stderr)
+        return INTERNAL_ERROR
     return int(code or 0)

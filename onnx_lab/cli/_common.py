@@ -232,14 +232,3 @@ def _clean(o: Any) -> Any:
     return o
 
 
-def failed_where(r: Any) -> str:
-    """Where a step's verification failed, for a one-line verdict: ``at TENSOR``, or why
-    nothing could be compared (the new model does not run: every row fails with that, and
-    its first tensor, a weight of an IR 3 model, says nothing)."""
-    rows = getattr(r, "verification", None)
-    if rows is not None and len(rows) and "note" in rows:
-        failing = rows.loc[~rows.passed.astype(bool), "note"]
-        first = str(failing.iloc[0]) if len(failing) else ""
-        if first.startswith("the new model does not run"):
-            return f": {first[:300]}"
-    return f" at {r.first_failure}"

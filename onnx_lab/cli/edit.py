@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from onnx_lab.cli._common import (
     add_dims_args,
     add_model_arg,
-    failed_where,
     open_from_args,
     print_json,
 )
@@ -192,6 +191,8 @@ def _verdict(r: Any) -> str:
     if r.verify_passed is True:
         return "outputs unchanged (verified)"
     if r.verify_passed is False:
+        from onnx_lab.numerics.verify import failed_where
+
         return f"VERIFICATION FAILED{failed_where(r)}"
     if r.outputs_changed is False:  # only intermediate values changed
         return r.notes[-1]

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from onnx_lab.cli._common import (
     add_dims_args,
     add_model_arg,
-    failed_where,
     open_from_args,
     parse_dims,
     print_json,
@@ -134,6 +133,8 @@ def _report(args: argparse.Namespace, results: Sequence[Any], lab: Lab, n0: int,
             doc["culprit"] = found[0].summary() if found else None
         print_json(doc)
     else:
+        from onnx_lab.numerics.verify import failed_where
+
         for r in results:
             ver = "" if r.verify_passed is None else \
                 (" verified" if r.verify_passed else f" VERIFICATION FAILED{failed_where(r)}")

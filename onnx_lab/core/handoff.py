@@ -173,4 +173,11 @@ def tool_errors(step: str, fix: str, *, what: str = "failed") -> Iterator[None]:
     except Exception as e:  # noqa: BLE001 - tools raise any type (C++ errors, ValidationError)
         text = str(e).strip()
         first = text.splitlines()[0][:300] if text else type(e).__name__
+        root, seen = e, {id(e)}
+        while root.__cause__ is not None and id(root.__cause__) not in seen:
+            root = root.__cause__
+            seen.add(id(root))
+        if root is not e:  # onnx_ir's "Error calling _deserialize_graph with: ..." hides it
+            inner = str(root).strip()
+            first += f" ({inner.splitlines()[0][:300] if inner else type(root).__name__})"
         raise PassError(f"{step} {what}: {first}", fix=fix) from e

@@ -355,6 +355,25 @@ def _value_info(name: str, elem: int, shape: Sequence[Dim] | None) -> onnx.Value
     return onnx.helper.make_tensor_value_info(name, elem, dims)
 
 
+def _dims_into_bodies(node: onnx.NodeProto, dims: Mapping[str, int]) -> None:
+    """The user's dim values in the types the bodies of ``node`` (a copy) declare: a
+    TorchScript Loop body declares its carried input ``y`` as ``[n, 4]``, the same ``n`` as
+    the graph input it starts from, and ONNX's inference keeps a body's declared symbol
+    rather than the size it is fed, so the body (and its cost) stayed unsized with
+    ``dims={"n": 5}``."""
+    for attr in node.attribute:
+        for _key, body in attribute_bodies(attr):
+            for g in graph_protos(body):
+                for vi in (*g.input, *g.output, *g.value_info):
+                    if not vi.type.HasField("tensor_type"):
+                        continue
+                    for d in vi.type.tensor_type.shape.dim:
+                        if d.HasField("dim_param"):
+                            value = resolve_dim(d.dim_param, dims)
+                            if isinstance(value, int):
+                                d.dim_value = value
+
+
 def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: bool,
                     order: Sequence[ir.Node] | None = None,
                     folded: Mapping[tuple[str, str], np.ndarray] | None = None,
@@ -422,6 +441,8 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
             ir.serde.serialize_node_into(proto, node)
         if folded and node.op_type == "If":
             fold_into_bodies(proto, folded, bodies or {})
+        if dims and proto.attribute:
+            _dims_into_bodies(proto, dims)
         # Declared types of intermediate values (value_info) go along: inference merges into
         # them, so exporter-written dims such as "floor(height/2)+1" survive instead of
         # becoming anonymous unk__N symbols.

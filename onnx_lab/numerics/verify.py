@@ -660,6 +660,23 @@ def _plan(pairs: list[VersionPair], sizes: Mapping[str, int | None], max_bytes: 
                                      max(max_bytes, 1))]
 
 
+#: How a row's note begins when nothing could be compared: the new version does not run.
+NOT_RUN = ("the new model does not run", "the optimized model does not run")
+
+
+def failed_where(result: PassResult) -> str:
+    """Where a step's verification failed, for a one-line verdict: ``at TENSOR``, or why
+    nothing could be compared (the new model does not run: every row fails with that, and
+    its first tensor says nothing)."""
+    rows = getattr(result, "verification", None)
+    if rows is not None and len(rows) and "note" in rows:
+        failing = rows.loc[~rows.passed.astype(bool), "note"]
+        first = str(failing.iloc[0]) if len(failing) else ""
+        if first.startswith(NOT_RUN):
+            return f": {first[:300]}"
+    return f" at {result.first_failure}"
+
+
 def fill_result(result: PassResult, report: pd.DataFrame | Report, seconds: float
                 ) -> PassResult:
     """Write a report's verdict into ``result`` (in place) and return it."""
@@ -683,8 +700,11 @@ def fill_result(result: PassResult, report: pd.DataFrame | Report, seconds: floa
         # a branch's name alone says where, not by how much
         detail = note if note and not note.startswith("fails with ") else "; ".join(
             x for x in (numbers, note) if x)
-        result.notes.append(f"verification failed first at tensor {result.first_failure!r} "
-                            f"(node {row['node_id']}): {detail}")
+        if note.startswith(NOT_RUN):  # no tensor was compared: naming one would mislead
+            result.notes.append(f"verification failed: {note}")
+        else:
+            result.notes.append(f"verification failed first at tensor "
+                                f"{result.first_failure!r} (node {row['node_id']}): {detail}")
         narrow = _narrow_float(row)
         if narrow and report.attrs.get("verified_by", "full") == "full" and result.name:
             result.notes.append(

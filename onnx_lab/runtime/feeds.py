@@ -524,6 +524,21 @@ def _checked_container(name: str, dtype: str, value: Any) -> Any:
     return value if value is None or isinstance(value, (list, Mapping)) else np.asarray(value)
 
 
+def _raw_bytes_as(name: str, arr: np.ndarray, dtype: str | None, want: Any) -> np.ndarray:
+    """A feed of raw bytes (dtype ``V1``/``V2``: what ``numpy.load`` gives for an array of
+    bfloat16, float8 or int4 that ``numpy.savez`` wrote, its ml_dtypes type lost) read as the
+    input's dtype when the item sizes match; else an InputError."""
+    if want is not None and np.dtype(want).kind == "V" and np.dtype(want).itemsize == \
+            arr.dtype.itemsize and not arr.dtype.fields:
+        return arr.view(want)
+    raise InputError(
+        f"Feed {name!r} holds raw bytes (dtype {arr.dtype}), which the model's input of type "
+        f"{dtype} cannot take.", fix="numpy.savez stores bfloat16, float8 and int4 arrays as "
+        "raw bytes, read back as the input's type only when their item size matches it; "
+        "pass the arrays themselves (a dict of numpy arrays) or save them with the input's "
+        "dtype.")
+
+
 def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
                  shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0,
                  branches: bool = False) -> list[Feeds]:
@@ -549,8 +564,11 @@ def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
             with np.load(path, allow_pickle=False) as z:
                 feeds = {k: z[k] for k in z.files}
         except (OSError, ValueError) as e:
-            raise InputError(f"Cannot read feeds file {str(path)!r}: {e}.",
-                             fix="Write it with numpy.savez.") from e
+            fix = "Write it with numpy.savez."
+            if "allow_pickle" in str(e):  # an object array: strings as Python objects
+                fix = ("Save string inputs as numpy strings, arr.astype(str): an object "
+                       "array needs pickle, which onnx_lab does not load from a file.")
+            raise InputError(f"Cannot read feeds file {str(path)!r}: {e}.", fix=fix) from e
     items = [feeds] if isinstance(feeds, Mapping) else list(feeds)
     specs = input_specs(model)
     names = [s[0] for s in specs]
@@ -577,6 +595,8 @@ def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
                 raise InputError(f"Feed {name!r} has dtype {arr.dtype}, the model expects "
                                  "strings.", fix="Pass an array of str (dtype object).")
             want = _NP_DTYPES.get(dtype or "")
+            if arr.dtype.type is np.void:  # numpy.savez of an ml_dtypes array: raw bytes
+                arr = _raw_bytes_as(name, arr, dtype, want)
             if want is not None and arr.dtype != want:
                 special = np.dtype(want).kind == "V"  # bfloat16, float8, int4 (ml_dtypes)
                 if np.dtype(want).kind != arr.dtype.kind and not (
@@ -585,7 +605,12 @@ def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
                         and (arr.dtype.kind == "f") == (_int_high(want) is None)):
                     raise InputError(f"Feed {name!r} has dtype {arr.dtype}, the model expects "
                                      f"{dtype}.", fix=f"Pass arr.astype('{dtype}').")
-                arr = arr.astype(want)
+                try:
+                    arr = arr.astype(want)
+                except (TypeError, ValueError) as e:
+                    raise InputError(f"Feed {name!r} of dtype {arr.dtype} cannot be converted "
+                                     f"to the model's {dtype}: {e}.",
+                                     fix=f"Pass an array of dtype {dtype}.") from e
             if shape is not None:
                 if arr.ndim != len(shape):
                     raise InputError(f"Feed {name!r} has shape {list(arr.shape)} (rank "

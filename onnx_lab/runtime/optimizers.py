@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -30,8 +31,11 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import onnx
+import onnx_ir as ir
 
+from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.save import INLINE_MAX_BYTES
 from onnx_lab.runtime.session import _ort_text, make_session
@@ -48,6 +52,7 @@ RULE_CANDIDATES = (
     "ReluQuantRewrite", "LabelEncoderFusion", "ConvAddActivationFusion",
 )
 
+logger = logging.getLogger(__name__)
 _MODIFIED = re.compile(r"GraphTransformer (\S+) modified: 1")
 _ORT_LINE = re.compile(r"^\S+ \S+ \[[VIWEF]:onnxruntime:")
 _FD_LOCK = threading.Lock()
@@ -131,9 +136,81 @@ def optimize(model: LabModel, level: str, path: str, *, disabled: Sequence[str] 
 
     if not trace:
         _make()
-        return []
-    _, text = _stderr_captured(_make)
-    return list(dict.fromkeys(_MODIFIED.findall(text)))
+        names: list[str] = []
+    else:
+        _, text = _stderr_captured(_make)
+        names = list(dict.fromkeys(_MODIFIED.findall(text)))
+    if _nested_constant(model.ir.graph, 0):
+        _drop_doubled_constants(path)
+    return names
+
+
+def _nested_constant(graph: ir.Graph, depth: int) -> bool:
+    """Whether a body inside a body (an If in a Loop's body...) holds a Constant node."""
+    for node in graph:
+        if depth >= 2 and node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            return True
+        for attr in node.attributes.values():
+            bodies = [attr.value] if attr.type == ir.AttributeType.GRAPH else (
+                list(attr.value) if attr.type == ir.AttributeType.GRAPHS else [])
+            if any(_nested_constant(b, depth + 1) for b in bodies):
+                return True
+    return False
+
+
+def _constant_array(node: onnx.NodeProto, folder: str) -> np.ndarray | None:
+    """The value of a Constant node of a protobuf graph, or None (a sparse value)."""
+    for attr in node.attribute:
+        if attr.name == "value":
+            return onnx.numpy_helper.to_array(attr.t, base_dir=folder)
+        if attr.name in ("value_float", "value_floats"):
+            return np.asarray(onnx.helper.get_attribute_value(attr), dtype=np.float32)
+        if attr.name in ("value_int", "value_ints"):
+            return np.asarray(onnx.helper.get_attribute_value(attr), dtype=np.int64)
+        if attr.name in ("value_string", "value_strings"):
+            return np.asarray(onnx.helper.get_attribute_value(attr), dtype=object)
+    return None
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same dtype, shape and bits (NaNs included)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return a.tolist() == b.tolist() if a.dtype == object else a.tobytes() == b.tobytes()
+
+
+def _drop_doubled_constants(path: str) -> None:
+    """Repair onnxruntime's optimized model at ``path`` where it wrote a Constant node of a
+    body nested two levels deep (an If inside a Loop's body) also as an initializer of the same
+    name and value, keeping the node: with the external-initializer entries :func:`optimize`
+    sets, onnxruntime 1.2x converts those Constants to initializers without removing the
+    nodes (one level deep it does both), which declares the name twice, and no ONNX reader
+    loads the file. The initializer is dropped where its value equals the node's; any other
+    clash is left for the reader to report."""
+    folder = os.path.dirname(path)
+    proto = onnx.load(path, load_external_data=False)
+    dropped = 0
+    for g in graph_protos(proto.graph):
+        consts = {n.output[0]: n for n in g.node
+                  if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output}
+        if not consts:
+            continue
+        keep = []
+        for t in g.initializer:
+            node = consts.get(t.name)
+            value = _constant_array(node, folder) if node is not None else None
+            if value is not None and _same(onnx.numpy_helper.to_array(t, base_dir=folder),
+                                           value):
+                dropped += 1
+            else:
+                keep.append(t)
+        if len(keep) != len(g.initializer):
+            del g.initializer[:]
+            g.initializer.extend(keep)
+    if dropped:
+        logger.debug("onnxruntime wrote %d nested Constant(s) also as initializers; dropped",
+                     dropped)
+        onnx.save(proto, path)
 
 
 def _structure(proto: onnx.ModelProto) -> tuple:

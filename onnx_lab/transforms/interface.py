@@ -65,22 +65,27 @@ def _dtype_name(d: Any) -> str:
 
 def _empty_dims(v: ir.Value, dims: Mapping[str, int], shapes: Mapping[str, Sequence[int]]
                 ) -> list[str]:
-    """The dims of input ``v`` given as 0 (names, or positions of a given shape)."""
+    """The dims of input ``v`` the user gave as 0 (names, or positions of a given shape)."""
     given = shapes.get(v.name)
     if given is not None:
         return [f"{v.name}[{i}]" for i, d in enumerate(given) if d == 0]
-    out: list[str] = []
-    for i, d in enumerate(v.shape or ()):
-        if isinstance(d, int) and d == 0:
-            out.append(f"{v.name}[{i}]")
-        elif isinstance(d, ir.SymbolicDim) and d.value is not None and dims.get(d.value) == 0:
-            out.append(d.value)
-    return out
+    return [d.value for d in v.shape or () if isinstance(d, ir.SymbolicDim)
+            and d.value is not None and dims.get(d.value) == 0]
+
+
+def _declared_empty(v: ir.Value) -> list[str]:
+    """The dims of input ``v`` the model itself declares 0 (``like[0]``)."""
+    return [f"{v.name}[{i}]" for i, d in enumerate(v.shape or ())
+            if isinstance(d, int) and d == 0]
 
 
 def _removed_cause(removed: list[ir.Value], dims: Mapping[str, int],
                    shapes: Mapping[str, Sequence[int]]) -> str:
     zero = sorted({z for v in removed for z in _empty_dims(v, dims, shapes)})
+    declared = sorted({z for v in removed for z in _declared_empty(v)})
+    if declared and not zero:
+        return (f"the model declares them empty ({', '.join(declared)}: no values), so the "
+                "tool dropped them; no dims change that")
     if zero:
         names = [z for z in zero if "[" not in z]
         give = (f"give {' and '.join(f'{n} >= 1' for n in names)}" if names

@@ -168,3 +168,20 @@ def test_tables_never_write_over_a_data_file_of_the_model(capsys, tmp_path):
     plain.parent.mkdir()
     onnx.save(m, str(plain))
     assert _run(capsys, "tables", str(plain), "--out", str(plain.parent))[0] == 0
+
+
+def test_a_defect_exits_3_with_its_traceback_not_1_which_a_gate_reads_as_a_verdict(
+        capsys, monkeypatch, model):
+    # exit 1 is compare's and optimize's "outputs drift / verification failed"; a crash inside
+    # onnx_lab used to exit 1 too (Python's default), so a CI gate read a defect as a verdict
+    import onnx_lab.analysis.summary as summary
+
+    def broken(*args, **kwargs):
+        raise ValueError("No cast function available.\nmore")
+
+    monkeypatch.setattr(summary, "summarize", broken)
+    code, _out, err = _run(capsys, "summary", str(model), "--json")
+    assert code == 3
+    assert "Traceback" in err and err.strip().splitlines()[-1] == (
+        "onnx-lab: internal error: ValueError: No cast function available. (a defect of "
+        "onnx_lab, not a verdict on the model: please report it with the traceback above)")

@@ -154,7 +154,7 @@ def test_a_verdict_says_the_new_model_does_not_run_instead_of_naming_a_weight():
 
     import pandas as pd
 
-    from onnx_lab.cli._common import failed_where
+    from onnx_lab.numerics.verify import failed_where
 
     note = "the new model does not run: onnxruntime cannot load or run the model: boom"
     rows = pd.DataFrame({"tensor": ["w", "y"], "passed": [False, False], "note": [note, note]})

@@ -106,3 +106,48 @@ def test_a_shape_computed_in_one_branch_does_not_size_its_namesake_in_the_other(
     assert tuple(rows["optimum::if/else_branch"]) == (1, 1)
     n = lab.cost().nodes.set_index("node_id")
     assert n.loc["/no_past/Out", "flops"] == 1 and n.loc["/with_past/Out", "flops"] == 5
+
+
+def _scripted_loop():
+    """torch's TorchScript export of ``for i in range(x.shape[0]): y = tanh(l(y)) + x[i]``:
+    the Loop body declares its carried input ``y.9`` as ``[n, 4]``, the graph input's ``n``."""
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper
+
+    body = h.make_graph(
+        [h.make_node("Gemm", ["y.9", "w", "b"], ["gemm"], name="/l/Gemm", transB=1),
+         h.make_node("Tanh", ["gemm"], ["tanh"], name="/Tanh"),
+         h.make_node("Gather", ["x", "i.1"], ["row"], name="/Gather_1"),
+         h.make_node("Add", ["tanh", "row"], ["sum"], name="/Add"),
+         h.make_node("Identity", ["cond"], ["cond_out"], name="/Identity")],
+        "body",
+        [h.make_tensor_value_info("i.1", T.INT64, []), h.make_tensor_value_info("cond", T.BOOL, []),
+         h.make_tensor_value_info("y.9", T.FLOAT, ["n", 4])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []),
+         h.make_tensor_value_info("sum", T.FLOAT, ["Loopy_dim_0", "Loopy_dim_1"])])
+    graph = h.make_graph(
+        [h.make_node("Constant", [], ["true"], name="/Constant",
+                     value=numpy_helper.from_array(np.array(True))),
+         h.make_node("Shape", ["x"], ["shape"], name="/Shape"),
+         h.make_node("Gather", ["shape", "zero"], ["trips"], name="/Gather", axis=0),
+         h.make_node("Loop", ["trips", "true", "x"], ["y"], name="/Loop", body=body)],
+        "g", [h.make_tensor_value_info("x", T.FLOAT, ["n", 4])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["n", 4])],
+        [numpy_helper.from_array(np.zeros((4, 4), np.float32), "w"),
+         numpy_helper.from_array(np.zeros(4, np.float32), "b"),
+         numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+
+
+def test_the_dims_given_size_what_a_loop_body_declares_with_their_names():
+    # ONNX's inference keeps a body input's declared symbol over the size it is fed: with
+    # dims={"n": 5} the body stayed (n, 4) and cost() counted 0 MACs for its Gemm
+    lab = onnx_lab.open(_scripted_loop(), dims={"n": 5})
+    t = lab.tensors.set_index("name")
+    assert t.loc["x", "shape"] == (5, 4)
+    assert t.loc["y.9", "shape"] == (5, 4) and t.loc["gemm", "shape"] == (5, 4)
+    c = lab.cost()
+    assert c.total["unknown_nodes"] == 0
+    assert c.nodes.set_index("node_id").loc["/l/Gemm", "macs"] == 5 * 4 * 4

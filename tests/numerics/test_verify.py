@@ -135,6 +135,18 @@ def test_candidate_that_does_not_run_fails_verification():
     assert not rep.attrs["passed"] and rep.attrs["first_failure"] is not None
     assert rep.note.str.contains("does not run").all()
     assert math.isinf(rep.max_abs.iloc[0])
+    # the step's note and one-line verdict say so, instead of naming the first row's tensor
+    # as where the values differ (nothing was compared)
+    from onnx_lab.numerics.verify import failed_where, fill_result
+    from onnx_lab.transforms.base import PassResult
+
+    r = fill_result(PassResult(name="a tool", params={}, modified=True, nodes_before=1,
+                               nodes_after=1, provenance={}, removed=[], reason="",
+                               seconds=0.0, notes=[], model=None), rep, 0.0)
+    assert r.verify_passed is False
+    assert r.notes == [f"verification failed: {rep.note.iloc[0]}"]
+    assert r.notes[0].startswith("verification failed: the new model does not run: ")
+    assert failed_where(r) == f": {rep.note.iloc[0][:300]}"
 
 
 def test_semantics_changing_edit_reports_the_difference():

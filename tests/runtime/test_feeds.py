@@ -70,6 +70,55 @@ def test_npz_and_dict_feeds(tmp_path):
         as_feed_list(str(tmp_path / "nope.npz"), lab)
 
 
+def _cast_model(dtype: int):
+    """y = x as float32 (a Cast for bfloat16; DequantizeLinear at scale 1, opset 21, which
+    onnxruntime runs for int4 and float8 inputs): an input of ``dtype``."""
+    node = {TensorProto.FLOAT: helper.make_node("Mul", ["x", "scale"], ["y"], name="mul"),
+            TensorProto.BFLOAT16: helper.make_node("Cast", ["x"], ["y"], name="cast", to=1)}
+    m = make_model([node.get(dtype) or helper.make_node("DequantizeLinear", ["x", "scale"],
+                                                        ["y"], name="dq")],
+                   [vi("x", [4], dtype)], [vi("y", [4])],
+                   [numpy_helper.from_array(np.array(1, np.float32), "scale")], opset=21)
+    m.ir_version = 10
+    return m
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "int4"])
+def test_an_npz_of_ml_dtypes_arrays_is_read_as_the_inputs_type(tmp_path, dtype):
+    # numpy.savez writes an ml_dtypes array as raw bytes (dtype V2/V1 when loaded): it used to
+    # end in a raw "No cast function available" ValueError (the CLI exited 1, "drift")
+    import ml_dtypes
+
+    onnx_type = {"bfloat16": TensorProto.BFLOAT16, "float8_e4m3fn": TensorProto.FLOAT8E4M3FN,
+                 "int4": TensorProto.INT4}[dtype]
+    lab = onnx_lab.open(_cast_model(onnx_type))
+    x = np.array([0, 1, -2, 3]).astype(getattr(ml_dtypes, dtype))
+    path = tmp_path / "feeds.npz"
+    np.savez(path, x=x)
+    assert np.load(path)["x"].dtype.type is np.void
+    (f,) = as_feed_list(str(path), lab)
+    assert f["x"].dtype == x.dtype and f["x"].tobytes() == x.tobytes()
+    c = onnx_lab.compare(lab, lab, feeds=str(path))
+    assert c.passed
+    np.testing.assert_array_equal(c.feeds[0]["x"].astype(np.float32), [0, 1, -2, 3])
+    # raw bytes of another item size than the input's type, or for a float32 input
+    np.savez(path, x=np.zeros(4, "V8"))
+    with pytest.raises(InputError, match=r"Feed 'x' holds raw bytes \(dtype \|?V8\)"):
+        as_feed_list(str(path), lab)
+
+
+def test_raw_bytes_for_a_float_input_and_object_arrays_say_what_to_do(tmp_path):
+    lab = onnx_lab.open(_cast_model(TensorProto.FLOAT))
+    path = tmp_path / "feeds.npz"
+    np.savez(path, x=np.zeros(4, "V4"))
+    with pytest.raises(InputError, match="raw bytes") as e:
+        as_feed_list(str(path), lab)
+    assert "tensor(float)" in str(e.value) or "float" in str(e.value)
+    np.savez(path, x=np.array(["a", "b"], dtype=object))  # how strings are usually held
+    with pytest.raises(InputError, match=r"arr\.astype\(str\)"):
+        as_feed_list(str(path), lab)
+
+
 def test_bad_feeds_name_the_input():
     lab = onnx_lab.open("sample:convnet")
     x = np.zeros((1, 3, 32, 32), np.float32)

@@ -88,6 +88,23 @@ def test_onnxslim_dropping_the_empty_past_inputs_is_refused():
     assert "past_key_values.0.key" in [v.name for v in lab.model.graph.inputs]
 
 
+def test_an_input_the_model_declares_empty_is_not_blamed_on_a_dim_the_user_gave():
+    # onnx's test_castlike_*_expanded: an input 'like' of shape [0] that only its type is
+    # read from; onnxslim drops it. No dim was given, and none would help.
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("like", TensorProto.FLOAT, [0])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(PassError) as e:
+        lab.apply("onnxslim")
+    msg = str(e.value)
+    assert msg.startswith("onnxslim removed input(s) like")
+    assert "the model declares them empty (like[0]: no values)" in msg
+    assert "a dim given as 0" not in msg and "give those dims" not in msg
+
+
 def test_onnxslim_with_a_past_length_of_one_passes_the_guard():
     lab = onnx_lab.open(optimum_decoder(), dims={**DIMS, "past_sequence_length": 1})
     r = lab.apply("onnxslim")
