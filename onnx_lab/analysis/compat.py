@@ -36,6 +36,7 @@ from onnx_lab.runtime.session import (
     default_providers,
     fallback_chain,
     make_session,
+    missing_locale,
     ort_max_opsets,
     ort_registered_ops,
     ort_version,
@@ -680,6 +681,12 @@ def _load_rows(lm: LabModel, p: str) -> list[dict]:
             node_id = next((nid for nid, en in lm.index.entries.items()
                             if en.node.op_type == op and en.node.domain == domain), None)
             msg = (f"{p} does not know the op {domain}::{op}: the model does not load.")
+        elif (missing := missing_locale(text, lm)) is not None:
+            node_id, locale, fix = missing
+            rows.append(_row("error", "provider_load", node_id,
+                             f"{p} cannot load the model: this machine has no locale "
+                             f"{locale!r}, which StringNormalizer {node_id!r} needs.", fix))
+            return rows
         else:
             msg = f"{p} cannot load the model: {e.problem}"
         rows.append(_row("error", "provider_load", node_id, msg,

@@ -46,7 +46,11 @@ OP_FAMILIES: dict[str, set[str]] = {
 
 
 def op_family(op_type: str, domain: str) -> str:
-    """The family of an op (first match in OP_FAMILIES), 'custom domain' or 'other'."""
+    """The family of an op (first match in OP_FAMILIES), 'onnx-ml' (the standard
+    ``ai.onnx.ml`` domain: trees, linear models, encoders, ZipMap), 'custom domain' or
+    'other'."""
+    if domain == "ai.onnx.ml":
+        return "onnx-ml"
     if domain not in ("", "ai.onnx") and op_type not in OP_FAMILIES["quantization"]:
         return "custom domain"
     for fam, ops in OP_FAMILIES.items():

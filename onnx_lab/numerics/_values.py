@@ -66,6 +66,13 @@ def _maps_as_rows(value: Any) -> np.ndarray:
     return arr[0] if isinstance(value, dict) else arr
 
 
+def _empty_rows(seq: Any, arr: Any) -> bool:
+    """An empty sequence against a tensor of no rows (first dim 0): the ZipMap output of an
+    empty batch and the probabilities tensor remove_zipmap left in its place."""
+    return isinstance(seq, (list, tuple)) and not seq and isinstance(arr, np.ndarray) \
+        and arr.ndim >= 1 and arr.shape[0] == 0
+
+
 def _leaves(ref: Any, cand: Any, path: str, out: list, notes: list[str]) -> str | None:
     """Walk a (reference, candidate) pair of sequences / maps in step: ``out`` gets each pair
     of leaf arrays, ``notes`` what differs in structure. Returns what made it unequal in
@@ -87,6 +94,8 @@ def _leaves(ref: Any, cand: Any, path: str, out: list, notes: list[str]) -> str 
             if bad:
                 return bad
         return None
+    if _empty_rows(ref, cand) or _empty_rows(cand, ref):
+        return None  # no maps on either side: a ZipMap's [] and remove_zipmap's (0, k)
     if isinstance(ref, (list, tuple)) or isinstance(cand, (list, tuple)):
         if not (isinstance(ref, (list, tuple)) and isinstance(cand, (list, tuple))):
             return f"{path or 'value'}: a sequence against a {type(cand).__name__}"
@@ -129,7 +138,11 @@ def numeric_pair(ref: Any, cand: Any) -> tuple[np.ndarray, np.ndarray] | str:
     return r.astype(np.float64), c.astype(np.float64)
 
 
-def _structure_kind(value: Any) -> str:
+def _structure_kind(ref: Any, cand: Any = None) -> str:
+    """What a structured pair is compared as, read from the side that has the structure (a
+    ZipMap output against remove_zipmap's tensor is ``seq(map)`` either way round)."""
+    value = ref if isinstance(ref, (dict, list, tuple)) or not isinstance(
+        cand, (dict, list, tuple)) else cand
     if isinstance(value, dict):
         return "map"
     if isinstance(value, (list, tuple)):

@@ -410,7 +410,7 @@ class MetricAccumulator:
             self._add_slice(r_flat[start:start + _SLICE], c_flat[start:start + _SLICE])
 
     def _add_structured(self, ref: Any, cand: Any) -> None:
-        kind = _structure_kind(ref if ref is not None else cand)
+        kind = _structure_kind(ref, cand)
         self.compared_as = kind
         if self.shape is None:
             n = len(ref) if isinstance(ref, (list, tuple, dict)) else None

@@ -667,13 +667,20 @@ NOT_RUN = ("the new model does not run", "the optimized model does not run")
 def failed_where(result: PassResult) -> str:
     """Where a step's verification failed, for a one-line verdict: ``at TENSOR``, or why
     nothing could be compared (the new model does not run: every row fails with that, and
-    its first tensor says nothing)."""
-    rows = getattr(result, "verification", None)
-    if rows is not None and len(rows) and "note" in rows:
+    its first tensor says nothing). A report not yet read as a DataFrame stays as it is: its
+    rows may still be filled (a region judged in the preset's final run)."""
+    rows = getattr(result, "_verification", None)
+    if rows is None:
+        rows = getattr(result, "verification", None)
+    if isinstance(rows, Report):
+        first = next((str(r.get("note") or "") for r in rows.rows if not r.get("passed")), "")
+    elif rows is not None and len(rows) and "note" in rows:
         failing = rows.loc[~rows.passed.astype(bool), "note"]
         first = str(failing.iloc[0]) if len(failing) else ""
-        if first.startswith(NOT_RUN):
-            return f": {first[:300]}"
+    else:
+        first = ""
+    if first.startswith(NOT_RUN):
+        return f": {first[:300]}"
     return f" at {result.first_failure}"
 
 

@@ -171,7 +171,7 @@ def _fast(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[st
         del proto.graph.output[:]
         proto.graph.output.extend(kept)
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # failures are raised with their message
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     # Each session runs once: pre-packing every MatMul weight (MLAS) would cost more than the
     # run itself (BERT-base: ~1 s of a 1.3 s session start).

@@ -131,7 +131,7 @@ def optimize(model: LabModel, level: str, path: str, *, disabled: Sequence[str] 
 
     def _make() -> object:
         return make_session(model, opt_level=level, optimized_model_path=path,
-                            disabled_optimizers=tuple(disabled), log_severity=1 if trace else 3,
+                            disabled_optimizers=tuple(disabled), log_severity=1 if trace else 4,
                             config_entries=entries)
 
     if not trace:

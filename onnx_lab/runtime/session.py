@@ -269,7 +269,7 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
                  optimized_model_path: str | None = None,
                  provider_options: Sequence[dict[str, Any]] | None = None,
                  arena: bool = True, disabled_optimizers: Sequence[str] = (),
-                 log_severity: int = 3, config_entries: Mapping[str, str] | None = None):
+                 log_severity: int = 4, config_entries: Mapping[str, str] | None = None):
     """Create an ``onnxruntime.InferenceSession`` for ``model``.
 
     Args:
@@ -374,8 +374,10 @@ def _create(model: LabModel, so: Any, provs: list[str], provider_options: Any,
                                     if provider_options else None,
                                     disabled_optimizers=set(disabled_optimizers) or None)
     except Exception as e:  # noqa: BLE001 - ORT raises several exception types
+        missing = missing_locale(str(e), model)
         raise RuntimeLoadError(_explain_ort_error(e),
-                               fix="Check lab.check() for unsupported ops and domains; "
+                               fix=missing[2] if missing else
+                               "Check lab.check() for unsupported ops and domains; "
                                "ops of custom domains need their provider or a custom op "
                                "library.") from e
     finally:
@@ -487,7 +489,7 @@ def _load_check_options() -> Any:
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # failures are raised with their message
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.enable_cpu_mem_arena = False
     so.add_session_config_entry("session.disable_prepacking", "1")
@@ -730,6 +732,31 @@ def _ort_text(text: str) -> str:
     if len(tags) > 1:
         first = first[tags[-1].start():]
     return "\n".join([_ORT_SOURCE.sub("", first), *lines[1:]])
+
+
+_LOCALE = re.compile(r"Failed to construct locale with name:\s*([^\s:]+)")
+
+
+def missing_locale(text: str, model: LabModel) -> tuple[str | None, str, str] | None:
+    """(node id, locale, fix) when onnxruntime failed because this machine lacks the locale
+    a StringNormalizer names (``en_US.UTF-8`` when the node sets none, as skl2onnx's text
+    vectorizers leave it), else None."""
+    m = _LOCALE.search(text)
+    if m is None:
+        return None
+    locale = m.group(1)
+    node_id = next((nid for nid, e in model.index.entries.items()
+                    if e.node.op_type == "StringNormalizer"
+                    and (e.node.attributes.get_string("locale") or "en_US.UTF-8") == locale),
+                   None)
+    node = node_id or "NODE"
+    return node_id, locale, (
+        f"onnxruntime's StringNormalizer needs the locale {locale!r}, which this machine does "
+        f"not have: install it (Debian/Ubuntu: apt-get install locales, then locale-gen "
+        f"{locale}), or set the node's locale to one it has (`locale -a`): "
+        f"lab.set_attribute({node!r}, 'locale', 'C.UTF-8', verify=False) (the model "
+        "before it does not run to compare with), on the command line onnx-lab edit IN OUT "
+        f"--set-attr '{node}:locale=C.UTF-8' --no-verify.")
 
 
 def _explain_ort_error(e: Exception) -> str:

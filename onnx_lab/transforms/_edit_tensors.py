@@ -113,11 +113,40 @@ class AddOutput(_EditPass):
             v.type = ir.TensorType(_ir_dtype(info.dtype))
         if v.shape is None and info is not None and info.shape is not None:
             v.shape = ir.Shape(list(info.shape))
-        if v.type is None:
-            raise PassError(f"Cannot add {name!r} as an output: its dtype is unknown (shape "
-                            "inference found none).", fix="Set the input shapes first.")
+        if v.type is None or (v.shape is None and isinstance(v.type, ir.TensorType)):
+            # ONNX infers nothing for some ops (ai.onnx.ml's TreeEnsembleClassifier), and a
+            # graph output needs a type and a rank: read them from one run
+            self._from_a_run(model, v, rw)
         model.graph.outputs.append(v)
         rw.modified = True
+
+    def _from_a_run(self, model: LabModel, v: ir.Value, rw: Rewrite) -> None:
+        from onnx_lab.errors import LabError
+        from onnx_lab.runtime.capture import run
+        from onnx_lab.runtime.feeds import make_feeds
+
+        producer = v.producer()
+        op = f"{producer.domain + '::' if producer and producer.domain else ''}" \
+            f"{producer.op_type if producer else 'its producer'}"
+        try:
+            feeds = make_feeds(model, dict(self.context.dims), dict(self.context.shapes))
+            value = run(model, feeds, outputs=[v.name])[v.name]
+        except LabError as e:
+            raise PassError(f"Cannot add {v.name!r} as an output: ONNX's inference gives it "
+                            f"no {'type' if v.type is None else 'rank'} ({op}), and a run to "
+                            f"read it failed: {e.problem}",
+                            fix="Give the Lab dims or input shapes the model runs with.") from e
+        if not isinstance(value, np.ndarray):
+            raise PassError(f"Cannot add {v.name!r} as an output: ONNX's inference gives it "
+                            f"no type ({op}) and a run returns a {type(value).__name__}.",
+                            fix="Add a tensor instead.")
+        dtype = ir.DataType.STRING if value.dtype.kind in "OUS" else \
+            ir.DataType.from_numpy(value.dtype)
+        if v.type is None:
+            v.type = ir.TensorType(dtype)
+        v.shape = ir.Shape([None] * value.ndim)  # its rank; sizes as the run had them vary
+        rw.notes.append(f"{v.name!r}: type and rank read from one run ({op} has no ONNX "
+                          "type inference)")
 
 
 @register_pass("remove_output", kind="edit")
@@ -172,7 +201,10 @@ def _load_array(source: Any, name: str) -> np.ndarray:
             data = np.load(p, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise InputError(f"Cannot read {str(p)!r} as .npy/.npz: {e}",
-                             fix="Save the array with numpy.save or numpy.savez.") from e
+                             fix="Save strings as numpy strings, arr.astype(str) (an object "
+                             "array needs pickle, which onnx_lab does not load from a file)."
+                             if "allow_pickle" in str(e) else
+                             "Save the array with numpy.save or numpy.savez.") from e
         if isinstance(data, np.lib.npyio.NpzFile):
             with data:
                 keys = list(data.keys())
@@ -197,6 +229,11 @@ def _initializer(model: LabModel, name: str) -> ir.Value:
 
 def _set_tensor(v: ir.Value, array: np.ndarray) -> None:
     # a new tensor object: earlier versions share the old one
+    if v.const_value is not None and v.const_value.dtype == ir.DataType.STRING:
+        flat = [x if isinstance(x, bytes) else str(x).encode("utf-8")
+                for x in np.asarray(array, dtype=object).reshape(-1)]
+        v.const_value = ir.StringTensor(flat, shape=ir.Shape(array.shape), name=v.name)
+        return
     v.const_value = ir.tensor(np.ascontiguousarray(array), name=v.name)
 
 
@@ -219,6 +256,13 @@ class ReplaceInitializer(_EditPass):
             raise PassError(f"Replacement for initializer {name!r} has shape "
                             f"{list(arr.shape)}; the initializer has {list(want_shape)}.",
                             fix="Reshape the array to the initializer's shape.")
+        if t.dtype == ir.DataType.STRING:  # class labels: str, bytes or object arrays
+            if arr.dtype.kind not in "OUS" or (arr.dtype.kind == "O" and not all(
+                    isinstance(x, (str, bytes)) for x in arr.reshape(-1))):
+                raise PassError(f"Replacement for initializer {name!r} holds {arr.dtype} "
+                                "values; the initializer holds strings.",
+                                fix="Pass an array of str, e.g. np.array(['cat', 'dog']).")
+            return arr
         if arr.dtype != want_dtype:
             raise PassError(f"Replacement for initializer {name!r} is {arr.dtype}; the "
                             f"initializer is {want_dtype}.",

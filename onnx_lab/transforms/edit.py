@@ -131,7 +131,7 @@ class AddNode(_EditPass):
         src = model.index.value(tensor)
         g = model.graph
         info = model.types().get(tensor)
-        dtype = np.dtype(info.dtype) if info is not None and info.dtype else np.float32
+        dtype = _numeric_dtype(info.dtype if info is not None else None)
         attrs = []
         for k, value in (self.options["attributes"] or {}).items():
             want = ir.AttributeType(int(schema.attributes[k].type))
@@ -146,12 +146,13 @@ class AddNode(_EditPass):
                 continue
             arr = np.asarray(x)
             if not isinstance(x, np.ndarray):
-                # numbers take the tensor's dtype (Add/Mul/Clip); shapes and axes are int64
+                # numbers take the tensor's dtype (Add/Mul/Clip); shapes and axes are int64;
+                # values for a tensor of strings stay as given
                 arr = arr.astype(np.int64 if schema.name in ("Reshape", "Expand", "Tile",
                                                              "Unsqueeze", "Squeeze", "Slice",
                                                              "Pad", "ReduceSum") or
                                  (arr.dtype.kind in "iu" and dtype.kind not in "f")
-                                 else dtype)
+                                 else arr.dtype if dtype.kind == "O" else dtype)
             inputs.append(rw.add_initializer(g, f"{name}/in{i + 1}", arr))
         out = ir.Value(name=rw.unique_name(f"{name}_output"))
         node = ir.Node(self.options["domain"], schema.name, inputs, attributes=attrs,
@@ -177,12 +178,28 @@ class AddNode(_EditPass):
         rw.record(node, [producer] if producer is not None else [])
 
 
+def _numeric_dtype(name: str | None) -> np.dtype:
+    """The numpy dtype numbers given for the new node's extra inputs take (the tensor's);
+    float32 where the tensor's type has none: unknown, bfloat16 and other ml_dtypes kinds
+    (numpy does not know those names), strings (object), sequences and maps."""
+    if not name or name.startswith(("seq(", "map(", "optional(", "sparse")):
+        return np.dtype(np.float32)
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return np.dtype(object) if name == "string" else np.dtype(np.float32)
+
+
 def _infer_output(model: LabModel, node: ir.Node, src: ir.Value, info: Any
                   ) -> tuple[ir.TypeProtocol, ir.Shape | None]:
     """Type and shape of ``node``'s output by onnx shape inference on the node alone."""
-    elem = _ir_dtype(info.dtype) if info is not None and info.dtype else src.dtype
-    dims = list(info.shape) if info is not None and info.shape is not None else None
-    x = onnx.helper.make_tensor_value_info(src.name, int(elem), dims)
+    if src.type is not None and not isinstance(src.type, ir.TensorType):
+        x = onnx.ValueInfoProto()  # a sequence, map or optional (a ZipMap's output)
+        ir.serde.serialize_value_into(x, src)
+    else:
+        elem = _ir_dtype(info.dtype) if info is not None and info.dtype else src.dtype
+        dims = list(info.shape) if info is not None and info.shape is not None else None
+        x = onnx.helper.make_tensor_value_info(src.name, int(elem), dims)
     inits = [ir.serde.serialize_tensor(v.const_value) for v in node.inputs[1:]
              if v is not None and v.const_value is not None]
     y = node.outputs[0].name
@@ -206,6 +223,9 @@ def _infer_output(model: LabModel, node: ir.Node, src: ir.Value, info: Any
                 shape = ir.Shape([d.dim_value if d.HasField("dim_value") else
                                   (d.dim_param or None) for d in t.shape.dim])
             return ir.TensorType(ir.DataType(t.elem_type)), shape
+        if vi.name == y and vi.type.WhichOneof("value") in ("sequence_type", "map_type",
+                                                             "optional_type"):
+            return ir.serde.deserialize_type_proto_for_type(vi.type), None
     raise PassError(f"Cannot infer the type of the new {node.op_type}'s output.",
                     fix="Check the op's inputs and attributes.")
 

@@ -96,6 +96,12 @@ def _removed_cause(removed: list[ir.Value], dims: Mapping[str, int],
     return "the tool rebuilt the graph without them"
 
 
+def _is_zipmap_output(v: ir.Value) -> bool:
+    """A value a ZipMap writes: seq(map(...)), the probabilities of skl2onnx's classifiers."""
+    p = v.producer()
+    return p is not None and p.op_type == "ZipMap" and p.domain == "ai.onnx.ml"
+
+
 def _structure_problem(before: LabModel, new: LabModel) -> str | None:
     """Why the new graph cannot be the model at all: no nodes, or an output nothing makes."""
     g = new.graph
@@ -182,6 +188,11 @@ def check_interface(before: LabModel, result: PassResult, *, kind: str = "graph"
             if bd is not None and ad is not None and bd != ad:
                 changes.append(f"changed {what} {name} from {_dtype_name(bd)} to "
                                f"{_dtype_name(ad)}")
+                if _is_zipmap_output(bv):
+                    causes.append(f"the tool does not keep the sequence of maps a ZipMap "
+                                  f"writes; lab.apply('remove_zipmap') first turns {name} "
+                                  f"into the probabilities tensor (a verified step), after "
+                                  f"which {step} keeps the interface")
             br, ar = _rank(bv), _rank(av)
             if br is not None and ar is not None and br != ar:
                 changes.append(f"changed the rank of {what} {name} from {br} to {ar}")

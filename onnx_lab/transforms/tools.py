@@ -258,9 +258,14 @@ class OnnxslimPass(WholeModelPass):
         proto = self.proto_with_weights(model)
         shapes = self.lab_input_shapes(model)
         o = self.options
-        with tool_errors("onnxslim", "Leave the failing pattern out (skip_fusion_patterns="
-                         "[...]), give input shapes (dims= at open), or use onnx_lab's own "
-                         "passes."):
+        others = [v.name for v in model.graph.inputs if v.name not in model.graph.initializers
+                  and v.type is not None and not isinstance(v.type, ir.TensorType)]
+        fix = (f"onnxslim handles tensor inputs, and {_quoted(others)} "
+               f"{'is a map or sequence' if len(others) == 1 else 'are maps or sequences'}: "
+               "use onnx_lab's own passes on this model." if others else
+               "Leave the failing pattern out (skip_fusion_patterns=[...]), give input shapes "
+               "(dims= at open), or use onnx_lab's own passes.")
+        with tool_errors("onnxslim", fix):
             out = onnxslim.slim(
                 proto, skip_fusion_patterns=list(o["skip_fusion_patterns"] or []) or None,
                 skip_optimizations=list(o["skip_optimizations"] or []) or None,
@@ -414,3 +419,9 @@ def _register() -> None:
 
 
 _register()
+
+
+def _quoted(names: list[str]) -> str:
+    """``'a'``, ``'a' and 'b'``, ``'a', 'b' and 'c'``."""
+    q = [repr(n) for n in names]
+    return q[0] if len(q) == 1 else f"{', '.join(q[:-1])} and {q[-1]}"

@@ -76,6 +76,9 @@ def test_op_family():
     assert op_family("MatMulNBits", "com.microsoft") == "matmul/gemm"
     assert op_family("QLinearAdd", "com.microsoft") == "quantization"
     assert op_family("FusedConv", "com.microsoft") == "custom domain"
+    # ai.onnx.ml is a standard domain (check() does not flag it): its own family
+    assert op_family("TreeEnsembleClassifier", "ai.onnx.ml") == "onnx-ml"
+    assert op_family("ZipMap", "ai.onnx.ml") == "onnx-ml"
     assert op_family("Add", "") == "other"
     assert set(OP_FAMILIES) == {"convolution", "normalization", "activation", "pooling",
                                 "matmul/gemm", "shape ops", "control flow", "quantization"}

@@ -190,6 +190,33 @@ def test_onnxslim_on_an_ml_only_model_gives_the_true_reason():
     assert "skip_fusion_patterns" not in str(e.value) + e.value.fix
 
 
+def test_onnxslim_on_a_zipmap_output_points_to_remove_zipmap():
+    pytest.importorskip("onnxslim")
+    lab = onnx_lab.open(tree_zipmap(), dims={"N": 3})
+    with pytest.raises(PassError, match="changed output output_probability") as e:
+        lab.apply("onnxslim")
+    assert "lab.apply('remove_zipmap') first turns output_probability into the " \
+        "probabilities tensor" in str(e.value)
+    lab.apply("remove_zipmap")  # what the message says, then onnxslim verifies
+    r = lab.apply("onnxslim")
+    assert r.verify_passed in (True, None)
+
+
+def test_onnxslim_failing_on_a_map_input_says_it_is_the_map():
+    pytest.importorskip("onnxslim")
+    from ml_models import dict_input_model
+
+    lab = onnx_lab.open(dict_input_model())
+    try:
+        r = lab.apply("onnxslim")
+    except PassError as e:  # onnxslim 0.1.98 fails on it
+        assert e.fix.startswith("onnxslim handles tensor inputs, and 'features' is a map or "
+                                "sequence")
+        assert "dims= at open" not in e.fix
+    else:  # a later onnxslim that handles it is verified as any other
+        assert r.verify_passed in (True, None)
+
+
 # ----------------------------------------------------------------- real exporters (optional)
 def test_skl2onnx_classifier_with_zipmap_opens_and_compares(tmp_path):
     skl2onnx = pytest.importorskip("skl2onnx")

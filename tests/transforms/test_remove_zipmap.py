@@ -93,3 +93,21 @@ def test_not_in_any_preset():
     from onnx_lab.transforms.presets import PRESETS
 
     assert all("remove_zipmap" not in passes for passes in PRESETS.values())
+
+
+def test_an_empty_batch_is_no_false_alarm():
+    # A ZipMap of no rows is [], the tensor remove_zipmap leaves is (0, 3): no maps on either
+    # side, nothing differs. It failed with "value: a sequence against a ndarray".
+    lab = onnx_lab.open(linear_zipmap(), dims={"N": 0})
+    r = lab.apply("remove_zipmap")
+    assert r.modified and r.verify_passed, r.verification
+    assert onnx_lab.compare(lab.original, lab).passed
+    assert onnx_lab.compare(lab, lab.original).passed  # the other way round too
+
+
+def test_compared_as_names_the_maps_on_either_side():
+    lab = onnx_lab.open(linear_zipmap(), dims={"N": 5})
+    lab.apply("remove_zipmap")
+    for a, b in ((lab.original, lab), (lab, lab.original)):  # the maps as the candidate too
+        row = onnx_lab.compare(a, b).outputs.set_index("tensor").loc["output_probability"]
+        assert row["compared_as"] == "seq(map)" and row["passed"]
