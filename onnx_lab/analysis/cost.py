@@ -63,6 +63,7 @@ from onnx_lab.analysis._counters import (
 )
 from onnx_lab.analysis._onnx_tool import _onnx_tool_macs, _onnx_tool_total, _or_nan
 from onnx_lab.analysis.roofline import Roofline, roofline
+from onnx_lab.core._fold import fold_values
 from onnx_lab.core.limits import liveness
 from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
@@ -247,8 +248,8 @@ def _calls(lm: LabModel, types: dict[str, TensorInfo]
            ) -> tuple[dict[int, float], dict[int, str], list[str]]:
     """How many times each node runs per model run, by ``id`` of its ir.Node.
 
-    Main graph: 1. Loop body: × the trip count when it is a constant (an upper bound: the
-    condition may stop the loop earlier); Scan body: × the length of the first scan input's
+    Main graph: 1. Loop body: × the trip count when it is a constant or folds from the sized
+    inputs (an upper bound: the condition may stop the loop earlier); Scan body: × the length of the first scan input's
     scanned axis when static; If branches: 1 each (only one runs). A body whose count is
     unknown is counted once per run of its owner, with a note. Returns (calls, notes by
     node, model-level notes).
@@ -257,6 +258,7 @@ def _calls(lm: LabModel, types: dict[str, TensorInfo]
     body_notes: dict[int, str] = {}
     notes: list[str] = []
     ids = {id(e.node): nid for nid, e in lm.index.entries.items()}
+    computed = _computed_trip_counts(lm, types)
 
     def walk(graph, factor: float, note: str) -> None:
         for node in graph:
@@ -270,14 +272,17 @@ def _calls(lm: LabModel, types: dict[str, TensorInfo]
             nid = ids.get(id(node), node.name)
             if node.op_type == "Loop":
                 m = _const_int(node.inputs[0] if node.inputs else None)
+                how = "its constant trip count"
+                if m is None and nid in computed:
+                    m, how = computed[nid], "its trip count, computed from the input shapes"
                 if m is None:
                     n = f"trip count of Loop {nid!r} unknown: counted once per run of it"
                     notes.append(f"Loop {nid!r}: trip count not a constant, its body is counted "
                                  "once per run")
                 else:
                     f = factor * max(m, 0)
-                    notes.append(f"Loop {nid!r}: body counted {m} times per run (its constant "
-                                 "trip count; an upper bound, the condition may stop it earlier)")
+                    notes.append(f"Loop {nid!r}: body counted {m} times per run ({how}; an "
+                                 "upper bound, the condition may stop it earlier)")
             elif node.op_type == "Scan":
                 length = _scan_length(node, types)
                 if length is None:
@@ -293,6 +298,27 @@ def _calls(lm: LabModel, types: dict[str, TensorInfo]
     if any(n.op_type == "If" for g in lm.ir.graphs() for n in g):
         notes.append("both branches of each If are counted (only one runs): an upper bound")
     return calls, body_notes, notes
+
+
+def _computed_trip_counts(lm: LabModel, types: dict[str, TensorInfo]) -> dict[str, int]:
+    """node id -> trip count of each Loop (main graph or If branch) whose count is not a
+    constant but folds from the sized inputs: TorchScript's ``for i in range(x.shape[0])``
+    is ``Loop(Gather(Shape(x), 0))``."""
+    targets = {}
+    for nid, e in lm.index.entries.items():
+        node = e.node
+        if node.op_type == "Loop" and node.inputs and node.inputs[0] is not None \
+                and node.inputs[0].name and _const_int(node.inputs[0]) is None:
+            targets[nid] = (node.inputs[0].name, e.graph)
+    if not targets:
+        return {}
+    values = fold_values(lm, types, list(targets.values()))
+    out = {}
+    for nid, (name, path) in targets.items():
+        a = values.get((lm.index.scope(name, path), name))
+        if a is not None and np.size(a) == 1 and np.asarray(a).dtype.kind in "iu":
+            out[nid] = int(np.asarray(a).reshape(-1)[0])
+    return out
 
 
 def _scan_length(node, types: dict[str, TensorInfo]) -> int | None:

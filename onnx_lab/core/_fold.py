@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -126,13 +126,7 @@ def fold_shape_values(model: LabModel, types: Mapping[str, TensorInfo]
     def key(name: str, path: str) -> Key:
         return idx.scope(name, path), name
 
-    known: dict[Key, np.ndarray] = {}
-    for name, v in model.graph.initializers.items():
-        t = v.const_value
-        # An UnreadableTensor's dims disagree with its data: never a source of values.
-        if t is not None and not isinstance(t, (ir.ExternalTensor, UnreadableTensor)) \
-                and t.size <= MAX_ELEMENTS:
-            known[("", name)] = t.numpy()
+    known = _weights(model)
 
     # Frontier: nodes whose inputs all have static types but some output does not.
     wanted: list[tuple[str, str]] = []
@@ -144,8 +138,58 @@ def fold_shape_values(model: LabModel, types: Mapping[str, TensorInfo]
                 and all(_static(info(i, e.graph)) for i in ins):
             wanted.extend((i, e.graph) for i in ins
                           if _small(info(i, e.graph)) and key(i, e.graph) not in known)
+    return _fold(model, types, wanted, graphs, order, known)
+
+
+def fold_values(model: LabModel, types: Mapping[str, TensorInfo],
+                targets: Sequence[tuple[str, str]]) -> dict[Key, np.ndarray]:
+    """The values of ``targets`` (``(name, graph path)`` of tensors the main graph or its If
+    branches compute) that fold from the weights and the static shapes in ``types``: a
+    TorchScript Loop's trip count, ``Gather(Shape(x), 0)``, once ``x`` is sized. Keyed as
+    :func:`fold_shape_values`; a target that does not fold is absent. Never reads external
+    data."""
+    idx = model.index
+    graphs = once_graphs(model)
+    order = [nid for nid in idx.topo_order(None) if idx.entries[nid].graph in graphs]
+    known = _weights(model)
+    folded = _fold(model, types, [t for t in targets if t[1] in graphs], graphs, order, known)
+    out = {}
+    for name, path in targets:
+        key = (idx.scope(name, path), name)
+        value = folded.get(key, known.get(key))
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _weights(model: LabModel) -> dict[Key, np.ndarray]:
+    """The main graph's small readable initializers, by ``("", name)``."""
+    known: dict[Key, np.ndarray] = {}
+    for name, v in model.graph.initializers.items():
+        t = v.const_value
+        # An UnreadableTensor's dims disagree with its data: never a source of values.
+        if t is not None and not isinstance(t, (ir.ExternalTensor, UnreadableTensor)) \
+                and t.size <= MAX_ELEMENTS:
+            known[("", name)] = t.numpy()
+    return known
+
+
+def _fold(model: LabModel, types: Mapping[str, TensorInfo], wanted: list[tuple[str, str]],
+          graphs: set[str], order: list[str], known: dict[Key, np.ndarray]
+          ) -> dict[Key, np.ndarray]:
+    """Evaluate what ``wanted`` (``(name, graph path)``) needs, walking back through
+    foldable nodes from ``known`` values (updated in place); returns the folded values."""
+    from onnx_lab.core.shapes import type_at
+
+    idx = model.index
     if not wanted:
         return {}
+
+    def info(name: str, path: str) -> TensorInfo | None:
+        return type_at(types, name, path)
+
+    def key(name: str, path: str) -> Key:
+        return idx.scope(name, path), name
 
     # Walk back from the values the frontier needs, through foldable nodes only.
     nodes: set[str] = set()

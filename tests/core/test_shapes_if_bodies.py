@@ -150,4 +150,12 @@ def test_the_dims_given_size_what_a_loop_body_declares_with_their_names():
     assert t.loc["y.9", "shape"] == (5, 4) and t.loc["gemm", "shape"] == (5, 4)
     c = lab.cost()
     assert c.total["unknown_nodes"] == 0
-    assert c.nodes.set_index("node_id").loc["/l/Gemm", "macs"] == 5 * 4 * 4
+    # the trip count Gather(Shape(x), 0) folds to n = 5: the body runs 5 times
+    rows = c.nodes.set_index("node_id")
+    assert rows.loc["/l/Gemm", "calls"] == 5
+    assert rows.loc["/l/Gemm", "macs"] == 5 * (5 * 4 * 4)
+    assert any("body counted 5 times per run (its trip count, computed from the input "
+               "shapes" in n for n in c.notes), c.notes
+    # another n, another count
+    c = onnx_lab.open(_scripted_loop(), dims={"n": 3}).cost()
+    assert c.nodes.set_index("node_id").loc["/l/Gemm", "calls"] == 3
