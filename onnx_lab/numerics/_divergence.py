@@ -125,7 +125,9 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
                        message=f"{node.op_type} {nid}: its weight {name!r} differs, "
                        f"max_abs {err:.3g}")
             return
-    compared = all(n in rows.index for n in _data_inputs(node, idx, makers))
+    # A graph input is the same feed on both sides (never a row of ``layers``): it agrees.
+    fed = {v.name for v in model.graph.inputs}
+    compared = all(n in rows.index or n in fed for n in _data_inputs(node, idx, makers))
     div["cause"] = "computation" if compared else "inputs"
     div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
                       f"output differs (max_abs {div['max_abs']:.3g})" if compared else
@@ -142,8 +144,14 @@ def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None
         return None
     other = cand.index.node(cand_node_id)
     if other.op_type != node.op_type or len(other.inputs) != len(node.inputs):
-        return None
-    for a, b in zip(node.inputs, other.inputs):
+        # A fused counterpart (onnxruntime's Gemm for a MatMul+Add) holds the node's weights
+        # under their names: the same name and shape is the same weight.
+        inits = cand.graph.initializers
+        pairs = [(a, inits.get(a.name)) for a in node.inputs
+                 if a is not None and a.name and is_constant(a, stored=True)]
+    else:
+        pairs = list(zip(node.inputs, other.inputs))
+    for a, b in pairs:
         if a is None or b is None:
             continue
         x, y = const_array(a, stored=True), const_array(b, stored=True)

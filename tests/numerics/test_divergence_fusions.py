@@ -1,0 +1,142 @@
+"""Layer-by-layer comparison across fusions whose weights changed: a bug in a fused bias, a
+fused model converted to float16, and a divergent node that reads a graph input. Each gave
+a false alarm or the wrong node or cause."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_lab
+
+
+def _mlp() -> onnx.ModelProto:
+    """Two MatMul+Add layers: onnxruntime's MatMulAddFusion makes each a Gemm stamped with
+    the MatMul alone, reading the Add's bias."""
+    rng = np.random.default_rng(0)
+
+    def w(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="/fc1/MatMul"),
+             helper.make_node("Add", ["h", "b1"], ["hb"], name="/fc1/Add"),
+             helper.make_node("Relu", ["hb"], ["r"], name="/relu/Relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["o"], name="/fc2/MatMul"),
+             helper.make_node("Add", ["o", "b2"], ["y"], name="/fc2/Add")]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                       [2, 4, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 6])],
+                          [w("w1", 8, 16), w("b1", 16), w("w2", 16, 6), w("b2", 6)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture
+def fused(tmp_path):
+    src = tmp_path / "mlp.onnx"
+    onnx.save(_mlp(), src)
+    lab = onnx_lab.open(src)
+    lab.apply("ort:extended")
+    assert set(lab.nodes.op_type) >= {"Gemm"}
+    return src, lab.save(tmp_path / "opt" / "mlp.onnx")
+
+
+def test_a_bug_in_a_bias_a_gemm_absorbed_is_found_at_its_add(fused, tmp_path):
+    src, opt = fused
+    m = onnx.load(opt)
+    for t in m.graph.initializer:
+        if t.name == "b2":
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 2, "b2"))
+    bad = tmp_path / "bad.onnx"
+    onnx.save(m, bad)
+    c = onnx_lab.compare(src, bad)
+    assert not c.passed
+    # the MatMul's output against the Gemm's (MatMul + bias) reported the bias as its error
+    row = c.alignment.set_index("tensor").loc["o"]
+    assert not isinstance(row["cand_tensor"], str)
+    fd = c.first_divergence
+    assert fd["node_id"] == "/fc2/Add" and fd["cause"] == "weights"
+    assert fd["constant"] == "b2"
+    b2 = numpy_helper.to_array(next(t for t in _mlp().graph.initializer if t.name == "b2"))
+    assert fd["max_abs"] == pytest.approx(float(np.abs(b2).max()), rel=1e-5)
+
+
+def test_the_float16_version_of_a_fused_model_is_no_false_alarm(fused):
+    src, opt = fused
+    h = onnx_lab.to_fp16(onnx_lab.open(opt))
+    c = onnx_lab.compare(src, h)
+    assert c.passed and c.first_divergence is None
+    assert c.layers.passed.astype(bool).all(), c.layers[~c.layers.passed.astype(bool)]
+
+
+def _conv_bn() -> onnx.ModelProto:
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.uniform(0.5, 2, 4).astype(np.float32), "scale"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "bias"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "mean"),
+             numpy_helper.from_array(rng.uniform(0.5, 2, 4).astype(np.float32), "var")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"],
+                              ["y"], name="bn")]
+    g = helper.make_graph(nodes, "cbn", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 8, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_fused_output_renamed_by_the_float16_conversion_is_not_paired_with_the_conv():
+    # to_fp16 renames the fused Conv's output (y -> y__fp16, a Cast makes y): the structural
+    # guess paired the reference's pre-BatchNormalization Conv output with it (max_abs ~1)
+    lab = onnx_lab.open(_conv_bn())
+    lab.apply("fuse_conv_bn")
+    h = onnx_lab.to_fp16(lab)
+    c = onnx_lab.compare(_conv_bn(), h)
+    assert c.passed and c.first_divergence is None
+    row = c.alignment.set_index("tensor").loc["c"]
+    assert not isinstance(row["cand_tensor"], str)
+    assert row["reason"].startswith("fused into candidate node 'conv'")
+
+
+def test_a_divergent_node_reading_a_graph_input_is_computation_not_inputs():
+    # a graph input is the same feed on both sides; it is never a row of the layers table
+    def model(alpha):
+        g = helper.make_graph(
+            [helper.make_node("LeakyRelu", ["x"], ["l"], name="leaky", alpha=alpha),
+             helper.make_node("Relu", ["l"], ["y"], name="relu")], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    x = np.linspace(-2, 2, 16, dtype=np.float32)
+    fd = onnx_lab.compare(model(0.1), model(-0.3), feeds={"x": x}).first_divergence
+    assert fd["node_id"] == "leaky" and fd["cause"] == "computation"
+    assert "its inputs agree" in fd["message"]
+
+
+def test_confirm_sees_a_weight_a_node_computes(tmp_path):
+    # onnx's light models fill their weights with ConstantOfShape: the local check fed the
+    # reference's weight to the candidate's node, so the bug vanished ("not confirmed") and
+    # the repro printed max_abs 0
+    def model(fill):
+        shape = numpy_helper.from_array(np.array([8], np.int64), "shape")
+        g = helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("ConstantOfShape", ["shape"], ["w"], name="fill",
+                              value=numpy_helper.from_array(np.array([fill], np.float32))),
+             helper.make_node("Mul", ["r", "w"], ["m"], name="mul"),
+             helper.make_node("Neg", ["m"], ["y"], name="neg")], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])], [shape])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    x = np.linspace(0.5, 2, 8, dtype=np.float32)
+    c = onnx_lab.compare(model(2.0), model(2.5), feeds={"x": x}, confirm=True)
+    fd = c.first_divergence
+    assert fd["node_id"] == "mul" and fd["cause"] == "weights"
+    assert fd["confirmed"] is True and fd["local_max_abs"] == pytest.approx(1.0)
+    from onnx_lab.numerics.confirm import local_check
+
+    check = local_check(c)
+    assert not check.passed
