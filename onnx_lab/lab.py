@@ -595,7 +595,7 @@ class Lab:
         :func:`onnx_lab.transforms.edit.removal_plan`."""
         from onnx_lab.transforms.edit import removal_plan
 
-        return removal_plan(self.model, node_id, mode)
+        return removal_plan(self.model, node_id, mode, self.dims)
 
     def remove_node_cascade(self, node_id: str, verify: bool | Mapping[str, Any] = True):
         """Remove a node and every node after it (see :meth:`removal_plan` first)."""

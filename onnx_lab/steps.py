@@ -42,6 +42,7 @@ from onnx_lab.numerics.region import (
 )
 from onnx_lab.numerics.selection import flipped, selection_tensors
 from onnx_lab.numerics.verify import (
+    NOT_RUN,
     Report,
     _saved_form_problem,
     failed_where,
@@ -422,6 +423,8 @@ def _expected_change(result: PassResult) -> None:
         return
     report = result._verification
     rows = report.rows if hasattr(report, "rows") else report.to_dict("records")
+    if any(str(r.get("note") or "").startswith(NOT_RUN) for r in rows):
+        return  # the edit broke the model (onnxruntime cannot run it): a failure, not a change
     outputs = [r for r in rows if r.get("match") == "output"]
     result.notes[:] = [n for n in result.notes if not n.startswith("verification failed")]
     result.verify_passed = None  # first_failure stays: where the values start to differ

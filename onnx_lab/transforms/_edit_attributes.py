@@ -59,8 +59,9 @@ def _coerce_attribute(where: str, op_type: str, name: str, value: Any,
                          f"{type(value).__name__} {value!r}: {what}.",
                          fix=f"Pass a value of type {want.name}.")
 
-    def is_int(x: Any) -> bool:
-        return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+    def is_int(x: Any) -> bool:  # and fits the int64 ONNX stores
+        return isinstance(x, (int, np.integer)) and not isinstance(x, bool) \
+            and -(1 << 63) <= int(x) < (1 << 63)
 
     def is_num(x: Any) -> bool:
         return is_int(x) or isinstance(x, (float, np.floating))
@@ -88,7 +89,7 @@ def _coerce_attribute(where: str, op_type: str, name: str, value: Any,
                                 f"{value!r} is not one.", fix="Use an onnx.TensorProto name "
                                 "such as FLOAT, FLOAT16, INT64, or its number.") from None
         if not is_int(value):
-            raise bad("expected an integer")
+            raise bad("expected an integer (int64)")
         return ir.AttrInt64(name, int(value))
     if want == T.STRING:
         if not isinstance(value, str):
@@ -105,7 +106,7 @@ def _coerce_attribute(where: str, op_type: str, name: str, value: Any,
             raise bad("expected a list")
         if want == T.INTS:
             if not all(is_int(x) for x in value):
-                raise bad("expected a list of integers")
+                raise bad("expected a list of integers (int64)")
             return ir.AttrInt64s(name, [int(x) for x in value])
         if want == T.FLOATS:
             if not all(is_num(x) for x in value):
@@ -117,7 +118,10 @@ def _coerce_attribute(where: str, op_type: str, name: str, value: Any,
     if want == T.TENSOR:
         if not isinstance(value, (np.ndarray, int, float, np.generic)) or isinstance(value, bool):
             raise bad("expected a numpy array or a number")
-        return ir.AttrTensor(name, ir.tensor(np.asarray(value), name=name))
+        arr = np.asarray(value)
+        if arr.dtype.kind == "O":  # a Python int past int64
+            raise bad("a number numpy cannot hold in a fixed-width type")
+        return ir.AttrTensor(name, ir.tensor(arr, name=name))
     raise PassError(f"Attribute {name!r} of {where} is {want.name}, which cannot be edited "
                     "here.", fix="Edit the subgraph's nodes instead.")
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import onnx_ir as ir
@@ -20,8 +21,11 @@ from onnx_lab.transforms.base import (
 from onnx_lab.transforms.extract import _ir_dtype
 
 
-def removal_plan(model: LabModel, node_id: str, mode: str = "reconnect") -> dict[str, Any]:
-    """What ``remove_node(node_id, mode=mode)`` would remove, without removing it.
+def removal_plan(model: LabModel, node_id: str, mode: str = "reconnect",
+                 dims: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """What ``remove_node(node_id, mode=mode)`` would remove, without removing it. ``dims``:
+    the Lab's dim values, which size the shapes a reconnection must keep (``[b, a]`` and
+    ``[a, b]`` differ once ``a`` and ``b`` are known to).
 
     Returns:
         dict with nodes (node ids removed, the node first), outputs (graph outputs that go
@@ -53,7 +57,7 @@ def removal_plan(model: LabModel, node_id: str, mode: str = "reconnect") -> dict
                                f"of {node_id} besides the first are used")
         elif node.outputs and used:
             out = node.outputs[0]
-            types = model.types()
+            types = model.types(dict(dims)) if dims else model.types()
             ti, to = value_type(model, data, types), value_type(model, out, types)
             if ti is not None and to is not None:
                 if ti.dtype and to.dtype and ti.dtype != to.dtype:
@@ -135,7 +139,7 @@ class RemoveNode(_EditPass):
 
     def find(self, model: LabModel) -> list[Match]:
         nid = self.options["node_id"]
-        plan = removal_plan(model, nid, self._mode())
+        plan = removal_plan(model, nid, self._mode(), self.context.dims)
         if plan["problem"]:
             fix = ("Add an output before it first (add_output), or remove a node further "
                    "down. The model is unchanged." if self._mode() == "cascade" else
@@ -167,7 +171,7 @@ class RemoveNode(_EditPass):
                 rw.drop_if_unused(v)
             return
         if mode == "cascade":
-            plan = removal_plan(model, nid, mode)
+            plan = removal_plan(model, nid, mode, self.context.dims)
             nodes = [_node(model, n) for n in plan["nodes"]]
             for n in nodes:
                 for v in n.outputs:

@@ -79,12 +79,12 @@ class RenameNode(_EditPass):
         rw.record(node, [node])
 
 
-def _top_value(model: LabModel, name: str) -> ir.Value:
+def _top_value(model: LabModel, name: str, what: str = "model outputs") -> ir.Value:
     v = model.index.value(name)  # UnknownNameError with close matches
     if model.index.value_graph.get(name, "") != "":
         raise PassError(f"Tensor {name!r} lives inside a subgraph "
                         f"({model.index.value_graph[name]}); only main-graph tensors can be "
-                        "model outputs.", fix="Pick a tensor of the main graph.")
+                        f"{what}.", fix="Pick a tensor of the main graph.")
     return v
 
 
@@ -192,6 +192,8 @@ class RemoveOutput(_EditPass):
 def _load_array(source: Any, name: str) -> np.ndarray:
     if isinstance(source, np.ndarray):
         return source
+    if isinstance(source, np.generic):  # np.float32(2.0) for a scalar weight
+        return np.asarray(source)
     if isinstance(source, (str, Path)):
         p = Path(source)
         if not p.is_file():
@@ -234,7 +236,9 @@ def _set_tensor(v: ir.Value, array: np.ndarray) -> None:
                 for x in np.asarray(array, dtype=object).reshape(-1)]
         v.const_value = ir.StringTensor(flat, shape=ir.Shape(array.shape), name=v.name)
         return
-    v.const_value = ir.tensor(np.ascontiguousarray(array), name=v.name)
+    # np.ascontiguousarray makes a 0-d array 1-d: a scalar weight (every dynamo export has
+    # some) kept its rank only through a copy
+    v.const_value = ir.tensor(np.array(array, order="C", copy=True), name=v.name)
 
 
 @register_pass("replace_initializer", kind="edit")

@@ -99,7 +99,7 @@ class AddNode(_EditPass):
 
     def find(self, model: LabModel) -> list[Match]:
         tensor = self.options["tensor"]
-        _top_value(model, tensor)
+        _top_value(model, tensor, "read by a node added here")
         schema = self._schema(model)
         n_in = 1 + len(self.options["inputs"] or [])
         if n_in < schema.min_input or n_in > schema.max_input:
@@ -144,7 +144,19 @@ class AddNode(_EditPass):
             if x is None:
                 inputs.append(None)
                 continue
-            arr = np.asarray(x)
+            if isinstance(x, str):  # a tensor of the model by name (a weight, an input)
+                inputs.append(_top_value(model, x, "read by a node added here"))
+                continue
+            try:
+                arr = np.asarray(x)
+            except ValueError as e:  # a ragged list
+                raise PassError(f"Extra input {i + 1} of the new {schema.name}, {x!r:.80}, is "
+                                f"not an array: {e}", fix="Pass numbers, a rectangular list, "
+                                "a numpy array or a tensor name.") from e
+            if arr.dtype.kind == "O":
+                raise PassError(f"Extra input {i + 1} of the new {schema.name}, {x!r:.80}, is "
+                                "not an array of numbers.", fix="Pass numbers, a rectangular "
+                                "list, a numpy array or a tensor name.")
             if not isinstance(x, np.ndarray):
                 # numbers take the tensor's dtype (Add/Mul/Clip); shapes and axes are int64;
                 # values for a tensor of strings stay as given

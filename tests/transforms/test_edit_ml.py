@@ -104,3 +104,22 @@ def test_an_output_onnx_cannot_type_is_typed_from_a_run(tmp_path):
     assert probs.shape == (2, 2)
     np.testing.assert_array_equal(probs, [[m[0], m[1]] for m in maps])  # what ZipMap zips
 
+
+
+def test_a_scalar_weight_keeps_its_rank_when_replaced_or_scaled(tmp_path):
+    # every dynamo export holds 0-d initializers; np.ascontiguousarray made them 1-d and the
+    # step was refused ("rank (1) vs (0)") or, scaled, saved as [1]
+    g = helper.make_graph([helper.make_node("Add", ["x", "b"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor("b", TensorProto.FLOAT, [], [1.0])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    for value in (np.array(2.0, np.float32), np.float32(2.0)):
+        lab = onnx_lab.open(m)
+        r = lab.replace_initializer("b", value)
+        assert r.modified and r.outputs_changed is True
+        assert list(lab.model.to_proto().graph.initializer[0].dims) == []
+    lab = onnx_lab.open(m)
+    lab.scale_initializer("b", 3.0)
+    init = lab.model.to_proto().graph.initializer[0]
+    assert list(init.dims) == [] and numpy_helper.to_array(init) == 3.0

@@ -1,0 +1,94 @@
+"""An edit that breaks the model is a failed step, not "an expected change"; a reconnection
+that the Lab's dims show to change a shape is refused before it is made."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.cli import main
+from onnx_lab.errors import PassError
+
+
+def _transposes() -> onnx.ModelProto:
+    g = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0], name="T"),
+         helper.make_node("Relu", ["xt"], ["r"], name="R"),
+         helper.make_node("Transpose", ["r"], ["rt"], perm=[1, 0], name="T2"),
+         helper.make_node("Add", ["x", "rt"], ["y"], name="A")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", "b"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_reconnection_the_dims_show_to_change_the_shape_is_refused():
+    lab = onnx_lab.open(_transposes(), dims={"a": 2, "b": 3})
+    assert lab.removal_plan("T2")["problem"] == (
+        "its input 'r' has shape [3, 2] and its output 'rt' [2, 3]")
+    n = len(lab.version_history)
+    with pytest.raises(PassError, match=r"Cannot remove T2 \(reconnect\)"):
+        lab.remove_node("T2")
+    assert len(lab.version_history) == n
+
+
+def _bias(width: int) -> onnx.ModelProto:
+    """y = x + c with x [a, b]: a bias of another width passes ONNX's inference (b is a
+    symbol) and fails in onnxruntime."""
+    c = helper.make_node("Constant", [], ["c"], name="c",
+                         value=numpy_helper.from_array(np.ones(width, np.float32)))
+    g = helper.make_graph([c, helper.make_node("Add", ["x", "c"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", "b"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_edit_after_which_the_model_does_not_run_fails(tmp_path, capsys):
+    # it was "outputs changed (expected for this edit): max_abs inf", verify_passed None, and
+    # onnx-lab edit exited 0 writing a model onnxruntime cannot run
+    lab = onnx_lab.open(_bias(3), dims={"a": 2, "b": 3})
+    r = lab.set_attribute("c", "value", np.ones(2, np.float32))
+    assert r.verify_passed is False and r.outputs_changed is not True
+    assert r.notes[-1].startswith("verification failed: the new model does not run: ")
+    assert not any("expected for this edit" in n for n in r.notes)
+    from onnx_lab.numerics.verify import failed_where
+
+    assert failed_where(r).startswith(": the new model does not run")  # the CLI's verdict
+    # the CLI refuses the reconnection the dims show to be wrong, one line, exit 2
+    src = tmp_path / "t.onnx"
+    onnx.save(_transposes(), src)
+    code = main(["edit", str(src), str(tmp_path / "out.onnx"), "--dims", "a=2", "--dims", "b=3",
+                 "--remove", "T2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Cannot remove T2 (reconnect)" in err
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def _dense() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+         helper.make_node("Relu", ["h"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w"),
+         numpy_helper.from_array(np.full(3, 0.5, np.float32), "bias")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_add_node_takes_a_tensor_name_and_refuses_a_ragged_constant():
+    lab = onnx_lab.open(_dense())
+    r = lab.add_node("h", "Add", inputs=["bias"])  # the model's own weight, by name
+    assert r.modified and r.outputs_changed is True
+    add = lab.nodes.set_index("op_type").loc["Add"]
+    assert "bias" in list(add["inputs"])
+    with pytest.raises(PassError, match="is not an array"):
+        onnx_lab.open(_dense()).add_node("h", "Add", inputs=[[1.0, [2]]])
+
+
+def test_an_integer_attribute_past_int64_is_refused():
+    lab = onnx_lab.open(_transposes(), dims={"a": 2, "b": 3})
+    with pytest.raises(PassError, match=r"expected a list of integers \(int64\)"):
+        lab.set_attribute("T", "perm", [1, 2**70])
