@@ -353,6 +353,8 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
         before, dims, shapes = history.model, dict(history.dims), dict(history.shapes)
         result = run_pass(before, pass_name, matches, model_dims=dims, model_shapes=shapes,
                           **params)
+        if result.modified and shapes:
+            shapes = _renamed_input_shapes(before, result.model, shapes)
         preserving, preset = pass_traits(pass_name)
         kind = pass_kind(pass_name)
         if preset is not None and opts is not None:
@@ -407,6 +409,32 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
         if lone is not None:
             lone.finish(result.model)
         return result
+
+
+def _renamed_input_shapes(before: Any, after: Any, shapes: dict[str, list[int]]
+                          ) -> dict[str, list[int]]:
+    """``shapes`` (input -> shape, given for unnamed dims: every skl2onnx model) with the
+    shape of each input the step renamed under its new name too (same position, same rank):
+    the new version's verification and the history's shapes read them by name. A shape the
+    step fixed in the model to other sizes (``set_input_shape``) is dropped: the model now
+    says it."""
+    b_in = [v for v in before.graph.inputs if v.name not in before.graph.initializers]
+    a_in = [v for v in after.graph.inputs if v.name not in after.graph.initializers]
+    out = dict(shapes)
+    for a in a_in:
+        dims = list(a.shape) if a.shape is not None else None
+        if a.name in out and dims is not None and all(isinstance(d, int) for d in dims) \
+                and [int(d) for d in dims] != list(out[a.name]):
+            del out[a.name]
+    if len(b_in) != len(a_in):
+        return out
+    a_names, b_names = {v.name for v in a_in}, {v.name for v in b_in}
+    for b, a in zip(b_in, a_in):
+        if b.name in shapes and b.name not in a_names and a.name not in b_names \
+                and a.name not in out and a.shape is not None \
+                and len(a.shape) == len(shapes[b.name]):
+            out[a.name] = list(shapes[b.name])
+    return out
 
 
 def _expected_change(result: PassResult) -> None:

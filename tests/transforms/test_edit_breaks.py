@@ -92,3 +92,31 @@ def test_an_integer_attribute_past_int64_is_refused():
     lab = onnx_lab.open(_transposes(), dims={"a": 2, "b": 3})
     with pytest.raises(PassError, match=r"expected a list of integers \(int64\)"):
         lab.set_attribute("T", "perm", [1, 2**70])
+
+
+def _unnamed() -> onnx.ModelProto:
+    """An input of an unnamed batch dim, as skl2onnx writes: opened with shapes=."""
+    g = helper.make_graph([helper.make_node("Relu", ["X"], ["Y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 4])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 4])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_renamed_input_keeps_the_shape_the_lab_was_given():
+    # the shapes were keyed by the old name: a DimError about the new one, and after a
+    # verify=False rename every later verified step failed the same way
+    lab = onnx_lab.open(_unnamed(), shapes={"X": [2, 4]})
+    r = lab.rename_tensor("X", "features")
+    assert r.verify_passed and lab.shapes == {"features": [2, 4]}
+    lab.undo()
+    assert lab.shapes == {"X": [2, 4]}
+
+
+@pytest.mark.parametrize("new", [[3, 4], [0, 4]])
+def test_set_input_shape_to_other_sizes_than_the_lab_was_given(new):
+    # a DimError about the Lab's own [2, 4] (3), or "the new model does not run" (0: it was fed
+    # [2, 4])
+    lab = onnx_lab.open(_unnamed(), shapes={"X": [2, 4]})
+    r = lab.set_input_shape("X", new)
+    assert r.verify_passed is True, r.notes
+    assert lab.inputs.set_index("name").loc["X", "shape"] == tuple(new)
