@@ -279,7 +279,16 @@ def _literal(v: Any, where: str) -> str:
 def step_call(result: PassResult, var: str = "lab") -> str:
     """The Lab call that makes the step of ``result``, e.g.
     ``lab.set_attribute('/bn', 'epsilon', 0.001)`` (InputError for values that have no
-    source form)."""
+    source form); a step made with ``verify=False`` is replayed so (its verification may
+    need dims the session never had)."""
+    call = _step_call(result, var)
+    if result.modified and getattr(result, "_verification", None) is None \
+            and result.verified_by is None:
+        call = f"{call[:-1]}, verify=False)"
+    return call
+
+
+def _step_call(result: PassResult, var: str) -> str:
     name, params = result.name, dict(result.params)
     where = f"step {name}"
     if name in _CALLS:

@@ -9,7 +9,7 @@ import onnx
 import pandas as pd
 import pytest
 from _machinery import save_external
-from onnx import helper
+from onnx import TensorProto, helper
 
 import onnx_lab
 from onnx_lab.errors import InputError, LabError, UnknownNameError
@@ -245,6 +245,25 @@ def test_the_script_replays_the_session(convnet, tmp_path):
     assert convnet.history.to_script() == script  # the table's, as the issue names it
     assert type(convnet.history.tail(2)) is pd.DataFrame  # derived frames stay plain
     assert list(convnet.history["step"]) == list(range(10))
+
+
+def test_a_step_made_without_verification_is_replayed_so(tmp_path):
+    # an unnamed batch dim opened without shapes: the session needed verify=False, and the
+    # script replayed into a DimError at step 1
+    g = helper.make_graph([helper.make_node("Relu", ["X"], ["Y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 4])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 4])])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    lab = onnx_lab.open(src)
+    lab.rename_tensor("Y", "out", verify=False)
+    lab.set_input_shape("X", [2, 4])  # verified: the shape is known now
+    script = lab.to_script()
+    assert "lab.rename_tensor('Y', 'out', verify=False)" in script
+    assert "lab.set_input_shape('X', [2, 4])  # step 2" in script
+    ns: dict = {}
+    exec(compile(script, "replay.py", "exec"), ns)
+    assert _text(ns["lab"]) == _text(lab)
 
 
 def test_a_script_needs_a_file_to_open():
