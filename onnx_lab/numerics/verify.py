@@ -48,6 +48,7 @@ from onnx_lab.core.source import load_source
 from onnx_lab.core.subgraph import upstream_model
 from onnx_lab.core.values import const_array
 from onnx_lab.errors import DimError, InputError, RuntimeLoadError, strict_keywords
+from onnx_lab.numerics._branches_run import changed_branches, untaken
 from onnx_lab.numerics._stepdiff import step_diff
 from onnx_lab.numerics.align import (
     VersionPair,
@@ -479,6 +480,11 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
         selections.apply(rows, not_comparable)
     else:
         selections = None
+    changed = changed_branches(before, after, result)
+    if changed:  # a branch a computed condition decides, which the step changed
+        not_run += untaken(changed, [r for r, _c in samples],
+                           lambda f, names: _run(before, dict(f), list(names), providers, None,
+                                                 ""))
     failing = [r["tensor"] for r in rows if not r["passed"]]
     # over the outputs compared: one downstream of a flipped near-tie differs by the flip
     outs = [r["max_abs"] for r in rows if r["match"] == "output" and not flipped(r)]

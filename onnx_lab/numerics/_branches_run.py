@@ -1,0 +1,97 @@
+"""Which branches of the main graph's data-dependent Ifs the verification's samples ran, for
+the bodies a step changed.
+
+A step that rewrites a node inside an If branch is only checked when a sample takes that
+branch. A branch an input switch decides (optimum's ``use_cache_branch``) is covered by
+``core.branches``; an If whose condition the model computes (``torch.cond`` on a data
+predicate) takes whichever branch the seeded feeds lead to, and a change in the other
+passed verification unseen. This reads each such condition in the reference's run and names
+a changed branch no sample took.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from onnx_lab.core.branches import branch_switches
+from onnx_lab.core.model import LabModel
+
+__all__ = ["changed_branches", "untaken"]
+
+
+def _top_branch(model: LabModel, path: str) -> tuple[str, str] | None:
+    """(If node id in the main graph, ``then_branch``/``else_branch``) that body ``path``
+    lies in (directly or nested), or None (a Loop/Scan body, or no If on the way)."""
+    idx = model.index
+    owner_of = {sub: (graph, out, attr) for (graph, out, attr), sub in idx.bodies.items()}
+    while path in owner_of:
+        graph, out, attr = owner_of[path]
+        nid = idx.producer_in(out, graph)
+        if nid is None:
+            return None
+        if graph == "":
+            node = idx.entries[nid].node
+            if node.op_type == "If" and node.domain in ("", "ai.onnx") \
+                    and attr in ("then_branch", "else_branch"):
+                return nid, attr
+            return None
+        path = graph
+    return None
+
+
+def changed_branches(before: LabModel, after: LabModel, result: Any
+                     ) -> dict[tuple[str, str], str]:
+    """{(If node id, branch): cond tensor} of the main-graph Ifs, with a condition the model
+    computes, whose branch holds a node the step changed (new, rewritten or removed)."""
+    if result is None or len(before.index.graphs) == 1:
+        return {}
+    paths: set[str] = set()
+    for nid in getattr(result, "provenance", {}) or {}:
+        e = after.index.entries.get(nid)
+        if e is not None and e.graph:
+            paths.add(e.graph)
+    for nid in getattr(result, "removed", ()) or ():
+        e = before.index.entries.get(nid)
+        if e is not None and e.graph:
+            paths.add(e.graph)
+    if not paths:
+        return {}
+    switched = set()
+    for s in branch_switches(before):
+        for branches in s.taken.values():
+            switched.update(branches)
+    out: dict[tuple[str, str], str] = {}
+    for path in paths:
+        top = _top_branch(before, path)
+        if top is None:
+            continue
+        node = before.index.entries[top[0]].node
+        cond = node.inputs[0].name if node.inputs and node.inputs[0] is not None else None
+        if cond and cond not in {v.name for v in before.graph.inputs}:
+            out[top] = cond
+    return {k: c for k, c in out.items() if f"{k[0]}/{k[1]}" not in switched}
+
+
+def untaken(branches: Mapping[tuple[str, str], str], samples: Iterable[Mapping[str, Any]],
+            run: Callable[[Mapping[str, Any], Sequence[str]], Mapping[str, Any]]) -> list[str]:
+    """The changed branches no sample took, each as a line for the report's ``unexercised``
+    (``run(feeds, names)`` gives the reference's values of the conditions)."""
+    conds = sorted(set(branches.values()))
+    seen: dict[str, set[bool]] = {c: set() for c in conds}
+    for feeds in samples:
+        values = run(feeds, conds)
+        for c in conds:
+            v = np.asarray(values[c])
+            if v.size == 1:
+                seen[c].add(bool(v.reshape(-1)[0]))
+    lines = []
+    for (nid, branch), cond in sorted(branches.items()):
+        want = branch == "then_branch"
+        if want not in seen[cond]:
+            lines.append(f"{branch} of If {nid!r}, which the step changed: its condition "
+                         f"{cond!r} was {not want} on every sample (give feeds that take it: "
+                         "verify={'feeds': ...})")
+    return lines
