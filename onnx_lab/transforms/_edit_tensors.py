@@ -20,7 +20,7 @@ from onnx_lab.transforms.base import (
     Rewrite,
     register_pass,
 )
-from onnx_lab.transforms.extract import _ir_dtype
+from onnx_lab.transforms.extract import _ir_dtype, types_from_a_run
 
 
 @register_pass("rename_tensor", kind="edit")
@@ -122,31 +122,27 @@ class AddOutput(_EditPass):
 
     def _from_a_run(self, model: LabModel, v: ir.Value, rw: Rewrite) -> None:
         from onnx_lab.errors import LabError
-        from onnx_lab.runtime.capture import run
-        from onnx_lab.runtime.feeds import make_feeds
 
         producer = v.producer()
         op = f"{producer.domain + '::' if producer and producer.domain else ''}" \
             f"{producer.op_type if producer else 'its producer'}"
         try:
-            feeds = make_feeds(model, dict(self.context.dims), dict(self.context.shapes))
-            value = run(model, feeds, outputs=[v.name])[v.name]
+            found = types_from_a_run(model, [v.name], self.context.dims, self.context.shapes)
         except LabError as e:
             raise PassError(f"Cannot add {v.name!r} as an output: ONNX's inference gives it "
                             f"no {'type' if v.type is None else 'rank'} ({op}), and a run to "
                             f"read it failed: {e.problem}",
                             fix="Give the Lab dims or input shapes the model runs with.") from e
-        if not isinstance(value, np.ndarray):
+        if v.name not in found:
             raise PassError(f"Cannot add {v.name!r} as an output: ONNX's inference gives it "
-                            f"no type ({op}) and a run returns a {type(value).__name__}.",
+                            f"no type ({op}) and a run returns no array for it.",
                             fix="Add a tensor instead.")
-        dtype = ir.DataType.STRING if value.dtype.kind in "OUS" else \
-            ir.DataType.from_numpy(value.dtype)
+        dtype, rank = found[v.name]
         if v.type is None:
             v.type = ir.TensorType(dtype)
-        v.shape = ir.Shape([None] * value.ndim)  # its rank; sizes as the run had them vary
+        v.shape = ir.Shape([None] * rank)  # its rank; sizes as the run had them vary
         rw.notes.append(f"{v.name!r}: type and rank read from one run ({op} has no ONNX "
-                          "type inference)")
+                        "type inference)")
 
 
 @register_pass("remove_output", kind="edit")

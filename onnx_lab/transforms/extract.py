@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -30,7 +31,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import fit_dims, named_shapes, shape_tuple
 from onnx_lab.core.subgraph import extract_graph, reached_inputs
 from onnx_lab.core.values import constant_producer
-from onnx_lab.errors import ExtractError, InputError, close_matches
+from onnx_lab.errors import ExtractError, InputError, LabError, close_matches
 from onnx_lab.transforms.base import PassResult
 
 logger = logging.getLogger(__name__)
@@ -190,6 +191,21 @@ def extract_model(model: LabModel, inputs: Sequence[str] | None = None,
                 d is None for d in have))):
             v.shape = ir.Shape([h if h is not None else d
                                 for h, d in zip(have or shape, shape, strict=True)])
+    untyped = [v for v in boundary_values if v.type is None or (
+        isinstance(v.type, ir.TensorType) and v.shape is None)]
+    if untyped:
+        # ONNX infers nothing for some ops (ai.onnx.ml 1's TreeEnsembleClassifier) and the
+        # cut needs a type and a rank: read them from one run (add_output does the same)
+        try:
+            found = types_from_a_run(model, [v.name for v in untyped], dims, shapes)
+        except LabError:
+            found = {}  # the checker below names what is missing
+        for v in untyped:
+            if v.name in found:
+                dtype, rank = found[v.name]
+                if v.type is None:
+                    v.type = ir.TensorType(dtype)
+                v.shape = ir.Shape([None] * rank)
     if (model.ir.ir_version or 0) < 4:
         # IR < 4 requires every initializer to be listed as a graph input too (old exports,
         # e.g. onnx-caffe2); the extractor drops them from the inputs.
@@ -230,6 +246,30 @@ def _new_dim_values(model: LabModel, sub: LabModel, known: Mapping[str, int],
             if isinstance(d, str) and d not in known and dim_expression(d) is None \
                     and isinstance(size, int) and size > 0:
                 out.setdefault(d, size)
+    return out
+
+
+def types_from_a_run(model: LabModel, names: Sequence[str],
+                     dims: Mapping[str, int] | None, shapes: Mapping[str, Sequence[int]] | None
+                     ) -> dict[str, tuple[ir.DataType, int]]:
+    """{tensor: (element type, rank)} of main-graph tensors, read from one run of ``model``
+    on seeded feeds sized by ``dims``/``shapes``: what ONNX's inference leaves untyped.
+    Tensors that are not arrays (sequences, maps) are left out.
+
+    Raises:
+        LabError: the model cannot be sized or run.
+    """
+    from onnx_lab.runtime.capture import run
+    from onnx_lab.runtime.feeds import make_feeds
+
+    feeds = make_feeds(model, dict(dims or {}), {k: list(v) for k, v in (shapes or {}).items()})
+    values = run(model, feeds, outputs=list(names))
+    out = {}
+    for name, value in values.items():
+        if isinstance(value, np.ndarray):
+            dtype = ir.DataType.STRING if value.dtype.kind in "OUS" else \
+                ir.DataType.from_numpy(value.dtype)
+            out[name] = (dtype, value.ndim)
     return out
 
 

@@ -123,3 +123,31 @@ def test_a_scalar_weight_keeps_its_rank_when_replaced_or_scaled(tmp_path):
     lab.scale_initializer("b", 3.0)
     init = lab.model.to_proto().graph.initializer[0]
     assert list(init.dims) == [] and numpy_helper.to_array(init) == 3.0
+
+
+@pytest.mark.parametrize("cut", [{"inputs": ["X"], "outputs": ["probabilities"]},
+                                 {"nodes": ["ZipMap"]}])
+def test_extract_at_a_tensor_onnx_cannot_type(tmp_path, cut):
+    # skl2onnx's RandomForest: extract failed "Field 'type' of 'value_info' is required"
+    from ml_models import tree_zipmap
+
+    m = tree_zipmap()
+    for imp in m.opset_import:
+        if imp.domain == "ai.onnx.ml":
+            imp.version = 1
+    lab = onnx_lab.open(m, dims={"N": 4})
+    sub = lab.extract(**cut)
+    assert sub.results[0].verify_passed
+    out = sub.save(tmp_path / "sub.onnx")
+    src = tmp_path / "m.onnx"
+    onnx.save(m, src)
+    x = np.array([[0.1, -1], [2, 3]], np.float32)
+    maps = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(
+        ["output_probability"], {"X": x})[0]
+    want = np.array([[d[0], d[1]] for d in maps], np.float32)  # what the ZipMap zipped
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    if "nodes" in cut:  # the ZipMap alone, fed the probabilities
+        maps = sess.run(None, {"probabilities": want})[0]
+        np.testing.assert_array_equal([[d[0], d[1]] for d in maps], want)
+    else:
+        np.testing.assert_array_equal(sess.run(None, {"X": x})[0], want)
