@@ -113,6 +113,12 @@ def removal_plan(model: LabModel, node_id: str, mode: str = "reconnect",
         if graph is not None and len(plan["outputs"]) >= len(graph.outputs):
             plan["problem"] = (f"removing {node_id} with the {len(seen) - 1} node(s) it feeds "
                                "or alone needs removes every output of the graph")
+        elif graph_path and plan["outputs"]:
+            # a body's outputs are its owner's contract (a Loop's carried values and scan
+            # outputs, a branch's results): none can go
+            plan["problem"] = (f"removing {node_id} with the {len(seen) - 1} node(s) it feeds "
+                               f"removes output(s) {plan['outputs']} of the body "
+                               f"{graph_path!r}, which its If/Loop/Scan needs")
         # initializers only the removed nodes read
         for n in seen:
             for v in idx.node(n).inputs:

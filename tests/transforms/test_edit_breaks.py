@@ -120,3 +120,30 @@ def test_set_input_shape_to_other_sizes_than_the_lab_was_given(new):
     r = lab.set_input_shape("X", new)
     assert r.verify_passed is True, r.notes
     assert lab.inputs.set_index("name").loc["X", "shape"] == tuple(new)
+
+
+def test_a_cascade_that_would_remove_a_body_output_is_refused_in_the_plan():
+    # the plan said no problem, then remove_node_cascade failed with onnx's checker text
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep"),
+         helper.make_node("Add", ["acc", "x"], ["acc_new"], name="loop_add"),
+         helper.make_node("Relu", ["acc_new"], ["scan_out"], name="body_relu")], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_new", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("scan_out", TensorProto.FLOAT, [2])])
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "", "x"], ["acc_last", "scans"], name="loop",
+                          body=body)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("acc_last", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("scans", TensorProto.FLOAT, [3, 2])],
+        [numpy_helper.from_array(np.array(3, np.int64), "trips")])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    nid = next(n for n in lab.nodes.node_id if n.endswith("loop_add"))
+    plan = lab.removal_plan(nid, mode="cascade")
+    assert "removes output(s) ['acc_new', 'scan_out'] of the body" in plan["problem"]
+    with pytest.raises(PassError, match="of the body"):
+        lab.remove_node_cascade(nid)
