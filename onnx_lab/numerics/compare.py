@@ -265,7 +265,9 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     uncached = [m for m in (ref_model, cand_model)
                 if m is not None and not m.is_cached(RUNTIME_PROTO_KEY)]
     alignment, out_pairs, pairs = _pairs(ref_model, cand_model, ref_dict, layerwise)
-    preset = preset or default_preset(cand_model, ref_model)
+    # (tolerances given by hand are element-wise: the int8 preset judges by SQNR instead)
+    preset = preset or default_preset(cand_model, ref_model,
+                                      quantized=atol is None and rtol is None)
     selections = None
     try:
         metrics, kept = _run_metrics(ref_model, cand_model, ref_dict, feed_list, pairs,
@@ -628,12 +630,36 @@ def weight_only_preset(*models: LabModel | None) -> str | None:
     return None
 
 
-def default_preset(candidate: LabModel, reference: LabModel | None = None) -> str | None:
+#: Activation quantization ops: a candidate holding them where the reference holds none is an
+#: int8 version of it.
+INT8_OPS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+                      "QLinearMatMul", "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul",
+                      "MatMulIntegerToFloat", "QLinearAdd", "QLinearMul"})
+
+
+def int8_preset(candidate: LabModel, reference: LabModel | None) -> str | None:
+    """``int8`` when ``candidate`` quantizes activations (QDQ, dynamic quantization, QLinear
+    ops) and ``reference``, given, does not: its float tensors carry int8 rounding, which
+    float32's rule calls out of tolerance on a healthy model (47 dB)."""
+    def quantizes(m: LabModel) -> bool:
+        return any(e.node.op_type in INT8_OPS for e in m.index.entries.values())
+
+    if reference is None or not quantizes(candidate) or quantizes(reference):
+        return None
+    return "int8"
+
+
+def default_preset(candidate: LabModel, reference: LabModel | None = None, *,
+                   quantized: bool = True) -> str | None:
     """The preset :func:`compare` judges ``candidate`` by when none is given: ``int4`` for
-    weight-only quantized ops, ``fp16``/``bf16`` when the candidate computes in that type, else
-    None (each tensor's dtype picks its own preset: float32's for float32 tensors). Widgets
-    show its numbers in their tolerance boxes, so the boxes hold the values in force."""
-    return weight_only_preset(candidate, reference) or _computing_preset(candidate)
+    weight-only quantized ops, ``int8`` for a candidate that quantizes activations where the
+    reference does not, ``fp16``/``bf16`` when the candidate computes in that type, else None
+    (each tensor's dtype picks its own preset: float32's for float32 tensors). Widgets show its
+    numbers in their tolerance boxes, so the boxes hold the values in force. ``quantized=False``
+    leaves int8 out (atol/rtol given by hand)."""
+    return (weight_only_preset(candidate, reference)
+            or (int8_preset(candidate, reference) if quantized else None)
+            or _computing_preset(candidate))
 
 
 def _computing_preset(model: LabModel) -> str | None:

@@ -306,3 +306,19 @@ def test_first_nonfinite_names_the_fp16_overflow():
     assert f["inf_cand"] == 128 and f["nan_cand"] == 0
     assert "first non-finite values: b" in c.summary_text()
     assert compare(lab, lab).first_nonfinite is None
+
+
+def test_an_int8_candidate_is_judged_as_int8_by_default():
+    # float32's element-wise rule called a healthy int8 model out of tolerance
+    from onnx_lab import to_int8_static
+
+    lab = onnx_lab.open("sample:convnet")
+    q = to_int8_static(lab, n=2)
+    c = compare(lab, q)
+    assert c.preset == "int8" and c.passed, c.summary_text()
+    assert compare(q, lab).preset != "int8"  # the float model is no int8 candidate
+    assert compare(lab, q, atol=1e-4, rtol=1e-3).preset != "int8"  # tolerances by hand
+    assert compare(lab, lab).preset != "int8"
+    # a real difference still fails: the candidate's logits scaled by 1.5 (SQNR ~6 dB)
+    q.add_node("logits", "Mul", inputs=[1.5], verify=False)
+    assert not compare(lab, q).passed
