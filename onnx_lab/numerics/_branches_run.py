@@ -18,6 +18,7 @@ import numpy as np
 
 from onnx_lab.core.branches import branch_switches
 from onnx_lab.core.model import LabModel
+from onnx_lab.errors import LabError
 
 __all__ = ["changed_branches", "untaken"]
 
@@ -70,7 +71,9 @@ def changed_branches(before: LabModel, after: LabModel, result: Any
             continue
         node = before.index.entries[top[0]].node
         cond = node.inputs[0].name if node.inputs and node.inputs[0] is not None else None
-        if cond and cond not in {v.name for v in before.graph.inputs}:
+        if cond and cond not in {v.name for v in before.graph.inputs} \
+                and cond not in before.graph.initializers \
+                and before.index.producer.get(cond) is not None:
             out[top] = cond
     return {k: c for k, c in out.items() if f"{k[0]}/{k[1]}" not in switched}
 
@@ -82,7 +85,10 @@ def untaken(branches: Mapping[tuple[str, str], str], samples: Iterable[Mapping[s
     conds = sorted(set(branches.values()))
     seen: dict[str, set[bool]] = {c: set() for c in conds}
     for feeds in samples:
-        values = run(feeds, conds)
+        try:
+            values = run(feeds, conds)
+        except LabError:  # the conditions cannot be read: nothing to say either way
+            return []
         for c in conds:
             v = np.asarray(values[c])
             if v.size == 1:

@@ -183,7 +183,7 @@ def _drop_doubled_constants(path: str) -> None:
     """Repair onnxruntime's optimized model at ``path`` where it wrote a Constant node of a
     body nested two levels deep (an If inside a Loop's body) also as an initializer of the same
     name and value, keeping the node: with the external-initializer entries :func:`optimize`
-    sets, onnxruntime 1.2x converts those Constants to initializers without removing the
+    sets, onnxruntime (1.32) converts those Constants to initializers without removing the
     nodes (one level deep it does both), which declares the name twice, and no ONNX reader
     loads the file. The initializer is dropped where its value equals the node's; any other
     clash is left for the reader to report."""

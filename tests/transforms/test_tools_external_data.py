@@ -174,7 +174,7 @@ def _loop_with_constants_in_an_if(big: bool) -> onnx.ModelProto:
 @pytest.mark.parametrize("level", ["ort:extended", "ort:all"])
 @pytest.mark.parametrize("big", [False, True])
 def test_ort_levels_on_constants_two_bodies_deep_give_a_model_that_loads(tmp_path, level, big):
-    # With the external-initializer entries optimize() sets, onnxruntime 1.2x turns a Constant
+    # With the external-initializer entries optimize() sets, onnxruntime (1.32) turns a Constant
     # of a body two levels deep into an initializer and keeps the node: the file declared the
     # name twice and the step failed ("its result cannot be read"). The duplicate is dropped.
     import numpy as np
