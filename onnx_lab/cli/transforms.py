@@ -69,7 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fix-dims", help="replace symbolic dims by sizes (batch=1)")
     add_model_arg(p, "input")
     p.add_argument("output", help="where to write the model")
-    p.add_argument("dims", nargs="+", metavar="NAME=V", help="dim values, e.g. batch=1")
+    p.add_argument("fix", nargs="+", metavar="NAME=V", help="dims to fix, e.g. batch=1")
+    add_dims_args(p)  # the dims left symbolic, sized for the verification only
     p.add_argument("--no-verify", action="store_true", help="skip numerical verification")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_fix_dims)
@@ -195,8 +196,10 @@ def _extract(args: argparse.Namespace) -> int:
 
 
 def _fix_dims(args: argparse.Namespace) -> int:
+    # the Lab sizes every dim for the verification: the ones fixed and --dims for the others
+    args.dims = [*(args.dims or []), *args.fix]
     lab = open_from_args(args, "input")
     n0 = len(lab.index)
-    r = lab.fix_dims(parse_dims(args.dims), verify=not args.no_verify)
+    r = lab.fix_dims(parse_dims(args.fix), verify=not args.no_verify)
     lab.save(args.output)
     return _report(args, [r], lab, n0, args.output)

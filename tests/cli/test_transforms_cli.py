@@ -127,6 +127,19 @@ def test_extract_and_fix_dims_commands(convnet, chain, tmp_path, capsys):
     assert onnx_lab.open(fixed).inputs.loc[0, "shape"] == (3, 8)
 
 
+def test_fix_dims_of_some_dims_sizes_the_others_with_dims_for_the_verification(tmp_path,
+                                                                               capsys):
+    # fixing batch alone asked for --dims seq=..., which fix-dims did not accept
+    src = onnx_lab.samples.path("transformer_block")  # dims batch and seq
+    out = tmp_path / "fixed.onnx"
+    assert main(["fix-dims", str(src), str(out), "batch=2"]) == 2
+    assert "--dims" in capsys.readouterr().err
+    assert main(["fix-dims", str(src), str(out), "batch=2", "--dims", "seq=5", "--json"]) == 0
+    assert _json(capsys)["passes"][0]["verify_passed"]
+    shape = onnx_lab.open(out).inputs["shape"].iloc[0]
+    assert shape[0] == 2 and "seq" in shape  # batch fixed; seq stays a dim of the saved model
+
+
 def test_optimize_with_ort_on_an_optimum_decoder_verifies(tmp_path, capsys):
     # onnxruntime's TransposeOptimizer moves a Shape above a Transpose (the Shape keeps its
     # name, reads another tensor): a correct rewrite, so the step verifies and exits 0, and
