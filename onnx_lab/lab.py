@@ -118,8 +118,17 @@ def merge(a: Any, b: Any, io_map: Sequence[tuple[str, str]], *, prefix1: str | N
     pa, pb = _source_paths(a), _source_paths(b)
     names = " and ".join(str(p[0]) if p else "an in-memory model" for p in (pa, pb))
     paths = pa + pb
-    return Lab(History(model, derived_from=f"merge of {names}",
-                       source_path=paths[0] if paths else None, protected=paths[1:]))
+    lab = Lab(History(model, derived_from=f"merge of {names}",
+                      source_path=paths[0] if paths else None, protected=paths[1:]))
+    # the dim values the two Labs had, where the merged model still names those dims
+    given = {k: v for src in (a, b) if isinstance(src, Lab) for k, v in src.dims.items()}
+    if given:
+        from onnx_lab.core.shapes import fit_dims
+
+        kept, _shapes = fit_dims(model, given, None)
+        if kept:
+            lab.dims = kept
+    return lab
 
 
 def _source_paths(source: Any) -> list[Path]:

@@ -268,6 +268,29 @@ def _as_proto(x: Any) -> onnx.ModelProto:
     return m.to_proto()
 
 
+def _joint_mismatch(out: onnx.TypeProto, inp: onnx.TypeProto) -> str | None:
+    """Why a graph output of declared type ``out`` cannot feed an input of type ``inp``:
+    another element type, rank, or a fixed size that differs; None when they may fit."""
+    if not (out.HasField("tensor_type") and inp.HasField("tensor_type")):
+        return None
+    a, b = out.tensor_type, inp.tensor_type
+    if a.elem_type and b.elem_type and a.elem_type != b.elem_type:
+        return (f"{onnx.TensorProto.DataType.Name(a.elem_type).lower()} into "
+                f"{onnx.TensorProto.DataType.Name(b.elem_type).lower()}")
+    if not (a.HasField("shape") and b.HasField("shape")):
+        return None
+
+    def dims(t: onnx.TypeProto.Tensor) -> list:
+        return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                for d in t.shape.dim]
+
+    da, db = dims(a), dims(b)
+    if len(da) != len(db) or any(isinstance(x, int) and isinstance(y, int) and x != y
+                                 for x, y in zip(da, db)):
+        return f"shape {da} into {db}"
+    return None
+
+
 def merge_models(a: Any, b: Any, io_map: Sequence[tuple[str, str]], *, prefix1: str | None = None,
           prefix2: str | None = None, inputs: Sequence[str] | None = None,
           outputs: Sequence[str] | None = None):
@@ -307,6 +330,14 @@ def merge_models(a: Any, b: Any, io_map: Sequence[tuple[str, str]], *, prefix1: 
     if bad:
         raise InputError(f"io_map names {bad} are not outputs of a / inputs of b.",
                          fix=f"Outputs of a: {sorted(a_outs)}; inputs of b: {sorted(b_ins)}.")
+    a_vi = {o.name: o.type for o in pa.graph.output}
+    b_vi = {i.name: i.type for i in pb.graph.input}
+    for x, y in pairs:  # what onnx.compose leaves to the first run
+        why = _joint_mismatch(a_vi[x], b_vi[y])
+        if why:
+            raise InputError(f"io_map pair ({x!r}, {y!r}) joins tensors of another type: {why}.",
+                             fix="Connect an output to an input of the same element type and "
+                             "shape (or insert a Cast/Reshape in one model first).")
     if pa.ir_version != pb.ir_version:
         v = max(pa.ir_version, pb.ir_version)
         pa.ir_version = pb.ir_version = v

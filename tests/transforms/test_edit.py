@@ -180,6 +180,27 @@ def test_merge_connects_two_models():
         onnx_lab.merge(a, b, io_map=[("h", "x")])  # clashing names without prefixes
 
 
+def _dense(width_in: int, width_out: int) -> onnx.ModelProto:
+    w = onnx.numpy_helper.from_array(np.ones((width_in, width_out), np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                          [helper.make_tensor_value_info("x", 1, ["batch", width_in])],
+                          [helper.make_tensor_value_info("y", 1, ["batch", width_out])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_merge_refuses_tensors_of_another_shape_and_keeps_the_dims():
+    # [batch, 10] joined to [batch, 64] was accepted, saved, and failed at the first run; the
+    # merged Lab forgot batch, so the next verified edit raised a DimError
+    a = onnx_lab.open(_dense(64, 10), dims={"batch": 2})
+    with pytest.raises(InputError, match=r"shape \['batch', 10\] into \['batch', 64\]"):
+        onnx_lab.merge(a, a, io_map=[("y", "x")], prefix1="p/", prefix2="q/")
+    b = onnx_lab.open(_dense(10, 3), dims={"batch": 2})
+    both = onnx_lab.merge(a, b, io_map=[("y", "x")], prefix1="p/", prefix2="q/")
+    assert both.dims == {"batch": 2}
+    r = both.rename_tensor("q/y", "out")  # verified: the dims size the feeds
+    assert r.verify_passed
+
+
 def test_merge_is_exported():
     # The façade wraps transforms.edit.merge_models (which returns a LabModel) in a Lab.
     from onnx_lab.lab import merge
