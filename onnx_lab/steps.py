@@ -42,17 +42,19 @@ from onnx_lab.numerics.region import (
 )
 from onnx_lab.numerics.selection import flipped, selection_tensors
 from onnx_lab.numerics.verify import (
-    NOT_RUN,
     Report,
     _saved_form_problem,
+    did_not_run,
     failed_where,
     fill_result,
     report_of,
+    report_rows,
     verify_extract,
 )
 from onnx_lab.transforms.apply import preset_passes, run_pass
 from onnx_lab.transforms.base import PassResult, pass_kind, pass_traits
 from onnx_lab.transforms.extract import extract_model
+from onnx_lab.transforms.interface import fed_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -418,8 +420,8 @@ def _renamed_input_shapes(before: Any, after: Any, shapes: dict[str, list[int]]
     the new version's verification and the history's shapes read them by name. A shape the
     step fixed in the model to other sizes (``set_input_shape``) is dropped: the model now
     says it."""
-    b_in = [v for v in before.graph.inputs if v.name not in before.graph.initializers]
-    a_in = [v for v in after.graph.inputs if v.name not in after.graph.initializers]
+    b_in = list(fed_inputs(before.graph).values())
+    a_in = list(fed_inputs(after.graph).values())
     out = dict(shapes)
     for a in a_in:
         dims = list(a.shape) if a.shape is not None else None
@@ -449,9 +451,8 @@ def _expected_change(result: PassResult) -> None:
         result.notes.append("outputs unchanged within tolerance"
                             + (f" (max_abs {err:.3g})" if err is not None else ""))
         return
-    report = result._verification
-    rows = report.rows if hasattr(report, "rows") else report.to_dict("records")
-    if any(str(r.get("note") or "").startswith(NOT_RUN) for r in rows):
+    rows = report_rows(result)
+    if did_not_run(rows):
         return  # the edit broke the model (onnxruntime cannot run it): a failure, not a change
     outputs = [r for r in rows if r.get("match") == "output"]
     result.notes[:] = [n for n in result.notes if not n.startswith("verification failed")]

@@ -670,21 +670,29 @@ def _plan(pairs: list[VersionPair], sizes: Mapping[str, int | None], max_bytes: 
 NOT_RUN = ("the new model does not run", "the optimized model does not run")
 
 
+def report_rows(result: PassResult) -> list[dict[str, Any]]:
+    """The rows of a step's verification report, without making the DataFrame of a report
+    not yet read as one: its rows may still be filled (a region judged in the preset's final
+    run). Empty when the step was not verified."""
+    report = getattr(result, "_verification", None)
+    if report is None:
+        report = getattr(result, "verification", None)
+    if report is None:
+        return []
+    return report.rows if isinstance(report, Report) else report.to_dict("records")
+
+
+def did_not_run(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a report's rows say the new version does not run (nothing was compared)."""
+    return any(str(r.get("note") or "").startswith(NOT_RUN) for r in rows)
+
+
 def failed_where(result: PassResult) -> str:
     """Where a step's verification failed, for a one-line verdict: ``at TENSOR``, or why
     nothing could be compared (the new model does not run: every row fails with that, and
-    its first tensor says nothing). A report not yet read as a DataFrame stays as it is: its
-    rows may still be filled (a region judged in the preset's final run)."""
-    rows = getattr(result, "_verification", None)
-    if rows is None:
-        rows = getattr(result, "verification", None)
-    if isinstance(rows, Report):
-        first = next((str(r.get("note") or "") for r in rows.rows if not r.get("passed")), "")
-    elif rows is not None and len(rows) and "note" in rows:
-        failing = rows.loc[~rows.passed.astype(bool), "note"]
-        first = str(failing.iloc[0]) if len(failing) else ""
-    else:
-        first = ""
+    its first tensor says nothing)."""
+    first = next((str(r.get("note") or "") for r in report_rows(result)
+                  if not r.get("passed")), "")
     if first.startswith(NOT_RUN):
         return f": {first[:300]}"
     return f" at {result.first_failure}"

@@ -37,7 +37,7 @@ from onnx_lab.core.source import resolve
 from onnx_lab.errors import CacheError, DimError, InputError
 
 __all__ = ["make_feeds", "as_feed_list", "branch_feeds", "input_specs", "resolve_input_shapes",
-           "Feeds"]
+           "npy_load_fix", "Feeds"]
 
 Feeds = dict[str, np.ndarray]
 
@@ -524,6 +524,15 @@ def _checked_container(name: str, dtype: str, value: Any) -> Any:
     return value if value is None or isinstance(value, (list, Mapping)) else np.asarray(value)
 
 
+def npy_load_fix(error: Exception, default: str) -> str:
+    """The fix for a failed ``numpy.load(..., allow_pickle=False)``: an object array (strings
+    held as Python objects) needs pickle, which onnx_lab does not load from a file."""
+    if "allow_pickle" in str(error):
+        return ("Save strings as numpy strings, arr.astype(str): an object array needs "
+                "pickle, which onnx_lab does not load from a file.")
+    return default
+
+
 def _raw_bytes_as(name: str, arr: np.ndarray, dtype: str | None, want: Any) -> np.ndarray:
     """A feed of raw bytes (dtype ``V1``/``V2``: what ``numpy.load`` gives for an array of
     bfloat16, float8 or int4 that ``numpy.savez`` wrote, its ml_dtypes type lost) read as the
@@ -564,11 +573,8 @@ def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
             with np.load(path, allow_pickle=False) as z:
                 feeds = {k: z[k] for k in z.files}
         except (OSError, ValueError) as e:
-            fix = "Write it with numpy.savez."
-            if "allow_pickle" in str(e):  # an object array: strings as Python objects
-                fix = ("Save string inputs as numpy strings, arr.astype(str): an object "
-                       "array needs pickle, which onnx_lab does not load from a file.")
-            raise InputError(f"Cannot read feeds file {str(path)!r}: {e}.", fix=fix) from e
+            raise InputError(f"Cannot read feeds file {str(path)!r}: {e}.",
+                             fix=npy_load_fix(e, "Write it with numpy.savez.")) from e
     items = [feeds] if isinstance(feeds, Mapping) else list(feeds)
     specs = input_specs(model)
     names = [s[0] for s in specs]

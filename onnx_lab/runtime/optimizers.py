@@ -33,7 +33,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx
-import onnx_ir as ir
 
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.model import LabModel
@@ -140,22 +139,17 @@ def optimize(model: LabModel, level: str, path: str, *, disabled: Sequence[str] 
     else:
         _, text = _stderr_captured(_make)
         names = list(dict.fromkeys(_MODIFIED.findall(text)))
-    if _nested_constant(model.ir.graph, 0):
+    if _nested_constant(model):
         _drop_doubled_constants(path)
     return names
 
 
-def _nested_constant(graph: ir.Graph, depth: int) -> bool:
-    """Whether a body inside a body (an If in a Loop's body...) holds a Constant node."""
-    for node in graph:
-        if depth >= 2 and node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            return True
-        for attr in node.attributes.values():
-            bodies = [attr.value] if attr.type == ir.AttributeType.GRAPH else (
-                list(attr.value) if attr.type == ir.AttributeType.GRAPHS else [])
-            if any(_nested_constant(b, depth + 1) for b in bodies):
-                return True
-    return False
+def _nested_constant(model: LabModel) -> bool:
+    """Whether a body inside a body (an If in a Loop's body...) holds a Constant node: a
+    body whose parent graph is itself a body (``ModelIndex.parent``)."""
+    idx = model.index
+    return any(e.graph and idx.parent.get(e.graph) and e.node.op_type == "Constant"
+               and e.node.domain in ("", "ai.onnx") for e in idx.entries.values())
 
 
 def _constant_array(node: onnx.NodeProto, folder: str) -> np.ndarray | None:

@@ -198,11 +198,11 @@ def _load_array(source: Any, name: str) -> np.ndarray:
         try:
             data = np.load(p, allow_pickle=False)
         except (OSError, ValueError) as e:
+            from onnx_lab.runtime.feeds import npy_load_fix
+
             raise InputError(f"Cannot read {str(p)!r} as .npy/.npz: {e}",
-                             fix="Save strings as numpy strings, arr.astype(str) (an object "
-                             "array needs pickle, which onnx_lab does not load from a file)."
-                             if "allow_pickle" in str(e) else
-                             "Save the array with numpy.save or numpy.savez.") from e
+                             fix=npy_load_fix(e, "Save the array with numpy.save or "
+                                              "numpy.savez.")) from e
         if isinstance(data, np.lib.npyio.NpzFile):
             with data:
                 keys = list(data.keys())

@@ -30,7 +30,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.errors import PassError
 from onnx_lab.transforms.base import PassResult
 
-__all__ = ["check_interface", "INTERFACE_KINDS"]
+__all__ = ["check_interface", "fed_inputs", "INTERFACE_KINDS"]
 
 #: Pass kinds that change the model's interface on purpose (not checked).
 INTERFACE_KINDS = frozenset({"edit"})
@@ -43,7 +43,7 @@ def _names(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - _MAX_NAMED} more" if len(names) > _MAX_NAMED else "")
 
 
-def _fed_inputs(g: ir.Graph) -> dict[str, ir.Value]:
+def fed_inputs(g: ir.Graph) -> dict[str, ir.Value]:
     """The graph inputs a runtime feeds (those backed by an initializer are weights)."""
     return {v.name: v for v in g.inputs if v.name and v.name not in g.initializers}
 
@@ -159,7 +159,7 @@ def check_interface(before: LabModel, result: PassResult, *, kind: str = "graph"
         return
     changes: list[str] = []
     causes: list[str] = []
-    b_in, a_in = _fed_inputs(before.graph), _fed_inputs(new.graph)
+    b_in, a_in = fed_inputs(before.graph), fed_inputs(new.graph)
     removed = [v for n, v in b_in.items() if n not in a_in]
     added = [n for n in a_in if n not in b_in]
     if removed:
