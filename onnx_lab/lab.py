@@ -567,14 +567,15 @@ class Lab:
         With ``check`` (default) the written file must load in a fresh onnxruntime session
         from its own folder before it replaces anything, else SaveError naming the file and
         onnxruntime's message (a model onnxruntime cannot load from memory either, such as
-        one with ops for another runtime, is saved as it is).
+        one with ops for another runtime, is saved as it is, unless the original version
+        loads: then a step broke it, and SaveError says so).
         """
         from onnx_lab.core.save import save
         from onnx_lab.runtime.session import load_problem
 
-        model = self._history.model
+        model, original = self._history.model, self._history.original.model
         return save(self._history, path, external_data=external_data, overwrite=overwrite,
-                    check=(lambda p: load_problem(p, model)) if check else None)
+                    check=(lambda p: load_problem(p, model, original)) if check else None)
 
 
     # Edits: lab.<edit pass>(...) is lab.apply(<pass>, ...), generated from the registry.

@@ -16,6 +16,7 @@ from onnx_lab.core.index import node_scope
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dtype_name, shape_tuple
 from onnx_lab.core.source_map import SOURCE_COLUMNS, source_table
+from onnx_lab.core.values import constant_tensors
 
 __all__ = ["nodes_table", "initializers_table", "tensors_table", "io_table", "attribute_value",
            "constant_tensors", "initializer_rows", "io_rows"]
@@ -115,22 +116,6 @@ def nodes_table(model: LabModel) -> pd.DataFrame:
     for col in SOURCE_COLUMNS:
         df[col] = src[col].to_numpy()
     return df
-
-
-def constant_tensors(model: LabModel) -> list[tuple[str, ir.TensorProtocol, str, str]]:
-    """Tensors held in ``Constant`` nodes: (output name, tensor, node_id, graph)."""
-    return list(model.cached(("constant_tensors",), lambda: _constant_tensors(model)))
-
-
-def _constant_tensors(model: LabModel) -> list[tuple[str, ir.TensorProtocol, str, str]]:
-    out = []
-    for e in model.index.entries.values():
-        n = e.node
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            attr = n.attributes.get("value")
-            if attr is not None and attr.type == ir.AttributeType.TENSOR and n.outputs:
-                out.append((n.outputs[0].name, attr.value, e.node_id, e.graph))
-    return out
 
 
 @_cached_frame

@@ -92,6 +92,18 @@ def _pair(flag: str, value: str, sep: str, form: str) -> tuple[str, str]:
     return left, right
 
 
+def _named_pair(flag: str, value: str, sep: str, form: str, known: Any) -> tuple[str, str]:
+    """``value`` split at the ``sep`` whose left side is a name in ``known`` (names may hold
+    ``=`` and ``:``: PyTorch and TensorFlow exports write such names), else as
+    :func:`_pair` splits it (the API then names the closest known names)."""
+    at = value.find(sep)
+    while at > 0:
+        if value[:at] in known and at + 1 < len(value):
+            return value[:at], value[at + 1:]
+        at = value.find(sep, at + 1)
+    return _pair(flag, value, sep, form)
+
+
 def _dims(flag: str, value: str) -> tuple[str, list[int | str]]:
     name, dims = _pair(flag, value, ":", "NAME:1x3x224x224")
     out: list[int | str] = []
@@ -151,15 +163,20 @@ def add_node_spec(flag: str, value: str) -> tuple[str, str, dict[str, Any], list
 
 def _step(lab: Lab, flag: str, value: str, verify: bool):
     if flag == "--set-attr":
-        left, raw = _pair(flag, value, "=", "NODE:NAME=VALUE")
-        node, attr = _pair(flag, left, ":", "NODE:NAME=VALUE")
+        node, rest = _named_pair(flag, value, ":", "NODE:NAME=VALUE", lab.index.entries)
+        if node in lab.index.entries:  # NAME=VALUE: attribute names hold neither sign
+            attr, raw = _pair(flag, rest, "=", "NODE:NAME=VALUE")
+        else:
+            left, raw = _pair(flag, value, "=", "NODE:NAME=VALUE")
+            node, attr = _pair(flag, left, ":", "NODE:NAME=VALUE")
         return lab.set_attribute(node, attr, parse_value(raw), verify=verify)
     if flag == "--remove":
         return lab.remove_node(value, verify=verify)
     if flag == "--remove-cascade":
         return lab.remove_node_cascade(value, verify=verify)
     if flag == "--rename":
-        old, new = _pair(flag, value, "=", "OLD=NEW")
+        old, new = _named_pair(flag, value, "=", "OLD=NEW",
+                               lab.index.values.keys() | lab.index.entries.keys())
         if old not in lab.index.values and old in lab.index.entries:
             return lab.rename_node(old, new, verify=verify)
         return lab.rename_tensor(old, new, verify=verify)
@@ -171,10 +188,11 @@ def _step(lab: Lab, flag: str, value: str, verify: bool):
         name, dims = _dims(flag, value)
         return lab.set_input_shape(name, dims, verify=verify)
     if flag == "--replace-init":
-        name, path = _pair(flag, value, "=", "NAME=FILE")
+        name, path = _named_pair(flag, value, "=", "NAME=FILE", set(lab.initializers.name))
         return lab.replace_initializer(name, path, verify=verify)
     if flag == "--scale-init":
-        name, factor = _pair(flag, value, "=", "NAME=FACTOR")
+        name, factor = _named_pair(flag, value, "=", "NAME=FACTOR",
+                                   set(lab.initializers.name))
         try:
             f = float(factor)
         except ValueError:

@@ -253,8 +253,10 @@ def _checked(check: Check | None, written: Path, target: Path) -> None:
     if problem:
         raise SaveError(f"{str(target)!r} would not load in onnxruntime from its folder: "
                         f"{problem}", fix="Nothing was replaced. lab.check() names what "
-                        "onnxruntime refuses; save with external_data=False to keep every "
-                        "tensor inside the file, or report the model to onnx_lab.")
+                        "onnxruntime refuses and lab.history a step that failed (lab.undo() "
+                        "goes back before it); save with external_data=False to keep every "
+                        "tensor inside the file, check=False to write it as it is, or report "
+                        "the model to onnx_lab.")
 
 
 def _any_external(m: ir.Model) -> bool:

@@ -131,6 +131,24 @@ def constant_tensor(value: ir.Value | None) -> ir.TensorProtocol | None:
     return None
 
 
+def constant_tensors(model: LabModel) -> list[tuple[str, ir.TensorProtocol, str, str]]:
+    """Tensors held in ``Constant`` nodes' ``value`` attribute, in every graph: (output name,
+    tensor, node_id, graph). ``lab.initializers`` lists them as source 'constant', and the
+    initializer edits change them."""
+    return list(model.cached(("constant_tensors",), lambda: _constant_tensors(model)))
+
+
+def _constant_tensors(model: LabModel) -> list[tuple[str, ir.TensorProtocol, str, str]]:
+    out = []
+    for e in model.index.entries.values():
+        n = e.node
+        if n.op_type == "Constant" and n.domain in _STANDARD:
+            attr = n.attributes.get("value")
+            if attr is not None and attr.type == ir.AttributeType.TENSOR and n.outputs:
+                out.append((n.outputs[0].name, attr.value, e.node_id, e.graph))
+    return out
+
+
 def rename_value(value: ir.Value, new: str) -> None:
     """Rename ``value``; an initializer gets a tensor of its own under the new name.
 

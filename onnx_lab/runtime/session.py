@@ -451,7 +451,8 @@ def _serialize(model: LabModel, proto: onnx.ModelProto):
     return path, tmp
 
 
-def load_problem(path: str | os.PathLike, model: LabModel | None = None) -> str | None:
+def load_problem(path: str | os.PathLike, model: LabModel | None = None,
+                 loaded_from: LabModel | None = None) -> str | None:
     """Why a fresh ``onnxruntime.InferenceSession(path)`` cannot load the model file at
     ``path`` (external data resolved against its own folder, as a user's program would), or
     None when it loads. Graph optimizations off, CPU.
@@ -460,6 +461,11 @@ def load_problem(path: str | os.PathLike, model: LabModel | None = None) -> str 
     every tensor inside the graph either (ops this build has no kernel for, a model for
     another runtime), the file is not what is wrong: None, and a log line. This second
     session is only made when the first fails (and not past 2 GB of weights).
+
+    With ``loaded_from`` (the version the model was made from, such as the file a Lab
+    opened), that excuse holds only when onnxruntime cannot load ``loaded_from`` either: a
+    model whose source loads and that no longer does was broken on the way (an edit's
+    attribute value onnxruntime refuses), and the file's problem is returned.
 
     Example:
         >>> save(history, "out.onnx", check=lambda p: load_problem(p, lab.model))
@@ -475,6 +481,10 @@ def load_problem(path: str | os.PathLike, model: LabModel | None = None) -> str 
         problem = text.splitlines()[0][:400] if text else type(e).__name__
     if model is not None and model.weights_nbytes() < _PROTO_LIMIT // 2:
         other = _embedded_problem(model)
+        if other is not None and loaded_from is not None and loaded_from is not model \
+                and loaded_from.weights_nbytes() < _PROTO_LIMIT // 2 \
+                and _embedded_problem(loaded_from) is None:
+            return f"{problem} (the version it was made from loads: a step broke it)"
         if other is not None:
             logger.info("%s: onnxruntime loads neither the file nor the model with its "
                         "weights inside (%s)", path, other)

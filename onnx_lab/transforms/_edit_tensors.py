@@ -11,7 +11,12 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.values import rename_value
+from onnx_lab.core.values import (
+    constant_producer,
+    constant_tensor,
+    constant_tensors,
+    rename_value,
+)
 from onnx_lab.errors import InputError, PassError, unknown_name
 from onnx_lab.transforms._edit_base import _EditPass, _node
 from onnx_lab.transforms.base import (
@@ -218,23 +223,38 @@ def _load_array(source: Any, name: str) -> np.ndarray:
 
 
 def _initializer(model: LabModel, name: str) -> ir.Value:
+    """The initializer named ``name``, or the output of the ``Constant`` node holding a tensor
+    under that name (``lab.initializers`` lists both: source 'initializer' / 'constant')."""
     for g in model.index.graphs.values():
         if name in g.initializers:
             return g.initializers[name]
-    names = [n for g in model.index.graphs.values() for n in g.initializers]
+    held = {n: nid for n, _, nid, _ in constant_tensors(model)}
+    if name in held:
+        return next(v for v in _node(model, held[name]).outputs if v.name == name)
+    names = [n for g in model.index.graphs.values() for n in g.initializers] + list(held)
     raise unknown_name("initializer", name, names, fix="See lab.initializers.")
+
+
+def _tensor(v: ir.Value) -> ir.TensorProtocol:
+    """The tensor an initializer or its Constant node holds."""
+    return v.const_value if v.const_value is not None else constant_tensor(v)
 
 
 def _set_tensor(v: ir.Value, array: np.ndarray) -> None:
     # a new tensor object: earlier versions share the old one
-    if v.const_value is not None and v.const_value.dtype == ir.DataType.STRING:
+    if _tensor(v).dtype == ir.DataType.STRING:
         flat = [x if isinstance(x, bytes) else str(x).encode("utf-8")
                 for x in np.asarray(array, dtype=object).reshape(-1)]
-        v.const_value = ir.StringTensor(flat, shape=ir.Shape(array.shape), name=v.name)
-        return
-    # np.ascontiguousarray makes a 0-d array 1-d: a scalar weight (every dynamo export has
-    # some) kept its rank only through a copy
-    v.const_value = ir.tensor(np.array(array, order="C", copy=True), name=v.name)
+        t = ir.StringTensor(flat, shape=ir.Shape(array.shape), name=v.name)
+    else:
+        # np.ascontiguousarray makes a 0-d array 1-d: a scalar weight (every dynamo export
+        # has some) kept its rank only through a copy
+        t = ir.tensor(np.array(array, order="C", copy=True), name=v.name)
+    node = constant_producer(v) if v.const_value is None else None
+    if node is not None:  # a Constant node's tensor: a new attribute on this version's node
+        node.attributes["value"] = ir.AttrTensor("value", t)
+    else:
+        v.const_value = t
 
 
 @register_pass("replace_initializer", kind="edit")
@@ -249,7 +269,7 @@ class ReplaceInitializer(_EditPass):
         name = self.options["initializer"]
         v = _initializer(model, name)
         arr = _load_array(self.options["value"], name)
-        t = v.const_value
+        t = _tensor(v)
         want_shape = tuple(int(d) for d in t.shape)
         want_dtype = t.dtype.numpy()
         if tuple(arr.shape) != want_shape:
@@ -294,7 +314,7 @@ class ScaleInitializer(_EditPass):
     def find(self, model: LabModel) -> list[Match]:
         name = self.options["initializer"]
         v = _initializer(model, name)
-        dt = v.const_value.dtype.numpy()
+        dt = _tensor(v).dtype.numpy()
         if not np.issubdtype(dt, np.floating):
             raise PassError(f"Initializer {name!r} is {dt}; only float initializers can be "
                             "scaled.", fix="Use replace_initializer for integer tensors.")
@@ -310,7 +330,7 @@ class ScaleInitializer(_EditPass):
 
     def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
         v = _initializer(model, self.options["initializer"])
-        arr = v.const_value.numpy()
+        arr = _tensor(v).numpy()
         _set_tensor(v, (arr * self.options["factor"]).astype(arr.dtype))
         for u in v.uses():
             rw.record(u.node, [u.node])

@@ -137,3 +137,30 @@ def test_add_node_bad_specs_are_one_line_and_nothing_is_written(convnet, tmp_pat
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_names_holding_equals_and_colons_are_addressed(tmp_path, capsys):
+    # a node 'mul:a=b' and an initializer 'k=v' (exporters write such names): the flags split
+    # at the sign whose left side is a known name, not at the first '='
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["in:0"], ["r"], name="r"),
+         helper.make_node("LeakyRelu", ["r"], ["l=1"], name="leak:a=b", alpha=0.1),
+         helper.make_node("Mul", ["l=1", "k=v"], ["out:0"], name="mul")], "g",
+        [helper.make_tensor_value_info("in:0", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("out:0", TensorProto.FLOAT, [2])],
+        [helper.make_tensor("k=v", TensorProto.FLOAT, [2], [1.0, 2.0])])
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+    assert main(["edit", str(src), str(out), "--scale-init", "k=v=2",
+                 "--set-attr", "leak:a=b:alpha=0.5", "--rename", "l=1=l2", "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)["steps"]
+    assert [s["name"] for s in steps] == ["scale_initializer", "set_attribute", "rename_tensor"]
+    m = onnx.load(str(out))
+    assert onnx.numpy_helper.to_array(m.graph.initializer[0]).tolist() == [2.0, 4.0]
+    assert m.graph.node[1].attribute[0].f == 0.5 and m.graph.node[1].output[0] == "l2"
+    x = np.array([-1.0, 3.0], np.float32)
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(
+        None, {"in:0": x})[0]
+    np.testing.assert_allclose(got, np.maximum(x, 0) * [2.0, 4.0])

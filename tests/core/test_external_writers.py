@@ -265,3 +265,28 @@ def test_a_model_onnxruntime_cannot_run_at_all_is_still_saved(tmp_path):
     out = onnx_lab.open(model).save(tmp_path / "foreign.onnx")
     assert onnx.load(str(out)).graph.node[0].op_type == "Foo"
     assert session.load_problem(out) is not None  # onnxruntime does refuse it
+
+
+def test_a_model_an_edit_broke_is_refused_although_onnxruntime_refuses_it_in_memory_too(tmp_path):
+    # The excuse above ("onnxruntime cannot load it from memory either") holds only when the
+    # original cannot load either: an attribute value onnxruntime refuses broke this one.
+    graph = helper.make_graph(
+        [helper.make_node("LeakyRelu", ["x"], ["y"], alpha=0.1),
+         helper.make_node("LinearClassifier", ["y"], ["label", "scores"], domain="ai.onnx.ml",
+                          coefficients=[1.0, -1.0, 0.5, 0.5], intercepts=[0.0, 0.1],
+                          classlabels_ints=[0, 1], post_transform="NONE")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, [1]),
+         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                    helper.make_opsetid("ai.onnx.ml", 1)])
+    lab = onnx_lab.open(model)
+    assert lab.save(tmp_path / "fine.onnx").is_file()
+    r = lab.set_attribute(lab.nodes.node_id.iloc[1], "post_transform", "SOFTMAXX")
+    assert r.verify_passed is False  # the step says the new model does not run
+    target = tmp_path / "broken.onnx"
+    with pytest.raises(SaveError, match="a step broke it") as e:
+        lab.save(target)
+    assert "lab.undo()" in e.value.fix
+    assert not target.exists()
+    assert lab.save(target, check=False).is_file()  # written as it is when asked

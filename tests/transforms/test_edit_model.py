@@ -193,6 +193,34 @@ def test_replace_and_scale_an_initializer(convnet, tmp_path):
              "No file")
 
 
+def test_a_weight_held_in_a_constant_node_is_replaced_and_scaled_like_an_initializer(tmp_path):
+    # lab.initializers lists Constant-node tensors (PaddlePaddle and TorchScript exports keep
+    # weights there, source 'constant'), and the initializer edits said "Unknown initializer"
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    g = helper.make_graph(
+        [helper.make_node("Constant", [], ["w"], name="const",
+                          value=onnx.numpy_helper.from_array(w, "w")),
+         helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert lab.initializers.set_index("name").loc["w", "source"] == "constant"
+    x = {"x": np.ones((1, 2), np.float32)}
+    r = lab.scale_initializer("w", 2.0)
+    assert r.modified and r.outputs_changed is True
+    assert edit_provenance(r)["touched"] == ["mm"]
+    np.testing.assert_array_equal(run(lab.model, x)["y"], x["x"] @ (w * 2))
+    lab.replace_initializer("w", np.ones((2, 3), np.float32))
+    out = lab.save(tmp_path / "m.onnx")
+    import onnxruntime as ort
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    np.testing.assert_array_equal(got, [[2, 2, 2]])
+    lab.undo()
+    lab.undo()  # earlier versions keep the Constant's own tensor
+    np.testing.assert_array_equal(run(lab.model, x)["y"], x["x"] @ w)
+    _refused(lab, lambda: lab.replace_initializer("w", np.ones((3, 2), np.float32)), "shape")
+
+
 @pytest.mark.parametrize("op, attrs, inputs, expect", [
     ("Identity", {}, None, lambda y: y),
     ("Softmax", {"axis": -1}, None, lambda y: np.exp(y) / np.exp(y).sum(-1, keepdims=True)),
