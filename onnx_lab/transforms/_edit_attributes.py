@@ -213,6 +213,9 @@ def _same_attr(a: ir.Attr, b: ir.Attr) -> bool:
         va, vb = a.value, b.value
         if a.type == ir.AttributeType.TENSOR:
             return bool(np.array_equal(va.numpy(), vb.numpy()))
+        if a.type in (ir.AttributeType.FLOAT, ir.AttributeType.FLOATS):
+            # stored as float32: 1e-5 given again is the value the model holds
+            return bool(np.array_equal(np.float32(va), np.float32(vb)))
         return list(va) == list(vb) if isinstance(va, Sequence) and not isinstance(va, str) \
             else va == vb
     except (TypeError, ValueError, AttributeError):

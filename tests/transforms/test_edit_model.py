@@ -72,6 +72,16 @@ def test_an_edit_that_keeps_values_reports_them_unchanged(convnet):
     assert r.verify_passed is True and r.outputs_changed is False and r.max_abs_err == 0
 
 
+def test_setting_a_float_attribute_to_the_value_it_holds_changes_nothing(convnet):
+    # the model holds epsilon as float32: the same 1e-5 given as a Python float is no edit
+    eps = next(a.f for a in convnet.model.to_proto().graph.node
+               if a.name == BN for a in a.attribute if a.name == "epsilon")
+    given = float(str(np.float32(eps)))  # '1e-05': a double that is not the float32 held
+    assert given != eps
+    r = convnet.set_attribute(BN, "epsilon", given)
+    assert not r.modified and r.reason == "the attribute already has this value"
+
+
 def test_attribute_form_lists_schema_attributes_with_types_and_values(convnet):
     form = {a["name"]: a for a in attribute_form(convnet.model, BN)}
     assert form["epsilon"]["type"] == "FLOAT"
