@@ -8,6 +8,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from onnx_lab.core.index import _node_subgraphs
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import value_type
 from onnx_lab.errors import InputError, PassError
@@ -92,13 +93,15 @@ def removal_plan(model: LabModel, node_id: str, mode: str = "reconnect",
                     seen.append(s)
                     todo.append(s)
         gone = {id(idx.node(n)) for n in seen}
+        # nodes inside the removed nodes' bodies go with them: their reads count as removed
+        gone.update(id(b) for n in seen for b in _body_nodes(idx.node(n)))
         # then the producers only the removed nodes read (they would be left dead)
         changed = True
         while changed:
             changed = False
             for n in list(seen):
-                for v in idx.node(n).inputs:
-                    p = v.producer() if v is not None else None
+                for v in _reads(idx.node(n)):
+                    p = v.producer()
                     if p is None or id(p) in gone or p.graph is not graph:
                         continue
                     outs = [o for o in p.outputs if o.uses() or o.is_graph_output()]
@@ -106,6 +109,7 @@ def removal_plan(model: LabModel, node_id: str, mode: str = "reconnect",
                                                            for u in o.uses()) for o in outs):
                         seen.append(idx.node_id(p))
                         gone.add(id(p))
+                        gone.update(id(b) for b in _body_nodes(p))
                         changed = True
         plan["nodes"] = seen
         plan["outputs"] = [v.name for n in seen for v in idx.node(n).outputs
@@ -119,14 +123,43 @@ def removal_plan(model: LabModel, node_id: str, mode: str = "reconnect",
             plan["problem"] = (f"removing {node_id} with the {len(seen) - 1} node(s) it feeds "
                                f"removes output(s) {plan['outputs']} of the body "
                                f"{graph_path!r}, which its If/Loop/Scan needs")
-        # initializers only the removed nodes read
+        # initializers only the removed nodes (their bodies included) read
         for n in seen:
-            for v in idx.node(n).inputs:
-                if v is not None and v.is_initializer() and not v.is_graph_output() \
+            for v in _reads(idx.node(n)):
+                if v.is_initializer() and not v.is_graph_output() \
                         and v.name not in plan["initializers"] \
                         and all(id(u.node) in gone for u in v.uses()):
                     plan["initializers"].append(v.name)
     return plan
+
+
+def _body_nodes(node: ir.Node) -> list[ir.Node]:
+    """Every node inside ``node``'s If/Loop/Scan bodies, nested bodies included."""
+    out: list[ir.Node] = []
+    for _, body in _node_subgraphs(node):
+        for b in body:
+            out.append(b)
+            out.extend(_body_nodes(b))
+    return out
+
+
+def _reads(node: ir.Node) -> list[ir.Value]:
+    """The values ``node`` reads: its inputs, and those of enclosing graphs its bodies read
+    (a weight an If's branches share with the main graph)."""
+    out = [v for v in node.inputs if v is not None]
+    seen = {id(v) for v in out}
+    inside = _bodies(node)
+    for b in _body_nodes(node):
+        for v in b.inputs:
+            if v is not None and id(v.graph) not in inside and id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+    return out
+
+
+def _bodies(node: ir.Node) -> set[int]:
+    """``id`` of every body of ``node``, nested ones included."""
+    return {id(body) for b in [node, *_body_nodes(node)] for _, body in _node_subgraphs(b)}
 
 
 @register_pass("remove_node", kind="edit")
@@ -183,7 +216,13 @@ class RemoveNode(_EditPass):
                 for v in n.outputs:
                     while v.is_graph_output():
                         graph.outputs.remove(v)
-            inputs = [v for n in nodes for v in n.inputs]
+            inputs = [v for n in nodes for v in _reads(n)]
+            for n in nodes:  # the bodies go too: they stop reading the enclosing graphs
+                inside = _bodies(n)
+                for b in _body_nodes(n):
+                    for i, v in enumerate(b.inputs):
+                        if v is not None and id(v.graph) not in inside:
+                            b.replace_input_with(i, None)
             rw.remove(nodes)
             for v in inputs:
                 rw.drop_if_unused(v)

@@ -111,6 +111,43 @@ def test_removing_the_node_of_a_graph_output_that_cannot_be_reconnected_is_refus
     _refused(lab, lambda: lab.remove_node_cascade("relu"), "every output")
 
 
+def test_a_cascade_through_an_if_takes_the_weights_only_its_branches_read(tmp_path):
+    # 'w' is read inside both branches and by a Mul after the If: the plan missed it and the
+    # saved model kept it as an orphan (the bodies' reads did not count)
+    T = TensorProto
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["t"], name="tm")], "then",
+                               [], [helper.make_tensor_value_info("t", T.FLOAT, [2])])
+    else_g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["e"], name="ea")], "else",
+                               [], [helper.make_tensor_value_info("e", T.FLOAT, [2])])
+    g = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+         helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+         helper.make_node("If", ["c"], ["f"], name="if", then_branch=then_g,
+                          else_branch=else_g),
+         helper.make_node("Mul", ["f", "w"], ["y"], name="mul"),
+         helper.make_node("Sigmoid", ["x"], ["z"], name="sig")], "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [2]),
+         helper.make_tensor_value_info("z", T.FLOAT, [2])],
+        [helper.make_tensor("w", T.FLOAT, [2], [0.5, 2.0]),
+         helper.make_tensor("zero", T.FLOAT, [], [0.0])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    plan = lab.removal_plan("if", mode="cascade")
+    assert plan["nodes"] == ["if", "mul", "gt", "sum"] and plan["outputs"] == ["y"]
+    assert sorted(plan["initializers"]) == ["w", "zero"]
+    lab.remove_node_cascade("if")
+    out = lab.save(tmp_path / "m.onnx")
+    m = onnx.load(str(out))
+    assert [i.name for i in m.graph.initializer] == []
+    assert [n.op_type for n in m.graph.node] == ["Sigmoid"]
+    import onnxruntime as ort
+    x = np.array([-1.0, 2.0], np.float32)
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], 1 / (1 + np.exp(-x)), rtol=1e-6)
+    lab.undo()  # the version before keeps its bodies whole
+    assert run(lab.model, {"x": x})["y"].tolist() == (x * [0.5, 2.0] * [0.5, 2.0]).tolist()
+
+
 def test_cascade_says_what_it_removes_then_removes_exactly_that(convnet):
     convnet.add_output("/head/flatten/Flatten_output_0")
     plan = convnet.removal_plan("/head/dropout/Dropout", mode="cascade")
