@@ -92,7 +92,7 @@ def _dtype_name(arr: Any) -> str:
 
 
 def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.DataFrame,
-           ref_dict: Mapping[str, Any] | None) -> None:
+           ref_dict: Mapping[str, Any] | None, alignment: pd.DataFrame | None = None) -> None:
     """Say why the divergent node differs, and name what to look at (in place on ``div``).
 
     ``weights``: one of its weight inputs differs — a tensor made by a Constant (or another
@@ -100,7 +100,9 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     its counterpart's; the weight is named (``constant``, ``constant_tensor``,
     ``constant_max_abs``). ``computation``: its data inputs were all compared and agree.
     ``inputs``: a data input has no counterpart, so it may only receive different inputs
-    (``compare(confirm=True)`` tells them apart).
+    (``compare(confirm=True)`` tells them apart); ``upstream`` then names the reference nodes
+    where the uncompared inputs start (nodes whose own data inputs were compared: a node
+    the candidate removed or computes from something else), with the alignment's reason.
     """
     idx = model.index
     rows = layers.set_index("tensor", drop=False)
@@ -129,11 +131,48 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     fed = {v.name for v in model.graph.inputs}
     compared = all(n in rows.index or n in fed for n in _data_inputs(node, idx, makers))
     div["cause"] = "computation" if compared else "inputs"
-    div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
-                      f"output differs (max_abs {div['max_abs']:.3g})" if compared else
-                      f"{node.op_type} {nid}: its output differs; an input of it has no "
+    if compared:
+        div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
+                          f"output differs (max_abs {div['max_abs']:.3g})")
+        return
+    roots = _uncompared_roots(node, idx, makers, set(rows.index) | fed, alignment)
+    div["upstream"] = [r["node_id"] for r in roots]
+    where = ""
+    if roots:
+        first = roots[0]
+        where = (f"; upstream, the uncompared values start at the reference's "
+                 f"{first['op_type']} {first['node_id']!r}: {first['reason']}"
+                 + (f", and {len(roots) - 1} more (div['upstream'])" if len(roots) > 1 else ""))
+    div["message"] = (f"{node.op_type} {nid}: its output differs; an input of it has no "
                       "counterpart to compare, so it may only receive different inputs "
-                      "(compare(..., confirm=True) checks)")
+                      f"(compare(..., confirm=True) checks){where}")
+
+
+def _uncompared_roots(node: ir.Node, idx: Any, makers: set[str], compared: set[str],
+                      alignment: pd.DataFrame | None, limit: int = 2000) -> list[dict[str, Any]]:
+    """The reference nodes where ``node``'s uncompared data inputs start: walking up through
+    tensors without a counterpart, the nodes whose own data inputs were all compared (or fed),
+    nearest first, each with the alignment's reason for its output."""
+    reasons: dict[str, str] = {}
+    if alignment is not None and "reason" in alignment:
+        reasons = {t: r for t, r in zip(alignment["tensor"], alignment["reason"])
+                   if isinstance(r, str)}
+    roots: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    todo = [n for n in _data_inputs(node, idx, makers) if n not in compared]
+    while todo and len(seen) < limit:
+        name = todo.pop(0)
+        pid = idx.producer.get(name)
+        if pid is None or pid in seen:
+            continue
+        seen.add(pid)
+        up = [n for n in _data_inputs(idx.node(pid), idx, makers) if n not in compared]
+        if up:
+            todo.extend(up)
+        else:
+            roots.append({"node_id": pid, "op_type": idx.node(pid).op_type, "tensor": name,
+                          "reason": reasons.get(name, "no counterpart in the candidate")})
+    return roots
 
 
 def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None

@@ -290,7 +290,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     graph_model = ref_model if ref_model is not None else cand_model
     div = _first_divergence(graph_model, layers, outputs) if len(layers) else None
     if div is not None:
-        _blame(div, graph_model, cand_model, layers, ref_dict)
+        _blame(div, graph_model, cand_model, layers, ref_dict, alignment)
     main_name, main_rule = rule_for("float32", output=True, preset=preset, atol=atol, rtol=rtol)
     result = Comparison(outputs=outputs, layers=layers, alignment=alignment, passed=passed,
                         first_divergence=div, atol=main_rule.atol, rtol=main_rule.rtol,

@@ -45,7 +45,8 @@ class Comparison:
             Constant node's divergence is reported on the node that consumes it, with
             ``constant``, ``constant_tensor`` and ``constant_max_abs``), ``computation`` (its
             inputs agree, its output does not) or ``inputs`` (an input has no counterpart, so
-            it may only receive different inputs). With ``compare(confirm=True)``:
+            it may only receive different inputs; ``upstream``: the reference nodes where the
+            uncompared values start, named in the message with the alignment's reason). With ``compare(confirm=True)``:
             ``confirmed``, ``local_max_abs``, ``local_passed`` and ``confirm_note`` (see
             :func:`onnx_lab.numerics.confirm.local_check`).
         first_nonfinite: None, or {tensor, node_id, op_type, nan_cand, inf_cand}: the first

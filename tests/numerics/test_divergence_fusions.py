@@ -115,6 +115,34 @@ def test_a_divergent_node_reading_a_graph_input_is_computation_not_inputs():
     assert "its inputs agree" in fd["message"]
 
 
+def test_a_dropped_bias_is_named_upstream_of_the_node_blamed_on_its_inputs():
+    # the candidate lost the qkv bias Add (its Split reads the MatMul): the Split is another
+    # computation (no counterpart), the Reshape after it was blamed on "inputs" and the
+    # missing Add was named only in c.alignment
+    def model(bias: bool):
+        rng = np.random.default_rng(1)
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"], name="/qkv/MatMul")]
+        if bias:
+            nodes.append(helper.make_node("Add", ["mm", "b"], ["qkv"], name="/qkv/Add"))
+        nodes += [helper.make_node("Split", ["qkv" if bias else "mm"], ["q", "k"],
+                                   name="/Split", axis=-1, num_outputs=2),
+                  helper.make_node("Mul", ["q", "k"], ["p"], name="/Mul"),
+                  helper.make_node("Relu", ["p"], ["y"], name="/Relu")]
+        g = helper.make_graph(
+            nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+            [numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.full(16, 0.5, np.float32), "b")])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+    x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+    fd = onnx_lab.compare(model(True), model(False), feeds={"x": x}).first_divergence
+    assert fd["node_id"] == "/Mul" and fd["cause"] == "inputs"
+    assert fd["upstream"] == ["/qkv/Add"]
+    assert "start at the reference's Add '/qkv/Add'" in fd["message"]
+    assert "no counterpart in the candidate" in fd["message"]
+
+
 def test_confirm_sees_a_weight_a_node_computes(tmp_path):
     # onnx's light models fill their weights with ConstantOfShape: the local check fed the
     # reference's weight to the candidate's node, so the bug vanished ("not confirmed") and
