@@ -54,6 +54,9 @@ class LocalCheck:
         metrics: per output, :func:`~onnx_lab.numerics.metrics.tensor_metrics` of got vs
             expected under ``rules``.
         rules: per output, the rule that judged it; preset: the preset it came from.
+        region: the candidate's nodes cut out: the node alone, or with the nodes above it
+            whose outputs have no counterpart (a QDQ candidate's QuantizeLinear and the
+            node before it, when the counterpart is a DequantizeLinear).
         passed: every output within its rule (the node computes like the reference).
     """
 
@@ -66,6 +69,7 @@ class LocalCheck:
     metrics: dict[str, dict[str, Any]]
     rules: dict[str, Rule] = field(default_factory=dict)
     preset: str = "by dtype"
+    region: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -137,13 +141,19 @@ def local_check(comparison: Any, divergence: dict[str, Any] | None = None, *,
     # the node, as its initializers are: fed the reference's values, a weight that differs
     # (the bug) was hidden and the check found nothing.
     makers = _weight_makers(cand)
-    data = [v.name for v in node.inputs if v is not None and v.name
-            and not is_constant(v, stored=True) and cand.index.producer.get(v.name) not in makers]
+    data = _data_inputs(cand, node, makers)
     missing = [n for n in data if n not in pairs and n not in graph_inputs]
+    region = [nid]
     if missing:
-        raise InputError(f"Input(s) {missing} of {nid!r} have no counterpart in the reference, "
-                         "so the reference's values cannot be fed.",
-                         fix="Check a node whose inputs were compared (comparison.layers).")
+        # A QDQ candidate's counterpart is the DequantizeLinear after the node: the cut
+        # reaches up through the tensors without a counterpart (its QuantizeLinear, the
+        # node itself) to tensors that have one.
+        data, region = _region_inputs(cand, nid, data, pairs, graph_inputs, makers)
+        if not region:
+            raise InputError(f"Input(s) {missing} of {nid!r} have no counterpart in the "
+                             "reference, so the reference's values cannot be fed.",
+                             fix="Check a node whose inputs were compared "
+                             "(comparison.layers).")
     outs = [v.name for v in node.outputs if v.name and v.name in pairs]
     if not outs:
         raise InputError(f"No output of {nid!r} has a counterpart in the reference.",
@@ -188,7 +198,41 @@ def local_check(comparison: Any, divergence: dict[str, Any] | None = None, *,
                                    preset=None if preset == "by dtype" else preset)
         metrics[o] = tensor_metrics(exp, np.asarray(got[o]), rule=rules[o])
     return LocalCheck(nid, div.get("node_id"), sub, feeds, expected,
-                      {o: np.asarray(got[o]) for o in outs}, metrics, rules, preset)
+                      {o: np.asarray(got[o]) for o in outs}, metrics, rules, preset, region)
+
+def _data_inputs(model: LabModel, node: ir.Node, makers: set[str]) -> list[str]:
+    """The inputs of ``node`` that carry data (not weights, nor weights nodes compute)."""
+    return [v.name for v in node.inputs if v is not None and v.name
+            and not is_constant(v, stored=True) and model.index.producer.get(v.name) not in makers]
+
+
+def _region_inputs(cand: LabModel, nid: str, data: list[str], pairs: dict[str, str],
+                   graph_inputs: set[str], makers: set[str], limit: int = 32
+                   ) -> tuple[list[str], list[str]]:
+    """(the tensors to feed, the candidate's nodes cut out) when some data inputs of ``nid``
+    have no counterpart: up through their producers to tensors that have one (or graph
+    inputs), at most ``limit`` nodes of the main graph; ([], []) when that cannot be cut."""
+    idx = cand.index
+    feed: list[str] = []
+    region = [nid]
+    todo = list(data)
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in pairs or name in graph_inputs:
+            feed.append(name)
+            continue
+        pid = idx.producer.get(name)
+        if pid is None or idx.entries[pid].graph or len(region) >= limit:
+            return [], []
+        if pid not in region:
+            region.append(pid)
+            todo.extend(_data_inputs(cand, idx.node(pid), makers))
+    return feed, region
+
 
 
 def confirm_divergence(comparison: Any) -> dict[str, Any]:
@@ -206,10 +250,20 @@ def confirm_divergence(comparison: Any) -> dict[str, Any]:
     if cause != "weights":
         cause = "computation" if computes else "inputs"
     rule = next(iter(check.rules.values())).describe()
-    note = (f"confirmed: on the reference's inputs, {check.node_id} still differs "
+    what = check.node_id if len(check.region) < 2 else \
+        f"{check.node_id} (cut out with {', '.join(check.region[1:])})"
+    note = (f"confirmed: on the reference's inputs, {what} still differs "
             f"(local max_abs {check.max_abs:.3g}; {rule}): it computes differently"
             if computes else
-            f"not confirmed: on the reference's inputs, {check.node_id} agrees (local max_abs "
+            f"not confirmed: on the reference's inputs, {what} agrees (local max_abs "
             f"{check.max_abs:.3g}; {rule}): the difference comes in through its inputs")
-    return {"confirmed": computes, "local_max_abs": check.max_abs,
-            "local_passed": check.passed, "cause": cause, "confirm_note": note}
+    out = {"confirmed": computes, "local_max_abs": check.max_abs,
+           "local_passed": check.passed, "cause": cause, "confirm_note": note}
+    if cause != div.get("cause"):  # the message said what the check disproved
+        head = f"{div.get('op_type', '')} {div.get('node_id', check.node_id)}".strip()
+        out["message"] = (f"{head} computes differently: fed the reference's inputs its output "
+                          f"still differs (local max_abs {check.max_abs:.3g})" if computes else
+                          f"{head}: its output differs (max_abs {div.get('max_abs', math.nan):.3g})"
+                          f", but fed the reference's inputs it agrees (local max_abs "
+                          f"{check.max_abs:.3g}): the difference comes in through its inputs")
+    return out

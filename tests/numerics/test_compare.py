@@ -322,3 +322,27 @@ def test_an_int8_candidate_is_judged_as_int8_by_default():
     # a real difference still fails: the candidate's logits scaled by 1.5 (SQNR ~6 dB)
     q.add_node("logits", "Mul", inputs=[1.5], verify=False)
     assert not compare(lab, q).passed
+
+
+def test_confirm_cuts_a_qdq_candidates_node_out_with_its_quantize_pair():
+    # the counterpart of a Conv's output in a QDQ model is the DequantizeLinear after it,
+    # whose QuantizeLinear input has no counterpart: confirm said "not confirmed: no
+    # counterpart" for every int8 divergence
+    from onnx_lab import to_int8_static
+
+    lab = onnx_lab.open("sample:convnet")
+    q = to_int8_static(lab, n=2)
+    q.scale_initializer("block2.conv.weight_scale", 3.0, verify=False)  # the planted bug
+    fd = compare(lab, q, confirm=True).first_divergence
+    assert fd["node_id"] == "/block2/conv/Conv" and fd["confirmed"] is True
+    assert "cut out with /block2/conv/Conv_output_0_QuantizeLinear, /block2/conv/Conv" \
+        in fd["confirm_note"]
+    # healthy: fed the reference's inputs, the quantized Conv agrees
+    from onnx_lab.numerics.confirm import local_check
+
+    c = compare(lab, to_int8_static(lab, n=2))
+    check = local_check(c, {"cand_node_id": "/block2/conv/Conv_output_0_DequantizeLinear",
+                            "node_id": "/block2/conv/Conv"})
+    assert check.region[1:] == ["/block2/conv/Conv_output_0_QuantizeLinear", "/block2/conv/Conv"]
+    assert list(check.feeds) == ["/block1/pool/MaxPool_output_0_DequantizeLinear_Output"]
+    assert check.passed
