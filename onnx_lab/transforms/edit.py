@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -158,17 +158,20 @@ class AddNode(_EditPass):
                                 "not an array of numbers.", fix="Pass numbers, a rectangular "
                                 "list, a numpy array or a tensor name.")
             if not isinstance(x, np.ndarray):
-                # numbers take the tensor's dtype (Add/Mul/Clip); shapes and axes are int64;
-                # values for a tensor of strings stay as given
-                arr = arr.astype(np.int64 if schema.name in ("Reshape", "Expand", "Tile",
-                                                             "Unsqueeze", "Squeeze", "Slice",
-                                                             "Pad", "ReduceSum") or
+                # numbers take the tensor's dtype (Add/Mul/Clip); an input the schema types
+                # as integers only (shapes, axes, TopK's K, Split's parts) is int64; values
+                # for a tensor of strings stay as given
+                arr = arr.astype(np.int64 if _integer_input(schema, i + 1) or
                                  (arr.dtype.kind in "iu" and dtype.kind not in "f")
                                  else arr.dtype if dtype.kind == "O" else dtype)
             inputs.append(rw.add_initializer(g, f"{name}/in{i + 1}", arr))
         out = ir.Value(name=rw.unique_name(f"{name}_output"))
+        # an op with several outputs (TopK's values and indices, Split's parts) gets them
+        # all; the first takes the tensor's place, the others are there to be read
+        extra = [ir.Value(name=rw.unique_name(f"{name}_output_{i}"))
+                 for i in range(1, _output_count(schema, self.options))]
         node = ir.Node(self.options["domain"], schema.name, inputs, attributes=attrs,
-                       outputs=[out], name=name)
+                       outputs=[out, *extra], name=name)
         producer = src.producer()
         if producer is not None and producer.graph is g:
             g.insert_after(producer, node)
@@ -188,6 +191,40 @@ class AddNode(_EditPass):
                 # a graph output needs its type: the op's (a Cast changes it), by inference
                 out.type, out.shape = _infer_output(model, node, src, info)
         rw.record(node, [producer] if producer is not None else [])
+
+
+_INTEGER_TYPES = {"tensor(int64)", "tensor(int32)", "tensor(int16)", "tensor(int8)",
+                  "tensor(uint64)", "tensor(uint32)", "tensor(uint16)", "tensor(uint8)"}
+
+
+def _integer_input(schema: Any, position: int) -> bool:
+    """Whether the op's input at ``position`` takes integer tensors only (by its schema)."""
+    formal = schema.inputs[min(position, len(schema.inputs) - 1)] if schema.inputs else None
+    if formal is None:
+        return False
+    allowed = {formal.type_str}
+    for c in schema.type_constraints:
+        if c.type_param_str == formal.type_str:
+            allowed = set(c.allowed_type_strs)
+    return bool(allowed) and allowed <= _INTEGER_TYPES and "tensor(int64)" in allowed
+
+
+def _output_count(schema: Any, options: Mapping[str, Any]) -> int:
+    """How many outputs the new node gets: ``num_outputs`` when given, else as many as a
+    Split's ``split`` input has parts, else the op's required outputs."""
+    attrs = options.get("attributes") or {}
+    if "num_outputs" in attrs:
+        try:
+            return max(1, int(attrs["num_outputs"]))
+        except (TypeError, ValueError):
+            return 1
+    extra = options.get("inputs") or []
+    if schema.name == "Split" and extra and extra[0] is not None \
+            and not isinstance(extra[0], str):
+        return max(1, int(np.asarray(extra[0]).size))
+    if schema.name == "Split" and attrs.get("split") is not None:  # before opset 13
+        return max(1, len(list(attrs["split"])))
+    return max(1, schema.min_output)
 
 
 def _numeric_dtype(name: str | None) -> np.dtype:

@@ -298,6 +298,27 @@ def test_add_node_between_nodes_and_bad_forms(convnet):
     _refused(convnet, lambda: convnet.add_node("logits", "Add"), "inputs")
 
 
+@pytest.mark.parametrize("op, attrs, inputs, n_out", [
+    ("TopK", {"axis": -1}, [[3]], 2),                 # K is int64 by the schema; 2 outputs
+    ("Split", {"axis": 1, "num_outputs": 2}, None, 2),
+    ("Split", {"axis": 1}, [[4, 6]], 2),              # the parts' sizes (of 10): int64
+])
+def test_add_node_of_an_op_with_several_outputs(convnet, tmp_path, op, attrs, inputs, n_out):
+    # TopK was refused ("Output 1 is out of bounds", K made float32) and a Split got one
+    # output, so the model no longer ran
+    if "num_outputs" in attrs:
+        convnet.convert_opset(18)  # Split's num_outputs is opset 18's
+    r = convnet.add_node("logits", op, attrs, inputs)
+    assert r.modified and r.verify_passed is not False, r.notes
+    node = next(n for n in convnet.model.graph if n.op_type == op)
+    assert len(node.outputs) == n_out and node.outputs[0].name == "logits"
+    import onnxruntime as ort
+    out = convnet.save(tmp_path / "m.onnx")
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    y = sess.run(None, {"input": np.ones((1, 3, 32, 32), np.float32)})[0]
+    assert y.shape == (1, {"TopK": 3}.get(op, 5 if attrs.get("num_outputs") else 4))
+
+
 def test_the_script_replays_the_session(convnet, tmp_path):
     np.save(tmp_path / "w.npy",
             convnet.model.graph.initializers["block1.conv.weight"].const_value.numpy() * 2)
