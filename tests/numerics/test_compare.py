@@ -346,3 +346,24 @@ def test_confirm_cuts_a_qdq_candidates_node_out_with_its_quantize_pair():
     assert check.region[1:] == ["/block2/conv/Conv_output_0_QuantizeLinear", "/block2/conv/Conv"]
     assert list(check.feeds) == ["/block1/pool/MaxPool_output_0_DequantizeLinear_Output"]
     assert check.passed
+
+
+def test_a_cut_whose_node_also_makes_a_fed_tensor_is_refused_not_run():
+    # onnxruntime's EmbedLayerNormalization: output 0 has a counterpart (fed), output 1 (the
+    # mask index) has none; reaching up to the node made a model defining output 0 twice,
+    # and compare(confirm=True) raised RuntimeLoadError instead of giving a note
+    from onnx_lab.core.model import LabModel
+    from onnx_lab.numerics.confirm import _region_inputs
+
+    g = onnx.helper.make_graph(
+        [onnx.helper.make_node("Split", ["x"], ["p", "q"], name="split", axis=0,
+                               num_outputs=2),
+         onnx.helper.make_node("Add", ["p", "q"], ["z"], name="add")], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4])],
+        [onnx.helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [2])])
+    m = LabModel(onnx_lab.open(onnx.helper.make_model(
+        g, opset_imports=[onnx.helper.make_opsetid("", 18)])).model.ir)
+    assert _region_inputs(m, "add", ["p", "q"], {"p": "p", "z": "z"}, {"x"}, set()) == ([], [])
+    # with no counterpart for either output the cut reaches the graph input
+    assert _region_inputs(m, "add", ["p", "q"], {"z": "z"}, {"x"}, set()) == (["x"],
+                                                                              ["add", "split"])
