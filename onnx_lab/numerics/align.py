@@ -757,6 +757,10 @@ class SameQuantity:
             return (f"not the same quantity: candidate {cand_tensor!r} is "
                     f"{self.cand.types()[cand_tensor].dtype}, the reference's "
                     f"{ref_tensor!r} {self.ref.types()[ref_tensor].dtype}")
+        if weak and cand_tensor != ref_tensor:  # the same name: a shape change is the news
+            why = _shapes_differ(self.ref, ref_tensor, self.cand, cand_tensor)
+            if why is not None:
+                return why
         if rn.op_type == cn.op_type == "Shape":
             why = self._shape_of_another(rn, cn, c_nid, r_nid)
             if why is not None:
@@ -890,6 +894,24 @@ def _free_dims(model: LabModel) -> set[str]:
 
 def _dims_text(shape: Sequence[Any]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _shapes_differ(ref: LabModel, ref_tensor: str, cand: LabModel, cand_tensor: str
+                   ) -> str | None:
+    """Why a guessed pair cannot hold one quantity by its inferred shapes (another rank, or a
+    size both sides know that differs), or None. onnxruntime's PadFusion folds a Pad into the
+    Conv after it, and a provenance that credits the Pad to the node before paired the
+    Pad's [1, 48, 49, 49] with that node's [1, 48, 48, 48]."""
+    ri, ci = ref.types().get(ref_tensor), cand.types().get(cand_tensor)
+    rs = ri.shape if ri is not None else None
+    cs = ci.shape if ci is not None else None
+    if rs is None or cs is None:
+        return None
+    if len(rs) != len(cs) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                 for a, b in zip(rs, cs)):
+        return (f"not the same quantity: candidate {cand_tensor!r} has shape {list(cs)}, the "
+                f"reference's {ref_tensor!r} {list(rs)}")
+    return None
 
 
 def _kind(model: LabModel, name: str) -> str | None:

@@ -51,11 +51,10 @@ from onnx_lab.core.values import is_constant
 from onnx_lab.errors import InputError, LabError
 from onnx_lab.numerics.compare import (
     Comparison,
-    _computing_preset,
     _load,
     _session,
     compare,
-    weight_only_preset,
+    default_preset,
 )
 from onnx_lab.numerics.metrics import (
     NEXT_TOKEN,
@@ -465,8 +464,9 @@ def compare_llm(reference: Any, candidate: Any, tokens: Any = None, *,
     rdims = {**shared, **ref.dims, **(dims or {})}
     cdims = {**shared, **cand.dims, **(dims or {})}
     io_r, io_c = decoder_io(ref.model), decoder_io(cand.model)
-    preset = preset or weight_only_preset(cand.model, ref.model) or _computing_preset(
-        cand.model) or "fp32"
+    # compare()'s rule: int4 for weight-only ops, int8 for a candidate that quantizes
+    # activations (a healthy dynamic-int8 decoder failed float32's KL 1e-3), fp16/bf16
+    preset = preset or default_preset(cand.model, ref.model) or "fp32"
     target = NEXT_TOKEN.get(preset, NEXT_TOKEN["fp32"])
     target = NextToken(target.min_top1 if min_top1 is None else float(min_top1),
                        target.max_kl if max_kl is None else float(max_kl))

@@ -119,9 +119,32 @@ def _quantize(model: LabModel, fn, **kw) -> LabModel:
     root = logging.getLogger()
     root.addFilter(_ADVICE_FILTER)
     try:
-        return _quantize_files(model, fn, **kw)
+        try:
+            return _quantize_files(model, fn, **kw)
+        except PassError as e:
+            if "Unable to find data type" not in e.problem:
+                raise
+            # onnxruntime's contrib ops (GroupQueryAttention, RotaryEmbedding, the fused
+            # LayerNorms of a genai build) have no ONNX shape inference, so their outputs
+            # have no type and the quantizer stops; they are the model's float type
+            extra = {**(kw.pop("extra_options", None) or {}),
+                     "DefaultTensorType": _float_type(model)}
+            return _quantize_files(model, fn, extra_options=extra, **kw)
     finally:
         root.removeFilter(_ADVICE_FILTER)
+
+
+def _float_type(model: LabModel) -> int:
+    """The float type of ``model``'s weights (``onnx.TensorProto`` code): float16 when most
+    float weights are, else float32."""
+    half = full = 0
+    for g in model.ir.graphs():
+        for v in g.initializers.values():
+            if v.dtype == ir.DataType.FLOAT16:
+                half += 1
+            elif v.dtype == ir.DataType.FLOAT:
+                full += 1
+    return onnx.TensorProto.FLOAT16 if half > full else onnx.TensorProto.FLOAT
 
 
 def _quantize_files(model: LabModel, fn, source: Path | None = None, **kw) -> LabModel:

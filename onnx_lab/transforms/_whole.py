@@ -95,6 +95,14 @@ def _same_weights(a: ir.Model, b: ir.Model) -> bool:
     return True
 
 
+def _pads_changed(old: ir.Node, new: ir.Node) -> bool:
+    """Whether a kept node's ``pads`` differ from its earlier version's."""
+    a, b = old.attributes.get("pads"), new.attributes.get("pads")
+    va = list(a.value) if a is not None and a.type == ir.AttributeType.INTS else None
+    vb = list(b.value) if b is not None and b.type == ir.AttributeType.INTS else None
+    return (va is not None or vb is not None) and va != vb
+
+
 def trace_provenance(before: LabModel, new: LabModel, *, fused_ops: bool = False
                      ) -> tuple[dict[str, list[str]], list[str], list[str]]:
     """Map the nodes of ``new`` to ids of ``before`` and stamp their origins.
@@ -130,11 +138,16 @@ def trace_provenance(before: LabModel, new: LabModel, *, fused_ops: bool = False
     # the Conv's output name, and the Relu after it now reads that name).
     absorbed: dict[str, list[str]] = {}
 
-    def _absorb(old_name: str | None, new_name: str | None) -> None:
+    def _absorb(old_name: str | None, new_name: str | None, reader: str | None = None) -> None:
         if not old_name or not new_name or old_name == new_name:
             return
         src = b_idx.producer.get(old_name)
-        dst = a_idx.producer.get(new_name)
+        # ``reader``: the kept node that reads the new tensor, when its ``pads`` changed: a
+        # removed Pad went into it (onnxruntime's PadFusion into the Conv or pool after it),
+        # not into the producer of what the Pad read
+        dst = reader if reader is not None and src is not None \
+            and b_idx.entries[src].node.op_type == "Pad" \
+            else a_idx.producer.get(new_name)
         if src in removed_set and dst is not None:
             absorbed.setdefault(dst, []).append(src)
 
@@ -144,8 +157,10 @@ def trace_provenance(before: LabModel, new: LabModel, *, fused_ops: bool = False
         old = b_idx.entries[direct[nid][0]].node
         if fused_ops and old.op_type != e.node.op_type:
             continue  # a fused node carrying one old node's tag: its inputs are not that node's
+        reader = nid if _pads_changed(old, e.node) else None
         for bv, av in zip(old.inputs, e.node.inputs):
-            _absorb(bv.name if bv is not None else None, av.name if av is not None else None)
+            _absorb(bv.name if bv is not None else None, av.name if av is not None else None,
+                    reader)
     for bv, av in zip(before.graph.outputs, new.graph.outputs):
         _absorb(bv.name, av.name)
     seeds: dict[str, list[str]] = {}

@@ -168,3 +168,46 @@ def test_confirm_sees_a_weight_a_node_computes(tmp_path):
 
     check = local_check(c)
     assert not check.passed
+
+
+def _pad_then_depthwise() -> onnx.ModelProto:
+    """Conv+Relu, a Pad, a strided depthwise Conv+Relu: tf2onnx's MobileNet blocks, whose
+    Pads onnxruntime's PadFusion folds into the Conv after them (its ``pads``)."""
+    rng = np.random.default_rng(0)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1"),
+         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+         helper.make_node("Pad", ["r1", "pads"], ["p"], name="pad"),
+         helper.make_node("Conv", ["p", "w2"], ["c2"], name="dw", group=8, strides=[2, 2]),
+         helper.make_node("Relu", ["c2"], ["y"], name="relu2")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(rng.standard_normal((8, 3, 1, 1)).astype(np.float32), "w1"),
+         numpy_helper.from_array(rng.standard_normal((8, 1, 3, 3)).astype(np.float32), "w2"),
+         numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64), "pads")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_pad_folded_into_the_conv_after_it_is_no_divergence():
+    # the Pad was credited to the node before it, so its [1,8,17,17] output was paired with
+    # that node's [1,8,16,16]: "4 out of tolerance" and a first divergence at the Pad
+    # (max_abs nan, shape mismatch) on a model whose outputs agree exactly
+    lab = onnx_lab.open(_pad_then_depthwise())
+    assert lab.apply("ort:extended").verify_passed
+    assert lab.origins["dw"] == ["dw", "pad", "relu2"]
+    assert lab.origins["conv1"] == ["conv1", "relu1"]
+    c = onnx_lab.compare(lab.original, lab)
+    assert c.passed and c.first_divergence is None
+    assert c.layers["passed"].astype(bool).all()
+
+
+def test_a_guessed_pair_of_another_shape_is_no_counterpart():
+    # the safety net under any provenance that credits a node to the wrong fused node: a
+    # pair resting on provenance or structure whose shapes differ holds another quantity
+    from onnx_lab.core.model import LabModel
+    from onnx_lab.numerics.align import _shapes_differ
+
+    m = onnx_lab.open(_pad_then_depthwise()).model
+    assert _shapes_differ(m, "p", m, "r1").startswith("not the same quantity")
+    assert _shapes_differ(m, "r1", m, "c1") is None
+    assert isinstance(m, LabModel)

@@ -126,6 +126,28 @@ def test_healthy_model_keeps_nothing():
 
 
 @pytest.mark.slow
+def test_an_int64_index_beyond_65504_is_no_fp16_overflow():
+    # rotate_half's x[..., d//2:] writes a Slice end of INT64_MAX (a Constant node): the
+    # search called the full conversion an overflow (score inf) and kept the Slices in fp32
+    ends = numpy_helper.from_array(np.array([np.iinfo(np.int64).max], np.int64), "e")
+    g = helper.make_graph(
+        [helper.make_node("Constant", [], ["ends"], name="ends_const", value=ends),
+         helper.make_node("Constant", [], ["starts"], name="starts_const",
+                          value=numpy_helper.from_array(np.array([4], np.int64), "s")),
+         helper.make_node("Constant", [], ["axes"], name="axes_const",
+                          value=numpy_helper.from_array(np.array([-1], np.int64), "a")),
+         helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["half"], name="slice"),
+         helper.make_node("Neg", ["half"], ["neg"], name="neg"),
+         helper.make_node("Tanh", ["neg"], ["y"], name="tanh")], "g",
+        [helper.make_tensor_value_info("x", TP.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, [2, 4])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    plan = lab.find_precision("fp16", progress=False)
+    assert plan.kept == []
+    full = plan.trials.iloc[0]
+    assert full["passed"] and "overflow" not in full["note"]
+
+
 def test_if_bodies_are_candidates():
     lab = onnx_lab.open(rms_overflow(in_if=True))
     sens = lab.sensitivity("bf16", progress=False, recheck=0)

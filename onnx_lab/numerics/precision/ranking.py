@@ -148,11 +148,12 @@ def layerwise(ref: LabModel, cand: LabModel | None, feed_list: list[dict], targe
 def _ref_stats(values: list[np.ndarray]) -> dict:
     """The reference's own statistics of one tensor (no candidate): error fields are zero."""
     st = {"max_abs": 0.0, "max_ref": 0.0, "s_rr": 0.0, "s_ee": 0.0, "numel": 0, "nf_ref": 0,
-          "nf_cand": 0, "values": None}
+          "nf_cand": 0, "values": None, "floating": False}
     for a in values:
         a = _float_array(a)
         if a is None or not a.size:
             continue
+        st["floating"] = st["floating"] or a.dtype.kind == "f"
         if a.dtype.kind != "f":
             a = a.astype(np.float64)
         hi, lo = float(a.max()), float(a.min())  # NaN and inf show here: then count them
@@ -177,10 +178,12 @@ def _pair_stats(refs: list[np.ndarray], cands: list[np.ndarray], target: str) ->
     (NaN/inf counts); int8: a sample of the reference's values for the outlier ratio."""
     acc = MetricAccumulator(rule=_SUMS)
     values = None
+    floating = False
     for ra, ca in zip(refs, cands):
         a, b = _float_array(ra), _float_array(ca)
         if a is None or b is None or a.size != b.size:
             continue
+        floating = floating or a.dtype.kind == "f"
         acc.add(a, b.reshape(a.shape))
         if target == "int8" and a.size and (values is None or values.size < 1 << 20):
             a, b = a.reshape(-1).astype(np.float64), b.reshape(-1)
@@ -188,7 +191,7 @@ def _pair_stats(refs: list[np.ndarray], cands: list[np.ndarray], target: str) ->
             values = a if values is None else np.concatenate([values, a])[: 1 << 20]
     st = {"max_abs": acc.max_abs_finite, "max_ref": acc.max_ref, "s_rr": acc.sum_r2,
           "s_ee": acc.sum_e2, "numel": acc.n_finite, "nf_ref": acc.nan_ref + acc.inf_ref,
-          "nf_cand": acc.nan_cand + acc.inf_cand, "values": values}
+          "nf_cand": acc.nan_cand + acc.inf_cand, "values": values, "floating": floating}
     if values is not None and values.size:
         # int8: noise against the bulk of the signal (|ref| clipped at its 99th percentile),
         # so an outlier that stretches the range cannot hide the resolution it costs every
@@ -227,7 +230,7 @@ def estimate(model: LabModel, candidates: list[str], stats: dict[str, dict], tar
         rel_in = max((_rel(stats[n], target) for n in ins), default=0.0)
         nonfinite = any(stats[n]["nf_cand"] > stats[n]["nf_ref"] for n in outs) and not any(
             stats[n]["nf_cand"] > stats[n]["nf_ref"] for n in ins)
-        overflow = target == "fp16" and any(stats[n]["max_ref"] > FP16_MAX for n in outs + ins)
+        overflow = target == "fp16" and any(_beyond_fp16(stats[n]) for n in outs + ins)
         if math.isinf(rel_out) and math.isinf(rel_in):
             est = 0.0
         else:
@@ -398,10 +401,17 @@ def overflows(s: Search, stats: dict[str, dict], cands: list[str]) -> None:
     cset = set(cands)
     idx = s.model.index
     for t, st in stats.items():
-        if st["max_ref"] > FP16_MAX:
+        if _beyond_fp16(st):
             for nid in [idx.producer.get(t), *idx.consumers.get(t, [])]:
                 if nid in cset:
                     s.required.setdefault(nid, t)
+
+
+def _beyond_fp16(st: dict) -> bool:
+    """A float tensor with a reference value beyond float16's range. Integer tensors are
+    never stored in float16 (an int64 Slice end of INT64_MAX, as rotate_half writes, is
+    not an overflow)."""
+    return st.get("floating", True) and st["max_ref"] > FP16_MAX
 
 
 def _drop(base: float, alone: float) -> float:
