@@ -38,7 +38,7 @@ import numpy as np
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.provenance import ORIGIN_KEY, node_origin, origins
-from onnx_lab.core.values import const_array, is_constant
+from onnx_lab.core.values import const_array, foldable_nodes, is_constant
 
 logger = logging.getLogger(__name__)
 
@@ -761,6 +761,14 @@ class SameQuantity:
             why = _shapes_differ(self.ref, ref_tensor, self.cand, cand_tensor)
             if why is not None:
                 return why
+            if cand_tensor in _constant_made(self.cand) and \
+                    ref_tensor in _constant_made(self.ref):
+                # onnxoptimizer/onnxsim fold a BatchNormalization into the Conv weights a
+                # Constant node held (PaddlePaddle exports): the new weight node keeps the old
+                # one's origin and differs from it by design; what reads it is compared
+                return (f"a weight the rewrite computed anew: candidate {cand_tensor!r} is made "
+                        f"from constants, as the reference's {ref_tensor!r} is; the nodes that "
+                        "read it are compared")
         if rn.op_type == cn.op_type == "Shape":
             why = self._shape_of_another(rn, cn, c_nid, r_nid)
             if why is not None:
@@ -894,6 +902,20 @@ def _free_dims(model: LabModel) -> set[str]:
 
 def _dims_text(shape: Sequence[Any]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _constant_made(model: LabModel) -> set[str]:
+    """Main-graph tensors computed from constants only: Constant nodes' outputs and those of
+    nodes reading nothing else (a Mul of a weight and a BatchNormalization's scale)."""
+    def build() -> frozenset[str]:
+        out = {v.name for e in model.index.entries.values() if e.graph == ""
+               and e.node.op_type == "Constant" and e.node.domain in ("", "ai.onnx")
+               for v in e.node.outputs if v.name}
+        out.update(v.name for _nid, node in foldable_nodes(model).values()
+                   for v in node.outputs if v.name)
+        return frozenset(out)
+
+    return model.cached(("align_constant_made",), build)
 
 
 def _shapes_differ(ref: LabModel, ref_tensor: str, cand: LabModel, cand_tensor: str

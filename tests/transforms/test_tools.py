@@ -466,3 +466,39 @@ def test_an_onnxsim_failure_with_every_shape_given_does_not_ask_for_shapes():
         assert "Give the input shapes" not in e.fix and "every input shape given" in e.fix
     else:  # an onnxsim that handles it: verified like any tool step
         assert r.verify_passed is not False
+
+
+def _paddle_conv_bn() -> onnx.ModelProto:
+    """Conv + BatchNormalization + Relu whose weights are Constant nodes, as PaddlePaddle
+    exports (PP-OCR) write them."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def const(name, arr):
+        return helper.make_node("Constant", [], [name], name=f"{name}_c",
+                                value=numpy_helper.from_array(arr.astype(np.float32), name))
+
+    nodes = [const("w", rng.standard_normal((4, 3, 3, 3))), const("cb", rng.standard_normal(4)),
+             const("scale", rng.uniform(0.5, 2, 4)), const("bias", rng.standard_normal(4)),
+             const("mean", rng.standard_normal(4)), const("var", rng.uniform(0.5, 2, 4)),
+             helper.make_node("Conv", ["x", "w", "cb"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["b"],
+                              name="bn"),
+             helper.make_node("Relu", ["b"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", 1, [1, 4, 8, 8])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("tool", ["onnxoptimizer", "onnxsim"])
+def test_a_batchnorm_folded_into_constant_node_weights_is_no_false_alarm(tool):
+    # the tool's new weight node (a Mul W*scale, a new Constant) keeps the old weight's
+    # origin: it was compared with the unfolded weight and the step failed (PP-OCR cls/rec/det)
+    lab = onnx_lab.open(_paddle_conv_bn())
+    r = lab.apply(tool)
+    assert r.modified and r.verify_passed, r.notes
+    assert "BatchNormalization" not in set(lab.nodes.op_type)
