@@ -24,6 +24,7 @@ from onnx_lab.core.shapes import validate_dims
 from onnx_lab.core.source import load_source, resolve
 from onnx_lab.core.source_map import carry_sources
 from onnx_lab.errors import (
+    PassError,
     forwards,
     strict_keywords,
     strict_methods,
@@ -167,6 +168,19 @@ def _converted(source: Any, model: LabModel, what: str) -> Lab:
     """A Lab of ``model``, converted from ``source``: same dims/shapes, and it remembers the
     source's file (``save`` never overwrites it without ``overwrite=True``)."""
     before, dims, shapes = resolve(source)
+    if not model.index.stored_in_order():
+        # onnxruntime's quantizer appends the nodes it makes for a Loop body's outer reads
+        # after the Loop: onnx's checker (and lab.check()) refuses such a graph
+        model = model.sorted_clone()
+    from onnx_lab.runtime.session import default_load_regression  # onnxruntime: on use
+
+    problem = default_load_regression(model, before)
+    if problem is not None:
+        # in the caller's process such a model ends it (a dynamic-int8 LSTM aborts
+        # onnxruntime 1.32 at load): what profile() or a deployment would do
+        raise PassError(f"The {what} of this model cannot be used: {problem}.",
+                        fix="Keep some nodes out of it (nodes_to_exclude=[...] for int8, "
+                        "block_list=[...] for fp16: the Loop/LSTM or the If it names).")
     # Quantization and conversion tools drop the PyTorch source of the nodes they replace.
     carry_sources(before, model)
     paths = _source_paths(source)
@@ -568,14 +582,26 @@ class Lab:
         from its own folder before it replaces anything, else SaveError naming the file and
         onnxruntime's message (a model onnxruntime cannot load from memory either, such as
         one with ops for another runtime, is saved as it is, unless the original version
-        loads: then a step broke it, and SaveError says so).
+        loads: then a step broke it, and SaveError says so). A version made by steps must
+        also load where the original does with onnxruntime's default options (graph
+        optimizations on, asked in a child process: what a deployment does).
         """
         from onnx_lab.core.save import save
-        from onnx_lab.runtime.session import load_problem
+        from onnx_lab.runtime.session import default_load_regression, load_problem
 
         model, original = self._history.model, self._history.original.model
+        # onnxruntime's own offline levels are loaded at that level or lower (its advice, in
+        # the step's notes): their versions are not held to the default options
+        steps = self._history.versions[1:self._history.version.step + 1]
+        offline = any(v.result is not None and v.result.name.startswith("ort:") for v in steps)
+
+        def loads(p: Path) -> str | None:
+            return load_problem(p, model, original) or (
+                default_load_regression(p, original)
+                if model is not original and not offline else None)
+
         return save(self._history, path, external_data=external_data, overwrite=overwrite,
-                    check=(lambda p: load_problem(p, model, original)) if check else None)
+                    check=loads if check else None)
 
 
     # Edits: lab.<edit pass>(...) is lab.apply(<pass>, ...), generated from the registry.

@@ -51,6 +51,7 @@ from onnx_lab.numerics.verify import (
     report_rows,
     verify_extract,
 )
+from onnx_lab.runtime.session import default_load_regression
 from onnx_lab.transforms.apply import preset_passes, run_pass
 from onnx_lab.transforms.base import PassResult, pass_kind, pass_traits
 from onnx_lab.transforms.extract import extract_model
@@ -398,6 +399,8 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                     _regions.advance(result)
             if not preserving:
                 _expected_change(result)
+            if kind == "tool" and not pass_name.startswith("ort:"):
+                _default_load_check(before, result)
             if _cache is not None:
                 # Only the new version can be the next step's reference: drop older captures
                 # (BERT-base at sequence 128: 320 MB per version).
@@ -411,6 +414,20 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
         if lone is not None:
             lone.finish(result.model)
         return result
+
+
+def _default_load_check(before: Any, result: Any) -> None:
+    """Fail a tool's step whose result onnxruntime cannot load at its default options while it
+    loads the model before (verification runs with optimizations off: onnxsim's silero-vad
+    passed, and every deployment's session refused it). onnxruntime's own levels (``ort:*``)
+    note it instead: onnxruntime advises loading a model it optimized at that level."""
+    problem = default_load_regression(result.model, before)
+    if problem is None:
+        return
+    result.verify_passed = False
+    result.notes.append(f"verification failed: the new model does not load: {problem}. "
+                        "Keep the version before it (lab.undo()), or load the result with "
+                        "SessionOptions.graph_optimization_level = ORT_DISABLE_ALL")
 
 
 def _renamed_input_shapes(before: Any, after: Any, shapes: dict[str, list[int]]

@@ -847,3 +847,77 @@ def ort_version() -> str:
     import onnxruntime as ort
 
     return ort.__version__
+
+
+_DEFAULT_LOAD = """
+import sys
+import onnxruntime as ort
+so = ort.SessionOptions()
+so.log_severity_level = 4
+so.enable_cpu_mem_arena = False
+so.add_session_config_entry("session.disable_prepacking", "1")
+try:
+    ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+except Exception as e:
+    print(str(e).strip().splitlines()[0][:400] if str(e).strip() else type(e).__name__)
+    sys.exit(3)
+"""
+
+
+def default_load_problem(model: LabModel, step: str = "load check",
+                         timeout: float = 600.0) -> str | None:
+    """Why a fresh ``onnxruntime.InferenceSession`` at its *default* options (every graph
+    optimization on, CPU) cannot load ``model`` saved as ``lab.save`` writes it, or None.
+
+    Verification and the save check load with optimizations off; a deployment loads with
+    them on, where some rewrites of other tools stop onnxruntime's own optimizers (onnxsim's
+    silero-vad: "First input tensor must have rank 3" in an LSTM of an If branch) or abort
+    the process (a C++ assertion on a dynamic-int8 LSTM). So the session is made in a child
+    process (:func:`default_path_problem`): an abort is a problem named here, never the end
+    of the caller's kernel. Cached on ``model``.
+    """
+    from onnx_lab.core.handoff import model_folder
+
+    def build() -> tuple[str | None]:
+        with model_folder(model, step) as path:
+            return (default_path_problem(path, timeout),)
+
+    return model.cached(("default_load_problem",), build)[0]
+
+
+def default_path_problem(path: str | os.PathLike, timeout: float = 600.0) -> str | None:
+    """Why onnxruntime at its default options cannot load the model file at ``path``, asked
+    in a child process (see :func:`default_load_problem`), or None (also when the check ran
+    past ``timeout`` seconds: no claim either way)."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", _DEFAULT_LOAD, os.fspath(path)],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        logger.info("%s: the default-options load check ran past %.0f s", path, timeout)
+        return None
+    if done.returncode == 0:
+        return None
+    if done.returncode < 0:
+        return (f"onnxruntime aborted the process (signal {-done.returncode}) while loading "
+                "it at its default options")
+    lines = (done.stdout.strip() or done.stderr.strip()).splitlines()
+    return _ort_text(lines[-1])[:400] if lines else f"exit code {done.returncode}"
+
+
+def default_load_regression(path: str | os.PathLike | LabModel, loaded_from: LabModel | None
+                            ) -> str | None:
+    """Why the model file at ``path`` (or a LabModel) does not load in onnxruntime at its
+    default options while ``loaded_from`` (the version it was made from) does, or None.
+    Skipped (None) past 4 GB of weights: the child process holds a second copy."""
+    if loaded_from is None or loaded_from.weights_nbytes() > 2 * _PROTO_LIMIT:
+        return None
+    problem = default_load_problem(path) if isinstance(path, LabModel) else \
+        default_path_problem(path)
+    if problem is None or default_load_problem(loaded_from) is not None:
+        return None
+    return (f"onnxruntime at its default options (graph optimizations on, as a deployment "
+            f"loads it) does not load it, while it loads the version it was made from: "
+            f"{problem}")

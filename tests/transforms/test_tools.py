@@ -502,3 +502,69 @@ def test_a_batchnorm_folded_into_constant_node_weights_is_no_false_alarm(tool):
     r = lab.apply(tool)
     assert r.modified and r.verify_passed, r.notes
     assert "BatchNormalization" not in set(lab.nodes.op_type)
+
+
+def _branchy(broken: bool) -> onnx.ModelProto:
+    """y = If(sum(x) > 1e9): then-branch never taken by real inputs. Its input's rank comes
+    from a Squeeze with computed axes: onnxruntime learns it (rank 2) only by constant
+    folding, at its default options; ``broken`` puts an LSTM (rank 3 only) in the branch,
+    so the model loads with optimizations off and not with them on (onnxsim's silero-vad)."""
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    h = 4
+    then_nodes = [helper.make_node("ReduceSum", ["xr"], ["t"], keepdims=0)]
+    if broken:
+        then_nodes = [helper.make_node("LSTM", ["xr", "W", "R"], ["Y"], hidden_size=h),
+                      helper.make_node("ReduceSum", ["Y"], ["t"], keepdims=0)]
+    then = helper.make_graph(then_nodes, "then", [],
+                             [helper.make_tensor_value_info("t", T.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("ReduceMax", ["xr"], ["e"], keepdims=0)],
+                              "else", [], [helper.make_tensor_value_info("e", T.FLOAT, None)])
+    g = helper.make_graph(
+        [helper.make_node("Add", ["a1", "a2"], ["ax"], name="axes"),
+         helper.make_node("Squeeze", ["x", "ax"], ["xr"], name="squeeze"),
+         helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+         helper.make_node("Greater", ["s", "big"], ["c"], name="gt"),
+         helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
+        "g", [helper.make_tensor_value_info("x", T.FLOAT, [1, 5, 3])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        [numpy_helper.from_array(np.array([0], np.int64), "a1"),
+         numpy_helper.from_array(np.array([0], np.int64), "a2"),
+         numpy_helper.from_array(np.array(1e9, np.float32), "big"),
+         numpy_helper.from_array(np.ones((1, 4 * h, 3), np.float32), "W"),
+         numpy_helper.from_array(np.ones((1, 4 * h, h), np.float32), "R")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_a_tool_result_a_default_session_cannot_load_fails_its_step(tmp_path):
+    # verification runs with optimizations off; a deployment loads with them on: onnxsim's
+    # silero-vad passed its step and lab.save, and every default session refused the file
+    from onnx_lab.transforms._whole import WholeModelPass
+    from onnx_lab.transforms.base import register_pass
+
+    @register_pass("test_tool_breaking_default_load", kind="tool")
+    class _Breaks(WholeModelPass):
+        """Test tool (wrong for a deployment): the untaken branch gets an LSTM."""
+
+        def rebuild(self, model):
+            return self.from_proto(_branchy(broken=True), model)
+
+    import onnxruntime as ort
+
+    lab = onnx_lab.open(_branchy(broken=False))
+    r = lab.apply("test_tool_breaking_default_load")
+    assert r.modified and r.verify_passed is False
+    assert any("does not load" in n and "First input tensor must have rank 3" in n
+               for n in r.notes), r.notes
+    with pytest.raises(onnx_lab.errors.SaveError, match="as a deployment loads it"):
+        lab.save(tmp_path / "broken.onnx")
+    out = lab.save(tmp_path / "broken.onnx", check=False)
+    with pytest.raises(Exception, match="rank 3"):
+        ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ort.InferenceSession(str(out), so, providers=["CPUExecutionProvider"])  # as noted

@@ -31,7 +31,7 @@ from onnx_lab.numerics.metrics import Rule, judge
 from onnx_lab.numerics.precision import trials
 from onnx_lab.numerics.precision.trials import Converter
 from onnx_lab.numerics.quantize import Calibration
-from onnx_lab.runtime.session import load_problem
+from onnx_lab.runtime.session import default_load_regression, load_problem
 
 __all__ = ["PrecisionPlan", "OUTPUT_COLUMNS"]
 
@@ -148,8 +148,12 @@ class PrecisionPlan:
         if external_data == "auto" and src is not None:
             external_data = wants_external(self.model, like=src)
         model = self.model
+
+        def loads(p: Path) -> str | None:  # also as a deployment loads it, where src does
+            return load_problem(p, model, src) or default_load_regression(p, src)
+
         return save(history, path, external_data=external_data, overwrite=overwrite,
-                    check=(lambda p: load_problem(p, model)) if check else None)
+                    check=loads if check else None)
 
     def kept_by_module(self, depth: int | None = None) -> pd.DataFrame:
         """The kept nodes per PyTorch module of the source model (see
