@@ -163,7 +163,12 @@ def local_check(comparison: Any, divergence: dict[str, Any] | None = None, *,
                               + [pairs[o] for o in outs]))
     ref_vals = capture_run(ref, {k: v for k, v in feeds_all.items()
                                  if k in {i.name for i in ref.graph.inputs}}, outputs=want)
-    graph = extract_graph(cand, data, outs)
+    try:
+        graph = extract_graph(cand, data, outs)
+    except ValueError as e:  # a body reading the enclosing graph (an If): no clean cut
+        raise InputError(f"{nid!r} cannot be cut out of the candidate: {e}",
+                         fix="Check the node's inputs in comparison.layers; a node whose "
+                         "If/Loop bodies read the enclosing graph is not cut out.") from e
     graph.opset_imports.update(cand.ir.opset_imports)
     # Cut tensors need types: the candidate's inferred dtype, the fed value's shape.
     types = cand.types(comparison.candidate.dims, comparison.candidate.shapes)
@@ -201,9 +206,18 @@ def local_check(comparison: Any, divergence: dict[str, Any] | None = None, *,
                       {o: np.asarray(got[o]) for o in outs}, metrics, rules, preset, region)
 
 def _data_inputs(model: LabModel, node: ir.Node, makers: set[str]) -> list[str]:
-    """The inputs of ``node`` that carry data (not weights, nor weights nodes compute)."""
-    return [v.name for v in node.inputs if v is not None and v.name
-            and not is_constant(v, stored=True) and model.index.producer.get(v.name) not in makers]
+    """The inputs of ``node`` that carry data (not weights, nor weights nodes compute), and
+    the values of the enclosing graph its If/Loop bodies read (silero-vad's If reads the
+    audio in its branches)."""
+    idx = model.index
+    out = [v.name for v in node.inputs if v is not None and v.name
+           and not is_constant(v, stored=True) and idx.producer.get(v.name) not in makers]
+    for name in idx.entries[idx.node_id(node)].implicit_inputs:
+        v = idx.values.get(name)
+        if v is not None and name not in out and not is_constant(v, stored=True) \
+                and idx.producer.get(name) not in makers:
+            out.append(name)
+    return out
 
 
 def _region_inputs(cand: LabModel, nid: str, data: list[str], pairs: dict[str, str],

@@ -367,3 +367,33 @@ def test_a_cut_whose_node_also_makes_a_fed_tensor_is_refused_not_run():
     # with no counterpart for either output the cut reaches the graph input
     assert _region_inputs(m, "add", ["p", "q"], {"z": "z"}, {"x"}, set()) == (["x"],
                                                                               ["add", "split"])
+
+
+def test_confirm_cuts_an_if_out_with_the_values_its_branches_read():
+    # silero-vad: a weight inside the If's branch was wrong; the cut left out the audio the
+    # branches read from the main graph and onnx_ir raised a raw ValueError
+    def model(scale: float) -> onnx.ModelProto:
+        h = onnx.helper
+        w = onnx.numpy_helper.from_array(np.full(4, scale, np.float32), "w")
+        then = h.make_graph([h.make_node("Mul", ["a", "w"], ["t"])], "then", [],
+                            [h.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [4])], [w])
+        other = h.make_graph([h.make_node("Neg", ["a"], ["e"])], "else", [],
+                             [h.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [4])])
+        g = h.make_graph(
+            [h.make_node("Relu", ["x"], ["a"], name="relu"),
+             h.make_node("Greater", ["sr", "k"], ["c"], name="gt"),
+             h.make_node("If", ["c"], ["f"], name="if", then_branch=then, else_branch=other),
+             h.make_node("Tanh", ["f"], ["y"], name="tanh")], "g",
+            [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4]),
+             h.make_tensor_value_info("sr", onnx.TensorProto.INT64, [])],
+            [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4])],
+            [onnx.numpy_helper.from_array(np.array(8000, np.int64), "k")])
+        return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+    feeds = {"x": np.linspace(-1, 1, 4, dtype=np.float32), "sr": np.array(16000, np.int64)}
+    fd = compare(model(1.0), model(1.1), feeds=feeds, confirm=True).first_divergence
+    assert fd["node_id"] == "if" and fd["confirmed"] is True, fd
+    from onnx_lab.numerics.confirm import local_check
+
+    check = local_check(compare(model(1.0), model(1.1), feeds=feeds))
+    assert sorted(check.feeds) == ["a", "c"]
