@@ -204,18 +204,74 @@ def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = Non
 
     model = resolve(source)[0]
     exclude = _node_names(model, nodes_to_exclude, "nodes_to_exclude")
+    model = _lifted(model)
     kw = {"weight_type": QuantType.QInt8, "nodes_to_exclude": exclude,
           "reduce_range": reduce_range_for(reduce_range)}
     if not _has_bodies(model):
-        return _quantize(model, quantize_dynamic, **kw)
+        return _something_quantized(_quantize(model, quantize_dynamic, **kw), "dynamic")
     # If/Loop/Scan bodies (an optimum merged decoder: every MatMul inside an If on
     # use_cache_branch): onnxruntime's dynamic quantizer enters them with EnableSubgraph
     try:
-        return _quantize(model, quantize_dynamic, extra_options={"EnableSubgraph": True}, **kw)
+        out = _quantize(model, quantize_dynamic, extra_options={"EnableSubgraph": True}, **kw)
     except PassError as e:
         logger.warning("int8 dynamic quantization of the If/Loop bodies failed (%s): only the "
                        "main graph is quantized, the bodies stay in float32", e.problem)
-        return _quantize(model, quantize_dynamic, **kw)
+        out = _quantize(model, quantize_dynamic, **kw)
+    return _something_quantized(out, "dynamic")
+
+
+_QUANTIZED_OPS = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+                  "QLinearMatMul", "QLinearConv", "DynamicQuantizeMatMul", "QAttention",
+                  "QGemm", "QLinearAdd", "QLinearMul")
+
+
+def _something_quantized(model: LabModel, kind: str) -> LabModel:
+    """``model``, or InputError when the quantizer changed no op (every weight it
+    could take was excluded, or the compute is out of its reach)."""
+    if any(n.op_type in _QUANTIZED_OPS for g in model.ir.graphs() for n in g):
+        return model
+    raise InputError(f"The {kind} int8 quantization quantized nothing: onnxruntime's "
+                     "quantizer found no MatMul, Conv or Gemm with a weight it could take "
+                     "(all excluded, or none in the model).",
+                     fix="Check nodes_to_exclude, and lab.nodes for the ops to quantize; the "
+                     "model as it is stays in float.")
+
+
+def _lifted(model: LabModel) -> LabModel:
+    """``model`` with the float weights Constant nodes hold (PaddlePaddle exports, the
+    bodies of silero-vad's If) turned into initializers of the same name in their graph:
+    onnxruntime's quantizer only takes initializers ("Expected ... to be an initializer",
+    or a body quantized to nothing). ``model`` itself when there are none."""
+    def lift(graph: ir.Graph) -> list[ir.Node]:
+        return [n for n in graph if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+                and len(n.attributes) == 1 and "value" in n.attributes
+                and n.attributes["value"].type == ir.AttributeType.TENSOR
+                and n.attributes["value"].value.dtype in _FLOAT_TYPES
+                and n.outputs and n.outputs[0].name and not n.outputs[0].is_graph_output()]
+
+    if not any(lift(g) for g in model.ir.graphs()):
+        return model
+    copy = model.clone()
+    for graph in list(copy.ir.graphs()):
+        for node in lift(graph):
+            v = node.outputs[0]
+            name = v.name
+            arr = np.array(node.attributes["value"].value.numpy())  # a copy: nothing shared
+            tensor = ir.Tensor(arr, name=f"{name}__lifted")
+            init = ir.Value(name=f"{name}__lifted", shape=tensor.shape,
+                            type=ir.TensorType(tensor.dtype), const_value=tensor)
+            graph.register_initializer(init)
+            v.replace_all_uses_with(init)
+            graph.remove(node, safe=True)
+            v.name = None
+            init.name = name  # onnx_ir renames the initializer entry too
+            tensor.name = name
+    copy.invalidate()
+    return copy
+
+
+_FLOAT_TYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16,
+                ir.DataType.DOUBLE)
 
 
 def _has_bodies(model: LabModel) -> bool:
@@ -251,9 +307,9 @@ def int8_static_model(source: Any, feeds: Any = None, n: int = 8,
     model = resolve(source)[0]
     if calibration is None:
         calibration = calibrate_int8(source, feeds, n)
-    return _quantize_with(model, calibration,
-                          _node_names(model, nodes_to_exclude, "nodes_to_exclude"),
-                          reduce_range=reduce_range)
+    exclude = _node_names(model, nodes_to_exclude, "nodes_to_exclude")
+    return _something_quantized(_quantize_with(_lifted(model), calibration, exclude,
+                                               reduce_range=reduce_range), "static")
 
 
 # ---------------------------------------------------------------------------- calibration
