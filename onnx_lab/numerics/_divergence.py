@@ -5,6 +5,7 @@ inputs) and the first NaN/inf the reference does not hold. Importable from
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -119,12 +120,16 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
                        f"({idx.node(maker).op_type} {maker}) differs, max_abs {err:.3g}")
             return
     if ref_dict is None:
-        differing = _differing_weights(node, cand, div.get("cand_node_id"))
+        differing = _differing_weights(node, cand, div.get("cand_node_id"), model)
         if differing is not None:
             name, err = differing
+            own = any(v is not None and v.name == name for v in node.inputs)
+            cid = div.get("cand_node_id")
+            whose = "its weight" if own else \
+                f"its fused counterpart {cid!r} ({cand.index.node(cid).op_type}) reads weight"
             div.update(cause="weights", constant=name, constant_tensor=name,
                        constant_max_abs=err,
-                       message=f"{node.op_type} {nid}: its weight {name!r} differs, "
+                       message=f"{node.op_type} {nid}: {whose} {name!r}, which differs, "
                        f"max_abs {err:.3g}")
             return
     # A graph input is the same feed on both sides (never a row of ``layers``): it agrees.
@@ -132,6 +137,16 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     compared = all(n in rows.index or n in fed for n in _data_inputs(node, idx, makers))
     div["cause"] = "computation" if compared else "inputs"
     if compared:
+        carried = _carried_error(node, idx, makers, rows, div)
+        if carried is not None:
+            name, err = carried
+            div["cause"] = "inputs"
+            div["message"] = (
+                f"{node.op_type} {nid}: its output differs (max_abs {div['max_abs']:.3g}) by "
+                f"no more than its input {name!r} does (max_abs {err:.3g}), which a "
+                f"{node.op_type} cannot amplify: the error comes in through that input, "
+                "within its own (larger) scale's tolerance there, out of this output's")
+            return
         div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
                           f"output differs (max_abs {div['max_abs']:.3g})")
         return
@@ -146,6 +161,37 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     div["message"] = (f"{node.op_type} {nid}: its output differs; an input of it has no "
                       "counterpart to compare, so it may only receive different inputs "
                       f"(compare(..., confirm=True) checks){where}")
+
+
+#: Ops whose output differs from the reference's by at most what their data inputs differ
+#: (non-expansive in the maximum norm: max|f(a) - f(b)| <= max|a - b|).
+_NON_EXPANSIVE = frozenset({
+    "Relu", "LeakyRelu", "Clip", "Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+    "Transpose", "Slice", "Gather", "Expand", "Tile", "MaxPool", "GlobalMaxPool",
+    "AveragePool", "GlobalAveragePool", "ReduceMax", "ReduceMin", "ReduceMean", "Abs", "Neg",
+    "Tanh", "Sigmoid", "Max", "Min", "Concat", "Split", "SpaceToDepth", "DepthToSpace"})
+
+
+def _carried_error(node: ir.Node, idx: Any, makers: set[str], rows: pd.DataFrame,
+                   div: dict[str, Any]) -> tuple[str, float] | None:
+    """(input, its max_abs) when ``node`` is an op that cannot amplify an error and its
+    output differs by no more than that input does (plus float16 rounding of the output):
+    its inputs passed by their own scale (a Clip to 6 of a tensor up to 67 carries the same
+    0.09), so the node computes nothing wrong. None otherwise."""
+    if node.op_type not in _NON_EXPANSIVE or node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "LeakyRelu" and abs(node.attributes.get_float("alpha", 0.01)) > 1:
+        return None
+    errs = [(n, float(rows.loc[n, "max_abs"])) for n in _data_inputs(node, idx, makers)
+            if n in rows.index]
+    if not errs:
+        return None
+    name, err = max(errs, key=lambda x: x[1])
+    out_ref = float(rows.loc[div["tensor"], "max_ref"]) if div["tensor"] in rows.index else 0.0
+    slack = 1e-3 * abs(out_ref) if math.isfinite(out_ref) else 0.0
+    if math.isfinite(err) and div["max_abs"] <= err * (1 + 1e-6) + slack:
+        return name, err
+    return None
 
 
 def _uncompared_roots(node: ir.Node, idx: Any, makers: set[str], compared: set[str],
@@ -175,8 +221,8 @@ def _uncompared_roots(node: ir.Node, idx: Any, makers: set[str], compared: set[s
     return roots
 
 
-def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None
-                       ) -> tuple[str, float] | None:
+def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None,
+                       ref: LabModel | None = None) -> tuple[str, float] | None:
     """(name, max_abs) of the first constant input of ``node`` whose value differs from the
     same input of its counterpart in ``cand`` beyond the scale-aware rule of its dtype."""
     if not cand_node_id or cand_node_id not in cand.index.entries:
@@ -188,6 +234,13 @@ def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None
         inits = cand.graph.initializers
         pairs = [(a, inits.get(a.name)) for a in node.inputs
                  if a is not None and a.name and is_constant(a, stored=True)]
+        if ref is not None:
+            # and the weights of the nodes it fused with this one (a FusedConv standing for
+            # the Relu holds the Conv's weight): by name in the reference
+            r_inits = ref.graph.initializers
+            pairs += [(r_inits.get(b.name), b) for b in other.inputs
+                      if b is not None and b.name and is_constant(b, stored=True)
+                      and all(b.name != a.name for a, _ in pairs if a is not None)]
     else:
         pairs = list(zip(node.inputs, other.inputs))
     for a, b in pairs:

@@ -847,8 +847,7 @@ class SameQuantity:
             shape = _const_shape(v)
             if rv is None or shape is None or _const_shape(rv) != shape:
                 continue
-            readers = {r for r in ridx.consumers.get(v.name, ())
-                       if ridx.entries[r].graph == ""}
+            readers = _readers_through_identity(ridx, v.name)
             if readers and not readers & group:
                 other = min(readers)
                 return (f"not the same quantity: candidate node {c_nid!r} ({cn.op_type}) "
@@ -881,6 +880,26 @@ class SameQuantity:
                         f"another constant at input {k} though it replaced no other node: the "
                         "rewrite folded part of this computation into it")
         return None
+
+
+def _readers_through_identity(idx: Any, name: str) -> set[str]:
+    """Main-graph nodes reading ``name``, through Identity nodes: the torch exporter
+    deduplicates equal initializers and the other users read them as
+    ``Identity(embeddings.LayerNorm.weight)`` (every LayerNorm of a random-init BERT)."""
+    out: set[str] = set()
+    todo, seen = [name], {name}
+    while todo:
+        for r in idx.consumers.get(todo.pop(), ()):
+            if idx.entries[r].graph != "":
+                continue
+            node = idx.node(r)
+            if node.op_type == "Identity" and node.domain in ("", "ai.onnx") and node.outputs \
+                    and node.outputs[0].name and node.outputs[0].name not in seen:
+                seen.add(node.outputs[0].name)
+                todo.append(node.outputs[0].name)
+            else:
+                out.add(r)
+    return out
 
 
 def _name(v: Any) -> str:

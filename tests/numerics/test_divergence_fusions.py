@@ -211,3 +211,66 @@ def test_a_guessed_pair_of_another_shape_is_no_counterpart():
     assert _shapes_differ(m, "p", m, "r1").startswith("not the same quantity")
     assert _shapes_differ(m, "r1", m, "c1") is None
     assert isinstance(m, LabModel)
+
+
+def test_a_wrong_weight_inside_a_fused_conv_is_blamed_on_the_weight(tmp_path):
+    # Conv+Relu fused into onnxruntime's FusedConv, the Conv's weight then scaled by 1.1: the
+    # Relu (the counterpart's output) was blamed on "inputs", the weight never named
+    lab = onnx_lab.open(_pad_then_depthwise())
+    lab.apply("ort:extended")
+    m = lab.model.to_proto()
+    for t in m.graph.initializer:
+        if t.name == "w2":
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(1.1), "w2"))
+    fd = onnx_lab.compare(_pad_then_depthwise(), m).first_divergence
+    assert fd["node_id"] == "relu2" and fd["cause"] == "weights" and fd["constant"] == "w2"
+    assert "its fused counterpart 'dw' (FusedConv) reads weight 'w2'" in fd["message"]
+
+
+def test_a_clip_that_carries_its_inputs_error_is_not_said_to_compute_differently():
+    # fp16 PP-OCR: the Clip's input passed by its own scale (max 55, allowed 0.06), the Clip
+    # to 6 carried the same 0.08 and failed by its scale: "computes differently: its inputs
+    # agree", although a Clip cannot amplify an error
+    def model(bias: float) -> onnx.ModelProto:
+        g = helper.make_graph(
+            [helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+             helper.make_node("Clip", ["a", "lo", "hi"], ["y"], name="clip")], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])],
+            [numpy_helper.from_array(np.array(bias, np.float32), "b"),
+             numpy_helper.from_array(np.array(0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6, np.float32), "hi")])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    x = {"x": np.linspace(0, 60, 64, dtype=np.float32)}
+    c = onnx_lab.compare(model(0.0), model(0.05), feeds=x)
+    layers = c.layers.set_index("tensor")
+    assert layers.loc["a", "passed"] and not layers.loc["y", "passed"]
+    fd = c.first_divergence
+    assert fd["node_id"] == "clip" and fd["cause"] == "inputs"
+    assert "by no more than its input 'a' does" in fd["message"]
+    # a Clip that does compute differently (its bound changed) stays "computation"
+    def clip6(hi):
+        m = model(0.0)
+        m.graph.initializer[2].CopyFrom(numpy_helper.from_array(np.array(hi, np.float32), "hi"))
+        return m
+    fd = onnx_lab.compare(clip6(6.0), clip6(5.0), feeds=x).first_divergence
+    assert fd["node_id"] == "clip" and fd["cause"] in ("computation", "weights")
+
+
+def test_readers_of_a_weight_are_seen_through_the_exporters_identity_aliases():
+    # the torch exporter deduplicates equal initializers: every LayerNorm of a random-init
+    # BERT reads 'embeddings.LayerNorm.weight' through an Identity; the rule "only reference
+    # nodes outside its provenance read this constant" stopped at the Identity and left every
+    # fused SkipLayerNormalization uncompared (a planted gamma/beta swap blamed downstream)
+    from onnx_lab.numerics.align import _readers_through_identity
+
+    g = helper.make_graph(
+        [helper.make_node("Identity", ["gamma"], ["gamma_alias"], name="alias"),
+         helper.make_node("Mul", ["x", "gamma"], ["a"], name="first"),
+         helper.make_node("Mul", ["a", "gamma_alias"], ["y"], name="second")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.ones(4, np.float32), "gamma")])
+    m = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).model
+    assert _readers_through_identity(m.index, "gamma") == {"first", "second"}
