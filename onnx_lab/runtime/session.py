@@ -558,7 +558,7 @@ _FEEDS_FIX = "Check the feeds' shapes and dtypes against lab.inputs."
 
 def run_session(sess: Any, feeds: Mapping[str, Any], names: Sequence[str] | None = None, *,
                 what: str = "the model", fix: str = _FEEDS_FIX,
-                runtime: str = "onnxruntime") -> dict[str, Any]:
+                runtime: str = "onnxruntime", check_memory: bool = True) -> dict[str, Any]:
     """One run of ``sess`` (onnxruntime's, or the OpenVINO session-like object) as
     {output name: array}; every runtime failure becomes a :class:`RuntimeLoadError` naming
     ``what`` ran and the first line of the message of ``runtime`` (the engine, for the
@@ -567,6 +567,9 @@ def run_session(sess: Any, feeds: Mapping[str, Any], names: Sequence[str] | None
     The one checked runner: compare, precision, verification and backends run sessions through
     it; profiling's timing loops call ``sess.run`` directly after a first checked run.
 
+    ``check_memory=False``: the caller made the memory check (:func:`check_memory_of`)
+    outside what it times.
+
     Example:
         >>> out = run_session(make_session(lab.model), feeds, what="the candidate")
     """
@@ -574,9 +577,8 @@ def run_session(sess: Any, feeds: Mapping[str, Any], names: Sequence[str] | None
         names = (sess.get_outputs_names() if hasattr(sess, "get_outputs_names")
                  else [o.name for o in sess.get_outputs()])
     names = list(names)
-    model = getattr(sess, "_onnx_lab_model", None)
-    if model is not None:
-        check_run_memory(model, _feed_shapes(feeds), what=what)
+    if check_memory:
+        check_memory_of(sess, feeds, what)
     if runtime != "onnxruntime" or not hasattr(sess, "run_with_ort_values"):
         try:
             values = sess.run(names, dict(feeds))
@@ -585,6 +587,15 @@ def run_session(sess: Any, feeds: Mapping[str, Any], names: Sequence[str] | None
     else:
         values = bounded_run(sess, names, feeds, what=what, fix=fix)
     return dict(zip(names, values, strict=True))
+
+
+def check_memory_of(sess: Any, feeds: Mapping[str, Any], what: str = "the model") -> None:
+    """The memory check :func:`run_session` makes before a run of ``sess`` on ``feeds``
+    (:func:`onnx_lab.core.limits.check_run_memory`; its estimate is shape inference at new
+    shapes: 0.25 s per new past length of a decoder)."""
+    model = getattr(sess, "_onnx_lab_model", None)
+    if model is not None:
+        check_run_memory(model, _feed_shapes(feeds), what=what)
 
 
 _POOL: list[Any] = []
