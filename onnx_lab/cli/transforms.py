@@ -135,6 +135,7 @@ def _report(args: argparse.Namespace, results: Sequence[Any], lab: Lab, n0: int,
         print_json(doc)
     else:
         from onnx_lab.numerics.verify import failed_where
+        from onnx_lab.transforms.base import pass_kind
 
         for r in results:
             ver = "" if r.verify_passed is None else \
@@ -142,6 +143,9 @@ def _report(args: argparse.Namespace, results: Sequence[Any], lab: Lab, n0: int,
             what = f"{r.nodes_before} -> {r.nodes_after} nodes" if r.modified else \
                 f"unchanged ({r.reason})"
             print(f"{r.name}: {what}{ver}")
+            if r.modified and (pass_kind(r.name) == "tool" or r.verify_passed is False):
+                for note in r.notes:  # a tool's notes say what it did to the model's interface
+                    print(f"  note: {note}")
         for c in found:
             print(f"{c.message} ({c.verification_runs} verification runs, at most {c.bound} "
                   f"for {len(c.switches)} switches)")

@@ -298,6 +298,21 @@ def _name_part(name: str | None, by_name: dict[str, str]) -> str | None:
     return None
 
 
+def _fixed_inputs(before: ir.Model, after: ir.Model) -> str:
+    """The graph inputs whose symbolic dims a tool fixed, as ``name [was] -> [now]``."""
+    now = {v.name: v.shape for v in after.graph.inputs}
+    out = []
+    for v in before.graph.inputs:
+        old, new = v.shape, now.get(v.name)
+        if old is None or new is None or len(old) != len(new):
+            continue
+        if any(isinstance(a, ir.SymbolicDim) and not isinstance(b, ir.SymbolicDim)
+               for a, b in zip(old, new)):
+            out.append(f"{v.name} {[d.value if isinstance(d, ir.SymbolicDim) else d for d in old]}"
+                       f" -> {[d.value if isinstance(d, ir.SymbolicDim) else d for d in new]}")
+    return "; ".join(out)
+
+
 class WholeModelPass(LabPass):
     """Base of passes that rebuild the whole model (tools, opset conversion).
 
@@ -374,6 +389,10 @@ class WholeModelPass(LabPass):
             return PassResult(self.name, dict(self.options), False, n0, n0, {}, [], reason,
                               time.perf_counter() - t0, list(self.notes), model, [])
         new = LabModel(new_ir, path=model.path)
+        fixed = _fixed_inputs(model.ir, new_ir)
+        if fixed:
+            self.notes.append(f"the result's inputs take only the sizes it ran with: {fixed} "
+                              "(other sizes of those dims no longer run)")
         provenance, removed, notes = trace_provenance(work, new, fused_ops=self.fused_ops)
         new.invalidate()
         carry_sources(work, new)
