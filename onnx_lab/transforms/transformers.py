@@ -388,6 +388,15 @@ class OrtTransformersPass(_FusionStep):
                             fix="Give num_heads= and hidden_size= of the model's attention "
                             "(hidden_size = num_heads * head_size).")
         opts = self._options()
+        if mt == "phi" and not model.ir.functions:
+            # onnxruntime's phi path rewrites the local functions of the dynamo export of
+            # Phi-2 ("'method' object is not iterable" on any other export)
+            raise PassError("ort_transformers model_type='phi' works on the dynamo export of "
+                            "Phi-2 only (it rewrites that export's local functions), and "
+                            "this model has no local functions.",
+                            fix="Use model_type='gpt2' for other Phi exports (optimum's, "
+                            "TorchScript's): its fusions (rotary embedding, SkipLayerNorm) "
+                            "apply to them.")
         proto = self.proto_with_weights(model)
         try:
             with capture_fusion_log() as calls:

@@ -267,3 +267,14 @@ def test_onnxscript_rewrite_of_an_ir3_model_loads_and_stays_quiet(tmp_path, capl
     a, b = (ort.InferenceSession(str(p)) for p in (src, out))
     feed = {a.get_inputs()[0].name: x}
     np.testing.assert_array_equal(a.run(None, feed)[0], b.run(None, feed)[0])
+
+
+def test_the_phi_model_type_on_an_export_it_cannot_read_names_the_one_that_works():
+    # onnxruntime's phi path rewrites the local functions of the dynamo Phi-2 export; on
+    # optimum's Phi it failed "TypeError: 'method' object is not iterable"
+    from onnx_lab.errors import PassError
+
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 8})
+    with pytest.raises(PassError, match="model_type='gpt2'") as e:
+        lab.apply("ort_transformers", model_type="phi")
+    assert "local functions" in e.value.problem and len(lab.history) == 1
