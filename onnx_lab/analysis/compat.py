@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +115,7 @@ def check_rows(model: Any, *, providers: str | Sequence[str] | None = None,
     rows += _value_shapes(lm, dims, shapes)
     rows += _domains(lm)
     rows += _opsets(lm)
-    rows += _dynamic(lm)
+    rows += _dynamic(lm, dims)
     rows += _kv_cache(lm)
     rows += _initializer_inputs(lm)
     rows += _external(lm)
@@ -445,13 +445,20 @@ def _opsets(lm: LabModel) -> list[dict]:
     return rows
 
 
-def _dynamic(lm: LabModel) -> list[dict]:
+def _dynamic(lm: LabModel, dims: Mapping[str, int] | None = None) -> list[dict]:
     derived = derived_dims(lm)
     sums = length_sums(lm)
     rows = []
     for dim, inputs in dynamic_dims(lm).items():
         name = "unnamed dims" if dim == "?" else f"dim {dim!r}"
         example = f"{{'{dim}': 1}}" if dim != "?" else "{...}"
+        if dims and dim in dims:  # the Lab was given it: nothing to pass
+            rows.append(_row("info", "dynamic_dim", None,
+                             f"Dynamic {name} in input(s) {', '.join(inputs)}: {dims[dim]} "
+                             "here (the dims given).",
+                             f"Nothing to pass; static-shape runtimes need "
+                             f"lab.fix_dims({{'{dim}': {dims[dim]}}})."))
+            continue
         if dim in derived:
             d = derived[dim]
             rows.append(_row("info", "dynamic_dim", None,

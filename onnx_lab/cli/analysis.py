@@ -24,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("check", help="compatibility findings (checker, ops, opsets, providers)")
     add_model_arg(p)
+    add_dims_args(p)
     p.add_argument("--no-load", action="store_true", help="skip the onnxruntime session loads")
     p.add_argument("--strict", action="store_true", help="exit 1 when there are errors")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -63,6 +63,13 @@ def test_check_json_and_text(capsys):
     assert d["counts"] == {"info": 2}
     assert main(["check", "sample:convnet", "--no-load"]) == 0
     assert "no findings" in capsys.readouterr().out
+    # --dims as every subcommand takes it (it was refused); a dim given is not asked for again
+    d = _json(capsys, ["check", "sample:transformer_block", "--dims", "batch=1",
+                       "--dims", "seq=8", "--json", "--no-load"])
+    assert [f["message"] for f in d["findings"]] == [
+        "Dynamic dim 'batch' in input(s) x: 1 here (the dims given).",
+        "Dynamic dim 'seq' in input(s) x: 8 here (the dims given)."]
+    assert "Pass dims=" not in str(d)
 
 
 def test_batch_sweep_needs_no_value_for_the_swept_dim(capsys):
