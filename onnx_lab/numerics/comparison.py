@@ -257,6 +257,13 @@ class Comparison:
                 lines.append(f"  {d['message']}")
             if d.get("confirm_note"):
                 lines.append(f"  {d['confirm_note']}")
+        elif not self.passed and not len(self.layers):
+            # the outputs alone were compared: where the models part was not searched
+            lines.append("first divergence not searched: only the outputs were compared "
+                         "(compare(..., layerwise=True), onnx-lab compare --layerwise)")
+        elif not self.passed:
+            lines.append("no first divergence: no failing tensor whose inputs all agree (see "
+                         "c.layers and c.alignment for the tensors without a counterpart)")
         else:
             lines.append("no divergence")
         f = self.first_nonfinite

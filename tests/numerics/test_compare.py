@@ -397,3 +397,13 @@ def test_confirm_cuts_an_if_out_with_the_values_its_branches_read():
 
     check = local_check(compare(model(1.0), model(1.1), feeds=feeds))
     assert sorted(check.feeds) == ["a", "c"]
+
+
+def test_a_failing_outputs_only_comparison_says_where_to_look():
+    # "FAILED ... 0 layers compared ... no divergence" read as a contradiction
+    ref = convnet()
+    cand = scaled_copy(ref, "block2.conv.weight", 1.5)
+    text = compare(ref, cand, layerwise=False).summary_text()
+    assert "FAILED" in text and "no divergence" not in text
+    assert "first divergence not searched: only the outputs were compared" in text
+    assert "first divergence:" in compare(ref, cand).summary_text()
