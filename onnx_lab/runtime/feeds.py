@@ -34,9 +34,9 @@ from onnx_lab.core.shapes import (
     validate_dims,
 )
 from onnx_lab.core.source import resolve
-from onnx_lab.errors import CacheError, DimError, InputError
+from onnx_lab.errors import CacheError, DimError, InputError, LabError
 
-__all__ = ["make_feeds", "as_feed_list", "branch_feeds", "input_specs", "resolve_input_shapes",
+__all__ = ["make_feeds", "as_feed_list", "branch_feeds", "cache_length_feeds", "past_length", "input_specs", "resolve_input_shapes",
            "npy_load_fix", "Feeds"]
 
 Feeds = dict[str, np.ndarray]
@@ -489,23 +489,68 @@ def branch_feeds(source: Any, dims: Mapping[str, int] | None = None,
         # The past length the flipped sample's cache switch needs.
         past = int(np.shape(first[slot.past])[slot.past_axis])
         takes_cache = flipped[cache[0].input] == cache[0].cache_value
-        want = (past or 1) if takes_cache else 0
-        try:
-            io = decoder_io(model)
-        except CacheError:
-            io = None
-        if io is not None and io.past_dim and io.past_dim in dynamic_dims(model):
-            dims[io.past_dim] = want
-            # a total length given beside it would contradict the new past length
-            for name in [k for k in dims if k in length_sums(model) or (
-                    (e := dim_expression(k)) is not None and io.past_dim in e.names)]:
-                del dims[name]
-        for s in io.cache if io is not None else ():
-            if s.past in shapes and s.past_axis is not None and not s.kind.startswith("cross."):
-                shapes[s.past][s.past_axis] = want
+        _with_past(model, dims, shapes, (past or 1) if takes_cache else 0)
     second = cast(Feeds, make_feeds(model, dims, shapes, seed=seed))
     for name, v in flipped.items():
         second[name] = np.full(np.shape(first[name]), v, bool)
+    return [first, second]
+
+
+def _with_past(model: LabModel, dims: dict[str, int], shapes: dict[str, list[int]],
+               want: int) -> bool:
+    """``dims``/``shapes`` (in place) set to a KV cache of ``want`` past tokens; False when
+    the model's past length is no dim of its own to set."""
+    try:
+        io = decoder_io(model)
+    except CacheError:
+        return False
+    if not (io.past_dim and io.past_dim in dynamic_dims(model)):
+        return False
+    dims[io.past_dim] = want
+    # a total length given beside it would contradict the new past length
+    for name in [k for k in dims if k in length_sums(model) or (
+            (e := dim_expression(k)) is not None and io.past_dim in e.names)]:
+        del dims[name]
+    for s in io.cache:
+        if s.past in shapes and s.past_axis is not None and not s.kind.startswith("cross."):
+            shapes[s.past][s.past_axis] = want
+    return True
+
+
+def past_length(model: LabModel, feeds: Mapping[str, Any]) -> int | None:
+    """The past length (KV-cache tokens) ``feeds`` give a decoder, None for other models."""
+    slot = _cache_slot(model)
+    if slot is None or slot.past not in feeds:
+        return None
+    return int(np.shape(feeds[slot.past])[slot.past_axis])
+
+
+def cache_length_feeds(source: Any, dims: Mapping[str, int] | None = None,
+                       shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0
+                       ) -> list[Feeds]:
+    """For a KV-cache decoder without a cache switch (a with-past export, a genai build):
+    one seeded sample at the given past length and one at the other kind of step, a prefill
+    (empty past) when the given length is a decode's, a decode (1 past token) when it is a
+    prefill's. A plan judged at one past length may break the other (an int8 decoder judged
+    at a past of 4: 31 dB there, 3 dB at the prefill). Other models: the one sample.
+
+    Example:
+        >>> [f["past_key_values.0.key"].shape[2] for f in cache_length_feeds(lab, dims)]
+        [4, 0]
+    """
+    model, dims, shapes = resolve(source, dims, shapes)
+    first = cast(Feeds, make_feeds(model, dims, shapes, seed=seed))
+    slot = _cache_slot(model)
+    if slot is None or branch_switches(model):
+        return [first]
+    dims, shapes = dict(dims or {}), {k: list(v) for k, v in (shapes or {}).items()}
+    past = int(np.shape(first[slot.past])[slot.past_axis])
+    if not _with_past(model, dims, shapes, 0 if past else 1):
+        return [first]
+    try:
+        second = cast(Feeds, make_feeds(model, dims, shapes, seed=seed))
+    except LabError:  # dims that only the given past length resolves
+        return [first]
     return [first, second]
 
 

@@ -290,3 +290,19 @@ def test_comparison_plot_under_the_int4_preset(planted):
     ax = c.plot().axes[0]
     assert ax.get_ylabel().startswith("SQNR") and "intermediates >= 6 dB" in [
         t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_a_precision_plan_of_a_decoder_is_judged_at_a_prefill_and_a_decode_step(healthy):
+    # judged (and calibrated) at the dims' past length alone, an int8 plan of optimum's Llama
+    # passed at a past of 4 (31 dB) and gave 3 dB at the prefill
+    from onnx_lab.runtime.feeds import cache_length_feeds, past_length
+
+    ref, _ = healthy
+    dims = {"batch_size": 1, "sequence_length": 3, "past_sequence_length": 4}
+    lab = onnx_lab.open(ref, dims=dims)
+    assert [past_length(lab.model, f) for f in cache_length_feeds(lab)] == [4, 0]
+    plan = lab.find_precision("fp16", progress=False)
+    assert "judged at a decode and a prefill step of the KV cache: past lengths 4 and 0" \
+        in plan.notes
+    prefill = onnx_lab.open(ref, dims={**dims, "past_sequence_length": 0})
+    assert [past_length(prefill.model, f) for f in cache_length_feeds(prefill)] == [0, 1]

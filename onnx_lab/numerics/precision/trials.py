@@ -61,7 +61,7 @@ from onnx_lab.numerics.quantize import (
     _quantize_with,
     calibrate_int8,
 )
-from onnx_lab.runtime.feeds import as_feed_list
+from onnx_lab.runtime.feeds import as_feed_list, cache_length_feeds, past_length
 from onnx_lab.runtime.session import (
     PLACEHOLDER,
     is_placeholder,
@@ -577,6 +577,16 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
     # One sample per branch a boolean input decides (optimum's use_cache_branch): a plan is
     # judged on every branch, not on the one the seeded feeds happen to take.
     feed_list = as_feed_list(feeds, model, dims, shapes, branches=True)
+    cal_feeds = feeds
+    if feeds is None and len(feed_list) == 1:
+        # A KV-cache decoder is judged at both kinds of step: an int8 plan judged at a past
+        # of 4 alone passed at 31 dB and gave 3 dB at the prefill
+        other = _other_step(model, dims, shapes)
+        if other is not None:
+            feed_list.append(other)
+            if target == "int8" and calibration is None:
+                cal_feeds = [f for seed in range(max(1, n_calibration // 2))
+                             for f in cache_length_feeds(model, dims, shapes, seed=seed)]
     cal = None
     if target == "int8" and not Converter(model, target, None).candidates():
         # Before calibrating: onnxruntime's quantizer fails on a graph without one standard
@@ -590,10 +600,26 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
             cal = calibration
         else:
             cal = calibrate_int8(model, calibration if calibration is not None else
-                                 (feeds if feeds is not None else None), n_calibration,
-                                 dims=dims, shapes=shapes)
+                                 cal_feeds, n_calibration, dims=dims, shapes=shapes)
     conv = Converter(model, target, cal)
     return model, feed_list, conv
+
+
+def _other_step(model: LabModel, dims: Mapping[str, int], shapes: Mapping[str, Any]
+                ) -> dict | None:
+    """A KV-cache decoder's sample at the other kind of step (prefill or decode,
+    :func:`~onnx_lab.runtime.feeds.cache_length_feeds`) when the model runs on it, else
+    None (other models; an export that cannot take an empty past)."""
+    extra = cache_length_feeds(model, dims, shapes)[1:]
+    if not extra:
+        return None
+    try:
+        run_outputs(model, extra, [v.name for v in model.graph.outputs], original=True)
+    except LabError as e:
+        logger.info("the decoder does not run at the other past length (%s): judged at the "
+                    "given one only", e.problem)
+        return None
+    return extra[0]
 
 
 def _nothing_to_convert(model: LabModel, target: str, unreachable: Sequence[str] = ()
@@ -648,6 +674,11 @@ def start_search(source: Any, target: str, feeds: Any, calibration: Any, n_calib
                branches=branch_labels(model, feed_list) if len(feed_list) > 1 else [])
     s.notes.extend(not_run)
     missed = [] if not_run else unexercised(model, feed_list)  # not_run says it already
+    steps = [past_length(model, f) for f in feed_list] if feeds is None and \
+        not s.branches and len(feed_list) == 2 else []
+    if steps and None not in steps:
+        s.notes.append(f"judged at a decode and a prefill step of the KV cache: past lengths "
+                       f"{steps[0]} and {steps[1]}")
     if s.branches and not missed and not not_run:
         s.notes.append("judged on every branch a boolean input decides, one sample each: "
                        + "; ".join(dict.fromkeys(s.branches)))
