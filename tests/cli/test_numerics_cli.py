@@ -68,7 +68,8 @@ def test_console_script_exit_code(tmp_path):
     ref, cand = _files(tmp_path)
     r = subprocess.run([sys.executable, "-m", "onnx_lab.cli", "compare", ref, cand],
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and "FAILED" in r.stdout and "first divergence" not in r.stdout
+    assert r.returncode == 1 and "FAILED" in r.stdout and "first divergence:" not in r.stdout
+    assert "first divergence not searched" in r.stdout  # and how to search it
     r = subprocess.run([sys.executable, "-m", "onnx_lab.cli", "diff", ref, cand],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "1 changed" in r.stdout and "values changed" in r.stdout

@@ -15,6 +15,7 @@ SAFE = [
     "eliminate_dropout",
     "eliminate_dead_nodes",
     "fold_constants",
+    "fuse_conv_mul",
     "fuse_conv_add_bias",
     "fuse_conv_bn",
     "fuse_transposes",

@@ -73,6 +73,48 @@ def conv_out_channels(conv: ir.Node, w: np.ndarray) -> int:
     return w.shape[0]
 
 
+def per_channel(c: np.ndarray, channels: int, out_rank: int) -> np.ndarray | None:
+    """``c`` as a [channels] vector when adding it to an [N, C, ...] tensor adds c[k] to
+    channel k (shapes [1, C, 1, 1], [C, 1, 1], a scalar...), else None.
+
+    A plain [C] vector is *not* per-channel: broadcasting aligns it with the last axis.
+    """
+    if c.ndim > out_rank:
+        return None
+    shape = (1,) * (out_rank - c.ndim) + tuple(c.shape)
+    if any(d != 1 for i, d in enumerate(shape) if i != 1):
+        return None
+    if shape[1] == channels:
+        return c.reshape(channels)
+    if shape[1] == 1:
+        return np.full(channels, c.reshape(-1)[0], dtype=c.dtype)
+    return None
+
+
+def scale_weight(conv: ir.Node, w: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """W' with every output channel c multiplied by s[c].
+
+    Conv weights are [Cout, Cin/g, k...]: the output channel is axis 0. ConvTranspose weights
+    are [Cin, Cout/g, k...]: output channel c = group·(Cout/g) + j lives in axis 1 of the
+    group's slice, so the weight is viewed as [g, Cin/g, Cout/g, k...].
+    """
+    # Multiplied in float64 and rounded once into the weight dtype, without float64 copies
+    # of the weight: numpy casts through small buffers (bit for bit the result of
+    # (w.astype(float64) * s).astype(w.dtype), ~5x faster on ResNet-50's 25M weights).
+    k = w.ndim - 2
+    out = np.empty_like(w)
+    if conv.op_type == "ConvTranspose":
+        g = conv.attributes.get_int("group", 1)
+        cin, cout_g = w.shape[0], w.shape[1]
+        view = w.reshape(g, cin // g, cout_g, *w.shape[2:])
+        np.multiply(view, s.reshape(g, 1, cout_g, *([1] * k)), out=out.reshape(view.shape),
+                    dtype=np.float64, casting="unsafe")
+        return out
+    np.multiply(w, s.reshape(-1, *([1] * (k + 1))), out=out, dtype=np.float64,
+                casting="unsafe")
+    return out
+
+
 def conv_blocker(conv: ir.Node, reader: ir.Node, model: LabModel) -> str | None:
     """Why ``conv`` cannot absorb its reader (shared output, non-constant weights...)."""
     why = sole_reader(model, conv.outputs[0], reader)

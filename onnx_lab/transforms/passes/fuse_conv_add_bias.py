@@ -8,26 +8,13 @@ import onnx_ir as ir
 from onnx_lab.core.values import const_array
 from onnx_lab.transforms.base import Match, Rewrite, register_pass
 from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass
-from onnx_lab.transforms.passes._shared import bypass_blocker, conv_blocker, conv_out_channels
+from onnx_lab.transforms.passes._shared import (
+    bypass_blocker,
+    conv_blocker,
+    conv_out_channels,
+    per_channel,
+)
 from onnx_lab.transforms.passes._util import constant_other, freed_bytes
-
-
-def per_channel(c: np.ndarray, channels: int, out_rank: int) -> np.ndarray | None:
-    """``c`` as a [channels] vector when adding it to an [N, C, ...] tensor adds c[k] to
-    channel k (shapes [1, C, 1, 1], [C, 1, 1], a scalar...), else None.
-
-    A plain [C] vector is *not* per-channel: broadcasting aligns it with the last axis.
-    """
-    if c.ndim > out_rank:
-        return None
-    shape = (1,) * (out_rank - c.ndim) + tuple(c.shape)
-    if any(d != 1 for i, d in enumerate(shape) if i != 1):
-        return None
-    if shape[1] == channels:
-        return c.reshape(channels)
-    if shape[1] == 1:
-        return np.full(channels, c.reshape(-1)[0], dtype=c.dtype)
-    return None
 
 
 @register_pass("fuse_conv_add_bias")

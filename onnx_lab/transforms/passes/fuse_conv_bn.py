@@ -8,7 +8,12 @@ import onnx_ir as ir
 from onnx_lab.core.values import const_array
 from onnx_lab.transforms.base import Match, Rewrite, register_pass
 from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass, is_std
-from onnx_lab.transforms.passes._shared import bypass_blocker, conv_blocker, conv_out_channels
+from onnx_lab.transforms.passes._shared import (
+    bypass_blocker,
+    conv_blocker,
+    conv_out_channels,
+    scale_weight,
+)
 from onnx_lab.transforms.passes._util import freed_bytes, not_constant, sole_user
 
 
@@ -21,30 +26,6 @@ def bn_scale_shift(bn: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
     eps = bn.attributes.get_float("epsilon", 1e-5)
     s = gamma / np.sqrt(var + eps)
     return s, beta - mean * s
-
-
-def scale_weight(conv: ir.Node, w: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """W' with every output channel c multiplied by s[c].
-
-    Conv weights are [Cout, Cin/g, k...]: the output channel is axis 0. ConvTranspose weights
-    are [Cin, Cout/g, k...]: output channel c = group·(Cout/g) + j lives in axis 1 of the
-    group's slice, so the weight is viewed as [g, Cin/g, Cout/g, k...].
-    """
-    # Multiplied in float64 and rounded once into the weight dtype, without float64 copies
-    # of the weight: numpy casts through small buffers (bit for bit the result of
-    # (w.astype(float64) * s).astype(w.dtype), ~5x faster on ResNet-50's 25M weights).
-    k = w.ndim - 2
-    out = np.empty_like(w)
-    if conv.op_type == "ConvTranspose":
-        g = conv.attributes.get_int("group", 1)
-        cin, cout_g = w.shape[0], w.shape[1]
-        view = w.reshape(g, cin // g, cout_g, *w.shape[2:])
-        np.multiply(view, s.reshape(g, 1, cout_g, *([1] * k)), out=out.reshape(view.shape),
-                    dtype=np.float64, casting="unsafe")
-        return out
-    np.multiply(w, s.reshape(-1, *([1] * (k + 1))), out=out, dtype=np.float64,
-                casting="unsafe")
-    return out
 
 
 @register_pass("fuse_conv_bn")
