@@ -215,3 +215,18 @@ def test_a_narrow_float_overflow_shown_two_ways_matches():
     assert not tensor_metrics(r[:1], -c[:1])["passed"]  # the other sign
     assert not tensor_metrics(r[:1], np.array([60000.0], np.float16))["passed"]
     assert not tensor_metrics(r[:1].astype(np.float32), c[:1])["passed"]  # fp32 vs fp16
+
+
+def test_a_reference_beyond_float16_is_compared_at_its_limit():
+    # BERT's mask fill at float32's minimum: to_fp16 writes -65504, which float16 holds; the
+    # row failed (max_abs 3.4e38, "1 out of tolerance") under a passing verdict
+    big = np.finfo(np.float32).min
+    r = np.array([big, -2.0, 1e6], np.float32)
+    m = tensor_metrics(r, np.array([-65504.0, -2.0, 65504.0], np.float16))
+    assert m["passed"] and m["max_abs"] == 0.0
+    assert "compared at its limit" in m["note"]
+    # an overflow to inf is still one, and a wrong value too
+    assert not tensor_metrics(r, np.array([-np.inf, -2.0, 65504.0], np.float16))["passed"]
+    assert not tensor_metrics(r, np.array([-65504.0, -3.0, 65504.0], np.float16))["passed"]
+    # only for a float16 candidate: float32 against float32 is compared as it is
+    assert not tensor_metrics(r, np.array([-65504.0, -2.0, 65504.0], np.float32))["passed"]

@@ -14,6 +14,7 @@ SAFE = [
     "eliminate_identity",
     "eliminate_dropout",
     "eliminate_dead_nodes",
+    "fold_shapes",
     "fold_constants",
     "fuse_conv_mul",
     "fuse_conv_add_bias",

@@ -1,0 +1,68 @@
+"""fold_shapes: the Shape (or Size) of a tensor whose shape the model fixes is a constant;
+fold_constants then folds the chain computed from it (tf2onnx's attention reshapes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _passkit import apply, assert_same_outputs, model_from_text, ops, rand
+
+import onnx_lab
+
+CHAIN = """g (float[{b},4,6] x) => (float[{b},24] y) {{
+    s = Shape(x)
+    i0 = Constant <value = int64[1] {{0}}> ()
+    d0 = Gather <axis=0> (s, i0)
+    m1 = Constant <value = int64[1] {{-1}}> ()
+    t = Concat <axis=0> (d0, m1)
+    y = Reshape(x, t)
+}}"""
+
+
+def test_a_static_shape_chain_folds_away_in_the_safe_preset(tmp_path):
+    m = model_from_text(CHAIN.format(b=2))
+    lab = onnx_lab.open(m)
+    results = lab.apply_preset("safe")
+    assert all(r.verify_passed is not False for r in results)
+    assert [r.name for r in results if r.modified][:2] == ["fold_shapes", "fold_constants"]
+    assert ops(lab.model) == ["Reshape"]
+    target = lab.model.graph.node(0).inputs[1].const_value.numpy()
+    assert target.tolist() == [2, -1]
+    import onnxruntime as ort
+
+    out = lab.save(tmp_path / "m.onnx")
+    x = rand(2, 4, 6)
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], x.reshape(2, -1))
+
+
+def test_a_symbolic_dim_stays_computed_even_with_dims_given():
+    # a size given to the Lab is one run's, not the model's: never folded in
+    m = model_from_text(CHAIN.format(b="batch"))
+    lab = onnx_lab.open(m.to_proto(), dims={"batch": 2})
+    r = lab.apply("fold_shapes")
+    assert not r.modified
+    assert "is not fixed by the model" in r.reason and "'x'" in r.reason
+
+
+@pytest.mark.parametrize("attrs, want", [("", [2, 4, 6]), ("<start=1>", [4, 6]),
+                                         ("<start=-2, end=-1>", [4]), ("<end=9>", [2, 4, 6])])
+def test_start_and_end_are_respected(attrs, want):
+    m = model_from_text(f"""g (float[2,4,6] x) => (float[{len(want)}] y) {{
+        s = Shape {attrs} (x)
+        y = Cast <to=1> (s)
+    }}""", opset=17)
+    r = apply("fold_shapes", m)
+    assert ops(r.model) == ["Cast"]
+    assert r.model.graph.node(0).inputs[0].const_value.numpy().tolist() == want
+    assert_same_outputs(m, r.model)
+
+
+def test_size_is_the_product():
+    m = model_from_text("""g (float[2,4,6] x) => (float y) {
+        s = Size(x)
+        y = Cast <to=1> (s)
+    }""")
+    r = apply("fold_shapes", m)
+    assert r.model.graph.node(0).inputs[0].const_value.numpy() == 48
+    assert_same_outputs(m, r.model)
