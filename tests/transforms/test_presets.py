@@ -17,6 +17,7 @@ SAFE = [
     "fold_shapes",
     "fold_constants",
     "fuse_conv_mul",
+    "fuse_matmul_mul",
     "fuse_conv_add_bias",
     "fuse_conv_bn",
     "fuse_transposes",
