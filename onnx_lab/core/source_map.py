@@ -308,7 +308,11 @@ def _scope_path(name: str) -> tuple[str, ...]:
     for part in name.strip("/").split("/")[:-1]:
         if not part:
             continue
-        if path and part.startswith(path[-1].rsplit(".", 1)[-1] + ".") and \
+        if path and part.startswith(path[-1] + "."):
+            # TorchScript names a nested child by its full path from the root:
+            # '/features/features.0/features.0.0' -> 'features', 'features.0', 'features.0.0'
+            path.append(part)
+        elif path and part.startswith(path[-1].rsplit(".", 1)[-1] + ".") and \
                 part.split(".", 1)[0] == path[-1].rsplit(".", 1)[-1]:
             parent = path[-2] + "." if len(path) > 1 else ""
             path.append(parent + part)  # '/blocks/blocks.0' -> 'blocks', 'blocks.0'
@@ -324,11 +328,17 @@ def _inferred(node: ir.Node, node_id: str) -> list[Source]:
     out = []
     for n in names:
         if "/" not in n.strip("/"):
+            if n.startswith("/") and len(n) > 1 and _ROOT not in out:
+                out.append(_ROOT)  # TorchScript's '/Mul': an op of the root module
             continue
         src = _scope_source(n.strip("/").rsplit("/", 1)[0])
         if src is not None and src not in out:
             out.append(src)
     return out
+
+
+#: The root module, inferred from a name scope of one level ('/Mul').
+_ROOT = Source(kind="inferred")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,6 +131,23 @@ def _module_tensors(model: Any) -> dict[str, list[str]]:
     return out
 
 
+def _calls_merged(tensors_of: dict[str, list[str]], modules: set[str], model: Any
+                  ) -> dict[str, list[str]]:
+    """``tensors_of`` with TorchScript's names of a module's later calls (``shared_1``,
+    ``blocks.0.conv_2``: no module of the nn.Module has that name, the one without the
+    suffix does) merged into the module's own tensors, in model order."""
+    topo = {v.name: e.topo for e in model.index.entries.values() for v in e.node.outputs
+            if v.name}
+    out = {k: list(v) for k, v in tensors_of.items()}
+    for q in list(out):
+        m = re.fullmatch(r"(.+)_(\d+)", q)
+        if m is None or q in modules or m.group(1) not in modules:
+            continue
+        merged = out.get(m.group(1), []) + out.pop(q)
+        out[m.group(1)] = sorted(dict.fromkeys(merged), key=lambda t: topo.get(t, -1))
+    return out
+
+
 def compare_torch(module: Any, lab: Any, inputs: Any, *, preset: str | None = None,
                   atol: float | None = None, rtol: float | None = None,
                   max_bytes: int = 1 << 30) -> TorchComparison:
@@ -176,36 +194,73 @@ def compare_torch(module: Any, lab: Any, inputs: Any, *, preset: str | None = No
     t_args = tuple(a if isinstance(a, torch.Tensor) else torch.from_numpy(np.asarray(a))
                    for a in args)
 
-    # PyTorch: every submodule's first output, in the order the forwards finished.
+    # PyTorch: every submodule's output, in the order the forwards first finished; a module
+    # called more than once keeps its last call, as the last tensor of its nodes in model
+    # order is what it is matched with (the first call against the last was a false alarm).
     names = {m: n for n, m in module.named_modules() if n}
     recorded: dict[str, Any] = {}
+    inputs_of: dict[str, Any] = {}
+    calls: dict[str, int] = {}
     order: list[str] = []
+    notes: list[str] = []
 
-    def hook(mod: Any, _inp: Any, out: Any) -> None:
+    def hook(mod: Any, inp: Any, out: Any) -> None:
         name = names.get(mod)
-        if name is None or name in recorded:
+        if name is None:
             return
+        if name not in recorded:
+            order.append(name)
         recorded[name] = out
-        order.append(name)
+        inputs_of[name] = inp[0] if isinstance(inp, tuple) and inp else None
+        calls[name] = calls.get(name, 0) + 1
 
+    # The exporters run the module in eval mode (dropout off, BatchNorm's running statistics):
+    # a module left in training mode (a freshly built one is) is run so too, then put back.
+    training = [m for m in module.modules() if m.training]
+    if training:
+        notes.append(f"the module was in training mode ({len(training)} submodule(s)): "
+                     "run in eval mode, as the export ran it, and put back")
     handles = [m.register_forward_hook(hook) for m in names]
     try:
+        module.eval()
         with torch.no_grad():
             result = module(*t_args)
     finally:
         for h in handles:
             h.remove()
+        for m in training:
+            m.train(True)
+    many = [n for n in order if calls[n] > 1]
+    if many:
+        notes.append(f"{len(many)} module(s) called more than once ({', '.join(many[:3])}"
+                     + (", ..." if len(many) > 3 else "") + "): their last call is compared")
 
-    tensors_of = _module_tensors(lm)
+    tensors_of = _calls_merged(_module_tensors(lm), set(names.values()), lm)
     types = lm.types(shapes={k: list(v.shape) for k, v in feeds.items()})
     smap = source_map(lm)
     classes = {s.module: s.module_class for s in smap.values() if s is not None}
     outputs = [v.name for v in g.outputs]
     wanted: dict[str, tuple[str, str, str]] = {}  # module -> (tensor, node_id, how)
     how_of: dict[str, str] = {}
-    notes: list[str] = []
+    # A module with no nodes of its own that read another module's output may have been
+    # folded into it by the exporter (TorchScript folds a BatchNorm into the Conv before it):
+    # that module's ONNX tensor then holds this one's output.
+    folded_into: dict[str, str] = {}
     for name in order:
-        arr = _flatten(recorded[name])
+        if tensors_of.get(name):
+            continue
+        src = next((a for a in order if a != name and inputs_of.get(name) is not None
+                    and recorded.get(a) is inputs_of[name] and tensors_of.get(a)), None)
+        if src is not None and src not in folded_into.values():
+            folded_into[name] = src
+    reference = dict(recorded)
+    for name, src in folded_into.items():
+        reference[src] = recorded[name]  # the folded pair's output
+    for name in order:
+        if name in folded_into:
+            how_of[name] = f"folded into {folded_into[name]!r} by the exporter"
+            continue
+        arr = _flatten(reference[name])
         ref = _as_numpy(arr[0]) if arr else None
         if ref is None:
             how_of[name] = "not a tensor"
@@ -225,6 +280,9 @@ def compare_torch(module: Any, lab: Any, inputs: Any, *, preset: str | None = No
             how_of[name] = f"no tensor of shape {list(shape)}"
             continue
         t = same[-1]
+        if name in folded_into.values():
+            how += " (with " + ", ".join(repr(k) for k, v in folded_into.items() if v == name) \
+                + ", which the exporter folded in)"
         wanted[name] = (t, lm.index.producer.get(t, ""), how)
         how_of[name] = how
 
@@ -247,7 +305,7 @@ def compare_torch(module: Any, lab: Any, inputs: Any, *, preset: str | None = No
                 "tensor": None, "node_id": None, "match": how_of.get(name)}
         if name in wanted:
             t, nid, _ = wanted[name]
-            ref = _as_numpy(_flatten(recorded[name])[0])
+            ref = _as_numpy(_flatten(reference[name])[0])
             base.update(tensor=t, node_id=nid, **judge(ref, values[t], t in outputs))
         rows.append(base)
     mods = pd.DataFrame(rows, columns=MODULE_COLUMNS + [c for c in METRIC_COLUMNS

@@ -108,6 +108,28 @@ def test_without_metadata_modules_are_inferred_from_name_scopes_or_unknown():
     assert source_share(bare.model) == 0.0
 
 
+def test_torchscript_scopes_of_nested_containers_and_of_the_root():
+    # TorchScript names a nested child by its full path ('/features/features.0/features.0.0')
+    # and a root op by one level ('/Mul'): 'features.0.features.0.0' and '?' were inferred
+    from onnx import TensorProto, helper
+
+    names = ["/features/features.0/features.0.0/Relu", "/stages.0/stages.0.0/Neg", "/Mul",
+             "/blocks/blocks.0/Abs", "Tanh_7"]
+    ops = ["Relu", "Neg", "Mul", "Abs", "Tanh"]
+    nodes, prev = [], "x"
+    for i, (name, op) in enumerate(zip(names, ops)):
+        ins = [prev, prev] if op == "Mul" else [prev]
+        nodes.append(helper.make_node(op, ins, [f"t{i}"], name=name))
+        prev = f"t{i}"
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [2])])
+    t = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).nodes
+    modules = dict(zip(t["node_id"], t["module"]))
+    assert modules[names[0]] == "features.0.0" and modules[names[1]] == "stages.0.0"
+    assert modules["/Mul"] == "" and modules[names[3]] == "blocks.0"
+    assert pd_isna(modules["Tanh_7"])  # no scope at all: unknown
+
+
 def pd_isna(v) -> bool:
     import pandas as pd
 

@@ -80,3 +80,66 @@ def test_looser_preset_and_bad_input(exported, ids):
     assert np.isfinite(r.modules.max_abs.astype(float)).all()
     pytest.importorskip("matplotlib")
     assert r.plot().axes[0].get_title() == "ONNX against PyTorch, per module"
+
+
+class _Reused(torch.nn.Module):
+    """A Linear called twice, then Conv -> BatchNorm -> ReLU with dropout (training mode)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shared = torch.nn.Linear(8, 8)
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.shared(self.shared(x).relu()))
+
+
+class _ConvBn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.act = torch.nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.bn(self.conv(x)))
+
+
+def test_a_reused_module_is_compared_call_for_call(tmp_path):
+    # PyTorch's first call was compared with the ONNX tensor of the last: a false FAILED
+    torch.manual_seed(0)
+    m, x = _Reused().eval(), torch.randn(2, 8)
+    path = tmp_path / "reused.onnx"
+    torch.onnx.export(m, (x,), str(path), dynamo=False, opset_version=17)
+    r = onnx_lab.compare_torch(m, onnx_lab.open(path), (x,))
+    assert r.passed and r.first_divergence is None, r.modules
+    assert any("called more than once (shared)" in n for n in r.notes)
+
+
+def test_a_module_in_training_mode_is_run_as_the_export_ran_it(tmp_path):
+    # a freshly built module is in training mode: its Dropout failed the comparison
+    torch.manual_seed(0)
+    m, x = _Reused().eval(), torch.randn(2, 8)
+    path = tmp_path / "reused.onnx"
+    torch.onnx.export(m, (x,), str(path), dynamo=False, opset_version=17)
+    m.train()
+    r = onnx_lab.compare_torch(m, onnx_lab.open(path), (x,))
+    assert r.passed and any("training mode" in n for n in r.notes)
+    assert m.training and m.drop.training  # put back as it was
+
+
+def test_a_batchnorm_the_exporter_folded_into_its_conv(tmp_path):
+    # TorchScript folds the BatchNorm into the Conv node: PyTorch's conv-only output was
+    # compared with conv + bn and "conv" was blamed on an exact export
+    torch.manual_seed(0)
+    m = _ConvBn().eval()
+    m.bn.running_mean.uniform_(-1, 1)
+    m.bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(1, 3, 8, 8)
+    path = tmp_path / "convbn.onnx"
+    torch.onnx.export(m, (x,), str(path), dynamo=False, opset_version=17)
+    r = onnx_lab.compare_torch(m, onnx_lab.open(path), (x,))
+    assert r.passed and r.first_divergence is None, r.modules
+    rows = r.modules.set_index("module")
+    assert rows.loc["bn", "match"] == "folded into 'conv' by the exporter"
+    assert "which the exporter folded in" in rows.loc["conv", "match"]
