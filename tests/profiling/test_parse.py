@@ -112,3 +112,22 @@ def test_other_layouts_fall_back_to_json(tmp_path):
     assert _fast_columns(p2.read_bytes()) is not None
     t = parse_trace(p2, warmup=0)
     assert 'we\\"ird' in set(t.kernels.ort_name)
+
+
+def test_control_flow_rows_hold_their_own_time():
+    # onnxruntime's event of a Loop spans its body's kernels, which are events of their own:
+    # summed, a Loop of MatMuls took half the kernel time and the MatMuls the other half
+    def kernel(name, op, ts, dur):
+        return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur,
+                "args": {"op_name": op, "node_index": "0", "provider": "CPUExecutionProvider"}}
+
+    ev = [{"cat": "Session", "name": "model_run", "ts": 0, "dur": 2000, "args": {}},
+          kernel("loop", "Loop", 100, 1000),
+          kernel("mm", "MatMul", 110, 400), kernel("mm", "MatMul", 520, 300),
+          kernel("inner_if", "If", 830, 200), kernel("neg", "Neg", 840, 150),
+          kernel("relu", "Relu", 1200, 50)]
+    k = parse_trace(ev).kernels
+    own = k.groupby("ort_name").dur_us.sum().to_dict()
+    assert own == {"loop": 100, "mm": 700, "inner_if": 50, "neg": 150, "relu": 50}
+    assert sum(own.values()) == 1050  # the run's kernels, each counted once
+    assert "hold their own time" in parse_trace(ev).notes[0]
