@@ -27,7 +27,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import Resolved, resolve
 from onnx_lab.core.values import const_array
 from onnx_lab.errors import LabError
-from onnx_lab.numerics.align import origins_of
+from onnx_lab.numerics.align import _default, _plain, origins_of
 
 __all__ = ["diff", "Diff", "DIFF_COLUMNS", "DIFF_COLOURS", "OP_COUNT_COLUMNS"]
 
@@ -228,6 +228,18 @@ class _Matcher:
         return hits[0] if len(hits) == 1 else None
 
 
+def _is_default(node: ir.Node, attr: ir.Attr, name: str) -> bool:
+    """Whether ``attr`` holds the schema default of ``node``'s op (a tool that writes
+    Gather's ``axis=0`` or LayerNormalization's ``stash_type=1`` out changed nothing)."""
+    default = _default(node.op_type, node.domain or "", name)
+    if default is None:
+        return False
+    try:
+        return _plain(attr.value) == default
+    except (TypeError, ValueError):
+        return False
+
+
 def _compare_nodes(m: _Matcher, a_id: str, b_id: str) -> dict[str, Any] | None:
     an, bn = m.ai.node(a_id), m.bi.node(b_id)
     details: list[str] = []
@@ -240,6 +252,9 @@ def _compare_nodes(m: _Matcher, a_id: str, b_id: str) -> dict[str, Any] | None:
         details.append(f"renamed {a_id!r} -> {b_id!r}")
     for name in sorted(set(an.attributes) | set(bn.attributes)):
         x, y = an.attributes.get(name), bn.attributes.get(name)
+        if (x is None) != (y is None) and an.op_type == bn.op_type and \
+                _is_default(an, x if x is not None else y, name):
+            continue  # written out at its schema default on one side: the same node
         if x is None or y is None or _attr_key(x) != _attr_key(y):
             attrs.append(name)
             details.append(f"attribute {name}: {_show(x)} -> {_show(y)}")
