@@ -242,6 +242,17 @@ def test_gate_finds_each_regression_and_no_false_alarm():
     assert df.worse.iloc[0] and not df.worse.iloc[-1]  # regressions first
 
 
+def test_gate_says_a_model_whose_files_changed():
+    # a weight scaled by 10 (same size, same nodes): the gate said nothing at all
+    old = {"m": {**_entry([], num_nodes=7), "sha256": "aaa"},
+           "same": {**_entry([]), "sha256": "bbb"}}
+    new = {"m": {**_entry([], num_nodes=7), "sha256": "ccc"},
+           "same": {**_entry([]), "sha256": "bbb"}}
+    df = regressions(old, new)
+    assert df[["model", "check", "worse"]].values.tolist() == [["m", "content", False]]
+    assert "its weights or attributes changed" in df.detail.iloc[0]
+
+
 def test_gate_against_an_earlier_audit(tmp_path):
     root = tmp_path / "zoo"
     root.mkdir()
@@ -263,6 +274,7 @@ def test_gate_against_an_earlier_audit(tmp_path):
     assert worse.regressed and worse.reused == 1
     found = worse.regressions.loc[worse.regressions.worse]
     assert found[["model", "check"]].values.tolist() == [["b.onnx", "status"]]
+    assert ["b.onnx", "content"] in worse.regressions[["model", "check"]].values.tolist()
     doc = json.loads((tmp_path / "audit" / "regressions.json").read_text())
     assert doc["regressed"] and doc["findings"][0]["model"] == "b.onnx"
     assert "1 regression(s)" in (tmp_path / "audit" / "index.html").read_text()
@@ -280,9 +292,28 @@ def test_bad_input(tmp_path):
                     ({"model_options": {"*.onnx": {"dimz": {}}}}, "unknown option"),
                     ({"model_options": {"*.onnx": {"feeds": str(tmp_path / "x.npz")}}},
                      "does not exist"),
-                    ({"against": tmp_path}, "No audit manifest")):
+                    ({"against": tmp_path}, "No audit manifest"),
+                    # sizes are checked before any model runs (a raw ValueError per model,
+                    # and 2.7 silently cut to 2)
+                    ({"dims": {"batch": "x"}}, "dim 'batch' must be an int >= 0, got 'x'"),
+                    ({"dims": {"batch": 2.7}}, "got 2.7"),
+                    ({"shapes": {"x": [1, "3"]}}, "shape of input 'x' must be a list of ints"),
+                    ({"model_options": {"*.onnx": {"dims": {"n": -1}}}},
+                     r"model_options\['\*.onnx'\]: dim 'n'")):
         with pytest.raises(InputError, match=msg):
             onnx_lab.audit(tmp_path, **kw)
+
+
+def test_an_output_folder_that_is_an_audited_model_says_so(tmp_path):
+    # refused before (nothing written), but the message blamed the disk ("a parent of the
+    # path is a file. Free space or pick a writable folder")
+    from onnx_lab.errors import SaveError
+
+    onnx.save(conv_bn(0), tmp_path / "a.onnx")
+    before = (tmp_path / "a.onnx").read_bytes()
+    with pytest.raises(SaveError, match="is the audited model 'a.onnx'"):
+        onnx_lab.audit(tmp_path, tmp_path / "a.onnx")
+    assert (tmp_path / "a.onnx").read_bytes() == before
 
 
 def test_model_options_pick_per_model_shapes_and_feeds(tmp_path):

@@ -45,7 +45,7 @@ from typing import Any
 
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
-from onnx_lab.errors import InputError
+from onnx_lab.errors import InputError, SaveError
 from onnx_lab.zoo import _store
 from onnx_lab.zoo._store import Found, find_models
 
@@ -237,10 +237,37 @@ def _check_model_options(model_options: Mapping[str, Mapping[str, Any]] | None) 
         if bad:
             raise InputError(f"model_options[{pattern!r}]: unknown option(s) {bad}.",
                              fix=f"Use keys among {', '.join(_MODEL_OPTION_KEYS)}.")
+        _check_sizes(opts.get("dims"), opts.get("shapes"), f"model_options[{pattern!r}]")
         feeds = opts.get("feeds")
         if feeds is not None and not Path(feeds).is_file():
             raise InputError(f"model_options[{pattern!r}]: feeds file {str(feeds)!r} does not "
                              "exist.", fix="Give the path of an .npz file of inputs.")
+
+
+def _check_sizes(dims: Any, shapes: Any, where: str) -> None:
+    """InputError for a dim or shape size that is no int >= 0 (names are each model's to
+    check: options name dims for a whole zoo, and each model takes the ones it has)."""
+    def bad(v: Any) -> bool:
+        return not isinstance(v, int) or isinstance(v, bool) or v < 0
+
+    if dims is not None:
+        if not isinstance(dims, Mapping):
+            raise InputError(f"{where}: dims must map dim names to sizes, got {dims!r:.60}.",
+                             fix='Use e.g. dims={"batch": 1}.')
+        for k, v in dims.items():
+            if bad(v):
+                raise InputError(f"{where}: dim {k!r} must be an int >= 0, got {v!r}.",
+                                 fix=f'Use e.g. dims={{"{k}": 1}}.')
+    if shapes is not None:
+        if not isinstance(shapes, Mapping):
+            raise InputError(f"{where}: shapes must map input names to lists of sizes.",
+                             fix='Use e.g. shapes={"x": [1, 3, 224, 224]}.')
+        for k, shape in shapes.items():
+            if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or \
+                    any(bad(d) for d in shape):
+                raise InputError(f"{where}: the shape of input {k!r} must be a list of ints "
+                                 f">= 0, got {shape!r:.60}.",
+                                 fix=f'Use e.g. shapes={{"{k}": [1, 3, 224, 224]}}.')
 
 
 # ---------------------------------------------------------------------------- the audit
@@ -324,6 +351,7 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
 
     t_start = time.monotonic()
     _check_args(workers, timeout_s, memory_gb, budget_s, fp16_max_trials, engine, threads)
+    _check_sizes(dims, shapes, "audit")
     _check_model_options(model_options)
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -347,6 +375,11 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
     inputs = {Path(os.path.realpath(p)): f"the audited model {f.name!r} (or its data)"
               for f in found for p in f.files}
     if out_dir is not None:
+        audited = inputs.get(Path(os.path.realpath(out_dir)))
+        if audited is not None:  # the folder to write would replace a model being read
+            raise SaveError(f"The audit's output folder {str(out_dir)!r} is {audited}.",
+                            fix="Pass --out a folder of its own (out=...): it holds "
+                            "audit.csv, index.html and the manifest.")
         for name in ("audit.csv", "audit.parquet", "index.html", _store.MANIFEST,
                      "regressions.json"):  # refused before any model runs
             refuse_inputs(out_dir / name, inputs, flag="the audit's output")

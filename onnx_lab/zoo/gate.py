@@ -16,8 +16,9 @@ Compared per model name (the path relative to the audited folder) between two ma
 - ``size``: the model's files grew by more than ``size_tolerance``;
 - ``fp16``: an fp16 plan met the tolerance before and does not now.
 
-Models only in one of the two audits, and latencies that got faster beyond the noise, are
-listed too, as information (``worse`` False).
+Models only in one of the two audits, latencies that got faster beyond the noise, and models
+whose files changed (``content``: another sha256, the same name) are listed too, as
+information (``worse`` False).
 """
 
 from __future__ import annotations
@@ -88,6 +89,14 @@ def compare_entries(model: str, old: Mapping[str, Any], new: Mapping[str, Any], 
     if sa and sb and sb > sa * (1 + size_tolerance):
         out.append(_row(model, "size", True, sa, sb,
                         f"the model's files grew by {sb / sa - 1:.1%} ({sa} -> {sb} bytes)"))
+    ha, hb = old.get("sha256") or a.get("sha256"), new.get("sha256") or b.get("sha256")
+    if ha and hb and ha != hb:
+        # not worse by itself: the figures above compare two versions of the model
+        same = a.get("num_nodes") is not None and a.get("num_nodes") == b.get("num_nodes")
+        out.append(_row(model, "content", False, str(ha)[:12], str(hb)[:12],
+                        "the model's files changed since the old audit"
+                        + (" (the same number of nodes: its weights or attributes changed)"
+                           if same else "")))
     if a.get("fp16_passed") is True and b.get("fp16_passed") is False:
         out.append(_row(model, "fp16", True, True, False,
                         "no fp16 plan meets the tolerance any more"
@@ -117,7 +126,7 @@ def regressions(old: Mapping[str, Mapping[str, Any]], new: Mapping[str, Mapping[
 
     Returns:
         DataFrame(model, check ('status', 'verification', 'latency', 'check', 'size', 'fp16',
-        'missing', 'added'), worse (bool: a regression), old, new (the figures compared, as
+        'content', 'missing', 'added'), worse (bool: a regression), old, new (the figures compared, as
         text), detail (in words)); regressions first.
 
     Example:
