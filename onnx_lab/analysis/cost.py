@@ -69,7 +69,7 @@ from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import TensorInfo, type_at
 from onnx_lab.core.source import resolve
-from onnx_lab.core.source_map import group_by_module
+from onnx_lab.core.source_map import group_by_module, module_at
 from onnx_lab.core.units import itemsize
 from onnx_lab.core.values import constant_tensor, is_constant
 from onnx_lab.errors import CacheError, InputError
@@ -116,13 +116,16 @@ class Cost:
     notes: list[str] = field(default_factory=list)
     kv_cache: dict[str, Any] | None = None
     model: LabModel | None = field(default=None, repr=False)
+    #: node id -> {weight name: elements}: what :meth:`by_module` counts once per module
+    weights_of: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
 
     def by_module(self, depth: int | None = None) -> pd.DataFrame:
         """FLOPs, MACs and parameters per PyTorch module (see
         :mod:`onnx_lab.core.source_map`), in model order.
 
         Columns: module ('?' for nodes of unknown source), module_class, n_nodes, first_topo,
-        flops, macs, params, output_bytes, share (of all FLOPs).
+        flops, macs, params (each weight once per module, however many of its nodes read
+        it: a module called twice), output_bytes, share (of all FLOPs).
 
         Example:
             >>> lab.cost().by_module(depth=2).sort_values("flops", ascending=False)
@@ -134,6 +137,14 @@ class Cost:
                               {"flops": lambda x: x.sum(min_count=1),
                                "macs": lambda x: x.sum(min_count=1), "params": "sum",
                                "output_bytes": "sum"}, depth=depth)
+        if self.weights_of:
+            # a weight counts once per module however many of its nodes read it (a module
+            # called twice read its Linear's weight twice: 144 params for 72)
+            held: dict[str, dict[str, int]] = {}
+            for nid, m in module_at(self.model, depth).items():
+                key = "?" if m is None else m
+                held.setdefault(key, {}).update(self.weights_of.get(nid, {}))
+            out["params"] = out["module"].map(lambda m: sum(held.get(m, {}).values()))
         total = self.nodes.flops.sum()
         return out.assign(share=out.flops / total if total else np.nan)
 
@@ -365,6 +376,7 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
     rows = []
     notes: list[str] = []
     param_seen: dict[str, tuple[int, float]] = {}
+    weights_of: dict[str, dict[str, int]] = {}
     calls_of, body_notes, call_notes = _calls(lm, types)
     for nid, e in idx.entries.items():
         node = e.node
@@ -404,6 +416,7 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
                 params += weights
                 pbytes += n * size
                 param_seen[v.name] = (weights, n * size)
+                weights_of.setdefault(nid, {})[v.name] = int(weights)
         if op == "MatMulNBits" and res is not None:
             note = _nbits_note(c, pbytes)
         for v, s in zip(node.outputs, c.outs):
@@ -445,7 +458,7 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
     nodes: Any = _Rows(rows, NODE_COLUMNS)
     memory: Any = _Rows(live_rows, MEMORY_COLUMNS)
     return Cost(nodes=nodes, memory=memory, total=total, notes=notes, kv_cache=kv,
-                model=lm)
+                model=lm, weights_of=weights_of)
 
 
 def _dtype_at(types: Mapping[str, TensorInfo], name: str, graph: str) -> str | None:

@@ -297,6 +297,10 @@ def test_sensitivity_by_module():
     lab = onnx_lab.open(sourced_convnet())
     s = lab.sensitivity("fp16", by="module", depth=1, recheck=0)
     assert set(s.module) == {"block", ""} and s.n_nodes.sum() == 4
+    # nodes of unknown source are '?', as in every by-module view (they were keyed NaN)
+    bare = onnx_lab.open(sourced_convnet(with_metadata=False))
+    s = bare.sensitivity("fp16", by="module", recheck=0)
+    assert set(s.module) == {"?"}
 
 
 def test_modules_figure_draws_time_error_and_flops():
@@ -377,3 +381,24 @@ def test_converted_labs_carry_sources():
     f = onnx_lab.to_fp16(lab)
     assert source_share(f.model) == 1.0  # its input and output Casts too
     assert f.nodes.set_index("node_id").loc["node_relu", "module"] == "block.act"
+
+
+def test_cost_by_module_counts_a_weight_once_per_module():
+    # a Linear called twice reads its weight twice: by_module said 144 params for 72, and the
+    # modules summed past the model's total
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["a"], name="/shared/MatMul"),
+         helper.make_node("Relu", ["a"], ["r"], name="/Relu"),
+         helper.make_node("MatMul", ["r", "w"], ["b"], name="/shared/MatMul_1"),
+         helper.make_node("MatMul", ["b", "h"], ["y"], name="/head/MatMul")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        [numpy_helper.from_array(np.ones((8, 8), np.float32), "w"),
+         numpy_helper.from_array(np.ones((8, 2), np.float32), "h")])
+    c = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).cost()
+    params = c.by_module().set_index("module")["params"].to_dict()
+    assert params == {"shared": 64, "": 0, "head": 16}
+    assert sum(params.values()) == c.total["params"] == 80

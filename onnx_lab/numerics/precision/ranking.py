@@ -359,7 +359,8 @@ def sensitivity(source: Any, target: str = "fp16", feeds: Any = None, *, by: str
         df, _ = rank_candidates(s, cands, recheck, max_bytes)
     if by == "module":
         mods = module_at(s.model, depth)
-        df = df.assign(module=df.node_id.map(lambda n: mods.get(n)))
+        # '?' for nodes of unknown source, as every other by-module view (NaN keys before)
+        df = df.assign(module=df.node_id.map(lambda n: mods.get(n)).fillna("?"))
     if by != "node":
         grouped = _group(df, by)
         if recheck:
