@@ -515,6 +515,12 @@ def _name_stem(name: str | None, names: Mapping[str, str]) -> str | None:
     return None
 
 
+def _constant_origin(model: LabModel, node_id: str) -> bool:
+    """Whether the original node ``node_id`` of ``model`` is a Constant."""
+    e = model.index.entries.get(node_id)
+    return e is not None and e.node.op_type == "Constant" and e.node.domain in ("", "ai.onnx")
+
+
 def carry_sources(before: LabModel, after: LabModel) -> int:
     """Give each node of ``after`` the merged source of the original nodes it stands for.
 
@@ -559,7 +565,11 @@ def carry_sources(before: LabModel, after: LabModel) -> int:
             # "<name>_new_reshape"). Only its source is taken, never its provenance.
             stem = _name_stem(e.node.name, before_names)
             origin = node_origin(before.index.entries[stem].node, stem) if stem else origin
-        for o in origin:
+        # A Constant a fusion took in (a '/4.0' both layers read, stamped with the first
+        # layer) says nothing of where the computation comes from: with other origins it is
+        # left out (layer 1's FusedMatMul was widened to the root, 'layers.0' and 'layers.1').
+        computing = [o for o in origin if not _constant_origin(before, o)]
+        for o in computing or origin:
             parts.extend(p for p in by_origin.get(o, ()) if p not in parts)
             traces.extend(t for t in traces_of.get(o, ()) if t not in traces)
         if unknown and not parts and not _from_metadata(e.node.metadata_props):

@@ -402,3 +402,29 @@ def test_cost_by_module_counts_a_weight_once_per_module():
     params = c.by_module().set_index("module")["params"].to_dict()
     assert params == {"shared": 64, "": 0, "head": 16}
     assert sum(params.values()) == c.total["params"] == 80
+
+
+def test_a_shared_constant_a_fusion_took_in_does_not_widen_its_module():
+    # the dynamo exporter stamps a Constant both layers read with the first layer: fused by
+    # onnxruntime's MatMulScaleFusion, layer 1's FusedMatMul was widened to 'layers'
+    rng = np.random.default_rng(0)
+    c = helper.make_node("Constant", [], ["c"], name="node_Constant_2",
+                         value=numpy_helper.from_array(np.array(4.0, np.float32)))
+    nodes = [c, helper.make_node("MatMul", ["x", "w1"], ["a"], name="node_matmul"),
+             helper.make_node("Div", ["a", "c"], ["b"], name="node_div"),
+             helper.make_node("MatMul", ["b", "w2"], ["d"], name="node_matmul_2"),
+             helper.make_node("Div", ["d", "c"], ["y"], name="node_div_1")]
+    for n, layer in zip(nodes, ["layers.0"] * 3 + ["layers.1"] * 2):
+        _meta(n, ["", "layers", layer, n.op_type.lower()],
+              ["__main__.Net", "torch.nn.ModuleList", "__main__.Layer", "aten.op"], 3, "f(x)")
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+                          [numpy_helper.from_array(rng.standard_normal((4, 4)).astype(
+                              np.float32), n) for n in ("w1", "w2")])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    lab.apply("ort:extended")
+    fused = lab.nodes.set_index("node_id")
+    assert fused.loc["node_matmul_2/MatMulScaleFusion/", "module"] == "layers.1"
+    assert fused.loc["node_matmul/MatMulScaleFusion/", "module"] == "layers.0"
+    assert "node_Constant_2" in lab.origins["node_matmul_2/MatMulScaleFusion/"]  # still traced
