@@ -236,9 +236,25 @@ def user_frame(trace: str | None) -> dict[str, Any] | None:
     the innermost frame when every frame is torch's), None without frames."""
     frames = parse_stack_trace(trace)
     for f in reversed(frames):
+        if not _TORCH_FRAME.search(f["file"]) and not _passing_through(f):
+            return f
+    for f in reversed(frames):  # only generated code or wrappers outside torch
         if not _TORCH_FRAME.search(f["file"]):
             return f
     return frames[-1] if frames else None
+
+
+#: A wrapper's own line: it hands every argument on (``return func(*args, **kwargs)``).
+_WRAPPER_LINE = re.compile(r"^(?:return\s+)?[\w.]+\(\*args,\s*\*\*kwargs\)$")
+
+
+def _passing_through(frame: Mapping[str, Any]) -> bool:
+    """Whether ``frame`` is no place in the model's code: code torch.fx generated (the
+    branches of a ``torch.cond``: ``<eval_with_key>.3``) or a wrapper that hands every
+    argument on (a kernels library's ``return func(*args, **kwargs)``)."""
+    file = str(frame.get("file") or "")
+    code = str(frame.get("code") or "").strip()
+    return file.startswith("<") or bool(_WRAPPER_LINE.match(code))
 
 
 def _from_metadata(props: Mapping[str, str]) -> list[Source]:
@@ -276,6 +292,11 @@ def _parse(raw: str | None, scopes_raw: str | None, classes_raw: str | None,
     frame = user_frame(trace) or {}
     if not scopes and not frame:
         return ()  # nothing readable: unknown rather than a guess at the root module
+    if scopes and scopes[0] != "":
+        # Both lists name the root module first ('' / its class) and the op last; the
+        # nodes of a torch.cond branch have only the op's ('linear', aten.linear.default):
+        # their module is unknown, not the root with the op's class
+        return ()
     # Both lists name the root module first ('' / its class) and the op last.
     levels = [s for s in (scopes or [])[1:-1]]
     cls = classes[1:-1] if len(classes) == len(scopes or []) else [None] * len(levels)
@@ -359,8 +380,18 @@ def node_sources(node: ir.Node, node_id: str = "") -> NodeSource | None:
 
 def source_map(model: LabModel) -> dict[str, NodeSource | None]:
     """node_id -> :class:`NodeSource` (None when nothing is known), cached on the model."""
-    return model.cached(("source_map",), lambda: {
-        nid: node_sources(e.node, nid) for nid, e in model.index.entries.items()})
+    def build() -> dict[str, NodeSource | None]:
+        out = {nid: node_sources(e.node, nid) for nid, e in model.index.entries.items()}
+        # A body node without a source of its own (a torch.cond branch's, whose metadata
+        # names only its op) comes from where its If/Loop does: the owner's source
+        # (index entries list owners before their bodies' nodes)
+        for nid, e in model.index.entries.items():
+            if out[nid] is None and e.graph:
+                owner = e.graph.rsplit("/", 1)[0]
+                out[nid] = out.get(owner)
+        return out
+
+    return model.cached(("source_map",), build)
 
 
 def source_table(model: LabModel) -> pd.DataFrame:

@@ -80,6 +80,20 @@ def test_user_frame_is_the_innermost_frame_outside_torch():
     assert user_frame(None) is None and user_frame("no frames here") is None
 
 
+def test_user_frame_passes_over_generated_code_and_wrappers():
+    # a torch.cond branch runs in torch.fx's '<eval_with_key>.3'; a kernels library's
+    # 'return func(*args, **kwargs)' wraps the model's call: neither is the model's line
+    base = ('File "/home/me/llama.py", line 249, in forward\n    q = apply_rotary(q, cos)\n'
+            '  File "/venv/lib/python3.11/site-packages/kernels/layer.py", line 856, in fn\n'
+            '    return func(*args, **kwargs)\n'
+            '  File "<eval_with_key>.3", line 6, in forward\n    linear = self.a(x)')
+    f = user_frame(base)
+    assert (f["file"], f["line"]) == ("/home/me/llama.py", 249)
+    # with nothing else outside torch, the generated frame is still better than none
+    f = user_frame('File "<eval_with_key>.3", line 6, in forward\n    linear = self.a(x)')
+    assert f["file"] == "<eval_with_key>.3"
+
+
 def test_source_columns_from_exporter_metadata():
     lab = onnx_lab.open(sourced_convnet())
     n = lab.nodes.set_index("node_id")
@@ -402,6 +416,29 @@ def test_cost_by_module_counts_a_weight_once_per_module():
     params = c.by_module().set_index("module")["params"].to_dict()
     assert params == {"shared": 64, "": 0, "head": 16}
     assert sum(params.values()) == c.total["params"] == 80
+
+
+def test_a_torch_cond_branch_node_comes_from_its_if():
+    # the dynamo exporter gives a branch's nodes only their op's scope ('linear',
+    # aten.linear.default): they were the root module with the op's class
+    then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"], name="node_neg")], "then",
+                             [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
+    other = helper.make_graph([helper.make_node("Abs", ["x"], ["e"], name="node_abs")], "else",
+                              [], [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    _meta(then.node[0], ["neg"], ["aten.neg.default"], 7, "return -x")
+    cond = helper.make_node("If", ["c"], ["y"], name="node_cond", then_branch=then,
+                            else_branch=other)
+    _meta(cond, ["", "cond"], ["__main__.Net", "torch.ops.higher_order.cond"], 13,
+          "return torch.cond(c, f, g, (x,))")
+    g = helper.make_graph([cond], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      [2]),
+                                        helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    t = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).nodes
+    rows = t.set_index("node_id")
+    for nid in ("node_cond", "node_neg", "node_abs"):
+        assert rows.loc[nid, "module"] == "" and rows.loc[nid, "source_line"] == 13, nid
+        assert rows.loc[nid, "module_class"] == "__main__.Net"
 
 
 def test_a_shared_constant_a_fusion_took_in_does_not_widen_its_module():
