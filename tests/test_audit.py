@@ -328,3 +328,15 @@ def test_model_options_pick_per_model_shapes_and_feeds(tmp_path):
         "other*.onnx": {"dims": {"batch": 99}}}, **FAST)
     r = _row(res, "dyn.onnx")
     assert r.status == "ok" and r.dims_given == "batch=3" and r.latency_ms > 0
+
+
+def test_the_index_marks_a_flops_total_that_leaves_nodes_out():
+    # one custom op early in a model left 133 of 140 nodes uncounted; the page showed the
+    # partial total as if complete (the count was only in the CSV)
+    from onnx_lab.render.audit import _cells_html
+
+    row = {"model": "m.onnx", "status": "ok", "flops": 2.03e6, "unknown_cost_nodes": 133,
+           "num_nodes": 140}
+    html = _cells_html(row, None)
+    assert "+ 133 unknown" in html and "133 nodes of unknown cost are not counted" in html
+    assert "unknown" not in _cells_html({**row, "unknown_cost_nodes": 0}, None)
