@@ -223,7 +223,8 @@ class Profile:
         Returns:
             DataFrame, one row per model node: node_id, op_type, status ('ran': an ORT node
             of its own, 'fused': part of another ORT node, 'removed': optimized away, e.g. an
-            Identity or a constant-folded node), ort_name (the ORT node that ran it), time_ms
+            Identity or a constant-folded node, 'not run': in an If/Loop body none of whose
+            nodes ran: a branch these inputs did not take), ort_name (the ORT node that ran it), time_ms
             (per run of that ORT node; shared by all members of a fusion).
         """
         df = self.nodes
@@ -237,9 +238,14 @@ class Profile:
                 status = "ran" if c == r.node_id else "fused"
                 if c not in ran or ran[c][0] == "fused":
                     ran[c] = (status, r.ort_name, float(r.total_ms))
+        entries = self.model.index.entries
+        # a body none of whose nodes ran is a branch these inputs did not take (or a loop of
+        # no iteration): its nodes were not run, not optimized away
+        bodies_ran = {entries[c].graph for c in ran if c in entries}
         rows = []
-        for nid, e in self.model.index.entries.items():
-            status, ort_name, ms = ran.get(nid, ("removed", None, float("nan")))
+        for nid, e in entries.items():
+            missing = "not run" if e.graph and e.graph not in bodies_ran else "removed"
+            status, ort_name, ms = ran.get(nid, (missing, None, float("nan")))
             rows.append((nid, e.node.op_type, status, ort_name, ms))
         return pd.DataFrame(rows, columns=["node_id", "op_type", "status", "ort_name", "time_ms"])
 

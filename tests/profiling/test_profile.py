@@ -141,6 +141,27 @@ def test_control_flow_bodies_profiled():
     assert math.isclose(p.nodes.share.sum(), 1.0, rel_tol=1e-9)
 
 
+def test_the_branch_not_taken_is_not_run_not_removed():
+    # silero-vad at 16 kHz: all 342 nodes of the 8 kHz branch were "removed" (optimized away)
+    then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"], name="then_neg"),
+                              helper.make_node("Identity", ["t"], ["t2"], name="then_id")],
+                             "then", [], [helper.make_tensor_value_info("t2", TensorProto.FLOAT,
+                                                                        [4])])
+    other = helper.make_graph([helper.make_node("Abs", ["x"], ["e"], name="else_abs")], "else",
+                              [], [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])])
+    g = helper.make_graph([helper.make_node("If", ["c"], ["y"], name="if", then_branch=then,
+                                            else_branch=other)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.ones(4, np.float32), "c": np.array(True)}
+    p = profile(m, runs=2, warmup=1, feeds=feeds, opt_level="disable", providers="cpu")
+    status = p.coverage().set_index("node_id").status.to_dict()
+    assert status["else_abs"] == "not run"
+    assert status["then_neg"] == "ran" and status["if"] == "ran"
+
+
 @pytest.mark.parametrize("level", ["disable", "all"])
 def test_loop_body_nodes_mapped_with_calls_per_run(level):
     lab = onnx_lab.open("sample:control_flow")
