@@ -630,6 +630,13 @@ def _assemble(lm: LabModel, results: list[dict], runs: int, warmup: int, opt_lev
         busy = busy_note(timed, p)
         if busy and busy not in notes:
             notes.append(busy)
+        if np.isfinite(kernel_ms) and st["p50_ms"] > 0 and kernel_ms > 1.5 * st["p50_ms"]:
+            # the per-node times come from runs under ORT's profiler, which costs most on
+            # small models: by_module and the node times were read as milliseconds of a run
+            notes.append(f"{p}: per-node times come from the profiled runs, "
+                         f"{kernel_ms / st['p50_ms']:.1f}x slower than the timed ones "
+                         f"(kernel time {kernel_ms:.3g} ms per run, median latency "
+                         f"{st['p50_ms']:.3g} ms): read nodes, ops and by_module as shares")
         sess_rows.append({"session": p, "providers": list(res["providers"]),
                           "opt_level": opt_level if trace is not None else "openvino",
                           "load_ms": trace.load_ms if trace is not None else float("nan"),
