@@ -72,9 +72,10 @@ def _time_point(sess, feed: dict, runs: int | None, warmup: int, budget: Budget,
     (what is left of it after the time already spent on this point since ``t_point``: its
     feeds, the session's creation for the first point), never past the budget's deadline.
 
-    Adaptive with ``prev_feed`` (the previous size's inputs, same session): each timed run
-    of ``feed`` follows one of ``prev_feed``, so a change of load on the machine hits both
-    sizes alike and their ratio (the gain that decides the knee) does not move with it.
+    Adaptive with ``prev_feed`` (the previous size's inputs, same session): the sizes
+    alternate, so a change of load on the machine hits both sizes alike and their ratio (the
+    gain that decides the knee) does not move with it; each size's timed run is the second of
+    two in a row (the first after a change of input shape pays for the change).
 
     Returns:
         (timed ms, why they stopped, ms of the first warm-up run (0 without warm-up), the
@@ -112,12 +113,18 @@ def _time_point(sess, feed: dict, runs: int | None, warmup: int, budget: Budget,
     perf = time.perf_counter
 
     def pair() -> None:
+        # each size's timed run follows one of its own: the first run after a change of
+        # input shape pays for it (re-planned buffers: a MobileNet's batch 1 at 0.45 ms ran
+        # at 0.70-0.86 ms right after batch 2), which made gains out of nothing
+        run(None, prev_feed)
         t = perf()
         run(None, prev_feed)
         t1 = perf()
         run(None, feed)
+        t2 = perf()
+        run(None, feed)
         pre.append(t1 - t)
-        cur.append(perf() - t1)
+        cur.append(perf() - t2)
 
     # measure times the pairs: its stability test, share and deadline apply to a round
     ms, why = measure(pair, warmup=max(n_warm - 1, 0), budget_s=share, cancel=cancel,

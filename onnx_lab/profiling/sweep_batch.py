@@ -350,10 +350,12 @@ def _sweep_backend(plan: _Sweep, backend: str, budget: Budget, feeds: dict,
             break
         mem = watch.stop()
         st = _stats(ms)
+        # adaptive: each timed run of the next size is two of its own and two of this one
+        twice = 2.0 if adaptive else 1.0
         prev = (int(b), PointCost(fixed_s=pred_s,
                                   scaled_s=feed_s, first_ms=first_ms,
-                                  run_ms=st["p50_ms"],
-                                  paired_ms=st["p50_ms"] if adaptive else 0.0))
+                                  run_ms=twice * st["p50_ms"],
+                                  paired_ms=twice * st["p50_ms"] if adaptive else 0.0))
         steps.append(None if ms_prev is None or not len(ms_prev)
                      else (ms_prev / b_rows[-1]["batch"], ms / b))
         if adaptive and st["runs"] < MIN_POINT_RUNS:
