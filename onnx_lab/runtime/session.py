@@ -731,8 +731,18 @@ def run_failure(e: BaseException, what: str = "the model", fix: str = _FEEDS_FIX
     that time ``sess.run`` themselves raise it for a failure after their first checked run.
     """
     text = _ort_text(str(e).strip())
-    first = text.splitlines()[0][:400] if text else type(e).__name__
+    first = clipped(text.splitlines()[0]) if text else type(e).__name__
     return RuntimeLoadError(f"{runtime} failed to run {what}: {first}", fix=fix)
+
+
+def clipped(text: str, limit: int = 400) -> str:
+    """``text`` within ``limit`` characters, its end kept: onnxruntime nests the reason at the
+    end of a run failure ("... Status Message: Input X must have 3 dimensions only.
+    Actual:{1,1,1,128,2}"), which a cut at the start lost mid-word."""
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return f"{text[:head]} … {text[-(limit - head - 3):]}"
 
 
 _ORT_TAG = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")

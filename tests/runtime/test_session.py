@@ -179,3 +179,16 @@ def test_onnxruntime_messages_keep_the_reason_not_the_source_location():
     assert "onnxruntime_src" not in run_failure(RuntimeError(conv)).problem
     plain = "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions\n index: 0"
     assert _ort_text(plain) == plain
+
+
+def test_a_long_run_failure_keeps_its_end():
+    # nested If/LSTM failures put the reason at the end: cut at 400 characters from the
+    # start it read "Input X must have 3 dimensions on"
+    from onnx_lab.runtime.session import run_failure
+
+    nested = ("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : " + "Non-zero status code returned "
+              "while running If node. Name:'If_0' Status Message: " * 6
+              + "Input X must have 3 dimensions only. Actual:{1,1,1,128,2}")
+    problem = run_failure(RuntimeError(nested)).problem
+    assert problem.endswith("Input X must have 3 dimensions only. Actual:{1,1,1,128,2}")
+    assert " … " in problem and len(problem) < 480
