@@ -299,7 +299,8 @@ def cost_totals_html(c: Cost, roof: Any = None) -> str:
     fmt = {"flops": lambda v: _si(v, "FLOPs"), "macs": lambda v: _si(v, "MACs"),
            "params": _si, "param_bytes": format_bytes, "activation_bytes": format_bytes,
            "peak_activation_bytes": format_bytes, "nodes": _si, "unknown_nodes": _si,
-           "kv_cache_bytes": lambda v: "—" if v is None else format_bytes(v)}
+           "kv_cache_bytes": lambda v: "—" if v is None else format_bytes(v),
+           "macs_onnx_tool": lambda v: "—" if v is None or v != v else _si(v, "MACs")}
 
     def row(k: str, v: Any) -> str:
         text = fmt[k](v) if k in fmt else ", ".join(map(str, v)) if isinstance(v, (list, tuple)) \

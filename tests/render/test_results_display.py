@@ -301,3 +301,12 @@ def test_a_result_without_its_registration_raises_the_clear_error(views, convnet
     views.pop((Cost, "html"))
     with pytest.raises(RenderError, match=r"onnx_lab\.analysis\.cost\.Cost.*onnx_lab\.render"):
         convnet.cost()._repr_html_()
+
+
+def test_cost_totals_give_every_figure_its_unit():
+    # onnx-tool's MACs were printed raw ("39200726.0") beside formatted totals
+    from onnx_lab.render.results import cost_totals_html
+
+    html = cost_totals_html(onnx_lab.open("sample:convnet").cost())
+    row = next(r for r in html.split("<tr>") if ">macs_onnx_tool<" in r)
+    assert "MMACs" in row and ".0<" not in row
