@@ -182,6 +182,12 @@ def compare_torch(module: Any, lab: Any, inputs: Any, *, preset: str | None = No
         raise InputError(f"compare_torch needs a torch.nn.Module, got {type(module).__name__}.",
                          fix="Pass the module the model was exported from.")
     lm, _, _ = resolve(lab)
+    if isinstance(inputs, Mapping):
+        raise InputError("compare_torch takes the positional inputs of module.forward, not "
+                         f"a dict ({', '.join(map(str, list(inputs)[:4]))}).",
+                         fix="Pass a tuple in the order the model was exported: (ids, mask).")
+    if isinstance(inputs, list):
+        inputs = tuple(inputs)
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     g = lm.graph
     graph_inputs = [v.name for v in g.inputs if v.name not in g.initializers]
@@ -225,6 +231,11 @@ def compare_torch(module: Any, lab: Any, inputs: Any, *, preset: str | None = No
         module.eval()
         with torch.no_grad():
             result = module(*t_args)
+    except Exception as e:  # noqa: BLE001 - the user's forward raises what it raises
+        raise InputError(f"The module's forward failed on these inputs: "
+                         f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
+                         fix="Pass inputs module.forward takes (the ones the model was "
+                         "exported with, or of the same shapes).") from e
     finally:
         for h in handles:
             h.remove()
@@ -354,7 +365,7 @@ def _first_divergence(lm: Any, mods: pd.DataFrame, wanted: Mapping[str, tuple[st
             break
     nid = pick["node_id"]
     s = smap.get(nid)
-    part = next((p for p in s.parts if p.module.startswith(pick["module"])), s.parts[0]) \
+    part = next((p for p in s.parts if pick["module"] in p.path), s.parts[0]) \
         if s is not None else None
     frame = {"file": part.file, "line": part.line, "function": part.function,
              "code": part.code} if part is not None and part.file else \

@@ -76,6 +76,11 @@ def test_looser_preset_and_bad_input(exported, ids):
         onnx_lab.compare_torch(object(), exported, (ids,))
     with pytest.raises(onnx_lab.errors.InputError, match="input"):
         onnx_lab.compare_torch(tiny_decoder(), exported, (ids, ids))
+    # a dict said "1 input(s) given"; a forward that fails raised torch's own error
+    with pytest.raises(onnx_lab.errors.InputError, match="not a dict"):
+        onnx_lab.compare_torch(tiny_decoder(), exported, {"input_ids": ids})
+    with pytest.raises(onnx_lab.errors.InputError, match="forward failed"):
+        onnx_lab.compare_torch(tiny_decoder(), exported, (ids.float(),))
     assert "TorchComparison(passed" in repr(r) and "<b>compare_torch" in r._repr_html_()
     assert np.isfinite(r.modules.max_abs.astype(float)).all()
     pytest.importorskip("matplotlib")
