@@ -405,9 +405,18 @@ class MetricAccumulator:
             top = _OVERFLOW_AT["float16"]
             big = np.isfinite(ref) & (np.abs(ref) > top)
             if big.any():
+                # the error only: max_ref stays the reference's (an overflow search reads it)
+                beyond = float(np.abs(ref[big]).max())
                 ref = np.where(big, np.sign(ref) * top, ref).astype(ref.dtype)
                 self._note("reference values beyond float16's range compared at its limit "
                            "(65504)")
+                self._add_clipped(ref, cand)
+                self.max_ref = max(self.max_ref, beyond)
+                return
+        self._add_clipped(ref, cand)
+
+    def _add_clipped(self, ref: np.ndarray, cand: np.ndarray) -> None:
+        """The numeric comparison of one sample, in slices."""
         # bfloat16, float8, int4 values (ml_dtypes arrays, kind "V"): compared in float
         ref, cand = _widened(ref), _widened(cand)
         if ref.dtype.kind not in "biufc" or cand.dtype.kind not in "biufc":

@@ -95,6 +95,12 @@ def _cells_html(r: Mapping[str, Any], link: str | None) -> str:
                 else "no plan")
     checks = "" if _missing(r.get("check_errors")) else \
         f"{r['check_errors']} / {r['check_warnings']}"
+    # a FLOPs total that leaves nodes of unknown cost out says how many (a custom op early
+    # in a model left most of it uncounted: 2.03 M shown for 22.5 M)
+    unknown = r.get("unknown_cost_nodes")
+    n_unknown = 0 if _missing(unknown) or not unknown else int(unknown)
+    partial = (f" <small title='{esc_attr(f'{n_unknown} nodes of unknown cost are not counted')}'"
+               f">+ {esc_text(str(n_unknown))} unknown</small>") if n_unknown else ""
     cells = [
         (model, "", str(r["model"])),
         (f"<span class='st' style='color:{esc_attr(colour)}'>{esc_text(status)}</span>"
@@ -102,7 +108,7 @@ def _cells_html(r: Mapping[str, Any], link: str | None) -> str:
         ("" if _missing(fb) else esc_text(format_bytes(fb)), "num", "" if _missing(fb) else str(fb)),
         (esc_text(nodes[0]) + (f" → {esc_text(after[0])}" if after[0] else ""), "num",
          nodes[1]),
-        ("" if _missing(flops) else esc_text(_si(flops)) + _partial(r), "num",
+        ("" if _missing(flops) else esc_text(_si(flops)) + partial, "num",
          "" if _missing(flops) else str(flops)),
         (esc_text(checks), "num", "" if _missing(r.get("check_errors")) else str(r["check_errors"])),
         (steps, "", "" if _missing(r.get("optimize_steps")) else str(r["optimize_steps"])),
@@ -114,16 +120,6 @@ def _cells_html(r: Mapping[str, Any], link: str | None) -> str:
     ]
     return "".join(f"<td class='{esc_attr(cls)}' data-v='{esc_attr(v)}'>{h}</td>"
                    for h, cls, v in cells)
-
-
-def _partial(r: Any) -> str:
-    """The mark of a FLOPs total that leaves nodes of unknown cost out (a custom op early in
-    a model leaves most of it uncounted: 2.03 M shown for 22.5 M)."""
-    n = r.get("unknown_cost_nodes")
-    if _missing(n) or not n:
-        return ""
-    return (f" <small title='{esc_attr(f'{int(n)} nodes of unknown cost are not counted')}'>"
-            f"+ {esc_text(str(int(n)))} unknown</small>")
 
 
 _HEADERS = ["model", "status", "size", "nodes → after safe", "FLOPs", "check errors / warnings",
