@@ -932,8 +932,9 @@ def default_load_regression(path: str | os.PathLike | LabModel, loaded_from: Lab
                             ) -> str | None:
     """Why the model file at ``path`` (or a LabModel) does not load in onnxruntime at its
     default options while ``loaded_from`` (the version it was made from) does, or None.
-    Skipped (None) past 4 GB of weights: the child process holds a second copy."""
-    if loaded_from is None or loaded_from.weights_nbytes() > 2 * _PROTO_LIMIT:
+    Skipped (None) past 2 GB of weights: the child process holds a second copy, and
+    onnxruntime's optimizers run over it."""
+    if loaded_from is None or loaded_from.weights_nbytes() > _PROTO_LIMIT:
         return None
     problem = default_load_problem(path) if isinstance(path, LabModel) else \
         default_path_problem(path)
