@@ -880,7 +880,7 @@ so.add_session_config_entry("session.disable_prepacking", "1")
 try:
     ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
 except Exception as e:
-    print(str(e).strip().splitlines()[0][:400] if str(e).strip() else type(e).__name__)
+    print(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
     sys.exit(3)
 """
 
@@ -925,7 +925,7 @@ def default_path_problem(path: str | os.PathLike, timeout: float = 600.0) -> str
         return (f"onnxruntime aborted the process (signal {-done.returncode}) while loading "
                 "it at its default options")
     lines = (done.stdout.strip() or done.stderr.strip()).splitlines()
-    return _ort_text(lines[-1])[:400] if lines else f"exit code {done.returncode}"
+    return clipped(_ort_text(lines[-1])) if lines else f"exit code {done.returncode}"
 
 
 def default_load_regression(path: str | os.PathLike | LabModel, loaded_from: LabModel | None
