@@ -131,6 +131,17 @@ def constant_tensor(value: ir.Value | None) -> ir.TensorProtocol | None:
     return None
 
 
+def weight_makers(model: LabModel) -> set[str]:
+    """Main-graph nodes that compute weights: Constant nodes and nodes whose inputs are all
+    constants (a ConstantOfShape or a Reshape of an initializer: old exports make weights so;
+    a Mul of a weight by a BatchNormalization's scale, as onnxoptimizer folds one)."""
+    makers = {nid for nid, _node in foldable_nodes(model).values()}
+    makers |= {nid for nid, e in model.index.entries.items()
+               if e.graph == "" and constant_producer(e.node.outputs[0] if e.node.outputs
+                                                      else None) is not None}
+    return makers
+
+
 def constant_tensors(model: LabModel) -> list[tuple[str, ir.TensorProtocol, str, str]]:
     """Tensors held in ``Constant`` nodes' ``value`` attribute, in every graph: (output name,
     tensor, node_id, graph). ``lab.initializers`` lists them as source 'constant', and the

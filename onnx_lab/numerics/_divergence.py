@@ -13,22 +13,12 @@ import onnx_ir as ir
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.values import const_array, constant_producer, foldable_nodes, is_constant
+from onnx_lab.core.values import const_array, is_constant, weight_makers
 from onnx_lab.numerics.metrics import (
     rule_for,
     tensor_metrics,
     value_dtype,
 )
-
-
-def _weight_makers(model: LabModel) -> set[str]:
-    """Main-graph nodes that compute weights: Constant nodes and nodes whose inputs are all
-    constants (a ConstantOfShape or a Reshape of an initializer: old exports make weights so)."""
-    makers = {nid for nid, _node in foldable_nodes(model).values()}
-    makers |= {nid for nid, e in model.index.entries.items()
-               if e.graph == "" and constant_producer(e.node.outputs[0] if e.node.outputs
-                                                      else None) is not None}
-    return makers
 
 
 def _data_inputs(node: ir.Node, idx: Any, makers: set[str]) -> list[str]:
@@ -49,7 +39,7 @@ def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFra
     """
     idx = model.index
     status = dict(zip(layers["tensor"], layers["passed"].astype(bool)))
-    makers = _weight_makers(model)
+    makers = weight_makers(model)
     memo: dict[str, bool] = {}
 
     def ok(name: str, depth: int = 0) -> bool:
@@ -109,7 +99,7 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     rows = layers.set_index("tensor", drop=False)
     nid = div["node_id"]
     node = idx.node(nid)
-    makers = _weight_makers(model)
+    makers = weight_makers(model)
     for v in node.inputs:
         maker = idx.producer.get(v.name) if v is not None and v.name else None
         if maker in makers and v.name in rows.index and not bool(rows.loc[v.name, "passed"]):

@@ -38,7 +38,7 @@ import numpy as np
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.provenance import ORIGIN_KEY, node_origin, origins
-from onnx_lab.core.values import const_array, foldable_nodes, is_constant
+from onnx_lab.core.values import const_array, is_constant, weight_makers
 
 logger = logging.getLogger(__name__)
 
@@ -923,16 +923,14 @@ def _dims_text(shape: Sequence[Any]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-def _constant_made(model: LabModel) -> set[str]:
-    """Main-graph tensors computed from constants only: Constant nodes' outputs and those of
-    nodes reading nothing else (a Mul of a weight and a BatchNormalization's scale)."""
+def _constant_made(model: LabModel) -> frozenset[str]:
+    """Main-graph tensors computed from constants only: the outputs of the nodes that make
+    weights (:func:`~onnx_lab.core.values.weight_makers`: Constant nodes, and nodes reading
+    nothing else, such as a Mul of a weight and a BatchNormalization's scale)."""
     def build() -> frozenset[str]:
-        out = {v.name for e in model.index.entries.values() if e.graph == ""
-               and e.node.op_type == "Constant" and e.node.domain in ("", "ai.onnx")
-               for v in e.node.outputs if v.name}
-        out.update(v.name for _nid, node in foldable_nodes(model).values()
-                   for v in node.outputs if v.name)
-        return frozenset(out)
+        idx = model.index
+        return frozenset(v.name for nid in weight_makers(model) for v in idx.node(nid).outputs
+                         if v.name)
 
     return model.cached(("align_constant_made",), build)
 

@@ -46,7 +46,6 @@ from onnx_lab.numerics._divergence import (  # noqa: F401  (re-exports)
     _first_divergence,
     _nonfinite_rows,
     _reaches,
-    _weight_makers,
 )
 from onnx_lab.numerics.align import ALIGN_COLUMNS, SameQuantity, align, kept_node
 from onnx_lab.numerics.comparison import Comparison

@@ -27,9 +27,9 @@ import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.subgraph import extract_graph
-from onnx_lab.core.values import is_constant
+from onnx_lab.core.values import is_constant, weight_makers
 from onnx_lab.errors import InputError, LabError
-from onnx_lab.numerics._divergence import _weight_makers
+from onnx_lab.numerics._divergence import _data_inputs as _direct_data_inputs
 from onnx_lab.numerics.metrics import Rule, rule_for, tensor_metrics
 from onnx_lab.runtime.capture import run as capture_run
 
@@ -140,7 +140,7 @@ def local_check(comparison: Any, divergence: dict[str, Any] | None = None, *,
     # Weights the candidate computes (a ConstantOfShape fill, Pow(8, 0.5)) are cut out with
     # the node, as its initializers are: fed the reference's values, a weight that differs
     # (the bug) was hidden and the check found nothing.
-    makers = _weight_makers(cand)
+    makers = weight_makers(cand)
     data = _data_inputs(cand, node, makers)
     missing = [n for n in data if n not in pairs and n not in graph_inputs]
     region = [nid]
@@ -210,8 +210,7 @@ def _data_inputs(model: LabModel, node: ir.Node, makers: set[str]) -> list[str]:
     the values of the enclosing graph its If/Loop bodies read (silero-vad's If reads the
     audio in its branches)."""
     idx = model.index
-    out = [v.name for v in node.inputs if v is not None and v.name
-           and not is_constant(v, stored=True) and idx.producer.get(v.name) not in makers]
+    out = _direct_data_inputs(node, idx, makers)
     for name in idx.entries[idx.node_id(node)].implicit_inputs:
         v = idx.values.get(name)
         if v is not None and name not in out and not is_constant(v, stored=True) \

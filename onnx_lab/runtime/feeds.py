@@ -483,11 +483,10 @@ def branch_feeds(source: Any, dims: Mapping[str, int] | None = None,
     values = switch_values(model, first)
     flipped = {name: not v for name, v in values.items()}
     dims, shapes = dict(dims or {}), {k: list(v) for k, v in (shapes or {}).items()}
-    slot = _cache_slot(model)
+    past = past_length(model, first)
     cache = [s for s in switches if s.cache_value is not None and s.input in flipped]
-    if slot is not None and cache:
+    if past is not None and cache:
         # The past length the flipped sample's cache switch needs.
-        past = int(np.shape(first[slot.past])[slot.past_axis])
         takes_cache = flipped[cache[0].input] == cache[0].cache_value
         _with_past(model, dims, shapes, (past or 1) if takes_cache else 0)
     second = cast(Feeds, make_feeds(model, dims, shapes, seed=seed))
@@ -540,11 +539,10 @@ def cache_length_feeds(source: Any, dims: Mapping[str, int] | None = None,
     """
     model, dims, shapes = resolve(source, dims, shapes)
     first = cast(Feeds, make_feeds(model, dims, shapes, seed=seed))
-    slot = _cache_slot(model)
-    if slot is None or branch_switches(model):
+    past = past_length(model, first)
+    if past is None or branch_switches(model):
         return [first]
     dims, shapes = dict(dims or {}), {k: list(v) for k, v in (shapes or {}).items()}
-    past = int(np.shape(first[slot.past])[slot.past_axis])
     if not _with_past(model, dims, shapes, 0 if past else 1):
         return [first]
     try:

@@ -66,6 +66,16 @@ class BypassPass(PatternPass):
                 rw.drop_if_unused(v)
 
 
+def fold_into_producer(rw: Rewrite, producer: ir.Node, node: ir.Node, side: int) -> None:
+    """Remove ``node``, an Add or Mul of a constant that ``producer`` took in: its data input
+    (the other side of the constant at ``side``) replaces its output, which keeps its name,
+    the constant goes when nothing else reads it, and ``producer`` stands for both."""
+    c = node.inputs[1 - side]
+    if rw.bypass(node, input_index=side, keep_name=True):
+        rw.drop_if_unused(c)
+        rw.record(producer, [producer, node])
+
+
 def conv_out_channels(conv: ir.Node, w: np.ndarray) -> int:
     """Output channels of ``conv`` given its weight ``w``."""
     if conv.op_type == "ConvTranspose":

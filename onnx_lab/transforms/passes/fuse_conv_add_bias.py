@@ -12,6 +12,7 @@ from onnx_lab.transforms.passes._shared import (
     bypass_blocker,
     conv_blocker,
     conv_out_channels,
+    fold_into_producer,
     per_channel,
 )
 from onnx_lab.transforms.passes._util import constant_other, freed_bytes
@@ -71,6 +72,4 @@ class FuseConvAddBias(PatternPass):
         b = const_array(conv.inputs[2]) if has_bias else np.zeros_like(vec)
         rw.set_const_input(conv, 2, (b.astype(np.float64) + vec).astype(w.dtype),
                            None if has_bias else f"{conv.inputs[1].name}_bias")
-        if rw.bypass(add, input_index=side, keep_name=True):
-            rw.drop_if_unused(c)
-            rw.record(conv, [conv, add])
+        fold_into_producer(rw, conv, add, side)

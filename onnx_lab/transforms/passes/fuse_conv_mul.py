@@ -12,6 +12,7 @@ from onnx_lab.transforms.passes._shared import (
     bypass_blocker,
     conv_blocker,
     conv_out_channels,
+    fold_into_producer,
     per_channel,
     scale_weight,
 )
@@ -81,6 +82,4 @@ class FuseConvMul(PatternPass):
         if len(conv.inputs) > 2 and conv.inputs[2] is not None:
             b = const_array(conv.inputs[2]).astype(np.float64)
             rw.set_const_input(conv, 2, (s * b).astype(w.dtype))
-        if rw.bypass(mul, input_index=side, keep_name=True):
-            rw.drop_if_unused(c)
-            rw.record(conv, [conv, mul])
+        fold_into_producer(rw, conv, mul, side)

@@ -8,7 +8,7 @@ import onnx_ir as ir
 from onnx_lab.core.values import const_array
 from onnx_lab.transforms.base import Match, Rewrite, register_pass
 from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass, sole_reader
-from onnx_lab.transforms.passes._shared import bypass_blocker
+from onnx_lab.transforms.passes._shared import bypass_blocker, fold_into_producer
 from onnx_lab.transforms.passes._util import constant_other, freed_bytes, not_constant, rank
 
 
@@ -89,6 +89,4 @@ class FuseMatMulMul(PatternPass):
         s = per_column(arr, w.shape[1], arr.ndim).astype(np.float64)  # (checked in check)
         # rounded once into the weight dtype, as fuse_conv_bn does
         rw.set_const_input(mm, 1, (w.astype(np.float64) * s).astype(w.dtype))
-        if rw.bypass(mul, input_index=side, keep_name=True):
-            rw.drop_if_unused(c)
-            rw.record(mm, [mm, mul])
+        fold_into_producer(rw, mm, mul, side)
