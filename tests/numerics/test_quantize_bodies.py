@@ -104,6 +104,19 @@ def test_weights_held_in_constant_nodes_are_quantized(in_if):
     assert "Constant" in set(lab.nodes.op_type)  # the source Lab is untouched
 
 
+def test_the_int8_search_quantizes_constant_node_weights_as_weights(tmp_path):
+    # the search's trials quantized a Constant-node weight as an activation (a
+    # QuantizeLinear on the Constant's output): the plan judged another model than the
+    # to_int8_static a user runs with the plan's exclusions
+    lab = onnx_lab.open(_constant_weights(False))
+    plan = lab.find_precision("int8")
+    saved = plan.save(tmp_path / "plan.onnx")
+    ops = [n.op_type for n in onnx.load(saved).graph.node]
+    assert "Constant" not in ops, ops
+    static = onnx_lab.to_int8_static(onnx_lab.open(_constant_weights(False)))  # lab holds the plan
+    assert sorted(ops) == sorted(static.nodes["op_type"]), (ops, list(static.nodes["op_type"]))
+
+
 def test_a_quantization_that_quantizes_nothing_says_so():
     from onnx_lab.errors import InputError
 

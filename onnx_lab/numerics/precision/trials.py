@@ -58,6 +58,7 @@ from onnx_lab.numerics.quantize import (
     Calibration,
     SavedSource,
     _full_proto,
+    _lifted,
     _quantize_with,
     calibrate_int8,
 )
@@ -208,9 +209,12 @@ class Converter:
 
     @property
     def named(self) -> LabModel:
-        """A copy of the model whose node names are the node ids (int8)."""
+        """A copy of the model whose node names are the node ids (int8), with the float
+        weights Constant nodes hold lifted into initializers as ``to_int8_static`` lifts
+        them: quantized as weights, not as activations, so a trial is the conversion a
+        user gets from the plan's exclusions."""
         if self._named is None:
-            self._named = _named(self.model)
+            self._named = _lifted(_named(self.model))
         return self._named
 
     @property
