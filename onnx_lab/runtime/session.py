@@ -477,8 +477,7 @@ def load_problem(path: str | os.PathLike, model: LabModel | None = None,
         ort.InferenceSession(os.fspath(path), so, providers=["CPUExecutionProvider"])
         return None
     except Exception as e:  # noqa: BLE001 - ORT raises several exception types
-        text = str(e).strip()
-        problem = text.splitlines()[0][:400] if text else type(e).__name__
+        problem = _load_text(e)
     if model is not None and model.weights_nbytes() < _PROTO_LIMIT // 2:
         other = _embedded_problem(model)
         if other is not None and loaded_from is not None and loaded_from is not model \
@@ -518,9 +517,15 @@ def _embedded_problem(model: LabModel) -> str | None:
         ort.InferenceSession(ir.to_proto(copy).SerializeToString(), _load_check_options(),
                              providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - ORT (or serializing a malformed model) raises any type
-        text = str(e).strip()
-        return text.splitlines()[0][:400] if text else type(e).__name__
+        return _load_text(e)
     return None
+
+
+def _load_text(e: Exception) -> str:
+    """onnxruntime's reason for refusing a model, on one line: without its source locations,
+    within 400 characters with its end kept (:func:`clipped`; the reason comes last)."""
+    text = _ort_text(str(e).strip())
+    return clipped(text.splitlines()[0]) if text else type(e).__name__
 
 
 def saved_form_problem(model: LabModel) -> str | None:
@@ -792,9 +797,7 @@ def missing_locale(text: str, model: LabModel) -> tuple[str | None, str, str] | 
 
 def _explain_ort_error(e: Exception) -> str:
     text = _ort_text(str(e).strip())
-    first = text.splitlines()[0] if text else type(e).__name__
-    if len(first) > 400:
-        first = first[:400] + "…"
+    first = clipped(text.splitlines()[0]) if text else type(e).__name__
     return f"onnxruntime cannot load or run the model: {first}"
 
 

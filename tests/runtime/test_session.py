@@ -192,3 +192,18 @@ def test_a_long_run_failure_keeps_its_end():
     problem = run_failure(RuntimeError(nested)).problem
     assert problem.endswith("Input X must have 3 dimensions only. Actual:{1,1,1,128,2}")
     assert " … " in problem and len(problem) < 480
+
+
+def test_a_long_load_failure_keeps_its_reason(tmp_path):
+    # the load check cut onnxruntime's message at its first 400 characters: a long node
+    # name pushed "No Op registered for ..." out of it
+    from onnx_lab.runtime.session import load_problem
+
+    h = onnx.helper
+    vi = h.make_tensor_value_info
+    g = h.make_graph([h.make_node("NoSuchOp", ["x"], ["y"], name="n" * 600)], "g",
+                     [vi("x", onnx.TensorProto.FLOAT, [2])], [vi("y", onnx.TensorProto.FLOAT, [2])])
+    path = tmp_path / "m.onnx"
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), path)
+    problem = load_problem(path)
+    assert "NoSuchOp" in problem.split(" … ")[-1] and len(problem) <= 400, problem
