@@ -65,7 +65,7 @@ from onnx_lab.numerics.selection import (
     selection_nodes,
 )
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
-from onnx_lab.runtime.feeds import as_feed_list, input_specs
+from onnx_lab.runtime.feeds import as_feed_list, cache_length_feeds, input_specs, past_length
 from onnx_lab.runtime.session import (
     RUNTIME_PROTO_KEY,
     make_session,
@@ -187,6 +187,13 @@ def _shared_feeds(ref: Resolved, cand: Resolved) -> tuple[list[dict[str, np.ndar
             raise DimError(f"reference: {ref_error.problem}", fix=ref_error.fix) from ref_error
     notes = [f"a branch sample was not run: the reference itself fails on it "
              f"({p.rstrip('.')})" for p in problems]
+    judged = None
+    if len(feed_list) == 1:
+        feed_list, step_note = _cache_step_samples(ref.model, feed_list, ref.dims, ref.shapes)
+        if len(feed_list) > 1:
+            judged = step_note
+        elif step_note:
+            notes.append(step_note)
     try:
         kept = as_feed_list(feed_list[:1], cand.model, cand.dims, cand.shapes)
     except InputError as e:
@@ -199,11 +206,43 @@ def _shared_feeds(ref: Resolved, cand: Resolved) -> tuple[list[dict[str, np.ndar
         try:
             kept += as_feed_list([f], cand.model, cand.dims, cand.shapes)
         except InputError as e:
-            took = "; ".join(branch_labels(ref.model, [f])) or "another branch"
+            took = "; ".join(branch_labels(ref.model, [f])) or _step_label(ref.model, f)
             notes.append(f"the sample for {took} was not run: the candidate's inputs are fixed "
                          f"to other sizes ({e.problem.rstrip('.')}); compare with feeds=... of the "
-                         "candidate's shapes to judge that branch")
+                         "candidate's shapes to judge it")
+    if judged and len(kept) > 1:
+        notes.append(judged)
     return kept, notes
+
+
+def _cache_step_samples(model: LabModel, feed_list: list[dict], dims: Mapping[str, int],
+                        shapes: Mapping[str, Sequence[int]]) -> tuple[list[dict], str | None]:
+    """A KV-cache decoder without a cache switch (a with-past export, a genai build) judged
+    at both kinds of step: ``feed_list`` with a sample at the other one (a prefill's empty
+    past when the dims give a decode's, a decode's past of 1 when they give a prefill's,
+    :func:`~onnx_lab.runtime.feeds.cache_length_feeds`), and the sentence that says so, or
+    why the reference could not be judged there. An int8 decoder judged at a past of 4
+    alone passed at 31 dB and gave 3 dB at the prefill. Other models: unchanged."""
+    extra = cache_length_feeds(model, dims, shapes)[1:]
+    if not extra:
+        return feed_list, None
+    given, other = past_length(model, feed_list[0]), past_length(model, extra[0])
+    kept, problems = runnable_samples(model, feed_list + extra)
+    if problems:
+        return feed_list, (f"a KV-cache decoder judged at a past length of {given} only: the "
+                           f"reference itself does not run at {other} "
+                           f"({problems[0].rstrip('.')})")
+    return kept, (f"a KV-cache decoder: judged at a decode and a prefill step, past lengths "
+                  f"{given} and {other}")
+
+
+def _step_label(model: LabModel, feeds: Mapping[str, Any]) -> str:
+    """What kind of KV-cache step a sample is ("past 0 (the prefill)"), else "another
+    branch"."""
+    past = past_length(model, feeds)
+    if past is None:
+        return "another branch"
+    return f"past {past} ({'the prefill' if past == 0 else 'a decode step'})"
 
 
 # ---------------------------------------------------------------------------- compare
@@ -221,8 +260,9 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
             tensors align by name and ``feeds`` (or the dict's entries for the inputs) give
             the inputs.
         candidate: the model under test (same kinds, not a dict).
-        feeds: None (one seeded sample), a dict of arrays, a list of dicts (metrics
-            aggregate over samples) or an ``.npz`` path.
+        feeds: None (one seeded sample; one per branch a boolean input decides; a
+            KV-cache decoder's prefill and decode steps: see ``feeds_notes``), a dict of
+            arrays, a list of dicts (metrics aggregate over samples) or an ``.npz`` path.
         dims, shapes: values for symbolic dims / full input shapes.
         layerwise: also compare every aligned intermediate tensor (else outputs only).
         preset: the tolerance preset of :data:`onnx_lab.numerics.metrics.PRESETS` (``fp32``,
@@ -301,7 +341,8 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
                         selection_note=selections.note(
                             [r for r, c in out_pairs if c in selections.not_comparable])
                         if selections is not None else None,
-                        feeds_notes=sides.feeds_notes)
+                        feeds_notes=sides.feeds_notes + _failing_samples(
+                            graph_model, feed_list, kept, outputs, preset, atol, rtol))
     if confirm and div is not None and ref_model is not None:
         div.update(confirm_divergence(result))
     return result
@@ -456,6 +497,36 @@ def _run_metrics(ref_model: LabModel | None, cand_model: LabModel,
             del sess, ref_vals
             bar.step(f"compare: candidate, chunk {i + 1}/{len(chunks)}")
     return {p: {**a.result(), "preset": presets[p]} for p, a in accs.items()}, kept
+
+
+def _failing_samples(model: LabModel, feed_list: list, kept: dict[tuple[str, str], tuple],
+                     outputs: Any, preset: str | None, atol: float | None,
+                     rtol: float | None) -> list[str]:
+    """With several samples (If branches, a decoder's prefill and decode steps) of which
+    some pass: the sentence naming those on which the outputs fail. The verdict is over all
+    samples; a user fixing it needs to know which kind of step broke."""
+    if len(feed_list) < 2 or not len(outputs) or outputs["passed"].all():
+        return []
+    skip = {(r["tensor"], r["cand_tensor"]) for r in outputs.to_dict("records") if flipped(r)}
+    failing = []
+    for s in range(len(feed_list)):
+        for p, (refs, cands) in kept.items():
+            if len(refs) != len(feed_list) or p in skip:
+                continue
+            _name, rule = rule_for(_dtype_name(refs[s]), output=True, preset=preset,
+                                   atol=atol, rtol=rtol)
+            acc = MetricAccumulator(rule=rule)
+            acc.add(refs[s], cands[s])
+            if not acc.result()["passed"]:
+                failing.append(s)
+                break
+    if not failing or len(failing) == len(feed_list):
+        return []
+    labels = branch_labels(model, feed_list) or [_step_label(model, f) for f in feed_list]
+    bad = "; ".join(dict.fromkeys(labels[s] for s in failing))
+    good = "; ".join(dict.fromkeys(labels[s] for s in range(len(feed_list))
+                                   if s not in failing))
+    return [f"the outputs fail on {bad} only; they pass on {good}"]
 
 
 def _kept_shapes(metrics: dict[tuple[str, str], dict], ref: LabModel, cand: LabModel,

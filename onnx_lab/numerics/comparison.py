@@ -62,7 +62,10 @@ class Comparison:
         selection_note: one sentence saying so, or None.
         feeds_notes: one sentence per seeded branch sample left out and why (a candidate
             whose inputs were fixed to the first sample's sizes cannot take the other
-            branch's empty past); the branch is then also in ``unexercised``.
+            branch's empty past); the branch is then also in ``unexercised``. For a KV-cache
+            decoder without a cache switch, which past lengths were judged (a decode and a
+            prefill step) or why only one; and when some samples fail and others pass, the
+            samples that fail.
     """
 
     def __init__(self, *, outputs: pd.DataFrame, layers: pd.DataFrame, alignment: pd.DataFrame,

@@ -306,3 +306,56 @@ def test_a_precision_plan_of_a_decoder_is_judged_at_a_prefill_and_a_decode_step(
         in plan.notes
     prefill = onnx_lab.open(ref, dims={**dims, "past_sequence_length": 0})
     assert [past_length(prefill.model, f) for f in cache_length_feeds(prefill)] == [0, 1]
+
+
+def _fails_at_the_prefill_only(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` whose logits gain 1.0 when the past is empty: right at every decode step,
+    wrong at the prefill."""
+    from onnx import helper, numpy_helper
+
+    c = onnx.ModelProto.FromString(model.SerializeToString())
+    logits = c.graph.output[0].name
+    for n in c.graph.node:
+        n.output[:] = ["logits_raw" if o == logits else o for o in n.output]
+    c.graph.initializer.append(numpy_helper.from_array(np.array(0, np.int64), "no_past"))
+    c.graph.node.extend([
+        helper.make_node("Shape", ["past_key_values.0.key"], ["past_len"], start=2, end=3),
+        helper.make_node("Equal", ["past_len", "no_past"], ["is_prefill"]),
+        helper.make_node("Cast", ["is_prefill"], ["prefill_f"], to=onnx.TensorProto.FLOAT),
+        helper.make_node("Add", ["logits_raw", "prefill_f"], [logits])])
+    return c
+
+
+def test_compare_judges_a_decoder_at_a_prefill_and_a_decode_step():
+    # compare() judged a with-past decoder at the dims' past length alone: a candidate that
+    # breaks the prefill passed at a past of 4
+    m = tiny_llm()
+    dims = {"batch_size": 1, "sequence_length": 3, "past_sequence_length": 4}
+    c = onnx_lab.compare(m, _fails_at_the_prefill_only(m), dims=dims, progress=False)
+    assert not c.passed and len(c.feeds) == 2
+    assert "a KV-cache decoder: judged at a decode and a prefill step, past lengths 4 and 0" \
+        in c.feeds_notes
+    assert "the outputs fail on past 0 (the prefill) only; they pass on past 4 (a decode " \
+        "step)" in c.summary_text()
+    same = onnx_lab.compare(m, m, dims={**dims, "past_sequence_length": 0}, layerwise=False,
+                            progress=False)
+    assert same.passed and [f["past_key_values.0.key"].shape[2] for f in same.feeds] == [0, 1]
+    assert not any("fail on" in n for n in same.feeds_notes)
+    # given feeds are judged as given
+    one = onnx_lab.compare(m, m, feeds=same.feeds[0], progress=False)
+    assert len(one.feeds) == 1 and one.feeds_notes == []
+
+
+def test_a_candidate_fixed_to_the_given_past_says_the_prefill_was_not_judged():
+    m = tiny_llm()
+    fixed = onnx.ModelProto.FromString(m.SerializeToString())
+    for i in fixed.graph.input:
+        for d in i.type.tensor_type.shape.dim:
+            if d.dim_param == "past_sequence_length":
+                d.dim_value = 4
+    dims = {"batch_size": 1, "sequence_length": 3, "past_sequence_length": 4}
+    c = onnx_lab.compare(m, fixed, dims=dims, layerwise=False, progress=False)
+    assert c.passed and len(c.feeds) == 1
+    assert not any("judged at a decode and a prefill" in n for n in c.feeds_notes)
+    assert any(n.startswith("the sample for past 0 (the prefill) was not run: the candidate's "
+                            "inputs are fixed") for n in c.feeds_notes), c.feeds_notes
