@@ -726,8 +726,10 @@ def default_preset(candidate: LabModel, reference: LabModel | None = None, *,
     reference does not, ``fp16``/``bf16`` when the candidate computes in that type, else None
     (each tensor's dtype picks its own preset: float32's for float32 tensors). Widgets show its
     numbers in their tolerance boxes, so the boxes hold the values in force. ``quantized=False``
-    leaves int8 out (atol/rtol given by hand)."""
-    return (weight_only_preset(candidate, reference)
+    (atol/rtol given by hand, element-wise numbers) leaves the SQNR presets out, int8 and
+    int4: a given atol was ignored against a MatMulNBits candidate, which passed at max_abs
+    0.8 under atol=1e-6."""
+    return ((weight_only_preset(candidate, reference) if quantized else None)
             or (int8_preset(candidate, reference) if quantized else None)
             or _computing_preset(candidate))
 

@@ -359,3 +359,15 @@ def test_a_candidate_fixed_to_the_given_past_says_the_prefill_was_not_judged():
     assert not any("judged at a decode and a prefill" in n for n in c.feeds_notes)
     assert any(n.startswith("the sample for past 0 (the prefill) was not run: the candidate's "
                             "inputs are fixed") for n in c.feeds_notes), c.feeds_notes
+
+
+def test_given_atol_rtol_judge_an_int4_candidate_element_wise():
+    # the int4 preset's SQNR rule was kept under atol=1e-6: passed at max_abs 0.8
+    dims = {"batch_size": 1, "sequence_length": 8, "past_sequence_length": 0}
+    ref, cand = onnx_lab.open("sample:tiny_llm"), onnx_lab.open("sample:tiny_llm_int4")
+    strict = onnx_lab.compare(ref, cand, atol=1e-6, rtol=0.0, layerwise=False, dims=dims,
+                              progress=False)
+    assert not strict.passed and set(strict.outputs["preset"]) == {"fp32"}
+    assert strict.outputs["rule"].str.startswith("|err| <= 1e-06").all()
+    default = onnx_lab.compare(ref, cand, layerwise=False, dims=dims, progress=False)
+    assert set(default.outputs["preset"]) == {"int4"}
