@@ -24,7 +24,7 @@ This module sits in layer 4: it runs transforms (``run_pass``) and verifies with
 
 Example:
     >>> c = lab.find_culprit("onnxslim")
-    >>> c.culprit, c.fix            # 'FusionGelu', 'lab.apply("onnxslim", skip_...)'
+    >>> c.culprit, c.fix            # 'FusionConvBN', 'lab.apply("onnxslim", skip_...)'
     >>> c.table()                   # one row per run: disabled switches, verdict
     >>> r = lab.apply("ort:extended", find_culprit=True); r.culprit.message
 """
@@ -121,7 +121,7 @@ class Culprit:
         culprit: the switch whose removal makes the step verify (None: none found).
         confirmed: a run with only the culprit off verified.
         fix_params: the tool's parameters with the culprit off; fix: the one-line fix
-            (``lab.apply("onnxslim", skip_fusion_patterns=["FusionGelu"])``); cli_fix: the same
+            (``lab.apply("onnxslim", skip_fusion_patterns=["FusionConvBN"])``); cli_fix: the same
             as ``onnx-lab optimize`` options.
         runs: every run, in order; bound: ⌈log₂P⌉+2.
         message: one line: the culprit and the fix, or why there is none.

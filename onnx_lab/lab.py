@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -164,9 +164,17 @@ def repro(comparison: Any, folder: str | Path, divergence: dict[str, Any] | None
     return write_repro(comparison, folder, divergence, overwrite=overwrite)
 
 
-def _converted(source: Any, model: LabModel, what: str) -> Lab:
+def _converted(source: Any, model: LabModel, what: str,
+               retry: Callable[[list[str]], LabModel] | None = None,
+               candidates: Callable[[LabModel], list[str]] | None = None,
+               keyword: str = "block_list") -> Lab:
     """A Lab of ``model``, converted from ``source``: same dims/shapes, and it remembers the
-    source's file (``save`` never overwrites it without ``overwrite=True``)."""
+    source's file (``save`` never overwrites it without ``overwrite=True``).
+
+    A result that does not load at onnxruntime's default options while ``source`` does is
+    refused; with ``retry`` (the conversion redone with node ids kept out) and
+    ``candidates`` (the node ids it changes), the refusal names the op type whose nodes, kept
+    out, make it load (:mod:`onnx_lab.numerics.load_blockers`), as ``keyword=[...]``."""
     before, dims, shapes = resolve(source)
     if not model.index.stored_in_order():
         # onnxruntime's quantizer appends the nodes it makes for a Loop body's outer reads
@@ -179,8 +187,7 @@ def _converted(source: Any, model: LabModel, what: str) -> Lab:
         # in the caller's process such a model ends it (a dynamic-int8 LSTM aborts
         # onnxruntime 1.32 at load): what profile() or a deployment would do
         raise PassError(f"The {what} of this model cannot be used: {problem}.",
-                        fix="Keep some nodes out of it (nodes_to_exclude=[...] for int8, "
-                        "block_list=[...] for fp16: the Loop/LSTM or the If it names).")
+                        fix=_load_fix(before, retry, candidates, keyword))
     # Quantization and conversion tools drop the PyTorch source of the nodes they replace.
     carry_sources(before, model)
     paths = _source_paths(source)
@@ -190,6 +197,54 @@ def _converted(source: Any, model: LabModel, what: str) -> Lab:
     name = str(path) if path is not None else "an in-memory model"
     return Lab(History(model, dims=dims, shapes=shapes, derived_from=f"{what} of {name}",
                        source_path=path, protected=paths[1:]))
+
+
+def _load_fix(before: LabModel, retry: Callable[[list[str]], LabModel] | None,
+              candidates: Callable[[LabModel], list[str]] | None, keyword: str) -> str:
+    """The fix of a conversion that does not load at default options: the op type to keep
+    out, checked, when one is found."""
+    generic = (f"Keep some nodes out of it ({keyword}=[...]): the op onnxruntime names, or "
+               "the Loop/LSTM/If it aborts on.")
+    if retry is None or candidates is None:
+        return generic
+    from onnx_lab.numerics.load_blockers import load_blocker
+
+    found = load_blocker(retry, before, candidates(before))
+    if found is None:
+        return generic + (" Keeping out all the nodes of any one op type it changes did not "
+                          "help (tried: " + ", ".join(_tried_ops(before, candidates)) + ").")
+    ids = found.node_ids
+    shown = repr(ids) if len(ids) <= 4 else f"[{', '.join(map(repr, ids[:3]))}, ...]"
+    arg = f"[{found.op_type!r}]" if keyword == "block_list" else shown
+    return (f"Keep the {len(ids)} {found.op_type} node(s) out: {keyword}={arg} (checked: "
+            "with them kept out the result loads at onnxruntime's default options).")
+
+
+def _tried_ops(before: LabModel, candidates: Callable[[LabModel], list[str]]) -> list[str]:
+    from onnx_lab.numerics.load_blockers import SUSPECTS
+
+    ops: dict[str, int] = {}
+    for nid in candidates(before):
+        op = before.index.entries[nid].node.op_type
+        ops[op] = ops.get(op, 0) + 1
+    return sorted(ops, key=lambda op: (op not in SUSPECTS, ops[op], op))[:8]
+
+
+def _half_candidates(model: LabModel) -> list[str]:
+    from onnx_lab.numerics.half import HalfRules
+
+    return list(HalfRules(model).candidates)
+
+
+def _int8_candidates(model: LabModel) -> list[str]:
+    from onnxruntime.quantization.registry import (
+        IntegerOpsRegistry,
+        QDQRegistry,
+        QLinearOpsRegistry,
+    )
+
+    ops = set(IntegerOpsRegistry) | set(QDQRegistry) | set(QLinearOpsRegistry)
+    return [nid for nid, e in model.index.entries.items() if e.node.op_type in ops]
 
 
 @strict_keywords
@@ -203,7 +258,10 @@ def to_fp16(source: Any, keep_io_types: bool = True,
     """
     from onnx_lab.numerics.quantize import fp16_model
 
-    return _converted(source, fp16_model(source, keep_io_types, block_list), "fp16 conversion")
+    return _converted(source, fp16_model(source, keep_io_types, block_list), "fp16 conversion",
+                      retry=lambda ids: fp16_model(source, keep_io_types, [*(block_list or ()),
+                                                                            *ids]),
+                      candidates=_half_candidates)
 
 
 @strict_keywords
@@ -219,7 +277,10 @@ def to_int8_dynamic(source: Any, nodes_to_exclude: Sequence[str] | None = None,
     from onnx_lab.numerics.quantize import int8_dynamic_model
 
     return _converted(source, int8_dynamic_model(source, nodes_to_exclude, reduce_range),
-                      "dynamic int8 quantization")
+                      "dynamic int8 quantization",
+                      retry=lambda ids: int8_dynamic_model(source, [*(nodes_to_exclude or ()),
+                                                                    *ids], reduce_range),
+                      candidates=_int8_candidates, keyword="nodes_to_exclude")
 
 
 @strict_keywords
@@ -234,7 +295,10 @@ def to_int8_static(source: Any, feeds: Any = None, n: int = 8,
     from onnx_lab.numerics.quantize import int8_static_model
 
     return _converted(source, int8_static_model(source, feeds, n, nodes_to_exclude),
-                      "static int8 quantization")
+                      "static int8 quantization",
+                      retry=lambda ids: int8_static_model(source, feeds, n,
+                                                          [*(nodes_to_exclude or ()), *ids]),
+                      candidates=_int8_candidates, keyword="nodes_to_exclude")
 
 
 @strict_methods

@@ -114,6 +114,16 @@ def _limits(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
+def _command_line_text(e: LabError) -> str:
+    """The error as the command line says it: without the Python-only ``overwrite=True``
+    escape (the commands never write over a model or a non-empty folder; there is no flag
+    for it)."""
+    text = str(e)
+    for python_only in (", or pass overwrite=True.", ", or overwrite=True."):
+        text = text.replace(python_only, ".")
+    return text
+
+
 #: The exit code of an unexpected exception (a defect): not 1, which the gates (``compare``,
 #: ``optimize``, ``audit``...) return for a verdict, nor 2, a user error.
 INTERNAL_ERROR = 3
@@ -140,10 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         refuse_outputs(args)
-        with run_limits(**limits):  # this command's only: main() may be called again
+        with run_limits(**limits, origin="set by onnx-lab --max-memory"):  # this command's only
             code = args.func(args)
     except LabError as e:
-        print(f"onnx-lab: error: {e}", file=sys.stderr)
+        print(f"onnx-lab: error: {_command_line_text(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("onnx-lab: interrupted", file=sys.stderr)

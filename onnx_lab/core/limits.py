@@ -120,14 +120,22 @@ def _seconds(value: Any) -> float:
 
 
 @contextlib.contextmanager
-def run_limits(*, memory: Any = _UNSET, timeout_s: Any = _UNSET) -> Iterator[None]:
-    """:func:`set_run_limits` for the block; the previous limits afterwards."""
-    saved = dict(_LIMITS)
+def run_limits(*, memory: Any = _UNSET, timeout_s: Any = _UNSET,
+               origin: str = "set by set_run_limits") -> Iterator[None]:
+    """:func:`set_run_limits` for the block; the previous limits afterwards. ``origin``: how
+    messages say the limits were set (the command line: ``set by onnx-lab --max-memory``)."""
+    saved, said = dict(_LIMITS), _ORIGIN[0]
     try:
         set_run_limits(memory=memory, timeout_s=timeout_s)
+        _ORIGIN[0] = origin
         yield
     finally:
         _LIMITS.update(saved)
+        _ORIGIN[0] = said
+
+
+#: How messages say the limits in force were set.
+_ORIGIN = ["set by set_run_limits"]
 
 
 _AVAILABLE: list[float] = [-1.0, 0.0]  # (when read, bytes): read at most once a second
@@ -161,7 +169,7 @@ def _read_available() -> int | None:
 def memory_limit() -> tuple[int | None, str]:
     """(bytes a run may take, how the figure was set)."""
     if _LIMITS["memory"] is not _UNSET:
-        return _LIMITS["memory"], "set by set_run_limits"
+        return _LIMITS["memory"], _ORIGIN[0]
     env = os.environ.get("ONNX_LAB_MAX_MEMORY")
     if env is not None and env.strip():
         if env.strip().lower() in _OFF:

@@ -26,7 +26,7 @@ be told to leave out, for ``onnx_lab.culprit``:
 
 Example:
     >>> lab.apply("onnxsim")
-    >>> lab.apply("onnxslim", skip_fusion_patterns=["FusionGelu"])
+    >>> lab.apply("onnxslim", skip_fusion_patterns=["FusionConvBN"])
     >>> lab.apply("onnxoptimizer:fuse_bn_into_conv")
     >>> r = lab.apply("ort:extended", disabled_optimizers=["ConvBNFusion"]); r.notes
 """
@@ -202,7 +202,7 @@ class OnnxslimPass(WholeModelPass):
 
     params = (
         Param("skip_fusion_patterns", (list, tuple), None, "onnxslim patterns to leave out "
-              "(e.g. FusionGelu)"),
+              "(e.g. FusionConvBN)"),
         Param("skip_optimizations", (list, tuple), None, "onnxslim optimizations to leave out "
               "(constant_folding, graph_fusion, dead_node_elimination, "
               "subexpression_elimination, weight_tying)"),

@@ -174,3 +174,17 @@ def test_an_audit_never_writes_over_a_model_it_audits(tmp_path):
         onnx_lab.audit(m, tmp_path, budget_s=0.2, progress=False)
     assert {p: _sha(p) for p in before} == before
     assert not (tmp_path / "index.html").exists()
+
+
+def test_command_line_errors_offer_only_what_the_command_line_has(capsys, tmp_path):
+    # the commands have no --overwrite: "or pass overwrite=True" was a fix nobody could use;
+    # a limit given with --max-memory was said to be "set by set_run_limits"
+    src = tmp_path / "m.onnx"
+    onnx_lab.open("sample:convnet").save(src)
+    line = _one_line(capsys, "optimize", str(src), str(src))
+    assert "Refusing to overwrite the source model" in line and "overwrite=True" not in line
+    line = _one_line(capsys, "--max-memory", "1K", "profile", str(src))
+    assert "(set by onnx-lab --max-memory)" in line, line
+    from onnx_lab.core.limits import memory_limit
+
+    assert memory_limit()[1] != "set by onnx-lab --max-memory"  # the block's only

@@ -53,8 +53,9 @@ class PrecisionPlan:
         passed: whether the plan meets the tolerance (False only when cancelled).
         model: the converted model with ``kept`` in higher precision (a LabModel).
         trials: one row per trial (:data:`TRIAL_COLUMNS`): trial, phase (``full``,
-            ``recheck``, ``all_kept``, ``guess``, ``bisect``, ``prune``, ``confirm``: judged
-            with onnxruntime's optimizations on both sides), kept (node ids), n_kept, score
+            ``recheck``, ``all_kept``, ``guess``, ``bisect``, ``prune``, ``load``: the plan
+            with the op type added whose keeping makes it load at onnxruntime's default
+            options, ``confirm``: judged with onnxruntime's optimizations on both sides), kept (node ids), n_kept, score
             (<= 1 passes), max_abs, sqnr_db, cosine (worst output), passed, seconds
             (conversion + run).
         sensitivity: the ranked nodes (:data:`SENSITIVITY_COLUMNS`).
@@ -95,7 +96,7 @@ class PrecisionPlan:
     #: The history step's PassResult when the plan was pushed (``lab.find_precision``).
     result: Any = field(default=None, repr=False)
     #: Where the time went, in seconds: the stages (``reference run``, ``full conversion``,
-    #: ``sensitivity``, ``bisect``, ``prune``, ``confirm``: each including its trials) and,
+    #: ``sensitivity``, ``bisect``, ``prune``, ``load check``, ``confirm``: each including its trials) and,
     #: across all trials, ``trial: convert``, ``trial: onnxruntime session``,
     #: ``trial: onnxruntime run``, ``trial: judge``.
     timings: dict[str, float] = field(default_factory=dict, repr=False)

@@ -24,6 +24,7 @@ import numpy as np
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
+from onnx_lab.numerics.load_blockers import load_blocker
 from onnx_lab.numerics.metrics import RULES, Rule
 from onnx_lab.numerics.precision import trials
 from onnx_lab.numerics.precision.plan import OUTPUT_COLUMNS, PrecisionPlan
@@ -42,6 +43,7 @@ from onnx_lab.numerics.precision.trials import (
     start_search,
 )
 from onnx_lab.numerics.weight_only import find_weight_only
+from onnx_lab.runtime.session import default_load_regression
 
 __all__ = ["find_precision", "WEAK_RANGE"]
 
@@ -158,8 +160,10 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
                 len(best) + 1)))) + left_after)
             best = _prune(s, order, list(best), max_trials, needed)
         t = s.clock("prune", t)
-        confirmed = None
-        if confirm and not s.rows[0]["passed"] and not s.stopped():
+        best, loads = _loads_as_deployed(s, best, cands)
+        t = s.clock("load check", t)
+        confirmed = None if loads else False
+        if confirm and loads and not s.rows[0]["passed"] and not s.stopped():
             best, confirmed = _confirm(s, best)
         s.clock("confirm", t)
         bar.finish()
@@ -234,6 +238,35 @@ def _weak_reference_notes(ref_outputs: list[dict], out_names: Sequence[str],
                 "more nodes than real inputs need, or pass what they would fail); judge on "
                 "representative inputs (feeds=..., an .npz of real samples)")
     return notes
+
+
+def _loads_as_deployed(s: Search, best: tuple[str, ...], cands: Sequence[str]
+                       ) -> tuple[tuple[str, ...], bool]:
+    """The plan, checked to load as a deployment loads it (onnxruntime's default options,
+    in a child process: the trials run with the optimizations off, and a float16 opset-20
+    Gelu crashes onnxruntime with them on). When it does not while the model does, the
+    nodes of the first op type whose keeping makes it load are added (judged by a ``load``
+    trial) and a note says so; (plan, whether it loads). Before ``confirm``, which runs the
+    plan with the optimizations in this process."""
+    key = s.key(best)
+    model = s.models.get(key) or s.conv.convert(key)
+    problem = default_load_regression(model, s.model)
+    if problem is None:
+        return best, True
+    rest = [c for c in cands if c not in set(key)]
+    found = load_blocker(lambda ids: s.conv.convert(s.key((*key, *ids))), s.model, rest)
+    if found is None:
+        s.notes.append(f"the plan's model does not load at onnxruntime's default options "
+                       f"({problem}); keeping all the nodes of any one op type did not help: "
+                       "save refuses it")
+        return best, False
+    new = s.key((*key, *found.node_ids))
+    s.models[new] = found.model
+    row = s.trial(new, "load", model=found.model, keep_model=True)
+    s.notes.append(f"{len(found.node_ids)} {found.op_type} node(s) kept in higher precision "
+                   f"so that the result loads at onnxruntime's default options: without "
+                   f"them {problem}")
+    return (new, True) if row["passed"] else (best, False)
 
 
 def _confirm(s: Search, best: tuple[str, ...], tries: int = 4
