@@ -451,13 +451,13 @@ def _dynamic(lm: LabModel, dims: Mapping[str, int] | None = None) -> list[dict]:
     rows = []
     for dim, inputs in dynamic_dims(lm).items():
         name = "unnamed dims" if dim == "?" else f"dim {dim!r}"
-        example = f"{{'{dim}': 1}}" if dim != "?" else "{...}"
+        example = f"{{{dim!r}: 1}}" if dim != "?" else "{...}"  # repr: a name is hostile
         if dims and dim in dims:  # the Lab was given it: nothing to pass
             rows.append(_row("info", "dynamic_dim", None,
                              f"Dynamic {name} in input(s) {', '.join(inputs)}: {dims[dim]} "
                              "here (the dims given).",
                              f"Nothing to pass; static-shape runtimes need "
-                             f"lab.fix_dims({{'{dim}': {dims[dim]}}})."))
+                             f"lab.fix_dims({{{dim!r}: {dims[dim]}}})."))
             continue
         if dim in derived:
             d = derived[dim]
@@ -465,7 +465,7 @@ def _dynamic(lm: LabModel, dims: Mapping[str, int] | None = None) -> list[dict]:
                              f"Dynamic {name} in input(s) {', '.join(inputs)}: the model "
                              f"determines it ({d.value}, {d.source}).",
                              f"Nothing to pass (it is filled in); static-shape runtimes need "
-                             f"lab.fix_dims({{'{dim}': {d.value}}})."))
+                             f"lab.fix_dims({{{dim!r}: {d.value}}})."))
             continue
         if dim in sums:
             rows.append(_row("info", "dynamic_dim", None,

@@ -26,8 +26,10 @@ from onnx_lab.numerics.confirm import LocalCheck, local_check
 
 __all__ = ["Repro", "write_repro"]
 
-_SCRIPT = '''"""Repro: node {node!r} of the candidate model, fed the reference model's activations,
-differs from the reference's outputs (tolerance: {rule}). Run: python repro.py"""
+# Every name of the model (hostile input) stays in names.json, read as data: none is written
+# into the script, where a node named 'a"""+__import__("os").system(...)+"""' ran as code.
+_SCRIPT = '''"""Repro: one node of the candidate model (names.json: "node"), fed the reference model's
+activations, differs from the reference's outputs (tolerance: {rule}). Run: python repro.py"""
 import json, os
 import numpy as np
 import onnxruntime as ort
@@ -37,11 +39,12 @@ inputs, expected = (np.load(os.path.join(here, f)) for f in ("inputs.npz", "expe
 so = ort.SessionOptions()
 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
 sess = ort.InferenceSession(os.path.join(here, "node.onnx"), so, providers=["CPUExecutionProvider"])
+print(f"node {{names['node']!r}}")
 got = sess.run(names["outputs"], {{n: inputs[f"arr_{{i}}"] for i, n in enumerate(names["inputs"])}})
 for i, (name, g) in enumerate(zip(names["outputs"], got)):
     want = expected[f"arr_{{i}}"].astype(np.float64)
     err = np.abs(g.astype(np.float64) - want)
-    print(f"{{name}}: max_abs {{err.max():.6g}}, max |expected| {{np.abs(want).max():.6g}}")
+    print(f"{{name!r}}: max_abs {{err.max():.6g}}, max |expected| {{np.abs(want).max():.6g}}")
 '''
 
 
@@ -102,9 +105,10 @@ def write_repro(comparison: Any, folder: str | os.PathLike,
     # each file through a fresh temporary renamed into place (never through a planted link)
     write_atomic(paths["inputs"], _npz([check.feeds[n] for n in inputs]))
     write_atomic(paths["expected"], _npz([check.expected[n] for n in outputs]))
-    write_atomic(paths["names"], json.dumps({"inputs": inputs, "outputs": outputs}, indent=1))
+    write_atomic(paths["names"], json.dumps({"node": check.node_id, "inputs": inputs,
+                                             "outputs": outputs}, indent=1))
     rule = next(iter(check.rules.values())).describe() if check.rules else ""
-    write_atomic(paths["script"], _SCRIPT.format(node=check.node_id, rule=rule))
+    write_atomic(paths["script"], _SCRIPT.format(rule=rule.replace('"', "'")))
     return Repro(out, check=check, **paths)
 
 

@@ -257,7 +257,7 @@ def _check_sizes(dims: Any, shapes: Any, where: str) -> None:
         for k, v in dims.items():
             if bad(v):
                 raise InputError(f"{where}: dim {k!r} must be an int >= 0, got {v!r}.",
-                                 fix=f'Use e.g. dims={{"{k}": 1}}.')
+                                 fix=f'Use e.g. dims={{{k!r}: 1}}.')
     if shapes is not None:
         if not isinstance(shapes, Mapping):
             raise InputError(f"{where}: shapes must map input names to lists of sizes.",
@@ -267,7 +267,7 @@ def _check_sizes(dims: Any, shapes: Any, where: str) -> None:
                     any(bad(d) for d in shape):
                 raise InputError(f"{where}: the shape of input {k!r} must be a list of ints "
                                  f">= 0, got {shape!r:.60}.",
-                                 fix=f'Use e.g. shapes={{"{k}": [1, 3, 224, 224]}}.')
+                                 fix=f'Use e.g. shapes={{{k!r}: [1, 3, 224, 224]}}.')
 
 
 # ---------------------------------------------------------------------------- the audit

@@ -375,3 +375,22 @@ def test_a_locale_the_machine_lacks_is_named_with_the_fix_and_onnxruntime_stays_
     lab.set_attribute("sn", "locale", "C", verify=False)  # a locale every machine has
     r = lab.apply("ort:extended")
     assert r.verify_passed in (True, None)
+
+
+def test_a_dim_name_is_quoted_as_data_in_the_suggested_code():
+    # a dim named "b': 1}) or __import__('os').system('...') or ({'b" made the suggested
+    # lab.fix_dims(...) run a command when pasted
+    import ast
+
+    evil = "b': 1}) or __import__('os').system('echo INJECTED') or ({'b"
+    h = onnx.helper
+    g = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [evil, 4])],
+                     [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [evil, 4])])
+    df = check(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), load=False)
+    fixes = [f for f in df.fix if "fix_dims(" in f]
+    assert fixes
+    for fix in fixes:
+        for code in (fix[fix.index("fix_dims(") + 9:fix.rindex(")")],
+                     fix[fix.index("dims=") + 5:fix.index(" / shapes=")]):
+            assert ast.literal_eval(code) == {evil: 1}  # a plain dict literal, nothing else
