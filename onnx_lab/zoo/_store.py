@@ -16,6 +16,7 @@ import hashlib
 import json
 import mmap
 import os
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,23 +51,44 @@ class Found:
 
 def external_files(path: Path) -> list[Path]:
     """The external data files the model at ``path`` refers to (read from the wire, the
-    weights are not parsed), existing or not."""
+    weights are not parsed), existing or not; only those ``onnx_lab.open`` would read: a
+    relative location inside the model's folder that is a regular file (or missing). A
+    location outside it (``../secret``, an absolute path, a link out), a device or a FIFO
+    (``/dev/zero``: hashing it never ended, whatever ``--timeout`` said) is left out here;
+    the worker's open refuses the model with the reason."""
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             locations = external_locations(buf)
     except (OSError, ValueError):  # empty or unreadable: the worker's open says why
         return []
+    folder = Path(os.path.realpath(path.parent))
     seen: dict[Path, None] = {}
     for loc in locations:
-        seen.setdefault(Path(os.path.realpath(path.parent / loc)), None)
+        if not loc or os.path.isabs(loc) or "\\" in loc or loc.startswith("~"):
+            continue
+        real = Path(os.path.realpath(path.parent / loc))
+        if folder not in real.parents or not regular_or_missing(real):
+            continue
+        seen.setdefault(real, None)
     return list(seen)
+
+
+def regular_or_missing(path: Path) -> bool:
+    """Whether ``path`` is a regular file or does not exist (not a FIFO, device, folder)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
 
 
 def find_models(paths: Iterable[str | os.PathLike]) -> list[Found]:
     """Every ``.onnx`` file under ``paths`` (folders searched recursively, in sorted order).
 
-    A model with external data is one entry (the data files are listed in ``files``, and a
-    data file is never audited as a model of its own).
+    A model with external data is one entry (the data files are listed in ``files``); a
+    ``.onnx`` file another model names as its data is still audited as a model of its own.
+    A FIFO or device named ``*.onnx`` in a folder is skipped; given by name it is refused.
 
     Raises:
         ModelLoadError: a path does not exist. InputError: no path given.
@@ -86,9 +108,13 @@ def find_models(paths: Iterable[str | os.PathLike]) -> list[Found]:
             for root, dirs, files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
                 for fname in sorted(files):
-                    if fname.endswith(".onnx"):
-                        f = Path(root) / fname
+                    f = Path(root) / fname
+                    # a FIFO or device named *.onnx would block the reads that follow
+                    if fname.endswith(".onnx") and regular_or_missing(f):
                         picked.append((f.relative_to(p).as_posix(), f))
+        elif not regular_or_missing(p):
+            raise InputError(f"{str(p)!r} is not a regular file (a FIFO or a device).",
+                             fix="Pass model files or folders.")
         else:
             picked.append((p.name, p))
     out: dict[Path, Found] = {}
@@ -99,19 +125,23 @@ def find_models(paths: Iterable[str | os.PathLike]) -> list[Found]:
             continue
         names[name] = names.get(name, 0) + 1
         out[real] = Found(name, real, (real, *external_files(real)))
-    data = {d for f in out.values() for d in f.files[1:]}
+    # A .onnx file another model names as its data file is still a model of its own: a
+    # hostile model naming its neighbour hid that one from the audit (no row, no report).
     # Two roots holding the same relative name: those models are named by their full path.
     return [Found(str(f.path) if names[f.name] > 1 else f.name, f.path, f.files)
-            for f in out.values() if f.path not in data]
+            for f in out.values()]
 
 
 def file_hash(files: Sequence[Path]) -> tuple[str, int]:
     """(sha256 over the files' names and contents, total bytes); a missing file hashes as
-    missing (the worker then reports it)."""
+    missing (the worker then reports it), a FIFO or device is not read."""
     h = hashlib.sha256()
     total = 0
     for i, f in enumerate(files):
         h.update(f"{i}:{f.name if i else ''}\0".encode())
+        if not regular_or_missing(f):  # never read a FIFO or a device (it may never end)
+            h.update(b"<not a regular file>")
+            continue
         try:
             with open(f, "rb") as fh:
                 total += os.fstat(fh.fileno()).st_size
@@ -129,9 +159,16 @@ def options_key(options: Mapping[str, Any]) -> str:
 
 
 def slug(name: str) -> str:
-    """A file name made of a model name (``a/b.onnx`` -> ``a__b.onnx``)."""
+    """A file name made of a model name, one per name: the name itself where it is made of
+    letters, digits and ``._-`` only, else its readable form and a hash of the name
+    (``a/b.onnx`` -> ``a__b.onnx-5d1f0c2a``): ``a b.onnx`` and ``a_b.onnx``, or
+    ``x/y.onnx`` and ``x__y.onnx``, shared one report and log, the second overwriting the
+    first."""
     keep = "".join(c if c.isalnum() or c in "._-" else "_" for c in name.replace("/", "__"))
-    return keep.strip("._") or "model"
+    keep = keep.strip("._")[:120] or "model"
+    if keep == name:
+        return keep
+    return f"{keep}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
 # ---------------------------------------------------------------------------- manifest
