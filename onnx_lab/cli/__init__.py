@@ -22,6 +22,7 @@ commands against ``import onnx, onnxruntime`` (figures: docs/core.md, Start-up).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import sys
@@ -51,6 +52,7 @@ from onnx_lab.cli._common import (
     print_json,
     refuse_outputs,
 )
+from onnx_lab.cli._terminal import VisibleText
 from onnx_lab.core import samples
 from onnx_lab.core.limits import parse_bytes, run_limits
 from onnx_lab.errors import InputError, LabError
@@ -130,11 +132,19 @@ INTERNAL_ERROR = 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``onnx-lab`` console script; returns the exit code.
+    """Entry point of the ``onnx-lab`` console script; returns the exit code. What it
+    prints goes through :class:`~onnx_lab.cli._terminal.VisibleText`: a model's strings
+    never reach the terminal as escape sequences.
 
     Example:
         >>> code = main(["summary", "sample:convnet", "--json"])  # prints the JSON, returns 0
     """
+    with contextlib.redirect_stdout(VisibleText(sys.stdout)), \
+            contextlib.redirect_stderr(VisibleText(sys.stderr)):
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     _exit.install()  # this process is ours: skip the slow collector passes at exit
     if argv is None:  # the console command: sympy loads when onnx_ir first uses it
         _startup.defer_sympy()

@@ -185,3 +185,30 @@ def test_a_defect_exits_3_with_its_traceback_not_1_which_a_gate_reads_as_a_verdi
     assert "Traceback" in err and err.strip().splitlines()[-1] == (
         "onnx-lab: internal error: ValueError: No cast function available. (a defect of "
         "onnx_lab, not a verdict on the model: please report it with the traceback above)")
+
+
+def test_model_strings_never_reach_the_terminal_as_escape_sequences(tmp_path, capsys):
+    # a node or input name holding ESC [2J, an OSC 8 link or an OSC 52 clipboard write went
+    # to the terminal raw in every text output and in error lines
+    import json
+
+    import onnx
+    from onnx import helper
+
+    esc = "\x1b[2J\x1b]52;c;cHduZWQ=\x07\u202e"
+    g = helper.make_graph([helper.make_node("Relu", ["x" + esc], ["y"], name="n" + esc)], "g",
+                          [helper.make_tensor_value_info("x" + esc, 1, ["d" + esc, 4])],
+                          [helper.make_tensor_value_info("y", 1, ["d" + esc, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.producer_name = "p" + esc
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    assert main(["summary", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out and "\\x1b[2J" in out
+    assert main(["profile", str(path)]) == 2  # an unresolved dim, named in the error line
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\\x1b[2J" in err
+    assert main(["summary", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["producer"].startswith("p" + esc)  # JSON keeps the value, escaped by json
