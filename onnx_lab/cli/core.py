@@ -75,7 +75,9 @@ def _tables(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for name, df in (("nodes", lab.nodes), ("initializers", lab.initializers),
                          ("tensors", lab.tensors)):
-            write_atomic(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False),
+            from onnx_lab.core.outputs import csv_writer  # on use: `onnx-lab --help` stays light
+
+            write_atomic(out / f"{name}.csv", csv_writer(df),
                          sources=[lab], flag="--out")
             print(f"{out / (name + '.csv')}: {len(df)} rows")
     except OSError as e:  # a read-only folder, a parent that is a file, a full disk

@@ -100,7 +100,9 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _write_csv(table, path: str) -> None:
     # a fresh temporary renamed over the file: a full disk leaves the old one intact
-    write_atomic(path, lambda p: table.to_csv(p, index=False), flag="--csv")
+    from onnx_lab.core.outputs import csv_writer  # on use: `onnx-lab --help` stays light
+
+    write_atomic(path, csv_writer(table), flag="--csv")
 
 
 def _compare_llm(args: argparse.Namespace) -> int:

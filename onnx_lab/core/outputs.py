@@ -28,7 +28,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.save import protected_files, write_error
 from onnx_lab.errors import SaveError
 
-__all__ = ["input_files", "refuse_inputs", "write_atomic", "atomic_path"]
+__all__ = ["input_files", "refuse_inputs", "write_atomic", "atomic_path", "csv_writer"]
 
 
 def _real(p: str | os.PathLike) -> Path:
@@ -176,3 +176,29 @@ def write_atomic(target: str | os.PathLike, data: str | bytes | Callable[[Path],
                 f.flush()
                 os.fsync(f.fileno())
     return target
+
+
+#: What a spreadsheet reads as a formula at the start of a cell (CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_writer(frame: Any) -> Callable[[Path], None]:
+    """A writer (for :func:`write_atomic`) of ``frame`` as CSV, each text cell that a
+    spreadsheet would read as a formula (starting with ``= + - @``, a tab or a carriage
+    return: a node named ``=HYPERLINK(...)`` or ``=cmd|' /C calc'!A0``) written with a
+    leading ``'``, as OWASP advises; numbers and other cells as they are.
+
+    Example:
+        >>> write_atomic("nodes.csv", csv_writer(lab.nodes))
+    """
+    def safe(v: Any) -> Any:
+        return "'" + v if isinstance(v, str) and v.startswith(_FORMULA_START) else v
+
+    def write(path: Path) -> None:
+        text = frame.select_dtypes(include=["object", "string"]).columns
+        out = frame.copy()
+        for col in text:
+            out[col] = out[col].map(safe)
+        out.rename(columns={c: safe(c) for c in out.columns if isinstance(c, str)}
+                   ).to_csv(path, index=False)
+    return write

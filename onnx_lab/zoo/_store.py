@@ -233,7 +233,7 @@ def write_tables(folder: Path, df: pd.DataFrame, html: str, *,
     """Write ``audit.csv``, ``audit.parquet`` (when pyarrow is installed) and ``index.html``
     into ``folder``, each atomically and never over one of ``inputs``; returns what was
     written."""
-    from onnx_lab.core.outputs import write_atomic  # on use: `onnx-lab audit --help`
+    from onnx_lab.core.outputs import csv_writer, write_atomic  # on use: `onnx-lab audit --help`
 
     inputs = dict(inputs or {})
 
@@ -242,7 +242,7 @@ def write_tables(folder: Path, df: pd.DataFrame, html: str, *,
 
     out: dict[str, Path] = {}
     targets = {"csv": folder / "audit.csv", "html": folder / "index.html"}
-    _atomic(targets["csv"], lambda p: df.to_csv(p, index=False))
+    _atomic(targets["csv"], csv_writer(df))
     out["csv"] = targets["csv"]
     with contextlib.suppress(ImportError):
         import pyarrow  # noqa: F401 - the Parquet engine

@@ -188,3 +188,27 @@ def test_command_line_errors_offer_only_what_the_command_line_has(capsys, tmp_pa
     from onnx_lab.core.limits import memory_limit
 
     assert memory_limit()[1] != "set by onnx-lab --max-memory"  # the block's only
+
+
+def test_csv_cells_never_start_a_spreadsheet_formula(tmp_path, capsys):
+    # a node named "=HYPERLINK(...)" was written as it is into nodes.csv (CSV injection)
+    from onnx import helper
+
+    evil = "=HYPERLINK(\"http://x\",\"y\")"
+    g = helper.make_graph([helper.make_node("Relu", ["@x"], ["-y"], name=evil)], "g",
+                          [helper.make_tensor_value_info("@x", 1, [1, 4])],
+                          [helper.make_tensor_value_info("-y", 1, [1, 4])])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    assert main(["tables", str(src), "--out", str(tmp_path / "t")]) == 0
+    nodes = pd.read_csv(tmp_path / "t" / "nodes.csv")
+    assert nodes["node_id"].tolist() == ["'" + evil]
+    for name in ("nodes", "initializers", "tensors"):
+        import csv
+
+        with open(tmp_path / "t" / f"{name}.csv", newline="") as f:
+            cells = [c for row in csv.reader(f) for c in row]
+        assert not [c for c in cells if c[:1] and c[:1] in "=+-@"], (name, cells)
+    tensors = pd.read_csv(tmp_path / "t" / "tensors.csv")
+    assert set(tensors["name"]) == {"'@x", "'-y"}
+    assert nodes["topo"].tolist() == [0]  # numbers stay numbers
