@@ -84,16 +84,31 @@ def esc_attr(x: Any, limit: int | None = None) -> Markup:
 _CONTROL_PICTURES = {c: 0x2400 + c for c in range(0x20) if c not in (9, 10, 13)} | {0x7F: 0x2421}
 
 
+#: graphviz refuses a string over about 16,000 characters (the whole drawing fails): longer
+#: names are cut to their first characters, an ellipsis and a hash of the whole (unique).
+DOT_MAX_CHARS = 2000
+
+
 def dot_safe(s: str) -> str:
-    """``s`` with control characters graphviz cannot hold shown as their pictures (``␀``)."""
-    return s.translate(_CONTROL_PICTURES)
+    """``s`` with control characters graphviz cannot hold shown as their pictures (``␀``),
+    cut past :data:`DOT_MAX_CHARS` (``name…#1a2b3c4d``): one node named with 17,000
+    characters left every drawing of its model empty."""
+    return _cut(s).translate(_CONTROL_PICTURES)
+
+
+def _cut(s: str) -> str:
+    if len(s) <= DOT_MAX_CHARS:
+        return s
+    digest = hashlib.sha256(s.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{s[:DOT_MAX_CHARS - 10]}…#{digest}"
 
 
 def esc_label(x: Any) -> Markup:
     """``x`` as text of a graphviz HTML-like label (``<<B>...</B>>``): escaped as text, on
     one line, brackets as character references (dot 2.43's label lexer rejects some of them,
     a lone ']' inside <FONT>), control characters as their pictures (:func:`dot_safe`)."""
-    s = dot_safe(str(esc_text(x))).replace("[", "&#91;").replace("]", "&#93;")
+    # cut before escaping: a cut escaped text could end inside an entity ("&am")
+    s = dot_safe(str(esc_text(_cut(str(x))))).replace("[", "&#91;").replace("]", "&#93;")
     return Markup(s.replace("\r\n", " ").replace("\n", " ").replace("\r", " "))
 
 

@@ -10,6 +10,7 @@ payload of ``tests/hostile_models.py`` was written as markup.
 from __future__ import annotations
 
 import re
+import shutil
 from html.parser import HTMLParser
 
 import pytest
@@ -146,3 +147,27 @@ def test_payloads_cover_every_context():
                    "\x01", "\u202e", "$"):
         assert needle in joined, needle
     assert max(len(p) for p in PAYLOADS) > 2000
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="needs graphviz dot")
+def test_a_name_too_long_for_graphviz_is_drawn_cut_and_maps_back():
+    # graphviz refuses strings over ~16,000 characters: one node named with 17,000 left
+    # every drawing of the model empty (render, report, Explorer, DiffView)
+    import onnx
+
+    from onnx_lab.render._html import dot_safe
+    from onnx_lab.widgets.canvas import GraphCanvas
+
+    h = onnx.helper
+    long = "N" * 17_000 + "&<x>"
+    g = h.make_graph([h.make_node("Relu", ["x"], ["y"], name=long)], "g",
+                     [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                     [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    lab = onnx_lab.open(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]))
+    r = lab.render()
+    assert r.svg is not None and "…#" in r.svg
+    cut = dot_safe(long)
+    assert len(cut) <= 2000 and cut != dot_safe("N" * 17_000 + "&<y>")
+    canvas = GraphCanvas()
+    canvas.show(r)
+    assert canvas._drawn(cut) == long
