@@ -340,9 +340,14 @@ def write_error(target: Path, e: OSError) -> WriteError:
     """``e`` (a failed write of ``target``) as a WriteError naming the path and the cause."""
     reason = _REASONS.get(e.errno or -1) or e.strerror or str(e) or type(e).__name__
     where = f" ({e.filename})" if e.filename and str(e.filename) != str(target) else ""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        what = "Free space or pick a folder on another disk"
+    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        what = "Pick a folder you can write to"
+    else:
+        what = "Free space or pick a writable folder"
     return WriteError(f"Cannot write {str(target)!r}: {reason}{where}.",
-                      fix="Free space or pick a writable folder; the old file, if any, is "
-                      "unchanged.")
+                      fix=f"{what}; the old file, if any, is unchanged.")
 
 
 def _serialize(m: ir.Model, target: Path) -> onnx.ModelProto:

@@ -239,3 +239,16 @@ def test_temporary_names_all_taken_is_a_write_error_and_the_victim_is_unchanged(
     with pytest.raises(WriteError, match="temporary names"):
         onnx_lab.open(src).save(tmp_path / "o.onnx")
     assert victim.read_bytes() == b"precious" and not (tmp_path / "o.onnx").exists()
+
+
+def test_a_write_error_advises_by_its_cause(tmp_path):
+    # a permission refused was answered "Free space or pick a writable folder"
+    import errno
+
+    from onnx_lab.core.save import write_error
+
+    target = tmp_path / "m.onnx"
+    denied = write_error(target, PermissionError(errno.EACCES, "Permission denied"))
+    assert denied.fix.startswith("Pick a folder you can write to") and "space" not in denied.fix
+    full = write_error(target, OSError(errno.ENOSPC, "No space left on device"))
+    assert "no space left" in full.problem and full.fix.startswith("Free space")
