@@ -50,9 +50,24 @@ class LabError(Exception):
     """
 
     def __init__(self, message: str, *, fix: str | None = None) -> None:
-        self.problem = message
-        self.fix = fix
-        super().__init__(f"{message} {fix}" if fix else message)
+        self.problem = _bounded(message)
+        self.fix = _bounded(fix) if fix is not None else None
+        super().__init__(f"{self.problem} {self.fix}" if fix else self.problem)
+
+
+#: A message quoting a model's strings stays readable: a 1 MB node name was quoted in full.
+MESSAGE_MAX_CHARS = 8000
+
+
+def _bounded(text: str) -> str:
+    """``text`` within :data:`MESSAGE_MAX_CHARS`, its start and end kept."""
+    text = str(text)
+    if len(text) <= MESSAGE_MAX_CHARS:
+        return text
+    head = MESSAGE_MAX_CHARS * 3 // 4
+    tail = MESSAGE_MAX_CHARS - head - 60
+    left = len(text) - head - tail
+    return f"{text[:head]} … [{left:,} characters left out] … {text[-tail:]}"
 
 
 class ModelLoadError(LabError):

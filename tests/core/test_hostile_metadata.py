@@ -117,3 +117,13 @@ def test_the_bounded_readers():
     assert load_json(123) is None and load_json("") is None
     assert load_str_list("['', 'a', \"b]\"]") == ["", "a", "b]"]
     assert load_str_list("[['a']]") is None and load_str_list("[" * 10_000) is None
+
+
+def test_an_error_quoting_a_huge_name_stays_readable():
+    # a 1 MB node name was quoted in full in the error (and the terminal line)
+    from onnx_lab.errors import MESSAGE_MAX_CHARS, InputError
+
+    e = InputError("Unknown node " + "n" * 1_000_000 + " (did you mean 'a'?).", fix="Use a.")
+    assert len(e.problem) <= MESSAGE_MAX_CHARS and e.problem.endswith("(did you mean 'a'?).")
+    assert "characters left out" in e.problem and str(e).endswith("Use a.")
+    assert InputError("short", fix="fix").problem == "short"
