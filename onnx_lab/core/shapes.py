@@ -433,6 +433,11 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
                 node.outputs[0].name, int(t.dtype),
                 None if isinstance(t, UnreadableTensor) else shape_tuple(t.shape)))
             continue
+        guard = _untyped_label_encoder(node, graph) if node.op_type == "LabelEncoder" else False
+        if guard is None:  # no type to declare for its input: left out (see the helper)
+            continue
+        if guard:
+            into.value_info.append(guard)
         proto = into.node.add()
         source = sources[k] if sources is not None else None
         if source is not None and source.op_type == node.op_type:
@@ -459,6 +464,34 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
             ir.serde.serialize_value_into(into.output.add(), v)
         else:
             into.output.add().name = v.name
+
+
+_KEY_TYPES = (("keys_floats", onnx.TensorProto.FLOAT), ("keys_int64s", onnx.TensorProto.INT64),
+              ("keys_strings", onnx.TensorProto.STRING))
+
+
+def _untyped_label_encoder(node: ir.Node, graph: ir.Graph) -> onnx.ValueInfoProto | None | bool:
+    """onnx 1.23's inference of a LabelEncoder of ``ai.onnx.ml`` opset 1 or 2 whose input has
+    no type (made by a node whose schema types nothing: skl2onnx's TreeEnsembleRegressor
+    before it in a ``decision_path`` export, a Scaler) crashes the process (SIGSEGV; the
+    kernel of a notebook). False: nothing to do; a ValueInfoProto: the input's element type
+    to declare, read from the encoder's keys (opset 2) or from its declared output (opset 1
+    maps strings to int64s and back); None: no type to declare, the node is left out of
+    inference (its output keeps the type the model declares)."""
+    if node.domain != "ai.onnx.ml" or not node.inputs or node.inputs[0] is None:
+        return False
+    v = node.inputs[0]
+    version = graph.opset_imports.get("ai.onnx.ml")
+    if v.type is not None or v.producer() is None or version is None or version > 2:
+        return False
+    dtype = next((t for name, t in _KEY_TYPES if name in node.attributes), None)
+    if version == 1:
+        out = node.outputs[0].dtype if node.outputs else None
+        dtype = {ir.DataType.INT64: onnx.TensorProto.STRING,
+                 ir.DataType.STRING: onnx.TensorProto.INT64}.get(out) if out else None
+    if dtype is None or not v.name:
+        return None
+    return _value_info(v.name, int(dtype), None)
 
 
 def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
