@@ -660,12 +660,31 @@ class Lab:
         offline = any(v.result is not None and v.result.name.startswith("ort:") for v in steps)
 
         def loads(p: Path) -> str | None:
-            return load_problem(p, model, original) or (
-                default_load_regression(p, original)
-                if model is not original and not offline else None)
+            problem = load_problem(p, model, original)
+            if problem or model is original or offline:
+                return problem
+            problem = default_load_regression(p, original)
+            return problem and problem + self._first_unloadable(steps, original)
 
         return save(self._history, path, external_data=external_data, overwrite=overwrite,
                     check=loads if check else None)
+
+    @staticmethod
+    def _first_unloadable(steps: Sequence[Any], original: LabModel) -> str:
+        """The sentence naming the first step whose version does not load at onnxruntime's
+        default options (each asked in a child process, on this failure path only): steps
+        verified with the optimizations off can each pass while a deployment's session
+        refuses the result (``fold_shapes`` made an If's condition a constant, which
+        onnxruntime's optimizer then inlined into a Range it rejects)."""
+        from onnx_lab.runtime.session import default_load_regression
+
+        for v in steps:
+            if v.result is not None and default_load_regression(v.model, original):
+                return (f". Step {v.step} ({v.result.name}) is the first version that does not "
+                        f"load so: lab.checkout({v.step - 1}) goes back before it (its "
+                        "verification ran with the optimizations off; the steps after it can "
+                        "be applied again without it)")
+        return ""
 
 
     # Edits: lab.<edit pass>(...) is lab.apply(<pass>, ...), generated from the registry.

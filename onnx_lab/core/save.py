@@ -252,9 +252,9 @@ def _checked(check: Check | None, written: Path, target: Path) -> None:
     problem = check(written)
     if problem:
         raise SaveError(f"{str(target)!r} would not load in onnxruntime from its folder: "
-                        f"{problem}", fix="Nothing was replaced. lab.check() names what "
-                        "onnxruntime refuses and lab.history a step that failed (lab.undo() "
-                        "goes back before it); save with external_data=False to keep every "
+                        f"{problem}", fix="Nothing was replaced. lab.history shows the steps (a "
+                        "failed one, or the one the message names: lab.undo() or "
+                        "lab.checkout(N) goes back before it); save with external_data=False to keep every "
                         "tensor inside the file, check=False to write it as it is, or report "
                         "the model to onnx_lab.")
 
