@@ -558,7 +558,9 @@ def saved_form_problem(model: LabModel) -> str | None:
         return load_problem(path, model)
 
 
-_FEEDS_FIX = "Check the feeds' shapes and dtypes against lab.inputs."
+_FEEDS_FIX = ("Check the feeds' shapes and dtypes against lab.inputs; without feeds=, the inputs "
+              "are seeded random values, which may be invalid for this model (indices, axes, "
+              "sizes, divisors): pass feeds= of real values.")
 
 
 def run_session(sess: Any, feeds: Mapping[str, Any], names: Sequence[str] | None = None, *,
