@@ -263,10 +263,16 @@ def _loads_as_deployed(s: Search, best: tuple[str, ...], cands: Sequence[str]
     new = s.key((*key, *found.node_ids))
     s.models[new] = found.model
     row = s.trial(new, "load", model=found.model, keep_model=True)
+    if not row["passed"]:  # it loads so, but misses the tolerance: the plan stays as it was
+        s.notes.append(f"the plan's model does not load at onnxruntime's default options "
+                       f"({problem}); with its {len(found.node_ids)} {found.op_type} node(s) "
+                       "also kept it loads but misses the tolerance (trial "
+                       f"{row['trial']}): save refuses the plan")
+        return best, False
     s.notes.append(f"{len(found.node_ids)} {found.op_type} node(s) kept in higher precision "
                    f"so that the result loads at onnxruntime's default options: without "
                    f"them {problem}")
-    return (new, True) if row["passed"] else (best, False)
+    return new, True
 
 
 def _confirm(s: Search, best: tuple[str, ...], tries: int = 4
