@@ -48,7 +48,10 @@ class Progress:
         if progress is None and total >= min_steps and _interactive():
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=total, desc=label, leave=False)
+            # the command line's stderr escapes control characters of model strings
+            # (cli._terminal): the bar's own cursor moves go to the terminal underneath
+            stream = getattr(sys.stderr, "raw_stream", sys.stderr)
+            self._bar = tqdm(total=total, desc=label, leave=False, file=stream)
 
     def step(self, label: str | None = None, n: int = 1) -> None:
         self.done += n

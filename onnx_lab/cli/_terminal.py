@@ -40,6 +40,12 @@ class VisibleText(io.TextIOBase):
         super().__init__()
         self._stream = stream
 
+    @property
+    def raw_stream(self) -> TextIO:
+        """The stream underneath, for onnx_lab's own progress bars (their cursor moves are
+        theirs; their labels are onnx_lab's text)."""
+        return self._stream
+
     def write(self, text: str) -> int:
         self._stream.write(visible(text))
         return len(text)
