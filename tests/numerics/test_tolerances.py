@@ -312,8 +312,9 @@ def test_repro_runs_on_its_own_in_a_fresh_process(tmp_path):
     assert [n.op_type for n in node.graph.node] == ["Constant", "Conv"]
     out = subprocess.run([sys.executable, str(r.script)], capture_output=True, text=True,
                          cwd=tmp_path, timeout=120, check=True).stdout
-    line = out.strip().splitlines()[0]
-    assert line.startswith("c: max_abs ")
+    first, line = out.strip().splitlines()[:2]
+    assert first == f"node {r.check.node_id!r}"  # names read from names.json, printed escaped
+    assert line.startswith("'c': max_abs ")
     assert math.isclose(float(line.split()[2].rstrip(",")), r.check.max_abs, rel_tol=1e-5)
     assert r.check.max_abs > 0.1
     with pytest.raises(onnx_lab.errors.SaveError, match="not empty"):
