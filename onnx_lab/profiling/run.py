@@ -140,6 +140,8 @@ class Profile:
             events), create_ms (wall time of creating the session), nodes_run.
         kernels: every kept kernel call (session, ort_name, op_type, provider, run, dur_us...).
         notes: skipped providers and anything unusual.
+        dims, shapes: the dims and input shapes the runs were sized by (:meth:`render`
+            draws those sizes).
     """
 
     model: LabModel
@@ -158,6 +160,9 @@ class Profile:
     profiled_runs: int = 0
     budget_s: float | None = None
     cancelled: bool = False
+    #: The dims and input shapes the runs were sized by (its drawing shows those sizes).
+    dims: dict[str, int] = field(default_factory=dict)
+    shapes: dict[str, list[int]] = field(default_factory=dict)
 
     def samples(self, session: str | None = None) -> np.ndarray:
         """Wall ms of the runs behind ``latency_stats`` for one session (default the first)."""
@@ -376,6 +381,7 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None,
                      max(len(r["wall_ms"]) - int(warmup) for r in results),
                      int(warmup), opt_level, notes, trace_paths)
     prof.budget_s = budget_s
+    prof.dims, prof.shapes = dict(dims or {}), {k: list(v) for k, v in (shapes or {}).items()}
     prof.cancelled = any(r["stopped"] == "cancelled" for r in results) or cancelled(cancel)
     if prof.cancelled:
         prof.notes.append("cancelled: the tables hold the runs measured before the cancel")

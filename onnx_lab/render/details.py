@@ -228,14 +228,13 @@ def node_details_html(d: Mapping[str, Any]) -> str:
         if rows:
             parts.append(f"<table class='olc-{key}'><tr><th colspan=3>{label}</th></tr>{rows}"
                          "</table>")
-    if d["weights"]:
-        rows = "".join(
-            f"<tr><td>{esc_text(w['name'], 40)}</td><td>{esc_text(w.get('shape'))}</td>"
-            + "".join(f"<td>{esc_text(w.get(c))}</td>" for c in _STAT_COLS) + "</tr>"
-            for w in d["weights"])
-        hdr = "".join(f"<th>{esc_text(c)}</th>" for c in ("weight", "shape", *_STAT_COLS))
-        parts.append(f"<div class='olc-scroll'><table class='olc-weights'><tr>{hdr}</tr>"
-                     f"{rows}</table></div>")
+    for w in d["weights"]:
+        # one statistic a row: a row of seven columns hid max...outlier_score behind a
+        # horizontal scroll in the 300 px panel
+        rows = "".join(f"<tr><td>{esc_text(c)}</td><td>{esc_text(w.get(c))}</td></tr>"
+                       for c in ("shape", *_STAT_COLS))
+        parts.append(f"<table class='olc-weights'><tr><th colspan=2 title='{esc_attr(w['name'])}'>"
+                     f"weight {esc_text(w['name'], 40)}</th></tr>{rows}</table>")
     for i, vals in enumerate(d.get("values") or ()):
         parts.append(weight_values_html(vals, open_=i == 0))
     if d["origins"] and d["origins"] != [d["node_id"]]:

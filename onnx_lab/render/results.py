@@ -157,6 +157,8 @@ def diff_html(d: Diff) -> str:
 def profile_render(p: Profile, session: str | None = None, **kw: Any):
     """The graph with each node coloured by its time (``render_model(overlay=...)``)."""
     kw.setdefault("overlay_label", "time_ms")
+    kw.setdefault("dims", p.dims or None)  # the sizes the runs had, not the symbols
+    kw.setdefault("shapes", p.shapes or None)
     return _render.render_model(p.model, overlay=p.overlay(session), **kw)
 
 

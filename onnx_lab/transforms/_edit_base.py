@@ -35,6 +35,22 @@ def _model_problem(model: LabModel) -> str | None:
     return None
 
 
+def _drop_intermediate_shapes(model: LabModel) -> int:
+    """Forget the declared shape (not the type) of every tensor a node makes that is not a
+    graph output, in every graph of ``model`` (in place); returns how many had one."""
+    n = 0
+    for g in model.ir.graphs():
+        outputs = set(id(v) for v in g.outputs)
+        for node in g:
+            for v in node.outputs:
+                if v.shape is not None and id(v) not in outputs:
+                    v.shape = None
+                    n += 1
+    if n:
+        model.invalidate()
+    return n
+
+
 class _EditPass(LabPass):
     """An edit: after the rewrite the model must pass onnx's checker and strict shape inference
     (else PassError, and the history is unchanged), unless the model already failed before.
@@ -54,6 +70,25 @@ class _EditPass(LabPass):
         result = super().run(model, context)
         if result.modified:
             problem = _model_problem(result.model)
+            if problem is not None and "existing shape" in problem \
+                    and _model_problem(model) is None:
+                # The edit changes a shape the model declares for an intermediate tensor
+                # (MaxPool ceil_mode=1: 16 -> 17): those declarations are stale, not the edit.
+                dropped = _drop_intermediate_shapes(result.model)
+                again = _model_problem(result.model) if dropped else problem
+                if again is None:
+                    result.notes.append(f"the declared shapes of {dropped} intermediate "
+                                        "tensor(s) were dropped: the edit changes them")
+                    problem = None
+                elif "existing shape" in again:
+                    raise PassError(
+                        f"{self.name} refused: the edit changes the shape of a graph output, "
+                        f"which the model declares otherwise: {again}",
+                        fix="The model is unchanged. Change the output's declared shape first "
+                        "(set_input_shape does it for inputs; lab.fix_dims for symbolic dims), "
+                        "or choose values that keep the output's shape.")
+                else:
+                    problem = again
             if problem is not None:
                 already = _model_problem(model)
                 if already is None:

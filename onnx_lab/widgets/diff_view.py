@@ -99,6 +99,9 @@ class DiffView(View):
         view = d.table.copy()
         for col in ("attributes", "inputs", "outputs", "weights", "related"):
             view[col] = view[col].map(lambda x: ", ".join(x))
+        # a removed node has no side b (an added one no side a): an empty cell, not "NaN"
+        text = view.select_dtypes(include="object").columns
+        view[text] = view[text].astype(object).where(view[text].notna(), "")
         self.table.set(view, caption="nodes that differ")
         self._draw("a")
         self._draw("b")

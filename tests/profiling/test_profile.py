@@ -258,3 +258,14 @@ def test_coverage(convnet, prof_all, prof_disable):
     # Members of one fusion share the ORT node and its time.
     assert cov.loc["/stem/bn/BatchNormalization", "ort_name"] == \
         cov.loc["/stem/conv/Conv", "ort_name"]
+
+
+def test_the_profile_drawing_shows_the_sizes_the_runs_had():
+    # the Profiler's graph showed "batch×..." where the Lab's dims gave batch=1
+    import re
+
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 2, "seq": 5})
+    p = onnx_lab.profile(lab, runs=2, warmup=0, progress=False)
+    assert p.dims == {"batch": 2, "seq": 5}
+    shapes = set(re.findall(r"[0-9a-z]+×[0-9a-z]+×[0-9]+", p.render(collapse=None).svg))
+    assert "2×5×32" in shapes and not any(s.startswith("batch") for s in shapes), shapes

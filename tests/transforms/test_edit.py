@@ -207,3 +207,36 @@ def test_merge_is_exported():
 
     assert onnx_lab.merge is merge
     assert chain_proto() is not None
+
+
+def _pool_model(output_is_pool: bool) -> onnx.ModelProto:
+    h = onnx.helper
+    vi = h.make_tensor_value_info
+    if output_is_pool:
+        nodes = [h.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
+                             name="pool")]
+        g = h.make_graph(nodes, "g", [vi("x", 1, [1, 3, 33, 33])], [vi("y", 1, [1, 3, 16, 16])])
+    else:
+        nodes = [h.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2],
+                             name="pool"),
+                 h.make_node("Relu", ["p"], ["r"], name="relu"),
+                 h.make_node("GlobalAveragePool", ["r"], ["y"], name="gap")]
+        g = h.make_graph(nodes, "g", [vi("x", 1, [1, 3, 33, 33])], [vi("y", 1, [1, 3, 1, 1])],
+                         value_info=[vi("p", 1, [1, 3, 16, 16]), vi("r", 1, [1, 3, 16, 16])])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_an_edit_that_changes_declared_intermediate_shapes_is_applied():
+    # MaxPool ceil_mode=1 makes 17 of 16: the declared 16 was refused as "pass values the
+    # op accepts", which MaxPool does accept
+    lab = onnx_lab.open(_pool_model(False))
+    r = lab.set_attribute("pool", "ceil_mode", 1)
+    assert r.modified and any("declared shapes of 2 intermediate" in n for n in r.notes)
+    assert lab.tensors.set_index("name").loc["p", "shape"] == (1, 3, 17, 17)
+
+
+def test_an_edit_that_changes_a_declared_output_shape_says_so():
+    lab = onnx_lab.open(_pool_model(True))
+    with pytest.raises(onnx_lab.errors.PassError, match="changes the shape of a graph output"):
+        lab.set_attribute("pool", "ceil_mode", 1)
+    assert len(lab.history) == 1

@@ -40,6 +40,8 @@ def test_attention_links_to_the_nodes_it_replaced(bert_pair, no_error):
     assert dv.select("a", "/layer.0/attention/query/MatMul")[0] == "Attention_0"
     assert dv.right.selected == dv.right.key_for("Attention_0")
     assert "removed" in dv.left.details_html and "Attention_0" in dv.left.details_html
+    # a removed node's missing side b is an empty cell, not "NaN"
+    assert ">NaN<" not in dv.table.html.value and ">None<" not in dv.table.html.value
 
 
 def test_pan_and_zoom_move_both_sides(bert_pair):
