@@ -46,6 +46,17 @@ def sensitivity_figure(sens: pd.DataFrame, kept: Sequence[str] = (), top: int = 
     finite = [v for v in vals if math.isfinite(v) and v > 0]
     cap = (max(finite) * 10) if finite else 1.0
     floor = (min(finite) / 10) if finite else 1e-12
+    if not finite and not any(math.isinf(v) for v in vals):
+        # every estimate 0 (the full conversion passes): equal bars at the log axis' floor
+        # looked like data
+        fig = _figure(figsize=(7, 1.2))
+        ax = fig.add_subplot()
+        ax.axis("off")
+        ax.text(0.5, 0.5, f"no node's error drop is above 0 ({len(sens)} ranked): converting "
+                "each one costs nothing measurable", ha="center", va="center", fontsize=9,
+                wrap=True)
+        ax.set_title(title, fontsize=9)
+        return fig
     fig = _figure(figsize=(7, 0.28 * max(len(rows), 4) + 0.8))
     ax = fig.add_subplot()
     kept_set = set(kept)

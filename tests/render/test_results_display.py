@@ -310,3 +310,18 @@ def test_cost_totals_give_every_figure_its_unit():
     html = cost_totals_html(onnx_lab.open("sample:convnet").cost())
     row = next(r for r in html.split("<tr>") if ">macs_onnx_tool<" in r)
     assert "MMACs" in row and ".0<" not in row
+
+
+def test_a_sensitivity_of_zeros_is_said_not_drawn_as_bars():
+    # every estimate 0 (the full conversion passed): 20 equal bars at the log floor looked
+    # like data
+    import pandas as pd
+
+    from onnx_lab.render.precision_plots import sensitivity_figure
+
+    sens = pd.DataFrame({"node_id": [f"n{i}" for i in range(5)], "est_drop": [0.0] * 5,
+                         "measured_drop": [float("nan")] * 5})
+    fig = sensitivity_figure(sens)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert any("no node's error drop is above 0" in t for t in texts)
+    assert not any(ax.patches for ax in fig.axes)  # no bars
