@@ -26,7 +26,7 @@ from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.branches import branch_labels
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import fit_dims, validate_dims
+from onnx_lab.core.shapes import check_dim_arguments, fit_dims, validate_dims
 from onnx_lab.core.source import Resolved, resolve
 from onnx_lab.errors import DimError, InputError, LabError, RuntimeLoadError
 
@@ -121,6 +121,7 @@ def _load(source: Any, what: str, dims, shapes) -> Resolved:
     """``source`` with its own dims/shapes (a Lab's) under ``dims``/``shapes``, fitted to it:
     names it lacks (another side's ``batch_size``, dims a static model no longer has) are
     left out, the rest checked (DimError naming the side)."""
+    check_dim_arguments(dims, shapes)  # a list or "batch=1": DimError, not AttributeError
     try:
         # Large files: weights stay in the file (read by ORT from disk, by onnx_ir on use).
         r = resolve(source, lazy=True)
@@ -196,6 +197,7 @@ def _shared_feeds(ref: Resolved, cand: Resolved) -> tuple[list[dict[str, np.ndar
             notes.append(step_note)
     try:
         kept = as_feed_list(feed_list[:1], cand.model, cand.dims, cand.shapes)
+        _zero_dims_fit(cand.model, kept[0])
     except InputError as e:
         given = ", ".join(f"{k}={v}" for k, v in ref.dims.items()) or "none"
         raise DimError(
@@ -204,7 +206,9 @@ def _shared_feeds(ref: Resolved, cand: Resolved) -> tuple[list[dict[str, np.ndar
             fix="Give dims that match the candidate's fixed shapes, or pass feeds=...") from e
     for f in feed_list[1:]:
         try:
-            kept += as_feed_list([f], cand.model, cand.dims, cand.shapes)
+            more = as_feed_list([f], cand.model, cand.dims, cand.shapes)
+            _zero_dims_fit(cand.model, more[0])
+            kept += more
         except InputError as e:
             took = "; ".join(branch_labels(ref.model, [f])) or _step_label(ref.model, f)
             notes.append(f"the sample for {took} was not run: the candidate's inputs are fixed "
@@ -213,6 +217,20 @@ def _shared_feeds(ref: Resolved, cand: Resolved) -> tuple[list[dict[str, np.ndar
     if judged and len(kept) > 1:
         notes.append(judged)
     return kept, notes
+
+
+def _zero_dims_fit(model: LabModel, feeds: Mapping[str, Any]) -> None:
+    """InputError when a feed has a non-zero size where ``model`` declares a dim of 0 (a
+    static prefill export's empty past): the feeds' own check takes a declared 0 for an
+    open dim (exporters that write 0 for "unknown"), which fed a decode's past to it."""
+    for name, _dtype, shape in input_specs(model):
+        arr = feeds.get(name)
+        if shape is None or not hasattr(arr, "shape") or len(arr.shape) != len(shape):
+            continue
+        for ax, (a, d) in enumerate(zip(arr.shape, shape)):
+            if isinstance(d, int) and d == 0 and a != 0:
+                raise InputError(f"Feed {name!r} has shape {list(arr.shape)}; dim {ax} must be "
+                                 "0.", fix=f"Pass an array of the model's shape {list(shape)}.")
 
 
 def _cache_step_samples(model: LabModel, feed_list: list[dict], dims: Mapping[str, int],

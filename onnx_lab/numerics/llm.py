@@ -51,6 +51,7 @@ from onnx_lab.core.values import is_constant
 from onnx_lab.errors import InputError, LabError
 from onnx_lab.numerics.compare import (
     Comparison,
+    _check_known,
     _load,
     _session,
     compare,
@@ -467,6 +468,7 @@ def compare_llm(reference: Any, candidate: Any, tokens: Any = None, *,
         get_preset(preset)
     ref = _load(reference, "reference", dims, None)
     cand = _load(candidate, "candidate", dims, None)
+    _check_known([("reference", ref), ("candidate", cand)], dims, None)  # a typo: DimError
     # Two versions of one model share their cache dims: what the graph of either fixes (an
     # fp16 model with float32 inputs casts its cache before the attention, where the head
     # size is read) serves both.

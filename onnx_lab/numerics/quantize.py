@@ -225,11 +225,24 @@ _QUANTIZED_OPS = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "C
                   "QGemm", "QLinearAdd", "QLinearMul")
 
 
-def _something_quantized(model: LabModel, kind: str) -> LabModel:
+def _something_quantized(model: LabModel, kind: str, source: LabModel | None = None
+                         ) -> LabModel:
     """``model``, or InputError when the quantizer changed no op (every weight it
-    could take was excluded, or the compute is out of its reach)."""
+    could take was excluded, or the compute is out of its reach: ``source``'s MatMul, Conv
+    and Gemm all inside If/Loop bodies, which the static quantizer does not enter)."""
     if any(n.op_type in _QUANTIZED_OPS for g in model.ir.graphs() for n in g):
         return model
+    main = {id(n) for n in source.ir.graph} if source is not None else set()
+    inside = sum(1 for g in (source.ir.graphs() if source is not None else ()) for n in g
+                 if n.op_type in ("MatMul", "Conv", "Gemm") and id(n) not in main)
+    if inside and kind == "static" and not any(
+            n.op_type in ("MatMul", "Conv", "Gemm") for n in source.ir.graph):
+        raise InputError(f"The static int8 quantization quantized nothing: all {inside} "
+                         "MatMul/Conv/Gemm nodes of the model are inside If/Loop bodies (an "
+                         "optimum merged decoder's use_cache_branch), which onnxruntime's "
+                         "static (QDQ) quantizer does not enter.",
+                         fix="to_int8_dynamic quantizes them inside the bodies; or quantize "
+                         "the decoder exported without the merge (one model per step).")
     raise InputError(f"The {kind} int8 quantization quantized nothing: onnxruntime's "
                      "quantizer found no MatMul, Conv or Gemm with a weight it could take "
                      "(all excluded, or none in the model).",
@@ -309,7 +322,7 @@ def int8_static_model(source: Any, feeds: Any = None, n: int = 8,
         calibration = calibrate_int8(source, feeds, n)
     exclude = _node_names(model, nodes_to_exclude, "nodes_to_exclude")
     return _something_quantized(_quantize_with(_lifted(model), calibration, exclude,
-                                               reduce_range=reduce_range), "static")
+                                               reduce_range=reduce_range), "static", model)
 
 
 # ---------------------------------------------------------------------------- calibration

@@ -506,13 +506,29 @@ def _with_past(model: LabModel, dims: dict[str, int], shapes: dict[str, list[int
     if not (io.past_dim and io.past_dim in dynamic_dims(model)):
         return False
     dims[io.past_dim] = want
+    sums = length_sums(model)
+
+    def with_past(name: str) -> bool:  # a total length: the past and the new tokens
+        return name in sums or ((e := dim_expression(name)) is not None
+                                and io.past_dim in e.names)
+
     # a total length given beside it would contradict the new past length
-    for name in [k for k in dims if k in length_sums(model) or (
-            (e := dim_expression(k)) is not None and io.past_dim in e.names)]:
+    for name in [k for k in dims if with_past(k)]:
         del dims[name]
+    old = next((shapes[s.past][s.past_axis] for s in io.cache if s.past in shapes
+                and s.past_axis is not None and not s.kind.startswith("cross.")), None)
     for s in io.cache:
         if s.past in shapes and s.past_axis is not None and not s.kind.startswith("cross."):
             shapes[s.past][s.past_axis] = want
+    if old is not None:
+        # whole input shapes given (shapes= / --shape): a total length in them (an attention
+        # mask of past + new tokens) moves with the past, or the sample contradicts itself
+        declared = {name: shape for name, _dtype, shape in input_specs(model)}
+        for name, shape in shapes.items():
+            for ax, d in enumerate(declared.get(name) or ()):
+                if isinstance(d, str) and d != io.past_dim and with_past(d) \
+                        and ax < len(shape):
+                    shape[ax] = int(shape[ax]) - int(old) + want
     return True
 
 
@@ -540,7 +556,7 @@ def cache_length_feeds(source: Any, dims: Mapping[str, int] | None = None,
     model, dims, shapes = resolve(source, dims, shapes)
     first = cast(Feeds, make_feeds(model, dims, shapes, seed=seed))
     past = past_length(model, first)
-    if past is None or branch_switches(model):
+    if past is None or branch_switches(model) or _empty_batch(model, first):
         return [first]
     dims, shapes = dict(dims or {}), {k: list(v) for k, v in (shapes or {}).items()}
     if not _with_past(model, dims, shapes, 0 if past else 1):
@@ -550,6 +566,15 @@ def cache_length_feeds(source: Any, dims: Mapping[str, int] | None = None,
     except LabError:  # dims that only the given past length resolves
         return [first]
     return [first, second]
+
+
+def _empty_batch(model: LabModel, feeds: Mapping[str, Any]) -> bool:
+    """Whether a sample's token ids are empty (a batch or a length of 0): no step of a
+    generation, and onnxruntime 1.32 ends the process (SIGFPE) on a genai decoder's empty
+    batch at an empty past; no second step is made of it."""
+    slot = _cache_slot(model)
+    ids = next((v for k, v in feeds.items() if "input_ids" in k), None)
+    return slot is not None and ids is not None and int(np.size(ids)) == 0
 
 
 def _checked_container(name: str, dtype: str, value: Any) -> Any:

@@ -371,3 +371,65 @@ def test_given_atol_rtol_judge_an_int4_candidate_element_wise():
     assert strict.outputs["rule"].str.startswith("|err| <= 1e-06").all()
     default = onnx_lab.compare(ref, cand, layerwise=False, dims=dims, progress=False)
     assert set(default.outputs["preset"]) == {"int4"}
+
+
+def test_a_candidate_fixed_to_an_empty_past_is_judged_at_the_prefill_only():
+    # a declared past dim of 0 was taken for an open one: the decode sample (past 1) reached
+    # onnxruntime and compare raised "Got invalid dimensions"
+    m = tiny_llm()
+    prefill = onnx.ModelProto.FromString(m.SerializeToString())
+    for i in prefill.graph.input:
+        for d in i.type.tensor_type.shape.dim:
+            if d.dim_param == "past_sequence_length":
+                d.Clear()
+                d.dim_value = 0
+    dims = {"batch_size": 1, "sequence_length": 3, "past_sequence_length": 0}
+    c = onnx_lab.compare(m, prefill, dims=dims, layerwise=False, progress=False)
+    assert c.passed and len(c.feeds) == 1
+    assert any(n.startswith("the sample for past 1 (a decode step) was not run") and
+               "dim 2 must be 0" in n for n in c.feeds_notes), c.feeds_notes
+    with pytest.raises(onnx_lab.errors.DimError, match="dim 2 must be 0"):
+        onnx_lab.compare(m, prefill, dims={**dims, "past_sequence_length": 4}, progress=False)
+
+
+def test_whole_input_shapes_give_a_consistent_prefill_sample():
+    # with shapes= the prefill sample kept the mask of past + new tokens at the decode's
+    # length: the reference "did not run at 0" and a prefill-only bug passed
+    m = tiny_llm()
+    shapes = {"input_ids": [1, 4], "attention_mask": [1, 8],
+              **{f"past_key_values.{i}.{kv}": [1, 2, 4, 16] for i in range(2)
+                 for kv in ("key", "value")}}
+    c = onnx_lab.compare(m, _fails_at_the_prefill_only(m), shapes=shapes, layerwise=False,
+                         progress=False)
+    assert not c.passed
+    assert [f["attention_mask"].shape for f in c.feeds] == [(1, 8), (1, 4)]
+    assert "the outputs fail on past 0 (the prefill) only" in c.summary_text()
+
+
+def test_dims_of_the_wrong_kind_are_a_dim_error():
+    for dims in ([("batch_size", 1)], "batch_size=1"):
+        with pytest.raises(onnx_lab.errors.DimError, match="dims must be a dict"):
+            onnx_lab.compare("sample:tiny_llm", "sample:tiny_llm", dims=dims)
+    with pytest.raises(onnx_lab.errors.DimError, match="Did you mean 'past_sequence_length'"):
+        onnx_lab.compare_llm("sample:tiny_llm", "sample:tiny_llm_int4",
+                             dims={"past_seq": 3}, progress=False)
+
+
+def test_an_empty_batch_makes_no_second_step(tmp_path):
+    # onnxruntime 1.32 ends the process (SIGFPE) on a genai decoder's empty batch at an empty
+    # past: the prefill sample made of a batch-0 decode must not exist (a child process: a
+    # crash fails the test instead of ending the run)
+    code = ("import onnx_lab\n"
+            "try:\n"
+            "    onnx_lab.compare('sample:tiny_llm', 'sample:tiny_llm', progress=False, dims="
+            "{'batch_size': 0, 'sequence_length': 3, 'past_sequence_length': 4})\n"
+            "    print('returned')\n"
+            "except onnx_lab.errors.LabError as e:\n"
+            "    print('LabError', type(e).__name__)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stderr[-500:])
+    from onnx_lab.runtime.feeds import cache_length_feeds
+
+    feeds = cache_length_feeds(onnx_lab.open("sample:tiny_llm"), {
+        "batch_size": 0, "sequence_length": 3, "past_sequence_length": 4})
+    assert len(feeds) == 1

@@ -123,3 +123,14 @@ def test_a_quantization_that_quantizes_nothing_says_so():
     lab = onnx_lab.open(_constant_weights(False))
     with pytest.raises(InputError, match="quantized nothing"):
         to_int8_dynamic(lab, nodes_to_exclude=["mm_main"])
+
+
+def test_static_int8_of_a_merged_decoder_says_its_compute_is_in_the_bodies():
+    # "no MatMul, Conv or Gemm it could take (all excluded, or none in the model)" was untrue:
+    # every MatMul is inside the If on use_cache_branch, which the QDQ quantizer does not enter
+    from onnx_lab.errors import InputError
+
+    lab = onnx_lab.open(merged_decoder())
+    with pytest.raises(InputError, match="inside If/Loop bodies") as e:
+        onnx_lab.to_int8_static(lab, feeds=MERGED_FEEDS)
+    assert "to_int8_dynamic" in e.value.fix

@@ -640,9 +640,11 @@ def _nothing_to_convert(model: LabModel, target: str, unreachable: Sequence[str]
             "quantizer changes are inside If/Loop bodies (of "
             + ", ".join(repr(o) for o in owners[:3]) + "), which the int8 quantizer does not "
             "reach; a plan would quantize 0 of them.",
-            fix="Quantize a model without control flow: export the decoder without merging "
-            "(optimum-cli export onnx --no-post-process writes decoder_model.onnx and "
-            "decoder_with_past_model.onnx), or use target='fp16', which converts bodies.")
+            fix="Quantize a model without control flow: the decoder exported unmerged (a "
+            "with-past model.onnx, as optimum-onnx 0.1 writes by default; older optimum "
+            "releases write decoder_with_past_model.onnx with --no-post-process); or "
+            "onnx_lab.to_int8_dynamic, which quantizes inside the bodies; or target='fp16', "
+            "which converts bodies.")
     ml = sorted({e.node.op_type for e in model.index.entries.values()
                  if e.node.domain == "ai.onnx.ml"})
     if ml:
