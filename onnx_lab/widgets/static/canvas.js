@@ -751,10 +751,12 @@ function render({ model, el: root }) {
   model.on("change:busy", onBusy);
   model.on("change:height", () => { setHeight(); firstView(); });
   // A new view (an expand): the hits keep their order, their places are the new ones.
+  // The list stays as it was: a new view after an Undo opened it unasked over the buttons.
   model.on("change:placement", () => {
     if (!search.value.trim()) return;
-    const p = hitPos; onType(); hitPos = p;
+    const p = hitPos, open = results.style.display === "block"; onType(); hitPos = p;
     if (hitList.length) { hits.textContent = `${hitPos + 1}/${hitList.length}`; listHits(); }
+    if (!open) results.style.display = "none";
   });
   model.on("change:selected", () => { const k = model.get("selected"); mark("olc-selected", [k]);
                                        root.dataset.selected = k; });
