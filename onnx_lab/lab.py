@@ -211,8 +211,8 @@ def _load_fix(before: LabModel, retry: Callable[[list[str]], LabModel] | None,
 
     found = load_blocker(retry, before, candidates(before))
     if found is None:
-        return generic + (" Keeping out all the nodes of any one op type it changes did not "
-                          "help (tried: " + ", ".join(_tried_ops(before, candidates)) + ").")
+        return generic + (" Keeping out all the nodes of any one of the op types tried did "
+                          "not help (tried: " + ", ".join(_tried_ops(before, candidates)) + ").")
     ids = found.node_ids
     shown = repr(ids) if len(ids) <= 4 else f"[{', '.join(map(repr, ids[:3]))}, ...]"
     arg = f"[{found.op_type!r}]" if keyword == "block_list" else shown

@@ -83,3 +83,14 @@ def test_report_names_never_collide(tmp_path, capsys):
     assert main(["audit", str(zoo), "--out", str(tmp_path / "out"), "--budget", "0.2"]) == 0
     reports = sorted(p.name for p in (tmp_path / "out" / "reports").iterdir())
     assert len(reports) == 2, reports
+
+
+def test_a_data_file_with_an_unusual_name_is_still_hashed(tmp_path):
+    # '~w.bin' is an ordinary name on Linux that open reads: left out of the hash, a
+    # truncated data file was "unchanged since the last audit"
+    zoo = tmp_path / "zoo"
+    zoo.mkdir()
+    (zoo / "~w.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    onnx.save(_external("~w.bin"), zoo / "m.onnx")
+    found = find_models([zoo])
+    assert [f.name for f in found[0].files[1:]] == ["~w.bin"]

@@ -27,7 +27,7 @@ from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.derived import derived_dims, length_sums
 from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import _skeleton_graph, dynamic_dims, value_type
+from onnx_lab.core.shapes import _skeleton_graph, dynamic_dims, guard_label_encoders, value_type
 from onnx_lab.core.source import resolve
 from onnx_lab.core.units import format_bytes
 from onnx_lab.core.values import is_constant
@@ -154,6 +154,7 @@ def _checker(lm: LabModel) -> list[dict]:
                              f"(required before IR version 4; {len(missing)} such).",
                              "List the initializers as graph inputs, or raise ir_version."))
     checked = _ort_ops_set_aside(proto, lm)
+    guard_label_encoders(checked)  # onnx's inference would end the process on some
     stale: list[str] = []
     for _ in range(_STALE_RETRIES):
         try:

@@ -16,10 +16,11 @@ from typing import Any, TextIO
 
 __all__ = ["VisibleText", "visible"]
 
-# C0 controls but tab, newline and carriage return; DEL and the C1 controls; the line and
-# paragraph separators; the bidirectional embeddings, overrides and isolates.
-_HIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e"
-                     "\u2066-\u2069]")
+# C0 controls but tab and newline (a carriage return in a name rewrote the start of its
+# line; progress bars write to the stream underneath); DEL and the C1 controls; the line and
+# paragraph separators; the bidirectional marks, embeddings, overrides and isolates.
+_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                     "\u202a-\u202e\u2066-\u2069]")
 
 
 def _escape(m: re.Match[str]) -> str:

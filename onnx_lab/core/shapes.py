@@ -433,11 +433,6 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
                 node.outputs[0].name, int(t.dtype),
                 None if isinstance(t, UnreadableTensor) else shape_tuple(t.shape)))
             continue
-        guard = _untyped_label_encoder(node, graph) if node.op_type == "LabelEncoder" else False
-        if guard is None:  # no type to declare for its input: left out (see the helper)
-            continue
-        if guard:
-            into.value_info.append(guard)
         proto = into.node.add()
         source = sources[k] if sources is not None else None
         if source is not None and source.op_type == node.op_type:
@@ -470,28 +465,56 @@ _KEY_TYPES = (("keys_floats", onnx.TensorProto.FLOAT), ("keys_int64s", onnx.Tens
               ("keys_strings", onnx.TensorProto.STRING))
 
 
-def _untyped_label_encoder(node: ir.Node, graph: ir.Graph) -> onnx.ValueInfoProto | None | bool:
-    """onnx 1.23's inference of a LabelEncoder of ``ai.onnx.ml`` opset 1 or 2 whose input has
-    no type (made by a node whose schema types nothing: skl2onnx's TreeEnsembleRegressor
-    before it in a ``decision_path`` export, a Scaler) crashes the process (SIGSEGV; the
-    kernel of a notebook). False: nothing to do; a ValueInfoProto: the input's element type
-    to declare, read from the encoder's keys (opset 2) or from its declared output (opset 1
-    maps strings to int64s and back); None: no type to declare, the node is left out of
-    inference (its output keeps the type the model declares)."""
-    if node.domain != "ai.onnx.ml" or not node.inputs or node.inputs[0] is None:
-        return False
-    v = node.inputs[0]
-    version = graph.opset_imports.get("ai.onnx.ml")
-    if v.type is not None or v.producer() is None or version is None or version > 2:
-        return False
-    dtype = next((t for name, t in _KEY_TYPES if name in node.attributes), None)
-    if version == 1:
-        out = node.outputs[0].dtype if node.outputs else None
-        dtype = {ir.DataType.INT64: onnx.TensorProto.STRING,
-                 ir.DataType.STRING: onnx.TensorProto.INT64}.get(out) if out else None
-    if dtype is None or not v.name:
-        return None
-    return _value_info(v.name, int(dtype), None)
+def guard_label_encoders(proto: onnx.ModelProto) -> int:
+    """Make ``proto`` (in place) safe for onnx's shape inference and full check: onnx 1.23
+    crashes the process (SIGSEGV; a notebook's kernel) inferring a LabelEncoder of
+    ``ai.onnx.ml`` opset 1 or 2 whose input has no type, which happens when the node before
+    it has a schema that types nothing (skl2onnx's TreeEnsembleRegressor in a
+    ``decision_path`` export, a Scaler). In every graph and body, such an input not declared
+    there or in an enclosing graph gets its element type declared: from the encoder's keys
+    (opset 2), from its declared output (opset 1 maps strings to int64s and back); an
+    encoder with neither is left out (its output keeps the type the model declares). Returns
+    how many encoders were guarded; a model without ``ai.onnx.ml`` opset 1-2 is untouched.
+    """
+    version = next((o.version for o in proto.opset_import if o.domain == "ai.onnx.ml"), None)
+    if version is None or version > 2:
+        return 0
+    count = 0
+
+    def declared(vs: Any) -> dict[str, int]:
+        return {v.name: v.type.tensor_type.elem_type for v in vs
+                if v.type.HasField("tensor_type")}
+
+    def walk(g: onnx.GraphProto, outer: dict[str, int]) -> None:
+        nonlocal count
+        typed = {**outer, **declared(g.input), **declared(g.value_info),
+                 **declared(g.output), **{t.name: t.data_type for t in g.initializer}}
+        keep = []
+        for n in g.node:
+            for a in n.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                            list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+                    walk(sub, typed)
+            if n.op_type == "LabelEncoder" and n.domain == "ai.onnx.ml" and n.input \
+                    and n.input[0] and n.input[0] not in typed:
+                count += 1
+                names = {a.name for a in n.attribute}
+                dtype = next((t for name, t in _KEY_TYPES if name in names), None)
+                if version == 1:
+                    out = typed.get(n.output[0]) if n.output else None
+                    dtype = {onnx.TensorProto.INT64: onnx.TensorProto.STRING,
+                             onnx.TensorProto.STRING: onnx.TensorProto.INT64}.get(out)
+                if dtype is None:
+                    continue  # left out
+                g.value_info.append(_value_info(n.input[0], int(dtype), None))
+                typed[n.input[0]] = int(dtype)
+            keep.append(n)
+        if len(keep) != len(g.node):
+            del g.node[:]
+            g.node.extend(keep)
+
+    walk(proto.graph, {})
+    return count
 
 
 def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
@@ -556,6 +579,7 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
         # merged decoder: the no-cache branch's position bias took the cache branch's length):
         # inference sees each body's shared names made unique, and reads them back.
         renamed = _unshare_bodies(skeleton.graph, idx) if shared else {}
+        guard_label_encoders(skeleton)
         data_prop = _largest_dim(skeleton.graph, bodies=len(idx.graphs) > 1) \
             <= _MAX_PROPAGATED_DIM
         inferred = onnx.shape_inference.infer_shapes(

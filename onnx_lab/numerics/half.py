@@ -46,6 +46,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.handoff import proto_with_weights
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import guard_label_encoders
 from onnx_lab.errors import ConversionBug
 
 __all__ = ["HalfRules", "convert_half", "half_proto", "check_converted", "passes_checker",
@@ -675,7 +676,9 @@ def passes_checker(proto: onnx.ModelProto,
     rejects before conversion (a missing output shape field...) is checked by onnxruntime's
     load alone."""
     try:
-        onnx.checker.check_model(_checkable(proto, external), full_check=True)
+        checkable = _checkable(proto, external)
+        guard_label_encoders(checkable)  # onnx's inference would end the process on some
+        onnx.checker.check_model(checkable, full_check=True)
     except Exception:  # noqa: BLE001 - the checker raises several types
         return False
     return True
@@ -688,7 +691,9 @@ def check_converted(proto: onnx.ModelProto, what: str = "float16 conversion",
     proto (in-memory placeholders): checked as typed inputs of the same shape. Call it on
     models whose original :func:`passes_checker`."""
     try:
-        onnx.checker.check_model(_checkable(proto, external), full_check=True)
+        checkable = _checkable(proto, external)
+        guard_label_encoders(checkable)  # onnx's inference would end the process on some
+        onnx.checker.check_model(checkable, full_check=True)
     except Exception as e:  # noqa: BLE001 - the checker raises several types
         raise conversion_bug(what, e) from e
 
@@ -750,6 +755,7 @@ def half_proto(model: LabModel, kept: Iterable[str] = (), *, to: int = FLOAT16,
     if check:
         check_converted(out, f"{_NAMES[to]} conversion")
     try:  # typed intermediates (a converted tensor's type reads float16 in every table)
+        guard_label_encoders(out)  # onnx's inference would end the process on some
         out = onnx.shape_inference.infer_shapes(out)
     except Exception:  # noqa: BLE001 - inference is a courtesy here
         pass

@@ -108,7 +108,10 @@ def esc_label(x: Any) -> Markup:
     one line, brackets as character references (dot 2.43's label lexer rejects some of them,
     a lone ']' inside <FONT>), control characters as their pictures (:func:`dot_safe`)."""
     # cut before escaping: a cut escaped text could end inside an entity ("&am")
-    s = dot_safe(str(esc_text(_cut(str(x))))).replace("[", "&#91;").replace("]", "&#93;")
+    # (the escaped text is not cut again: at most 6 characters per character stay far
+    # below graphviz's limit)
+    s = str(esc_text(_cut(str(x)))).translate(_CONTROL_PICTURES).replace(
+        "[", "&#91;").replace("]", "&#93;")
     return Markup(s.replace("\r\n", " ").replace("\n", " ").replace("\r", " "))
 
 

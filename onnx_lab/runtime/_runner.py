@@ -26,6 +26,7 @@ import onnx_ir as ir
 from onnx_lab.core._files import verify_files
 from onnx_lab.core.limits import check_run_memory, memory_limit
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import guard_label_encoders
 from onnx_lab.errors import RunLimitError
 from onnx_lab.runtime.capture import run as capture_run
 from onnx_lab.runtime.session import (
@@ -111,6 +112,7 @@ def _infer_sizes(model: LabModel, input_shapes: Mapping[str, Sequence[int]]
                 d.Clear()
                 d.dim_value = int(n)
         del p.graph.value_info[:]  # declared symbolic shapes would stay symbolic
+        guard_label_encoders(p)  # onnx's inference would end the process on some
         inferred = onnx.shape_inference.infer_shapes(p, data_prop=True)
     except Exception as e:  # noqa: BLE001 - any failure: the caller's full estimate
         logger.debug("quick shape inference failed (%s)", e)

@@ -505,6 +505,7 @@ def _with_past(model: LabModel, dims: dict[str, int], shapes: dict[str, list[int
         return False
     if not (io.past_dim and io.past_dim in dynamic_dims(model)):
         return False
+    given_past = dims.get(io.past_dim)
     dims[io.past_dim] = want
     sums = length_sums(model)
 
@@ -516,7 +517,7 @@ def _with_past(model: LabModel, dims: dict[str, int], shapes: dict[str, list[int
     for name in [k for k in dims if with_past(k)]:
         del dims[name]
     old = next((shapes[s.past][s.past_axis] for s in io.cache if s.past in shapes
-                and s.past_axis is not None and not s.kind.startswith("cross.")), None)
+                and s.past_axis is not None and not s.kind.startswith("cross.")), given_past)
     for s in io.cache:
         if s.past in shapes and s.past_axis is not None and not s.kind.startswith("cross."):
             shapes[s.past][s.past_axis] = want

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import onnx
@@ -10,6 +11,7 @@ import onnx_ir as ir
 
 from onnx_lab.core._proto import weights_as_inputs
 from onnx_lab.core.model import LabModel
+from onnx_lab.core.shapes import guard_label_encoders
 from onnx_lab.errors import PassError
 from onnx_lab.transforms.base import (
     LabPass,
@@ -26,6 +28,7 @@ def _model_problem(model: LabModel) -> str | None:
     """Why onnx's checker (with strict shape inference) refuses ``model``, or None."""
     try:
         proto = weights_as_inputs(model.to_proto())  # the data files are not read
+        guard_label_encoders(proto)  # onnx's inference would end the process on some
         onnx.checker.check_model(proto, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         text = " ".join(str(e).split())
@@ -35,20 +38,39 @@ def _model_problem(model: LabModel) -> str | None:
     return None
 
 
-def _drop_intermediate_shapes(model: LabModel) -> int:
-    """Forget the declared shape (not the type) of every tensor a node makes that is not a
-    graph output, in every graph of ``model`` (in place); returns how many had one."""
-    n = 0
+_NODE_NAMED = re.compile(r"node name: ([^)]*)\)")
+
+
+def _drop_shapes_after(model: LabModel, problem: str) -> int:
+    """Forget (in place) the declared shapes, not the types, of the tensors the node that
+    onnx's message names makes and of everything they feed in its graph, graph outputs
+    excepted: what an edit upstream changed (MaxPool ``ceil_mode=1``: 16 -> 17 there and
+    below), and only that (an exporter's ``H_conv`` elsewhere stays). Returns how many."""
+    m = _NODE_NAMED.search(problem)
+    if m is None:
+        return 0
+    name = m.group(1).strip()
     for g in model.ir.graphs():
-        outputs = set(id(v) for v in g.outputs)
-        for node in g:
-            for v in node.outputs:
-                if v.shape is not None and id(v) not in outputs:
-                    v.shape = None
-                    n += 1
-    if n:
-        model.invalidate()
-    return n
+        start = next((n for n in g if n.name == name), None)
+        if start is None:
+            continue
+        outputs = {id(v) for v in g.outputs}
+        seen: set[int] = set()
+        todo, n_dropped = list(start.outputs), 0
+        while todo:
+            v = todo.pop()
+            if v is None or id(v) in seen:
+                continue
+            seen.add(id(v))
+            if v.shape is not None and id(v) not in outputs:
+                v.shape = None
+                n_dropped += 1
+            for user, _i in v.uses():
+                todo.extend(user.outputs)
+        if n_dropped:
+            model.invalidate()
+        return n_dropped
+    return 0
 
 
 class _EditPass(LabPass):
@@ -74,8 +96,15 @@ class _EditPass(LabPass):
                     and _model_problem(model) is None:
                 # The edit changes a shape the model declares for an intermediate tensor
                 # (MaxPool ceil_mode=1: 16 -> 17): those declarations are stale, not the edit.
-                dropped = _drop_intermediate_shapes(result.model)
-                again = _model_problem(result.model) if dropped else problem
+                dropped, again = 0, problem
+                for _ in range(8):  # each round: what the refused node feeds
+                    n = _drop_shapes_after(result.model, again)
+                    if not n:
+                        break
+                    dropped += n
+                    again = _model_problem(result.model)
+                    if again is None or "existing shape" not in again:
+                        break
                 if again is None:
                     result.notes.append(f"the declared shapes of {dropped} intermediate "
                                         "tensor(s) were dropped: the edit changes them")

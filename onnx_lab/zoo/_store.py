@@ -64,7 +64,7 @@ def external_files(path: Path) -> list[Path]:
     folder = Path(os.path.realpath(path.parent))
     seen: dict[Path, None] = {}
     for loc in locations:
-        if not loc or os.path.isabs(loc) or "\\" in loc or loc.startswith("~"):
+        if not loc or os.path.isabs(loc):
             continue
         real = Path(os.path.realpath(path.parent / loc))
         if folder not in real.parents or not regular_or_missing(real):

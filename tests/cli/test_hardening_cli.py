@@ -195,7 +195,7 @@ def test_model_strings_never_reach_the_terminal_as_escape_sequences(tmp_path, ca
     import onnx
     from onnx import helper
 
-    esc = "\x1b[2J\x1b]52;c;cHduZWQ=\x07\u202e"
+    esc = "\x1b[2J\x1b]52;c;cHduZWQ=\x07\u202e\r"
     g = helper.make_graph([helper.make_node("Relu", ["x" + esc], ["y"], name="n" + esc)], "g",
                           [helper.make_tensor_value_info("x" + esc, 1, ["d" + esc, 4])],
                           [helper.make_tensor_value_info("y", 1, ["d" + esc, 4])])
@@ -205,7 +205,8 @@ def test_model_strings_never_reach_the_terminal_as_escape_sequences(tmp_path, ca
     onnx.save(m, path)
     assert main(["summary", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "\x1b" not in out and "\u202e" not in out and "\\x1b[2J" in out
+    assert "\x1b" not in out and "\u202e" not in out and "\r" not in out
+    assert "\\x1b[2J" in out and "\\x0d" in out  # a carriage return rewrote its line
     assert main(["profile", str(path)]) == 2  # an unresolved dim, named in the error line
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\\x1b[2J" in err

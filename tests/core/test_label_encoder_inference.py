@@ -56,3 +56,31 @@ def test_an_untyped_label_encoder_input_does_not_crash_inference(tmp_path, produ
     types = eval(r.stdout.strip().splitlines()[-1])  # noqa: S307 - our own printed dict
     if ml == 2:  # the encoder's keys say what it reads
         assert types["dpath"] == "float32" and types["path"] == "string"
+
+
+def test_an_untyped_label_encoder_input_in_a_body_or_under_an_edit_does_not_crash(tmp_path):
+    # the first guard covered the main graph only: an encoder inside an If body, and the
+    # editor's full check of the edited model, still ended the process
+    body = h.make_graph([TREE, h.make_node("LabelEncoder", ["dpath"], ["path"],
+                                           domain="ai.onnx.ml", keys_floats=[0.0, 1.0],
+                                           values_strings=["l", "r"], default_string="?")],
+                        "then", [], [h.make_tensor_value_info("path", T.STRING, None)])
+    other = h.make_graph([h.make_node("Constant", [], ["p2"], value=h.make_tensor(
+        "c", T.STRING, [1, 1], [b"?"]))], "else", [],
+        [h.make_tensor_value_info("p2", T.STRING, None)])
+    g = h.make_graph([h.make_node("If", ["c"], ["y"], then_branch=body, else_branch=other)],
+                     "g", [h.make_tensor_value_info("X", T.FLOAT, [None, 2]),
+                           h.make_tensor_value_info("c", T.BOOL, [])],
+                     [h.make_tensor_value_info("y", T.STRING, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.ml", 2)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "body.onnx")
+    onnx.save(_model(TREE, 2), tmp_path / "top.onnx")
+    code = (f"import onnx_lab\n"
+            f"lab = onnx_lab.open({str(tmp_path / 'body.onnx')!r}, shapes={{'X': [2, 2]}})\n"
+            "lab.summary(); lab.tensors; lab.check()\n"
+            f"lab = onnx_lab.open({str(tmp_path / 'top.onnx')!r}, shapes={{'X': [2, 2]}})\n"
+            "lab.rename_node('le', 'encoder'); print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode,
+                                                                    r.stderr[-800:])

@@ -433,3 +433,14 @@ def test_an_empty_batch_makes_no_second_step(tmp_path):
     feeds = cache_length_feeds(onnx_lab.open("sample:tiny_llm"), {
         "batch_size": 0, "sequence_length": 3, "past_sequence_length": 4})
     assert len(feeds) == 1
+
+
+def test_dims_and_partial_shapes_give_a_consistent_prefill_sample():
+    # the past length was read from shapes only: with the past in dims and the mask in
+    # shapes, the prefill sample kept the decode's mask
+    m = tiny_llm()
+    c = onnx_lab.compare(m, m, dims={"batch_size": 1, "past_sequence_length": 4},
+                         shapes={"input_ids": [1, 1], "attention_mask": [1, 5]},
+                         layerwise=False, progress=False)
+    assert [f["attention_mask"].shape for f in c.feeds] == [(1, 5), (1, 1)]
+    assert c.passed and "past lengths 4 and 0" in " ".join(c.feeds_notes)

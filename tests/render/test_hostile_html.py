@@ -171,3 +171,16 @@ def test_a_name_too_long_for_graphviz_is_drawn_cut_and_maps_back():
     canvas = GraphCanvas()
     canvas.show(r)
     assert canvas._drawn(cut) == long
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="needs graphviz dot")
+def test_a_name_that_escaping_lengthens_is_still_drawn():
+    # the cut came once more after escaping and could end inside an entity ("&l…"): a node
+    # named "<" * 700 (2,800 characters escaped) emptied the drawing
+    import onnx
+
+    h = onnx.helper
+    g = h.make_graph([h.make_node("Relu", ["x"], ["y"], name="<" * 700)], "g",
+                     [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                     [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    assert onnx_lab.open(h.make_model(g, opset_imports=[h.make_opsetid("", 17)])).render().svg

@@ -160,7 +160,7 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
                 len(best) + 1)))) + left_after)
             best = _prune(s, order, list(best), max_trials, needed)
         t = s.clock("prune", t)
-        best, loads = _loads_as_deployed(s, best, cands)
+        best, loads = (best, True) if s.stopped() else _loads_as_deployed(s, best, cands)
         t = s.clock("load check", t)
         confirmed = None if loads else False
         if confirm and loads and not s.rows[0]["passed"] and not s.stopped():
@@ -257,8 +257,8 @@ def _loads_as_deployed(s: Search, best: tuple[str, ...], cands: Sequence[str]
     found = load_blocker(lambda ids: s.conv.convert(s.key((*key, *ids))), s.model, rest)
     if found is None:
         s.notes.append(f"the plan's model does not load at onnxruntime's default options "
-                       f"({problem}); keeping all the nodes of any one op type did not help: "
-                       "save refuses it")
+                       f"({problem}); keeping all the nodes of any one of the op types tried did "
+                       "not help: save refuses it")
         return best, False
     new = s.key((*key, *found.node_ids))
     s.models[new] = found.model
