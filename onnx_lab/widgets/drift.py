@@ -112,8 +112,10 @@ class DriftDebugger(View):
         self.verdict = w.HTML()
         self.plot_html = w.HTML()
         self.layers = SelectableTable(
-            "tensor", [("tensor", 230), ("node_id", 200), ("op_type", 100), ("match", 80),
-                       ("max_abs", 80), ("max_rel", 80), ("cosine", 80), ("passed", 70)],
+            # the verdict and the errors first: at 1280 px cosine and passed sat behind a
+            # horizontal scroll
+            "tensor", [("tensor", 230), ("passed", 70), ("max_abs", 80), ("max_rel", 80),
+                       ("cosine", 80), ("op_type", 100), ("node_id", 200), ("match", 80)],
             page_size=page_size, single=True, on_change=self._guard(self._on_layer),
             formatters={"passed": lambda v: "✔" if v else "<b style='color:#c62828'>✘</b>",
                         "tensor": self._tensor_cell_html})

@@ -104,9 +104,11 @@ class FusionLab(View):
         self.pattern_filter = w.Dropdown(description="pattern", options=[("all", ALL)],
                                          value=ALL)
         self.matches = SelectableTable(
-            "match_id", [("pattern", 120), ("pass", 150), ("anchor", 190),
-                         ("description", 320), ("saving_nodes", 60, "−nodes"),
-                         ("saving_bytes", 70, "−bytes")],
+            # what a match saves before the long description: at 1280 px the table is wider
+            # than the widget, and −nodes/−bytes sat behind a horizontal scroll
+            "match_id", [("pattern", 120), ("pass", 150), ("saving_nodes", 60, "−nodes"),
+                         ("saving_bytes", 70, "−bytes"), ("anchor", 190),
+                         ("description", 320)],
             formatters={"saving_bytes": _bytes},
             page_size=page_size, on_change=self._guard(self._on_select))
         self.matches.add_class("onnx-lab-matches")
