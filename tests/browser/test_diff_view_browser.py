@@ -63,6 +63,13 @@ def test_diff_view_click_sync_and_rows(tmp_path):
             heights = widget.locator(".olt-body table.onnx-lab-table tr").evaluate_all(
                 "rows => rows.map(r => r.getBoundingClientRect().height)")
             assert heights and max(heights) < 40, heights
+            # Both canvases start at one height whatever notes one side shows (a note on one
+            # side pushed its canvas below the other's): the left legend hidden as the page
+            # hides an empty one, its canvas stays level with the right's.
+            page.evaluate("() => { document.querySelectorAll('.onnx-lab-diff-view "
+                          ".olc-legend')[0].style.display = 'none'; }")
+            tops = [c.locator(".olc-port").bounding_box()["y"] for c in (left, right)]
+            assert abs(tops[0] - tops[1]) < 2, tops
 
             # A click on the right: its counterparts outlined left, the right still drawn.
             node = right.locator("g.node[id='n:Attention_0']")
