@@ -50,6 +50,11 @@ def test_fusion_lab_apply_in_jupyterlab(lab_page):
         history = page.locator(".onnx-lab-history")
         history.wait_for(timeout=30_000)
         assert history.locator("tr.onnx-lab-history-row").count() == 1  # step 0 only
+        # Nothing ticked: Apply is disabled and looks it (it stayed bright blue, pointer cursor)
+        apply = page.locator("button.onnx-lab-apply")
+        look = apply.evaluate("b => [b.disabled, getComputedStyle(b).opacity, "
+                              "getComputedStyle(b).cursor]")
+        assert look[0] is True and float(look[1]) < 0.5 and look[2] == "not-allowed", look
 
         # Tick the first Conv+BN match (pattern conv_bn or conv_bn_relu).
         row = page.locator(".onnx-lab-matches .olt-row").filter(
