@@ -197,7 +197,6 @@ def _shared_feeds(ref: Resolved, cand: Resolved) -> tuple[list[dict[str, np.ndar
             notes.append(step_note)
     try:
         kept = as_feed_list(feed_list[:1], cand.model, cand.dims, cand.shapes)
-        _zero_dims_fit(cand.model, kept[0])
     except InputError as e:
         given = ", ".join(f"{k}={v}" for k, v in ref.dims.items()) or "none"
         raise DimError(
@@ -206,9 +205,7 @@ def _shared_feeds(ref: Resolved, cand: Resolved) -> tuple[list[dict[str, np.ndar
             fix="Give dims that match the candidate's fixed shapes, or pass feeds=...") from e
     for f in feed_list[1:]:
         try:
-            more = as_feed_list([f], cand.model, cand.dims, cand.shapes)
-            _zero_dims_fit(cand.model, more[0])
-            kept += more
+            kept += as_feed_list([f], cand.model, cand.dims, cand.shapes)
         except InputError as e:
             took = "; ".join(branch_labels(ref.model, [f])) or _step_label(ref.model, f)
             notes.append(f"the sample for {took} was not run: the candidate's inputs are fixed "
@@ -217,20 +214,6 @@ def _shared_feeds(ref: Resolved, cand: Resolved) -> tuple[list[dict[str, np.ndar
     if judged and len(kept) > 1:
         notes.append(judged)
     return kept, notes
-
-
-def _zero_dims_fit(model: LabModel, feeds: Mapping[str, Any]) -> None:
-    """InputError when a feed has a non-zero size where ``model`` declares a dim of 0 (a
-    static prefill export's empty past): the feeds' own check takes a declared 0 for an
-    open dim (exporters that write 0 for "unknown"), which fed a decode's past to it."""
-    for name, _dtype, shape in input_specs(model):
-        arr = feeds.get(name)
-        if shape is None or not hasattr(arr, "shape") or len(arr.shape) != len(shape):
-            continue
-        for ax, (a, d) in enumerate(zip(arr.shape, shape)):
-            if isinstance(d, int) and d == 0 and a != 0:
-                raise InputError(f"Feed {name!r} has shape {list(arr.shape)}; dim {ax} must be "
-                                 "0.", fix=f"Pass an array of the model's shape {list(shape)}.")
 
 
 def _cache_step_samples(model: LabModel, feed_list: list[dict], dims: Mapping[str, int],

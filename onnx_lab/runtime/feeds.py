@@ -691,8 +691,10 @@ def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
                     raise InputError(f"Feed {name!r} has shape {list(arr.shape)} (rank "
                                      f"{arr.ndim}); the model expects rank {len(shape)} "
                                      f"{list(shape)}.", fix="Reshape the array.")
+                # a declared 0 is a fixed size too (a static prefill export's empty past), as
+                # resolve_input_shapes and onnxruntime read it
                 for ax, (a, d) in enumerate(zip(arr.shape, shape)):
-                    if isinstance(d, int) and d > 0 and a != d:
+                    if isinstance(d, int) and d >= 0 and a != d:
                         raise InputError(f"Feed {name!r} has shape {list(arr.shape)}; dim {ax} "
                                          f"must be {d}.", fix="Pass an array of the model's "
                                          f"shape {list(shape)}.")
