@@ -207,27 +207,18 @@ def _load_fix(before: LabModel, retry: Callable[[list[str]], LabModel] | None,
                "the Loop/LSTM/If it aborts on.")
     if retry is None or candidates is None:
         return generic
-    from onnx_lab.numerics.load_blockers import load_blocker
+    from onnx_lab.numerics.load_blockers import load_blocker, op_types_to_try
 
-    found = load_blocker(retry, before, candidates(before))
+    cands = candidates(before)  # (HalfRules or the quantizer's registry: once)
+    found = load_blocker(retry, before, cands)
     if found is None:
         return generic + (" Keeping out all the nodes of any one of the op types tried did "
-                          "not help (tried: " + ", ".join(_tried_ops(before, candidates)) + ").")
+                          "not help (tried: " + ", ".join(op_types_to_try(before, cands)) + ").")
     ids = found.node_ids
     shown = repr(ids) if len(ids) <= 4 else f"[{', '.join(map(repr, ids[:3]))}, ...]"
     arg = f"[{found.op_type!r}]" if keyword == "block_list" else shown
     return (f"Keep the {len(ids)} {found.op_type} node(s) out: {keyword}={arg} (checked: "
             "with them kept out the result loads at onnxruntime's default options).")
-
-
-def _tried_ops(before: LabModel, candidates: Callable[[LabModel], list[str]]) -> list[str]:
-    from onnx_lab.numerics.load_blockers import SUSPECTS
-
-    ops: dict[str, int] = {}
-    for nid in candidates(before):
-        op = before.index.entries[nid].node.op_type
-        ops[op] = ops.get(op, 0) + 1
-    return sorted(ops, key=lambda op: (op not in SUSPECTS, ops[op], op))[:8]
 
 
 def _half_candidates(model: LabModel) -> list[str]:

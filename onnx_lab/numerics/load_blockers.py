@@ -25,7 +25,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.errors import LabError
 from onnx_lab.runtime.session import default_load_regression
 
-__all__ = ["LoadBlocker", "load_blocker"]
+__all__ = ["LoadBlocker", "load_blocker", "op_types_to_try"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,19 @@ class LoadBlocker:
     tried: list[str]
 
 
+def op_types_to_try(source: LabModel, candidates: Sequence[str], limit: int = 8
+                    ) -> dict[str, list[str]]:
+    """The op types of ``candidates`` (node ids of ``source``) :func:`load_blocker` tries, in
+    its order (recurrent and control-flow ops first, then the rarest), each with its nodes."""
+    by_op: dict[str, list[str]] = {}
+    for nid in candidates:
+        entry = source.index.entries.get(nid)
+        if entry is not None:
+            by_op.setdefault(entry.node.op_type, []).append(nid)
+    order = sorted(by_op, key=lambda op: (op not in SUSPECTS, len(by_op[op]), op))[:limit]
+    return {op: by_op[op] for op in order}
+
+
 def load_blocker(convert: Callable[[list[str]], LabModel], source: LabModel,
                  candidates: Sequence[str], limit: int = 8) -> LoadBlocker | None:
     """The first op type (of ``candidates``, node ids of ``source`` the conversion changes)
@@ -57,14 +70,9 @@ def load_blocker(convert: Callable[[list[str]], LabModel], source: LabModel,
     options, trying at most ``limit`` op types; None when none does (or past 2 GB of
     weights, where the load check is skipped). ``convert(ids)`` redoes the conversion with
     ``ids`` kept out."""
-    by_op: dict[str, list[str]] = {}
-    for nid in candidates:
-        entry = source.index.entries.get(nid)
-        if entry is not None:
-            by_op.setdefault(entry.node.op_type, []).append(nid)
-    order = sorted(by_op, key=lambda op: (op not in SUSPECTS, len(by_op[op]), op))
+    by_op = op_types_to_try(source, candidates, limit)
     tried: list[str] = []
-    for op in order[:limit]:
+    for op in by_op:
         tried.append(op)
         try:
             model = convert(by_op[op])
