@@ -346,13 +346,19 @@ def test_compare_judges_a_decoder_at_a_prefill_and_a_decode_step():
     assert len(one.feeds) == 1 and one.feeds_notes == []
 
 
-def test_a_candidate_fixed_to_the_given_past_says_the_prefill_was_not_judged():
-    m = tiny_llm()
-    fixed = onnx.ModelProto.FromString(m.SerializeToString())
+def _past_fixed_to(model: onnx.ModelProto, value: int) -> onnx.ModelProto:
+    """``model`` with its past length declared as ``value`` (a static export)."""
+    fixed = onnx.ModelProto.FromString(model.SerializeToString())
     for i in fixed.graph.input:
         for d in i.type.tensor_type.shape.dim:
             if d.dim_param == "past_sequence_length":
-                d.dim_value = 4
+                d.dim_value = value  # (clears dim_param: one field of a oneof)
+    return fixed
+
+
+def test_a_candidate_fixed_to_the_given_past_says_the_prefill_was_not_judged():
+    m = tiny_llm()
+    fixed = _past_fixed_to(m, 4)
     dims = {"batch_size": 1, "sequence_length": 3, "past_sequence_length": 4}
     c = onnx_lab.compare(m, fixed, dims=dims, layerwise=False, progress=False)
     assert c.passed and len(c.feeds) == 1
@@ -377,12 +383,7 @@ def test_a_candidate_fixed_to_an_empty_past_is_judged_at_the_prefill_only():
     # a declared past dim of 0 was taken for an open one: the decode sample (past 1) reached
     # onnxruntime and compare raised "Got invalid dimensions"
     m = tiny_llm()
-    prefill = onnx.ModelProto.FromString(m.SerializeToString())
-    for i in prefill.graph.input:
-        for d in i.type.tensor_type.shape.dim:
-            if d.dim_param == "past_sequence_length":
-                d.Clear()
-                d.dim_value = 0
+    prefill = _past_fixed_to(m, 0)
     dims = {"batch_size": 1, "sequence_length": 3, "past_sequence_length": 0}
     c = onnx_lab.compare(m, prefill, dims=dims, layerwise=False, progress=False)
     assert c.passed and len(c.feeds) == 1
