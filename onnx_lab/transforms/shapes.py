@@ -14,6 +14,7 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 
+from onnx_lab.core.derived import length_sums
 from onnx_lab.core.dimexpr import dim_expression
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dynamic_dims, expression_dims, resolve_dim, shape_tuple
@@ -24,7 +25,8 @@ from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pa
 __all__ = ["FixDims", "SetInputShape", "ConvertOpset"]
 
 
-def _replace_dims(shape: ir.Shape | None, dims: dict[str, int]) -> ir.Shape | None:
+def _replace_dims(shape: ir.Shape | None, dims: dict[str, int],
+                  sums: dict[str, int | str]) -> ir.Shape | None:
     if shape is None:
         return None
     new = []
@@ -32,8 +34,10 @@ def _replace_dims(shape: ir.Shape | None, dims: dict[str, int]) -> ir.Shape | No
     for d in shape:
         text = getattr(d, "value", None) if not isinstance(d, int) else None
         expr = dim_expression(text) if isinstance(text, str) and text not in dims else None
-        # A name; a dim expression's names (all fixed: its value; some: ``4 + seq``).
-        value = expr.substitute(dims) if expr is not None else resolve_dim(text, dims)
+        # A name; a dim expression's names (all fixed: its value; some: ``4 + seq``); a
+        # decoder's total length, which is the sum of its past and new lengths.
+        value = (sums[text] if isinstance(text, str) and text in sums
+                 else expr.substitute(dims) if expr is not None else resolve_dim(text, dims))
         if isinstance(text, str) and value != text:
             new.append(value)
             changed = True
@@ -70,15 +74,34 @@ class FixDims(LabPass):
 
     def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
         dims = dict(self.options["dims"])
+        sums = _total_lengths(model, dims)
+        for name, value in sums.items():
+            rw.notes.append(f"{name} is {length_sums(model)[name]}: "
+                            + (f"fixed to {value}" if isinstance(value, int)
+                               else f"declared as {value!r} now"))
         for g in model.ir.graphs():
             values = list(g.inputs) + list(g.outputs)
             for node in g:
                 values.extend(node.outputs)
             for v in values:
-                new = _replace_dims(v.shape, dims)
+                new = _replace_dims(v.shape, dims, sums)
                 if new is not None:
                     v.shape = new
                     rw.modified = True
+
+
+def _total_lengths(model: LabModel, dims: dict[str, int]) -> dict[str, int | str]:
+    """A KV-cache decoder's total length (genai's ``total_sequence_length``) once its past or
+    new length is fixed: the sum of the two (``4 + sequence_length`` when only the past is).
+    Left as a name, the fixed model would no longer say what it is: the total is derived
+    from the past and new lengths, and a fixed past is no longer a length to add."""
+    out: dict[str, int | str] = {}
+    for name, text in length_sums(model).items():
+        expr = dim_expression(text)
+        if name in dims or expr is None or not any(n in dims for n in expr.names):
+            continue
+        out[name] = expr.substitute(dims)
+    return out
 
 
 @register_pass("set_input_shape", kind="edit")

@@ -113,6 +113,33 @@ def test_fix_dims_then_verification():
         lab.fix_dims({"batch": -1})
 
 
+def test_fix_dims_of_a_decoder_fixes_its_total_length_too(tmp_path):
+    # genai's total_sequence_length is past + new: fixing both fixes it (it used to stay a
+    # name the fixed model could no longer derive, and verification asked for a total of 1).
+    lab = onnx_lab.open("sample:tiny_llm")
+    r = lab.fix_dims({"batch_size": 1, "sequence_length": 1, "past_sequence_length": 4})
+    assert r.verify_passed is True
+    assert any("total_sequence_length" in n and "fixed to 5" in n for n in r.notes)
+    shapes = {v.name: shape_tuple(v.shape) for v in lab.model.graph.inputs}
+    assert shapes["attention_mask"] == (1, 5)
+    # Only the past fixed: the total is declared as the sum that is left.
+    lab = onnx_lab.open("sample:tiny_llm", dims={"batch_size": 1, "sequence_length": 3})
+    r = lab.fix_dims({"past_sequence_length": 4})
+    assert r.verify_passed is True
+    declared = {v.name: shape_tuple(v.shape) for v in lab.model.graph.outputs}
+    assert declared["present.0.key"][2] == "4 + sequence_length"
+    path = tmp_path / "fixed.onnx"
+    lab.save(path)
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path))
+    feeds = {"input_ids": np.ones((1, 3), np.int64), "attention_mask": np.ones((1, 7), np.int64)}
+    for i in sess.get_inputs():
+        if i.name.startswith("past"):
+            feeds[i.name] = np.zeros((1, 2, 4, 16), np.float32)
+    assert sess.run(["present.0.key"], feeds)[0].shape == (1, 2, 7, 16)
+
+
 def test_set_input_shape():
     lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 8})
     r = lab.set_input_shape("x", [1, 8, 32])
