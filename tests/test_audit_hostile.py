@@ -15,9 +15,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import onnx_lab
 from onnx_lab.cli import main
-from onnx_lab.errors import InputError
-from onnx_lab.zoo._store import file_hash, find_models, slug
+from onnx_lab.errors import ExternalDataError, InputError
+from onnx_lab.zoo._store import external_files, file_hash, find_models, slug
 
 
 def _external(location: str) -> onnx.ModelProto:
@@ -51,6 +52,29 @@ def test_only_data_files_open_would_read_are_hashed(tmp_path, location):
     assert list(found) == ["evil.onnx"]
     assert found["evil.onnx"].files == (found["evil.onnx"].path,)  # nothing else is read
     file_hash(found["evil.onnx"].files)  # returns: never reads /dev/zero or the FIFO
+
+
+@pytest.mark.parametrize("location", ["/dev/zero", "../SECRET.txt", "fifo.bin", "sub",
+                                      "link.bin", "ok.bin"])
+def test_the_audit_hashes_exactly_what_open_reads(tmp_path, location):
+    # One location rule (core._location.data_file) for open and the audit's manifest.
+    zoo = tmp_path / "zoo"
+    (zoo / "sub").mkdir(parents=True)
+    (tmp_path / "SECRET.txt").write_bytes(b"\0" * 16)
+    (zoo / "ok.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    os.symlink(tmp_path / "SECRET.txt", zoo / "link.bin")
+    os.mkfifo(zoo / "fifo.bin")
+    onnx.save(_external(location), zoo / "m.onnx")
+    try:
+        onnx_lab.open(zoo / "m.onnx")
+        opened = True
+    except ExternalDataError as e:
+        opened = False
+        if location == "fifo.bin":
+            assert "not a regular file" in e.problem  # not "missing"
+    hashed = [f.name for f in external_files(zoo / "m.onnx")]
+    assert opened == (location == "ok.bin")
+    assert hashed == (["ok.bin"] if opened else [])
 
 
 def test_a_fifo_or_device_named_onnx_never_blocks(tmp_path):

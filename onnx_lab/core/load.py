@@ -23,6 +23,7 @@ from onnx_lab._pandas import prefetch
 from onnx_lab.core import _mltypes  # noqa: F401 - onnx_ir reads ONNX-ML map types from here on
 from onnx_lab.core._files import opened_path, pin_external
 from onnx_lab.core._gc import paused
+from onnx_lab.core._location import data_file
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core._validate import (
     check_ir_model,
@@ -561,49 +562,17 @@ def _check_reference(name: str, location: str | None, offset: str | int | None,
                      base: Path | None, sizes: dict, what: str) -> None:
     """One external reference (see :func:`check_external_data`); ``sizes`` caches file
     sizes (and resolved locations) across the references of a model."""
-    if not location:
-        raise ExternalDataError(f"Tensor {name!r} is marked external but has no location.",
-                                fix="Re-export the model with its external data.")
-    if "\x00" in location:
-        raise ExternalDataError(
-            f"Tensor {name!r} has an external data location with a NUL byte "
-            f"({location[:80]!r}), which no file name can hold.",
-            fix="Re-export the model with its external data.")
-    if base is None:
+    if base is None and location and "\x00" not in location:  # (those: data_file says)
         raise ExternalDataError(
             f"{what[:1].upper() + what[1:]} refers to the external data file {location!r} "
             f"(tensor {name!r}), which cannot be found without the model's folder.",
             fix="Pass the path of the .onnx file instead of its bytes, or name the folder "
             "of its data files with base_dir=.")
-    normalized = os.path.normpath(location)
-    if os.path.isabs(location) or normalized == ".." or normalized.startswith(".." + os.sep):
-        raise ExternalDataError(
-            f"Tensor {name!r} points to external data {location!r} outside the model's "
-            f"folder {str(base)!r}; onnx_lab refuses to read it (a model file must not "
-            "read arbitrary files).",
-            fix="Move the data file next to the model and set a relative location.",
-        )
     # A model's references name a few files: each is resolved once (a realpath per tensor
     # took 0.4 s for 7,000 weights).
     target = sizes.get(("target", base, location))
     if target is None:
-        try:
-            target = (base / location).resolve()
-        except (OSError, RuntimeError, ValueError) as e:  # too long, a loop of links...
-            raise ExternalDataError(
-                f"External data location {location[:80]!r} (tensor {name!r}) cannot be "
-                f"resolved in {str(base)!r}: {e}.",
-                fix="Re-export the model with its external data.") from e
-    if not target.is_relative_to(base):
-        # The location is inside the folder but a symbolic link leads out of it (the
-        # Hugging Face cache keeps blobs elsewhere); onnx and onnx_ir refuse those too.
-        raise ExternalDataError(
-            f"External data file {location!r} (tensor {name!r}) is a symbolic link to "
-            f"{str(target)!r}, outside the model's folder {str(base)!r}; onnx_lab, like "
-            "onnx and onnx_ir, does not follow links out of the folder.",
-            fix="Copy the model and its data into one folder as real files (cp -L, or "
-            "huggingface_hub.snapshot_download(..., local_dir=DIR)).",
-        )
+        target = data_file(base or Path(), location, name)
     if target not in sizes:
         try:
             regular = target.is_file()
@@ -611,13 +580,15 @@ def _check_reference(name: str, location: str | None, offset: str | int | None,
         except OSError:
             regular, size = False, 0
         if not regular:
-            kind = "a folder, not a file" if target.is_dir() else "missing"
+            kind = ("a folder, not a file" if target.is_dir() else "missing"
+                    if not target.exists() else "not a regular file (a device or FIFO)")
             raise ExternalDataError(
                 f"External data file {location!r} (needed by tensor {name!r}) is {kind} "
                 f"in {str(base)!r}." if kind != "missing" else
                 f"External data file {location!r} (needed by tensor {name!r}) is missing "
                 f"from {str(base)!r}.",
-                fix="Copy the data file next to the .onnx file; it must keep its name.",
+                fix="Copy the data file next to the .onnx file; it must keep its name."
+                if kind == "missing" else "Put the data file itself there, as a regular file.",
             )
         sizes[target] = size
     sizes[("target", base, location)] = target

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from onnx_lab._pandas import pd
+from onnx_lab.core._location import data_file
 from onnx_lab.core._wire import external_locations
-from onnx_lab.errors import InputError, ModelLoadError
+from onnx_lab.errors import ExternalDataError, InputError, ModelLoadError
 
 MANIFEST = "manifest.jsonl"
 #: Version of the manifest lines; lines of another version are not reused.
@@ -64,12 +65,12 @@ def external_files(path: Path) -> list[Path]:
     folder = Path(os.path.realpath(path.parent))
     seen: dict[Path, None] = {}
     for loc in locations:
-        if not loc or os.path.isabs(loc):
+        try:
+            real = data_file(folder, loc)  # the rule open follows
+        except ExternalDataError:
             continue
-        real = Path(os.path.realpath(path.parent / loc))
-        if folder not in real.parents or not regular_or_missing(real):
-            continue
-        seen.setdefault(real, None)
+        if real != folder and regular_or_missing(real):
+            seen.setdefault(real, None)
     return list(seen)
 
 
