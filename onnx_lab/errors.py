@@ -34,6 +34,7 @@ __all__ = [
     "ProviderError",
     "RenderError",
     "ConversionBug",
+    "clip_text",
     "close_matches",
     "check_keywords",
     "keyword_names",
@@ -59,15 +60,26 @@ class LabError(Exception):
 MESSAGE_MAX_CHARS = 8000
 
 
+def clip_text(text: str, limit: int, head_share: float = 0.75, counted: bool = True) -> str:
+    """``text`` within about ``limit`` characters, its start (``head_share`` of them) and end
+    kept; ``counted``: the cut says how many characters it left out.
+
+    Example:
+        >>> clip_text("x" * 10_000, 100, counted=False)[:40]
+    """
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    head = int(limit * head_share)
+    tail = limit - head - (60 if counted else 3)
+    left = len(text) - head - tail
+    mark = f" … [{left:,} characters left out] … " if counted else " … "
+    return f"{text[:head]}{mark}{text[-tail:]}"
+
+
 def _bounded(text: str) -> str:
     """``text`` within :data:`MESSAGE_MAX_CHARS`, its start and end kept."""
-    text = str(text)
-    if len(text) <= MESSAGE_MAX_CHARS:
-        return text
-    head = MESSAGE_MAX_CHARS * 3 // 4
-    tail = MESSAGE_MAX_CHARS - head - 60
-    left = len(text) - head - tail
-    return f"{text[:head]} … [{left:,} characters left out] … {text[-tail:]}"
+    return clip_text(text, MESSAGE_MAX_CHARS)
 
 
 class ModelLoadError(LabError):

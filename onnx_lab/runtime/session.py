@@ -42,6 +42,7 @@ from onnx_lab.errors import (
     RuntimeLoadError,
     SaveError,
     WriteError,
+    clip_text,
 )
 from onnx_lab.runtime.typed import SPECIAL_OUTPUT_TYPES, from_ortvalue, needs_ortvalue, to_ortvalue
 
@@ -746,10 +747,7 @@ def clipped(text: str, limit: int = 400) -> str:
     """``text`` within ``limit`` characters, its end kept: onnxruntime nests the reason at the
     end of a run failure ("... Status Message: Input X must have 3 dimensions only.
     Actual:{1,1,1,128,2}"), which a cut at the start lost mid-word."""
-    if len(text) <= limit:
-        return text
-    head = limit // 3
-    return f"{text[:head]} … {text[-(limit - head - 3):]}"
+    return clip_text(text, limit, head_share=1 / 3, counted=False)
 
 
 _ORT_TAG = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
