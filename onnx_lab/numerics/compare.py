@@ -224,7 +224,7 @@ def _cache_step_samples(model: LabModel, feed_list: list[dict], dims: Mapping[st
     :func:`~onnx_lab.runtime.feeds.cache_length_feeds`), and the sentence that says so, or
     why the reference could not be judged there. An int8 decoder judged at a past of 4
     alone passed at 31 dB and gave 3 dB at the prefill. Other models: unchanged."""
-    extra = cache_length_feeds(model, dims, shapes)[1:]
+    extra = cache_length_feeds(model, dims, shapes, first=feed_list[0])[1:]
     if not extra:
         return feed_list, None
     given, other = past_length(model, feed_list[0]), past_length(model, extra[0])

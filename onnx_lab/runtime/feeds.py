@@ -542,20 +542,24 @@ def past_length(model: LabModel, feeds: Mapping[str, Any]) -> int | None:
 
 
 def cache_length_feeds(source: Any, dims: Mapping[str, int] | None = None,
-                       shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0
-                       ) -> list[Feeds]:
+                       shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0,
+                       first: Feeds | None = None) -> list[Feeds]:
     """For a KV-cache decoder without a cache switch (a with-past export, a genai build):
     one seeded sample at the given past length and one at the other kind of step, a prefill
     (empty past) when the given length is a decode's, a decode (1 past token) when it is a
     prefill's. A plan judged at one past length may break the other (an int8 decoder judged
     at a past of 4: 31 dB there, 3 dB at the prefill). Other models: the one sample.
 
+    ``first``: the sample at the given dims when the caller has it already (the same
+    seeded values: it is not made again).
+
     Example:
         >>> [f["past_key_values.0.key"].shape[2] for f in cache_length_feeds(lab, dims)]
         [4, 0]
     """
     model, dims, shapes = resolve(source, dims, shapes)
-    first = cast(Feeds, make_feeds(model, dims, shapes, seed=seed))
+    if first is None:
+        first = cast(Feeds, make_feeds(model, dims, shapes, seed=seed))
     past = past_length(model, first)
     if past is None or branch_switches(model) or _empty_batch(model, first):
         return [first]
