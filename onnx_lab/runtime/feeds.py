@@ -383,6 +383,7 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
     if not isinstance(n, int) or n < 1:
         raise InputError(f"n must be a positive int, got {n!r}.", fix="Use n=1 or more.")
     concrete = resolve_input_shapes(model, dims, shapes)
+    refuse_crashing_shapes(model, concrete)
     # random values are drawn as 8-byte numbers, then cast: refuse before allocating
     # (sequence, map and optional inputs have no shape here: a few small arrays each)
     elements = sum(math.prod(int(d) for d in concrete[name]) for name, _, _ in
@@ -703,5 +704,27 @@ def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
                                          f"must be {d}.", fix="Pass an array of the model's "
                                          f"shape {list(shape)}.")
             sample[name] = arr
+        refuse_crashing_shapes(model, {k: np.shape(v) for k, v in sample.items()
+                                       if isinstance(v, np.ndarray)})
         out.append(sample)
     return out
+
+
+def refuse_crashing_shapes(model: LabModel, shapes: Mapping[str, Sequence[int]]) -> None:
+    """InputError for input shapes on which onnxruntime ends the process instead of raising:
+    an empty batch (0 on axis 0) into a decoder with ``GroupQueryAttention`` (onnxruntime
+    1.32 divides by it: SIGFPE, at any past length), which would take a notebook's kernel
+    with it."""
+    if not any(len(s) > 0 and s[0] == 0 for s in shapes.values()):
+        return
+    ops = model.cached(("attention_ops",), lambda: {
+        n.op_type for g in model.ir.graphs() for n in g
+        if n.domain == "com.microsoft" and n.op_type == "GroupQueryAttention"})
+    if ops:
+        empty = sorted(k for k, s in shapes.items() if len(s) > 0 and s[0] == 0)
+        raise InputError(
+            f"Input(s) {', '.join(map(repr, empty[:4]))}{' ...' if len(empty) > 4 else ''} "
+            "have a batch of 0: onnxruntime's "
+            "GroupQueryAttention ends the process on an empty batch (a division by zero), so "
+            "onnx_lab does not run it.", fix="Give a batch of 1 or more (dims={'batch_size': "
+            "1}, or feeds with at least one row).")

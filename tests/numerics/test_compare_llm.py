@@ -416,23 +416,36 @@ def test_dims_of_the_wrong_kind_are_a_dim_error():
                              dims={"past_seq": 3}, progress=False)
 
 
-def test_an_empty_batch_makes_no_second_step(tmp_path):
-    # onnxruntime 1.32 ends the process (SIGFPE) on a genai decoder's empty batch at an empty
-    # past: the prefill sample made of a batch-0 decode must not exist (a child process: a
-    # crash fails the test instead of ending the run)
-    code = ("import onnx_lab\n"
-            "try:\n"
-            "    onnx_lab.compare('sample:tiny_llm', 'sample:tiny_llm', progress=False, dims="
-            "{'batch_size': 0, 'sequence_length': 3, 'past_sequence_length': 4})\n"
-            "    print('returned')\n"
-            "except onnx_lab.errors.LabError as e:\n"
-            "    print('LabError', type(e).__name__)\n")
+def test_an_empty_batch_into_group_query_attention_is_refused_not_run(tmp_path):
+    # onnxruntime 1.32 ends the process (SIGFPE) on a genai decoder's empty batch at any past
+    # length: neither the user's sample nor one made from it is run (a child process: a crash
+    # fails the test instead of ending the run)
+    code = ("import numpy as np, onnx_lab\n"
+            "feeds = {'input_ids': np.zeros((0, 1), np.int64),\n"
+            "         'attention_mask': np.ones((0, 1), np.int64)}\n"
+            "for i in range(2):\n"
+            "    for kv in ('key', 'value'):\n"
+            "        feeds[f'past_key_values.{i}.{kv}'] = np.zeros((0, 2, 0, 16), np.float32)\n"
+            "for kw in ({'dims': {'batch_size': 0, 'sequence_length': 3,\n"
+            "                     'past_sequence_length': 4}},\n"
+            "           {'dims': {'batch_size': 0, 'sequence_length': 3,\n"
+            "                     'past_sequence_length': 0}}, {'feeds': feeds}):\n"
+            "    try:\n"
+            "        onnx_lab.compare('sample:tiny_llm', 'sample:tiny_llm', progress=False,\n"
+            "                         **kw)\n"
+            "        print('returned')\n"
+            "    except onnx_lab.errors.InputError as e:\n"
+            "        print('refused', 'batch of 0' in e.problem)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, (r.returncode, r.stderr[-500:])
+    assert r.stdout.split() == ["refused", "True"] * 3
+    # a decoder without GroupQueryAttention runs an empty batch: no second step is made of it
     from onnx_lab.runtime.feeds import cache_length_feeds
 
-    feeds = cache_length_feeds(onnx_lab.open("sample:tiny_llm"), {
-        "batch_size": 0, "sequence_length": 3, "past_sequence_length": 4})
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from llm_models import unfused_decoder
+
+    feeds = cache_length_feeds(unfused_decoder(), {"batch": 0, "seq": 3, "past_seq": 4})
     assert len(feeds) == 1
 
 
