@@ -24,7 +24,7 @@ import onnx_ir as ir
 
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
-from onnx_lab.core.branches import branch_labels
+from onnx_lab.core.branches import branch_labels, branch_switches
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import check_dim_arguments, fit_dims, validate_dims
 from onnx_lab.core.source import Resolved, resolve
@@ -99,10 +99,24 @@ def _check_inputs(ref: LabModel, cand: LabModel) -> None:
     if set(rs) != set(cs):
         only_r = sorted(set(rs) - set(cs))
         only_c = sorted(set(cs) - set(rs))
+        switches = [f"the {what}'s {s.input!r}" for what, m, only in (
+            ("reference", ref, only_r), ("candidate", cand, only_c))
+            for s in branch_switches(m) if s.input in only]
+        if switches and (not only_r or not only_c):
+            # optimum's merged decoder against a plain one: nothing to rename
+            raise InputError(
+                f"The models' inputs differ: only in the reference {only_r}, only in the "
+                f"candidate {only_c}; {' and '.join(switches)} decides its If branches (a "
+                "merged decoder's use_cache_branch), which the other model does not have.",
+                fix="Compare models of the same layout: a merged decoder with a merged one "
+                "(its fp16 or int8 version), a with-past decoder with a with-past one.")
         raise InputError(
             f"The models' inputs differ in name: only in the reference {only_r}, only in the "
             f"candidate {only_c}.",
-            fix="Rename the inputs so both models take the same names (lab.rename_tensor).")
+            fix="Rename the inputs so both models take the same names (lab.rename_tensor)"
+            + ("." if only_r and only_c else
+               "; a model that takes inputs the other does not is another model: compare "
+               "it with its own versions."))
     for name, (d, s) in rs.items():
         cd, cshape = cs[name]
         if d != cd:

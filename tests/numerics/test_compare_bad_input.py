@@ -24,6 +24,35 @@ def test_inputs_differ_in_name_dtype_rank():
         onnx_lab.compare(_neg(), _neg(shape=(1, 2, 3)))
 
 
+def test_a_merged_decoder_against_a_plain_one_gets_advice_it_can_follow():
+    # compare(merged, plain) advised renaming use_cache_branch, which the plain one lacks
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+    import onnx
+
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from llm_models import merged_kv_decoder
+
+    merged = merged_kv_decoder()
+    plain = onnx.ModelProto()
+    plain.CopyFrom(merged)
+    plain.graph.input.remove(next(i for i in plain.graph.input if i.name == "use_cache_branch"))
+    plain.graph.initializer.append(onnx.numpy_helper.from_array(np.array([True]),
+                                                                "use_cache_branch"))
+    for a, b, side in ((merged, plain, "reference"), (plain, merged, "candidate")):
+        with pytest.raises(InputError) as e:
+            onnx_lab.compare(a, b, progress=False)
+        assert f"the {side}'s 'use_cache_branch' decides its If branches" in e.value.problem
+        assert "rename" not in e.value.fix.lower() and "same layout" in e.value.fix
+    with pytest.raises(InputError) as e:  # an input only one side has, not a switch
+        onnx_lab.compare(make_model([helper.make_node("Add", ["x", "z"], ["y"], name="add")],
+                                    [vi("x", [2, 3]), vi("z", [2, 3])], [vi("y", [2, 3])]),
+                         _neg())
+    assert "another model" in e.value.fix
+
+
 def test_candidate_onnxruntime_cannot_load_names_op_and_domain():
     bad = make_model([helper.make_node("FancyOp", ["x"], ["y"], name="fancy",
                                        domain="my.domain")],
