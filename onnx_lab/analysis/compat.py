@@ -447,7 +447,7 @@ def _opsets(lm: LabModel) -> list[dict]:
 
 
 def _dynamic(lm: LabModel, dims: Mapping[str, int] | None = None) -> list[dict]:
-    derived = derived_dims(lm)
+    derived = derived_dims(lm, dims)
     sums = length_sums(lm)
     rows = []
     for dim, inputs in dynamic_dims(lm).items():
@@ -459,6 +459,15 @@ def _dynamic(lm: LabModel, dims: Mapping[str, int] | None = None) -> list[dict]:
                              "here (the dims given).",
                              f"Nothing to pass; static-shape runtimes need "
                              f"lab.fix_dims({{{dim!r}: {dims[dim]}}})."))
+            continue
+        if dim in derived and dim in sums:  # a decoder's total length, from the dims given
+            d = derived[dim]
+            parts = {n: dims[n] for n in sums[dim].split(" + ") if dims and n in dims}
+            rows.append(_row("info", "dynamic_dim", None,
+                             f"Dynamic {name} in input(s) {', '.join(inputs)}: {d.value} here "
+                             f"({sums[dim]}).",
+                             "Nothing to pass (it is filled in); static-shape runtimes need "
+                             f"lab.fix_dims({parts!r}), which fixes it too."))
             continue
         if dim in derived:
             d = derived[dim]

@@ -98,6 +98,20 @@ def test_dynamic_dims_info():
     assert any("fix_dims" in f for f in df.fix)
 
 
+def test_a_decoders_total_length_is_the_value_the_dims_give():
+    # it said "filled in once those are given" with the past and new lengths given, and its
+    # fix_dims advice fixed the total alone
+    lab = onnx_lab.open("sample:tiny_llm", dims={"batch_size": 1, "sequence_length": 1,
+                                                 "past_sequence_length": 4})
+    df = lab.check()
+    row = df.loc[df.message.str.contains("'total_sequence_length'")].iloc[0]
+    assert "5 here (past_sequence_length + sequence_length)" in row.message
+    assert "lab.fix_dims({'past_sequence_length': 4, 'sequence_length': 1})" in row.fix
+    df = onnx_lab.open("sample:tiny_llm").check()  # not given: how to give it
+    row = df.loc[df.message.str.contains("'total_sequence_length'")].iloc[0]
+    assert "filled in once those are given" in row.message
+
+
 def test_external_data_sizes_and_missing_file(tmp_path):
     m = onnx_lab.samples.build("convnet")
     path = save_external(m, tmp_path / "net.onnx", size_threshold=1024)
