@@ -216,7 +216,10 @@ class PrecisionDoctor(View):
         self.verdict.value = info_html(plan.summary_text(), kind=kind) + why + (
             f"<div>kept: {esc_text(', '.join(plan.kept)) or 'none'}</div>")
         self.chart.value = figure_html(plan.plot(top=20))
-        self.outputs_html.value = frame_html(plan.outputs, caption="error per output: "
+        # the plan's verdict first: at 1280 px passed_after sat behind a horizontal scroll
+        first = [c for c in ("tensor", "passed_after", "passed_before") if c in plan.outputs]
+        outputs = plan.outputs[first + [c for c in plan.outputs.columns if c not in first]]
+        self.outputs_html.value = frame_html(outputs, caption="error per output: "
                                              "everything converted (before) vs the plan (after)")
         if plan.target == "int4":  # accuracy beside speed per trial, and each kept node's cost
             self.chart.value += figure_html(plan.plot(kind="trials"))

@@ -31,7 +31,10 @@ def test_precision_widget_runs_and_saves(tmp_path):
     # Why everything converted fails: the overflow, which the CPU run alone would not show.
     assert "everything converted fails: fp16 overflow" in wdg.verdict.value
     assert not plan.outputs["passed_before"].any() and plan.outputs["passed_after"].all()
-    assert "score_after" in wdg.outputs_html.value
+    html = wdg.outputs_html.value
+    assert "score_after" in html
+    # the verdict columns come first (at 1280 px passed_after sat behind a scroll)
+    assert html.index("passed_after") < html.index("max_abs_before")
     # Every kept node is drawn and outlined on the canvas.
     assert not any("outside this view" in n for n in wdg.canvas.rendering.notes)
     assert set(plan.kept) <= set(wdg.canvas.highlight)
