@@ -358,7 +358,8 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
 
     Floats are standard normal (or uniform in ``ranges[name]``); integer inputs that index an
     embedding (Gather) stay below its row count, inputs named ``*mask*`` are ones, ``*type*``
-    ids are zeros, other integers lie in [0, 10); bools are random, except a boolean input that
+    ids are zeros, other integers lie in [0, 10) (a one-element integer, a count or a length
+    such as a Loop's trip count, in [1, 10)); bools are random, except a boolean input that
     decides If branches (optimum's ``use_cache_branch``: the KV-cache branch when the past
     length is at least 1, else the other; :func:`branch_feeds` makes one sample per value);
     scalars are 0-d arrays.
@@ -424,8 +425,13 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
                     arr = np.zeros(shape)
                 else:
                     rows = _gather_vocab(model, name) or 10
-                    # int4/int2 inputs: no value past the type's range
-                    arr = rng.integers(0, rows if high == 10 else min(rows, high), size=shape)
+                    top = rows if high == 10 else min(rows, high)
+                    # int4/int2 inputs: no value past the type's range. A one-element integer
+                    # is a count or a length more often than not (a TF while_loop's trip
+                    # count): 0 ran no Loop iteration, and a weight planted in the body
+                    # passed every check.
+                    low = 1 if math.prod(shape) == 1 and top > 1 else 0
+                    arr = rng.integers(low, top, size=shape)
             else:
                 arr = rng.standard_normal(shape)
             feeds[name] = np.asarray(arr).astype(np_dtype)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from numerics_helpers import make_model, vi
 from onnx import TensorProto, helper, numpy_helper
@@ -148,3 +149,26 @@ def test_unresolved_dims_are_listed_once_per_dim():
     assert e.value.problem == ("Unresolved dims: 'batch' (used by a[0], b[0]); 'seq' (used by "
                                "a[1], b[1]); input 'c' dim 0 (unnamed).")
     assert "dims={'batch': 1, 'seq': 1} and shapes={'c': [...]}" in e.value.fix
+
+
+def _loop_model(w: float) -> onnx.ModelProto:
+    """y = x · w**n by a Loop of ``n`` iterations (a scalar int32 trip count, as a TF
+    while_loop exports it), the weight read from the outer graph."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond"], ["cond_out"], name="keep"),
+         helper.make_node("Mul", ["y_in", "w"], ["y_out"], name="mul")], "body",
+        [vi("i", [], TensorProto.INT64), vi("cond", [], TensorProto.BOOL), vi("y_in", [4])],
+        [vi("cond_out", [], TensorProto.BOOL), vi("y_out", [4])])
+    nodes = [helper.make_node("Cast", ["n"], ["n64"], name="cast", to=TensorProto.INT64),
+             helper.make_node("Loop", ["n64", "", "x"], ["y"], name="loop", body=body)]
+    return make_model(nodes, [vi("x", [4]), vi("n", [], TensorProto.INT32)], [vi("y", [4])],
+                      [numpy_helper.from_array(np.array(w, np.float32), "w")])
+
+
+def test_a_one_element_integer_is_a_count_of_at_least_one():
+    # A TF while_loop's trip count drawn as 0 ran no iteration: a weight planted in the body
+    # passed compare and every verified step.
+    for seed in range(20):
+        assert make_feeds(_loop_model(1.0), seed=seed)["n"] >= 1
+    c = onnx_lab.compare(_loop_model(1.0), _loop_model(1.05), progress=False)
+    assert not c.passed
