@@ -152,6 +152,11 @@ def _repro(args: argparse.Namespace) -> int:
     print(c.summary_text())
     print(f"wrote {r.folder}: node.onnx, inputs.npz, expected.npz, names.json, repro.py "
           f"(local max_abs {r.check.max_abs:.3g}); run: python {r.script}")
+    if r.check.passed:  # the node alone does not reproduce it: say so, not only the number
+        up = c.first_divergence.get("upstream") or []
+        print(f"note: fed the reference's inputs, {r.check.node_id} agrees; the difference "
+              "comes in through its inputs" + (f" (it starts upstream, at {up[0]})" if up
+                                                else "") + ", so this repro shows none")
     return 0
 
 

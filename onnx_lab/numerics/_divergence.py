@@ -83,7 +83,8 @@ def _dtype_name(arr: Any) -> str:
 
 
 def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.DataFrame,
-           ref_dict: Mapping[str, Any] | None, alignment: pd.DataFrame | None = None) -> None:
+           ref_dict: Mapping[str, Any] | None, alignment: pd.DataFrame | None = None,
+           same_runtime: bool = True) -> None:
     """Say why the divergent node differs, and name what to look at (in place on ``div``).
 
     ``weights``: one of its weight inputs differs — a tensor made by a Constant (or another
@@ -91,7 +92,10 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     its counterpart's; the weight is named (``constant``, ``constant_tensor``,
     ``constant_max_abs``). ``computation``: its data inputs were all compared and agree.
     ``inputs``: a data input has no counterpart, so it may only receive different inputs
-    (``compare(confirm=True)`` tells them apart); ``upstream`` then names the reference nodes
+    (``compare(confirm=True)`` tells them apart), or the node is unchanged in the candidate
+    (same op, attributes, dtypes and weights, run by the same providers) and amplifies an
+    error its inputs carry within their tolerance (a BatchNormalization's per-channel gain
+    after a quantized Conv); ``upstream`` then names the reference nodes
     where the uncompared inputs start (nodes whose own data inputs were compared: a node
     the candidate removed or computes from something else), with the alignment's reason.
     """
@@ -137,6 +141,9 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
                 f"{node.op_type} cannot amplify: the error comes in through that input, "
                 "within its own (larger) scale's tolerance there, out of this output's")
             return
+        if same_runtime and ref_dict is None and _unchanged(node, cand, div.get("cand_node_id")):
+            _amplified(div, node, model, cand, idx, makers, rows)
+            return
         div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
                           f"output differs (max_abs {div['max_abs']:.3g})")
         return
@@ -151,6 +158,102 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     div["message"] = (f"{node.op_type} {nid}: its output differs; an input of it has no "
                       "counterpart to compare, so it may only receive different inputs "
                       f"(compare(..., confirm=True) checks){where}")
+
+
+def _unchanged(node: ir.Node, cand: LabModel, cand_node_id: str | None) -> bool:
+    """Whether the candidate's counterpart of ``node`` is the same computation: the same op,
+    attributes (no subgraphs), input and output dtypes, and the same constant inputs,
+    exactly. Run by the same providers on the same inputs it gives the same output, so an
+    output difference beyond its inputs' is their error amplified, not its own."""
+    if not cand_node_id or cand_node_id not in cand.index.entries:
+        return False
+    other = cand.index.node(cand_node_id)
+    if (other.op_type, other.domain) != (node.op_type, node.domain) or \
+            len(other.inputs) != len(node.inputs) or len(other.outputs) != len(node.outputs):
+        return False
+    if set(other.attributes) != set(node.attributes):
+        return False
+    for name, attr in node.attributes.items():
+        mine, theirs = attr.value, other.attributes[name].value
+        if isinstance(mine, (ir.Graph, list)) and any(
+                isinstance(x, ir.Graph) for x in (mine if isinstance(mine, list) else [mine])):
+            return False  # a body: not compared here
+        if hasattr(mine, "numpy"):
+            if not hasattr(theirs, "numpy") or not _same_array(mine.numpy(), theirs.numpy()):
+                return False
+        elif mine != theirs:
+            return False
+    for a, b in zip(node.inputs, other.inputs):
+        if (a is None) != (b is None):
+            return False
+        if a is None:
+            continue
+        if a.dtype != b.dtype:
+            return False
+        if is_constant(a, stored=True) or is_constant(b, stored=True):
+            x, y = const_array(a, stored=True), const_array(b, stored=True)
+            if x is None or y is None or not _same_array(x, y):
+                return False
+    return all(a.dtype == b.dtype for a, b in zip(node.outputs, other.outputs))
+
+
+def _same_array(x: Any, y: Any) -> bool:
+    import numpy as np
+
+    x, y = np.asarray(x), np.asarray(y)
+    return x.shape == y.shape and x.dtype == y.dtype and bool(
+        np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"))
+
+
+def _amplified(div: dict[str, Any], node: ir.Node, model: LabModel, cand: LabModel, idx: Any,
+               makers: set[str], rows: pd.DataFrame) -> None:
+    """Blame an unchanged node's inputs (see :func:`_unchanged`): the input that carries the
+    largest error relative to its scale, and upstream, the nearest reference node whose
+    counterpart is not the same computation (the quantized Conv before a BatchNorm)."""
+    nid = div["node_id"]
+    errs = []
+    for n in _data_inputs(node, idx, makers):
+        if n in rows.index:
+            err = float(rows.loc[n, "max_abs"])
+            scale = abs(float(rows.loc[n, "max_ref"])) if "max_ref" in rows else 0.0
+            errs.append((err / scale if scale > 0 and math.isfinite(scale) else err, n, err))
+    div["cause"] = "inputs"
+    worst = max(errs) if errs else None
+    carried = (f": its input {worst[1]!r} differs by max_abs {worst[2]:.3g}, within that "
+               f"tensor's own tolerance" if worst else "")
+    origin = _changed_upstream(node, model, cand, idx, makers, rows)
+    if origin is not None:
+        div["upstream"] = [origin]
+    div["message"] = (
+        f"{node.op_type} {nid}: unchanged in the candidate (same op, attributes and weights), "
+        f"its output differs (max_abs {div['max_abs']:.3g}) because its inputs do{carried}, "
+        f"and this {node.op_type} amplifies it"
+        + (f"; the difference starts upstream, at {idx.node(origin).op_type} {origin!r}, "
+           "which the candidate computes otherwise" if origin is not None else "")
+        + " (compare(..., confirm=True) checks the node on the reference's inputs)")
+
+
+def _changed_upstream(node: ir.Node, model: LabModel, cand: LabModel, idx: Any,
+                      makers: set[str], rows: pd.DataFrame, limit: int = 2000) -> str | None:
+    """The nearest reference node above ``node`` whose candidate counterpart (by its output's
+    row) is missing or not the same computation; None when none is found."""
+    counterpart = {}
+    if "cand_node_id" in rows:
+        counterpart = {t: c for t, c in zip(rows["tensor"], rows["cand_node_id"])
+                       if isinstance(c, str)}
+    seen: set[str] = set()
+    todo = list(_data_inputs(node, idx, makers))
+    while todo and len(seen) < limit:
+        name = todo.pop(0)
+        pid = idx.producer.get(name)
+        if pid is None or pid in seen or pid in makers:
+            continue
+        seen.add(pid)
+        producer = idx.node(pid)
+        if not _unchanged(producer, cand, counterpart.get(name)):
+            return pid
+        todo.extend(_data_inputs(producer, idx, makers))
+    return None
 
 
 #: Ops whose output differs from the reference's by at most what their data inputs differ

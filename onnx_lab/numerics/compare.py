@@ -355,7 +355,8 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     graph_model = ref_model if ref_model is not None else cand_model
     div = _first_divergence(graph_model, layers, outputs) if len(layers) else None
     if div is not None:
-        _blame(div, graph_model, cand_model, layers, ref_dict, alignment)
+        _blame(div, graph_model, cand_model, layers, ref_dict, alignment,
+               same_runtime=ref_prov == cand_prov)
     main_name, main_rule = rule_for("float32", output=True, preset=preset, atol=atol, rtol=rtol)
     result = Comparison(outputs=outputs, layers=layers, alignment=alignment, passed=passed,
                         first_divergence=div, atol=main_rule.atol, rtol=main_rule.rtol,

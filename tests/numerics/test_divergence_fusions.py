@@ -274,3 +274,63 @@ def test_readers_of_a_weight_are_seen_through_the_exporters_identity_aliases():
         [numpy_helper.from_array(np.ones(4, np.float32), "gamma")])
     m = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).model
     assert _readers_through_identity(m.index, "gamma") == {"first", "second"}
+
+
+def test_an_unchanged_node_that_amplifies_its_inputs_error_is_not_said_to_compute_differently():
+    # int8 PicoDet from a wheel: the BatchNormalization after a quantized Conv, byte-identical
+    # in the candidate, was "computes differently: its inputs agree" (its input passed by its
+    # own scale, its per-channel gain amplified the error), and repro of it showed max_abs 0
+    def model(bias1: float) -> onnx.ModelProto:
+        g = helper.make_graph(
+            [helper.make_node("Add", ["x", "b"], ["t"], name="add"),
+             helper.make_node("Mul", ["t", "g"], ["y"], name="mul")], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2])],
+            [numpy_helper.from_array(np.array([[0.0, bias1]], np.float32), "b"),
+             numpy_helper.from_array(np.array([[0.01, 100.0]], np.float32), "g")])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    x = {"x": np.array([[100, 1], [90, 0.5], [80, 1], [100, 0.7]], np.float32)}
+    c = onnx_lab.compare(model(0.0), model(0.05), feeds=x)
+    layers = c.layers.set_index("tensor")
+    assert layers.loc["t", "passed"] and not layers.loc["y", "passed"]
+    fd = c.first_divergence
+    assert fd["node_id"] == "mul" and fd["cause"] == "inputs" and fd["upstream"] == ["add"]
+    assert "unchanged in the candidate" in fd["message"] and "at Add 'add'" in fd["message"]
+    # confirm agrees: fed the reference's inputs, the Mul gives the reference's output
+    fd = onnx_lab.compare(model(0.0), model(0.05), feeds=x, confirm=True).first_divergence
+    assert fd["cause"] == "inputs" and fd["confirmed"] is False
+
+    # a changed gain is the Mul's own difference
+    def gain(v):
+        m = model(0.0)
+        m.graph.initializer[1].CopyFrom(numpy_helper.from_array(
+            np.array([[0.01, v]], np.float32), "g"))
+        return m
+    fd = onnx_lab.compare(gain(100.0), gain(101.0), feeds=x).first_divergence
+    assert fd["node_id"] == "mul" and fd["cause"] == "weights"
+
+
+def test_repro_of_an_amplifying_node_says_it_reproduces_nothing(tmp_path, capsys):
+    from onnx_lab.cli import main
+
+    def model(bias1: float) -> onnx.ModelProto:
+        g = helper.make_graph(
+            [helper.make_node("Add", ["x", "b"], ["t"], name="add"),
+             helper.make_node("Mul", ["t", "g"], ["y"], name="mul")], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2])],
+            [numpy_helper.from_array(np.array([[0.0, bias1]], np.float32), "b"),
+             numpy_helper.from_array(np.array([[0.01, 100.0]], np.float32), "g")])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    onnx.save(model(0.0), tmp_path / "ref.onnx")
+    onnx.save(model(0.05), tmp_path / "cand.onnx")
+    np.savez(tmp_path / "x.npz", x=np.array([[100, 1], [90, 0.5], [80, 1], [100, 0.7]],
+                                            np.float32))
+    assert main(["repro", str(tmp_path / "ref.onnx"), str(tmp_path / "cand.onnx"),
+                 str(tmp_path / "r"), "--feeds", str(tmp_path / "x.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "cause: inputs" in out and "computes differently" not in out
+    assert "mul agrees; the difference comes in through its inputs (it starts upstream, at " \
+        "add), so this repro shows none" in out
