@@ -276,19 +276,24 @@ def test_readers_of_a_weight_are_seen_through_the_exporters_identity_aliases():
     assert _readers_through_identity(m.index, "gamma") == {"first", "second"}
 
 
+def _gain_model(bias1: float) -> onnx.ModelProto:
+    """t = x + [0, bias1], y = t · [0.01, 100]: an error in t's small channel passes by t's
+    scale, and the gain of 100 makes it fail y's."""
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["t"], name="add"),
+         helper.make_node("Mul", ["t", "g"], ["y"], name="mul")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2])],
+        [numpy_helper.from_array(np.array([[0.0, bias1]], np.float32), "b"),
+         numpy_helper.from_array(np.array([[0.01, 100.0]], np.float32), "g")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def test_an_unchanged_node_that_amplifies_its_inputs_error_is_not_said_to_compute_differently():
     # int8 PicoDet from a wheel: the BatchNormalization after a quantized Conv, byte-identical
     # in the candidate, was "computes differently: its inputs agree" (its input passed by its
     # own scale, its per-channel gain amplified the error), and repro of it showed max_abs 0
-    def model(bias1: float) -> onnx.ModelProto:
-        g = helper.make_graph(
-            [helper.make_node("Add", ["x", "b"], ["t"], name="add"),
-             helper.make_node("Mul", ["t", "g"], ["y"], name="mul")], "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2])],
-            [numpy_helper.from_array(np.array([[0.0, bias1]], np.float32), "b"),
-             numpy_helper.from_array(np.array([[0.01, 100.0]], np.float32), "g")])
-        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model = _gain_model
 
     x = {"x": np.array([[100, 1], [90, 0.5], [80, 1], [100, 0.7]], np.float32)}
     c = onnx_lab.compare(model(0.0), model(0.05), feeds=x)
@@ -314,15 +319,7 @@ def test_an_unchanged_node_that_amplifies_its_inputs_error_is_not_said_to_comput
 def test_repro_of_an_amplifying_node_says_it_reproduces_nothing(tmp_path, capsys):
     from onnx_lab.cli import main
 
-    def model(bias1: float) -> onnx.ModelProto:
-        g = helper.make_graph(
-            [helper.make_node("Add", ["x", "b"], ["t"], name="add"),
-             helper.make_node("Mul", ["t", "g"], ["y"], name="mul")], "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2])],
-            [numpy_helper.from_array(np.array([[0.0, bias1]], np.float32), "b"),
-             numpy_helper.from_array(np.array([[0.01, 100.0]], np.float32), "g")])
-        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model = _gain_model
 
     onnx.save(model(0.0), tmp_path / "ref.onnx")
     onnx.save(model(0.05), tmp_path / "cand.onnx")
