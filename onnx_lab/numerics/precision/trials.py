@@ -55,6 +55,7 @@ from onnx_lab.numerics.half import (
 )
 from onnx_lab.numerics.metrics import RULES, Rule, get_preset, judge
 from onnx_lab.numerics.quantize import (
+    CALIBRATION_SEED,
     Calibration,
     SavedSource,
     _full_proto,
@@ -589,8 +590,10 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
         if other is not None:
             feed_list.append(other)
             if target == "int8" and calibration is None:
+                # (not the judged samples' seeds: see quantize.CALIBRATION_SEED)
                 cal_feeds = [f for seed in range(max(1, n_calibration // 2))
-                             for f in cache_length_feeds(model, dims, shapes, seed=seed)]
+                             for f in cache_length_feeds(model, dims, shapes,
+                                                         seed=CALIBRATION_SEED + seed)]
     cal = None
     if target == "int8" and not Converter(model, target, None).candidates():
         # Before calibrating: onnxruntime's quantizer fails on a graph without one standard
