@@ -635,6 +635,7 @@ def _judge_selections(ref: Resolved, cand: Resolved, alignment: Any,
     for name in [*(v.name for v in cand_model.graph.inputs), *cand_model.graph.initializers]:
         if name in r_names:
             ref_of.setdefault(name, name)
+    _through_float_casts(cand_model, ref_of)
     verdicts: dict[str, bool] = {}
     for df in (outputs, layers):
         for c, ok in zip(df["cand_tensor"], df["passed"]):
@@ -676,6 +677,25 @@ def _judge_selections(ref: Resolved, cand: Resolved, alignment: Any,
                                                     atol=atol, rtol=rtol)[1],
                   changed, cand_prov)
     return judge_selections(sides, verdicts)
+
+
+_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16,
+                     ir.DataType.DOUBLE})
+
+
+def _through_float_casts(cand: LabModel, ref_of: dict[str, str]) -> None:
+    """A float-to-float Cast's output holds its input's quantity (rounded): ``ref_of`` gains
+    the candidate's cast of a paired tensor. ``to_fp16`` keeps a TopK in float32 behind a
+    Cast named ``p1__fp32``; unpaired, the TopK's near-tie flip was a divergence."""
+    for entry in cand.index.entries.values():  # topological: a chain of casts follows
+        node = entry.node
+        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx") or not node.inputs \
+                or node.inputs[0] is None or not node.outputs:
+            continue
+        src, out = node.inputs[0], node.outputs[0]
+        if src.name in ref_of and out.name and out.name not in ref_of and \
+                src.dtype in _FLOATS and out.dtype in _FLOATS:
+            ref_of[out.name] = ref_of[src.name]
 
 
 def _size(n: int | None) -> int:
