@@ -37,6 +37,15 @@ _ALLOWED: dict[tuple[str, str], tuple[str, ...]] = {
     ("GridSample", "padding_mode"): ("zeros", "border", "reflection"),
     ("Gelu", "approximate"): ("none", "tanh"),
     ("DepthToSpace", "mode"): ("DCR", "CRD"),
+    # onnxruntime reads an unknown RoiAlign coordinate mode as output_half_pixel, silently
+    ("RoiAlign", "mode"): ("avg", "max"),
+    ("RoiAlign", "coordinate_transformation_mode"): ("half_pixel", "output_half_pixel"),
+    ("Upsample", "mode"): ("nearest", "linear"),
+    **{(op, "reduction"): ("none", "add", "mul", "max", "min")
+       for op in ("ScatterElements", "ScatterND")},
+    ("StringNormalizer", "case_change_action"): ("LOWER", "UPPER", "NONE"),
+    ("TfIdfVectorizer", "mode"): ("TF", "IDF", "TFIDF"),
+    ("ImageDecoder", "pixel_format"): ("RGB", "BGR", "Grayscale"),
     **{(op, "direction"): ("forward", "reverse", "bidirectional") for op in ("LSTM", "GRU", "RNN")},
 }
 

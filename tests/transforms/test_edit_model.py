@@ -429,3 +429,21 @@ def test_edits_inside_control_flow():
     _refused(lab, lambda: lab.add_output("neg_out"), "subgraph")
     _refused(lab, lambda: lab.remove_node("Loop_3/body/Identity_0"), "graph output")
     _refused(lab, lambda: lab.remove_node_cascade("If_2"), "add_output")
+
+
+def test_roi_align_modes_are_checked_against_the_spec():
+    # onnxruntime ran coordinate_transformation_mode='bogus' as output_half_pixel, silently:
+    # the edit was accepted and saved (torchvision's Faster R-CNN)
+    g = helper.make_graph(
+        [helper.make_node("RoiAlign", ["x", "rois", "bi"], ["y"], name="roi", output_height=2,
+                          output_width=2, coordinate_transformation_mode="half_pixel")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8]),
+         helper.make_tensor_value_info("rois", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("bi", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 2, 2])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    _refused(lab, lambda: lab.set_attribute("roi", "coordinate_transformation_mode", "bogus"),
+             "output_half_pixel")
+    _refused(lab, lambda: lab.set_attribute("roi", "mode", "min"), "'avg', 'max'")
+    form = {row["name"]: row for row in attribute_form(lab.model, "roi")}
+    assert form["mode"]["allowed"] == ["avg", "max"]
