@@ -118,6 +118,7 @@ def check_rows(model: Any, *, providers: str | Sequence[str] | None = None,
     rows += _dynamic(lm, dims)
     rows += _kv_cache(lm)
     rows += _initializer_inputs(lm)
+    rows += _unread_inputs(lm)
     rows += _external(lm)
     rows += _precision(lm)
     rows += _runtime_constants(lm)
@@ -517,6 +518,29 @@ def _initializer_inputs(lm: LabModel) -> list[dict]:
                  "fold or fuse the nodes that read them.",
                  "lab.apply('remove_initializer_inputs') makes them plain weights (or "
                  "re-export with torch.onnx.export(..., keep_initializers_as_inputs=False)).")]
+
+
+def _unread_inputs(lm: LabModel) -> list[dict]:
+    """Graph inputs no node reads (in any graph): onnxruntime still asks for each at run time
+    (a session refuses to run without them; tf2onnx leaves a Keras Normalization layer's mean
+    and variance so)."""
+    g = lm.graph
+    names = [v.name for v in g.inputs if v.name not in g.initializers and not v.uses()]
+    read = [v.name for v in g.inputs if v.name not in g.initializers and v.uses()]
+    if not names:
+        return []
+    shown = ", ".join(map(repr, names[:5])) + (f" and {len(names) - 5} more"
+                                              if len(names) > 5 else "")
+    outputs = [v.name for v in g.outputs]
+    call = (f"lab.extract(inputs={read!r}, outputs={outputs!r})"
+            if len(read) + len(outputs) <= 12 and sum(map(len, read + outputs)) <= 600 else
+            "lab.extract(inputs=[the other inputs], outputs=[the outputs])")
+    return [_row("warning", "unread_input", None,
+                 f"{len(names)} graph input(s) are read by no node ({shown}): onnxruntime still "
+                 "requires a value for each at run time.",
+                 f"{call} gives the model without them (or feed any value of their shape)."
+                 if read else
+                 "Feed any value of their shape; the outputs do not depend on them.")]
 
 
 def _external(lm: LabModel) -> list[dict]:

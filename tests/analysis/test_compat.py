@@ -408,3 +408,18 @@ def test_a_dim_name_is_quoted_as_data_in_the_suggested_code():
         for code in (fix[fix.index("fix_dims(") + 9:fix.rindex(")")],
                      fix[fix.index("dims=") + 5:fix.index(" / shapes=")]):
             assert ast.literal_eval(code) == {evil: 1}  # a plain dict literal, nothing else
+
+
+def test_inputs_no_node_reads_are_a_warning_with_a_fix_that_works():
+    # tf2onnx leaves a Keras Normalization's mean and variance as inputs nothing reads; a
+    # default onnxruntime session refuses to run without them, and check() said nothing
+    m = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+               [_vi("x", [2]), _vi("mean", [2])], [_vi("y", [2])])
+    lab = onnx_lab.open(m)
+    row = lab.check().set_index("code").loc["unread_input"]
+    assert row.severity == "warning" and "('mean')" in row.message
+    assert "lab.extract(inputs=['x'], outputs=['y'])" in row.fix
+    fixed = lab.extract(inputs=["x"], outputs=["y"])
+    assert [v.name for v in fixed.model.graph.inputs] == ["x"]
+    assert "unread_input" not in set(fixed.check().code)
+    assert "unread_input" not in set(onnx_lab.open("sample:control_flow").check().code)
