@@ -889,6 +889,20 @@ def _components(model: LabModel, nodes: list[str]) -> list[list[str]]:
     return list(out.values())
 
 
+def _in_dtype_of(model: LabModel, name: str, value: Any) -> np.ndarray:
+    """The reference's float value of ``name`` in the candidate's float type for it (an fp16
+    candidate's nodes take float16: fed float32, their cut did not load)."""
+    arr = np.asarray(value)
+    v = model.index.values.get(name)
+    dtype = getattr(v, "dtype", None) if v is not None else None
+    if dtype is None or arr.dtype.kind != "f" or not dtype.is_floating_point():
+        return arr
+    try:
+        return arr.astype(dtype.numpy(), copy=False)
+    except (TypeError, ValueError):  # a float type numpy cannot hold
+        return arr
+
+
 def _alone(sides: Sides, group: list[str], flip: Flip) -> dict[str, dict[str, Any]] | str:
     """The nodes of ``group`` run alone on the reference's values of their inputs, every
     tensor they compute that has a reference counterpart compared with it: {tensor: passed,
@@ -931,7 +945,7 @@ def _alone(sides: Sides, group: list[str], flip: Flip) -> dict[str, dict[str, An
         if any(n not in r for n in inputs + tensors):
             return "the reference's values of its boundary are not all known"
         try:
-            got = run_cut(model, {n: np.asarray(r[n]) for n in inputs}, tensors,
+            got = run_cut(model, {n: _in_dtype_of(model, n, r[n]) for n in inputs}, tensors,
                           sides.providers)
         except Exception as e:  # noqa: BLE001 - a part that does not run alone: said, kept failing
             return f"it does not run on its own: {e}"
