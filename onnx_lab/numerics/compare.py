@@ -63,6 +63,7 @@ from onnx_lab.numerics.selection import (
     flipped,
     judge_selections,
     selection_nodes,
+    selection_region,
 )
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.feeds import as_feed_list, cache_length_feeds, input_specs, past_length
@@ -643,25 +644,48 @@ def _judge_selections(ref: Resolved, cand: Resolved, alignment: Any,
                 verdicts[c] = verdicts.get(c, True) and bool(ok)
     ref_prov, cand_prov = providers
 
+    # Values each side gave, per sample: the judge asks again for what it asked before, and
+    # the first run also captures the region below the selections when it is small (each
+    # group checked on its own asked for new names, and ran both whole models again).
+    held: dict[str, list[dict[str, Any]]] = {"candidate": [{} for _ in feed_list],
+                                             "reference": [{} for _ in feed_list]}
+    region = selection_region(cand_model)
+    shapes_in = {k: v.shape for k, v in feed_list[0].items() if hasattr(v, "shape")} \
+        if feed_list else {}
+    sizes = estimate_bytes(cand_model, region, shapes_in) if region else {}
+    known = [v for v in sizes.values() if v is not None]
+    # a data-dependent size (what an NMS keeps) counts as the known ones' mean: below a
+    # TopK or an NMS the tensors are the picks, small beside what they were picked from
+    mean = sum(known) // len(known) if known else 1 << 20
+    if sum(known) + (len(sizes) - len(known)) * mean > _REGION_MAX_BYTES:
+        region = []
+    extra = {"candidate": region, "reference": [ref_of[n] for n in region if n in ref_of]}
+
+    def side(model: LabModel, what: str, prov: list[str], names: list[str]
+             ) -> list[dict[str, Any]]:
+        sess: dict[tuple[str, ...], Any] = {}
+        out = []
+        for i, f in enumerate(feed_list):
+            have = held[what][i]
+            missing = [n for n in names if n not in have]
+            if missing:
+                ask = list(dict.fromkeys(missing + [n for n in extra[what] if n not in have]))
+
+                def go(ns: list[str], f: dict = f) -> dict[str, Any]:
+                    key = tuple(ns)  # one session per side and call, for every sample
+                    if key not in sess:
+                        sess[key] = _session(model, ns, prov, what)
+                    return _run(sess[key], f, ns, what)
+                have.update(fetch(model, f, ask, go))
+            out.append({n: have[n] for n in names if n in have})
+        return out
+
     def values(names: list[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         wanted = {n: ref_of[n] for n in names if n in ref_of}
-        sessions: dict[str, Any] = {}
-
-        def runner(model: LabModel, what: str, prov: list[str], f: dict) -> Any:
-            def go(ns: list[str]) -> dict[str, Any]:
-                if what not in sessions:  # one session per side, for every sample
-                    sessions[what] = _session(model, ns, prov, what)
-                return _run(sessions[what], f, ns, what)
-            return go
-
-        out = []
-        for f in feed_list:
-            cand_vals = fetch(cand_model, f, names, runner(cand_model, "candidate", cand_prov,
-                                                           f))
-            refs = fetch(ref_model, f, list(dict.fromkeys(wanted.values())),
-                         runner(ref_model, "reference", ref_prov, f))
-            out.append(({n: refs[m] for n, m in wanted.items() if m in refs}, cand_vals))
-        return out
+        cands = side(cand_model, "candidate", cand_prov, list(dict.fromkeys(names)))
+        refs = side(ref_model, "reference", ref_prov, list(dict.fromkeys(wanted.values())))
+        return [({n: r[m] for n, m in wanted.items() if m in r}, c)
+                for r, c in zip(refs, cands)]
 
     cidx, ridx = cand_model.index, ref_model.index
 
@@ -678,6 +702,10 @@ def _judge_selections(ref: Resolved, cand: Resolved, alignment: Any,
                   changed, cand_prov)
     return judge_selections(sides, verdicts)
 
+
+#: The region below the selections is captured with the first judgement up to this many
+#: bytes per side and sample (a detector's post-processing: a few MB).
+_REGION_MAX_BYTES = 256 << 20
 
 _FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16,
                      ir.DataType.DOUBLE})

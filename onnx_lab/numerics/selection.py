@@ -409,6 +409,33 @@ def selection_tensors(model: LabModel) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def selection_region(model: LabModel) -> list[str]:
+    """Every main-graph tensor a judgement of the selections of ``model`` may ask for: the
+    data each selection and each node below one reads and gives (node outputs a run can
+    return). Captured at once, the judge does not run the whole model again per group it
+    checks on its own (a RetinaNet: 105 sessions, 85 of 95 s)."""
+    idx = model.index
+    readers = _readers(model)
+    todo = list(selection_nodes(model))
+    seen: set[str] = set()
+    out: list[str] = []
+    while todo:
+        nid = todo.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        node = idx.entries[nid].node
+        for v in (*node.inputs, *node.outputs):
+            if v is not None and v.name and v.name in idx.producer and \
+                    not idx.entries[idx.producer[v.name]].graph and \
+                    not is_constant(v, stored=True):
+                out.append(v.name)
+        for v in node.outputs:
+            if v.name:
+                todo += [r for r in readers.get(v.name, ()) if r not in seen]
+    return list(dict.fromkeys(out))
+
+
 # ---------------------------------------------------------------------------- results
 _FLIP_PREFIX = "not comparable: selection at "
 
