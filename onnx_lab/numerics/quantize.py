@@ -204,11 +204,13 @@ def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = Non
 
     model = resolve(source)[0]
     exclude = _node_names(model, nodes_to_exclude, "nodes_to_exclude")
+    _refuse_without_onnx_ops(model)
     model = _lifted(model)
     kw = {"weight_type": QuantType.QInt8, "nodes_to_exclude": exclude,
           "reduce_range": reduce_range_for(reduce_range)}
     if not _has_bodies(model):
-        return _something_quantized(_quantize(model, quantize_dynamic, **kw), "dynamic")
+        return _something_quantized(_quantize(model, quantize_dynamic, **kw), "dynamic",
+                                    model, excluded=bool(exclude))
     # If/Loop/Scan bodies (an optimum merged decoder: every MatMul inside an If on
     # use_cache_branch): onnxruntime's dynamic quantizer enters them with EnableSubgraph
     try:
@@ -217,7 +219,20 @@ def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = Non
         logger.warning("int8 dynamic quantization of the If/Loop bodies failed (%s): only the "
                        "main graph is quantized, the bodies stay in float32", e.problem)
         out = _quantize(model, quantize_dynamic, **kw)
-    return _something_quantized(out, "dynamic")
+    return _something_quantized(out, "dynamic", model, excluded=bool(exclude))
+
+
+def _refuse_without_onnx_ops(model: LabModel) -> None:
+    """InputError for a model with no op of the ONNX domain (an ai.onnx.ml-only
+    LinearClassifier, a tree ensemble): onnxruntime's quantizer stops with "Failed to find
+    proper ai.onnx domain", and there is nothing an int8 conversion could take."""
+    domains = {n.domain or "ai.onnx" for g in model.ir.graphs() for n in g}
+    if not domains or "ai.onnx" in domains:
+        return
+    raise InputError(f"int8 quantization has nothing to take: every op of the model is in "
+                     f"{', '.join(sorted(map(repr, domains)))}, none in the ONNX domain "
+                     "(MatMul, Conv, Gemm).",
+                     fix="Keep the model in float32: int8 does not apply to it.")
 
 
 _QUANTIZED_OPS = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
@@ -225,29 +240,55 @@ _QUANTIZED_OPS = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "C
                   "QGemm", "QLinearAdd", "QLinearMul")
 
 
-def _something_quantized(model: LabModel, kind: str, source: LabModel | None = None
-                         ) -> LabModel:
+def _something_quantized(model: LabModel, kind: str, source: LabModel | None = None,
+                         excluded: bool = True) -> LabModel:
     """``model``, or InputError when the quantizer changed no op (every weight it
     could take was excluded, or the compute is out of its reach: ``source``'s MatMul, Conv
     and Gemm all inside If/Loop bodies, which the static quantizer does not enter)."""
     if any(n.op_type in _QUANTIZED_OPS for g in model.ir.graphs() for n in g):
         return model
     main = {id(n) for n in source.ir.graph} if source is not None else set()
-    inside = sum(1 for g in (source.ir.graphs() if source is not None else ()) for n in g
-                 if n.op_type in ("MatMul", "Conv", "Gemm") and id(n) not in main)
-    if inside and kind == "static" and not any(
-            n.op_type in ("MatMul", "Conv", "Gemm") for n in source.ir.graph):
-        raise InputError(f"The static int8 quantization quantized nothing: all {inside} "
-                         "MatMul/Conv/Gemm nodes of the model are inside If/Loop bodies (an "
-                         "optimum merged decoder's use_cache_branch), which onnxruntime's "
-                         "static (QDQ) quantizer does not enter.",
-                         fix="to_int8_dynamic quantizes them inside the bodies; or quantize "
-                         "the decoder exported without the merge (one model per step).")
+    compute = [(n, g) for g in (source.ir.graphs() if source is not None else ()) for n in g
+               if n.op_type in ("MatMul", "Conv", "Gemm") and id(n) not in main]
+    inside = len(compute)
+    # a body's weight that is no stored tensor (a TF while_loop carries its MatMul's weight
+    # as a loop variable): neither of onnxruntime's quantizers takes it (an initializer of
+    # the outer graph, an optimum merged decoder's, the dynamic one does)
+    def stored(v: ir.Value | None) -> bool:
+        maker = v.producer() if v is not None else None
+        return v is not None and (v.const_value is not None or (
+            maker is not None and maker.op_type == "Constant"))
+    outer = sum(1 for n, _g in compute if not (len(n.inputs) > 1 and stored(n.inputs[1])))
+    owner_of = {id(b): n.op_type for g in (source.ir.graphs() if source is not None else ())
+                for n in g for a in n.attributes.values()
+                for b in (a.value if isinstance(a.value, list) else [a.value])
+                if isinstance(b, ir.Graph)}
+    owners = {owner_of.get(id(g), "") for _, g in compute}
+    bodies = "If/Loop bodies" + (" (an optimum merged decoder's use_cache_branch)"
+                                 if owners <= {"If"} and "If" in owners else "")
+    if inside and not any(n.op_type in ("MatMul", "Conv", "Gemm") for n in source.ir.graph):
+        if outer == inside:
+            raise InputError(f"The {kind} int8 quantization quantized nothing: all {inside} "
+                             f"MatMul/Conv/Gemm nodes of the model are inside {bodies} and "
+                             "read their weights from values that are no stored tensor (a "
+                             "loop variable), which neither of onnxruntime's quantizers "
+                             "takes.",
+                             fix="The model stays in float32; int8 would need the weights "
+                             "inside the bodies (a re-export).")
+        if kind == "static":
+            raise InputError(f"The static int8 quantization quantized nothing: all {inside} "
+                             f"MatMul/Conv/Gemm nodes of the model are inside {bodies}, "
+                             "which onnxruntime's static (QDQ) quantizer does not enter.",
+                             fix="to_int8_dynamic quantizes them inside the bodies; or "
+                             "quantize the decoder exported without the merge (one model "
+                             "per step).")
     raise InputError(f"The {kind} int8 quantization quantized nothing: onnxruntime's "
                      "quantizer found no MatMul, Conv or Gemm with a weight it could take "
-                     "(all excluded, or none in the model).",
-                     fix="Check nodes_to_exclude, and lab.nodes for the ops to quantize; the "
-                     "model as it is stays in float.")
+                     + ("(all excluded, or none in the model)." if excluded else
+                        "(none in the model with a stored weight)."),
+                     fix=("Check nodes_to_exclude, and lab.nodes for the ops to quantize; "
+                          "the model as it is stays in float." if excluded else
+                          "The model as it is stays in float."))
 
 
 def _lifted(model: LabModel) -> LabModel:
@@ -318,11 +359,13 @@ def int8_static_model(source: Any, feeds: Any = None, n: int = 8,
         ...                        calibration=cal)               # no recalibration
     """
     model = resolve(source)[0]
+    _refuse_without_onnx_ops(model)
     if calibration is None:
         calibration = calibrate_int8(source, feeds, n)
     exclude = _node_names(model, nodes_to_exclude, "nodes_to_exclude")
     return _something_quantized(_quantize_with(_lifted(model), calibration, exclude,
-                                               reduce_range=reduce_range), "static", model)
+                                               reduce_range=reduce_range), "static", model,
+                                excluded=bool(exclude))
 
 
 # ---------------------------------------------------------------------------- calibration

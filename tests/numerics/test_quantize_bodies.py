@@ -134,3 +134,55 @@ def test_static_int8_of_a_merged_decoder_says_its_compute_is_in_the_bodies():
     with pytest.raises(InputError, match="inside If/Loop bodies") as e:
         onnx_lab.to_int8_static(lab, feeds=MERGED_FEEDS)
     assert "to_int8_dynamic" in e.value.fix
+
+
+def test_an_ml_only_model_is_refused_before_the_quantizer():
+    # onnxruntime's "Failed to find proper ai.onnx domain" came back with "Exclude the
+    # failing nodes (nodes_to_exclude=[...])", which could not help
+    import sys
+    from pathlib import Path
+
+    from onnx_lab.errors import InputError
+
+    sys.path.insert(0, str(Path(__file__).parents[1]))
+    from ml_models import tree_zipmap
+
+    lab = onnx_lab.open(tree_zipmap(ml_only=True))
+    for convert in (to_int8_dynamic, onnx_lab.to_int8_static):
+        with pytest.raises(InputError, match="in 'ai.onnx.ml', none in the ONNX domain") as e:
+            convert(lab)
+        assert "nodes_to_exclude" not in e.value.fix and "float32" in e.value.fix
+
+
+def _loop_carried_weight() -> onnx.ModelProto:
+    """A TF while_loop as tf2onnx writes it: the MatMul's weight is a loop variable."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"], name="keep"),
+         helper.make_node("MatMul", ["y", "w"], ["y_out"], name="mm"),
+         helper.make_node("Identity", ["w"], ["w_out"], name="carry")], "body",
+        [vi("i", TensorProto.INT64, []), vi("c", TensorProto.BOOL, []),
+         vi("y", TensorProto.FLOAT, [1, 4]), vi("w", TensorProto.FLOAT, [4, 4])],
+        [vi("c_out", TensorProto.BOOL, []), vi("y_out", TensorProto.FLOAT, [1, 4]),
+         vi("w_out", TensorProto.FLOAT, [4, 4])])
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x", "W"], ["y", "w_last"], name="loop",
+                          body=body)], "g",
+        [vi("x", TensorProto.FLOAT, [1, 4])], [vi("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.eye(4, dtype=np.float32), "W"),
+         numpy_helper.from_array(np.array(3, np.int64), "n")])
+    return onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+def test_a_loop_carried_weight_is_named_not_advised_to_the_other_quantizer():
+    # to_int8_static advised to_int8_dynamic, which then "quantized nothing ... Check
+    # nodes_to_exclude" with nothing excluded
+    from onnx_lab.errors import InputError
+
+    lab = onnx_lab.open(_loop_carried_weight())
+    for convert in (to_int8_dynamic, onnx_lab.to_int8_static):
+        with pytest.raises(InputError, match="no stored tensor \\(a loop variable\\)") as e:
+            convert(lab)
+        assert "to_int8_dynamic" not in e.value.fix and "nodes_to_exclude" not in e.value.fix
