@@ -560,6 +560,15 @@ FAILED_TO_RUN = "candidate failed to run"
 _NODE_IN_ERROR = re.compile(r"Name:'([^']*)'|node name: ([^)]*)\)|[Nn]ode \(([^)]*)\)")
 
 
+def _converted_nodes(model: LabModel) -> list[str]:
+    """Nodes that quantize or cast to a narrow float type: the model is converted already."""
+    return [nid for nid, e in model.index.entries.items()
+            if e.node.op_type in ("QuantizeLinear", "DynamicQuantizeLinear")
+            or (e.node.op_type == "Cast" and any(
+                a.name == "to" and a.value in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16, 10, 16)
+                for a in e.node.attributes.values()))]
+
+
 def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibration: int,
              dims, shapes) -> tuple[LabModel, list[dict], Converter]:
     if target not in TARGETS:
@@ -568,17 +577,17 @@ def _prepare(source: Any, target: str, feeds: Any, calibration: Any, n_calibrati
     model, rdims, rshapes = resolve(source)
     dims = {**rdims, **(dims or {})}
     shapes = {**rshapes, **(shapes or {})}
-    done = [nid for nid, e in model.index.entries.items()
-            if e.node.op_type in ("QuantizeLinear", "DynamicQuantizeLinear")
-            or (e.node.op_type == "Cast" and any(
-                a.name == "to" and a.value in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16, 10, 16)
-                for a in e.node.attributes.values()))]
+    done = _converted_nodes(model)
     if done:
-        raise InputError(
+        original = getattr(source, "original", None)  # a Lab: its step 0
+        earlier = original is not None and not _converted_nodes(original.model)
+        raise NothingToConvert(
             f"The model is already converted (node {done[0]!r} casts to a narrow type or "
             "quantizes): a precision search starts from the float32 model.",
             fix="Search on the original: lab.checkout(0) (or the step before the conversion), "
-            "or pass lab.original.")
+            "or pass lab.original." if earlier else "It was converted before it was opened: "
+            "search on the float32 model it was converted from (that file, or the Lab "
+            "before the conversion).")
     # One sample per branch a boolean input decides (optimum's use_cache_branch): a plan is
     # judged on every branch, not on the one the seeded feeds happen to take.
     feed_list = as_feed_list(feeds, model, dims, shapes, branches=True)
