@@ -130,6 +130,17 @@ def _check_inputs(ref: LabModel, cand: LabModel) -> None:
                 f"Input {name!r} has rank {len(s)} {list(s)} in the reference and rank "
                 f"{len(cshape)} {list(cshape)} in the candidate.",
                 fix="Compare models that take the same input shapes.")
+        if s is not None and cshape is not None and any(
+                isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(s, cshape)):
+            # no dims and no feeds fit both (tf2onnx's --inputs-as-nchw against the NHWC
+            # export: "give dims that match the candidate's fixed shapes" could not be done)
+            raise InputError(
+                f"Input {name!r} is fixed to {list(s)} in the reference and to "
+                f"{list(cshape)} in the candidate: no input fits both"
+                + (" (another layout)" if sorted(d for d in s if isinstance(d, int)) ==
+                   sorted(d for d in cshape if isinstance(d, int)) else "") + ".",
+                fix="Compare models that take the same input shapes (a model exported with "
+                "another input layout or size is compared with its own versions).")
 
 
 def _load(source: Any, what: str, dims, shapes) -> Resolved:

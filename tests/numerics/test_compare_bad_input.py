@@ -80,3 +80,14 @@ def test_outputs_differ():
                        [vi("x", [2, 3])], [vi("a", [2, 3]), vi("b", [2, 3])])
     with pytest.raises(InputError, match="outputs differ"):
         onnx_lab.compare(_neg(), other)
+
+
+def test_inputs_fixed_to_other_sizes_are_named_as_such():
+    # tf2onnx's --inputs-as-nchw export against the NHWC one: "give dims that match the
+    # candidate's fixed shapes" could not be done
+    nhwc = _neg(shape=("n", 8, 8, 3))
+    nchw = _neg(shape=("batch", 3, 8, 8))
+    with pytest.raises(InputError, match=r"fixed to \['n', 8, 8, 3\].*\['batch', 3, 8, 8\] in the candidate: "
+                       r"no input fits both \(another layout\)") as e:
+        onnx_lab.compare(nhwc, nchw, dims={"n": 1, "batch": 1})
+    assert "dims" not in e.value.fix
