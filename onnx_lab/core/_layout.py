@@ -8,13 +8,37 @@ element by element with the original one reports huge false errors, so alignment
 
 from __future__ import annotations
 
+import json
+
 from onnx_lab.core.model import LabModel
 
 NCHWC_DOMAIN = "com.microsoft.nchwc"
 
+#: Node metadata naming the outputs (indices) that hold a tensor of the model before in
+#: another order of axes (``sink_transposes`` runs an NHWC region in NCHW): ``{"outputs":
+#: [0], "perm": [...]}``. Alignment skips them as it skips NCHWc tensors.
+LAYOUT_KEY = "onnx_lab.layout"
+
+
+def _marked(model: LabModel) -> set[str]:
+    out: set[str] = set()
+    for e in model.index.entries.values():
+        raw = e.node.metadata_props.get(LAYOUT_KEY)
+        if not raw or e.graph:
+            continue
+        try:
+            idxs = json.loads(raw[:10_000]).get("outputs", [])
+        except (ValueError, AttributeError):  # a hostile or foreign value: nothing marked
+            continue
+        outs = e.node.outputs
+        out.update(outs[i].name for i in idxs if isinstance(i, int) and 0 <= i < len(outs)
+                   and outs[i].name and not outs[i].is_graph_output())
+    return out
+
 
 def blocked_layout_tensors(model: LabModel) -> set[str]:
-    """Names of main-graph tensors in NCHWc blocked layout.
+    """Names of main-graph tensors in NCHWc blocked layout, and those a pass marked as held
+    in another order of axes (:data:`LAYOUT_KEY`; never a graph output).
 
     Outputs of ``com.microsoft.nchwc`` nodes are blocked, except ReorderOutput's (it converts
     back to NCHW); onnxruntime leaves layout-agnostic standard ops (Concat, Add, Relu...)
@@ -25,9 +49,10 @@ def blocked_layout_tensors(model: LabModel) -> set[str]:
         set()
     """
     idx = model.index
+    marked = _marked(model)
     if not any(e.node.domain == NCHWC_DOMAIN for e in idx.entries.values()):
-        return set()
-    blocked: set[str] = set()
+        return marked
+    blocked: set[str] = set(marked)
     for nid in idx.topo_order(""):
         node = idx.entries[nid].node
         if node.domain == NCHWC_DOMAIN:

@@ -10,7 +10,9 @@ room between bands so that each pass sees the others' results:
 
 - 10-30 clean-up first: Identity (10) and Dropout (20) go so that Conv->Add->BN chains are
   adjacent, then a first dead-node sweep (30);
-- 40 constant folding;
+- 40 constant folding, then 42 layout: the Transposes around elementwise regions go
+  (tf2onnx's NHWC ops between Conv's Transposes), so the bias Add and batch norm Mul they
+  held sit next to their Conv for the fusions (and again at 75, after them);
 - 50-80 fusions: Conv+Add bias (50) before Conv+BN (60) (block2 of sample:convnet is
   Conv->Add->BN), then Transpose (70) and Reshape (80) chains;
 - 90-100 a second dead-node sweep (90) for the nodes the fusions left unused, and unused

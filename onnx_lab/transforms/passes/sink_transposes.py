@@ -1,0 +1,284 @@
+"""sink_transposes: Transposes around a region of elementwise ops cancel.
+
+tf2onnx writes a Keras model's NHWC ops between Transposes around each Conv:
+``Conv -> Transpose(0,2,3,1) -> Add/Mul/Clip/Relu... -> Transpose(0,3,1,2) -> Conv``. An
+elementwise op does not care about the layout, so the region between the two Transposes can
+run in the Conv's layout and both Transposes go (onnxruntime's transpose optimizer does this
+at session load; onnxsim and fuse_transposes, which need the Transposes adjacent, do not).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import numpy as np
+import onnx_ir as ir
+
+from onnx_lab.core._layout import LAYOUT_KEY
+from onnx_lab.core.model import LabModel
+from onnx_lab.core.values import const_array, overridable
+from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
+from onnx_lab.transforms.matcher import STANDARD_DOMAINS
+from onnx_lab.transforms.passes._util import perm_of, rank
+
+#: Ops that compute element by element, with no axis: which inputs carry the layout (None:
+#: all of them, broadcast against each other). Clip's bounds are scalars and stay.
+_ELEMENTWISE: dict[str, tuple[int, ...] | None] = {
+    **{op: (0,) for op in (
+        "Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu",
+        "Celu", "Softplus", "Softsign", "ThresholdedRelu", "Mish", "Gelu", "Neg", "Abs",
+        "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Erf", "Sin", "Cos",
+        "Sign", "Not", "IsNaN", "IsInf", "Identity", "Cast", "Clip")},
+    **{op: None for op in (
+        "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Equal",
+        "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where",
+        "Mod")},
+}
+
+
+def _inverse(perm: list[int]) -> list[int]:
+    return [int(i) for i in np.argsort(perm)]
+
+
+def _data_inputs(node: ir.Node) -> list[int]:
+    which = _ELEMENTWISE[node.op_type]
+    return [i for i in (range(len(node.inputs)) if which is None else which)
+            if i < len(node.inputs) and node.inputs[i] is not None]
+
+
+def _constant(value: ir.Value) -> np.ndarray | None:
+    """A stored constant's array (an initializer no caller may override, a Constant node)."""
+    if overridable(value):
+        return None
+    return const_array(value, stored=True)
+
+
+class _Region:
+    """Elementwise nodes whose layout inputs all come out of a Transpose of one perm (or are
+    constants, or come from the region): running them in the Transpose's input layout
+    removes those Transposes and the inverse Transposes that read the region."""
+
+    def __init__(self, model: LabModel, perm: list[int]) -> None:
+        self.model = model
+        self.perm = perm
+        self.inverse = _inverse(perm)
+        self.nodes: list[ir.Node] = []
+        self.ids: set[int] = set()
+
+    def accepts(self, node: ir.Node) -> bool:
+        if node.op_type not in _ELEMENTWISE or node.domain not in STANDARD_DOMAINS or \
+                node.graph is not self.model.graph or id(node) in self.ids:
+            return False
+        for i in _data_inputs(node):
+            v = node.inputs[i]
+            p = v.producer()
+            if p is not None and id(p) in self.ids:
+                continue
+            if self.entry(p):
+                continue
+            arr = _constant(v)
+            if arr is None or arr.ndim > len(self.perm):
+                return False
+        return any(self.entry(node.inputs[i].producer()) or
+                   id(node.inputs[i].producer()) in self.ids
+                   for i in _data_inputs(node) if node.inputs[i].producer() is not None)
+
+    def entry(self, node: ir.Node | None) -> bool:
+        return node is not None and node.op_type == "Transpose" and \
+            node.domain in STANDARD_DOMAINS and node.graph is self.model.graph and \
+            perm_of(self.model, node) == self.perm
+
+    def exit(self, node: ir.Node) -> bool:
+        return node.op_type == "Transpose" and node.domain in STANDARD_DOMAINS and \
+            perm_of(self.model, node) == self.inverse
+
+    def grow(self, seed: ir.Node) -> None:
+        todo = [u.node for u in seed.outputs[0].uses()]
+        while todo:
+            node = todo.pop(0)
+            if not self.accepts(node):
+                continue
+            self.nodes.append(node)
+            self.ids.add(id(node))
+            for o in node.outputs:
+                todo += [u.node for u in o.uses() if id(u.node) not in self.ids]
+            # a node rejected before one of its inputs joined may fit now
+            for i in _data_inputs(node):
+                p = node.inputs[i].producer()
+                if self.entry(p):
+                    todo += [u.node for u in p.outputs[0].uses() if id(u.node) not in self.ids]
+
+    # -- what changes
+    def outputs(self) -> list[ir.Value]:
+        return [o for n in self.nodes for o in n.outputs]
+
+    def entries(self) -> list[ir.Node]:
+        seen: dict[int, ir.Node] = {}
+        for n in self.nodes:
+            for i in _data_inputs(n):
+                p = n.inputs[i].producer()
+                if self.entry(p) and id(p) not in self.ids:
+                    seen.setdefault(id(p), p)
+        return list(seen.values())
+
+    def removed_entries(self) -> list[ir.Node]:
+        """Entries every reader of which is in the region (the others keep theirs)."""
+        return [e for e in self.entries()
+                if not e.outputs[0].is_graph_output()
+                and all(id(u.node) in self.ids for u in e.outputs[0].uses())]
+
+    def exits(self) -> list[ir.Node]:
+        return [u.node for o in self.outputs() for u in o.uses()
+                if id(u.node) not in self.ids and self.exit(u.node)]
+
+    def kept_layout(self) -> list[ir.Value]:
+        """Region tensors read outside by another node than an inverse Transpose: they get a
+        Transpose of ``perm`` (a graph output makes the region unfit)."""
+        return [o for o in self.outputs()
+                if any(id(u.node) not in self.ids and not self.exit(u.node)
+                       for u in o.uses())]
+
+    def gain(self) -> int:
+        return len(self.removed_entries()) + len(self.exits()) - len(self.kept_layout())
+
+
+@register_pass("sink_transposes")
+class SinkTransposes(LabPass):
+    r"""Remove the Transposes around a region of elementwise ops that runs as well in the
+    layout before them.
+
+    ### Transposes around elementwise ops (`sink_transposes`)
+
+    An elementwise op $f$ (Add, Mul, Relu, Clip, HardSwish, Sigmoid...) commutes with a
+    Transpose of perm $p$, its constants transposed back by the inverse perm $p^{-1}$
+    (after numpy's broadcasting pads them to the rank):
+
+    $$f(\mathrm{Transpose}(x, p),\ c) = \mathrm{Transpose}(f(x,\ \mathrm{Transpose}(c, p^{-1})), p)$$
+
+    So a region of such ops whose layout inputs all come out of a `Transpose(p)` runs on
+    the Transposes' inputs instead; a `Transpose(p^{-1})` reading the region becomes the
+    identity and goes too. tf2onnx writes every Keras Conv as `Transpose(0,3,1,2) -> Conv ->
+    Transpose(0,2,3,1)` with the bias, batch norm and activation between them in NHWC: a
+    MobileNetV3 holds 108 such Transposes. A region tensor read by another op (a
+    ReduceMean over NHWC axes) gets a `Transpose(p)` of its own; a region is rewritten only
+    when more Transposes go than come, and never when it makes a graph output.
+
+    **Why it is safe.** Each op computes the same numbers on the same elements, in another
+    order of axes; the values are bit-identical."""
+
+    patterns = ("transpose_region",)
+    # after constant folding (40), before the Conv fusions (45-60): a bias Add or batch norm
+    # Mul between tf2onnx's Transposes is next to its Conv once they go
+    presets = {"safe": (42, 75)}  # and again once the fusions made more regions
+
+    no_match_reason = ("no Transpose feeds elementwise ops that an inverse Transpose reads "
+                       "back")
+
+    def find(self, model: LabModel) -> list[Match]:
+        out: list[Match] = []
+        used: set[int] = set()
+        idx = model.index
+        for nid, e in idx.entries.items():
+            node = e.node
+            if e.graph or node.op_type != "Transpose" or node.domain not in STANDARD_DOMAINS \
+                    or id(node) in used:
+                continue
+            perm = perm_of(model, node)
+            if perm is None or perm == sorted(perm) or rank(model, node.inputs[0]) != len(perm):
+                continue
+            region = _Region(model, perm)
+            region.grow(node)
+            if not region.nodes:
+                continue
+            touched = [*region.nodes, *region.entries(), *region.exits()]
+            if any(id(n) in used for n in touched):
+                continue
+            if any(e.inputs[0].producer() is not None and id(e.inputs[0].producer())
+                   in region.ids for e in region.entries()):
+                self.skip(nid, "a Transpose inside the region after it feeds the region again")
+                continue
+            if any(o.is_graph_output() for o in region.outputs()):
+                self.skip(nid, "the region after it makes a graph output")
+                continue
+            gain = region.gain()
+            if gain < 1:
+                self.skip(nid, f"{len(region.kept_layout())} tensor(s) of the region after "
+                          "it are read in its layout elsewhere: no Transpose would go")
+                continue
+            used.update(id(n) for n in touched)
+            ids = [idx.node_id(n) for n in touched]
+            out.append(Match(
+                f"{self.name}:{nid}", "transpose_region", self.name, ids, nid,
+                f"{len(region.removed_entries()) + len(region.exits())} Transposes "
+                f"(perm {perm} and back) around {len(region.nodes)} elementwise node(s) "
+                f"({', '.join(idx.node_id(n) for n in region.nodes[:3])}"
+                f"{', ...' if len(region.nodes) > 3 else ''}) cancel"
+                + (f"; {len(region.kept_layout())} added for readers in the other layout"
+                   if region.kept_layout() else ""),
+                gain, 0, {"region": region}))
+        return out
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        for m in matches:
+            self._sink(m.data["region"], rw)
+
+    def _sink(self, region: _Region, rw: Rewrite) -> None:
+        graph = region.model.graph
+        entries, removed = region.entries(), region.removed_entries()
+        exits, kept = region.exits(), region.kept_layout()
+        r = len(region.perm)
+        olds: list[ir.Value] = []
+        for node in region.nodes:
+            for i in _data_inputs(node):
+                v = node.inputs[i]
+                p = v.producer()
+                if region.entry(p) and id(p) not in region.ids:
+                    node.replace_input_with(i, p.inputs[0])
+                    continue
+                if p is not None and id(p) in region.ids:
+                    continue
+                arr = _constant(v)
+                if arr is None or arr.size <= 1:
+                    continue
+                back = arr.reshape((1,) * (r - arr.ndim) + arr.shape).transpose(region.inverse)
+                node.replace_input_with(i, rw.add_initializer(graph, f"{v.name}_t", back))
+                olds.append(v)
+            rw.record(node, [node, *entries])
+        # Every region tensor is another tensor now (the old one's axes reordered): it gets a
+        # name of its own, and its node says so (alignment leaves it out), except where an
+        # inverse Transpose read it, whose output it now is (and whose name it takes).
+        exit_read = {id(x.inputs[0]) for x in exits}
+        for node in region.nodes:
+            marked = [i for i, o in enumerate(node.outputs) if id(o) not in exit_read]
+            if marked:
+                node.metadata_props[LAYOUT_KEY] = json.dumps(
+                    {"outputs": marked, "perm": region.inverse})
+        names = {id(v): v.name for v in region.outputs()}
+        for v in region.outputs():
+            v.name = rw.unique_name(f"{v.name}_sunk")
+        for v in kept:  # readers in the region's old layout get it back, under its old name
+            t = ir.node("Transpose", [v], attributes={"perm": list(region.perm)},
+                        name=rw.unique_node_name(f"{v.producer().name or 'region'}/transpose"))
+            t.outputs[0].name = names[id(v)]
+            t.outputs[0].type = v.type
+            t.outputs[0].shape = v.shape
+            for u in list(v.uses()):
+                if u.node is not t and id(u.node) not in region.ids and \
+                        not region.exit(u.node):
+                    u.node.replace_input_with(u.idx, t.outputs[0])
+            graph.insert_after(v.producer(), t)
+            rw.record(t, [v.producer(), *entries])
+        for v in region.outputs():  # the region's tensors are in the other layout now
+            if v.shape is not None and len(v.shape) == r:
+                v.shape = ir.Shape([v.shape[i] for i in region.inverse])
+        for x in exits:
+            rw.bypass(x, keep_name=True)
+        rw.remove(removed)
+        for v in _unique(olds):
+            rw.drop_if_unused(v)
+        rw.modified = True
+
+
+def _unique(values: Iterable[ir.Value]) -> list[ir.Value]:
+    return list({id(v): v for v in values}.values())
