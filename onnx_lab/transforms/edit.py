@@ -164,6 +164,8 @@ class AddNode(_EditPass):
                 arr = arr.astype(np.int64 if _integer_input(schema, i + 1) or
                                  (arr.dtype.kind in "iu" and dtype.kind not in "f")
                                  else arr.dtype if dtype.kind == "O" else dtype)
+            if arr.ndim == 0 and (schema.name, i + 1) in _ONE_D:
+                arr = arr.reshape(1)  # TopK's K of 5: [5], which the spec wants
             inputs.append(rw.add_initializer(g, f"{name}/in{i + 1}", arr))
         out = ir.Value(name=rw.unique_name(f"{name}_output"))
         # an op with several outputs (TopK's values and indices, Split's parts) gets them
@@ -196,6 +198,15 @@ class AddNode(_EditPass):
 _INTEGER_TYPES = {"tensor(int64)", "tensor(int32)", "tensor(int16)", "tensor(int8)",
                   "tensor(uint64)", "tensor(uint32)", "tensor(uint16)", "tensor(uint8)"}
 
+
+
+#: Inputs the ONNX spec wants 1-D (a number given for them becomes a 1-element list).
+_ONE_D = frozenset({
+    ("TopK", 1), ("Reshape", 1), ("Unsqueeze", 1), ("Squeeze", 1), ("Expand", 1),
+    ("Tile", 1), ("Pad", 1), ("Split", 1), ("Slice", 1), ("Slice", 2), ("Slice", 3),
+    ("Slice", 4), *((op, 1) for op in (
+        "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+        "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"))})
 
 def _integer_input(schema: Any, position: int) -> bool:
     """Whether the op's input at ``position`` takes integer tensors only (by its schema)."""

@@ -447,3 +447,14 @@ def test_roi_align_modes_are_checked_against_the_spec():
     _refused(lab, lambda: lab.set_attribute("roi", "mode", "min"), "'avg', 'max'")
     form = {row["name"]: row for row in attribute_form(lab.model, "roi")}
     assert form["mode"]["allowed"] == ["avg", "max"]
+
+
+def test_a_number_for_an_input_the_spec_wants_one_d_is_a_one_element_list():
+    # lab.add_node('logits', 'TopK', inputs=[5]) was refused by onnx ("K input must be a
+    # one-dimensional tensor of size 1"); inputs=[[5]] had to be guessed
+    lab = onnx_lab.open(build("convnet"))
+    lab.add_node("logits", "TopK", inputs=[3])
+    k = next(n for n in lab.model.graph if n.op_type == "TopK").inputs[1]
+    assert list(k.const_value.numpy()) == [3] and k.const_value.numpy().dtype == np.int64
+    # the model runs: the TopK picks 3 of 10
+    assert run(lab.model, {"input": np.ones((1, 3, 32, 32), np.float32)})["logits"].shape[-1] == 3
