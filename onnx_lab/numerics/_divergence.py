@@ -145,7 +145,7 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
             _amplified(div, node, model, cand, idx, makers, rows)
             return
         div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
-                          f"output differs (max_abs {div['max_abs']:.3g})")
+                          f"output differs ({_how_much(div)})")
         return
     roots = _uncompared_roots(node, idx, makers, set(rows.index) | fed, alignment)
     div["upstream"] = [r["node_id"] for r in roots]
@@ -158,6 +158,14 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     div["message"] = (f"{node.op_type} {nid}: its output differs; an input of it has no "
                       "counterpart to compare, so it may only receive different inputs "
                       f"(compare(..., confirm=True) checks){where}")
+
+
+def _how_much(div: dict[str, Any]) -> str:
+    """``max_abs 0.3``; NaN is a difference no number measures (another shape: "max_abs nan"
+    read as a bug of the message)."""
+    err = div.get("max_abs", math.nan)
+    return f"max_abs {err:.3g}" if not math.isnan(err) else \
+        "another shape or values no number measures: see its row's note"
 
 
 def _unchanged(node: ir.Node, cand: LabModel, cand_node_id: str | None) -> bool:
@@ -226,7 +234,7 @@ def _amplified(div: dict[str, Any], node: ir.Node, model: LabModel, cand: LabMod
         div["upstream"] = [origin]
     div["message"] = (
         f"{node.op_type} {nid}: unchanged in the candidate (same op, attributes and weights), "
-        f"its output differs (max_abs {div['max_abs']:.3g}) because its inputs do{carried}, "
+        f"its output differs ({_how_much(div)}) because its inputs do{carried}, "
         f"and this {node.op_type} amplifies it"
         + (f"; the difference starts upstream, at {idx.node(origin).op_type} {origin!r}, "
            "which the candidate computes otherwise" if origin is not None else "")

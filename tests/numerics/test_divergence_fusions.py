@@ -331,3 +331,17 @@ def test_repro_of_an_amplifying_node_says_it_reproduces_nothing(tmp_path, capsys
     assert "cause: inputs" in out and "computes differently" not in out
     assert "mul agrees; the difference comes in through its inputs (it starts upstream, at " \
         "add), so this repro shows none" in out
+
+
+def test_a_divergence_of_another_shape_says_so_not_max_abs_nan():
+    def model(axis: int) -> onnx.ModelProto:
+        g = helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("ReduceMean", ["r"], ["y"], name="mean", axes=[axis])], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    fd = onnx_lab.compare(model(1), model(2)).first_divergence
+    assert fd["node_id"] == "mean" and fd["cause"] == "computation"
+    assert "nan" not in fd["message"] and "another shape" in fd["message"]
