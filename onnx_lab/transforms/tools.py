@@ -103,11 +103,16 @@ class OnnxsimPass(WholeModelPass):
         o = self.options
         dynamic = [v.name for v in model.graph.inputs if v.name not in model.graph.initializers
                    and v.name not in shapes and _dynamic(v)]
+        switched_off = o["skip_constant_folding"] and (o["skip_shape_inference"] or set(
+            o["skipped_optimizers"] or []) >= set(onnxsim_optimizers()))
         fix = (f"Give the input shapes of {', '.join(map(repr, dynamic[:3]))} (dims=/shapes= "
                "at open) or use onnx_lab's own passes." if dynamic else
+               "onnxsim fails with its folding and shape inference off too: use onnx_lab's "
+               "own passes (lab.apply_preset('safe'))." if switched_off else
                "onnxsim ran with every input shape given: leave the failing optimizer out "
-               "(skipped_optimizers=[...], skip_constant_folding=True) or use onnx_lab's own "
-               "passes.")
+               f"(skipped_optimizers=[...], "
+               f"{'skip_shape_inference' if o['skip_constant_folding'] else 'skip_constant_folding'}"
+               "=True) or use onnx_lab's own passes.")
         with tool_errors("onnxsim", fix):
             out, ok = onnxsim.simplify(
                 proto, check_n=0, skip_fuse_bn=o["skip_fuse_bn"],

@@ -568,3 +568,30 @@ def test_a_tool_result_a_default_session_cannot_load_fails_its_step(tmp_path):
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     ort.InferenceSession(str(out), so, providers=["CPUExecutionProvider"])  # as noted
+
+
+def test_onnxsims_advice_follows_what_was_tried():
+    # a tf2onnx StringLookup export: onnxsim fails ("Field 'shape' of 'type' is required but
+    # missing") whatever is switched off, and its advice repeated skip_constant_folding=True
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("CategoryMapper", ["words"], ["ids"], domain="ai.onnx.ml",
+                              cats_strings=["a", "b"], cats_int64s=[0, 1], default_int64=0,
+                              name="map"),
+             helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Relu", ["f"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "g",
+                          [helper.make_tensor_value_info("words", TensorProto.STRING, ["n", 4])],
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, None),
+                           helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[
+        helper.make_opsetid("", 13), helper.make_opsetid("ai.onnx.ml", 2)]), dims={"n": 1})
+    fixes = []
+    for kw in ({}, {"skip_constant_folding": True},
+               {"skip_constant_folding": True, "skip_shape_inference": True}):
+        with pytest.raises(PassError) as e:
+            lab.apply("onnxsim", **kw)
+        fixes.append(e.value.fix)
+    assert "skip_constant_folding=True" in fixes[0]
+    assert "skip_shape_inference=True" in fixes[1] and "skip_constant_folding" not in fixes[1]
+    assert "skipped_optimizers" not in fixes[2] and "apply_preset('safe')" in fixes[2]
