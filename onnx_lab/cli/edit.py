@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -240,7 +241,11 @@ def _edit(args: argparse.Namespace) -> int:
     out = lab.save(args.output)
     script = None
     if args.script:
-        script = lab.to_script(source=str(args.input))
+        # the model's absolute path: the script replays from any folder (as typed, a
+        # relative path only replayed from the folder the edit ran in)
+        source = str(args.input)
+        script = lab.to_script(source=source if source.startswith("sample:") or not
+                               os.path.exists(source) else os.path.abspath(source))
         write_atomic(args.script, script)  # through a fresh temporary
     failed = [r for _f, _v, r in results if r.verify_passed is False]
     if args.json:

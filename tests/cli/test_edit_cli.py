@@ -164,3 +164,23 @@ def test_names_holding_equals_and_colons_are_addressed(tmp_path, capsys):
     got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(
         None, {"in:0": x})[0]
     np.testing.assert_allclose(got, np.maximum(x, 0) * [2.0, 4.0])
+
+
+def test_the_replay_script_opens_the_model_from_any_folder(convnet, tmp_path, monkeypatch,
+                                                           capsys):
+    # the path was recorded as typed: a relative one replayed only from the edit's folder
+    import shutil
+    import subprocess
+    import sys
+
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(convnet, work / "m.onnx")
+    monkeypatch.chdir(work)
+    assert main(["edit", "m.onnx", "out.onnx", "--rename", "logits=scores",
+                 "--script", "replay.py"]) == 0
+    text = (work / "replay.py").read_text()
+    assert f"onnx_lab.open({str(work / 'm.onnx')!r})" in text
+    r = subprocess.run([sys.executable, str(work / "replay.py")], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-500:]
