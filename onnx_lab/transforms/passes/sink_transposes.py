@@ -37,12 +37,60 @@ _ELEMENTWISE: dict[str, tuple[int, ...] | None] = {
 }
 
 
+#: Ops over axes that keep the rank: they join a region with their axes renumbered
+#: (a squeeze-excite ReduceMean over NHWC's H and W reduces NCHW's; a Pad's pads move).
+_REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
+                     "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                     "ReduceSumSquare"})
+
+
+def _axes(node: ir.Node) -> tuple[str, list[int] | None] | None:
+    """Where a Reduce's axes or a Pad's pads are (``"attr"``, ``"input"``; ``"all"`` for a
+    Reduce over every axis) and their values; None when the node cannot join a region
+    (keepdims=0, axes or pads computed at run time, a Pad's own axes input)."""
+    if node.op_type in _REDUCE:
+        keep = node.attributes.get("keepdims")
+        if keep is not None and keep.as_int() == 0:
+            return None
+        if "axes" in node.attributes:
+            return "attr", list(node.attributes["axes"].as_ints())
+        if len(node.inputs) > 1 and node.inputs[1] is not None:
+            arr = _constant(node.inputs[1])
+            return ("input", [int(a) for a in arr.reshape(-1)]) if arr is not None else None
+        noop = node.attributes.get("noop_with_empty_axes")
+        return None if noop is not None and noop.as_int() else ("all", None)
+    if node.op_type == "Pad":
+        if len(node.inputs) > 3 and node.inputs[3] is not None:
+            return None
+        if "pads" in node.attributes:
+            return "attr", list(node.attributes["pads"].as_ints())
+        arr = _constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None \
+            else None
+        return ("input", [int(a) for a in arr.reshape(-1)]) if arr is not None else None
+    return None
+
+
+def _axes_fit(node: ir.Node, rank: int) -> bool:
+    """Whether ``node`` (a Reduce or a Pad) can join a region of tensors of ``rank``."""
+    got = _axes(node)
+    if got is None:
+        return False
+    values = got[1]
+    if values is None:
+        return True
+    if node.op_type == "Pad":
+        return len(values) == 2 * rank
+    return all(-rank <= a < rank for a in values) and len({a % rank for a in values}) == \
+        len(values)
+
+
 def _inverse(perm: list[int]) -> list[int]:
     return [int(i) for i in np.argsort(perm)]
 
 
 def _data_inputs(node: ir.Node) -> list[int]:
-    which = _ELEMENTWISE[node.op_type]
+    which = (0,) if node.op_type in _REDUCE or node.op_type == "Pad" else \
+        _ELEMENTWISE[node.op_type]
     return [i for i in (range(len(node.inputs)) if which is None else which)
             if i < len(node.inputs) and node.inputs[i] is not None]
 
@@ -67,9 +115,15 @@ class _Region:
         self.ids: set[int] = set()
 
     def accepts(self, node: ir.Node) -> bool:
-        if node.op_type not in _ELEMENTWISE or node.domain not in STANDARD_DOMAINS or \
-                node.graph is not self.model.graph or id(node) in self.ids:
+        if node.domain not in STANDARD_DOMAINS or node.graph is not self.model.graph or \
+                id(node) in self.ids:
             return False
+        if node.op_type not in _ELEMENTWISE and not (
+                (node.op_type in _REDUCE or node.op_type == "Pad")
+                and _axes_fit(node, len(self.perm))):
+            return False
+        if any(o.is_graph_output() for o in node.outputs):
+            return False  # a graph output keeps its layout: the node reads the region
         for i in _data_inputs(node):
             v = node.inputs[i]
             p = v.producer()
@@ -160,9 +214,11 @@ class SinkTransposes(LabPass):
     the Transposes' inputs instead; a `Transpose(p^{-1})` reading the region becomes the
     identity and goes too. tf2onnx writes every Keras Conv as `Transpose(0,3,1,2) -> Conv ->
     Transpose(0,2,3,1)` with the bias, batch norm and activation between them in NHWC: a
-    MobileNetV3 holds 108 such Transposes. A region tensor read by another op (a
-    ReduceMean over NHWC axes) gets a `Transpose(p)` of its own; a region is rewritten only
-    when more Transposes go than come, and never when it makes a graph output.
+    MobileNetV3 holds 108 such Transposes. Reduce ops that keep the rank and Pad join a
+    region with their axes renumbered (axis $a$ after the Transpose is axis $p_a$ before it).
+    A region tensor read by another op (a Reshape) gets a `Transpose(p)` of its own; a region
+    is rewritten only when more Transposes go than come, and a node making a graph output
+    stays out of it.
 
     **Why it is safe.** Each op computes the same numbers on the same elements, in another
     order of axes; the values are bit-identical."""
@@ -223,6 +279,21 @@ class SinkTransposes(LabPass):
         for m in matches:
             self._sink(m.data["region"], rw)
 
+    @staticmethod
+    def _renumber(node: ir.Node, region: _Region, rw: Rewrite) -> None:
+        where, values = _axes(node)
+        if values is None:  # a Reduce over every axis: the same in any layout
+            return
+        new = _renumbered(node, values, region.perm)
+        name = "axes" if node.op_type in _REDUCE else "pads"
+        if where == "attr":
+            node.attributes[name] = ir.AttrInt64s(name, new)
+        else:
+            old = node.inputs[1]
+            node.replace_input_with(1, rw.add_initializer(
+                node.graph, f"{old.name or name}_t", np.asarray(new, np.int64)))
+            rw.drop_if_unused(old)
+
     def _sink(self, region: _Region, rw: Rewrite) -> None:
         graph = region.model.graph
         entries, removed = region.entries(), region.removed_entries()
@@ -244,6 +315,8 @@ class SinkTransposes(LabPass):
                 back = arr.reshape((1,) * (r - arr.ndim) + arr.shape).transpose(region.inverse)
                 node.replace_input_with(i, rw.add_initializer(graph, f"{v.name}_t", back))
                 olds.append(v)
+            if node.op_type not in _ELEMENTWISE:
+                self._renumber(node, region, rw)
             rw.record(node, [node, *entries])
         # Every region tensor is another tensor now (the old one's axes reordered): it gets a
         # name of its own, and its node says so (alignment leaves it out), except where an
@@ -278,6 +351,18 @@ class SinkTransposes(LabPass):
         for v in _unique(olds):
             rw.drop_if_unused(v)
         rw.modified = True
+
+
+def _renumbered(node: ir.Node, values: list[int], perm: list[int]) -> list[int]:
+    """A Reduce's axes or a Pad's pads in the Transpose's input layout: axis ``a`` after the
+    Transpose is axis ``perm[a]`` before it."""
+    r = len(perm)
+    if node.op_type == "Pad":
+        out = [0] * (2 * r)
+        for a in range(r):
+            out[perm[a]], out[r + perm[a]] = values[a], values[r + a]
+        return out
+    return sorted(perm[a % r] for a in values)
 
 
 def _unique(values: Iterable[ir.Value]) -> list[ir.Value]:
