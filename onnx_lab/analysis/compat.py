@@ -525,7 +525,9 @@ def _unread_inputs(lm: LabModel) -> list[dict]:
     (a session refuses to run without them; tf2onnx leaves a Keras Normalization layer's mean
     and variance so)."""
     g = lm.graph
-    names = [v.name for v in g.inputs if v.name not in g.initializers and not v.uses()]
+    # (an input that is also a graph output passes through: it is read)
+    names = [v.name for v in g.inputs if v.name not in g.initializers and not v.uses()
+             and not v.is_graph_output()]
     read = [v.name for v in g.inputs if v.name not in g.initializers and v.uses()]
     if not names:
         return []

@@ -141,7 +141,12 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
                 f"{node.op_type} cannot amplify: the error comes in through that input, "
                 "within its own (larger) scale's tolerance there, out of this output's")
             return
-        if same_runtime and ref_dict is None and _unchanged(node, cand, div.get("cand_node_id")):
+        errs = [float(rows.loc[n, "max_abs"]) for n in _data_inputs(node, idx, makers)
+                if n in rows.index]
+        # an unchanged node fed inputs that differ (within their tolerance): their error,
+        # amplified; fed identical ones it computes differently whatever it looks like
+        if same_runtime and ref_dict is None and any(e > 0 for e in errs) and \
+                _unchanged(node, cand, div.get("cand_node_id"), model):
             _amplified(div, node, model, cand, idx, makers, rows)
             return
         div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
@@ -168,14 +173,24 @@ def _how_much(div: dict[str, Any]) -> str:
         "another shape or values no number measures: see its row's note"
 
 
-def _unchanged(node: ir.Node, cand: LabModel, cand_node_id: str | None) -> bool:
-    """Whether the candidate's counterpart of ``node`` is the same computation: the same op,
-    attributes (no subgraphs), input and output dtypes, and the same constant inputs,
-    exactly. Run by the same providers on the same inputs it gives the same output, so an
-    output difference beyond its inputs' is their error amplified, not its own."""
+def _unchanged(node: ir.Node, cand: LabModel, cand_node_id: str | None,
+               ref: LabModel) -> bool:
+    """Whether the candidate's counterpart of ``node`` is the same computation: the same op
+    of the same opset, attributes (no subgraphs), input and output dtypes, and the same
+    constant inputs, exactly (a weight a node computes, a Reshape of an initializer, is not
+    known to be the same). Run by the same providers on the same inputs it gives the same
+    output, so an output difference beyond its inputs' is their error amplified."""
     if not cand_node_id or cand_node_id not in cand.index.entries:
         return False
     other = cand.index.node(cand_node_id)
+    domain = node.domain or ""
+    if ref.ir.opset_imports.get(domain) != cand.ir.opset_imports.get(domain):
+        return False
+    makers = weight_makers(ref), weight_makers(cand)
+    for side, n, model in ((0, node, ref), (1, other, cand)):
+        for v in n.inputs:
+            if v is not None and v.name and model.index.producer.get(v.name) in makers[side]:
+                return False
     if (other.op_type, other.domain) != (node.op_type, node.domain) or \
             len(other.inputs) != len(node.inputs) or len(other.outputs) != len(node.outputs):
         return False
@@ -258,7 +273,7 @@ def _changed_upstream(node: ir.Node, model: LabModel, cand: LabModel, idx: Any,
             continue
         seen.add(pid)
         producer = idx.node(pid)
-        if not _unchanged(producer, cand, counterpart.get(name)):
+        if not _unchanged(producer, cand, counterpart.get(name), model):
             return pid
         todo.extend(_data_inputs(producer, idx, makers))
     return None

@@ -428,7 +428,8 @@ def selection_region(model: LabModel) -> list[str]:
         for v in (*node.inputs, *node.outputs):
             if v is not None and v.name and v.name in idx.producer and \
                     not idx.entries[idx.producer[v.name]].graph and \
-                    not is_constant(v, stored=True):
+                    not is_constant(v, stored=True) and \
+                    (v.type is None or isinstance(v.type, ir.TensorType)):
                 out.append(v.name)
         for v in node.outputs:
             if v.name:

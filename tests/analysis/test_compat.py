@@ -423,3 +423,7 @@ def test_inputs_no_node_reads_are_a_warning_with_a_fix_that_works():
     assert [v.name for v in fixed.model.graph.inputs] == ["x"]
     assert "unread_input" not in set(fixed.check().code)
     assert "unread_input" not in set(onnx_lab.open("sample:control_flow").check().code)
+    # an input that is also a graph output passes through: it is read
+    m = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+               [_vi("x", [2]), _vi("z", [2])], [_vi("y", [2]), _vi("z", [2])])
+    assert "unread_input" not in set(onnx_lab.open(m).check().code)

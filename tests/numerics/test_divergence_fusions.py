@@ -345,3 +345,21 @@ def test_a_divergence_of_another_shape_says_so_not_max_abs_nan():
     fd = onnx_lab.compare(model(1), model(2)).first_divergence
     assert fd["node_id"] == "mean" and fd["cause"] == "computation"
     assert "nan" not in fd["message"] and "another shape" in fd["message"]
+
+
+def test_an_unchanged_looking_node_of_another_opset_or_fed_identical_inputs_computes():
+    # Softmax(axis=1) means another computation at opset 11 than at 13, and its inputs agree
+    # exactly: "amplifies its inputs' error (max_abs 0)" sent the user upstream for nothing
+    def model(opset: int) -> onnx.ModelProto:
+        g = helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Softmax", ["r"], ["s"], axis=1, name="sm"),
+             helper.make_node("Identity", ["s"], ["y"], name="id")], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
+                                 ir_version=8)
+
+    fd = onnx_lab.compare(model(11), model(13)).first_divergence
+    assert fd["node_id"] == "sm" and fd["cause"] == "computation"
+    assert "computes differently" in fd["message"]

@@ -132,8 +132,8 @@ class _Region:
             if self.entry(p):
                 continue
             arr = _constant(v)
-            if arr is None or arr.ndim > len(self.perm):
-                return False
+            if arr is None or arr.ndim > len(self.perm) or arr.size == 0:
+                return False  # (an empty constant does not broadcast as a scalar does)
         return any(self.entry(node.inputs[i].producer()) or
                    id(node.inputs[i].producer()) in self.ids
                    for i in _data_inputs(node) if node.inputs[i].producer() is not None)
@@ -145,7 +145,7 @@ class _Region:
 
     def exit(self, node: ir.Node) -> bool:
         return node.op_type == "Transpose" and node.domain in STANDARD_DOMAINS and \
-            perm_of(self.model, node) == self.inverse
+            node.graph is self.model.graph and perm_of(self.model, node) == self.inverse
 
     def grow(self, seed: ir.Node) -> None:
         todo = [u.node for u in seed.outputs[0].uses()]
@@ -317,7 +317,11 @@ class SinkTransposes(LabPass):
                 olds.append(v)
             if node.op_type not in _ELEMENTWISE:
                 self._renumber(node, region, rw)
-            rw.record(node, [node, *entries])
+            # an output an inverse Transpose read is that Transpose's output now, and takes
+            # its name: the Transpose is among its sources (else the name, kept by a node of
+            # other sources, pairs with the old tensor of the same shape: a false failure)
+            read_by = [x for x in exits if any(x.inputs[0] is o for o in node.outputs)]
+            rw.record(node, [node, *entries, *read_by])
         # Every region tensor is another tensor now (the old one's axes reordered): it gets a
         # name of its own, and its node says so (alignment leaves it out), except where an
         # inverse Transpose read it, whose output it now is (and whose name it takes).
@@ -346,7 +350,14 @@ class SinkTransposes(LabPass):
             if v.shape is not None and len(v.shape) == r:
                 v.shape = ir.Shape([v.shape[i] for i in region.inverse])
         for x in exits:
-            rw.bypass(x, keep_name=True)
+            if not rw.bypass(x, keep_name=True):
+                # its output and the region tensor are both graph outputs (two exits of one
+                # tensor): it becomes an Identity, the Transpose is the identity now
+                ident = ir.node("Identity", [x.inputs[0]], name=rw.unique_node_name(
+                    f"{x.name or 'transpose'}/identity"))
+                ident.outputs[0].type, ident.outputs[0].shape = x.outputs[0].type, \
+                    x.outputs[0].shape
+                rw.replace([x], [ident], [x.outputs[0]], [ident.outputs[0]])
         rw.remove(removed)
         for v in _unique(olds):
             rw.drop_if_unused(v)
