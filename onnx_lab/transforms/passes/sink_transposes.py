@@ -18,7 +18,7 @@ import onnx_ir as ir
 from onnx_lab.core._layout import LAYOUT_KEY
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import const_array, overridable
-from onnx_lab.transforms.base import LabPass, Match, Rewrite, register_pass
+from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
 from onnx_lab.transforms.matcher import STANDARD_DOMAINS
 from onnx_lab.transforms.passes._util import perm_of, rank
 
@@ -42,6 +42,11 @@ _ELEMENTWISE: dict[str, tuple[int, ...] | None] = {
 _REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
                      "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
                      "ReduceSumSquare"})
+#: Reductions whose result does not depend on the order they read the elements in: exact in
+#: any layout. The others add in another order once their axes move (float rounding; an
+#: output that cancels, x + ReduceSum(x), shows it beyond the per-element rule): they join a
+#: region only with ``reorder_sums=True``.
+_EXACT_REDUCE = frozenset({"ReduceMax", "ReduceMin"})
 
 
 def _axes(node: ir.Node) -> tuple[str, list[int] | None] | None:
@@ -107,9 +112,10 @@ class _Region:
     constants, or come from the region): running them in the Transpose's input layout
     removes those Transposes and the inverse Transposes that read the region."""
 
-    def __init__(self, model: LabModel, perm: list[int]) -> None:
+    def __init__(self, model: LabModel, perm: list[int], reorder_sums: bool = False) -> None:
         self.model = model
         self.perm = perm
+        self.reductions = _REDUCE if reorder_sums else _EXACT_REDUCE
         self.inverse = _inverse(perm)
         self.nodes: list[ir.Node] = []
         self.ids: set[int] = set()
@@ -119,7 +125,7 @@ class _Region:
                 id(node) in self.ids:
             return False
         if node.op_type not in _ELEMENTWISE and not (
-                (node.op_type in _REDUCE or node.op_type == "Pad")
+                (node.op_type in self.reductions or node.op_type == "Pad")
                 and _axes_fit(node, len(self.perm))):
             return False
         if any(o.is_graph_output() for o in node.outputs):
@@ -214,15 +220,22 @@ class SinkTransposes(LabPass):
     the Transposes' inputs instead; a `Transpose(p^{-1})` reading the region becomes the
     identity and goes too. tf2onnx writes every Keras Conv as `Transpose(0,3,1,2) -> Conv ->
     Transpose(0,2,3,1)` with the bias, batch norm and activation between them in NHWC: a
-    MobileNetV3 holds 108 such Transposes. Reduce ops that keep the rank and Pad join a
-    region with their axes renumbered (axis $a$ after the Transpose is axis $p_a$ before it).
+    MobileNetV3 holds 108 such Transposes. ReduceMax/ReduceMin that keep the rank and Pad
+    join a region with their axes renumbered (axis $a$ after the Transpose is axis $p_a$
+    before it); the Reduce ops that add (a squeeze-excite ReduceMean) join with
+    `reorder_sums=True`, which sums in another order: equal up to float rounding, not bit
+    for bit.
     A region tensor read by another op (a Reshape) gets a `Transpose(p)` of its own; a region
     is rewritten only when more Transposes go than come, and a node making a graph output
     stays out of it.
 
     **Why it is safe.** Each op computes the same numbers on the same elements, in another
-    order of axes; the values are bit-identical."""
+    order of axes; the values are bit-identical (with `reorder_sums=True`, the sums of the
+    Reduce ops only up to float rounding)."""
 
+    params = (Param("reorder_sums", bool, False,
+                    "also take Reduce ops that add (ReduceMean, ReduceSum...): their sums run "
+                    "in another order, equal up to float rounding"),)
     patterns = ("transpose_region",)
     # after constant folding (40), before the Conv fusions (45-60): a bias Add or batch norm
     # Mul between tf2onnx's Transposes is next to its Conv once they go
@@ -243,7 +256,7 @@ class SinkTransposes(LabPass):
             perm = perm_of(model, node)
             if perm is None or perm == sorted(perm) or rank(model, node.inputs[0]) != len(perm):
                 continue
-            region = _Region(model, perm)
+            region = _Region(model, perm, self.options["reorder_sums"])
             region.grow(node)
             if not region.nodes:
                 continue
