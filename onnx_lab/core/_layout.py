@@ -16,29 +16,46 @@ NCHWC_DOMAIN = "com.microsoft.nchwc"
 
 #: Node metadata naming the outputs (indices) that hold a tensor of the model before in
 #: another order of axes (``sink_transposes`` runs an NHWC region in NCHW): ``{"outputs":
-#: [0], "perm": [...]}``. Alignment skips them as it skips NCHWc tensors.
+#: [0], "perm": [...]}``. Alignment does not pair a marked tensor with an unmarked one
+#: (:func:`layout_marks`).
 LAYOUT_KEY = "onnx_lab.layout"
 
 
-def _marked(model: LabModel) -> set[str]:
-    out: set[str] = set()
+def layout_marks(model: LabModel) -> dict[str, tuple[int, ...]]:
+    """{tensor: the perm its pass recorded} for the outputs a pass marked (:data:`LAYOUT_KEY`;
+    never a graph output). A tensor marked on one side of a comparison only holds another
+    order of axes than its counterpart: alignment does not pair them. Both marked alike
+    (two versions after the same rewrite), they are compared as usual.
+
+    Example:
+        >>> layout_marks(onnx_lab.open("sample:convnet").model)
+        {}
+    """
+    return model.cached(("layout_marks",), lambda: _marks(model))
+
+
+def _marks(model: LabModel) -> dict[str, tuple[int, ...]]:
+    out: dict[str, tuple[int, ...]] = {}
     for e in model.index.entries.values():
         raw = e.node.metadata_props.get(LAYOUT_KEY)
         if not raw or e.graph:
             continue
         try:
-            idxs = json.loads(raw[:10_000]).get("outputs", [])
-        except (ValueError, AttributeError):  # a hostile or foreign value: nothing marked
+            doc = json.loads(raw[:10_000])
+            idxs, perm = doc.get("outputs", []), doc.get("perm", [])
+            perm = tuple(int(p) for p in perm) if isinstance(perm, list) else ()
+        except (ValueError, AttributeError, TypeError):  # hostile or foreign: nothing marked
             continue
         outs = e.node.outputs
-        out.update(outs[i].name for i in idxs if isinstance(i, int) and 0 <= i < len(outs)
-                   and outs[i].name and not outs[i].is_graph_output())
+        for i in idxs if isinstance(idxs, list) else []:
+            if isinstance(i, int) and 0 <= i < len(outs) and outs[i].name and \
+                    not outs[i].is_graph_output():
+                out[outs[i].name] = perm
     return out
 
 
 def blocked_layout_tensors(model: LabModel) -> set[str]:
-    """Names of main-graph tensors in NCHWc blocked layout, and those a pass marked as held
-    in another order of axes (:data:`LAYOUT_KEY`; never a graph output).
+    """Names of main-graph tensors in NCHWc blocked layout.
 
     Outputs of ``com.microsoft.nchwc`` nodes are blocked, except ReorderOutput's (it converts
     back to NCHW); onnxruntime leaves layout-agnostic standard ops (Concat, Add, Relu...)
@@ -49,10 +66,9 @@ def blocked_layout_tensors(model: LabModel) -> set[str]:
         set()
     """
     idx = model.index
-    marked = _marked(model)
     if not any(e.node.domain == NCHWC_DOMAIN for e in idx.entries.values()):
-        return marked
-    blocked: set[str] = set(marked)
+        return set()
+    blocked: set[str] = set()
     for nid in idx.topo_order(""):
         node = idx.entries[nid].node
         if node.domain == NCHWC_DOMAIN:

@@ -742,6 +742,14 @@ class SameQuantity:
         ``weak``: the pair rests on provenance or structure (a fused node, a renamed output),
         not on a tensor name kept by its own node.
         """
+        # on use: `import onnx_lab` loads align, not this
+        from onnx_lab.core._layout import layout_marks
+
+        marks = layout_marks(self.cand).get(cand_tensor), layout_marks(self.ref).get(ref_tensor)
+        if marks[0] != marks[1]:
+            return (f"another order of axes: candidate {cand_tensor!r} and the reference's "
+                    f"{ref_tensor!r} are held in different layouts (a pass moved a region "
+                    "out of its Transposes on one side)")
         ridx, cidx = self.ref.index, self.cand.index
         r_nid, c_nid = ridx.producer.get(ref_tensor), cidx.producer.get(cand_tensor)
         if r_nid is None or c_nid is None:

@@ -268,3 +268,15 @@ def test_an_exact_reduction_joins_by_default_and_a_cancelling_sum_stays_out(tmp_
     assert "Transpose" not in {n.op_type for n in lab.model.graph}
     r = onnx_lab.open(model("ReduceSum")).apply("sink_transposes")
     assert not r.modified
+
+
+def test_region_tensors_are_compared_between_two_versions_after_the_sink():
+    # the layout marks stay in the model: they kept the region's tensors out of every later
+    # comparison; marked alike on both sides, they are compared (a planted scale is found
+    # at its own tensor, not only at the output)
+    lab = onnx_lab.open(_hardswish_region((1, 4, 4, 4)))
+    lab.apply("sink_transposes")
+    after = lab.model
+    lab.scale_initializer("s_t", 1.1)
+    c = onnx_lab.compare(after, lab.model)
+    assert not c.passed and c.first_divergence["tensor"] == "m_sunk"
