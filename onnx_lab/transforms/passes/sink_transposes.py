@@ -336,8 +336,9 @@ class SinkTransposes(LabPass):
             read_by = [x for x in exits if any(x.inputs[0] is o for o in node.outputs)]
             rw.record(node, [node, *entries, *read_by])
         # Every region tensor is another tensor now (the old one's axes reordered): it gets a
-        # name of its own, and its node says so (alignment leaves it out), except where an
-        # inverse Transpose read it, whose output it now is (and whose name it takes).
+        # name of its own, and its node says so (alignment pairs it only with a tensor marked
+        # alike), except where an inverse Transpose read it, whose output it now is (and
+        # whose name it takes).
         exit_read = {id(x.inputs[0]) for x in exits}
         for node in region.nodes:
             marked = [i for i, o in enumerate(node.outputs) if id(o) not in exit_read]
