@@ -14,6 +14,7 @@ import onnx_ir as ir
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import const_array, is_constant, weight_makers
+from onnx_lab.numerics.align import _const_equal, _same_attrs
 from onnx_lab.numerics.metrics import (
     rule_for,
     tensor_metrics,
@@ -186,46 +187,36 @@ def _unchanged(node: ir.Node, cand: LabModel, cand_node_id: str | None,
     domain = node.domain or ""
     if ref.ir.opset_imports.get(domain) != cand.ir.opset_imports.get(domain):
         return False
+    # a weight a node computes (a Reshape of an initializer) is not known to be the same; a
+    # Constant node's is stored, and compared below as an initializer is
     makers = weight_makers(ref), weight_makers(cand)
     for side, n, model in ((0, node, ref), (1, other, cand)):
         for v in n.inputs:
-            if v is not None and v.name and model.index.producer.get(v.name) in makers[side]:
+            if v is not None and v.name and not is_constant(v, stored=True) and \
+                    model.index.producer.get(v.name) in makers[side]:
                 return False
     if (other.op_type, other.domain) != (node.op_type, node.domain) or \
             len(other.inputs) != len(node.inputs) or len(other.outputs) != len(node.outputs):
         return False
-    if set(other.attributes) != set(node.attributes):
+    if not _same_attrs(node, other):  # (tensors and bodies count as different)
         return False
-    for name, attr in node.attributes.items():
-        mine, theirs = attr.value, other.attributes[name].value
-        if isinstance(mine, (ir.Graph, list)) and any(
-                isinstance(x, ir.Graph) for x in (mine if isinstance(mine, list) else [mine])):
-            return False  # a body: not compared here
-        if hasattr(mine, "numpy"):
-            if not hasattr(theirs, "numpy") or not _same_array(mine.numpy(), theirs.numpy()):
-                return False
-        elif mine != theirs:
-            return False
+    def dtype(model: LabModel, v: ir.Value) -> str | None:
+        """Its dtype as inference gives it (a PaddlePaddle export declares none)."""
+        info = model.types().get(v.name) if v.name else None
+        return info.dtype if info is not None else None
+
     for a, b in zip(node.inputs, other.inputs):
         if (a is None) != (b is None):
             return False
         if a is None:
             continue
-        if a.dtype != b.dtype:
+        if dtype(ref, a) != dtype(cand, b):
             return False
-        if is_constant(a, stored=True) or is_constant(b, stored=True):
-            x, y = const_array(a, stored=True), const_array(b, stored=True)
-            if x is None or y is None or not _same_array(x, y):
-                return False
-    return all(a.dtype == b.dtype for a, b in zip(node.outputs, other.outputs))
-
-
-def _same_array(x: Any, y: Any) -> bool:
-    import numpy as np
-
-    x, y = np.asarray(x), np.asarray(y)
-    return x.shape == y.shape and x.dtype == y.dtype and bool(
-        np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"))
+        if (is_constant(a, stored=True) or is_constant(b, stored=True)) and not (
+                is_constant(a, stored=True) and is_constant(b, stored=True)
+                and _const_equal(a, b)):
+            return False
+    return all(dtype(ref, a) == dtype(cand, b) for a, b in zip(node.outputs, other.outputs))
 
 
 def _amplified(div: dict[str, Any], node: ir.Node, model: LabModel, cand: LabModel, idx: Any,

@@ -276,16 +276,24 @@ def test_readers_of_a_weight_are_seen_through_the_exporters_identity_aliases():
     assert _readers_through_identity(m.index, "gamma") == {"first", "second"}
 
 
-def _gain_model(bias1: float) -> onnx.ModelProto:
+def _gain_model(bias1: float, constant_nodes: bool = False, typed: bool = False
+                ) -> onnx.ModelProto:
     """t = x + [0, bias1], y = t · [0.01, 100]: an error in t's small channel passes by t's
-    scale, and the gain of 100 makes it fail y's."""
+    scale, and the gain of 100 makes it fail y's. ``constant_nodes``: the weights are held by
+    Constant nodes (PaddlePaddle exports). ``typed``: t's type is declared (a quantizer's
+    output declares what the export it read did not)."""
+    b = numpy_helper.from_array(np.array([[0.0, bias1]], np.float32), "b")
+    gain = numpy_helper.from_array(np.array([[0.01, 100.0]], np.float32), "g")
+    consts = [helper.make_node("Constant", [], [t.name], name=f"{t.name}_const", value=t)
+              for t in (b, gain)] if constant_nodes else []
     g = helper.make_graph(
-        [helper.make_node("Add", ["x", "b"], ["t"], name="add"),
+        [*consts, helper.make_node("Add", ["x", "b"], ["t"], name="add"),
          helper.make_node("Mul", ["t", "g"], ["y"], name="mul")], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2])],
-        [numpy_helper.from_array(np.array([[0.0, bias1]], np.float32), "b"),
-         numpy_helper.from_array(np.array([[0.01, 100.0]], np.float32), "g")])
+        [] if constant_nodes else [b, gain])
+    if typed:
+        g.value_info.append(helper.make_tensor_value_info("t", TensorProto.FLOAT, [4, 2]))
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -302,6 +310,10 @@ def test_an_unchanged_node_that_amplifies_its_inputs_error_is_not_said_to_comput
     fd = c.first_divergence
     assert fd["node_id"] == "mul" and fd["cause"] == "inputs" and fd["upstream"] == ["add"]
     assert "unchanged in the candidate" in fd["message"] and "at Add 'add'" in fd["message"]
+    # the same with the weights in Constant nodes (the PicoDet is a PaddlePaddle export)
+    fd = onnx_lab.compare(_gain_model(0.0, True), _gain_model(0.05, True, typed=True),
+                          feeds=x).first_divergence
+    assert fd["node_id"] == "mul" and fd["cause"] == "inputs"
     # confirm agrees: fed the reference's inputs, the Mul gives the reference's output
     fd = onnx_lab.compare(model(0.0), model(0.05), feeds=x, confirm=True).first_divergence
     assert fd["cause"] == "inputs" and fd["confirmed"] is False
