@@ -30,6 +30,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.outputs import write_atomic
 from onnx_lab.core.save import wants_external, write_model
 from onnx_lab.core.source import resolve
+from onnx_lab.core.values import is_constant
 from onnx_lab.errors import InputError, PassError, unknown_name
 from onnx_lab.numerics.half import full_proto as _full_proto  # noqa: F401 - trials read it here
 from onnx_lab.numerics.half import half_proto
@@ -254,11 +255,8 @@ def _something_quantized(model: LabModel, kind: str, source: LabModel | None = N
     # a body's weight that is no stored tensor (a TF while_loop carries its MatMul's weight
     # as a loop variable): neither of onnxruntime's quantizers takes it (an initializer of
     # the outer graph, an optimum merged decoder's, the dynamic one does)
-    def stored(v: ir.Value | None) -> bool:
-        maker = v.producer() if v is not None else None
-        return v is not None and (v.const_value is not None or (
-            maker is not None and maker.op_type == "Constant"))
-    outer = sum(1 for n, _g in compute if not (len(n.inputs) > 1 and stored(n.inputs[1])))
+    outer = sum(1 for n, _g in compute
+                if not (len(n.inputs) > 1 and is_constant(n.inputs[1], stored=True)))
     owner_of = {id(b): n.op_type for g in (source.ir.graphs() if source is not None else ())
                 for n in g for a in n.attributes.values()
                 for b in (a.value if isinstance(a.value, list) else [a.value])

@@ -17,7 +17,7 @@ import onnx_ir as ir
 
 from onnx_lab.core._layout import LAYOUT_KEY
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.values import const_array, overridable
+from onnx_lab.core.values import const_array
 from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
 from onnx_lab.transforms.matcher import STANDARD_DOMAINS
 from onnx_lab.transforms.passes._util import perm_of, rank
@@ -60,7 +60,7 @@ def _axes(node: ir.Node) -> tuple[str, list[int] | None] | None:
         if "axes" in node.attributes:
             return "attr", list(node.attributes["axes"].as_ints())
         if len(node.inputs) > 1 and node.inputs[1] is not None:
-            arr = _constant(node.inputs[1])
+            arr = const_array(node.inputs[1])
             return ("input", [int(a) for a in arr.reshape(-1)]) if arr is not None else None
         noop = node.attributes.get("noop_with_empty_axes")
         return None if noop is not None and noop.as_int() else ("all", None)
@@ -69,7 +69,7 @@ def _axes(node: ir.Node) -> tuple[str, list[int] | None] | None:
             return None
         if "pads" in node.attributes:
             return "attr", list(node.attributes["pads"].as_ints())
-        arr = _constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None \
+        arr = const_array(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None \
             else None
         return ("input", [int(a) for a in arr.reshape(-1)]) if arr is not None else None
     return None
@@ -98,13 +98,6 @@ def _data_inputs(node: ir.Node) -> list[int]:
         _ELEMENTWISE[node.op_type]
     return [i for i in (range(len(node.inputs)) if which is None else which)
             if i < len(node.inputs) and node.inputs[i] is not None]
-
-
-def _constant(value: ir.Value) -> np.ndarray | None:
-    """A stored constant's array (an initializer no caller may override, a Constant node)."""
-    if overridable(value):
-        return None
-    return const_array(value, stored=True)
 
 
 class _Region:
@@ -137,7 +130,7 @@ class _Region:
                 continue
             if self.entry(p):
                 continue
-            arr = _constant(v)
+            arr = const_array(v)
             if arr is None or arr.ndim > len(self.perm) or arr.size == 0:
                 return False  # (an empty constant does not broadcast as a scalar does)
         return any(self.entry(node.inputs[i].producer()) or
@@ -322,7 +315,7 @@ class SinkTransposes(LabPass):
                     continue
                 if p is not None and id(p) in region.ids:
                     continue
-                arr = _constant(v)
+                arr = const_array(v)
                 if arr is None or arr.size <= 1:
                     continue
                 back = arr.reshape((1,) * (r - arr.ndim) + arr.shape).transpose(region.inverse)
