@@ -187,13 +187,10 @@ class _Region:
 
     def kept_layout(self) -> list[ir.Value]:
         """Region tensors read outside by another node than an inverse Transpose: they get a
-        Transpose of ``perm`` (a graph output makes the region unfit)."""
+        Transpose of ``perm`` (no region tensor is a graph output: its node stays out)."""
         return [o for o in self.outputs()
                 if any(id(u.node) not in self.ids and not self.exit(u.node)
                        for u in o.uses())]
-
-    def gain(self) -> int:
-        return len(self.removed_entries()) + len(self.exits()) - len(self.kept_layout())
 
 
 @register_pass("sink_transposes")
@@ -253,32 +250,28 @@ class SinkTransposes(LabPass):
             region.grow(node)
             if not region.nodes:
                 continue
-            touched = [*region.nodes, *region.entries(), *region.exits()]
+            entries, exits, kept = region.entries(), region.exits(), region.kept_layout()
+            touched = [*region.nodes, *entries, *exits]
             if any(id(n) in used for n in touched):
                 continue
             if any(e.inputs[0].producer() is not None and id(e.inputs[0].producer())
-                   in region.ids for e in region.entries()):
+                   in region.ids for e in entries):
                 self.skip(nid, "a Transpose inside the region after it feeds the region again")
                 continue
-            if any(o.is_graph_output() for o in region.outputs()):
-                self.skip(nid, "the region after it makes a graph output")
-                continue
-            gain = region.gain()
-            if gain < 1:
-                self.skip(nid, f"{len(region.kept_layout())} tensor(s) of the region after "
-                          "it are read in its layout elsewhere: no Transpose would go")
+            gone = len(region.removed_entries()) + len(exits)
+            if gone - len(kept) < 1:
+                self.skip(nid, f"{len(kept)} tensor(s) of the region after it are read in its "
+                          "layout elsewhere: no Transpose would go")
                 continue
             used.update(id(n) for n in touched)
             ids = [idx.node_id(n) for n in touched]
             out.append(Match(
                 f"{self.name}:{nid}", "transpose_region", self.name, ids, nid,
-                f"{len(region.removed_entries()) + len(region.exits())} Transposes "
-                f"(perm {perm} and back) around {len(region.nodes)} elementwise node(s) "
-                f"({', '.join(idx.node_id(n) for n in region.nodes[:3])}"
+                f"{gone} Transposes (perm {perm} and back) around {len(region.nodes)} "
+                f"elementwise node(s) ({', '.join(idx.node_id(n) for n in region.nodes[:3])}"
                 f"{', ...' if len(region.nodes) > 3 else ''}) cancel"
-                + (f"; {len(region.kept_layout())} added for readers in the other layout"
-                   if region.kept_layout() else ""),
-                gain, 0, {"region": region}))
+                + (f"; {len(kept)} added for readers in the other layout" if kept else ""),
+                gone - len(kept), 0, {"region": region}))
         return out
 
     def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
