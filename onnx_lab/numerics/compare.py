@@ -47,7 +47,7 @@ from onnx_lab.numerics._divergence import (  # noqa: F401  (re-exports)
     _nonfinite_rows,
     _reaches,
 )
-from onnx_lab.numerics.align import ALIGN_COLUMNS, SameQuantity, align, kept_node
+from onnx_lab.numerics.align import ALIGN_COLUMNS, SameQuantity, _kind, align, kept_node
 from onnx_lab.numerics.comparison import Comparison
 from onnx_lab.numerics.confirm import confirm_divergence
 from onnx_lab.numerics.metrics import (
@@ -724,10 +724,6 @@ def _judge_selections(ref: Resolved, cand: Resolved, alignment: Any,
 #: bytes per side and sample (a detector's post-processing: a few MB).
 _REGION_MAX_BYTES = 256 << 20
 
-_FLOATS = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16,
-                     ir.DataType.DOUBLE})
-
-
 def _through_float_casts(cand: LabModel, ref_of: dict[str, str]) -> None:
     """A float-to-float Cast's output holds its input's quantity (rounded): ``ref_of`` gains
     the candidate's cast of a paired tensor. ``to_fp16`` keeps a TopK in float32 behind a
@@ -738,8 +734,9 @@ def _through_float_casts(cand: LabModel, ref_of: dict[str, str]) -> None:
                 or node.inputs[0] is None or not node.outputs:
             continue
         src, out = node.inputs[0], node.outputs[0]
+        # (the types inference gives: a model saved without value_info declares none)
         if src.name in ref_of and out.name and out.name not in ref_of and \
-                src.dtype in _FLOATS and out.dtype in _FLOATS:
+                _kind(cand, src.name) == "f" == _kind(cand, out.name):
             ref_of[out.name] = ref_of[src.name]
 
 

@@ -922,12 +922,17 @@ def _in_dtype_of(model: LabModel, name: str, value: Any) -> np.ndarray:
     candidate's nodes take float16: fed float32, their cut did not load)."""
     arr = np.asarray(value)
     v = model.index.values.get(name)
-    dtype = getattr(v, "dtype", None) if v is not None else None
-    if dtype is None or arr.dtype.kind != "f" or not dtype.is_floating_point():
+    declared = getattr(v, "dtype", None) if v is not None else None
+    info = model.types().get(name) if declared is None else None  # (a model saved without
+    inferred = info.dtype if info is not None else None            # value_info declares none)
+    if arr.dtype.kind != "f" or not (
+            declared.is_floating_point() if declared is not None else
+            inferred is not None and inferred.startswith(("float", "bfloat"))):
         return arr
     try:
-        return arr.astype(dtype.numpy(), copy=False)
-    except (TypeError, ValueError):  # a float type numpy cannot hold
+        return arr.astype(declared.numpy() if declared is not None else np.dtype(inferred),
+                          copy=False)
+    except (TypeError, ValueError):  # a float type numpy cannot hold or name
         return arr
 
 
