@@ -43,7 +43,7 @@ from onnx_lab.core.values import const_array, is_constant, weight_makers
 logger = logging.getLogger(__name__)
 
 __all__ = ["align", "ALIGN_COLUMNS", "origins_of", "SUBGRAPH_REASON", "SameQuantity",
-           "kept_node", "computed_precision"]
+           "kept_node", "computed_precision", "through_float_casts"]
 
 ALIGN_COLUMNS = ["tensor", "node_id", "op_type", "graph", "depth", "is_output", "cand_tensor",
                  "cand_node_id", "match", "reason"]
@@ -973,6 +973,22 @@ def _kind(model: LabModel, name: str) -> str | None:
         if dt.startswith(prefix):
             return kind
     return None
+
+
+def through_float_casts(cand: LabModel, ref_of: dict[str, str]) -> None:
+    """A float-to-float Cast's output holds its input's quantity (rounded): ``ref_of`` gains
+    the candidate's cast of a paired tensor. ``to_fp16`` keeps a TopK in float32 behind a
+    Cast named ``p1__fp32``; unpaired, the TopK's near-tie flip was a divergence."""
+    for entry in cand.index.entries.values():  # topological: a chain of casts follows
+        node = entry.node
+        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx") or not node.inputs \
+                or node.inputs[0] is None or not node.outputs:
+            continue
+        src, out = node.inputs[0], node.outputs[0]
+        # (the types inference gives: a model saved without value_info declares none)
+        if src.name in ref_of and out.name and out.name not in ref_of and \
+                _kind(cand, src.name) == "f" == _kind(cand, out.name):
+            ref_of[out.name] = ref_of[src.name]
 
 
 def _trimmed(values: Sequence[Any]) -> list[Any]:

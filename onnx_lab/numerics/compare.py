@@ -28,7 +28,8 @@ from onnx_lab.core.branches import branch_labels, branch_switches
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import check_dim_arguments, fit_dims, validate_dims
 from onnx_lab.core.source import Resolved, resolve
-from onnx_lab.errors import DimError, InputError, LabError, RuntimeLoadError
+from onnx_lab.core.values import const_array
+from onnx_lab.errors import DimError, InputError, LabError, RuntimeLoadError, clip_text
 
 # By job, every name importable from here: the runs, the divergence, the result.
 from onnx_lab.numerics._compare_runs import (  # noqa: F401  (re-exports)
@@ -47,7 +48,13 @@ from onnx_lab.numerics._divergence import (  # noqa: F401  (re-exports)
     _nonfinite_rows,
     _reaches,
 )
-from onnx_lab.numerics.align import ALIGN_COLUMNS, SameQuantity, _kind, align, kept_node
+from onnx_lab.numerics.align import (
+    ALIGN_COLUMNS,
+    SameQuantity,
+    align,
+    kept_node,
+    through_float_casts,
+)
 from onnx_lab.numerics.comparison import Comparison
 from onnx_lab.numerics.confirm import confirm_divergence
 from onnx_lab.numerics.metrics import (
@@ -305,8 +312,11 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
         layerwise: also compare every aligned intermediate tensor (else outputs only).
         preset: the tolerance preset of :data:`onnx_lab.numerics.metrics.PRESETS` (``fp32``,
             ``fp16``, ``bf16``, ``int8``, ``int4``, ``exact``...). None: ``int4`` when a side
-            holds weight-only quantized ops (MatMulNBits), ``fp16``/``bf16`` when the
-            candidate computes in that type, else each tensor's dtype picks its own. Outputs
+            holds weight-only quantized ops (MatMulNBits; not two with the same quantized
+            weights), ``int8`` when the candidate quantizes activations and the reference
+            does not, ``fp16``/``bf16`` when the candidate computes in that type, applied to
+            the tensors computed through what chose it (:func:`preset_scope`), else each
+            tensor's dtype picks its own. Outputs
             are judged element-wise (``|cand - ref| <= atol + rtol·|ref|``), intermediates
             against their own scale (``max|err| <= atol + rtol·max|ref|``); the ``rule`` and
             ``preset`` columns say which judged each tensor.
@@ -343,21 +353,29 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
                 if m is not None and not m.is_cached(RUNTIME_PROTO_KEY)]
     alignment, out_pairs, pairs = _pairs(ref_model, cand_model, ref_dict, layerwise)
     # (tolerances given by hand are element-wise: the int8 preset judges by SQNR instead)
+    given = preset
     preset = preset or default_preset(cand_model, ref_model,
                                       quantized=atol is None and rtol is None)
+    # a default preset judges what is computed through its cause; the rest by dtype
+    scope = preset_scope(cand_model, preset) if given is None else None
+
+    def preset_of(cand_tensor: str) -> str | None:
+        return preset if scope is None or cand_tensor in scope else None
     selections = None
     try:
         metrics, kept = _run_metrics(ref_model, cand_model, ref_dict, feed_list, pairs,
                                      out_pairs, sides.providers, max_bytes, progress,
-                                     preset, atol, rtol)
+                                     preset_of, atol, rtol)
         if ref_model is not None:
             _kept_shapes(metrics, ref_model, cand_model, out_pairs)
         outputs, layers, passed = _tables(metrics, out_pairs, alignment, layerwise)
         if ref_model is not None and (not passed or not layers["passed"].all()):
             # near-tie flips of selections (TopK, NMS...): judged by their inputs
-            selections = _judge_selections(ref_lab, cand_lab, alignment, out_pairs, layers,
-                                           outputs, feed_list, sides.providers, preset, atol,
-                                           rtol)
+            # (outputs only: the tensors around the selections paired as layerwise pairs
+            # them; with the outputs' pairs alone none held the reference's, a false alarm)
+            selections = _judge_selections(
+                ref_lab, cand_lab, alignment if layerwise else align(ref_model, cand_model),
+                out_pairs, layers, outputs, feed_list, sides.providers, preset, atol, rtol)
             if selections is not None and not selections.empty:
                 outputs, layers = _selected(outputs, selections), _selected(layers, selections)
                 passed = _passed(outputs, layers)
@@ -381,7 +399,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
                             [r for r, c in out_pairs if c in selections.not_comparable])
                         if selections is not None else None,
                         feeds_notes=sides.feeds_notes + _failing_samples(
-                            graph_model, feed_list, kept, outputs, preset, atol, rtol))
+                            graph_model, feed_list, kept, outputs, preset_of, atol, rtol))
     if confirm and div is not None and ref_model is not None:
         div.update(confirm_divergence(result))
     return result
@@ -483,7 +501,7 @@ def _run_metrics(ref_model: LabModel | None, cand_model: LabModel,
                  ref_dict: dict[str, np.ndarray] | None, feed_list: list,
                  pairs: list[tuple[str, str]], out_pairs: list[tuple[str, str]],
                  providers: tuple[list[str], list[str]], max_bytes: int, progress: Any,
-                 preset: str | None, atol: float | None, rtol: float | None
+                 preset_of: Any, atol: float | None, rtol: float | None
                  ) -> tuple[dict[tuple[str, str], dict], dict[tuple[str, str], tuple[list, list]]]:
     """Run both sides chunk by chunk (at most ``max_bytes`` of activations held) and
     accumulate each pair's metrics under its rule.
@@ -508,7 +526,7 @@ def _run_metrics(ref_model: LabModel | None, cand_model: LabModel,
     def acc_of(p: tuple[str, str], ref_value: Any) -> MetricAccumulator:
         if p not in accs:
             presets[p], rule = rule_for(_dtype_name(ref_value), output=p in out_set,
-                                        preset=preset, atol=atol, rtol=rtol)
+                                        preset=preset_of(p[1]), atol=atol, rtol=rtol)
             accs[p] = MetricAccumulator(rule=rule)
         return accs[p]
 
@@ -539,7 +557,7 @@ def _run_metrics(ref_model: LabModel | None, cand_model: LabModel,
 
 
 def _failing_samples(model: LabModel, feed_list: list, kept: dict[tuple[str, str], tuple],
-                     outputs: Any, preset: str | None, atol: float | None,
+                     outputs: Any, preset_of: Any, atol: float | None,
                      rtol: float | None) -> list[str]:
     """With several samples (If branches, a decoder's prefill and decode steps) of which
     some pass: the sentence naming those on which the outputs fail. The verdict is over all
@@ -552,7 +570,7 @@ def _failing_samples(model: LabModel, feed_list: list, kept: dict[tuple[str, str
         for p, (refs, cands) in kept.items():
             if len(refs) != len(feed_list) or p in skip:
                 continue
-            _name, rule = rule_for(_dtype_name(refs[s]), output=True, preset=preset,
+            _name, rule = rule_for(_dtype_name(refs[s]), output=True, preset=preset_of(p[1]),
                                    atol=atol, rtol=rtol)
             acc = MetricAccumulator(rule=rule)
             acc.add(refs[s], cands[s])
@@ -647,7 +665,7 @@ def _judge_selections(ref: Resolved, cand: Resolved, alignment: Any,
     for name in [*(v.name for v in cand_model.graph.inputs), *cand_model.graph.initializers]:
         if name in r_names:
             ref_of.setdefault(name, name)
-    _through_float_casts(cand_model, ref_of)
+    through_float_casts(cand_model, ref_of)
     verdicts: dict[str, bool] = {}
     for df in (outputs, layers):
         for c, ok in zip(df["cand_tensor"], df["passed"]):
@@ -724,22 +742,6 @@ def _judge_selections(ref: Resolved, cand: Resolved, alignment: Any,
 #: bytes per side and sample (a detector's post-processing: a few MB).
 _REGION_MAX_BYTES = 256 << 20
 
-def _through_float_casts(cand: LabModel, ref_of: dict[str, str]) -> None:
-    """A float-to-float Cast's output holds its input's quantity (rounded): ``ref_of`` gains
-    the candidate's cast of a paired tensor. ``to_fp16`` keeps a TopK in float32 behind a
-    Cast named ``p1__fp32``; unpaired, the TopK's near-tie flip was a divergence."""
-    for entry in cand.index.entries.values():  # topological: a chain of casts follows
-        node = entry.node
-        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx") or not node.inputs \
-                or node.inputs[0] is None or not node.outputs:
-            continue
-        src, out = node.inputs[0], node.outputs[0]
-        # (the types inference gives: a model saved without value_info declares none)
-        if src.name in ref_of and out.name and out.name not in ref_of and \
-                _kind(cand, src.name) == "f" == _kind(cand, out.name):
-            ref_of[out.name] = ref_of[src.name]
-
-
 def _size(n: int | None) -> int:
     return 1 << 20 if n is None else n
 
@@ -752,11 +754,14 @@ def _output_pairs(ref: LabModel, cand: LabModel) -> list[tuple[str, str]]:
     if len(r_out) == len(c_out):
         logger.info("output names differ; pairing outputs by position")
         return list(zip(r_out, c_out))
-    common = [n for n in r_out if n in c_out]
-    if not common:
-        raise InputError(f"The models' outputs differ: reference {r_out}, candidate {c_out}.",
-                         fix="Compare models with the same outputs (lab.extract(outputs=...)).")
-    return [(n, n) for n in common]
+    # a reference output the candidate does not give is never compared: refused, not passed
+    missing = [n for n in r_out if n not in c_out]
+    raise InputError(
+        f"The candidate does not give the reference's output(s) {clip_text(missing, 300)} "
+        f"(reference {clip_text(r_out, 300)}, candidate {clip_text(c_out, 300)}).",
+        fix="Compare models with the same outputs: extract the ones both give from the "
+            "reference (onnx_lab.open(ref).extract(outputs=[...])), or find why the "
+            "candidate lost them.")
 
 
 def _outputs_alignment(ref: LabModel | None, cand: LabModel,
@@ -781,12 +786,34 @@ WEIGHT_ONLY_OPS = ("MatMulNBits", "GatherBlockQuantized")
 def weight_only_preset(*models: LabModel | None) -> str | None:
     """``int4`` when one of ``models`` holds weight-only quantized ops (MatMulNBits,
     GatherBlockQuantized: its inputs and outputs stay float, so the dtype would pick the
-    fp32 preset and call every quantized layer out of tolerance), else None."""
-    for m in models:
-        if m is not None and any(e.node.op_type in WEIGHT_ONLY_OPS
-                                 for e in m.index.entries.values()):
-            return "int4"
-    return None
+    fp32 preset and call every quantized layer out of tolerance), else None; None too when
+    two models both hold them with the same quantized weights (their rounding is the same:
+    the int4 rule, 8 dB, passed a float bias 60 % too large between two such builds)."""
+    held = [_weight_only(m) for m in models if m is not None]
+    if not any(held):
+        return None
+    if len(held) == 2 and all(held) and _same_arrays(held[0], held[1]):
+        return None
+    return "int4"
+
+
+def _weight_only(model: LabModel) -> list[list[np.ndarray | None]]:
+    """The stored inputs (packed weights, scales, zero points) of each weight-only op."""
+    return [[const_array(v, stored=True) if v is not None else None for v in e.node.inputs[1:]]
+            for e in model.index.entries.values() if e.node.op_type in WEIGHT_ONLY_OPS]
+
+
+def _same_arrays(a: list[list[Any]], b: list[list[Any]]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if len(x) != len(y):
+            return False
+        for u, v in zip(x, y):
+            if (u is None) != (v is None) or (u is not None and (
+                    u.shape != v.shape or u.dtype != v.dtype or not np.array_equal(u, v))):
+                return False
+    return True
 
 
 #: Activation quantization ops: a candidate holding them where the reference holds none is an
@@ -823,13 +850,68 @@ def default_preset(candidate: LabModel, reference: LabModel | None = None, *,
             or _computing_preset(candidate))
 
 
+def preset_scope(candidate: LabModel, preset: str | None) -> set[str] | None:
+    """The candidate's main-graph tensors a default ``preset`` judges: those computed
+    through what made it the default (a weight-only op for int4, an activation quantization
+    op for int8, a float16/bfloat16 value or weight for fp16/bf16; an If or Loop counting
+    for what its bodies hold). The others are judged by the preset of their dtype: a QDQ pair
+    on one output put a float32 output beside it on the int8 rule (26 dB passed a 5 % weight
+    error). None: every tensor (another preset)."""
+    idx = candidate.index
+    if preset in ("int4", "int8"):
+        ops = WEIGHT_ONLY_OPS if preset == "int4" else INT8_OPS
+
+        def cause(node: ir.Node) -> bool:
+            return node.op_type in ops
+    elif preset in ("fp16", "bf16"):
+        want = ir.DataType.FLOAT16 if preset == "fp16" else ir.DataType.BFLOAT16
+        types = candidate.types()
+
+        def typed(v: ir.Value | None) -> bool:
+            if v is None or not v.name:
+                return False
+            info = types.get(v.name) if v.dtype is None else None
+            return v.dtype == want or (info is not None and info.dtype == want.name.lower())
+
+        def cause(node: ir.Node) -> bool:
+            return any(typed(v) for v in node.outputs) or any(
+                typed(v) and v.const_value is not None for v in node.inputs)
+    else:
+        return None
+    readers: dict[str, list[str]] = {}
+    todo = []
+    for nid in idx.topo_order(""):
+        e = idx.entries[nid]
+        for name in {*(v.name for v in e.node.inputs if v is not None and v.name),
+                     *e.implicit_inputs}:
+            readers.setdefault(name, []).append(nid)
+        if cause(e.node) or any(cause(n) for attr in e.node.attributes.values()
+                                if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+                                for g in (attr.value if attr.type == ir.AttributeType.GRAPHS
+                                          else [attr.value])
+                                for n in ir.traversal.RecursiveGraphIterator(g)):
+            todo.append(nid)
+    seen: set[str] = set()
+    out: set[str] = set()
+    while todo:
+        nid = todo.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        for v in idx.entries[nid].node.outputs:
+            if v.name:
+                out.add(v.name)
+                todo += readers.get(v.name, [])
+    return out
+
+
 def _computing_preset(model: LabModel) -> str | None:
-    """``fp16``/``bf16`` when ``model`` computes in that type (weights or values), else None
-    (each tensor is then judged by the preset of its own dtype)."""
+    """``fp16``/``bf16`` when ``model`` computes in that type (weights a node reads, or
+    values), else None (each tensor is then judged by the preset of its own dtype)."""
     found = set()
     for g in model.ir.graphs():
         for v in g.initializers.values():
-            if v.dtype is not None:
+            if v.dtype is not None and v.uses():  # (an unused float16 weight computes nothing)
                 found.add(v.dtype)
         for n in g:
             for v in n.outputs:

@@ -248,8 +248,13 @@ class Comparison:
                  f"{len(self.outputs)} outputs, {len(self.layers)} layers compared, {n_fail} "
                  "out of tolerance"]
         for r in self.outputs.itertuples(index=False):
+            # (a default preset judges what is computed through its cause, the rest by dtype)
+            other = getattr(r, "preset", None)
+            other = f" [judged by {other}]" if isinstance(other, str) and other != self.preset \
+                and self.preset != "by dtype" else ""
             lines.append(f"  output {r.tensor}: max_abs={r.max_abs:.3g} cosine={r.cosine:.6f} "
-                         f"{'ok' if r.passed else 'FAIL'}" + (f" ({r.note})" if r.note else ""))
+                         f"{'ok' if r.passed else 'FAIL'}{other}"
+                         + (f" ({r.note})" if r.note else ""))
         d = self.first_divergence
         if d is not None:
             lines.append(f"first divergence: {d['tensor']} (node {d['node_id']}, {d['op_type']}),"

@@ -78,8 +78,24 @@ def test_bad_parameters_and_sources(tmp_path):
 def test_outputs_differ():
     other = make_model([helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"])],
                        [vi("x", [2, 3])], [vi("a", [2, 3]), vi("b", [2, 3])])
-    with pytest.raises(InputError, match="outputs differ"):
+    with pytest.raises(InputError, match="does not give the reference's output"):
         onnx_lab.compare(_neg(), other)
+
+
+def test_a_reference_output_the_candidate_lost_is_refused_not_passed():
+    # [y, z] against [y] or [y, w, v] compared y alone and passed: z was never compared
+    ref = make_model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["z"])],
+                     [vi("x", [4])], [vi("y", [4]), vi("z", [4])])
+    lost = make_model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [4])], [vi("y", [4])])
+    more = make_model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Abs", ["x"], ["w"]),
+                       helper.make_node("Exp", ["x"], ["v"])],
+                      [vi("x", [4])], [vi("y", [4]), vi("w", [4]), vi("v", [4])])
+    for cand in (lost, more):
+        with pytest.raises(InputError, match=r"output\(s\) \['z'\]") as e:
+            onnx_lab.compare(ref, cand)
+        assert "extract(outputs=" in e.value.fix
+    # a candidate giving more than the reference's outputs compares those
+    assert onnx_lab.compare(lost, ref).passed
 
 
 def test_inputs_fixed_to_other_sizes_are_named_as_such():

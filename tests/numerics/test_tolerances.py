@@ -377,3 +377,74 @@ def test_weights_computed_by_nodes_are_blamed_on_the_first_consumer():
     d = onnx_lab.compare(lab, onnx_lab.to_fp16(lab), preset="exact").first_divergence
     assert d["node_id"] == "n0" and d["op_type"] == "Conv" and d["cause"] == "weights"
     assert d["constant_tensor"] == "conv1_w_0" and d["constant"].startswith("ConstantOfShape")
+
+
+# ---------------------------------------------------------------------------- default presets
+def _two_heads(w_scale: float = 1.0, qdq: bool = False, half_init: bool = False
+               ) -> onnx.ModelProto:
+    """y1 = x @ W (float32 only); y2 = x @ V, through a QuantizeLinear/DequantizeLinear pair
+    when ``qdq``; an unused float16 weight when ``half_init``."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((16, 8)) * w_scale).astype(np.float32)
+    v = rng.standard_normal((16, 8)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y1"], name="mm1")]
+    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(v, "V")]
+    if qdq:
+        nodes += [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"], name="q"),
+                  helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"], name="dq"),
+                  helper.make_node("MatMul", ["xd", "V"], ["y2"], name="mm2")]
+        inits += [numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+                  numpy_helper.from_array(np.array(0, np.int8), "zp")]
+    else:
+        nodes.append(helper.make_node("MatMul", ["x", "V"], ["y2"], name="mm2"))
+    if half_init:
+        inits.append(numpy_helper.from_array(np.ones(4, np.float16), "unused_half"))
+    return _model(nodes, [_vi("x", [4, 16])], [_vi("y1", [4, 8]), _vi("y2", [4, 8])], inits)
+
+
+def test_a_default_preset_judges_only_what_is_computed_through_it():
+    # a QDQ pair on y2 put y1, pure float32, on the int8 rule: 26 dB passed a 5 % weight
+    # error; an unused float16 weight put everything on the fp16 rule
+    ok = onnx_lab.compare(_two_heads(), _two_heads(qdq=True), progress=False)
+    assert ok.passed, ok.summary_text()
+    presets = ok.outputs.set_index("tensor")["preset"]
+    assert presets["y2"] == "int8" and presets["y1"] == "fp32"
+    assert "[judged by fp32]" in ok.summary_text()
+    bad = onnx_lab.compare(_two_heads(), _two_heads(1.05, qdq=True), progress=False)
+    assert not bad.passed and not bad.outputs.set_index("tensor").loc["y1", "passed"]
+    unused = onnx_lab.compare(_two_heads(), _two_heads(1.008, half_init=True), progress=False)
+    assert not unused.passed and unused.preset == "by dtype", unused.summary_text()
+    # the preset a user names judges every tensor
+    assert onnx_lab.compare(_two_heads(), _two_heads(1.05, qdq=True), preset="int8",
+                            progress=False).outputs["preset"].eq("int8").all()
+
+
+def test_two_int4_builds_with_the_same_weights_are_judged_as_float():
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    def int4(bias_scale: float) -> onnx.ModelProto:
+        rng = np.random.default_rng(0)
+        m = _model([helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
+                    helper.make_node("Add", ["h", "b"], ["y"], name="bias")],
+                   [_vi("x", [8, 64])], [_vi("y", [8, 64])],
+                   [numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.2)
+                                            .astype(np.float32), "W"),
+                    numpy_helper.from_array((rng.standard_normal(64) * bias_scale)
+                                            .astype(np.float32), "b")])
+        q = MatMulNBitsQuantizer(m, block_size=32, is_symmetric=True)
+        q.process()
+        return q.model.model
+
+    same = onnx_lab.compare(int4(1.0), int4(1.0), progress=False)
+    assert same.passed and same.preset == "by dtype"
+    # a float bias 60 % too large passed the int4 rule (8 dB)
+    assert not onnx_lab.compare(int4(1.0), int4(1.6), progress=False).passed
+    # int4 against its float32 source keeps the int4 rule
+    rng = np.random.default_rng(0)
+    src = _model([helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
+                  helper.make_node("Add", ["h", "b"], ["y"], name="bias")],
+                 [_vi("x", [8, 64])], [_vi("y", [8, 64])],
+                 [numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.2)
+                                          .astype(np.float32), "W"),
+                  numpy_helper.from_array(rng.standard_normal(64).astype(np.float32), "b")])
+    assert onnx_lab.compare(src, int4(1.0), progress=False).preset == "int4"
