@@ -203,7 +203,42 @@ def weightless_proto(model: LabModel, inline_bytes: int,
         finally:
             for v, t in swapped:
                 v.const_value = t
+    seed_random_ops(proto)
     return proto, names, values, next(iter(folders), None)
+
+
+#: Ops that draw random numbers when they run (standard domain) and take a ``seed``
+#: attribute; Dropout only from opset 12 (before, it has neither training mode nor seed).
+RANDOM_OPS = frozenset({"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike",
+                        "RandomUniformLike", "Bernoulli", "Multinomial"})
+
+
+def seed_random_ops(proto: onnx.ModelProto) -> int:
+    """Give every random op of ``proto`` without a ``seed`` the seed 0 (in place): each run
+    of a session onnx_lab builds then draws the same numbers, and two versions holding the
+    same random op draw the same ones. A train-mode Dropout drew a new mask per run: a
+    model compared with a byte-identical copy failed ("computes differently"), and so did
+    the verification of any correct step on it. Returns the number of ops seeded."""
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    graphs = [proto.graph]
+    count = 0
+    while graphs:
+        g = graphs.pop()
+        for node in g.node:
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    graphs.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    graphs.extend(a.graphs)
+            if node.op_type not in RANDOM_OPS or node.domain not in ("", "ai.onnx") or \
+                    (node.op_type == "Dropout" and opset < 12) or \
+                    any(a.name == "seed" for a in node.attribute):
+                continue
+            # (Dropout's seed is an int, the others' a float)
+            node.attribute.append(onnx.helper.make_attribute(
+                "seed", 0 if node.op_type == "Dropout" else 0.0))
+            count += 1
+    return count
 
 
 def _light_graph(model: LabModel) -> tuple[onnx.ModelProto, list[str], str | None]:
@@ -231,6 +266,7 @@ def runtime_proto(model: LabModel) -> onnx.ModelProto:
         proto = model.to_proto()
         if model.base_dir is not None:
             _inline_small_external(proto, str(model.base_dir))
+        seed_random_ops(proto)
         return proto
 
     return model.cached(RUNTIME_PROTO_KEY, build)
