@@ -20,12 +20,13 @@ from onnx_lab.core.branches import branch_switches
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import LabError
 
-__all__ = ["changed_branches", "untaken"]
+__all__ = ["changed_branches", "untaken", "changed_loops", "unrun"]
 
 
-def _top_branch(model: LabModel, path: str) -> tuple[str, str] | None:
-    """(If node id in the main graph, ``then_branch``/``else_branch``) that body ``path``
-    lies in (directly or nested), or None (a Loop/Scan body, or no If on the way)."""
+def _top_branch(model: LabModel, path: str, op: str = "If") -> tuple[str, str] | None:
+    """(main-graph node id, attribute) of the ``op`` whose body ``path`` lies in (directly or
+    nested): an If's ``then_branch``/``else_branch``, a Loop's ``body``; None when the
+    main-graph owner is another op."""
     idx = model.index
     owner_of = {sub: (graph, out, attr) for (graph, out, attr), sub in idx.bodies.items()}
     while path in owner_of:
@@ -35,20 +36,16 @@ def _top_branch(model: LabModel, path: str) -> tuple[str, str] | None:
             return None
         if graph == "":
             node = idx.entries[nid].node
-            if node.op_type == "If" and node.domain in ("", "ai.onnx") \
-                    and attr in ("then_branch", "else_branch"):
+            wanted = ("then_branch", "else_branch") if op == "If" else ("body",)
+            if node.op_type == op and node.domain in ("", "ai.onnx") and attr in wanted:
                 return nid, attr
             return None
         path = graph
     return None
 
 
-def changed_branches(before: LabModel, after: LabModel, result: Any
-                     ) -> dict[tuple[str, str], str]:
-    """{(If node id, branch): cond tensor} of the main-graph Ifs, with a condition the model
-    computes, whose branch holds a node the step changed (new, rewritten or removed)."""
-    if result is None or len(before.index.graphs) == 1:
-        return {}
+def _changed_paths(before: LabModel, after: LabModel, result: Any) -> set[str]:
+    """The body paths holding a node the step changed (new, rewritten or removed)."""
     paths: set[str] = set()
     for nid in getattr(result, "provenance", {}) or {}:
         e = after.index.entries.get(nid)
@@ -58,6 +55,64 @@ def changed_branches(before: LabModel, after: LabModel, result: Any
         e = before.index.entries.get(nid)
         if e is not None and e.graph:
             paths.add(e.graph)
+    return paths
+
+
+def changed_loops(before: LabModel, after: LabModel, result: Any) -> dict[str, list[str]]:
+    """{Loop node id: [trip count tensor, condition tensor] ('' when not given)} of the
+    main-graph Loops whose body holds a node the step changed."""
+    if result is None or len(before.index.graphs) == 1:
+        return {}
+    out: dict[str, list[str]] = {}
+    for path in _changed_paths(before, after, result):
+        top = _top_branch(before, path, "Loop")
+        if top is not None:
+            node = before.index.entries[top[0]].node
+            out[top[0]] = [v.name if v is not None else "" for v in node.inputs[:2]]
+    return out
+
+
+def unrun(loops: Mapping[str, Sequence[str]], samples: Iterable[Mapping[str, Any]],
+          run: Callable[[Mapping[str, Any], Sequence[str]], Mapping[str, Any]]) -> list[str]:
+    """The changed Loop bodies that ran 0 times on every sample (a trip count of 0, or a
+    first condition false), each as a line for the report's ``unexercised``. A Loop whose
+    trip count the model computes from the data (``ceil(relu(max(x) - 10))``) ran 0 times on
+    the seeded feeds, and a planted weight in its body verified."""
+    names = sorted({n for ns in loops.values() for n in ns if n})
+    if not names:
+        return []
+    seen: dict[str, list[Any]] = {n: [] for n in names}
+    count = 0
+    for feeds in samples:
+        count += 1
+        try:
+            values = run(feeds, names)
+        except LabError:  # the counts cannot be read: nothing to say either way
+            return []
+        for n in names:
+            v = np.asarray(values[n]) if n in values else None
+            if v is not None and v.size == 1:
+                seen[n].append(v.reshape(-1)[0])
+    lines = []
+    for nid, (trips, cond) in sorted(loops.items()):
+        if trips and len(seen[trips]) == count and all(x == 0 for x in seen[trips]):
+            why = f"its trip count {trips!r} was 0"
+        elif cond and len(seen[cond]) == count and not any(bool(x) for x in seen[cond]):
+            why = f"its condition {cond!r} was False"
+        else:
+            continue
+        lines.append(f"body of Loop {nid!r}, which the step changed: it ran 0 times, {why} "
+                     "on every sample (give feeds that run it: verify={'feeds': ...})")
+    return lines
+
+
+def changed_branches(before: LabModel, after: LabModel, result: Any
+                     ) -> dict[tuple[str, str], str]:
+    """{(If node id, branch): cond tensor} of the main-graph Ifs, with a condition the model
+    computes, whose branch holds a node the step changed (new, rewritten or removed)."""
+    if result is None or len(before.index.graphs) == 1:
+        return {}
+    paths = _changed_paths(before, after, result)
     if not paths:
         return {}
     switched = set()

@@ -399,10 +399,86 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
                             [r for r, c in out_pairs if c in selections.not_comparable])
                         if selections is not None else None,
                         feeds_notes=sides.feeds_notes + _failing_samples(
-                            graph_model, feed_list, kept, outputs, preset_of, atol, rtol))
+                            graph_model, feed_list, kept, outputs, preset_of, atol, rtol),
+                        untaken=_untaken_branches(ref_model, cand_model, feed_list, cand_prov))
     if confirm and div is not None and ref_model is not None:
         div.update(confirm_divergence(result))
     return result
+
+
+def _untaken_branches(ref: LabModel | None, cand: LabModel, feed_list: list,
+                      providers: list[str]) -> list[str]:
+    """The branches of the candidate's main-graph Ifs whose condition the model computes
+    (``torch.cond`` on a data predicate; a switch input is :attr:`Comparison.unexercised`'s
+    own) that differ from the reference's and that no sample took: never compared. Two
+    models whose else branches differed passed with nothing said when the seeded feeds
+    never took it."""
+    if ref is None:
+        return []
+    idx, inputs = cand.index, {v.name for v in cand.graph.inputs}
+    todo: dict[tuple[str, str], str] = {}
+    loops: dict[str, list[str]] = {}  # Loop id -> its trip count and condition tensors
+    for nid in idx.topo_order(""):
+        node = idx.entries[nid].node
+        if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and node.outputs:
+            rnid = ref.index.producer.get(node.outputs[0].name) if node.outputs[0].name \
+                else None
+            rnode = ref.index.entries[rnid].node if rnid is not None else None
+            a = node.attributes.get("body")
+            b = rnode.attributes.get("body") if rnode is not None else None
+            if rnode is not None and rnode.op_type == "Loop" and a is not None and \
+                    b is not None and _graph_bytes(a.value) != _graph_bytes(b.value):
+                loops[nid] = [v.name if v is not None else "" for v in node.inputs[:2]]
+            continue
+        if node.op_type != "If" or node.domain not in ("", "ai.onnx") or not node.inputs \
+                or node.inputs[0] is None or not node.outputs:
+            continue
+        cond = node.inputs[0].name
+        if not cond or cond in inputs or idx.producer.get(cond) is None:
+            continue
+        rnid = ref.index.producer.get(node.outputs[0].name)
+        rnode = ref.index.entries[rnid].node if rnid is not None else None
+        if rnode is None or rnode.op_type != "If":
+            continue
+        for branch in ("then_branch", "else_branch"):
+            a, b = node.attributes.get(branch), rnode.attributes.get(branch)
+            if a is None or b is None or _graph_bytes(a.value) != _graph_bytes(b.value):
+                todo[(nid, branch)] = cond
+    if not todo and not loops:
+        return []
+    conds = sorted(set(todo.values()) | {n for ns in loops.values() for n in ns if n})
+    seen: dict[str, list[Any]] = {c: [] for c in conds}
+    try:
+        fetched = [fetch(cand, f, conds, lambda ns, f=f: _run(
+            _session(cand, ns, providers, "candidate"), f, ns, "candidate")) for f in feed_list]
+    except LabError as e:  # the conditions cannot be read: nothing to say either way
+        logger.debug("If and Loop conditions not read (%s)", e)
+        return []
+    for got in fetched:
+        for c in conds:
+            v = np.asarray(got.get(c)) if c in got else None
+            if v is not None and v.size == 1:
+                seen[c].append(v.reshape(-1)[0])
+    lines = [f"{branch} of If {nid!r}, which differs from the reference's: its condition "
+             f"{cond!r} was {branch != 'then_branch'} on every sample (give feeds that take it)"
+             for (nid, branch), cond in todo.items()
+             if seen[cond] and (branch == "then_branch") not in {bool(x) for x in seen[cond]}]
+    for nid, (trips, cond) in loops.items():
+        # a Loop runs 0 times when its trip count is 0 or its first condition is false
+        never = [all(x == 0 for x in seen[trips]) and len(seen[trips]) == len(feed_list)
+                 if trips else False,
+                 not any(bool(x) for x in seen[cond]) and len(seen[cond]) == len(feed_list)
+                 if cond else False]
+        if any(never):
+            why = (f"its trip count {trips!r} was 0" if never[0] else
+                   f"its condition {cond!r} was False")
+            lines.append(f"body of Loop {nid!r}, which differs from the reference's: it ran 0 "
+                         f"times, {why} on every sample (give feeds that run it)")
+    return lines
+
+
+def _graph_bytes(graph: ir.Graph) -> bytes:
+    return ir.serde.serialize_graph(graph).SerializeToString(deterministic=True)
 
 
 def _check_args(atol: Any, rtol: Any, preset: str | None, max_bytes: Any) -> None:

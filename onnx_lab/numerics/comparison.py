@@ -75,7 +75,7 @@ class Comparison:
                  providers: tuple,
                  reference_values: dict | None, output_values: dict,
                  selections: list[dict] | None = None, selection_note: str | None = None,
-                 feeds_notes: Sequence[str] = ()) -> None:
+                 feeds_notes: Sequence[str] = (), untaken: Sequence[str] = ()) -> None:
         self.outputs = outputs
         self.layers = layers
         self.alignment = alignment
@@ -91,6 +91,7 @@ class Comparison:
         self.selections = list(selections or [])
         self.selection_note = selection_note
         self.feeds_notes = list(feeds_notes)
+        self._untaken = list(untaken)
         self._ref_values = reference_values
         self._output_values = output_values
         # The last recaptured pair: hist() and scatter() of the same layer (what the drift
@@ -212,8 +213,10 @@ class Comparison:
     def unexercised(self) -> list[str]:
         """The If branches a boolean input decides (optimum's ``use_cache_branch``) that no
         sample of :attr:`feeds` ran: never compared (``"use_cache_branch=False
-        (optimum::if/else_branch)"``). Seeded feeds run them all; given feeds may not."""
-        return unexercised((self.reference or self.candidate).model, self.feeds)
+        (optimum::if/else_branch)"``). Seeded feeds run them all; given feeds may not. Also
+        the branches of Ifs whose condition the model computes that differ from the
+        reference's and that no sample took."""
+        return unexercised((self.reference or self.candidate).model, self.feeds) + self._untaken
 
     @property
     def first_nonfinite(self) -> dict[str, Any] | None:

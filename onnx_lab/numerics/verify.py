@@ -48,7 +48,7 @@ from onnx_lab.core.source import load_source
 from onnx_lab.core.subgraph import upstream_model
 from onnx_lab.core.values import const_array
 from onnx_lab.errors import DimError, InputError, RuntimeLoadError, strict_keywords
-from onnx_lab.numerics._branches_run import changed_branches, untaken
+from onnx_lab.numerics._branches_run import changed_branches, changed_loops, unrun, untaken
 from onnx_lab.numerics._stepdiff import step_diff
 from onnx_lab.numerics.align import (
     VersionPair,
@@ -485,6 +485,11 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
         not_run += untaken(changed, [r for r, _c in samples],
                            lambda f, names: _run(before, dict(f), list(names), providers, None,
                                                  ""))
+    loops = changed_loops(before, after, result)
+    if loops:  # a Loop body the step changed that ran 0 times was never checked
+        not_run += unrun(loops, [r for r, _c in samples],
+                         lambda f, names: fetch(before, dict(f), list(names), lambda ns: _run(
+                             before, dict(f), list(ns), providers, None, "")))
     failing = [r["tensor"] for r in rows if not r["passed"]]
     # over the outputs compared: one downstream of a flipped near-tie differs by the flip
     outs = [r["max_abs"] for r in rows if r["match"] == "output" and not flipped(r)]

@@ -54,3 +54,68 @@ def test_a_change_in_the_branch_the_samples_take_is_not_flagged():
     r = lab.scale_initializer("one", 2.0)  # read by the else branch, which samples take
     assert r.outputs_changed is True
     assert r.verification.attrs["unexercised"] == []
+
+
+def test_compare_names_a_differing_branch_no_sample_took():
+    # two models whose then branches differ passed compare with nothing said: the seeded
+    # feeds never take it
+    ref = _cond_model()
+    cand = _cond_model()
+    then = next(a.g for a in cand.graph.node[2].attribute if a.name == "then_branch")
+    then.node[1].op_type = "Add"  # cos(x) + 2 instead of cos(x) * 2
+    c = onnx_lab.compare(ref, cand, progress=False)
+    assert c.passed
+    assert c.unexercised == ["then_branch of If 'cond', which differs from the reference's: "
+                             "its condition 'big' was False on every sample (give feeds that "
+                             "take it)"]
+    assert "not exercised by the feeds" in c.summary_text()
+    taken = onnx_lab.compare(ref, cand, feeds={"x": np.full(4, 500, np.float32)},
+                             progress=False)
+    assert not taken.passed and taken.unexercised == []
+    # identical branches are not named
+    assert onnx_lab.compare(ref, _cond_model(), progress=False).unexercised == []
+
+
+def _loop_model(k: float) -> onnx.ModelProto:
+    """y = x, then Loop n = ceil(relu(max(x) - 10)) times: y = y + k (random feeds: 0 times)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"], name="keep"),
+         helper.make_node("Add", ["y_in", "k"], ["y_out"], name="body_add")], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("y_in", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("y_out", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.array(k, np.float32), "k")])
+    g = helper.make_graph(
+        [helper.make_node("ReduceMax", ["x"], ["m"], name="max", keepdims=0),
+         helper.make_node("Sub", ["m", "ten"], ["d"], name="sub"),
+         helper.make_node("Relu", ["d"], ["r"], name="relu"),
+         helper.make_node("Ceil", ["r"], ["cf"], name="ceil"),
+         helper.make_node("Cast", ["cf"], ["n"], name="count", to=TensorProto.INT64),
+         helper.make_node("Loop", ["n", "yes", "x"], ["y"], name="loop", body=body)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.array(10, np.float32), "ten"),
+         numpy_helper.from_array(np.array(True), "yes")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_loop_that_ran_zero_times_is_named_in_compare_and_in_a_step():
+    # a weight planted in the body of a Loop whose trip count the data sets (0 on the seeded
+    # feeds) passed compare and a verified step with nothing said
+    c = onnx_lab.compare(_loop_model(1.0), _loop_model(-3.5), progress=False)
+    assert c.passed and c.unexercised == [
+        "body of Loop 'loop', which differs from the reference's: it ran 0 times, its trip "
+        "count 'n' was 0 on every sample (give feeds that run it)"]
+    big = {"x": np.full(4, 12.0, np.float32)}
+    assert not onnx_lab.compare(_loop_model(1.0), _loop_model(-3.5), feeds=big,
+                                progress=False).passed
+    lab = onnx_lab.open(_loop_model(1.0))
+    r = lab.scale_initializer("k", -3.5)
+    assert r.verification.attrs["unexercised"] == [
+        "body of Loop 'loop', which the step changed: it ran 0 times, its trip count 'n' was 0 "
+        "on every sample (give feeds that run it: verify={'feeds': ...})"]
+    lab.undo()
+    r = lab.scale_initializer("k", -3.5, verify={"feeds": big})
+    assert r.verification.attrs["unexercised"] == [] and r.outputs_changed is True
