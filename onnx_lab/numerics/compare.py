@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -668,6 +669,14 @@ def _kept_shapes(metrics: dict[tuple[str, str], dict], ref: LabModel, cand: LabM
     computes something else (a wrong Reshape target: its elements, flattened, are the same):
     fail the pair (in place) instead of comparing it flattened."""
     outs = set(out_pairs)
+    for p in out_pairs:  # a graph output is an interface: its readers index it
+        m = metrics.get(p)
+        if m is None:
+            continue
+        why = _other_interface(m)
+        if why:
+            m["passed"] = False
+            m["note"] = "; ".join(x for x in (m.get("note"), why) if x)
     for (r, c), m in metrics.items():
         if (r, c) in outs or m.get("shape") is None or m.get("shape") == m.get("cand_shape"):
             continue
@@ -676,6 +685,34 @@ def _kept_shapes(metrics: dict[tuple[str, str], dict], ref: LabModel, cand: LabM
             m["note"] = "; ".join(x for x in (m.get("note"), (
                 f"node {cand.index.producer.get(c)!r} reads the same inputs but gives shape "
                 f"{m['cand_shape']} instead of {m['shape']}")) if x)
+
+
+def _other_interface(m: Mapping[str, Any]) -> str | None:
+    """Why a graph output pair is another interface (None: it is not): another shape of the
+    same size other than dims of 1 added or dropped ([2, 3] against [3, 2] was compared
+    flattened and passed), another kind of dtype (float against integer or bool: a float32
+    output become int32 was compared as float64 and passed). Float widths (a float16 output
+    of a conversion) and integer widths are the same interface."""
+    shape, cand_shape = m.get("shape"), m.get("cand_shape")
+    if shape is not None and cand_shape is not None and tuple(shape) != tuple(cand_shape) \
+            and math.prod(shape) == math.prod(cand_shape) and \
+            [d for d in shape if d != 1] != [d for d in cand_shape if d != 1]:
+        return (f"the output's shape is {list(cand_shape)} instead of {list(shape)} (the same "
+                "elements flattened; a reader indexing it gets others)")
+    dt, cand_dt = m.get("dtype"), m.get("cand_dtype")
+    if dt and cand_dt and _dtype_kind(dt) != _dtype_kind(cand_dt):
+        return f"the output's dtype is {cand_dt} instead of {dt}"
+    return None
+
+
+def _dtype_kind(name: str) -> str:
+    """f (any float width, bfloat16 and float8 too), i (any integer), b, or the name itself
+    (strings, sequences and maps compare by name)."""
+    if name.startswith(("float", "bfloat")):
+        return "f"
+    if name.startswith(("int", "uint")):
+        return "i"
+    return "b" if name == "bool" else name
 
 
 def _tables(metrics: dict[tuple[str, str], dict], out_pairs: list[tuple[str, str]],

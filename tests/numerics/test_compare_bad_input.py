@@ -107,3 +107,34 @@ def test_inputs_fixed_to_other_sizes_are_named_as_such():
                        r"no input fits both \(another layout\)") as e:
         onnx_lab.compare(nhwc, nchw, dims={"n": 1, "batch": 1})
     assert "dims" not in e.value.fix
+
+
+def test_an_output_of_another_shape_or_kind_of_dtype_fails():
+    # [2, 3] against [3, 2] was compared flattened and passed; a float32 output become int32
+    # was compared as float64 and passed: an interface change either way
+    import onnx
+
+    h = '<ir_version: 8, opset_import: ["" : 17]>'
+    ref = onnx.parser.parse_model(f"{h} g (float[2,3] x) => (float[2,3] y) {{ y = Relu(x) }}")
+    other = onnx.parser.parse_model(
+        f"{h} g (float[2,3] x) => (float[3,2] y) {{ r = Relu(x) "
+        "s = Constant<value=int64[2] {3,2}>() y = Reshape(r, s) }")
+    c = onnx_lab.compare(ref, other, progress=False)
+    assert not c.passed and "shape is [3, 2] instead of [2, 3]" in c.outputs["note"][0]
+    # dims of 1 added or dropped are the same interface
+    flat = onnx.parser.parse_model(
+        f"{h} g (float[2,3] x) => (float[1,2,3] y) {{ r = Relu(x) "
+        "s = Constant<value=int64[3] {1,2,3}>() y = Reshape(r, s) }")
+    assert onnx_lab.compare(ref, flat, progress=False).passed
+    floor = onnx.parser.parse_model(
+        f"{h} g (float[6] x) => (float[6] y) {{ s = Constant<value=float {{1000.0}}>() "
+        "m = Mul(x, s) y = Floor(m) }")
+    cast = onnx.parser.parse_model(
+        f"{h} g (float[6] x) => (int32[6] y) {{ s = Constant<value=float {{1000.0}}>() "
+        "m = Mul(x, s) f = Floor(m) y = Cast<to=6>(f) }")
+    c = onnx_lab.compare(floor, cast, progress=False)
+    assert not c.passed and "dtype is int32 instead of float32" in c.outputs["note"][0]
+    # a float16 output (a conversion without float32 I/O) is the same kind
+    half = onnx.parser.parse_model(
+        f"{h} g (float[2,3] x) => (float16[2,3] y) {{ r = Relu(x) y = Cast<to=10>(r) }}")
+    assert onnx_lab.compare(ref, half, progress=False).passed
