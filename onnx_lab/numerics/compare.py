@@ -407,6 +407,25 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     return result
 
 
+def _held_constant(model: LabModel, feed_list: list) -> list[str]:
+    """The sentence naming the integer and boolean inputs the seeded feeds hold at one value
+    (``*mask*`` all ones, ``*type*`` ids all zeros: make_feeds' policy): a candidate that
+    ignores its attention mask, or whose token-type row 1 is wrong, passed with nothing said."""
+    held = []
+    for v in model.graph.inputs:
+        arrs = [f.get(v.name) for f in feed_list]
+        if not arrs or any(not isinstance(a, np.ndarray) or a.size < 2 or a.dtype.kind not in "iub"
+                           for a in arrs):
+            continue
+        first = arrs[0].reshape(-1)[0]
+        if all((a == first).all() for a in arrs):
+            held.append(f"{v.name!r} (all {first.item()!r})")
+    if not held:
+        return []
+    return [f"the seeded feeds hold {', '.join(held)} at one value: what depends on other "
+            "values of them was not compared (give feeds=... with realistic values)"]
+
+
 def _untaken_branches(ref: LabModel | None, cand: LabModel, feed_list: list,
                       providers: list[str]) -> list[str]:
     """The branches of the candidate's main-graph Ifs whose condition the model computes
@@ -536,6 +555,7 @@ def _sides(reference: Any, candidate: Any, feeds: Any, dims: Mapping[str, int] |
     split = _split_providers(providers)
     if ref_lab is not None and feeds is None:
         feed_list, feeds_notes = _shared_feeds(ref_lab, cand_lab)
+        feeds_notes += _held_constant(ref_lab.model, feed_list)
     else:
         feeds_notes = []
         feed_list = as_feed_list(feeds, cand_lab.model, cand_lab.dims, cand_lab.shapes)

@@ -138,3 +138,25 @@ def test_an_output_of_another_shape_or_kind_of_dtype_fails():
     half = onnx.parser.parse_model(
         f"{h} g (float[2,3] x) => (float16[2,3] y) {{ r = Relu(x) y = Cast<to=10>(r) }}")
     assert onnx_lab.compare(ref, half, progress=False).passed
+
+
+def test_inputs_the_seeded_feeds_hold_at_one_value_are_named():
+    # a candidate that ignores its attention mask passed with nothing said: the seeded mask
+    # is all ones
+    import numpy as np
+    import onnx
+
+    h = '<ir_version: 8, opset_import: ["" : 17]>'
+    ref = onnx.parser.parse_model(
+        f"{h} g (float[2,4] x, int64[2,4] attention_mask) => (float[2,4] y) "
+        "{ m = Cast<to=1>(attention_mask) y = Mul(x, m) }")
+    ignores = onnx.parser.parse_model(
+        f"{h} g (float[2,4] x, int64[2,4] attention_mask) => (float[2,4] y) "
+        "{ y = Identity(x) }")
+    c = onnx_lab.compare(ref, ignores, progress=False)
+    assert c.passed
+    assert any("hold 'attention_mask' (all 1) at one value" in n for n in c.feeds_notes)
+    assert "attention_mask" in c.summary_text()
+    # feeds given by the user: their values are theirs, nothing said
+    feeds = {"x": np.ones((2, 4), np.float32), "attention_mask": np.ones((2, 4), np.int64)}
+    assert not onnx_lab.compare(ref, ignores, feeds=feeds, progress=False).feeds_notes
