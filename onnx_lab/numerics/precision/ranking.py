@@ -408,16 +408,26 @@ def _check_reachable(s: Search) -> None:
 
 
 def _below_selections(model: LabModel) -> set[str]:
-    """Main-graph tensors downstream of a selection (:func:`~onnx_lab.numerics.selection.
-    selection_nodes`)."""
+    """Main-graph tensors downstream of a selection that picks elements (a TopK, an NMS,
+    an ArgMax, a NonZero; an If holding one): a merged decoder's If, which holds only the
+    comparisons of its masks, is none (everything it computes is below it)."""
     idx = model.index
+
+    def picks(nid: str) -> bool:
+        node = idx.entries[nid].node
+        if node.op_type != "If":
+            return node.op_type in trials._PICKS
+        return any(n.op_type in trials._PICKS and n.domain in ("", "ai.onnx")
+                   for a in node.attributes.values() if a.type == ir.AttributeType.GRAPH
+                   for n in ir.traversal.RecursiveGraphIterator(a.value))
+
     readers: dict[str, list[str]] = {}
     for nid in idx.topo_order(""):
         e = idx.entries[nid]
         for name in {*(v.name for v in e.node.inputs if v is not None and v.name),
                      *e.implicit_inputs}:
             readers.setdefault(name, []).append(nid)
-    todo = list(selection_nodes(model))
+    todo = [nid for nid in selection_nodes(model) if picks(nid)]
     seen: set[str] = set()
     out: set[str] = set()
     while todo:

@@ -372,6 +372,10 @@ def _run_feeds(sess, feed_list: list[dict], names: list[str], converted: str | N
     return out
 
 
+#: Selections that pick elements (their near-ties flip a float16 trial's picks).
+_PICKS = frozenset({"TopK", "ArgMax", "ArgMin", "NonMaxSuppression", "NonZero"})
+
+
 @dataclass
 class Search:
     """State shared by the trials of one search."""
@@ -531,7 +535,11 @@ class Search:
         if not failing or self.target == "int8":
             return None
         if self._selective is None:
-            self._selective = bool(selection_nodes(self.model))
+            # picking ops only: a merged decoder's If holds the comparisons of its masks, and
+            # judging every failing trial would run both of its branches again
+            self._selective = bool(selection_nodes(self.model)) and any(
+                n.op_type in _PICKS and n.domain in ("", "ai.onnx")
+                for g in self.model.ir.graphs() for n in g)
         if not self._selective:
             return None
         ref = self.model
