@@ -132,15 +132,29 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     compared = all(n in rows.index or n in fed for n in _data_inputs(node, idx, makers))
     div["cause"] = "computation" if compared else "inputs"
     if compared:
+        narrowed = _narrowed_feed(node, cand, div.get("cand_node_id"))
+        if narrowed is not None:
+            feed, cast, dtype = narrowed
+            div["cause"] = "inputs"
+            div["message"] = (
+                f"{node.op_type} {nid}: its output differs ({_how_much(div)}); the candidate "
+                f"reads graph input {feed!r} through a Cast to {dtype} ({cast!r}), whose "
+                f"rounding a {node.op_type} passes on (a graph input is fed alike to both "
+                "sides: no row of its own shows it)")
+            return
         carried = _carried_error(node, idx, makers, rows, div)
         if carried is not None:
             name, err = carried
             div["cause"] = "inputs"
+            how = (f"by no more than its input {name!r} does (max_abs {err:.3g})"
+                   if div["max_abs"] <= err * (1 + 1e-6) else
+                   f"by its input {name!r}'s error (max_abs {err:.3g}) and a rounding of its "
+                   "own output (within 1e-3 of its scale)")
             div["message"] = (
-                f"{node.op_type} {nid}: its output differs (max_abs {div['max_abs']:.3g}) by "
-                f"no more than its input {name!r} does (max_abs {err:.3g}), which a "
-                f"{node.op_type} cannot amplify: the error comes in through that input, "
-                "within its own (larger) scale's tolerance there, out of this output's")
+                f"{node.op_type} {nid}: its output differs (max_abs {div['max_abs']:.3g}) "
+                f"{how}, which a {node.op_type} cannot amplify: the error comes in through "
+                "that input, within its own (larger) scale's tolerance there, out of this "
+                "output's")
             return
         errs = [float(rows.loc[n, "max_abs"]) for n in _data_inputs(node, idx, makers)
                 if n in rows.index]
@@ -277,6 +291,44 @@ _NON_EXPANSIVE = frozenset({
     "Transpose", "Slice", "Gather", "Expand", "Tile", "MaxPool", "GlobalMaxPool",
     "AveragePool", "GlobalAveragePool", "ReduceMax", "ReduceMin", "ReduceMean", "Abs", "Neg",
     "Tanh", "Sigmoid", "Max", "Min", "Concat", "Split", "SpaceToDepth", "DepthToSpace"})
+
+
+def _narrowed_feed(node: ir.Node, cand: LabModel, cand_node_id: str | None
+                   ) -> tuple[str, str, str] | None:
+    """(graph input, Cast node id, dtype) when ``node`` cannot amplify an error and its
+    candidate counterpart reads a graph input through a Cast to a narrower float (to_fp16
+    keeps a KV cache's past in float32 at the interface and rounds it inside): that rounding
+    is the error it passes on. Blamed on another input before, with an inequality that was
+    false (0.000812 "no more than" 0.000482)."""
+    if node.op_type not in _NON_EXPANSIVE or node.domain not in ("", "ai.onnx") or \
+            not cand_node_id or cand_node_id not in cand.index.entries:
+        return None
+    feeds = {v.name for v in cand.graph.inputs}
+    node_c = cand.index.entries[cand_node_id].node
+    for _ in range(3):  # the output's own Cast back to float32: the node it casts
+        if node_c.op_type != "Cast" or not node_c.inputs or node_c.inputs[0] is None:
+            break
+        pid = cand.index.producer.get(node_c.inputs[0].name)
+        if pid is None:
+            break
+        node_c = cand.index.entries[pid].node
+    if node_c.op_type != node.op_type:
+        return None
+    for v in node_c.inputs:
+        pid = cand.index.producer.get(v.name) if v is not None and v.name else None
+        cast = cand.index.entries[pid].node if pid is not None else None
+        if cast is None or cast.op_type != "Cast" or cast.domain not in ("", "ai.onnx") or \
+                not cast.inputs or cast.inputs[0] is None or cast.inputs[0].name not in feeds:
+            continue
+        to = cast.attributes.get_int("to", 0)
+        if to in _NARROW_FLOATS:
+            return cast.inputs[0].name, pid, _NARROW_FLOATS[to]
+    return None
+
+
+#: ONNX float types narrower than float32 (TensorProto's numbers).
+_NARROW_FLOATS = {10: "float16", 16: "bfloat16", 17: "float8e4m3fn", 18: "float8e4m3fnuz",
+                  19: "float8e5m2", 20: "float8e5m2fnuz"}
 
 
 def _carried_error(node: ir.Node, idx: Any, makers: set[str], rows: pd.DataFrame,
