@@ -377,10 +377,14 @@ class OrtTransformersPass(_FusionStep):
             else:
                 # The optimizer asserts both or neither; with neither its fusions read the
                 # heads from the graph where they can (BERT, CLIP, T5), else they stay unfused.
-                self.notes.append(f"num_heads/hidden_size could not be read from the model "
-                                  f"(got {heads or '?'}/{hidden or '?'}): the optimizer detects "
-                                  "them per fusion; give num_heads= and hidden_size= if an "
-                                  "Attention is missing")
+                # (no hint for a model that holds its attention as one op already)
+                if not any(e.node.op_type in ("Attention", "MultiHeadAttention",
+                                              "GroupQueryAttention")
+                           for e in model.index.entries.values()):
+                    self.notes.append(
+                        f"num_heads/hidden_size could not be read from the model (got "
+                        f"{heads or '?'}/{hidden or '?'}): the optimizer detects them per "
+                        "fusion; give num_heads= and hidden_size= if an Attention is missing")
                 heads = hidden = 0
         if heads and hidden % heads:
             raise PassError(f"ort_transformers: hidden_size {hidden} is not a multiple of "
@@ -415,8 +419,15 @@ class OrtTransformersPass(_FusionStep):
                      "Try another model_type, give num_heads=/hidden_size=, or turn the "
                      "failing fusion off (disable=[...]).")) from e
         self.calls = calls
+        # its statistics count the ops of the result: those the export already held are no
+        # fusion of this step (an opset-23 export's Attention and RotaryEmbedding were said
+        # "fused" on a model left unchanged)
+        held: dict[str, int] = {}
+        for e in model.index.entries.values():
+            held[e.node.op_type] = held.get(e.node.op_type, 0) + 1
         stats = opt.get_fused_operator_statistics()
-        self.fusions = {k: int(v) for k, v in stats.items() if v}
+        self.fusions = {k: int(v) - held.get(k, 0) for k, v in stats.items()
+                        if v and int(v) > held.get(k, 0)}
         missing = missing_kernels(opt.model)
         if missing:
             import onnxruntime

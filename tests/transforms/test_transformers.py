@@ -278,3 +278,20 @@ def test_the_phi_model_type_on_an_export_it_cannot_read_names_the_one_that_works
     with pytest.raises(PassError, match="model_type='gpt2'") as e:
         lab.apply("ort_transformers", model_type="phi")
     assert "local functions" in e.value.problem and len(lab.history) == 1
+
+
+def test_ops_the_export_already_held_are_not_reported_fused():
+    # an opset-23 export holds Attention and LayerNormalization itself: the step said "fused:
+    # Attention 1, LayerNormalization 1" on a model it left unchanged
+    import onnx
+
+    m = onnx.parser.parse_model('''<ir_version: 10, opset_import: ["" : 23]>
+g (float[1,2,4,8] q, float[1,2,4,8] k, float[1,2,4,8] v, float[8] s, float[8] b)
+  => (float[1,2,4,8] y) {
+  a = Attention(q, k, v)
+  y = LayerNormalization<axis=-1>(a, s, b) }''')
+    r = onnx_lab.open(m).apply("ort_transformers", model_type="bert")
+    assert not r.modified
+    assert getattr(r, "fusions", {}) == {}, r.notes
+    assert not any(n.startswith("fused: ") for n in r.notes), r.notes
+    assert not any("num_heads/hidden_size" in n for n in r.notes), r.notes
