@@ -23,7 +23,7 @@ import numpy as np
 
 from onnx_lab.core.handoff import model_folder
 from onnx_lab.core.model import LabModel
-from onnx_lab.errors import ProviderError, RuntimeLoadError
+from onnx_lab.errors import ProviderError, RuntimeLoadError, clip_text
 
 logger = logging.getLogger(__name__)
 
@@ -102,10 +102,14 @@ class OpenVINOSession:
                     config["INFERENCE_PRECISION_HINT"] = precision
                 self._compiled = core.compile_model(ov_model, device, config)
             except Exception as e:  # noqa: BLE001 - OpenVINO raises RuntimeError and others
-                first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-                raise RuntimeLoadError(f"OpenVINO cannot read or compile the model: {first}",
-                                       fix="Check lab.check(); ops of custom domains "
-                                       "(com.microsoft) do not run in OpenVINO.") from e
+                why, ops = _ov_reason(str(e))
+                raise RuntimeLoadError(
+                    f"OpenVINO cannot read or compile the model: {why or type(e).__name__}",
+                    fix=(f"OpenVINO {ov.get_version()} does not convert {', '.join(ops)}: "
+                         "compare onnxruntime's providers only (backends=[...] without "
+                         "'openvino'), or keep those ops out of the model." if ops else
+                         "Check lab.check(); ops of custom domains (com.microsoft) do not "
+                         "run in OpenVINO.")) from e
         self._request = self._compiled.create_infer_request()
         # A port has several tensor names (an output behind an Identity keeps both; an input
         # read only by a Cast that OpenVINO folds into it carries the Cast's output name too,
@@ -140,3 +144,21 @@ class OpenVINOSession:
             return arrays
         by_name = dict(zip(self._outputs, arrays, strict=True))
         return [by_name[n] for n in output_names]
+
+
+def _ov_reason(text: str) -> tuple[str, list[str]]:
+    """(the lines of an OpenVINO error that say why, the ops it could not convert): its
+    frontend puts them under a "Summary:" after lines of C++ source locations (the first
+    line alone said "Exception from src/inference/src/cpp/core.cpp:84:")."""
+    lines = [ln.strip(" -") for ln in text.strip().splitlines() if ln.strip()]
+    ops: list[str] = []
+    said: list[str] = []
+    for ln in lines:
+        for lead in ("No conversion rule found for operations:", "Conversion is failed for:"):
+            if ln.startswith(lead):
+                said.append(ln)
+                ops += [o.strip() for o in ln[len(lead):].split(",") if o.strip()]
+    if not said:
+        said = [ln for ln in lines if not ln.startswith(("Exception from", "Check '"))][:2] \
+            or lines[:1]
+    return clip_text("; ".join(said), 400), list(dict.fromkeys(ops))

@@ -310,3 +310,27 @@ def test_the_cpu_row_of_compare_backends_is_measured():
     row = r.table.set_index("backend").loc[REFERENCE]
     assert row["max_abs"] == pytest.approx(float(cpu.max_abs.max()))
     assert row["outputs_agree"] == bool(cpu.passed.all())
+
+
+@pytest.mark.skipif(not openvino_available(), reason="openvino (optional extra) not installed")
+def test_a_model_openvino_cannot_convert_is_compared_without_it_and_says_why():
+    # an opset-24 TensorScatter: "Exception from src/inference/src/cpp/core.cpp:84:" and advice
+    # about com.microsoft ops, and the default comparison aborted
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("TensorScatter", ["past", "new", "idx"], ["cache"], axis=1,
+                          name="ts")], "g",
+        [helper.make_tensor_value_info("past", TensorProto.FLOAT, [2, 8, 4]),
+         helper.make_tensor_value_info("new", TensorProto.FLOAT, [2, 1, 4]),
+         helper.make_tensor_value_info("idx", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("cache", TensorProto.FLOAT, [2, 8, 4])]),
+        opset_imports=[helper.make_opsetid("", 24)])
+    m.ir_version = 10
+    lab = onnx_lab.open(m)
+    r = lab.compare_backends(budget_s=1.0, progress=False)
+    assert list(r.table.backend) == ["CPUExecutionProvider"]
+    note = next(n for n in r.notes if n.startswith("OpenVINO skipped"))
+    assert "TensorScatter-24" in note and "com.microsoft" not in note
+    # named by the user, it is an error that says the same
+    with pytest.raises(onnx_lab.errors.RuntimeLoadError, match="TensorScatter-24") as e:
+        lab.compare_backends(["cpu", "openvino"], budget_s=1.0, progress=False)
+    assert "does not convert TensorScatter-24" in e.value.fix
