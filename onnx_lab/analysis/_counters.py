@@ -24,6 +24,7 @@ Expand Tile Constant ConstantOfShape Range Dropout DepthToSpace SpaceToDepth Whe
 EyeLike NonZero Compress ReverseSequence Trilu Optional OptionalGetElement OptionalHasElement
 SequenceAt SequenceConstruct SequenceEmpty SequenceInsert SequenceLength SplitToSequence
 ConcatFromSequence Unique TopK MaxUnpool ArgMax ArgMin BitShift Col2Im CenterCropPad Mod StringConcat
+TensorScatter
 """.split())
 # Control flow: the body nodes are rows of their own, with the times they run (see _calls).
 _CONTROL_OPS = frozenset({"If", "Loop", "Scan"})

@@ -717,8 +717,13 @@ def _load_rows(lm: LabModel, p: str) -> list[dict]:
         node_id = None
         if m:
             node_id = m.group(3) if m.group(3) in lm.index.entries else None
+            if node_id is None and not m.group(3):
+                # an unnamed node (onnxruntime says ''): the id onnx_lab gives it everywhere
+                node_id = next((nid for nid, en in lm.index.entries.items()
+                                if en.node.op_type == m.group(1) and not en.node.name
+                                and not en.graph), None)
             msg = (f"{p} has no kernel for {m.group(1)} (opset {m.group(2)}) at node "
-                   f"{m.group(3)!r}: the model does not load.")
+                   f"{node_id or m.group(3)!r}: the model does not load.")
         elif (found := _unregistered_op(text)) is not None:
             domain, op = found[0], found[1]
             node_id = next((nid for nid, en in lm.index.entries.items()

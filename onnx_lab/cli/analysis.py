@@ -73,6 +73,7 @@ def _check(args: argparse.Namespace) -> int:
         print("no findings")
     else:
         for r in df.itertuples():
-            where = f" [{r.node_id}]" if r.node_id else ""
+            # (a finding without a node holds NaN in a table where others hold one)
+            where = f" [{r.node_id}]" if isinstance(r.node_id, str) and r.node_id else ""
             print(f"{r.severity:7} {r.code}{where}: {r.message}\n        fix: {r.fix}")
     return 1 if args.strict and (df.severity == "error").any() else 0

@@ -306,11 +306,20 @@ def require_decoder_io(model: LabModel) -> DecoderIO:
                 "the cache cannot be fed back.",
                 fix="Export with the present.* outputs (use_cache=True) and the "
                     "past_key_values.* inputs.")
+        # (a block whose inputs are the Attention op's own past_key/past_value is no decoder
+        # of tokens: "no KV-cache inputs (its inputs are [..., 'past_key', ...])" read as
+        # a contradiction)
+        unpaired = [n for n in inputs if "past" in n.lower()]
+        why = (f": {', '.join(map(repr, unpaired[:4]))} "
+               f"{'is' if len(unpaired) == 1 else 'are'} not named per layer "
+               "(past_key_values.<layer>.key/.value, past.<layer>.key...)" if unpaired else "")
         raise CacheError(
-            f"The model has no KV-cache inputs (its inputs are {inputs[:6]}"
-            f"{' ...' if len(inputs) > 6 else ''}): it is not a decoder exported with a cache.",
-            fix="Export with use_cache / past_key_values (onnxruntime-genai's builder or "
-                "optimum's '-with-past' tasks).")
+            f"The model has no KV-cache inputs of a decoder (its inputs are {inputs[:6]}"
+            f"{' ...' if len(inputs) > 6 else ''}){why}: it is not a decoder exported with a "
+            "cache.",
+            fix="Export the whole decoder with use_cache / past_key_values (onnxruntime-genai's "
+                "builder or optimum's '-with-past' tasks); a single attention block has no "
+                "tokens to generate.")
     return io
 
 

@@ -393,3 +393,17 @@ def test_loop_trip_count_from_a_constant_node():
     onnx.checker.check_model(m)
     row = cost(m).nodes.set_index("node_id").loc["body_mm"]
     assert row.calls == 4 and row.macs == 4 * 4 * 8 * 8
+
+
+def test_tensor_scatter_is_a_data_move():
+    # opset 24's KV-cache update was an unknown op: flops NaN for a whole decoder
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("TensorScatter", ["past", "new", "idx"], ["cache"], axis=1,
+                          name="ts")], "g",
+        [helper.make_tensor_value_info("past", TensorProto.FLOAT, [2, 8, 4]),
+         helper.make_tensor_value_info("new", TensorProto.FLOAT, [2, 1, 4]),
+         helper.make_tensor_value_info("idx", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("cache", TensorProto.FLOAT, [2, 8, 4])]),
+        opset_imports=[helper.make_opsetid("", 24)])
+    c = cost(onnx_lab.open(m))
+    assert c.total["unknown_nodes"] == 0 and c.total["flops"] == 0.0

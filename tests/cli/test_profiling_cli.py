@@ -128,3 +128,29 @@ def test_profile_runs_flag_reaches_profile(capsys):
     d = _json(capsys, ["profile", "sample:convnet", "--runs", "5", "--profile-runs", "3",
                        "--warmup", "0", "--json", "--providers", "cpu"])
     assert d["profiled_runs"] == 3 and d["runs"] == 5
+
+
+def test_check_names_an_unnamed_node_by_its_id_and_prints_no_nan(capsys, tmp_path):
+    # a bfloat16 MatMul without a name: "at node ''" and node_id None, and the text printed
+    # "[nan]" for the findings without a node beside one with a node
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import onnx_lab
+
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16),
+         helper.make_node("Cast", ["w"], ["wb"], to=TensorProto.BFLOAT16),
+         helper.make_node("MatMul", ["xb", "wb"], ["yb"]),
+         helper.make_node("Cast", ["yb"], ["y"], to=TensorProto.FLOAT)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])], [w])
+    path = tmp_path / "bf16.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    df = onnx_lab.open(str(path)).check()
+    load = df[df.code == "provider_load"].iloc[0]
+    assert load.node_id == "MatMul_2" and "at node 'MatMul_2'" in load.message
+    main(["check", str(path)])
+    out = capsys.readouterr().out
+    assert "[nan]" not in out and "provider_load [MatMul_2]" in out

@@ -118,6 +118,23 @@ def test_a_model_without_a_cache():
         require_decoder_io(model)
 
 
+def test_an_attention_block_with_the_ops_own_past_inputs_is_named_as_such():
+    # "no KV-cache inputs (its inputs are ['x', 'past_key', 'past_value'])" read as a
+    # contradiction: they are not named per layer, and a block has no tokens
+    g = helper.make_graph(
+        [helper.make_node("Concat", ["past_key", "x"], ["present_key"], axis=2),
+         helper.make_node("Concat", ["past_value", "x"], ["present_value"], axis=2)], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, "p", 4])
+         for n in ("x", "past_key", "past_value")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, "t", 4])
+         for n in ("present_key", "present_value")])
+    model = load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(CacheError, match=r"'past_key', 'past_value' are not named per layer") \
+            as e:
+        require_decoder_io(model)
+    assert "a single attention block" in e.value.fix
+
+
 @pytest.mark.parametrize("drop_past, drop_present, match", [
     ([], ["present.1.value"], r"no present output for 'past_key_values\.1\.value'"),
     (["past_key_values.0.key"], [], r"no past input for 'present\.0\.key'"),
