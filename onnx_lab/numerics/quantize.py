@@ -207,6 +207,8 @@ def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = Non
     exclude = _node_names(model, nodes_to_exclude, "nodes_to_exclude")
     _refuse_without_onnx_ops(model)
     model = _lifted(model)
+    model, kept = _standard_attention_kept(model)
+    exclude = list(dict.fromkeys([*exclude, *kept]))
     kw = {"weight_type": QuantType.QInt8, "nodes_to_exclude": exclude,
           "reduce_range": reduce_range_for(reduce_range)}
     if not _has_bodies(model):
@@ -221,6 +223,27 @@ def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = Non
                        "main graph is quantized, the bodies stay in float32", e.problem)
         out = _quantize(model, quantize_dynamic, **kw)
     return _something_quantized(out, "dynamic", model, excluded=bool(exclude))
+
+
+def _standard_attention_kept(model: LabModel) -> tuple[LabModel, list[str]]:
+    """(the model, the names of its ONNX-domain Attention nodes, opset 23): onnxruntime's
+    dynamic quantizer takes every op named Attention for com.microsoft's and writes a
+    QAttention that does not load ("every opset-23 transformer export refused"); they stay
+    in float32, their MatMuls around them quantized. Unnamed ones get their ids as names,
+    on a copy."""
+    found = [(nid, e.node) for nid, e in model.index.entries.items()
+             if e.node.op_type == "Attention" and e.node.domain in ("", "ai.onnx")]
+    if not found:
+        return model, []
+    if any(not n.name for _, n in found):
+        model = model.clone()
+        found = [(nid, model.index.entries[nid].node) for nid, _ in found]
+        for nid, node in found:
+            node.name = node.name or nid
+        model.invalidate()
+    logger.info("ONNX Attention kept in float32 by the dynamic quantizer: %s",
+                [n.name for _, n in found])
+    return model, [n.name for _, n in found]
 
 
 def _refuse_without_onnx_ops(model: LabModel) -> None:

@@ -73,3 +73,34 @@ def test_seeded_calibration_samples_are_not_the_judged_ones():
     judged = [make_feeds(lab.model, seed=s) for s in range(4)]
     for cal in calibration_samples(lab, n=8):
         assert not any(np.array_equal(cal[k], j[k]) for j in judged for k in j)
+
+
+def test_dynamic_int8_keeps_the_onnx_attention_op_in_float(tmp_path):
+    # onnxruntime's quantizer wrote a com.microsoft QAttention for the ONNX Attention op
+    # (opset 23), which did not load: every opset-23 transformer export was refused
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = {n: numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.3).astype(np.float32), n)
+         for n in ("wq", "wk", "wv", "wo")}
+    nodes = [helper.make_node("MatMul", ["x", f"w{p}"], [p]) for p in "qkv"]
+    nodes += [helper.make_node("Attention", ["q", "k", "v"], ["a"], q_num_heads=2,
+                               kv_num_heads=2),  # unnamed, as exports write some
+              helper.make_node("MatMul", ["a", "wo"], ["y"], name="out")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 8, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])],
+                          list(w.values()))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    m.ir_version = 10
+    lab = onnx_lab.open(m)
+    q = to_int8_dynamic(lab)
+    ops = q.nodes.op_type.value_counts()
+    assert ops.get("Attention") == 1 and ops.get("MatMulInteger", 0) >= 3
+    assert not any(n.name for n in lab.model.graph if n.op_type == "Attention")  # not renamed
+    q.save(tmp_path / "q.onnx")
+    sess = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
+    assert sess.run(None, {"x": rng.standard_normal((1, 8, 16)).astype(np.float32)})[0].shape \
+        == (1, 8, 16)
+    assert onnx_lab.compare(lab, q, progress=False).passed
