@@ -345,7 +345,7 @@ def _scope_path(name: str) -> tuple[str, ...]:
 def _inferred(node: ir.Node, node_id: str) -> list[Source]:
     """Module paths from the name scopes of the original nodes ``node`` stands for."""
     names = node_origin(node, node.name or node_id) if ORIGIN_KEY in node.metadata_props \
-        else [node.name or node_id]
+        else [_own_name(node) or node_id]
     out = []
     for n in names:
         if "/" not in n.strip("/"):
@@ -356,6 +356,18 @@ def _inferred(node: ir.Node, node_id: str) -> list[Source]:
         if src is not None and src not in out:
             out.append(src)
     return out
+
+
+def _own_name(node: ir.Node) -> str:
+    """The name whose scope a node's module is inferred from: its name, or the name of the
+    output it is named after (a float16 conversion's ``Q__fp16/Cast`` writes ``Q__fp16``: its
+    scope is the tensor's, none for a plain tensor name; the name's own first level made up a
+    module ``Q__fp16``)."""
+    name = node.name or ""
+    for v in node.outputs:
+        if v.name and name.startswith(v.name + "/") and "/" not in name[len(v.name) + 1:]:
+            return v.name
+    return name
 
 
 #: The root module, inferred from a name scope of one level ('/Mul').

@@ -465,3 +465,21 @@ def test_a_shared_constant_a_fusion_took_in_does_not_widen_its_module():
     assert fused.loc["node_matmul_2/MatMulScaleFusion/", "module"] == "layers.1"
     assert fused.loc["node_matmul/MatMulScaleFusion/", "module"] == "layers.0"
     assert "node_Constant_2" in lab.origins["node_matmul_2/MatMulScaleFusion/"]  # still traced
+
+
+def test_a_conversions_cast_takes_the_scope_of_the_tensor_it_is_named_after():
+    # to_fp16 names its Casts '<tensor>/Cast': the name's first level made up modules
+    # 'Q__fp16' and 'Y' on a model without scopes; a scoped tensor keeps its scope
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["Q", "W"], ["/model/l0/MatMul_output_0"],
+                          name="/model/l0/MatMul"),
+         helper.make_node("Relu", ["/model/l0/MatMul_output_0"], ["Y"], name="/model/l1/Relu")],
+        "g", [helper.make_tensor_value_info("Q", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(np.ones((4, 4), np.float32), "W")])
+    half = onnx_lab.to_fp16(onnx_lab.open(helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17)])))
+    mods = half.nodes.set_index("node_id")["module"]
+    casts = [n for n in mods.index if n.endswith("/Cast")]
+    assert casts and not any(str(mods[n]).endswith("__fp16") or mods[n] == "Y" for n in casts)
+    assert {m for m in mods.dropna()} <= {"model.l0", "model.l1"}, mods.to_dict()
