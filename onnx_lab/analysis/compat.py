@@ -113,6 +113,7 @@ def check_rows(model: Any, *, providers: str | Sequence[str] | None = None,
     rows: list[dict] = []
     rows += _checker(lm)
     rows += _value_shapes(lm, dims, shapes)
+    rows += _op_contracts(lm, dims, shapes)
     rows += _domains(lm)
     rows += _opsets(lm)
     rows += _dynamic(lm, dims)
@@ -374,6 +375,83 @@ def _value_shapes(lm: LabModel, dims: dict, shapes: dict) -> list[dict]:
                                  f"{v.name!r}: the output shape depends on values.",
                                  "Fold it to a constant (lab.apply('fold_constants') after "
                                  "lab.fix_dims) if it only depends on shapes."))
+    return rows
+
+
+def _op_contracts(lm: LabModel, dims: dict, shapes: dict) -> list[dict]:
+    """Shape contracts of opset-23 ops that ONNX shape inference does not check and
+    onnxruntime refuses at run time: RotaryEmbedding's cos/sin cache without position ids
+    is [batch, sequence, rotary/2] of its input's batch and sequence (torch 2.13's dynamo
+    export at opset 23 writes a batch of 1: it runs at batch 1 only), Attention's query
+    heads are a multiple of its key/value heads and its mask's last dim is the key/value
+    length, RMSNormalization's scale broadcasts to the normalized dims."""
+    given = {d for d in dynamic_dims(lm) if d != "?"} - set(dims)
+    placeholders = {d: 2 for d in given}
+    types = lm.types({**placeholders, **dims}, shapes)
+    at = (f" at the placeholder dims {', '.join(f'{d}=2' for d in sorted(given))} (give "
+          "dims= to check yours)") if given else ""
+    rows = []
+
+    def shape(v: ir.Value | None) -> tuple | None:
+        if v is None or not v.name:
+            return None
+        t = value_type(lm, v, types)
+        return tuple(t.shape) if t is not None and t.shape is not None else None
+
+    def ints(*ds: Any) -> bool:
+        return all(isinstance(d, int) for d in ds)
+
+    for nid, e in lm.index.entries.items():
+        n = e.node
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        why = None
+        if n.op_type == "RotaryEmbedding" and len(n.inputs) >= 3 and (
+                len(n.inputs) < 4 or n.inputs[3] is None or not n.inputs[3].name):
+            x, cos = shape(n.inputs[0]), shape(n.inputs[1])
+            if x is not None and cos is not None and len(cos) == 3 and len(x) in (3, 4):
+                seq = x[2] if len(x) == 4 else x[1]
+                if ints(x[0], cos[0]) and x[0] != cos[0]:
+                    why = (f"its cos/sin cache {n.inputs[1].name!r} has batch {cos[0]} while "
+                           f"its input has {x[0]}")
+                elif ints(seq, cos[1]) and seq != cos[1]:
+                    why = (f"its cos/sin cache {n.inputs[1].name!r} has sequence {cos[1]} "
+                           f"while its input has {seq}")
+        elif n.op_type == "Attention" and len(n.inputs) >= 3:
+            q, k = shape(n.inputs[0]), shape(n.inputs[1])
+            if q is not None and k is not None and len(q) == len(k) == 4:
+                qh, kh = q[1], k[1]
+            else:
+                qh = n.attributes.get_int("q_num_heads", 0)
+                kh = n.attributes.get_int("kv_num_heads", 0)
+            if ints(qh, kh) and qh and kh and qh % kh:
+                why = f"its {qh} query heads are not a multiple of its {kh} key/value heads"
+            mask = shape(n.inputs[3]) if len(n.inputs) > 3 else None
+            past = shape(n.inputs[4]) if len(n.inputs) > 4 else None
+            if why is None and mask and k is not None and len(k) in (3, 4):
+                kv = k[2] if len(k) == 4 else k[1]
+                total = kv + past[2] if past is not None and len(past) == 4 and \
+                    ints(kv, past[2]) else (kv if past is None else None)
+                if ints(mask[-1], total) and mask[-1] != total:
+                    why = (f"its mask {n.inputs[3].name!r} ends in {mask[-1]} while the "
+                           f"key/value length is {total}")
+        elif n.op_type == "RMSNormalization" and len(n.inputs) >= 2:
+            x, sc = shape(n.inputs[0]), shape(n.inputs[1])
+            axis = n.attributes.get_int("axis", -1)
+            if x is not None and sc is not None and x:
+                norm = x[axis % len(x):]
+                if len(sc) > len(norm) or any(
+                        ints(a, b) and a != 1 and a != b
+                        for a, b in zip(reversed(sc), reversed(norm))):
+                    why = (f"its scale {n.inputs[1].name!r} of shape {list(sc)} does not "
+                           f"broadcast to the normalized dims {list(norm)}")
+        if why:
+            rows.append(_row("warning" if given else "error", "op_contract", nid,
+                             f"{n.op_type} {nid!r}: {why}{at}: onnxruntime refuses it when "
+                             "it runs.",
+                             "Re-export with shapes that agree (torch's opset-23 RotaryEmbedding"
+                             ": a cos/sin cache per batch, or position ids), or fix the dims "
+                             "(lab.fix_dims) to the ones it runs at."))
     return rows
 
 

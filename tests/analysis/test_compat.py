@@ -427,3 +427,51 @@ def test_inputs_no_node_reads_are_a_warning_with_a_fix_that_works():
     m = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
                [_vi("x", [2]), _vi("z", [2])], [_vi("y", [2]), _vi("z", [2])])
     assert "unread_input" not in set(onnx_lab.open(m).check().code)
+
+
+def _op23(text: str):
+    return onnx.parser.parse_model('<ir_version: 10, opset_import: ["" : 23]>\n' + text)
+
+
+@pytest.mark.parametrize("text, dims, bad", [
+    # torch 2.13's opset-23 export: a cos/sin cache of batch 1 beside a dynamic batch
+    ("g (float[b,2,8,16] x, float[1,8,8] c, float[1,8,8] s) => (float[b,2,8,16] y) "
+     "{ y = RotaryEmbedding(x, c, s) }", {"b": 2}, "has batch 1 while its input has 2"),
+    ("g (float[b,2,8,16] x, float[1,8,8] c, float[1,8,8] s) => (float[b,2,8,16] y) "
+     "{ y = RotaryEmbedding(x, c, s) }", {"b": 1}, None),
+    ("g (float[1,4,8,16] q, float[1,3,8,16] k, float[1,3,8,16] v) => (float[1,4,8,16] y) "
+     "{ y = Attention(q, k, v) }", {}, "4 query heads are not a multiple of its 3"),
+    ("g (float[1,4,8,16] q, float[1,2,8,16] k, float[1,2,8,16] v, float[8,5] m) "
+     "=> (float[1,4,8,16] y) { y = Attention(q, k, v, m) }", {}, "ends in 5 while the "
+     "key/value length is 8"),
+    ("g (float[1,4,8,16] q, float[1,2,8,16] k, float[1,2,8,16] v, float[8,8] m) "
+     "=> (float[1,4,8,16] y) { y = Attention(q, k, v, m) }", {}, None),
+    ("g (float[2,16] x, float[8] g) => (float[2,16] y) { y = RMSNormalization<axis=1>(x, g) }",
+     {}, "of shape [8] does not broadcast to the normalized dims [16]"),
+    ("g (float[2,16] x, float[16] g) => (float[2,16] y) { y = RMSNormalization<axis=1>(x, g) }",
+     {}, None),
+])
+def test_op_contracts_inference_does_not_check(text, dims, bad):
+    # models whose shapes are all known and that onnxruntime refuses when they run: check()
+    # said nothing
+    import onnxruntime as ort
+
+    from onnx_lab.runtime.feeds import make_feeds
+
+    m = _op23(text)
+    lab = onnx_lab.open(m, dims=dims)
+    rows = lab.check(load=False)
+    found = rows[rows.code == "op_contract"]
+    if bad is None:
+        assert found.empty, found.message.tolist()
+    else:
+        assert len(found) == 1 and bad in found.message.iloc[0], rows.message.tolist()
+        assert found.severity.iloc[0] == "error"
+    # the truth: a fresh onnxruntime session at those dims
+    try:
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, make_feeds(lab))
+        ran = True
+    except Exception:  # noqa: BLE001 - any refusal
+        ran = False
+    assert ran == (bad is None)
