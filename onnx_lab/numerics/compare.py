@@ -930,9 +930,13 @@ def weight_only_preset(*models: LabModel | None) -> str | None:
     return "int4"
 
 
-def _weight_only(model: LabModel) -> list[list[np.ndarray | None]]:
-    """The stored inputs (packed weights, scales, zero points) of each weight-only op."""
-    return [[const_array(v, stored=True) if v is not None else None for v in e.node.inputs[1:]]
+def _weight_only(model: LabModel) -> list[list[Any]]:
+    """The attributes (bits, block size, ``accuracy_level``: 4 computes with int8
+    activations) and the stored inputs (packed weights, scales, zero points) of each
+    weight-only op."""
+    return [[repr(sorted((k, a.value) for k, a in e.node.attributes.items())),
+             *(const_array(v, stored=True) if v is not None else None
+               for v in e.node.inputs[1:])]
             for e in model.index.entries.values() if e.node.op_type in WEIGHT_ONLY_OPS]
 
 
@@ -943,7 +947,10 @@ def _same_arrays(a: list[list[Any]], b: list[list[Any]]) -> bool:
         if len(x) != len(y):
             return False
         for u, v in zip(x, y):
-            if (u is None) != (v is None) or (u is not None and (
+            if isinstance(u, str) or isinstance(v, str):
+                if u != v:
+                    return False
+            elif (u is None) != (v is None) or (u is not None and (
                     u.shape != v.shape or u.dtype != v.dtype or not np.array_equal(u, v))):
                 return False
     return True
@@ -992,7 +999,9 @@ def preset_scope(candidate: LabModel, preset: str | None) -> set[str] | None:
     error). None: every tensor (another preset)."""
     idx = candidate.index
     if preset in ("int4", "int8"):
-        ops = WEIGHT_ONLY_OPS if preset == "int4" else INT8_OPS
+        # (and the DequantizeLinear of quantized weights: a dynamic quantizer's embedding
+        # Gather of int8 weights, a blocked int4 weight, compute nothing else quantized)
+        ops = {*(WEIGHT_ONLY_OPS if preset == "int4" else INT8_OPS), "DequantizeLinear"}
 
         def cause(node: ir.Node) -> bool:
             return node.op_type in ops

@@ -254,7 +254,7 @@ class Comparison:
             # (a default preset judges what is computed through its cause, the rest by dtype)
             other = getattr(r, "preset", None)
             other = f" [judged by {other}]" if isinstance(other, str) and other != self.preset \
-                and self.preset != "by dtype" else ""
+                and self.preset != "by dtype" and other != "exact" else ""
             lines.append(f"  output {r.tensor}: max_abs={r.max_abs:.3g} cosine={r.cosine:.6f} "
                          f"{'ok' if r.passed else 'FAIL'}{other}"
                          + (f" ({r.note})" if r.note else ""))

@@ -21,6 +21,7 @@ import re
 import tempfile
 import threading
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
@@ -214,11 +215,13 @@ RANDOM_OPS = frozenset({"Dropout", "RandomNormal", "RandomUniform", "RandomNorma
 
 
 def seed_random_ops(proto: onnx.ModelProto) -> int:
-    """Give every random op of ``proto`` without a ``seed`` the seed 0 (in place): each run
-    of a session onnx_lab builds then draws the same numbers, and two versions holding the
-    same random op draw the same ones. A train-mode Dropout drew a new mask per run: a
-    model compared with a byte-identical copy failed ("computes differently"), and so did
-    the verification of any correct step on it. Returns the number of ops seeded."""
+    """Give every random op of ``proto`` without a ``seed`` a seed of its own (in place), from
+    the name of its first output: each run of a session onnx_lab builds then draws the same
+    numbers, and two versions holding the same random op (the same output name) draw the
+    same ones, while two random ops draw different ones (one seed for all let a tool that
+    merged two noises into one pass). A train-mode Dropout drew a new mask per run: a model
+    compared with a byte-identical copy failed ("computes differently"), and so did the
+    verification of any correct step on it. Returns the number of ops seeded."""
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     graphs = [proto.graph]
     count = 0
@@ -234,9 +237,10 @@ def seed_random_ops(proto: onnx.ModelProto) -> int:
                     (node.op_type == "Dropout" and opset < 12) or \
                     any(a.name == "seed" for a in node.attribute):
                 continue
-            # (Dropout's seed is an int, the others' a float)
+            # (Dropout's seed is an int, the others' a float: both exact below 2**24)
+            seed = zlib.crc32((node.output[0] if node.output else node.name).encode()) % (1 << 24)
             node.attribute.append(onnx.helper.make_attribute(
-                "seed", 0 if node.op_type == "Dropout" else 0.0))
+                "seed", seed if node.op_type == "Dropout" else float(seed)))
             count += 1
     return count
 

@@ -464,3 +464,46 @@ def test_a_concat_of_a_graph_input_rounded_to_fp16_is_blamed_on_that_rounding():
     assert div["node_id"] == "cat" and div["cause"] == "inputs", div
     assert "reads graph input 'past' through a Cast to float16" in div["message"]
     assert "no more than" not in div["message"]
+
+
+def test_a_dynamically_quantized_embedding_output_keeps_the_int8_rule():
+    # the quantizer writes Gather(uint8 table) -> DequantizeLinear: outside the scope of the
+    # activation quantizers, the embedding output was judged by float32's rule (42 dB failed)
+    rng = np.random.default_rng(0)
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["W", "ids"], ["emb"], name="gather"),
+         helper.make_node("MatMul", ["emb", "W2"], ["proj"], name="mm")], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [8])],
+        [_vi("emb", [8, 32]), _vi("proj", [8, 32])],
+        [numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "W"),
+         numpy_helper.from_array((rng.standard_normal((32, 32)) * 0.2).astype(np.float32),
+                                 "W2")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    ref = onnx_lab.open(m)
+    c = onnx_lab.compare(ref, onnx_lab.to_int8_dynamic(ref), progress=False)
+    assert c.passed, c.summary_text()
+    assert set(c.outputs["preset"]) == {"int8"}
+
+
+def test_two_int4_builds_of_other_accuracy_levels_keep_the_int4_rule():
+    # the same packed weights, accuracy_level 0 against 4 (int8 activations): judged as
+    # float, their 45 dB apart failed
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    rng = np.random.default_rng(0)
+    m = _model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+               [_vi("x", [4, 256])], [_vi("y", [4, 128])],
+               [numpy_helper.from_array((rng.standard_normal((256, 128)) * 0.1)
+                                        .astype(np.float32), "W")])
+
+    def build(level: int) -> onnx.ModelProto:
+        src = onnx.ModelProto()
+        src.CopyFrom(m)  # (the quantizer rewrites its model in place)
+        q = MatMulNBitsQuantizer(src, block_size=32, is_symmetric=True, accuracy_level=level)
+        q.process()
+        return q.model.model
+
+    c = onnx_lab.compare(build(0), build(4), progress=False)
+    assert c.preset == "int4" and c.passed, c.summary_text()
+    assert onnx_lab.compare(build(0), build(0), progress=False).preset == "by dtype"
