@@ -29,6 +29,7 @@ from onnx_lab.numerics.metrics import RULES, Rule
 from onnx_lab.numerics.precision import trials
 from onnx_lab.numerics.precision.plan import OUTPUT_COLUMNS, PrecisionPlan
 from onnx_lab.numerics.precision.ranking import (
+    below_selections,
     estimate,
     layerwise,
     overflows,
@@ -163,7 +164,8 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
         best, loads = (best, True) if s.stopped() else _loads_as_deployed(s, best, cands)
         t = s.clock("load check", t)
         confirmed = None if loads else False
-        if confirm and loads and not s.rows[0]["passed"] and not s.stopped():
+        if confirm and loads and not s.rows[0]["passed"] and not s.stopped() and \
+                not s.flips_when_optimized:  # (then the notes say why it is not confirmed)
             best, confirmed = _confirm(s, best)
         s.clock("confirm", t)
         bar.finish()
@@ -276,13 +278,16 @@ def _loads_as_deployed(s: Search, best: tuple[str, ...], cands: Sequence[str]
 
 
 def _confirm(s: Search, best: tuple[str, ...], tries: int = 4
-             ) -> tuple[tuple[str, ...], bool]:
+             ) -> tuple[tuple[str, ...], bool | None]:
     """The plan judged once more as a deployment runs it: both sides with onnxruntime's
     graph optimizations (fusions reorder float arithmetic; QDQ pairs become int8 kernels). A
     plan that only just passed without them can miss with them (BERT-base fp16, whose full
     conversion misses by 4%, is at the noise of the fusions). When it misses, the next
     smallest passing sets of the search are confirmed, ``tries`` in all; the first that holds
-    is the plan. Returns (plan, whether it held)."""
+    is the plan. Returns (plan, whether it held; None: it cannot be told, every output the
+    plan misses with them is below a selection that picks, whose near-ties the fusions flip:
+    the outputs alone cannot tell a plan's error from a flip, and a detector's plan was
+    "NOT with onnxruntime's optimizations" for its float32 ties)."""
     best = s.key(best)
     others = {}
     for r in s.rows:
@@ -295,6 +300,14 @@ def _confirm(s: Search, best: tuple[str, ...], tries: int = 4
             break
         if s.trial(key, "confirm", optimized=True)["passed"]:
             return key, True
+        missed = [n for n, m in s.last_outputs.items() if not m["passed"]]
+        if key == best and missed and set(missed) <= below_selections(s.model):
+            s.notes.append(
+                f"not confirmed with onnxruntime's optimizations: the outputs that miss there "
+                f"({', '.join(map(repr, missed))}) are below selections (TopK, NMS, ArgMax) "
+                "whose near-ties its fusions flip, and the outputs alone cannot tell a plan's "
+                "error from a flip")
+            return best, None
     return best, False
 
 

@@ -419,6 +419,12 @@ class Search:
     #: Whether the model holds a selection (TopK, NMS, ...: :mod:`~onnx_lab.numerics.
     #: selection`) whose near-tie flips a float16 trial's failing outputs are judged by.
     _selective: bool | None = None
+    #: The float32 model's own outputs change with onnxruntime's optimizations, below its
+    #: selections (a fused Conv+BatchNormalization flips a TopK's near-tie): the confirmation
+    #: with optimizations, judged by the outputs alone, cannot tell a plan's error from that.
+    flips_when_optimized: bool = False
+    #: The last trial's outputs, {name: metrics} (the confirmation reads which missed).
+    last_outputs: dict = field(default_factory=dict)
 
     def key(self, kept: Sequence[str]) -> tuple[str, ...]:
         """The sorted kept set of a trial: ``kept`` and the user's :attr:`forced` nodes."""
@@ -505,6 +511,7 @@ class Search:
             if self.bar.done + 1 >= self.bar.total:  # past the estimate: one more
                 self.bar.expect(2)
             self.bar.step(f"{phase}: {len(key)} kept, score {row['score']:.3g}")
+        self.last_outputs = per_out
         if optimized:
             return row
         self.outputs_of[key] = per_out
