@@ -498,7 +498,24 @@ def _untaken_branches(ref: LabModel | None, cand: LabModel, feed_list: list,
 
 
 def _graph_bytes(graph: ir.Graph) -> bytes:
-    return ir.serde.serialize_graph(graph).SerializeToString(deterministic=True)
+    """A branch's computation as bytes: its nodes without their names, metadata and docs
+    (every onnx_lab step stamps its provenance on each node: an untouched branch was said to
+    differ from the reference's)."""
+    proto = ir.serde.serialize_graph(graph)
+    todo = [proto]
+    while todo:
+        g = todo.pop()
+        g.ClearField("name")
+        g.ClearField("doc_string")
+        for n in g.node:
+            n.ClearField("name")
+            n.ClearField("doc_string")
+            del n.metadata_props[:]
+            for a in n.attribute:
+                if a.type == a.GRAPH:
+                    todo.append(a.g)
+                todo.extend(a.graphs)
+    return proto.SerializeToString(deterministic=True)
 
 
 def _check_args(atol: Any, rtol: Any, preset: str | None, max_bytes: Any) -> None:

@@ -119,3 +119,33 @@ def test_a_loop_that_ran_zero_times_is_named_in_compare_and_in_a_step():
     lab.undo()
     r = lab.scale_initializer("k", -3.5, verify={"feeds": big})
     assert r.verification.attrs["unexercised"] == [] and r.outputs_changed is True
+
+
+def test_a_step_that_left_the_branch_alone_is_not_said_to_differ_there():
+    # every onnx_lab step stamps its provenance on the nodes it walks: a branch no sample ran
+    # was "differs from the reference's" after any step (retina, frcnn and mrcnn after safe,
+    # whose batched NMS branch is one empty Constant)
+    then = helper.make_graph(
+        [helper.make_node("Constant", [], ["e"], name="c_then",
+                          value=helper.make_tensor("v", TensorProto.INT64, [0], []))],
+        "then", [], [helper.make_tensor_value_info("e", TensorProto.INT64, [None])])
+    other = helper.make_graph(
+        [helper.make_node("ArgMax", ["x"], ["am"], name="am", keepdims=1)], "else", [],
+        [helper.make_tensor_value_info("am", TensorProto.INT64, [None])])
+    g = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["s"], name="rs", keepdims=0),
+         helper.make_node("Greater", ["s", "limit"], ["cond"], name="gt"),
+         helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then,
+                          else_branch=other),
+         helper.make_node("Identity", ["x"], ["xi"], name="idn"),
+         helper.make_node("Relu", ["xi"], ["z"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [None]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.array(1e9, np.float32), "limit")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    lab = onnx_lab.open(m)
+    lab.apply_preset("safe")
+    assert len(lab.history) > 1
+    c = onnx_lab.compare(m, lab, progress=False)
+    assert c.passed and c.unexercised == [], c.unexercised
