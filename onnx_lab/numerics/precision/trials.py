@@ -467,6 +467,7 @@ class Search:
         memory of passing and failing sets)."""
         key = self.key(kept)
         t0 = time.perf_counter()
+        self.last_outputs = {}  # (a trial that does not run measures none)
         if optimized and self.ref_optimized is None:
             self.ref_optimized = run_outputs(self.model, self.feed_list, self.out_names,
                                               opt_level="all", clock=self, original=True)
