@@ -32,6 +32,7 @@ from onnx_lab.runtime.capture import run as capture_run
 from onnx_lab.runtime.session import (
     bounded_run,
     resolve_providers,
+    seed_random_ops,
     weight_array,
     weightless_proto,
 )
@@ -64,6 +65,7 @@ def _build(model: LabModel) -> tuple[onnx.ModelProto, list[str], list[Any], str 
     # onnxruntime's shape inference reads small constants (Reshape targets) from the graph
     # itself, before inputs have values: they stay inline.
     proto, names, values, folder = weightless_proto(model, _INLINE_BYTES, array=_array)
+    seed_random_ops(proto)
     # The placeholders become graph inputs of their dtype and shape (an initializer that is
     # already an input, as IR < 4 allows, keeps its entry).
     fed = set(names)

@@ -204,7 +204,6 @@ def weightless_proto(model: LabModel, inline_bytes: int,
         finally:
             for v, t in swapped:
                 v.const_value = t
-    seed_random_ops(proto)
     return proto, names, values, next(iter(folders), None)
 
 
@@ -250,6 +249,7 @@ def _light_graph(model: LabModel) -> tuple[onnx.ModelProto, list[str], str | Non
     arrays (a few MB for BERT-base)."""
     def build() -> tuple[onnx.ModelProto, list[str], str | None]:
         proto, names, _none, folder = weightless_proto(model, _INLINE_BYTES, array=None)
+        seed_random_ops(proto)  # (for sessions only: the precision plan's base is the model's)
         return proto, names, folder
 
     return model.cached(("runtime", "light_graph"), build)

@@ -71,3 +71,20 @@ def test_two_random_ops_merged_into_one_still_fail():
 
     assert onnx_lab.compare(noisy(False), noisy(False), progress=False).passed
     assert not onnx_lab.compare(noisy(False), noisy(True), progress=False).passed
+
+
+def test_the_seeds_stay_in_the_sessions_a_plan_or_a_saved_model_has_none(tmp_path):
+    # the seeds were written where the precision plan's base graph is made: a plan of a
+    # train-mode model would have saved them
+    m = onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 17]>
+g (float[4,8] x) => (float[4,8] y) {
+  w = Constant<value=float[8,8] {1,0,0,0,0,0,0,0, 0,1,0,0,0,0,0,0, 0,0,1,0,0,0,0,0,
+      0,0,0,1,0,0,0,0, 0,0,0,0,1,0,0,0, 0,0,0,0,0,1,0,0, 0,0,0,0,0,0,1,0, 0,0,0,0,0,0,0,1}>()
+  h = MatMul(x, w)
+  n = RandomNormalLike(h)
+  y = Add(h, n) }''')
+    lab = onnx_lab.open(m)
+    plan = lab.find_precision("fp16", progress=False)
+    lab.save(tmp_path / "plan.onnx")
+    for proto in (plan.model.to_proto(), onnx.load(str(tmp_path / "plan.onnx"))):
+        assert not any(a.name == "seed" for n in proto.graph.node for a in n.attribute)
