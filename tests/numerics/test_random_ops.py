@@ -13,7 +13,7 @@ import onnxruntime as ort
 
 import onnx_lab
 
-_TRAIN_DROPOUT = '''<ir_version: 8, opset_import: ["" : 17]> g (float[4,8] x) => (float[4,8] y) {
+_TRAIN_DROPOUT = '''<ir_version: 8, opset_import: ["" : 17]> g (float[64,64] x) => (float[64,64] y) {
   i = Identity(x)
   ratio = Constant<value=float {0.1}>()
   tm = Constant<value=bool {1}>()
@@ -30,7 +30,7 @@ def _train_dropout(tmp_path, scale: float | None = None) -> str:
 
 
 def test_a_train_mode_dropout_compares_equal_to_its_copy(tmp_path):
-    x = {"x": np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)}
+    x = {"x": np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)}
     src = _train_dropout(tmp_path)
     copy = tmp_path / "copy.onnx"
     shutil.copy(src, copy)
