@@ -67,6 +67,7 @@ from onnx_lab.numerics.metrics import (
 from onnx_lab.numerics.selection import (
     Selections,
     Sides,
+    downstream,
     fetch,
     flipped,
     judge_selections,
@@ -469,8 +470,14 @@ def _untaken_branches(ref: LabModel | None, cand: LabModel, feed_list: list,
     conds = sorted(set(todo.values()) | {n for ns in loops.values() for n in ns if n})
     seen: dict[str, list[Any]] = {c: [] for c in conds}
     try:
-        fetched = [fetch(cand, f, conds, lambda ns, f=f: _run(
-            _session(cand, ns, providers, "candidate"), f, ns, "candidate")) for f in feed_list]
+        sess: dict[tuple[str, ...], Any] = {}  # one session for every sample
+
+        def go(ns: list[str], f: dict) -> dict[str, Any]:
+            if tuple(ns) not in sess:
+                sess[tuple(ns)] = _session(cand, ns, providers, "candidate")
+            return _run(sess[tuple(ns)], f, ns, "candidate")
+
+        fetched = [fetch(cand, f, conds, lambda ns, f=f: go(ns, f)) for f in feed_list]
     except LabError as e:  # the conditions cannot be read: nothing to say either way
         logger.debug("If and Loop conditions not read (%s)", e)
         return []
@@ -1037,31 +1044,13 @@ def preset_scope(candidate: LabModel, preset: str | None) -> set[str] | None:
                 typed(v) and v.const_value is not None for v in node.inputs)
     else:
         return None
-    readers: dict[str, list[str]] = {}
-    todo = []
-    for nid in idx.topo_order(""):
-        e = idx.entries[nid]
-        for name in {*(v.name for v in e.node.inputs if v is not None and v.name),
-                     *e.implicit_inputs}:
-            readers.setdefault(name, []).append(nid)
-        if cause(e.node) or any(cause(n) for attr in e.node.attributes.values()
-                                if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
-                                for g in (attr.value if attr.type == ir.AttributeType.GRAPHS
-                                          else [attr.value])
-                                for n in ir.traversal.RecursiveGraphIterator(g)):
-            todo.append(nid)
-    seen: set[str] = set()
-    out: set[str] = set()
-    while todo:
-        nid = todo.pop()
-        if nid in seen:
-            continue
-        seen.add(nid)
-        for v in idx.entries[nid].node.outputs:
-            if v.name:
-                out.add(v.name)
-                todo += readers.get(v.name, [])
-    return out
+    return downstream(candidate, [
+        nid for nid in idx.topo_order("")
+        if cause(idx.entries[nid].node) or any(
+            cause(n) for attr in idx.entries[nid].node.attributes.values()
+            if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+            for g in (attr.value if attr.type == ir.AttributeType.GRAPHS else [attr.value])
+            for n in ir.traversal.RecursiveGraphIterator(g))])
 
 
 def _computing_preset(model: LabModel) -> str | None:

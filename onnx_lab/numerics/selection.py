@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +75,8 @@ from onnx_lab.numerics.metrics import Rule, judge
 
 __all__ = ["SELECTION_OPS", "SelectionOp", "Tie", "Flip", "Sides", "Selections",
            "judge_selections", "selection_nodes", "run_cut", "flip_reason", "fetch", "flipped",
-           "selection_tensors", "scale_along"]
+           "selection_tensors", "scale_along", "PICKING_OPS", "picking_nodes", "downstream",
+           "paired_values"]
 
 logger = logging.getLogger(__name__)
 
@@ -397,6 +398,9 @@ class SelectionOp:
 
 _COMPARISON = SelectionOp((0,), (), (0, 1), _comparison, "mask elements")
 
+#: Selections that pick elements (their near-ties flip a float16 computation's picks).
+PICKING_OPS = frozenset({"TopK", "ArgMax", "ArgMin", "NonMaxSuppression", "NonZero"})
+
 #: The one table of selection ops (standard domain); a new one is a row and its check.
 SELECTION_OPS: dict[str, SelectionOp] = {
     "TopK": SelectionOp((1,), (1,), (0,), _topk),
@@ -415,14 +419,27 @@ def _selects(node: ir.Node) -> bool:
     return node.op_type in SELECTION_OPS and node.domain in _STANDARD
 
 
-def _branching(node: ir.Node) -> bool:
-    """Whether ``node`` is an If with a selection in a branch (at any depth): judged by its
-    taken branch (:func:`_judge_branch`)."""
+def _picks(node: ir.Node) -> bool:
+    return node.op_type in PICKING_OPS and node.domain in _STANDARD
+
+
+def _branching(node: ir.Node, holds: Callable[[ir.Node], bool] = _selects) -> bool:
+    """Whether ``node`` is an If with a selection (``holds``) in a branch, at any depth:
+    judged by its taken branch (:func:`_judge_branch`)."""
     if node.op_type != "If" or node.domain not in _STANDARD:
         return False
-    return any(_selects(n) for attr in ("then_branch", "else_branch")
+    return any(holds(n) for attr in ("then_branch", "else_branch")
                if (a := node.attributes.get(attr)) is not None and a.type == ir.AttributeType.GRAPH
                for n in ir.traversal.RecursiveGraphIterator(a.value))
+
+
+def picking_nodes(model: LabModel) -> list[str]:
+    """The main-graph selections that pick elements (:data:`PICKING_OPS`), and the Ifs with
+    one in a branch, topological order: a merged decoder's If, which holds only the
+    comparisons of its masks, is none."""
+    idx = model.index
+    return [nid for nid in idx.topo_order("")
+            if _picks(idx.entries[nid].node) or _branching(idx.entries[nid].node, _picks)]
 
 
 def selection_nodes(model: LabModel) -> list[str]:
@@ -1294,7 +1311,7 @@ def _branch_flip(sides: Sides, node: ir.Node, ref: ir.Node, branch: str, c_names
     comparison of its own (:func:`judge_selections`): the flip inside that explains every
     output that differs, or why none does."""
     models: dict[str, LabModel] = {}
-    runs: list[tuple[dict, dict]] = []  # per sample: what each side's branch gave
+    runs: list[tuple[dict, dict]] = []  # per sample: each side's branch's feeds
     for r, c in group:
         c_in = _outer_feeds(sides.model, c_names, c)
         r_in = _outer_feeds(sides.ref_model, r_names, r, r_key.get)
@@ -1307,7 +1324,7 @@ def _branch_flip(sides: Sides, node: ir.Node, ref: ir.Node, branch: str, c_names
                 models["r"] = _branch_model(sides.ref_model, ref, branch, *r_in)
             except (ValueError, KeyError, TypeError) as e:
                 return f"its {branch} cannot be run on its own ({e})"
-        runs.append(({"feeds": r_in[0]}, {"feeds": c_in[0]}))
+        runs.append((r_in[0], c_in[0]))
     cm, rm = models["c"], models["r"]
     c_outs = [v.name for v in cm.graph.outputs]
     r_outs = [v.name for v in rm.graph.outputs]
@@ -1320,23 +1337,8 @@ def _branch_flip(sides: Sides, node: ir.Node, ref: ir.Node, branch: str, c_names
         if n not in pair and n in r_defined:
             pair[n] = n
     through_float_casts(cm, pair)
-    held: list[tuple[dict[str, Any], dict[str, Any]]] = [({}, {}) for _ in runs]
-
-    def side(model: LabModel, feeds: dict, have: dict, names: list[str]) -> dict[str, Any]:
-        missing = [n for n in dict.fromkeys(names) if n not in have]
-        if missing:
-            have.update(fetch(model, feeds, missing,
-                              lambda ns: _run_part(model, feeds, ns, sides.providers)))
-        return {n: have[n] for n in names if n in have}
-
-    def values(names: list[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        out = []
-        for (r_run, c_run), (r_have, c_have) in zip(runs, held):
-            wanted = {n: pair[n] for n in names if n in pair}
-            cv = side(cm, c_run["feeds"], c_have, list(names))
-            rv = side(rm, r_run["feeds"], r_have, list(dict.fromkeys(wanted.values())))
-            out.append(({n: rv[m] for n, m in wanted.items() if m in rv}, cv))
-        return out
+    values = paired_values(cm, rm, pair, runs,
+                           lambda m, f, ns: _run_part(m, f, ns, sides.providers))
 
     try:
         got = values(c_outs)
@@ -1367,6 +1369,55 @@ def _branch_flip(sides: Sides, node: ir.Node, ref: ir.Node, branch: str, c_names
                 sum(f.total for f in sel.flips), max(f.gap for f in sel.flips),
                 max(f.allowed for f in sel.flips), best.inputs_max_abs, best.picks,
                 inside=best.inside)
+
+
+def paired_values(cand: LabModel, ref: LabModel, ref_of: Mapping[str, str],
+                  feeds: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]],
+                  run: Callable[[LabModel, Mapping[str, Any], list[str]], Mapping[str, Any]]
+                  ) -> Callable[[list[str]], list[tuple[dict[str, Any], dict[str, Any]]]]:
+    """A :class:`Sides` ``values``: per sample, given as (the reference's feeds, the
+    candidate's), each side's values of the names asked, the reference's found by ``ref_of``
+    and keyed by the candidate's names; what a side gave is held, and asked again it is not
+    run again (``run(model, feeds, names)`` runs one side, :func:`fetch` the rest)."""
+    held: list[tuple[dict[str, Any], dict[str, Any]]] = [({}, {}) for _ in feeds]
+
+    def side(model: LabModel, f: Mapping[str, Any], have: dict[str, Any],
+             names: list[str]) -> dict[str, Any]:
+        missing = [n for n in dict.fromkeys(names) if n not in have]
+        if missing:
+            have.update(fetch(model, f, missing, lambda ns: run(model, f, ns)))
+        return {n: have[n] for n in names if n in have}
+
+    def values(names: list[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        out = []
+        for (r_feeds, c_feeds), (r_have, c_have) in zip(feeds, held):
+            wanted = {n: ref_of[n] for n in names if n in ref_of}
+            cv = side(cand, c_feeds, c_have, list(names))
+            rv = side(ref, r_feeds, r_have, list(dict.fromkeys(wanted.values())))
+            out.append(({n: rv[m] for n, m in wanted.items() if m in rv}, cv))
+        return out
+
+    return values
+
+
+def downstream(model: LabModel, nids: Iterable[str]) -> set[str]:
+    """The main-graph tensors ``nids`` give and every tensor computed from them (a body's
+    owner counting for its body's reads)."""
+    idx = model.index
+    readers = _readers(model)
+    todo = list(nids)
+    seen: set[str] = set()
+    out: set[str] = set()
+    while todo:
+        nid = todo.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        for v in idx.entries[nid].node.outputs:
+            if v.name:
+                out.add(v.name)
+                todo += readers.get(v.name, [])
+    return out
 
 
 def _run_part(model: LabModel, feeds: Mapping[str, Any], outputs: Sequence[str],

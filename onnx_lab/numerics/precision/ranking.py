@@ -40,7 +40,7 @@ from onnx_lab.numerics.precision.trials import (
     start_search,
 )
 from onnx_lab.numerics.quantize import Calibration
-from onnx_lab.numerics.selection import selection_nodes
+from onnx_lab.numerics.selection import downstream, picking_nodes
 from onnx_lab.runtime.capture import capturable_tensors, estimate_bytes, plan_chunks
 
 __all__ = ["sensitivity", "SENSITIVITY_COLUMNS", "layerwise", "estimate", "rank",
@@ -422,35 +422,7 @@ def below_selections(model: LabModel) -> set[str]:
     """Main-graph tensors downstream of a selection that picks elements (a TopK, an NMS,
     an ArgMax, a NonZero; an If holding one): a merged decoder's If, which holds only the
     comparisons of its masks, is none (everything it computes is below it)."""
-    idx = model.index
-
-    def picks(nid: str) -> bool:
-        node = idx.entries[nid].node
-        if node.op_type != "If":
-            return node.op_type in trials._PICKS
-        return any(n.op_type in trials._PICKS and n.domain in ("", "ai.onnx")
-                   for a in node.attributes.values() if a.type == ir.AttributeType.GRAPH
-                   for n in ir.traversal.RecursiveGraphIterator(a.value))
-
-    readers: dict[str, list[str]] = {}
-    for nid in idx.topo_order(""):
-        e = idx.entries[nid]
-        for name in {*(v.name for v in e.node.inputs if v is not None and v.name),
-                     *e.implicit_inputs}:
-            readers.setdefault(name, []).append(nid)
-    todo = [nid for nid in selection_nodes(model) if picks(nid)]
-    seen: set[str] = set()
-    out: set[str] = set()
-    while todo:
-        nid = todo.pop()
-        if nid in seen:
-            continue
-        seen.add(nid)
-        for v in idx.entries[nid].node.outputs:
-            if v.name:
-                out.add(v.name)
-                todo += readers.get(v.name, [])
-    return out
+    return downstream(model, picking_nodes(model))
 
 
 def overflows(s: Search, stats: dict[str, dict], cands: list[str]) -> None:

@@ -64,7 +64,13 @@ from onnx_lab.numerics.quantize import (
     _quantize_with,
     calibrate_int8,
 )
-from onnx_lab.numerics.selection import Sides, fetch, judge_selections, selection_nodes
+from onnx_lab.numerics.selection import (
+    PICKING_OPS,
+    Sides,
+    judge_selections,
+    paired_values,
+    selection_nodes,
+)
 from onnx_lab.runtime._runner import run as run_model
 from onnx_lab.runtime.feeds import as_feed_list, cache_length_feeds, past_length
 from onnx_lab.runtime.session import (
@@ -372,10 +378,6 @@ def _run_feeds(sess, feed_list: list[dict], names: list[str], converted: str | N
     return out
 
 
-#: Selections that pick elements (their near-ties flip a float16 trial's picks).
-_PICKS = frozenset({"TopK", "ArgMax", "ArgMin", "NonMaxSuppression", "NonZero"})
-
-
 @dataclass
 class Search:
     """State shared by the trials of one search."""
@@ -546,7 +548,7 @@ class Search:
             # picking ops only: a merged decoder's If holds the comparisons of its masks, and
             # judging every failing trial would run both of its branches again
             self._selective = bool(selection_nodes(self.model)) and any(
-                n.op_type in _PICKS and n.domain in ("", "ai.onnx")
+                n.op_type in PICKING_OPS and n.domain in ("", "ai.onnx")
                 for g in self.model.ir.graphs() for n in g)
         if not self._selective:
             return None
@@ -555,22 +557,8 @@ class Search:
         ref_of = {n: n for n in [*model.index.values, *model.graph.initializers]
                   if n in ref_names}
         through_float_casts(model, ref_of)
-        held: list[tuple[dict, dict]] = [({}, {}) for _ in self.feed_list]
-
-        def side(m: LabModel, feeds: dict, have: dict, names: list[str]) -> dict:
-            missing = [n for n in dict.fromkeys(names) if n not in have]
-            if missing:
-                have.update(fetch(m, feeds, missing, lambda ns: run_model(m, feeds, ns)))
-            return {n: have[n] for n in names if n in have}
-
-        def values(names: list[str]) -> list[tuple[dict, dict]]:
-            out = []
-            for f, (r_have, c_have) in zip(self.feed_list, held):
-                wanted = {n: ref_of[n] for n in names if n in ref_of}
-                cv = side(model, f, c_have, list(names))
-                rv = side(ref, f, r_have, list(dict.fromkeys(wanted.values())))
-                out.append(({n: rv[m] for n, m in wanted.items() if m in rv}, cv))
-            return out
+        values = paired_values(model, ref, ref_of, [(f, f) for f in self.feed_list],
+                               lambda m, f, ns: run_model(m, f, ns))
 
         def rule(dtype: str, output: bool = False) -> Rule:
             name, r = rule_for(dtype, output=output, preset=self.target)
