@@ -590,3 +590,18 @@ def bert_block_with_nan_guard():
     for k, n in enumerate(guard):
         g.node.insert(at + k, n)
     return m
+
+
+def tensor_scatter_model() -> onnx.ModelProto:
+    """Opset 24's KV-cache update alone: TensorScatter(past [2, 8, 4], new [2, 1, 4], write
+    indices [2]) -> cache, along axis 1 (a data move; OpenVINO 2026.4 has no conversion)."""
+    g = helper.make_graph(
+        [helper.make_node("TensorScatter", ["past", "new", "idx"], ["cache"], axis=1,
+                          name="ts")], "g",
+        [helper.make_tensor_value_info("past", TensorProto.FLOAT, [2, 8, 4]),
+         helper.make_tensor_value_info("new", TensorProto.FLOAT, [2, 1, 4]),
+         helper.make_tensor_value_info("idx", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("cache", TensorProto.FLOAT, [2, 8, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)])
+    m.ir_version = 10
+    return m

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import onnx
 import pytest
+from models import tensor_scatter_model
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_lab
@@ -397,13 +398,6 @@ def test_loop_trip_count_from_a_constant_node():
 
 def test_tensor_scatter_is_a_data_move():
     # opset 24's KV-cache update was an unknown op: flops NaN for a whole decoder
-    m = helper.make_model(helper.make_graph(
-        [helper.make_node("TensorScatter", ["past", "new", "idx"], ["cache"], axis=1,
-                          name="ts")], "g",
-        [helper.make_tensor_value_info("past", TensorProto.FLOAT, [2, 8, 4]),
-         helper.make_tensor_value_info("new", TensorProto.FLOAT, [2, 1, 4]),
-         helper.make_tensor_value_info("idx", TensorProto.INT64, [2])],
-        [helper.make_tensor_value_info("cache", TensorProto.FLOAT, [2, 8, 4])]),
-        opset_imports=[helper.make_opsetid("", 24)])
+    m = tensor_scatter_model()
     c = cost(onnx_lab.open(m))
     assert c.total["unknown_nodes"] == 0 and c.total["flops"] == 0.0

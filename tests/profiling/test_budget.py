@@ -7,6 +7,7 @@ import threading
 import numpy as np
 import onnx
 import pytest
+from models import tensor_scatter_model
 from onnx import TensorProto, helper
 
 import onnx_lab
@@ -316,15 +317,7 @@ def test_the_cpu_row_of_compare_backends_is_measured():
 def test_a_model_openvino_cannot_convert_is_compared_without_it_and_says_why():
     # an opset-24 TensorScatter: "Exception from src/inference/src/cpp/core.cpp:84:" and advice
     # about com.microsoft ops, and the default comparison aborted
-    m = helper.make_model(helper.make_graph(
-        [helper.make_node("TensorScatter", ["past", "new", "idx"], ["cache"], axis=1,
-                          name="ts")], "g",
-        [helper.make_tensor_value_info("past", TensorProto.FLOAT, [2, 8, 4]),
-         helper.make_tensor_value_info("new", TensorProto.FLOAT, [2, 1, 4]),
-         helper.make_tensor_value_info("idx", TensorProto.INT64, [2])],
-        [helper.make_tensor_value_info("cache", TensorProto.FLOAT, [2, 8, 4])]),
-        opset_imports=[helper.make_opsetid("", 24)])
-    m.ir_version = 10
+    m = tensor_scatter_model()
     lab = onnx_lab.open(m)
     r = lab.compare_backends(budget_s=1.0, progress=False)
     assert list(r.table.backend) == ["CPUExecutionProvider"]
