@@ -27,7 +27,13 @@ from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.derived import derived_dims, length_sums
 from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import _skeleton_graph, dynamic_dims, guard_label_encoders, value_type
+from onnx_lab.core.shapes import (
+    _skeleton_graph,
+    dynamic_dims,
+    guard_label_encoders,
+    shape_tuple,
+    value_type,
+)
 from onnx_lab.core.source import resolve
 from onnx_lab.core.units import format_bytes
 from onnx_lab.core.values import is_constant
@@ -90,7 +96,8 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
         external_data, external_data_missing, low_precision, proto_size,
         model_local_function, runtime_constants, onnxruntime_op (a default-domain op ONNX
         does not define and onnxruntime registers: a warning, onnxruntime only),
-        stale_value_info (an intermediate's declared shape differs from the inferred one),
+        stale_value_info (an intermediate's declared shape differs from the inferred one, or
+        fixes a dim the inputs leave free),
         kv_cache_pairing (a decoder's past_key_values.* inputs and present.* outputs cannot
         be paired: a generation loop cannot feed its cache back).
 
@@ -117,6 +124,7 @@ def check_rows(model: Any, *, providers: str | Sequence[str] | None = None,
     rows += _domains(lm)
     rows += _opsets(lm)
     rows += _dynamic(lm, dims)
+    rows += _declared_fixed(lm)
     rows += _kv_cache(lm)
     rows += _initializer_inputs(lm)
     rows += _unread_inputs(lm)
@@ -523,6 +531,52 @@ def _opsets(lm: LabModel) -> list[dict]:
                              f"Convert it down: lab.convert_opset({top}), or upgrade "
                              "onnxruntime."))
     return rows
+
+
+def _declared_fixed(lm: LabModel) -> list[dict]:
+    """Intermediates and outputs whose declared shape (value_info) fixes a dim that the
+    inputs leave free: the inference from the inputs and weights alone gives a symbol of
+    the model's own (``batch``) where the file says a number. onnxruntime's optimizer
+    trusts the declaration (a Shape of it becomes a constant), so the model fails at other
+    sizes; with its optimizations off it runs."""
+    types = lm.types(declared=False)
+    if types is lm.types():
+        return []  # nothing declared that inference might not give
+    symbols = {d for v in lm.ir.graph.inputs for d in shape_tuple(v.shape) or ()
+               if isinstance(d, str)}
+    found: list[tuple[str, tuple, tuple]] = []
+    for g in lm.index.graphs.values():
+        for node in g:
+            for v in node.outputs:
+                said = shape_tuple(v.shape) if v.const_value is None else None
+                if not v.name or said is None or not any(isinstance(d, int) for d in said):
+                    continue
+                info = value_type(lm, v, types)
+                free = info.shape if info is not None else None
+                if free is None or len(free) != len(said):
+                    continue
+                if any(isinstance(a, int) and isinstance(b, str) and b in symbols
+                       for a, b in zip(said, free)):
+                    found.append((v.name, said, free))
+    if not found:
+        return []
+    name, said, free = found[0]
+    shown = ", ".join(repr(n) for n, _, _ in found[:5]) + (" ..." if len(found) > 5 else "")
+    return [_row("warning", "stale_value_info", None,
+                 f"The declared shape (value_info) of {len(found)} tensor(s) fixes dims the "
+                 f"model's inputs leave free ({shown}): {name!r} is declared "
+                 f"{_shape_text(said)}, the inputs give {_shape_text(free)}. onnxruntime's "
+                 "optimizer folds declared shapes in (a Shape of such a tensor becomes a "
+                 "constant), so at other sizes the model fails or computes other shapes "
+                 "(not with graph_optimization_level ORT_DISABLE_ALL); onnx_lab's passes use "
+                 "only the shapes the inputs give.",
+                 "Re-export, or drop the stale value_info before saving (onnx: "
+                 "del model.graph.value_info[:]; onnx.shape_inference.infer_shapes "
+                 "writes it again from the inputs).")]
+
+
+def _shape_text(shape: tuple) -> str:
+    return "[" + ", ".join(repr(d) if isinstance(d, str) else str(d) for d in shape) + "]"
 
 
 def _dynamic(lm: LabModel, dims: Mapping[str, int] | None = None) -> list[dict]:

@@ -124,7 +124,8 @@ class LabModel:
             self._types.setdefault(key, types)
 
     def types(self, dims: Mapping[str, int] | None = None,
-              shapes: Mapping[str, Sequence[int]] | None = None) -> TypeTable:
+              shapes: Mapping[str, Sequence[int]] | None = None, *,
+              declared: bool = True) -> TypeTable:
         """dtype and shape of every value, after ONNX shape inference (cached per dims/shapes).
 
         A :class:`~onnx_lab.core.shapes.TypeTable`: ``types[name]``, and ``types.at(name,
@@ -133,14 +134,43 @@ class LabModel:
         Shape inference never raises here: when it fails, declared types are used. Dims the
         model determines (:mod:`onnx_lab.core.derived`: a head size, a total length) fill in
         those ``dims`` does not give.
+
+        ``declared=False``: only what the inputs and weights fix, without the shapes the file
+        declares for intermediates and outputs (value_info may be stale: written at batch 1
+        into a model whose input says ``batch``). What a rewrite that bakes a shape in reads.
         """
         dims = with_derived(self, dims)
         key = (tuple(sorted((dims or {}).items())),
                tuple(sorted((k, tuple(v)) for k, v in (shapes or {}).items())))
+        if not declared:
+            if not self.cached(("declares_shapes",), self._declares_shapes):
+                return self.types(dims, shapes)
+            key = (*key, "inferred")
         if key not in self._types:
             with paused():
-                self._types[key] = infer_types(self, dims=dims, shapes=shapes)
+                self._types[key] = infer_types(self, dims=dims, shapes=shapes,
+                                               declared=declared)
         return self._types[key]
+
+    def _declares_shapes(self) -> bool:
+        """Whether some intermediate or graph output (bodies included) declares a shape
+        with a concrete dim that inference might not give: else :meth:`types` without the
+        declarations is the same (a model whose inputs are all concrete and that has no
+        bodies gets every dim from inference; a declaration that contradicts it fails it)."""
+        graph = self.ir.graph
+        if len(self.index.graphs) == 1 and all(
+                v.shape is not None and all(isinstance(d, int) for d in v.shape)
+                for v in graph.inputs if v.name not in graph.initializers):
+            return False
+        for g in self.index.graphs.values():
+            inputs = set(g.inputs)
+            values = [v for n in g for v in n.outputs] + \
+                [v for v in g.outputs if v not in inputs]
+            for v in values:
+                if v.const_value is None and v.shape is not None \
+                        and any(isinstance(d, int) for d in v.shape):
+                    return True
+        return False
 
     # -- copies and serialization ---------------------------------------------------------
     def clone(self) -> LabModel:

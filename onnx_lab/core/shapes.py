@@ -378,10 +378,13 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
                     order: Sequence[ir.Node] | None = None,
                     folded: Mapping[tuple[str, str], np.ndarray] | None = None,
                     bodies: Mapping[tuple[str, str, str], str] | None = None,
-                    sources: Sequence[onnx.NodeProto] | None = None) -> None:
+                    sources: Sequence[onnx.NodeProto] | None = None,
+                    declared: bool = True) -> None:
     """``sources``: with ``order``, the message each node was read from (copied instead of
-    serializing the node again)."""
+    serializing the node again). ``declared`` False: the shapes the model declares for its
+    intermediates and outputs stay out (their dtypes go along)."""
     into.name = graph.name or "graph"
+    inputs = set(graph.inputs)
     for v in graph.inputs:
         if top and v.name not in graph.initializers and v.type is not None \
                 and isinstance(v.type, ir.TensorType):
@@ -441,24 +444,38 @@ def _skeleton_graph(graph: ir.Graph, into: onnx.GraphProto, dims, shapes, top: b
             ir.serde.serialize_node_into(proto, node)
         if folded and node.op_type == "If":
             fold_into_bodies(proto, folded, bodies or {})
+        if not declared and proto.attribute:
+            _drop_body_value_info(proto)
         if dims and proto.attribute:
             _dims_into_bodies(proto, dims)
         # Declared types of intermediate values (value_info) go along: inference merges into
         # them, so exporter-written dims such as "floor(height/2)+1" survive instead of
         # becoming anonymous unk__N symbols.
         for out in node.outputs:
-            if out.type is not None and out.name and out.name not in outputs \
+            if declared and out.type is not None and out.name and out.name not in outputs \
                     and isinstance(out.type, ir.TensorType):
                 into.value_info.append(_value_info(out.name, int(out.dtype or 0),
                                                    _with_dims(shape_tuple(out.shape), dims)))
     for v in graph.outputs:
         if isinstance(v.type, ir.TensorType):
-            into.output.append(_value_info(v.name, int(v.dtype or 0),
-                                           _with_dims(shape_tuple(v.shape), dims)))
+            into.output.append(_value_info(
+                v.name, int(v.dtype or 0),
+                _with_dims(shape_tuple(v.shape), dims) if declared or v in inputs else None))
         elif v.type is not None:
             ir.serde.serialize_value_into(into.output.add(), v)
         else:
             into.output.add().name = v.name
+
+
+def _drop_body_value_info(node: onnx.NodeProto) -> None:
+    """Remove the declared intermediate shapes of ``node``'s bodies (all levels)."""
+    for a in node.attribute:
+        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                  list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+            del g.value_info[:]
+            for n in g.node:
+                if n.attribute:
+                    _drop_body_value_info(n)
 
 
 _KEY_TYPES = (("keys_floats", onnx.TensorProto.FLOAT), ("keys_int64s", onnx.TensorProto.INT64),
@@ -518,9 +535,15 @@ def guard_label_encoders(proto: onnx.ModelProto) -> int:
 
 
 def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
-                shapes: Mapping[str, Sequence[int]] | None = None) -> TypeTable:
+                shapes: Mapping[str, Sequence[int]] | None = None,
+                declared: bool = True) -> TypeTable:
     """Run shape inference (with data propagation) and return TensorInfo for every value, in
     a :class:`TypeTable` (names defined in more than one graph typed per graph).
+
+    ``declared`` False: the shapes the model declares for intermediates and graph outputs
+    (value_info) are neither given to inference nor used where it computes none; what is
+    left is what the inputs and weights fix (a value_info written at batch 1 into a model
+    whose inputs say ``batch`` makes no dim 1 here). Their dtypes are kept.
 
     Never raises because of the model: when inference fails, declared types are kept and a
     warning is logged.
@@ -537,19 +560,28 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
         ir.serde.serialize_function_into(skel.functions.add(), f)
     # Declared types (inputs, outputs, value_info, weights) of every graph, and the dim
     # names the model itself uses.
-    declared = TypeTable()
+    declared_types = TypeTable()
     symbols: set[str] = set()
     for path, g in idx.graphs.items():
         values = list(g.inputs) + list(g.outputs) + list(g.initializers.values())
         for node in g:
             values.extend(node.outputs)
+        fixed = set(g.inputs) | set(g.initializers.values())
         for v in values:
             if not v.name:
                 continue
+            if not declared and v not in fixed and v.const_value is None:
+                if v.dtype is not None:
+                    info = TensorInfo(dtype_name(v.dtype), None)
+                    declared_types.setdefault(v.name, info)
+                    if v.name in shared and (path, v.name) in idx.defined_at:
+                        declared_types.scoped.setdefault((path, v.name), info)
+                continue
             if v.type is None and v.shape is None and v.const_value is None:
-                declared.setdefault(v.name, _UNTYPED)  # most intermediates: nothing declared
+                # most intermediates: nothing declared
+                declared_types.setdefault(v.name, _UNTYPED)
                 if v.name in shared and (path, v.name) in idx.defined_at:
-                    declared.scoped.setdefault((path, v.name), _UNTYPED)
+                    declared_types.scoped.setdefault((path, v.name), _UNTYPED)
                 continue
             raw = shape_tuple(v.shape)
             symbols.update(d for d in raw or () if isinstance(d, str))
@@ -559,9 +591,9 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
             if v.const_value is not None:
                 info = TensorInfo(dtype_name(v.const_value.dtype),
                                   tensor_dims(v.const_value))
-            declared.setdefault(v.name, info)
+            declared_types.setdefault(v.name, info)
             if v.name in shared and (path, v.name) in idx.defined_at:
-                declared.scoped.setdefault((path, v.name), info)
+                declared_types.scoped.setdefault((path, v.name), info)
     result = TypeTable()
     entries = [idx.entries[nid] for nid in idx.topo_order("")]
     order = [e.node for e in entries]
@@ -573,7 +605,8 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
         skeleton = onnx.ModelProto()
         skeleton.CopyFrom(skel)
         _skeleton_graph(m.graph, skeleton.graph, dims, shapes, top=True, order=order,
-                        folded=folded, bodies=idx.bodies, sources=sources)
+                        folded=folded, bodies=idx.bodies, sources=sources,
+                        declared=declared)
         # ONNX's data propagation keeps the values it computes by tensor name for the whole
         # model, so sibling branches that define a name each read the first branch's (T5's
         # merged decoder: the no-cache branch's position bias took the cache branch's length):
@@ -620,8 +653,8 @@ def infer_types(model: LabModel, *, dims: Mapping[str, int] | None = None,
     out = TypeTable(scope=idx.scope, shared=shared)
     # (values of one type share one TensorInfo: each is looked at once)
     seen: dict[int, TensorInfo] = {}
-    for table, have_all, decl in ((out, result, declared), (out.scoped, result.scoped,
-                                                            declared.scoped)):
+    for table, have_all, decl in ((out, result, declared_types),
+                                  (out.scoped, result.scoped, declared_types.scoped)):
         for name, info in have_all.items():
             # Symbols that inference invented (unk__0, ...) for dims it could not compute are
             # unknown dims: shown as None, like any other unknown dim.

@@ -66,3 +66,60 @@ def test_size_is_the_product():
     r = apply("fold_shapes", m)
     assert r.model.graph.node(0).inputs[0].const_value.numpy() == 48
     assert_same_outputs(m, r.model)
+
+
+def _declared(src: str, shape: list[int]):
+    """CHAIN reading r = Relu(``src``) (``x``, or a [2, 4, 6] weight ``w``) instead of x, r
+    declared ``shape`` (value_info)."""
+    import onnx
+
+    weights = ",".join(str(v % 7) for v in range(48))
+    text = CHAIN.format(b="batch").replace("float[batch,24] y", "float[n,24] y").replace(
+        "s = Shape(x)", f"w = Constant <value = float[2,4,6] {{{weights}}}> ()\n"
+        f"    r = Relu({src})\n    s = Shape(r)").replace("Reshape(x, t)", "Reshape(r, t)")
+    m = model_from_text(text).to_proto()
+    m.graph.value_info.append(onnx.helper.make_tensor_value_info(
+        "r", onnx.TensorProto.FLOAT, shape))
+    return m
+
+
+def test_a_declared_intermediate_shape_the_inputs_leave_free_is_not_folded(tmp_path):
+    # onnxruntime's own optimizer folds the declared [1, 4, 6] in (written at batch 1): at
+    # batch 3 the file gives [1, 72]; with its optimizations off [3, 24]. A verification at
+    # batch 1 would pass the fold.
+    import onnx
+    import onnxruntime as ort
+
+    src = tmp_path / "stale.onnx"
+    onnx.save(_declared("x", [1, 4, 6]), src)
+    off = ort.SessionOptions()
+    off.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    x = rand(3, 4, 6)
+    want = ort.InferenceSession(str(src), off, providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    np.testing.assert_array_equal(want, np.maximum(x, 0).reshape(3, 24))
+    folded = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    assert folded.shape == (1, 72)  # the declared batch 1 baked into the target
+
+    lab = onnx_lab.open(src, dims={"batch": 1})
+    r = lab.apply("fold_shapes")
+    assert not r.modified
+    assert "is not fixed by the model" in r.reason and "'r'" in r.reason
+    lab.apply_preset("safe")
+    assert "Shape" in ops(lab.model)
+    out = lab.save(tmp_path / "out.onnx")
+    got = ort.InferenceSession(str(out), off, providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+
+    row = lab.check(load=False).set_index("code").loc["stale_value_info"]
+    assert row.severity == "warning"
+    assert "'r' is declared [1, 4, 6], the inputs give ['batch', 4, 6]" in row.message
+
+
+def test_a_declared_shape_that_the_weights_fix_still_folds():
+    lab = onnx_lab.open(_declared("w", [2, 4, 6]), dims={"batch": 3})
+    r = lab.apply("fold_shapes")
+    assert r.modified and r.verify_passed
+    assert "stale_value_info" not in lab.check(load=False).code.tolist()

@@ -8,7 +8,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import TensorInfo, dtype_name, value_type
+from onnx_lab.core.shapes import TensorInfo, dtype_name, shape_tuple, value_type
 from onnx_lab.core.values import const_array, overridable
 from onnx_lab.transforms.matcher import Binding, users
 
@@ -32,19 +32,34 @@ def _inferred(model: LabModel, value: ir.Value) -> TensorInfo | None:
     return value_type(model, value)
 
 
+def _concrete(info: TensorInfo | None) -> tuple[int, ...] | None:
+    if info is None or info.shape is None or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in info.shape):
+        return None
+    return tuple(int(d) for d in info.shape)
+
+
 def static_shape(model: LabModel, value: ir.Value | None) -> tuple[int, ...] | None:
-    """The concrete shape of ``value`` (declared, else inferred), or None when not static."""
+    """The shape of ``value`` when the model fixes every dim, else None: a constant's, a
+    graph input's declared one, else what shape inference computes from the inputs and
+    weights. A shape the file declares for an intermediate or an output (value_info) counts
+    only where inference computes it too: a value_info written at batch 1 into a model whose
+    input says ``batch`` is stale (onnxruntime's own optimizer folds it in, and the model then
+    fails at batch 2; with its optimizations off it runs), and a rewrite that baked it in
+    would make that true. Inferred without the Lab's dims: a size given for one run is no
+    property of the model."""
     if value is None:
         return None
     arr = const_array(value)
     if arr is not None:
         return tuple(arr.shape)
-    if value.shape is not None and all(isinstance(d, int) for d in value.shape):
-        return tuple(int(d) for d in value.shape)
-    info = _inferred(model, value)
-    if info is None or info.shape is None or info.dynamic:
-        return None
-    return tuple(int(d) for d in info.shape)  # type: ignore[arg-type]
+    if value.is_graph_input():
+        declared = shape_tuple(value.shape)
+        if declared is not None and all(isinstance(d, int) for d in declared):
+            return tuple(int(d) for d in declared)
+    if _concrete(_inferred(model, value)) is None:
+        return None  # (the cheap answer first: one inference, the one every pass reads)
+    return _concrete(value_type(model, value, model.types(declared=False)))
 
 
 def rank(model: LabModel, value: ir.Value | None) -> int | None:

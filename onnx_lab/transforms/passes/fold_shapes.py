@@ -5,23 +5,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import value_type
 from onnx_lab.transforms.base import Match, Rewrite, register_pass
 from onnx_lab.transforms.matcher import Binding, Found, Pattern, PatternPass
-
-
-def static_shape(model: LabModel, value: ir.Value | None) -> tuple[int, ...] | None:
-    """``value``'s shape when the model itself fixes every dim (inferred without the Lab's
-    dims: a size given for one run is no property of the model), else None."""
-    if value is None:
-        return None
-    info = value_type(model, value, model.types())
-    if info is None or info.shape is None:
-        return None
-    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in info.shape):
-        return None
-    return tuple(int(d) for d in info.shape)
+from onnx_lab.transforms.passes._util import static_shape
 
 
 def _shape_value(node: ir.Node, shape: tuple[int, ...]) -> np.ndarray:
@@ -52,7 +38,10 @@ class FoldShapes(PatternPass):
     The Shape becomes an initializer holding those numbers (its `start`/`end` respected; a
     `Size` their product), and `fold_constants`, which runs after it in `safe`, folds the
     chain that computed from it. A dim that is symbolic (`batch`) stays computed: a size
-    given to the Lab (`dims=`) is one run's, not the model's, and is never folded in.
+    given to the Lab (`dims=`) is one run's, not the model's, and is never folded in; nor is
+    a shape the file only declares (a `value_info` written at batch 1 into a model whose
+    input says `batch`: onnxruntime's optimizer folds it in, and the model then fails at
+    batch 2): the shape must follow from the inputs and weights.
 
     **Why it is safe.** The value is what the Shape computes for every input the model
     accepts; a shape inference the graph contradicts shows in the step's verification."""
