@@ -31,7 +31,7 @@ from typing import Any
 
 from onnx_lab.errors import RenderError
 
-__all__ = ["register", "add_loader", "draw", "kinds"]
+__all__ = ["register", "add_loader", "draw", "kinds", "notebook_html", "NO_MATH"]
 
 # (class, kind) -> view function.
 _VIEWS: dict[tuple[type, str], Callable[..., Any]] = {}
@@ -46,6 +46,19 @@ _LOCK = threading.RLock()
 
 # Where the views of onnx_lab's own results are registered (named in the error message).
 _REGISTRATIONS = "onnx_lab.render.results"
+
+
+#: The class of the element that holds every ``_repr_html_``: JupyterLab's MathJax leaves its
+#: text alone. A model's names are text: ``$\\href{https://...}{Conv}$`` as a node name was
+#: typeset into a link reading "Conv" (MathJax's safe mode drops ``javascript:`` links only).
+#: pandas' tables get the same from ``display.html.use_mathjax`` (:mod:`onnx_lab._pandas`).
+NO_MATH = "mathjax_ignore"
+
+
+def notebook_html(html: str) -> str:
+    """``html`` (markup a view drew with ``render/_html``'s helpers) as a notebook output:
+    inside an element MathJax does not typeset."""
+    return '<div class="' + NO_MATH + '">' + html + "</div>"
 
 
 def _name(cls: type) -> str:

@@ -14,10 +14,27 @@ from typing import TYPE_CHECKING, Any
 __all__ = ["pd", "prefetch"]
 
 
+_READY: list[Any] = []  # the pandas module, once configured
+
+
+def _pandas() -> Any:
+    """The pandas module; the first call turns off its MathJax in HTML tables
+    (``display.html.use_mathjax``): onnx_lab's tables hold a model's names, which are text.
+    ``$\\href{https://...}{Conv}$`` as a node name was typeset in JupyterLab into a link
+    reading "Conv". Set it back with ``pandas.set_option("display.html.use_mathjax", True)``.
+    """
+    if not _READY:
+        import pandas
+
+        pandas.set_option("display.html.use_mathjax", False)
+        _READY.append(pandas)
+    return _READY[0]
+
+
 def prefetch() -> None:
     """Import pandas now: for a caller that would otherwise sit idle (``open`` waiting for a
     large model's weights to be read in the background), so the first table does not pay it."""
-    import pandas  # noqa: F401 - the import is the point
+    _pandas()
 
 
 class _Pandas:
@@ -26,9 +43,7 @@ class _Pandas:
     __slots__ = ()
 
     def __getattr__(self, name: str) -> Any:
-        import pandas
-
-        return getattr(pandas, name)
+        return getattr(_pandas(), name)
 
     def __repr__(self) -> str:
         return "<pandas, imported on first use by onnx_lab>"

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from onnx_lab._display import notebook_html
 from onnx_lab._pandas import pd
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import ProviderError, RuntimeLoadError
@@ -69,7 +70,7 @@ class BackendReport:
     elapsed_s: float = 0.0
 
     def _repr_html_(self) -> str:
-        return backend_report_html(self.table, self.outputs, self.notes)
+        return notebook_html(backend_report_html(self.table, self.outputs, self.notes))
 
 
 def _default_backends(notes: list[str]) -> list[str]:

@@ -11,6 +11,7 @@ import difflib
 import functools
 import importlib
 import inspect
+import re
 import types
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "RenderError",
     "ConversionBug",
     "clip_text",
+    "visible",
     "close_matches",
     "check_keywords",
     "keyword_names",
@@ -51,9 +53,33 @@ class LabError(Exception):
     """
 
     def __init__(self, message: str, *, fix: str | None = None) -> None:
-        self.problem = _bounded(message)
-        self.fix = _bounded(fix) if fix is not None else None
+        self.problem = _bounded(visible(str(message)))
+        self.fix = _bounded(visible(str(fix))) if fix is not None else None
         super().__init__(f"{self.problem} {self.fix}" if fix else self.problem)
+
+
+# What a terminal acts on, written as escapes (the CLI's streams, every LabError's message: a
+# tensor name holding ESC ] 8 made a fake link where a script printed the error): C0
+# controls but tab and newline (a carriage return in a name rewrote the start of its line;
+# progress bars write to the stream underneath); DEL and the C1 controls; the line and
+# paragraph separators; the bidirectional marks, embeddings, overrides and isolates.
+_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                     "\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def visible(text: str) -> str:
+    """``text`` with the characters a terminal would act on written as their escapes.
+
+    Example:
+        >>> visible("a\\x1b[2Jb")
+        'a\\\\x1b[2Jb'
+    """
+    return _HIDDEN.sub(_escape, text)
 
 
 #: A message quoting a model's strings stays readable: a 1 MB node name was quoted in full.

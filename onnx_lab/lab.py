@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from onnx_lab._display import notebook_html
 from onnx_lab._lab_methods import _HISTORY_TABLE, _EditStep, _history_table  # noqa: F401
 from onnx_lab._lab_profiling import batch_sweep_predicted, profile, profile_generation_predicted
 from onnx_lab._pandas import pd
@@ -446,7 +447,8 @@ class Lab:
 
     def _repr_html_(self) -> str:
         src = esc_text(self._source())
-        return f"<div><b>onnx_lab.Lab</b> — {src}</div>" + self.summary()._repr_html_()
+        return notebook_html(f"<div><b>onnx_lab.Lab</b> — {src}</div>"
+                             + self.summary()._repr_html_())
 
     # ================================================================== graph views
     def render(self, nodes: Any = None, *, around: Any = None, radius: int = 2,

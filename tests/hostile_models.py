@@ -38,7 +38,8 @@ PAYLOADS = [
     "ctrl\x01\x02\x1b\x7fend",
     "rtl\u202eevil\u200f\u200bmark",
     "<b data-pwn=1>bold</b>&amp;&lt;i&gt;",
-    "$\\alpha$ cost $x^$ and $\\frac{}$",
+    # TeX, which JupyterLab's MathJax typesets in HTML outputs: \\href made a link
+    "$\\alpha$ cost $x^$ and $\\frac{}$ $\\href{https://example.invalid/tex}{Conv}$",
     "<!--<style>*{display:none}</style>-->]]>",
     "L" * 3000 + "<img src=x onerror=alert(3)>",
     # The JupyterLab attack: write a file through the server's REST API.
@@ -98,7 +99,7 @@ def hostile() -> onnx.ModelProto:
     t1, t2, t3, y = _name(3, "conv_out"), _name(4, "bn_out"), _name(5, "relu_out"), \
         _name(6, "output")
     bn = [_name(7 + i, k) for i, k in enumerate(("scale", "beta", "mean", "var"))]
-    c = _name(11, "const")
+    c = _name(12, "const")  # (the TeX payload: a name lab.nodes shows)
     inits = [
         numpy_helper.from_array(rng.standard_normal((4, 2, 3, 3)).astype(np.float32), w),
         numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), b),

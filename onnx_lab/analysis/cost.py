@@ -185,7 +185,7 @@ class Cost:
                 f"{t['unknown_nodes']} unknown nodes>")
 
     def _repr_html_(self) -> str:
-        return _display.draw(self, "html")
+        return _display.notebook_html(_display.draw(self, "html"))
 
 
 MEMORY_COLUMNS = ["node_id", "live_bytes"]

@@ -128,7 +128,7 @@ class GenerationCost:
                 f"KV cache {self.kv_cache_bytes:,} B ({self.kv_bytes_per_token:,.0f} B/token)>")
 
     def _repr_html_(self) -> str:
-        return _display.draw(self, "html")
+        return _display.notebook_html(_display.draw(self, "html"))
 
 
 def generation_cost(model: Any, prompt: int, context: int | None = None, *, batch: int = 1,

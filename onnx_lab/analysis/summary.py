@@ -144,7 +144,7 @@ class Summary(Mapping[str, Any]):
                 f"opsets={f['opsets']}, inputs={[i['name'] for i in f['inputs']]})")
 
     def _repr_html_(self) -> str:
-        return _display.draw(self, "html")
+        return _display.notebook_html(_display.draw(self, "html"))
 
 
 @paused()

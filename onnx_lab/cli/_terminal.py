@@ -11,27 +11,11 @@ lines) pass. ``--json`` is unchanged by it: ``json.dumps`` already escapes contr
 from __future__ import annotations
 
 import io
-import re
 from typing import Any, TextIO
 
+from onnx_lab.errors import visible
+
 __all__ = ["VisibleText", "visible"]
-
-# C0 controls but tab and newline (a carriage return in a name rewrote the start of its
-# line; progress bars write to the stream underneath); DEL and the C1 controls; the line and
-# paragraph separators; the bidirectional marks, embeddings, overrides and isolates.
-_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
-                     "\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape(m: re.Match[str]) -> str:
-    c = ord(m.group())
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
-def visible(text: str) -> str:
-    """``text`` with the characters a terminal would act on written as their escapes."""
-    return _HIDDEN.sub(_escape, text)
-
 
 class VisibleText(io.TextIOBase):
     """A text stream that writes :func:`visible` text to ``stream`` (everything else, such

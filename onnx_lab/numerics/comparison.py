@@ -298,4 +298,4 @@ class Comparison:
         return _display.draw(self, "html", max_rows=max_rows)
 
     def _repr_html_(self) -> str:
-        return self.to_html()
+        return _display.notebook_html(self.to_html())

@@ -506,4 +506,4 @@ class Diff:
         return _display.draw(self, "html")
 
     def _repr_html_(self) -> str:
-        return self.to_html()
+        return _display.notebook_html(self.to_html())

@@ -695,4 +695,4 @@ class LLMComparison:
         return _display.draw(self, "html")
 
     def _repr_html_(self) -> str:
-        return self.to_html()
+        return _display.notebook_html(self.to_html())

@@ -83,7 +83,7 @@ class TorchComparison:
         return _display.draw(self, "plot")
 
     def _repr_html_(self) -> str:
-        return _display.draw(self, "html")
+        return _display.notebook_html(_display.draw(self, "html"))
 
 
 def _as_numpy(x: Any) -> np.ndarray | None:

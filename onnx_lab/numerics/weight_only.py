@@ -694,4 +694,4 @@ class WeightOnlyPlan:
         return _display.draw(self, "render", **kw)
 
     def _repr_html_(self) -> str:
-        return _display.draw(self, "html")
+        return _display.notebook_html(_display.draw(self, "html"))

@@ -221,7 +221,7 @@ class GenerationProfile:
                 f" ({'; '.join(parts)})>")
 
     def _repr_html_(self) -> str:
-        return _display.draw(self, "html")
+        return _display.notebook_html(_display.draw(self, "html"))
 
 
 def _prompt_ids(prompt: Any, batch: int, layout: CacheLayout, lm: LabModel,

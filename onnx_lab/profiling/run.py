@@ -285,7 +285,7 @@ class Profile:
         return f"<Profile {self.runs} runs ({'; '.join(parts)})>"
 
     def _repr_html_(self) -> str:
-        return _display.draw(self, "html")
+        return _display.notebook_html(_display.draw(self, "html"))
 
 
 #: Default time budget of :func:`profile` (all sessions together), in seconds.

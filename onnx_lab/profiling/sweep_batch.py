@@ -98,7 +98,7 @@ class BatchSweep:
         return _display.draw(self, "plot")
 
     def _repr_html_(self) -> str:
-        return _display.draw(self, "html")
+        return _display.notebook_html(_display.draw(self, "html"))
 
 
 def find_knee(batches: Sequence[int], items_per_s: Sequence[float],

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from onnx_lab._display import notebook_html
 from onnx_lab.core.outputs import input_files, refuse_inputs, write_atomic
 from onnx_lab.errors import InputError, RenderError, strict_keywords, unknown_name
 from onnx_lab.render import collapse as _collapse
@@ -96,9 +97,10 @@ class Rendering:
     def _repr_html_(self) -> str:
         if self.svg is not None:
             svg = clean_svg(self.svg)
-            return (f"<div class='onnx-lab-render' style='overflow:auto;max-height:900px'>"
-                    f"{svg}</div>{self._notes_html()}")
-        return self.fallback_html()
+            return notebook_html(
+                f"<div class='onnx-lab-render' style='overflow:auto;max-height:900px'>"
+                f"{svg}</div>{self._notes_html()}")
+        return notebook_html(self.fallback_html())
 
     def fallback_html(self) -> str:
         """Tables of drawn nodes and edges, the notes and the DOT source (no ``dot`` needed)."""

@@ -138,7 +138,7 @@ class PassResult:
                 "matches": list(self.matches)}
 
     def _repr_html_(self) -> str:
-        return _display.draw(self, "html")
+        return _display.notebook_html(_display.draw(self, "html"))
 
 
 # ---------------------------------------------------------------------------- rewriting

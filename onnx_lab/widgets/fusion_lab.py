@@ -15,6 +15,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from onnx_lab._display import notebook_html
 from onnx_lab._pandas import pd
 from onnx_lab.lab import as_lab
 from onnx_lab.render import render_model
@@ -157,6 +158,7 @@ class FusionLab(View):
         self.history_html = w.HTML()
         self.history_html.add_class("onnx-lab-history-box")
         self.explanation = w.Output(layout=w.Layout(border="1px solid #ddd", padding="4px"))
+        self.explanation.add_class("onnx-lab-explanation")  # the only math typeset
         self.before_canvas = GraphCanvas(self.lab, height=380)
         self.after_canvas = GraphCanvas(None, height=380)
         self.preview_box = w.HBox(
@@ -335,14 +337,19 @@ class FusionLab(View):
         self.explanation.outputs = ()
         if not keys:
             patterns = patterns[:1]
-        from IPython.display import Markdown
+        from IPython.display import HTML, Markdown
 
         for p in patterns[:3]:
             text = _explain(p)
-            if text is None:
-                rows = self.patterns[self.patterns["pattern"] == p]
-                text = f"**{p}**: " + (rows["description"].iloc[0] if len(rows) else "")
-            self.explanation.append_display_data(Markdown(text))
+            if text is not None:  # onnx_lab's own teaching text, its math typeset
+                self.explanation.append_display_data(Markdown(text))
+                continue
+            # A match's description names the model's nodes: text, neither Markdown (a name
+            # "[Conv](https://...)" was a link) nor math.
+            rows = self.patterns[self.patterns["pattern"] == p]
+            desc = rows["description"].iloc[0] if len(rows) else ""
+            self.explanation.append_display_data(HTML(notebook_html(
+                f"<b>{esc_text(p)}</b>: {esc_text(desc)}")))
 
     def _groups(self) -> list[tuple[str, list[str]]]:
         """Selected match ids grouped by pass, in table order."""

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from onnx_lab._display import notebook_html
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.errors import InputError, SaveError
@@ -177,7 +178,7 @@ class AuditResult:
         # on use: the audit's worker imports this package before its memory limit
         from onnx_lab.render.audit import audit_index_html
 
-        return audit_index_html(self.table, gate=self.regressions)
+        return notebook_html(audit_index_html(self.table, gate=self.regressions))
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{n} {s}" for s, n in self.counts().items())

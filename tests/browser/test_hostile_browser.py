@@ -296,6 +296,13 @@ WIDGET_CELLS = [
     "lab = onnx_lab.open(hostile())\n"
     "after = onnx_lab.open(hostile()); after.apply('fuse_conv_bn')\n"
     "ex = Explorer(lab, tab='Graph')\nex",
+    # JupyterLab typesets $...$ in HTML outputs: a name's \\href became a link. The control
+    # shows that MathJax ran; the tables and results below must show the names as text.
+    "from IPython.display import HTML\nHTML('<span class=\"olab-mathjax-control\">$x^2$</span>')",
+    "lab",
+    "lab.nodes",
+    "lab.tensors",
+    "lab.check(load=False)",
     "fl = FusionLab(lab)\nfl",
     "dd = DriftDebugger(lab, after)\ndd",
     "prof = Profiler(lab, runs=3, warmup=1, budget_s=0.5, background=False)\nprof",
@@ -420,6 +427,14 @@ def test_widgets_live_in_jupyterlab_run_nothing(tmp_path):
             timeout=180_000)  # the last cell
         _idle(page)
         page.evaluate(HOOKS)
+        page.locator(".olab-mathjax-control mjx-container").wait_for(timeout=60_000)
+        # (FusionLab's teaching text is onnx_lab's own math: the one place typeset)
+        typeset = page.evaluate("""() => Array.from(document.querySelectorAll(
+            '.jp-OutputArea-output mjx-container')).filter(m => !m.closest(
+            '.olab-mathjax-control, .onnx-lab-explanation')).map(m => m.textContent.slice(0, 80))""")
+        assert typeset == [], typeset
+        outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+        assert any("$\\alpha$ cost" in t for t in outputs)  # the name, as it is
         # The Explorer, as the issue reproduced it.
         root = page.locator(".olc-root[data-rendered]").first
         nodes = root.locator(".olc-stage g.node")

@@ -127,3 +127,22 @@ def test_an_error_quoting_a_huge_name_stays_readable():
     assert len(e.problem) <= MESSAGE_MAX_CHARS and e.problem.endswith("(did you mean 'a'?).")
     assert "characters left out" in e.problem and str(e).endswith("Use a.")
     assert InputError("short", fix="fix").problem == "short"
+
+
+def test_an_error_quoting_a_name_writes_its_terminal_codes_as_escapes():
+    # outside the CLI (a script, a REPL) a tensor name's OSC 8 link and window title went to
+    # the terminal raw in the message of an unresolved dim; the dim's name was repr-quoted
+    osc = "\x1b]8;;http://example.invalid/\x07CLICK\x1b]8;;\x07\x1b]0;TITLE\x07"
+    g = helper.make_graph([helper.make_node("Relu", [osc], ["y"], name="\x1b[2Jrelu")], "g",
+                          [helper.make_tensor_value_info(osc, TensorProto.FLOAT,
+                                                         ["\x1b[31mdim", 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(LabError) as info:
+        lab.cost()
+    text = str(info.value)
+    assert "Unresolved dims" in text
+    assert "\x1b" not in text and "\x07" not in text
+    assert "\\x1b]8;;http://example.invalid/\\x07CLICK" in text  # the name, readable
+    e = LabError("a\u202eb\r\x9bc\nline\ttab", fix="x\x00")
+    assert e.problem == "a\\u202eb\\x0d\\x9bc\nline\ttab" and e.fix == "x\\x00"

@@ -68,6 +68,21 @@ def test_no_payload_is_written_as_markup(built):
         assert _scan(html).found == [], name
 
 
+def test_notebook_outputs_are_not_typeset(built):
+    """JupyterLab's MathJax typesets $...$ in HTML outputs (a name's \\href became a link
+    reading "Conv"): every result's output is held in an element it skips, and onnx_lab's
+    tables turn pandas' MathJax off. (The browser test sees it in JupyterLab.)"""
+    import pandas as pd
+
+    for name, html in built.items():
+        if name.endswith(("_fallback", "details")) or name == "check":
+            continue  # parts of an output, and a DataFrame's to_html
+        assert html.startswith('<div class="mathjax_ignore">'), name
+    onnx_lab.open(hostile()).nodes  # noqa: B018 - a table is built
+    assert pd.get_option("display.html.use_mathjax") is False
+    assert "mathjax_ignore" in onnx_lab.open(hostile()).tensors._repr_html_()
+
+
 def test_names_read_as_they_are(built):
     text = " ".join(" ".join(_scan(h).text) for h in built.values())
     for r in READABLE:

@@ -239,7 +239,7 @@ def test_real_svg_and_save_formats(convnet, tmp_path):
     assert r.svg is not None and "<svg" in r.svg
     assert "<title>/stem/conv/Conv</title>" in r.svg
     assert r._repr_svg_() == r.svg
-    assert r._repr_html_().startswith("<div class='onnx-lab-render'")
+    assert r._repr_html_().startswith("<div class=\"mathjax_ignore\"><div class='onnx-lab-render'")
     assert (tmp_path / "a.svg") == r.save(tmp_path / "a.svg")
     assert "<svg" in (tmp_path / "a.svg").read_text()
     r.save(tmp_path / "a.png")

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 import onnx_lab
 from onnx_lab import _display
+from onnx_lab._display import notebook_html
 from onnx_lab._pandas import pd
 from onnx_lab.analysis.cost import Cost, GenerationCost
 from onnx_lab.analysis.summary import Summary
@@ -88,7 +89,7 @@ def test_import_onnx_lab_imports_no_result_module_until_a_result_is_drawn():
             "        'onnx_lab.profiling.run', 'onnx_lab.numerics.llm')\n"
             "print([m for m in mods if m in sys.modules])\n"
             "html = onnx_lab.open('sample:convnet').summary()._repr_html_()\n"
-            "print(html.startswith(\"<div class='onnx-lab-summary'>\"),\n"
+            "print(html.startswith(\"<div class=\\\"mathjax_ignore\\\"><div class='onnx-lab-summary'>\"),\n"
             "      [m for m in mods if m in sys.modules], 'matplotlib' in sys.modules)\n")
     assert _run(code) == ["[]", "True ['onnx_lab.render.results', 'onnx_lab.numerics.compare', "
                                 "'onnx_lab.profiling.run', 'onnx_lab.numerics.llm'] False"]
@@ -102,7 +103,7 @@ def test_a_result_draws_in_a_process_that_imported_only_its_module():
             "from onnx_lab.core.samples import build\n"
             "from matplotlib.figure import Figure\n"
             "c = compare(build('convnet'), build('convnet'))\n"
-            "print(c._repr_html_().startswith(\"<div class='onnx-lab-compare'>\"),\n"
+            "print(c._repr_html_().startswith(\"<div class=\\\"mathjax_ignore\\\"><div class='onnx-lab-compare'>\"),\n"
             "      isinstance(c.plot(), Figure))\n")
     assert _run(code) == ["True True"]
 
@@ -215,12 +216,13 @@ def test_comparison_views(convnet):
     html = c.to_html(max_rows=3)
     assert html.startswith("<div class='onnx-lab-compare'>") and "PASSED" in html
     assert "<svg" in html and "layers, largest max_abs first" in html
-    assert c._repr_html_().startswith("<div class='onnx-lab-compare'>")
+    assert c._repr_html_().startswith(notebook_html("<div class='onnx-lab-compare'>")[:-6])
 
 
 def test_diff_views(convnet):
     same = onnx_lab.diff(convnet, convnet)
-    assert same.to_html() == same._repr_html_() == "<div>no differences</div>"
+    assert same.to_html() == "<div>no differences</div>"
+    assert same._repr_html_() == notebook_html(same.to_html())
     assert isinstance(same.render(side="a"), Rendering)
     with pytest.raises(InputError, match="side must be 'a' or 'b'"):
         same.render(side="c")
@@ -235,14 +237,15 @@ def test_profile_and_batch_sweep_views(convnet):
                                        "items_per_s": [1000.0, 1333.0, 1333.0]}),
                    knee=2, dim="N")
     assert s.plot().axes[0].get_xlabel() == "N"
-    assert s._repr_html_().startswith("<div><b>Batch sweep</b> over &#x27;N&#x27;, knee: 2")
+    assert s._repr_html_().startswith(
+        notebook_html("<div><b>Batch sweep</b> over &#x27;N&#x27;, knee: 2")[:-6])
 
 
 def test_pass_results_and_backend_reports_are_drawn_by_render():
     lab = onnx_lab.open("sample:convnet")
     r = lab.apply("fuse_conv_bn")
     html = r._repr_html_()
-    assert html == results.pass_result_html(r)
+    assert html == notebook_html(results.pass_result_html(r))
     assert "<th style='text-align:left'>name</th><td>fuse_conv_bn</td>" in html
     table = pd.DataFrame({"backend": ["cpu"], "median_ms": [1.5]})
     out = results.backend_report_html(table, table.iloc[:0], ["openvino <not installed>"])
@@ -253,7 +256,7 @@ def test_pass_results_and_backend_reports_are_drawn_by_render():
 def test_analysis_views(convnet):
     assert "<b>Cost</b>" in convnet.cost()._repr_html_()
     summary = convnet.summary()
-    assert summary._repr_html_() == results.summary_html(summary)
+    assert summary._repr_html_() == notebook_html(results.summary_html(summary))
     fig = convnet.weight_histogram("stem.conv.weight", bins=5)
     assert isinstance(fig, Figure) and fig.axes[0].get_title().startswith("stem.conv.weight")
 

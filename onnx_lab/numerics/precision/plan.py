@@ -215,4 +215,4 @@ class PrecisionPlan:
         return _display.draw(self, "render", **kw)
 
     def _repr_html_(self) -> str:
-        return _display.draw(self, "html")
+        return _display.notebook_html(_display.draw(self, "html"))
