@@ -10,6 +10,7 @@ import onnx_ir as ir
 from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab.analysis.tables import constant_tensors, initializers_table
+from onnx_lab.core._files import hard_link_error
 from onnx_lab.core.model import LabModel, mapped_briefly
 from onnx_lab.errors import ExternalDataError, InputError, unknown_name
 
@@ -58,12 +59,7 @@ def _read(name: str, tensor) -> np.ndarray:
         return tensor.numpy()
     except (OSError, ValueError) as e:
         if isinstance(tensor, ir.ExternalTensor) and "hard link" in str(e):
-            raise ExternalDataError(
-                f"Cannot read weight {name!r}: its external data file {tensor.location!r} has "
-                "several hard links, which onnx_ir refuses to read (a hard link can expose a "
-                "file from outside the model's folder).",
-                fix="Replace the link by a copy (cp, not ln) so the file has a single link.",
-            ) from e
+            raise hard_link_error(name, str(tensor.location)) from e
         if isinstance(tensor, ir.ExternalTensor):
             raise ExternalDataError(
                 f"Cannot read weight {name!r} from external data file {tensor.location!r}: {e}.",

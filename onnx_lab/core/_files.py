@@ -19,7 +19,8 @@ import onnx_ir as ir
 
 from onnx_lab.errors import ExternalDataError
 
-__all__ = ["PinnedExternalTensor", "pin_external", "pin_like", "verify_files", "opened_path"]
+__all__ = ["PinnedExternalTensor", "pin_external", "pin_like", "verify_files", "opened_path",
+           "read_attribute_tensors", "hard_link_error"]
 
 _Id = tuple[int, int]
 
@@ -62,10 +63,30 @@ class PinnedExternalTensor(ir.ExternalTensor):
                 f"{str(self.location)!r} was replaced since the model was opened (another "
                 "file or a link now stands there); onnx_lab reads only the files it opened.",
                 fix="Open the model again from the folder you mean.")
+        if _links(path) > 1:
+            raise hard_link_error(self.name, os.fspath(self.location))
 
     def _load(self) -> None:
         self.verify()
         super()._load()
+
+
+def _links(path: str) -> int:
+    try:
+        return os.stat(path).st_nlink
+    except OSError:
+        return 1
+
+
+def hard_link_error(name: str | None, location: str) -> ExternalDataError:
+    """The error for a data file with several hard links, which onnx_ir and onnx both refuse
+    to read (a hard link can expose a file from outside the model's folder): named before any
+    of them reads it (their own errors were a raw ValueError and a ValidationError)."""
+    return ExternalDataError(
+        f"Cannot read weight {name!r}: its external data file {location!r} has several hard "
+        "links, which onnx_ir and onnx refuse to read (a hard link can expose a file from "
+        "outside the model's folder).",
+        fix="Replace the link by a copy (cp, not ln) so the file has a single link.")
 
 
 def _pinned(t: ir.ExternalTensor, folder: str, folder_id: _Id | None,
@@ -92,11 +113,11 @@ def _graphs(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
                     yield from a.value
 
 
-def _swap(model: ir.Model, fn: Any) -> None:
+def _swap(model: ir.Model, fn: Any, initializers: bool = True) -> None:
     """Replace every external tensor ``t`` (initializers, TENSOR/TENSORS attributes of every
-    graph, body and function) by ``fn(t)``."""
+    graph, body and function) by ``fn(t)``; ``initializers`` False: those of attributes."""
     for g in _graphs(model):
-        if isinstance(g, ir.Graph):
+        if initializers and isinstance(g, ir.Graph):
             for v in g.initializers.values():
                 if isinstance(v.const_value, ir.ExternalTensor):
                     v.const_value = fn(v.const_value)
@@ -120,6 +141,34 @@ def pin_external(model: ir.Model, folder: str | os.PathLike) -> str:
     ids: dict[str, _Id | None] = {}
     _swap(model, lambda t: _pinned(t, real, folder_id, ids))
     return real
+
+
+def _in_memory(t: ir.ExternalTensor) -> ir.Tensor:
+    return ir.Tensor(t.numpy(), dtype=t.dtype, name=t.name, doc_string=t.doc_string,
+                     metadata_props=dict(t.metadata_props))
+
+
+def read_attribute_tensors(model: ir.Model) -> int:
+    """Read the external tensors of node attributes (a Constant's ``value`` saved by
+    ``onnx.save(..., convert_attribute=True)``, weights held in Constants) into memory, in
+    every graph, body and function; how many. Initializers stay external (read on use).
+
+    onnx_ir writes and reads initializers' external data only (``unload_from_model``,
+    ``load_to_model``): a saved model's Constant kept the source's location and offset, which
+    in the new data file held another weight (outputs off by 1605, no error) or nothing (it
+    did not load), and a tool given the weights read the Constant from its own folder.
+    Read at open (once, checked against the files pinned there), they are plain tensors
+    everywhere after.
+    """
+    count = 0
+
+    def fn(t: ir.ExternalTensor) -> ir.TensorProtocol:
+        nonlocal count
+        count += 1
+        return _in_memory(t)
+
+    _swap(model, fn, initializers=False)
+    return count
 
 
 def _iter_external(model: ir.Model) -> Iterator[ir.ExternalTensor]:

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from onnx_lab._pandas import prefetch
 from onnx_lab.core import _mltypes  # noqa: F401 - onnx_ir reads ONNX-ML map types from here on
-from onnx_lab.core._files import opened_path, pin_external
+from onnx_lab.core._files import opened_path, pin_external, read_attribute_tensors
 from onnx_lab.core._gc import paused
 from onnx_lab.core._location import data_file
 from onnx_lab.core._proto import graph_protos
@@ -133,6 +133,7 @@ def build_model(proto: onnx.ModelProto, what: str, base: Path | None,
     mark_unreadable(model, bad)
     if base is not None and external:
         pin_external(model, base)
+        read_attribute_tensors(model)
     return model
 
 
@@ -178,6 +179,7 @@ def _from_ir(model: ir.Model, base: Path | None) -> LabModel:
                          sizes, what)
     if base is not None:
         pin_external(model, base)
+        read_attribute_tensors(model)
     return LabModel(model)
 
 

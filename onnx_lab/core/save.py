@@ -177,7 +177,7 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
         use_external, data_name = False, ""
     else:
         if (os.path.isabs(external_data) or Path(external_data).name != external_data
-                or external_data in (".", "..") or "\x00" in external_data):
+                or external_data in ("", ".", "..") or "\x00" in external_data):
             raise SaveError(f"external_data {external_data!r} must be a file name in the "
                             "model's folder.", fix="Pass e.g. 'model.onnx.data'.")
         use_external, data_name = True, external_data

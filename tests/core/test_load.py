@@ -377,6 +377,15 @@ def test_hard_linked_data_names_the_problem(tmp_path):
     assert len(lab.nodes) == 7
     with pytest.raises(ExternalDataError, match="hard links.*cp, not ln"):
         lab.weight_stats()
+    # every reader (a save, a session) is told so first: onnx_ir's ValueError and onnx's
+    # ValidationError were raw ("internal error", exit 3, on the command line)
+    with pytest.raises(ExternalDataError, match="hard links.*cp, not ln"):
+        lab.save(tmp_path / "out" / "m.onnx")
+    with pytest.raises(ExternalDataError, match="hard links"):
+        onnx_lab.compare(lab, onnx_lab.open(path), dims={"batch": 1})
+    from onnx_lab.cli import main
+
+    assert main(["optimize", str(path), str(tmp_path / "cli.onnx"), "--dims", "batch=1"]) == 2
 
 
 def test_large_weights_become_views_of_the_file_with_the_same_values(tmp_path):
@@ -562,8 +571,10 @@ def test_mmap_open_reports_bad_files_like_reading(tmp_path, damage):
 
 
 def test_external_tensors_in_bodies_and_attributes_get_the_folder(tmp_path):
-    """load pins every tensor onnx_ir's set_base_dir would to the model's folder: weights of
-    the main graph and of an If body, and a Constant's tensor attribute inside the body."""
+    """load pins the weights of the main graph and of an If body to the model's folder, and
+    reads a Constant's external tensor attribute inside the body at open (onnx_ir saves
+    attributes' data nowhere: saved, it kept the source's location and offset). The saved
+    model computes what the source does, from another folder."""
     from onnx import TensorProto, helper, numpy_helper
 
     big = np.arange(64, dtype=np.float32)
@@ -586,6 +597,22 @@ def test_external_tensors_in_bodies_and_attributes_get_the_folder(tmp_path):
     lab_model = load_model(path)
     tensors = list(ir.external_data._all_tensors(lab_model.graph, include_attributes=True))
     external = [t for t in tensors if isinstance(t, ir.ExternalTensor)]
-    assert len(external) == 3  # w, the body's wb, the Constant's value
+    assert len(external) == 2  # w, the body's wb; the Constant's value was read
     assert {t.base_dir for t in external} == {str(path.parent)}
     np.testing.assert_array_equal(external[0].numpy(), big)  # read through that folder
+    constant = next(t for t in tensors if t.name == "cv")
+    np.testing.assert_array_equal(constant.numpy(), big)
+
+    import onnxruntime as ort
+
+    for data in (True, False):
+        out = onnx_lab.open(path).save(tmp_path / f"saved_{data}" / "m.onnx",
+                                       external_data=data)
+        for cond in (True, False):
+            got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(
+                None, {"cond": np.array(cond)})[0]
+            np.testing.assert_array_equal(got, big + big + 1 if cond else big)
+        saved = onnx.load(str(out), load_external_data=False)
+        body = next(a.g for a in saved.graph.node[0].attribute if a.name == "then_branch")
+        value = next(n for n in body.node if n.op_type == "Constant").attribute[0].t
+        assert not value.external_data and value.raw_data  # written with the model
