@@ -18,6 +18,13 @@ tests; ``tests/`` is on ``sys.path``).
 - :func:`optional_model`: Optional → OptionalHasElement / OptionalGetElement, an
   ``optional(tensor(float))`` output.
 - :func:`dict_input_model`: a ``map(int64,float)`` graph input → DictVectorizer → Scaler.
+- :func:`column_encoders`: a string input [N, 2] whose columns are picked (a Gather, or an
+  ArrayFeatureExtractor as skl2onnx's OrdinalEncoder does) into encoders of their own
+  (OneHotEncoder of colours, raising on unknown categories; a LabelEncoder of 300 keys);
+  ``swap`` exchanges two of the second column's keys (a real drift).
+- :func:`tfidf_model`: a string input [N] → Tokenizer → TfIdfVectorizer
+  (a pool of 6 words) → MatMul (scikit-learn's TF-IDF + linear model layout); ``weight``
+  scales one word's weight.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["linear_zipmap", "tree_zipmap", "string_pipeline", "sequence_model",
            "sequence_input_model",
-           "optional_model", "dict_input_model", "CITIES"]
+           "optional_model", "dict_input_model", "column_encoders", "tfidf_model", "CITIES"]
 
 F, I64, S = TensorProto.FLOAT, TensorProto.INT64, TensorProto.STRING
 ML = helper.make_operatorsetid("ai.onnx.ml", 3)
@@ -199,3 +206,52 @@ def dict_input_model() -> onnx.ModelProto:
     g = helper.make_graph(nodes, "dicts", [helper.make_value_info("features", in_type)],
                           [helper.make_tensor_value_info("Y", F, [1, 3])])
     return _model(g)
+
+
+def column_encoders(*, picker: str = "Gather", swap: bool = False) -> onnx.ModelProto:
+    keys = [f"k{i}" for i in range(300)]
+    values = list(range(300))
+    if swap:
+        values[280], values[281] = values[281], values[280]
+    nodes = []
+    for k in (0, 1):
+        index = numpy_helper.from_array(np.array([k], np.int64), f"col{k}")
+        nodes.append(helper.make_node("Constant", [], [f"i{k}"], value=index))
+        if picker == "Gather":
+            nodes.append(helper.make_node("Gather", ["x", f"i{k}"], [f"c{k}"], axis=1))
+        else:
+            nodes.append(helper.make_node("ArrayFeatureExtractor", ["x", f"i{k}"], [f"c{k}"],
+                                          domain="ai.onnx.ml"))
+    nodes += [
+        helper.make_node("OneHotEncoder", ["c0"], ["hot"], domain="ai.onnx.ml",
+                         cats_strings=["red", "green", "blue"], zeros=0),
+        helper.make_node("ReduceSum", ["hot"], ["colour"], keepdims=0),
+        helper.make_node("LabelEncoder", ["c1"], ["code"], domain="ai.onnx.ml",
+                         keys_strings=keys, values_int64s=values, default_int64=-1),
+    ]
+    g = helper.make_graph(nodes, "columns", [helper.make_tensor_value_info("x", S, ["N", 2])],
+                          [helper.make_tensor_value_info("colour", F, None),
+                           helper.make_tensor_value_info("code", I64, None)])
+    return _model(g)
+
+
+def tfidf_model(*, weight: float = 1.0) -> onnx.ModelProto:
+    pool = ["apple", "banana", "cherry", "grape", "lemon", "mango"]
+    w = np.linspace(0.5, 2.0, len(pool), dtype=np.float32).reshape(-1, 1)
+    w[3] *= weight
+    nodes = [
+        # (a StringNormalizer before it wants the en_US locale, which onnxruntime lacks here)
+        helper.make_node("Tokenizer", ["text"], ["tokens"], domain="com.microsoft",
+                         mark=0, mincharnum=1, pad_value="#", separators=[" "]),
+        helper.make_node("TfIdfVectorizer", ["tokens"], ["counts"], mode="TF",
+                         min_gram_length=1, max_gram_length=1, max_skip_count=0,
+                         ngram_counts=[0], ngram_indexes=list(range(len(pool))),
+                         pool_strings=pool),
+        helper.make_node("MatMul", ["counts", "w"], ["score"]),
+    ]
+    g = helper.make_graph(nodes, "tfidf", [helper.make_tensor_value_info("text", S, ["N"])],
+                          [helper.make_tensor_value_info("score", F, None)],
+                          [numpy_helper.from_array(w, "w")])
+    m = _model(g)
+    m.opset_import.append(helper.make_operatorsetid("com.microsoft", 1))
+    return m

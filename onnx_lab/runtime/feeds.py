@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -34,6 +35,7 @@ from onnx_lab.core.shapes import (
     validate_dims,
 )
 from onnx_lab.core.source import resolve
+from onnx_lab.core.values import const_array
 from onnx_lab.errors import CacheError, DimError, InputError, LabError
 
 __all__ = ["make_feeds", "as_feed_list", "branch_feeds", "cache_length_feeds", "past_length", "input_specs", "resolve_input_shapes",
@@ -216,18 +218,27 @@ def _typical_dims(model: LabModel) -> dict[str, int]:
 
 
 def _gather_vocab(model: LabModel, name: str) -> int | None:
-    """Rows of an embedding table the integer input indexes (Gather(table, input))."""
+    """Rows of an embedding table the integer input indexes (Gather(table, input)), or the
+    columns an ArrayFeatureExtractor picks with it (its last axis: ONNX's conformance case
+    takes the indices as an input; [0, 10) was out of range for 3 columns)."""
     idx = model.index
     for nid in idx.consumers.get(name, ()):
         node = idx.node(nid)
-        if node.op_type == "Gather" and len(node.inputs) > 1 and node.inputs[1] is not None \
-                and node.inputs[1].name == name and node.inputs[0] is not None:
+        if node.op_type in ("Gather", "ArrayFeatureExtractor") and len(node.inputs) > 1 \
+                and node.inputs[1] is not None and node.inputs[1].name == name \
+                and node.inputs[0] is not None:
             table = node.inputs[0]
             shape = shape_tuple(table.shape) or (shape_tuple(table.const_value.shape)
                                                  if table.const_value is not None else None)
-            axis = node.attributes.get("axis")
-            ax = axis.value if axis is not None else 0
-            if shape and isinstance(shape[ax], int):
+            if not shape:
+                info = model.types().get(table.name or "")
+                shape = info.shape if info is not None else None
+            if node.op_type == "Gather":
+                axis = node.attributes.get("axis")
+                ax = axis.value if axis is not None else 0
+            else:
+                ax = -1
+            if shape and -len(shape) <= ax < len(shape) and isinstance(shape[ax], int):
                 return int(shape[ax])
     return None
 
@@ -238,39 +249,113 @@ _VOCAB_ATTRS = {"LabelEncoder": ("keys_strings", "keys_int64s"),
                 "OneHotEncoder": ("cats_strings", "cats_int64s"),
                 "CategoryMapper": ("cats_strings", "cats_int64s"),
                 "DictVectorizer": ("string_vocabulary", "int64_vocabulary")}
+# The default domain's op that names its tokens: TfIdfVectorizer (CountVectorizer and TF-IDF
+# exports): made-up words are in no pool, and every count was 0.
+_POOL_ATTRS = ("pool_strings", "pool_int64s")
 # Ops whose first output holds values of their first input (moved or picked, not changed):
-# skl2onnx reshapes a column, and its ColumnTransformer picks it with a Gather.
+# skl2onnx reshapes a column, and its ColumnTransformer picks it with a Gather; its
+# OrdinalEncoder picks a column with an ArrayFeatureExtractor.
 _PASS_THROUGH = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
-                           "Gather", "GatherElements", "Slice", "Expand", "Tile"})
+                           "Gather", "GatherElements", "Slice", "Expand", "Tile",
+                           "ArrayFeatureExtractor"})
+# Text ops before a TfIdfVectorizer: a feed reaching it through a Tokenizer is a sentence of
+# pool words (the tokenizer splits it back).
+_TEXT_OPS = frozenset({"StringNormalizer", "Tokenizer"})
 # The made-up strings when the graph reveals no vocabulary: short, deterministic, distinct.
 _WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
 _SEQ_LEN = 2  # elements of a generated sequence
+# Vocabulary entries kept (a draw of n values walks through them from a random start: all of
+# a 300-key LabelEncoder's keys are reached by enough samples; only the first 256 were).
+_VOCAB_MAX = 1 << 16
 
 
-def vocabulary(model: LabModel, name: str) -> list | None:
-    """The values a categorical op reading ``name`` names (LabelEncoder keys, OneHotEncoder
-    and CategoryMapper categories, DictVectorizer vocabularies), also through ops in between
-    that move or pick the values (Identity, Reshape, Squeeze-like, Transpose, a Gather or Slice
-    of them: skl2onnx's ColumnTransformer picks a column with a Gather); None when none does."""
+@dataclass(frozen=True)
+class Vocab:
+    """The values a categorical op names for an input (or one column of it); ``sentences``:
+    drawn as space-joined runs of them (the input is split into tokens first)."""
+
+    values: tuple
+    sentences: bool = False
+
+    def draw(self, n: int, rng: np.random.Generator) -> list:
+        """``n`` values: consecutive entries from a random start, in random order (every
+        entry is drawn once per ``len(values)`` values)."""
+        k = len(self.values)
+        picks = (int(rng.integers(0, k)) + np.arange(n * (3 if self.sentences else 1))) % k
+        picks = rng.permutation(picks)
+        if not self.sentences:
+            return [self.values[i] for i in picks]
+        words = [str(self.values[i]) for i in picks]
+        return [" ".join(words[3 * j:3 * j + 3]) for j in range(n)]
+
+
+def _picked_column(node: ir.Node) -> int | None:
+    """The one column (last axis) a Gather or ArrayFeatureExtractor picks with a constant
+    index, else None."""
+    if len(node.inputs) < 2 or node.inputs[1] is None:
+        return None
+    index = const_array(node.inputs[1])
+    if index is None or index.size != 1 or index.dtype.kind not in "iu":
+        return None
+    if node.op_type == "Gather":
+        axis = node.attributes.get_int("axis", 0)
+        if axis == 0:
+            return None
+    return int(index.reshape(-1)[0])
+
+
+def vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
+    """{column: Vocab}: the values the categorical ops reading input ``name`` name
+    (LabelEncoder keys, OneHotEncoder and CategoryMapper categories, DictVectorizer
+    vocabularies, a TfIdfVectorizer's pool), also through ops in between that move or pick the
+    values (Identity, Reshape, Squeeze-like, Transpose, a Gather, Slice or
+    ArrayFeatureExtractor of them, StringNormalizer and Tokenizer before a TfIdfVectorizer).
+    A Gather (axis > 0) or ArrayFeatureExtractor of one constant index picks a column of the
+    last axis: its encoder's values are that column's (a two-column OneHotEncoder export
+    feeds each column to its own encoder); None keys what reads the whole input. Empty when
+    no op names any."""
+    return model.cached(("feeds", "vocabularies", name), lambda: _vocabularies(model, name))
+
+
+def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
     idx = model.index
-    todo, seen = [name], {name}
+    out: dict[int | None, Vocab] = {}
+    todo: list[tuple[str, int | None, bool]] = [(name, None, False)]
+    seen = {name}
     while todo:  # through the ops that only move or pick values
-        value = todo.pop(0)
+        value, column, text = todo.pop(0)
         for nid in idx.consumers.get(value, ()):
             node = idx.node(nid)
             first = bool(node.inputs) and node.inputs[0] is not None \
                 and node.inputs[0].name == value  # (a Gather's indices are not its values)
-            if node.domain == "ai.onnx.ml":
-                for attr in _VOCAB_ATTRS.get(node.op_type, ()):
+            attrs = _VOCAB_ATTRS.get(node.op_type, ()) if node.domain == "ai.onnx.ml" else \
+                _POOL_ATTRS if node.op_type == "TfIdfVectorizer" and node.domain in ("",
+                                                                                 "ai.onnx") \
+                else ()
+            if attrs and first:
+                for attr in attrs:
                     a = node.attributes.get(attr)
-                    if a is not None and len(a.value):
-                        return list(a.value)[:256]
-            elif node.op_type in _PASS_THROUGH and first and node.outputs \
-                    and node.outputs[0].name and node.outputs[0].name not in seen \
-                    and len(seen) < 64:
+                    if a is not None and len(a.value) and column not in out:
+                        out[column] = Vocab(tuple(list(a.value)[:_VOCAB_MAX]),
+                                            sentences=text and attr == "pool_strings")
+                continue
+            passes = node.op_type in _PASS_THROUGH or node.op_type in _TEXT_OPS
+            if passes and first and node.outputs and node.outputs[0].name \
+                    and node.outputs[0].name not in seen and len(seen) < 256:
+                picked = _picked_column(node) \
+                    if node.op_type in ("Gather", "ArrayFeatureExtractor") else None
                 seen.add(node.outputs[0].name)
-                todo.append(node.outputs[0].name)
-    return None
+                todo.append((node.outputs[0].name, picked if picked is not None else column,
+                             text or node.op_type == "Tokenizer"))
+    return out
+
+
+def vocabulary(model: LabModel, name: str) -> list | None:
+    """The values of :func:`vocabularies` that hold for the whole input (else the first
+    column's); None when no op names any."""
+    found = vocabularies(model, name)
+    v = found.get(None) or next(iter(found.values()), None)
+    return list(v.values) if v is not None else None
 
 
 def _element_shape(model: LabModel, name: str, t: Any, dims: Mapping[str, int]) -> tuple:
@@ -294,13 +379,12 @@ def _element_shape(model: LabModel, name: str, t: Any, dims: Mapping[str, int]) 
 
 
 def _scalars(dtype: ir.DataType, n: int, rng: np.random.Generator,
-             vocab: list | None) -> np.ndarray:
-    if vocab and (dtype == ir.DataType.STRING) != isinstance(vocab[0], str):
+             vocab: Vocab | None) -> np.ndarray:
+    if vocab and (dtype == ir.DataType.STRING) != isinstance(vocab.values[0], str):
         vocab = None  # a vocabulary of the other kind (a malformed model): not these values
     if vocab:
-        picks = rng.integers(0, len(vocab), size=n)
-        values = [vocab[i] for i in picks]
-        return np.array(values, dtype=object if dtype == ir.DataType.STRING else None)
+        return np.array(vocab.draw(n, rng),
+                        dtype=object if dtype == ir.DataType.STRING else None)
     if dtype == ir.DataType.STRING:
         return np.array([_WORDS[i] for i in rng.integers(0, len(_WORDS), size=n)], dtype=object)
     np_dtype = _NP_DTYPES.get(dtype_name(dtype) or "")
@@ -314,29 +398,40 @@ def _scalars(dtype: ir.DataType, n: int, rng: np.random.Generator,
     return rng.standard_normal(n).astype(np_dtype)
 
 
+def _columns(dtype: ir.DataType, shape: tuple[int, ...], rng: np.random.Generator,
+             vocabs: Mapping[int | None, Vocab]) -> np.ndarray:
+    """A tensor of ``shape`` whose last axis's column k is drawn from ``vocabs[k]`` (else
+    from ``vocabs[None]``, else from a vocabulary found for another column: a column picked
+    by an index that is not constant may reach it; else made up)."""
+    n = int(np.prod(shape, dtype=np.int64))
+    whole = vocabs.get(None) or next(iter(vocabs.values()), None)
+    if not shape or not any(k is not None and k < shape[-1] for k in vocabs):
+        return _scalars(dtype, n, rng, whole).reshape(shape)
+    cols = shape[-1]
+    rows = n // cols if cols else 0
+    parts = [_scalars(dtype, rows, rng, vocabs.get(k) or whole) for k in range(cols)]
+    return np.stack(parts, axis=-1).reshape(shape) if parts else \
+        _scalars(dtype, n, rng, whole).reshape(shape)
+
+
 def _made_value(model: LabModel, name: str, dtype: str | None,
                 concrete: Mapping[str, tuple[int, ...]], dims: Mapping[str, int],
                 rng: np.random.Generator) -> Any:
     """A generated string tensor, sequence, map or optional for input ``name``."""
     v = next(v for v in model.graph.inputs if v.name == name)
     t = v.type
+    vocabs = vocabularies(model, name)
     vocab = vocabulary(model, name)
     try:
         if dtype == "string":
-            shape = concrete[name]
-            return _scalars(ir.DataType.STRING, int(np.prod(shape, dtype=np.int64)), rng,
-                            vocab).reshape(shape)
+            return _columns(ir.DataType.STRING, tuple(concrete[name]), rng, vocabs)
         if isinstance(t, ir.OptionalType):
             t = t.elem_type
         if isinstance(t, ir.TensorType):
-            shape = _element_shape(model, name, v.type, dims)
-            return _scalars(t.dtype, int(np.prod(shape, dtype=np.int64)), rng,
-                            vocab).reshape(shape)
+            return _columns(t.dtype, _element_shape(model, name, v.type, dims), rng, vocabs)
         if isinstance(t, ir.SequenceType) and isinstance(t.elem_type, ir.TensorType):
             shape = _element_shape(model, name, v.type, dims)
-            n = int(np.prod(shape, dtype=np.int64))
-            return [_scalars(t.elem_type.dtype, n, rng, vocab).reshape(shape)
-                    for _ in range(_SEQ_LEN)]
+            return [_columns(t.elem_type.dtype, shape, rng, vocabs) for _ in range(_SEQ_LEN)]
         if isinstance(t, MapType) and isinstance(t.value_type, ir.TensorType):
             keys = list(dict.fromkeys(vocab or ([_WORDS[i] for i in range(4)]
                                                 if t.key_type == ir.DataType.STRING
@@ -363,8 +458,10 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
     decides If branches (optimum's ``use_cache_branch``: the KV-cache branch when the past
     length is at least 1, else the other; :func:`branch_feeds` makes one sample per value);
     scalars are 0-d arrays.
-    Strings are drawn from the vocabulary an ONNX-ML op reading the input names
-    (LabelEncoder keys, OneHotEncoder / CategoryMapper categories), else from a few short
+    Strings (and integers an encoder names) are drawn from the vocabulary an ONNX-ML op
+    reading the input names (LabelEncoder keys, OneHotEncoder / CategoryMapper categories,
+    per column where a Gather or ArrayFeatureExtractor picks one; a TfIdfVectorizer's pool as
+    sentences when a Tokenizer splits them: :func:`vocabularies`), else from a few short
     words; a sequence input is a list of two arrays of its declared element shape, a map a
     dict over the vocabulary a DictVectorizer names (else 4 keys), an optional its element.
 
@@ -423,6 +520,11 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
                     arr = np.ones(shape)
                 elif "type" in low_name:
                     arr = np.zeros(shape)
+                elif any(not isinstance(v.values[0], str)
+                         for v in vocabularies(model, name).values()):
+                    # an integer category (cats_int64s, keys_int64s): its own values
+                    arr = _columns(ir.DataType.from_numpy(np.dtype(np_dtype)), tuple(shape),
+                                   rng, vocabularies(model, name))
                 else:
                     rows = _gather_vocab(model, name) or 10
                     top = rows if high == 10 else min(rows, high)

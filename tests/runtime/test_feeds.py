@@ -172,3 +172,51 @@ def test_a_one_element_integer_is_a_count_of_at_least_one():
         assert make_feeds(_loop_model(1.0), seed=seed)["n"] >= 1
     c = onnx_lab.compare(_loop_model(1.0), _loop_model(1.05), progress=False)
     assert not c.passed
+
+
+@pytest.mark.parametrize("picker", ["Gather", "ArrayFeatureExtractor"])
+def test_each_picked_column_is_drawn_from_its_own_encoder(picker):
+    # skl2onnx's OneHotEncoder / OrdinalEncoder of two columns: column 1 got column 0's
+    # colours (onnxruntime refused them: "Unknown Category and zeros = 0") or made-up words
+    # (every LabelEncoder answered its default: two swapped keys passed)
+    from ml_models import column_encoders
+
+    feeds = make_feeds(onnx_lab.open(column_encoders(picker=picker), dims={"N": 400}))
+    x = feeds["x"]
+    assert set(x[:, 0]) <= {"red", "green", "blue"}
+    assert set(x[:, 1]) == {f"k{i}" for i in range(300)}  # past the first 256 keys too
+    c = onnx_lab.compare(column_encoders(picker=picker), column_encoders(picker=picker),
+                         dims={"N": 400})
+    assert c.passed
+    bad = onnx_lab.compare(column_encoders(picker=picker),
+                           column_encoders(picker=picker, swap=True), dims={"N": 400})
+    assert not bad.passed
+
+
+def test_text_before_a_tfidf_vectorizer_is_sentences_of_its_pool():
+    # made-up words are in no pool: every count was 0 and a weight 3x larger passed
+    import onnxruntime as ort
+    from ml_models import tfidf_model
+
+    lab = onnx_lab.open(tfidf_model(), dims={"N": 8})
+    text = make_feeds(lab)["text"]
+    assert all(len(t.split()) == 3 for t in text)
+    assert {w for t in text for w in t.split()} <= {"apple", "banana", "cherry", "grape",
+                                                       "lemon", "mango"}
+    sess = ort.InferenceSession(tfidf_model().SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    assert sess.run(None, {"text": text})[0].any()  # counted
+    assert not onnx_lab.compare(tfidf_model(), tfidf_model(weight=3.0), dims={"N": 8}).passed
+
+
+def test_indices_of_an_array_feature_extractor_stay_within_its_columns():
+    g = helper.make_graph(
+        [helper.make_node("ArrayFeatureExtractor", ["x", "y"], ["z"], domain="ai.onnx.ml")],
+        "afe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+                helper.make_tensor_value_info("y", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("ai.onnx.ml", 1)])
+    for feeds in make_feeds(onnx_lab.open(m), n=20):
+        assert 0 <= feeds["y"].min() and feeds["y"].max() < 4
+    assert onnx_lab.compare(m, m).passed
