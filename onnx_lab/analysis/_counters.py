@@ -622,6 +622,50 @@ def _weights_held(node, i: int, n: int) -> int:
     return n
 
 
+# The learned numbers ONNX-ML ops hold in attributes (a tree's thresholds and leaf weights, a
+# linear model's or an SVM's coefficients, a scaler's offsets): their params. The trees'
+# structure (node ids, feature ids, modes) is not counted. Each name also in its
+# ``*_as_tensor`` form (double precision).
+ML_PARAMS = {
+    "TreeEnsembleClassifier": ("nodes_values", "class_weights", "base_values"),
+    "TreeEnsembleRegressor": ("nodes_values", "target_weights", "base_values"),
+    "TreeEnsemble": ("nodes_splits", "leaf_weights"),
+    "LinearClassifier": ("coefficients", "intercepts"),
+    "LinearRegressor": ("coefficients", "intercepts"),
+    "SVMClassifier": ("support_vectors", "coefficients", "rho", "prob_a", "prob_b"),
+    "SVMRegressor": ("support_vectors", "coefficients", "rho"),
+    "Scaler": ("offset", "scale"),
+    "Imputer": ("imputed_value_floats", "imputed_value_int64s"),
+}
+
+
+def ml_params(node: Any) -> tuple[int, int]:
+    """(elements, bytes) of the learned attributes of an ONNX-ML node (:data:`ML_PARAMS`);
+    (0, 0) for any other node."""
+    if node.domain != "ai.onnx.ml":
+        return 0, 0
+    n = nbytes = 0
+    for name in ML_PARAMS.get(node.op_type, ()):
+        for key in (name, f"{name}_as_tensor"):
+            a = node.attributes.get(key)
+            if a is None:
+                continue
+            value = a.value
+            if hasattr(value, "nbytes") and hasattr(value, "shape"):  # a TENSOR attribute
+                n += int(np.prod(tuple(value.shape), dtype=np.int64))
+                nbytes += int(value.nbytes)
+            elif isinstance(value, (list, tuple)) and all(
+                    isinstance(x, (int, float)) for x in value):
+                count = len(value)
+                if name == "nodes_values":  # one per node: a leaf's is no threshold
+                    modes = node.attributes.get("nodes_modes")
+                    if modes is not None and len(modes.value) == count:
+                        count -= sum(1 for m in modes.value if m == "LEAF")
+                n += count
+                nbytes += count * (8 if value and isinstance(value[0], int) else 4)
+    return n, nbytes
+
+
 def _nbits_note(c: _Ctx, pbytes: float) -> str:
     k, n = c.attr("K"), c.attr("N")
     bits, block = c.attr("bits", 4), c.attr("block_size")

@@ -17,7 +17,9 @@ Counts come from the inferred shapes (``LabModel.types``) and each op's attribut
   Transpose, Gather, Concat, Cast...) cost 0 FLOPs.
 - ai.onnx.ml ops (scikit-learn, LightGBM, XGBoost exports) have rules of their own: tree
   ensembles count comparisons per tree × depth; linear models and SVMs their matmul; encoders
-  and scalers are element-wise; ZipMap and the map ops move data (said in ``note``).
+  and scalers are element-wise; ZipMap and the map ops move data (said in ``note``). Their
+  params are the numbers they learned, held in attributes: a tree's thresholds (branch nodes)
+  and leaf weights, linear and SVM coefficients, a scaler's offsets and scales.
 - ``macs_onnx_tool``: onnx-tool 1.0.1's "MACs", for comparing with it: it counts the
   arithmetic of every op as MACs, each operation weighed (add, multiply, compare 1; divide 4;
   sqrt 24; exp 32; log 43), and adds Conv/Gemm bias adds (see ``_onnx_tool_macs``). On the
@@ -60,6 +62,7 @@ from onnx_lab.analysis._counters import (
     _nbits_note,
     _prod,
     _weights_held,
+    ml_params,
 )
 from onnx_lab.analysis._onnx_tool import _onnx_tool_macs, _onnx_tool_total, _or_nan
 from onnx_lab.analysis.roofline import Roofline, roofline
@@ -93,7 +96,8 @@ class Cost:
             the node runs per model run: 1 in the main graph, × a Loop's constant trip count
             or a Scan's static length inside their bodies), flops, macs, input_bytes,
             output_bytes (per model run: per call × calls), params (elements of weight
-            inputs), param_bytes, intensity (flops per byte moved), known (False: flops/macs
+            inputs, and of the learned attributes of ONNX-ML ops: a tree's thresholds and
+            leaf weights, linear and SVM coefficients, a scaler's offsets), param_bytes, intensity (flops per byte moved), known (False: flops/macs
             are NaN), note, macs_onnx_tool (onnx-tool 1.0.1's count, per model run; NaN for
             an op outside its rules here or of unknown shapes).
         memory: per main-graph node in topological order: node_id, live_bytes (activations
@@ -417,6 +421,11 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
                 pbytes += n * size
                 param_seen[v.name] = (weights, n * size)
                 weights_of.setdefault(nid, {})[v.name] = int(weights)
+        held, held_bytes = ml_params(node)  # an ONNX-ML op's learned attributes
+        if held:
+            params += held
+            pbytes += held_bytes
+            param_seen[f"{nid}\x1f(attributes)"] = (held, held_bytes)
         if op == "MatMulNBits" and res is not None:
             note = _nbits_note(c, pbytes)
         for v, s in zip(node.outputs, c.outs):

@@ -605,6 +605,13 @@ def _check_reference(name: str, location: str | None, offset: str | int | None,
             f"Tensor {name!r} declares dims {dims} ({want:,} bytes) but its external data "
             f"length is {n:,} bytes.", fix="Re-export the model with its external data.")
     end = start + want
+    if end > sizes[target] and str(location).lower().endswith(".onnx"):
+        raise ExternalDataError(
+            f"Tensor {name!r} refers to {location!r} as its external data file: an .onnx "
+            f"file, which holds a model, not weights (it needs bytes {start}..{end}; the "
+            f"file has {sizes[target]}).",
+            fix="Point the location at the model's data file (onnx.save(model, path, "
+            "save_as_external_data=True, location='model.onnx.data')), or re-export.")
     if end > sizes[target]:
         raise ExternalDataError(
             f"External data file {location!r} is truncated: tensor {name!r} needs bytes "

@@ -128,3 +128,13 @@ def test_map_input_counts_its_vectorizer():
     rows = _rows(dict_input_model())
     assert rows.loc["DictVectorizer", "known"]
     assert "map" in rows.loc["DictVectorizer", "note"]
+
+
+def test_onnx_ml_models_count_the_numbers_their_attributes_learned():
+    # a tree's thresholds (its branch nodes', not its leaves') and leaf weights, a linear
+    # model's coefficients and intercepts: held in attributes, their params were 0
+    tree = onnx_lab.open(tree_zipmap(), dims={"N": 2}).cost()
+    assert tree.total["params"] == 6 + 16 and tree.total["param_bytes"] == 22 * 4
+    assert tree.nodes.set_index("op_type").loc["TreeEnsembleClassifier", "params"] == 22
+    linear = onnx_lab.open(linear_zipmap(), dims={"N": 2}).cost()
+    assert linear.total["params"] == 3 * 3 + 3

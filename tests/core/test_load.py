@@ -288,6 +288,16 @@ def test_external_data_offset_past_end_without_length(tmp_path):
         onnx_lab.open(path)
 
 
+def test_external_data_located_in_a_model_file_says_so(tmp_path):
+    # it was "'self.onnx' is truncated ... Copy the complete data file again"
+    m = _external_model("self.onnx")
+    m.graph.initializer[0].external_data.add(key="offset", value="1000000")
+    path = _write(tmp_path / "self.onnx", m)
+    with pytest.raises(ExternalDataError, match="'self.onnx' as its external data file: an "
+                                                ".onnx file, which holds a model"):
+        onnx_lab.open(path)
+
+
 def test_external_data_malformed_offset(tmp_path):
     (tmp_path / "w.bin").write_bytes(b"\x00" * 16)
     m = _external_model("w.bin")

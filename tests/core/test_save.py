@@ -58,6 +58,8 @@ def test_save_to_a_folder_or_bad_option_is_refused(tmp_path):
         lab.save(tmp_path / "m.onnx", external_data=3)
     with pytest.raises(SaveError, match="file name"):
         lab.save(tmp_path / "m.onnx", external_data="../elsewhere.data")
+    with pytest.raises(SaveError, match="file name"):  # was "the path is a folder (...tmp/)"
+        lab.save(tmp_path / "m.onnx", external_data="")
 
 
 def test_external_data_auto_follows_the_source(tmp_path):
