@@ -4,6 +4,7 @@ Importable from :mod:`onnx_lab.numerics.metrics`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -56,12 +57,16 @@ def _maps_of(value: Any) -> list[dict] | None:
     return None
 
 
-def _maps_as_rows(value: Any) -> np.ndarray:
-    """A sequence of maps as the tensor it was zipped from: row i holds map i's values in key
-    order (onnxruntime returns a map's keys sorted; ZipMap's labels ascend in the exports
-    remove_zipmap accepts). A lone map becomes a 1-D array."""
+def _maps_as_rows(value: Any, order: Sequence | None = None) -> np.ndarray:
+    """A sequence of maps as the tensor it was zipped from: row i holds map i's values in
+    ``order`` (the ZipMap's class labels: the tensor's columns follow them), else in key
+    order (onnxruntime returns a map's keys sorted; skl2onnx's labels ascend). A lone map
+    becomes a 1-D array."""
     maps = _maps_of(value) or []
-    rows = [[m[k] for k in sorted(m, key=lambda k: (isinstance(k, str), k))] for m in maps]
+    rows = [[m[k] for k in (order if order is not None and len(order) == len(m)
+                            and set(order) == set(m)
+                            else sorted(m, key=lambda k: (isinstance(k, str), k)))]
+            for m in maps]
     arr = np.asarray(rows)
     return arr[0] if isinstance(value, dict) else arr
 
@@ -73,14 +78,16 @@ def _empty_rows(seq: Any, arr: Any) -> bool:
         and arr.ndim >= 1 and arr.shape[0] == 0
 
 
-def _leaves(ref: Any, cand: Any, path: str, out: list, notes: list[str]) -> str | None:
+def _leaves(ref: Any, cand: Any, path: str, out: list, notes: list[str],
+            order: Sequence | None = None) -> str | None:
     """Walk a (reference, candidate) pair of sequences / maps in step: ``out`` gets each pair
     of leaf arrays, ``notes`` what differs in structure. Returns what made it unequal in
-    structure (None: same structure)."""
+    structure (None: same structure). ``order``: the labels of the ZipMap that made the
+    maps, in the order of the tensor's columns (a ZipMap output against a tensor)."""
     if _maps_of(ref) is not None and _maps_of(cand) is None and cand is not None:
-        ref = _maps_as_rows(ref)  # the maps against the tensor remove_zipmap left
+        ref = _maps_as_rows(ref, order)  # the maps against the tensor remove_zipmap left
     elif _maps_of(cand) is not None and _maps_of(ref) is None and ref is not None:
-        cand = _maps_as_rows(cand)
+        cand = _maps_as_rows(cand, order)
     if isinstance(ref, dict) or isinstance(cand, dict):
         if not (isinstance(ref, dict) and isinstance(cand, dict)):
             return f"{path or 'value'}: a map against a {type(cand).__name__}"

@@ -648,7 +648,8 @@ def _run_metrics(ref_model: LabModel | None, cand_model: LabModel,
         if p not in accs:
             presets[p], rule = rule_for(_dtype_name(ref_value), output=p in out_set,
                                         preset=preset_of(p[1]), atol=atol, rtol=rtol)
-            accs[p] = MetricAccumulator(rule=rule)
+            accs[p] = MetricAccumulator(rule=rule, key_order=zipmap_labels(ref_model, p[0])
+                                        or zipmap_labels(cand_model, p[1]))
         return accs[p]
 
     kept: dict[tuple[str, str], tuple[list, list]] = {p: ([], []) for p in out_pairs}
@@ -677,6 +678,22 @@ def _run_metrics(ref_model: LabModel | None, cand_model: LabModel,
     return {p: {**a.result(), "preset": presets[p]} for p, a in accs.items()}, kept
 
 
+def zipmap_labels(model: LabModel | None, name: str) -> list | None:
+    """The class labels of the ZipMap that computes ``name`` (the order of the columns of the
+    tensor it zipped: [2, 0, 1] in a classifier whose labels do not ascend), else None."""
+    if model is None:
+        return None
+    nid = model.index.producer.get(name)
+    node = model.index.node(nid) if nid is not None else None
+    if node is None or node.op_type != "ZipMap" or node.domain != "ai.onnx.ml":
+        return None
+    for key in ("classlabels_int64s", "classlabels_strings"):
+        a = node.attributes.get(key)
+        if a is not None and len(a.value):
+            return list(a.value)
+    return None
+
+
 def _failing_samples(model: LabModel, feed_list: list, kept: dict[tuple[str, str], tuple],
                      outputs: Any, preset_of: Any, atol: float | None,
                      rtol: float | None) -> list[str]:
@@ -693,7 +710,7 @@ def _failing_samples(model: LabModel, feed_list: list, kept: dict[tuple[str, str
                 continue
             _name, rule = rule_for(_dtype_name(refs[s]), output=True, preset=preset_of(p[1]),
                                    atol=atol, rtol=rtol)
-            acc = MetricAccumulator(rule=rule)
+            acc = MetricAccumulator(rule=rule, key_order=zipmap_labels(model, p[0]))
             acc.add(refs[s], cands[s])
             if not acc.result()["passed"]:
                 failing.append(s)

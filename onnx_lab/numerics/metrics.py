@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -330,11 +330,15 @@ class MetricAccumulator:
         scored: also track what :meth:`score` needs under an ``elementwise`` rule (the worst
             ``|err| / (atol + rtol·|ref|)``, one more division per element); without it that
             score is 0 or ``inf``, the verdict alone.
+        key_order: a ZipMap's class labels, the order of the tensor's columns a sequence of
+            its maps is paired with (default: the maps' keys sorted).
     """
 
     def __init__(self, atol: float = 0.0, rtol: float = 0.0, *, statistics: bool = True,
-                 rule: Rule | None = None, scored: bool = False) -> None:
+                 rule: Rule | None = None, scored: bool = False,
+                 key_order: Sequence | None = None) -> None:
         self.rule = rule if rule is not None else Rule("elementwise", float(atol), float(rtol))
+        self.key_order = list(key_order) if key_order is not None else None
         if self.rule.kind not in RULES:
             raise ValueError(f"unknown rule kind {self.rule.kind!r}; kinds: {tuple(RULES)}")
         self.atol = float(self.rule.atol)
@@ -440,7 +444,7 @@ class MetricAccumulator:
         if not self.comparable:
             return
         pairs: list[tuple[np.ndarray, np.ndarray]] = []
-        bad = _leaves(ref, cand, "", pairs, self.notes)
+        bad = _leaves(ref, cand, "", pairs, self.notes, self.key_order)
         if bad:
             self._note(bad)
             self.comparable = False

@@ -168,3 +168,44 @@ def test_cli_precision_on_ml_models(tmp_path, capsys):
     assert "Nothing to convert to int8" in err and "calibration failed" not in err
     assert main(["precision", str(strings), "--target", "fp16", "--dims", "N=4"]) == 0
     assert "fp16:" in capsys.readouterr().out
+
+
+def _relabelled(labels: list[int], zipmap: bool = True):
+    """linear_zipmap with class labels ``labels`` (the probabilities' columns follow them);
+    without its ZipMap, the probabilities tensor is the output."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    m = linear_zipmap()
+    for n in m.graph.node:
+        for a in n.attribute:
+            if a.name in ("classlabels_ints", "classlabels_int64s"):
+                a.ints[:] = labels
+    if not zipmap:
+        zm = next(n for n in m.graph.node if n.op_type == "ZipMap")
+        m.graph.node.remove(zm)
+        out = next(o for o in m.graph.output if o.name == "output_probability")
+        out.CopyFrom(helper.make_tensor_value_info("probabilities", TensorProto.FLOAT,
+                                                   ["N", 3]))
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_zipmap_maps_pair_with_the_tensor_by_its_labels():
+    # labels [2, 0, 1]: the tensor's columns follow them; the maps were read in sorted-key
+    # order and a correct copy without its ZipMap failed (max_abs 0.99)
+    same = onnx_lab.compare(_relabelled([2, 0, 1]), _relabelled([2, 0, 1], zipmap=False),
+                            dims={"N": 8})
+    assert same.passed, same.summary_text()
+    # columns really out of the labels' order still fail (a Gather permutes them)
+    from onnx import helper, numpy_helper
+
+    swapped = _relabelled([2, 0, 1], zipmap=False)
+    lc = next(n for n in swapped.graph.node if n.op_type == "LinearClassifier")
+    lc.output[1] = "p_raw"
+    swapped.graph.initializer.append(numpy_helper.from_array(np.array([1, 2, 0]), "perm"))
+    swapped.graph.node.append(helper.make_node("Gather", ["p_raw", "perm"], ["probabilities"],
+                                               axis=1))
+    bad = onnx_lab.compare(_relabelled([2, 0, 1]), swapped, dims={"N": 8})
+    assert not bad.passed
+    assert bad.outputs.set_index("tensor").loc["output_label", "passed"]
