@@ -249,7 +249,8 @@ def greedy_decode(model: LabModel, prompt: Sequence[int], new_tokens: int, *,
                                             (n, np.asarray(v)) for n, v in io.extra))
         else:
             feeds = prefill_feeds(model, tokens, io=io, dims=dims)
-        vals, seconds = _generate_run(sess, feeds, names, len(tokens))
+        vals, seconds = _generate_run(sess, feeds, names, len(tokens), cached=len(
+            tokens) - 1 if io.cache is not None else None)
         times.append(seconds)
         steps += 1
     decode = float(np.median(times)) if times else 0.0
@@ -257,15 +258,22 @@ def greedy_decode(model: LabModel, prompt: Sequence[int], new_tokens: int, *,
                   1.0 / decode if steps and decode > 0 else math.nan)
 
 
-def _generate_run(sess: Any, feeds: Mapping[str, np.ndarray], names: list[str], length: int
-                  ) -> tuple[dict[str, np.ndarray], float]:
-    """One run's outputs and its seconds (the run alone, not the memory check before it)."""
+def _generate_run(sess: Any, feeds: Mapping[str, np.ndarray], names: list[str], length: int,
+                  cached: int | None = None) -> tuple[dict[str, np.ndarray], float]:
+    """One run's outputs and its seconds (the run alone, not the memory check before it).
+    ``cached``: the run is a decode step with that many tokens in the KV cache."""
     try:
         check_memory_of(sess, feeds, "the decoder model")
         t0 = time.perf_counter()
         values = run_session(sess, feeds, names, what="the decoder model", check_memory=False)
         return values, time.perf_counter() - t0
     except LabError as e:
+        if cached is not None:
+            raise type(e)(f"{e.problem} (a decode step: token {length} with {cached} tokens "
+                          "in the KV cache; the runs before it, the prompt's among them, "
+                          "ran)", fix="The model cannot run a generation step with its "
+                          "cache: run the same step in onnxruntime to see it (a builder's or "
+                          "onnxruntime's defect is reported so).") from e
         raise type(e)(f"{e.problem} (at a sequence of {length} tokens: a sequence longer than "
                       "the model's maximum length, its rotary or position table, fails so)",
                       fix="Use fewer tokens (prompt_length + new_tokens), or check the "
@@ -286,6 +294,39 @@ def _logits(model: LabModel, io: DecoderIO, tokens: Sequence[int], sess: Any,
                          "position.", fix="Export the decoder with logits for the whole "
                          "sequence (no num_logits_to_keep / last-token slicing).")
     return out
+
+
+def _cached_logits(model: LabModel, io: DecoderIO, tokens: Sequence[int], sess: Any,
+                   dims: Mapping[str, int], prefill: int) -> np.ndarray:
+    """``[positions, vocab]`` logits of ``tokens`` as generation computes them: a prefill
+    over the first ``prefill`` tokens, then one token per run with the KV cache fed back
+    (teacher-forced: the given tokens, not the model's picks). ``sess`` returns the logits
+    and the ``present.*`` outputs. A model without a cache: one run over all of them."""
+    if io.cache is None or prefill >= len(tokens):
+        return _logits(model, io, tokens, sess, dims)
+    feeds = prefill_feeds(model, tokens[:prefill], io=io, dims=dims)
+    names = [io.logits, *[p for _, p in io.past]]
+    vals = _generate_run(sess, feeds, names, prefill)[0]
+    rows = [_logits_rows(vals, io, prefill)]
+    extra = {n: np.asarray(v) for n, v in io.extra}
+    for k in range(prefill, len(tokens)):
+        feeds = io.cache.step_feeds(np.asarray([[int(tokens[k])]]), io.cache.next_past(vals),
+                                    past_length=k, extra=extra)
+        vals = _generate_run(sess, feeds, names, k + 1, cached=k)[0]
+        rows.append(_logits_rows(vals, io, 1))
+    return np.concatenate(rows, axis=0)
+
+
+def _logits_rows(vals: Mapping[str, Any], io: DecoderIO, n: int) -> np.ndarray:
+    """The ``[n, vocab]`` logits of a run over ``n`` new tokens (batch 1)."""
+    out = np.asarray(vals[io.logits])
+    if out.ndim == 3:
+        out = out[0]
+    if out.ndim != 2 or out.shape[0] < 1:
+        raise InputError(f"Output {io.logits!r} has shape {list(out.shape)}, not [1, "
+                         f"{n}, vocab].", fix="Export the decoder with logits for the whole "
+                         "sequence (no num_logits_to_keep / last-token slicing).")
+    return out[-n:]
 
 
 # ---------------------------------------------------------------------------- SQNR ranking
@@ -426,7 +467,9 @@ def compare_llm(reference: Any, candidate: Any, tokens: Any = None, *,
             outputs may follow different builders' names (genai, optimum).
         tokens: the sequence(s) both sides are scored on (a list of ids, or a list of lists /
             a 2-D array for several). None: a seeded random prompt of ``prompt_length`` ids
-            continued greedily by the reference for ``new_tokens``.
+            continued greedily by the reference for ``new_tokens``. The reference runs each
+            sequence at once; the candidate as generation does, the prompt (the first half
+            of given tokens) in one run and then a token a run with its KV cache fed back.
         prompt_length, new_tokens, seed: the generated sequence (``tokens=None``).
         layerwise: also compare every aligned intermediate tensor on the first sequence's
             prefill (:func:`onnx_lab.compare`) and rank the nodes by local SQNR
@@ -502,10 +545,16 @@ def compare_llm(reference: Any, candidate: Any, tokens: Any = None, *,
         ref_logits = [_logits(ref.model, io_r, s, s_ref, rdims) for s in seqs]
         del s_ref
         bar.step("reference: teacher-forced logits")
-        s_cand = _session(cand.model, [io_c.logits], prov, "candidate")
-        cand_logits = [_logits(cand.model, io_c, s, s_cand, cdims) for s in seqs]
+        # The candidate computes as generation does: the prompt in one run, then a token a
+        # run with its own KV cache fed back (a cache read at half its value passed when it
+        # ran one prefill over the whole sequence, as did an fp16 build that could not run
+        # a single decode step). Given tokens: the first half is the prompt.
+        s_cand = _session(cand.model, [io_c.logits, *[p for _, p in io_c.past]], prov,
+                          "candidate")
+        cand_logits = [_cached_logits(cand.model, io_c, s, s_cand, cdims,
+                                      start or max(1, len(s) // 2)) for s in seqs]
         del s_cand
-        bar.step("candidate: teacher-forced logits")
+        bar.step("candidate: teacher-forced logits, decoded with its cache")
         frames = []
         for i, (s, r, c) in enumerate(zip(seqs, ref_logits, cand_logits)):
             if r.shape != c.shape:

@@ -326,6 +326,44 @@ def _fails_at_the_prefill_only(model: onnx.ModelProto) -> onnx.ModelProto:
     return c
 
 
+def _wrong_at_decode_steps(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` whose logits are 5x sharper when the past is not empty: right at the
+    prefill, wrong at every decode step (a cache path's bug)."""
+    from onnx import helper, numpy_helper
+
+    c = onnx.ModelProto.FromString(model.SerializeToString())
+    logits = c.graph.output[0].name
+    for n in c.graph.node:
+        n.output[:] = ["logits_raw" if o == logits else o for o in n.output]
+    c.graph.initializer.extend([numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                                numpy_helper.from_array(np.array(4, np.float32), "four"),
+                                numpy_helper.from_array(np.array(1, np.float32), "one")])
+    c.graph.node.extend([
+        helper.make_node("Shape", ["past_key_values.0.key"], ["past_len"], start=2, end=3),
+        helper.make_node("Greater", ["past_len", "zero"], ["decoding"]),
+        helper.make_node("Cast", ["decoding"], ["decoding_f"], to=onnx.TensorProto.FLOAT),
+        helper.make_node("Mul", ["decoding_f", "four"], ["extra"]),
+        helper.make_node("Add", ["extra", "one"], ["sharpen"]),
+        helper.make_node("Mul", ["logits_raw", "sharpen"], [logits])])
+    return c
+
+
+def test_compare_llm_runs_the_candidate_with_its_cache(healthy):
+    # the candidate ran one prefill over the whole sequence: a cache path that halved the
+    # past's values passed with KL 0 (onnxruntime-genai's generation differed at the 2nd
+    # token), as did an fp16 build that could not run one decode step
+    ref, _ = healthy
+    bad = _wrong_at_decode_steps(ref)
+    c = compare_llm(ref, bad, new_tokens=8, progress=False, layerwise=False)
+    assert not c.passed
+    decoded = c.positions.position >= c.prompt_length  # the prompt's run: its logits right
+    assert (c.positions[decoded].kl > 1e-3).all() and (c.positions[~decoded].kl < 1e-6).all()
+    given = compare_llm(ref, bad, tokens=list(range(1, 11)), progress=False, layerwise=False)
+    assert not given.passed  # the given tokens' second half is decoded with the cache
+    assert compare_llm(ref, ref, tokens=list(range(1, 11)), progress=False,
+                       layerwise=False).passed
+
+
 def test_compare_judges_a_decoder_at_a_prefill_and_a_decode_step():
     # compare() judged a with-past decoder at the dims' past length alone: a candidate that
     # breaks the prefill passed at a past of 4
