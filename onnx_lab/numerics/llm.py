@@ -346,6 +346,18 @@ def _noise(sqnr_db: float) -> float:
     return 0.0 if math.isinf(sqnr_db) and sqnr_db > 0 else 10 ** (-sqnr_db / 10)
 
 
+# Attention ops whose outputs past the first are the KV cache they write (the past and the
+# new keys or values, copied from a slice of their input): they add no noise of their own,
+# and the whole packed QKV input's noise, subtracted from a slice's, ranked them first.
+_CACHE_WRITERS = frozenset({"GroupQueryAttention", "MultiHeadAttention", "Attention",
+                            "PackedMultiHeadAttention", "DecoderMaskedMultiHeadAttention"})
+
+
+def _float_name(dtype: Any) -> bool:
+    """Whether a layers table's dtype is a float type (unknown counts as float)."""
+    return not isinstance(dtype, str) or "float" in dtype
+
+
 def sqnr_losses(layers: pd.DataFrame, model: LabModel, cand: LabModel | None = None
                 ) -> pd.DataFrame:
     """Rank the nodes of a layerwise comparison by the precision each one loses.
@@ -364,8 +376,8 @@ def sqnr_losses(layers: pd.DataFrame, model: LabModel, cand: LabModel | None = N
         cand: the candidate, for ``cand_op_type`` (``MatMulNBits`` where quantized).
 
     Returns:
-        One row per compared node output, lowest ``local_sqnr_db`` first
-        (:data:`LOSS_COLUMNS`): rank, node_id, op_type, cand_op_type, layer (decoder-layer
+        One row per compared float node output, lowest ``local_sqnr_db`` first (not the
+        ``present.*`` outputs of attention ops, which copy their inputs) (:data:`LOSS_COLUMNS`): rank, node_id, op_type, cand_op_type, layer (decoder-layer
         number from the name, or None), tensor, sqnr_db, sqnr_in_db (of the summed input
         noise; inf: exact inputs), local_sqnr_db (inf: no noise added; NaN, ranked last:
         an input of the node has no counterpart to compare), quantized (the candidate's node
@@ -383,7 +395,11 @@ def sqnr_losses(layers: pd.DataFrame, model: LabModel, cand: LabModel | None = N
         nid = r.node_id
         if not isinstance(nid, str) or nid not in idx.entries:
             continue
+        if not _float_name(getattr(r, "dtype", None)):
+            continue  # packed int4 bytes (a tied lm_head's weight reshaped): no signal
         node = idx.node(nid)
+        if node.op_type in _CACHE_WRITERS and node.outputs and r.tensor != node.outputs[0].name:
+            continue  # a present.* output: the past and a slice of the packed QKV, copied
         ins = [v.name for v in node.inputs if v is not None and v.name
                and not is_constant(v, stored=True)]
         noise_in = sum(_noise(sq[n]) for n in ins if n in sq and not math.isnan(sq[n]))

@@ -22,6 +22,7 @@ from onnx_lab.numerics.llm import (
     decoder_io,
     greedy_decode,
     layer_of,
+    sqnr_losses,
 )
 from onnx_lab.numerics.metrics import NEXT_TOKEN, next_token_metrics
 from onnx_lab.numerics.weight_only import TRIAL_COLUMNS, find_weight_only
@@ -496,3 +497,47 @@ def test_dims_and_partial_shapes_give_a_consistent_prefill_sample():
                          layerwise=False, progress=False)
     assert [f["attention_mask"].shape for f in c.feeds] == [(1, 5), (1, 1)]
     assert c.passed and "past lengths 4 and 0" in " ".join(c.feeds_notes)
+
+
+def test_sqnr_losses_rank_neither_cache_copies_nor_packed_bytes():
+    # a genai int4 decoder: GroupQueryAttention's present.* copy the past and a slice of the
+    # packed QKV, whose whole noise was subtracted from the slice's (ranked first), and a tied
+    # lm_head's packed uint8 weight reshaped for GatherBlockQuantized was "8.6 dB"
+    import pandas as pd
+    from onnx import TensorProto, helper
+
+    f = TensorProto.FLOAT
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["qkv"], name="qkv_proj"),
+         helper.make_node("GroupQueryAttention", ["qkv", "", "", "past_k", "past_v", "lens",
+                                                  "total"], ["attn", "present_k", "present_v"],
+                          name="gqa", domain="com.microsoft", num_heads=2, kv_num_heads=1),
+         helper.make_node("Reshape", ["packed", "shape"], ["packed_2d"], name="pack")],
+        "g", [helper.make_tensor_value_info(n, f, None) for n in ("x", "past_k", "past_v")]
+        + [helper.make_tensor_value_info(n, TensorProto.INT32, None) for n in ("lens", "total")]
+        + [helper.make_tensor_value_info(n, t, None) for n, t in (
+            ("w", f), ("packed", TensorProto.UINT8), ("shape", TensorProto.INT64))],
+        [helper.make_tensor_value_info(n, f, None) for n in ("attn", "present_k", "present_v")]
+        + [helper.make_tensor_value_info("packed_2d", TensorProto.UINT8, None)])
+    model = onnx_lab.open(helper.make_model(g, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])).model
+    layers = pd.DataFrame({
+        "tensor": ["qkv", "attn", "present_k", "present_v", "packed_2d"],
+        "node_id": ["qkv_proj", "gqa", "gqa", "gqa", "pack"],
+        "op_type": ["MatMul", "GroupQueryAttention", "GroupQueryAttention",
+                    "GroupQueryAttention", "Reshape"],
+        "dtype": ["float32"] * 4 + ["uint8"], "sqnr_db": [18.0, 17.5, 10.7, 11.8, 8.6],
+        "cand_node_id": [None] * 5, "passed": [True] * 4 + [False]})
+    ranked = sqnr_losses(layers, model)
+    assert ranked.tensor.tolist() == ["qkv", "attn"]
+
+
+def test_an_int4_build_has_the_float_builds_params(healthy):
+    # summary() counted the packed uint8 elements (78,404 params for the float build's
+    # 143,682 on a genai int4 build); cost() counts K·N per MatMulNBits
+    ref, q = healthy
+    dims = {"batch_size": 1, "past_sequence_length": 0, "sequence_length": 4}
+    a, b = onnx_lab.open(ref, dims=dims), onnx_lab.open(q, dims=dims)
+    assert "com.microsoft::MatMulNBits" in b.summary()["op_counts"]
+    assert b.summary()["num_params"] == a.summary()["num_params"] == b.cost().total["params"]
+    assert b.summary()["param_bytes"] < a.summary()["param_bytes"] / 3  # stored: packed
