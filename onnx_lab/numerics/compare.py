@@ -961,8 +961,11 @@ def weight_only_preset(*models: LabModel | None) -> str | None:
     """``int4`` when one of ``models`` holds weight-only quantized ops (MatMulNBits,
     GatherBlockQuantized: its inputs and outputs stay float, so the dtype would pick the
     fp32 preset and call every quantized layer out of tolerance), else None; None too when
-    two models both hold them with the same quantized weights (their rounding is the same:
-    the int4 rule, 8 dB, passed a float bias 60 % too large between two such builds)."""
+    two models both hold them with the same quantized weights: the same attributes and the
+    same integers (packed weights, integer zero points, group index). Their rounding is the
+    same, so what differs (a float bias, the scales) is no quantization noise: the int4 rule,
+    8 dB, passed a float bias 60 % too large between two such builds, and one MatMulNBits'
+    scales 1.5x too large (6.02 dB against 6)."""
     held = [_weight_only(m) for m in models if m is not None]
     if not any(held):
         return None
@@ -973,11 +976,14 @@ def weight_only_preset(*models: LabModel | None) -> str | None:
 
 def _weight_only(model: LabModel) -> list[list[Any]]:
     """The attributes (bits, block size, ``accuracy_level``: 4 computes with int8
-    activations) and the stored inputs (packed weights, scales, zero points) of each
-    weight-only op."""
+    activations) and the stored integer inputs (packed weights, packed zero points, a group
+    index; GatherBlockQuantized's data is its input 0) of each weight-only op."""
+    def integers(v: ir.Value | None) -> np.ndarray | None:
+        a = const_array(v, stored=True) if v is not None else None
+        return a if a is not None and a.dtype.kind in "iu" else None
+
     return [[repr(sorted((k, a.value) for k, a in e.node.attributes.items())),
-             *(const_array(v, stored=True) if v is not None else None
-               for v in e.node.inputs[1:])]
+             *(integers(v) for v in e.node.inputs)]
             for e in model.index.entries.values() if e.node.op_type in WEIGHT_ONLY_OPS]
 
 

@@ -422,7 +422,7 @@ def test_a_default_preset_judges_only_what_is_computed_through_it():
 def test_two_int4_builds_with_the_same_weights_are_judged_as_float():
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    def int4(bias_scale: float) -> onnx.ModelProto:
+    def int4(bias_scale: float, block_size: int = 32) -> onnx.ModelProto:
         rng = np.random.default_rng(0)
         m = _model([helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
                     helper.make_node("Add", ["h", "b"], ["y"], name="bias")],
@@ -431,7 +431,7 @@ def test_two_int4_builds_with_the_same_weights_are_judged_as_float():
                                             .astype(np.float32), "W"),
                     numpy_helper.from_array((rng.standard_normal(64) * bias_scale)
                                             .astype(np.float32), "b")])
-        q = MatMulNBitsQuantizer(m, block_size=32, is_symmetric=True)
+        q = MatMulNBitsQuantizer(m, block_size=block_size, is_symmetric=True)
         q.process()
         return q.model.model
 
@@ -439,6 +439,15 @@ def test_two_int4_builds_with_the_same_weights_are_judged_as_float():
     assert same.passed and same.preset == "by dtype"
     # a float bias 60 % too large passed the int4 rule (8 dB)
     assert not onnx_lab.compare(int4(1.0), int4(1.6), progress=False).passed
+    # so did scales 1.5x too large (the same integers: 6.02 dB against the int4 rule's 6)
+    scaled = int4(1.0)
+    nbits = next(n for n in scaled.graph.node if n.op_type == "MatMulNBits")
+    scales = next(t for t in scaled.graph.initializer if t.name == nbits.input[2])
+    scales.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(scales) * 1.5, scales.name))
+    bad = onnx_lab.compare(int4(1.0), scaled, progress=False)
+    assert not bad.passed and bad.preset == "by dtype"
+    # another quantization (other integers: block size 16) keeps the int4 rule
+    assert onnx_lab.compare(int4(1.0), int4(1.0, 16), progress=False).preset == "int4"
     # int4 against its float32 source keeps the int4 rule
     rng = np.random.default_rng(0)
     src = _model([helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
