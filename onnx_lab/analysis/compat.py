@@ -539,11 +539,13 @@ def _declared_fixed(lm: LabModel) -> list[dict]:
     the model's own (``batch``) where the file says a number. onnxruntime's optimizer
     trusts the declaration (a Shape of it becomes a constant), so the model fails at other
     sizes; with its optimizations off it runs."""
+    symbols = {d for v in lm.ir.graph.inputs for d in shape_tuple(v.shape) or ()
+               if isinstance(d, str)}
+    if not symbols:
+        return []  # no dim the inputs leave free (and no second inference to pay)
     types = lm.types(declared=False)
     if types is lm.types():
         return []  # nothing declared that inference might not give
-    symbols = {d for v in lm.ir.graph.inputs for d in shape_tuple(v.shape) or ()
-               if isinstance(d, str)}
     found: list[tuple[str, tuple, tuple]] = []
     for g in lm.index.graphs.values():
         for node in g:

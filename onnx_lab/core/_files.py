@@ -11,6 +11,7 @@ comes from the file recorded at open or ends in an :class:`~onnx_lab.errors.Exte
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import onnx_ir as ir
 from onnx_lab.errors import ExternalDataError
 
 __all__ = ["PinnedExternalTensor", "pin_external", "pin_like", "verify_files", "opened_path",
-           "read_attribute_tensors", "hard_link_error"]
+           "read_attribute_tensors", "hard_link_error", "external_attributes_read"]
 
 _Id = tuple[int, int]
 
@@ -63,11 +64,14 @@ class PinnedExternalTensor(ir.ExternalTensor):
                 f"{str(self.location)!r} was replaced since the model was opened (another "
                 "file or a link now stands there); onnx_lab reads only the files it opened.",
                 fix="Open the model again from the folder you mean.")
-        if _links(path) > 1:
-            raise hard_link_error(self.name, os.fspath(self.location))
 
     def _load(self) -> None:
         self.verify()
+        # onnx_ir refuses to read a file with several hard links (a raw ValueError): said
+        # first. onnxruntime reads it (sessions get the path), so only onnx_lab's own reads
+        # (weight values, a save) stop here.
+        if _links(os.path.join(os.fspath(self.base_dir), os.fspath(self.location))) > 1:
+            raise hard_link_error(self.name, os.fspath(self.location))
         super()._load()
 
 
@@ -168,7 +172,20 @@ def read_attribute_tensors(model: ir.Model) -> int:
         return _in_memory(t)
 
     _swap(model, fn, initializers=False)
+    if count:
+        _READ_AT_OPEN[model] = count
     return count
+
+
+# Models whose attribute tensors were external in their file (read at open): a save with
+# external_data="auto" keeps a data file for them, as for external initializers.
+_READ_AT_OPEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def external_attributes_read(model: ir.Model) -> int:
+    """How many external attribute tensors :func:`read_attribute_tensors` read for
+    ``model`` at open (0: none, or another model)."""
+    return _READ_AT_OPEN.get(model, 0)
 
 
 def _iter_external(model: ir.Model) -> Iterator[ir.ExternalTensor]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 import onnx_ir as ir
 
-from onnx_lab.core._files import pin_like
+from onnx_lab.core._files import external_attributes_read, pin_like
 from onnx_lab.core._gc import paused
 from onnx_lab.core._validate import remark_unreadable
 from onnx_lab.core.derived import with_derived
@@ -155,12 +155,14 @@ class LabModel:
     def _declares_shapes(self) -> bool:
         """Whether some intermediate or graph output (bodies included) declares a shape
         with a concrete dim that inference might not give: else :meth:`types` without the
-        declarations is the same (a model whose inputs are all concrete and that has no
-        bodies gets every dim from inference; a declaration that contradicts it fails it)."""
+        declarations is the same (a model whose inputs are all concrete, that has no bodies
+        and no op whose output shape depends on values gets every dim from inference; a
+        NonZero declared [1, 6] at static inputs was folded to 6 where it computed 3)."""
         graph = self.ir.graph
         if len(self.index.graphs) == 1 and all(
                 v.shape is not None and all(isinstance(d, int) for d in v.shape)
-                for v in graph.inputs if v.name not in graph.initializers):
+                for v in graph.inputs if v.name not in graph.initializers) and not any(
+                e.node.op_type in _VALUE_SHAPED for e in self.index.entries.values()):
             return False
         for g in self.index.graphs.values():
             inputs = set(g.inputs)
@@ -211,7 +213,9 @@ class LabModel:
 
     @property
     def has_external_data(self) -> bool:
-        return bool(self.external_tensors())
+        """Whether initializers live in external files, or the file this model was opened
+        from held Constant values there (read at open)."""
+        return bool(self.external_tensors()) or external_attributes_read(self.ir) > 0
 
     def weights_nbytes(self) -> int:
         """Bytes of all initializer data (without reading external files)."""
@@ -221,6 +225,14 @@ class LabModel:
                 if v.const_value is not None:
                     total += v.const_value.nbytes
         return total
+
+
+# Ops whose output shape depends on the values of their data input: at concrete input
+# shapes inference leaves those dims unknown, and only a declaration, which may be stale,
+# fixes them. (A Reshape, Slice or Range computed from shapes is folded by inference; one
+# computed from data values is not, and is rare enough to pay no second inference for.)
+_VALUE_SHAPED = frozenset({"NonZero", "Unique", "NonMaxSuppression", "Compress", "TopK",
+                           "StringSplit"})
 
 
 def _round_trip(model: ir.Model) -> ir.Model:

@@ -59,6 +59,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx_ir as ir
+from google.protobuf.message import EncodeError
 
 from onnx_lab.core._files import verify_files
 from onnx_lab.core._validate import UnreadableTensor, kept_inline
@@ -166,10 +167,11 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
                         f"{external_data!r}.", fix="Pass external_data=True.")
     model = history.model
     verify_files(model.ir)  # the weights are copied from the files recorded at open
-    size = model.weights_nbytes()
+    size = model.weights_nbytes() + sum(t.nbytes for _, _, t in _attribute_tensors(model.ir))
     explicit = isinstance(external_data, str) and external_data != "auto"
     if external_data == "auto":
-        use_external = wants_external(model, like=history.original.model)
+        use_external = wants_external(model, like=history.original.model) \
+            or size + _GRAPH_MARGIN >= _LIMIT
         data_name = f"{target.name}.data"
     elif external_data is True:
         use_external, data_name = True, f"{target.name}.data"
@@ -261,11 +263,51 @@ def _checked(check: Check | None, written: Path, target: Path) -> None:
 
 def _any_external(m: ir.Model) -> bool:
     """Whether some tensor of ``m`` goes to a data file by the rule (above the inline bound,
-    and not one that is always kept inline)."""
+    and not one that is always kept inline): an initializer, or a Constant's value."""
     return any(t is not None and t.nbytes > INLINE_MAX_BYTES
                and not isinstance(t, (ir.StringTensor, UnreadableTensor))
                for g in m.graphs() for v in g.initializers.values()
-               for t in (v.const_value,))
+               for t in (v.const_value,)) or any(
+        t.nbytes > INLINE_MAX_BYTES for _, _, t in _attribute_tensors(m))
+
+
+def _attribute_tensors(m: ir.Model) -> list[tuple[ir.Node, str, ir.TensorProtocol]]:
+    """(node, attribute name, tensor) of every TENSOR attribute holding numbers (a Constant's
+    value) in ``m``'s graphs, bodies and functions."""
+    nodes = [n for g in m.graphs() for n in g]
+    nodes += [n for f in m.functions.values() for n in ir.traversal.RecursiveGraphIterator(f)]
+    return [(n, key, a.value) for n in nodes for key, a in n.attributes.items()
+            if a.type == ir.AttributeType.TENSOR and a.value is not None
+            and not isinstance(a.value, (ir.StringTensor, UnreadableTensor))]
+
+
+def _unload_attributes(m: ir.Model, folder: Path, data_name: str
+                       ) -> list[tuple[ir.Node, str, ir.Attr]]:
+    """Append the attribute tensors above the inline bound to ``folder / data_name`` and
+    point the attributes at them (onnx_ir's ``unload_from_model`` moves initializers only:
+    a 300 MB Constant was written inside the .onnx file, a 2.2 GB one could not be written);
+    returns the replaced attributes, for the caller to put back."""
+    big = [(n, key, t) for n, key, t in _attribute_tensors(m) if t.nbytes > INLINE_MAX_BYTES]
+    replaced: list[tuple[ir.Node, str, ir.Attr]] = []
+    if not big:
+        return replaced
+    with open(folder / data_name, "ab") as f:
+        for node, key, t in big:
+            offset = f.tell()
+            pad = (-offset) % _ALIGN
+            f.write(b"\0" * pad)
+            offset += pad
+            data = t.tobytes()
+            f.write(data)
+            old = node.attributes[key]
+            replaced.append((node, key, old))
+            node.attributes[key] = ir.AttrTensor(key, ir.ExternalTensor(
+                data_name, offset, len(data), t.dtype, shape=t.shape, name=t.name,
+                doc_string=t.doc_string, base_dir=str(folder)), doc_string=old.doc_string)
+    return replaced
+
+
+_ALIGN = 64  # offset alignment of the attribute tensors appended to a data file
 
 
 # ---------------------------------------------------------------------------- atomic writes
@@ -367,7 +409,7 @@ def _serialize(m: ir.Model, target: Path) -> onnx.ModelProto:
 def _write_proto(proto: onnx.ModelProto, path: Path) -> None:
     try:
         data = proto.SerializeToString()
-    except ValueError as e:  # over 2 GB, or a value protobuf cannot encode
+    except (ValueError, EncodeError) as e:  # over 2 GB, or a value protobuf cannot encode
         raise SaveError(f"Cannot write {str(path)!r}: {e}.",
                         fix="Pass external_data=True.") from e
     with _create(path) as f:
@@ -423,6 +465,7 @@ def _save_pair(m: ir.Model, target: Path, data_name: str, check: Check | None = 
     tensors = [v.const_value for v in values]
     with _private_folder(final) as tmp:
         model_tmp = tmp / final.name
+        moved: list[tuple[ir.Node, str, ir.Attr]] = []
         try:
             for v, t in zip(values, tensors, strict=True):
                 if isinstance(t, (ir.StringTensor, UnreadableTensor)):
@@ -430,10 +473,13 @@ def _save_pair(m: ir.Model, target: Path, data_name: str, check: Check | None = 
             # onnx_ir writes the data (in the private folder) and points the tensors at it
             ir.external_data.unload_from_model(m, tmp, data_name,
                                                size_threshold_bytes=INLINE_MAX_BYTES)
+            moved += _unload_attributes(m, tmp, data_name)
             proto = _serialize(m, target)
         finally:
             for v, t in zip(values, tensors, strict=True):  # the version stays as it was
                 v.const_value = t
+            for node, key, attr in moved:
+                node.attributes[key] = attr
         _write_proto(proto, model_tmp)
         _checked(check, model_tmp, target)
         if final.exists():

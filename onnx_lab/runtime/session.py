@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnx_lab.core._files import verify_files
+from onnx_lab.core._files import hard_link_error, verify_files
 from onnx_lab.core.limits import check_run_memory, run_timeout
 from onnx_lab.core.model import LabModel, mapped_briefly
 from onnx_lab.core.save import INLINE_MAX_BYTES, write_model
@@ -292,7 +292,12 @@ def _inline_small_external(proto: onnx.ModelProto, base_dir: str) -> None:
         if uses_external_data(t):
             info = {e.key: e.value for e in t.external_data}
             if int(info.get("length", _INLINE_BYTES + 1)) <= _INLINE_BYTES:
-                load_external_data_for_tensor(t, base_dir)
+                try:
+                    load_external_data_for_tensor(t, base_dir)
+                except onnx.checker.ValidationError as e:
+                    if "hard link" not in str(e):
+                        raise
+                    raise hard_link_error(t.name, info.get("location", "")) from e
                 t.data_location = onnx.TensorProto.DEFAULT
                 del t.external_data[:]
 

@@ -387,15 +387,38 @@ def test_hard_linked_data_names_the_problem(tmp_path):
     assert len(lab.nodes) == 7
     with pytest.raises(ExternalDataError, match="hard links.*cp, not ln"):
         lab.weight_stats()
-    # every reader (a save, a session) is told so first: onnx_ir's ValueError and onnx's
-    # ValidationError were raw ("internal error", exit 3, on the command line)
+    # onnx_lab's own reads (a save) say so first: onnx_ir's ValueError was raw ("internal
+    # error", exit 3, on the command line)
     with pytest.raises(ExternalDataError, match="hard links.*cp, not ln"):
         lab.save(tmp_path / "out" / "m.onnx")
-    with pytest.raises(ExternalDataError, match="hard links"):
-        onnx_lab.compare(lab, onnx_lab.open(path), dims={"batch": 1})
     from onnx_lab.cli import main
 
     assert main(["optimize", str(path), str(tmp_path / "cli.onnx"), "--dims", "batch=1"]) == 2
+    # a session reads the small tensors it inlines through onnx_ir: the same error (onnx's
+    # reader raised a raw ValidationError)
+    with pytest.raises(ExternalDataError, match="hard links"):
+        onnx_lab.compare(lab, onnx_lab.open(path), dims={"batch": 1})
+
+
+def test_hard_linked_data_of_large_weights_still_runs_in_onnxruntime(tmp_path):
+    # onnxruntime reads the file by its path: comparing and profiling work (DVC caches,
+    # cp -al copies, rsync --link-dest snapshots), only onnx_lab's own reads refuse it
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
+                          [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path),
+              save_as_external_data=True, location="m.data", size_threshold=0)
+    os.link(tmp_path / "m.data", tmp_path / "backup.data")
+    assert onnx_lab.compare(path, path).passed
+    assert len(onnx_lab.open(path).profile(runs=2, warmup=0).ops) >= 1
+    with pytest.raises(ExternalDataError, match="hard links"):
+        onnx_lab.open(path).weight_stats()
 
 
 def test_large_weights_become_views_of_the_file_with_the_same_values(tmp_path):

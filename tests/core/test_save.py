@@ -254,3 +254,33 @@ def test_a_write_error_advises_by_its_cause(tmp_path):
     assert denied.fix.startswith("Pick a folder you can write to") and "space" not in denied.fix
     full = write_error(target, OSError(errno.ENOSPC, "No space left on device"))
     assert "no space left" in full.problem and full.fix.startswith("Free space")
+
+
+def test_a_large_constant_goes_to_the_data_file(tmp_path):
+    # onnx_ir's unload_from_model moves initializers only: a 300 MB Constant read at open was
+    # written inside the .onnx file, and one over 2 GB could not be written (a raw
+    # EncodeError); a source whose Constant was external keeps a data file with "auto"
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    big = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)  # 64 KB
+    g = helper.make_graph(
+        [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(big, "wv")),
+         helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 256])])
+    src = tmp_path / "src" / "m.onnx"
+    src.parent.mkdir()
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(src),
+              save_as_external_data=True, location="m.data", size_threshold=0,
+              convert_attribute=True)
+    x = np.ones((2, 64), np.float32)
+    for data in ("auto", True):
+        out = onnx_lab.open(src).save(tmp_path / f"out_{data}" / "m.onnx", external_data=data)
+        assert sorted(p.name for p in out.parent.iterdir()) == ["m.onnx", "m.onnx.data"]
+        assert out.stat().st_size < 4096  # the Constant's 64 KB are in the data file
+        got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x})[0]
+        np.testing.assert_allclose(got, x @ big, rtol=1e-5)
+    one = onnx_lab.open(src).save(tmp_path / "one" / "m.onnx", external_data=False)
+    assert [p.name for p in one.parent.iterdir()] == ["m.onnx"]

@@ -123,3 +123,44 @@ def test_a_declared_shape_that_the_weights_fix_still_folds():
     r = lab.apply("fold_shapes")
     assert r.modified and r.verify_passed
     assert "stale_value_info" not in lab.check(load=False).code.tolist()
+
+
+def test_a_stale_value_info_makes_no_reshape_a_noop(tmp_path):
+    # eliminate_noop's symbolic branch read the declared [1, 24]: Reshape(r, [1, -1]) was
+    # removed, verified at batch 1, and gave [3, 24] where the model gives [1, 72] at batch 3
+    import onnx
+
+    m = model_from_text("""g (float[batch,24] x) => (float[n,m] y) {
+        r = Relu(x)
+        t = Constant <value = int64[2] {1, -1}> ()
+        y = Reshape(r, t)
+    }""").to_proto()
+    m.graph.value_info.append(onnx.helper.make_tensor_value_info(
+        "r", onnx.TensorProto.FLOAT, [1, 24]))
+    r = apply("eliminate_noop", onnx_lab.open(m, dims={"batch": 1}).model)
+    assert not r.modified
+
+
+def test_a_declared_data_dependent_dim_is_not_folded_at_static_inputs():
+    # NonZero's count depends on the values: declared [1, 6] at a static input, it was folded
+    # to 6 (random feeds have no zeros: verified) where [1, 0, 2, 0, 3, 0] gives 3
+    import onnx
+    import onnxruntime as ort
+
+    m = model_from_text("""g (float[6] x) => (int64[1] n) {
+        nz = NonZero(x)
+        s = Shape(nz)
+        i = Constant <value = int64[1] {1}> ()
+        n = Gather <axis=0> (s, i)
+    }""").to_proto()
+    m.graph.value_info.append(onnx.helper.make_tensor_value_info(
+        "nz", onnx.TensorProto.INT64, [1, 6]))
+    lab = onnx_lab.open(m)
+    r = lab.apply("fold_shapes")
+    assert not r.modified
+    off = ort.SessionOptions()  # (onnxruntime's own optimizer folds the declaration in)
+    off.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    out = ort.InferenceSession(lab.model.to_proto().SerializeToString(), off,
+                               providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.array([1, 0, 2, 0, 3, 0], np.float32)})[0]
+    assert out.tolist() == [3]

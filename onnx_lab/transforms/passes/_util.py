@@ -39,6 +39,18 @@ def _concrete(info: TensorInfo | None) -> tuple[int, ...] | None:
     return tuple(int(d) for d in info.shape)
 
 
+def free_shape(model: LabModel, value: ir.Value | None) -> tuple | None:
+    """The shape of ``value`` with the dims the model leaves free as symbols (or None where
+    unknown): a graph input's declared one, else what inference computes from the inputs and
+    weights alone (a declared value_info may be stale: see :func:`static_shape`)."""
+    if value is None:
+        return None
+    if value.is_graph_input():
+        return shape_tuple(value.shape)
+    info = value_type(model, value, model.types(declared=False))
+    return tuple(info.shape) if info is not None and info.shape is not None else None
+
+
 def static_shape(model: LabModel, value: ir.Value | None) -> tuple[int, ...] | None:
     """The shape of ``value`` when the model fixes every dim, else None: a constant's, a
     graph input's declared one, else what shape inference computes from the inputs and

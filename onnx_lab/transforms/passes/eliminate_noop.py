@@ -11,7 +11,13 @@ from onnx_lab.core.values import const_array
 from onnx_lab.transforms.base import register_pass
 from onnx_lab.transforms.matcher import Binding, Found, Pattern
 from onnx_lab.transforms.passes._shared import BypassPass
-from onnx_lab.transforms.passes._util import const_ints, perm_of, rank, static_shape
+from onnx_lab.transforms.passes._util import (
+    const_ints,
+    free_shape,
+    perm_of,
+    rank,
+    static_shape,
+)
 
 # Slice ends at or past this take everything whatever the dim (exporters write INT64_MAX or
 # INT32_MAX for "to the end").
@@ -47,11 +53,11 @@ def _reshape_noop(model: LabModel, node: ir.Node) -> bool:
                 return False
             resolved[resolved.index(-1)] = total // known
         return resolved == list(shape)
-    # Symbolic dims: a no-op when every dim is copied (0) or equal, one -1 at most left over.
-    dims = list(x.shape) if x.shape is not None else None
-    if dims is None:
-        info = value_type(model, x)
-        dims = list(info.shape) if info is not None and info.shape is not None else None
+    # Symbolic dims: a no-op when every dim is copied (0) or equal, one -1 at most left over
+    # (the dims the inputs leave free: a stale value_info's 1 for `batch` made a Reshape to
+    # [1, -1] one, which at batch 3 gave [1, 72])
+    shape = free_shape(model, x)
+    dims = list(shape) if shape is not None else None
     if dims is None or len(dims) != len(target) or allowzero:
         return False
     free = 0
