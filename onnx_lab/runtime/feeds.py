@@ -276,6 +276,7 @@ class Vocab:
 
     values: tuple
     sentences: bool = False
+    joiner: str = " "  # what separates a sentence's words (the Tokenizer's first separator)
 
     def draw(self, n: int, rng: np.random.Generator) -> list:
         """``n`` values: consecutive entries from a random start, in random order (every
@@ -286,22 +287,29 @@ class Vocab:
         if not self.sentences:
             return [self.values[i] for i in picks]
         words = [str(self.values[i]) for i in picks]
-        return [" ".join(words[3 * j:3 * j + 3]) for j in range(n)]
+        return [self.joiner.join(words[3 * j:3 * j + 3]) for j in range(n)]
 
 
-def _picked_column(node: ir.Node) -> int | None:
-    """The one column (last axis) a Gather or ArrayFeatureExtractor picks with a constant
-    index, else None."""
+def _picked_columns(node: ir.Node) -> list[int] | None:
+    """The columns (last axis) a Gather or ArrayFeatureExtractor picks with constant indices
+    (non-negative), else None."""
     if len(node.inputs) < 2 or node.inputs[1] is None:
         return None
     index = const_array(node.inputs[1])
-    if index is None or index.size != 1 or index.dtype.kind not in "iu":
+    if index is None or index.size == 0 or index.dtype.kind not in "iu" or index.ndim > 1 \
+            or (index < 0).any():
         return None
-    if node.op_type == "Gather":
-        axis = node.attributes.get_int("axis", 0)
-        if axis == 0:
-            return None
-    return int(index.reshape(-1)[0])
+    if node.op_type == "Gather" and node.attributes.get_int("axis", 0) == 0:
+        return None
+    return [int(i) for i in index.reshape(-1)]
+
+
+# Casts whose values stay the same categories: between integer types (skl2onnx casts a
+# picked int64 column before an integer OneHotEncoder).
+_INT_TYPES = frozenset({int(t) for t in (ir.DataType.INT8, ir.DataType.INT16,
+                                         ir.DataType.INT32, ir.DataType.INT64,
+                                         ir.DataType.UINT8, ir.DataType.UINT16,
+                                         ir.DataType.UINT32, ir.DataType.UINT64)})
 
 
 def vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
@@ -320,10 +328,12 @@ def vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
 def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
     idx = model.index
     out: dict[int | None, Vocab] = {}
-    todo: list[tuple[str, int | None, bool]] = [(name, None, False)]
+    # (value, the input's columns its last axis holds (None: as the input's), the Tokenizer's
+    # separator when text was split on the way)
+    todo: list[tuple[str, tuple[int, ...] | None, str | None]] = [(name, None, None)]
     seen = {name}
     while todo:  # through the ops that only move or pick values
-        value, column, text = todo.pop(0)
+        value, cols, joiner = todo.pop(0)
         for nid in idx.consumers.get(value, ()):
             node = idx.node(nid)
             first = bool(node.inputs) and node.inputs[0] is not None \
@@ -335,18 +345,33 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
             if attrs and first:
                 for attr in attrs:
                     a = node.attributes.get(attr)
-                    if a is not None and len(a.value) and column not in out:
-                        out[column] = Vocab(tuple(list(a.value)[:_VOCAB_MAX]),
-                                            sentences=text and attr == "pool_strings")
+                    if a is None or not len(a.value):
+                        continue
+                    vocab = Vocab(tuple(list(a.value)[:_VOCAB_MAX]),
+                                  sentences=joiner is not None and attr == "pool_strings",
+                                  joiner=joiner or " ")
+                    for column in (cols if cols is not None else (None,)):
+                        out.setdefault(column, vocab)
                 continue
-            passes = node.op_type in _PASS_THROUGH or node.op_type in _TEXT_OPS
-            if passes and first and node.outputs and node.outputs[0].name \
-                    and node.outputs[0].name not in seen and len(seen) < 256:
-                picked = _picked_column(node) \
-                    if node.op_type in ("Gather", "ArrayFeatureExtractor") else None
-                seen.add(node.outputs[0].name)
-                todo.append((node.outputs[0].name, picked if picked is not None else column,
-                             text or node.op_type == "Tokenizer"))
+            passes = node.op_type in _PASS_THROUGH or node.op_type in _TEXT_OPS or (
+                node.op_type == "Cast" and node.attributes.get_int("to", 0) in _INT_TYPES)
+            if not (passes and first and node.outputs and node.outputs[0].name
+                    and node.outputs[0].name not in seen and len(seen) < 256):
+                continue
+            picked = _picked_columns(node) \
+                if node.op_type in ("Gather", "ArrayFeatureExtractor") else None
+            new_cols, new_joiner = cols, joiner
+            if picked is not None:  # compose: a pick of picked columns
+                if cols is not None and any(k >= len(cols) for k in picked):
+                    continue
+                new_cols = tuple(cols[k] for k in picked) if cols is not None \
+                    else tuple(picked)
+            if node.op_type == "Tokenizer":
+                seps = node.attributes.get("separators")
+                new_joiner = next((str(x) for x in (seps.value if seps is not None else ())
+                                   if str(x)), " ")
+            seen.add(node.outputs[0].name)
+            todo.append((node.outputs[0].name, new_cols, new_joiner))
     return out
 
 

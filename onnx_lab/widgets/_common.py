@@ -21,6 +21,7 @@ import anywidget
 import ipywidgets as w
 import traitlets as t
 
+from onnx_lab._display import NO_MATH
 from onnx_lab._pandas import pd
 from onnx_lab.errors import DimError, LabError
 from onnx_lab.render._html import Markup, clean_html, clean_svg, esc_attr, esc_text, safe_url
@@ -383,7 +384,10 @@ class View(w.VBox):
         # where no CSP applies, so it is cleaned once more as a whole.
         parts = clean_html("".join(snapshot_of_html(c) for c in self.children))
         name = esc_text(type(self).__name__)
-        return (f"<div class='onnx-lab-snapshot' style='max-width:100%;overflow:auto'>"
+        # (mathjax_ignore: nbconvert's page and JupyterLab typeset $...$ in HTML outputs; a
+        # model's names are text, see _display.NO_MATH)
+        return (f"<div class='onnx-lab-snapshot {NO_MATH}' "
+                "style='max-width:100%;overflow:auto'>"
                 f"<div style='font-size:11px;color:#777'>{name}: static snapshot (re-run the "
                 f"cell for the live widget)</div>{parts}</div>")
 

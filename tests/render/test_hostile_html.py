@@ -81,6 +81,11 @@ def test_notebook_outputs_are_not_typeset(built):
     onnx_lab.open(hostile()).nodes  # noqa: B018 - a table is built
     assert pd.get_option("display.html.use_mathjax") is False
     assert "mathjax_ignore" in onnx_lab.open(hostile()).tensors._repr_html_()
+    # the widgets' static snapshots (nbconvert's page, untrusted notebooks) too
+    from onnx_lab.widgets import Explorer
+
+    snap = Explorer(onnx_lab.open(hostile()), tab="Nodes").snapshot_html()
+    assert snap.startswith("<div class='onnx-lab-snapshot mathjax_ignore'")
 
 
 def test_names_read_as_they_are(built):

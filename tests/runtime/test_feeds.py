@@ -220,3 +220,52 @@ def test_indices_of_an_array_feature_extractor_stay_within_its_columns():
     for feeds in make_feeds(onnx_lab.open(m), n=20):
         assert 0 <= feeds["y"].min() and feeds["y"].max() < 4
     assert onnx_lab.compare(m, m).passed
+
+
+def _ml(nodes, inputs, outputs, inits=()):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("ai.onnx.ml", 3),
+                                            helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    return m
+
+
+def test_picks_of_picked_columns_compose_and_integer_casts_pass():
+    # a ColumnTransformer: AFE(x, [1, 2]) then Gather(.., 0) and (.., 1) feed encoders of
+    # x's columns 1 and 2 (column 1 got column 2's sizes: "Unknown Category"); an int64
+    # column cast before an integer OneHotEncoder got [0, 10)
+    S, I64, F = TensorProto.STRING, TensorProto.INT64, TensorProto.FLOAT
+    idx = {k: numpy_helper.from_array(np.array(v, np.int64), k)
+           for k, v in (("c12", [1, 2]), ("k0", [0]), ("k1", [1]))}
+    m = _ml([helper.make_node("ArrayFeatureExtractor", ["x", "c12"], ["two"],
+                              domain="ai.onnx.ml"),
+             helper.make_node("Gather", ["two", "k0"], ["colour"], axis=1),
+             helper.make_node("Gather", ["two", "k1"], ["size"], axis=1),
+             helper.make_node("OneHotEncoder", ["colour"], ["h1"], domain="ai.onnx.ml",
+                              cats_strings=["red", "blue"], zeros=0),
+             helper.make_node("OneHotEncoder", ["size"], ["h2"], domain="ai.onnx.ml",
+                              cats_strings=["S", "M", "L"], zeros=0),
+             helper.make_node("Gather", ["codes", "k0"], ["code"], axis=1),
+             helper.make_node("Cast", ["code"], ["code32"], to=TensorProto.INT32),
+             helper.make_node("Cast", ["code32"], ["code64"], to=TensorProto.INT64),
+             helper.make_node("OneHotEncoder", ["code64"], ["h3"], domain="ai.onnx.ml",
+                              cats_int64s=[100, 200], zeros=0)],
+            [helper.make_tensor_value_info("x", S, ["N", 3]),
+             helper.make_tensor_value_info("codes", I64, ["N", 1])],
+            [helper.make_tensor_value_info(n, F, None) for n in ("h1", "h2", "h3")],
+            idx.values())
+    feeds = make_feeds(onnx_lab.open(m, dims={"N": 12}))
+    assert set(feeds["x"][:, 1]) <= {"red", "blue"} and set(feeds["x"][:, 2]) <= {"S", "M", "L"}
+    assert set(feeds["codes"].ravel()) == {100, 200}
+    assert onnx_lab.compare(m, m, dims={"N": 12}).passed  # onnxruntime takes them
+
+
+def test_sentences_are_joined_by_the_tokenizers_separator():
+    from ml_models import tfidf_model
+
+    m = tfidf_model()
+    tok = next(n for n in m.graph.node if n.op_type == "Tokenizer")
+    next(a for a in tok.attribute if a.name == "separators").strings[:] = [b","]
+    text = make_feeds(onnx_lab.open(m, dims={"N": 4}))["text"]
+    assert all(len(t.split(",")) == 3 and " " not in t for t in text)
