@@ -135,7 +135,7 @@ def compare_backends(model: Any, backends: Sequence[str] | None = None, *,
         names = list(backends)
         if any(is_openvino(b) for b in names) and not openvino_available():
             raise ProviderError("OpenVINO was asked for but is not installed.",
-                                fix="pip install 'onnx-lab[openvino]'")
+                                fix="pip install openvino")
     lm, dims_r, shapes_r = resolve(model, dims, shapes)
     sweep_dims = dict(dims_r)
     if batch_sizes and dim not in sweep_dims:

@@ -110,3 +110,14 @@ def test_profile_a_light_model():
     p = onnx_lab.profile(lab, runs=2, warmup=1)
     assert np.isclose(p.ops["share"].sum(), 1.0)
     assert (p.latency.loc[~p.latency["warmup"], "wall_ms"] > 0).all()
+
+
+def test_the_readme_quick_start_runs_as_written(tmp_path, monkeypatch):
+    # a newcomer's first cell: it named `llm` without defining it (NameError)
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    code = re.search(r"## Quick start\n\n```python\n(.*?)```", readme, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md (Quick start)", "exec"), {})  # noqa: S102 - our own README
+    assert (tmp_path / "model.html").stat().st_size > 10_000

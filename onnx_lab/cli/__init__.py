@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import logging
 import math
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -129,6 +130,8 @@ def _command_line_text(e: LabError) -> str:
 #: The exit code of an unexpected exception (a defect): not 1, which the gates (``compare``,
 #: ``optimize``, ``audit``...) return for a verdict, nor 2, a user error.
 INTERNAL_ERROR = 3
+#: The exit code when the reader of the output closed the pipe (128 + SIGPIPE).
+BROKEN_PIPE = 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -168,6 +171,13 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print("onnx-lab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`onnx-lab passes | head`): nothing more to write. Python's
+        # flush at exit would fail again, so standard output goes to devnull; 141 is the
+        # shells' code for a write to a closed pipe (not 0 or 1: no verdict was printed whole).
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
+        return BROKEN_PIPE
     except Exception as e:  # noqa: BLE001 - a defect of onnx_lab: not exit 1 ("drift")
         import traceback
 

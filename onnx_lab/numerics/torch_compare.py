@@ -9,7 +9,7 @@ of the same shape last in model order. Each pair is judged by the tolerance pres
 and the first module, in the order PyTorch finished them, whose ONNX output diverges while
 everything it read agreed, is named: where the export went wrong.
 
-torch is an optional dependency (``pip install onnx-lab[torch]``), imported only here and
+torch is an optional dependency (``pip install torch``), imported only here and
 only when called.
 
 Example:
@@ -177,7 +177,7 @@ def compare_torch(module: Any, lab: Any, inputs: Any, *, preset: str | None = No
         import torch
     except ImportError as e:
         raise InputError("compare_torch needs PyTorch.",
-                         fix="pip install 'onnx-lab[torch]'") from e
+                         fix="pip install torch") from e
     if not isinstance(module, torch.nn.Module):
         raise InputError(f"compare_torch needs a torch.nn.Module, got {type(module).__name__}.",
                          fix="Pass the module the model was exported from.")

@@ -1,4 +1,4 @@
-"""OpenVINO as a second runtime beside onnxruntime (optional: ``pip install 'onnx-lab[openvino]'``).
+"""OpenVINO as a second runtime beside onnxruntime (optional: ``pip install openvino``).
 
 :class:`OpenVINOSession` looks like an ``onnxruntime.InferenceSession`` to the timing loops
 (``run(None, feeds) -> list of arrays``, ``get_providers()``), so profiling and sweeps time
@@ -30,8 +30,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["openvino_available", "OpenVINOSession", "INSTALL_HINT", "is_openvino",
            "openvino_device", "BACKEND_PREFIX"]
 
-INSTALL_HINT = ("OpenVINO is not installed: pip install 'onnx-lab[openvino]' (or pip install "
-                "openvino) to time it beside onnxruntime")
+INSTALL_HINT = ("OpenVINO is not installed: pip install openvino (the openvino extra of "
+                "onnx_lab) to time it beside onnxruntime")
 #: Session names of OpenVINO backends: ``"OpenVINO:CPU"``.
 BACKEND_PREFIX = "OpenVINO"
 
@@ -78,7 +78,7 @@ class OpenVINOSession:
                  hint: str = "LATENCY", precision: str | None = "f32") -> None:
         if not openvino_available():
             raise ProviderError("The OpenVINO backend needs the openvino package.",
-                                fix="pip install 'onnx-lab[openvino]'")
+                                fix="pip install openvino")
         import openvino as ov
 
         core = ov.Core()

@@ -195,9 +195,18 @@ class OnnxoptimizerListPass(WholeModelPass):
 
 
 def _slim_registry() -> tuple[dict[str, list], list[str]]:
-    """onnxslim's fusion patterns {name: matchers} and its optimization names."""
-    from onnxslim.core.optimization import OptimizationSettings
-    from onnxslim.core.pattern.registry import DEFAULT_FUSION_PATTERNS
+    """onnxslim's fusion patterns {name: matchers} and its optimization names.
+
+    Raises:
+        PassError: onnxslim is not installed (it is optional: the ``slim`` extra).
+    """
+    try:
+        from onnxslim.core.optimization import OptimizationSettings
+        from onnxslim.core.pattern.registry import DEFAULT_FUSION_PATTERNS
+    except ImportError as e:
+        raise PassError("The onnxslim step needs onnxslim, which is not installed.",
+                        fix="pip install onnxslim (the slim extra), or use another tool "
+                        "step (onnxsim, onnxoptimizer, ort:basic).") from e
 
     return dict(DEFAULT_FUSION_PATTERNS), list(OptimizationSettings.keys())
 
@@ -248,9 +257,9 @@ class OnnxslimPass(WholeModelPass):
         return Switch(name, "skip_fusion_patterns")
 
     def rebuild(self, model: LabModel) -> ir.Model | None:
+        self._checked()  # (a PassError when onnxslim is not installed)
         import onnxslim
 
-        self._checked()
         if not any(d in ("", "ai.onnx") for d in model.ir.opset_imports):
             # onnxslim reads the default opset first and fails on None ("'NoneType' object
             # has no attribute 'opset_import'"); its patterns match standard ops only.

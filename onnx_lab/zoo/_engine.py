@@ -243,7 +243,7 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
         from distributed import as_completed as dask_completed
     except ImportError as e:
         raise InputError("The Dask engine needs dask.distributed, which is not installed.",
-                         fix="pip install 'onnx_lab[dask]' (or run without --engine dask / "
+                         fix="pip install 'dask[distributed]' (or run without --engine dask / "
                          "--scheduler).") from e
     CHILDREN.stopping = False
     cluster = client = None

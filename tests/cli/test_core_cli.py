@@ -167,3 +167,12 @@ def test_summary_and_cost_of_a_decoder_with_an_empty_cache(capsys):
     code, _, err = _run(capsys, "cost", "sample:tiny_llm", "--dims",
                         "batch_size=1,sequence_length=4,past_sequence_length=-1")
     assert code == 2 and "'past_sequence_length' must be an int >= 0, got -1" in err
+
+
+def test_a_reader_that_closes_the_pipe_is_no_internal_error():
+    # `onnx-lab passes | head` printed a BrokenPipeError traceback and "internal error" (3)
+    p = subprocess.Popen([str(EXE), "passes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader goes away before the command (seconds to start) writes
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "internal error" not in err

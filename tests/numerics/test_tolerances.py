@@ -516,3 +516,20 @@ def test_two_int4_builds_of_other_accuracy_levels_keep_the_int4_rule():
     c = onnx_lab.compare(build(0), build(4), progress=False)
     assert c.preset == "int4" and c.passed, c.summary_text()
     assert onnx_lab.compare(build(0), build(0), progress=False).preset == "by dtype"
+
+
+def test_a_float16_model_without_value_info_is_judged_by_the_fp16_rule():
+    # onnx-lab precision's fp16 squeezenet (weights ConstantOfShape -> Cast, no value_info):
+    # its float16 tensors declare no type, and float32's rule called 53 layers out of
+    # tolerance
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((16, 16)) * 0.3).astype(np.float32)
+    ref = _model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+                 [_vi("x", [4, 16])], [_vi("y", [4, 16])], [numpy_helper.from_array(w, "W")])
+    cand = _model([helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16),
+                   helper.make_node("Cast", ["W"], ["W16"], to=TensorProto.FLOAT16),
+                   helper.make_node("MatMul", ["x16", "W16"], ["y16"], name="mm"),
+                   helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT)],
+                  [_vi("x", [4, 16])], [_vi("y", [4, 16])], [numpy_helper.from_array(w, "W")])
+    c = onnx_lab.compare(ref, cand, progress=False)
+    assert c.preset == "fp16" and c.passed, c.summary_text()

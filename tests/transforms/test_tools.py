@@ -595,3 +595,16 @@ def test_onnxsims_advice_follows_what_was_tried():
     assert "skip_constant_folding=True" in fixes[0]
     assert "skip_shape_inference=True" in fixes[1] and "skip_constant_folding" not in fixes[1]
     assert "skipped_optimizers" not in fixes[2] and "apply_preset('safe')" in fixes[2]
+
+
+def test_onnxslim_not_installed_is_a_pass_error(monkeypatch):
+    # onnxslim is an extra (slim): a plain pip install offered the step and raised a bare
+    # ModuleNotFoundError (the CLI's "internal error", exit 3)
+    import sys
+
+    for name in ("onnxslim", "onnxslim.core.optimization", "onnxslim.core.pattern.registry"):
+        monkeypatch.setitem(sys.modules, name, None)
+    lab = onnx_lab.open("sample:convnet")
+    with pytest.raises(PassError, match="pip install onnxslim"):
+        lab.apply("onnxslim")
+    assert len(lab.history) == 1
