@@ -752,7 +752,10 @@ def _runtime_constants(lm: LabModel) -> list[dict]:
                  f"from constants only, at every run ({shown}); onnxruntime does not fold all "
                  "of them (never ConstantOfShape), which can make the model several times "
                  "slower, and they are not counted as weights.",
-                 "lab.apply('fold_constants') stores them as initializers.")]
+                 f"lab.apply('fold_constants', max_growth_bytes={max(2 * total, 16 << 20):_}) "
+                 "stores them as initializers (twice their bytes: smaller constants fold too; the "
+                 "default refuses folds that grow the model "
+                 "by more than 16 MB, and the safe preset keeps it).")]
 
 
 def _proto_size(lm: LabModel) -> list[dict]:

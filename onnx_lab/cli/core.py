@@ -16,8 +16,10 @@ from onnx_lab.cli._common import (
 from onnx_lab.errors import SaveError
 
 SUMMARY_KEYS = ("ir_version", "opsets", "producer", "num_nodes", "num_nodes_main",
-                "num_initializers", "num_params", "inputs", "outputs", "dynamic_dims",
-                "op_counts", "subgraphs")
+                "num_initializers", "num_constant_tensors", "num_params", "param_bytes",
+                "inputs", "outputs", "dynamic_dims", "derived_dims", "op_counts", "op_families",
+                "subgraphs", "external_data", "constant_computed_tensors",
+                "constant_computed_bytes")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,6 +55,11 @@ def _summary(args: argparse.Namespace) -> int:
           f"subgraphs), {s['num_initializers']} initializers{consts}, {s['num_params']:,} "
           f"params ({s['param_bytes'] / 1e6:,.1f} MB"
           f"{', external data' if s['external_data'] else ''})")
+    if s["constant_computed_tensors"]:
+        print(f"+ {s['constant_computed_tensors']} tensors "
+              f"({s['constant_computed_bytes'] / 1e6:,.1f} MB) computed from constants at every "
+              "run, not counted above (weights built with ConstantOfShape...: "
+              "onnx-lab check says how to store them)")
     for kind in ("inputs", "outputs"):
         for x in s[kind]:
             print(f"  {kind[:-1]:6} {x['name']}: {x['dtype']} {x['shape']}")

@@ -277,6 +277,25 @@ def test_runtime_constants_warning_names_bytes_and_fold():
     assert "runtime_constants" not in _codes(lab.check(load=False))
 
 
+def test_the_runtime_constants_fix_clears_the_warning_past_the_growth_guard():
+    # light ResNet-50's 102 MB of ConstantOfShape weights: the fix said
+    # lab.apply('fold_constants'), whose 16 MB guard left 43 of them (81.6 MB) computed
+    import re
+
+    shape = numpy_helper.from_array(np.array([1024, 1024], np.int64), "wshape")
+    nodes = [helper.make_node("ConstantOfShape", ["wshape"], [f"W{i}"], name=f"make_w{i}",
+                              value=numpy_helper.from_array(np.array([0.5], np.float32)))
+             for i in range(6)]  # 6 x 4 MB
+    nodes += [helper.make_node("MatMul", ["x", "W0"], ["y0"])]
+    nodes += [helper.make_node("MatMul", [f"y{i - 1}", f"W{i}"], [f"y{i}"]) for i in range(1, 6)]
+    lab = onnx_lab.open(_model(nodes, [_vi("x", [2, 1024])], [_vi("y5", [2, 1024])], [shape]))
+    assert lab.apply("fold_constants").modified
+    fix = lab.check(load=False).set_index("code").loc["runtime_constants", "fix"]
+    n = int(re.search(r"max_growth_bytes=([0-9_]+)", fix).group(1))
+    lab.apply("fold_constants", max_growth_bytes=n)
+    assert "runtime_constants" not in _codes(lab.check(load=False))
+
+
 # --------------------------------------------------------------------------- decoder LLMs
 def _rms(domain: str = "", op: str = "SimplifiedLayerNormalization", bogus: bool = False):
     """x -> Relu -> r -> an RMSNorm op -> Relu -> y; ``bogus`` puts an attribute ONNX

@@ -16,8 +16,10 @@ from onnx_lab.analysis.weights import STATS_COLUMNS
 from onnx_lab.cli import main
 
 SUMMARY_KEYS = ["ir_version", "opsets", "producer", "num_nodes", "num_nodes_main",
-                "num_initializers", "num_params", "inputs", "outputs", "dynamic_dims",
-                "op_counts", "subgraphs"]
+                "num_initializers", "num_constant_tensors", "num_params", "param_bytes",
+                "inputs", "outputs", "dynamic_dims", "derived_dims", "op_counts", "op_families",
+                "subgraphs", "external_data", "constant_computed_tensors",
+                "constant_computed_bytes"]
 EXE = Path(sys.executable).with_name("onnx-lab")
 
 
