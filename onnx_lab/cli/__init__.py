@@ -74,12 +74,33 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{self.prog}: {message}.", fix=f"See {self.prog} --help.")
 
 
+class _Version(argparse.Action):
+    """``--version``, its version looked up only when asked (every command builds the
+    parser: start-up time)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
+        print(f"onnx-lab {_package_version()}")
+        parser.exit()
+
+
+def _package_version() -> str:
+    """The installed distribution's version (the package root is no layer to import from)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("onnx_lab")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``onnx-lab`` argument parser with every area's subcommands."""
     parser = _Parser(
         prog="onnx-lab",
         description="Understand, optimize and debug ONNX models. MODEL is a path or sample:NAME "
         f"(samples: {', '.join(samples.names())}).")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print the version and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     parser.add_argument("--max-memory", metavar="SIZE", default=None,
                         help="memory a run of a model may take by its estimate (e.g. 32G; 0: "

@@ -22,6 +22,7 @@ import onnx_ir as ir
 
 from onnx_lab.core._meta import load_json
 from onnx_lab.core.model import LabModel
+from onnx_lab.errors import unknown_name
 
 __all__ = ["ORIGIN_KEY", "node_origin", "origins", "stamp_origins"]
 
@@ -59,7 +60,16 @@ def origins(model: LabModel) -> dict[str, list[str]]:
         >>> origins(lab.model)["/stem/conv/Conv"]
         ['/stem/conv/Conv', '/stem/bn/BatchNormalization']
     """
-    return {nid: node_origin(e.node, nid) for nid, e in model.index.entries.items()}
+    return NodeOrigins({nid: node_origin(e.node, nid) for nid, e in model.index.entries.items()})
+
+
+class NodeOrigins(dict):
+    """:func:`origins`' dict: an unknown node id is an UnknownNameError naming the close
+    ones (a bare KeyError was all ``lab.origins["nosuch"]`` said)."""
+
+    def __missing__(self, key: str) -> list[str]:
+        raise unknown_name("node id", key, self.keys(),
+                           fix="lab.nodes.node_id lists the current version's nodes.")
 
 
 def stamp_origins(model: LabModel) -> None:

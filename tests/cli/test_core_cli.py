@@ -178,3 +178,13 @@ def test_a_reader_that_closes_the_pipe_is_no_internal_error():
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141, err
     assert "Traceback" not in err and "internal error" not in err
+
+
+def test_version(capsys):
+    # "onnx-lab: error: onnx-lab: the following arguments are required: COMMAND"
+    import onnx_lab
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"onnx-lab {onnx_lab.__version__}"

@@ -211,3 +211,12 @@ def test_inside_an_if_body_with_outer_weights():
         feeds = {"c": np.array(c), "x": rand(1, 2, 5, 5, seed=11)}
         np.testing.assert_allclose(run(r.model, feeds)["y"], run(m, feeds)["y"], atol=1e-5,
                                    rtol=1e-4)
+
+
+def test_an_unknown_node_in_origins_is_an_unknown_name_error():
+    # lab.origins["nosuch"] raised a bare KeyError
+    lab = onnx_lab.open("sample:convnet")
+    lab.apply("fuse_conv_bn")
+    assert lab.origins["/stem/conv/Conv"] == ["/stem/conv/Conv", "/stem/bn/BatchNormalization"]
+    with pytest.raises(UnknownNameError, match="Close matches: '/stem/conv/Conv'"):
+        lab.origins["/stem/conv/Cnv"]
