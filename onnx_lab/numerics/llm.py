@@ -376,9 +376,10 @@ def sqnr_losses(layers: pd.DataFrame, model: LabModel, cand: LabModel | None = N
         cand: the candidate, for ``cand_op_type`` (``MatMulNBits`` where quantized).
 
     Returns:
-        One row per compared float node output, lowest ``local_sqnr_db`` first (not the
-        ``present.*`` outputs of attention ops, which copy their inputs) (:data:`LOSS_COLUMNS`): rank, node_id, op_type, cand_op_type, layer (decoder-layer
-        number from the name, or None), tensor, sqnr_db, sqnr_in_db (of the summed input
+        One row per compared float node output (not the ``present.*`` outputs of attention
+        ops, which copy their inputs), lowest ``local_sqnr_db`` first (:data:`LOSS_COLUMNS`):
+        rank, node_id, op_type, cand_op_type, layer (decoder-layer number from the name, or
+        None), tensor, sqnr_db, sqnr_in_db (of the summed input
         noise; inf: exact inputs), local_sqnr_db (inf: no noise added; NaN, ranked last:
         an input of the node has no counterpart to compare), quantized (the candidate's node
         is a weight-only quantized op), passed.

@@ -412,7 +412,8 @@ def build_view(model: LabModel, graph: str, selected: Iterable[str], *,
     draw.add_stubs()
     edge_list = list(draw.edges.values())
     if groups:
-        computed = {nid for nid, _ in foldable_nodes(model).values()} if graph == "" else set()
+        computed = model.cached(("render", "constant_nodes"), lambda: frozenset(
+            nid for nid, _ in foldable_nodes(model).values())) if graph == "" else frozenset()
         _orient_edges(idx, draw.nodes, edge_list, computed)
     if show_shapes:
         _label_edges(edge_list, draw.types, graph)

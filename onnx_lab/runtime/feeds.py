@@ -317,11 +317,12 @@ def vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
     (LabelEncoder keys, OneHotEncoder and CategoryMapper categories, DictVectorizer
     vocabularies, a TfIdfVectorizer's pool), also through ops in between that move or pick the
     values (Identity, Reshape, Squeeze-like, Transpose, a Gather, Slice or
-    ArrayFeatureExtractor of them, StringNormalizer and Tokenizer before a TfIdfVectorizer).
-    A Gather (axis > 0) or ArrayFeatureExtractor of one constant index picks a column of the
-    last axis: its encoder's values are that column's (a two-column OneHotEncoder export
-    feeds each column to its own encoder); None keys what reads the whole input. Empty when
-    no op names any."""
+    ArrayFeatureExtractor of them, a Cast between integer types, StringNormalizer and
+    Tokenizer before a TfIdfVectorizer, whose pool is then drawn as sentences joined by the
+    Tokenizer's first separator). A Gather (axis > 0) or ArrayFeatureExtractor of constant
+    indices picks columns of the last axis, and picks of picked columns compose: an encoder's
+    values are its columns' (a two-column OneHotEncoder export feeds each column to its own
+    encoder); None keys what reads the whole input. Empty when no op names any."""
     return model.cached(("feeds", "vocabularies", name), lambda: _vocabularies(model, name))
 
 
