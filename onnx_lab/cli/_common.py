@@ -138,22 +138,24 @@ def write_error(path: str | os.PathLike, e: OSError) -> WriteError:
     return _write_error(Path(path), e)
 
 
-def parse_dims(items: Sequence[str] | None) -> dict[str, int]:
-    """``["batch=1", "seq=128"]`` -> ``{"batch": 1, "seq": 128}``."""
+def parse_dims(items: Sequence[str] | None, what: str = "--dims",
+               example: str = "--dims batch=1") -> dict[str, int]:
+    """``["batch=1", "seq=128"]`` -> ``{"batch": 1, "seq": 128}``; ``what`` names the
+    argument in errors (``fix-dims`` takes them as positional arguments)."""
     out: dict[str, int] = {}
     for item in items or ():
         for part in item.split(","):
             name, sep, value = part.partition("=")
             if not sep or not name.strip():
-                raise InputError(f"--dims {part!r} is not NAME=VALUE.", fix="Write --dims batch=1.")
+                raise InputError(f"{what} {part!r} is not NAME=VALUE.", fix=f"Write {example}.")
             try:
                 out[name.strip()] = int(value)
             except ValueError:
-                raise InputError(f"--dims {part[:80]!r}: {value[:40]!r} is not an integer.",
-                                 fix="Write --dims batch=1.") from None
+                raise InputError(f"{what} {part[:80]!r}: {value[:40]!r} is not an integer.",
+                                 fix=f"Write {example}.") from None
             if abs(out[name.strip()]) > _MAX_DIM:
-                raise InputError(f"--dims {part[:80]!r}: no tensor dim is that large (at most "
-                                 f"2**40).", fix="Write --dims batch=1.")
+                raise InputError(f"{what} {part[:80]!r}: no tensor dim is that large (at most "
+                                 f"2**40).", fix=f"Write {example}.")
     return out
 
 

@@ -201,9 +201,10 @@ def _extract(args: argparse.Namespace) -> int:
 
 def _fix_dims(args: argparse.Namespace) -> int:
     # the Lab sizes every dim for the verification: the ones fixed and --dims for the others
+    fixed = parse_dims(args.fix, "fix-dims argument", "onnx-lab fix-dims IN OUT batch=1")
     args.dims = [*(args.dims or []), *args.fix]
     lab = open_from_args(args, "input")
     n0 = len(lab.index)
-    r = lab.fix_dims(parse_dims(args.fix), verify=not args.no_verify)
+    r = lab.fix_dims(fixed, verify=not args.no_verify)
     lab.save(args.output)
     return _report(args, [r], lab, n0, args.output)

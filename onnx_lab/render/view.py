@@ -157,11 +157,23 @@ class Rendering:
                                   f"{max(self._timeout, 30.0):g} s.",
                                   fix="Draw fewer nodes, or save as .svg/.dot.") from e
         else:
-            kind = path.suffix or "a file without suffix"
-            raise RenderError(f"Cannot save a rendering as {kind!r} ({str(path)!r}).",
-                              fix="Use a .svg, .png, .pdf or .dot path.")
+            check_save_suffix(path)
         # a fresh temporary renamed over the file: a full disk leaves the old one intact
         return write_atomic(path, data, sources=inputs)
+
+
+def check_save_suffix(path: str | Path) -> None:
+    """RenderError unless ``path``'s suffix is one :meth:`Rendering.save` writes (the CLI
+    asks before it draws: a layout of seconds was thrown away for a typo)."""
+    path = Path(path)
+    if path.suffix.lower().lstrip(".") not in SAVE_FORMATS:
+        kind = path.suffix or "a file without suffix"
+        raise RenderError(f"Cannot save a rendering as {kind!r} ({str(path)!r}).",
+                          fix="Use a .svg, .png, .pdf or .dot path.")
+
+
+#: The suffixes :meth:`Rendering.save` writes.
+SAVE_FORMATS = ("svg", "png", "pdf", "dot", "gv")
 
 
 # ----------------------------------------------------------------------------- selection

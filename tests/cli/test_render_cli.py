@@ -30,3 +30,11 @@ def test_cli_options(tmp_path, capsys):
     assert main(["render", "sample:control_flow", "-o", str(body), "--graph",
                  "Loop_3/body", "--max-nodes", "5"]) == 0
     assert body.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_an_unknown_suffix_is_refused_before_the_layout(tmp_path, capsys):
+    # it drew the graph (a "cut" note on a big one) and then refused the extension
+    assert main(["render", "sample:convnet", "-o", str(tmp_path / "v.xyz")]) == 2
+    err = capsys.readouterr().err
+    assert "Cannot save a rendering as '.xyz'" in err and "note:" not in err
+    assert not list(tmp_path.iterdir())

@@ -195,3 +195,10 @@ def test_a_tool_that_fixes_the_inputs_says_so(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "note: the result's inputs take only the sizes it ran with: feat ['batch', 20] -> " \
         "[4, 20]" in text
+
+
+def test_fix_dims_names_its_own_argument(capsys):
+    # "--dims 'batch' is not NAME=VALUE" named a flag the user had not written
+    assert main(["fix-dims", "sample:transformer_block", "unused.onnx", "batch"]) == 2
+    err = capsys.readouterr().err
+    assert "fix-dims argument 'batch' is not NAME=VALUE" in err and "--dims" not in err
