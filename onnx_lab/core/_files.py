@@ -21,7 +21,8 @@ import onnx_ir as ir
 from onnx_lab.errors import ExternalDataError
 
 __all__ = ["PinnedExternalTensor", "pin_external", "pin_like", "verify_files", "opened_path",
-           "read_attribute_tensors", "hard_link_error", "external_attributes_read"]
+           "read_attribute_tensors", "hard_link_error", "external_attributes_read",
+           "tensor_attributes"]
 
 _Id = tuple[int, int]
 
@@ -117,24 +118,30 @@ def _graphs(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
                     yield from a.value
 
 
+def tensor_attributes(model: ir.Model) -> list[tuple[ir.Node, str, ir.Attr]]:
+    """(node, name, attribute) of every TENSOR and TENSORS attribute of every graph, body and
+    function of ``model`` (a list: callers replace attributes while they go)."""
+    return [(node, key, a) for g in _graphs(model) for node in g
+            for key, a in node.attributes.items()
+            if a.type in (ir.AttributeType.TENSOR, ir.AttributeType.TENSORS)]
+
+
 def _swap(model: ir.Model, fn: Any, initializers: bool = True) -> None:
     """Replace every external tensor ``t`` (initializers, TENSOR/TENSORS attributes of every
     graph, body and function) by ``fn(t)``; ``initializers`` False: those of attributes."""
-    for g in _graphs(model):
-        if initializers and isinstance(g, ir.Graph):
-            for v in g.initializers.values():
+    if initializers:
+        for g in _graphs(model):
+            for v in g.initializers.values() if isinstance(g, ir.Graph) else ():
                 if isinstance(v.const_value, ir.ExternalTensor):
                     v.const_value = fn(v.const_value)
-        for node in g:
-            for key, a in list(node.attributes.items()):
-                if a.type == ir.AttributeType.TENSOR and isinstance(a.value, ir.ExternalTensor):
-                    node.attributes[key] = ir.AttrTensor(key, fn(a.value),
-                                                         doc_string=a.doc_string)
-                elif a.type == ir.AttributeType.TENSORS and any(
-                        isinstance(t, ir.ExternalTensor) for t in a.value):
-                    node.attributes[key] = ir.AttrTensors(
-                        key, [fn(t) if isinstance(t, ir.ExternalTensor) else t
-                              for t in a.value], doc_string=a.doc_string)
+    for node, key, a in tensor_attributes(model):
+        if a.type == ir.AttributeType.TENSOR and isinstance(a.value, ir.ExternalTensor):
+            node.attributes[key] = ir.AttrTensor(key, fn(a.value), doc_string=a.doc_string)
+        elif a.type == ir.AttributeType.TENSORS and any(
+                isinstance(t, ir.ExternalTensor) for t in a.value):
+            node.attributes[key] = ir.AttrTensors(
+                key, [fn(t) if isinstance(t, ir.ExternalTensor) else t for t in a.value],
+                doc_string=a.doc_string)
 
 
 def pin_external(model: ir.Model, folder: str | os.PathLike) -> str:
@@ -190,16 +197,12 @@ def external_attributes_read(model: ir.Model) -> int:
 
 def _iter_external(model: ir.Model) -> Iterator[ir.ExternalTensor]:
     for g in _graphs(model):
-        if isinstance(g, ir.Graph):
-            for v in g.initializers.values():
-                if isinstance(v.const_value, ir.ExternalTensor):
-                    yield v.const_value
-        for node in g:
-            for a in node.attributes.values():
-                if a.type == ir.AttributeType.TENSOR and isinstance(a.value, ir.ExternalTensor):
-                    yield a.value
-                elif a.type == ir.AttributeType.TENSORS:
-                    yield from (t for t in a.value if isinstance(t, ir.ExternalTensor))
+        for v in g.initializers.values() if isinstance(g, ir.Graph) else ():
+            if isinstance(v.const_value, ir.ExternalTensor):
+                yield v.const_value
+    for _node, _key, a in tensor_attributes(model):
+        values = [a.value] if a.type == ir.AttributeType.TENSOR else a.value
+        yield from (t for t in values if isinstance(t, ir.ExternalTensor))
 
 
 def verify_files(model: ir.Model) -> None:

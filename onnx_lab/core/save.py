@@ -61,7 +61,7 @@ import onnx
 import onnx_ir as ir
 from google.protobuf.message import EncodeError
 
-from onnx_lab.core._files import verify_files
+from onnx_lab.core._files import tensor_attributes, verify_files
 from onnx_lab.core._validate import UnreadableTensor, kept_inline
 from onnx_lab.core._wire import encode_varint as _varint
 from onnx_lab.core.history import History
@@ -274,9 +274,7 @@ def _any_external(m: ir.Model) -> bool:
 def _attribute_tensors(m: ir.Model) -> list[tuple[ir.Node, str, ir.TensorProtocol]]:
     """(node, attribute name, tensor) of every TENSOR attribute holding numbers (a Constant's
     value) in ``m``'s graphs, bodies and functions."""
-    nodes = [n for g in m.graphs() for n in g]
-    nodes += [n for f in m.functions.values() for n in ir.traversal.RecursiveGraphIterator(f)]
-    return [(n, key, a.value) for n in nodes for key, a in n.attributes.items()
+    return [(n, key, a.value) for n, key, a in tensor_attributes(m)
             if a.type == ir.AttributeType.TENSOR and a.value is not None
             and not isinstance(a.value, (ir.StringTensor, UnreadableTensor))]
 

@@ -244,9 +244,7 @@ def greedy_decode(model: LabModel, prompt: Sequence[int], new_tokens: int, *,
         if len(tokens) - len(prompt) >= new_tokens:
             break
         if io.cache is not None:
-            feeds = io.cache.step_feeds(np.asarray([[tokens[-1]]]), io.cache.next_past(vals),
-                                        past_length=len(tokens) - 1, extra=dict(
-                                            (n, np.asarray(v)) for n, v in io.extra))
+            feeds = _step_feeds(io, tokens[-1], vals, len(tokens) - 1)
         else:
             feeds = prefill_feeds(model, tokens, io=io, dims=dims)
         vals, seconds = _generate_run(sess, feeds, names, len(tokens), cached=len(
@@ -256,6 +254,15 @@ def greedy_decode(model: LabModel, prompt: Sequence[int], new_tokens: int, *,
     decode = float(np.median(times)) if times else 0.0
     return Decode(tokens, len(prompt), prefill * 1e3, decode * 1e3,
                   1.0 / decode if steps and decode > 0 else math.nan)
+
+
+def _step_feeds(io: DecoderIO, token: int, vals: Mapping[str, Any], past: int
+                ) -> dict[str, np.ndarray]:
+    """The feeds of one decode step: ``token`` with the cache the run before returned
+    (``vals``' ``present.*``) as its ``past`` tokens."""
+    return io.cache.step_feeds(np.asarray([[int(token)]]), io.cache.next_past(vals),
+                               past_length=past,
+                               extra={n: np.asarray(v) for n, v in io.extra})
 
 
 def _generate_run(sess: Any, feeds: Mapping[str, np.ndarray], names: list[str], length: int,
@@ -308,11 +315,9 @@ def _cached_logits(model: LabModel, io: DecoderIO, tokens: Sequence[int], sess: 
     names = [io.logits, *[p for _, p in io.past]]
     vals = _generate_run(sess, feeds, names, prefill)[0]
     rows = [_logits_rows(vals, io, prefill)]
-    extra = {n: np.asarray(v) for n, v in io.extra}
     for k in range(prefill, len(tokens)):
-        feeds = io.cache.step_feeds(np.asarray([[int(tokens[k])]]), io.cache.next_past(vals),
-                                    past_length=k, extra=extra)
-        vals = _generate_run(sess, feeds, names, k + 1, cached=k)[0]
+        vals = _generate_run(sess, _step_feeds(io, tokens[k], vals, k), names, k + 1,
+                             cached=k)[0]
         rows.append(_logits_rows(vals, io, 1))
     return np.concatenate(rows, axis=0)
 
