@@ -71,5 +71,6 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    # the lazily loaded names too, for tab completion
-    return sorted(set(globals()) | set(__all__))
+    # the public names, the lazily loaded ones too, for tab completion: not this module's own
+    # imports (``importlib``, ``Any``, ``TYPE_CHECKING``...) nor its private tables
+    return sorted(set(__all__) | _SUBPACKAGES | {"__version__"})

@@ -77,3 +77,16 @@ def test_binder_installs_every_default_dependency():
     binder = {_name(ln) for ln in lines if ln.strip() and not ln.startswith("#")}
     default = {_name(r) for r in PYPROJECT["project"]["dependencies"]}
     assert default <= binder, sorted(default - binder)
+
+
+def test_dir_of_the_package_lists_its_public_names_only():
+    # a newcomer's ``dir(onnx_lab)`` (and tab completion) is the API, not the module's imports
+    import onnx_lab
+
+    names = set(dir(onnx_lab))
+    assert set(onnx_lab.__all__) <= names
+    assert {"transforms", "widgets", "__version__"} <= names
+    assert not names & {"Any", "TYPE_CHECKING", "importlib", "logging", "annotations",
+                        "_FACADE", "_LAZY", "_render"}
+    for name in names - {"__version__"}:
+        assert getattr(onnx_lab, name) is not None

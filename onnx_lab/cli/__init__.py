@@ -43,6 +43,7 @@ from onnx_lab.cli import (
     render,
     transforms,
 )
+from onnx_lab.cli._advice import command_line_text
 from onnx_lab.cli._common import (
     add_dims_args,
     add_model_arg,
@@ -138,16 +139,6 @@ def _limits(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
-def _command_line_text(e: LabError) -> str:
-    """The error as the command line says it: without the Python-only ``overwrite=True``
-    escape (the commands never write over a model or a non-empty folder; there is no flag
-    for it)."""
-    text = str(e)
-    for python_only in (", or pass overwrite=True.", ", or overwrite=True."):
-        text = text.replace(python_only, ".")
-    return text
-
-
 #: The exit code of an unexpected exception (a defect): not 1, which the gates (``compare``,
 #: ``optimize``, ``audit``...) return for a verdict, nor 2, a user error.
 INTERNAL_ERROR = 3
@@ -187,7 +178,7 @@ def _main(argv: Sequence[str] | None) -> int:
         with run_limits(**limits, origin="set by onnx-lab --max-memory"):  # this command's only
             code = args.func(args)
     except LabError as e:
-        print(f"onnx-lab: error: {_command_line_text(e)}", file=sys.stderr)
+        print(f"onnx-lab: error: {command_line_text(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("onnx-lab: interrupted", file=sys.stderr)

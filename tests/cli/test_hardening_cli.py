@@ -213,3 +213,34 @@ def test_model_strings_never_reach_the_terminal_as_escape_sequences(tmp_path, ca
     assert main(["summary", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["producer"].startswith("p" + esc)  # JSON keeps the value, escaped by json
+
+
+@pytest.mark.parametrize("argv,says,not_says", [
+    # the library's Python fix (dims={...}, to open() or to this call) as flags
+    (["cost", "sample:transformer_block"], "Pass --dims batch=1 --dims seq=1.",
+     ["dims={", "open()", "this call"]),
+    (["compare", "sample:transformer_block", "sample:transformer_block", "--dims", "foo=3"],
+     "give whole shapes with --shape INPUT:AxBxC.", ["shapes={"]),
+    # ids come from the tables the CLI writes, not from a Lab's DataFrame
+    (["render", "sample:convnet", "--around", "nope", "-o", "{tmp}/v.svg"],
+     "nodes.csv's node_id column (onnx-lab tables MODEL)", ["lab.nodes", "lab.tensors"]),
+    (["extract", "sample:convnet", "{tmp}/e.onnx", "--nodes", "nope"],
+     "Use node ids from nodes.csv (onnx-lab tables MODEL).", ["lab.nodes"]),
+])
+def test_errors_give_their_fix_in_the_words_of_the_command_line(capsys, tmp_path, argv, says,
+                                                                 not_says):
+    code, _, err = _run(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
+    line = _one_line(err)
+    assert code == 2 and says in line, line
+    assert not any(s in line for s in not_says), line
+
+
+def test_command_line_advice_quotes_a_model_dim_name_for_the_shell():
+    from onnx_lab.cli._advice import command_line_text
+    from onnx_lab.errors import DimError
+
+    text = command_line_text(DimError("Unresolved dims.", fix="Pass dims={'seq len': 1, "
+                                      "'h': ...} and shapes={'x': [...]}."))
+    assert text.endswith("Pass --dims 'seq len=1' --dims h=N and --shape x:AxBxC."), text
+    # an unparsable literal keeps the generic flag, never half a dict
+    assert command_line_text(DimError("p.", fix="dims={a b}.")).endswith("--dims NAME=V."), text

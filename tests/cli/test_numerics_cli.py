@@ -60,7 +60,7 @@ def test_feeds_dims_shape_and_tolerances(tmp_path, capsys):
     assert main(["compare", "sample:transformer_block", "sample:transformer_block",
                  "--dims", "batch=1", "--shape", "x:1x5x32", "--layerwise"]) == 0
     assert main(["compare", "sample:transformer_block", "sample:transformer_block"]) == 2
-    assert "dims={" in capsys.readouterr().err
+    assert "--dims batch=1 --dims seq=1" in capsys.readouterr().err
 
 
 @pytest.mark.slow

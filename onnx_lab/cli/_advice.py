@@ -1,0 +1,92 @@
+"""A LabError's advice in the words of the command line.
+
+The library's messages give their fix in Python (``dims={'batch': 1}``, ``lab.nodes.node_id``,
+``overwrite=True``), which is right in a notebook and wrong in a shell: there the same fix is a
+flag (``--dims batch=1``) or a file ``onnx-lab tables`` writes. :func:`command_line_text` rewrites
+those phrases; the library keeps one message per error and the CLI says it its own way.
+
+Example:
+    >>> from onnx_lab.errors import DimError
+    >>> command_line_text(DimError("Unresolved dims: 'batch'.", fix="Pass dims={'batch': 1}."))
+    "Unresolved dims: 'batch'. Pass --dims batch=1."
+"""
+from __future__ import annotations
+
+import re
+import shlex
+
+from onnx_lab.errors import LabError
+
+# "Pass dims={...} (to open(), or to this call; on the CLI --dims NAME=V / --shape INPUT:AxB)."
+# The parenthesis speaks to both doors; the command line needs only its own words.
+_BOTH_DOORS = re.compile(r" \(to open\(\), or to this call; on the CLI [^)]*\)")
+_PY_ONLY = (", or pass overwrite=True.", ", or overwrite=True.")
+# A Python dict literal of names: {'batch': 1, "seq": ...} / {input: [...]}
+_DICT = r"\{([^{}]*)\}"
+_PAIR = re.compile(r"""\s*(?:(['"])(.*?)\1|([A-Za-z_]\w*))\s*:\s*([^,]+)""")
+_TABLES = "onnx-lab tables MODEL"
+# Longest phrase first: "lab.nodes.node_id" before "lab.nodes".
+_TABLE_PHRASES = (
+    (re.compile(r"lab\.nodes(?:\.node_id|\[['\"]node_id['\"]\])"),
+     f"nodes.csv's node_id column ({_TABLES})"),
+    (re.compile(r"lab\.nodes\.scope"), f"nodes.csv's scope column ({_TABLES})"),
+    (re.compile(r"lab\.nodes\.query\([^)]*\)"), f"nodes.csv ({_TABLES})"),
+    (re.compile(r"lab\.tensors\.name"), f"tensors.csv's name column ({_TABLES})"),
+    (re.compile(r"lab\.nodes / lab\.tensors"), f"nodes.csv / tensors.csv ({_TABLES})"),
+    (re.compile(r"lab\.nodes"), f"nodes.csv ({_TABLES})"),
+    (re.compile(r"lab\.tensors"), f"tensors.csv ({_TABLES})"),
+    (re.compile(r"lab\.initializers"), f"initializers.csv ({_TABLES})"),
+)
+
+
+def _pairs(body: str) -> list[tuple[str, str]] | None:
+    out = []
+    for part in filter(str.strip, body.split(",")):
+        m = _PAIR.fullmatch(part)
+        if m is None:
+            return None
+        out.append((m.group(2) if m.group(1) else m.group(3), m.group(4).strip()))
+    return out
+
+
+def _dims_flags(m: re.Match) -> str:
+    pairs = _pairs(m.group(1))
+    if not pairs:
+        return "--dims NAME=V"
+    # a dim name is the model's string: quoted for the shell it is pasted into
+    return " ".join("--dims " + shlex.quote(f"{name}={value if value.isdigit() else 'N'}")
+                    for name, value in pairs)
+
+
+def _shape_flags(m: re.Match) -> str:
+    pairs = _pairs(m.group(1))
+    if not pairs:
+        return "--shape INPUT:AxBxC"
+    flags = []
+    for name, value in pairs:
+        dims = re.findall(r"\d+", value) if value.startswith("[") else []
+        name = "INPUT" if name == "input" else name
+        flags.append("--shape " + shlex.quote(f"{name}:{'x'.join(dims) if dims else 'AxBxC'}"))
+    return " ".join(flags)
+
+
+def command_line_text(e: LabError) -> str:
+    """The error as the command line says it: its fix as flags and files instead of Python.
+
+    ``dims={...}`` becomes ``--dims NAME=V`` flags, ``shapes={...}`` ``--shape INPUT:AxB``,
+    ``feeds={...}`` ``--feeds FILE.npz``, the tables of a Lab (``lab.nodes.node_id``...) the
+    CSV files ``onnx-lab tables`` writes, and the Python-only ``overwrite=True`` escape goes
+    (the commands never write over a model or a non-empty folder; there is no flag for it).
+    """
+    text = str(e)
+    for python_only in _PY_ONLY:
+        text = text.replace(python_only, ".")
+    text = _BOTH_DOORS.sub("", text)
+    text = re.sub(r"\bdims=" + _DICT, _dims_flags, text)
+    text = re.sub(r"\bshapes=" + _DICT, _shape_flags, text)
+    text = re.sub(r"\bfeeds=" + _DICT, "--feeds FILE.npz (arrays by input name)", text)
+    for pattern, words in _TABLE_PHRASES:
+        text = pattern.sub(words, text)
+    # the command that writes the tables, said once
+    head, sep, tail = text.partition(f" ({_TABLES})")
+    return head + sep + tail.replace(f" ({_TABLES})", "")
