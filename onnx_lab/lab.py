@@ -587,10 +587,13 @@ class Lab:
         return to_int8_static(self, feeds, n, nodes_to_exclude)
 
     def apply_preset(self, preset: str | Sequence[str] = "safe",
-                     verify: bool | Mapping[str, Any] = True, *, progress: Any = None) -> list:
+                     verify: bool | Mapping[str, Any] = True, *, progress: Any = None,
+                     params: Mapping[str, Mapping[str, Any]] | None = None) -> list:
         """Apply every pass of a preset (``"safe"``) as verified steps; returns PassResults
-        (``progress``: a callable(done, total, label), one step per pass)."""
-        return _steps().apply_preset(self._history, preset, verify, progress=progress)
+        (``progress``: a callable(done, total, label), one step per pass; ``params``: pass
+        name -> its parameters, e.g. ``{"fold_constants": {"max_growth_bytes": 1 << 30}}``)."""
+        return _steps().apply_preset(self._history, preset, verify, progress=progress,
+                                     params=params)
 
     @property
     def history(self) -> pd.DataFrame:

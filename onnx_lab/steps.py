@@ -24,9 +24,11 @@ from onnx_lab.core.shapes import fit_dims
 from onnx_lab.errors import (
     InputError,
     LabError,
+    PassError,
     RuntimeLoadError,
     check_keywords,
     keyword_names,
+    unknown_name,
 )
 from onnx_lab.numerics.align import computed_precision
 from onnx_lab.numerics.region import (
@@ -487,8 +489,8 @@ def _expected_change(result: PassResult) -> None:
 
 
 def apply_preset(history: History, preset: str | Sequence[str] = "safe",
-                 verify: bool | str | Mapping[str, Any] = True, *, progress: Any = None
-                 ) -> list[PassResult]:
+                 verify: bool | str | Mapping[str, Any] = True, *, progress: Any = None,
+                 params: Mapping[str, Mapping[str, Any]] | None = None) -> list[PassResult]:
     """Apply the passes of a preset in order, each as its own verified step.
 
     By default (``verify=True``) the model before the preset runs once with every
@@ -508,11 +510,24 @@ def apply_preset(history: History, preset: str | Sequence[str] = "safe",
         verify: as :func:`apply`'s.
         progress: None (tqdm when interactive), False, or a callable(done, total, label):
             one step per pass, labelled with the pass about to run.
+        params: pass name -> that pass's parameters, e.g. ``{"fold_constants":
+            {"max_growth_bytes": 1 << 30}}`` (checked as :func:`apply`'s; a pass the preset
+            does not run is an error).
 
     Example:
         >>> [(r.name, r.verified_by) for r in lab.apply_preset("safe") if r.modified]
     """
     names = preset_passes(preset)
+    params = dict(params or {})
+    for name, p in params.items():
+        if name not in names:
+            raise unknown_name("pass of the preset", name, names,
+                               fix="Give parameters to the passes it runs: "
+                               f"{', '.join(dict.fromkeys(names))}.")
+        if not isinstance(p, Mapping):
+            raise PassError(f"params[{name!r}] is {type(p).__name__}, not a mapping of "
+                            "parameter names to values.",
+                            fix=f"Write params={{{name!r}: {{'name': value}}}}.")
     cache: dict = {}
     opts = verify_options(verify)
     regions = _Regions() if opts is not None and verify_mode(verify) != "full" else None
@@ -521,7 +536,7 @@ def apply_preset(history: History, preset: str | Sequence[str] = "safe",
         # a step's graph objects are no garbage: see core._gc
         for k, name in enumerate(names):
             out.append(apply(history, name, None, verify, _cache=cache, _record_noop=False,
-                             _regions=regions))
+                             _regions=regions, **params.get(name, {})))
             bar.step(f"preset: {names[k + 1]}" if k + 1 < len(names) else "preset: done")
         if regions is not None:
             regions.finish(history.model)

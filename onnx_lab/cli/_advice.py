@@ -70,6 +70,38 @@ def _shape_flags(m: re.Match) -> str:
     return " ".join(flags)
 
 
+# lab.apply('fold_constants', max_growth_bytes=33_554_432): one pass with its parameters
+_APPLY = re.compile(r"""lab\.apply\((['"])(\w[\w:]*)\1((?:, \w+=[^,()]+)*)\)""")
+
+
+def _optimize_command(m: re.Match) -> str:
+    name = m.group(2)
+    params = re.findall(r", (\w+)=([^,()]+)", m.group(3))
+    return (f"onnx-lab optimize MODEL OUT --passes {name}"
+            + "".join(f" --param {name}.{k}={shlex.quote(v.strip())}" for k, v in params))
+
+
+def command_line_words(text: str) -> str:
+    """``text`` (a message or a finding's fix) with its Python advice as the command line's.
+
+    Example:
+        >>> command_line_words("lab.apply('fold_constants', max_growth_bytes=1_000) folds them")
+        'onnx-lab optimize MODEL OUT --passes fold_constants --param fold_constants.max_growth_bytes=1_000 folds them'
+    """
+    for python_only in _PY_ONLY:
+        text = text.replace(python_only, ".")
+    text = _BOTH_DOORS.sub("", text)
+    text = re.sub(r"\bdims=" + _DICT, _dims_flags, text)
+    text = re.sub(r"\bshapes=" + _DICT, _shape_flags, text)
+    text = re.sub(r"\bfeeds=" + _DICT, "--feeds FILE.npz (arrays by input name)", text)
+    text = _APPLY.sub(_optimize_command, text)
+    for pattern, words in _TABLE_PHRASES:
+        text = pattern.sub(words, text)
+    # the command that writes the tables, said once
+    head, sep, tail = text.partition(f" ({_TABLES})")
+    return head + sep + tail.replace(f" ({_TABLES})", "")
+
+
 def command_line_text(e: LabError) -> str:
     """The error as the command line says it: its fix as flags and files instead of Python.
 
@@ -78,15 +110,4 @@ def command_line_text(e: LabError) -> str:
     CSV files ``onnx-lab tables`` writes, and the Python-only ``overwrite=True`` escape goes
     (the commands never write over a model or a non-empty folder; there is no flag for it).
     """
-    text = str(e)
-    for python_only in _PY_ONLY:
-        text = text.replace(python_only, ".")
-    text = _BOTH_DOORS.sub("", text)
-    text = re.sub(r"\bdims=" + _DICT, _dims_flags, text)
-    text = re.sub(r"\bshapes=" + _DICT, _shape_flags, text)
-    text = re.sub(r"\bfeeds=" + _DICT, "--feeds FILE.npz (arrays by input name)", text)
-    for pattern, words in _TABLE_PHRASES:
-        text = pattern.sub(words, text)
-    # the command that writes the tables, said once
-    head, sep, tail = text.partition(f" ({_TABLES})")
-    return head + sep + tail.replace(f" ({_TABLES})", "")
+    return command_line_words(str(e))

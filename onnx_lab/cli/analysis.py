@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from onnx_lab.cli._advice import command_line_words
 from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args, print_json
 
 COST_TOTAL_KEYS = ("flops", "macs", "params", "param_bytes", "peak_activation_bytes")
@@ -75,5 +76,6 @@ def _check(args: argparse.Namespace) -> int:
         for r in df.itertuples():
             # (a finding without a node holds NaN in a table where others hold one)
             where = f" [{r.node_id}]" if isinstance(r.node_id, str) and r.node_id else ""
-            print(f"{r.severity:7} {r.code}{where}: {r.message}\n        fix: {r.fix}")
+            print(f"{r.severity:7} {r.code}{where}: {r.message}\n"
+                  f"        fix: {command_line_words(str(r.fix))}")
     return 1 if args.strict and (df.severity == "error").any() else 0

@@ -4,6 +4,7 @@ its culprit finder), extract, fix-dims."""
 from __future__ import annotations
 
 import argparse
+import ast
 import shlex
 import sys
 from collections.abc import Sequence
@@ -49,6 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--find-culprit", action="store_true",
                    help="with --tool: bisect the tool's switches on the verdict and name the "
                    "one that breaks verification")
+    p.add_argument("--param", action="append", metavar="PASS.NAME=VALUE",
+                   help="a parameter of a pass the step runs (repeatable; see onnx-lab passes), "
+                   "e.g. fold_constants.max_growth_bytes=1_000_000_000; with --tool, "
+                   "NAME=VALUE. VALUE is a Python literal (1e6, [\"a\"], True) or a word")
     add_dims_args(p)
     p.add_argument("--feeds", default=None, help=".npz file with one array per input")
     p.add_argument("--no-verify", action="store_true", help="skip numerical verification")
@@ -146,6 +151,14 @@ def _report(args: argparse.Namespace, results: Sequence[Any], lab: Lab, n0: int,
             if r.modified and (pass_kind(r.name) == "tool" or r.verify_passed is False):
                 for note in r.notes:  # a tool's notes say what it did to the model's interface
                     print(f"  note: {note}")
+            elif r.modified:
+                # what a pass refused or skipped (and, last, the preset's verdict): the first
+                # two and the last; --json has them all
+                notes = list(r.notes)
+                shown = notes if len(notes) <= 3 else [*notes[:2], None, notes[-1]]
+                for note in shown:
+                    print(f"  note: {note}" if note is not None else
+                          f"  note: ... {len(notes) - 3} more (--json lists them)")
         for c in found:
             print(f"{c.message} ({c.verification_runs} verification runs, at most {c.bound} "
                   f"for {len(c.switches)} switches)")
@@ -158,6 +171,24 @@ def _report(args: argparse.Namespace, results: Sequence[Any], lab: Lab, n0: int,
               file=sys.stderr)
         return 1
     return 0
+
+
+def _parse_params(items: Sequence[str] | None, tool: str | None) -> dict[str, dict[str, Any]]:
+    """``--param PASS.NAME=VALUE`` (``NAME=VALUE`` with ``--tool``) as pass -> {name: value}."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items or ():
+        key, eq, text = item.partition("=")
+        owner, dot, name = key.rpartition(".")
+        if not eq or not name or not (owner or tool):
+            raise InputError(f"--param {item!r} is not PASS.NAME=VALUE.",
+                             fix="Write --param fold_constants.max_growth_bytes=1_000_000_000 "
+                             "(see onnx-lab passes for each pass's parameters).")
+        try:
+            value: Any = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            value = text  # a word: a string parameter
+        out.setdefault(owner or str(tool), {})[name] = value
+    return out
 
 
 def _verify_arg(args: argparse.Namespace) -> bool | dict[str, Any]:
@@ -176,7 +207,12 @@ def _optimize(args: argparse.Namespace) -> int:
         skip = _split(args.skip)
         from onnx_lab.culprit import skip_params  # here, not at the top: the CLI's start-up
 
-        params = skip_params(args.tool, skip) if skip else {}
+        given = _parse_params(args.param, args.tool)
+        if set(given) - {args.tool}:
+            raise InputError(f"--param names {', '.join(sorted(set(given) - {args.tool}))}, "
+                             f"but --tool runs {args.tool} only.",
+                             fix=f"Write --param NAME=VALUE for {args.tool}'s parameters.")
+        params = {**(skip_params(args.tool, skip) if skip else {}), **given.get(args.tool, {})}
         results = [lab.apply(args.tool, verify=_verify_arg(args),
                              find_culprit=args.find_culprit, **params)]
         lab.save(args.output)
@@ -185,7 +221,8 @@ def _optimize(args: argparse.Namespace) -> int:
     if passes is not None and not passes:
         raise InputError("--passes is empty.", fix="Write --passes a,b,c (see onnx-lab passes).")
     results = lab.apply_preset(passes if passes is not None else (args.preset or "safe"),
-                               verify=_verify_arg(args))
+                               verify=_verify_arg(args),
+                               params=_parse_params(args.param, None))
     lab.save(args.output)
     return _report(args, results, lab, n0, args.output)
 

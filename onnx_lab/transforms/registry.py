@@ -84,8 +84,10 @@ class LabPass(ir.passes.InPlacePass):
             if not ok and not (v is None and p.default is None):
                 tname = p.type.__name__ if isinstance(p.type, type) else \
                     " or ".join(t.__name__ for t in p.type)
-                raise PassError(f"Parameter {k!r} of pass {cls.name!r} must be {tname}, got "
-                                f"{type(v).__name__} {v!r}.", fix=f"{p.doc or ''}".strip() or None)
+                what = f" ({p.doc.strip().rstrip('.')})" if p.doc and p.doc.strip() else ""
+                raise PassError(f"Parameter {k!r} of pass {cls.name!r}{what} must be {tname}, "
+                                f"got {type(v).__name__} {v!r}.",
+                                fix=f"Give {k} a value of type {tname}.")
             out[k] = v
         return out
 

@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from _machinery import chain_proto
+from onnx import helper, numpy_helper
 
 import onnx_lab
 from onnx_lab.cli import main
@@ -202,3 +203,77 @@ def test_fix_dims_names_its_own_argument(capsys):
     assert main(["fix-dims", "sample:transformer_block", "unused.onnx", "batch"]) == 2
     err = capsys.readouterr().err
     assert "fix-dims argument 'batch' is not NAME=VALUE" in err and "--dims" not in err
+
+
+def _growing_constants(tmp_path):
+    # six 4 MB ConstantOfShape weights: the 16 MB default guard refuses two folds
+    shape = numpy_helper.from_array(np.array([1024, 1024], np.int64), "wshape")
+    nodes = [helper.make_node("ConstantOfShape", ["wshape"], [f"W{i}"], name=f"make_w{i}",
+                              value=numpy_helper.from_array(np.array([0.5], np.float32)))
+             for i in range(6)]
+    nodes += [helper.make_node("MatMul", ["x", "W0"], ["y0"], name="mm0")]
+    nodes += [helper.make_node("MatMul", [f"y{i - 1}", f"W{i}"], [f"y{i}"], name=f"mm{i}")
+              for i in range(1, 6)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [2, 1024])],
+                          [helper.make_tensor_value_info("y5", 1, [2, 1024])], [shape])
+    path = tmp_path / "consts.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_optimize_text_shows_what_a_pass_refused_and_param_lifts_it(tmp_path, capsys):
+    src = _growing_constants(tmp_path)
+    assert main(["optimize", str(src), str(tmp_path / "a.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "fold_constants: 12 -> 8 nodes verified" in out
+    assert "note: fold of make_w4 refused" in out and "note: fold of make_w5 refused" in out
+    assert "the preset's outputs match the original's" in out
+    # the guard named in the note is a parameter the command line can give
+    assert main(["optimize", str(src), str(tmp_path / "b.onnx"), "--param",
+                 "fold_constants.max_growth_bytes=50_331_648", "--json"]) == 0
+    doc = _json(capsys)
+    step = next(p for p in doc["passes"] if p["name"] == "fold_constants")
+    assert step["nodes_after"] == 6 and step["verify_passed"] is True
+    assert not any("refused" in n for n in step["notes"])
+    saved = onnx.load(str(tmp_path / "b.onnx"))
+    assert [n.op_type for n in saved.graph.node] == ["MatMul"] * 6
+    # and a value below it refuses every fold (the parameter reached the pass)
+    assert main(["optimize", str(src), str(tmp_path / "c.onnx"), "--passes", "fold_constants",
+                 "--param", "fold_constants.max_growth_bytes=1000", "--json"]) == 0
+    assert _json(capsys)["passes"][0]["modified"] is False
+
+
+def test_long_notes_are_cut_to_the_first_two_and_the_last(tmp_path, capsys):
+    src = _growing_constants(tmp_path)
+    assert main(["optimize", str(src), str(tmp_path / "a.onnx"), "--passes", "fold_constants",
+                 "--param", "fold_constants.max_growth_bytes=5_000_000"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  note:")]
+    # 5 refusals + the folded count + the preset's verdict: 7 notes, 4 lines
+    assert len(lines) == 4 and lines[2] == "  note: ... 4 more (--json lists them)", lines
+    assert "the preset's outputs match" in lines[-1]
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--param", "max_growth_bytes=1"], "is not PASS.NAME=VALUE"),
+    (["--param", "fold_constant.max_growth_bytes=1"], "Close matches: 'fold_constants'"),
+    (["--param", "fold_constants.max_growth=1"], "has no parameter 'max_growth'"),
+    (["--param", "fold_constants.max_growth_bytes=abc"], "must be int, got str"),
+    (["--tool", "onnxslim", "--param", "fold_constants.max_growth_bytes=1"],
+     "but --tool runs onnxslim only"),
+])
+def test_bad_params_are_one_line_errors(convnet, tmp_path, capsys, argv, says):
+    assert main(["optimize", str(convnet), str(tmp_path / "o.onnx"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and says in err, err
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_apply_preset_params_reach_their_pass_and_refuse_a_pass_it_does_not_run(tmp_path):
+    lab = onnx_lab.open(_growing_constants(tmp_path))
+    with pytest.raises(onnx_lab.errors.UnknownNameError, match="fuse_conv_bnn"):
+        lab.apply_preset("safe", params={"fuse_conv_bnn": {}})
+    with pytest.raises(onnx_lab.errors.PassError, match="not a mapping"):
+        lab.apply_preset("safe", params={"fold_constants": 5})
+    rs = lab.apply_preset("safe", params={"fold_constants": {"max_growth_bytes": 1 << 30}})
+    assert next(r for r in rs if r.name == "fold_constants").nodes_after == 6
+    assert len(lab.index) == 6
