@@ -102,21 +102,24 @@ def _profile(args: argparse.Namespace) -> int:
                            "display.max_colwidth", 50):
         cols = ["session", "runs", "profiled_runs", "p10_ms", "p50_ms", "ci_low_ms",
                 "ci_high_ms", "p90_ms", "mean_ms", "stopped"]
-        print(prof.latency_stats[cols].to_string(index=False))
-        print()
-        print(prof.memory.to_string(index=False))
-        print()
-        print(prof.session.to_string(index=False))
-        print()
-        print(prof.ops.head(args.top).to_string(index=False))
-        print()
-        cols = ["session", "node_id", "op_type", "calls", "mean_ms", "p90_ms", "total_ms",
-                "share", "mapped"]
-        print(prof.nodes[cols].head(args.top).to_string(index=False))
+        node_cols = ["session", "node_id", "op_type", "calls", "mean_ms", "p90_ms", "total_ms",
+                     "share", "mapped"]
+        top = f"top {args.top}, " if args.top is not None else ""
+        tables = [
+            ("latency per run (timed runs; ci_*: the median's 95% interval)",
+             prof.latency_stats[cols]),
+            ("memory (bytes)", prof.memory),
+            ("sessions", prof.session),
+            (f"time by operator type ({top}from the profiled runs; share of the kernel time)",
+             prof.ops.head(args.top)),
+            (f"time by node ({top}from the profiled runs; mapped: found in the model, False: "
+             "added by onnxruntime or not found)", prof.nodes[node_cols].head(args.top)),
+        ]
         if sweep is not None:
-            print()
-            print(sweep.table.to_string(index=False))
-            print(f"knee: {sweep.knee}")
+            tables.append((f"batch sweep over {sweep.dim!r} (knee: {sweep.knee})", sweep.table))
+        for k, (title, table) in enumerate(tables):
+            print(("\n" if k else "") + f"== {title}")
+            print(table.to_string(index=False))
     for n in prof.notes + (sweep.notes if sweep else []):
         print(f"note: {n}")
     for a in advice:  # and the budget that would give a measurement: --budget X

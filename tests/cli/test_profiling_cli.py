@@ -41,6 +41,12 @@ def test_profile_text(capsys):
     assert main(["profile", "sample:convnet", "--runs", "1", "--warmup", "0"]) == 0
     out = capsys.readouterr().out
     assert "mean_ms" in out and "node_id" in out
+    # each table says what it is
+    titles = [x for x in out.splitlines() if x.startswith("== ")]
+    assert [t.split(" (")[0] for t in titles] == [
+        "== latency per run", "== memory", "== sessions", "== time by operator type",
+        "== time by node"], titles
+    assert "top 15" in titles[-1]
 
 
 def test_cost_json(capsys):
