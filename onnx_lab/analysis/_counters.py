@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from onnx_lab.core.shapes import TensorInfo, type_at
+from onnx_lab.core.values import constant_tensor
 
 Shape = tuple[int, ...]
 
@@ -80,11 +81,14 @@ class _Ctx:
 def _concrete(types: Mapping[str, TensorInfo], v, graph: str = "") -> Shape | None:
     if v is None or not v.name:
         return None
+    # a constant's stored dims first: a value_info may say otherwise (an onnxruntime-genai
+    # build declares its [1024, 32] shape constant a scalar)
+    t = constant_tensor(v)
+    if t is not None:
+        return tuple(int(d) for d in t.shape)
     info = type_at(types, v.name, graph)
     if info is None or info.shape is None or any(not isinstance(d, int) or d < 0
                                                  for d in info.shape):
-        if v.const_value is not None:
-            return tuple(int(d) for d in v.const_value.shape)
         return None
     return tuple(int(d) for d in info.shape)
 
@@ -402,6 +406,24 @@ def _embed_layer_norm(c: _Ctx):
     return (float(_numel(y) * (adds + _NORM["LayerNormalization"])), 0.0) if y else None
 
 
+@_register("GatherBlockQuantized")
+def _gather_block_quantized(c: _Ctx):
+    # com.microsoft's gather from a block-quantized table (onnxruntime-genai's int4 embedding):
+    # rows are gathered (data movement), then each gathered weight is dequantized, its zero
+    # point subtracted and its block's scale multiplied: 2 FLOPs per output element.
+    y = c.outs[0] if c.outs else None
+    if y is None:
+        data, idx = (c.ins + [None, None])[:2]
+        if data is None or idx is None:
+            return None
+        axis = c.attr("gather_axis", 0) % len(data)
+        qaxis = c.attr("quantize_axis", 1) % len(data)
+        per_byte = _packed_per_byte(c.node, 0)
+        full = tuple(d * per_byte if k == qaxis else d for k, d in enumerate(data))
+        y = full[:axis] + tuple(idx) + full[axis + 1:]
+    return 2.0 * _numel(y), 0.0
+
+
 # ---------------------------------------------------------------------------- ai.onnx.ml
 # scikit-learn / LightGBM / XGBoost exports. Their weights are attributes (no initializers),
 # so params stay 0; counts are per sample (the first input dim, 1 for a 1-D input) times the
@@ -619,7 +641,21 @@ def _weights_held(node, i: int, n: int) -> int:
             return int(k.value) * int(nn.value) if k is not None and nn is not None else n
         if i in (2, 3, 4):
             return 0
+    if node.op_type == "GatherBlockQuantized" and node.domain == "com.microsoft":
+        # data (input 0) packs 8/bits weights per uint8; scales and zero points count none
+        return n * _packed_per_byte(node, 0) if i == 0 else 0 if i in (2, 3) else n
     return n
+
+
+def _packed_per_byte(node, i: int) -> int:
+    """Weights per stored element of input ``i``: 8 // bits for a uint8 (or int8) tensor that
+    packs them (GatherBlockQuantized's ``bits`` 4 or 2), else 1 (int4/uint4 tensors hold one
+    weight per element already)."""
+    bits = node.attributes.get("bits")
+    v = node.inputs[i] if i < len(node.inputs) else None
+    dtype = v.dtype if v is not None else None
+    packed = dtype is not None and dtype.name in ("UINT8", "INT8")
+    return 8 // int(bits.value) if packed and bits is not None and int(bits.value) < 8 else 1
 
 
 # The learned numbers ONNX-ML ops hold in attributes (a tree's thresholds and leaf weights, a

@@ -151,12 +151,13 @@ class Summary(Mapping[str, Any]):
 
 def _params_held(model: LabModel, name: str, n: int) -> int:
     """The parameters a weight of ``n`` stored elements holds, as :func:`~onnx_lab.cost`
-    counts them: a 4-bit MatMulNBits weight packs K·N weights in K·N/2 bytes (its scales and
-    zero points count none; the int4 build's count was 78,404 for the float one's 143,682)."""
+    counts them: a 4-bit MatMulNBits weight packs K·N weights in K·N/2 bytes, a 4-bit
+    GatherBlockQuantized table two weights per byte (their scales and zero points count none;
+    the int4 build's count was 78,404 for the float one's 143,682)."""
     idx = model.index
     for nid in idx.consumers.get(name, ()):
         node = idx.node(nid)
-        if node.op_type == "MatMulNBits":
+        if node.op_type in ("MatMulNBits", "GatherBlockQuantized"):
             for i, v in enumerate(node.inputs):
                 if v is not None and v.name == name:
                     return _weights_held(node, i, n)

@@ -239,3 +239,49 @@ def test_genai_built_model_is_fully_costed(genai_model, precision):
     assert {"GroupQueryAttention", "SkipSimplifiedLayerNormalization",
             "SimplifiedLayerNormalization"} <= ops
     assert ("MatMulNBits" in ops) == (precision == "int4")
+
+
+def _gather_block_quantized(vocab: int = 16, hidden: int = 64, block: int = 32):
+    # onnxruntime-genai's int4 embedding: a uint8 table packing two 4-bit weights per byte,
+    # one float scale per block of the hidden axis
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 256, (vocab, hidden // 2), dtype=np.uint8)
+    scales = rng.random((vocab, hidden // block), dtype=np.float32)
+    node = helper.make_node("GatherBlockQuantized", ["table", "ids", "scales"], ["emb"],
+                            domain="com.microsoft", bits=4, block_size=block, gather_axis=0,
+                            quantize_axis=1, name="embed")
+    g = helper.make_graph([node], "g",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])],
+                          [helper.make_tensor_value_info("emb", F, [2, 3, hidden])],
+                          [numpy_helper.from_array(data, "table"),
+                           numpy_helper.from_array(scales, "scales")])
+    return helper.make_model(g, opset_imports=MS)
+
+
+def test_gather_block_quantized_params_and_flops_match_what_it_holds_and_computes():
+    m = _gather_block_quantized()
+    # onnxruntime runs it: [2, 3] ids -> [2, 3, 64] floats
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    (emb,) = sess.run(None, {"ids": np.array([[0, 1, 2], [3, 4, 5]], np.int64)})
+    assert emb.shape == (2, 3, 64)
+    r = _row(cost(m), "GatherBlockQuantized")
+    # one dequantizing subtract and multiply per gathered weight; 16 x 64 weights held
+    assert r["known"] and r["flops"] == 2 * emb.size and r["macs"] == 0
+    assert r["params"] == 16 * 64 and r["param_bytes"] == 16 * 32 + 16 * 2 * 4
+    assert onnx_lab.open(m).summary()["num_params"] == 16 * 64
+    # without the output's declared shape, it follows from the table, the ids and the packing
+    m.graph.output[0].type.tensor_type.ClearField("shape")
+    assert _row(cost(m), "GatherBlockQuantized")["flops"] == 2 * emb.size
+
+
+def test_a_constant_counts_its_stored_dims_whatever_its_value_info_declares():
+    # onnxruntime-genai's builder declares its shape constants scalars ('[1024, 32]': shape {})
+    shape = helper.make_tensor("s", TensorProto.INT64, [2], [3, 4])
+    nodes = [helper.make_node("Constant", [], ["s"], value=shape, name="c"),
+             helper.make_node("Reshape", ["x", "s"], ["y"], name="r")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [12])],
+                          [helper.make_tensor_value_info("y", F, [3, 4])],
+                          value_info=[helper.make_tensor_value_info("s", TensorProto.INT64, [])])
+    m = helper.make_model(g, opset_imports=MS)
+    c = cost(m)
+    assert c.total["params"] == onnx_lab.open(m).summary()["num_params"] == 2
