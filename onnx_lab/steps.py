@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -399,6 +400,16 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                 result.verified_by = report.attrs.get("verified_by", "full")
                 if _regions is not None:
                     _regions.advance(result)
+            if kind == "edit" and result.verify_passed is False \
+                    and did_not_run(report_rows(result)):
+                # onnx's checker let the edit through, onnxruntime cannot run the result: a
+                # version nothing can be compared with, and every later edit would be refused
+                # ("the model before it does not run"). Refused like a checker failure.
+                why = failed_where(result).removeprefix(": the new model does not run")
+                raise PassError(f"{pass_name} refused: the edited model does not run{why}",
+                                fix="The model is unchanged; pass values the op accepts "
+                                "(the op's definition says which). verify=False keeps an edit "
+                                "without running it.")
             if not preserving:
                 _expected_change(result)
             if kind == "tool" and not pass_name.startswith("ort:"):
@@ -484,8 +495,14 @@ def _expected_change(result: PassResult) -> None:
                             + f"; intermediate values changed (expected for this edit){where}")
         return
     result.outputs_changed = True
+    # an inf difference: one side NaN or inf where the other is not (the reference ran to
+    # finite values: an edit to epsilon=-0.001 made every output NaN)
+    broken = [str(r["tensor"]) for r in outputs
+              if r.get("max_abs") is not None and not math.isfinite(float(r["max_abs"]))]
     result.notes.append("outputs changed (expected for this edit): max_abs "
-                        + (f"{err:.3g}" if err is not None else "n/a") + where)
+                        + (f"{err:.3g}" if err is not None else "n/a") + where
+                        + (f"; the edited model gives NaN or inf in {', '.join(broken[:3])} "
+                           "where the model before did not" if broken else ""))
 
 
 def apply_preset(history: History, preset: str | Sequence[str] = "safe",

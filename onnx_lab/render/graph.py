@@ -181,8 +181,10 @@ def alias_dims(view: GraphView, *, longer_than: int = ALIAS_FROM) -> dict[str, s
     for e in view.edges:
         e.label = short(e.label)
     for n in view.nodes.values():
-        if n.kind in ("input", "output", "outer"):
+        if n.kind in ("input", "output"):
             n.lines = [short(x) for x in n.lines]
+        elif n.kind == "outer":  # "from enclosing graph", then its shape
+            n.lines = n.lines[:1] + [short(x) for x in n.lines[1:]]
     view.aliases.update(aliases)
     return aliases
 

@@ -4,6 +4,7 @@ Importable from :mod:`onnx_lab.transforms.edit`."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,6 +58,9 @@ _DTYPE_ATTRS = {"Cast": ("to",), "EyeLike": ("dtype",), "RandomNormal": ("dtype"
                 "Bernoulli": ("dtype",), "QuantizeLinear": ("output_dtype",)}
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
 def _coerce_attribute(where: str, op_type: str, name: str, value: Any,
                       want: ir.AttributeType | None) -> ir.Attr:
     """``value`` as an attribute of type ``want`` (the schema's or the existing one), or
@@ -82,9 +86,27 @@ def _coerce_attribute(where: str, op_type: str, name: str, value: Any,
             raise PassError(f"Cannot use {value!r} as attribute {name!r} of {where}: {e}",
                             fix="Pass an int, float, str, a list of one of them, or a numpy "
                             "array.") from e
+    def finite32(values: Sequence[Any]) -> None:
+        # ONNX stores float attributes as float32. NaN means nothing to an op's attribute
+        # (LayerNormalization epsilon=nan made every output NaN, reported as an expected
+        # change); a finite number past float32 would be stored as inf. A Constant's
+        # value_float may hold either on purpose.
+        if op_type == "Constant":
+            return
+        for x in values:
+            x = float(x)
+            if math.isnan(x):
+                raise PassError(f"Attribute {name!r} of {where} ({op_type}) cannot be NaN.",
+                                fix="Pass a number.")
+            if math.isfinite(x) and abs(x) > _F32_MAX:
+                raise PassError(f"Attribute {name!r} of {where} ({op_type}): {x!r} does not "
+                                "fit the float32 ONNX stores (it would become inf).",
+                                fix="Pass a number within ±3.4e38 (or inf itself if meant).")
+
     if want == T.FLOAT:
         if not is_num(value):
             raise bad("expected a number")
+        finite32([value])
         return ir.AttrFloat32(name, float(value))
     if want == T.INT:
         if isinstance(value, bool):
@@ -120,6 +142,7 @@ def _coerce_attribute(where: str, op_type: str, name: str, value: Any,
         if want == T.FLOATS:
             if not all(is_num(x) for x in value):
                 raise bad("expected a list of numbers")
+            finite32(value)
             return ir.AttrFloat32s(name, [float(x) for x in value])
         if not all(isinstance(x, str) for x in value):
             raise bad("expected a list of strings")

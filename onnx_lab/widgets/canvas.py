@@ -60,6 +60,7 @@ class GraphCanvas(anywidget.AnyWidget):
         highlight: drawn keys outlined as hits.
         view: ``{"x", "y", "k"}`` pan and zoom (setting it moves the view).
         details_html: the side panel's HTML for ``selected``.
+        float_details: False: no details panel over the drawing (the Editor's form is it).
         legend_html: aliases of long symbolic dims and the view's notes.
 
     Example:
@@ -83,6 +84,9 @@ class GraphCanvas(anywidget.AnyWidget):
     view = t.Dict().tag(sync=True)
     keep_view = t.Bool(False).tag(sync=True)
     details_html = t.Unicode("").tag(sync=True)
+    #: whether a selection's details float over the drawing (False: the owner shows them
+    #: itself, as the Editor's form does; errors still show). Never sent to the page.
+    float_details = t.Bool(True)
     legend_html = t.Unicode("").tag(sync=True)
     title = t.Unicode("").tag(sync=True)
     height = t.Int(560).tag(sync=True)
@@ -243,6 +247,9 @@ class GraphCanvas(anywidget.AnyWidget):
         finally:
             self._revealing = ""
             self.busy = ""
+            # sent even when unchanged: the page wrote its own "opening …" into the bar, which
+            # stayed when nothing could be opened (the Editor draws the main graph only)
+            self.send_state("busy")
         return self.focus(name)
 
     def fit(self) -> None:
@@ -373,7 +380,9 @@ class GraphCanvas(anywidget.AnyWidget):
         """The side panel for ``selected``: node details, a box's members, or a tensor."""
         key = self.selected
         m = self._model()
-        if not key or self.rendering is None or m is None:
+        if not key or self.rendering is None or m is None or not self.float_details:
+            # (not float_details: no panel was ever sent, so the page never moved the view
+            # away from one; the Editor's canvas beside its form put a node a quarter in)
             self.details_html = ""
             return
 

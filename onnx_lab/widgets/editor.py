@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import html
 import json
+import math
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -35,6 +36,7 @@ from onnx_lab.core.history import step_call
 from onnx_lab.core.shapes import value_type
 from onnx_lab.errors import InputError, LabError
 from onnx_lab.lab import as_lab
+from onnx_lab.numerics.verify import failed_where
 from onnx_lab.render._html import esc_text
 from onnx_lab.render.graph import owner_in_graph, shape_text
 from onnx_lab.transforms.edit import (
@@ -50,6 +52,7 @@ __all__ = ["Editor"]
 _WIDE = w.Layout(width="300px")
 _CANVAS_MIN_PX = 360  # below this beside the form, the form goes under the canvas
 _FORM_PX = 470  # the form column: fixed, so a long attribute doc never narrows the canvas
+_FORM_MIN_PX = 330  # ... down to this on a narrow row (its fields are 300 px)
 _READ_K = 1.0  # the least zoom of a neighbourhood view: labels at their drawn size (the 1:1)
 
 
@@ -164,6 +167,7 @@ class Editor(View):
         self._full_size = 0  # drawn elements of the last whole drawing
         self.result: Any = None
         self.target: tuple[str, str] | None = None
+        self._form_node: str | None = None  # the node whose form is shown
         self._expand: list[str] = []
         self.canvas = GraphCanvas(self.lab, height=height)
         self.canvas.keep_view = True  # a redraw after an edit keeps the pan and zoom
@@ -175,10 +179,13 @@ class Editor(View):
         self.canvas.layout.min_width = f"{_CANVAS_MIN_PX}px"
         self.canvas.on_select(self._guard(self._selected))
         self.canvas.on_expand = self._guard(self._expand_box)
+        # If/Loop/Scan bodies are drawn in the Explorer; here a double click says so (the
+        # page had shown "opening …" with nothing to come)
+        self.canvas.on_open = self._guard(self._body_note)
         # The form beside the canvas is this widget's details panel: the canvas's own panel
-        # would float over the (narrower) drawing and hide the nodes being clicked. Its
-        # error panels still show.
-        self.canvas.observe(self._no_float_panel, names="details_html")
+        # would float over the (narrower) drawing and hide the nodes being clicked, and the
+        # page moved the view away from it. Its error panels still show.
+        self.canvas.float_details = False
 
         # node form
         self.attribute = w.Dropdown(description="attribute", options=[], layout=_WIDE)
@@ -261,9 +268,11 @@ class Editor(View):
         self._result_panels = (self.message,)
         # the neighbourhood line is a row of its own above the canvas and the form: wrapping
         # the canvas in a column would change how the row shares its width
+        # the form's width is its own (a long attribute doc never narrows the canvas), down
+        # to _FORM_MIN_PX when the row is short: a 1280 px window left the canvas 378 px
         form = w.VBox([self.title, self.panel, self.form_error],
-                      layout=w.Layout(width=f"{_FORM_PX}px", min_width=f"{_FORM_PX}px",
-                                      flex="0 0 auto"))
+                      layout=w.Layout(width=f"{_FORM_PX}px", min_width=f"{_FORM_MIN_PX}px",
+                                      flex=f"0 1 {_FORM_PX}px"))
         super().__init__([self.scope_bar, w.HBox([self.canvas, form]),
                           self.message, w.HBox([self.undo_button, self.redo_button, self.save_path,
                                   self.save_button]),
@@ -275,14 +284,21 @@ class Editor(View):
     def select(self, name: str) -> None:
         """Edit ``name``: a node id, ``input:NAME`` / ``output:NAME``, or a graph input or
         output name (what a click on the canvas does)."""
-        key = self.canvas.focus(name)
-        if key is None:
-            self._target_for(name)  # not drawn (e.g. inside a collapsed box): edit it anyway
+        inside = name in self.lab.index.entries and not self.lab.index.entries[name].graph
+        # a node of the main graph in a collapsed box: the box opens (on_expand) and the node
+        # is selected; a body node is edited from the form (the Editor draws the main graph)
+        key = self.canvas.reveal(name) if inside else self.canvas.focus(name)
+        if key != name:
+            self._target_for(name)  # not drawn as itself: edit it anyway
             self._build_panel()
 
-    def _no_float_panel(self, change: dict) -> None:
-        if change["new"] and "onnx-lab-error" not in change["new"]:
-            self.canvas.details_html = ""
+    def _body_note(self, graph: str) -> None:
+        self.canvas.busy = ""
+        self.canvas.send_state("busy")
+        self.message.value = info_html(
+            f"The Editor draws the main graph: the body {graph!r} is drawn in the Explorer "
+            "(lab.explore(), double-click its node). Its nodes are edited here: search one "
+            "and press Enter, or ed.select(node_id).")
 
     def _signature_html(self, kind: str, name: str) -> str:
         """The selected element's tensors with dtype and shape (what the canvas panel said)."""
@@ -348,8 +364,13 @@ class Editor(View):
             self._form = {a["name"]: a for a in form}
             editable = [a["name"] for a in form if a["type"] in
                         ("FLOAT", "INT", "STRING", "INTS", "FLOATS", "STRINGS")]
+            # the same node redrawn after an edit, undo or redo keeps the attribute the user
+            # picked: resetting it to the first one sent the next value typed to another
+            # attribute (LayerNormalization: epsilon -> axis)
+            keep = self.attribute.value if self._form_node == name else None
+            self._form_node = name
             self.attribute.options = editable
-            self.attribute.value = editable[0] if editable else None
+            self.attribute.value = keep if keep in editable else (editable[0] if editable else None)
             self._attr_picked()
             self.node_name.value = ""
             outs = [v.name for v in node.outputs if v.name]
@@ -442,10 +463,14 @@ class Editor(View):
         if not r.modified:
             verdict, kind = f"nothing changed: {r.reason}", "warn"
         elif r.verify_passed is False:
-            verdict, kind = f"VERIFICATION FAILED at {r.first_failure}", "warn"
+            verdict, kind = f"VERIFICATION FAILED{failed_where(r)}", "warn"
         elif r.outputs_changed:
-            verdict, kind = (f"outputs changed (expected for this edit): max_abs "
-                             f"{r.max_abs_err:.3g}", "info")
+            # its note: the max_abs, where values start to differ, NaN or inf it brought
+            verdict = next((n for n in reversed(r.notes) if n.startswith("outputs changed")),
+                           f"outputs changed (expected for this edit): max_abs "
+                           f"{r.max_abs_err:.3g}")
+            kind = "warn" if r.max_abs_err is not None and not math.isfinite(r.max_abs_err) \
+                else "info"
         elif r.outputs_changed is False and r.verify_passed is None:  # intermediates only
             verdict, kind = r.notes[-1], "info"
         elif r.verify_passed:
@@ -554,6 +579,7 @@ class Editor(View):
     def undo(self) -> None:
         with self._busy():
             if self._call(self.lab.undo, code="lab.undo()") is None and self.error is None:
+                self.form_error.value = ""  # a refused edit's error is about another version
                 h = self.lab.version_history
                 self.message.value = info_html(f"back to step {h.current}")
                 r = h.versions[h.current + 1].result
@@ -563,6 +589,7 @@ class Editor(View):
     def redo(self) -> None:
         with self._busy():
             if self._call(self.lab.redo, code="lab.redo()") is None and self.error is None:
+                self.form_error.value = ""  # a refused edit's error is about another version
                 h = self.lab.version_history
                 self.message.value = info_html(f"forward to step {h.current}")
                 r = h.version.result
@@ -591,8 +618,17 @@ class Editor(View):
                              "edited.onnx.")
         out = self._call(self.lab.save, path, code=f"lab.save({path!r})")
         if out is not None:
-            self.message.value = info_html(f"step {self.lab.version_history.current} saved to {out} "
-                                           "(loads in a fresh onnxruntime session)", kind="ok")
+            self.form_error.value = ""
+            h = self.lab.version_history
+            r = h.version.result
+            if r is not None and r.verify_passed is False:  # saved as asked, said plainly
+                self.message.value = info_html(
+                    f"step {h.current} saved to {out}, but this step FAILED verification"
+                    f"{failed_where(r)}: Undo and save again to keep the version before it",
+                    kind="warn")
+            else:
+                self.message.value = info_html(f"step {h.current} saved to {out} (loads in a "
+                                               "fresh onnxruntime session)", kind="ok")
         return out
 
     def script(self, source: str | None = None) -> str:

@@ -399,12 +399,46 @@ class Explorer(View):
         self.canvas.on_select(self._guard(self._canvas_selected))
         self.canvas.observe(self._resume_ahead, names="view")
         self.graph_info = w.HTML()
+        # Out of an If/Loop/Scan body (a double click opened it): the graph that holds it
+        self.up_button = w.Button(description="↑ main graph", layout=w.Layout(
+            width="auto", display="none"), tooltip="back to the graph that holds this body")
+        self.up_button.add_class("onnx-lab-up")
+        self.up_button.on_click(self._guard(lambda _b: self.leave_body()))
 
     def _build_graph(self) -> None:
         for ctl in (self.radius, self.collapse, self.expand):
             ctl.observe(self._guard(self._graph_control), names="value")
         self.tabs.children[GRAPH].children = [
-            w.HBox([self.radius, self.collapse, self.expand]), self.graph_info, self.canvas]
+            w.HBox([self.up_button, self.radius, self.collapse, self.expand]), self.graph_info,
+            self.canvas]
+
+    def _owner(self, body: str) -> Any:
+        """The index entry of the If/Loop/Scan node that holds ``body`` (a graph path: the
+        node's id, prefixed by its own graph's path where the id does not start with it, then
+        the attribute), or None."""
+        path = body.rsplit("/", 1)[0]
+        entries = self.lab.index.entries
+        e = entries.get(path)
+        if e is not None:
+            return e
+        return next((e for e in entries.values() if e.graph and path == f"{e.graph}/"
+                     f"{e.node_id}"), None)
+
+    def _outer_graph(self, body: str) -> str:
+        """The graph path of the node that holds ``body`` ('' for the main graph)."""
+        owner = self._owner(body)
+        return owner.graph if owner is not None else ""
+
+    def leave_body(self) -> None:
+        """Out of the If/Loop/Scan body shown (*↑ main graph*): the graph that holds it is
+        drawn, with the node that owns the body selected."""
+        if not self._body:
+            return
+        owner = self._owner(self._body)
+        self._body = owner.graph if owner is not None else ""
+        self._render_graph()
+        if owner is not None:
+            self.canvas.focus(owner.node_id)
 
     def _expand_from_canvas(self, key: str) -> None:
         options = [v for _, v in self.expand.options]
@@ -638,6 +672,10 @@ class Explorer(View):
                                       "Nodes or Tensors to see their neighbourhood</small>")
         rendering = self._laid_out(kwargs, code)
         self.canvas.busy = ""
+        if self._body:
+            outer = self._outer_graph(self._body)
+            self.up_button.description = f"↑ {outer}" if outer else "↑ main graph"
+        self.up_button.layout.display = None if self._body else "none"
         if rendering is None:
             self.canvas.show(None)
             return

@@ -166,6 +166,9 @@ def test_render_body_with_outer_inputs(control_flow):
     assert ("input:acc_in", "inner_if", "acc_in") in body.edges
     assert ("outer:branch_out", "inner_if", "branch_out") in body.edges
     assert body.svg is not None
+    # the outer value says where it comes from, not a dim alias of those words
+    assert r.view.nodes["outer:x"].lines[0] == "from enclosing graph"
+    assert not any("enclosing" in v for v in r.view.aliases.values())
 
 
 def test_body_picked_from_nodes(control_flow):

@@ -45,17 +45,27 @@ def _bias(width: int) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_an_edit_after_which_the_model_does_not_run_fails(tmp_path, capsys):
+def test_an_edit_after_which_the_model_does_not_run_is_refused(tmp_path, capsys):
     # it was "outputs changed (expected for this edit): max_abs inf", verify_passed None, and
-    # onnx-lab edit exited 0 writing a model onnxruntime cannot run
+    # onnx-lab edit exited 0 writing a model onnxruntime cannot run; then it was kept as a
+    # failed step, after which every edit was refused ("the model before it does not run")
     lab = onnx_lab.open(_bias(3), dims={"a": 2, "b": 3})
-    r = lab.set_attribute("c", "value", np.ones(2, np.float32))
-    assert r.verify_passed is False and r.outputs_changed is not True
-    assert r.notes[-1].startswith("verification failed: the new model does not run: ")
-    assert not any("expected for this edit" in n for n in r.notes)
-    from onnx_lab.numerics.verify import failed_where
-
-    assert failed_where(r).startswith(": the new model does not run")  # the CLI's verdict
+    with pytest.raises(PassError, match=r"set_attribute refused: the edited model does not "
+                       r"run: onnxruntime failed to run the model: .*Add") as e:
+        lab.set_attribute("c", "value", np.ones(2, np.float32))
+    assert "The model is unchanged" in e.value.fix and "verify=False" in e.value.fix
+    assert lab.version_history.current == 0 and len(lab.version_history) == 1
+    r = lab.rename_node("c", "c2")  # the next edit runs against the unchanged model
+    assert r.verify_passed is True
+    # verify=False keeps it, unrun, when the user wants it
+    assert lab.set_attribute("c2", "value", np.ones(2, np.float32), verify=False).modified
+    src = tmp_path / "t.onnx"
+    onnx.save(_transposes(), src)  # T2 made a no-op: Add of [2, 3] and [3, 2]
+    code = main(["edit", str(src), str(tmp_path / "o.onnx"), "--dims", "a=2", "--dims", "b=3",
+                 "--set-attr", "T2:perm=[0,1]"])
+    err = capsys.readouterr().err
+    assert code == 2 and "the edited model does not run" in err
+    assert not (tmp_path / "o.onnx").exists()
     # the CLI refuses the reconnection the dims show to be wrong, one line, exit 2
     src = tmp_path / "t.onnx"
     onnx.save(_transposes(), src)

@@ -444,3 +444,27 @@ def test_a_nul_in_a_name_is_drawn_as_its_picture_and_clicks_map_back():
         c.selected = name.replace("\x00", "\u2400").replace("\x01", "\u2401") \
             .replace("\x7f", "\u2421")
         assert c.selected == name and "Relu" in c.details_html
+
+
+def test_leaving_a_body_goes_back_to_the_graph_that_holds_it():
+    cf = onnx_lab.open("sample:control_flow")
+    x = Explorer(cf, tab="Graph")
+    assert x.up_button.layout.display == "none"
+    x.canvas.reveal("Loop_3/body/Identity_0")
+    assert x.result.graph == "Loop_3/body"
+    assert x.up_button.layout.display is None and x.up_button.description == "↑ main graph"
+    x.up_button.click()
+    assert x.error is None and x.result.graph == "" and x._body == ""
+    assert x.canvas.selected == "Loop_3"  # the node that holds the body, in view
+    assert x.up_button.layout.display == "none"
+
+
+def test_a_reveal_that_opens_nothing_clears_the_pages_busy_line():
+    # the Editor draws the main graph only: the page's "opening …" must not stay
+    cf = onnx_lab.open("sample:control_flow")
+    canvas = GraphCanvas(cf)
+    canvas.show(cf.render())
+    sent = []
+    canvas.send_state = lambda key=None: sent.append(key)
+    canvas.reveal("Loop_3/body/Identity_0")
+    assert "busy" in sent and canvas.busy == ""

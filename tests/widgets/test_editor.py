@@ -422,3 +422,108 @@ def test_a_small_graph_or_neighbourhood_none_redraws_the_whole_graph(no_error):
     for bad in (-1, 1.5, True):
         with pytest.raises(onnx_lab.errors.InputError, match="int >= 0"):
             Editor(lab, neighbourhood=bad)
+
+
+def test_an_edit_onnxruntime_cannot_run_is_refused_and_the_next_edit_works(tmp_path, no_error):
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    ed.select("/stem/conv/Conv")
+    # onnx's checker takes a 5x5 kernel on 3x3 weights; onnxruntime refuses to run it
+    ed.attribute.value = "kernel_shape"
+    ed.attr_value.value = "5, 5"
+    ed.set_attr_button.click()
+    assert "the edited model does not run" in ed.form_error.value
+    assert "kernel_shape" in ed.form_error.value and len(lab.history) == 1
+    # it was kept as a failed step, after which every edit was refused
+    ed.attribute.value = "kernel_shape"  # the choice stays after a refusal too
+    ed.node_name.value = "stem_conv"
+    ed.rename_node_button.click()
+    no_error(ed)
+    assert len(lab.history) == 2 and "stem_conv" in lab.index.entries
+
+
+def test_the_chosen_attribute_stays_after_an_edit_undo_and_redo(tmp_path, no_error):
+    # it went back to the first one (LayerNormalization: epsilon -> axis), so the next value
+    # typed landed on another attribute
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    ed.select(BN)
+    first = ed.attribute.options[0]
+    ed.attribute.value = "momentum" if first != "momentum" else "epsilon"
+    chosen = ed.attribute.value
+    ed.attr_value.value = "0.5"
+    ed.set_attr_button.click()
+    no_error(ed)
+    assert ed.attribute.value == chosen
+    for button in (ed.undo_button, ed.redo_button):
+        button.click()
+        no_error(ed)
+        assert ed.target == ("node", BN) and ed.attribute.value == chosen
+    ed.select("/stem/conv/Conv")  # another node starts at its own first attribute
+    assert ed.attribute.value == ed.attribute.options[0]
+
+
+def test_nan_is_refused_and_an_edit_that_brings_nan_says_so(tmp_path, no_error):
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    ed.select(BN)
+    ed.attribute.value = "epsilon"
+    for text, words in (("nan", "cannot be NaN"), ("1e40", "does not fit the float32")):
+        ed.attr_value.value = text
+        ed.set_attr_button.click()
+        assert words in ed.form_error.value and len(lab.history) == 1
+    ed.attr_value.value = "-1000"  # sqrt of a negative variance: NaN outputs
+    ed.set_attr_button.click()
+    no_error(ed)
+    assert "gives NaN or inf in logits where the model before did not" in ed.message.value
+    assert "class='onnx-lab-warn'" in ed.message.value
+
+
+def test_errors_of_another_version_go_on_undo_and_save(tmp_path, no_error):
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    ed.select("/head/flatten/Flatten")
+    ed.add_output_button.click()
+    no_error(ed)
+    ed.node_name.value = "/stem/conv/Conv"  # refused: the name exists
+    ed.rename_node_button.click()
+    assert "exists" in ed.form_error.value
+    ed.undo_button.click()
+    assert ed.form_error.value == ""
+    ed.save_path.value = str(tmp_path / "convnet.onnx")  # refused: the source
+    ed.save_button.click()
+    assert "onnx-lab-error" in ed.form_error.value
+    ed.save_path.value = str(tmp_path / "out.onnx")
+    ed.save_button.click()
+    assert ed.form_error.value == "" and "saved to" in ed.message.value
+    assert "class='onnx-lab-ok'" in ed.message.value
+    # a version whose verification failed is saved as asked, and said so
+    ed.redo_button.click()
+    lab.version_history.version.result.verify_passed = False
+    ed.save_path.value = str(tmp_path / "out2.onnx")
+    ed.save_button.click()
+    assert "FAILED verification" in ed.message.value and "Undo" in ed.message.value
+    assert "class='onnx-lab-warn'" in ed.message.value and (tmp_path / "out2.onnx").exists()
+
+
+def test_a_double_click_on_an_if_says_where_bodies_are_drawn(no_error):
+    lab = onnx_lab.open("sample:control_flow")
+    ed = Editor(lab)
+    ed._run_pending()
+    sent = []
+    ed.canvas.send_state = lambda key=None: sent.append(key)
+    ed.canvas._on_msg(ed.canvas, {"type": "open", "key": "If_2"}, [])
+    assert "busy" in sent and ed.canvas.busy == ""
+    assert "Explorer" in ed.message.value and "If_2/" in ed.message.value
+
+
+def test_select_of_a_node_in_a_collapsed_box_opens_it_and_edits_the_node(no_error):
+    # it selected the box and left nothing to edit (target None)
+    lab = onnx_lab.open(scoped_layers(80))
+    ed = Editor(lab, neighbourhood=40)
+    ed._run_pending()
+    assert ed.canvas.key_for(RELU) == "scope:/layers.20"
+    ed.select(RELU)
+    no_error(ed)
+    assert ed.target == ("node", RELU) and ed.canvas.selected == RELU
+    assert "Relu" in ed.title.value

@@ -736,7 +736,7 @@ function render({ model, el: root }) {
     setMarkup(legend, html);
     legend.style.display = html ? "block" : "none";
   };
-  const onTitle = () => { title.textContent = model.get("title") || ""; };
+  const onTitle = () => { title.textContent = model.get("title") || ""; title.title = title.textContent; };
   const onBusy = () => {
     busy.textContent = model.get("busy") || "";
     root.dataset.busy = busy.textContent;
