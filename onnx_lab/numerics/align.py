@@ -829,7 +829,8 @@ class SameQuantity:
             return any(isinstance(a, str) and a in free and a != b and a in y
                        for a, b in zip(x, y))
         # (a free dim against a number is no difference: a tool may have fixed the input)
-        differ = len(rs) != len(cs) or moved(rs, cs) or moved(cs, rs) or any(
+        differ = len(rs) != len(cs) or moved(rs, cs) or moved(cs, rs) or \
+            _size_moved(rs, cs) or any(
             isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(rs, cs))
         if not differ:
             return None
@@ -943,6 +944,18 @@ def _constant_made(model: LabModel) -> frozenset[str]:
     return model.cached(("align_constant_made",), build)
 
 
+def _size_moved(rs: Sequence[Any], cs: Sequence[Any]) -> bool:
+    """Whether a size one side knows stands where the other side knows none, and the other
+    side has it where the first knows none: the axis moved. tf2onnx's NHWC tensors
+    ``[N, ?, ?, 8]`` against the NCHW ones ``[N, 8, ?, ?]`` that onnxruntime's
+    TransposeOptimizer makes under the same node names (spatial dims that inference leaves
+    unknown), where no position holds two different numbers."""
+    def moved(x: Sequence[Any], y: Sequence[Any]) -> bool:
+        return any(isinstance(a, int) and not isinstance(b, int) and any(
+            c == a and not isinstance(d, int) for c, d in zip(y, x)) for a, b in zip(x, y))
+    return len(rs) == len(cs) and (moved(rs, cs) or moved(cs, rs))
+
+
 def _shapes_differ(ref: LabModel, ref_tensor: str, cand: LabModel, cand_tensor: str
                    ) -> str | None:
     """Why a guessed pair cannot hold one quantity by its inferred shapes (another rank, or a
@@ -954,8 +967,8 @@ def _shapes_differ(ref: LabModel, ref_tensor: str, cand: LabModel, cand_tensor: 
     cs = ci.shape if ci is not None else None
     if rs is None or cs is None:
         return None
-    if len(rs) != len(cs) or any(isinstance(a, int) and isinstance(b, int) and a != b
-                                 for a, b in zip(rs, cs)):
+    if len(rs) != len(cs) or _size_moved(rs, cs) or any(
+            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(rs, cs)):
         return (f"not the same quantity: candidate {cand_tensor!r} has shape {list(cs)}, the "
                 f"reference's {ref_tensor!r} {list(rs)}")
     return None
