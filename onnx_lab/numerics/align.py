@@ -378,6 +378,9 @@ class VersionPair:
     #: The candidate node is the reference tensor's producer reading the same data (only its
     #: constants may differ): a shape of its own is a failure, not another layout.
     kept: bool = False
+    #: Both producers are Shape nodes: dims in another order are the shape of the tensor in
+    #: another layout (see :func:`~onnx_lab.numerics.verify._judge`).
+    shapes: bool = False
 
 
 def version_tensors(model: LabModel) -> list[tuple[str, str, int]]:
@@ -505,7 +508,9 @@ def align_versions(before: LabModel, after: LabModel, result: Any = None, *,
             return
         pairs[name] = VersionPair(name, ref, nid, ref_nid, match, topo,
                                   kept=identical or _kept(before, after, ref_nid, nid,
-                                                                 same.holds))
+                                                                 same.holds),
+                                  shapes=a_idx.entries[nid].node.op_type == "Shape"
+                                  and b_idx.entries[ref_nid].node.op_type == "Shape")
         used_refs.add(ref)
         same.pair(name, ref)
 

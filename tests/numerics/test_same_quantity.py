@@ -279,3 +279,24 @@ def test_a_shape_pointed_at_the_nchw_tensor_with_unknown_spatial_dims_is_not_pai
         onnx.numpy_helper.from_array(np.array([0, 3, 2, 1], np.int64), "perm"))
     bad = verify(onnx_lab.open(ref, dims=dims), onnx_lab.open(wrong, dims=dims), dims=dims)
     assert not bad.attrs["passed"] and bad.attrs["first_failure"] == "s"
+
+
+def test_a_shape_of_the_nchw_twin_with_no_inferred_shapes_is_not_compared_by_its_values():
+    # ort:all on a tf2onnx export: the NCHWc nodes leave no inferred shape downstream, so the
+    # pair cannot be refused beforehand; the two Shapes give [2, 6, 5, 8] and [2, 8, 6, 5]
+    # (one another's dims in another order), which failed a correct step under the exact rule
+    ref, cand = _shape_of_nhwc(False), _shape_of_nhwc(True)
+    for m in (ref, cand):  # an input of unknown rank: inference knows no shape below it
+        m.graph.input[0].type.tensor_type.ClearField("shape")
+    x = {"x": np.random.default_rng(1).standard_normal((2, 3, 6, 5)).astype(np.float32)}
+    rep = verify(onnx_lab.open(ref), onnx_lab.open(cand), feeds=x)
+    assert rep.attrs["passed"] and rep.attrs["first_failure"] is None, rep.loc[~rep.passed]
+    assert "S_out" in rep.attrs["skipped"]  # not comparable element by element
+    assert (rep.loc[rep.tensor == "sf", "max_abs"] == 0).all()  # what reads the dims is
+    wrong = _shape_of_nhwc(True)
+    wrong.graph.input[0].type.tensor_type.ClearField("shape")
+    wrong.graph.initializer[1].CopyFrom(
+        onnx.numpy_helper.from_array(np.array([0, 3, 2, 1], np.int64), "perm"))
+    bad = verify(onnx_lab.open(ref), onnx_lab.open(wrong), feeds=x)
+    # caught where the dims are put back (a Gather, not a Shape: compared by value)
+    assert not bad.attrs["passed"] and bad.attrs["first_failure"] == "s"
