@@ -553,6 +553,13 @@ def align_versions(before: LabModel, after: LabModel, result: Any = None, *,
         if _reshape_target(name, a_idx):
             continue  # a rewritten Reshape target may say 0 or -1 for a dim it computed before
         ref_v = last_node.outputs[k] if k < len(last_node.outputs) else None
+        if len(last_node.outputs) != len(node.outputs):
+            # A node standing for one output of a multi-output source (onnxruntime pushes a
+            # Transpose through a Split: one Transpose per Split output, each stamped with
+            # the Split) holds the output whose name it kept, not the source's k-th.
+            kept = [v for v in last_node.outputs if v is not None and v.name == name]
+            if kept:
+                ref_v = kept[0]
         if ref_v is None or not ref_v.name or ref_v.name in used_refs:
             continue
         if b_topo.get(last) is None or _split(last_node, node, a_idx):

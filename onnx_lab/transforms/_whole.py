@@ -444,6 +444,12 @@ class WholeModelPass(LabPass):
         for v in g.inputs:
             if v.name in g.initializers:
                 continue
+            if v.type is not None and not isinstance(v.type, ir.TensorType):
+                # A sequence/optional input: its shape is its element's, and the tools'
+                # input-shape overrides (onnxsim's overwrite_input_shapes, onnxslim's
+                # input_shapes) write a tensor type over it (onnxsim then fails with
+                # "Field 'elem_type' of 'type' is required but missing").
+                continue
             if v.name in shapes:
                 out[v.name] = list(shapes[v.name])
                 continue

@@ -141,6 +141,14 @@ class OnnxoptimizerPass(WholeModelPass):
         import onnxoptimizer
 
         proto = self.proto_with_weights(model)
+        if self.optimizer_pass == "eliminate_shape_op":
+            bad = _empty_shape_slices(proto)
+            if bad:
+                raise PassError(
+                    f"onnxoptimizer pass 'eliminate_shape_op' crashes the process (a "
+                    f"segmentation fault in onnxoptimizer) on a Shape node whose start is past "
+                    f"its end: {', '.join(map(repr, bad[:3]))}; it was not run. Use onnx_lab's "
+                    f"own passes (lab.apply('fold_shapes')).")
         with tool_errors(f"onnxoptimizer pass {self.optimizer_pass!r}",
                          "Try onnx_lab's own pass for the same rewrite."):
             out = onnxoptimizer.optimize(proto, [self.optimizer_pass],
@@ -188,10 +196,69 @@ class OnnxoptimizerListPass(WholeModelPass):
             self._reason = "every onnxoptimizer pass of the list is skipped"
             return None
         proto = self.proto_with_weights(model)
+        if "eliminate_shape_op" in passes:
+            bad = _empty_shape_slices(proto)
+            if bad:
+                passes = [p for p in passes if p != "eliminate_shape_op"]
+                self.notes.append(
+                    f"onnxoptimizer's eliminate_shape_op left out: it crashes the process (a "
+                    f"segmentation fault) on a Shape node whose start is past its end "
+                    f"({', '.join(map(repr, bad[:3]))})")
+                if not passes:
+                    self._reason = "every onnxoptimizer pass of the list is skipped"
+                    return None
         with tool_errors("onnxoptimizer", "Leave the failing pass out (skip_passes=[...]) or "
                          "use onnx_lab's own passes."):
             out = onnxoptimizer.optimize(proto, passes, fixed_point=self.options["fixed_point"])
         return self.from_proto(out, model)
+
+
+def _empty_shape_slices(proto: Any) -> list[str]:
+    """Shape nodes (any graph) whose ``start``, normalized by the input's known rank, is past
+    their ``end``: onnxoptimizer's eliminate_shape_op dereferences past the end of the dims
+    there and kills the process (onnx's ``test_shape_start_greater_than_end``)."""
+    import onnx
+
+    def has_slice(g: Any) -> bool:
+        for n in g.node:
+            if n.op_type == "Shape" and any(a.name in ("start", "end") for a in n.attribute):
+                return True
+            for a in n.attribute:
+                if any(has_slice(sg) for sg in ([a.g] if a.HasField("g") else []) + list(a.graphs)):
+                    return True
+        return False
+
+    if not has_slice(proto.graph):
+        return []
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # noqa: BLE001 - the declared types are what is left
+        inferred = proto
+    out: list[str] = []
+
+    def walk(g: Any, outer: dict[str, int]) -> None:
+        ranks = dict(outer)
+        for vi in (*g.input, *g.value_info, *g.output):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+                ranks[vi.name] = len(vi.type.tensor_type.shape.dim)
+        for t in g.initializer:
+            ranks[t.name] = len(t.dims)
+        for n in g.node:
+            if n.op_type == "Shape" and n.domain in ("", "ai.onnx") and n.input \
+                    and n.input[0] in ranks:
+                r = ranks[n.input[0]]
+                att = {a.name: a.i for a in n.attribute if a.name in ("start", "end")}
+                lo, hi = att.get("start", 0), att.get("end", r)
+                lo, hi = lo + r if lo < 0 else lo, hi + r if hi < 0 else hi
+                # onnxoptimizer compares them before clamping (end -5 of a rank 3 is -2)
+                if lo > hi or min(max(lo, 0), r) > min(max(hi, 0), r):
+                    out.append(n.name or (n.output[0] if n.output else "Shape"))
+            for a in n.attribute:
+                for sg in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    walk(sg, ranks)
+
+    walk(inferred.graph, {})
+    return out
 
 
 def _slim_registry() -> tuple[dict[str, list], list[str]]:

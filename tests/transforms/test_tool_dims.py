@@ -5,6 +5,7 @@ Lab's dims, and a tool that fixed other sizes is told apart."""
 from __future__ import annotations
 
 import onnx
+import onnx_ir as ir
 import onnxsim
 import pytest
 from expr_models import DIMS, optimum_decoder
@@ -84,3 +85,25 @@ def test_a_step_that_fixed_other_sizes_than_the_dims_is_a_dim_error():
     assert frame.attrs["passed"]
     with pytest.raises(DimError, match="fixed the input shapes to other sizes"):
         verify(ref, wrong, dims=DIMS, reference_shapes=True)
+
+
+def _sequence_input_model() -> onnx.ModelProto:
+    """A sequence input whose element dim is named (onnx's sequence_map cases)."""
+    from onnx import TensorProto, helper
+
+    seq = helper.make_tensor_sequence_value_info("x", TensorProto.FLOAT, ["N"])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])
+    g = helper.make_graph([helper.make_node("SequenceAt", ["x", "i"], ["a"]),
+                           helper.make_node("Identity", ["a"], ["y"])], "g", [seq], [out],
+                          initializer=[helper.make_tensor("i", TensorProto.INT64, [], [0])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_sequence_input_is_not_given_a_tensor_shape():
+    # The element's dim (N) used to be handed to onnxsim as the input's shape, which wrote a
+    # tensor type over the sequence type: "Field 'elem_type' of 'type' is required but missing".
+    lab = onnx_lab.open(_sequence_input_model(), dims={"N": 3})
+    r = lab.apply("onnxsim", verify=False)
+    assert not any("input shapes" in n for n in r.notes), r.notes
+    x = next(v for v in lab.model.graph.inputs if v.name == "x")
+    assert x.type is not None and not isinstance(x.type, ir.TensorType)
