@@ -104,7 +104,9 @@ class Summary(Mapping[str, Any]):
 
     ir_version, opsets ({domain: version}), producer ("name version"), num_nodes (all graphs),
     num_nodes_main, num_initializers, num_params (as :func:`~onnx_lab.cost` counts them: a
-    4-bit MatMulNBits weight holds K·N), param_bytes (stored), inputs and outputs
+    4-bit MatMulNBits weight holds K·N, a ``value_float`` Constant one; plus the stored
+    constants no node reads, which ``cost()`` has no node for), param_bytes (stored), inputs
+    and outputs
     ([{name, dtype, shape}]), dynamic_dims ({dim: [inputs]}), derived_dims ({dim: {value,
     kind, source}}: the dims the model determines and the Lab's dims do not give, filled in
     everywhere; see :mod:`onnx_lab.core.derived`), op_counts ({op: n}),

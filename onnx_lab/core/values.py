@@ -153,10 +153,12 @@ def _constant_tensors(model: LabModel) -> list[tuple[str, ir.TensorProtocol, str
     out = []
     for e in model.index.entries.values():
         n = e.node
-        if n.op_type == "Constant" and n.domain in _STANDARD:
-            attr = n.attributes.get("value")
-            if attr is not None and attr.type == ir.AttributeType.TENSOR and n.outputs:
-                out.append((n.outputs[0].name, attr.value, e.node_id, e.graph))
+        if n.op_type == "Constant" and n.domain in _STANDARD and n.outputs:
+            # value=TENSOR, and value_float(s)/value_int(s)/value_string(s) as the tensors
+            # they stand for: cost() counts a scalar Constant's element, so the tables do
+            t = constant_tensor(n.outputs[0])
+            if t is not None:
+                out.append((n.outputs[0].name, t, e.node_id, e.graph))
     return out
 
 

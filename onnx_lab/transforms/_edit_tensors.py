@@ -252,6 +252,9 @@ def _set_tensor(v: ir.Value, array: np.ndarray) -> None:
         t = ir.tensor(np.array(array, order="C", copy=True), name=v.name)
     node = constant_producer(v) if v.const_value is None else None
     if node is not None:  # a Constant node's tensor: a new attribute on this version's node
+        # (in place of value_float(s)/value_int(s)...: a Constant holds exactly one)
+        for other in [k for k in node.attributes if k != "value"]:
+            del node.attributes[other]
         node.attributes["value"] = ir.AttrTensor("value", t)
     else:
         v.const_value = t

@@ -26,7 +26,7 @@ from onnx_lab.cli import main
 from onnx_lab.core.handoff import ir_with_weights
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.save import INLINE_MAX_BYTES, write_model
-from onnx_lab.errors import SaveError
+from onnx_lab.errors import PassError, SaveError
 from onnx_lab.runtime import session
 
 
@@ -282,8 +282,12 @@ def test_a_model_an_edit_broke_is_refused_although_onnxruntime_refuses_it_in_mem
                                                     helper.make_opsetid("ai.onnx.ml", 1)])
     lab = onnx_lab.open(model)
     assert lab.save(tmp_path / "fine.onnx").is_file()
-    r = lab.set_attribute(lab.nodes.node_id.iloc[1], "post_transform", "SOFTMAXX")
-    assert r.verify_passed is False  # the step says the new model does not run
+    # verified, the edit is refused (the new model does not run); kept unverified when asked
+    with pytest.raises(PassError, match="the edited model does not run"):
+        lab.set_attribute(lab.nodes.node_id.iloc[1], "post_transform", "SOFTMAXX")
+    r = lab.set_attribute(lab.nodes.node_id.iloc[1], "post_transform", "SOFTMAXX",
+                          verify=False)
+    assert r.modified and r.verify_passed is None
     target = tmp_path / "broken.onnx"
     with pytest.raises(SaveError, match="a step broke it") as e:
         lab.save(target)
