@@ -1293,7 +1293,10 @@ def _judge_branch(sides: Sides, nid: str, node: ir.Node, samples: list) -> Flip 
         got = _branch_flip(sides, node, ref, branch, c_names, r_names, r_key, group)
         if isinstance(got, str):
             return got
-        flips.append(got)
+        if got is not None:
+            flips.append(got)
+    if not flips:
+        return "its branches differ beyond tolerance with no selection flipped inside"
     inner = max(flips, key=lambda f: f.differ)
     tensor = next((o for r, c in samples for o in outs if o not in r or o not in c
                    or np.shape(r[o]) != np.shape(c[o])
@@ -1306,10 +1309,10 @@ def _judge_branch(sides: Sides, nid: str, node: ir.Node, samples: list) -> Flip 
 
 
 def _branch_flip(sides: Sides, node: ir.Node, ref: ir.Node, branch: str, c_names: list[str],
-                 r_names: list[str], r_key: Mapping[str, str], group: list) -> Flip | str:
+                 r_names: list[str], r_key: Mapping[str, str], group: list) -> Flip | str | None:
     """The ``branch`` of both sides run alone on each side's outer values and judged as a
     comparison of its own (:func:`judge_selections`): the flip inside that explains every
-    output that differs, or why none does."""
+    output that differs, or why none does; None when this branch agrees on its own."""
     models: dict[str, LabModel] = {}
     runs: list[tuple[dict, dict]] = []  # per sample: each side's branch's feeds
     for r, c in group:
@@ -1363,6 +1366,8 @@ def _branch_flip(sides: Sides, node: ir.Node, ref: ir.Node, branch: str, c_names
             f"its output {o!r} differs and is not downstream of a near-tie flip")
         return f"its {branch} differs beyond a near-tie flip inside: {why}"
     if not sel.flips:
+        if all(verdicts.values()):
+            return None  # this branch agrees on its own: the difference is the other's
         return f"its {branch} differs beyond tolerance with no selection flipped inside"
     best = max(sel.flips, key=lambda f: f.differ)
     return Flip(best.node_id, best.op_type, best.tensor, sum(f.differ for f in sel.flips),

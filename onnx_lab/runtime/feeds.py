@@ -38,7 +38,7 @@ from onnx_lab.core.source import resolve
 from onnx_lab.core.values import const_array
 from onnx_lab.errors import CacheError, DimError, InputError, LabError
 
-__all__ = ["make_feeds", "as_feed_list", "branch_feeds", "cache_length_feeds", "past_length", "input_specs", "resolve_input_shapes",
+__all__ = ["make_feeds", "as_feed_list", "branch_feeds", "cache_length_feeds", "past_length", "input_specs", "resolve_input_shapes", "mask_over_past",
            "npy_load_fix", "Feeds"]
 
 Feeds = dict[str, np.ndarray]
@@ -167,7 +167,30 @@ def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
             f"on the CLI --dims NAME=V / --shape INPUT:AxB).{ask}")
         err.dims = sorted(named)  # the widgets' run-context bar focuses these fields
         raise err
+    mask_over_past(model, dims, shapes, out)
     return out
+
+
+def mask_over_past(model: LabModel, dims: Mapping[str, int], shapes: Mapping[str, Any],
+                    out: dict[str, tuple[int, ...]]) -> None:
+    """A KV-cache decoder's attention mask covers the past and the new tokens. optimum's merged
+    decoders declare it ``[batch_size, sequence_length]`` (the no-cache decoder's shape), so a
+    sample with a past of 3 built a mask of the new tokens only, which the cache branch cannot
+    run (its Gather read past the mask): size it past + new, in ``out`` (in place)."""
+    try:
+        io = decoder_io(model)
+    except CacheError:
+        return
+    if io is None or not io.attention_mask or io.attention_mask in shapes \
+            or io.attention_mask not in out or not io.past_dim or not io.sequence_dim:
+        return
+    declared = next((s for n, _d, s in input_specs(model) if n == io.attention_mask), None)
+    past, new = dims.get(io.past_dim), dims.get(io.sequence_dim)
+    if declared is None or len(declared) != 2 or declared[1] != io.sequence_dim \
+            or not isinstance(past, int) or not isinstance(new, int):
+        return
+    mask = out[io.attention_mask]
+    out[io.attention_mask] = (mask[0], past + new)
 
 
 def _resolve(d: str, dims: Mapping[str, int], name: str, axis: int) -> object:

@@ -34,6 +34,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import resolve_dim, shape_tuple
 from onnx_lab.core.source_map import carry_sources
 from onnx_lab.errors import PassError
+from onnx_lab.runtime.feeds import mask_over_past
 from onnx_lab.transforms.base import (
     ORIGIN_KEY,
     LabPass,
@@ -462,4 +463,8 @@ class WholeModelPass(LabPass):
             if all(isinstance(d, int) for d in res) and any(
                     not isinstance(d, int) for d in shp):
                 out[v.name] = res  # type: ignore[assignment]
-        return out
+        # a merged decoder's mask declared [batch, new tokens] covers the past too, as the
+        # verification's samples size it
+        sized = {k: tuple(v) for k, v in out.items()}
+        mask_over_past(model, dims, shapes, sized)
+        return {k: list(v) for k, v in sized.items()}
