@@ -279,7 +279,9 @@ def _generate_run(sess: Any, feeds: Mapping[str, np.ndarray], names: list[str], 
     """One run's outputs and its seconds (the run alone, not the memory check before it).
     ``cached``: the run is a decode step with that many tokens in the KV cache."""
     try:
-        check_memory_of(sess, feeds, "the decoder model")
+        # along the loop: a decode step grows with its cache, a full run with its tokens
+        check_memory_of(sess, feeds, "the decoder model",
+                        along=("step", cached) if cached is not None else ("full", length))
         t0 = time.perf_counter()
         values = run_session(sess, feeds, names, what="the decoder model", check_memory=False)
         return values, time.perf_counter() - t0

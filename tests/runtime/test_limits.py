@@ -194,3 +194,42 @@ def test_environment_variables(monkeypatch):
     monkeypatch.setenv("ONNX_LAB_RUN_TIMEOUT", "soon")
     with pytest.raises(InputError, match="ONNX_LAB_RUN_TIMEOUT"):
         run_timeout()
+
+
+def test_a_growing_series_of_runs_is_estimated_along_its_line(monkeypatch):
+    # compare_llm on a merged llama spent 90 of 93 s estimating each decode step's memory (a
+    # shape inference per new past length); a series is estimated exactly twice, then along
+    # the line, exactly again near the limit, and still refused past it
+    from onnx_lab.core import limits
+    from onnx_lab.runtime import session as sess_mod
+    from onnx_lab.runtime.session import check_memory_of, make_session
+
+    lab = onnx_lab.open("sample:tiny_llm")
+    sess = make_session(lab.model)
+    calls = []
+    real = limits.estimate_run_memory
+
+    def counted(model, shapes, dims=None):
+        calls.append(1)
+        return real(model, shapes, dims)
+
+    monkeypatch.setattr(sess_mod, "estimate_run_memory", counted)
+
+    def feeds(past):
+        f = {"input_ids": np.zeros((1, 1), np.int64),
+             "attention_mask": np.ones((1, past + 1), np.int64)}
+        f.update({f"past_key_values.{i}.{k}": np.zeros((1, 2, past, 16), np.float32)
+                  for i in range(2) for k in ("key", "value")})
+        return f
+
+    with run_limits(memory=1 << 30):
+        for past in range(1, 40):
+            check_memory_of(sess, feeds(past), along=("step", past))
+    assert len(calls) == 2  # far from 1 GB: the line says so
+    calls.clear()
+    sess2 = make_session(lab.model)
+    with run_limits(memory=8 * 1024 * 1024):  # 8 MB: the line nears it, checked exactly
+        with pytest.raises(RunLimitError, match="over the memory limit"):
+            for past in range(1, 100_000, 997):
+                check_memory_of(sess2, feeds(past), along=("step", past))
+    assert 2 < len(calls) < 100
