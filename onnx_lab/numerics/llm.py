@@ -768,7 +768,10 @@ class LLMComparison:
             n_fail = int((~c.layers["passed"].astype(bool)).sum())
             lines.append(f"layerwise ({c.preset}): {len(c.layers)} tensors, {n_fail} out of "
                          "tolerance")
-            for r in self.losses.head(3).itertuples(index=False):
+            # a node that loses nothing (local SQNR inf: an If's outputs, the same on both
+            # sides) is no answer to "what loses most"; each node once
+            lossy = self.losses.loc[np.isfinite(self.losses["local_sqnr_db"].astype(float))]
+            for r in lossy.drop_duplicates("node_id").head(3).itertuples(index=False):
                 lines.append(f"  loses most: {r.node_id} ({r.op_type}"
                              f"{' -> ' + r.cand_op_type if r.cand_op_type and r.cand_op_type != r.op_type else ''}"  # noqa: E501
                              f"), local SQNR {r.local_sqnr_db:.1f} dB, output {r.sqnr_db:.1f} dB")
