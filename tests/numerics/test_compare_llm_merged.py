@@ -147,3 +147,24 @@ def test_a_node_that_loses_nothing_is_not_named_as_losing_most():
     c = onnx_lab.compare_llm(merged, merged, prompt_length=4, new_tokens=4, progress=False)
     assert c.passed and "layerwise" in c.summary_text()
     assert "loses most" not in c.summary_text()
+
+
+def test_fp32_judges_every_positions_logits_element_wise():
+    # the next-token metrics alone passed a cache path that scaled a past (same greedy
+    # tokens, KL 3e-4, logits 0.10 off): under fp32 the logits of every position, decode
+    # steps included, meet the output rule
+    ref = onnx_lab.open(_merged(unfused_decoder()))
+    same = onnx_lab.compare_llm(ref, ref, prompt_length=4, new_tokens=6, layerwise=False,
+                                progress=False)
+    assert same.passed and same.metrics["logits_within_rule"] is True
+    assert same.metrics["logits_max_abs"] < 1e-5
+    assert same.positions["logits_within_rule"].astype(bool).all()
+    bug = onnx_lab.compare_llm(ref, _merged(unfused_decoder(), halve_then=True),
+                               prompt_length=4, new_tokens=6, layerwise=False, progress=False)
+    assert not bug.passed and bug.metrics["logits_within_rule"] is False
+    line = bug.summary_text().splitlines()[1]
+    assert line.startswith("logits beyond the rule") and "(a decode step with the cache)" in line
+    # rounding presets keep their next-token targets alone
+    assert onnx_lab.compare_llm(ref, ref, preset="int8", prompt_length=4, new_tokens=4,
+                                layerwise=False, progress=False).metrics[
+        "logits_within_rule"] is None
