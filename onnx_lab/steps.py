@@ -45,6 +45,7 @@ from onnx_lab.numerics.region import (
 )
 from onnx_lab.numerics.selection import flipped, selection_tensors
 from onnx_lab.numerics.verify import (
+    NOT_RUN,
     Report,
     _saved_form_problem,
     did_not_run,
@@ -401,15 +402,20 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                 if _regions is not None:
                     _regions.advance(result)
             if kind == "edit" and result.verify_passed is False \
-                    and did_not_run(report_rows(result)):
-                # onnx's checker let the edit through, onnxruntime cannot run the result: a
-                # version nothing can be compared with, and every later edit would be refused
-                # ("the model before it does not run"). Refused like a checker failure.
-                why = failed_where(result).removeprefix(": the new model does not run")
-                raise PassError(f"{pass_name} refused: the edited model does not run{why}",
+                    and did_not_run(report_rows(result)) and opts.get("feeds") is None \
+                    and _same_inputs(before, result.model):
+                # onnx's checker let the edit through, onnxruntime cannot run the result on
+                # the inputs the model before ran on: a version nothing can be compared with,
+                # and every later edit would be refused ("the model before it does not run").
+                # Refused like a checker failure. (An edit of the inputs themselves, or feeds
+                # the user gave, may be what does not fit: kept as a failed step.)
+                note = next(str(r.get("note") or "") for r in report_rows(result)
+                            if str(r.get("note") or "").startswith(NOT_RUN))
+                why = note.split(": ", 1)[-1][:400]
+                raise PassError(f"{pass_name} refused: the edited model does not run: {why}",
                                 fix="The model is unchanged; pass values the op accepts "
-                                "(the op's definition says which). verify=False keeps an edit "
-                                "without running it.")
+                                "(the op's definition says which). verify=False (--no-verify) "
+                                "keeps an edit without running it.")
             if not preserving:
                 _expected_change(result)
             if kind == "tool" and not pass_name.startswith("ort:"):
@@ -469,6 +475,13 @@ def _renamed_input_shapes(before: Any, after: Any, shapes: dict[str, list[int]]
     return out
 
 
+def _same_inputs(before: Any, after: Any) -> bool:
+    """Whether ``after`` takes the inputs ``before`` takes (names, dtypes, shapes)."""
+    def sig(m: Any) -> list:
+        return [(v.name, v.dtype, str(v.shape)) for v in m.ir.graph.inputs]
+    return sig(before) == sig(after)
+
+
 def _expected_change(result: PassResult) -> None:
     """For an edit meant to change values (an attribute, a weight, a removed node): a
     difference is what the user asked for, reported as such, not as a failed verification.
@@ -495,14 +508,14 @@ def _expected_change(result: PassResult) -> None:
                             + f"; intermediate values changed (expected for this edit){where}")
         return
     result.outputs_changed = True
-    # an inf difference: one side NaN or inf where the other is not (the reference ran to
-    # finite values: an edit to epsilon=-0.001 made every output NaN)
+    # an inf difference: one side NaN or inf where the other is not (an edit to
+    # epsilon=-0.001 made every output NaN; one to a Selu's gamma may make them finite again)
     broken = [str(r["tensor"]) for r in outputs
               if r.get("max_abs") is not None and not math.isfinite(float(r["max_abs"]))]
     result.notes.append("outputs changed (expected for this edit): max_abs "
                         + (f"{err:.3g}" if err is not None else "n/a") + where
-                        + (f"; the edited model gives NaN or inf in {', '.join(broken[:3])} "
-                           "where the model before did not" if broken else ""))
+                        + (f"; NaN or inf in {', '.join(broken[:3])} on one side only (the "
+                           "model before or the edited one)" if broken else ""))
 
 
 def apply_preset(history: History, preset: str | Sequence[str] = "safe",

@@ -655,7 +655,8 @@ def _packed_per_byte(node, i: int) -> int:
     v = node.inputs[i] if i < len(node.inputs) else None
     dtype = v.dtype if v is not None else None
     packed = dtype is not None and dtype.name in ("UINT8", "INT8")
-    return 8 // int(bits.value) if packed and bits is not None and int(bits.value) < 8 else 1
+    n_bits = int(bits.value) if bits is not None else 4  # onnxruntime's default: 4
+    return 8 // n_bits if packed and 0 < n_bits < 8 else 1
 
 
 # The learned numbers ONNX-ML ops hold in attributes (a tree's thresholds and leaf weights, a

@@ -12,6 +12,7 @@ Example:
 """
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 
@@ -22,35 +23,52 @@ from onnx_lab.errors import LabError
 _BOTH_DOORS = re.compile(r" \(to open\(\), or to this call; on the CLI [^)]*\)")
 _PY_ONLY = (", or pass overwrite=True.", ", or overwrite=True.")
 # A Python dict literal of names: {'batch': 1, "seq": ...} / {input: [...]}
-_DICT = r"\{([^{}]*)\}"
+_DICT = r"""\{((?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^{}'"])*)\}"""  # braces in names too
+# a phrase of the library's advice, not part of a path, a word or a quoted name the user gave
+_START = r"(?<![\w./\\'\"-])"
 _PAIR = re.compile(r"""\s*(?:(['"])(.*?)\1|([A-Za-z_]\w*))\s*:\s*([^,]+)""")
 _TABLES = "onnx-lab tables MODEL"
 # Longest phrase first: "lab.nodes.node_id" before "lab.nodes".
 _TABLE_PHRASES = (
-    (re.compile(r"lab\.nodes(?:\.node_id|\[['\"]node_id['\"]\])"),
+    (re.compile(_START + r"lab\.nodes(?:\.node_id|\[['\"]node_id['\"]\])"),
      f"nodes.csv's node_id column ({_TABLES})"),
-    (re.compile(r"lab\.nodes\.scope"), f"nodes.csv's scope column ({_TABLES})"),
-    (re.compile(r"lab\.nodes\.query\([^)]*\)"), f"nodes.csv ({_TABLES})"),
-    (re.compile(r"lab\.tensors\.name"), f"tensors.csv's name column ({_TABLES})"),
-    (re.compile(r"lab\.nodes / lab\.tensors"), f"nodes.csv / tensors.csv ({_TABLES})"),
-    (re.compile(r"lab\.nodes"), f"nodes.csv ({_TABLES})"),
-    (re.compile(r"lab\.tensors"), f"tensors.csv ({_TABLES})"),
-    (re.compile(r"lab\.initializers"), f"initializers.csv ({_TABLES})"),
+    (re.compile(_START + r"lab\.nodes\.scope"), f"nodes.csv's scope column ({_TABLES})"),
+    (re.compile(_START + r"lab\.nodes\.query\([^)]*\)"), f"nodes.csv ({_TABLES})"),
+    (re.compile(_START + r"lab\.tensors\.name"), f"tensors.csv's name column ({_TABLES})"),
+    (re.compile(_START + r"lab\.nodes / lab\.tensors"), f"nodes.csv / tensors.csv ({_TABLES})"),
+    (re.compile(_START + r"lab\.nodes"), f"nodes.csv ({_TABLES})"),
+    (re.compile(_START + r"lab\.tensors"), f"tensors.csv ({_TABLES})"),
+    (re.compile(_START + r"lab\.initializers"), f"initializers.csv ({_TABLES})"),
 )
 
 
-def _pairs(body: str) -> list[tuple[str, str]] | None:
+_UNSAYABLE = "unsayable"  # a name no --dims flag carries: the advice is left as the library said it
+
+
+def _pairs(body: str) -> list[tuple[str, str]] | str | None:
     out = []
-    for part in filter(str.strip, body.split(",")):
+    for part in filter(str.strip, re.findall(r"""(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^,'"])+""", body)):
         m = _PAIR.fullmatch(part)
         if m is None:
             return None
-        out.append((m.group(2) if m.group(1) else m.group(3), m.group(4).strip()))
+        if m.group(1):
+            try:  # the name as the model spells it, not its Python repr
+                name = ast.literal_eval(m.group(1) + m.group(2) + m.group(1))
+            except (ValueError, SyntaxError):
+                return _UNSAYABLE
+        else:
+            name = m.group(3)
+        if not isinstance(name, str) or "=" in name or "," in name or not name.isprintable():
+            # --dims splits at "," and at the first "="; a control character stays escaped
+            return _UNSAYABLE
+        out.append((name, m.group(4).strip()))
     return out
 
 
 def _dims_flags(m: re.Match) -> str:
     pairs = _pairs(m.group(1))
+    if pairs == _UNSAYABLE:
+        return m.group(0)
     if not pairs:
         return "--dims NAME=V"
     # a dim name is the model's string: quoted for the shell it is pasted into
@@ -60,6 +78,8 @@ def _dims_flags(m: re.Match) -> str:
 
 def _shape_flags(m: re.Match) -> str:
     pairs = _pairs(m.group(1))
+    if pairs == _UNSAYABLE:
+        return m.group(0)
     if not pairs:
         return "--shape INPUT:AxBxC"
     flags = []
@@ -70,8 +90,16 @@ def _shape_flags(m: re.Match) -> str:
     return " ".join(flags)
 
 
+def _fix_dims_command(m: re.Match) -> str:
+    pairs = _pairs(m.group(1))
+    if pairs == _UNSAYABLE or not pairs:
+        return m.group(0)
+    return "onnx-lab fix-dims MODEL OUT " + " ".join(
+        shlex.quote(f"{name}={value}") for name, value in pairs)
+
+
 # lab.apply('fold_constants', max_growth_bytes=33_554_432): one pass with its parameters
-_APPLY = re.compile(r"""lab\.apply\((['"])(\w[\w:]*)\1((?:, \w+=[^,()]+)*)\)""")
+_APPLY = re.compile(_START + r"""lab\.apply\((['"])(\w[\w:]*)\1((?:, \w+=[^,()]+)*)\)""")
 
 
 def _optimize_command(m: re.Match) -> str:
@@ -91,9 +119,12 @@ def command_line_words(text: str) -> str:
     for python_only in _PY_ONLY:
         text = text.replace(python_only, ".")
     text = _BOTH_DOORS.sub("", text)
-    text = re.sub(r"\bdims=" + _DICT, _dims_flags, text)
-    text = re.sub(r"\bshapes=" + _DICT, _shape_flags, text)
-    text = re.sub(r"\bfeeds=" + _DICT, "--feeds FILE.npz (arrays by input name)", text)
+    text = re.sub(_START + r"dims=" + _DICT, _dims_flags, text)
+    text = re.sub(_START + r"shapes=" + _DICT, _shape_flags, text)
+    text = re.sub(_START + r"feeds=" + _DICT, "--feeds FILE.npz (arrays by input name)", text)
+    text = re.sub(_START + r"shapes=(?![{\w])", "--shape INPUT:AxBxC", text)
+    text = re.sub(_START + r"lab\.fix_dims\(" + _DICT + r"\)", _fix_dims_command, text)
+    text = re.sub(_START + r"lab\.fix_dims\b", "onnx-lab fix-dims", text)
     text = _APPLY.sub(_optimize_command, text)
     for pattern, words in _TABLE_PHRASES:
         text = pattern.sub(words, text)
@@ -110,4 +141,12 @@ def command_line_text(e: LabError) -> str:
     CSV files ``onnx-lab tables`` writes, and the Python-only ``overwrite=True`` escape goes
     (the commands never write over a model or a non-empty folder; there is no flag for it).
     """
-    return command_line_words(str(e))
+    # only the fix is advice: the problem quotes the user's paths and the model's names,
+    # which are theirs to keep as they are (a file 'collab.nodes.onnx' was named
+    # 'colnodes.csv (onnx-lab tables MODEL).onnx')
+    problem = getattr(e, "problem", None)
+    if problem is None:
+        return command_line_words(str(e))
+    for python_only in _PY_ONLY:
+        problem = problem.replace(python_only, ".")
+    return f"{problem} {command_line_words(e.fix)}" if e.fix else problem

@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--param", action="append", metavar="PASS.NAME=VALUE",
                    help="a parameter of a pass the step runs (repeatable; see onnx-lab passes), "
                    "e.g. fold_constants.max_growth_bytes=1_000_000_000; with --tool, "
-                   "NAME=VALUE. VALUE is a Python literal (1e6, [\"a\"], True) or a word")
+                   "NAME=VALUE. VALUE is a Python literal (1_000_000, 0.5, [\"a\"], true) or a word")
     add_dims_args(p)
     p.add_argument("--feeds", default=None, help=".npz file with one array per input")
     p.add_argument("--no-verify", action="store_true", help="skip numerical verification")
@@ -183,10 +183,13 @@ def _parse_params(items: Sequence[str] | None, tool: str | None) -> dict[str, di
             raise InputError(f"--param {item!r} is not PASS.NAME=VALUE.",
                              fix="Write --param fold_constants.max_growth_bytes=1_000_000_000 "
                              "(see onnx-lab passes for each pass's parameters).")
-        try:
-            value: Any = ast.literal_eval(text)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            value = text  # a word: a string parameter
+        if text.strip().lower() in ("true", "false"):  # as a shell user writes them
+            value: Any = text.strip().lower() == "true"
+        else:
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                value = text  # a word: a string parameter
         out.setdefault(owner or str(tool), {})[name] = value
     return out
 
@@ -212,7 +215,13 @@ def _optimize(args: argparse.Namespace) -> int:
             raise InputError(f"--param names {', '.join(sorted(set(given) - {args.tool}))}, "
                              f"but --tool runs {args.tool} only.",
                              fix=f"Write --param NAME=VALUE for {args.tool}'s parameters.")
-        params = {**(skip_params(args.tool, skip) if skip else {}), **given.get(args.tool, {})}
+        skipped = skip_params(args.tool, skip) if skip else {}
+        both = sorted(set(skipped) & set(given.get(args.tool, {})))
+        if both:  # one would silently replace the other's list
+            raise InputError(f"--skip and --param {both[0]}=... both set {args.tool}'s "
+                             f"{both[0]}.", fix=f"Give the whole list in --param {both[0]}=[...], "
+                             "or use --skip alone.")
+        params = {**skipped, **given.get(args.tool, {})}
         results = [lab.apply(args.tool, verify=_verify_arg(args),
                              find_culprit=args.find_culprit, **params)]
         lab.save(args.output)

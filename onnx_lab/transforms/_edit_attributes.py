@@ -58,7 +58,9 @@ _DTYPE_ATTRS = {"Cast": ("to",), "EyeLike": ("dtype",), "RandomNormal": ("dtype"
                 "Bernoulli": ("dtype",), "QuantizeLinear": ("output_dtype",)}
 
 
-_F32_MAX = float(np.finfo(np.float32).max)
+# Ops whose float attributes hold NaN on purpose: a Constant's value, ai.onnx.ml's Imputer
+# (replaced_value_float=NaN: impute missing values) and LabelEncoder (NaN keys match NaN inputs).
+_NAN_MEANS_SOMETHING = frozenset({"Constant", "Imputer", "LabelEncoder"})
 
 
 def _coerce_attribute(where: str, op_type: str, name: str, value: Any,
@@ -91,14 +93,16 @@ def _coerce_attribute(where: str, op_type: str, name: str, value: Any,
         # (LayerNormalization epsilon=nan made every output NaN, reported as an expected
         # change); a finite number past float32 would be stored as inf. A Constant's
         # value_float may hold either on purpose.
-        if op_type == "Constant":
+        if op_type in _NAN_MEANS_SOMETHING:
             return
         for x in values:
             x = float(x)
             if math.isnan(x):
                 raise PassError(f"Attribute {name!r} of {where} ({op_type}) cannot be NaN.",
                                 fix="Pass a number.")
-            if math.isfinite(x) and abs(x) > _F32_MAX:
+            with np.errstate(over="ignore"):  # what float32 rounds it to, not a bound
+                stored = float(np.float32(x))
+            if math.isfinite(x) and not math.isfinite(stored):
                 raise PassError(f"Attribute {name!r} of {where} ({op_type}): {x!r} does not "
                                 "fit the float32 ONNX stores (it would become inf).",
                                 fix="Pass a number within ±3.4e38 (or inf itself if meant).")

@@ -285,3 +285,15 @@ def test_a_constant_counts_its_stored_dims_whatever_its_value_info_declares():
     m = helper.make_model(g, opset_imports=MS)
     c = cost(m)
     assert c.total["params"] == onnx_lab.open(m).summary()["num_params"] == 2
+
+
+def test_gather_block_quantized_without_bits_is_four_bit_as_onnxruntime_reads_it():
+    m = _gather_block_quantized()
+    node = m.graph.node[0]
+    keep = [a for a in node.attribute if a.name != "bits"]
+    del node.attribute[:]
+    node.attribute.extend(keep)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    (emb,) = sess.run(None, {"ids": np.zeros((2, 3), np.int64)})
+    r = _row(cost(m), "GatherBlockQuantized")
+    assert r["flops"] == 2 * emb.size and r["params"] == 16 * 64

@@ -244,3 +244,39 @@ def test_command_line_advice_quotes_a_model_dim_name_for_the_shell():
     assert text.endswith("Pass --dims 'seq len=1' --dims h=N and --shape x:AxBxC."), text
     # an unparsable literal keeps the generic flag, never half a dict
     assert command_line_text(DimError("p.", fix="dims={a b}.")).endswith("--dims NAME=V."), text
+
+
+def test_command_line_advice_leaves_the_users_paths_and_names_alone(capsys, tmp_path):
+    # the rewriting ran over the whole message: a file 'collab.nodes.onnx' was reported as
+    # 'colnodes.csv (onnx-lab tables MODEL).onnx', a dim named 'lab.nodes' likewise
+    missing = tmp_path / "collab.nodes.onnx"
+    code, _, err = _run(capsys, "summary", str(missing))
+    assert code == 2 and str(missing) in _one_line(err)
+    odd = tmp_path / "dims={'a': 1}.onnx"
+    code, _, err = _run(capsys, "summary", str(odd))
+    assert code == 2 and "dims={'a': 1}.onnx" in _one_line(err)
+    code, _, err = _run(capsys, "summary", "sample:convnet", "--dims", "lab.nodes=3")
+    line = _one_line(err)
+    assert code == 2 and "'lab.nodes'" in line and "--shape INPUT:AxBxC" in line
+
+
+def test_dim_names_no_flag_can_carry_keep_the_librarys_words():
+    from onnx_lab.cli._advice import command_line_text
+    from onnx_lab.errors import DimError
+
+    for name, flag in (("a\\b", "--dims 'a\\b=1'"), ("a}b", "--dims 'a}b=1'")):
+        text = command_line_text(DimError("p.", fix=f"Pass dims={{{name!r}: 1}}."))
+        assert text.endswith(f"Pass {flag}."), text
+    # '=' and ',' split the flag: the Python form is kept rather than a flag that misparses
+    text = command_line_text(DimError("p.", fix="Pass dims={'a=b': 1}."))
+    assert text.endswith("Pass dims={'a=b': 1}."), text
+
+
+def test_check_fixes_name_the_fix_dims_command():
+    from onnx_lab.cli._advice import command_line_words
+
+    text = command_line_words("Pass dims={'batch': 1} / shapes= to analyse and run it; "
+                              "static-shape runtimes need lab.fix_dims({'batch': 1}).")
+    assert text == ("Pass --dims batch=1 / --shape INPUT:AxBxC to analyse and run it; "
+                    "static-shape runtimes need onnx-lab fix-dims MODEL OUT batch=1.")
+    assert command_line_words("the dims (lab.fix_dims) if") == "the dims (onnx-lab fix-dims) if"

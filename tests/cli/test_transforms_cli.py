@@ -277,3 +277,20 @@ def test_apply_preset_params_reach_their_pass_and_refuse_a_pass_it_does_not_run(
     rs = lab.apply_preset("safe", params={"fold_constants": {"max_growth_bytes": 1 << 30}})
     assert next(r for r in rs if r.name == "fold_constants").nodes_after == 6
     assert len(lab.index) == 6
+
+
+def test_skip_and_a_param_of_the_same_switches_are_refused_not_merged_silently(convnet, tmp_path,
+                                                                               capsys):
+    # --param disabled_optimizers=[...] replaced --skip's list without a word
+    assert main(["optimize", str(convnet), str(tmp_path / "o.onnx"), "--tool", "ort:extended",
+                 "--skip", "ConvBNFusion", "--param", "disabled_optimizers=['ConvAddFusion']"]
+                ) == 2
+    err = capsys.readouterr().err
+    assert "--skip and --param disabled_optimizers" in err and "both set" in err
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_param_takes_true_and_false_as_a_shell_user_writes_them(convnet, tmp_path, capsys):
+    assert main(["optimize", str(convnet), str(tmp_path / "o.onnx"), "--tool", "onnxoptimizer",
+                 "--param", "fixed_point=false", "--json"]) == 0
+    assert _json(capsys)["passes"][0]["name"] == "onnxoptimizer"

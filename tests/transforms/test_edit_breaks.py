@@ -157,3 +157,36 @@ def test_a_cascade_that_would_remove_a_body_output_is_refused_in_the_plan():
     assert "removes output(s) ['acc_new', 'scan_out'] of the body" in plan["problem"]
     with pytest.raises(PassError, match="of the body"):
         lab.remove_node_cascade(nid)
+
+
+def test_nan_and_float32_limits_are_refused_where_they_mean_nothing_only():
+    # NaN in LayerNormalization's epsilon is refused; sklearn's SimpleImputer exports
+    # Imputer(replaced_value_float=NaN), LabelEncoder matches NaN keys, and Clip's max of
+    # float32's largest number is what float32 stores
+    import math
+
+    g = helper.make_graph(
+        [helper.make_node("Imputer", ["x"], ["i"], domain="ai.onnx.ml", name="imp",
+                          imputed_value_floats=[0.0], replaced_value_float=0.0),
+         helper.make_node("Clip", ["i"], ["y"], name="clip", min=-1.0, max=1.0)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[
+        helper.make_opsetid("", 6), helper.make_opsetid("ai.onnx.ml", 1)]))
+    r = lab.set_attribute("imp", "replaced_value_float", float("nan"), verify=False)
+    assert r.modified and math.isnan(lab.index.node("imp").attributes[
+        "replaced_value_float"].value)
+    assert lab.set_attribute("clip", "max", 3.4028235e38, verify=False).modified
+    with pytest.raises(PassError, match="cannot be NaN"):
+        lab.set_attribute("clip", "max", float("nan"), verify=False)
+    with pytest.raises(PassError, match="does not fit the float32"):
+        lab.set_attribute("clip", "max", 1e39, verify=False)
+
+
+def test_an_edit_of_the_inputs_that_the_given_feeds_do_not_fit_is_kept_as_a_failed_step():
+    # the refusal is for an edit that breaks the model; feeds the user gave for the old
+    # inputs may be what does not fit the new ones
+    lab = onnx_lab.open(_bias(3), dims={"a": 2, "b": 3})
+    feeds = {"x": np.ones((2, 3), np.float32)}
+    r = lab.set_input_shape("x", [4, 3], verify={"feeds": feeds})
+    assert r.modified and r.verify_passed is False and lab.version_history.current == 1
