@@ -364,6 +364,8 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
             shapes = _renamed_input_shapes(before, result.model, shapes)
         preserving, preset = pass_traits(pass_name)
         kind = pass_kind(pass_name)
+        if result.modified and kind == "edit":
+            dims = {**_carried_dims(before, result.model, dims), **dims}
         if preset is not None and opts is not None:
             opts.setdefault("preset", preset)  # renames, outputs: bit-identical
         lone = None
@@ -472,6 +474,29 @@ def _renamed_input_shapes(before: Any, after: Any, shapes: dict[str, list[int]]
                 and a.name not in out and a.shape is not None \
                 and len(a.shape) == len(shapes[b.name]):
             out[a.name] = list(shapes[b.name])
+    return out
+
+
+def _carried_dims(before: Any, after: Any, dims: Mapping[str, int]) -> dict[str, int]:
+    """Sizes for the symbolic dims an edit gave an input (``set_input_shape(x, [1,
+    'sequence'])`` where the input said ``seq``, sized 8): the size the input had at that
+    position before, so the edited model runs on the same inputs (the Editor had no field for
+    a new dim's size, and refused the edit with "Unresolved dims")."""
+    old = {v.name: v for v in before.graph.inputs}
+    out: dict[str, int] = {}
+    for v in after.graph.inputs:
+        o = old.get(v.name)
+        if o is None or o.shape is None or v.shape is None or len(o.shape) != len(v.shape):
+            continue
+        for od, nd in zip(o.shape, v.shape):
+            name = getattr(nd, "value", nd)
+            was = getattr(od, "value", od)
+            if not isinstance(name, str) or name in dims or name in out:
+                continue
+            size = was if isinstance(was, int) else dims.get(was) if isinstance(was, str) \
+                else None
+            if isinstance(size, int):
+                out[name] = size
     return out
 
 

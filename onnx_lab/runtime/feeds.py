@@ -755,9 +755,20 @@ def _checked_container(name: str, dtype: str, value: Any) -> Any:
     return value if value is None or isinstance(value, (list, Mapping)) else np.asarray(value)
 
 
-def npy_load_fix(error: Exception, default: str) -> str:
+def npy_load_fix(error: Exception, default: str, path: Any = None) -> str:
     """The fix for a failed ``numpy.load(..., allow_pickle=False)``: an object array (strings
-    held as Python objects) needs pickle, which onnx_lab does not load from a file."""
+    held as Python objects) needs pickle, which onnx_lab does not load from a file. numpy
+    says the same of a file that is no .npy/.npz at all (a model's .data file): ``path``'s
+    first bytes tell them apart."""
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(6)
+        except OSError:
+            head = b""
+        if not head.startswith((b"\x93NUMPY", b"PK")):
+            return f"It is not a .npy or .npz file (numpy.save and numpy.savez write them). " \
+                f"{default}"
     if "allow_pickle" in str(error):
         return ("Save strings as numpy strings, arr.astype(str): an object array needs "
                 "pickle, which onnx_lab does not load from a file.")
@@ -805,7 +816,7 @@ def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
                 feeds = {k: z[k] for k in z.files}
         except (OSError, ValueError) as e:
             raise InputError(f"Cannot read feeds file {str(path)!r}: {e}.",
-                             fix=npy_load_fix(e, "Write it with numpy.savez.")) from e
+                             fix=npy_load_fix(e, "Write it with numpy.savez.", path)) from e
     items = [feeds] if isinstance(feeds, Mapping) else list(feeds)
     specs = input_specs(model)
     names = [s[0] for s in specs]

@@ -18,6 +18,7 @@ from onnx_lab.core.values import (
     rename_value,
 )
 from onnx_lab.errors import InputError, PassError, unknown_name
+from onnx_lab.runtime.feeds import npy_load_fix
 from onnx_lab.transforms._edit_base import _EditPass, _node
 from onnx_lab.transforms.base import (
     Match,
@@ -203,11 +204,9 @@ def _load_array(source: Any, name: str) -> np.ndarray:
         try:
             data = np.load(p, allow_pickle=False)
         except (OSError, ValueError) as e:
-            from onnx_lab.runtime.feeds import npy_load_fix
-
             raise InputError(f"Cannot read {str(p)!r} as .npy/.npz: {e}",
                              fix=npy_load_fix(e, "Save the array with numpy.save or "
-                                              "numpy.savez.")) from e
+                                              "numpy.savez.", p)) from e
         if isinstance(data, np.lib.npyio.NpzFile):
             with data:
                 keys = list(data.keys())

@@ -103,10 +103,17 @@ class AddNode(_EditPass):
         schema = self._schema(model)
         n_in = 1 + len(self.options["inputs"] or [])
         if n_in < schema.min_input or n_in > schema.max_input:
+            if n_in < schema.min_input:
+                fix = "Give the extra inputs as inputs=[...] (the tensor is the first)."
+            elif schema.attributes:  # Clip at opset 9: min and max are attributes there
+                fix = (f"This model's {schema.name} (its opset's version, since opset "
+                       f"{schema.since_version}) takes its other values as attributes: "
+                       f"{', '.join(sorted(schema.attributes))} (attributes={{...}}), not as "
+                       "inputs.")
+            else:
+                fix = f"Give at most {schema.max_input - 1} extra input(s)."
             raise PassError(f"{schema.name} takes {schema.min_input}..{schema.max_input} "
-                            f"inputs; the node would have {n_in}.",
-                            fix="Give the extra inputs as inputs=[...] (the tensor is the "
-                            "first).")
+                            f"inputs; the node would have {n_in}.", fix=fix)
         attrs = dict(self.options["attributes"] or {})
         for k, value in attrs.items():
             if k not in schema.attributes:

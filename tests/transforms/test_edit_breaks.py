@@ -190,3 +190,30 @@ def test_an_edit_of_the_inputs_that_the_given_feeds_do_not_fit_is_kept_as_a_fail
     feeds = {"x": np.ones((2, 3), np.float32)}
     r = lab.set_input_shape("x", [4, 3], verify={"feeds": feeds})
     assert r.modified and r.verify_passed is False and lab.version_history.current == 1
+
+
+def test_a_dim_an_edit_names_anew_takes_the_size_the_input_had_there():
+    # set_input_shape(x, [batch, tokens, 32]) where x said seq (sized 5): "Unresolved dims:
+    # 'tokens'", a fix the Editor has no field for
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 5})
+    r = lab.set_input_shape("x", ["batch", "tokens", 32])
+    assert r.modified and r.verify_passed is True
+    assert lab.dims["tokens"] == 5
+    assert [getattr(d, "value", d) for d in lab.model.graph.inputs[0].shape] == [
+        "batch", "tokens", 32]
+
+
+def test_fixes_point_the_right_way_for_an_old_clip_and_a_file_that_is_no_npy(tmp_path):
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                          [numpy_helper.from_array(np.ones(2, np.float32), "w")])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)]))
+    # it said "Give the extra inputs as inputs=[...]", which is what was done
+    with pytest.raises(PassError, match=r"takes its other values as attributes: max, min"):
+        lab.add_node("y", "Clip", None, [0.0, 6.0])
+    data = tmp_path / "model.onnx.data"
+    data.write_bytes(b"\x00" * 64)  # a model's data file, not a .npy
+    with pytest.raises(onnx_lab.errors.InputError) as e:
+        lab.replace_initializer("w", str(data))
+    assert "not a .npy or .npz file" in e.value.fix and "astype(str)" not in e.value.fix
