@@ -53,6 +53,7 @@ _WIDE = w.Layout(width="300px")
 _CANVAS_MIN_PX = 360  # below this beside the form, the form goes under the canvas
 _FORM_PX = 470  # the form column: fixed, so a long attribute doc never narrows the canvas
 _FORM_MIN_PX = 330  # ... down to this on a narrow row (its fields are 300 px)
+_CANVAS_ROOM_PX = 500  # the canvas's share of a row before the form narrows
 _READ_K = 1.0  # the least zoom of a neighbourhood view: labels at their drawn size (the 1:1)
 
 
@@ -269,10 +270,14 @@ class Editor(View):
         # the neighbourhood line is a row of its own above the canvas and the form: wrapping
         # the canvas in a column would change how the row shares its width
         # the form's width is its own (a long attribute doc never narrows the canvas), down
-        # to _FORM_MIN_PX when the row is short: a 1280 px window left the canvas 378 px
+        # to _FORM_MIN_PX when the row is short: a 1280 px window left the canvas 378 px.
+        # The row wraps (frame.css), so flex-shrink never narrowed the form: a row too short
+        # for 360 + 470 px put the form under the canvas instead. Its width is worked out from
+        # the row's instead (percent: of the row), leaving the canvas _CANVAS_ROOM_PX first.
         form = w.VBox([self.title, self.panel, self.form_error],
-                      layout=w.Layout(width=f"{_FORM_PX}px", min_width=f"{_FORM_MIN_PX}px",
-                                      flex=f"0 1 {_FORM_PX}px"))
+                      layout=w.Layout(width=f"clamp({_FORM_MIN_PX}px, calc(100% - "
+                                            f"{_CANVAS_ROOM_PX}px), {_FORM_PX}px)",
+                                      min_width=f"{_FORM_MIN_PX}px", flex="0 0 auto"))
         super().__init__([self.scope_bar, w.HBox([self.canvas, form]),
                           self.message, w.HBox([self.undo_button, self.redo_button, self.save_path,
                                   self.save_button]),

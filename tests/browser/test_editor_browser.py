@@ -5,6 +5,8 @@ as an output, rename the input, undo twice. Screenshots go to ``test-artifacts/e
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from _jupyter import ARTIFACTS, lab_in_browser, run_all_cells
 from _machinery import scoped_layers
@@ -34,7 +36,9 @@ def _wait_message(page, root, text: str) -> str:
     """The verdict of the last click, once the canvas and the history are redrawn too (the
     verdict shows first: a click meanwhile could land on a box the redraw moves)."""
     msg = root.locator(".onnx-lab-ed-message")
-    msg.filter(has_text=text).wait_for(timeout=60_000)
+    # case-sensitive (a plain string matches any case): "add_output" matched the previous
+    # verdict's "first at '.../Add_output_0'" before the click's own verdict came
+    msg.filter(has_text=re.compile(re.escape(text))).wait_for(timeout=60_000)
     expect(page.locator(".onnx-lab-editor.onnx-lab-ed-busy")).to_have_count(0, timeout=60_000)
     return msg.inner_text()
 
