@@ -274,7 +274,7 @@ class Editor(View):
         # The row wraps (frame.css), so flex-shrink never narrowed the form: a row too short
         # for 360 + 470 px put the form under the canvas instead. Its width is worked out from
         # the row's instead (percent: of the row), leaving the canvas _CANVAS_ROOM_PX first.
-        form = w.VBox([self.title, self.panel, self.form_error],
+        form = w.VBox([self.title, self.form_error, self.panel],
                       layout=w.Layout(width=f"clamp({_FORM_MIN_PX}px, calc(100% - "
                                             f"{_CANVAS_ROOM_PX}px), {_FORM_PX}px)",
                                       min_width=f"{_FORM_MIN_PX}px", flex="0 0 auto"))
@@ -327,6 +327,15 @@ class Editor(View):
     def _show_error(self, e: Exception) -> None:
         super()._show_error(e)
         self.form_error.value = error_html(e)
+        # the whole message beside the form, under the selection's title; above the canvas
+        # one line that points there (the full box there, 154 px, pushed the form's copy
+        # below a 1280x800 window)
+        what = e.problem if isinstance(e, LabError) else str(e)
+        short = what if len(what) <= 140 else what[:139] + "…"
+        self.status.value = (f"<div class='onnx-lab-error' style='font-size:12px;"
+                             f"color:#611a15;white-space:nowrap;overflow:hidden;"
+                             f"text-overflow:ellipsis'><b>{esc_text(type(e).__name__)}</b>: "
+                             f"{esc_text(short)} (the whole message beside the form)</div>")
 
     def _selected(self, key: str) -> None:
         self.form_error.value = ""
