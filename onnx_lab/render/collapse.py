@@ -233,7 +233,8 @@ def plan_collapse(model: LabModel, graph: str, ids: Sequence[str], collapse: int
 
     # A handful of nodes reads best as it is: never chunk them into "nodes 1-2" boxes.
     if collapse == "auto" and expand is None and len(live) <= min(SMALL_VIEW, max_nodes):
-        plan.notes.append(f"collapse='auto': {len(live)} nodes, drawn without boxes.")
+        plan.notes.append(f"collapse='auto': {len(live)} node{'s' if len(live) != 1 else ''}, "
+                          "drawn without boxes.")
         return plan
     # No usable scopes: repeated blocks, else topological chunks. Blocks are found among the
     # nodes that depend on the inputs; weight-making nodes join the block of their first user.

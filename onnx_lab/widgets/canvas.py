@@ -360,7 +360,9 @@ class GraphCanvas(anywidget.AnyWidget):
         if m is None or self.on_open is None or key not in m.index.entries:
             return
 
-        bodies = node_details(m, key)["bodies"]
+        # an If's then_branch first (its attributes may list else_branch first)
+        bodies = sorted(node_details(m, key)["bodies"],
+                        key=lambda b: not b.endswith("/then_branch"))
         if bodies:
             self.on_open(bodies[0])
 
