@@ -179,3 +179,13 @@ def test_scalar_constants_count_as_cost_counts_them_and_can_be_edited():
     assert [a.name for a in proto.graph.node[0].attribute] == ["value"]
     sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(sess.run(None, {"x": np.ones(2, np.float32)})[0], [7, 8])
+
+
+def test_an_onnx_ml_models_learned_attributes_are_params_as_cost_counts_them():
+    # cost() counted a tree's thresholds and leaves, summary() 0 (two tree_ensemble
+    # conformance cases: 7 against 0)
+    from ml_models import tree_zipmap
+
+    lab = onnx_lab.open(tree_zipmap(), dims={"N": 1})
+    s, c = lab.summary(), lab.cost().total
+    assert s["num_params"] == c["params"] > 0 and s["param_bytes"] == c["param_bytes"]
