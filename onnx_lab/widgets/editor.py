@@ -471,6 +471,9 @@ class Editor(View):
             return None
         self.result = r
         self.form_error.value = ""
+        if follow and r.modified and self.target is not None and self._form_node == \
+                self.target[1]:
+            self._form_node = follow  # a renamed node keeps the attribute chosen in its form
         self.code.value = code_html(step_call(r))
         prov = edit_provenance(r)
         what = "; ".join(f"{k}: {', '.join(v)}" for k, v in prov.items() if v)

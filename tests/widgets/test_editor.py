@@ -529,3 +529,15 @@ def test_select_of_a_node_in_a_collapsed_box_opens_it_and_edits_the_node(no_erro
     no_error(ed)
     assert ed.target == ("node", RELU) and ed.canvas.selected == RELU
     assert "Relu" in ed.title.value
+
+
+def test_a_renamed_node_keeps_the_attribute_chosen_in_its_form(tmp_path, no_error):
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    ed.select(BN)
+    ed.attribute.value = "momentum" if ed.attribute.options[0] != "momentum" else "epsilon"
+    chosen = ed.attribute.value
+    ed.node_name.value = "bn0"
+    ed.rename_node_button.click()
+    no_error(ed)
+    assert ed.target == ("node", "bn0") and ed.attribute.value == chosen
