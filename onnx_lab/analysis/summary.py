@@ -183,8 +183,7 @@ def summarize(model: LabModel, dims: Mapping[str, int] | None = None,
     # The initializers table's rows (name, dtype, shape, numel, nbytes, external, ...,
     # source): counted without building the frame, so the summary needs no pandas.
     inits = initializer_rows(model)
-    ml_held = [sum(x) for x in zip((0, 0), *(ml_params(e.node) for e in idx.entries.values()
-                                             if e.node.domain == "ai.onnx.ml"))]
+    ml_held = [ml_params(e.node) for e in idx.entries.values() if e.node.domain == "ai.onnx.ml"]
 
     def io(which: str) -> list[dict[str, Any]]:
         return [{"name": name, "dtype": dtype,
@@ -202,8 +201,9 @@ def summarize(model: LabModel, dims: Mapping[str, int] | None = None,
         "num_initializers": sum(r[9] == "initializer" for r in inits),
         "num_constant_tensors": sum(r[9] == "constant" for r in inits),
         # + an ONNX-ML op's learned attributes (a tree's thresholds and leaves), as cost()
-        "num_params": sum(_params_held(model, r[0], r[3]) for r in inits) + ml_held[0],
-        "param_bytes": sum(r[4] for r in inits) + ml_held[1],
+        "num_params": sum(_params_held(model, r[0], r[3]) for r in inits)
+        + sum(n for n, _ in ml_held),
+        "param_bytes": sum(r[4] for r in inits) + sum(b for _, b in ml_held),
         "inputs": io("inputs"),
         "outputs": io("outputs"),
         "dynamic_dims": dynamic_dims(model),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import re
 import shlex
+from typing import Any
 
 from onnx_lab.errors import LabError
 
@@ -65,37 +66,36 @@ def _pairs(body: str) -> list[tuple[str, str]] | str | None:
     return out
 
 
-def _dims_flags(m: re.Match) -> str:
+def _with_pairs(m: re.Match, each: Any, generic: str | None) -> str:
+    """A matched dict literal (group 1) rewritten by ``each(pairs)``; ``generic`` when it
+    names nothing readable (None: the library's words); a name no flag can carry keeps them."""
     pairs = _pairs(m.group(1))
-    if pairs == _UNSAYABLE:
+    if pairs == _UNSAYABLE or (not pairs and generic is None):
         return m.group(0)
-    if not pairs:
-        return "--dims NAME=V"
+    return each(pairs) if pairs else generic
+
+
+def _dims_flags(m: re.Match) -> str:
     # a dim name is the model's string: quoted for the shell it is pasted into
-    return " ".join("--dims " + shlex.quote(f"{name}={value if value.isdigit() else 'N'}")
-                    for name, value in pairs)
+    return _with_pairs(m, lambda pairs: " ".join(
+        "--dims " + shlex.quote(f"{name}={value if value.isdigit() else 'N'}")
+        for name, value in pairs), "--dims NAME=V")
+
+
+def _shape_flag(name: str, value: str) -> str:
+    dims = re.findall(r"\d+", value) if value.startswith("[") else []
+    name = "INPUT" if name == "input" else name
+    return "--shape " + shlex.quote(f"{name}:{'x'.join(dims) if dims else 'AxBxC'}")
 
 
 def _shape_flags(m: re.Match) -> str:
-    pairs = _pairs(m.group(1))
-    if pairs == _UNSAYABLE:
-        return m.group(0)
-    if not pairs:
-        return "--shape INPUT:AxBxC"
-    flags = []
-    for name, value in pairs:
-        dims = re.findall(r"\d+", value) if value.startswith("[") else []
-        name = "INPUT" if name == "input" else name
-        flags.append("--shape " + shlex.quote(f"{name}:{'x'.join(dims) if dims else 'AxBxC'}"))
-    return " ".join(flags)
+    return _with_pairs(m, lambda pairs: " ".join(_shape_flag(*p) for p in pairs),
+                       "--shape INPUT:AxBxC")
 
 
 def _fix_dims_command(m: re.Match) -> str:
-    pairs = _pairs(m.group(1))
-    if pairs == _UNSAYABLE or not pairs:
-        return m.group(0)
-    return "onnx-lab fix-dims MODEL OUT " + " ".join(
-        shlex.quote(f"{name}={value}") for name, value in pairs)
+    return _with_pairs(m, lambda pairs: "onnx-lab fix-dims MODEL OUT " + " ".join(
+        shlex.quote(f"{name}={value}") for name, value in pairs), None)
 
 
 # lab.apply('fold_constants', max_growth_bytes=33_554_432): one pass with its parameters

@@ -841,10 +841,7 @@ class SameQuantity:
             return any(isinstance(a, str) and a in free and a != b and a in y
                        for a, b in zip(x, y))
         # (a free dim against a number is no difference: a tool may have fixed the input)
-        differ = len(rs) != len(cs) or moved(rs, cs) or moved(cs, rs) or \
-            _size_moved(rs, cs) or any(
-            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(rs, cs))
-        if not differ:
+        if not (_sizes_differ(rs, cs) or moved(rs, cs) or moved(cs, rs)):
             return None
         return (f"not the same quantity: candidate node {c_nid!r} (Shape) reads "
                 f"{cn.inputs[0].name!r} of shape {_dims_text(ca.shape)}, reference node "
@@ -956,6 +953,14 @@ def _constant_made(model: LabModel) -> frozenset[str]:
     return model.cached(("align_constant_made",), build)
 
 
+def _sizes_differ(rs: Sequence[Any], cs: Sequence[Any]) -> bool:
+    """Whether two inferred shapes cannot be one tensor's: another rank, a dim known on both
+    sides that differs, or a known size that moved (:func:`_size_moved`). A size known on one
+    side only is no difference: a tool may have fixed the input."""
+    return len(rs) != len(cs) or _size_moved(rs, cs) or any(
+        isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(rs, cs))
+
+
 def _size_moved(rs: Sequence[Any], cs: Sequence[Any]) -> bool:
     """Whether a size one side knows stands where the other side knows none, and the other
     side has it where the first knows none: the axis moved. tf2onnx's NHWC tensors
@@ -979,8 +984,7 @@ def _shapes_differ(ref: LabModel, ref_tensor: str, cand: LabModel, cand_tensor: 
     cs = ci.shape if ci is not None else None
     if rs is None or cs is None:
         return None
-    if len(rs) != len(cs) or _size_moved(rs, cs) or any(
-            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(rs, cs)):
+    if _sizes_differ(rs, cs):
         return (f"not the same quantity: candidate {cand_tensor!r} has shape {list(cs)}, the "
                 f"reference's {ref_tensor!r} {list(rs)}")
     return None

@@ -213,6 +213,11 @@ class OnnxoptimizerListPass(WholeModelPass):
         return self.from_proto(out, model)
 
 
+def _bodies(attr: Any) -> list[Any]:
+    """The graphs a proto attribute holds (an If's branch, a Loop's body, GRAPHS lists)."""
+    return ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
+
+
 def _empty_shape_slices(proto: Any) -> list[str]:
     """Shape nodes (any graph) whose ``start``, normalized by the input's known rank, is past
     their ``end``: onnxoptimizer's eliminate_shape_op dereferences past the end of the dims
@@ -224,7 +229,7 @@ def _empty_shape_slices(proto: Any) -> list[str]:
             if n.op_type == "Shape" and any(a.name in ("start", "end") for a in n.attribute):
                 return True
             for a in n.attribute:
-                if any(has_slice(sg) for sg in ([a.g] if a.HasField("g") else []) + list(a.graphs)):
+                if any(has_slice(sg) for sg in _bodies(a)):
                     return True
         return False
 
@@ -254,7 +259,7 @@ def _empty_shape_slices(proto: Any) -> list[str]:
                 if lo > hi or min(max(lo, 0), r) > min(max(hi, 0), r):
                     out.append(n.name or (n.output[0] if n.output else "Shape"))
             for a in n.attribute:
-                for sg in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                for sg in _bodies(a):
                     walk(sg, ranks)
 
     walk(inferred.graph, {})

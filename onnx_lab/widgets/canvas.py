@@ -246,11 +246,15 @@ class GraphCanvas(anywidget.AnyWidget):
                     break
         finally:
             self._revealing = ""
-            self.busy = ""
-            # sent even when unchanged: the page wrote its own "opening …" into the bar, which
-            # stayed when nothing could be opened (the Editor draws the main graph only)
-            self.send_state("busy")
+            self.clear_busy()
         return self.focus(name)
+
+    def clear_busy(self) -> None:
+        """Empty the bar's busy line, also the page's own "opening …" (sent even when
+        ``busy`` is already empty on this side: it stayed when nothing could be opened, as
+        in the Editor, which draws the main graph only)."""
+        self.busy = ""
+        self.send_state("busy")
 
     def fit(self) -> None:
         """Fit the whole drawing into the view (as on open)."""

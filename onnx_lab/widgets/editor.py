@@ -298,8 +298,7 @@ class Editor(View):
             self._build_panel()
 
     def _body_note(self, graph: str) -> None:
-        self.canvas.busy = ""
-        self.canvas.send_state("busy")
+        self.canvas.clear_busy()
         self.message.value = info_html(
             f"The Editor draws the main graph: the body {graph!r} is drawn in the Explorer "
             "(lab.explore(), double-click its node). Its nodes are edited here: search one "

@@ -16,6 +16,7 @@ import ipywidgets as w
 
 from onnx_lab.lab import as_lab
 from onnx_lab.render._html import esc_text
+from onnx_lab.render.details import graph_owners
 from onnx_lab.render.dot import in_background
 from onnx_lab.render.tables import format_bytes, frame_html
 from onnx_lab.widgets._common import (
@@ -413,16 +414,9 @@ class Explorer(View):
             self.canvas]
 
     def _owner(self, body: str) -> Any:
-        """The index entry of the If/Loop/Scan node that holds ``body`` (a graph path: the
-        node's id, prefixed by its own graph's path where the id does not start with it, then
-        the attribute), or None."""
-        path = body.rsplit("/", 1)[0]
-        entries = self.lab.index.entries
-        e = entries.get(path)
-        if e is not None:
-            return e
-        return next((e for e in entries.values() if e.graph and path == f"{e.graph}/"
-                     f"{e.node_id}"), None)
+        """The index entry of the If/Loop/Scan node that holds ``body``, or None."""
+        nid = graph_owners(self.lab).get(body)
+        return self.lab.index.entries.get(nid) if nid is not None else None
 
     def _outer_graph(self, body: str) -> str:
         """The graph path of the node that holds ``body`` ('' for the main graph)."""
