@@ -19,7 +19,7 @@ import onnx_ir as ir
 from onnx_lab.core.model import IR_VERSION_META, LabModel
 
 __all__ = ["overridable", "constant_producer", "is_constant", "const_array", "constant_tensor",
-           "foldable_nodes", "rename_value", "RANDOM_OPS", "QUANTIZATION_OPS"]
+           "foldable_nodes", "type_only_dtype", "rename_value", "RANDOM_OPS", "QUANTIZATION_OPS"]
 
 _STANDARD = ("", "ai.onnx")
 
@@ -192,6 +192,22 @@ def _has_body(node: ir.Node) -> bool:
                for a in node.attributes.values())
 
 
+def type_only_dtype(node: ir.Node) -> ir.DataType | None:
+    """The element type a ``CastLike`` casts to, when its second input declares one.
+
+    ``CastLike(c, x)`` reads ``x`` for its element type alone: with that type declared, the
+    result of a constant ``c`` is a constant (the dynamo exporter writes a Conv's missing bias
+    as ``Expand(CastLike(0, x), ...)``), the same as ``Cast(c, to=dtype(x))``.
+    """
+    if node.op_type != "CastLike" or node.domain not in _STANDARD or len(node.inputs) != 2:
+        return None
+    target = node.inputs[1]
+    if target is None or not isinstance(target.type, ir.TensorType):
+        return None
+    dtype = target.dtype
+    return dtype if dtype is not None and dtype != ir.DataType.UNDEFINED else None
+
+
 def foldable_nodes(model: LabModel, *, keep: frozenset[str] = frozenset()
                    ) -> dict[int, tuple[str, ir.Node]]:
     """Main-graph nodes whose inputs are all constants (initializers, Constant nodes, or
@@ -218,6 +234,8 @@ def foldable_nodes(model: LabModel, *, keep: frozenset[str] = frozenset()
         ins = [v for v in node.inputs if v is not None]
         if not ins:
             continue
+        if node.op_type == "CastLike" and len(ins) == 2 and type_only_dtype(node) is not None:
+            ins = ins[:1]  # the second input gives its element type only, known statically
         for v in ins:
             if id(v) in const_out:
                 continue

@@ -50,6 +50,7 @@ from onnx_lab.core.values import (
     RANDOM_OPS,  # a region holding one: checked on the whole model
     foldable_nodes,
     rename_value,
+    type_only_dtype,
 )
 from onnx_lab.errors import LabError
 
@@ -222,7 +223,14 @@ def _body_nodes(node: ir.Node) -> list[ir.Node]:
 def _constant_outputs(model: LabModel) -> set[str]:
     """Names of the main-graph values computed from constants alone (Constant nodes and the
     nodes :func:`onnx_lab.core.values.foldable_nodes` lists)."""
-    names = {v.name for _nid, n in foldable_nodes(model).values() for v in n.outputs}
+    names: set[str] = set()
+    typed: set[str] = set()  # read x through a CastLike(c, x): the region would need x
+    for _nid, n in foldable_nodes(model).values():
+        if type_only_dtype(n) is not None or any(v is not None and v.name in typed
+                                                 for v in n.inputs):
+            typed.update(v.name for v in n.outputs)
+        else:
+            names.update(v.name for v in n.outputs)
     idx = model.index
     for nid in idx.topo_order(""):
         node = idx.entries[nid].node

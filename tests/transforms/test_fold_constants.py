@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from _passkit import apply, assert_same_outputs, model_from_text, ops, rand, sample
 from onnx import helper, numpy_helper
@@ -290,3 +291,60 @@ def test_int4_block_weights_stay_quantized():
     lab.apply_preset("safe")
     assert ops(lab.model) == ["DequantizeLinear", "MatMul"]
     assert lab.model.ir.graph.initializers["w4"].const_value.dtype == ir.DataType.INT4
+
+
+def _dynamo_conv_bn(tmp_path):
+    """A Conv without bias followed by a BatchNormalization, as torch.onnx.export(dynamo=True,
+    optimize=False) writes it: the missing bias is Expand(CastLike(0, x), Shape(w)[0:1])."""
+    text = """g (float[batch,3,8,8] x) => (float[batch,4,6,6] y) {
+        wshape = Shape <start = 0, end = 1> (w)
+        bshape = Expand(wshape, one64)
+        zero_x = CastLike(zero, x)
+        bias = Expand(zero_x, bshape)
+        conv = Conv <kernel_shape = [3, 3]> (x, w, bias)
+        y = BatchNormalization <epsilon = 1e-5> (conv, scale, shift, mean, var)
+    }"""
+    inits = {"w": rand(4, 3, 3, 3), "one64": np.array([1], np.int64),
+             "zero": np.array(0.0, np.float64), "scale": rand(4, seed=1),
+             "shift": rand(4, seed=2), "mean": rand(4, seed=3),
+             "var": rand(4, seed=4, low=0.5)}
+    m = model_from_text(text, inits)
+    path = tmp_path / "dyn.onnx"
+    onnx.save(m.to_proto(), path)
+    return path
+
+
+def test_castlike_of_a_constant_folds_and_the_bn_fuses(tmp_path):
+    import onnxruntime as ort
+
+    import onnx_lab
+    path = _dynamo_conv_bn(tmp_path)
+    lab = onnx_lab.open(path, dims={"batch": 2})
+    found = get_pass("fold_constants").find(lab.model)
+    assert [f.anchor for f in found] == ["Expand_3"]
+    changed = {r.name: r for r in lab.apply_preset("safe") if r.modified}
+    assert {"fold_constants", "fuse_conv_bn"} <= set(changed)
+    assert all(r.verify_passed for r in changed.values())
+    assert ops(lab.model) == ["Conv"]
+    bias = lab.model.ir.graph.node(0).inputs[2].const_value.numpy()
+    assert bias.dtype == np.float32  # the CastLike's target type, not the float64 constant
+    out = tmp_path / "fused.onnx"
+    lab.save(out)
+    x = rand(2, 3, 8, 8, seed=5)
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    got = ort.InferenceSession(str(out)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_castlike_to_an_untyped_value_is_not_folded():
+    """Without a declared element type on its second input, CastLike's result is unknown
+    until run time: it stays."""
+    text = """g (float[2] x) => (float[2] y) {
+        t = Relu(x)
+        c = CastLike(zero, t)
+        y = Add(t, c)
+    }"""
+    m = model_from_text(text, {"zero": np.array(1.0, np.float64)})
+    t = next(v for n in m.ir.graph for v in n.outputs if v.name == "t")
+    t.type = None
+    assert get_pass("fold_constants").find(m) == []

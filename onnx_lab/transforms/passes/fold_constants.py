@@ -11,7 +11,7 @@ import onnx_ir as ir
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import value_type
 from onnx_lab.core.units import format_bytes, itemsize
-from onnx_lab.core.values import QUANTIZATION_OPS, foldable_nodes
+from onnx_lab.core.values import QUANTIZATION_OPS, foldable_nodes, type_only_dtype
 from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
 from onnx_lab.transforms.passes._util import freed_bytes, nbytes
 
@@ -36,6 +36,11 @@ class FoldConstants(LabPass):
     stays within `max_growth_bytes` (default 16 MB); the others are refused, and the result's notes
     say so. An Identity of a constant is left to `eliminate_identity`: folding it would copy the
     weight.
+
+    A `CastLike(c, x)` of a constant `c` folds when `x` declares its element type: it reads `x`
+    for that type alone (the dynamo exporter writes a Conv without bias as
+    `Conv(x, w, Expand(CastLike(0, x), ...))`; folded, the bias is a constant and
+    `fuse_conv_bn` fuses the BatchNormalization after it).
 
     **Never folded.** Random ops (RandomNormal, RandomUniform, Bernoulli, Multinomial…), Dropout,
     nodes with bodies (If/Loop/Scan), and ops in non-default domains — their values are not
@@ -149,7 +154,7 @@ class FoldConstants(LabPass):
                     # references to files the evaluator cannot resolve.
                     inits[v.name] = onnx.numpy_helper.from_array(v.const_value.numpy(), v.name)
         graph = onnx.helper.make_graph(
-            [ir.serde.serialize_node(n) for n in nodes], "fold", [],
+            [self._serialized(n) for n in nodes], "fold", [],
             [onnx.helper.make_empty_tensor_value_info(o.name) for o in outputs],
             list(inits.values()))
         opsets = [onnx.helper.make_opsetid(d, v) for d, v in model.ir.opset_imports.items()]
@@ -157,6 +162,18 @@ class FoldConstants(LabPass):
         proto.ir_version = model.ir.ir_version
         res = ReferenceEvaluator(proto).run(None, {})
         return [np.asarray(r) if not isinstance(r, np.ndarray) else r for r in res]
+
+    @staticmethod
+    def _serialized(node: ir.Node):
+        """``node`` as a NodeProto; a CastLike whose target is a computed value becomes the
+        Cast to its declared type (the evaluator has only the constants)."""
+        import onnx
+
+        dtype = type_only_dtype(node)
+        if dtype is None:
+            return ir.serde.serialize_node(node)
+        return onnx.helper.make_node("Cast", [node.inputs[0].name], [node.outputs[0].name],
+                                     to=int(dtype))
 
     def _evaluate_all(self, model: LabModel, matches: list[Match]) -> dict[int, list]:
         """The arrays of every match in one evaluator run (an evaluator per match costs
