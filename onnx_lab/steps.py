@@ -429,7 +429,9 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                     del _cache[k]
             if result.verify_passed is False:
                 logger.warning("%s: verification failed%s", pass_name, failed_where(result))
-        if result.modified or _record_noop:
+        # An edit that changes nothing (an attribute set to the value it holds) is no step:
+        # undo would step over it. A pass that found nothing is recorded, as asked.
+        if result.modified or (_record_noop and kind != "edit"):
             new_dims, new_shapes = fit_dims(result.model, dims, shapes)
             history.push(result, dims=new_dims, shapes=new_shapes)
         if lone is not None:

@@ -78,8 +78,10 @@ def test_setting_a_float_attribute_to_the_value_it_holds_changes_nothing(convnet
                if a.name == BN for a in a.attribute if a.name == "epsilon")
     given = float(str(np.float32(eps)))  # '1e-05': a double that is not the float32 held
     assert given != eps
+    steps = len(convnet.history)
     r = convnet.set_attribute(BN, "epsilon", given)
     assert not r.modified and r.reason == "the attribute already has this value"
+    assert len(convnet.history) == steps  # no step that undo would step over
 
 
 def test_attribute_form_lists_schema_attributes_with_types_and_values(convnet):
