@@ -59,7 +59,20 @@ _READ_K = 1.0  # the least zoom of a neighbourhood view: labels at their drawn s
 
 def _button(text: str, tip: str = "", style: str = "") -> w.Button:
     return w.Button(description=text, tooltip=tip or text, button_style=style,
-                    layout=w.Layout(width="auto"))
+                    layout=w.Layout(width="auto", flex="0 0 auto"))
+
+
+def _row_field() -> w.Layout:
+    """A field sharing a line with its button: up to the 300 px of the form's other fields,
+    narrower on a narrow form (348 px beside the canvas of a 1280 px window) so the button
+    stays on the field's line."""
+    return w.Layout(width="auto", flex="1 1 auto", min_width="150px", max_width="300px")
+
+
+def _row(children: list[w.Widget]) -> w.HBox:
+    """A field and its button(s) on one line, never wrapped."""
+    return w.HBox(children, layout=w.Layout(flex_flow="row nowrap", align_items="center",
+                                            width="100%"))
 
 
 def _json_field(text: str, what: str, default: Any) -> Any:
@@ -191,9 +204,9 @@ class Editor(View):
         # node form
         self.attribute = w.Dropdown(description="attribute", options=[], layout=_WIDE)
         self.attr_hint = w.HTML("")
-        self.attr_value = w.Text(description="value", layout=_WIDE)
+        self.attr_value = w.Text(description="value", layout=_row_field())
         self.set_attr_button = _button("Set attribute", style="primary")
-        self.node_name = w.Text(description="new name", layout=_WIDE)
+        self.node_name = w.Text(description="new name", layout=_row_field())
         self.rename_node_button = _button("Rename node")
         self.remove_mode = w.Dropdown(description="remove", layout=_WIDE, options=[
             ("reconnect its input to its consumers", "reconnect"),
@@ -204,7 +217,7 @@ class Editor(View):
         # tensor form (outputs of the node, or the selected input/output)
         self.tensor = w.Dropdown(description="tensor", options=[], layout=_WIDE)
         self.add_output_button = _button("Add as graph output")
-        self.tensor_name = w.Text(description="new name", layout=_WIDE)
+        self.tensor_name = w.Text(description="new name", layout=_row_field())
         self.rename_tensor_button = _button("Rename tensor")
         self.op_type = w.Combobox(description="insert op", options=list(EDIT_OPS),
                                   value="Identity", ensure_option=False, layout=_WIDE)
@@ -213,15 +226,16 @@ class Editor(View):
         self.op_inputs = w.Text(description="inputs", placeholder="[0.5] (constants)",
                                 layout=_WIDE)
         self.add_node_button = _button("Insert after tensor")
-        self.shape = w.Text(description="shape", placeholder="1x3x224x224", layout=_WIDE)
+        self.shape = w.Text(description="shape", placeholder="1x3x224x224",
+                            layout=_row_field())
         self.shape_button = _button("Set input shape")
         self.remove_output_button = _button("Remove graph output", style="danger")
         # initializer form
         self.initializer = w.Dropdown(description="weight", options=[], layout=_WIDE)
         self.init_path = w.Text(description="from file", placeholder="w.npy or w.npz",
-                                layout=_WIDE)
+                                layout=_row_field())
         self.replace_button = _button("Replace weight")
-        self.factor = w.FloatText(description="factor", value=1.0, layout=_WIDE)
+        self.factor = w.FloatText(description="factor", value=1.0, layout=_row_field())
         self.scale_button = _button("Scale weight")
         # history
         self.undo_button = _button("Undo")
@@ -370,7 +384,7 @@ class Editor(View):
         self.title.value = (f"<b>{esc_text(kind)}</b> <code>{esc_text(name)}</code>"
                             + (f" ({esc_text(m.index.node(name).op_type)})"
                                if kind == "node" else "") + self._signature_html(kind, name))
-        row = w.HBox
+        row = _row
         if kind == "node":
             node = m.index.node(name)
             form = attribute_form(m, name)

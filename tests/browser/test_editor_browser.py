@@ -43,9 +43,26 @@ def _wait_message(page, root, text: str) -> str:
     return msg.inner_text()
 
 
+def _buttons_beside_their_fields(root) -> None:
+    """Each of the form's buttons sits on its field's line (a 348 px form had wrapped them
+    under the fields), and no row is wider than the form."""
+    form = root.locator(".onnx-lab-ed-panel").bounding_box()
+    pairs = [("attr-value", "set-attr-button"), ("node-name", "rename-node-button"),
+             ("tensor-name", "rename-tensor-button"), ("init-path", "replace-button"),
+             ("factor", "scale-button")]
+    for field, button in pairs:
+        f = root.locator(f".onnx-lab-ed-{field}").bounding_box()
+        b = root.locator(f".onnx-lab-ed-{button}").bounding_box()
+        assert f and b, (field, button)
+        assert abs((f["y"] + f["height"] / 2) - (b["y"] + b["height"] / 2)) < 4, (field, f, b)
+        assert b["x"] >= f["x"] + f["width"] - 1, (field, f, b)
+        assert b["x"] + b["width"] <= form["x"] + form["width"] + 1, (button, b, form)
+
+
 def test_editor_edit_undo_in_the_browser(tmp_path_factory):
     work = tmp_path_factory.mktemp("jupyterlab-editor")
-    with lab_in_browser(work, {"editor.ipynb": CELLS}, width=1400) as (url, page):
+    # 1280 px: a laptop's window, where the form beside the canvas is at its narrowest
+    with lab_in_browser(work, {"editor.ipynb": CELLS}, width=1280) as (url, page):
         try:
             run_all_cells(page, url, "editor.ipynb")
             root = page.locator(".onnx-lab-editor").first
@@ -54,6 +71,7 @@ def test_editor_edit_undo_in_the_browser(tmp_path_factory):
             # 1. epsilon of the stem's BatchNormalization
             _select(root, BN)
             root.locator(".onnx-lab-ed-title", has_text=BN).wait_for(timeout=30_000)
+            _buttons_beside_their_fields(root)
             root.locator(".onnx-lab-ed-attribute select").select_option("epsilon")
             field = root.locator(".onnx-lab-ed-attr-value input")
             field.fill("0.001")

@@ -655,6 +655,12 @@ function render({ model, el: root }) {
       e.preventDefault();
       if (!hitList.length) onType();
       choose(e.shiftKey ? hitPos - 1 : hitPos + 1);
+      // the list closes: the chosen node is in view, the counter says which hit it is
+      // (Enter keeps cycling; typing, a click in the box or the down arrow shows the list)
+      results.style.display = "none";
+    } else if (e.key === "ArrowDown" && hitList.length && results.style.display !== "block") {
+      e.preventDefault();
+      listHits();
     } else if (e.key === "Escape") {
       search.value = ""; onType(); port.focus();
     }
@@ -664,6 +670,7 @@ function render({ model, el: root }) {
   results.addEventListener("pointerdown", (e) => e.preventDefault());
   search.addEventListener("blur", () => { results.style.display = "none"; });
   search.addEventListener("focus", () => { if (hitList.length) listHits(); });
+  search.addEventListener("click", () => { if (hitList.length) listHits(); });
   results.addEventListener("click", (e) => {
     const row = e.target.closest && e.target.closest(".olc-result");
     if (row) choose(+row.dataset.i);
