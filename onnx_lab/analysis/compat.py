@@ -97,7 +97,8 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
         model_local_function, runtime_constants, onnxruntime_op (a default-domain op ONNX
         does not define and onnxruntime registers: a warning, onnxruntime only),
         stale_value_info (an intermediate's declared shape differs from the inferred one, or
-        fixes a dim the inputs leave free),
+        fixes a dim the inputs leave free), baked_dim (a node fixes a dim the inputs declare
+        free: broadcast against a fixed size, or reshaped to a fixed shape),
         kv_cache_pairing (a decoder's past_key_values.* inputs and present.* outputs cannot
         be paired: a generation loop cannot feed its cache back).
 
@@ -125,6 +126,7 @@ def check_rows(model: Any, *, providers: str | Sequence[str] | None = None,
     rows += _opsets(lm)
     rows += _dynamic(lm, dims)
     rows += _declared_fixed(lm)
+    rows += _baked_dims(lm)
     rows += _kv_cache(lm)
     rows += _initializer_inputs(lm)
     rows += _unread_inputs(lm)
@@ -575,6 +577,79 @@ def _declared_fixed(lm: LabModel) -> list[dict]:
                  "Re-export, or drop the stale value_info before saving (onnx: "
                  "del model.graph.value_info[:]; onnx.shape_inference.infer_shapes "
                  "writes it again from the inputs).")]
+
+
+#: Ops whose inputs broadcast against each other (numpy rules, aligned from the right).
+_BROADCAST_OPS = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where", "Equal",
+    "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "PRelu",
+    "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
+
+
+def _baked_dims(lm: LabModel) -> list[dict]:
+    """Input dims the graph fixes after all: a node broadcasts a free dim (``seq``) against a
+    fixed size (a TorchScript export traced at length 8 keeps ``torch.arange(8)`` as a
+    constant), or a Reshape makes a tensor of free dims a fixed shape. onnxruntime then runs
+    the model at that one size only (or 1, where it broadcasts), whatever the input declares.
+    Dims the model determines by design (:func:`~onnx_lab.core.derived.derived_dims`: a KV
+    cache's head size) are not reported."""
+    symbols = {d for v in lm.ir.graph.inputs for d in shape_tuple(v.shape) or ()
+               if isinstance(d, str)}
+    if not symbols:
+        return []
+    symbols -= set(derived_dims(lm))
+    if not symbols:
+        return []
+    types = lm.types(declared=False)
+    idx = lm.index
+    found: dict[str, tuple[str, str, int | None, tuple, tuple]] = {}
+    for nid in idx.topo_order(""):
+        node = idx.entries[nid].node
+        if node.domain not in ("", "ai.onnx") or not node.outputs:
+            continue
+        if node.op_type not in _BROADCAST_OPS and node.op_type != "Reshape":
+            continue
+        info = value_type(lm, node.outputs[0], types)
+        out = info.shape if info is not None else None
+        if not out:
+            continue
+        ins = node.inputs[:1] if node.op_type == "Reshape" else node.inputs
+        for v in ins:
+            t = value_type(lm, v, types) if v is not None else None
+            shape = t.shape if t is not None else None
+            if not shape or len(shape) > len(out):
+                continue
+            if node.op_type == "Reshape":
+                free = [d for d in shape if isinstance(d, str) and d in symbols]
+                if free and all(isinstance(d, int) for d in out):
+                    for d in free:
+                        found.setdefault(d, (nid, v.name, None, shape, out))
+                continue
+            for d, o in zip(shape, out[len(out) - len(shape):]):
+                if isinstance(d, str) and d in symbols and isinstance(o, int) and o > 1:
+                    found.setdefault(d, (nid, v.name, o, shape, out))
+    rows = []
+    for dim, (nid, tensor, size, shape, out) in found.items():
+        if size is not None:
+            how = (f"node {nid!r} ({idx.node(nid).op_type}) broadcasts {tensor!r} "
+                   f"{_shape_text(shape)} to {_shape_text(out)}: the model runs only at "
+                   f"{dim!r} = {size} (or 1)")
+            feed = f"{{{dim!r}: {size}}}"
+        else:
+            how = (f"the Reshape {nid!r} makes {tensor!r} {_shape_text(shape)} the fixed shape "
+                   f"{_shape_text(out)}: the model runs only where {dim!r} gives that many "
+                   "elements")
+            feed = None
+        rows.append(_row(
+            "warning", "baked_dim", nid,
+            f"Input dim {dim!r} is declared free, but {how}. A TorchScript export traced at "
+            "one size keeps sizes computed from Python ints (torch.arange(n), a view with a "
+            "constant) as constants.",
+            (f"Pass dims={feed}, the one size it runs at; or re-export" if feed else
+             "Re-export") + " with the size taken from the input (x.shape[1]) or with "
+            "torch.onnx.export(..., dynamo=True), which refuses a dynamic dim the code "
+            "fixes."))
+    return rows
 
 
 def _shape_text(shape: tuple) -> str:

@@ -494,3 +494,57 @@ def test_op_contracts_inference_does_not_check(text, dims, bad):
     except Exception:  # noqa: BLE001 - any refusal
         ran = False
     assert ran == (bad is None)
+
+
+def _baked(tmp_path, second, extra_nodes=(), out_shape=("batch", "seq", 32)):
+    """x [batch, seq, 32] added to a constant: a TorchScript export traced at seq 8 keeps
+    torch.arange(8)'s position embeddings as a [8, 32] constant."""
+    nodes = [helper.make_node("Add", ["x", "pos"], ["h"], name="/Add"), *extra_nodes]
+    last = extra_nodes[-1].output[0] if extra_nodes else "h"
+    m = _model(nodes, [_vi("x", ["batch", "seq", 32])], [_vi(last, list(out_shape))],
+               [numpy_helper.from_array(np.ones(second, np.float32), "pos")])
+    path = tmp_path / "baked.onnx"
+    onnx.save(m, path)
+    return path
+
+
+def test_a_dim_the_graph_fixes_is_a_warning(tmp_path):
+    import onnxruntime as ort
+
+    path = _baked(tmp_path, (8, 32))
+    df = check(path, load=False)
+    row = df.loc[df.code == "baked_dim"].iloc[0]
+    assert row.severity == "warning" and row.node_id == "/Add"
+    assert "'seq'" in row.message and "'seq' = 8 (or 1)" in row.message
+    assert "dims={'seq': 8}" in row.fix and "dynamo=True" in row.fix
+    assert (df.code == "baked_dim").sum() == 1  # batch stays free
+    # what the warning says, onnxruntime does: seq 8 runs, seq 5 does not
+    sess = ort.InferenceSession(str(path))
+    sess.run(None, {"x": np.ones((2, 8, 32), np.float32)})
+    with pytest.raises(Exception, match="broadcast"):
+        sess.run(None, {"x": np.ones((2, 5, 32), np.float32)})
+    # A Reshape to a fixed shape fixes every free dim it reads.
+    path = _baked(tmp_path, (32,), [helper.make_node("Reshape", ["h", "to"], ["y"], name="/R")],
+                  out_shape=(2, 8, 4, 8))
+    m = onnx.load(path)
+    m.graph.initializer.append(numpy_helper.from_array(np.array([2, 8, 4, 8]), "to"))
+    onnx.save(m, path)
+    rows = check(path, load=False).query("code == 'baked_dim'")
+    assert sorted(rows.message.str.extract(r"Input dim '(\w+)'")[0]) == ["batch", "seq"]
+    assert set(rows.node_id) == {"/R"} and "fixed shape [2, 8, 4, 8]" in rows.message.iloc[0]
+
+
+@pytest.mark.parametrize("second", [(1, 32), (32,), (1, 1, 32)])
+def test_a_broadcast_that_leaves_the_dim_free_is_no_finding(tmp_path, second):
+    assert "baked_dim" not in _codes(check(_baked(tmp_path, second), load=False))
+
+
+def test_decoders_and_light_models_have_no_baked_dim():
+    """No false alarm where the model determines a dim by design (a KV cache's head size)
+    nor on the models onnx ships."""
+    from pathlib import Path
+    for source in ("sample:tiny_llm", "sample:tiny_llm_int4", "sample:transformer_block"):
+        assert "baked_dim" not in _codes(check(source, load=False)), source
+    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    for path in sorted(light.glob("*.onnx"))[:4]:
+        assert "baked_dim" not in _codes(check(path, load=False)), path
