@@ -125,6 +125,9 @@ def command_line_words(text: str) -> str:
     text = re.sub(_START + r"shapes=(?![{\w])", "--shape INPUT:AxBxC", text)
     text = re.sub(_START + r"lab\.fix_dims\(" + _DICT + r"\)", _fix_dims_command, text)
     text = re.sub(_START + r"lab\.fix_dims\b", "onnx-lab fix-dims", text)
+    text = re.sub(_START + r"lab\.convert_opset\((\d+)\)",
+                  r"onnx-lab edit MODEL OUT --convert-opset \1", text)
+    text = re.sub(_START + r"lab\.convert_opset\b", "onnx-lab edit --convert-opset", text)
     text = _APPLY.sub(_optimize_command, text)
     for pattern, words in _TABLE_PHRASES:
         text = pattern.sub(words, text)

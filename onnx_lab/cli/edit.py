@@ -43,6 +43,8 @@ _FLAGS = {
     "--replace-init": ("NAME=FILE", "replace an initializer from a .npy / .npz (same shape "
                        "and dtype)"),
     "--scale-init": ("NAME=FACTOR", "multiply a float initializer by FACTOR"),
+    "--convert-opset": ("N", "convert the model to opset N of ai.onnx (onnx's version "
+                        "converter; verified like any edit)"),
     "--add-node": ("TENSOR:OP[:ATTR=VALUE,...]", "insert a node after a tensor, checked "
                    "against the op schema, e.g. logits:Softmax:axis=-1, x:Cast:to=FLOAT16, "
                    "y:Mul:inputs=[0.5] (inputs: the extra inputs, as constants)"),
@@ -200,6 +202,13 @@ def _step(lab: Lab, flag: str, value: str, verify: bool):
             raise InputError(f"{flag} {value!r}: {factor!r} is not a number.",
                              fix=f"Write {flag} NAME=0.5.") from None
         return lab.scale_initializer(name, f, verify=verify)
+    if flag == "--convert-opset":
+        try:
+            target = int(value)
+        except ValueError:
+            raise InputError(f"{flag} {value!r}: the opset is not an integer.",
+                             fix=f"Write e.g. {flag} 17.") from None
+        return lab.convert_opset(target, verify=verify)
     if flag == "--add-node":
         tensor, op, attrs, inputs = add_node_spec(flag, value)
         return lab.add_node(tensor, op, attrs, inputs, verify=verify)

@@ -184,3 +184,18 @@ def test_the_replay_script_opens_the_model_from_any_folder(convnet, tmp_path, mo
     r = subprocess.run([sys.executable, str(work / "replay.py")], cwd=tmp_path,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-500:]
+
+
+def test_convert_opset_flag_converts_verifies_and_the_result_runs(convnet, tmp_path, capsys):
+    out = tmp_path / "o16.onnx"
+    assert main(["edit", str(convnet), str(out), "--convert-opset", "16", "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)["steps"][0]
+    assert step["name"] == "convert_opset" and step["verify_passed"] is True
+    saved = onnx.load(str(out))
+    assert {o.domain: o.version for o in saved.opset_import}[""] == 16
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    want = ort.InferenceSession(str(convnet)).run(None, {"input": x})[0]
+    got = ort.InferenceSession(str(out)).run(None, {"input": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert main(["edit", str(convnet), str(tmp_path / "x.onnx"), "--convert-opset", "x"]) == 2
+    assert "not an integer" in capsys.readouterr().err

@@ -280,3 +280,12 @@ def test_check_fixes_name_the_fix_dims_command():
     assert text == ("Pass --dims batch=1 / --shape INPUT:AxBxC to analyse and run it; "
                     "static-shape runtimes need onnx-lab fix-dims MODEL OUT batch=1.")
     assert command_line_words("the dims (lab.fix_dims) if") == "the dims (onnx-lab fix-dims) if"
+
+
+def test_check_fixes_name_the_convert_opset_flag():
+    from onnx_lab.cli._advice import command_line_words
+
+    assert command_line_words("Convert it down: lab.convert_opset(21), or upgrade.") == \
+        "Convert it down: onnx-lab edit MODEL OUT --convert-opset 21, or upgrade."
+    assert command_line_words("(lab.convert_opset, a decomposition)") == \
+        "(onnx-lab edit --convert-opset, a decomposition)"
