@@ -414,10 +414,19 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                 note = next(str(r.get("note") or "") for r in report_rows(result)
                             if str(r.get("note") or "").startswith(NOT_RUN))
                 why = note.split(": ", 1)[-1][:400]
+                if pass_name == "convert_opset":
+                    # no value of the user's made it: onnx's version converter wrote a node
+                    # the target opset does not define (ReduceMean keeping opset 18's
+                    # noop_with_empty_axes at 17)
+                    fix = ("The model is unchanged; onnx.version_converter's result is not "
+                           "valid at that opset: try another target, or re-export the model "
+                           "at that opset.")
+                else:
+                    fix = ("The model is unchanged; pass values the op accepts (the op's "
+                           "definition says which). verify=False (--no-verify) keeps an edit "
+                           "without running it.")
                 raise PassError(f"{pass_name} refused: the edited model does not run: {why}",
-                                fix="The model is unchanged; pass values the op accepts "
-                                "(the op's definition says which). verify=False (--no-verify) "
-                                "keeps an edit without running it.")
+                                fix=fix)
             if not preserving:
                 _expected_change(result)
             if kind == "tool" and not pass_name.startswith("ort:"):

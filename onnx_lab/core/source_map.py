@@ -594,6 +594,14 @@ def carry_sources(before: LabModel, after: LabModel) -> int:
     helpers: set[str] = set()  # nodes the step made that no origin explains
     before_names = {e.node.name: nid for nid, e in before.index.entries.items() if e.node.name}
     merged: dict[str, tuple[list[Source], list[str]]] = {}
+    # Original nodes that several nodes of the result stand for: a shape computation both
+    # layers read, computed once (the dynamo exporter's common-subexpression elimination
+    # stamps it with the first layer), taken in by the fused Attention of each layer.
+    seen: set[str] = set()
+    shared: set[str] = set()
+    for nid, e in idx.entries.items():
+        for o in set(node_origin(e.node, nid)):
+            (shared if o in seen else seen).add(o)
     # Consumers first: a node no origin explains (a tool's helper, such as the nodes
     # onnxoptimizer adds to compute a fused Conv's weights) takes the sources of the nodes
     # that read it, when all of them have one.
@@ -611,8 +619,11 @@ def carry_sources(before: LabModel, after: LabModel) -> int:
         # A Constant a fusion took in (a '/4.0' both layers read, stamped with the first
         # layer) says nothing of where the computation comes from: with other origins it is
         # left out (layer 1's FusedMatMul was widened to the root, 'layers.0' and 'layers.1').
+        # An original node shared with other nodes of the result says as little (layer 1's
+        # Attention was widened to 'encoder', naming layer 0): with others, left out too.
         computing = [o for o in origin if not _constant_origin(before, o)]
-        for o in computing or origin:
+        own = [o for o in computing if o not in shared]
+        for o in own or computing or origin:
             parts.extend(p for p in by_origin.get(o, ()) if p not in parts)
             traces.extend(t for t in traces_of.get(o, ()) if t not in traces)
         if unknown and not parts and not _from_metadata(e.node.metadata_props):

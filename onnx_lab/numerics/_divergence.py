@@ -142,6 +142,14 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
                 f"rounding a {node.op_type} passes on (a graph input is fed alike to both "
                 "sides: no row of its own shows it)")
             return
+        reshaped = _shape_change(rows, div["tensor"])
+        if reshaped is not None:
+            # a shape a node gives differently is made here, whatever its values (the same
+            # ones, flattened: max_abs 0 read as an error carried in through an input)
+            div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, "
+                              f"its output has another shape, {reshaped[1]} instead of "
+                              f"{reshaped[0]}")
+            return
         carried = _carried_error(node, idx, makers, rows, div)
         if carried is not None:
             name, err = carried
@@ -329,6 +337,16 @@ def _narrowed_feed(node: ir.Node, cand: LabModel, cand_node_id: str | None
 #: ONNX float types narrower than float32 (TensorProto's numbers).
 _NARROW_FLOATS = {10: "float16", 16: "bfloat16", 17: "float8e4m3fn", 18: "float8e4m3fnuz",
                   19: "float8e5m2", 20: "float8e5m2fnuz"}
+
+
+def _shape_change(rows: pd.DataFrame, tensor: str) -> tuple[list, list] | None:
+    """(reference shape, candidate shape) of ``tensor``'s row when they differ, else None."""
+    if tensor not in rows.index or "cand_shape" not in rows.columns:
+        return None
+    ref, cand = rows.loc[tensor, "shape"], rows.loc[tensor, "cand_shape"]
+    if not isinstance(ref, (list, tuple)) or not isinstance(cand, (list, tuple)):
+        return None
+    return (list(ref), list(cand)) if list(ref) != list(cand) else None
 
 
 def _carried_error(node: ir.Node, idx: Any, makers: set[str], rows: pd.DataFrame,

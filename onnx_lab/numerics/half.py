@@ -492,8 +492,10 @@ class _Writer:
             t = out_type.get(i)
             if t is None:
                 t = self._declared(name, n.name)
-            if t == self.to and name in outputs and not narrow_io:
-                # A graph output keeps its float32 type: computed as name__fp16, cast back.
+            if t == self.to and name in outputs and not narrow_io \
+                    and outputs[name].type.tensor_type.elem_type != self.to:
+                # A graph output keeps its float32 type: computed as name__fp16, cast back
+                # (one already declared in that type, a torch .half() export's, stays).
                 raw = self.unique(f"{name}__{_NAMES[self.to]}")
                 n.output[i] = raw
                 s.nodes.append(helper.make_node("Cast", [raw], [name], to=FLOAT,

@@ -98,7 +98,28 @@ def fp16_model(source: Any, keep_io_types: bool = True,
             kept.update(nid for nid, e in model.index.entries.items() if e.node.op_type == item)
         else:
             raise unknown_name("node id or op type", item, list(model.index.entries) + sorted(ops))
+    _refuse_bfloat16(model)
     return _model_from(half_proto(model, kept, keep_io_types=keep_io_types))
+
+
+def _refuse_bfloat16(model: LabModel) -> None:
+    """InputError for a model that computes in bfloat16 (a torch ``.to(torch.bfloat16)``
+    export): the conversion changes float32 only, so its result was the bfloat16 model
+    itself, unchanged, under a float16 label."""
+    from onnx_lab.numerics.half import HalfRules
+
+    if HalfRules(model).candidates:
+        return
+    half = sum(1 for g in model.ir.graphs() for v in g.initializers.values()
+               if v.dtype == ir.DataType.BFLOAT16)
+    half += sum(1 for v in model.ir.graph.inputs if v.dtype == ir.DataType.BFLOAT16)
+    if not half:
+        return
+    raise InputError("The fp16 conversion has nothing to convert: it changes float32 "
+                     "computation, and this model computes in bfloat16 (its result would be "
+                     "the bfloat16 model, unchanged).",
+                     fix="Export the model in float32 (before .to(torch.bfloat16)) and "
+                     "convert that.")
 
 
 class _NoPreprocessAdvice(logging.Filter):
@@ -206,6 +227,7 @@ def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = Non
     model = resolve(source)[0]
     exclude = _node_names(model, nodes_to_exclude, "nodes_to_exclude")
     _refuse_without_onnx_ops(model)
+    _refuse_half_activations(model)
     model = _lifted(model)
     model, kept = _standard_attention_kept(model)
     exclude = list(dict.fromkeys([*exclude, *kept]))
@@ -259,6 +281,20 @@ def _refuse_without_onnx_ops(model: LabModel) -> None:
                      fix="Keep the model in float32: int8 does not apply to it.")
 
 
+def _refuse_half_activations(model: LabModel) -> None:
+    """InputError for a float16 model (a torch ``.half()`` export): onnxruntime's dynamic
+    quantizer puts a DynamicQuantizeLinear, which takes float32 only, before each op it
+    quantizes, so its result never loads, whatever nodes are kept out."""
+    if _float_type(model) != onnx.TensorProto.FLOAT16:
+        return
+    raise InputError("The dynamic int8 quantization takes a float32 model: this model "
+                     "computes in float16, and the DynamicQuantizeLinear that onnxruntime's "
+                     "dynamic quantizer puts before each quantized op takes float32 only "
+                     "(its result would not load, whatever nodes are kept out).",
+                     fix="Quantize the float32 model (export it before .half()), or use "
+                     "to_int8_static, whose QuantizeLinear takes float16.")
+
+
 _QUANTIZED_OPS = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
                   "QLinearMatMul", "QLinearConv", "DynamicQuantizeMatMul", "QAttention",
                   "QGemm", "QLinearAdd", "QLinearMul")
@@ -303,6 +339,16 @@ def _something_quantized(model: LabModel, kind: str, source: LabModel | None = N
                              fix="to_int8_dynamic quantizes them inside the bodies; or "
                              "quantize the decoder exported without the merge (one model "
                              "per step).")
+    folded = [] if excluded or source is None else _computed_weights(source)
+    if folded:
+        shown = ", ".join(repr(w) for w in folded[:3]) + (", ..." if len(folded) > 3 else "")
+        raise InputError(f"The {kind} int8 quantization quantized nothing: the weights of the "
+                         f"model's MatMul/Conv/Gemm nodes are computed from stored tensors "
+                         f"by nodes ({shown}: a Transpose of the weight, as torch's dynamo "
+                         "export with optimize=False writes), and onnxruntime's quantizer "
+                         "takes stored weights only.",
+                         fix="Fold constants first (lab.apply_preset('safe'), or "
+                         "lab.apply('fold_constants')), then quantize the result.")
     raise InputError(f"The {kind} int8 quantization quantized nothing: onnxruntime's "
                      "quantizer found no MatMul, Conv or Gemm with a weight it could take "
                      + ("(all excluded, or none in the model)." if excluded else
@@ -310,6 +356,27 @@ def _something_quantized(model: LabModel, kind: str, source: LabModel | None = N
                      fix=("Check nodes_to_exclude, and lab.nodes for the ops to quantize; "
                           "the model as it is stays in float." if excluded else
                           "The model as it is stays in float."))
+
+
+def _computed_weights(model: LabModel) -> list[str]:
+    """Names of the main graph's MatMul/Conv/Gemm weights (input 1) that nodes compute from
+    stored tensors alone (a Transpose or Cast of an initializer): folding makes them stored
+    weights the quantizer takes."""
+
+    def from_constants(value: ir.Value | None, depth: int = 0) -> bool:
+        if value is None or depth > 8:
+            return False
+        if is_constant(value, stored=True):
+            return True
+        node = value.producer()
+        if node is None or node.graph is not model.ir.graph or not node.inputs:
+            return False
+        return all(from_constants(v, depth + 1) for v in node.inputs if v is not None)
+
+    return [n.inputs[1].name for n in model.ir.graph
+            if n.op_type in ("MatMul", "Conv", "Gemm") and n.domain in ("", "ai.onnx")
+            and len(n.inputs) > 1 and n.inputs[1] is not None
+            and not is_constant(n.inputs[1], stored=True) and from_constants(n.inputs[1])]
 
 
 def _lifted(model: LabModel) -> LabModel:

@@ -200,9 +200,11 @@ def compare_torch(module: Any, lab: Any, inputs: Any, *, preset: str | None = No
     t_args = tuple(a if isinstance(a, torch.Tensor) else torch.from_numpy(np.asarray(a))
                    for a in args)
 
-    # PyTorch: every submodule's output, in the order the forwards first finished; a module
-    # called more than once keeps its last call, as the last tensor of its nodes in model
-    # order is what it is matched with (the first call against the last was a false alarm).
+    # PyTorch: every submodule's output, in the order the forwards finished; a module
+    # called more than once keeps its last call (and that call's place in the order), as the
+    # last tensor of its nodes in model order is what it is matched with (the first call
+    # against the last was a false alarm; a ReLU reused after a residual Add, ordered at its
+    # first call, was named before the Conv whose error it carried).
     names = {m: n for n, m in module.named_modules() if n}
     recorded: dict[str, Any] = {}
     inputs_of: dict[str, Any] = {}
@@ -214,8 +216,11 @@ def compare_torch(module: Any, lab: Any, inputs: Any, *, preset: str | None = No
         name = names.get(mod)
         if name is None:
             return
-        if name not in recorded:
-            order.append(name)
+        # a module called again moves to where its last call finished: that call's output
+        # is the one compared, so it is judged after the modules that call fed on
+        if name in recorded:
+            order.remove(name)
+        order.append(name)
         recorded[name] = out
         inputs_of[name] = inp[0] if isinstance(inp, tuple) and inp else None
         calls[name] = calls.get(name, 0) + 1

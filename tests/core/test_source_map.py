@@ -483,3 +483,38 @@ def test_a_conversions_cast_takes_the_scope_of_the_tensor_it_is_named_after():
     casts = [n for n in mods.index if n.endswith("/Cast")]
     assert casts and not any(str(mods[n]).endswith("__fp16") or mods[n] == "Y" for n in casts)
     assert {m for m in mods.dropna()} <= {"model.l0", "model.l1"}, mods.to_dict()
+
+
+def test_a_shared_shape_computation_a_fusion_took_in_does_not_widen_its_module():
+    # the dynamo exporter computes a Reshape's target shape once (a Concat stamped with
+    # layer 0) for both layers; onnxscript's fused Attention of layer 1 took it in and was
+    # widened to the parent module, with layer 0 among its modules
+    from onnx_lab.core.provenance import ORIGIN_KEY
+    from onnx_lab.core.source_map import carry_sources, source_map
+
+    shape = numpy_helper.from_array(np.array([-1], np.int64), "k")
+    nodes = [helper.make_node("Shape", ["x"], ["sh"], name="node_Shape_0"),
+             helper.make_node("Concat", ["sh", "k"], ["target"], name="node_Concat_1", axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["a"], name="node_view"),
+             helper.make_node("Relu", ["a"], ["b"], name="node_relu"),
+             helper.make_node("Reshape", ["b", "target"], ["c"], name="node_view_1"),
+             helper.make_node("Relu", ["c"], ["y"], name="node_relu_1")]
+    for n, layer in zip(nodes, ["layers.0"] * 4 + ["layers.1"] * 2):
+        _meta(n, ["", "layers", layer, n.op_type.lower()],
+              ["__main__.Net", "torch.nn.ModuleList", "__main__.Layer", "aten.op"], 3, "f(x)")
+    vi = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+          helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])]
+    before = onnx_lab.open(helper.make_model(helper.make_graph(nodes, "g", vi[:1], vi[1:],
+                                                               [shape]),
+                                             opset_imports=[helper.make_opsetid("", 17)])).model
+    fused = [helper.make_node("Relu", ["x"], ["b"], name="fused_0"),
+             helper.make_node("Relu", ["b"], ["y"], name="fused_1")]
+    for n, origin in zip(fused, (["node_Shape_0", "node_Concat_1", "node_view", "node_relu"],
+                                 ["node_Concat_1", "node_view_1", "node_relu_1"])):
+        n.metadata_props.add(key=ORIGIN_KEY, value=json.dumps(origin))
+    after = onnx_lab.open(helper.make_model(helper.make_graph(fused, "g", vi[:1], vi[1:]),
+                                            opset_imports=[helper.make_opsetid("", 17)])).model
+    carry_sources(before, after)
+    sources = source_map(after)
+    assert sources["fused_1"].module == "layers.1"
+    assert sources["fused_0"].module == "layers.0"

@@ -407,3 +407,20 @@ def test_a_failing_outputs_only_comparison_says_where_to_look():
     assert "FAILED" in text and "no divergence" not in text
     assert "first divergence not searched: only the outputs were compared" in text
     assert "first divergence:" in compare(ref, cand).summary_text()
+
+
+def test_a_transpose_that_moves_a_dim_of_one_is_named_for_its_shape_not_its_input():
+    # a swapped perm over a dim of size 1 keeps the values (flattened) and changes the shape:
+    # the divergence said "the error comes in through that input", whose max_abs was 0
+    def model(perm):
+        shape = numpy_helper.from_array(np.array([2, 3], np.int64), "s")
+        return make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                           helper.make_node("Transpose", ["r"], ["t"], name="tr", perm=perm),
+                           helper.make_node("Reshape", ["t", "s"], ["y"], name="reshape")],
+                          [vi("x", [2, 1, 3])], [vi("y", [2, 3])], [shape])
+
+    c = compare(model([1, 0, 2]), model([0, 1, 2]))
+    d = c.first_divergence
+    assert d["node_id"] == "tr" and d["cause"] == "computation", d
+    assert "another shape, [2, 1, 3] instead of [1, 2, 3]" in d["message"]
+    assert "comes in through" not in d["message"]

@@ -353,3 +353,31 @@ def test_narrow_io_keeps_the_declared_type_of_initializers_listed_as_inputs(name
     out = _session(half).run(None, {k: v.astype(np.float16) for k, v in feeds.items()})
     ref = run(lab.model, feeds)[lab.model.graph.outputs[0].name]
     assert out[0].dtype == np.float16 and out[0].shape == ref.shape
+
+
+def _already_half_model() -> onnx.ModelProto:
+    """A float16 model as torch writes one after ``model.half()``: float16 input, weights
+    and output."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((8, 4)) * 0.3).astype(np.float16), "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float16), "b")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+         helper.make_node("Add", ["h", "b"], ["a"], name="add"),
+         helper.make_node("Relu", ["a"], ["y"], name="relu")],
+        "half", [helper.make_tensor_value_info("x", TP.FLOAT16, [2, 8])],
+        [helper.make_tensor_value_info("y", TP.FLOAT16, [2, 4])], [w, b])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_already_float16_model_converts_without_a_bug_report():
+    """keep_io_types keeps each output's declared type: a float16 output stays float16 (it
+    used to get a Cast to float32 under its float16 declaration: ConversionBug)."""
+    proto = _already_half_model()
+    half = onnx_lab.to_fp16(onnx_lab.open(proto))
+    assert list(half.outputs["dtype"]) == ["float16"]
+    converted = half.model.to_proto()
+    check_converted(converted)
+    x = {"x": np.random.default_rng(1).standard_normal((2, 8)).astype(np.float16)}
+    np.testing.assert_array_equal(_session(converted).run(None, x)[0],
+                                  _session(proto).run(None, x)[0])

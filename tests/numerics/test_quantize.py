@@ -104,3 +104,63 @@ def test_dynamic_int8_keeps_the_onnx_attention_op_in_float(tmp_path):
     assert sess.run(None, {"x": rng.standard_normal((1, 8, 16)).astype(np.float32)})[0].shape \
         == (1, 8, 16)
     assert onnx_lab.compare(lab, q, progress=False).passed
+
+
+def test_dynamic_int8_of_a_float16_model_says_it_takes_float32():
+    # a torch .half() export: onnxruntime's dynamic quantizer put a float32-only
+    # DynamicQuantizeLinear on its float16 activations, the result did not load, and the
+    # refusal advised keeping nodes out (none helps)
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "half",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 4])],
+        [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float16), "w")])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(onnx_lab.errors.InputError, match="takes a float32 model") as e:
+        to_int8_dynamic(lab)
+    assert "to_int8_static" in e.value.fix
+
+
+def test_int8_of_transposed_weights_says_to_fold_first():
+    # torch's dynamo export with optimize=False writes each Linear as
+    # MatMul(x, Transpose(weight)): the quantizer silently took nothing, and the refusal said
+    # there was no stored weight, with no way forward
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    g = helper.make_graph(
+        [helper.make_node("Transpose", ["fc.weight"], ["wt"], name="t", perm=[1, 0]),
+         helper.make_node("MatMul", ["x", "wt"], ["y"], name="mm")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "fc.weight")])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(onnx_lab.errors.InputError, match="'wt'") as e:
+        to_int8_dynamic(lab)
+    assert "fold_constants" in e.value.fix
+    lab.apply_preset("safe")
+    assert "MatMulInteger" in set(to_int8_dynamic(lab).nodes.op_type)
+
+
+def test_fp16_of_a_bfloat16_model_is_refused_not_returned_unchanged():
+    # a torch .to(torch.bfloat16) export: the conversion changes float32 only, and returned
+    # the bfloat16 model itself under a float16 label
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnx_lab.numerics.half import to_bf16_bits
+
+    w = numpy_helper.from_array(np.zeros((8, 4), np.float32), "w")
+    w.data_type = TensorProto.BFLOAT16
+    w.ClearField("raw_data")
+    w.raw_data = to_bf16_bits(np.random.default_rng(0).standard_normal((8, 4)).astype(
+        np.float32)).tobytes()
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "bf16",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 4])], [w])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(onnx_lab.errors.InputError, match="bfloat16"):
+        to_fp16(lab)

@@ -148,3 +148,36 @@ def test_a_batchnorm_the_exporter_folded_into_its_conv(tmp_path):
     rows = r.modules.set_index("module")
     assert rows.loc["bn", "match"] == "folded into 'conv' by the exporter"
     assert "which the exporter folded in" in rows.loc["conv", "match"]
+
+
+class _Residual(torch.nn.Module):
+    """torchvision's BasicBlock without BatchNorm: one ReLU module called before conv2 and
+    again after the residual Add."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.relu = torch.nn.ReLU()
+
+    def forward(self, x):
+        return self.relu(x + self.conv2(self.relu(self.conv1(x))))
+
+
+def test_a_reused_module_is_judged_where_its_last_call_finished(tmp_path):
+    # the ReLU stood in PyTorch's order at its first call, before conv2, but was compared at
+    # its last call, after the Add that carries conv2's error: a weight planted in conv2 was
+    # blamed on 'relu'
+    torch.manual_seed(0)
+    m, x = _Residual().eval(), torch.randn(1, 4, 8, 8)
+    path = tmp_path / "residual.onnx"
+    torch.onnx.export(m, (x,), str(path), dynamo=False, opset_version=17,
+                      input_names=["x"], output_names=["y"])
+    model = onnx.load(path)
+    conv2 = next(n for n in model.graph.node if n.name == "/conv2/Conv")
+    bad = _planted(path, conv2.input[1], tmp_path)
+    r = onnx_lab.compare_torch(m, onnx_lab.open(bad), (x,))
+    assert not r.passed
+    assert r.first_divergence["module"] == "conv2", r.modules
+    order = list(r.modules.module)
+    assert order.index("conv2") < order.index("relu")

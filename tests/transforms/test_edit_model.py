@@ -460,3 +460,22 @@ def test_a_number_for_an_input_the_spec_wants_one_d_is_a_one_element_list():
     assert list(k.const_value.numpy()) == [3] and k.const_value.numpy().dtype == np.int64
     # the model runs: the TopK picks 3 of 10
     assert run(lab.model, {"input": np.ones((1, 3, 32, 32), np.float32)})["logits"].shape[-1] == 3
+
+
+def test_a_conversion_onnx_cannot_do_validly_says_so_not_to_pass_other_values():
+    # torch's dynamo export writes ReduceMean with noop_with_empty_axes (opset 18+); onnx's
+    # version converter keeps the attribute at opset 17, which onnxruntime refuses: the fix
+    # said "pass values the op accepts ... verify=False keeps an edit"
+    from onnx import numpy_helper
+
+    g = helper.make_graph(
+        [helper.make_node("ReduceMean", ["x", "axes"], ["y"], name="mean", keepdims=0,
+                          noop_with_empty_axes=0)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(np.array([1, 2], np.int64), "axes")])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
+    with pytest.raises(LabError, match="does not run") as e:
+        lab.convert_opset(17)
+    assert "version_converter" in e.value.fix and "verify=False" not in e.value.fix
+    assert len(lab.history) == 1
