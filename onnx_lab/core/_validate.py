@@ -35,7 +35,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnx_lab.errors import ModelLoadError, TensorDataError
+from onnx_lab.core._proto import graph_protos
+from onnx_lab.errors import ExternalDataError, ModelLoadError, TensorDataError
 
 __all__ = ["check_structure", "check_ir_model", "mark_unreadable", "remark_unreadable",
            "tensor_problem", "expected_nbytes", "UnreadableTensor", "unreadable", "KeptInline",
@@ -518,10 +519,10 @@ class _Walk:
         name, op_type = node.name, node.op_type
         ins, outs = list(node.input), list(node.output)
         try:
-            "".join((name, op_type, node.domain, node.doc_string, *ins, *outs))
+            "".join((name, op_type, node.domain, node.doc_string, node.overload, *ins, *outs))
         except TypeError:
             where = f"node {i} of {graph}"
-            for field in ("name", "op_type", "domain", "doc_string"):
+            for field in ("name", "op_type", "domain", "doc_string", "overload"):
                 self.text(getattr(node, field), f"the {field} of {where}")
             for s in ins:
                 self.text(s, f"an input name of {where}")
@@ -627,13 +628,19 @@ class _Walk:
                 self.type_proto(tp, at)
 
     def function(self, f: onnx.FunctionProto) -> None:
-        for field in ("name", "domain", "doc_string"):
+        for field in ("name", "domain", "doc_string", "overload"):
             self.text(getattr(f, field), f"the {field} of a function")
         where = f"function {f.domain}::{f.name}"
+        # (onnx_ir's serializer raised on these: check(), summary() and render() crashed)
+        self.props(f.metadata_props, where)
+        for a in f.attribute_proto:
+            for field in ("name", "doc_string", "ref_attr_name"):
+                self.text(getattr(a, field), f"the {field} of a default attribute of {where}")
         for s in (*f.input, *f.output, *f.attribute):
             self.text(s, f"an input, output or attribute name of {where}")
         for op in f.opset_import:
             self.text(op.domain, f"an opset domain of {where}")
+        self.attribute_defaults(f, where)
         defined = set(f.input)
         self.in_function = True
         try:
@@ -645,6 +652,28 @@ class _Walk:
         if missing:
             raise ModelLoadError(f"{self.what}: {where} returns {missing[0]!r}, which no node "
                                  "of the function computes.", fix="Re-export the model.")
+
+
+    def attribute_defaults(self, f: onnx.FunctionProto, where: str) -> None:
+        """Refuse a default attribute value (ir_version >= 9) held in a data file: no check
+        or pinning of the loader reaches it, and onnx_ir resolves it against the current
+        folder (an absolute location as it is), so a tool that inlines the function read
+        any file into the model."""
+        holder = onnx.GraphProto(node=[onnx.NodeProto(attribute=f.attribute_proto)])
+        for g in graph_protos(holder):
+            tensors = list(g.initializer)
+            for node in g.node:
+                for a in node.attribute:
+                    tensors.extend([a.t] if a.type == onnx.AttributeProto.TENSOR
+                                   else a.tensors)
+            for t in tensors:
+                if t.data_location == onnx.TensorProto.EXTERNAL:
+                    raise ExternalDataError(
+                        f"{self.what}: a default attribute value of {where} (tensor "
+                        f"{t.name!r}) refers to external data, which onnx_lab does not read "
+                        "there (it would not be resolved in the model's folder).",
+                        fix="Store the default inside the model, or pass the attribute "
+                        "at each call of the function.")
 
 
 def check_structure(proto: onnx.ModelProto, what: str, *, skip: Collection[int] = ()
@@ -671,7 +700,57 @@ def check_structure(proto: onnx.ModelProto, what: str, *, skip: Collection[int] 
     for f in proto.functions:
         walk.function(f)
     walk.graph(proto.graph, (), "the main graph")
+    _check_inlined_size(proto, what)
     return walk.bad, walk.external
+
+
+#: A model whose local functions expand, inlined, past this many nodes and past
+#: :data:`MAX_INLINE_GROWTH` times its stored nodes is refused: onnxruntime inlines every call
+#: when it builds a session (check, compare, profile, save...), and a 1 KB file whose 16
+#: functions each call the next twice took it 15 s (32,768 Relus; each level more than
+#: doubles it, 30 levels never end). Exporters' functions (one per module) expand a few
+#: dozen times.
+MAX_INLINED_NODES = 20_000
+MAX_INLINE_GROWTH = 100
+
+
+def _check_inlined_size(proto: onnx.ModelProto, what: str) -> None:
+    """Refuse a model whose local functions expand past :data:`MAX_INLINED_NODES` and
+    :data:`MAX_INLINE_GROWTH` times the stored nodes when inlined."""
+    if not len(proto.functions):
+        return
+    funcs = {(f.domain, f.name, f.overload): f for f in proto.functions}
+    sizes: dict[tuple[str, str, str], int] = {}
+    active: set[tuple[str, str, str]] = set()
+
+    def nodes_of(nodes) -> int:  # (inlined) nodes of a node list and its bodies
+        total = 0
+        for node in nodes:
+            key = (node.domain, node.op_type, node.overload)
+            total += size(key) if key in funcs else 1
+            for a in node.attribute:
+                for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                             a.graphs if a.type == onnx.AttributeProto.GRAPHS else ()):
+                    total += nodes_of(body.node)
+        return total
+
+    def size(key: tuple[str, str, str]) -> int:
+        if key not in sizes:
+            if key in active:  # a function that calls itself: onnxruntime refuses it
+                return 1
+            active.add(key)
+            sizes[key] = nodes_of(funcs[key].node)
+            active.discard(key)
+        return sizes[key]
+
+    stored = sum(1 for g in graph_protos(proto.graph) for _ in g.node) + sum(
+        len(f.node) for f in proto.functions)
+    inlined = nodes_of(proto.graph.node)
+    if inlined > MAX_INLINED_NODES and inlined > MAX_INLINE_GROWTH * max(stored, 1):
+        raise ModelLoadError(
+            f"{what}: its local functions expand to {inlined:,} nodes when inlined (the file "
+            f"stores {stored:,}): onnxruntime would inline every call to build a session.",
+            fix="Re-export the model with its functions inlined, or with fewer nested calls.")
 
 
 # ------------------------------------------------------------------------- in-memory models
@@ -682,6 +761,8 @@ def _ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
         bodies.append(f)
         for node in ir.traversal.RecursiveGraphIterator(f):
             for a in node.attributes.values():
+                if a.is_ref():  # a reference to the function's attribute: no value here
+                    continue
                 if a.type == ir.AttributeType.GRAPH:
                     bodies.append(a.value)
                 elif a.type == ir.AttributeType.GRAPHS:
@@ -692,6 +773,8 @@ def _ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
                 yield f"initializer {name!r}", v.const_value
         for node in g:
             for a in node.attributes.values():
+                if a.is_ref():
+                    continue
                 if a.type == ir.AttributeType.TENSOR:
                     yield f"the tensor of attribute {a.name!r} of node {node.name!r}", a.value
                 elif a.type == ir.AttributeType.TENSORS:
@@ -785,6 +868,16 @@ def check_ir_model(model: ir.Model, what: str) -> None:
             value(v, f"an input name of function {f.name!r}")
         for node in f:
             node_checks(node, f"function {f.name!r}", False)
+        for a in f.attributes.values():  # defaults: onnx_ir reads them from the current folder
+            held = [a.value] if a.type == ir.AttributeType.TENSOR else \
+                list(a.value or ()) if a.type == ir.AttributeType.TENSORS else []
+            if any(isinstance(t, ir.ExternalTensor) for t in held):
+                raise ExternalDataError(
+                    f"{what}: the default of attribute {a.name!r} of function {f.name!r} "
+                    "refers to external data, which onnx_lab does not read there (it would "
+                    "not be resolved in the model's folder).",
+                    fix="Store the default inside the model, or pass the attribute at each "
+                    "call of the function.")
 
 
 def ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:

@@ -89,11 +89,22 @@ _CONTROL_PICTURES = {c: 0x2400 + c for c in range(0x20) if c not in (9, 10, 13)}
 DOT_MAX_CHARS = 2000
 
 
+#: The Control Pictures themselves (U+2400-U+2421): a name may hold them as they are.
+_PICTURE = re.compile("[\u2400-\u2421]")
+
+
 def dot_safe(s: str) -> str:
     """``s`` with control characters graphviz cannot hold shown as their pictures (``␀``),
     cut past :data:`DOT_MAX_CHARS` (``name…#1a2b3c4d``): one node named with 17,000
-    characters left every drawing of its model empty."""
-    return _cut(s).translate(_CONTROL_PICTURES)
+    characters left every drawing of its model empty.
+
+    One to one, as graphviz needs of node names: a name shown with pictures (one that
+    holds a control character or a picture itself) ends in a hash of the whole; ``n\x01``
+    and a second node named ``n␁`` were one DOT node, drawn as whichever came last."""
+    out = _cut(s).translate(_CONTROL_PICTURES)
+    if _PICTURE.search(out) and len(s) <= DOT_MAX_CHARS:  # (a cut one ends in its hash)
+        out += "#" + hashlib.sha256(s.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return out
 
 
 def _cut(s: str) -> str:

@@ -223,7 +223,7 @@ def node_details_html(d: Mapping[str, Any]) -> str:
     for label, key in (("inputs", "inputs"), ("outputs", "outputs")):
         rows = "".join(
             f"<tr><td title='{esc_attr(t['name'])}'>{esc_text(t['name'], 48)}</td>"
-            f"<td>{esc_text(t['text'] or '?')}</td><td>{esc_text(t['kind'])}</td></tr>"
+            f"<td>{esc_text(t['text'] or '?', 300)}</td><td>{esc_text(t['kind'])}</td></tr>"
             for t in d[key])
         if rows:
             parts.append(f"<table class='olc-{key}'><tr><th colspan=3>{label}</th></tr>{rows}"
@@ -352,7 +352,7 @@ def canvas_legend_html(rendering: Any) -> str:
     aliases = getattr(rendering.view, "aliases", {}) or {}
     if aliases:
         parts.append("<span class='olc-aliases'><b>dims:</b> " + "; ".join(
-            f"<b>{esc_text(a)}</b> = {esc_text(x)}" for a, x in aliases.items()) + "</span>")
+            f"<b>{esc_text(a)}</b> = {esc_text(x, 300)}" for a, x in aliases.items()) + "</span>")
     if rendering.notes:
         parts.append("<span class='olc-notes'>" + " · ".join(esc_text(n, 300) for n in
                                                              rendering.notes) + "</span>")

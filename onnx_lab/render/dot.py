@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from onnx_lab.analysis.summary import op_family
 from onnx_lab.errors import RenderError
-from onnx_lab.render._html import dot_safe, esc_label
+from onnx_lab.render._html import _CONTROL_PICTURES, dot_safe, esc_label
 from onnx_lab.render.graph import DrawNode, GraphView
 
 logger = logging.getLogger(__name__)
@@ -107,8 +107,10 @@ def _qid(s: str) -> str:
     keeps entity-looking text as it is), newlines and carriage returns (``\\n`` would come
     back as two characters) as character references, other control characters as their
     pictures (:func:`dot_safe`: a NUL cannot be in an SVG at all); the canvas maps the id to
-    its key."""
-    s = dot_safe(s).replace("&", "&amp;").replace("\\", "\\\\").replace('"', '\\"')
+    its key. ``s`` is already :func:`dot_safe` (the id is ``"n:" + dot_safe(key)``, so the
+    page reads back the key's own form, hash included)."""
+    s = s.translate(_CONTROL_PICTURES).replace("&", "&amp;").replace("\\", "\\\\") \
+        .replace('"', '\\"')
     return '"' + s.replace("\n", "&#10;").replace("\r", "&#13;") + '"'
 
 
@@ -157,7 +159,7 @@ def _node_stmt(n: DrawNode) -> str:
         attrs["tooltip"] = n.tooltip
     # The SVG <g> of each element carries its key and kind: the graph canvas maps clicks,
     # search hits and focus requests to node ids through them.
-    attrs["id"] = "n:" + n.key
+    attrs["id"] = "n:" + dot_safe(n.key)
     attrs["class"] = f"onnx-{n.kind}"
     body = ", ".join([f"{k}={v}" for k, v in raw.items()] +
                      [f"{k}={_qid(v) if k == 'id' else _q(v)}" for k, v in attrs.items()])

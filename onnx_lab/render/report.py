@@ -44,7 +44,7 @@ from onnx_lab import _display
 from onnx_lab.analysis.weights import weight_stats
 from onnx_lab.core.history import History
 from onnx_lab.core.source import Resolved, resolve
-from onnx_lab.errors import LabError
+from onnx_lab.errors import LabError, clip_text
 from onnx_lab.render._html import (
     Markup,
     csp_meta,
@@ -278,6 +278,16 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
 
 
 # ----------------------------------------------------------------------------- tables
+def _clipped(x: Any) -> str:
+    """One part of a list cell: a model's dim text repeats in the shape of every tensor it
+    reaches (a 200 KB dim, 2,000 tensors: 400 MB of table), so a long part is cut."""
+    s = str(x)
+    return s if len(s) <= _MAX_PART_CHARS else clip_text(s, _MAX_PART_CHARS)
+
+
+_MAX_PART_CHARS = 300
+
+
 def _cell(v: Any) -> Any:
     if v is None:
         return None
@@ -288,9 +298,9 @@ def _cell(v: Any) -> Any:
     if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
         return _cell(v.item())
     if isinstance(v, (list, tuple)):
-        return ", ".join(str(x) for x in v)
+        return ", ".join(_clipped(x) for x in v)
     if isinstance(v, dict):
-        return ", ".join(f"{k}={x}" for k, x in v.items())
+        return ", ".join(f"{_clipped(k)}={_clipped(x)}" for k, x in v.items())
     try:
         import pandas as pd
 

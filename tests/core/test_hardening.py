@@ -116,6 +116,48 @@ def test_in_memory_sources_read_their_data_from_the_named_folder(tmp_path, kind)
     assert not onnx_lab.open(out).model.has_external_data
 
 
+
+def _function_default(location: str) -> onnx.ModelProto:
+    """A local function whose Constant reads a default attribute value (ir_version 9) held
+    as external data at ``location``."""
+    t = onnx.TensorProto(name="w", data_type=F, dims=[2], data_location=TensorProto.EXTERNAL)
+    for k, v in (("location", location), ("offset", "0"), ("length", "8")):
+        t.external_data.add(key=k, value=v)
+    const = helper.make_node("Constant", [], ["c"])
+    const.attribute.append(onnx.AttributeProto(name="value", ref_attr_name="w",
+                                               type=onnx.AttributeProto.TENSOR))
+    fn = helper.make_function("local", "F", ["fx"], ["fy"],
+                              [const, helper.make_node("Add", ["fx", "c"], ["fy"])],
+                              [helper.make_opsetid("", 17)])
+    fn.attribute_proto.append(onnx.AttributeProto(name="w", type=onnx.AttributeProto.TENSOR,
+                                                  t=t))
+    g = helper.make_graph([helper.make_node("F", ["x"], ["y"], domain="local")], "g",
+                          [vi("x", F, [2])], [vi("y", F, [2])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                               helper.make_opsetid("local", 1)],
+                             ir_version=9, functions=[fn])
+
+
+@pytest.mark.parametrize("kind", ["path", "proto"])
+@pytest.mark.parametrize("where", ["absolute", "inside"])
+def test_a_function_default_held_as_external_data_is_refused(tmp_path, monkeypatch, kind,
+                                                               where):
+    # No check reached a function's default attribute values, and onnx_ir resolves their
+    # location against the current folder: onnxscript_rewrite (which inlines the function)
+    # read an outside file into the model, and a save wrote it into the user's file.
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(np.array([1234.5, 6789.0], np.float32).tobytes())
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "w.bin").write_bytes(np.zeros(2, np.float32).tobytes())
+    monkeypatch.chdir(tmp_path)  # (where a relative location resolved)
+    m = _function_default(str(secret) if where == "absolute" else "w.bin")
+    path = folder / "m.onnx"
+    onnx.save(m, str(path))
+    with pytest.raises(ExternalDataError, match="default attribute value of function"):
+        onnx_lab.open(str(path) if kind == "path" else m, base_dir=None if kind == "path"
+                      else folder)
+
 def test_an_ir_model_keeps_the_folder_onnx_ir_loaded_it_from(tmp_path, monkeypatch):
     path = save_external(_add_model(), tmp_path / "m.onnx")
     monkeypatch.chdir("/")
@@ -359,6 +401,57 @@ print(json.dumps(peak()))
     assert json.loads(out.stdout.strip().splitlines()[-1]) < 1 << 30
 
 
+
+@pytest.mark.slow
+def test_shape_inference_never_copies_a_long_dim_into_every_value(tmp_path):
+    # One 200 KB dim_param of a 250 KB file, read by a chain of 2,000 Relus: inference copied
+    # it into every value_info (1.2 GB at the peak for lab.tensors).
+    big = "D" * 200_000
+    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(2000)]
+    g = helper.make_graph(nodes, "g", [vi("t0", F, [big, 4])], [vi("t2000", F, None)])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    assert path.stat().st_size < 300_000
+    code = _PEAK + f"""
+import json, onnx_lab
+lab = onnx_lab.open({str(path)!r})
+t = lab.tensors.set_index("name")
+print(json.dumps({{"rss": peak(), "shape": list(t.loc["t2000", "shape"])}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["shape"] == [big, 4]  # the dim itself is still the model's
+    assert r["rss"] < 600 << 20
+
+
+def _function_bomb(depth: int) -> onnx.ModelProto:
+    """F0 calls F1 twice, F1 calls F2 twice... (2**(depth - 1) Relus once inlined)."""
+    ops = [helper.make_opsetid("", 17), helper.make_opsetid("b", 1)]
+    fns = [helper.make_function(
+        "b", f"F{i}", ["x"], ["y"],
+        [helper.make_node("Relu", ["x"], ["y"])] if i == depth - 1 else
+        [helper.make_node(f"F{i + 1}", ["x"], ["t"], domain="b"),
+         helper.make_node(f"F{i + 1}", ["t"], ["y"], domain="b")], ops) for i in range(depth)]
+    g = helper.make_graph([helper.make_node("F0", ["x"], ["y"], domain="b")], "g",
+                          [vi("x", F, [2])], [vi("y", F, [2])])
+    return helper.make_model(g, opset_imports=ops, ir_version=8, functions=fns)
+
+
+def test_local_functions_that_expand_past_the_limit_are_refused_at_open():
+    # A 1.5 KB file of 30 functions each calling the next twice: onnxruntime inlines every
+    # call to build a session (check, compare, profile...): 15 s at 16 levels, never done
+    # at 30.
+    m = _function_bomb(30)
+    assert m.ByteSize() < 2000
+    t0 = time.perf_counter()
+    with pytest.raises(ModelLoadError, match="expand to 536,870,912 nodes"):
+        onnx_lab.open(m)
+    assert time.perf_counter() - t0 < 5
+    lab = onnx_lab.open(_function_bomb(8))  # 128 nodes inlined: as before
+    assert (lab.check().code != "provider_load").all()
+
 def test_the_unregistered_op_message_is_parsed_in_linear_time():
     from onnx_lab.analysis.compat import _inference_node, _unregistered_op
 
@@ -403,6 +496,21 @@ def _placeholder_in(where: str) -> onnx.ModelProto:
         m.producer_name = ph
     elif where == "metadata":
         m.metadata_props.add(key=ph, value="v")
+    elif where == "node-overload":
+        m.graph.node[0].overload = ph
+    elif where.startswith("function-"):  # strings of a local function onnx_ir writes back
+        m.ir_version = 10
+        fn = helper.make_function("local", "F", ["fx"], ["fy"],
+                                  [helper.make_node("Relu", ["fx"], ["fy"])],
+                                  [helper.make_opsetid("", 17)])
+        if where == "function-overload":
+            fn.overload = ph
+        elif where == "function-metadata":
+            fn.metadata_props.add(key=ph, value="v")
+        elif where == "function-default-doc":
+            fn.attribute_proto.append(onnx.AttributeProto(
+                name="a", type=onnx.AttributeProto.FLOAT, f=1.0, doc_string=ph))
+        m.functions.append(fn)
     return m
 
 
@@ -470,6 +578,9 @@ def _cause(name: str) -> tuple[bytes, type[LabError] | None]:
 
 
 CAUSES = ["utf8-node", "utf8-tensor", "utf8-op_type", "utf8-producer", "utf8-metadata",
+          # (these opened, then check(), summary() and render() raised onnx_ir's TypeError)
+          "utf8-node-overload", "utf8-function-overload", "utf8-function-metadata",
+          "utf8-function-default-doc",
           "dtype-0", "dtype-unknown", "attribute-type-0", "two-writers", "dims-disagree",
           "float-in-int64_data", "sparse-initializer", "sparse-constant", "map-input",
           "optional-input", "scan-attribute-type", "node-without-outputs", "newline-file",

@@ -194,6 +194,30 @@ def test_a_name_too_long_for_graphviz_is_drawn_cut_and_maps_back():
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="needs graphviz dot")
+def test_names_that_differ_only_by_a_control_character_are_two_drawn_nodes():
+    # "n\x01" is drawn as "n␁" (graphviz reads C strings): a second node named "n␁" was the
+    # same DOT node, so the drawing showed one of the two (the Relu was gone)
+    import re
+
+    import onnx
+
+    from onnx_lab.widgets.canvas import GraphCanvas
+
+    h, F = onnx.helper, onnx.TensorProto.FLOAT
+    g = h.make_graph([h.make_node("Relu", ["x"], ["a\x01"], name="n\x01"),
+                      h.make_node("Neg", ["x"], ["a\u2401"], name="n\u2401"),
+                      h.make_node("Add", ["a\x01", "a\u2401"], ["y"], name="add")], "g",
+                     [h.make_tensor_value_info("x", F, [2])], [h.make_tensor_value_info("y", F, [2])])
+    lab = onnx_lab.open(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]))
+    r = lab.render()
+    assert r.svg is not None and ">Relu<" in r.svg and ">Neg<" in r.svg
+    ids = re.findall(r'<g id="n:([^"]*)" class="node', r.svg)
+    assert len(ids) == len(set(ids)) == 5  # x, the two nodes, add, y
+    canvas = GraphCanvas()
+    canvas.show(r)
+    assert {canvas._drawn(i) for i in ids} >= {"n\x01", "n\u2401", "add"}
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="needs graphviz dot")
 def test_a_name_that_escaping_lengthens_is_still_drawn():
     # the cut came once more after escaping and could end inside an entity ("&l…"): a node
     # named "<" * 700 (2,800 characters escaped) emptied the drawing
