@@ -280,7 +280,9 @@ def liveness(lm: LabModel, types: Mapping[str, TensorInfo]
             live += size[o.name]
             free_at.setdefault(last_use(o.name, i), []).append(o.name)
         rows.append((nid, live))
-        if live > peak:
+        # the inputs are alive while the first node runs: when no node adds a known size
+        # (a tree ensemble's outputs of unknown shape), the peak is there, not at "None"
+        if live > peak or peak_node is None:
             peak, peak_node = live, nid
         for name in free_at.pop(i, []):
             live -= size[name]

@@ -56,17 +56,28 @@ def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFra
         memo[name] = res
         return res
 
+    def found(row: Any) -> dict[str, Any]:
+        return {"tensor": row.tensor, "node_id": row.node_id, "op_type": row.op_type,
+                "max_abs": float(row.max_abs),
+                "reaches_outputs": _reaches(model, row.node_id, outputs),
+                "cand_node_id": row.cand_node_id if isinstance(row.cand_node_id, str)
+                else None}
+
     failing = layers.loc[~layers["passed"].astype(bool)]
     for row in failing.itertuples(index=False):
         nid = row.node_id
         if not isinstance(nid, str) or nid not in idx.entries or nid in makers:
             continue
         if all(ok(n) for n in _data_inputs(idx.node(nid), idx, makers)):
-            return {"tensor": row.tensor, "node_id": nid, "op_type": row.op_type,
-                    "max_abs": float(row.max_abs),
-                    "reaches_outputs": _reaches(model, nid, outputs),
-                    "cand_node_id": row.cand_node_id if isinstance(row.cand_node_id, str)
-                    else None}
+            return found(row)
+    # A graph output made from weights alone (skl2onnx's ``class_labels``, an Identity of a
+    # constant): no node computes on it, so its differing weight is the divergence (it was
+    # "no first divergence" while the output failed).
+    graph_outputs = {v.name for v in model.graph.outputs}
+    for row in failing.itertuples(index=False):
+        if row.tensor in graph_outputs and isinstance(row.node_id, str) \
+                and row.node_id in idx.entries and row.node_id in makers:
+            return found(row)
     return None
 
 

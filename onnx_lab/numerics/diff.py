@@ -66,6 +66,31 @@ def _show(attr: ir.Attr | None) -> str:
     return str(list(v) if isinstance(v, (list, tuple)) else v)
 
 
+_LIST_SHOWN = 8  # list attributes up to this many values are shown whole
+
+
+def _show_change(x: ir.Attr | None, y: ir.Attr | None) -> str:
+    """``old -> new`` for a changed attribute; a long list (a tree ensemble's thresholds,
+    thousands of them) as what differs in it: both lists whole made one line of kilobytes
+    that did not say which value changed."""
+    xv = x.value if x is not None else None
+    yv = y.value if y is not None else None
+    if isinstance(xv, (list, tuple)) and isinstance(yv, (list, tuple)) and \
+            max(len(xv), len(yv)) > _LIST_SHOWN:
+        if len(xv) != len(yv):
+            return f"{len(xv)} values -> {len(yv)} values"
+        diff = [i for i, (a, b) in enumerate(zip(xv, yv)) if a != b and not (
+            isinstance(a, float) and isinstance(b, float) and a != a and b != b)]
+        i = diff[0]
+        text = (f"{len(xv)} values, {len(diff)} differ (first at [{i}]: {xv[i]!r} -> "
+                f"{yv[i]!r})")
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in xv + yv):
+            err = max(abs(float(xv[k]) - float(yv[k])) for k in diff)
+            text = text[:-1] + f", max_abs {err:.3g})"
+        return text
+    return f"{_show(x)} -> {_show(y)}"
+
+
 class _Matcher:
     def __init__(self, a: LabModel, b: LabModel) -> None:
         self.a, self.b = a, b
@@ -257,7 +282,7 @@ def _compare_nodes(m: _Matcher, a_id: str, b_id: str) -> dict[str, Any] | None:
             continue  # written out at its schema default on one side: the same node
         if x is None or y is None or _attr_key(x) != _attr_key(y):
             attrs.append(name)
-            details.append(f"attribute {name}: {_show(x)} -> {_show(y)}")
+            details.append(f"attribute {name}: {_show_change(x, y)}")
     n_in = max(len(an.inputs), len(bn.inputs))
     for i in range(n_in):
         x = an.inputs[i] if i < len(an.inputs) else None

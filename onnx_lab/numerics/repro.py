@@ -42,7 +42,10 @@ sess = ort.InferenceSession(os.path.join(here, "node.onnx"), so, providers=["CPU
 print(f"node {{names['node']!r}}")
 got = sess.run(names["outputs"], {{n: inputs[f"arr_{{i}}"] for i, n in enumerate(names["inputs"])}})
 for i, (name, g) in enumerate(zip(names["outputs"], got)):
-    want = expected[f"arr_{{i}}"].astype(np.float64)
+    want = expected[f"arr_{{i}}"]
+    if want.dtype.kind in "US":  # strings: equal or not
+        print(f"{{name!r}}: {{int((np.asarray(g).astype(str) != want).sum())}} of {{want.size}} strings differ"); continue
+    want = want.astype(np.float64)
     err = np.abs(g.astype(np.float64) - want)
     print(f"{{name!r}}: max_abs {{err.max():.6g}}, max |expected| {{np.abs(want).max():.6g}}")
 '''
@@ -117,5 +120,16 @@ def _npz(arrays: list[np.ndarray]) -> Any:
     open file: a path without the suffix would get ``.npz`` appended)."""
     def write(path: Path) -> None:
         with open(path, "wb") as f:
-            np.savez(f, *arrays)
+            np.savez(f, *[_loadable(a) for a in arrays])
     return write
+
+
+def _loadable(a: Any) -> Any:
+    """A string tensor (an object array, as onnxruntime returns it) as a numpy str array:
+    ``np.load`` refuses object arrays without ``allow_pickle``, and repro.py stopped there
+    on a LabelEncoder's or OneHotEncoder's string input (onnxruntime takes str arrays)."""
+    arr = np.asarray(a) if isinstance(a, np.ndarray) else a
+    if isinstance(arr, np.ndarray) and arr.dtype == object and arr.size \
+            and all(isinstance(x, str) for x in arr.reshape(-1)):
+        return arr.astype(str)
+    return a

@@ -47,7 +47,7 @@ from onnx_lab.core.shapes import fit_dims
 from onnx_lab.core.source import load_source
 from onnx_lab.core.subgraph import upstream_model
 from onnx_lab.core.values import const_array
-from onnx_lab.errors import DimError, InputError, RuntimeLoadError, strict_keywords
+from onnx_lab.errors import DimError, InputError, LabError, RuntimeLoadError, strict_keywords
 from onnx_lab.numerics._branches_run import changed_branches, changed_loops, unrun, untaken
 from onnx_lab.numerics._stepdiff import step_diff
 from onnx_lab.numerics.align import (
@@ -78,7 +78,7 @@ from onnx_lab.numerics.selection import (
 )
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.capture import run as capture_run
-from onnx_lab.runtime.feeds import as_feed_list, input_specs, resolve_input_shapes
+from onnx_lab.runtime.feeds import as_feed_list, input_specs, missing_value, resolve_input_shapes
 from onnx_lab.runtime.session import saved_form_problem
 
 # The step's transforms.base.PassResult: read (provenance) and filled (verify_passed...) by
@@ -128,6 +128,7 @@ def _feeds(before: LabModel, after: LabModel, feeds: Any, dims, shapes, seed: in
             if any(n not in base[0] for n in b_names):
                 base = _filled(base, as_feed_list(None, before, b_dims, b_shapes, seed,
                                                   branches=True))
+            base = _with_missing_values(before, after, base, b_dims, b_shapes, seed)
     except DimError as e:
         raise DimError(e.problem, fix=(e.fix or "") + " Or skip verification with "
                        "verify=False (--no-verify).") from e
@@ -140,6 +141,28 @@ def _feeds(before: LabModel, after: LabModel, feeds: Any, dims, shapes, seed: in
             raise InputError(f"Feeds have no value for input(s) {missing} of the new model.",
                              fix="Pass feeds for every input of both models.")
         out.append((ref, cand))
+    return out
+
+
+def _with_missing_values(before: LabModel, after: LabModel, base: list[dict], dims, shapes,
+                         seed: int) -> list[dict]:
+    """``base`` (made for the new model) with the inputs in which the model before the step
+    holds an Imputer's missing value taken from the reference's own feeds: a step that
+    dropped the Imputer (or changed what it replaces) was fed no missing value and passed."""
+    names = [n for n, _, _ in input_specs(before)
+             if n in base[0] and missing_value(before, n) is not None
+             and repr(missing_value(after, n)) != repr(missing_value(before, n))]
+    if not names:
+        return base
+    try:
+        ref = as_feed_list(None, before, dims, shapes, seed, branches=True)
+    except LabError:  # the reference's dims leave something open: the new model's feeds
+        return base
+    out = []
+    for i, f in enumerate(base):
+        r = ref[min(i, len(ref) - 1)]
+        out.append({**f, **{n: r[n] for n in names if n in r
+                            and np.shape(r[n]) == np.shape(f[n])}})
     return out
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from onnx_lab import _display
 from onnx_lab._pandas import pd, prefetch
 from onnx_lab._progress import Progress
-from onnx_lab.core.shapes import dynamic_dims
+from onnx_lab.core.shapes import dynamic_dims, shape_tuple
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import DimError, InputError, RuntimeLoadError
 from onnx_lab.profiling._sweep_common import (
@@ -233,6 +233,22 @@ def _check_sweep_dim(lm: Any, dim: str) -> None:
     dyn = dynamic_dims(lm)
     if dim not in dyn or dim == "?":
         named = sorted(d for d in dyn if d != "?")
+        if not named and dyn.get("?"):
+            # every scikit-learn / LightGBM export: X [None, 6] — dynamic, but unnamed (it
+            # read "its inputs have fixed shapes")
+            first = next(v for v in lm.graph.inputs if v.name == dyn["?"][0])
+            shape = [None if not (isinstance(d, int) and d >= 0) else d
+                     for d in (shape_tuple(first.shape) or ())]
+            named_shape = list(shape)
+            named_shape[shape.index(None)] = dim
+            raise DimError(
+                f"The model has no dynamic dim {dim!r} to sweep: its dynamic dims are "
+                f"unnamed ({', '.join(repr(n) for n in dyn['?'])}; {first.name} "
+                f"{shape}), so nothing says which one {dim!r} is.",
+                fix=f"Name it first: lab.set_input_shape({first.name!r}, {named_shape!r}) "
+                "for each input that has it (on a Lab opened with its input shapes, so the "
+                "step is verified), then sweep it; give the other dims with dims={...} or "
+                "shapes={...}.")
         raise DimError(
             f"The model has no dynamic dim {dim!r} to sweep "
             f"({'its dynamic dims: ' + ', '.join(map(repr, named)) if named else 'its inputs have fixed shapes'}).",

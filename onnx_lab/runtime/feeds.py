@@ -268,7 +268,7 @@ def _gather_vocab(model: LabModel, name: str) -> int | None:
 
 # Categorical ops whose attributes list the strings (or integers) an input takes: a feed drawn
 # from them reaches every branch, where made-up strings would all hit the default.
-_VOCAB_ATTRS = {"LabelEncoder": ("keys_strings", "keys_int64s"),
+_VOCAB_ATTRS = {"LabelEncoder": ("keys_strings", "keys_int64s", "keys_floats"),
                 "OneHotEncoder": ("cats_strings", "cats_int64s"),
                 "CategoryMapper": ("cats_strings", "cats_int64s"),
                 "DictVectorizer": ("string_vocabulary", "int64_vocabulary")}
@@ -335,6 +335,50 @@ _INT_TYPES = frozenset({int(t) for t in (ir.DataType.INT8, ir.DataType.INT16,
                                          ir.DataType.UINT32, ir.DataType.UINT64)})
 
 
+_TREE_OPS = frozenset({"TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeEnsemble"})
+
+
+def _tree_values(node: ir.Node) -> dict[int, tuple]:
+    """{feature: values}: one value in each interval the ensemble's thresholds on that
+    feature cut the line into (the midpoints of consecutive distinct thresholds, and one below
+    the lowest and one above the highest), in a fixed shuffled order, so a draw of a few rows
+    crosses thresholds all along the feature instead of walking one end of it."""
+    def ints(name: str) -> list[int] | None:
+        a = node.attributes.get(name)
+        return [int(x) for x in a.value] if a is not None else None
+
+    feats = ints("nodes_featureids")
+    thresholds = None
+    for key in ("nodes_values", "nodes_values_as_tensor", "nodes_splits"):
+        a = node.attributes.get(key)
+        if a is None:
+            continue
+        v = a.value
+        thresholds = (np.asarray(v.numpy(), np.float64).reshape(-1) if hasattr(v, "numpy")
+                      else np.asarray(list(v), np.float64))
+        break
+    if feats is None or thresholds is None or len(feats) != len(thresholds):
+        return {}
+    modes = node.attributes.get("nodes_modes")
+    leaf = np.zeros(len(feats), bool)
+    if modes is not None and not hasattr(modes.value, "numpy") and len(modes.value) == len(feats):
+        leaf = np.array([m == "LEAF" for m in modes.value])
+    out: dict[int, tuple] = {}
+    for f in sorted({f for f, is_leaf in zip(feats, leaf) if not is_leaf and f >= 0}):
+        t = np.unique(thresholds[(np.asarray(feats) == f) & ~leaf])
+        t = t[np.isfinite(t)]
+        if not t.size:
+            continue
+        step = max(1.0, float(np.max(np.abs(t)))) * 1e-3
+        gaps = np.diff(t)
+        mids = (t[:-1] + gaps / 2)[gaps > 4 * step * 1e-3]  # not between near-equal ones
+        values = np.concatenate([[t[0] - max(step, (t[-1] - t[0]) / 8)], mids,
+                                 [t[-1] + max(step, (t[-1] - t[0]) / 8)]])
+        values = values[np.random.default_rng(f).permutation(values.size)][:_VOCAB_MAX]
+        out[f] = tuple(float(x) for x in values)
+    return out
+
+
 def vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
     """{column: Vocab}: the values the categorical ops reading input ``name`` name
     (LabelEncoder keys, OneHotEncoder and CategoryMapper categories, DictVectorizer
@@ -366,6 +410,19 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                 _POOL_ATTRS if node.op_type == "TfIdfVectorizer" and node.domain in ("",
                                                                                  "ai.onnx") \
                 else ()
+            if node.domain == "ai.onnx.ml" and node.op_type in _TREE_OPS and first:
+                # a tree ensemble's thresholds per feature: standard-normal values on data
+                # of another scale (ages, prices) all took the same branches, and every
+                # threshold moved by 3 years passed compare
+                for feature, values in _tree_values(node).items():
+                    if cols is not None:
+                        if feature >= len(cols):
+                            continue
+                        column = cols[feature]
+                    else:
+                        column = feature
+                    out.setdefault(column, Vocab(values))
+                continue
             if attrs and first:
                 for attr in attrs:
                     a = node.attributes.get(attr)
@@ -378,7 +435,9 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                         out.setdefault(column, vocab)
                 continue
             passes = node.op_type in _PASS_THROUGH or node.op_type in _TEXT_OPS or (
-                node.op_type == "Cast" and node.attributes.get_int("to", 0) in _INT_TYPES)
+                node.op_type == "Cast" and node.attributes.get_int("to", 0) in _INT_TYPES) or (
+                node.op_type == "Cast" and node.attributes.get_int("to", 0) in _FLOAT_TYPES
+                and _value_dtype(value, idx) in _FLOAT_TYPES)
             if not (passes and first and node.outputs and node.outputs[0].name
                     and node.outputs[0].name not in seen and len(seen) < 256):
                 continue
@@ -397,6 +456,62 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
             seen.add(node.outputs[0].name)
             todo.append((node.outputs[0].name, new_cols, new_joiner))
     return out
+
+
+_FLOAT_TYPES = frozenset({int(t) for t in (ir.DataType.FLOAT, ir.DataType.DOUBLE,
+                                           ir.DataType.FLOAT16, ir.DataType.BFLOAT16)})
+
+
+def _value_dtype(name: str, idx: Any) -> int | None:
+    v = idx.values.get(name) if hasattr(idx, "values") else None
+    return int(v.dtype) if v is not None and v.dtype is not None else None
+
+
+def missing_value(model: LabModel, name: str) -> float | int | None:
+    """The value an ai.onnx.ml ``Imputer`` replaces (``replaced_value_float`` /
+    ``replaced_value_int64``; skl2onnx's SimpleImputer writes NaN) when input ``name`` reaches
+    only Imputers, through ops that move, pick or join its values (Identity, Reshape, Gather,
+    a Concat of columns, a Cast...); else None. A feed that never holds it never runs the
+    Imputer's replacement: a wrong imputed value, or a rewrite that dropped the Imputer,
+    passed every comparison and verification."""
+    return model.cached(("feeds", "missing_value", name), lambda: _missing_value(model, name))
+
+
+def _missing_value(model: LabModel, name: str) -> float | int | None:
+    idx = model.index
+    found: list[float | int] = []
+    todo, seen = [name], {name}
+    while todo:
+        value = todo.pop()
+        consumers = idx.consumers.get(value, ())
+        if not consumers:
+            if value == name:
+                return None
+            continue
+        for nid in consumers:
+            node = idx.node(nid)
+            first = bool(node.inputs) and node.inputs[0] is not None \
+                and node.inputs[0].name == value
+            if node.domain == "ai.onnx.ml" and node.op_type == "Imputer" and first:
+                a = node.attributes.get("replaced_value_float") \
+                    or node.attributes.get("replaced_value_int64")
+                found.append(a.value if a is not None else 0.0)  # the spec's default
+                continue
+            moves = (node.op_type in _PASS_THROUGH and first) or node.op_type == "Concat" \
+                or (node.op_type == "Cast" and first)
+            if not (moves and node.domain in ("", "ai.onnx", "ai.onnx.ml") and node.outputs
+                    and node.outputs[0].name) or len(seen) >= 256:
+                return None  # read by something that computes with it: no planted value
+            out = node.outputs[0].name
+            if out not in seen:
+                seen.add(out)
+                todo.append(out)
+    if not found:
+        return None
+    first_value = found[0]
+    same = all((isinstance(v, float) and isinstance(first_value, float) and
+                math.isnan(v) and math.isnan(first_value)) or v == first_value for v in found)
+    return first_value if same else None
 
 
 def vocabulary(model: LabModel, name: str) -> list | None:
@@ -583,8 +698,24 @@ def make_feeds(source: Any, dims: Mapping[str, int] | None = None,
                     # passed every check.
                     low = 1 if math.prod(shape) == 1 and top > 1 else 0
                     arr = rng.integers(low, top, size=shape)
+            elif any(v.values and isinstance(v.values[0], float)
+                     for v in vocabularies(model, name).values()):
+                # values the graph names for a float input: a tree ensemble's intervals,
+                # a LabelEncoder's float keys (keys_floats; standard-normal values matched
+                # none, every value took the default, and a changed key passed)
+                arr = _columns(ir.DataType.from_numpy(np.dtype(np_dtype)), tuple(shape), rng,
+                               vocabularies(model, name))
             else:
                 arr = rng.standard_normal(shape)
+            missing = missing_value(model, name) if name not in ranges else None
+            if missing is not None and np.size(arr) > 1 and (
+                    high is None or not (isinstance(missing, float) and math.isnan(missing))):
+                # an Imputer's missing value in about a quarter of the elements (at least
+                # one, never all): its replacement runs and is compared
+                arr = np.array(arr, dtype=np.float64 if high is None else np.int64)
+                flat = arr.reshape(-1)
+                k = max(1, flat.size // 4)
+                flat[rng.choice(flat.size, size=k, replace=False)] = missing
             feeds[name] = np.asarray(arr).astype(np_dtype)
         samples.append(feeds)
     return samples[0] if n == 1 else samples

@@ -830,7 +830,23 @@ def run_failure(e: BaseException, what: str = "the model", fix: str = _FEEDS_FIX
     """
     text = _ort_text(str(e).strip())
     first = clipped(text.splitlines()[0]) if text else type(e).__name__
+    unfeedable = _MAP_FEED.search(text) if runtime == "onnxruntime" else None
+    if unfeedable is not None:
+        given, wanted = (re.sub(r"tensor\((\w+)\)", r"\1", g) for g in unfeedable.groups())
+        # onnxruntime's Python binding makes every dict a map of float values: no feed,
+        # generated or given, reaches a map(int64,double) input (the fix said "check the
+        # feeds' dtypes", which no dict can meet)
+        fix = (f"onnxruntime's Python API passes a dict only as a map of float values "
+               f"(map(int64,float) or map(string,float): it became {given}); no dict fed from "
+               f"Python is a {wanted}, so this model runs only from onnxruntime's C, C++, C# "
+               "or Java API. To use it here, make the input a map of float values (the "
+               "exporter's value type, e.g. skl2onnx's DictionaryType(..., FloatTensorType"
+               "([1])))).")
     return RuntimeLoadError(f"{runtime} failed to run {what}: {first}", fix=fix)
+
+
+_MAP_FEED = re.compile(r"Unexpected input data type\. Actual: \(\((map\(\w+,tensor\(\w+\)\))\)\)"
+                       r" , expected: \(\((map\(\w+,tensor\(\w+\)\))\)\)")
 
 
 def clipped(text: str, limit: int = 400) -> str:

@@ -138,3 +138,24 @@ def test_onnx_ml_models_count_the_numbers_their_attributes_learned():
     assert tree.nodes.set_index("op_type").loc["TreeEnsembleClassifier", "params"] == 22
     linear = onnx_lab.open(linear_zipmap(), dims={"N": 2}).cost()
     assert linear.total["params"] == 3 * 3 + 3
+
+
+def test_peak_memory_names_a_node_when_only_the_inputs_have_a_size():
+    # ai.onnx.ml 1's TreeEnsembleRegressor (LightGBM / skl2onnx exports) has no shape
+    # inference: its output's size is unknown, the input X is the whole peak, and the peak
+    # was reported "at None" (`onnx-lab cost`: "peak activations 480 bytes at None")
+    node = helper.make_node("TreeEnsembleRegressor", ["X"], ["Y"], domain="ai.onnx.ml",
+                            name="trees", n_targets=1, nodes_treeids=[0, 0, 0],
+                            nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+                            nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+                            nodes_values=[0.5, 0.0, 0.0], nodes_truenodeids=[1, 0, 0],
+                            nodes_falsenodeids=[2, 0, 0], target_treeids=[0, 0],
+                            target_nodeids=[1, 2], target_ids=[0, 0],
+                            target_weights=[1.0, 2.0])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", F, [20, 6])],
+                          [helper.make_tensor_value_info("Y", F, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_operatorsetid("", 13),
+                                            helper.make_operatorsetid("ai.onnx.ml", 1)])
+    c = onnx_lab.open(m).cost()
+    assert c.total["peak_activation_bytes"] == 20 * 6 * 4
+    assert c.total["peak_node"] == "trees"

@@ -209,3 +209,37 @@ def test_zipmap_maps_pair_with_the_tensor_by_its_labels():
     bad = onnx_lab.compare(_relabelled([2, 0, 1]), swapped, dims={"N": 8})
     assert not bad.passed
     assert bad.outputs.set_index("tensor").loc["output_label", "passed"]
+
+
+def _class_labels_model(labels):
+    # skl2onnx's options={'output_class_labels': True}: the classes as a third output, an
+    # Identity of a constant
+    from onnx import TensorProto, helper, numpy_helper
+
+    coef = np.arange(9, dtype=np.float32) / 9
+    nodes = [helper.make_node("Identity", ["class_labels_cst"], ["class_labels"], name="N2"),
+             helper.make_node("LinearClassifier", ["X"], ["label", "probabilities"],
+                              domain="ai.onnx.ml", name="LinearClassifier",
+                              classlabels_ints=[0, 1, 2], coefficients=coef.tolist(),
+                              intercepts=[0.1, -0.2, 0.05], multi_class=1,
+                              post_transform="SOFTMAX")]
+    g = helper.make_graph(
+        nodes, "labels", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
+         helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 3]),
+         helper.make_tensor_value_info("class_labels", TensorProto.INT64, [3])],
+        [numpy_helper.from_array(np.array(labels, np.int64), "class_labels_cst")])
+    m = helper.make_model(g, opset_imports=[helper.make_operatorsetid("", 15),
+                                            helper.make_operatorsetid("ai.onnx.ml", 1)])
+    m.ir_version = 8
+    return m
+
+
+def test_an_output_made_of_weights_alone_is_a_divergence():
+    ref = onnx_lab.open(_class_labels_model([0, 1, 2]), dims={"N": 4})
+    assert onnx_lab.compare(ref, ref).first_divergence is None
+    c = onnx_lab.compare(ref, onnx_lab.open(_class_labels_model([2, 1, 0]), dims={"N": 4}))
+    assert not c.passed
+    div = c.first_divergence
+    assert div is not None and div["tensor"] == "class_labels" and div["node_id"] == "N2"
+    assert div["cause"] == "weights" and div["constant_tensor"] == "class_labels_cst"

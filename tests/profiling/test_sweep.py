@@ -99,3 +99,28 @@ def test_levels_node_counts_match_ort_optimized_graph(sample, tmp_path):
         path = tmp_path / f"{level}.onnx"
         make_session(lab.model, opt_level=level, optimized_model_path=str(path))
         assert nodes == len(onnx.load(str(path), load_external_data=False).graph.node), level
+
+
+def test_batch_sweep_of_an_unnamed_batch_dim_says_so(tmp_path):
+    # scikit-learn and LightGBM exports declare X [None, 6]: dynamic, but unnamed. The error
+    # said "its inputs have fixed shapes"; its fix, followed, sweeps.
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("LinearRegressor", ["X"], ["Y"], domain="ai.onnx.ml",
+                            name="lin", coefficients=np.arange(6.0).tolist(), intercepts=[0.5])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT,
+                                                                      [None, 6])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 1])])
+    m = helper.make_model(g, opset_imports=[helper.make_operatorsetid("", 15),
+                                            helper.make_operatorsetid("ai.onnx.ml", 1)])
+    path = tmp_path / "linear.onnx"
+    onnx.save(m, path)
+    with pytest.raises(DimError, match="unnamed") as e:
+        batch_sweep(str(path), (1, 2))
+    assert "fixed shapes" not in str(e.value)
+    assert "lab.set_input_shape('X', ['batch', 6])" in str(e.value)
+    lab = onnx_lab.open(path, shapes={"X": [1, 6]})
+    lab.set_input_shape("X", ["batch", 6])
+    assert lab.batch_sweep((1, 2), runs=1, warmup=0).table.batch.tolist() == [1, 2]

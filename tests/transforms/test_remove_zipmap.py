@@ -111,3 +111,25 @@ def test_compared_as_names_the_maps_on_either_side():
     for a, b in ((lab.original, lab), (lab, lab.original)):  # the maps as the candidate too
         row = onnx_lab.compare(a, b).outputs.set_index("tensor").loc["output_probability"]
         assert row["compared_as"] == "seq(map)" and row["passed"]
+
+
+def test_a_probabilities_tensor_without_inferred_shape_gets_one(tmp_path):
+    # skl2onnx's RandomForest imports ai.onnx.ml 1, whose TreeEnsembleClassifier ONNX infers
+    # no shape for: the new output had a type without a shape, which onnx's checker refuses
+    # ("Field 'shape' of 'type' is required but missing"), and onnxsim after it failed so
+    m = tree_zipmap()
+    del m.opset_import[:]
+    m.opset_import.extend([helper.make_operatorsetid("", 13),
+                           helper.make_operatorsetid("ai.onnx.ml", 1)])
+    lab = onnx_lab.open(m, dims={"N": 6})
+    r = lab.apply("remove_zipmap")
+    assert r.modified and r.verify_passed
+    path = tmp_path / "no_zipmap.onnx"
+    lab.save(path)
+    saved = onnx.load(path)
+    onnx.checker.check_model(saved, full_check=True)
+    probs = next(o for o in saved.graph.output if o.name == "output_probability")
+    assert [d.dim_value for d in probs.type.tensor_type.shape.dim][1:] == [2]
+    got = ort.InferenceSession(str(path)).run(None, {"X": np.zeros((4, 2), np.float32)})[1]
+    assert got.shape == (4, 2)
+    assert lab.apply("onnxsim").verify_passed

@@ -79,6 +79,11 @@ class RemoveZipMap(PatternPass):
         shape = src.shape
         if shape is None and info is not None and info.shape is not None:
             shape = ir.Shape([d if d is not None else None for d in info.shape])
+        if shape is None:
+            # ai.onnx.ml 1's TreeEnsembleClassifier (skl2onnx's RandomForest) infers no
+            # shape: the ZipMap's input is [N, C], one column per label (its spec). A graph
+            # output without a shape fails onnx's checker, and onnxsim after this pass.
+            shape = ir.Shape([None, len(_labels(node) or ())])
         dtype = src.dtype or ir.DataType.FLOAT
         if rw.bypass(node):
             src.type = ir.TensorType(dtype)

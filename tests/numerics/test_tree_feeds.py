@@ -1,0 +1,57 @@
+"""Tree ensembles are fed values around their thresholds: scikit-learn's trees are trained on
+data of any scale (ages, prices), and standard-normal feeds all took the same branches, so a
+forest whose every threshold moved passed ``compare``."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+import onnx_lab
+from onnx_lab.numerics import make_feeds
+
+
+def _stump_forest(shift: float = 0.0) -> onnx.ModelProto:
+    # 3 stumps on two features whose thresholds lie near 50 (an age) and 2000 (a price)
+    thresholds = [45.0 + shift, 55.0 + shift, 2000.0 + shift]
+    feats = [0, 0, 1]
+    ids, nodes, fid, vals, modes, t_true, t_false = [], [], [], [], [], [], []
+    tw_tree, tw_node, tw_w = [], [], []
+    for t, (f, v) in enumerate(zip(feats, thresholds)):
+        for n, mode in enumerate(("BRANCH_LEQ", "LEAF", "LEAF")):
+            ids.append(t), nodes.append(n), fid.append(f if n == 0 else 0)
+            vals.append(v if n == 0 else 0.0), modes.append(mode)
+            t_true.append(1 if n == 0 else 0), t_false.append(2 if n == 0 else 0)
+        tw_tree += [t, t]
+        tw_node += [1, 2]
+        tw_w += [float(t), float(t + 10)]
+    node = helper.make_node(
+        "TreeEnsembleRegressor", ["X"], ["Y"], domain="ai.onnx.ml", name="forest",
+        n_targets=1, nodes_treeids=ids, nodes_nodeids=nodes, nodes_featureids=fid,
+        nodes_values=vals, nodes_modes=modes, nodes_truenodeids=t_true,
+        nodes_falsenodeids=t_false, target_treeids=tw_tree, target_nodeids=tw_node,
+        target_ids=[0] * len(tw_w), target_weights=tw_w)
+    g = helper.make_graph([node], "forest",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 3])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 1])])
+    m = helper.make_model(g, opset_imports=[helper.make_operatorsetid("", 17),
+                                            helper.make_operatorsetid("ai.onnx.ml", 3)])
+    m.ir_version = 8
+    return m
+
+
+def test_feeds_cross_every_threshold():
+    x = make_feeds(onnx_lab.open(_stump_forest(), dims={"N": 16}))["X"]
+    assert x.dtype == np.float32 and x.shape == (16, 3)
+    # feature 0 takes its three intervals: below 45, between 45 and 55, above 55
+    assert (x[:, 0] < 45).any() and ((x[:, 0] > 45) & (x[:, 0] < 55)).any() \
+        and (x[:, 0] > 55).any()
+    assert (x[:, 1] < 2000).any() and (x[:, 1] > 2000).any()
+
+
+def test_moved_thresholds_fail_compare():
+    ref = onnx_lab.open(_stump_forest(), dims={"N": 16})
+    assert onnx_lab.compare(ref, ref).passed
+    c = onnx_lab.compare(ref, onnx_lab.open(_stump_forest(shift=3.0), dims={"N": 16}))
+    assert not c.passed and c.first_divergence["node_id"] == "forest"
