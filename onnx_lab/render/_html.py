@@ -89,22 +89,26 @@ _CONTROL_PICTURES = {c: 0x2400 + c for c in range(0x20) if c not in (9, 10, 13)}
 DOT_MAX_CHARS = 2000
 
 
-#: The Control Pictures themselves (U+2400-U+2421): a name may hold them as they are.
-_PICTURE = re.compile("[\u2400-\u2421]")
+#: What a name may not hold as it is in a DOT id: a control character graphviz cannot hold,
+#: a Control Picture (U+2400-U+2421: what a control character is shown as), or the mark a
+#: shown name ends in (``…#``).
+_NOT_AS_IS = re.compile("[" + "".join(map(chr, _CONTROL_PICTURES)) + "\u2400-\u2421]|…#")
 
 
 def dot_safe(s: str) -> str:
-    """``s`` with control characters graphviz cannot hold shown as their pictures (``␀``),
-    cut past :data:`DOT_MAX_CHARS` (``name…#1a2b3c4d``): one node named with 17,000
-    characters left every drawing of its model empty.
+    """``s`` as a DOT node id: as it is when it can be, else one to one with ``s`` — its
+    start with control characters as their pictures (``␀``), ``…#`` and 24 hex digits of a
+    hash of the whole (``name…#1a2b…``).
 
-    One to one, as graphviz needs of node names: a name shown with pictures (one that
-    holds a control character or a picture itself) ends in a hash of the whole; ``n\x01``
-    and a second node named ``n␁`` were one DOT node, drawn as whichever came last."""
-    out = _cut(s).translate(_CONTROL_PICTURES)
-    if _PICTURE.search(out) and len(s) <= DOT_MAX_CHARS:  # (a cut one ends in its hash)
-        out += "#" + hashlib.sha256(s.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return out
+    Cut past :data:`DOT_MAX_CHARS`: one node named with 17,000 characters left every drawing
+    of its model empty. One to one, as graphviz needs of node names: ``n\x01`` and a second
+    node named ``n␁`` were one DOT node, drawn as whichever came last, and so was a short name
+    written as the cut form of a long one (a name shown otherwise always ends in the mark and
+    its hash, and a name that holds the mark is shown otherwise too)."""
+    if len(s) <= DOT_MAX_CHARS and not _NOT_AS_IS.search(s):
+        return s
+    digest = hashlib.sha256(s.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return f"{s[:DOT_MAX_CHARS - 30]}".translate(_CONTROL_PICTURES) + "…#" + digest
 
 
 def _cut(s: str) -> str:

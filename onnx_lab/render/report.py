@@ -48,6 +48,7 @@ from onnx_lab.errors import LabError, clip_text
 from onnx_lab.render._html import (
     Markup,
     csp_meta,
+    dot_safe,
     esc_attr,
     esc_text,
     inline_script,
@@ -273,8 +274,14 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
             details[nid] = f"<div class='olc-details'>{esc_text(str(e))}</div>"
     for v in views.values():
         v.pop("members", None)
+    # The keys the page reads back from the drawing where they are not the keys themselves
+    # (a control character shown as its picture, a long name cut: render._html.dot_safe), so
+    # a click on such a node finds its panel.
+    drawn = {dot_safe(k): k for v in views.values() for k in v.get("boxes", {})}
+    drawn.update({dot_safe(k): k for k in details})
+    drawn = {d: k for d, k in drawn.items() if d != k}
     return {"views": views, "details": details, "where": where, "notes": notes,
-            "index": search_index(model), "seconds": time.perf_counter() - t0}
+            "drawn": drawn, "index": search_index(model), "seconds": time.perf_counter() - t0}
 
 
 # ----------------------------------------------------------------------------- tables

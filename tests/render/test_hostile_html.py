@@ -217,6 +217,32 @@ def test_names_that_differ_only_by_a_control_character_are_two_drawn_nodes():
     canvas.show(r)
     assert {canvas._drawn(i) for i in ids} >= {"n\x01", "n\u2401", "add"}
 
+
+def test_a_short_name_written_as_a_long_names_cut_form_is_its_own_drawn_node():
+    # a long name is drawn as its start, '…#' and a hash of the whole: a second node named
+    # with exactly that text (its author knows the hash) was the same DOT node
+    import re
+
+    import onnx
+
+    from onnx_lab.render._html import dot_safe
+
+    long = "L" * 5_000
+    forged = dot_safe(long)
+    assert len(forged) <= 2000 and dot_safe(forged) != forged
+    h, F = onnx.helper, onnx.TensorProto.FLOAT
+    g = h.make_graph([h.make_node("Relu", ["x"], ["a"], name=long),
+                      h.make_node("Neg", ["x"], ["b"], name=forged),
+                      h.make_node("Add", ["a", "b"], ["y"], name="add")], "g",
+                     [h.make_tensor_value_info("x", F, [2])], [h.make_tensor_value_info("y", F, [2])])
+    r = onnx_lab.open(h.make_model(g, opset_imports=[h.make_opsetid("", 17)])).render()
+    assert r.svg is not None and ">Relu<" in r.svg and ">Neg<" in r.svg
+    ids = re.findall(r'<g id="n:([^"]*)" class="node', r.svg)
+    assert len(ids) == len(set(ids)) == 5
+    # a plain name is its own id; one with a picture or the mark is shown with a hash
+    assert dot_safe("conv/Relu_1") == "conv/Relu_1"
+    assert re.fullmatch("n\u2400…#[0-9a-f]{24}", dot_safe("n\x00"))
+
 @pytest.mark.skipif(shutil.which("dot") is None, reason="needs graphviz dot")
 def test_a_name_that_escaping_lengthens_is_still_drawn():
     # the cut came once more after escaping and could end inside an entity ("&l…"): a node

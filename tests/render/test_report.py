@@ -313,3 +313,23 @@ def test_the_old_render_doors_name_their_new_place():
     with pytest.raises(ImportError, match=r"now onnx_lab.reporting.write_report \(and "
                                           r"onnx_lab.write_report\)"):
         from onnx_lab.render.report import write_report as _old  # noqa: F401
+
+
+def test_a_node_drawn_under_another_key_finds_its_panel():
+    """A name with a control character is drawn as its picture and a hash (render._html.
+    dot_safe): the page reads that key back from the drawing, and the payload maps it to the
+    node's panel (a click on such a node showed an empty panel)."""
+    import onnx
+
+    from onnx_lab.render._html import dot_safe
+
+    h, F = onnx.helper, onnx.TensorProto.FLOAT
+    g = h.make_graph([h.make_node("Relu", ["x"], ["a"], name="n\x01"),
+                      h.make_node("Neg", ["a"], ["y"], name="plain")], "g",
+                     [h.make_tensor_value_info("x", F, [2])], [h.make_tensor_value_info("y", F, [2])])
+    p = canvas_payload(onnx_lab.open(h.make_model(g, opset_imports=[h.make_opsetid("", 17)])))
+    drawn = dot_safe("n\x01")
+    assert drawn != "n\x01" and p["drawn"][drawn] == "n\x01"
+    assert "Relu" in p["details"][p["drawn"][drawn]]
+    assert "plain" not in p["drawn"]  # names drawn as they are need no entry
+    assert f'id="n:{drawn}"' in p["views"][""]["svg"]

@@ -52,6 +52,8 @@
 
     function detailsFor(key) {
       if (!key) return "";
+      // the drawing's form of a name that is not drawn as it is (render._html.dot_safe)
+      if (Object.prototype.hasOwnProperty.call(payload.drawn || {}, key)) key = payload.drawn[key];
       const child = (view().boxes || {})[key];
       if (child !== undefined) {
         const drawn = payload.views[child] ? "" :
