@@ -714,6 +714,14 @@ def _dim_protos(tp: onnx.TypeProto):
         yield from _dim_protos(tp.map_type.value_type)
 
 
+def has_long_dims(proto: onnx.ModelProto) -> bool:
+    """Whether a dim_param of ``proto``'s graph inputs and outputs is longer than
+    :data:`_MAX_INFERRED_DIM_TEXT` (ONNX inference would copy it into every value)."""
+    return any(len(d.dim_param) > _MAX_INFERRED_DIM_TEXT
+               for vi in (*proto.graph.input, *proto.graph.output)
+               for d in _dim_protos(vi.type) if d.HasField("dim_param"))
+
+
 def _alias_long_dims(proto: onnx.ModelProto) -> dict[str, str]:
     """Replace (in place) every dim_param of ``proto`` longer than
     :data:`_MAX_INFERRED_DIM_TEXT` by a short alias; returns {alias: text}."""

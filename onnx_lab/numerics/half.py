@@ -46,7 +46,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.handoff import proto_with_weights
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import guard_label_encoders
+from onnx_lab.core.shapes import guard_label_encoders, has_long_dims
 from onnx_lab.errors import ConversionBug
 
 __all__ = ["HalfRules", "convert_half", "half_proto", "check_converted", "passes_checker",
@@ -756,6 +756,10 @@ def half_proto(model: LabModel, kept: Iterable[str] = (), *, to: int = FLOAT16,
                           external=lambda t: False)
     if check:
         check_converted(out, f"{_NAMES[to]} conversion")
+    if has_long_dims(out):
+        # a 200 KB dim name copied into every value_info took 1.6 GB: the Lab's own
+        # inference (which aliases long dims) types the intermediates instead
+        return out
     try:  # typed intermediates (a converted tensor's type reads float16 in every table)
         guard_label_encoders(out)  # onnx's inference would end the process on some
         out = onnx.shape_inference.infer_shapes(out)
