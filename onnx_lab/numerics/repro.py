@@ -36,18 +36,48 @@ import onnxruntime as ort
 here = os.path.dirname(os.path.abspath(__file__))
 names = json.load(open(os.path.join(here, "names.json")))
 inputs, expected = (np.load(os.path.join(here, f)) for f in ("inputs.npz", "expected.npz"))
-so = ort.SessionOptions()
+{held}so = ort.SessionOptions()
 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
 sess = ort.InferenceSession(os.path.join(here, "node.onnx"), so, providers=["CPUExecutionProvider"])
 print(f"node {{names['node']!r}}")
-got = sess.run(names["outputs"], {{n: inputs[f"arr_{{i}}"] for i, n in enumerate(names["inputs"])}})
+got = sess.run(names["outputs"], {{n: {feed} for i, n in enumerate(names["inputs"])}})
 for i, (name, g) in enumerate(zip(names["outputs"], got)):
-    want = expected[f"arr_{{i}}"]
+{compare}    want = expected[f"arr_{{i}}"]
     if want.dtype.kind in "US":  # strings: equal or not
         print(f"{{name!r}}: {{int((np.asarray(g).astype(str) != want).sum())}} of {{want.size}} strings differ"); continue
     want = want.astype(np.float64)
     err = np.abs(g.astype(np.float64) - want)
     print(f"{{name!r}}: max_abs {{err.max():.6g}}, max |expected| {{np.abs(want).max():.6g}}")
+'''
+
+# Written into the script only when a value is a sequence or a map (a ZipMap's output).
+_HELD = '''held = names["values"]  # sequences and maps, as data
+
+
+def dec(v):  # a sequence or map value from names.json
+    if "seq" in v:
+        return [dec(x) for x in v["seq"]]
+    if "map" in v:
+        return {{k: (lambda a: a.item() if a.ndim == 0 else a)(dec(x)) for k, x in v["map"]}}
+    return np.array(v["tensor"], dtype=v["dtype"])
+
+
+def flat(v, at=""):  # (where, number) of a sequence or map, element by element
+    if isinstance(v, (list, dict)):
+        for k, x in (v.items() if isinstance(v, dict) else enumerate(v)):
+            yield from flat(x, f"{{at}}[{{k!r}}]")
+    else:
+        yield at, np.asarray(v, np.float64)
+
+
+'''
+_HELD_FEED = '(dec(held["inputs"][str(i)]) if str(i) in held["inputs"] else inputs[f"arr_{i}"])'
+_HELD_COMPARE = '''    if str(i) in held["expected"]:  # a sequence or a map: key by key
+        w, h = dict(flat(dec(held["expected"][str(i)]))), dict(flat(g))
+        both = [k for k in w if k in h]
+        err = max((float(np.abs(h[k] - w[k]).max()) for k in both), default=0.0)
+        print(f"{name!r}: {len(set(w) ^ set(h))} keys or items on one side only, "
+              f"max_abs {err:.6g} over {len(both)}"); continue
 '''
 
 
@@ -105,23 +135,57 @@ def write_repro(comparison: Any, folder: str | os.PathLike,
     save(History(check.model), paths["model"], external_data=False, overwrite=True)
     inputs = list(check.feeds)
     outputs = list(check.expected)
+    # sequences and maps (a ZipMap's output) go to names.json as data: np.load refuses the
+    # object arrays they would be, and repro.py stopped there
+    held = {"inputs": _held([check.feeds[n] for n in inputs]),
+            "expected": _held([check.expected[n] for n in outputs])}
     # each file through a fresh temporary renamed into place (never through a planted link)
     write_atomic(paths["inputs"], _npz([check.feeds[n] for n in inputs]))
     write_atomic(paths["expected"], _npz([check.expected[n] for n in outputs]))
     write_atomic(paths["names"], json.dumps({"node": check.node_id, "inputs": inputs,
-                                             "outputs": outputs}, indent=1))
+                                             "outputs": outputs, "values": held}, indent=1))
     rule = next(iter(check.rules.values())).describe() if check.rules else ""
-    write_atomic(paths["script"], _SCRIPT.format(rule=rule.replace('"', "'")))
+    structured = bool(held["inputs"] or held["expected"])
+    write_atomic(paths["script"], _SCRIPT.format(
+        rule=rule.replace('"', "'"), held=_HELD.format() if structured else "",
+        feed=_HELD_FEED if structured else 'inputs[f"arr_{i}"]',
+        compare=_HELD_COMPARE if structured else ""))
     return Repro(out, check=check, **paths)
 
 
-def _npz(arrays: list[np.ndarray]) -> Any:
+def _npz(arrays: list[Any]) -> Any:
     """A writer of ``arrays`` as an .npz file at the path it is given (``np.savez`` to an
-    open file: a path without the suffix would get ``.npz`` appended)."""
+    open file: a path without the suffix would get ``.npz`` appended); a sequence or map
+    (held in names.json, :func:`_held`) is an empty array in its place."""
     def write(path: Path) -> None:
         with open(path, "wb") as f:
-            np.savez(f, *[_loadable(a) for a in arrays])
+            np.savez(f, *[np.zeros(0) if _structured(a) else _loadable(a) for a in arrays])
     return write
+
+
+def _held(values: list[Any]) -> dict[str, Any]:
+    """{position: value as JSON data} of the sequences and maps among ``values``."""
+    return {str(i): _as_data(v) for i, v in enumerate(values) if _structured(v)}
+
+
+def _structured(v: Any) -> bool:
+    """A sequence or map value (a list, a dict, or an object array of them)."""
+    if isinstance(v, (list, dict)):
+        return True
+    return isinstance(v, np.ndarray) and v.dtype == object and v.size > 0 and any(
+        isinstance(x, (list, dict, np.ndarray)) for x in v.reshape(-1))
+
+
+def _as_data(v: Any) -> dict[str, Any]:
+    if isinstance(v, np.ndarray) and _structured(v):
+        v = v.tolist()
+    if isinstance(v, list):
+        return {"seq": [_as_data(x) for x in v]}
+    if isinstance(v, dict):
+        return {"map": [[k.item() if isinstance(k, np.generic) else k, _as_data(x)]
+                        for k, x in v.items()]}
+    a = np.asarray(v)
+    return {"tensor": a.tolist(), "dtype": a.dtype.str if a.dtype.kind not in "OU" else "U"}
 
 
 def _loadable(a: Any) -> Any:

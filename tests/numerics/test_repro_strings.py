@@ -26,3 +26,26 @@ def test_repro_of_a_string_divergence_runs(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "strings differ" in run.stdout
     assert "0 of" not in run.stdout
+
+
+def test_repro_of_a_zipmap_divergence_runs(tmp_path):
+    """A ZipMap's output is a sequence of maps: it goes to names.json as data (an object
+    array in expected.npz stopped repro.py the same way) and is compared key by key."""
+    import json
+
+    from ml_models import linear_zipmap
+
+    cand = linear_zipmap()
+    zipmap = next(n for n in cand.graph.node if n.op_type == "ZipMap")
+    next(a for a in zipmap.attribute if a.name == "classlabels_int64s").ints[2] = 7
+    ref = onnx_lab.open(linear_zipmap(), dims={"N": 4})
+    c = onnx_lab.compare(ref, onnx_lab.open(cand, dims={"N": 4}))
+    assert not c.passed and c.first_divergence["node_id"] == "ZipMap"
+    r = ref.repro(c, tmp_path / "repro")
+    held = json.loads(r.names.read_text())["values"]["expected"]
+    assert [k for k, _ in held["0"]["seq"][0]["map"]] == [0, 1, 2]
+    run = subprocess.run([sys.executable, "repro.py"], cwd=r.folder, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    # the node alone gives key 7 where the reference has 2: 4 rows, one key each side
+    assert "8 keys or items on one side only" in run.stdout
