@@ -714,37 +714,75 @@ MAX_INLINED_NODES = 20_000
 MAX_INLINE_GROWTH = 100
 
 
+def _own_nodes(nodes: Any, funcs: Any, bodies: Any) -> tuple[int, list]:
+    """The nodes of ``nodes`` and of their bodies (``bodies(node)``: its node lists) that
+    call none of ``funcs``, and the calls (keys of ``funcs``), without recursion."""
+    count, calls, todo = 0, [], [list(nodes)]
+    while todo:
+        for node in todo.pop():
+            key = (node.domain, node.op_type, node.overload)
+            if key in funcs:
+                calls.append(key)
+            else:
+                count += 1
+            todo.extend(bodies(node))
+    return count, calls
+
+
+def _inlined_sizes(parts: dict[Any, tuple[int, list]]) -> dict[Any, int]:
+    """{function: its nodes once every call inside it is inlined}, from ``parts``
+    ({function: (its nodes that call no local function, the calls)}), without recursion (a
+    chain of a few hundred functions, each calling the next once, is no bomb, and recursing
+    into it raised RecursionError at open). A function on the path of its own calls (a cycle,
+    which onnxruntime refuses) counts as one node."""
+    sizes: dict[Any, int] = {}
+    active: set = set()
+    for root in parts:
+        stack = [(root, False)]
+        while stack:
+            key, ready = stack.pop()
+            if ready:  # its callees are sized
+                count, calls = parts[key]
+                sizes[key] = count + sum(sizes.get(c, 1) for c in calls)
+                active.discard(key)
+            elif key not in sizes and key not in active:
+                active.add(key)
+                stack.append((key, True))
+                stack.extend((c, False) for c in dict.fromkeys(parts[key][1])
+                             if c not in sizes and c not in active)
+    return sizes
+
+
 def _check_inlined_size(proto: onnx.ModelProto, what: str) -> None:
     """Refuse a model whose local functions expand past :data:`MAX_INLINED_NODES` and
     :data:`MAX_INLINE_GROWTH` times the stored nodes when inlined."""
     if not len(proto.functions):
         return
     funcs = {(f.domain, f.name, f.overload): f for f in proto.functions}
-    sizes: dict[tuple[str, str, str], int] = {}
-    active: set[tuple[str, str, str]] = set()
+
+    def bodies(node: onnx.NodeProto) -> list:
+        return [b.node for a in node.attribute for b in (
+            [a.g] if a.type == onnx.AttributeProto.GRAPH else
+            a.graphs if a.type == onnx.AttributeProto.GRAPHS else ())]
+
+    def own(nodes) -> tuple[int, list[tuple[str, str, str]]]:
+        return _own_nodes(nodes, funcs, bodies)
+
+    parts = {key: own(f.node) for key, f in funcs.items()}
+    sizes = _inlined_sizes(parts)
 
     def nodes_of(nodes) -> int:  # (inlined) nodes of a node list and its bodies
-        total = 0
-        for node in nodes:
-            key = (node.domain, node.op_type, node.overload)
-            total += size(key) if key in funcs else 1
-            for a in node.attribute:
-                for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                             a.graphs if a.type == onnx.AttributeProto.GRAPHS else ()):
-                    total += nodes_of(body.node)
-        return total
+        count, calls = own(nodes)
+        return count + sum(sizes[c] for c in calls)
 
-    def size(key: tuple[str, str, str]) -> int:
-        if key not in sizes:
-            if key in active:  # a function that calls itself: onnxruntime refuses it
-                return 1
-            active.add(key)
-            sizes[key] = nodes_of(funcs[key].node)
-            active.discard(key)
-        return sizes[key]
-
+    # the functions' If/Loop/Scan bodies too, as the inlined count has them (a function
+    # holding a 500-node Loop body, called 41 times, read "the file stores 42" and was refused)
     stored = sum(1 for g in graph_protos(proto.graph) for _ in g.node) + sum(
-        len(f.node) for f in proto.functions)
+        len(f.node) + sum(len(b.node) for n in f.node for a in n.attribute
+                          for top in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                                      a.graphs if a.type == onnx.AttributeProto.GRAPHS else ())
+                          for b in graph_protos(top))
+        for f in proto.functions)
     inlined = nodes_of(proto.graph.node)
     if inlined > MAX_INLINED_NODES and inlined > MAX_INLINE_GROWTH * max(stored, 1):
         raise ModelLoadError(
@@ -878,6 +916,34 @@ def check_ir_model(model: ir.Model, what: str) -> None:
                     "not be resolved in the model's folder).",
                     fix="Store the default inside the model, or pass the attribute at each "
                     "call of the function.")
+    _check_inlined_size_ir(model, what)
+
+
+def _check_inlined_size_ir(model: ir.Model, what: str) -> None:
+    """:func:`_check_inlined_size` for an ``onnx_ir.Model``: a function bomb passed to
+    ``open`` as one (``ir.load`` of the file) was not refused, and ``check()`` never ended."""
+    funcs = dict(model.functions)
+    if not funcs:
+        return
+
+    def bodies(node: ir.Node) -> list:
+        return [list(g) for a in node.attributes.values() if not a.is_ref() for g in (
+            [a.value] if a.type == ir.AttributeType.GRAPH else
+            a.value if a.type == ir.AttributeType.GRAPHS else ())]
+
+    def own(nodes: Any) -> tuple[int, list]:
+        return _own_nodes(nodes, funcs, bodies)
+
+    parts = {key: own(f) for key, f in funcs.items()}
+    sizes = _inlined_sizes(parts)
+    main = own(model.graph)
+    inlined = main[0] + sum(sizes[c] for c in main[1])
+    stored = main[0] + len(main[1]) + sum(c + len(k) for c, k in parts.values())
+    if inlined > MAX_INLINED_NODES and inlined > MAX_INLINE_GROWTH * max(stored, 1):
+        raise ModelLoadError(
+            f"{what}: its local functions expand to {inlined:,} nodes when inlined (the model "
+            f"holds {stored:,}): onnxruntime would inline every call to build a session.",
+            fix="Re-export the model with its functions inlined, or with fewer nested calls.")
 
 
 def ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:

@@ -53,7 +53,18 @@ def _attr_key(attr: ir.Attr) -> Any:
         return ("tensors", tuple(hashlib.sha1(x.numpy().tobytes()).hexdigest()
                                  for x in attr.value))
     v = attr.value
-    return tuple(v) if isinstance(v, (list, tuple)) else v
+    if isinstance(v, (list, tuple)):
+        return tuple(_NAN if _is_nan(x) else x for x in v)
+    return _NAN if _is_nan(v) else v
+
+
+#: A NaN's place in :func:`_attr_key`: NaN != NaN, so an Imputer's replaced_value_float=NaN
+#: (every scikit-learn SimpleImputer) was a change between a model and its own copy.
+_NAN = ("float", "nan")
+
+
+def _is_nan(x: Any) -> bool:
+    return isinstance(x, float) and x != x
 
 
 def _show(attr: ir.Attr | None) -> str:
@@ -81,6 +92,8 @@ def _show_change(x: ir.Attr | None, y: ir.Attr | None) -> str:
             return f"{len(xv)} values -> {len(yv)} values"
         diff = [i for i, (a, b) in enumerate(zip(xv, yv)) if a != b and not (
             isinstance(a, float) and isinstance(b, float) and a != a and b != b)]
+        if not diff:  # (values equal element by element: shown whole)
+            return f"{_show(x)} -> {_show(y)}"
         i = diff[0]
         text = (f"{len(xv)} values, {len(diff)} differ (first at [{i}]: {xv[i]!r} -> "
                 f"{yv[i]!r})")

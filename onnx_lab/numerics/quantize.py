@@ -285,7 +285,7 @@ def _refuse_half_activations(model: LabModel) -> None:
     """InputError for a float16 model (a torch ``.half()`` export): onnxruntime's dynamic
     quantizer puts a DynamicQuantizeLinear, which takes float32 only, before each op it
     quantizes, so its result never loads, whatever nodes are kept out."""
-    if _float_type(model) != onnx.TensorProto.FLOAT16:
+    if _float_type(model) != onnx.TensorProto.FLOAT16 or not _computes_in_half(model):
         return
     raise InputError("The dynamic int8 quantization takes a float32 model: this model "
                      "computes in float16, and the DynamicQuantizeLinear that onnxruntime's "
@@ -293,6 +293,21 @@ def _refuse_half_activations(model: LabModel) -> None:
                      "(its result would not load, whatever nodes are kept out).",
                      fix="Quantize the float32 model (export it before .half()), or use "
                      "to_int8_static, whose QuantizeLinear takes float16.")
+
+
+def _computes_in_half(model: LabModel) -> bool:
+    """Whether most MatMul/Conv/Gemm nodes of the main graph read float16 data (True when no
+    type is known). Weights stored in float16 and cast up (``MatMul(x, Cast(w16))``) make a
+    float32 model: refused as a float16 one, with the advice to export it before .half(),
+    where folding its constants lets the quantizer take it."""
+    from onnx_lab.core.shapes import value_type
+
+    types = model.types()
+    seen = [info.dtype for n in model.ir.graph
+            if n.op_type in ("MatMul", "Conv", "Gemm") and n.domain in ("", "ai.onnx")
+            and n.inputs and n.inputs[0] is not None
+            and (info := value_type(model, n.inputs[0], types)) is not None and info.dtype]
+    return not seen or 2 * seen.count("float16") > len(seen)
 
 
 _QUANTIZED_OPS = ("QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",

@@ -111,6 +111,18 @@ def dot_safe(s: str) -> str:
     return f"{s[:DOT_MAX_CHARS - 30]}".translate(_CONTROL_PICTURES) + "…#" + digest
 
 
+def drawn_keys(keys: Iterable[str]) -> dict[str, str]:
+    """{an SVG id's key: the key} for the ``keys`` not drawn as they are (:func:`dot_safe`):
+    what the page translates the ids it reads back with."""
+    return {d: k for k in keys if (d := dot_safe(k)) != k}
+
+
+def dot_text(s: str) -> str:
+    """``s`` as DOT text (a label or tooltip, not a node name): control characters as their
+    pictures, cut past :data:`DOT_MAX_CHARS` to its start, ``…#`` and a short hash."""
+    return _cut(s).translate(_CONTROL_PICTURES)
+
+
 def _cut(s: str) -> str:
     if len(s) <= DOT_MAX_CHARS:
         return s

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from onnx_lab.analysis.summary import op_family
 from onnx_lab.errors import RenderError
-from onnx_lab.render._html import _CONTROL_PICTURES, dot_safe, esc_label
+from onnx_lab.render._html import _CONTROL_PICTURES, dot_safe, dot_text, esc_label
 from onnx_lab.render.graph import DrawNode, GraphView
 
 logger = logging.getLogger(__name__)
@@ -95,10 +95,17 @@ def find_dot() -> str | None:
 
 
 def _q(s: str) -> str:
-    """A DOT double-quoted string. ``&`` as ``&amp;``: graphviz reads entities in labels and
-    tooltips and writes entity-looking text unchanged into the SVG, so a name ``&lt;b&gt;``
-    would show as ``<b>``. Control characters as their pictures (:func:`dot_safe`)."""
-    s = dot_safe(s).replace("&", "&amp;")
+    """A DOT node name: one to one with ``s`` (:func:`dot_safe`), quoted (:func:`_qt`)."""
+    return _qt(dot_safe(s))
+
+
+def _qt(s: str) -> str:
+    """A DOT double-quoted string of text (a label, a tooltip). ``&`` as ``&amp;``: graphviz
+    reads entities in labels and tooltips and writes entity-looking text unchanged into the
+    SVG, so a name ``&lt;b&gt;`` would show as ``<b>``. Control characters as their pictures,
+    a text past :data:`~onnx_lab.render._html.DOT_MAX_CHARS` cut (:func:`dot_text`: shown as
+    it reads, without the hash a node name needs)."""
+    s = dot_text(s).replace("&", "&amp;")
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
@@ -149,7 +156,7 @@ def _node_stmt(n: DrawNode) -> str:
     elif n.kind == "stub":
         attrs.update(shape="box", style="dashed,rounded", color="#999999", fontcolor="#777777",
                      fontsize="9")
-        raw["label"] = _q(n.title)
+        raw["label"] = _qt(n.title)
     if n.font_color:
         attrs["fontcolor"] = n.font_color
     if n.outline:
@@ -162,7 +169,7 @@ def _node_stmt(n: DrawNode) -> str:
     attrs["id"] = "n:" + dot_safe(n.key)
     attrs["class"] = f"onnx-{n.kind}"
     body = ", ".join([f"{k}={v}" for k, v in raw.items()] +
-                     [f"{k}={_qid(v) if k == 'id' else _q(v)}" for k, v in attrs.items()])
+                     [f"{k}={_qid(v) if k == 'id' else _qt(v)}" for k, v in attrs.items()])
     return f"{_q(n.key)} [{body}];"
 
 
@@ -189,7 +196,7 @@ def to_dot(view: GraphView, *, rankdir: str = "TB") -> str:
         'arrowsize=0.6];',
     ]
     if view.title:
-        out.append(f"  label={_q(view.title)};")
+        out.append(f"  label={_qt(view.title)};")
     children: dict[str | None, list[str]] = {}
     for c in view.clusters.values():
         children.setdefault(c.parent, []).append(c.key)
@@ -204,7 +211,7 @@ def to_dot(view: GraphView, *, rankdir: str = "TB") -> str:
             c = view.clusters[child]
             cid = hashlib.sha1(child.encode()).hexdigest()[:10]
             out.append(f'{indent}subgraph "cluster_{cid}" {{')
-            out.append(f'{indent}  label={_q(c.label)}; tooltip={_q(c.key)}; style="rounded,'
+            out.append(f'{indent}  label={_qt(c.label)}; tooltip={_qt(c.key)}; style="rounded,'
                        f'dashed"; color="#9aa5b1"; fontsize=9; fontcolor="#555555";')
             emit(child, indent + "  ")
             out.append(f"{indent}}}")
@@ -213,7 +220,7 @@ def to_dot(view: GraphView, *, rankdir: str = "TB") -> str:
     for e in view.edges:
         attrs = []
         if e.label:
-            attrs.append(f"{label_attr}={_q(e.label)}")
+            attrs.append(f"{label_attr}={_qt(e.label)}")
         if e.dashed:
             attrs.append('style="dashed"')
         src, dst = e.src, e.dst
@@ -221,7 +228,7 @@ def to_dot(view: GraphView, *, rankdir: str = "TB") -> str:
             src, dst = dst, src
             attrs.append("dir=back")
         if e.tensors and e.tensors[0]:
-            attrs.append(f"tooltip={_q(', '.join(e.tensors))}")
+            attrs.append(f"tooltip={_qt(', '.join(e.tensors))}")
         out.append(f"  {_q(src)} -> {_q(dst)}" + (f" [{', '.join(attrs)}];" if attrs else ";"))
     if view.legend is not None:
         out.append(f'  "legend:" [shape=plaintext, style="", margin=0, '

@@ -48,7 +48,7 @@ from onnx_lab.errors import LabError, clip_text
 from onnx_lab.render._html import (
     Markup,
     csp_meta,
-    dot_safe,
+    drawn_keys,
     esc_attr,
     esc_text,
     inline_script,
@@ -175,6 +175,7 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
     views: dict[str, dict[str, Any]] = {}
     details: dict[str, str] = {}
     where: dict[str, list[str]] = {}
+    drawn: dict[str, str] = {}
     notes: list[str] = []
     box_of_view: dict[str, dict[str, str]] = {}  # view -> {drawn box key: child view key}
     hl = dict(highlight or {})
@@ -198,6 +199,9 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
                 "no drawing: " + "; ".join(rendering.notes[-1:])),
             "notes": list(rendering.notes)}
         boxes: dict[str, str] = {}
+        # the keys the page reads back from the drawing where they are not the keys
+        # themselves (render._html.dot_safe): the page translates them (canvas.js realOf)
+        drawn.update(drawn_keys(rendering.view.nodes))
         for key, n in rendering.view.nodes.items():
             if n.kind == "op" and n.node_ids:
                 nid = n.node_ids[0]
@@ -274,12 +278,6 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
             details[nid] = f"<div class='olc-details'>{esc_text(str(e))}</div>"
     for v in views.values():
         v.pop("members", None)
-    # The keys the page reads back from the drawing where they are not the keys themselves
-    # (a control character shown as its picture, a long name cut: render._html.dot_safe), so
-    # a click on such a node finds its panel.
-    drawn = {dot_safe(k): k for v in views.values() for k in v.get("boxes", {})}
-    drawn.update({dot_safe(k): k for k in details})
-    drawn = {d: k for d, k in drawn.items() if d != k}
     return {"views": views, "details": details, "where": where, "notes": notes,
             "drawn": drawn, "index": search_index(model), "seconds": time.perf_counter() - t0}
 

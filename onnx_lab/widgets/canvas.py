@@ -27,7 +27,7 @@ from typing import Any
 import anywidget
 import traitlets as t
 
-from onnx_lab.render._html import dot_safe, esc_text
+from onnx_lab.render._html import dot_safe, drawn_keys, esc_text
 from onnx_lab.render.details import (
     box_module,
     canvas_items,
@@ -99,6 +99,10 @@ class GraphCanvas(anywidget.AnyWidget):
     placement = t.Dict().tag(sync=True)
     #: what the view waits on, shown in its bar ("laying out /h.3: not drawn ahead yet…")
     busy = t.Unicode("").tag(sync=True)
+    #: {an SVG id's key: the element's key} for the keys not drawn as they are (a control
+    #: character as its picture, a long name cut: :func:`~onnx_lab.render._html.dot_safe`):
+    #: the page looks every key up, and sends every key, as the element's own
+    drawn = t.Dict().tag(sync=True)
     _focus = t.Dict().tag(sync=True)
     # Counts the drawings sent (``svg``); a focus names the drawing it was meant for, so the
     # page applies it once that drawing is there and never again on a later one.
@@ -141,6 +145,7 @@ class GraphCanvas(anywidget.AnyWidget):
         if rendering is None:
             self._drawing += 1
             self.items, self.svg, self.fallback, self.legend_html = {}, "", "", ""
+            self.drawn = {}
             self.selected, self.details_html = "", ""
             self.layout.display = "none"  # an empty box says nothing: hide it until shown
             return
@@ -158,6 +163,7 @@ class GraphCanvas(anywidget.AnyWidget):
             self.highlight = []
             self.fallback = "" if rendering.svg else "no SVG: " + "; ".join(rendering.notes[-1:])
             self._drawing += 1
+            self.drawn = drawn_keys(rendering.view.nodes)
             self.svg = rendering.svg or ""
             if self.selected != keep:
                 self.selected = keep

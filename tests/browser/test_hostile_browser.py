@@ -482,3 +482,43 @@ def test_widgets_live_in_jupyterlab_run_nothing(tmp_path):
         # that name hostile nodes were ticked (their preview / views opened)
         assert all(r["nodes"] and (r["rows"] or r["ticked"]) for r in report.values()), report
         assert report[".onnx-lab-fusion-lab"]["ticked"] and report[".onnx-lab-drift"]["ticked"]
+
+
+def test_a_click_on_a_node_drawn_under_another_key_shows_its_own_panel(browser, tmp_path):
+    """Names not drawn as they are (a control character, a Control Picture, a short name
+    forged as another's drawn form): each click shows the clicked node's own panel, and a
+    search goes to it (the page translates the drawing's ids to the keys: canvas.js realOf)."""
+    import onnx
+
+    import onnx_lab
+    from onnx_lab.render._html import dot_safe
+    from onnx_lab.reporting import write_report
+
+    h, F = onnx.helper, onnx.TensorProto.FLOAT
+    names = {"Relu": "n\x01", "Neg": dot_safe("n\x01"), "Sigmoid": "n\u2401", "Tanh": "plain"}
+    nodes, last = [], "x"
+    for i, (op, name) in enumerate(names.items()):
+        nodes.append(h.make_node(op, [last], [f"t{i}"], name=name))
+        last = f"t{i}"
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", F, [2])],
+                     [h.make_tensor_value_info(last, F, [2])])
+    path = write_report(onnx_lab.open(h.make_model(g, opset_imports=[h.make_opsetid("", 17)])),
+                        tmp_path / "r.html")
+    w = _open_report(browser, path)
+    try:
+        canvas = w.page.locator(".olr-canvas").first
+        panel = canvas.locator(".olc-panel-body")
+        for op, name in names.items():
+            node = canvas.locator(".olc-stage g.node", has_text=op).first
+            node.scroll_into_view_if_needed()
+            box = node.bounding_box()
+            w.page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            w.page.wait_for_function(
+                "([r, k]) => r.dataset.selected === k",
+                arg=[canvas.locator(".olc-root").element_handle(), name], timeout=10_000)
+            text = panel.inner_text()
+            assert op in text and not any(o in text for o in names if o != op), (op, text)
+        w.check("drawn keys (clicks)", csp=True)
+    finally:
+        w.page.screenshot(path=str(ARTIFACTS / "hostile_drawn_keys.png"))
+        w.page.close()

@@ -455,6 +455,59 @@ def test_local_functions_that_expand_past_the_limit_are_refused_at_open():
     lab = onnx_lab.open(_function_bomb(8))  # 128 nodes inlined: as before
     assert (lab.check().code != "provider_load").all()
 
+def test_a_long_chain_of_local_functions_opens():
+    # 600 functions, each calling the next once (600 nodes inlined, no bomb): the size check
+    # recursed into each call and raised RecursionError at open
+    ops = [helper.make_opsetid("", 17), helper.make_opsetid("c", 1)]
+    n = 600
+    fns = [helper.make_function(
+        "c", f"F{i}", ["x"], ["y"],
+        [helper.make_node("Relu", ["x"], ["y"])] if i == n - 1 else
+        [helper.make_node(f"F{i + 1}", ["x"], ["y"], domain="c")], ops) for i in range(n)]
+    g = helper.make_graph([helper.make_node("F0", ["x"], ["y"], domain="c")], "g",
+                          [vi("x", F, [2])], [vi("y", F, [2])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=ops, ir_version=8, functions=fns))
+    assert len(lab.model.ir.functions) == n
+
+
+def test_a_function_whose_loop_body_is_large_is_no_bomb():
+    # 41 calls of a function holding a 500-node Loop body: 20,541 nodes inlined from 542
+    # stored (38x; onnxruntime builds it in half a second). The stored count left out the
+    # functions' bodies ("the file stores 42") and the model was refused at open.
+    body_nodes = [helper.make_node("Identity", ["cond_in"], ["cond_out"])]
+    prev = "v_in"
+    for i in range(499):
+        body_nodes.append(helper.make_node("Relu", [prev], [f"r{i}"]))
+        prev = f"r{i}"
+    body_nodes[-1].output[0] = "v_out"
+    body = helper.make_graph(
+        body_nodes, "body", [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []),
+                             vi("v_in", F, [2])],
+        [vi("cond_out", TensorProto.BOOL, []), vi("v_out", F, [2])])
+    ops = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    fn = helper.make_function("local", "F", ["x", "n", "c"], ["y"],
+                              [helper.make_node("Loop", ["n", "c", "x"], ["y"], body=body)], ops)
+    nodes, prev = [], "x"
+    for k in range(41):
+        nodes.append(helper.make_node("F", [prev, "n", "c"], [f"y{k}"], domain="local"))
+        prev = f"y{k}"
+    g = helper.make_graph(nodes, "g", [vi("x", F, [2])], [vi(prev, F, [2])],
+                          [numpy_helper.from_array(np.array(1, np.int64), "n"),
+                           numpy_helper.from_array(np.array(True), "c")])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=ops, ir_version=8, functions=[fn]))
+    assert len(lab.index) >= 41
+
+
+def test_a_function_bomb_given_as_an_onnx_ir_model_is_refused_at_open():
+    # ir.load of the file, then open(model): only the proto path counted the inlined nodes,
+    # and check() never ended
+    t0 = time.perf_counter()
+    with pytest.raises(ModelLoadError, match="expand to 536,870,912 nodes"):
+        onnx_lab.open(ir.serde.deserialize_model(_function_bomb(30)))
+    assert time.perf_counter() - t0 < 5
+    onnx_lab.open(ir.serde.deserialize_model(_function_bomb(8)))  # 128 nodes: opens
+
+
 def test_the_unregistered_op_message_is_parsed_in_linear_time():
     from onnx_lab.analysis.compat import _inference_node, _unregistered_op
 

@@ -219,3 +219,28 @@ def test_a_long_list_attribute_shows_what_differs():
     row = diff(onnx_lab.open(a), onnx_lab.open(c)).table.set_index("node_id_a").loc[
         "TreeEnsembleClassifier"]
     assert "classlabels_int64s: [0, 1] -> [1, 0]" in row["details"]
+
+
+def test_a_nan_in_an_attribute_is_no_change():
+    # NaN != NaN: an Imputer's replaced_value_float=NaN (scikit-learn's SimpleImputer) made a
+    # model and its own copy one changed node, and a list of more than 8 floats holding a NaN
+    # raised IndexError (no element differed)
+    def model(vals, replaced):
+        node = helper.make_node("Imputer", ["x"], ["y"], domain="ai.onnx.ml",
+                                imputed_value_floats=vals, replaced_value_float=replaced)
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+            "x", onnx.TensorProto.FLOAT, [2, len(vals)])], [helper.make_tensor_value_info(
+                "y", onnx.TensorProto.FLOAT, [2, len(vals)])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("ai.onnx.ml", 3)])
+
+    nan = float("nan")
+    assert diff(model([0.0, 1.0, 2.0], nan), model([0.0, 1.0, 2.0], nan)).empty
+    long = [0.0] * 9
+    long[3] = nan
+    assert diff(model(long, -1.0), model(list(long), -1.0)).empty
+    other = list(long)
+    other[5] = 0.5
+    d = diff(model(long, -1.0), model(other, -1.0))
+    assert "9 values, 1 differ (first at [5]: 0.0 -> 0.5, max_abs 0.5)" in \
+        d.table.iloc[0]["details"]

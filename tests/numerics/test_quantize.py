@@ -164,3 +164,23 @@ def test_fp16_of_a_bfloat16_model_is_refused_not_returned_unchanged():
     lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
     with pytest.raises(onnx_lab.errors.InputError, match="bfloat16"):
         to_fp16(lab)
+
+
+def test_dynamic_int8_of_float16_stored_weights_cast_up_says_to_fold_first():
+    # weights stored in float16 and cast to float32 (MatMul(x, Cast(w16))): a float32 model,
+    # refused as "computes in float16" with the advice to export before .half()
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    g = helper.make_graph(
+        [helper.make_node("Cast", ["w16"], ["w"], name="up", to=TensorProto.FLOAT),
+         helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float16), "w16")])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(onnx_lab.errors.InputError, match="'w'") as e:
+        to_int8_dynamic(lab)
+    assert "computes in float16" not in e.value.problem and "fold_constants" in e.value.fix
+    lab.apply_preset("safe")
+    assert "MatMulInteger" in set(to_int8_dynamic(lab).nodes.op_type)

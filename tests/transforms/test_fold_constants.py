@@ -348,3 +348,31 @@ def test_castlike_to_an_untyped_value_is_not_folded():
     t = next(v for n in m.ir.graph for v in n.outputs if v.name == "t")
     t.type = None
     assert get_pass("fold_constants").find(m) == []
+
+
+def test_castlike_folds_with_its_saturate_attribute():
+    # CastLike(1000, x: float8e4m3fn, saturate=0) is NaN (out of range, not saturated): the
+    # fold wrote Cast without the attribute, 448, and verification failed the step
+    from onnx.reference import ReferenceEvaluator
+
+    F, F8 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT8E4M3FN
+    nodes = [helper.make_node("Constant", [], ["c"],
+                              value=helper.make_tensor("cv", F, [1], [1000.0])),
+             helper.make_node("CastLike", ["c", "x"], ["b"], saturate=0),
+             helper.make_node("Cast", ["b"], ["bf"], to=F),
+             helper.make_node("Cast", ["x"], ["xf"], to=F),
+             helper.make_node("Add", ["xf", "bf"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F8, [2])],
+                          [helper.make_tensor_value_info("y", F, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    x = np.zeros(2, helper.tensor_dtype_to_np_dtype(F8))
+    assert np.isnan(ReferenceEvaluator(m).run(["bf"], {"x": x})[0]).all()
+    import onnx_lab
+
+    lab = onnx_lab.open(m)
+    r = lab.apply("fold_constants", verify=False)
+    assert r.modified
+    folded = [v for v in lab.model.ir.graph.initializers.values()
+              if v.name in ("b", "bf")]
+    assert folded and all(np.isnan(v.const_value.numpy().astype(np.float32)).all()
+                          for v in folded)

@@ -446,7 +446,8 @@ def test_a_nul_in_a_name_is_drawn_as_its_picture_and_clicks_map_back():
         drawn = dot_safe(name)  # the key as the page reads it back from the SVG id
         assert drawn.startswith(name.replace("\x00", "\u2400").replace("\x01", "\u2401")
                                 .replace("\x7f", "\u2421") + "…#")
-        c.selected = drawn
+        assert c.drawn[drawn] == name  # the page translates the id it reads back
+        c.selected = drawn  # (an id sent as it is still maps to its node)
         assert c.selected == name and "Relu" in c.details_html
 
 

@@ -37,7 +37,7 @@
     const state = { svg: "", fallback: "", items: {}, selected: "", highlight: [], view: {},
                     keep_view: false, details_html: "", legend_html: "", title: "",
                     height: (opts && opts.height) || 600, _focus: {}, _fit: 0,
-                    index: payload.index || {}, placement: {} };
+                    index: payload.index || {}, placement: {}, drawn: payload.drawn || {} };
     const crumbs = document.createElement("div");
     crumbs.className = "olr-crumbs";
     el.appendChild(crumbs);
@@ -52,8 +52,6 @@
 
     function detailsFor(key) {
       if (!key) return "";
-      // the drawing's form of a name that is not drawn as it is (render._html.dot_safe)
-      if (Object.prototype.hasOwnProperty.call(payload.drawn || {}, key)) key = payload.drawn[key];
       const child = (view().boxes || {})[key];
       if (child !== undefined) {
         const drawn = payload.views[child] ? "" :

@@ -172,8 +172,13 @@ class FoldConstants(LabPass):
         dtype = type_only_dtype(node)
         if dtype is None:
             return ir.serde.serialize_node(node)
-        return onnx.helper.make_node("Cast", [node.inputs[0].name], [node.outputs[0].name],
+        cast = onnx.helper.make_node("Cast", [node.inputs[0].name], [node.outputs[0].name],
                                      to=int(dtype))
+        # the CastLike's own attributes (saturate, opset 19) are Cast's too: without them a
+        # saturate=0 cast to float8 folded to the saturated value (448) instead of NaN
+        cast.attribute.extend(a for a in ir.serde.serialize_node(node).attribute
+                              if a.name != "to")
+        return cast
 
     def _evaluate_all(self, model: LabModel, matches: list[Match]) -> dict[int, list]:
         """The arrays of every match in one evaluator run (an evaluator per match costs

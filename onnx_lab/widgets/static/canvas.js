@@ -82,6 +82,13 @@ function render({ model, el: root }) {
   let svg = null, W = 1, H = 1;            // natural size of the drawing (px)
   let v = { x: 0, y: 0, k: 1 };            // screen = natural * k + (x, y)
   let byKey = new Map();                   // drawn key -> <g>
+  // The key of an element whose SVG id is not its key (a control character drawn as its
+  // picture, a long name cut: render._html.dot_safe); every key the page sends or looks up
+  // is the element's own.
+  const realOf = (id) => {
+    const d = model.get("drawn") || {};
+    return Object.prototype.hasOwnProperty.call(d, id) ? d[id] : id;
+  };
   let labelPx = 11.5;                      // median label height at k = 1 (measured on load)
   let userMoved = false, syncBy = "page", syncTimer = null, hitList = [], hitPos = -1, frameReq = 0;
   let lastSync = true;
@@ -425,9 +432,9 @@ function render({ model, el: root }) {
     svg.style.transformOrigin = "0 0";
     svg.querySelectorAll("g.node").forEach((g) => {
       const id = g.getAttribute("id") || "";
-      if (id.startsWith("n:")) byKey.set(id.slice(2), g);
+      if (id.startsWith("n:")) byKey.set(realOf(id.slice(2)), g);
     });
-    scene = sceneOf(svg, W, H);
+    scene = sceneOf(svg, W, H, realOf);
     big = scene.size > BIG;
     root.dataset.nodes = String(byKey.size);
     root.dataset.big = big ? "1" : "";
@@ -612,7 +619,7 @@ function render({ model, el: root }) {
     if (!d || d.moved) return;
     const g = nodeAt(e);
     if (!g) return;
-    const key = (g.getAttribute("id") || "").slice(2);
+    const key = realOf((g.getAttribute("id") || "").slice(2));
     if (g.classList.contains("onnx-box")) {
       // Outlined here; Python selects it and draws it open (no state update of its own
       // that could reach Python after the expand, as in choose()).
@@ -623,7 +630,7 @@ function render({ model, el: root }) {
   });
   port.addEventListener("dblclick", (e) => {
     const g = nodeAt(e);
-    if (g) model.send({ type: "open", key: (g.getAttribute("id") || "").slice(2) });
+    if (g) model.send({ type: "open", key: realOf((g.getAttribute("id") || "").slice(2)) });
   });
   port.addEventListener("wheel", (e) => {
     e.preventDefault();

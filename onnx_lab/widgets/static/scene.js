@@ -52,7 +52,7 @@ function pathPoints(d) {
   return out;
 }
 
-function sceneOf(svg, W, H) {
+function sceneOf(svg, W, H, realOf = (k) => k) {  // realOf: an SVG id's key -> its key
   const top = svg.querySelector("g.graph") || svg;
   let mx = { a: 1, b: 0, c: 0, d: 1, e: 0, f: 0 };
   try {
@@ -136,7 +136,7 @@ function sceneOf(svg, W, H) {
     }
     if (!(it.x1 >= it.x0)) continue;  // nothing drawn
     const id = g.getAttribute("id") || "";
-    if (kind === "node" && id.startsWith("n:")) { it.key = id.slice(2); byKey.set(it.key, it); }
+    if (kind === "node" && id.startsWith("n:")) { it.key = realOf(id.slice(2)); byKey.set(it.key, it); }
     if (kind === "node") { maxW = Math.max(maxW, it.x1 - it.x0); maxH = Math.max(maxH, it.y1 - it.y0); }
     it.i = items.length;
     items.push(it);
