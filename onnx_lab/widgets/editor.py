@@ -508,8 +508,9 @@ class Editor(View):
                              "ok")
         else:
             verdict, kind = "not verified", "info"
-        self.message.value = (info_html(f"step {self.lab.version_history.current}: {r.name} — "
-                                        f"{verdict}", kind=kind)
+        # an edit that changed nothing is no step (the history stays where it was)
+        where = f"step {self.lab.version_history.current}" if r.modified else "no new step"
+        self.message.value = (info_html(f"{where}: {r.name} — {verdict}", kind=kind)
                               + f"<div style='font-size:12px'>{esc_text(what)}</div>")
         self._redraw(follow, around=self._changed(r, follow))
         return r

@@ -42,6 +42,11 @@ def test_select_a_node_and_edit_an_attribute(tmp_path, no_error):
     assert f"lab.set_attribute(&#x27;{BN}&#x27;, &#x27;epsilon&#x27;, 0.001)" in ed.code.value
     assert "changed (expected)" in ed.history_html.value
     assert not ed.undo_button.disabled and ed.target == ("node", BN)
+    # the same value again: no step (undo would step over it), and the message says so
+    ed.set_attr_button.click()
+    no_error(ed)
+    assert "no new step: set_attribute — nothing changed" in ed.message.value
+    assert len(lab.history) == 2 and lab.version_history.current == 1
 
 
 def test_a_bad_value_is_shown_in_the_widget_and_changes_nothing(tmp_path):
