@@ -653,7 +653,9 @@ def _baked_dims(lm: LabModel) -> list[dict]:
 
 
 def _shape_text(shape: tuple) -> str:
-    return "[" + ", ".join(repr(d) if isinstance(d, str) else str(d) for d in shape) + "]"
+    """``shape`` as text: named dims quoted, an unknown dim as ``?`` (as the tables show it)."""
+    return "[" + ", ".join(repr(d) if isinstance(d, str) else "?" if d is None else str(d)
+                           for d in shape) + "]"
 
 
 def _dynamic(lm: LabModel, dims: Mapping[str, int] | None = None) -> list[dict]:

@@ -705,13 +705,25 @@ def check_structure(proto: onnx.ModelProto, what: str, *, skip: Collection[int] 
 
 
 #: A model whose local functions expand, inlined, past this many nodes and past
-#: :data:`MAX_INLINE_GROWTH` times its stored nodes is refused: onnxruntime inlines every call
-#: when it builds a session (check, compare, profile, save...), and a 1 KB file whose 16
-#: functions each call the next twice took it 15 s (32,768 Relus; each level more than
-#: doubles it, 30 levels never end). Exporters' functions (one per module) expand a few
-#: dozen times.
+#: :data:`MAX_INLINE_GROWTH` times its stored nodes (or past :data:`MAX_INLINED_TOTAL` at all)
+#: is refused: onnxruntime inlines every call when it builds a session (check, compare,
+#: profile, save...), and a 1 KB file whose 16 functions each call the next twice took it
+#: 15 s (32,768 Relus; each level more than doubles it, 30 levels never end). Nesting grows
+#: exponentially; an exporter's functions (one per module) grow a model by the number of
+#: times each is called: 250 layers sharing one 200-node function is 111x, and opens.
 MAX_INLINED_NODES = 20_000
-MAX_INLINE_GROWTH = 100
+MAX_INLINE_GROWTH = 500
+MAX_INLINED_TOTAL = 10_000_000
+
+
+def _refuse_inlined(inlined: int, stored: int, what: str) -> None:
+    """ModelLoadError when ``inlined`` nodes from ``stored`` ones pass the limits above."""
+    if inlined > MAX_INLINED_NODES and (inlined > MAX_INLINE_GROWTH * max(stored, 1)
+                                        or inlined > MAX_INLINED_TOTAL):
+        raise ModelLoadError(
+            f"{what}: its local functions expand to {inlined:,} nodes when inlined (it stores "
+            f"{stored:,}): onnxruntime would inline every call to build a session.",
+            fix="Re-export the model with its functions inlined, or with fewer nested calls.")
 
 
 def _own_nodes(nodes: Any, funcs: Any, bodies: Any) -> tuple[int, list]:
@@ -754,8 +766,8 @@ def _inlined_sizes(parts: dict[Any, tuple[int, list]]) -> dict[Any, int]:
 
 
 def _check_inlined_size(proto: onnx.ModelProto, what: str) -> None:
-    """Refuse a model whose local functions expand past :data:`MAX_INLINED_NODES` and
-    :data:`MAX_INLINE_GROWTH` times the stored nodes when inlined."""
+    """Refuse a model whose local functions expand too far when inlined
+    (:func:`_refuse_inlined`)."""
     if not len(proto.functions):
         return
     funcs = {(f.domain, f.name, f.overload): f for f in proto.functions}
@@ -783,12 +795,7 @@ def _check_inlined_size(proto: onnx.ModelProto, what: str) -> None:
                                       a.graphs if a.type == onnx.AttributeProto.GRAPHS else ())
                           for b in graph_protos(top))
         for f in proto.functions)
-    inlined = nodes_of(proto.graph.node)
-    if inlined > MAX_INLINED_NODES and inlined > MAX_INLINE_GROWTH * max(stored, 1):
-        raise ModelLoadError(
-            f"{what}: its local functions expand to {inlined:,} nodes when inlined (the file "
-            f"stores {stored:,}): onnxruntime would inline every call to build a session.",
-            fix="Re-export the model with its functions inlined, or with fewer nested calls.")
+    _refuse_inlined(nodes_of(proto.graph.node), stored, what)
 
 
 # ------------------------------------------------------------------------- in-memory models
@@ -939,11 +946,7 @@ def _check_inlined_size_ir(model: ir.Model, what: str) -> None:
     main = own(model.graph)
     inlined = main[0] + sum(sizes[c] for c in main[1])
     stored = main[0] + len(main[1]) + sum(c + len(k) for c, k in parts.values())
-    if inlined > MAX_INLINED_NODES and inlined > MAX_INLINE_GROWTH * max(stored, 1):
-        raise ModelLoadError(
-            f"{what}: its local functions expand to {inlined:,} nodes when inlined (the model "
-            f"holds {stored:,}): onnxruntime would inline every call to build a session.",
-            fix="Re-export the model with its functions inlined, or with fewer nested calls.")
+    _refuse_inlined(inlined, stored, what)
 
 
 def ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:

@@ -534,6 +534,18 @@ def test_a_dim_the_graph_fixes_is_a_warning(tmp_path):
     assert set(rows.node_id) == {"/R"} and "fixed shape [2, 8, 4, 8]" in rows.message.iloc[0]
 
 
+def test_a_baked_dim_message_shows_an_unknown_dim_as_a_question_mark(tmp_path):
+    """The broadcast's result can hold dims inference does not know: they read '?', not
+    'None' (the expanded Attention of onnx's tests with free inputs: 'to [2, None, None, 6]')."""
+    m = _model([helper.make_node("Add", ["x", "y"], ["h"], name="/Add")],
+               [_vi("x", ["batch", "seq"]), _vi("y", [None, 8])], [_vi("h", None)])
+    path = tmp_path / "unknown.onnx"
+    onnx.save(m, path)
+    rows = check(path, load=False).query("code == 'baked_dim'")
+    assert len(rows) == 1 and "'seq' = 8" in rows.message.iloc[0]
+    assert "[?, 8]" in rows.message.iloc[0] and "None" not in rows.message.iloc[0]
+
+
 @pytest.mark.parametrize("second", [(1, 32), (32,), (1, 1, 32)])
 def test_a_broadcast_that_leaves_the_dim_free_is_no_finding(tmp_path, second):
     assert "baked_dim" not in _codes(check(_baked(tmp_path, second), load=False))
