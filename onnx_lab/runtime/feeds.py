@@ -341,8 +341,10 @@ _TREE_OPS = frozenset({"TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeE
 def _tree_values(node: ir.Node) -> dict[int, tuple]:
     """{feature: values}: one value in each interval the ensemble's thresholds on that
     feature cut the line into (the midpoints of consecutive distinct thresholds, and one below
-    the lowest and one above the highest), in a fixed shuffled order, so a draw of a few rows
-    crosses thresholds all along the feature instead of walking one end of it."""
+    the lowest and one above the highest), the thresholds of equality nodes (BRANCH_EQ/NEQ)
+    and the members of set nodes (ML opset 5's BRANCH_MEMBER, whose split value is a
+    placeholder), in a fixed shuffled order, so a draw of a few rows crosses thresholds all
+    along the feature instead of walking one end of it."""
     def ints(name: str) -> list[int] | None:
         a = node.attributes.get(name)
         return [int(x) for x in a.value] if a is not None else None
@@ -361,19 +363,44 @@ def _tree_values(node: ir.Node) -> dict[int, tuple]:
         return {}
     modes = node.attributes.get("nodes_modes")
     leaf = np.zeros(len(feats), bool)
-    if modes is not None and not hasattr(modes.value, "numpy") and len(modes.value) == len(feats):
+    exact = np.zeros(len(feats), bool)  # BRANCH_EQ/NEQ: the threshold itself is a value
+    member = np.zeros(len(feats), bool)  # BRANCH_MEMBER (ML opset 5): a set, no threshold
+    if modes is not None and hasattr(modes.value, "numpy"):  # TreeEnsemble: 0..6
+        m = np.asarray(modes.value.numpy()).reshape(-1)
+        if m.size == len(feats):
+            exact, member = np.isin(m, (4, 5)), m == 6
+    elif modes is not None and len(modes.value) == len(feats):
         leaf = np.array([m == "LEAF" for m in modes.value])
+        exact = np.array([m in ("BRANCH_EQ", "BRANCH_NEQ") for m in modes.value])
+    sets: dict[int, list[float]] = {}  # feature -> the values its member nodes name
+    mv = node.attributes.get("membership_values")
+    if member.any() and mv is not None and hasattr(mv.value, "numpy"):
+        groups = np.split(v := np.asarray(mv.value.numpy(), np.float64).reshape(-1),
+                          np.flatnonzero(np.isnan(v)))
+        groups = [g[~np.isnan(g)] for g in groups]
+        for f, g in zip(np.asarray(feats)[member], groups):
+            sets.setdefault(int(f), []).extend(g.tolist())
+    split = ~leaf & ~member
+    feats_a = np.asarray(feats)
     out: dict[int, tuple] = {}
-    for f in sorted({f for f, is_leaf in zip(feats, leaf) if not is_leaf and f >= 0}):
-        t = np.unique(thresholds[(np.asarray(feats) == f) & ~leaf])
+    for f in sorted({int(f) for f, use in zip(feats, ~leaf) if use and f >= 0}):
+        t = np.unique(thresholds[(feats_a == f) & split])
         t = t[np.isfinite(t)]
-        if not t.size:
+        named = np.unique(np.concatenate([t[np.isin(t, thresholds[(feats_a == f) & exact])],
+                                          np.asarray(sets.get(f, []), np.float64)]))
+        if not t.size and not named.size:
             continue
-        step = max(1.0, float(np.max(np.abs(t)))) * 1e-3
-        gaps = np.diff(t)
-        mids = (t[:-1] + gaps / 2)[gaps > 4 * step * 1e-3]  # not between near-equal ones
-        values = np.concatenate([[t[0] - max(step, (t[-1] - t[0]) / 8)], mids,
-                                 [t[-1] + max(step, (t[-1] - t[0]) / 8)]])
+        ends = np.concatenate([t, named])
+        step = max(1.0, float(np.max(np.abs(ends)))) * 1e-3
+        if t.size:
+            gaps = np.diff(t)
+            mids = (t[:-1] + gaps / 2)[gaps > 4 * step * 1e-3]  # not between near-equal ones
+            values = np.concatenate([[t[0] - max(step, (t[-1] - t[0]) / 8)], mids,
+                                     [t[-1] + max(step, (t[-1] - t[0]) / 8)]])
+        else:  # member nodes only: a value in no set takes their other branch
+            values = np.asarray([float(np.max(named)) + 1.0])
+        # an equality's value and a set's members (a midpoint never equals them)
+        values = np.concatenate([values, named])
         values = values[np.random.default_rng(f).permutation(values.size)][:_VOCAB_MAX]
         out[f] = tuple(float(x) for x in values)
     return out

@@ -55,3 +55,42 @@ def test_moved_thresholds_fail_compare():
     assert onnx_lab.compare(ref, ref).passed
     c = onnx_lab.compare(ref, onnx_lab.open(_stump_forest(shift=3.0), dims={"N": 16}))
     assert not c.passed and c.first_divergence["node_id"] == "forest"
+
+
+def _set_membership(first_set=(1.2, 3.7, 8.0, 9.0)) -> onnx.ModelProto:
+    """ML opset 5's TreeEnsemble with set nodes (BRANCH_MEMBER): their split values are
+    placeholders (232344, NaN), the sets are in membership_values (onnx's own case)."""
+    from onnx import numpy_helper
+
+    def t(name, values, dtype):
+        return numpy_helper.from_array(np.asarray(values, dtype), name)
+
+    node = helper.make_node(
+        "TreeEnsemble", ["X"], ["Y"], domain="ai.onnx.ml", name="trees",
+        aggregate_function=1, leaf_targetids=[0, 1, 2, 3],
+        leaf_weights=t("leaf_weights", [1, 10, 1000, 100], np.float32),
+        membership_values=t("membership_values", [*first_set, np.nan, 12, 7, np.nan],
+                            np.float32),
+        n_targets=4, nodes_falseleafs=[1, 0, 1], nodes_falsenodeids=[2, 2, 3],
+        nodes_featureids=[0, 0, 0], nodes_modes=t("nodes_modes", [0, 6, 6], np.uint8),
+        nodes_splits=t("nodes_splits", [11, 232344, np.nan], np.float32),
+        nodes_trueleafs=[0, 1, 1], nodes_truenodeids=[1, 0, 1], post_transform=0,
+        tree_roots=[0])
+    g = helper.make_graph([node], "members",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [6, 1])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [6, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_operatorsetid("", 21),
+                                            helper.make_operatorsetid("ai.onnx.ml", 5)])
+    m.ir_version = 10
+    return m
+
+
+def test_set_members_are_fed_and_a_changed_member_fails_compare():
+    x = make_feeds(onnx_lab.open(_set_membership()))["X"].ravel().tolist()
+    members = {round(v, 3) for v in x}
+    assert members & {1.2, 3.7, 8.0, 9.0} and members & {12.0, 7.0}
+    assert 232344.0 not in members  # a placeholder split is no threshold
+    ref = onnx_lab.open(_set_membership())
+    assert onnx_lab.compare(ref, ref).passed
+    c = onnx_lab.compare(ref, onnx_lab.open(_set_membership((1.7, 3.7, 8.0, 9.0))))
+    assert not c.passed and c.first_divergence["node_id"] == "trees"
