@@ -44,9 +44,16 @@ def layer_error_figure(layers: pd.DataFrame, atol: float, divergence: dict[str, 
             ax.axvline(hit[0], color="#e45756", lw=1, alpha=0.6)
             # Label on the side of the line with room (a label past the right edge is cut).
             right = hit[0] > 0.6 * max(1, len(layers) - 1)
+            # Below a point in the top of the axes (an inf sits at the ceiling): above it, the
+            # label went past the axes into the legend's row.
+            yv = shown[hit[0]]
+            span = np.log10(ceil) - np.log10(floor)
+            high = bool(np.isfinite(yv) and yv > 0 and span > 0
+                        and np.log10(yv) > np.log10(floor) + 0.7 * span)
             ax.annotate(f"first divergence\n{divergence['op_type']} {divergence['node_id']}",
-                        (hit[0], shown[hit[0]]), xytext=(-8 if right else 8, 8),
+                        (hit[0], yv), xytext=(-8 if right else 8, -8 if high else 8),
                         textcoords="offset points", ha="right" if right else "left",
+                        va="top" if high else "bottom",
                         fontsize=9, color="#b00",
                         bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none",
                               "alpha": 0.8})

@@ -141,7 +141,10 @@ class DriftDebugger(View):
         wrap = w.Layout(flex_flow="row wrap")
         super().__init__([
             *([self.context] if self.context else [w.HBox([self.feed_mode, self.npz_path])]),
-            w.HBox([self.preset, self.custom_tolerances, self.atol, self.rtol], layout=wrap),
+            # the tick and its two boxes wrap as one: at ~850 px "rtol" went alone to a line
+            # of its own, away from "my tolerances:" and atol
+            w.HBox([self.preset, w.HBox([self.custom_tolerances, self.atol, self.rtol],
+                                        layout=w.Layout(flex_flow="row nowrap"))], layout=wrap),
             self.rule_line,
             w.HBox([self.layerwise, self.confirm], layout=wrap),
             w.HBox([self.ref_provider, self.cand_provider], layout=wrap),
@@ -242,7 +245,7 @@ class DriftDebugger(View):
         args = ", ".join(f"{k}={v!r}" for k, v in self._kwargs(code=True).items())
         pre = "from onnx_lab.widgets._context import image_feeds; " if "image_feeds(" in args \
             else ""
-        return f"{pre}c = onnx_lab.compare(reference, candidate, {args})"
+        return f"{pre}c = onnx_lab.compare(reference, candidate{', ' + args if args else ''})"
 
     def _tensor_cell_html(self, value: Any) -> str:
         d = self.result.first_divergence if self.result is not None else None

@@ -215,8 +215,14 @@ class Extractor(View):
         sub = self._call(self.lab.extract, busy="Finding the cut…", verify=False, **kw)
         if sub is None:
             return
-        entries = self.lab.index.entries
-        inside = [n for n in sub.nodes["node_id"] if n in entries]
+        # The sub-model's own ids are not the Lab's: an unnamed node gets its id from its place
+        # (ConstantOfShape_1 of the cut was the Lab's ConstantOfShape_5, while the Lab's
+        # ConstantOfShape_1 fed the classifier): its node is the one that makes its outputs.
+        producer, entries = self.lab.index.producer, self.lab.index.entries
+        inside = list(dict.fromkeys(
+            n for outs, nid in zip(sub.nodes["outputs"], sub.nodes["node_id"])
+            if (n := next((producer[o] for o in outs if o in producer),
+                          nid if not len(outs) else None)) is not None and n in entries))
         args: dict[str, Any] = {"around": inside, "radius": 1}
         if len(inside) > 150:
             args["collapse"] = "auto"
@@ -242,8 +248,9 @@ class Extractor(View):
         self.result = r
         self.preview_cut = {"inside": inside, "outside": outside, "sub": sub}
         self.code.value = code_html(
-            f"sub = lab.extract({self._kw_code(kw)}, verify=False); inside = list(sub.nodes."
-            f"node_id); lab.render(around=inside, radius=1, highlight={{...}})")
+            f"sub = lab.extract({self._kw_code(kw)}, verify=False); inside = "
+            f"[lab.index.producer[o[0]] for o in sub.nodes.outputs]; "
+            f"lab.render(around=inside, radius=1, highlight={{...}})")
 
     def extract(self) -> None:
         """``lab.extract(...)``: the subgraph as a new, verified Lab."""

@@ -41,6 +41,9 @@ ALL = "*"
 TRANSFORMERS = "ort_transformers"
 NOT_FUSED = "Not fused, because"
 NEAR_MISSES = 4  # that panel's place in the accordion
+PREVIEW_NONE = "<i>Nothing previewed yet: tick matches above and click Preview.</i>"
+PREVIEW_STALE = ("<i>The preview was of an earlier version and was cleared: tick matches and "
+                 "click Preview again.</i>")
 #: The model types the ORT dropdown offers (each tested on a model of its family).
 TRANSFORMER_TYPES = ("bert", "gpt2", "vit", "clip", "t5")
 
@@ -161,8 +164,11 @@ class FusionLab(View):
         self.explanation.add_class("onnx-lab-explanation")  # the only math typeset
         self.before_canvas = GraphCanvas(self.lab, height=380)
         self.after_canvas = GraphCanvas(None, height=380)
+        # What the panel holds when no preview is drawn (none yet, or one of an older version
+        # cleared by a step): not two bare "before" / "after" headings over nothing.
+        self.preview_note = w.HTML(PREVIEW_NONE, layout=w.Layout(width="100%"))
         self.preview_box = w.HBox(
-            [w.VBox([w.HTML("<b>before</b>"), self.before_canvas],
+            [self.preview_note, w.VBox([w.HTML("<b>before</b>"), self.before_canvas],
                     layout=w.Layout(width="50%", min_width="300px")),
              w.VBox([w.HTML("<b>after</b>"), self.after_canvas],
                     layout=w.Layout(width="50%", min_width="300px"))],
@@ -179,6 +185,7 @@ class FusionLab(View):
         self._near_stale = True
         self._fusion_step: Any = None
         self._preview_model: Any = None
+        self._clear_preview()  # the note, not two empty canvases
 
         for button, fn in [(self.select_all, self._select_all), (self.preview_button, self.preview),
                            (self.apply_button, self.apply), (self.undo_button, self.undo),
@@ -248,7 +255,12 @@ class FusionLab(View):
     def _clear_preview(self) -> None:
         self.before_canvas.show(None)
         self.after_canvas.show(None)
+        if self._preview_model is not None:
+            self.preview_note.value = PREVIEW_STALE
         self._preview_model = None
+        for box in self.preview_box.children[1:]:
+            box.layout.display = "none"
+        self.preview_note.layout.display = None
 
     def refresh(self) -> None:
         """Re-read patterns and history from the Lab (after changes made in code)."""
@@ -547,6 +559,9 @@ class FusionLab(View):
         self.before_canvas.show(before, model=self.lab, title="before")
         self.after_canvas.show(after, model=res.model, title="after")
         self._preview_model = self.lab.model
+        self.preview_note.layout.display = "none"
+        for box in self.preview_box.children[1:]:
+            box.layout.display = None
         self.details.selected_index = 1
         self.result = {"result": res, "before": before, "after": after}
         self.code.value = code_html(

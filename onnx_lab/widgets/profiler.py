@@ -177,6 +177,9 @@ class Profiler(View):
                                       layout=w.Layout(width="170px"))
         self.progress = w.IntProgress(value=0, min=0, max=1,
                                       layout=w.Layout(width="260px", visibility="hidden"))
+        # What is being timed, whole: as the bar's description it was cut to 12 characters
+        # ("profiling cp" for "profiling cpu").
+        self.progress_label = w.HTML(layout=w.Layout(visibility="hidden"))
         self.cancel_button = w.Button(description="Cancel", icon="stop", disabled=True,
                                       button_style="warning", layout=w.Layout(width="100px"))
         self.cancel_button.on_click(lambda _b: self.cancel())
@@ -235,8 +238,12 @@ class Profiler(View):
             w.HBox([self.runs, self.budget, self.warmup, self.opt_level],
                    layout=w.Layout(flex_flow="row wrap")),
             w.HBox([self.budget_hint, self.budget_apply], layout=w.Layout(flex_flow="row wrap")),
+            # Cancel beside the actions it stops, the progress after it: the progress is hidden
+            # (not removed, so the row does not jump) and took its 260 px between them, which
+            # left Cancel far to the right (1920 px) or alone on a second line (1280 px).
             w.HBox([self.profile_button, self.render_button, self.levels_button,
-                    self.progress, self.cancel_button], layout=w.Layout(flex_flow="row wrap")),
+                    self.cancel_button, self.progress, self.progress_label],
+                   layout=w.Layout(flex_flow="row wrap")),
             w.HBox([self.sweep_dim, self.sweep_sizes, self.sweep_button]),
             w.HBox([self.gen_prompt, self.gen_tokens, self.generate_button]),
             w.HBox([self.peak_tflops, self.bandwidth, self.cost_button]),
@@ -316,17 +323,18 @@ class Profiler(View):
     def _progress(self, done: int, total: int, label: str) -> None:
         self.progress.max = max(1, int(total))
         self.progress.value = min(int(done), self.progress.max)
-        self.progress.description = str(label)[:12]
+        self.progress_label.value = f"<small>{esc_text(str(label))}</small>"
 
     def _run(self, fn, *args, busy: str, **kwargs):
         if self._call(self.context.apply) is None and self.error is not None:
             return None
-        self.progress.layout.visibility = "visible"
+        self.progress.layout.visibility = self.progress_label.layout.visibility = "visible"
         self.progress.value = 0
+        self.progress_label.value = ""
         try:
             return self._call(fn, *args, busy=busy, cancel=self._cancel, **kwargs)
         finally:
-            self.progress.layout.visibility = "hidden"
+            self.progress.layout.visibility = self.progress_label.layout.visibility = "hidden"
 
     # ------------------------------------------------------------------ long actions
     @property

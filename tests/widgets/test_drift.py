@@ -8,6 +8,33 @@ from onnx_lab import to_fp16
 from onnx_lab.widgets import DriftDebugger
 
 
+def test_drift_code_line_without_arguments_has_no_trailing_comma(sample_lab):
+    # The default controls pass no argument: the line is a call one can paste, not "(a, b, )".
+    d = DriftDebugger(sample_lab, sample_lab)
+    assert ", )" not in d._code() and ", )" not in d.code.value
+    if not sample_lab.dims:
+        assert d._code() == "c = onnx_lab.compare(reference, candidate)"
+
+
+def test_drift_tolerance_boxes_wrap_together(sample_lab):
+    # "my tolerances:", atol and rtol are one unit: a narrow notebook put rtol alone on a line.
+    d = DriftDebugger(sample_lab, sample_lab)
+
+    def parent(widget, box=d):
+        for child in getattr(box, "children", ()):
+            if child is widget:
+                return box
+            found = parent(widget, child)
+            if found is not None:
+                return found
+        return None
+
+    group = parent(d.atol)
+    assert group is parent(d.rtol) is parent(d.custom_tolerances)
+    assert d.preset not in group.children
+    assert "wrap" not in (group.layout.flex_flow or "") or "nowrap" in group.layout.flex_flow
+
+
 @pytest.mark.slow
 def test_drift_same_model_passes_on_every_sample(sample_lab, no_error):
     d = DriftDebugger(sample_lab, sample_lab)

@@ -80,3 +80,35 @@ def test_extractor_errors_show_in_widget():
     assert "no_such_tensor" in x.status.value
     x.preview_button.click()
     assert x.error is not None and "onnx-lab-error" in x.status.value
+
+
+def test_extractor_preview_marks_the_labs_nodes_not_the_cuts_own_ids(no_error):
+    # Unnamed nodes take their ids from their place: the cut's ConstantOfShape_0 is the Lab's
+    # ConstantOfShape_1. The preview had marked the Lab's ConstantOfShape_0 (feeding the last
+    # node) as inside the cut and drawn that far end of the graph as its neighbourhood.
+    from onnx import TensorProto, helper
+
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [1, 4])
+    one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["c_late"], value=one),
+        helper.make_node("ConstantOfShape", ["shape"], ["c_early"], value=one),
+        helper.make_node("Add", ["x", "c_early"], ["t"], name="add"),
+        helper.make_node("Relu", ["t"], ["t2"], name="relu"),
+        helper.make_node("Neg", ["t2"], ["t3"], name="neg"),
+        helper.make_node("Mul", ["t3", "c_late"], ["y"], name="mul"),
+    ]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                          initializer=[shape])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    lab = onnx_lab.open(m)
+    early = lab.index.producer["c_early"]
+    late = lab.index.producer["c_late"]
+    x = Extractor(lab)
+    x.inputs.value, x.outputs.value = "x", "t"
+    x.preview()
+    no_error(x)
+    assert set(x.preview_cut["inside"]) == {early, "add"}
+    assert late not in x.preview_cut["inside"] and "mul" not in x.preview_cut["inside"]

@@ -263,3 +263,22 @@ def test_safe_preset_reports_one_step_per_pass_and_where_its_time_went(no_error)
     assert f.progress.layout.visibility == "hidden"  # hidden again once the step is shown
     assert set(f.timing) == {"call_s", "view_s"} and f.timing["view_s"] >= 0
     assert "s in the library call" in f.status.value and "s redrawing" in f.status.value
+
+
+def test_preview_panel_says_why_it_is_empty(no_error):
+    # After a step the preview of the older version is cleared: the open panel said only
+    # "before" and "after" over two empty canvases.
+    lab = onnx_lab.open("sample:convnet")
+    f = FusionLab(lab)
+    no_error(f)
+    assert f.preview_note.layout.display != "none" and "Nothing previewed" in f.preview_note.value
+    assert all(b.layout.display == "none" for b in f.preview_box.children[1:])
+    f.matches.checkbox(f.matches.page_keys()[0]).value = True
+    f.preview_button.click()
+    no_error(f)
+    assert f.preview_note.layout.display == "none"
+    assert all(b.layout.display != "none" for b in f.preview_box.children[1:])
+    f.apply_button.click()
+    no_error(f)
+    assert f.preview_note.layout.display != "none" and "earlier version" in f.preview_note.value
+    assert all(b.layout.display == "none" for b in f.preview_box.children[1:])

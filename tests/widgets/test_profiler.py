@@ -219,3 +219,30 @@ def test_profiler_says_the_budget_is_too_small_and_offers_one(no_error):
     assert p.budget.value == a.suggested_s and p.profile_result is not first
     assert p.profile_result.budget_s == a.suggested_s
     assert int(p.profile_result.latency_stats["runs"].min()) > a.runs
+
+
+def test_cancel_sits_beside_the_actions_not_after_the_hidden_progress():
+    # The progress bar is hidden by visibility (it keeps its 260 px): placed between the actions
+    # and Cancel, it pushed Cancel to the far right or onto a line of its own.
+    p = Profiler(onnx_lab.open("sample:convnet"))
+
+    def row_of(widget, box=p):
+        for child in getattr(box, "children", ()):
+            if child is widget:
+                return box
+            found = row_of(widget, child)
+            if found is not None:
+                return found
+        return None
+
+    row = list(row_of(p.cancel_button).children)
+    assert row.index(p.cancel_button) == row.index(p.levels_button) + 1
+    assert p.progress in row[-2:]
+
+
+def test_progress_names_what_it_times_in_full():
+    # The label was the bar's description cut to 12 characters: "profiling cp".
+    p = Profiler(onnx_lab.open("sample:convnet"), background=False)
+    p._progress(3, 10, "profiling cpu")
+    assert "profiling cpu" in p.progress_label.value
+    assert p.progress.description in ("", "profiling cpu")

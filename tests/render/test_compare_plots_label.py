@@ -1,0 +1,34 @@
+"""The DriftDebugger's per-layer plot: the first-divergence label stays clear of the legend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnx_lab._pandas import pd
+
+pytest.importorskip("matplotlib")
+
+
+@pytest.mark.parametrize("at", [5, 35])  # left and right of the 60% mark
+def test_divergence_label_at_the_ceiling_does_not_cover_the_legend(at):
+    from onnx_lab.render.compare_plots import layer_error_figure
+
+    n = 40
+    y = np.geomspace(1e-4, 1e2, n)
+    y[at:] = np.inf  # an fp16 overflow: the first divergence is drawn at the plot's ceiling
+    layers = pd.DataFrame({"tensor": [f"t{i}" for i in range(n)], "max_abs": y,
+                           "passed": np.arange(n) < at})
+    fig = layer_error_figure(layers, 0.01, {"tensor": f"t{at}", "op_type": "Conv",
+                                            "node_id": f"n{at}"})
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    r = canvas.get_renderer()
+    ax = fig.axes[0]
+    label = next(t for t in ax.texts if t.get_text().startswith("first divergence"))
+    box = label.get_window_extent(r)
+    legend = ax.get_legend().get_window_extent(r)
+    assert not box.overlaps(legend), (box, legend)
+    assert box.y1 <= ax.get_window_extent(r).y1 + 1  # inside the axes, not over the title row
