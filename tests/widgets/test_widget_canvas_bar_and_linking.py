@@ -139,6 +139,8 @@ def test_drift_hides_constants_orders_and_bar(no_error, tmp_path):
         assert "Constant" not in set(d.layers.df["op_type"])
         d.show_constants.value = True
         assert "Constant" in set(d.layers.df["op_type"])
+        d.show_constants.value = False
+
     d.order.value = "topology"
     assert list(d.layers.df["tensor"]) == [t for t in c.layers["tensor"]
                                            if t in set(d.layers.df["tensor"])]
@@ -157,6 +159,32 @@ def test_drift_hides_constants_orders_and_bar(no_error, tmp_path):
     dd.run_button.click()
     no_error(dd)
     assert dd.result.passed and "image_feeds(" in dd.code.value
+
+
+@pytest.mark.slow
+def test_drift_hides_weights_computed_from_constants(no_error):
+    """A weight filled by ConstantOfShape is a constant layer too (old ResNet-50 exports
+    make 239): hidden with the Constant nodes, and counted in the box."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = numpy_helper.from_array(np.array([4], np.int64), "shape")
+    g = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["shape"], ["b"], name="fill",
+                          value=numpy_helper.from_array(np.array([0.5], np.float32))),
+         helper.make_node("Add", ["x", "b"], ["h"], name="add"),
+         helper.make_node("Relu", ["h"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [shape])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    d = DriftDebugger(lab, to_fp16(lab))
+    d.run_button.click()
+    no_error(d)
+    assert "fill" in set(d.result.layers["node_id"])
+    assert "fill" not in set(d.layers.df["node_id"])
+    assert d.show_constants.description == "show constant layers (1)"
+    d.show_constants.value = True
+    assert "fill" in set(d.layers.df["node_id"])
 
 
 def test_snapshots_in_mimebundle():
