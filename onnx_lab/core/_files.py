@@ -110,12 +110,18 @@ def _graphs(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
     yield from model.graphs()
     for f in model.functions.values():
         yield f
-        for node in ir.traversal.RecursiveGraphIterator(f):
-            for a in node.attributes.values():
-                if a.type == ir.AttributeType.GRAPH:
-                    yield a.value
-                elif a.type == ir.AttributeType.GRAPHS:
-                    yield from a.value
+        todo: list = [f]  # (not onnx_ir's RecursiveGraphIterator: it raised TypeError on a
+        while todo:  # graph attribute taken by reference, which has no value here)
+            for node in todo.pop():
+                for a in node.attributes.values():
+                    if a.is_ref():
+                        continue
+                    if a.type == ir.AttributeType.GRAPH:
+                        yield a.value
+                        todo.append(a.value)
+                    elif a.type == ir.AttributeType.GRAPHS:
+                        yield from a.value
+                        todo.extend(a.value)
 
 
 def tensor_attributes(model: ir.Model) -> list[tuple[ir.Node, str, ir.Attr]]:

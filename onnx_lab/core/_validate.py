@@ -726,9 +726,10 @@ def _refuse_inlined(inlined: int, stored: int, what: str) -> None:
             fix="Re-export the model with its functions inlined, or with fewer nested calls.")
 
 
-def _own_nodes(nodes: Any, funcs: Any, bodies: Any) -> tuple[int, list]:
+def _own_nodes(nodes: Any, funcs: Any, bodies: Any, extra: Any = None) -> tuple[int, list]:
     """The nodes of ``nodes`` and of their bodies (``bodies(node)``: its node lists) that
-    call none of ``funcs``, and the calls (keys of ``funcs``), without recursion."""
+    call none of ``funcs`` (plus ``extra(node)`` for each node), and the calls (keys of
+    ``funcs``), without recursion."""
     count, calls, todo = 0, [], [list(nodes)]
     while todo:
         for node in todo.pop():
@@ -737,8 +738,47 @@ def _own_nodes(nodes: Any, funcs: Any, bodies: Any) -> tuple[int, list]:
                 calls.append(key)
             else:
                 count += 1
+            if extra is not None:
+                count += extra(node)
             todo.extend(bodies(node))
     return count, calls
+
+
+def _inlined_total(funcs: Any, bodies: Any, refs: Any, passed: Any, main: Any) -> int:
+    """The nodes of ``main`` once every call of ``funcs`` is inlined. A graph attribute a
+    function's node takes by reference (``refs(node)``: how many) is copied, inlined, at each
+    use: each use counts as the largest graph a call passes (``passed(node)``: the node lists
+    of each graph attribute a call of a local function carries, one list of lists each), so a
+    1,000-node branch handed down 13 levels of doubling calls (16 million nodes) is no longer
+    read as 9,000."""
+    def walk(nodes: Any) -> Iterator:
+        todo = [list(nodes)]
+        while todo:
+            for node in todo.pop():
+                yield node
+                todo.extend(bodies(node))
+
+    args = [graphs for nodes in [main, *funcs.values()] for node in walk(nodes)
+            if (node.domain, node.op_type, node.overload) in funcs for graphs in passed(node)]
+    per_ref = 0
+    for _ in range(8):  # a passed graph that passes graphs on: until the size settles
+        def own(nodes: Any, per_ref: int = per_ref) -> tuple[int, list]:
+            return _own_nodes(nodes, funcs, bodies, (  # a call hands it on: no use
+                lambda n: 0 if (n.domain, n.op_type, n.overload) in funcs else per_ref * refs(n))
+                if per_ref else None)
+
+        sizes = _inlined_sizes({key: own(f) for key, f in funcs.items()})
+
+        def nodes_of(nodes: Any, own: Any = own, sizes: dict = sizes) -> int:
+            count, calls = own(nodes)
+            return count + sum(sizes[c] for c in calls)
+
+        largest = min(max((sum(nodes_of(g) for g in graphs) for graphs in args), default=0),
+                      MAX_INLINED_TOTAL + 1)
+        if largest <= per_ref:
+            break
+        per_ref = largest
+    return nodes_of(main)
 
 
 def _inlined_sizes(parts: dict[Any, tuple[int, list]]) -> dict[Any, int]:
@@ -777,16 +817,17 @@ def _check_inlined_size(proto: onnx.ModelProto, what: str) -> None:
             [a.g] if a.type == onnx.AttributeProto.GRAPH else
             a.graphs if a.type == onnx.AttributeProto.GRAPHS else ())]
 
-    def own(nodes) -> tuple[int, list[tuple[str, str, str]]]:
-        return _own_nodes(nodes, funcs, bodies)
+    graph_types = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
-    parts = {key: own(f.node) for key, f in funcs.items()}
-    sizes = _inlined_sizes(parts)
+    def refs(node: onnx.NodeProto) -> int:
+        return sum(1 for a in node.attribute if a.ref_attr_name and a.type in graph_types)
 
-    def nodes_of(nodes) -> int:  # (inlined) nodes of a node list and its bodies
-        count, calls = own(nodes)
-        return count + sum(sizes[c] for c in calls)
+    def passed(node: onnx.NodeProto) -> list:
+        return [[a.g.node] if a.type == onnx.AttributeProto.GRAPH else
+                [g.node for g in a.graphs] for a in node.attribute
+                if not a.ref_attr_name and a.type in graph_types]
 
+    nodes = {key: f.node for key, f in funcs.items()}
     # the functions' If/Loop/Scan bodies too, as the inlined count has them (a function
     # holding a 500-node Loop body, called 41 times, read "the file stores 42" and was refused)
     stored = sum(1 for g in graph_protos(proto.graph) for _ in g.node) + sum(
@@ -795,7 +836,8 @@ def _check_inlined_size(proto: onnx.ModelProto, what: str) -> None:
                                       a.graphs if a.type == onnx.AttributeProto.GRAPHS else ())
                           for b in graph_protos(top))
         for f in proto.functions)
-    _refuse_inlined(nodes_of(proto.graph.node), stored, what)
+    _refuse_inlined(_inlined_total(nodes, bodies, refs, passed, proto.graph.node), stored,
+                    what)
 
 
 # ------------------------------------------------------------------------- in-memory models
@@ -804,14 +846,18 @@ def _ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:
     bodies: list[Any] = list(model.graphs())
     for f in model.functions.values():
         bodies.append(f)
-        for node in ir.traversal.RecursiveGraphIterator(f):
-            for a in node.attributes.values():
-                if a.is_ref():  # a reference to the function's attribute: no value here
-                    continue
-                if a.type == ir.AttributeType.GRAPH:
-                    bodies.append(a.value)
-                elif a.type == ir.AttributeType.GRAPHS:
-                    bodies.extend(a.value)
+        todo = [f]  # (not onnx_ir's RecursiveGraphIterator: it raised TypeError on a graph
+        while todo:  # attribute taken by reference, which has no value here)
+            for node in todo.pop():
+                for a in node.attributes.values():
+                    if a.is_ref():  # a reference to the function's attribute: no value here
+                        continue
+                    if a.type == ir.AttributeType.GRAPH:
+                        bodies.append(a.value)
+                        todo.append(a.value)
+                    elif a.type == ir.AttributeType.GRAPHS:
+                        bodies.extend(a.value)
+                        todo.extend(a.value)
     for g in bodies:
         for name, v in (g.initializers.items() if isinstance(g, ir.Graph) else ()):
             if v.const_value is not None:
@@ -938,15 +984,24 @@ def _check_inlined_size_ir(model: ir.Model, what: str) -> None:
             [a.value] if a.type == ir.AttributeType.GRAPH else
             a.value if a.type == ir.AttributeType.GRAPHS else ())]
 
+    graph_types = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+
+    def refs(node: ir.Node) -> int:
+        return sum(1 for a in node.attributes.values() if a.is_ref() and a.type in graph_types)
+
+    def passed(node: ir.Node) -> list:
+        return [[list(a.value)] if a.type == ir.AttributeType.GRAPH else
+                [list(g) for g in a.value] for a in node.attributes.values()
+                if not a.is_ref() and a.type in graph_types]
+
     def own(nodes: Any) -> tuple[int, list]:
         return _own_nodes(nodes, funcs, bodies)
 
     parts = {key: own(f) for key, f in funcs.items()}
-    sizes = _inlined_sizes(parts)
     main = own(model.graph)
-    inlined = main[0] + sum(sizes[c] for c in main[1])
     stored = main[0] + len(main[1]) + sum(c + len(k) for c, k in parts.values())
-    _refuse_inlined(inlined, stored, what)
+    _refuse_inlined(_inlined_total({k: list(f) for k, f in funcs.items()}, bodies, refs,
+                                   passed, list(model.graph)), stored, what)
 
 
 def ir_tensors(model: ir.Model) -> Iterator[tuple[str, ir.TensorProtocol]]:

@@ -30,6 +30,7 @@ from onnx_lab.core.subgraph import extract_graph
 from onnx_lab.core.values import is_constant, weight_makers
 from onnx_lab.errors import InputError, LabError
 from onnx_lab.numerics._divergence import _data_inputs as _direct_data_inputs
+from onnx_lab.numerics._values import as_value, is_structured, value_dtype
 from onnx_lab.numerics.metrics import Rule, rule_for, tensor_metrics
 from onnx_lab.runtime.capture import run as capture_run
 
@@ -174,8 +175,18 @@ def local_check(comparison: Any, divergence: dict[str, Any] | None = None, *,
     types = cand.types(comparison.candidate.dims, comparison.candidate.shapes)
     feeds: dict[str, np.ndarray] = {}
     for v in graph.inputs:
-        value = np.asarray(feeds_all[v.name] if v.name in graph_inputs
-                           else ref_vals[pairs[v.name]])
+        value = as_value(feeds_all[v.name] if v.name in graph_inputs
+                         else ref_vals[pairs[v.name]])
+        if is_structured(value):  # a sequence or map (its elements' shapes may differ)
+            feeds[v.name] = value
+            if v.type is None:  # the candidate's type, else a sequence of its first's dtype
+                known = cand.index.values.get(v.name)
+                if known is not None and known.type is not None:
+                    v.type = known.type
+                elif isinstance(value, list):
+                    v.type = ir.SequenceType(ir.TensorType(ir.DataType.from_numpy(
+                        np.asarray(value[0]).dtype) if value else ir.DataType.FLOAT))
+            continue
         info = types.get(v.name)
         want_dt = _NP.get(info.dtype if info is not None and info.dtype else "")
         if want_dt is not None:
@@ -195,15 +206,18 @@ def local_check(comparison: Any, divergence: dict[str, Any] | None = None, *,
     outputs = set(comparison.outputs["cand_tensor"])
     metrics: dict[str, dict[str, Any]] = {}
     rules: dict[str, Rule] = {}
-    expected = {o: np.asarray(ref_vals[pairs[o]]) for o in outs}
+    # a sequence or map as it is: numpy made a tensor of a sequence of equal shapes (and the
+    # repro's script then failed on the list onnxruntime gave), and refused unequal ones
+    expected = {o: as_value(ref_vals[pairs[o]]) for o in outs}
     for o in outs:
         exp = expected[o]
-        dt = "bool" if exp.dtype == np.bool_ else str(exp.dtype)
+        dt = value_dtype(exp) if is_structured(exp) else \
+            "bool" if exp.dtype == np.bool_ else str(exp.dtype)
         _name, rules[o] = rule_for(dt, output=o in outputs,
                                    preset=None if preset == "by dtype" else preset)
-        metrics[o] = tensor_metrics(exp, np.asarray(got[o]), rule=rules[o])
+        metrics[o] = tensor_metrics(exp, as_value(got[o]), rule=rules[o])
     return LocalCheck(nid, div.get("node_id"), sub, feeds, expected,
-                      {o: np.asarray(got[o]) for o in outs}, metrics, rules, preset, region)
+                      {o: as_value(got[o]) for o in outs}, metrics, rules, preset, region)
 
 def _data_inputs(model: LabModel, node: ir.Node, makers: set[str]) -> list[str]:
     """The inputs of ``node`` that carry data (not weights, nor weights nodes compute), and

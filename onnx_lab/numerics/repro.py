@@ -45,8 +45,8 @@ for i, (name, g) in enumerate(zip(names["outputs"], got)):
 {compare}    want = expected[f"arr_{{i}}"]
     if want.dtype.kind in "US":  # strings: equal or not
         print(f"{{name!r}}: {{int((np.asarray(g).astype(str) != want).sum())}} of {{want.size}} strings differ"); continue
-    want = want.astype(np.float64)
-    err = np.abs(g.astype(np.float64) - want)
+    if np.shape(g) != want.shape or not want.size: print(f"{{name!r}}: shape {{list(np.shape(g))}}, expected {{list(want.shape)}}"); continue
+    want = want.astype(np.float64); err = np.abs(g.astype(np.float64) - want)
     print(f"{{name!r}}: max_abs {{err.max():.6g}}, max |expected| {{np.abs(want).max():.6g}}")
 '''
 
@@ -67,7 +67,15 @@ def flat(v, at=""):  # (where, number) of a sequence or map, element by element
         for k, x in (v.items() if isinstance(v, dict) else enumerate(v)):
             yield from flat(x, f"{{at}}[{{k!r}}]")
     else:
-        yield at, np.asarray(v, np.float64)
+        yield at, np.asarray(v)
+
+
+def gap(a, b):  # max_abs of two leaves: inf where their shapes or strings differ
+    if a.shape != b.shape:
+        return float("inf")
+    if a.dtype.kind in "OSU" or b.dtype.kind in "OSU":
+        return 0.0 if (a.astype(str) == b.astype(str)).all() else float("inf")
+    return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()) if a.size else 0.0
 
 
 '''
@@ -75,9 +83,10 @@ _HELD_FEED = '(dec(held["inputs"][str(i)]) if str(i) in held["inputs"] else inpu
 _HELD_COMPARE = '''    if str(i) in held["expected"]:  # a sequence or a map: key by key
         w, h = dict(flat(dec(held["expected"][str(i)]))), dict(flat(g))
         both = [k for k in w if k in h]
-        err = max((float(np.abs(h[k] - w[k]).max()) for k in both), default=0.0)
+        err = max((gap(h[k], w[k]) for k in both), default=0.0)
+        shaped = sum(h[k].shape != w[k].shape for k in both)
         print(f"{name!r}: {len(set(w) ^ set(h))} keys or items on one side only, "
-              f"max_abs {err:.6g} over {len(both)}"); continue
+              f"{shaped} of another shape, max_abs {err:.6g} over {len(both)}"); continue
 '''
 
 

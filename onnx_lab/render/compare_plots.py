@@ -47,6 +47,8 @@ def layer_error_figure(layers: pd.DataFrame, atol: float, divergence: dict[str, 
             # Below a point in the top of the axes (an inf sits at the ceiling): above it, the
             # label went past the axes into the legend's row.
             yv = shown[hit[0]]
+            if not np.isfinite(yv):  # a NaN (shapes or lengths that differ): not drawn at
+                yv = ceil  # all, the label with it; at the ceiling, as an inf
             span = np.log10(ceil) - np.log10(floor)
             high = bool(np.isfinite(yv) and yv > 0 and span > 0
                         and np.log10(yv) > np.log10(floor) + 0.7 * span)

@@ -356,8 +356,11 @@ def _tree_values(node: ir.Node) -> dict[int, tuple]:
         if a is None:
             continue
         v = a.value
-        thresholds = (np.asarray(v.numpy(), np.float64).reshape(-1) if hasattr(v, "numpy")
-                      else np.asarray(list(v), np.float64))
+        try:  # (a malformed tensor of text: no thresholds, not a ValueError out of make_feeds)
+            thresholds = (np.asarray(v.numpy(), np.float64).reshape(-1) if hasattr(v, "numpy")
+                          else np.asarray(list(v), np.float64))
+        except (TypeError, ValueError):
+            return {}
         break
     if feats is None or thresholds is None or len(feats) != len(thresholds):
         return {}
@@ -374,9 +377,13 @@ def _tree_values(node: ir.Node) -> dict[int, tuple]:
         exact = np.array([m in ("BRANCH_EQ", "BRANCH_NEQ") for m in modes.value])
     sets: dict[int, list[float]] = {}  # feature -> the values its member nodes name
     mv = node.attributes.get("membership_values")
-    if member.any() and mv is not None and hasattr(mv.value, "numpy"):
-        groups = np.split(v := np.asarray(mv.value.numpy(), np.float64).reshape(-1),
-                          np.flatnonzero(np.isnan(v)))
+    try:
+        members = np.asarray(mv.value.numpy(), np.float64).reshape(-1) \
+            if member.any() and mv is not None and hasattr(mv.value, "numpy") else None
+    except (TypeError, ValueError):  # members of text: a malformed model
+        members = None
+    if members is not None:
+        groups = np.split(v := members, np.flatnonzero(np.isnan(v)))
         groups = [g[~np.isnan(g)] for g in groups]
         for f, g in zip(np.asarray(feats)[member], groups):
             sets.setdefault(int(f), []).extend(g.tolist())

@@ -319,6 +319,11 @@ class DriftDebugger(View):
         ref = getattr(self.reference, "model", None)
         if ref is not None and hasattr(ref, "index"):
             mask = mask | layers["node_id"].isin(weight_makers(ref))
+        # never the first divergence (an output made of weights alone, a weight changed):
+        # hidden, the table and plot showed only the layers that agree, under a failed verdict
+        d = self.result.first_divergence if self.result is not None else None
+        if d is not None and d.get("tensor") is not None:
+            mask = mask & (layers["tensor"] != d["tensor"])
         return mask
 
     def _show_layers(self, _change: Any = None) -> None:

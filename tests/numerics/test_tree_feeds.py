@@ -94,3 +94,28 @@ def test_set_members_are_fed_and_a_changed_member_fails_compare():
     assert onnx_lab.compare(ref, ref).passed
     c = onnx_lab.compare(ref, onnx_lab.open(_set_membership((1.7, 3.7, 8.0, 9.0))))
     assert not c.passed and c.first_divergence["node_id"] == "trees"
+
+
+def test_text_thresholds_or_members_are_no_crash_of_make_feeds():
+    # a malformed ensemble (thresholds or set members as a tensor of text) opens, and
+    # make_feeds raised "could not convert string to float" instead of drawing its input
+    from onnx import numpy_helper
+
+    text = numpy_helper.from_array(np.array([b"a", b"b", b"c"], dtype=object), "v")
+    node = helper.make_node(
+        "TreeEnsembleRegressor", ["X"], ["Y"], domain="ai.onnx.ml", name="t", n_targets=1,
+        nodes_falsenodeids=[2, 0, 0], nodes_truenodeids=[1, 0, 0], nodes_featureids=[0, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_nodeids=[0, 1, 2],
+        nodes_treeids=[0, 0, 0], nodes_values_as_tensor=text, target_ids=[0, 0],
+        target_nodeids=[1, 2], target_treeids=[0, 0], target_weights=[1.0, 2.0])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT,
+                                                                      [3, 2])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3, 1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("ai.onnx.ml", 3)])
+    assert make_feeds(onnx_lab.open(m))["X"].shape == (3, 2)
+    members = _set_membership()
+    a = next(a for a in members.graph.node[0].attribute if a.name == "membership_values")
+    a.t.CopyFrom(numpy_helper.from_array(np.array([b"x", b"y"], dtype=object),
+                                         "membership_values"))
+    assert make_feeds(onnx_lab.open(members))["X"].shape == (6, 1)

@@ -32,3 +32,24 @@ def test_divergence_label_at_the_ceiling_does_not_cover_the_legend(at):
     legend = ax.get_legend().get_window_extent(r)
     assert not box.overlaps(legend), (box, legend)
     assert box.y1 <= ax.get_window_extent(r).y1 + 1  # inside the axes, not over the title row
+
+
+def test_divergence_label_of_a_nan_error_is_drawn():
+    # a first divergence whose error is NaN (shapes or sequence lengths that differ) was
+    # annotated at y = NaN: matplotlib drew no label at all, only the vertical line
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from onnx_lab.render.compare_plots import layer_error_figure
+
+    layers = pd.DataFrame({"tensor": ["a", "b", "c"], "max_abs": [0.0, np.nan, 1.0],
+                           "passed": [True, False, False]})
+    fig = layer_error_figure(layers, 1e-4, {"tensor": "b", "op_type": "SplitToSequence",
+                                            "node_id": "split"})
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    r = canvas.get_renderer()
+    ax = fig.axes[0]
+    label = next(t for t in ax.texts if t.get_text().startswith("first divergence"))
+    box = label.get_window_extent(r)
+    assert np.isfinite(label.xy[1]) and box.width > 0
+    assert not box.overlaps(ax.get_legend().get_window_extent(r))

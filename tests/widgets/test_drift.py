@@ -179,3 +179,28 @@ def test_drift_preset_and_confirm_controls(no_error):
     assert div is not None and "confirmed" in div and "cause" in div
     d.atol.value = 0.5  # typing a tolerance ticks "my tolerances"
     assert d.custom_tolerances.value and "atol=0.5" in d._code()
+
+
+def test_a_first_divergence_computed_from_weights_is_shown():
+    # An output computed from weights alone (Mul of two initializers), one of them changed:
+    # the first divergence is that Mul, which the constant-layer filter hid, so the table and
+    # the plot showed only layers with no error under a failed verdict.
+    from onnx import TensorProto, helper, numpy_helper
+
+    def model(w):
+        inits = [numpy_helper.from_array(np.array(w, np.float32), "W1"),
+                 numpy_helper.from_array(np.full(4, 2, np.float32), "W2")]
+        nodes = [helper.make_node("Relu", ["X"], ["Y"], name="relu"),
+                 helper.make_node("Mul", ["W1", "W2"], ["Z"], name="scale")]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT,
+                                                                         [1, 4])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 4]),
+                               helper.make_tensor_value_info("Z", TensorProto.FLOAT, [4])],
+                              inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    d = DriftDebugger(onnx_lab.open(model([1, 1, 1, 1])), onnx_lab.open(model([1, 1, 5, 1])))
+    d.run()
+    assert d.result.first_divergence["node_id"] == "scale"
+    assert "scale" in list(d.shown_layers()["node_id"])
+    assert "Z" in d.layers.page_keys()

@@ -546,3 +546,24 @@ def test_a_renamed_node_keeps_the_attribute_chosen_in_its_form(tmp_path, no_erro
     ed.rename_node_button.click()
     no_error(ed)
     assert ed.target == ("node", "bn0") and ed.attribute.value == chosen
+
+
+def test_drawn_centres_find_an_element_whose_svg_id_is_not_its_key():
+    # a node named with a control character (drawn as its picture) or past 2,000 characters
+    # (cut, with a hash): its centre was keyed by the SVG id, so the Editor could not keep it
+    # in place after an edit, and the Explorer never drew a box so named ahead
+    import onnx
+
+    from onnx_lab.widgets.editor import drawn_centres
+
+    nodes = [onnx.helper.make_node("Relu", ["X"], ["r"], name="a\x01b"),
+             onnx.helper.make_node("Neg", ["r"], ["Y"], name="x" * 2500)]
+    g = onnx.helper.make_graph(
+        nodes, "g", [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [1])])
+    r = onnx_lab.open(onnx.helper.make_model(
+        g, opset_imports=[onnx.helper.make_opsetid("", 17)])).render()
+    if not r.svg:
+        pytest.skip("no graphviz")
+    centres = drawn_centres(r.svg, r.view.nodes)
+    assert {"a\x01b", "x" * 2500} <= set(centres)
