@@ -239,8 +239,8 @@ def _check_sweep_dim(lm: Any, dim: str) -> None:
             first = next(v for v in lm.graph.inputs if v.name == dyn["?"][0])
             shape = [None if not (isinstance(d, int) and d >= 0) else d
                      for d in (shape_tuple(first.shape) or ())]
-            named_shape = list(shape)
-            named_shape[shape.index(None)] = dim
+            named_shape = list(shape) if None in shape else [None]
+            named_shape[named_shape.index(None)] = dim
             raise DimError(
                 f"The model has no dynamic dim {dim!r} to sweep: its dynamic dims are "
                 f"unnamed ({', '.join(repr(n) for n in dyn['?'])}; {first.name} "
