@@ -211,7 +211,11 @@ class Profiler(View):
         self.link = selection(self.lab)
         self.link.subscribe(self, self._guard(self.canvas.focus))
         self.canvas.on_select(self._guard(lambda nid: self.link.select(nid, source=self)))
+        # until the graph is drawn, the tab says how to draw it (it showed an empty table)
+        self.graph_hint = w.HTML(info_html("Profile, then click 'Latency on graph' to draw "
+                                           "the time per node here."))
         self.graph_box = w.VBox([
+            self.graph_hint,
             w.HTML("<b>Slowest nodes</b> (tick one to centre it here and in other widgets on "
                    "this Lab)"), self.slow_nodes, self.canvas])
         self.tabs = w.Tab(children=[
@@ -425,6 +429,7 @@ class Profiler(View):
         nodes = self.lab.index.entries
         slow = times.sort_values(ascending=False).head(30)
         self.slow_nodes.set(_slow_frame(slow, nodes), keep_selection=False)
+        self.graph_hint.value = ""
         self.result = r
         self.tabs.selected_index = 7
         self.code.value = code_html(self._profile_code() + '; p.render(collapse="auto")')

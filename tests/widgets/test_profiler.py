@@ -19,9 +19,12 @@ def test_profiler_every_button_on_every_sample(sample_lab, no_error):
     assert p.plot_html.value.startswith("<img")
     assert "<table" in p.ops_table.html.value and "<table" in p.nodes_table.html.value
     assert "mean" in p.summary_html.value
+    # the Graph tab says how to draw it until it is drawn (it showed an empty table)
+    assert "Latency on graph" in p.graph_hint.value
     p.render_button.click()
     no_error(p)
     assert type(p.result).__name__ == "Rendering" and p.tabs.selected_index == 7
+    assert p.graph_hint.value == ""
     p.levels_button.click()
     no_error(p)
     assert list(p.result["opt_level"]) == ["disable", "basic", "extended", "all"]
