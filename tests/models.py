@@ -27,6 +27,8 @@ torch exporters, which write into a folder and return the path (call
 - :func:`torchscript_export`, :func:`dynamo_export`: tiny torch models exported for real
   (dynamo: weights saved as external data, value_info present).
 - :func:`save_external`: save a ModelProto with its tensors in one external data file.
+- :func:`function_reading_default`: a local function whose Constant reads the function's
+  default attribute value (ir_version 9) by reference.
 - :func:`genai_build`: a random-weight tiny Llama built by onnxruntime-genai's model builder
   (fp32 or int4), as deployed decoder LLMs are (``genai_model`` fixture in conftest).
 """
@@ -43,7 +45,8 @@ from onnx import TensorProto, helper, numpy_helper
 __all__ = [
     "tf2onnx_style", "paddle_style", "quantized", "fp16_model", "control_flow_model",
     "symbolic_expr_model", "unsorted_model", "reshape_computed_shape", "named_model",
-    "torchscript_export", "dynamo_export", "save_external", "ALL_STYLES",
+    "torchscript_export", "dynamo_export", "save_external", "function_reading_default",
+    "ALL_STYLES",
 ]
 
 F = TensorProto.FLOAT
@@ -605,3 +608,22 @@ def tensor_scatter_model() -> onnx.ModelProto:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)])
     m.ir_version = 10
     return m
+
+
+def function_reading_default(default: TensorProto) -> onnx.ModelProto:
+    """x [2] → a local function F (``local`` domain) adding a Constant whose value is F's
+    attribute ``w`` (``value=@w``), given the default ``default`` (ir_version 9)."""
+    const = helper.make_node("Constant", [], ["c"])
+    const.attribute.append(onnx.AttributeProto(name="value", ref_attr_name="w",
+                                               type=onnx.AttributeProto.TENSOR))
+    fn = helper.make_function("local", "F", ["fx"], ["fy"],
+                              [const, helper.make_node("Add", ["fx", "c"], ["fy"])],
+                              [helper.make_opsetid("", 17)])
+    fn.attribute_proto.append(onnx.AttributeProto(name="w", type=onnx.AttributeProto.TENSOR,
+                                                  t=default))
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("F", ["x"], ["y"], domain="local")], "g",
+                          [vi("x", F, [2])], [vi("y", F, [2])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                               helper.make_opsetid("local", 1)],
+                             ir_version=9, functions=[fn])

@@ -16,7 +16,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from models import big_weight_model, control_flow_model, save_external
+from models import (
+    big_weight_model,
+    control_flow_model,
+    function_reading_default,
+    save_external,
+)
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_lab
@@ -123,19 +128,7 @@ def _function_default(location: str) -> onnx.ModelProto:
     t = onnx.TensorProto(name="w", data_type=F, dims=[2], data_location=TensorProto.EXTERNAL)
     for k, v in (("location", location), ("offset", "0"), ("length", "8")):
         t.external_data.add(key=k, value=v)
-    const = helper.make_node("Constant", [], ["c"])
-    const.attribute.append(onnx.AttributeProto(name="value", ref_attr_name="w",
-                                               type=onnx.AttributeProto.TENSOR))
-    fn = helper.make_function("local", "F", ["fx"], ["fy"],
-                              [const, helper.make_node("Add", ["fx", "c"], ["fy"])],
-                              [helper.make_opsetid("", 17)])
-    fn.attribute_proto.append(onnx.AttributeProto(name="w", type=onnx.AttributeProto.TENSOR,
-                                                  t=t))
-    g = helper.make_graph([helper.make_node("F", ["x"], ["y"], domain="local")], "g",
-                          [vi("x", F, [2])], [vi("y", F, [2])])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
-                                               helper.make_opsetid("local", 1)],
-                             ir_version=9, functions=[fn])
+    return function_reading_default(t)
 
 
 @pytest.mark.parametrize("kind", ["path", "proto"])

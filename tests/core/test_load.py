@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from models import big_weight_model, fp16_model, save_external
+from models import big_weight_model, fp16_model, function_reading_default, save_external
 
 import onnx_lab
 from onnx_lab.core.load import load_model
@@ -66,23 +66,9 @@ def test_an_ir_model_whose_function_reads_an_attribute_by_reference_opens():
     # A Constant of a local function whose value is the function's attribute (value=@w, the
     # default given inline): the in-memory check read the reference's missing tensor and
     # raised AttributeError ('NoneType' object has no attribute 'name').
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import numpy_helper
 
-    const = helper.make_node("Constant", [], ["c"])
-    const.attribute.append(onnx.AttributeProto(name="value", ref_attr_name="w",
-                                               type=onnx.AttributeProto.TENSOR))
-    fn = helper.make_function("local", "F", ["fx"], ["fy"],
-                              [const, helper.make_node("Add", ["fx", "c"], ["fy"])],
-                              [helper.make_opsetid("", 17)])
-    fn.attribute_proto.append(onnx.AttributeProto(
-        name="w", type=onnx.AttributeProto.TENSOR,
-        t=numpy_helper.from_array(np.ones(2, np.float32), "w")))
-    vi = helper.make_tensor_value_info
-    g = helper.make_graph([helper.make_node("F", ["x"], ["y"], domain="local")], "g",
-                          [vi("x", TensorProto.FLOAT, [2])], [vi("y", TensorProto.FLOAT, [2])])
-    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
-                                                helper.make_opsetid("local", 1)],
-                              ir_version=9, functions=[fn])
+    proto = function_reading_default(numpy_helper.from_array(np.ones(2, np.float32), "w"))
     for src in (proto, ir.serde.deserialize_model(proto)):
         lab = onnx_lab.open(src)
         assert lab.summary()["num_nodes"] == 1, type(src)
