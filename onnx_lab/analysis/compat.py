@@ -535,14 +535,19 @@ def _opsets(lm: LabModel) -> list[dict]:
     return rows
 
 
+def _input_symbols(lm: LabModel) -> set[str]:
+    """The symbolic dims of the main graph's inputs (``batch``, ``seq``)."""
+    return {d for v in lm.ir.graph.inputs for d in shape_tuple(v.shape) or ()
+            if isinstance(d, str)}
+
+
 def _declared_fixed(lm: LabModel) -> list[dict]:
     """Intermediates and outputs whose declared shape (value_info) fixes a dim that the
     inputs leave free: the inference from the inputs and weights alone gives a symbol of
     the model's own (``batch``) where the file says a number. onnxruntime's optimizer
     trusts the declaration (a Shape of it becomes a constant), so the model fails at other
     sizes; with its optimizations off it runs."""
-    symbols = {d for v in lm.ir.graph.inputs for d in shape_tuple(v.shape) or ()
-               if isinstance(d, str)}
+    symbols = _input_symbols(lm)
     if not symbols:
         return []  # no dim the inputs leave free (and no second inference to pay)
     types = lm.types(declared=False)
@@ -593,8 +598,7 @@ def _baked_dims(lm: LabModel) -> list[dict]:
     the model at that one size only (or 1, where it broadcasts), whatever the input declares.
     Dims the model determines by design (:func:`~onnx_lab.core.derived.derived_dims`: a KV
     cache's head size) are not reported."""
-    symbols = {d for v in lm.ir.graph.inputs for d in shape_tuple(v.shape) or ()
-               if isinstance(d, str)}
+    symbols = _input_symbols(lm)
     if not symbols:
         return []
     symbols -= set(derived_dims(lm))

@@ -22,6 +22,7 @@ from onnx_lab.core.history import History
 from onnx_lab.core.outputs import write_atomic
 from onnx_lab.core.save import save
 from onnx_lab.errors import SaveError
+from onnx_lab.numerics._values import is_structured
 from onnx_lab.numerics.confirm import LocalCheck, local_check
 
 __all__ = ["Repro", "write_repro"]
@@ -168,27 +169,17 @@ def _npz(arrays: list[Any]) -> Any:
     (held in names.json, :func:`_held`) is an empty array in its place."""
     def write(path: Path) -> None:
         with open(path, "wb") as f:
-            np.savez(f, *[np.zeros(0) if _structured(a) else _loadable(a) for a in arrays])
+            np.savez(f, *[np.zeros(0) if is_structured(a) else _loadable(a) for a in arrays])
     return write
 
 
 def _held(values: list[Any]) -> dict[str, Any]:
     """{position: value as JSON data} of the sequences and maps among ``values``."""
-    return {str(i): _as_data(v) for i, v in enumerate(values) if _structured(v)}
-
-
-def _structured(v: Any) -> bool:
-    """A sequence or map value (a list, a dict, or an object array of them)."""
-    if isinstance(v, (list, dict)):
-        return True
-    return isinstance(v, np.ndarray) and v.dtype == object and v.size > 0 and any(
-        isinstance(x, (list, dict, np.ndarray)) for x in v.reshape(-1))
+    return {str(i): _as_data(v) for i, v in enumerate(values) if is_structured(v)}
 
 
 def _as_data(v: Any) -> dict[str, Any]:
-    if isinstance(v, np.ndarray) and _structured(v):
-        v = v.tolist()
-    if isinstance(v, list):
+    if isinstance(v, (list, tuple)):
         return {"seq": [_as_data(x) for x in v]}
     if isinstance(v, dict):
         return {"map": [[k.item() if isinstance(k, np.generic) else k, _as_data(x)]

@@ -48,7 +48,6 @@ from onnx_lab.errors import LabError, clip_text
 from onnx_lab.render._html import (
     Markup,
     csp_meta,
-    drawn_keys,
     esc_attr,
     esc_text,
     inline_script,
@@ -201,7 +200,7 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
         boxes: dict[str, str] = {}
         # the keys the page reads back from the drawing where they are not the keys
         # themselves (render._html.dot_safe): the page translates them (canvas.js realOf)
-        drawn.update(drawn_keys(rendering.view.nodes))
+        drawn.update(rendering.drawn)
         for key, n in rendering.view.nodes.items():
             if n.kind == "op" and n.node_ids:
                 nid = n.node_ids[0]

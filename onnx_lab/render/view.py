@@ -21,7 +21,7 @@ from onnx_lab.core.outputs import input_files, refuse_inputs, write_atomic
 from onnx_lab.errors import InputError, RenderError, strict_keywords, unknown_name
 from onnx_lab.render import collapse as _collapse
 from onnx_lab.render import dot as _dot
-from onnx_lab.render._html import clean_svg, esc_text
+from onnx_lab.render._html import clean_svg, drawn_keys, esc_text
 from onnx_lab.render.graph import GraphView, build_view, is_folded_constant, owner_in_graph
 from onnx_lab.render.overlays import aggregate, format_value, make_scale, resolve_overlay
 from onnx_lab.render.tables import frame_html
@@ -78,6 +78,17 @@ class Rendering:
         self._args = args
         self._timeout = timeout
         self.seconds = seconds
+        self._drawn: dict[str, str] | None = None
+
+    @property
+    def drawn(self) -> dict[str, str]:
+        """{an SVG id's key: the element's key} for the elements not drawn under their own key
+        (a control character as its picture, a long name cut:
+        :func:`~onnx_lab.render._html.dot_safe`), worked out once per drawing: what the page
+        translates the ids it reads back with, and what Python reads the SVG with."""
+        if getattr(self, "_drawn", None) is None:  # (a Rendering unpickled from before)
+            self._drawn = drawn_keys(self.view.nodes)
+        return self._drawn
 
     def __repr__(self) -> str:
         what = "SVG" if self.svg is not None else "no SVG"

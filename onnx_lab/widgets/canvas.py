@@ -27,7 +27,7 @@ from typing import Any
 import anywidget
 import traitlets as t
 
-from onnx_lab.render._html import dot_safe, drawn_keys, esc_text
+from onnx_lab.render._html import esc_text
 from onnx_lab.render.details import (
     box_module,
     canvas_items,
@@ -163,7 +163,7 @@ class GraphCanvas(anywidget.AnyWidget):
             self.highlight = []
             self.fallback = "" if rendering.svg else "no SVG: " + "; ".join(rendering.notes[-1:])
             self._drawing += 1
-            self.drawn = drawn_keys(rendering.view.nodes)
+            self.drawn = rendering.drawn
             self.svg = rendering.svg or ""
             if self.selected != keep:
                 self.selected = keep
@@ -334,7 +334,7 @@ class GraphCanvas(anywidget.AnyWidget):
         cannot hold a NUL)."""
         if self.rendering is None or not key or key in self.rendering.view.nodes:
             return key
-        return next((k for k in self.rendering.view.nodes if dot_safe(k) == key), key)
+        return self.rendering.drawn.get(key, key)
 
     def _on_msg(self, _widget: Any, content: dict, _buffers: Any) -> None:
         kind = content.get("type")

@@ -26,7 +26,7 @@ import html
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import ipywidgets as w
@@ -37,7 +37,7 @@ from onnx_lab.core.shapes import value_type
 from onnx_lab.errors import InputError, LabError
 from onnx_lab.lab import as_lab
 from onnx_lab.numerics.verify import failed_where
-from onnx_lab.render._html import drawn_keys, esc_text
+from onnx_lab.render._html import esc_text
 from onnx_lab.render.graph import owner_in_graph, shape_text
 from onnx_lab.transforms.edit import (
     EDIT_OPS,
@@ -92,11 +92,12 @@ _GRAPH_T = re.compile(r'<g id="graph0"[^>]*transform="scale\(([\d.]+)(?: ([\d.]+
                       r'[^"]*translate\((-?[\d.]+) (-?[\d.]+)\)"')
 
 
-def drawn_centres(svg: str | None, keys: Iterable[str] = ()) -> dict[str, tuple[float, float]]:
+def drawn_centres(svg: str | None, drawn: Mapping[str, str] | None = None
+                  ) -> dict[str, tuple[float, float]]:
     """Centre of every drawn element of a graphviz SVG, by drawn key, in the drawing's own
     units (what the canvas's view ``{x, y, k}`` maps to the screen: screen = centre * k + x).
-    ``keys``: the drawing's keys (``rendering.view.nodes``), so an element whose SVG id is not
-    its key (a control character as its picture, a long name cut:
+    ``drawn``: the drawing's map of SVG ids to keys (``rendering.drawn``), so an element whose
+    SVG id is not its key (a control character as its picture, a long name cut:
     :func:`~onnx_lab.render._html.dot_safe`) is found by its key.
 
     Read from the SVG text (the shapes' points), so Python can keep an element where it was
@@ -111,7 +112,7 @@ def drawn_centres(svg: str | None, keys: Iterable[str] = ()) -> dict[str, tuple[
         sy = float(t.group(2) or t.group(1))
         tx, ty = float(t.group(3)), float(t.group(4))
     out: dict[str, tuple[float, float]] = {}
-    real = drawn_keys(keys)
+    real = drawn or {}
     for m in _NODE_G.finditer(svg):
         body = m.group(2)
         shape = re.search(r'\s(?:points|d)="([^"]*)"', body)
@@ -754,7 +755,7 @@ class Editor(View):
         if self._expand:
             kwargs["expand"] = list(self._expand)
         old = self.canvas.selected or ""
-        old_at = drawn_centres(self.canvas.rendering.svg, self.canvas.rendering.view.nodes) \
+        old_at = drawn_centres(self.canvas.rendering.svg, self.canvas.rendering.drawn) \
             if self.canvas.rendering else {}
         old_keys = set(self.canvas.rendering.view.nodes) if self.canvas.rendering else set()
         near = self._neighbours(old)
@@ -785,7 +786,7 @@ class Editor(View):
                 if k:
                     key = k
                     break
-            new_at = drawn_centres(rendering.svg, rendering.view.nodes) \
+            new_at = drawn_centres(rendering.svg, rendering.drawn) \
                 if rendering is not None else {}
             anchor = old if old in old_at else next((n for n in near if n in old_at), "")
             if view.get("k") and key in new_at and (anchor or partial):

@@ -465,7 +465,7 @@ class Explorer(View):
             views, self._ahead_views = self._ahead_views, []
         model = self.lab.model
         for shown, kwargs in views:
-            centres = drawn_centres(shown.svg, shown.view.nodes)
+            centres = drawn_centres(shown.svg, shown.drawn)
             base = {k: v for k, v in kwargs.items() if k != "expand"}
             jobs = []
             for key, n in shown.view.nodes.items():

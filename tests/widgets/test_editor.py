@@ -565,5 +565,5 @@ def test_drawn_centres_find_an_element_whose_svg_id_is_not_its_key():
         g, opset_imports=[onnx.helper.make_opsetid("", 17)])).render()
     if not r.svg:
         pytest.skip("no graphviz")
-    centres = drawn_centres(r.svg, r.view.nodes)
+    centres = drawn_centres(r.svg, r.drawn)
     assert {"a\x01b", "x" * 2500} <= set(centres)
