@@ -430,12 +430,15 @@ def vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
 def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
     idx = model.index
     out: dict[int | None, Vocab] = {}
-    # (value, the input's columns its last axis holds (None: as the input's), the Tokenizer's
-    # separator when text was split on the way)
-    todo: list[tuple[str, tuple[int, ...] | None, str | None]] = [(name, None, None)]
+    # (value, its route back to the input (None: the input itself), the Tokenizer's separator
+    # when text was split on the way)
+    todo: list[tuple[str, _Route | None, str | None]] = [(name, None, None)]
     seen = {name}
-    while todo:  # through the ops that only move or pick values
-        value, cols, joiner = todo.pop(0)
+    shape_of = _shape_lookup(model)
+    strict: set[int | None] = set()  # columns an op reads that takes no value off its list
+    while todo:  # through the ops that only move, pick, join or rescale values
+        value, route, joiner = todo.pop(0)
+        cols = route.cols if route is not None else None
         for nid in idx.consumers.get(value, ()):
             node = idx.node(nid)
             first = bool(node.inputs) and node.inputs[0] is not None \
@@ -447,49 +450,258 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
             if node.domain == "ai.onnx.ml" and node.op_type in _TREE_OPS and first:
                 # a tree ensemble's thresholds per feature: standard-normal values on data
                 # of another scale (ages, prices) all took the same branches, and every
-                # threshold moved by 3 years passed compare
+                # threshold moved by 3 years passed compare; behind a scaler or a Concat of
+                # columns (a Pipeline, a ColumnTransformer), in the input's own units
                 for feature, values in _tree_values(node).items():
-                    if cols is not None:
-                        if feature >= len(cols):
-                            continue
-                        column = cols[feature]
-                    else:
-                        column = feature
-                    out.setdefault(column, Vocab(values))
+                    back = route.back(feature, values) if route is not None \
+                        else (feature, values)
+                    if back is not None:
+                        out.setdefault(back[0], Vocab(back[1]))
                 continue
-            if attrs and first:
+            if attrs and first and (route is None or not route.rescaled):
+                kind = _value_dtype(value, idx)
                 for attr in attrs:
                     a = node.attributes.get(attr)
-                    if a is None or not len(a.value):
+                    if a is None or not len(a.value) or (  # a CategoryMapper names both
+                            kind is not None and attr.endswith("strings")
+                            != (kind == int(ir.DataType.STRING))):
                         continue
-                    vocab = Vocab(tuple(list(a.value)[:_VOCAB_MAX]),
+                    values = tuple(list(a.value)[:_VOCAB_MAX])
+                    if node.op_type in _DEFAULTED:  # one value in no list: the default
+                        values = (*values, _unknown(values))
+                    vocab = Vocab(values,
                                   sentences=joiner is not None and attr == "pool_strings",
                                   joiner=joiner or " ")
                     for column in (cols if cols is not None else (None,)):
-                        out.setdefault(column, vocab)
+                        if column is not None or cols is None:  # (not a joined column)
+                            if node.op_type not in _DEFAULTED:
+                                strict.add(column)
+                            out.setdefault(column, vocab)
                 continue
-            passes = node.op_type in _PASS_THROUGH or node.op_type in _TEXT_OPS or (
-                node.op_type == "Cast" and node.attributes.get_int("to", 0) in _INT_TYPES) or (
-                node.op_type == "Cast" and node.attributes.get_int("to", 0) in _FLOAT_TYPES
-                and _value_dtype(value, idx) in _FLOAT_TYPES)
-            if not (passes and first and node.outputs and node.outputs[0].name
+            if not (node.outputs and node.outputs[0].name
                     and node.outputs[0].name not in seen and len(seen) < 256):
                 continue
-            picked = _picked_columns(node) \
-                if node.op_type in ("Gather", "ArrayFeatureExtractor") else None
-            new_cols, new_joiner = cols, joiner
-            if picked is not None:  # compose: a pick of picked columns
-                if cols is not None and any(k >= len(cols) for k in picked):
-                    continue
-                new_cols = tuple(cols[k] for k in picked) if cols is not None \
-                    else tuple(picked)
-            if node.op_type == "Tokenizer":
-                seps = node.attributes.get("separators")
-                new_joiner = next((str(x) for x in (seps.value if seps is not None else ())
-                                   if str(x)), " ")
+            new_route: _Route | None | bool = False  # False: values do not reach the output
+            new_joiner = joiner
+            if node.op_type == "Concat" and node.domain in ("", "ai.onnx"):
+                new_route = _joined(node, value, route, shape_of)
+            elif node.op_type in _RESCALES and first:
+                new_route = _rescaled(node, route)
+            elif first and (node.op_type in _PASS_THROUGH or node.op_type in _TEXT_OPS or (
+                    node.op_type == "Cast" and node.attributes.get_int("to", 0) in _INT_TYPES)
+                    or (node.op_type == "Cast"
+                        and node.attributes.get_int("to", 0) in _FLOAT_TYPES
+                        and _value_dtype(value, idx) in _FLOAT_TYPES)):
+                new_route = route
+                picked = _picked_columns(node) \
+                    if node.op_type in ("Gather", "ArrayFeatureExtractor") else None
+                if picked is not None:  # compose: a pick of picked columns
+                    new_route = (route or _Route.identity(max(picked) + 1)).picked(picked)
+                if node.op_type == "Tokenizer":
+                    seps = node.attributes.get("separators")
+                    new_joiner = next((str(x) for x in (seps.value if seps is not None else ())
+                                       if str(x)), " ")
+            if new_route is False:
+                continue
             seen.add(node.outputs[0].name)
-            todo.append((node.outputs[0].name, new_cols, new_joiner))
+            todo.append((node.outputs[0].name, cast("_Route | None", new_route), new_joiner))
+    if strict:  # the default's value stays out where an op would reject it
+        for column, vocab in out.items():
+            if column in strict or None in strict or column is None:
+                out[column] = Vocab(tuple(v for v in vocab.values if not _is_unknown(v)),
+                                    vocab.sentences, vocab.joiner)
     return out
+
+
+# Encoders that map a value off their list to a default (LabelEncoder's default_*, a
+# CategoryMapper's default_string / default_int64): their feeds hold one such value, else
+# the default was never taken and a changed one passed compare. A OneHotEncoder
+# (zeros=0), a DictVectorizer or a tree reading the same column keeps it off.
+_DEFAULTED = frozenset({"LabelEncoder", "CategoryMapper"})
+
+
+def _unknown(values: tuple) -> Any:
+    """A value of the kind of ``values`` that is none of them."""
+    if values and isinstance(values[0], str):
+        word = "unlisted"
+        while word in values:
+            word += "_"
+        return _UnknownStr(word)
+    top = max((float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)),
+              default=0.0)
+    if values and isinstance(values[0], int):
+        return _UnknownInt(int(top) + 1)
+    return _UnknownFloat(top + 1.0)
+
+
+class _UnknownStr(str):
+    """A value off an encoder's list (told apart where an op that rejects it reads it)."""
+
+
+class _UnknownInt(int):
+    """An integer off an encoder's list."""
+
+
+class _UnknownFloat(float):
+    """A float off an encoder's list."""
+
+
+def _is_unknown(v: Any) -> bool:
+    return isinstance(v, (_UnknownStr, _UnknownInt, _UnknownFloat))
+
+
+@dataclass(frozen=True)
+class _Route:
+    """How a value's last-axis columns come from the input's: the value ``v`` in column k
+    was ``v * scale[k] + shift[k]`` in the input's column ``cols[k]`` (None: a column of
+    something else, joined by a Concat). ``cols`` None: the input's own columns, any number;
+    a scale or shift of one entry is every column's."""
+
+    cols: tuple[int | None, ...] | None
+    scale: tuple[float, ...] = (1.0,)  # one entry: every column's
+    shift: tuple[float, ...] = (0.0,)
+
+    @staticmethod
+    def identity(n: int) -> _Route:
+        return _Route(tuple(range(n)))
+
+    @property
+    def rescaled(self) -> bool:
+        return any(a != 1.0 for a in self.scale) or any(b != 0.0 for b in self.shift)
+
+    def _at(self, values: tuple[float, ...], k: int) -> float:
+        return values[k] if len(values) > 1 else values[0]
+
+    def back(self, k: int, values: tuple) -> tuple[int | None, tuple] | None:
+        """(the input's column, the values in its units) for the value's column ``k``; None
+        where it is no input column (or the scale is 0)."""
+        if self.cols is not None and (k >= len(self.cols) or self.cols[k] is None):
+            return None
+        if len(self.scale) > 1 and k >= len(self.scale):
+            return None
+        a, b = self._at(self.scale, k), self._at(self.shift, k)
+        if a == 0.0 or not math.isfinite(a) or not math.isfinite(b):
+            return None
+        column = self.cols[k] if self.cols is not None else k
+        return column, tuple(float(v * a + b) for v in values)
+
+    def picked(self, picks: Sequence[int]) -> _Route | bool:
+        n = len(self.cols) if self.cols is not None else None
+        if n is not None and any(k >= n for k in picks):
+            return False
+        cols = tuple(self.cols[k] if self.cols is not None else k for k in picks)
+        per = [len(self.scale) > 1, len(self.shift) > 1]
+        if (per[0] and any(k >= len(self.scale) for k in picks)) or (
+                per[1] and any(k >= len(self.shift) for k in picks)):
+            return False
+        scale = tuple(self.scale[k] for k in picks) if per[0] else self.scale
+        shift = tuple(self.shift[k] for k in picks) if per[1] else self.shift
+        return _Route(cols, scale, shift)
+
+
+# Ops whose output is an affine function of their first input, column by column (the
+# scalers of a Pipeline or a ColumnTransformer: skl2onnx's StandardScaler is a Scaler,
+# other converters write Sub and Div of constants)
+_RESCALES = frozenset({"Scaler", "Sub", "Add", "Mul", "Div"})
+_COLUMNS_MAX = 1 << 14  # columns a route spells out
+
+
+def _rescaled(node: ir.Node, route: _Route | None) -> _Route | bool:
+    """The route through an affine op of constants whose first input is the value: the
+    input's value is then ``out * a + b`` per column, composed with the route so far (False
+    when the op is not one: an operand that is not constant, or of another shape)."""
+    if node.op_type == "Scaler":
+        if node.domain != "ai.onnx.ml":
+            return False
+        sc, off = node.attributes.get("scale"), node.attributes.get("offset")
+        scale = np.asarray(list(sc.value) if sc is not None else [1.0], np.float64)
+        offset = np.asarray(list(off.value) if off is not None else [0.0], np.float64)
+        if not scale.size or not offset.size or np.any(scale == 0):
+            return False
+        a, b = 1.0 / scale, offset  # out = (x - offset) * scale
+    else:
+        if node.domain not in ("", "ai.onnx") or len(node.inputs) != 2 \
+                or node.inputs[1] is None:
+            return False
+        c = const_array(node.inputs[1])
+        if c is None or c.dtype.kind not in "fiu" or not c.size or c.size > _COLUMNS_MAX \
+                or (c.ndim and c.size != c.shape[-1]):
+            return False  # one constant per column (or one for all), nothing else
+        c = c.astype(np.float64).reshape(-1)
+        if node.op_type in ("Div", "Mul") and np.any(c == 0):
+            return False
+        one, zero = np.ones_like(c), np.zeros_like(c)
+        a, b = {"Sub": (one, c), "Add": (one, -c), "Mul": (1.0 / c, zero),
+                "Div": (c, zero)}[node.op_type]
+    base = route or _Route(None)
+    parts = [a, b, np.asarray(base.scale), np.asarray(base.shift)]
+    width = max(p.size for p in parts)
+    if any(p.size not in (1, width) for p in parts) or (
+            width > 1 and base.cols is not None and len(base.cols) != width):
+        return False
+    a, b, S, B = (np.broadcast_to(p, (width,)) for p in parts)
+    # the input is (out * a + b) * S + B
+    return _Route(base.cols, tuple(float(x) for x in a * S), tuple(float(x) for x in b * S + B))
+
+
+def _joined(node: ir.Node, value: str, route: _Route | None, shape_of: Any
+            ) -> _Route | bool:
+    """The route through a Concat of columns (its last axis): the value's columns sit after
+    those of the inputs before it, whose widths must be known."""
+    axis = node.attributes.get_int("axis", 0)
+    if axis < -1:
+        return False
+    shape = shape_of(value) or shape_of(node.outputs[0].name)  # (a KV cache's past: -2)
+    if not shape or axis not in (-1, len(shape) - 1):
+        return False
+    offset = 0
+    for v in node.inputs:
+        if v is not None and v.name == value:
+            break
+        width = _last_dim(shape_of(v.name) if v is not None else None)
+        if width is None:
+            return False
+        offset += width
+    mine = route or _Route(None)
+    width = _last_dim(shape_of(value))
+    if width is None and mine.cols is not None:
+        width = len(mine.cols)
+    if width is None or offset + width > _COLUMNS_MAX:
+        return False
+    own = mine.cols if mine.cols is not None else tuple(range(width))
+    scale, shift = mine.scale, mine.shift
+    if len(own) > width or any(len(t) not in (1, len(own)) for t in (scale, shift)):
+        return False
+    # the columns before and after are no input's (a route is as wide as what it leads to)
+    after = width - len(own) + max(0, (_last_dim(shape_of(node.outputs[0].name)) or 0)
+                                   - offset - width)
+    if (len(scale) > 1 or len(shift) > 1 or mine.rescaled) and (offset or after):
+        scale = (1.0,) * offset + (scale if len(scale) > 1 else scale * len(own)) \
+            + (1.0,) * after
+        shift = (0.0,) * offset + (shift if len(shift) > 1 else shift * len(own)) \
+            + (0.0,) * after
+    return _Route((None,) * offset + tuple(own) + (None,) * after, scale, shift)
+
+
+def _last_dim(shape: tuple | None) -> int | None:
+    return shape[-1] if shape and isinstance(shape[-1], int) else None
+
+
+def _shape_lookup(model: LabModel) -> Any:
+    """name -> shape tuple (None: unknown): the declared shape, else the inferred one (shape
+    inference runs once, only when a declared shape is missing)."""
+    idx = model.index
+    inferred: dict[str, Any] = {}
+
+    def shape_of(name: str) -> tuple | None:
+        v = idx.values.get(name)
+        if v is not None and v.shape is not None:
+            return tuple(v.shape)
+        if "types" not in inferred:
+            inferred["types"] = model.types()
+        info = inferred["types"].get(name)
+        return tuple(info.shape) if info is not None and info.shape is not None else None
+    return shape_of
 
 
 _FLOAT_TYPES = frozenset({int(t) for t in (ir.DataType.FLOAT, ir.DataType.DOUBLE,

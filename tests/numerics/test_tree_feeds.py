@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import onnx_lab
@@ -119,3 +120,97 @@ def test_text_thresholds_or_members_are_no_crash_of_make_feeds():
     a.t.CopyFrom(numpy_helper.from_array(np.array([b"x", b"y"], dtype=object),
                                          "membership_values"))
     assert make_feeds(onnx_lab.open(members))["X"].shape == (6, 1)
+
+
+def _column_transformer_forest(shift: float = 0.0, *, scaler: str = "Scaler"
+                               ) -> onnx.ModelProto:
+    """A ColumnTransformer's layout in front of the stump forest: an age and a price column,
+    each its own input, joined by a Concat (the age standardized first: skl2onnx's Scaler,
+    or the Sub and Div other converters write), then a third column of something else. The
+    forest's thresholds are in standardized units for the age (45 and 55 years are -0.5 and
+    0.5 at mean 50, scale 10)."""
+    from onnx import numpy_helper
+
+    forest = _stump_forest(shift).graph.node[0]
+    for a in forest.attribute:
+        if a.name == "nodes_values":  # the age's thresholds in standardized units
+            a.floats[:] = [(v - 50.0) / 10.0 if f == 0 and m != "LEAF" else v
+                           for v, f, m in zip(a.floats, _attr(forest, "nodes_featureids"),
+                                              _attr(forest, "nodes_modes"))]
+    forest.input[0] = "joined"
+    if scaler == "Scaler":
+        std = [helper.make_node("Scaler", ["age"], ["age_std"], domain="ai.onnx.ml",
+                                offset=[50.0], scale=[0.1])]
+        inits = []
+    else:
+        std = [helper.make_node("Sub", ["age", "mean"], ["centred"]),
+               helper.make_node("Div", ["centred", "std"], ["age_std"])]
+        inits = [numpy_helper.from_array(np.array([50.0], np.float32), "mean"),
+                 numpy_helper.from_array(np.array([10.0], np.float32), "std")]
+    nodes = [*std, helper.make_node("Concat", ["age_std", "price"], ["numeric"], axis=1),
+             helper.make_node("Concat", ["numeric", "other"], ["joined"], axis=-1), forest]
+    g = helper.make_graph(
+        nodes, "columns",
+        [helper.make_tensor_value_info("age", TensorProto.FLOAT, ["N", 1]),
+         helper.make_tensor_value_info("price", TensorProto.FLOAT, ["N", 1]),
+         helper.make_tensor_value_info("other", TensorProto.FLOAT, ["N", 1])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 1])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_operatorsetid("", 17),
+                                            helper.make_operatorsetid("ai.onnx.ml", 3)])
+    m.ir_version = 8
+    return m
+
+
+def _attr(node: onnx.NodeProto, name: str) -> list:
+    return list(helper.get_attribute_value(next(a for a in node.attribute if a.name == name)))
+
+
+@pytest.mark.parametrize("scaler", ["Scaler", "SubDiv"])
+def test_trees_behind_a_scaler_and_a_concat_of_columns_are_fed_in_the_inputs_units(scaler):
+    # a Pipeline(StandardScaler, forest) or a ColumnTransformer: the thresholds sit behind
+    # the scaler and the Concat, and the inputs were standard normal (every age took the
+    # same branch, so a forest whose thresholds all moved passed compare)
+    feeds = make_feeds(onnx_lab.open(_column_transformer_forest(scaler=scaler),
+                                     dims={"N": 16}))
+    age, price = feeds["age"].ravel(), feeds["price"].ravel()
+    assert (age < 45).any() and ((age > 45) & (age < 55)).any() and (age > 55).any()
+    assert (price < 2000).any() and (price > 2000).any()
+    assert np.abs(feeds["other"]).max() < 10  # no forest threshold reaches it: made up
+    ref = onnx_lab.open(_column_transformer_forest(scaler=scaler), dims={"N": 16})
+    assert onnx_lab.compare(ref, ref).passed
+    moved = onnx_lab.open(_column_transformer_forest(3.0, scaler=scaler), dims={"N": 16})
+    c = onnx_lab.compare(ref, moved)
+    assert not c.passed and c.first_divergence["node_id"] == "forest"
+
+
+def test_a_scikit_learn_column_transformer_forest_is_fed_across_its_thresholds():
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("skl2onnx")
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"age": rng.uniform(20, 80, 300).astype(np.float32),
+                          "price": rng.uniform(1000, 9000, 300).astype(np.float32),
+                          "city": rng.choice(["a", "b", "c"], 300)})
+    y = (frame.age > 50).astype(np.float32) + frame.price / 1000
+    columns = ColumnTransformer([("age", StandardScaler(), ["age"]),
+                                 ("price", "passthrough", ["price"]),
+                                 ("city", OneHotEncoder(), ["city"])])
+    model = make_pipeline(columns, RandomForestRegressor(n_estimators=3, max_depth=3,
+                                                         random_state=0)).fit(frame, y)
+    onx = to_onnx(model, initial_types=[("age", FloatTensorType([None, 1])),
+                                        ("price", FloatTensorType([None, 1])),
+                                        ("city", StringTensorType([None, 1]))])
+    feeds = make_feeds(onnx_lab.open(onx), shapes={"age": [32, 1], "price": [32, 1],
+                                                   "city": [32, 1]})
+    # the values span the data's range (standard-normal ages and prices took one branch)
+    assert 20 < np.median(feeds["age"]) < 80 and 1000 < np.median(feeds["price"]) < 9000
+    x = np.c_[feeds["age"], feeds["price"]]
+    leaves = model[-1].apply(model[0].transform(pd.DataFrame(
+        {"age": x[:, 0], "price": x[:, 1], "city": feeds["city"].ravel()})))
+    assert all(len(set(leaves[:, t])) > 2 for t in range(leaves.shape[1]))
