@@ -2,7 +2,8 @@
 at 320x320: Profile, ORT levels and a Batch sweep finish with their default time budgets; a Profile of
 200,000 fixed runs is cancelled from the browser and keeps its partial results. On a decoder
 LLM (``sample:tiny_llm``), Profile generation fills the Generation tab with prefill and decode
-(screenshot ``test-artifacts/profiler_generation_browser.png``). The seconds each action took, from
+(screenshot ``test-artifacts/profiler_generation_browser.png``). In a narrow pane every tab
+title is whole (``profiler_narrow_browser.png``). The seconds each action took, from
 the click to the result in the page, are written to ``test-artifacts/profiler_browser.json``
 (timings are figures, not assertions; ``benchmarks/bench_profile.py`` measures them)."""
 
@@ -92,6 +93,20 @@ def test_profiler_actions_finish_or_cancel_in_jupyterlab(tmp_path):
             text = prof.inner_text().lower()
             assert "cancel" in text
             assert prof.locator(".onnx-lab-error").count() == 0
+
+            # In a narrow pane (a 1000 px window beside the file browser: a 564 px output)
+            # every tab title is whole, the tabs on two rows ("Overvie", "Op typ": ipywidgets'
+            # tab rule outweighed the frame's)
+            page.set_viewport_size({"width": 1000, "height": 1000})
+            page.wait_for_timeout(500)
+            cut = page.evaluate(
+                "() => [...document.querySelectorAll('.onnx-lab-profiler .lm-TabBar-tab')]"
+                ".map(t => [t, t.querySelector('.lm-TabBar-tabLabel')])"
+                ".filter(([t, l]) => l.scrollWidth > l.clientWidth + 1"
+                " || t.getBoundingClientRect().right > t.closest('.lm-TabBar')"
+                ".getBoundingClientRect().right + 1).map(([t]) => t.textContent)")
+            assert cut == []
+            page.screenshot(path=str(ARTIFACTS / "profiler_narrow_browser.png"))
         finally:
             page.screenshot(path=str(ARTIFACTS / "profiler_browser.png"), full_page=True)
             (ARTIFACTS / "profiler_browser.json").write_text(json.dumps(seconds, indent=1))
