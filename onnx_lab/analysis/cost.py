@@ -67,6 +67,7 @@ from onnx_lab.analysis._counters import (
 from onnx_lab.analysis._onnx_tool import _onnx_tool_macs, _onnx_tool_total, _or_nan
 from onnx_lab.analysis.roofline import Roofline, roofline
 from onnx_lab.core._fold import fold_values
+from onnx_lab.core.branches import branch_switches
 from onnx_lab.core.limits import liveness
 from onnx_lab.core.llm import decoder_io
 from onnx_lab.core.model import LabModel
@@ -259,7 +260,26 @@ def _const_int(v) -> int | None:
     return int(a.reshape(-1)[0])
 
 
-def _calls(lm: LabModel, types: dict[str, TensorInfo]
+def _untaken(lm: LabModel, branches: Mapping[str, bool] | None) -> frozenset[str]:
+    """Graph paths of the If bodies the given switch values do not take."""
+    if not branches:
+        return frozenset()
+    switches = {sw.input: sw for sw in branch_switches(lm)}
+    unknown = sorted(set(branches) - set(switches))
+    if unknown:
+        raise InputError(f"branches names {unknown}, which decide no If of the model "
+                         f"(its switches: {sorted(switches) or 'none'}).",
+                         fix="Pass the boolean inputs that choose If branches, e.g. "
+                             "branches={'use_cache_branch': True}.")
+    out: set[str] = set()
+    for name, value in branches.items():
+        sw = switches[name]
+        out.update(sw.taken.get(not bool(value), ()))
+        out.difference_update(sw.taken.get(bool(value), ()))
+    return frozenset(out)
+
+
+def _calls(lm: LabModel, types: dict[str, TensorInfo], untaken: frozenset[str] = frozenset()
            ) -> tuple[dict[int, float], dict[int, str], list[str]]:
     """How many times each node runs per model run, by ``id`` of its ir.Node.
 
@@ -307,10 +327,17 @@ def _calls(lm: LabModel, types: dict[str, TensorInfo]
                 else:
                     f = factor * length
             for sg in subs:
-                walk(sg, f, n)
+                if path_of.get(id(sg)) in untaken:
+                    walk(sg, 0.0, "a branch not taken: runs 0 times")
+                else:
+                    walk(sg, f, n)
 
+    path_of = {id(g): p for p, g in lm.index.graphs.items()}
     walk(lm.graph, 1.0, "")
-    if any(n.op_type == "If" for g in lm.ir.graphs() for n in g):
+    if untaken:
+        notes.append(f"If branches not taken for the given switch values run 0 times: "
+                     f"{', '.join(sorted(untaken)[:4])}{' ...' if len(untaken) > 4 else ''}")
+    if any(n.op_type == "If" for g in lm.ir.graphs() for n in g) and not untaken:
         notes.append("both branches of each If are counted (only one runs): an upper bound")
     return calls, body_notes, notes
 
@@ -355,13 +382,18 @@ def _scan_length(node, types: dict[str, TensorInfo]) -> int | None:
 
 
 def cost(model: Any, dims: Mapping[str, int] | None = None,
-         shapes: Mapping[str, Sequence[int]] | None = None) -> Cost:
+         shapes: Mapping[str, Sequence[int]] | None = None, *,
+         branches: Mapping[str, bool] | None = None) -> Cost:
     """Per-node FLOPs, MACs, parameters and bytes; totals and peak activation memory.
 
     Args:
         model: a Lab, LabModel or anything ``onnx_lab.open`` takes.
         dims, shapes: values for dynamic dims (merged over a Lab's). Counts need concrete
             shapes, so every dynamic input dim must be given.
+        branches: values of boolean inputs that choose If branches
+            (:func:`onnx_lab.core.branches.branch_switches`: optimum's ``use_cache_branch``);
+            the bodies such a value does not take run 0 times. None: both branches of every
+            If are counted (an upper bound).
 
     Returns:
         A :class:`Cost`.
@@ -381,7 +413,7 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
     notes: list[str] = []
     param_seen: dict[str, tuple[int, float]] = {}
     weights_of: dict[str, dict[str, int]] = {}
-    calls_of, body_notes, call_notes = _calls(lm, types)
+    calls_of, body_notes, call_notes = _calls(lm, types, _untaken(lm, branches))
     for nid, e in idx.entries.items():
         node = e.node
         c = _Ctx(node, types, e.graph)
@@ -442,8 +474,9 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
     # Totals from the rows: the tables are built on first use (`onnx-lab cost --json` builds
     # none, so it imports no pandas). The sums are numpy's, as the DataFrame's sums were.
     col = {name: [r[i] for r in rows] for i, name in enumerate(NODE_COLUMNS)}
-    known = np.array(col["known"], dtype=bool)
-    unknown_ops = sorted({op for op, k in zip(col["op_type"], col["known"]) if not k})
+    # a node that does not run (a branch not taken) costs nothing, known or not
+    known = np.array(col["known"], dtype=bool) | (np.array(col["calls"], dtype=float) == 0)
+    unknown_ops = sorted({op for op, k in zip(col["op_type"], known) if not k})
     live_rows, peak, peak_node, missing, _largest = liveness(lm, types)
     if missing:
         notes.append(f"{missing} activations of unknown size are left out of the peak memory")

@@ -17,6 +17,7 @@ import numpy as np
 from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab.analysis.cost import Cost, cost
+from onnx_lab.core.branches import branch_switches
 from onnx_lab.core.derived import with_derived
 from onnx_lab.core.llm import max_context, require_decoder_io
 from onnx_lab.core.shapes import resolve_dim
@@ -138,7 +139,9 @@ def generation_cost(model: Any, prompt: int, context: int | None = None, *, batc
 
     The dims of each phase are set from the decoder's own dim names (batch, new tokens, past
     length; the total length and head size are derived), so this is ``cost(model, dims=...)``
-    twice with the right dims.
+    twice with the right dims. A merged decoder (optimum's ``If`` on ``use_cache_branch``)
+    counts the branch each phase runs: the no-cache branch for the prefill, the cache branch
+    for the decode step.
 
     Args:
         model: a Lab, LabModel or anything ``onnx_lab.open`` takes.
@@ -178,8 +181,16 @@ def generation_cost(model: Any, prompt: int, context: int | None = None, *, batc
     base = dict(given)
     if io.batch_dim:
         base[io.batch_dim] = batch
-    prefill = cost(lm, {**base, io.sequence_dim: prompt, io.past_dim: 0}, shapes)
-    decode = cost(lm, {**base, io.sequence_dim: 1, io.past_dim: context - 1}, shapes)
+    # A merged decoder (optimum's If on use_cache_branch) runs one branch per phase: the
+    # no-cache branch for the prefill, the cache branch for a decode step. Both counted made
+    # each phase cost twice the with-past export of the same weights.
+    pre_br = {sw.input: not sw.cache_value for sw in branch_switches(lm)
+              if sw.cache_value is not None}
+    dec_br = {name: not value for name, value in pre_br.items()}
+    prefill = cost(lm, {**base, io.sequence_dim: prompt, io.past_dim: 0}, shapes,
+                   branches=pre_br or None)
+    decode = cost(lm, {**base, io.sequence_dim: 1, io.past_dim: context - 1}, shapes,
+                  branches=dec_br or None)
     kv = kv_cache_bytes(lm, context, batch=batch, dims=given)
     return GenerationCost(prefill=prefill, decode=decode, prompt=int(prompt),
                           context=int(context), batch=int(batch), kv_cache_bytes=kv,

@@ -480,7 +480,8 @@ def genai_config(model: LabModel) -> dict | None:
 def max_context(model: LabModel) -> tuple[int, str] | None:
     """The longest sequence (past + new tokens) the decoder can run, and where that comes from:
     ``model.context_length`` of genai_config.json, else the rows of the rotary cos/sin cache
-    its attention reads (positions past them have no rotation). None when neither says.
+    its attention reads (positions past them have no rotation) or of a position table
+    indexed by ``position_ids`` (GPT-2's ``wpe``), the smallest. None when none says.
 
     Example:
         >>> max_context(load_source("sample:tiny_llm"))
@@ -506,4 +507,22 @@ def max_context(model: LabModel) -> tuple[int, str] | None:
         rows = int(cos.shape[0])
         if best is None or rows < best[0]:
             best = (rows, f"cos_cache of {node.op_type} {node.name!r} ({rows} positions)")
+    # a learned position table indexed by position_ids (GPT-2's wpe; inside the If branches
+    # of a merged decoder too): a position past its rows fails in the Gather
+    g = model.graph
+    pos = _pick([v.name for v in g.inputs if v.name not in g.initializers],
+                _ROLE_NAMES["position_ids"])
+    for graph in model.ir.graphs() if pos else ():
+        for node in graph:
+            if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") \
+                    or len(node.inputs) < 2 or node.inputs[1] is None \
+                    or node.inputs[1].name != pos or node.inputs[0] is None:
+                continue
+            table = node.inputs[0].const_value
+            if table is None or len(table.shape) != 2:
+                continue
+            rows = int(table.shape[0])
+            if best is None or rows < best[0]:
+                best = (rows, f"{node.inputs[0].name!r} has {rows} rows (position table "
+                              f"indexed by {pos!r} in {node.name!r})")
     return best

@@ -45,10 +45,11 @@ from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.derived import with_derived
 from onnx_lab.core.llm import decoder_io as core_decoder_io
+from onnx_lab.core.llm import max_context
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import Resolved
 from onnx_lab.core.values import is_constant
-from onnx_lab.errors import InputError, LabError
+from onnx_lab.errors import CacheError, InputError, LabError
 from onnx_lab.numerics.compare import (
     Comparison,
     _check_known,
@@ -563,6 +564,9 @@ def compare_llm(reference: Any, candidate: Any, tokens: Any = None, *,
                        target.max_kl if max_kl is None else float(max_kl))
     prov = resolve_providers(providers)
     seqs = _token_lists(tokens)
+    _check_context([("reference", ref.model), ("candidate", cand.model)],
+                   prompt_length + new_tokens if seqs is None else max(map(len, seqs)),
+                   (prompt_length, new_tokens) if seqs is None else None)
     notes: list[str] = []
     steps = (1 if seqs is None else 0) + 2 + (1 if layerwise else 0)
     with Progress(progress, steps, "compare_llm") as bar:
@@ -634,6 +638,30 @@ def compare_llm(reference: Any, candidate: Any, tokens: Any = None, *,
         comparison=comparison,
         losses=losses, notes=notes, reference=ref, candidate=cand,
         seconds=time.perf_counter() - t_all)
+
+
+def _check_context(models: Sequence[tuple[str, LabModel]], length: int,
+                   generated: tuple[int, int] | None) -> None:
+    """A sequence longer than either side's maximum context (genai_config.json, the rotary
+    cache, a position table) is refused before anything runs: it failed in onnxruntime's
+    Gather or GroupQueryAttention at the first position past it, reported as a defect of the
+    model's cache path. ``generated``: (prompt_length, new_tokens) when no tokens were given.
+    """
+    for side, model in models:
+        longest = max_context(model)
+        if longest is None or length <= longest[0]:
+            continue
+        mx, why = longest
+        if generated is None:
+            raise CacheError(f"tokens of {length} ids are longer than the {side}'s maximum "
+                             f"context of {mx} tokens ({why}).",
+                             fix=f"Pass at most {mx} tokens per sequence.")
+        prompt, new = generated
+        fix = (f"Use at most {mx - prompt} new tokens after this prompt (new_tokens="
+               f"{mx - prompt})." if prompt < mx else f"Use prompt_length + new_tokens <= {mx}.")
+        raise CacheError(f"A prompt of {prompt} tokens and {new} new tokens need a context of "
+                         f"{length}, longer than the {side}'s maximum of {mx} tokens ({why}).",
+                         fix=fix)
 
 
 def _rule(preset: str) -> Rule:

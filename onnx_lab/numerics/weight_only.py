@@ -48,6 +48,7 @@ import onnx_ir as ir
 from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
+from onnx_lab.core.branches import branch_switches
 from onnx_lab.core.handoff import proto_with_weights
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
@@ -56,6 +57,7 @@ from onnx_lab.errors import InputError, LabError, strict_keywords
 from onnx_lab.numerics.compare import WEIGHT_ONLY_OPS, _session, compare
 from onnx_lab.numerics.llm import (
     _cache_dims,
+    _check_context,
     _logits,
     _vocab,
     decoder_io,
@@ -201,12 +203,13 @@ def _named_proto(model: LabModel) -> onnx.ModelProto:
     return proto
 
 
-def _candidates(model: LabModel) -> list[str]:
-    """MatMuls with a constant 2-D float weight: what the quantizer turns into MatMulNBits."""
+def _candidates(model: LabModel, bodies: bool = False) -> list[str]:
+    """MatMuls with a constant 2-D float weight: what the quantizer turns into MatMulNBits
+    (of the main graph; ``bodies``: those inside If/Loop/Scan bodies instead)."""
     out = []
     for nid, e in model.index.entries.items():
         n = e.node
-        if e.graph != "" or n.op_type != "MatMul" or n.domain not in ("", "ai.onnx"):
+        if (e.graph == "") == bodies or n.op_type != "MatMul" or n.domain not in ("", "ai.onnx"):
             continue
         b = n.inputs[1] if len(n.inputs) > 1 else None
         if b is None or b.const_value is None or b.shape is None or len(b.shape) != 2:
@@ -465,6 +468,18 @@ def find_weight_only(source: Any, target: str = "int4", tokens: Any = None, *,
     io = decoder_io(model)
     cands = _candidates(model)
     if not cands:
+        inside = _candidates(model, bodies=True)
+        if inside:
+            owners = sorted({model.index.entries[n].graph.split("/")[0] for n in inside})
+            merged = ": a merged decoder" if branch_switches(model) else ""
+            raise InputError(
+                f"All {len(inside)} MatMuls with a constant 2-D weight are inside If/Loop "
+                f"bodies (of {', '.join(map(repr, owners[:3]))}{merged}), which "
+                "the int4 search does not reach: it quantizes and judges main-graph MatMuls "
+                "only.", fix="Search the decoder exported without merging (optimum's "
+                "with-past model.onnx, or decoder_with_past_model.onnx), or quantize the "
+                "merged one without a search: onnxruntime's MatMulNBitsQuantizer reaches "
+                "If bodies; then judge it with onnx_lab.compare_llm(float, int4).")
         raise InputError("The model has no MatMul with a constant 2-D weight: nothing for "
                          "weight-only quantization to change.",
                          fix="Pass a float decoder whose projections are MatMuls of weights.")
@@ -475,6 +490,8 @@ def find_weight_only(source: Any, target: str = "int4", tokens: Any = None, *,
     with Progress(progress, est, f"find_precision {target}") as bar:
         sess = _session(model, [io.logits, *[p for _, p in io.past]], prov, "reference")
         if tokens is None:
+            _check_context([("float model", model)], prompt_length + new_tokens,
+                           (prompt_length, new_tokens))
             vocab = _vocab(model, io, sess, rdims)
             prompt = np.random.default_rng(seed).integers(0, vocab, prompt_length).tolist()
             seq = greedy_decode(model, prompt, new_tokens, io=io, dims=rdims,
@@ -486,6 +503,7 @@ def find_weight_only(source: Any, target: str = "int4", tokens: Any = None, *,
                                  f"{tokens!r:.60}.", fix="Pass tokens=[id, id, ...], or "
                                  "None for a prompt the float model continues.")
             seq = [int(t) for t in arr.reshape(-1)]
+            _check_context([("float model", model)], len(seq), None)
             if len(seq) < 2:
                 raise InputError("tokens must hold at least 2 ids.", fix="Pass a longer "
                                  "sequence, or tokens=None for a generated one.")

@@ -297,3 +297,72 @@ def test_gather_block_quantized_without_bits_is_four_bit_as_onnxruntime_reads_it
     (emb,) = sess.run(None, {"ids": np.zeros((2, 3), np.int64)})
     r = _row(cost(m), "GatherBlockQuantized")
     assert r["flops"] == 2 * emb.size and r["params"] == 16 * 64
+
+
+def _merged_with_empty_past(model: onnx.ModelProto) -> onnx.ModelProto:
+    """optimum's merged layout on ``model`` (a with-past decoder): an If on
+    ``use_cache_branch`` whose then_branch is the model and whose else_branch is the same
+    graph reading an empty cache of its own (only the then_branch reads the cache inputs)."""
+    g = model.graph
+    past = [v for v in g.input if v.name.startswith("past_key_values")]
+    outs = [o.name for o in g.output]
+
+    def body(tag: str, cached: bool) -> onnx.GraphProto:
+        nodes = []
+        if not cached:
+            for v in past:
+                dims = [d.dim_value if d.HasField("dim_value") else 1
+                        for d in v.type.tensor_type.shape.dim]
+                dims[2] = 0
+                nodes.append(helper.make_node("Constant", [], [f"{v.name}_{tag}"], value=(
+                    numpy_helper.from_array(np.zeros(dims, np.float32)))))
+        rename = {o: f"{o}_{tag}" for o in outs}
+        if not cached:
+            rename.update({v.name: f"{v.name}_{tag}" for v in past})
+        for n in g.node:
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            c.name = f"{tag}/{n.name}"
+            c.input[:] = [rename.get(i, i) for i in n.input]
+            c.output[:] = [rename.get(o, o) for o in n.output]
+            nodes.append(c)
+        return helper.make_graph(nodes, tag, [], [
+            helper.make_tensor_value_info(f"{o}_{tag}", F, None) for o in outs])
+
+    node = helper.make_node("If", ["use_cache_branch"], outs, name="optimum::if",
+                            then_branch=body("then", True), else_branch=body("else", False))
+    merged = helper.make_graph([node], "merged", list(g.input) + [
+        helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])],
+        list(g.output), list(g.initializer))
+    m = helper.make_model(merged, opset_imports=list(model.opset_import))
+    m.ir_version = model.ir_version
+    return m
+
+
+def test_generation_cost_of_a_merged_decoder_counts_the_branch_each_phase_runs():
+    # optimum's merged decoder runs its no-cache branch for the prefill and its cache branch
+    # for a decode step: both counted, each phase cost twice the with-past export's
+    from llm_models import unfused_decoder
+    plain = unfused_decoder()
+    merged = _merged_with_empty_past(plain)
+    sess = ort.InferenceSession(merged.SerializeToString())  # it runs
+    assert {i.name for i in sess.get_inputs()} >= {"use_cache_branch"}
+    g = generation_cost(onnx_lab.open(merged), prompt=8, context=20)
+    for phase, runs, idle in ((g.prefill, "optimum::if/else_branch", "optimum::if/then_branch"),
+                              (g.decode, "optimum::if/then_branch", "optimum::if/else_branch")):
+        n = phase.nodes
+        assert (n.loc[n.graph == idle, "calls"] == 0).all()
+        assert (n.loc[n.graph == idle, ["flops", "macs"]].fillna(0) == 0).all().all()
+        assert (n.loc[n.graph == runs, "calls"] == 1).all()
+        assert phase.total["flops"] == pytest.approx(n.loc[n.graph == runs, "flops"].sum())
+        assert phase.total["unknown_nodes"] == int((~n.loc[n.graph == runs, "known"]).sum())
+        assert not any("both branches" in note for note in phase.notes)
+    # cost() without switch values stays the upper bound it says it is
+    c = cost(onnx_lab.open(merged), dims={"batch": 1, "seq": 8, "past_seq": 0})
+    assert any("both branches" in n for n in c.notes)
+    one = cost(onnx_lab.open(merged), dims={"batch": 1, "seq": 8, "past_seq": 0},
+               branches={"use_cache_branch": False})
+    assert one.total["flops"] < 0.6 * c.total["flops"]
+    with pytest.raises(InputError, match="decide no If"):
+        cost(onnx_lab.open(merged), dims={"batch": 1, "seq": 8, "past_seq": 0},
+             branches={"nope": True})

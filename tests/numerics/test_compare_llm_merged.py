@@ -168,3 +168,43 @@ def test_fp32_judges_every_positions_logits_element_wise():
     assert onnx_lab.compare_llm(ref, ref, preset="int8", prompt_length=4, new_tokens=4,
                                 layerwise=False, progress=False).metrics[
         "logits_within_rule"] is None
+
+
+def test_a_sequence_past_the_position_table_is_refused_before_running():
+    # GPT-2's learned position table (unfused_decoder's wpe: 64 rows): compare_llm ran into
+    # onnxruntime's Gather at position 64 and blamed the model's cache path ("a builder's or
+    # onnxruntime's defect"); profile_generation named the table
+    import pytest
+
+    from onnx_lab.analysis.generation import generation_cost
+    from onnx_lab.core.llm import max_context
+    from onnx_lab.errors import CacheError
+    plain = onnx_lab.open(unfused_decoder(max_len=64))
+    merged = onnx_lab.open(_merged(unfused_decoder(max_len=64)))
+    assert max_context(plain.model)[0] == max_context(merged.model)[0] == 64
+    with pytest.raises(CacheError, match=r"need a context of 80, longer than the reference's "
+                       r"maximum of 64 tokens \('wpe' has 64 rows") as e:
+        onnx_lab.compare_llm(plain, merged, prompt_length=40, new_tokens=40, progress=False)
+    assert "new_tokens=24" in e.value.fix
+    with pytest.raises(CacheError, match="tokens of 70 ids are longer than the candidate's"):
+        onnx_lab.compare_llm(onnx_lab.open(unfused_decoder(max_len=80)), merged,
+                             tokens=list(range(70)), layerwise=False, progress=False)
+    with pytest.raises(CacheError, match="maximum of 64"):
+        generation_cost(plain, prompt=70)
+    c = onnx_lab.compare_llm(plain, merged, prompt_length=40, new_tokens=24, layerwise=False,
+                             progress=False)
+    assert c.passed
+
+
+def test_int4_search_on_a_merged_decoder_names_the_if_bodies_it_does_not_reach():
+    # every MatMul of a merged decoder sits inside the If on use_cache_branch: the search said
+    # "no MatMul with a constant 2-D weight", though onnxruntime's quantizer reaches them
+    import pytest
+
+    from onnx_lab.errors import InputError
+    merged = onnx_lab.open(_merged(unfused_decoder()))
+    with pytest.raises(InputError, match=r"inside If/Loop bodies \(of 'optimum::if': a merged "
+                       r"decoder\)") as e:
+        merged.find_precision("int4")
+    assert "no MatMul with a constant" not in str(e.value)
+    assert "without merging" in str(e.value)
