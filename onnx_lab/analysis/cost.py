@@ -77,7 +77,7 @@ from onnx_lab.core.source_map import group_by_module, module_at
 from onnx_lab.core.units import itemsize
 from onnx_lab.core.values import constant_tensor, is_constant
 from onnx_lab.errors import CacheError, InputError
-from onnx_lab.runtime.feeds import resolve_input_shapes
+from onnx_lab.runtime.feeds import cache_switch_values, resolve_input_shapes, widened_mask
 
 # The last four come from onnx_lab.analysis.generation through __getattr__ (at the end).
 __all__ = ["cost", "Cost", "Roofline", "NODE_COLUMNS", "itemsize",  # noqa: F822
@@ -279,7 +279,8 @@ def _untaken(lm: LabModel, branches: Mapping[str, bool] | None) -> frozenset[str
     return frozenset(out)
 
 
-def _calls(lm: LabModel, types: dict[str, TensorInfo], untaken: frozenset[str] = frozenset()
+def _calls(lm: LabModel, types: dict[str, TensorInfo], untaken: frozenset[str] = frozenset(),
+           why: str = "for the given switch values"
            ) -> tuple[dict[int, float], dict[int, str], list[str]]:
     """How many times each node runs per model run, by ``id`` of its ir.Node.
 
@@ -335,7 +336,7 @@ def _calls(lm: LabModel, types: dict[str, TensorInfo], untaken: frozenset[str] =
     path_of = {id(g): p for p, g in lm.index.graphs.items()}
     walk(lm.graph, 1.0, "")
     if untaken:
-        notes.append(f"If branches not taken for the given switch values run 0 times: "
+        notes.append(f"If branches not taken {why} run 0 times: "
                      f"{', '.join(sorted(untaken)[:4])}{' ...' if len(untaken) > 4 else ''}")
     if any(n.op_type == "If" for g in lm.ir.graphs() for n in g) and not untaken:
         notes.append("both branches of each If are counted (only one runs): an upper bound")
@@ -392,8 +393,9 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
             shapes, so every dynamic input dim must be given.
         branches: values of boolean inputs that choose If branches
             (:func:`onnx_lab.core.branches.branch_switches`: optimum's ``use_cache_branch``);
-            the bodies such a value does not take run 0 times. None: both branches of every
-            If are counted (an upper bound).
+            the bodies such a value does not take run 0 times. None: a switch the past length
+            decides takes that branch (the cache branch when the past is at least 1, as
+            generated feeds do); both branches of any other If are counted (an upper bound).
 
     Returns:
         A :class:`Cost`.
@@ -406,14 +408,27 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
         >>> c.total["flops"]
     """
     lm, dims, shapes = resolve(model, dims, shapes)
-    resolve_input_shapes(lm, dims, shapes)  # DimError naming every unresolved dim
+    sized = resolve_input_shapes(lm, dims, shapes)  # DimError naming every unresolved dim
+    # an optimum merged decoder's mask, declared over the new tokens, covers the past too at a
+    # decode step: typed as declared, its cache branch had 14 nodes of unknown cost and no KV
+    # cache size
+    mask = widened_mask(lm, dims, shapes)
+    if mask is not None:
+        shapes = {**shapes, mask: sized[mask]}
     types = lm.types(dims, shapes)
+    decided = None
+    if branches is None:  # the branch the past length decides, as generated feeds take it
+        branches = decided = cache_switch_values(lm, sized) or None
     idx = lm.index
     rows = []
     notes: list[str] = []
     param_seen: dict[str, tuple[int, float]] = {}
     weights_of: dict[str, dict[str, int]] = {}
-    calls_of, body_notes, call_notes = _calls(lm, types, _untaken(lm, branches))
+    why = "for the given switch values" if decided is None else (
+        f"({', '.join(f'{k}={v}' for k, v in decided.items())}, as the past length decides "
+        "and generated feeds take; branches= chooses)")
+    untaken = _untaken(lm, branches)
+    calls_of, body_notes, call_notes = _calls(lm, types, untaken, why)
     for nid, e in idx.entries.items():
         node = e.node
         c = _Ctx(node, types, e.graph)
@@ -485,7 +500,7 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
     if n_unknown:
         notes.append(f"{n_unknown} nodes have unknown cost (NaN): "
                      + ", ".join(unknown_ops[:10]))
-    kv = _kv_cache_of_run(lm, types, notes)
+    kv = _kv_cache_of_run(lm, types, notes, untaken)
     total = {
         "flops": _nansum(col["flops"]), "macs": _nansum(col["macs"]),
         "params": int(sum(n for n, _ in param_seen.values())),
@@ -508,8 +523,33 @@ def _dtype_at(types: Mapping[str, TensorInfo], name: str, graph: str) -> str | N
     return info.dtype if info is not None else None
 
 
-def _kv_cache_of_run(lm: LabModel, types: dict[str, TensorInfo], notes: list[str]
-                     ) -> dict[str, Any] | None:
+def _taken_type(lm: LabModel, types: Mapping[str, TensorInfo], name: str,
+                untaken: frozenset[str]) -> TensorInfo | None:
+    """The type of ``name``; for an output of an If of which one branch runs, that branch's
+    output's (inference merges both branches' shapes into symbols: a merged decoder's
+    present.* had an unknown head size at a decode step)."""
+    info = types.get(name)
+    nid = lm.index.producer.get(name)
+    if (info is not None and not info.dynamic) or not untaken or nid is None:
+        return info
+    node = lm.index.node(nid)
+    if node.op_type != "If" or name not in [v.name for v in node.outputs]:
+        return info
+    path_of = {id(g): p for p, g in lm.index.graphs.items()}
+    taken = [a.value for key in ("then_branch", "else_branch")
+             if (a := node.attributes.get(key)) is not None and isinstance(a.value, ir.Graph)
+             and path_of.get(id(a.value)) not in untaken]
+    if len(taken) != 1:
+        return info
+    k = [v.name for v in node.outputs].index(name)
+    outputs = list(taken[0].outputs)
+    body = type_at(types, outputs[k].name, path_of[id(taken[0])]) \
+        if k < len(outputs) and outputs[k] is not None else None
+    return body if body is not None and not body.dynamic else info
+
+
+def _kv_cache_of_run(lm: LabModel, types: dict[str, TensorInfo], notes: list[str],
+                     untaken: frozenset[str] = frozenset()) -> dict[str, Any] | None:
     """The present.* outputs of a decoder's run: context, bytes, bytes per token, layers."""
     try:
         io = decoder_io(lm)
@@ -520,7 +560,7 @@ def _kv_cache_of_run(lm: LabModel, types: dict[str, TensorInfo], notes: list[str
         return None
     total, context = 0, None
     for slot in io.cache:
-        info = types.get(slot.present)
+        info = _taken_type(lm, types, slot.present, untaken)
         size = itemsize(info.dtype) if info is not None else None
         if info is None or info.dynamic or size is None:
             notes.append(f"KV cache not sized: the shape of {slot.present!r} is unknown")

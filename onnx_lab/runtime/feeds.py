@@ -38,7 +38,7 @@ from onnx_lab.core.source import resolve
 from onnx_lab.core.values import const_array
 from onnx_lab.errors import CacheError, DimError, InputError, LabError
 
-__all__ = ["make_feeds", "as_feed_list", "branch_feeds", "cache_length_feeds", "past_length", "input_specs", "resolve_input_shapes", "mask_over_past",
+__all__ = ["make_feeds", "as_feed_list", "branch_feeds", "cache_length_feeds", "past_length", "input_specs", "resolve_input_shapes", "mask_over_past", "widened_mask", "cache_switch_values",
            "npy_load_fix", "Feeds"]
 
 Feeds = dict[str, np.ndarray]
@@ -172,25 +172,43 @@ def resolve_input_shapes(model: LabModel, dims: Mapping[str, int] | None = None,
 
 
 def mask_over_past(model: LabModel, dims: Mapping[str, int], shapes: Mapping[str, Any],
-                    out: dict[str, tuple[int, ...]]) -> None:
+                   out: dict[str, tuple[int, ...]]) -> None:
     """A KV-cache decoder's attention mask covers the past and the new tokens. optimum's merged
     decoders declare it ``[batch_size, sequence_length]`` (the no-cache decoder's shape), so a
     sample with a past of 3 built a mask of the new tokens only, which the cache branch cannot
     run (its Gather read past the mask): size it past + new, in ``out`` (in place)."""
+    wide = _mask_length(model, dims, shapes)
+    if wide is not None and wide[0] in out:
+        out[wide[0]] = (out[wide[0]][0], wide[1])
+
+
+def widened_mask(model: LabModel, dims: Mapping[str, int], shapes: Mapping[str, Any]
+                 ) -> str | None:
+    """The attention mask :func:`mask_over_past` sizes past + new where it is declared over the
+    new tokens (an optimum merged decoder at a decode step), else None: shape inference must
+    be given its size (:func:`resolve_input_shapes`'s) to type the cache branch as it runs."""
+    wide = _mask_length(model, dims, shapes)
+    return wide[0] if wide is not None \
+        and wide[1] != dims.get(decoder_io(model).sequence_dim) else None
+
+
+def _mask_length(model: LabModel, dims: Mapping[str, int], shapes: Mapping[str, Any]
+                 ) -> tuple[str, int] | None:
+    """(the attention mask, past + new) for a decoder whose mask is declared over the new
+    tokens only (``[batch, sequence_length]``) and not given in ``shapes``, else None."""
     try:
         io = decoder_io(model)
     except CacheError:
-        return
+        return None
     if io is None or not io.attention_mask or io.attention_mask in shapes \
-            or io.attention_mask not in out or not io.past_dim or not io.sequence_dim:
-        return
+            or not io.past_dim or not io.sequence_dim:
+        return None
     declared = next((s for n, _d, s in input_specs(model) if n == io.attention_mask), None)
     past, new = dims.get(io.past_dim), dims.get(io.sequence_dim)
     if declared is None or len(declared) != 2 or declared[1] != io.sequence_dim \
             or not isinstance(past, int) or not isinstance(new, int):
-        return
-    mask = out[io.attention_mask]
-    out[io.attention_mask] = (mask[0], past + new)
+        return None
+    return io.attention_mask, past + new
 
 
 def _resolve(d: str, dims: Mapping[str, int], name: str, axis: int) -> object:
@@ -982,18 +1000,24 @@ def _switch_values(model: LabModel, concrete: Mapping[str, tuple[int, ...]]
     """The value each branch switch (:func:`onnx_lab.core.branches.branch_switches`) gets in
     generated feeds: a switch that takes the KV-cache branch for one value takes it when the
     cache is not empty (past length >= 1), else the other; any other switch is True."""
+    decided = cache_switch_values(model, concrete)
+    return {s.input: decided.get(s.input, True) for s in branch_switches(model)}
+
+
+def cache_switch_values(model: LabModel, concrete: Mapping[str, Sequence[int]]
+                        ) -> dict[str, bool]:
+    """The switches the input shapes decide: one that takes the KV-cache branch for one value
+    takes it when the cache is not empty (past length >= 1), else the other (optimum's
+    ``use_cache_branch``). Switches the shapes do not decide are left out."""
     switches = branch_switches(model)
     if not switches:
         return {}
     slot = _cache_slot(model)
     past = concrete.get(slot.past) if slot is not None else None
-    out = {}
-    for s in switches:
-        if s.cache_value is not None and past is not None and slot.past_axis < len(past):
-            out[s.input] = s.cache_value if past[slot.past_axis] >= 1 else not s.cache_value
-        else:
-            out[s.input] = True
-    return out
+    if past is None or slot.past_axis >= len(past):
+        return {}
+    return {s.input: s.cache_value if past[slot.past_axis] >= 1 else not s.cache_value
+            for s in switches if s.cache_value is not None}
 
 
 def branch_feeds(source: Any, dims: Mapping[str, int] | None = None,

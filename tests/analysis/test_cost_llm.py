@@ -302,7 +302,8 @@ def test_gather_block_quantized_without_bits_is_four_bit_as_onnxruntime_reads_it
 def _merged_with_empty_past(model: onnx.ModelProto) -> onnx.ModelProto:
     """optimum's merged layout on ``model`` (a with-past decoder): an If on
     ``use_cache_branch`` whose then_branch is the model and whose else_branch is the same
-    graph reading an empty cache of its own (only the then_branch reads the cache inputs)."""
+    graph reading an empty cache of its own (only the then_branch reads the cache inputs);
+    the attention mask declared ``[batch, seq]`` though the cache branch reads past + new."""
     g = model.graph
     past = [v for v in g.input if v.name.startswith("past_key_values")]
     outs = [o.name for o in g.output]
@@ -319,6 +320,10 @@ def _merged_with_empty_past(model: onnx.ModelProto) -> onnx.ModelProto:
         rename = {o: f"{o}_{tag}" for o in outs}
         if not cached:
             rename.update({v.name: f"{v.name}_{tag}" for v in past})
+        for t in g.initializer:  # small constants (axes, shape vectors) are the body's own,
+            if np.prod(t.dims) <= 8:  # as in optimum's merged decoders
+                nodes.append(helper.make_node("Constant", [], [f"{t.name}_{tag}"], value=t))
+                rename[t.name] = f"{t.name}_{tag}"
         for n in g.node:
             c = onnx.NodeProto()
             c.CopyFrom(n)
@@ -331,9 +336,19 @@ def _merged_with_empty_past(model: onnx.ModelProto) -> onnx.ModelProto:
 
     node = helper.make_node("If", ["use_cache_branch"], outs, name="optimum::if",
                             then_branch=body("then", True), else_branch=body("else", False))
-    merged = helper.make_graph([node], "merged", list(g.input) + [
+    inputs = [onnx.ValueInfoProto() for _ in g.input]
+    for mine, v in zip(inputs, g.input):
+        mine.CopyFrom(v)
+        if v.name == "attention_mask":  # declared over the new tokens, as optimum does
+            mine.type.tensor_type.shape.dim[1].dim_param = "seq"
+    outputs = [onnx.ValueInfoProto() for _ in g.output]
+    for mine, v in zip(outputs, g.output):
+        mine.CopyFrom(v)
+        if v.name.startswith("present"):  # a length of its own (the branches' differ)
+            mine.type.tensor_type.shape.dim[2].dim_param = "present_length"
+    merged = helper.make_graph([node], "merged", inputs + [
         helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])],
-        list(g.output), list(g.initializer))
+        outputs, list(g.initializer))
     m = helper.make_model(merged, opset_imports=list(model.opset_import))
     m.ir_version = model.ir_version
     return m
@@ -357,12 +372,25 @@ def test_generation_cost_of_a_merged_decoder_counts_the_branch_each_phase_runs()
         assert phase.total["flops"] == pytest.approx(n.loc[n.graph == runs, "flops"].sum())
         assert phase.total["unknown_nodes"] == int((~n.loc[n.graph == runs, "known"]).sum())
         assert not any("both branches" in note for note in phase.notes)
-    # cost() without switch values stays the upper bound it says it is
-    c = cost(onnx_lab.open(merged), dims={"batch": 1, "seq": 8, "past_seq": 0})
-    assert any("both branches" in n for n in c.notes)
-    one = cost(onnx_lab.open(merged), dims={"batch": 1, "seq": 8, "past_seq": 0},
-               branches={"use_cache_branch": False})
-    assert one.total["flops"] < 0.6 * c.total["flops"]
+    # cost() without switch values takes the branch the past length decides, as generated
+    # feeds do (both branches had been counted: the with-past export's cost twice)
+    for past, value in ((0, False), (5, True)):
+        dims = {"batch": 1, "seq": 8 if not past else 1, "past_seq": past}
+        c = cost(onnx_lab.open(merged), dims=dims)
+        assert any(f"use_cache_branch={value}, as the past length decides" in n
+                   for n in c.notes)
+        one = cost(onnx_lab.open(merged), dims=dims, branches={"use_cache_branch": value})
+        assert c.total["flops"] == one.total["flops"]
+        if past:  # the cache branch costs what the with-past model does, its cache sized
+            other = cost(onnx_lab.open(merged), dims=dims,
+                         branches={"use_cache_branch": not value})
+            assert other.total["flops"] != c.total["flops"]
+            # (typed as declared, the mask over the new tokens only, its cache branch had
+            # unknown nodes and present.* an unknown size)
+            alone = cost(onnx_lab.open(plain), dims=dims)
+            assert c.total["flops"] == alone.total["flops"]
+            assert c.total["kv_cache_bytes"] == alone.total["kv_cache_bytes"] > 0
+            assert c.total["unknown_nodes"] == alone.total["unknown_nodes"] == 0
     with pytest.raises(InputError, match="decide no If"):
         cost(onnx_lab.open(merged), dims={"batch": 1, "seq": 8, "past_seq": 0},
              branches={"nope": True})
