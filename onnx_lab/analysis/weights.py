@@ -17,7 +17,7 @@ from onnx_lab.errors import ExternalDataError, InputError, unknown_name
 __all__ = ["weight_stats", "weight_histogram", "weight_values"]
 
 STATS_COLUMNS = ["name", "dtype", "shape", "numel", "min", "max", "mean", "std", "abs_max",
-                 "zeros_frac", "nan_count", "inf_count", "outlier_score", "source"]
+                 "zeros_frac", "nan_count", "inf_count", "outlier_score", "source", "note"]
 
 
 def weight_values(model: LabModel, name: str) -> np.ndarray:
@@ -112,7 +112,10 @@ def weight_stats(model: LabModel, names: Iterable[str] | None = None) -> pd.Data
         name, dtype, shape, numel; min, max, mean, std, abs_max (over finite values);
         zeros_frac (fraction exactly 0); nan_count, inf_count;
         outlier_score (max |x - mean| / std: 3-5 is normal for Gaussian-like weights, > 20
-        deserves a look); source ('initializer' or 'constant').
+        deserves a look); source ('initializer' or 'constant'); note: how the values
+        were read where they are not the stored ones ("4-bit MatMulNBits weights,
+        dequantized ([N, K])": the packed bytes of a MatMulNBits or GatherBlockQuantized are
+        unpacked with their scales and zero points), else empty.
         Non-numeric tensors (strings) have None statistics.
 
     Example:
@@ -135,17 +138,112 @@ def weight_stats(model: LabModel, names: Iterable[str] | None = None) -> pd.Data
         # peak memory stays at one weight even for multi-GB models.
         with mapped_briefly(t):
             values = _read(r.name, t)
-            rows.append((r.name, r.dtype, r.shape, r.numel, *_stats(values), r.source))
+            reader = _packed_reader(model, r.name)
+            note = ""
+            if reader is not None:  # packed 4-bit weights: the statistics of what they hold
+                values, note = _dequantized(model, reader, values)
+            rows.append((r.name, r.dtype, r.shape, r.numel, *_stats(values), r.source, note))
             del values
     return pd.DataFrame(rows, columns=STATS_COLUMNS)
 
 
+# Ops whose input (at this position) is a weight of packed low-bit integers: statistics of
+# its bytes (min 0, max 255, mean ~131 for 4 bits) say nothing about the weights it holds
+_PACKED_INPUT = {("com.microsoft", "MatMulNBits"): 1,
+                 ("com.microsoft", "GatherBlockQuantized"): 0}
+
+
+def _packed_reader(model: LabModel, name: str) -> ir.Node | None:
+    """The MatMulNBits / GatherBlockQuantized that reads weight ``name`` as its packed data."""
+    idx = model.index
+    for nid in idx.consumers.get(name, ()):
+        node = idx.node(nid)
+        pos = _PACKED_INPUT.get((node.domain, node.op_type))
+        if pos is not None and len(node.inputs) > pos and node.inputs[pos] is not None \
+                and node.inputs[pos].name == name:
+            return node
+    return None
+
+
+def _unpack(q: np.ndarray, bits: int) -> np.ndarray:
+    """Bytes along the last axis -> their ``bits``-wide unsigned fields, low bits first."""
+    per = 8 // bits
+    shifts = (np.arange(per, dtype=np.uint8) * bits).astype(np.uint8)
+    fields = (q.astype(np.uint8)[..., None] >> shifts) & np.uint8((1 << bits) - 1)
+    return fields.reshape(*q.shape[:-1], q.shape[-1] * per)
+
+
+def _const(node: ir.Node, i: int) -> np.ndarray | None:
+    v = node.inputs[i] if len(node.inputs) > i else None
+    return v.const_value.numpy() if v is not None and v.const_value is not None else None
+
+
+def _dequantized(model: LabModel, node: ir.Node, data: np.ndarray
+                 ) -> tuple[np.ndarray, str]:
+    """(the float weights ``data`` packs for ``node``, what the row says): MatMulNBits' B
+    (``[N, blocks, blob]``, scales per block, zero points packed like it or float, default
+    2^(bits-1)) as its ``[N, K]`` weights; GatherBlockQuantized's table (blocks along its last
+    axis). Where they cannot be unpacked (act-order g_idx, another layout) the data is kept
+    and the note says its statistics are of packed bytes."""
+    op = node.op_type
+    bits = node.attributes.get_int("bits", 4)
+    packed = f"packed {bits}-bit {op} data: statistics of its bytes, not of the weights"
+    try:
+        scales = _const(node, 2)
+        zp = _const(node, 3)
+        if scales is None or bits not in (2, 4, 8):
+            return data, packed
+        scales = scales.astype(np.float32)
+        if op == "MatMulNBits":
+            k, n = node.attributes.get_int("K", 0), node.attributes.get_int("N", 0)
+            block = node.attributes.get_int("block_size", 0)
+            if _const(node, 4) is not None or data.dtype != np.uint8 or data.ndim != 3 \
+                    or data.shape[0] != n or not k or not block:
+                return data, packed
+            blocks = data.shape[1]
+            q = _unpack(data, bits).astype(np.float32)  # [N, blocks, block]
+            scale = scales.reshape(n, blocks)
+            if zp is None:
+                zero = np.full((n, blocks), float(1 << (bits - 1)), np.float32)
+            elif zp.dtype == np.uint8:
+                zero = _unpack(zp.reshape(n, -1), bits)[:, :blocks].astype(np.float32)
+            else:
+                zero = zp.astype(np.float32).reshape(n, blocks)
+            w = (q - zero[..., None]) * scale[..., None]
+            return w.reshape(n, -1)[:, :k], f"{bits}-bit {op} weights, dequantized ([N, K])"
+        axis = node.attributes.get_int("quantize_axis", 1)
+        block = node.attributes.get_int("block_size", 128)
+        if axis not in (-1, data.ndim - 1) or not block:
+            return data, packed
+        if data.dtype == np.uint8:
+            q, offset = _unpack(data, bits).astype(np.float32), float(1 << (bits - 1))
+        else:  # a typed int4/uint4 table (ml_dtypes)
+            signed = "uint" not in str(data.dtype)
+            q, offset = data.astype(np.float32), 0.0 if signed else float(1 << (bits - 1))
+        cols = q.shape[-1]
+        if zp is None:
+            zero = np.float32(offset)
+        else:
+            z = _unpack(zp, bits) if zp.dtype == np.uint8 else zp
+            zero = np.repeat(z.astype(np.float32), block, axis=-1)[..., :cols]
+        w = (q - zero) * np.repeat(scales, block, axis=-1)[..., :cols]
+        return w, f"{bits}-bit {op} table, dequantized"
+    except (ValueError, TypeError, IndexError):  # shapes that do not fit the attributes
+        return data, packed
+
+
 def weight_histogram(model: LabModel, name: str, bins: int = 100):
-    """A matplotlib Figure with the histogram of weight ``name`` (log count axis).
+    """A matplotlib Figure with the histogram of weight ``name`` (log count axis); of the
+    weights packed 4-bit data holds, as :func:`weight_stats` describes them.
 
     Example:
         >>> fig = lab.weight_histogram("stem.conv.weight")
     """
     values = weight_values(model, name)
+    reader = _packed_reader(model, name)
+    title = f"{name} {tuple(values.shape)}"
+    if reader is not None:  # the weights packed data holds, as weight_stats describes them
+        values, note = _dequantized(model, reader, values)
+        title = f"{name} {tuple(values.shape)}: {note}"
     # Drawn by onnx_lab.render (the "histogram" view of an array), through _display.
-    return _display.draw(values, "histogram", title=f"{name} {tuple(values.shape)}", bins=bins)
+    return _display.draw(values, "histogram", title=title, bins=bins)
