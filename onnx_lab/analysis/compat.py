@@ -166,6 +166,8 @@ def _checker(lm: LabModel) -> list[dict]:
                              f"(required before IR version 4; {len(missing)} such).",
                              "List the initializers as graph inputs, or raise ir_version."))
     checked = _ort_ops_set_aside(proto, lm)
+    if (m.ir_version or 0) < 4:
+        checked = _initializers_listed(checked)
     guard_label_encoders(checked)  # onnx's inference would end the process on some
     stale: list[str] = []
     for _ in range(_STALE_RETRIES):
@@ -190,6 +192,24 @@ def _checker(lm: LabModel) -> list[dict]:
                 "Make the shapes consistent (lab.tensors shows the inferred ones).")]
         break
     return rows + _stale_rows(stale)
+
+
+def _initializers_listed(proto):
+    """A copy of ``proto`` (IR < 4) whose initializers are all graph inputs: the row above
+    already reports the ones that are not, and the checker, which stops at its first error,
+    said it again ("W in initializer but not in graph input": two errors for one problem, the
+    rest of the model unchecked)."""
+    import onnx
+
+    listed = {v.name for v in proto.graph.input}
+    missing = [t for t in proto.graph.initializer if t.name not in listed]
+    if not missing:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)  # the skeleton is cached and shared with the provider loads
+    out.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type,
+                                                                list(t.dims)) for t in missing)
+    return out
 
 
 # A stale declared shape of an intermediate tensor is dropped from the checker's copy and the
@@ -698,6 +718,14 @@ def _dynamic(lm: LabModel, dims: Mapping[str, int] | None = None) -> list[dict]:
                              f"Dynamic {name} in input(s) {', '.join(inputs)}: {sums[dim]}, "
                              "filled in once those are given.",
                              "Pass the past and new lengths (0 past tokens for a prefill)."))
+            continue
+        if dim == "?":  # no name to give a size to: whole shapes, and set_input_shape
+            first = inputs[0]
+            rows.append(_row("info", "dynamic_dim", None,
+                             f"Dynamic {name} in input(s) {', '.join(inputs)}.",
+                             f"Pass shapes={{{first!r}: [...]}} to analyse and run it; "
+                             "static-shape runtimes need the whole shape set: "
+                             f"lab.set_input_shape({first!r}, [...])."))
             continue
         rows.append(_row("info", "dynamic_dim", None,
                          f"Dynamic {name} in input(s) {', '.join(inputs)}.",

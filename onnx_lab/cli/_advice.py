@@ -109,6 +109,39 @@ def _optimize_command(m: re.Match) -> str:
             + "".join(f" --param {name}.{k}={shlex.quote(v.strip())}" for k, v in params))
 
 
+# Phrases of advice only a Python session can follow (a Lab's history, keyword arguments of a
+# call), each with what the command line offers instead. Literal phrases of the library's own
+# messages: a user's path or name never holds them whole.
+_PY_PHRASES = (
+    # core/save.py: a written model that would not load in onnxruntime
+    ("lab.history shows the steps (a failed one, or the one the message names: lab.undo() or "
+     "lab.checkout(N) goes back before it); save with external_data=False to keep every tensor "
+     "inside the file, check=False to write it as it is, or report the model to onnx_lab.",
+     "Leave out the step the message names (optimize --passes/--skip, precision --keep), or "
+     "report the model to onnx_lab."),
+    # steps.py: the model before a step does not run
+    (" Inputs it runs on can be given: verify={'feeds': {name: array}} or a .npz path "
+     "(--feeds); or apply with verify=False (--no-verify).",
+     " Inputs it runs on can be given with --feeds FILE.npz; or skip verification with "
+     "--no-verify."),
+    ("verify=False (--no-verify)", "--no-verify"),
+    ("Check lab.check()", "Check onnx-lab check MODEL"),
+    # profiling/sweep_batch.py
+    ("Make the batch dim symbolic first (lab.set_input_shape(input, ['batch', ...]) or "
+     "lab.fix_dims for the other dims)",
+     "Make the batch dim symbolic first (onnx-lab edit MODEL OUT --input-shape "
+     "INPUT:batchx..., or onnx-lab fix-dims for the other dims)"),
+    # transforms/registry.py
+    ("See onnx_lab.transforms.available() (or `onnx-lab passes`).", "See `onnx-lab passes`."),
+)
+# lab.py: "Step 3 (fuse_x) is the first version that does not load so: lab.checkout(2) goes
+# back before it (its verification ran ...; the steps after it can be applied again without
+# it)" -- in the problem, which is otherwise left as the library said it.
+_CHECKOUT = re.compile(r": lab\.checkout\(\d+\) goes back before it \(its verification ran "
+                       r"with the optimizations off; the steps after it can be applied again "
+                       r"without it\)")
+
+
 def command_line_words(text: str) -> str:
     """``text`` (a message or a finding's fix) with its Python advice as the command line's.
 
@@ -118,6 +151,8 @@ def command_line_words(text: str) -> str:
     """
     for python_only in _PY_ONLY:
         text = text.replace(python_only, ".")
+    for python, words in _PY_PHRASES:
+        text = text.replace(python, words)
     text = _BOTH_DOORS.sub("", text)
     text = re.sub(_START + r"dims=" + _DICT, _dims_flags, text)
     text = re.sub(_START + r"shapes=" + _DICT, _shape_flags, text)
@@ -125,6 +160,9 @@ def command_line_words(text: str) -> str:
     text = re.sub(_START + r"shapes=(?![{\w])", "--shape INPUT:AxBxC", text)
     text = re.sub(_START + r"lab\.fix_dims\(" + _DICT + r"\)", _fix_dims_command, text)
     text = re.sub(_START + r"lab\.fix_dims\b", "onnx-lab fix-dims", text)
+    text = re.sub(_START + r"""lab\.set_input_shape\((['"])((?:(?!\1).)*)\1, \[\.\.\.\]\)""",
+                  lambda m: "onnx-lab edit MODEL OUT --input-shape "
+                  + shlex.quote(f"{m.group(2)}:AxBxC"), text)
     text = re.sub(_START + r"lab\.convert_opset\((\d+)\)",
                   r"onnx-lab edit MODEL OUT --convert-opset \1", text)
     text = re.sub(_START + r"lab\.convert_opset\b", "onnx-lab edit --convert-opset", text)
@@ -152,4 +190,5 @@ def command_line_text(e: LabError) -> str:
         return command_line_words(str(e))
     for python_only in _PY_ONLY:
         problem = problem.replace(python_only, ".")
+    problem = _CHECKOUT.sub(" (its verification ran with the optimizations off)", problem)
     return f"{problem} {command_line_words(e.fix)}" if e.fix else problem

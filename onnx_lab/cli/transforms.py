@@ -17,7 +17,7 @@ from onnx_lab.cli._common import (
     parse_dims,
     print_json,
 )
-from onnx_lab.errors import InputError
+from onnx_lab.errors import DimError, InputError
 from onnx_lab.render.tables import format_bytes
 
 if TYPE_CHECKING:
@@ -249,7 +249,15 @@ def _fix_dims(args: argparse.Namespace) -> int:
     # the Lab sizes every dim for the verification: the ones fixed and --dims for the others
     fixed = parse_dims(args.fix, "fix-dims argument", "onnx-lab fix-dims IN OUT batch=1")
     args.dims = [*(args.dims or []), *args.fix]
-    lab = open_from_args(args, "input")
+    try:
+        lab = open_from_args(args, "input")
+    except DimError as e:
+        if not e.problem.startswith("Unknown dim name") or "no named dims" not in e.problem:
+            raise
+        # --shape does not fix anything here: an unnamed dim is fixed by setting the shape
+        raise DimError(e.problem, fix="fix-dims fixes named dims only; give an input with "
+                       "unnamed dims its whole shape with onnx-lab edit IN OUT --input-shape "
+                       "INPUT:AxBxC.") from e
     n0 = len(lab.index)
     r = lab.fix_dims(fixed, verify=not args.no_verify)
     lab.save(args.output)

@@ -381,9 +381,23 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
             raise SaveError(f"The audit's output folder {str(out_dir)!r} is {audited}.",
                             fix="Pass --out a folder of its own (out=...): it holds "
                             "audit.csv, index.html and the manifest.")
-        for name in ("audit.csv", "audit.parquet", "index.html", _store.MANIFEST,
-                     "regressions.json"):  # refused before any model runs
+        written = ("audit.csv", "audit.parquet", "index.html", _store.MANIFEST,
+                   "regressions.json")
+        for name in written:  # refused before any model runs
             refuse_inputs(out_dir / name, inputs, flag="the audit's output")
+        # a folder an earlier audit did not write (no manifest) holding files of the names the
+        # audit writes: they are someone else's (a site's index.html), never replaced
+        if not (out_dir / _store.MANIFEST).is_file():
+            # (files only: an audit stopped during its first model leaves reports/ and logs/
+            # and no manifest, and is resumed into the same folder)
+            theirs = [n for n in written if os.path.lexists(out_dir / n)]
+            if theirs:
+                raise SaveError(
+                    f"The audit's output folder {str(out_dir)!r} holds "
+                    f"{', '.join(map(repr, theirs))} but is not an earlier audit's output "
+                    f"(it has no {_store.MANIFEST}): the audit would replace them.",
+                    fix="Pass --out a new or empty folder (out=...), or the --out folder of "
+                    "an earlier onnx-lab audit.")
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:

@@ -198,7 +198,11 @@ class _Audit:
             self.row.update(fp16_passed=False, fp16_note=e.problem,
                             fp16_s=round(time.perf_counter() - t0, 4))
             return
-        self.row.update(fp16_passed=bool(plan.passed), fp16_kept=len(plan.kept),
+        # not confirmed (False): the plan's model does not load, or misses, as onnxruntime
+        # deploys it (the note says which); the search's pass without optimizations alone
+        # is not a plan that holds
+        self.row.update(fp16_passed=bool(plan.passed) and plan.confirmed is not False,
+                        fp16_kept=len(plan.kept),
                         fp16_kept_nodes=_joined(plan.kept), fp16_candidates=plan.n_candidates,
                         fp16_trials=len(plan.trials),
                         fp16_note=_joined(plan.notes),

@@ -241,8 +241,12 @@ class Converter:
         return [nid for nid in self._quantizable() if not self.model.index.entries[nid].graph]
 
     def _quantizable(self) -> list[str]:
+        # onnxruntime's quantizer quantizes float32/float16 tensors only: a float64 MatMul (an
+        # skl2onnx export with DoubleTensorType) comes out as it was, and "0 of 6 excluded"
+        # was reported as a passing int8 plan of a model with no QuantizeLinear
         return [nid for nid, e in self.model.index.entries.items()
-                if e.node.op_type in self.quant_ops and e.node.domain in ("", "ai.onnx")]
+                if e.node.op_type in self.quant_ops and e.node.domain in ("", "ai.onnx")
+                and not _computes_in_double(self.model, e.node)]
 
     def unreachable(self) -> list[str]:
         """Nodes of a kind the conversion changes that it cannot reach: int8, those inside
@@ -703,6 +707,28 @@ def _other_step(model: LabModel, dims: Mapping[str, int], shapes: Mapping[str, A
     return extra[0]
 
 
+_FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _computes_in_double(model: LabModel, node: ir.Node) -> bool:
+    """Whether ``node``'s float inputs are float64 (stored or inferred dtypes; a node whose
+    inputs have no known float type is not)."""
+    from onnx_lab.core.shapes import dtype_name, value_type
+
+    names = []
+    for v in node.inputs:
+        if v is None:
+            continue
+        if v.dtype is not None:
+            name = dtype_name(v.dtype)
+        else:
+            t = value_type(model, v)
+            name = t.dtype if t is not None else None
+        if name in _FLOAT_NAMES:
+            names.append(name)
+    return bool(names) and all(n == "float64" for n in names)
+
+
 def _nothing_to_convert(model: LabModel, target: str, unreachable: Sequence[str] = ()
                         ) -> NothingToConvert:
     """No node the conversion changes: the true reason, and for an ONNX-ML model (trees,
@@ -722,6 +748,15 @@ def _nothing_to_convert(model: LabModel, target: str, unreachable: Sequence[str]
             "releases write decoder_with_past_model.onnx with --no-post-process); or "
             "onnx_lab.to_int8_dynamic, which quantizes inside the bodies; or target='fp16', "
             "which converts bodies.")
+    double = sorted({e.node.op_type for e in model.index.entries.values()
+                     if e.node.domain in ("", "ai.onnx") and _computes_in_double(model, e.node)})
+    if double:
+        return NothingToConvert(
+            f"Nothing to convert to {target}: the model computes in float64 (double: "
+            f"{', '.join(double[:6])}), and {target} conversion changes float32 computation "
+            "only.",
+            fix="Export the model in float32 (skl2onnx: FloatTensorType inputs) and search "
+            "on that; there is no precision plan to search here.")
     ml = sorted({e.node.op_type for e in model.index.entries.values()
                  if e.node.domain == "ai.onnx.ml"})
     if ml:
