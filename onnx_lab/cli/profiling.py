@@ -119,7 +119,10 @@ def _profile(args: argparse.Namespace) -> int:
             tables.append((f"batch sweep over {sweep.dim!r} (knee: {sweep.knee})", sweep.table))
         for k, (title, table) in enumerate(tables):
             print(("\n" if k else "") + f"== {title}")
-            print(table.to_string(index=False))
+            # (a backend without per-operator times, OpenVINO: said, not pandas' "Empty
+            # DataFrame / Columns: [...]")
+            print(table.to_string(index=False) if len(table) else
+                  "(none: no profiled runs with per-operator times; the notes say why)")
     for n in prof.notes + (sweep.notes if sweep else []):
         print(f"note: {n}")
     for a in advice:  # and the budget that would give a measurement: --budget X

@@ -247,9 +247,13 @@ class Comparison:
                  if p is not None and p.outputs.kind == "sqnr" else
                  f"atol={self.atol:g}, rtol={self.rtol:g}; outputs element-wise, intermediates "
                  "against their own scale")
+        out_fail = int((~self.outputs["passed"].astype(bool)).sum()) if len(self.outputs) \
+            else 0
+        # (a failing output whose layers were not compared: "FAILED ... 0 out of tolerance")
+        failing = f" ({out_fail} failing)" if out_fail else ""
         lines = [f"{'PASSED' if self.passed else 'FAILED'} (preset {self.preset}, {rules}): "
-                 f"{len(self.outputs)} outputs, {len(self.layers)} layers compared, {n_fail} "
-                 "out of tolerance"]
+                 f"{len(self.outputs)} outputs{failing}, {len(self.layers)} layers compared, "
+                 f"{n_fail} out of tolerance"]
         for r in self.outputs.itertuples(index=False):
             # (a default preset judges what is computed through its cause, the rest by dtype)
             other = getattr(r, "preset", None)

@@ -636,6 +636,9 @@ def _assemble(lm: LabModel, results: list[dict], runs: int, warmup: int, opt_lev
         busy = busy_note(timed, p)
         if busy and busy not in notes:
             notes.append(busy)
+        if trace is None:  # the OpenVINO runtime: no per-operator trace to read
+            notes.append(f"{p}: latency and memory only; OpenVINO gives no per-operator "
+                         "times here (onnxruntime's providers fill the op and node tables)")
         if np.isfinite(kernel_ms) and st["p50_ms"] > 0 and kernel_ms > 1.5 * st["p50_ms"]:
             # the per-node times come from runs under ORT's profiler, which costs most on
             # small models: by_module and the node times were read as milliseconds of a run

@@ -145,8 +145,29 @@ class SetInputShape(LabPass):
         if v.shape is not None and shape_tuple(v.shape) == shape_tuple(new):
             rw.notes.append("the input already has this shape")
             return
+        old = shape_tuple(v.shape) or ()
         v.shape = new
         rw.modified = True
+        # A dim name this input alone declares, now a size: the outputs and values that name
+        # it have that size too (they read "batch" in the saved file after
+        # --input-shape x:1x3x32x32). A name another input still declares stays a name.
+        others = {d for u in g.inputs if u is not v and u.name not in g.initializers
+                  for d in (shape_tuple(u.shape) or ()) if isinstance(d, str)}
+        fixed = {o: n for o, n in zip(old, self.options["shape"])
+                 if isinstance(o, str) and isinstance(n, int) and o not in others}
+        if not fixed:
+            return
+        for graph in model.ir.graphs():
+            values = [u for u in graph.inputs if graph is not g] + list(graph.outputs)
+            for node in graph:
+                values.extend(node.outputs)
+            for u in values:
+                shape = _replace_dims(u.shape, fixed, {})
+                if shape is not None:
+                    u.shape = shape
+        rw.notes.append(", ".join(f"{k}={n}" for k, n in fixed.items())
+                        + " in the outputs and value shapes too (no other input declares "
+                        + ("it" if len(fixed) == 1 else "them") + ")")
 
 
 @register_pass("convert_opset", kind="edit")

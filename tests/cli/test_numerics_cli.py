@@ -73,3 +73,25 @@ def test_console_script_exit_code(tmp_path):
     r = subprocess.run([sys.executable, "-m", "onnx_lab.cli", "diff", ref, cand],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "1 changed" in r.stdout and "values changed" in r.stdout
+
+
+def test_a_failing_output_of_another_shape_is_counted_in_the_verdict_line(tmp_path, capsys):
+    # the line read "FAILED ... 1 outputs, 0 layers compared, 0 out of tolerance"
+    from onnx import TensorProto, helper, numpy_helper
+
+    def model(flat: bool) -> str:
+        nodes = [helper.make_node("Relu", ["x"], ["r" if flat else "y"])]
+        inits = []
+        if flat:
+            nodes.append(helper.make_node("Reshape", ["r", "s"], ["y"]))
+            inits.append(numpy_helper.from_array(np.array([8], np.int64), "s"))
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+            "x", TensorProto.FLOAT, [2, 4])], [helper.make_tensor_value_info(
+                "y", TensorProto.FLOAT, [8] if flat else [2, 4])], inits)
+        p = tmp_path / f"{flat}.onnx"
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p)
+        return str(p)
+
+    assert main(["compare", model(False), model(True)]) == 1
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("FAILED") and "1 outputs (1 failing)" in first

@@ -160,3 +160,17 @@ def test_check_names_an_unnamed_node_by_its_id_and_prints_no_nan(capsys, tmp_pat
     main(["check", str(path)])
     out = capsys.readouterr().out
     assert "[nan]" not in out and "provider_load [MatMul_2]" in out
+
+
+def test_profile_text_on_openvino_says_it_has_no_operator_times(capsys):
+    # the op and node tables were printed as pandas' "Empty DataFrame / Columns: [...]"
+    import pytest
+
+    from onnx_lab.runtime.openvino import openvino_available
+    if not openvino_available():
+        pytest.skip("openvino (optional extra) not installed")
+    assert main(["profile", "sample:convnet", "--runs", "3", "--warmup", "1",
+                 "--providers", "openvino"]) == 0
+    out = capsys.readouterr().out
+    assert "Empty DataFrame" not in out and "(none: no profiled runs" in out
+    assert "OpenVINO gives no per-operator times" in out

@@ -150,6 +150,24 @@ def test_set_input_shape():
         lab.set_input_shape("x", [1, 8])
     with pytest.raises(UnknownNameError, match="'x'"):
         lab.set_input_shape("y", [1, 8, 32])
+    # the outputs said "batch" and "seq" after the input said 1 and 8 (no other input names
+    # them): they take the sizes too, and the saved file runs
+    assert shape_tuple(lab.model.graph.outputs[0].shape) == (1, 8, 32)
+    assert any("batch=1, seq=8 in the outputs" in n for n in r.notes)
+
+
+def test_set_input_shape_keeps_a_name_another_input_declares():
+    from onnx import TensorProto
+
+    g = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 4]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                        dims={"n": 2})
+    lab.set_input_shape("a", [2, 4])
+    assert shape_tuple(lab.model.graph.outputs[0].shape) == ("n", 4)  # b still says n
 
 
 def test_convert_opset_and_unsupported_targets():
