@@ -121,6 +121,35 @@ def _units(scopes: Mapping[str, tuple[str, ...]], depth: int) -> tuple[int, Coun
     return loose + len(keys), keys
 
 
+def _opened_in(parts: tuple[str, ...], one_level: Mapping[str, int]) -> int | None:
+    """The depth of the deepest expanded scope (opened one level) holding ``parts``."""
+    best = None
+    for e, n in one_level.items():
+        if len(parts) >= n and _key(parts[:n]) == e and (best is None or n > best):
+            best = n
+    return best
+
+
+def _units_one_level(scopes: Mapping[str, tuple[str, ...]], depth: int,
+                     one_level: Mapping[str, int]) -> int:
+    """Drawn units at ``depth`` with the ``one_level`` scopes opened one level: their own
+    nodes one each, each of their sub-scopes one box."""
+    keys: set[tuple[str, ...]] = set()
+    loose = 0
+    for parts in scopes.values():
+        inside = _opened_in(parts, one_level) if parts else None
+        if inside is not None:
+            if len(parts) > inside:
+                keys.add(("\0sub",) + parts[:inside + 1])
+            else:
+                loose += 1
+        elif parts:
+            keys.add(parts[:depth])
+        else:
+            loose += 1
+    return loose + len(keys)
+
+
 def _key(parts: tuple[str, ...]) -> str:
     return "/" + "/".join(parts)
 
@@ -184,6 +213,7 @@ def plan_collapse(model: LabModel, graph: str, ids: Sequence[str], collapse: int
             known.add(_key(parts[:i]))
 
     if has_scopes:
+        one_level: dict[str, int] = {}  # expanded scopes opened one level: their depth
         budget = max_nodes
         exp = resolve_expand(expand, known) if expand is not None else []
         if collapse == "auto" and not exp and len(live) <= budget:
@@ -207,10 +237,34 @@ def plan_collapse(model: LabModel, graph: str, ids: Sequence[str], collapse: int
                 if n <= budget:
                     depth = d
                     break
+            if depth is None and exp:
+                # Opened whole it does not fit (a decoder's root box holds every layer): open
+                # it one level, its own nodes among the boxes of its sub-scopes. Opened whole
+                # and cut, it drew the first few layers' nodes and none of the rest.
+                one_level = {e: len(scope_parts(e)) for e in exp}
+                depth = 1
+                for d in range(max_depth, 0, -1):
+                    if _units_one_level(scopes, d, one_level) <= budget:
+                        depth = d
+                        break
+                plan.notes.append(f"collapse='auto': {', '.join(exp)} opened whole gives more "
+                                  f"than {budget} boxes; opened one level.")
             if depth is None:
                 depth = 1
                 plan.notes.append(f"collapse='auto': even scope depth 1 gives more than "
                                   f"{budget} boxes; drawing depth 1.")
+            _, keys = _units(scopes, depth)
+            if not exp and len(keys) == 1:
+                # The overview is one box (a decoder's /model holding every layer): open it
+                # one level, its layers as boxes, within max_nodes rather than the overview's
+                # target (one box said nothing: 96 layers of a Llama were "/model").
+                (root,) = keys
+                opened = {_key(root): len(root)}
+                if max((len(p) for p in scopes.values()), default=0) > len(root) \
+                        and _units_one_level(scopes, depth, opened) <= max_nodes:
+                    one_level, exp = opened, [_key(root)]
+                    plan.notes.append(f"collapse='auto': the overview is one box, "
+                                      f"{_key(root)}; opened one level.")
         else:
             depth = int(collapse)
         plan.depth = depth
@@ -221,7 +275,13 @@ def plan_collapse(model: LabModel, graph: str, ids: Sequence[str], collapse: int
             if not parts:
                 continue
             key = _key(parts)
-            if any(key == e or key.startswith(e + "/") for e in exp):
+            if one_level:
+                inside = _opened_in(parts, one_level)
+                if inside is not None:
+                    if len(parts) > inside:  # a sub-scope of the opened box: its own box
+                        members.setdefault(_key(parts[:inside + 1]), []).append(nid)
+                    continue  # the opened box's own nodes: drawn open
+            elif any(key == e or key.startswith(e + "/") for e in exp):
                 continue  # drawn open
             members.setdefault(_key(parts[:depth]), []).append(nid)
         for gk, m in members.items():

@@ -27,7 +27,10 @@ from typing import Any
 import anywidget
 import traitlets as t
 
+from onnx_lab.core.index import node_scope
+from onnx_lab.core.source_map import module_scopes
 from onnx_lab.render._html import esc_text
+from onnx_lab.render.collapse import scope_parts
 from onnx_lab.render.details import (
     box_module,
     canvas_items,
@@ -248,6 +251,12 @@ class GraphCanvas(anywidget.AnyWidget):
                     self.on_open(e.graph)
                 elif key is not None and key.startswith("scope:") and self.on_expand is not None:
                     self.on_expand(key.split(":", 1)[1])
+                elif key is None and self.on_expand is not None and (
+                        scope := self._scope_to_open(name)):
+                    # not drawn at all (a view cut at max_nodes: the 300 first of a 480-layer
+                    # decoder's layer boxes): open the node's own scope at the level of the
+                    # boxes drawn beside it, as its module breadcrumb does
+                    self.on_expand(scope)
                 else:
                     break
         finally:
@@ -255,12 +264,35 @@ class GraphCanvas(anywidget.AnyWidget):
             self.clear_busy()
         return self.focus(name)
 
+    def _scope_to_open(self, name: str) -> str | None:
+        """The scope of node ``name`` to draw open when no element of the view shows it: its
+        prefix at the depth of the deepest box drawn among its siblings (a layer, when the
+        view holds layer boxes), else its whole scope."""
+        m = self._model()
+        e = m.index.entries.get(name) if m is not None else None
+        if e is None or self.rendering is None:
+            return None
+        parts = module_scopes(m).get(name) or scope_parts(node_scope(e.node))
+        if not parts:
+            return None
+        best = 0
+        for k in self.rendering.view.nodes:
+            if k.startswith("scope:"):
+                kp = scope_parts(k.split(":", 1)[1])
+                if 1 <= len(kp) <= len(parts) and kp[:-1] == parts[:len(kp) - 1]:
+                    best = max(best, len(kp))
+        return "/" + "/".join(parts[:best or len(parts)])
+
     def clear_busy(self) -> None:
         """Empty the bar's busy line, also the page's own "opening …" (sent even when
         ``busy`` is already empty on this side: it stayed when nothing could be opened, as
         in the Editor, which draws the main graph only)."""
         self.busy = ""
         self.send_state("busy")
+        # the page's own "opening …" is not in the synced state: an update of busy to the ""
+        # it already holds fires no change there, and the line stayed for good when the
+        # reveal drew nothing new
+        self.send({"type": "busy"})
 
     def fit(self) -> None:
         """Fit the whole drawing into the view (as on open)."""

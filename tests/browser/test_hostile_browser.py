@@ -338,6 +338,15 @@ def _click_nodes(page, root, limit: int = 12) -> int:
         nodes = canvas.locator(".olc-stage g.node")
         for i in range(min(nodes.count(), limit)):
             g = nodes.nth(i)
+            # the port clips and never scrolls: a node outside the view is not clickable
+            if not g.evaluate("""e => {
+                    const p = e.closest('.olc-root').querySelector('.olc-port')
+                        .getBoundingClientRect();
+                    const r = e.getBoundingClientRect(), x = (r.left + r.right) / 2,
+                          y = (r.top + r.bottom) / 2;
+                    return r.width > 0 && x > p.left && x < p.right && y > p.top
+                        && y < p.bottom; }"""):
+                continue
             g.scroll_into_view_if_needed()
             box = g.bounding_box()
             if box is None or box["width"] == 0:

@@ -79,6 +79,20 @@ def _label_heights(page, canvas) -> list[float]:
     }""")
 
 
+def _click_in_view(canvas, element) -> None:
+    """Click ``element`` of the drawing where a user sees it: the port clips (it never
+    scrolls), so a node outside the view is first brought in by *fit*."""
+    inside = element.evaluate("""e => {
+        const p = e.closest('.olc-root').querySelector('.olc-port').getBoundingClientRect();
+        const r = e.getBoundingClientRect(), x = (r.left + r.right) / 2,
+              y = (r.top + r.bottom) / 2;
+        return x > p.left && x < p.right && y > p.top && y < p.bottom; }""")
+    if not inside:
+        canvas.locator(".olc-fit").click()
+        canvas.page.wait_for_timeout(300)
+    element.click()
+
+
 @pytest.fixture(scope="module")
 def detector_report(tmp_path_factory):
     lab = onnx_lab.open(detector(), dims={"height": 64, "width": 64})
@@ -143,12 +157,12 @@ def test_report_opens_offline_and_responds(detector_report):
 
             # A click on a box opens its view; a click on a node there shows its attributes.
             key = "scope:/model.22"
-            canvas.locator(f".olc-stage g.node[id='n:{key}']").click()
+            _click_in_view(canvas, canvas.locator(f".olc-stage g.node[id='n:{key}']"))
             page.wait_for_function(
                 "() => document.querySelector('[data-canvas=main]').dataset.view !== ''")
             assert host.locator(".olr-crumbs a", has_text="overview").count() == 1
             conv = canvas.locator(".olc-stage g.node[id^='n:/'][id$='/conv/Conv']").first
-            conv.click()
+            _click_in_view(canvas, conv)
             panel = canvas.locator(".olc-panel")
             panel.wait_for(state="visible")
             text = panel.inner_text()

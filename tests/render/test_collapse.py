@@ -199,3 +199,71 @@ def test_boxes_follow_the_model_not_the_constants_they_build():
     boxes = {n.key for n in view.nodes.values() if n.kind == "box"}
     assert {"scope:block3", "scope:block4"} <= boxes
     assert not [(e.src, e.dst) for e in view.edges if e.backward]
+
+
+def _layers_with_constants(n: int, root_nodes: int = 3) -> onnx_lab.Lab:
+    """``n`` layers ``/model/layers.i`` of Constant -> Add -> Relu, plus ``root_nodes`` Neg
+    nodes directly in ``/model`` (its own members, as a decoder's embedding and final norm)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, x = [], "x"
+    for i in range(root_nodes):
+        nodes.append(helper.make_node("Neg", [x], [f"r{i}"], name=f"/model/Neg_{i}"))
+        x = f"r{i}"
+    for i in range(n):
+        s = f"/model/layers.{i}"
+        c = numpy_helper.from_array(np.full((4,), i, np.float32), f"c{i}")
+        nodes.append(helper.make_node("Constant", [], [f"c{i}"], name=f"{s}/Constant", value=c))
+        nodes.append(helper.make_node("Add", [x, f"c{i}"], [f"a{i}"], name=f"{s}/Add"))
+        nodes.append(helper.make_node("Relu", [f"a{i}"], [f"h{i}"], name=f"{s}/Relu"))
+        x = f"h{i}"
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return onnx_lab.open(m)
+
+
+def test_a_cut_draws_no_constant_whose_consumers_are_cut():
+    """A cut view keeps a folded Constant only with a consumer it feeds: the cut expand of a
+    24-layer Llama's root box drew 1,393 Constants of the cut layers, each on its own with a
+    '+N more' stub (a 260,641 pt wide drawing Chromium took a minute to paint)."""
+    lab = _layers_with_constants(100)
+    r = lab.render(collapse="auto", expand="/model", max_nodes=20)
+    assert any(n.startswith("cut:") for n in r.notes)
+    idx = lab.model.index
+    drawn = set(r.view.nodes)
+    for key, node in r.view.nodes.items():
+        if node.kind == "op" and idx.entries[key].node.op_type == "Constant":
+            users = {c for o in idx.entries[key].node.outputs for c in idx.consumers[o.name]}
+            assert users & drawn, key
+    assert sum(n.kind == "stub" for n in r.view.nodes.values()) <= 3
+
+
+def _under_model(n: int) -> onnx_lab.Lab:
+    """``scoped_layers(n)`` inside a root module ``/model`` (``/model/layers.i/fc/MatMul``...),
+    as a decoder's export names them."""
+    m = scoped_layers(n)
+    for node in m.graph.node:
+        node.name = "/model" + node.name
+    return onnx_lab.open(m)
+
+
+def test_a_box_too_large_to_open_whole_opens_one_level():
+    """The overview of a deep decoder is its root box; opening it drew its first 300 nodes
+    (a few layers) and no box for the others: now each sub-scope is a box."""
+    lab = _under_model(100)  # 600 nodes, all under /model
+    # the overview itself: one box said nothing (a 96-layer Llama was "/model"), its layers
+    overview = lab.render(collapse="auto")
+    assert set(overview.groups) == {f"/model/layers.{i}" for i in range(100)}
+    assert any("the overview is one box, /model; opened one level" in n
+               for n in overview.notes)
+    r = lab.render(collapse="auto", expand="/model")
+    assert set(r.groups) == {f"/model/layers.{i}" for i in range(100)}
+    assert any("opened one level" in n for n in r.notes)
+    assert not any(n.startswith("cut:") for n in r.notes)
+    # a box that fits opened whole still does: its nodes in nested frames
+    r = lab.render(collapse="auto", expand="/model/layers.7")
+    assert "/model/layers.7/gate/Sigmoid" in r.nodes and "/model/layers.8" not in r.nodes

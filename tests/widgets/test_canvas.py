@@ -473,3 +473,20 @@ def test_a_reveal_that_opens_nothing_clears_the_pages_busy_line():
     canvas.send_state = lambda key=None: sent.append(key)
     canvas.reveal("Loop_3/body/Identity_0")
     assert "busy" in sent and canvas.busy == ""
+
+
+def test_reveal_reaches_a_node_cut_from_the_opened_view():
+    """A 400-layer model: the overview is one root box, opened it holds 400 layer boxes, cut
+    at 300. A search hit in layer 350 is in no drawn element: the reveal opens its layer (as
+    its module breadcrumb does) instead of stopping with the bar saying 'opening …'."""
+    from _machinery import scoped_layers
+
+    m = scoped_layers(400)
+    for node in m.graph.node:
+        node.name = "/model" + node.name
+    e = Explorer(onnx_lab.open(m), tab="Graph", prefetch=0)
+    nid = "/model/layers.350/gate/Sigmoid"
+    e.canvas._on_msg(e.canvas, {"type": "reveal", "key": nid}, [])
+    assert e.error is None and e.canvas.error is None
+    assert e.canvas.selected == nid and nid in e.canvas.rendering.view.nodes
+    assert e.canvas._focus["key"] == nid and e.canvas.busy == ""

@@ -763,6 +763,8 @@ function render({ model, el: root }) {
   model.on("change:legend_html", onLegend);
   model.on("change:title", onTitle);
   model.on("change:busy", onBusy);
+  // Python's reveal ended without a new drawing or focus: the page's "opening …" ends too
+  model.on("msg:custom", (m) => { if (m && m.type === "busy") onBusy(); });
   model.on("change:height", () => { setHeight(); firstView(); });
   // A new view (an expand): the hits keep their order, their places are the new ones.
   // The list stays as it was: a new view after an Undo opened it unasked over the buttons.
