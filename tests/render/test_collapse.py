@@ -205,7 +205,6 @@ def _layers_with_constants(n: int, root_nodes: int = 3) -> onnx_lab.Lab:
     """``n`` layers ``/model/layers.i`` of Constant -> Add -> Relu, plus ``root_nodes`` Neg
     nodes directly in ``/model`` (its own members, as a decoder's embedding and final norm)."""
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     nodes, x = [], "x"
