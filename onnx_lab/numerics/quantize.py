@@ -124,14 +124,18 @@ def _refuse_bfloat16(model: LabModel) -> None:
 
 class _NoPreprocessAdvice(logging.Filter):
     """Drops onnxruntime.quantization's "consider pre-processing" root warning, printed on
-    every call (a retried exclusion set would print it once per trial)."""
+    every call (a retried exclusion set would print it once per trial), and its other
+    per-trial chatter named below."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()
         # ... nor "Expected bias X to be an initializer", once per conv per trial on exports
         # whose biases pass through an Identity (YOLOv8): the conv is quantized, its bias
-        # stays float.
-        return "pre-process" not in msg and not msg.startswith("Expected bias")
+        # stays float; nor "failed to infer the type of tensor ...", once per tensor its own
+        # inference cannot type (a ZipMap's outputs, a contrib op's): the nodes it leaves
+        # float are what the plan's comparison measures.
+        return "pre-process" not in msg and not msg.startswith(("Expected bias",
+                                                                 "failed to infer"))
 
 
 _ADVICE_FILTER = _NoPreprocessAdvice()
