@@ -777,15 +777,18 @@ class Lab:
 
     # ================================================================== cost and profiling
     def cost(self, dims: Mapping[str, int] | None = None,
-             shapes: Mapping[str, Sequence[int]] | None = None):
+             shapes: Mapping[str, Sequence[int]] | None = None, *,
+             branches: Mapping[str, bool] | None = None):
         """FLOPs, MACs, params and bytes per node, totals, peak activation memory, roofline.
+        ``branches``: values of the boolean inputs that choose If branches (optimum's
+        ``use_cache_branch``); the bodies they do not take run 0 times.
 
         See :func:`onnx_lab.analysis.cost.cost`. Example:
             >>> lab.cost().total["macs"]
         """
         from onnx_lab.analysis.cost import cost
 
-        return cost(self, dims=dims, shapes=shapes)
+        return cost(self, dims=dims, shapes=shapes, branches=branches)
 
     def generation_cost(self, prompt: int, context: int | None = None, *, batch: int = 1):
         """A KV-cache decoder's static cost: a prefill of ``prompt`` tokens and one decode step

@@ -338,8 +338,17 @@ def _calls(lm: LabModel, types: dict[str, TensorInfo], untaken: frozenset[str] =
     if untaken:
         notes.append(f"If branches not taken {why} run 0 times: "
                      f"{', '.join(sorted(untaken)[:4])}{' ...' if len(untaken) > 4 else ''}")
-    if any(n.op_type == "If" for g in lm.ir.graphs() for n in g) and not untaken:
-        notes.append("both branches of each If are counted (only one runs): an upper bound")
+    # an If that runs with neither body left out counts both (with untaken bodies, the Ifs of
+    # another switch, or of a condition the model computes, still did without a word)
+    both = [n for g in lm.ir.graphs() for n in g if n.op_type == "If"
+            and calls.get(id(n), 0) > 0
+            and not any(path_of.get(id(a.value)) in untaken for a in n.attributes.values()
+                        if a.type == ir.AttributeType.GRAPH)]
+    if both:
+        notes.append("both branches of each If are counted (only one runs): an upper bound"
+                     if not untaken else
+                     f"both branches of {len(both)} other If{'s' if len(both) > 1 else ''} are "
+                     "counted (only one runs): an upper bound")
     return calls, body_notes, notes
 
 

@@ -174,8 +174,15 @@ def _unpack(q: np.ndarray, bits: int) -> np.ndarray:
 
 
 def _const(node: ir.Node, i: int) -> np.ndarray | None:
+    """Input ``i``'s constant value (an initializer or a Constant node's), else None."""
+    from onnx_lab.core.values import const_array
+
     v = node.inputs[i] if len(node.inputs) > i else None
-    return v.const_value.numpy() if v is not None and v.const_value is not None else None
+    return const_array(v, stored=True) if v is not None else None
+
+
+def _given(node: ir.Node, i: int) -> bool:
+    return len(node.inputs) > i and node.inputs[i] is not None
 
 
 def _dequantized(model: LabModel, node: ir.Node, data: np.ndarray
@@ -191,8 +198,8 @@ def _dequantized(model: LabModel, node: ir.Node, data: np.ndarray
     try:
         scales = _const(node, 2)
         zp = _const(node, 3)
-        if scales is None or bits not in (2, 4, 8):
-            return data, packed
+        if scales is None or bits not in (2, 4, 8) or (zp is None and _given(node, 3)):
+            return data, packed  # (zero points that are not constant: not the default's)
         scales = scales.astype(np.float32)
         if op == "MatMulNBits":
             k, n = node.attributes.get_int("K", 0), node.attributes.get_int("N", 0)
@@ -217,9 +224,8 @@ def _dequantized(model: LabModel, node: ir.Node, data: np.ndarray
             return data, packed
         if data.dtype == np.uint8:
             q, offset = _unpack(data, bits).astype(np.float32), float(1 << (bits - 1))
-        else:  # a typed int4/uint4 table (ml_dtypes)
-            signed = "uint" not in str(data.dtype)
-            q, offset = data.astype(np.float32), 0.0 if signed else float(1 << (bits - 1))
+        else:  # a typed int4/uint4 table (ml_dtypes): onnxruntime's default zero point is 0
+            q, offset = data.astype(np.float32), 0.0
         cols = q.shape[-1]
         if zp is None:
             zero = np.float32(offset)

@@ -451,8 +451,27 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
     # (value, its route back to the input (None: the input itself), the Tokenizer's separator
     # when text was split on the way)
     todo: list[tuple[str, _Route | None, str | None]] = [(name, None, None)]
-    seen = {name}
+    # (value, route) pairs reached: one value may be reached by several routes (each
+    # transformer of a ColumnTransformer on one input reaches its Concat; only the first one
+    # reached had its columns fed in the input's units)
+    seen: set[tuple[str, _Route | None]] = {(name, None)}
     shape_of = _shape_lookup(model)
+
+    def dtype_of(v: str) -> int | None:
+        # the stored dtype, else the inferred one: an intermediate of a converter's graph has
+        # none stored (skl2onnx's MinMaxScaler casts a picked column to float first, and the
+        # Cast of an unknown dtype stopped the route: a ColumnTransformer's price column took
+        # another column's thresholds)
+        known = _value_dtype(v, idx)
+        if known is not None:
+            return known
+        info = model.types().get(v)
+        if info is None or info.dtype is None:
+            return None
+        try:
+            return int(ir.DataType.from_numpy(np.dtype(info.dtype)))
+        except (TypeError, ValueError):
+            return None
     strict: set[int | None] = set()  # columns an op reads that takes no value off its list
     while todo:  # through the ops that only move, pick, join or rescale values
         value, route, joiner = todo.pop(0)
@@ -461,6 +480,9 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
             node = idx.node(nid)
             first = bool(node.inputs) and node.inputs[0] is not None \
                 and node.inputs[0].name == value  # (a Gather's indices are not its values)
+            if _reads_as_index(node, value):  # a value off the list may be past the table
+                strict.update(c for c in (cols if cols is not None else (None,))
+                              if c is not None or cols is None)
             attrs = _VOCAB_ATTRS.get(node.op_type, ()) if node.domain == "ai.onnx.ml" else \
                 _POOL_ATTRS if node.op_type == "TfIdfVectorizer" and node.domain in ("",
                                                                                  "ai.onnx") \
@@ -477,7 +499,7 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                         out.setdefault(back[0], Vocab(back[1]))
                 continue
             if attrs and first and (route is None or not route.rescaled):
-                kind = _value_dtype(value, idx)
+                kind = dtype_of(value)
                 for attr in attrs:
                     a = node.attributes.get(attr)
                     if a is None or not len(a.value) or (  # a CategoryMapper names both
@@ -485,19 +507,19 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                             != (kind == int(ir.DataType.STRING))):
                         continue
                     values = tuple(list(a.value)[:_VOCAB_MAX])
-                    if node.op_type in _DEFAULTED:  # one value in no list: the default
+                    defaulted = node.op_type in _DEFAULTED and not _default_refused(model, node)
+                    if defaulted:  # one value in no list: the default
                         values = (*values, _unknown(values))
                     vocab = Vocab(values,
                                   sentences=joiner is not None and attr == "pool_strings",
                                   joiner=joiner or " ")
                     for column in (cols if cols is not None else (None,)):
                         if column is not None or cols is None:  # (not a joined column)
-                            if node.op_type not in _DEFAULTED:
+                            if not defaulted:
                                 strict.add(column)
                             out.setdefault(column, vocab)
                 continue
-            if not (node.outputs and node.outputs[0].name
-                    and node.outputs[0].name not in seen and len(seen) < 256):
+            if not (node.outputs and node.outputs[0].name and len(seen) < 256):
                 continue
             new_route: _Route | None | bool = False  # False: values do not reach the output
             new_joiner = joiner
@@ -509,7 +531,7 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                     node.op_type == "Cast" and node.attributes.get_int("to", 0) in _INT_TYPES)
                     or (node.op_type == "Cast"
                         and node.attributes.get_int("to", 0) in _FLOAT_TYPES
-                        and _value_dtype(value, idx) in _FLOAT_TYPES)):
+                        and dtype_of(value) in _FLOAT_TYPES)):
                 new_route = route
                 picked = _picked_columns(node) \
                     if node.op_type in ("Gather", "ArrayFeatureExtractor") else None
@@ -519,9 +541,9 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                     seps = node.attributes.get("separators")
                     new_joiner = next((str(x) for x in (seps.value if seps is not None else ())
                                        if str(x)), " ")
-            if new_route is False:
+            if new_route is False or (node.outputs[0].name, new_route) in seen:
                 continue
-            seen.add(node.outputs[0].name)
+            seen.add((node.outputs[0].name, cast("_Route | None", new_route)))
             todo.append((node.outputs[0].name, cast("_Route | None", new_route), new_joiner))
     if strict:  # the default's value stays out where an op would reject it
         for column, vocab in out.items():
@@ -538,6 +560,46 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
 _DEFAULTED = frozenset({"LabelEncoder", "CategoryMapper"})
 
 
+# Inputs that ops read as positions in a table (a value past it fails in onnxruntime):
+# {op type: the input positions}
+_INDEX_INPUTS = {"Gather": (1,), "GatherElements": (1,), "GatherND": (1,),
+                 "ScatterElements": (1,), "ScatterND": (1,), "ArrayFeatureExtractor": (1,)}
+
+
+def _reads_as_index(node: ir.Node, value: str) -> bool:
+    return any(i < len(node.inputs) and node.inputs[i] is not None
+               and node.inputs[i].name == value for i in _INDEX_INPUTS.get(node.op_type, ()))
+
+
+def _default_refused(model: LabModel, encoder: ir.Node) -> bool:
+    """Whether the encoder's output, moved, cast or joined, reaches an op that may refuse its
+    default (a OneHotEncoder with ``zeros=0``, the indices of a Gather): a value off its
+    list would then fail the run of a correct model, so none is fed."""
+    idx = model.index
+    todo = [o.name for o in encoder.outputs if o is not None and o.name]
+    seen = set(todo)
+    while todo:
+        value = todo.pop()
+        for nid in idx.consumers.get(value, ()):
+            node = idx.node(nid)
+            if _reads_as_index(node, value) or (
+                    node.domain == "ai.onnx.ml" and node.op_type == "OneHotEncoder"
+                    and node.attributes.get_int("zeros", 1) == 0):
+                return True
+            first = bool(node.inputs) and node.inputs[0] is not None \
+                and node.inputs[0].name == value
+            if not ((first and (node.op_type in _PASS_THROUGH or node.op_type == "Cast"))
+                    or node.op_type == "Concat"):
+                continue
+            for o in node.outputs:
+                if o is not None and o.name and o.name not in seen:
+                    if len(seen) >= 256:
+                        return True  # not followed to its end: kept off
+                    seen.add(o.name)
+                    todo.append(o.name)
+    return False
+
+
 def _unknown(values: tuple) -> Any:
     """A value of the kind of ``values`` that is none of them."""
     if values and isinstance(values[0], str):
@@ -545,10 +607,20 @@ def _unknown(values: tuple) -> Any:
         while word in values:
             word += "_"
         return _UnknownStr(word)
+    if values and isinstance(values[0], int):
+        # in integers (hashed ids past 2**53 went through a float: the "unknown" was a listed
+        # key, and one past int64's range made every fed value garbage)
+        ints = {int(v) for v in values if isinstance(v, int)}
+        lo, hi = -(1 << 63), (1 << 63) - 1
+        top = max(ints, default=-1)
+        if top < hi:
+            return _UnknownInt(top + 1)
+        bottom = min(ints)
+        if bottom > lo:
+            return _UnknownInt(bottom - 1)
+        return _UnknownInt(next(k for k in range(lo, hi) if k not in ints))
     top = max((float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)),
               default=0.0)
-    if values and isinstance(values[0], int):
-        return _UnknownInt(int(top) + 1)
     return _UnknownFloat(top + 1.0)
 
 

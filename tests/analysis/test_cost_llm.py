@@ -394,3 +394,37 @@ def test_generation_cost_of_a_merged_decoder_counts_the_branch_each_phase_runs()
     with pytest.raises(InputError, match="decide no If"):
         cost(onnx_lab.open(merged), dims={"batch": 1, "seq": 8, "past_seq": 0},
              branches={"nope": True})
+
+
+def test_lab_cost_takes_branches_as_the_docs_show():
+    # docs/profiling.md: lab.cost(dims=..., branches={"use_cache_branch": False})
+    from llm_models import MERGED_DIMS, merged_kv_decoder
+
+    lab = onnx_lab.open(merged_kv_decoder(), dims=MERGED_DIMS)
+    for value in (False, True):
+        assert lab.cost(branches={"use_cache_branch": value}).total == \
+            cost(lab, branches={"use_cache_branch": value}).total
+
+
+def test_an_if_no_given_switch_decides_is_still_said_to_count_both_branches():
+    def body(tag):
+        return helper.make_graph(
+            [helper.make_node("MatMul", ["x", f"W{tag}"], [f"y{tag}"])], f"b{tag}", [],
+            [helper.make_tensor_value_info(f"y{tag}", TensorProto.FLOAT, [2, 8])],
+            [numpy_helper.from_array(np.ones((4, 8), np.float32), f"W{tag}")])
+    nodes = [helper.make_node("If", ["flag"], ["y"], then_branch=body("t"),
+                              else_branch=body("e"), name="if1"),
+             helper.make_node("If", ["flag2"], ["z"], then_branch=body("t2"),
+                              else_branch=body("e2"), name="if2")]
+    g = helper.make_graph(nodes, "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+        helper.make_tensor_value_info("flag", TensorProto.BOOL, [1]),
+        helper.make_tensor_value_info("flag2", TensorProto.BOOL, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 8])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    c = cost(onnx_lab.open(m), branches={"flag": True})
+    assert any("both branches of 1 other If" in n for n in c.notes)  # if2's, an upper bound
+    assert not any("both branches" in n
+                   for n in cost(onnx_lab.open(m), branches={"flag": True, "flag2": False}).notes)

@@ -91,3 +91,53 @@ def test_the_histogram_of_packed_weights_is_of_the_weights():
     fig = onnx_lab.open(m).weight_histogram(name)
     ax = fig.axes[0]
     assert "dequantized" in ax.get_title() and ax.get_xlim()[1] < 2  # not 0..255
+
+
+def _check_against_onnxruntime(m, name, feed):
+    (w,) = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feed)
+    r = _row(onnx_lab.open(m).weight_stats(), name)
+    assert "dequantized" in r["note"]
+    for col, want in (("min", w.min()), ("max", w.max()), ("mean", w.mean()), ("std", w.std())):
+        assert r[col] == pytest.approx(float(want), rel=1e-5, abs=1e-6), col
+
+
+def test_zero_points_of_a_constant_node_are_read():
+    # zero points written as a Constant node (not an initializer) were taken for absent:
+    # every block dequantized around 8 instead of its own zero point
+    rng = np.random.default_rng(2)
+    data = rng.integers(0, 256, (N, 2, 16), dtype=np.uint8)
+    scales = rng.uniform(0.01, 0.1, (N * 2,)).astype(np.float32)
+    zp = rng.integers(0, 256, (N,), dtype=np.uint8)
+    nodes = [helper.make_node("Constant", [], ["zp"], value=numpy_helper.from_array(zp, "z")),
+             helper.make_node("MatMulNBits", ["x", "B", "scales", "zp"], ["y"],
+                              domain="com.microsoft", K=K, N=N, bits=4, block_size=32)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [K, K])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [K, N])],
+                          [numpy_helper.from_array(data, "B"),
+                           numpy_helper.from_array(scales, "scales")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    _check_against_onnxruntime(m, "B", {"x": np.eye(K, dtype=np.float32)})
+
+
+def test_a_uint4_typed_table_without_zero_points_is_centred_on_0():
+    rng = np.random.default_rng(3)
+    vocab, hidden = 5, 64
+    table = helper.make_tensor("table", TensorProto.UINT4, [vocab, hidden],
+                               rng.integers(0, 16, vocab * hidden).tolist())
+    scales = numpy_helper.from_array(rng.uniform(0.01, 0.1, (vocab, 2)).astype(np.float32),
+                                     "scales")
+    node = helper.make_node("GatherBlockQuantized", ["table", "ids", "scales"], ["y"],
+                            domain="com.microsoft", block_size=32, gather_axis=0,
+                            quantize_axis=1)
+    g = helper.make_graph([node], "g",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [vocab])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                         [vocab, hidden])], [table, scales])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 10
+    _check_against_onnxruntime(m, "table", {"ids": np.arange(vocab, dtype=np.int64)})

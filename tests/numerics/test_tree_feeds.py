@@ -214,3 +214,47 @@ def test_a_scikit_learn_column_transformer_forest_is_fed_across_its_thresholds()
     leaves = model[-1].apply(model[0].transform(pd.DataFrame(
         {"age": x[:, 0], "price": x[:, 1], "city": feeds["city"].ravel()})))
     assert all(len(set(leaves[:, t])) > 2 for t in range(leaves.shape[1]))
+
+
+@pytest.mark.parametrize("one_input", [True, False])
+def test_every_transformer_of_a_column_transformer_is_fed_in_the_inputs_units(one_input):
+    # one matrix input: each transformer reaches the same Concat (only the first one reached
+    # was followed); skl2onnx's MinMaxScaler casts its columns first, a Cast of an
+    # intermediate whose dtype is inferred, not stored (it stopped the route)
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("skl2onnx")
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.compose import ColumnTransformer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import MinMaxScaler, StandardScaler
+    from sklearn.tree import DecisionTreeRegressor
+
+    rng = np.random.default_rng(0)
+    x = np.c_[rng.uniform(20, 80, 300), rng.uniform(1000, 9000, 300),
+              rng.uniform(-5, 5, 300)].astype(np.float32)
+    y = (x[:, 0] > 50) + x[:, 1] / 1000 + (x[:, 2] > 0)
+    if one_input:
+        columns = ColumnTransformer([("std", StandardScaler(), [0, 2]),
+                                     ("mm", MinMaxScaler(), [1])])
+        model = make_pipeline(columns, DecisionTreeRegressor(max_depth=4, random_state=0))
+        model.fit(x, y)
+        onx = to_onnx(model, x[:1])
+        feeds = make_feeds(onnx_lab.open(onx), shapes={"X": [64, 3]})
+        fed = feeds["X"]
+    else:
+        frame = pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2]})
+        columns = ColumnTransformer([("mm", MinMaxScaler(), ["a", "b"]),
+                                     ("std", StandardScaler(), ["c"])])
+        model = make_pipeline(columns, DecisionTreeRegressor(max_depth=4, random_state=0))
+        model.fit(frame, y)
+        onx = to_onnx(model, initial_types=[(k, FloatTensorType([None, 1])) for k in "abc"])
+        feeds = make_feeds(onnx_lab.open(onx), shapes={k: [64, 1] for k in "abc"})
+        fed = np.c_[feeds["a"], feeds["b"], feeds["c"]]
+        x = frame
+    # each column in its own range (the price column had the age column's values, ~50)
+    assert 20 < np.median(fed[:, 0]) < 80 and 1000 < np.median(fed[:, 1]) < 9000
+    data = fed if one_input else pd.DataFrame({"a": fed[:, 0], "b": fed[:, 1],
+                                               "c": fed[:, 2]})
+    reached = set(model[-1].apply(model[0].transform(data)))
+    assert len(reached) >= model[-1].get_n_leaves() // 2
