@@ -527,11 +527,18 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                 new_route = _joined(node, value, route, shape_of)
             elif node.op_type in _RESCALES and first:
                 new_route = _rescaled(node, route)
+            elif first and node.op_type == "Imputer" and node.domain == "ai.onnx.ml":
+                # a SimpleImputer in front: every value but the missing one passes unchanged
+                # (make_feeds plants the missing one on top): trees behind it took
+                # standard-normal ages and prices, and a moved root threshold passed
+                new_route = route
             elif first and (node.op_type in _PASS_THROUGH or node.op_type in _TEXT_OPS or (
                     node.op_type == "Cast" and node.attributes.get_int("to", 0) in _INT_TYPES)
                     or (node.op_type == "Cast"
                         and node.attributes.get_int("to", 0) in _FLOAT_TYPES
-                        and dtype_of(value) in _FLOAT_TYPES)):
+                        # (an integer input cast to float before a tree: counts, skl2onnx's
+                        # Int64TensorType; its feeds were integers in [0, 10))
+                        and dtype_of(value) in _FLOAT_TYPES | _INT_TYPES)):
                 new_route = route
                 picked = _picked_columns(node) \
                     if node.op_type in ("Gather", "ArrayFeatureExtractor") else None
@@ -550,6 +557,18 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
             if column in strict or None in strict or column is None:
                 out[column] = Vocab(tuple(v for v in vocab.values if not _is_unknown(v)),
                                     vocab.sentences, vocab.joiner)
+    declared = next((v.dtype for v in model.graph.inputs if v.name == name), None)
+    if declared is not None and int(declared) in _INT_TYPES:
+        # an integer input read by trees through a Cast: each value's two nearest integers
+        # (truncated, both sides of a lone threshold at 50.5, 50.45 and 50.55, were 50)
+        for column, vocab in out.items():
+            if any(isinstance(v, float) and math.isfinite(v) and v != int(v)
+                   for v in vocab.values):
+                out[column] = Vocab(tuple(dict.fromkeys(
+                    w for v in vocab.values for w in ((math.floor(v), math.ceil(v))
+                                                      if isinstance(v, float)
+                                                      and math.isfinite(v) else (v,)))),
+                    vocab.sentences, vocab.joiner)
     return out
 
 
@@ -721,8 +740,10 @@ def _rescaled(node: ir.Node, route: _Route | None) -> _Route | bool:
         if node.op_type in ("Div", "Mul") and np.any(c == 0):
             return False
         one, zero = np.ones_like(c), np.zeros_like(c)
-        a, b = {"Sub": (one, c), "Add": (one, -c), "Mul": (1.0 / c, zero),
-                "Div": (c, zero)}[node.op_type]
+        # (only the op's own pair is computed: 1 / c of an Add's zero offset, a MinMaxScaler
+        # column whose minimum is 0, warned "divide by zero" in every make_feeds)
+        a, b = (one, c) if node.op_type == "Sub" else (one, -c) if node.op_type == "Add" \
+            else (1.0 / c, zero) if node.op_type == "Mul" else (c, zero)
     base = route or _Route(None)
     parts = [a, b, np.asarray(base.scale), np.asarray(base.shift)]
     width = max(p.size for p in parts)

@@ -4,6 +4,8 @@ forest whose every threshold moved passed ``compare``."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import onnx
 import pytest
@@ -258,3 +260,116 @@ def test_every_transformer_of_a_column_transformer_is_fed_in_the_inputs_units(on
                                                "c": fed[:, 2]})
     reached = set(model[-1].apply(model[0].transform(data)))
     assert len(reached) >= model[-1].get_n_leaves() // 2
+
+
+def _leaves_reached(model, x) -> int:
+    return min(len(set(model[-1].apply(model[0].transform(x))[:, t]))
+               for t in range(len(model[-1].estimators_)))
+
+
+def test_trees_behind_a_cast_of_joined_columns_are_fed_in_the_inputs_units():
+    # skl2onnx's MinMaxScaler after a ColumnTransformer's Concat of float columns: a Cast
+    # (float to float) of the Concat, whose type the file does not declare, then Mul and Add
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("skl2onnx")
+    from skl2onnx import to_onnx
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import MinMaxScaler, OneHotEncoder
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"city": rng.choice(["a", "b", "c"], 400),
+                          "age": rng.integers(18, 91, 400).astype(np.float32),
+                          "price": rng.uniform(100, 100000, 400).astype(np.float32)})
+    y = (frame.age > 50) * 10.0 + frame.price / 10000
+    columns = ColumnTransformer([("city", OneHotEncoder(handle_unknown="ignore"), ["city"]),
+                                 ("num", MinMaxScaler(), ["age", "price"])])
+    model = make_pipeline(columns, RandomForestRegressor(n_estimators=3, max_depth=4,
+                                                         random_state=0)).fit(frame, y)
+    onx = to_onnx(model, frame[:1])
+    assert "Cast" in [n.op_type for n in onx.graph.node]
+    shapes = {"city": [64, 1], "age": [64, 1], "price": [64, 1]}
+    feeds = make_feeds(onnx_lab.open(onx, shapes=shapes))
+    assert 18 <= np.median(feeds["age"]) <= 90 and 100 <= np.median(feeds["price"]) <= 1e5
+    x = pd.DataFrame({k: v.ravel() for k, v in feeds.items()})
+    assert _leaves_reached(model, x) >= 6  # standard-normal ages and prices: 1 or 2
+
+
+def test_trees_reading_an_integer_input_through_a_cast_are_fed_its_thresholds():
+    # counts given as Int64TensorType: skl2onnx casts them to float before the forest, and
+    # the feeds were integers in [0, 10) whatever the thresholds
+    pytest.importorskip("skl2onnx")
+    from skl2onnx import to_onnx
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    rng = np.random.default_rng(0)
+    x = np.c_[rng.integers(18, 91, 400), rng.poisson(40, 400)].astype(np.int64)
+    y = (x[:, 0] > 50) * 10.0 + x[:, 1] / 10
+    model = make_pipeline(FunctionTransformer(), RandomForestRegressor(
+        n_estimators=3, max_depth=4, random_state=0)).fit(x, y)
+    onx = to_onnx(model[-1], x[:1])
+    assert [n.op_type for n in onx.graph.node][0] == "Cast"
+    feeds = make_feeds(onnx_lab.open(onx, shapes={"X": [64, 2]}))["X"]
+    assert feeds.dtype == np.int64 and 18 <= np.median(feeds[:, 0]) <= 90
+    assert _leaves_reached(model, feeds) >= 6
+    # both sides of the ages' split at 50.5 (values just beside it, 50.45 and 50.55, were
+    # both truncated to 50)
+    split = model[-1].estimators_[0].tree_.threshold[0]
+    assert (feeds[:, 0] <= split).any() and (feeds[:, 0] > split).any()
+
+
+def test_trees_behind_a_simple_imputer_are_fed_their_thresholds_and_the_missing_value():
+    pytest.importorskip("skl2onnx")
+    from skl2onnx import to_onnx
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(0)
+    x = np.c_[rng.integers(18, 91, 400), rng.uniform(100, 100000, 400)].astype(np.float32)
+    y = (x[:, 0] > 50) * 10.0 + x[:, 1] / 10000
+    x[rng.random(x.shape) < 0.1] = np.nan
+    model = make_pipeline(SimpleImputer(), StandardScaler(), RandomForestRegressor(
+        n_estimators=3, max_depth=4, random_state=0)).fit(x, y)
+    onx = to_onnx(model, x[:1])
+    feeds = make_feeds(onnx_lab.open(onx, shapes={"X": [64, 2]}))["X"]
+    assert np.isnan(feeds).any()  # the Imputer's replacement still runs
+    assert 18 <= np.nanmedian(feeds[:, 0]) <= 90 and 100 <= np.nanmedian(feeds[:, 1]) <= 1e5
+    leaves = model[-1].apply(model[:-1].transform(feeds))
+    assert min(len(set(leaves[:, t])) for t in range(3)) >= 6  # standard normal: 1 or 2
+    # the root's threshold moved by about 5 years (its age or price split) fails compare
+    moved = onnx.ModelProto()
+    moved.CopyFrom(onx)
+    node = next(n for n in moved.graph.node if n.op_type == "TreeEnsembleRegressor")
+    next(a for a in node.attribute if a.name == "nodes_values").floats[0] += 0.25
+    assert onnx_lab.compare(onx, onx, shapes={"X": [64, 2]}).passed
+    assert not onnx_lab.compare(onx, moved, shapes={"X": [64, 2]}).passed
+
+
+def test_an_add_of_a_zero_offset_before_a_tree_warns_nothing():
+    # skl2onnx's MinMaxScaler is Mul then Add; a column whose minimum is 0 has an Add of 0:
+    # make_feeds computed 1 / 0 for it (the Mul's inverse) and warned on every call
+    inits = [onnx.numpy_helper.from_array(np.array([0.5, 0.001], np.float32), "k"),
+             onnx.numpy_helper.from_array(np.array([0.0, -0.1], np.float32), "b")]
+    tree = helper.make_node(
+        "TreeEnsembleRegressor", ["scaled"], ["Y"], domain="ai.onnx.ml", n_targets=1,
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+        nodes_values=[0.3, 0.0, 0.0], nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+        nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0], target_treeids=[0, 0],
+        target_nodeids=[1, 2], target_ids=[0, 0], target_weights=[1.0, 2.0])
+    g = helper.make_graph(
+        [helper.make_node("Mul", ["X", "k"], ["m"]), helper.make_node("Add", ["m", "b"],
+                                                                       ["scaled"]), tree],
+        "minmax", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 2])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 1])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_operatorsetid("", 17),
+                                            helper.make_operatorsetid("ai.onnx.ml", 3)])
+    m.ir_version = 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x = make_feeds(onnx_lab.open(m, dims={"N": 16}))["X"]
+    assert (x[:, 0] < 0.6).any() and (x[:, 0] > 0.6).any()  # 0.3 in the input's units
