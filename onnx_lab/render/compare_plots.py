@@ -49,7 +49,8 @@ def layer_error_figure(layers: pd.DataFrame, atol: float, divergence: dict[str, 
             yv = shown[hit[0]]
             if not np.isfinite(yv):  # a NaN (shapes or lengths that differ): not drawn at
                 yv = ceil  # all, the label with it; at the ceiling, as an inf
-            span = np.log10(ceil) - np.log10(floor)
+            # (a floor or ceiling of 0, all errors 0: no log span, no warning)
+            span = np.log10(ceil) - np.log10(floor) if ceil > 0 and floor > 0 else 0.0
             high = bool(np.isfinite(yv) and yv > 0 and span > 0
                         and np.log10(yv) > np.log10(floor) + 0.7 * span)
             ax.annotate(f"first divergence\n{divergence['op_type']} {divergence['node_id']}",

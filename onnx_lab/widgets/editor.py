@@ -653,7 +653,14 @@ class Editor(View):
         if not path:
             raise InputError("No file to save to.", fix="Type a path in 'save as', e.g. "
                              "edited.onnx.")
-        out = self._call(self.lab.save, path, code=f"lab.save({path!r})")
+        # a few seconds (the written file is loaded in a fresh session): said, and the last
+        # save's error cleared, while it runs (the old SaveError stayed on screen meanwhile)
+        self.form_error.value = ""
+        self.message.value = ""
+        with self._busy():
+            out = self._call(self.lab.save, path, code=f"lab.save({path!r})",
+                             busy="Saving, then loading the file in a fresh onnxruntime "
+                                  "session…")
         if out is not None:
             self.form_error.value = ""
             h = self.lab.version_history

@@ -283,6 +283,20 @@ def test_save_writes_what_a_fresh_onnxruntime_session_runs_and_never_the_source(
     ed.save_button.click()
     assert "onnx-lab-error" in ed.form_error.value
     assert (tmp_path / "convnet.onnx").read_bytes() == source
+    # while a save runs (seconds: the fresh-session check) the page says so, and the last
+    # save's error is gone (it stayed on screen during a save that succeeded)
+    seen = {}
+    save = lab.save
+
+    def watched(*args, **kwargs):
+        seen.update(status=ed.status.value, error=ed.form_error.value,
+                    busy="onnx-lab-ed-busy" in ed._dom_classes)
+        return save(*args, **kwargs)
+    lab.save = watched
+    ed.save_path.value = str(tmp_path / "again.onnx")
+    ed.save_button.click()
+    assert "Saving" in seen["status"] and seen["error"] == "" and seen["busy"]
+    assert "saved to" in ed.message.value and ed.status.value == ""
 
 
 def test_editor_on_every_sample(sample_lab, no_error):
