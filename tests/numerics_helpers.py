@@ -68,3 +68,15 @@ def fuse_stem_bn(model: onnx.ModelProto, keep_conv_name: bool = True) -> onnx.Mo
 
 def convnet() -> onnx.ModelProto:
     return samples.build("convnet")
+
+
+def run_repro(folder) -> str:
+    """Run the ``repro.py`` a repro folder holds, in that folder, with this interpreter: it
+    must exit 0; its stdout."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "repro.py"], cwd=folder, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return run.stdout

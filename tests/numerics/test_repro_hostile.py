@@ -7,11 +7,9 @@ and ran as code. Names now live in ``names.json`` only.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import onnx
+from numerics_helpers import run_repro
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_lab
@@ -38,9 +36,7 @@ def test_a_node_name_never_runs_as_code_in_the_repro_script(tmp_path):
     assert json.loads((r.folder / "names.json").read_text())["node"] == evil
     script = (r.folder / "repro.py").read_text()
     assert evil not in script and "PWNED" not in script
-    run = subprocess.run([sys.executable, "repro.py"], cwd=r.folder, capture_output=True,
-                         text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
+    out = run_repro(r.folder)
     assert not marker.exists()
-    assert "\x1b" not in run.stdout  # names printed escaped (repr)
-    assert "max_abs 4" in run.stdout
+    assert "\x1b" not in out  # names printed escaped (repr)
+    assert "max_abs 4" in out

@@ -5,11 +5,9 @@ element-by-element compare raised on elements of another shape or with no elemen
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+from numerics_helpers import run_repro
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_lab
@@ -43,11 +41,9 @@ def test_repro_of_a_sequence_divergence_runs(tmp_path, ref, cand):
     assert c.first_divergence["node_id"] == "split"
     r = lab.repro(c, tmp_path / "repro")
     assert isinstance(r.check.expected["seq"], list)  # a sequence, not one tensor
-    run = subprocess.run([sys.executable, "repro.py"], cwd=r.folder, capture_output=True,
-                         text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert "'seq': 0 keys or items on one side only" in run.stdout
-    assert "max_abs 0 " not in run.stdout
+    out = run_repro(r.folder)
+    assert "'seq': 0 keys or items on one side only" in out
+    assert "max_abs 0 " not in out
 
 
 def _concat(axis):
@@ -67,7 +63,5 @@ def test_repro_of_a_node_fed_a_sequence_that_changes_a_shape_runs(tmp_path):
     c = onnx_lab.compare(lab, onnx_lab.open(_concat(0)))
     assert c.first_divergence["node_id"] == "cat"
     r = lab.repro(c, tmp_path / "repro")
-    run = subprocess.run([sys.executable, "repro.py"], cwd=r.folder, capture_output=True,
-                         text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert "'Y': shape [4, 2], expected [2, 4]" in run.stdout
+    out = run_repro(r.folder)
+    assert "'Y': shape [4, 2], expected [2, 4]" in out

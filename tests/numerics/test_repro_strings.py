@@ -4,11 +4,9 @@ stopped with a traceback on any LabelEncoder / OneHotEncoder / string-label dive
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 from ml_models import string_pipeline
+from numerics_helpers import run_repro
 
 import onnx_lab
 
@@ -21,11 +19,9 @@ def test_repro_of_a_string_divergence_runs(tmp_path):
     # the files load without pickle, the strings as they were
     inputs = np.load(r.inputs)
     assert inputs["arr_0"].dtype.kind == "U"
-    run = subprocess.run([sys.executable, "repro.py"], cwd=r.folder, capture_output=True,
-                         text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert "strings differ" in run.stdout
-    assert "0 of" not in run.stdout
+    out = run_repro(r.folder)
+    assert "strings differ" in out
+    assert "0 of" not in out
 
 
 def test_repro_of_a_zipmap_divergence_runs(tmp_path):
@@ -44,8 +40,6 @@ def test_repro_of_a_zipmap_divergence_runs(tmp_path):
     r = ref.repro(c, tmp_path / "repro")
     held = json.loads(r.names.read_text())["values"]["expected"]
     assert [k for k, _ in held["0"]["seq"][0]["map"]] == [0, 1, 2]
-    run = subprocess.run([sys.executable, "repro.py"], cwd=r.folder, capture_output=True,
-                         text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
+    out = run_repro(r.folder)
     # the node alone gives key 7 where the reference has 2: 4 rows, one key each side
-    assert "8 keys or items on one side only" in run.stdout
+    assert "8 keys or items on one side only" in out

@@ -26,3 +26,22 @@ def _no_error(widget) -> None:
 def no_error():
     """Assert that a widget shows no error box and holds no caught exception."""
     return _no_error
+
+
+def _holder(root, widget):
+    """The box among ``root``'s descendants (``root`` itself included) whose children hold
+    ``widget``, else None."""
+    for child in getattr(root, "children", ()):
+        if child is widget:
+            return root
+        found = _holder(child, widget)
+        if found is not None:
+            return found
+    return None
+
+
+@pytest.fixture
+def holder():
+    """``holder(root, widget)``: the box that holds ``widget`` as a child (the row or group a
+    page lays it out in), searched from ``root`` down."""
+    return _holder

@@ -16,21 +16,11 @@ def test_drift_code_line_without_arguments_has_no_trailing_comma(sample_lab):
         assert d._code() == "c = onnx_lab.compare(reference, candidate)"
 
 
-def test_drift_tolerance_boxes_wrap_together(sample_lab):
+def test_drift_tolerance_boxes_wrap_together(sample_lab, holder):
     # "my tolerances:", atol and rtol are one unit: a narrow notebook put rtol alone on a line.
     d = DriftDebugger(sample_lab, sample_lab)
-
-    def parent(widget, box=d):
-        for child in getattr(box, "children", ()):
-            if child is widget:
-                return box
-            found = parent(widget, child)
-            if found is not None:
-                return found
-        return None
-
-    group = parent(d.atol)
-    assert group is parent(d.rtol) is parent(d.custom_tolerances)
+    group = holder(d, d.atol)
+    assert group is holder(d, d.rtol) is holder(d, d.custom_tolerances)
     assert d.preset not in group.children
     assert "wrap" not in (group.layout.flex_flow or "") or "nowrap" in group.layout.flex_flow
 

@@ -224,21 +224,11 @@ def test_profiler_says_the_budget_is_too_small_and_offers_one(no_error):
     assert int(p.profile_result.latency_stats["runs"].min()) > a.runs
 
 
-def test_cancel_sits_beside_the_actions_not_after_the_hidden_progress():
+def test_cancel_sits_beside_the_actions_not_after_the_hidden_progress(holder):
     # The progress bar is hidden by visibility (it keeps its 260 px): placed between the actions
     # and Cancel, it pushed Cancel to the far right or onto a line of its own.
     p = Profiler(onnx_lab.open("sample:convnet"))
-
-    def row_of(widget, box=p):
-        for child in getattr(box, "children", ()):
-            if child is widget:
-                return box
-            found = row_of(widget, child)
-            if found is not None:
-                return found
-        return None
-
-    row = list(row_of(p.cancel_button).children)
+    row = list(holder(p, p.cancel_button).children)
     assert row.index(p.cancel_button) == row.index(p.levels_button) + 1
     assert p.progress in row[-2:]
 
