@@ -328,12 +328,11 @@ def _calls(lm: LabModel, types: dict[str, TensorInfo], untaken: frozenset[str] =
                 else:
                     f = factor * length
             for sg in subs:
-                if path_of.get(id(sg)) in untaken:
+                if lm.index.graph_path(sg) in untaken:
                     walk(sg, 0.0, "a branch not taken: runs 0 times")
                 else:
                     walk(sg, f, n)
 
-    path_of = {id(g): p for p, g in lm.index.graphs.items()}
     walk(lm.graph, 1.0, "")
     if untaken:
         notes.append(f"If branches not taken {why} run 0 times: "
@@ -342,7 +341,7 @@ def _calls(lm: LabModel, types: dict[str, TensorInfo], untaken: frozenset[str] =
     # another switch, or of a condition the model computes, still did without a word)
     both = [n for g in lm.ir.graphs() for n in g if n.op_type == "If"
             and calls.get(id(n), 0) > 0
-            and not any(path_of.get(id(a.value)) in untaken for a in n.attributes.values()
+            and not any(lm.index.graph_path(a.value) in untaken for a in n.attributes.values()
                         if a.type == ir.AttributeType.GRAPH)]
     if both:
         notes.append("both branches of each If are counted (only one runs): an upper bound"
@@ -544,15 +543,14 @@ def _taken_type(lm: LabModel, types: Mapping[str, TensorInfo], name: str,
     node = lm.index.node(nid)
     if node.op_type != "If" or name not in [v.name for v in node.outputs]:
         return info
-    path_of = {id(g): p for p, g in lm.index.graphs.items()}
     taken = [a.value for key in ("then_branch", "else_branch")
              if (a := node.attributes.get(key)) is not None and isinstance(a.value, ir.Graph)
-             and path_of.get(id(a.value)) not in untaken]
+             and lm.index.graph_path(a.value) not in untaken]
     if len(taken) != 1:
         return info
     k = [v.name for v in node.outputs].index(name)
     outputs = list(taken[0].outputs)
-    body = type_at(types, outputs[k].name, path_of[id(taken[0])]) \
+    body = type_at(types, outputs[k].name, lm.index.graph_path(taken[0]) or "") \
         if k < len(outputs) and outputs[k] is not None else None
     return body if body is not None and not body.dynamic else info
 

@@ -63,13 +63,14 @@ def once_graphs(model: LabModel) -> set[str]:
     branches of ``If`` nodes in them (a Loop or Scan body, and what it holds, runs per
     iteration)."""
     idx = model.index
-    path_of = {id(g): p for p, g in idx.graphs.items()}
     out = {""}
     for e in idx.entries.values():  # owners come before their bodies
         if e.graph in out and e.node.op_type == "If" and e.node.domain in ("", "ai.onnx"):
             for attr in e.node.attributes.values():
-                if attr.type == ir.AttributeType.GRAPH and id(attr.value) in path_of:
-                    out.add(path_of[id(attr.value)])
+                path = idx.graph_path(attr.value) \
+                    if attr.type == ir.AttributeType.GRAPH else None
+                if path is not None:
+                    out.add(path)
     return out
 
 

@@ -82,7 +82,6 @@ def _switches(model: LabModel) -> list[BranchSwitch]:
              and v.dtype == ir.DataType.BOOL and _one_element(v)}
     if not flags:
         return []
-    path_of = {id(body): p for p, body in idx.graphs.items()}
     taken: dict[str, dict[bool, list[str]]] = {}
     for e in idx.entries.values():
         node = e.node
@@ -97,9 +96,9 @@ def _switches(model: LabModel) -> list[BranchSwitch]:
             if cond is None:
                 break
             attr = node.attributes.get("then_branch" if cond else "else_branch")
-            if attr is not None and id(attr.value) in path_of:
-                taken.setdefault(name, {False: [], True: []})[value].append(
-                    path_of[id(attr.value)])
+            path = idx.graph_path(attr.value) if attr is not None else None
+            if path is not None:
+                taken.setdefault(name, {False: [], True: []})[value].append(path)
     io = _cache_inputs(model)
     out = []
     for v in g.inputs:

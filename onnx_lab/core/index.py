@@ -257,9 +257,14 @@ class ModelIndex:
         g = value.graph
         if g is None or g is self.model.graph:
             return ""
+        return self.graph_path(g) or ""
+
+    def graph_path(self, graph: object) -> str | None:
+        """The path of ``graph`` (the main graph or a body: ``graphs``' key), None for a graph
+        that is not the model's."""
         if not hasattr(self, "_paths"):
             self._paths = {id(body): p for p, body in self.graphs.items()}
-        return self._paths.get(id(g), "")
+        return self._paths.get(id(graph))
 
     def producer_in(self, name: str, graph: str = "") -> str | None:
         """The node id producing ``name`` as read by a node in ``graph`` (see :meth:`scope`)."""

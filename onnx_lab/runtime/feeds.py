@@ -33,6 +33,7 @@ from onnx_lab.core.shapes import (
     shape_tuple,
     type_label,
     validate_dims,
+    value_type,
 )
 from onnx_lab.core.source import resolve
 from onnx_lab.core.values import const_array
@@ -455,23 +456,6 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
     # transformer of a ColumnTransformer on one input reaches its Concat; only the first one
     # reached had its columns fed in the input's units)
     seen: set[tuple[str, _Route | None]] = {(name, None)}
-    shape_of = _shape_lookup(model)
-
-    def dtype_of(v: str) -> int | None:
-        # the stored dtype, else the inferred one: an intermediate of a converter's graph has
-        # none stored (skl2onnx's MinMaxScaler casts a picked column to float first, and the
-        # Cast of an unknown dtype stopped the route: a ColumnTransformer's price column took
-        # another column's thresholds)
-        known = _value_dtype(v, idx)
-        if known is not None:
-            return known
-        info = model.types().get(v)
-        if info is None or info.dtype is None:
-            return None
-        try:
-            return int(ir.DataType.from_numpy(np.dtype(info.dtype)))
-        except (TypeError, ValueError):
-            return None
     strict: set[int | None] = set()  # columns an op reads that takes no value off its list
     while todo:  # through the ops that only move, pick, join or rescale values
         value, route, joiner = todo.pop(0)
@@ -499,7 +483,7 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                         out.setdefault(back[0], Vocab(back[1]))
                 continue
             if attrs and first and (route is None or not route.rescaled):
-                kind = dtype_of(value)
+                kind = _dtype_of(model, value)
                 for attr in attrs:
                     a = node.attributes.get(attr)
                     if a is None or not len(a.value) or (  # a CategoryMapper names both
@@ -524,7 +508,7 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
             new_route: _Route | None | bool = False  # False: values do not reach the output
             new_joiner = joiner
             if node.op_type == "Concat" and node.domain in ("", "ai.onnx"):
-                new_route = _joined(node, value, route, shape_of)
+                new_route = _joined(node, value, route, model)
             elif node.op_type in _RESCALES and first:
                 new_route = _rescaled(node, route)
             elif first and node.op_type == "Imputer" and node.domain == "ai.onnx.ml":
@@ -538,7 +522,7 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                         and node.attributes.get_int("to", 0) in _FLOAT_TYPES
                         # (an integer input cast to float before a tree: counts, skl2onnx's
                         # Int64TensorType; its feeds were integers in [0, 10))
-                        and dtype_of(value) in _FLOAT_TYPES | _INT_TYPES)):
+                        and _dtype_of(model, value) in _FLOAT_TYPES | _INT_TYPES)):
                 new_route = route
                 picked = _picked_columns(node) \
                     if node.op_type in ("Gather", "ArrayFeatureExtractor") else None
@@ -755,26 +739,28 @@ def _rescaled(node: ir.Node, route: _Route | None) -> _Route | bool:
     return _Route(base.cols, tuple(float(x) for x in a * S), tuple(float(x) for x in b * S + B))
 
 
-def _joined(node: ir.Node, value: str, route: _Route | None, shape_of: Any
+def _joined(node: ir.Node, value: str, route: _Route | None, model: LabModel
             ) -> _Route | bool:
     """The route through a Concat of columns (its last axis): the value's columns sit after
     those of the inputs before it, whose widths must be known."""
     axis = node.attributes.get_int("axis", 0)
     if axis < -1:
         return False
-    shape = shape_of(value) or shape_of(node.outputs[0].name)  # (a KV cache's past: -2)
-    if not shape or axis not in (-1, len(shape) - 1):
+    mine_shape = _shape_of(model, value)
+    out_shape = _shape_of(model, node.outputs[0].name)
+    shape = mine_shape or out_shape
+    if not shape or axis not in (-1, len(shape) - 1):  # (a KV cache's past: axis -2)
         return False
     offset = 0
     for v in node.inputs:
         if v is not None and v.name == value:
             break
-        width = _last_dim(shape_of(v.name) if v is not None else None)
+        width = _last_dim(_shape_of(model, v.name) if v is not None else None)
         if width is None:
             return False
         offset += width
     mine = route or _Route(None)
-    width = _last_dim(shape_of(value))
+    width = _last_dim(mine_shape)
     if width is None and mine.cols is not None:
         width = len(mine.cols)
     if width is None or offset + width > _COLUMNS_MAX:
@@ -784,8 +770,7 @@ def _joined(node: ir.Node, value: str, route: _Route | None, shape_of: Any
     if len(own) > width or any(len(t) not in (1, len(own)) for t in (scale, shift)):
         return False
     # the columns before and after are no input's (a route is as wide as what it leads to)
-    after = width - len(own) + max(0, (_last_dim(shape_of(node.outputs[0].name)) or 0)
-                                   - offset - width)
+    after = width - len(own) + max(0, (_last_dim(out_shape) or 0) - offset - width)
     if (len(scale) > 1 or len(shift) > 1 or mine.rescaled) and (offset or after):
         scale = (1.0,) * offset + (scale if len(scale) > 1 else scale * len(own)) \
             + (1.0,) * after
@@ -798,21 +783,34 @@ def _last_dim(shape: tuple | None) -> int | None:
     return shape[-1] if shape and isinstance(shape[-1], int) else None
 
 
-def _shape_lookup(model: LabModel) -> Any:
-    """name -> shape tuple (None: unknown): the declared shape, else the inferred one (shape
-    inference runs once, only when a declared shape is missing)."""
-    idx = model.index
-    inferred: dict[str, Any] = {}
+def _shape_of(model: LabModel, name: str) -> tuple | None:
+    """A value's stored shape, else its inferred one (``model.types()``, inferred once per
+    model; only where a stored shape is missing); None when unknown."""
+    v = model.index.values.get(name)
+    if v is None:
+        return None
+    if v.shape is not None:
+        return tuple(v.shape)
+    info = value_type(model, v)
+    return tuple(info.shape) if info is not None and info.shape is not None else None
 
-    def shape_of(name: str) -> tuple | None:
-        v = idx.values.get(name)
-        if v is not None and v.shape is not None:
-            return tuple(v.shape)
-        if "types" not in inferred:
-            inferred["types"] = model.types()
-        info = inferred["types"].get(name)
-        return tuple(info.shape) if info is not None and info.shape is not None else None
-    return shape_of
+
+def _dtype_of(model: LabModel, name: str) -> int | None:
+    """A value's stored element type, else its inferred one: an intermediate of a
+    converter's graph has none stored (skl2onnx's MinMaxScaler casts a picked column to float
+    first, and the Cast of an unknown type stopped the route: a ColumnTransformer's price
+    column took another column's thresholds)."""
+    known = _value_dtype(name, model.index)
+    v = model.index.values.get(name)
+    if known is not None or v is None:
+        return known
+    info = value_type(model, v)
+    if info is None or info.dtype is None:
+        return None
+    try:
+        return int(ir.DataType.from_numpy(np.dtype(info.dtype)))
+    except (TypeError, ValueError):
+        return None
 
 
 _FLOAT_TYPES = frozenset({int(t) for t in (ir.DataType.FLOAT, ir.DataType.DOUBLE,
