@@ -12,6 +12,7 @@ from onnx_lab._pandas import pd
 from onnx_lab.analysis.tables import constant_tensors, initializers_table
 from onnx_lab.core._files import hard_link_error
 from onnx_lab.core.model import LabModel, mapped_briefly
+from onnx_lab.core.values import const_array
 from onnx_lab.errors import ExternalDataError, InputError, unknown_name
 
 __all__ = ["weight_stats", "weight_histogram", "weight_values"]
@@ -137,11 +138,7 @@ def weight_stats(model: LabModel, names: Iterable[str] | None = None) -> pd.Data
         # External weights this call maps are unmapped again after their statistics, so
         # peak memory stays at one weight even for multi-GB models.
         with mapped_briefly(t):
-            values = _read(r.name, t)
-            reader = _packed_reader(model, r.name)
-            note = ""
-            if reader is not None:  # packed 4-bit weights: the statistics of what they hold
-                values, note = _dequantized(model, reader, values)
+            values, note = _as_weights(model, r.name, _read(r.name, t))
             rows.append((r.name, r.dtype, r.shape, r.numel, *_stats(values), r.source, note))
             del values
     return pd.DataFrame(rows, columns=STATS_COLUMNS)
@@ -151,6 +148,13 @@ def weight_stats(model: LabModel, names: Iterable[str] | None = None) -> pd.Data
 # its bytes (min 0, max 255, mean ~131 for 4 bits) say nothing about the weights it holds
 _PACKED_INPUT = {("com.microsoft", "MatMulNBits"): 1,
                  ("com.microsoft", "GatherBlockQuantized"): 0}
+
+
+def _as_weights(model: LabModel, name: str, values: np.ndarray) -> tuple[np.ndarray, str]:
+    """(the weights ``values`` of weight ``name`` hold, how they were read: "" for the stored
+    values, else the note of packed low-bit data unpacked, :func:`_dequantized`)."""
+    reader = _packed_reader(model, name)
+    return (values, "") if reader is None else _dequantized(model, reader, values)
 
 
 def _packed_reader(model: LabModel, name: str) -> ir.Node | None:
@@ -175,10 +179,7 @@ def _unpack(q: np.ndarray, bits: int) -> np.ndarray:
 
 def _const(node: ir.Node, i: int) -> np.ndarray | None:
     """Input ``i``'s constant value (an initializer or a Constant node's), else None."""
-    from onnx_lab.core.values import const_array
-
-    v = node.inputs[i] if len(node.inputs) > i else None
-    return const_array(v, stored=True) if v is not None else None
+    return const_array(node.inputs[i], stored=True) if _given(node, i) else None
 
 
 def _given(node: ir.Node, i: int) -> bool:
@@ -245,11 +246,7 @@ def weight_histogram(model: LabModel, name: str, bins: int = 100):
     Example:
         >>> fig = lab.weight_histogram("stem.conv.weight")
     """
-    values = weight_values(model, name)
-    reader = _packed_reader(model, name)
-    title = f"{name} {tuple(values.shape)}"
-    if reader is not None:  # the weights packed data holds, as weight_stats describes them
-        values, note = _dequantized(model, reader, values)
-        title = f"{name} {tuple(values.shape)}: {note}"
+    values, note = _as_weights(model, name, weight_values(model, name))
+    title = f"{name} {tuple(values.shape)}" + (f": {note}" if note else "")
     # Drawn by onnx_lab.render (the "histogram" view of an array), through _display.
     return _display.draw(values, "histogram", title=title, bins=bins)
