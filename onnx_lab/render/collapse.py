@@ -253,14 +253,14 @@ def plan_collapse(model: LabModel, graph: str, ids: Sequence[str], collapse: int
                 depth = 1
                 plan.notes.append(f"collapse='auto': even scope depth 1 gives more than "
                                   f"{budget} boxes; drawing depth 1.")
-            _, keys = _units(scopes, depth)
-            if not exp and len(keys) == 1:
+            keys = _units(scopes, depth)[1] if not exp else ()
+            if len(keys) == 1:
                 # The overview is one box (a decoder's /model holding every layer): open it
                 # one level, its layers as boxes, within max_nodes rather than the overview's
                 # target (one box said nothing: 96 layers of a Llama were "/model").
                 (root,) = keys
                 opened = {_key(root): len(root)}
-                if max((len(p) for p in scopes.values()), default=0) > len(root) \
+                if max_depth > len(root) \
                         and _units_one_level(scopes, depth, opened) <= max_nodes:
                     one_level, exp = opened, [_key(root)]
                     plan.notes.append(f"collapse='auto': the overview is one box, "
