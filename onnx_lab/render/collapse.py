@@ -150,6 +150,12 @@ def _units_one_level(scopes: Mapping[str, tuple[str, ...]], depth: int,
     return loose + len(keys)
 
 
+def node_levels(model: LabModel, nid: str) -> tuple[str, ...]:
+    """The scope levels node ``nid`` is boxed by: those of the module it comes from (exporter
+    metadata, carried through fusions), else those of its name."""
+    return module_scopes(model).get(nid) or scope_parts(node_scope(model.index.entries[nid].node))
+
+
 def _key(parts: tuple[str, ...]) -> str:
     return "/" + "/".join(parts)
 
@@ -198,10 +204,7 @@ def plan_collapse(model: LabModel, graph: str, ids: Sequence[str], collapse: int
     idx = model.index
     # Folded Constant nodes live inside their consumers' labels: they never count as units.
     live = [n for n in ids if not (fold_constants and is_folded_constant(idx.entries[n].node))]
-    # The module each node comes from (exporter metadata, carried through fusions), else the
-    # scopes of the node names it comes from.
-    by_module = module_scopes(model)
-    scopes = {n: by_module.get(n) or scope_parts(node_scope(idx.entries[n].node)) for n in live}
+    scopes = {n: node_levels(model, n) for n in live}
     scopes = _adopt(model, graph, live, scopes)
     max_depth = max((len(p) for p in scopes.values()), default=0)
     has_scopes = sum(1 for p in scopes.values() if p) >= max(2, len(scopes) // 2)

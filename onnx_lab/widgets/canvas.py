@@ -27,10 +27,9 @@ from typing import Any
 import anywidget
 import traitlets as t
 
-from onnx_lab.core.index import node_scope
-from onnx_lab.core.source_map import module_scopes
+from onnx_lab.core.source_map import scope_key
 from onnx_lab.render._html import esc_text
-from onnx_lab.render.collapse import scope_parts
+from onnx_lab.render.collapse import node_levels, scope_parts
 from onnx_lab.render.details import (
     box_module,
     canvas_items,
@@ -272,7 +271,7 @@ class GraphCanvas(anywidget.AnyWidget):
         e = m.index.entries.get(name) if m is not None else None
         if e is None or self.rendering is None:
             return None
-        parts = module_scopes(m).get(name) or scope_parts(node_scope(e.node))
+        parts = node_levels(m, name)
         if not parts:
             return None
         best = 0
@@ -281,7 +280,7 @@ class GraphCanvas(anywidget.AnyWidget):
                 kp = scope_parts(k.split(":", 1)[1])
                 if 1 <= len(kp) <= len(parts) and kp[:-1] == parts[:len(kp) - 1]:
                     best = max(best, len(kp))
-        return "/" + "/".join(parts[:best or len(parts)])
+        return scope_key(parts[:best or len(parts)])
 
     def clear_busy(self) -> None:
         """Empty the bar's busy line, also the page's own "opening …" (sent even when
