@@ -79,15 +79,24 @@ class FixDims(LabPass):
             rw.notes.append(f"{name} is {length_sums(model)[name]}: "
                             + (f"fixed to {value}" if isinstance(value, int)
                                else f"declared as {value!r} now"))
-        for g in model.ir.graphs():
-            values = list(g.inputs) + list(g.outputs)
-            for node in g:
-                values.extend(node.outputs)
-            for v in values:
-                new = _replace_dims(v.shape, dims, sums)
-                if new is not None:
-                    v.shape = new
-                    rw.modified = True
+        rw.modified = _replace_all_dims(model, dims, sums) or rw.modified
+
+
+def _replace_all_dims(model: LabModel, dims: dict[str, int],
+                      sums: dict[str, int | str]) -> bool:
+    """Replace ``dims`` (and the total lengths ``sums``) in the shapes of every graph's
+    inputs, outputs and node outputs, bodies included; whether any shape changed."""
+    changed = False
+    for g in model.ir.graphs():
+        values = list(g.inputs) + list(g.outputs)
+        for node in g:
+            values.extend(node.outputs)
+        for v in values:
+            new = _replace_dims(v.shape, dims, sums)
+            if new is not None:
+                v.shape = new
+                changed = True
+    return changed
 
 
 def _total_lengths(model: LabModel, dims: dict[str, int]) -> dict[str, int | str]:
@@ -157,14 +166,8 @@ class SetInputShape(LabPass):
                  if isinstance(o, str) and isinstance(n, int) and o not in others}
         if not fixed:
             return
-        for graph in model.ir.graphs():
-            values = [u for u in graph.inputs if graph is not g] + list(graph.outputs)
-            for node in graph:
-                values.extend(node.outputs)
-            for u in values:
-                shape = _replace_dims(u.shape, fixed, {})
-                if shape is not None:
-                    u.shape = shape
+        # (the input itself holds sizes there now, and no other input declares these names)
+        _replace_all_dims(model, fixed, {})
         rw.notes.append(", ".join(f"{k}={n}" for k, n in fixed.items())
                         + " in the outputs and value shapes too (no other input declares "
                         + ("it" if len(fixed) == 1 else "them") + ")")
