@@ -462,8 +462,7 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
         cols = route.cols if route is not None else None
         for nid in idx.consumers.get(value, ()):
             node = idx.node(nid)
-            first = bool(node.inputs) and node.inputs[0] is not None \
-                and node.inputs[0].name == value  # (a Gather's indices are not its values)
+            first = _reads_first(node, value)  # (a Gather's indices are not its values)
             if _reads_as_index(node, value):  # a value off the list may be past the table
                 strict.update(c for c in (cols if cols is not None else (None,))
                               if c is not None or cols is None)
@@ -569,6 +568,19 @@ _INDEX_INPUTS = {"Gather": (1,), "GatherElements": (1,), "GatherND": (1,),
                  "ScatterElements": (1,), "ScatterND": (1,), "ArrayFeatureExtractor": (1,)}
 
 
+def _reads_first(node: ir.Node, value: str) -> bool:
+    """Whether ``value`` is ``node``'s first input (the values an op moves or encodes)."""
+    return bool(node.inputs) and node.inputs[0] is not None and node.inputs[0].name == value
+
+
+def _moves(node: ir.Node, value: str) -> bool:
+    """Whether ``node``'s outputs hold the values of ``value`` moved, cast or joined (a
+    Concat)."""
+    return (_reads_first(node, value) and (node.op_type in _PASS_THROUGH
+                                           or node.op_type == "Cast")) \
+        or node.op_type == "Concat"
+
+
 def _reads_as_index(node: ir.Node, value: str) -> bool:
     return any(i < len(node.inputs) and node.inputs[i] is not None
                and node.inputs[i].name == value for i in _INDEX_INPUTS.get(node.op_type, ()))
@@ -589,10 +601,7 @@ def _default_refused(model: LabModel, encoder: ir.Node) -> bool:
                     node.domain == "ai.onnx.ml" and node.op_type == "OneHotEncoder"
                     and node.attributes.get_int("zeros", 1) == 0):
                 return True
-            first = bool(node.inputs) and node.inputs[0] is not None \
-                and node.inputs[0].name == value
-            if not ((first and (node.op_type in _PASS_THROUGH or node.op_type == "Cast"))
-                    or node.op_type == "Concat"):
+            if not _moves(node, value):
                 continue
             for o in node.outputs:
                 if o is not None and o.name and o.name not in seen:
@@ -845,16 +854,13 @@ def _missing_value(model: LabModel, name: str) -> float | int | None:
             continue
         for nid in consumers:
             node = idx.node(nid)
-            first = bool(node.inputs) and node.inputs[0] is not None \
-                and node.inputs[0].name == value
-            if node.domain == "ai.onnx.ml" and node.op_type == "Imputer" and first:
+            if node.domain == "ai.onnx.ml" and node.op_type == "Imputer" \
+                    and _reads_first(node, value):
                 a = node.attributes.get("replaced_value_float") \
                     or node.attributes.get("replaced_value_int64")
                 found.append(a.value if a is not None else 0.0)  # the spec's default
                 continue
-            moves = (node.op_type in _PASS_THROUGH and first) or node.op_type == "Concat" \
-                or (node.op_type == "Cast" and first)
-            if not (moves and node.domain in ("", "ai.onnx", "ai.onnx.ml") and node.outputs
+            if not (_moves(node, value) and node.domain in ("", "ai.onnx", "ai.onnx.ml") and node.outputs
                     and node.outputs[0].name) or len(seen) >= 256:
                 return None  # read by something that computes with it: no planted value
             out = node.outputs[0].name
