@@ -330,6 +330,35 @@ def test_model_options_pick_per_model_shapes_and_feeds(tmp_path):
     assert r.status == "ok" and r.dims_given == "batch=3" and r.latency_ms > 0
 
 
+def test_a_leading_dim_no_option_can_name_takes_the_batch(tmp_path):
+    # A folder of skl2onnx models (X [None, 16]) or tf2onnx ones (a per-model unk__N batch):
+    # no zoo-wide dims name reaches those dims, and every row was a DimError.
+    from zoo_helpers import matmul_add
+
+    onnx.save(matmul_add(batch_dim=None), tmp_path / "skl.onnx")
+    onnx.save(matmul_add(batch_dim="unk__12"), tmp_path / "tf.onnx")
+    onnx.save(matmul_add(), tmp_path / "named.onnx")  # a name: given with dims, as before
+    onnx.save(matmul_add(batch_dim=None), tmp_path / "given.onnx")
+    res = onnx_lab.audit(tmp_path, None, model_options={"given.onnx": {"shapes": {"x": [5, 16]}}},
+                         **FAST)
+    for model in ("skl.onnx", "tf.onnx"):
+        r = _row(res, model)
+        assert r.status == "ok" and r.shapes_given == "x=1x16" and r.latency_ms > 0, r.error
+        assert r.macs == 16 * 8  # a batch of one
+    assert _row(res, "given.onnx").shapes_given == "x=5x16"  # a given shape wins
+    n = _row(res, "named.onnx")
+    assert n.error_type == "DimError" and pd.isna(n.shapes_given)
+    res = onnx_lab.audit(tmp_path / "skl.onnx", None, batch=4, **FAST)
+    assert _row(res, "skl.onnx").shapes_given == "x=4x16"
+    assert _row(res, "skl.onnx").macs == 4 * 16 * 8
+    res = onnx_lab.audit(tmp_path / "tf.onnx", None, batch=None, **FAST)
+    r = _row(res, "tf.onnx")
+    assert r.error_type == "DimError" and "unk__12" in r.error
+    for bad in (0, 2.5, True):
+        with pytest.raises(InputError, match="batch must be an int >= 1 or None"):
+            onnx_lab.audit(tmp_path, None, batch=bad, **FAST)
+
+
 def test_the_index_marks_a_flops_total_that_leaves_nodes_out():
     # one custom op early in a model left 133 of 140 nodes uncounted; the page showed the
     # partial total as if complete (the count was only in the CSV)

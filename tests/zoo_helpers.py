@@ -38,8 +38,9 @@ def conv_bn(seed: int = 0, channels: int = 4) -> onnx.ModelProto:
     return _model(g)
 
 
-def matmul_add(seed: int = 1) -> onnx.ModelProto:
-    """MatMul + Add with a dynamic batch dim ``batch``."""
+def matmul_add(seed: int = 1, batch_dim: str | None = "batch") -> onnx.ModelProto:
+    """MatMul + Add with a dynamic batch dim ``batch`` (``batch_dim``; None: unnamed, as
+    skl2onnx writes it)."""
     rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array(rng.normal(0, 0.2, (16, 8)).astype(np.float32), "w"),
              numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "b")]
@@ -47,8 +48,8 @@ def matmul_add(seed: int = 1) -> onnx.ModelProto:
              helper.make_node("Add", ["m", "b"], ["a"], name="add"),
              helper.make_node("Tanh", ["a"], ["y"], name="tanh")]
     g = helper.make_graph(nodes, "matmul_add",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch_dim, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch_dim, 8])],
                           inits)
     return _model(g)
 

@@ -22,7 +22,12 @@ from onnx_lab.errors import InputError
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``audit`` to the ``onnx-lab`` subparsers."""
     # on use: other commands need not load the zoo
-    from onnx_lab.zoo import DEFAULT_BUDGET_S, DEFAULT_MEMORY_GB, DEFAULT_TIMEOUT_S
+    from onnx_lab.zoo import (
+        DEFAULT_BATCH,
+        DEFAULT_BUDGET_S,
+        DEFAULT_MEMORY_GB,
+        DEFAULT_TIMEOUT_S,
+    )
 
     p = sub.add_parser("audit", help="audit every model under folders (summary, check, cost, "
                        "safe preset verified, profile, fp16 plan), each in its own process; "
@@ -54,6 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="onnxruntime threads of the profile (default: cores / workers)")
     add_dims_args(p)
+    p.add_argument("--batch", type=_batch, default=DEFAULT_BATCH, metavar="N|none",
+                   help="size of a leading dim no --dims name can give (skl2onnx's X [None, 4], "
+                   f"tf2onnx's unk__N), where the input's other dims are known (default "
+                   f"{DEFAULT_BATCH}; none: leave it open)")
     p.add_argument("--model-options", metavar="FILE.json",
                    help='per-model options: {"GLOB": {"dims": {...}, "shapes": {...}, '
                    '"feeds": "x.npz"}}; GLOB matches the model\'s path in the table or its '
@@ -67,6 +76,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the rows (and the regressions) "
                    "as JSON")
     p.set_defaults(func=_audit)
+
+
+def _batch(text: str) -> int | None:
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size >= 1 or 'none'")
+    return value
 
 
 def _model_options(path: str | None) -> dict | None:
@@ -103,7 +124,7 @@ def _audit(args: argparse.Namespace) -> int:
                 fp16_max_trials=args.fp16_max_trials,
                 providers=None if args.providers == "all" else args.providers,
                 threads=args.threads, dims=parse_dims(args.dims),
-                shapes=parse_shapes(args.shape), model_options=_model_options(
+                shapes=parse_shapes(args.shape), batch=args.batch, model_options=_model_options(
                     args.model_options), force=args.force, against=args.against,
                 latency_effect=args.latency_effect)
     if args.json:

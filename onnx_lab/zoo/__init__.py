@@ -64,7 +64,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["audit", "AuditResult", "find_models", "regressions", "COLUMNS",
            "DETERMINISTIC_COLUMNS", "DEFAULT_TIMEOUT_S", "DEFAULT_MEMORY_GB",
-           "DEFAULT_BUDGET_S"]
+           "DEFAULT_BUDGET_S", "DEFAULT_BATCH"]
 
 #: The audit table's columns and their dtypes (nullable: a failed stage leaves its columns
 #: empty). Units are in the names.
@@ -79,7 +79,7 @@ COLUMNS: dict[str, str] = {
     "ir_version": "Int64", "opset": "Int64", "producer": "string", "num_nodes": "Int64",
     "num_initializers": "Int64", "num_params": "Int64", "param_bytes": "Int64",
     "num_inputs": "Int64", "num_outputs": "Int64", "external_data": "boolean",
-    "dynamic_dims": "string", "dims_given": "string",
+    "dynamic_dims": "string", "dims_given": "string", "shapes_given": "string",
     # check()
     "check_errors": "Int64", "check_warnings": "Int64", "check_infos": "Int64",
     "check_error_codes": "string", "check_warning_codes": "string",
@@ -111,6 +111,9 @@ DETERMINISTIC_COLUMNS = [c for c in COLUMNS if c not in _VARYING]
 DEFAULT_TIMEOUT_S = 900.0
 DEFAULT_MEMORY_GB = 8.0
 DEFAULT_BUDGET_S = 3.0
+#: The size :func:`audit` gives a leading dim no option can name (skl2onnx's ``X [None, 4]``,
+#: tf2onnx's ``unk__N``): a batch of one, as onnxruntime's perf test and Polygraphy take.
+DEFAULT_BATCH = 1
 _MODEL_OPTION_KEYS = ("dims", "shapes", "feeds")
 
 
@@ -121,7 +124,7 @@ def write_error(path: str | os.PathLike, e: OSError) -> Exception:
 
     return _write_error(Path(path), e)
 #: Options kept with each manifest entry, for the gate to say when two audits differ in them.
-_SETTINGS = ("preset", "budget_s", "providers", "threads", "dims", "shapes", "feeds",
+_SETTINGS = ("preset", "budget_s", "providers", "threads", "dims", "shapes", "batch", "feeds",
              "feeds_sha256")
 _LIMIT_STATUSES = ("timeout", "memory", "crashed")
 
@@ -281,6 +284,7 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
           providers: str | Sequence[str] | None = "cpu", threads: int | None = None,
           dims: Mapping[str, int] | None = None,
           shapes: Mapping[str, Sequence[int]] | None = None,
+          batch: int | None = DEFAULT_BATCH,
           model_options: Mapping[str, Mapping[str, Any]] | None = None, force: bool = False,
           against: str | os.PathLike | None = None, latency_effect: float | None = None,
           progress: Any = None) -> AuditResult:
@@ -319,6 +323,11 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
             ``workers`` on this machine, onnxruntime's default on a Dask scheduler's workers).
         dims, shapes: values of symbolic dims and full input shapes for every model that has
             them (a model ignores the names it lacks).
+        batch: the size of an input's leading dim when it has no name an option could give
+            (unnamed: skl2onnx's and onnxmltools' ``X [None, 4]``; tf2onnx's per-model
+            ``unk__N``) and the input's other dims are known; the row's ``shapes_given`` says
+            so. Shapes given (``shapes``, ``model_options``) win; None leaves such dims open
+            (a ``DimError`` in the stages that run the model).
         model_options: glob pattern (matched against the model's name and its file name) ->
             ``{"dims": {...}, "shapes": {...}, "feeds": "inputs.npz"}`` for some models;
             later patterns win.
@@ -353,6 +362,10 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
     t_start = time.monotonic()
     _check_args(workers, timeout_s, memory_gb, budget_s, fp16_max_trials, engine, threads)
     _check_sizes(dims, shapes, "audit")
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool)
+                              or batch < 1):
+        raise InputError(f"audit: batch must be an int >= 1 or None, got {batch!r:.60}.",
+                         fix=f"Use batch={DEFAULT_BATCH}, or give shapes in model_options.")
     _check_model_options(model_options)
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -421,7 +434,7 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
         opts = {**base, "dims": {**(dims or {}), **per.get("dims", {})},
                 "shapes": {k: list(v) for k, v in {**(shapes or {}),
                                                    **per.get("shapes", {})}.items()},
-                "feeds": feeds,
+                "batch": batch, "feeds": feeds,
                 "feeds_sha256": _store.file_hash([Path(feeds)])[0] if feeds else None}
         key = _store.options_key(opts)
         ident = {"model": f.name, "path": str(f.path), "sha256": sha, "file_bytes": size}

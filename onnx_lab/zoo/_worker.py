@@ -57,6 +57,35 @@ def _float(v: Any) -> float | None:
     return f if f == f else None
 
 
+#: Leading dims that no option of a zoo can name: unnamed (``None``, ``-1``, ``?``: skl2onnx and
+#: onnxmltools write ``X [None, 4]``) or a per-model ``unk__N`` (tf2onnx's Keras batch).
+_ANONYMOUS = re.compile(r"unk__\d+")
+
+
+def _batched(model: Any, dims: dict[str, int], shapes: dict[str, list[int]],
+             batch: int | None) -> dict[str, list[int]]:
+    """Shapes for the inputs whose leading dim is anonymous (:data:`_ANONYMOUS`, or unnamed)
+    and whose other dims are known (fixed, or in ``dims``): that dim takes ``batch``. Inputs in
+    ``shapes`` keep theirs; ``batch`` None gives nothing."""
+    from onnx_lab.core.shapes import is_container
+    from onnx_lab.runtime.feeds import input_specs
+
+    out: dict[str, list[int]] = {}
+    if batch is None:
+        return out
+    for name, dtype, shape in input_specs(model):
+        if name in shapes or is_container(dtype) or not shape:
+            continue
+        lead = shape[0]
+        if not (lead is None or isinstance(lead, str) and _ANONYMOUS.fullmatch(lead)):
+            continue
+        rest = [d if isinstance(d, int) else dims.get(d) if isinstance(d, str) else None
+                for d in shape[1:]]
+        if all(isinstance(d, int) for d in rest):
+            out[name] = [int(batch), *rest]
+    return out
+
+
 class _Audit:
     """The stages of one model's audit and the row they fill."""
 
@@ -108,6 +137,7 @@ class _Audit:
         # Options name dims and inputs for a whole zoo: each model takes the ones it has.
         self.dims = {k: int(v) for k, v in (t.get("dims") or {}).items() if k in dyn}
         self.shapes = {k: list(v) for k, v in (t.get("shapes") or {}).items() if k in inputs}
+        self.shapes.update(_batched(lab.model, self.dims, self.shapes, t.get("batch")))
         if self.dims:
             lab.dims = self.dims
         if self.shapes:
@@ -126,7 +156,9 @@ class _Audit:
             num_inputs=len(s["inputs"]), num_outputs=len(s["outputs"]),
             external_data=bool(s["external_data"]),
             dynamic_dims=_joined(sorted(s["dynamic_dims"])),
-            dims_given=_joined(f"{k}={v}" for k, v in sorted(self.dims.items())))
+            dims_given=_joined(f"{k}={v}" for k, v in sorted(self.dims.items())),
+            shapes_given=_joined(f"{k}={'x'.join(map(str, v))}"
+                                 for k, v in sorted(self.shapes.items())))
 
     def check(self) -> None:
         df = self.lab.check(providers=self.task.get("providers") or None)

@@ -125,6 +125,7 @@ def _worker_stage(children) -> str | None:
     (["audit", "ZOO", "--out", "OUT", "--timeout", "0"], "--timeout 0.0"),
     (["audit", "ZOO", "--out", "OUT", "--model-options", "OPTS"], "is not valid JSON"),
     (["audit", "ZOO", "--out", "OUT", "--against", "ZOO"], "No audit manifest"),
+    (["audit", "ZOO", "--out", "OUT", "--batch", "0"], "'0' is not a size >= 1 or 'none'"),
 ])
 def test_errors_are_one_line(tmp_path, capsys, argv, message):
     (tmp_path / "zoo").mkdir()
@@ -135,6 +136,20 @@ def test_errors_are_one_line(tmp_path, capsys, argv, message):
     assert main([subst.get(a, a) for a in argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("onnx-lab: error:") and message in err and "\n" not in err
+
+
+@pytest.mark.slow
+def test_batch_sizes_an_unnamed_leading_dim(tmp_path, capsys):
+    from zoo_helpers import matmul_add
+
+    onnx.save(matmul_add(batch_dim=None), tmp_path / "skl.onnx")
+    for i, (flag, want) in enumerate((([], "x=1x16"), (["--batch", "3"], "x=3x16"),
+                                      (["--batch", "none"], None))):
+        main(["audit", str(tmp_path / "skl.onnx"), "--out", str(tmp_path / f"out{i}"),
+              "--json", "--budget", "0.3", *flag])
+        row = json.loads(capsys.readouterr().out)["rows"][0]
+        assert row["shapes_given"] == want
+        assert (row["status"] == "ok") == (want is not None), row["error"]
 
 
 @pytest.mark.slow
