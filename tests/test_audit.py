@@ -180,6 +180,23 @@ def test_dask_cluster_gives_the_local_table(tmp_path):
     assert (remote.table.loc[remote.table.status == "ok", "latency_ms"] > 0).all()
 
 
+def test_the_audits_own_dask_cluster_logs_no_info_lines(tmp_path, caplog):
+    # about forty INFO lines per audit (the scheduler's and workers' start, every
+    # connection, the shutdown) reached the terminal and the notebook
+    import logging
+
+    pytest.importorskip("distributed")
+    onnx.save(conv_bn(0), tmp_path / "a.onnx")
+    before = logging.getLogger("distributed").level
+    caplog.set_level(logging.INFO)
+    res = onnx_lab.audit(tmp_path, None, engine="dask", **FAST)
+    assert res.table.status.tolist() == ["ok"]
+    chatty = [r.getMessage() for r in caplog.records
+              if r.name.startswith("distributed") and r.levelno < logging.WARNING]
+    assert chatty == []
+    assert logging.getLogger("distributed").level == before  # the user's logging, back
+
+
 def test_fp16_plan(tmp_path):
     onnx.save(conv_bn(0), tmp_path / "a.onnx")
     res = onnx_lab.audit(tmp_path, None, fp16=True, fp16_max_trials=4, **FAST)

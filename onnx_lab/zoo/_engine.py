@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -247,6 +247,7 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
                          "--scheduler).") from e
     CHILDREN.stopping = False
     cluster = client = None
+    restore: Callable[[], None] = lambda: None  # noqa: E731 - the logging of our own cluster
     own_client = not isinstance(scheduler, Client)
     try:
         if isinstance(scheduler, Client):
@@ -258,11 +259,14 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
             # Worker threads in this process: each task's model runs in a child process
             # anyway, so worker processes would only add their start-up (importing dask and
             # onnx_lab again) and shutdown.
+            restore = _quiet_dask()
             cluster = local_cluster(workers)
             client = Client(cluster)
     except InputError:
+        restore()
         raise
     except Exception as e:  # noqa: BLE001 - distributed raises OSError, ValueError, TimeoutError...
+        restore()
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
         raise InputError(f"Cannot reach the Dask scheduler {str(scheduler)[:200]!r}: {first}",
                          fix="Check the address (tcp://HOST:PORT) and that the scheduler "
@@ -294,3 +298,15 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
             client.close()
         if cluster is not None:
             cluster.close()
+        restore()
+
+
+def _quiet_dask() -> Callable[[], None]:
+    """Raise the ``distributed`` loggers to WARNING while the audit's own cluster lives, and
+    return what puts them back. Its in-process scheduler and workers logged some forty INFO
+    lines per audit (start, every connection, the shutdown) to the terminal or the notebook;
+    a cluster the user started and passed keeps the user's logging."""
+    lg = logging.getLogger("distributed")
+    level = lg.level
+    lg.setLevel(max(logging.WARNING, level))
+    return lambda: lg.setLevel(level)
