@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["TensorInfo", "TypeTable", "type_at", "value_type", "infer_types", "dtype_name", "type_label",
-           "shape_tuple",
+           "anonymous_dim", "shape_tuple",
            "validate_dims", "dynamic_dims", "expression_dims", "named_shapes", "fit_dims",
            "resolve_dim"]
 
@@ -165,6 +166,16 @@ def is_container(dtype: str | None) -> bool:
 
 # dim_param spellings that mean "unknown" rather than a named symbol (PaddlePaddle writes "?").
 _UNKNOWN_PARAMS = frozenset({"", "?", "-1", "None", "none"})
+
+
+_ANONYMOUS = re.compile(r"unk__\d+")
+
+
+def anonymous_dim(d: Dim) -> bool:
+    """A dim of a :func:`shape_tuple` with no name of its own: unknown (None), or the
+    ``unk__N`` that ONNX inference and tf2onnx write for a dim they could not name (a
+    different N per model and per value, so no option can give it)."""
+    return d is None or (isinstance(d, str) and _ANONYMOUS.fullmatch(d) is not None)
 
 
 def shape_tuple(shape: ir.Shape | None) -> tuple[Dim, ...] | None:

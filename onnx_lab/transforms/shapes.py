@@ -17,7 +17,13 @@ import onnx_ir as ir
 from onnx_lab.core.derived import length_sums
 from onnx_lab.core.dimexpr import dim_expression
 from onnx_lab.core.model import LabModel
-from onnx_lab.core.shapes import dynamic_dims, expression_dims, resolve_dim, shape_tuple
+from onnx_lab.core.shapes import (
+    anonymous_dim,
+    dynamic_dims,
+    expression_dims,
+    resolve_dim,
+    shape_tuple,
+)
 from onnx_lab.errors import DimError, PassError, unknown_name
 from onnx_lab.transforms._whole import WholeModelPass
 from onnx_lab.transforms.base import LabPass, Match, Param, Rewrite, register_pass
@@ -80,6 +86,12 @@ class FixDims(LabPass):
                             + (f"fixed to {value}" if isinstance(value, int)
                                else f"declared as {value!r} now"))
         rw.modified = _replace_all_dims(model, dims, sums) or rw.modified
+        filled = _fill_anonymous(model, dims)
+        if filled:
+            rw.notes.append(f"{filled} anonymous dim{'s' if filled > 1 else ''} (unk__N or "
+                            "unnamed) of outputs and intermediates set to the size shape "
+                            "inference gives at these dims")
+            rw.modified = True
 
 
 def _replace_all_dims(model: LabModel, dims: dict[str, int],
@@ -97,6 +109,39 @@ def _replace_all_dims(model: LabModel, dims: dict[str, int],
                 v.shape = new
                 changed = True
     return changed
+
+
+def _fill_anonymous(model: LabModel, dims: dict[str, int]) -> int:
+    """Give the anonymous dims (:func:`~onnx_lab.core.shapes.anonymous_dim`: tf2onnx's
+    ``unk__N``, unnamed) of graph outputs and node outputs, bodies included, the size shape
+    inference computes at ``dims``; how many it gave. A tf2onnx model fixed at batch 1 still
+    declared its outputs ``[unk__13, 10]``: no dims name reaches ``unk__13``, and a fixed model
+    should say its sizes. Named dims the user did not give stay names."""
+    wanted = {}  # a graph output is its node's output too: one entry per value
+    for g in model.ir.graphs():
+        for v in [*g.outputs, *(o for node in g for o in node.outputs)]:
+            declared = shape_tuple(v.shape)
+            if declared and any(anonymous_dim(d) for d in declared):
+                wanted[id(v)] = (model.index.graph_path(g), v, declared)
+    if not wanted:
+        return 0
+    types = model.types(dims)
+    filled = 0
+    for path, v, declared in wanted.values():
+        info = types.at(v.name, path)
+        if info is None or info.shape is None or len(info.shape) != len(declared):
+            continue
+        new, n = [], 0
+        for d, old, inferred in zip(declared, v.shape, info.shape, strict=True):
+            if anonymous_dim(d) and isinstance(inferred, int):
+                new.append(inferred)
+                n += 1
+            else:
+                new.append(old)
+        if n:
+            v.shape = ir.Shape(new)
+            filled += n
+    return filled
 
 
 def _total_lengths(model: LabModel, dims: dict[str, int]) -> dict[str, int | str]:

@@ -57,17 +57,14 @@ def _float(v: Any) -> float | None:
     return f if f == f else None
 
 
-#: Leading dims that no option of a zoo can name: unnamed (``None``, ``-1``, ``?``: skl2onnx and
-#: onnxmltools write ``X [None, 4]``) or a per-model ``unk__N`` (tf2onnx's Keras batch).
-_ANONYMOUS = re.compile(r"unk__\d+")
-
-
 def _batched(model: Any, dims: dict[str, int], shapes: dict[str, list[int]],
              batch: int | None) -> dict[str, list[int]]:
-    """Shapes for the inputs whose leading dim is anonymous (:data:`_ANONYMOUS`, or unnamed)
-    and whose other dims are known (fixed, or in ``dims``): that dim takes ``batch``. Inputs in
-    ``shapes`` keep theirs; ``batch`` None gives nothing."""
-    from onnx_lab.core.shapes import is_container
+    """Shapes for the inputs whose leading dim no option of a zoo can name (unnamed: skl2onnx
+    and onnxmltools write ``X [None, 4]``; tf2onnx's per-model ``unk__N``:
+    :func:`~onnx_lab.core.shapes.anonymous_dim`) and whose other dims are known (fixed, or in
+    ``dims``): that dim takes ``batch``. Inputs in ``shapes`` keep theirs; ``batch`` None gives
+    nothing."""
+    from onnx_lab.core.shapes import anonymous_dim, is_container
     from onnx_lab.runtime.feeds import input_specs
 
     out: dict[str, list[int]] = {}
@@ -76,8 +73,7 @@ def _batched(model: Any, dims: dict[str, int], shapes: dict[str, list[int]],
     for name, dtype, shape in input_specs(model):
         if name in shapes or is_container(dtype) or not shape:
             continue
-        lead = shape[0]
-        if not (lead is None or isinstance(lead, str) and _ANONYMOUS.fullmatch(lead)):
+        if not anonymous_dim(shape[0]):
             continue
         rest = [d if isinstance(d, int) else dims.get(d) if isinstance(d, str) else None
                 for d in shape[1:]]

@@ -113,6 +113,41 @@ def test_fix_dims_then_verification():
         lab.fix_dims({"batch": -1})
 
 
+def test_fix_dims_gives_anonymous_output_dims_their_size(tmp_path):
+    # tf2onnx names every None dim unk__N, a new N per value: fixing the input's unk__12
+    # left the outputs declared [unk__13, 3], which no dims name reaches
+    import onnxruntime as ort
+    from onnx import TensorProto, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["y"]),
+             helper.make_node("Shape", ["y"], ["s"]), helper.make_node("Identity", ["x"], ["z"])]
+    g = helper.make_graph(nodes, "tf", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      ["unk__12", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["unk__13", 3]),
+                           helper.make_tensor_value_info("s", TensorProto.INT64, [None]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 4])],
+                          [w], value_info=[helper.make_tensor_value_info(
+                              "r", TensorProto.FLOAT, ["unk__14", 4])])
+    path = tmp_path / "tf.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    lab = onnx_lab.open(path)
+    r = lab.fix_dims({"unk__12": 2})
+    assert r.verify_passed is True
+    assert any(n.startswith("3 anonymous dims (unk__N or unnamed)") for n in r.notes), r.notes
+    out = {v.name: shape_tuple(v.shape) for v in lab.model.graph.outputs}
+    # a named dim the user did not give stays a name (z is x, but declared 'n')
+    assert out == {"y": (2, 3), "s": (2,), "z": ("n", 4)}
+    assert shape_tuple(lab.index.value("r").shape) == (2, 4)
+    lab.save(tmp_path / "fixed.onnx")
+    saved = onnx.load(tmp_path / "fixed.onnx")
+    assert [d.dim_value for d in saved.graph.output[0].type.tensor_type.shape.dim] == [2, 3]
+    sess = ort.InferenceSession(str(tmp_path / "fixed.onnx"))
+    y, s, _ = sess.run(None, {"x": np.ones((2, 4), np.float32)})
+    assert y.shape == (2, 3) and s.tolist() == [2, 3]
+    assert onnx.load(path).graph.output[0].type.tensor_type.shape.dim[0].dim_param == "unk__13"
+
+
 def test_fix_dims_of_a_decoder_fixes_its_total_length_too(tmp_path):
     # genai's total_sequence_length is past + new: fixing both fixes it (it used to stay a
     # name the fixed model could no longer derive, and verification asked for a total of 1).
