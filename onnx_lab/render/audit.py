@@ -65,6 +65,10 @@ def _cells_html(r: Mapping[str, Any], link: str | None) -> str:
     """The ``<td>`` of each column of one row (its html, css class and sort value)."""
     name = esc_text(r["model"])
     model = f"<a href='{safe_url(link, relative=True)}'>{name}</a>" if link else name
+    # the sizes the figures were measured at (dims and shapes given, the audit's batch)
+    sizes = [str(r[k]) for k in ("dims_given", "shapes_given") if not _missing(r.get(k))]
+    if sizes:
+        model += f"<br><small class='at'>at {esc_text('; '.join(sizes))}</small>"
     status = str(r["status"])
     colour = _STATUS_COLOURS.get(status, "#59636e")
     err = ""
