@@ -140,6 +140,34 @@ def test_scaled_rule_accepts_rounding_near_zero_and_rejects_real_errors():
     assert math.isinf(tensor_metrics(ref, nan, rule=scaled)["max_abs"])
 
 
+def test_an_output_wholly_below_atol_says_the_rule_cannot_see_its_errors(tmp_path):
+    # y = x * 1e-6 against y = 0: every |value| is under atol 1e-4, so the element-wise rule
+    # passed it with cosine 0 and no word. It still passes (an output that small may be a
+    # cancellation whose rounding is as large as itself), and says why that pass means little.
+    ref = np.linspace(-2e-6, 2e-6, 32, dtype=np.float32)
+    rule = Rule("elementwise", 1e-4, 1e-3)
+    m = tensor_metrics(ref, np.zeros_like(ref), rule=rule)
+    assert m["passed"] and "every |value| is below atol 0.0001" in m["note"]
+    assert "SQNR 0.0 dB, cosine 0.000" in m["note"] and "atol=2e-09" in m["note"]
+    # its own rounding is no news: no note; nor a reference of zeros (no scale to judge by)
+    assert tensor_metrics(ref, ref * np.float32(1 + 1e-6), rule=rule)["note"] == ""
+    assert tensor_metrics(np.zeros(4, np.float32), np.full(4, 1e-9, np.float32),
+                          rule=rule)["note"] == ""
+    # nor a tensor of ordinary scale
+    big = np.linspace(-2, 2, 32, dtype=np.float32)
+    assert tensor_metrics(big, big + np.float32(5e-5), rule=rule)["note"] == ""
+    # through compare, on two saved models, in the summary a user reads
+    for name, scale in (("a", 1e-6), ("b", 0.0)):
+        onnx.save(_model([helper.make_node("Mul", ["x", "s"], ["y"])], [_vi("x", [4, 8])],
+                         [_vi("y", [4, 8])],
+                         [numpy_helper.from_array(np.array(scale, np.float32), "s")]),
+                  tmp_path / f"{name}.onnx")
+    c = onnx_lab.compare(tmp_path / "a.onnx", tmp_path / "b.onnx")
+    assert c.passed and "the rule cannot see an error at this scale" in c.summary_text()
+    tight = onnx_lab.compare(tmp_path / "a.onnx", tmp_path / "b.onnx", atol=1e-9)
+    assert not tight.passed  # the advice in the note works
+
+
 # ---------------------------------------------------------------------------- verification
 
 
