@@ -368,6 +368,9 @@ def test_a_leading_dim_no_option_can_name_takes_the_batch(tmp_path):
     res = onnx_lab.audit(tmp_path / "skl.onnx", None, batch=4, **FAST)
     assert _row(res, "skl.onnx").shapes_given == "x=4x16"
     assert _row(res, "skl.onnx").macs == 4 * 16 * 8
+    res = onnx_lab.audit(tmp_path / "tf.onnx", None, dims={"unk__12": 3}, **FAST)
+    r = _row(res, "tf.onnx")  # a dim given by name wins over the batch
+    assert r.dims_given == "unk__12=3" and pd.isna(r.shapes_given) and r.macs == 3 * 16 * 8
     res = onnx_lab.audit(tmp_path / "tf.onnx", None, batch=None, **FAST)
     r = _row(res, "tf.onnx")
     assert r.error_type == "DimError" and "unk__12" in r.error

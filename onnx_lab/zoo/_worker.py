@@ -73,7 +73,7 @@ def _batched(model: Any, dims: dict[str, int], shapes: dict[str, list[int]],
     for name, dtype, shape in input_specs(model):
         if name in shapes or is_container(dtype) or not shape:
             continue
-        if not anonymous_dim(shape[0]):
+        if not anonymous_dim(shape[0]) or shape[0] in dims:  # a dim given by name wins
             continue
         rest = [d if isinstance(d, int) else dims.get(d) if isinstance(d, str) else None
                 for d in shape[1:]]
