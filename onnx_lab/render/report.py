@@ -57,6 +57,7 @@ from onnx_lab.render._html import (
 from onnx_lab.render.details import (
     canvas_items,
     canvas_legend_html,
+    graph_owners,
     group_details_html,
     node_details,
     node_details_html,
@@ -157,11 +158,14 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
     Returns:
         dict with ``views`` ({view key: {svg, items, legend, label, parent, kind,
         notes}}; ``""`` is the overview, a scope or group key a box's view, ``graph:<path>``
-        a body), ``details`` ({node id or drawn key: panel HTML}), ``where`` ({node id:
-        [view key, drawn key]} where the node is drawn as itself), ``index`` (the canvas's
-        search index of every node, :func:`~onnx_lab.render.details.search_index`: the
-        page works out from ``where`` and the views' parents which box of the view shown
-        holds each), ``notes``.
+        a body), ``details`` ({node id or drawn key: panel HTML}, every node included),
+        ``where`` ({node id: [view key, drawn key]} where the node is drawn as itself),
+        ``undrawn`` (the other nodes, by the element of the deepest pre-drawn view that
+        holds them: ``[view key, drawn key, where text, note HTML, node ids]``, see
+        :func:`_undrawn`), ``index`` (the canvas's search index of every node,
+        :func:`~onnx_lab.render.details.search_index`: the page works out from ``where``,
+        ``undrawn`` and the views' parents which box of the view shown holds each),
+        ``notes``.
 
     Example:
         >>> p = canvas_payload("sample:transformer_block")
@@ -225,10 +229,12 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
     for key, child in views[""]["boxes"].items():
         queue.append((child, key.split(":", 1)[1], views[""]["members"][key]))
     bodies = [g for g in idx.graphs if g]
-    skipped = 0
+    skipped, limit = 0, ""
     while queue or bodies:
         if len(views) >= max_views or time.perf_counter() - t0 > budget_s:
             skipped = len(queue) + len(bodies)
+            limit = (f"its size budget, max_views={max_views}" if len(views) >= max_views
+                     else f"its time budget, budget_s={budget_s:g}")
             break
         if queue:
             child, label, members = queue.popleft()
@@ -260,25 +266,92 @@ def canvas_payload(source: Any, *, highlight: Mapping[str, str] | None = None,
             notes.append(f"view {label!r} not drawn: {e}")
     if skipped:
         notes.append(f"{skipped} boxes/bodies were not pre-drawn (max_views={max_views}, "
-                     f"budget {budget_s:g} s); their panels list their members.")
-    # Side panels of every node drawn on its own (search and focus land on these); the
-    # weights' statistics once for all (one pass over the weights, not one per node).
-
+                     f"budget {budget_s:g} s); their panels list their members, and search "
+                     "shows each of their nodes' panels inside its box.")
+    undrawn = _undrawn(model, views, where, limit)
+    # Side panels of every node, drawn on its own or not (search, focus and a table row
+    # land on these); the weights' statistics once for all (one pass over the weights, not
+    # one per node).
     try:
         stats = {r["name"]: r for r in weight_stats(model).to_dict("records")}
     except LabError as e:
         stats = None
         notes.append(f"weight statistics left out of the side panels: {e}")
-    for nid in where:
+    for nid in [*where, *(n for u in undrawn for n in u[4])]:
         try:
             d = node_details(model, nid, dims=dims, shapes=shapes, stats=stats)
+            if nid not in where:  # the weights' first values, random digits that gzip
+                d["values"] = []  # cannot shrink, were 40% of these panels (the note says)
             details[nid] = node_details_html(d) + extra.get(nid, "")
         except LabError as e:
             details[nid] = f"<div class='olc-details'>{esc_text(str(e))}</div>"
-    for v in views.values():
-        v.pop("members", None)
-    return {"views": views, "details": details, "where": where, "notes": notes,
-            "drawn": drawn, "index": search_index(model), "seconds": time.perf_counter() - t0}
+    return {"views": views, "details": details, "where": where, "undrawn": undrawn,
+            "notes": notes, "drawn": drawn, "index": search_index(model),
+            "seconds": time.perf_counter() - t0}
+
+
+def _undrawn(model: Any, views: dict[str, dict[str, Any]], where: Mapping[str, list[str]],
+             limit: str) -> list[list[Any]]:
+    """Where the report shows each node no view draws as itself (its box or body was left
+    out by the view budget, or its view was cut): the element of the deepest pre-drawn view
+    that holds it, a collapsed box, or the If/Loop/Scan node whose body holds it.
+
+    Returns ``[view key, drawn key, where text, panel note HTML, node ids]`` per element
+    (``None, None`` for a node no view holds): the page lists a hit as ``in /layers.35 (not
+    drawn)`` and, on a choice, opens that view, selects the element and shows the node's
+    panel under the note. Grouped by element, so a note is sent once per box. Pops the
+    views' ``members``.
+    """
+    idx = model.index
+    # node id -> (view key, drawn key, where the node lies, name of the drawn element)
+    place: dict[str, tuple[str, str, str, str]] = {}
+    # Breadth first: a deeper view is drawn later and its box wins.
+    for vk, v in views.items():
+        members = v.pop("members", {})
+        if v["kind"] == "extra":  # the diff's own views: not where a node lives
+            continue
+        for key, ids in members.items():
+            name = key.split(":", 1)[1]
+            for m in ids:
+                if m not in where:
+                    place[m] = (vk, key, name, name)
+    owners = graph_owners(model) if len(idx.graphs) > 1 else {}
+    by_graph: dict[str, list[str]] = {}
+    for nid, e in idx.entries.items():
+        if e.graph:
+            by_graph.setdefault(e.graph, []).append(nid)
+    for g in sorted(by_graph, key=len):  # an enclosing body's path is a prefix: first
+        o = owners.get(g, "")
+        at = (*where[o], o) if o in where else place[o][:2] + place[o][3:] \
+            if o in place else None
+        for nid in by_graph[g]:
+            if nid not in where and nid not in place and at is not None:
+                place[nid] = (at[0], at[1], f"body of {o}", at[2])
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for nid in idx.entries:
+        if nid not in where:
+            groups.setdefault(place.get(nid, (None, None, "", "")), []).append(nid)
+    why = esc_text(f"the report stopped drawing views at {limit}" if limit
+                   else "it was cut or failed to draw: see the notes above the graph")
+    how = ("To see it drawn, and its weights' first values: open the model in the widget "
+           "(<code>onnx_lab.open(path).explore()</code>), or write the report with a larger "
+           "<code>" + ("budget_s" if "budget_s" in limit else "max_views") + "</code>.")
+    out: list[list[Any]] = []
+    for (vk, key, name, shown), ids in groups.items():
+        if vk is None:
+            text = "not drawn in this report"
+            note = ("<div class='olr-note olr-undrawn'>Not drawn: no view of this report "
+                    f"draws this node ({why}). {how}</div>")
+        else:
+            text = f"in {name} (not drawn)"
+            kind = "box" if key.startswith("scope:") else "node"
+            lies = (f"the {kind} <b>{esc_text(shown, 200)}</b>, selected on the graph"
+                    if name == shown else f"<b>{esc_text(name, 200)}</b>; the {kind} "
+                    f"<b>{esc_text(shown, 200)}</b> that holds it is selected on the graph")
+            note = ("<div class='olr-note olr-undrawn'>Not pre-drawn: this node's own view "
+                    f"is not in the report ({why}). It lies in {lies}. {how}</div>")
+        out.append([vk, key, text, note, ids])
+    return out
 
 
 # ----------------------------------------------------------------------------- tables

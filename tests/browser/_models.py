@@ -6,6 +6,9 @@
 - :func:`bert_like`: BERT-sized structure (~1,400 nodes: 24 BERT-style layers, TorchScript-style
   ``/encoder/layer.N/...`` names, shape arithmetic before every Reshape) with a small hidden
   size so it stays light.
+- :func:`scoped_layers`: ``/model/layers.N/{attn,mlp}`` name scopes (two nodes each), an If
+  in layer 2 whose branches hold one node each, and one layer whose scope carries markup:
+  for a report whose views do not all fit its budget.
 
 This file is copied next to the test notebooks and imported there too.
 """
@@ -240,3 +243,35 @@ def grid_svg(n: int = 5000, cols: int = 50) -> str:
                        f'{y + dy - 10} {x + w / 2},{y + dy}"/></g>')
     out.append("</g></svg>")
     return "".join(out)
+
+
+HOSTILE_SCOPE = "/model/layers.39<img src=x onerror=window.__olr_pwned=1>"
+
+
+def scoped_layers(layers: int = 40, d: int = 4) -> onnx.ModelProto:
+    """``/model/layers.N/{attn,mlp}/{MatMul,Relu}`` for N < ``layers``; layer 2 ends in an If
+    (``then_branch``: a Neg, ``else_branch``: an Abs); the last layer's scope is
+    :data:`HOSTILE_SCOPE` (its nodes' names carry an ``<img onerror>``)."""
+    g = _G()
+    x = "x"
+    for i in range(layers):
+        layer = HOSTILE_SCOPE if i == layers - 1 else f"/model/layers.{i}"
+        for part in ("attn", "mlp"):
+            s = f"{layer}/{part}"
+            w = g.init(f"{s}.weight", g.rng.standard_normal((d, d)).astype(np.float32))
+            (mm,) = g.node("MatMul", [x, w], f"{s}/MatMul")
+            (x,) = g.node("Relu", [mm], f"{s}/Relu")
+        if i == 2:
+            (total,) = g.node("ReduceSum", [x], f"{layer}/ReduceSum", keepdims=0)
+            zero = g.init(f"{layer}.zero", np.zeros((), np.float32))
+            (cond,) = g.node("Greater", [total, zero], f"{layer}/Greater")
+            branches = {
+                name: helper.make_graph(
+                    [helper.make_node(op, [x], [f"{name}_out"], name=f"{layer}/{name}/{op}")],
+                    name, [], [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT,
+                                                             [1, d])])
+                for name, op in (("then", "Neg"), ("else", "Abs"))}
+            (x,) = g.node("If", [cond], f"{layer}/If", then_branch=branches["then"],
+                          else_branch=branches["else"])
+    return g.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, d])],
+                   [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, d])])

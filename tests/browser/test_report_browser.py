@@ -6,6 +6,12 @@ not resolve).
   no network request, opens on a collapsed overview whose labels are legible (screen height
   of the node titles), search centres a node, a click on a node shows its attributes, a click
   on a box opens the box's view and the breadcrumb leads back, a table sorts.
+- A report written with a small ``max_views`` (``_models.scoped_layers``: 40 layers, most
+  of their views not pre-drawn): a search hit in an undrawn box or body says so in the list
+  (``in /model/layers.1/mlp (not drawn)``); choosing it opens the deepest pre-drawn view,
+  centres and selects the box holding it and shows the node's own panel under a note, and
+  the busy line is empty; a nodes-table row does the same; a scope carrying markup stays
+  text.
 - The diff page of ``sample:bert_block`` before and after ``ort_transformers``: a click on
   the fused Attention outlines, on the left, the MatMuls and the Softmax it replaced.
 
@@ -18,7 +24,7 @@ import contextlib
 
 import pytest
 from _jupyter import ARTIFACTS, require_chromium
-from _models import detector
+from _models import HOSTILE_SCOPE, detector, scoped_layers
 
 import onnx_lab
 
@@ -194,6 +200,114 @@ def test_report_opens_offline_and_responds(detector_report):
             assert page.blocked == [] and page.errors == []
         finally:
             page.screenshot(path=str(ARTIFACTS / "report_browser.png"), full_page=False)
+
+
+def _centre_of_selected(canvas) -> list[float]:
+    """Where the selected element's centre is, as fractions of the part of the view the
+    details panel leaves free."""
+    return canvas.evaluate("""(r) => {
+        const g = [...r.querySelectorAll('.olc-stage g.node')]
+            .find(n => n.id === 'n:' + r.dataset.selected);
+        const a = g.getBoundingClientRect(), p = r.querySelector('.olc-port')
+            .getBoundingClientRect(), panel = r.querySelector('.olc-panel');
+        let w = p.width;
+        if (panel.style.display === 'block' && p.width - panel.offsetWidth - 12
+            > p.width * 0.4) w = p.width - panel.offsetWidth - 12;
+        return [(a.left + a.width / 2 - p.left) / w, (a.top + a.height / 2 - p.top) / p.height];
+    }""")
+
+
+@pytest.fixture(scope="module")
+def budget_report(tmp_path_factory):
+    from onnx_lab.reporting import write_report
+
+    # max_nodes=3 boxes each layer's attn and mlp inside its view; max_views=5 draws the
+    # overview and layers 0-3 only.
+    return write_report(scoped_layers(), tmp_path_factory.mktemp("budget") / "budget.html",
+                        max_views=5, max_nodes=3, check=False, cost=False)
+
+
+def test_search_reaches_nodes_whose_view_was_not_pre_drawn(budget_report):
+    with offline_page() as page:
+        try:
+            _open(page, budget_report)
+            host = page.locator("[data-canvas='main']")
+            canvas = host.locator(".olc-root")
+            canvas.scroll_into_view_if_needed()
+            view = "() => document.querySelector('[data-canvas=main]').dataset.view"
+            revealed = "() => document.querySelector('[data-canvas=main]').dataset.revealed"
+            search = canvas.locator(".olc-search")
+            panel = canvas.locator(".olc-panel")
+
+            def choose(query: str, where: str, node: str) -> str:
+                search.fill(query)
+                hit = canvas.locator(".olc-results .olc-result").first
+                hit.wait_for(timeout=5_000)
+                assert node in hit.inner_text() and where in hit.inner_text(), hit.inner_text()
+                search.press("Enter")
+                page.wait_for_function(f"() => ({revealed})() === {node!r}")
+                page.wait_for_function("() => document.querySelector("
+                                       "'[data-canvas=main] .olc-root').dataset.centred")
+                assert canvas.locator(".olc-busy").inner_text() == ""
+                assert canvas.evaluate("r => r.dataset.busy") == ""
+                panel.wait_for(state="visible")
+                return panel.inner_text()
+
+            # A layer whose box view was drawn, its mlp box's not: the hit says where it is
+            # and that it is not drawn; the choice opens /model/layers.1 with the mlp box
+            # centred and selected, and the MatMul's own panel under a note.
+            node = "/model/layers.1/mlp/MatMul"
+            text = choose(node, "in /model/layers.1/mlp (not drawn)", node)
+            assert page.evaluate(view) == "/model/layers.1"
+            assert canvas.evaluate("r => r.dataset.selected") == "scope:/model/layers.1/mlp"
+            centre = _centre_of_selected(canvas)
+            assert abs(centre[0] - 0.5) < 0.1 and abs(centre[1] - 0.5) < 0.1, centre
+            assert "Not pre-drawn" in text and "max_views=5" in text and ".explore()" in text
+            assert "MatMul" in text and node in text and "inputs" in text and "outputs" in text
+            assert "/model/layers.1/attn/Relu" in text  # its input, with its shape
+            page.screenshot(path=str(ARTIFACTS / "report_undrawn_box.png"))
+
+            # A layer whose own box was not drawn: the overview's box holds it.
+            search.fill("")
+            host.locator(".olr-crumbs a", has_text="overview").click()
+            page.wait_for_function(f"() => ({view})() === ''")
+            node = "/model/layers.35/attn/MatMul"
+            search.fill(node)
+            hit = canvas.locator(".olc-results .olc-result").first
+            hit.wait_for(timeout=5_000)
+            assert "in /model/layers.35 (not drawn)" in hit.inner_text()
+            search.press("Enter")
+            page.wait_for_function(f"() => ({revealed})() === {node!r}")
+            assert page.evaluate(view) == ""
+            assert canvas.evaluate("r => r.dataset.selected") == "scope:/model/layers.35"
+            assert canvas.locator(".olc-busy").inner_text() == ""
+
+            # A node in an If body the report did not draw: the box holding the If.
+            text = choose("then/neg", "in body of /model/layers.2/If (not drawn)",
+                          "/model/layers.2/then/Neg")
+            assert page.evaluate(view) == "/model/layers.2"
+            assert canvas.evaluate("r => r.dataset.selected") == "scope:/model/layers.2"
+            assert "Neg" in text and "body of /model/layers.2/If" in text
+
+            # A scope carrying markup: text in the list and the panel, nothing runs.
+            node = HOSTILE_SCOPE + "/mlp/Relu"
+            text = choose(node,  # exact: first, ahead of the graph output it makes
+                          f"in {HOSTILE_SCOPE} (not drawn)", node)
+            assert f"{HOSTILE_SCOPE}" in text
+            assert panel.locator("img").count() == 0
+            assert page.evaluate("window.__olr_pwned") is None
+
+            # A row of the nodes table lands the same way.
+            search.fill("")
+            table = page.locator(".olr-table[data-table='nodes']")
+            table.locator(".olr-filter").fill("/model/layers.30/attn/relu")
+            table.locator("tr.olr-link").first.click()
+            page.wait_for_function(f"() => ({revealed})() === '/model/layers.30/attn/Relu'")
+            assert canvas.evaluate("r => r.dataset.selected") == "scope:/model/layers.30"
+            assert "Relu" in panel.inner_text() and "Not pre-drawn" in panel.inner_text()
+            assert page.blocked == [] and page.errors == []
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "report_undrawn.png"), full_page=False)
 
 
 @pytest.fixture(scope="module")

@@ -163,6 +163,34 @@ def test_search_index_holds_every_node_and_where_each_is_drawn():
     assert hidden and all(p["where"][n][0] in p["views"] for n in hidden)
 
 
+def test_a_node_whose_view_was_not_pre_drawn_has_a_place_and_a_panel():
+    """Every node no pre-drawn view draws as itself (the view budget) is in ``undrawn`` with
+    the element of the deepest drawn view that holds it (a box whose own view is missing,
+    or the If/Loop whose body was not drawn, nested bodies included) and has its panel."""
+    lab = onnx_lab.open("sample:transformer_block")
+    p = canvas_payload(lab, overview_nodes=4, max_views=2)
+    held = {n: u for u in p["undrawn"] for n in u[4]}
+    assert held and not set(held) & set(p["where"])
+    assert set(held) | set(p["where"]) == set(lab.index.entries)
+    for n, (vk, key, text, note, _) in held.items():
+        box = p["views"][vk]["boxes"][key]
+        assert key in p["views"][vk]["items"] and box not in p["views"]
+        assert text == f"in {key[len('scope:'):]} (not drawn)"
+        assert "max_views=2" in note and "explore()" in note
+        assert f"data-node-id='{n}'" in p["details"][n]
+    assert all("members" not in v for v in p["views"].values())
+
+    flow = onnx_lab.open("sample:control_flow")
+    p = canvas_payload(flow, max_views=1)  # the overview only: no body drawn
+    held = {n: u[:3] for u in p["undrawn"] for n in u[4]}
+    assert held["If_2/then_branch/Mul_0"] == ["", "If_2", "in body of If_2 (not drawn)"]
+    # inner_if is in Loop_3's body: its own body's nodes show at Loop_3 too
+    assert held["Loop_3/body/inner_if/then_branch/Add_0"] == [
+        "", "Loop_3", "in body of inner_if (not drawn)"]
+    assert set(held) | set(p["where"]) == set(flow.index.entries)
+    assert all(n in p["details"] for n in held)
+
+
 def test_small_model_is_drawn_whole_without_boxes():
     p = canvas_payload("sample:convnet")
     assert list(p["views"]) == [""] and not p["views"][""]["boxes"]

@@ -50,6 +50,13 @@
 
     function view() { return payload.views[host.current] || {}; }
 
+    // The nodes no view draws as itself (render.report._undrawn): id -> [view key, drawn key
+    // of the box or If/Loop node holding it there, where text, panel note, ids]; and the
+    // where text of each index entry, for the hit list ("in /layers.35 (not drawn)").
+    const undrawn = new Map();
+    for (const u of payload.undrawn || []) for (const id of u[4]) undrawn.set(id, u);
+    const hitNotes = ((payload.index || {}).ids || []).map((id) => (undrawn.get(id) || [])[2]);
+
     function detailsFor(key) {
       if (!key) return "";
       const child = (view().boxes || {})[key];
@@ -64,6 +71,7 @@
     function onSet(k, v) {
       if (k === "selected") {
         el.dataset.selected = v || "";
+        delete el.dataset.revealed;
         model.update("details_html", detailsFor(v));
         if (host.onSelect) host.onSelect(v);
       } else if (k === "view") {
@@ -87,6 +95,7 @@
         if (payload.views["graph:" + msg.graph]) show("graph:" + msg.graph);
       } else if (msg.type === "focus" || msg.type === "reveal") {
         host.focus(key);  // reveal: a search hit inside a box, drawn in that box's view
+        model.update("busy", "");  // the canvas's "opening …" ends here, whatever was found
       }
     }
 
@@ -109,14 +118,16 @@
       };
       const keys = [], pos = new Map(), at = [], open = [];
       for (const id of ids) {
-        const w = where[id];
+        const w = where[id], u = w ? null : undrawn.get(id);
         let key = null, own = 0;
         if (w && w[0] === vk) { key = w[1]; own = 1; } else if (w) key = boxAbove(w[0]);
+        else if (u && u[0] === vk) key = u[1];  // not drawn: the element holding it here
+        else if (u && u[0] !== null) key = boxAbove(u[0]);
         if (key === null) { at.push(-1); open.push(0); continue; }
         if (!pos.has(key)) { pos.set(key, keys.length); keys.push(key); }
         at.push(pos.get(key)); open.push(own);
       }
-      return { keys, at, open };
+      return { keys, at, open, note: hitNotes };
     }
 
     function drawCrumbs() {
@@ -197,10 +208,31 @@
         show(vk);
         key = dk;
       }
-      if (key === null) return false;
+      if (key === null) return host.reveal(name, select);
       if (select) model.set("selected", key);
       host.quietUntil = performance.now() + 600;  // canvas.js reports the move ~200 ms later
       model.update("_focus", { key, seq: ++host.seq });
+      return true;
+    };
+
+    // A node no view draws as itself (its box or body was left out by the view budget): the
+    // deepest pre-drawn view that holds it, the box (or If/Loop node) holding it centred and
+    // selected, and the node's own panel under a note saying why and how to see it drawn.
+    host.reveal = function (name, select = true) {
+      const u = undrawn.get(name);
+      if (!u) return false;
+      const [vk, key, , note] = u;
+      if (vk !== null && vk !== host.current) show(vk);
+      const here = key !== null && state.items[key] !== undefined;
+      if (select) {
+        if (here) model.set("selected", key);  // (its panel: the box's, replaced below)
+        model.update("details_html", note + (payload.details[name] || ""));
+        el.dataset.revealed = name;
+      }
+      if (here) {  // centred in the part of the view the panel leaves free
+        host.quietUntil = performance.now() + 600;
+        model.update("_focus", { key, seq: ++host.seq, select });
+      }
       return true;
     };
 

@@ -476,6 +476,7 @@ function render({ model, el: root }) {
   // ---- search: every node of the model (index), in the page, per keystroke
   function where(hit) {
     if (hit.open) return "";
+    if (hit.note) return hit.note;  // the host's words (a report: "in /layers.35 (not drawn)")
     if (!hit.key) return "not in this view";
     return hit.key.startsWith("scope:") ? "in " + hit.key.slice(6) : "in body of " + hit.key;
   }
@@ -485,12 +486,13 @@ function render({ model, el: root }) {
     const ix = model.get("index") || {}, pl = model.get("placement") || {};
     const items = model.get("items") || {};
     const ids = ix.ids || [], text = ix.text || [], labels = ix.label || [];
-    const keys = pl.keys || [], at = pl.at || [], open = pl.open || [];
+    const keys = pl.keys || [], at = pl.at || [], open = pl.open || [], note = pl.note || [];
     const exact = [], shown = [], hidden = [], seen = new Set();
     for (let i = 0; i < ids.length; i++) {
       if (!text[i].includes(q)) continue;
       const key = at[i] >= 0 ? keys[at[i]] : null;
-      const hit = { id: ids[i], label: labels[i], key, open: !!open[i] && key === ids[i] };
+      const hit = { id: ids[i], label: labels[i], key, open: !!open[i] && key === ids[i],
+                    note: note[i] };
       seen.add(ids[i]);
       if (ids[i].toLowerCase() === q) exact.push(hit);
       else (hit.open ? shown : hidden).push(hit);
