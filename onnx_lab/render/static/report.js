@@ -203,7 +203,8 @@
     // current one does not show it. select=false: centre and outline only.
     host.focus = function (name, select = true) {
       let key = host.keyIn(name);
-      if (key === null && payload.where[name]) {
+      // (own keys only: a node named "__proto__" is not the object's prototype)
+      if (key === null && Object.hasOwn(payload.where, name)) {
         const [vk, dk] = payload.where[name];
         show(vk);
         key = dk;
@@ -226,7 +227,8 @@
       const here = key !== null && state.items[key] !== undefined;
       if (select) {
         if (here) model.set("selected", key);  // (its panel: the box's, replaced below)
-        model.update("details_html", note + (payload.details[name] || ""));
+        model.update("details_html", note + (Object.hasOwn(payload.details, name)
+                                             ? payload.details[name] : ""));
         el.dataset.revealed = name;
       }
       if (here) {  // centred in the part of the view the panel leaves free
