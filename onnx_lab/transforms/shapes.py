@@ -11,6 +11,8 @@ Example:
 
 from __future__ import annotations
 
+import re
+
 import onnx
 import onnx_ir as ir
 
@@ -158,6 +160,10 @@ def _total_lengths(model: LabModel, dims: dict[str, int]) -> dict[str, int | str
     return out
 
 
+# a number written as text: '1.5', '-3', '16.0', '1e3' (not a dim name; 'inf'/'nan' are names)
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
 @register_pass("set_input_shape", kind="edit")
 class SetInputShape(LabPass):
     """Set the declared shape of one graph input (ints, or names for symbolic dims)."""
@@ -180,6 +186,13 @@ class SetInputShape(LabPass):
                 raise DimError(f"Shape {list(shape)} for input {name!r}: dim {i} must be an "
                                f"int >= 0 or a dim name, got {d!r}.",
                                fix="Use e.g. [1, 3, 224, 224] or ['batch', 3, 224, 224].")
+            if isinstance(d, str) and _NUMBER.fullmatch(d.strip()):
+                # '1.5', '16.0', '1e3' typed in a shape field: a number, not a name (it had
+                # become a symbolic dim named '1.5', sized by the Lab's guess of 1)
+                raise DimError(f"Shape {list(shape)} for input {name!r}: dim {i} is {d!r}, a "
+                               "number written as text, not a size (an int >= 0) or a dim "
+                               "name.", fix="Give each size as an int (16, not '16' or "
+                               "'16.0') or a name such as 'batch'.")
         if declared is not None:
             if len(declared) != len(shape):
                 raise DimError(f"Input {name!r} has rank {len(declared)} ({list(declared)}); "
