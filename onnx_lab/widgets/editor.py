@@ -592,8 +592,8 @@ class Editor(View):
         dims: list[int | str] = []
         for d in self.shape.value.replace(",", "x").split("x"):
             d = d.strip()
-            if d:
-                dims.append(int(d) if d.isdigit() else d)
+            if d:  # isdecimal, not isdigit: '²' is a digit int() cannot read
+                dims.append(int(d) if d.isdecimal() else d)
         return self._edit("set_input_shape", self.target[1], dims)
 
     def remove_output(self) -> Any:

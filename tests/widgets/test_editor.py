@@ -9,6 +9,7 @@ import pytest
 from _machinery import scoped_layers
 
 import onnx_lab
+from onnx_lab.core.shapes import shape_tuple
 from onnx_lab.samples import build
 from onnx_lab.widgets import Editor
 
@@ -581,3 +582,21 @@ def test_drawn_centres_find_an_element_whose_svg_id_is_not_its_key():
         pytest.skip("no graphviz")
     centres = drawn_centres(r.svg, r.drawn)
     assert {"a\x01b", "x" * 2500} <= set(centres)
+
+
+def test_a_shape_field_with_a_superscript_or_a_decimal_number(no_error):
+    """'²' passed str.isdigit, and int('²') raised a bare ValueError ("Unexpected ValueError
+    (please report it)"); '1.5' became a dim named '1.5'. Both are said as LabErrors now."""
+    lab = onnx_lab.open("sample:transformer_block", dims={"batch": 1, "seq": 8})
+    ed = Editor(lab)
+    ed.select("input:x")
+    ed.shape.value = "1x1.5x32"
+    ed.shape_button.click()
+    assert "DimError" in ed.form_error.value and "number written as text" in ed.form_error.value
+    ed.shape.value = "²x8x32"
+    ed.shape_button.click()
+    assert "Unexpected" not in ed.form_error.value + ed.status.value
+    ed.shape.value = "1x８x32"  # a full-width 8 is a decimal digit: int() reads it
+    ed.shape_button.click()
+    no_error(ed)
+    assert shape_tuple(lab.model.graph.inputs[0].shape)[1] == 8
