@@ -484,8 +484,19 @@ class Editor(View):
         finally:
             self.remove_class("onnx-lab-ed-busy")
 
+    def _call(self, fn: Any, *args: Any, code: str | None = None, busy: str | None = None,
+              **kwargs: Any) -> Any:
+        # the line under the widget shows the call tried, refused or not: it had kept the
+        # last call that worked (lab.undo() under a SaveError, a set_input_shape under a
+        # refused rename), so the error could not be reproduced from it
+        if code is not None:
+            self.code.value = code_html(code)
+        return super()._call(fn, *args, code=code, busy=busy, **kwargs)
+
     def _edit_step(self, method: str, *args: Any, follow: str | None, **kw: Any) -> Any:
-        r = self._call(getattr(self.lab, method), *args, busy="Editing and verifying…", **kw)
+        tried = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kw.items()])
+        r = self._call(getattr(self.lab, method), *args, busy="Editing and verifying…",
+                       code=f"lab.{method}({tried})", **kw)
         if r is None:
             return None
         self.result = r

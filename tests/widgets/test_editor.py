@@ -600,3 +600,27 @@ def test_a_shape_field_with_a_superscript_or_a_decimal_number(no_error):
     ed.shape_button.click()
     no_error(ed)
     assert shape_tuple(lab.model.graph.inputs[0].shape)[1] == 8
+
+
+def test_the_python_line_shows_the_refused_call(tmp_path):
+    """After a refused edit or save the line under the widget showed the last call that
+    worked (``lab.undo()`` under a SaveError): it shows the call that was refused."""
+    lab = _lab(tmp_path)
+    ed = Editor(lab)
+    ed.select("/head/fc/Gemm")
+    ed.node_name.value = "classifier"
+    ed.rename_node_button.click()
+    assert "lab.rename_node(" in ed.code.value
+    ed.node_name.value = BN  # a name that exists: refused
+    ed.rename_node_button.click()
+    assert "PassError" in ed.form_error.value
+    assert "lab.rename_node(&#x27;classifier&#x27;, &#x27;/stem/bn/BatchNormalization" \
+        in ed.code.value
+    ed.undo_button.click()
+    ed.save_path.value = str(tmp_path / "convnet.onnx")  # the source: refused
+    ed.save_button.click()
+    assert "SaveError" in ed.form_error.value and "lab.save(" in ed.code.value
+    ed.remove_mode.value = "cascade"
+    ed.select("/stem/conv/Conv")
+    ed.remove_button.click()  # would remove every output: refused
+    assert "lab.remove_node_cascade(&#x27;/stem/conv/Conv&#x27;)" in ed.code.value
