@@ -35,8 +35,11 @@ _STATIC = Path(__file__).with_name("static")
 __all__ = ["View", "SelectableTable", "PagedTable", "lazy_tabs", "error_html", "info_html", "code_html",
            "figure_html", "rendering_html", "badge", "badge_html", "short"]
 
+# overflow-wrap: a model's names have no spaces to break at (a 3,000-character node name in
+# a verdict ran 20,000 px past the widget's edge, cut there, unreadable)
 _BOX = ("padding:6px 10px;border-radius:4px;margin:4px 0;font-size:13px;"
-        "font-family:var(--jp-ui-font-family, sans-serif)")
+        "font-family:var(--jp-ui-font-family, sans-serif);overflow-wrap:anywhere")
+_WRAP = "overflow-wrap:anywhere"
 
 
 def error_html(exc: BaseException) -> str:
@@ -68,8 +71,9 @@ def code_html(code: str) -> str:
     """The equivalent Python call, shown under a widget so every click is reproducible."""
     if not code:
         return ""
-    return ("<div style='font-size:12px;color:#555'>Python: <code class='onnx-lab-code' "
-            "style='background:#f6f8fa;padding:2px 4px'>" + esc_text(code) + "</code></div>")
+    return (f"<div style='font-size:12px;color:#555;{_WRAP}'>Python: <code "
+            "class='onnx-lab-code' style='background:#f6f8fa;padding:2px 4px'>"
+            + esc_text(code) + "</code></div>")
 
 
 def badge_html(passed: bool | None) -> str:

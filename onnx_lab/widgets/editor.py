@@ -340,7 +340,7 @@ class Editor(View):
             values = m.graph.inputs if kind == "input" else m.graph.outputs
             text = tensors(v for v in values if v.name == name)
         return ("<div class='onnx-lab-ed-signature' style='font-size:11px;color:#555;"
-                "white-space:pre-wrap;line-height:1.35;margin:2px 0 6px 0'>" + esc_text(text)
+                "white-space:pre-wrap;overflow-wrap:anywhere;line-height:1.35;margin:2px 0 6px 0'>" + esc_text(text)
                 + "</div>")
 
     def _show_error(self, e: Exception) -> None:
@@ -387,9 +387,13 @@ class Editor(View):
             self.panel.children = []
             return
         kind, name = t
-        self.title.value = (f"<b>{esc_text(kind)}</b> <code>{esc_text(name)}</code>"
+        # a name has nothing to break at: it wraps anywhere (1,500 characters had run
+        # 11,000 px past the editor's edge)
+        self.title.value = (f"<div style='overflow-wrap:anywhere;line-height:1.45'>"
+                            f"<b>{esc_text(kind)}</b> <code>{esc_text(name)}</code>"
                             + (f" ({esc_text(m.index.node(name).op_type)})"
-                               if kind == "node" else "") + self._signature_html(kind, name))
+                               if kind == "node" else "") + self._signature_html(kind, name)
+                            + "</div>")
         row = _row
         if kind == "node":
             node = m.index.node(name)
@@ -528,7 +532,8 @@ class Editor(View):
         # an edit that changed nothing is no step (the history stays where it was)
         where = f"step {self.lab.version_history.current}" if r.modified else "no new step"
         self.message.value = (info_html(f"{where}: {r.name} — {verdict}", kind=kind)
-                              + f"<div style='font-size:12px'>{esc_text(what)}</div>")
+                              + f"<div class='onnx-lab-ed-provenance' style='font-size:12px;"
+                              f"overflow-wrap:anywhere'>{esc_text(what)}</div>")
         self._redraw(follow, around=self._changed(r, follow))
         return r
 

@@ -529,3 +529,63 @@ def test_an_edit_on_a_2000_node_graph_shows_its_neighbourhood(tmp_path_factory):
                   f"show whole graph {whole:.2f} s, undo (neighbourhood) {undo:.2f} s")
         finally:
             page.screenshot(path=str(ARTIFACTS / "editor_neighbourhood_page.png"))
+
+
+LONG = "n" * 1500 + "_end"  # a name with nothing to break at
+LONG_NAMES = [
+    "import onnx, onnx_lab\nfrom onnx import helper, TensorProto\n"
+    "g = helper.make_graph([helper.make_node('Relu', ['x'], ['t' * 1500], name='relu'),\n"
+    "    helper.make_node('Neg', ['t' * 1500], ['y'], name='neg')], 'g',\n"
+    "    [helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 4])],\n"
+    "    [helper.make_tensor_value_info('y', TensorProto.FLOAT, [1, 4])])\n"
+    "lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]))\n"
+    "ed = lab.edit()\ned",
+]
+
+# The parts of the Editor that hold text (the title, the verdict and its node list, the
+# error beside the form, the Python line) whose right edge passes the editor's
+SPILL = """root => {
+  const right = root.getBoundingClientRect().right + 2, out = [];
+  for (const sel of ['.onnx-lab-ed-title', '.onnx-lab-ed-message', '.onnx-lab-ed-form-error',
+                     '.onnx-lab-code']) {
+    for (const el of root.querySelectorAll(sel + ', ' + sel + ' *')) {
+      const r = el.getBoundingClientRect();
+      if (r.width && r.right > right) out.push(sel + ' ' + el.localName + ' +'
+                                               + Math.round(r.right - right) + 'px');
+    }
+  }
+  return out;
+}"""
+
+
+def test_long_names_wrap_inside_the_editor(tmp_path_factory):
+    """A 1,500-character node and tensor name (nothing to break at) in the title, the
+    verdict, the nodes it touched, the error beside the form and the Python line: they wrap
+    inside the editor at 1280 px. They had run thousands of px past its right edge, cut
+    there (ipywidgets hides an HTML box's overflow), so the verdict could not be read."""
+    work = tmp_path_factory.mktemp("jupyterlab-editor-long")
+    with lab_in_browser(work, {"long.ipynb": LONG_NAMES}, width=1280) as (url, page):
+        try:
+            run_all_cells(page, url, "long.ipynb")
+            root = page.locator(".onnx-lab-editor").first
+            root.locator(".olc-root svg g.node").first.wait_for(timeout=120_000)
+            _select(root, "relu")
+            root.locator(".onnx-lab-ed-title", has_text="relu").wait_for(timeout=30_000)
+            name = root.locator(".onnx-lab-ed-node-name input")
+            name.fill(LONG)
+            name.press("Tab")
+            root.locator(".onnx-lab-ed-rename-node-button").click()
+            _wait_message(page, root, "rename_node")
+            root.locator(".onnx-lab-ed-title", has_text="_end").wait_for(timeout=30_000)
+            assert "_end" in root.locator(".onnx-lab-ed-message").inner_text()
+            name.fill("neg")  # an existing name: refused, the error beside the form
+            name.press("Tab")
+            root.locator(".onnx-lab-ed-rename-node-button").click()
+            root.locator(".onnx-lab-ed-form-error", has_text="PassError").wait_for(
+                timeout=60_000)
+            expect(page.locator(".onnx-lab-editor.onnx-lab-ed-busy")).to_have_count(
+                0, timeout=60_000)
+            root.screenshot(path=str(ARTIFACTS / "editor_long_names.png"))
+            assert root.evaluate(SPILL) == []
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "editor_long_names_page.png"))
