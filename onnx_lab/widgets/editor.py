@@ -215,9 +215,14 @@ class Editor(View):
         self.node_name = w.Text(description="new name", layout=_row_field())
         self.rename_node_button = _button("Rename node")
         self.remove_mode = w.Dropdown(description="remove", layout=_WIDE, options=[
-            ("reconnect its input to its consumers", "reconnect"),
-            ("with everything after it (cascade)", "cascade"),
-            ("its outputs become model inputs", "inputs")], value="reconnect")
+            # short enough to read whole in the form's 210 px dropdown ("reconnect its input
+            # to its consum" was all it showed); the tooltip says what each does
+            ("reconnect (bypass it)", "reconnect"),
+            ("cascade (all after it)", "cascade"),
+            ("outputs become inputs", "inputs")], value="reconnect")
+        self.remove_mode.tooltip = ("reconnect: its input goes to its consumers; cascade: it "
+                                    "and everything after it; inputs: its outputs become "
+                                    "model inputs")
         self.preview_button = _button("Preview removal", "list what would be removed")
         self.remove_button = _button("Remove", style="danger")
         # tensor form (outputs of the node, or the selected input/output)

@@ -59,6 +59,28 @@ def _buttons_beside_their_fields(root) -> None:
         assert b["x"] + b["width"] <= form["x"] + form["width"] + 1, (button, b, form)
 
 
+# The width the chosen option's text needs in a <select> (its font, its padding, the arrow)
+# against the width it has: the removal mode read "reconnect its input to its consum".
+SELECT_FITS = """sel => {
+  const cs = getComputedStyle(sel), ctx = document.createElement('canvas').getContext('2d');
+  ctx.font = cs.font;
+  const text = sel.options[sel.selectedIndex].text;
+  const need = ctx.measureText(text).width + parseFloat(cs.paddingLeft)
+               + parseFloat(cs.paddingRight) + 16;
+  return {text, need: Math.round(need), has: sel.clientWidth};
+}"""
+
+
+def _options_read_whole(root) -> None:
+    """Each removal mode reads whole in its dropdown on the form beside the canvas."""
+    select = root.locator(".onnx-lab-ed-remove-mode select")
+    for i in range(select.locator("option").count()):
+        select.select_option(index=i)
+        fit = select.evaluate(SELECT_FITS)
+        assert fit["need"] <= fit["has"], fit
+    select.select_option(index=0)
+
+
 def test_editor_edit_undo_in_the_browser(tmp_path_factory):
     work = tmp_path_factory.mktemp("jupyterlab-editor")
     # 1280 px: a laptop's window, where the form beside the canvas is at its narrowest
@@ -72,6 +94,7 @@ def test_editor_edit_undo_in_the_browser(tmp_path_factory):
             _select(root, BN)
             root.locator(".onnx-lab-ed-title", has_text=BN).wait_for(timeout=30_000)
             _buttons_beside_their_fields(root)
+            _options_read_whole(root)
             root.locator(".onnx-lab-ed-attribute select").select_option("epsilon")
             field = root.locator(".onnx-lab-ed-attr-value input")
             field.fill("0.001")
@@ -150,7 +173,7 @@ def test_editor_on_a_transformer_in_the_browser(tmp_path_factory):
             _select(root, relu)  # delete the activation, its input wired to its consumer
             root.locator(".onnx-lab-ed-title", has_text=relu).wait_for(timeout=30_000)
             root.locator(".onnx-lab-ed-remove-mode select").select_option(
-                label="reconnect its input to its consumers")
+                label="reconnect (bypass it)")
             root.locator(".onnx-lab-ed-preview-button").click()
             _wait_message(page, root, "removes 1 node(s)")
             root.locator(".onnx-lab-ed-remove-button").click()
@@ -246,7 +269,7 @@ def _remove(page, root, key: str, *, selected: bool = False) -> str:
         _select(root, key)
         root.locator(".onnx-lab-ed-title", has_text=key).wait_for(timeout=30_000)
     root.locator(".onnx-lab-ed-remove-mode select").select_option(
-        label="reconnect its input to its consumers")
+        label="reconnect (bypass it)")
     root.locator(".onnx-lab-ed-remove-button").click()
     text = _wait_message(page, root, "remove_node")
     expect(root.locator(f"svg g.node[id='n:{key}']")).to_have_count(0, timeout=30_000)
