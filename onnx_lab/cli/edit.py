@@ -113,7 +113,7 @@ def _dims(flag: str, value: str) -> tuple[str, list[int | str]]:
     for d in dims.replace(",", "x").split("x"):
         if not d:
             continue
-        out.append(int(d) if d.isdigit() else d)
+        out.append(int(d) if d.isdecimal() else d)  # "²" is a digit int() cannot read
     return name, out
 
 

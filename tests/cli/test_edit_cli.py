@@ -69,6 +69,9 @@ def test_edit_text_output_says_what_changed(convnet, tmp_path, capsys):
     (["--remove", "/stem/conv/Conv"], "shape"),
     (["--replace-init", "block1.conv.weight=WRONG"], "shape"),
     (["--input-shape", "input:1x3x64x64"], "fixed"),
+    # '²' passed str.isdigit and int() raised: an internal error with a traceback
+    (["--input-shape", "input:²x3x32x32"], "fixed"),
+    (["--input-shape", "input:1.5x3x32x32"], "number written as text"),
     ([], "at least one edit"),
 ])
 def test_bad_edits_are_one_line_and_exit_2(convnet, tmp_path, capsys, flags, message):
