@@ -101,7 +101,7 @@ def history_html(history: pd.DataFrame) -> str:
     verification badge, or "changed (expected)" for an edit whose outputs were meant to
     change (``outputs_changed``) — and the current step marked."""
     head = ("<tr><th>step</th><th>pass</th><th>params</th><th>modified</th><th>nodes</th>"
-            "<th>verification</th><th>max_abs_err</th><th>seconds</th><th></th></tr>")
+            "<th>verification</th><th>max_abs_err</th><th>seconds</th></tr>")
     rows = []
     for r in history.to_dict("records"):
         err = r.get("max_abs_err")
@@ -119,13 +119,15 @@ def history_html(history: pd.DataFrame) -> str:
         style = " style='background:#e3f2fd;font-weight:bold'" if current else ""
         rows.append(
             f"<tr class='onnx-lab-history-row' data-step='{int(r['step'])}'{style}>"
-            f"<td>{int(r['step'])}</td><td>{esc_text(str(r['pass']))}</td>"
+            # the marker beside the step number: in a last column it was off screen at first
+            # in a 1280 px JupyterLab (and 285 px out in a narrow pane)
+            f"<td style='white-space:nowrap'>{int(r['step'])}"
+            f"{' ◀ current' if current else ''}</td><td>{esc_text(str(r['pass']))}</td>"
             f"<td>{short(r['params'] or '', 40)}</td><td>{'yes' if r['modified'] else 'no'}</td>"
             f"<td class='onnx-lab-nodes' data-before='{int(r['nodes_before'])}' "
             f"data-after='{int(r['nodes_after'])}'>{int(r['nodes_before'])} → "
             f"{int(r['nodes_after'])}</td>"
-            f"<td>{ver}</td><td>{err_txt}</td><td>{float(r['seconds']):.2f}</td>"
-            f"<td>{'◀ current' if current else ''}</td></tr>")
+            f"<td>{ver}</td><td>{err_txt}</td><td>{float(r['seconds']):.2f}</td></tr>")
     return ("<table class='onnx-lab-history onnx-lab-table' style='font-size:12px'>"
             + head + "".join(rows) + "</table>")
 

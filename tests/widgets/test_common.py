@@ -93,6 +93,8 @@ def test_history_html_badges_and_current_step():
     assert out.count("onnx-lab-history-row") == 3
     assert ">passed<" in out and ">FAILED<" in out and "◀ current" in out
     assert "data-step='2' style='background" in out and "data-before='21' data-after='20'" in out
+    # the marker sits beside the step number (a last column was off screen at first)
+    assert ">2 ◀ current</td><td>my_edit<" in out and out.count("◀ current") == 1
 
 
 def test_table_is_one_model_and_answers_page_messages():
