@@ -21,7 +21,7 @@ from typing import Any
 from onnx_lab._progress import Progress
 from onnx_lab.core._gc import paused
 from onnx_lab.core.history import History
-from onnx_lab.core.shapes import fit_dims
+from onnx_lab.core.shapes import fit_dims, shape_tuple
 from onnx_lab.errors import (
     InputError,
     LabError,
@@ -387,8 +387,8 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                                        cache=_cache, reference_shapes=kind != "edit", **opts)
                 except RuntimeLoadError as e:  # the reference itself does not run
                     raise RuntimeLoadError(f"Cannot verify {pass_name}: the model before it "
-                                           f"does not run, so there is nothing to compare "
-                                           f"with ({e.problem})",
+                                           f"does not run{_at_new_sizes(before, result)}, so "
+                                           f"there is nothing to compare with ({e.problem})",
                                            fix=(e.fix or "") + " Inputs it runs on can be "
                                            "given: verify={'feeds': {name: array}} or a .npz "
                                            "path (--feeds); or apply with verify=False "
@@ -704,3 +704,14 @@ def find_precision(history: History, target: str = "fp16", feeds: Any = None,
         history.push(result, dims=new_dims, shapes=new_shapes)
         plan.result = result
         return plan
+
+
+def _at_new_sizes(before: Any, result: PassResult) -> str:
+    """`` at the sizes this step sets (x [0, 8])`` for a step that changed input shapes: its
+    reference runs at them (a batch of 0 BERT's Reshape refuses read as if the model before
+    it were broken), else ``""``."""
+    old = {v.name: shape_tuple(v.shape) for v in before.graph.inputs}
+    new = [f"{v.name} {list(shape_tuple(v.shape) or [])}" for v in result.model.graph.inputs
+           if v.name in old and shape_tuple(v.shape) != old[v.name]]
+    return f" at the sizes this step sets ({', '.join(new)})" if new else ""
+

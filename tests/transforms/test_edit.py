@@ -191,6 +191,25 @@ def test_set_input_shape():
     assert any("batch=1, seq=8 in the outputs" in n for n in r.notes)
 
 
+def test_a_reference_that_fails_at_the_new_sizes_is_said_to_fail_at_them():
+    # a batch of 0 that a Gather of row 0 refuses: the message read as if the model before
+    # the step were broken, and did not name the sizes it ran at
+    from onnx import TensorProto, numpy_helper
+
+    from onnx_lab.errors import RuntimeLoadError
+
+    g = helper.make_graph([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(np.array(0, np.int64), "i")])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                        dims={"b": 2})
+    with pytest.raises(RuntimeLoadError, match=r"does not run at the sizes this step sets "
+                       r"\(x \[0, 8\]\)"):
+        lab.set_input_shape("x", [0, 8])
+    assert len(lab.history) == 1  # nothing applied
+
+
 def test_set_input_shape_keeps_a_name_another_input_declares():
     from onnx import TensorProto
 
