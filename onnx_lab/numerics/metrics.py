@@ -422,7 +422,30 @@ class MetricAccumulator:
                 self._add_clipped(ref, cand)
                 self.max_ref = max(self.max_ref, beyond)
                 return
+        top = _OVERFLOW_AT.get(str(ref.dtype))
+        if top is not None and cand.dtype.kind == "f" and cand.dtype.itemsize > \
+                ref.dtype.itemsize:
+            cand = self._overflowed_alike(ref, cand, top)
         self._add_clipped(ref, cand)
+
+    def _overflowed_alike(self, ref: np.ndarray, cand: np.ndarray, top: float) -> np.ndarray:
+        """A wider candidate against a narrow float reference (float16, bfloat16): where the
+        reference overflowed (its infinity, or its largest value from a saturating kernel)
+        and the candidate holds a value of the same sign beyond that float's range, both
+        computed the same overflowing quantity, the candidate without rounding it to the
+        narrow float. onnxruntime's optimized float16 model on CPU keeps the float32 of the
+        Casts it inserts around float16 ops: a Conv's 506708 there against the reference's
+        inf, exposed as float16, failed a step whose outputs were bit-identical. The
+        candidate's value is compared as the reference's there; elsewhere as it is."""
+        r, c = _widened(ref).reshape(-1), cand.reshape(-1)  # same size, maybe another shape
+        with np.errstate(invalid="ignore"):
+            r_over = np.isinf(r) | (np.abs(r) == top)
+            alike = r_over & np.isfinite(c) & (np.abs(c) > top) & (np.sign(c) == np.sign(r))
+        if not alike.any():
+            return cand
+        self._note(f"candidate values beyond {ref.dtype}'s range compared as the reference's "
+                   "overflow")
+        return np.where(alike, r.astype(cand.dtype), c).reshape(cand.shape)
 
     def _add_clipped(self, ref: np.ndarray, cand: np.ndarray) -> None:
         """The numeric comparison of one sample, in slices."""

@@ -424,3 +424,50 @@ def test_a_transpose_that_moves_a_dim_of_one_is_named_for_its_shape_not_its_inpu
     assert d["node_id"] == "tr" and d["cause"] == "computation", d
     assert "another shape, [2, 1, 3] instead of [1, 2, 3]" in d["message"]
     assert "comes in through" not in d["message"]
+
+
+def _overflowing_pair(scale: float = 1000.0) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """A float16 model whose ``m`` overflows (clipped after), and the same computation as
+    onnxruntime's optimizer writes it for CPU: float32 between Casts, ``m`` kept in float32."""
+    f16, f32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+
+    def const(name, value, dtype):
+        return numpy_helper.from_array(np.array(value, dtype), name)
+
+    ref = helper.make_model(helper.make_graph(
+        [helper.make_node("Mul", ["x", "k"], ["m"], name="mul"),
+         helper.make_node("Clip", ["m", "lo", "hi"], ["y"], name="clip")],
+        "ref", [helper.make_tensor_value_info("x", f16, [1, 4])],
+        [helper.make_tensor_value_info("y", f16, [1, 4])],
+        [const("k", 1000.0, np.float16), const("lo", 0.0, np.float16),
+         const("hi", 6.0, np.float16)]), opset_imports=[helper.make_opsetid("", 17)])
+    cand = helper.make_model(helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["x32"], name="cast_in", to=f32),
+         helper.make_node("Mul", ["x32", "k"], ["m"], name="mul"),
+         helper.make_node("Clip", ["m", "lo", "hi"], ["y32"], name="clip"),
+         helper.make_node("Cast", ["y32"], ["y"], name="cast_out", to=f16)],
+        "cand", [helper.make_tensor_value_info("x", f16, [1, 4])],
+        [helper.make_tensor_value_info("y", f16, [1, 4])],
+        [const("k", scale, np.float32), const("lo", 0.0, np.float32),
+         const("hi", 6.0, np.float32)]), opset_imports=[helper.make_opsetid("", 17)])
+    return ref, cand
+
+
+def test_a_float32_candidate_keeps_what_the_float16_reference_overflowed():
+    # 100 * 1000 is inf in float16 and 1e5 in the candidate's float32, clipped to 6 on both
+    # sides: the outputs are equal, and `m` used to fail at max_abs inf ("computes
+    # differently"), as did the verification of onnxruntime's step on such a model
+    from onnx_lab.numerics.verify import verify
+
+    feeds = {"x": np.array([[0.5, 100.0, -100.0, 70.0]], np.float16)}
+    ref, cand = _overflowing_pair()
+    c = compare(ref, cand, feeds=feeds)
+    assert c.passed and c.first_divergence is None
+    assert c.layers["passed"].all() and "m" in set(c.layers["tensor"])
+    report = verify(onnx_lab.open(ref), onnx_lab.open(cand), feeds=feeds)
+    assert report.attrs["passed"] and report["passed"].all()
+    # a wrong constant still fails where the reference did not overflow, and where it did
+    c = compare(ref, _overflowing_pair(scale=10.0)[1], feeds=feeds)
+    assert c.first_divergence["tensor"] == "m"
+    assert not verify(onnx_lab.open(ref), onnx_lab.open(_overflowing_pair(scale=-1000.0)[1]),
+                      feeds=feeds).attrs["passed"]

@@ -230,3 +230,23 @@ def test_a_reference_beyond_float16_is_compared_at_its_limit():
     assert not tensor_metrics(r, np.array([-65504.0, -3.0, 65504.0], np.float16))["passed"]
     # only for a float16 candidate: float32 against float32 is compared as it is
     assert not tensor_metrics(r, np.array([-65504.0, -2.0, 65504.0], np.float32))["passed"]
+
+
+def test_a_wider_candidate_beyond_a_narrow_references_range_is_its_overflow():
+    # onnxruntime's optimized float16 model on CPU keeps the float32 of the Casts it inserts:
+    # where the float16 reference overflowed (inf, or 65504 from a saturating kernel), the
+    # candidate holds the float32 value beyond float16's range (light SqueezeNet in float16:
+    # 506708 against inf failed `ort:basic` with bit-identical outputs)
+    r = np.array([np.inf, 1.0, -np.inf, 65504.0], np.float16)
+    c = np.array([506708.0, 1.0, -7e4, 1e5], np.float32)
+    m = tensor_metrics(r, c)
+    assert m["passed"] and m["max_abs"] == 0.0
+    assert "compared as the reference's overflow" in m["note"]
+    assert tensor_metrics(r.reshape(2, 2), c)["passed"]  # same size, compared flattened
+    # a value float16 holds is not an overflow, the other sign is another value, and the
+    # finite elements are compared as ever
+    assert not tensor_metrics(r, np.array([60000.0, 1.0, -7e4, 1e5], np.float32))["passed"]
+    assert not tensor_metrics(r, np.array([-1e5, 1.0, -7e4, 1e5], np.float32))["passed"]
+    assert not tensor_metrics(r, np.array([1e5, 1.5, -7e4, 1e5], np.float32))["passed"]
+    # the other way round stays a real overflow: a float16 candidate's inf against float32
+    assert not tensor_metrics(c, r)["passed"]
