@@ -102,6 +102,13 @@ def _split_providers(providers: Any) -> tuple[list[str], list[str]]:
     return p, p
 
 
+def _read_inputs(model: LabModel, names: Sequence[str]) -> list[str]:
+    """The graph inputs of ``names`` that a node (in a body too) reads or that are outputs."""
+    inputs = {v.name: v for v in model.graph.inputs}
+    return [n for n in names if n in inputs and (inputs[n].uses() or
+                                                 inputs[n].is_graph_output())]
+
+
 def _check_inputs(ref: LabModel, cand: LabModel) -> None:
     """InputError when the two models do not take the same inputs."""
     rs = {n: (d, s) for n, d, s in input_specs(ref)}
@@ -120,13 +127,36 @@ def _check_inputs(ref: LabModel, cand: LabModel) -> None:
                 "merged decoder's use_cache_branch), which the other model does not have.",
                 fix="Compare models of the same layout: a merged decoder with a merged one "
                 "(its fp16 or int8 version), a with-past decoder with a with-past one.")
+        if only_r and only_c:
+            raise InputError(
+                f"The models' inputs differ in name: only in the reference {only_r}, only in "
+                f"the candidate {only_c}.",
+                fix="Rename the inputs so both models take the same names "
+                "(lab.rename_tensor).")
+        # one side takes more inputs: nothing to rename them to
+        what, other, extra, model, other_model = (
+            ("reference", "candidate", only_r, ref, cand) if only_r else
+            ("candidate", "reference", only_c, cand, ref))
+        if not _read_inputs(model, extra):
+            # onnxruntime's saved optimized model of an IR version 3 file (weights listed as
+            # graph inputs too): the folded weights' initializers are gone, their inputs
+            # stay, and onnxruntime asks for them (light AlexNet, SqueezeNet, ResNet-50...)
+            held = [n for n in extra if n in other_model.graph.initializers]
+            raise InputError(
+                f"The {what} takes inputs the {other} does not: {extra}. No node of the "
+                f"{what} reads them"
+                + (f"; the {other} holds them as weights (an IR version "
+                   f"{other_model.ir.ir_version} model lists its initializers as graph "
+                   "inputs too, and a tool that folded what reads them dropped their values "
+                   "but kept the inputs, which onnxruntime still asks for)" if held else "")
+                + ".",
+                fix=f"Remove them from the {what}'s graph inputs (nothing reads them), or "
+                "make the optimized model with onnx_lab (lab.apply('ort:basic'), "
+                "'onnxsim'...), whose steps keep the interface.")
         raise InputError(
-            f"The models' inputs differ in name: only in the reference {only_r}, only in the "
-            f"candidate {only_c}.",
-            fix="Rename the inputs so both models take the same names (lab.rename_tensor)"
-            + ("." if only_r and only_c else
-               "; a model that takes inputs the other does not is another model: compare "
-               "it with its own versions."))
+            f"The {what} takes inputs the {other} does not: {extra}.",
+            fix="A model that takes inputs the other does not is another model: compare it "
+            "with its own versions.")
     for name, (d, s) in rs.items():
         cd, cshape = cs[name]
         if d != cd:

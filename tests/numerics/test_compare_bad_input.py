@@ -160,3 +160,35 @@ def test_inputs_the_seeded_feeds_hold_at_one_value_are_named():
     # feeds given by the user: their values are theirs, nothing said
     feeds = {"x": np.ones((2, 4), np.float32), "attention_mask": np.ones((2, 4), np.int64)}
     assert not onnx_lab.compare(ref, ignores, feeds=feeds, progress=False).feeds_notes
+
+
+def test_inputs_a_tool_left_unread_are_named_with_advice_that_fits():
+    # onnxruntime's saved optimized model of an IR version 3 file (its initializers listed as
+    # graph inputs too: the light AlexNet, SqueezeNet, ResNet-50... of onnx's test data) folds
+    # the ConstantOfShape that read a weight, drops the weight and keeps its input, which
+    # onnxruntime then asks for. The refusal advised renaming, with nothing to rename to.
+    import numpy as np
+    import onnx
+
+    shape = onnx.numpy_helper.from_array(np.array([2, 3], np.int64), "b__SHAPE")
+    ref = helper.make_model(helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["b__SHAPE"], ["b"], name="fill",
+                          value=onnx.numpy_helper.from_array(np.array([0.5], np.float32))),
+         helper.make_node("Add", ["x", "b"], ["y"], name="add")],
+        "ref", [vi("x", [2, 3]), vi("b__SHAPE", [2], TensorProto.INT64)], [vi("y", [2, 3])],
+        [shape]), opset_imports=[helper.make_opsetid("", 9)], ir_version=3)
+    cand = helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["y"], name="add")],
+        "cand", [vi("x", [2, 3]), vi("b__SHAPE", [2], TensorProto.INT64)], [vi("y", [2, 3])],
+        [onnx.numpy_helper.from_array(np.full((2, 3), 0.5, np.float32), "b")]),
+        opset_imports=[helper.make_opsetid("", 9)], ir_version=3)
+    with pytest.raises(InputError) as e:
+        onnx_lab.compare(ref, cand, progress=False)
+    assert "The candidate takes inputs the reference does not: ['b__SHAPE']" in e.value.problem
+    assert "No node of the candidate reads them" in e.value.problem
+    assert "the reference holds them as weights (an IR version 3" in e.value.problem
+    assert "rename" not in str(e.value).lower() and "Remove them" in e.value.fix
+    # renaming is advised where both sides have names to rename
+    with pytest.raises(InputError) as e:
+        onnx_lab.compare(_neg("x"), _neg("z"))
+    assert "lab.rename_tensor" in e.value.fix
