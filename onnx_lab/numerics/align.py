@@ -54,6 +54,53 @@ UNREAD_REASON = ("an optional output nothing reads (a Dropout mask...): its dtyp
 _PASS_THROUGH = {"Identity", "Dropout"}
 
 
+def inferred_fusions(reference: LabModel, candidate: LabModel) -> dict[str, list[str]]:
+    """{candidate node id: the reference nodes it stands for} for the candidate nodes a tool
+    folded others into without recording it (no ``onnx_lab.origin``: a file onnxsim,
+    onnxoptimizer or onnxruntime wrote outside onnx_lab), read from the rewiring as
+    ``transforms`` reads a tool's result: where a node both models hold (same id and op type)
+    reads tensor T in the candidate but T' in the reference, and T' is computed from T by
+    reference nodes the candidate lacks, one data input each, T's producer took them in
+    (onnxsim folds a BatchNormalization into the Conv, which keeps its output name, and the
+    activation after it now reads that name). A chain of Identity/Dropout alone folds no work.
+    Without this, the Conv's output was compared with the reference's pre-normalization
+    value (a TorchScript export with its BatchNormalizations, light ResNet-50: every Conv
+    "computes differently", and what followed it was not compared)."""
+    ridx, cidx = reference.index, candidate.index
+    made = _constant_made(reference)  # weights filled by ConstantOfShape, BN scales...
+    out: dict[str, list[str]] = {}
+    for xid, ce in cidx.entries.items():
+        re_ = ridx.entries.get(xid)
+        if ce.graph or re_ is None or re_.graph or re_.node.op_type != ce.node.op_type:
+            continue
+        for a, b in zip(re_.node.inputs, ce.node.inputs):
+            t_ref, t_cand = _name(a), _name(b)
+            if not t_ref or not t_cand or t_ref == t_cand:
+                continue
+            chain: list[str] = []
+            cur = t_ref
+            while cur != t_cand:
+                p = ridx.producer.get(cur)
+                if p is None or p in cidx.entries or ridx.entries[p].graph or p in chain:
+                    break
+                chain.append(p)
+                data = [v.name for v in ridx.node(p).inputs if _name(v) and not _is_const(v)
+                        and v.name not in made]
+                if len(data) != 1:
+                    break
+                cur = data[0]
+            if cur != t_cand or all(ridx.node(p).op_type in _PASS_THROUGH for p in chain):
+                continue
+            c, r = cidx.producer.get(t_cand), ridx.producer.get(t_cand)
+            if c is None or c != r or cidx.entries[c].graph or \
+                    ORIGIN_KEY in cidx.node(c).metadata_props or \
+                    cidx.node(c).op_type != ridx.node(r).op_type:
+                continue
+            group = out.setdefault(c, [c])
+            group.extend(p for p in reversed(chain) if p not in group)
+    return out
+
+
 def origins_of(model: LabModel) -> dict[str, list[str]]:
     """{node id: original node ids} from ``onnx_lab.origin`` metadata (own id when absent)."""
     return origins(model)
@@ -160,11 +207,31 @@ def align(reference: LabModel | None, candidate: LabModel, *,
             if o != last:
                 for v in ridx.node(o).outputs:
                     fused_into.setdefault(v.name, cnid)
+    same = SameQuantity(reference, candidate)
+    # Folds no origin records, read from the rewiring: the fused node's output stands for
+    # the last folded node's output (a structural guess, flagged with what it rests on).
+    inferred: dict[str, tuple[str, str]] = {}  # reference tensor -> (candidate tensor, why)
+    for cnid, group in same.inferred.items():
+        if cnid in last_of:
+            continue
+        last = max(group, key=lambda o: ridx.entries[o].topo)
+        last_of[cnid] = last
+        folded = ", ".join(f"{o!r} ({ridx.node(o).op_type})" for o in group if o != cnid)
+        r_outs = [v.name for v in ridx.node(last).outputs]
+        for k, v in enumerate(cidx.node(cnid).outputs):
+            if k < len(r_outs) and r_outs[k] and v.name in capt and r_outs[k] not in inferred:
+                inferred[r_outs[k]] = (v.name, (
+                    f"structural guess: {folded} folded into candidate node {cnid!r} "
+                    f"({cidx.node(cnid).op_type}): the nodes after it read {v.name!r} where "
+                    f"the reference's read {r_outs[k]!r}"))
+        for o in group:
+            if o != last:
+                for v in ridx.node(o).outputs:
+                    fused_into.setdefault(v.name, cnid)
 
     def _set(row: dict, cand: str, kind: str, reason: str | None = None) -> None:
         row.update(cand_tensor=cand, cand_node_id=capt.get(cand), match=kind, reason=reason)
 
-    same = SameQuantity(reference, candidate)
     taken_nodes: set[str] = set()
     for name in order:
         row = rows[name]
@@ -193,6 +260,14 @@ def align(reference: LabModel | None, candidate: LabModel, *,
             _set(row, prov[name], "provenance")
             claimed.add(prov[name])
             taken_nodes.add(capt[prov[name]])
+    for name in order:
+        row = rows[name]
+        if not row["graph"] and not row["cand_tensor"] and name in inferred \
+                and inferred[name][0] not in claimed and name not in unread:
+            cand, why = inferred[name]
+            _set(row, cand, "structure", why)
+            claimed.add(cand)
+            taken_nodes.add(capt[cand])
 
     # Structure, in topological order so chains of guesses propagate.
     matched = {r["tensor"]: r["cand_tensor"] for r in rows.values() if r["cand_tensor"]}
@@ -678,6 +753,8 @@ class SameQuantity:
             if e.graph == "":
                 for o in node_origin(e.node, nid):
                     self.by_origin.setdefault(o, set()).add(nid)
+        #: folds no origin records, read from the rewiring (:func:`inferred_fusions`)
+        self.inferred = inferred_fusions(reference, candidate)
         r_inputs = {v.name for v in reference.graph.inputs}
         self.held: dict[str, set[str]] = {v.name: {v.name} for v in candidate.graph.inputs
                                           if v.name in r_inputs}
@@ -744,6 +821,7 @@ class SameQuantity:
         ridx = self.ref.index
         out = {n for o in node_origin(self.cand.index.node(cand_node), cand_node)
                for n in self.by_origin.get(o, ())}
+        out.update(self.inferred.get(cand_node, ()))
         if cand_node in ridx.entries and ridx.entries[cand_node].graph == "":
             out.add(cand_node)
         return out if ref_node in out else {ref_node}
