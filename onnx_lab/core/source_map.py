@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from onnx_lab.core.model import LabModel
 
 __all__ = ["Source", "NodeSource", "SOURCE_COLUMNS", "SCOPES_KEY", "CLASSES_KEY", "STACK_KEY",
-           "NAMESPACE_KEY", "SOURCES_KEY", "node_sources", "source_map", "source_table",
+           "NAMESPACE_KEY", "SOURCES_KEY", "RULE_KEY", "node_sources", "source_map", "source_table",
            "module_at", "module_scopes", "scope_key", "group_by_module", "carry_sources", "source_share",
            "parse_stack_trace", "user_frame"]
 
@@ -386,8 +386,44 @@ def _scope_source(scope: str) -> Source | None:
 
 def node_sources(node: ir.Node, node_id: str = "") -> NodeSource | None:
     """The source of one node: from its metadata, else inferred from name scopes, else None."""
-    parts = _from_metadata(node.metadata_props) or _inferred(node, node_id)
+    parts = _from_metadata(node.metadata_props)
+    if parts:
+        parts = _fused_by_exporter(node, parts)
+    parts = parts or _inferred(node, node_id)
     return NodeSource(tuple(parts)) if parts else None
+
+
+#: The key onnxscript's rewriter, which torch.onnx runs at export (``optimize=True``), writes
+#: on a node one of its rules made (``FuseBatchNormIntoConv``).
+RULE_KEY = "pkg.onnxscript.rewriter.rule_name"
+_PARAM = re.compile(r"(?P<module>\w+(?:\.\w+)*)\.(?:weight|bias)")  # '0.conv.weight' too
+
+
+def _fused_by_exporter(node: ir.Node, parts: list[Source]) -> list[Source]:
+    """``parts`` with the modules the exporter's own fusion took in. torch.onnx (dynamo=True)
+    folds a BatchNormalization into the Conv before it (``FuseBatchNormIntoConv``) and keeps
+    the BatchNormalization's metadata only: the fused Conv said ``b1.bn`` and nothing of
+    ``b1.conv``. Its weights keep the Conv's parameter names (``b1.conv.weight``), which give
+    the module; a module beside the node's own (the same parent) is added first, as the data
+    flows, with the levels it shares with it (a tied weight from elsewhere is not)."""
+    if RULE_KEY not in node.metadata_props or SOURCES_KEY in node.metadata_props \
+            or len(parts) != 1 or parts[0].kind != "metadata" or not parts[0].path:
+        return parts
+    base = parts[0]
+    parent = base.path[-1].rsplit(".", 1)[0] if "." in base.path[-1] else ""
+    extra: list[Source] = []
+    for v in node.inputs:
+        m = _PARAM.fullmatch(v.name or "") if v is not None and v.const_value is not None \
+            else None
+        mod = m.group("module") if m else None
+        if mod is None or mod == base.path[-1] or any(e.module == mod for e in extra) or \
+                (mod.rsplit(".", 1)[0] if "." in mod else "") != parent:
+            continue
+        shared = [q for q in base.path[:-1] if mod.startswith(q + ".")]
+        path = (*shared, mod)
+        extra.append(Source(path=path, classes=(*base.classes[:len(shared)], None),
+                            levels=_local(path), root_class=base.root_class, kind="metadata"))
+    return [*extra, base] if extra else parts
 
 
 def source_map(model: LabModel) -> dict[str, NodeSource | None]:

@@ -518,3 +518,74 @@ def test_a_shared_shape_computation_a_fusion_took_in_does_not_widen_its_module()
     sources = source_map(after)
     assert sources["fused_1"].module == "layers.1"
     assert sources["fused_0"].module == "layers.0"
+
+
+def _exporter_fused(weight: str = "block.conv.weight", bias: str = "block.conv.bias"
+                    ) -> onnx.ModelProto:
+    """A Conv with a BatchNormalization folded in by torch.onnx's own export optimization
+    (onnxscript's FuseBatchNormIntoConv): the BatchNormalization's metadata, the rule's name,
+    and the Conv's parameter names on the folded weights."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+                                     weight),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), bias)]
+    nodes = [helper.make_node("Conv", ["x", weight, bias], ["c"], name="node_Conv_11",
+                              pads=[1] * 4),
+             helper.make_node("Relu", ["c"], ["y"], name="node_relu")]
+    root, blk = "__main__.Net", "__main__.Block"
+    _meta(nodes[0], ["", "block", "block.bn", "_native_batch_norm_legit_no_training"],
+          [root, blk, "torch.nn.modules.batchnorm.BatchNorm2d",
+           "aten._native_batch_norm_legit_no_training.default"], 12,
+          "return self.act(self.bn(self.conv(x)))")
+    nodes[0].metadata_props.add(key="pkg.onnxscript.rewriter.rule_name",
+                                value="FuseBatchNormIntoConv")
+    _meta(nodes[1], ["", "block", "block.act", "relu"],
+          [root, blk, "torch.nn.modules.activation.ReLU", "aten.relu.default"], 12,
+          "return self.act(self.bn(self.conv(x)))")
+    g = helper.make_graph(nodes, "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_fusion_the_exporter_made_names_the_module_of_the_folded_weights(tmp_path):
+    # torch.onnx (dynamo=True) folds a BatchNormalization into its Conv and keeps only the
+    # BatchNormalization's metadata: the Conv said block.bn and nothing of block.conv
+    n = onnx_lab.open(_exporter_fused()).nodes.set_index("node_id")
+    r = n.loc["node_Conv_11"]
+    assert r["source_modules"] == ["block.conv", "block.bn"]
+    assert r["module"] == "block" and r["module_class"] == "__main__.Block"
+    assert r["source_line"] == 12 and r["source_kind"] == "metadata"
+    assert n.loc["node_relu", "source_modules"] == ["block.act"]
+    # kept in the saved file
+    lab = onnx_lab.open(_exporter_fused())
+    lab.save(tmp_path / "m.onnx")
+    again = onnx_lab.open(tmp_path / "m.onnx").nodes.set_index("node_id")
+    assert again.loc["node_Conv_11", "source_modules"] == ["block.conv", "block.bn"]
+    # a weight of another parent (a tied embedding) is not taken for a part of the node
+    n = onnx_lab.open(_exporter_fused("model.embed.weight", "block.bn.bias")).nodes
+    assert n.set_index("node_id").loc["node_Conv_11", "source_modules"] == ["block.bn"]
+
+
+def test_a_dynamo_export_that_folds_batch_norm_names_both_modules(tmp_path):
+    torch = pytest.importorskip("torch")
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return torch.relu(self.bn(self.conv(x)))
+
+    net = torch.nn.Sequential(Block()).eval()
+    path = tmp_path / "m.onnx"
+    torch.onnx.export(net, (torch.randn(1, 3, 8, 8),), str(path), dynamo=True)
+    nodes = onnx_lab.open(path).nodes
+    conv = nodes.loc[nodes.op_type == "Conv"].iloc[0]
+    if not (nodes.op_type == "BatchNormalization").any():  # the exporter folded it
+        assert conv["source_modules"] == ["0.conv", "0.bn"], conv["source_modules"]
+    else:  # an exporter that leaves the BatchNormalization: the Conv is the conv's own
+        assert conv["source_modules"] == ["0.conv"]
