@@ -33,8 +33,8 @@ from onnx_lab.numerics.precision import find_precision
 from onnx_lab.profiling.run import Profile
 from onnx_lab.render.report import REPORT_SECTIONS, ReportResults, diff_page, report_page
 
-__all__ = ["write_report", "report_html", "report_results", "write_diff_report",
-           "diff_report_html", "REPORT_SECTIONS"]
+__all__ = ["write_report", "report_html", "report_results", "write_report_results",
+           "write_diff_report", "diff_report_html", "REPORT_SECTIONS"]
 
 
 def _run(build: Callable[[], Any]) -> Any:
@@ -182,13 +182,34 @@ def write_report(source: Any, path: str | Path, *, title: str | None = None, gra
     Example:
         >>> write_report(lab, "report.html", profile=True, against="model_fp16.onnx")
     """
-    inputs = input_files([source, against])
-    refuse_inputs(path, inputs)  # before the work: the report would replace an input
-    text = report_html(source, title=title, graph=graph, tables=tables, check=check, cost=cost,
-                       history=history, profile=profile, against=against, compare=compare,
-                       precision=precision, dims=dims, shapes=shapes, max_nodes=max_nodes,
-                       max_views=max_views, budget_s=budget_s, timeout=timeout)
-    return write_atomic(path, text, sources=inputs)
+    refuse_inputs(path, input_files([source, against]))  # before the work: it would replace one
+    return write_report_results(report_results(
+        source, title=title, graph=graph, tables=tables, check=check, cost=cost,
+        history=history, profile=profile, against=against, compare=compare,
+        precision=precision, dims=dims, shapes=shapes, max_nodes=max_nodes,
+        max_views=max_views, budget_s=budget_s, timeout=timeout), path)
+
+
+def write_report_results(res: ReportResults, path: str | Path) -> Path:
+    """Write the page of ``res`` (from :func:`report_results`) to ``path``: what
+    :func:`write_report` does once its sections are computed. ``onnx-lab report`` calls the two
+    steps itself, to name on stderr the sections that could not be built
+    (``res.failures()``): without them a report of a model with symbolic dims and no
+    ``--dims`` was written with its cost, profile and comparison replaced by notes, and the
+    command said only its size.
+
+    Raises:
+        SaveError: as :func:`write_report` (the path is the model, one of its data files or
+            the `against` model; the file cannot be written).
+
+    Example:
+        >>> res = report_results(lab, profile=True)
+        >>> [name for name, e in res.failures()]
+        >>> write_report_results(res, "report.html")
+    """
+    inputs = input_files([res.source, res.against])
+    refuse_inputs(path, inputs)
+    return write_atomic(path, report_page(res), sources=inputs)
 
 
 @strict_keywords

@@ -595,6 +595,16 @@ class ReportResults:
     budget_s: float = 120.0
     timeout: float = 10.0
 
+    def failures(self) -> list[tuple[str, BaseException]]:
+        """The sections that could not be built, in page order: ``(name, exception)``.
+
+        Example:
+            >>> [name for name, e in res.failures()]
+            ['cost', 'profile', 'comparison']
+        """
+        return [(name, value) for name in REPORT_SECTIONS
+                if isinstance(value := getattr(self, name, None), BaseException)]
+
 
 def report_page(res: ReportResults) -> str:
     """The report of one model as one self-contained HTML document, from its results.

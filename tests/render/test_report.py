@@ -20,8 +20,9 @@ from onnx import TensorProto, helper
 
 import onnx_lab
 from onnx_lab.cli import main
+from onnx_lab.errors import LabError
 from onnx_lab.render.report import canvas_payload
-from onnx_lab.reporting import diff_report_html, report_html, write_report
+from onnx_lab.reporting import diff_report_html, report_html, report_results, write_report
 
 
 def payload(text: str) -> dict:
@@ -256,6 +257,32 @@ def test_cli_report_and_diff_html(tmp_path, capsys):
     assert main(["diff", str(a), str(b), "--html", str(page)]) == 0
     text = page.read_text(encoding="utf-8")
     assert "olr-diff" in text and external_refs(text) == []
+
+
+def test_cli_report_names_the_sections_it_could_not_build(tmp_path, capsys):
+    # A dynamic-batch model without --dims: the file is written (exit 0) with notes in place
+    # of cost and profile; the command says which, with the flags that fix them, instead of
+    # only the file's size.
+    out = tmp_path / "r.html"
+    assert main(["report", "sample:transformer_block", "-o", str(out), "--no-tables",
+                 "--profile", "--runs", "2"]) == 0
+    cap = capsys.readouterr()
+    assert out.exists() and "MB" in cap.out
+    notes = [line for line in cap.err.splitlines() if line.startswith("note: ")]
+    assert [line.split()[1] for line in notes] == ["cost", "profile"], cap.err
+    assert all("Pass --dims batch=1 --dims seq=1" in line and "dims={" not in line
+               for line in notes), notes
+    assert main(["report", "sample:transformer_block", "-o", str(out), "--no-tables",
+                 "--dims", "batch=1", "--dims", "seq=4"]) == 0
+    assert "note:" not in capsys.readouterr().err
+
+
+def test_report_results_failures_lists_the_failed_sections_in_page_order():
+    res = report_results("sample:transformer_block", tables=False, graph=False, profile=True,
+                         against="sample:transformer_block")
+    assert [name for name, _ in res.failures()] == ["cost", "profile", "comparison"]
+    assert all(isinstance(e, LabError) for _, e in res.failures())
+    assert report_results("sample:convnet", tables=False, graph=False).failures() == []
 
 
 def test_unwritable_path_is_a_save_error(tmp_path):
