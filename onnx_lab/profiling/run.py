@@ -25,7 +25,7 @@ from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.core.source_map import group_by_module
-from onnx_lab.errors import InputError, ProviderError, RunLimitError, RuntimeLoadError
+from onnx_lab.errors import InputError, LabError, ProviderError, RuntimeLoadError
 from onnx_lab.profiling._mapping import map_ort_nodes
 from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled, measure
 from onnx_lab.profiling.parse import Trace, parse_trace
@@ -571,7 +571,10 @@ def _profile_one(lm: LabModel, provider: str, tmp: Path, settings: _Settings) ->
     except Exception as e:  # noqa: BLE001 - ORT raises several exception types
         if trace_file is None and not ov:
             sess.end_profiling()
-        if isinstance(e, (RuntimeLoadError, RunLimitError)):  # the first run's, translated
+        # the first run's failure, translated; or any other LabError (a bad
+        # ONNX_LAB_RUN_TIMEOUT), which already names its problem and fix: wrapped, it read
+        # "onnxruntime failed to run the model ... Check the feeds"
+        if isinstance(e, LabError):
             raise
         raise run_failure(e, f"the model on {provider}", fix, runtime=engine) from e
     ticker.finish()

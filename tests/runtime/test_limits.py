@@ -196,6 +196,19 @@ def test_environment_variables(monkeypatch):
         run_timeout()
 
 
+def test_a_bad_run_timeout_variable_is_named_not_blamed_on_onnxruntime(monkeypatch, capsys):
+    # The profile's run loop wrapped it: "onnxruntime failed to run the model on
+    # CPUExecutionProvider: ONNX_LAB_RUN_TIMEOUT: ... Check the feeds (dtype/shape) and
+    # lab.check()".
+    monkeypatch.setenv("ONNX_LAB_RUN_TIMEOUT", "soon")
+    with pytest.raises(InputError, match="^ONNX_LAB_RUN_TIMEOUT") as e:
+        onnx_lab.profile("sample:convnet", runs=2, warmup=0, progress=False)
+    assert "failed to run" not in str(e.value) and "feeds" not in str(e.value)
+    assert main(["profile", "sample:convnet", "--runs", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("onnx-lab: error: ONNX_LAB_RUN_TIMEOUT") and "failed to run" not in err
+
+
 def test_a_growing_series_of_runs_is_estimated_along_its_line(monkeypatch):
     # compare_llm on a merged llama spent 90 of 93 s estimating each decode step's memory (a
     # shape inference per new past length); a series is estimated exactly twice, then along
