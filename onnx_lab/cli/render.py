@@ -91,9 +91,12 @@ def _render(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     # on use: other commands need not pay
+    from onnx_lab.core.outputs import input_files, refuse_inputs
     from onnx_lab.reporting import report_results, write_report_results
 
     lab = open_from_args(args)
+    # before the work, as write_report does: the report would replace an input
+    refuse_inputs(args.out, input_files([lab, args.against]))
     res = report_results(lab, title=args.title,
                          profile={"runs": args.runs} if args.profile else False,
                          against=args.against, precision=args.precision,
