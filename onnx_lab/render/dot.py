@@ -256,10 +256,16 @@ def run_graphviz(source: str, fmt: str = "svg", *, engine: str = "dot",
     if exe is None:
         raise RenderError("The Graphviz 'dot' binary is not on PATH.", fix=INSTALL_HINT)
     cmd = [exe, f"-K{engine}", f"-T{fmt}", *args]
+    background = getattr(_THREAD, "background", False)
+    nice = shutil.which("nice") if background else None
+    if nice:
+        # lowered before dot starts: ``nice`` execs it in the same process (a priority set
+        # after the start left dot at the caller's for its first moments)
+        cmd = [nice, "-n", str(_BACKGROUND_NICE), *cmd]
     try:
         with subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE) as proc:
-            if getattr(_THREAD, "background", False) and hasattr(os, "setpriority"):
+            if background and not nice and hasattr(os, "setpriority"):
                 with contextlib.suppress(OSError):  # (it may have ended already)
                     os.setpriority(os.PRIO_PROCESS, proc.pid,
                                    os.getpriority(os.PRIO_PROCESS, 0) + _BACKGROUND_NICE)
