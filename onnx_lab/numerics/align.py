@@ -63,11 +63,37 @@ def inferred_fusions(reference: LabModel, candidate: LabModel) -> dict[str, list
     reference nodes the candidate lacks, one data input each, T's producer took them in
     (onnxsim folds a BatchNormalization into the Conv, which keeps its output name, and the
     activation after it now reads that name). A chain of Identity/Dropout alone folds no work.
+    A chain node the candidate holds under a new name after the reading node (one of its op and
+    attributes) was moved, not folded, and ends the fold: onnxruntime's transpose optimizer pushes a Transpose below
+    the Relu after it, and a Conv with its bias Add folded in stood for the Transpose's output
+    (a square tensor, so no shape refused it: a divergence at the Transpose with equal outputs).
     Without this, the Conv's output was compared with the reference's pre-normalization
     value (a TorchScript export with its BatchNormalizations, light ResNet-50: every Conv
     "computes differently", and what followed it was not compared)."""
     ridx, cidx = reference.index, candidate.index
     made = _constant_made(reference)  # weights filled by ConstantOfShape, BN scales...
+
+    def below(xid: str, limit: int = 64) -> list[Any]:
+        # the candidate nodes after xid the reference has no id for (the first `limit` met)
+        seen, todo, found = {xid}, [xid], []
+        while todo and len(seen) < limit:
+            for v in cidx.node(todo.pop(0)).outputs:
+                for u in cidx.consumers.get(v.name, ()):
+                    if u not in seen and not cidx.entries[u].graph:
+                        seen.add(u)
+                        todo.append(u)
+                        if u not in ridx.entries:
+                            found.append(cidx.node(u))
+        return found
+
+    def moved(p: str, after: list[Any]) -> bool:
+        # a chain node the candidate holds after the reading node, under a new name, with its
+        # op and attributes, was moved, not folded (onnxruntime's transpose optimizer pushes
+        # a Transpose below the Relu after it): the fold ends before it
+        r = ridx.node(p)
+        return any((c.op_type, c.domain) == (r.op_type, r.domain) and _same_attrs(r, c)
+                   for c in after)
+
     out: dict[str, list[str]] = {}
     for xid, ce in cidx.entries.items():
         re_ = ridx.entries.get(xid)
@@ -89,7 +115,13 @@ def inferred_fusions(reference: LabModel, candidate: LabModel) -> dict[str, list
                 if len(data) != 1:
                     break
                 cur = data[0]
-            if cur != t_cand or all(ridx.node(p).op_type in _PASS_THROUGH for p in chain):
+            if cur != t_cand:
+                continue
+            folded = list(reversed(chain))  # as the data flows, from T
+            after = below(xid)
+            kept = next((i for i, p in enumerate(folded) if moved(p, after)), len(folded))
+            folded = folded[:kept]
+            if all(ridx.node(p).op_type in _PASS_THROUGH for p in folded):
                 continue
             c, r = cidx.producer.get(t_cand), ridx.producer.get(t_cand)
             if c is None or c != r or cidx.entries[c].graph or \
@@ -97,7 +129,7 @@ def inferred_fusions(reference: LabModel, candidate: LabModel) -> dict[str, list
                     cidx.node(c).op_type != ridx.node(r).op_type:
                 continue
             group = out.setdefault(c, [c])
-            group.extend(p for p in reversed(chain) if p not in group)
+            group.extend(p for p in folded if p not in group)
     return out
 
 

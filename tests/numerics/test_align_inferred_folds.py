@@ -69,3 +69,44 @@ def test_a_fold_no_origin_records_is_compared_at_the_folded_nodes_output():
 
 def pd_isna(x: object) -> bool:
     return x is None or (isinstance(x, float) and np.isnan(x))
+
+
+def _conv_add_transpose(sunk: bool) -> onnx.ModelProto:
+    """x -> Conv -> Add(bias) -> Transpose -> Relu, or (``sunk``) as onnxruntime's optimizer
+    leaves it: the bias folded into the Conv and the Transpose pushed below the Relu under a
+    new name. Channels = height = width, so every tensor has the same shape."""
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(5, 3, 3, 3)).astype(np.float32)
+    b = rng.normal(size=5).astype(np.float32)
+    if sunk:
+        inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1] * 4),
+                 helper.make_node("Relu", ["c"], ["r"], name="relu"),
+                 helper.make_node("Transpose", ["r"], ["y"], name="tr_sunk", perm=[0, 2, 3, 1])]
+    else:
+        inits = [numpy_helper.from_array(w, "w"),
+                 numpy_helper.from_array(b.reshape(1, 5, 1, 1), "b")]
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1] * 4),
+                 helper.make_node("Add", ["c", "b"], ["a"], name="add"),
+                 helper.make_node("Transpose", ["a"], ["t"], name="tr", perm=[0, 2, 3, 1]),
+                 helper.make_node("Relu", ["t"], ["y"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 5, 5])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_node_the_candidate_moved_is_not_read_as_folded():
+    # the Transpose is in the candidate (renamed, below the Relu): the Conv stood for the
+    # Transpose's output, and compare named a divergence at the Transpose (max_abs 26) on a
+    # candidate whose every value agrees
+    from onnx_lab.numerics.align import inferred_fusions
+
+    ref, cand = _conv_add_transpose(sunk=False), _conv_add_transpose(sunk=True)
+    assert inferred_fusions(onnx_lab.open(ref).model, onnx_lab.open(cand).model) == {
+        "conv": ["conv", "add"]}
+    c = onnx_lab.compare(ref, cand)
+    assert c.passed and c.first_divergence is None and c.layers["passed"].all()
+    a = c.alignment.set_index("tensor")
+    assert (a.loc["a", "cand_tensor"], a.loc["a", "match"]) == ("c", "structure")
+    assert pd_isna(a.loc["t", "cand_tensor"])
