@@ -164,6 +164,17 @@ def _total_lengths(model: LabModel, dims: dict[str, int]) -> dict[str, int | str
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
+def _number_text(text: str) -> bool:
+    """Whether ``text`` is a number written as text, not a dim name: '1.5', '1e3', '-3',
+    and digits str.isdecimal does not take, which a shape field hands on as text: '²', '½',
+    'Ⅷ', '1_000' (each had become a symbolic dim of that name, sized 1)."""
+    t = text.strip()
+    if _NUMBER.fullmatch(t):
+        return True
+    t = t.lstrip("+-")
+    return any(c.isnumeric() for c in t) and all(c.isnumeric() or c in "._" for c in t)
+
+
 @register_pass("set_input_shape", kind="edit")
 class SetInputShape(LabPass):
     """Set the declared shape of one graph input (ints, or names for symbolic dims)."""
@@ -186,7 +197,7 @@ class SetInputShape(LabPass):
                 raise DimError(f"Shape {list(shape)} for input {name!r}: dim {i} must be an "
                                f"int >= 0 or a dim name, got {d!r}.",
                                fix="Use e.g. [1, 3, 224, 224] or ['batch', 3, 224, 224].")
-            if isinstance(d, str) and _NUMBER.fullmatch(d.strip()):
+            if isinstance(d, str) and _number_text(d):
                 # '1.5', '16.0', '1e3' typed in a shape field: a number, not a name (it had
                 # become a symbolic dim named '1.5', sized by the Lab's guess of 1)
                 raise DimError(f"Shape {list(shape)} for input {name!r}: dim {i} is {d!r}, a "

@@ -70,7 +70,7 @@ def test_edit_text_output_says_what_changed(convnet, tmp_path, capsys):
     (["--replace-init", "block1.conv.weight=WRONG"], "shape"),
     (["--input-shape", "input:1x3x64x64"], "fixed"),
     # '²' passed str.isdigit and int() raised: an internal error with a traceback
-    (["--input-shape", "input:²x3x32x32"], "fixed"),
+    (["--input-shape", "input:²x3x32x32"], "number written as text"),
     (["--input-shape", "input:1.5x3x32x32"], "number written as text"),
     ([], "at least one edit"),
 ])

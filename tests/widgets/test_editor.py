@@ -596,6 +596,9 @@ def test_a_shape_field_with_a_superscript_or_a_decimal_number(no_error):
     ed.shape.value = "²x8x32"
     ed.shape_button.click()
     assert "Unexpected" not in ed.form_error.value + ed.status.value
+    # not a dim named '²' either (it had been one, verified and pushed as a step)
+    assert "DimError" in ed.form_error.value and "number written as text" in ed.form_error.value
+    assert len(lab.history) == 1 and "²" not in lab.dims
     ed.shape.value = "1x８x32"  # a full-width 8 is a decimal digit: int() reads it
     ed.shape_button.click()
     no_error(ed)
