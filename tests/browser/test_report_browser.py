@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 
+import onnx
 import pytest
 from _jupyter import ARTIFACTS, require_chromium
 from _models import HOSTILE_SCOPE, detector, scoped_layers
@@ -362,3 +363,52 @@ def test_diff_links_attention_to_its_originals(bert_diff):
         finally:
             right.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "report_diff_browser.png"), full_page=False)
+
+
+def _prototype_names() -> onnx.ModelProto:
+    """x -> Relu -> If, whose then-branch nodes are named after Object.prototype's keys."""
+    from onnx import TensorProto, helper
+
+    def vi(n):
+        return helper.make_tensor_value_info(n, TensorProto.FLOAT, [2])
+
+    then = helper.make_graph([helper.make_node("Neg", ["r"], ["a"], name="constructor"),
+                              helper.make_node("Abs", ["a"], ["t"], name="__proto__")],
+                             "then", [], [vi("t")])
+    els = helper.make_graph([helper.make_node("Identity", ["r"], ["u"], name="keep")],
+                            "else", [], [vi("u")])
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=els)],
+        "g", [vi("x"), helper.make_tensor_value_info("c", TensorProto.BOOL, [])], [vi("y")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_undrawn_nodes_named_after_object_prototype_keys_are_revealed(tmp_path):
+    # A node named "constructor" or "__proto__" inside a body the report did not draw: the
+    # view's items (a plain object) "held" it through Object.prototype, so choosing the hit
+    # selected a box that does not exist ("this box was not pre-drawn") instead of showing
+    # the node's own panel
+    from onnx_lab.reporting import write_report
+
+    path = write_report(_prototype_names(), tmp_path / "proto.html", max_views=1,
+                        check=False, cost=False)
+    with offline_page() as page:
+        _open(page, path)
+        canvas = page.locator("[data-canvas='main'] .olc-root")
+        canvas.scroll_into_view_if_needed()
+        search, panel = canvas.locator(".olc-search"), canvas.locator(".olc-panel")
+        revealed = "() => document.querySelector('[data-canvas=main]').dataset.revealed"
+        for node, op in (("constructor", "Neg"), ("__proto__", "Abs")):
+            search.fill(node)
+            hit = canvas.locator(".olc-results .olc-result").first
+            hit.wait_for(timeout=5_000)
+            assert "in body of if (not drawn)" in hit.inner_text(), hit.inner_text()
+            search.press("Enter")
+            page.wait_for_function(f"() => ({revealed})() === {node!r}", timeout=5_000)
+            assert canvas.evaluate("r => r.dataset.selected") == "if"
+            panel.wait_for(state="visible")
+            text = panel.inner_text()
+            assert "Not pre-drawn" in text and op in text, text
+            assert "this box was not pre-drawn" not in text
+        assert page.blocked == [] and page.errors == []

@@ -57,15 +57,19 @@
     for (const u of payload.undrawn || []) for (const id of u[4]) undrawn.set(id, u);
     const hitNotes = ((payload.index || {}).ids || []).map((id) => (undrawn.get(id) || [])[2]);
 
+    // A model's names are keys of plain objects here: read own keys only ("constructor" or
+    // "__proto__" would read Object.prototype's).
+    const ownKey = (obj, key) => (obj && Object.hasOwn(obj, key) ? obj[key] : undefined);
+
     function detailsFor(key) {
       if (!key) return "";
-      const child = (view().boxes || {})[key];
+      const child = ownKey(view().boxes, key);
       if (child !== undefined) {
-        const drawn = payload.views[child] ? "" :
+        const drawn = ownKey(payload.views, child) ? "" :
           "<div class='olr-note'>this box was not pre-drawn (size budget of the report)</div>";
-        return (payload.details[child] || "") + drawn;
+        return (ownKey(payload.details, child) || "") + drawn;
       }
-      return payload.details[key] || "";
+      return ownKey(payload.details, key) || "";
     }
 
     function onSet(k, v) {
@@ -118,7 +122,7 @@
       };
       const keys = [], pos = new Map(), at = [], open = [];
       for (const id of ids) {
-        const w = where[id], u = w ? null : undrawn.get(id);
+        const w = ownKey(where, id), u = w ? null : undrawn.get(id);
         let key = null, own = 0;
         if (w && w[0] === vk) { key = w[1]; own = 1; } else if (w) key = boxAbove(w[0]);
         else if (u && u[0] === vk) key = u[1];  // not drawn: the element holding it here
@@ -193,7 +197,7 @@
     // The drawn key showing node id / tensor / drawn key `name` in the current view (a box
     // holding it), or null.
     host.keyIn = function (name) {
-      if (state.items[name] !== undefined) return name;
+      if (ownKey(state.items, name) !== undefined) return name;
       const members = view().members || {};
       for (const [k, ids] of Object.entries(members)) if (ids.includes(name)) return k;
       return null;
@@ -224,7 +228,7 @@
       if (!u) return false;
       const [vk, key, , note] = u;
       if (vk !== null && vk !== host.current) show(vk);
-      const here = key !== null && state.items[key] !== undefined;
+      const here = key !== null && ownKey(state.items, key) !== undefined;
       if (select) {
         if (here) model.set("selected", key);  // (its panel: the box's, replaced below)
         model.update("details_html", note + (Object.hasOwn(payload.details, name)
