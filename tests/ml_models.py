@@ -25,6 +25,10 @@ tests; ``tests/`` is on ``sys.path``).
 - :func:`tfidf_model`: a string input [N] → Tokenizer → TfIdfVectorizer
   (a pool of 6 words) → MatMul (scikit-learn's TF-IDF + linear model layout); ``weight``
   scales one word's weight.
+- :func:`ngram_model`: skl2onnx's CountVectorizer layout, a string input [N, 1] → Reshape →
+  Tokenizer by a token expression → TfIdfVectorizer of unigrams and bigrams (40 words and
+  40 pairs of them; ``char=True``: 20 letters and 40 letter pairs, split by ``.``) → MatMul;
+  ``entry`` (an n-gram's column) has its weight tripled.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["linear_zipmap", "tree_zipmap", "string_pipeline", "sequence_model",
            "sequence_input_model",
-           "optional_model", "dict_input_model", "column_encoders", "tfidf_model", "CITIES"]
+           "optional_model", "dict_input_model", "column_encoders", "tfidf_model", "ngram_model",
+           "CITIES"]
 
 F, I64, S = TensorProto.FLOAT, TensorProto.INT64, TensorProto.STRING
 ML = helper.make_operatorsetid("ai.onnx.ml", 3)
@@ -252,6 +257,37 @@ def tfidf_model(*, weight: float = 1.0) -> onnx.ModelProto:
     g = helper.make_graph(nodes, "tfidf", [helper.make_tensor_value_info("text", S, ["N"])],
                           [helper.make_tensor_value_info("score", F, None)],
                           [numpy_helper.from_array(w, "w")])
+    m = _model(g)
+    m.opset_import.append(helper.make_operatorsetid("com.microsoft", 1))
+    return m
+
+
+def ngram_model(*, char: bool = False, entry: int | None = None) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    letters = [chr(ord("a") + i) for i in range(20)]
+    tokens = letters if char else [f"{a}{b}o" for a in letters[:8] for b in letters[:5]]
+    pairs = [(tokens[k // len(tokens)], tokens[k % len(tokens)])
+             for k in rng.choice(len(tokens) ** 2, 40, replace=False)]
+    pool = tokens + [t for p in pairs for t in p]
+    size = len(tokens) + len(pairs)
+    w = np.linspace(0.5, 2.0, size, dtype=np.float32).reshape(-1, 1)
+    if entry is not None:
+        w[entry] *= 3
+    nodes = [
+        helper.make_node("Reshape", ["text", "flat"], ["flattened"]),
+        helper.make_node("Tokenizer", ["flattened"], ["tokens"], domain="com.microsoft",
+                         mark=0, mincharnum=1, pad_value="#",
+                         tokenexp="." if char else "[a-zA-Z0-9_]+"),
+        helper.make_node("TfIdfVectorizer", ["tokens"], ["counts"], mode="TF",
+                         min_gram_length=1, max_gram_length=2, max_skip_count=0,
+                         ngram_counts=[0, len(tokens)], ngram_indexes=list(range(size)),
+                         pool_strings=pool),
+        helper.make_node("MatMul", ["counts", "w"], ["score"]),
+    ]
+    g = helper.make_graph(nodes, "ngrams", [helper.make_tensor_value_info("text", S, ["N", 1])],
+                          [helper.make_tensor_value_info("score", F, None)],
+                          [numpy_helper.from_array(w, "w"),
+                           numpy_helper.from_array(np.array([-1], np.int64), "flat")])
     m = _model(g)
     m.opset_import.append(helper.make_operatorsetid("com.microsoft", 1))
     return m

@@ -314,7 +314,8 @@ _VOCAB_MAX = 1 << 16
 @dataclass(frozen=True)
 class Vocab:
     """The values a categorical op names for an input (or one column of it); ``sentences``:
-    drawn as space-joined runs of them (the input is split into tokens first)."""
+    drawn as runs of them joined by ``joiner`` (the input is split into tokens first; a
+    TfIdfVectorizer's n-gram is one value, its tokens already joined)."""
 
     values: tuple
     sentences: bool = False
@@ -322,14 +323,80 @@ class Vocab:
 
     def draw(self, n: int, rng: np.random.Generator) -> list:
         """``n`` values: consecutive entries from a random start, in random order (every
-        entry is drawn once per ``len(values)`` values)."""
+        entry is drawn once per ``len(values)`` values).
+
+        Sentences hold 3 entries each while ``n`` of them reach every entry; for a larger
+        vocabulary, half of them (at least one) hold every entry between them and the
+        others 3 entries each: 8 sentences of 3 words reached 24 of a vocabulary's words (2
+        % of a bigram model's n-grams), and a coefficient or idf weight of any other word
+        passed compare; the short ones keep what long ones flatten (a naive Bayes model's
+        probabilities saturate on a sentence of 50 character n-grams)."""
         k = len(self.values)
-        picks = (int(rng.integers(0, k)) + np.arange(n * (3 if self.sentences else 1))) % k
-        picks = rng.permutation(picks)
         if not self.sentences:
+            picks = rng.permutation((int(rng.integers(0, k)) + np.arange(n)) % k)
             return [self.values[i] for i in picks]
+        short = n // 2 if k > 3 * n else 0
+        per = max(3, -(-k // (n - short)))
+        picks = rng.permutation((int(rng.integers(0, k)) + np.arange((n - short) * per)) % k)
         words = [str(self.values[i]) for i in picks]
-        return [self.joiner.join(words[3 * j:3 * j + 3]) for j in range(n)]
+        rows = [self.joiner.join(words[per * j:per * j + per]) for j in range(n - short)]
+        if not short:
+            return rows
+        few = rng.integers(0, k, size=(short, 3))
+        rows += [self.joiner.join(str(self.values[i]) for i in r) for r in few]
+        return [rows[i] for i in rng.permutation(n)]
+
+
+@dataclass(frozen=True)
+class _Split:
+    """How a Tokenizer splits text: on its first separator, or by its token expression."""
+
+    separator: str | None = None
+    pattern: str | None = None
+
+    def joiner(self, tokens: Sequence[str]) -> str:
+        """What to put between ``tokens`` for this Tokenizer to give them back: its first
+        separator; for a token expression, a space or nothing, whichever gives more of the
+        tokens back (skl2onnx's character n-grams split with ``.``: a space is a token of
+        its own, and a character bigram 'ab' was never formed from 'a b'); else a space."""
+        if self.separator is not None or not self.pattern:
+            return self.separator or " "
+        import re
+
+        if len(self.pattern) > 256:
+            return " "
+        try:
+            exp = re.compile(self.pattern)
+        except (re.error, RecursionError, OverflowError, ValueError):
+            return " "  # a pattern of RE2's only: a space, as before
+        # (Python's re backtracks where onnxruntime's RE2 does not: a hostile pattern is
+        # only ever matched against a few strings of at most 16 characters)
+        sample = [t for t in tokens if 0 < len(t) <= 8][:64]
+        sample = [t for t in sample if exp.fullmatch(t)]
+        if not sample:
+            return " "
+        return max((" ", ""), key=lambda j: sum(
+            exp.findall(j.join((t, t))) == [t, t] for t in sample))
+
+
+def _ngrams(node: ir.Node, tokens: tuple) -> tuple:
+    """A TfIdfVectorizer's pool as its n-grams, a tuple of tokens each (``ngram_counts``
+    gives where the pool's n-grams of each length start): the tokens of an n-gram fed apart
+    (three random words a sentence) almost never formed one, and a changed bigram or its
+    weight passed compare. The pool's own tokens when the counts do not describe it."""
+    counts = node.attributes.get("ngram_counts")
+    starts = [int(c) for c in counts.value] if counts is not None else []
+    if not starts or starts[0] != 0 or any(b < a for a, b in zip(starts, starts[1:])) \
+            or starts[-1] > len(tokens):
+        return tokens
+    out: list = []
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else len(tokens)
+        size = i + 1
+        if (end - start) % size:
+            return tokens
+        out.extend(tuple(tokens[j:j + size]) for j in range(start, end, size))
+    return tuple(out)
 
 
 def _picked_columns(node: ir.Node) -> list[int] | None:
@@ -438,8 +505,8 @@ def vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
     vocabularies, a TfIdfVectorizer's pool), also through ops in between that move or pick the
     values (Identity, Reshape, Squeeze-like, Transpose, a Gather, Slice or
     ArrayFeatureExtractor of them, a Cast between integer types, StringNormalizer and
-    Tokenizer before a TfIdfVectorizer, whose pool is then drawn as sentences joined by the
-    Tokenizer's first separator). A Gather (axis > 0) or ArrayFeatureExtractor of constant
+    Tokenizer before a TfIdfVectorizer, whose pool's n-grams are then drawn as sentences
+    the Tokenizer splits back: :class:`Vocab`, :class:`_Split`). A Gather (axis > 0) or ArrayFeatureExtractor of constant
     indices picks columns of the last axis, and picks of picked columns compose: an encoder's
     values are its columns' (a two-column OneHotEncoder export feeds each column to its own
     encoder); None keys what reads the whole input. Empty when no op names any."""
@@ -449,9 +516,9 @@ def vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
 def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
     idx = model.index
     out: dict[int | None, Vocab] = {}
-    # (value, its route back to the input (None: the input itself), the Tokenizer's separator
-    # when text was split on the way)
-    todo: list[tuple[str, _Route | None, str | None]] = [(name, None, None)]
+    # (value, its route back to the input (None: the input itself), how a Tokenizer split
+    # the text on the way)
+    todo: list[tuple[str, _Route | None, _Split | None]] = [(name, None, None)]
     # (value, route) pairs reached: one value may be reached by several routes (each
     # transformer of a ColumnTransformer on one input reaches its Concat; only the first one
     # reached had its columns fed in the input's units)
@@ -490,12 +557,17 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                             != (kind == int(ir.DataType.STRING))):
                         continue
                     values = tuple(list(a.value)[:_VOCAB_MAX])
+                    sentences = joiner is not None and attr == "pool_strings"
+                    between = joiner.joiner([str(v) for v in values]) if sentences \
+                        and joiner is not None else " "
+                    if sentences:  # each n-gram of the pool, its tokens in a row
+                        values = tuple(dict.fromkeys(
+                            between.join(str(t) for t in g) if isinstance(g, tuple) else g
+                            for g in _ngrams(node, tuple(a.value))))[:_VOCAB_MAX]
                     defaulted = node.op_type in _DEFAULTED and not _default_refused(model, node)
                     if defaulted:  # one value in no list: the default
                         values = (*values, _unknown(values))
-                    vocab = Vocab(values,
-                                  sentences=joiner is not None and attr == "pool_strings",
-                                  joiner=joiner or " ")
+                    vocab = Vocab(values, sentences=sentences, joiner=between)
                     for column in (cols if cols is not None else (None,)):
                         if column is not None or cols is None:  # (not a joined column)
                             if not defaulted:
@@ -529,8 +601,10 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                     new_route = (route or _Route.identity(max(picked) + 1)).picked(picked)
                 if node.op_type == "Tokenizer":
                     seps = node.attributes.get("separators")
-                    new_joiner = next((str(x) for x in (seps.value if seps is not None else ())
-                                       if str(x)), " ")
+                    first_sep = next((str(x) for x in (seps.value if seps is not None else ())
+                                      if str(x)), None)
+                    new_joiner = _Split(first_sep, None if first_sep is not None
+                                        else node.attributes.get_string("tokenexp", None))
             if new_route is False or (node.outputs[0].name, new_route) in seen:
                 continue
             seen.add((node.outputs[0].name, cast("_Route | None", new_route)))

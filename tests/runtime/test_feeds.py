@@ -210,6 +210,41 @@ def test_text_before_a_tfidf_vectorizer_is_sentences_of_its_pool():
     assert not onnx_lab.compare(tfidf_model(), tfidf_model(weight=3.0), dims={"N": 8}).passed
 
 
+@pytest.mark.parametrize("char", [False, True])
+@pytest.mark.parametrize("n", [1, 4])
+def test_text_reaches_every_ngram_of_a_tfidf_vectorizer(char, n):
+    # 3 random words a sentence reached 12 of 80 n-grams in 4 sentences (a bigram's words
+    # were never side by side; letters joined by spaces never formed a letter pair), and a
+    # weight tripled on any other n-gram passed compare
+    import onnxruntime as ort
+    from ml_models import ngram_model
+
+    m = ngram_model(char=char)
+    feeds = make_feeds(onnx_lab.open(m, dims={"N": n}))
+    assert feeds["text"].shape == (n, 1)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    extract = onnx.helper.make_tensor_value_info("counts", TensorProto.FLOAT, None)
+    m2 = ngram_model(char=char)
+    m2.graph.output.append(extract)
+    counts = ort.InferenceSession(m2.SerializeToString(), providers=["CPUExecutionProvider"]
+                                  ).run(["counts"], feeds)[0]
+    assert (counts != 0).any(axis=0).all()  # every unigram and bigram counted
+    sess.run(None, feeds)
+    assert onnx_lab.compare(m, m, dims={"N": n}).passed
+    for entry in (5, -20, -1):  # a unigram, two bigrams
+        assert not onnx_lab.compare(m, ngram_model(char=char, entry=entry),
+                                    dims={"N": n}).passed, entry
+
+
+def test_a_long_vocabulary_keeps_short_sentences_beside_the_long_ones():
+    from onnx_lab.runtime.feeds import Vocab
+
+    rng = np.random.default_rng(0)
+    rows = Vocab(tuple(f"w{i}" for i in range(100)), sentences=True).draw(8, rng)
+    assert sorted(len(r.split()) for r in rows)[:4] == [3, 3, 3, 3]
+    assert {w for r in rows for w in r.split()} == {f"w{i}" for i in range(100)}
+
+
 def test_indices_of_an_array_feature_extractor_stay_within_its_columns():
     g = helper.make_graph(
         [helper.make_node("ArrayFeatureExtractor", ["x", "y"], ["z"], domain="ai.onnx.ml")],
