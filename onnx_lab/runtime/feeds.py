@@ -524,6 +524,7 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
     # reached had its columns fed in the input's units)
     seen: set[tuple[str, _Route | None]] = {(name, None)}
     strict: set[int | None] = set()  # columns an op reads that takes no value off its list
+    compared: set[int | None] = set()  # integer columns whose values come from an Equal
     while todo:  # through the ops that only move, pick, join or rescale values
         value, route, joiner = todo.pop(0)
         cols = route.cols if route is not None else None
@@ -547,6 +548,17 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                         else (feature, values)
                     if back is not None:
                         out.setdefault(back[0], Vocab(back[1]))
+                continue
+            listed = _equal_constants(node, value)
+            if listed is not None and (route is None or not route.rescaled):
+                # an Equal with a constant list (skl2onnx's LabelBinarizer): made-up words
+                # matched no class, every row was all zeros, and a renamed class passed
+                vocab = Vocab((*listed, _unknown(listed)))
+                for column in (cols if cols is not None else (None,)):
+                    if column is not None or cols is None:
+                        if not isinstance(listed[0], str):
+                            compared.add(column)
+                        out.setdefault(column, vocab)
                 continue
             if attrs and first and (route is None or not route.rescaled):
                 kind = _dtype_of(model, value)
@@ -609,6 +621,11 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                 continue
             seen.add((node.outputs[0].name, cast("_Route | None", new_route)))
             todo.append((node.outputs[0].name, cast("_Route | None", new_route), new_joiner))
+    for column in compared:
+        if strict and (column in strict or None in strict or column is None):
+            # an integer column that also indexes a table (a Gather): an Equal's constants
+            # may lie past it, and onnxruntime would refuse the feeds of a correct model
+            out.pop(column, None)
     if strict:  # the default's value stays out where an op would reject it
         for column, vocab in out.items():
             if column in strict or None in strict or column is None:
@@ -627,6 +644,30 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                                                       and math.isfinite(v) else (v,)))),
                     vocab.sentences, vocab.joiner)
     return out
+
+
+def _equal_constants(node: ir.Node, value: str) -> tuple | None:
+    """The distinct values of the constant an ``Equal`` compares ``value`` with (strings, or
+    at least two integers: a scalar is a padding id or a flag, not a list of classes), else
+    None. skl2onnx's LabelBinarizer compares its input with the classes this way."""
+    if node.op_type != "Equal" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2 \
+            or value not in [v.name for v in node.inputs if v is not None]:
+        return None
+    other = next((v for v in node.inputs if v is not None and v.name != value), None)
+    if other is None:
+        return None
+    try:  # (Equal's two inputs have one type: the constant's is the value's)
+        c = const_array(other)
+    except (TypeError, ValueError):
+        return None
+    if c is None or not c.size:
+        return None
+    if c.dtype.kind in "OSU":
+        return tuple(dict.fromkeys(x.decode("utf-8", "replace") if isinstance(x, bytes)
+                                   else str(x) for x in c.reshape(-1)))[:_VOCAB_MAX]
+    if c.dtype.kind not in "iu" or c.size < 2:
+        return None
+    return tuple(dict.fromkeys(int(x) for x in c.reshape(-1)))[:_VOCAB_MAX]
 
 
 # Encoders that map a value off their list to a default (LabelEncoder's default_*, a

@@ -245,6 +245,52 @@ def test_a_long_vocabulary_keeps_short_sentences_beside_the_long_ones():
     assert {w for r in rows for w in r.split()} == {f"w{i}" for i in range(100)}
 
 
+def _binarizer(classes, *, gather_rows: int | None = None) -> onnx.ModelProto:
+    """skl2onnx's LabelBinarizer: Equal(classes, input reshaped [N, 1]) → Where → Cast; with
+    ``gather_rows`` the input also indexes a table of that many rows."""
+    kind = TensorProto.STRING if isinstance(classes[0], str) else TensorProto.INT64
+    arr = np.array(classes, dtype=object if kind == TensorProto.STRING else np.int64)
+    inits = [numpy_helper.from_array(arr, "classes"),
+             numpy_helper.from_array(np.array([-1, 1], np.int64), "col"),
+             numpy_helper.from_array(np.ones((1, len(classes)), np.int64), "one"),
+             numpy_helper.from_array(np.zeros((1, len(classes)), np.int64), "zero")]
+    nodes = [helper.make_node("Reshape", ["label", "col"], ["r"]),
+             helper.make_node("Equal", ["classes", "r"], ["eq"]),
+             helper.make_node("Where", ["eq", "one", "zero"], ["onehot"])]
+    outputs = [helper.make_tensor_value_info("onehot", TensorProto.INT64, None)]
+    if gather_rows:
+        inits.append(numpy_helper.from_array(np.arange(gather_rows, dtype=np.float32), "t"))
+        nodes.append(helper.make_node("Gather", ["t", "label"], ["looked"]))
+        outputs.append(helper.make_tensor_value_info("looked", TensorProto.FLOAT, None))
+    g = helper.make_graph(nodes, "binarizer",
+                          [helper.make_tensor_value_info("label", kind, ["N"])], outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 9
+    return m
+
+
+@pytest.mark.parametrize("classes", [["bird", "cat", "dog"], [3, 40, 500]])
+def test_an_input_compared_with_a_constant_list_takes_its_values(classes):
+    # a LabelBinarizer export: made-up words (or [0, 10)) matched no class, every row was
+    # zeros, and a renamed class passed compare
+    m = _binarizer(classes)
+    label = make_feeds(onnx_lab.open(m, dims={"N": 8}))["label"]
+    assert set(classes) <= set(label.tolist()) and len(set(label.tolist())) == 4  # + one other
+    assert onnx_lab.compare(m, m, dims={"N": 8}).passed
+    renamed = [*classes[:1], (classes[1] + "s") if isinstance(classes[1], str) else 41,
+               *classes[2:]]
+    assert not onnx_lab.compare(m, _binarizer(renamed), dims={"N": 8}).passed
+
+
+def test_integers_compared_with_a_list_that_also_index_a_table_stay_within_it():
+    # the classes 40 and 500 lie past a 10-row table the same input indexes: onnxruntime
+    # would refuse the feeds of a correct model
+    m = _binarizer([3, 40, 500], gather_rows=10)
+    label = make_feeds(onnx_lab.open(m, dims={"N": 8}))["label"]
+    assert label.max() < 10
+    assert onnx_lab.compare(m, m, dims={"N": 8}).passed
+
+
 def test_indices_of_an_array_feature_extractor_stay_within_its_columns():
     g = helper.make_graph(
         [helper.make_node("ArrayFeatureExtractor", ["x", "y"], ["z"], domain="ai.onnx.ml")],
