@@ -32,6 +32,14 @@ def _session(model: LabModel, names: list[str], providers: list[str], what: str)
         raise type(e)(f"{what} model: {e.problem}.{hint}", fix=e.fix) from e
 
 
+# The fix when the candidate fails on inputs the reference ran on: the feeds are fine (an
+# encoder that lost a category refused one the reference knows, and the fix blamed the
+# seeded inputs and asked for real ones).
+CANDIDATE_ONLY_FIX = ("The reference model ran on these same inputs: the candidate refuses "
+                      "inputs the reference takes (a category, key, index or size it no longer "
+                      "accepts), a difference between the models, not a problem of the feeds.")
+
+
 def _run(sess, feeds: Mapping[str, np.ndarray], names: list[str], what: str
          ) -> dict[str, np.ndarray]:
     return run_session(sess, feeds, names, what=f"the {what} model")

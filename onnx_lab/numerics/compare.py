@@ -35,6 +35,7 @@ from onnx_lab.errors import DimError, InputError, LabError, RuntimeLoadError, cl
 # By job, every name importable from here: the runs, the divergence, the result.
 from onnx_lab.numerics._compare_runs import (  # noqa: F401  (re-exports)
     _ORT_DOMAINS,
+    CANDIDATE_ONLY_FIX,
     _run,
     _run_all,
     _run_once,
@@ -695,7 +696,10 @@ def _run_metrics(ref_model: LabModel | None, cand_model: LabModel,
             bar.step(f"compare: reference, chunk {i + 1}/{len(chunks)}")
             sess = _session(cand_model, c_names, cand_prov, "candidate")
             for s, f in enumerate(feed_list):
-                cand_vals = _run(sess, f, c_names, "candidate")
+                try:
+                    cand_vals = _run(sess, f, c_names, "candidate")
+                except RuntimeLoadError as e:
+                    raise _candidate_only(e, ref_model, f, ref_prov) from e
                 rv = ref_vals[min(s, len(ref_vals) - 1)]
                 for p in chunk:
                     acc_of(p, rv[p[0]]).add(rv[p[0]], cand_vals[p[1]])
@@ -706,6 +710,21 @@ def _run_metrics(ref_model: LabModel | None, cand_model: LabModel,
             del sess, ref_vals
             bar.step(f"compare: candidate, chunk {i + 1}/{len(chunks)}")
     return {p: {**a.result(), "preset": presets[p]} for p, a in accs.items()}, kept
+
+
+def _candidate_only(error: RuntimeLoadError, ref_model: LabModel | None, feeds: dict,
+                    providers: list[str]) -> RuntimeLoadError:
+    """The candidate's run failure, told as the candidate's own when the whole reference runs
+    on the same inputs (an encoder that lost a category refused one the reference knows, and
+    the fix blamed the seeded inputs and asked for real ones); else ``error`` unchanged."""
+    if ref_model is None:
+        return error
+    try:
+        _run_all(ref_model, [feeds], [v.name for v in ref_model.graph.outputs], providers,
+                 "reference")
+    except LabError:
+        return error
+    return RuntimeLoadError(error.problem, fix=CANDIDATE_ONLY_FIX)
 
 
 def zipmap_labels(model: LabModel | None, name: str) -> list | None:

@@ -15,6 +15,7 @@ from ml_models import (
     string_pipeline,
     tree_zipmap,
 )
+from onnx import TensorProto, helper
 
 import onnx_lab
 from onnx_lab.errors import InputError
@@ -243,3 +244,27 @@ def test_an_output_made_of_weights_alone_is_a_divergence():
     div = c.first_divergence
     assert div is not None and div["tensor"] == "class_labels" and div["node_id"] == "N2"
     assert div["cause"] == "weights" and div["constant_tensor"] == "class_labels_cst"
+
+
+def test_a_candidate_that_refuses_what_the_reference_takes_is_named_as_such():
+    # an encoder that lost a category refused one the reference knows; the fix blamed the
+    # seeded inputs ("may be invalid for this model: pass feeds= of real values")
+    from onnx_lab.errors import RuntimeLoadError
+
+    def encoder(cats):
+        g = helper.make_graph(
+            [helper.make_node("OneHotEncoder", ["c"], ["hot"], domain="ai.onnx.ml",
+                              cats_strings=cats, zeros=0)],
+            "ohe", [helper.make_tensor_value_info("c", TensorProto.STRING, ["N"])],
+            [helper.make_tensor_value_info("hot", TensorProto.FLOAT, None)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid("ai.onnx.ml", 3)])
+        m.ir_version = 8
+        return m
+
+    with pytest.raises(RuntimeLoadError) as e:
+        onnx_lab.compare(encoder(["red", "green", "blue"]), encoder(["red", "green", "bleu"]),
+                         dims={"N": 6})
+    assert "candidate" in e.value.problem and "Unknown Category" in e.value.problem
+    assert "reference model ran on these same inputs" in e.value.fix
+    assert "feeds= of real values" not in e.value.fix
