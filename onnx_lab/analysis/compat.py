@@ -124,7 +124,7 @@ def check_rows(model: Any, *, providers: str | Sequence[str] | None = None,
     rows += _op_contracts(lm, dims, shapes)
     rows += _domains(lm)
     rows += _opsets(lm)
-    rows += _dynamic(lm, dims)
+    rows += _dynamic(lm, dims, shapes)
     rows += _declared_fixed(lm)
     rows += _baked_dims(lm)
     rows += _kv_cache(lm)
@@ -682,7 +682,8 @@ def _shape_text(shape: tuple) -> str:
                            for d in shape) + "]"
 
 
-def _dynamic(lm: LabModel, dims: Mapping[str, int] | None = None) -> list[dict]:
+def _dynamic(lm: LabModel, dims: Mapping[str, int] | None = None,
+             shapes: Mapping[str, Sequence[int]] | None = None) -> list[dict]:
     derived = derived_dims(lm, dims)
     sums = length_sums(lm)
     rows = []
@@ -695,6 +696,15 @@ def _dynamic(lm: LabModel, dims: Mapping[str, int] | None = None) -> list[dict]:
                              "here (the dims given).",
                              f"Nothing to pass; static-shape runtimes need "
                              f"lab.fix_dims({{{dim!r}: {dims[dim]}}})."))
+            continue
+        if shapes and all(n in shapes for n in inputs):  # the Lab was given their shapes
+            sizes = ", ".join(f"{n} {list(shapes[n])}" for n in inputs)
+            rows.append(_row("info", "dynamic_dim", None,
+                             f"Dynamic {name} in input(s) {', '.join(inputs)}: {sizes} here "
+                             "(the shapes given).",
+                             "Nothing to pass; static-shape runtimes need lab.set_input_shape("
+                             f"{inputs[0]!r}, {list(shapes[inputs[0]])})"
+                             + (" and the same for the others." if len(inputs) > 1 else ".")))
             continue
         if dim in derived and dim in sums:  # a decoder's total length, from the dims given
             d = derived[dim]

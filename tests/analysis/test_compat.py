@@ -98,6 +98,19 @@ def test_dynamic_dims_info():
     assert any("fix_dims" in f for f in df.fix)
 
 
+def test_dims_of_inputs_whose_shapes_were_given_ask_for_nothing():
+    # an skl2onnx model opened with shapes={'X': [3, 4]} was still told to pass shapes=
+    m = _model([helper.make_node("Relu", ["X"], ["y"])], [_vi("X", [None, 4])],
+               [_vi("y", [None, 4])])
+    row = onnx_lab.open(m, shapes={"X": [3, 4]}).check().iloc[0]
+    assert row.code == "dynamic_dim" and "X [3, 4] here (the shapes given)" in row.message
+    assert row.fix.startswith("Nothing to pass") and "set_input_shape('X', [3, 4])" in row.fix
+    row = onnx_lab.open(m).check().iloc[0]  # not given: how to give it
+    assert "Pass shapes={'X': [...]}" in row.fix
+    df = onnx_lab.open("sample:transformer_block", shapes={"x": [1, 8, 32]}).check()
+    assert set(df.loc[df.code == "dynamic_dim"].fix.str[:15]) == {"Nothing to pass"}
+
+
 def test_a_decoders_total_length_is_the_value_the_dims_give():
     # it said "filled in once those are given" with the past and new lengths given, and its
     # fix_dims advice fixed the total alone
