@@ -9,12 +9,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import const_array, is_constant, weight_makers
 from onnx_lab.numerics.align import _const_equal, _same_attrs
+from onnx_lab.numerics.half import to_fp16_array
 from onnx_lab.numerics.metrics import (
     rule_for,
     tensor_metrics,
@@ -128,14 +130,14 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     if ref_dict is None:
         differing = _differing_weights(node, cand, div.get("cand_node_id"), model)
         if differing is not None:
-            name, err = differing
+            name, err, how = differing
             own = any(v is not None and v.name == name for v in node.inputs)
             cid = div.get("cand_node_id")
             whose = "its weight" if own else \
                 f"its fused counterpart {cid!r} ({cand.index.node(cid).op_type}) reads weight"
             div.update(cause="weights", constant=name, constant_tensor=name,
                        constant_max_abs=err,
-                       message=f"{node.op_type} {nid}: {whose} {name!r}, which differs, "
+                       message=f"{node.op_type} {nid}: {whose} {name!r}, which differs{how}, "
                        f"max_abs {err:.3g}")
             return
     # A graph input is the same feed on both sides (never a row of ``layers``): it agrees.
@@ -410,9 +412,11 @@ def _uncompared_roots(node: ir.Node, idx: Any, makers: set[str], compared: set[s
 
 
 def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None,
-                       ref: LabModel | None = None) -> tuple[str, float] | None:
-    """(name, max_abs) of the first constant input of ``node`` whose value differs from the
-    same input of its counterpart in ``cand`` beyond the scale-aware rule of its dtype."""
+                       ref: LabModel | None = None) -> tuple[str, float, str] | None:
+    """(name, max_abs, how) of the first constant input of ``node`` whose value differs from
+    the same input of its counterpart in ``cand`` beyond the scale-aware rule of its dtype, or
+    for weights of two float widths beyond the rounding to the narrower (``how`` then says
+    so: " beyond its rounding to float16")."""
     if not cand_node_id or cand_node_id not in cand.index.entries:
         return None
     other = cand.index.node(cand_node_id)
@@ -435,15 +439,44 @@ def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None,
         if a is None or b is None:
             continue
         x, y = const_array(a, stored=True), const_array(b, stored=True)
-        if x is None or y is None or x.shape != y.shape or x.dtype != y.dtype:
+        if x is None or y is None or x.shape != y.shape:
+            continue
+        if x.dtype != y.dtype:
+            # a float16 candidate of a float32 reference (to_fp16, or a converter's file)
+            # holds its weights rounded: the same weight unless beyond that rounding. Skipped
+            # before, so a planted weight read "computes differently: its inputs agree".
+            if x.dtype.kind == "f" and y.dtype.kind == "f":
+                err = _beyond_rounding(x, y)
+                if err is not None:
+                    narrow = min(x.dtype, y.dtype, key=lambda d: d.itemsize)
+                    return a.name or "", err, f" beyond its rounding to {narrow}"
             continue
         if x.dtype.kind not in "fiub":
             continue
         _name, rule = rule_for(_dtype_name(x), output=False)
         m = tensor_metrics(x, y, rule=rule, statistics=False)
         if not m["passed"]:
-            return a.name or "", float(m["max_abs"])
+            return a.name or "", float(m["max_abs"]), ""
     return None
+
+
+def _beyond_rounding(x: np.ndarray, y: np.ndarray) -> float | None:
+    """max|x - y| when two float weights of different widths differ by more than the
+    rounding of the wider one to the narrower dtype (one unit in the last place of the
+    narrower, which any converter's rounding mode meets; float16 clamped into its range as
+    onnxruntime's converter does); None when one is the other rounded."""
+    wide, narrow = (x, y) if x.dtype.itemsize >= y.dtype.itemsize else (y, x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = to_fp16_array(wide) if narrow.dtype == np.float16 else wide.astype(narrow.dtype)
+        ulp = np.spacing(np.abs(r)).astype(np.float64)
+        r64, n64 = r.astype(np.float64), narrow.astype(np.float64)
+        same = (r64 == n64) | (np.abs(r64 - n64) <= ulp) | (np.isnan(r64) & np.isnan(n64))
+    if bool(same.all()):
+        return None
+    diff = np.abs(x.astype(np.float64) - y.astype(np.float64))
+    finite = diff[np.isfinite(diff)]
+    return float(finite.max()) if finite.size and not (~np.isfinite(diff) & ~same).any() \
+        else math.inf
 
 
 def _reaches(model: LabModel, node_id: str, outputs: pd.DataFrame) -> bool:

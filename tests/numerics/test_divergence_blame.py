@@ -1,0 +1,50 @@
+"""The blame of a first divergence planted at a known node: what it names and why."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from numerics_helpers import make_model, vi
+from onnx import helper, numpy_helper
+
+import onnx_lab
+from onnx_lab.numerics.compare import compare
+
+
+def _two_matmuls() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32) * 0.3, "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32) * 0.3, "w2")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    return make_model(nodes, [vi("x", [4, 16])], [vi("y", [4, 8])], [w1, w2])
+
+
+def _fp16_with(ref: onnx.ModelProto, weight: str, factor: float) -> onnx.ModelProto:
+    half = onnx_lab.to_fp16(onnx_lab.open(ref)).model.to_proto()
+    for t in half.graph.initializer:
+        if t.name == weight:
+            a = numpy_helper.to_array(t).astype(np.float32) * factor
+            t.CopyFrom(numpy_helper.from_array(a.astype(np.float16), t.name))
+    return half
+
+
+def test_a_weight_changed_in_a_float16_candidate_is_blamed_on_the_weight():
+    # fp32 reference, fp16 candidate whose second MatMul's weight is 8 % larger: the weights'
+    # dtypes differ, and the weight was not compared ("computes differently: its inputs
+    # agree"), though it differs far beyond its rounding to float16
+    ref = _two_matmuls()
+    c = compare(ref, _fp16_with(ref, "w2", 1.08))
+    d = c.first_divergence
+    assert d["node_id"] == "mm2"
+    assert d["cause"] == "weights" and d["constant"] == "w2"
+    assert "beyond its rounding to float16" in d["message"]
+
+
+def test_a_float16_candidate_whose_weights_are_only_rounded_blames_no_weight():
+    ref = _two_matmuls()
+    for factor in (1.0, 1.0 + 2.0 ** -12):  # the rounding itself, and a nudge within it
+        c = compare(ref, _fp16_with(ref, "w2", factor))
+        d = c.first_divergence
+        assert d is None or d.get("cause") != "weights", d
