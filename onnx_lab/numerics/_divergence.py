@@ -210,12 +210,14 @@ def _how_much(div: dict[str, Any]) -> str:
 
 
 def _unchanged(node: ir.Node, cand: LabModel, cand_node_id: str | None,
-               ref: LabModel) -> bool:
+               ref: LabModel, equal: frozenset[str] = frozenset()) -> bool:
     """Whether the candidate's counterpart of ``node`` is the same computation: the same op
     of the same opset, attributes (no subgraphs), input and output dtypes, and the same
     constant inputs, exactly (a weight a node computes, a Reshape of an initializer, is not
-    known to be the same). Run by the same providers on the same inputs it gives the same
-    output, so an output difference beyond its inputs' is their error amplified."""
+    known to be the same, unless ``equal`` names it: a weight a node computes that the
+    comparison measured identical, under the same name on both sides). Run by the same
+    providers on the same inputs it gives the same output, so an output difference beyond its
+    inputs' is their error amplified."""
     if not cand_node_id or cand_node_id not in cand.index.entries:
         return False
     other = cand.index.node(cand_node_id)
@@ -228,7 +230,7 @@ def _unchanged(node: ir.Node, cand: LabModel, cand_node_id: str | None,
     for side, n, model in ((0, node, ref), (1, other, cand)):
         for v in n.inputs:
             if v is not None and v.name and not is_constant(v, stored=True) and \
-                    model.index.producer.get(v.name) in makers[side]:
+                    model.index.producer.get(v.name) in makers[side] and v.name not in equal:
                 return False
     if (other.op_type, other.domain) != (node.op_type, node.domain) or \
             len(other.inputs) != len(node.inputs) or len(other.outputs) != len(node.outputs):
@@ -245,6 +247,8 @@ def _unchanged(node: ir.Node, cand: LabModel, cand_node_id: str | None,
             return False
         if a is None:
             continue
+        if (a.name in equal or b.name in equal) and a.name != b.name:
+            return False
         if dtype(ref, a) != dtype(cand, b):
             return False
         if (is_constant(a, stored=True) or is_constant(b, stored=True)) and not (

@@ -30,6 +30,7 @@ from onnx_lab.core.subgraph import extract_graph
 from onnx_lab.core.values import is_constant, weight_makers
 from onnx_lab.errors import InputError, LabError
 from onnx_lab.numerics._divergence import _data_inputs as _direct_data_inputs
+from onnx_lab.numerics._divergence import _unchanged
 from onnx_lab.numerics._values import as_value, is_structured, value_dtype
 from onnx_lab.numerics.metrics import Rule, rule_for, tensor_metrics
 from onnx_lab.runtime.capture import run as capture_run
@@ -265,6 +266,21 @@ def _region_inputs(cand: LabModel, nid: str, data: list[str], pairs: dict[str, s
 
 
 
+def _node_unchanged(comparison: Any, check: LocalCheck) -> bool:
+    """Whether the checked node is, in the candidate, the reference node's computation (same
+    op, attributes, dtypes and weights): a cut that also holds the nodes above it then shows
+    what those compute."""
+    ref: LabModel = comparison.reference.model
+    rid = check.ref_node_id
+    if not isinstance(rid, str) or rid not in ref.index.entries:
+        return False
+    layers = comparison.layers
+    equal = frozenset(t for t, c, e in zip(layers["tensor"], layers["cand_tensor"],
+                                           layers["max_abs"]) if t == c and e == 0)
+    return _unchanged(ref.index.node(rid), comparison.candidate.model, check.node_id, ref,
+                      equal)
+
+
 def confirm_divergence(comparison: Any) -> dict[str, Any]:
     """The keys :func:`compare` adds to ``first_divergence`` with ``confirm=True``:
     confirmed (the node computes differently), local_max_abs, local_passed, confirm_note, and
@@ -282,6 +298,28 @@ def confirm_divergence(comparison: Any) -> dict[str, Any]:
     rule = next(iter(check.rules.values())).describe()
     what = check.node_id if len(check.region) < 2 else \
         f"{check.node_id} (cut out with {', '.join(check.region[1:])})"
+    others = check.region[1:]
+    if computes and others and cause != "weights" and _node_unchanged(comparison, check):
+        # The cut reached up through nodes whose outputs have no counterpart (a residual Add
+        # rewired to another tensor: "not the same quantity"), and the node itself is the
+        # reference's computation: the difference is made in those nodes. It had been told
+        # "LayerNormalization ... computes differently", the node a rewired Add fed.
+        cand = comparison.candidate.model
+        where = ", ".join(f"{cand.index.node(n).op_type} {n!r}" for n in others)
+        head = f"{div.get('op_type', '')} {div.get('node_id', check.node_id)}".strip()
+        return {"confirmed": True, "local_max_abs": check.max_abs, "local_passed": False,
+                "cause": "inputs", "confirm_note": (
+                    f"confirmed: on the reference's inputs, {what} still differs (local "
+                    f"max_abs {check.max_abs:.3g}; {rule}); {check.node_id} itself is "
+                    f"unchanged, so the difference is made in {where}"),
+                "message": (
+                    f"{head}: unchanged in the candidate (same op, attributes and weights), "
+                    f"its output differs because what feeds it does: cut out with {where} "
+                    f"and fed the reference's values above them, it still differs (local "
+                    f"max_abs {check.max_abs:.3g}), so {where} "
+                    f"{'computes' if len(others) == 1 else 'compute'} differently"
+                    + (f"; {div['message'].split('; upstream, ', 1)[1]}"
+                       if "; upstream, " in div.get("message", "") else ""))}
     note = (f"confirmed: on the reference's inputs, {what} still differs "
             f"(local max_abs {check.max_abs:.3g}; {rule}): it computes differently"
             if computes else

@@ -48,3 +48,39 @@ def test_a_float16_candidate_whose_weights_are_only_rounded_blames_no_weight():
         c = compare(ref, _fp16_with(ref, "w2", factor))
         d = c.first_divergence
         assert d is None or d.get("cause") != "weights", d
+
+
+def _residual(rewired: bool) -> onnx.ModelProto:
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32) * 0.3, "w")
+    g = numpy_helper.from_array(np.ones(16, np.float32), "g")
+    nodes = [helper.make_node("Relu", ["x"], ["n1"], name="act"),
+             helper.make_node("MatMul", ["n1", "w"], ["h"], name="mm"),
+             # the residual Add: x + h; the bug reads the activation instead of x
+             helper.make_node("Add", ["n1" if rewired else "x", "h"], ["r"], name="add"),
+             helper.make_node("LayerNormalization", ["r", "g"], ["y"], name="ln", axis=-1)]
+    return make_model(nodes, [vi("x", [4, 16])], [vi("y", [4, 16])], [w, g])
+
+
+def test_confirm_names_the_rewired_node_above_an_unchanged_one():
+    # The rewired Add is "not the same quantity" and not compared; the LayerNormalization it
+    # feeds is the first failing tensor, of cause "inputs" with the Add upstream. Confirm cut
+    # it out with the Add and said "LayerNormalization ln computes differently".
+    ref, cand = _residual(False), _residual(True)
+    d = compare(ref, cand).first_divergence
+    assert d["node_id"] == "ln" and d["cause"] == "inputs" and d["upstream"] == ["add"]
+    d = compare(ref, cand, confirm=True).first_divergence
+    assert d["confirmed"] is True and d["cause"] == "inputs", d
+    assert "so Add 'add' computes differently" in d["message"]
+    assert "ln computes differently" not in d["message"]
+    assert "ln itself is unchanged" in d["confirm_note"]
+
+
+def test_confirm_still_blames_a_changed_node_cut_out_with_the_rewired_one():
+    # the same cut, but the LayerNormalization's epsilon changed too: it computes differently
+    ref, cand = _residual(False), _residual(True)
+    for n in cand.graph.node:
+        if n.name == "ln":
+            n.attribute.append(helper.make_attribute("epsilon", 0.5))
+    d = compare(ref, cand, confirm=True).first_divergence
+    assert d["node_id"] == "ln" and d["confirmed"] is True and d["cause"] == "computation"
