@@ -130,14 +130,16 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     if ref_dict is None:
         differing = _differing_weights(node, cand, div.get("cand_node_id"), model)
         if differing is not None:
-            name, err, how = differing
+            name, err, how, renamed = differing
             own = any(v is not None and v.name == name for v in node.inputs)
             cid = div.get("cand_node_id")
             whose = "its weight" if own else \
                 f"its fused counterpart {cid!r} ({cand.index.node(cid).op_type}) reads weight"
             div.update(cause="weights", constant=name, constant_tensor=name,
                        constant_max_abs=err,
-                       message=f"{node.op_type} {nid}: {whose} {name!r}, which differs{how}, "
+                       message=f"{node.op_type} {nid}: {whose} {name!r}"
+                       + (f" (in the candidate {renamed!r})" if renamed else "")
+                       + f", which differs{how}, "
                        f"max_abs {err:.3g}")
             return
     # A graph input is the same feed on both sides (never a row of ``layers``): it agrees.
@@ -416,11 +418,13 @@ def _uncompared_roots(node: ir.Node, idx: Any, makers: set[str], compared: set[s
 
 
 def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None,
-                       ref: LabModel | None = None) -> tuple[str, float, str] | None:
-    """(name, max_abs, how) of the first constant input of ``node`` whose value differs from
+                       ref: LabModel | None = None
+                       ) -> tuple[str, float, str, str | None] | None:
+    """(name, max_abs, how, candidate's name) of the first constant input of ``node`` whose value differs from
     the same input of its counterpart in ``cand`` beyond the scale-aware rule of its dtype, or
     for weights of two float widths beyond the rounding to the narrower (``how`` then says
-    so: " beyond its rounding to float16")."""
+    so: " beyond its rounding to float16"; the candidate's name is None when it is the
+    same)."""
     if not cand_node_id or cand_node_id not in cand.index.entries:
         return None
     other = cand.index.node(cand_node_id)
@@ -442,6 +446,9 @@ def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None,
     for a, b in pairs:
         if a is None or b is None:
             continue
+        # a weight the candidate holds under another name: the reference's name alone sent
+        # the reader to a tensor that, in the candidate, still holds the old values
+        renamed = b.name if a.name and b.name and a.name != b.name else None
         x, y = const_array(a, stored=True), const_array(b, stored=True)
         if x is None or y is None or x.shape != y.shape:
             continue
@@ -453,14 +460,14 @@ def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None,
                 err = _beyond_rounding(x, y)
                 if err is not None:
                     narrow = min(x.dtype, y.dtype, key=lambda d: d.itemsize)
-                    return a.name or "", err, f" beyond its rounding to {narrow}"
+                    return a.name or "", err, f" beyond its rounding to {narrow}", renamed
             continue
         if x.dtype.kind not in "fiub":
             continue
         _name, rule = rule_for(_dtype_name(x), output=False)
         m = tensor_metrics(x, y, rule=rule, statistics=False)
         if not m["passed"]:
-            return a.name or "", float(m["max_abs"]), ""
+            return a.name or "", float(m["max_abs"]), "", renamed
     return None
 
 

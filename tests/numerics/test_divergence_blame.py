@@ -84,3 +84,18 @@ def test_confirm_still_blames_a_changed_node_cut_out_with_the_rewired_one():
             n.attribute.append(helper.make_attribute("epsilon", 0.5))
     d = compare(ref, cand, confirm=True).first_divergence
     assert d["node_id"] == "ln" and d["confirmed"] is True and d["cause"] == "computation"
+
+
+def test_a_changed_weight_under_another_name_is_named_on_both_sides():
+    # the candidate's mm2 reads its own copy of w2, changed; w2 itself is unchanged there,
+    # and the message named w2 alone
+    ref = _two_matmuls()
+    cand = onnx.ModelProto()
+    cand.CopyFrom(ref)
+    w2 = next(t for t in cand.graph.initializer if t.name == "w2")
+    cand.graph.initializer.append(numpy_helper.from_array(
+        numpy_helper.to_array(w2) * np.float32(1.1), "w2_copy"))
+    next(n for n in cand.graph.node if n.name == "mm2").input[1] = "w2_copy"
+    d = compare(ref, cand).first_divergence
+    assert d["node_id"] == "mm2" and d["cause"] == "weights" and d["constant"] == "w2"
+    assert "its weight 'w2' (in the candidate 'w2_copy'), which differs" in d["message"]
