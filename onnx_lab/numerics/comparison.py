@@ -264,10 +264,13 @@ class Comparison:
                          + (f" ({r.note})" if r.note else ""))
         d = self.first_divergence
         if d is not None:
+            # (with every output within tolerance, the outputs may still have moved: "does
+            # not reach the outputs" read as if they had not)
+            reach = "reaches the failing outputs" if d["reaches_outputs"] else \
+                "does not reach the failing outputs" if out_fail else \
+                "the outputs stay within tolerance"
             lines.append(f"first divergence: {d['tensor']} (node {d['node_id']}, {d['op_type']}),"
-                         f" max_abs={d['max_abs']:.3g}, "
-                         f"{'reaches' if d['reaches_outputs'] else 'does not reach'} the outputs"
-                         f"; cause: {d.get('cause', '?')}")
+                         f" max_abs={d['max_abs']:.3g}, {reach}; cause: {d.get('cause', '?')}")
             if d.get("message"):
                 lines.append(f"  {d['message']}")
             if d.get("confirm_note"):

@@ -409,6 +409,29 @@ def test_a_failing_outputs_only_comparison_says_where_to_look():
     assert "first divergence:" in compare(ref, cand).summary_text()
 
 
+def test_a_divergence_under_a_passing_verdict_says_the_outputs_stay_within_tolerance():
+    # "does not reach the outputs" read as if the outputs had not moved; they moved, within
+    # tolerance (a weight 1 % off, then scaled down by 1e-3)
+    def model(factor: float) -> onnx.ModelProto:
+        w = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32) * factor
+        g = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Mul", ["m", "s"], ["y"], name="scale")], "g",
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 8])],
+            [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 8])],
+            [numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(np.array(1e-3, np.float32), "s")])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    c = compare(model(1.0), model(1.01))
+    assert c.passed and c.first_divergence["node_id"] == "mm"
+    text = c.summary_text()
+    assert "max_abs=" in text and "the outputs stay within tolerance; cause: weights" in text
+    assert "does not reach" not in text
+    failing = compare(model(1.0), model(1.5)).summary_text()
+    assert "reaches the failing outputs" in failing
+
+
 def test_a_transpose_that_moves_a_dim_of_one_is_named_for_its_shape_not_its_input():
     # a swapped perm over a dim of size 1 keeps the values (flattened) and changes the shape:
     # the divergence said "the error comes in through that input", whose max_abs was 0
