@@ -15,7 +15,7 @@ import onnx_ir as ir
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import const_array, is_constant, weight_makers
-from onnx_lab.numerics.align import _const_equal, _same_attrs
+from onnx_lab.numerics.align import _const_equal, _default, _plain, _same_attrs
 from onnx_lab.numerics.half import to_fp16_array
 from onnx_lab.numerics.metrics import (
     rule_for,
@@ -187,8 +187,10 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
                 _unchanged(node, cand, div.get("cand_node_id"), model):
             _amplified(div, node, model, cand, idx, makers, rows)
             return
+        changed = _attribute_changes(node, cand, div.get("cand_node_id"))
         div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
-                          f"output differs ({_how_much(div)})")
+                          f"output differs ({_how_much(div)})"
+                          + (f"; in the candidate {changed}" if changed else ""))
         return
     roots = _uncompared_roots(node, idx, makers, set(rows.index) | fed, alignment)
     div["upstream"] = [r["node_id"] for r in roots]
@@ -415,6 +417,45 @@ def _uncompared_roots(node: ir.Node, idx: Any, makers: set[str], compared: set[s
             roots.append({"node_id": pid, "op_type": idx.node(pid).op_type, "tensor": name,
                           "reason": reasons.get(name, "no counterpart in the candidate")})
     return roots
+
+
+def _attribute_changes(node: ir.Node, cand: LabModel, cand_node_id: str | None) -> str:
+    """What the candidate's counterpart of ``node`` sets otherwise, as text (``epsilon 1e-05
+    -> 0.05``; its op when that differs), '' when nothing readable does: an epsilon, an axis
+    or a Gelu's approximation changed were blamed "computes differently" with no word of
+    which. Values are the model's (hostile): shown with repr, cut at 40 characters."""
+    if not cand_node_id or cand_node_id not in cand.index.entries:
+        return ""
+    other = cand.index.node(cand_node_id)
+    if (other.op_type, other.domain) != (node.op_type, node.domain):
+        return f"it is a {other.op_type!r}"[:80]
+    ra, ca = dict(node.attributes), dict(other.attributes)
+    out = []
+    for k in sorted(set(ra) | set(ca)):
+        a, b = ra.get(k), ca.get(k)
+        if (a is not None and a.is_ref()) or (b is not None and b.is_ref()):
+            continue
+        va = _plain(a.value) if a is not None else _default(node.op_type, node.domain, k)
+        vb = _plain(b.value) if b is not None else _default(other.op_type, other.domain, k)
+        if va is None and vb is None or va == vb:
+            continue
+        out.append(f"{k!r:.40} {_shown(va)} -> {_shown(vb)}")
+    if not out:
+        return ""
+    more = f" and {len(out) - 3} more" if len(out) > 3 else ""
+    return f"attribute{'s' if len(out) > 1 else ''} " + ", ".join(out[:3]) + more
+
+
+def _shown(v: Any) -> str:
+    """An attribute value for a message: floats at 6 digits (an epsilon stored as float32 read
+    9.999999747378752e-06), the rest by repr, cut at 40 characters."""
+    if v is None:
+        return "unset"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, tuple) and v and all(isinstance(x, float) for x in v):
+        return ("(" + ", ".join(f"{x:.6g}" for x in v) + ")")[:40]
+    return repr(v)[:40]
 
 
 def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None,

@@ -99,3 +99,33 @@ def test_a_changed_weight_under_another_name_is_named_on_both_sides():
     d = compare(ref, cand).first_divergence
     assert d["node_id"] == "mm2" and d["cause"] == "weights" and d["constant"] == "w2"
     assert "its weight 'w2' (in the candidate 'w2_copy'), which differs" in d["message"]
+
+
+def test_a_node_that_computes_differently_names_the_attributes_that_differ():
+    # an epsilon, or a Gelu's approximation, changed: blamed "computes differently" with no
+    # word of which attribute; the values are the model's, shown short
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnx_lab.numerics.compare import compare
+
+    def model(eps: float, approx: str = "none"):
+        w = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32) * 0.1
+        g = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("LayerNormalization", ["m", "s", "b"], ["n"], name="ln",
+                              epsilon=eps),
+             helper.make_node("Gelu", ["n"], ["y"], name="gelu", approximate=approx)], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.ones(8, np.float32), "s"),
+             numpy_helper.from_array(np.zeros(8, np.float32), "b")])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+
+    d = compare(model(1e-5), model(0.05)).first_divergence
+    assert d["node_id"] == "ln" and d["cause"] == "computation"
+    assert d["message"].endswith("; in the candidate attribute 'epsilon' 1e-05 -> 0.05")
+    d = compare(model(1e-5), model(1e-5, "tanh")).first_divergence
+    assert d["node_id"] == "gelu"
+    assert d["message"].endswith("in the candidate attribute 'approximate' 'none' -> 'tanh'")
+
