@@ -81,14 +81,20 @@ def _options_read_whole(root) -> None:
     select.select_option(index=0)
 
 
+def _editor(page, url: str, notebook: str):
+    """Run every cell of ``notebook`` and return its Editor once its graph is drawn."""
+    run_all_cells(page, url, notebook)
+    root = page.locator(".onnx-lab-editor").first
+    root.locator(".olc-root svg g.node").first.wait_for(timeout=120_000)
+    return root
+
+
 def test_editor_edit_undo_in_the_browser(tmp_path_factory):
     work = tmp_path_factory.mktemp("jupyterlab-editor")
     # 1280 px: a laptop's window, where the form beside the canvas is at its narrowest
     with lab_in_browser(work, {"editor.ipynb": CELLS}, width=1280) as (url, page):
         try:
-            run_all_cells(page, url, "editor.ipynb")
-            root = page.locator(".onnx-lab-editor").first
-            root.locator(".olc-root svg g.node").first.wait_for(timeout=120_000)
+            root = _editor(page, url, "editor.ipynb")
 
             # 1. epsilon of the stem's BatchNormalization
             _select(root, BN)
@@ -166,9 +172,7 @@ def test_editor_on_a_transformer_in_the_browser(tmp_path_factory):
     relu, probs = "/layer.0/mlp/act/Relu", "/layer.0/attention/core/Softmax"
     with lab_in_browser(work, {"tf.ipynb": TRANSFORMER}, width=1400) as (url, page):
         try:
-            run_all_cells(page, url, "tf.ipynb")
-            root = page.locator(".onnx-lab-editor").first
-            root.locator(".olc-root svg g.node").first.wait_for(timeout=120_000)
+            root = _editor(page, url, "tf.ipynb")
 
             _select(root, relu)  # delete the activation, its input wired to its consumer
             root.locator(".onnx-lab-ed-title", has_text=relu).wait_for(timeout=30_000)
@@ -344,10 +348,8 @@ def test_editor_drives_edits_on_exported_torch_models(tmp_path_factory):
     with lab_in_browser(work, cells, files=files, width=1400) as (url, page):
         try:
             # ---------------- the CNN
-            run_all_cells(page, url, "cnn.ipynb")
-            root = page.locator(".onnx-lab-editor").first
+            root = _editor(page, url, "cnn.ipynb")
             canvas = root.locator(".olc-root")
-            root.locator(".olc-root svg g.node").first.wait_for(timeout=120_000)
             bn = "/bn1/BatchNormalization"
             _select(root, bn)
             canvas.locator(".olc-zoom-in").click()  # the user zooms in: a view of their own
@@ -398,9 +400,7 @@ def test_editor_drives_edits_on_exported_torch_models(tmp_path_factory):
             root.screenshot(path=str(ARTIFACTS / "editor_torch_cnn_undo_saved.png"))
 
             # ---------------- the transformer
-            run_all_cells(page, url, "tf.ipynb")
-            root = page.locator(".onnx-lab-editor").first
-            root.locator(".olc-root svg g.node").first.wait_for(timeout=120_000)
+            root = _editor(page, url, "tf.ipynb")
             _edit_attr(page, root, "/layer/norm1/LayerNormalization", "epsilon", "0.25",
                        "1e-05")
             assert "outputs changed (expected for this edit)" in _wait_message(
@@ -461,9 +461,7 @@ def test_an_edit_on_a_2000_node_graph_shows_its_neighbourhood(tmp_path_factory):
     with lab_in_browser(work, {"big.ipynb": cells}, files={"layers.onnx": scoped_layers(334)},
                         width=1400) as (url, page):
         try:
-            run_all_cells(page, url, "big.ipynb")
-            root = page.locator(".onnx-lab-editor").first
-            root.locator(".olc-root svg g.node").first.wait_for(timeout=120_000)
+            root = _editor(page, url, "big.ipynb")
             canvas = root.locator(".olc-root")
             canvas.locator(".olc-search").fill(relu)  # a hit inside a box opens the box
             canvas.locator(".olc-search").press("Enter")
@@ -589,9 +587,7 @@ def test_long_names_wrap_inside_the_editor(tmp_path_factory):
     work = tmp_path_factory.mktemp("jupyterlab-editor-long")
     with lab_in_browser(work, {"long.ipynb": LONG_NAMES}, width=1280) as (url, page):
         try:
-            run_all_cells(page, url, "long.ipynb")
-            root = page.locator(".onnx-lab-editor").first
-            root.locator(".olc-root svg g.node").first.wait_for(timeout=120_000)
+            root = _editor(page, url, "long.ipynb")
             _select(root, "relu")
             root.locator(".onnx-lab-ed-title", has_text="relu").wait_for(timeout=30_000)
             name = root.locator(".onnx-lab-ed-node-name input")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from numerics_helpers import make_model, vi
+from onnx import helper, numpy_helper
 
 import onnx_lab
 
@@ -36,10 +37,7 @@ def _conv_bn(fold: bool, bias_error: float = 0.0) -> onnx.ModelProto:
                                   name="bn", epsilon=1e-5),
                  helper.make_node("Relu", ["bn"], ["r"], name="relu")]
     nodes.append(helper.make_node("GlobalAveragePool", ["r"], ["y"], name="gap"))
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 1])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return make_model(nodes, [vi("x", [1, 3, 8, 8])], [vi("y", [1, 4, 1, 1])], inits)
 
 
 def test_a_fold_no_origin_records_is_compared_at_the_folded_nodes_output():
@@ -90,10 +88,7 @@ def _conv_add_transpose(sunk: bool) -> onnx.ModelProto:
                  helper.make_node("Add", ["c", "b"], ["a"], name="add"),
                  helper.make_node("Transpose", ["a"], ["t"], name="tr", perm=[0, 2, 3, 1]),
                  helper.make_node("Relu", ["t"], ["y"], name="relu")]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 5, 5])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return make_model(nodes, [vi("x", [1, 3, 5, 5])], [vi("y", [1, 5, 5, 5])], inits)
 
 
 def test_a_node_the_candidate_moved_is_not_read_as_folded():
