@@ -15,7 +15,7 @@ import onnx_ir as ir
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import const_array, is_constant, weight_makers
-from onnx_lab.numerics.align import _const_equal, _default, _plain, _same_attrs
+from onnx_lab.numerics.align import _attr_pairs, _const_equal, _same_attrs
 from onnx_lab.numerics.half import to_fp16_array
 from onnx_lab.numerics.metrics import (
     rule_for,
@@ -429,14 +429,10 @@ def _attribute_changes(node: ir.Node, cand: LabModel, cand_node_id: str | None) 
     other = cand.index.node(cand_node_id)
     if (other.op_type, other.domain) != (node.op_type, node.domain):
         return f"it is a {other.op_type!r}"[:80]
-    ra, ca = dict(node.attributes), dict(other.attributes)
     out = []
-    for k in sorted(set(ra) | set(ca)):
-        a, b = ra.get(k), ca.get(k)
+    for k, a, b, va, vb in _attr_pairs(node, other):
         if (a is not None and a.is_ref()) or (b is not None and b.is_ref()):
             continue
-        va = _plain(a.value) if a is not None else _default(node.op_type, node.domain, k)
-        vb = _plain(b.value) if b is not None else _default(other.op_type, other.domain, k)
         if va is None and vb is None or va == vb:
             continue
         out.append(f"{k!r:.40} {_shown(va)} -> {_shown(vb)}")

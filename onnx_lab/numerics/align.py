@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -1163,18 +1163,25 @@ def _const_equal(a: Any, b: Any) -> bool:
 def _same_attrs(r: Any, c: Any) -> bool:
     """Equal attributes (scalars, strings and lists; tensors and graphs count as different);
     one left out equals its schema default (onnxruntime writes ``Shape(start=0)``)."""
-    ra, ca = dict(r.attributes), dict(c.attributes)
-    for k in set(ra) | set(ca):
-        a, b = ra.get(k), ca.get(k)
+    for _k, a, b, va, vb in _attr_pairs(r, c):
         if a is not None and (a.is_ref() or (b is not None and a.type != b.type)):
             return False
         if b is not None and b.is_ref():
             return False
-        va = _plain(a.value) if a is not None else _default(r.op_type, r.domain, k)
-        vb = _plain(b.value) if b is not None else _default(c.op_type, c.domain, k)
         if va is None or va != vb:
             return False
     return True
+
+
+def _attr_pairs(r: Any, c: Any) -> Iterator[tuple[str, Any, Any, Any, Any]]:
+    """(name, r's attribute, c's attribute, r's value, c's value) of every attribute either
+    node sets, sorted by name: the values plain (:func:`_plain`: None for a tensor or a
+    graph), one left out at its schema default (None without one)."""
+    ra, ca = dict(r.attributes), dict(c.attributes)
+    for k in sorted(set(ra) | set(ca)):
+        a, b = ra.get(k), ca.get(k)
+        yield (k, a, b, _plain(a.value) if a is not None else _default(r.op_type, r.domain, k),
+               _plain(b.value) if b is not None else _default(c.op_type, c.domain, k))
 
 
 def _plain(v: Any) -> Any:
