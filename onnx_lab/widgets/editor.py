@@ -160,7 +160,8 @@ class Editor(View):
         result: the PassResult of the last edit (or the removal plan after *preview*).
         panel, message, history_html: the edit form, the last step's verdict, the history.
         form_error: a refused edit, shown beside the form (and in ``status``).
-        save_path, save_button: *Save* (``lab.save``).
+        save_path, overwrite, save_button: *Save* (``lab.save``; over the source file only
+            with *overwrite* ticked, ``overwrite=True``).
         partial: True while the canvas shows the neighbourhood of the last edit;
             ``whole_button`` (*Show whole graph*, :meth:`show_whole`) and ``scope_note`` above
             the canvas say so.
@@ -253,8 +254,13 @@ class Editor(View):
         self.redo_button = _button("Redo")
         self.save_path = w.Text(description="save as", placeholder="edited.onnx",
                                 layout=_WIDE)
+        # the source is written over only when this is ticked (lab.save's overwrite=True,
+        # which a refused save names as the fix)
+        self.overwrite = w.Checkbox(value=False, description="overwrite", indent=False,
+                                    layout=w.Layout(width="100px"))
         self.save_button = _button("Save", "write the current version (checked to load in "
-                                   "a fresh onnxruntime session; never over the source)")
+                                   "a fresh onnxruntime session; over the source only with "
+                                   "'overwrite' ticked)")
         self.message = w.HTML("")
         self.history_html = w.HTML("")
         self.title = w.HTML("")
@@ -288,7 +294,8 @@ class Editor(View):
                      "op_type", "op_attributes", "op_inputs", "add_node_button", "shape",
                      "shape_button", "remove_output_button", "initializer", "init_path",
                      "replace_button", "factor", "scale_button", "undo_button", "redo_button",
-                     "save_path", "save_button", "scope_note", "whole_button", "scope_bar",
+                     "save_path", "overwrite", "save_button", "scope_note", "whole_button",
+                     "scope_bar",
                      "message", "history_html", "title", "panel", "form_error"):
             getattr(self, name).add_class("onnx-lab-ed-" + name.replace("_", "-"))
         self._result_panels = (self.message,)
@@ -305,7 +312,7 @@ class Editor(View):
                                       min_width=f"{_FORM_MIN_PX}px", flex="0 0 auto"))
         super().__init__([self.scope_bar, w.HBox([self.canvas, form]),
                           self.message, w.HBox([self.undo_button, self.redo_button, self.save_path,
-                                  self.save_button]),
+                                  self.overwrite, self.save_button]),
                           self.history_html])
         self.add_class("onnx-lab-editor")
         self._defer(self._redraw, "Drawing the graph…")  # after the frame shows
@@ -678,8 +685,10 @@ class Editor(View):
         # save's error cleared, while it runs (the old SaveError stayed on screen meanwhile)
         self.form_error.value = ""
         self.message.value = ""
+        kwargs = {"overwrite": True} if self.overwrite.value else {}
+        code = f"lab.save({path!r}" + (", overwrite=True" if kwargs else "") + ")"
         with self._busy():
-            out = self._call(self.lab.save, path, code=f"lab.save({path!r})",
+            out = self._call(self.lab.save, path, **kwargs, code=code,
                              busy="Saving, then loading the file in a fresh onnxruntime "
                                   "session…")
         if out is not None:

@@ -284,6 +284,18 @@ def test_save_writes_what_a_fresh_onnxruntime_session_runs_and_never_the_source(
     ed.save_button.click()
     assert "onnx-lab-error" in ed.form_error.value
     assert (tmp_path / "convnet.onnx").read_bytes() == source
+    # the refusal's fix (overwrite=True) is a control of the Editor: ticked, the source is
+    # written over, as the Python line says
+    assert "overwrite=True" in ed.form_error.value
+    ed.overwrite.value = True
+    ed.save_button.click()
+    no_error(ed)
+    assert "lab.save(" in ed.code.value and "overwrite=True" in ed.code.value
+    assert (tmp_path / "convnet.onnx").read_bytes() != source
+    got = ort.InferenceSession(str(tmp_path / "convnet.onnx"),
+                               providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    assert [g.shape for g in got] == [want.shape, (1, 16)]
+    ed.overwrite.value = False
     # while a save runs (seconds: the fresh-session check) the page says so, and the last
     # save's error is gone (it stayed on screen during a save that succeeded)
     seen = {}
