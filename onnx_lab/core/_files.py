@@ -227,11 +227,18 @@ def verify_files(model: ir.Model) -> None:
                 t.verify()
 
 
+def user_path(path: str | os.PathLike) -> Path:
+    """``path`` as the user meant it: a leading ``~`` or ``~user`` is their home folder (as
+    pandas and the shell read it). Every path a user passes to open, save or write goes
+    through here: ``lab.save("~/out.onnx")`` wrote a folder named ``~`` in the current one."""
+    return Path(os.path.expanduser(os.fspath(path)))
+
+
 def opened_path(path: str | os.PathLike) -> Path:
     """``path`` with its folder made absolute and real (links and ``..`` resolved) and its
     file name kept (a link in a snapshot folder stays that link: its data files lie beside
-    it, not beside the blob it points to)."""
-    p = os.path.abspath(path)
+    it, not beside the blob it points to); a leading ``~`` is the home folder."""
+    p = os.path.abspath(user_path(path))
     return Path(os.path.realpath(os.path.dirname(p))) / os.path.basename(p)
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from onnx_lab.core._files import user_path
 from onnx_lab.core._wire import external_locations
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.save import protected_files, write_error
@@ -37,7 +38,7 @@ def _real(p: str | os.PathLike) -> Path:
 
 def _file_and_data(path: str | os.PathLike, label: str, out: dict[Path, str]) -> None:
     """``path`` and the external data files its model names (read from its headers)."""
-    real = _real(path)
+    real = _real(user_path(path))
     out.setdefault(real, label)
     try:
         if not real.is_file() or real.suffix == ".npz":
@@ -108,7 +109,7 @@ def refuse_inputs(target: str | os.PathLike, sources: Iterable[Any] | dict[Path,
         raise SaveError(f"{flag} must be a file path, got {type(target).__name__} "
                         f"{target!r:.60}.", fix="Pass e.g. 'model.html'.")
     inputs = sources if isinstance(sources, dict) else input_files(sources)
-    what = inputs.get(_real(target))
+    what = inputs.get(_real(user_path(target)))
     if what is not None:
         raise SaveError(f"{flag} {str(target)!r} is {what}, which is read here: writing it "
                         "would destroy the input.", fix="Write to another path.")
@@ -124,7 +125,7 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
     Raises:
         WriteError: the folder is missing or not writable, no space, ...
     """
-    target = Path(target)
+    target = user_path(target)
     final = _real(target) if target.is_symlink() else target
     try:
         fd, name = tempfile.mkstemp(dir=final.parent or ".", prefix=f".{final.name}.",
@@ -162,7 +163,7 @@ def write_atomic(target: str | os.PathLike, data: str | bytes | Callable[[Path],
         SaveError: ``target`` is an input, or a folder.
         WriteError: the file system refused the write; the old file is unchanged.
     """
-    target = Path(target)
+    target = user_path(target)
     refuse_inputs(target, sources, flag=flag)
     if target.is_dir():
         raise SaveError(f"{flag} {str(target)!r} is a folder.",

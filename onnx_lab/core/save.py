@@ -61,7 +61,7 @@ import onnx
 import onnx_ir as ir
 from google.protobuf.message import EncodeError
 
-from onnx_lab.core._files import tensor_attributes, verify_files
+from onnx_lab.core._files import tensor_attributes, user_path, verify_files
 from onnx_lab.core._validate import UnreadableTensor, kept_inline
 from onnx_lab.core._wire import encode_varint as _varint
 from onnx_lab.core.history import History
@@ -144,7 +144,7 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
     if not isinstance(path, (str, os.PathLike)):
         raise SaveError(f"path must be a file path, got {type(path).__name__}.",
                         fix="Pass e.g. 'model.opt.onnx'.")
-    target = Path(path)
+    target = user_path(path)
     try:
         is_dir = target.is_dir()
     except OSError as e:
@@ -224,7 +224,7 @@ def write_model(model: LabModel, target: str | os.PathLike, data_name: str | Non
     Example:
         >>> write_model(lab.model, tmp / "model.onnx", "model.onnx.data")
     """
-    target = Path(target)
+    target = user_path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with _target_lock(_real(target)):

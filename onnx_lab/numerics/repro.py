@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from onnx_lab.core._files import user_path
 from onnx_lab.core.history import History
 from onnx_lab.core.outputs import write_atomic
 from onnx_lab.core.save import save
@@ -132,7 +133,7 @@ def write_repro(comparison: Any, folder: str | os.PathLike,
             empty.
     """
     check = local_check(comparison, divergence)
-    out = Path(folder)
+    out = user_path(folder)
     if out.exists() and not out.is_dir():
         raise SaveError(f"{str(out)!r} is a file, not a folder.", fix="Pass a folder path.")
     if out.is_dir() and any(out.iterdir()) and not overwrite:

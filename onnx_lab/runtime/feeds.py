@@ -18,6 +18,7 @@ from typing import Any, cast
 import numpy as np
 import onnx_ir as ir
 
+from onnx_lab.core._files import user_path
 from onnx_lab.core._meta import load_json
 from onnx_lab.core._mltypes import MapType
 from onnx_lab.core.branches import branch_switches, switch_values
@@ -1420,7 +1421,7 @@ def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
             return branch_feeds(model, dims, shapes, seed=seed)
         return [make_feeds(model, dims, shapes, seed=seed)]
     if isinstance(feeds, (str, Path)):
-        path = Path(feeds)
+        path = user_path(feeds)
         if not path.is_file():
             raise InputError(f"Feeds file {str(path)!r} does not exist.",
                              fix="Save inputs with numpy.savez(path, **{input_name: array}).")

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from onnx_lab.core._files import user_path
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import (
     constant_producer,
@@ -197,7 +198,7 @@ def _load_array(source: Any, name: str) -> np.ndarray:
     if isinstance(source, np.generic):  # np.float32(2.0) for a scalar weight
         return np.asarray(source)
     if isinstance(source, (str, Path)):
-        p = Path(source)
+        p = user_path(source)
         if not p.is_file():
             raise InputError(f"No file {str(p)!r} for initializer {name!r}.",
                              fix="Pass the path of a .npy or .npz file.")

@@ -46,6 +46,7 @@ from typing import Any
 from onnx_lab._display import notebook_html
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
+from onnx_lab.core._files import user_path
 from onnx_lab.errors import InputError, SaveError
 from onnx_lab.zoo import _store
 from onnx_lab.zoo._store import Found, find_models
@@ -376,10 +377,10 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
     engine = engine or ("dask" if scheduler is not None else "local")
     if threads is None and scheduler is None:  # the models run on this machine
         threads = max(1, (os.cpu_count() or 1) // workers)
-    out_dir = Path(out) if out is not None else None
+    out_dir = user_path(out) if out is not None else None
     old: dict[str, dict[str, Any]] = {}
     if against is not None:
-        old = _store.read_manifest(Path(against))
+        old = _store.read_manifest(user_path(against))
         if not old:
             raise InputError(f"No audit manifest in {str(against)!r} "
                              f"({_store.MANIFEST} is missing or empty).",

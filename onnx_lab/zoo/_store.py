@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from onnx_lab._pandas import pd
+from onnx_lab.core._files import user_path
 from onnx_lab.core._location import data_file
 from onnx_lab.core._wire import external_locations
 from onnx_lab.errors import ExternalDataError, InputError, ModelLoadError
@@ -97,7 +98,7 @@ def find_models(paths: Iterable[str | os.PathLike]) -> list[Found]:
     Example:
         >>> [f.name for f in find_models(["zoo/"])]
     """
-    paths = [Path(p) for p in paths]
+    paths = [user_path(p) for p in paths]
     if not paths:
         raise InputError("No model path given.", fix="Pass model files or folders.")
     picked: list[tuple[str, Path]] = []

@@ -117,3 +117,34 @@ def test_an_ordinary_model_is_unaffected(tmp_path):
     assert _run(lab)
     lab.save(tmp_path / "copy.onnx")
     assert onnx_lab.open(tmp_path / "copy.onnx").weight_stats().shape[0] == 2
+
+
+def test_a_path_under_the_home_folder_is_read_and_written_there(tmp_path, monkeypatch):
+    """``~/x.onnx`` is the home folder's file, as pandas and the shell read it: open, save,
+    the report, an initializer from a file and the audit went to a folder named ``~`` in the
+    current one (``lab.save("~/out.onnx")`` created ``./~/out.onnx``)."""
+    home, cwd = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    save_external(_weights(1), home / "m.onnx")
+    lab = onnx_lab.open("~/m.onnx")
+    assert lab.model.path == home / "m.onnx"
+    w = onnx.numpy_helper.to_array(_weights(1).graph.initializer[0])
+    np.save(home / "w.npy", (w * 2).astype(w.dtype))
+    lab.replace_initializer(_weights(1).graph.initializer[0].name, "~/w.npy")
+    out = lab.save("~/out/m2.onnx")
+    assert out == home / "out" / "m2.onnx" and out.is_file()
+    assert onnx_lab.write_report(lab, "~/r.html", graph=False) == home / "r.html"
+    assert (home / "r.html").stat().st_size > 0
+    assert not (cwd / "~").exists()
+    # what was written is what a fresh onnxruntime session runs
+    import onnxruntime as ort
+    x = np.ones((2, 256), np.float32)
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], x @ (2 * w) + 1, rtol=1e-4,
+                               atol=1e-3)
+    # the source is still refused under its home spelling
+    with pytest.raises(onnx_lab.errors.SaveError, match="source"):
+        lab.save("~/m.onnx")
