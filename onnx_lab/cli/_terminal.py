@@ -15,7 +15,18 @@ from typing import Any, TextIO
 
 from onnx_lab.errors import visible
 
-__all__ = ["VisibleText", "visible"]
+__all__ = ["VisibleText", "visible", "print_note"]
+
+
+def print_note(text: Any, *, indent: str = "", file: TextIO | None = None) -> None:
+    r"""Print ``note: TEXT`` as one note: a note quotes model strings, and a newline in one
+    (a node named ``"x\nerror: ..."``) began a line of its own that read as the command's,
+    a carriage return wrote over the ``note:`` before it. Each line break continues the note
+    indented under its text, and a carriage return is written ``\r``."""
+    prefix = f"{indent}note: "
+    body = str(text).replace("\r\n", "\n").replace("\r", "\\r")
+    print(prefix + body.replace("\n", "\n" + " " * len(prefix)), file=file)
+
 
 class VisibleText(io.TextIOBase):
     """A text stream that writes :func:`visible` text to ``stream`` (everything else, such

@@ -10,6 +10,7 @@ import argparse
 
 from onnx_lab.cli._advice import command_line_words
 from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args, print_json
+from onnx_lab.cli._terminal import print_note
 
 COST_TOTAL_KEYS = ("flops", "macs", "params", "param_bytes", "peak_activation_bytes")
 
@@ -43,7 +44,7 @@ def _cost(args: argparse.Namespace) -> int:
     t = c.total
     print(f"{t['flops'] / 1e9:.4f} GFLOPs, {t['macs'] / 1e9:.4f} GMACs, {t['params']:,} params "
           f"({t['param_bytes']:,} bytes), peak activations {t['peak_activation_bytes']:,} bytes "
-          f"at {t['peak_node']}, {t['unknown_nodes']} nodes of unknown cost")
+          f"at {str(t['peak_node'])!r}, {t['unknown_nodes']} nodes of unknown cost")
     if c.kv_cache:
         kv = c.kv_cache
         print(f"KV cache: {kv['bytes']:,} bytes for {kv['context']} tokens "
@@ -54,7 +55,7 @@ def _cost(args: argparse.Namespace) -> int:
     print(c.nodes.sort_values("flops", ascending=False)[cols].head(args.top).to_string(
         index=False))
     for n in c.notes:
-        print(f"note: {n}")
+        print_note(n)
     return 0
 
 

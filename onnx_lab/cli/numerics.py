@@ -16,6 +16,7 @@ from onnx_lab.cli._common import (
     print_json,
     write_atomic,
 )
+from onnx_lab.cli._terminal import print_note
 from onnx_lab.errors import InputError
 
 
@@ -154,9 +155,9 @@ def _repro(args: argparse.Namespace) -> int:
           f"(local max_abs {r.check.max_abs:.3g}); run: python {r.script}")
     if r.check.passed:  # the node alone does not reproduce it: say so, not only the number
         up = c.first_divergence.get("upstream") or []
-        print(f"note: fed the reference's inputs, {r.check.node_id} agrees; the difference "
-              "comes in through its inputs" + (f" (it starts upstream, at {up[0]})" if up
-                                                else "") + ", so this repro shows none")
+        print_note(f"fed the reference's inputs, {r.check.node_id} agrees; the difference "
+                   "comes in through its inputs" + (f" (it starts upstream, at {up[0]})" if up
+                                                     else "") + ", so this repro shows none")
     return 0
 
 

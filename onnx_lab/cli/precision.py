@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args, print_json
+from onnx_lab.cli._terminal import print_note
 from onnx_lab.errors import InputError
 
 
@@ -91,7 +92,7 @@ def _precision(args: argparse.Namespace) -> int:
     else:
         print(plan.summary_text())
         for note in plan.notes:
-            print(f"note: {note}")
+            print_note(note)
         costs = getattr(plan, "costs", None)  # int4: what each kept node costs
         for i, nid in enumerate(plan.kept):
             extra = ""

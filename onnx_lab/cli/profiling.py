@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args, print_json
+from onnx_lab.cli._terminal import print_note
 from onnx_lab.errors import InputError
 
 
@@ -124,9 +125,9 @@ def _profile(args: argparse.Namespace) -> int:
             print(table.to_string(index=False) if len(table) else
                   "(none: no profiled runs with per-operator times; the notes say why)")
     for n in prof.notes + (sweep.notes if sweep else []):
-        print(f"note: {n}")
+        print_note(n)
     for a in advice:  # and the budget that would give a measurement: --budget X
-        print(f"note: {a.text} (--budget {a.suggested_s:g})")
+        print_note(f"{a.text} (--budget {a.suggested_s:g})")
     return 0
 
 
@@ -174,5 +175,5 @@ def _generate(args: argparse.Namespace) -> int:
     print()
     print(f"tokens: {g.tokens[0].tolist()}")
     for n in g.notes:
-        print(f"note: {n}")
+        print_note(n)
     return 0

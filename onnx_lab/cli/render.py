@@ -10,6 +10,7 @@ from pathlib import Path
 
 from onnx_lab.cli._advice import command_line_text
 from onnx_lab.cli._common import add_dims_args, add_model_arg, open_from_args
+from onnx_lab.cli._terminal import print_note
 from onnx_lab.errors import LabError
 
 
@@ -82,7 +83,7 @@ def _render(args: argparse.Namespace) -> int:
                    show_initializers=args.show_initializers, show_shapes=not args.no_shapes,
                    timeout=args.timeout, title=args.title)
     for note in r.notes:
-        print(f"note: {note}", file=sys.stderr)
+        print_note(note, file=sys.stderr)
     r.save(out)
     print(f"{out}: {len(r.nodes)} nodes, {len(r.groups)} boxes, {len(r.edges)} edges "
           f"({r.seconds:.2f} s)")
@@ -108,6 +109,6 @@ def _report(args: argparse.Namespace) -> int:
     # profile and comparison).
     for name, e in res.failures():
         text = command_line_text(e) if isinstance(e, LabError) else f"{type(e).__name__}: {e}"
-        print(f"note: {name} not in the report: {text}", file=sys.stderr)
+        print_note(f"{name} not in the report: {text}", file=sys.stderr)
     print(f"{out}: {out.stat().st_size / 1e6:.2f} MB")
     return 0

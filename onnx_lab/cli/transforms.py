@@ -17,6 +17,7 @@ from onnx_lab.cli._common import (
     parse_dims,
     print_json,
 )
+from onnx_lab.cli._terminal import print_note
 from onnx_lab.errors import DimError, InputError
 from onnx_lab.render.tables import format_bytes
 
@@ -150,15 +151,15 @@ def _report(args: argparse.Namespace, results: Sequence[Any], lab: Lab, n0: int,
             print(f"{r.name}: {what}{ver}")
             if r.modified and (pass_kind(r.name) == "tool" or r.verify_passed is False):
                 for note in r.notes:  # a tool's notes say what it did to the model's interface
-                    print(f"  note: {note}")
+                    print_note(note, indent="  ")
             elif r.modified:
                 # what a pass refused or skipped (and, last, the preset's verdict): the first
                 # two and the last; --json has them all
                 notes = list(r.notes)
                 shown = notes if len(notes) <= 3 else [*notes[:2], None, notes[-1]]
                 for note in shown:
-                    print(f"  note: {note}" if note is not None else
-                          f"  note: ... {len(notes) - 3} more (--json lists them)")
+                    print_note(note if note is not None else
+                               f"... {len(notes) - 3} more (--json lists them)", indent="  ")
         for c in found:
             print(f"{c.message} ({c.verification_runs} verification runs, at most {c.bound} "
                   f"for {len(c.switches)} switches)")

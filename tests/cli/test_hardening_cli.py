@@ -289,3 +289,35 @@ def test_check_fixes_name_the_convert_opset_flag():
         "Convert it down: onnx-lab edit MODEL OUT --convert-opset 21, or upgrade."
     assert command_line_words("(lab.convert_opset, a decomposition)") == \
         "(onnx-lab edit --convert-opset, a decomposition)"
+
+
+def test_a_newline_in_a_model_string_never_starts_a_line_of_its_own(tmp_path, capsys):
+    # a node named "r\nerror: ..." printed a line 'error: ...' of its own after the cost
+    # line's "peak activations at", and an op type with a newline split the note naming it
+    fake = "\nerror: fake verdict"
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y1"], name="r" + fake),
+         helper.make_node("Mystery" + fake, ["y1"], ["y"], name="m", domain="custom.x")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("custom.x", 1)])
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    code, out, err = _run(capsys, "cost", str(path))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert not [ln for ln in lines if ln.startswith("error:")], out
+    assert "at 'r\\nerror: fake verdict'" in lines[0]  # the peak node, quoted
+    (i,) = [i for i, ln in enumerate(lines) if ln.startswith("note: ") and "unknown" in ln]
+    assert lines[i + 1] == " " * len("note: ") + "error: fake verdict"  # the note goes on
+
+
+def test_print_note_keeps_a_note_one_note():
+    import io
+
+    from onnx_lab.cli._terminal import print_note
+
+    buf = io.StringIO()
+    print_note("a\nb\r\nc\rd", indent="  ", file=buf)
+    assert buf.getvalue() == "  note: a\n        b\n        c\\rd\n"
