@@ -18,6 +18,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from onnx_lab.core._location import user_path
 from onnx_lab.errors import ExternalDataError
 
 __all__ = ["PinnedExternalTensor", "pin_external", "pin_like", "verify_files", "opened_path",
@@ -225,13 +226,6 @@ def verify_files(model: ir.Model) -> None:
             if key not in seen:
                 seen.add(key)
                 t.verify()
-
-
-def user_path(path: str | os.PathLike) -> Path:
-    """``path`` as the user meant it: a leading ``~`` or ``~user`` is their home folder (as
-    pandas and the shell read it). Every path a user passes to open, save or write goes
-    through here: ``lab.save("~/out.onnx")`` wrote a folder named ``~`` in the current one."""
-    return Path(os.path.expanduser(os.fspath(path)))
 
 
 def opened_path(path: str | os.PathLike) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from onnx_lab.errors import ExternalDataError
 
-__all__ = ["data_file"]
+__all__ = ["data_file", "user_path"]
 
 
 def data_file(base: Path, location: str | None, tensor: str = "") -> Path:
@@ -63,3 +63,10 @@ def data_file(base: Path, location: str | None, tensor: str = "") -> Path:
             "huggingface_hub.snapshot_download(..., local_dir=DIR)).",
         )
     return target
+
+
+def user_path(path: str | os.PathLike) -> Path:
+    """``path`` as the user meant it: a leading ``~`` or ``~user`` is their home folder (as
+    pandas and the shell read it). Every path a user passes to open, save or write goes
+    through here: ``lab.save("~/out.onnx")`` wrote a folder named ``~`` in the current one."""
+    return Path(os.path.expanduser(os.fspath(path)))

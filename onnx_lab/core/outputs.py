@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from onnx_lab.core._files import user_path
+from onnx_lab.core._location import user_path
 from onnx_lab.core._wire import external_locations
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.save import protected_files, write_error

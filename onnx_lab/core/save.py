@@ -61,7 +61,8 @@ import onnx
 import onnx_ir as ir
 from google.protobuf.message import EncodeError
 
-from onnx_lab.core._files import tensor_attributes, user_path, verify_files
+from onnx_lab.core._files import tensor_attributes, verify_files
+from onnx_lab.core._location import user_path
 from onnx_lab.core._validate import UnreadableTensor, kept_inline
 from onnx_lab.core._wire import encode_varint as _varint
 from onnx_lab.core.history import History

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from onnx_lab.core._files import user_path
+from onnx_lab.core._location import user_path
 from onnx_lab.core.history import History
 from onnx_lab.core.outputs import write_atomic
 from onnx_lab.core.save import save

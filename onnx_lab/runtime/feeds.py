@@ -18,7 +18,7 @@ from typing import Any, cast
 import numpy as np
 import onnx_ir as ir
 
-from onnx_lab.core._files import user_path
+from onnx_lab.core._location import user_path
 from onnx_lab.core._meta import load_json
 from onnx_lab.core._mltypes import MapType
 from onnx_lab.core.branches import branch_switches, switch_values

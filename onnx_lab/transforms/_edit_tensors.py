@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from onnx_lab.core._files import user_path
+from onnx_lab.core._location import user_path
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import (
     constant_producer,

@@ -46,7 +46,7 @@ from typing import Any
 from onnx_lab._display import notebook_html
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
-from onnx_lab.core._files import user_path
+from onnx_lab.core._location import user_path
 from onnx_lab.errors import InputError, SaveError
 from onnx_lab.zoo import _store
 from onnx_lab.zoo._store import Found, find_models

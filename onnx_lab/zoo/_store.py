@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from onnx_lab._pandas import pd
-from onnx_lab.core._files import user_path
-from onnx_lab.core._location import data_file
+from onnx_lab.core._location import data_file, user_path
 from onnx_lab.core._wire import external_locations
 from onnx_lab.errors import ExternalDataError, InputError, ModelLoadError
 
