@@ -146,6 +146,13 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     fed = {v.name for v in model.graph.inputs}
     compared = all(n in rows.index or n in fed for n in _data_inputs(node, idx, makers))
     div["cause"] = "computation" if compared else "inputs"
+    overflow = _overflow(rows, div["tensor"])
+    if overflow is not None:
+        div["overflow"] = overflow
+    if compared and overflow is not None:
+        div["message"] = (f"{node.op_type} {nid}: the candidate overflows {overflow['dtype']} "
+                          f"here: its inputs agree, its output holds {_overflow_text(overflow)}")
+        return
     if compared:
         narrowed = _narrowed_feed(node, cand, div.get("cand_node_id"))
         if narrowed is not None:
@@ -200,9 +207,51 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
         where = (f"; upstream, the uncompared values start at the reference's "
                  f"{first['op_type']} {first['node_id']!r}: {first['reason']}"
                  + (f", and {len(roots) - 1} more (div['upstream'])" if len(roots) > 1 else ""))
-    div["message"] = (f"{node.op_type} {nid}: its output differs; an input of it has no "
+    div["message"] = (f"{node.op_type} {nid}: its output differs"
+                      + (f" (the candidate overflows {overflow['dtype']} here: "
+                         f"{_overflow_text(overflow)})" if overflow is not None else "")
+                      + "; an input of it has no "
                       "counterpart to compare, so it may only receive different inputs "
                       f"(compare(..., confirm=True) checks){where}")
+
+
+#: The largest finite value of the narrow floats a candidate may overflow.
+_NARROW_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+
+
+def _overflow(rows: pd.DataFrame, tensor: str) -> dict[str, Any] | None:
+    """{dtype, inf_cand, max_ref} when ``tensor``'s candidate is a narrow float (float16,
+    bfloat16) holding more infinities than the reference: the candidate overflows that float
+    there. An fp16 overflow was blamed "computes differently: its inputs agree" while only the
+    non-finite line below it said where the inf started. None otherwise."""
+    if tensor not in rows.index or "inf_cand" not in rows.columns:
+        return None
+    row = rows.loc[tensor]
+    dtype = row.get("cand_dtype")
+    if dtype not in _NARROW_MAX:
+        return None
+    inf_c, inf_r = row.get("inf_cand"), row.get("inf_ref")
+    inf_c = int(inf_c) if isinstance(inf_c, (int, float, np.number)) and inf_c == inf_c else 0
+    inf_r = int(inf_r) if isinstance(inf_r, (int, float, np.number)) and inf_r == inf_r else 0
+    if inf_c <= inf_r:
+        return None
+    top = row.get("max_ref")
+    top = float(top) if isinstance(top, (int, float, np.number)) else math.nan
+    return {"dtype": dtype, "inf_cand": inf_c - inf_r, "max_ref": top}
+
+
+def _overflow_text(o: dict[str, Any]) -> str:
+    """"8 inf where the reference's values reach 1.2e+05, beyond float16's largest finite
+    value, 65504"; a reference within the range overflows inside the node's arithmetic."""
+    top, limit = o["max_ref"], _NARROW_MAX[o["dtype"]]
+    n = f"{o['inf_cand']} inf where the reference holds finite values"
+    if not math.isfinite(top):
+        return n
+    if top > limit:
+        return (f"{n}, up to {top:.3g}, beyond {o['dtype']}'s largest finite value "
+                f"{limit:.6g}")
+    return (f"{n}, up to {top:.3g} (within {o['dtype']}'s largest finite value {limit:.6g}: "
+            "its arithmetic overflows on the way there)")
 
 
 def _how_much(div: dict[str, Any]) -> str:

@@ -46,7 +46,10 @@ class Comparison:
             ``constant``, ``constant_tensor`` and ``constant_max_abs``), ``computation`` (its
             inputs agree, its output does not) or ``inputs`` (an input has no counterpart, so
             it may only receive different inputs; ``upstream``: the reference nodes where the
-            uncompared values start, named in the message with the alignment's reason). With ``compare(confirm=True)``:
+            uncompared values start, named in the message with the alignment's reason).
+            ``overflow`` ({dtype, inf_cand, max_ref}) when the candidate's float16 or
+            bfloat16 output there holds infinities the reference does not, which the
+            message names. With ``compare(confirm=True)``:
             ``confirmed``, ``local_max_abs``, ``local_passed`` and ``confirm_note`` (see
             :func:`onnx_lab.numerics.confirm.local_check`).
         first_nonfinite: None, or {tensor, node_id, op_type, nan_cand, inf_cand}: the first

@@ -129,3 +129,61 @@ def test_a_node_that_computes_differently_names_the_attributes_that_differ():
     assert d["node_id"] == "gelu"
     assert d["message"].endswith("in the candidate attribute 'approximate' 'none' -> 'tanh'")
 
+
+
+def _overflowing(hand_made: bool) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """A float32 model whose MatMul reaches ~1.06e5 (beyond float16's 65504) and its float16
+    copy: by to_fp16, or written by hand (float16 throughout)."""
+    w = np.full((8, 8), 30000.0 / 8, np.float32)
+    nodes = [helper.make_node("Abs", ["x"], ["a"], name="abs"),
+             helper.make_node("Add", ["a", "one"], ["a1"], name="add"),
+             helper.make_node("MatMul", ["a1", "w"], ["m"], name="mm"),
+             helper.make_node("Div", ["m", "k"], ["d"], name="div"),
+             helper.make_node("Tanh", ["d"], ["y"], name="tanh")]
+
+    def build(np_dtype):
+        inits = [numpy_helper.from_array(w.astype(np_dtype), "w"),
+                 numpy_helper.from_array(np.array(3.0, np_dtype), "one"),
+                 numpy_helper.from_array(np.array(1e5 if np_dtype == np.float32 else 6e4,
+                                                  np_dtype), "k")]
+        body = [*nodes]
+        if np_dtype == np.float16:  # float32 at the interface, float16 inside
+            body[0] = helper.make_node("Abs", ["x16"], ["a"], name="abs")
+            body[-1] = helper.make_node("Tanh", ["d"], ["y16"], name="tanh")
+            body = [helper.make_node("Cast", ["x"], ["x16"], to=onnx.TensorProto.FLOAT16),
+                    *body, helper.make_node("Cast", ["y16"], ["y"], to=onnx.TensorProto.FLOAT)]
+        return make_model(body, [vi("x", [1, 8])], [vi("y", [1, 8])], inits)
+
+    ref = build(np.float32)
+    if hand_made:
+        return ref, build(np.float16)
+    return ref, onnx_lab.to_fp16(onnx_lab.open(ref)).model.to_proto()
+
+
+def test_an_fp16_overflow_is_named_on_the_divergence_line():
+    # the divergence read "MatMul mm computes differently: its inputs agree, its output
+    # differs (max_abs inf)"; only the non-finite line under it hinted at an overflow
+    import onnxruntime as ort
+
+    for hand_made in (False, True):
+        ref, cand = _overflowing(hand_made)
+        # the truth, from fresh sessions with m as an output: the reference's m is finite
+        # beyond 65504, the candidate's inf
+        x = {"x": np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)}
+        got = []
+        for m in (ref, cand):
+            exposed = onnx.ModelProto()
+            exposed.CopyFrom(m)
+            exposed.graph.output.append(onnx.ValueInfoProto(name="m"))
+            got.append(ort.InferenceSession(exposed.SerializeToString()).run(["m"], x)[0])
+        assert np.isfinite(got[0]).all() and np.abs(got[0]).max() > 65504
+        assert np.isinf(got[1]).all()
+        c = compare(ref, cand)
+        d = c.first_divergence
+        assert d["node_id"] == "mm" and d["cause"] == "computation", d
+        assert d["overflow"]["dtype"] == "float16" and d["overflow"]["inf_cand"] == 8
+        assert d["overflow"]["max_ref"] > 65504
+        assert "the candidate overflows float16 here" in d["message"], d["message"]
+        assert "beyond float16's largest finite value 65504" in d["message"]
+        assert "computes differently" not in d["message"]
+        assert "overflows float16" in c.summary_text()
