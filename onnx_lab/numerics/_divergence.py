@@ -154,6 +154,7 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
                           f"here: its inputs agree, its output holds {_overflow_text(overflow)}")
         return
     if compared:
+        order = _input_order(node, cand, div.get("cand_node_id"), rows, fed)
         narrowed = _narrowed_feed(node, cand, div.get("cand_node_id"))
         if narrowed is not None:
             feed, cast, dtype = narrowed
@@ -170,9 +171,10 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
             # ones, flattened: max_abs 0 read as an error carried in through an input)
             div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, "
                               f"its output has another shape, {reshaped[1]} instead of "
-                              f"{reshaped[0]}")
+                              f"{reshaped[0]}" + (f"; in the candidate {order}" if order else ""))
             return
-        carried = _carried_error(node, idx, makers, rows, div)
+        # (inputs read in another order are another computation, whatever their errors)
+        carried = _carried_error(node, idx, makers, rows, div) if order is None else None
         if carried is not None:
             name, err = carried
             div["cause"] = "inputs"
@@ -191,10 +193,11 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
         # an unchanged node fed inputs that differ (within their tolerance): their error,
         # amplified; fed identical ones it computes differently whatever it looks like
         if same_runtime and ref_dict is None and any(e > 0 for e in errs) and \
-                _unchanged(node, cand, div.get("cand_node_id"), model):
+                order is None and _unchanged(node, cand, div.get("cand_node_id"), model):
             _amplified(div, node, model, cand, idx, makers, rows)
             return
-        changed = _attribute_changes(node, cand, div.get("cand_node_id"))
+        changed = "; ".join(x for x in (
+            order, _attribute_changes(node, cand, div.get("cand_node_id"))) if x)
         div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
                           f"output differs ({_how_much(div)})"
                           + (f"; in the candidate {changed}" if changed else ""))
@@ -466,6 +469,54 @@ def _uncompared_roots(node: ir.Node, idx: Any, makers: set[str], compared: set[s
             roots.append({"node_id": pid, "op_type": idx.node(pid).op_type, "tensor": name,
                           "reason": reasons.get(name, "no counterpart in the candidate")})
     return roots
+
+
+def _input_order(node: ir.Node, cand: LabModel, cand_node_id: str | None,
+                 rows: pd.DataFrame, fed: set[str]) -> str | None:
+    """``inputs 0 and 1 swapped ('a' and 'b')`` when the candidate's counterpart of ``node``
+    (the same op) reads the same tensors in another order: a Concat's parts, a Sub's or a
+    Div's operands, a MatMul's, a Where's branches were blamed "computes differently: its
+    inputs agree" with no word of the order. A data input is the same tensor as the
+    candidate's its row is paired with (a graph input: the same name); a constant, the
+    candidate's constant input of equal values. None when the order is the same or a tensor
+    is not known on the other side."""
+    if not cand_node_id or cand_node_id not in cand.index.entries:
+        return None
+    other = cand.index.node(cand_node_id)
+    if (other.op_type, other.domain) != (node.op_type, node.domain) or \
+            len(other.inputs) != len(node.inputs) or len(node.inputs) < 2:
+        return None
+    theirs = [v.name if v is not None else None for v in other.inputs]
+    ours: list[str | None] = []
+    for i, v in enumerate(node.inputs):
+        if v is None or not v.name:
+            ours.append(None)
+        elif v.name in rows.index and isinstance(rows.loc[v.name, "cand_tensor"], str):
+            ours.append(rows.loc[v.name, "cand_tensor"])
+        elif v.name in fed:
+            ours.append(v.name)
+        elif is_constant(v, stored=True):
+            # the candidate's equal constant, at the same position first
+            same = [j for j in [i, *range(len(other.inputs))]
+                    if other.inputs[j] is not None and is_constant(other.inputs[j], stored=True)
+                    and _const_equal(v, other.inputs[j])]
+            if not same:
+                return None
+            ours.append(theirs[same[0]])
+        else:
+            return None
+    if ours == theirs or sorted(ours, key=str) != sorted(theirs, key=str):
+        return None
+    moved = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
+    names = [v.name if v is not None else "" for v in node.inputs]
+    if len(moved) == 2:
+        i, j = moved
+        return f"inputs {i} and {j} swapped ({names[i]!r:.40} and {names[j]!r:.40})"
+    # input k of the candidate is the reference's input order[k]
+    order: list[int] = []
+    for b in theirs:
+        order.append(next(i for i, a in enumerate(ours) if a == b and i not in order))
+    return f"its inputs read in another order: the reference's {order}"[:120]
 
 
 def _attribute_changes(node: ir.Node, cand: LabModel, cand_node_id: str | None) -> str:

@@ -187,3 +187,51 @@ def test_an_fp16_overflow_is_named_on_the_divergence_line():
         assert "beyond float16's largest finite value 65504" in d["message"]
         assert "computes differently" not in d["message"]
         assert "overflows float16" in c.summary_text()
+
+
+def test_inputs_read_in_another_order_are_named():
+    # a Sub's, a MatMul's operands or a Concat's parts swapped were blamed "computes
+    # differently: its inputs agree" with no word of the order
+    def model(op: str, order: tuple[int, ...], const: bool = False) -> onnx.ModelProto:
+        w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) / 8, "w")
+        parts = ["a", "b", "c"] if op == "Concat" else ["a", "w" if const else "b"]
+        nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+                 helper.make_node("Neg", ["x"], ["b"], name="neg"),
+                 helper.make_node("Sigmoid", ["x"], ["c"], name="sig"),
+                 helper.make_node(op, [parts[i] for i in order], ["y"], name="op",
+                                  **({"axis": 1} if op == "Concat" else {}))]
+        return make_model(nodes, [vi("x", [4, 4])], [vi("y", None)], [w])
+
+    for op, order, const, said in [
+            ("Sub", (1, 0), False, "inputs 0 and 1 swapped ('a' and 'b')"),
+            ("MatMul", (1, 0), False, "inputs 0 and 1 swapped ('a' and 'b')"),
+            ("MatMul", (1, 0), True, "inputs 0 and 1 swapped ('a' and 'w')"),
+            ("Concat", (1, 0, 2), False, "inputs 0 and 1 swapped ('a' and 'b')"),
+            ("Concat", (2, 0, 1), False, "its inputs read in another order: the reference's "
+             "[2, 0, 1]")]:
+        ref = model(op, tuple(range(len(order))), const)
+        cand = model(op, order, const)
+        d = compare(ref, cand).first_divergence
+        assert d["node_id"] == "op" and d["cause"] == "computation", d
+        assert d["message"].endswith(f"; in the candidate {said}"), d["message"]
+    # the same order: no divergence at all
+    d = compare(model("Sub", (0, 1)), model("Sub", (0, 1))).first_divergence
+    assert d is None
+
+
+def test_swapped_inputs_are_not_an_unchanged_node_amplifying_its_inputs():
+    # the same Sub with its operands swapped, under a MatMul whose weight moved by 1e-6: the
+    # Sub was "unchanged in the candidate (same op, attributes and weights) ... amplifies"
+    # its input's 4e-06, and blame went upstream to the MatMul
+    def model(swap: bool, f: float) -> onnx.ModelProto:
+        w = np.arange(16, dtype=np.float32).reshape(4, 4) / 8 * np.float32(f)
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"),
+                 helper.make_node("Neg", ["x"], ["b"], name="neg"),
+                 helper.make_node("Sub", ["b", "a"] if swap else ["a", "b"], ["y"], name="op")]
+        return make_model(nodes, [vi("x", [4, 4])], [vi("y", None)],
+                          [numpy_helper.from_array(w, "w")])
+
+    d = compare(model(False, 1.0), model(True, 1 + 1e-6)).first_divergence
+    assert d["node_id"] == "op" and d["cause"] == "computation", d
+    assert "unchanged" not in d["message"] and "upstream" not in d
+    assert d["message"].endswith("inputs 0 and 1 swapped ('a' and 'b')")
