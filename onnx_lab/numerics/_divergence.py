@@ -169,9 +169,14 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
         if reshaped is not None:
             # a shape a node gives differently is made here, whatever its values (the same
             # ones, flattened: max_abs 0 read as an error carried in through an input)
+            # (and what the candidate sets otherwise: a Transpose's perm, a Gather's axis
+            # that made the shape were not named)
+            changed = "; ".join(x for x in (
+                order, _attribute_changes(node, cand, div.get("cand_node_id"))) if x)
             div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, "
                               f"its output has another shape, {reshaped[1]} instead of "
-                              f"{reshaped[0]}" + (f"; in the candidate {order}" if order else ""))
+                              f"{reshaped[0]}" + (f"; in the candidate {changed}" if changed
+                                                  else ""))
             return
         # (inputs read in another order are another computation, whatever their errors)
         carried = _carried_error(node, idx, makers, rows, div) if order is None else None

@@ -271,3 +271,24 @@ def test_a_clip_at_float16s_max_that_became_inf_is_the_divergence():
     row = c.layers.set_index("tensor").loc["c"]
     assert not row["passed"] and row["max_abs"] == np.inf
     assert compare(ref, ref, feeds=x).passed  # the 65504s agree with themselves
+
+
+def test_an_output_of_another_shape_names_the_attribute_that_made_it():
+    # a Transpose's perm or a Gather's axis changed: "its output has another shape, [8, 1, 4]
+    # instead of [1, 8, 4]" with no word of the perm (the LSTM exports' Transposes, a Gather
+    # of the last step)
+    def model(perm, axis):
+        idx = numpy_helper.from_array(np.array(0, np.int64), "i")
+        return make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                           helper.make_node("Transpose", ["r"], ["t"], name="tr", perm=perm),
+                           helper.make_node("Gather", ["t", "i"], ["y"], name="g", axis=axis)],
+                          [vi("x", [8, 1, 4])], [vi("y", None)], [idx])
+
+    d = compare(model([1, 0, 2], 1), model([0, 1, 2], 1)).first_divergence
+    assert d["node_id"] == "tr" and d["cause"] == "computation", d
+    assert d["message"].endswith("its output has another shape, [8, 1, 4] instead of [1, 8, 4]"
+                                 "; in the candidate attribute 'perm' (1, 0, 2) -> (0, 1, 2)"), \
+        d["message"]
+    d = compare(model([1, 0, 2], 1), model([1, 0, 2], 0)).first_divergence
+    assert d["node_id"] == "g", d
+    assert d["message"].endswith("; in the candidate attribute 'axis' 1 -> 0"), d["message"]
