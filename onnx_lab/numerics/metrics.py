@@ -6,10 +6,8 @@ bounded by ``_SLICE`` elements per step whatever the tensor size.
 
 Non-finite values are compared position by position: the same infinity (``-inf`` attention
 masks) or NaN on both sides is a match; a NaN or infinity on one side only is a mismatch and
-makes ``max_abs`` infinite, except a float16 (bfloat16) reference's infinity facing the
-candidate's largest finite float16 (bfloat16) value of the same sign when both tensors have
-that dtype: both overflowed. The reference's own largest finite value (±65504) is a value, not
-an overflow: a candidate's infinity there is one the reference does not hold.
+makes ``max_abs`` infinite, except a float16 (bfloat16) infinity facing the largest finite
+float16 (bfloat16) value of the same sign when both tensors have that dtype: both overflowed.
 The error statistics (``mean_abs``, ``max_rel``, ``cosine``, ``sqnr_db``) are computed over
 positions finite on both sides.
 
@@ -432,9 +430,8 @@ class MetricAccumulator:
 
     def _overflowed_alike(self, ref: np.ndarray, cand: np.ndarray, top: float) -> np.ndarray:
         """A wider candidate against a narrow float reference (float16, bfloat16): where the
-        reference overflowed (its infinity: its largest finite value, 65504, is a value that
-        float16 holds, which a candidate's 1e5 differs from) and the candidate holds a value
-        of the same sign beyond that float's range, both
+        reference overflowed (its infinity, or its largest value from a saturating kernel)
+        and the candidate holds a value of the same sign beyond that float's range, both
         computed the same overflowing quantity, the candidate without rounding it to the
         narrow float. onnxruntime's optimized float16 model on CPU keeps the float32 of the
         Casts it inserts around float16 ops: a Conv's 506708 there against the reference's
@@ -442,7 +439,7 @@ class MetricAccumulator:
         candidate's value is compared as the reference's there; elsewhere as it is."""
         r, c = _widened(ref).reshape(-1), cand.reshape(-1)  # same size, maybe another shape
         with np.errstate(invalid="ignore"):
-            r_over = np.isinf(r)
+            r_over = np.isinf(r) | (np.abs(r) == top)
             alike = r_over & np.isfinite(c) & (np.abs(c) > top) & (np.sign(c) == np.sign(r))
         if not alike.any():
             return cand
@@ -660,14 +657,12 @@ class MetricAccumulator:
         same = (r_nan & c_nan) | (~r_nan & ~c_nan & ~r_fin & ~c_fin & (r == c))
         top = _OVERFLOW_AT.get(self.dtype or "") if self.dtype == self.cand_dtype else None
         if top is not None:
-            # Both overflowed a narrow float: the reference rounded to the infinity, the
-            # candidate kept the largest finite value of the same sign (a value just under
-            # the rounding boundary: float16 rounds to inf from 65520 on). Not the other way:
-            # a reference's 65504 is finite (a Clip at float16's max), and a candidate's
-            # infinity there is an overflow the reference does not hold (a Clip whose max
-            # became inf passed, and the Div after it was blamed).
-            r_inf = ~r_fin & ~r_nan
-            same |= r_inf & (c == np.where(r > 0, top, -top))
+            # Both overflowed a narrow float: one side rounded to the infinity, the other
+            # kept the largest finite value of the same sign (a kernel that saturates, or a
+            # value just under the rounding boundary: float16 rounds to inf from 65520 on).
+            r_inf, c_inf = ~r_fin & ~r_nan, ~c_fin & ~c_nan
+            same |= (r_inf & (c == np.where(r > 0, top, -top))) \
+                | (c_inf & (r == np.where(c > 0, top, -top)))
         bad = int((~both & ~same).sum())
         if bad:
             self.n_fail += bad
