@@ -153,6 +153,78 @@ def test_an_int64_index_beyond_65504_is_no_fp16_overflow():
     assert full["passed"] and "overflow" not in full["note"]
 
 
+FLOAT32_MIN = float(np.finfo(np.float32).min)
+
+
+def masked_attention(fill=FLOAT32_MIN):
+    """One head of attention whose mask is written as torch.export writes a boolean mask of
+    scaled_dot_product_attention: ``Where(allowed, 0, fill)`` added to the scores (causal and
+    padding, from an int64 attention_mask), then Softmax and the values."""
+    rng = np.random.default_rng(0)
+    s, d = 6, 16
+    inits = [numpy_helper.from_array((rng.standard_normal((d, d)) * 0.3).astype(np.float32), n)
+             for n in ("wq", "wk", "wv")]
+    inits += [numpy_helper.from_array(np.tril(np.ones((s, s), bool)), "causal"),
+              numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+              numpy_helper.from_array(np.array(fill, np.float32), "fill"),
+              numpy_helper.from_array(np.array(0.25, np.float32), "scale"),
+              numpy_helper.from_array(np.array([1, 1, s], np.int64), "mshape")]
+    nodes = [helper.make_node("MatMul", ["x", w], [w[1]], name=f"/{w}/MatMul")
+             for w in ("wq", "wk", "wv")]
+    nodes += [
+        helper.make_node("Transpose", ["k"], ["kt"], name="/kt/Transpose", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["qk"], name="/qk/MatMul"),
+        helper.make_node("Mul", ["qk", "scale"], ["scores"], name="/scores/Mul"),
+        helper.make_node("Cast", ["attention_mask"], ["keep"], name="/mask/Cast",
+                         to=TP.BOOL),
+        helper.make_node("Reshape", ["keep", "mshape"], ["keep3"], name="/mask/Reshape"),
+        helper.make_node("And", ["causal", "keep3"], ["allowed"], name="/mask/And"),
+        helper.make_node("Where", ["allowed", "zero", "fill"], ["bias"], name="/mask/Where"),
+        helper.make_node("Add", ["scores", "bias"], ["masked"], name="/attn/Add"),
+        helper.make_node("Softmax", ["masked"], ["probs"], name="/attn/Softmax", axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["y"], name="/attn/MatMul")]
+    g = helper.make_graph(nodes, "masked_attention",
+                          [helper.make_tensor_value_info("x", TP.FLOAT, [1, s, d]),
+                           helper.make_tensor_value_info("attention_mask", TP.INT64, [1, s])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [1, s, d])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+MASK_NODES = {"/mask/Where", "/attn/Add", "/attn/Softmax"}
+
+
+def test_a_mask_filled_with_float32s_extreme_is_no_fp16_overflow():
+    # torch.export's Llama fills its mask with -3.4028235e38, which the float16 conversion
+    # writes as -65504 (float16's own extreme, what transformers fills a float16 mask with);
+    # the search called it an overflow and kept every layer's Where, Add and Softmax in fp32,
+    # outputs unchanged
+    lab = onnx_lab.open(masked_attention())
+    plan = lab.find_precision("fp16", progress=False)
+    full = plan.trials.iloc[0]
+    assert plan.passed and plan.kept == [] and plan.required == {}
+    assert full["passed"] and "overflow" not in full["note"]
+    assert not plan.sensitivity.loc[plan.sensitivity["node_id"].isin(MASK_NODES),
+                                    "overflow"].any()
+    # fresh sessions on both models, a padded mask too: every row a token may attend to
+    # agrees within the fp16 tolerance (a fully masked row is padding: not compared)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 6, 16)).astype(np.float32)
+    for mask in (np.ones((1, 6), np.int64), np.array([[0, 0, 1, 1, 1, 1]])):
+        feeds = {"x": x, "attention_mask": mask}
+        ref, got = _independent(lab.original.model, feeds), _independent(plan.model, feeds)
+        rows = mask[0].astype(bool)
+        assert np.isfinite(got).all()
+        assert np.all(np.abs(got - ref)[:, rows] <= 1e-2 + 1e-2 * np.abs(ref)[:, rows])
+
+
+def test_a_mask_fill_computed_past_65504_stays_an_overflow():
+    # only the float type's extreme is the fill: half of it is a computed value beyond 65504
+    lab = onnx_lab.open(masked_attention(fill=FLOAT32_MIN / 2))
+    plan = lab.find_precision("fp16", progress=False)
+    assert {"/mask/Where", "/attn/Add"} <= set(plan.required)
+    assert "overflow" in plan.trials.iloc[0]["note"]
+
+
 def test_if_bodies_are_candidates():
     lab = onnx_lab.open(rms_overflow(in_if=True))
     sens = lab.sensitivity("bf16", progress=False, recheck=0)

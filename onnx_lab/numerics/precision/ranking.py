@@ -169,6 +169,7 @@ def _ref_stats(values: list[np.ndarray]) -> dict:
         if nf < a.size:
             st["max_ref"] = max(st["max_ref"], float(np.abs(a[finite]).max()))
     st["nf_cand"] = st["nf_ref"]
+    st["max_computed"] = _computed_max(values) if st["max_ref"] > FP16_MAX else st["max_ref"]
     return st
 
 
@@ -192,7 +193,8 @@ def _pair_stats(refs: list[np.ndarray], cands: list[np.ndarray], target: str) ->
             values = a if values is None else np.concatenate([values, a])[: 1 << 20]
     st = {"max_abs": acc.max_abs_finite, "max_ref": acc.max_ref, "s_rr": acc.sum_r2,
           "s_ee": acc.sum_e2, "numel": acc.n_finite, "nf_ref": acc.nan_ref + acc.inf_ref,
-          "nf_cand": acc.nan_cand + acc.inf_cand, "values": values, "floating": floating}
+          "nf_cand": acc.nan_cand + acc.inf_cand, "values": values, "floating": floating,
+          "max_computed": _computed_max(refs) if acc.max_ref > FP16_MAX else acc.max_ref}
     if values is not None and values.size:
         # int8: noise against the bulk of the signal (|ref| clipped at its 99th percentile),
         # so an outlier that stretches the range cannot hide the resolution it costs every
@@ -440,10 +442,36 @@ def overflows(s: Search, stats: dict[str, dict], cands: list[str]) -> None:
 
 
 def _beyond_fp16(st: dict) -> bool:
-    """A float tensor with a reference value beyond float16's range. Integer tensors are
-    never stored in float16 (an int64 Slice end of INT64_MAX, as rotate_half writes, is
-    not an overflow)."""
-    return st.get("floating", True) and st["max_ref"] > FP16_MAX
+    """A float tensor with a computed reference value beyond float16's range. Integer
+    tensors are never stored in float16 (an int64 Slice end of INT64_MAX, as rotate_half
+    writes, is not an overflow), nor is a float type's own extreme one
+    (:func:`_computed_max`)."""
+    return st.get("floating", True) and st.get("max_computed", st["max_ref"]) > FP16_MAX
+
+
+def _computed_max(values: Sequence[Any]) -> float:
+    """The largest finite magnitude of the float arrays ``values``, leaving out their type's
+    own extreme (float32's ±3.4028235e38).
+
+    That extreme is how exporters write minus infinity into an attention mask (torch.export's
+    scaled_dot_product_attention: ``Where(mask, 0, -3.4028235e38)``, then an Add to the
+    scores, whose sum rounds back to it), and no computed quantity lands on it. The float16
+    conversion writes it as float16's extreme, -65504, the fill transformers itself uses in a
+    float16 model (``torch.finfo(torch.float16).min``); the Softmax gives the same zeros. Kept
+    as an overflow, it held every layer's mask Where, score Add and Softmax in float32 for
+    nothing (a torch.export Llama: 5 nodes, the outputs of either plan within 0.00097 of the
+    reference). A value beyond 65504 that is not the fill (a sum of squares, the fill halved)
+    is still one."""
+    top = 0.0
+    for v in values:
+        a = _float_array(v)
+        if a is None or a.dtype.kind != "f" or not a.size:
+            continue
+        a = np.abs(a[np.isfinite(a)])
+        a = a[a != np.finfo(a.dtype).max]
+        if a.size:
+            top = max(top, float(a.max()))
+    return top
 
 
 def _drop(base: float, alone: float) -> float:
