@@ -456,10 +456,29 @@ def _known(t: onnx.TypeProto | None) -> bool:
 
 
 def needs_completion(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> bool:
-    """Whether ``graph`` has a fused op (:func:`_unknown_to_onnx`) with an output
-    inference left untyped, or a Reshape inference left without a rank
-    (:func:`_reshape_rank`)."""
+    """Whether ``graph`` or an If/Loop/Scan body in it has a fused op
+    (:func:`_unknown_to_onnx`) with an output inference left untyped, or a Reshape inference
+    left without a rank (:func:`_reshape_rank`)."""
     opset = _opset(opsets)
+    return any(_needs_completion(g, opset) for g in _graphs(graph))
+
+
+def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """``graph`` and every body under it."""
+    out, todo = [], [graph]
+    while todo:
+        g = todo.pop()
+        out.append(g)
+        for n in g.node:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    todo.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    todo.extend(a.graphs)
+    return out
+
+
+def _needs_completion(graph: onnx.GraphProto, opset: int) -> bool:
     # One pass over the nodes, reading a node's domain only for the op types that matter
     # (graphs of 10^5 nodes have few of them).
     fused: list[onnx.NodeProto] = []
@@ -481,19 +500,26 @@ def needs_completion(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> bool:
 
 
 def complete(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> int:
-    """Type, in ``graph`` (top level) and in node order, the outputs inference left untyped
-    or with unknown dims: fused ops by :data:`RULES`, standard ops by ONNX's per-node
-    inference. A declared dim is never changed, only unknown ones filled. Writes into
-    ``graph.value_info`` (or the graph output's entry); returns how many outputs gained."""
-    opset = _opset(opsets)
-    types: dict[str, onnx.TypeProto] = {}
+    """Type, in ``graph`` and the If/Loop/Scan bodies in it, in node order, the outputs
+    inference left untyped or with unknown dims: fused ops by :data:`RULES`, standard ops by
+    ONNX's per-node inference. A declared dim is never changed, only unknown ones filled.
+    Writes into ``graph.value_info`` (or the graph output's entry; a body's own); returns how
+    many outputs gained. A body reads the outer values typed before its node: a merged
+    decoder quantized to MatMulNBits holds them all in its If branches, where nothing after
+    the first MatMulNBits had a shape (a cost of 80 unknown nodes and no KV cache)."""
+    return _complete(graph, _opset(opsets), {}, {})
+
+
+def _complete(graph: onnx.GraphProto, opset: int, outer: Mapping[str, onnx.TypeProto],
+              outer_data: Mapping[str, onnx.TensorProto]) -> int:
+    types: dict[str, onnx.TypeProto] = dict(outer)
     entries: dict[str, onnx.ValueInfoProto] = {}
     for vi in (*graph.input, *graph.value_info, *graph.output):
         if vi.type.HasField("tensor_type"):
             types[vi.name] = vi.type
     for vi in (*graph.value_info, *graph.output):
         entries.setdefault(vi.name, vi)
-    data: dict[str, onnx.TensorProto] = {}
+    data: dict[str, onnx.TensorProto] = dict(outer_data)
     for t in graph.initializer:
         types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
         data[t.name] = t
@@ -504,6 +530,11 @@ def complete(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> int:
             value = _attr(node, "value")
             if isinstance(value, onnx.TensorProto):
                 data[node.output[0]] = value
+        for a in node.attribute:
+            for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                         a.graphs if a.type == onnx.AttributeProto.GRAPHS else ()):
+                if any(_needs_completion(g, opset) for g in _graphs(body)):
+                    added += _complete(body, opset, types, data)
         todo = [o for o in node.output if o and not _complete_type(types.get(o))]
         if not todo:
             continue

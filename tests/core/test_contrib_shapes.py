@@ -201,3 +201,45 @@ def test_a_reshape_onnx_gives_up_on_keeps_its_rank():
     types = lab.model.types(dims={"b": 2, "h": 4, "w": 5})
     assert types["flat"].shape == got["flat"].shape == (2, 120, 20)
     assert types["y"].shape == got["y"].shape == (2, 20, 120)
+
+
+def test_fused_ops_inside_if_bodies_are_typed():
+    # a merged decoder quantized to MatMulNBits holds them in its If branches, which the
+    # completion did not enter: nothing after the first one had a shape (optimum's merged
+    # Llama quantized by onnxruntime's MatMulNBitsQuantizer: 80 nodes of unknown cost and no
+    # KV cache size, where the float model had none)
+    from llm_models import MERGED_DIMS, merged_kv_decoder
+
+    from onnx_lab.numerics.weight_only import quantize_weight_only
+
+    fp32 = merged_kv_decoder()
+    q = quantize_weight_only(fp32, block_size=16)
+    bodies = [a.g for n in q.graph.node for a in n.attribute
+              if a.type == onnx.AttributeProto.GRAPH]
+    assert sum(n.op_type == "MatMulNBits" for g in bodies for n in g.node) == 4
+    lab = onnx_lab.open(q, dims=MERGED_DIMS)
+    feeds = make_feeds(lab)
+    sess = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
+    for use_cache in (True, False):
+        got, want = (onnx_lab.open(m, dims=MERGED_DIMS).cost(
+            branches={"use_cache_branch": use_cache}) for m in (q, fp32))
+        assert got.total["unknown_nodes"] == 0, use_cache
+        assert got.total["macs"] == want.total["macs"] > 0
+        # the branch's outputs typed as onnxruntime returns them
+        feeds["use_cache_branch"] = np.array([use_cache])
+        outs = sess.run(["probs", "present.0.decoder.key"], feeds)
+        tag = "with_past" if use_cache else "no_past"
+        graph = next(e.graph for e in lab.model.index.entries.values()
+                     if e.node.name == f"/{tag}/Softmax")
+        types = lab.model.types(MERGED_DIMS)
+        for name, out in zip((f"{tag}_p", f"{tag}_pres"), outs):
+            assert types.at(name, graph).shape == out.shape, (name, types.at(name, graph))
+    # each MatMulNBits output: [batch, new tokens, 16] in both branches
+    types = lab.model.types(MERGED_DIMS)
+    seen = 0
+    for e in lab.model.index.entries.values():
+        if e.node.op_type == "MatMulNBits":
+            t = types.at(e.node.outputs[0].name, e.graph)
+            assert t is not None and t.shape == (1, 5, 16), (e.graph, t)
+            seen += 1
+    assert seen == 4
