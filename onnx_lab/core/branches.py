@@ -36,7 +36,8 @@ from onnx_lab.errors import CacheError
 if TYPE_CHECKING:
     from onnx_lab.core.model import LabModel
 
-__all__ = ["BranchSwitch", "branch_switches", "switch_values", "branch_labels", "unexercised"]
+__all__ = ["BranchSwitch", "branch_switches", "switch_values", "branch_labels", "unexercised",
+           "untaken_bodies"]
 
 # Ops a condition may pass through on its way from the input (one non-constant input each).
 _RESHAPES = frozenset({"Identity", "Squeeze", "Unsqueeze", "Reshape", "Flatten"})
@@ -190,6 +191,17 @@ def switch_values(model: LabModel, feeds: Mapping[str, Any]) -> dict[str, bool]:
             if arr.size == 1:
                 out[s.input] = bool(arr[0])
     return out
+
+
+def untaken_bodies(model: LabModel, feed_list: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    """The body graph paths no sample of ``feed_list`` runs, by the switch values it feeds
+    (a switch fed both values, or not fed, leaves its bodies out of it)."""
+    seen: dict[str, set[bool]] = {}
+    for f in feed_list:
+        for name, value in switch_values(model, f).items():
+            seen.setdefault(name, set()).add(value)
+    return frozenset(p for s in branch_switches(model) if len(seen.get(s.input, ())) == 1
+                     for p in s.taken.get(not next(iter(seen[s.input])), ()))
 
 
 def unexercised(model: LabModel, feed_list: Sequence[Mapping[str, Any]]) -> list[str]:

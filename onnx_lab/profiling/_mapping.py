@@ -72,7 +72,7 @@ class _Optimized:
 
 
 def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
-                  opt_level: str = "all") -> pd.DataFrame:
+                  opt_level: str = "all", untaken: Iterable[str] = ()) -> pd.DataFrame:
     """Map each executed ORT node to a model node id.
 
     Args:
@@ -80,6 +80,11 @@ def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
         keys: unique (ort_name, node_index, op_type) rows from the trace.
         optimized: ORT's optimized graph (``onnx.ModelProto``) or None.
         opt_level: the session's level; at 'disable', unnamed nodes map by node_index.
+        untaken: body graph paths the runs did not take (``core.branches.untaken_bodies``):
+            ORT's trace names a body node by its name alone, which sibling branches share
+            (optimum's merged decoders: both If branches hold ``/model/layers.0/...``), so
+            without them such a node mapped to no node at 'disable' and to the no-cache
+            branch at 'all', whichever branch ran.
 
     Returns:
         DataFrame(ort_name, node_index, node_id, mapped, components, how) where how is
@@ -88,9 +93,17 @@ def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
         own node, e.g. a layout reorder) or 'unmapped'.
     """
     idx = model.index
+    skip = _under(frozenset(untaken))
+    entries = {nid: e for nid, e in idx.entries.items() if not skip(e.graph)}
+    producer = idx.producer
+    if untaken:
+        # a name defined in sibling branches: its definition in the branch that ran
+        producer = dict(producer)
+        producer.update({name: nid for (g, name), nid in idx.producer_at.items()
+                         if not skip(g)})
     by_name: dict[str, str] = {}
     dup: set[str] = set()
-    for nid, e in idx.entries.items():
+    for nid, e in entries.items():
         nm = e.node.name
         if nm:
             if nm in by_name:
@@ -102,14 +115,14 @@ def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
     # ORT names unnamed nodes "{op_type}_{position}" within their graph (bodies included);
     # use that where it points at exactly one unnamed model node.
     local: dict[str, list[str]] = defaultdict(list)
-    for nid, e in idx.entries.items():
+    for nid, e in entries.items():
         if not e.node.name:
             local[f"{e.node.op_type}_{e.position}"].append(nid)
     main_pos = {**{("local", k): v[0] for k, v in local.items() if len(v) == 1}, **main_pos}
     opt = _Optimized(optimized) if optimized is not None else None
 
     keys = keys[["ort_name", "node_index", "op_type"]]
-    found = [_anchors(idx, by_name, main_pos, opt, n, i, op, opt_level)
+    found = [_anchors(idx, producer, by_name, main_pos, opt, n, i, op, opt_level)
              for n, i, op in keys.itertuples(index=False, name=None)]
     # Model nodes another ORT node stands for: a fused node's walk back stops there.
     claimed = {a for _, anchors, _ in found for a in anchors}
@@ -118,7 +131,8 @@ def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
             keys.itertuples(index=False, name=None), found):
         comps: tuple[str, ...] = tuple(anchors)
         if opt is not None and anchors:
-            comps = _components(idx, opt, ort_name, anchors, claimed - set(anchors))
+            comps = _components(idx, producer, opt, ort_name, anchors,
+                                claimed - set(anchors))
         if how == "name" and comps != (primary,):
             how = "fused"
         if primary is None and anchors:
@@ -136,7 +150,16 @@ def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
                                        "components", "how"])
 
 
-def _anchors(idx, by_name, main_pos, opt, ort_name, node_index, op_type, opt_level):
+def _under(paths: frozenset[str]):
+    """Whether a graph path is one of ``paths`` or inside one."""
+    if not paths:
+        return lambda graph: False
+    return lambda graph: bool(graph) and (graph in paths or any(
+        graph.startswith(p + "/") for p in paths))
+
+
+def _anchors(idx, producer, by_name, main_pos, opt, ort_name, node_index, op_type,
+             opt_level):
     """(primary node id or None, anchor node ids, how) of one ORT node."""
     if op_type in INSERTED_OPS:
         return None, [], "inserted"
@@ -144,8 +167,8 @@ def _anchors(idx, by_name, main_pos, opt, ort_name, node_index, op_type, opt_lev
     if direct is not None:
         anchors = [direct]
         if opt is not None:
-            anchors += [idx.producer[t] for t in opt.outputs.get(ort_name, ())
-                        if t in idx.producer and idx.producer[t] not in anchors]
+            anchors += [producer[t] for t in opt.outputs.get(ort_name, ())
+                        if t in producer and producer[t] not in anchors]
         return direct, anchors, "name"
     if ("local", ort_name) in main_pos and not by_name.get(ort_name):
         nid = main_pos[("local", ort_name)]
@@ -167,19 +190,19 @@ def _anchors(idx, by_name, main_pos, opt, ort_name, node_index, op_type, opt_lev
             primary = nid
             anchors.append(nid)
             break
-        if stem in idx.producer:
-            anchors.append(idx.producer[stem])
+        if stem in producer:
+            anchors.append(producer[stem])
             break
     if opt is not None:
         for t in opt.outputs.get(ort_name, ()):
-            if t in idx.producer and idx.producer[t] not in anchors:
-                anchors.append(idx.producer[t])
+            if t in producer and producer[t] not in anchors:
+                anchors.append(producer[t])
     if not anchors:
         return None, [], "unmapped"
     return primary, anchors, "fused"
 
 
-def _components(idx, opt, ort_name: str, anchors: Iterable[str], stop: set[str]
+def _components(idx, producer, opt, ort_name: str, anchors: Iterable[str], stop: set[str]
                 ) -> tuple[str, ...]:
     """Model nodes a fused ORT node covers, in topological order."""
     seen: set[str] = set()
@@ -192,7 +215,7 @@ def _components(idx, opt, ort_name: str, anchors: Iterable[str], stop: set[str]
         for inp in idx.entries[nid].node.inputs:
             if inp is None or not inp.name or inp.name in opt.tensors:
                 continue
-            p = idx.producer.get(inp.name)
+            p = producer.get(inp.name)
             if p is None or p in seen or p in stop:
                 continue
             pname = idx.entries[p].node.name

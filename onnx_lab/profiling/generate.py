@@ -34,6 +34,7 @@ import numpy as np
 from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
+from onnx_lab.core.branches import branch_switches
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import CacheError, InputError, ProviderError
@@ -400,6 +401,14 @@ class _Loop:
         return tokens[:, :done], done, [res[i] for _, i in self.pi] if done else []
 
 
+def _untaken_in(lm: LabModel, phase: str) -> frozenset[str]:
+    """The bodies a phase does not run: a KV-cache switch (optimum's ``use_cache_branch``)
+    takes its cache branch at a decode step only."""
+    cache = phase == "decode"
+    return frozenset(p for s in branch_switches(lm) if s.cache_value is not None
+                     for p in s.taken.get(s.cache_value != cache, ()))
+
+
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16",
                "tensor(double)": "float64", "tensor(bfloat16)": "uint16",
                "tensor(int8)": "int8", "tensor(uint8)": "uint8", "tensor(int32)": "int32",
@@ -730,15 +739,18 @@ def _assemble(lm: LabModel, layout: CacheLayout, prompt_ids: np.ndarray, new_tok
             phases = np.asarray(res["phases"] or ["prefill"], dtype=object)
             run = k.run.to_numpy()
             k = k.assign(session=p, phase=phases[np.clip(run, 0, len(phases) - 1)])
-            keys = k[["ort_name", "node_index", "op_type"]].drop_duplicates(
-                ["ort_name", "node_index"])
-            mapping = map_ort_nodes(lm, keys, res["optimized"], opt_level)
             kept = trace.runs.loc[~trace.runs.warmup, "run"].to_numpy()
             for phase in PHASES:
                 kp = k.loc[k.phase == phase]
                 n_runs = int(sum(1 for r in kept if r < len(phases) and phases[r] == phase))
                 if not len(kp) or not n_runs:
                     continue
+                # each phase maps to the branch it runs (a merged decoder's bodies share
+                # their node names: the trace cannot tell them apart)
+                keys = kp[["ort_name", "node_index", "op_type"]].drop_duplicates(
+                    ["ort_name", "node_index"])
+                mapping = map_ort_nodes(lm, keys, res["optimized"], opt_level,
+                                        _untaken_in(lm, phase))
                 nodes = _node_table(kp, mapping, n_runs, p)
                 node_frames.append(nodes.assign(phase=phase)[PHASE_NODE_COLUMNS])
                 op_frames.append(_op_table(nodes, kp, n_runs, p).assign(phase=phase)[

@@ -22,6 +22,7 @@ import numpy as np
 from onnx_lab import _display
 from onnx_lab._pandas import pd, prefetch
 from onnx_lab._progress import Progress
+from onnx_lab.core.branches import untaken_bodies
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.core.source_map import group_by_module
@@ -379,7 +380,8 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None,
         raise ProviderError("No provider could profile the model.", fix="; ".join(notes))
     prof = _assemble(lm, results, int(runs) if runs is not None else
                      max(len(r["wall_ms"]) - int(warmup) for r in results),
-                     int(warmup), opt_level, notes, trace_paths)
+                     int(warmup), opt_level, notes, trace_paths,
+                     untaken_bodies(lm, feed_list))
     prof.budget_s = budget_s
     prof.dims, prof.shapes = dict(dims or {}), {k: list(v) for k, v in (shapes or {}).items()}
     prof.cancelled = any(r["stopped"] == "cancelled" for r in results) or cancelled(cancel)
@@ -593,7 +595,8 @@ def _profile_one(lm: LabModel, provider: str, tmp: Path, settings: _Settings) ->
 
 
 def _assemble(lm: LabModel, results: list[dict], runs: int, warmup: int, opt_level: str,
-              notes: list[str], trace_paths: dict[str, str]) -> Profile:
+              notes: list[str], trace_paths: dict[str, str],
+              untaken: frozenset[str] = frozenset()) -> Profile:
     node_frames, op_frames, lat_frames, stat_rows, sess_rows, kern_frames = [], [], [], [], [], []
     mem_rows = []
     for res in results:
@@ -609,7 +612,7 @@ def _assemble(lm: LabModel, results: list[dict], runs: int, warmup: int, opt_lev
                 else max(n_prof, 1)
             keys = k[["ort_name", "node_index", "op_type"]].drop_duplicates(
                 ["ort_name", "node_index"])
-            mapping = map_ort_nodes(lm, keys, res["optimized"], opt_level)
+            mapping = map_ort_nodes(lm, keys, res["optimized"], opt_level, untaken)
             nodes = _node_table(k, mapping, kept_runs, p)
             node_frames.append(nodes)
             op_frames.append(_op_table(nodes, k, kept_runs, p))

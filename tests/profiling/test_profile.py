@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from models import control_flow_model
 from onnx import TensorProto, helper
@@ -269,3 +270,34 @@ def test_the_profile_drawing_shows_the_sizes_the_runs_had():
     assert p.dims == {"batch": 2, "seq": 5}
     shapes = set(re.findall(r"[0-9a-z]+×[0-9a-z]+×[0-9]+", p.render(collapse=None).svg))
     assert "2×5×32" in shapes and not any(s.startswith("batch") for s in shapes), shapes
+
+
+def _merged_same_names() -> onnx.ModelProto:
+    """``merged_kv_decoder(shared=True)`` with both If branches naming their nodes alike, as
+    optimum's merged decoders do (``/model/layers.0/...`` in each)."""
+    from llm_models import merged_kv_decoder
+
+    m = merged_kv_decoder(shared=True)
+    for a in m.graph.node[0].attribute:
+        for n in a.g.node:
+            n.name = "/dec/" + n.name.split("/", 2)[2]
+    return m
+
+
+@pytest.mark.parametrize("opt_level", ["disable", "all"])
+def test_a_merged_decoders_nodes_map_to_the_branch_that_ran(opt_level):
+    # ORT's trace names a body node by its name alone: with names both branches hold, every
+    # node mapped to no node at 'disable' and to the no-cache branch at 'all', whichever ran
+    from llm_models import MERGED_DIMS
+
+    lab = onnx_lab.open(_merged_same_names(), dims=MERGED_DIMS)
+    idx = lab.model.index
+    feeds = make_feeds(lab)
+    for use_cache, branch in ((True, "then_branch"), (False, "else_branch")):
+        feeds["use_cache_branch"] = np.array([use_cache])
+        p = onnx_lab.profile(lab, feeds=feeds, runs=2, warmup=0, opt_level=opt_level)
+        body = p.nodes[p.nodes["op_type"] != "If"]
+        assert len(body) and body["mapped"].all(), body[["ort_name", "how"]]
+        assert {idx.entries[n].graph.rsplit("/", 1)[-1] for n in body["node_id"]} == {branch}
+        if use_cache:  # the cache's Concat is the cache branch's own
+            assert "/dec/kv/Concat" in set(body["ort_name"])
