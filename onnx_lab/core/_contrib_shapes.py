@@ -463,6 +463,12 @@ def needs_completion(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> bool:
     return any(_needs_completion(g, opset) for g in _graphs(graph))
 
 
+# The ops that hold graphs in their attributes (ONNX's and onnxruntime's generation ops): only
+# their attributes are read (reading every node's made needs_completion 7x slower on 200k nodes)
+_BODY_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap", "BeamSearch", "GreedySearch",
+                       "Sampling", "WhisperBeamSearch"})
+
+
 def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
     """``graph`` and every body under it."""
     out, todo = [], [graph]
@@ -470,6 +476,8 @@ def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
         g = todo.pop()
         out.append(g)
         for n in g.node:
+            if n.op_type not in _BODY_OPS:
+                continue
             for a in n.attribute:
                 if a.type == onnx.AttributeProto.GRAPH:
                     todo.append(a.g)
@@ -530,7 +538,7 @@ def _complete(graph: onnx.GraphProto, opset: int, outer: Mapping[str, onnx.TypeP
             value = _attr(node, "value")
             if isinstance(value, onnx.TensorProto):
                 data[node.output[0]] = value
-        for a in node.attribute:
+        for a in node.attribute if node.op_type in _BODY_OPS else ():
             for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
                          a.graphs if a.type == onnx.AttributeProto.GRAPHS else ()):
                 if any(_needs_completion(g, opset) for g in _graphs(body)):
