@@ -212,8 +212,15 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     where = ""
     if roots:
         first = roots[0]
+        # the root's own change, where the candidate holds a node of that id and op (a Cast
+        # whose 'to' changed: its output is no longer the same quantity, and which attribute
+        # did it went unsaid)
+        rid = first["node_id"]
+        same = rid in cand.index.entries and cand.index.node(rid).op_type == first["op_type"]
+        changed = _attribute_changes(idx.node(rid), cand, rid) if same else ""
         where = (f"; upstream, the uncompared values start at the reference's "
                  f"{first['op_type']} {first['node_id']!r}: {first['reason']}"
+                 + (f" (in the candidate {changed})" if changed else "")
                  + (f", and {len(roots) - 1} more (div['upstream'])" if len(roots) > 1 else ""))
     div["message"] = (f"{node.op_type} {nid}: its output differs"
                       + (f" (the candidate overflows {overflow['dtype']} here: "
@@ -540,11 +547,22 @@ def _attribute_changes(node: ir.Node, cand: LabModel, cand_node_id: str | None) 
             continue
         if va is None and vb is None or va == vb:
             continue
+        if k in ("to", "output_dtype", "dtype") and isinstance(va, int) \
+                and isinstance(vb, int):  # a data type by its name: 'to' int32 -> bool
+            va, vb = _type_code_name(va), _type_code_name(vb)
         out.append(f"{k!r:.40} {_shown(va)} -> {_shown(vb)}")
     if not out:
         return ""
     more = f" and {len(out) - 3} more" if len(out) > 3 else ""
     return f"attribute{'s' if len(out) > 1 else ''} " + ", ".join(out[:3]) + more
+
+
+def _type_code_name(code: int) -> Any:
+    """An ONNX data type code by its name (``'int32'``), the code itself when unknown."""
+    try:
+        return ir.DataType(code).name.lower()
+    except ValueError:
+        return code
 
 
 def _shown(v: Any) -> str:

@@ -256,3 +256,24 @@ def test_an_output_of_another_shape_names_the_attribute_that_made_it():
     d = compare(model([1, 0, 2], 1), model([1, 0, 2], 0)).first_divergence
     assert d["node_id"] == "g", d
     assert d["message"].endswith("; in the candidate attribute 'axis' 1 -> 0"), d["message"]
+
+
+def test_a_cast_to_another_type_names_its_to_attribute():
+    # the TorchScript CNN's int32 Cast made a bool one: the Cast after it was the divergence,
+    # pointing upstream at the first Cast as "not the same quantity" with no word of 'to'
+    import onnxruntime as ort
+
+    def model(to: int) -> onnx.ModelProto:
+        return make_model([helper.make_node("Cast", ["x"], ["c"], name="cast", to=to),
+                           helper.make_node("Cast", ["c"], ["y"], name="back",
+                                            to=onnx.TensorProto.FLOAT)],
+                          [vi("x", [2, 3])], [vi("y", [2, 3])])
+
+    ref, cand = model(onnx.TensorProto.INT32), model(onnx.TensorProto.BOOL)
+    x = {"x": np.array([[0.0, 1.5, 2.0], [-3.0, 0.0, 4.0]], np.float32)}
+    got = [ort.InferenceSession(m.SerializeToString()).run(None, x)[0] for m in (ref, cand)]
+    assert not np.array_equal(*got)  # the truth: the outputs differ (2 against 1)
+    d = compare(ref, cand, feeds=x).first_divergence
+    assert d["upstream"] == ["cast"], d
+    assert d["message"].endswith("(in the candidate attribute 'to' 'int32' -> 'bool')"), \
+        d["message"]
