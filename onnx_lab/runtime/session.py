@@ -51,6 +51,7 @@ from onnx_lab.errors import (
     WriteError,
     clip_text,
 )
+from onnx_lab.runtime import _default_load
 from onnx_lab.runtime.typed import SPECIAL_OUTPUT_TYPES, from_ortvalue, needs_ortvalue, to_ortvalue
 
 logger = logging.getLogger(__name__)
@@ -979,21 +980,6 @@ def ort_version() -> str:
     return ort.__version__
 
 
-_DEFAULT_LOAD = """
-import sys
-import onnxruntime as ort
-so = ort.SessionOptions()
-so.log_severity_level = 4
-so.enable_cpu_mem_arena = False
-so.add_session_config_entry("session.disable_prepacking", "1")
-try:
-    ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
-except Exception as e:
-    print(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
-    sys.exit(3)
-"""
-
-
 def default_load_problem(model: LabModel, step: str = "load check",
                          timeout: float = 600.0) -> str | None:
     """Why a fresh ``onnxruntime.InferenceSession`` at its *default* options (every graph
@@ -1015,26 +1001,29 @@ def default_load_problem(model: LabModel, step: str = "load check",
     return model.cached(("default_load_problem",), build)[0]
 
 
+def warm_default_load() -> None:
+    """Start the child that answers :func:`default_path_problem` now, without waiting: its
+    ``import onnxruntime`` overlaps the caller's work (a step's rewrite and verification)."""
+    _default_load.warm()
+
+
 def default_path_problem(path: str | os.PathLike, timeout: float = 600.0) -> str | None:
     """Why onnxruntime at its default options cannot load the model file at ``path``, asked
-    in a child process (see :func:`default_load_problem`), or None (also when the check ran
-    past ``timeout`` seconds: no claim either way)."""
-    import subprocess
-    import sys
-
-    try:
-        done = subprocess.run([sys.executable, "-c", _DEFAULT_LOAD, os.fspath(path)],
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    in a child process (see :func:`default_load_problem`; one child kept for these questions,
+    :mod:`onnx_lab.runtime._default_load`), or None (also when the check ran past
+    ``timeout`` seconds: no claim either way)."""
+    how, text = _default_load.ask(path, timeout)
+    if how == "ok":
+        return None
+    if how == "timeout":
         logger.info("%s: the default-options load check ran past %.0f s", path, timeout)
         return None
-    if done.returncode == 0:
-        return None
-    if done.returncode < 0:
-        return (f"onnxruntime aborted the process (signal {-done.returncode}) while loading "
-                "it at its default options")
-    lines = (done.stdout.strip() or done.stderr.strip()).splitlines()
-    return clipped(_ort_text(lines[-1])) if lines else f"exit code {done.returncode}"
+    if how == "signal":
+        return (f"onnxruntime aborted the process (signal {text}) while loading it at its "
+                "default options")
+    if how == "exit":
+        return f"exit code {text}"
+    return clipped(_ort_text(text or ""))
 
 
 def default_load_regression(path: str | os.PathLike | LabModel, loaded_from: LabModel | None

@@ -1,0 +1,232 @@
+"""Loads at onnxruntime's default options, asked of one child process kept for the purpose.
+
+A default-options load (every graph optimization on) may abort the process that makes it (a
+C++ assertion on a dynamic-int8 LSTM), so it is never made in the caller's process. A fresh
+``python -c`` per question cost ~0.13 s of interpreter start and ``import onnxruntime`` before
+onnxruntime even read the model: more than the whole verified ``safe`` preset of a small CNN
+(squeezenet: 0.08 s). So one child, started on first use (or ahead of it, :func:`warm`, while
+the caller does other work), imports onnxruntime once and answers path after path over a pipe:
+a question then costs the session's own set-up (~0.01 s on squeezenet, ~0.15 s on resnet50).
+
+The child is the same: a fresh ``InferenceSession`` per path, log level 4, no memory arena, no
+pre-packing; its answer is onnxruntime's first line, or None. A child that dies while loading
+(an abort) is that load's answer ("aborted the process (signal 6)") and is started again on
+the next question; one that outlives the timeout is killed and the question answered None (no
+claim either way), as the one-shot child did. It reads its questions from its stdin: when the
+parent goes away (even killed) the pipe closes and the child exits. A forked process (the
+conformance sweep's workers) starts its own. Where ``select`` cannot wait on a pipe (Windows),
+each question runs in a one-shot child.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ask", "warm", "stop", "ONE_SHOT"]
+
+# The child: answers go to a duplicate of its stdout; fd 1 itself goes to /dev/null, so
+# nothing onnxruntime prints from C++ can corrupt them.
+_CHILD = """
+import json, os, sys
+out = os.fdopen(os.dup(1), "w")
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+import onnxruntime as ort
+
+def load(path):
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    so.enable_cpu_mem_arena = False
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    try:
+        ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        text = str(e).strip()
+        return text.splitlines()[0] if text else type(e).__name__
+    return None
+
+out.write("ready\\n")
+out.flush()
+for line in sys.stdin:
+    out.write(json.dumps(load(json.loads(line))) + "\\n")
+    out.flush()
+"""
+
+#: The one-shot child of a platform without the kept one (same answers: exit 3 and the line).
+ONE_SHOT = """
+import sys
+import onnxruntime as ort
+so = ort.SessionOptions()
+so.log_severity_level = 4
+so.enable_cpu_mem_arena = False
+so.add_session_config_entry("session.disable_prepacking", "1")
+try:
+    ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+except Exception as e:
+    print(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+    sys.exit(3)
+"""
+
+_KEEP = os.name == "posix"
+# a child that loaded a model this large gives its memory back by exiting
+_RELEASE_BYTES = 256 << 20
+
+
+class _Child:
+    """The kept child process and its pipes (one per process: see ``_owner``)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, bufsize=0)
+        self.owner = os.getpid()
+        self.ready = False
+        self.buf = b""
+
+    def line(self, deadline: float) -> bytes | None:
+        """The child's next line; None at the deadline; b"" when it died."""
+        out = self.proc.stdout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([out], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(out.fileno(), 1 << 16)
+            if not chunk:
+                return b""
+            self.buf += chunk
+        head, _, self.buf = self.buf.partition(b"\n")
+        return head
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+
+
+_lock = threading.Lock()
+_child: _Child | None = None
+
+
+def _current() -> _Child:
+    """The running child of this process, started when there is none (under ``_lock``)."""
+    global _child
+    if _child is not None and (_child.owner != os.getpid() or _child.proc.poll() is not None):
+        if _child.owner == os.getpid():
+            _child.close()
+        _child = None  # a forked copy's child belongs to the parent: left alone
+    if _child is None:
+        _child = _Child()
+    return _child
+
+
+def warm() -> None:
+    """Start the child now (no wait): ``import onnxruntime`` there overlaps the caller's work.
+    Does nothing where each question runs in a one-shot child."""
+    if not _KEEP:
+        return
+    with _lock:
+        try:
+            _current()
+        except OSError as e:  # no process can be started: the question will say so
+            logger.debug("cannot start the default-load child: %s", e)
+
+
+def stop() -> None:
+    """End the child (it is started again on the next question)."""
+    global _child
+    with _lock:
+        if _child is not None and _child.owner == os.getpid():
+            _child.close()
+        _child = None
+
+
+atexit.register(stop)
+
+
+def ask(path: str | os.PathLike, timeout: float = 600.0) -> tuple[str, str | None]:
+    """("ok", None) when onnxruntime at its default options loads the model file at
+    ``path``; ("error", its first line); ("signal", "N") when the load ended the child;
+    ("exit", "N") for another end; ("timeout", None) past ``timeout`` seconds."""
+    path = os.fspath(path)
+    if not _KEEP:
+        return _one_shot(path, timeout)
+    global _child
+    with _lock:
+        c = _current()
+        deadline = time.monotonic() + timeout
+        try:
+            if not c.ready:
+                got = c.line(deadline)  # "ready": onnxruntime imported
+                if got != b"ready":
+                    return _ended(c, got)
+                c.ready = True
+            c.proc.stdin.write((json.dumps(path) + "\n").encode())
+            c.proc.stdin.flush()
+        except BrokenPipeError:
+            return _ended(c, b"")
+        got = c.line(deadline)
+        if got is None or got == b"":
+            return _ended(c, got)
+        answer = json.loads(got)
+        if _nbytes(path) > _RELEASE_BYTES:
+            c.close()
+            _child = None
+        return ("ok", None) if answer is None else ("error", str(answer))
+
+
+def _ended(c: _Child, got: bytes | None) -> tuple[str, str | None]:
+    """The answer of a child that did not answer (None: timed out; else it died); the
+    child is gone after it. Under ``_lock``."""
+    global _child
+    _child = None
+    if got is None:
+        c.proc.kill()
+        c.close()
+        return "timeout", None
+    c.close()
+    code = c.proc.returncode
+    return ("signal", str(-code)) if code is not None and code < 0 else ("exit", str(code))
+
+
+def _one_shot(path: str, timeout: float) -> tuple[str, str | None]:
+    try:
+        done = subprocess.run([sys.executable, "-c", ONE_SHOT, path], capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", None
+    if done.returncode == 0:
+        return "ok", None
+    if done.returncode < 0:
+        return "signal", str(-done.returncode)
+    lines = (done.stdout.strip() or done.stderr.strip()).splitlines()
+    return ("error", lines[-1]) if lines else ("exit", str(done.returncode))
+
+
+def _nbytes(path: str) -> int:
+    """The model file's size with its data file (``<name>.data``, as onnx_lab writes it)."""
+    total = 0
+    for p in (path, path + ".data"):
+        try:
+            total += os.path.getsize(p)
+        except OSError:
+            pass
+    return total

@@ -1,0 +1,103 @@
+"""The child kept for loads at onnxruntime's default options (runtime/_default_load.py): one
+process answers question after question, and one that dies, hangs or belongs to a forked
+parent never answers a question wrongly."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_lab.runtime import _default_load
+from onnx_lab.runtime.session import default_path_problem
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="the kept child is POSIX-only")
+
+
+def _model(path, *, broken: bool):
+    """Range(start, limit, delta) behind an If whose condition onnxruntime's default optimizer
+    folds (the ``test_affine_grid_2d_expanded`` shape): ``broken`` feeds it 1-element
+    tensors, which its shape inference refuses once the branch is inlined."""
+    shape = [1] if broken else []
+    then = helper.make_graph(
+        [helper.make_node("Range", ["s", "l", "d"], ["r"])], "then", [],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)])
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["o"])], "else", [],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)])
+    g = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(True), "c"),
+         numpy_helper.from_array(np.zeros(shape, np.float32), "s"),
+         numpy_helper.from_array(np.full(shape, 3, np.float32), "l"),
+         numpy_helper.from_array(np.ones(shape, np.float32), "d")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_one_child_answers_every_question(tmp_path):
+    good = _model(tmp_path / "good.onnx", broken=False)
+    bad = _model(tmp_path / "bad.onnx", broken=True)
+    assert default_path_problem(good) is None
+    pid = _default_load._child.proc.pid
+    problem = default_path_problem(bad)
+    assert problem is not None and "Range" in problem and "scalar" in problem, problem
+    assert default_path_problem(good) is None
+    assert _default_load._child.proc.pid == pid  # the same process answered all three
+
+
+def test_a_child_that_died_is_started_again(tmp_path):
+    good = _model(tmp_path / "good.onnx", broken=False)
+    assert default_path_problem(good) is None
+    dead = _default_load._child.proc
+    os.kill(dead.pid, signal.SIGKILL)  # as an abort inside onnxruntime ends it
+    dead.wait()
+    assert default_path_problem(good) is None
+    assert _default_load._child.proc.pid != dead.pid
+
+
+def test_a_question_past_its_timeout_claims_nothing(tmp_path):
+    good = _model(tmp_path / "good.onnx", broken=False)
+    _default_load.stop()
+    assert _default_load.ask(good, timeout=1e-6) == ("timeout", None)  # onnxruntime not in
+    assert _default_load._child is None  # killed, not left to answer the next question
+    assert default_path_problem(good) is None
+
+
+def test_a_forked_process_asks_its_own_child(tmp_path):
+    good = _model(tmp_path / "good.onnx", broken=False)
+    bad = _model(tmp_path / "bad.onnx", broken=True)
+    assert default_path_problem(good) is None
+    parent_child = _default_load._child.proc.pid
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the conformance sweep's workers are forks of a process that asked
+        try:
+            ok = default_path_problem(bad) is not None and \
+                _default_load._child.proc.pid != parent_child
+            _default_load.stop()
+            os.write(w, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.waitpid(pid, 0)
+    os.close(r)
+    assert got == b"1"
+    assert default_path_problem(good) is None  # the parent's child is untouched
+    assert _default_load._child.proc.pid == parent_child
+
+
+def test_warm_starts_without_waiting(tmp_path):
+    _default_load.stop()
+    _default_load.warm()
+    c = _default_load._child
+    assert c is not None and not c.ready  # started, its "ready" not waited for
+    assert default_path_problem(_model(tmp_path / "good.onnx", broken=False)) is None
+    assert _default_load._child is c and c.ready
