@@ -55,7 +55,11 @@ from onnx_lab.numerics.verify import (
     report_rows,
     verify_extract,
 )
-from onnx_lab.runtime.session import default_load_regression
+from onnx_lab.runtime.session import (
+    default_load_problem,
+    default_load_regression,
+    warm_default_load,
+)
 from onnx_lab.transforms.apply import preset_passes, run_pass
 from onnx_lab.transforms.base import PassResult, pass_kind, pass_traits
 from onnx_lab.transforms.extract import extract_model
@@ -323,7 +327,7 @@ class _Regions:
 def apply(history: History, pass_name: str, matches: Sequence[str] | str | None = None,
           verify: bool | str | Mapping[str, Any] = True, *, _cache: dict | None = None,
           _record_noop: bool = True, _regions: _Regions | None = None,
-          **params: Any) -> PassResult:
+          _load_check: bool = True, **params: Any) -> PassResult:
     """Apply a pass to all matches, or only to the chosen match ids, as a new version.
 
     The pass runs on a clone (the user's file and the previous versions stay as they were).
@@ -333,6 +337,12 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
     rewrote runs, on the captured values at its boundary, then the outputs once
     (:mod:`onnx_lab.numerics.region`). ``result.verified_by`` says which check ran. The step
     is pushed on the history — also when nothing changed, with the reason.
+
+    A verified step of a pass or tool (not an edit) is also loaded as a deployment loads it:
+    onnxruntime at its default options (every graph optimization on), in a child process.
+    When that load fails while the model before the step loads, the step fails
+    (``verify_passed`` False, onnxruntime's message in the notes) and the history stays at
+    the version before it: the step is the redo step (``lab.redo()`` takes it anyway).
 
     Args:
         history: the versions (``Lab.apply`` passes its own).
@@ -357,18 +367,22 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
     with paused():  # a step's graph objects are no garbage: see core._gc
         opts = verify_options(verify)
         mode = verify_mode(verify) if opts is not None else "full"
+        kind = pass_kind(pass_name)
+        load_check = _load_check and opts is not None and kind != "edit"
+        if load_check:
+            warm_default_load()  # its child imports onnxruntime while the step runs
         before, dims, shapes = history.model, dict(history.dims), dict(history.shapes)
         result = run_pass(before, pass_name, matches, model_dims=dims, model_shapes=shapes,
                           **params)
         if result.modified and shapes:
             shapes = _renamed_input_shapes(before, result.model, shapes)
         preserving, preset = pass_traits(pass_name)
-        kind = pass_kind(pass_name)
         if result.modified and kind == "edit":
             dims = {**_carried_dims(before, result.model, dims), **dims}
         if preset is not None and opts is not None:
             opts.setdefault("preset", preset)  # renames, outputs: bit-identical
         lone = None
+        refused: str | None = None  # why a deployment's session does not load the result
         if mode == "region" and _regions is None:
             _regions = lone = _Regions()  # a one-step preset
         if mode == "full":
@@ -429,8 +443,7 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                                 fix=fix)
             if not preserving:
                 _expected_change(result)
-            if kind == "tool" and not pass_name.startswith("ort:"):
-                _default_load_check(before, result)
+            refused = _default_load_check(before, result) if load_check else None
             if _cache is not None:
                 # Only the new version can be the next step's reference: drop older captures
                 # (BERT-base at sequence 128: 320 MB per version).
@@ -445,21 +458,76 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
             history.push(result, dims=new_dims, shapes=new_shapes)
         if lone is not None:
             lone.finish(result.model)
+        if refused:
+            history.undo()  # the version a deployment loads; the step stays as the redo step
         return result
 
 
-def _default_load_check(before: Any, result: Any) -> None:
-    """Fail a tool's step whose result onnxruntime cannot load at its default options while it
+def _default_load_check(before: Any, result: Any) -> str | None:
+    """Fail a step whose result onnxruntime cannot load at its default options while it
     loads the model before (verification runs with optimizations off: onnxsim's silero-vad
-    passed, and every deployment's session refused it). onnxruntime's own levels (``ort:*``)
-    note it instead: onnxruntime advises loading a model it optimized at that level."""
+    passed, and every deployment's session refused it; ``fold_shapes`` made an If's condition
+    a constant, which onnxruntime's optimizer then inlined into a Range it rejects). Returns
+    the problem (the caller keeps the version before as the current one), or None."""
     problem = default_load_regression(result.model, before)
     if problem is None:
-        return
+        return None
     result.verify_passed = False
-    result.notes.append(f"verification failed: the new model does not load: {problem}. "
-                        "Keep the version before it (lab.undo()), or load the result with "
-                        "SessionOptions.graph_optimization_level = ORT_DISABLE_ALL")
+    level = "ORT_ENABLE_BASIC or lower" if result.name == "ort:basic" else \
+        "ORT_ENABLE_EXTENDED or lower" if result.name.startswith("ort:") else "ORT_DISABLE_ALL"
+    result.notes.append(f"verification failed: the new model does not load: {problem}. The "
+                        "Lab stays at the version before it (lab.redo() takes this one "
+                        "anyway: load it with SessionOptions.graph_optimization_level = "
+                        f"{level})")
+    return problem
+
+
+def _keep_loading(history: History, start: Any, names: Sequence[str],
+                  out: list[PassResult], verify: Any, params: Mapping[str, Any]
+                  ) -> list[PassResult]:
+    """A preset's last version must load at onnxruntime's default options when its first
+    did: one such load of the last version (a child process; the first version is asked
+    only when it fails), and on a failure the steps are bisected for the first version
+    that does not load (each version asked once, cached on it). That step is dropped: the
+    history goes back to the version before it and the preset's passes after it run again
+    from there (which checks its own last version in turn). Returns the results, the
+    dropped step's with ``dropped`` set and a note naming the pass and onnxruntime's
+    message."""
+    if history.model is start.model:
+        return out
+    problem = default_load_regression(history.model, start.model)
+    if problem is None:
+        return out
+    made = history.versions[start.step + 1:history.current + 1]
+    lo, hi = -1, len(made) - 1  # made[hi] fails; made[lo] (start at -1) loads
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if default_load_problem(made[mid].model) is None:
+            lo = mid
+        else:
+            hi = mid
+    bad = made[hi]
+    j = next((k for k, r in enumerate(out) if r is bad.result), None)
+    if j is None:  # not a step of this preset (cannot happen): leave it to the save
+        return out
+    why = default_load_problem(bad.model) or problem
+    back = bad.step - 1
+    history.checkout(back)
+    history.drop_redo()
+    r = bad.result
+    r.dropped = (f"onnxruntime at its default options (graph optimizations on, as a "
+                 f"deployment loads it) does not load the model after it, while it loads "
+                 f"the one before: {why}")
+    rest = list(names[j + 1:])
+    r.notes.append(f"dropped: {r.dropped}. The preset went on without it from step {back}"
+                   + (f" (the {len(rest)} passes after it ran again)" if rest else "")
+                   + f"; lab.apply({r.name!r}) alone would fail the same way")
+    logger.warning("%s: dropped from the preset: %s", r.name, why)
+    if not rest:
+        return out[:j + 1]
+    again = apply_preset(history, rest, verify, progress=False,
+                         params={k: v for k, v in params.items() if k in rest})
+    return [*out[:j + 1], *again]
 
 
 def _renamed_input_shapes(before: Any, after: Any, shapes: dict[str, list[int]]
@@ -571,6 +639,14 @@ def apply_preset(history: History, preset: str | Sequence[str] = "safe",
     Only passes that changed the model become history steps; the returned list holds every
     pass's result (with the reason when it did nothing).
 
+    When verifying, the preset's last version is also loaded as a deployment loads it
+    (onnxruntime at its default options, in a child process), once; when it does not load
+    while the version the preset started from does, the steps are bisected for the first
+    one whose version does not load, that step is dropped (``result.dropped`` says why, the
+    notes name onnxruntime's message) and the passes after it run again without it. The
+    preset so never leaves a version a default session refuses where it started from one
+    that loads.
+
     Args:
         preset: a preset name (``"safe"``) or a list of pass names.
         verify: as :func:`apply`'s.
@@ -598,14 +674,19 @@ def apply_preset(history: History, preset: str | Sequence[str] = "safe",
     opts = verify_options(verify)
     regions = _Regions() if opts is not None and verify_mode(verify) != "full" else None
     out: list[PassResult] = []
+    start = history.version
+    if opts is not None:
+        warm_default_load()  # the final load check's child starts while the passes run
     with paused(), Progress(progress, len(names), f"preset: {names[0] if names else ''}") as bar:
         # a step's graph objects are no garbage: see core._gc
         for k, name in enumerate(names):
             out.append(apply(history, name, None, verify, _cache=cache, _record_noop=False,
-                             _regions=regions, **params.get(name, {})))
+                             _regions=regions, _load_check=False, **params.get(name, {})))
             bar.step(f"preset: {names[k + 1]}" if k + 1 < len(names) else "preset: done")
         if regions is not None:
             regions.finish(history.model)
+        if opts is not None:
+            out = _keep_loading(history, start, names, out, verify, params)
     return out
 
 

@@ -363,7 +363,8 @@ def run_case(case: dict[str, Any], work: Path) -> dict[str, Any]:
         lab.patterns()
         stage = "safe"
         results = lab.apply_preset("safe", verify=_verify_feeds(model, feeds_list))
-        row["steps"] = ";".join(r.name for r in results if getattr(r, "modified", False))
+        row["steps"] = ";".join(r.name + (" (dropped)" if getattr(r, "dropped", None) else "")
+                                for r in results if getattr(r, "modified", False))
         flagged = [r.name for r in results if getattr(r, "verify_passed", None) is False]
         stage = "save"
         saved = lab.save(work / "saved" / "model.onnx")

@@ -123,7 +123,8 @@ def _step_json(r: Any) -> dict[str, Any]:
             "nodes_after": r.nodes_after, "seconds": round(r.seconds, 4),
             "verify_passed": r.verify_passed, "max_abs_err": r.max_abs_err,
             "first_failure": r.first_failure, "verified_by": r.verified_by,
-            "reason": r.reason, "notes": list(r.notes)}
+            "reason": r.reason, "dropped": getattr(r, "dropped", None),
+            "notes": list(r.notes)}
 
 
 def _report(args: argparse.Namespace, results: Sequence[Any], lab: Lab, n0: int,
@@ -148,6 +149,8 @@ def _report(args: argparse.Namespace, results: Sequence[Any], lab: Lab, n0: int,
                 (" verified" if r.verify_passed else f" VERIFICATION FAILED{failed_where(r)}")
             what = f"{r.nodes_before} -> {r.nodes_after} nodes" if r.modified else \
                 f"unchanged ({r.reason})"
+            if getattr(r, "dropped", None):
+                what += ", dropped (its version does not load at onnxruntime's defaults)"
             print(f"{r.name}: {what}{ver}")
             if r.modified and (pass_kind(r.name) == "tool" or r.verify_passed is False):
                 for note in r.notes:  # a tool's notes say what it did to the model's interface

@@ -218,6 +218,10 @@ class History:
         self.current = k
         return self.version
 
+    def drop_redo(self) -> None:
+        """Forget the versions after the current one (what the next push would do)."""
+        del self.versions[self.current + 1:]
+
     # -- replay ------------------------------------------------------------------------------
     def to_script(self, source: str | None = None, known: set[str] | None = None) -> str:
         """A Python script that replays the history up to the current step:

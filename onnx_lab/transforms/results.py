@@ -97,6 +97,7 @@ class PassResult:
     outputs_changed: bool | None = None
     verified_by: str | None = None
     requantized: bool = False
+    dropped: str | None = None
 
     @property
     def verification(self) -> pd.DataFrame | None:
@@ -117,6 +118,8 @@ class PassResult:
     def __repr__(self) -> str:
         status = (f"{self.nodes_before} -> {self.nodes_after} nodes" if self.modified
                   else f"not modified: {self.reason}")
+        if self.dropped:
+            status += ", dropped by the preset (does not load at onnxruntime's defaults)"
         ver = ""
         if self.verify_passed is not None:
             ver = f", verify {'passed' if self.verify_passed else 'FAILED'}"
@@ -134,7 +137,8 @@ class PassResult:
                 "reason": self.reason, "seconds": round(self.seconds, 6),
                 "verify_passed": self.verify_passed, "max_abs_err": self.max_abs_err,
                 "first_failure": self.first_failure, "outputs_changed": self.outputs_changed,
-                "verified_by": self.verified_by, "notes": list(self.notes),
+                "verified_by": self.verified_by, "dropped": self.dropped,
+                "notes": list(self.notes),
                 "matches": list(self.matches)}
 
     def _repr_html_(self) -> str:

@@ -1,19 +1,25 @@
 """A preset whose steps each verify (with onnxruntime's optimizations off, as verification
-runs) but whose result a default onnxruntime session refuses: the save refusal names the
-first step that made it so, and how to go back before it.
+runs) but whose result a default onnxruntime session refuses.
 
 Found on ONNX's conformance case ``test_affine_grid_2d_expanded``: ``fold_shapes`` turns the
 ``Size`` of the size input into a constant; onnxruntime's default optimizer then folds the If
 that reads it and inlines a branch whose Range it rejects ("Input to 'Range' op should be
-scalars"). The save used to say "lab.check() names what onnxruntime refuses", which it did not.
+scalars": the case feeds Range 1-element tensors, which the spec does not allow). The preset
+used to end there (every step verified) and the save refused the result; now the preset
+drops that step and runs the passes after it again, and a lone ``apply`` of the pass stays
+at the version before it.
 """
 
 from __future__ import annotations
 
+import numpy as np
+import onnxruntime as ort
 import pytest
 
 import onnx_lab
 from onnx_lab.errors import SaveError
+
+RANGE = "Input to 'Range' op should be scalars"
 
 
 @pytest.fixture(scope="module")
@@ -24,22 +30,66 @@ def affine_grid():
                 None)
     if case is None:
         pytest.skip("this onnx has no affine_grid case")
-    inputs, _ = case.data_sets[0]
+    inputs, outputs = case.data_sets[0]
     names = [i.name for i in case.model.graph.input]
-    return case.model, dict(zip(names, inputs))
+    return case.model, dict(zip(names, inputs)), outputs
+
+
+def _fold_shapes_breaks_default_load(model, feeds) -> None:
+    from onnx_lab.runtime.session import default_load_problem
+
+    lab = onnx_lab.open(model)
+    if default_load_problem(lab.model) is not None:
+        pytest.skip("this onnxruntime does not load the case at its default options")
+    lab.apply("fold_shapes", verify=False)
+    if default_load_problem(lab.model) is None:
+        pytest.skip("this onnxruntime loads the folded model at its default options")
+
+
+def test_the_preset_drops_the_step_a_default_session_refuses(affine_grid, tmp_path):
+    model, feeds, expected = affine_grid
+    _fold_shapes_breaks_default_load(model, feeds)
+    lab = onnx_lab.open(model)
+    results = lab.apply_preset("safe", verify={"feeds": [feeds]})
+    dropped = [r for r in results if r.dropped]
+    assert [r.name for r in dropped] == ["fold_shapes"], [(r.name, r.dropped) for r in results]
+    r = dropped[0]
+    assert RANGE in r.dropped and r.verify_passed  # its numbers were right
+    assert any(n.startswith("dropped: ") and "went on without it from step 0" in n
+               for n in r.notes), r.notes
+    assert "fold_shapes" not in list(lab.history["pass"])
+    assert lab.history["current"].iloc[-1]  # nothing left to redo into the refused version
+    assert any(x.modified for x in results if x is not r)  # the passes after it still ran
+    # the independent check: the saved file in a fresh default session, the case's outputs
+    saved = lab.save(tmp_path / "m.onnx")
+    got = ort.InferenceSession(str(saved), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-3, atol=1e-7)
+
+
+def test_a_lone_apply_stays_at_the_version_that_loads(affine_grid, tmp_path):
+    model, feeds, expected = affine_grid
+    _fold_shapes_breaks_default_load(model, feeds)
+    lab = onnx_lab.open(model)
+    r = lab.apply("fold_shapes", verify={"feeds": [feeds]})
+    assert r.modified and r.verify_passed is False
+    assert any("does not load" in n and RANGE in n and "lab.redo()" in n for n in r.notes), \
+        r.notes
+    assert list(lab.history["current"]) == [True, False]  # at step 0, the step is the redo
+    saved = lab.save(tmp_path / "m.onnx")
+    ort.InferenceSession(str(saved), providers=["CPUExecutionProvider"])
+    lab.redo()  # taken anyway: the save names the step and refuses it
+    with pytest.raises(SaveError, match="as a deployment loads it"):
+        lab.save(tmp_path / "r.onnx")
 
 
 def test_the_save_names_the_step_a_default_session_refuses(affine_grid, tmp_path):
-    model, feeds = affine_grid
+    # without verification no load is asked during the preset: the save still refuses it
+    model, feeds, _ = affine_grid
+    _fold_shapes_breaks_default_load(model, feeds)
     lab = onnx_lab.open(model)
-    lab.apply_preset("safe", verify={"feeds": [feeds]})
+    lab.apply_preset("safe", verify=False)
     steps = {r: s for s, r in zip(lab.history["step"], lab.history["pass"])}
-    if "fold_shapes" not in steps:
-        pytest.skip("fold_shapes changed nothing here")
-    from onnx_lab.runtime.session import default_load_problem
-
-    if default_load_problem(lab.model) is None:
-        pytest.skip("this onnxruntime loads the folded model at its default options")
+    assert "fold_shapes" in steps
     with pytest.raises(SaveError) as e:
         lab.save(tmp_path / "m.onnx")
     step = steps["fold_shapes"]
