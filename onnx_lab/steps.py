@@ -338,11 +338,13 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
     (:mod:`onnx_lab.numerics.region`). ``result.verified_by`` says which check ran. The step
     is pushed on the history — also when nothing changed, with the reason.
 
-    A verified step of a pass or tool (not an edit) is also loaded as a deployment loads it:
-    onnxruntime at its default options (every graph optimization on), in a child process.
-    When that load fails while the model before the step loads, the step fails
-    (``verify_passed`` False, onnxruntime's message in the notes) and the history stays at
-    the version before it: the step is the redo step (``lab.redo()`` takes it anyway).
+    A verified step of a whole-model tool (onnxsim, onnxoptimizer, onnxslim; not
+    onnxruntime's own levels, whose results onnxruntime advises loading at that level) is
+    also loaded as a deployment loads it: onnxruntime at its default options (every graph
+    optimization on), in a child process. When that load fails while the model before the
+    step loads, the step fails (``verify_passed`` False, onnxruntime's message in the notes),
+    as a step whose numbers differ does: ``lab.undo()`` goes back. A preset checks its last
+    version so (:func:`apply_preset`); a lone pass's step is checked by the save.
 
     Args:
         history: the versions (``Lab.apply`` passes its own).
@@ -368,7 +370,10 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
         opts = verify_options(verify)
         mode = verify_mode(verify) if opts is not None else "full"
         kind = pass_kind(pass_name)
-        load_check = _load_check and opts is not None and kind != "edit"
+        # (a pass's lone step is left to the save's check: a default-options session of the
+        # whole model per click, BERT-base ~1-2 s, is a tool's price, not a pass's)
+        load_check = _load_check and opts is not None and kind == "tool" \
+            and not pass_name.startswith("ort:")
         if load_check:
             warm_default_load()  # its child imports onnxruntime while the step runs
         before, dims, shapes = history.model, dict(history.dims), dict(history.shapes)
@@ -382,7 +387,6 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
         if preset is not None and opts is not None:
             opts.setdefault("preset", preset)  # renames, outputs: bit-identical
         lone = None
-        refused: str | None = None  # why a deployment's session does not load the result
         if mode == "region" and _regions is None:
             _regions = lone = _Regions()  # a one-step preset
         if mode == "full":
@@ -443,7 +447,8 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
                                 fix=fix)
             if not preserving:
                 _expected_change(result)
-            refused = _default_load_check(before, result) if load_check else None
+            if load_check:
+                _default_load_check(before, result)
             if _cache is not None:
                 # Only the new version can be the next step's reference: drop older captures
                 # (BERT-base at sequence 128: 320 MB per version).
@@ -458,28 +463,21 @@ def apply(history: History, pass_name: str, matches: Sequence[str] | str | None 
             history.push(result, dims=new_dims, shapes=new_shapes)
         if lone is not None:
             lone.finish(result.model)
-        if refused:
-            history.undo()  # the version a deployment loads; the step stays as the redo step
         return result
 
 
-def _default_load_check(before: Any, result: Any) -> str | None:
-    """Fail a step whose result onnxruntime cannot load at its default options while it
+def _default_load_check(before: Any, result: Any) -> None:
+    """Fail a tool's step whose result onnxruntime cannot load at its default options while it
     loads the model before (verification runs with optimizations off: onnxsim's silero-vad
-    passed, and every deployment's session refused it; ``fold_shapes`` made an If's condition
-    a constant, which onnxruntime's optimizer then inlined into a Range it rejects). Returns
-    the problem (the caller keeps the version before as the current one), or None."""
+    passed, and every deployment's session refused it). onnxruntime's own levels (``ort:*``)
+    are not asked: onnxruntime advises loading a model it optimized at that level."""
     problem = default_load_regression(result.model, before)
     if problem is None:
-        return None
+        return
     result.verify_passed = False
-    level = "ORT_ENABLE_BASIC or lower" if result.name == "ort:basic" else \
-        "ORT_ENABLE_EXTENDED or lower" if result.name.startswith("ort:") else "ORT_DISABLE_ALL"
-    result.notes.append(f"verification failed: the new model does not load: {problem}. The "
-                        "Lab stays at the version before it (lab.redo() takes this one "
-                        "anyway: load it with SessionOptions.graph_optimization_level = "
-                        f"{level})")
-    return problem
+    result.notes.append(f"verification failed: the new model does not load: {problem}. "
+                        "Keep the version before it (lab.undo()), or load the result with "
+                        "SessionOptions.graph_optimization_level = ORT_DISABLE_ALL")
 
 
 def _keep_loading(history: History, start: Any, names: Sequence[str],
