@@ -412,3 +412,45 @@ def test_undrawn_nodes_named_after_object_prototype_keys_are_revealed(tmp_path):
             assert "Not pre-drawn" in text and op in text, text
             assert "this box was not pre-drawn" not in text
         assert page.blocked == [] and page.errors == []
+
+
+def _chain(ops: list[tuple[str, str]]) -> onnx.ModelProto:
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node(op, ["x" if i == 0 else f"t{i - 1}"],
+                              ["y" if i == len(ops) - 1 else f"t{i}"], name=name)
+             for i, (op, name) in enumerate(ops)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_diff_selects_a_removed_node_named_after_an_object_prototype_key(tmp_path):
+    # The diff page read a node's counterparts as a2b[key]: a removed node named
+    # "constructor" or "hasOwnProperty" (no counterpart) read Object.prototype's function,
+    # and its click threw "names is not iterable" (the other side kept its old outline)
+    from onnx_lab.reporting import write_diff_report
+
+    a = _chain([("Relu", "r"), ("Sigmoid", "constructor"), ("Neg", "hasOwnProperty"),
+                ("Relu", "r2")])
+    path = write_diff_report(a, _chain([("Relu", "r"), ("Relu", "r2")]), tmp_path / "d.html")
+    with offline_page() as page:
+        _open(page, path)
+        left = page.locator("[data-canvas='diff:a']")
+        right = page.locator("[data-canvas='diff:b']")
+        left.scroll_into_view_if_needed()
+        right_root = page.locator("[data-canvas='diff:b'] .olc-root")
+        # r first: its counterpart is outlined on the right
+        _click_in_view(left.locator(".olc-root"), left.locator(".olc-stage g.node[id='n:r']"))
+        page.wait_for_function("() => document.querySelector('[data-canvas=\"diff:b\"]')"
+                               ".dataset.outlined === 'r'", timeout=5_000)
+        for node in ("constructor", "hasOwnProperty"):
+            _click_in_view(left.locator(".olc-root"),
+                           left.locator(f".olc-stage g.node[id='n:{node}']"))
+            page.wait_for_function(f"() => document.querySelector('[data-canvas=\"diff:a\"]')"
+                                   f".dataset.selected === {node!r}", timeout=5_000)
+            # removed: nothing is outlined on the right, and the page raised nothing
+            assert right.evaluate("e => e.dataset.outlined") == "", node
+            assert right_root.locator("g.node.olc-hit").count() == 0
+            assert "removed" in left.locator(".olc-panel").inner_text()
+        assert page.blocked == [] and page.errors == []

@@ -16,6 +16,10 @@
     return JSON.parse(await new Response(stream).text());
   }
 
+  // A model's names are keys of plain objects here: read own keys only ("constructor" or
+  // "__proto__" would read Object.prototype's).
+  const ownKey = (obj, key) => (obj && Object.hasOwn(obj, key) ? obj[key] : undefined);
+
   // The model object canvas.js talks to (anywidget's get/set/on/send), backed by a plain
   // object: the host plays the kernel's part.
   function staticModel(state, onSet, onMsg) {
@@ -56,10 +60,6 @@
     const undrawn = new Map();
     for (const u of payload.undrawn || []) for (const id of u[4]) undrawn.set(id, u);
     const hitNotes = ((payload.index || {}).ids || []).map((id) => (undrawn.get(id) || [])[2]);
-
-    // A model's names are keys of plain objects here: read own keys only ("constructor" or
-    // "__proto__" would read Object.prototype's).
-    const ownKey = (obj, key) => (obj && Object.hasOwn(obj, key) ? obj[key] : undefined);
 
     function detailsFor(key) {
       if (!key) return "";
@@ -354,17 +354,18 @@
       // A search or a click that selects also centres the source: the other side follows the
       // selection, not that move.
       src.quietUntil = performance.now() + 600;
-      const peers = key ? (map[key] || []) : [];
+      // (own keys: a node named "constructor" with no counterpart read Object's function)
+      const peers = (key && ownKey(map, key)) || [];
       busy = true;
       try {
         if (!peers.length) { dst.outline([]); return; }
         // Go to the view that draws the most counterparts as themselves (the current one
         // unless another draws more: boxes of an overview hide them).
-        const own = (vk) => peers.filter((p) => ((dst.payload.views[vk] || {}).items || {})[p] !== undefined).length;
-        const w = dst.payload.where[peers[0]];
+        const own = (vk) => peers.filter((p) => ownKey((ownKey(dst.payload.views, vk) || {}).items, p) !== undefined).length;
+        const w = ownKey(dst.payload.where, peers[0]);
         let best = dst.current;
         for (const vk of ["fused:" + key, w ? w[0] : null]) {
-          if (vk !== null && dst.payload.views[vk] && own(vk) > own(best)) best = vk;
+          if (vk !== null && ownKey(dst.payload.views, vk) && own(vk) > own(best)) best = vk;
         }
         if (best !== dst.current) dst.show(best);
         dst.focus(peers[0], true);
