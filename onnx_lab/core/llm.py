@@ -467,10 +467,18 @@ def genai_config(model: LabModel) -> dict | None:
         except (OSError, ValueError) as e:
             logger.warning("Cannot read %s (%s); dims are not taken from it.", path, e)
             return None
-        if not isinstance(cfg, dict):
+        # A file beside the model is as hostile as the model: "model" or "model.decoder"
+        # that is not an object (a string, a list) made every .get below raise
+        # AttributeError, and open() of any model with a symbolic dim in that folder with it.
+        section = cfg.get("model") if isinstance(cfg, dict) else None
+        decoder = section.get("decoder") if isinstance(section, dict) else None
+        if not isinstance(cfg, dict) or not isinstance(section or {}, dict) \
+                or not isinstance(decoder or {}, dict):
+            logger.warning("%s is not onnxruntime-genai's config (its 'model' and "
+                           "'model.decoder' are not objects); dims are not taken from it.",
+                           path)
             return None
-        decoder = (cfg.get("model") or {}).get("decoder") or {}
-        if decoder.get("filename") not in (None, model.path.name):
+        if (decoder or {}).get("filename") not in (None, model.path.name):
             return None  # the config of another file in the folder (a vision encoder...)
         return {**cfg, "_path": str(path)}
 

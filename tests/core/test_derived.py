@@ -163,6 +163,26 @@ def test_genai_config_beside_the_model(tmp_path):
     assert derived_dims(load_model(tmp_path / "model.onnx")) == {}
 
 
+
+@pytest.mark.parametrize("config", [{"model": "<img src=x onerror=alert(1)>"}, {"model": [1]},
+                                    {"model": {"decoder": "model.onnx"}},
+                                    {"model": {"decoder": [8, 2]}}, ["model"]])
+def test_genai_config_of_another_shape_is_skipped(tmp_path, config):
+    """A genai_config.json beside the model is a file of whoever wrote the folder: a 'model'
+    or 'model.decoder' that is not an object raised AttributeError from open() of any
+    model with a symbolic dim there; it is skipped like an unreadable one."""
+    fl = TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", fl, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", fl, ["batch", 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "model.onnx")
+    (tmp_path / "genai_config.json").write_text(json.dumps(config))
+    model = load_model(tmp_path / "model.onnx")
+    assert derived_dims(model) == {}
+    lab = onnx_lab.open(tmp_path / "model.onnx", dims={"batch": 2})
+    assert lab.summary()["num_nodes"] == 1
+
 @pytest.mark.parametrize("precision", ["fp32", "int4"])
 def test_genai_built_model_opens_feeds_runs_and_costs(genai_model, precision):
     path = genai_model(precision)
