@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
-from onnx_lab.core.llm import decoder_io, genai_config
+from onnx_lab.core.llm import config_count, decoder_io, genai_config
 from onnx_lab.core.shapes import dynamic_dims, infer_types, shape_tuple
 from onnx_lab.errors import CacheError
 
@@ -286,8 +286,7 @@ def _from_genai_config(model: LabModel, symbolic: set[str]) -> dict[str, Derived
     if len(shape) == 4:
         for axis, key in ((3, "head_size"), (1, "num_key_value_heads")):
             name, value = shape[axis], decoder.get(key)
-            if isinstance(name, str) and name in symbolic and isinstance(value, int) \
-                    and value > 0:
+            if isinstance(name, str) and name in symbolic and config_count(value):
                 out[name] = DerivedDim(name, value, "config", f"{where}: model.decoder.{key}")
     return out
 

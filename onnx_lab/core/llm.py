@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["CacheSlot", "DecoderIO", "decoder_io", "require_decoder_io", "cache_key",
-           "genai_config", "max_context"]
+           "config_count", "genai_config", "max_context"]
 
 #: Graph-input names of the non-cache roles, in order of preference (lower-cased).
 _ROLE_NAMES = {
@@ -449,6 +449,12 @@ def _most_common(names: list[str]) -> str | None:
     return max(set(names), key=names.count) if names else None
 
 
+def config_count(value: object) -> bool:
+    """Whether a number read from genai_config.json is a count (a positive int): JSON's
+    ``true`` is an int to Python, and a context_length of ``true`` was taken as 1 token."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def genai_config(model: LabModel) -> dict | None:
     """onnxruntime-genai's ``genai_config.json`` beside the model file, parsed (its path under
     ``"_path"``); None when there is none or it cannot be read (logged). Cached on the model.
@@ -497,7 +503,7 @@ def max_context(model: LabModel) -> tuple[int, str] | None:
     """
     cfg = genai_config(model)
     length = ((cfg or {}).get("model") or {}).get("context_length")
-    if isinstance(length, int) and length > 0:
+    if config_count(length):
         return length, f"{cfg['_path']}: model.context_length"
     best: tuple[int, str] | None = None
     for node in model.graph:

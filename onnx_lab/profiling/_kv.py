@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnx_lab.core.derived import with_derived
-from onnx_lab.core.llm import genai_config, require_decoder_io
+from onnx_lab.core.llm import config_count, genai_config, require_decoder_io
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import dtype_name, resolve_dim, shape_tuple
 from onnx_lab.errors import CacheError, DimError
@@ -201,7 +201,7 @@ def _max_context(model: LabModel, roles: Mapping[str, str]) -> tuple[int | None,
              for name, (rows, what, nids) in tables.items()]
     cfg = genai_config(model)
     ctx = (cfg.get("model") or {}).get("context_length") if cfg else None
-    if isinstance(ctx, int) and ctx > 0:
+    if config_count(ctx):
         found.append((ctx, f"context_length {ctx} in {cfg['_path']!r}"))
     if not found:
         return None, []

@@ -164,6 +164,27 @@ def test_genai_config_beside_the_model(tmp_path):
 
 
 
+def test_genai_config_true_is_not_a_count(tmp_path):
+    """JSON's true is an int to Python: a head_size of true fixed the cache's dim to 1, a
+    context_length of true made the model's maximum 1 token ('a maximum of True')."""
+    from onnx_lab.core.llm import max_context
+
+    fl = TensorProto.FLOAT
+    cache = ["batch_size", "kv_heads", "past_sequence_length", "kv_cache_dim"]
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [f"past_key_values.0.{k}"], [f"present.0.{k}"])
+         for k in ("key", "value")],
+        "g", [helper.make_tensor_value_info(f"past_key_values.0.{k}", fl, cache)
+              for k in ("key", "value")],
+        [helper.make_tensor_value_info(f"present.0.{k}", fl, cache) for k in ("key", "value")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "model.onnx")
+    (tmp_path / "genai_config.json").write_text(json.dumps({"model": {
+        "context_length": True, "decoder": {"head_size": True, "num_key_value_heads": 2}}}))
+    model = load_model(tmp_path / "model.onnx")
+    assert {k: d.value for k, d in derived_dims(model).items()} == {"kv_heads": 2}
+    assert max_context(model) is None
+
 @pytest.mark.parametrize("config", [{"model": "<img src=x onerror=alert(1)>"}, {"model": [1]},
                                     {"model": {"decoder": "model.onnx"}},
                                     {"model": {"decoder": [8, 2]}}, ["model"]])
