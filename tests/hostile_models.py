@@ -51,6 +51,21 @@ PAYLOADS = [
 # Text a page must show as it is (the escaped markup appears in the page's textContent).
 READABLE = ["<img src=x onerror=alert(1)>", "\"><svg onload=alert(2)>"]
 
+# What the second wall let through (its own link, no handler): SVG animations that set an
+# href to a javascript: URL (a click ran it), a form (its button navigated the page away) and
+# styles that load without url( (image-set takes a plain string; a CSS escape spells url).
+SECOND_WALL = {
+    "animate": '<svg width="200" height="40"><a><animate attributeName="href" values="javascript:'
+               'window.__pwned=1" begin="0s" fill="freeze"/><text id="t" x="5" y="20">click'
+               '</text></a></svg>',
+    "set": '<svg width="200" height="40"><a><set attributeName="href" to="javascript:window.'
+           '__pwned=2"/><text id="t" x="5" y="20">click</text></a></svg>',
+    "form": '<form><button id="t">click</button></form>',
+    "image-set": '<div id="t" style="background-image:image-set(\'http://x.test/a.png\' 1x)">'
+                 'click</div>',
+    "css escape": '<div id="t" style="background:\\75 rl(http://x.test/b.png)">click</div>',
+}
+
 NODE_NAMES = [f"{p}#node{i}" for i, p in enumerate(PAYLOADS[:3] + PAYLOADS[-1:])]
 
 

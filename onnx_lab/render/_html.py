@@ -40,8 +40,16 @@ _DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp|svg\+xml);base64,[A-Za-
 # replaced by U+FFFD so a name stays one readable line and never an encoding error.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 # What clean_html leaves out.
+# (SVG's animate and set can set an href to a javascript: URL after the cleaning: a click on
+# the link ran it; a form's button submits, navigating the page away)
 _DROPPED = frozenset({"script", "style", "iframe", "object", "embed", "foreignobject", "frame",
-                      "frameset", "base", "link", "meta", "template", "noscript", "xmp"})
+                      "frameset", "base", "link", "meta", "template", "noscript", "xmp",
+                      "animate", "set", "animatemotion", "animatetransform", "discard",
+                      "form"})
+#: A style that may load something: url(...), image-set('http://...') and the other image
+#: functions take a plain string; a CSS escape (``\75 rl(``) spells any of them.
+_STYLE_LOADS = re.compile(r"\\|@import|(?:url|image|image-set|cross-fade|element|src|"
+                          r"expression)\s*\(")
 _URL_ATTRS = frozenset({"href", "xlink:href", "src", "action", "formaction", "srcset",
                         "poster", "data", "background"})
 _ATTR_OK = re.compile(r"[a-z_:][a-z0-9_:.-]*\Z")
@@ -197,8 +205,10 @@ def clean_html(text: str | None) -> Markup:
     """Markup the package built, cleaned once more before it goes where no CSP applies (a
     widget snapshot, a notebook export, a drawing): parsed as HTML (the standard library's
     tokenizer, so text inside attribute values stays text) and written back without script,
-    style, iframe, object, embed, foreignObject and the like, ``on...`` handlers, styles that
-    load (``url(``) and links other than ``#anchors`` and ``data:image``. A second wall
+    style, iframe, object, embed, foreignObject, SVG animations (``<set>`` can make an
+    ``href`` a ``javascript:`` URL), forms and the like, ``on...`` handlers, styles that may
+    load (``url(``, ``image-set(``, CSS escapes) and links other than ``#anchors`` and
+    ``data:image``. A second wall
     behind the escaping, not a sanitizer for foreign HTML."""
     p = _Cleaner()
     p.feed(text or "")
@@ -224,7 +234,7 @@ class _Cleaner(HTMLParser):
             low = val.strip().lower()
             if k in _URL_ATTRS and not (_ANCHOR.match(val.strip()) or _DATA_IMAGE.match(low)):
                 continue
-            if k == "style" and ("url(" in low or "expression(" in low):
+            if k == "style" and _STYLE_LOADS.search(low):
                 continue
             parts.append(k if v is None else f'{k}="{esc_attr(val)}"')
         self.out.append("<" + " ".join(parts) + close + ">")

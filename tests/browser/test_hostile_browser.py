@@ -37,7 +37,7 @@ pytestmark = pytest.mark.browser
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hostile_artifacts import build, notebook_export  # noqa: E402
-from hostile_models import NODE_NAMES, READABLE  # noqa: E402
+from hostile_models import NODE_NAMES, READABLE, SECOND_WALL  # noqa: E402
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost"]
@@ -531,3 +531,28 @@ def test_a_click_on_a_node_drawn_under_another_key_shows_its_own_panel(browser, 
     finally:
         w.page.screenshot(path=str(ARTIFACTS / "hostile_drawn_keys.png"))
         w.page.close()
+
+
+def test_set_markup_drops_animations_forms_and_styles_that_load(browser):
+    """markup.js's setMarkup, the second wall of every canvas and table: markup that slipped
+    through the escaping must not run on a click nor load anything. SVG's animate and set
+    made an href a javascript: URL after the cleaning (a click ran it), a form's button
+    navigated the page away, image-set() and a CSS escape of url( loaded from the network."""
+    markup = (Path(__file__).resolve().parents[2] / "onnx_lab" / "widgets" / "static"
+              / "markup.js").read_text(encoding="utf-8")
+    page = browser.new_page()
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url)
+            if not r.url.startswith(("about:", "data:")) else None)
+    try:
+        for name, html in SECOND_WALL.items():
+            page.set_content("<div id='host'></div>")
+            page.add_script_tag(content=markup)
+            page.evaluate("h => setMarkup(document.getElementById('host'), h)", html)
+            if page.locator("#t").count():
+                page.click("#t")
+            page.wait_for_timeout(100)
+            assert page.evaluate("[window.__pwned, location.href]") == [None, "about:blank"], name
+            assert requests == [], (name, requests)
+    finally:
+        page.close()

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 import pytest
+from hostile_models import SECOND_WALL
 
 import onnx_lab
 from onnx_lab.render._html import esc_attr, esc_text, join_html, safe_url, tag
@@ -344,6 +345,20 @@ def test_clean_html_removes_what_runs() -> None:
     svg = clean_svg("<?xml version='1.0'?><!DOCTYPE svg><svg><g id='n:a'><title>a</title>"
                     "<a xlink:href=\"http://x.test\"><text>a</text></a></g></svg>")
     assert svg.startswith("<svg>") and "x.test" not in svg and '<g id="n:a">' in svg
+
+
+@pytest.mark.parametrize("name", SECOND_WALL)
+def test_clean_html_drops_animations_forms_and_styles_that_load(name: str) -> None:
+    from onnx_lab.render._html import clean_html
+
+    out = clean_html(SECOND_WALL[name])
+    for bad in ("javascript:", "<set", "<animate", "<form", "x.test", "style="):
+        assert bad not in out, (bad, out)
+    if name != "form":  # (a dropped element goes with its content)
+        assert "click" in out
+    # the package's own styles stay
+    assert clean_html("<div style='border-left:4px solid #c33;max-width:100%'>x</div>") == \
+        '<div style="border-left:4px solid #c33;max-width:100%">x</div>'
 
 
 def test_scripts_never_parse_strings_as_markup() -> None:

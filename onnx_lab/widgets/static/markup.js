@@ -7,8 +7,14 @@
 // (no script runs, nothing loads there), cleaned of script-like elements, event handlers and
 // links other than #anchors / data:image, and only then moved into the page. Model strings
 // themselves are only ever set with textContent.
+// (SVG's animate and set can set an href to a javascript: URL after the cleaning: a click
+// on the link ran it; a form's button submits, navigating the page away)
 const DROP = new Set(["script", "iframe", "object", "embed", "foreignobject", "base", "link",
-                      "meta", "frame", "frameset", "style", "template"]);
+                      "meta", "frame", "frameset", "style", "template", "animate", "set",
+                      "animatemotion", "animatetransform", "discard", "form"]);
+// A style that may load something: url(...), image-set('http://...') and the other image
+// functions take a plain string; a CSS escape (\75 rl() spells any of them.
+const STYLE_LOADS = /\\|@import|(?:url|image|image-set|cross-fade|element|src|expression)\s*\(/;
 const URL_ATTRS = new Set(["href", "xlink:href", "src", "action", "formaction", "srcset"]);
 
 function cleanTree(root) {
@@ -19,7 +25,7 @@ function cleanTree(root) {
       if (name.startsWith("on")) n.removeAttribute(a.name);
       else if (URL_ATTRS.has(name) && !(v.startsWith("#") || v.startsWith("data:image/")))
         n.removeAttribute(a.name);
-      else if (name === "style" && /url\s*\(/.test(v)) n.removeAttribute(a.name);
+      else if (name === "style" && STYLE_LOADS.test(v)) n.removeAttribute(a.name);
     }
   }
   return root;
