@@ -201,28 +201,35 @@ def source_html(src: Mapping[str, Any] | None) -> str:
             f"{''.join(rows)}</table></div>")
 
 
+#: Characters of a model string a panel shows (ids, attribute values), of a tooltip, and how
+#: many of a fused node's originals it lists.
+_CUT, _TIP, _ORIGINS = 300, 2000, 50
+
+
 def node_details_html(d: Mapping[str, Any]) -> str:
     """The side-panel HTML of :func:`node_details` (tables; body links carry ``data-body``)."""
-    head = (f"<div class='olc-title'><b>{esc_text(d['op_type'])}</b>"
-            f"{' (' + esc_text(d['domain']) + ')' if d['domain'] else ''}</div>"
+    # every model string shown cut (a 1 MB node name made a 4.2 MB panel: its id, the tensor
+    # names' tooltips, the where line); the id attribute keeps the whole key
+    head = (f"<div class='olc-title'><b>{esc_text(d['op_type'], _CUT)}</b>"
+            f"{' (' + esc_text(d['domain'], _CUT) + ')' if d['domain'] else ''}</div>"
             f"<div class='olc-id' data-node-id='{esc_attr(d['node_id'])}'>"
-            f"{esc_text(d['node_id'])}</div>")
+            f"{esc_text(d['node_id'], _CUT)}</div>")
     parts = [head]
     if d.get("overlay"):
         o = d["overlay"]
         parts.append(f"<div class='olc-overlay'>{esc_text(o['label'])}: <b>{esc_text(o['text'])}</b>"
                      "</div>")
     where = [f"graph {d['graph'] or 'main'}"] + ([f"scope {d['scope']}"] if d["scope"] else [])
-    parts.append(f"<div class='olc-where'>{esc_text(' · '.join(where))}</div>")
+    parts.append(f"<div class='olc-where'>{esc_text(' · '.join(where), _CUT)}</div>")
     parts.append(source_html(d.get("source")))
     if d["attributes"]:
-        rows = "".join(f"<tr><td>{esc_text(k)}</td><td>{esc_text(v)}</td></tr>"
+        rows = "".join(f"<tr><td>{esc_text(k, 60)}</td><td>{esc_text(v, _CUT)}</td></tr>"
                        for k, v in d["attributes"].items())
         parts.append(f"<table class='olc-attrs'><tr><th colspan=2>attributes</th></tr>{rows}"
                      "</table>")
     for label, key in (("inputs", "inputs"), ("outputs", "outputs")):
         rows = "".join(
-            f"<tr><td title='{esc_attr(t['name'])}'>{esc_text(t['name'], 48)}</td>"
+            f"<tr><td title='{esc_attr(t['name'], _TIP)}'>{esc_text(t['name'], 48)}</td>"
             f"<td>{esc_text(t['text'] or '?', 300)}</td><td>{esc_text(t['kind'])}</td></tr>"
             for t in d[key])
         if rows:
@@ -233,16 +240,19 @@ def node_details_html(d: Mapping[str, Any]) -> str:
         # horizontal scroll in the 300 px panel
         rows = "".join(f"<tr><td>{esc_text(c)}</td><td>{esc_text(w.get(c))}</td></tr>"
                        for c in ("shape", *_STAT_COLS))
-        parts.append(f"<table class='olc-weights'><tr><th colspan=2 title='{esc_attr(w['name'])}'>"
+        parts.append(f"<table class='olc-weights'><tr><th colspan=2 "
+                     f"title='{esc_attr(w['name'], _TIP)}'>"
                      f"weight {esc_text(w['name'], 40)}</th></tr>{rows}</table>")
     for i, vals in enumerate(d.get("values") or ()):
         parts.append(weight_values_html(vals, open_=i == 0))
     if d["origins"] and d["origins"] != [d["node_id"]]:
+        shown, more = d["origins"][:_ORIGINS], len(d["origins"]) - _ORIGINS
         parts.append("<div class='olc-origins'>fused from: "
-                     + ", ".join(esc_text(o) for o in d["origins"]) + "</div>")
+                     + ", ".join(esc_text(o, _CUT) for o in shown)
+                     + (f" and {more} more" if more > 0 else "") + "</div>")
     for b in d["bodies"]:
         parts.append(f"<button class='olc-body' data-body='{esc_attr(b)}'>"
-                     f"open {esc_text(b.rsplit('/', 1)[-1])}</button>")
+                     f"open {esc_text(b.rsplit('/', 1)[-1], _CUT)}</button>")
     return "<div class='olc-details'>" + "".join(parts) + "</div>"
 
 

@@ -254,3 +254,24 @@ def test_a_name_that_escaping_lengthens_is_still_drawn():
                      [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
                      [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
     assert onnx_lab.open(h.make_model(g, opset_imports=[h.make_opsetid("", 17)])).render().svg
+
+
+def test_a_panel_cuts_the_model_strings_it_shows():
+    # a 1 MB node name, input and attribute value made a 4.2 MB side panel (the id, the
+    # tensors' tooltips, the where line); only the id attribute keeps the whole key
+    from onnx import TensorProto, helper
+
+    from onnx_lab.render.details import node_details, node_details_html
+
+    big = "n" * 1_000_000
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x" + big], ["y"], name=big),
+         helper.make_node("Cast", ["y"], ["z"], name="c", to=TensorProto.FLOAT,
+                          doc_string="")],
+        "g", [helper.make_tensor_value_info("x" + big, TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
+    g.node[1].attribute.append(helper.make_attribute("note", "v" * 1_000_000))
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    html = node_details_html(node_details(lab.model, big))
+    assert len(html) < 1_050_000 and html.count(big) == 1  # the data-node-id only
+    assert len(node_details_html(node_details(lab.model, "c"))) < 20_000

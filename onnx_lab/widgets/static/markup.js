@@ -12,7 +12,7 @@
 const DROP = new Set(["script", "iframe", "object", "embed", "foreignobject", "base", "link",
                       "meta", "frame", "frameset", "style", "template", "animate", "set",
                       "animatemotion", "animatetransform", "discard", "form"]);
-// A style that may load something: url(...), image-set('http://...') and the other image
+// A style that may load something: a url function, image-set('http://...') and the other image
 // functions take a plain string; a CSS escape (\75 rl() spells any of them.
 const STYLE_LOADS = /\\|@import|(?:url|image|image-set|cross-fade|element|src|expression)\s*\(/;
 const URL_ATTRS = new Set(["href", "xlink:href", "src", "action", "formaction", "srcset"]);
