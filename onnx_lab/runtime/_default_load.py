@@ -166,7 +166,9 @@ def ask(path: str | os.PathLike, timeout: float = 600.0) -> tuple[str, str | Non
     """("ok", None) when onnxruntime at its default options loads the model file at
     ``path``; ("error", its first line); ("signal", "N") when the load ended the child;
     ("exit", "N") for another end; ("timeout", None) past ``timeout`` seconds."""
-    path = os.fspath(path)
+    # absolute: the kept child stays in the folder it started in, and a relative path (the
+    # save's temporary folder beside its target) was looked for there after a chdir
+    path = os.path.abspath(os.fspath(path))
     if not _KEEP:
         return _one_shot(path, timeout)
     global _child

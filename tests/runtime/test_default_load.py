@@ -52,6 +52,20 @@ def test_one_child_answers_every_question(tmp_path):
     assert _default_load._child.proc.pid == pid  # the same process answered all three
 
 
+def test_a_relative_path_is_read_from_the_callers_folder(tmp_path, monkeypatch):
+    # the kept child stays where it started: after a chdir (a test's, a notebook's), a save's
+    # relative temporary 'out.onnx.tmp/out.onnx' was "File doesn't exist" there
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    _model(tmp_path / "a" / "m.onnx", broken=False)
+    assert default_path_problem("m.onnx") is None  # the child starts here, in a/
+    _model(tmp_path / "b" / "only_here.onnx", broken=True)
+    monkeypatch.chdir(tmp_path / "b")
+    problem = default_path_problem("only_here.onnx")
+    assert problem is not None and "Range" in problem, problem
+
+
 def test_a_child_that_died_is_started_again(tmp_path):
     good = _model(tmp_path / "good.onnx", broken=False)
     assert default_path_problem(good) is None
