@@ -88,7 +88,7 @@ def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
 
     Returns:
         DataFrame(ort_name, node_index, node_id, mapped, components, how) where how is
-        'name' (same node), 'index' (main-graph position), 'renamed' (one model node under
+        'name' (same node), 'index' (an unnamed node by ORT's node index), 'renamed' (one model node under
         another name), 'fused' (components lists the model nodes it covers), 'inserted' (ORT's
         own node, e.g. a layout reorder) or 'unmapped'.
     """
@@ -111,13 +111,16 @@ def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
             by_name[nm] = nid
     for nm in dup:
         by_name.pop(nm, None)
-    main_pos = {e.position: nid for nid, e in idx.entries.items() if e.graph == ""}
-    # ORT names unnamed nodes "{op_type}_{position}" within their graph (bodies included);
-    # use that where it points at exactly one unnamed model node.
+    ort_index = _ort_indices(idx)
+    main_pos = {ort_index[nid]: nid for nid, e in idx.entries.items()
+                if e.graph == "" and nid in ort_index}
+    # ORT names unnamed nodes "{op_type}_{node index}" within their graph (bodies included),
+    # its index counting the nodes it keeps: use that where it points at exactly one unnamed
+    # model node.
     local: dict[str, list[str]] = defaultdict(list)
     for nid, e in entries.items():
-        if not e.node.name:
-            local[f"{e.node.op_type}_{e.position}"].append(nid)
+        if not e.node.name and nid in ort_index:
+            local[f"{e.node.op_type}_{ort_index[nid]}"].append(nid)
     main_pos = {**{("local", k): v[0] for k, v in local.items() if len(v) == 1}, **main_pos}
     opt = _Optimized(optimized) if optimized is not None else None
 
@@ -158,12 +161,35 @@ def _under(paths: frozenset[str]):
         graph.startswith(p + "/") for p in paths))
 
 
+def _ort_indices(idx) -> dict[str, int]:
+    """node id -> the index onnxruntime gives the node in its graph: its place in the graph's
+    stored order among the nodes ORT keeps. ORT turns every Constant node into an
+    initializer when it loads a graph, so each Constant before a node lowers its index by one
+    (a Cast at position 1 after a Constant is ORT's "Cast_0"); Constants have none."""
+    out: dict[str, int] = {}
+    by_graph: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for nid, e in idx.entries.items():
+        by_graph[e.graph].append((e.position, nid))
+    for members in by_graph.values():
+        k = 0
+        for _pos, nid in sorted(members):
+            node = idx.entries[nid].node
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                continue
+            out[nid] = k
+            k += 1
+    return out
+
+
 def _anchors(idx, producer, by_name, main_pos, opt, ort_name, node_index, op_type,
              opt_level):
     """(primary node id or None, anchor node ids, how) of one ORT node."""
     if op_type in INSERTED_OPS:
         return None, [], "inserted"
-    direct = by_name.get(ort_name) or (ort_name if ort_name in idx.entries else None)
+    # an unnamed node's id ("Mul_4", from its stored position) is no name ORT knows: ORT's own
+    # name for an unnamed node ("Mul_3", from its node index) may equal another node's id
+    direct = by_name.get(ort_name) or (ort_name if ort_name in idx.entries
+                                       and idx.entries[ort_name].node.name else None)
     if direct is not None:
         anchors = [direct]
         if opt is not None:

@@ -136,6 +136,63 @@ def test_unnamed_nodes_map_by_index():
                                                               "Relu_3"}
 
 
+def _unnamed_after_constants():
+    """Unnamed nodes behind Constant nodes (an ORT transformer-fused BERT's Casts follow a
+    Constant): ORT turns the Constants into initializers, so its names count without them."""
+    c = [helper.make_node("Constant", [], [f"c{i}"],
+                          value=helper.make_tensor(f"v{i}", TensorProto.FLOAT, [1], [2.0]))
+         for i in range(2)]
+    nodes = [c[0], helper.make_node("Mul", ["x", "c0"], ["a"]),         # ORT "Mul_0"
+             helper.make_node("Sigmoid", ["a"], ["b"]),                  # "Sigmoid_1"
+             c[1], helper.make_node("Mul", ["b", "c1"], ["e"]),          # "Mul_2"
+             helper.make_node("Exp", ["e"], ["y"])]                      # "Exp_3"
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [64, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("level", ["disable", "all"])
+def test_unnamed_nodes_after_constants_map_to_themselves(level):
+    # ORT named these Mul_0, Sigmoid_1, Mul_2, Exp_3 (node indexes without the Constants);
+    # their ids are Mul_1, Sigmoid_2, Mul_4, Exp_5: every one was 'unmapped' and coverage()
+    # called all six nodes 'removed'; with a Constant before the first of three Casts, ORT's
+    # "Cast_1" was taken for the model's Cast_1 (the first Cast's time given to the second)
+    lab = onnx_lab.open(_unnamed_after_constants())
+    p = profile(lab, runs=2, warmup=1, opt_level=level, providers="cpu")
+    pairs = dict(zip(p.nodes.ort_name, p.nodes.node_id))
+    assert pairs == {"Mul_0": "Mul_1", "Sigmoid_1": "Sigmoid_2", "Mul_2": "Mul_4",
+                     "Exp_3": "Exp_5"}
+    assert p.nodes.mapped.all() and set(p.nodes.how) == {"index"}
+    for r in p.nodes.itertuples():
+        assert lab.index.node(r.node_id).op_type == r.op_type
+    status = p.coverage().set_index("node_id").status.to_dict()
+    assert {k: v for k, v in status.items() if not k.startswith("Constant")} == {
+        "Mul_1": "ran", "Sigmoid_2": "ran", "Mul_4": "ran", "Exp_5": "ran"}
+
+
+def _casts_after_a_constant():
+    k = helper.make_node("Constant", [], ["k"], value=helper.make_tensor(
+        "kv", TensorProto.INT64, [], [0]))
+    casts = [helper.make_node("Cast", [n], [f"{n}32"], to=TensorProto.INT32)
+             for n in ("a", "b", "c")]
+    adds = [helper.make_node("Add", ["a32", "b32"], ["s"], name="add1"),
+            helper.make_node("Add", ["s", "c32"], ["y"], name="add2")]
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT64, [8]) for n in "abc"]
+    g = helper.make_graph([k, *casts, *adds], "g", ins,
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, [8])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_unnamed_node_is_not_taken_for_the_node_ort_names_alike():
+    lab = onnx_lab.open(_casts_after_a_constant())
+    p = profile(lab, runs=2, warmup=1, opt_level="disable", providers="cpu")
+    pairs = dict(zip(p.nodes.ort_name, p.nodes.node_id))
+    assert pairs["Cast_0"] == "Cast_1" and pairs["Cast_1"] == "Cast_2" \
+        and pairs["Cast_2"] == "Cast_3"
+    assert p.coverage().set_index("node_id").status["Cast_3"] == "ran"
+
+
 def test_control_flow_bodies_profiled():
     p = profile(control_flow_model(), runs=2, warmup=1, opt_level="disable", providers="cpu")
     assert len(p.nodes) > 0
