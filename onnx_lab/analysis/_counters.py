@@ -119,8 +119,11 @@ def _conv(c: _Ctx):
         return None
     # weight [Cout, Cin/group, *k]: each output element reads Cin/group * prod(k) inputs.
     macs = _numel(y) * w[1] * _prod(w[2:])
-    bidx = 8 if c.node.op_type == "QLinearConv" else 2
-    bias = _numel(y) if len(c.ins) > bidx and c.node.inputs[bidx] is not None else 0
+    # the bias: QLinearConv's input 8, Conv's input 2; ConvInteger has none (its input 2 is
+    # x_zero_point, which was counted as a bias add per output)
+    bidx = {"QLinearConv": 8, "ConvInteger": None}.get(c.node.op_type, 2)
+    bias = _numel(y) if bidx is not None and len(c.ins) > bidx \
+        and c.node.inputs[bidx] is not None else 0
     return 2.0 * macs + bias, float(macs)
 
 
