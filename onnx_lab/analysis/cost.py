@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -469,12 +470,15 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
                 continue
             size = itemsize(_dtype_at(types, v.name, e.graph)) or 0
             n = _prod(s)
-            ibytes += n * size
+            # a tensor of 4-bit (2-bit) elements is stored packed, its last byte rounded up:
+            # 9 int4 weights take 5 bytes (4.5 was summed, then truncated)
+            nbytes = math.ceil(n * size)
+            ibytes += nbytes
             if is_constant(v, stored=True):
                 weights = _weights_held(node, i, n)
                 params += weights
-                pbytes += n * size
-                param_seen[v.name] = (weights, n * size)
+                pbytes += nbytes
+                param_seen[v.name] = (weights, nbytes)
                 weights_of.setdefault(nid, {})[v.name] = int(weights)
         held, held_bytes = ml_params(node)  # an ONNX-ML op's learned attributes
         if held:
@@ -485,7 +489,8 @@ def cost(model: Any, dims: Mapping[str, int] | None = None,
             note = _nbits_note(c, pbytes)
         for v, s in zip(node.outputs, c.outs):
             if v is not None and s is not None:
-                obytes += _prod(s) * (itemsize(_dtype_at(types, v.name, e.graph)) or 0)
+                obytes += math.ceil(_prod(s) * (itemsize(_dtype_at(types, v.name, e.graph))
+                                                or 0))
         flops, macs = res if res is not None else (np.nan, np.nan)
         moved = ibytes + obytes
         intensity = flops / moved if moved and res else np.nan

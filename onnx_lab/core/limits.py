@@ -242,7 +242,7 @@ def liveness(lm: LabModel, types: Mapping[str, TensorInfo]
                 not isinstance(d, int) for d in info.shape):
             missing += 1
             return 0
-        n = int(math.prod(info.shape) * item)
+        n = math.ceil(math.prod(info.shape) * item)  # 4-bit tensors packed, rounded up
         if largest is None or n > largest[1]:
             largest = (name, n)
         return n

@@ -94,6 +94,31 @@ def test_conv_integer_zero_point_is_no_bias():
     assert r["flops"] == 2 * r["macs"]
 
 
+def test_packed_4bit_weights_take_whole_bytes():
+    # 9 int4 weights are stored in 5 bytes, 3 uint4 in 2: the cost summed 4.5 + 1.5 and
+    # truncated (param_bytes 10 where the file holds 11, and summary() says 11)
+    w = helper.make_tensor("w", TensorProto.INT4, [3, 3], [1, -2, 3, -4, 5, 6, 7, -8, 0])
+    w2 = helper.make_tensor("w2", TensorProto.UINT4, [3], [1, 2, 3])
+    s = helper.make_tensor("s", F, [], [0.5])
+    g = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["w", "s"], ["wd"]),
+         helper.make_node("MatMul", ["x", "wd"], ["y0"]),
+         helper.make_node("DequantizeLinear", ["w2", "s"], ["w2d"]),
+         helper.make_node("Add", ["y0", "w2d"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", F, [2, 3])],
+        [helper.make_tensor_value_info("y", F, [2, 3])], [w, s, w2])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    assert [len(t.int32_data) for t in m.graph.initializer] == [5, 0, 2]  # packed bytes
+    lab = onnx_lab.open(m)
+    c = cost(lab)
+    assert c.total["params"] == 9 + 1 + 3
+    assert c.total["param_bytes"] == 5 + 4 + 2 == lab.summary()["param_bytes"]
+    by = c.nodes.set_index("node_id")
+    assert by.loc["DequantizeLinear_0", "param_bytes"] == 5 + 4
+    assert by.loc["DequantizeLinear_2", "param_bytes"] == 2 + 4
+    assert by.loc["DequantizeLinear_2", "input_bytes"] == 2 + 4
+
+
 def test_conv_transpose():
     m = _model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2])],
                {"x": [1, 4, 5, 5]}, {"y": [1, 2, 11, 11]}, {"w": [4, 2, 3, 3]})
