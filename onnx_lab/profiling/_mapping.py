@@ -3,7 +3,10 @@
 ORT keeps a node's name when it only rewrites it, names a fused node after its first member
 (Conv+BN+Relu -> FusedConv "/stem/conv/Conv"), appends the fusion to the name
 ("/ln/Mul/LayerNormFusion/") or names layout nodes after the tensor they make
-("/stem/relu/Relu_output_0_nchwc"). When ORT also wrote its optimized graph, the members of a
+("/stem/relu/Relu_output_0_nchwc"), copies a QDQ DequantizeLinear that two quantized nodes
+read ("x_DequantizeLinear/duplicated") and runs a float16 node that has no float16 kernel in
+float32 between Casts it inserts, renaming what it touches with "InsertedPrecisionFreeCast_".
+When ORT also wrote its optimized graph, the members of a
 fused node are recovered from the tensors: walking back from the fused node's outputs through
 original tensors that no longer exist in the optimized graph. Nodes ORT inserted (layout
 reorders, memcpy) have no model node: ``mapped`` is False.
@@ -26,7 +29,13 @@ INSERTED_OPS = frozenset({"ReorderInput", "ReorderOutput", "MemcpyToHost", "Memc
                           "MemcpyToDevice", "MemcpyFromDevice"})
 _SUFFIXES = (re.compile(r"_token_\d+$"), re.compile(r"_nchwc$"),
              re.compile(r"/[A-Za-z0-9]*Fusion[A-Za-z0-9_]*/?$"), re.compile(r"_fused$"),
-             re.compile(r"/$"))
+             re.compile(r"/duplicated$"), re.compile(r"/$"),
+             # ORT's float16 handling on CPU: a node without a float16 kernel runs in float32
+             # between Casts it inserts, its output tensor (and the nodes named after it,
+             # an NCHWc Conv) renamed with this prefix
+             re.compile(r"^InsertedPrecisionFreeCast_"))
+# The Casts ORT inserts around a float16 node that runs in float32 (even at 'disable').
+_PRECISION_CAST = "InsertedPrecisionFreeCast_"
 _MAX_COMPONENTS = 64
 _PASS_THROUGH = frozenset({"Identity", "Dropout"})
 
@@ -69,6 +78,12 @@ class _Optimized:
                     if a.HasField("g"):
                         graphs.append(a.g)
                     graphs.extend(a.graphs)
+        # a tensor that runs in float32 between ORT's inserted Casts is still there, renamed
+        # ("InsertedPrecisionFreeCast_/pool/MaxPool_output_0"): a fused node's walk back
+        # stops at it, as at any tensor ORT kept (it went on to the model's inputs, and every
+        # Conv of a float16 ResNet was a member of a FusedConv and of the final Flatten)
+        self.tensors.update(t[len(_PRECISION_CAST):] for t in list(self.tensors)
+                            if t.startswith(_PRECISION_CAST))
 
 
 def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
@@ -184,7 +199,7 @@ def _ort_indices(idx) -> dict[str, int]:
 def _anchors(idx, producer, by_name, main_pos, opt, ort_name, node_index, op_type,
              opt_level):
     """(primary node id or None, anchor node ids, how) of one ORT node."""
-    if op_type in INSERTED_OPS:
+    if op_type in INSERTED_OPS or (op_type == "Cast" and ort_name.startswith(_PRECISION_CAST)):
         return None, [], "inserted"
     # an unnamed node's id ("Mul_4", from its stored position) is no name ORT knows: ORT's own
     # name for an unnamed node ("Mul_3", from its node index) may equal another node's id
