@@ -47,7 +47,28 @@ def profile(model: Any, **kw: Any):
         p.budget_s = budget
     if len(p.memory):
         p.memory = p.memory.assign(predicted_activation_bytes=peak)
+        p.notes.extend(below_prediction(p.memory, lambda r: r.session, "session_peak_bytes"))
     return p
+
+
+def below_prediction(memory: Any, label: Any, measured: str) -> list[str]:
+    """Notes for the rows of ``memory`` whose measured growth is below the predicted
+    activation peak: the prediction is the stored node order's, every activation alive until
+    its last reader; onnxruntime may run the nodes in another order and reuse buffers (light
+    ResNet-50 at 'disable': 106.6 MB predicted, 73.5 MB measured for the whole process)."""
+    from onnx_lab.core.units import format_bytes
+
+    notes = []
+    for r in memory.itertuples():
+        got, pred = getattr(r, measured), r.predicted_activation_bytes
+        if got == got and pred == pred and 0 <= got < pred:
+            notes.append(
+                f"{label(r)}: the measured growth ({format_bytes(got)}) is below the "
+                f"predicted activation peak ({format_bytes(pred)}): the prediction keeps every "
+                "activation of the model's stored node order alive until its last reader, "
+                "and onnxruntime may run the nodes in another order, fold constant subgraphs "
+                "and reuse buffers in place; read it as that order's peak, not as a bound")
+    return notes
 
 
 def profile_generation_predicted(lab: Any, **kw: Any):
@@ -82,4 +103,7 @@ def batch_sweep_predicted(lab: Any, batch_sizes: Sequence[int], **kw: Any):
                                       kw.get("shapes"))
         return peaks[b]
 
-    return batch_sweep(lab, batch_sizes, predict=predict, **kw)
+    s = batch_sweep(lab, batch_sizes, predict=predict, **kw)
+    s.notes.extend(below_prediction(s.table, lambda r: f"{r.backend}: batch {r.batch}",
+                                    "rss_growth_bytes"))
+    return s
