@@ -373,11 +373,11 @@ def _standard(node: onnx.NodeProto, ins: Sequence[Typed | None],
     return [_typed(out.get(o)) if o else None for o in node.output]
 
 
-def _complete_type(t: onnx.TypeProto | None) -> bool:
-    """Typed with every dim known (a value or a name)."""
+def _valued(t: onnx.TypeProto | None) -> bool:
+    """Typed with a value for every dim (nothing left for the walk to fill)."""
     if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
         return False
-    return all(_named(d) for d in t.tensor_type.shape.dim)
+    return all(d.HasField("dim_value") for d in t.tensor_type.shape.dim)
 
 
 def _merge(old: Typed | None, new: Typed) -> Typed | None:
@@ -394,7 +394,10 @@ def _merge(old: Typed | None, new: Typed) -> Typed | None:
     for a, b in zip(old[1], new[1]):
         if isinstance(a, int) and isinstance(b, int) and a != b:
             return None
-        if a is None and b is not None:
+        if (a is None and b is not None) or (isinstance(a, str) and isinstance(b, int)):
+            # an unknown dim, or a declared symbol the inputs' sizes give a value (as ONNX's
+            # own inference merges a declared output: TorchScript declares a BERT's
+            # last_hidden_state ['LayerNormalizationlast_hidden_state_dim_0', ..., 64])
             better = True
             dims.append(b)
         else:
@@ -500,8 +503,7 @@ def _needs_completion(graph: onnx.GraphProto, opset: int) -> bool:
                                  or _ml_rule(n) is not None):
             fused.append(n)
     if fused:
-        typed = {vi.name for vi in (*graph.value_info, *graph.output)
-                 if _complete_type(vi.type)}
+        typed = {vi.name for vi in (*graph.value_info, *graph.output) if _valued(vi.type)}
         if any(o and o not in typed for n in fused for o in n.output):
             return True
     return _rankless_reshapes(graph, reshapes)
@@ -510,11 +512,12 @@ def _needs_completion(graph: onnx.GraphProto, opset: int) -> bool:
 def complete(graph: onnx.GraphProto, opsets: Mapping[str, int]) -> int:
     """Type, in ``graph`` and the If/Loop/Scan bodies in it, in node order, the outputs
     inference left untyped or with unknown dims: fused ops by :data:`RULES`, standard ops by
-    ONNX's per-node inference. A declared dim is never changed, only unknown ones filled.
-    Writes into ``graph.value_info`` (or the graph output's entry; a body's own); returns how
-    many outputs gained. A body reads the outer values typed before its node: a merged
-    decoder quantized to MatMulNBits holds them all in its If branches, where nothing after
-    the first MatMulNBits had a shape (a cost of 80 unknown nodes and no KV cache)."""
+    ONNX's per-node inference. A declared value is never changed; unknown dims are filled, and
+    so are declared symbols the inputs' sizes give a value (as ONNX's inference does). Writes
+    into ``graph.value_info`` (or the graph output's entry; a body's own); returns how many
+    outputs gained. A body reads the outer values typed before its node: a merged decoder
+    quantized to MatMulNBits holds them all in its If branches, where nothing after the
+    first MatMulNBits had a shape (a cost of 80 unknown nodes and no KV cache)."""
     return _complete(graph, _opset(opsets), {}, {})
 
 
@@ -543,7 +546,7 @@ def _complete(graph: onnx.GraphProto, opset: int, outer: Mapping[str, onnx.TypeP
                          a.graphs if a.type == onnx.AttributeProto.GRAPHS else ()):
                 if any(_needs_completion(g, opset) for g in _graphs(body)):
                     added += _complete(body, opset, types, data)
-        todo = [o for o in node.output if o and not _complete_type(types.get(o))]
+        todo = [o for o in node.output if o and not _valued(types.get(o))]
         if not todo:
             continue
         ins = [_typed(types.get(i)) if i else None for i in node.input]

@@ -243,3 +243,38 @@ def test_fused_ops_inside_if_bodies_are_typed():
             assert t is not None and t.shape == (1, 5, 16), (e.graph, t)
             seen += 1
     assert seen == 4
+
+
+def test_a_declared_symbol_the_inputs_give_a_value_is_sized():
+    # TorchScript declares a BERT's outputs with dims of its own making (dynamic_axes names
+    # the inputs only): last_hidden_state ['LayerNormalizationlast_hidden_state_dim_0', ...].
+    # ONNX's inference sizes them from the inputs; after onnxruntime's transformer fusions a
+    # SkipLayerNormalization makes that output, and the declared symbols stayed: the pooler's
+    # Gemm and Tanh behind it had unknown cost at any dims
+    sym = ["LayerNormalizationlast_hidden_state_dim_0", "LayerNormalizationlast_hidden_state_dim_1"]
+    idx = numpy_helper.from_array(np.array(0, np.int64), "idx")
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "skip", "g", "b"], ["h"],
+                              domain=MS, epsilon=1e-5, name="sln"),
+             helper.make_node("Gather", ["h", "idx"], ["first"], axis=1, name="pick"),
+             helper.make_node("Gemm", ["first", "w"], ["p"], transB=1, name="pool"),
+             helper.make_node("Tanh", ["p"], ["pooled"], name="tanh")]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, F, ["batch", "seq", 8])
+                     for n in ("x", "skip")],
+        [helper.make_tensor_value_info("h", F, [*sym, 8]),
+         helper.make_tensor_value_info("pooled", F, [sym[0], 8])],
+        [_w("g", [8]), _w("b", [8]), _w("w", [8, 8]), idx])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid(MS, 1)])
+    feeds = {n: np.ones((2, 5, 8), np.float32) for n in ("x", "skip")}
+    got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds)
+    assert [o.shape for o in got] == [(2, 5, 8), (2, 8)]
+    lab = onnx_lab.open(m, dims={"batch": 2, "seq": 5})
+    types = lab.model.types({"batch": 2, "seq": 5}, {})
+    assert types["h"].shape == (2, 5, 8) and types["pooled"].shape == (2, 8)
+    c = lab.cost()
+    assert c.total["unknown_nodes"] == 0
+    assert c.nodes.set_index("node_id").loc["pool", "macs"] == 2 * 8 * 8
+    # without values the declared symbols stay
+    assert onnx_lab.open(m).outputs.set_index("name").loc["h", "shape"][0] == sym[0]
