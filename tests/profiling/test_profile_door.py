@@ -67,8 +67,10 @@ def test_a_measured_growth_below_the_prediction_says_the_prediction_is_no_bound(
         assert r.session_peak_bytes < r.predicted_activation_bytes
         notes = [n for n in p.notes if "below the predicted activation peak" in n]
         assert len(notes) == 1 and "not as a bound" in notes[0]
-    # where the measured growth is above it, no such note
+    # the note follows the measurement: none where the growth is not below the prediction
+    # (a small model's growth depends on what the process's allocator already holds: in a
+    # long test worker sample:convnet measured 69,632 B against 98,304 predicted)
     p = onnx_lab.profile("sample:convnet", runs=2, warmup=1)
     r = p.memory.iloc[0]
-    assert r.session_peak_bytes > r.predicted_activation_bytes
-    assert not any("below the predicted" in n for n in p.notes)
+    below = r.session_peak_bytes < r.predicted_activation_bytes
+    assert any("below the predicted" in n for n in p.notes) == bool(below)

@@ -467,4 +467,6 @@ def test_drawing_the_nodes_of_a_large_box_is_not_quadratic():
     t = time.perf_counter()
     kept, dropped = _in_graph(_Idx(ids), ids + ids[:10], "")
     assert kept == ids and dropped == []
-    assert time.perf_counter() - t < 2.0
+    # (a list's `in` took 11 s at 12,481 ids, ~70 s at 30,000: a loaded machine took 2.4 s
+    # for the linear walk, so the bound only tells linear from quadratic)
+    assert time.perf_counter() - t < 15.0
