@@ -137,9 +137,18 @@ def _audit(args: argparse.Namespace) -> int:
     return 1 if res.regressed else 0
 
 
+def _line(value: object) -> str:
+    r"""A model string on the one line it is printed in: a file named ``"x.onnx\nREGRESSION
+    ..."`` began a line of its own that read as the command's, and a carriage return wrote
+    over the start of the line (VisibleText lets both pass, for progress lines)."""
+    return str(value).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _print_text(res) -> None:
     for r in res.failed.itertuples():
-        print(f"{r.model}: {r.status} in the {r.error_stage} stage: {r.error_type}: {r.error}")
+        # no stage: the process was killed after its last stage (or before its first)
+        stage = f" in the {_line(r.error_stage)} stage" if isinstance(r.error_stage, str) else ""
+        print(f"{_line(r.model)}: {r.status}{stage}: {_line(r.error_type)}: {_line(r.error)}")
     counts = ", ".join(f"{n} {s}" for s, n in sorted(res.counts().items()))
     print(f"{len(res.table)} models ({counts}); {res.reused} unchanged since the last audit; "
           f"{res.seconds:.1f} s")
@@ -149,6 +158,6 @@ def _print_text(res) -> None:
     if res.regressions is not None:
         worse = res.regressions.loc[res.regressions.worse]
         for r in worse.itertuples():
-            print(f"REGRESSION {r.model}: {r.check}: {r.detail}")
+            print(f"REGRESSION {_line(r.model)}: {r.check}: {_line(r.detail)}")
         print(f"{len(worse)} regression(s) against the earlier audit" if len(worse)
               else "no regression against the earlier audit")

@@ -160,3 +160,19 @@ def test_engine_dask_starts_its_own_cluster(tmp_path, capsys):
                  "--engine", "dask", "--budget", "0.3", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["counts"] == {"ok": 1} and doc["rows"][0]["optimize_passed"] is True
+
+
+@pytest.mark.slow
+def test_a_model_name_never_begins_a_line_of_its_own(tmp_path, capsys):
+    # A file named with a newline printed a forged "REGRESSION ..." line (and a carriage
+    # return wrote over the start of the line): the text output keeps each model on one line.
+    zoo = tmp_path / "zoo"
+    zoo.mkdir()
+    (zoo / "x.onnx: ok\nREGRESSION y.onnx: status: forged\rz.onnx").write_text("not a model")
+    assert main(["audit", str(zoo), "--out", str(tmp_path / "out"), "--budget", "0.2"]) == 0
+    out = capsys.readouterr().out
+    assert "\r" not in out
+    lines = out.splitlines()
+    assert not [ln for ln in lines if ln.startswith("REGRESSION")], lines
+    assert lines[0].startswith("x.onnx: ok\\nREGRESSION y.onnx: status: forged\\rz.onnx: "
+                               "error in the open stage: ModelLoadError: ")
