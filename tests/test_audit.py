@@ -389,3 +389,28 @@ def test_the_index_marks_a_flops_total_that_leaves_nodes_out():
     html = _cells_html(row, None)
     assert "+ 133 unknown" in html and "133 nodes of unknown cost are not counted" in html
     assert "unknown" not in _cells_html({**row, "unknown_cost_nodes": 0}, None)
+
+
+@pytest.mark.parametrize("at_exit, limit", [
+    ("time.sleep(60)", 12),  # past the timeout, after the last stage
+    ("os.kill(os.getpid(), signal.SIGSEGV)", 60),  # a crash in the interpreter's teardown
+])
+def test_a_child_that_ends_badly_after_its_last_stage_keeps_its_row(tmp_path, monkeypatch,
+                                                                     at_exit, limit):
+    # The result written after the last stage is complete: the model read "timeout" (or
+    # "crashed") with every figure filled, when its process was slow to exit.
+    from onnx_lab.zoo._engine import run_isolated
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        f"import atexit, os, signal, time\natexit.register(lambda: {at_exit})\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    onnx.save(conv_bn(0), tmp_path / "m.onnx")
+    res = run_isolated({"path": str(tmp_path / "m.onnx"), "timeout_s": limit,
+                        "memory_gb": 0, "budget_s": 0.2, "providers": "cpu", "threads": 1,
+                        "preset": "safe", "report": False, "dims": {}, "shapes": {},
+                        "batch": 1})
+    row = res["row"]
+    assert row["status"] == "ok" and row["error_type"] is None, row
+    assert row["num_nodes"] == 4 and row["nodes_after"] == 2 and row["latency_ms"] > 0

@@ -128,11 +128,15 @@ def run_isolated(task: dict[str, Any]) -> dict[str, Any]:
         row = dict(result.get("row") or {"status": "ok", "error_stage": None,
                                          "error_type": None, "error": None})
         running = result.get("running", "start" if not result else None)
-        if killed:
+        # The child writes its last result (running None) after its last stage: killed or
+        # dead after that (the interpreter's exit: onnxruntime's teardown, a slow unload),
+        # the row is complete, and a model every stage of which finished read "timeout".
+        finished = bool(result) and running is None
+        if killed and not finished:
             row.update(status="timeout", error_stage=running, error_type="Timeout",
                        error=f"did not finish within {timeout:g} s"
                        + (f" (in the {running} stage)" if running else "") + ": killed")
-        elif rc != 0 or running is not None:
+        elif not finished and (rc != 0 or running is not None):
             if rc < 0:
                 sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
                 what = f"killed by {sig}"
