@@ -414,3 +414,22 @@ def test_a_child_that_ends_badly_after_its_last_stage_keeps_its_row(tmp_path, mo
     row = res["row"]
     assert row["status"] == "ok" and row["error_type"] is None, row
     assert row["num_nodes"] == 4 and row["nodes_after"] == 2 and row["latency_ms"] > 0
+
+
+def test_regressions_json_is_strict_json(tmp_path):
+    # A finding with no old (or new) figure ('added', a first check error) was written as
+    # "old": NaN, which JSON.parse and other strict readers reject.
+    from onnx_lab.zoo import _write
+
+    old = {"a": _entry([], check_errors=0), "c": _entry([])}
+    new = {"a": _entry([], check_errors=1, check_error_codes="checker"), "b": _entry([]),
+           "c": _entry([], status="error", error_stage="open")}
+    gate = regressions(old, new)
+    _write(tmp_path, {"a": {"model": "a", "status": "ok"}}, gate, manifest=None)
+
+    def no_constants(name):
+        raise ValueError(f"{name} is not JSON")
+
+    doc = json.loads((tmp_path / "regressions.json").read_text(), parse_constant=no_constants)
+    by = {(f["model"], f["check"]): f for f in doc["findings"]}
+    assert by[("b", "added")]["old"] is None and by[("a", "check")]["old"] is None

@@ -175,7 +175,7 @@ class AuditResult:
                 "interrupted": self.interrupted, "seconds": round(self.seconds, 3),
                 "regressed": self.regressed,
                 "regressions": None if self.regressions is None
-                else self.regressions.to_dict(orient="records"),
+                else _records(self.regressions),
                 "rows": rows.to_dict(orient="records")}
 
     def _repr_html_(self) -> str:
@@ -536,6 +536,13 @@ def _finish(task: dict[str, Any], res: dict[str, Any], out_dir: Path | None,
     return row
 
 
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of ``df`` for JSON, a missing value as None: pandas' string columns hold NaN
+    for it, which ``json.dumps`` wrote as ``NaN`` (regressions.json's ``"old": NaN`` for a
+    model the old audit lacked), a token JSON.parse, jq --strict readers and Go reject."""
+    return df.astype(object).where(df.notna(), None).to_dict(orient="records")
+
+
 def _table(rows: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     return _store.typed_table([rows[k] for k in sorted(rows)], COLUMNS)
 
@@ -565,8 +572,9 @@ def _write(out_dir: Path, rows: Mapping[str, Mapping[str, Any]], gate: pd.DataFr
         if gate is not None:
             path = out_dir / "regressions.json"
             write_atomic(path, json.dumps({"regressed": bool(gate.worse.any()),
-                                           "findings": gate.to_dict(orient="records")},
-                                          indent=2), sources=inputs, flag="the audit's gate")
+                                           "findings": _records(gate)}, indent=2,
+                                          allow_nan=False),
+                         sources=inputs, flag="the audit's gate")
             files["regressions"] = path
     except OSError as e:
         raise write_error(out_dir, e) from e
