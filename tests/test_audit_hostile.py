@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx_lab
 from onnx_lab.cli import main
-from onnx_lab.errors import ExternalDataError, InputError
+from onnx_lab.errors import ExternalDataError, InputError, ModelLoadError
 from onnx_lab.zoo._store import external_files, file_hash, find_models, slug
 
 
@@ -118,3 +118,20 @@ def test_a_data_file_with_an_unusual_name_is_still_hashed(tmp_path):
     onnx.save(_external("~w.bin"), zoo / "m.onnx")
     found = find_models([zoo])
     assert [f.name for f in found[0].files[1:]] == ["~w.bin"]
+
+
+def test_a_link_loop_is_a_row_that_says_so(tmp_path):
+    # A *.onnx link looping to itself (or two looping to each other) was skipped without a
+    # row, and open() said the file "does not exist".
+    zoo = tmp_path / "zoo"
+    zoo.mkdir()
+    onnx.save(_plain(), zoo / "good.onnx")
+    os.symlink("loop.onnx", zoo / "loop.onnx")
+    os.symlink("b.onnx", zoo / "a.onnx")
+    os.symlink("a.onnx", zoo / "b.onnx")
+    found = find_models([zoo])
+    assert sorted(f.name for f in found) == ["a.onnx", "b.onnx", "good.onnx", "loop.onnx"]
+    file_hash(next(f for f in found if f.name == "loop.onnx").files)  # no raise
+    assert [f.name for f in find_models([zoo / "loop.onnx"])] == ["loop.onnx"]
+    with pytest.raises(ModelLoadError, match="symbolic link that leads to no file"):
+        onnx_lab.open(zoo / "loop.onnx")

@@ -258,6 +258,11 @@ def _load_path(path: Path, use_mmap: bool = False) -> LabModel:
 
 
 def _read_path(path: Path, use_mmap: bool = False) -> LabModel:
+    if not path.exists() and path.is_symlink():  # a loop, or a link to nothing
+        raise ModelLoadError(f"Model file {str(path)!r} is a symbolic link that leads to no "
+                             f"file (to {os.readlink(path)!r}: a loop of links, or a "
+                             "missing target).",
+                             fix="Point the link at the model file, or pass the file itself.")
     if not path.exists():
         raise ModelLoadError(f"Model file {str(path)!r} does not exist.",
                              fix="Check the path (relative paths start at the current folder "

@@ -84,6 +84,12 @@ def regular_or_missing(path: Path) -> bool:
         return False
 
 
+def dead_link(path: Path) -> bool:
+    """Whether ``path`` is a symbolic link that resolves to nothing (a loop of links, a
+    missing target): it never blocks a read, and the worker's open says what it is."""
+    return os.path.islink(path) and not os.path.exists(path)
+
+
 def find_models(paths: Iterable[str | os.PathLike]) -> list[Found]:
     """Every ``.onnx`` file under ``paths`` (folders searched recursively, in sorted order).
 
@@ -102,16 +108,19 @@ def find_models(paths: Iterable[str | os.PathLike]) -> list[Found]:
         raise InputError("No model path given.", fix="Pass model files or folders.")
     picked: list[tuple[str, Path]] = []
     for p in paths:
-        if not p.exists():
+        if not p.exists() and not dead_link(p):
             raise ModelLoadError(f"{str(p)!r} does not exist.",
                                  fix="Pass existing model files or folders.")
-        if p.is_dir():
+        if dead_link(p):
+            picked.append((p.name, p))
+        elif p.is_dir():
             for root, dirs, files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
                 for fname in sorted(files):
                     f = Path(root) / fname
                     # a FIFO or device named *.onnx would block the reads that follow
-                    if fname.endswith(".onnx") and regular_or_missing(f):
+                    # (a link looping to itself is a row: skipped, it had no row at all)
+                    if fname.endswith(".onnx") and (regular_or_missing(f) or dead_link(f)):
                         picked.append((f.relative_to(p).as_posix(), f))
         elif not regular_or_missing(p):
             raise InputError(f"{str(p)!r} is not a regular file (a FIFO or a device).",
