@@ -81,6 +81,7 @@ from onnx_lab.numerics.verify import (
     _saved_form_problem,
 )
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
+from onnx_lab.runtime.session import out_of_memory
 
 logger = logging.getLogger(__name__)
 
@@ -611,6 +612,11 @@ def _run_region(after: LabModel, region: Region, ref: PresetReference, providers
                    region.tensors, providers)
 
 
+#: How a final-check row's note begins when the optimized model could not be run for want of
+#: memory: nothing was compared, and the step is not verified rather than failed.
+NOT_CHECKED = "not checked: the optimized model could not be run within the memory here"
+
+
 def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = None,
                 rtol: float | None = None, preset: str | None = None, providers: Any = None,
                 extra: list[str] | None = None, copies: list[PendingRegion] | None = None
@@ -645,9 +651,12 @@ def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = N
     except LabError as e:
         if extra or copies:
             raise  # the caller runs the pending regions alone, then this check again
+        # a run refused for want of memory (an audit's --memory-gb) says nothing of the
+        # numbers: the outputs are not checked, which is not "they differ"
+        why = f"{NOT_CHECKED}: {e}" if out_of_memory(e) else \
+            f"the optimized model does not run: {e}"
         for p in pairs:
-            stats[p.tensor].update(passed=False, max_abs=math.inf, max_rel=math.inf,
-                                   note=f"the optimized model does not run: {e}")
+            stats[p.tensor].update(passed=False, max_abs=math.inf, max_rel=math.inf, note=why)
         got = None
     if got is not None:
         precision = computed_precision(ref.model)

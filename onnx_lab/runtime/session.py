@@ -60,7 +60,7 @@ __all__ = ["available_providers", "default_providers", "fallback_chain", "PROFIL
            "resolve_providers", "make_session", "OPT_LEVELS", "ort_max_opsets", "ort_version",
            "ort_registered_ops", "runtime_proto", "weightless_proto", "weight_array",
            "PLACEHOLDER", "is_placeholder", "run_session", "run_failure", "implemented_ops",
-           "load_problem", "saved_form_problem"]
+           "load_problem", "saved_form_problem", "out_of_memory"]
 
 OPT_LEVELS = ("disable", "basic", "extended", "all")
 _PROTO_LIMIT = 2_000_000_000
@@ -821,6 +821,18 @@ def _run_ortvalues(sess: Any, names: Sequence[str] | None, feeds: Mapping[str, A
         names = [o.name for o in sess.get_outputs()]
     ovs = {k: to_ortvalue(v) for k, v in feeds.items()}
     return [from_ortvalue(o) for o in sess.run_with_ort_values(list(names), ovs, ro)]
+
+
+_NO_MEMORY = re.compile(r"Failed to allocate memory|bad_alloc|out of memory", re.IGNORECASE)
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether a run failed for want of memory (onnxruntime's "Failed to allocate memory",
+    a ``bad_alloc``, or onnx_lab's own run limit refusing it): a fact about the machine and
+    its limit, not about the model, which a verification must not read as a wrong result."""
+    if isinstance(e, RunLimitError):
+        return True
+    return bool(_NO_MEMORY.search(str(e)))
 
 
 def run_failure(e: BaseException, what: str = "the model", fix: str = _FEEDS_FIX, *,
