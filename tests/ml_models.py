@@ -9,6 +9,10 @@ tests; ``tests/`` is on ``sys.path``).
   classes) → ZipMap; ``leaf_delta`` shifts one leaf weight (a real drift).
   ``zipmap=False``: the probabilities tensor is the output; ``ml_only=True``: the model imports
   the ``ai.onnx.ml`` domain only (onnxmltools' XGBoost layout).
+- :func:`comb_tree`: ``X`` float [N, 3] → TreeEnsembleRegressor, one tree of 6 splits in a
+  row (each feature split twice, at thresholds of different scales), each split's true branch
+  a leaf: only a row above every threshold reaches the last leaf; ``leaf_delta`` shifts that
+  leaf's weight (a real drift that few rows see).
 - :func:`string_pipeline`: string input ``city`` [N] → Identity → OneHotEncoder → MatMul (a float
   score), LabelEncoder → int64 ids, LabelEncoder → string ``region``; ``swap`` changes one
   region of the mapping (a real drift in a string output).
@@ -37,7 +41,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["linear_zipmap", "tree_zipmap", "string_pipeline", "sequence_model",
+__all__ = ["linear_zipmap", "tree_zipmap", "comb_tree", "string_pipeline", "sequence_model",
            "sequence_input_model",
            "optional_model", "dict_input_model", "column_encoders", "tfidf_model", "ngram_model",
            "CITIES"]
@@ -117,6 +121,33 @@ def tree_zipmap(*, zipmap: bool = True, ml_only: bool = False,
     g = helper.make_graph(nodes, "trees", [helper.make_tensor_value_info("X", F, ["N", 2])],
                           outputs)
     return _model(g, ml_only=ml_only, producer="OnnxMLTools" if ml_only else "skl2onnx")
+
+
+def comb_tree(*, leaf_delta: float = 0.0) -> onnx.ModelProto:
+    splits = [(0, 30.0), (1, 2000.0), (2, 0.5), (0, 60.0), (1, 5000.0), (2, 1.5)]
+    ids, fid, vals, modes, t_true, t_false, w_node, w = [], [], [], [], [], [], [], []
+    for k, (f, v) in enumerate(splits):  # split k is node 2k, its leaf 2k + 1
+        ids += [2 * k, 2 * k + 1]
+        fid += [f, 0]
+        vals += [v, 0.0]
+        modes += ["BRANCH_LEQ", "LEAF"]
+        t_true += [2 * k + 1, 0]
+        t_false += [2 * k + 2, 0]
+        w_node.append(2 * k + 1)
+        w.append(float(k))
+    last = 2 * len(splits)  # the false branch of the last split
+    ids.append(last), fid.append(0), vals.append(0.0), modes.append("LEAF")
+    t_true.append(0), t_false.append(0)
+    w_node.append(last), w.append(10.0 + leaf_delta)
+    node = helper.make_node(
+        "TreeEnsembleRegressor", ["X"], ["Y"], domain="ai.onnx.ml", name="comb", n_targets=1,
+        nodes_treeids=[0] * len(ids), nodes_nodeids=ids, nodes_featureids=fid,
+        nodes_values=vals, nodes_modes=modes, nodes_truenodeids=t_true,
+        nodes_falsenodeids=t_false, target_treeids=[0] * len(w), target_nodeids=w_node,
+        target_ids=[0] * len(w), target_weights=w)
+    g = helper.make_graph([node], "comb", [helper.make_tensor_value_info("X", F, ["N", 3])],
+                          [helper.make_tensor_value_info("Y", F, ["N", 1])])
+    return _model(g, opset=17)
 
 
 def string_pipeline(*, swap: bool = False) -> onnx.ModelProto:

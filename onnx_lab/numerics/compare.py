@@ -339,7 +339,8 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
             the inputs.
         candidate: the model under test (same kinds, not a dict).
         feeds: None (one seeded sample; one per branch a boolean input decides; a
-            KV-cache decoder's prefill and decode steps: see ``feeds_notes``), a dict of
+            KV-cache decoder's prefill and decode steps: see ``feeds_notes``; more for tree
+            ensembles: :func:`onnx_lab.runtime.feeds.tree_samples`), a dict of
             arrays, a list of dicts (metrics aggregate over samples) or an ``.npz`` path.
         dims, shapes: values for symbolic dims / full input shapes.
         layerwise: also compare every aligned intermediate tensor (else outputs only).

@@ -60,6 +60,41 @@ def test_moved_thresholds_fail_compare():
     assert not c.passed and c.first_divergence["node_id"] == "forest"
 
 
+def test_a_leaf_few_rows_reach_is_judged_on_enough_samples():
+    # the last leaf of a comb of 6 splits takes a row above all of them: each feature is
+    # drawn on its own, and the one sample of 4 rows reached it in no run, so its weight
+    # changed by 5 passed compare while onnxruntime gives the real row another value
+    from ml_models import comb_tree
+
+    from onnx_lab.runtime.feeds import branch_feeds, tree_samples
+
+    row = np.array([[70.0, 6000.0, 2.0]], np.float32)
+    truth = [ort_session(m).run(None, {"X": row})[0] for m in (comb_tree(),
+                                                                comb_tree(leaf_delta=5.0))]
+    assert truth[0][0, 0] == 10.0 and truth[1][0, 0] == 15.0
+    ref = onnx_lab.open(comb_tree(), shapes={"X": [4, 3]})
+    n = tree_samples(ref.model, ref.dims, ref.shapes)
+    samples = branch_feeds(ref)
+    assert n > 1 and len(samples) == n
+    assert all(f["X"].shape == (4, 3) for f in samples)
+    x = np.concatenate([f["X"] for f in samples])
+    assert ((x[:, 0] > 60) & (x[:, 1] > 5000) & (x[:, 2] > 1.5)).any()
+    assert onnx_lab.compare(ref, ref).passed
+    c = onnx_lab.compare(ref, onnx_lab.open(comb_tree(leaf_delta=5.0), shapes={"X": [4, 3]}))
+    assert not c.passed and c.first_divergence["node_id"] == "comb"
+    # a model without trees keeps its one sample
+    from ml_models import linear_zipmap
+
+    lin = onnx_lab.open(linear_zipmap(), shapes={"X": [4, 3]})
+    assert tree_samples(lin.model, lin.dims, lin.shapes) == 1 and len(branch_feeds(lin)) == 1
+
+
+def ort_session(model: onnx.ModelProto):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
 def _set_membership(first_set=(1.2, 3.7, 8.0, 9.0)) -> onnx.ModelProto:
     """ML opset 5's TreeEnsemble with set nodes (BRANCH_MEMBER): their split values are
     placeholders (232344, NaN), the sets are in membership_values (onnx's own case)."""
