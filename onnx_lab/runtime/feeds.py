@@ -619,6 +619,11 @@ def _vocabularies(model: LabModel, name: str) -> dict[int | None, Vocab]:
                                       if str(x)), None)
                     new_joiner = _Split(first_sep, None if first_sep is not None
                                         else node.attributes.get_string("tokenexp", None))
+            if new_route is False and first and route is not None and route.rescaled:
+                # a scaler's output read by an op that computes with it (a linear model, an
+                # SVM, a MatMul): the input in the units the scaler expects
+                for column, values in _scaled_normal(route).items():
+                    out.setdefault(column, Vocab(values))
             if new_route is False or (node.outputs[0].name, new_route) in seen:
                 continue
             seen.add((node.outputs[0].name, cast("_Route | None", new_route)))
@@ -863,6 +868,31 @@ def _rescaled(node: ir.Node, route: _Route | None) -> _Route | bool:
     a, b, S, B = (np.broadcast_to(p, (width,)) for p in parts)
     # the input is (out * a + b) * S + B
     return _Route(base.cols, tuple(float(x) for x in a * S), tuple(float(x) for x in b * S + B))
+
+
+# Standard-normal values (a fixed draw) a scaler's output takes: the scaled values of a
+# StandardScaler's training data are about these
+_NORMAL = tuple(float(z) for z in np.random.default_rng(0).standard_normal(64))
+
+
+def _scaled_normal(route: _Route) -> dict[int | None, tuple]:
+    """{input column (None: every column): values}: the input values a rescaling route turns
+    into standard-normal ones (``shift + scale * z``). A Pipeline's StandardScaler before a
+    linear model or an SVM was fed standard-normal inputs in the input's units: on data of
+    another scale (breast-cancer areas near 650, diabetes features of spread 0.05) the scaled
+    values lay tens of spreads out, the probabilities saturated at 0 and 1 (an RBF kernel at
+    0), and a changed scaler mean, coefficient, intercept or post_transform passed compare."""
+    if route.cols is None and len(route.scale) == 1 and len(route.shift) == 1:
+        back = route.back(0, _NORMAL)
+        return {None: back[1]} if back is not None else {}
+    width = len(route.cols) if route.cols is not None else max(len(route.scale),
+                                                                len(route.shift))
+    out: dict[int | None, tuple] = {}
+    for k in range(min(width, _COLUMNS_MAX)):
+        back = route.back(k, _NORMAL)
+        if back is not None:
+            out.setdefault(back[0], back[1])
+    return out
 
 
 def _joined(node: ir.Node, value: str, route: _Route | None, model: LabModel
