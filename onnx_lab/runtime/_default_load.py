@@ -12,7 +12,9 @@ The child is the same: a fresh ``InferenceSession`` per path, log level 4, no me
 pre-packing; its answer is onnxruntime's first line, or None. A child that dies while loading
 (an abort) is that load's answer ("aborted the process (signal 6)") and is started again on
 the next question; one that outlives the timeout is killed and the question answered None (no
-claim either way), as the one-shot child did. It reads its questions from its stdin: when the
+claim either way), as the one-shot child did; one whose question was interrupted (a
+KeyboardInterrupt while it loads) is killed too, so its late answer is never read as the next
+question's. It reads its questions from its stdin: when the
 parent goes away (even killed) the pipe closes and the child exits. A forked process (the
 conformance sweep's workers) starts its own. Where ``select`` cannot wait on a pipe (Windows),
 each question runs in a one-shot child.
@@ -176,16 +178,23 @@ def ask(path: str | os.PathLike, timeout: float = 600.0) -> tuple[str, str | Non
         c = _current()
         deadline = time.monotonic() + timeout
         try:
-            if not c.ready:
-                got = c.line(deadline)  # "ready": onnxruntime imported
-                if got != b"ready":
-                    return _ended(c, got)
-                c.ready = True
-            c.proc.stdin.write((json.dumps(path) + "\n").encode())
-            c.proc.stdin.flush()
-        except BrokenPipeError:
-            return _ended(c, b"")
-        got = c.line(deadline)
+            try:
+                if not c.ready:
+                    got = c.line(deadline)  # "ready": onnxruntime imported
+                    if got != b"ready":
+                        return _ended(c, got)
+                    c.ready = True
+                c.proc.stdin.write((json.dumps(path) + "\n").encode())
+                c.proc.stdin.flush()
+            except BrokenPipeError:
+                return _ended(c, b"")
+            got = c.line(deadline)
+        except BaseException:
+            # interrupted while the child works on the question (a notebook's interrupt
+            # sends SIGINT to the kernel alone): its answer would be read as the next
+            # question's, so it goes and the next question starts a fresh one
+            _ended(c, None)
+            raise
         if got is None or got == b"":
             return _ended(c, got)
         answer = json.loads(got)

@@ -115,3 +115,36 @@ def test_warm_starts_without_waiting(tmp_path):
     assert c is not None and not c.ready  # started, its "ready" not waited for
     assert default_path_problem(_model(tmp_path / "good.onnx", broken=False)) is None
     assert _default_load._child is c and c.ready
+
+
+def test_an_interrupted_question_leaves_no_answer_behind(tmp_path):
+    # a notebook's interrupt (SIGINT to the kernel alone) while the child loads: its late
+    # answer was read as the next question's ("ok" for a model onnxruntime refuses, and the
+    # refusal given to the next good one). A FIFO holds the child in its load until fed.
+    good = _model(tmp_path / "good.onnx", broken=False)
+    bad = _model(tmp_path / "bad.onnx", broken=True)
+    assert default_path_problem(good) is None
+    fifo = tmp_path / "slow.onnx"
+    os.mkfifo(fifo)
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(KeyboardInterrupt):
+            default_path_problem(fifo)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    try:  # a child still waiting on the FIFO reads a good model and answers "ok" late
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        pass  # no reader: the interrupted child is gone
+    else:
+        os.write(fd, good.read_bytes())
+        os.close(fd)
+    problem = default_path_problem(bad)
+    assert problem is not None and "Range" in problem, problem
+    assert default_path_problem(good) is None
