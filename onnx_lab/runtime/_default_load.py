@@ -16,7 +16,8 @@ claim either way), as the one-shot child did; one whose question was interrupted
 KeyboardInterrupt while it loads) is killed too, so its late answer is never read as the next
 question's. It reads its questions from its stdin: when the
 parent goes away (even killed) the pipe closes and the child exits. A forked process (the
-conformance sweep's workers) starts its own. Where ``select`` cannot wait on a pipe (Windows),
+conformance sweep's workers) starts its own, with a lock of its own, and closes its copies of
+the parent's pipes. Where ``select`` cannot wait on a pipe (Windows),
 each question runs in a one-shot child.
 """
 
@@ -162,6 +163,26 @@ def stop() -> None:
 
 
 atexit.register(stop)
+
+
+def _after_fork() -> None:
+    """In a forked process: a fresh lock (a thread of the parent may have held it mid-question,
+    and the fork's first question waited for it forever) and no child; the copies of the
+    parent's child's pipes are closed (held open here, they kept that child from reading its
+    end of input: the parent's stop() waited 2 s and killed it while a fork lived)."""
+    global _lock, _child
+    _lock = threading.Lock()
+    c, _child = _child, None
+    if c is not None:
+        for f in (c.proc.stdin, c.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def ask(path: str | os.PathLike, timeout: float = 600.0) -> tuple[str, str | None]:

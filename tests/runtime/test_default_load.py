@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import numpy as np
 import onnx
@@ -148,3 +149,68 @@ def test_an_interrupted_question_leaves_no_answer_behind(tmp_path):
     problem = default_path_problem(bad)
     assert problem is not None and "Range" in problem, problem
     assert default_path_problem(good) is None
+
+
+def _in_fork(job) -> bytes:
+    """``job()``'s bytes, run in a forked process (b"" when it hung past 20 s)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.alarm(20)
+            os.write(w, job())
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 100)
+    os.waitpid(pid, 0)
+    os.close(r)
+    return got
+
+
+def test_a_fork_while_another_thread_asks_does_not_hang(tmp_path):
+    # the lock a thread of the parent held mid-question was copied held into the fork,
+    # whose first question then waited for it forever
+    import threading
+
+    good = _model(tmp_path / "good.onnx", broken=False)
+    fifo = tmp_path / "slow.onnx"
+    os.mkfifo(fifo)  # holds the thread's question open until fed
+    t = threading.Thread(target=default_path_problem, args=(fifo,), kwargs={"timeout": 30})
+    t.start()
+    try:
+        for _ in range(100):  # until the thread holds the lock
+            if _default_load._lock.locked():
+                break
+            time.sleep(0.05)
+        assert _default_load._lock.locked()
+        got = _in_fork(lambda: b"ok" if default_path_problem(good) is None else b"refused")
+        assert got == b"ok"
+    finally:
+        fd = os.open(fifo, os.O_WRONLY)  # the thread's question ends
+        os.write(fd, good.read_bytes())
+        os.close(fd)
+        t.join()
+
+
+def test_a_living_fork_does_not_hold_the_parents_child(tmp_path):
+    # the fork's copies of the pipes kept the parent's child from reading the end of its
+    # input: stop() waited 2 s and killed it while a fork lived
+    good = _model(tmp_path / "good.onnx", broken=False)
+    assert default_path_problem(good) is None
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(w)
+        os.read(r, 1)  # lives until the parent is done
+        os._exit(0)
+    os.close(r)
+    try:
+        t0 = time.monotonic()
+        proc = _default_load._child.proc
+        _default_load.stop()
+        took = time.monotonic() - t0
+        assert proc.returncode == 0 and took < 1.5, (proc.returncode, took)
+    finally:
+        os.close(w)
+        os.waitpid(pid, 0)
