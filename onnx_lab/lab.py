@@ -18,6 +18,7 @@ from onnx_lab._display import notebook_html
 from onnx_lab._lab_methods import _HISTORY_TABLE, _EditStep, _history_table  # noqa: F401
 from onnx_lab._lab_profiling import batch_sweep_predicted, profile, profile_generation_predicted
 from onnx_lab._pandas import pd
+from onnx_lab.core._location import user_path
 from onnx_lab.core.history import History
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.provenance import origins
@@ -144,7 +145,9 @@ def _source_paths(source: Any) -> list[Path]:
     if isinstance(source, LabModel):
         return [source.path] if source.path is not None else []
     if isinstance(source, (str, os.PathLike)) and not str(source).startswith("sample:"):
-        return [Path(source)]
+        # as open() read it: '~/m.onnx' is the home folder's (a Path('~/m.onnx') protected
+        # ./~/m.onnx, and the converted Lab's save over the source it was made from went on)
+        return [user_path(source)]
     return []
 
 

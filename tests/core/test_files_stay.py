@@ -148,3 +148,28 @@ def test_a_path_under_the_home_folder_is_read_and_written_there(tmp_path, monkey
     # the source is still refused under its home spelling
     with pytest.raises(onnx_lab.errors.SaveError, match="source"):
         lab.save("~/m.onnx")
+
+
+def test_a_lab_made_from_a_home_path_protects_that_file(tmp_path, monkeypatch):
+    """A conversion or merge of '~/m.onnx' remembers the home folder's file as its source:
+    it remembered Path('~/m.onnx') (./~/m.onnx), and its save over the file it was made from
+    replaced it without overwrite=True."""
+    home, cwd = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    save_external(_weights(1), home / "m.onnx")
+    save_external(_weights(2), home / "n.onnx")
+    before = (home / "m.onnx").read_bytes()
+    fp16 = onnx_lab.to_fp16("~/m.onnx")
+    assert fp16.version_history.source_path == home / "m.onnx"
+    with pytest.raises(onnx_lab.errors.SaveError, match="source"):
+        fp16.save("~/m.onnx")
+    assert (home / "m.onnx").read_bytes() == before
+    both = onnx_lab.merge("~/m.onnx", "~/n.onnx", io_map=[("z", "x")], prefix1="a_",
+                          prefix2="b_")
+    for name in ("m.onnx", "n.onnx"):
+        with pytest.raises(onnx_lab.errors.SaveError):
+            both.save(f"~/{name}")
+    assert (home / "m.onnx").read_bytes() == before
