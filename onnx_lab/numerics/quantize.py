@@ -25,6 +25,7 @@ import onnx
 import onnx_ir as ir
 
 from onnx_lab._pandas import pd
+from onnx_lab.core._location import user_path
 from onnx_lab.core.handoff import read_output, work_folder
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.outputs import write_atomic
@@ -562,8 +563,8 @@ def calibration_samples(source: Any, feeds: Any = None, n: int = 8, *,
         # next input of the same distribution.
         samples = make_feeds(model, dims, shapes, n=n, seed=CALIBRATION_SEED)
         return samples if isinstance(samples, list) else [samples]
-    if isinstance(feeds, (str, Path)) and Path(feeds).is_dir():
-        files = sorted(Path(feeds).glob("*.npz"))
+    if isinstance(feeds, (str, Path)) and user_path(feeds).is_dir():  # ('~/calib' too)
+        files = sorted(user_path(feeds).glob("*.npz"))
         if not files:
             raise InputError(f"Calibration folder {str(feeds)!r} holds no .npz file.",
                              fix="Put one .npz per sample (arrays named like the inputs) there.")

@@ -244,7 +244,7 @@ def _check_model_options(model_options: Mapping[str, Mapping[str, Any]] | None) 
                              fix=f"Use keys among {', '.join(_MODEL_OPTION_KEYS)}.")
         _check_sizes(opts.get("dims"), opts.get("shapes"), f"model_options[{pattern!r}]")
         feeds = opts.get("feeds")
-        if feeds is not None and not Path(feeds).is_file():
+        if feeds is not None and not user_path(feeds).is_file():
             raise InputError(f"model_options[{pattern!r}]: feeds file {str(feeds)!r} does not "
                              "exist.", fix="Give the path of an .npz file of inputs.")
 
@@ -431,7 +431,7 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
     for f in found:
         sha, size = _store.file_hash(f.files)
         per = _model_options(f, model_options)
-        feeds = str(Path(per["feeds"]).resolve()) if per.get("feeds") else None
+        feeds = str(user_path(per["feeds"]).resolve()) if per.get("feeds") else None
         opts = {**base, "dims": {**(dims or {}), **per.get("dims", {})},
                 "shapes": {k: list(v) for k, v in {**(shapes or {}),
                                                    **per.get("shapes", {})}.items()},

@@ -173,3 +173,29 @@ def test_a_lab_made_from_a_home_path_protects_that_file(tmp_path, monkeypatch):
         with pytest.raises(onnx_lab.errors.SaveError):
             both.save(f"~/{name}")
     assert (home / "m.onnx").read_bytes() == before
+
+
+def test_a_home_path_of_calibration_or_audit_feeds_is_read(tmp_path, monkeypatch):
+    """Two doors that still read '~' as a folder of that name: a calibration folder
+    ('Feeds file .../calib does not exist', of a folder that exists) and an audit's
+    model_options feeds ('feeds file '~/f.npz' does not exist')."""
+    home, cwd = tmp_path / "home", tmp_path / "work"
+    (home / "calib").mkdir(parents=True)
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    onnx.save(_weights(1), home / "m.onnx")
+    rng = np.random.default_rng(0)
+    for i in range(2):
+        np.savez(home / "calib" / f"{i}.npz", x=rng.random((2, 256), np.float32))
+    np.savez(home / "f.npz", x=rng.random((2, 256), np.float32))
+    from onnx_lab.numerics.quantize import calibration_samples
+
+    got = calibration_samples("~/m.onnx", "~/calib")
+    assert len(got) == 2 and got[0]["x"].shape == (2, 256)
+    from onnx_lab import zoo
+
+    done = zoo.audit(["~/m.onnx"], "~/audit", model_options={"m*": {"feeds": "~/f.npz"}})
+    assert len(done.table) == 1 and not (cwd / "~").exists()
+    manifest = (home / "audit" / "manifest.jsonl").read_text()
+    assert str(home / "f.npz") in manifest
