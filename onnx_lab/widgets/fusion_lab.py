@@ -427,14 +427,20 @@ class FusionLab(View):
         for r in results:
             if r is None:
                 continue
-            if r.modified:
+            if getattr(r, "dropped", None):
+                # the preset went back before it: its nodes are not in the current version
+                msgs.append(f"{r.name}: dropped ({r.nodes_before} → {r.nodes_after} nodes, "
+                            "its version does not load at onnxruntime's default options; "
+                            "the passes after it ran again without it)")
+            elif r.modified:
                 msgs.append(f"{r.name}: {r.nodes_before} → {r.nodes_after} nodes, "
                             + ("verification passed" if r.verify_passed else
                                "not verified" if r.verify_passed is None else
                                f"verification FAILED at {r.first_failure}"))
             else:
                 msgs.append(f"{r.name}: nothing changed ({r.reason})")
-        failed = any(r is not None and r.verify_passed is False for r in results)
+        failed = any(r is not None and (r.verify_passed is False or getattr(r, "dropped", None))
+                     for r in results)
         self._show_verification(results)
         self._show_changes(results)
         if step is not None and len(step.near_misses) and not failed:
@@ -445,7 +451,8 @@ class FusionLab(View):
     def _show_verification(self, results: list[Any]) -> None:
         """The verification report of the last verified step (``result.verification``)."""
         last = next((r for r in reversed(results) if r is not None
-                     and getattr(r, "verification", None) is not None), None)
+                     and getattr(r, "verification", None) is not None
+                     and not getattr(r, "dropped", None)), None)
         if last is None:
             return
         report = last.verification
@@ -460,8 +467,8 @@ class FusionLab(View):
         """Which nodes the step(s) fused, rewrote or removed (``result.provenance/removed``)."""
         frames, names = [], []
         for r in results:
-            if r is None or not getattr(r, "modified", False):
-                continue
+            if r is None or not getattr(r, "modified", False) or getattr(r, "dropped", None):
+                continue  # (a step the preset dropped changed nothing in the current version)
             df = changes_frame(r)
             frames.append(df.assign(step=r.name))
             names.append(r.name)

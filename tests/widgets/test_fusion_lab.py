@@ -282,3 +282,37 @@ def test_preview_panel_says_why_it_is_empty(no_error):
     no_error(f)
     assert f.preview_note.layout.display != "none" and "earlier version" in f.preview_note.value
     assert all(b.layout.display == "none" for b in f.preview_box.children[1:])
+
+
+def test_a_step_the_preset_dropped_is_shown_dropped(tmp_path, no_error):
+    # ONNX's test_affine_grid_2d_expanded: the safe preset drops fold_shapes (its version
+    # does not load at onnxruntime's defaults) and runs the passes after it again. The widget
+    # said 'fold_shapes: 113 → 112 nodes, verification passed' in green and listed its
+    # changes, none of which are in the current version.
+    import numpy as np
+    from onnx.backend.test.case import node
+
+    from onnx_lab.runtime.session import default_load_problem
+
+    case = next((t for t in node.collect_testcases() if t.name == "test_affine_grid_2d_expanded"),
+                None)
+    if case is None:
+        pytest.skip("this onnx has no affine_grid case")
+    inputs, _ = case.data_sets[0]
+    np.savez(tmp_path / "feeds.npz", **dict(zip([i.name for i in case.model.graph.input],
+                                                inputs)))
+    lab = onnx_lab.open(case.model)
+    folded = onnx_lab.open(case.model)
+    folded.apply("fold_shapes", verify=False)
+    if default_load_problem(lab.model) is not None or default_load_problem(folded.model) is None:
+        pytest.skip("this onnxruntime does not refuse the folded case")
+    f = FusionLab(lab)
+    f.context.feed_mode.value = "npz"
+    f.context.feed_path.value = str(tmp_path / "feeds.npz")
+    f.safe_button.click()
+    no_error(f)
+    dropped = [r.name for r in f.result if r.dropped]
+    assert dropped == ["fold_shapes"]
+    assert "fold_shapes: dropped" in f.status.value and "onnx-lab-warn" in f.status.value
+    assert "fold_shapes" not in set(f.changes.df.get("step", ()))
+    assert "fold_shapes" not in list(lab.history["pass"])
