@@ -530,7 +530,11 @@ def _keep_loading(history: History, start: Any, names: Sequence[str],
     rest = list(names[j + 1:])
     r.notes.append(f"dropped: {r.dropped}. The preset went on without it from step {back}"
                    + (f" (the {len(rest)} passes after it ran again)" if rest else "")
-                   + f"; lab.apply({r.name!r}) alone would fail the same way")
+                   + (f"; lab.apply({r.name!r}) alone would fail the same way"
+                      if pass_kind(r.name) == "tool" and not r.name.startswith("ort:") else
+                      # a pass's lone step is not loaded at default options: the save is
+                      f"; lab.apply({r.name!r}) alone makes the same version, which "
+                      "lab.save() refuses"))
     logger.warning("%s: dropped from the preset: %s", r.name, why)
     if not rest:
         return out[:j + 1]

@@ -57,6 +57,10 @@ def test_the_preset_drops_the_step_a_default_session_refuses(affine_grid, tmp_pa
     assert RANGE in r.dropped and r.verify_passed  # its numbers were right
     assert any(n.startswith("dropped: ") and "went on without it from step 0" in n
                for n in r.notes), r.notes
+    # what the note says a lone apply does is what it does: it passes, the save refuses
+    assert any("alone makes the same version, which lab.save() refuses" in n
+               for n in r.notes), r.notes
+    assert not any("alone would fail" in n for n in r.notes), r.notes
     assert "fold_shapes" not in list(lab.history["pass"])
     assert lab.history["current"].iloc[-1]  # nothing left to redo into the refused version
     assert any(x.modified for x in results if x is not r)  # the passes after it still ran
