@@ -93,7 +93,9 @@ def check(model: Any, *, providers: str | Sequence[str] | None = None,
         DataFrame(severity ('error', 'warning', 'info'), code, node_id (None for model-level
         findings), message, fix), errors first. Codes: checker, value_dependent_shape,
         custom_domain, opset_unsupported, provider_load, dynamic_dim, initializer_input,
-        external_data, external_data_missing, low_precision, proto_size,
+        external_data, external_data_missing, external_value_input (a shape input such as
+        a Reshape's shape or a ReduceMean's axes stored in the external data file, which
+        onnxruntime cannot load), low_precision, proto_size,
         model_local_function, runtime_constants, onnxruntime_op (a default-domain op ONNX
         does not define and onnxruntime registers: a warning, onnxruntime only),
         stale_value_info (an intermediate's declared shape differs from the inferred one, or
@@ -131,6 +133,7 @@ def check_rows(model: Any, *, providers: str | Sequence[str] | None = None,
     rows += _initializer_inputs(lm)
     rows += _unread_inputs(lm)
     rows += _external(lm)
+    rows += _external_value_inputs(lm)
     rows += _precision(lm)
     rows += _runtime_constants(lm)
     rows += _proto_size(lm)
@@ -828,6 +831,52 @@ def _external(lm: LabModel) -> list[dict]:
                              f"of weights (file {size:,} bytes).",
                              "Ship the file with the model; keep the relative path."))
     return rows
+
+
+# Inputs whose values ONNX's shape inference reads, which onnxruntime runs when it loads a
+# file: an initializer there stored in an external data file stops the load ("Cannot parse
+# data from external tensors. Please load external data into raw data"), whatever its size.
+# (A torch.onnx dynamo export saved with onnx.save(..., size_threshold=0) held a ReduceMean's
+# axes there: onnx_lab ran it from memory, every onnxruntime session of the file refused it.)
+_REDUCES = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+            "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+_VALUE_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
+    "Slice": (1, 2, 3, 4), "Squeeze": (1,), "Unsqueeze": (1,), "Pad": (1, 2, 3),
+    "Resize": (1, 2, 3), "Upsample": (1,), "Split": (1,), "TopK": (1,), "OneHot": (1,),
+    "CenterCropPad": (1,), "Col2Im": (1, 2), "MaxUnpool": (2,), **{r: (1,) for r in _REDUCES}}
+
+
+def _external_value_inputs(lm: LabModel) -> list[dict]:
+    """Initializers in an external data file that a node's shape inference reads: the file
+    does not load in onnxruntime (its load-time inference cannot read external data there)."""
+    if not lm.external_tensors():
+        return []
+    found: list[tuple[str, str, str, int]] = []  # (node id, op, tensor, input index)
+    for nid, e in lm.index.entries.items():
+        node = e.node
+        idx = _VALUE_INPUTS.get(node.op_type)
+        if idx is None or node.domain not in ("", "ai.onnx"):
+            continue
+        for i in idx:
+            v = node.inputs[i] if i < len(node.inputs) else None
+            if v is not None and isinstance(v.const_value, ir.ExternalTensor):
+                found.append((nid, node.op_type, v.name, i))
+    if not found:
+        return []
+    nid, op, name, i = found[0]
+    loc = lm.ir.graph.initializers[name].const_value.location \
+        if name in lm.ir.graph.initializers else "its data file"
+    more = f" ({len(found)} such inputs)" if len(found) > 1 else ""
+    return [_row("error", "external_value_input", nid,
+                 f"onnxruntime does not load this file: {op} {nid!r} reads {name!r} (its input "
+                 f"{i}) to work out its output's shape, and that tensor is stored in the "
+                 f"external data file {str(loc)!r}, which onnxruntime's load-time shape "
+                 f"inference cannot read ('Cannot parse data from external tensors'){more}. "
+                 "onnx_lab runs the model from memory, so its own runs are not affected.",
+                 "Save the model again with lab.save(path): onnx_lab keeps tensors up to 4 KiB "
+                 "inline (with onnx.save: save_as_external_data=True, size_threshold=1024 or "
+                 "more).")]
 
 
 def _precision(lm: LabModel) -> list[dict]:

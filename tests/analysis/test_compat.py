@@ -573,3 +573,43 @@ def test_decoders_and_light_models_have_no_baked_dim():
     light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
     for path in sorted(light.glob("*.onnx"))[:4]:
         assert "baked_dim" not in _codes(check(path, load=False)), path
+
+
+def test_a_shape_input_stored_as_external_data_is_an_error_that_save_fixes(tmp_path):
+    # a torch dynamo export saved with size_threshold=0 held a ReduceMean's axes in its data
+    # file: every onnxruntime session of the file refused it ("Cannot parse data from external
+    # tensors"), while check() said only "External data file ... Ship the file with the model"
+    import onnxruntime as ort
+
+    g = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["m"], name="mul"),
+         helper.make_node("ReduceMean", ["m", "axes"], ["y"], name="mean", keepdims=0)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(np.full((2, 3), 2, np.float32), "w"),
+         numpy_helper.from_array(np.array([1], np.int64), "axes")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    path = tmp_path / "m.onnx"
+    onnx.save(onnx.ModelProto.FromString(m.SerializeToString()), str(path),  # (saves in place)
+              save_as_external_data=True, location="m.data", size_threshold=0)
+    with pytest.raises(Exception, match="Cannot parse data from external tensors"):
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])  # the truth
+    lab = onnx_lab.open(path)
+    rows = lab.check(load=False).set_index("code")
+    assert rows.loc["external_value_input", "severity"] == "error"
+    assert rows.loc["external_value_input", "node_id"] == "mean"
+    assert "'axes'" in rows.loc["external_value_input", "message"]
+    assert "lab.save" in rows.loc["external_value_input", "fix"]
+    saved = lab.save(tmp_path / "fixed.onnx")  # the fix it names
+    x = np.ones((2, 3), np.float32)
+    got = ort.InferenceSession(str(saved), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], [2.0, 2.0])
+    assert "external_value_input" not in set(onnx_lab.open(saved).check(load=False).code)
+    # a weight of a Mul in the data file is no such input
+    onnx.save(onnx.ModelProto.FromString(m.SerializeToString()), str(tmp_path / "w.onnx"),
+              save_as_external_data=True, location="w.data",
+              size_threshold=50)  # onnx compares sys.getsizeof: axes 41, w 57
+    lab = onnx_lab.open(tmp_path / "w.onnx")
+    assert lab.model.external_tensors()  # w is in the data file
+    assert "external_value_input" not in set(lab.check(load=False).code)
+    ort.InferenceSession(str(tmp_path / "w.onnx"), providers=["CPUExecutionProvider"])
