@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from onnx_lab._pandas import pd
+from onnx_lab.core._location import user_path
 from onnx_lab.errors import InputError
 
 __all__ = ["Trace", "parse_trace", "load_events", "load_columns"]
@@ -72,7 +73,7 @@ def load_events(source: str | Path | list[dict[str, Any]]) -> list[dict[str, Any
     """The event list of a trace file (or the list itself)."""
     if isinstance(source, list):
         return source
-    path = Path(source)
+    path = user_path(source)
     try:
         with open(path, "rb") as f:
             data = json.load(f)
@@ -150,7 +151,7 @@ def load_columns(source: str | Path | list[dict[str, Any]]) -> _Columns:
     """Per-event columns (cat, name, ts, dur, op_name, provider, node_index) of a trace."""
     if isinstance(source, list):
         return _json_columns(source)
-    path = Path(source)
+    path = user_path(source)
     try:
         data = path.read_bytes()
     except FileNotFoundError as e:

@@ -49,6 +49,12 @@ def test_parse_file_and_trace_object_form(tmp_path):
     assert len(t.kernels) == 4
 
 
+def test_a_trace_under_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "trace.json").write_text(json.dumps({"traceEvents": _events(2)}))
+    assert len(parse_trace("~/trace.json", warmup=0).kernels) == 4
+
+
 def test_no_run_events_keeps_everything_with_note():
     ev = [e for e in _events(2) if e["name"] != "model_run"]
     t = parse_trace(ev, warmup=1)
