@@ -72,6 +72,7 @@ from onnx_lab.numerics.selection import (
     run_cut,
 )
 from onnx_lab.numerics.verify import (
+    NOT_CHECKED,
     Report,
     _feeds,
     _judge,
@@ -610,11 +611,6 @@ def _run_region(after: LabModel, region: Region, ref: PresetReference, providers
     """The region's tensors, computed by the region alone on the reference's values."""
     return run_cut(after, {n: np.asarray(ref.values[n]) for n in region.inputs},
                    region.tensors, providers)
-
-
-#: How a final-check row's note begins when the optimized model could not be run for want of
-#: memory: nothing was compared, and the step is not verified rather than failed.
-NOT_CHECKED = "not checked: the optimized model could not be run within the memory here"
 
 
 def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = None,

@@ -79,7 +79,7 @@ from onnx_lab.numerics.selection import (
 from onnx_lab.runtime.capture import estimate_bytes, plan_chunks
 from onnx_lab.runtime.capture import run as capture_run
 from onnx_lab.runtime.feeds import as_feed_list, input_specs, missing_value, resolve_input_shapes
-from onnx_lab.runtime.session import saved_form_problem
+from onnx_lab.runtime.session import out_of_memory, saved_form_problem
 
 # The step's transforms.base.PassResult: read (provenance) and filled (verify_passed...) by
 # duck typing, since numerics does not import transforms.
@@ -471,10 +471,14 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                 cands = _run(after, cand_feeds, [p.tensor for p in chunk], providers,
                              cache if single else None, key, extra=a_all)
             except RuntimeLoadError as e:
+                # for want of memory (an allocation onnxruntime could not make): nothing
+                # compared, which is no failure of the step's numbers (the run limit's
+                # RunLimitError is raised before the run, as it was)
+                why = f"{NOT_CHECKED}: {e.problem}" if out_of_memory(e) else \
+                    f"the new model does not run: {e.problem}"
                 for p in chunk:
                     s = stats[p.tensor]
-                    s.update(passed=False, max_abs=math.inf, max_rel=math.inf,
-                             note=f"the new model does not run: {e.problem}")
+                    s.update(passed=False, max_abs=math.inf, max_rel=math.inf, note=why)
                     if labels:
                         s["fails_with"].append(labels[i])
                 continue
@@ -514,10 +518,13 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                          lambda f, names: fetch(before, dict(f), list(names), lambda ns: _run(
                              before, dict(f), list(ns), providers, None, "")))
     failing = [r["tensor"] for r in rows if not r["passed"]]
+    unchecked = bool(failing) and all(str(r["note"] or "").startswith(NOT_CHECKED)
+                                      for r in rows if not r["passed"])
     # over the outputs compared: one downstream of a flipped near-tie differs by the flip
     outs = [r["max_abs"] for r in rows if r["match"] == "output" and not flipped(r)]
     attrs: dict[str, Any] = {
-        "passed": not failing, "first_failure": str(failing[0]) if failing else None,
+        "passed": None if unchecked else not failing,
+        "first_failure": str(failing[0]) if failing and not unchecked else None,
         "max_abs_err": float(max(outs)) if outs else None, "samples": len(samples),
         "skipped": sorted(set(skipped)), "not_comparable": not_comparable,
         "verified_by": "full", "branches": labels,
@@ -712,6 +719,10 @@ def _plan(pairs: list[VersionPair], sizes: Mapping[str, int | None], max_bytes: 
 
 #: How a row's note begins when nothing could be compared: the new version does not run.
 NOT_RUN = ("the new model does not run", "the optimized model does not run")
+#: How a row's note begins when the new version could not be run for want of memory (the
+#: run limit, or onnxruntime's allocation failed): nothing was compared, and the step is not
+#: verified (``verify_passed`` None) rather than failed.
+NOT_CHECKED = "not checked: the new model could not be run within the memory here"
 
 
 def report_rows(result: PassResult) -> list[dict[str, Any]]:
@@ -746,7 +757,8 @@ def fill_result(result: PassResult, report: pd.DataFrame | Report, seconds: floa
                 ) -> PassResult:
     """Write a report's verdict into ``result`` (in place) and return it."""
     result.verification = report
-    result.verify_passed = bool(report.attrs.get("passed", True))
+    passed = report.attrs.get("passed", True)
+    result.verify_passed = None if passed is None else bool(passed)  # None: not checked
     result.max_abs_err = report.attrs.get("max_abs_err")
     result.first_failure = report.attrs.get("first_failure")
     result.verify_seconds = seconds
@@ -754,6 +766,12 @@ def fill_result(result: PassResult, report: pd.DataFrame | Report, seconds: floa
         result.notes.append(f"verification {report.attrs['note']}")
     if report.attrs.get("selection_note"):  # near-tie flips: said plainly
         result.notes.append(f"verification: {report.attrs['selection_note']}")
+    if result.verify_passed is None:
+        first = next(str(r.get("note")) for r in (report.rows if isinstance(report, Report)
+                                                  else report.to_dict("records"))
+                     if not r.get("passed"))
+        result.notes.append(f"not verified: {first}")
+        return result
     if not result.verify_passed:
         if isinstance(report, Report):
             row = report.row(result.first_failure)

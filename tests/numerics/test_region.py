@@ -497,3 +497,43 @@ def test_a_final_run_refused_for_memory_is_not_a_failed_verification(monkeypatch
     monkeypatch.undo()
     (r,) = chain_lab().apply_preset(["test_region_nudge"])
     assert r.verify_passed  # without the limit the same step verifies
+
+
+@register_pass("test_region_blowup", kind="test")
+class Blowup(LabPass):
+    """Test pass (right in its numbers, ruinous in memory): Relu(a) as the Relu of the maximum
+    over 2**36 broadcast copies of ``a`` (a buffer of terabytes onnxruntime cannot allocate)."""
+
+    def find(self, model: LabModel) -> list[Match]:
+        return [Match(f"test_region_blowup:{nid}", "blowup", self.name, [nid], nid, "blowup")
+                for nid in model.index.topo_order("")
+                if model.index.node(nid).op_type == "Relu"]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        import onnx_ir as ir
+
+        for m in matches:
+            relu = model.index.node(m.anchor)
+            g = relu.graph
+            axes = rw.add_initializer(g, "blowup_axes", np.array([0], np.int64))
+            shape = rw.add_initializer(g, "blowup_shape", np.array([1 << 36, 1, 1], np.int64))
+            un = ir.node("Unsqueeze", [relu.inputs[0], axes])
+            ex = ir.node("Expand", [un.outputs[0], shape])
+            mx = ir.node("ReduceMax", [ex.outputs[0]], attributes={"axes": [0], "keepdims": 0})
+            new = ir.node("Relu", [mx.outputs[0]], name=relu.name)
+            rw.replace([relu], [un, ex, mx, new], [relu.outputs[0]], [new.outputs[0]])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_candidate_onnxruntime_cannot_allocate_is_not_verified_not_failed(mode):
+    # the run of the new version fails for want of memory ("Failed to allocate memory for
+    # requested buffer"): its numbers were not compared, so the step is not verified, not
+    # failed (and without the run limit, which would refuse it before the run)
+    from onnx_lab.core.limits import run_limits
+
+    with run_limits(memory=None):
+        (r,) = chain_lab().apply_preset(["test_region_blowup"], verify=mode)
+    assert r.modified and r.verify_passed is None, (r.verify_passed, r.notes)
+    assert any("not checked: the new model could not be run within the memory here" in n
+               and "allocate" in n for n in r.notes), r.notes
+    assert not any(n.startswith("verification failed") for n in r.notes), r.notes
