@@ -377,6 +377,11 @@ def _changed_upstream(node: ir.Node, model: LabModel, cand: LabModel, idx: Any,
     return None
 
 
+#: Ops whose inputs may come in any order for the same output (broadcasting included):
+#: their operands reordered are the same computation, not inputs read in another order.
+_COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean", "And", "Or", "Xor",
+                          "Equal", "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
+
 #: Ops whose output differs from the reference's by at most what their data inputs differ
 #: (non-expansive in the maximum norm: max|f(a) - f(b)| <= max|a - b|).
 _NON_EXPANSIVE = frozenset({
@@ -497,6 +502,9 @@ def _input_order(node: ir.Node, cand: LabModel, cand_node_id: str | None,
     other = cand.index.node(cand_node_id)
     if (other.op_type, other.domain) != (node.op_type, node.domain) or \
             len(other.inputs) != len(node.inputs) or len(node.inputs) < 2:
+        return None
+    if node.op_type in _COMMUTATIVE and node.domain in ("", "ai.onnx"):
+        # Add(b, a) is Add(a, b): an order a correct rewrite may choose, no other computation
         return None
     theirs = [v.name if v is not None else None for v in other.inputs]
     ours: list[str | None] = []

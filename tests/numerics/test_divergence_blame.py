@@ -277,3 +277,26 @@ def test_a_cast_to_another_type_names_its_to_attribute():
     assert d["upstream"] == ["cast"], d
     assert d["message"].endswith("(in the candidate attribute 'to' 'int32' -> 'bool')"), \
         d["message"]
+
+
+def test_a_commutative_ops_operands_reordered_are_not_another_computation():
+    # Min(a, 6) as Min(6, a) (a correct rewrite may pick either order) under an Add whose bias
+    # moved by 0.05: the Min carries its input's error (the Add's, within its larger scale).
+    # The reorder read "Min computes differently: its inputs agree ...; in the candidate
+    # inputs 0 and 1 swapped" and the blame stayed on the Min, which computes the same
+    def model(bias: float, swap: bool) -> onnx.ModelProto:
+        nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+                 helper.make_node("Min", ["hi", "a"] if swap else ["a", "hi"], ["y"],
+                                  name="op")]
+        return make_model(nodes, [vi("x", [64])], [vi("y", [64])],
+                          [numpy_helper.from_array(np.array(bias, np.float32), "b"),
+                           numpy_helper.from_array(np.array(6, np.float32), "hi")])
+
+    x = {"x": np.linspace(0, 60, 64, dtype=np.float32)}
+    assert compare(model(0.0, False), model(0.0, True), feeds=x).first_divergence is None
+    same = compare(model(0.0, False), model(0.05, False), feeds=x).first_divergence
+    d = compare(model(0.0, False), model(0.05, True), feeds=x).first_divergence
+    assert same["cause"] == "inputs"
+    assert d["node_id"] == "op" and d["cause"] == "inputs", d
+    assert "swapped" not in d["message"] and d["message"] == same["message"]
+    # a Sub's operands swapped are still named (test_inputs_read_in_another_order_are_named)
