@@ -171,7 +171,16 @@ class RuntimeLoadError(LabError):
 
 class RunLimitError(LabError):
     """A run of a model would pass, or passed, its memory or time limit
-    (:mod:`onnx_lab.core.limits`): refused before it started, or stopped."""
+    (:mod:`onnx_lab.core.limits`): refused before it started, or stopped.
+
+    Attributes:
+        limit: ``"memory"`` or ``"time"``: which limit (None when not said).
+    """
+
+    def __init__(self, message: str, *, fix: str | None = None,
+                 limit: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.limit = limit
 
 
 class ProviderError(LabError):

@@ -332,7 +332,7 @@ def check_run_memory(model: LabModel, shapes: Mapping[str, Sequence[int]], *,
     raise RunLimitError(
         f"Running {what} would need about {fmt_bytes(est['peak_bytes'])} of activations"
         f"{at}{big}, over the memory limit of {fmt_bytes(limit)} ({how}); it was not run.",
-        fix=_FIX)
+        fix=_FIX, limit="memory")
 
 
 def check_feed_bytes(feeds_bytes: int, what: str = "the inputs") -> None:
@@ -341,4 +341,5 @@ def check_feed_bytes(feeds_bytes: int, what: str = "the inputs") -> None:
     if limit is not None and feeds_bytes > limit:
         raise RunLimitError(f"{what[:1].upper() + what[1:]} would take "
                             f"{fmt_bytes(feeds_bytes)}, over the memory limit of "
-                            f"{fmt_bytes(limit)} ({how}); nothing was allocated.", fix=_FIX)
+                            f"{fmt_bytes(limit)} ({how}); nothing was allocated.", fix=_FIX,
+                            limit="memory")

@@ -649,7 +649,7 @@ def final_check(ref: PresetReference, model: LabModel, *, atol: float | None = N
             raise  # the caller runs the pending regions alone, then this check again
         # a run refused for want of memory (an audit's --memory-gb) says nothing of the
         # numbers: the outputs are not checked, which is not "they differ"
-        why = f"{NOT_CHECKED}: {e}" if out_of_memory(e) else \
+        why = f"{NOT_CHECKED}: {e}" if out_of_memory(e, runs) else \
             f"the optimized model does not run: {e}"
         for p in pairs:
             stats[p.tensor].update(passed=False, max_abs=math.inf, max_rel=math.inf, note=why)

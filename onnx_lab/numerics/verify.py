@@ -474,7 +474,7 @@ def report_of(before: LabModel, after: LabModel, result: PassResult | None = Non
                 # for want of memory (an allocation onnxruntime could not make): nothing
                 # compared, which is no failure of the step's numbers (the run limit's
                 # RunLimitError is raised before the run, as it was)
-                why = f"{NOT_CHECKED}: {e.problem}" if out_of_memory(e) else \
+                why = f"{NOT_CHECKED}: {e.problem}" if out_of_memory(e, after) else \
                     f"the new model does not run: {e.problem}"
                 for p in chunk:
                     s = stats[p.tensor]

@@ -784,7 +784,8 @@ def bounded_run(sess: Any, names: Sequence[str] | None, feeds: Mapping[str, Any]
                 f"over the time limit of {limit:g} s.",
                 fix="Check the model's loops (trip counts) and inputs, or raise the limit: "
                 "onnx_lab.core.limits.set_run_limits(timeout_s=3600), "
-                "ONNX_LAB_RUN_TIMEOUT=3600, or onnx-lab --run-timeout 3600.") from e
+                "ONNX_LAB_RUN_TIMEOUT=3600, or onnx-lab --run-timeout 3600.",
+                limit="time") from e
         if isinstance(e, LabError):
             raise e
         if not isinstance(e, Exception):
@@ -826,13 +827,46 @@ def _run_ortvalues(sess: Any, names: Sequence[str] | None, feeds: Mapping[str, A
 _NO_MEMORY = re.compile(r"Failed to allocate memory|bad_alloc|out of memory", re.IGNORECASE)
 
 
-def out_of_memory(e: BaseException) -> bool:
+def out_of_memory(e: BaseException, model: LabModel | None = None) -> bool:
     """Whether a run failed for want of memory (onnxruntime's "Failed to allocate memory",
-    a ``bad_alloc``, or onnx_lab's own run limit refusing it): a fact about the machine and
-    its limit, not about the model, which a verification must not read as a wrong result."""
+    a ``bad_alloc``, or onnx_lab's own memory limit refusing it): a fact about the machine and
+    its limit, not about the model, which a verification must not read as a wrong result.
+
+    The time limit is not memory (a run stopped after it is a run that did not finish). With
+    ``model``, the strings of the model the message quotes are not read: a node named
+    "mm bad_alloc" made onnxruntime's type error for it read as a want of memory."""
     if isinstance(e, RunLimitError):
-        return True
-    return bool(_NO_MEMORY.search(str(e)))
+        return getattr(e, "limit", None) != "time"
+    text = str(e)
+    if model is not None and _NO_MEMORY.search(text):
+        for name in sorted(_memory_words(model), key=len, reverse=True):
+            text = text.replace(name, "")
+    return bool(_NO_MEMORY.search(text))
+
+
+def _memory_words(model: LabModel) -> set[str]:
+    """The model's strings (names of nodes, values and graphs, op types, domains, its path)
+    that say what :func:`out_of_memory` looks for."""
+    found: set[str] = set()
+
+    def see(s: Any) -> None:
+        if isinstance(s, str) and s and _NO_MEMORY.search(s):
+            found.add(s)
+
+    see(str(model.path) if getattr(model, "path", None) is not None else None)
+    for e in model.index.entries.values():
+        n = e.node
+        for s in (n.name, n.op_type, n.domain, e.graph):
+            see(s)
+        for v in (*n.inputs, *n.outputs):
+            see(v.name if v is not None else None)
+    g = model.graph
+    for v in (*g.inputs, *g.outputs):
+        see(v.name)
+    for name in g.initializers:
+        see(name)
+    see(g.name)
+    return found
 
 
 def run_failure(e: BaseException, what: str = "the model", fix: str = _FEEDS_FIX, *,

@@ -537,3 +537,65 @@ def test_a_candidate_onnxruntime_cannot_allocate_is_not_verified_not_failed(mode
     assert any("not checked: the new model could not be run within the memory here" in n
                and "allocate" in n for n in r.notes), r.notes
     assert not any(n.startswith("verification failed") for n in r.notes), r.notes
+
+
+@register_pass("test_region_double_out", kind="test")
+class DoubleOut(LabPass):
+    """Test pass (wrong): casts the first MatMul's output to double, which the second MatMul
+    (float32 weight) refuses when the whole model loads; the region alone runs and agrees."""
+
+    def find(self, model: LabModel) -> list[Match]:
+        return [Match("test_region_double_out:n0", "double", self.name, ["n0_MatMul"],
+                      "n0_MatMul", "double")]
+
+    def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
+        import onnx_ir as ir
+
+        node = model.index.node("n0_MatMul")
+        out = node.outputs[0]
+        users = list(out.uses())
+        cast = ir.Node("", "Cast", [out], attributes=[ir.AttrInt64("to", 11)],
+                       name="n0_double", num_outputs=1)
+        node.graph.insert_after(node, cast)
+        for u in users:
+            u.node.replace_input_with(u.idx, cast.outputs[0])
+        cast.outputs[0].name = "n0_double_out"
+        rw.record(node, [node, cast])
+
+
+def test_a_failure_that_quotes_a_name_mentioning_memory_is_not_a_want_of_memory():
+    # the second MatMul named "mm bad_alloc": onnxruntime's type error for it quotes the name,
+    # and the preset's final check read "not checked: the optimized model could not be run
+    # within the memory here" (verify_passed None) for a model that does not load at all
+    import onnx_lab.errors as errors
+    from onnx_lab.core.limits import run_limits
+    from onnx_lab.runtime.session import out_of_memory
+
+    for name in ("n4_MatMul", "mm bad_alloc", "Failed to allocate memory"):
+        proto = chain_proto()
+        for n in proto.graph.node:
+            if n.name == "n4_MatMul":
+                n.name = name
+        lab = onnx_lab.open(proto, dims={"batch": 2})
+        (r,) = lab.apply_preset(["test_region_double_out"])
+        assert r.verify_passed is False, (name, r.notes)
+        assert not any("not checked" in n for n in r.notes), (name, r.notes)
+        assert any("the optimized model does not run" in n for n in r.notes), (name, r.notes)
+    # a run stopped at the time limit did not finish: no want of memory either
+    slow = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (int64 n, float[4] x) => (float[4] y) {
+            c = Constant<value = bool {1}>()
+            y = Loop(n, c, x) <body = b (int64 i, bool ci, float[4] v) => (bool co, float[4] w) {
+                co = Identity(ci)
+                w = Sin(v)
+            }>
+        }""")
+    with run_limits(timeout_s=0.3):
+        with pytest.raises(errors.RunLimitError) as stopped:
+            _runner.run(onnx_lab.open(slow).model, {"n": np.array(10**9), "x": np.ones(4, np.float32)},
+                        ["y"])
+    assert stopped.value.limit == "time" and not out_of_memory(stopped.value)
+    with run_limits(memory=1), pytest.raises(errors.RunLimitError) as refused:
+        _runner.run(chain_lab().model, {"x": np.ones((2, 8), np.float32)}, ["y"])
+    assert refused.value.limit == "memory" and out_of_memory(refused.value)
