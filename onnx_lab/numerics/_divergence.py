@@ -150,8 +150,14 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     if overflow is not None:
         div["overflow"] = overflow
     if compared and overflow is not None:
+        # what the candidate's node sets otherwise is named too: a LeakyRelu whose alpha went
+        # from 0.01 to 1e5 read only "its arithmetic overflows on the way there"
+        changed = "; ".join(x for x in (
+            _input_order(node, cand, div.get("cand_node_id"), rows, fed),
+            _attribute_changes(node, cand, div.get("cand_node_id"))) if x)
         div["message"] = (f"{node.op_type} {nid}: the candidate overflows {overflow['dtype']} "
-                          f"here: its inputs agree, its output holds {_overflow_text(overflow)}")
+                          f"here: its inputs agree, its output holds {_overflow_text(overflow)}"
+                          + (f"; in the candidate {changed}" if changed else ""))
         return
     if compared:
         order = _input_order(node, cand, div.get("cand_node_id"), rows, fed)

@@ -300,3 +300,20 @@ def test_a_commutative_ops_operands_reordered_are_not_another_computation():
     assert d["node_id"] == "op" and d["cause"] == "inputs", d
     assert "swapped" not in d["message"] and d["message"] == same["message"]
     # a Sub's operands swapped are still named (test_inputs_read_in_another_order_are_named)
+
+
+def test_an_fp16_overflow_names_what_the_candidates_node_sets_otherwise():
+    # a float16 LeakyRelu whose alpha went from 0.01 to 1e5: fresh sessions give 64 inf where
+    # the reference holds values up to 0.1; the overflow line said only "its arithmetic
+    # overflows on the way there", the changed attribute that causes it left unnamed
+    def model(alpha: float) -> onnx.ModelProto:
+        return make_model([helper.make_node("Neg", ["x"], ["n"], name="neg"),
+                           helper.make_node("LeakyRelu", ["n"], ["y"], name="op", alpha=alpha)],
+                          [vi("x", [64], onnx.TensorProto.FLOAT16)],
+                          [vi("y", [64], onnx.TensorProto.FLOAT16)])
+
+    x = {"x": np.linspace(1, 10, 64).astype(np.float16)}
+    d = compare(model(0.01), model(1e5), feeds=x).first_divergence
+    assert d["node_id"] == "op" and d["overflow"]["inf_cand"] == 64, d
+    assert "overflows float16" in d["message"]
+    assert d["message"].endswith("; in the candidate attribute 'alpha' 0.01 -> 100000"), d
