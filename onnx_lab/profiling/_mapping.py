@@ -61,6 +61,10 @@ class _Optimized:
 
     def __init__(self, proto) -> None:
         self.outputs: dict[str, list[str]] = {}
+        # every graph's outputs of a node name: sibling If branches (optimum's merged
+        # decoders) name their nodes alike, and the first graph's were taken whichever branch
+        # ran (map_ort_nodes picks the branch that ran)
+        self.all_outputs: dict[str, list[list[str]]] = defaultdict(list)
         self.tensors: set[str] = set()
         self.node_names: set[str] = set()
         graphs = [proto.graph]
@@ -71,7 +75,9 @@ class _Optimized:
             self.tensors.update(t.name for t in g.initializer)
             for n in g.node:
                 self.node_names.add(n.name)
-                self.outputs.setdefault(n.name, list(n.output))
+                outs = list(n.output)
+                self.outputs.setdefault(n.name, outs)
+                self.all_outputs[n.name].append(outs)
                 self.tensors.update(x for x in n.output if x)
                 self.tensors.update(x for x in n.input if x)
                 for a in n.attribute:
@@ -138,6 +144,16 @@ def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
             local[f"{e.node.op_type}_{ort_index[nid]}"].append(nid)
     main_pos = {**{("local", k): v[0] for k, v in local.items() if len(v) == 1}, **main_pos}
     opt = _Optimized(optimized) if optimized is not None else None
+    if opt is not None and untaken:
+        # a node name sibling branches share: the outputs of the branch that ran (those of
+        # the other made a cache branch's Concat a fusion of the no-cache branch's, and every
+        # node of the branch that did not run read 'removed', not 'not run')
+        def ran(outs: list[str]) -> bool:
+            return not any(t in producer and skip(idx.entries[producer[t]].graph)
+                           for t in outs)
+
+        opt.outputs = {name: next((o for o in cands if ran(o)), [])
+                       for name, cands in opt.all_outputs.items()}
 
     keys = keys[["ort_name", "node_index", "op_type"]]
     found = [_anchors(idx, producer, by_name, main_pos, opt, n, i, op, opt_level)

@@ -421,3 +421,37 @@ def test_a_merged_decoders_nodes_map_to_the_branch_that_ran(opt_level):
         assert {idx.entries[n].graph.rsplit("/", 1)[-1] for n in body["node_id"]} == {branch}
         if use_cache:  # the cache's Concat is the cache branch's own
             assert "/dec/kv/Concat" in set(body["ort_name"])
+
+
+@pytest.mark.parametrize("opt_level", ["basic", "all"])
+def test_a_fusion_in_the_branch_that_ran_takes_none_of_the_other_branchs_nodes(opt_level):
+    # ORT's optimized graph holds both branches, whose nodes share names (optimum's merged
+    # decoders); the outputs of one branch's node were read for the other's: a merged
+    # Llama's cache Concat (use_cache_branch=True, 'basic') was 'fused' with the no-cache
+    # branch's Concat, and the 585 nodes of that branch, which did not run, read 'removed'
+    def branch(tag):
+        return helper.make_graph(
+            [helper.make_node("Concat", ["x", "x"], [f"{tag}_cat"], name="blk/Concat", axis=0),
+             helper.make_node("Relu", [f"{tag}_cat"], [f"{tag}_out"], name="blk/Relu")],
+            tag, [], [helper.make_tensor_value_info(f"{tag}_out", TensorProto.FLOAT, [4, 3])])
+
+    g = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["y"], name="sw", then_branch=branch("t"),
+                          else_branch=branch("e"))], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    idx = lab.model.index
+    x = np.ones((2, 3), np.float32)
+    for flag, ran, other in ((True, "then_branch", "else_branch"),
+                             (False, "else_branch", "then_branch")):
+        p = onnx_lab.profile(lab, feeds={"x": x, "flag": np.array([flag])}, runs=2, warmup=0,
+                             opt_level=opt_level, progress=False)
+        members = {c for r in p.nodes.itertuples() if r.mapped for c in r.components}
+        assert {idx.entries[c].graph.rsplit("/", 1)[-1] for c in members} <= {"", ran}, \
+            p.nodes[["ort_name", "how", "components"]]
+        cov = p.coverage().set_index("node_id")
+        graphs = cov.index.map(lambda n: idx.entries[n].graph.rsplit("/", 1)[-1])
+        assert set(cov.status[graphs == other]) == {"not run"}
+        assert set(cov.status[graphs == ran]) == {"ran"}
