@@ -75,7 +75,10 @@ class _Optimized:
             self.tensors.update(t.name for t in g.initializer)
             for n in g.node:
                 self.node_names.add(n.name)
-                outs = list(n.output)
+                # a tensor computed in float32 between ORT's inserted Casts is the model's
+                # tensor renamed ("InsertedPrecisionFreeCast_/Softmax_output_0"): the node
+                # making it makes the model's
+                outs = [_unprefixed(x) for x in n.output]
                 self.outputs.setdefault(n.name, outs)
                 self.all_outputs[n.name].append(outs)
                 self.tensors.update(x for x in n.output if x)
@@ -90,6 +93,10 @@ class _Optimized:
         # Conv of a float16 ResNet was a member of a FusedConv and of the final Flatten)
         self.tensors.update(t[len(_PRECISION_CAST):] for t in list(self.tensors)
                             if t.startswith(_PRECISION_CAST))
+
+
+def _unprefixed(name: str) -> str:
+    return name[len(_PRECISION_CAST):] if name.startswith(_PRECISION_CAST) else name
 
 
 def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
