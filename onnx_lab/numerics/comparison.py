@@ -16,6 +16,7 @@ from onnx_lab.core.branches import unexercised
 from onnx_lab.core.source import Resolved
 from onnx_lab.core.source_map import group_by_module, module_at
 from onnx_lab.errors import InputError, unknown_name
+from onnx_lab.numerics._absorbed import absorbed
 from onnx_lab.numerics._compare_runs import _run_once
 from onnx_lab.numerics._divergence import _nonfinite_rows
 from onnx_lab.numerics.metrics import (
@@ -38,7 +39,8 @@ class Comparison:
         alignment: every reference tensor with its match or the reason it has none (see
             :func:`onnx_lab.numerics.align.align`).
         passed: the final outputs are within tolerance, and no compared tensor holds NaN or
-            inf values the reference does not.
+            inf values the reference does not (unless the candidate absorbs them: fed them
+            as they are, its outputs stay within tolerance; the row's note says so).
         first_divergence: None, or {tensor, node_id, op_type, max_abs, reaches_outputs,
             cand_node_id, cause, message}: the first tensor out of tolerance whose producer's
             inputs are all within tolerance. ``cause`` is ``weights`` (a weight differs: a
@@ -52,8 +54,9 @@ class Comparison:
             message names. With ``compare(confirm=True)``:
             ``confirmed``, ``local_max_abs``, ``local_passed`` and ``confirm_note`` (see
             :func:`onnx_lab.numerics.confirm.local_check`).
-        first_nonfinite: None, or {tensor, node_id, op_type, nan_cand, inf_cand}: the first
-            tensor where the candidate holds NaN/inf the reference does not (property).
+        first_nonfinite: None, or {tensor, node_id, op_type, nan_cand, inf_cand, absorbed}:
+            the first tensor where the candidate holds NaN/inf the reference does not
+            (property).
         atol, rtol: the numbers of the float32 output rule used (the preset's or yours).
         preset: the tolerance preset (``"by dtype"`` when each tensor's dtype chose).
         unexercised: the If branches no sample ran (property; see :func:`compare`'s feeds).
@@ -230,7 +233,9 @@ class Comparison:
         layers before the overflow that turns the outputs into NaN; this names the overflow.
 
         Returns:
-            None, or {tensor, node_id, op_type, nan_cand, inf_cand}.
+            None, or {tensor, node_id, op_type, nan_cand, inf_cand, absorbed}: ``absorbed``
+            True when the candidate, fed its non-finite values as they are, still gives
+            outputs within tolerance (``Exp(-inf)`` is 0): they do not fail the comparison.
 
         Example:
             >>> onnx_lab.compare(lab, onnx_lab.to_fp16(lab)).first_nonfinite
@@ -240,7 +245,8 @@ class Comparison:
             return None
         row = hit.iloc[0]
         return {"tensor": row["tensor"], "node_id": row["node_id"], "op_type": row["op_type"],
-                "nan_cand": int(row["nan_cand"]), "inf_cand": int(row["inf_cand"])}
+                "nan_cand": int(row["nan_cand"]), "inf_cand": int(row["inf_cand"]),
+                "absorbed": absorbed(row)}
 
     def summary_text(self) -> str:
         """A few lines for terminals."""
@@ -291,7 +297,9 @@ class Comparison:
         if f is not None:
             lines.append(f"first non-finite values: {f['tensor']} (node {f['node_id']}, "
                          f"{f['op_type']}), {f['inf_cand']} inf and {f['nan_cand']} NaN in the "
-                         "candidate only")
+                         "candidate only"
+                         + ("; absorbed by the candidate: fed them as they are, its outputs stay "
+                            "within tolerance" if f.get("absorbed") else ""))
         if self.selection_note:
             lines.append(self.selection_note)
         missed = self.unexercised
