@@ -222,7 +222,12 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
         # whose 'to' changed: its output is no longer the same quantity, and which attribute
         # did it went unsaid)
         rid = first["node_id"]
-        same = rid in cand.index.entries and cand.index.node(rid).op_type == first["op_type"]
+        # a named node only: an unnamed one's id comes from its position, which a candidate
+        # with a node removed before it gives to another node of that op
+        rname = idx.node(rid).name
+        same = bool(rname) and rid in cand.index.entries \
+            and cand.index.node(rid).name == rname \
+            and cand.index.node(rid).op_type == first["op_type"]
         changed = _attribute_changes(idx.node(rid), cand, rid) if same else ""
         where = (f"; upstream, the uncompared values start at the reference's "
                  f"{first['op_type']} {first['node_id']!r}: {first['reason']}"

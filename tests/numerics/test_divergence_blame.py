@@ -317,3 +317,21 @@ def test_an_fp16_overflow_names_what_the_candidates_node_sets_otherwise():
     assert d["node_id"] == "op" and d["overflow"]["inf_cand"] == 64, d
     assert "overflows float16" in d["message"]
     assert d["message"].endswith("; in the candidate attribute 'alpha' 0.01 -> 100000"), d
+
+
+def test_an_unnamed_upstream_root_is_not_matched_by_its_position():
+    # unnamed nodes' ids come from their position: with an Identity removed before it, the
+    # candidate's "Cast_2" is the other Cast, whose 'to' (float) is not the root's change
+    def model(first_to: int, identities: int) -> onnx.ModelProto:
+        names = ["x", *(f"i{k}" for k in range(identities))]
+        nodes = [helper.make_node("Identity", [a], [b]) for a, b in zip(names, names[1:])]
+        nodes += [helper.make_node("Cast", [names[-1]], ["c"], to=first_to),
+                  helper.make_node("Cast", ["c"], ["y"], to=onnx.TensorProto.FLOAT)]
+        return make_model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])])
+
+    x = {"x": np.array([[0.0, 1.5, 2.0], [3.0, 0.0, 4.0]], np.float32)}
+    ref, cand = model(onnx.TensorProto.INT32, 2), model(onnx.TensorProto.BOOL, 1)
+    assert onnx_lab.open(cand).model.index.node("Cast_2").attributes["to"].value == 1
+    d = compare(ref, cand, feeds=x).first_divergence
+    assert d["upstream"] == ["Cast_2"], d
+    assert "'float'" not in d["message"] and "(in the candidate attribute" not in d["message"], d
