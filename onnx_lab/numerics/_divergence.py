@@ -15,7 +15,7 @@ import onnx_ir as ir
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import const_array, is_constant, weight_makers
-from onnx_lab.numerics.align import _attr_pairs, _const_equal, _same_attrs
+from onnx_lab.numerics.align import _attr_pairs, _const_equal, _same_attrs, attr_equal
 from onnx_lab.numerics.half import to_fp16_array
 from onnx_lab.numerics.metrics import (
     rule_for,
@@ -564,7 +564,7 @@ def _attribute_changes(node: ir.Node, cand: LabModel, cand_node_id: str | None) 
     for k, a, b, va, vb in _attr_pairs(node, other):
         if (a is not None and a.is_ref()) or (b is not None and b.is_ref()):
             continue
-        if va is None and vb is None or va == vb:
+        if va is None and vb is None or attr_equal(va, vb):
             continue
         if k in ("to", "output_dtype", "dtype") and isinstance(va, int) \
                 and isinstance(vb, int):  # a data type by its name: 'to' int32 -> bool

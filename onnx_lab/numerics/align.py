@@ -1168,9 +1168,21 @@ def _same_attrs(r: Any, c: Any) -> bool:
             return False
         if b is not None and b.is_ref():
             return False
-        if va is None or va != vb:
+        if va is None or not attr_equal(va, vb):
             return False
     return True
+
+
+def attr_equal(a: Any, b: Any) -> bool:
+    """Two plain attribute values alike, NaN equal to NaN (an Imputer's
+    ``replaced_value_float`` is NaN on both sides: it read as changed, "nan -> nan")."""
+    if a == b:
+        return True
+    if isinstance(a, float) and isinstance(b, float):
+        return a != a and b != b
+    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+        return all(attr_equal(x, y) for x, y in zip(a, b))
+    return False
 
 
 def _attr_pairs(r: Any, c: Any) -> Iterator[tuple[str, Any, Any, Any, Any]]:

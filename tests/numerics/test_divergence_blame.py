@@ -335,3 +335,24 @@ def test_an_unnamed_upstream_root_is_not_matched_by_its_position():
     d = compare(ref, cand, feeds=x).first_divergence
     assert d["upstream"] == ["Cast_2"], d
     assert "'float'" not in d["message"] and "(in the candidate attribute" not in d["message"], d
+
+
+def test_a_nan_attribute_on_both_sides_is_no_change():
+    # an Imputer's replaced_value_float is NaN in both models: it was named as a change,
+    # "'replaced_value_float' nan -> nan", beside the one that was
+    import onnxruntime as ort
+
+    def model(fill: float) -> onnx.ModelProto:
+        return make_model([helper.make_node("Imputer", ["x"], ["y"], domain="ai.onnx.ml",
+                                            imputed_value_floats=[fill, fill, fill],
+                                            replaced_value_float=float("nan"), name="imp")],
+                          [vi("x", [2, 3])], [vi("y", [2, 3])],
+                          extra_opsets=[helper.make_opsetid("ai.onnx.ml", 1)])
+
+    x = {"x": np.array([[np.nan, 1.0, 2.0], [3.0, np.nan, 4.0]], np.float32)}
+    ref, cand = model(0.0), model(5.0)
+    outs = [ort.InferenceSession(m.SerializeToString()).run(None, x)[0] for m in (ref, cand)]
+    assert np.abs(outs[0] - outs[1]).max() == 5.0  # the truth: the fill changed
+    d = compare(ref, cand, feeds=x).first_divergence
+    assert d["node_id"] == "imp" and "imputed_value_floats" in d["message"], d
+    assert "replaced_value_float" not in d["message"], d["message"]
