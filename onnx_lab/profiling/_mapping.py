@@ -20,10 +20,12 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 
+import numpy as np
+
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 
-__all__ = ["map_ort_nodes", "INSERTED_OPS"]
+__all__ = ["map_trace", "INSERTED_OPS", "UNKNOWN_BRANCH"]
 
 INSERTED_OPS = frozenset({"ReorderInput", "ReorderOutput", "MemcpyToHost", "MemcpyFromHost",
                           "MemcpyToDevice", "MemcpyFromDevice"})
@@ -61,9 +63,8 @@ class _Optimized:
 
     def __init__(self, proto) -> None:
         self.outputs: dict[str, list[str]] = {}
-        # every graph's outputs of a node name: sibling If branches (optimum's merged
-        # decoders) name their nodes alike, and the first graph's were taken whichever branch
-        # ran (map_ort_nodes picks the branch that ran)
+        # every graph's: ORT names the nodes of a body as it names the main graph's (a fused
+        # node in a Loop body and one in the main graph are both "fused /MatMulAddFusion")
         self.all_outputs: dict[str, list[list[str]]] = defaultdict(list)
         self.tensors: set[str] = set()
         self.node_names: set[str] = set()
@@ -99,80 +100,302 @@ def _unprefixed(name: str) -> str:
     return name[len(_PRECISION_CAST):] if name.startswith(_PRECISION_CAST) else name
 
 
-def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
-                  opt_level: str = "all", untaken: Iterable[str] = ()) -> pd.DataFrame:
-    """Map each executed ORT node to a model node id.
+class _Scope:
+    """One graph's lookups: its unique node names, and its unnamed nodes by the name ORT gives
+    them (``{op_type}_{node index}``) and by node index."""
+
+    __slots__ = ("names", "local", "pos")
+
+    def __init__(self) -> None:
+        self.names: dict[str, str | None] = {}  # None: a name the graph holds twice
+        self.local: dict[str, str] = {}
+        self.pos: dict[int, str] = {}
+
+
+class _Context:
+    """What mapping needs of the model: the whole model's lookups (the main graph's events,
+    which may run nodes ORT inlined from a body) and each graph's own (a body's events)."""
+
+    def __init__(self, model: LabModel, optimized, opt_level: str,
+                 untaken: Iterable[str]) -> None:
+        idx = self.idx = model.index
+        self.opt_level = opt_level
+        self.untaken = frozenset(untaken)
+        skip = _under(self.untaken)
+        entries = {nid: e for nid, e in idx.entries.items() if not skip(e.graph)}
+        producer = idx.producer
+        if self.untaken:
+            # a name defined in sibling branches: its definition in the branch that ran
+            producer = dict(producer)
+            producer.update({name: nid for (g, name), nid in idx.producer_at.items()
+                             if not skip(g)})
+        self.producer = producer
+        by_name: dict[str, str] = {}
+        dup: set[str] = set()
+        for nid, e in entries.items():
+            nm = e.node.name
+            if nm:
+                if nm in by_name:
+                    dup.add(nm)
+                by_name[nm] = nid
+        for nm in dup:
+            by_name.pop(nm, None)
+        self.by_name = by_name
+        ort_index = _ort_indices(idx)
+        self.main_pos = {ort_index[nid]: nid for nid, e in idx.entries.items()
+                         if e.graph == "" and nid in ort_index}
+        # ORT names unnamed nodes "{op_type}_{node index}" within their graph (bodies
+        # included), its index counting the nodes it keeps: without knowing the graph, use
+        # that where it points at exactly one unnamed model node.
+        local: dict[str, list[str]] = defaultdict(list)
+        for nid, e in entries.items():
+            if not e.node.name and nid in ort_index:
+                local[f"{e.node.op_type}_{ort_index[nid]}"].append(nid)
+        self.local = {("local", k): v[0] for k, v in local.items() if len(v) == 1}
+        self.main_pos = {**self.local, **self.main_pos}
+        self.scopes: dict[str, _Scope] = {}
+        for nid, e in idx.entries.items():
+            sc = self.scopes.get(e.graph)
+            if sc is None:
+                sc = self.scopes[e.graph] = _Scope()
+            nm = e.node.name
+            if nm:
+                sc.names[nm] = None if nm in sc.names else nid
+            k = ort_index.get(nid)
+            if k is not None:
+                sc.pos[k] = nid
+                if not nm:
+                    sc.local[f"{e.node.op_type}_{k}"] = nid
+        self.opt = _Optimized(optimized) if optimized is not None else None
+        self._bodies: dict[str, list[str]] | None = None
+        self._fits: dict[tuple, bool] = {}
+
+    def producer_of(self, graph: str):
+        """tensor name -> its producer as a node of ``graph`` reads it."""
+        if not graph:
+            return self.producer.get
+        return lambda name: self.idx.producer_in(name, graph)
+
+    def bodies(self, nid: str) -> list[str]:
+        """The body graph paths of node ``nid`` (then_branch before else_branch)."""
+        if self._bodies is None:
+            by_owner: dict[str, list[str]] = defaultdict(list)
+            idx = self.idx
+            for path in idx.graphs:
+                if path:
+                    by_owner[path.rsplit("/", 1)[0]].append(path)
+            # a body's path starts with its owner's path: the owner's id where that id
+            # carries its graph's path (an unnamed body node), else graph path + id
+            self._bodies = {}
+            for owner_id, e in idx.entries.items():
+                g = e.graph
+                owner = owner_id if not g or owner_id.startswith(g + "/") else f"{g}/{owner_id}"
+                if owner in by_owner:
+                    self._bodies[owner_id] = by_owner[owner]
+        return self._bodies.get(nid, [])
+
+    def anchors(self, graph: str, ort_name: str, node_index, op_type):
+        """(primary node id or None, anchor node ids, how) of one ORT node of ``graph``."""
+        if op_type in INSERTED_OPS or (op_type == "Cast" and ort_name.startswith(_PRECISION_CAST)):
+            return None, [], "inserted"
+        found = self._in_scope(graph, ort_name, node_index, op_type)
+        if found is not None:
+            return found
+        if graph:
+            # a body's node ORT renamed past what its graph's lookups follow: the model's
+            # lookups, where they land inside this body (a nested body's node ORT inlined)
+            primary, anchors, how = _anchors(self.idx, self.producer, self.by_name,
+                                             self.local, self.opt, ort_name, node_index,
+                                             op_type, self.opt_level)
+            inside = _under(frozenset({graph}))
+            if anchors and all(inside(self.idx.entries[a].graph) for a in anchors):
+                return primary, anchors, how
+            return None, [], "unmapped"
+        return _anchors(self.idx, self.producer, self.by_name, self.main_pos, self.opt,
+                        ort_name, node_index, op_type, self.opt_level)
+
+    def _in_scope(self, graph: str, ort_name: str, node_index, op_type):
+        sc = self.scopes.get(graph)
+        if sc is None:
+            return None
+        idx = self.idx
+        producer = self.producer_of(graph)
+        made = self._made(graph, ort_name)
+        direct = sc.names.get(ort_name)
+        if direct is not None:
+            return direct, [direct] + [p for p in made if p != direct], "name"
+        nid = sc.local.get(ort_name)
+        if nid is not None and ort_name not in sc.names and (
+                idx.entries[nid].node.op_type == op_type or self.opt_level == "disable"):
+            return nid, [nid], "index"
+        if not ort_name and self.opt_level == "disable" and node_index is not None:
+            try:
+                nid = sc.pos.get(int(node_index))
+            except (TypeError, ValueError):
+                nid = None
+            if nid is not None:
+                return nid, [nid], "index"
+        primary = None
+        anchors: list[str] = []
+        for stem in _stems(ort_name)[1:]:
+            nid = sc.names.get(stem)
+            if nid is not None:
+                primary = nid
+                anchors.append(nid)
+                break
+            p = producer(stem)
+            if p is not None and idx.entries[p].graph == graph:
+                anchors.append(p)
+                break
+        anchors += [p for p in made if p not in anchors]
+        if not anchors:
+            return None
+        return primary, anchors, "fused"
+
+    def _made(self, graph: str, ort_name: str) -> list[str]:
+        """The model nodes of ``graph`` that made the outputs of ORT's node ``ort_name`` in
+        the optimized graph (of the graph whose ORT node of that name makes some)."""
+        if self.opt is None:
+            return []
+        producer = self.producer_of(graph)
+        entries = self.idx.entries
+        for outs in self.opt.all_outputs.get(ort_name, ()):
+            made = list(dict.fromkeys(
+                p for t in outs if (p := producer(t)) is not None and entries[p].graph == graph))
+            if made:
+                return made
+        return []
+
+    def fits(self, graph: str, key: tuple) -> bool:
+        """Whether the ORT node ``key`` (ort_name, node_index, op_type) is one of ``graph``'s."""
+        hit = self._fits.get((graph, key))
+        if hit is None:
+            found = self._in_scope(graph, *key)
+            hit = self._fits[(graph, key)] = found is not None
+        return hit
+
+    def branch(self, nid: str, keys: set[tuple], run: int, taken) -> str | None:
+        """The body of control-flow node ``nid`` whose nodes ran as ``keys`` in one call, None
+        when the trace cannot tell (both branches of an If hold such nodes)."""
+        bodies = self.bodies(nid)
+        if len(bodies) <= 1:
+            return bodies[0] if bodies else None
+        # the branch holding the most of the nodes that ran (ORT's own nodes fit both)
+        real = [k for k in keys if k[2] not in INSERTED_OPS
+                and not (k[2] == "Cast" and k[0].startswith(_PRECISION_CAST))]
+        score = {b: sum(self.fits(b, k) for k in real) for b in bodies}
+        best = max(score.values())
+        cands = [b for b in bodies if score[b] == best]
+        if len(cands) > 1:
+            # the feeds' branch inputs (optimum's use_cache_branch) say which ran
+            ran = [b for b in cands if b not in self.untaken]
+            cands = ran or cands
+        if len(cands) > 1 and taken is not None:
+            # the condition's value in this run
+            body = taken(nid, run)
+            if body in cands:
+                cands = [body]
+        if len(cands) > 1 and self.opt_level == "disable":
+            # nothing is removed at 'disable': the branch every node of which ran
+            full = [b for b in cands if self._runs_whole(b, real)]
+            cands = full if len(full) == 1 else cands
+        return cands[0] if len(cands) == 1 else None
+
+    def _runs_whole(self, graph: str, keys: list[tuple]) -> bool:
+        ran = {self._in_scope(graph, *k)[0] for k in keys if self.fits(graph, k)}
+        idx = self.idx
+        return all(nid in ran for nid in idx.topo_order(graph)
+                   if not (idx.entries[nid].node.op_type == "Constant"
+                           and idx.entries[nid].node.domain in ("", "ai.onnx")))
+
+
+#: ``graph`` of a call in an If whose branch the trace cannot tell: ``{If node id}/?``.
+UNKNOWN_BRANCH = "?"
+
+
+def map_trace(model: LabModel, kernels: pd.DataFrame, optimized=None, opt_level: str = "all",
+              untaken: Iterable[str] = (), taken=None) -> tuple[np.ndarray, pd.DataFrame]:
+    """Map each kernel call of a trace to the model node that ran it.
+
+    onnxruntime names a node by its name in its own graph (an unnamed one
+    ``{op_type}_{node index}``, bodies included): a body's ``Mul_0`` and the main graph's
+    share their name and node index. A body's calls run inside their If/Loop/Scan node's
+    call (``parse.Trace.kernels.parent``), so each call is mapped in the graph it ran in: the
+    main graph, a Loop/Scan's body, or the If branch whose nodes the call's body ran.
 
     Args:
         model: the model that was loaded into the session.
-        keys: unique (ort_name, node_index, op_type) rows from the trace.
+        kernels: the trace's kernel calls (``parse.Trace.kernels``: ort_name, node_index,
+            op_type, run, parent).
         optimized: ORT's optimized graph (``onnx.ModelProto``) or None.
         opt_level: the session's level; at 'disable', unnamed nodes map by node_index.
         untaken: body graph paths the runs did not take (``core.branches.untaken_bodies``):
-            ORT's trace names a body node by its name alone, which sibling branches share
-            (optimum's merged decoders: both If branches hold ``/model/layers.0/...``), so
-            without them such a node mapped to no node at 'disable' and to the no-cache
-            branch at 'all', whichever branch ran.
+            where the names in an If call fit both branches (optimum's merged decoders: both
+            hold ``/model/layers.0/...``), the other one ran.
+        taken: ``taken(if node id, run) -> body path or None``: which branch of an If ran in
+            a run, asked where the trace cannot tell (both branches alike).
 
     Returns:
-        DataFrame(ort_name, node_index, node_id, mapped, components, how) where how is
-        'name' (same node), 'index' (an unnamed node by ORT's node index), 'renamed' (one model node under
-        another name), 'fused' (components lists the model nodes it covers), 'inserted' (ORT's
-        own node, e.g. a layout reorder) or 'unmapped'.
+        (graph of each call: the graph path it ran in, ``"{If node id}/?"`` for a call in an
+        If whose branch nothing told; the mapping: DataFrame(graph, ort_name, node_index,
+        node_id, mapped, components, how), one row per (graph, ort_name, node_index)) where
+        how is 'name' (same node), 'index' (an unnamed node by ORT's node index), 'renamed'
+        (one model node under another name), 'fused' (components lists the model nodes it
+        covers), 'inserted' (ORT's own node, e.g. a layout reorder) or 'unmapped'.
     """
-    idx = model.index
-    skip = _under(frozenset(untaken))
-    entries = {nid: e for nid, e in idx.entries.items() if not skip(e.graph)}
-    producer = idx.producer
-    if untaken:
-        # a name defined in sibling branches: its definition in the branch that ran
-        producer = dict(producer)
-        producer.update({name: nid for (g, name), nid in idx.producer_at.items()
-                         if not skip(g)})
-    by_name: dict[str, str] = {}
-    dup: set[str] = set()
-    for nid, e in entries.items():
-        nm = e.node.name
-        if nm:
-            if nm in by_name:
-                dup.add(nm)
-            by_name[nm] = nid
-    for nm in dup:
-        by_name.pop(nm, None)
-    ort_index = _ort_indices(idx)
-    main_pos = {ort_index[nid]: nid for nid, e in idx.entries.items()
-                if e.graph == "" and nid in ort_index}
-    # ORT names unnamed nodes "{op_type}_{node index}" within their graph (bodies included),
-    # its index counting the nodes it keeps: use that where it points at exactly one unnamed
-    # model node.
-    local: dict[str, list[str]] = defaultdict(list)
-    for nid, e in entries.items():
-        if not e.node.name and nid in ort_index:
-            local[f"{e.node.op_type}_{ort_index[nid]}"].append(nid)
-    main_pos = {**{("local", k): v[0] for k, v in local.items() if len(v) == 1}, **main_pos}
-    opt = _Optimized(optimized) if optimized is not None else None
-    if opt is not None and untaken:
-        # a node name sibling branches share: the outputs of the branch that ran (those of
-        # the other made a cache branch's Concat a fusion of the no-cache branch's, and every
-        # node of the branch that did not run read 'removed', not 'not run')
-        def ran(outs: list[str]) -> bool:
-            return not any(t in producer and skip(idx.entries[producer[t]].graph)
-                           for t in outs)
-
-        opt.outputs = {name: next((o for o in cands if ran(o)), [])
-                       for name, cands in opt.all_outputs.items()}
-
-    keys = keys[["ort_name", "node_index", "op_type"]]
-    found = [_anchors(idx, producer, by_name, main_pos, opt, n, i, op, opt_level)
-             for n, i, op in keys.itertuples(index=False, name=None)]
+    ctx = _Context(model, optimized, opt_level, untaken)
+    n = len(kernels)
+    parent = kernels["parent"].to_numpy() if "parent" in kernels else np.full(n, -1)
+    graph = np.full(n, "", dtype=object)
+    found: dict[tuple, tuple] = {}
+    if (parent < 0).all():  # no bodies ran: every call is the main graph's
+        keys = kernels[["ort_name", "node_index", "op_type"]].drop_duplicates(
+            ["ort_name", "node_index"])
+        for name, i, op in keys.itertuples(index=False, name=None):
+            i = None if i is pd.NA else i
+            found[("", name, i)] = (op, ctx.anchors("", name, i, op))
+    else:
+        names = kernels["ort_name"].to_numpy(dtype=object)
+        ops = kernels["op_type"].to_numpy(dtype=object)
+        nidx = kernels["node_index"].astype(object).where(kernels["node_index"].notna(), None) \
+            .to_numpy(dtype=object)
+        runs = kernels["run"].to_numpy() if "run" in kernels else np.zeros(n, np.int64)
+        children: dict[int, list[int]] = defaultdict(list)
+        for i, p in enumerate(parent.tolist()):
+            if p >= 0:
+                children[p].append(i)
+        level = np.flatnonzero(parent < 0).tolist()
+        while level:
+            nxt: list[int] = []
+            for i in level:
+                g = graph[i]
+                k = (g, names[i], nidx[i])
+                if k not in found:
+                    found[k] = (ops[i], ctx.anchors(g, names[i], nidx[i], ops[i])
+                                if not g.endswith(UNKNOWN_BRANCH)
+                                else (None, [], "unmapped"))
+                kids = children.get(i)
+                if not kids:
+                    continue
+                nid = found[k][1][0]
+                body = None
+                if nid is not None:
+                    keys = {(names[c], nidx[c], ops[c]) for c in kids}
+                    body = ctx.branch(nid, keys, int(runs[i]), taken)
+                label = body if body is not None else \
+                    f"{nid or names[i]}/{UNKNOWN_BRANCH}"
+                for c in kids:
+                    graph[c] = label
+                nxt.extend(kids)
+            level = nxt
     # Model nodes another ORT node stands for: a fused node's walk back stops there.
-    claimed = {a for _, anchors, _ in found for a in anchors}
+    claimed = {a for _, (_, anchors, _) in found.values() for a in anchors}
+    idx, opt = ctx.idx, ctx.opt
     rows = []
-    for (ort_name, node_index, op_type), (primary, anchors, how) in zip(
-            keys.itertuples(index=False, name=None), found):
+    for (g, ort_name, node_index), (op_type, (primary, anchors, how)) in found.items():
         comps: tuple[str, ...] = tuple(anchors)
         if opt is not None and anchors:
-            comps = _components(idx, producer, opt, ort_name, anchors,
+            comps = _components(idx, ctx.producer_of(g), opt, ort_name, anchors,
                                 claimed - set(anchors))
         if how == "name" and comps != (primary,):
             how = "fused"
@@ -185,10 +408,12 @@ def map_ort_nodes(model: LabModel, keys: pd.DataFrame, optimized=None,
             primary = same[0] if same else anchors[0]
         if how == "fused" and comps == (primary,):
             how = "renamed"
-        rows.append((ort_name, node_index, primary if primary is not None else ort_name,
+        rows.append((g, ort_name, node_index, primary if primary is not None else ort_name,
                      primary is not None, comps, how))
-    return pd.DataFrame(rows, columns=["ort_name", "node_index", "node_id", "mapped",
-                                       "components", "how"])
+    mapping = pd.DataFrame(rows, columns=["graph", "ort_name", "node_index", "node_id",
+                                          "mapped", "components", "how"])
+    mapping["node_index"] = pd.array(mapping["node_index"], dtype="string")
+    return graph, mapping
 
 
 def _under(paths: frozenset[str]):
@@ -279,7 +504,7 @@ def _components(idx, producer, opt, ort_name: str, anchors: Iterable[str], stop:
         for inp in idx.entries[nid].node.inputs:
             if inp is None or not inp.name or inp.name in opt.tensors:
                 continue
-            p = producer.get(inp.name)
+            p = producer(inp.name)
             if p is None or p in seen or p in stop:
                 continue
             pname = idx.entries[p].node.name

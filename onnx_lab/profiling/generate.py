@@ -39,7 +39,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import CacheError, InputError, ProviderError
 from onnx_lab.profiling._kv import CacheLayout, cache_layout
-from onnx_lab.profiling._mapping import map_ort_nodes
+from onnx_lab.profiling._mapping import map_trace
 from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled
 from onnx_lab.profiling.parse import parse_trace
 from onnx_lab.profiling.run import (
@@ -665,6 +665,19 @@ def _profile_one(lm: LabModel, provider: str, tmp: Path, settings: _Settings) ->
             "timed": sum(1 for g in gens if g["kind"] != "warmup")}
 
 
+def _rows_of(kernels: pd.DataFrame) -> pd.DataFrame:
+    """``kernels`` (some rows of a trace's) with ``parent`` renumbered to their positions
+    (-1 where the parent call is not among them)."""
+    rows = kernels.index.to_numpy()
+    pos = pd.Series(np.arange(len(rows)), index=rows)
+    parent = kernels["parent"].to_numpy()
+    inside = parent >= 0
+    new = np.full(len(rows), -1, dtype=np.int64)
+    hit = pos.reindex(parent[inside]).to_numpy()
+    new[inside] = np.where(np.isnan(hit), -1, hit).astype(np.int64)
+    return kernels.assign(parent=new).reset_index(drop=True)
+
+
 def _rate(tokens: int, ms: float) -> float:
     """Tokens per second of ``tokens`` in ``ms`` milliseconds (NaN for no time)."""
     return tokens * 1e3 / ms if ms and ms > 0 else float("nan")
@@ -747,10 +760,9 @@ def _assemble(lm: LabModel, layout: CacheLayout, prompt_ids: np.ndarray, new_tok
                     continue
                 # each phase maps to the branch it runs (a merged decoder's bodies share
                 # their node names: the trace cannot tell them apart)
-                keys = kp[["ort_name", "node_index", "op_type"]].drop_duplicates(
-                    ["ort_name", "node_index"])
-                mapping = map_ort_nodes(lm, keys, res["optimized"], opt_level,
-                                        _untaken_in(lm, phase))
+                graph, mapping = map_trace(lm, _rows_of(kp), res["optimized"], opt_level,
+                                           _untaken_in(lm, phase))
+                kp = kp.assign(graph=graph)
                 nodes = _node_table(kp, mapping, n_runs, p)
                 node_frames.append(nodes.assign(phase=phase)[PHASE_NODE_COLUMNS])
                 op_frames.append(_op_table(nodes, kp, n_runs, p).assign(phase=phase)[

@@ -1,8 +1,8 @@
 """ORT's Chrome-trace profile JSON -> DataFrames (kernel calls, runs, session events).
 
 onnxruntime's profiler writes one JSON list of Chrome-trace events. The fields we read:
-``cat`` ("Session" or "Node"), ``name`` (node events end in ``_kernel_time``; session events
-are ``model_loading_*``, ``session_initialization``, ``model_run``), ``ts`` and ``dur`` in
+``cat`` ("Session" or "Node"), ``tid``, ``name`` (node events end in ``_kernel_time``; session
+events are ``model_loading_*``, ``session_initialization``, ``model_run``), ``ts`` and ``dur`` in
 microseconds since the profiler started, and for kernels ``args.op_name``, ``args.provider``
 and ``args.node_index``. Traces in ORT's own layout (one event per line, fixed key order) are
 read with two regexes over the bytes; anything else goes through ``json.load``. Either way the
@@ -42,7 +42,9 @@ class Trace:
         kernels: one row per kernel call after the warm-up runs: ort_name (the node name in
             ORT's optimized graph), op_type (the kernel's op), provider, node_index (ORT's
             node index), run (0-based run index counted over all runs, warm-up included),
-            ts_us, dur_us.
+            ts_us, dur_us (an If/Loop/Scan call's own time, its body's calls left out), tid
+            (the thread), parent (the row of the If/Loop/Scan call whose body ran it, -1
+            for the main graph's calls).
         runs: one row per ``model_run`` event: run, ts_us, dur_ms, warmup (bool).
         session: one row per session-level event other than runs: event, ts_us, dur_ms.
         warmup: number of runs dropped.
@@ -98,7 +100,7 @@ _Columns = dict[str, Any]
 # whole file, whose bulk is per-kernel thread and memory statistics we do not use.
 _STR = rb'"([^"\\]*(?:\\.[^"\\]*)*)"'  # a JSON string body (escapes allowed)
 _HEAD = re.compile(
-    rb'\{"cat" ?: ?"([^"]*)", ?"pid" ?: ?-?\d+, ?"tid" ?: ?-?\d+, ?"dur" ?: ?(-?\d+), ?'
+    rb'\{"cat" ?: ?"([^"]*)", ?"pid" ?: ?-?\d+, ?"tid" ?: ?(-?\d+), ?"dur" ?: ?(-?\d+), ?'
     rb'"ts" ?: ?(-?\d+), ?"ph" ?: ?"[^"]*", ?"name" ?: ?' + _STR + rb', ?"args" ?: ?\{')
 _ARGS = {key: re.compile(rb'"' + key.encode() + rb'" ?: ?' + _STR)
          for key in ("op_name", "provider", "node_index")}
@@ -113,9 +115,10 @@ def _fast_columns(data: bytes) -> _Columns | None:
     n = len(heads)
     cols: _Columns = {
         "cat": np.array([m.group(1).decode() for m in heads], dtype=object),
-        "name": np.array([_unescape(m.group(4)) for m in heads], dtype=object),
-        "dur": np.fromiter((int(m.group(2)) for m in heads), dtype=np.float64, count=n),
-        "ts": np.fromiter((int(m.group(3)) for m in heads), dtype=np.float64, count=n),
+        "name": np.array([_unescape(m.group(5)) for m in heads], dtype=object),
+        "tid": np.fromiter((int(m.group(2)) for m in heads), dtype=np.int64, count=n),
+        "dur": np.fromiter((int(m.group(3)) for m in heads), dtype=np.float64, count=n),
+        "ts": np.fromiter((int(m.group(4)) for m in heads), dtype=np.float64, count=n),
     }
     for key in _ARGS:
         cols[key] = np.full(n, None, dtype=object)
@@ -139,6 +142,7 @@ def _json_columns(events: list[dict[str, Any]]) -> _Columns:
     return {
         "cat": np.array([e.get("cat") for e in events], dtype=object),
         "name": np.array([e.get("name", "") for e in events], dtype=object),
+        "tid": np.array([_int(e.get("tid")) for e in events], dtype=np.int64),
         "ts": np.array([e.get("ts", 0) for e in events], dtype=np.float64),
         "dur": np.array([e.get("dur", 0) for e in events], dtype=np.float64),
         "op_name": np.array([a.get("op_name") for a in args], dtype=object),
@@ -147,8 +151,15 @@ def _json_columns(events: list[dict[str, Any]]) -> _Columns:
     }
 
 
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
 def load_columns(source: str | Path | list[dict[str, Any]]) -> _Columns:
-    """Per-event columns (cat, name, ts, dur, op_name, provider, node_index) of a trace."""
+    """Per-event columns (cat, name, tid, ts, dur, op_name, provider, node_index) of a trace."""
     if isinstance(source, list):
         return _json_columns(source)
     path = user_path(source)
@@ -222,13 +233,19 @@ def parse_trace(source: str | Path | list[dict[str, Any]], *, warmup: int = 0) -
         "run": run.astype(np.int64),
         "ts_us": k_ts,
         "dur_us": dur[idx],
+        "tid": c["tid"][idx],
     })
     if len(run_ts):
         kernels = kernels.loc[kernels.run >= warmup].reset_index(drop=True)
-    if kernels["op_type"].isin(_CONTROL_FLOW).any():
-        kernels = _exclusive_control_flow(kernels)
+    cf = kernels["op_type"].isin(_CONTROL_FLOW).to_numpy()
+    if cf.any():
+        parent = _parents(kernels, cf)
+        kernels = kernels.assign(parent=parent)
+        kernels = _exclusive_control_flow(kernels, cf, parent)
         notes.append("If/Loop/Scan rows hold their own time: their bodies' nodes, which "
                      "onnxruntime's trace also nests inside them, are their own rows")
+    else:
+        kernels = kernels.assign(parent=np.full(len(kernels), -1, dtype=np.int64))
     return Trace(kernels=kernels, runs=runs, session=session, warmup=warmup, notes=notes)
 
 
@@ -236,27 +253,45 @@ def parse_trace(source: str | Path | list[dict[str, Any]], *, warmup: int = 0) -
 _CONTROL_FLOW = ("If", "Loop", "Scan")
 
 
-def _exclusive_control_flow(kernels: pd.DataFrame) -> pd.DataFrame:
+def _parents(kernels: pd.DataFrame, cf: np.ndarray) -> np.ndarray:
+    """The row of the innermost If/Loop/Scan call each kernel call ran inside, -1 for none.
+
+    onnxruntime runs a body's nodes inside its control-flow node's kernel, on the same
+    thread: their events lie within that node's event (which is written after them). The
+    trace names a body node as its own graph does ("Mul_0" in a body and in the main graph
+    alike), so this nesting is what tells the graphs apart.
+    """
+    ts = kernels["ts_us"].to_numpy()
+    end = ts + kernels["dur_us"].to_numpy().astype(np.float64)
+    tid = kernels["tid"].to_numpy()
+    # by thread, then start; of two events starting together the longer one encloses
+    order = np.lexsort((-end, ts, tid))
+    parent = np.full(len(ts), -1, dtype=np.int64)
+    stack: list[int] = []  # open control-flow calls (rows)
+    last_tid = None
+    for i in order.tolist():
+        if tid[i] != last_tid:
+            stack.clear()
+            last_tid = tid[i]
+        while stack and ts[i] >= end[stack[-1]]:
+            stack.pop()
+        if stack and end[i] <= end[stack[-1]]:
+            parent[i] = stack[-1]
+        if cf[i]:
+            stack.append(i)
+    return parent
+
+
+def _exclusive_control_flow(kernels: pd.DataFrame, cf: np.ndarray, parent: np.ndarray
+                            ) -> pd.DataFrame:
     """``kernels`` with each If/Loop/Scan event's duration less the events nested in it
     (onnxruntime's event of a control-flow node spans its body's kernels, which are events of
     their own: summed, the body counted twice, a Loop of 50 MatMuls took 52% of the time)."""
-    order = np.lexsort((-kernels["dur_us"].to_numpy(), kernels["ts_us"].to_numpy()))
-    ts = kernels["ts_us"].to_numpy()[order]
-    dur = kernels["dur_us"].to_numpy()[order].astype(np.float64)
-    cf = kernels["op_type"].isin(_CONTROL_FLOW).to_numpy()[order]
-    nested = np.zeros(len(order))
-    stack: list[int] = []  # open control-flow events (positions in the sorted order)
-    for i in range(len(order)):
-        while stack and ts[i] >= ts[stack[-1]] + dur[stack[-1]]:
-            stack.pop()
-        if stack and ts[i] + dur[i] <= ts[stack[-1]] + dur[stack[-1]]:
-            nested[stack[-1]] += dur[i]  # a direct child: its own time is its own row
-        if cf[i]:
-            stack.append(i)
+    dur = kernels["dur_us"].to_numpy().astype(np.float64)
+    inside = parent >= 0
+    nested = np.bincount(parent[inside], weights=dur[inside], minlength=len(dur))
     own = np.where(cf, np.maximum(dur - nested, 0.0), dur)
     out = kernels.copy()
-    exclusive = np.empty(len(order))
-    exclusive[order] = own
-    out["dur_us"] = exclusive.astype(kernels["dur_us"].dtype, copy=False) \
-        if kernels["dur_us"].dtype.kind == "f" else np.rint(exclusive).astype(np.int64)
+    out["dur_us"] = own.astype(kernels["dur_us"].dtype, copy=False) \
+        if kernels["dur_us"].dtype.kind == "f" else np.rint(own).astype(np.int64)
     return out

@@ -27,7 +27,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.core.source_map import group_by_module
 from onnx_lab.errors import InputError, LabError, ProviderError, RuntimeLoadError
-from onnx_lab.profiling._mapping import map_ort_nodes
+from onnx_lab.profiling._mapping import UNKNOWN_BRANCH, map_trace
 from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled, measure
 from onnx_lab.profiling.parse import Trace, parse_trace
 from onnx_lab.profiling.stats import (
@@ -37,6 +37,7 @@ from onnx_lab.profiling.stats import (
     compare_samples,
     summarize,
 )
+from onnx_lab.runtime.capture import run as capture_run
 from onnx_lab.runtime.feeds import as_feed_list
 from onnx_lab.runtime.openvino import BACKEND_PREFIX, OpenVINOSession, is_openvino, openvino_device
 from onnx_lab.runtime.session import (
@@ -381,7 +382,7 @@ def profile(model: Any, *, providers: str | Sequence[str] | None = None,
     prof = _assemble(lm, results, int(runs) if runs is not None else
                      max(len(r["wall_ms"]) - int(warmup) for r in results),
                      int(warmup), opt_level, notes, trace_paths,
-                     untaken_bodies(lm, feed_list))
+                     untaken_bodies(lm, feed_list), branch_oracle(lm, feed_list))
     prof.budget_s = budget_s
     prof.dims, prof.shapes = dict(dims or {}), {k: list(v) for k, v in (shapes or {}).items()}
     prof.cancelled = any(r["stopped"] == "cancelled" for r in results) or cancelled(cancel)
@@ -596,7 +597,7 @@ def _profile_one(lm: LabModel, provider: str, tmp: Path, settings: _Settings) ->
 
 def _assemble(lm: LabModel, results: list[dict], runs: int, warmup: int, opt_level: str,
               notes: list[str], trace_paths: dict[str, str],
-              untaken: frozenset[str] = frozenset()) -> Profile:
+              untaken: frozenset[str] = frozenset(), taken: Any = None) -> Profile:
     node_frames, op_frames, lat_frames, stat_rows, sess_rows, kern_frames = [], [], [], [], [], []
     mem_rows = []
     for res in results:
@@ -607,12 +608,12 @@ def _assemble(lm: LabModel, results: list[dict], runs: int, warmup: int, opt_lev
         n_prof = res.get("profiled", len(wall) - n_warm)
         if trace is not None:
             notes.extend(f"{p}: {n}" for n in trace.notes)
-            k = trace.kernels.assign(session=p)
+            graph, mapping = map_trace(lm, trace.kernels, res["optimized"], opt_level,
+                                       untaken, taken)
+            k = trace.kernels.assign(session=p, graph=graph)
             kept_runs = max(int((~trace.runs.warmup).sum()), 1) if len(trace.runs) \
                 else max(n_prof, 1)
-            keys = k[["ort_name", "node_index", "op_type"]].drop_duplicates(
-                ["ort_name", "node_index"])
-            mapping = map_ort_nodes(lm, keys, res["optimized"], opt_level, untaken)
+            notes.extend(f"{p}: {n}" for n in unknown_branch_notes(graph))
             nodes = _node_table(k, mapping, kept_runs, p)
             node_frames.append(nodes)
             op_frames.append(_op_table(nodes, k, kept_runs, p))
@@ -680,7 +681,9 @@ def _node_table(k: pd.DataFrame, mapping: pd.DataFrame, kept_runs: int, session:
                 ) -> pd.DataFrame:
     if not len(k):
         return pd.DataFrame(columns=NODE_COLUMNS)
-    keys = ["ort_name", "node_index"]
+    keys = ["graph", "ort_name", "node_index"]
+    if "graph" not in k:
+        k = k.assign(graph="")
     ms = k.assign(ms=k.dur_us / 1000.0)
     g = ms.groupby(keys, sort=False, dropna=False)["ms"]
     agg = pd.DataFrame({
@@ -696,6 +699,49 @@ def _node_table(k: pd.DataFrame, mapping: pd.DataFrame, kept_runs: int, session:
                      mapped=agg.mapped.fillna(False).astype(bool))
     agg = agg.sort_values("total_ms", ascending=False, kind="stable")
     return agg[NODE_COLUMNS].reset_index(drop=True)
+
+
+def branch_oracle(lm: LabModel, feed_list: Sequence[dict]):
+    """``taken(if node id, run) -> body path or None``: the branch a main-graph If took in a
+    run, from its condition's value on that run's feeds (run ``r`` was fed
+    ``feed_list[r % len(feed_list)]``). Asked only where the trace cannot tell the branches
+    apart (both alike); one extra run per feed at level 'disable', whose outputs are the
+    conditions."""
+    idx = lm.index
+    conds = {nid: e.node.inputs[0].name for nid, e in idx.entries.items()
+             if e.graph == "" and e.node.op_type == "If" and e.node.domain in ("", "ai.onnx")
+             and e.node.inputs and e.node.inputs[0] is not None and e.node.inputs[0].name}
+    values: dict[int, dict[str, Any]] = {}
+    n = len(feed_list)
+
+    def taken(nid: str, run: int) -> str | None:
+        if nid not in conds or not n:
+            return None
+        k = run % n
+        if k not in values:
+            feeds = feed_list[k]
+            need = sorted({c for c in conds.values() if c not in feeds})
+            try:
+                got = capture_run(lm, feeds, outputs=need) if need else {}
+            except LabError:  # not computable here: the branch stays unknown
+                got = {}
+            values[k] = {**{c: feeds[c] for c in conds.values() if c in feeds}, **got}
+        v = values[k].get(conds[nid])
+        if v is None or np.size(v) != 1:
+            return None
+        body = f"{nid}/{'then_branch' if bool(np.asarray(v).reshape(-1)[0]) else 'else_branch'}"
+        return body if body in idx.graphs else None
+
+    return taken
+
+
+def unknown_branch_notes(graph: np.ndarray) -> list[str]:
+    """A note per If whose branch neither the trace nor the feeds told (its calls unmapped)."""
+    suffix = "/" + UNKNOWN_BRANCH
+    ifs = sorted({g[: -len(suffix)] for g in set(graph.tolist()) if g.endswith(suffix)})
+    return [f"If {nid!r}: its branches hold alike nodes and the branch that ran is not known "
+            "(its condition is computed in a body): its body's calls are unmapped"
+            for nid in ifs]
 
 
 def _op_table(nodes: pd.DataFrame, k: pd.DataFrame, kept_runs: int, session: str

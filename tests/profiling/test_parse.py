@@ -32,7 +32,7 @@ def test_parse_drops_warmup_runs():
     t = parse_trace(_events(3), warmup=1)
     k = t.kernels
     assert list(k.columns) == ["ort_name", "op_type", "provider", "node_index", "run", "ts_us",
-                               "dur_us"]
+                               "dur_us", "tid", "parent"]
     assert sorted(k.run.unique()) == [1, 2]
     assert len(k) == 4 and set(k.ort_name) == {"conv", "relu"}
     assert k.loc[k.ort_name == "conv", "dur_us"].tolist() == [51, 52]
@@ -137,3 +137,18 @@ def test_control_flow_rows_hold_their_own_time():
     assert own == {"loop": 100, "mm": 700, "inner_if": 50, "neg": 150, "relu": 50}
     assert sum(own.values()) == 1050  # the run's kernels, each counted once
     assert "hold their own time" in parse_trace(ev).notes[0]
+
+
+def test_a_call_on_another_thread_is_not_nested_in_an_if():
+    # a body's calls run on the If's thread; the main graph's node another thread runs while
+    # the If runs (parallel execution) is not in its body, and its time stays its own
+    def kernel(name, op, ts, dur, tid):
+        return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur, "tid": tid,
+                "args": {"op_name": op, "node_index": "0", "provider": "CPUExecutionProvider"}}
+
+    ev = [{"cat": "Session", "name": "model_run", "ts": 0, "dur": 2000, "args": {}},
+          kernel("Mul_0", "Mul", 110, 100, 1), kernel("Mul_0", "Mul", 120, 300, 2),
+          kernel("If_1", "If", 100, 500, 1)]
+    k = parse_trace(ev).kernels
+    assert k.parent.tolist() == [2, -1, -1]
+    assert k.dur_us.tolist() == [100, 300, 400]
