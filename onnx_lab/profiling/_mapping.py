@@ -29,6 +29,8 @@ __all__ = ["map_trace", "INSERTED_OPS", "UNKNOWN_BRANCH"]
 
 INSERTED_OPS = frozenset({"ReorderInput", "ReorderOutput", "MemcpyToHost", "MemcpyFromHost",
                           "MemcpyToDevice", "MemcpyFromDevice"})
+_ADDED_RESHAPE = re.compile(r"(?:^|/)gemm_(?:input|output)_reshape(?:_token_\d+)?$"
+                            r"|_new_reshape(?:_token_\d+)?$")
 _SUFFIXES = (re.compile(r"_token_\d+$"), re.compile(r"_nchwc$"),
              re.compile(r"/[A-Za-z0-9]*Fusion[A-Za-z0-9_]*/?$"), re.compile(r"_fused$"),
              re.compile(r"/duplicated$"), re.compile(r"/$"),
@@ -487,6 +489,10 @@ def _anchors(idx, producer, by_name, main_pos, opt, ort_name, node_index, op_typ
             if t in producer and producer[t] not in anchors:
                 anchors.append(producer[t])
     if not anchors:
+        # the Reshapes ORT puts around a Gemm it fused from a MatMul of rank > 2
+        # ('gemm_input_reshape_token_12', 'node_Reshape_4_new_reshape'): nodes it added
+        if op_type == "Reshape" and _ADDED_RESHAPE.search(ort_name):
+            return None, [], "inserted"
         return None, [], "unmapped"
     return primary, anchors, "fused"
 
