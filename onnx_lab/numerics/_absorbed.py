@@ -51,8 +51,9 @@ def mark_absorbed(cand: LabModel, layers: pd.DataFrame, out_pairs: Sequence[tupl
     """``layers`` with its non-finite rows (more NaN or inf in the candidate than in the
     reference, not below a flipped near-tie) noted as absorbed when the candidate, fed those
     values as they are in place of the nodes that made them, gives outputs within tolerance
-    of the reference's (``kept``: the outputs of each sample) on every sample. Unchanged when
-    one does not, when a non-finite tensor is a graph output, or when the run fails.
+    of the reference's (``kept``: the outputs of each sample) on every sample that shows
+    them (an overflow may reach only some samples). Unchanged when one does not, when no run
+    shows them, when a non-finite tensor is a graph output, or when the run fails.
 
     ``accumulator(pair, reference value)`` gives a fresh accumulator under the rule that
     judged an output pair.
@@ -74,7 +75,9 @@ def mark_absorbed(cand: LabModel, layers: pd.DataFrame, out_pairs: Sequence[tupl
         for s, f in enumerate(feed_list):
             values = _run(sess, f, names, "candidate")
             if not any(_nonfinite(values[n]) for n in names):
-                return layers  # this run does not show them: nothing to judge
+                # this sample does not show them (an overflow on some samples only): its
+                # outputs were judged already
+                continue
             got = run_cut(cand, {**{n: f[n] for n in ins if n in f}, **values}, outs,
                           providers=providers)
             for p in out_pairs:
@@ -84,6 +87,8 @@ def mark_absorbed(cand: LabModel, layers: pd.DataFrame, out_pairs: Sequence[tupl
                 accs[p].add(ref, got[p[1]])
     except (LabError, ValueError, KeyError):
         return layers
+    if not accs:
+        return layers  # no run shows them: nothing to judge
     for acc in accs.values():
         res = acc.result()
         if not res["passed"]:

@@ -92,3 +92,30 @@ def test_an_overflow_only_the_cpu_absorbs_fails_agreeing_outputs_and_says_why():
     assert c.outputs["passed"].all() and not c.passed, c.summary_text()
     assert not c.first_nonfinite["absorbed"]
     assert "they fail the comparison though the outputs agree here" in c.summary_text()
+
+
+def test_an_overflow_on_some_samples_only_is_judged_on_those():
+    # x * 1e5 overflows float16 on the second sample only (1e5 * 2e-3 = 200 on the first);
+    # Exp(-inf) absorbs it there: fresh sessions give max_abs 0 on both samples, and the
+    # first sample, which shows no inf, made the absorbed check give up (FAILED)
+    ref = _model(absorbing=True)
+    half = onnx_lab.to_fp16(onnx_lab.open(ref)).model.to_proto()
+    small = {"x": np.linspace(1e-3, 2e-3, 8, dtype=np.float32).reshape(2, 4)}
+    large = {"x": np.linspace(1.5, 2.5, 8, dtype=np.float32).reshape(2, 4)}
+    infs = []
+    for feeds in (small, large):
+        r_y, r_d = _runs(ref, feeds, ["y", "d"])
+        c_y, c_d = _runs(half, feeds, ["y", "d"])
+        assert np.isfinite(r_d).all()
+        assert np.abs(c_y.astype(np.float32) - r_y).max() <= 1e-2 + 1e-2 * np.abs(r_y).min()
+        infs.append(int(np.isinf(c_d).sum()))
+    assert infs == [0, 8]
+    for order in ([small, large], [large, small]):
+        c = onnx_lab.compare(ref, half, feeds=order)
+        assert c.passed, c.summary_text()
+        assert c.first_nonfinite["absorbed"]
+    # an overflow only the CPU's float32 absorbs still fails on some samples only
+    ref = _model(absorbing=False)
+    half = onnx_lab.to_fp16(onnx_lab.open(ref)).model.to_proto()
+    c = onnx_lab.compare(ref, half, feeds=[small, large])
+    assert not c.passed and not c.first_nonfinite["absorbed"], c.summary_text()
