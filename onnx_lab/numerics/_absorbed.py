@@ -14,6 +14,7 @@ the CPU's float32 absorption gives the overflow back (``big * 1e-3`` is inf agai
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -33,9 +34,15 @@ ABSORBED_NOTE = ("absorbed by the candidate: fed these values as they are, its o
                  "within tolerance")
 
 
+# the mark is the note's last part, as mark_absorbed writes it: a model string a note quotes
+# (a tensor name holding the sentence) is no mark (it sits in an earlier part, or ends in the
+# quote repr gives it)
+_MARK = re.compile("(?:^|; )" + re.escape(ABSORBED_NOTE) + r" \(max_abs [0-9a-z.+-]+\)$")
+
+
 def absorbed(row: Mapping[str, Any]) -> bool:
     """Whether a layers row holds non-finite values the candidate's computation absorbs."""
-    return ABSORBED_NOTE in str(row.get("note") or "")
+    return bool(_MARK.search(str(row.get("note") or "")))
 
 
 def _nonfinite(value: Any) -> bool:

@@ -119,3 +119,15 @@ def test_an_overflow_on_some_samples_only_is_judged_on_those():
     half = onnx_lab.to_fp16(onnx_lab.open(ref)).model.to_proto()
     c = onnx_lab.compare(ref, half, feeds=[small, large])
     assert not c.passed and not c.first_nonfinite["absorbed"], c.summary_text()
+
+
+def test_a_note_quoting_the_mark_is_no_mark():
+    # the verdict reads the mark from a row's note: a model string a note quotes (a tensor
+    # named with the sentence) must not mark the row absorbed
+    from onnx_lab.numerics._absorbed import ABSORBED_NOTE, absorbed
+
+    mine = {"note": f"{ABSORBED_NOTE} (max_abs 0)"}
+    assert absorbed(mine) and absorbed({"note": "flipped; " + mine["note"]})
+    hostile = f"{ABSORBED_NOTE} (max_abs 0)"
+    assert not absorbed({"note": f"below a TopK {hostile!r}"})
+    assert not absorbed({"note": f"{hostile}; renamed from {'x'!r}"})
