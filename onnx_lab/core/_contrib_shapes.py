@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import onnx
 
+from onnx_lab.core._proto import attribute_bodies
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["complete", "needs_completion", "CONTRIB_DOMAIN", "RULES", "ML_DOMAIN", "ML_RULES"]
@@ -482,10 +484,7 @@ def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
             if n.op_type not in _BODY_OPS:
                 continue
             for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    todo.append(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    todo.extend(a.graphs)
+                todo.extend(body for _, body in attribute_bodies(a))
     return out
 
 
@@ -542,8 +541,7 @@ def _complete(graph: onnx.GraphProto, opset: int, outer: Mapping[str, onnx.TypeP
             if isinstance(value, onnx.TensorProto):
                 data[node.output[0]] = value
         for a in node.attribute if node.op_type in _BODY_OPS else ():
-            for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                         a.graphs if a.type == onnx.AttributeProto.GRAPHS else ()):
+            for _, body in attribute_bodies(a):
                 if any(_needs_completion(g, opset) for g in _graphs(body)):
                     added += _complete(body, opset, types, data)
         todo = [o for o in node.output if o and not _valued(types.get(o))]

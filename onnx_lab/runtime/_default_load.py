@@ -37,12 +37,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ask", "warm", "stop", "ONE_SHOT"]
 
-# The child: answers go to a duplicate of its stdout; fd 1 itself goes to /dev/null, so
-# nothing onnxruntime prints from C++ can corrupt them.
-_CHILD = """
-import json, os, sys
-out = os.fdopen(os.dup(1), "w")
-os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+# One load as both children make it: a fresh session at the default options (no arena, no
+# pre-packing, quiet), onnxruntime's first line on a failure, None when it loads.
+_LOAD = """
 import onnxruntime as ort
 
 def load(path):
@@ -56,7 +53,15 @@ def load(path):
         text = str(e).strip()
         return text.splitlines()[0] if text else type(e).__name__
     return None
+"""
 
+# The child: answers go to a duplicate of its stdout; fd 1 itself goes to /dev/null, so
+# nothing onnxruntime prints from C++ can corrupt them.
+_CHILD = """
+import json, os, sys
+out = os.fdopen(os.dup(1), "w")
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+""" + _LOAD + """
 out.write("ready\\n")
 out.flush()
 for line in sys.stdin:
@@ -65,17 +70,10 @@ for line in sys.stdin:
 """
 
 #: The one-shot child of a platform without the kept one (same answers: exit 3 and the line).
-ONE_SHOT = """
-import sys
-import onnxruntime as ort
-so = ort.SessionOptions()
-so.log_severity_level = 4
-so.enable_cpu_mem_arena = False
-so.add_session_config_entry("session.disable_prepacking", "1")
-try:
-    ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
-except Exception as e:
-    print(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+ONE_SHOT = "import sys\n" + _LOAD + """
+problem = load(sys.argv[1])
+if problem is not None:
+    print(problem)
     sys.exit(3)
 """
 
