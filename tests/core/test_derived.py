@@ -137,8 +137,8 @@ def test_concat_of_the_cache_with_a_fixed_width_tensor(tmp_path):
     assert d["head_dim"].value == 8 and "Concat 'cat'" in d["head_dim"].source
 
 
-def test_genai_config_beside_the_model(tmp_path):
-    """A cache whose head size no node fixes: genai_config.json gives it."""
+def _save_cache_passthrough(path) -> None:
+    """A one-layer cache whose head size no node fixes (past -> Identity -> present)."""
     fl = TensorProto.FLOAT
     cache = ["batch_size", "kv_heads", "past_sequence_length", "kv_cache_dim"]
     graph = helper.make_graph(
@@ -147,8 +147,12 @@ def test_genai_config_beside_the_model(tmp_path):
         "g", [helper.make_tensor_value_info(f"past_key_values.0.{k}", fl, cache)
               for k in ("key", "value")],
         [helper.make_tensor_value_info(f"present.0.{k}", fl, cache) for k in ("key", "value")])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
-              tmp_path / "model.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_genai_config_beside_the_model(tmp_path):
+    """A cache whose head size no node fixes: genai_config.json gives it."""
+    _save_cache_passthrough(tmp_path / "model.onnx")
     assert derived_dims(load_model(tmp_path / "model.onnx")) == {}
     (tmp_path / "genai_config.json").write_text(json.dumps({"model": {"decoder": {
         "filename": "model.onnx", "head_size": 8, "num_key_value_heads": 2}}}))
@@ -163,22 +167,12 @@ def test_genai_config_beside_the_model(tmp_path):
     assert derived_dims(load_model(tmp_path / "model.onnx")) == {}
 
 
-
 def test_genai_config_true_is_not_a_count(tmp_path):
     """JSON's true is an int to Python: a head_size of true fixed the cache's dim to 1, a
     context_length of true made the model's maximum 1 token ('a maximum of True')."""
     from onnx_lab.core.llm import max_context
 
-    fl = TensorProto.FLOAT
-    cache = ["batch_size", "kv_heads", "past_sequence_length", "kv_cache_dim"]
-    graph = helper.make_graph(
-        [helper.make_node("Identity", [f"past_key_values.0.{k}"], [f"present.0.{k}"])
-         for k in ("key", "value")],
-        "g", [helper.make_tensor_value_info(f"past_key_values.0.{k}", fl, cache)
-              for k in ("key", "value")],
-        [helper.make_tensor_value_info(f"present.0.{k}", fl, cache) for k in ("key", "value")])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
-              tmp_path / "model.onnx")
+    _save_cache_passthrough(tmp_path / "model.onnx")
     (tmp_path / "genai_config.json").write_text(json.dumps({"model": {
         "context_length": True, "decoder": {"head_size": True, "num_key_value_heads": 2}}}))
     model = load_model(tmp_path / "model.onnx")

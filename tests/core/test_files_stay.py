@@ -119,15 +119,22 @@ def test_an_ordinary_model_is_unaffected(tmp_path):
     assert onnx_lab.open(tmp_path / "copy.onnx").weight_stats().shape[0] == 2
 
 
-def test_a_path_under_the_home_folder_is_read_and_written_there(tmp_path, monkeypatch):
-    """``~/x.onnx`` is the home folder's file, as pandas and the shell read it: open, save,
-    the report, an initializer from a file and the audit went to a folder named ``~`` in the
-    current one (``lab.save("~/out.onnx")`` created ``./~/out.onnx``)."""
+@pytest.fixture
+def home_and_cwd(tmp_path, monkeypatch):
+    """(the home folder, the current folder): two empty folders, HOME set to the first."""
     home, cwd = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     cwd.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(cwd)
+    return home, cwd
+
+
+def test_a_path_under_the_home_folder_is_read_and_written_there(home_and_cwd):
+    """``~/x.onnx`` is the home folder's file, as pandas and the shell read it: open, save,
+    the report, an initializer from a file and the audit went to a folder named ``~`` in the
+    current one (``lab.save("~/out.onnx")`` created ``./~/out.onnx``)."""
+    home, cwd = home_and_cwd
     save_external(_weights(1), home / "m.onnx")
     lab = onnx_lab.open("~/m.onnx")
     assert lab.model.path == home / "m.onnx"
@@ -150,15 +157,11 @@ def test_a_path_under_the_home_folder_is_read_and_written_there(tmp_path, monkey
         lab.save("~/m.onnx")
 
 
-def test_a_lab_made_from_a_home_path_protects_that_file(tmp_path, monkeypatch):
+def test_a_lab_made_from_a_home_path_protects_that_file(home_and_cwd):
     """A conversion or merge of '~/m.onnx' remembers the home folder's file as its source:
     it remembered Path('~/m.onnx') (./~/m.onnx), and its save over the file it was made from
     replaced it without overwrite=True."""
-    home, cwd = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    cwd.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.chdir(cwd)
+    home, cwd = home_and_cwd
     save_external(_weights(1), home / "m.onnx")
     save_external(_weights(2), home / "n.onnx")
     before = (home / "m.onnx").read_bytes()
@@ -175,15 +178,12 @@ def test_a_lab_made_from_a_home_path_protects_that_file(tmp_path, monkeypatch):
     assert (home / "m.onnx").read_bytes() == before
 
 
-def test_a_home_path_of_calibration_or_audit_feeds_is_read(tmp_path, monkeypatch):
+def test_a_home_path_of_calibration_or_audit_feeds_is_read(home_and_cwd):
     """Two doors that still read '~' as a folder of that name: a calibration folder
     ('Feeds file .../calib does not exist', of a folder that exists) and an audit's
     model_options feeds ('feeds file '~/f.npz' does not exist')."""
-    home, cwd = tmp_path / "home", tmp_path / "work"
-    (home / "calib").mkdir(parents=True)
-    cwd.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.chdir(cwd)
+    home, cwd = home_and_cwd
+    (home / "calib").mkdir()
     onnx.save(_weights(1), home / "m.onnx")
     rng = np.random.default_rng(0)
     for i in range(2):

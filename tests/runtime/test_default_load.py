@@ -85,26 +85,36 @@ def test_a_question_past_its_timeout_claims_nothing(tmp_path):
     assert default_path_problem(good) is None
 
 
+def _in_fork(job) -> bytes:
+    """``job()``'s bytes, run in a forked process (b"" when it hung past 20 s)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.alarm(20)
+            os.write(w, job())
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 100)
+    os.waitpid(pid, 0)
+    os.close(r)
+    return got
+
+
 def test_a_forked_process_asks_its_own_child(tmp_path):
     good = _model(tmp_path / "good.onnx", broken=False)
     bad = _model(tmp_path / "bad.onnx", broken=True)
     assert default_path_problem(good) is None
     parent_child = _default_load._child.proc.pid
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the conformance sweep's workers are forks of a process that asked
-        try:
-            ok = default_path_problem(bad) is not None and \
-                _default_load._child.proc.pid != parent_child
-            _default_load.stop()
-            os.write(w, b"1" if ok else b"0")
-        finally:
-            os._exit(0)
-    os.close(w)
-    got = os.read(r, 1)
-    os.waitpid(pid, 0)
-    os.close(r)
-    assert got == b"1"
+
+    def job() -> bytes:  # the conformance sweep's workers are forks of a process that asked
+        ok = default_path_problem(bad) is not None and \
+            _default_load._child.proc.pid != parent_child
+        _default_load.stop()
+        return b"1" if ok else b"0"
+
+    assert _in_fork(job) == b"1"
     assert default_path_problem(good) is None  # the parent's child is untouched
     assert _default_load._child.proc.pid == parent_child
 
@@ -149,23 +159,6 @@ def test_an_interrupted_question_leaves_no_answer_behind(tmp_path):
     problem = default_path_problem(bad)
     assert problem is not None and "Range" in problem, problem
     assert default_path_problem(good) is None
-
-
-def _in_fork(job) -> bytes:
-    """``job()``'s bytes, run in a forked process (b"" when it hung past 20 s)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            signal.alarm(20)
-            os.write(w, job())
-        finally:
-            os._exit(0)
-    os.close(w)
-    got = os.read(r, 100)
-    os.waitpid(pid, 0)
-    os.close(r)
-    return got
 
 
 def test_a_fork_while_another_thread_asks_does_not_hang(tmp_path):
