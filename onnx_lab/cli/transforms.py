@@ -119,11 +119,15 @@ def _patterns(args: argparse.Namespace) -> int:
 
 
 def _step_json(r: Any) -> dict[str, Any]:
-    return {"name": r.name, "modified": r.modified, "nodes_before": r.nodes_before,
+    # a step the preset dropped changed a version the output does not hold: its "modified"
+    # says what the output holds; "dropped" says why, nodes_before/nodes_after what it made
+    dropped = getattr(r, "dropped", None)
+    return {"name": r.name, "modified": bool(r.modified and not dropped),
+            "nodes_before": r.nodes_before,
             "nodes_after": r.nodes_after, "seconds": round(r.seconds, 4),
             "verify_passed": r.verify_passed, "max_abs_err": r.max_abs_err,
             "first_failure": r.first_failure, "verified_by": r.verified_by,
-            "reason": r.reason, "dropped": getattr(r, "dropped", None),
+            "reason": r.reason, "dropped": dropped,
             "notes": list(r.notes)}
 
 

@@ -101,3 +101,27 @@ def test_the_save_names_the_step_a_default_session_refuses(affine_grid, tmp_path
     assert not (tmp_path / "m.onnx").exists()
     lab.checkout(step - 1)
     assert lab.save(tmp_path / "m.onnx").exists()
+
+
+def test_optimize_json_says_the_dropped_step_is_not_in_the_output(affine_grid, tmp_path, capsys):
+    import json
+
+    import onnx
+
+    from onnx_lab.cli import main
+
+    model, feeds, expected = affine_grid
+    _fold_shapes_breaks_default_load(model, feeds)
+    src, out, npz = tmp_path / "case.onnx", tmp_path / "out.onnx", tmp_path / "feeds.npz"
+    onnx.save(model, src)
+    np.savez(npz, **feeds)
+    assert main(["optimize", str(src), str(out), "--feeds", str(npz), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {p["name"]: p for p in doc["passes"]}
+    fold = rows["fold_shapes"]
+    assert RANGE in fold["dropped"]
+    # it made a version (its node counts say so) that the written model does not hold
+    assert fold["modified"] is False and fold["verify_passed"] is True
+    assert all(p["dropped"] is None for n, p in rows.items() if n != "fold_shapes")
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-3, atol=1e-7)
