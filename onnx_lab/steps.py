@@ -57,6 +57,7 @@ from onnx_lab.numerics.verify import (
     verify_extract,
 )
 from onnx_lab.runtime.session import (
+    default_load_ahead,
     default_load_problem,
     default_load_regression,
     warm_default_load,
@@ -696,7 +697,12 @@ def apply_preset(history: History, preset: str | Sequence[str] = "safe",
             out.append(apply(history, name, None, verify, _cache=cache, _record_noop=False,
                              _regions=regions, _load_check=False, **params.get(name, {})))
             bar.step(f"preset: {names[k + 1]}" if k + 1 < len(names) else "preset: done")
-        if regions is not None:
+        if opts is not None and regions is not None and history.model is not start.model:
+            # the final load check's question goes to its child first: onnxruntime there
+            # loads the last version while this process runs the final check
+            with default_load_ahead(history.model):
+                regions.finish(history.model)
+        elif regions is not None:
             regions.finish(history.model)
         if opts is not None:
             out = _keep_loading(history, start, names, out, verify, params)

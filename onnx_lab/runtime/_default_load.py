@@ -35,7 +35,7 @@ import time
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ask", "warm", "stop", "ONE_SHOT"]
+__all__ = ["ask", "ask_ahead", "Pending", "warm", "stop", "ONE_SHOT"]
 
 # One load as both children make it: a fresh session at the default options (no arena, no
 # pre-packing, quiet), onnxruntime's first line on a failure, None when it loads.
@@ -144,6 +144,7 @@ def warm() -> None:
     Does nothing where each question runs in a one-shot child."""
     if not _KEEP:
         return
+    _settle_own()
     with _lock:
         try:
             _current()
@@ -154,6 +155,7 @@ def warm() -> None:
 def stop() -> None:
     """End the child (it is started again on the next question)."""
     global _child
+    _settle_own()
     with _lock:
         if _child is not None and _child.owner == os.getpid():
             _child.close()
@@ -168,8 +170,9 @@ def _after_fork() -> None:
     and the fork's first question waited for it forever) and no child; the copies of the
     parent's child's pipes are closed (held open here, they kept that child from reading its
     end of input: the parent's stop() waited 2 s and killed it while a fork lived)."""
-    global _lock, _child
+    global _lock, _child, _ahead
     _lock = threading.Lock()
+    _ahead = None  # the parent's question: its answer goes to the parent
     c, _child = _child, None
     if c is not None:
         for f in (c.proc.stdin, c.proc.stdout):
@@ -187,40 +190,120 @@ def ask(path: str | os.PathLike, timeout: float = 600.0) -> tuple[str, str | Non
     """("ok", None) when onnxruntime at its default options loads the model file at
     ``path``; ("error", its first line); ("signal", "N") when the load ended the child;
     ("exit", "N") for another end; ("timeout", None) past ``timeout`` seconds."""
-    # absolute: the kept child stays in the folder it started in, and a relative path (the
-    # save's temporary folder beside its target) was looked for there after a chdir
-    path = os.path.abspath(os.fspath(path))
-    if not _KEEP:
-        return _one_shot(path, timeout)
-    global _child
-    with _lock:
-        c = _current()
-        deadline = time.monotonic() + timeout
+    return ask_ahead(path, timeout).answer()
+
+
+class Pending:
+    """A question sent to the child, whose answer :meth:`answer` waits for: the caller works
+    while the child loads. The child answers one question at a time, so this holds the lock
+    from the question to its answer (or :meth:`cancel`); a question asked meanwhile by the
+    same thread reads this answer first (:func:`_settle_own`), another thread's waits."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        self.path, self.deadline = path, time.monotonic() + timeout
+        self.child: _Child | None = None
+        self.thread = threading.get_ident()
+        self.got: tuple[str, str | None] | None = None
+
+    def _send(self) -> None:
+        """Under ``_lock``: the child's start (if needed) and the question."""
+        c = self.child = _current()
         try:
-            try:
-                if not c.ready:
-                    got = c.line(deadline)  # "ready": onnxruntime imported
-                    if got != b"ready":
-                        return _ended(c, got)
-                    c.ready = True
-                c.proc.stdin.write((json.dumps(path) + "\n").encode())
-                c.proc.stdin.flush()
-            except BrokenPipeError:
-                return _ended(c, b"")
-            got = c.line(deadline)
+            if not c.ready:
+                got = c.line(self.deadline)  # "ready": onnxruntime imported
+                if got != b"ready":
+                    self.got = _ended(c, got)
+                    return
+                c.ready = True
+            c.proc.stdin.write((json.dumps(self.path) + "\n").encode())
+            c.proc.stdin.flush()
+        except BrokenPipeError:
+            self.got = _ended(c, b"")
+
+    def answer(self) -> tuple[str, str | None]:
+        """The answer, as :func:`ask` gives it (waiting for it, at most until the deadline)."""
+        global _child, _ahead
+        if self.got is not None and self.child is None:
+            return self.got
+        if self.child is None:  # no kept child on this platform
+            self.got = _one_shot(self.path, max(self.deadline - time.monotonic(), 0.0))
+            return self.got
+        c = self.child
+        try:
+            if self.got is None:
+                got = c.line(self.deadline)
+                if got is None or got == b"":
+                    self.got = _ended(c, got)
+                else:
+                    answer = json.loads(got)
+                    if _nbytes(self.path) > _RELEASE_BYTES:
+                        c.close()
+                        _child = None
+                    self.got = ("ok", None) if answer is None else ("error", str(answer))
         except BaseException:
             # interrupted while the child works on the question (a notebook's interrupt
             # sends SIGINT to the kernel alone): its answer would be read as the next
             # question's, so it goes and the next question starts a fresh one
             _ended(c, None)
             raise
-        if got is None or got == b"":
-            return _ended(c, got)
-        answer = json.loads(got)
-        if _nbytes(path) > _RELEASE_BYTES:
-            c.close()
-            _child = None
-        return ("ok", None) if answer is None else ("error", str(answer))
+        finally:
+            self.child = None
+            _ahead = None
+            _lock.release()
+        return self.got
+
+    def cancel(self) -> None:
+        """Give the question up (the caller's block failed): the child goes, as an
+        interrupted question's does."""
+        global _ahead
+        if self.child is None:
+            return
+        try:
+            if self.got is None:
+                _ended(self.child, None)
+        finally:
+            self.child = None
+            _ahead = None
+            _lock.release()
+
+
+_ahead: Pending | None = None
+
+
+def _settle_own() -> None:
+    """A question this thread sent ahead and has not read yet is read now (its answer kept
+    on it): the lock it holds would otherwise make this thread wait for itself."""
+    p = _ahead
+    if p is not None and p.thread == threading.get_ident() and p.child is not None:
+        p.answer()
+
+
+def ask_ahead(path: str | os.PathLike, timeout: float = 600.0) -> Pending:
+    """Send the question of :func:`ask` now and return at once; ``.answer()`` waits for it,
+    ``.cancel()`` gives it up. Until then other threads' questions wait."""
+    # absolute: the kept child stays in the folder it started in, and a relative path (the
+    # save's temporary folder beside its target) was looked for there after a chdir
+    global _ahead
+    p = Pending(os.path.abspath(os.fspath(path)), timeout)
+    if not _KEEP:
+        return p
+    _settle_own()
+    _lock.acquire()
+    try:
+        p._send()
+    except BaseException:
+        try:
+            if p.child is not None and p.got is None:
+                _ended(p.child, None)  # it may have the question: its answer is nobody's
+        finally:
+            _lock.release()
+        raise
+    if p.got is not None:  # the child ended before the question: nothing to wait for
+        p.child = None
+        _lock.release()
+        return p
+    _ahead = p
+    return p
 
 
 def _ended(c: _Child, got: bytes | None) -> tuple[str, str | None]:

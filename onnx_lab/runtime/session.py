@@ -24,7 +24,7 @@ import threading
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -1058,7 +1058,12 @@ def default_path_problem(path: str | os.PathLike, timeout: float = 600.0) -> str
     in a child process (see :func:`default_load_problem`; one child kept for these questions,
     :mod:`onnx_lab.runtime._default_load`), or None (also when the check ran past
     ``timeout`` seconds: no claim either way)."""
-    how, text = _default_load.ask(path, timeout)
+    return _load_answer(path, *_default_load.ask(path, timeout), timeout)
+
+
+def _load_answer(path: str | os.PathLike, how: str, text: str | None, timeout: float
+                 ) -> str | None:
+    """The problem :func:`default_path_problem` names for the child's answer."""
     if how == "ok":
         return None
     if how == "timeout":
@@ -1070,6 +1075,31 @@ def default_path_problem(path: str | os.PathLike, timeout: float = 600.0) -> str
     if how == "exit":
         return f"exit code {text}"
     return clipped(_ort_text(text or ""))
+
+
+@contextlib.contextmanager
+def default_load_ahead(model: LabModel, step: str = "load check", timeout: float = 600.0
+                       ) -> Iterator[None]:
+    """Ask :func:`default_load_problem` of ``model`` when the block starts; the child loads it
+    while the block runs, and its answer is cached on ``model`` when the block ends (so the
+    question after it does not wait again). Nothing is asked when the answer is cached, or
+    past 2 GB of weights (:func:`default_load_regression` skips those); a block that raises
+    gives the question up (the child goes)."""
+    key = ("default_load_problem",)
+    if model.is_cached(key) or model.weights_nbytes() > _PROTO_LIMIT:
+        yield
+        return
+    from onnx_lab.core.handoff import model_folder
+
+    with model_folder(model, step) as path:
+        pending = _default_load.ask_ahead(path, timeout)
+        try:
+            yield
+        except BaseException:
+            pending.cancel()
+            raise
+        problem = _load_answer(path, *pending.answer(), timeout)
+    model.cached(key, lambda: (problem,))
 
 
 def default_load_regression(path: str | os.PathLike | LabModel, loaded_from: LabModel | None

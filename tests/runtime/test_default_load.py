@@ -207,3 +207,55 @@ def test_a_living_fork_does_not_hold_the_parents_child(tmp_path):
     finally:
         os.close(w)
         os.waitpid(pid, 0)
+
+
+def test_a_question_sent_ahead_is_answered_after_the_callers_work(tmp_path):
+    # the preset sends its final load check before the final verification run and reads the
+    # answer after it; meanwhile the same thread may ask again (it reads its own answer
+    # first instead of waiting on itself), and another thread's question waits its turn
+    import threading
+
+    good = _model(tmp_path / "good.onnx", broken=False)
+    bad = _model(tmp_path / "bad.onnx", broken=True)
+    pending = _default_load.ask_ahead(bad)
+    assert default_path_problem(good) is None  # same thread, while the first is pending
+    how, text = pending.answer()
+    assert how == "error" and "Range" in text, (how, text)
+    assert pending.answer() == (how, text)  # asked twice, the same answer
+
+    pending = _default_load.ask_ahead(bad)
+    seen = []
+    other = threading.Thread(target=lambda: seen.append(default_path_problem(good)))
+    other.start()
+    other.join(0.5)
+    assert other.is_alive()  # it waits: one question at a time
+    assert pending.answer()[0] == "error"
+    other.join(60)
+    assert seen == [None]
+
+
+def test_a_question_given_up_leaves_no_answer_behind(tmp_path):
+    good = _model(tmp_path / "good.onnx", broken=False)
+    bad = _model(tmp_path / "bad.onnx", broken=True)
+    pending = _default_load.ask_ahead(bad)
+    pending.cancel()  # the caller's work failed: the child goes with its answer
+    pending.cancel()
+    assert default_path_problem(good) is None  # not the bad model's late answer
+    assert "Range" in default_path_problem(bad)
+
+
+def test_the_load_ahead_is_cached_on_the_model(tmp_path):
+    import onnx_lab
+    from onnx_lab.runtime.session import default_load_ahead, default_load_problem
+
+    bad = onnx_lab.open(_model(tmp_path / "bad.onnx", broken=True)).model
+    with default_load_ahead(bad):
+        pass
+    assert bad.is_cached(("default_load_problem",))
+    assert "Range" in default_load_problem(bad)
+
+    good = onnx_lab.open(_model(tmp_path / "good.onnx", broken=False)).model
+    with pytest.raises(KeyboardInterrupt), default_load_ahead(good):
+        raise KeyboardInterrupt  # given up: nothing cached, nothing left in the pipe
+    assert not good.is_cached(("default_load_problem",))
+    assert default_load_problem(good) is None
