@@ -115,6 +115,34 @@ def test_module_profile_checks_its_keywords():
         onnx_lab.profile("sample:convnet", warmp=1)
 
 
+# Every public function of the package (onnx_lab.__all__) with a misspelt keyword, and the
+# keyword its close match names: onnx_lab.compare(..., tolerence=...) was Python's TypeError.
+_MODULE_TYPOS = {
+    "open": ("dim", "dims"), "merge": ("prefix_1", "prefix1"), "repro": ("overwite", "overwrite"),
+    "to_fp16": ("keep_io_type", "keep_io_types"), "to_int8_dynamic": ("reduce_rang", "reduce_range"),
+    "to_int8_static": ("feed", "feeds"), "profile": ("warmp", "warmup"),
+    "compare": ("layer_wise", "layerwise"), "compare_llm": ("token", "tokens"),
+    "compare_torch": ("preest", "preset"), "diff": ("bb", "b"),
+    "profile_generation": ("new_token", "new_tokens"), "write_report": ("titel", "title"),
+    "write_diff_report": ("titel", "title"), "audit": ("worker", "workers"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MODULE_TYPOS))
+def test_every_module_function_refuses_a_misspelt_keyword(name):
+    typo, near = _MODULE_TYPOS[name]
+    fn = getattr(onnx_lab, name)
+    with pytest.raises(InputError, match=f"did you mean '{near}'"):
+        fn(**{typo: 1})
+    assert near in inspect.signature(fn).parameters  # help() still shows the real signature
+
+
+def test_module_function_typos_cover_all_public_functions():
+    public = {n for n in onnx_lab.__all__ if callable(getattr(onnx_lab, n))
+              and not isinstance(getattr(onnx_lab, n), type)}
+    assert public == set(_MODULE_TYPOS)
+
+
 def _explicit_methods():
     out = []
     for name, fn in vars(onnx_lab.Lab).items():

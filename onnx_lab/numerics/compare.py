@@ -30,7 +30,14 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import check_dim_arguments, fit_dims, validate_dims
 from onnx_lab.core.source import Resolved, resolve
 from onnx_lab.core.values import const_array
-from onnx_lab.errors import DimError, InputError, LabError, RuntimeLoadError, clip_text
+from onnx_lab.errors import (
+    DimError,
+    InputError,
+    LabError,
+    RuntimeLoadError,
+    clip_text,
+    strict_keywords,
+)
 
 # By job, every name importable from here: the runs, the divergence, the result.
 from onnx_lab.numerics._absorbed import absorbed, mark_absorbed
@@ -325,6 +332,7 @@ def _step_label(model: LabModel, feeds: Mapping[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------- compare
+@strict_keywords  # a misspelt keyword is an InputError with its close matches
 def compare(reference: Any, candidate: Any, *, feeds: Any = None,
             dims: Mapping[str, int] | None = None,
             shapes: Mapping[str, Sequence[int]] | None = None, layerwise: bool = True,

@@ -26,7 +26,7 @@ from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import Resolved, resolve
 from onnx_lab.core.values import const_array
-from onnx_lab.errors import LabError
+from onnx_lab.errors import LabError, strict_keywords
 from onnx_lab.numerics.align import _default, _plain, origins_of
 
 __all__ = ["diff", "Diff", "DIFF_COLUMNS", "DIFF_COLOURS", "OP_COUNT_COLUMNS"]
@@ -341,6 +341,7 @@ def _compare_nodes(m: _Matcher, a_id: str, b_id: str) -> dict[str, Any] | None:
             "details": "; ".join(details)}
 
 
+@strict_keywords  # a misspelt keyword is an InputError with its close matches
 def diff(a: Any, b: Any) -> Diff:
     """Nodes added, removed and changed from model ``a`` to model ``b``.
 

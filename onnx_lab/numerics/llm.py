@@ -49,7 +49,7 @@ from onnx_lab.core.llm import max_context
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import Resolved
 from onnx_lab.core.values import is_constant
-from onnx_lab.errors import CacheError, InputError, LabError
+from onnx_lab.errors import CacheError, InputError, LabError, strict_keywords
 from onnx_lab.numerics.compare import (
     Comparison,
     _check_known,
@@ -491,6 +491,7 @@ def _vocab(model: LabModel, io: DecoderIO, sess: Any, dims: Mapping[str, int]) -
     return int(_logits(model, io, [0], sess, dims).shape[-1])
 
 
+@strict_keywords  # a misspelt keyword is an InputError with its close matches
 def compare_llm(reference: Any, candidate: Any, tokens: Any = None, *,
                 prompt_length: int = 8, new_tokens: int = 24, seed: int = 0,
                 layerwise: bool = True, preset: str | None = None,

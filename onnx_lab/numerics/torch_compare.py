@@ -31,7 +31,7 @@ from onnx_lab import _display
 from onnx_lab._pandas import pd
 from onnx_lab.core.source import resolve
 from onnx_lab.core.source_map import source_map
-from onnx_lab.errors import InputError
+from onnx_lab.errors import InputError, strict_keywords
 from onnx_lab.numerics.metrics import METRIC_COLUMNS, rule_for, tensor_metrics
 from onnx_lab.runtime.capture import capture
 
@@ -148,6 +148,7 @@ def _calls_merged(tensors_of: dict[str, list[str]], modules: set[str], model: An
     return out
 
 
+@strict_keywords  # a misspelt keyword is an InputError with its close matches
 def compare_torch(module: Any, lab: Any, inputs: Any, *, preset: str | None = None,
                   atol: float | None = None, rtol: float | None = None,
                   max_bytes: int = 1 << 30) -> TorchComparison:

@@ -37,7 +37,7 @@ from onnx_lab._progress import Progress
 from onnx_lab.core.branches import branch_switches
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
-from onnx_lab.errors import CacheError, InputError, ProviderError
+from onnx_lab.errors import CacheError, InputError, ProviderError, strict_keywords
 from onnx_lab.profiling._kv import CacheLayout, cache_layout
 from onnx_lab.profiling._mapping import map_trace
 from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled
@@ -427,6 +427,7 @@ def _nbytes(values: list) -> int:
     return total
 
 
+@strict_keywords  # a misspelt keyword is an InputError with its close matches
 def profile_generation(model: Any, *, prompt: int | Sequence[int] | np.ndarray = 16,
                        new_tokens: int = 32, batch: int = 1,
                        providers: str | Sequence[str] | None = None, runs: int | None = None,

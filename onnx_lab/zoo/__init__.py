@@ -47,7 +47,7 @@ from onnx_lab._display import notebook_html
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core._location import user_path
-from onnx_lab.errors import InputError, SaveError
+from onnx_lab.errors import InputError, SaveError, strict_keywords
 from onnx_lab.zoo import _store
 from onnx_lab.zoo._store import Found, find_models
 
@@ -276,6 +276,7 @@ def _check_sizes(dims: Any, shapes: Any, where: str) -> None:
 
 
 # ---------------------------------------------------------------------------- the audit
+@strict_keywords  # a misspelt keyword is an InputError with its close matches
 def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
           out: str | os.PathLike | None = None, *, workers: int = 1,
           engine: str | None = None, scheduler: Any = None,
