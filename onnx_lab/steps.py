@@ -674,6 +674,10 @@ def apply_preset(history: History, preset: str | Sequence[str] = "safe",
         >>> [(r.name, r.verified_by) for r in lab.apply_preset("safe") if r.modified]
     """
     names = preset_passes(preset)
+    if params is not None and not isinstance(params, Mapping):  # dict('x'): a ValueError
+        raise PassError(f"params is {type(params).__name__}, not a mapping of pass names to "
+                        "their parameters.", fix="Write params={'fold_constants': "
+                        "{'max_growth_bytes': 1 << 30}}.")
     params = dict(params or {})
     for name, p in params.items():
         if name not in names:

@@ -9,7 +9,14 @@ import sys
 import pytest
 
 import onnx_lab
-from onnx_lab.errors import DimError, InputError, SaveError
+from onnx_lab.errors import (
+    DimError,
+    ExtractError,
+    InputError,
+    PassError,
+    ProviderError,
+    SaveError,
+)
 
 
 def test_subpackages_are_attributes_after_a_plain_import():
@@ -56,3 +63,38 @@ def test_repro_needs_a_comparison(tmp_path):
     c = onnx_lab.compare(lab.original, lab)
     with pytest.raises(InputError, match="divergence must be a dict"):
         onnx_lab.repro(c, tmp_path / "out", divergence="/stem/conv/Conv")
+
+
+@pytest.fixture(scope="module")
+def convnet():
+    return onnx_lab.open("sample:convnet")
+
+
+# Each slip was Python's TypeError/ValueError/IndexError/AttributeError from inside onnx_lab
+# (a list is no key of the pass registry, list(5), dict('x'), numpy's histogram, feeds[0]).
+@pytest.mark.parametrize("call,kind,words", [
+    (lambda lab: lab.apply(["fuse_conv_bn"]), InputError, "apply_preset"),
+    (lambda lab: lab.apply("fuse_conv_bn", matches=5), InputError, "matches must be"),
+    (lambda lab: lab.apply_preset(5), PassError, "non-empty list"),
+    (lambda lab: lab.apply_preset(None), PassError, "non-empty list"),
+    (lambda lab: lab.apply_preset("safe", params="fold_constants"), PassError,
+     "params is str"),
+    (lambda lab: lab.check(providers=5), ProviderError, "providers must be"),
+    (lambda lab: lab.profile(runs=1, providers=["cpu", 5]), ProviderError,
+     "providers must be"),
+    (lambda lab: onnx_lab.compare(lab, lab, providers={"cpu": 1}), ProviderError,
+     "providers must be"),
+    (lambda lab: lab.extract(outputs=5), ExtractError, "outputs must be"),
+    (lambda lab: lab.weight_stats(5), InputError, "names must be"),
+    (lambda lab: lab.weight_histogram("stem.conv.weight", bins=-1), InputError,
+     "bins must be"),
+    (lambda lab: lab.weight_histogram("stem.conv.weight", bins="many"), InputError,
+     "bins must be"),
+    (lambda lab: onnx_lab.compare(lab, lab, feeds=[]), InputError, "empty list"),
+])
+def test_wrong_types_are_lab_errors(convnet, call, kind, words):
+    with pytest.raises(kind) as e:
+        call(convnet)
+    assert words in str(e.value) and e.value.fix
+    assert convnet.version_history.version.step == 0  # nothing was applied
+

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import onnx_ir as ir
@@ -124,6 +124,11 @@ def weight_stats(model: LabModel, names: Iterable[str] | None = None) -> pd.Data
     """
     table = initializers_table(model)
     if names is not None:
+        if not isinstance(names, (str, Iterable)) or isinstance(names, Mapping):
+            raise InputError(f"names must be a weight name or a list of them, got "
+                             f"{type(names).__name__} {names!r}.",
+                             fix="Pass e.g. names=['conv1.weight'] (lab.initializers lists "
+                             "them).")
         names = [names] if isinstance(names, str) else list(names)
         known = set(table["name"])
         for n in names:
@@ -239,6 +244,10 @@ def _dequantized(model: LabModel, node: ir.Node, data: np.ndarray
         return data, packed
 
 
+#: numpy.histogram's bin rules by name
+_BIN_RULES = ("auto", "fd", "doane", "scott", "stone", "rice", "sturges", "sqrt")
+
+
 def weight_histogram(model: LabModel, name: str, bins: int = 100):
     """A matplotlib Figure with the histogram of weight ``name`` (log count axis); of the
     weights packed 4-bit data holds, as :func:`weight_stats` describes them.
@@ -246,6 +255,13 @@ def weight_histogram(model: LabModel, name: str, bins: int = 100):
     Example:
         >>> fig = lab.weight_histogram("stem.conv.weight")
     """
+    # numpy's own ValueError otherwise; numpy's bin edges (a sequence) pass as they are
+    if isinstance(bins, bool) or (isinstance(bins, (int, np.integer))
+                                  and not 1 <= bins <= 10**6) \
+            or (isinstance(bins, str) and bins not in _BIN_RULES):
+        raise InputError(f"bins must be a number of bins from 1 to 1,000,000 or one of "
+                         f"numpy's rules ({', '.join(_BIN_RULES)}), got {bins!r}.",
+                         fix="Pass e.g. bins=100.")
     values, note = _as_weights(model, name, weight_values(model, name))
     title = f"{name} {tuple(values.shape)}" + (f": {note}" if note else "")
     # Drawn by onnx_lab.render (the "histogram" view of an array), through _display.

@@ -1500,6 +1500,10 @@ def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
             raise InputError(f"Cannot read feeds file {str(path)!r}: {e}.",
                              fix=npy_load_fix(e, "Write it with numpy.savez.", path)) from e
     items = [feeds] if isinstance(feeds, Mapping) else list(feeds)
+    if not items:  # [] ran nothing and failed later on its first sample (an IndexError)
+        raise InputError("feeds is an empty list: there is no sample to run.",
+                         fix="Pass one dict {input_name: numpy array} per sample, or "
+                         "feeds=None for seeded random inputs.")
     specs = input_specs(model)
     names = [s[0] for s in specs]
     out = []

@@ -24,7 +24,7 @@ import threading
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -95,6 +95,13 @@ def resolve_providers(providers: str | Sequence[str] | None) -> list[str]:
         return ["CPUExecutionProvider"]
     if isinstance(providers, str):
         providers = [p for p in providers.split(",") if p.strip()]
+    given = providers  # 5, [5], a dict: a TypeError or AttributeError below
+    providers = list(given) if isinstance(given, Iterable) and not isinstance(given, Mapping) \
+        else None
+    if providers is None or not all(isinstance(p, str) for p in providers):
+        raise ProviderError(f"providers must be a provider name or a list of them, got "
+                            f"{clip_text(repr(given), 200)}.",
+                            fix="Pass e.g. providers=['CPUExecutionProvider'] or 'cpu'.")
     out = []
     for p in providers:
         p = p.strip()

@@ -11,7 +11,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from onnx_lab.core.model import LabModel
@@ -43,7 +43,8 @@ def run_pass(model: LabModel, pass_name: str, matches: Sequence[str] | str | Non
     """
     if isinstance(matches, str):
         matches = [matches]
-    if matches is not None and not all(isinstance(m, str) for m in matches):
+    if matches is not None and (not isinstance(matches, Iterable)
+                                or not all(isinstance(m, str) for m in matches)):
         raise InputError(f"matches must be match ids (str), got {matches!r}.",
                          fix="Pass ids from lab.patterns().match_id.")
     p = get_pass(pass_name, matches=matches, **params)
@@ -63,7 +64,7 @@ def preset_passes(preset: str | Sequence[str]) -> list[str]:
                                fix=f"Presets: {', '.join(PRESETS)}; or pass a list of pass "
                                "names.")
         return list(PRESETS[preset])
-    names = list(preset)
+    names = list(preset) if isinstance(preset, Iterable) else []  # None, 5: no list of names
     if not names or not all(isinstance(n, str) for n in names):
         raise PassError(f"A preset must be a name or a non-empty list of pass names, got "
                         f"{preset!r}.", fix="Pass 'safe' or e.g. ['eliminate_identity'].")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -31,7 +31,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import fit_dims, named_shapes, shape_tuple
 from onnx_lab.core.subgraph import extract_graph, reached_inputs
 from onnx_lab.core.values import constant_producer
-from onnx_lab.errors import ExtractError, InputError, LabError, close_matches
+from onnx_lab.errors import ExtractError, InputError, LabError, clip_text, close_matches
 from onnx_lab.transforms.base import PassResult
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,10 @@ __all__ = ["extract_model", "boundary"]
 def _check_names(model: LabModel, names: Sequence[str], what: str) -> list[str]:
     if isinstance(names, str):
         names = [names]
+    elif not isinstance(names, Iterable) or isinstance(names, Mapping):  # outputs=5
+        raise ExtractError(f"{what}s must be a tensor name or a list of them, got "
+                           f"{clip_text(repr(names), 200)}.",
+                           fix=f"Pass {what}s=['name', ...] (names from lab.tensors).")
     idx = model.index
     out = []
     for n in names:

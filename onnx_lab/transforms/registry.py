@@ -15,7 +15,14 @@ from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel, sort_nodes
 from onnx_lab.core.provenance import stamp_origins
 from onnx_lab.core.source_map import carry_sources
-from onnx_lab.errors import PassError, PassParameterError, close_matches, unknown_name
+from onnx_lab.errors import (
+    InputError,
+    PassError,
+    PassParameterError,
+    clip_text,
+    close_matches,
+    unknown_name,
+)
 from onnx_lab.transforms.results import Match, Param, PassContext, PassResult
 from onnx_lab.transforms.rewrite import Rewrite
 
@@ -288,14 +295,19 @@ def pass_kind(name: str) -> str | None:
     """The registered kind of pass ``name``: ``"graph"`` for onnx_lab's own passes, ``"tool"``
     for wrappers, ``"edit"`` for edits; None if unknown."""
     _load_builtins()
-    entry = _REGISTRY.get(name)
+    entry = _REGISTRY.get(name) if isinstance(name, str) else None
     return entry.kind if entry is not None else None
 
 
 def get_pass(name: str, matches: Sequence[str] | None = None, **params: Any) -> LabPass:
     """An instance of pass ``name`` with ``params`` (validated: PassError on bad ones)."""
     _load_builtins()
-    if name not in _REGISTRY:
+    if isinstance(name, (list, tuple)):  # a list is no key of the registry (a TypeError)
+        raise InputError(f"A pass is named by one str, got a {type(name).__name__}: "
+                         f"{clip_text(repr(name), 200)}.",
+                         fix="Run several passes with lab.apply_preset([...]), one pass with "
+                         "lab.apply('name').")
+    if not isinstance(name, str) or name not in _REGISTRY:
         raise unknown_name("pass", name, _REGISTRY,
                            fix="See onnx_lab.transforms.available() (or `onnx-lab passes`).")
     return _REGISTRY[name].factory(matches=matches, **params)
