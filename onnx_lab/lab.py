@@ -242,6 +242,12 @@ def _int8_candidates(model: LabModel) -> list[str]:
     return [nid for nid, e in model.index.entries.items() if e.node.op_type in ops]
 
 
+def _one_or_more(names: Any) -> Any:
+    """A name given where a list of names is taken as the list of that name
+    (``block_list="Softmax"`` was read letter by letter: "Unknown node id or op type 'S'")."""
+    return [names] if isinstance(names, str) else names
+
+
 @strict_keywords
 def to_fp16(source: Any, keep_io_types: bool = True,
             block_list: Sequence[str] | None = None) -> Lab:
@@ -253,6 +259,7 @@ def to_fp16(source: Any, keep_io_types: bool = True,
     """
     from onnx_lab.numerics.quantize import fp16_model
 
+    block_list = _one_or_more(block_list)
     return _converted(source, fp16_model(source, keep_io_types, block_list), "fp16 conversion",
                       retry=lambda ids: fp16_model(source, keep_io_types, [*(block_list or ()),
                                                                             *ids]),
@@ -271,6 +278,7 @@ def to_int8_dynamic(source: Any, nodes_to_exclude: Sequence[str] | None = None,
     """
     from onnx_lab.numerics.quantize import int8_dynamic_model
 
+    nodes_to_exclude = _one_or_more(nodes_to_exclude)
     return _converted(source, int8_dynamic_model(source, nodes_to_exclude, reduce_range),
                       "dynamic int8 quantization",
                       retry=lambda ids: int8_dynamic_model(source, [*(nodes_to_exclude or ()),
@@ -289,6 +297,7 @@ def to_int8_static(source: Any, feeds: Any = None, n: int = 8,
     """
     from onnx_lab.numerics.quantize import int8_static_model
 
+    nodes_to_exclude = _one_or_more(nodes_to_exclude)
     return _converted(source, int8_static_model(source, feeds, n, nodes_to_exclude),
                       "static int8 quantization",
                       retry=lambda ids: int8_static_model(source, feeds, n,

@@ -98,3 +98,13 @@ def test_wrong_types_are_lab_errors(convnet, call, kind, words):
     assert words in str(e.value) and e.value.fix
     assert convnet.version_history.version.step == 0  # nothing was applied
 
+
+def test_one_name_where_a_list_is_taken_is_that_name(convnet):
+    # block_list="Relu" was read letter by letter: "Unknown node id or op type 'R'"
+    half = convnet.to_fp16(block_list="Relu")
+    one = convnet.to_fp16(block_list=["Relu"])
+    assert list(half.nodes["op_type"]) == list(one.nodes["op_type"])
+    q = convnet.to_int8_dynamic(nodes_to_exclude="/block1/conv/Conv")
+    q_list = convnet.to_int8_dynamic(nodes_to_exclude=["/block1/conv/Conv"])
+    assert set(q.nodes["node_id"]) == set(q_list.nodes["node_id"])
+    assert "/block1/conv/Conv" in set(q.nodes["node_id"])  # kept in float, not quantized

@@ -61,7 +61,7 @@ def _save(model: LabModel, path: Path) -> None:
 def _node_names(model: LabModel, ids: Iterable[str] | None, what: str) -> list[str]:
     """ONNX node names of node ids (ids are names when names are unique)."""
     out = []
-    for nid in ids or ():
+    for nid in ([ids] if isinstance(ids, str) else ids or ()):  # one id: not its letters
         node = model.index.node(nid)  # UnknownNameError with close matches
         if not node.name:
             raise InputError(f"{what}: node {nid!r} has no name, which the quantizer needs.",
@@ -92,7 +92,7 @@ def fp16_model(source: Any, keep_io_types: bool = True,
     model = resolve(source)[0]
     ops = {e.node.op_type for e in model.index.entries.values()}
     kept: set[str] = set()
-    for item in block_list or ():
+    for item in ([block_list] if isinstance(block_list, str) else block_list or ()):
         if item in model.index.entries:
             kept.add(item)
         elif item in ops:
