@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -56,6 +57,7 @@ from onnx_lab.numerics.verify import (
     report_rows,
     verify_extract,
 )
+from onnx_lab.runtime.feeds import read_feeds_file
 from onnx_lab.runtime.session import (
     default_load_ahead,
     default_load_problem,
@@ -96,7 +98,12 @@ def verify_options(verify_arg: bool | str | Mapping[str, Any]) -> dict[str, Any]
             raise InputError(f"Unknown verification option(s) {bad}.",
                              fix=f"Use any of {', '.join(VERIFY_OPTIONS)}.")
         verify_mode(verify_arg)
-        return {k: v for k, v in verify_arg.items() if k != "mode"}
+        opts = {k: v for k, v in verify_arg.items() if k != "mode"}
+        if isinstance(opts.get("feeds"), (str, os.PathLike)):
+            # read now: a step that changes nothing never verifies, and a missing or unreadable
+            # file went unnoticed (onnx-lab optimize --feeds nope.npz saved and exited 0)
+            opts["feeds"] = read_feeds_file(opts["feeds"])
+        return opts
     raise InputError(f"verify must be True, False, 'full', 'region' or a dict of options, got "
                      f"{verify_arg!r}.",
                      fix="Pass verify=True (default), verify='full', verify=False or "

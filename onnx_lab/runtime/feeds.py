@@ -40,7 +40,7 @@ from onnx_lab.core.source import resolve
 from onnx_lab.core.values import const_array
 from onnx_lab.errors import CacheError, DimError, InputError, LabError
 
-__all__ = ["make_feeds", "as_feed_list", "branch_feeds", "tree_samples", "cache_length_feeds", "past_length", "input_specs", "resolve_input_shapes", "mask_over_past", "widened_mask", "cache_switch_values",
+__all__ = ["make_feeds", "as_feed_list", "read_feeds_file", "branch_feeds", "tree_samples", "cache_length_feeds", "past_length", "input_specs", "resolve_input_shapes", "mask_over_past", "widened_mask", "cache_switch_values",
            "npy_load_fix", "Feeds"]
 
 Feeds = dict[str, np.ndarray]
@@ -1472,6 +1472,24 @@ def _raw_bytes_as(name: str, arr: np.ndarray, dtype: str | None, want: Any) -> n
         "dtype.")
 
 
+def read_feeds_file(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` feeds file by name (not yet checked against a model).
+
+    Raises:
+        InputError: no such file, or not one numpy.savez wrote.
+    """
+    path = user_path(path)
+    if not path.is_file():
+        raise InputError(f"Feeds file {str(path)!r} does not exist.",
+                         fix="Save inputs with numpy.savez(path, **{input_name: array}).")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise InputError(f"Cannot read feeds file {str(path)!r}: {e}.",
+                         fix=npy_load_fix(e, "Write it with numpy.savez.", path)) from e
+
+
 def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
                  shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0,
                  branches: bool = False) -> list[Feeds]:
@@ -1489,16 +1507,7 @@ def as_feed_list(feeds: Any, source: Any, dims: Mapping[str, int] | None = None,
             return branch_feeds(model, dims, shapes, seed=seed)
         return [make_feeds(model, dims, shapes, seed=seed)]
     if isinstance(feeds, (str, Path)):
-        path = user_path(feeds)
-        if not path.is_file():
-            raise InputError(f"Feeds file {str(path)!r} does not exist.",
-                             fix="Save inputs with numpy.savez(path, **{input_name: array}).")
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                feeds = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as e:
-            raise InputError(f"Cannot read feeds file {str(path)!r}: {e}.",
-                             fix=npy_load_fix(e, "Write it with numpy.savez.", path)) from e
+        feeds = read_feeds_file(feeds)
     items = [feeds] if isinstance(feeds, Mapping) else list(feeds)
     if not items:  # [] ran nothing and failed later on its first sample (an IndexError)
         raise InputError("feeds is an empty list: there is no sample to run.",

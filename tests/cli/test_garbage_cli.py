@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from models import big_weight_model
@@ -131,4 +132,34 @@ def test_sane_values_still_work(capsys, model, tmp_path):
     """No false alarm: the bounds leave ordinary values alone."""
     assert main(["profile", str(model), "--runs", "2", "--threads", "2", "--warmup", "1"]) == 0
     assert main(["summary", "sample:transformer_block", "--dims", "batch=2,seq=16"]) == 0
+    capsys.readouterr()
+
+
+def _relu_model(path: Path) -> Path:
+    """One Relu: no pass of the safe preset changes it, so no step is verified."""
+    onnx.save(onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3] x) => (float[2, 3] y) { y = Relu(x) }"""), str(path))
+    return path
+
+
+@pytest.mark.parametrize("feeds", ["nope.npz", "not_npz.json"])
+def test_a_feeds_file_is_read_even_when_no_step_is_verified(capsys, tmp_path, feeds):
+    # the file was read only by a step's verification: on a model no pass changes,
+    # optimize --feeds nope.npz saved the output and exited 0
+    m = _relu_model(tmp_path / "m.onnx")
+    (tmp_path / "not_npz.json").write_text('{"x": [1, 2, 3]}')
+    out = tmp_path / "o.onnx"
+    line = _one_line(capsys, ["optimize", str(m), str(out), "--feeds", str(tmp_path / feeds)])
+    assert str(tmp_path / feeds) in line and not out.exists()
+    import onnx_lab
+    from onnx_lab.errors import InputError
+
+    lab = onnx_lab.open(m)
+    with pytest.raises(InputError, match="(?i)feeds file"):
+        lab.apply_preset("safe", verify={"feeds": str(tmp_path / feeds)})
+    with pytest.raises(InputError, match="(?i)feeds file"):
+        lab.apply("fold_constants", verify={"feeds": str(tmp_path / feeds)})
+    np.savez(tmp_path / "ok.npz", x=np.ones((2, 3), np.float32))  # a good file still works
+    assert main(["optimize", str(m), str(out), "--feeds", str(tmp_path / "ok.npz")]) == 0
     capsys.readouterr()
