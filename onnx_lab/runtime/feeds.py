@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -1437,6 +1438,37 @@ def _checked_container(name: str, dtype: str, value: Any) -> Any:
     return value if value is None or isinstance(value, (list, Mapping)) else np.asarray(value)
 
 
+def _is_numpy_file(path: Any) -> bool:
+    """Whether ``path`` starts as a .npy (``\\x93NUMPY``) or a .npz (a zip) file does."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(6).startswith((b"\x93NUMPY", b"PK"))
+    except OSError:
+        return False
+
+
+def npy_load_reason(error: Exception, path: Any) -> str:
+    """Why ``numpy.load(path, allow_pickle=False)`` failed, for the problem of a message:
+    numpy's words for a .npy/.npz file, else that it is none (numpy says "This file contains
+    pickled (object) data. If you trust the file you can load it unsafely..." of a JSON or a
+    model's .data file, which is no pickle and no advice to follow)."""
+    if _is_numpy_file(path):
+        return str(error).rstrip(".")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return "it could not be read"
+    return f"it starts with {head!r}, where a .npy file starts with b'\\x93NUMPY' and a .npz " \
+        "file with b'PK'"
+
+
+def missing_file_problem(path: Any, what: str) -> str:
+    """The problem of a file path that names no file: a folder, or nothing."""
+    return f"{what} {str(path)!r} is a folder, not a file" if os.path.isdir(path) else \
+        f"{what} {str(path)!r} does not exist"
+
+
 def npy_load_fix(error: Exception, default: str, path: Any = None) -> str:
     """The fix for a failed ``numpy.load(..., allow_pickle=False)``: an object array (strings
     held as Python objects) needs pickle, which onnx_lab does not load from a file. numpy
@@ -1480,13 +1512,13 @@ def read_feeds_file(path: str | Path) -> dict[str, np.ndarray]:
     """
     path = user_path(path)
     if not path.is_file():
-        raise InputError(f"Feeds file {str(path)!r} does not exist.",
+        raise InputError(f"{missing_file_problem(path, 'Feeds file')}.",
                          fix="Save inputs with numpy.savez(path, **{input_name: array}).")
     try:
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:
-        raise InputError(f"Cannot read feeds file {str(path)!r}: {e}.",
+        raise InputError(f"Cannot read feeds file {str(path)!r}: {npy_load_reason(e, path)}.",
                          fix=npy_load_fix(e, "Write it with numpy.savez.", path)) from e
 
 

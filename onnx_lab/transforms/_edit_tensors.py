@@ -19,7 +19,7 @@ from onnx_lab.core.values import (
     rename_value,
 )
 from onnx_lab.errors import InputError, PassError, unknown_name
-from onnx_lab.runtime.feeds import npy_load_fix
+from onnx_lab.runtime.feeds import npy_load_fix, npy_load_reason
 from onnx_lab.transforms._edit_base import _EditPass, _node
 from onnx_lab.transforms.base import (
     Match,
@@ -200,12 +200,13 @@ def _load_array(source: Any, name: str) -> np.ndarray:
     if isinstance(source, (str, Path)):
         p = user_path(source)
         if not p.is_file():
-            raise InputError(f"No file {str(p)!r} for initializer {name!r}.",
-                             fix="Pass the path of a .npy or .npz file.")
+            what = f"The value {str(p)!r} for initializer {name!r} is a folder, not a file" \
+                if p.is_dir() else f"No file {str(p)!r} for initializer {name!r}"
+            raise InputError(f"{what}.", fix="Pass the path of a .npy or .npz file.")
         try:
             data = np.load(p, allow_pickle=False)
         except (OSError, ValueError) as e:
-            raise InputError(f"Cannot read {str(p)!r} as .npy/.npz: {e}",
+            raise InputError(f"Cannot read {str(p)!r} as .npy/.npz: {npy_load_reason(e, p)}.",
                              fix=npy_load_fix(e, "Save the array with numpy.save or "
                                               "numpy.savez.", p)) from e
         if isinstance(data, np.lib.npyio.NpzFile):

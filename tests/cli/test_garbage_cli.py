@@ -163,3 +163,24 @@ def test_a_feeds_file_is_read_even_when_no_step_is_verified(capsys, tmp_path, fe
     np.savez(tmp_path / "ok.npz", x=np.ones((2, 3), np.float32))  # a good file still works
     assert main(["optimize", str(m), str(out), "--feeds", str(tmp_path / "ok.npz")]) == 0
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("flag", ["--feeds", "--replace-init"])
+def test_a_file_that_is_no_npy_is_not_called_pickled_data(capsys, tmp_path, flag):
+    # numpy.load says "This file contains pickled (object) data. If you trust the file you can
+    # load it unsafely using the `allow_pickle=` keyword..." of any file that is no .npy/.npz:
+    # a JSON is no pickle, and the advice is one to never follow; a folder "did not exist"
+    m = tmp_path / "m.onnx"
+    onnx.save(onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3] x) => (float[2, 3] y) <float[3] W = {1.0, 2.0, 3.0}> { y = Add(x, W) }
+        """), str(m))
+    (tmp_path / "x.json").write_text('{"x": [1, 2, 3]}')
+    (tmp_path / "d").mkdir()
+    out = str(tmp_path / "o.onnx")
+    for path, words in ((tmp_path / "x.json", "starts with b'{\"x\""), (tmp_path / "d", "folder")):
+        value = str(path) if flag == "--feeds" else f"W={path}"
+        argv = ["optimize", str(m), out, "--feeds", value] if flag == "--feeds" else \
+            ["edit", str(m), out, "--replace-init", value]
+        line = _one_line(capsys, argv)
+        assert words in line and "pickle" not in line and "does not exist" not in line, line
