@@ -149,11 +149,16 @@ def parse_dims(items: Sequence[str] | None, what: str = "--dims",
             if not sep or not name.strip():
                 raise InputError(f"{what} {part!r} is not NAME=VALUE.", fix=f"Write {example}.")
             try:
-                out[name.strip()] = int(value)
+                size = int(value)
             except ValueError:
                 raise InputError(f"{what} {part[:80]!r}: {value[:40]!r} is not an integer.",
                                  fix=f"Write {example}.") from None
-            if abs(out[name.strip()]) > _MAX_DIM:
+            name = name.strip()
+            if out.get(name, size) != size:  # the last one silently won
+                raise InputError(f"{what} gives {name!r} two sizes, {out[name]} and {size}.",
+                                 fix=f"Give {name!r} one size.")
+            out[name] = size
+            if abs(out[name]) > _MAX_DIM:
                 raise InputError(f"{what} {part[:80]!r}: no tensor dim is that large (at most "
                                  f"2**40).", fix=f"Write {example}.")
     return out

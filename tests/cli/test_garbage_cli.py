@@ -109,6 +109,11 @@ def model(tmp_path) -> Path:
     (["summary", "sample:transformer_block", "--dims", "batch=99999999999999999999999"],
      "--dims"),
     (["summary", "sample:transformer_block", "--dims", "batch=" + "9" * 5000], "--dims"),
+    (["summary", "sample:transformer_block", "--dims", "batch=1,batch=2"], "two sizes"),
+    (["summary", "sample:transformer_block", "--dims", "batch=1", "--dims", "batch=4"],
+     "two sizes"),
+    (["fix-dims", "sample:transformer_block", "{t}/f.onnx", "batch=1", "--dims", "batch=2"],
+     "two sizes"),
     (["compare", "{m}", "{m}", "--shape", "x:99999999999999x256"], "--shape"),
     (["report", "{m}", "-o", "/"], "is a folder"),
     (["compare", "sample:transformer_block", "sample:transformer_block", "--dims",
@@ -132,6 +137,9 @@ def test_sane_values_still_work(capsys, model, tmp_path):
     """No false alarm: the bounds leave ordinary values alone."""
     assert main(["profile", str(model), "--runs", "2", "--threads", "2", "--warmup", "1"]) == 0
     assert main(["summary", "sample:transformer_block", "--dims", "batch=2,seq=16"]) == 0
+    # one dim given twice with one size is no contradiction
+    assert main(["summary", "sample:transformer_block", "--dims", "batch=2", "--dims",
+                 "batch=2"]) == 0
     capsys.readouterr()
 
 
