@@ -182,6 +182,8 @@ def _checker(lm: LabModel) -> list[dict]:
             m2 = re.search(r"node (?:name|with name)[:\s]+'?([^'\s)]+)", text)
             return rows + _stale_rows(stale) + [_row(
                 "error", "checker", m2.group(1) if m2 else None, f"onnx.checker: {first[:500]}",
+                _ir_version_fix(m.ir_version, onnx.IR_VERSION, "onnx")
+                if _IR_TOO_NEW_CHECKER.search(text) else
                 "Fix the node or attribute named; lab.nodes shows the graph.")]
         except onnx.shape_inference.InferenceError as e:
             text = str(e).strip().splitlines()[0] if str(e).strip() else "shape inference failed"
@@ -950,6 +952,21 @@ def _proto_size(lm: LabModel) -> list[dict]:
 _NO_KERNEL = re.compile(r"implementation for (\w+)\((\d+)\) node with name '([^']*)'")
 _NO_OP_TAIL = ") is not a registered function/op"
 
+# a model file of an IR version newer than the reader: onnx's checker and onnxruntime's words
+_IR_TOO_NEW_CHECKER = re.compile(r"ir_version (\d+) is higher than the checker's")
+_IR_TOO_NEW_ORT = re.compile(r"Unsupported model IR version: (\d+), max supported IR version: "
+                             r"(\d+)")
+
+
+def _ir_version_fix(version: int | None, top: int, reader: str) -> str:
+    """The fix for a file whose IR version (the file format's, not an opset) ``reader``
+    does not read: no op conversion changes it."""
+    return (f"The file says IR version {version}; this {reader} reads up to {top}. Upgrade "
+            f"{reader} (pip install -U {reader}), or, if the exporter wrote a higher number "
+            f"than the file needs, write the model again with ir_version {top} (onnx: "
+            f"m = onnx.load(path); m.ir_version = {top}; onnx.save(m, new_path)) and check "
+            "that copy.")
+
 
 def _inference_node(text: str) -> str | None:
     """The node an ONNX inference error names (``... Node (name) ...``), found with str.find:
@@ -1042,7 +1059,10 @@ def _load_rows(lm: LabModel, p: str) -> list[dict]:
             return rows
         else:
             msg = f"{p} cannot load the model: {e.problem}"
+        ir_max = _IR_TOO_NEW_ORT.search(text)
         rows.append(_row("error", "provider_load", node_id, msg,
+                         _ir_version_fix(lm.ir.ir_version, int(ir_max.group(2)), "onnxruntime")
+                         if ir_max else
                          "Replace or convert the op (lab.convert_opset, a decomposition), "
                          "or use a provider/onnxruntime build that has it."))
     return rows

@@ -613,3 +613,25 @@ def test_a_shape_input_stored_as_external_data_is_an_error_that_save_fixes(tmp_p
     assert lab.model.external_tensors()  # w is in the data file
     assert "external_value_input" not in set(lab.check(load=False).code)
     ort.InferenceSession(str(tmp_path / "w.onnx"), providers=["CPUExecutionProvider"])
+
+
+def test_an_ir_version_from_the_future_gets_a_fix_that_works(tmp_path):
+    # no op conversion changes the file format's version: the fix said "Fix the node or
+    # attribute named" and "convert_opset", neither of which helps
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2])], [_vi("y", [2])],
+               ir_version=99)
+    path = tmp_path / "ir99.onnx"
+    onnx.save(m, path)
+    df = check(str(path))
+    rows = df.loc[df.code.isin(["checker", "provider_load"])]
+    assert len(rows) >= 1, df
+    for row in rows.itertuples():
+        assert "IR version 99" in row.fix and "convert_opset" not in row.fix, row.fix
+        assert "m.ir_version = " in row.fix
+    # following it: the copy the fix names checks clean
+    top = int(rows.iloc[0].fix.split("m.ir_version = ")[1].split(";")[0])
+    fixed = onnx.load(path)
+    fixed.ir_version = top
+    onnx.save(fixed, tmp_path / "fixed.onnx")
+    again = check(str(tmp_path / "fixed.onnx"))
+    assert not (again.severity == "error").any(), again
