@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from onnx_lab.analysis.summary import summarize
 from onnx_lab.analysis.tables import initializers_table, nodes_table, tensors_table
 from onnx_lab.core.history import History
 from onnx_lab.core.outputs import input_files, refuse_inputs, write_atomic
-from onnx_lab.core.source import resolve
+from onnx_lab.core.source import load_source, resolve
 from onnx_lab.errors import LabError, strict_keywords
 from onnx_lab.lab import profile as lab_profile  # the one door: the run and the cost's peak
 from onnx_lab.numerics.compare import compare as run_compare
@@ -98,6 +99,10 @@ def report_results(source: Any, *, title: str | None = None, graph: bool = True,
         >>> res.profile.memory.predicted_activation_bytes
     """
     r = resolve(source, dims, shapes)
+    if isinstance(against, (str, PathLike)):
+        # a path that opens no model (a typo, a folder) is the caller's error, not a section
+        # that failed: nothing is written (the graph is read here, its weights when used)
+        load_source(against, lazy=True)
     res = ReportResults(model=r, source=source, title=title, graph=graph, against=against,
                         max_nodes=max_nodes, max_views=max_views, budget_s=budget_s,
                         timeout=timeout)

@@ -89,6 +89,9 @@ def load_model(source: object, *, mmap: bool = False,
         proto = _parse_bytes(bytes(source), "the given bytes")
         return LabModel(build_model(proto, "the given bytes", base), source=proto)
     if isinstance(source, (str, os.PathLike)):
+        if not os.fspath(source):  # Path('') is '.': it read "the current folder is a folder"
+            raise ModelLoadError("The model path is empty.",
+                                 fix="Pass the path of the .onnx file, e.g. 'model.onnx'.")
         if base is not None and base != Path(source).parent.resolve():
             raise InputError(
                 f"base_dir={str(base_dir)!r} was given with the path {str(source)!r}: a model "

@@ -90,6 +90,8 @@ def backends(providers: str | Sequence[str] | None, notes: list[str], *,
         return provs, False
     names = [p.strip() for p in providers.split(",")] if isinstance(providers, str) \
         else list(providers)
+    if not names or not any(isinstance(n, str) and n.strip() for n in names):
+        resolve_providers(names)  # [] or '': "No execution provider given" with its fix
     if not openvino and any(is_openvino(n) for n in names):
         raise ProviderError("Generation profiling runs onnxruntime sessions only.",
                             fix="Use providers='cpu' (or cuda).")

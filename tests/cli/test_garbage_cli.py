@@ -192,3 +192,33 @@ def test_a_file_that_is_no_npy_is_not_called_pickled_data(capsys, tmp_path, flag
             ["edit", str(m), out, "--replace-init", value]
         line = _one_line(capsys, argv)
         assert words in line and "pickle" not in line and "does not exist" not in line, line
+
+
+def test_a_report_against_a_missing_model_is_refused_before_writing(capsys, model, tmp_path):
+    # it wrote the report with two failed-section notes and exited 0: a typo in --against
+    # read as a finished report
+    out = tmp_path / "r.html"
+    line = _one_line(capsys, ["report", str(model), "-o", str(out), "--against",
+                              str(tmp_path / "nope.onnx")])
+    assert "nope.onnx" in line and "does not exist" in line
+    assert not out.exists()
+    assert main(["report", str(model), "-o", str(out), "--against", str(model)]) == 0
+    assert out.exists()
+    capsys.readouterr()
+
+
+def test_an_empty_model_path_is_called_empty(capsys):
+    # Path('') is '.': it read "'<the current folder>' is a directory, not a model file"
+    line = _one_line(capsys, ["summary", ""])
+    assert "path is empty" in line and "directory" not in line
+
+
+def test_an_empty_provider_list_names_the_fix(model):
+    import onnx_lab
+    from onnx_lab.errors import ProviderError
+
+    lab = onnx_lab.open(model)
+    with pytest.raises(ProviderError) as e:  # "No provider could profile the model." alone
+        lab.profile(providers=[])
+    assert "No execution provider given" in str(e.value) and "CPUExecutionProvider" in \
+        e.value.fix
