@@ -21,8 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fixed timed runs (default: until the median is stable or --budget "
                    "is spent)")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                   help="time budget of the profile (and of the batch sweep) when --runs is "
-                   "not given (default 6 s each)")
+                   help="time budget of the profile (and of the batch sweep; default 6 s "
+                   "each when --runs is not given); with --runs, a cap on those runs")
     p.add_argument("--warmup", type=int, default=None,
                    help="untimed runs first (default 5; with --generate: generations, default 1)")
     p.add_argument("--feeds", default=None, help=".npz file with one array per input")
@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--generate", type=int, default=None, metavar="N",
                    help="profile greedy generation of a decoder LLM instead: the prefill of "
                    "--prompt tokens and N decode steps, the KV cache fed back")
-    p.add_argument("--prompt", default="16", metavar="P",
+    p.add_argument("--prompt", default=None, metavar="P",
                    help="with --generate: prompt length (random ids), or comma-separated "
                    "token ids (default 16)")
     p.add_argument("--profile-runs", type=int, default=None, metavar="K",
@@ -67,6 +67,11 @@ def _profile(args: argparse.Namespace) -> int:
 
     if args.generate is not None:
         return _generate(args)
+    if args.prompt is not None:  # it was dropped without a word
+        raise InputError(f"--prompt {args.prompt!r} is given without --generate: a plain "
+                         "profile runs the model's own inputs, not a prompt.",
+                         fix="Add --generate N (N decode steps after the prompt), or drop "
+                         "--prompt.")
     sizes = _ints(args.batch_sweep, "--batch-sweep") if args.batch_sweep else None
     lab = open_from_args(args)
     dims = None
@@ -150,7 +155,7 @@ def _generate(args: argparse.Namespace) -> int:
         raise InputError("--generate and --batch-sweep cannot be combined.",
                          fix="Run them as two commands.")
     lab = open_from_args(args)
-    g = lab.profile_generation(prompt=_prompt(args.prompt), new_tokens=args.generate,
+    g = lab.profile_generation(prompt=_prompt("16" if args.prompt is None else args.prompt), new_tokens=args.generate,
                                providers=args.providers, runs=args.runs, budget_s=args.budget,
                                warmup=1 if args.warmup is None else args.warmup,
                                profile_runs=args.profile_runs, threads=args.threads,

@@ -204,6 +204,10 @@ def _parse_params(items: Sequence[str] | None, tool: str | None) -> dict[str, di
 
 def _verify_arg(args: argparse.Namespace) -> bool | dict[str, Any]:
     if args.no_verify:
+        if getattr(args, "feeds", None):  # the feeds serve verification alone: dropped unread
+            raise InputError("--feeds is given with --no-verify: the feeds are the inputs "
+                             "verification runs, and nothing is verified.",
+                             fix="Drop --no-verify to verify on those inputs, or drop --feeds.")
         return False
     return {"feeds": args.feeds} if getattr(args, "feeds", None) else True
 

@@ -375,6 +375,10 @@ def audit(paths: str | os.PathLike | Iterable[str | os.PathLike],
     if not found:
         raise InputError(f"No .onnx file found under {', '.join(map(str, paths))}.",
                          fix="Pass model files or folders that hold .onnx files.")
+    if engine == "local" and scheduler is not None:  # the scheduler was dropped silently
+        raise InputError("engine='local' runs the models on this machine; a Dask scheduler "
+                         "was given too.", fix="Drop engine (a scheduler means engine='dask'; "
+                         "--engine on the command line), or drop the scheduler.")
     engine = engine or ("dask" if scheduler is not None else "local")
     if threads is None and scheduler is None:  # the models run on this machine
         threads = max(1, (os.cpu_count() or 1) // workers)

@@ -222,3 +222,17 @@ def test_an_empty_provider_list_names_the_fix(model):
         lab.profile(providers=[])
     assert "No execution provider given" in str(e.value) and "CPUExecutionProvider" in \
         e.value.fix
+
+
+@pytest.mark.parametrize("argv,flag", [
+    # each option was dropped without a word
+    (["profile", "{m}", "--prompt", "8", "--runs", "1"], "--generate"),
+    (["optimize", "{m}", "{t}/o.onnx", "--no-verify", "--feeds", "{t}/f.npz"], "--no-verify"),
+    (["audit", "{m}", "--out", "{t}/a", "--engine", "local", "--scheduler",
+      "tcp://127.0.0.1:8786"], "engine='local'"),
+])
+def test_an_option_that_would_be_ignored_is_refused(capsys, model, tmp_path, argv, flag):
+    np.savez(tmp_path / "f.npz", x=np.zeros((1, 1), np.float32))
+    args = [a.replace("{m}", str(model)).replace("{t}", str(tmp_path)) for a in argv]
+    assert flag in _one_line(capsys, args)
+    assert not (tmp_path / "o.onnx").exists() and not (tmp_path / "a").exists()
