@@ -13,14 +13,14 @@ from onnx import helper, numpy_helper
 import onnx_lab
 
 
-def _model(theta_shift: float = 0.0) -> onnx.ModelProto:
+def _model(theta_shift: float = 0.0, level: float = -487.0) -> onnx.ModelProto:
     # log-likelihoods near -487 (float16 steps of 0.25 there), normalized by their reshaped
     # log-sum-exp and exponentiated: what skl2onnx writes for GaussianNB.predict_proba (the
     # Reshape, which onnxruntime runs in float16, is where exposing lse rounds what Sub reads)
     rng = np.random.default_rng(0)
     theta = rng.standard_normal((3, 4)).astype(np.float32) + theta_shift
     sigma = np.full((3, 4), 2.0, np.float32)
-    prior = np.array([-487.0, -486.5, -487.25], np.float32)  # float16 values, large
+    prior = np.array([0.0, 0.5, -0.25], np.float32) + level  # float16 values, large
     nodes = [helper.make_node("Sub", ["x", "theta"], ["d"], name="sub"),
              helper.make_node("Pow", ["d", "two"], ["d2"], name="pow"),
              helper.make_node("Div", ["d2", "sigma"], ["q"], name="div"),
@@ -45,7 +45,10 @@ def _feeds() -> dict[str, np.ndarray]:
 
 
 def _run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
-    return ort.InferenceSession(model.SerializeToString(),
+    # as compare runs them: graph optimizations disabled
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so,
                                 providers=["CPUExecutionProvider"]).run(["y"], feeds)[0]
 
 
@@ -79,3 +82,20 @@ def test_a_wrong_weight_still_fails_on_the_plain_run():
     cmp = onnx_lab.compare(ref, bad, feeds=feeds)
     assert not cmp.passed and not cmp.outputs["passed"].any(), cmp.summary_text()
     assert cmp.outputs.iloc[0]["max_abs"] == np.abs(c.astype(np.float64) - r).max()
+
+
+def test_a_passing_comparison_reports_the_plain_runs_numbers():
+    # log-likelihoods near -20 (float16 steps of 1/64): the exposed log-sum-exp's rounding
+    # moves the probabilities within the fp16 rule, so the comparison passed and read the
+    # capture's max_abs (BERT-base in float16: 0.0109 where fresh sessions give 0.0108)
+    ref = _model(level=-20.0)
+    half = onnx_lab.to_fp16(onnx_lab.open(ref)).model.to_proto()
+    feeds = _feeds()
+    truth = np.abs(_run(half, feeds).astype(np.float64) - _run(ref, feeds)).max()
+    cmp = onnx_lab.compare(ref, half, feeds=feeds)
+    assert cmp.passed, cmp.summary_text()
+    layers = cmp.layers.set_index("tensor")
+    assert layers.loc["lp", "max_abs"] > truth  # the capture's rounding, kept in the layers
+    out = cmp.outputs.iloc[0]
+    assert out["max_abs"] == truth
+    assert "from a run of the outputs alone" in out["note"]
