@@ -71,7 +71,20 @@ def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFra
         if not isinstance(nid, str) or nid not in idx.entries or nid in makers:
             continue
         if all(ok(n) for n in _data_inputs(idx.node(nid), idx, makers)):
-            return found(row)
+            start = _two_ways_origin(nid, idx, makers, layers, ok)
+            if start is None:
+                return found(row)
+            # its inputs agree only as one overflow shown two ways: they differ, and the
+            # node that made them is where the models part (a Clip at 65504 whose max
+            # became inf was passed over for the Div after it)
+            origin, (inf_ref, inf_cand) = start
+            div = found(origin)
+            div["max_abs"] = math.inf  # an infinity against a finite value
+            div["two_ways"] = {"inf_ref": inf_ref, "inf_cand": inf_cand,
+                               "dtype": origin.cand_dtype, "tensor": row.tensor,
+                               "node_id": nid, "op_type": row.op_type,
+                               "max_abs": float(row.max_abs)}
+            return div
     # A graph output made from weights alone (skl2onnx's ``class_labels``, an Identity of a
     # constant): no node computes on it, so its differing weight is the divergence (it was
     # "no first divergence" while the output failed).
@@ -81,6 +94,56 @@ def _first_divergence(model: LabModel, layers: pd.DataFrame, outputs: pd.DataFra
                 and row.node_id in idx.entries and row.node_id in makers:
             return found(row)
     return None
+
+
+def _inf_counts(row: Any) -> tuple[int, int]:
+    """(the reference's, the candidate's) infinities of a layers row."""
+    def count(v: Any) -> int:
+        return int(v) if isinstance(v, (int, float, np.number)) and v == v else 0
+    return count(getattr(row, "inf_ref", 0)), count(getattr(row, "inf_cand", 0))
+
+
+def _two_ways_origin(nid: str, idx: Any, makers: set[str], layers: pd.DataFrame,
+                     ok: Any) -> tuple[Any, tuple[int, int]] | None:
+    """(the layers row, its (reference, candidate) infinities) of the node where an input of
+    ``nid`` that passed as one narrow-float overflow shown two ways began: a passing row
+    whose sides hold different numbers of infinities (one side's inf facing the other's
+    largest finite float16 value, 65504, of the same sign, which the metrics take for
+    one overflow: onnxruntime's float16 Conv saturates at 65504 where another kernel gives
+    inf), followed up to the first node whose own inputs hold no such row. In fresh
+    sessions those values differ; where a node after them fails, they are where the models
+    part: a Clip at 65504 whose max became inf gives inf where the reference's gives 65504,
+    and the Div after it was blamed ('its inputs agree'). None when no input is such a
+    row."""
+    first: dict[str, Any] = {}
+    for row in layers.itertuples(index=False):
+        first.setdefault(row.tensor, row)
+
+    def two_ways(name: str) -> Any:
+        row = first.get(name)
+        if row is None or not bool(row.passed):
+            return None
+        inf_r, inf_c = _inf_counts(row)
+        return row if inf_r != inf_c else None
+
+    found = None
+    seen = {nid}
+    while True:
+        nxt = None
+        for n in _data_inputs(idx.node(nid), idx, makers):
+            row = two_ways(n)
+            pid = idx.producer.get(n)
+            if row is None or pid is None or pid in makers or pid in seen or \
+                    row.node_id != pid or not all(
+                        ok(m) for m in _data_inputs(idx.node(pid), idx, makers)):
+                continue
+            nxt = (row, pid)
+            break
+        if nxt is None:
+            return found
+        row, nid = nxt
+        seen.add(nid)
+        found = (row, _inf_counts(row))
 
 
 def _nonfinite_rows(layers: pd.DataFrame) -> pd.DataFrame:
@@ -125,7 +188,8 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
             div.update(cause="weights", constant=maker, constant_tensor=v.name,
                        constant_max_abs=err,
                        message=f"{node.op_type} {nid}: its input {v.name!r} "
-                       f"({idx.node(maker).op_type} {maker}) differs, max_abs {err:.3g}")
+                       f"({idx.node(maker).op_type} {maker}) differs, max_abs {err:.3g}"
+                       + _two_ways_text(div, "; "))
             return
     if ref_dict is None:
         differing = _differing_weights(node, cand, div.get("cand_node_id"), model)
@@ -140,12 +204,20 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
                        message=f"{node.op_type} {nid}: {whose} {name!r}"
                        + (f" (in the candidate {renamed!r})" if renamed else "")
                        + f", which differs{how}, "
-                       f"max_abs {err:.3g}")
+                       f"max_abs {err:.3g}" + _two_ways_text(div, "; "))
             return
     # A graph input is the same feed on both sides (never a row of ``layers``): it agrees.
     fed = {v.name for v in model.graph.inputs}
     compared = all(n in rows.index or n in fed for n in _data_inputs(node, idx, makers))
     div["cause"] = "computation" if compared else "inputs"
+    if compared and div.get("two_ways"):
+        changed = "; ".join(x for x in (
+            _input_order(node, cand, div.get("cand_node_id"), rows, fed),
+            _attribute_changes(node, cand, div.get("cand_node_id"))) if x)
+        div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree"
+                          + _two_ways_text(div, ", ")
+                          + (f"; in the candidate {changed}" if changed else ""))
+        return
     overflow = _overflow(rows, div["tensor"])
     if overflow is not None:
         div["overflow"] = overflow
@@ -239,6 +311,23 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
                       + "; an input of it has no "
                       "counterpart to compare, so it may only receive different inputs "
                       f"(compare(..., confirm=True) checks){where}")
+
+
+def _two_ways_text(div: dict[str, Any], sep: str) -> str:
+    """What a divergence found by :func:`_two_ways_origin` holds, and the failing node after
+    it; "" for any other divergence."""
+    t = div.get("two_ways")
+    if not t:
+        return ""
+    dtype = t["dtype"] if t["dtype"] in _NARROW_MAX else "float16"
+    top = f"{dtype}'s largest finite value ({_NARROW_MAX[dtype]:.6g}) or beyond it"
+    held = (f"{t['inf_cand'] - t['inf_ref']} inf where the reference holds {top}"
+            if t["inf_cand"] > t["inf_ref"] else
+            f"{top} where the reference holds {t['inf_ref'] - t['inf_cand']} inf")
+    return (f"{sep}its output holds {held}, which its row passes as one overflow shown two "
+            f"ways (a float16 kernel that saturates at 65504 against one that gives inf); "
+            f"{t['op_type']} {t['node_id']} after it turns them into a difference (its output "
+            f"{t['tensor']!r} fails, max_abs {t['max_abs']:.3g})")
 
 
 #: The largest finite value of the narrow floats a candidate may overflow.
@@ -643,6 +732,11 @@ def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None,
             continue
         if x.dtype.kind not in "fiub":
             continue
+        if x.dtype.kind == "f" and (np.isfinite(x) != np.isfinite(y)).any():
+            # a stored infinity against a finite value differs: the metrics take a float16
+            # inf facing 65504 for one overflow shown two ways (a kernel that saturates), and
+            # no kernel made a weight (a Clip's max 65504 become inf was no weight change)
+            return a.name or "", math.inf, "", renamed
         _name, rule = rule_for(_dtype_name(x), output=False)
         m = tensor_metrics(x, y, rule=rule, statistics=False)
         if not m["passed"]:

@@ -356,3 +356,57 @@ def test_a_nan_attribute_on_both_sides_is_no_change():
     d = compare(ref, cand, feeds=x).first_divergence
     assert d["node_id"] == "imp" and "imputed_value_floats" in d["message"], d
     assert "replaced_value_float" not in d["message"], d["message"]
+
+
+def _clip_model(hi: float, opset: int = 17) -> onnx.ModelProto:
+    # float16 throughout: x * 1e4 overflows to inf beyond |x| 6.55, the Clip's max (65504,
+    # float16's largest finite value) saturates it, the Div scales it back
+    f16 = onnx.TensorProto.FLOAT16
+    attrs = {"min": -65504.0, "max": float(hi)} if opset < 11 else {}
+    names = ["b"] if opset < 11 else ["b", "lo", "hi"]
+    nodes = [helper.make_node("Cast", ["x"], ["x16"], to=f16),
+             helper.make_node("Mul", ["x16", "big"], ["b"], name="mul"),
+             helper.make_node("Clip", names, ["c"], name="clip", **attrs),
+             helper.make_node("Div", ["c", "k"], ["s"], name="div"),
+             helper.make_node("Cast", ["s"], ["y"], to=onnx.TensorProto.FLOAT)]
+    values = [("big", 1e4), ("k", 1e4)] + ([("lo", -65504), ("hi", hi)] if opset >= 11 else [])
+    inits = [numpy_helper.from_array(np.array(v, np.float16), n) for n, v in values]
+    return make_model(nodes, [vi("x", [2, 4])], [vi("y", [2, 4])], inits, opset=opset)
+
+
+def test_a_clip_at_float16s_max_that_became_inf_is_the_divergence():
+    # The candidate's Clip max is inf instead of 65504. Its output holds inf where the
+    # reference's holds 65504, which the metrics take for one overflow shown two ways (a
+    # float16 Conv saturates at 65504 where another kernel gives inf: c6a595d) and pass; the
+    # Div after it was blamed, 'its inputs agree'. In fresh sessions the Clip is the first
+    # node whose output differs while its inputs agree.
+    import onnxruntime as ort
+
+    x = {"x": np.linspace(-20, 20, 8, dtype=np.float32).reshape(2, 4)}
+    for opset, cause in ((17, "weights"), (10, "computation")):
+        ref, cand = _clip_model(65504.0, opset), _clip_model(np.inf, opset)
+        got = []
+        for m in (ref, cand):  # the truth, in fresh sessions with every tensor exposed
+            exposed = onnx.ModelProto()
+            exposed.CopyFrom(m)
+            for n in ("b", "c", "s"):
+                exposed.graph.output.append(onnx.ValueInfoProto(name=n))
+            got.append(dict(zip(["y", "b", "c", "s"], ort.InferenceSession(
+                exposed.SerializeToString()).run(["y", "b", "c", "s"], x))))
+        np.testing.assert_array_equal(got[0]["b"], got[1]["b"])  # the Clip's input agrees
+        assert np.isfinite(got[0]["c"]).all() and (got[0]["c"] == 65504).sum() == 3
+        assert np.isinf(got[1]["c"]).sum() == 3  # its output differs
+
+        c = compare(ref, cand, feeds=x, confirm=True)
+        assert not c.passed
+        d = c.first_divergence
+        assert d["node_id"] == "clip" and d["cause"] == cause, d
+        assert d["confirmed"] is True, d  # fed the reference's inf, it gives inf, not 65504
+        assert d["max_abs"] == np.inf
+        assert "3 inf where the reference holds float16's largest finite value" in d["message"]
+        assert "Div div after it" in d["message"]
+        if cause == "weights":
+            assert d["constant"] == "hi" and d["constant_max_abs"] == np.inf
+        else:
+            assert "attribute 'max' 65504 -> inf" in d["message"], d["message"]
+        assert compare(ref, ref, feeds=x).passed  # the 65504s agree with themselves
