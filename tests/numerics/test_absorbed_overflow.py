@@ -131,3 +131,29 @@ def test_a_note_quoting_the_mark_is_no_mark():
     hostile = f"{ABSORBED_NOTE} (max_abs 0)"
     assert not absorbed({"note": f"below a TopK {hostile!r}"})
     assert not absorbed({"note": f"{hostile}; renamed from {'x'!r}"})
+
+
+def test_find_precision_keeps_no_node_for_an_overflow_the_model_absorbs():
+    # the overflow constraint kept every node that produces or reads a tensor beyond 65504:
+    # a scikit-learn GaussianProcessRegressor's plan kept 4 nodes (Transpose, Mul, Neg, Exp)
+    # in float32 while its full float16 conversion passes compare and fresh sessions
+    ref = _model(absorbing=True)
+    feeds = {"x": np.linspace(1.5, 2.5, 8, dtype=np.float32).reshape(2, 4)}
+    plan = onnx_lab.open(ref).find_precision("fp16", feeds=feeds, progress=False)
+    assert plan.passed and plan.kept == [] and plan.required == {}, plan.trials
+    assert any("fp16 overflow absorbed" in n for n in plan.notes), plan.notes
+    # the truth, in fresh sessions: the plan's d overflows and its output agrees
+    r_y = _runs(ref, feeds, ["y"])[0]
+    c_y, c_d = _runs(plan.model.to_proto(), feeds, ["y", "d"])
+    assert np.isinf(c_d).all()
+    assert np.all(np.abs(c_y - r_y) <= 1e-2 + 1e-2 * np.abs(r_y))
+
+
+def test_find_precision_keeps_an_overflow_only_the_cpu_absorbs():
+    # fed inf, d * 1e-6 is inf: the overflow constraint stands
+    ref = _model(absorbing=False)
+    feeds = {"x": np.linspace(1.5, 2.5, 8, dtype=np.float32).reshape(2, 4)}
+    plan = onnx_lab.open(ref).find_precision("fp16", feeds=feeds, progress=False)
+    assert set(plan.required) == {"spread", "shrink"} and {"spread", "shrink"} <= set(plan.kept)
+    assert not any("absorbed" in n for n in plan.notes), plan.notes
+    assert "fp16 overflow" in plan.trials.iloc[0]["note"]

@@ -28,6 +28,7 @@ from onnx_lab._progress import Progress
 from onnx_lab.core.index import node_scope
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.source_map import module_at
+from onnx_lab.core.subgraph import reached_inputs
 from onnx_lab.errors import LabError, unknown_name
 from onnx_lab.numerics.metrics import MetricAccumulator, Rule, judge
 from onnx_lab.numerics.precision import trials
@@ -40,11 +41,11 @@ from onnx_lab.numerics.precision.trials import (
     start_search,
 )
 from onnx_lab.numerics.quantize import Calibration
-from onnx_lab.numerics.selection import downstream, picking_nodes
+from onnx_lab.numerics.selection import downstream, picking_nodes, run_cut
 from onnx_lab.runtime.capture import capturable_tensors, estimate_bytes, plan_chunks
 
 __all__ = ["sensitivity", "SENSITIVITY_COLUMNS", "layerwise", "estimate", "rank",
-           "rank_candidates", "overflows"]
+           "rank_candidates", "overflows", "absorbed_overflows"]
 
 #: Columns of the sensitivity table (``by="node"``).
 SENSITIVITY_COLUMNS = ["rank", "node_id", "op_type", "graph", "scope", "est_drop", "rel_err",
@@ -435,10 +436,67 @@ def overflows(s: Search, stats: dict[str, dict], cands: list[str]) -> None:
     cset = set(cands)
     idx = s.model.index
     for t, st in stats.items():
-        if _beyond_fp16(st):
+        if _beyond_fp16(st) and t not in s.absorbed:
             for nid in [idx.producer.get(t), *idx.consumers.get(t, [])]:
                 if nid in cset:
                     s.required.setdefault(nid, t)
+
+
+def absorbed_overflows(s: Search, full: LabModel) -> None:
+    """fp16: drop the overflow constraints (``s.required``) the full conversion ``full``
+    absorbs, in place, with a note.
+
+    Each tensor beyond float16's range is fed to the rest of ``full`` as a float16 device
+    stores it (its captured values, inf of the reference's sign wherever the reference
+    passes 65504: onnxruntime's CPU may compute it in float32 and show no inf), every such
+    tensor at once, as :func:`~onnx_lab.numerics._absorbed.mark_absorbed` judges compare's
+    rows. Outputs within the search's tolerance on every sample: the model's own arithmetic
+    absorbs the overflow on any device, and keeping its nodes in float32 buys nothing. A
+    scikit-learn GaussianProcessRegressor's squared distances reach 7e8 and ``Exp(-inf)``
+    gives the 0 ``Exp(-7e8)`` gives: its plan kept 4 nodes in float32 while the full
+    conversion passes compare. Unchanged when a tensor is an output, not in the main graph
+    of ``full``, or the run fails (the constraints stand)."""
+    names = sorted(set(s.required.values()))
+    if not names or not s.ref_outputs:
+        return
+    idx = full.index
+    outs = list(s.out_names)
+    if set(names) & set(outs) or any(n not in idx.producer or idx.entries[idx.producer[n]].graph
+                                     for n in names):
+        return
+    try:
+        refs = s.ref_values if s.ref_values and all(n in s.ref_values[0] for n in names) \
+            else trials.run_outputs(s.model, s.feed_list, names, original=True)
+        cands = trials.run_outputs(full, s.feed_list, names, converted=CONVERTED.get(s.target))
+        ins = reached_inputs(full, names, outs)
+        got = []
+        for i, f in enumerate(s.feed_list):
+            fed = {}
+            for n in names:
+                r = np.asarray(refs[i][n])
+                c = np.array(cands[i][n])
+                if c.dtype.kind != "f" or r.shape != c.shape:
+                    return
+                with np.errstate(invalid="ignore"):
+                    beyond = np.isfinite(r) & (np.abs(r) > FP16_MAX)
+                c[beyond] = np.copysign(np.inf, r[beyond])
+                fed[n] = c
+            got.append(run_cut(full, {**{n: f[n] for n in ins if n in f}, **fed}, outs))
+    except (LabError, ValueError, KeyError):
+        return
+    per = {o: judge(s.tol, [r[o] for r in s.ref_outputs], [g[o] for g in got]) for o in outs}
+    if not all(m["passed"] for m in per.values()):
+        return
+    s.absorbed |= set(names)
+    nodes = sorted(s.required)
+    s.required.clear()
+    worst = max(float(m["max_abs"]) for m in per.values())
+    s.notes.append(
+        f"fp16 overflow absorbed: {len(names)} tensor(s) beyond 65504 ({', '.join(map(repr, names[:3]))}"
+        + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        + f"), fed to the full conversion as inf, give outputs within the tolerance (max_abs "
+        f"{worst:.3g}): the model's own arithmetic absorbs them, so "
+        f"{len(nodes)} node(s) that produce or read them need not be kept")
 
 
 def _beyond_fp16(st: dict) -> bool:

@@ -24,11 +24,13 @@ import numpy as np
 from onnx_lab._pandas import pd
 from onnx_lab._progress import Progress
 from onnx_lab.core.model import LabModel
+from onnx_lab.errors import LabError
 from onnx_lab.numerics.load_blockers import load_blocker
 from onnx_lab.numerics.metrics import RULES, Rule
 from onnx_lab.numerics.precision import trials
 from onnx_lab.numerics.precision.plan import OUTPUT_COLUMNS, PrecisionPlan
 from onnx_lab.numerics.precision.ranking import (
+    absorbed_overflows,
     below_selections,
     estimate,
     layerwise,
@@ -124,7 +126,18 @@ def find_precision(source: Any, target: str = "fp16", feeds: Any = None, *,
         else:
             s.ref_outputs = trials.run_outputs(model, feed_list, s.out_names, original=True)
         t = s.clock("reference run", t)
-        first = s.trial((), "full", keep_model=True)
+        full = None
+        if s.required:
+            # an overflow the model's own arithmetic absorbs (Exp(-inf) = 0) needs no node
+            # kept: judged on the full conversion fed inf there
+            try:
+                full = conv.convert(s.key(()))
+            except LabError:  # the full trial says why
+                full = None
+            if full is not None:
+                absorbed_overflows(s, full)
+            t = s.clock("overflow check", t)
+        first = s.trial((), "full", model=full, keep_model=True)
         t = s.clock("full conversion", t)
         sens = None
         if first["passed"]:

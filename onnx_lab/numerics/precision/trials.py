@@ -402,6 +402,9 @@ class Search:
     # converts such a node stores the tensor in float16 (inf), whatever this runtime's CPU
     # kernels absorb (they may compute in float32 between two fp16 nodes).
     required: dict[str, str] = field(default_factory=dict)
+    #: fp16: the tensors beyond float16's range whose overflow the full conversion absorbs
+    #: (:func:`~onnx_lab.numerics.precision.ranking.absorbed_overflows`): no constraint.
+    absorbed: set = field(default_factory=set)
     _pinned: set = field(default_factory=set)
     _passed: dict[tuple, bool] = field(default_factory=dict)
     _failed: list[frozenset] = field(default_factory=list)
