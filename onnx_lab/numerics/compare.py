@@ -405,6 +405,7 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
     def preset_of(cand_tensor: str) -> str | None:
         return preset if scope is None or cand_tensor in scope else None
     selections = None
+    moved: list[str] = []
     try:
         metrics, kept = _run_metrics(ref_model, cand_model, ref_dict, feed_list, pairs,
                                      out_pairs, sides.providers, max_bytes, progress,
@@ -424,7 +425,9 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
                 ref_lab, cand_lab, alignment if layerwise else align(ref_model, cand_model),
                 out_pairs, layers, outputs, feed_list, sides.providers, preset, atol, rtol)
             if selections is not None and not selections.empty:
+                as_run = outputs
                 outputs, layers = _selected(outputs, selections), _selected(layers, selections)
+                outputs, moved = _as_run(outputs, as_run, selections)
                 passed = _passed(outputs, layers)
         if ref_model is not None and not passed and len(outputs) \
                 and outputs["passed"].astype(bool).all():
@@ -448,8 +451,9 @@ def compare(reference: Any, candidate: Any, *, feeds: Any = None,
                         providers=(ref_prov, cand_prov), reference_values=ref_dict,
                         output_values=kept,
                         selections=selections.to_dict() if selections is not None else [],
-                        selection_note=selections.note(
-                            [r for r, c in out_pairs if c in selections.not_comparable])
+                        selection_note="; ".join(x for x in (selections.note(
+                            [r for r, c in out_pairs if c in selections.not_comparable]),
+                            _moved_text(moved)) if x) or None
                         if selections is not None else None,
                         feeds_notes=sides.feeds_notes + _failing_samples(
                             graph_model, feed_list, kept, outputs, preset_of, atol, rtol),
@@ -975,6 +979,40 @@ def _selected(df: Any, selections: Selections) -> Any:
     rows = df.to_dict(orient="records")
     selections.apply(rows, key="cand_tensor", ref_key="tensor")
     return pd.DataFrame(rows, columns=df.columns)
+
+
+def _as_run(outputs: Any, as_run: Any, selections: Selections) -> tuple[Any, list[str]]:
+    """(``outputs`` with the note of each output checked on its own below a flip saying what
+    the outputs as run differ by, the phrases naming each output below a flip that fails as
+    run). An output below a flip is judged on the reference's picks (checked on its own) or
+    not at all (not comparable), and its row showed the local max_abs: a KNeighborsClassifier
+    in float16 whose TopK flips an exact distance tie (iris, the third neighbour at squared
+    distance 0.22 from two training rows of other classes) read 'output_probability:
+    max_abs=0.000163 ok' while a fresh session's probabilities of that row moved by 0.333
+    and its label changed; nothing said so."""
+    before = {r["cand_tensor"]: r for r in as_run.to_dict(orient="records")}
+    rows = outputs.to_dict(orient="records")
+    moved = []
+    for r in rows:
+        t = r["cand_tensor"]
+        was = before.get(t)
+        if was is None or bool(was["passed"]) or not (
+                t in selections.alone or t in selections.not_comparable):
+            continue
+        moved.append(f"{r['tensor']!r} (max_abs {float(was['max_abs']):.3g})")
+        if t in selections.alone:
+            r["note"] = "; ".join(x for x in (r.get("note"), (
+                f"as run, with the candidate's own picks, max_abs {float(was['max_abs']):.3g}"))
+                if x)
+    return pd.DataFrame(rows, columns=outputs.columns), moved
+
+
+def _moved_text(moved: list[str]) -> str | None:
+    """The sentence saying which outputs a flipped selection moves as run, or None."""
+    if not moved:
+        return None
+    return ("as run, with the candidate's own picks, the outputs below the flip differ: "
+            + ", ".join(moved))
 
 
 def _judge_selections(ref: Resolved, cand: Resolved, alignment: Any,

@@ -1123,7 +1123,7 @@ def _alone(sides: Sides, group: list[str], flip: Flip, below: Container[str]
         shapes_ok = all(np.shape(a) == np.shape(b) for a, b in zip(*accs[t]))
         got = judge(rule, *accs[t]) if shapes_ok else {"passed": False, "max_abs": math.inf}
         where = (f"checked on its own on the reference's values of its inputs below the "
-                 f"near-tie flip at {flip.node_id!r} (rewritten by the step)")
+                 f"near-tie flip at {flip.node_id!r} (which the candidate computes otherwise)")
         results[t] = {"passed": bool(got["passed"]), "max_abs": float(got["max_abs"]),
                       "note": where if got["passed"] else
                       f"{where}: differs, max_abs {got['max_abs']:.3g} outside {rule.describe()}"}
