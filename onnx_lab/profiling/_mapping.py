@@ -29,8 +29,14 @@ __all__ = ["map_trace", "INSERTED_OPS", "UNKNOWN_BRANCH"]
 
 INSERTED_OPS = frozenset({"ReorderInput", "ReorderOutput", "MemcpyToHost", "MemcpyFromHost",
                           "MemcpyToDevice", "MemcpyFromDevice"})
-_ADDED_RESHAPE = re.compile(r"(?:^|/)gemm_(?:input|output)_reshape(?:_token_\d+)?$"
-                            r"|_new_reshape(?:_token_\d+)?$")
+_ADDED_RESHAPE = re.compile(r"(?:^|/)gemm_(?:input|output)_reshape(?:_token_\d+)?$")
+# A Reshape ORT made in place of one (ReshapeFusion: the model's Reshape with its shape
+# computation folded, a member of it) or around a Gemm: ORT's own only where nothing maps it.
+_NEW_RESHAPE = re.compile(r"_new_reshape(?:_token_\d+)?$")
+# The Transposes ORT's layout transformer puts around a node it runs channels-last (a QDQ
+# Conv's QLinearConv at 'all'), named as ORT names a node it adds: 'Transpose',
+# 'Transpose_token_33'.
+_ADDED_TRANSPOSE = re.compile(r"Transpose(?:_token_\d+)?")
 _SUFFIXES = (re.compile(r"_token_\d+$"), re.compile(r"_nchwc$"),
              re.compile(r"/[A-Za-z0-9]*Fusion[A-Za-z0-9_]*/?$"), re.compile(r"_fused$"),
              re.compile(r"/duplicated$"), re.compile(r"/$"),
@@ -60,10 +66,19 @@ def _stems(name: str) -> list[str]:
     return out
 
 
+def _added(ort_name: str, op_type: str | None) -> bool:
+    """Whether ``ort_name`` is a node ORT added around others (where no model node has the
+    name): the Reshapes around a Gemm it fused from a MatMul of rank > 2
+    ('gemm_input_reshape_token_12') and its layout Transposes."""
+    if op_type == "Reshape":
+        return bool(_ADDED_RESHAPE.search(ort_name))
+    return op_type == "Transpose" and bool(_ADDED_TRANSPOSE.fullmatch(ort_name))
+
+
 class _Optimized:
     """What we need of ORT's optimized graph: node outputs/inputs by name, all tensor names."""
 
-    def __init__(self, proto) -> None:
+    def __init__(self, proto, model_names: set[str]) -> None:
         self.outputs: dict[str, list[str]] = {}
         # every graph's: ORT names the nodes of a body as it names the main graph's (a fused
         # node in a Loop body and one in the main graph are both "fused /MatMulAddFusion")
@@ -76,12 +91,25 @@ class _Optimized:
             self.tensors.update(v.name for v in g.input)
             self.tensors.update(v.name for v in g.output)
             self.tensors.update(t.name for t in g.initializer)
-            for n in g.node:
+            # tensor -> the outputs list of the node that makes it, through the nodes ORT
+            # adds after others: the Transpose after a channels-last QLinearConv makes the
+            # model's tensor its QuantizeLinear made, the Reshape after a Gemm the tensor of
+            # the Add fused into it; the fused node computed those (each ORT node was taken
+            # for the model node, which the fused node lost)
+            made: dict[str, list[str]] = {}
+            for n in g.node:  # stored in topological order
                 self.node_names.add(n.name)
                 # a tensor computed in float32 between ORT's inserted Casts is the model's
                 # tensor renamed ("InsertedPrecisionFreeCast_/Softmax_output_0"): the node
                 # making it makes the model's
                 outs = [_unprefixed(x) for x in n.output]
+                src = _unprefixed(n.input[0]) if n.input else ""
+                if src in made and _added(n.name, n.op_type) and n.name not in model_names:
+                    made[src].extend(outs)
+                    made.update(dict.fromkeys(outs, made[src]))
+                    outs = []
+                else:
+                    made.update(dict.fromkeys(outs, outs))
                 self.outputs.setdefault(n.name, outs)
                 self.all_outputs[n.name].append(outs)
                 self.tensors.update(x for x in n.output if x)
@@ -168,7 +196,8 @@ class _Context:
                 sc.pos[k] = nid
                 if not nm:
                     sc.local[f"{e.node.op_type}_{k}"] = nid
-        self.opt = _Optimized(optimized) if optimized is not None else None
+        self.opt = _Optimized(optimized, {e.node.name for e in idx.entries.values()}) \
+            if optimized is not None else None
         self._bodies: dict[str, list[str]] | None = None
         self._fits: dict[tuple, bool] = {}
 
@@ -212,7 +241,7 @@ class _Context:
             inside = _under(frozenset({graph}))
             if anchors and all(inside(self.idx.entries[a].graph) for a in anchors):
                 return primary, anchors, how
-            return None, [], "unmapped"
+            return None, [], "inserted" if how == "inserted" else "unmapped"
         return _anchors(self.idx, self.producer, self.by_name, self.main_pos, self.opt,
                         ort_name, node_index, op_type, self.opt_level)
 
@@ -237,6 +266,8 @@ class _Context:
                 nid = None
             if nid is not None:
                 return nid, [nid], "index"
+        if _added(ort_name, op_type):
+            return None, [], "inserted"
         primary = None
         anchors: list[str] = []
         for stem in _stems(ort_name)[1:]:
@@ -472,6 +503,8 @@ def _anchors(idx, producer, by_name, main_pos, opt, ort_name, node_index, op_typ
             pos = -1
         if pos in main_pos:
             return main_pos[pos], [main_pos[pos]], "index"
+    if _added(ort_name, op_type):
+        return None, [], "inserted"
     # Fused/renamed: a stem that is a model node, or tensors the node produces.
     primary = None
     anchors: list[str] = []
@@ -489,9 +522,7 @@ def _anchors(idx, producer, by_name, main_pos, opt, ort_name, node_index, op_typ
             if t in producer and producer[t] not in anchors:
                 anchors.append(producer[t])
     if not anchors:
-        # the Reshapes ORT puts around a Gemm it fused from a MatMul of rank > 2
-        # ('gemm_input_reshape_token_12', 'node_Reshape_4_new_reshape'): nodes it added
-        if op_type == "Reshape" and _ADDED_RESHAPE.search(ort_name):
+        if op_type == "Reshape" and _NEW_RESHAPE.search(ort_name):
             return None, [], "inserted"
         return None, [], "unmapped"
     return primary, anchors, "fused"
