@@ -199,7 +199,9 @@ class Profile:
                                            "p_value", "different", "verdict"])
 
     def overlay(self, session: str | None = None) -> pd.Series:
-        """Per-run time_ms of each mapped model node (fused nodes on their primary node)."""
+        """Per-run time_ms of each mapped model node: the sum of the ORT nodes whose
+        ``node_id`` it is (fused nodes on their primary node); :meth:`coverage` gives a node
+        that ran the same time."""
         df = self.nodes.loc[self.nodes.mapped]
         if session is not None:
             df = df.loc[df.session == session]
@@ -233,20 +235,28 @@ class Profile:
             DataFrame, one row per model node: node_id, op_type, status ('ran': an ORT node
             of its own, 'fused': part of another ORT node, 'removed': optimized away, e.g. an
             Identity or a constant-folded node, 'not run': in an If/Loop body none of whose
-            nodes ran: a branch these inputs did not take), ort_name (the ORT node that ran it), time_ms
-            (per run of that ORT node; shared by all members of a fusion).
+            nodes ran: a branch these inputs did not take), ort_name (the ORT node that ran it;
+            the slowest where several did), time_ms (per run of the ORT nodes that ran it,
+            summed where several did, as :meth:`overlay` sums them: ORT's copies of a
+            DequantizeLinear, the kernels of a node ORT runs as its function body; a fused
+            node's time is shared by all its members).
         """
         df = self.nodes
         if session is not None:
             df = df.loc[df.session == session]
         elif len(df):
             df = df.loc[df.session == df.session.iloc[0]]
-        ran: dict[str, tuple[str, str, float]] = {}
+        # Several ORT nodes standing for one model node are distinct kernels that each ran
+        # (each row is one ORT node): the node's time is their sum. Rows come slowest first.
+        ran: dict[str, list] = {}
         for r in df.loc[df.mapped].itertuples():
             for c in r.components or (r.node_id,):
                 status = "ran" if c == r.node_id else "fused"
-                if c not in ran or ran[c][0] == "fused":
-                    ran[c] = (status, r.ort_name, float(r.total_ms))
+                cur = ran.get(c)
+                if cur is None or (cur[0] == "fused" and status == "ran"):
+                    ran[c] = [status, r.ort_name, float(r.total_ms)]
+                elif cur[0] == status:
+                    cur[2] += float(r.total_ms)
         entries = self.model.index.entries
         # a body none of whose nodes ran is a branch these inputs did not take (or a loop of
         # no iteration): its nodes were not run, not optimized away

@@ -551,3 +551,38 @@ def test_the_transposes_ort_adds_around_a_channels_last_qdq_conv_are_inserted():
     assert set(qconv.components) == {"dq_in", "dq_w", "conv", "q_out"}
     status = p.coverage().set_index("node_id").status
     assert status["q_out"] == "fused" and "removed" not in set(status)
+
+
+def test_coverage_sums_the_ort_nodes_of_one_model_node_as_overlay_does():
+    # onnxruntime copies a DequantizeLinear that two quantized Convs read
+    # ('xd_dq/duplicated'): both copies are kernels that ran, rows of the one model node.
+    # overlay() summed them and coverage() kept one
+    rng = np.random.default_rng(0)
+    w = [numpy_helper.from_array(rng.integers(-100, 100, (4, 3, 3, 3)).astype(np.int8), f"w{i}")
+         for i in (1, 2)]
+    g = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"], name="xq"),
+         helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"], name="xd_dq"),
+         *[helper.make_node("DequantizeLinear", [f"w{i}", "ws"], [f"wd{i}"], name=f"w{i}_dq")
+           for i in (1, 2)],
+         helper.make_node("Conv", ["xd", "wd1"], ["a"], name="conv_a", pads=[1, 1, 1, 1]),
+         helper.make_node("Conv", ["xd", "wd2"], ["b"], name="conv_b", pads=[1, 1, 1, 1]),
+         helper.make_node("Add", ["a", "b"], ["y"], name="add")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])],
+        [*w, numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+         numpy_helper.from_array(np.array(128, np.uint8), "zp"),
+         numpy_helper.from_array(np.array(0.01, np.float32), "ws")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    p = profile(m, runs=3, warmup=1, opt_level="disable", providers="cpu")
+    rows = p.nodes.loc[p.nodes.node_id == "xd_dq"]
+    if len(rows) < 2:
+        pytest.skip("this onnxruntime does not copy a DequantizeLinear two nodes read")
+    assert set(rows.ort_name) == {"xd_dq", "xd_dq/duplicated"}
+    cov = p.coverage().set_index("node_id")
+    ov = p.overlay()
+    assert cov.loc["xd_dq", "status"] == "ran"
+    assert cov.loc["xd_dq", "time_ms"] == pytest.approx(rows.total_ms.sum())
+    ran = cov.loc[cov.status == "ran"]
+    assert set(ran.index) == set(ov.index)
+    assert np.allclose(ran.time_ms, ov[ran.index])
