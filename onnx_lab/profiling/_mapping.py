@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 import numpy as np
+import onnx_ir as ir
 
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
@@ -171,7 +172,7 @@ class _Context:
         for nm in dup:
             by_name.pop(nm, None)
         self.by_name = by_name
-        ort_index = _ort_indices(idx)
+        ort_index = self.ort_index = _ort_indices(idx)
         self.main_pos = {ort_index[nid]: nid for nid, e in idx.entries.items()
                          if e.graph == "" and nid in ort_index}
         # ORT names unnamed nodes "{op_type}_{node index}" within their graph (bodies
@@ -421,13 +422,14 @@ def map_trace(model: LabModel, kernels: pd.DataFrame, optimized=None, opt_level:
                     graph[c] = label
                 nxt.extend(kids)
             level = nxt
+    _expanded(ctx, found)
     # Model nodes another ORT node stands for: a fused node's walk back stops there.
     claimed = {a for _, (_, anchors, _) in found.values() for a in anchors}
     idx, opt = ctx.idx, ctx.opt
     rows = []
     for (g, ort_name, node_index), (op_type, (primary, anchors, how)) in found.items():
         comps: tuple[str, ...] = tuple(anchors)
-        if opt is not None and anchors:
+        if opt is not None and anchors and how != "renamed":  # renamed: a body's kernel
             comps = _components(idx, ctx.producer_of(g), opt, ort_name, anchors,
                                 claimed - set(anchors))
         if how == "name" and comps != (primary,):
@@ -447,6 +449,125 @@ def map_trace(model: LabModel, kernels: pd.DataFrame, optimized=None, opt_level:
                                           "mapped", "components", "how"])
     mapping["node_index"] = pd.array(mapping["node_index"], dtype="string")
     return graph, mapping
+
+
+# The name ORT gives an unnamed node of its graph: '{op_type}_{node index}'.
+_ORT_LOCAL = re.compile(r"(?P<op>[A-Za-z][A-Za-z0-9]*)_(?P<k>\d+)")
+
+
+def _expanded(ctx: _Context, found: dict[tuple, tuple]) -> None:
+    """Map the kernels of the nodes ORT ran as their function body to those nodes.
+
+    A node without a kernel for its types (a float16 Softmax or HardSwish on CPU) is replaced
+    by its ONNX function body when ORT partitions the graph: the body's nodes are unnamed
+    ('ReduceMax_13', 'Sub_14', ... in the trace, at every level) and get the next node
+    indices, one per body node but its Constants (a CastLike ORT folds keeps its index), in
+    the order of the body, the expanded nodes taken in node index order. A run of unmapped
+    ``{op}_{k}`` calls whose ops sit at their offsets in a node's body, its last node (the one
+    making the node's output) among them, is that node's; anything else stays unmapped.
+    """
+    keys: dict[str, list[tuple[int, str, tuple]]] = defaultdict(list)
+    for key, (op, (_, _, how)) in found.items():
+        g, name, i = key
+        if how != "unmapped" or not name or g.endswith(UNKNOWN_BRANCH):
+            continue
+        m = _ORT_LOCAL.fullmatch(name)
+        if m is None or m["op"] != op or (i is not None and str(i) != m["k"]):
+            continue
+        keys[g].append((int(m["k"]), op, key))
+    if not keys:
+        return
+    claimed = {a for _, (_, anchors, _) in found.values() for a in anchors}
+    idx, opt = ctx.idx, ctx.opt
+    opset = _onnx_opset(idx)
+    for g, calls in keys.items():
+        calls.sort()
+        cands = sorted((ctx.ort_index[nid], nid) for nid in idx.topo_order(g)
+                       if nid not in claimed and nid in ctx.ort_index)
+        start, floor = 0, -1
+        for _, nid in cands:
+            node = idx.entries[nid].node
+            # a node ORT fused or removed (its output gone from the optimized graph) was not
+            # expanded
+            if opt is not None and not all(v is None or not v.name or v.name in opt.tensors
+                                           for v in node.outputs):
+                continue
+            ops = _body_ops(node, opset)
+            if not ops:
+                continue
+            hit = _body_run(calls, start, floor, ops)
+            if hit is None:
+                continue
+            members, start, floor = hit
+            for key in members:
+                found[key] = (found[key][0], (nid, [nid], "renamed"))
+
+
+def _body_run(calls: list[tuple[int, str, tuple]], start: int, floor: int,
+              ops: tuple[str, ...]):
+    """(keys, next start, last index) of the first run of ``calls`` from ``start`` that is
+    one expansion of a body of ``ops``, above node index ``floor``; None when there is none."""
+    n = len(ops)
+    for s in range(start, len(calls)):
+        k0, op0 = calls[s][0], calls[s][1]
+        for j0 in (j for j, op in enumerate(ops) if op == op0):
+            base = k0 - j0
+            if base <= floor:
+                continue
+            t, members, ok = s, [], True
+            while t < len(calls) and calls[t][0] < base + n:
+                k, op, key = calls[t]
+                if ops[k - base] != op:
+                    ok = False
+                    break
+                members.append(key)
+                t += 1
+            if ok and calls[t - 1][0] == base + n - 1:
+                return members, t, base + n - 1
+    return None
+
+
+def _onnx_opset(idx) -> int:
+    """The model's ONNX opset (the default domain's)."""
+    for g in idx.graphs.values():
+        imports = getattr(g, "opset_imports", None) or {}
+        v = imports.get("", imports.get("ai.onnx"))
+        if v:
+            return int(v)
+    return 0
+
+
+def _body_ops(node, opset: int) -> tuple[str, ...]:
+    """The op types of the ONNX function body of ``node`` at ``opset``, without its Constants
+    (ORT makes them initializers): () for a node with none."""
+    if node.domain not in ("", "ai.onnx") or not opset:
+        return ()
+    import onnx  # heavy third-party module: only for a trace with unmapped unnamed calls
+
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+        if schema.has_context_dependent_function:
+            versions = [v for v in schema.context_dependent_function_opset_versions
+                        if v <= opset]
+            if not versions:
+                return ()
+            types = [onnx.helper.make_tensor_type_proto(
+                v.dtype.value if v is not None and v.dtype is not None else 1, None
+            ).SerializeToString() for v in node.inputs]
+            body = schema.get_context_dependent_function_with_opset_version(
+                max(versions), ir.serde.serialize_node(node).SerializeToString(), types)
+        elif schema.has_function:
+            versions = [v for v in schema.function_opset_versions if v <= opset]
+            if not versions:
+                return ()
+            body = schema.get_function_with_opset_version(max(versions))
+        else:
+            return ()
+        fn = onnx.FunctionProto.FromString(body) if isinstance(body, bytes) else body
+    except Exception:  # noqa: BLE001 - onnx raises SchemaError, ValueError, RuntimeError...
+        return ()
+    return tuple(n.op_type for n in fn.node
+                 if not (n.op_type == "Constant" and n.domain in ("", "ai.onnx")))
 
 
 def _under(paths: frozenset[str]):

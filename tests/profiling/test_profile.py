@@ -586,3 +586,53 @@ def test_coverage_sums_the_ort_nodes_of_one_model_node_as_overlay_does():
     ran = cov.loc[cov.status == "ran"]
     assert set(ran.index) == set(ov.index)
     assert np.allclose(ran.time_ms, ov[ran.index])
+
+
+@pytest.mark.parametrize("opt_level", ["disable", "all"])
+@pytest.mark.parametrize("named", [True, False])
+def test_a_float16_node_run_as_its_function_body_maps_to_that_node(opt_level, named, tmp_path):
+    # onnxruntime's CPU has no float16 Softmax or HardSwish kernel: it runs their ONNX
+    # function bodies, unnamed nodes ('ReduceMax_3', 'Sub_4', ... 'HardSigmoid_8', 'Mul_9')
+    # that read 'unmapped', and coverage() called the nodes 'removed'
+    import json
+
+    import onnxruntime as ort
+
+    name = (lambda s: s) if named else (lambda s: "")
+    g = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["a"], name=name("sm_last"), axis=-1),
+         helper.make_node("HardSwish", ["a"], ["b"], name=name("hs")),
+         helper.make_node("Softmax", ["b"], ["y"], name=name("sm_first"), axis=0)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 8])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    ids = ("sm_last", "hs", "sm_first") if named else ("Softmax_0", "HardSwish_1", "Softmax_2")
+    # the truth from onnxruntime's own trace: the reductions of the Softmax over the last
+    # axis make [2, 1], those over axis 0 [1, 8]
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "t")
+    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+                                   if opt_level == "disable"
+                                   else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess.run(None, {"x": np.ones((2, 8), np.float16)})
+    events = json.loads(Path(sess.end_profiling()).read_text())
+    shapes = {e["name"].removesuffix("_kernel_time"): e["args"]["output_type_shape"][0]
+              for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")}
+    truth = {n: ids[0] if list(s.values())[0] == [2, 1] else ids[2]
+             for n, s in shapes.items() if n.startswith(("ReduceMax_", "ReduceSum_"))}
+    if not truth:
+        pytest.skip("this onnxruntime has a float16 Softmax kernel")
+    p = profile(m, runs=2, warmup=1, opt_level=opt_level, providers="cpu")
+    nodes = p.nodes.set_index("ort_name")
+    assert not nodes.how.eq("unmapped").any(), nodes[["op_type", "how"]]
+    for ort_name, nid in truth.items():
+        assert nodes.loc[ort_name, "node_id"] == nid and nodes.loc[ort_name, "how"] == "renamed"
+    hs = nodes.loc[nodes.node_id == ids[1]]
+    assert set(hs.op_type) == {"HardSigmoid", "Mul"}
+    assert nodes.loc[nodes.mapped].groupby("node_id").size().to_dict() == {
+        ids[0]: 5, ids[1]: 2, ids[2]: 5}
+    cov = p.coverage().set_index("node_id")
+    assert set(cov.status) == {"ran"}
+    assert cov.loc[ids[1], "time_ms"] == pytest.approx(hs.total_ms.sum())
