@@ -432,15 +432,14 @@ def map_trace(model: LabModel, kernels: pd.DataFrame, optimized=None, opt_level:
         if opt is not None and anchors and how != "renamed":  # renamed: a body's kernel
             comps = _components(idx, ctx.producer_of(g), opt, ort_name, anchors,
                                 claimed - set(anchors))
-        if how == "name" and comps != (primary,):
-            how = "fused"
-        if primary is None and anchors:
-            # The member running the kernel's op (Conv for an NCHWc Conv or a FusedConv);
-            # else the node that made the output tensor.
-            op = op_type or ""
-            kin = {op, op.removeprefix("Fused")}
-            same = [c for c in comps if idx.entries[c].node.op_type in kin]
-            primary = same[0] if same else anchors[0]
+        if len(comps) > 1:
+            # one rule for every fusion, named or not: the name ORT kept (a member's, or
+            # none in an unnamed model) does not choose the member
+            primary = _primary(idx, comps, op_type or "")
+            if how in ("name", "index"):
+                how = "fused"
+        elif primary is None and anchors:
+            primary = comps[0] if comps else anchors[0]
         if how == "fused" and comps == (primary,):
             how = "renamed"
         rows.append((g, ort_name, node_index, primary if primary is not None else ort_name,
@@ -570,6 +569,38 @@ def _body_ops(node, opset: int) -> tuple[str, ...]:
                  if not (n.op_type == "Constant" and n.domain in ("", "ai.onnx")))
 
 
+def _primary(idx, comps: tuple[str, ...], op_type: str) -> str:
+    """The member of a fused ORT node its row stands for: the member whose op the kernel's op
+    names (Conv of a FusedConv, QLinearConv or NCHWc Conv; MatMul of a FusedMatMul or
+    MatMulNBits; the longest such op, then the first in topological order), the MatMul of a
+    Gemm ORT fused from MatMul + Add; else the first member in topological order that is not
+    a Constant. ``comps`` are in topological order."""
+    best, size = None, 0
+    for c in comps:
+        t = idx.entries[c].node.op_type
+        if len(t) > size and (_names_op(op_type, t) or (op_type == "Gemm" and t == "MatMul")):
+            best, size = c, len(t)
+    if best is not None:
+        return best
+    for c in comps:
+        node = idx.entries[c].node
+        if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx")):
+            return c
+    return comps[0]
+
+
+def _names_op(kernel_op: str, op: str) -> bool:
+    """Whether ``op`` is a word of ``kernel_op`` ('Conv' of 'QLinearConv', 'MatMul' of
+    'MatMulNBits'; not 'Exp' of 'Expand')."""
+    i = kernel_op.find(op)
+    while i >= 0:
+        end = i + len(op)
+        if end == len(kernel_op) or kernel_op[end].isupper():
+            return True
+        i = kernel_op.find(op, i + 1)
+    return False
+
+
 def _under(paths: frozenset[str]):
     """Whether a graph path is one of ``paths`` or inside one."""
     if not paths:
@@ -649,6 +680,12 @@ def _anchors(idx, producer, by_name, main_pos, opt, ort_name, node_index, op_typ
     return primary, anchors, "fused"
 
 
+def _passive(node) -> bool:
+    """A node that runs no kernel: a pass-through ORT deletes, or a Constant."""
+    return node.op_type in _PASS_THROUGH or (node.op_type == "Constant"
+                                             and node.domain in ("", "ai.onnx"))
+
+
 def _components(idx, producer, opt, ort_name: str, anchors: Iterable[str], stop: set[str]
                 ) -> tuple[str, ...]:
     """Model nodes a fused ORT node covers, in topological order."""
@@ -670,8 +707,9 @@ def _components(idx, producer, opt, ort_name: str, anchors: Iterable[str], stop:
                 continue  # that node still runs on its own
             stack.append(p)
     # Pass-through nodes ORT deleted (Identity, inference Dropout) did not run inside the
-    # fused kernel: walk through them, but do not count them as members.
+    # fused kernel: walk through them, but do not count them as members; nor Constant nodes,
+    # which ORT makes initializers when it loads a graph (a Reshape reading one read 'fused'
+    # with it at 'basic' and 'name' at 'disable', where the Constant read 'removed').
     anchors_set = set(anchors)
-    members = [n for n in seen if n in anchors_set or idx.entries[n].node.op_type
-               not in _PASS_THROUGH]
+    members = [n for n in seen if n in anchors_set or not _passive(idx.entries[n].node)]
     return tuple(sorted(members, key=lambda n: idx.entries[n].topo))

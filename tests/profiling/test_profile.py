@@ -636,3 +636,63 @@ def test_a_float16_node_run_as_its_function_body_maps_to_that_node(opt_level, na
     cov = p.coverage().set_index("node_id")
     assert set(cov.status) == {"ran"}
     assert cov.loc[ids[1], "time_ms"] == pytest.approx(hs.total_ms.sum())
+
+
+def _matmul_add_relu(named: bool) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    name = (lambda s: s) if named else (lambda s: "")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"], name=name("mm")),
+         helper.make_node("Add", ["m", "b"], ["a"], name=name("add")),
+         helper.make_node("Relu", ["a"], ["y"], name=name("relu"))], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(("build", "level", "primary"), [
+    (_matmul_add_relu, "basic", 0),  # Gemm of MatMul + Add: the MatMul
+    (_qdq_conv, "all", 3),  # QLinearConv of DQ, DQ, Conv, Q: the Conv
+])
+def test_the_primary_of_a_fusion_is_the_same_member_named_or_not(build, level, primary):
+    # the member reading 'ran' came from the name ORT kept (the MatMul, whose name the Gemm
+    # carries) where the model is named, and from the tensor the fused node makes (the Add)
+    # where it is not: the same fusion read 'ran' on the MatMul in one and the Add in the other
+    seen = []
+    for named in (True, False):
+        m = build(named)
+        pos = {(n.name or f"{n.op_type}_{i}"): i for i, n in enumerate(m.graph.node)}
+        p = profile(m, runs=2, warmup=1, opt_level=level, providers="cpu")
+        fused = p.nodes.loc[p.nodes.how == "fused"]
+        assert len(fused) == 1, p.nodes[["ort_name", "how", "components"]]
+        r = fused.iloc[0]
+        status = p.coverage().set_index("node_id").status
+        seen.append((pos[r.node_id], tuple(pos[c] for c in r.components),
+                     {pos[k]: v for k, v in status.items()}))
+    assert seen[0] == seen[1]
+    assert seen[0][0] == primary and seen[0][2][primary] == "ran"
+
+
+@pytest.mark.parametrize("level", ["disable", "basic"])
+def test_a_constant_is_no_member_of_the_node_reading_it(level):
+    # ORT makes Constant nodes initializers when it loads a graph, and at 'basic' shares
+    # alike scalars under a name of its own ('ortshared_1_0_1_0_token_0'): the Mul and Add
+    # reading them read 'fused' with their Constants (the Constants 'fused') at 'basic' and
+    # 'name' at 'disable' (the Constants 'removed')
+    two = numpy_helper.from_array(np.array(2.0, np.float32))
+    g = helper.make_graph(
+        [helper.make_node("Constant", [], ["k1"], name="k1", value=two),
+         helper.make_node("Mul", ["x", "k1"], ["m"], name="mul"),
+         helper.make_node("Constant", [], ["k2"], name="k2", value=two),
+         helper.make_node("Add", ["m", "k2"], ["y"], name="add")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    p = profile(m, runs=2, warmup=1, opt_level=level, providers="cpu")
+    rows = p.nodes.set_index("node_id")
+    assert rows.loc[["mul", "add"], "how"].tolist() == ["name", "name"], rows
+    assert rows.loc["mul", "components"] == ("mul",)
+    assert p.coverage().set_index("node_id").status.to_dict() == {
+        "k1": "removed", "mul": "ran", "k2": "removed", "add": "ran"}
