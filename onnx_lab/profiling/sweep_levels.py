@@ -66,7 +66,8 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
     Returns:
         DataFrame, one row per level (disable, basic, extended, all): opt_level, init_ms (wall
         time of creating the session), mean_ms, p50_ms, p90_ms, std_ms, nodes (in ORT's
-        optimized graph, main graph), nodes_model (main graph of the model), speedup (p50_ms
+        optimized graph, the nodes of If/Loop/Scan bodies included), nodes_model (of the
+        model, bodies included), speedup (p50_ms
         of 'disable' / p50_ms), runs, p10_ms, ci_low_ms, ci_high_ms, rel_ci, verdict (against
         'disable', in words: whether the difference exceeds the noise). ``df.attrs['notes']``:
         levels left out for the budget, levels that left the race, a busy-machine warning, a
@@ -126,7 +127,7 @@ def levels(model: Any, *, runs: int | None = None, warmup: int = 3, feeds: Any =
                 create_s.append(time.perf_counter() - t0 - (0 if nested else first_ms / 1e3))
                 sessions.append(sess)
                 rows.append({"opt_level": level, "init_ms": init_ms, "nodes": nodes,
-                             "nodes_model": lm.graph.num_nodes(), "_first_ms": first_ms})
+                             "nodes_model": len(lm.index), "_first_ms": first_ms})
             # The levels run interleaved, so a load change hits them alike.
             samples, raced = _interleaved(sessions, feed, runs, warmup, budget_s, t_start,
                                           reporter, cancel, rel_ci,
@@ -180,10 +181,25 @@ def _traced_node_count(trace_file: str) -> int:
 
 
 def _written_node_count(lm, level: str, providers, threads, tmp: Path) -> int:
-    """Main-graph nodes of ORT's optimized graph, written by a second session."""
+    """Nodes of ORT's optimized graph, written by a second session: the main graph's and
+    those of every If/Loop/Scan body (ORT fuses inside bodies as in the main graph)."""
     import onnx
 
     path = tmp / f"{level}.onnx"
     make_session(lm, providers=providers, opt_level=level, threads=threads,
                  optimized_model_path=str(path))
-    return len(onnx.load(str(path), load_external_data=False).graph.node)
+    return _graph_nodes(onnx.load(str(path), load_external_data=False).graph)
+
+
+def _graph_nodes(graph) -> int:
+    """Nodes of an ``onnx.GraphProto`` and of the bodies its nodes hold."""
+    count, graphs = 0, [graph]
+    while graphs:
+        g = graphs.pop()
+        count += len(g.node)
+        for n in g.node:
+            for a in n.attribute:
+                if a.HasField("g"):
+                    graphs.append(a.g)
+                graphs.extend(a.graphs)
+    return count

@@ -88,17 +88,22 @@ def test_thread_sweep():
 @pytest.mark.parametrize("sample", ["sample:convnet", "sample:control_flow"])
 def test_levels_node_counts_match_ort_optimized_graph(sample, tmp_path):
     # The count comes from the timed session's one profiled run (or, with subgraphs, from a
-    # written optimized model): it must equal the main-graph nodes ORT writes out.
+    # written optimized model): it must equal the nodes ORT writes out, bodies included.
     import onnx
 
     from onnx_lab.runtime.session import make_session
+
+    def count(g):
+        return len(g.node) + sum(count(a.g) for n in g.node for a in n.attribute
+                                 if a.HasField("g"))
 
     lab = onnx_lab.open(sample)
     df = levels(lab, runs=1, warmup=0, progress=False)
     for level, nodes in zip(df.opt_level, df.nodes, strict=True):
         path = tmp_path / f"{level}.onnx"
         make_session(lab.model, opt_level=level, optimized_model_path=str(path))
-        assert nodes == len(onnx.load(str(path), load_external_data=False).graph.node), level
+        assert nodes == count(onnx.load(str(path), load_external_data=False).graph), level
+    assert (df.nodes_model == len(lab.model.index)).all()
 
 
 def test_batch_sweep_of_an_unnamed_batch_dim_says_so(tmp_path):
@@ -124,3 +129,34 @@ def test_batch_sweep_of_an_unnamed_batch_dim_says_so(tmp_path):
     lab = onnx_lab.open(path, shapes={"X": [1, 6]})
     lab.set_input_shape("X", ["batch", 6])
     assert lab.batch_sweep((1, 2), runs=1, warmup=0).table.batch.tolist() == [1, 2]
+
+
+def test_levels_count_the_fusions_inside_a_loop_body():
+    # a Loop whose body holds a MatMul + Add that 'basic' fuses into a Gemm: levels counted
+    # the main graph alone (1 node, the Loop, at every level; nodes_model 1)
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["xin", "w"], ["m"], name="mm"),
+         helper.make_node("Add", ["m", "b"], ["xout"], name="add"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="cond")], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("xin", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("xout", TensorProto.FLOAT, [4, 8])])
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["n", "c", "x"], ["y"], name="loop", body=body)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b"),
+         numpy_helper.from_array(np.array(3, np.int64), "n"),
+         numpy_helper.from_array(np.array(True), "c")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    df = levels(m, runs=1, warmup=0, progress=False).set_index("opt_level")
+    assert (df.nodes_model == 4).all()
+    assert df.loc["disable", "nodes"] == 4
+    assert df.loc["basic", "nodes"] < df.loc["disable", "nodes"]
