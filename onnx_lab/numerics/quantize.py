@@ -58,16 +58,31 @@ def _save(model: LabModel, path: Path) -> None:
     write_model(model, path, f"{path.name}.data" if wants_external(model) else None)
 
 
-def _node_names(model: LabModel, ids: Iterable[str] | None, what: str) -> list[str]:
-    """ONNX node names of node ids (ids are names when names are unique)."""
-    out = []
-    for nid in ([ids] if isinstance(ids, str) else ids or ()):  # one id: not its letters
-        node = model.index.node(nid)  # UnknownNameError with close matches
-        if not node.name:
-            raise InputError(f"{what}: node {nid!r} has no name, which the quantizer needs.",
-                             fix="Give the node a name, or exclude by op type.")
-        out.append(node.name)
-    return out
+def named_by_id(model: LabModel, node_ids: Iterable[str] | None = None) -> LabModel:
+    """``model``, or a copy whose nodes (``node_ids``: those alone) whose name is not their
+    node id (unnamed: onnx-caffe2's exports name none; or a name several nodes share) are
+    named by it: onnxruntime's quantizers select nodes by name. The node ids of the copy are
+    those of ``model``."""
+    ids = list(model.index.entries) if node_ids is None else list(node_ids)
+    renamed = [nid for nid in ids if model.index.node(nid).name != nid]
+    if not renamed:
+        return model
+    copy = model.clone()
+    for nid in renamed:
+        copy.index.node(nid).name = nid
+    copy.invalidate()
+    return copy
+
+
+def _node_names(model: LabModel, ids: Iterable[str] | None) -> tuple[LabModel, list[str]]:
+    """(``model`` with its nodes named by their ids (:func:`named_by_id`), the node names of
+    ``ids`` in it, which are the ids): the quantizers select nodes by name, and the ids a
+    refusal names are then the model's, also after the Constant nodes are lifted out.
+    UnknownNameError (with close matches) for an id that is no node's."""
+    ids = list(dict.fromkeys([ids] if isinstance(ids, str) else ids or ()))  # one id: not its letters
+    for nid in ids:
+        model.index.node(nid)  # UnknownNameError with close matches
+    return named_by_id(model), ids
 
 
 def fp16_model(source: Any, keep_io_types: bool = True,
@@ -230,7 +245,7 @@ def int8_dynamic_model(source: Any, nodes_to_exclude: Sequence[str] | None = Non
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     model = resolve(source)[0]
-    exclude = _node_names(model, nodes_to_exclude, "nodes_to_exclude")
+    model, exclude = _node_names(model, nodes_to_exclude)
     _refuse_without_onnx_ops(model)
     _refuse_half_activations(model)
     model = _lifted(model)
@@ -470,7 +485,7 @@ def int8_static_model(source: Any, feeds: Any = None, n: int = 8,
     _refuse_without_onnx_ops(model)
     if calibration is None:
         calibration = calibrate_int8(source, feeds, n)
-    exclude = _node_names(model, nodes_to_exclude, "nodes_to_exclude")
+    model, exclude = _node_names(model, nodes_to_exclude)
     return _something_quantized(_quantize_with(_lifted(model), calibration, exclude,
                                                reduce_range=reduce_range), "static", model,
                                 excluded=bool(exclude))

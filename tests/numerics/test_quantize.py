@@ -184,3 +184,44 @@ def test_dynamic_int8_of_float16_stored_weights_cast_up_says_to_fold_first():
     assert "computes in float16" not in e.value.problem and "fold_constants" in e.value.fix
     lab.apply_preset("safe")
     assert "MatMulInteger" in set(to_int8_dynamic(lab).nodes.op_type)
+
+
+def _unnamed_convs(fed_weight: bool) -> onnx_lab.Lab:
+    """Two Convs with biases and no node names (onnx-caffe2's exports name none); with
+    ``fed_weight`` the second one's weight is a graph input."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w2 = rng.standard_normal((4, 8, 3, 3)).astype(np.float32) * 0.2
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])]
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w1"),
+             numpy_helper.from_array(np.zeros(8, np.float32), "b1"),
+             numpy_helper.from_array(np.zeros(4, np.float32), "b2")]
+    if fed_weight:
+        inputs.append(helper.make_tensor_value_info("w2", TensorProto.FLOAT, [4, 8, 3, 3]))
+    else:
+        inits.append(numpy_helper.from_array(w2, "w2"))
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c1"], ["r"]),
+         helper.make_node("Conv", ["r", "w2", "b2"], ["y"], pads=[1, 1, 1, 1])],
+        "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        inits)
+    return onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def test_nodes_to_exclude_takes_unnamed_nodes():
+    # the quantizers select nodes by name: an unnamed node's id was refused ("has no name,
+    # which the quantizer needs ... or exclude by op type", which no int8 conversion takes),
+    # and so were the ids a refusal's checked fix named on such a model
+    lab = _unnamed_convs(fed_weight=False)
+    assert list(lab.nodes.node_id) == ["Conv_0", "Relu_1", "Conv_2"]
+    q = to_int8_dynamic(lab, nodes_to_exclude=["Conv_2"])
+    ops = q.nodes.set_index("node_id")["op_type"]
+    assert ops["Conv_2"] == "Conv" and list(ops).count("ConvInteger") == 1, ops
+    s = onnx_lab.to_int8_static(lab, nodes_to_exclude=["Conv_2"], n=2)
+    kept = s.index.node("Conv_2")
+    assert kept.op_type == "Conv" and kept.inputs[1].const_value is not None  # float weight
+    assert sum(n.op_type == "DequantizeLinear" and n.inputs[0].const_value is not None
+               and n.inputs[0].dtype.name == "INT8" for n in s.model.ir.graph) >= 1
+    assert not any(n.name for n in lab.model.ir.graph)  # the source is untouched
