@@ -31,7 +31,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.outputs import write_atomic
 from onnx_lab.core.save import wants_external, write_model
 from onnx_lab.core.source import resolve
-from onnx_lab.core.values import is_constant
+from onnx_lab.core.values import QUANTIZATION_OPS, foldable_nodes, is_constant
 from onnx_lab.errors import InputError, PassError, unknown_name
 from onnx_lab.numerics.half import full_proto as _full_proto  # noqa: F401 - trials read it here
 from onnx_lab.numerics.half import half_proto
@@ -382,8 +382,9 @@ def _something_quantized(model: LabModel, kind: str, source: LabModel | None = N
                          f"by nodes ({shown}: a Transpose of the weight, as torch's dynamo "
                          "export with optimize=False writes), and onnxruntime's quantizer "
                          "takes stored weights only.",
-                         fix="Fold constants first (lab.apply_preset('safe'), or "
-                         "lab.apply('fold_constants')), then quantize the result.")
+                         fix="Fold constants first, with a limit the weights fit in "
+                         "(lab.apply('fold_constants', max_growth_bytes=1 << 30): the safe "
+                         "preset's 16 MB refuses larger folds), then quantize the result.")
     raise InputError(f"The {kind} int8 quantization quantized nothing: onnxruntime's "
                      "quantizer found no MatMul, Conv or Gemm with a weight it could take "
                      + ("(all excluded, or none in the model)." if excluded else
@@ -393,25 +394,39 @@ def _something_quantized(model: LabModel, kind: str, source: LabModel | None = N
                           "The model as it is stays in float."))
 
 
+#: The inputs onnxruntime's quantizers take as weights (a Conv's and a Gemm's bias too): a
+#: stored tensor, or a value computed from stored tensors alone that folding stores.
+WEIGHT_INPUTS = {"MatMul": (1,), "Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (1, 2)}
+
+
+def computed_weights(model: LabModel) -> list[ir.Value]:
+    """The main graph's MatMul/Conv/ConvTranspose/Gemm weights and biases
+    (:data:`WEIGHT_INPUTS`) that nodes compute from stored tensors alone: a Transpose or Cast
+    of an initializer (torch's dynamo export with ``optimize=False``), a ConstantOfShape
+    (onnx-caffe2's exports, the onnx package's light CNNs). onnxruntime's quantizers take
+    stored weights only: the dynamic one stops at a Conv with a bias ("Expected ... to be an
+    initializer") and quantizes the others' weights at every run as activations, the static
+    one calibrates them as activations. Folding (``fold_constants``) stores them; a weight
+    that is already quantized (a DequantizeLinear's output) is not listed."""
+    fold = foldable_nodes(model, keep=QUANTIZATION_OPS)
+    found: dict[int, ir.Value] = {}
+    for n in model.ir.graph:
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        for i in WEIGHT_INPUTS.get(n.op_type, ()):
+            v = n.inputs[i] if len(n.inputs) > i else None
+            p = v.producer() if v is not None else None
+            if p is not None and id(p) in fold:
+                found.setdefault(id(v), v)
+    return list(found.values())
+
+
 def _computed_weights(model: LabModel) -> list[str]:
-    """Names of the main graph's MatMul/Conv/Gemm weights (input 1) that nodes compute from
-    stored tensors alone (a Transpose or Cast of an initializer): folding makes them stored
-    weights the quantizer takes."""
-
-    def from_constants(value: ir.Value | None, depth: int = 0) -> bool:
-        if value is None or depth > 8:
-            return False
-        if is_constant(value, stored=True):
-            return True
-        node = value.producer()
-        if node is None or node.graph is not model.ir.graph or not node.inputs:
-            return False
-        return all(from_constants(v, depth + 1) for v in node.inputs if v is not None)
-
+    """Names of :func:`computed_weights` (input 1: the weights, not the biases)."""
+    weights = {id(v) for v in computed_weights(model)}
     return [n.inputs[1].name for n in model.ir.graph
-            if n.op_type in ("MatMul", "Conv", "Gemm") and n.domain in ("", "ai.onnx")
-            and len(n.inputs) > 1 and n.inputs[1] is not None
-            and not is_constant(n.inputs[1], stored=True) and from_constants(n.inputs[1])]
+            if n.op_type in WEIGHT_INPUTS and n.domain in ("", "ai.onnx") and len(n.inputs) > 1
+            and n.inputs[1] is not None and id(n.inputs[1]) in weights]
 
 
 def _lifted(model: LabModel) -> LabModel:
