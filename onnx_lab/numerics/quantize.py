@@ -207,18 +207,51 @@ def _quantize_files(model: LabModel, fn, source: Path | None = None, **kw) -> La
                 fn(str(src), str(dst), **kw)
         except Exception as e:  # noqa: BLE001 - the quantizer raises assorted errors
             msg = str(e).strip()
-            computed = re.search(r"Expected (\S+) to be an initializer", msg)
-            if computed:
-                # Old exports compute weights with nodes (ConstantOfShape...): the quantizer
-                # only reads initializers.
-                fix = (f"Weight {computed.group(1)!r} is computed by a node, not stored: fold "
-                       "constants first, with a limit the weights fit in "
-                       "(lab.apply('fold_constants', max_growth_bytes=1 << 30): the default "
-                       "16 MB refuses larger folds), then quantize the result.")
-            else:
-                fix = "Exclude the failing nodes (nodes_to_exclude=[...])."
-            raise PassError(f"quantization failed: {msg[:400]}", fix=fix) from e
+            if re.search(r"Expected (\S+) to be an initializer", msg):
+                raise _unstored_conv_weights(model, msg) from e
+            raise PassError(f"quantization failed: {msg[:400]}",
+                            fix="Exclude the failing nodes (nodes_to_exclude=[...]).") from e
         return LabModel(read_output(dst, "quantization"))
+
+
+def _unstored_conv_weights(model: LabModel, msg: str) -> PassError:
+    """The refusal of onnxruntime's dynamic quantizer at a Conv with a bias whose weight is
+    no stored tensor ("Expected w to be an initializer"): every such Conv named, with what
+    its weight is, and the fix that works: the nodes kept out (``nodes_to_exclude``), after
+    which the quantizer takes the others; folding where the weights are computed from stored
+    tensors alone (what ``onnx_lab.to_int8_dynamic`` does itself, within the run memory
+    limit). It read "computed by a node ... fold constants first" of a weight fed as a graph
+    input, which no folding stores."""
+    foldable = {id(v) for v in computed_weights(model)}
+    blocked = [(nid, e.node.inputs[1]) for nid, e in model.index.entries.items()
+               if e.node.op_type == "Conv" and e.node.domain in ("", "ai.onnx")
+               and len(e.node.inputs) > 2 and e.node.inputs[2] is not None
+               and e.node.inputs[1] is not None and e.node.inputs[1].const_value is None]
+    if not blocked:
+        return PassError(f"quantization failed: {msg[:400]}",
+                         fix="Exclude the failing nodes (nodes_to_exclude=[...]).")
+
+    def what(v: ir.Value) -> str:
+        if v.is_graph_input():
+            return "a graph input, fed at run time"
+        p = v.producer()
+        by = f"{p.op_type} {model.index.node_id(p)!r}" if p is not None else "a node"
+        return f"computed by {by}" + (" from stored tensors" if id(v) in foldable else
+                                      " at run time")
+
+    shown = "; ".join(f"Conv {nid!r} reads {v.name!r} ({what(v)})" for nid, v in blocked[:3])
+    more = f"; and {len(blocked) - 3} more" if len(blocked) > 3 else ""
+    ids = [nid for nid, _ in blocked]
+    fold = all(id(v) in foldable for _, v in blocked)
+    return PassError(f"quantization failed: onnxruntime's dynamic quantizer takes a Conv with "
+                     f"a bias only when its weight is a stored tensor, and {len(blocked)} "
+                     f"Conv node(s) read a weight that is not: {shown}{more}.",
+                     fix=("Fold constants first, with a limit the weights fit in "
+                          "(lab.apply('fold_constants', max_growth_bytes=1 << 30): the "
+                          "default 16 MB refuses larger folds), then quantize the result; or "
+                          f"keep them in float: nodes_to_exclude={ids!r}." if fold else
+                          f"Keep them in float: nodes_to_exclude={ids!r} (the quantizer takes "
+                          "the others)."))
 
 
 def reduce_range_for(reduce_range: bool | None) -> bool:

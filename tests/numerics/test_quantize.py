@@ -266,3 +266,16 @@ def test_nodes_to_exclude_takes_unnamed_nodes():
     assert sum(n.op_type == "DequantizeLinear" and n.inputs[0].const_value is not None
                and n.inputs[0].dtype.name == "INT8" for n in s.model.ir.graph) >= 1
     assert not any(n.name for n in lab.model.ir.graph)  # the source is untouched
+
+
+def test_a_conv_weight_fed_at_run_time_is_named_with_a_fix_that_works():
+    # onnxruntime's dynamic quantizer stops at a Conv with a bias whose weight is no stored
+    # tensor; the refusal said the weight was "computed by a node, not stored: fold
+    # constants first" of a graph input, which no fold stores
+    lab = _unnamed_convs(fed_weight=True)
+    with pytest.raises(onnx_lab.errors.PassError, match="'w2' \\(a graph input") as e:
+        to_int8_dynamic(lab)
+    assert "Conv 'Conv_2'" in e.value.problem and "fold" not in e.value.fix.lower()
+    assert "nodes_to_exclude=['Conv_2']" in e.value.fix
+    q = to_int8_dynamic(lab, nodes_to_exclude=["Conv_2"])  # the fix, followed
+    assert list(q.nodes.op_type).count("ConvInteger") == 1
