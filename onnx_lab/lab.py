@@ -8,7 +8,6 @@ lower layers take and return models; this module wraps what they return in Labs
 
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,8 +39,6 @@ if TYPE_CHECKING:
     from onnx_lab import culprit
     from onnx_lab.analysis.summary import Summary
     from onnx_lab.core.index import ModelIndex
-
-logger = logging.getLogger(__name__)
 
 # Each method imports the feature it runs on use: `import onnx_lab` loads the core and what
 # draws results, not every feature, nor the steps (see _steps; tests/core/test_light_import.py).
@@ -270,63 +267,6 @@ def to_fp16(source: Any, keep_io_types: bool = True,
                       candidates=_half_candidates)
 
 
-class _Stored:
-    """The source the int8 quantizers get (:func:`_weights_stored`): ``.model``/``.dims``/
-    ``.shapes`` as :func:`~onnx_lab.core.source.resolve` reads them, and the sentence the
-    result's ``derived_from`` ends with."""
-
-    def __init__(self, model: LabModel, dims: Mapping[str, int],
-                 shapes: Mapping[str, Sequence[int]], note: str = "") -> None:
-        self.model, self.dims, self.shapes, self.note = model, dims, shapes, note
-
-
-def _weights_stored(source: Any) -> _Stored:
-    """``source`` with the MatMul/Conv/Gemm weights (and biases) that nodes compute from
-    stored tensors alone folded into stored tensors, on a copy: onnxruntime's quantizers take
-    stored weights only (:func:`onnx_lab.numerics.quantize.computed_weights`): the dynamic one
-    stopped at the first Conv with a bias (7 of the onnx package's 9 light CNNs, whose weights
-    are ConstantOfShape fills) and quantized the other weights at every run, stored in float.
-    ``fold_constants`` runs on those weights' matches alone, within the run memory limit;
-    the nodes are named by their ids first, so the node ids of the copy are the source's
-    (``nodes_to_exclude`` and the ids a refusal names). The source when there is none."""
-    from onnx_lab.core.limits import memory_limit
-    from onnx_lab.numerics.quantize import computed_weights, named_by_id
-    from onnx_lab.transforms.apply import run_pass  # transforms: loaded on use
-    from onnx_lab.transforms.registry import get_pass
-
-    model, dims, shapes = resolve(source)
-    if not computed_weights(model):
-        return _Stored(model, dims, shapes)
-    model = named_by_id(model)
-    weights = computed_weights(model)
-    wanted = {id(v) for v in weights}
-    ids = [m.match_id for m in get_pass("fold_constants").find(model)
-           if any(id(o) in wanted for o in m.data["frontier"])]
-    if not ids:  # (an Identity of a weight: fold_constants leaves it to eliminate_identity)
-        return _Stored(model, dims, shapes)
-    # the weights' own bytes are the growth: bounded by what a run may take, not by the
-    # pass's 16 MB default (light DenseNet-121's 32 MB of ConstantOfShape fills)
-    limit = memory_limit()[0]
-    r = run_pass(model, "fold_constants", ids, model_dims=dims, model_shapes=shapes,
-                 max_growth_bytes=int(limit) if limit is not None else 1 << 62)
-    if not r.modified:
-        logger.warning("weights computed by nodes could not be folded for the quantizer: %s",
-                       "; ".join(r.notes) or r.reason)
-        return _Stored(model, dims, shapes)
-    left = computed_weights(r.model)
-    if left:
-        logger.warning("%d weight(s) computed by nodes could not be folded for the quantizer "
-                       "(%s): %s", len(left), ", ".join(repr(v.name) for v in left[:3]),
-                       "; ".join(n for n in r.notes if "refused" in n or "skipped" in n))
-    done = len(weights) - len(left)
-    first = next((v.name for v in weights if v.name), "")
-    note = (f" (its {done} weight and bias tensor(s) that nodes compute from stored tensors, "
-            f"such as {first!r}, folded first: onnxruntime's quantizer takes stored weights "
-            "only)")
-    logger.info("int8 quantization: %d computed weight(s) folded first", done)
-    return _Stored(r.model, dims, shapes, note)
-
-
 @strict_keywords
 def to_int8_dynamic(source: Any, nodes_to_exclude: Sequence[str] | None = None,
                     reduce_range: bool | None = None) -> Lab:
@@ -342,7 +282,7 @@ def to_int8_dynamic(source: Any, nodes_to_exclude: Sequence[str] | None = None,
     from onnx_lab.numerics.quantize import int8_dynamic_model
 
     nodes_to_exclude = _one_or_more(nodes_to_exclude)
-    src = _weights_stored(source)
+    src = _steps().weights_stored(source)
     return _converted(source, int8_dynamic_model(src, nodes_to_exclude, reduce_range),
                       "dynamic int8 quantization",
                       retry=lambda ids: int8_dynamic_model(src, [*(nodes_to_exclude or ()), *ids],
@@ -364,7 +304,7 @@ def to_int8_static(source: Any, feeds: Any = None, n: int = 8,
     from onnx_lab.numerics.quantize import int8_static_model
 
     nodes_to_exclude = _one_or_more(nodes_to_exclude)
-    src = _weights_stored(source)
+    src = _steps().weights_stored(source)
     return _converted(source, int8_static_model(src, feeds, n, nodes_to_exclude),
                       "static int8 quantization",
                       retry=lambda ids: int8_static_model(src, feeds, n,

@@ -22,7 +22,10 @@ from typing import Any
 from onnx_lab._progress import Progress
 from onnx_lab.core._gc import paused
 from onnx_lab.core.history import History
+from onnx_lab.core.limits import memory_limit
+from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import fit_dims, shape_tuple
+from onnx_lab.core.source import resolve
 from onnx_lab.errors import (
     InputError,
     LabError,
@@ -33,6 +36,7 @@ from onnx_lab.errors import (
     unknown_name,
 )
 from onnx_lab.numerics.align import computed_precision
+from onnx_lab.numerics.quantize import computed_weights, named_by_id
 from onnx_lab.numerics.region import (
     NOT_CHECKED,
     PresetReference,
@@ -65,7 +69,7 @@ from onnx_lab.runtime.session import (
     warm_default_load,
 )
 from onnx_lab.transforms.apply import preset_passes, run_pass
-from onnx_lab.transforms.base import PassResult, pass_kind, pass_traits
+from onnx_lab.transforms.base import PassResult, get_pass, pass_kind, pass_traits
 from onnx_lab.transforms.extract import extract_model
 from onnx_lab.transforms.interface import fed_inputs
 
@@ -763,6 +767,61 @@ def _generation_speed(model: Any, prompt: list, new_tokens: int, providers: list
     return Speed(float(g.tokens_per_s), float(g.decode_ms_per_token))
 
 
+class Stored:
+    """The source the int8 quantizers get (:func:`weights_stored`): ``.model``/``.dims``/
+    ``.shapes`` as :func:`~onnx_lab.core.source.resolve` reads them, and the sentence the
+    result's ``derived_from`` ends with."""
+
+    def __init__(self, model: LabModel, dims: Mapping[str, int],
+                 shapes: Mapping[str, Sequence[int]], note: str = "") -> None:
+        self.model, self.dims, self.shapes, self.note = model, dims, shapes, note
+
+
+def weights_stored(source: Any) -> Stored:
+    """``source`` with the MatMul/Conv/Gemm weights (and biases) that nodes compute from
+    stored tensors alone folded into stored tensors, on a copy: onnxruntime's quantizers take
+    stored weights only (:func:`onnx_lab.numerics.quantize.computed_weights`): the dynamic one
+    stopped at the first Conv with a bias (7 of the onnx package's 9 light CNNs, whose weights
+    are ConstantOfShape fills) and quantized the other weights at every run, stored in float.
+    ``fold_constants`` runs on those weights' matches alone, within the run memory limit;
+    the nodes are named by their ids first, so the node ids of the copy are the source's
+    (``nodes_to_exclude``, the ids a refusal names, an int8 plan's ``kept``). The source when
+    there is none. The int8 conversions (``onnx_lab.to_int8_dynamic``, ``to_int8_static``)
+    and the int8 precision search start from it, so a plan's trial is the conversion
+    ``to_int8_static`` gives with the plan's exclusions."""
+    model, dims, shapes = resolve(source)
+    if not computed_weights(model):
+        return Stored(model, dims, shapes)
+    model = named_by_id(model)
+    weights = computed_weights(model)
+    wanted = {id(v) for v in weights}
+    ids = [m.match_id for m in get_pass("fold_constants").find(model)
+           if any(id(o) in wanted for o in m.data["frontier"])]
+    if not ids:  # (an Identity of a weight: fold_constants leaves it to eliminate_identity)
+        return Stored(model, dims, shapes)
+    # the weights' own bytes are the growth: bounded by what a run may take, not by the
+    # pass's 16 MB default (light DenseNet-121's 32 MB of ConstantOfShape fills)
+    limit = memory_limit()[0]
+    r = run_pass(model, "fold_constants", ids, model_dims=dims, model_shapes=shapes,
+                 max_growth_bytes=int(limit) if limit is not None else 1 << 62)
+    if not r.modified:
+        logger.warning("weights computed by nodes could not be folded for the quantizer: %s",
+                       "; ".join(r.notes) or r.reason)
+        return Stored(model, dims, shapes)
+    left = computed_weights(r.model)
+    if left:
+        logger.warning("%d weight(s) computed by nodes could not be folded for the quantizer "
+                       "(%s): %s", len(left), ", ".join(repr(v.name) for v in left[:3]),
+                       "; ".join(n for n in r.notes if "refused" in n or "skipped" in n))
+    done = len(weights) - len(left)
+    first = next((v.name for v in weights if v.name), "")
+    note = (f" (its {done} weight and bias tensor(s) that nodes compute from stored tensors, "
+            f"such as {first!r}, folded first: onnxruntime's quantizer takes stored weights "
+            "only)")
+    logger.info("int8 quantization: %d computed weight(s) folded first", done)
+    return Stored(r.model, dims, shapes, note)
+
+
 def find_precision(history: History, target: str = "fp16", feeds: Any = None,
                    verify: bool | Mapping[str, Any] = True, **kw: Any):
     """Search which nodes to keep in higher precision and push the converted model as a step.
@@ -791,7 +850,8 @@ def find_precision(history: History, target: str = "fp16", feeds: Any = None,
         kw.setdefault("dims", dims)
         if "shapes" in takes:  # an LLM's shapes follow from its dims
             kw.setdefault("shapes", shapes)
-        plan = search(history, target, feeds, **kw)
+        stored = weights_stored(history) if target == "int8" else None
+        plan = search(history if stored is None else stored, target, feeds, **kw)
         n_before, n_after = len(before.index), len(plan.model.index)
         result = PassResult(
             name=f"precision:{target}",
@@ -800,6 +860,8 @@ def find_precision(history: History, target: str = "fp16", feeds: Any = None,
             modified=True, nodes_before=n_before, nodes_after=n_after, provenance={},
             removed=[], reason=None, seconds=plan.seconds,
             notes=[plan.summary_text()], model=plan.model)
+        if stored is not None and stored.note:
+            result.notes.append(stored.note.strip(" ()"))
         if opts is not None:
             opts = dict(opts)
             opts.setdefault("feeds", plan.feeds)
