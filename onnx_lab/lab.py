@@ -281,8 +281,8 @@ def to_int8_dynamic(source: Any, nodes_to_exclude: Sequence[str] | None = None,
     """
     from onnx_lab.numerics.quantize import int8_dynamic_model
 
-    nodes_to_exclude = _one_or_more(nodes_to_exclude)
     src = _steps().weights_stored(source)
+    nodes_to_exclude = src.unfolded(_one_or_more(nodes_to_exclude))
     return _converted(source, int8_dynamic_model(src, nodes_to_exclude, reduce_range),
                       "dynamic int8 quantization",
                       retry=lambda ids: int8_dynamic_model(src, [*(nodes_to_exclude or ()), *ids],
@@ -303,8 +303,8 @@ def to_int8_static(source: Any, feeds: Any = None, n: int = 8,
     """
     from onnx_lab.numerics.quantize import int8_static_model
 
-    nodes_to_exclude = _one_or_more(nodes_to_exclude)
     src = _steps().weights_stored(source)
+    nodes_to_exclude = src.unfolded(_one_or_more(nodes_to_exclude))
     return _converted(source, int8_static_model(src, feeds, n, nodes_to_exclude),
                       "static int8 quantization",
                       retry=lambda ids: int8_static_model(src, feeds, n,

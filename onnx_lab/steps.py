@@ -773,8 +773,30 @@ class Stored:
     result's ``derived_from`` ends with."""
 
     def __init__(self, model: LabModel, dims: Mapping[str, int],
-                 shapes: Mapping[str, Sequence[int]], note: str = "") -> None:
+                 shapes: Mapping[str, Sequence[int]], note: str = "",
+                 folded: Sequence[str] = ()) -> None:
         self.model, self.dims, self.shapes, self.note = model, dims, shapes, note
+        #: the source's node ids the fold replaced by stored tensors (a weight's Transpose)
+        self.folded = frozenset(folded)
+
+    def unfolded(self, ids: Any) -> Any:
+        """``ids`` (``nodes_to_exclude``, ``keep``: node ids of the source) without the
+        nodes the fold stored: they compute weights from stored tensors and stay in float
+        as stored tensors. They read "Unknown node id" from the copy, though ``lab.nodes``
+        lists them (every node of a layer, by scope, holds its weight's Transpose in a
+        dynamo export with ``optimize=False``). Anything else as it is (checked later)."""
+        if not self.folded or ids is None:
+            return ids
+        ids = [ids] if isinstance(ids, str) else ids
+        try:
+            given = list(ids)
+        except TypeError:
+            return ids
+        out = [n for n in given if not (isinstance(n, str) and n in self.folded)]
+        if len(out) < len(given):
+            logger.info("node ids that compute weights folded into stored tensors (they stay "
+                        "in float): %s", [n for n in given if n not in out])
+        return out
 
 
 def weights_stored(source: Any) -> Stored:
@@ -814,12 +836,13 @@ def weights_stored(source: Any) -> Stored:
                        "(%s): %s", len(left), ", ".join(repr(v.name) for v in left[:3]),
                        "; ".join(n for n in r.notes if "refused" in n or "skipped" in n))
     done = len(weights) - len(left)
+    folded = [nid for nid in model.index.entries if nid not in r.model.index.entries]
     first = next((v.name for v in weights if v.name), "")
     note = (f" (its {done} weight and bias tensor(s) that nodes compute from stored tensors, "
             f"such as {first!r}, folded first: onnxruntime's quantizer takes stored weights "
             "only)")
     logger.info("int8 quantization: %d computed weight(s) folded first", done)
-    return Stored(r.model, dims, shapes, note)
+    return Stored(r.model, dims, shapes, note, folded)
 
 
 def find_precision(history: History, target: str = "fp16", feeds: Any = None,
@@ -851,6 +874,8 @@ def find_precision(history: History, target: str = "fp16", feeds: Any = None,
         if "shapes" in takes:  # an LLM's shapes follow from its dims
             kw.setdefault("shapes", shapes)
         stored = weights_stored(history) if target == "int8" else None
+        if stored is not None and kw.get("keep") is not None:
+            kw["keep"] = stored.unfolded(kw["keep"])
         plan = search(history if stored is None else stored, target, feeds, **kw)
         n_before, n_after = len(before.index), len(plan.model.index)
         result = PassResult(

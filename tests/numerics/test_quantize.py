@@ -292,3 +292,35 @@ def test_the_int8_search_folds_computed_weights_as_the_conversions_do():
     ops = [e.node.op_type for e in plan.model.index.entries.values()]
     assert sorted(ops) == sorted(static.nodes.op_type) and "ConstantOfShape" not in ops
     assert any("folded first" in n for n in lab.results[-1].notes)
+
+
+def test_excluding_a_layer_by_scope_takes_the_weight_transposes_the_fold_stores():
+    # every node of a layer (lab.nodes by scope) holds its weight's Transpose in a dynamo
+    # export with optimize=False; the int8 conversions fold those into stored weights first
+    # (on a copy), and the ids read "Unknown node id '/l1/Transpose'" (find_precision's keep:
+    # "which the model does not have") though lab.nodes lists them
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    g = helper.make_graph(
+        [helper.make_node("Transpose", ["w1"], ["w1t"], perm=[1, 0], name="/l1/Transpose"),
+         helper.make_node("MatMul", ["x", "w1t"], ["h"], name="/l1/MatMul"),
+         helper.make_node("Relu", ["h"], ["r"], name="/relu"),
+         helper.make_node("Transpose", ["w2"], ["w2t"], perm=[1, 0], name="/l2/Transpose"),
+         helper.make_node("MatMul", ["r", "w2t"], ["y"], name="/l2/MatMul")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(rng.standard_normal((32, 16)).astype(np.float32), "w1"),
+         numpy_helper.from_array(rng.standard_normal((8, 32)).astype(np.float32), "w2")])
+    lab = onnx_lab.open(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    layer = [n for n in lab.nodes.node_id if n.startswith("/l1/")]
+    assert layer == ["/l1/Transpose", "/l1/MatMul"]
+    feeds = {"x": rng.standard_normal((4, 16)).astype(np.float32)}
+    for q in (to_int8_dynamic(lab, nodes_to_exclude=layer),
+              onnx_lab.to_int8_static(lab, feeds=feeds, n=1, nodes_to_exclude=layer)):
+        ops = q.nodes.set_index("node_id")["op_type"]
+        assert ops["/l1/MatMul"] == "MatMul" and "Transpose" not in set(ops), ops
+    plan = lab.find_precision("int8", feeds=feeds, keep=layer, progress=False)
+    assert "/l1/MatMul" in plan.kept
+    with pytest.raises(UnknownNameError):  # an id no node of the source has still is refused
+        to_int8_dynamic(lab, nodes_to_exclude=["/l1/Transpos"])
