@@ -228,6 +228,8 @@ def test_a_mask_fill_computed_past_65504_stays_an_overflow():
     assert sens.loc[["/mask/Where", "/attn/Add"], "overflow"].all()
     note = next(n for n in plan.notes if n.startswith("fp16 overflow absorbed"))
     assert "'bias'" in note and "'masked'" in note
+    # judged on the feeds searched: the note says so, and what it does not cover
+    assert "sample(s) searched" in note and "inputs you deploy on" in note
     assert plan.passed and plan.kept == [] and plan.required == {}
     rng = np.random.default_rng(5)
     x = rng.standard_normal((1, 6, 16)).astype(np.float32)

@@ -495,8 +495,10 @@ def absorbed_overflows(s: Search, full: LabModel) -> None:
         f"fp16 overflow absorbed: {len(names)} tensor(s) beyond 65504 ({', '.join(map(repr, names[:3]))}"
         + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         + f"), fed to the full conversion as inf, give outputs within the tolerance (max_abs "
-        f"{worst:.3g}): the model's own arithmetic absorbs them, so "
-        f"{len(nodes)} node(s) that produce or read them need not be kept")
+        f"{worst:.3g}) on the {len(got)} sample(s) searched: the model's own arithmetic "
+        f"absorbs them there, so {len(nodes)} node(s) that produce or read them are not kept "
+        "(a reduction over a row that overflows whole on other inputs is not covered: search "
+        "on the inputs you deploy on)")
 
 
 def _beyond_fp16(st: dict) -> bool:
