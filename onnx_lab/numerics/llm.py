@@ -491,6 +491,18 @@ def _vocab(model: LabModel, io: DecoderIO, sess: Any, dims: Mapping[str, int]) -
     return int(_logits(model, io, [0], sess, dims).shape[-1])
 
 
+def check_vocab(seqs: Sequence[Sequence[int]], model: LabModel, io: DecoderIO, sess: Any,
+                dims: Mapping[str, int]) -> None:
+    """Given token ids must index the model's vocabulary: an id past it failed inside
+    onnxruntime's Gather, in a message that blamed the sequence's length."""
+    hi = max(max(s) for s in seqs)
+    vocab = _vocab(model, io, sess, dims)
+    if hi >= vocab:
+        lo = min(min(s) for s in seqs)
+        raise InputError(f"tokens must lie in [0, {vocab}) (the vocabulary of {io.logits!r}), "
+                         f"got {lo}..{hi}.", fix="Pass token ids of this model's tokenizer.")
+
+
 @strict_keywords  # a misspelt keyword is an InputError with its close matches
 def compare_llm(reference: Any, candidate: Any, tokens: Any = None, *,
                 prompt_length: int = 8, new_tokens: int = 24, seed: int = 0,
@@ -582,6 +594,7 @@ def compare_llm(reference: Any, candidate: Any, tokens: Any = None, *,
             bar.step("reference: greedy continuation")
             start = prompt_length
         else:
+            check_vocab(seqs, ref.model, io_r, s_ref, rdims)
             start = 0
         ref_logits = [_logits(ref.model, io_r, s, s_ref, rdims) for s in seqs]
         del s_ref

@@ -60,6 +60,7 @@ from onnx_lab.numerics.llm import (
     _check_context,
     _logits,
     _vocab,
+    check_vocab,
     decoder_io,
     greedy_decode,
     layer_of,
@@ -507,6 +508,7 @@ def find_weight_only(source: Any, target: str = "int4", tokens: Any = None, *,
             if len(seq) < 2:
                 raise InputError("tokens must hold at least 2 ids.", fix="Pass a longer "
                                  "sequence, or tokens=None for a generated one.")
+            check_vocab([seq], model, io, sess, rdims)
             prompt = seq[:max(1, min(prompt_length, len(seq) - 1))]
         ref_logits = _logits(model, io, seq, sess, rdims)
         del sess

@@ -142,6 +142,18 @@ def test_given_tokens_and_bad_input(healthy):
         compare_llm(plain, plain)
 
 
+def test_given_token_ids_past_the_vocabulary_are_refused(healthy):
+    # A Llama tokenizer's ids (docs/compare.md: --tokens 1,15043,29892) on a model of 256
+    # logits failed inside onnxruntime's Gather, and the message blamed the sequence's length
+    # ("at a sequence of 3 tokens: a sequence longer than the model's maximum length").
+    ref, cand = healthy
+    with pytest.raises(InputError, match=r"\[0, 256\) \(the vocabulary of 'logits'\), got "
+                       r"1\.\.29892"):
+        compare_llm(ref, cand, tokens=[1, 15043, 29892], layerwise=False, progress=False)
+    with pytest.raises(InputError, match="vocabulary"):
+        find_weight_only(ref, "int4", [1, 15043, 29892], progress=False)
+
+
 def test_greedy_decode_feeds_the_cache_back(healthy):
     """The cached loop generates what rerunning the whole sequence without cache predicts."""
     ref, _ = healthy
