@@ -256,7 +256,8 @@ def to_fp16(source: Any, keep_io_types: bool = True,
     :func:`onnx_lab.numerics.quantize.fp16_model`.
 
     Example:
-        >>> half = onnx_lab.to_fp16(onnx_lab.open("sample:convnet"), block_list=["Softmax"])
+        >>> half = onnx_lab.to_fp16(onnx_lab.open("sample:transformer_block"),
+        ...                         block_list=["Softmax"])
     """
     from onnx_lab.numerics.quantize import fp16_model
 

@@ -102,7 +102,7 @@ def fp16_model(source: Any, keep_io_types: bool = True,
         block_list: op types (``"Softmax"``) and/or node ids kept in float32.
 
     Example:
-        >>> half = fp16_model("sample:convnet", block_list=["Softmax"])
+        >>> half = fp16_model("sample:transformer_block", block_list=["Softmax"])
     """
     model = resolve(source)[0]
     ops = {e.node.op_type for e in model.index.entries.values()}
