@@ -272,6 +272,16 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
     except Exception as e:  # noqa: BLE001 - distributed raises OSError, ValueError, TimeoutError...
         restore()
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        if scheduler and not isinstance(e, (OSError, TimeoutError)) and \
+                isinstance(e, (MemoryError, ValueError, TypeError, KeyError)):
+            # connected, but what answered does not speak Dask's protocol (an HTTP server
+            # or a proxy: its first bytes read as a frame length, "Unable to allocate
+            # 3.07 EiB")
+            raise InputError(f"Something answers at {str(scheduler)[:200]!r}, but not as a "
+                             f"Dask scheduler (its reply read as: {first}).",
+                             fix="Check the port: a Dask scheduler listens on 8786 by default "
+                             "(its dashboard, on 8787, is a web page, not the scheduler)."
+                             ) from e
         raise InputError(f"Cannot reach the Dask scheduler {str(scheduler)[:200]!r}: {first}",
                          fix="Check the address (tcp://HOST:PORT) and that the scheduler "
                          "runs.") from e

@@ -236,3 +236,31 @@ def test_an_option_that_would_be_ignored_is_refused(capsys, model, tmp_path, arg
     args = [a.replace("{m}", str(model)).replace("{t}", str(tmp_path)) for a in argv]
     assert flag in _one_line(capsys, args)
     assert not (tmp_path / "o.onnx").exists() and not (tmp_path / "a").exists()
+
+
+def test_an_address_that_answers_but_not_as_dask_says_so(capsys, model, tmp_path):
+    # an HTTP server (a dashboard's port, a proxy) at the address: its first bytes read as a
+    # frame length, and the message was "Cannot reach ...: Unable to allocate 3.07 EiB"
+    import socket
+    import threading
+
+    pytest.importorskip("distributed")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(5)
+
+    def serve() -> None:
+        while True:
+            try:
+                c, _ = srv.accept()
+                c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" * 4)
+            except OSError:
+                return
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        line = _one_line(capsys, ["audit", str(model), "--out", str(tmp_path / "a"),
+                                  "--scheduler", f"tcp://127.0.0.1:{srv.getsockname()[1]}"])
+    finally:
+        srv.close()
+    assert "but not as a Dask scheduler" in line and "8786" in line, line
