@@ -105,7 +105,12 @@ class _Optimized:
                 # making it makes the model's
                 outs = [_unprefixed(x) for x in n.output]
                 src = _unprefixed(n.input[0]) if n.input else ""
-                if src in made and _added(n.name, n.op_type) and n.name not in model_names:
+                # ORT's own node after another: an added Reshape/Transpose, or a Cast it put
+                # after a node it ran in float32 (the Gemm of a float16 MatMul + Add, then
+                # its Reshape back to rank 3, which makes the Add's tensor)
+                if src in made and n.name not in model_names and (
+                        _added(n.name, n.op_type)
+                        or (n.op_type == "Cast" and n.name.startswith(_PRECISION_CAST))):
                     made[src].extend(outs)
                     made.update(dict.fromkeys(outs, made[src]))
                     outs = []
