@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -26,7 +27,7 @@ import onnx_ir as ir
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 
-__all__ = ["map_trace", "INSERTED_OPS", "UNKNOWN_BRANCH"]
+__all__ = ["map_trace", "wants_graph", "INSERTED_OPS", "UNKNOWN_BRANCH"]
 
 INSERTED_OPS = frozenset({"ReorderInput", "ReorderOutput", "MemcpyToHost", "MemcpyFromHost",
                           "MemcpyToDevice", "MemcpyFromDevice"})
@@ -86,9 +87,18 @@ class _Optimized:
         self.all_outputs: dict[str, list[list[str]]] = defaultdict(list)
         self.tensors: set[str] = set()
         self.node_names: set[str] = set()
+        # the main graph's nodes in stored order: (name, op_type, outputs, the node)
+        self.main: list[tuple[str, str, list[str], Any]] = []
+        # (ORT name, node index) of a trace call -> its main-graph node, where the name alone
+        # does not tell (see :meth:`align`)
+        self.by_key: dict[tuple, tuple[str, str, list[str], Any]] = {}
+        # whether the main graph has a node without a name or with another's
+        self.ambiguous = False
+        main_names: set[str] = set()
         graphs = [proto.graph]
         while graphs:
             g = graphs.pop()
+            main = g is proto.graph
             self.tensors.update(v.name for v in g.input)
             self.tensors.update(v.name for v in g.output)
             self.tensors.update(t.name for t in g.initializer)
@@ -118,6 +128,11 @@ class _Optimized:
                     made.update(dict.fromkeys(outs, outs))
                 self.outputs.setdefault(n.name, outs)
                 self.all_outputs[n.name].append(outs)
+                if main:
+                    self.main.append((n.name, n.op_type, outs, n))
+                    if not n.name or n.name in main_names:
+                        self.ambiguous = True
+                    main_names.add(n.name)
                 self.tensors.update(x for x in n.output if x)
                 self.tensors.update(x for x in n.input if x)
                 for a in n.attribute:
@@ -130,6 +145,45 @@ class _Optimized:
         # Conv of a float16 ResNet was a member of a FusedConv and of the final Flatten)
         self.tensors.update(t[len(_PRECISION_CAST):] for t in list(self.tensors)
                             if t.startswith(_PRECISION_CAST))
+
+
+    def align(self, keys: Iterable[tuple]) -> None:
+        """Tie the main graph's calls (``keys``: (ORT name, node index, op) in the order they
+        first ran) to the nodes of the optimized graph where names do not: ORT writes an
+        unnamed node (a QLinearAdd or QGemm it made from an unnamed Add or Gemm, an unnamed
+        Conv it fused a BatchNormalization into) with no name and the trace calls it
+        ``{op_type}_{node index}``, an index counted in ORT's graph that the written graph
+        does not hold (a node ORT made takes the next free one); a name several nodes share
+        ('/QuickGeluFusion/' of unnamed Muls) is no key either. ORT writes its graph in the
+        topological order it runs the nodes in, so the k-th such node of an op (and name) is
+        the k-th such call; a group whose counts differ is left out."""
+        counts: dict[str, int] = defaultdict(int)
+        for r in self.main:
+            counts[r[0]] += 1
+        groups: dict[tuple[str, str], list] = defaultdict(list)
+        for r in self.main:
+            if not r[0] or counts[r[0]] > 1:
+                groups[(r[0], r[1])].append(r)
+        if not groups:
+            return
+        calls: dict[tuple[str, str], list[tuple]] = defaultdict(list)
+        for name, i, op in keys:
+            if counts.get(name, 0) > 1:
+                calls[(name, op)].append((name, i))
+            elif name not in counts and i is not None and name == f"{op}_{i}":
+                calls[("", op)].append((name, i))
+        for g, recs in groups.items():
+            ks = calls.get(g, ())
+            if len(ks) == len(recs):
+                self.by_key.update(zip(ks, recs))
+
+    def outs_of(self, ort_name: str, node_index, unnamed: bool = False) -> list[str]:
+        """The outputs of ORT's node (model tensors: through the nodes ORT added after it);
+        of a node written without a name only where ``unnamed``."""
+        rec = self.by_key.get((ort_name, node_index))
+        if rec is not None and (rec[0] or unnamed):
+            return rec[2]
+        return self.outputs.get(ort_name, [])
 
 
 def _unprefixed(name: str) -> str:
@@ -257,14 +311,17 @@ class _Context:
             return None
         idx = self.idx
         producer = self.producer_of(graph)
-        made = self._made(graph, ort_name)
+        made = self._made(graph, ort_name, node_index)
         direct = sc.names.get(ort_name)
         if direct is not None:
             return direct, [direct] + [p for p in made if p != direct], "name"
         nid = sc.local.get(ort_name)
         if nid is not None and ort_name not in sc.names and (
                 idx.entries[nid].node.op_type == op_type or self.opt_level == "disable"):
-            return nid, [nid], "index"
+            # as a named node's: with the model nodes making its outputs (the
+            # BatchNormalization fused into an unnamed Conv, a QDQ Flatten's QuantizeLinear)
+            made = self._made(graph, ort_name, node_index, unnamed=True)
+            return nid, [nid] + [p for p in made if p != nid], "index"
         if not ort_name and self.opt_level == "disable" and node_index is not None:
             try:
                 nid = sc.pos.get(int(node_index))
@@ -291,13 +348,21 @@ class _Context:
             return None
         return primary, anchors, "fused"
 
-    def _made(self, graph: str, ort_name: str) -> list[str]:
+    def _made(self, graph: str, ort_name: str, node_index=None,
+              unnamed: bool = False) -> list[str]:
         """The model nodes of ``graph`` that made the outputs of ORT's node ``ort_name`` in
-        the optimized graph (of the graph whose ORT node of that name makes some)."""
+        the optimized graph (of the graph whose ORT node of that name makes some; in the main
+        graph, of the node :meth:`_Optimized.align` tied the call to, one written without a
+        name only where ``unnamed``)."""
         if self.opt is None:
             return []
         producer = self.producer_of(graph)
         entries = self.idx.entries
+        by_key = self.opt.by_key
+        rec = by_key.get((ort_name, node_index)) if by_key and not graph else None
+        if rec is not None and (rec[0] or unnamed):
+            return list(dict.fromkeys(
+                p for t in rec[2] if (p := producer(t)) is not None and entries[p].graph == ""))
         for outs in self.opt.all_outputs.get(ort_name, ()):
             made = list(dict.fromkeys(
                 p for t in outs if (p := producer(t)) is not None and entries[p].graph == graph))
@@ -348,6 +413,17 @@ class _Context:
                            and idx.entries[nid].node.domain in ("", "ai.onnx")))
 
 
+def wants_graph(model: LabModel, opt_level: str) -> bool:
+    """Whether mapping a trace at ``opt_level`` needs ORT's optimized graph: at every level but
+    'disable', where nothing is fused; there too where an unnamed DequantizeLinear is in the
+    main graph: ORT copies one that two quantized nodes read at every level, and names the
+    copy '/duplicated' after the empty name (a named one's 'x_dq/duplicated' tells)."""
+    if opt_level != "disable":
+        return True
+    return any(e.graph == "" and not e.node.name and e.node.op_type == "DequantizeLinear"
+               for e in model.index.entries.values())
+
+
 #: ``graph`` of a call in an If whose branch the trace cannot tell: ``{If node id}/?``.
 UNKNOWN_BRANCH = "?"
 
@@ -385,6 +461,12 @@ def map_trace(model: LabModel, kernels: pd.DataFrame, optimized=None, opt_level:
     ctx = _Context(model, optimized, opt_level, untaken)
     n = len(kernels)
     parent = kernels["parent"].to_numpy() if "parent" in kernels else np.full(n, -1)
+    if ctx.opt is not None and ctx.opt.ambiguous:
+        # the main graph's calls in the order they first ran (one thread runs them in turn)
+        main = kernels.loc[parent < 0, ["ort_name", "node_index", "op_type"]] \
+            .drop_duplicates(["ort_name", "node_index"])
+        ctx.opt.align((name, None if i is pd.NA else i, op)
+                      for name, i, op in main.itertuples(index=False, name=None))
     graph = np.full(n, "", dtype=object)
     found: dict[tuple, tuple] = {}
     if (parent < 0).all():  # no bodies ran: every call is the main graph's
@@ -428,6 +510,7 @@ def map_trace(model: LabModel, kernels: pd.DataFrame, optimized=None, opt_level:
                 nxt.extend(kids)
             level = nxt
     _expanded(ctx, found)
+    _unnamed(ctx, found)
     # Model nodes another ORT node stands for: a fused node's walk back stops there.
     claimed = {a for _, (_, anchors, _) in found.values() for a in anchors}
     idx, opt = ctx.idx, ctx.opt
@@ -505,6 +588,152 @@ def _expanded(ctx: _Context, found: dict[tuple, tuple]) -> None:
             members, start, floor = hit
             for key in members:
                 found[key] = (found[key][0], (nid, [nid], "renamed"))
+
+
+def _from_unnamed(name: str) -> bool:
+    """Whether ``name`` is one ORT gives a node it made in place of an unnamed one: nothing
+    but its suffixes ('_token_2' of a channels-last QLinearConv, '/duplicated' of a copied
+    DequantizeLinear, '/QuickGeluFusion/_token_0'), or none."""
+    cur, changed = name, True
+    while changed and cur:
+        changed = False
+        for rx in _SUFFIXES:
+            new = rx.sub("", cur)
+            if new != cur:
+                cur, changed = new, True
+    return not cur
+
+
+_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
+def _unnamed(ctx: _Context, found: dict[tuple, tuple]) -> None:
+    """Map the main graph's calls still unmapped that ORT made from unnamed model nodes.
+
+    A named model's fused node keeps a member's name ('/add/Add' of a QLinearAdd,
+    '/c1/Conv_token_1' of a channels-last QLinearConv); an unnamed model's is written without
+    a name (the trace's ``QLinearAdd_37``: :meth:`_Optimized.align` finds it) or named by
+    the empty name ('_token_2', '/duplicated'). Its members are then found from tensors: the
+    model nodes making its outputs (through the nodes ORT added after it); else, for a copy of
+    a DequantizeLinear, the model's DequantizeLinear reading the same inputs; else the one
+    model node whose op the kernel's op names (Add of QLinearAdd, Conv of QLinearConv) among
+    the readers of its inputs, through the QuantizeLinear/DequantizeLinear pairs no other call
+    stands for (inside ORT's channels-last region no model tensor is left to follow).
+    Runs after :func:`_expanded`: a float16 Softmax's body makes the Softmax's tensor too.
+    """
+    opt = ctx.opt
+    if opt is None or not any(how == "unmapped" and not g
+                              for (g, _, _), (_, (_, _, how)) in found.items()):
+        return
+    by_name: dict[str, list] = defaultdict(list)
+    for r in opt.main:
+        by_name[r[0]].append(r)
+    idx, producer = ctx.idx, ctx.producer
+
+    def rec_of(name: str, i) -> tuple | None:
+        rec = opt.by_key.get((name, i))
+        if rec is None and len(by_name.get(name, ())) == 1:
+            rec = by_name[name][0]
+        return rec
+
+    todo = []
+    for key, (op, (_, _, how)) in found.items():
+        g, name, i = key
+        if how != "unmapped" or g:
+            continue
+        rec = rec_of(name, i)
+        if rec is not None and _from_unnamed(rec[0]):
+            todo.append((key, op, rec))
+    if not todo:
+        return
+    claimed: set[str] | None = None
+    made_by: dict[str, list[str]] | None = None  # ORT tensor -> anchors of the call making it
+    for key, op, rec in todo:
+        anchors = list(dict.fromkeys(p for t in rec[2] if (p := producer.get(t)) is not None))
+        if not anchors:
+            if claimed is None:
+                claimed = {a for _, (_, a, _) in found.values() for a in a}
+                made_by = {}
+                for (g, name, i), (_, (_, a, _)) in found.items():
+                    r = rec_of(name, i) if not g and a else None
+                    if r is not None:
+                        made_by.update(dict.fromkeys(r[2], a))
+            nid = _by_inputs(idx, opt, rec, op or "", claimed, made_by or {})
+            if nid is None:
+                continue
+            anchors = [nid]
+        if claimed is not None:
+            claimed.update(anchors)
+            if made_by is not None:
+                made_by.update(dict.fromkeys(rec[2], anchors))
+        found[key] = (op, (None, anchors, "fused"))
+
+
+def _by_inputs(idx, opt: _Optimized, rec, op_type: str, claimed: set[str],
+               made_by: dict[str, list[str]]) -> str | None:
+    """The model node ORT's node ``rec`` (of kernel op ``op_type``) stands for, from its
+    inputs (see :func:`_unnamed`); None when not exactly one."""
+    entries, consumers = idx.entries, idx.consumers
+    inputs = [_unprefixed(t) for t in rec[3].input if t]
+    if not inputs:
+        return None
+    if op_type == "DequantizeLinear":
+        same = [c for c in consumers.get(inputs[0], ()) if entries[c].graph == ""
+                and entries[c].node.op_type == "DequantizeLinear"
+                and [v.name if v is not None else "" for v in entries[c].node.inputs] == inputs]
+        return same[0] if len(same) == 1 else None
+    # each input votes for the nodes it reaches: a node's output scale is also read by the
+    # DequantizeLinear before the next node
+    votes: dict[str, int] = defaultdict(int)
+    for t in dict.fromkeys(inputs):
+        found: set[str] = set()
+        seen: set[str] = set()
+        stack = list(consumers.get(t, ()))
+        while stack:
+            c = stack.pop()
+            if c in seen or c in claimed or entries[c].graph != "":
+                continue
+            seen.add(c)
+            node = entries[c].node
+            if node.op_type in _QDQ and node.domain in ("", "ai.onnx"):
+                for v in node.outputs:
+                    if v is not None and v.name and v.name not in opt.tensors:
+                        stack.extend(consumers.get(v.name, ()))
+            elif _names_op(op_type, node.op_type):
+                found.add(c)
+        for c in found:
+            votes[c] += 1
+    if not votes:
+        return _after(idx, opt, rec, claimed, made_by)
+    best = max(votes.values())
+    top = [c for c, v in votes.items() if v == best]
+    return top[0] if len(top) == 1 else None
+
+
+def _after(idx, opt: _Optimized, rec, claimed: set[str], made_by: dict[str, list[str]]
+           ) -> str | None:
+    """The model node ORT's node ``rec`` stands for, from the call making its first input
+    (an unnamed QuickGelu between two channels-last Convs reads and makes ORT's tensors
+    alone): the readers of the model tensors that call's nodes make, none of them another
+    call's, none of their outputs left in ORT's graph, where they make one chain (a Sigmoid
+    and the Mul reading it): its last node. None otherwise."""
+    first = _unprefixed(rec[3].input[0]) if rec[3].input else ""
+    entries, consumers = idx.entries, idx.consumers
+    cands: dict[str, None] = {}
+    for a in made_by.get(first, ()):
+        for v in entries[a].node.outputs:
+            if v is None or not v.name:
+                continue
+            for c in consumers.get(v.name, ()):
+                node = entries[c].node
+                if c in claimed or entries[c].graph != "" or any(
+                        o is not None and o.name in opt.tensors for o in node.outputs):
+                    continue
+                cands[c] = None
+    sinks = [c for c in cands
+             if not any(d in cands for v in entries[c].node.outputs if v is not None
+                        for d in consumers.get(v.name, ()))]
+    return sinks[0] if len(sinks) == 1 else None
 
 
 def _body_run(calls: list[tuple[int, str, tuple]], start: int, floor: int,
@@ -652,7 +881,13 @@ def _anchors(idx, producer, by_name, main_pos, opt, ort_name, node_index, op_typ
     if ("local", ort_name) in main_pos and not by_name.get(ort_name):
         nid = main_pos[("local", ort_name)]
         if idx.entries[nid].node.op_type == op_type or opt_level == "disable":
-            return nid, [nid], "index"
+            anchors = [nid]
+            if opt is not None:
+                # as a named node's: the model nodes making its outputs (a QDQ Flatten's
+                # QuantizeLinear, a BatchNormalization fused into an unnamed Conv)
+                anchors += [p for t in opt.outs_of(ort_name, node_index, unnamed=True)
+                            if (p := producer.get(t)) is not None and p not in anchors]
+            return nid, anchors, "index"
     if not ort_name and opt_level == "disable" and node_index is not None:
         try:
             pos = int(node_index)
@@ -675,7 +910,7 @@ def _anchors(idx, producer, by_name, main_pos, opt, ort_name, node_index, op_typ
             anchors.append(producer[stem])
             break
     if opt is not None:
-        for t in opt.outputs.get(ort_name, ()):
+        for t in opt.outs_of(ort_name, node_index):
             if t in producer and producer[t] not in anchors:
                 anchors.append(producer[t])
     if not anchors:

@@ -39,7 +39,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.errors import CacheError, InputError, ProviderError, strict_keywords
 from onnx_lab.profiling._kv import CacheLayout, cache_layout
-from onnx_lab.profiling._mapping import map_trace
+from onnx_lab.profiling._mapping import map_trace, wants_graph
 from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled
 from onnx_lab.profiling.parse import parse_trace
 from onnx_lab.profiling.run import (
@@ -555,7 +555,7 @@ def _profile_one(lm: LabModel, provider: str, tmp: Path, settings: _Settings) ->
     rel_ci, io_binding = s.rel_ci, s.io_binding
     short = provider.replace("ExecutionProvider", "").lower()
     profiled = n_prof > 0
-    write_opt = (profiled and map_fused and opt_level != "disable"
+    write_opt = (profiled and map_fused and wants_graph(lm, opt_level)
                  and provider != "TensorrtExecutionProvider")
     opt_path = tmp / f"{short}_gen_optimized.onnx" if write_opt else None
     share = budget.share()

@@ -27,7 +27,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import resolve
 from onnx_lab.core.source_map import group_by_module
 from onnx_lab.errors import InputError, LabError, ProviderError, RuntimeLoadError
-from onnx_lab.profiling._mapping import UNKNOWN_BRANCH, map_trace
+from onnx_lab.profiling._mapping import UNKNOWN_BRANCH, map_trace, wants_graph
 from onnx_lab.profiling._timing import Budget, MemoryWatch, cancelled, measure
 from onnx_lab.profiling.parse import Trace, parse_trace
 from onnx_lab.profiling.stats import (
@@ -524,7 +524,7 @@ def _profile_one(lm: LabModel, provider: str, tmp: Path, settings: _Settings) ->
     ov = is_openvino(provider)
     short = provider.replace("ExecutionProvider", "").replace(":", "_").lower()
     # Compiled providers (TensorRT) cannot serialize their optimized graph.
-    write_opt = (map_fused and opt_level != "disable" and not ov
+    write_opt = (map_fused and wants_graph(lm, opt_level) and not ov
                  and provider != "TensorrtExecutionProvider")
     opt_path = tmp / f"{short}_optimized.onnx" if write_opt else None
     share = budget.share()
