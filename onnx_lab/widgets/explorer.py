@@ -147,6 +147,7 @@ class Explorer(View):
         if key is None and self._body:
             # The node lies outside the body shown: back to the main overview.
             self._body = ""
+            self._clear_expand()
             self._render_graph()
             key = self.canvas.focus(name)
         return key
@@ -430,6 +431,7 @@ class Explorer(View):
             return
         owner = self._owner(self._body)
         self._body = owner.graph if owner is not None else ""
+        self._clear_expand()  # the box opened in the body is no scope of the graph around it
         self._render_graph()
         if owner is not None:
             self.canvas.focus(owner.node_id)
@@ -615,12 +617,16 @@ class Explorer(View):
 
     def _open_body(self, graph: str) -> None:
         self._body = graph
+        self._clear_expand()
+        self._render_graph()
+
+    def _clear_expand(self) -> None:
+        """No box open, without a redraw: the graph shown is about to change."""
         self._muted = True
         try:
             self.expand.value = ""
         finally:
             self._muted = False
-        self._render_graph()
 
     def _canvas_selected(self, key: str) -> None:
         if key in self.lab.index.entries:
@@ -650,7 +656,7 @@ class Explorer(View):
             graph = self._body or self.graph_filter.value
             if graph not in (ALL, "", None):
                 kwargs["graph"] = graph
-        if self.expand.value and kwargs.get("collapse") and not self._body:
+        if self.expand.value and kwargs.get("collapse"):  # a box of the main graph or a body
             kwargs["expand"] = self.expand.value
         code = "lab.render(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
         return kwargs, code

@@ -138,3 +138,54 @@ def test_graph_tab_draws_the_filtered_body(no_error):
     no_error(e)
     assert e.result.graph == body and f"graph=&#x27;{body}&#x27;" in e.code.value
     assert set(e.result.nodes) <= set(lab.nodes.query("graph == @body")["node_id"])
+
+
+def _scoped_body_model():
+    """An If whose then-branch holds 8 name-scoped layers of 40 Relus each (over 300 nodes:
+    the body's overview is collapsed into boxes) and whose else-branch is one Identity."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    nodes, prev = [], "x"
+    for layer in range(8):
+        for j in range(40):
+            out = f"/layers.{layer}/act/Relu_{j}_output_0"
+            nodes.append(helper.make_node("Relu", [prev], [out],
+                                          name=f"/layers.{layer}/act/Relu_{j}"))
+            prev = out
+    then_out = helper.make_tensor_value_info(prev, TensorProto.FLOAT, [2, 3])
+    then = helper.make_graph(nodes, "then", [], [then_out])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"], name="keep")],
+                              "else", [], [helper.make_tensor_value_info("e", TensorProto.FLOAT,
+                                                                         [2, 3])])
+    main = [helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+            helper.make_node("Greater", ["s", "zero"], ["c"], name="positive"),
+            helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then,
+                             else_branch=other)]
+    g = helper.make_graph(main, "g", [x], [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, [2, 3])],
+        [onnx.numpy_helper.from_array(__import__("numpy").float32(0), "zero")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_box_inside_a_body_expands_and_the_main_graph_comes_back(no_error):
+    # Inside an If body the expand dropdown listed the body's boxes, but the drawing ignored
+    # the choice (a click on a box, or a search hit in one, did nothing), and *↑ main graph*
+    # then drew the main graph with that body scope: "UnknownNameError: Unknown scope
+    # '/layers.2'" and no canvas (an optimum merged decoder's /transformer/h.0/attn).
+    lab = onnx_lab.open(_scoped_body_model())
+    e = Explorer(lab, tab="Graph", prefetch=0)
+    body = "branch/then_branch"
+    e.canvas.on_open(body)
+    no_error(e)
+    assert "/layers.2/act" in [v for _, v in e.expand.options]
+    e.canvas.on_expand("/layers.2/act")
+    no_error(e)
+    kwargs, _code = e.graph_call()
+    assert kwargs.get("expand") == "/layers.2/act" and kwargs.get("graph") == body
+    assert "/layers.2/act/Relu_0" in e.result.nodes  # the box is drawn open
+    e.leave_body()
+    no_error(e)
+    assert e.expand.value == "" and "graph" not in e.graph_call()[0]
+    assert "branch" in e.result.nodes  # the main graph, its If drawn
