@@ -44,6 +44,11 @@ NEAR_MISSES = 4  # that panel's place in the accordion
 PREVIEW_NONE = "<i>Nothing previewed yet: tick matches above and click Preview.</i>"
 PREVIEW_STALE = ("<i>The preview was of an earlier version and was cleared: tick matches and "
                  "click Preview again.</i>")
+# What the verification and changes panels say before a step has filled them (they opened on
+# an empty table, not a word).
+VERIFICATION_NONE = ("No step applied yet: Apply, the safe preset, onnxsim or an ORT level "
+                     "with verify ticked shows its report here.")
+CHANGES_NONE = "No step applied yet: the nodes a step fuses, rewrites or removes show here."
 #: The model types the ORT dropdown offers (each tested on a model of its family).
 TRANSFORMER_TYPES = ("bert", "gpt2", "vit", "clip", "t5")
 
@@ -173,8 +178,8 @@ class FusionLab(View):
              w.VBox([w.HTML("<b>after</b>"), self.after_canvas],
                     layout=w.Layout(width="50%", min_width="300px"))],
             layout=w.Layout(flex_flow="row wrap", width="100%"))
-        self.verification = PagedTable(page_size=15)
-        self.changes = PagedTable(page_size=15)
+        self.verification = PagedTable(page_size=15, caption=VERIFICATION_NONE)
+        self.changes = PagedTable(page_size=15, caption=CHANGES_NONE)
         # The fusions that did not happen and the condition that failed: onnx_lab's own
         # patterns and the transformer subgraphs, with the last fusion step's own rows
         # (onnxruntime's log) where it ran on the current version. Found when the panel is
@@ -454,6 +459,11 @@ class FusionLab(View):
                      and getattr(r, "verification", None) is not None
                      and not getattr(r, "dropped", None)), None)
         if last is None:
+            names = " + ".join(r.name for r in results if r is not None)
+            if names:
+                why = ("not verified (verify unticked)" if not self.verify.value
+                       else "nothing verified (no node changed)")
+                self.verification.set(pd.DataFrame(), caption=f"{names}: {why}.")
             return
         report = last.verification
         if "passed" in report:
@@ -473,7 +483,9 @@ class FusionLab(View):
             frames.append(df.assign(step=r.name))
             names.append(r.name)
         if not frames:
-            self.changes.set(pd.DataFrame(), caption="")
+            names = " + ".join(r.name for r in results if r is not None)
+            self.changes.set(pd.DataFrame(), caption=f"{names}: no node changed." if names
+                             else "")
             return
         df = pd.concat(frames, ignore_index=True)
         counts = df["change"].value_counts()

@@ -316,3 +316,19 @@ def test_a_step_the_preset_dropped_is_shown_dropped(tmp_path, no_error):
     assert "fold_shapes: dropped" in f.status.value and "onnx-lab-warn" in f.status.value
     assert "fold_shapes" not in set(f.changes.df.get("step", ()))
     assert "fold_shapes" not in list(lab.history["pass"])
+
+
+def test_verification_and_changes_panels_say_why_they_are_empty(no_error):
+    # Before any step both panels opened on nothing at all (an empty table, no line), and
+    # after a step without verification the verification panel stayed blank.
+    lab = onnx_lab.open("sample:convnet")
+    f = FusionLab(lab)
+    no_error(f)
+    assert "No step applied yet" in f.verification.html.value
+    assert "No step applied yet" in f.changes.html.value
+    f.verify.value = False
+    f.select([m for m in f.patterns["match_id"] if m.startswith("eliminate_identity")])
+    f.apply_button.click()
+    no_error(f)
+    assert "not verified" in f.verification.html.value
+    assert "removed" in f.changes.html.value
