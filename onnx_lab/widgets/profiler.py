@@ -183,20 +183,35 @@ class Profiler(View):
         self.cancel_button = w.Button(description="Cancel", icon="stop", disabled=True,
                                       button_style="warning", layout=w.Layout(width="100px"))
         self.cancel_button.on_click(lambda _b: self.cancel())
-        # Outputs
-        self.summary_html = w.HTML()
+        # Outputs. Until its button fills it, each tab says which button that is (the
+        # Overview was an empty box, Cost two bare captions over nothing).
+        profile_hint = "Click Profile to time the model: {} show here."
+        self.summary_html = w.HTML(info_html(profile_hint.format(
+            "the latency, op-type shares, top nodes and memory")))
         self.plot_html = w.HTML()
-        self.ops_table = PagedTable(page_size=page_size, caption="op types")
-        self.nodes_table = PagedTable(page_size=page_size, caption="top nodes")
-        self.latency_html = w.HTML()
-        self.levels_html = w.HTML()
-        self.sweep_html = w.HTML()
-        self.gen_html = w.HTML()
+        self.ops_table = PagedTable(page_size=page_size,
+                                    caption=profile_hint.format("the time per op type"))
+        self.nodes_table = PagedTable(page_size=page_size,
+                                      caption=profile_hint.format("the slowest nodes"))
+        self.latency_html = w.HTML(info_html(profile_hint.format(
+            "the latency per session, the memory and the session's settings")))
+        self.levels_html = w.HTML(info_html(
+            "Click Compare ORT levels to time onnxruntime's optimization levels side by side."))
+        self.sweep_html = w.HTML(info_html(
+            "Pick a dim and its sizes, then click Batch sweep: the latency per size and the "
+            "knee show here." if dyn else
+            "Batch sweep needs a named dynamic dim (a batch) to vary: this model has none."))
+        self.gen_html = w.HTML(info_html(
+            "Click Profile generation to time the prefill and each decode step."
+            if why_not is None else f"Profile generation needs a decoder with a KV cache: "
+                                    f"{why_not}"))
         self.gen_plot = w.HTML()
-        self.gen_ops = PagedTable(page_size=page_size, caption="op types per phase")
-        self.cost_html = w.HTML()
-        self.cost_table = PagedTable(page_size=page_size, caption="cost per node")
-        self.roof_table = PagedTable(page_size=page_size, caption="roofline per node")
+        self.gen_ops = PagedTable(page_size=page_size, caption="")
+        self.cost_html = w.HTML(info_html(
+            "Click Cost / roofline to count the FLOPs and bytes of every node and place them "
+            "under the peak TFLOP/s and GB/s above."))
+        self.cost_table = PagedTable(page_size=page_size, caption="")
+        self.roof_table = PagedTable(page_size=page_size, caption="")
         self.roofline: Any = None
         # on use: anywidget loads with the first graph view
         from onnx_lab.widgets.canvas import GraphCanvas
@@ -405,9 +420,9 @@ class Profiler(View):
         stats = p.latency_stats
         self.summary_html.value = profile_summary_html(p)
         self.plot_html.value = figure_html(p.plot())
-        self.ops_table.set(p.ops.sort_values("total_ms", ascending=False))
+        self.ops_table.set(p.ops.sort_values("total_ms", ascending=False), caption="op types")
         self.nodes_table.set(p.nodes.drop(columns=["components"], errors="ignore")
-                             .sort_values("total_ms", ascending=False))
+                             .sort_values("total_ms", ascending=False), caption="top nodes")
         self.latency_html.value = (frame_html(stats, caption="latency per session")
                                    + frame_html(p.memory, caption="memory: measured process "
                                                 "peak beside the cost model's activations")
@@ -497,7 +512,7 @@ class Profiler(View):
         self.result = g
         self.gen_html.value = generation_summary_html(g) + generation_tables_html(g)
         self.gen_plot.value = figure_html(g.plot())
-        self.gen_ops.set(g.ops)
+        self.gen_ops.set(g.ops, caption="op types per phase")
         self.tabs.selected_index = 8
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
         self.code.value = code_html(f"g = lab.profile_generation(prompt={P}, new_tokens={N}, "
@@ -515,14 +530,15 @@ class Profiler(View):
 
         fig = ""
         if roof is not None:
-            self.roof_table.set(roof.nodes.sort_values("time_ms", ascending=False))
+            self.roof_table.set(roof.nodes.sort_values("time_ms", ascending=False),
+                                caption="roofline per node")
             fig = figure_html(roofline_figure(cost, roof))
         self.roofline = roof
         self.cost_html.value = cost_totals_html(cost, roof) + fig
         nodes = cost.nodes
         if "flops" in nodes:
             nodes = nodes.sort_values("flops", ascending=False, na_position="last")
-        self.cost_table.set(nodes)
+        self.cost_table.set(nodes, caption="cost per node")
         self.result = cost
         self.tabs.selected_index = 6
         self.code.value = code_html(f"cost = lab.cost(); cost.roofline({peak:.3g}, {bw:.3g})")

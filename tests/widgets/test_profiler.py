@@ -239,3 +239,27 @@ def test_progress_names_what_it_times_in_full():
     p._progress(3, 10, "profiling cpu")
     assert "profiling cpu" in p.progress_label.value
     assert p.progress.description in ("", "profiling cpu")
+
+
+def test_every_tab_says_which_button_fills_it(no_error):
+    # Light ResNet-50 at 1,280 px: before Profile the Overview was an empty box, and after it
+    # the ORT levels and Batch sweep tabs were empty, Cost held two bare captions ("roofline
+    # per node", "cost per node") and Generation one ("op types per phase").
+    from onnx_lab.widgets._common import snapshot_of_html
+
+    p = Profiler(onnx_lab.open("sample:convnet"), runs=2, warmup=0, background=False)
+    hints = {0: "Profile", 1: "Profile", 2: "Profile", 3: "Profile", 4: "Compare ORT levels",
+             5: "Batch sweep", 6: "Cost / roofline", 8: "Profile generation"}
+    for i, word in hints.items():
+        p.tabs.selected_index = i
+        text = snapshot_of_html(p.tabs.children[i])
+        assert word in text, (i, text)
+    p.run_cost()
+    no_error(p)
+    text = snapshot_of_html(p.tabs.children[6])
+    assert "roofline per node" in text and "cost per node" in text
+    assert "Cost / roofline to" not in text
+    p.run_profile()
+    no_error(p)
+    assert "Click Profile" not in snapshot_of_html(p.tabs.children[1])
+    assert "op types" in p.ops_table.html.value
