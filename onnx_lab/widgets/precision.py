@@ -74,7 +74,9 @@ class PrecisionDoctor(View):
                             description="feeds", layout=w.Layout(width="360px"))
         self.run_button = w.Button(description="Find", icon="search", button_style="primary")
         self.cancel_button = w.Button(description="Cancel", icon="stop", disabled=True)
-        self.progress = w.IntProgress(value=0, min=0, max=1, layout=w.Layout(width="260px"))
+        # Shown from the first run on (an idle bar at 0 read as a search under way).
+        self.progress = w.IntProgress(value=0, min=0, max=1,
+                                      layout=w.Layout(width="260px", display="none"))
         self.progress_label = w.HTML()
         self.verdict = w.HTML()
         self.chart = w.HTML()
@@ -167,6 +169,8 @@ class PrecisionDoctor(View):
         self._stop.clear()
         self.run_button.disabled, self.cancel_button.disabled = True, False
         self.progress.value = 0
+        self.progress_label.value = ""
+        self.progress.layout.display = None
         if self.background:
             self._thread = threading.Thread(target=self._search, daemon=True)
             self._thread.start()
@@ -200,6 +204,9 @@ class PrecisionDoctor(View):
                 self.progress.value = self.progress.max
                 self.progress_label.value = esc_text(
                     f"done: {len(plan.trials)} trials, {plan.seconds:.1f} s")
+            else:  # failed or cancelled with nothing that passed: the status says which
+                self.progress.layout.display = "none"
+                self.progress_label.value = ""
         finally:
             self.run_button.disabled, self.cancel_button.disabled = False, True
 

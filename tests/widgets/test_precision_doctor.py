@@ -102,3 +102,20 @@ def test_search_progress_stays_ahead_of_its_trials_past_the_first_estimate():
     *during, last = calls
     assert all(d < t for d, t in during), calls
     assert last[0] == last[1] and plan.passed
+
+
+def test_no_progress_bar_before_a_search_or_after_one_that_failed():
+    # The widget opened with an empty progress bar (at 0, no label) on a row of its own at
+    # 1280 px, as if a search were under way; after a failed search it stayed half full.
+    from onnx_lab.widgets import PrecisionDoctor
+
+    wdg = PrecisionDoctor(onnx_lab.open(rms_overflow()), background=False)
+    assert wdg.progress.layout.display == "none"
+    wdg.feeds.value = "missing.npz"  # the search fails at once: InputError in the widget
+    wdg.run()
+    assert wdg.error is not None and wdg.progress.layout.display == "none"
+    assert wdg.progress_label.value == ""
+    wdg.feeds.value = ""
+    wdg.run()
+    assert wdg.result is not None and wdg.progress.layout.display != "none"
+    assert wdg.progress.value == wdg.progress.max and "done:" in wdg.progress_label.value
