@@ -189,6 +189,8 @@ class FusionLab(View):
         self._near_miss_rows = pd.DataFrame()
         self._near_stale = True
         self._fusion_step: Any = None
+        self._current_step: int | None = None  # the history's current step, once drawn
+        self._n_house = 0  # housekeeping rows the pattern filter keeps
         self._preview_model: Any = None
         self._clear_preview()  # the note, not two empty canvases
 
@@ -297,10 +299,13 @@ class FusionLab(View):
             df = df[df["pattern"] == self.pattern_filter.value]
         n_house = int(df["housekeeping"].sum()) if len(df) else 0
         self.show_housekeeping.description = f"show housekeeping rows ({n_house})"
+        self._n_house = n_house
         if len(df) and not self.show_housekeeping.value:
             df = df[~df["housekeeping"]]
         self.matches.set(df)
         self._on_select(self.matches.selected)
+        if self._current_step is not None:  # (the history is drawn after the first filter)
+            self._summary()
 
     def _select_all(self) -> None:
         self.matches.select(list(self.matches.selected) + list(self.matches.df["match_id"]))
@@ -318,9 +323,19 @@ class FusionLab(View):
             self._drawing_history = False
         self.undo_button.disabled = current == 0
         self.redo_button.disabled = current >= int(hist["step"].max())
+        self._current_step = current
+        self._summary()
+
+    def _summary(self) -> None:
+        """The line above the table; where every row the filter keeps is housekeeping, it
+        says so (the table read "no rows" under "13 opportunities found")."""
         n = len(self.lab.index)
-        self.summary_html.value = (f"<b>{n}</b> nodes now; <b>{len(self.patterns)}</b> "
-                                   f"opportunities found (step {current} of the history)")
+        text = (f"<b>{n}</b> nodes now; <b>{len(self.patterns)}</b> opportunities found "
+                f"(step {self._current_step} of the history)")
+        if not len(self.matches.df) and not self.show_housekeeping.value and self._n_house:
+            text += (f"; <i>no fusion to show, {self._n_house:d} housekeeping row(s) hidden: "
+                     "tick <b>show housekeeping rows</b> to list them</i>")
+        self.summary_html.value = text
 
     def _step_picked(self, change: dict) -> None:
         """A step typed in the step box: select the nodes it made in the other widgets."""

@@ -332,3 +332,23 @@ def test_verification_and_changes_panels_say_why_they_are_empty(no_error):
     no_error(f)
     assert "not verified" in f.verification.html.value
     assert "removed" in f.changes.html.value
+
+
+def test_a_table_of_hidden_housekeeping_rows_says_so(no_error):
+    # A dynamo BERT's 13 matches are all housekeeping: the line read "13 opportunities found"
+    # over a table reading "no rows", with nothing saying the rows were hidden.
+    import onnx
+
+    m = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3] x) => (float[2, 3] y) {
+            i = Identity(x)
+            y = Relu(i)
+        }""")
+    f = FusionLab(onnx_lab.open(m))
+    no_error(f)
+    assert len(f.patterns) and f.patterns["housekeeping"].all()
+    assert f.matches.page_keys() == []
+    assert "housekeeping row(s) hidden" in f.summary_html.value
+    f.show_housekeeping.value = True
+    assert f.matches.page_keys() and "hidden" not in f.summary_html.value
