@@ -45,6 +45,13 @@ def _as_model(model: Any) -> Any:
     return model
 
 
+def _shape_breaks(text: str) -> str:
+    """An escaped shape text that may wrap after each "×" where the details panel is too
+    narrow (``?×?×sequence_length×sequence_length f32`` never wrapped: the tensor's name
+    beside it shrank to one letter a line)."""
+    return str(text).replace("×", "×<wbr>")
+
+
 def _tensor_row(model: LabModel, types: Mapping[str, Any], name: str, graph: str = ""
                 ) -> dict[str, Any]:
     info = type_at(types, name, graph)  # as a node of ``graph`` reads it
@@ -230,7 +237,8 @@ def node_details_html(d: Mapping[str, Any]) -> str:
     for label, key in (("inputs", "inputs"), ("outputs", "outputs")):
         rows = "".join(
             f"<tr><td title='{esc_attr(t['name'], _TIP)}'>{esc_text(t['name'], 48)}</td>"
-            f"<td>{esc_text(t['text'] or '?', 300)}</td><td>{esc_text(t['kind'])}</td></tr>"
+            f"<td>{_shape_breaks(esc_text(t['text'] or '?', 300))}</td>"
+            f"<td>{esc_text(t['kind'])}</td></tr>"
             for t in d[key])
         if rows:
             parts.append(f"<table class='olc-{key}'><tr><th colspan=3>{label}</th></tr>{rows}"
