@@ -321,20 +321,24 @@ class GraphCanvas(anywidget.AnyWidget):
 
     def find(self, text: str) -> list[str]:
         """Node ids of the whole model whose index text contains ``text`` (what the page's
-        search box lists, in its order: an exact id first, then the nodes drawn as
-        themselves, then those inside boxes or bodies; :meth:`reveal` goes to one)."""
+        search box lists, in its order: an exact id first, then the nodes whose op type or
+        name is the text, then the nodes drawn as themselves, then those inside boxes or
+        bodies; :meth:`reveal` goes to one)."""
         q = text.strip().lower()
         ix, pl = self.index or {}, self.placement or {}
         if not q or not ix:
             return []
         keys, at, opened = pl.get("keys", []), pl.get("at", []), pl.get("open", [])
-        exact, shown, hidden = [], [], []
+        labels = ix.get("label", [])
+        exact, named, shown, hidden = [], [], [], []
         for i, (nid, words) in enumerate(zip(ix["ids"], ix["text"])):
             if q not in words:
                 continue
+            op, _, name = (labels[i] if i < len(labels) else "").partition("  ")
             drawn = i < len(at) and at[i] >= 0 and opened[i] and keys[at[i]] == nid
-            (exact if nid.lower() == q else shown if drawn else hidden).append(nid)
-        return exact + shown + hidden
+            (exact if nid.lower() == q else named if q in (op.lower(), name.lower())
+             else shown if drawn else hidden).append(nid)
+        return exact + named + shown + hidden
 
     def click(self, key: str) -> None:
         """Do what a click on element ``key`` does in the page: select it; a collapsed box

@@ -344,6 +344,12 @@ def test_double_click_opens_a_loop_body(canvas_page):
                                timeout=60_000)
         root.locator(f"svg g.node[id='n:{key}']").wait_for(timeout=30_000)
         port.screenshot(path=str(ARTIFACTS / "canvas_search_in_body.png"))
+        # From inside the body every id holds "loop": the Loop node itself (an op type the
+        # query names) comes first, not after the body's drawn nodes
+        search.fill("loop")
+        first = root.locator(".olc-results .olc-result .olc-result-label").first
+        first.wait_for(timeout=5_000)
+        assert first.inner_text().startswith("Loop"), first.inner_text()
     finally:
         page.screenshot(path=str(ARTIFACTS / "canvas_loop_page.png"))
 

@@ -487,14 +487,20 @@ function render({ model, el: root }) {
     const items = model.get("items") || {};
     const ids = ix.ids || [], text = ix.text || [], labels = ix.label || [];
     const keys = pl.keys || [], at = pl.at || [], open = pl.open || [], note = pl.note || [];
-    const exact = [], shown = [], hidden = [], seen = new Set();
+    // the node whose id is the query, then those whose op type or name is (a search for
+    // "If" from inside a body: the body's 1,000 ids hold "if", the If node itself comes
+    // first), then the drawn ones, then the rest
+    const exact = [], named = [], shown = [], hidden = [], seen = new Set();
     for (let i = 0; i < ids.length; i++) {
       if (!text[i].includes(q)) continue;
       const key = at[i] >= 0 ? keys[at[i]] : null;
       const hit = { id: ids[i], label: labels[i], key, open: !!open[i] && key === ids[i],
                     note: note[i] };
       seen.add(ids[i]);
+      const cut = labels[i].indexOf("  ");  // "OpType  name"
       if (ids[i].toLowerCase() === q) exact.push(hit);
+      else if (cut > 0 && (labels[i].slice(0, cut).toLowerCase() === q ||
+                           labels[i].slice(cut + 2).toLowerCase() === q)) named.push(hit);
       else (hit.open ? shown : hidden).push(hit);
     }
     // Drawn elements that are not nodes (inputs, outputs, weights, boxes by their name) and,
@@ -507,7 +513,7 @@ function render({ model, el: root }) {
       if (key.toLowerCase() === q) exact.push(hit); else shown.push(hit);
     }
     root.dataset.searchMs = (performance.now() - t0).toFixed(2);
-    return exact.concat(shown, hidden);
+    return exact.concat(named, shown, hidden);
   }
   let idSet = null, idSetOf = null;
   function seenIndex(key) {
