@@ -132,6 +132,10 @@ def history_html(history: pd.DataFrame) -> str:
             + head + "".join(rows) + "</table>")
 
 
+#: Table columns whose long values are cut in the middle (the end tells rows apart).
+_MIDDLE_CUT = frozenset({"node_id", "name", "scope"})
+
+
 def short(value: Any, limit: int = 48) -> str:
     """A compact, escaped text for a table cell (lists joined, long text cut)."""
     if isinstance(value, (list, tuple)):
@@ -766,10 +770,22 @@ class SelectableTable(_TableModel):
     def _row_html(self, row: dict[str, Any], *, header: bool = False, i: int = -1) -> str:
         cells = []
         for col, width in self.columns:
-            text = esc_text(str(row[col])) if header else clean_html(self._cell(col,
-                                                                                 row.get(col)))
+            value = None if header else row.get(col)
+            title = ""
+            if header:
+                text = esc_text(str(row[col]))
+            elif col in _MIDDLE_CUT and col not in self.formatters and isinstance(value, str) \
+                    and len(value) > max(10, int(width) // 7):
+                # ids of nodes in bodies share a long head ("optimum::if/else_branch/...")
+                # and differ at the end: cut in the middle, the whole id in the tooltip
+                n = max(10, int(width) // 7)
+                text = esc_text(value[:n // 3] + "…" + value[-(n - n // 3 - 1):])
+                title = f" title='{esc_attr(value, 2000)}'"
+            else:
+                text = clean_html(self._cell(col, value))
             cls = "olt-head" if header else "olt-cell"
-            cells.append(f"<span class='{cls}' style='width:{int(width):d}px'>{text}</span>")
+            cells.append(f"<span class='{cls}' style='width:{int(width):d}px'{title}>{text}"
+                         "</span>")
         if header:
             tick = "<span class='olt-tick'></span>"
         else:

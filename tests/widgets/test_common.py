@@ -190,3 +190,21 @@ def test_lazy_tabs_put_a_tab_in_the_page_when_first_opened():
     assert list(tabs.children[1].children) == [b]
     b.value = "filled later"  # the widget keeps filling the same objects
     assert "filled later" in View([tabs]).snapshot_html()
+
+
+def test_long_ids_are_cut_in_the_middle_with_the_whole_id_in_the_tooltip():
+    # body node ids share a long head: cut at the end, every row of a merged decoder's
+    # Nodes table read "optimum::if/else_branch/I..." and the part that differs was lost
+    head = "optimum::if/else_branch/transformer/h.0/attn/"
+    ids = [head + "MatMul_3", head + "Softmax_12", "Add_1"]
+    t = SelectableTable("node_id", [("node_id", 170), ("op_type", 120)])
+    t.set(pd.DataFrame({"node_id": ids, "op_type": ["MatMul", "Softmax", "Add"]}))
+    html = t.html.value
+    for nid in ids[:2]:
+        assert f"title='{nid}'" in html, html
+        cell = html.split(f"title='{nid}'>")[1].split("</span>")[0]
+        assert "…" in cell and cell.endswith(nid.rsplit("/", 1)[1]), cell  # the distinct end
+    assert ">Add_1</span>" in html and "title='Add_1'" not in html  # short ids as they are
+    # a hostile id stays text
+    t.set(pd.DataFrame({"node_id": ["<img src=x onerror=alert(1)>" * 5], "op_type": ["X"]}))
+    assert "<img" not in t.html.value

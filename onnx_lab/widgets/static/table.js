@@ -32,7 +32,7 @@ function render({ model, el }) {
   const draw = () => {
     setMarkup(body, model.get("table_html") || "");
     body.querySelectorAll("td, .olt-cell").forEach((c) => {
-      if (c.scrollWidth > c.clientWidth + 1) c.title = c.textContent;
+      if (!c.title && c.scrollWidth > c.clientWidth + 1) c.title = c.textContent;
     });
     pos.textContent = model.get("pos") || "";
     const page = model.get("page"), pages = model.get("pages");
