@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -573,7 +573,8 @@ def _scan_precision(model: LabModel) -> dict[str, str]:
 
 
 def align_versions(before: LabModel, after: LabModel, result: Any = None, *,
-                   rejected: dict[str, str] | None = None) -> list[VersionPair]:
+                   rejected: dict[str, str] | None = None,
+                   wanted: Collection[str] | None = None) -> list[VersionPair]:
     """Tensor pairs to compare between two versions of one model (``after``'s topological
     order): graph outputs, unchanged producers by name, and fused nodes through the step's
     provenance (``result.provenance``: new node id -> ids in ``before``) or the
@@ -582,7 +583,11 @@ def align_versions(before: LabModel, after: LabModel, result: Any = None, *,
 
     Every pair but the outputs must pass :class:`SameQuantity` (both sides compute the same
     quantity); ``rejected`` (a dict, filled when given) receives {reference tensor: reason}
-    for the pairs it refused."""
+    for the pairs it refused.
+
+    ``wanted``: the candidate tensors the caller keeps pairs of (a region's); every tensor is
+    still aligned (each pair decides the next ones), but a pair's ``kept`` is worked out
+    only for those (False for the others)."""
     b_idx, a_idx = before.index, after.index
     b_outs = [v.name for v in before.graph.outputs]
     a_outs = [v.name for v in after.graph.outputs]
@@ -613,9 +618,11 @@ def align_versions(before: LabModel, after: LabModel, result: Any = None, *,
             if rejected is not None:
                 rejected.setdefault(ref, why)
             return
+        # (``kept`` reads both versions' types per pair: only for the pairs the caller keeps)
+        keep = wanted is None or name in wanted
         pairs[name] = VersionPair(name, ref, nid, ref_nid, match, topo,
-                                  kept=identical or _kept(before, after, ref_nid, nid,
-                                                                 same.holds),
+                                  kept=identical or (keep and _kept(before, after, ref_nid,
+                                                                    nid, same.holds)),
                                   shapes=a_idx.entries[nid].node.op_type == "Shape"
                                   and b_idx.entries[ref_nid].node.op_type == "Shape")
         used_refs.add(ref)

@@ -393,7 +393,8 @@ def region_report(ref: PresetReference, before: LabModel, after: LabModel, resul
             return None, f"the region's input {n!r} is not a numeric tensor"
     not_comparable: dict[str, str] = {}
     wanted = set(region.tensors) | set(region.constants)
-    pairs = [p for p in align_versions(before, after, result, rejected=not_comparable)
+    pairs = [p for p in align_versions(before, after, result, rejected=not_comparable,
+                                       wanted=wanted)
              if p.tensor in wanted and p.ref in ref.values]
     paired = {p.tensor for p in pairs}
     pairs[:0] = [VersionPair(c, c, None, before.index.producer.get(c), "name", -1)
