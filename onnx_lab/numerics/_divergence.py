@@ -15,7 +15,13 @@ import onnx_ir as ir
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import const_array, is_constant, weight_makers
-from onnx_lab.numerics.align import _attr_pairs, _const_equal, _same_attrs, attr_equal
+from onnx_lab.numerics.align import (
+    _attr_pairs,
+    _const_equal,
+    _opset,
+    _same_attrs,
+    attr_equal,
+)
 from onnx_lab.numerics.half import to_fp16_array
 from onnx_lab.numerics.metrics import (
     rule_for,
@@ -213,7 +219,7 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
     if compared and div.get("two_ways"):
         changed = "; ".join(x for x in (
             _input_order(node, cand, div.get("cand_node_id"), rows, fed),
-            _attribute_changes(node, cand, div.get("cand_node_id"))) if x)
+            _attribute_changes(node, cand, div.get("cand_node_id"), model)) if x)
         div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree"
                           + _two_ways_text(div, ", ")
                           + (f"; in the candidate {changed}" if changed else ""))
@@ -226,7 +232,7 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
         # from 0.01 to 1e5 read only "its arithmetic overflows on the way there"
         changed = "; ".join(x for x in (
             _input_order(node, cand, div.get("cand_node_id"), rows, fed),
-            _attribute_changes(node, cand, div.get("cand_node_id"))) if x)
+            _attribute_changes(node, cand, div.get("cand_node_id"), model)) if x)
         div["message"] = (f"{node.op_type} {nid}: the candidate overflows {overflow['dtype']} "
                           f"here: its inputs agree, its output holds {_overflow_text(overflow)}"
                           + (f"; in the candidate {changed}" if changed else ""))
@@ -250,7 +256,7 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
             # (and what the candidate sets otherwise: a Transpose's perm, a Gather's axis
             # that made the shape were not named)
             changed = "; ".join(x for x in (
-                order, _attribute_changes(node, cand, div.get("cand_node_id"))) if x)
+                order, _attribute_changes(node, cand, div.get("cand_node_id"), model)) if x)
             div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, "
                               f"its output has another shape, {reshaped[1]} instead of "
                               f"{reshaped[0]}" + (f"; in the candidate {changed}" if changed
@@ -280,7 +286,7 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
             _amplified(div, node, model, cand, idx, makers, rows)
             return
         changed = "; ".join(x for x in (
-            order, _attribute_changes(node, cand, div.get("cand_node_id"))) if x)
+            order, _attribute_changes(node, cand, div.get("cand_node_id"), model)) if x)
         div["message"] = (f"{node.op_type} {nid} computes differently: its inputs agree, its "
                           f"output differs ({_how_much(div)})"
                           + (f"; in the candidate {changed}" if changed else ""))
@@ -300,7 +306,7 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
         same = bool(rname) and rid in cand.index.entries \
             and cand.index.node(rid).name == rname \
             and cand.index.node(rid).op_type == first["op_type"]
-        changed = _attribute_changes(idx.node(rid), cand, rid) if same else ""
+        changed = _attribute_changes(idx.node(rid), cand, rid, model) if same else ""
         where = (f"; upstream, the uncompared values start at the reference's "
                  f"{first['op_type']} {first['node_id']!r}: {first['reason']}"
                  + (f" (in the candidate {changed})" if changed else "")
@@ -403,7 +409,7 @@ def _unchanged(node: ir.Node, cand: LabModel, cand_node_id: str | None,
     if (other.op_type, other.domain) != (node.op_type, node.domain) or \
             len(other.inputs) != len(node.inputs) or len(other.outputs) != len(node.outputs):
         return False
-    if not _same_attrs(node, other):  # (tensors and bodies count as different)
+    if not _same_attrs(node, other, ref, cand):  # (tensors and bodies: different)
         return False
     def dtype(model: LabModel, v: ir.Value) -> str | None:
         """Its dtype as inference gives it (a PaddlePaddle export declares none)."""
@@ -639,18 +645,23 @@ def _input_order(node: ir.Node, cand: LabModel, cand_node_id: str | None,
     return f"its inputs read in another order: the reference's {order}"[:120]
 
 
-def _attribute_changes(node: ir.Node, cand: LabModel, cand_node_id: str | None) -> str:
+def _attribute_changes(node: ir.Node, cand: LabModel, cand_node_id: str | None,
+                       ref: LabModel | None = None) -> str:
     """What the candidate's counterpart of ``node`` sets otherwise, as text (``epsilon 1e-05
     -> 0.05``; its op when that differs), '' when nothing readable does: an epsilon, an axis
     or a Gelu's approximation changed were blamed "computes differently" with no word of
-    which. Values are the model's (hostile): shown with repr, cut at 40 characters."""
+    which. Values are the model's (hostile): shown with repr, cut at 40 characters. An
+    attribute that means the same on both sides is no change (:func:`~onnx_lab.numerics.
+    align._attr_pairs`: an axis counted from the end or the start, a default written out or
+    left out, in the node's opset; ``ref``, the reference model, gives ranks and the opset)."""
     if not cand_node_id or cand_node_id not in cand.index.entries:
         return ""
     other = cand.index.node(cand_node_id)
     if (other.op_type, other.domain) != (node.op_type, node.domain):
         return f"it is a {other.op_type!r}"[:80]
     out = []
-    for k, a, b, va, vb in _attr_pairs(node, other):
+    redefined = _redefined(node, other, ref, cand)
+    for k, a, b, va, vb in _attr_pairs(node, other, ref, cand):
         if (a is not None and a.is_ref()) or (b is not None and b.is_ref()):
             continue
         if va is None and vb is None or attr_equal(va, vb):
@@ -659,10 +670,30 @@ def _attribute_changes(node: ir.Node, cand: LabModel, cand_node_id: str | None) 
                 and isinstance(vb, int):  # a data type by its name: 'to' int32 -> bool
             va, vb = _type_code_name(va), _type_code_name(vb)
         out.append(f"{k!r:.40} {_shown(va)} -> {_shown(vb)}")
-    if not out:
-        return ""
     more = f" and {len(out) - 3} more" if len(out) > 3 else ""
-    return f"attribute{'s' if len(out) > 1 else ''} " + ", ".join(out[:3]) + more
+    attrs = (f"attribute{'s' if len(out) > 1 else ''} " + ", ".join(out[:3]) + more
+             if out else "")
+    return "; ".join(x for x in (redefined, attrs) if x)
+
+
+def _redefined(node: ir.Node, other: ir.Node, ref: LabModel | None, cand: LabModel) -> str:
+    """``opset 9 -> 13 (Softmax is defined anew in opset 13)`` when the two nodes' opsets
+    hold different definitions of their op (the same attributes may then compute
+    otherwise: Softmax's axis 1 on a rank-3 input normalizes over dims 1 and 2 up to opset
+    12, over dim 1 alone from 13), '' otherwise or when unknown."""
+    a, b = _opset(node, ref), _opset(other, cand)
+    if a is None or b is None or a == b:
+        return ""
+    import onnx  # on use: only a divergence's wording needs the schemas
+
+    try:
+        since = [onnx.defs.get_schema(node.op_type, v, domain=node.domain or "").since_version
+                 for v in (a, b)]
+    except onnx.defs.SchemaError:
+        return ""
+    if since[0] == since[1]:
+        return ""
+    return f"opset {a} -> {b} ({node.op_type!r:.40} is defined anew in opset {max(since)})"
 
 
 def _type_code_name(code: int) -> Any:

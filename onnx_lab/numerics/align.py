@@ -39,6 +39,7 @@ from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.provenance import ORIGIN_KEY, node_origin, origins
 from onnx_lab.core.values import const_array, is_constant, weight_makers
+from onnx_lab.errors import LabError
 
 logger = logging.getLogger(__name__)
 
@@ -1167,10 +1168,12 @@ def _const_equal(a: Any, b: Any) -> bool:
     return bool(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"))
 
 
-def _same_attrs(r: Any, c: Any) -> bool:
+def _same_attrs(r: Any, c: Any, ref: LabModel | None = None,
+                cand: LabModel | None = None) -> bool:
     """Equal attributes (scalars, strings and lists; tensors and graphs count as different);
-    one left out equals its schema default (onnxruntime writes ``Shape(start=0)``)."""
-    for _k, a, b, va, vb in _attr_pairs(r, c):
+    one left out equals its schema default (onnxruntime writes ``Shape(start=0)``), an axis
+    counted from the end the same axis counted from the start (:func:`_attr_pairs`)."""
+    for _k, a, b, va, vb in _attr_pairs(r, c, ref, cand):
         if a is not None and (a.is_ref() or (b is not None and a.type != b.type)):
             return False
         if b is not None and b.is_ref():
@@ -1192,15 +1195,140 @@ def attr_equal(a: Any, b: Any) -> bool:
     return False
 
 
-def _attr_pairs(r: Any, c: Any) -> Iterator[tuple[str, Any, Any, Any, Any]]:
+def _attr_pairs(r: Any, c: Any, ref: LabModel | None = None, cand: LabModel | None = None
+                ) -> Iterator[tuple[str, Any, Any, Any, Any]]:
     """(name, r's attribute, c's attribute, r's value, c's value) of every attribute either
     node sets, sorted by name: the values plain (:func:`_plain`: None for a tensor or a
-    graph), one left out at its schema default (None without one)."""
+    graph), one left out at its schema default in the node's opset (None without one).
+
+    Values that differ as written but mean the same are given alike (:func:`_meaning`): an
+    axis counted from the end and the same axis counted from the start (Softmax's ``axis``
+    -1 and 1 on a rank-2 input), a list of axes in another order, an attribute whose default
+    depends on the input left out and written out at it (a Transpose's reversed ``perm``, a
+    Conv's zero ``pads``, unit ``strides``, its weight's ``kernel_shape``). ``ref`` and
+    ``cand`` (the nodes' models, optional) give ranks and opsets a node does not carry.
+    onnxruntime writes Softmax's ``axis=1`` into an opset 9 model whose Softmax left it out
+    (the default there is 1): the divergence read "attribute 'axis' -1 -> 1"."""
     ra, ca = dict(r.attributes), dict(c.attributes)
     for k in sorted(set(ra) | set(ca)):
         a, b = ra.get(k), ca.get(k)
-        yield (k, a, b, _plain(a.value) if a is not None else _default(r.op_type, r.domain, k),
-               _plain(b.value) if b is not None else _default(c.op_type, c.domain, k))
+        va = _plain(a.value) if a is not None else _default(r.op_type, r.domain, k,
+                                                              _opset(r, ref))
+        vb = _plain(b.value) if b is not None else _default(c.op_type, c.domain, k,
+                                                              _opset(c, cand))
+        if not (va is not None and vb is not None and attr_equal(va, vb)) and \
+                (r.op_type, r.domain) == (c.op_type, c.domain):
+            # (a tensor or graph attribute, plain None, means nothing here)
+            ma = _meaning(r, k, va, ref) if a is None or va is not None else None
+            mb = _meaning(c, k, vb, cand) if b is None or vb is not None else None
+            if ma is not None and mb is not None and attr_equal(ma, mb):
+                va, vb = ma, mb
+        yield k, a, b, va, vb
+
+
+#: Attributes that name axes of input 0 (counted from its end when negative), by op of the
+#: default domain; a list of axes is a set (Reduce*, Squeeze, MVN: the order is no meaning).
+_AXIS_OF_INPUT = {
+    "axis": frozenset({"Softmax", "LogSoftmax", "Hardmax", "Concat", "Gather",
+                       "GatherElements", "ScatterElements", "Scatter", "Split", "Flatten",
+                       "ArgMax", "ArgMin", "LayerNormalization", "RMSNormalization",
+                       "Compress", "TopK", "Unique", "QuantizeLinear", "DequantizeLinear",
+                       "LpNormalization"}),
+    "axes": frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                       "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                       "ReduceSumSquare", "Squeeze", "MeanVarianceNormalization"}),
+}
+#: Attributes that name axes of output 0 (Unsqueeze's new axes, OneHot's new axis).
+_AXIS_OF_OUTPUT = {"axes": frozenset({"Unsqueeze"}), "axis": frozenset({"OneHot"})}
+#: Ops whose pads, strides and dilations default to 0 and 1 along each spatial axis.
+_WINDOWED = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "MaxPool",
+                       "AveragePool", "LpPool"})
+#: The weight input of the convolutions (its spatial dims are the default kernel_shape).
+_WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "ConvInteger": 1, "QLinearConv": 3}
+
+
+def _meaning(node: Any, name: str, value: Any, model: LabModel | None) -> Any:
+    """``value`` of attribute ``name`` of ``node`` as what it means, where that depends on a
+    rank or a shape this side knows: axes counted from the start (a list of them sorted),
+    a left-out ``perm``, ``pads``, ``strides``, ``dilations``, ``output_padding`` or
+    ``kernel_shape`` as the value it defaults to. None when it cannot be said (an unknown
+    rank, an axis out of range, a value of another kind): the value is then shown as
+    written."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    op = node.op_type
+    if value is None:
+        if op == "Transpose" and name == "perm":
+            rank = _rank(node.inputs[0] if node.inputs else None, model)
+            return tuple(range(rank - 1, -1, -1)) if rank is not None else None
+        if op in _WINDOWED and name in ("pads", "strides", "dilations", "output_padding"):
+            rank = _rank(node.inputs[0] if node.inputs else None, model)
+            if rank is None or rank < 3:
+                return None
+            n = rank - 2
+            if name == "pads":
+                return (0,) * (2 * n)
+            return (0 if name == "output_padding" else 1,) * n
+        if name == "kernel_shape" and op in _WEIGHT_INPUT:
+            i = _WEIGHT_INPUT[op]
+            w = node.inputs[i] if len(node.inputs) > i else None
+            shape = _shape(w, model)
+            return tuple(shape[2:]) if shape is not None and all(
+                isinstance(d, int) for d in shape[2:]) else None
+        return None
+    of_output = op in _AXIS_OF_OUTPUT.get(name, ())
+    if not of_output and op not in _AXIS_OF_INPUT.get(name, ()):
+        return value
+    if of_output:
+        rank = _rank(node.outputs[0] if node.outputs else None, model)
+    else:
+        rank = _rank(node.inputs[0] if node.inputs else None, model)
+    if rank is None:
+        return None
+    top = rank + 1 if op == "Flatten" else rank  # Flatten's axis runs over [-r, r]
+    many = isinstance(value, tuple)
+    axes = value if many else (value,)
+    if not all(isinstance(x, int) and -rank <= x < top for x in axes):
+        return None
+    norm = tuple(x + rank if x < 0 else x for x in axes)
+    return tuple(sorted(norm)) if many else norm[0]
+
+
+def _shape(v: Any, model: LabModel | None) -> tuple | None:
+    """The shape of value ``v`` as the file declares it or, given ``model``, inference gives
+    it; None when unknown."""
+    if v is None or not v.name:
+        return None
+    if v.shape is not None:
+        return tuple(d if isinstance(d, int) else None for d in v.shape)
+    if model is not None:
+        try:
+            info = model.types().get(v.name)
+        except LabError:
+            return None
+        if info is not None and info.shape is not None:
+            return tuple(d if isinstance(d, int) else None for d in info.shape)
+    return None
+
+
+def _rank(v: Any, model: LabModel | None) -> int | None:
+    shape = _shape(v, model)
+    return len(shape) if shape is not None else None
+
+
+def _opset(node: Any, model: LabModel | None) -> int | None:
+    """The opset version of ``node``'s domain: its own, its graph's, else ``model``'s (a
+    body's graph imports none); None when none says (the latest schema then)."""
+    if node.version is not None:
+        return int(node.version)
+    domain = node.domain or ""
+    for imports in (getattr(node.graph, "opset_imports", None),
+                    model.ir.opset_imports if model is not None else None):
+        if imports:
+            v = imports.get(domain, imports.get("ai.onnx") if domain == "" else None)
+            if v is not None:
+                return int(v)
+    return None
 
 
 def _plain(v: Any) -> Any:
@@ -1211,12 +1339,15 @@ def _plain(v: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=512)
-def _default(op_type: str, domain: str, name: str) -> Any:
-    """The schema default of an attribute (None: no schema, no default)."""
+def _default(op_type: str, domain: str, name: str, opset: int | None = None) -> Any:
+    """The schema default of an attribute in ``opset`` (None: the latest; Softmax's axis is
+    1 up to opset 12, -1 from 13), None without a schema or a default."""
     import onnx  # on use: only attribute comparisons need the schemas
 
     try:
-        attr = onnx.defs.get_schema(op_type, domain=domain).attributes.get(name)
+        schema = (onnx.defs.get_schema(op_type, opset, domain=domain) if opset is not None
+                  else onnx.defs.get_schema(op_type, domain=domain))
+        attr = schema.attributes.get(name)
     except onnx.defs.SchemaError:
         return None
     if attr is None or not attr.default_value.name:

@@ -27,7 +27,7 @@ from onnx_lab.core.model import LabModel
 from onnx_lab.core.source import Resolved, resolve
 from onnx_lab.core.values import const_array
 from onnx_lab.errors import LabError, strict_keywords
-from onnx_lab.numerics.align import _default, _plain, origins_of
+from onnx_lab.numerics.align import _default, _opset, _plain, origins_of
 
 __all__ = ["diff", "Diff", "DIFF_COLUMNS", "DIFF_COLOURS", "OP_COUNT_COLUMNS"]
 
@@ -269,7 +269,7 @@ class _Matcher:
 def _is_default(node: ir.Node, attr: ir.Attr, name: str) -> bool:
     """Whether ``attr`` holds the schema default of ``node``'s op (a tool that writes
     Gather's ``axis=0`` or LayerNormalization's ``stash_type=1`` out changed nothing)."""
-    default = _default(node.op_type, node.domain or "", name)
+    default = _default(node.op_type, node.domain or "", name, _opset(node, None))
     if default is None:
         return False
     try:

@@ -410,3 +410,81 @@ def test_a_clip_at_float16s_max_that_became_inf_is_the_divergence():
         else:
             assert "attribute 'max' 65504 -> inf" in d["message"], d["message"]
         assert compare(ref, ref, feeds=x).passed  # the 65504s agree with themselves
+
+
+def _pair(ref_node: onnx.NodeProto, cand_node: onnx.NodeProto, shape: list[int],
+          opset: int, inits: tuple = ()) -> str:
+    """What _attribute_changes says of ``cand_node`` against ``ref_node`` (both named "n",
+    reading "x" of ``shape``)."""
+    from onnx_lab.numerics._divergence import _attribute_changes
+
+    def model(node: onnx.NodeProto):
+        return onnx_lab.open(make_model([node], [vi("x", shape)], [vi("y", None)], inits,
+                                        opset=opset)).model
+
+    ref, cand = model(ref_node), model(cand_node)
+    return _attribute_changes(ref.index.node("n"), cand, "n", ref)
+
+
+def test_an_attribute_that_means_the_same_is_no_change():
+    # onnxruntime writes Softmax's axis=1 into light ZFNet-512's opset 9 Softmax, which left
+    # it out (the default there is 1): the divergence read "in the candidate attribute 'axis'
+    # -1 -> 1", the latest schema's default against a value that means the same axis
+    def node(op, **attrs):
+        return helper.make_node(op, ["x"] + (["w"] if op == "Conv" else []), ["y"], name="n",
+                                **attrs)
+
+    assert _pair(node("Softmax"), node("Softmax", axis=1), [1, 1000], 9) == ""
+    # the same axis counted from the end and from the start
+    assert _pair(node("Softmax", axis=-1), node("Softmax", axis=1), [1, 1000], 13) == ""
+    assert _pair(node("Flatten", axis=-1), node("Flatten", axis=2), [2, 3, 4], 13) == ""
+    assert _pair(node("ReduceMean", axes=[-1, 0]), node("ReduceMean", axes=[0, 2]),
+                 [2, 3, 4], 13) == ""
+    # defaults that depend on the input, written out or left out
+    assert _pair(node("Transpose"), node("Transpose", perm=[2, 1, 0]), [2, 3, 4], 13) == ""
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    assert _pair(node("Conv"), node("Conv", pads=[0, 0, 0, 0], strides=[1, 1],
+                                    dilations=[1, 1], kernel_shape=[3, 3], group=1),
+                 [1, 3, 8, 8], 13, (w,)) == ""
+
+
+def test_an_attribute_that_means_another_thing_is_still_named():
+    def node(op, **attrs):
+        return helper.make_node(op, ["x"] + (["w"] if op == "Conv" else []), ["y"], name="n",
+                                **attrs)
+
+    # axis -1 is 2 on a rank-3 input, not 1; the default of opset 13 is -1
+    assert _pair(node("Softmax", axis=-1), node("Softmax", axis=1), [2, 3, 4], 13) == \
+        "attribute 'axis' -1 -> 1"
+    assert _pair(node("Softmax"), node("Softmax", axis=1), [2, 3, 4], 13) == \
+        "attribute 'axis' -1 -> 1"
+    assert _pair(node("Transpose"), node("Transpose", perm=[0, 2, 1]), [2, 3, 4], 13) == \
+        "attribute 'perm' unset -> (0, 2, 1)"
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    assert _pair(node("Conv"), node("Conv", pads=[1, 1, 1, 1]), [1, 3, 8, 8], 13, (w,)) == \
+        "attribute 'pads' unset -> (1, 1, 1, 1)"
+
+
+def test_a_softmax_of_another_opset_is_named_by_its_opset_not_its_axis():
+    # opset 9's Softmax (axis left out: 1) normalizes a rank-3 input over dims 1 and 2,
+    # opset 13's Softmax(axis=1) over dim 1: the outputs differ (fresh sessions), and the
+    # cause read "attribute 'axis' -1 -> 1", a value that did not change
+    import onnxruntime as ort
+
+    w = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32), "w")
+
+    def model(opset, **attrs):
+        return make_model([helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+                           helper.make_node("Softmax", ["m"], ["y"], name="sm", **attrs)],
+                          [vi("x", [2, 3, 4])], [vi("y", [2, 3, 4])], [w], opset=opset)
+
+    ref, cand = model(9), model(13, axis=1)
+    x = {"x": np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)}
+    outs = [ort.InferenceSession(m.SerializeToString()).run(None, x)[0] for m in (ref, cand)]
+    assert np.abs(outs[0] - outs[1]).max() > 0.05  # the truth: they compute otherwise
+    d = compare(ref, cand, feeds=x).first_divergence
+    assert d["node_id"] == "sm" and d["cause"] == "computation", d
+    assert "'axis'" not in d["message"], d["message"]
+    assert d["message"].endswith(
+        "; in the candidate opset 9 -> 13 ('Softmax' is defined anew in opset 13)"), d
