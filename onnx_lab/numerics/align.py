@@ -229,6 +229,14 @@ def align(reference: LabModel | None, candidate: LabModel, *,
         last = max(known, key=lambda o: ridx.entries[o].topo)
         last_of[cnid] = last
         r_outs = [v.name for v in ridx.node(last).outputs]
+        unmapped = len(known) > 1 and _parts(ce.node) and \
+            len(ce.node.outputs) > len(r_outs) and not _parts(ridx.node(last))
+        if unmapped:
+            # a Split that ends a fusion of parallel branches (onnxsim fuses a
+            # ViT's q, k and v projections into one MatMul and a Split) gives each branch's
+            # value, in an order no position tells: its first output was compared with the
+            # last branch's (v against q: max_abs 0.54, the outputs equal)
+            r_outs = []
         for k, v in enumerate(ce.node.outputs):
             if k < len(r_outs) and v.name and r_outs[k] and v.name not in capt:
                 blocked_as.setdefault(r_outs[k], v.name)
@@ -237,7 +245,7 @@ def align(reference: LabModel | None, candidate: LabModel, *,
                 if prev is None or cidx.entries[capt[prev]].topo < ce.topo:
                     prov[r_outs[k]] = v.name
         for o in known:
-            if o != last:
+            if o != last or unmapped:
                 for v in ridx.node(o).outputs:
                     fused_into.setdefault(v.name, cnid)
     same = SameQuantity(reference, candidate)
@@ -350,6 +358,11 @@ def align(reference: LabModel | None, candidate: LabModel, *,
             row["reason"] = (f"node {row['node_id']!r} ({row['op_type']}) has no counterpart in "
                              "the candidate (removed or fused)")
     return pd.DataFrame([rows[n] for n in order], columns=ALIGN_COLUMNS)
+
+
+def _parts(node: Any) -> bool:
+    """Whether ``node``'s outputs are parts of one tensor (a Split)."""
+    return node.op_type in ("Split", "SplitToSequence") and node.domain in ("", "ai.onnx")
 
 
 def _refuse_other_quantities(rows: dict[str, dict], order: list[str], candidate: LabModel,
