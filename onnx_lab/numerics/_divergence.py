@@ -20,6 +20,7 @@ from onnx_lab.numerics.align import (
     _const_equal,
     _opset,
     _same_attrs,
+    _shape,
     attr_equal,
 )
 from onnx_lab.numerics.half import to_fp16_array
@@ -751,6 +752,10 @@ def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None,
         x, y = const_array(a, stored=True), const_array(b, stored=True)
         if x is None or y is None or x.shape != y.shape:
             continue
+        if a is _target(node) and b is _target(other) and \
+                _resolved(node, x, ref) is not None and \
+                _resolved(node, x, ref) == _resolved(other, y, cand):
+            continue  # a Reshape target written with 0 or -1 for the dims it gives alike
         if x.dtype != y.dtype:
             # a float16 candidate of a float32 reference (to_fp16, or a converter's file)
             # holds its weights rounded: the same weight unless beyond that rounding. Skipped
@@ -773,6 +778,33 @@ def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None,
         if not m["passed"]:
             return a.name or "", float(m["max_abs"]), "", renamed
     return None
+
+
+def _target(node: ir.Node) -> ir.Value | None:
+    """A Reshape's shape input, else None."""
+    if node.op_type == "Reshape" and node.domain in ("", "ai.onnx") and len(node.inputs) > 1:
+        return node.inputs[1]
+    return None
+
+
+def _resolved(node: ir.Node, target: np.ndarray, model: LabModel | None) -> list[int] | None:
+    """The shape a Reshape gives its data input with ``target`` (0: the input's dim, -1: the
+    rest, without ``allowzero``), where the data input's shape is known; None otherwise."""
+    shape = _shape(node.inputs[0], model) if node.inputs else None
+    if shape is None or any(d is None for d in shape) or target.ndim != 1 or \
+            target.dtype.kind not in "iu" or node.attributes.get_int("allowzero", 0):
+        return None
+    dims = [int(shape[i]) if d == 0 and i < len(shape) else int(d)
+            for i, d in enumerate(target.tolist())]
+    if dims.count(-1) > 1 or any(d < -1 for d in dims):
+        return None
+    if -1 in dims:
+        rest = math.prod(d for d in dims if d != -1)
+        total = math.prod(shape)
+        if rest == 0 or total % rest:
+            return None
+        dims[dims.index(-1)] = total // rest
+    return dims if math.prod(dims) == math.prod(shape) else None
 
 
 def _beyond_rounding(x: np.ndarray, y: np.ndarray) -> float | None:

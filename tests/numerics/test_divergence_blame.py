@@ -488,3 +488,21 @@ def test_a_softmax_of_another_opset_is_named_by_its_opset_not_its_axis():
     assert "'axis'" not in d["message"], d["message"]
     assert d["message"].endswith(
         "; in the candidate opset 9 -> 13 ('Softmax' is defined anew in opset 13)"), d
+
+
+def test_a_reshape_target_written_with_0_or_minus_1_is_no_weight_change():
+    # [0, -1] and [2, 12] give a [2, 3, 4] input the same shape: no differing weight to
+    # blame; [3, 8] is another shape, and is named
+    from onnx_lab.numerics._divergence import _differing_weights
+
+    def model(target):
+        t = numpy_helper.from_array(np.array(target, np.int64), "t")
+        return onnx_lab.open(make_model([helper.make_node("Reshape", ["x", "t"], ["y"],
+                                                          name="n")],
+                                        [vi("x", [2, 3, 4])], [vi("y", None)], [t])).model
+
+    ref = model([0, -1])
+    assert _differing_weights(ref.index.node("n"), model([2, 12]), "n", ref) is None
+    assert _differing_weights(ref.index.node("n"), model([-1, 12]), "n", ref) is None
+    got = _differing_weights(ref.index.node("n"), model([3, 8]), "n", ref)
+    assert got is not None and got[0] == "t", got
