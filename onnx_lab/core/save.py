@@ -32,7 +32,9 @@ What a save guarantees:
   ``O_EXCL | O_NOFOLLOW``: a link planted at a temporary's name is never followed (the save
   takes another name), and nobody else can put one inside the private folder.
 - **Never over what the model reads.** The file the first version was opened from is replaced
-  only with ``overwrite=True``; the data files any version reads (and the files of the models
+  only with ``overwrite=True``, as is an existing file that is no ONNX model (another model's
+  ``.data`` file, a script: replacing it would lose it; an earlier ``.onnx`` output is
+  replaced as any save replaces it); the data files any version reads (and the files of the models
   a derived Lab came from) are never replaced: an automatic data file name moves aside
   (``.data.1``), an explicit one is refused.
 - **Errors are LabErrors.** An ``OSError`` becomes a :class:`~onnx_lab.errors.WriteError`
@@ -124,7 +126,8 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
         external_data: "auto" (external when the source had external data or the model
             passes 2 GB), True (``<file name>.data``), False (one file), or a data file name
             (relative, in the same folder).
-        overwrite: allow writing over the file the model was opened from.
+        overwrite: allow writing over the file the model was opened from, or over a file
+            that is no ONNX model (another model's ``.data`` file, a script).
         check: called on the written file before it replaces anything (``Lab.save`` passes
             a fresh onnxruntime session's load); a problem it returns is a SaveError.
 
@@ -132,8 +135,8 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
         The path written.
 
     Raises:
-        SaveError: the path is the source file (without ``overwrite=True``), a data file the
-            model reads, a file a derived Lab came from, a folder, the model is too large
+        SaveError: the path is the source file or a file that is no ONNX model (without
+            ``overwrite=True``), a data file the model reads, a file a derived Lab came from, a folder, the model is too large
             for one file, or ``check`` found that the written file does not load (nothing is
             replaced then).
         WriteError: the file system refused a write (the message names the path and the
@@ -163,6 +166,13 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
         raise SaveError(f"Refusing to write {str(target)!r}: it is {kind}, and replacing it "
                         "would break the open model (and overwrite=True does not change that).",
                         fix="Save to another path.")
+    if kind is None and not overwrite:
+        what = _not_a_model(target)
+        if what is not None:  # another model's data file, a script, an archive: lost for good
+            raise SaveError(f"Refusing to write {str(target)!r}: the file there is no ONNX "
+                            f"model ({what}), and replacing it would lose it.",
+                            fix="Save to another path (a .onnx name), or pass "
+                            "overwrite=True.")
     if not isinstance(external_data, (bool, str)):
         raise SaveError(f"external_data must be 'auto', True, False or a file name, got "
                         f"{external_data!r}.", fix="Pass external_data=True.")
@@ -206,6 +216,24 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
             logger.info("%s is read by the model; writing weights to %s", base, data_name)
     write_model(model, target, data_name if use_external else None, check=check)
     return target
+
+
+def _not_a_model(path: Path) -> str | None:
+    """What the non-empty regular file at ``path`` is, when it is not a serialized ONNX
+    model (which starts with the tag of ``ir_version``, 0x08, as every writer puts it
+    first), else None (also when there is no file, or it cannot be read: the write says)."""
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return None
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return None
+    if head[:1] == b"\x08":
+        return None
+    if path.name.endswith(".data"):
+        return "a model's external data file, by its name"
+    return f"it starts with the bytes {head[:8].hex(' ')}"
 
 
 def write_model(model: LabModel, target: str | os.PathLike, data_name: str | None, *,

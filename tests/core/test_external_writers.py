@@ -203,12 +203,12 @@ def test_a_file_that_would_not_load_is_refused_and_nothing_is_replaced(tmp_path)
     path = _long_split(tmp_path / "src", weights_external=True)
     lab = onnx_lab.open(path)
     target = tmp_path / "out.onnx"
-    target.write_bytes(b"old")
+    target.write_bytes(b"\x08\x08old")  # an earlier model (ir_version 8, then junk)
     with pytest.raises(SaveError, match="would not load in onnxruntime") as e:
         lab.save(target)  # auto: external like the source, the shape goes out with it
     assert "Cannot parse data from external tensors" in e.value.problem
     assert str(target) in e.value.problem
-    assert target.read_bytes() == b"old"
+    assert target.read_bytes() == b"\x08\x08old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.onnx", "src"]
     # one file keeps the shape inline: saved, and it loads
     out = lab.save(target, external_data=False)

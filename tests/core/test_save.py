@@ -159,7 +159,7 @@ def test_a_failed_save_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatc
     src = tmp_path / "m.onnx"
     _big_model(src)
     target = tmp_path / "out.onnx"
-    target.write_bytes(b"previous contents")
+    target.write_bytes(b"\x08\x08previous")  # an earlier model (ir_version 8, then junk)
 
     def broken(m, path):
         path.write_bytes(b"partial")
@@ -169,7 +169,7 @@ def test_a_failed_save_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatc
     lab = onnx_lab.open(src)
     with pytest.raises(OSError, match="disk full"):
         lab.save(target)
-    assert target.read_bytes() == b"previous contents"
+    assert target.read_bytes() == b"\x08\x08previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "out.onnx"]
 
 
@@ -177,7 +177,7 @@ def test_save_through_a_symlink_replaces_the_linked_file_and_keeps_its_mode(tmp_
     src = tmp_path / "m.onnx"
     _big_model(src)
     real = tmp_path / "real.onnx"
-    real.write_bytes(b"old")
+    real.write_bytes(b"\x08\x08")  # an earlier (empty) model: ir_version 8
     real.chmod(0o640)
     link = tmp_path / "link.onnx"
     link.symlink_to(real)
@@ -284,3 +284,38 @@ def test_a_large_constant_goes_to_the_data_file(tmp_path):
         np.testing.assert_allclose(got, x @ big, rtol=1e-5)
     one = onnx_lab.open(src).save(tmp_path / "one" / "m.onnx", external_data=False)
     assert [p.name for p in one.parent.iterdir()] == ["m.onnx"]
+
+
+def test_a_file_that_is_no_model_is_not_replaced_without_overwrite(tmp_path):
+    # onnx-lab optimize good.onnx other/m.onnx.data (a tab completion away) replaced another
+    # model's weights without a word, and that model was lost
+    import hashlib
+
+    import onnx
+
+    import onnx_lab
+    from onnx_lab.errors import SaveError
+
+    src = tmp_path / "m.onnx"
+    onnx.save(onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2] x) => (float[2] y) { y = Relu(x) }"""), str(src))
+    lab = onnx_lab.open(src)
+    data = tmp_path / "other.onnx.data"
+    data.write_bytes(b"\x00\x00\x80?" * 64)
+    script = tmp_path / "notes.py"
+    script.write_text("print('mine')\n")
+    for victim in (data, script):
+        before = hashlib.sha256(victim.read_bytes()).hexdigest()
+        with pytest.raises(SaveError, match="no ONNX model") as e:
+            lab.save(victim)
+        assert "overwrite=True" in e.value.fix
+        assert hashlib.sha256(victim.read_bytes()).hexdigest() == before
+    # an earlier output, an empty file: replaced as before; overwrite=True replaces the rest
+    out = tmp_path / "out.onnx"
+    lab.save(out)
+    lab.save(out)
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    lab.save(tmp_path / "empty.onnx")
+    lab.save(script, overwrite=True)
+    assert onnx.load(str(script)).graph.node[0].op_type == "Relu"
