@@ -1234,7 +1234,10 @@ def _attr_pairs(r: Any, c: Any, ref: LabModel | None = None, cand: LabModel | No
             # (a tensor or graph attribute, plain None, means nothing here)
             ma = _meaning(r, k, va, ref) if a is None or va is not None else None
             mb = _meaning(c, k, vb, cand) if b is None or vb is not None else None
-            if ma is not None and mb is not None and attr_equal(ma, mb):
+            # an axis means the same only on inputs of one rank (axis 1 of a [2, 3, 4]
+            # input and -1 of a [6, 4] one: dims of 3 and 4, which normalized read alike)
+            if ma is not None and mb is not None and attr_equal(ma, mb) and \
+                    _axis_rank(r, k, ref) == _axis_rank(c, k, cand):
                 va, vb = ma, mb
         yield k, a, b, va, vb
 
@@ -1305,6 +1308,18 @@ def _meaning(node: Any, name: str, value: Any, model: LabModel | None) -> Any:
         return None
     norm = tuple(x + rank if x < 0 else x for x in axes)
     return tuple(sorted(norm)) if many else norm[0]
+
+
+def _axis_rank(node: Any, name: str, model: LabModel | None) -> int | None:
+    """The rank attribute ``name`` of ``node`` counts axes on (:data:`_AXIS_OF_INPUT`,
+    :data:`_AXIS_OF_OUTPUT`), None for other attributes or an unknown rank."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type in _AXIS_OF_OUTPUT.get(name, ()):
+        return _rank(node.outputs[0] if node.outputs else None, model)
+    if node.op_type in _AXIS_OF_INPUT.get(name, ()):
+        return _rank(node.inputs[0] if node.inputs else None, model)
+    return None
 
 
 def _shape(v: Any, model: LabModel | None) -> tuple | None:

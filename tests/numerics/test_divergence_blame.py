@@ -506,3 +506,31 @@ def test_a_reshape_target_written_with_0_or_minus_1_is_no_weight_change():
     assert _differing_weights(ref.index.node("n"), model([-1, 12]), "n", ref) is None
     got = _differing_weights(ref.index.node("n"), model([3, 8]), "n", ref)
     assert got is not None and got[0] == "t", got
+
+
+def test_an_axis_on_inputs_of_another_rank_is_still_named(tmp_path):
+    # the candidate flattens the input to [6, 4] and takes Softmax over axis -1 (the dim of
+    # 4) where the reference took axis 1 of [2, 3, 4] (the dim of 3): each axis counted on
+    # its own rank read 1, and the cause went unnamed
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+
+    def model(cand):
+        mid = ["Reshape", ["r0", "sh"]] if cand else ["Identity", ["r0"]]
+        back = ["Reshape", ["s", "sh2"]] if cand else ["Identity", ["s"]]
+        nodes = [helper.make_node("Relu", ["x"], ["r0"], name="relu"),
+                 helper.make_node(mid[0], mid[1], ["r"], name="rs"),
+                 helper.make_node("Softmax", ["r"], ["s"], name="sm", axis=-1 if cand else 1),
+                 helper.make_node(back[0], back[1], ["s3"], name="rs2"),
+                 helper.make_node("Neg", ["s3"], ["y"], name="neg")]
+        inits = [numpy_helper.from_array(np.array(v, np.int64), k)
+                 for k, v in (("sh", [6, 4]), ("sh2", [2, 3, 4]))] if cand else []
+        g = helper.make_graph(nodes, "g", [vi("x", [2, 3, 4])], [vi("y", [2, 3, 4])], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        path = tmp_path / ("b.onnx" if cand else "a.onnx")
+        onnx.save(m, path)
+        return path
+
+    c = compare(model(False), model(True), feeds={"x": x})
+    assert not c.passed
+    assert "attribute 'axis' 1 -> -1" in c.first_divergence["message"]
