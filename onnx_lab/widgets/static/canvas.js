@@ -497,9 +497,9 @@ function render({ model, el: root }) {
       const hit = { id: ids[i], label: labels[i], key, open: !!open[i] && key === ids[i],
                     note: note[i] };
       seen.add(ids[i]);
-      const cut = labels[i].indexOf("  ");  // "OpType  name"
+      const cut = labels[i].indexOf("  ");  // "OpType  name" (an empty op type: at 0)
       if (ids[i].toLowerCase() === q) exact.push(hit);
-      else if (cut > 0 && (labels[i].slice(0, cut).toLowerCase() === q ||
+      else if (cut >= 0 && (labels[i].slice(0, cut).toLowerCase() === q ||
                            labels[i].slice(cut + 2).toLowerCase() === q)) named.push(hit);
       else (hit.open ? shown : hidden).push(hit);
     }
