@@ -108,3 +108,21 @@ def test_one_name_where_a_list_is_taken_is_that_name(convnet):
     q_list = convnet.to_int8_dynamic(nodes_to_exclude=["/block1/conv/Conv"])
     assert set(q.nodes["node_id"]) == set(q_list.nodes["node_id"])
     assert "/block1/conv/Conv" in set(q.nodes["node_id"])  # kept in float, not quantized
+
+
+@pytest.mark.parametrize("threads", [-1, 1.5, True, "2"])
+def test_threads_that_are_no_count_are_refused(threads):
+    # -1 was handed to onnxruntime as it came
+    lab = onnx_lab.open("sample:convnet")
+    with pytest.raises(InputError, match="threads must be an int >= 0"):
+        lab.profile(threads=threads, runs=1)
+
+
+def test_a_scale_that_overflows_the_weight_is_refused():
+    # factor=1e300 wrote inf weights (a version whose every output is NaN)
+    lab = onnx_lab.open("sample:convnet")
+    with pytest.raises(PassError, match="overflows float32") as e:
+        lab.scale_initializer("stem.conv.weight", 1e300)
+    assert "factor below" in e.value.fix
+    assert list(lab.history["pass"]) == ["original"]  # nothing applied
+    lab.scale_initializer("stem.conv.weight", 2.0)  # a factor in range still works

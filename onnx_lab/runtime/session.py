@@ -360,6 +360,10 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
     if opt_level not in OPT_LEVELS:
         raise InputError(f"Unknown optimization level {opt_level!r}.",
                          fix=f"Use one of {', '.join(OPT_LEVELS)}.")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(
+            threads, (int, np.integer)) or threads < 0):  # -1 was taken as it came
+        raise InputError(f"threads must be an int >= 0 (0: onnxruntime's default), got "
+                         f"{threads!r}.", fix="Pass e.g. threads=1, or leave it out.")
 
     def _options() -> Any:
         so = ort.SessionOptions()

@@ -335,7 +335,16 @@ class ScaleInitializer(_EditPass):
     def rewrite(self, model: LabModel, matches: list[Match], rw: Rewrite) -> None:
         v = _initializer(model, self.options["initializer"])
         arr = _tensor(v).numpy()
-        _set_tensor(v, (arr * self.options["factor"]).astype(arr.dtype))
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = (arr * self.options["factor"]).astype(arr.dtype)
+        if np.isfinite(arr).all() and not np.isfinite(scaled).all():  # 1e300 wrote inf weights
+            big = float(np.abs(arr[np.isfinite(arr)]).max()) if arr.size else 0.0
+            raise PassError(f"Scaling {self.options['initializer']!r} by "
+                            f"{self.options['factor']!r} overflows {arr.dtype} (its largest "
+                            f"value {big:.3g} becomes inf).",
+                            fix=f"Pass a factor below {float(np.finfo(arr.dtype).max) / max(big, 1e-30):.3g} "
+                            "in size.")
+        _set_tensor(v, scaled)
         for u in v.uses():
             rw.record(u.node, [u.node])
         rw.modified = True
