@@ -45,11 +45,12 @@ def _as_model(model: Any) -> Any:
     return model
 
 
-def _shape_breaks(text: str) -> str:
-    """An escaped shape text that may wrap after each "×" where the details panel is too
+def _shape_html(text: str, limit: int) -> str:
+    """A shape text, escaped, that may wrap after each "×" where the details panel is too
     narrow (``?×?×sequence_length×sequence_length f32`` never wrapped: the tensor's name
-    beside it shrank to one letter a line)."""
-    return str(text).replace("×", "×<wbr>")
+    beside it shrank to one letter a line). The dim names are the model's strings: escaped
+    before the break opportunities go in."""
+    return str(esc_text(text, limit)).replace("×", "×<wbr>")
 
 
 def _tensor_row(model: LabModel, types: Mapping[str, Any], name: str, graph: str = ""
@@ -237,7 +238,7 @@ def node_details_html(d: Mapping[str, Any]) -> str:
     for label, key in (("inputs", "inputs"), ("outputs", "outputs")):
         rows = "".join(
             f"<tr><td title='{esc_attr(t['name'], _TIP)}'>{esc_text(t['name'], 48)}</td>"
-            f"<td>{_shape_breaks(esc_text(t['text'] or '?', 300))}</td>"
+            f"<td>{_shape_html(t['text'] or '?', 300)}</td>"
             f"<td>{esc_text(t['kind'])}</td></tr>"
             for t in d[key])
         if rows:

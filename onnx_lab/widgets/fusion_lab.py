@@ -331,7 +331,7 @@ class FusionLab(View):
         says so (the table read "no rows" under "13 opportunities found")."""
         n = len(self.lab.index)
         text = (f"<b>{n}</b> nodes now; <b>{len(self.patterns)}</b> opportunities found "
-                f"(step {self._current_step} of the history)")
+                f"(step {int(self._current_step):d} of the history)")
         if not len(self.matches.df) and not self.show_housekeeping.value and self._n_house:
             text += (f"; <i>no fusion to show, {self._n_house:d} housekeeping row(s) hidden: "
                      "tick <b>show housekeeping rows</b> to list them</i>")
