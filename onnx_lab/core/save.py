@@ -183,9 +183,9 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
     if external_data == "auto":
         use_external = wants_external(model, like=history.original.model) \
             or size + _GRAPH_MARGIN >= _LIMIT
-        data_name = f"{target.name}.data"
+        data_name = _data_name(target)
     elif external_data is True:
-        use_external, data_name = True, f"{target.name}.data"
+        use_external, data_name = True, _data_name(target)
     elif external_data is False:
         use_external, data_name = False, ""
     else:
@@ -216,6 +216,18 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
             logger.info("%s is read by the model; writing weights to %s", base, data_name)
     write_model(model, target, data_name if use_external else None, check=check)
     return target
+
+
+def _data_name(target: Path) -> str:
+    """``<file name>.data``: the data file's location is a UTF-8 string in the model, so a
+    file name that is not UTF-8 (bytes Linux allows, surrogate escapes in Python) has its
+    undecodable bytes written as U+FFFD there."""
+    name = f"{target.name}.data"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        name = os.fsencode(name).decode("utf-8", "replace")
+    return name
 
 
 def _not_a_model(path: Path) -> str | None:

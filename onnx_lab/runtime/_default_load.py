@@ -33,6 +33,8 @@ import sys
 import threading
 import time
 
+from onnx_lab.runtime._paths import ort_path
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["ask", "ask_ahead", "Pending", "warm", "stop", "ONE_SHOT"]
@@ -284,7 +286,7 @@ def ask_ahead(path: str | os.PathLike, timeout: float = 600.0) -> Pending:
     # absolute: the kept child stays in the folder it started in, and a relative path (the
     # save's temporary folder beside its target) was looked for there after a chdir
     global _ahead
-    p = Pending(os.path.abspath(os.fspath(path)), timeout)
+    p = Pending(ort_path(path), timeout)  # absolute, and UTF-8 (the child's binding)
     if not _KEEP:
         return p
     _settle_own()

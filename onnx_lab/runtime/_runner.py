@@ -28,6 +28,7 @@ from onnx_lab.core.limits import check_run_memory, memory_limit
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.shapes import guard_label_encoders
 from onnx_lab.errors import RunLimitError
+from onnx_lab.runtime._paths import ort_path
 from onnx_lab.runtime.capture import run as capture_run
 from onnx_lab.runtime.session import (
     bounded_run,
@@ -188,7 +189,7 @@ def _fast(model: LabModel, feeds: Mapping[str, np.ndarray], outputs: Sequence[st
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if folder:
         so.add_session_config_entry("session.model_external_initializers_file_folder_path",
-                                    folder)
+                                    ort_path(folder))
     sess = ort.InferenceSession(data, so, providers=resolve_providers(providers))
     got = bounded_run(sess, list(outputs), {**dict(zip(names, values)), **feeds},
                       what="the model")

@@ -37,6 +37,7 @@ import onnx
 from onnx_lab.core._proto import graph_protos
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.save import INLINE_MAX_BYTES
+from onnx_lab.runtime._paths import ort_path
 from onnx_lab.runtime.session import _ort_text, make_session
 
 __all__ = ["optimize", "effective_rules", "RULE_CANDIDATES"]
@@ -95,7 +96,7 @@ def reload_problem(path: str) -> str | None:
     so.enable_cpu_mem_arena = False
     so.add_session_config_entry("session.disable_prepacking", "1")
     try:
-        ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        ort.InferenceSession(ort_path(path), so, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - ORT raises several exception types
         text = _ort_text(str(e).strip())
         return text.splitlines()[0][:300] if text else type(e).__name__

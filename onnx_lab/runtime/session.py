@@ -52,6 +52,7 @@ from onnx_lab.errors import (
     clip_text,
 )
 from onnx_lab.runtime import _default_load
+from onnx_lab.runtime._paths import ort_path
 from onnx_lab.runtime.typed import SPECIAL_OUTPUT_TYPES, from_ortvalue, needs_ortvalue, to_ortvalue
 
 logger = logging.getLogger(__name__)
@@ -382,10 +383,10 @@ def make_session(model: LabModel, *, providers: str | Sequence[str] | None = Non
             so.enable_profiling = True
             # ORT writes its trace next to the current folder by default: never litter the
             # user's working directory.
-            so.profile_file_prefix = profile_prefix or os.path.join(
-                tempfile.gettempdir(), "onnx_lab_ort_profile")
+            so.profile_file_prefix = ort_path(profile_prefix or os.path.join(
+                tempfile.gettempdir(), "onnx_lab_ort_profile"))
         if optimized_model_path:
-            so.optimized_model_filepath = str(optimized_model_path)
+            so.optimized_model_filepath = ort_path(optimized_model_path)
         for k, v in (config_entries or {}).items():
             so.add_session_config_entry(str(k), str(v))
         return so
@@ -424,14 +425,14 @@ def _create(model: LabModel, so: Any, provs: list[str], provider_options: Any,
             so.add_external_initializers(names, weights)
         if folder is not None:
             so.add_session_config_entry(
-                "session.model_external_initializers_file_folder_path", folder)
+                "session.model_external_initializers_file_folder_path", ort_path(folder))
         tmpdir = None
     else:
         data, tmpdir = _with_outputs(runtime_proto(model), outputs, extra_outputs,
                                      lambda proto: _serialize(model, proto))
         if model.base_dir is not None and tmpdir is None:
             so.add_session_config_entry("session.model_external_initializers_file_folder_path",
-                                        str(model.base_dir))
+                                        ort_path(model.base_dir))
     try:
         sess = ort.InferenceSession(data, so, providers=provs,
                                     provider_options=list(provider_options)
@@ -538,7 +539,7 @@ def load_problem(path: str | os.PathLike, model: LabModel | None = None,
 
     so = _load_check_options()
     try:
-        ort.InferenceSession(os.fspath(path), so, providers=["CPUExecutionProvider"])
+        ort.InferenceSession(ort_path(path), so, providers=["CPUExecutionProvider"])
         return None
     except Exception as e:  # noqa: BLE001 - ORT raises several exception types
         problem = _load_text(e)
