@@ -363,13 +363,21 @@ class FusionLab(View):
                 if node is not None:
                     self.link.select(node, source=self)
                     self.before_canvas.focus(node)
-        sel = self.patterns[self.patterns["match_id"].isin(keys)] if keys else self.patterns
+        # Nothing ticked: the first pattern the table shows, not the first of every match (a
+        # hidden housekeeping one, explained under a table of fusions or of no rows).
+        sel = self.patterns[self.patterns["match_id"].isin(keys)] if keys else self.matches.df
         patterns = list(dict.fromkeys(sel["pattern"])) if len(sel) else []
         # Assigning outputs (rather than clear_output) also works outside a kernel (tests).
         self.explanation.outputs = ()
         if not keys:
             patterns = patterns[:1]
         from IPython.display import HTML, Markdown
+
+        if not patterns:
+            self.explanation.append_display_data(HTML(notebook_html(
+                "<i>No pattern is shown in the table: nothing to explain. Tick a row, or "
+                "widen the filter (<b>show housekeeping rows</b>), to read about its "
+                "pattern.</i>")))
 
         for p in patterns[:3]:
             text = _explain(p)

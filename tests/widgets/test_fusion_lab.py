@@ -352,3 +352,42 @@ def test_a_table_of_hidden_housekeeping_rows_says_so(no_error):
     assert "housekeeping row(s) hidden" in f.summary_html.value
     f.show_housekeeping.value = True
     assert f.matches.page_keys() and "hidden" not in f.summary_html.value
+
+
+def _explained(f) -> str:
+    return "".join(o["data"].get("text/markdown", "") + o["data"].get("text/html", "")
+                   for o in f.explanation.outputs)
+
+
+def test_the_explanation_is_of_a_pattern_the_table_shows(no_error):
+    # The Explanation panel (open by default) explained a dynamo BERT's first match, a hidden
+    # housekeeping one ('constant_subgraph' of fold_constants), over a table of no rows.
+    import onnx
+
+    m = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3] x) => (float[2, 3] y) {
+            i = Identity(x)
+            y = Relu(i)
+        }""")
+    f = FusionLab(onnx_lab.open(m))
+    no_error(f)
+    assert f.details.selected_index == 0 and f.matches.page_keys() == []
+    text = _explained(f)
+    assert "No pattern is shown in the table" in text and "eliminate_identity" not in text
+    f.show_housekeeping.value = True
+    assert "eliminate_identity" in _explained(f)
+    m = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3] x) => (float[2, 4] y) {
+            i = Identity(x)
+            w = Constant<value = float[3, 4] {1,2,3,4,5,6,7,8,9,10,11,12}>()
+            b = Constant<value = float[4] {1,2,3,4}>()
+            mm = MatMul(i, w)
+            y = Add(mm, b)
+        }""")
+    f = FusionLab(onnx_lab.open(m))
+    f.pattern_filter.value = "identity"  # a housekeeping pattern, its rows hidden
+    assert f.matches.page_keys() == [] and "No pattern is shown" in _explained(f)
+    f.pattern_filter.value = "*"
+    assert "fuse_matmul_add" in _explained(f)
