@@ -121,14 +121,19 @@ def _qid(s: str) -> str:
     return '"' + s.replace("\n", "&#10;").replace("\r", "&#13;") + '"'
 
 
+_TITLE_GAP = '<BR/><FONT POINT-SIZE="2"> </FONT><BR/>'
+
+
 def _html_label(title: str, lines: list[str], value_text: str | None, bold: bool = True) -> str:
-    parts = [f"<B>{esc_label(title)}</B>" if bold else esc_label(title)]
-    for ln in lines:
-        if ln:
-            parts.append(f'<FONT POINT-SIZE="8">{esc_label(ln)}</FONT>')
+    parts = [f'<FONT POINT-SIZE="8">{esc_label(ln)}</FONT>' for ln in lines if ln]
     if value_text:
         parts.append(f'<FONT POINT-SIZE="9"><B>{esc_label(value_text)}</B></FONT>')
-    return "<" + "<BR/>".join(parts) + ">"
+    head = f"<B>{esc_label(title)}</B>" if bold else esc_label(title)
+    if not parts:
+        return f"<{head}>"
+    # graphviz spaces the smaller lines by their own size: an underscore of the title
+    # ('gpu_0/data_0') touched the shape line below. A 2 pt line between them parts them.
+    return "<" + head + _TITLE_GAP + "<BR/>".join(parts) + ">"
 
 
 def _node_stmt(n: DrawNode) -> str:

@@ -470,3 +470,20 @@ def test_drawing_the_nodes_of_a_large_box_is_not_quadratic():
     # (a list's `in` took 11 s at 12,481 ids, ~70 s at 30,000: a loaded machine took 2.4 s
     # for the linear walk, so the bound only tells linear from quadratic)
     assert time.perf_counter() - t < 15.0
+
+
+def test_a_title_underscore_does_not_touch_the_line_below():
+    # graphviz spaced the 8 pt shape line 8.4 pt under a 10 pt title: the underscores of an
+    # input 'gpu_0/data_0' (light ResNet-50) touched the shape's digits.
+    import onnx
+
+    m = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[1, 3, 8, 8] gpu_0_data_0) => (float[1, 3, 8, 8] y) {
+            y = Relu(gpu_0_data_0)
+        }""")
+    svg = onnx_lab.open(m).render().svg
+    node = svg[svg.index('id="n:input:gpu_0_data_0"'):]
+    node = node[:node.index("</g>")]
+    ys = {t: float(y) for y, t in re.findall(r'<text[^>]* y="([-\d.]+)"[^>]*>([^<]+)</text>', node)}
+    assert ys["1×3×8×8 f32"] - ys["gpu_0_data_0"] >= 10.0
