@@ -60,13 +60,17 @@ class DiffView(View):
         self.counts = w.HTML()
         self.left = GraphCanvas(height=height)
         self.right = GraphCanvas(height=height)
+        # Side by side where each side gets 360 px, one above the other below that: at 700 px
+        # (~290 px a side) the titles had no room left and the first view cut the drawing's
+        # left side to show its inputs whole.
         for c in (self.left, self.right):
-            c.layout.width = "50%"
+            c.layout.flex = "1 1 360px"
             c.layout.min_width = "0"
         self.ops = PagedTable(page_size=15)
         self.table = PagedTable(page_size=15)
-        super().__init__([self.counts, self.sync_view, w.HBox([self.left, self.right],
-                                                               layout=w.Layout(width="100%")),
+        super().__init__([self.counts, self.sync_view, w.HBox(
+                              [self.left, self.right],
+                              layout=w.Layout(width="100%", flex_flow="row wrap")),
                           self.ops, self.table])
         self.add_class("onnx-lab-diff-view")
         self._result_panels = [self.counts]

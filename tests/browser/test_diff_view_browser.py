@@ -5,7 +5,8 @@ onnxruntime's transformer fusions.
   and the right canvas keeps showing its graph (the clicked node stays in view);
 - "sync pan and zoom" moves the other canvas, both ways (a wheel zoom on the left zooms the
   right by the same factor; a drag on the right pans the left), and not when unticked;
-- the tables' rows are one line each (no 240 px tall rows).
+- the tables' rows are one line each (no 240 px tall rows);
+- each side's title ("A: d.render('a', ...)") shows whole, and in a 700 px window the sides stack.
 
 Screenshot: ``test-artifacts/diff_view_browser.png``.
 """
@@ -35,6 +36,13 @@ _IN_VIEW = """(root) => {
   }
   return n;
 }"""
+
+
+def _titles(widget) -> list[str]:
+    """The canvases' titles shown whole (JS measure)."""
+    return widget.evaluate("""w => [...w.querySelectorAll('.olc-title-text')]
+      .filter(t => t.clientWidth > 0 && t.scrollWidth <= t.clientWidth + 1)
+      .map(t => t.textContent)""")
 
 
 def _k(canvas) -> float:
@@ -116,5 +124,15 @@ def test_diff_view_click_sync_and_rows(tmp_path):
             page.wait_for_timeout(1500)
             assert _k(right) == pytest.approx(rk)
             assert page.locator(".onnx-lab-error").count() == 0
+            # Each side's title whole at 1,400 px and in a 700 px window, where the sides
+            # stack (side by side, ~290 px each, the titles were left out and the drawing cut).
+            assert _titles(widget) == ["A: d.render('a', collapse='auto')",
+                                       "B: d.render('b', collapse='auto')"]
+            page.set_viewport_size({"width": 700, "height": 1000})
+            page.keyboard.press("Control+b")  # the file browser away: the notebook alone
+            page.wait_for_timeout(1500)
+            assert len(_titles(widget)) == 2
+            lb, rb = (c.locator(".olc-port").bounding_box() for c in (left, right))
+            assert rb["y"] >= lb["y"] + lb["height"] and rb["width"] > 500
         finally:
             page.screenshot(path=str(ARTIFACTS / "diff_view_browser.png"), full_page=True)
