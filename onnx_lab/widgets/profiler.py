@@ -175,11 +175,18 @@ class Profiler(View):
         self.render_button = w.Button(description="Latency on graph", icon="project-diagram",
                                       tooltip="Profile.render(): time per node as a colour",
                                       layout=w.Layout(width="170px"))
+        # Hidden, the bar keeps its place in the row (the row does not jump when it shows); at
+        # a fixed 260 px it did not fit after the four buttons of a 1280 px window and wrapped
+        # onto a line of its own, an empty row above the dim row. It takes what is left of
+        # the line now (60-260 px).
         self.progress = w.IntProgress(value=0, min=0, max=1,
-                                      layout=w.Layout(width="260px", visibility="hidden"))
+                                      layout=w.Layout(flex="1 1 60px", min_width="60px",
+                                                      max_width="260px", width="auto",
+                                                      visibility="hidden"))
         # What is being timed, whole: as the bar's description it was cut to 12 characters
         # ("profiling cp" for "profiling cpu").
-        self.progress_label = w.HTML(layout=w.Layout(visibility="hidden"))
+        self.progress_label = w.HTML(layout=w.Layout(visibility="hidden", min_width="0",
+                                                     flex="0 1 auto"))
         self.cancel_button = w.Button(description="Cancel", icon="stop", disabled=True,
                                       button_style="warning", layout=w.Layout(width="100px"))
         self.cancel_button.on_click(lambda _b: self.cancel())

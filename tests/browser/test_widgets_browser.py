@@ -1,7 +1,7 @@
 """Every widget in a 1,280 px wide JupyterLab, then a kernel restart and a page reload.
 
 On the YOLO-like detector of ``_models.py``: Explorer (Graph tab), FusionLab, Extractor and
-DriftDebugger show without overflowing the notebook (anything wider scrolls inside its own
+DriftDebugger and Profiler show without overflowing the notebook (anything wider scrolls inside its own
 box), and in a ~600 px pane no checkbox label or table is cut; after saving the notebook, restarting the kernel and reloading the page, the saved
 notebook shows each widget's last view (widget state saved with the notebook), not "Error
 displaying widget: model not found". Screenshots go to ``test-artifacts/``.
@@ -20,13 +20,14 @@ pytestmark = pytest.mark.browser
 
 CELLS = [
     "import onnx, onnx_lab, _models\n"
-    "from onnx_lab.widgets import Explorer, FusionLab, Extractor, DriftDebugger\n"
+    "from onnx_lab.widgets import Explorer, FusionLab, Extractor, DriftDebugger, Profiler\n"
     "onnx.save(_models.detector(), 'det.onnx')\n"
     "lab = onnx_lab.open('det.onnx', dims={'height': 64, 'width': 64})",
     "ex = Explorer(lab, tab='Graph')\nex",
     "fl = FusionLab(lab)\nfl",
     "xt = Extractor(lab)\nxt",
     "dd = DriftDebugger(lab, lab)\ndd",
+    "pr = Profiler(lab)\npr",
 ]
 
 
@@ -86,7 +87,7 @@ def test_widgets_fit_1280_and_survive_restart(tmp_path_factory):
         try:
             run_all_cells(page, url, "widgets.ipynb")
             cells = page.locator(".jp-Notebook .jp-Cell")
-            for i in range(1, 5):
+            for i in range(1, 6):
                 cells.nth(i).locator(".onnx-lab-widget").first.wait_for(timeout=120_000)
             cells.nth(1).locator(".olc-root svg g.node").first.wait_for(timeout=60_000)
             # Work with the widgets so their last view differs from the first: an Extractor
@@ -101,6 +102,12 @@ def test_widgets_fit_1280_and_survive_restart(tmp_path_factory):
             dd.locator(".onnx-lab-verdict").wait_for(timeout=120_000)
             page.wait_for_timeout(500)
             assert _overflows(page) == []
+            # The Profiler's hidden progress bar stays on the row of its buttons: at 260 px it
+            # wrapped onto a line of its own, an empty row above the dim row.
+            pr = cells.nth(5).locator(".onnx-lab-profiler")
+            bar = pr.locator(".widget-hprogress").bounding_box()
+            profile = pr.locator("button", has_text="Profile").first.bounding_box()
+            assert abs(bar["y"] - profile["y"]) < 4
             for i, name in enumerate(["explorer", "fusion_lab", "extractor", "drift"], start=1):
                 cells.nth(i).locator(".jp-OutputArea").first.screenshot(
                     path=str(ARTIFACTS / f"widget_{name}_1280.png"))
