@@ -15,6 +15,7 @@ import onnx_ir as ir
 from onnx_lab._pandas import pd
 from onnx_lab.core.model import LabModel
 from onnx_lab.core.values import const_array, is_constant, weight_makers
+from onnx_lab.numerics._weight_chain import ReadWeight, read_weight
 from onnx_lab.numerics.align import (
     _attr_pairs,
     _const_equal,
@@ -202,7 +203,8 @@ def _blame(div: dict[str, Any], model: LabModel, cand: LabModel, layers: pd.Data
         differing = _differing_weights(node, cand, div.get("cand_node_id"), model)
         if differing is not None:
             name, err, how, renamed = differing
-            own = any(v is not None and v.name == name for v in node.inputs)
+            own = any(v is not None and v.name == name for v in node.inputs) or \
+                "read through " in how
             cid = div.get("cand_node_id")
             whose = "its weight" if own else \
                 f"its fused counterpart {cid!r} ({cand.index.node(cid).op_type}) reads weight"
@@ -750,7 +752,14 @@ def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None,
         # the reader to a tensor that, in the candidate, still holds the old values
         renamed = b.name if a.name and b.name and a.name != b.name else None
         x, y = const_array(a, stored=True), const_array(b, stored=True)
-        if x is None or y is None or x.shape != y.shape:
+        if x is None or y is None:
+            # a weight behind a Cast from float16, a DequantizeLinear, a Reshape...: its
+            # change read "computes differently: its inputs agree"
+            found = _differing_read(read_weight(a, ref), read_weight(b, cand))
+            if found is not None:
+                return found
+            continue
+        if x.shape != y.shape:
             continue
         if a is _target(node) and b is _target(other) and \
                 _resolved(node, x, ref) is not None and \
@@ -778,6 +787,67 @@ def _differing_weights(node: ir.Node, cand: LabModel, cand_node_id: str | None,
         if not m["passed"]:
             return a.name or "", float(m["max_abs"]), "", renamed
     return None
+
+
+def _differing_read(ra: ReadWeight | None, rb: ReadWeight | None
+                    ) -> tuple[str, float, str, str | None] | None:
+    """:func:`_differing_weights`' answer for two weights as their nodes read them, one of
+    them at least through a chain (:func:`read_weight`): compared with the rounding each
+    side's storage implies (float16 behind a Cast, a DequantizeLinear's step), never named for
+    that rounding alone. The name is the reference's stored tensor; ``how`` says what the
+    node reads it through."""
+    if ra is None or rb is None:
+        return None
+    x, y = ra.values, rb.values
+    if x.shape != y.shape or x.dtype.kind != "f" or y.dtype.kind != "f":
+        return None
+    renamed = rb.name if ra.name and rb.name and ra.name != rb.name else None
+    notes = [f"read through {' -> '.join(ra.through)} on both sides"] \
+        if ra.through and ra.through == rb.through else \
+        [f"{'in the candidate ' if r is rb else ''}read through {' -> '.join(r.through)}"
+         for r in (ra, rb) if r.through]
+    if ra.step is not None or rb.step is not None:
+        # a quantized side holds the weight rounded to a multiple of its step (half of it off
+        # at most, on each quantized side), in the narrower float's rounding besides
+        with np.errstate(over="ignore", invalid="ignore"):
+            x64, y64 = x.astype(np.float64), y.astype(np.float64)
+            diff = np.abs(x64 - y64)
+            narrow = min((r.stored or r.values.dtype for r in (ra, rb)),
+                         key=lambda d: d.itemsize)
+            ulp = np.spacing(np.maximum(np.abs(x64), np.abs(y64)).astype(narrow))
+            tol = 0.5 * ((ra.step or 0.0) + (rb.step or 0.0)) * (1 + 1e-3) + ulp
+            same = (diff <= tol) | (np.isnan(x64) & np.isnan(y64)) | (x64 == y64)
+        if bool(same.all()):
+            return None
+        q = ra if ra.step is not None else rb
+        notes.insert(0, f"beyond its quantization to {q.qdtype}, step {q.step:.3g}")
+        if ra.step is not None and rb.step is not None:
+            # the stored scale or zero point that changed, by name: the integers may not have
+            notes += [f"its {'scale' if i == 0 else 'zero point'} {n!r} differs"
+                      for i, ((n, u), (_m, w)) in enumerate(zip(ra.scales, rb.scales))
+                      if u.shape == w.shape and not np.array_equal(u, w, equal_nan=True)]
+        finite = diff[np.isfinite(diff)]
+        err = float(finite.max()) if finite.size and np.isfinite(diff[~same]).all() \
+            else math.inf
+        return ra.name, err, " (" + "; ".join(notes) + ")", renamed
+    if ra.stored != rb.stored:
+        # one side stored narrower (float16 behind a Cast): the other is it rounded, unless
+        # beyond that rounding
+        narrow = min((r.stored or r.values.dtype for r in (ra, rb)), key=lambda d: d.itemsize)
+        xs, ys = (r.values.astype(narrow) if r.stored == narrow else r.values for r in (ra, rb))
+        err = _beyond_rounding(xs, ys)
+        if err is None:
+            return None
+        notes.insert(0, f"beyond its rounding to {narrow}")
+        return ra.name, err, " (" + "; ".join(notes) + ")", renamed
+    how = " (" + "; ".join(notes) + ")" if notes else ""
+    if (np.isfinite(x) != np.isfinite(y)).any():
+        return ra.name, math.inf, how, renamed
+    _name, rule = rule_for((ra.stored or x.dtype).name, output=False)
+    m = tensor_metrics(x, y, rule=rule, statistics=False)
+    if m["passed"]:
+        return None
+    return ra.name, float(m["max_abs"]), how, renamed
 
 
 def _target(node: ir.Node) -> ir.Value | None:
