@@ -67,6 +67,7 @@ from onnx_lab.core._files import tensor_attributes, verify_files
 from onnx_lab.core._location import user_path
 from onnx_lab.core._validate import UnreadableTensor, kept_inline
 from onnx_lab.core._wire import encode_varint as _varint
+from onnx_lab.core._wire import read_varint as _read_varint
 from onnx_lab.core.history import History
 from onnx_lab.core.model import LabModel
 from onnx_lab.errors import LabError, SaveError, WriteError
@@ -230,18 +231,54 @@ def _data_name(target: Path) -> str:
     return name
 
 
+#: ModelProto's fields: number -> wire type (0 varint, 2 length-delimited).
+_MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
+#: A model in onnx's text formats (onnx.save(..., format="textproto" / "json")).
+_TEXT_MODEL = re.compile(rb'\s*(?:#[^\n]*\n\s*)*(?:(?:ir_version|opset_import|producer_name|'
+                         rb'producer_version|domain|model_version|doc_string|graph|'
+                         rb'metadata_props|functions)\s*[:{]|\{\s*"(?:irVersion|opsetImport|'
+                         rb'producerName|graph)")')
+
+
+def _model_head(head: bytes, size: int) -> bool:
+    """Whether ``head`` (the first bytes of a file of ``size`` bytes) reads as the start of
+    a serialized ModelProto: each whole field in it one of ModelProto's, of its wire type,
+    and no length past the file's end. Writers put ir_version (0x08) first, but a model
+    without one (onnx.save writes it so) starts with another field."""
+    if head[:1] == b"\x08":
+        return True
+    pos = fields = 0
+    try:
+        while pos < len(head):
+            key, pos = _read_varint(head, pos)
+            if _MODEL_FIELDS.get(key >> 3) != key & 7:
+                return False
+            value, pos = _read_varint(head, pos)
+            if key & 7 == 2:
+                if pos + value > size:
+                    return False
+                pos += value
+            fields += 1
+    except IndexError:  # a field cut by the end of the head
+        pass
+    except ValueError:  # a varint past 64 bits
+        return False
+    return fields > 0
+
+
 def _not_a_model(path: Path) -> str | None:
-    """What the non-empty regular file at ``path`` is, when it is not a serialized ONNX
-    model (which starts with the tag of ``ir_version``, 0x08, as every writer puts it
-    first), else None (also when there is no file, or it cannot be read: the write says)."""
+    """What the non-empty regular file at ``path`` is, when it is not an ONNX model (its
+    first bytes read as a ModelProto's fields, or a model in onnx's text formats), else None
+    (also when there is no file, or it cannot be read: the write says)."""
     try:
         if not path.is_file() or path.stat().st_size == 0:
             return None
+        size = path.stat().st_size
         with open(path, "rb") as f:
-            head = f.read(16)
+            head = f.read(64)
     except OSError:
         return None
-    if head[:1] == b"\x08":
+    if _model_head(head, size) or _TEXT_MODEL.match(head):
         return None
     if path.name.endswith(".data"):
         return "a model's external data file, by its name"

@@ -319,3 +319,36 @@ def test_a_file_that_is_no_model_is_not_replaced_without_overwrite(tmp_path):
     lab.save(tmp_path / "empty.onnx")
     lab.save(script, overwrite=True)
     assert onnx.load(str(script)).graph.node[0].op_type == "Relu"
+
+
+def test_a_model_that_does_not_start_with_ir_version_is_replaced_as_an_earlier_output(tmp_path):
+    # 874fb2d took a file not starting with the ir_version tag for no model: a model saved
+    # without ir_version (its first field the graph) or by onnx.save(format="textproto") read
+    # "the file there is no ONNX model" and was refused without overwrite=True
+    import onnx
+
+    import onnx_lab
+    from onnx_lab.errors import SaveError
+
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2] x) => (float[2] y) { y = Relu(x) }""")
+    src = tmp_path / "m.onnx"
+    onnx.save(model, str(src))
+    lab = onnx_lab.open(src)
+    bare = onnx.ModelProto()
+    bare.CopyFrom(model)
+    bare.ClearField("ir_version")
+    no_ir = tmp_path / "no_ir.onnx"
+    onnx.save(bare, str(no_ir))
+    assert no_ir.read_bytes()[:1] != b"\x08"
+    text = tmp_path / "text.onnx"
+    onnx.save(model, str(text), format="textproto")
+    for earlier in (no_ir, text):
+        lab.save(earlier)
+        assert onnx.load(str(earlier)).graph.node[0].op_type == "Relu"
+    # bytes that begin like a field but run past the file's end are still no model
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x3a\xff\xff\xff\x0f" + bytes(32))
+    with pytest.raises(SaveError, match="no ONNX model"):
+        lab.save(junk)
