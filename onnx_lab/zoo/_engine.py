@@ -272,6 +272,17 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
     except Exception as e:  # noqa: BLE001 - distributed raises OSError, ValueError, TimeoutError...
         restore()
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        if isinstance(e, TypeError) and "ssl_context" in str(e):
+            # a tls:// (wss://) address with no TLS settings: distributed refuses before it
+            # connects, so nothing has answered yet (a848c7f read "Something answers ... not
+            # as a Dask scheduler. Check the port" at a real TLS scheduler's address)
+            raise InputError(f"The Dask scheduler {str(scheduler)[:200]!r} takes TLS "
+                             "connections, and no TLS certificates are configured to connect "
+                             "with.", fix="Set Dask's TLS options (distributed.comm.tls.ca-file, "
+                             ".client.cert and .client.key in ~/.config/dask/distributed.yaml or "
+                             "DASK_DISTRIBUTED__COMM__TLS__CA_FILE=... in the environment), or "
+                             "pass scheduler=distributed.Client(address, security=...) to "
+                             "onnx_lab.audit.") from e
         if scheduler and not isinstance(e, (OSError, TimeoutError)) and \
                 isinstance(e, (MemoryError, ValueError, TypeError, KeyError)):
             # connected, but what answered does not speak Dask's protocol (an HTTP server

@@ -264,3 +264,30 @@ def test_an_address_that_answers_but_not_as_dask_says_so(capsys, model, tmp_path
     finally:
         srv.close()
     assert "but not as a Dask scheduler" in line and "8786" in line, line
+
+
+def test_a_tls_address_without_certificates_is_not_called_no_dask_scheduler(capsys, model,
+                                                                              tmp_path):
+    # distributed refuses a tls:// address without TLS settings before it connects (a
+    # TypeError); a848c7f took it for a reply and read "Something answers at 'tls://...', but
+    # not as a Dask scheduler ... Check the port" at a real TLS scheduler
+    pytest.importorskip("distributed")
+    with socket_server() as port:
+        line = _one_line(capsys, ["audit", str(model), "--out", str(tmp_path / "a"),
+                                  "--scheduler", f"tls://127.0.0.1:{port}"])
+    assert "takes TLS" in line and "certificates" in line, line
+    assert "not as a Dask scheduler" not in line, line
+
+
+@contextlib.contextmanager
+def socket_server() -> Iterator[int]:
+    """A port on 127.0.0.1 that accepts connections and never answers."""
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(5)
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        srv.close()
