@@ -229,6 +229,41 @@ def local_cluster(workers: int = 1) -> Any:
                         dashboard_address=LOOPBACK, worker_dashboard_address=LOOPBACK)
 
 
+#: Seconds distributed is given to connect to a scheduler, and the grace past them after which
+#: a connection that was accepted but never answered is given up.
+CONNECT_TIMEOUT_S = 30.0
+CONNECT_GRACE_S = 15.0
+
+
+def _connect(client_class: Any, scheduler: str) -> Any:
+    """``Client(scheduler)``, given up ``CONNECT_TIMEOUT_S + CONNECT_GRACE_S`` seconds on.
+
+    distributed's own timeout does not cover a handshake that never comes back: a scheduler
+    that accepts the connection and does not answer (stopped, swamped, a port that accepts and
+    stays silent) kept ``Client(address, timeout="30s")`` waiting for good (onnx-lab audit
+    --scheduler hung with no word). The client is made in a daemon thread, left behind then.
+    """
+    box: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            box["client"] = client_class(scheduler, timeout=f"{CONNECT_TIMEOUT_S:g}s")
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=connect, name="onnx-lab-dask-connect", daemon=True)
+    t.start()
+    wait = CONNECT_TIMEOUT_S + CONNECT_GRACE_S
+    t.join(wait)
+    if t.is_alive():
+        raise TimeoutError(f"the connection was accepted, but no Dask scheduler answered in "
+                           f"{wait:g} s (a scheduler that is stopped or swamped, or another "
+                           "server that stays silent)")
+    if "error" in box:
+        raise box["error"]
+    return box["client"]
+
+
 def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: int = 1
              ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """Run ``tasks`` on a Dask distributed cluster; yield (task, result) as they complete.
@@ -258,7 +293,7 @@ def run_dask(tasks: Sequence[dict[str, Any]], scheduler: Any = None, workers: in
             client = scheduler
         elif scheduler:
             _check_address(scheduler)
-            client = Client(scheduler, timeout="30s")
+            client = _connect(Client, scheduler)
         else:
             # Worker threads in this process: each task's model runs in a child process
             # anyway, so worker processes would only add their start-up (importing dask and

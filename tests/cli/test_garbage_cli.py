@@ -281,7 +281,7 @@ def test_a_tls_address_without_certificates_is_not_called_no_dask_scheduler(caps
 
 @contextlib.contextmanager
 def socket_server() -> Iterator[int]:
-    """A port on 127.0.0.1 that accepts connections and never answers."""
+    """A port on 127.0.0.1 that accepts connections (the kernel's backlog) and never answers."""
     import socket
 
     srv = socket.socket()
@@ -291,3 +291,29 @@ def socket_server() -> Iterator[int]:
         yield srv.getsockname()[1]
     finally:
         srv.close()
+
+
+def test_a_scheduler_that_accepts_and_never_answers_reads_cannot_reach(capsys, model, tmp_path,
+                                                                       monkeypatch):
+    # a real scheduler stopped (SIGSTOP) or swamped: the kernel accepts the connection, no
+    # handshake comes back, and distributed's Client(address, timeout="30s") waited for good
+    # (onnx-lab audit --scheduler hung with no word)
+    pytest.importorskip("distributed")
+    from onnx_lab.zoo import _engine
+
+    monkeypatch.setattr(_engine, "CONNECT_TIMEOUT_S", 1.0, raising=False)
+    monkeypatch.setattr(_engine, "CONNECT_GRACE_S", 3.0, raising=False)
+    done: list[str] = []
+
+    def audit() -> None:
+        done.append(_one_line(capsys, ["audit", str(model), "--out", str(tmp_path / "a"),
+                                       "--scheduler", f"tcp://127.0.0.1:{port}"]))
+
+    import threading
+
+    with socket_server() as port:
+        t = threading.Thread(target=audit, daemon=True)
+        t.start()
+        t.join(30)
+        assert not t.is_alive(), "audit --scheduler still waits on a silent scheduler"
+    assert "Cannot reach the Dask scheduler" in done[0] and "answered in 4 s" in done[0], done
