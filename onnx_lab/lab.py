@@ -549,7 +549,7 @@ class Lab:
 
     @forwards("onnx_lab.numerics.precision:find_precision",
               "onnx_lab.numerics.weight_only:find_weight_only",
-              drop=("source", "tokens", "speed"))
+              drop=("source", "speed"))
     def find_precision(self, target: str = "fp16", feeds: Any = None,
                        verify: bool | Mapping[str, Any] = True, **kw: Any):
         """The fewest nodes to keep in higher precision so the outputs meet a tolerance; the

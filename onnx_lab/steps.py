@@ -865,6 +865,11 @@ def find_precision(history: History, target: str = "fp16", feeds: Any = None,
         from onnx_lab.numerics.weight_only import find_weight_only as search
 
         kw.setdefault("speed", _generation_speed)
+        if "tokens" in kw:  # find_weight_only's name for what feeds carries here
+            if feeds is not None:
+                raise InputError("find_precision('int4') takes the token ids once: as tokens= "
+                                 "or as feeds, not both.", fix="Drop feeds (tokens=[...]).")
+            feeds = kw.pop("tokens")
     takes = keyword_names(search)
     check_keywords(f"find_precision({target!r})", kw, takes)
     opts = verify_options(verify)

@@ -84,6 +84,25 @@ def test_find_precision_int4_typo_raises_with_the_close_match(lab):
     assert len(lab.history) == 1  # nothing ran
 
 
+def test_find_precision_int4_takes_the_documented_tokens_keyword():
+    # docs/precision.md and Lab.find_precision's docstring give tokens= for the int4 search;
+    # the Lab dropped it ("got an unknown keyword 'tokens' (did you mean 'new_tokens' ...)"),
+    # so valid ids were refused unless passed as feeds
+    import onnx_lab
+
+    lab = onnx_lab.open("sample:tiny_llm")
+    plan = lab.find_precision("int4", tokens=[1, 2, 255, 7], max_trials=2, progress=False)
+    assert plan.tokens == [1, 2, 255, 7]
+    with pytest.raises(InputError, match=r"\[0, 256\)"):
+        onnx_lab.open("sample:tiny_llm").find_precision("int4", tokens=[1, 2, 256],
+                                                        progress=False)
+    with pytest.raises(InputError, match="not both"):
+        onnx_lab.open("sample:tiny_llm").find_precision("int4", [1, 2], tokens=[1, 2],
+                                                        progress=False)
+    with pytest.raises(InputError, match="unknown keyword 'tokens'"):
+        onnx_lab.open("sample:tiny_llm").find_precision("fp16", tokens=[1, 2])
+
+
 def test_find_precision_rejects_the_keywords_of_another_target(lab):
     # min_top1 is a keyword of the int4 search only: for fp16 it is an error, not ignored.
     with pytest.raises(InputError, match=r"find_precision\('fp16'\) got an unknown keyword "
