@@ -137,9 +137,9 @@ def save(history: History, path: str | os.PathLike, *, external_data: bool | str
 
     Raises:
         SaveError: the path is the source file or a file that is no ONNX model (without
-            ``overwrite=True``), a data file the model reads, a file a derived Lab came from, a folder, the model is too large
-            for one file, or ``check`` found that the written file does not load (nothing is
-            replaced then).
+            ``overwrite=True``), a data file the model reads, a file a derived Lab came
+            from, a folder, the model is too large for one file, or ``check`` found that
+            the written file does not load (nothing is replaced then).
         WriteError: the file system refused a write (the message names the path and the
             cause: no space left, read-only, a parent that is a file...).
 
