@@ -240,12 +240,13 @@ _TEXT_MODEL = re.compile(rb'\s*(?:#[^\n]*\n\s*)*(?:(?:ir_version|opset_import|pr
                          rb'producerName|graph)")')
 
 
-def _model_head(head: bytes, size: int) -> bool:
+def _model_head(head: bytes, size: int, *, strict: bool = False) -> bool:
     """Whether ``head`` (the first bytes of a file of ``size`` bytes) reads as the start of
     a serialized ModelProto: each whole field in it one of ModelProto's, of its wire type,
     and no length past the file's end. Writers put ir_version (0x08) first, but a model
-    without one (onnx.save writes it so) starts with another field."""
-    if head[:1] == b"\x08":
+    without one (onnx.save writes it so) starts with another field. ``strict``: a 0x08 first
+    byte alone does not do (a ``.data`` file of weights starts with it one time in 256)."""
+    if head[:1] == b"\x08" and not strict:
         return True
     pos = fields = 0
     try:
@@ -278,7 +279,7 @@ def _not_a_model(path: Path) -> str | None:
             head = f.read(64)
     except OSError:
         return None
-    if _model_head(head, size) or _TEXT_MODEL.match(head):
+    if _model_head(head, size, strict=path.name.endswith(".data")) or _TEXT_MODEL.match(head):
         return None
     if path.name.endswith(".data"):
         return "a model's external data file, by its name"

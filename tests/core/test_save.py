@@ -305,7 +305,11 @@ def test_a_file_that_is_no_model_is_not_replaced_without_overwrite(tmp_path):
     data.write_bytes(b"\x00\x00\x80?" * 64)
     script = tmp_path / "notes.py"
     script.write_text("print('mine')\n")
-    for victim in (data, script):
+    # weights whose first byte is 0x08, the ir_version tag a model starts with (1 in 256)
+    data8 = tmp_path / "third.onnx.data"
+    data8.write_bytes(np.array([8 * 2.0 ** -149, 0.5, -3.25, 7.0] * 16, np.float32).tobytes())
+    assert data8.read_bytes()[:1] == b"\x08"
+    for victim in (data, script, data8):
         before = hashlib.sha256(victim.read_bytes()).hexdigest()
         with pytest.raises(SaveError, match="no ONNX model") as e:
             lab.save(victim)
