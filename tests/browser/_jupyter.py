@@ -217,3 +217,15 @@ def run_all_cells(page, url: str, notebook: str, *, timeout_ms: int = 90_000) ->
                 return
             page.wait_for_timeout(500)
     pytest.fail("JupyterLab did not start running the cells")
+
+
+def select_by_search(root, query: str) -> str:
+    """Type ``query`` into a canvas's search box (``root``: its ``.olc-root``) once its
+    drawing is there, press Enter and return the key of the element the search selected."""
+    root.locator("svg g.node").first.wait_for(timeout=120_000)
+    search = root.locator(".olc-search")
+    search.fill(query)
+    search.press("Enter")
+    key = root.get_attribute("data-selected")
+    assert key, f"the search for {query!r} selected nothing"
+    return key

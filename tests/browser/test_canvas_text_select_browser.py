@@ -9,7 +9,7 @@ blue. The screenshot goes to ``test-artifacts/canvas_dblclick_no_selection.png``
 from __future__ import annotations
 
 import pytest
-from _jupyter import ARTIFACTS, lab_in_browser, run_all_cells
+from _jupyter import ARTIFACTS, lab_in_browser, run_all_cells, select_by_search
 
 pytestmark = pytest.mark.browser
 
@@ -20,12 +20,7 @@ def test_double_click_on_a_node_selects_no_text(tmp_path):
     with lab_in_browser(tmp_path, {"dbl.ipynb": CELLS}) as (url, page):
         run_all_cells(page, url, "dbl.ipynb")
         root = page.locator(".olc-root").first
-        root.locator("svg g.node").first.wait_for(timeout=120_000)
-        search = root.locator(".olc-search")
-        search.fill("If_2")
-        search.press("Enter")
-        key = root.get_attribute("data-selected")
-        assert key, "the search selected nothing"
+        key = select_by_search(root, "If_2")
         texts = root.locator(f"svg g.node[id='n:{key}'] text")
         texts.nth(texts.count() - 2).dblclick()  # a line of the label ("else_branch: ...")
         # the Editor answers the double-click: it draws the main graph, bodies are drawn in

@@ -12,7 +12,7 @@ the name keeps a readable width. The screenshot goes to
 from __future__ import annotations
 
 import pytest
-from _jupyter import ARTIFACTS, lab_in_browser, run_all_cells
+from _jupyter import ARTIFACTS, lab_in_browser, run_all_cells, select_by_search
 
 pytestmark = pytest.mark.browser
 
@@ -48,12 +48,7 @@ def test_a_long_symbolic_shape_leaves_the_name_readable(tmp_path):
     with lab_in_browser(tmp_path, {"shape.ipynb": CELLS}) as (url, page):
         run_all_cells(page, url, "shape.ipynb")
         root = page.locator(".olc-root").first
-        root.locator("svg g.node").first.wait_for(timeout=120_000)
-        search = root.locator(".olc-search")
-        search.fill("MatMul")
-        search.press("Enter")
-        key = root.get_attribute("data-selected")
-        assert key, "the search selected nothing"
+        key = select_by_search(root, "MatMul")
         root.locator(f"svg g.node[id='n:{key}']").click()
         root.locator(".olc-panel .olc-outputs").wait_for(timeout=30_000)
         page.wait_for_timeout(300)

@@ -193,6 +193,19 @@ def masked_attention(fill=FLOAT32_MIN):
 MASK_NODES = {"/mask/Where", "/attn/Add", "/attn/Softmax"}
 
 
+def _agrees_on_padded_masks(original, converted) -> None:
+    """Fresh sessions on both models, a padded mask too: every row a token may attend to
+    agrees within the fp16 tolerance (a fully masked row is padding: not compared)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 6, 16)).astype(np.float32)
+    for mask in (np.ones((1, 6), np.int64), np.array([[0, 0, 1, 1, 1, 1]])):
+        feeds = {"x": x, "attention_mask": mask}
+        ref, got = _independent(original, feeds), _independent(converted, feeds)
+        rows = mask[0].astype(bool)
+        assert np.isfinite(got).all()
+        assert np.all(np.abs(got - ref)[:, rows] <= 1e-2 + 1e-2 * np.abs(ref)[:, rows])
+
+
 def test_a_mask_filled_with_float32s_extreme_is_no_fp16_overflow():
     # torch.export's Llama fills its mask with -3.4028235e38, which the float16 conversion
     # writes as -65504 (float16's own extreme, what transformers fills a float16 mask with);
@@ -205,16 +218,7 @@ def test_a_mask_filled_with_float32s_extreme_is_no_fp16_overflow():
     assert full["passed"] and "overflow" not in full["note"]
     assert not plan.sensitivity.loc[plan.sensitivity["node_id"].isin(MASK_NODES),
                                     "overflow"].any()
-    # fresh sessions on both models, a padded mask too: every row a token may attend to
-    # agrees within the fp16 tolerance (a fully masked row is padding: not compared)
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((1, 6, 16)).astype(np.float32)
-    for mask in (np.ones((1, 6), np.int64), np.array([[0, 0, 1, 1, 1, 1]])):
-        feeds = {"x": x, "attention_mask": mask}
-        ref, got = _independent(lab.original.model, feeds), _independent(plan.model, feeds)
-        rows = mask[0].astype(bool)
-        assert np.isfinite(got).all()
-        assert np.all(np.abs(got - ref)[:, rows] <= 1e-2 + 1e-2 * np.abs(ref)[:, rows])
+    _agrees_on_padded_masks(lab.original.model, plan.model)
 
 
 def test_a_mask_fill_computed_past_65504_stays_an_overflow():
@@ -231,14 +235,7 @@ def test_a_mask_fill_computed_past_65504_stays_an_overflow():
     # judged on the feeds searched: the note says so, and what it does not cover
     assert "sample(s) searched" in note and "inputs you deploy on" in note
     assert plan.passed and plan.kept == [] and plan.required == {}
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((1, 6, 16)).astype(np.float32)
-    for mask in (np.ones((1, 6), np.int64), np.array([[0, 0, 1, 1, 1, 1]])):
-        feeds = {"x": x, "attention_mask": mask}
-        ref, got = _independent(lab.original.model, feeds), _independent(plan.model, feeds)
-        rows = mask[0].astype(bool)
-        assert np.isfinite(got).all()
-        assert np.all(np.abs(got - ref)[:, rows] <= 1e-2 + 1e-2 * np.abs(ref)[:, rows])
+    _agrees_on_padded_masks(lab.original.model, plan.model)
 
 
 def test_if_bodies_are_candidates():

@@ -334,18 +334,20 @@ def test_verification_and_changes_panels_say_why_they_are_empty(no_error):
     assert "removed" in f.changes.html.value
 
 
-def test_a_table_of_hidden_housekeeping_rows_says_so(no_error):
-    # A dynamo BERT's 13 matches are all housekeeping: the line read "13 opportunities found"
-    # over a table reading "no rows", with nothing saying the rows were hidden.
-    import onnx
-
-    m = onnx.parser.parse_model("""
+def _housekeeping_only():
+    """An Identity before a Relu: its only match (eliminate_identity) is housekeeping."""
+    return onnx.parser.parse_model("""
         <ir_version: 8, opset_import: ["" : 17]>
         g (float[2, 3] x) => (float[2, 3] y) {
             i = Identity(x)
             y = Relu(i)
         }""")
-    f = FusionLab(onnx_lab.open(m))
+
+
+def test_a_table_of_hidden_housekeeping_rows_says_so(no_error):
+    # A dynamo BERT's 13 matches are all housekeeping: the line read "13 opportunities found"
+    # over a table reading "no rows", with nothing saying the rows were hidden.
+    f = FusionLab(onnx_lab.open(_housekeeping_only()))
     no_error(f)
     assert len(f.patterns) and f.patterns["housekeeping"].all()
     assert f.matches.page_keys() == []
@@ -362,15 +364,7 @@ def _explained(f) -> str:
 def test_the_explanation_is_of_a_pattern_the_table_shows(no_error):
     # The Explanation panel (open by default) explained a dynamo BERT's first match, a hidden
     # housekeeping one ('constant_subgraph' of fold_constants), over a table of no rows.
-    import onnx
-
-    m = onnx.parser.parse_model("""
-        <ir_version: 8, opset_import: ["" : 17]>
-        g (float[2, 3] x) => (float[2, 3] y) {
-            i = Identity(x)
-            y = Relu(i)
-        }""")
-    f = FusionLab(onnx_lab.open(m))
+    f = FusionLab(onnx_lab.open(_housekeeping_only()))
     no_error(f)
     assert f.details.selected_index == 0 and f.matches.page_keys() == []
     text = _explained(f)
